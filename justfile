@@ -1,0 +1,17 @@
+# Recipes. Run them through ./just, which sets up .venv first.
+
+# List the recipes
+default:
+    @just --list
+
+# The main job: record sample runs, ingest, verify, show them, query them
+demo *args:
+    bash scripts/demo.sh {{args}}
+
+# Run the test suite (pytest arguments pass through)
+test *args:
+    bash scripts/test.sh {{args}}
+
+# Benchmarks (slow; not part of the tests)
+bench name *args:
+    python bench/{{name}}.py {{args}}

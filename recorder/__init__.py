@@ -1,0 +1,4 @@
+"""The write side: spools, blobs, the proxy addon, the shim, and run orchestration.
+
+Depends on ``schemas`` only (plus mitmproxy inside the proxy addon).
+"""

@@ -1,0 +1,160 @@
+"""The canonical encoding and the hash chain. THIS MODULE IS A CONTRACT: changing it changes
+every hash ever written, so any change needs a new hash prefix and a migration.
+
+An event is stored as its *body*, the canonical JSON of the envelope without its own hash::
+
+    {"kind":K,"payload":P,"prev_hash":H,"run_id":R,"seq":N,"source":S,"ts_ns":T,"v":V}
+
+- Keys in sorted order at every level, no whitespace, UTF-8 with non-ASCII characters kept as they
+  are (msgspec's ``order="sorted"`` encoding); integers in decimal.
+- ``P`` is the canonical JSON of the payload Struct, including its ``"kind"`` tag.
+- ``K``, ``R`` and ``S`` match ``ID_RE``; their JSON form is therefore the plain string in double
+  quotes, which is what lets ``replay.verify`` rebuild the body in SQL from the stored columns.
+- ``H`` is the hash of the previous event of the same ``(run_id, source)``; ``GENESIS`` for seq 0.
+- ``N`` starts at 0 and has no gaps within one ``(run_id, source)``.
+- ``hash`` = ``"sha256:"`` + the lowercase hex sha256 of the body bytes.
+
+Reading is envelope-first: ``decode_body`` reads the envelope and leaves the payload raw, so an
+unknown kind or a newer version is a clear error (``UnknownEventKind``, ``NewerEventVersion``)
+before any payload decoding happens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import msgspec
+
+from schemas.blob import HASH_PREFIX
+from schemas.errors import NewerEventVersion, SchemaError, UnknownEventKind
+from schemas.events import KINDS, AnyPayload, Payload, kind_of
+from schemas.upcast import upcast
+
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+"""Run ids, source names and kind tags: no quotes, backslashes or control characters."""
+
+GENESIS = HASH_PREFIX + "0" * 64
+"""``prev_hash`` of the first event (seq 0) of every (run, source) chain."""
+
+SOURCES = ("recorder", "proxy", "shim", "import", "synthetic")
+"""Known producers. Each owns one spool file per run."""
+
+_payload_encoder = msgspec.json.Encoder(order="sorted")
+_payload_decoder = msgspec.json.Decoder(AnyPayload)
+
+
+class RawEnvelope(msgspec.Struct, frozen=True, kw_only=True):
+    """An event body with its payload still undecoded (the first step of every read)."""
+
+    kind: str
+    payload: msgspec.Raw
+    prev_hash: str
+    run_id: str
+    seq: int
+    source: str
+    ts_ns: int
+    v: int
+
+
+_envelope_decoder = msgspec.json.Decoder(RawEnvelope)
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True):
+    """A stored event, read back: the envelope, the typed payload and the event's hash."""
+
+    run_id: str
+    source: str
+    seq: int
+    ts_ns: int
+    kind: str
+    v: int
+    payload: AnyPayload  # type: ignore[valid-type]
+    prev_hash: str
+    hash: str
+
+
+def check_id(what: str, value: str) -> str:
+    if not ID_RE.match(value):
+        raise SchemaError(
+            f"invalid {what} {value!r}: use 1-128 of letters, digits, '.', '_', ':', '-'"
+        )
+    return value
+
+
+def encode_payload(payload: Payload) -> bytes:
+    """Canonical JSON of a payload (sorted keys, includes the ``kind`` tag)."""
+    return _payload_encoder.encode(payload)
+
+
+def make_body(
+    *, run_id: str, source: str, seq: int, ts_ns: int, kind: str, v: int, payload: bytes, prev_hash: str
+) -> bytes:
+    """Assemble the canonical body. ``payload`` must already be canonical JSON."""
+    return b"".join(
+        (
+            b'{"kind":"', kind.encode(), b'","payload":', payload,
+            b',"prev_hash":"', prev_hash.encode(), b'","run_id":"', run_id.encode(),
+            b'","seq":', str(seq).encode(), b',"source":"', source.encode(),
+            b'","ts_ns":', str(ts_ns).encode(), b',"v":', str(v).encode(), b"}",
+        )
+    )
+
+
+def hash_body(body: bytes) -> str:
+    return HASH_PREFIX + hashlib.sha256(body).hexdigest()
+
+
+def decode_body(body: bytes | memoryview) -> RawEnvelope:
+    """Decode the envelope of a body; the payload stays raw bytes."""
+    try:
+        return _envelope_decoder.decode(body)
+    except msgspec.DecodeError as e:
+        raise SchemaError(f"malformed event envelope: {e}") from e
+
+
+def current_version(kind: str) -> int:
+    cls = KINDS.get(kind)
+    if cls is None:
+        raise UnknownEventKind(
+            f"unknown event kind {kind!r} (known: {', '.join(sorted(KINDS))}); "
+            "was it written by a newer amb?"
+        )
+    return cls.VERSION
+
+
+def decode_payload(kind: str, v: int, payload: bytes | memoryview) -> Payload:
+    """Typed payload of ``kind`` at version ``v``, upcast to the current version if older."""
+    target = current_version(kind)
+    if v > target:
+        raise NewerEventVersion(
+            f"event kind {kind!r} has version {v}, but this amb reads up to v{target}; upgrade amb"
+        )
+    try:
+        if v == target:
+            decoded = _payload_decoder.decode(payload)
+        else:
+            old: dict[str, Any] = msgspec.json.decode(payload)
+            decoded = msgspec.convert(upcast(kind, v, target, old), AnyPayload)
+    except (msgspec.DecodeError, msgspec.ValidationError, KeyError) as e:
+        raise SchemaError(f"malformed {kind} v{v} payload: {e}") from e
+    if kind_of(type(decoded)) != kind:
+        raise SchemaError(f"payload tag {kind_of(type(decoded))!r} does not match envelope kind {kind!r}")
+    return decoded
+
+
+def decode_event(body: bytes | memoryview, hash_: str | None = None) -> Event:
+    """A full typed event from its body (hash recomputed when not given)."""
+    env = decode_body(body)
+    return Event(
+        run_id=env.run_id,
+        source=env.source,
+        seq=env.seq,
+        ts_ns=env.ts_ns,
+        kind=env.kind,
+        v=env.v,
+        payload=decode_payload(env.kind, env.v, env.payload),
+        prev_hash=env.prev_hash,
+        hash=hash_ or hash_body(bytes(body)),
+    )

@@ -1,0 +1,57 @@
+"""The project's error vocabulary.
+
+Every error a user can cause (bad input, a tampered store, a malformed submission) is an
+``AmbError``: the CLI prints its message as one line on stderr and exits with ``exit_code``,
+never with a traceback. Third-party errors are converted at the boundary (``raise X(...) from e``).
+Anything that is not an ``AmbError`` is our bug and is allowed to surface loudly.
+"""
+
+from __future__ import annotations
+
+
+class AmbError(Exception):
+    """Base class: a clear, user-facing failure."""
+
+    exit_code = 1
+
+
+class SchemaError(AmbError):
+    """An event or record does not match its schema."""
+
+
+class UnknownEventKind(SchemaError):
+    """An event kind this version of amb does not know (written by a newer amb?)."""
+
+
+class NewerEventVersion(SchemaError):
+    """An event whose kind version is newer than this amb understands."""
+
+
+class SpoolError(AmbError):
+    """A spool file cannot be written or read."""
+
+
+class TornTail(SpoolError):
+    """A spool ends in an incomplete frame (the writer died mid-write)."""
+
+
+class BlobError(AmbError):
+    """A blob is missing, or its content does not match its address."""
+
+
+class StoreError(AmbError):
+    """The DuckDB store cannot be opened, migrated or queried."""
+
+
+class IngestConflict(StoreError):
+    """A spool disagrees with events already stored under the same key."""
+
+
+class VerifyFailure(AmbError):
+    """``amb verify`` found a tampered, missing or out-of-order event or blob."""
+
+
+class UsageError(AmbError):
+    """The command's arguments are wrong."""
+
+    exit_code = 2

@@ -1,0 +1,72 @@
+"""Model calls, recovered from the traffic by the proxy."""
+
+from __future__ import annotations
+
+import msgspec
+
+from schemas.blob import BlobRef
+from schemas.events.base import Payload
+
+
+class ToolCallPart(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool call the model asked for, as it appeared in the response."""
+
+    id: str
+    name: str
+    arguments: str
+    """The raw argument string, byte for byte (it may not even be valid JSON)."""
+
+
+class AssistantMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """The reassembled assistant output (streams are reassembled from their deltas)."""
+
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCallPart] = msgspec.field(default_factory=list)
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    """Token usage with explicit containment.
+
+    ``input_total`` INCLUDES ``cache_read`` and ``cache_write``; ``output`` INCLUDES ``reasoning``.
+    (Providers differ: Anthropic reports cached input beside ``input_tokens``, OpenAI inside
+    ``prompt_tokens``; the proxy normalises to this one convention.)
+    """
+
+    input_total: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    output: int = 0
+    reasoning: int = 0
+    reported: bool = True
+    """False when the provider sent no usage and the numbers are estimates."""
+
+
+class ModelCallCompleted(Payload, frozen=True, tag="model_call.completed"):
+    """One model API call, successful or not. Failures are recorded, never dropped."""
+
+    call_id: str
+    provider: str
+    """``openai`` or ``anthropic`` (the wire format)."""
+    api: str
+    """``chat.completions``, ``responses`` or ``messages``."""
+    model: str | None = None
+    stream: bool = False
+    url: str = ""
+    """Scheme, host and path of the upstream request (no query secrets)."""
+    status: int | None = None
+    """HTTP status from upstream, None when no response arrived."""
+    ok: bool = True
+    error: str | None = None
+    """Why the call failed: ``http_500``, ``upstream_reset``, ``client_disconnected``, ..."""
+    request: BlobRef | None = None
+    response: BlobRef | None = None
+    message: AssistantMessage = msgspec.field(default_factory=AssistantMessage)
+    stop_reason: str | None = None
+    usage: Usage = msgspec.field(default_factory=Usage)
+    started_ns: int = 0
+    ttfb_ms: float | None = None
+    latency_ms: float | None = None
+    retries: int = 0
+    partial: bool = False
+    """True when the response was cut off (stream reset, recorder shutdown mid-flight)."""
