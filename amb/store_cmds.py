@@ -1,0 +1,234 @@
+"""Commands over the event store: ingest, runs, show, sql, verify, manifest, schema, generate."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import click
+import duckdb
+import msgspec
+
+from amb.common import progress, store_option
+from amb.output import emit
+from recorder.synthetic import generate_run
+from replay import manifest as manifests
+from replay import views
+from replay.ingest import ingest as ingest_store
+from replay.read import iter_events
+from replay.store import Store, open_sql
+from replay.verify import verify as verify_store
+from schemas.errors import AmbError, UsageError
+from schemas.events import AnyPayload
+
+
+@click.command()
+@store_option
+@click.argument("runs", nargs=-1)
+def ingest(store: str, runs: tuple[str, ...]) -> None:
+    """Load spools into the store (all runs, or RUNS), verifying checksums and hash chains."""
+    report = ingest_store(store, list(runs) or None, progress=progress("ingest"))
+    for torn in report.torn:
+        click.echo(
+            f"amb: warning: {torn.path}: torn tail at byte {torn.tail.offset} ({torn.tail.length} bytes, "
+            f"{torn.tail.why}); kept the {torn.frames} complete events before it",
+            err=True,
+        )
+    click.echo(
+        f"ingested {report.events_added} new events ({report.events_read} read) from "
+        f"{report.files_loaded} of {report.files_seen} spool files; runs: {len(report.runs)}"
+    )
+
+
+RUN_COLUMNS = ["run_id", "task", "tier", "agent", "model", "status", "duration_s", "n_model_calls", "n_tool_calls", "n_events"]
+
+
+@click.command()
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def runs(store: str, as_json: bool) -> None:
+    """List the runs in the store."""
+    con = open_sql(store)
+    rows = con.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_ns NULLS LAST, run_id").fetchall()
+    emit(RUN_COLUMNS, rows, "json" if as_json else "table")
+
+
+def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
+    row = con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    if row is None:
+        raise AmbError(f"no run {run_id!r} in the store (see `amb runs`)")
+    info = dict(zip([d[0] for d in con.description], row))
+    info["labels"] = json.loads(info["labels"]) if info.get("labels") else {}
+    tokens = con.execute(
+        """SELECT count(*), count(*) FILTER (WHERE NOT ok), coalesce(sum(input_tokens), 0), coalesce(sum(cache_read_tokens), 0),
+                  coalesce(sum(output_tokens), 0), coalesce(sum(reasoning_tokens), 0), list(DISTINCT model)
+           FROM model_calls WHERE run_id = ?""",
+        [run_id],
+    ).fetchone()
+    tools = Counter(dict(con.execute("SELECT name, count(*) FROM tool_calls WHERE run_id = ? GROUP BY name", [run_id]).fetchall()))
+    procs = con.execute(
+        "SELECT count(*), count(*) FILTER (WHERE exit_code <> 0) FROM processes WHERE run_id = ?", [run_id]
+    ).fetchone()
+    files = con.execute(
+        "SELECT path, arg_max(size, seq) FROM file_writes WHERE run_id = ? GROUP BY path ORDER BY path", [run_id]
+    ).fetchall()
+    net = con.execute("SELECT count(*) FROM network_requests WHERE run_id = ?", [run_id]).fetchone()[0]
+    return {
+        "run_id": run_id,
+        "task": info["task"], "tier": info["tier"], "agent": info["agent"], "model": info["model"],
+        "backend": info["backend"], "status": info["status"], "exit_code": info["exit_code"],
+        "duration_s": info["duration_s"], "labels": info["labels"],
+        "events": info["n_events"],
+        "model_calls": {"count": tokens[0], "failed": tokens[1], "models": sorted(m for m in tokens[6] if m)},
+        "tokens": {"input": tokens[2], "cache_read": tokens[3], "output": tokens[4], "reasoning": tokens[5]},
+        "tool_calls": dict(sorted(tools.items())),
+        "processes": {"count": procs[0], "nonzero_exit": procs[1]},
+        "files_written": [{"path": p, "size": s} for p, s in files],
+        "network_requests": net,
+    }
+
+
+def render_summary(s: dict) -> str:
+    dur = f"{s['duration_s']:.1f} s" if s["duration_s"] is not None else "?"
+    mc, tk = s["model_calls"], s["tokens"]
+    lines = [
+        f"run       {s['run_id']}",
+        f"task      {s['task'] or '-'} ({s['tier'] or '-'})",
+        f"agent     {s['agent'] or '-'}   model {s['model'] or '-'}   backend {s['backend'] or '-'}",
+        f"status    {s['status']} (exit {s['exit_code']})   duration {dur}   events {s['events']}",
+        f"calls     {mc['count']} model calls ({mc['failed']} failed) to {', '.join(mc['models']) or '-'}",
+        f"tokens    in {tk['input']:,} (cache read {tk['cache_read']:,})   out {tk['output']:,} (reasoning {tk['reasoning']:,})",
+        f"tools     " + (", ".join(f"{n} ×{c}" for n, c in s["tool_calls"].items()) or "none"),
+        f"processes {s['processes']['count']} ({s['processes']['nonzero_exit']} exited non-zero)   network requests {s['network_requests']}",
+        f"files     {len(s['files_written'])} written",
+    ]
+    lines += [f"          {f['path']} ({f['size']:,} B)" for f in s["files_written"][:20]]
+    if len(s["files_written"]) > 20:
+        lines.append(f"          … and {len(s['files_written']) - 20} more")
+    if s["labels"]:
+        lines.append("labels    " + ", ".join(f"{k}={v}" for k, v in sorted(s["labels"].items())))
+    return "\n".join(lines)
+
+
+@click.command()
+@store_option
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--events", "with_events", is_flag=True, help="Also list every event (with --json: typed payloads).")
+def show(store: str, run: str, as_json: bool, with_events: bool) -> None:
+    """A readable summary of one run."""
+    con = open_sql(store)
+    summary = summarize(con, run)
+    if with_events:
+        events = list(iter_events(con, run))
+        if as_json:
+            summary["event_list"] = [msgspec.to_builtins(e) for e in events]
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    click.echo(render_summary(summary))
+    if with_events:
+        emit(["source", "seq", "kind", "ts_ns"], [(e.source, e.seq, e.kind, e.ts_ns) for e in events])
+
+
+@click.command()
+@store_option
+@click.argument("query")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+def sql(store: str, query: str, fmt: str) -> None:
+    """Run a read-only SQL query (no writes, no file or network access)."""
+    con = open_sql(store)
+    try:
+        cur = con.execute(query)
+        columns = [d[0] for d in cur.description] if cur.description else []
+        rows = cur.fetchall() if columns else []
+    except duckdb.Error as e:
+        first = str(e).splitlines()[0]
+        raise AmbError(f"query refused or failed: {first}") from e
+    emit(columns, rows, fmt)
+
+
+@click.command()
+@store_option
+@click.argument("runs", nargs=-1)
+@click.option("--manifest", "manifest_file", type=click.Path(dir_okay=False, exists=True),
+              help="Check against manifests kept elsewhere (JSON object, list, or one per line).")
+@click.option("--json", "as_json", is_flag=True, help="Print the problems as JSON.")
+def verify(store: str, runs: tuple[str, ...], manifest_file: str | None, as_json: bool) -> None:
+    """Re-derive every hash and check chains, manifests and blobs; exit 1 on any problem."""
+    anchored = _read_manifests(manifest_file) if manifest_file else None
+    with Store.open(store, read_only=True) as st:
+        run_ids = list(runs) or None
+        if anchored is not None and run_ids is None:
+            run_ids = None
+        problems = verify_store(st.con, st.blobs, run_ids, anchored, progress("verify blobs"))
+        n_events = st.con.execute("SELECT count(*) FROM events").fetchone()[0]
+    if as_json:
+        click.echo(json.dumps([p._asdict() | {"message": str(p)} for p in problems], indent=2))
+    if problems:
+        if not as_json:
+            click.echo(f"FAIL {problems[0]}")
+            for p in problems[1:10]:
+                click.echo(f"     {p}")
+            if len(problems) > 10:
+                click.echo(f"     … {len(problems) - 10} more problems")
+        raise SystemExit(1)
+    if not as_json:
+        click.echo(f"OK {n_events} events verified" + (f" in {len(runs)} runs" if runs else ""))
+
+
+def _read_manifests(path: str) -> list[dict]:
+    text = open(path, encoding="utf-8").read().strip()
+    try:
+        data = json.loads(text)
+        return data if isinstance(data, list) else [data]
+    except json.JSONDecodeError:
+        try:
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError as e:
+            raise UsageError(f"{path}: not a manifest (JSON object, list, or JSON lines): {e}") from e
+
+
+@click.command()
+@store_option
+@click.argument("run")
+def manifest(store: str, run: str) -> None:
+    """Print a finished run's manifest, to anchor outside the store."""
+    con = open_sql(store)
+    m = manifests.stored(con, run)
+    if m is None:
+        exists = con.execute("SELECT 1 FROM events WHERE run_id = ? LIMIT 1", [run]).fetchone()
+        raise AmbError(f"run {run!r} " + ("has not finished (no run.finished event yet)" if exists else "is not in the store"))
+    click.echo(json.dumps(m, sort_keys=True))
+
+
+@click.command()
+@click.option("--format", "fmt", type=click.Choice(["json", "ddl", "md"]), default="json", show_default=True,
+              help="json: JSON Schema of the event payloads; ddl: the SQL views; md: the views' columns.")
+def schema(fmt: str) -> None:
+    """Print the event schema or the SQL views."""
+    if fmt == "json":
+        click.echo(json.dumps(msgspec.json.schema(AnyPayload), indent=2))
+    elif fmt == "ddl":
+        click.echo(";\n\n".join(views.ddl()) + ";")
+    else:
+        click.echo(views.markdown())
+
+
+@click.command()
+@store_option
+@click.option("--runs", "n_runs", default=5, show_default=True, help="How many runs.")
+@click.option("--calls", default=35, show_default=True, help="Model calls per run.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the first run (run i uses seed+i).")
+@click.option("--prefix", default="synth", show_default=True, help="Run id prefix.")
+def generate(store: str, n_runs: int, calls: int, seed: int, prefix: str) -> None:
+    """Write synthetic runs through the real spool path (then run `amb ingest`)."""
+    tick = progress("generate")
+    for i in range(n_runs):
+        tick(i, n_runs)
+        generate_run(store, f"{prefix}-{seed + i:04d}", seed=seed + i, calls=calls)
+    tick(n_runs, n_runs)
+    click.echo(f"wrote {n_runs} synthetic runs into {store}/spool")
+
+
+commands = [ingest, runs, show, sql, verify, manifest, schema, generate]

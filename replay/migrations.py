@@ -1,0 +1,123 @@
+"""Named, transactional schema migrations for the DuckDB store.
+
+A migration is a (name, function) pair. ``apply`` runs, in order, each one whose name is not yet
+in ``_amb_migrations``, inside one transaction together with its bookkeeping row, so a failed
+migration leaves nothing behind. Names are never reused or renamed; a change is a new migration.
+Other layers (the scorer's tables) bring their own ``Migrations`` lists; names are global, so each
+set prefixes its names.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import duckdb
+
+from replay import views
+
+
+class Migration(NamedTuple):
+    name: str
+    apply: Callable[[duckdb.DuckDBPyConnection], None]
+
+
+def _sql(*statements: str) -> Callable[[duckdb.DuckDBPyConnection], None]:
+    def run(con: duckdb.DuckDBPyConnection) -> None:
+        for statement in statements:
+            con.execute(statement)
+
+    return run
+
+
+CORE: list[Migration] = [
+    Migration(
+        "core.m001_events",
+        _sql(
+            # The raw, immutable log. The primary key is the idempotency guard of ingest:
+            # re-ingesting a spool inserts nothing, and a *different* event under the same key is
+            # a conflict that ingest reports (a forked or tampered spool).
+            # payload keeps the canonical JSON text byte for byte (DuckDB's JSON type stores the
+            # text as given), which is what lets verify re-derive every hash in SQL.
+            """
+            CREATE TABLE events (
+                run_id    VARCHAR NOT NULL,
+                source    VARCHAR NOT NULL,
+                seq       BIGINT  NOT NULL,
+                kind      VARCHAR NOT NULL,
+                v         INTEGER NOT NULL,
+                ts_ns     BIGINT  NOT NULL,
+                payload   JSON    NOT NULL,
+                prev_hash VARCHAR NOT NULL,
+                hash      VARCHAR NOT NULL,
+                PRIMARY KEY (run_id, source, seq)
+            )
+            """,
+            # One row per spool file already loaded, so a re-ingest skips unchanged files without
+            # reading them (a 1,000-run store is not re-hashed on every amb-record exit).
+            """
+            CREATE TABLE spool_files (
+                path        VARCHAR PRIMARY KEY,
+                run_id      VARCHAR NOT NULL,
+                source      VARCHAR NOT NULL,
+                size        BIGINT  NOT NULL,
+                frames      BIGINT  NOT NULL,
+                last_hash   VARCHAR,
+                torn_bytes  BIGINT  NOT NULL,
+                ingested_at TIMESTAMP NOT NULL
+            )
+            """,
+            # Written once per finished run, for anchoring elsewhere (amb manifest / verify --manifest).
+            """
+            CREATE TABLE manifests (
+                run_id     VARCHAR PRIMARY KEY,
+                manifest   JSON NOT NULL,
+                created_at TIMESTAMP NOT NULL
+            )
+            """,
+        ),
+    ),
+    Migration("core.m002_views", views.create_views),
+]
+
+
+def ensure_table(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(
+        """
+        CREATE TABLE IF NOT EXISTS _amb_migrations (
+            name           VARCHAR PRIMARY KEY,
+            applied_at     TIMESTAMP NOT NULL,
+            duckdb_version VARCHAR NOT NULL
+        )
+        """
+    )
+
+
+def applied(con: duckdb.DuckDBPyConnection) -> set[str]:
+    ensure_table(con)
+    return {row[0] for row in con.execute("SELECT name FROM _amb_migrations").fetchall()}
+
+
+def pending(con: duckdb.DuckDBPyConnection, migrations: list[Migration]) -> list[Migration]:
+    done = applied(con)
+    names = [m.name for m in migrations]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate migration names in {names}")
+    return [m for m in migrations if m.name not in done]
+
+
+def apply(con: duckdb.DuckDBPyConnection, migrations: list[Migration]) -> list[str]:
+    """Apply what is pending, each in its own transaction; returns the names applied."""
+    done = []
+    for migration in pending(con, migrations):
+        con.execute("BEGIN TRANSACTION")
+        try:
+            migration.apply(con)
+            con.execute(
+                "INSERT INTO _amb_migrations VALUES (?, now(), ?)", [migration.name, duckdb.__version__]
+            )
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        done.append(migration.name)
+    return done

@@ -1,0 +1,41 @@
+"""Typed read-back: stored events as ``schemas.codec.Event`` objects, upcast to current versions.
+
+Decoding is envelope-first (kind and version come from their columns), so an unknown kind or a
+newer version raises ``UnknownEventKind`` / ``NewerEventVersion`` naming the event, not a crash.
+Order: within a source by seq; across sources by ts_ns (clocks of different producers may
+disagree slightly; seq is the only order a producer guarantees).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import duckdb
+
+from schemas.codec import Event, decode_payload
+from schemas.errors import SchemaError
+
+
+def iter_events(
+    con: duckdb.DuckDBPyConnection, run_id: str, kinds: list[str] | None = None, batch: int = 2048
+) -> Iterator[Event]:
+    sql = "SELECT run_id, source, seq, ts_ns, kind, v, CAST(payload AS VARCHAR), prev_hash, hash FROM events WHERE run_id = ?"
+    params: list = [run_id]
+    if kinds:
+        sql += f" AND kind IN ({', '.join('?' for _ in kinds)})"
+        params += kinds
+    cur = con.execute(sql + " ORDER BY ts_ns, source, seq", params)
+    while rows := cur.fetchmany(batch):
+        for run, source, seq, ts_ns, kind, v, payload, prev_hash, hash_ in rows:
+            try:
+                decoded = decode_payload(kind, v, payload.encode())
+            except SchemaError as e:
+                raise type(e)(f"run {run} source {source} seq {seq}: {e}") from e
+            yield Event(
+                run_id=run, source=source, seq=seq, ts_ns=ts_ns, kind=kind, v=v,
+                payload=decoded, prev_hash=prev_hash, hash=hash_,
+            )
+
+
+def run_ids(con: duckdb.DuckDBPyConnection) -> list[str]:
+    return [r[0] for r in con.execute("SELECT DISTINCT run_id FROM events ORDER BY run_id").fetchall()]

@@ -1,0 +1,130 @@
+"""The store: one DuckDB file plus the blob directory and the spools, under one directory.
+
+Layout of ``--store DIR`` (env ``AMB_STORE``, default ``./amb-store``)::
+
+    DIR/amb.duckdb            events, views, score tables (single writer: amb ingest / amb score)
+    DIR/blobs/ab/cdef...      content-addressed blobs (schemas.blobstore)
+    DIR/spool/<run>/<src>.spool   append-only spools written by producers
+
+DuckDB allows one writing process at a time, so a writer that finds the file locked (another
+``amb-record`` ingesting) retries with backoff for ``lock_timeout_s`` before giving up.
+Read-only connections for user SQL are locked down (see ``open_sql``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+
+import duckdb
+
+from replay import migrations as mig
+from schemas.blobstore import BlobStore
+from schemas.errors import StoreError
+
+DEFAULT_STORE = "amb-store"
+DB_NAME = "amb.duckdb"
+
+
+def resolve(store: str | os.PathLike[str] | None) -> Path:
+    """The store directory: the argument, else $AMB_STORE, else ./amb-store."""
+    return Path(store or os.environ.get("AMB_STORE") or DEFAULT_STORE)
+
+
+def _is_lock_error(e: Exception) -> bool:
+    text = str(e)
+    return "lock" in text.lower() and ("Conflicting" in text or "Could not set lock" in text)
+
+
+def _connect(path: Path, *, read_only: bool, config: dict | None, lock_timeout_s: float) -> duckdb.DuckDBPyConnection:
+    deadline = time.monotonic() + lock_timeout_s
+    delay = 0.05
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only, config=config or {})
+        except duckdb.IOException as e:
+            if not _is_lock_error(e) or time.monotonic() > deadline:
+                raise StoreError(f"cannot open {path}: {e}") from e
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 1.0)
+        except duckdb.Error as e:
+            raise StoreError(f"cannot open {path}: {e}") from e
+
+
+class Store:
+    """An open store. Use as a context manager; ``con`` is the DuckDB connection."""
+
+    def __init__(self, root: Path, con: duckdb.DuckDBPyConnection, read_only: bool):
+        self.root = root
+        self.con = con
+        self.read_only = read_only
+        self.blobs = BlobStore(root / "blobs")
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.root / "spool"
+
+    @classmethod
+    def open(
+        cls,
+        store: str | os.PathLike[str] | None = None,
+        *,
+        read_only: bool = False,
+        extra_migrations: list[mig.Migration] | None = None,
+        lock_timeout_s: float = 120.0,
+    ) -> Store:
+        root = resolve(store)
+        db = root / DB_NAME
+        if read_only and not db.exists():
+            # A read of a store that was never written: create it (empty) so that listing
+            # commands answer "no runs" rather than failing.
+            cls.open(root, lock_timeout_s=lock_timeout_s).close()
+        if not read_only:
+            root.mkdir(parents=True, exist_ok=True)
+        con = _connect(db, read_only=read_only, config=None, lock_timeout_s=lock_timeout_s)
+        store_ = cls(root, con, read_only)
+        if not read_only:
+            try:
+                mig.apply(con, mig.CORE + list(extra_migrations or []))
+            except duckdb.Error as e:
+                con.close()
+                raise StoreError(f"cannot migrate {db}: {e}") from e
+        return store_
+
+    def migrate(self, migrations: list[mig.Migration]) -> list[str]:
+        if self.read_only:
+            raise StoreError("cannot migrate a read-only store connection")
+        return mig.apply(self.con, migrations)
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_sql(store: str | os.PathLike[str] | None = None) -> duckdb.DuckDBPyConnection:
+    """A connection for user SQL: read-only, no file or network access, configuration locked.
+
+    DuckDB then refuses INSERT/UPDATE/DELETE/CREATE (read-only), COPY ... TO and read_csv /
+    read_parquet / ATTACH of any file (external access off), and any attempt to turn those back on
+    (configuration locked). Extensions are neither installed nor auto-loaded.
+    """
+    root = resolve(store)
+    db = root / DB_NAME
+    if not db.exists():
+        Store.open(root).close()
+    config = {
+        "enable_external_access": False,
+        "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False,
+        "allow_community_extensions": False,
+    }
+    con = _connect(db, read_only=True, config=config, lock_timeout_s=30.0)
+    con.execute("SET lock_configuration = true")
+    return con

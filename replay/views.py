@@ -1,0 +1,198 @@
+"""The typed SQL views over ``events``: one source of truth for their DDL and their documentation.
+
+Each view is a list of columns (name, SQL expression, description) over a FROM clause; ``ddl()``
+renders the CREATE VIEW statements (``amb schema --format ddl``) and ``markdown()`` the column table
+in the README. Payload fields are read with DuckDB's JSON operators (``->>`` gives text).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import duckdb
+
+
+class Column(NamedTuple):
+    name: str
+    expr: str
+    doc: str
+
+
+class View(NamedTuple):
+    name: str
+    doc: str
+    source: str
+    columns: list[Column]
+
+
+def _p(path: str, cast: str | None = None) -> str:
+    expr = f"payload->>'{path}'" if "." not in path else "payload->>'$." + path + "'"
+    return f"({expr})::{cast}" if cast else expr
+
+
+_ENV = [
+    Column("run_id", "run_id", "The run."),
+    Column("seq", "seq", "Position in its source's chain."),
+    Column("ts_ns", "ts_ns", "When it was observed (unix ns)."),
+]
+
+VIEWS: list[View] = [
+    View(
+        "runs",
+        "One row per run: header, outcome and counts.",
+        """
+        (SELECT run_id, count(*) AS n_events,
+                min(ts_ns) AS first_ns, max(ts_ns) AS last_ns,
+                count(*) FILTER (WHERE kind = 'model_call.completed') AS n_model_calls,
+                count(*) FILTER (WHERE kind = 'tool_call.requested') AS n_tool_calls,
+                count(*) FILTER (WHERE kind = 'process.exited') AS n_processes,
+                count(*) FILTER (WHERE kind = 'file.written') AS n_file_writes
+           FROM events GROUP BY run_id) AS c
+        LEFT JOIN (SELECT run_id, ts_ns, payload FROM events WHERE kind = 'run.started') AS s USING (run_id)
+        LEFT JOIN (SELECT run_id, ts_ns, payload FROM events WHERE kind = 'run.finished') AS f USING (run_id)
+        """,
+        [
+            Column("run_id", "c.run_id", "The run id."),
+            Column("task", "s.payload->>'task'", "Task id, if any."),
+            Column("tier", "s.payload->>'tier'", "lite or standard."),
+            Column("agent", "s.payload->>'agent'", "Agent name."),
+            Column("model", "s.payload->>'model'", "Model named at start (see model_calls for what was called)."),
+            Column("backend", "s.payload->>'backend'", "local, docker or synthetic."),
+            Column("status", "coalesce(f.payload->>'status', 'unfinished')",
+                   "completed, failed, timeout, killed, recorder_error, or unfinished (no run.finished)."),
+            Column("exit_code", "(f.payload->>'exit_code')::INTEGER", "The agent's exit code."),
+            Column("started_ns", "s.ts_ns", "run.started time."),
+            Column("duration_s", "(f.payload->>'duration_s')::DOUBLE", "Wall time of the run."),
+            Column("labels", "s.payload->'labels'", "JSON object of --label K=V."),
+            Column("n_events", "c.n_events", "Events of all sources."),
+            Column("n_model_calls", "c.n_model_calls", "model_call.completed events."),
+            Column("n_tool_calls", "c.n_tool_calls", "tool_call.requested events."),
+            Column("n_processes", "c.n_processes", "process.exited events."),
+            Column("n_file_writes", "c.n_file_writes", "file.written events."),
+        ],
+    ),
+    View(
+        "model_calls",
+        "One row per model API call (successful or failed).",
+        "events WHERE kind = 'model_call.completed'",
+        _ENV
+        + [
+            Column("call_id", _p("call_id"), "Call id (unique within the run)."),
+            Column("provider", _p("provider"), "openai or anthropic (wire format)."),
+            Column("api", _p("api"), "chat.completions, responses or messages."),
+            Column("model", _p("model"), "Model named in the request."),
+            Column("stream", _p("stream", "BOOLEAN"), "Streaming call?"),
+            Column("status", _p("status", "INTEGER"), "Upstream HTTP status (NULL: no response)."),
+            Column("ok", _p("ok", "BOOLEAN"), "False for failures (see error)."),
+            Column("error", _p("error"), "Why it failed."),
+            Column("stop_reason", _p("stop_reason"), "finish_reason / stop_reason as sent."),
+            Column("input_tokens", _p("usage.input_total", "BIGINT"), "Input tokens, cached ones included."),
+            Column("cache_read_tokens", _p("usage.cache_read", "BIGINT"), "Part of input read from cache."),
+            Column("cache_write_tokens", _p("usage.cache_write", "BIGINT"), "Part of input written to cache."),
+            Column("output_tokens", _p("usage.output", "BIGINT"), "Output tokens, reasoning included."),
+            Column("reasoning_tokens", _p("usage.reasoning", "BIGINT"), "Part of output spent on reasoning."),
+            Column("usage_reported", _p("usage.reported", "BOOLEAN"), "False: usage estimated."),
+            Column("n_tool_calls", "json_array_length(payload->'$.message.tool_calls')", "Tool calls asked for."),
+            Column("text", _p("message.text"), "Reassembled assistant text."),
+            Column("ttfb_ms", _p("ttfb_ms", "DOUBLE"), "Time to first byte."),
+            Column("latency_ms", _p("latency_ms", "DOUBLE"), "Total latency."),
+            Column("request_blob", _p("request.blob"), "Request body blob."),
+            Column("response_blob", _p("response.blob"), "Response body blob."),
+        ],
+    ),
+    View(
+        "tool_calls",
+        "One row per tool call asked for by the model, paired by id with its result (if any).",
+        """
+        (SELECT * FROM events WHERE kind = 'tool_call.requested') AS r
+        LEFT JOIN (SELECT run_id, ts_ns, payload FROM events WHERE kind = 'tool_call.result') AS res
+          ON res.run_id = r.run_id AND res.payload->>'tool_call_id' = r.payload->>'tool_call_id'
+        """,
+        [
+            Column("run_id", "r.run_id", "The run."),
+            Column("seq", "r.seq", "Seq of the request event."),
+            Column("tool_call_id", "r.payload->>'tool_call_id'", "Provider's tool call id."),
+            Column("name", "r.payload->>'name'", "Tool name."),
+            Column("arguments", "r.payload->>'arguments'", "Raw argument string."),
+            Column("requested_in", "r.payload->>'model_call_id'", "Model call whose response asked."),
+            Column("requested_ns", "r.ts_ns", "When it was asked for."),
+            Column("answered_in", "res.payload->>'model_call_id'", "Model call whose request carried the result."),
+            Column("answered_ns", "res.ts_ns", "When the result was sent (NULL: never)."),
+            Column("output", "res.payload->>'output'", "Result text (capped; see the event's output_blob)."),
+            Column("is_error", "(res.payload->>'is_error')::BOOLEAN", "Result flagged as an error."),
+        ],
+    ),
+    View(
+        "processes",
+        "One row per process observed by the shim (or the agent process itself).",
+        "events WHERE kind = 'process.exited'",
+        _ENV
+        + [
+            Column("pid", _p("pid", "BIGINT"), "Process id (in its namespace)."),
+            Column("ppid", _p("ppid", "BIGINT"), "Parent pid."),
+            Column("argv", "payload->'argv'", "JSON array of arguments."),
+            Column("cmd", "array_to_string(CAST(payload->'argv' AS VARCHAR[]), ' ')", "argv joined by spaces."),
+            Column("cwd", _p("cwd"), "Working directory."),
+            Column("start_ns", _p("start_ns", "BIGINT"), "Start time."),
+            Column("end_ns", _p("end_ns", "BIGINT"), "End time."),
+            Column("duration_ms", "((payload->>'end_ns')::BIGINT - (payload->>'start_ns')::BIGINT) / 1e6", "Run time."),
+            Column("exit_code", _p("exit_code", "INTEGER"), "Exit code (NULL: killed or still running)."),
+            Column("signal", _p("signal", "INTEGER"), "Terminating signal."),
+            Column("tracer", _p("tracer"), "strace, proc-poll (fallback), recorder or synthetic."),
+        ],
+    ),
+    View(
+        "file_writes",
+        "One row per file created or modified (file.written).",
+        "events WHERE kind = 'file.written'",
+        _ENV
+        + [
+            Column("path", _p("path"), "Path relative to the workspace."),
+            Column("op", _p("op"), "created or modified."),
+            Column("size", _p("size", "BIGINT"), "Size in bytes."),
+            Column("sha256", _p("sha256"), "Content digest."),
+            Column("content_blob", _p("content.blob"), "Content blob (NULL above the size cap)."),
+        ],
+    ),
+    View(
+        "network_requests",
+        "One row per non-model HTTP request or egress attempt.",
+        "events WHERE kind = 'network.request'",
+        _ENV
+        + [
+            Column("method", _p("method"), "HTTP method."),
+            Column("scheme", _p("scheme"), "http or https."),
+            Column("host", _p("host"), "Host name."),
+            Column("port", _p("port", "INTEGER"), "Port."),
+            Column("path", _p("path"), "Path and query."),
+            Column("status", _p("status", "INTEGER"), "HTTP status (NULL: failed)."),
+            Column("request_bytes", _p("request_bytes", "BIGINT"), "Request body size."),
+            Column("response_bytes", _p("response_bytes", "BIGINT"), "Response body size."),
+            Column("duration_ms", _p("duration_ms", "DOUBLE"), "Duration."),
+            Column("error", _p("error"), "Error, if it failed or was blocked."),
+            Column("via", _p("via"), "proxy, or shim for a direct attempt."),
+        ],
+    ),
+]
+
+
+def ddl() -> list[str]:
+    out = []
+    for view in VIEWS:
+        cols = ",\n    ".join(f"{c.expr} AS {c.name}" for c in view.columns)
+        out.append(f"CREATE OR REPLACE VIEW {view.name} AS\nSELECT\n    {cols}\nFROM {view.source.strip()}")
+    return out
+
+
+def create_views(con: duckdb.DuckDBPyConnection) -> None:
+    for statement in ddl():
+        con.execute(statement)
+
+
+def markdown() -> str:
+    parts = []
+    for view in VIEWS:
+        parts.append(f"**`{view.name}`**: {view.doc}\n\n| column | meaning |\n|---|---|")
+        parts.extend(f"| `{c.name}` | {c.doc} |" for c in view.columns)
+        parts.append("")
+    return "\n".join(parts)
