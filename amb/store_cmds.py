@@ -16,7 +16,7 @@ from replay import manifest as manifests
 from replay import views
 from replay.ingest import ingest as ingest_store
 from replay.read import iter_events
-from replay.store import Store, open_sql
+from replay.store import Store, first, open_sql
 from replay.verify import verify as verify_store
 from schemas.errors import AmbError, UsageError
 from schemas.events import AnyPayload
@@ -54,25 +54,25 @@ def runs(store: str, as_json: bool) -> None:
 
 
 def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
-    row = con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    row = first(con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id]))
     if row is None:
         raise AmbError(f"no run {run_id!r} in the store (see `amb runs`)")
     info = dict(zip([d[0] for d in con.description], row))
     info["labels"] = json.loads(info["labels"]) if info.get("labels") else {}
-    tokens = con.execute(
+    tokens = first(con.execute(
         """SELECT count(*), count(*) FILTER (WHERE NOT ok), coalesce(sum(input_tokens), 0), coalesce(sum(cache_read_tokens), 0),
                   coalesce(sum(output_tokens), 0), coalesce(sum(reasoning_tokens), 0), list(DISTINCT model)
            FROM model_calls WHERE run_id = ?""",
         [run_id],
-    ).fetchone()
+    ))
     tools = Counter(dict(con.execute("SELECT name, count(*) FROM tool_calls WHERE run_id = ? GROUP BY name", [run_id]).fetchall()))
-    procs = con.execute(
+    procs = first(con.execute(
         "SELECT count(*), count(*) FILTER (WHERE exit_code <> 0) FROM processes WHERE run_id = ?", [run_id]
-    ).fetchone()
+    ))
     files = con.execute(
         "SELECT path, arg_max(size, seq) FROM file_writes WHERE run_id = ? GROUP BY path ORDER BY path", [run_id]
     ).fetchall()
-    net = con.execute("SELECT count(*) FROM network_requests WHERE run_id = ?", [run_id]).fetchone()[0]
+    net = con.execute("SELECT count(*) FROM network_requests WHERE run_id = ?", [run_id]).fetchall()[0][0]
     return {
         "run_id": run_id,
         "task": info["task"], "tier": info["tier"], "agent": info["agent"], "model": info["model"],
@@ -162,7 +162,7 @@ def verify(store: str, runs: tuple[str, ...], manifest_file: str | None, as_json
         if anchored is not None and run_ids is None:
             run_ids = None
         problems = verify_store(st.con, st.blobs, run_ids, anchored, progress("verify blobs"))
-        n_events = st.con.execute("SELECT count(*) FROM events").fetchone()[0]
+        n_events = st.con.execute("SELECT count(*) FROM events").fetchall()[0][0]
     if as_json:
         click.echo(json.dumps([p._asdict() | {"message": str(p)} for p in problems], indent=2))
     if problems:
@@ -197,7 +197,7 @@ def manifest(store: str, run: str) -> None:
     con = open_sql(store)
     m = manifests.stored(con, run)
     if m is None:
-        exists = con.execute("SELECT 1 FROM events WHERE run_id = ? LIMIT 1", [run]).fetchone()
+        exists = first(con.execute("SELECT 1 FROM events WHERE run_id = ? LIMIT 1", [run]))
         raise AmbError(f"run {run!r} " + ("has not finished (no run.finished event yet)" if exists else "is not in the store"))
     click.echo(json.dumps(m, sort_keys=True))
 

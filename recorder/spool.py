@@ -72,7 +72,7 @@ class SpoolWriter:
                 os.write(self._fd, MAGIC)
             return 0, GENESIS
 
-        last = bytes(result.bodies[-1])
+        last = result.bodies[-1]
         env = decode_body(last)
         if env.run_id != self.run_id or env.source != self.source:
             raise SpoolError(f"{self.path} belongs to {env.run_id}/{env.source}, not {self.run_id}/{self.source}")
@@ -92,8 +92,9 @@ class SpoolWriter:
                 payload=payload, prev_hash=self._prev_hash,
             )
             digest = hash_body(body)
+            frame = encode_frame(body, digest[len("sha256:"):])
             try:
-                os.write(self._fd, encode_frame(body))
+                os.write(self._fd, frame)
             except OSError as e:
                 raise SpoolError(f"cannot append to spool {self.path}: {e}") from e
             self._next_seq = seq + 1

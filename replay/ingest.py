@@ -1,43 +1,47 @@
 """``amb ingest``: bulk-load spools into the store, verifying them on the way in.
 
-For each spool file that changed since it was last loaded:
+The spool format (``schemas.frames``) is one ``LENGTH TAB SHA256 TAB BODY`` line per event, so
+DuckDB's CSV reader can stream every changed spool in one pass and the checks run vectorised,
+never one event at a time in Python:
 
-1. ``schemas.frames.scan`` checks every frame's checksum; a torn tail (the writer died mid-frame)
-   is reported and every frame before it is kept;
-2. each body's envelope is decoded (payload left raw), its hash computed, and the chain checked:
-   seq starts at 0 with no gap, each ``prev_hash`` is the previous body's hash, run and source
-   match the file, the kind is known and its version not newer than this amb reads;
-3. the batch is loaded as one Arrow table (no row-by-row inserts) with ``INSERT OR IGNORE`` on the
-   primary key ``(run_id, source, seq)``, after checking that no stored event under the same key
-   has a different hash (a forked or edited spool is a conflict, not a silent ignore).
+- per event, inside the streaming ``INSERT ... SELECT`` (a failed check raises through DuckDB's
+  ``error()``): the length prefix and the sha256 checksum of the body; the body is exactly the
+  canonical body rebuilt from the columns being stored (its prefix and suffix are compared with
+  the rebuilt ones; the payload is the substring between them); run and source match the file;
+  the kind is known and its version not newer than this amb reads; an event already stored under
+  the same ``(run_id, source, seq)`` with another hash is a conflict (a forked or edited spool);
+- per (run, source), after the insert and in the same transaction: seqs run 0, 1, 2, ... with no
+  gap or duplicate, and every ``prev_hash`` is the hash of the event before it.
 
-Re-ingesting is idempotent: unchanged files are skipped by size, and a changed file's events that
-are already stored are ignored. A spool that grew (a live run) is loaded again from the start of the
-file, which only costs reading it; a finished run gets its manifest when its ``run.finished``
-event arrives.
+Any failure rolls the whole batch back. ``(run_id, source, seq)`` is the key and ingest is its
+guard: events already stored are skipped (anti-join), so re-ingesting adds nothing. It is not
+declared as a DuckDB PRIMARY KEY because maintaining that index doubled the bulk-load time
+(measured, see README); ``amb verify`` checks the key too (a duplicate shows as a sequence error).
+
+Torn tails (a writer killed mid-frame) are found in Python by looking at the end of each file;
+such a file is loaded from a temporary copy of its complete frames, and the tail is reported.
+Unchanged files (same size as when last loaded) are skipped without being read.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
+import tempfile
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-import msgspec
+import duckdb
 import pyarrow as pa
 
 from replay.manifest import write_manifests
-from replay.store import Store
-from schemas.codec import GENESIS, RawEnvelope, current_version
-from schemas.errors import IngestConflict, SpoolError
-from schemas.frames import Tail, scan
+from replay.store import Store, first
+from schemas.codec import GENESIS, ID_RE, decode_body, current_version
+from schemas.errors import AmbError, IngestConflict, SchemaError, SpoolError
+from schemas.events import KINDS
+from schemas.frames import MAGIC, MAX_BODY, Tail, scan, tail_of
 
-_decode = msgspec.json.Decoder(RawEnvelope).decode
-
-BATCH_EVENTS = 250_000
-"""Events per Arrow batch: large enough to amortise DuckDB's per-insert cost, small enough to
-keep memory flat (~0.5 GB at most for typical payloads)."""
+BATCH_FILES = 3000
+"""Spool files per DuckDB statement (about a million events for typical runs)."""
 
 
 class FileReport(NamedTuple):
@@ -57,119 +61,197 @@ class IngestReport(NamedTuple):
     runs: list[str]
 
 
-_COLUMNS = ("run_id", "source", "seq", "kind", "v", "ts_ns", "payload", "prev_hash", "hash")
+class _Spool(NamedTuple):
+    key: str
+    """Path relative to the store root, as recorded in ``spool_files``."""
+    readable: str
+    """What DuckDB reads: the spool itself, or a temporary copy of its complete frames."""
+    run_id: str
+    source: str
+    size: int
+    tail: Tail | None
 
 
 def spool_files(store_root: Path, run_ids: list[str] | None = None) -> list[Path]:
     spool = store_root / "spool"
     if not spool.is_dir():
         return []
-    if run_ids:
-        dirs = [spool / r for r in run_ids]
-    else:
-        dirs = sorted(p for p in spool.iterdir() if p.is_dir())
+    dirs = [spool / r for r in run_ids] if run_ids else sorted(p for p in spool.iterdir() if p.is_dir())
     return [f for d in dirs if d.is_dir() for f in sorted(d.glob("*.spool"))]
 
 
-def read_spool(path: Path, columns: dict[str, list], key: str | None = None) -> FileReport:
-    """Verify one spool and append its events to ``columns``.
-
-    ``key`` is the path recorded in ``spool_files`` (relative to the store root)."""
-    run_id = path.parent.name
-    source = path.stem
-    name = str(path)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise SpoolError(f"cannot read {name}: {e}") from e
-    result = scan(data, name)
-    sha256 = hashlib.sha256
-    prev = GENESIS
-    versions: dict[str, int] = {}
-    c_seq, c_kind, c_v, c_ts = columns["seq"], columns["kind"], columns["v"], columns["ts_ns"]
-    c_payload, c_prev, c_hash = columns["payload"], columns["prev_hash"], columns["hash"]
-    for expected, body in enumerate(result.bodies):
-        try:
-            env = _decode(body)
-        except msgspec.DecodeError as e:
-            raise SpoolError(f"{name}: frame {expected} is not an event envelope: {e}") from e
-        if env.seq != expected:
-            raise SpoolError(f"{name}: expected seq {expected}, found {env.seq} (gap or reorder)")
-        if env.prev_hash != prev:
-            raise SpoolError(f"{name}: seq {env.seq}: broken chain (prev_hash does not match seq {env.seq - 1})")
-        if env.run_id != run_id or env.source != source:
-            raise SpoolError(f"{name}: seq {env.seq} belongs to {env.run_id}/{env.source}")
-        top = versions.get(env.kind)
-        if top is None:
-            top = versions[env.kind] = current_version(env.kind)  # raises UnknownEventKind
-        if env.v > top:
-            raise SpoolError(f"{name}: seq {env.seq}: {env.kind} v{env.v} is newer than this amb (v{top}); upgrade amb")
-        prev = "sha256:" + sha256(body).hexdigest()
-        c_seq.append(env.seq)
-        c_kind.append(env.kind)
-        c_v.append(env.v)
-        c_ts.append(env.ts_ns)
-        c_payload.append(bytes(env.payload).decode())
-        c_prev.append(env.prev_hash)
-        c_hash.append(prev)
-    n = len(result.bodies)
-    columns["run_id"].extend([run_id] * n)
-    columns["source"].extend([source] * n)
-    columns["_file"].append((key or name, run_id, source, len(data), n, prev if n else None, result.tail))
-    return FileReport(name, run_id, source, n, result.tail)
+def _prepare(path: Path, key: str, tmp: Path) -> _Spool | None:
+    """Check a spool's header and end; copy the complete frames aside if the tail is torn."""
+    run_id, source = path.parent.name, path.stem
+    if not (ID_RE.match(run_id) and ID_RE.match(source)):
+        raise SpoolError(f"{path}: not a spool of the store layout spool/<run>/<source>.spool")
+    with open(path, "rb") as f:
+        head = f.read(len(MAGIC))
+        size = os.fstat(f.fileno()).st_size
+        f.seek(max(size - 1, 0))
+        last = f.read(1)
+        if head != MAGIC:
+            if MAGIC.startswith(head):
+                return _Spool(key, "", run_id, source, size, Tail(0, size, "incomplete file header") if size else None)
+            raise SpoolError(f"{path}: not a spool file (bad magic)")
+        if last == b"\n":
+            return _Spool(key, str(path), run_id, source, size, None)
+        f.seek(0)
+        data = f.read(size)
+    tail = tail_of(data)
+    copy = tmp / f"{len(os.listdir(tmp))}.spool"
+    copy.write_bytes(data[: tail.offset] if tail else data)
+    return _Spool(key, str(copy), run_id, source, size, tail)
 
 
-def _empty() -> dict[str, list]:
-    return {c: [] for c in _COLUMNS} | {"_file": []}
+def _kinds_sql() -> str:
+    return ", ".join(f"('{kind}', {cls.VERSION})" for kind, cls in sorted(KINDS.items()))
 
 
-def _load(store: Store, columns: dict[str, list]) -> int:
-    """Insert one verified batch in one transaction; returns the number of new events."""
+_INSERT = f"""
+INSERT INTO events
+SELECT run_id, source, seq, kind, v, ts_ns, payload, prev_hash,
+       CASE WHEN bad IS NOT NULL THEN error(where_ || bad)
+            WHEN stored IS NOT NULL AND stored <> hash THEN error('CONFLICT ' || where_ ||
+                 'the spool differs from the event already stored under this key (forked or edited spool)')
+            ELSE hash END
+FROM (
+    SELECT p.*, e.hash AS stored,
+           'spool ' || p.file_key || ': seq ' || coalesce(p.seq_text, '?') || ': ' AS where_,
+           CASE WHEN strlen(p.body) <> p.len THEN 'frame length mismatch'
+                WHEN sha256(p.body) <> p.digest THEN 'checksum mismatch'
+                WHEN p.run_id IS DISTINCT FROM p.file_run OR p.source IS DISTINCT FROM p.file_source
+                    THEN 'event belongs to ' || coalesce(p.run_id, '?') || '/' || coalesce(p.source, '?')
+                WHEN k.max_v IS NULL THEN 'UNKNOWN unknown event kind ' || coalesce(p.kind, '?')
+                WHEN p.v > k.max_v THEN 'NEWER ' || p.kind || ' v' || p.v || ' is newer than this amb (v' || k.max_v || '); upgrade amb'
+                WHEN NOT starts_with(p.body, '{{"kind":"' || p.kind || '","payload":')
+                  OR NOT ends_with(p.body, p.tail_text) THEN 'not a canonical event body'
+           END AS bad
+    FROM (
+        SELECT f.key AS file_key, f.run_id AS file_run, f.source AS file_source, c.len, c.digest, c.body,
+               x[1] AS kind, x[2] AS prev_hash, x[3] AS run_id, x[4] AS seq_text, TRY_CAST(x[4] AS BIGINT) AS seq,
+               x[5] AS source, TRY_CAST(x[6] AS BIGINT) AS ts_ns, TRY_CAST(x[7] AS INTEGER) AS v,
+               'sha256:' || c.digest AS hash,
+               ',"prev_hash":"' || x[2] || '","run_id":"' || x[3] || '","seq":' || TRY_CAST(x[4] AS BIGINT)
+                 || ',"source":"' || x[5] || '","ts_ns":' || TRY_CAST(x[6] AS BIGINT) || ',"v":' || TRY_CAST(x[7] AS INTEGER) || '}}' AS tail_text,
+               substr(c.body, length(x[1]) + 22,
+                      length(c.body) - length(x[1]) - 21 - length(',"prev_hash":"' || x[2] || '","run_id":"' || x[3] || '","seq":'
+                        || TRY_CAST(x[4] AS BIGINT) || ',"source":"' || x[5] || '","ts_ns":' || TRY_CAST(x[6] AS BIGINT)
+                        || ',"v":' || TRY_CAST(x[7] AS INTEGER) || '}}')) AS payload
+        FROM (
+            SELECT filename, len, digest, body,
+                   json_extract_string(body, ['$.kind', '$.prev_hash', '$.run_id', '$.seq', '$.source', '$.ts_ns', '$.v']) AS x
+            FROM read_csv($files, delim = '\t', quote = '', escape = '', header = false, skip = 1,
+                          auto_detect = false, filename = true, max_line_size = {2 * MAX_BODY},
+                          columns = {{'len': 'BIGINT', 'digest': 'VARCHAR', 'body': 'VARCHAR'}})
+        ) AS c JOIN _amb_files AS f ON f.readable = c.filename
+    ) AS p
+    LEFT JOIN (VALUES {_kinds_sql()}) AS k(kind, max_v) ON k.kind = p.kind
+    LEFT JOIN (SELECT run_id, source, seq, hash FROM events WHERE run_id IN (SELECT run_id FROM _amb_files)) AS e
+           ON e.run_id = p.run_id AND e.source = p.source AND e.seq = p.seq
+) AS checked
+WHERE stored IS NULL OR stored <> hash
+"""
+
+_SEQUENCE_CHECK = """
+SELECT run_id, source, n, n_distinct, lo, hi FROM (
+    SELECT e.run_id, e.source, count(*) AS n, count(DISTINCT e.seq) AS n_distinct, min(e.seq) AS lo, max(e.seq) AS hi
+    FROM events e SEMI JOIN _amb_files f ON f.run_id = e.run_id AND f.source = e.source
+    GROUP BY ALL
+) WHERE n <> n_distinct OR lo <> 0 OR hi <> n - 1
+ORDER BY run_id, source LIMIT 1
+"""
+
+_CHAIN_CHECK = f"""
+SELECT s.run_id, s.source, s.seq FROM events s
+SEMI JOIN _amb_files f ON f.run_id = s.run_id AND f.source = s.source
+LEFT JOIN events p ON p.run_id = s.run_id AND p.source = s.source AND p.seq = s.seq - 1
+WHERE s.prev_hash <> coalesce(p.hash, '{GENESIS}')
+ORDER BY s.run_id, s.source, s.seq LIMIT 1
+"""
+
+
+def _explain(files: list[_Spool], error: duckdb.Error) -> AmbError:
+    """Turn a failed bulk statement into one precise error, re-reading the batch in Python."""
+    text = str(error)
+    marker = "Invalid Input Error: "
+    message = text.split(marker, 1)[1].splitlines()[0] if marker in text else None
+    if message:
+        if message.startswith("CONFLICT "):
+            return IngestConflict(message[len("CONFLICT "):] + "; nothing was loaded")
+        for tag, cls in (("UNKNOWN ", SchemaError), ("NEWER ", SchemaError)):
+            if tag in message:
+                return cls(message.replace(tag, ""))
+        if message.startswith("spool "):
+            return SpoolError(message)
+    # A frame DuckDB could not even split or parse: find it with the reference reader.
+    for spool in files:
+        if not spool.readable:
+            continue
+        data = Path(spool.readable).read_bytes()
+        for body in scan(data, spool.key).bodies:
+            try:
+                env = decode_body(body)
+                current_version(env.kind)
+            except AmbError as e:
+                return SpoolError(f"spool {spool.key}: {e}")
+    return SpoolError(f"cannot load spools: {text.splitlines()[0]}")
+
+
+def _load(store: Store, files: list[_Spool]) -> int:
     con = store.con
-    files = columns.pop("_file")
-    table = pa.table(
-        {
-            "run_id": pa.array(columns["run_id"], pa.string()),
-            "source": pa.array(columns["source"], pa.string()),
-            "seq": pa.array(columns["seq"], pa.int64()),
-            "kind": pa.array(columns["kind"], pa.string()),
-            "v": pa.array(columns["v"], pa.int32()),
-            "ts_ns": pa.array(columns["ts_ns"], pa.int64()),
-            "payload": pa.array(columns["payload"], pa.string()),
-            "prev_hash": pa.array(columns["prev_hash"], pa.string()),
-            "hash": pa.array(columns["hash"], pa.string()),
-        }
+    readable = [f for f in files if f.readable]
+    con.register(
+        "_amb_files_arrow",
+        pa.table({
+            "key": [f.key for f in readable], "readable": [f.readable for f in readable],
+            "run_id": [f.run_id for f in readable], "source": [f.source for f in readable],
+        }),
     )
-    con.register("_amb_staging", table)
+    con.execute("BEGIN TRANSACTION")
     try:
-        con.execute("BEGIN TRANSACTION")
-        conflict = con.execute(
+        con.execute("CREATE OR REPLACE TEMP TABLE _amb_files AS SELECT * FROM _amb_files_arrow")
+        added = 0
+        if readable:
+            try:
+                added = con.execute(_INSERT, {"files": [f.readable for f in readable]}).fetchall()[0][0]
+            except duckdb.Error as e:
+                raise _explain(readable, e) from e
+            bad = first(con.execute(_SEQUENCE_CHECK))
+            if bad:
+                run_id, source, n, distinct, lo, hi = bad
+                what = "duplicate seq" if n != distinct else f"seq starts at {lo}" if lo else f"sequence gap ({n} events, last seq {hi})"
+                raise SpoolError(f"spool {run_id}/{source}: {what}")
+            bad = first(con.execute(_CHAIN_CHECK))
+            if bad:
+                raise SpoolError(f"spool {bad[0]}/{bad[1]}: seq {bad[2]}: broken chain (prev_hash is not the hash of seq {bad[2] - 1})")
+        con.register(
+            "_amb_all_files",
+            pa.table({
+                "key": [f.key for f in files], "run_id": [f.run_id for f in files], "source": [f.source for f in files],
+                "size": pa.array([f.size for f in files], pa.int64()),
+                "torn": pa.array([f.tail.length if f.tail else 0 for f in files], pa.int64()),
+            }),
+        )
+        con.execute(
             """
-            SELECT s.run_id, s.source, s.seq FROM _amb_staging s
-            JOIN events e USING (run_id, source, seq) WHERE e.hash <> s.hash
-            ORDER BY 1, 2, 3 LIMIT 1
+            INSERT OR REPLACE INTO spool_files
+            SELECT f.key, f.run_id, f.source, f.size, coalesce(s.n, 0), s.last_hash, f.torn, now()
+            FROM _amb_all_files f
+            LEFT JOIN (SELECT e.run_id, e.source, count(*) AS n, arg_max(e.hash, e.seq) AS last_hash
+                       FROM events e SEMI JOIN _amb_all_files a ON a.run_id = e.run_id AND a.source = e.source
+                       GROUP BY ALL) s
+              ON s.run_id = f.run_id AND s.source = f.source
             """
-        ).fetchone()
-        if conflict:
-            raise IngestConflict(
-                f"run {conflict[0]} source {conflict[1]} seq {conflict[2]}: the spool differs from the "
-                "event already stored under that key (forked or edited spool); nothing was loaded"
-            )
-        before = con.execute("SELECT count(*) FROM events").fetchone()[0]
-        con.execute("INSERT OR IGNORE INTO events SELECT * FROM _amb_staging")
-        added = con.execute("SELECT count(*) FROM events").fetchone()[0] - before
-        for path, run_id, source, size, frames, last_hash, tail in files:
-            con.execute(
-                "INSERT OR REPLACE INTO spool_files VALUES (?, ?, ?, ?, ?, ?, ?, now())",
-                [path, run_id, source, size, frames, last_hash, tail.length if tail else 0],
-            )
+        )
+        con.unregister("_amb_all_files")
         con.execute("COMMIT")
+        return added
     except BaseException:
         con.execute("ROLLBACK")
         raise
     finally:
-        con.unregister("_amb_staging")
-    return added
+        con.unregister("_amb_files_arrow")
 
 
 def ingest(
@@ -184,40 +266,41 @@ def ingest(
     st = store or Store.open(store_dir)
     try:
         paths = spool_files(st.root, run_ids)
-        known = {
-            row[0]: row[1] for row in st.con.execute("SELECT path, size FROM spool_files").fetchall()
-        }
-        columns = _empty()
-        pending = 0
-        loaded = events_read = added = 0
-        torn: list[FileReport] = []
-        runs: set[str] = set()
-        for i, path in enumerate(paths):
-            if progress:
-                progress(i, len(paths))
-            try:
-                size = path.stat().st_size
-            except FileNotFoundError:
-                continue
-            key = path.relative_to(st.root).as_posix()
-            if known.get(key) == size:
-                continue
-            report = read_spool(path, columns, key)
-            loaded += 1
-            events_read += report.frames
-            pending += report.frames
-            runs.add(report.run_id)
-            if report.tail is not None:
-                torn.append(report)
-            if pending >= BATCH_EVENTS:
-                added += _load(st, columns)
-                columns, pending = _empty(), 0
-        if columns["_file"]:
-            added += _load(st, columns)
+        known = dict(st.con.execute("SELECT path, size FROM spool_files").fetchall())
+        loaded: list[_Spool] = []
+        added = 0
+        with tempfile.TemporaryDirectory(prefix="amb-ingest-") as tmp:
+            batch: list[_Spool] = []
+            for i, path in enumerate(paths):
+                if progress and i % 100 == 0:
+                    progress(i, len(paths))
+                key = path.relative_to(st.root).as_posix()
+                try:
+                    if known.get(key) == path.stat().st_size:
+                        continue
+                    spool = _prepare(path, key, Path(tmp))
+                except FileNotFoundError:
+                    continue
+                if spool is None:
+                    continue
+                batch.append(spool)
+                if len(batch) >= BATCH_FILES:
+                    added += _load(st, batch)
+                    loaded += batch
+                    batch = []
+            if batch:
+                added += _load(st, batch)
+                loaded += batch
         if progress:
             progress(len(paths), len(paths))
-        write_manifests(st, sorted(runs))
-        return IngestReport(len(paths), loaded, events_read, added, torn, sorted(runs))
+        runs = sorted({s.run_id for s in loaded})
+        frames = dict(
+            ((r, s), n) for r, s, n in st.con.execute("SELECT run_id, source, frames FROM spool_files").fetchall()
+        )
+        torn = [FileReport(s.key, s.run_id, s.source, frames.get((s.run_id, s.source), 0), s.tail) for s in loaded if s.tail]
+        write_manifests(st, runs)
+        read = sum(frames.get((s.run_id, s.source), 0) for s in loaded)
+        return IngestReport(len(paths), len(loaded), read, added, torn, runs)
     finally:
         if own:
             st.close()

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 FORMAT = "amb-manifest/1"
 
@@ -25,51 +26,82 @@ def _canonical(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def compute(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | None:
-    """The manifest of ``run_id`` as the store holds it now (None if the run has no events)."""
-    rows = con.execute(
-        """
-        SELECT source, count(*), max(seq), arg_max(hash, seq)
-        FROM events WHERE run_id = ? GROUP BY source ORDER BY source
-        """,
-        [run_id],
-    ).fetchall()
-    if not rows:
-        return None
-    blobs = [
-        r[0]
-        for r in con.execute(
-            f"SELECT DISTINCT unnest({BLOB_REF_SQL}) AS b FROM events WHERE run_id = ? ORDER BY b",
-            [run_id],
+def compute_many(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The manifests of ``run_ids`` as the store holds them now (runs with no events are absent).
+
+    Set-based: two grouped queries whatever the number of runs."""
+    if not run_ids:
+        return {}
+    con.register("_amb_manifest_runs", pa.table({"run_id": run_ids}))
+    try:
+        sources = con.execute(
+            """
+            SELECT e.run_id, e.source, count(*), max(e.seq), arg_max(e.hash, e.seq)
+            FROM events e SEMI JOIN _amb_manifest_runs r ON r.run_id = e.run_id
+            GROUP BY ALL ORDER BY 1, 2
+            """
         ).fetchall()
-    ]
-    manifest: dict[str, Any] = {
-        "format": FORMAT,
-        "run_id": run_id,
-        "sources": {s: {"events": n, "last_seq": last, "last_hash": h} for s, n, last, h in rows},
-        "events": sum(r[1] for r in rows),
-        "blobs": len(blobs),
-        "blobs_digest": "sha256:" + hashlib.sha256("\n".join(blobs).encode()).hexdigest(),
-    }
-    manifest["manifest_hash"] = "sha256:" + hashlib.sha256(_canonical(manifest)).hexdigest()
-    return manifest
+        blobs = dict(
+            con.execute(
+                f"""
+                SELECT run_id, list(b ORDER BY b) FROM (
+                    SELECT DISTINCT e.run_id, unnest({BLOB_REF_SQL}) AS b
+                    FROM events e SEMI JOIN _amb_manifest_runs r ON r.run_id = e.run_id
+                ) GROUP BY run_id
+                """
+            ).fetchall()
+        )
+    finally:
+        con.unregister("_amb_manifest_runs")
+    out: dict[str, dict[str, Any]] = {}
+    for run_id, source, n, last, h in sources:
+        m = out.setdefault(run_id, {"format": FORMAT, "run_id": run_id, "sources": {}, "events": 0})
+        m["sources"][source] = {"events": n, "last_seq": last, "last_hash": h}
+        m["events"] += n
+    for run_id, m in out.items():
+        refs = blobs.get(run_id) or []
+        m["blobs"] = len(refs)
+        m["blobs_digest"] = "sha256:" + hashlib.sha256("\n".join(refs).encode()).hexdigest()
+        m["manifest_hash"] = "sha256:" + hashlib.sha256(_canonical(m)).hexdigest()
+    return out
+
+
+def compute(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | None:
+    return compute_many(con, [run_id]).get(run_id)
 
 
 def write_manifests(store: Any, run_ids: list[str]) -> None:
     """Record a manifest for each finished run that has none yet."""
     con = store.con
-    for run_id in run_ids:
-        finished = con.execute(
-            "SELECT 1 FROM events WHERE run_id = ? AND kind = 'run.finished' LIMIT 1", [run_id]
-        ).fetchone()
-        exists = con.execute("SELECT 1 FROM manifests WHERE run_id = ?", [run_id]).fetchone()
-        if finished and not exists:
-            manifest = compute(con, run_id)
-            con.execute("INSERT INTO manifests VALUES (?, ?, now())", [run_id, json.dumps(manifest, sort_keys=True)])
+    if not run_ids:
+        return
+    con.register("_amb_candidates", pa.table({"run_id": run_ids}))
+    try:
+        todo = [
+            r[0]
+            for r in con.execute(
+                """
+                SELECT DISTINCT e.run_id FROM events e SEMI JOIN _amb_candidates c ON c.run_id = e.run_id
+                WHERE e.kind = 'run.finished' AND e.run_id NOT IN (SELECT run_id FROM manifests)
+                ORDER BY 1
+                """
+            ).fetchall()
+        ]
+    finally:
+        con.unregister("_amb_candidates")
+    manifests = compute_many(con, todo)
+    if manifests:
+        con.register(
+            "_amb_new_manifests",
+            pa.table({"run_id": list(manifests), "manifest": [json.dumps(m, sort_keys=True) for m in manifests.values()]}),
+        )
+        con.execute("INSERT INTO manifests SELECT run_id, manifest, now() FROM _amb_new_manifests")
+        con.unregister("_amb_new_manifests")
 
 
 def stored(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | None:
-    row = con.execute("SELECT manifest FROM manifests WHERE run_id = ?", [run_id]).fetchone()
+    rows = con.execute("SELECT manifest FROM manifests WHERE run_id = ?", [run_id]).fetchall()
+    row = rows[0] if rows else None
     return json.loads(row[0]) if row else None
 
 

@@ -108,6 +108,13 @@ class Store:
         self.close()
 
 
+def first(cursor: duckdb.DuckDBPyConnection):
+    """The first row of a result, or None, draining it: DuckDB 2 treats a result read with
+    fetchone() as unfinished and refuses other work on the connection until it is drained."""
+    rows = cursor.fetchall()
+    return rows[0] if rows else None
+
+
 def open_sql(store: str | os.PathLike[str] | None = None) -> duckdb.DuckDBPyConnection:
     """A connection for user SQL: read-only, no file or network access, configuration locked.
 

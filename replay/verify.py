@@ -86,21 +86,18 @@ def check_events(con: duckdb.DuckDBPyConnection, run_ids: list[str] | None = Non
 
 def check_manifests(con: duckdb.DuckDBPyConnection, run_ids: list[str] | None = None) -> list[Problem]:
     where, params = _run_filter(run_ids)
-    problems = []
-    for run_id, text in con.execute(f"SELECT run_id, manifest FROM manifests {where} ORDER BY run_id", params).fetchall():
-        anchored = json.loads(text)
-        for diff in manifests.differences(anchored, manifests.compute(con, run_id)):
-            problems.append(Problem(run_id, None, None, None, f"differs from its stored manifest: {diff}"))
-    return problems
+    stored = con.execute(f"SELECT run_id, manifest FROM manifests {where} ORDER BY run_id", params).fetchall()
+    return check_against(con, [json.loads(text) for _, text in stored], "its stored manifest")
 
 
-def check_against(con: duckdb.DuckDBPyConnection, anchored: list[dict[str, Any]]) -> list[Problem]:
-    """Compare the store with manifests kept elsewhere (``--manifest FILE``)."""
+def check_against(con: duckdb.DuckDBPyConnection, anchored: list[dict[str, Any]], what: str = "the anchored manifest") -> list[Problem]:
+    """Compare the store with manifests (stored ones, or kept elsewhere: ``--manifest FILE``)."""
+    current = manifests.compute_many(con, [str(m.get("run_id")) for m in anchored])
     problems = []
     for m in anchored:
         run_id = str(m.get("run_id"))
-        for diff in manifests.differences(m, manifests.compute(con, run_id)):
-            problems.append(Problem(run_id, None, None, None, f"differs from the anchored manifest: {diff}"))
+        for diff in manifests.differences(m, current.get(run_id)):
+            problems.append(Problem(run_id, None, None, None, f"differs from {what}: {diff}"))
     return problems
 
 

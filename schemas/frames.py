@@ -1,36 +1,47 @@
 """The spool file format, shared by the writer (recorder) and the reader (replay). A CONTRACT.
 
-A spool is one append-only file per (run, source)::
+A spool is one append-only file per (run, source), one frame per line::
 
     file   := MAGIC frame*
-    frame  := u32le body_length  u32le crc32(body)  body        (body_length > 0)
-    body   := the event's canonical body (see ``schemas.codec``)
+    frame  := LENGTH TAB DIGEST TAB BODY LF
+    LENGTH := the body's length in bytes, in decimal
+    DIGEST := the lowercase hex sha256 of the body (64 characters), which is also the event's hash
+    BODY   := the event's canonical body (see ``schemas.codec``); never contains TAB or LF, because
+              canonical JSON escapes every control character inside strings
 
-The checksum catches a corrupted frame; the length prefix lets a reader find the end of a frame
-without parsing JSON. A writer killed mid-frame (``kill -9``) leaves a *torn tail*: a last frame
-whose header or body is incomplete, whose checksum does not match, or trailing zero bytes (a file
-extended but never written). ``scan`` keeps every complete frame before it and reports the tail.
-A bad frame that is followed by more data is corruption, not a torn tail, and is an error.
+Each frame is length-prefixed and checksummed, and it is also a line of three tab-separated
+fields: that lets ``amb ingest`` hand whole spools to DuckDB's CSV reader and check every length,
+checksum and chain link in bulk, instead of one event at a time in Python.
+
+A writer killed mid-frame (``kill -9``) leaves a *torn tail*: bytes after the last LF (a partial
+frame, or zeros from a file extended but never written). ``scan`` keeps every complete frame
+before it and reports the tail. A complete frame with a bad length or checksum is corruption,
+not a torn tail, and is an error.
 """
 
 from __future__ import annotations
 
-import struct
-import zlib
+import hashlib
 from typing import NamedTuple
 
 from schemas.errors import SpoolError
 
-MAGIC = b"AMBSPL1\n"
-HEADER = struct.Struct("<II")
+MAGIC = b"AMBSPOOL 2\n"
+MAX_BODY = 4 * 1024 * 1024
+"""Largest body a frame may hold; large content belongs in blobs, and the bulk reader is
+configured for lines up to twice this."""
 
 
-def encode_frame(body: bytes) -> bytes:
-    return HEADER.pack(len(body), zlib.crc32(body)) + body
+def encode_frame(body: bytes, hexdigest: str) -> bytes:
+    if b"\n" in body or b"\t" in body:
+        raise SpoolError("event body contains a raw tab or newline (not canonical JSON)")
+    if len(body) > MAX_BODY:
+        raise SpoolError(f"event body of {len(body):,} bytes exceeds {MAX_BODY:,}; store large content as a blob")
+    return b"%d\t%s\t%s\n" % (len(body), hexdigest.encode(), body)
 
 
 class Tail(NamedTuple):
-    """An incomplete last frame: where it starts and how many bytes it has."""
+    """Bytes after the last complete frame: where they start and how many there are."""
 
     offset: int
     length: int
@@ -38,7 +49,7 @@ class Tail(NamedTuple):
 
 
 class Scan(NamedTuple):
-    bodies: list[memoryview]
+    bodies: list[bytes]
     """Every complete, checksummed frame body, in file order."""
     end: int
     """Offset just after the last good frame (where a resuming writer truncates to)."""
@@ -46,34 +57,40 @@ class Scan(NamedTuple):
     """The torn tail, if any."""
 
 
+def complete_end(data: bytes) -> int:
+    """Offset just after the last LF: everything from here on is a torn tail."""
+    return data.rfind(b"\n") + 1
+
+
+def tail_of(data: bytes) -> Tail | None:
+    end = max(complete_end(data), len(MAGIC) if data.startswith(MAGIC) else 0)
+    if end >= len(data):
+        return None
+    rest = data[end:]
+    why = "zero-filled tail" if not rest.strip(b"\0") else "incomplete last frame"
+    return Tail(end, len(rest), why)
+
+
 def scan(data: bytes, name: str = "spool") -> Scan:
-    """Split a spool's bytes into frame bodies; raise SpoolError on corruption before the end."""
+    """Split a spool's bytes into frame bodies, checking every length and checksum."""
     if not data.startswith(MAGIC):
-        if len(data) < len(MAGIC) and MAGIC.startswith(data):
+        if MAGIC.startswith(data):
             return Scan([], 0, Tail(0, len(data), "incomplete file header") if data else None)
         raise SpoolError(f"{name}: not a spool file (bad magic)")
-    view = memoryview(data)
-    size = len(data)
+    tail = tail_of(data)
+    end = tail.offset if tail else len(data)
+    bodies: list[bytes] = []
     pos = len(MAGIC)
-    bodies: list[memoryview] = []
-    crc32 = zlib.crc32
-    unpack = HEADER.unpack_from
-    while pos < size:
-        if size - pos < HEADER.size:
-            return Scan(bodies, pos, Tail(pos, size - pos, "incomplete frame header"))
-        length, crc = unpack(data, pos)
-        start = pos + HEADER.size
-        if length == 0:
-            if not any(view[pos:]):
-                return Scan(bodies, pos, Tail(pos, size - pos, "zero-filled tail"))
-            raise SpoolError(f"{name}: corrupt frame at byte {pos} (zero length)")
-        if start + length > size:
-            return Scan(bodies, pos, Tail(pos, size - pos, "incomplete frame body"))
-        body = view[start : start + length]
-        if crc32(body) != crc:
-            if start + length == size:
-                return Scan(bodies, pos, Tail(pos, size - pos, "checksum mismatch in last frame"))
-            raise SpoolError(f"{name}: corrupt frame at byte {pos} (checksum mismatch)")
+    sha256 = hashlib.sha256
+    for number, line in enumerate(data[pos:end].split(b"\n")[:-1]):
+        parts = line.split(b"\t", 2)
+        if len(parts) != 3 or not parts[0].isdigit():
+            raise SpoolError(f"{name}: corrupt frame {number} at byte {pos} (not LENGTH TAB DIGEST TAB BODY)")
+        length, digest, body = parts
+        if int(length) != len(body):
+            raise SpoolError(f"{name}: corrupt frame {number} at byte {pos} (length {int(length)}, body has {len(body)})")
+        if sha256(body).hexdigest().encode() != digest:
+            raise SpoolError(f"{name}: corrupt frame {number} at byte {pos} (checksum mismatch)")
         bodies.append(body)
-        pos = start + length
-    return Scan(bodies, pos, None)
+        pos += len(line) + 1
+    return Scan(bodies, end, tail)

@@ -1,0 +1,146 @@
+"""bench/ingest: ingest-with-verification vs DuckDB's own read_ndjson, on the same events.
+
+Prints, for N events in R runs (default 1,000,000 in 1,000):
+- ingest-with-verification rate (events/s) and its ratio to DuckDB's read_ndjson load of the same
+  events into a plain table, measured in the same process (targets: ratio >= 0.5, >= 100k events/s);
+- amb verify time over the whole store;
+- the median time of an aggregate query (tokens per model per run; target < 1 s);
+- bytes stored per event, with and without blob dedup.
+
+Run: ./just bench ingest [--runs 1000] [--per-run 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+
+import duckdb  # noqa: E402
+
+from recorder.synthetic import generate_run  # noqa: E402
+from replay.ingest import ingest, spool_files  # noqa: E402
+from replay.store import Store  # noqa: E402
+from replay.verify import verify  # noqa: E402
+from schemas.frames import scan  # noqa: E402
+
+AGGREGATE = """
+SELECT run_id, model, sum(input_tokens) AS tokens_in, sum(output_tokens) AS tokens_out, count(*) AS calls
+FROM model_calls GROUP BY run_id, model ORDER BY run_id
+"""
+
+
+def generate(root: Path, runs: int, per_run: int) -> int:
+    # ~35 model calls per run, the rest shim process events, so that a run has about per_run events.
+    procs = max(1, round((per_run - 110) / 34))
+    total = 0
+    t0 = time.perf_counter()
+    for i in range(runs):
+        total += generate_run(root, f"bench-{i:05d}", seed=i, calls=35, processes_per_call=procs).events
+        if i % 50 == 49:
+            print(f"  generated {i + 1}/{runs} runs ({total:,} events, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    return total
+
+
+def write_ndjson(root: Path, out: Path) -> int:
+    n = 0
+    with open(out, "wb") as f:
+        for path in spool_files(root):
+            bodies = scan(path.read_bytes()).bodies
+            for body in bodies:
+                f.write(body)
+                f.write(b"\n")
+            n += len(bodies)
+    return n
+
+
+def read_ndjson_load(ndjson: Path) -> float:
+    con = duckdb.connect(str(ndjson.parent / "plain.duckdb"))
+    t0 = time.perf_counter()
+    con.execute(
+        """CREATE TABLE plain AS SELECT * FROM read_ndjson(?, columns = {
+               kind: 'VARCHAR', payload: 'JSON', prev_hash: 'VARCHAR', run_id: 'VARCHAR',
+               seq: 'BIGINT', source: 'VARCHAR', ts_ns: 'BIGINT', v: 'INTEGER'})""",
+        [str(ndjson)],
+    )
+    elapsed = time.perf_counter() - t0
+    con.close()
+    return elapsed
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--per-run", type=int, default=1000)
+    ap.add_argument("--keep", help="keep the store in this directory")
+    args = ap.parse_args()
+    work = Path(args.keep or tempfile.mkdtemp(prefix="amb-bench-ingest-"))
+    root = work / "store"
+    if root.exists():
+        shutil.rmtree(root)
+    print(f"generating {args.runs} runs of ~{args.per_run} events (through the real spool writer)...", file=sys.stderr)
+    t0 = time.perf_counter()
+    total = generate(root, args.runs, args.per_run)
+    gen_s = time.perf_counter() - t0
+
+    ndjson = work / "events.ndjson"
+    write_ndjson(root, ndjson)
+    base_s = read_ndjson_load(ndjson)
+
+    t0 = time.perf_counter()
+    report = ingest(root)
+    ingest_s = time.perf_counter() - t0
+    assert report.events_added == total, (report.events_added, total)
+
+    with Store.open(root, read_only=True) as st:
+        t0 = time.perf_counter()
+        problems = verify(st.con, st.blobs)
+        verify_s = time.perf_counter() - t0
+        assert not problems, problems[:3]
+        times = []
+        for _ in range(7):
+            t0 = time.perf_counter()
+            st.con.execute(AGGREGATE).fetchall()
+            times.append(time.perf_counter() - t0)
+        refs = st.con.execute(
+            r"""SELECT unnest(regexp_extract_all(payload, '"blob":"(sha256:[0-9a-f]{64})"', 1)) FROM events"""
+        ).fetchall()
+        blob_sizes = {}
+        no_dedup = 0
+        for (blob,) in refs:
+            size = blob_sizes.get(blob)
+            if size is None:
+                size = blob_sizes[blob] = st.blobs.path_of(blob).stat().st_size
+            no_dedup += size
+    db_bytes = (root / "amb.duckdb").stat().st_size
+    blob_bytes = dir_bytes(root / "blobs")
+
+    ours = total / ingest_s
+    theirs = total / base_s
+    print(f"events                         {total:,} in {args.runs:,} runs (generated in {gen_s:.1f} s)")
+    print(f"read_ndjson baseline           {base_s:.2f} s  {theirs:,.0f} events/s")
+    print(f"amb ingest (with verification) {ingest_s:.2f} s  {ours:,.0f} events/s")
+    print(f"ratio ingest / read_ndjson     {ours / theirs:.2f}   (target >= 0.5; rate target >= 100,000 events/s)")
+    print(f"amb verify (hashes, chains, manifests, {len(blob_sizes):,} blobs)  {verify_s:.2f} s")
+    print(f"aggregate query median         {statistics.median(times) * 1000:.0f} ms   (tokens per model per run; target < 1 s)")
+    print(f"bytes per event, DuckDB only   {db_bytes / total:,.0f}")
+    print(f"bytes per event, with blobs    {(db_bytes + blob_bytes) / total:,.0f} (dedup: {len(blob_sizes):,} blobs for {len(refs):,} references)")
+    print(f"bytes per event, without dedup {(db_bytes + no_dedup) / total:,.0f}")
+    if not args.keep:
+        shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    main()

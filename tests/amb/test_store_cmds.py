@@ -1,0 +1,106 @@
+"""The store commands, run as a user runs them (the installed console script)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+AMB = str(Path(sys.executable).parent / "amb")
+
+
+def amb(*args, store=None, check=True):
+    env = os.environ | ({"AMB_STORE": str(store)} if store else {})
+    proc = subprocess.run([AMB, *args], capture_output=True, text=True, env=env, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"amb {args} failed ({proc.returncode}): {proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def cli_store(tmp_path_factory):
+    store = tmp_path_factory.mktemp("cli") / "store"
+    amb("generate", "--runs", "2", "--calls", "8", store=store)
+    out = amb("ingest", store=store).stdout
+    assert "runs: 2" in out
+    return store
+
+
+def test_runs_json(cli_store):
+    rows = json.loads(amb("runs", "--json", store=cli_store).stdout)
+    assert [r["run_id"] for r in rows] == ["synth-0000", "synth-0001"]
+    assert all(r["status"] == "completed" and r["n_model_calls"] == 8 for r in rows)
+
+
+def test_show(cli_store):
+    text = amb("show", "synth-0000", store=cli_store).stdout
+    assert "kidney-seg" in text and "8 model calls" in text and "plan/plan.md" in text
+    data = json.loads(amb("show", "synth-0000", "--json", "--events", store=cli_store).stdout)
+    assert data["model_calls"]["count"] == 8 and data["tool_calls"]["execute_code"] == 7
+    assert data["events"] == len(data["event_list"])
+    missing = amb("show", "nope", store=cli_store, check=False)
+    assert missing.returncode == 1 and missing.stderr.strip() == "amb: error: no run 'nope' in the store (see `amb runs`)"
+
+
+def test_sql_formats(cli_store):
+    q = "SELECT run_id, count(*) AS n FROM model_calls GROUP BY 1 ORDER BY 1"
+    assert json.loads(amb("sql", q, "--format", "json", store=cli_store).stdout) == [
+        {"run_id": "synth-0000", "n": 8}, {"run_id": "synth-0001", "n": 8}]
+    assert amb("sql", q, "--format", "csv", store=cli_store).stdout.splitlines() == ["run_id,n", "synth-0000,8", "synth-0001,8"]
+
+
+@pytest.mark.parametrize("query", ["COPY events TO 'x.csv'", "ATTACH 'x.db'", "INSERT INTO events SELECT * FROM events",
+                                   "SELECT * FROM read_csv('/etc/passwd')", "SELEC nonsense"])
+def test_sql_refusals_are_one_line(cli_store, query):
+    proc = amb("sql", query, store=cli_store, check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("amb: error: query refused or failed:") and proc.stderr.count("\n") == 1
+    assert "Traceback" not in proc.stderr
+
+
+def test_verify_and_manifest(cli_store, tmp_path):
+    assert amb("verify", store=cli_store).stdout.startswith("OK ")
+    m = amb("manifest", "synth-0001", store=cli_store).stdout
+    anchored = tmp_path / "anchor.json"
+    anchored.write_text(m)
+    assert amb("verify", "--manifest", str(anchored), store=cli_store).returncode == 0
+    forged = json.loads(m)
+    forged["sources"]["proxy"]["events"] += 1
+    anchored.write_text(json.dumps(forged))
+    bad = amb("verify", "--manifest", str(anchored), store=cli_store, check=False)
+    assert bad.returncode == 1 and bad.stdout.startswith("FAIL run synth-0001") and "anchored manifest" in bad.stdout
+
+
+def test_verify_names_the_first_bad_event(tmp_path):
+    store = tmp_path / "s"
+    amb("generate", "--runs", "1", "--calls", "4", store=store)
+    amb("ingest", store=store)
+    import duckdb
+
+    con = duckdb.connect(str(store / "amb.duckdb"))
+    con.execute("UPDATE events SET payload = replace(CAST(payload AS VARCHAR), '\"kind\":', '\"kind\": ') WHERE source = 'shim' AND seq = 2")
+    kind = con.execute("SELECT kind FROM events WHERE source = 'shim' AND seq = 2").fetchone()[0]
+    con.close()
+    bad = amb("verify", store=store, check=False)
+    assert bad.returncode == 1
+    assert bad.stdout.splitlines()[0] == f"FAIL run synth-0000 source shim seq 2 ({kind}): hash mismatch: the event was edited after it was recorded"
+
+
+def test_schema_outputs():
+    schema = json.loads(amb("schema", "--format", "json").stdout)
+    kinds = {d["properties"]["kind"]["enum"][0] for d in schema["$defs"].values() if "kind" in d.get("properties", {})}
+    assert {"run.started", "model_call.completed", "submission.sealed", "note"} <= kinds
+    ddl = amb("schema", "--format", "ddl").stdout
+    for view in ("runs", "model_calls", "tool_calls", "processes", "file_writes", "network_requests"):
+        assert f"CREATE OR REPLACE VIEW {view} AS" in ddl
+
+
+def test_bad_manifest_file_is_a_usage_error(cli_store, tmp_path):
+    f = tmp_path / "m.json"
+    f.write_text("{not json")
+    proc = amb("verify", "--manifest", str(f), store=cli_store, check=False)
+    assert proc.returncode == 2 and "not a manifest" in proc.stderr and "Traceback" not in proc.stderr

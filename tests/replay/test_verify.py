@@ -1,0 +1,123 @@
+"""amb verify catches each kind of tampering, in the DuckDB file and in the blob directory."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from replay import manifest as manifests
+from replay.store import Store
+from replay.verify import verify
+
+
+def problems(root, **kw):
+    with Store.open(root, read_only=True) as st:
+        return verify(st.con, st.blobs, **kw)
+
+
+def tamper(root, *statements):
+    with Store.open(root) as st:
+        for s in statements:
+            st.con.execute(s)
+
+
+def test_clean_store_verifies(store):
+    assert problems(store) == []
+
+
+def test_edited_payload_byte(store):
+    tamper(store, "UPDATE events SET payload = replace(CAST(payload AS VARCHAR), 'execute_code', 'execute_cod3') "
+                  "WHERE run_id = 'run-1' AND source = 'proxy' AND seq = 1")
+    found = problems(store)
+    assert (found[0].run_id, found[0].source, found[0].seq) == ("run-1", "proxy", 1)
+    assert "hash mismatch" in found[0].what
+
+
+def test_edited_envelope_field(store):
+    tamper(store, "UPDATE events SET ts_ns = ts_ns + 1 WHERE run_id = 'run-0' AND source = 'shim' AND seq = 3")
+    assert [(p.seq, "hash mismatch" in p.what) for p in problems(store)] == [(3, True)]
+
+
+def test_deleted_event_is_a_gap(store):
+    tamper(store, "DELETE FROM events WHERE run_id = 'run-2' AND source = 'proxy' AND seq = 5")
+    first = problems(store)[0]
+    assert (first.run_id, first.source, first.seq) == ("run-2", "proxy", 6)
+    assert first.what == "sequence gap: seq 5 is missing"
+
+
+def test_deleted_last_event_breaks_the_manifest(store):
+    tamper(store, "DELETE FROM events WHERE run_id = 'run-0' AND source = 'recorder' AND seq = (SELECT max(seq) FROM events WHERE run_id = 'run-0' AND source = 'recorder')")
+    found = problems(store)
+    assert found and found[0].run_id == "run-0" and "manifest" in found[0].what and "recorder" in found[0].what
+
+
+def test_reordered_events(store):
+    tamper(store,
+           "UPDATE events SET seq = -1 WHERE run_id = 'run-1' AND source = 'shim' AND seq = 2",
+           "UPDATE events SET seq = 2 WHERE run_id = 'run-1' AND source = 'shim' AND seq = 3",
+           "UPDATE events SET seq = 3 WHERE run_id = 'run-1' AND source = 'shim' AND seq = -1")
+    found = problems(store)
+    assert (found[0].run_id, found[0].source, found[0].seq) == ("run-1", "shim", 2)
+
+
+def test_rehashed_edit_breaks_the_next_link(store):
+    """An editor who also fixes the edited event's hash is caught by the next event's prev_hash."""
+    from replay.verify import BODY_SQL
+
+    tamper(store,
+           "UPDATE events SET ts_ns = ts_ns - 1000 WHERE run_id = 'run-0' AND source = 'proxy' AND seq = 4",
+           f"UPDATE events SET hash = 'sha256:' || sha256({BODY_SQL}) WHERE run_id = 'run-0' AND source = 'proxy' AND seq = 4")
+    found = problems(store)
+    assert (found[0].seq, found[0].what) == (5, "broken chain: prev_hash is not the hash of the event before it")
+
+
+def test_rebuilt_chain_is_caught_by_an_anchored_manifest(store):
+    """Whoever can write the file can rebuild the whole chain; only a manifest kept elsewhere shows it."""
+    from replay.verify import BODY_SQL
+
+    with Store.open(store, read_only=True) as st:
+        anchored = manifests.stored(st.con, "run-0")
+    tamper(store, "DELETE FROM manifests WHERE run_id = 'run-0'",
+           "DELETE FROM events WHERE run_id = 'run-0' AND source = 'proxy' AND seq = (SELECT max(seq) FROM events WHERE run_id = 'run-0' AND source = 'proxy')")
+    assert problems(store) == []  # internally consistent now
+    found = problems(store, anchored=[anchored])
+    assert found and "anchored manifest" in found[0].what and "source proxy" in found[0].what
+    del BODY_SQL
+
+
+def test_missing_blob(store):
+    with Store.open(store, read_only=True) as st:
+        blob = st.con.execute("SELECT request_blob FROM model_calls WHERE run_id = 'run-1' ORDER BY seq LIMIT 1 OFFSET 2").fetchone()[0]
+        path = st.blobs.path_of(blob)
+    os.remove(path)
+    found = problems(store)
+    assert any(blob in p.what and "missing" in p.what and p.run_id == "run-1" for p in found)
+
+
+def test_corrupted_blob(store):
+    with Store.open(store, read_only=True) as st:
+        blob = st.con.execute("SELECT response_blob FROM model_calls WHERE run_id = 'run-2' LIMIT 1").fetchone()[0]
+        path = st.blobs.path_of(blob)
+    os.chmod(path, 0o644)
+    import zlib
+
+    path.write_bytes(zlib.compress(b'{"tampered": true}'))
+    found = problems(store)
+    assert any(blob in p.what and "does not match its address" in p.what for p in found)
+    path.write_bytes(b"garbage")
+    assert any("cannot decompress" in p.what for p in problems(store))
+
+
+def test_verify_named_runs_only(store):
+    tamper(store, "UPDATE events SET ts_ns = 0 WHERE run_id = 'run-2' AND seq = 1")
+    assert problems(store, run_ids=["run-0", "run-1"]) == []
+    assert problems(store, run_ids=["run-2"])
+    assert problems(store, run_ids=["nope"])[0].what == "no such run in the store"
+
+
+def test_manifest_is_stable_json(store):
+    with Store.open(store, read_only=True) as st:
+        m = manifests.stored(st.con, "run-0")
+        assert m == manifests.compute(st.con, "run-0")
+    assert set(m) == {"format", "run_id", "sources", "events", "blobs", "blobs_digest", "manifest_hash"}
+    assert json.loads(json.dumps(m)) == m
