@@ -1,16 +1,52 @@
-"""The ``amb`` command: a click group that assembles one module per command group."""
+"""The ``amb`` command: a click group that assembles one module per command group.
+
+Command modules are imported only when their command runs (``COMMANDS`` maps each command name
+to its module), so ``amb runs`` does not pay for importing the scorer, the grader's image
+libraries or the openai client. Each module exposes ``commands``, a list of click commands.
+"""
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
 from schemas.errors import AmbError
 
+COMMANDS: dict[str, str] = {
+    "ingest": "amb.store_cmds",
+    "runs": "amb.store_cmds",
+    "show": "amb.store_cmds",
+    "sql": "amb.store_cmds",
+    "verify": "amb.store_cmds",
+    "manifest": "amb.store_cmds",
+    "schema": "amb.store_cmds",
+    "generate": "amb.store_cmds",
+    "task": "amb.task_cmds",
+    "grade": "amb.grade_cmd",
+    "score": "amb.score_cmds",
+    "report": "amb.score_cmds",
+    "audit": "amb.score_cmds",
+    "images": "amb.images",
+}
+
 
 class AmbGroup(click.Group):
-    """Turns every AmbError into one line on stderr and its exit code, never a traceback."""
+    """Loads commands lazily; turns every AmbError into one line on stderr and its exit code."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        module_name = COMMANDS.get(name)
+        if module_name is None:
+            return None
+        module = importlib.import_module(module_name)
+        for command in module.commands:
+            if command.name == name:
+                return command
+        raise RuntimeError(f"{module_name} does not define the command {name!r}")
 
     def invoke(self, ctx: click.Context):
         try:
@@ -24,15 +60,3 @@ class AmbGroup(click.Group):
 @click.version_option(package_name="amb-recorder")
 def cli() -> None:
     """AMB recorder: record agent runs as hash-chained events, and score them offline."""
-
-
-def _register() -> None:
-    # Each command module exposes `commands`, a list of click commands or groups.
-    from amb import store_cmds
-
-    for module in (store_cmds,):
-        for command in module.commands:
-            cli.add_command(command)
-
-
-_register()

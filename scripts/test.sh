@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The test command: services the tests need are started by .ci/run (dockerd); everything
-# else (loopback upstreams, proxies) is started by the tests themselves.
+# The test command (`./just test`). Services the tests need are started by .ci/run (dockerd,
+# Chromium); everything else (loopback upstreams, proxies, model servers) the tests start themselves.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec python -m pytest "$@"
+exec python -m pytest -p no:cacheprovider "$@"
