@@ -128,23 +128,24 @@ FROM (
                   OR NOT ends_with(p.body, p.tail_text) THEN 'not a canonical event body'
            END AS bad
     FROM (
-        SELECT f.key AS file_key, f.run_id AS file_run, f.source AS file_source, c.len, c.digest, c.body,
-               x[1] AS kind, x[2] AS prev_hash, x[3] AS run_id, x[4] AS seq_text, TRY_CAST(x[4] AS BIGINT) AS seq,
-               x[5] AS source, TRY_CAST(x[6] AS BIGINT) AS ts_ns, TRY_CAST(x[7] AS INTEGER) AS v,
-               'sha256:' || c.digest AS hash,
-               ',"prev_hash":"' || x[2] || '","run_id":"' || x[3] || '","seq":' || TRY_CAST(x[4] AS BIGINT)
-                 || ',"source":"' || x[5] || '","ts_ns":' || TRY_CAST(x[6] AS BIGINT) || ',"v":' || TRY_CAST(x[7] AS INTEGER) || '}}' AS tail_text,
-               substr(c.body, length(x[1]) + 22,
-                      length(c.body) - length(x[1]) - 21 - length(',"prev_hash":"' || x[2] || '","run_id":"' || x[3] || '","seq":'
-                        || TRY_CAST(x[4] AS BIGINT) || ',"source":"' || x[5] || '","ts_ns":' || TRY_CAST(x[6] AS BIGINT)
-                        || ',"v":' || TRY_CAST(x[7] AS INTEGER) || '}}')) AS payload
+        SELECT t.*,
+               substr(t.body, length(t.kind) + 22, length(t.body) - length(t.kind) - 21 - length(t.tail_text)) AS payload
         FROM (
-            SELECT filename, len, digest, body,
-                   json_extract_string(body, ['$.kind', '$.prev_hash', '$.run_id', '$.seq', '$.source', '$.ts_ns', '$.v']) AS x
-            FROM read_csv($files, delim = '\t', quote = '', escape = '', header = false, skip = 1,
-                          auto_detect = false, filename = true, max_line_size = {2 * MAX_BODY},
-                          columns = {{'len': 'BIGINT', 'digest': 'VARCHAR', 'body': 'VARCHAR'}})
-        ) AS c JOIN _amb_files AS f ON f.readable = c.filename
+            SELECT f.key AS file_key, f.run_id AS file_run, f.source AS file_source, c.len, c.digest, c.body,
+                   x[1] AS kind, x[2] AS prev_hash, x[3] AS run_id, x[4] AS seq_text, TRY_CAST(x[4] AS BIGINT) AS seq,
+                   x[5] AS source, TRY_CAST(x[6] AS BIGINT) AS ts_ns, TRY_CAST(x[7] AS INTEGER) AS v,
+                   'sha256:' || c.digest AS hash,
+                   ',"prev_hash":"' || x[2] || '","run_id":"' || x[3] || '","seq":' || TRY_CAST(x[4] AS BIGINT)
+                     || ',"source":"' || x[5] || '","ts_ns":' || TRY_CAST(x[6] AS BIGINT)
+                     || ',"v":' || TRY_CAST(x[7] AS INTEGER) || '}}' AS tail_text
+            FROM (
+                SELECT filename, len, digest, body,
+                       json_extract_string(body, ['$.kind', '$.prev_hash', '$.run_id', '$.seq', '$.source', '$.ts_ns', '$.v']) AS x
+                FROM read_csv($files, delim = '\t', quote = '', escape = '', header = false, skip = 1,
+                              auto_detect = false, filename = true, max_line_size = {2 * MAX_BODY},
+                              columns = {{'len': 'BIGINT', 'digest': 'VARCHAR', 'body': 'VARCHAR'}})
+            ) AS c JOIN _amb_files AS f ON f.readable = c.filename
+        ) AS t
     ) AS p
     LEFT JOIN (VALUES {_kinds_sql()}) AS k(kind, max_v) ON k.kind = p.kind
     LEFT JOIN (SELECT run_id, source, seq, hash FROM events WHERE run_id IN (SELECT run_id FROM _amb_files)) AS e

@@ -21,6 +21,9 @@ FORMAT = "amb-manifest/1"
 BLOB_REF_SQL = r"""regexp_extract_all(payload, '"blob":"(sha256:[0-9a-f]{64})"', 1)"""
 """Every stored blob reference in a payload (BlobRef's field is named ``blob``)."""
 
+HAS_BLOB_SQL = """contains(payload, '"blob":"sha256:')"""
+"""A cheap pre-filter for BLOB_REF_SQL (most events carry no blob)."""
+
 
 def _canonical(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
@@ -47,6 +50,7 @@ def compute_many(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str
                 SELECT run_id, list(b ORDER BY b) FROM (
                     SELECT DISTINCT e.run_id, unnest({BLOB_REF_SQL}) AS b
                     FROM events e SEMI JOIN _amb_manifest_runs r ON r.run_id = e.run_id
+                    WHERE {HAS_BLOB_SQL}
                 ) GROUP BY run_id
                 """
             ).fetchall()

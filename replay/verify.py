@@ -111,7 +111,8 @@ def check_blobs(
     refs = con.execute(
         f"""
         SELECT b, min(run_id), arg_min(source, run_id), arg_min(seq, run_id), arg_min(kind, run_id)
-        FROM (SELECT run_id, source, seq, kind, unnest({manifests.BLOB_REF_SQL}) AS b FROM events {where})
+        FROM (SELECT run_id, source, seq, kind, unnest({manifests.BLOB_REF_SQL}) AS b FROM events
+              {where + " AND " if where else "WHERE "}{manifests.HAS_BLOB_SQL})
         GROUP BY b ORDER BY 2, 3, 4
         """,
         params,

@@ -1,16 +1,28 @@
 """The content-addressed blob store: one directory, shared by every run. A CONTRACT.
 
-Layout: ``<root>/<hex[0:2]>/<hex[2:]>`` where ``hex`` is the sha256 of the *uncompressed* bytes;
-each file is the zlib-compressed content (stdlib only, so the in-container shim and any reader can
-use it). Blobs are write-once: a blob is written to a temporary file, fsync'd (when asked), then
-hard-linked into place, which fails harmlessly if another writer got there first; a stored blob is
-never rewritten. The same bytes from any number of runs are stored once.
+Layout: ``<root>/<hex[0:2]>/<hex[2:]>`` where ``hex`` is the sha256 of the blob's *whole,
+uncompressed* content: a blob's address never depends on how it is stored. A stored file is
+either
+
+- the zlib-compressed content (blobs up to ``CHUNK_ABOVE`` bytes), or
+- a chunk list: ``CHUNK_MAGIC`` then one chunk address per line; each chunk is itself a blob.
+
+Chunking is what makes dedup work for agent traffic: every model request resends the whole
+conversation so far, so request *n* is request *n-1* plus a few messages. Chunk boundaries are
+content-defined (at a message or line delimiter whose preceding bytes hash to a chosen residue,
+between a minimum and a maximum size), hence the same for the same prefix: a growing conversation
+stores each part once, and so do system prompts and briefs shared by many runs.
+
+Blobs are write-once: written to a temporary file, fsync'd (when asked), then hard-linked into
+place, which fails harmlessly if another writer got there first; a stored blob is never rewritten.
+Reads re-hash what they return, so a corrupted or missing blob (or chunk) is always an error.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import zlib
 from pathlib import Path
 
@@ -19,6 +31,39 @@ from schemas.errors import BlobError
 
 COMPRESSION_LEVEL = 3
 """zlib level 3: most of level 9's ratio on JSON and text, at a fraction of the time."""
+
+CHUNK_ABOVE = 32 * 1024
+"""Blobs larger than this are stored as chunk lists."""
+MIN_CHUNK = 8 * 1024
+MAX_CHUNK = 256 * 1024
+CHUNK_MAGIC = b"AMBCHUNKS 1\n"
+_DELIMITER = re.compile(rb"\n|\}, ?\{")
+"""Candidate boundaries: lines, and the gap between two JSON objects in a list (messages)."""
+_RESIDUES = 4
+"""About one candidate in four (by a hash of the 32 bytes before it) is a boundary."""
+
+
+def chunk_bounds(data: bytes) -> list[int]:
+    """End offsets of the chunks of ``data`` (the last one is ``len(data)``)."""
+    bounds: list[int] = []
+    last = 0
+    crc32 = zlib.crc32
+    for match in _DELIMITER.finditer(data):
+        cut = match.end()
+        size = cut - last
+        while size > MAX_CHUNK:
+            last += MAX_CHUNK
+            bounds.append(last)
+            size = cut - last
+        if size >= MIN_CHUNK and crc32(data[cut - 32 : cut]) % _RESIDUES == 0:
+            bounds.append(cut)
+            last = cut
+    while len(data) - last > MAX_CHUNK:
+        last += MAX_CHUNK
+        bounds.append(last)
+    if last < len(data):
+        bounds.append(len(data))
+    return bounds
 
 
 class BlobStore:
@@ -38,11 +83,30 @@ class BlobStore:
         path = self.path_of(blob)
         if path.exists():
             return ref
+        if len(data) > CHUNK_ABOVE:
+            chunks, start = [], 0
+            for end in chunk_bounds(data):
+                chunks.append(self._put_whole(data[start:end], sync))
+                start = end
+            self._write_once(path, CHUNK_MAGIC + "".join(c + "\n" for c in chunks).encode(), sync, blob)
+        else:
+            self._write_once(path, zlib.compress(data, COMPRESSION_LEVEL), sync, blob)
+        return ref
+
+    def _put_whole(self, data: bytes, sync: bool) -> str:
+        """Store a chunk (never itself chunked); return its address."""
+        blob = HASH_PREFIX + hashlib.sha256(data).hexdigest()
+        path = self.path_of(blob)
+        if not path.exists():
+            self._write_once(path, zlib.compress(data, COMPRESSION_LEVEL), sync, blob)
+        return blob
+
+    def _write_once(self, path: Path, stored: bytes, sync: bool, blob: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.parent / f".tmp-{os.getpid()}-{id(data):x}-{path.name[:16]}"
+        tmp = path.parent / f".tmp-{os.getpid()}-{os.urandom(4).hex()}-{path.name[:16]}"
         try:
             with open(tmp, "wb") as f:
-                f.write(zlib.compress(data, COMPRESSION_LEVEL))
+                f.write(stored)
                 if sync:
                     f.flush()
                     os.fsync(f.fileno())
@@ -58,18 +122,25 @@ class BlobStore:
                 os.unlink(tmp)
             except FileNotFoundError:
                 pass
-        return ref
 
     def get(self, blob: str | BlobRef) -> bytes:
         """The blob's bytes, checked against its address."""
         address = blob.blob if isinstance(blob, BlobRef) else blob
         path = self.path_of(address)
         try:
-            data = zlib.decompress(path.read_bytes())
+            stored = path.read_bytes()
         except FileNotFoundError:
             raise BlobError(f"blob {address} is missing from {self.root}") from None
-        except zlib.error as e:
-            raise BlobError(f"blob {address} is corrupted (cannot decompress: {e})") from e
+        if stored.startswith(CHUNK_MAGIC):
+            try:
+                data = b"".join(self.get(line.decode()) for line in stored[len(CHUNK_MAGIC) :].splitlines())
+            except BlobError as e:
+                raise BlobError(f"blob {address} is corrupted (a chunk failed: {e})") from e
+        else:
+            try:
+                data = zlib.decompress(stored)
+            except zlib.error as e:
+                raise BlobError(f"blob {address} is corrupted (cannot decompress: {e})") from e
         if HASH_PREFIX + hashlib.sha256(data).hexdigest() != address:
             raise BlobError(f"blob {address} is corrupted (content does not match its address)")
         return data
