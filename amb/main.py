@@ -29,6 +29,8 @@ COMMANDS: dict[str, str] = {
     "report": "amb.score_cmds",
     "audit": "amb.score_cmds",
     "images": "amb.images",
+    "baseline": "amb.agent_cmds",
+    "sweep": "amb.agent_cmds",
 }
 
 

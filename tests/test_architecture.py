@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-PACKAGES = ["schemas", "recorder", "replay", "scorer", "tasks", "amb"]
+PACKAGES = ["schemas", "recorder", "replay", "scorer", "tasks", "agents", "amb"]
 
 ALLOWED = {
     "schemas": set(),
@@ -16,6 +16,7 @@ ALLOWED = {
     "replay": {"schemas"},
     "tasks": {"schemas"},
     "scorer": {"schemas", "replay", "tasks"},
+    "agents": {"schemas", "tasks"},
     "amb": set(PACKAGES) - {"amb"},
 }
 THIRD_PARTY_IN_SCHEMAS = {"msgspec"}

@@ -1,0 +1,1 @@
+"""Agents that amb records: the reference agent loop (amb-agent) and the offline scripted baseline."""

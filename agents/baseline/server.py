@@ -1,0 +1,190 @@
+"""An OpenAI-compatible model server on loopback whose "model" is the scripted baseline policy.
+
+``POST /v1/chat/completions`` answers like the real API, non-streaming or as a server-sent event
+stream (``stream: true``, with ``stream_options.include_usage``), with tool calls; ``GET /v1/models``
+lists the models. The model name picks the policy's flaw: ``baseline`` is the clean policy,
+``baseline+<flaw>`` (e.g. ``baseline+no-pilot``) injects one; a server started with a default flaw
+applies it to plain ``baseline``. Token usage is estimated (4 characters a token), as a real server
+would report it for the text it received and sent.
+
+No API key is checked: the server binds loopback only and answers whoever asks. Every answer is a
+deterministic function of the request, so a recorded run can be reproduced byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from agents.baseline.policy import FLAWS, Decision, PolicyError, decide
+
+MODEL = "baseline"
+
+
+def model_names() -> list[str]:
+    return [MODEL] + [f"{MODEL}+{f}" for f in FLAWS]
+
+
+def flaw_of(model: str, default: str | None) -> str | None:
+    if model == MODEL:
+        return default
+    if model.startswith(MODEL + "+") and model[len(MODEL) + 1:] in FLAWS:
+        return model[len(MODEL) + 1:]
+    raise PolicyError(f"unknown model {model!r} (this server offers: {', '.join(model_names())})")
+
+
+def _tokens(text: str) -> int:
+    return max(1, (len(text) + 3) // 4)
+
+
+def completion(body: dict, default_flaw: str | None = None) -> tuple[dict, Decision]:
+    """The non-streaming response object for a request body."""
+    model = str(body.get("model") or "")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise PolicyError("'messages' must be a non-empty list")
+    decision = decide(messages, flaw_of(model, default_flaw))
+    digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
+    turn = sum(1 for m in messages if m.get("role") == "assistant")
+    calls = [{"id": f"call_{digest[:10]}_{turn}_{k}", "type": "function",
+              "function": {"name": tc.name, "arguments": json.dumps(tc.arguments)}}
+             for k, tc in enumerate(decision.tool_calls)]
+    message: dict = {"role": "assistant", "content": decision.content}
+    if calls:
+        message["tool_calls"] = calls
+    prompt = _tokens(json.dumps(messages)) + (_tokens(json.dumps(body.get("tools"))) if body.get("tools") else 0)
+    out = _tokens(decision.content + "".join(c["function"]["arguments"] for c in calls))
+    return {
+        "id": f"chatcmpl-{digest[:24]}", "object": "chat.completion", "created": int(time.time()), "model": model,
+        "system_fingerprint": "amb-baseline-1",
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": "tool_calls" if calls else "stop"}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out},
+    }, decision
+
+
+def stream_chunks(resp: dict, include_usage: bool, piece: int = 256):
+    """The response as ``chat.completion.chunk`` objects, the way the real API streams it."""
+    base = {"id": resp["id"], "object": "chat.completion.chunk", "created": resp["created"], "model": resp["model"],
+            "system_fingerprint": resp["system_fingerprint"]}
+    msg = resp["choices"][0]["message"]
+
+    def chunk(delta: dict, finish=None) -> dict:
+        return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    yield chunk({"role": "assistant", "content": ""})
+    text = msg.get("content") or ""
+    for i in range(0, len(text), 40):
+        yield chunk({"content": text[i:i + 40]})
+    for k, call in enumerate(msg.get("tool_calls") or []):
+        yield chunk({"tool_calls": [{"index": k, "id": call["id"], "type": "function",
+                                     "function": {"name": call["function"]["name"], "arguments": ""}}]})
+        args = call["function"]["arguments"]
+        for i in range(0, len(args), piece):
+            yield chunk({"tool_calls": [{"index": k, "function": {"arguments": args[i:i + piece]}}]})
+    yield chunk({}, resp["choices"][0]["finish_reason"])
+    if include_usage:
+        yield {**base, "choices": [], "usage": resp["usage"]}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "amb-baseline/1"
+
+    def log_message(self, format: str, *args) -> None:  # quiet: the recorder is the log
+        pass
+
+    def _json(self, status: int, obj: dict) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+        self._json(status, {"error": {"message": message, "type": kind, "param": None, "code": None}})
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") in ("/v1/models", "/models"):
+            self._json(200, {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "amb"}
+                                                        for m in model_names()]})
+        elif self.path == "/health":
+            self._json(200, {"ok": True})
+        else:
+            self._error(404, f"no route {self.path}", "not_found")
+
+    def do_POST(self) -> None:
+        if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+            self._error(404, f"no route {self.path} (this server speaks /v1/chat/completions)", "not_found")
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+        except ValueError as e:
+            self._error(400, f"bad request body: {e}")
+            return
+        try:
+            resp, _ = completion(body, self.server.default_flaw)  # type: ignore[attr-defined]
+        except PolicyError as e:
+            self._error(400, str(e))
+            return
+        if not body.get("stream"):
+            self._json(200, resp)
+            return
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for obj in stream_chunks(resp, include_usage):
+            self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
+        self._chunk(b"data: [DONE]\n\n")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+
+class BaselineServer:
+    """The server on ``host:port`` (port 0 picks a free one) in a background thread."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, flaw: str | None = None):
+        if flaw is not None and flaw not in FLAWS:
+            raise PolicyError(f"unknown flaw {flaw!r} (known: {', '.join(FLAWS)})")
+        self.httpd = ThreadingHTTPServer((host, port), _Handler)
+        self.httpd.daemon_threads = True
+        self.httpd.default_flaw = flaw  # type: ignore[attr-defined]
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self.httpd.server_address[1]
+
+    @property
+    def url(self) -> str:
+        """scheme://host:port, what ``amb-record --upstream openai=URL`` takes."""
+        return f"http://{self.httpd.server_address[0]}:{self.port}"
+
+    def start(self) -> "BaselineServer":
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="amb-baseline", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self) -> "BaselineServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

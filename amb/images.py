@@ -1,0 +1,294 @@
+"""``amb images build``: the agent and grader images, built with the docker SDK, tagged by content.
+
+Every image is tagged ``amb-<role>:c-<hash>`` where the hash covers everything that goes into it
+(Dockerfile, requirements, copied sources, the base image's id). A rebuild with nothing changed
+finds the tag and does nothing; ``amb-<role>:latest`` always points at the newest build.
+
+The base is a build argument. A normal user builds from a public Python image (``--base``);
+where no registry is reachable (air-gapped clusters, CI machines without Docker Hub)
+``--base-from-rootfs`` debootstraps a Debian root filesystem and imports it as the base.
+
+Package installs inside the builds need the build machine's CA bundle (a site's egress may
+re-sign TLS); it is handed to the throwaway ``deps`` stage only, never to the final image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from schemas.errors import AmbError, UsageError
+
+REPO = Path(__file__).resolve().parent.parent
+IMAGES = REPO / "images"
+DEFAULT_BASE = "python:3.11-slim-bookworm"
+ROOTFS_SUITE = "bookworm"
+ROLES = ("agent", "grader")
+
+SHIM_FILES = ("__init__.py", "__main__.py", "wire.py", "strace.py", "watch.py", "procpoll.py", "shim.py")
+"""The container side of recorder/shim (stdlib + msgspec only; the receiver stays on the host)."""
+
+GRADER_PACKAGES = ("schemas", "scorer", "tasks")
+"""Pure-Python packages the grader runs (copied as sources; the image has no amb CLI deps)."""
+
+
+class ImageError(AmbError):
+    """An image cannot be built, or docker is not reachable."""
+
+
+@dataclass(frozen=True)
+class Built:
+    role: str
+    tag: str
+    image_id: str
+    cached: bool
+
+
+def docker_client():
+    """A docker SDK client, or one clear error saying how to get a daemon."""
+    try:
+        import docker
+    except ImportError as e:  # pragma: no cover - docker is a declared dependency
+        raise ImageError("the docker SDK is not installed (pip install docker)") from e
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except Exception as e:
+        raise ImageError(
+            f"cannot reach a docker daemon ({e.__class__.__name__}: {e}); start one "
+            "(CI: .ci/dockerd.sh) or set DOCKER_HOST"
+        ) from None
+    return client
+
+
+def build_ca_bundle() -> Path | None:
+    """The CA bundle this machine trusts, for package installs inside image builds."""
+    for var in ("AMB_BUILD_CA", "PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"):
+        value = os.environ.get(var)
+        if value and Path(value).is_file():
+            return Path(value)
+    cafile = ssl.get_default_verify_paths().cafile
+    return Path(cafile) if cafile and Path(cafile).is_file() else None
+
+
+# ---- build contexts -------------------------------------------------------------------------------
+
+
+def _context_files(role: str) -> dict[str, bytes]:
+    """Every file of a role's build context except the CA bundle: relative path -> bytes."""
+    files: dict[str, bytes] = {}
+    for name in ("Dockerfile", "requirements.txt"):
+        files[name] = (IMAGES / role / name).read_bytes()
+    if role == "agent":
+        # `recorder` is a stub package inside the image: only the shim's modules are copied.
+        files["lib/recorder/__init__.py"] = b'"""amb recorder (only the in-container shim is installed here)."""\n'
+        for name in SHIM_FILES:
+            files[f"lib/recorder/shim/{name}"] = (REPO / "recorder" / "shim" / name).read_bytes()
+    else:
+        for package in GRADER_PACKAGES:
+            root = REPO / package
+            for path in sorted(root.rglob("*")):
+                if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                    files[f"src/{path.relative_to(REPO).as_posix()}"] = path.read_bytes()
+    return files
+
+
+def content_hash(role: str, base_id: str, files: dict[str, bytes] | None = None) -> str:
+    """The content tag of a role's image: its context files and the base image id."""
+    files = _context_files(role) if files is None else files
+    h = hashlib.sha256()
+    h.update(f"amb-image-v1\0{role}\0{base_id}\0".encode())
+    for rel in sorted(files):
+        h.update(rel.encode() + b"\0" + hashlib.sha256(files[rel]).digest())
+    return h.hexdigest()[:16]
+
+
+def _write_context(dest: Path, files: dict[str, bytes], ca: Path | None) -> None:
+    for rel, data in files.items():
+        path = dest / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    # An empty bundle makes pip fall back to failing loudly on TLS, which is the honest outcome
+    # when the machine has no CA bundle at all.
+    (dest / "build-ca.pem").write_bytes(ca.read_bytes() if ca else b"")
+
+
+# ---- base images ------------------------------------------------------------------------------------
+
+
+def _rootfs_packages() -> list[str]:
+    lines = (IMAGES / "base" / "packages.txt").read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+def rootfs_tag() -> str:
+    h = hashlib.sha256(f"amb-rootfs-v1\0{ROOTFS_SUITE}\0{','.join(_rootfs_packages())}".encode())
+    return f"amb-base:rootfs-{h.hexdigest()[:16]}"
+
+
+def ensure_rootfs_base(client, log=None) -> str:
+    """Debootstrap a minimal Debian with python3 and strace, import it; cached by its tag."""
+    import docker.errors
+
+    tag = rootfs_tag()
+    try:
+        client.images.get(tag)
+        return tag
+    except docker.errors.ImageNotFound:
+        pass
+    if shutil.which("debootstrap") is None:
+        raise ImageError("--base-from-rootfs needs debootstrap (apt-get install debootstrap)")
+    if os.geteuid() != 0:
+        raise ImageError("--base-from-rootfs needs root (debootstrap creates device nodes and owners)")
+    with tempfile.TemporaryDirectory(prefix="amb-rootfs-") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        cmd = [
+            "debootstrap", "--variant=minbase", f"--include={','.join(_rootfs_packages())}",
+            ROOTFS_SUITE, str(rootfs),
+        ]
+        mirror = os.environ.get("AMB_DEBIAN_MIRROR")
+        if mirror:
+            cmd.append(mirror)
+        _say(log, f"debootstrap {ROOTFS_SUITE} (about a minute)")
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
+            raise ImageError(f"debootstrap failed (exit {proc.returncode}): {tail}")
+        # Smaller image, and no apt lists that would go stale inside it.
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for p in (rootfs / junk).glob("*"):
+                if p.is_file():
+                    p.unlink()
+        tarball = Path(tmp) / "rootfs.tar"
+        subprocess.run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(tarball), "."], check=True)
+        _say(log, f"docker import -> {tag}")
+        repo, _, version = tag.partition(":")
+        with open(tarball, "rb") as f:
+            client.api.import_image_from_data(f, repository=repo, tag=version)
+    client.images.get(tag)
+    return tag
+
+
+def ensure_public_base(client, base: str, log=None) -> str:
+    import docker.errors
+
+    try:
+        client.images.get(base)
+    except docker.errors.ImageNotFound:
+        _say(log, f"pulling {base}")
+        try:
+            client.images.pull(base)
+        except docker.errors.APIError as e:
+            raise ImageError(
+                f"cannot pull base image {base}: {e.explanation or e}; without a registry use "
+                "`amb images build --base-from-rootfs`"
+            ) from None
+    return base
+
+
+# ---- builds ---------------------------------------------------------------------------------------------
+
+
+def ensure_image(client, role: str, base: str, *, ca: Path | None = None, log=None) -> Built:
+    """Build ``role`` on ``base`` unless an image with the same content tag exists."""
+    import docker.errors
+
+    if role not in ROLES:
+        raise UsageError(f"unknown image role {role!r} (expected one of {', '.join(ROLES)})")
+    base_id = client.images.get(base).id
+    files = _context_files(role)
+    tag = f"amb-{role}:c-{content_hash(role, base_id, files)}"
+    try:
+        image = client.images.get(tag)
+        image.tag(f"amb-{role}", "latest")
+        return Built(role, tag, image.id, cached=True)
+    except docker.errors.ImageNotFound:
+        pass
+    with tempfile.TemporaryDirectory(prefix=f"amb-{role}-ctx-") as tmp:
+        _write_context(Path(tmp), files, ca if ca is not None else build_ca_bundle())
+        _say(log, f"building {tag} on {base}")
+        last: list[str] = []
+        try:
+            for chunk in client.api.build(
+                path=tmp, tag=tag, buildargs={"BASE": base}, rm=True, forcerm=True,
+                decode=True, labels={"org.amb.content": tag.split(":c-")[1]},
+            ):
+                if "error" in chunk:
+                    raise ImageError(f"building {tag} failed: {chunk['error'].strip()} (last output: {' | '.join(last[-3:])})")
+                line = chunk.get("stream", "").strip()
+                if line:
+                    last.append(line)
+                    if line.startswith("Step "):
+                        _say(log, f"  {line}")
+        except docker.errors.APIError as e:
+            raise ImageError(f"building {tag} failed: {e.explanation or e}") from None
+    image = client.images.get(tag)
+    image.tag(f"amb-{role}", "latest")
+    return Built(role, tag, image.id, cached=False)
+
+
+def ensure_images(
+    roles: tuple[str, ...] = ROLES, *, base: str | None = None, from_rootfs: bool | None = None, log=None
+) -> dict[str, Built]:
+    """Make sure the images exist; return them by role. Used by the CLI and by amb-record.
+
+    Without an explicit choice the base comes from the rootfs when ``AMB_BASE_FROM_ROOTFS=1``
+    (our CI), else from ``AMB_BASE_IMAGE`` or the public default.
+    """
+    client = docker_client()
+    if from_rootfs is None:
+        from_rootfs = os.environ.get("AMB_BASE_FROM_ROOTFS", "") not in ("", "0") and base is None
+    if from_rootfs:
+        base_ref = ensure_rootfs_base(client, log)
+    else:
+        base_ref = ensure_public_base(client, base or os.environ.get("AMB_BASE_IMAGE") or DEFAULT_BASE, log)
+    return {role: ensure_image(client, role, base_ref, log=log) for role in roles}
+
+
+def _say(log, message: str) -> None:
+    if log is not None:
+        log(message)
+
+
+# ---- CLI -----------------------------------------------------------------------------------------------
+
+
+@click.group("images")
+def images() -> None:
+    """Container images for the docker backend (agent) and the offline grader."""
+
+
+@images.command("build")
+@click.option("--base-from-rootfs", is_flag=True, help="Make the base from a debootstrapped Debian (no registry needed).")
+@click.option("--base", "base", default=None, help=f"Base image (default: $AMB_BASE_IMAGE or {DEFAULT_BASE}).")
+@click.option("--only", type=click.Choice(ROLES), multiple=True, help="Build only these roles.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def build(base_from_rootfs: bool, base: str | None, only: tuple[str, ...], as_json: bool) -> None:
+    """Build (or find, by content tag) the agent and grader images."""
+    if base_from_rootfs and base:
+        raise UsageError("--base and --base-from-rootfs exclude each other")
+    log = (lambda m: click.echo(m, err=True))
+    built = ensure_images(only or ROLES, base=base, from_rootfs=base_from_rootfs or None, log=log)
+    if as_json:
+        click.echo(json.dumps({r: b.__dict__ for r, b in built.items()}, indent=2))
+        return
+    for b in built.values():
+        state = "up to date" if b.cached else "built"
+        click.echo(f"{b.role:7} {b.tag}  {state}")
+
+
+commands = [images]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(images())

@@ -1,0 +1,106 @@
+"""Rescoring throughput: N synthetic runs scored with the offline judge and with a cached LLM judge.
+
+    python bench/rescore.py [--runs 1000] [--calls 35] [--jobs 2] [--store DIR]
+
+Generates N synthetic runs through the real spool → ingest path (not timed), then times:
+
+- baseline: reading every run's events back (``replay.read.iter_events``), the floor for any rescore;
+- offline judge: ``score_runs`` over all runs (evidence, rules, codes, audit, cost, ledger append);
+- LLM judge, cold: every item asked once of a loopback fake judge (fills the cache; reported, not the target);
+- LLM judge, cached: the same again, all verdicts from the cache (0 requests expected).
+
+Memory: resident set size sampled after every chunk of 100 runs; "flat" means the RSS after the last
+chunk is close to the RSS after the first. Target: 1,000 runs in under 60 s for the offline judge and
+the cached LLM judge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from recorder.synthetic import generate_run  # noqa: E402
+from replay.ingest import ingest  # noqa: E402
+from replay.read import iter_events, run_ids  # noqa: E402
+from scorer.batch import open_store, score_runs  # noqa: E402
+from scorer.profile import load  # noqa: E402
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def timed_score(st, profile, judge: str, jobs: int, label: str) -> tuple[float, list[float], int]:
+    samples: list[float] = []
+    t0 = time.perf_counter()
+    result = score_runs(st, profile, judge=judge, jobs=jobs, keep_rows=False, progress=lambda n: samples.append(rss_mb()))
+    dt = time.perf_counter() - t0
+    return dt, samples, result.judge_requests
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--calls", type=int, default=35, help="model calls per synthetic run")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--store", default=None, help="reuse/keep this store (default: a temp dir)")
+    ap.add_argument("--skip-llm", action="store_true")
+    args = ap.parse_args()
+
+    tmp = None
+    store = Path(args.store) if args.store else Path(tmp := tempfile.mkdtemp(prefix="amb-bench-rescore-")) / "store"
+    t0 = time.perf_counter()
+    existing = set()
+    if (store / "amb.duckdb").exists():
+        with open_store(store) as st:
+            existing = set(run_ids(st.con))
+    for i in range(args.runs):
+        rid = f"bench-{i:05d}"
+        if rid not in existing:
+            generate_run(store, rid, seed=i, calls=args.calls)
+    ingest(store)
+    print(f"setup: {args.runs} synthetic runs ({args.calls} model calls each) generated and ingested in {time.perf_counter() - t0:.1f} s")
+
+    profile = load("paper-2026-06")
+    with open_store(store) as st:
+        ids = run_ids(st.con)[: args.runs]
+        t0 = time.perf_counter()
+        n_events = sum(1 for rid in ids for _ in iter_events(st.con, rid))
+        base = time.perf_counter() - t0
+        print(f"baseline (read every run's events back): {len(ids) / base:8.1f} runs/s  ({n_events} events, {base:.1f} s)")
+
+        dt, rss, _ = timed_score(st, profile, "offline", args.jobs, "offline")
+        print(f"offline judge:                           {len(ids) / dt:8.1f} runs/s  ({dt:.1f} s; {dt / base:.1f}x the baseline); "
+              f"RSS after first chunk {rss[0]:.0f} MB, after last {rss[-1]:.0f} MB, peak {max(rss):.0f} MB")
+
+        if not args.skip_llm:
+            spec = importlib.util.spec_from_file_location("judge_server", ROOT / "tests" / "fakes" / "judge_server.py")
+            fake = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(fake)
+            with fake.JudgeServer(fake.default_policy, keep_requests=False) as server:
+                os.environ["AMB_JUDGE_BASE_URL"] = server.base_url
+                os.environ["AMB_JUDGE_MODEL"] = "fake-judge"
+                dt, rss, n = timed_score(st, profile, "llm", max(args.jobs, 4), "llm-cold")
+                print(f"LLM judge, cold (fills the cache):       {len(ids) / dt:8.1f} runs/s  ({dt:.1f} s; {n} requests to the loopback judge); "
+                      f"RSS after first chunk {rss[0]:.0f} MB, after last {rss[-1]:.0f} MB")
+                dt, rss, n = timed_score(st, profile, "llm", args.jobs, "llm-cached")
+                print(f"LLM judge, cached:                       {len(ids) / dt:8.1f} runs/s  ({dt:.1f} s; {dt / base:.1f}x the baseline; {n} requests); "
+                      f"RSS after first chunk {rss[0]:.0f} MB, after last {rss[-1]:.0f} MB, peak {max(rss):.0f} MB")
+    print(f"peak RSS of this process: {__import__('resource').getrusage(__import__('resource').RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    if tmp:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""bench/shim: the shim's wall-time overhead on a process-heavy workload, inside one container.
+
+    python bench/shim.py [--n 2000] [--rounds 5]
+
+In one agent container (the real image, the docker backend's limits and flags), N short
+``python3 -c pass`` runs are timed without the shim and N under it (strace -f --seccomp-bpf,
+inotify on the workspace, events streamed to a real receiver writing a real spool). The runs are
+cut into blocks interleaved ABBA (plain, shim, shim, plain) per round, so that load from anything
+else on the machine falls on both sides alike. Prints the ratio shim/plain of the total wall times
+(target <= 1.05), the same ratio for the CPU the container used (the container's cgroup, so the
+shim's and strace's CPU count against it; the host-side receiver does not), and checks that every
+process run under the shim was recorded. On a loaded machine trust the CPU ratio: wall time then
+depends on how the scheduler shares the cores, and a traced workload (more runnable tasks) can
+even get a larger share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from amb.images import ensure_images  # noqa: E402
+from recorder.docker_backend import CAPS, SHIM_ENTRY  # noqa: E402
+from recorder.shim.receiver import ShimReceiver  # noqa: E402
+from recorder.spool import spool_path  # noqa: E402
+from schemas.codec import decode_event  # noqa: E402
+from schemas.frames import scan  # noqa: E402
+
+LOOP = r"""
+cpu() {  # CPU time (ns) used so far by everything in this container: cgroup v1, else v2
+    if [ -r /sys/fs/cgroup/cpuacct/cpuacct.usage ]; then cat /sys/fs/cgroup/cpuacct/cpuacct.usage
+    elif [ -r /sys/fs/cgroup/cpu.stat ]; then echo $(( $(awk '/^usage_usec/ {print $2}' /sys/fs/cgroup/cpu.stat) * 1000 ))
+    else echo 0; fi
+}
+c0=$(cpu); s=$(date +%s%N)
+for i in $(seq "$2"); do python3 -c pass; done
+e=$(date +%s%N); c1=$(cpu)
+echo "$1 $((e-s)) $((c1-c0))"
+"""
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=2000, help="python -c runs per measurement")
+    p.add_argument("--rounds", type=int, default=5, help="ABBA rounds (each: plain, shim, shim, plain)")
+    args = p.parse_args()
+    block = max(1, args.n // (2 * args.rounds))
+
+    import docker
+
+    image = ensure_images(("agent",), log=lambda m: print(m, file=sys.stderr))["agent"].tag
+    client = docker.from_env()
+    tmp = Path(tempfile.mkdtemp(prefix="amb-bench-shim-"))
+    store = tmp / "store"
+    steps, receivers, volumes = [], [], {}
+    for r in range(args.rounds):
+        for label in ("plain", "shim", "shim", "plain"):
+            if label == "plain":
+                steps.append(f"setpriv --reuid=1000 --regid=1000 --clear-groups bash -c \"$AMB_LOOP\" _ plain {block}")
+                continue
+            k = len(receivers)
+            sock = tmp / f"sock{k}"
+            sock.mkdir(mode=0o700)
+            receivers.append((f"bench-{k}", ShimReceiver(store, f"bench-{k}", sock).start()))
+            volumes[str(sock)] = {"bind": f"/run/amb/sock{k}", "mode": "ro"}
+            steps.append(
+                f"/opt/venv/bin/python -I -c \"{SHIM_ENTRY}\" run --socket /run/amb/sock{k}/shim.sock "
+                f"--workspace /workspace --agent-uid 1000 -- bash -c \"$AMB_LOOP\" _ shim {block}"
+            )
+    # A discarded warm-up first: the first python runs in a fresh container pay for cold caches.
+    steps.insert(0, f"setpriv --reuid=1000 --regid=1000 --clear-groups bash -c \"$AMB_LOOP\" _ warmup {max(20, block // 2)}")
+    script = " && ".join(steps)
+    print(f"image {image}: {args.rounds} ABBA round(s), blocks of {block} `python3 -c pass` runs", file=sys.stderr)
+    container = client.containers.run(
+        image, ["bash", "-c", script], detach=True, init=True, volumes=volumes, network_mode="none",
+        security_opt=["no-new-privileges"], cap_drop=["ALL"], cap_add=CAPS, read_only=True,
+        tmpfs={"/tmp": "size=1g,mode=1777", "/workspace": "size=1g,mode=1777", "/home/agent": "size=64m,mode=1777"},
+        nano_cpus=int(2e9), mem_limit="8g", pids_limit=4096, user="0:0", environment={"AMB_LOOP": LOOP},
+    )
+    status = container.wait()["StatusCode"]
+    logs = container.logs().decode()
+    container.remove(force=True)
+    if status != 0:
+        print(logs, file=sys.stderr)
+        raise SystemExit(f"bench container failed with exit {status}")
+    times: dict[str, list[float]] = {"plain": [], "shim": []}
+    cpus: dict[str, list[float]] = {"plain": [], "shim": []}
+    for line in logs.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] in times and parts[1].isdigit():
+            times[parts[0]].append(int(parts[1]) / 1e9)
+            cpus[parts[0]].append(int(parts[2]) / 1e9)
+    recorded, cpu = [], []
+    for run_id, receiver in receivers:
+        receiver.close()
+        path = spool_path(store, run_id, "shim")
+        events = [decode_event(bytes(b)) for b in scan(path.read_bytes()).bodies]
+        procs = [e for e in events if e.kind == "process.exited" and e.payload.argv == ["python3", "-c", "pass"]]
+        recorded.append(len(procs))
+        bye = [e.payload.data for e in events if e.kind == "note" and e.payload.text == "shim finished"][0]
+        cpu.append(bye["cpu_ms_shim"] + bye.get("cpu_ms_strace", 0))
+    plain, shim = sum(times["plain"]), sum(times["shim"])
+    print(f"plain blocks: {' '.join(f'{t:.2f}' for t in times['plain'])}  total {plain:.2f}s")
+    print(f"shim blocks:  {' '.join(f'{t:.2f}' for t in times['shim'])}  total {shim:.2f}s")
+    print(f"processes recorded per shim block: {recorded} (expected {block} each)")
+    print(f"shim CPU per shim block: {cpu} ms (shim process + strace); "
+          f"{sum(cpu) / max(1, sum(recorded)):.2f} ms per process")
+    ratio = shim / plain
+    cpu_plain, cpu_shim = sum(cpus["plain"]), sum(cpus["shim"])
+    if cpu_plain > 0:
+        print(f"container CPU: plain {cpu_plain:.2f}s, shim {cpu_shim:.2f}s (strace and the shim included); "
+              f"CPU ratio {cpu_shim / cpu_plain:.3f}  target <= 1.05: {'met' if cpu_shim / cpu_plain <= 1.05 else 'NOT met'}")
+    med = statistics.median(times["shim"]) / statistics.median(times["plain"])
+    print(f"wall ratio shim/plain: {ratio:.3f} (of totals; {med:.3f} of block medians)  "
+          f"target <= 1.05: {'met' if ratio <= 1.05 else 'NOT met'}")
+    load = os.getloadavg()[0]
+    if load > (os.cpu_count() or 1):
+        print(f"warning: load average {load:.1f} on {os.cpu_count()} cores: the wall ratio is not meaningful, "
+              "judge by the CPU ratio")
+    return 0 if all(n == block for n in recorded) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,217 @@
+"""The backend seam: where and how the agent process runs (``--backend local|docker``).
+
+``recorder.run`` owns everything that is the same for every backend: the recording proxy, the
+per-run CA, credential custody, the time limit, signals, ``run.started``/``run.finished``. A
+backend owns only the agent's process (or container) and its workspace. The orchestrator calls,
+in this order::
+
+    host = backend.proxy_listen_host()          # where the proxy must bind to be reachable
+    ... the proxy starts; its CA exists ...
+    view = backend.prepare(ctx)                 # how the agent will see the proxy, CA, workspace
+    env  = ...amb's variables, built from view...  (base URLs, HTTP(S)_PROXY, CA paths, placeholders)
+    handle = backend.start(argv, env)
+    backend.wait(handle, timeout)  ->  Exit | None   (polled; None = still running)
+    backend.send_signal(handle, SIGINT|SIGTERM)  /  backend.kill(handle)   (time limit, forwarding)
+    sealed = backend.seal_submission(handle)    # after the agent has ended; a SubmissionSealed
+    backend.close(handle)                       # always called, even after errors
+
+Rules for implementers:
+
+- ``amb-record --backend NAME`` builds the backend with no arguments (``LocalBackend()``, and
+  ``recorder.docker_backend.DockerBackend()`` for docker); everything about the run arrives in
+  ``prepare(ctx)``.
+
+- ``env`` holds only amb's variables (``OPENAI_BASE_URL``, ``HTTPS_PROXY``, ``SSL_CERT_FILE``,
+  placeholder keys, ``AMB_RUN_ID``, ...). The local backend layers it over its own environment with
+  the real keys removed; a container backend passes it (and nothing of the host's) into the
+  container. Paths in it are the ones ``prepare`` returned, i.e. as the agent sees them.
+- A backend never sees the real API keys: they stay in the recorder process, which injects them
+  upstream.
+- ``wait`` must not block longer than ``timeout`` (seconds; None = until exit): the orchestrator
+  polls it to enforce the time limit and to forward signals.
+- ``Exit.code`` follows the shell convention: the exit status, or 128+N when killed by signal N.
+- ``seal_submission`` returns the files under the workspace (relative paths, sha256, content
+  stored in ``ctx.blobs`` under a size cap); use ``seal_directory`` unless the files live elsewhere.
+- Extra event sources (the in-container shim's ``shim`` spool) are the backend's business: it gets
+  ``ctx.store`` and ``ctx.run_id`` and may write ``spool/<run_id>/<source>.spool`` itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from schemas.blobstore import BlobStore
+from schemas.events import SealedFile, SubmissionSealed
+
+SEAL_FILE_CAP = 16 * 1024 * 1024
+"""Files larger than this are sealed by hash only (their content is not copied into blobs)."""
+
+SEAL_TOTAL_CAP = 1024 * 1024 * 1024
+"""Stop storing content once this many bytes of the submission were stored (hash the rest)."""
+
+SEAL_MAX_FILES = 5_000
+"""A workspace with more files than this is sealed up to the limit; the rest are counted as skipped
+(an event must stay under the spool's frame limit, so the listing itself is bounded too)."""
+
+SEAL_MAX_SKIPPED = 100
+"""Skipped files listed by name; beyond this, one summary entry says how many more there were."""
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a backend knows about the run it hosts."""
+
+    run_id: str
+    store: Path
+    """The store directory (``spool/``, ``blobs/``, ``amb.duckdb`` live under it)."""
+    blobs: BlobStore
+    workspace: Path
+    """The workspace on the host: the agent's working directory and what gets sealed."""
+    data_dir: Path | None = None
+    """Task inputs (``--data``), to be offered read-only."""
+    task: str | None = None
+    tier: str | None = None
+    time_limit_s: float | None = None
+    ca_cert: Path | None = None
+    """The per-run proxy CA certificate (PEM), host path."""
+    ca_bundle: Path | None = None
+    """System CAs + the per-run CA (PEM), host path: what SSL_CERT_FILE & co. point at."""
+    proxy_ports: dict[str, int] = field(default_factory=dict)
+    """``openai`` / ``anthropic`` (reverse endpoints) and ``regular`` (HTTP(S) proxy) ports."""
+
+
+@dataclass(frozen=True)
+class AgentView:
+    """How the agent sees the recorder's pieces (host paths for local, container paths for docker)."""
+
+    proxy_host: str
+    """Host name or address the agent uses to reach the proxy's ports."""
+    ca_bundle: str
+    """Path of the CA bundle as the agent sees it."""
+    workspace: str
+    """The agent's working directory as it sees it (recorded in ``run.started``)."""
+
+
+@dataclass(frozen=True)
+class Exit:
+    code: int
+    """Exit status, or 128+N when the process was killed by signal N."""
+    signal: int | None = None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+    """``local`` or ``docker``: recorded in ``run.started.backend``."""
+
+    def proxy_listen_host(self) -> str:
+        """The address the proxy binds so that the agent can reach it (``127.0.0.1`` locally)."""
+        ...
+
+    def prepare(self, ctx: RunContext) -> AgentView:
+        """Set up the workspace (and image, network, mounts); no agent process yet."""
+        ...
+
+    def start(self, argv: list[str], env: dict[str, str]) -> Any:
+        """Start the agent; return an opaque handle. Raise ``AmbError`` if it cannot start."""
+        ...
+
+    def wait(self, handle: Any, timeout: float | None) -> Exit | None:
+        """The agent's exit, or None if it is still running after ``timeout`` seconds."""
+        ...
+
+    def send_signal(self, handle: Any, sig: int) -> None:
+        """Deliver ``sig`` to the agent (its process group, so its children get it too)."""
+        ...
+
+    def kill(self, handle: Any) -> None:
+        """SIGKILL the agent and everything it started."""
+        ...
+
+    def pid(self, handle: Any) -> int | None:
+        """The agent's pid as the host sees it (for ``process.exited``), if there is one."""
+        ...
+
+    def seal_submission(self, handle: Any) -> SubmissionSealed:
+        """The workspace's files as they are now (the agent has ended)."""
+        ...
+
+    def close(self, handle: Any) -> None:
+        """Release everything (containers, networks, temp files). Idempotent."""
+        ...
+
+    def tool_versions(self) -> dict[str, str]:
+        """Versions worth recording in ``run.started`` (image digest, docker version, ...)."""
+        ...
+
+
+def seal_directory(
+    root: Path,
+    blobs: BlobStore,
+    *,
+    file_cap: int = SEAL_FILE_CAP,
+    total_cap: int = SEAL_TOTAL_CAP,
+    max_files: int = SEAL_MAX_FILES,
+    shown_root: str | None = None,
+) -> SubmissionSealed:
+    """Hash every regular file under ``root``; store content under the caps.
+
+    Symlinks are recorded as skipped (following one could seal a file outside the workspace).
+    """
+    files: list[SealedFile] = []
+    skipped: list[str] = []
+    stored = 0
+    count = 0
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            rel = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                skipped.append(f"{rel}: symlink")
+                continue
+            if not path.is_file():
+                skipped.append(f"{rel}: not a regular file")
+                continue
+            count += 1
+            if count > max_files:
+                skipped.append(f"{rel}: over the {max_files}-file limit")
+                continue
+            try:
+                size = path.stat().st_size
+                if size <= file_cap and stored + size <= total_cap:
+                    data = path.read_bytes()
+                    ref = blobs.put(data, _media_type(name))
+                    stored += len(data)
+                    files.append(SealedFile(path=rel, size=len(data), sha256=ref.blob, content=ref))
+                else:
+                    files.append(SealedFile(path=rel, size=size, sha256=_hash_file(path)))
+            except OSError as e:
+                skipped.append(f"{rel}: unreadable ({e.strerror or e})")
+    if len(skipped) > SEAL_MAX_SKIPPED:
+        skipped = skipped[:SEAL_MAX_SKIPPED] + [f"...: {len(skipped) - SEAL_MAX_SKIPPED} more files skipped"]
+    return SubmissionSealed(root=shown_root or str(root), files=files, skipped=skipped)
+
+
+def _hash_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return "sha256:" + h.hexdigest()
+
+
+def _media_type(name: str) -> str:
+    lower = name.lower()
+    for suffix, media in (
+        (".json", "application/json"), (".md", "text/markdown"), (".txt", "text/plain"),
+        (".csv", "text/csv"), (".py", "text/x-python"), (".png", "image/png"),
+        (".nii.gz", "application/gzip"), (".gz", "application/gzip"),
+    ):
+        if lower.endswith(suffix):
+            return media
+    return "application/octet-stream"

@@ -1,0 +1,402 @@
+"""The docker backend: the agent runs in a container whose only way out is the recording proxy.
+
+Per run it creates:
+
+- an ``--internal`` bridge network. The container cannot route to the internet, but it can reach
+  ports the host listens on at that network's gateway address (and at other host addresses),
+  so the proxy binds the gateway address, nothing else of amb listens on a non-loopback address,
+  and, when we run as root with iptables, a host firewall rule refuses everything the container
+  sends to the host except the proxy's ports (``tool_versions()["host_firewall"]`` says which);
+- a fresh workspace directory (bind-mounted at ``/workspace``; the tier's brief is placed there);
+- ``DIR/public`` mounted read-only at ``/data/public``; ``DIR/private`` is never mounted;
+- the per-run proxy CA alone as the container's trust bundle (``/etc/amb/ca/bundle.pem``);
+- the shim's receiver socket (``/run/amb/sock``, read-only mount, one connection, then unlinked).
+
+The container runs ``amb-shim`` as root with almost no capabilities; the shim runs the agent
+as an unprivileged uid under strace and streams every process, file change and connect to the
+receiver, which appends them to the run's ``shim`` spool on the host. The root filesystem is
+read-only, with tmpfs for ``/tmp`` and the agent's home; cpus, memory and pids are limited;
+``no-new-privileges`` is set.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from recorder.backend import AgentView, Exit, RunContext, seal_directory
+from recorder.shim.receiver import ShimReceiver
+from recorder.shim.shim import DEFAULT_CAP
+from schemas.errors import AmbError
+from schemas.events import SubmissionSealed
+
+DEFAULT_IMAGE = "amb-agent:latest"
+AGENT_UID = 1000
+CONTAINER_WORKSPACE = "/workspace"
+CONTAINER_DATA = "/data/public"
+CONTAINER_CA_DIR = "/etc/amb/ca"
+CONTAINER_SOCK_DIR = "/run/amb/sock"
+BRIEF_NAME = "tier_prompt.txt"
+"""Where AutoMedBench's orchestrator puts the tier's prompt; agents written for it look there."""
+
+FORBIDDEN_WATCH = ("/data/private", "/eval", "/results")
+"""Paths whose opens the shim records if they ever exist inside the container."""
+
+OUTSIDE_WRITES = ("/tmp", "/home/agent")
+"""The only writable places besides the workspace: writes there are recorded by absolute path."""
+
+SHIM_ENTRY = ("import sys; sys.path.insert(0, '/opt/amb/lib'); "
+              "from recorder.shim.__main__ import main; sys.exit(main())")
+
+# What the shim (root in the container) needs, and nothing more: switch to the agent's uid, read
+# the agent's files whatever their modes, and kill processes that outlive the agent.
+CAPS = ["SETUID", "SETGID", "KILL", "DAC_OVERRIDE", "DAC_READ_SEARCH"]
+
+
+class DockerBackendError(AmbError):
+    """The container, its network or its mounts could not be set up."""
+
+
+@dataclass
+class Limits:
+    cpus: float | None = 2.0
+    memory: str | None = "8g"
+    pids: int | None = 4096
+    tmp_size: str = "2g"
+
+
+@dataclass
+class _Handle:
+    container: object
+    exited: threading.Event = field(default_factory=threading.Event)
+    status: int | None = None
+    killed: bool = False
+    streamer: threading.Thread | None = None
+
+
+class DockerBackend:
+    name = "docker"
+
+    def __init__(self, image: str | None = None, *, limits: Limits | None = None, gpus: str | None = None,
+                 content_cap: int = DEFAULT_CAP, brief: str | None = None, client=None,
+                 host_firewall: bool | None = None, stream_output: bool = True, linger: float = 2.0):
+        self.image = image or os.environ.get("AMB_AGENT_IMAGE") or DEFAULT_IMAGE
+        self.limits = limits or Limits()
+        self.gpus = gpus if gpus is not None else (os.environ.get("AMB_GPUS") or None)
+        self.content_cap = content_cap
+        self.brief = brief
+        self.stream_output = stream_output
+        self.linger = linger
+        self._client = client
+        self._want_firewall = host_firewall
+        self._firewall: list[list[str]] = []
+        self._network = None
+        self._gateway: str | None = None
+        self._ctx: RunContext | None = None
+        self._tmp: Path | None = None
+        self._workspace: Path | None = None
+        self._receiver: ShimReceiver | None = None
+        self._uid = AGENT_UID
+        self._gid = AGENT_UID
+        self._closed = False
+        self._container = None
+        self._token = secrets.token_hex(4)
+        # The orchestrator closes a backend only once it has a handle; if preparing or starting
+        # failed, this still removes the network, the container and the temporary directories.
+        atexit.register(self._release)
+
+    def _release(self) -> None:
+        if not self._closed:
+            self.close(None)
+
+    # ---- docker ---------------------------------------------------------------------------------------
+
+    @property
+    def client(self):
+        if self._client is None:
+            try:
+                import docker
+
+                self._client = docker.from_env(timeout=120)
+                self._client.ping()
+            except Exception as e:
+                raise DockerBackendError(
+                    f"--backend docker: cannot reach a docker daemon ({e.__class__.__name__}: {e}); "
+                    "start dockerd (CI: .ci/dockerd.sh) or set DOCKER_HOST"
+                ) from None
+        return self._client
+
+    def proxy_listen_host(self) -> str:
+        """Create the run's internal network; the proxy binds its gateway address."""
+        import docker.errors
+
+        if self._gateway is not None:
+            return self._gateway
+        name = self.network_name
+        try:
+            self._network = self.client.networks.create(
+                name, driver="bridge", internal=True, labels={"org.amb.backend": "docker"},
+                options={"com.docker.network.bridge.name": name},
+            )
+            self._network.reload()
+            self._gateway = self._network.attrs["IPAM"]["Config"][0]["Gateway"].split("/")[0]
+        except (docker.errors.APIError, KeyError, IndexError) as e:
+            self._drop_network()
+            raise DockerBackendError(f"cannot create the run's internal network: {e}") from None
+        return self._gateway
+
+    # ---- the seam ---------------------------------------------------------------------------------------
+
+    def prepare(self, ctx: RunContext) -> AgentView:
+        import docker.errors
+
+        self._ctx = ctx
+        if self._gateway is None:
+            self.proxy_listen_host()
+        try:
+            self.client.images.get(self.image)
+        except docker.errors.ImageNotFound:
+            raise DockerBackendError(f"image {self.image} not found: build it with `amb images build`") from None
+        if ctx.data_dir is not None and not (Path(ctx.data_dir) / "public").is_dir():
+            raise DockerBackendError(f"--data {ctx.data_dir}: no public/ folder in it (only DIR/public reaches the agent)")
+        if os.geteuid() != 0:  # the agent runs as the invoking user: its files stay the user's
+            self._uid, self._gid = os.geteuid(), os.getegid()
+
+        self._tmp = Path(tempfile.mkdtemp(prefix=f"amb-docker-{ctx.run_id}-"))
+        self._workspace = self._tmp / "workspace"
+        self._workspace.mkdir()
+        brief = self._brief_text(ctx)
+        if brief is not None:
+            (self._workspace / BRIEF_NAME).write_text(brief)
+        if os.geteuid() == 0:
+            for path in [self._workspace, *self._workspace.iterdir()]:
+                os.chown(path, self._uid, self._gid)
+        ca_dir = self._tmp / "ca"
+        ca_dir.mkdir()
+        # The container trusts the per-run CA and nothing else: everything it can reach is the proxy.
+        (ca_dir / "bundle.pem").write_bytes(Path(ctx.ca_cert).read_bytes() if ctx.ca_cert else b"")
+        os.chmod(ca_dir / "bundle.pem", 0o644)
+        sock_dir = self._tmp / "sock"
+        sock_dir.mkdir(mode=0o700)
+        self._receiver = ShimReceiver(ctx.store, ctx.run_id, sock_dir, blobs=ctx.blobs,
+                                      content_cap=self.content_cap).start()
+        self._apply_firewall(ctx)
+        return AgentView(proxy_host=self._gateway, ca_bundle=f"{CONTAINER_CA_DIR}/bundle.pem",
+                         workspace=CONTAINER_WORKSPACE)
+
+    def _brief_text(self, ctx: RunContext) -> str | None:
+        if self.brief is not None:
+            return self.brief
+        if not (ctx.task and ctx.tier):
+            return None
+        # recorder may not import tasks/; the briefs are plain files next to the task specs.
+        path = Path(__file__).resolve().parent.parent / "tasks" / ctx.task / f"{ctx.tier}.md"
+        return path.read_text() if path.is_file() else None
+
+    def start(self, argv: list[str], env: dict[str, str]) -> _Handle:
+        import docker.errors
+        import docker.types
+
+        assert self._ctx is not None and self._tmp is not None, "prepare() first"
+        ctx = self._ctx
+        command = ["/opt/venv/bin/python", "-I", "-c", SHIM_ENTRY, "run",
+                   "--socket", f"{CONTAINER_SOCK_DIR}/shim.sock", "--workspace", CONTAINER_WORKSPACE,
+                   "--agent-uid", str(self._uid), "--agent-gid", str(self._gid),
+                   "--content-cap", str(self.content_cap), "--linger", str(self.linger)]
+        for path in FORBIDDEN_WATCH:
+            command += ["--watch", path]
+        for path in OUTSIDE_WRITES:
+            command += ["--outside", path]
+        command += ["--", *argv]
+        volumes = {
+            str(self._workspace): {"bind": CONTAINER_WORKSPACE, "mode": "rw"},
+            str(self._tmp / "ca"): {"bind": CONTAINER_CA_DIR, "mode": "ro"},
+            str(self._tmp / "sock"): {"bind": CONTAINER_SOCK_DIR, "mode": "ro"},
+        }
+        if ctx.data_dir is not None:
+            volumes[str((Path(ctx.data_dir) / "public").resolve())] = {"bind": CONTAINER_DATA, "mode": "ro"}
+        kwargs: dict = dict(
+            image=self.image, command=command, environment=dict(env), network=self._network.name,
+            volumes=volumes, working_dir=CONTAINER_WORKSPACE, init=True, detach=True,
+            security_opt=["no-new-privileges"], cap_drop=["ALL"], cap_add=CAPS, read_only=True,
+            tmpfs={"/tmp": f"size={self.limits.tmp_size},mode=1777",
+                   "/home/agent": f"size={self.limits.tmp_size},mode=1777"},
+            labels={"org.amb.run": ctx.run_id}, name=f"amb-{ctx.run_id}-{self._token}"[:63],
+            user="0:0",
+        )
+        if self.limits.cpus:
+            kwargs["nano_cpus"] = int(self.limits.cpus * 1e9)
+        if self.limits.memory:
+            kwargs["mem_limit"] = self.limits.memory
+        if self.limits.pids:
+            kwargs["pids_limit"] = self.limits.pids
+        if self.gpus:
+            kwargs["device_requests"] = [_gpu_request(self.gpus)]
+        try:
+            container = self._container = self.client.containers.create(**kwargs)
+            handle = _Handle(container)
+            container.start()
+        except docker.errors.APIError as e:
+            raise DockerBackendError(f"cannot start the agent container: {e.explanation or e}") from None
+        if self.stream_output:
+            handle.streamer = threading.Thread(target=_stream_output, args=(container,), daemon=True)
+            handle.streamer.start()
+        threading.Thread(target=self._wait_exit, args=(handle,), daemon=True).start()
+        return handle
+
+    def _wait_exit(self, handle: _Handle) -> None:
+        try:
+            handle.status = int(handle.container.wait()["StatusCode"])
+        except Exception:
+            handle.status = 125  # the daemon lost the container: report it as a failed start
+        handle.exited.set()
+
+    def wait(self, handle: _Handle, timeout: float | None) -> Exit | None:
+        if not handle.exited.wait(timeout):
+            return None
+        if handle.streamer is not None:
+            handle.streamer.join(timeout=5)
+        code = handle.status if handle.status is not None else 125
+        if handle.killed and code == 137:
+            return Exit(code=137, signal=9)
+        return Exit(code=code)
+
+    def send_signal(self, handle: _Handle, sig: int) -> None:
+        # PID 1 is docker's init: it forwards to the shim, which forwards to the agent.
+        try:
+            handle.container.kill(signal=int(sig))
+        except Exception:
+            pass
+
+    def kill(self, handle: _Handle) -> None:
+        handle.killed = True
+        try:
+            handle.container.kill()
+        except Exception:
+            pass
+
+    def pid(self, handle: _Handle) -> int | None:
+        try:
+            handle.container.reload()
+            return int(handle.container.attrs["State"]["Pid"]) or None
+        except Exception:
+            return None
+
+    def seal_submission(self, handle: _Handle) -> SubmissionSealed:
+        assert self._ctx is not None and self._workspace is not None
+        # The shim's last events (the final reconcile) are in before the workspace is sealed.
+        if self._receiver is not None:
+            self._receiver.wait(timeout=15)
+        return seal_directory(self._workspace, self._ctx.blobs, shown_root=CONTAINER_WORKSPACE)
+
+    def close(self, handle: _Handle | None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            container = handle.container if handle is not None else self._container
+            if container is not None:
+                try:
+                    container.remove(force=True)
+                except Exception:
+                    pass
+            if self._receiver is not None:
+                self._receiver.close(timeout=5)
+        finally:
+            self._remove_firewall()
+            self._drop_network()
+            if self._tmp is not None:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def tool_versions(self) -> dict[str, str]:
+        out = {"image": self.image, "host_firewall": "on" if self._firewall else "off"}
+        try:
+            out["image_id"] = self.client.images.get(self.image).id
+            out["docker"] = str(self.client.version().get("Version", ""))
+        except Exception:
+            pass
+        return out
+
+    @property
+    def shim_receiver(self) -> ShimReceiver | None:
+        return self._receiver
+
+    @property
+    def workspace(self) -> Path | None:
+        return self._workspace
+
+    @property
+    def network_name(self) -> str:
+        """The run's network (and bridge) name, also after it has been removed."""
+        return f"amb-{self._token}"
+
+    # ---- host firewall ----------------------------------------------------------------------------------
+
+    def _apply_firewall(self, ctx: RunContext) -> None:
+        """Refuse whatever the container sends to the host, except to the proxy's ports."""
+        want = self._want_firewall
+        if want is None:
+            want = os.geteuid() == 0 and shutil.which("iptables") is not None
+        if not want:
+            return
+        bridge = self._network.name
+        ports = sorted(set(ctx.proxy_ports.values()))
+        # REJECT rather than DROP: a probe gets "connection refused" at once instead of hanging.
+        rules = [["INPUT", "-i", bridge, "-j", "REJECT"]]
+        rules += [["INPUT", "-i", bridge, "-p", "tcp", "--dport", str(p), "-j", "ACCEPT"] for p in ports]
+        rules.append(["INPUT", "-i", bridge, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"])
+        for rule in rules:  # each is inserted at the top, so the last inserted is checked first
+            proc = subprocess.run(["iptables", "-w", "-I", *rule], capture_output=True, text=True)
+            if proc.returncode != 0:
+                if self._want_firewall:
+                    self._remove_firewall()
+                    raise DockerBackendError(f"cannot install the host firewall rule: {proc.stderr.strip()}")
+                self._remove_firewall()
+                return
+            self._firewall.append(rule)
+
+    def _remove_firewall(self) -> None:
+        for rule in reversed(self._firewall):
+            subprocess.run(["iptables", "-w", "-D", *rule], capture_output=True)
+        self._firewall.clear()
+
+    def _drop_network(self) -> None:
+        if self._network is not None:
+            try:
+                self._network.remove()
+            except Exception:
+                pass
+            self._network = None
+
+
+def _gpu_request(spec: str):
+    """``all``, a count (``2``) or device ids (``0,1``), as ``docker run --gpus`` takes them."""
+    import docker.types
+
+    if spec == "all":
+        return docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])
+    if spec.isdigit():
+        return docker.types.DeviceRequest(count=int(spec), capabilities=[["gpu"]])
+    return docker.types.DeviceRequest(device_ids=spec.split(","), capabilities=[["gpu"]])
+
+
+def _stream_output(container) -> None:
+    """The agent's stdout/stderr go to ours, as the local backend's would."""
+    try:
+        for out, err in container.attach(stdout=True, stderr=True, stream=True, logs=True, demux=True):
+            if out:
+                sys.stdout.buffer.write(out)
+                sys.stdout.flush()
+            if err:
+                sys.stderr.buffer.write(err)
+                sys.stderr.flush()
+    except Exception:
+        pass

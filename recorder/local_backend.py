@@ -1,0 +1,109 @@
+"""The local backend: the agent is a child process of amb-record on this machine."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+from recorder.backend import AgentView, Exit, RunContext, seal_directory
+from schemas.errors import AmbError
+from schemas.events import SubmissionSealed
+
+SECRET_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+"""Real keys amb-record holds in custody; the agent gets placeholders instead."""
+
+
+def _die_with_parent() -> None:
+    # If amb-record itself is killed (SIGKILL), the agent must not run on unrecorded: the kernel
+    # sends it SIGKILL when its parent dies (Linux; a no-op elsewhere).
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class LocalBackend:
+    """Runs the command as a child in its own process group, the workspace as its cwd."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        self._ctx: RunContext | None = None
+
+    def proxy_listen_host(self) -> str:
+        return "127.0.0.1"
+
+    def prepare(self, ctx: RunContext) -> AgentView:
+        self._ctx = ctx
+        ctx.workspace.mkdir(parents=True, exist_ok=True)
+        return AgentView(
+            proxy_host="127.0.0.1",
+            ca_bundle=str(ctx.ca_bundle) if ctx.ca_bundle else "",
+            workspace=str(ctx.workspace),
+        )
+
+    def start(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        assert self._ctx is not None, "prepare() first"
+        full = {k: v for k, v in os.environ.items() if k not in SECRET_VARS}
+        full.update(env)
+        try:
+            # A new session: signals we forward reach the agent's whole process group, and a
+            # terminal's Ctrl-C reaches amb-record alone (which then forwards it, once).
+            return subprocess.Popen(
+                argv, cwd=self._ctx.workspace, env=full, start_new_session=True, preexec_fn=_die_with_parent
+            )
+        except FileNotFoundError:
+            raise AmbError(f"cannot run {argv[0]!r}: command not found") from None
+        except PermissionError:
+            raise AmbError(f"cannot run {argv[0]!r}: permission denied") from None
+        except OSError as e:
+            raise AmbError(f"cannot run {argv[0]!r}: {e.strerror or e}") from None
+
+    def wait(self, handle: subprocess.Popen[bytes], timeout: float | None) -> Exit | None:
+        try:
+            rc = handle.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        if rc < 0:
+            return Exit(code=128 - rc, signal=-rc)
+        return Exit(code=rc)
+
+    def send_signal(self, handle: subprocess.Popen[bytes], sig: int) -> None:
+        self._signal_group(handle, sig)
+
+    def kill(self, handle: subprocess.Popen[bytes]) -> None:
+        self._signal_group(handle, signal.SIGKILL)
+
+    def pid(self, handle: subprocess.Popen[bytes]) -> int | None:
+        return handle.pid
+
+    def seal_submission(self, handle: subprocess.Popen[bytes]) -> SubmissionSealed:
+        assert self._ctx is not None
+        return seal_directory(self._ctx.workspace, self._ctx.blobs)
+
+    def close(self, handle: subprocess.Popen[bytes] | None) -> None:
+        if handle is not None and handle.poll() is None:
+            self._signal_group(handle, signal.SIGKILL)
+            try:
+                handle.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def tool_versions(self) -> dict[str, str]:
+        return {}
+
+    @staticmethod
+    def _signal_group(handle: subprocess.Popen[bytes], sig: int) -> None:
+        try:
+            os.killpg(handle.pid, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            try:
+                handle.send_signal(sig)
+            except ProcessLookupError:
+                pass
+

@@ -1,0 +1,341 @@
+"""The mitmproxy addon: tees traffic into ``Sink`` and keeps credentials in custody.
+
+Hook order per flow: ``request`` (inject the real key, refuse if recording is broken) →
+``responseheaders`` (switch streaming on: mitmproxy buffers whole responses otherwise, which would
+turn time-to-first-token into the length of the whole stream) → ``response`` or ``error`` (hand
+the facts to the sink; for model calls, wait until they are durable and fail closed if not).
+``done`` writes flows still in flight as partial records (mitmproxy calls it before their
+``error`` hooks at shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from mitmproxy import http
+
+from recorder.proxy import calls
+from recorder.proxy.result import loads
+from recorder.proxy import sink as sink_mod
+from recorder.proxy.sink import NETWORK_BODY_CAP, CallFacts, NetFacts, Sink
+
+log = logging.getLogger(__name__)
+KEY = "amb"
+WS_KEY = "amb-ws"
+TERMINAL_TYPES = ("response.completed", "response.failed", "response.incomplete", "error")
+TERMINAL_WS = tuple(t.encode() for t in TERMINAL_TYPES)
+
+
+@dataclass
+class _Flow:
+    api: calls.Api | None
+    started_ns: int
+    t0: float
+    prepared: Any = None
+    """Future of the request's blob and parse, started as soon as the request arrived."""
+    chunks: list[bytes] = field(default_factory=list)
+    first_byte: float | None = None
+    streamed: bool = False
+    recorded: bool = False
+    # non-model traffic: running hash and the body while under the cap
+    sha: Any = None
+    size: int = 0
+    kept: bytearray | None = None
+    call_id: str | None = None
+    """Set for a model call carried over a WebSocket (one flow, many calls)."""
+
+
+class Recorder:
+    def __init__(self, sink: Sink):
+        self.sink = sink
+        self.live: dict[str, http.HTTPFlow] = {}
+        self.ws_live: dict[str, http.HTTPFlow] = {}
+        """WebSocket flows with a model call in progress (their state is in ``flow.metadata``)."""
+        self.persisting = 0
+        """Hooks waiting for the sink right now (shutdown waits for them to finish)."""
+
+    # -- hooks ---------------------------------------------------------------------------------
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        req = flow.request
+        api = calls.classify(req.method, req.path)
+        flow.metadata[KEY] = _Flow(api=api, started_ns=time.time_ns(), t0=req.timestamp_start or time.time())
+        if self.sink.broken:
+            flow.response = _error_response(503, f"amb-record cannot persist the recording ({self.sink.broken}); "
+                                                 "refusing to forward unrecorded traffic")
+            flow.metadata[KEY].recorded = True
+            return
+        self.sink.custody.inject(req.host, req.port, req.headers)
+        if api is not None and len(req.raw_content or b"") > sink_mod.EAGER_PREPARE_MIN:
+            flow.metadata[KEY].prepared = self.sink.prepare_request(
+                api, req.raw_content or b"", req.headers.get("content-encoding")
+            )
+        self.live[flow.id] = flow
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        st: _Flow | None = flow.metadata.get(KEY)
+        if st is None or st.recorded or flow.response is None:
+            return
+        ctype = flow.response.headers.get("content-type", "")
+        if st.api is not None:
+            if "text/event-stream" in ctype:
+                st.streamed = True
+                chunks = st.chunks
+
+                def tee(chunk: bytes) -> bytes:
+                    # Runs once per upstream chunk: keep a reference, pass the bytes on unchanged.
+                    if chunk:
+                        if st.first_byte is None:
+                            st.first_byte = time.time()
+                        chunks.append(chunk)
+                    return chunk
+
+                flow.response.stream = tee
+        elif flow.response.status_code != 101:
+            st.streamed = True
+            st.sha = hashlib.sha256()
+            st.kept = bytearray()
+
+            def net_tee(chunk: bytes) -> bytes:
+                if chunk:
+                    if st.first_byte is None:
+                        st.first_byte = time.time()
+                    st.sha.update(chunk)
+                    st.size += len(chunk)
+                    if st.kept is not None:
+                        if len(st.kept) + len(chunk) <= NETWORK_BODY_CAP:
+                            st.kept += chunk
+                        else:
+                            st.kept = None
+                return chunk
+
+            flow.response.stream = net_tee
+
+    async def response(self, flow: http.HTTPFlow) -> None:
+        st: _Flow | None = flow.metadata.get(KEY)
+        self.live.pop(flow.id, None)
+        if st is None or st.recorded:
+            return
+        st.recorded = True
+        self.persisting += 1
+        try:
+            if st.api is not None:
+                facts = self._call_facts(flow, st)
+                if self.sink.small(facts) and not facts.request.done():
+                    # Wait for the request's worker here, then write inline: one hand-off, not two.
+                    await asyncio.wrap_future(facts.request)
+                await _settled(self.sink.record_call(facts))
+            else:
+                await _settled(self.sink.record_network(self._net_facts(flow, st)))
+        except Exception as e:  # fail closed: the client must not get an unrecorded answer
+            log.error("amb-record: cannot persist %s: %s", flow.request.pretty_url, e)
+            if st.streamed:
+                flow.kill()  # the stream ends without its terminator: the client sees an error
+            else:
+                flow.response = _error_response(502, f"amb-record could not persist this call: {e}")
+        finally:
+            self.persisting -= 1
+
+    async def error(self, flow: http.HTTPFlow) -> None:
+        st: _Flow | None = flow.metadata.get(KEY)
+        self.live.pop(flow.id, None)
+        if st is None or st.recorded:
+            return
+        st.recorded = True
+        msg = flow.error.msg if flow.error else "unknown error"
+        reason = _classify_error(msg, flow.response is not None)
+        self.persisting += 1
+        try:
+            if st.api is not None:
+                await asyncio.wrap_future(self.sink.record_call(self._call_facts(flow, st, reason)))
+            else:
+                await asyncio.wrap_future(self.sink.record_network(self._net_facts(flow, st, reason)))
+        except Exception as e:
+            log.error("amb-record: cannot persist failed flow %s: %s", flow.request.pretty_url, e)
+        finally:
+            self.persisting -= 1
+
+    # -- the same APIs over a WebSocket (the Responses API as the Codex CLI carries it) ----------
+
+    async def websocket_message(self, flow: http.HTTPFlow) -> None:
+        api = calls.classify_websocket(flow.request.path)
+        if api is None or flow.websocket is None:
+            return
+        msg = flow.websocket.messages[-1]
+        if msg.from_client:
+            if b"response.create" not in msg.content:
+                return
+            data = loads(msg.content)
+            if not (isinstance(data, dict) and data.get("type") == "response.create"):
+                return
+            previous: _Flow | None = flow.metadata.get(WS_KEY)
+            if previous is not None:  # a new request before the last one ended: keep what we have
+                await self._record_ws(flow, previous, "websocket_superseded")
+            n = flow.metadata.get(WS_KEY + "-n", 0) + 1
+            flow.metadata[WS_KEY + "-n"] = n
+            st = _Flow(api=api, started_ns=time.time_ns(), t0=time.time(), streamed=True, call_id=f"{flow.id}-{n}")
+            st.prepared = self.sink.prepare_request(api, msg.content, None)
+            flow.metadata[WS_KEY] = st
+            self.ws_live[flow.id] = flow
+            return
+        st = flow.metadata.get(WS_KEY)
+        if st is None:
+            return
+        if st.first_byte is None:
+            st.first_byte = time.time()
+        # Stored as SSE data frames, one per message, so the stream parser reads both carriages.
+        st.chunks.append(b"data: " + msg.content + b"\n\n")
+        if any(t in msg.content for t in TERMINAL_WS):
+            event = loads(msg.content)
+            if isinstance(event, dict) and event.get("type") in TERMINAL_TYPES:
+                if not await self._record_ws(flow, st, None):
+                    msg.drop()  # fail closed: the client never sees the end of an unrecorded answer
+                    flow.kill()
+
+    async def websocket_end(self, flow: http.HTTPFlow) -> None:
+        st = flow.metadata.get(WS_KEY)
+        if st is not None:
+            reason = flow.websocket.close_reason if flow.websocket else None
+            await self._record_ws(flow, st, "websocket_closed" + (f": {reason}" if reason else ""))
+
+    async def _record_ws(self, flow: http.HTTPFlow, st: _Flow, error: str | None) -> bool:
+        flow.metadata.pop(WS_KEY, None)
+        self.ws_live.pop(flow.id, None)
+        if st.recorded:
+            return True
+        st.recorded = True
+        self.persisting += 1
+        try:
+            await _settled(self.sink.record_call(self._ws_facts(flow, st, error)))
+            return True
+        except Exception as e:
+            log.error("amb-record: cannot persist a WebSocket model call: %s", e)
+            return False
+        finally:
+            self.persisting -= 1
+
+    def _ws_facts(self, flow: http.HTTPFlow, st: _Flow, error: str | None) -> CallFacts:
+        req = flow.request
+        scheme = "wss" if req.scheme == "https" else "ws"
+        now = time.time()
+        return CallFacts(
+            call_id=st.call_id or flow.id, api=st.api,  # type: ignore[arg-type]
+            url=f"{scheme}://{req.pretty_host}:{req.port}{req.path.split('?', 1)[0]}",
+            request=st.prepared, started_ns=st.started_ns, streamed=True,
+            status=flow.response.status_code if flow.response else None,
+            response_chunks=st.chunks, content_type="text/event-stream",
+            ttfb_ms=(st.first_byte - st.t0) * 1000 if st.first_byte else None,
+            latency_ms=(now - st.t0) * 1000, error=error, partial=error is not None,
+        )
+
+    def done(self) -> None:
+        # mitmproxy calls done() before in-flight flows get error(): save them now as partial.
+        for flow in list(self.live.values()):
+            st: _Flow | None = flow.metadata.get(KEY)
+            if st is None or st.recorded:
+                continue
+            st.recorded = True
+            try:
+                if st.api is not None:
+                    self.sink.record_call_now(self._call_facts(flow, st, "recorder_shutdown"))
+                else:
+                    self.sink.record_network(self._net_facts(flow, st, "recorder_shutdown")).result()
+            except Exception as e:
+                log.error("amb-record: cannot persist in-flight flow at shutdown: %s", e)
+        self.live.clear()
+        for flow in list(self.ws_live.values()):
+            st = flow.metadata.pop(WS_KEY, None)
+            if st is not None and not st.recorded:
+                st.recorded = True
+                try:
+                    self.sink.record_call_now(self._ws_facts(flow, st, "recorder_shutdown"))
+                except Exception as e:
+                    log.error("amb-record: cannot persist in-flight WebSocket call at shutdown: %s", e)
+        self.ws_live.clear()
+
+    # -- facts ---------------------------------------------------------------------------------
+
+    def _call_facts(self, flow: http.HTTPFlow, st: _Flow, error: str | None = None) -> CallFacts:
+        req, resp = flow.request, flow.response
+        now = time.time()
+        facts = CallFacts(
+            call_id=flow.id,
+            api=st.api,  # type: ignore[arg-type]
+            url=f"{req.scheme}://{req.pretty_host}:{req.port}{req.path.split('?', 1)[0]}",
+            request=st.prepared or self.sink.prepare_now(
+                st.api, req.raw_content or b"", req.headers.get("content-encoding")  # type: ignore[arg-type]
+            ),
+            started_ns=st.started_ns,
+            streamed=st.streamed,
+            latency_ms=(now - st.t0) * 1000,
+            error=error,
+            partial=error is not None and resp is not None,
+            retries=_int(req.headers.get("x-stainless-retry-count")),
+        )
+        if resp is not None:
+            facts.status = resp.status_code
+            facts.response_encoding = resp.headers.get("content-encoding")
+            facts.content_type = resp.headers.get("content-type", "")
+            if st.streamed:
+                facts.response_chunks = st.chunks
+                first = st.first_byte
+            else:
+                facts.response_chunks = [resp.raw_content or b""]
+                first = resp.timestamp_start
+            if first is not None:
+                facts.ttfb_ms = (first - st.t0) * 1000
+        return facts
+
+    def _net_facts(self, flow: http.HTTPFlow, st: _Flow, error: str | None = None) -> NetFacts:
+        req, resp = flow.request, flow.response
+        facts = NetFacts(
+            method=req.method, scheme=req.scheme, host=req.pretty_host, port=req.port, path=req.path,
+            started_ns=st.started_ns, request_body=req.raw_content or b"",
+            duration_ms=(time.time() - st.t0) * 1000, error=error,
+        )
+        if resp is not None:
+            facts.status = resp.status_code
+            if st.sha is not None:
+                facts.response_bytes = st.size
+                facts.response_sha256 = "sha256:" + st.sha.hexdigest()
+                facts.response_kept = bytes(st.kept) if st.kept is not None else None
+            else:
+                body = resp.raw_content or b""
+                facts.response_bytes = len(body)
+                facts.response_sha256 = "sha256:" + hashlib.sha256(body).hexdigest()
+                facts.response_kept = body if len(body) <= NETWORK_BODY_CAP else None
+        return facts
+
+
+async def _settled(fut: Any) -> Any:
+    """The Future's result; no trip through the event loop when it is already done (inline writes)."""
+    if fut.done():
+        return fut.result()
+    return await asyncio.wrap_future(fut)
+
+
+def _classify_error(msg: str, had_response: bool) -> str:
+    low = msg.lower()
+    if "client disconnected" in low or "client closed" in low:
+        return "client_disconnected"
+    if had_response:
+        return f"upstream_reset: {msg}"
+    return f"upstream_unreachable: {msg}"
+
+
+def _int(value: str | None) -> int:
+    try:
+        return int(value) if value else 0
+    except ValueError:
+        return 0
+
+
+def _error_response(status: int, message: str) -> http.Response:
+    body = json.dumps({"error": {"message": message, "type": "amb_recorder_error", "code": "amb_recorder_error"}})
+    return http.Response.make(status, body.encode(), {"content-type": "application/json"})

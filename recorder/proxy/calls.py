@@ -1,0 +1,75 @@
+"""Which requests are model calls, and turning one call's bytes into the recorded facts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+
+from recorder.proxy import anthropic_messages, openai_chat, openai_responses
+from recorder.proxy.result import Reassembled, RequestInfo, loads
+from recorder.proxy.wire import decode_content
+from schemas.events import Usage
+
+CHARS_PER_TOKEN = 4
+"""The usage estimate when a provider reports none (marked ``reported=False``)."""
+
+
+@dataclass(frozen=True)
+class Api:
+    provider: str
+    api: str
+    parser: ModuleType
+
+
+CHAT = Api("openai", "chat.completions", openai_chat)
+RESPONSES = Api("openai", "responses", openai_responses)
+MESSAGES = Api("anthropic", "messages", anthropic_messages)
+
+
+def classify(method: str, path: str) -> Api | None:
+    """The model API a request speaks, by its path (any prefix: ``/v1``, ``/openai/v1``, ...)."""
+    if method != "POST":
+        return None
+    p = path.split("?", 1)[0].rstrip("/")
+    if p.endswith("/chat/completions"):
+        return CHAT
+    if p.endswith("/responses"):
+        return RESPONSES
+    if p.endswith("/messages"):  # not /messages/count_tokens or /messages/batches
+        return MESSAGES
+    return None
+
+
+def classify_websocket(path: str) -> Api | None:
+    """A WebSocket carrying a model API (the Responses API's realtime-style carriage)."""
+    p = path.split("?", 1)[0].rstrip("/")
+    return RESPONSES if p.endswith("/responses") else None
+
+
+def parse_request(api: Api, body: bytes) -> RequestInfo:
+    return api.parser.parse_request(loads(body)) if body else RequestInfo()
+
+
+def parse_response(api: Api, raw: bytes, encoding: str | None, content_type: str) -> tuple[Reassembled, bytes, str | None]:
+    """Reassemble a response from its wire bytes; returns (result, decoded body, decode error)."""
+    body, err = decode_content(raw, encoding)
+    if "text/event-stream" in content_type:
+        result = api.parser.parse_stream(body.decode("utf-8", "replace"))
+    else:
+        parsed = loads(body)
+        if api is MESSAGES:
+            result = anthropic_messages.parse_json(parsed, body)
+        else:
+            result = api.parser.parse_json(parsed)
+        result.complete = parsed is not None
+    return result, body, err
+
+
+def estimate_usage(req: RequestInfo, result: Reassembled) -> Usage:
+    out_chars = sum(map(len, result.text)) + sum(map(len, result.reasoning))
+    out_chars += sum(len("".join(t["args"])) for t in result.tool_calls.values())
+    return Usage(
+        input_total=-(-req.chars // CHARS_PER_TOKEN),
+        output=-(-out_chars // CHARS_PER_TOKEN),
+        reported=False,
+    )

@@ -1,0 +1,75 @@
+"""Credential custody: the real API keys stay in amb-record; the agent holds placeholders.
+
+The proxy swaps a placeholder for the real key only on requests bound for that provider's
+configured upstream (never to another host). Headers are never persisted at all (so neither
+``Authorization`` nor ``x-api-key`` nor ``api-key`` can leak), and every persisted body, tool
+output, path and error text passes through ``scrub``, so a key that leaks into a body (an agent
+echoing its environment, say) is masked.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+ENV_KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+REDACTED = "[redacted]"
+MIN_KEY_LEN = 8
+"""Keys shorter than this are not scrubbed from bodies (a 1-byte 'key' would mangle everything)."""
+
+
+@dataclass
+class Custody:
+    real: dict[str, str] = field(default_factory=dict)
+    """provider → real key (from amb-record's own environment)."""
+    placeholders: dict[str, str] = field(default_factory=dict)
+    """provider → the placeholder handed to the agent."""
+    upstream_hosts: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """provider → (host, port) of its configured upstream: the only place its key may go."""
+
+    @classmethod
+    def from_env(cls, env: dict[str, str], upstreams: dict[str, str]) -> Custody:
+        c = cls()
+        for provider, var in ENV_KEYS.items():
+            key = env.get(var, "")
+            if key:
+                c.real[provider] = key
+            c.placeholders[provider] = f"amb-placeholder-{provider}-{secrets.token_hex(8)}"
+        for provider, url in upstreams.items():
+            parts = urlsplit(url)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            c.upstream_hosts[provider] = ((parts.hostname or "").lower(), port)
+        c._needles = [k.encode() for k in c.real.values() if len(k) >= MIN_KEY_LEN]
+        return c
+
+    _needles: list[bytes] = field(default_factory=list)
+
+    def inject(self, host: str, port: int, headers: dict | object) -> bool:
+        """Replace placeholders with real keys in ``headers`` (a mitmproxy Headers) if bound for
+        the provider's upstream. Returns True if a key was injected."""
+        injected = False
+        for provider, placeholder in self.placeholders.items():
+            real = self.real.get(provider)
+            if not real or self.upstream_hosts.get(provider) != (host.lower(), port):
+                continue
+            for name in ("authorization", "x-api-key", "api-key"):
+                value = headers.get(name)  # type: ignore[attr-defined]
+                if value and placeholder in value:
+                    headers[name] = value.replace(placeholder, real)  # type: ignore[index]
+                    injected = True
+        return injected
+
+    def scrub(self, data: bytes) -> bytes:
+        """``data`` with every real key's bytes masked."""
+        for needle in self._needles:
+            if needle in data:
+                data = data.replace(needle, REDACTED.encode())
+        return data
+
+    def scrub_text(self, text: str) -> str:
+        for key in self.real.values():
+            if len(key) >= MIN_KEY_LEN:
+                text = text.replace(key, REDACTED)
+        return text
+

@@ -1,0 +1,107 @@
+"""OpenAI Chat Completions (``POST /v1/chat/completions``), JSON and SSE.
+
+Usage containment: ``prompt_tokens`` already includes ``prompt_tokens_details.cached_tokens`` and
+``completion_tokens`` includes ``completion_tokens_details.reasoning_tokens`` — our convention.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from recorder.proxy.result import Reassembled, RequestInfo, ToolResult, as_int, error_text, loads, text_of
+from recorder.proxy.wire import iter_sse
+from schemas.events import Usage
+
+
+def parse_request(body: Any) -> RequestInfo:
+    info = RequestInfo()
+    if not isinstance(body, dict):
+        return info
+    info.model = body.get("model") if isinstance(body.get("model"), str) else None
+    info.stream = body.get("stream") is True
+    names: dict[str, str] = {}
+    for msg in body.get("messages") or []:
+        if not isinstance(msg, dict):
+            continue
+        info.chars += len(text_of(msg.get("content")))
+        for call in msg.get("tool_calls") or []:
+            if isinstance(call, dict) and isinstance(call.get("function"), dict):
+                names[str(call.get("id"))] = str(call["function"].get("name", ""))
+        if msg.get("role") == "tool" and msg.get("tool_call_id"):
+            tid = str(msg["tool_call_id"])
+            info.tool_results.append(ToolResult(tid, text_of(msg.get("content")), names.get(tid)))
+    return info
+
+
+def usage(u: Any) -> Usage | None:
+    if not isinstance(u, dict):
+        return None
+    pd = u.get("prompt_tokens_details") or {}
+    cd = u.get("completion_tokens_details") or {}
+    return Usage(
+        input_total=as_int(u.get("prompt_tokens")),
+        cache_read=as_int(pd.get("cached_tokens")) if isinstance(pd, dict) else 0,
+        output=as_int(u.get("completion_tokens")),
+        reasoning=as_int(cd.get("reasoning_tokens")) if isinstance(cd, dict) else 0,
+    )
+
+
+def parse_json(body: Any) -> Reassembled:
+    r = Reassembled(complete=True)
+    if not isinstance(body, dict):
+        return r
+    r.error = error_text(body)
+    r.model = body.get("model")
+    r.usage = usage(body.get("usage"))
+    choices = body.get("choices") or []
+    if choices and isinstance(choices[0], dict):
+        choice = choices[0]
+        msg = choice.get("message") or {}
+        r.text.append(text_of(msg.get("content")))
+        for key in ("reasoning_content", "reasoning"):
+            if isinstance(msg.get(key), str):
+                r.reasoning.append(msg[key])
+        for i, call in enumerate(msg.get("tool_calls") or []):
+            fn = call.get("function") or {}
+            t = r.tool(i)
+            t["id"], t["name"] = str(call.get("id", "")), str(fn.get("name", ""))
+            t["args"].append(str(fn.get("arguments", "")))
+        r.stop_reason = choice.get("finish_reason")
+    return r
+
+
+def parse_stream(text: str) -> Reassembled:
+    r = Reassembled()
+    for _event, data in iter_sse(text):
+        if data.strip() == "[DONE]":
+            r.complete = True
+            continue
+        chunk = loads(data)
+        if not isinstance(chunk, dict):
+            continue
+        if chunk.get("error"):
+            r.error = error_text(chunk)
+        r.model = chunk.get("model") or r.model
+        if chunk.get("usage"):
+            r.usage = usage(chunk["usage"])
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                r.text.append(delta["content"])
+            for key in ("reasoning_content", "reasoning"):
+                if isinstance(delta.get(key), str):
+                    r.reasoning.append(delta[key])
+            for call in delta.get("tool_calls") or []:
+                t = r.tool(call.get("index", 0))
+                if call.get("id"):
+                    t["id"] = str(call["id"])
+                fn = call.get("function") or {}
+                if fn.get("name"):
+                    t["name"] = str(fn["name"])
+                if isinstance(fn.get("arguments"), str):
+                    t["args"].append(fn["arguments"])
+            if choice.get("finish_reason"):
+                r.stop_reason = choice["finish_reason"]
+    return r

@@ -1,0 +1,102 @@
+"""What a provider parser recovers from one call's request and response."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from schemas.events import AssistantMessage, ToolCallPart, Usage
+
+
+@dataclass
+class ToolResult:
+    """A tool result the agent sent back to the model inside a request."""
+
+    tool_call_id: str
+    output: str
+    name: str | None = None
+    is_error: bool | None = None
+
+
+@dataclass
+class RequestInfo:
+    model: str | None = None
+    stream: bool = False
+    tool_results: list[ToolResult] = field(default_factory=list)
+    chars: int = 0
+    """Characters of prompt-ish content, for the usage estimate when none is reported."""
+
+
+@dataclass
+class Reassembled:
+    """The response, rebuilt from a JSON body or from a stream's events."""
+
+    model: str | None = None
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    tool_calls: dict[Any, dict[str, Any]] = field(default_factory=dict)
+    """Keyed by the provider's index; values hold ``id``, ``name`` and ``args`` (a list of pieces)."""
+    stop_reason: str | None = None
+    usage: Usage | None = None
+    error: str | None = None
+    """An error the provider reported in the body (or as a stream event)."""
+    complete: bool = False
+    """The terminal event (or a whole JSON body) was seen."""
+
+    def tool(self, key: Any) -> dict[str, Any]:
+        return self.tool_calls.setdefault(key, {"id": "", "name": "", "args": []})
+
+    def message(self) -> AssistantMessage:
+        return AssistantMessage(
+            text="".join(self.text),
+            reasoning="".join(self.reasoning),
+            tool_calls=[
+                ToolCallPart(id=t["id"], name=t["name"], arguments="".join(t["args"]))
+                for t in self.tool_calls.values()
+            ],
+        )
+
+
+def loads(data: bytes | str) -> Any:
+    """JSON to Python objects; None when it is not JSON (never raises)."""
+    try:
+        return msgspec.json.decode(data)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+
+
+def as_int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def text_of(content: Any) -> str:
+    """Plain text of a message content that is a string or a list of parts/blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        out = []
+        for part in content:
+            if isinstance(part, str):
+                out.append(part)
+            elif isinstance(part, dict):
+                t = part.get("text")
+                if isinstance(t, str):
+                    out.append(t)
+        return "".join(out)
+    if content is None:
+        return ""
+    return msgspec.json.encode(content).decode()
+
+
+def error_text(body: Any) -> str | None:
+    """The provider's error message in an error body (both vendors use ``{"error": {...}}``)."""
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict):
+            msg = err.get("message") or err.get("type")
+            return str(msg) if msg else "error"
+        if isinstance(err, str):
+            return err
+    return None

@@ -1,0 +1,190 @@
+"""Run mitmproxy (with the recording addon) inside amb-record, on its own thread and event loop.
+
+In-process rather than a child: one import, no second process to supervise, and the addon's
+counts and state are at hand for ``run.finished``. Modes: one reverse endpoint per provider (the
+agent gets ``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL``) plus a regular proxy with a per-run CA
+for everything else. All listen on ephemeral ports so several amb-record processes can coexist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import ssl
+import sys
+import threading
+import time
+from pathlib import Path
+
+from recorder.proxy.addon import Recorder
+from recorder.proxy.sink import Sink
+from schemas.errors import AmbError
+
+DEFAULT_UPSTREAMS = {"openai": "https://api.openai.com", "anthropic": "https://api.anthropic.com"}
+CA_CERT_NAME = "mitmproxy-ca-cert.pem"
+SWITCH_INTERVAL_S = 0.0005
+
+
+class ProxyError(AmbError):
+    """The recording proxy could not start."""
+
+
+class ProxyServer:
+    """One per process: mitmproxy keeps its master in a process-wide context (``mitmproxy.ctx``)."""
+
+    _running: ProxyServer | None = None
+
+    def __init__(
+        self,
+        sink: Sink,
+        *,
+        upstreams: dict[str, str],
+        confdir: Path,
+        listen_host: str = "127.0.0.1",
+        upstream_ca: Path | None = None,
+    ):
+        self.sink = sink
+        self.recorder = Recorder(sink)
+        self.upstreams = upstreams
+        self.confdir = confdir
+        self.listen_host = listen_host
+        self.upstream_ca = upstream_ca
+        self.ports: dict[str, int] = {}
+        self._master = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._startup_error: BaseException | None = None
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.confdir / CA_CERT_NAME
+
+    def start(self, timeout: float = 30) -> None:
+        if ProxyServer._running is not None:
+            raise ProxyError("another recording proxy is already running in this process")
+        ProxyServer._running = self
+        self.confdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # mitmproxy would create the CA only once it is running; create it now so that it exists
+        # before anything is handed to the agent (mitmproxy then loads it from confdir).
+        from mitmproxy import certs
+
+        certs.CertStore.from_store(str(self.confdir), "mitmproxy", 2048)
+        # The event loop shares the GIL with the sink's workers; with CPython's default 5 ms switch
+        # interval a worker parsing a body could hold a waiting stream back for up to 5 ms.
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        self._thread = threading.Thread(target=self._run, name="amb-proxy", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout) or self._startup_error is not None:
+            self.stop()
+            why = self._startup_error or f"it did not start within {timeout}s"
+            raise ProxyError(f"the recording proxy could not start: {why}")
+
+    def stop(self, timeout: float = 15) -> None:
+        """Stop listening; in-flight flows are saved as partial records (addon ``done``)."""
+        if self._master is not None and self._loop is not None:
+            # Let hooks that are persisting a finished call complete, so their tasks are not cut.
+            deadline = time.monotonic() + 5
+            while self.recorder.persisting and time.monotonic() < deadline:
+                time.sleep(0.005)
+            self._master.shutdown()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if ProxyServer._running is self:
+            ProxyServer._running = None
+
+    # -- the proxy thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._main())
+        except BaseException as e:  # noqa: BLE001 - reported to the starting thread
+            self._startup_error = self._startup_error or e
+        finally:
+            self._ready.set()
+            try:
+                # Connections still open (streams cut by the shutdown) end here, quietly.
+                pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+                for task in pending:
+                    task.cancel()
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+
+    async def _main(self) -> None:
+        from mitmproxy import options
+        from mitmproxy.tools.dump import DumpMaster
+
+        # Two providers with the same upstream (a test fake, a gateway) share one reverse endpoint.
+        spec_of = {name: f"reverse:{url}@{self.listen_host}:0" for name, url in self.upstreams.items()}
+        spec_of["regular"] = f"regular@{self.listen_host}:0"
+        modes = list(dict.fromkeys(spec_of.values()))
+        opts = options.Options(confdir=str(self.confdir), mode=modes)
+        master = DumpMaster(opts, with_termlog=False, with_dumper=False)
+        master.addons.add(self.recorder)
+        # Options defined by addons exist only once the master (and its addons) does.
+        update = {
+            "connection_strategy": "lazy",  # eager: a dead upstream = silent disconnect, no record
+        }
+        if self.upstream_ca is not None:
+            update["ssl_verify_upstream_trusted_ca"] = str(self.upstream_ca)
+        master.options.update(**update)
+        self._master = master
+        _quiet_mitmproxy_logs()
+        run = asyncio.ensure_future(master.run())
+        ps = master.addons.get("proxyserver")
+        for _ in range(600):
+            await asyncio.sleep(0.01)
+            if run.done():
+                run.result()
+                raise ProxyError("mitmproxy exited during startup")
+            servers = list(ps.servers)
+            if servers and all(s.listen_addrs for s in servers) and len(servers) == len(modes):
+                break
+        else:
+            raise ProxyError("mitmproxy did not open its ports")
+        by_spec = {s.mode.full_spec: s.listen_addrs[0][1] for s in servers}
+        self.ports = {name: by_spec[spec] for name, spec in spec_of.items()}
+        self._ready.set()
+        await run
+
+
+def _quiet_mitmproxy_logs() -> None:
+    # mitmproxy logs every connection through the root logger; the agent's terminal is not the place.
+    for name in ("mitmproxy", "mitmproxy.proxy.server"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def ca_bundle(ca_cert: Path, out: Path) -> Path:
+    """System trust anchors + the per-run CA in one PEM file.
+
+    ``SSL_CERT_FILE`` *replaces* a client's trust store, so the bundle must keep the system CAs
+    too (or anything not going through the proxy would stop verifying).
+    """
+    parts: list[bytes] = []
+    paths = ssl.get_default_verify_paths()
+    for candidate in (paths.cafile, paths.openssl_cafile, "/etc/ssl/certs/ca-certificates.crt"):
+        if candidate and os.path.isfile(candidate):
+            parts.append(Path(candidate).read_bytes())
+            break
+    else:
+        try:
+            import certifi
+
+            parts.append(Path(certifi.where()).read_bytes())
+        except ImportError:
+            pass
+    parts.append(ca_cert.read_bytes())
+    out.write_bytes(b"\n".join(p.rstrip(b"\n") + b"\n" for p in parts))
+    return out
+
+
+def remove_confdir(confdir: Path) -> None:
+    """The CA's private key must not outlive the run."""
+    shutil.rmtree(confdir, ignore_errors=True)

@@ -1,0 +1,284 @@
+"""The proxy's write side: blobs and spool appends on worker threads, never on the event loop.
+
+Parsing, hashing, compressing and writing a multi-MB body takes tens of ms (proxy-bench §4.6);
+doing it inside a mitmproxy hook stalls every other stream. The addon hands each request to
+``prepare_request`` as soon as it arrives (so the request blob is written while the upstream
+works) and each finished call to ``record_call``; the response hook awaits the latter before the
+client gets the answer (failing closed).
+
+Durability: a call is acknowledged once its blobs and event are written to the OS (they survive
+a crash or ``kill -9`` of amb-record); a flusher thread fsyncs the spool every
+``FLUSH_INTERVAL_S`` and at close, so an fsync (0.1-0.5 ms here) is not on every call's path.
+A failed write or fsync marks the sink broken: from then on the proxy refuses traffic.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recorder.proxy import calls
+from recorder.proxy.custody import Custody
+from recorder.proxy.result import RequestInfo, ToolResult
+from recorder.spool import SpoolWriter, spool_path
+from schemas.blob import BlobRef
+from recorder.proxy.blobwriter import BlobWriter
+from schemas.errors import AmbError
+from schemas.events import ModelCallCompleted, NetworkRequest, Payload, ToolCallRequested, ToolCallResult, kind_of
+
+TOOL_OUTPUT_INLINE = 16 * 1024
+"""Tool results longer than this go to a blob (``output_blob``) with the first part inline."""
+
+NETWORK_BODY_CAP = 1024 * 1024
+"""Non-model bodies above this are hashed, not stored."""
+
+EAGER_PREPARE_MIN = 64 * 1024
+"""Requests larger than this are prepared on a worker as soon as they arrive; smaller ones are
+prepared when the call is recorded, on the event loop (no thread hand-off on the common path)."""
+
+INLINE_MAX = 64 * 1024
+"""A finished call whose response is at most this big (and whose request blob is already written)
+is recorded on the caller's thread (the proxy's event loop): a few syscalls and a small parse cost
+less than two thread hand-offs under the GIL. Larger ones go to the worker threads, so a 5 MB body
+never stalls other streams. Requests are always prepared on a worker, overlapping the upstream."""
+
+FLUSH_INTERVAL_S = 0.02
+"""How often the spool is fsync'd (the bound on what a power loss, not a crash, can take)."""
+
+
+@dataclass
+class CallFacts:
+    """Everything the addon observed about one model call (raw bytes; parsing happens here)."""
+
+    call_id: str
+    api: calls.Api
+    url: str
+    request: Future[PreparedRequest]
+    started_ns: int
+    status: int | None = None
+    response_chunks: list[bytes] = field(default_factory=list)
+    response_encoding: str | None = None
+    content_type: str = ""
+    streamed: bool = False
+    ttfb_ms: float | None = None
+    latency_ms: float | None = None
+    error: str | None = None
+    partial: bool = False
+    retries: int = 0
+
+
+def _now(fn: Any, *args: Any) -> Future[Any]:
+    """Run ``fn`` here and now; its result (or exception) in a completed Future."""
+    fut: Future[Any] = Future()
+    try:
+        fut.set_result(fn(*args))
+    except BaseException as e:  # noqa: BLE001 - handed to whoever awaits the Future
+        fut.set_exception(e)
+    return fut
+
+
+@dataclass
+class PreparedRequest:
+    info: RequestInfo
+    ref: BlobRef | None
+
+
+@dataclass
+class NetFacts:
+    method: str
+    scheme: str
+    host: str
+    port: int
+    path: str
+    started_ns: int
+    status: int | None = None
+    request_body: bytes = b""
+    response_kept: bytes | None = None
+    """The response body if it stayed under the cap, else None (only hash and size)."""
+    response_bytes: int = 0
+    response_sha256: str | None = None
+    duration_ms: float | None = None
+    error: str | None = None
+
+
+class Sink:
+    """One run's proxy spool + the shared blob store + the tool-call ledger."""
+
+    def __init__(self, store: Path, run_id: str, custody: Custody, *, workers: int = 4):
+        self.blobs = BlobWriter(Path(store) / "blobs")
+        self.spool = SpoolWriter(spool_path(store, run_id, "proxy"), run_id, "proxy", sync=False)
+        self.custody = custody
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="amb-sink")
+        self.counts: Counter[str] = Counter()
+        self.broken: str | None = None
+        """Set on the first persistence failure; from then on every call is refused."""
+        self._ledger = threading.Lock()
+        self._requested: set[str] = set()
+        self._answered: set[str] = set()
+        self._closing = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_loop, name="amb-sink-flush", daemon=True)
+        self._flusher.start()
+
+    def _flush_loop(self) -> None:
+        while not self._closing.wait(FLUSH_INTERVAL_S):
+            try:
+                self.spool.flush()
+            except (AmbError, OSError) as e:
+                self.broken = self.broken or f"{type(e).__name__}: {e}"
+
+    # -- submission (called on the event loop; cheap) -----------------------------------------
+
+    def prepare_request(self, api: calls.Api, raw: bytes, encoding: str | None) -> Future[PreparedRequest]:
+        """Parse and store a request body on a worker, overlapping the upstream's work."""
+        return self.pool.submit(self._guard, self._prepare, (api, raw, encoding))
+
+    def prepare_now(self, api: calls.Api, raw: bytes, encoding: str | None) -> Future[PreparedRequest]:
+        """The same, here and now (small bodies: cheaper than waking a worker)."""
+        return _now(self._guard, self._prepare, (api, raw, encoding))
+
+    def small(self, facts: CallFacts) -> bool:
+        """Whether ``record_call`` would write this call inline (once its request is prepared)."""
+        return sum(map(len, facts.response_chunks)) <= INLINE_MAX
+
+    def record_call(self, facts: CallFacts) -> Future[ModelCallCompleted]:
+        if self.small(facts) and facts.request.done():
+            return _now(self._guard, self._write_call, facts)
+        return self.pool.submit(self._guard, self._write_call, facts)
+
+    def record_network(self, facts: NetFacts) -> Future[NetworkRequest]:
+        return self.pool.submit(self._guard, self._write_network, facts)
+
+    def record_call_now(self, facts: CallFacts) -> None:
+        """Synchronously (shutdown path: the pool may already be draining)."""
+        self._guard(self._write_call, facts)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+        self._closing.set()
+        self._flusher.join()
+        self.blobs.close()
+        self.blobs.sync()
+        self.spool.close()
+
+    # -- work (worker threads) -----------------------------------------------------------------
+
+    def _guard(self, fn: Any, facts: Any) -> Any:
+        try:
+            return fn(facts)
+        except (AmbError, OSError) as e:
+            self.broken = self.broken or f"{type(e).__name__}: {e}"
+            raise
+
+    def _append(self, payload: Payload) -> None:
+        self.spool.append(payload)
+        self.counts[kind_of(type(payload))] += 1
+
+    def _blob(self, data: bytes, media_type: str) -> BlobRef:
+        return self.blobs.put(self.custody.scrub(data), media_type)
+
+    def _prepare(self, args: tuple[calls.Api, bytes, str | None]) -> PreparedRequest:
+        from recorder.proxy.wire import decode_content
+
+        api, raw, encoding = args
+        body, _ = decode_content(raw, encoding)
+        body = self.custody.scrub(body)
+        info = calls.parse_request(api, body)
+        ref = self.blobs.put(body, "application/json") if body else None
+        return PreparedRequest(info, ref)
+
+    def _write_call(self, f: CallFacts) -> ModelCallCompleted:
+        prepared = f.request.result()
+        info, request_ref = prepared.info, prepared.ref
+        raw = b"".join(f.response_chunks)
+        result, resp_body, decode_err = calls.parse_response(f.api, raw, f.response_encoding, f.content_type)
+        response_ref = None
+        if raw:
+            media = (f.content_type.split(";")[0].strip() or "application/octet-stream")
+            # The decoded body is what the client's SDK read; if it cannot be decoded, keep the wire bytes.
+            response_ref = self._blob(resp_body if decode_err is None else raw, media)
+        error = f.error
+        partial_flag = f.partial
+        if error == "client_disconnected" and f.streamed and result.complete:
+            # SDKs close the connection as soon as they read the stream's terminal event, which can
+            # be before the upstream's end-of-body reaches the proxy: the client got everything.
+            error, partial_flag = None, False
+        if error is None and f.status is not None and f.status >= 400:
+            error = f"http_{f.status}" + (f": {result.error}" if result.error else "")
+        elif error is None and result.error:
+            error = f"provider_error: {result.error}"
+        partial = partial_flag or (f.streamed and not result.complete and f.status is not None and f.status < 400)
+        if error is None and partial:
+            error = "stream_incomplete"
+        usage = result.usage
+        if usage is None:
+            usage = calls.estimate_usage(info, result)
+        message = result.message()
+        event = ModelCallCompleted(
+            call_id=f.call_id,
+            provider=f.api.provider,
+            api=f.api.api,
+            model=result.model or info.model,
+            stream=f.streamed or info.stream,
+            url=f.url,
+            status=f.status,
+            ok=error is None,
+            error=self.custody.scrub_text(error) if error else None,
+            request=request_ref,
+            response=response_ref,
+            message=message,
+            stop_reason=result.stop_reason,
+            usage=usage,
+            started_ns=f.started_ns,
+            ttfb_ms=f.ttfb_ms,
+            latency_ms=f.latency_ms,
+            retries=f.retries,
+            partial=partial,
+        )
+        self._append(event)
+        self._write_tools(f.call_id, info.tool_results, message.tool_calls)
+        return event
+
+    def _write_tools(self, call_id: str, results: list[ToolResult], requested: list[Any]) -> None:
+        # A conversation resends its whole history every turn: a result (or a request) is an
+        # event only the first time its id is seen in this run.
+        with self._ledger:
+            fresh_results = [r for r in results if r.tool_call_id not in self._answered]
+            self._answered.update(r.tool_call_id for r in fresh_results)
+            fresh_calls = [t for t in requested if t.id and t.id not in self._requested]
+            self._requested.update(t.id for t in fresh_calls)
+        for r in fresh_results:
+            output = self.custody.scrub_text(r.output)
+            blob = None
+            if len(output) > TOOL_OUTPUT_INLINE:
+                blob = self._blob(output.encode(), "text/plain")
+                output = output[:TOOL_OUTPUT_INLINE]
+            self._append(ToolCallResult(
+                tool_call_id=r.tool_call_id, model_call_id=call_id, name=r.name, output=output,
+                output_blob=blob, is_error=r.is_error,
+            ))
+        for t in fresh_calls:
+            self._append(ToolCallRequested(tool_call_id=t.id, name=t.name, arguments=t.arguments, model_call_id=call_id))
+
+    def _write_network(self, f: NetFacts) -> NetworkRequest:
+        from schemas.blob import digest
+
+        req_ref = None
+        req_sha = digest(f.request_body) if f.request_body else None
+        if f.request_body and len(f.request_body) <= NETWORK_BODY_CAP:
+            req_ref = self._blob(f.request_body, "application/octet-stream")
+        resp_ref = None
+        if f.response_kept is not None and f.response_kept:
+            resp_ref = self._blob(f.response_kept, "application/octet-stream")
+        event = NetworkRequest(
+            method=f.method, scheme=f.scheme, host=f.host, port=f.port, path=self.custody.scrub_text(f.path),
+            status=f.status, request_bytes=len(f.request_body), response_bytes=f.response_bytes,
+            started_ns=f.started_ns, duration_ms=f.duration_ms, request_sha256=req_sha,
+            response_sha256=f.response_sha256, request_body=req_ref, response_body=resp_ref,
+            error=f.error, via="proxy",
+        )
+        self._append(event)
+        return event

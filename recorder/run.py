@@ -1,0 +1,336 @@
+"""Run orchestration for ``amb-record``: proxy, agent environment, backend, signals, time limit.
+
+The backend seam (what ``--backend local|docker`` plugs into) is defined in ``recorder.backend``
+and re-exported here: ``Backend``, ``RunContext``, ``AgentView``, ``Exit``, ``seal_directory``;
+``LocalBackend`` is the local implementation. ``record(spec, backend)`` runs one agent and returns
+its outcome; ingesting into DuckDB is the CLI's job (``amb.record``), since ``recorder`` may not
+import ``replay``.
+
+Ordering matters: the proxy starts before the agent and stops only after the agent has exited
+(mitmproxy cuts streams still in flight when it stops); ``run.finished`` is always the last
+``recorder`` event, written even when the recorder itself failed.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import secrets
+import signal
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from recorder.backend import AgentView, Backend, Exit, RunContext, seal_directory
+from recorder.local_backend import LocalBackend
+from recorder.spool import SpoolWriter, spool_path
+from schemas.blobstore import BlobStore
+from schemas.codec import check_id
+from schemas.errors import AmbError, SchemaError, UsageError
+from schemas.events import Payload, ProcessExited, RunFinished, RunStarted, kind_of
+
+__all__ = [
+    "AgentView", "Backend", "Exit", "LocalBackend", "Outcome", "RunContext", "RunSpec",
+    "agent_env", "new_run_id", "record", "seal_directory",
+]
+
+TIMEOUT_EXIT_CODE = 124
+"""What ``timeout(1)`` returns; scripts already know it."""
+
+DEFAULT_GRACE_S = 5.0
+"""Between the time limit's SIGTERM and SIGKILL."""
+
+
+@dataclass
+class RunSpec:
+    argv: list[str]
+    store: Path
+    run_id: str | None = None
+    task: str | None = None
+    tier: str | None = None
+    data_dir: Path | None = None
+    time_limit_s: float | None = None
+    grace_s: float = DEFAULT_GRACE_S
+    labels: dict[str, str] = field(default_factory=dict)
+    upstreams: dict[str, str] = field(default_factory=dict)
+    workspace: Path | None = None
+    """Defaults to the current directory (the local backend's contract)."""
+    env: dict[str, str] | None = None
+    """Where the real keys are read from (default: this process's environment)."""
+
+
+@dataclass
+class Outcome:
+    run_id: str
+    status: str
+    exit_code: int
+    duration_s: float
+    counts: dict[str, int]
+    reason: str | None = None
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def parse_upstreams(values: list[str]) -> dict[str, str]:
+    """``--upstream openai=URL`` values → provider → URL (scheme://host[:port] only)."""
+    from recorder.proxy.server import DEFAULT_UPSTREAMS
+
+    out = dict(DEFAULT_UPSTREAMS)
+    for value in values:
+        name, sep, url = value.partition("=")
+        if not sep or name not in DEFAULT_UPSTREAMS:
+            raise UsageError(f"--upstream {value!r}: expected openai=URL or anthropic=URL")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UsageError(f"--upstream {value!r}: the URL must be http(s)://host[:port]")
+        if parts.path not in ("", "/") or parts.query:
+            raise UsageError(
+                f"--upstream {value!r}: give only scheme://host[:port]; the agent's request path "
+                "(e.g. /v1/chat/completions) is forwarded as is"
+            )
+        out[name] = f"{parts.scheme}://{parts.netloc}"
+    return out
+
+
+def parse_labels(values: list[str]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for value in values:
+        key, sep, val = value.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--label {value!r}: expected K=V")
+        labels[key] = val
+    return labels
+
+
+def agent_env(view: AgentView, ports: dict[str, int], placeholders: dict[str, str], run_id: str) -> dict[str, str]:
+    """amb's variables for the agent: where the proxy is, which CA to trust, placeholder keys."""
+    host = view.proxy_host
+    proxy = f"http://{host}:{ports['regular']}"
+    no_proxy = ",".join(dict.fromkeys([host, "localhost", "127.0.0.1", "::1"]))
+    env = {
+        # The openai SDK expects the /v1 in its base URL; the anthropic SDK appends it itself.
+        "OPENAI_BASE_URL": f"http://{host}:{ports['openai']}/v1",
+        "ANTHROPIC_BASE_URL": f"http://{host}:{ports['anthropic']}",
+        "OPENAI_API_KEY": placeholders["openai"],
+        "ANTHROPIC_API_KEY": placeholders["anthropic"],
+        "HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy,
+        # The reverse endpoints are on the proxy host itself: going through the regular proxy as
+        # well would record every call twice.
+        "NO_PROXY": no_proxy, "no_proxy": no_proxy,
+        "AMB_RUN_ID": run_id,
+    }
+    if view.ca_bundle:
+        for var in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"):
+            env[var] = view.ca_bundle
+    return env
+
+
+def tool_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for dist in ("amb-recorder", "mitmproxy"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = "unknown"
+    return out
+
+
+class _RecorderLog:
+    """The ``recorder`` source's spool, with counts for ``run.finished``."""
+
+    def __init__(self, store: Path, run_id: str):
+        path = spool_path(store, run_id, "recorder")
+        if path.exists() and path.stat().st_size > 8:
+            raise UsageError(f"run id {run_id!r} already exists in {store}; pick another --run-id")
+        self.writer = SpoolWriter(path, run_id, "recorder")
+        self.counts: Counter[str] = Counter()
+
+    def append(self, payload: Payload) -> None:
+        self.writer.append(payload)
+        self.counts[kind_of(type(payload))] += 1
+
+
+def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> Outcome:
+    """Record one run of ``spec.argv``; returns when the agent has ended and everything is on disk.
+
+    ``on_ready(ports)`` (tests) is called once the proxy listens, before the agent starts.
+    Raises ``AmbError`` for problems found before the agent started (bad arguments, proxy could
+    not start); after that, failures end the run with status ``recorder_error``.
+    """
+    from recorder.proxy.custody import Custody
+    from recorder.proxy.server import ProxyServer, ca_bundle, remove_confdir
+    from recorder.proxy.sink import Sink
+
+    if not spec.argv:
+        raise UsageError("no command given: amb-record [options] -- COMMAND ARGS...")
+    backend = backend or LocalBackend()
+    run_id = spec.run_id or new_run_id()
+    try:
+        check_id("run id", run_id)
+    except SchemaError as e:
+        raise UsageError(str(e)) from None
+    store = spec.store
+    store.mkdir(parents=True, exist_ok=True)
+    blobs = BlobStore(store / "blobs")
+    log = _RecorderLog(store, run_id)
+    env_source = os.environ if spec.env is None else spec.env
+    upstreams = spec.upstreams or parse_upstreams([])
+    custody = Custody.from_env(dict(env_source), upstreams)
+    tmp = Path(tempfile.mkdtemp(prefix=f"amb-{run_id}-"))
+    confdir = tmp / "ca"
+    sink = Sink(store, run_id, custody)
+    upstream_ca = env_source.get("AMB_UPSTREAM_CA")
+    proxy = ProxyServer(
+        sink, upstreams=upstreams, confdir=confdir, listen_host=backend.proxy_listen_host(),
+        upstream_ca=Path(upstream_ca) if upstream_ca else None,
+    )
+    t0 = time.monotonic()
+    handle = None
+    status, exit_code, reason = "recorder_error", 1, None
+    started = False
+    try:
+        proxy.start()
+        bundle = ca_bundle(proxy.ca_cert, tmp / "ca-bundle.pem")
+        ctx = RunContext(
+            run_id=run_id, store=store, blobs=blobs, workspace=(spec.workspace or Path.cwd()).resolve(),
+            data_dir=spec.data_dir, task=spec.task, tier=spec.tier, time_limit_s=spec.time_limit_s,
+            ca_cert=proxy.ca_cert, ca_bundle=bundle, proxy_ports=dict(proxy.ports),
+        )
+        view = backend.prepare(ctx)
+        env = agent_env(view, proxy.ports, custody.placeholders, run_id)
+        if spec.task:
+            env["AMB_TASK"] = spec.task
+        if spec.tier:
+            env["AMB_TIER"] = spec.tier
+        if spec.data_dir is not None and backend.name == "local":
+            # Locally there is no isolation: the agent is simply told where the public inputs are.
+            public = spec.data_dir / "public"
+            env["AMB_DATA"] = str((public if public.is_dir() else spec.data_dir).resolve())
+        log.append(RunStarted(
+            task=spec.task, tier=spec.tier, agent=os.path.basename(spec.argv[0]), command=list(spec.argv),
+            backend=backend.name, workspace=view.workspace, time_limit_s=spec.time_limit_s,
+            labels=dict(spec.labels), tool_versions={**tool_versions(), **backend.tool_versions()},
+        ))
+        started = True
+        if on_ready is not None:
+            on_ready(dict(proxy.ports), env)
+        start_ns = time.time_ns()
+        try:
+            handle = backend.start(list(spec.argv), env)
+        except AmbError as e:  # like a shell: the command could not be run, exit 127
+            return _finish(log, proxy, sink, backend, None, "failed", 127, t0, str(e), tmp, remove_confdir)
+        exit_, status, reason = _supervise(backend, handle, spec)
+        end_ns = time.time_ns()
+        exit_code = TIMEOUT_EXIT_CODE if status == "timeout" else exit_.code
+        log.append(ProcessExited(
+            pid=backend.pid(handle) or 0, ppid=os.getpid(), argv=list(spec.argv), cwd=view.workspace,
+            start_ns=start_ns, end_ns=end_ns, exit_code=exit_.code if exit_.signal is None else None,
+            signal=exit_.signal, tracer="recorder",
+        ))
+    except AmbError as e:
+        if not started:
+            _cleanup(proxy, sink, backend, handle, tmp, remove_confdir)
+            raise
+        status, reason = "recorder_error", str(e)
+    except BaseException as e:  # a recorder bug: still close the run properly, then surface it
+        reason = f"{type(e).__name__}: {e}"
+        if not started:
+            _cleanup(proxy, sink, backend, handle, tmp, remove_confdir)
+            raise
+        _finish(log, proxy, sink, backend, handle, "recorder_error", 1, t0, reason, tmp, remove_confdir)
+        raise
+    return _finish(log, proxy, sink, backend, handle, status, exit_code, t0, reason, tmp, remove_confdir)
+
+
+def _supervise(backend: Backend, handle: object, spec: RunSpec) -> tuple[Exit, str, str | None]:
+    """Wait for the agent; forward SIGINT/SIGTERM; enforce the time limit."""
+    received: list[int] = []
+    forwardable = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {}
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        backend.send_signal(handle, signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        for sig in forwardable:
+            previous[sig] = signal.signal(sig, forward)
+    try:
+        deadline = None if spec.time_limit_s is None else time.monotonic() + spec.time_limit_s
+        timed_out_at: float | None = None
+        while True:
+            step = 0.05
+            if deadline is not None and timed_out_at is None:
+                step = max(0.0, min(step, deadline - time.monotonic()))
+            exit_ = backend.wait(handle, step)
+            if exit_ is not None:
+                break
+            now = time.monotonic()
+            if deadline is not None and timed_out_at is None and now >= deadline:
+                timed_out_at = now
+                backend.send_signal(handle, signal.SIGTERM)
+            elif timed_out_at is not None and now >= timed_out_at + spec.grace_s:
+                backend.kill(handle)
+                exit_ = backend.wait(handle, None)
+                assert exit_ is not None
+                break
+    finally:
+        if main:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    if timed_out_at is not None:
+        how = "SIGKILL after the grace period" if exit_.signal == signal.SIGKILL else "SIGTERM"
+        return exit_, "timeout", f"time limit of {spec.time_limit_s:g}s reached; stopped by {how}"
+    if received:
+        names = ", ".join(signal.Signals(s).name for s in received)
+        return exit_, "killed", f"amb-record received {names} and forwarded it to the agent"
+    if exit_.signal is not None:
+        return exit_, "killed", f"the agent was killed by {signal.Signals(exit_.signal).name}"
+    return exit_, ("completed" if exit_.code == 0 else "failed"), None
+
+
+def _cleanup(proxy, sink, backend, handle, tmp: Path, remove_confdir) -> None:
+    try:
+        proxy.stop()
+    finally:
+        try:
+            sink.close()
+        finally:
+            if handle is not None:
+                backend.close(handle)
+            remove_confdir(tmp)
+
+
+def _finish(log: _RecorderLog, proxy, sink, backend: Backend, handle, status: str, exit_code: int,
+            t0: float, reason: str | None, tmp: Path, remove_confdir) -> Outcome:
+    # The agent has ended: now the proxy may stop (in-flight flows become partial records).
+    proxy.stop()
+    sink.close()
+    if sink.broken and status != "recorder_error":
+        status, reason = "recorder_error", f"a model call could not be persisted: {sink.broken}"
+    try:
+        if handle is not None:
+            log.append(backend.seal_submission(handle))
+    except (AmbError, OSError) as e:
+        status, reason = "recorder_error", f"cannot seal the submission: {e}"
+    finally:
+        if handle is not None:
+            backend.close(handle)
+        remove_confdir(tmp)
+    counts = {f"proxy:{k}": v for k, v in sink.counts.items()}
+    counts.update({f"recorder:{k}": v for k, v in log.counts.items()})
+    duration = time.monotonic() - t0
+    log.append(RunFinished(status=status, exit_code=exit_code, duration_s=round(duration, 3), reason=reason,
+                           counts=counts))
+    log.writer.close()
+    return Outcome(run_id=log.writer.run_id, status=status, exit_code=exit_code if status != "recorder_error" else (exit_code or 1),
+                   duration_s=duration, counts=counts, reason=reason)

@@ -1,0 +1,63 @@
+"""The shim around a local run: the same shim, on a working directory of this machine.
+
+``run_local`` starts a receiver on a private unix socket, runs ``python -m recorder.shim run``
+around the command, and returns once the shim's stream has been received and made durable.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from recorder.shim.receiver import ShimReceiver
+from recorder.shim.shim import DEFAULT_CAP
+from schemas.blobstore import BlobStore
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class LocalResult:
+    exit_code: int
+    shim_counts: dict[str, int]
+    events: dict[str, int]
+    error: str | None
+
+
+def shim_argv(socket_path: str, workspace: str, argv: list[str], *, content_cap: int = DEFAULT_CAP,
+              watched: list[str] = (), outside: list[str] = (), tracer: str = "auto",
+              python: str = sys.executable) -> list[str]:
+    cmd = [python, "-m", "recorder.shim", "run", "--socket", socket_path, "--workspace", workspace,
+           "--content-cap", str(content_cap), "--tracer", tracer]
+    for w in watched:
+        cmd += ["--watch", w]
+    for d in outside:
+        cmd += ["--outside", d]
+    return cmd + ["--", *argv]
+
+
+def run_local(store: Path, run_id: str, workspace: Path, argv: list[str], *, env: dict[str, str] | None = None,
+              content_cap: int = DEFAULT_CAP, watched: list[str] = (), outside: list[str] = (),
+              tracer: str = "auto", timeout: float | None = None) -> LocalResult:
+    workspace.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="amb-shim-sock-") as sock_dir:
+        receiver = ShimReceiver(store, run_id, Path(sock_dir), blobs=BlobStore(Path(store) / "blobs"),
+                                content_cap=content_cap).start()
+        full_env = dict(os.environ if env is None else env)
+        # The shim imports only recorder.shim (stdlib + msgspec); make it importable from here.
+        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
+        try:
+            proc = subprocess.run(
+                shim_argv(str(receiver.path), str(workspace), argv, content_cap=content_cap, watched=watched,
+                          outside=outside, tracer=tracer),
+                env=full_env, timeout=timeout,
+            )
+            code = proc.returncode
+        finally:
+            receiver.close()
+        bye = receiver.bye
+        return LocalResult(code, dict(bye.counts) if bye else {}, dict(receiver.counts), receiver.error)

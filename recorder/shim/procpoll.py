@@ -1,0 +1,103 @@
+"""The fallback process observer, for where ptrace is not permitted: poll ``/proc``.
+
+Clearly weaker than tracing, and labelled so in every record (``tracer="proc-poll"``): a process
+that lives shorter than the poll interval may be missed, exit codes are known only for the root
+process, and end times are accurate to one interval. It watches the root process's descendants.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from recorder.shim.wire import Proc
+
+_CLK = os.sysconf("SC_CLK_TCK")
+
+
+def _boot_ns() -> int:
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("btime "):
+                return int(line.split()[1]) * 1_000_000_000
+    return 0
+
+
+class ProcPoller:
+    def __init__(self, root_pid: int, emit, *, interval: float = 0.02):
+        self.root_pid = root_pid
+        self.emit = emit
+        self.interval = interval
+        self.alive: dict[int, Proc] = {}
+        self.boot_ns = _boot_ns()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="amb-shim-procpoll", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _snapshot(self) -> dict[int, tuple[int, list[str], int]]:
+        """pid -> (ppid, argv, start_ns) for every process under the root."""
+        table: dict[int, tuple[int, list[str], int]] = {}
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    stat = f.read()
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    raw = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(b")") + 2 :].split()
+            ppid = int(fields[1])
+            start_ns = self.boot_ns + int(fields[19]) * 1_000_000_000 // _CLK
+            argv = [a.decode("utf-8", "surrogateescape") for a in raw.rstrip(b"\0").split(b"\0")] if raw else []
+            table[pid] = (ppid, argv, start_ns)
+        keep: dict[int, tuple[int, list[str], int]] = {}
+        frontier = {self.root_pid}
+        while frontier:
+            nxt = set()
+            for pid, row in table.items():
+                if pid in frontier and pid not in keep:
+                    keep[pid] = row
+                if row[0] in frontier and pid not in keep:
+                    nxt.add(pid)
+            frontier = nxt - set(keep)
+        return keep
+
+    def poll_once(self) -> None:
+        now = time.time_ns()
+        snap = self._snapshot()
+        for pid, (ppid, argv, start_ns) in snap.items():
+            old = self.alive.get(pid)
+            if old is None or (argv and old.argv != argv):
+                cwd = None
+                try:
+                    cwd = os.readlink(f"/proc/{pid}/cwd")
+                except OSError:
+                    pass
+                self.alive[pid] = Proc(pid=pid, ppid=ppid, argv=argv, cwd=cwd, start_ns=start_ns, tracer="proc-poll")
+        for pid in [p for p in self.alive if p not in snap and p != self.root_pid]:
+            rec = self.alive.pop(pid)
+            rec.end_ns = now
+            self.emit(rec)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.poll_once()
+            self._stop.wait(self.interval)
+
+    def finish(self, root_exit: int | None, root_signal: int | None) -> None:
+        self._stop.set()
+        self._thread.join()
+        now = time.time_ns()
+        for pid, rec in self.alive.items():
+            rec.end_ns = now
+            if pid == self.root_pid:
+                rec.exit_code = root_exit
+                rec.signal = root_signal
+            self.emit(rec)
+        self.alive.clear()

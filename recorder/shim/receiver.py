@@ -1,0 +1,206 @@
+"""The host side of the shim: a unix socket whose messages become the run's ``shim`` spool.
+
+It accepts exactly one connection (the shim's) and then stops listening and unlinks the socket, so
+nothing that starts later can add to the stream. Each message is validated (msgspec types, size
+limits), its file content goes to the blob store, and the event is appended to
+``spool/<run>/shim.spool`` as it arrives. The spool is written with group-committed fsyncs: each
+batch read from the socket is made durable before the next read blocks.
+
+The shim's process, file and network facts arrive here the moment they happen; the agent inside the
+container can neither reach the spool nor take back what was sent.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import msgspec
+
+from recorder.shim import wire
+from recorder.spool import SpoolWriter, spool_path
+from schemas.blobstore import BlobStore
+from schemas.errors import AmbError, SpoolError
+from schemas.events import (
+    FileAccessed, FileDeleted, FileRenamed, FileWritten, NetworkRequest, Note, ProcessExited,
+)
+
+SOCKET_NAME = "shim.sock"
+
+
+class ShimReceiver:
+    def __init__(self, store: Path, run_id: str, sock_dir: Path, *, blobs: BlobStore | None = None,
+                 content_cap: int = 64 * 1024 * 1024, socket_mode: int = 0o600):
+        self.store = Path(store)
+        self.run_id = run_id
+        self.blobs = blobs or BlobStore(self.store / "blobs")
+        self.max_frame = content_cap + wire.MAX_OVERHEAD
+        self.path = Path(sock_dir) / SOCKET_NAME
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        self._listener.bind(str(self.path))
+        os.chmod(self.path, socket_mode)
+        self._listener.listen(1)
+        self.writer = SpoolWriter(spool_path(self.store, run_id, "shim"), run_id, "shim", sync=False)
+        self.counts: dict[str, int] = {}
+        self.hello: wire.Hello | None = None
+        self.bye: wire.Bye | None = None
+        self.error: str | None = None
+        self.connected = threading.Event()
+        self.done = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="amb-shim-receiver", daemon=True)
+
+    def start(self) -> ShimReceiver:
+        self._thread.start()
+        return self
+
+    # ---- serving ----------------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        try:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return  # closed before the shim ever connected
+            self._stop_listening()
+            self.connected.set()
+            with conn:
+                self._read(conn)
+        except AmbError as e:
+            self.error = str(e)
+        except Exception as e:  # a bug here must not take the run down silently
+            self.error = f"{e.__class__.__name__}: {e}"
+        finally:
+            try:
+                self.writer.flush()
+            except SpoolError as e:
+                self.error = self.error or str(e)
+            self.done.set()
+
+    def _stop_listening(self) -> None:
+        try:
+            try:  # wakes an accept() blocked in the serving thread
+                self._listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._listener.close()
+        finally:
+            try:
+                self.path.unlink()
+            except FileNotFoundError:
+                pass
+
+    def _read(self, conn: socket.socket) -> None:
+        buf = bytearray()
+        header = wire.HEADER.size
+        while True:
+            chunk = conn.recv(1 << 20)
+            if not chunk:
+                break
+            buf += chunk
+            at = 0
+            while len(buf) - at >= header:
+                (length,) = wire.HEADER.unpack_from(buf, at)
+                if length > self.max_frame:
+                    raise AmbError(f"shim sent a {length}-byte frame (limit {self.max_frame}); stream rejected")
+                if len(buf) - at - header < length:
+                    break
+                body = bytes(buf[at + header : at + header + length])
+                at += header + length
+                try:
+                    msg = wire.decode(body)
+                except msgspec.DecodeError as e:
+                    self._append(Note(text="shim: undecodable message", data={"error": str(e)}))
+                    continue
+                self._handle(msg)
+            del buf[:at]
+            self.writer.flush()  # everything received so far is durable before we wait again
+        if buf:
+            self._append(Note(text="shim: stream ended mid-message", data={"bytes": len(buf)}))
+        # Tell the shim we have it all: its close() waits for this.
+        try:
+            conn.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def _append(self, payload, ts_ns: int | None = None) -> None:
+        self.writer.append(payload, ts_ns=ts_ns or None)
+        kind = type(payload).__struct_config__.tag
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+
+    def _handle(self, msg) -> None:
+        ts = getattr(msg, "ts_ns", 0) or None
+        if isinstance(msg, wire.Proc):
+            self._append(ProcessExited(
+                pid=msg.pid, ppid=msg.ppid, argv=msg.argv, cwd=msg.cwd, start_ns=msg.start_ns,
+                end_ns=msg.end_ns, exit_code=msg.exit_code, signal=msg.signal, tracer=msg.tracer,
+            ), ts_ns=msg.end_ns or ts)
+        elif isinstance(msg, wire.Write):
+            ref = None
+            sha = msg.sha256
+            if msg.content is not None:
+                ref = self.blobs.put(msg.content, _media_type(msg.path), sync=False)
+                sha = ref.blob  # the digest we computed, not the one we were told
+            self._append(FileWritten(path=msg.path, op=msg.op, size=msg.size, sha256=sha, content=ref), ts_ns=ts)
+        elif isinstance(msg, wire.Delete):
+            self._append(FileDeleted(path=msg.path), ts_ns=ts)
+        elif isinstance(msg, wire.Rename):
+            self._append(FileRenamed(src=msg.src, dst=msg.dst), ts_ns=ts)
+        elif isinstance(msg, wire.Access):
+            self._append(FileAccessed(path=msg.path, mode=msg.mode, pid=msg.pid), ts_ns=ts)
+        elif isinstance(msg, wire.Connect):
+            scheme = msg.family.partition("/")[2]
+            self._append(NetworkRequest(
+                scheme=scheme, host=msg.host, port=msg.port, started_ns=msg.ts_ns, error=msg.error, via="shim",
+                method="CONNECT",
+            ), ts_ns=ts)
+        elif isinstance(msg, wire.Hello):
+            self.hello = msg
+            self._append(Note(text="shim started", data={
+                "tracer": msg.tracer, "fallback": msg.tracer != "strace", "detail": msg.detail,
+                "workspace": msg.workspace, "content_cap": msg.content_cap, "watched": msg.watched,
+                "protocol": msg.protocol,
+            }), ts_ns=ts)
+        elif isinstance(msg, wire.NoteMsg):
+            self._append(Note(text=msg.text, data=dict(msg.data)), ts_ns=ts)
+        elif isinstance(msg, wire.Bye):
+            self.bye = msg
+            self._append(Note(text="shim finished", data={"exit_code": msg.exit_code, **msg.counts}), ts_ns=ts)
+
+    # ---- ending -------------------------------------------------------------------------------------
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once the shim's stream has ended (or it never came and we were closed)."""
+        return self.done.wait(timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop: wait a little for a connected shim to finish, then release everything."""
+        if not self.connected.is_set():
+            self._stop_listening()
+        self.done.wait(timeout)
+        self.writer.close()
+
+
+def _media_type(path: str) -> str:
+    lower = path.lower()
+    for suffix, media in ((".json", "application/json"), (".txt", "text/plain"), (".md", "text/markdown"),
+                          (".py", "text/x-python"), (".csv", "text/csv"), (".sh", "text/x-shellscript")):
+        if lower.endswith(suffix):
+            return media
+    return "application/octet-stream"
+
+
+def wait_connected(receiver: ShimReceiver, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if receiver.connected.is_set():
+            return True
+        time.sleep(0.01)
+    return receiver.connected.is_set()

@@ -1,0 +1,303 @@
+"""The shim's main loop: run the agent under a tracer, watch the workspace, stream facts out.
+
+Inside a container the shim runs as root and the agent as an unprivileged uid (``--agent-uid``):
+the agent then cannot signal, trace or read the shim, cannot connect to the receiver's socket
+(mode 0600, owned by root), and so cannot forge, edit or suppress what the shim sends.
+
+It fails closed: if the socket to the receiver breaks, the agent is killed, since anything it did
+from then on would go unrecorded.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+from recorder.shim import strace as st
+from recorder.shim.procpoll import ProcPoller
+from recorder.shim.watch import Watcher
+from recorder.shim.wire import Bye, Hello, NoteMsg, encode
+
+FIFO_PREFIX = "amb-shim-"
+"""Name prefix of the shim's private temporary directory (not reported as an agent write)."""
+
+DEFAULT_CAP = 8 * 1024 * 1024
+"""Files up to this size are sent with their content; larger ones by hash only."""
+
+DROP_CODE = (
+    "import os,sys,ctypes\n"
+    "u,g=int(sys.argv[1]),int(sys.argv[2]);a=sys.argv[3:]\n"
+    "os.setgroups([]);os.setgid(g);os.setuid(u)\n"
+    # After a uid change the process is not dumpable, so its tracer could not read the argv of the
+    # exec that follows; the agent's processes are ordinary user processes, make this one so too.
+    "ctypes.CDLL(None).prctl(4,1,0,0,0)\n"
+    "try:\n os.execvp(a[0],a)\n"
+    "except OSError as e:\n sys.stderr.write('amb-shim: cannot run %r: %s\\n'%(a[0],e.strerror));sys.exit(127)\n"
+)
+
+
+@dataclass
+class Options:
+    socket: str
+    workspace: str
+    argv: list[str]
+    content_cap: int = DEFAULT_CAP
+    watched: list[str] = field(default_factory=list)
+    outside: list[str] = field(default_factory=list)
+    """Directories outside the workspace whose writes are recorded too, by absolute path (/tmp)."""
+    tracer: str = "auto"
+    """``auto`` (strace if it works here, else proc-poll), ``strace`` or ``proc-poll``."""
+    agent_uid: int | None = None
+    agent_gid: int | None = None
+    linger: float = 2.0
+    """Seconds background processes may outlive the agent's main process before they are killed."""
+
+
+class Sender:
+    """Thread-safe framed writes to the receiver; the first failure is remembered and reported."""
+
+    def __init__(self, path: str, timeout: float = 10.0):
+        deadline = time.monotonic() + timeout
+        while True:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            try:
+                s.connect(path)
+                break
+            except OSError as e:
+                s.close()
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"amb-shim: cannot connect to the recorder at {path}: {e.strerror or e}")
+                time.sleep(0.05)
+        self.sock = s
+        self.lock = threading.Lock()
+        self.broken: OSError | None = None
+        self.on_broken = lambda: None
+        self.sent = 0
+
+    def send(self, msg) -> None:
+        frame = encode(msg)
+        with self.lock:
+            if self.broken is not None:
+                return
+            try:
+                self.sock.sendall(frame)
+                self.sent += 1
+            except OSError as e:
+                self.broken = e
+        if self.broken is not None:
+            self.on_broken()
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+            self.sock.recv(1)  # the receiver closes once it has everything
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def run(opts: Options) -> int:
+    # tempfile probes /tmp with a file of its own the first time it is used: do that before /tmp
+    # is watched, so the shim's own probe is not reported as the agent's write.
+    tempfile.gettempdir()
+    sender = Sender(opts.socket)
+    tracer = opts.tracer
+    detail = ""
+    seccomp = True
+    if tracer in ("auto", "strace"):
+        usable, seccomp, detail = st.probe()
+        if not usable:
+            if tracer == "strace":
+                sender.send(NoteMsg(text=f"shim: {detail}", ts_ns=time.time_ns()))
+                sys.stderr.write(f"amb-shim: {detail}\n")
+                return 125
+            tracer = "proc-poll"
+        else:
+            tracer = "strace"
+    watcher = Watcher(opts.workspace, sender.send, content_cap=opts.content_cap, watched=opts.watched)
+    outside = [Watcher(d, sender.send, content_cap=opts.content_cap, absolute=True, ignore_prefix=FIFO_PREFIX)
+               for d in opts.outside if os.path.isdir(d)]
+    sender.send(Hello(tracer=tracer, workspace=opts.workspace, pid=os.getpid(), content_cap=opts.content_cap,
+                      watched=opts.watched, detail=detail, ts_ns=time.time_ns()))
+    if tracer == "proc-poll":
+        sender.send(NoteMsg(
+            text="shim: FALLBACK process observer proc-poll (ptrace not permitted): processes shorter "
+                 "than the poll interval may be missed and only the main process has an exit code",
+            data={"detail": detail}, ts_ns=time.time_ns()))
+    watcher.start()
+    for w in outside:
+        w.start()
+
+    argv = list(opts.argv)
+    if opts.agent_uid is not None:
+        gid = opts.agent_gid if opts.agent_gid is not None else opts.agent_uid
+        argv = [sys.executable, "-I", "-c", DROP_CODE, str(opts.agent_uid), str(gid), *argv]
+
+    runner = _StraceRun(opts, argv, sender, seccomp) if tracer == "strace" else _PollRun(opts, argv, sender)
+    sender.on_broken = runner.fail_closed
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda s, _f: runner.forward(s))
+    code = runner.run()
+
+    watcher.finish()
+    for w in outside:
+        w.finish()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    counts = dict(watcher.counts)
+    counts["written_outside"] = sum(w.counts["written"] for w in outside)
+    counts.update(runner.counts)
+    counts["cpu_ms_shim"] = int((usage.ru_utime + usage.ru_stime) * 1000)
+    counts["messages"] = sender.sent
+    sender.send(Bye(exit_code=code, counts=counts, ts_ns=time.time_ns()))
+    if sender.broken is not None:
+        sys.stderr.write(f"amb-shim: lost the recorder ({sender.broken}); the agent was stopped\n")
+        sender.close()
+        return 125
+    sender.close()
+    return code
+
+
+class _StraceRun:
+    def __init__(self, opts: Options, argv: list[str], sender: Sender, seccomp: bool):
+        self.opts, self.argv, self.sender, self.seccomp = opts, argv, sender, seccomp
+        self.tracker = st.Tracker(root_cwd=os.path.realpath(opts.workspace), hide_marker=DROP_CODE)
+        self.counts: dict[str, int] = {}
+        self.proc: subprocess.Popen | None = None
+        self._root_gone = threading.Event()
+
+    def run(self) -> int:
+        tmp = tempfile.mkdtemp(prefix=FIFO_PREFIX)  # 0700: only the shim's uid may open the fifo
+        fifo = os.path.join(tmp, "trace")
+        os.mkfifo(fifo, 0o600)
+        reader = threading.Thread(target=self._read, args=(fifo,), name="amb-shim-strace", daemon=True)
+        reader.start()
+        self.proc = subprocess.Popen(st.strace_command(fifo, self.argv, seccomp=self.seccomp), cwd=self.opts.workspace)
+        reaper = threading.Thread(target=self._reap_lingerers, daemon=True)
+        reaper.start()
+        self.proc.wait()
+        try:  # if strace never opened the fifo (it failed to start), unblock the reader
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+        reader.join(timeout=30)
+        try:
+            os.unlink(fifo)
+            os.rmdir(tmp)
+        except OSError:
+            pass
+        if self.proc.returncode < 0:
+            for msg in self.tracker.root_killed(-self.proc.returncode, time.time_ns()):
+                self.sender.send(msg)
+        for msg in self.tracker.unfinished(time.time_ns()):
+            self.sender.send(msg)
+        self.counts["unparsed_trace_lines"] = self.tracker.unparsed
+        if self.tracker.root_exit is not None:
+            return self.tracker.root_exit
+        rc = self.proc.returncode
+        return 128 - rc if rc < 0 else rc
+
+    def _read(self, fifo: str) -> None:
+        with open(fifo, "r", encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                for msg in self.tracker.feed(line):
+                    self.sender.send(msg)
+                if self.tracker.root_exit is not None and not self._root_gone.is_set():
+                    self._sample_cpu()
+                    self._root_gone.set()
+        self._sample_cpu()
+
+    def _sample_cpu(self) -> None:
+        """strace's own CPU time (sampled: once it has exited, /proc no longer has it)."""
+        if self.proc is not None:
+            self.counts["cpu_ms_strace"] = max(self.counts.get("cpu_ms_strace", 0), _cpu_ms(self.proc.pid))
+
+    def _reap_lingerers(self) -> None:
+        """After the agent's main process ends, give its background children ``linger`` seconds."""
+        while not self._root_gone.wait(0.2):
+            if self.proc is not None and self.proc.poll() is not None:
+                return
+            self._sample_cpu()
+        deadline = time.monotonic() + self.opts.linger
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return
+            self._sample_cpu()
+            time.sleep(0.05)
+        left = [pid for pid in list(self.tracker.procs) if pid != self.tracker.root_pid]
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        self.counts["killed_lingerers"] = len(left)
+
+    def forward(self, sig: int) -> None:
+        pid = self.tracker.root_pid
+        if pid is not None:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+
+    def fail_closed(self) -> None:
+        for pid in list(self.tracker.procs):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+class _PollRun:
+    def __init__(self, opts: Options, argv: list[str], sender: Sender):
+        self.opts, self.argv, self.sender = opts, argv, sender
+        self.counts: dict[str, int] = {}
+        self.proc: subprocess.Popen | None = None
+        self.poller: ProcPoller | None = None
+
+    def run(self) -> int:
+        self.proc = subprocess.Popen(self.argv, cwd=self.opts.workspace)
+        self.poller = ProcPoller(self.proc.pid, self.sender.send)
+        self.poller.start()
+        rc = self.proc.wait()
+        deadline = time.monotonic() + self.opts.linger
+        while time.monotonic() < deadline and any(p != self.proc.pid for p in self.poller.alive):
+            time.sleep(0.05)
+        for pid in [p for p in self.poller.alive if p != self.proc.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        code = 128 - rc if rc < 0 else rc
+        self.poller.finish(code if rc >= 0 else None, -rc if rc < 0 else None)
+        return code
+
+    def forward(self, sig: int) -> None:
+        if self.proc is not None:
+            try:
+                self.proc.send_signal(sig)
+            except OSError:
+                pass
+
+    def fail_closed(self) -> None:
+        if self.proc is not None:
+            try:
+                self.proc.kill()
+            except OSError:
+                pass
+
+
+def _cpu_ms(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * 1000 // os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0

@@ -1,0 +1,390 @@
+"""Workspace changes and watched-path opens, from inotify (through ctypes: stdlib only).
+
+Every directory under the workspace gets a watch. A file is reported when it is closed after
+writing (``IN_CLOSE_WRITE``): then its content is read, hashed and sent, so what is recorded is
+what the file held at that moment. Renames pair ``IN_MOVED_FROM``/``IN_MOVED_TO`` by cookie;
+a move out of the workspace is a deletion, a move in is a creation.
+
+What inotify cannot promise is made up for by scanning: a new directory is scanned right after its
+watch is added (files made before the watch existed), a queue overflow triggers a full rescan, and
+``finish`` compares the workspace against everything reported (hard links, mmap writes, files still
+open when the agent ended). Rescans report differences only, never the same content twice.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import hashlib
+import os
+import select
+import stat
+import struct
+import threading
+import time
+from typing import Callable
+
+from recorder.shim.wire import Access, Delete, NoteMsg, Rename, Write
+
+IN_ACCESS = 0x1
+IN_MODIFY = 0x2
+IN_CLOSE_WRITE = 0x8
+IN_OPEN = 0x20
+IN_MOVED_FROM = 0x40
+IN_MOVED_TO = 0x80
+IN_CREATE = 0x100
+IN_DELETE = 0x200
+IN_DELETE_SELF = 0x400
+IN_MOVE_SELF = 0x800
+IN_Q_OVERFLOW = 0x4000
+IN_IGNORED = 0x8000
+IN_ISDIR = 0x40000000
+IN_DONT_FOLLOW = 0x02000000
+IN_EXCL_UNLINK = 0x04000000
+IN_CLOEXEC = 0o2000000
+IN_NONBLOCK = 0o4000
+
+WORKSPACE_MASK = (IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DONT_FOLLOW
+                  | IN_EXCL_UNLINK)
+WATCHED_MASK = IN_OPEN | IN_MODIFY | IN_DONT_FOLLOW
+_EVENT = struct.Struct("iIII")
+
+Emit = Callable[[object], None]
+
+
+class InotifyUnavailable(OSError):
+    pass
+
+
+class _Inotify:
+    def __init__(self) -> None:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        self._add = libc.inotify_add_watch
+        self._add.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        self._rm = libc.inotify_rm_watch
+        self.fd = libc.inotify_init1(IN_CLOEXEC | IN_NONBLOCK)
+        if self.fd < 0:
+            raise InotifyUnavailable(ctypes.get_errno(), "inotify_init1 failed")
+
+    def add(self, path: str, mask: int) -> int:
+        wd = self._add(self.fd, os.fsencode(path), mask)
+        if wd < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e), path)
+        return wd
+
+    def read(self, timeout: float) -> list[tuple[int, int, int, str]]:
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if not ready:
+            return []
+        try:
+            buf = os.read(self.fd, 1 << 20)
+        except BlockingIOError:
+            return []
+        events = []
+        i = 0
+        while i + _EVENT.size <= len(buf):
+            wd, mask, cookie, length = _EVENT.unpack_from(buf, i)
+            i += _EVENT.size
+            name = buf[i : i + length].rstrip(b"\0").decode("utf-8", "surrogateescape")
+            i += length
+            events.append((wd, mask, cookie, name))
+        return events
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class Watcher:
+    """Watches a workspace (recursively) and some extra paths; emits wire messages via ``emit``."""
+
+    def __init__(self, workspace: str, emit: Emit, *, content_cap: int, watched: list[str] = (),
+                 absolute: bool = False, ignore_prefix: str = ""):
+        self.root = os.path.realpath(workspace)
+        self.absolute = absolute
+        """Report absolute paths (a directory outside the workspace, e.g. /tmp) instead of relative."""
+        self.ignore_prefix = ignore_prefix
+        """Top-level names starting with this are the shim's own (its trace fifo's directory)."""
+        self.emit = emit
+        self.cap = content_cap
+        self.ino = _Inotify()
+        self.dirs: dict[int, str] = {}
+        """wd -> directory path relative to the workspace ('' is the root)."""
+        self.watched: dict[int, str] = {}
+        """wd -> absolute watched path (forbidden reads)."""
+        self.known: dict[str, tuple[int, int, str]] = {}
+        """relative path -> (size, mtime_ns, sha256) as last reported (or found at start)."""
+        self.seen_access: set[tuple[str, str]] = set()
+        self.counts = {"written": 0, "deleted": 0, "renamed": 0, "accessed": 0, "overflows": 0, "rescans": 0}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pending_move: tuple[int, str, bool, float] | None = None
+        self._lock = threading.Lock()
+        self._add_tree("", initial=True)
+        for path in watched:
+            self._watch_extra(path)
+
+    # ---- setup -------------------------------------------------------------------------------------
+
+    def _shown(self, rel: str) -> str:
+        return os.path.join(self.root, rel) if self.absolute else rel
+
+    def _ignored(self, rel: str) -> bool:
+        return bool(self.ignore_prefix) and rel.split("/", 1)[0].startswith(self.ignore_prefix)
+
+    def _abs(self, rel: str) -> str:
+        return os.path.join(self.root, rel) if rel else self.root
+
+    def _add_dir(self, rel: str) -> bool:
+        try:
+            wd = self.ino.add(self._abs(rel), WORKSPACE_MASK)
+        except OSError:
+            return False
+        self.dirs[wd] = rel
+        return True
+
+    def _add_tree(self, rel: str, *, initial: bool = False) -> None:
+        """Watch ``rel`` and everything under it; report files found there (unless initial)."""
+        if not self._add_dir(rel):
+            return
+        try:
+            entries = list(os.scandir(self._abs(rel)))
+        except OSError:
+            return
+        for entry in entries:
+            child = f"{rel}/{entry.name}" if rel else entry.name
+            if self._ignored(child):
+                continue
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    self._add_tree(child, initial=initial)
+                elif entry.is_file(follow_symlinks=False):
+                    if initial:
+                        st = entry.stat(follow_symlinks=False)
+                        # Outside the workspace (a shared /tmp) the first write is reported
+                        # whatever it holds: hashing everything already there could take long.
+                        digest = "" if self.absolute else _hash_path(entry.path)[1]
+                        self.known[child] = (st.st_size, st.st_mtime_ns, digest)
+                    else:
+                        self._report_file(child)
+            except OSError:
+                continue
+
+    def _watch_extra(self, path: str) -> None:
+        targets = [path]
+        if os.path.isdir(path):
+            for dirpath, dirnames, _ in os.walk(path):
+                targets += [os.path.join(dirpath, d) for d in dirnames]
+        for t in targets:
+            try:
+                self.watched[self.ino.add(t, WATCHED_MASK)] = t
+            except OSError:
+                continue  # absent or unreadable: nothing to see there
+
+    # ---- the loop ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="amb-shim-watch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.poll(0.05)
+
+    def poll(self, timeout: float) -> int:
+        """Read and handle one batch of events; returns how many there were."""
+        events = self.ino.read(timeout)
+        with self._lock:
+            for ev in events:
+                self._handle(*ev)
+            if self._pending_move is not None and (not events or time.monotonic() - self._pending_move[3] > 0.05):
+                self._flush_move()
+        return len(events)
+
+    def _handle(self, wd: int, mask: int, cookie: int, name: str) -> None:
+        if mask & IN_Q_OVERFLOW:
+            self.counts["overflows"] += 1
+            self.emit(NoteMsg(text="shim: inotify queue overflowed; rescanning the workspace", ts_ns=time.time_ns()))
+            self.rescan()
+            return
+        if wd in self.watched:
+            self._access(wd, mask, name)
+            return
+        base = self.dirs.get(wd)
+        if base is None:
+            return
+        if mask & IN_IGNORED:
+            self.dirs.pop(wd, None)
+            return
+        rel = f"{base}/{name}" if base else name
+        if not name or self._ignored(rel):
+            return
+        if self._pending_move is not None and not (mask & IN_MOVED_TO and cookie == self._pending_move[0]):
+            self._flush_move()
+        isdir = bool(mask & IN_ISDIR)
+        if mask & IN_CREATE:
+            if isdir:
+                self._add_tree(rel)
+            return
+        if mask & IN_CLOSE_WRITE:
+            self._report_file(rel)
+        elif mask & IN_DELETE:
+            if not isdir:
+                self._deleted(rel)
+        elif mask & IN_MOVED_FROM:
+            self._pending_move = (cookie, rel, isdir, time.monotonic())
+        elif mask & IN_MOVED_TO:
+            if self._pending_move is not None and self._pending_move[0] == cookie:
+                _, src, _, _ = self._pending_move
+                self._pending_move = None
+                self._renamed(src, rel, isdir)
+            elif isdir:
+                self._add_tree(rel)  # moved in from outside the workspace
+            else:
+                self._report_file(rel)
+
+    def _flush_move(self) -> None:
+        """A MOVED_FROM with no MOVED_TO: the thing left the workspace, i.e. it is gone."""
+        _, src, isdir, _ = self._pending_move
+        self._pending_move = None
+        if isdir:
+            for path in [p for p in self.known if p.startswith(src + "/")]:
+                self._deleted(path)
+        else:
+            self._deleted(src)
+
+    # ---- reports -------------------------------------------------------------------------------------
+
+    def _report_file(self, rel: str) -> None:
+        path = self._abs(rel)
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode):
+                return
+            data, digest = _hash_path(path, self.cap)
+        except OSError:
+            return  # gone already: its deletion (or rename) follows
+        old = self.known.get(rel)
+        if old is not None and old[2] == digest:
+            self.known[rel] = (st.st_size, st.st_mtime_ns, digest)
+            return
+        size = len(data) if data is not None else st.st_size
+        self.known[rel] = (size, st.st_mtime_ns, digest)
+        self.counts["written"] += 1
+        self.emit(Write(path=self._shown(rel), op="modified" if old is not None else "created", size=size, sha256=digest,
+                        content=data, ts_ns=time.time_ns()))
+
+    def _deleted(self, rel: str) -> None:
+        if self.known.pop(rel, None) is None:
+            return
+        self.counts["deleted"] += 1
+        self.emit(Delete(path=self._shown(rel), ts_ns=time.time_ns()))
+
+    def _renamed(self, src: str, dst: str, isdir: bool) -> None:
+        now = time.time_ns()
+        if isdir:
+            for wd, rel in list(self.dirs.items()):
+                if rel == src or rel.startswith(src + "/"):
+                    self.dirs[wd] = dst + rel[len(src):]
+            moved = [p for p in self.known if p.startswith(src + "/")]
+            for p in moved:
+                self.known[dst + p[len(src):]] = self.known.pop(p)
+            self.counts["renamed"] += 1
+            self.emit(Rename(src=self._shown(src), dst=self._shown(dst), ts_ns=now))
+            return
+        entry = self.known.pop(src, None)
+        if dst in self.known:
+            # Overwriting rename: the old dst is replaced; no separate deletion is reported.
+            self.known.pop(dst)
+        if entry is None:
+            self._report_file(dst)  # src was never seen (made and renamed within one batch)
+            return
+        self.known[dst] = entry
+        self.counts["renamed"] += 1
+        self.emit(Rename(src=self._shown(src), dst=self._shown(dst), ts_ns=now))
+        try:  # a rename of a file still being written: report the content it has now
+            st = os.lstat(self._abs(dst))
+            if (st.st_size, st.st_mtime_ns) != entry[:2]:
+                self._report_file(dst)
+        except OSError:
+            pass
+
+    def _access(self, wd: int, mask: int, name: str) -> None:
+        base = self.watched[wd]
+        path = os.path.join(base, name) if name else base
+        mode = "w" if mask & IN_MODIFY else "r"
+        if (path, mode) in self.seen_access:
+            return
+        self.seen_access.add((path, mode))
+        self.counts["accessed"] += 1
+        self.emit(Access(path=path, mode=mode, ts_ns=time.time_ns()))
+
+    # ---- reconcile -------------------------------------------------------------------------------------
+
+    def rescan(self) -> None:
+        """Compare the workspace with what was reported; report the differences."""
+        self.counts["rescans"] += 1
+        present: set[str] = set()
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            reldir = os.path.relpath(dirpath, self.root)
+            reldir = "" if reldir == "." else reldir
+            if reldir and self._ignored(reldir):
+                dirnames[:] = []
+                continue
+            if reldir not in self.dirs.values():
+                self._add_dir(reldir)
+            for name in filenames:
+                rel = f"{reldir}/{name}" if reldir else name
+                path = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                present.add(rel)
+                old = self.known.get(rel)
+                if old is None or old[:2] != (st.st_size, st.st_mtime_ns):
+                    self._report_file(rel)
+        for rel in [p for p in self.known if p not in present]:
+            self._deleted(rel)
+
+    def finish(self) -> None:
+        """Stop the loop, drain what is queued, and reconcile against the disk."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        while self.poll(0.0):
+            pass
+        with self._lock:
+            if self._pending_move is not None:
+                self._flush_move()
+            self.rescan()
+        self.ino.close()
+
+
+def _hash_path(path: str, cap: int = 1 << 62) -> tuple[bytes | None, str]:
+    """(content if size <= cap else None, sha256) of one file, read once."""
+    h = hashlib.sha256()
+    chunks: list[bytes] | None = []
+    total = 0
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            h.update(chunk)
+            total += len(chunk)
+            if chunks is not None:
+                if total > cap:
+                    chunks = None
+                else:
+                    chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return (b"".join(chunks) if chunks is not None else None), "sha256:" + h.hexdigest()
+
+
+__all__ = ["InotifyUnavailable", "Watcher", "errno"]

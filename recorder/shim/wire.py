@@ -1,0 +1,108 @@
+"""The shim's wire format: length-prefixed msgpack messages over a unix stream socket.
+
+One frame = 4-byte big-endian length + a msgpack-encoded ``Msg``. The receiver turns each message
+into a schema event; keeping the wire types separate lets the in-container side depend on msgspec
+alone, and lets the receiver validate everything that crosses the container boundary.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Union
+
+import msgspec
+
+PROTOCOL = 1
+HEADER = struct.Struct(">I")
+MAX_OVERHEAD = 1 << 20
+"""Frame size allowed on top of the per-file content cap (paths, argv, ...)."""
+
+
+class Hello(msgspec.Struct, tag="hello", kw_only=True):
+    protocol: int = PROTOCOL
+    tracer: str
+    """``strace`` or ``proc-poll`` (the fallback)."""
+    workspace: str
+    pid: int
+    content_cap: int
+    watched: list[str] = []
+    detail: str = ""
+    """Why the fallback was chosen, when it was."""
+    ts_ns: int = 0
+
+
+class Proc(msgspec.Struct, tag="proc", kw_only=True):
+    pid: int
+    ppid: int | None = None
+    argv: list[str] = []
+    cwd: str | None = None
+    start_ns: int = 0
+    end_ns: int = 0
+    exit_code: int | None = None
+    signal: int | None = None
+    tracer: str = "strace"
+
+
+class Write(msgspec.Struct, tag="write", kw_only=True):
+    path: str
+    op: str
+    size: int
+    sha256: str
+    content: bytes | None = None
+    """The bytes when ``size`` is within the cap, else None (hash only)."""
+    ts_ns: int = 0
+
+
+class Delete(msgspec.Struct, tag="delete", kw_only=True):
+    path: str
+    ts_ns: int = 0
+
+
+class Rename(msgspec.Struct, tag="rename", kw_only=True):
+    src: str
+    dst: str
+    ts_ns: int = 0
+
+
+class Access(msgspec.Struct, tag="access", kw_only=True):
+    path: str
+    mode: str = "r"
+    pid: int | None = None
+    ts_ns: int = 0
+
+
+class Connect(msgspec.Struct, tag="connect", kw_only=True):
+    family: str
+    host: str
+    port: int | None = None
+    error: str | None = None
+    """errno name when connect failed (``EINPROGRESS`` means the outcome was not yet known)."""
+    pid: int | None = None
+    ts_ns: int = 0
+
+
+class NoteMsg(msgspec.Struct, tag="note", kw_only=True):
+    text: str
+    data: dict[str, str | int | float | bool | None] = {}
+    ts_ns: int = 0
+
+
+class Bye(msgspec.Struct, tag="bye", kw_only=True):
+    exit_code: int | None = None
+    counts: dict[str, int] = {}
+    ts_ns: int = 0
+
+
+Msg = Union[Hello, Proc, Write, Delete, Rename, Access, Connect, NoteMsg, Bye]
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Msg)
+
+
+def encode(msg: Msg) -> bytes:
+    body = _encoder.encode(msg)
+    return HEADER.pack(len(body)) + body
+
+
+def decode(body: bytes | memoryview) -> Msg:
+    return _decoder.decode(body)

@@ -1,0 +1,124 @@
+"""Scoring many runs: read events, score in parallel, append to the ledger in bulk chunks.
+
+Memory stays flat: runs are scored in chunks of ``chunk`` (events of one chunk in memory at a
+time), and each chunk's rows, judge calls and new grades are appended before the next one starts.
+Workers are threads: each reads its run's events through its own DuckDB cursor, LLM judge calls
+overlap, and numpy grading releases the GIL. The store is opened read-write once (DuckDB allows a
+single writer), so ``amb ingest`` waits for a scoring batch to finish, and vice versa.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+from replay.read import iter_events, run_ids as all_run_ids
+from replay.store import Store
+from schemas.errors import UsageError
+from scorer import ledger
+from scorer.cost import load_table
+from scorer.evidence import Evidence
+from scorer.judge.cache import JudgeCache
+from scorer.judge.llm import LLMJudge, endpoint
+from scorer.judge.offline import OfflineJudge
+from scorer.migrations import MIGRATIONS
+from scorer.pipeline import RunScorer
+from scorer.profile import LoadedProfile
+
+
+class BatchResult(NamedTuple):
+    batch_id: str
+    rows: list[dict[str, Any]]
+    judge: str
+    judge_requests: int
+
+
+def open_store(store: str | Path | None) -> Store:
+    """The store, read-write, with the scorer's tables migrated."""
+    return Store.open(store, extra_migrations=MIGRATIONS)
+
+
+def default_judge(profile: LoadedProfile) -> str:
+    """``llm`` when an endpoint is configured (environment or profile), else ``offline``."""
+    return "llm" if endpoint(profile.profile.judge) is not None else "offline"
+
+
+def make_judge(kind: str, profile: LoadedProfile, st: Store, cache: JudgeCache | None):
+    if kind == "offline":
+        return OfflineJudge(st.blobs.get)
+    if kind == "llm":
+        assert cache is not None
+
+        def put_evidence(e: Evidence) -> None:
+            st.blobs.put(e.text.encode(), "text/plain; charset=utf-8", sync=False)
+
+        return LLMJudge(profile.profile.judge, cache, put_evidence, images=profile.profile.evidence.images)
+    raise UsageError(f"--judge must be offline or llm, not {kind!r}")
+
+
+def score_runs(
+    st: Store,
+    profile: LoadedProfile,
+    *,
+    run_ids: list[str] | None = None,
+    judge: str | None = None,
+    references: Path | None = None,
+    jobs: int = 2,
+    chunk: int = 100,
+    progress: Callable[[int], None] | None = None,
+    args: dict[str, Any] | None = None,
+    keep_rows: bool = True,
+) -> BatchResult:
+    con = st.con
+    known = all_run_ids(con)
+    if run_ids is None:
+        run_ids = known
+    else:
+        unknown = sorted(set(run_ids) - set(known))
+        if unknown:
+            raise UsageError(f"no such run: {', '.join(unknown[:5])}" + (" ..." if len(unknown) > 5 else ""))
+    kind = judge or default_judge(profile)
+    cache = None
+    if kind == "llm":
+        ep = endpoint(profile.profile.judge)
+        cache = ledger.load_judge_cache(con, ep[2] if ep else "")
+    the_judge = make_judge(kind, profile, st, cache)
+    prices = load_table(profile.profile.cost.price_table)
+    grade_cache = ledger.load_grade_cache(con)
+    known_grades = set(grade_cache)
+    scorer = RunScorer(profile, the_judge, st.blobs.get, prices, references=references, grade_cache=grade_cache)
+    ledger.register_profile(con, profile)
+    batch_id = ledger.new_batch_id()
+    started = ledger.now()
+    local = threading.local()
+
+    def one(run_id: str) -> dict[str, Any]:
+        cur = getattr(local, "cur", None)
+        if cur is None:
+            cur = local.cur = con.cursor()
+        return scorer.score(run_id, list(iter_events(cur, run_id)))
+
+    rows: list[dict[str, Any]] = []
+    seq = n_rows = 0
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for start in range(0, len(run_ids), chunk):
+            part = run_ids[start:start + chunk]
+            chunk_rows = list(pool.map(one, part))
+            ledger.append_rows(con, batch_id, chunk_rows, seq)
+            seq += len(chunk_rows)
+            if cache is not None:
+                ledger.append_judge_calls(con, cache.drain())
+            new = {k: v for k, v in grade_cache.items() if k not in known_grades}
+            ledger.append_grades(con, new)
+            known_grades.update(new)
+            n_rows += len(chunk_rows)
+            if keep_rows:
+                rows.extend(chunk_rows)
+            if progress:
+                progress(len(part))
+    requests = getattr(the_judge, "requests", 0)
+    ledger.append_batch(con, batch_id, profile, the_judge.label, started, n_rows, requests, args or {})
+    return BatchResult(batch_id, rows, the_judge.label, requests)
+

@@ -1,0 +1,227 @@
+"""The evidence view: exactly what a judge sees of a run. A deterministic function of the events.
+
+Same events, same profile, same bytes, always: the view is built from the folded trajectory only
+(no clock, no environment, no dict-order dependence), and its sha256 is part of every judge call's
+cache key. So changing the evidence rules (the budget, say) re-asks the judge; nothing else does.
+
+Layout (AutoMedBench's ``llm_judge.py`` summariser, with event ids added so a verdict can cite them):
+
+1. the task line (task, track, tier);
+2. the conversation, one line per message ``[<event id>] role: text`` with per-role cuts; when
+   longer than ``budget_chars`` it keeps the HEAD (``head`` share of the budget, first messages),
+   a MIDDLE sample (every ceil(n/20)-th message of the rest, ``middle`` share) and the TAIL
+   (``tail`` share, last messages), with a marker line saying what was left out;
+3. code executions: the first ``exec_head``, up to ``exec_middle_failed`` failed ones from the
+   middle, the last ``exec_tail``; each with language, OK/FAIL(exit code), code and output excerpts;
+4. the files the agent wrote (path, size, digest) and the plan's text; ``plan.png`` is passed as an
+   image to judges that take images;
+5. the submission check (files, cases, format) and the task metric, stated as facts.
+
+Model-supplied text is defanged (``neutralise``) so a transcript cannot fake a section header or a
+verdict in the judge's prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from typing import Any
+
+import msgspec
+
+from scorer.profile import EvidenceRules
+from scorer.trajectory import BlobGetter, Exec, Trajectory
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+_ID_RE = re.compile(r"^\[([A-Za-z0-9._-]+:\d+)\]", re.M)
+
+
+class Image(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+    event_id: str
+    media_type: str
+    data: bytes
+
+
+class Evidence(msgspec.Struct, frozen=True, kw_only=True):
+    text: str
+    sha256: str
+    """``sha256:`` of ``text`` plus the digests of ``images``: the evidence's cache identity."""
+    images: list[Image] = []
+    cited_ids: list[str] = []
+    """Every event id that appears in the view (a verdict may cite only these)."""
+
+
+def neutralise(text: str) -> str:
+    """Defang model text: no section headers, no fenced JSON, no fake verdict lines."""
+    return (
+        text.replace("\r", "")
+        .replace("```", "'''")
+        .replace("\n#", "\n #")
+        .replace("<<<", "< < <")
+        .replace(">>>", "> > >")
+    )
+
+
+def cut(text: str, limit: int) -> str:
+    text = neutralise(text)
+    if limit <= 0 or len(text) <= limit:
+        return text
+    return text[:limit] + f"…[+{len(text) - limit} chars]"
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _message_lines(traj: Trajectory, r: EvidenceRules) -> list[str]:
+    lines = []
+    for m in traj.messages:
+        limit = {"tool_call": r.arg_chars, "tool": r.tool_result_chars}.get(m.role, r.message_chars)
+        text = cut(_flat(m.text), limit)
+        line = f"[{m.id}] {m.role}: {text}"
+        lines.append(cut(line, r.message_chars + 40) if r.message_chars else line)
+    return lines
+
+
+def budget_lines(lines: list[str], r: EvidenceRules) -> list[str]:
+    """AutoMedBench's HEAD / MIDDLE / TAIL cut of the conversation to ``budget_chars``."""
+    total = sum(len(line) + 1 for line in lines)
+    if r.budget_chars <= 0 or total <= r.budget_chars:
+        return lines
+    head_budget = int(r.budget_chars * r.head)
+    tail_budget = int(r.budget_chars * r.tail)
+    mid_budget = int(r.budget_chars * r.middle)
+    head: list[str] = []
+    used = 0
+    for line in lines:
+        if used + len(line) + 1 > head_budget:
+            break
+        head.append(line)
+        used += len(line) + 1
+    tail: list[str] = []
+    used = 0
+    for line in reversed(lines[len(head):]):
+        if used + len(line) + 1 > tail_budget:
+            break
+        tail.append(line)
+        used += len(line) + 1
+    tail.reverse()
+    rest = lines[len(head): len(lines) - len(tail)]
+    step = max(1, math.ceil(len(rest) / 20))
+    middle: list[str] = []
+    used = 0
+    for line in rest[::step]:
+        if used + len(line) + 1 > mid_budget:
+            break
+        middle.append(line)
+        used += len(line) + 1
+    omitted = len(rest) - len(middle)
+    marker = f"... [{omitted} of {len(lines)} messages omitted; middle sampled every {step}th] ..."
+    return head + [marker] + middle + ["... [end of middle sample] ..."] + tail
+
+
+def select_execs(execs: list[Exec], r: EvidenceRules) -> list[Exec]:
+    """First ``exec_head``, up to ``exec_middle_failed`` failures from the middle, last ``exec_tail``."""
+    n = len(execs)
+    if n <= r.exec_head + r.exec_tail:
+        return list(execs)
+    head = execs[: r.exec_head]
+    tail = execs[n - r.exec_tail:]
+    middle = [e for e in execs[r.exec_head: n - r.exec_tail] if e.ok is False][: r.exec_middle_failed]
+    return head + middle + tail
+
+
+def _exec_line(ex: Exec, r: EvidenceRules) -> str:
+    status = "NO RESULT" if ex.ok is None else ("OK" if ex.ok else f"FAIL({ex.exit_code if ex.exit_code is not None else 'error'})")
+    out = ex.stdout if ex.exit_code is not None else ex.output
+    if ex.ok is False and ex.stderr:
+        out = ex.stderr
+    return (
+        f"[{ex.id}] {ex.tool} {ex.language or '-'} {status}\n"
+        f"    code: {cut(_flat(ex.code), r.exec_code_chars)}\n"
+        f"    output: {cut(_flat(out), r.exec_output_chars)}"
+    )
+
+
+def build(
+    traj: Trajectory,
+    rules: EvidenceRules,
+    get_blob: BlobGetter,
+    *,
+    track: str | None,
+    grade: dict[str, Any] | None,
+) -> Evidence:
+    """The evidence view of a run. ``grade`` is the task-metric summary (``scorer.taskgrade``)."""
+    out: list[str] = []
+    ids: set[str] = set()
+    out.append("## Task")
+    out.append(f"task: {traj.task or '-'}  track: {track or '-'}  tier: {traj.tier or '-'}")
+    out.append(f"run status: {traj.status or 'no run.finished event'}  model calls: {len(traj.model_calls)}  code executions: {len(traj.execs)}")
+
+    lines = _message_lines(traj, rules)
+    out.append(f"## Conversation ({len(lines)} messages)")
+    shown = budget_lines(lines, rules)
+    out += shown
+
+    execs = select_execs(traj.execs, rules)
+    out.append(f"## Code executions ({len(traj.execs)} total, {sum(1 for e in traj.execs if e.ok is False)} failed; {len(execs)} shown)")
+    for ex in execs:
+        out.append(_exec_line(ex, rules))
+        ids.add(ex.id)
+
+    out.append("## Files written")
+    last: dict[str, tuple[str, Any]] = {}
+    for ev_id, _, w in traj.writes:
+        last[w.path] = (ev_id, w)
+    for path in sorted(last):
+        ev_id, w = last[path]
+        ids.add(ev_id)
+        out.append(f"[{ev_id}] {path} ({w.size} bytes, {w.sha256[:19] or 'no digest'})")
+    images: list[Image] = []
+    plan = traj.last_write("plan.md")
+    if plan is not None and plan[1].content is not None:
+        try:
+            text = get_blob(plan[1].content).decode("utf-8", "replace")
+        except Exception as e:  # a missing blob is stated, not fatal: the view stays deterministic
+            text = f"[plan content unavailable: {type(e).__name__}]"
+        ids.add(plan[0])
+        out.append(f"## plan.md [{plan[0]}]")
+        out.append(cut(text, rules.plan_chars))
+    png = traj.last_write("plan.png")
+    if png is not None:
+        data = b""
+        if png[1].content is not None:
+            try:
+                data = get_blob(png[1].content)
+            except Exception:
+                data = b""
+        is_png = data.startswith(PNG_MAGIC)
+        ids.add(png[0])
+        out.append(f"## plan.png [{png[0]}] {'valid PNG' if is_png else 'not a readable PNG'}, {png[1].size} bytes"
+                   + ("; attached as an image" if is_png and rules.images else ""))
+        if is_png and rules.images:
+            images.append(Image(path=png[1].path, event_id=png[0], media_type="image/png", data=data))
+
+    out.append("## Submission check")
+    if traj.submission is None:
+        out.append("no submission.sealed event: nothing was submitted")
+    else:
+        ids.add(traj.submission_id or "")
+        out.append(f"[{traj.submission_id}] sealed {len(traj.submission.files)} files, {len(traj.submission.skipped)} skipped")
+    if grade is not None:
+        for key in sorted(grade):
+            out.append(f"{key}: {grade[key]}")
+    out.append("## Task metric")
+    if grade is not None and grade.get("task_score") is not None:
+        out.append(f"{grade.get('metric', 'metric')}: {grade['task_score']:.4f}")
+    else:
+        out.append(f"unscored: {grade.get('reason') if grade else 'no grade'}")
+
+    text = "\n".join(out) + "\n"
+    ids.update(_ID_RE.findall(text))
+    h = hashlib.sha256(text.encode())
+    for img in images:
+        h.update(hashlib.sha256(img.data).digest())
+    return Evidence(text=text, sha256="sha256:" + h.hexdigest(), images=images, cited_ids=sorted(i for i in ids if i))

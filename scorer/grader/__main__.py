@@ -1,0 +1,31 @@
+"""``python -m scorer.grader ID --submission DIR --reference DIR [--json] [--profile P]``.
+
+The grader image's entry point (it has no ``amb`` package): the same command as ``amb grade``, with
+the same one-line errors.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from schemas.errors import AmbError
+from scorer.grader.cli import grade
+
+
+def main() -> None:
+    try:
+        grade.main(prog_name="python -m scorer.grader", standalone_mode=False)
+    except AmbError as e:
+        click.echo(f"amb: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""Detection grader (BCCD, VinDr-CXR, GRAZPEDWRI-DX, DENTEX): mAP at IoU 0.5 over the data set.
+
+Per case: ``<submission>/agents_outputs/<case>/prediction.json`` =
+``{"boxes": [{"class", "score"?, "x1", "y1", "x2", "y2"}]}`` against ``<reference>/<case>/boxes.json``
+(which also holds the image's ``width`` and ``height``). A file that is missing, not UTF-8 JSON, not
+of that shape, or that has any bad box (missing key, non-numeric or non-finite coordinate, x2 <= x1,
+outside the image, score outside [0, 1] or NaN, empty class) makes the case score 0 with the reason,
+and the case then counts as "no predictions" in the mAP (its reference boxes are misses), as in the
+public format checker, where one bad box invalidates the file.
+
+The TASK score is the data-set mAP (``scorer.metrics.detection``), not a mean of case scores: AP
+ranks detections across all images. The case score is that image's own AP under the same rules
+(1.0 for an image with no reference box and no prediction), a diagnostic for finding bad cases.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from schemas.task_spec import TaskError, TaskSpec
+from scorer.grader.gate import gated_score
+from scorer.grader.options import GradeOptions
+from scorer.grader.result import CaseResult, GradeResult, invalid_case, missing_case
+from scorer.metrics.detection import EMPTY, Boxes, DetParams, mean_average_precision, norm_class
+
+MAX_FILE_BYTES = 20 * 1024 * 1024
+MAX_BOXES = 10_000
+"""More boxes than this in one image is refused rather than matched (keeps grading bounded)."""
+
+
+class BadPrediction(ValueError):
+    """A prediction file that cannot be scored; the message is the case's reason."""
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def parse_boxes(raw: bytes, width: float | None, height: float | None, *, with_scores: bool = True) -> Boxes:
+    """Validate and convert one ``{"boxes": [...]}`` document; the first problem is the error."""
+    try:
+        doc = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError, ValueError) as e:
+        raise BadPrediction(f"not valid JSON ({e})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("boxes"), list):
+        raise BadPrediction('must be a JSON object with a list field "boxes"')
+    items = doc["boxes"]
+    if len(items) > MAX_BOXES:
+        raise BadPrediction(f"{len(items)} boxes; at most {MAX_BOXES} per image are accepted")
+    labels, coords, scores = [], [], []
+    for i, b in enumerate(items):
+        if not isinstance(b, dict):
+            raise BadPrediction(f"boxes[{i}] is not an object")
+        missing = [k for k in ("class", "x1", "y1", "x2", "y2") if k not in b]
+        if missing:
+            raise BadPrediction(f"boxes[{i}] lacks {', '.join(missing)}")
+        if not isinstance(b["class"], str) or not b["class"].strip():
+            raise BadPrediction(f"boxes[{i}]: class must be a non-empty string")
+        xy = [b[k] for k in ("x1", "y1", "x2", "y2")]
+        if not all(_number(v) for v in xy):
+            raise BadPrediction(f"boxes[{i}]: x1, y1, x2, y2 must be numbers")
+        x1, y1, x2, y2 = (float(v) for v in xy)
+        if not all(math.isfinite(v) for v in (x1, y1, x2, y2)):
+            raise BadPrediction(f"boxes[{i}]: coordinates must be finite")
+        if x2 <= x1 or y2 <= y1:
+            raise BadPrediction(f"boxes[{i}]: x2 <= x1 or y2 <= y1 (empty or inverted box)")
+        if x1 < 0 or y1 < 0 or (width is not None and x2 > width) or (height is not None and y2 > height):
+            raise BadPrediction(f"boxes[{i}]: ({x1:g}, {y1:g}, {x2:g}, {y2:g}) is outside the "
+                                f"{width:g}x{height:g} image" if width and height else
+                                f"boxes[{i}]: negative coordinate")
+        score = 1.0
+        if with_scores and "score" in b:
+            s = b["score"]
+            if not _number(s) or not math.isfinite(float(s)) or not 0.0 <= float(s) <= 1.0:
+                raise BadPrediction(f"boxes[{i}]: score must be a number in [0, 1], got {s!r}")
+            score = float(s)
+        labels.append(b["class"])
+        coords.append((x1, y1, x2, y2))
+        scores.append(score)
+    return Boxes.of(labels, np.array(coords, dtype=np.float64).reshape(-1, 4), scores)
+
+
+def load_reference(spec: TaskSpec, reference: Path, case: str) -> tuple[Boxes, float | None, float | None]:
+    path = reference / spec.private.case_dir.format(case=case) / spec.det.reference_file
+    try:
+        raw = path.read_bytes()
+        doc = msgspec.json.decode(raw)
+        w, h = doc.get("width"), doc.get("height")
+        w = float(w) if _number(w) else None
+        h = float(h) if _number(h) else None
+        return parse_boxes(raw, w, h, with_scores=False), w, h
+    except (OSError, msgspec.DecodeError, AttributeError, BadPrediction) as e:
+        raise TaskError(f"reference {path}: unreadable ({e})") from e
+
+
+def det_params(spec: TaskSpec, options: GradeOptions) -> DetParams:
+    return DetParams(iou_threshold=float(spec.metric.params.get("iou_threshold", 0.5)),
+                     interpolation=options.ap_interpolation, class_set=options.det_class_set,
+                     wildcard=spec.det.wildcard if options.det_wildcard else None)
+
+
+def _case_ap(ref: Boxes, pred: Boxes, params: DetParams) -> tuple[float, dict[str, Any]]:
+    if not ref.labels and not pred.labels:
+        return 1.0, {"n_gt": 0, "n_pred": 0}
+    r = mean_average_precision([ref], [pred], params)
+    return r.map, {"n_gt": len(ref.labels), "n_pred": len(pred.labels),
+                   "ap_by_class": {c: r.per_class[c].ap for c in r.classes}}
+
+
+def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: GradeOptions) -> GradeResult:
+    from tasks.synth.detection import reference_cases
+
+    params = det_params(spec, options)
+    ids = reference_cases(spec, reference)
+    if not ids:
+        raise TaskError(f"reference {reference}: no <case>/{spec.det.reference_file} found")
+    allowed = {norm_class(c) for c in spec.submission.classes}
+    refs: dict[str, Boxes] = {}
+    preds: dict[str, Boxes] = {}
+    cases: list[CaseResult] = []
+    for case in ids:
+        ref, w, h = load_reference(spec, reference, case)
+        refs[case], preds[case] = ref, EMPTY
+        rel = f"{spec.submission.root}/{case}/{spec.det.output_file}"
+        path = submission / spec.submission.root / case / spec.det.output_file
+        if not path.exists():
+            cases.append(missing_case(case, f"{rel} is missing", n_gt=len(ref.labels)))
+            continue
+        try:
+            if not path.is_file():
+                raise BadPrediction("not a regular file")
+            if path.stat().st_size > MAX_FILE_BYTES:
+                raise BadPrediction(f"larger than {MAX_FILE_BYTES} bytes")
+            pred = parse_boxes(path.read_bytes(), w, h)
+        except (BadPrediction, OSError) as e:
+            cases.append(invalid_case(case, f"{rel}: {e}", n_gt=len(ref.labels)))
+            continue
+        preds[case] = pred
+        ap, details = _case_ap(ref, pred, params)
+        unknown = sorted({lab for lab in pred.labels if lab not in allowed} - {norm_class(spec.det.wildcard)})
+        if unknown:
+            details["classes_not_in_task"] = unknown
+        cases.append(CaseResult(case=case, score=ap, details=details))
+
+    last: dict[str, Any] = {}
+
+    def aggregate(subset) -> float:
+        names = [c.case for c in subset]
+        r = mean_average_precision([refs[n] for n in names], [preds[n] for n in names], params)
+        last["result"] = r
+        return r.map
+
+    score, checks = gated_score(cases, options, aggregate)
+    r = last.get("result") or mean_average_precision(list(refs.values()), list(preds.values()), params)
+    checks["map"] = r.map
+    checks["classes_in_mean"] = r.classes
+    checks["per_class"] = {c: {"ap": a.ap, "n_gt": a.n_gt, "n_pred": a.n_pred} for c, a in r.per_class.items()}
+    return GradeResult(
+        task=spec.id, metric=spec.metric.name, score=score, cases=cases,
+        params={**msgspec.to_builtins(params),
+                "matching": "greedy by descending score, best unmatched reference with IoU >= threshold",
+                "box_area": "continuous (x2-x1)*(y2-y1), no +1",
+                "case_score": "the image's own AP under the same rules (diagnostic)",
+                "completeness": options.completeness},
+        checks=checks,
+    )

@@ -1,0 +1,133 @@
+"""Enhancement grader (LDCT denoising, MRI super-resolution): mean SSIM, PSNR as a diagnostic.
+
+Per case: ``<submission>/agents_outputs/<case>/enhanced.npy`` against
+``<reference>/<case>/reference.npy``. The output must be a plain ``.npy`` (no pickle, no ``.npz``) of
+dtype float32 with exactly the reference's shape and only finite values; anything else scores 0 with
+the reason. SSIM's data range is the case's ``data_range`` in ``ground_truth.csv``, else the
+reference's max - min (AutoMedBench's rule), never the dtype's range.
+
+The case score is SSIM clipped to [0, 1] (SSIM can be negative for an anti-correlated output; every
+TASK metric is on [0, 1]); the raw SSIM and PSNR are in the case details.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from schemas.task_spec import TaskError, TaskSpec
+from scorer.grader.gate import gated_score
+from scorer.grader.options import GradeOptions
+from scorer.grader.result import CaseResult, GradeResult, invalid_case, missing_case
+from scorer.metrics import psnr as psnr_metric
+from scorer.metrics.ssim import SsimParams, reference_data_range, ssim
+
+
+class BadArray(ValueError):
+    """A submitted array that cannot be scored; the message is the case's reason."""
+
+
+def load_npy(path: Path, shape: tuple[int, ...], dtype: str = "float32") -> np.ndarray:
+    """Load a submitted ``.npy`` safely: shape and dtype are checked on a memory map first, so a
+    header that claims a huge array costs nothing, and pickled data is never unpickled."""
+    if not path.is_file():
+        raise BadArray(f"{path.name} is not a regular file")
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except Exception as e:  # numpy raises ValueError, OSError, EOFError, zipfile errors, ...
+        raise BadArray(f"{path.name} is not a readable .npy array ({type(e).__name__}: {e})") from None
+    if not isinstance(arr, np.ndarray):
+        if hasattr(arr, "close"):
+            arr.close()
+        raise BadArray(f"{path.name} is an .npz archive, not a single .npy array")
+    if arr.shape != shape:
+        raise BadArray(f"{path.name} has shape {arr.shape}, expected {shape}")
+    want = np.dtype(dtype)
+    if arr.dtype.kind != want.kind or arr.dtype.itemsize != want.itemsize:
+        raise BadArray(f"{path.name} has dtype {arr.dtype}, expected {dtype}")
+    try:
+        out = np.array(arr, dtype=want.newbyteorder("="))
+    except Exception as e:
+        raise BadArray(f"{path.name} cannot be read ({type(e).__name__}: {e})") from None
+    if not np.isfinite(out).all():
+        n_nan, n_inf = int(np.isnan(out).sum()), int(np.isinf(out).sum())
+        raise BadArray(f"{path.name} contains non-finite values ({n_nan} NaN, {n_inf} Inf)")
+    return out
+
+
+def read_ranges(path: Path) -> dict[str, float]:
+    """``patient_id -> data_range`` from the private CSV; rows without a positive finite range are skipped."""
+    out: dict[str, float] = {}
+    if not path.is_file():
+        return out
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            try:
+                dr = float(row.get("data_range") or "nan")
+            except ValueError:
+                continue
+            if math.isfinite(dr) and dr > 0 and row.get("patient_id"):
+                out[row["patient_id"]] = dr
+    return out
+
+
+def ssim_params(spec: TaskSpec) -> SsimParams:
+    return msgspec.convert(spec.metric.params, SsimParams)
+
+
+def grade_case(spec: TaskSpec, case: str, submission: Path, reference: Path,
+               ranges: dict[str, float], params: SsimParams) -> CaseResult:
+    enh = spec.enh
+    rel = f"{spec.submission.root}/{case}/{enh.output_file}"
+    out_path = submission / spec.submission.root / case / enh.output_file
+    ref_path = reference / spec.private.case_dir.format(case=case) / enh.reference_file
+    try:
+        ref = np.load(ref_path, allow_pickle=False)
+    except Exception as e:
+        raise TaskError(f"reference {ref_path}: unreadable ({type(e).__name__}: {e})") from e
+    if ref.ndim != 2 or min(ref.shape) < params.window().size or not np.isfinite(ref).all():
+        raise TaskError(f"reference {ref_path}: expected a finite 2-D slice at least "
+                        f"{params.window().size} pixels wide, got shape {ref.shape}")
+    if not out_path.exists():
+        return missing_case(case, f"{rel} is missing")
+    try:
+        pred = load_npy(out_path, ref.shape, spec.submission.dtype or "float32")
+    except BadArray as e:
+        return invalid_case(case, f"{rel}: {e}")
+    if case in ranges:
+        dr, source = ranges[case], enh.ranges_file
+    else:
+        dr, source = reference_data_range(ref), "reference max-min"
+    if not (math.isfinite(dr) and dr > 0):
+        return invalid_case(case, f"reference of {case} is constant (data range {dr}); SSIM is undefined")
+    s = ssim(ref, pred, dr, params)
+    p = psnr_metric.psnr(ref, pred, dr)
+    return CaseResult(case=case, score=min(1.0, max(0.0, s)),
+                      details={"ssim": s, "psnr_db": p, "data_range": dr, "data_range_source": source})
+
+
+def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: GradeOptions) -> GradeResult:
+    from tasks.synth.enhancement import reference_cases
+
+    params = ssim_params(spec)
+    ranges = read_ranges(reference / spec.enh.ranges_file)
+    ids = reference_cases(spec, reference)
+    if not ids:
+        raise TaskError(f"reference {reference}: no <case>/{spec.enh.reference_file} found")
+    cases = [grade_case(spec, c, submission, reference, ranges, params) for c in ids]
+    score, checks = gated_score(cases, options)
+    scored = [c for c in cases if c.status == "scored"]
+    if scored:
+        checks["mean_ssim_raw"] = float(np.mean([c.details["ssim"] for c in scored]))
+        checks["mean_psnr_db"] = float(np.mean([c.details["psnr_db"] for c in scored]))
+    return GradeResult(
+        task=spec.id, metric=spec.metric.name, score=score, cases=cases,
+        params={"ssim": params.echo(), "psnr": psnr_metric.params(),
+                "data_range": f"{spec.enh.ranges_file} data_range per case, else reference max-min",
+                "case_score": "ssim clipped to [0, 1]", "completeness": options.completeness},
+        checks=checks,
+    )

@@ -1,0 +1,92 @@
+"""Grade options: the switches where the paper and the public code disagree.
+
+A scoring profile's ``[metrics]`` table maps one-to-one onto ``GradeOptions`` (unknown keys are an
+error, so a typo never falls back to a default silently). The defaults follow the paper where it is
+explicit; each alternative is named after where it comes from (see docs/tasks-and-grader.md).
+
+Each track owns its fields; add new ones with a default, at the end of the track's block.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from schemas.errors import UsageError
+
+
+class GradeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How a submission is turned into a TASK score."""
+
+    # --- all tracks -------------------------------------------------------------------------------
+    completeness: Literal["per_case_zero", "all_or_nothing", "times_completion"] = "per_case_zero"
+    """A missing or invalid case: scores 0 and stays in the mean (paper, Appendix A); zeroes the whole
+    TASK (public code, paper Appendix B); or the mean over scored cases × the completed fraction
+    (Full harness / website)."""
+
+    # --- segmentation (helper A) ------------------------------------------------------------------
+    seg_formula: Literal["organ_lesion_50_50", "organ_lesion_25_75", "per_case_macro"] = (
+        "organ_lesion_50_50"
+    )
+    """Binary organ+lesion tasks: 0.5·organ + 0.5·lesion on dataset-level means (public code's
+    ``2026-04-sub-criteria``); 0.25·organ + 0.75·lesion (the earlier rubric, matched by the paper's
+    example trace); or per case the mean over its targets, then over cases (paper, Appendix A)."""
+    seg_invalid_case: Literal["zero", "drop"] = "zero"
+    """A binary case with a shape mismatch: Dice 0 (paper) or dropped from the means (public code)."""
+    seg_multiclass_empty: Literal["both_empty_is_one", "skip_gt_empty"] = "both_empty_is_one"
+    """Multiclass: a class empty in both prediction and reference counts as Dice 1 (Full scorer), or
+    (case, class) pairs with an empty reference are left out (the config text's "GT-nonempty")."""
+
+    # --- VQA and report (helper B) ----------------------------------------------------------------
+    vqa_matching: Literal["exact", "em_f1"] = "exact"
+    """Open-ended VQA: 0/1 exact match after normalisation (paper) or 0.5·EM + 0.5·token-F1 (code)."""
+    text_level: Literal["case", "corpus"] = "case"
+    """Report score: per-case metrics averaged (paper) or corpus-level metrics (public code)."""
+
+    # --- enhancement and detection (helper C) -----------------------------------------------------
+    ap_interpolation: Literal["voc_all_point", "coco_101"] = "voc_all_point"
+    """Detection AP: VOC all-point (paper) or the public code's 101-point interpolation."""
+    det_class_set: Literal["with_gt", "union"] = "with_gt"
+    """Detection: average AP over the classes that have reference boxes (paper's "the task's
+    classes", the Full brief, COCO) or over every class named by a reference or a prediction, a class
+    without reference boxes scoring AP 0 (public code)."""
+    det_wildcard: bool = True
+    """Detection: a box labelled with the task's wildcard class (``abnormality``) matches every class
+    (public code; the paper is silent)."""
+
+
+def options_from_table(table: dict[str, Any], *, source: str = "profile") -> GradeOptions:
+    """``GradeOptions`` from a profile's ``[metrics]`` table; a bad key or value is one clear error."""
+    try:
+        return msgspec.convert(table, GradeOptions)
+    except msgspec.ValidationError as e:
+        raise UsageError(f"{source}: [metrics]: {e}") from e
+
+
+def load_options(profile: str | None) -> tuple[GradeOptions, str]:
+    """Resolve ``--profile``: None (defaults), a TOML file, or the name of a built-in profile.
+
+    Returns the options and the profile's name (recorded next to the score).
+    """
+    if profile is None:
+        return GradeOptions(), "default"
+    path = Path(profile)
+    if not path.is_file():
+        builtin = resources.files("scorer").joinpath("profiles", f"{profile}.toml")
+        if not builtin.is_file():
+            raise UsageError(f"profile {profile!r}: no such file and no built-in profile of that name")
+        path = Path(str(builtin))
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise UsageError(f"profile {profile!r}: cannot read {path}: {e}") from e
+    table = data.get("metrics", {})
+    if not isinstance(table, dict):
+        raise UsageError(f"profile {profile!r}: [metrics] must be a table")
+    header = data.get("profile", {})
+    name = header.get("name") if isinstance(header, dict) else None
+    return options_from_table(table, source=f"profile {profile!r}"), str(name or path.stem)

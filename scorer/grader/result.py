@@ -1,0 +1,76 @@
+"""What a grader returns: one score per case (with the reason when it is not a real score) and a total.
+
+Every track's ``grade_track`` returns a ``GradeResult``. A case that could not be scored keeps its
+row: ``score`` 0, ``status`` ``missing`` or ``invalid`` and a ``reason`` that names the file and what
+is wrong with it, so a zero is never silent. ``status`` is what the completeness gate counts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from schemas.errors import AmbError
+
+CaseStatus = Literal["scored", "missing", "invalid"]
+
+
+class CaseResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The score of one case."""
+
+    case: str
+    score: float
+    """In [0, 1]; 0 for a missing or invalid case."""
+    reason: str | None = None
+    """Why the case scored 0 (or a warning), naming the file; None for a normally scored case."""
+    details: dict[str, Any] = {}
+    """Per-case diagnostics (per-target Dice, PSNR, matched boxes, ...)."""
+    status: CaseStatus = "scored"
+    """``missing``: a required output is absent; ``invalid``: present but unreadable or malformed."""
+
+
+def missing_case(case: str, reason: str, **details: Any) -> CaseResult:
+    """A case whose required output does not exist."""
+    return CaseResult(case=case, score=0.0, reason=reason, details=details, status="missing")
+
+
+def invalid_case(case: str, reason: str, **details: Any) -> CaseResult:
+    """A case whose output exists but cannot be scored (corrupt, wrong shape or dtype, NaN, ...)."""
+    return CaseResult(case=case, score=0.0, reason=reason, details=details, status="invalid")
+
+
+class GradeResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The task score of one submission under one set of grade options."""
+
+    task: str
+    metric: str
+    score: float
+    """The TASK score in [0, 1] after the completeness gate."""
+    cases: list[CaseResult]
+    degraded: list[str] = []
+    """What was substituted because an asset was missing (e.g. a model-based metric); empty if none."""
+    params: dict[str, Any] = {}
+    """The metric's pinned parameters and the grade options that shaped this score."""
+    checks: dict[str, Any] = {}
+    """Counts and gate outcome: n_cases, n_scored, n_missing, n_invalid, completion, gate, ..."""
+
+    def to_json(self) -> bytes:
+        return msgspec.json.encode(self)
+
+
+def case_counts(cases: list[CaseResult]) -> dict[str, Any]:
+    """The standard ``checks`` counts of a list of case results."""
+    n = len(cases)
+    scored = sum(1 for c in cases if c.status == "scored")
+    return {
+        "n_cases": n,
+        "n_scored": scored,
+        "n_missing": sum(1 for c in cases if c.status == "missing"),
+        "n_invalid": sum(1 for c in cases if c.status == "invalid"),
+        "completion": (scored / n) if n else 0.0,
+    }
+
+
+class BadReference(AmbError):
+    """The private references themselves are missing or unreadable: no score is meaningful."""

@@ -1,0 +1,169 @@
+"""The LLM judge: one rubric item per call through any OpenAI-compatible endpoint (the ``openai`` client).
+
+Temperature 0, a fixed seed where the endpoint supports it, JSON mode when the profile says so.
+The reply is parsed fail-closed (``scorer.judge.parse``); every exchange is recorded in full and
+cached by the hash of its input, model and settings (``scorer.judge.cache``), so rescoring under an
+unchanged profile makes no request at all and reproduces the verdicts byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Callable
+
+import openai
+
+from schemas.errors import UsageError
+from scorer.evidence import Evidence
+from scorer.judge.base import Verdict
+from scorer.judge.cache import CallRecord, JudgeCache, call_key
+from scorer.judge.parse import parse_codes, parse_verdict
+from scorer.judge.prompt import codes_messages
+from scorer.judge.prompt import messages as build_messages
+from scorer.profile import JudgeSettings, RubricItem
+from scorer.trajectory import Trajectory
+
+
+def endpoint(settings: JudgeSettings) -> tuple[str, str, str] | None:
+    """(base_url, api_key, model) from the environment, else the profile; None when incomplete."""
+    base_url = os.environ.get("AMB_JUDGE_BASE_URL") or settings.base_url
+    model = os.environ.get("AMB_JUDGE_MODEL") or settings.model
+    api_key = os.environ.get("AMB_JUDGE_API_KEY") or "not-needed"
+    if not base_url or not model:
+        return None
+    return base_url, api_key, model
+
+
+def reply_settings(settings: JudgeSettings) -> dict[str, Any]:
+    """The settings that change a reply, and so belong in the cache key."""
+    return {
+        "temperature": settings.temperature,
+        "seed": settings.seed,
+        "max_tokens": settings.max_tokens,
+        "json_mode": settings.json_mode,
+        "prompt_version": settings.prompt_version,
+    }
+
+
+class LLMJudge:
+    def __init__(
+        self,
+        settings: JudgeSettings,
+        cache: JudgeCache,
+        put_evidence: Callable[[Evidence], None],
+        *,
+        images: bool = True,
+    ):
+        ep = endpoint(settings)
+        if ep is None:
+            raise UsageError(
+                "--judge llm needs an endpoint: set AMB_JUDGE_BASE_URL and AMB_JUDGE_MODEL "
+                "(and AMB_JUDGE_API_KEY), or judge.base_url and judge.model in the profile"
+            )
+        self.base_url, api_key, self.model = ep
+        self.settings = settings
+        self.key_settings = reply_settings(settings)
+        self.cache = cache
+        self.put_evidence = put_evidence
+        self.images = images
+        self.label = f"llm:{self.model}"
+        self.requests = 0
+        self._count = threading.Lock()
+        self.client = openai.OpenAI(
+            base_url=self.base_url, api_key=api_key, timeout=settings.timeout_s, max_retries=settings.max_retries
+        )
+
+    def judge(self, traj: Trajectory, evidence: Evidence, items: list[RubricItem], *, track: str | None) -> dict[str, Verdict]:
+        out: dict[str, Verdict] = {}
+        allowed = set(evidence.cited_ids)
+        stored = False
+        for item in items:
+            msgs = build_messages(item, traj.tier, evidence, self.settings.prompt_version, images=self.images)
+            key = call_key(msgs, self.model, self.key_settings)
+            hit = self.cache.get(key)
+            if hit is not None:
+                out[item.id] = self._verdict(item.id, hit, cached=True)
+                continue
+            if not stored:
+                self.put_evidence(evidence)
+                stored = True
+            stored_msgs = build_messages(item, traj.tier, evidence, self.settings.prompt_version,
+                                         images=self.images, placeholder=True)
+
+            def parse(text: str, item: RubricItem = item):
+                return (*parse_verdict(text, item.id, item.values, allowed), None)
+
+            record = self._call(key, msgs, stored_msgs, item.id, traj, evidence, parse)
+            self.cache.add(record)
+            out[item.id] = self._verdict(item.id, record, cached=False)
+        return out
+
+    def _verdict(self, item_id: str, r: CallRecord, *, cached: bool) -> Verdict:
+        return Verdict(item=item_id, value=r.value, reason=r.reason, cited=list(r.cited), judge=self.label,
+                       unscored_reason=r.unscored_reason, call_key=r.key, cached=cached)
+
+    def codes(self, traj: Trajectory, evidence: Evidence) -> tuple[list[dict[str, Any]], str | None]:
+        """Error codes E1–E5 from the judge (one cached call per run): (codes, unscored reason)."""
+        if not self.settings.error_codes:
+            return [], None
+        msgs = codes_messages(evidence)
+        key = call_key(msgs, self.model, self.key_settings)
+        hit = self.cache.get(key)
+        if hit is None:
+            self.put_evidence(evidence)
+            allowed = set(evidence.cited_ids)
+
+            def parse(text: str):
+                codes, unscored = parse_codes(text, allowed)
+                return None, "", [], unscored, codes
+
+            hit = self._call(key, msgs, codes_messages(evidence, placeholder=True), "codes", traj, evidence, parse)
+            self.cache.add(hit)
+        return list(hit.codes or []), hit.unscored_reason
+
+    def _call(self, key: str, msgs: list[dict[str, Any]], stored_msgs: list[dict[str, Any]], item_id: str,
+              traj: Trajectory, evidence: Evidence, parse: Callable[[str], tuple]) -> CallRecord:
+        kwargs: dict[str, Any] = {
+            "model": self.model, "messages": msgs, "temperature": self.settings.temperature,
+            "max_tokens": self.settings.max_tokens,
+        }
+        if self.settings.seed is not None:
+            kwargs["seed"] = self.settings.seed
+        if self.settings.json_mode:
+            kwargs["response_format"] = {"type": "json_object"}
+        stored_request = dict(kwargs)
+        stored_request["messages"] = stored_msgs
+        with self._count:
+            self.requests += 1
+        t0 = time.perf_counter()
+        response, text, cacheable, codes = "", "", True, None
+        try:
+            completion = self.client.chat.completions.create(**kwargs)
+        except openai.APITimeoutError as e:
+            value, reason, cited, unscored, cacheable, response = None, f"judge call timed out: {e}", [], "timeout", False, str(e)
+        except openai.APIConnectionError as e:
+            value, reason, cited, unscored, cacheable, response = None, f"cannot reach the judge: {e}", [], "connection_error", False, str(e)
+        except openai.APIStatusError as e:
+            value, reason, cited, unscored, cacheable = None, f"judge endpoint answered HTTP {e.status_code}", [], f"http_{e.status_code}", False
+            response = e.response.text if e.response is not None else str(e)
+        except (openai.OpenAIError, ValueError) as e:
+            # A 200 whose body is not a chat completion (a proxy's HTML page, a truncated body).
+            value, reason, cited, unscored, cacheable, response = None, f"unreadable judge response: {type(e).__name__}: {e}", [], "bad_response", False, str(e)
+        else:
+            response = completion.model_dump_json()
+            choice = completion.choices[0] if completion.choices else None
+            msg = choice.message if choice else None
+            text = (msg.content or "") if msg else ""
+            refusal = getattr(msg, "refusal", None) if msg else None
+            if refusal or (choice is not None and choice.finish_reason == "content_filter"):
+                value, reason, cited, unscored = None, f"the judge refused: {refusal or 'content_filter'}", [], "refusal"
+            else:
+                value, reason, cited, unscored, codes = parse(text)
+        return CallRecord(
+            key=key, model=self.model, settings=self.key_settings, item=item_id, run_id=traj.run_id,
+            evidence_sha256=evidence.sha256, request=stored_request, response=response, reply_text=text,
+            value=value, reason=reason, cited=cited, unscored_reason=unscored, cacheable=cacheable,
+            latency_ms=(time.perf_counter() - t0) * 1000, codes=codes,
+        )

@@ -1,0 +1,172 @@
+"""The ledger: append-only score tables in the store's DuckDB file, written in bulk.
+
+Rows go in as one Arrow table per chunk (``INSERT ... SELECT`` from a registered Arrow table), never
+row by row. Nothing is updated: a rescore appends a batch, and ``scores_current`` (a view) shows the
+latest row per (run, profile, judge).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+import duckdb
+import msgspec
+import pyarrow as pa
+
+from scorer.judge.cache import CallRecord, JudgeCache
+from scorer.pipeline import ROW_COLUMNS
+from scorer.profile import LoadedProfile
+
+JSON_COLUMNS = {"reasons", "details"}
+_enc = msgspec.json.Encoder(order="sorted")
+
+
+def new_batch_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def register_profile(con: duckdb.DuckDBPyConnection, loaded: LoadedProfile) -> None:
+    con.execute(
+        "INSERT INTO score_profiles SELECT ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM score_profiles WHERE profile_id = ?)",
+        [loaded.id, loaded.name, loaded.canonical.decode(), now(), loaded.id],
+    )
+
+
+def load_judge_cache(con: duckdb.DuckDBPyConnection, model: str) -> JudgeCache:
+    rows = con.execute(
+        # Only the verdict columns: a cache hit needs nothing else, and 10,000 stored exchanges would
+        # otherwise sit in memory for the whole batch.
+        """SELECT key, model, CAST(settings AS VARCHAR), item, run_id, evidence_sha256, '{}',
+                  '', '', value, reason, CAST(cited AS VARCHAR), unscored_reason, latency_ms,
+                  CAST(codes AS VARCHAR)
+           FROM judge_calls WHERE cacheable AND model = ?
+           QUALIFY row_number() OVER (PARTITION BY key ORDER BY created_at) = 1""",
+        [model],
+    ).fetchall()
+    entries = {}
+    for r in rows:
+        entries[r[0]] = CallRecord(
+            key=r[0], model=r[1], settings=json.loads(r[2]), item=r[3], run_id=r[4], evidence_sha256=r[5],
+            request=json.loads(r[6]), response=r[7], reply_text=r[8], value=r[9], reason=r[10] or "",
+            cited=json.loads(r[11] or "[]"), unscored_reason=r[12], cacheable=True, latency_ms=r[13] or 0.0,
+            codes=json.loads(r[14]) if r[14] is not None else None,
+        )
+    return JudgeCache(entries)
+
+
+def append_judge_calls(con: duckdb.DuckDBPyConnection, records: list[CallRecord]) -> None:
+    if not records:
+        return
+    ts = now()
+    table = pa.table({
+        "key": [r.key for r in records], "model": [r.model for r in records],
+        "settings": [_enc.encode(r.settings).decode() for r in records], "item": [r.item for r in records],
+        "run_id": [r.run_id for r in records], "evidence_sha256": [r.evidence_sha256 for r in records],
+        "request": [_enc.encode(r.request).decode() for r in records], "response": [r.response for r in records],
+        "reply_text": [r.reply_text for r in records], "value": pa.array([r.value for r in records], pa.float64()),
+        "reason": [r.reason for r in records], "cited": [_enc.encode(r.cited).decode() for r in records],
+        "unscored_reason": pa.array([r.unscored_reason for r in records], pa.string()),
+        "cacheable": [r.cacheable for r in records], "latency_ms": [r.latency_ms for r in records],
+        "created_at": pa.array([ts] * len(records), pa.timestamp("us")),
+        "codes": pa.array([None if r.codes is None else _enc.encode(r.codes).decode() for r in records], pa.string()),
+    })
+    con.register("_amb_new_calls", table)
+    try:
+        con.execute("INSERT INTO judge_calls SELECT * FROM _amb_new_calls")
+    finally:
+        con.unregister("_amb_new_calls")
+
+
+def load_grade_cache(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
+    return {k: json.loads(s) for k, s in con.execute("SELECT key, CAST(summary AS VARCHAR) FROM grade_cache").fetchall()}
+
+
+def append_grades(con: duckdb.DuckDBPyConnection, entries: dict[str, dict[str, Any]]) -> None:
+    if not entries:
+        return
+    keys = sorted(entries)
+    table = pa.table({"key": keys, "summary": [_enc.encode(entries[k]).decode() for k in keys],
+                      "created_at": pa.array([now()] * len(keys), pa.timestamp("us"))})
+    con.register("_amb_new_grades", table)
+    try:
+        con.execute("INSERT INTO grade_cache SELECT * FROM _amb_new_grades n WHERE NOT EXISTS (SELECT 1 FROM grade_cache g WHERE g.key = n.key)")
+    finally:
+        con.unregister("_amb_new_grades")
+
+
+def append_rows(con: duckdb.DuckDBPyConnection, batch_id: str, rows: list[dict[str, Any]], start_seq: int = 0) -> None:
+    if not rows:
+        return
+    ts = now()
+    cols: dict[str, Any] = {
+        "batch_id": [batch_id] * len(rows),
+        "seq": list(range(start_seq, start_seq + len(rows))),
+        "scored_at": pa.array([ts] * len(rows), pa.timestamp("us")),
+    }
+    for c in ROW_COLUMNS:
+        values = [r[c] for r in rows]
+        if c in JSON_COLUMNS:
+            cols[c] = [_enc.encode(v).decode() for v in values]
+        elif c == "codes":
+            cols[c] = pa.array(values, pa.list_(pa.string()))
+        elif c in ("s1", "s2", "s3", "s4", "s5", "agentic", "task_score", "overall", "wall_s", "cost_usd"):
+            cols[c] = pa.array(values, pa.float64())
+        elif c in ("turns", "repeat", "n_violations"):
+            cols[c] = pa.array(values, pa.int32())
+        elif c.startswith("tokens_"):
+            cols[c] = pa.array(values, pa.int64())
+        elif c == "cost_estimated":
+            cols[c] = pa.array(values, pa.bool_())
+        else:
+            cols[c] = pa.array(values, pa.string())
+    con.register("_amb_new_scores", pa.table(cols))
+    try:
+        names = ", ".join(cols)
+        con.execute(f"INSERT INTO scores ({names}) SELECT {names} FROM _amb_new_scores")
+    finally:
+        con.unregister("_amb_new_scores")
+
+
+def append_batch(con: duckdb.DuckDBPyConnection, batch_id: str, loaded: LoadedProfile, judge: str, started: datetime,
+                 runs: int, requests: int, args: dict[str, Any]) -> None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        amb_version = version("amb-recorder")
+    except PackageNotFoundError:
+        amb_version = "unknown"
+    con.execute("INSERT INTO score_batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [batch_id, loaded.id, judge, started, now(), runs, requests, amb_version, _enc.encode(args).decode()])
+
+
+def current(con: duckdb.DuckDBPyConnection, *, profile_id: str | None = None, judge: str | None = None,
+            run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """The current rows (latest per run, profile and judge), as dicts with JSON columns decoded."""
+    sql = f"SELECT {', '.join(ROW_COLUMNS)}, batch_id, scored_at FROM scores_current WHERE true"
+    params: list[Any] = []
+    if profile_id:
+        sql += " AND profile_id = ?"
+        params.append(profile_id)
+    if judge:
+        sql += " AND judge = ?"
+        params.append(judge)
+    ids = list(run_ids) if run_ids is not None else None
+    if ids is not None:
+        sql += " AND list_contains(?, run_id)"
+        params.append(ids)
+    cur = con.execute(sql + " ORDER BY run_id", params)
+    names = [d[0] for d in cur.description]
+    out = []
+    for r in cur.fetchall():
+        row = dict(zip(names, r))
+        for c in JSON_COLUMNS:
+            row[c] = json.loads(row[c]) if row[c] is not None else None
+        out.append(row)
+    return out

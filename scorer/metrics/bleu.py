@@ -1,0 +1,106 @@
+"""BLEU-1..4 as the COCO caption toolkit computes it (what the report-score reference code calls).
+
+Why not sacrebleu or NLTK: the three common implementations disagree by several points on the same
+input (metrics-offline.md §2), and AutoMedBench's report score goes through ``pycocoevalcap``'s
+``Bleu(4)``. This module re-implements that definition (and is cross-checked against it in the tests):
+
+- tokens are whitespace-split (the caller does any preprocessing);
+- clipped n-gram counts per segment, against the maximum count over the segment's references;
+- effective reference length per segment: the reference length closest to the hypothesis length
+  (ties to the shorter), or the single reference's length;
+- smoothing constants ``tiny = 1e-15`` on matches and ``small = 1e-9`` on guesses, so a hypothesis
+  without any 4-gram match scores ~0 instead of dividing by zero;
+- brevity penalty ``exp(1 - r/c)`` when the hypothesis is shorter;
+- **corpus** BLEU sums the counts over all segments before the geometric mean (not a mean of
+  sentence BLEUs); the per-segment scores are the same formula applied to one segment.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+
+import msgspec
+
+TINY = 1e-15
+SMALL = 1e-9
+
+
+class BleuStats(msgspec.Struct, frozen=True):
+    """Sufficient statistics of one segment (or a sum of segments)."""
+
+    hyp_len: int
+    ref_len: float
+    guess: tuple[int, ...]
+    correct: tuple[int, ...]
+
+
+def _ngrams(tokens: Sequence[str], n: int) -> Counter[tuple[str, ...]]:
+    out: Counter[tuple[str, ...]] = Counter()
+    for k in range(1, n + 1):
+        for i in range(len(tokens) - k + 1):
+            out[tuple(tokens[i : i + k])] += 1
+    return out
+
+
+def segment_stats(hypothesis: str, references: Sequence[str], n: int = 4) -> BleuStats:
+    """Clipped n-gram matches, n-gram guesses and effective reference length of one segment."""
+    hyp = hypothesis.split()
+    refs = [r.split() for r in references] or [[]]
+    max_ref: Counter[tuple[str, ...]] = Counter()
+    for r in refs:
+        for gram, count in _ngrams(r, n).items():
+            if count > max_ref[gram]:
+                max_ref[gram] = count
+    correct = [0] * n
+    for gram, count in _ngrams(hyp, n).items():
+        correct[len(gram) - 1] += min(count, max_ref.get(gram, 0))
+    guess = tuple(max(0, len(hyp) - k + 1) for k in range(1, n + 1))
+    lens = [len(r) for r in refs]
+    # One reference: its length; several: the closest to the hypothesis, ties to the shorter.
+    ref_len = float(lens[0]) if len(lens) == 1 else float(min(lens, key=lambda x: (abs(x - len(hyp)), x)))
+    return BleuStats(len(hyp), ref_len, guess, tuple(correct))
+
+
+def bleu_from_stats(stats: BleuStats) -> list[float]:
+    """BLEU-1..n from (summed) statistics."""
+    n = len(stats.guess)
+    scores = []
+    product = 1.0
+    for k in range(n):
+        product *= (stats.correct[k] + TINY) / (stats.guess[k] + SMALL)
+        scores.append(product ** (1.0 / (k + 1)))
+    ratio = (stats.hyp_len + TINY) / (stats.ref_len + SMALL)
+    if ratio < 1:
+        penalty = math.exp(1 - 1 / ratio)
+        scores = [s * penalty for s in scores]
+    return scores
+
+
+def sum_stats(all_stats: Sequence[BleuStats]) -> BleuStats:
+    """The corpus statistics: every count and length summed over segments."""
+    n = len(all_stats[0].guess) if all_stats else 4
+    guess = [0] * n
+    correct = [0] * n
+    hyp_len = 0
+    ref_len = 0.0
+    for s in all_stats:
+        hyp_len += s.hyp_len
+        ref_len += s.ref_len
+        for k in range(n):
+            guess[k] += s.guess[k]
+            correct[k] += s.correct[k]
+    return BleuStats(hyp_len, ref_len, tuple(guess), tuple(correct))
+
+
+def corpus_bleu(hypotheses: Sequence[str], references: Sequence[Sequence[str]], n: int = 4) -> list[float]:
+    """Corpus BLEU-1..n over aligned hypotheses and reference lists."""
+    if len(hypotheses) != len(references):
+        raise ValueError("corpus_bleu: hypotheses and references differ in length")
+    return bleu_from_stats(sum_stats([segment_stats(h, r, n) for h, r in zip(hypotheses, references)]))
+
+
+def sentence_bleu(hypothesis: str, references: Sequence[str], n: int = 4) -> list[float]:
+    """BLEU-1..n of one segment."""
+    return bleu_from_stats(segment_stats(hypothesis, references, n))

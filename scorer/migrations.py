@@ -1,0 +1,98 @@
+"""The scorer's tables, applied by the store's migration runner (``replay.migrations.apply``).
+
+Every table is append-only: a rescore adds rows, nothing is updated or deleted, and "the current
+score" is a view. Names carry the ``scorer.`` prefix (migration names are global to the store).
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from replay.migrations import Migration
+
+
+def _m001_tables(con: duckdb.DuckDBPyConnection) -> None:
+    # One row per distinct profile content ever used; the id is the sha256 of the canonical content,
+    # so the same rules loaded from two files are one profile.
+    con.execute(
+        """
+        CREATE TABLE score_profiles (
+            profile_id  VARCHAR PRIMARY KEY,
+            name        VARCHAR NOT NULL,
+            content     JSON NOT NULL,
+            first_used  TIMESTAMP NOT NULL
+        )
+        """
+    )
+    # One row per `amb score` invocation that wrote rows: what was asked, by which code version.
+    con.execute(
+        """
+        CREATE TABLE score_batches (
+            batch_id     VARCHAR PRIMARY KEY,
+            profile_id   VARCHAR NOT NULL,
+            judge        VARCHAR NOT NULL,
+            started_at   TIMESTAMP NOT NULL,
+            finished_at  TIMESTAMP NOT NULL,
+            runs         INTEGER NOT NULL,
+            judge_requests INTEGER NOT NULL,
+            amb_version  VARCHAR NOT NULL,
+            args         JSON NOT NULL
+        )
+        """
+    )
+    # The ledger: one row per (run, profile, judge) per scoring batch. No primary key on purpose:
+    # rescoring appends; `scores_current` picks the latest. Unscored values are NULL with the reason
+    # in `reasons`, never 0.
+    con.execute(
+        """
+        CREATE TABLE scores (
+            batch_id VARCHAR NOT NULL, seq INTEGER NOT NULL, scored_at TIMESTAMP NOT NULL,
+            run_id VARCHAR NOT NULL, profile_id VARCHAR NOT NULL, profile_name VARCHAR NOT NULL,
+            judge VARCHAR NOT NULL, agent VARCHAR, model VARCHAR, task VARCHAR, track VARCHAR,
+            tier VARCHAR, repeat INTEGER,
+            s1 DOUBLE, s2 DOUBLE, s3 DOUBLE, s4 DOUBLE, s5 DOUBLE,
+            agentic DOUBLE, task_score DOUBLE, overall DOUBLE,
+            status VARCHAR NOT NULL, audit_status VARCHAR NOT NULL,
+            turns INTEGER, wall_s DOUBLE,
+            tokens_in BIGINT, tokens_out BIGINT, tokens_cache_read BIGINT, tokens_cache_write BIGINT,
+            tokens_reasoning BIGINT, cost_usd DOUBLE, cost_estimated BOOLEAN, price_table VARCHAR,
+            codes VARCHAR[], n_violations INTEGER, reasons JSON, details JSON,
+            evidence_sha256 VARCHAR, fingerprint VARCHAR NOT NULL
+        )
+        """
+    )
+    # Every LLM judge exchange. The request stores the evidence by digest (the evidence text is a
+    # blob); `cacheable` is false for transport failures, which are kept for the record but never
+    # served as a cached verdict. Not unique by key: a retried timeout adds a second row. `codes` is
+    # set on the per-run error-code call (item `codes`), NULL on rubric-item calls.
+    con.execute(
+        """
+        CREATE TABLE judge_calls (
+            key VARCHAR NOT NULL, model VARCHAR NOT NULL, settings JSON NOT NULL, item VARCHAR NOT NULL,
+            run_id VARCHAR NOT NULL, evidence_sha256 VARCHAR NOT NULL, request JSON NOT NULL,
+            response VARCHAR NOT NULL, reply_text VARCHAR NOT NULL, value DOUBLE, reason VARCHAR,
+            cited JSON, unscored_reason VARCHAR, cacheable BOOLEAN NOT NULL, latency_ms DOUBLE,
+            created_at TIMESTAMP NOT NULL, codes JSON
+        )
+        """
+    )
+    # Grades are pure functions of (spec, submission digests, reference digest, metric options);
+    # keyed by the hash of those so a rescore never re-reads a mask it has graded.
+    con.execute(
+        """
+        CREATE TABLE grade_cache (
+            key VARCHAR PRIMARY KEY, summary JSON NOT NULL, created_at TIMESTAMP NOT NULL
+        )
+        """
+    )
+    # "Current" = the latest row per (run, profile, judge).
+    con.execute(
+        """
+        CREATE VIEW scores_current AS
+        SELECT * FROM scores
+        QUALIFY row_number() OVER (PARTITION BY run_id, profile_id, judge ORDER BY scored_at DESC, batch_id DESC, seq DESC) = 1
+        """
+    )
+
+
+MIGRATIONS: list[Migration] = [Migration("scorer.m001_tables", _m001_tables)]

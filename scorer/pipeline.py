@@ -1,0 +1,203 @@
+"""One run's events → one ledger row, under one profile and one judge. No store writes here.
+
+Order: fold the events → audit → grade the sealed submission (cached) → evidence view → judge the
+rubric items → S1–S5 → AGENTIC/TASK/OVERALL → error codes → cost. A violation zeroes S1–S5 and
+AGENTIC, excludes TASK (None, reason ``excluded: violation``) and sets OVERALL to 0, and the row
+keeps its cost. The row's ``fingerprint`` is the sha256 of everything in it that a rescore must
+reproduce (not when or in which batch it was computed), which is what the rescoring tests compare.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from schemas.codec import Event
+from scorer import audit as auditor
+from scorer import codes as error_codes
+from scorer import evidence as ev
+from scorer import stages
+from scorer import taskgrade
+from scorer.cost import PriceTable, price_run
+from scorer.judge.base import Judge
+from scorer.profile import LoadedProfile
+from scorer.trajectory import BlobGetter, Trajectory, fold
+
+_enc = msgspec.json.Encoder(order="sorted")
+
+ROW_COLUMNS = (
+    "run_id", "profile_id", "profile_name", "judge", "agent", "model", "task", "track", "tier", "repeat",
+    "s1", "s2", "s3", "s4", "s5", "agentic", "task_score", "overall", "status", "audit_status",
+    "turns", "wall_s", "tokens_in", "tokens_out", "tokens_cache_read", "tokens_cache_write", "tokens_reasoning",
+    "cost_usd", "cost_estimated", "price_table", "codes", "n_violations", "reasons", "details",
+    "evidence_sha256", "fingerprint",
+)
+
+
+@lru_cache(maxsize=256)
+def task_info(task: str | None) -> tuple[str | None, tuple[str, ...]]:
+    """(track, forbidden paths) of a task id; (None, ()) when the task is unknown."""
+    if not task:
+        return None, ()
+    try:
+        from tasks.registry import load_spec
+
+        spec = load_spec(task)
+    except Exception:  # an unknown task is reported in the row (TASK unscored), not raised
+        return None, ()
+    return spec.track, tuple(spec.forbidden_paths)
+
+
+class RunScorer:
+    def __init__(
+        self,
+        profile: LoadedProfile,
+        judge: Judge,
+        get_blob: BlobGetter,
+        prices: PriceTable,
+        *,
+        references: Path | None = None,
+        grade_cache: dict[str, dict[str, Any]] | None = None,
+    ):
+        self.loaded = profile
+        self.p = profile.profile
+        self.judge = judge
+        self.get_blob = get_blob
+        self.prices = prices
+        self.references = references
+        self.grade_cache = grade_cache if grade_cache is not None else {}
+
+    def score(self, run_id: str, events: list[Event]) -> dict[str, Any]:
+        traj = fold(run_id, events, self.get_blob)
+        return self.score_trajectory(traj)
+
+    def score_trajectory(self, traj: Trajectory) -> dict[str, Any]:
+        p = self.p
+        track, forbidden = task_info(traj.task)
+        audit = auditor.audit(traj, p.audit, list(forbidden))
+        reasons: dict[str, str] = {}
+        if audit.status == "no_data":
+            grade: dict[str, Any] = taskgrade.unscored("no events recorded for this run")
+            grade_key = None
+        else:
+            grade, grade_key = taskgrade.grade_run(traj, self.get_blob, references=self.references,
+                                                   metrics=p.metrics, cache=self.grade_cache)
+        evidence = ev.build(traj, p.evidence, self.get_blob, track=track, grade=_grade_facts(grade))
+        items = p.items_for(track, traj.tier)
+        if audit.status == "no_data":
+            verdicts = {}
+        else:
+            verdicts = self.judge.judge(traj, evidence, [i for i in items if not (traj.tier and traj.tier in i.auto_credit)], track=track)
+        scores = stages.item_scores(items, verdicts, traj.tier)
+        judged = stages.judged_stages(scores, p.stages)
+        s4, s5, s45_reason = taskgrade.s4_s5(grade, p.stages)
+        stage_values: dict[str, float | None] = {s: v for s, (v, _) in judged.items()}
+        stage_values["S4"], stage_values["S5"] = s4, s5
+        for s, (_, why) in judged.items():
+            if why:
+                reasons[s] = why
+        if s45_reason:
+            reasons["S4"] = reasons["S5"] = s45_reason
+        task = grade.get("task_score")
+        if task is None:
+            reasons["TASK"] = grade.get("reason", "unscored")
+        if audit.status == "violation":
+            stage_values = {s: 0.0 for s in stage_values}
+            task = None
+            reasons = {"S1-S5": "zeroed: rule violation", "TASK": "excluded: rule violation"}
+            combined = {"agentic": 0.0, "overall": 0.0, "agentic_reason": None}
+        else:
+            combined = stages.combine(stage_values, task, p.weights, p.stages.null_policy)
+            if combined["agentic_reason"]:
+                reasons["AGENTIC"] = combined["agentic_reason"]
+        fired = error_codes.detect(traj, grade if task is not None or audit.status != "violation" else None)
+        judge_codes = getattr(self.judge, "codes", None)
+        if judge_codes is not None and audit.status != "no_data":
+            found, why = judge_codes(traj, evidence)
+            if why:
+                reasons["codes"] = f"judge codes unscored: {why}"
+            fired = error_codes.merge(fired, [error_codes.Code(code=c["code"], reason=c["reason"], events=c["events"], source="judge")
+                                              for c in found])
+        cost = price_run(traj, self.prices)
+        if cost["cost_reason"]:
+            reasons["cost"] = cost["cost_reason"]
+        row: dict[str, Any] = {
+            "run_id": traj.run_id,
+            "profile_id": self.loaded.id,
+            "profile_name": self.loaded.name,
+            "judge": self.judge.label,
+            "agent": traj.agent,
+            "model": traj.model,
+            "task": traj.task,
+            "track": track,
+            "tier": traj.tier,
+            "repeat": _repeat(traj.labels),
+            "s1": stage_values["S1"], "s2": stage_values["S2"], "s3": stage_values["S3"],
+            "s4": stage_values["S4"], "s5": stage_values["S5"],
+            "agentic": combined["agentic"],
+            "task_score": task,
+            "overall": combined["overall"],
+            "status": _status(traj, audit.status, grade),
+            "audit_status": audit.status,
+            "turns": len(traj.model_calls),
+            "wall_s": traj.duration_s,
+            "tokens_in": cost["tokens"]["input"],
+            "tokens_out": cost["tokens"]["output"],
+            "tokens_cache_read": cost["tokens"]["cache_read"],
+            "tokens_cache_write": cost["tokens"]["cache_write"],
+            "tokens_reasoning": cost["tokens"]["reasoning"],
+            "cost_usd": cost["cost"],
+            "cost_estimated": cost["estimated"],
+            "price_table": cost["price_table"],
+            "codes": [c.code for c in fired],
+            "n_violations": len(audit.violations),
+            "reasons": reasons,
+            "details": {
+                "items": [msgspec.to_builtins(s) for s in scores],
+                "codes": [msgspec.to_builtins(c) for c in fired],
+                "violations": [msgspec.to_builtins(v) for v in audit.violations],
+                "grade": grade,
+                "grade_key": grade_key,
+            },
+            "evidence_sha256": evidence.sha256,
+        }
+        row["fingerprint"] = fingerprint(row)
+        return row
+
+
+def fingerprint(row: dict[str, Any]) -> str:
+    body = {k: v for k, v in row.items() if k != "fingerprint"}
+    return "sha256:" + hashlib.sha256(_enc.encode(body)).hexdigest()
+
+
+def _grade_facts(grade: dict[str, Any]) -> dict[str, Any]:
+    keep = ("metric", "n_cases", "n_missing", "n_invalid", "completion", "format_valid", "has_valid_results", "task_score", "reason")
+    return {k: grade[k] for k in keep if k in grade}
+
+
+def _repeat(labels: dict[str, str]) -> int | None:
+    for key in ("repeat", "repeat_idx", "rep"):
+        if key in labels:
+            try:
+                return int(labels[key])
+            except ValueError:
+                return None
+    return None
+
+
+def _status(traj: Trajectory, audit_status: str, grade: dict[str, Any]) -> str:
+    """completed / failed / timeout / breach / no_data / ungraded (the paper's run status)."""
+    if audit_status == "no_data":
+        return "no_data"
+    if audit_status == "violation":
+        return "breach"
+    if grade.get("task_score") is None:
+        return "ungraded"
+    scoreable = grade.get("n_cases", 0) > grade.get("n_missing", 0) + grade.get("n_invalid", 0)
+    if scoreable:
+        return "completed"
+    return "timeout" if traj.status == "timeout" else "failed"

@@ -1,0 +1,285 @@
+"""Scoring profiles: every rule that turns a recorded run into numbers, in one versioned TOML file.
+
+A profile fixes the stage weights, the rubric items per track and tier, how unscored stages enter
+AGENTIC, the evidence budget, the grader's metric switches, the judge settings, the price table and
+the auditor's rules. Its **identity** is ``sha256:`` of the canonical JSON of its resolved content
+(sorted keys, no whitespace), so two files that say the same thing have the same id and any edit
+(one rubric word, one weight) makes a new profile. Every score row carries that id.
+
+A user profile may start with ``extends = "<name or path>"`` and override keys: tables merge key by
+key, ``[[rubric]]`` items replace the parent's item with the same ``(id, tracks)`` or are appended.
+The identity is taken after the merge, so it does not depend on how the file was written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from schemas.errors import UsageError
+
+DEFAULT_PROFILE = "paper-2026-06"
+STAGES = ("S1", "S2", "S3", "S4", "S5")
+JUDGED_STAGES = ("S1", "S2", "S3")
+
+
+class _Cfg(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class Meta(_Cfg):
+    name: str
+    description: str = ""
+    source: str = ""
+
+
+class Weights(_Cfg):
+    S1: float
+    S2: float
+    S3: float
+    S4: float
+    S5: float
+    agentic: float = 0.5
+    task: float = 0.5
+
+
+class StageRules(_Cfg):
+    null_policy: Literal["zero", "renormalise", "unscored"] = "renormalise"
+    unscored_item_policy: Literal["stage_unscored", "skip_item"] = "stage_unscored"
+    s4_completion_weight: float = 0.5
+    s4_format_weight: float = 0.5
+    s5_has_valid_weight: float = 0.5
+    s5_format_weight: float = 0.5
+
+
+class EvidenceRules(_Cfg):
+    budget_chars: int = 24000
+    head: float = 0.4
+    middle: float = 0.2
+    tail: float = 0.4
+    arg_chars: int = 150
+    tool_result_chars: int = 300
+    message_chars: int = 600
+    exec_head: int = 5
+    exec_middle_failed: int = 3
+    exec_tail: int = 5
+    exec_code_chars: int = 200
+    exec_output_chars: int = 150
+    plan_chars: int = 4000
+    images: bool = True
+
+
+class JudgeSettings(_Cfg):
+    model: str = ""
+    base_url: str = ""
+    temperature: float = 0.0
+    seed: int | None = None
+    max_tokens: int = 512
+    timeout_s: float = 60.0
+    max_retries: int = 1
+    prompt_version: str = "amb-judge-item-v1"
+    json_mode: bool = True
+    error_codes: bool = True
+    """Also ask the LLM judge for error codes E1–E5 (one call per run, cited events required)."""
+
+
+class CostRules(_Cfg):
+    price_table: str
+
+
+class AuditRules(_Cfg):
+    private_paths: list[str] = []
+    grader_paths: list[str] = []
+    other_runs: list[str] = []
+    outside_write_ok: list[str] = []
+    training_patterns: list[str] = []
+    forbidden_hosts: list[str] = []
+
+
+class RubricItem(_Cfg):
+    id: str
+    stage: Literal["S1", "S2", "S3"]
+    text: str
+    values: list[float]
+    rule: str
+    tracks: list[str] = []
+    """Tracks this variant applies to; empty = the default for tracks without their own variant."""
+    tiers: list[str] = []
+    """Tiers where the item applies at all; empty = every tier."""
+    auto_credit: list[str] = []
+    """Tiers where the item is credited (max value) without judging (the paper's Lite rule)."""
+    requires: str | None = None
+    """Another item id: this one is forced to 0 when that one is 0 (the rubric's dependency rule)."""
+    pattern: str = ""
+    """Argument of the pattern rules (``plan_mentions``, ``code_ran``, ``file_written``): a regex."""
+    not_tracks: list[str] = []
+    """Tracks where this default item does not apply at all (their rubric has no such check)."""
+
+
+class Profile(_Cfg):
+    profile: Meta
+    weights: Weights
+    stages: StageRules
+    evidence: EvidenceRules
+    metrics: dict[str, Any]
+    judge: JudgeSettings
+    cost: CostRules
+    audit: AuditRules
+    rubric: list[RubricItem]
+
+    @property
+    def name(self) -> str:
+        return self.profile.name
+
+    def items_for(self, track: str | None, tier: str | None) -> list[RubricItem]:
+        """The rubric items that apply to a run of ``track`` at ``tier``, in profile order."""
+        own = {i.id for i in self.rubric if track and track in i.tracks}
+        chosen = []
+        for item in self.rubric:
+            if item.tracks:
+                if not track or track not in item.tracks:
+                    continue
+            elif item.id in own or (track and track in item.not_tracks):
+                continue
+            if item.tiers and (tier or "") not in item.tiers:
+                continue
+            chosen.append(item)
+        return chosen
+
+
+class LoadedProfile(msgspec.Struct, frozen=True, kw_only=True):
+    """A profile together with its identity and canonical bytes."""
+
+    profile: Profile
+    id: str
+    """``sha256:<hex>`` of ``canonical``."""
+    canonical: bytes
+
+    @property
+    def name(self) -> str:
+        return self.profile.name
+
+    @property
+    def short_id(self) -> str:
+        return self.id.split(":", 1)[1][:12]
+
+
+_encoder = msgspec.json.Encoder(order="sorted")
+
+
+def builtin_dir() -> Path:
+    return Path(str(resources.files("scorer").joinpath("profiles")))
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in builtin_dir().glob("*.toml"))
+
+
+def _locate(ref: str, base: Path | None) -> Path:
+    path = Path(ref)
+    if not path.is_absolute() and base is not None and (base / path).is_file():
+        return base / path
+    if path.is_file():
+        return path
+    builtin = builtin_dir() / f"{ref}.toml"
+    if builtin.is_file():
+        return builtin
+    raise UsageError(
+        f"profile {ref!r}: no such file and no built-in profile of that name "
+        f"(built-in: {', '.join(builtin_names())})"
+    )
+
+
+def _merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    out = dict(parent)
+    for key, value in child.items():
+        if key == "rubric" and isinstance(value, list):
+            items = list(parent.get("rubric", []))
+            for new in value:
+                k = (new.get("id"), tuple(new.get("tracks", [])))
+                for i, old in enumerate(items):
+                    if (old.get("id"), tuple(old.get("tracks", []))) == k:
+                        items[i] = new
+                        break
+                else:
+                    items.append(new)
+            out["rubric"] = items
+        elif isinstance(value, dict) and isinstance(parent.get(key), dict):
+            out[key] = _merge(parent[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _read(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+    if path.resolve() in seen:
+        raise UsageError(f"profile {path}: 'extends' loops back to itself")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise UsageError(f"profile {path}: cannot read: {e}") from e
+    parent_ref = data.pop("extends", None)
+    if parent_ref is None:
+        return data
+    if not isinstance(parent_ref, str):
+        raise UsageError(f"profile {path}: 'extends' must be a profile name or path")
+    parent = _read(_locate(parent_ref, path.parent), seen + (path.resolve(),))
+    return _merge(parent, data)
+
+
+def from_dict(data: dict[str, Any], *, source: str = "profile") -> LoadedProfile:
+    """Validate a resolved profile table and compute its identity."""
+    try:
+        profile = msgspec.convert(data, Profile)
+    except msgspec.ValidationError as e:
+        raise UsageError(f"{source}: {e}") from e
+    _check(profile, source)
+    canonical = _encoder.encode(profile)
+    return LoadedProfile(profile=profile, id="sha256:" + hashlib.sha256(canonical).hexdigest(), canonical=canonical)
+
+
+def _check(p: Profile, source: str) -> None:
+    w = p.weights
+    total = w.S1 + w.S2 + w.S3 + w.S4 + w.S5
+    if abs(total - 1.0) > 1e-9:
+        raise UsageError(f"{source}: stage weights must sum to 1 (they sum to {total:g})")
+    if abs(w.agentic + w.task - 1.0) > 1e-9:
+        raise UsageError(f"{source}: weights.agentic + weights.task must be 1")
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    for item in p.rubric:
+        key = (item.id, tuple(item.tracks))
+        if key in seen:
+            raise UsageError(f"{source}: rubric item {item.id!r} is defined twice for tracks {list(item.tracks)}")
+        seen.add(key)
+        if not item.values or any(v < 0 or v > 1 for v in item.values):
+            raise UsageError(f"{source}: rubric item {item.id!r}: values must be a non-empty list within [0, 1]")
+        if item.pattern:
+            try:
+                re.compile(item.pattern)
+            except re.error as e:
+                raise UsageError(f"{source}: rubric item {item.id!r}: bad pattern: {e}") from e
+    ids = {i.id for i in p.rubric}
+    for item in p.rubric:
+        if item.requires and item.requires not in ids:
+            raise UsageError(f"{source}: rubric item {item.id!r} requires unknown item {item.requires!r}")
+    try:
+        from scorer.grader.options import options_from_table
+    except ImportError:  # the grader is optional for the rest of the scorer
+        return
+    options_from_table(p.metrics, source=source)
+
+
+def load(ref: str | None = None) -> LoadedProfile:
+    """A profile by built-in name or TOML path (default: ``paper-2026-06``)."""
+    path = _locate(ref or DEFAULT_PROFILE, None)
+    return from_dict(_read(path, ()), source=f"profile {ref or DEFAULT_PROFILE!r}")
+
+
+def to_dict(loaded: LoadedProfile) -> dict[str, Any]:
+    return msgspec.json.decode(loaded.canonical)

@@ -1,0 +1,100 @@
+"""Objective signals in a trajectory, shared by the offline judge and the error-code detectors.
+
+Each function is a small, documented heuristic over facts (executed code, exit codes, outputs,
+written files) and returns the event ids it rests on. They are deliberately conservative: a signal
+that cannot be established from the record is absent, not guessed.
+"""
+
+from __future__ import annotations
+
+import re
+
+from scorer.trajectory import Exec, Trajectory
+
+SETUP_RE = re.compile(r"\b(pip3?\s+install|python3?\s+-m\s+(pip|venv)|uv\s+(pip|venv|sync)|conda\s+(install|create)|virtualenv|apt(-get)?\s+install)\b")
+SETUP_FAIL_RE = re.compile(
+    r"(ModuleNotFoundError|ImportError|No matching distribution|Could not find a version|"
+    r"ERROR: (pip|Could not)|CUDA (error|out of memory)|OutOfMemoryError|HTTPError|404 Client Error|"
+    r"ConnectionError|RepositoryNotFoundError|EntryNotFoundError|FileNotFoundError: .*\.(pt|pth|ckpt|safetensors|bin|onnx)|"
+    r"Error\(s\) in loading state_dict|unexpected key|size mismatch for)"
+)
+TRACEBACK_RE = re.compile(r"Traceback \(most recent call last\)|^\w*(Error|Exception): ", re.M)
+WEIGHTS_RE = re.compile(
+    r"(from_pretrained|hf_hub_download|snapshot_download|torch\.load|load_state_dict|torch\.hub\.load|"
+    r"\.(pth|pt|ckpt|safetensors|onnx)\b|model_final|nnUNet_results|wget\s+\S+|curl\s+-\S*[oO])"
+)
+WEIGHT_FILE_RE = re.compile(r"\.(pth|pt|ckpt|safetensors|onnx|bin|h5)$|model_final")
+INPUT_LOAD_RE = re.compile(r"(nib\.load|nibabel|sitk\.ReadImage|np\.load|Image\.open|imread|json\.load|pydicom|open\()")
+INPUT_CHECK_RE = re.compile(r"(\.shape|get_zooms|GetSpacing|spacing|\.dtype|\.header|np\.(min|max|unique)|\.min\(\)|\.max\(\)|\bsize\b)")
+OUTPUT_CHECK_RE = re.compile(r"(\.shape|np\.unique|unique\(|\.sum\(\)|\.min\(\)|\.max\(\)|isnan|isfinite|allclose|assert |len\(|\.dtype|json\.load)")
+GPU_RE = re.compile(r"(\.cuda\(|to\(['\"]cuda|device\s*=\s*['\"]?cuda|torch\.device\(['\"]cuda|cuda:0|device_map|CUDAExecutionProvider|\bgpu\b)", re.I)
+FORWARD_RE = re.compile(r"(\.generate\(|predict|infer|inference|forward\(|model\(|run_case|sliding_window|\.run\(|pipeline\()")
+HUB_HOSTS = ("huggingface.co", "hf.co", "zenodo.org", "github.com", "objects.githubusercontent.com", "download.pytorch.org", "ngc.nvidia.com")
+
+
+def output_root(traj: Trajectory, default: str = "agents_outputs") -> tuple[str, ...]:
+    return (default, "agents_outputs", "agent_outputs")
+
+
+def case_of(path: str, roots: tuple[str, ...]) -> str | None:
+    """The case id of a submission output path (``<root>/<case>/...``), None for other files."""
+    parts = [p for p in path.replace("\\", "/").split("/") if p and p != "."]
+    for i, part in enumerate(parts[:-1]):
+        if part in roots and i + 2 <= len(parts) - 1:
+            return parts[i + 1]
+    return None
+
+
+def exec_cases(ex: Exec, roots: tuple[str, ...]) -> set[str]:
+    return {c for c in (case_of(p, roots) for p in ex.files) if c}
+
+
+def setup_execs(traj: Trajectory) -> list[Exec]:
+    return [ex for ex in traj.execs if SETUP_RE.search(ex.code)]
+
+
+def setup_failures(traj: Trajectory) -> list[Exec]:
+    """Executions that failed on installing or loading something (packages, checkpoints, GPU)."""
+    out = []
+    for ex in traj.execs:
+        if ex.ok is False and (SETUP_RE.search(ex.code) or SETUP_FAIL_RE.search(ex.stderr or ex.output)):
+            out.append(ex)
+    return out
+
+
+def traceback_execs(traj: Trajectory) -> list[Exec]:
+    return [ex for ex in traj.execs if ex.ok is False and TRACEBACK_RE.search(ex.stderr or ex.output)]
+
+
+def bulk_index(traj: Trajectory, roots: tuple[str, ...]) -> int | None:
+    """Index of the first execution that wrote outputs for two or more cases (bulk inference)."""
+    for i, ex in enumerate(traj.execs):
+        if len(exec_cases(ex, roots)) >= 2:
+            return i
+    return None
+
+
+def pilot_evidence(traj: Trajectory, roots: tuple[str, ...]) -> tuple[float, str, list[str]]:
+    """The S3 signal: (1, 0.5 or 0, reason, event ids).
+
+    1: before the first bulk execution a successful execution wrote exactly one case's outputs and a
+    later pre-bulk successful execution (or the same one) inspected them (shape/values). 0.5: a
+    one-case pilot without an inspection, or an inspection that only happened after the batch.
+    0: neither.
+    """
+    bulk = bulk_index(traj, roots)
+    end = bulk if bulk is not None else len(traj.execs)
+    pilots = [ex for ex in traj.execs[:end] if ex.ok and len(exec_cases(ex, roots)) == 1]
+    if pilots:
+        pilot = pilots[0]
+        start = traj.execs.index(pilot)
+        for ex in traj.execs[start:end]:
+            if ex.ok and OUTPUT_CHECK_RE.search(ex.code) and (ex is pilot or any(r in ex.code for r in roots)):
+                return 1.0, "one-case pilot, then its output inspected before bulk inference", [pilot.id, ex.id]
+        return 0.5, "one-case pilot before bulk inference, but its output was not inspected", [pilot.id]
+    if bulk is not None:
+        later = [ex for ex in traj.execs[bulk + 1:] if ex.ok and OUTPUT_CHECK_RE.search(ex.code) and any(r in ex.code for r in roots)]
+        if later:
+            return 0.5, "outputs inspected only after bulk inference", [traj.execs[bulk].id, later[0].id]
+        return 0.0, "bulk inference without a pilot or any output check", [traj.execs[bulk].id]
+    return 0.0, "no pilot run found", []

@@ -1,0 +1,106 @@
+"""Stage scores and how they combine: S1–S3 from rubric verdicts, AGENTIC, OVERALL.
+
+- Item values come from the judge, except where the rubric says otherwise: an ``auto_credit`` tier
+  gets the item's top value without judging (the paper's Lite rule for s1d/s1e/s1f), and an item
+  whose ``requires`` item is 0 is forced to 0 (s1b/s1c without a plan, s1f without a plot).
+- A stage is the mean of its items. An unscored item makes the stage unscored
+  (``unscored_item_policy = "stage_unscored"``) or is left out (``"skip_item"``).
+- AGENTIC = Σ wᵢ·Sᵢ under the profile's ``null_policy`` for unscored stages: ``zero`` (counts 0,
+  full denominator; the public seg code), ``renormalise`` (weights renormalised over scored
+  stages), ``unscored`` (AGENTIC unscored). With no scored stage at all AGENTIC is unscored.
+- OVERALL = a·AGENTIC + t·TASK; unscored when either part is unscored (never a silent 0).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from scorer.judge.base import Verdict
+from scorer.profile import STAGES, RubricItem, StageRules, Weights
+
+
+class ItemScore(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    stage: str
+    value: float | None
+    source: str
+    """``judge`` (see ``judge``), ``auto_credit`` or ``requires:<item>``."""
+    judge: str = ""
+    reason: str = ""
+    cited: list[str] = []
+    unscored_reason: str | None = None
+    call_key: str | None = None
+
+
+def item_scores(items: list[RubricItem], verdicts: dict[str, Verdict], tier: str | None) -> list[ItemScore]:
+    """Final item values: judge verdicts with the auto-credit and dependency rules applied."""
+    out: dict[str, ItemScore] = {}
+    for item in items:
+        if tier and tier in item.auto_credit:
+            out[item.id] = ItemScore(id=item.id, stage=item.stage, value=max(item.values), source="auto_credit",
+                                     reason=f"credited automatically at tier {tier}")
+            continue
+        v = verdicts.get(item.id)
+        if v is None:
+            out[item.id] = ItemScore(id=item.id, stage=item.stage, value=None, source="judge",
+                                     unscored_reason="no_verdict", reason="the judge returned no verdict")
+            continue
+        out[item.id] = ItemScore(id=item.id, stage=item.stage, value=v.value, source="judge", judge=v.judge,
+                                 reason=v.reason, cited=list(v.cited), unscored_reason=v.unscored_reason,
+                                 call_key=v.call_key)
+    for item in items:
+        dep = out.get(item.requires) if item.requires else None
+        if dep is not None and dep.value == 0 and out[item.id].source != "auto_credit":
+            cur = out[item.id]
+            out[item.id] = msgspec.structs.replace(cur, value=0.0, source=f"requires:{item.requires}",
+                                                   unscored_reason=None,
+                                                   reason=f"forced to 0: {item.requires} is 0")
+    return [out[i.id] for i in items]
+
+
+def judged_stages(scores: list[ItemScore], rules: StageRules) -> dict[str, tuple[float | None, str | None]]:
+    """S1–S3 as (value, unscored reason)."""
+    result: dict[str, tuple[float | None, str | None]] = {}
+    for stage in ("S1", "S2", "S3"):
+        mine = [s for s in scores if s.stage == stage]
+        if not mine:
+            result[stage] = (None, "no rubric items for this stage")
+            continue
+        missing = [s for s in mine if s.value is None]
+        if missing and rules.unscored_item_policy == "stage_unscored":
+            result[stage] = (None, "unscored items: " + ", ".join(f"{s.id} ({s.unscored_reason})" for s in missing))
+            continue
+        vals = [s.value for s in mine if s.value is not None]
+        result[stage] = (sum(vals) / len(vals), None) if vals else (None, "every item unscored")
+    return result
+
+
+def agentic(stages: dict[str, float | None], weights: Weights, null_policy: str) -> tuple[float | None, str | None]:
+    """AGENTIC from S1–S5 (value or None) under ``null_policy``; (None, reason) when unscored."""
+    w = {s: getattr(weights, s) for s in STAGES}
+    scored = {s: v for s, v in stages.items() if v is not None}
+    missing = [s for s in STAGES if stages.get(s) is None]
+    if not scored:
+        return None, "no stage is scored"
+    if missing and null_policy == "unscored":
+        return None, f"unscored stages: {', '.join(missing)}"
+    if null_policy == "zero" or not missing:
+        return sum(w[s] * scored.get(s, 0.0) for s in STAGES) / sum(w.values()), None
+    denom = sum(w[s] for s in scored)
+    if denom <= 0:
+        return None, "the scored stages have zero weight"
+    return sum(w[s] * v for s, v in scored.items()) / denom, None
+
+
+def overall(agentic_value: float | None, task: float | None, weights: Weights) -> float | None:
+    if agentic_value is None or task is None:
+        return None
+    return weights.agentic * agentic_value + weights.task * task
+
+
+def combine(stages: dict[str, float | None], task: float | None, weights: Weights, null_policy: str) -> dict[str, Any]:
+    """The paper's combination, as one dict: agentic, task, overall and why any is unscored."""
+    a, reason = agentic(stages, weights, null_policy)
+    return {"agentic": a, "agentic_reason": reason, "task": task, "overall": overall(a, task, weights)}

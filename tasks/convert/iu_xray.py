@@ -1,0 +1,91 @@
+"""IU X-Ray (Open-i) → iu-xray-report.
+
+Source layout (the Open-i downloads ``NLMCXR_reports.tgz`` and ``NLMCXR_png.tgz``, unpacked side by
+side): ``ecgen-radiology/<n>.xml``, one report per study with ``<AbstractText Label="FINDINGS">``,
+``<AbstractText Label="IMPRESSION">`` and one ``<parentImage id="CXR<n>_...">`` per view; and
+``NLMCXR_png/<parentImage id>.png`` (any folder below the source is searched for the PNGs).
+
+A study becomes one case when its FINDINGS text is non-empty, at least one of its images exists and
+the reference passes the task's validity rules (a perfect agent must be able to hand it in).
+The reference is ``FINDINGS: ...`` followed by ``IMPRESSION: ...`` when there is one (the task scores
+the whole text). The PNG views are re-encoded as baseline JPEG (quality 95, greyscale), since the
+benchmark hands the agent JPEGs; ``XXXX`` de-identification tokens are kept as they are.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from schemas.task_spec import TaskError, TaskSpec
+from tasks.report_text import submittable
+
+
+def _text(root: ET.Element, label: str) -> str:
+    for node in root.iter("AbstractText"):
+        if (node.get("Label") or "").upper() == label:
+            return " ".join("".join(node.itertext()).split())
+    return ""
+
+
+def _reports(source: Path) -> list[Path]:
+    reports = sorted(source.rglob("ecgen-radiology/*.xml"), key=lambda p: (len(p.stem), p.stem))
+    if not reports:
+        raise TaskError(f"{source}: no ecgen-radiology/*.xml found (unpack Open-i's NLMCXR_reports.tgz here)")
+    return reports
+
+
+def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
+    """Write IU X-Ray studies with findings into ``out/public`` and ``out/private``."""
+    assert spec.report is not None
+    source, out = Path(source), Path(out)
+    pngs = {p.stem: p for p in source.rglob("*.png")}
+    index = 0
+    for xml_path in _reports(source):
+        try:
+            root = ET.parse(xml_path).getroot()
+        except ET.ParseError as e:
+            raise TaskError(f"{xml_path}: not readable XML: {e}") from e
+        findings, impression = _text(root, "FINDINGS"), _text(root, "IMPRESSION")
+        views = [pngs[i] for i in (n.get("id", "") for n in root.iter("parentImage")) if i in pngs]
+        reference = f"FINDINGS: {findings}" + (f"\n\nIMPRESSION: {impression}" if impression else "")
+        if not findings or not views or not submittable(reference + "\n", spec.report):
+            continue
+        case = spec.case_id(index)
+        index += 1
+        names = [f"{k + 1:02d}.jpg" for k in range(len(views))]
+        image_dir = out / "public" / case / spec.report.images_dir
+        image_dir.mkdir(parents=True, exist_ok=True)
+        for name, png in zip(names, views):
+            try:
+                with Image.open(png) as im:
+                    buf = io.BytesIO()
+                    im.convert("L").save(buf, format="JPEG", quality=95)
+            except OSError as e:
+                raise TaskError(f"{png}: not a readable image: {e}") from e
+            (image_dir / name).write_bytes(buf.getvalue())
+        _write_json(out / "public" / case / spec.report.manifest_file, {
+            "case_id": case, "task_id": spec.id, "image_count": len(names), "image_files": names,
+        })
+        (out / "private" / case).mkdir(parents=True, exist_ok=True)
+        (out / "private" / case / spec.report.output_file).write_text(reference + "\n", encoding="utf-8")
+        _write_json(out / "private" / case / "manifest.json", {
+            "case_id": case, "task_id": spec.id, "source_report": xml_path.name,
+            "source_images": [p.name for p in views], "image_count": len(names),
+            "reference_text_mode": "full_report", "report_char_count": len(reference),
+        })
+        if progress is not None:
+            progress(case)
+    if index == 0:
+        raise TaskError(f"{source}: no report has both FINDINGS text and an image found under the source")
+
+
+def _write_json(path: Path, obj: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")

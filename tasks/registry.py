@@ -1,0 +1,57 @@
+"""Finds and loads the task specs: one folder per task under ``tasks/`` with ``spec.toml`` and briefs.
+
+A task folder is data, not a Python package: ``spec.toml`` (decoded into ``schemas.task_spec.TaskSpec``),
+``lite.md`` and ``standard.md`` (the two tiers' briefs). The folder name is the task id.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from schemas.task_spec import TIERS, TaskError, TaskSpec, decode_spec
+
+
+def tasks_root() -> Path:
+    """The folder that holds the task folders (inside the installed ``tasks`` package)."""
+    return Path(str(resources.files("tasks")))
+
+
+def task_ids() -> list[str]:
+    """Every task id, sorted."""
+    return sorted(p.parent.name for p in tasks_root().glob("*/spec.toml"))
+
+
+@cache
+def load_spec(task_id: str) -> TaskSpec:
+    """The spec of ``task_id``; an unknown id or a malformed spec is one ``TaskError`` line."""
+    path = tasks_root() / task_id / "spec.toml"
+    if not path.is_file():
+        known = ", ".join(task_ids()) or "none"
+        raise TaskError(f"unknown task {task_id!r} (known: {known})")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise TaskError(f"tasks/{task_id}/spec.toml: {e}") from e
+    spec = decode_spec(data, source=f"tasks/{task_id}/spec.toml")
+    if spec.id != task_id:
+        raise TaskError(f"tasks/{task_id}/spec.toml: id {spec.id!r} does not match its folder")
+    return spec
+
+
+def all_specs() -> list[TaskSpec]:
+    """Every task's spec, sorted by id."""
+    return [load_spec(t) for t in task_ids()]
+
+
+def brief(task_id: str, tier: str) -> str:
+    """The brief the agent gets for ``task_id`` at ``tier`` (``lite`` or ``standard``)."""
+    if tier not in TIERS:
+        raise TaskError(f"unknown tier {tier!r} (expected one of {', '.join(TIERS)})")
+    load_spec(task_id)
+    path = tasks_root() / task_id / f"{tier}.md"
+    if not path.is_file():
+        raise TaskError(f"task {task_id}: no {tier} brief (tasks/{task_id}/{tier}.md)")
+    return path.read_text(encoding="utf-8")

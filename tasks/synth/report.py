@@ -1,0 +1,178 @@
+"""Synthetic twins for the report-generation track: studies of images, reference reports on the
+private side.
+
+Layout (AutoMedBench's ``eval_report_gen`` staging):
+
+- ``public/<case>/images/01.jpg`` (``02.jpg`` ... for multi-view studies) and
+  ``public/<case>/manifest.json`` (``case_id, task_id, image_count, image_files``);
+- ``private/<case>/report.txt``: the reference report (a FINDINGS paragraph, with an IMPRESSION
+  section for the full-report tasks; a one-sentence caption for pathology) and
+  ``private/<case>/manifest.json`` (``case_id, image_count, reference_text_mode``).
+
+Chest X-ray reports are assembled from the findings the image was drawn with (effusion side and size,
+heart size, pneumothorax, consolidation, edema, tubes, nodules) in the phrasing radiologists use,
+normal statements filling in the rest, so the clinical parts of the report score (CheXpert labels,
+RadGraph entities) have something real to agree or disagree on. Pathology captions name the tissue,
+the process and its grade, matching the H&E patch.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from schemas.task_spec import TaskError, TaskSpec
+from tasks.synth import medimg
+
+
+def _rng(spec: TaskSpec, seed: int, i: int) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(spec.id.encode()), i])
+
+
+def _cxr_findings(rng: np.random.Generator) -> dict[str, str]:
+    facts: dict[str, str] = {}
+    if rng.random() < 0.45:
+        facts["effusion"] = str(rng.choice(["left", "right", "bilateral"]))
+        facts["effusion_size"] = str(rng.choice(["small", "moderate"]))
+    if rng.random() < 0.35:
+        facts["cardiomegaly"] = str(rng.choice(["mildly", "moderately"]))
+    if rng.random() < 0.15:
+        facts["pneumothorax"] = str(rng.choice(["left", "right"]))
+    if rng.random() < 0.3:
+        facts["consolidation"] = str(rng.choice(["left", "right"]))
+    if rng.random() < 0.2:
+        facts["edema"] = "mild"
+    if rng.random() < 0.2:
+        facts["tube"] = "endotracheal"
+    if rng.random() < 0.15:
+        facts["nodule"] = "yes"
+    return facts
+
+
+def _cxr_text(rng: np.random.Generator, f: dict[str, str]) -> tuple[str, str]:
+    """(FINDINGS paragraph, IMPRESSION) for the drawn findings."""
+    s: list[str] = []
+    imp: list[str] = []
+    if "tube" in f:
+        s.append("An endotracheal tube terminates approximately 4 cm above the carina.")
+        imp.append("Endotracheal tube in standard position.")
+    if "cardiomegaly" in f:
+        s.append(f"The cardiac silhouette is {f['cardiomegaly']} enlarged.")
+        imp.append("Cardiomegaly.")
+    else:
+        s.append(str(rng.choice(["The heart size is normal.", "Heart size is within normal limits.",
+                                 "The cardiomediastinal silhouette is normal."])))
+    if "edema" in f:
+        s.append("There is mild pulmonary vascular congestion with perihilar edema.")
+        imp.append("Mild pulmonary edema.")
+    if "consolidation" in f:
+        lobe = "left lower lobe" if f["consolidation"] == "left" else "right lower lobe"
+        s.append(f"There is patchy consolidation in the {lobe}, concerning for pneumonia.")
+        imp.append(f"{lobe.capitalize()} consolidation, possibly pneumonia.")
+    if "nodule" in f:
+        s.append("A 9 mm nodule is noted in the upper lung zone.")
+        imp.append("Pulmonary nodule; follow-up CT is recommended.")
+    if "effusion" in f:
+        side = "bilateral pleural effusions" if f["effusion"] == "bilateral" else f"{f['effusion']} pleural effusion"
+        s.append(f"There is a {f['effusion_size']} {side}." if f["effusion"] != "bilateral"
+                 else f"There are {f['effusion_size']} {side}.")
+        imp.append(f"{f['effusion_size'].capitalize()} {side}.")
+    if "pneumothorax" in f:
+        s.append(f"A small {f['pneumothorax']} apical pneumothorax is present.")
+        imp.append(f"Small {f['pneumothorax']} pneumothorax.")
+    negatives = []
+    if "consolidation" not in f:
+        negatives.append("focal consolidation")
+    if "effusion" not in f:
+        negatives.append("pleural effusion")
+    if "pneumothorax" not in f:
+        negatives.append("pneumothorax")
+    if negatives:
+        listed = negatives[0] if len(negatives) == 1 else ", ".join(negatives[:-1]) + " or " + negatives[-1]
+        s.append(f"There is no {listed}.")
+    s.append(str(rng.choice(["The osseous structures are unremarkable.", "No acute osseous abnormality.",
+                             "Visualized bones are intact."])))
+    if not imp:
+        imp.append("No acute cardiopulmonary process.")
+    return " ".join(s), " ".join(imp)
+
+
+_TISSUES = {
+    "normal": ["Normal colonic mucosa with regular crypts and no dysplasia.",
+               "Benign colonic mucosa with preserved crypt architecture."],
+    "adenocarcinoma": ["Moderately differentiated adenocarcinoma with irregular glands infiltrating the stroma.",
+                       "Invasive adenocarcinoma with crowded glands and enlarged pleomorphic nuclei."],
+    "inflammation": ["Chronic inflammation with a dense lymphoplasmacytic infiltrate in the lamina propria.",
+                     "Mucosa with marked chronic inflammation and no malignancy."],
+    "fibrosis": ["Dense fibrosis with streaming collagen bundles and scattered spindle cells.",
+                 "Fibrotic stroma with few cells and no epithelial lesion."],
+}
+
+
+def _case(spec: TaskSpec, seed: int, i: int) -> tuple[list[np.ndarray], str]:
+    assert spec.report is not None
+    rng = _rng(spec, seed, i)
+    shape = tuple(spec.report.synth_shape)
+    if spec.report.style == "pathology":
+        tissue = str(rng.choice(list(_TISSUES)))
+        necrosis = tissue == "adenocarcinoma" and bool(rng.integers(0, 2))
+        caption = str(rng.choice(_TISSUES[tissue]))
+        if necrosis:
+            caption = caption[:-1] + ", with focal necrosis."
+        return [medimg.he_patch(rng, shape, tissue, necrosis)], caption
+    facts = _cxr_findings(rng)
+    lo, hi = spec.report.views[0], spec.report.views[-1]
+    n_views = int(rng.integers(lo, hi + 1))
+    images = [medimg.chest_xray(rng, shape, facts, lateral=(k == 1)) for k in range(n_views)]
+    findings, impression = _cxr_text(rng, facts)
+    if spec.report.with_impression:
+        return images, f"FINDINGS: {findings}\n\nIMPRESSION: {impression}"
+    return images, findings
+
+
+def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
+    """Write ``cases`` studies of ``spec``'s task into ``out/public`` and ``out/private``."""
+    if spec.report is None:
+        raise TaskError(f"task {spec.id}: not a report-generation task")
+    public, private = out / "public", out / "private"
+    for side in (public, private):
+        if side.exists():
+            shutil.rmtree(side)
+        side.mkdir(parents=True)
+    findings_only = spec.report.section == "findings" and not spec.report.with_impression
+    mode = "findings_only" if findings_only else "full_report"
+    for i in range(cases):
+        case = spec.case_id(i)
+        images, text = _case(spec, seed, i)
+        names = [f"{k + 1:02d}.jpg" for k in range(len(images))]
+        for name, img in zip(names, images):
+            medimg.write_jpeg(public / case / spec.report.images_dir / name, img)
+        _write_json(public / case / spec.report.manifest_file, {
+            "case_id": case, "task_id": spec.id, "image_count": len(names), "image_files": names,
+        })
+        (private / case).mkdir(parents=True, exist_ok=True)
+        (private / case / spec.report.output_file).write_text(text + "\n", encoding="utf-8")
+        _write_json(private / case / "manifest.json", {
+            "case_id": case, "task_id": spec.id, "image_count": len(names),
+            "reference_text_mode": mode, "report_char_count": len(text),
+        })
+
+
+def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:
+    """Copy every reference report to ``<workspace>/agent_outputs/<case>/report.txt``."""
+    assert spec.report is not None
+    root = workspace / spec.submission.root
+    for path in sorted((data / "private").glob(f"*/{spec.report.output_file}")):
+        dest = root / path.parent.name / spec.report.output_file
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(path.read_bytes())
+
+
+def _write_json(path: Path, obj: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")

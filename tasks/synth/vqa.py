@@ -1,0 +1,240 @@
+"""Synthetic twins for the VQA track: question folders with images, gold answers on the private side.
+
+Layout (AutoMedBench's ``eval_vqa`` staging):
+
+- ``public/<qid>/question.json``: ``question_id, dataset, question, image_paths`` (relative to the
+  question folder), ``split, medical_task, body_system, question_type`` and, for multiple choice,
+  ``options`` (``{"A": ..., "E": ...}``);
+- ``public/<qid>/images/<qid>-a.jpg`` (``-b``, ``-c`` ... for multi-frame questions);
+- ``private/<qid>/answer.json``: ``question_id, answer_label`` (A–E, or "" for open-ended),
+  ``answer_text, answer_type`` (``yes/no``, ``open`` or ``multiple_choice``);
+- ``private/ground_truth.csv``: the same, one row per question.
+
+Questions are generated from the facts the image was drawn with (which organ holds a lesion, how
+many lesions, which modality, which tissue, where the structure moves), so every gold answer is
+visible in its image. Open-ended twins cycle through yes/no, open and counting questions so one
+small twin exercises every matching rule (strict yes/no, normalised exact match, number words).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from schemas.task_spec import TaskError, TaskSpec
+from tasks.synth import medimg
+
+LABELS = ("A", "B", "C", "D", "E")
+NUMBER_WORDS = {1: "one", 2: "two", 3: "three"}
+
+
+def _rng(spec: TaskSpec, seed: int, i: int) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(spec.id.encode()), i])
+
+
+def _radiology(rng: np.random.Generator, shape, i: int) -> tuple[list[np.ndarray], dict[str, Any]]:
+    scenario = int(rng.integers(0, 4))
+    if scenario == 0:
+        region, modality = "abdomen", "ct"
+        lesion = rng.choice(["liver", "kidney", None])
+        n = int(rng.integers(1, 4)) if lesion else 0
+        img = medimg.ct_slice(rng, shape, region, lesion, max(n, 1))
+        organ = lesion
+    elif scenario == 1:
+        region, modality = "chest", "ct"
+        lesion = rng.choice(["lung", None])
+        n = int(rng.integers(1, 3)) if lesion else 0
+        img = medimg.ct_slice(rng, shape, region, lesion, max(n, 1))
+        organ = lesion
+    elif scenario == 2:
+        region, modality = "head", "mri"
+        has = bool(rng.integers(0, 2))
+        n = 1 if has else 0
+        img = medimg.mri_slice(rng, shape, has)
+        organ = "brain" if has else None
+    else:
+        region, modality = "chest", "x-ray"
+        effusion = str(rng.choice(["left", "right", ""]))
+        img = medimg.chest_xray(rng, shape, {"effusion": effusion} if effusion else {})
+        n = 0
+        organ = None
+        if i % 3 == 0:
+            return [img], _q(f"Is there a pleural effusion on the {effusion or 'left'} side?",
+                             "yes" if effusion else "no", "yes/no", "chest", "abnormality")
+        if i % 3 == 1:
+            return [img], _q("What imaging modality was used to take this image?", "x-ray", "open", "chest", "modality")
+        return [img], _q("Which part of the body is shown in this image?", "chest", "open", "chest", "organ")
+    body = {"abdomen": "abdomen", "chest": "chest", "head": "brain"}[region]
+    kind = i % 3
+    if kind == 0:
+        target = organ or {"abdomen": "liver", "chest": "lung", "head": "brain"}[region]
+        return [img], _q(f"Is there a lesion in the {target}?", "yes" if organ else "no", "yes/no", body, "abnormality")
+    if kind == 1:
+        if organ:
+            return [img], _q("Which organ contains the abnormality?", str(organ), "open", body, "organ")
+        return [img], _q("What imaging modality was used to take this image?", modality, "open", body, "modality")
+    if organ:
+        # Gold as a digit half the time and as a word the other half: both normalise to the digit.
+        gold = str(n) if rng.integers(0, 2) else NUMBER_WORDS[n]
+        return [img], _q(f"How many lesions are seen in the {organ}?", gold, "open", body, "counting")
+    return [img], _q("Which part of the body is shown in this image?", body, "open", body, "organ")
+
+
+def _pathology(rng: np.random.Generator, shape, i: int) -> tuple[list[np.ndarray], dict[str, Any]]:
+    tissue = str(rng.choice(["normal", "adenocarcinoma", "inflammation", "fibrosis"]))
+    necrosis = bool(rng.integers(0, 2)) and tissue == "adenocarcinoma"
+    img = medimg.he_patch(rng, shape, tissue, necrosis)
+    kind = i % 3
+    if kind == 0:
+        answer = "yes" if necrosis else "no"
+        return [img], _q("Is there necrosis in this tissue?", answer, "yes/no", "colon", "abnormality")
+    if kind == 1:
+        names = {"normal": "normal colonic mucosa", "adenocarcinoma": "adenocarcinoma",
+                 "inflammation": "chronic inflammation", "fibrosis": "fibrosis"}
+        return [img], _q("What process is shown in this image?", names[tissue], "open", "colon", "diagnosis")
+    asked = str(rng.choice(["adenocarcinoma", "fibrosis"]))
+    answer = "yes" if asked == tissue else "no"
+    return [img], _q(f"Does this image show {asked}?", answer, "yes/no", "colon", "diagnosis")
+
+
+def _multiple_choice(rng: np.random.Generator, shape, i: int) -> tuple[list[np.ndarray], dict[str, Any]]:
+    scenario = int(rng.integers(0, 3))
+    age = int(rng.integers(25, 85))
+    sex = str(rng.choice(["man", "woman"]))
+    if scenario == 0:
+        choices = ["Left pleural effusion", "Right pneumothorax", "Cardiomegaly",
+                   "Right lower lobe consolidation", "No acute abnormality"]
+        facts = [{"effusion": "left"}, {"pneumothorax": "right"}, {"cardiomegaly": "yes"},
+                 {"consolidation": "right"}, {}]
+        k = int(rng.integers(0, 5))
+        img = medimg.chest_xray(rng, shape, facts[k])
+        stem = (f"A {age}-year-old {sex} presents with shortness of breath. "
+                "Which finding best explains the radiograph?")
+        body, task = "chest", "diagnosis"
+    elif scenario == 1:
+        choices = ["Hepatic lesions", "Renal lesion", "Pulmonary nodule", "Intracranial lesion", "No focal lesion"]
+        k = int(rng.integers(0, 5))
+        region, lesion = [("abdomen", "liver"), ("abdomen", "kidney"), ("chest", "lung"), ("head", "brain"),
+                          ("abdomen", None)][k]
+        if region == "head":
+            img = medimg.mri_slice(rng, shape, True)
+        else:
+            img = medimg.ct_slice(rng, shape, region, lesion, 2)
+        stem = (f"A {age}-year-old {sex} undergoes cross-sectional imaging for weight loss. "
+                "What does the image show?")
+        body, task = {"abdomen": "abdomen", "chest": "chest", "head": "brain"}[region], "diagnosis"
+    else:
+        choices = ["Normal colonic mucosa", "Invasive adenocarcinoma", "Chronic inflammation", "Fibrosis",
+                   "Necrosis only"]
+        k = int(rng.integers(0, 4))
+        tissue = ["normal", "adenocarcinoma", "inflammation", "fibrosis"][k]
+        img = medimg.he_patch(rng, shape, tissue)
+        stem = f"A colon biopsy from a {age}-year-old {sex} is shown. What is the most likely diagnosis?"
+        body, task = "colon", "diagnosis"
+    return [img], _mc(rng, stem, choices, k, body, task)
+
+
+def _video(
+    rng: np.random.Generator, shape, i: int, frames: tuple[int, int]
+) -> tuple[list[np.ndarray], dict[str, Any]]:
+    n = int(rng.integers(frames[0], frames[1] + 1))
+    choices = ["It moves to the left", "It moves to the right", "It moves upward", "It moves downward",
+               "It does not move"]
+    k = int(rng.integers(0, 5))
+    imgs = medimg.video_frames(rng, shape, n, ["left", "right", "up", "down", "none"][k])
+    stem = (f"These {n} frames are taken in order from one ultrasound clip. "
+            "How does the hypoechoic structure move across the frames?")
+    return imgs, _mc(rng, stem, choices, k, "abdomen", "temporal reasoning")
+
+
+def _q(question: str, answer: str, answer_type: str, body: str, task: str) -> dict[str, Any]:
+    return {"question": question, "answer_text": answer, "answer_label": "", "answer_type": answer_type,
+            "body_system": body, "medical_task": task,
+            "question_type": "binary" if answer_type == "yes/no" else "open"}
+
+
+def _mc(rng: np.random.Generator, stem: str, choices: list[str], correct: int, body: str, task: str) -> dict[str, Any]:
+    order = rng.permutation(len(choices))
+    options = {LABELS[j]: choices[int(o)] for j, o in enumerate(order)}
+    label = LABELS[int(np.where(order == correct)[0][0])]
+    return {"question": stem, "answer_text": options[label], "answer_label": label,
+            "answer_type": "multiple_choice", "options": options, "body_system": body,
+            "medical_task": task, "question_type": "multiple_choice"}
+
+
+def _case(spec: TaskSpec, seed: int, i: int) -> tuple[list[np.ndarray], dict[str, Any]]:
+    assert spec.vqa is not None
+    rng = _rng(spec, seed, i)
+    shape = tuple(spec.vqa.synth_shape)
+    if spec.vqa.style == "video":
+        return _video(rng, shape, i, (spec.vqa.frames[0], spec.vqa.frames[-1]))
+    if spec.vqa.answer_mode == "multiple_choice":
+        return _multiple_choice(rng, shape, i)
+    if spec.vqa.style == "pathology":
+        return _pathology(rng, shape, i)
+    return _radiology(rng, shape, i)
+
+
+def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
+    """Write ``cases`` questions of ``spec``'s task into ``out/public`` and ``out/private``."""
+    if spec.vqa is None:
+        raise TaskError(f"task {spec.id}: not a VQA task")
+    public, private = out / "public", out / "private"
+    for side in (public, private):
+        if side.exists():
+            shutil.rmtree(side)
+        side.mkdir(parents=True)
+    rows = []
+    for i in range(cases):
+        qid = spec.case_id(i)
+        images, q = _case(spec, seed, i)
+        paths = []
+        for k, img in enumerate(images):
+            rel = f"images/{qid}-{chr(ord('a') + k)}.jpg"
+            medimg.write_jpeg(public / qid / rel, img)
+            paths.append(rel)
+        question = {
+            "question_id": qid, "dataset": spec.dataset.split(" (")[0].split(",")[0], "question": q["question"],
+            "image_paths": paths, "split": "test", "medical_task": q["medical_task"],
+            "body_system": q["body_system"], "question_type": q["question_type"],
+        }
+        if "options" in q:
+            question["options"] = q["options"]
+        _write_json(public / qid / spec.vqa.question_file, question)
+        answer = {"question_id": qid, "answer_label": q["answer_label"], "answer_text": q["answer_text"],
+                  "answer_type": q["answer_type"]}
+        if "options" in q:
+            answer["options"] = q["options"]
+        _write_json(private / qid / spec.vqa.answer_file, answer)
+        rows.append({"question_id": qid, "answer_label": q["answer_label"], "answer_text": q["answer_text"],
+                     "answer_type": q["answer_type"], "question_type": q["question_type"]})
+    with open(private / "ground_truth.csv", "w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:
+    """One ``answer.json`` per question with the gold answer, as ``submit_answer`` would write it."""
+    assert spec.vqa is not None
+    root = workspace / spec.submission.root
+    for path in sorted((data / "private").glob(f"*/{spec.vqa.answer_file}")):
+        gold = json.loads(path.read_text(encoding="utf-8"))
+        qid = gold["question_id"]
+        text = gold["answer_text"]
+        _write_json(root / qid / spec.vqa.answer_file, {
+            "question_id": qid, "predicted_label": gold.get("answer_label", ""),
+            "predicted_answer": text, "raw_model_output": f"The answer is {text}.",
+            "model_name": "reference-oracle", "runtime_s": 0.0,
+        })
+
+
+def _write_json(path: Path, obj: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

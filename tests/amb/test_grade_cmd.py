@@ -1,0 +1,98 @@
+"""`amb grade`: a pure command of files, run as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tasks import synth
+from tasks.registry import load_spec
+
+AMB = str(Path(sys.executable).parent / "amb")
+
+
+def amb(*args, check=True):
+    proc = subprocess.run([AMB, *args], capture_output=True, text=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"amb {args} failed ({proc.returncode}): {proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def kidney(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grade")
+    spec = load_spec("kidney-seg")
+    synth.synth(spec, root / "data", cases=3, seed=0)
+    synth.perfect_submission(spec, root / "data", root / "ws")
+    # Break one case: a truncated gzip stream.
+    lesion = root / "ws" / "agents_outputs" / "case_00001" / "lesion.nii.gz"
+    lesion.write_bytes(lesion.read_bytes()[:40])
+    return root
+
+
+def test_json_output(kidney):
+    out = amb("grade", "kidney-seg", "--submission", str(kidney / "ws"), "--reference", str(kidney / "data" / "private"), "--json")
+    data = json.loads(out.stdout)
+    assert {"task", "metric", "score", "cases", "params", "checks", "degraded", "profile"} <= set(data)
+    assert data["task"] == "kidney-seg" and data["metric"] == "macro_dice" and data["profile"] == "default"
+    bad = next(c for c in data["cases"] if c["case"] == "case_00001")
+    assert bad["score"] == 0.0 and bad["status"] == "invalid"
+    assert bad["reason"].startswith("agents_outputs/case_00001/lesion.nii.gz: ")
+    assert 0.0 < data["score"] < 1.0
+    assert data["checks"]["n_invalid"] == 1 and data["params"]["seg_formula"] == "organ_lesion_50_50"
+
+
+def test_profile_switches_the_gate(kidney, tmp_path):
+    profile = tmp_path / "strict.toml"
+    profile.write_text('[profile]\nname = "strict"\n\n[metrics]\ncompleteness = "all_or_nothing"\n')
+    out = amb("grade", "kidney-seg", "--submission", str(kidney / "ws"), "--reference", str(kidney / "data" / "private"), "--profile", str(profile))
+    assert "macro_dice = 0.0000" in out.stdout and "gate all_or_nothing, profile strict" in out.stdout
+    assert "case_00001" in out.stdout and "invalid" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (("--profile", "no-such-profile"), "no built-in profile"),
+        (("--reference", "/nonexistent-ref"), "not a directory"),
+    ],
+)
+def test_errors_are_one_line(kidney, extra, needle):
+    args = ["grade", "kidney-seg", "--submission", str(kidney / "ws"), "--reference", str(kidney / "data" / "private")]
+    for i in range(0, len(extra), 2):
+        j = args.index(extra[i]) if extra[i] in args else None
+        if j is None:
+            args += [extra[i], extra[i + 1]]
+        else:
+            args[j + 1] = extra[i + 1]
+    proc = amb(*args, check=False)
+    assert proc.returncode != 0 and proc.stderr.startswith("amb: error: ") and needle in proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
+def test_grader_image_entry_point_runs_without_amb(kidney, tmp_path):
+    # The grader image holds only schemas/, scorer/ and tasks/: run the module entry point from a
+    # copy of those three packages with `amb` made unimportable, as in the image.
+    import shutil
+
+    root = Path(__file__).parents[2]
+    src = tmp_path / "src"
+    for package in ("schemas", "scorer", "tasks"):
+        shutil.copytree(root / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
+    code = (
+        "import runpy, sys; sys.modules['amb'] = None; sys.path.insert(0, sys.argv.pop(1)); "
+        "sys.argv[0] = 'scorer.grader'; runpy.run_module('scorer.grader', run_name='__main__')"
+    )
+    args = ["kidney-seg", "--submission", str(kidney / "ws"), "--reference", str(kidney / "data" / "private"), "--json"]
+    proc = subprocess.run([sys.executable, "-c", code, str(src), *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    via_amb = json.loads(amb("grade", *args).stdout)
+    assert data == via_amb
+    bad = subprocess.run([sys.executable, "-c", code, str(src), "no-such-task", "--submission", ".", "--reference", "."],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and bad.stderr.startswith("amb: error: unknown task") and bad.stderr.count("\n") == 1

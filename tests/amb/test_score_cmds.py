@@ -1,0 +1,93 @@
+"""`amb score`, `amb report`, `amb audit` through the real CLI on a real store."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from amb.main import cli
+from recorder.synthetic import generate_run
+from replay.ingest import ingest
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli") / "store"
+    for i in range(10):
+        generate_run(root, f"run-{i}", seed=i, calls=10)
+    ingest(root)
+    return str(root)
+
+
+def amb(*args, env=None):
+    env = {"AMB_JUDGE_BASE_URL": "", "AMB_JUDGE_MODEL": "", **(env or {})}
+    return CliRunner().invoke(cli, list(args), env=env)
+
+
+def test_score_report_audit(store, tmp_path):
+    r = amb("score", "--store", store, "--all", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert len(out["rows"]) == 10 and out["judge"] == "offline:rules-v1" and out["profile"]["name"] == "paper-2026-06"
+    assert all(row["profile_id"] == out["profile"]["id"] for row in out["rows"])
+    r = amb("score", "--store", store, "run-1", "run-2")
+    assert r.exit_code == 0 and "offline rule-based judge" in r.output and "run-2" in r.output
+    r = amb("score", "--store", store, "--all", "--profile", "code-2026-04", "--compare", "paper-2026-06", "--json")
+    assert r.exit_code == 0, r.output
+    changes = json.loads(r.output)["compare"]["changes"]
+    assert changes and {c["field"] for c in changes} <= {"s1", "s2", "s3", "s4", "s5", "agentic", "task_score", "overall", "status", "codes"}
+    page = tmp_path / "r.html"
+    r = amb("report", "--store", store, "--html", str(page))
+    assert r.exit_code == 0 and "Leaderboard per model" in r.output and page.read_text().startswith("<!DOCTYPE html>")
+    r = amb("report", "--store", store, "--json")
+    assert json.loads(r.output)["runs"] == 10
+    r = amb("audit", "--store", store, "run-3", "--json")
+    assert r.exit_code == 0 and json.loads(r.output)["status"] in ("clean", "violation")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["score"], "RUN ids or --all"),
+        (["score", "no-such-run"], "no such run"),
+        (["score", "--all", "--profile", "nope"], "no such file"),
+        (["score", "--all", "--judge", "llm"], "AMB_JUDGE_BASE_URL"),
+        (["audit", "no-such-run"], "no run"),
+        (["report", "--profile", "code-2026-04", "--judge", "llm:x"], "no rows from judge"),
+    ],
+    ids=["no-runs", "unknown-run", "bad-profile", "llm-without-endpoint", "audit-unknown", "report-judge"],
+)
+def test_bad_input_is_one_line(store, args, message):
+    cmd, rest = args[0], args[1:]
+    r = amb(cmd, "--store", store, *rest)
+    assert r.exit_code != 0
+    assert message in r.output and "Traceback" not in r.output
+
+
+def test_score_with_the_llm_judge_through_the_cli(store):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("judge_server", Path(__file__).parents[1] / "fakes" / "judge_server.py")
+    fake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake)
+
+    def policy(req):
+        text = fake.user_text(req)
+        if text.startswith("Error codes"):
+            return fake.Reply(content='{"codes": []}')
+        return fake.verdict(fake.asked_item(req), 1)
+
+    with fake.JudgeServer(policy) as server:
+        env = {"AMB_JUDGE_BASE_URL": server.base_url, "AMB_JUDGE_MODEL": "fake-judge", "AMB_JUDGE_API_KEY": "k"}
+        r = amb("score", "--store", store, "run-1", "run-2", "--json", env=env)  # llm is the default with an endpoint
+        assert r.exit_code == 0, r.output
+        out = json.loads(r.output)
+        assert out["judge"] == "llm:fake-judge" and out["judge_requests"] == len(server.requests) > 0
+        assert all(row["s1"] == 1.0 and row["s3"] == 1.0 for row in out["rows"])
+        r = amb("score", "--store", store, "run-1", "run-2", env=env)
+        assert r.exit_code == 0 and "judge: llm:fake-judge" in r.output and "judge requests: 0" in r.output
+        r = amb("score", "--store", store, "run-1", "--judge", "offline", env=env)
+        assert "offline rule-based judge" in r.output

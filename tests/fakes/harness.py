@@ -1,0 +1,66 @@
+"""Test harness: the real recording proxy (in-process) in front of the fake upstream.
+
+Not a fake of anything we own: it wires the production ``Sink`` and ``ProxyServer`` together the
+way ``recorder.run`` does, minus the agent process, so proxy tests can drive clients directly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from recorder.proxy.custody import Custody
+from recorder.proxy.server import ProxyServer
+from recorder.proxy.sink import Sink
+from schemas.blobstore import BlobStore
+from schemas.codec import decode_event
+from schemas.frames import scan
+from recorder.spool import spool_path
+
+REAL_KEYS = {"OPENAI_API_KEY": "sk-test-REAL-openai-5f1c9a7e", "ANTHROPIC_API_KEY": "sk-ant-test-REAL-2b8d4c6f"}
+
+
+class Recording:
+    def __init__(self, store: Path, upstream_url: str, run_id: str = "run-proxy-test", upstream_ca: Path | None = None):
+        self.store = store
+        self.run_id = run_id
+        upstreams = {"openai": upstream_url, "anthropic": upstream_url}
+        self.custody = Custody.from_env(dict(REAL_KEYS), upstreams)
+        self.sink = Sink(store, run_id, self.custody)
+        self.proxy = ProxyServer(self.sink, upstreams=upstreams, confdir=store / "conf", upstream_ca=upstream_ca)
+        self.blobs = BlobStore(store / "blobs")
+        self._seen = 0
+
+    def start(self) -> Recording:
+        self.proxy.start()
+        return self
+
+    def stop(self) -> None:
+        self.proxy.stop()
+        self.sink.close()
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.proxy.ports['openai']}"
+
+    @property
+    def regular(self) -> str:
+        return f"http://127.0.0.1:{self.proxy.ports['regular']}"
+
+    def events(self) -> list:
+        data = spool_path(self.store, self.run_id, "proxy").read_bytes()
+        return [decode_event(b) for b in scan(data).bodies]
+
+    def new_payloads(self, kind: str | None = None, wait_for: int = 1, timeout: float = 5.0) -> list:
+        """All payloads appended since the last call, once ``wait_for`` of ``kind`` are there."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            evs = self.events()[self._seen :]
+            got = [e.payload for e in evs if kind is None or e.kind == kind]
+            if len(got) >= wait_for or time.monotonic() > deadline:
+                time.sleep(0.05)  # a call's tool events follow its model_call in the same job
+                evs = self.events()[self._seen :]
+                self._seen += len(evs)
+                return [e.payload for e in evs]
+            time.sleep(0.02)

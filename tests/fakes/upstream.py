@@ -1,0 +1,493 @@
+"""A loopback fake of the OpenAI and Anthropic HTTP APIs that speaks their real wire formats.
+
+It is a fake of something outside the project (the providers), so tests can drive real SDKs,
+curl and node through ``amb-record`` without a network. It serves:
+
+- ``POST …/chat/completions``, ``POST …/responses``, ``POST …/messages``: JSON, or SSE when the
+  body says ``"stream": true`` (chat: ``data:`` chunks, tool-call argument deltas by index, the
+  usage chunk when ``stream_options.include_usage``, ``[DONE]``; responses: ``event:``/``data:``
+  frames with ``sequence_number``, ``function_call_arguments.delta``; messages: ``message_start``
+  … ``input_json_delta`` … ``message_stop``, with ``ping``). A tool call is made when the request
+  offers tools and does not already carry a tool result.
+- any other path: ``200 text/plain`` (``GET /bytes/N`` returns N bytes), for ``network.request``.
+
+Knobs are request headers: ``x-fake-chunks`` (text pieces, default 5), ``x-fake-delay-ms``
+(pacing between stream chunks), ``x-fake-encoding`` (gzip|deflate|br|zstd, applied when the client
+accepts it; streams are flushed per chunk so each chunk is decodable on arrival),
+``x-fake-status`` (e.g. 500: an error body), ``x-fake-reset-after`` (send N stream chunks, then
+reset the TCP connection), ``x-fake-no-usage`` (omit usage).
+
+Every request is kept in ``FakeUpstream.requests`` (method, path, headers, body) so tests can
+check what reached the provider (e.g. the real API key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import socket
+import ssl
+import struct
+import threading
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import brotli
+import zstandard
+
+TOOL_ARGS = {"path": 'notes "draft".md', "text": "line one\nline two 🙂", "n": 3}
+TEXT = "Hello from the fake upstream: quotes \" and a newline\n and é, 🙂 done."
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def split(text: str, n: int) -> list[str]:
+    n = max(1, min(n, len(text)))
+    step = -(-len(text) // n)
+    return [text[i : i + step] for i in range(0, len(text), step)]
+
+
+class _Encoder:
+    """Per-chunk flushable content encoder, so a streamed chunk is decodable when it arrives."""
+
+    def __init__(self, coding: str | None):
+        self.coding = coding
+        if coding == "gzip":
+            self.c = zlib.compressobj(6, zlib.DEFLATED, 31)
+        elif coding == "deflate":
+            self.c = zlib.compressobj(6, zlib.DEFLATED, 15)
+        elif coding == "br":
+            self.c = brotli.Compressor()
+        elif coding == "zstd":
+            self.c = zstandard.ZstdCompressor().compressobj()
+
+    def chunk(self, data: bytes) -> bytes:
+        if self.coding is None:
+            return data
+        if self.coding in ("gzip", "deflate"):
+            return self.c.compress(data) + self.c.flush(zlib.Z_SYNC_FLUSH)
+        if self.coding == "br":
+            return self.c.process(data) + self.c.flush()
+        return self.c.compress(data) + self.c.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+
+    def end(self) -> bytes:
+        if self.coding is None:
+            return b""
+        if self.coding in ("gzip", "deflate"):
+            return self.c.flush(zlib.Z_FINISH)
+        if self.coding == "br":
+            return self.c.finish()
+        return self.c.flush()
+
+
+class FakeUpstream:
+    """Runs the fake on 127.0.0.1 in a background thread (its own event loop)."""
+
+    def __init__(self, tls_dir: Path | None = None, host: str = "127.0.0.1"):
+        self.host = host
+        """127.0.0.2 keeps a test server out of the agent's NO_PROXY list (which names 127.0.0.1)."""
+        self.requests: list[Seen] = []
+        self.ca_file: Path | None = None
+        self._ssl: ssl.SSLContext | None = None
+        if tls_dir is not None:
+            self.ca_file, self._ssl = make_tls(tls_dir, host)
+        self._counter = 0
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.base_events.Server | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, name="fake-upstream", daemon=True)
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self._ssl else 'http'}://{self.host}:{self.port}"
+
+    def start(self) -> FakeUpstream:
+        self._thread.start()
+        fut = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._serve, self.host, 0, ssl=self._ssl), self._loop
+        )
+        self._server = fut.result(10)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    def stop(self) -> None:
+        async def _close() -> None:
+            assert self._server is not None
+            self._server.close()
+            me = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not me]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(_close(), self._loop).result(5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    def __enter__(self) -> FakeUpstream:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- HTTP/1.1 --------------------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                if b"upgrade: websocket" in head.lower():
+                    await self._websocket(reader, writer, head)
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers: dict[str, str] = {}
+                for line in lines[1:]:
+                    if ":" in line:
+                        k, v = line.split(":", 1)
+                        headers[k.strip().lower()] = v.strip()
+                body = b""
+                if "content-length" in headers:
+                    body = await reader.readexactly(int(headers["content-length"]))
+                elif headers.get("transfer-encoding", "").lower() == "chunked":
+                    body = await _read_chunked(reader)
+                self.requests.append(Seen(method, path, headers, body))
+                keep = await self._respond(writer, method, path, headers, body)
+                if not keep or headers.get("connection", "").lower() == "close":
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass
+        finally:
+            try:
+                writer.close()
+            except Exception:
+                pass
+
+    async def _respond(self, w: asyncio.StreamWriter, method: str, path: str, h: dict[str, str], body: bytes) -> bool:
+        status = int(h.get("x-fake-status", "200"))
+        p = path.split("?", 1)[0]
+        if status >= 400:
+            err = {"error": {"message": f"fake upstream failure {status}", "type": "server_error", "code": None}}
+            if p.endswith("/messages"):
+                err = {"type": "error", "error": {"type": "api_error", "message": f"fake upstream failure {status}"}}
+            self._send_plain(w, status, json.dumps(err).encode(), "application/json", h)
+            await w.drain()
+            return True
+        if method == "POST" and (p.endswith("/chat/completions") or p.endswith("/responses") or p.endswith("/messages")):
+            req = json.loads(body or b"{}")
+            self._counter += 1
+            api = "chat" if p.endswith("/chat/completions") else "responses" if p.endswith("/responses") else "messages"
+            return await _API[api](self, w, req, h, self._counter)
+        if p.startswith("/bytes/"):
+            payload = b"x" * int(p.rsplit("/", 1)[1])
+        else:
+            payload = f"ok {method} {p} {len(body)}\n".encode()
+        self._send_plain(w, 200, payload, "text/plain", h)
+        await w.drain()
+        return True
+
+    def _coding(self, h: dict[str, str]) -> str | None:
+        want = h.get("x-fake-encoding")
+        accepted = [c.split(";")[0].strip() for c in h.get("accept-encoding", "").split(",")]
+        return want if want and want in accepted else None
+
+    def _send_plain(self, w: asyncio.StreamWriter, status: int, payload: bytes, ctype: str, h: dict[str, str]) -> None:
+        coding = self._coding(h) if status < 400 else None
+        enc = _Encoder(coding)
+        data = enc.chunk(payload) + enc.end() if coding else payload
+        extra = f"content-encoding: {coding}\r\n" if coding else ""
+        w.write(
+            f"HTTP/1.1 {status} {'OK' if status < 400 else 'Error'}\r\ncontent-type: {ctype}\r\n"
+            f"content-length: {len(data)}\r\n{extra}x-request-id: req_fake\r\n\r\n".encode() + data
+        )
+
+    async def _send_stream(self, w: asyncio.StreamWriter, events: list[bytes], h: dict[str, str]) -> bool:
+        coding = self._coding(h)
+        enc = _Encoder(coding)
+        delay = float(h.get("x-fake-delay-ms", "0")) / 1000
+        reset_after = int(h.get("x-fake-reset-after", "-1"))
+        extra = f"content-encoding: {coding}\r\n" if coding else ""
+        w.write(
+            f"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+            f"transfer-encoding: chunked\r\ncache-control: no-cache\r\n{extra}\r\n".encode()
+        )
+        await w.drain()
+        for i, ev in enumerate(events):
+            if i == reset_after:
+                sock = w.get_extra_info("socket")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                w.transport.abort()
+                return False
+            data = enc.chunk(ev)
+            w.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            await w.drain()
+            if delay:
+                await asyncio.sleep(delay)
+        tail = enc.end()
+        if tail:
+            w.write(f"{len(tail):x}\r\n".encode() + tail + b"\r\n")
+        w.write(b"0\r\n\r\n")
+        await w.drain()
+        return True
+
+    async def _websocket(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes) -> None:
+        """The Responses API over a WebSocket: each ``response.create`` text message from the client
+        is answered with the stream's events, one JSON text message each (as the Codex CLI uses it)."""
+        from wsproto import ConnectionType, WSConnection
+        from wsproto.events import AcceptConnection, CloseConnection, Request, TextMessage
+
+        conn = WSConnection(ConnectionType.SERVER)
+        conn.receive_data(head)
+        headers: dict[str, str] = {}
+        text = ""
+        while True:
+            for event in conn.events():
+                if isinstance(event, Request):
+                    headers = {k.decode().lower(): v.decode() for k, v in event.extra_headers}
+                    self.requests.append(Seen("GET", event.target, headers, b""))
+                    writer.write(conn.send(AcceptConnection()))
+                elif isinstance(event, TextMessage):
+                    text += event.data
+                    if not event.message_finished:
+                        continue
+                    req, text = json.loads(text), ""
+                    self.requests.append(Seen("WS", "/v1/responses", headers, json.dumps(req).encode()))
+                    if req.get("type") == "response.create":
+                        self._counter += 1
+                        body = req.get("response") if isinstance(req.get("response"), dict) else req
+                        parts = self._responses_parts(body, headers, self._counter)
+                        delay = float(headers.get("x-fake-delay-ms", "0")) / 1000
+                        for e in self._responses_events(body, headers, self._counter, *parts):
+                            writer.write(conn.send(TextMessage(data=json.dumps(e))))
+                            await writer.drain()
+                            if delay:
+                                await asyncio.sleep(delay)
+                elif isinstance(event, CloseConnection):
+                    writer.write(conn.send(event.response()))
+                    await writer.drain()
+                    return
+            await writer.drain()
+            data = await reader.read(65536)
+            if not data:
+                return
+            conn.receive_data(data)
+
+    # -- the three APIs --------------------------------------------------------------------------
+
+    async def _chat(self, w: asyncio.StreamWriter, req: dict[str, Any], h: dict[str, str], n: int) -> bool:
+        model = req.get("model", "fake-model")
+        tools = bool(req.get("tools")) and not any(m.get("role") == "tool" for m in req.get("messages", []))
+        pieces = split(TEXT, int(h.get("x-fake-chunks", "5")))
+        args = json.dumps(TOOL_ARGS, ensure_ascii=False)
+        call_id = f"call_fake_{n}"
+        usage = {
+            "prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150,
+            "prompt_tokens_details": {"cached_tokens": 100}, "completion_tokens_details": {"reasoning_tokens": 7},
+        }
+        base = {"id": f"chatcmpl-{n}", "created": 1700000000, "model": model, "system_fingerprint": "fp_fake"}
+        if not req.get("stream"):
+            msg: dict[str, Any] = {"role": "assistant", "content": TEXT, "refusal": None}
+            if tools:
+                msg["tool_calls"] = [{"id": call_id, "type": "function", "function": {"name": "read_file", "arguments": args}}]
+            body = {**base, "object": "chat.completion", "choices": [
+                {"index": 0, "message": msg, "finish_reason": "tool_calls" if tools else "stop", "logprobs": None}]}
+            if "x-fake-no-usage" not in h:
+                body["usage"] = usage
+            self._send_plain(w, 200, json.dumps(body).encode(), "application/json", h)
+            await w.drain()
+            return True
+        base = {**base, "object": "chat.completion.chunk"}
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            c = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+            return b"data: " + json.dumps(c).encode() + b"\n\n"
+
+        events = [chunk({"role": "assistant", "content": ""})]
+        events += [chunk({"content": p}) for p in pieces]
+        if tools:
+            events.append(chunk({"tool_calls": [{"index": 0, "id": call_id, "type": "function",
+                                                 "function": {"name": "read_file", "arguments": ""}}]}))
+            events += [chunk({"tool_calls": [{"index": 0, "function": {"arguments": a}}]}) for a in split(args, 4)]
+        events.append(chunk({}, "tool_calls" if tools else "stop"))
+        if (req.get("stream_options") or {}).get("include_usage") and "x-fake-no-usage" not in h:
+            events.append(b"data: " + json.dumps({**base, "choices": [], "usage": usage}).encode() + b"\n\n")
+        events.append(b"data: [DONE]\n\n")
+        return await self._send_stream(w, events, h)
+
+    async def _responses(self, w: asyncio.StreamWriter, req: dict[str, Any], h: dict[str, str], n: int) -> bool:
+        resp, msg_item, fc_item, tools, pieces, args = self._responses_parts(req, h, n)
+        if not req.get("stream"):
+            self._send_plain(w, 200, json.dumps(resp).encode(), "application/json", h)
+            await w.drain()
+            return True
+
+        def sse(event: dict[str, Any]) -> bytes:
+            return f"event: {event['type']}\ndata: ".encode() + json.dumps(event).encode() + b"\n\n"
+
+        events = [sse(e) for e in self._responses_events(req, h, n, resp, msg_item, fc_item, tools, pieces, args)]
+        return await self._send_stream(w, events, h)
+
+    def _responses_parts(self, req: dict[str, Any], h: dict[str, str], n: int) -> tuple:
+        model = req.get("model", "fake-model")
+        items = req.get("input") if isinstance(req.get("input"), list) else []
+        tools = bool(req.get("tools")) and not any(i.get("type") == "function_call_output" for i in items)
+        pieces = split(TEXT, int(h.get("x-fake-chunks", "5")))
+        args = json.dumps(TOOL_ARGS, ensure_ascii=False)
+        call_id = f"call_fake_{n}"
+        msg_item = {"type": "message", "id": f"msg_{n}", "status": "completed", "role": "assistant",
+                    "content": [{"type": "output_text", "text": TEXT, "annotations": []}]}
+        fc_item = {"type": "function_call", "id": f"fc_{n}", "call_id": call_id, "name": "read_file",
+                   "arguments": args, "status": "completed"}
+        usage = {"input_tokens": 200, "input_tokens_details": {"cached_tokens": 50}, "output_tokens": 40,
+                 "output_tokens_details": {"reasoning_tokens": 12}, "total_tokens": 240}
+        resp: dict[str, Any] = {
+            "id": f"resp_{n}", "object": "response", "created_at": 1700000000, "status": "completed",
+            "model": model, "output": [msg_item] + ([fc_item] if tools else []), "parallel_tool_calls": True,
+            "tool_choice": "auto", "tools": req.get("tools") or [], "text": {"format": {"type": "text"}},
+            "incomplete_details": None, "error": None, "instructions": req.get("instructions"), "metadata": {},
+            "temperature": 1.0, "top_p": 1.0, "usage": None if "x-fake-no-usage" in h else usage,
+        }
+        return resp, msg_item, fc_item, tools, pieces, args
+
+    def _responses_events(self, req, h, n, resp, msg_item, fc_item, tools, pieces, args) -> list[dict[str, Any]]:
+        seq = iter(range(10_000))
+
+        def ev(kind: str, **data: Any) -> dict[str, Any]:
+            return {"type": kind, "sequence_number": next(seq), **data}
+
+        start = {**resp, "status": "in_progress", "output": [], "usage": None}
+        events = [ev("response.created", response=start), ev("response.in_progress", response=start)]
+        events.append(ev("response.output_item.added", output_index=0,
+                         item={**msg_item, "status": "in_progress", "content": []}))
+        events.append(ev("response.content_part.added", item_id=msg_item["id"], output_index=0, content_index=0,
+                         part={"type": "output_text", "text": "", "annotations": []}))
+        events += [ev("response.output_text.delta", item_id=msg_item["id"], output_index=0, content_index=0,
+                      delta=p, logprobs=[]) for p in pieces]
+        events.append(ev("response.output_text.done", item_id=msg_item["id"], output_index=0, content_index=0,
+                         text=TEXT, logprobs=[]))
+        events.append(ev("response.content_part.done", item_id=msg_item["id"], output_index=0, content_index=0,
+                         part=msg_item["content"][0]))
+        events.append(ev("response.output_item.done", output_index=0, item=msg_item))
+        if tools:
+            events.append(ev("response.output_item.added", output_index=1,
+                             item={**fc_item, "arguments": "", "status": "in_progress"}))
+            events += [ev("response.function_call_arguments.delta", item_id=fc_item["id"], output_index=1, delta=a)
+                       for a in split(args, 4)]
+            events.append(ev("response.function_call_arguments.done", item_id=fc_item["id"], output_index=1,
+                             arguments=args))
+            events.append(ev("response.output_item.done", output_index=1, item=fc_item))
+        events.append(ev("response.completed", response=resp))
+        return events
+
+    async def _messages(self, w: asyncio.StreamWriter, req: dict[str, Any], h: dict[str, str], n: int) -> bool:
+        model = req.get("model", "fake-model")
+        has_result = any(
+            isinstance(m.get("content"), list) and any(b.get("type") == "tool_result" for b in m["content"])
+            for m in req.get("messages", [])
+        )
+        tools = bool(req.get("tools")) and not has_result
+        pieces = split(TEXT, int(h.get("x-fake-chunks", "5")))
+        args = json.dumps(TOOL_ARGS, ensure_ascii=False)
+        tool_id = f"toolu_fake_{n}"
+        usage = {"input_tokens": 30, "output_tokens": 25, "cache_read_input_tokens": 400,
+                 "cache_creation_input_tokens": 70}
+        stop = "tool_use" if tools else "end_turn"
+        if not req.get("stream"):
+            content: list[dict[str, Any]] = [{"type": "text", "text": TEXT}]
+            if tools:
+                content.append({"type": "tool_use", "id": tool_id, "name": "read_file", "input": TOOL_ARGS})
+            body = {"id": f"msg_{n}", "type": "message", "role": "assistant", "model": model, "content": content,
+                    "stop_reason": stop, "stop_sequence": None, "usage": usage}
+            self._send_plain(w, 200, json.dumps(body, ensure_ascii=False).encode(), "application/json", h)
+            await w.drain()
+            return True
+
+        def ev(kind: str, **data: Any) -> bytes:
+            return f"event: {kind}\ndata: ".encode() + json.dumps({"type": kind, **data}).encode() + b"\n\n"
+
+        start_usage = {**usage, "output_tokens": 1}
+        events = [ev("message_start", message={"id": f"msg_{n}", "type": "message", "role": "assistant",
+                                               "model": model, "content": [], "stop_reason": None,
+                                               "stop_sequence": None, "usage": start_usage})]
+        events.append(ev("content_block_start", index=0, content_block={"type": "text", "text": ""}))
+        events.append(ev("ping"))
+        events += [ev("content_block_delta", index=0, delta={"type": "text_delta", "text": p}) for p in pieces]
+        events.append(ev("content_block_stop", index=0))
+        if tools:
+            events.append(ev("content_block_start", index=1,
+                             content_block={"type": "tool_use", "id": tool_id, "name": "read_file", "input": {}}))
+            events += [ev("content_block_delta", index=1, delta={"type": "input_json_delta", "partial_json": a})
+                       for a in split(args, 4)]
+            events.append(ev("content_block_stop", index=1))
+        events.append(ev("message_delta", delta={"stop_reason": stop, "stop_sequence": None},
+                         usage={"output_tokens": usage["output_tokens"]}))
+        events.append(ev("message_stop"))
+        return await self._send_stream(w, events, h)
+
+
+_API = {"chat": FakeUpstream._chat, "responses": FakeUpstream._responses, "messages": FakeUpstream._messages}
+
+
+async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
+    out = bytearray()
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+        if size == 0:
+            await reader.readuntil(b"\r\n")
+            return bytes(out)
+        out += await reader.readexactly(size)
+        await reader.readexactly(2)
+
+
+def make_tls(directory: Path, host: str = "127.0.0.1") -> tuple[Path, ssl.SSLContext]:
+    """A self-signed certificate for ``localhost`` and ``host``; returns (cert file, server context)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    import ipaddress
+
+    directory.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                    x509.IPAddress(ipaddress.ip_address(host))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = directory / "upstream-cert.pem", directory / "upstream-key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert_file, key_file)
+    return cert_file, ctx
+
+
+if __name__ == "__main__":  # manual poking: python tests/fakes/upstream.py
+    import time
+
+    with FakeUpstream() as fake:
+        print(fake.url, flush=True)
+        while True:
+            time.sleep(3600)

@@ -1,0 +1,162 @@
+"""Failures are recorded, never dropped: upstream errors and resets, clients leaving, dead
+upstreams, the recorder shutting down mid-stream, and persistence failing (fail closed)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from schemas.events import ModelCallCompleted, NetworkRequest
+from tests.fakes.harness import Recording
+from tests.fakes.upstream import TEXT, FakeUpstream
+
+CHAT = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with FakeUpstream() as f:
+        yield f
+
+
+@pytest.fixture
+def rec(fake, tmp_path):
+    # One per test: mitmproxy keeps its master in a process-wide context, so two proxies may not
+    # be alive in one process at once (amb-record runs exactly one).
+    r = Recording(tmp_path, fake.url).start()
+    yield r
+    r.stop()
+
+
+def last_call(rec) -> ModelCallCompleted:
+    calls = [p for p in rec.new_payloads("model_call.completed") if isinstance(p, ModelCallCompleted)]
+    assert len(calls) == 1, calls
+    return calls[0]
+
+
+def disk_full(rec) -> None:
+    """From now on every write to the proxy's spool fails with ENOSPC, as on a full disk."""
+    full = os.open("/dev/full", os.O_WRONLY)
+    os.dup2(full, rec.sink.spool._fd)
+    os.close(full)
+
+
+def test_upstream_500_is_a_recorded_failure(rec):
+    client = openai.OpenAI(base_url=rec.base + "/v1", api_key="x", max_retries=0)
+    with pytest.raises(openai.InternalServerError):
+        client.chat.completions.create(model="m", messages=[], extra_headers={"x-fake-status": "500"})
+    call = last_call(rec)
+    assert (call.ok, call.status, call.partial) == (False, 500, False)
+    assert call.error == "http_500: fake upstream failure 500"
+
+
+def test_upstream_reset_mid_stream(rec):
+    headers = {"x-fake-chunks": "10", "x-fake-reset-after": "4"}
+    received = b""
+    with pytest.raises(httpx.HTTPError):
+        with httpx.Client() as c, c.stream("POST", rec.base + "/v1/chat/completions", json=CHAT, headers=headers) as r:
+            for chunk in r.iter_bytes():
+                received += chunk
+    call = last_call(rec)
+    assert (call.ok, call.partial, call.status) == (False, True, 200)
+    assert call.error.startswith("upstream_reset")
+    assert call.message.text and TEXT.startswith(call.message.text) and call.message.text != TEXT
+    assert rec.blobs.get(call.response) == received  # what the client got before the cut
+
+
+def test_client_disconnect_mid_stream(rec):
+    headers = {"x-fake-chunks": "30", "x-fake-delay-ms": "40"}
+    with httpx.Client() as c, c.stream("POST", rec.base + "/v1/chat/completions", json=CHAT, headers=headers) as r:
+        it = r.iter_raw()
+        next(it), next(it)
+    call = last_call(rec)
+    assert (call.ok, call.partial, call.error) == (False, True, "client_disconnected")
+    assert TEXT.startswith(call.message.text) and len(call.message.text) < len(TEXT)
+
+
+def test_dead_upstream_gives_502_and_a_record(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    rec = Recording(tmp_path, dead).start()
+    try:
+        r = httpx.post(rec.base + "/v1/chat/completions", json={**CHAT, "stream": False})
+        assert r.status_code == 502
+        call = last_call(rec)
+        assert (call.ok, call.status) == (False, None)
+        assert call.error.startswith("upstream_unreachable")
+    finally:
+        rec.stop()
+
+
+def test_shutdown_mid_stream_saves_a_partial_record(fake, tmp_path):
+    rec = Recording(tmp_path, fake.url).start()
+    got: list[bytes] = []
+
+    def client() -> None:
+        headers = {"x-fake-chunks": "40", "x-fake-delay-ms": "50"}
+        try:
+            with httpx.Client() as c, c.stream("POST", rec.base + "/v1/chat/completions", json=CHAT, headers=headers) as r:
+                for chunk in r.iter_raw():
+                    got.append(chunk)
+        except httpx.HTTPError:
+            pass
+
+    t = threading.Thread(target=client)
+    t.start()
+    while len(got) < 3:
+        time.sleep(0.01)
+    rec.stop()
+    t.join(10)
+    (call,) = [e.payload for e in rec.events() if e.kind == "model_call.completed"]
+    assert (call.ok, call.partial, call.error) == (False, True, "recorder_shutdown")
+    assert call.message.text and TEXT.startswith(call.message.text)
+
+
+def test_fails_closed_when_the_spool_cannot_be_written(fake, tmp_path):
+    rec = Recording(tmp_path, fake.url).start()
+    try:
+        disk_full(rec)
+        r = httpx.post(rec.base + "/v1/chat/completions", json={**CHAT, "stream": False})
+        assert r.status_code == 502 and "could not persist" in r.json()["error"]["message"]
+        n = len(fake.requests)
+        r = httpx.post(rec.base + "/v1/chat/completions", json={**CHAT, "stream": False})
+        assert r.status_code == 503 and "refusing" in r.json()["error"]["message"]
+        assert len(fake.requests) == n  # nothing further was forwarded unrecorded
+        assert rec.sink.broken
+    finally:
+        rec.proxy.stop()
+
+
+def test_fails_closed_for_a_stream(fake, tmp_path):
+    rec = Recording(tmp_path, fake.url).start()
+    try:
+        disk_full(rec)
+        with pytest.raises(httpx.HTTPError):  # the stream is cut before its end: the client sees an error
+            with httpx.Client() as c, c.stream("POST", rec.base + "/v1/chat/completions", json=CHAT) as r:
+                for _ in r.iter_bytes():
+                    pass
+    finally:
+        rec.proxy.stop()
+
+
+def test_other_traffic_is_a_network_request(rec, fake):
+    with httpx.Client(proxy=rec.regular) as c:
+        small = c.get(fake.url + "/bytes/1000")
+        big = c.get(fake.url + "/bytes/2000000")
+        posted = c.post(fake.url + "/upload", content=b"payload")
+    assert small.status_code == big.status_code == posted.status_code == 200, rec.sink.broken
+    nets = [p for p in rec.new_payloads("network.request", wait_for=3) if isinstance(p, NetworkRequest)]
+    by_path = {n.path: n for n in nets}
+    s, b, p = by_path["/bytes/1000"], by_path["/bytes/2000000"], by_path["/upload"]
+    assert (s.method, s.host, s.status, s.response_bytes) == ("GET", "127.0.0.1", 200, 1000)
+    assert rec.blobs.get(s.response_body) == small.content
+    assert b.response_bytes == 2_000_000 and b.response_body is None and b.response_sha256  # over the cap: hash only
+    assert p.request_bytes == 7 and rec.blobs.get(p.request_body) == b"payload"
+    assert all(n.duration_ms is not None and n.via == "proxy" for n in nets)

@@ -1,0 +1,162 @@
+"""The shim around a local run: processes, workspace changes and connects, against ground truth.
+
+Real strace, real inotify, a real receiver writing a real spool and blob store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from recorder.shim.local import run_local
+from schemas.blobstore import BlobStore
+
+from tests.recorder.shim_helpers import payloads, shim_events  # noqa: E402
+
+SCRIPT = textwrap.dedent("""\
+    set -e
+    echo one > a.txt
+    echo two >> a.txt
+    mkdir -p sub/deeper
+    printf 'x%.0s' $(seq 100) > sub/deeper/b.bin
+    mv a.txt sub/renamed.txt
+    echo gone > tmp.txt
+    rm tmp.txt
+    (cd sub && sh -c '/bin/true; exit 7' || true)
+    exit 3
+""")
+
+
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def test_local_run_records_processes_and_file_changes(tmp_path: Path) -> None:
+    store, ws = tmp_path / "store", tmp_path / "ws"
+    result = run_local(store, "run-local-1", ws, ["bash", "-c", SCRIPT])
+    assert result.exit_code == 3
+    assert result.error is None
+    events = shim_events(store, "run-local-1")
+    blobs = BlobStore(store / "blobs")
+
+    notes = payloads(events, "note")
+    assert notes[0].text == "shim started" and notes[0].data["tracer"] == "strace"
+    assert notes[-1].text == "shim finished" and notes[-1].data["exit_code"] == 3
+
+    procs = payloads(events, "process.exited")
+    by_argv0 = {}
+    for p in procs:
+        by_argv0.setdefault(p.argv[0] if p.argv else "", []).append(p)
+    root = [p for p in procs if p.argv[:2] == ["bash", "-c"]]
+    assert len(root) == 1 and root[0].exit_code == 3 and root[0].cwd == str(ws.resolve())
+    grandchild = [p for p in procs if p.argv == ["sh", "-c", "/bin/true; exit 7"]]
+    assert len(grandchild) == 1 and grandchild[0].exit_code == 7
+    assert grandchild[0].cwd == str((ws / "sub").resolve())
+    true_ = [p for p in procs if p.argv == ["/bin/true"]]
+    assert len(true_) == 1 and true_[0].ppid == grandchild[0].pid and true_[0].exit_code == 0
+    mv = [p for p in procs if p.argv[:1] == ["mv"]]
+    assert mv and mv[0].argv == ["mv", "a.txt", "sub/renamed.txt"]
+    assert all(p.tracer == "strace" and p.end_ns >= p.start_ns > 0 for p in procs)
+
+    writes = payloads(events, "file.written")
+    a = [w for w in writes if w.path == "a.txt"]
+    assert [w.op for w in a][0] == "created"
+    assert blobs.get(a[-1].content) == b"one\ntwo\n"
+    b = [w for w in writes if w.path == "sub/deeper/b.bin"]
+    assert len(b) == 1 and b[0].size == 100 and blobs.get(b[0].content) == b"x" * 100
+    assert b[0].sha256 == _sha(b"x" * 100)
+    renames = payloads(events, "file.renamed")
+    assert [(r.src, r.dst) for r in renames] == [("a.txt", "sub/renamed.txt")]
+    assert [d.path for d in payloads(events, "file.deleted")] == ["tmp.txt"]
+    # Final state agrees with the disk.
+    assert (ws / "sub/renamed.txt").read_bytes() == b"one\ntwo\n"
+
+
+def test_content_cap_keeps_hash_only(tmp_path: Path) -> None:
+    store, ws = tmp_path / "store", tmp_path / "ws"
+    big = b"B" * 5000
+    code = f"open('big.bin','wb').write({big!r}); open('small.txt','w').write('ok')"
+    result = run_local(store, "run-cap", ws, [sys.executable, "-c", code], content_cap=1000)
+    assert result.exit_code == 0
+    writes = {w.path: w for w in payloads(shim_events(store, "run-cap"), "file.written")}
+    assert writes["big.bin"].content is None and writes["big.bin"].size == 5000
+    assert writes["big.bin"].sha256 == _sha(big)
+    assert writes["small.txt"].content is not None
+
+
+def test_connect_attempts_are_recorded(tmp_path: Path) -> None:
+    # A port nobody listens on: the attempt fails, and the failure is the fact recorded.
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    code = (f"import socket\ns=socket.socket()\ntry:\n s.connect(('127.0.0.1',{port}))\n"
+            f"except OSError as e:\n print(e)\n")
+    store = tmp_path / "store"
+    result = run_local(store, "run-net", tmp_path / "ws", [sys.executable, "-c", code])
+    assert result.exit_code == 0
+    reqs = payloads(shim_events(store, "run-net"), "network.request")
+    hits = [r for r in reqs if r.port == port]
+    assert len(hits) == 1
+    assert hits[0].host == "127.0.0.1" and hits[0].via == "shim" and hits[0].error == "ECONNREFUSED"
+
+
+def test_watched_path_reads_are_recorded(tmp_path: Path) -> None:
+    secret = tmp_path / "private"
+    secret.mkdir()
+    (secret / "labels.csv").write_text("case,label\n")
+    store = tmp_path / "store"
+    result = run_local(store, "run-watch", tmp_path / "ws", ["cat", str(secret / "labels.csv")],
+                       watched=[str(secret)])
+    assert result.exit_code == 0
+    accessed = payloads(shim_events(store, "run-watch"), "file.accessed")
+    assert [(a.path, a.mode) for a in accessed] == [(str(secret / "labels.csv"), "r")]
+
+
+def test_fallback_is_labelled(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    result = run_local(store, "run-poll", tmp_path / "ws", ["sh", "-c", "sleep 0.3; exit 5"], tracer="proc-poll")
+    assert result.exit_code == 5
+    events = shim_events(store, "run-poll")
+    notes = payloads(events, "note")
+    assert notes[0].data["tracer"] == "proc-poll" and notes[0].data["fallback"] is True
+    assert any("FALLBACK" in n.text for n in notes)
+    procs = payloads(events, "process.exited")
+    root = [p for p in procs if p.argv == ["sh", "-c", "sleep 0.3; exit 5"]]
+    assert root and root[0].exit_code == 5 and root[0].tracer == "proc-poll"
+    assert any(p.argv == ["sleep", "0.3"] for p in procs)  # long enough to be seen by polling
+
+
+def test_rename_over_existing_and_directory_moves(tmp_path: Path) -> None:
+    store, ws = tmp_path / "store", tmp_path / "ws"
+    script = "echo 1 > x; echo 2 > y; mv x y; mkdir d; echo 3 > d/f; mv d e; echo 4 >> e/f"
+    result = run_local(store, "run-mv", ws, ["sh", "-c", script])
+    assert result.exit_code == 0
+    events = shim_events(store, "run-mv")
+    renames = [(r.src, r.dst) for r in payloads(events, "file.renamed")]
+    assert ("x", "y") in renames and ("d", "e") in renames
+    blobs = BlobStore(store / "blobs")
+    last = {}
+    for w in payloads(events, "file.written"):
+        last[w.path] = blobs.get(w.content)
+    assert last["e/f"] == b"3\n4\n"
+
+
+def test_writes_outside_the_workspace_are_recorded_by_absolute_path(tmp_path: Path) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (scratch / "old.txt").write_text("there before")
+    store = tmp_path / "store"
+    script = f"echo cache > {scratch}/new.bin; echo in-ws > w.txt; rm {scratch}/old.txt"
+    result = run_local(store, "run-out", tmp_path / "ws", ["sh", "-c", script], outside=[str(scratch)])
+    assert result.exit_code == 0
+    events = shim_events(store, "run-out")
+    writes = {w.path: w for w in payloads(events, "file.written")}
+    assert set(writes) == {str(scratch / "new.bin"), "w.txt"}
+    assert BlobStore(store / "blobs").get(writes[str(scratch / "new.bin")].content) == b"cache\n"
+    assert [d.path for d in payloads(events, "file.deleted")] == [str(scratch / "old.txt")]

@@ -1,0 +1,75 @@
+"""The strace output parser: joins split calls, folds threads, decodes C strings, ends processes."""
+
+from __future__ import annotations
+
+from recorder.shim.strace import Tracker, parse_string, parse_string_array
+from recorder.shim.wire import Connect, Proc
+
+
+def feed(tracker: Tracker, text: str) -> list:
+    out = []
+    for line in text.strip().splitlines():
+        out += tracker.feed(line.strip() + "\n")
+    return out
+
+
+def test_c_string_escapes() -> None:
+    s, end = parse_string(r'"a\"b\\c\n\x41\303\251"...,', 0)
+    assert s == 'a"b\\c\nAé' and end == len(r'"a\"b\\c\n\x41\303\251"...')
+    arr, _ = parse_string_array(r'["sh", "-c", "echo \"hi\""]', 0)
+    assert arr == ["sh", "-c", 'echo "hi"']
+    assert parse_string_array("0x7ffc2174ba80, 0x1", 0)[0] is None
+
+
+def test_unfinished_resumed_threads_and_exits() -> None:
+    t = Tracker(root_cwd="/ws")
+    out = feed(t, r'''
+        10 1700000000.000001 execve("/bin/bash", ["bash", "-c", "x"], 0x7ffd /* 3 vars */) = 0
+        10 1700000000.000010 chdir("sub") = 0
+        10 1700000000.000020 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|SIGCHLD <unfinished ...>
+        11 1700000000.000030 execve("/bin/ls", ["ls", "-l"], 0x5 /* 3 vars */ <unfinished ...>
+        10 1700000000.000040 <... clone resumed>, child_tidptr=0x7f) = 11
+        11 1700000000.000050 <... execve resumed>) = 0
+        11 1700000000.000060 clone3({flags=CLONE_VM|CLONE_FS|CLONE_THREAD|CLONE_SIGHAND, child_tid=0x7f}, 88) = 12
+        12 1700000000.000070 connect(3<TCP:[1]>, {sa_family=AF_INET, sin_port=htons(443), sin_addr=inet_addr("1.2.3.4")}, 16) = -1 ENETUNREACH (Network is unreachable)
+        12 1700000000.000080 +++ exited with 0 +++
+        11 1700000000.000090 +++ killed by SIGKILL +++
+        10 1700000000.000100 +++ exited with 2 +++
+    ''')
+    conns = [m for m in out if isinstance(m, Connect)]
+    assert conns == [Connect(family="inet/tcp", host="1.2.3.4", port=443, error="ENETUNREACH", pid=11,
+                             ts_ns=1700000000000070000)]
+    procs = [m for m in out if isinstance(m, Proc)]
+    assert [(p.pid, p.ppid, p.argv, p.cwd, p.exit_code, p.signal) for p in procs] == [
+        (11, 10, ["ls", "-l"], "/ws/sub", None, 9),
+        (10, None, ["bash", "-c", "x"], "/ws/sub", 2, None),
+    ]
+    assert t.root_exit == 2 and t.unparsed == 0
+
+
+def test_exec_chain_reports_each_program_and_hides_marker() -> None:
+    t = Tracker(root_cwd="/ws", hide_marker="DROP")
+    out = feed(t, r'''
+        5 1700000000.000001 execve("/py", ["py", "-c", "DROP", "1000"], 0x1 /* 1 vars */) = 0
+        5 1700000000.000002 execve("/bin/sh", ["sh", "-c", "a; b"], 0x1 /* 1 vars */) = 0
+        5 1700000000.000003 execve("/bin/b", ["b"], 0x1 /* 1 vars */) = 0
+        5 1700000000.000004 +++ exited with 1 +++
+    ''')
+    assert [(p.argv, p.exit_code, p.end_ns) for p in out] == [
+        (["sh", "-c", "a; b"], None, 1700000000000003000),
+        (["b"], 1, 1700000000000004000),
+    ]
+
+
+def test_failed_exec_and_ipv6_connect() -> None:
+    t = Tracker(root_cwd="/")
+    out = feed(t, r'''
+        7 1700000000.000001 execve("/nope", ["nope"], 0x1 /* 1 vars */) = -1 ENOENT (No such file or directory)
+        7 1700000000.000002 execve("/bin/x", ["x"], 0x1 /* 1 vars */) = 0
+        7 1700000000.000003 connect(4, {sa_family=AF_INET6, sin6_port=htons(80), sin6_flowinfo=htonl(0), inet_pton(AF_INET6, "::1", &sin6_addr), sin6_scope_id=0}, 28) = 0
+        7 1700000000.000004 connect(5, {sa_family=AF_UNIX, sun_path="/var/run/nscd/socket"}, 110) = -1 ENOENT (No such file or directory)
+        7 1700000000.000005 +++ exited with 0 +++
+    ''')
+    assert [type(m).__name__ for m in out] == ["Connect", "Proc"]
+    assert out[0].host == "::1" and out[0].port == 80 and out[0].error is None and out[0].family == "inet6"
+    assert out[1].argv == ["x"]

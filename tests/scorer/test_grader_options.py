@@ -1,0 +1,75 @@
+"""Grade options from profiles, and the completeness gate shared by every track."""
+
+from __future__ import annotations
+
+import pytest
+
+from schemas.errors import UsageError
+from scorer.grader.gate import gated_score
+from scorer.grader.options import GradeOptions, load_options, options_from_table
+from scorer.grader.result import CaseResult, invalid_case, missing_case
+
+
+def test_defaults_follow_the_paper():
+    options, name = load_options(None)
+    assert name == "default" and options == GradeOptions()
+    assert (options.completeness, options.seg_formula, options.ap_interpolation) == ("per_case_zero", "organ_lesion_50_50", "voc_all_point")
+
+
+@pytest.mark.parametrize("name", ["code-2026-04", "paper-2026-06"])
+def test_builtin_profiles_load(name):
+    options, profile = load_options(name)
+    assert profile == name and isinstance(options, GradeOptions)
+
+
+def test_code_profile_switches():
+    options, _ = load_options("code-2026-04")
+    assert options.completeness == "all_or_nothing" and options.seg_invalid_case == "drop"
+
+
+def test_profile_file_and_errors(tmp_path):
+    good = tmp_path / "mine.toml"
+    good.write_text('[metrics]\nseg_formula = "organ_lesion_25_75"\n')
+    options, name = load_options(str(good))
+    assert options.seg_formula == "organ_lesion_25_75" and name == "mine"
+    bad_value = tmp_path / "bad.toml"
+    bad_value.write_text('[metrics]\nseg_formula = "70_30"\n')
+    with pytest.raises(UsageError, match="seg_formula"):
+        load_options(str(bad_value))
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[metrics\n")
+    with pytest.raises(UsageError, match="cannot read"):
+        load_options(str(broken))
+    not_table = tmp_path / "nt.toml"
+    not_table.write_text('metrics = "x"\n')
+    with pytest.raises(UsageError, match="must be a table"):
+        load_options(str(not_table))
+    with pytest.raises(UsageError, match="unknown field `nope`"):
+        options_from_table({"nope": 1})
+
+
+CASES = [
+    CaseResult(case="a", score=1.0),
+    CaseResult(case="b", score=0.5),
+    missing_case("c", "c: missing"),
+    invalid_case("d", "d: bad"),
+]
+
+
+@pytest.mark.parametrize(
+    ("gate", "score"),
+    [("per_case_zero", 1.5 / 4), ("all_or_nothing", 0.0), ("times_completion", 0.75 * 0.5)],
+)
+def test_gate(gate, score):
+    value, checks = gated_score(CASES, GradeOptions(completeness=gate))
+    assert value == pytest.approx(score)
+    assert checks == {
+        "n_cases": 4, "n_scored": 2, "n_missing": 1, "n_invalid": 1, "completion": 0.5,
+        "gate": gate, "gate_applied": gate != "per_case_zero",
+    }
+
+
+def test_gate_on_complete_and_empty_sets():
+    assert gated_score(CASES[:2], GradeOptions(completeness="all_or_nothing"))[0] == pytest.approx(0.75)
+    assert gated_score([], GradeOptions())[0] == 0.0
+    assert gated_score(CASES[2:], GradeOptions(completeness="times_completion"))[0] == 0.0

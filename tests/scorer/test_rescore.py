@@ -1,0 +1,101 @@
+"""Rescoring recorded runs: identical rows twice; a one-item rubric change moves only what it affects."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from recorder.synthetic import generate_run
+from replay.ingest import ingest
+from scorer import ledger
+from scorer.batch import open_store, score_runs
+from scorer.profile import load
+
+_spec = importlib.util.spec_from_file_location("judge_server", Path(__file__).parents[1] / "fakes" / "judge_server.py")
+fake = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fake)
+
+N_RUNS = 200
+LLM_RUNS = [f"run-{i:03d}" for i in range(0, N_RUNS, 4)]
+"""The LLM judge part asks ~10 items per run over real HTTP; 50 of the 200 runs keep it quick."""
+CONTENT = ("s1a", "s1b", "s1c", "s1d", "s1e", "s1f", "s2a", "s2b", "s2c", "s2d", "s2e", "s3")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rescore") / "store"
+    for i in range(N_RUNS):
+        generate_run(root, f"run-{i:03d}", seed=i, calls=12)
+    ingest(root)
+    return root
+
+
+def _key(row):
+    return {k: v for k, v in row.items() if k not in ("batch_id", "scored_at")}
+
+
+def test_offline_rescore_is_identical_and_appends(store):
+    prof = load("paper-2026-06")
+    with open_store(store) as st:
+        a = score_runs(st, prof, judge="offline", jobs=2)
+        b = score_runs(st, prof, judge="offline", jobs=2)
+        n_rows = st.con.execute("SELECT count(*) FROM scores").fetchone()[0]
+        current = ledger.current(st.con, profile_id=prof.id)
+    assert len(a.rows) == N_RUNS and a.judge == "offline:rules-v1"
+    assert [r["fingerprint"] for r in a.rows] == [r["fingerprint"] for r in b.rows]
+    assert a.rows == b.rows
+    assert n_rows >= 2 * N_RUNS  # appended, never overwritten
+    assert len(current) == N_RUNS and {r["batch_id"] for r in current} == {b.batch_id}
+    assert [_key(r) for r in current] == [_key(r) for r in sorted(b.rows, key=lambda r: r["run_id"])]
+
+
+def test_llm_rubric_change_reasks_only_affected_pairs(store, monkeypatch, tmp_path):
+    def policy(req):
+        text = fake.user_text(req)
+        if text.startswith("Error codes for this run"):
+            first_id = text.split("\n[", 1)[1].split("]", 1)[0]
+            return fake.Reply(content='{"codes": [{"code": "E3", "evidence": ["%s"], "reason": "fake"}]}' % first_id)
+        item = fake.asked_item(req)
+        if "STRICT" in text:
+            return fake.verdict(item, 0)
+        return fake.verdict(item, 0.5 if item == "s3" else 1)
+
+    with fake.JudgeServer(policy) as server:
+        monkeypatch.setenv("AMB_JUDGE_BASE_URL", server.base_url)
+        monkeypatch.setenv("AMB_JUDGE_MODEL", "fake-judge")
+        base = load("paper-2026-06")
+        with open_store(store) as st:
+            first = score_runs(st, base, judge="llm", jobs=4, run_ids=LLM_RUNS)
+            judged_pairs = sum(1 for r in first.rows for i in r["details"]["items"] if i["call_key"])
+            # One call per judged (run, item) pair, plus one error-code call per run.
+            assert first.judge_requests == len(server.requests) == judged_pairs + len(first.rows)
+            assert all("E3" in r["codes"] for r in first.rows)
+
+            again = score_runs(st, base, judge="llm", jobs=4, run_ids=LLM_RUNS)
+            assert again.judge_requests == 0 and len(server.requests) == first.judge_requests
+            assert [r["fingerprint"] for r in again.rows] == [r["fingerprint"] for r in first.rows]
+
+            # One item changes: the detection variant of s1c.
+            changed = tmp_path / "strict.toml"
+            changed.write_text(
+                'extends = "paper-2026-06"\n[[rubric]]\nid = "s1c"\nstage = "S1"\ntracks = ["detection"]\n'
+                'text = "STRICT: the detector must output boxes for every class."\nvalues = [0, 1]\n'
+                'rule = "plan_target"\nrequires = "s1a"\n'
+            )
+            strict = load(str(changed))
+            before = len(server.requests)
+            third = score_runs(st, strict, judge="llm", jobs=4, run_ids=LLM_RUNS)
+        affected = [r for r in first.rows if r["track"] == "detection" and any(
+            i["id"] == "s1c" and i["call_key"] for i in r["details"]["items"])]
+        assert third.judge_requests == len(server.requests) - before == len(affected) > 0
+    old = {r["run_id"]: r for r in first.rows}
+    moved = set()
+    for r in third.rows:
+        o = old[r["run_id"]]
+        for k in ("s2", "s3", "s4", "s5", "task_score"):
+            assert r[k] == o[k], (r["run_id"], k)
+        if r["s1"] != o["s1"]:
+            moved.add(r["run_id"])
+    assert moved == {r["run_id"] for r in affected if r["s1"] is not None}
