@@ -46,7 +46,7 @@ def detect(traj: Trajectory, grade: dict[str, Any] | None) -> list[Code]:
     if traj.submission is None:
         out.append(Code(code="E5", reason="no submission was sealed", events=end))
     else:
-        outputs = [f.path for f in traj.submission.files if any(f"{r}/" in f.path or f.path.startswith(r) for r in roots)]
+        outputs = [f.path for f in traj.submission.files if roots.is_output(f.path)]
         seal = [traj.submission_id] if traj.submission_id else []
         if not outputs:
             out.append(Code(code="E5", reason="the sealed submission has no output files", events=seal))

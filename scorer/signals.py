@@ -8,6 +8,7 @@ that cannot be established from the record is absent, not guessed.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from scorer.trajectory import Exec, Trajectory
 
@@ -32,21 +33,77 @@ FORWARD_RE = re.compile(r"(\.generate\(|predict|infer|inference|forward\(|model\
 HUB_HOSTS = ("huggingface.co", "hf.co", "zenodo.org", "github.com", "objects.githubusercontent.com", "download.pytorch.org", "ngc.nvidia.com")
 
 
-def output_root(traj: Trajectory, default: str = "agents_outputs") -> tuple[str, ...]:
-    return (default, "agents_outputs", "agent_outputs")
+class Outputs(NamedTuple):
+    """Where a task's per-case outputs live, from its spec's submission contract.
+
+    Built from ``[submission] root`` and ``files`` (``{case}`` marks the case id), so a task whose
+    outputs sit directly in the workspace (VQA: ``<qid>/answer.json``, root ``.``) is recognised
+    as well as ``agents_outputs/<case>/...``. For an unknown task: the benchmark's usual folders.
+    """
+
+    roots: tuple[str, ...]
+    names: tuple[str, ...]
+    """Output file names (``answer.json``): how code that handles outputs is recognised."""
+    patterns: tuple[re.Pattern[str], ...]
+    workspace: str | None = None
+
+    def _relative(self, path: str) -> str:
+        path = path.replace("\\", "/")
+        if self.workspace and path.startswith(self.workspace.rstrip("/") + "/"):
+            path = path[len(self.workspace.rstrip("/")) + 1 :]
+        while path.startswith("./"):
+            path = path[2:]
+        return path
+
+    def case_of(self, path: str) -> str | None:
+        """The case id of a submission output path, None for other files."""
+        rel = self._relative(path)
+        for pattern in self.patterns:
+            m = pattern.match(rel)
+            if m:
+                return m.group("case")
+        return None
+
+    def is_output(self, path: str) -> bool:
+        return self.case_of(path) is not None
+
+    def mentioned_in(self, code: str) -> bool:
+        return any(r in code for r in self.roots if r != ".") or any(n in code for n in self.names)
 
 
-def case_of(path: str, roots: tuple[str, ...]) -> str | None:
-    """The case id of a submission output path (``<root>/<case>/...``), None for other files."""
-    parts = [p for p in path.replace("\\", "/").split("/") if p and p != "."]
-    for i, part in enumerate(parts[:-1]):
-        if part in roots and i + 2 <= len(parts) - 1:
-            return parts[i + 1]
-    return None
+_FALLBACK_ROOTS = ("agents_outputs", "agent_outputs")
 
 
-def exec_cases(ex: Exec, roots: tuple[str, ...]) -> set[str]:
-    return {c for c in (case_of(p, roots) for p in ex.files) if c}
+def output_root(traj: Trajectory) -> Outputs:
+    spec = None
+    if traj.task:
+        try:
+            from tasks.registry import load_spec
+
+            spec = load_spec(traj.task)
+        except Exception:  # an unknown or broken task id: fall back to the usual layout
+            spec = None
+    if spec is None:
+        pattern = re.compile(r"^(?:agents_outputs|agent_outputs)/(?P<case>[^/]+)/.+$")
+        return Outputs(_FALLBACK_ROOTS, (), (pattern,), traj.workspace)
+    root = spec.submission.root.strip("/") or "."
+    prefix = "" if root == "." else re.escape(root) + "/"
+    patterns, names = [], []
+    for f in list(spec.submission.files) + list(spec.submission.optional):
+        if "{case}" not in f:
+            continue
+        body = re.escape(f).replace(re.escape("{case}"), "(?P<case>[^/]+)", 1).replace(re.escape("{case}"), "(?P=case)")
+        patterns.append(re.compile(f"^{prefix}{body}$"))
+        names.append(f.rsplit("/", 1)[-1])
+    return Outputs(tuple(dict.fromkeys((root,) + _FALLBACK_ROOTS)), tuple(dict.fromkeys(names)), tuple(patterns), traj.workspace)
+
+
+def case_of(path: str, outputs: Outputs) -> str | None:
+    return outputs.case_of(path)
+
+
+def exec_cases(ex: Exec, roots: Outputs) -> set[str]:
+    return {c for c in (roots.case_of(p) for p in ex.files) if c}
 
 
 def setup_execs(traj: Trajectory) -> list[Exec]:
@@ -66,7 +123,7 @@ def traceback_execs(traj: Trajectory) -> list[Exec]:
     return [ex for ex in traj.execs if ex.ok is False and TRACEBACK_RE.search(ex.stderr or ex.output)]
 
 
-def bulk_index(traj: Trajectory, roots: tuple[str, ...]) -> int | None:
+def bulk_index(traj: Trajectory, roots: Outputs) -> int | None:
     """Index of the first execution that wrote outputs for two or more cases (bulk inference)."""
     for i, ex in enumerate(traj.execs):
         if len(exec_cases(ex, roots)) >= 2:
@@ -74,7 +131,7 @@ def bulk_index(traj: Trajectory, roots: tuple[str, ...]) -> int | None:
     return None
 
 
-def pilot_evidence(traj: Trajectory, roots: tuple[str, ...]) -> tuple[float, str, list[str]]:
+def pilot_evidence(traj: Trajectory, roots: Outputs) -> tuple[float, str, list[str]]:
     """The S3 signal: (1, 0.5 or 0, reason, event ids).
 
     1: before the first bulk execution a successful execution wrote exactly one case's outputs and a
@@ -89,11 +146,11 @@ def pilot_evidence(traj: Trajectory, roots: tuple[str, ...]) -> tuple[float, str
         pilot = pilots[0]
         start = traj.execs.index(pilot)
         for ex in traj.execs[start:end]:
-            if ex.ok and OUTPUT_CHECK_RE.search(ex.code) and (ex is pilot or any(r in ex.code for r in roots)):
+            if ex.ok and OUTPUT_CHECK_RE.search(ex.code) and (ex is pilot or roots.mentioned_in(ex.code)):
                 return 1.0, "one-case pilot, then its output inspected before bulk inference", [pilot.id, ex.id]
         return 0.5, "one-case pilot before bulk inference, but its output was not inspected", [pilot.id]
     if bulk is not None:
-        later = [ex for ex in traj.execs[bulk + 1:] if ex.ok and OUTPUT_CHECK_RE.search(ex.code) and any(r in ex.code for r in roots)]
+        later = [ex for ex in traj.execs[bulk + 1:] if ex.ok and OUTPUT_CHECK_RE.search(ex.code) and roots.mentioned_in(ex.code)]
         if later:
             return 0.5, "outputs inspected only after bulk inference", [traj.execs[bulk].id, later[0].id]
         return 0.0, "bulk inference without a pilot or any output check", [traj.execs[bulk].id]
