@@ -132,7 +132,8 @@ def segment_binary(vol, window=(85.0, 300.0), keep=1, lesion_sigma=1.0):
     """Organ = the ``keep`` largest enhancing soft-tissue components, grown by one voxel into
     tissue above the body's level; lesion = darker blobs inside the organ's extent."""
     if window is None:  # not CT: no fixed scale, so "brighter than the body's own tissue level"
-        body = sorted(v for v in vol.values if v > otsu(vol.values))
+        thr = otsu(vol.values)
+        body = sorted(v for v in vol.values if v > thr)
         med = body[len(body) // 2]
         mad = sorted(abs(v - med) for v in body)[len(body) // 2]
         window = (med + 4.0 * mad, body[-1])
