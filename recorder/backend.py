@@ -157,16 +157,24 @@ def seal_directory(
     total_cap: int = SEAL_TOTAL_CAP,
     max_files: int = SEAL_MAX_FILES,
     shown_root: str | None = None,
+    exclude: tuple[Path, ...] = (),
 ) -> SubmissionSealed:
     """Hash every regular file under ``root``; store content under the caps.
 
     Symlinks are recorded as skipped (following one could seal a file outside the workspace).
+    Directories in ``exclude`` (the store itself, amb-record's private files such as the per-run
+    CA key, when they happen to lie inside the workspace) are left out and listed as skipped.
     """
     files: list[SealedFile] = []
     skipped: list[str] = []
     stored = 0
     count = 0
+    excluded = {Path(p).resolve() for p in exclude}
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for d in list(dirnames):
+            if (Path(dirpath) / d).resolve() in excluded:
+                dirnames.remove(d)
+                skipped.append(f"{(Path(dirpath) / d).relative_to(root).as_posix()}/: amb-record's own files")
         dirnames.sort()
         for name in sorted(filenames):
             path = Path(dirpath) / name

@@ -81,8 +81,12 @@ class LocalBackend:
         return handle.pid
 
     def seal_submission(self, handle: subprocess.Popen[bytes]) -> SubmissionSealed:
-        assert self._ctx is not None
-        return seal_directory(self._ctx.workspace, self._ctx.blobs)
+        ctx = self._ctx
+        assert ctx is not None
+        # The workspace is the current directory: it may well hold the store (./amb-store by
+        # default) or the temp dir with the per-run CA key. Neither is part of a submission.
+        private = (ctx.store,) + ((ctx.ca_bundle.parent,) if ctx.ca_bundle else ())
+        return seal_directory(ctx.workspace, ctx.blobs, exclude=private)
 
     def close(self, handle: subprocess.Popen[bytes] | None) -> None:
         if handle is not None and handle.poll() is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import platform
 import secrets
+import shutil
 import signal
 import tempfile
 import threading
@@ -184,7 +185,9 @@ def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> O
     env_source = os.environ if spec.env is None else spec.env
     upstreams = spec.upstreams or parse_upstreams([])
     custody = Custody.from_env(dict(env_source), upstreams)
+    _sweep_stale_tempdirs()
     tmp = Path(tempfile.mkdtemp(prefix=f"amb-{run_id}-"))
+    (tmp / "pid").write_text(str(os.getpid()))
     confdir = tmp / "ca"
     sink = Sink(store, run_id, custody)
     upstream_ca = env_source.get("AMB_UPSTREAM_CA")
@@ -248,6 +251,25 @@ def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> O
         _finish(log, proxy, sink, backend, handle, "recorder_error", 1, t0, reason, tmp, remove_confdir)
         raise
     return _finish(log, proxy, sink, backend, handle, status, exit_code, t0, reason, tmp, remove_confdir)
+
+
+def _sweep_stale_tempdirs() -> None:
+    """Remove the temp dirs (per-run CA key included) of amb-record processes that were killed.
+
+    A SIGKILLed amb-record cannot clean up after itself; the next one does, for dirs whose
+    recorded pid is no longer alive.
+    """
+    for path in Path(tempfile.gettempdir()).glob("amb-*-*"):
+        try:
+            pid = int((path / "pid").read_text())
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except PermissionError:
+            pass  # alive, someone else's
 
 
 def _supervise(backend: Backend, handle: object, spec: RunSpec) -> tuple[Exit, str, str | None]:

@@ -133,7 +133,9 @@ class ProxyServer:
             "connection_strategy": "lazy",  # eager: a dead upstream = silent disconnect, no record
         }
         if self.upstream_ca is not None:
-            update["ssl_verify_upstream_trusted_ca"] = str(self.upstream_ca)
+            # The option replaces the proxy's upstream trust store: keep the system CAs in it too.
+            bundle = ca_bundle(self.upstream_ca, self.confdir / "upstream-trust.pem")
+            update["ssl_verify_upstream_trusted_ca"] = str(bundle)
         master.options.update(**update)
         self._master = master
         _quiet_mitmproxy_logs()
@@ -162,7 +164,7 @@ def _quiet_mitmproxy_logs() -> None:
 
 
 def ca_bundle(ca_cert: Path, out: Path) -> Path:
-    """System trust anchors + the per-run CA in one PEM file.
+    """System trust anchors + ``ca_cert`` (the per-run CA, or an extra upstream CA) in one PEM file.
 
     ``SSL_CERT_FILE`` *replaces* a client's trust store, so the bundle must keep the system CAs
     too (or anything not going through the proxy would stop verifying).

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas.blobstore import BlobStore
+from schemas.blobstore import CHUNK_MAGIC, BlobStore
 from tests.fakes.agents import agents_python, undici_dir
 from tests.fakes.harness import REAL_KEYS
 from tests.fakes.upstream import TEXT, TOOL_ARGS, FakeUpstream
@@ -70,8 +70,8 @@ def assert_no_key_bytes(store: Path) -> None:
         if not path.is_file():
             continue
         data = path.read_bytes()
-        if path.parent.parent.name == "blobs":
-            data = zlib.decompress(data)
+        if path.parent.parent.name == "blobs" and not data.startswith(CHUNK_MAGIC):
+            data = zlib.decompress(data)  # (a chunk list holds only addresses; its chunks are checked)
         assert not any(k in data for k in keys), path
     hits = sql(store, "SELECT count(*) AS n FROM events WHERE " +
                " OR ".join(f"payload::VARCHAR LIKE '%{k}%'" for k in REAL_KEYS.values()))

@@ -1,7 +1,8 @@
-"""The proxy's fast blob writer produces exactly what the shared BlobStore reads and verifies."""
+"""The proxy's fast blob writer produces exactly what the shared BlobStore writes, reads and verifies."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import threading
@@ -24,6 +25,22 @@ def test_written_blobs_read_back_through_the_store(tmp_path):
     assert not list((tmp_path / "blobs").glob(".tmp-*"))  # the pool of temporary files is gone
 
 
+def test_same_files_as_the_blob_store(tmp_path):
+    # A growing conversation, as an agent resends it: chunked, so the shared prefix is stored once.
+    messages = [b'{"role": "user", "content": "%s"}' % hashlib.sha256(b"%d" % i).hexdigest().encode() * 40
+                for i in range(41)]
+    turns = [b"[" + b"},{".join(messages[:n]) + b"]" for n in (40, 41)]
+    w = BlobWriter(tmp_path / "mine")
+    refs = [w.put(t) for t in turns]
+    w.close()
+    ref_store = BlobStore(tmp_path / "theirs")
+    assert [ref_store.put(t, sync=False) for t in turns] == refs
+    mine = {p.relative_to(tmp_path / "mine"): p.read_bytes() for p in (tmp_path / "mine").glob("??/*")}
+    theirs = {p.relative_to(tmp_path / "theirs"): p.read_bytes() for p in (tmp_path / "theirs").glob("??/*")}
+    assert mine == theirs and len(mine) > 3  # byte-identical files, chunk lists included
+    assert BlobStore(tmp_path / "mine").get(refs[1]) == turns[1]
+
+
 def test_concurrent_writers_of_the_same_content(tmp_path):
     writers = [BlobWriter(tmp_path / "blobs") for _ in range(4)]
     payload = os.urandom(100_000)
@@ -37,3 +54,23 @@ def test_concurrent_writers_of_the_same_content(tmp_path):
     assert BlobStore(tmp_path / "blobs").get(refs[0]) == payload
     for w in writers:
         w.close()
+
+
+def test_fast_chunk_bounds_equal_the_stores():
+    import json
+    import random
+
+    from recorder.proxy.blobwriter import chunk_bounds as fast
+    from schemas.blobstore import chunk_bounds as reference
+
+    rng = random.Random(7)
+    cases = [b"", b"A" * (5 * 1024 * 1024), b"\n" * 300_000, b"},{" * 100_000, b"}, {" * 90_000]
+    for _ in range(25):
+        alphabet = rng.choice([b"}, {\na", b"},{ab", b"\n}{, xyz0123456789"])
+        cases.append(bytes(rng.choice(alphabet) for _ in range(rng.randint(1, 400_000))))
+    for _ in range(10):
+        msgs = [{"role": "user", "content": "".join(rng.choice("abc \n") for _ in range(rng.randint(10, 9000)))}
+                for _ in range(rng.randint(1, 60))]
+        cases.append(json.dumps({"messages": msgs}, separators=(",", ":") if rng.random() < 0.5 else None).encode())
+    for data in cases:
+        assert fast(data) == reference(data)

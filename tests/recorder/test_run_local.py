@@ -106,6 +106,32 @@ def test_submission_is_sealed(tmp_path, fake):
     assert sealed.skipped == ["link: symlink"]
 
 
+def test_store_and_private_files_inside_the_workspace_are_not_sealed(tmp_path, fake):
+    # The default store is ./amb-store, i.e. inside the workspace (the current directory).
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    spec = RunSpec(argv=["sh", "-c", "echo hi > result.txt"], store=ws / "amb-store", workspace=ws, env=dict(REAL_KEYS),
+                   upstreams={"openai": fake.url, "anthropic": fake.url})
+    out = record(spec)
+    events = [decode_event(b) for b in scan(spool_path(spec.store, out.run_id, "recorder").read_bytes()).bodies]
+    (sealed,) = [e.payload for e in events if e.kind == "submission.sealed"]
+    assert [f.path for f in sealed.files] == ["result.txt"]
+    assert sealed.skipped == ["amb-store/: amb-record's own files"]
+
+
+def test_temp_dirs_of_killed_recorders_are_swept(tmp_path, fake):
+    import subprocess
+    import tempfile
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = Path(tempfile.mkdtemp(prefix="amb-stale-run-"))
+    (stale / "pid").write_text(str(dead.pid))
+    (stale / "ca").mkdir()
+    run(tmp_path, fake, ["true"])
+    assert not stale.exists()
+
+
 def test_run_id_cannot_be_reused(tmp_path, fake):
     run(tmp_path, fake, ["true"], run_id="fixed-id")
     with pytest.raises(UsageError, match="already exists"):
