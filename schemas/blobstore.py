@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import zlib
 from pathlib import Path
 
@@ -37,19 +36,33 @@ CHUNK_ABOVE = 32 * 1024
 MIN_CHUNK = 8 * 1024
 MAX_CHUNK = 256 * 1024
 CHUNK_MAGIC = b"AMBCHUNKS 1\n"
-_DELIMITER = re.compile(rb"\n|\}, ?\{")
-"""Candidate boundaries: lines, and the gap between two JSON objects in a list (messages)."""
 _RESIDUES = 4
 """About one candidate in four (by a hash of the 32 bytes before it) is a boundary."""
 
 
 def chunk_bounds(data: bytes) -> list[int]:
-    """End offsets of the chunks of ``data`` (the last one is ``len(data)``)."""
+    """End offsets of the chunks of ``data`` (the last one is ``len(data)``).
+
+    Candidates (a newline, or ``},{`` / ``}, {``) are found left to right without overlap with
+    ``bytes.find``, which runs at memchr speed: a regex scan took ~18 ms on a 5 MB body while
+    holding the GIL, stalling the proxy's event loop. A candidate becomes a cut when the chunk so
+    far is at least MIN_CHUNK and the crc32 of the 32 bytes before it is 0 mod _RESIDUES; a chunk
+    never exceeds MAX_CHUNK. tests/schemas/test_blobstore.py checks this against a regex
+    formulation of the same rule.
+    """
     bounds: list[int] = []
     last = 0
     crc32 = zlib.crc32
-    for match in _DELIMITER.finditer(data):
-        cut = match.end()
+    find = data.find
+    nl = find(b"\n")
+    br_start, br_end = _next_brace(data, 0)
+    while nl != -1 or br_start != -1:
+        if br_start == -1 or (nl != -1 and nl < br_start):
+            cut = nl + 1
+            nl = find(b"\n", cut)
+        else:
+            cut = br_end
+            br_start, br_end = _next_brace(data, cut)
         size = cut - last
         while size > MAX_CHUNK:
             last += MAX_CHUNK
@@ -64,6 +77,19 @@ def chunk_bounds(data: bytes) -> list[int]:
     if last < len(data):
         bounds.append(len(data))
     return bounds
+
+
+def _next_brace(data: bytes, pos: int) -> tuple[int, int]:
+    """Start and end of the next ``},{`` or ``}, {`` at or after ``pos``; (-1, -1) if none."""
+    while True:
+        i = data.find(b"},", pos)
+        if i == -1:
+            return -1, -1
+        if data[i + 2 : i + 3] == b"{":
+            return i, i + 3
+        if data[i + 2 : i + 4] == b" {":
+            return i, i + 4
+        pos = i + 1
 
 
 class BlobStore:

@@ -9,7 +9,10 @@ import random
 
 import pytest
 
-from schemas.blobstore import CHUNK_ABOVE, CHUNK_MAGIC, MAX_CHUNK, BlobStore, chunk_bounds
+import re
+import zlib
+
+from schemas.blobstore import _RESIDUES, CHUNK_ABOVE, CHUNK_MAGIC, MAX_CHUNK, MIN_CHUNK, BlobStore, chunk_bounds
 from schemas.errors import BlobError
 
 
@@ -77,3 +80,41 @@ def test_missing_and_corrupted_chunks_are_errors(tmp_path):
 def test_bad_address():
     with pytest.raises(BlobError, match="not a blob address"):
         BlobStore("/nonexistent").path_of("md5:abc")
+
+
+def reference_bounds(data: bytes) -> list[int]:
+    """The chunking rule written the obvious way (a regex over candidates), independently."""
+    bounds, last = [], 0
+    for match in re.finditer(rb"\n|\}, ?\{", data):
+        cut = match.end()
+        while cut - last > MAX_CHUNK:
+            last += MAX_CHUNK
+            bounds.append(last)
+        if cut - last >= MIN_CHUNK and zlib.crc32(data[cut - 32 : cut]) % _RESIDUES == 0:
+            bounds.append(cut)
+            last = cut
+    while len(data) - last > MAX_CHUNK:
+        last += MAX_CHUNK
+        bounds.append(last)
+    if last < len(data):
+        bounds.append(len(data))
+    return bounds
+
+
+def test_chunk_bounds_match_a_regex_formulation_of_the_rule():
+    import json
+    import random
+
+    from schemas.blobstore import chunk_bounds as fast
+
+    rng = random.Random(7)
+    cases = [b"", b"A" * (5 * 1024 * 1024), b"\n" * 300_000, b"},{" * 100_000, b"}, {" * 90_000]
+    for _ in range(25):
+        alphabet = rng.choice([b"}, {\na", b"},{ab", b"\n}{, xyz0123456789"])
+        cases.append(bytes(rng.choice(alphabet) for _ in range(rng.randint(1, 400_000))))
+    for _ in range(10):
+        msgs = [{"role": "user", "content": "".join(rng.choice("abc \n") for _ in range(rng.randint(10, 9000)))}
+                for _ in range(rng.randint(1, 60))]
+        cases.append(json.dumps({"messages": msgs}, separators=(",", ":") if rng.random() < 0.5 else None).encode())
+    for data in cases:
+        assert fast(data) == reference_bounds(data)
