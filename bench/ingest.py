@@ -29,6 +29,7 @@ from recorder.synthetic import generate_run  # noqa: E402
 from replay.ingest import ingest, spool_files  # noqa: E402
 from replay.store import Store  # noqa: E402
 from replay.verify import verify  # noqa: E402
+from schemas.blobstore import CHUNK_MAGIC  # noqa: E402
 from schemas.frames import scan  # noqa: E402
 
 AGGREGATE = """
@@ -73,6 +74,16 @@ def read_ndjson_load(ndjson: Path) -> float:
     elapsed = time.perf_counter() - t0
     con.close()
     return elapsed
+
+
+def stored_size(blobs, blob: str) -> int:
+    """Bytes this blob would take stored on its own: its file, or its file plus all its chunks."""
+    path = blobs.path_of(blob)
+    data = path.read_bytes()
+    if not data.startswith(CHUNK_MAGIC):
+        return len(data)
+    chunks = data[len(CHUNK_MAGIC):].decode().split()
+    return len(data) + sum(blobs.path_of(c).stat().st_size for c in chunks)
 
 
 def dir_bytes(path: Path) -> int:
@@ -126,7 +137,7 @@ def main() -> None:
         for (blob,) in refs:
             size = blob_sizes.get(blob)
             if size is None:
-                size = blob_sizes[blob] = st.blobs.path_of(blob).stat().st_size
+                size = blob_sizes[blob] = stored_size(st.blobs, blob)
             no_dedup += size
     db_bytes = (root / "amb.duckdb").stat().st_size
     blob_bytes = dir_bytes(root / "blobs")
@@ -140,8 +151,8 @@ def main() -> None:
     print(f"amb verify (hashes, chains, manifests, {len(blob_sizes):,} blobs)  {verify_s:.2f} s")
     print(f"aggregate query median         {statistics.median(times) * 1000:.0f} ms   (tokens per model per run; target < 1 s)")
     print(f"bytes per event, DuckDB only   {db_bytes / total:,.0f}")
-    print(f"bytes per event, with blobs    {(db_bytes + blob_bytes) / total:,.0f} (dedup: {len(blob_sizes):,} blobs for {len(refs):,} references)")
-    print(f"bytes per event, without dedup {(db_bytes + no_dedup) / total:,.0f}")
+    print(f"bytes per event, with blobs    {(db_bytes + blob_bytes) / total:,.0f} (blobs deduplicated and chunked: {blob_bytes / 1e6:,.0f} MB)")
+    print(f"bytes per event, without dedup {(db_bytes + no_dedup) / total:,.0f} (each of the {len(refs):,} references stored whole: {no_dedup / 1e6:,.0f} MB)")
     if not args.keep:
         shutil.rmtree(work)
 
