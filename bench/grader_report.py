@@ -83,7 +83,7 @@ def bench_report(n_reports: int = 500) -> dict:
         "METEOR": abs(corpus.components["METEOR"] - meteor_ref),
         "ROUGE_L": abs(corpus.components["ROUGE_L"] - float(rouge_ref)),
     }
-    print(f"  max |ours - pycocoevalcap|: " + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
+    print("  max |ours - pycocoevalcap|: " + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
     print(f"  ratio (all 7 parts, ours) / (3 NLG parts, pycocoevalcap): {t_corpus / t_lib:.2f}")
     _meteor.shutdown()
     return {"n": n_reports, "ours_corpus_s": t_corpus, "ours_case_s": t_case, "jvm_start_s": t_jvm,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from recorder.proxy.result import Reassembled, RequestInfo, ToolResult, as_int, error_text, loads, text_of
+from recorder.proxy.result import Reassembled, RequestInfo, ToolResult, error_text, loads, openai_usage, text_of
 from recorder.proxy.wire import iter_sse
 from schemas.events import Usage
 
@@ -34,16 +34,7 @@ def parse_request(body: Any) -> RequestInfo:
 
 
 def usage(u: Any) -> Usage | None:
-    if not isinstance(u, dict):
-        return None
-    pd = u.get("prompt_tokens_details") or {}
-    cd = u.get("completion_tokens_details") or {}
-    return Usage(
-        input_total=as_int(u.get("prompt_tokens")),
-        cache_read=as_int(pd.get("cached_tokens")) if isinstance(pd, dict) else 0,
-        output=as_int(u.get("completion_tokens")),
-        reasoning=as_int(cd.get("reasoning_tokens")) if isinstance(cd, dict) else 0,
-    )
+    return openai_usage(u, ("prompt", "completion"), "prompt_tokens", "completion_tokens")
 
 
 def parse_json(body: Any) -> Reassembled:

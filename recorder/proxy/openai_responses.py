@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from recorder.proxy.result import Reassembled, RequestInfo, ToolResult, as_int, error_text, loads, text_of
+from recorder.proxy.result import Reassembled, RequestInfo, ToolResult, error_text, loads, openai_usage, text_of
 from recorder.proxy.wire import iter_sse
 from schemas.events import Usage
 
@@ -47,16 +47,7 @@ def parse_request(body: Any) -> RequestInfo:
 
 
 def usage(u: Any) -> Usage | None:
-    if not isinstance(u, dict):
-        return None
-    idt = u.get("input_tokens_details") or {}
-    odt = u.get("output_tokens_details") or {}
-    return Usage(
-        input_total=as_int(u.get("input_tokens")),
-        cache_read=as_int(idt.get("cached_tokens")) if isinstance(idt, dict) else 0,
-        output=as_int(u.get("output_tokens")),
-        reasoning=as_int(odt.get("reasoning_tokens")) if isinstance(odt, dict) else 0,
-    )
+    return openai_usage(u, ("input", "output"), "input_tokens", "output_tokens")
 
 
 def _stop(resp: dict[str, Any]) -> str | None:

@@ -100,3 +100,20 @@ def error_text(body: Any) -> str | None:
         if isinstance(err, str):
             return err
     return None
+
+
+def openai_usage(u: Any, prefix: str, input_name: str, output_name: str) -> Usage | None:
+    """OpenAI usage in the containment convention (cached inside input, reasoning inside output).
+
+    Chat Completions says ``prompt``/``completion`` where Responses says ``input``/``output``:
+    ``prefix`` picks the ``*_tokens_details`` objects, the names pick the totals."""
+    if not isinstance(u, dict):
+        return None
+    idt = u.get(f"{prefix[0]}_tokens_details") or {}
+    odt = u.get(f"{prefix[1]}_tokens_details") or {}
+    return Usage(
+        input_total=as_int(u.get(input_name)),
+        cache_read=as_int(idt.get("cached_tokens")) if isinstance(idt, dict) else 0,
+        output=as_int(u.get(output_name)),
+        reasoning=as_int(odt.get("reasoning_tokens")) if isinstance(odt, dict) else 0,
+    )

@@ -11,7 +11,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 
 from recorder.shim.local import run_local
 from schemas.blobstore import BlobStore

@@ -3,7 +3,6 @@ against a synthetic twin's references, scored under both profiles."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
