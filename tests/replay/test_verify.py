@@ -119,5 +119,5 @@ def test_manifest_is_stable_json(store):
     with Store.open(store, read_only=True) as st:
         m = manifests.stored(st.con, "run-0")
         assert m == manifests.compute(st.con, "run-0")
-    assert set(m) == {"format", "run_id", "sources", "events", "blobs", "blobs_digest", "manifest_hash"}
+    assert set(m) == {"format", "run_id", "sources", "events", "blob_refs", "manifest_hash"}
     assert json.loads(json.dumps(m)) == m
