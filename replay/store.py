@@ -13,6 +13,7 @@ Read-only connections for user SQL are locked down (see ``open_sql``).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import time
@@ -81,17 +82,20 @@ class Store:
             # A read of a store that was never written: create it (empty) so that listing
             # commands answer "no runs" rather than failing.
             cls.open(root, lock_timeout_s=lock_timeout_s).close()
-        if not read_only:
-            root.mkdir(parents=True, exist_ok=True)
-        con = _connect(db, read_only=read_only, config=None, lock_timeout_s=lock_timeout_s)
-        store_ = cls(root, con, read_only)
-        if not read_only:
+        if read_only:
+            return cls(root, _connect(db, read_only=True, config=None, lock_timeout_s=lock_timeout_s), True)
+        root.mkdir(parents=True, exist_ok=True)
+        # Writers open (and create, and migrate) one at a time: without this, a second process
+        # can open the file while the first is still writing its header, and read it as corrupt.
+        with open(root / ".open.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            con = _connect(db, read_only=False, config=None, lock_timeout_s=lock_timeout_s)
             try:
                 mig.apply(con, mig.CORE + list(extra_migrations or []))
             except duckdb.Error as e:
                 con.close()
                 raise StoreError(f"cannot migrate {db}: {e}") from e
-        return store_
+        return cls(root, con, False)
 
     def migrate(self, migrations: list[mig.Migration]) -> list[str]:
         if self.read_only:
