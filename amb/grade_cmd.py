@@ -1,11 +1,86 @@
 """``amb grade``: score one submission folder against private references.
 
-The command lives in ``scorer.grader.cli`` so the grader image (which has no ``amb`` package) runs the
-identical code as ``python -m scorer.grader``.
+The command itself lives in ``scorer.grader.cli`` so that the grader image (which has no ``amb``
+package) runs the identical code as ``python -m scorer.grader``. This module adds one option,
+``--in-container``: run that same entry point inside the grader image, with no network, the
+submission and the references mounted read-only and a read-only root filesystem.
 """
 
 from __future__ import annotations
 
-from scorer.grader.cli import grade
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from schemas.errors import AmbError
+from scorer.grader.cli import grade as local_grade
+
+
+def _image() -> str:
+    if os.environ.get("AMB_GRADER_IMAGE"):
+        return os.environ["AMB_GRADER_IMAGE"]
+    from amb.images import ensure_images
+
+    return ensure_images(("grader",))["grader"].tag
+
+
+def grade_in_container(task_id: str, submission: str, reference: str, profile: str | None, as_json: bool) -> int:
+    """Run ``python -m scorer.grader`` in the grader image; print its output; return its exit code."""
+    import docker
+
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as e:
+        raise AmbError(f"--in-container needs a Docker engine, and none answers: {e}") from None
+    sub, ref = Path(submission).resolve(), Path(reference).resolve()
+    for what, path in (("submission", sub), ("reference", ref)):
+        if not path.is_dir():
+            raise AmbError(f"{what} {path} is not a directory")
+    volumes = {str(sub): {"bind": "/submission", "mode": "ro"}, str(ref): {"bind": "/reference", "mode": "ro"}}
+    argv = ["python", "-m", "scorer.grader", task_id, "--submission", "/submission", "--reference", "/reference"]
+    if profile and Path(profile).is_file():
+        volumes[str(Path(profile).resolve())] = {"bind": "/profile.toml", "mode": "ro"}
+        argv += ["--profile", "/profile.toml"]
+    elif profile:
+        argv += ["--profile", profile]
+    if as_json:
+        argv.append("--json")
+    container = client.containers.run(
+        _image(), argv, detach=True, network_mode="none", read_only=True, volumes=volumes,
+        tmpfs={"/tmp": "size=256m"}, security_opt=["no-new-privileges"], cap_drop=["ALL"],
+    )
+    try:
+        code = container.wait()["StatusCode"]
+        sys.stdout.write(container.logs(stdout=True, stderr=False).decode("utf-8", "replace"))
+        sys.stderr.write(container.logs(stdout=False, stderr=True).decode("utf-8", "replace"))
+    finally:
+        container.remove(force=True)
+    return code
+
+
+def _grade(in_container: bool, **kwargs) -> None:
+    if not in_container:
+        return local_grade.callback(**kwargs)
+    code = grade_in_container(**kwargs)
+    if code:
+        sys.exit(code)
+
+
+grade = click.Command(
+    name="grade",
+    callback=_grade,
+    params=[
+        *local_grade.params,
+        click.Option(
+            ["--in-container"], is_flag=True,
+            help="Grade inside the grader image: no network, inputs read-only (needs a Docker engine).",
+        ),
+    ],
+    help=local_grade.help,
+    short_help=local_grade.short_help,
+)
 
 commands = [grade]
