@@ -213,6 +213,8 @@ def _load(store: Store, files: list[_Spool]) -> int:
             "run_id": [f.run_id for f in readable], "source": [f.source for f in readable],
         }),
     )
+    # Row order in the table carries no meaning (seq does), so let DuckDB load in parallel freely.
+    con.execute("SET preserve_insertion_order = false")
     con.execute("BEGIN TRANSACTION")
     try:
         con.execute("CREATE OR REPLACE TEMP TABLE _amb_files AS SELECT * FROM _amb_files_arrow")
