@@ -10,18 +10,29 @@ start=$(date +%s)
 rm -rf "$store" out/demo
 mkdir -p out
 
-# The docker backend when a Docker engine answers (building the agent image on first use), else local.
+# The docker backend when a Docker engine answers (building the agent image on first use: from a
+# public Python base, or, where no registry is reachable, from a Debian root filesystem), else local.
 backend=local
+why="no Docker engine answers"
+build_agent() {
+    echo "demo: building the agent image (first run only)" >&2
+    amb images build --only agent >&2 && return 0
+    if [ "$(id -u)" = 0 ] && command -v debootstrap >/dev/null 2>&1; then
+        echo "demo: no registry reachable: building the base from a Debian root filesystem instead" >&2
+        amb images build --only agent --base-from-rootfs >&2 && return 0
+    fi
+    return 1
+}
 if python -c 'import docker; docker.from_env(timeout=5).ping()' >/dev/null 2>&1; then
-    if python -c 'import docker; docker.from_env().images.get("amb-agent:latest")' >/dev/null 2>&1 \
-        || { echo "demo: building the agent image (first run only)" >&2; amb images build --only agent >&2; }; then
+    why="a Docker engine answers, but the agent image could not be built (see above)"
+    if python -c 'import docker; docker.from_env().images.get("amb-agent:latest")' >/dev/null 2>&1 || build_agent; then
         backend=docker
     fi
 fi
 if [ "$backend" = docker ]; then
     echo "demo: a Docker engine answers: each run is recorded in a container (docker backend, with the shim)" >&2
 else
-    echo "demo: no Docker engine answers (or no agent image): runs are recorded as local processes (local backend)" >&2
+    echo "demo: $why: runs are recorded as local processes (local backend)" >&2
 fi
 sweep=out/demo-sweep.toml
 sed -e "s/^backend = .*/backend = \"$backend\"/" -e 's#^work = .*#work = "demo"#' scripts/demo-sweep.toml > "$sweep"
