@@ -510,6 +510,10 @@ def _launch(spec: SweepSpec, cell: Cell, store: Path, backend: str, roots: dict[
             "--data", str(data_root), "--backend", backend, "--run-id", run_id,
             "--label", f"sweep={spec.name}", "--label", f"agent={cell.agent.name}",
             "--label", f"repeat={cell.repeat}", "--label", f"attempt={n}"]
+    if backend == "local":
+        # Record processes and file changes as a container run would, so that scores do not
+        # depend on the backend (the offline judge reads plan writes and pilot checks from them).
+        argv.append("--shim")
     if cell.agent.model:
         argv += ["--label", f"model={cell.agent.model}"]
     limit = spec.time_limit_s

@@ -20,13 +20,15 @@ from recorder.run import DEFAULT_GRACE_S, RunSpec, parse_labels, parse_upstreams
 from schemas.errors import AmbError, UsageError
 
 
-def _backend(name: str, gpus: str | None):
+def _backend(name: str, gpus: str | None, shim: bool = False):
     if name == "local":
         if gpus:
             raise UsageError("--gpus needs --backend docker")
         from recorder.local_backend import LocalBackend
 
-        return LocalBackend()
+        return LocalBackend(shim=shim)
+    if shim:
+        raise UsageError("--shim is for the local backend (the docker backend always runs the shim)")
     try:
         from recorder.docker_backend import DockerBackend
     except ImportError as e:
@@ -51,10 +53,12 @@ def _backend(name: str, gpus: str | None):
 @click.option("--upstream", "upstreams", multiple=True, metavar="PROVIDER=URL",
               help="openai=URL or anthropic=URL (default: the public APIs).")
 @click.option("--gpus", default=None, metavar="SPEC", help="Docker backend: GPUs to pass through (e.g. all, 0,1).")
+@click.option("--shim", is_flag=True,
+              help="Local backend: run the agent under the shim, recording every process and workspace file change.")
 @click.option("--no-ingest", is_flag=True, help="Leave the spools for a later `amb ingest`.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def record_cmd(store, task, tier, data_dir, backend, time_limit, grace, run_id, labels, upstreams, gpus, no_ingest,
-               command):
+def record_cmd(store, task, tier, data_dir, backend, time_limit, grace, run_id, labels, upstreams, gpus, shim,
+               no_ingest, command):
     """Record COMMAND (after --) as an agent run."""
     if time_limit is not None and time_limit <= 0:
         raise UsageError("--time-limit must be a positive number of seconds")
@@ -63,7 +67,7 @@ def record_cmd(store, task, tier, data_dir, backend, time_limit, grace, run_id, 
         data_dir=Path(data_dir) if data_dir else None, time_limit_s=time_limit, grace_s=grace,
         labels=parse_labels(list(labels)), upstreams=parse_upstreams(list(upstreams)),
     )
-    outcome = record(spec, _backend(backend, gpus))
+    outcome = record(spec, _backend(backend, gpus, shim))
     calls = outcome.counts.get("proxy:model_call.completed", 0)
     click.echo(
         f"amb-record: run {outcome.run_id}: {outcome.status}, exit code {outcome.exit_code}, "

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
+from pathlib import Path
 
 from recorder.backend import AgentView, Exit, RunContext, seal_directory
 from schemas.errors import AmbError
@@ -26,12 +29,21 @@ def _die_with_parent() -> None:
 
 
 class LocalBackend:
-    """Runs the command as a child in its own process group, the workspace as its cwd."""
+    """Runs the command as a child in its own process group, the workspace as its cwd.
+
+    With ``shim=True`` the command runs under the shim (``recorder/shim``), as in a container: every
+    process and every workspace file change is recorded to the run's ``shim`` spool. The shim
+    forwards signals to the agent and exits with its exit code. Without ``strace`` on the host the
+    shim falls back to polling ``/proc`` (labelled ``proc-poll``; short processes may be missed).
+    """
 
     name = "local"
 
-    def __init__(self) -> None:
+    def __init__(self, shim: bool = False) -> None:
         self._ctx: RunContext | None = None
+        self.shim = shim
+        self._receiver = None
+        self._sock_dir: str | None = None
 
     def proxy_listen_host(self) -> str:
         return "127.0.0.1"
@@ -49,6 +61,8 @@ class LocalBackend:
         assert self._ctx is not None, "prepare() first"
         full = {k: v for k, v in os.environ.items() if k not in SECRET_VARS}
         full.update(env)
+        if self.shim:
+            argv = self._start_shim(argv, full)
         try:
             # A new session: signals we forward reach the agent's whole process group, and a
             # terminal's Ctrl-C reaches amb-record alone (which then forwards it, once).
@@ -61,6 +75,18 @@ class LocalBackend:
             raise AmbError(f"cannot run {argv[0]!r}: permission denied") from None
         except OSError as e:
             raise AmbError(f"cannot run {argv[0]!r}: {e.strerror or e}") from None
+
+    def _start_shim(self, argv: list[str], env: dict[str, str]) -> list[str]:
+        from recorder.shim.local import REPO_ROOT, shim_argv
+        from recorder.shim.receiver import ShimReceiver
+
+        ctx = self._ctx
+        assert ctx is not None
+        self._sock_dir = tempfile.mkdtemp(prefix="amb-shim-sock-")
+        self._receiver = ShimReceiver(ctx.store, ctx.run_id, Path(self._sock_dir), blobs=ctx.blobs).start()
+        # The shim imports only recorder.shim (stdlib + msgspec).
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        return shim_argv(str(self._receiver.path), str(ctx.workspace), argv)
 
     def wait(self, handle: subprocess.Popen[bytes], timeout: float | None) -> Exit | None:
         try:
@@ -95,6 +121,12 @@ class LocalBackend:
                 handle.wait(5)
             except subprocess.TimeoutExpired:
                 pass
+        if self._receiver is not None:
+            self._receiver.close()  # drains what the shim sent, then closes the shim spool
+            self._receiver = None
+        if self._sock_dir is not None:
+            shutil.rmtree(self._sock_dir, ignore_errors=True)
+            self._sock_dir = None
 
     def tool_versions(self) -> dict[str, str]:
         return {}

@@ -327,8 +327,7 @@ def _cleanup(proxy, sink, backend, handle, tmp: Path, remove_confdir) -> None:
         try:
             sink.close()
         finally:
-            if handle is not None:
-                backend.close(handle)
+            backend.close(handle)  # also when the agent never started: networks, sockets, receivers
             remove_confdir(tmp)
 
 
@@ -345,8 +344,7 @@ def _finish(log: _RecorderLog, proxy, sink, backend: Backend, handle, status: st
     except (AmbError, OSError) as e:
         status, reason = "recorder_error", f"cannot seal the submission: {e}"
     finally:
-        if handle is not None:
-            backend.close(handle)
+        backend.close(handle)
         remove_confdir(tmp)
     counts = {f"proxy:{k}": v for k, v in sink.counts.items()}
     counts.update({f"recorder:{k}": v for k, v in log.counts.items()})
