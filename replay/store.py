@@ -34,6 +34,15 @@ def resolve(store: str | os.PathLike[str] | None) -> Path:
     return Path(store or os.environ.get("AMB_STORE") or DEFAULT_STORE)
 
 
+def _require(root: Path) -> Path:
+    """The database of an existing store; reading a store that does not exist is an error, so that
+    a mistyped ``--store`` is not answered with an empty (and silently created) store."""
+    db = root / DB_NAME
+    if not db.exists():
+        raise StoreError(f"no store at {root}: nothing was recorded or ingested there (check --store or AMB_STORE)")
+    return db
+
+
 def _is_lock_error(e: Exception) -> bool:
     text = str(e)
     return "lock" in text.lower() and ("Conflicting" in text or "Could not set lock" in text)
@@ -78,10 +87,8 @@ class Store:
     ) -> Store:
         root = resolve(store)
         db = root / DB_NAME
-        if read_only and not db.exists():
-            # A read of a store that was never written: create it (empty) so that listing
-            # commands answer "no runs" rather than failing.
-            cls.open(root, lock_timeout_s=lock_timeout_s).close()
+        if read_only:
+            _require(root)
         if read_only:
             return cls(root, _connect(db, read_only=True, config=None, lock_timeout_s=lock_timeout_s), True)
         root.mkdir(parents=True, exist_ok=True)
@@ -127,9 +134,7 @@ def open_sql(store: str | os.PathLike[str] | None = None) -> duckdb.DuckDBPyConn
     (configuration locked). Extensions are neither installed nor auto-loaded.
     """
     root = resolve(store)
-    db = root / DB_NAME
-    if not db.exists():
-        Store.open(root).close()
+    db = _require(root)
     config = {
         "enable_external_access": False,
         "autoinstall_known_extensions": False,

@@ -104,3 +104,11 @@ def test_bad_manifest_file_is_a_usage_error(cli_store, tmp_path):
     f.write_text("{not json")
     proc = amb("verify", "--manifest", str(f), store=cli_store, check=False)
     assert proc.returncode == 2 and "not a manifest" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", [["runs"], ["show", "x"], ["sql", "SELECT 1"], ["verify"], ["manifest", "x"]])
+def test_reading_a_store_that_does_not_exist_is_an_error(tmp_path, command):
+    missing = tmp_path / "typo-store"
+    proc = amb(*command, store=missing, check=False)
+    assert proc.returncode == 1 and proc.stderr.startswith(f"amb: error: no store at {missing}")
+    assert "Traceback" not in proc.stderr and not missing.exists()
