@@ -24,6 +24,7 @@ from schemas.task_spec import TaskSpec
 from scorer.grader.gate import gated_score
 from scorer.grader.options import GradeOptions
 from scorer.grader.result import CaseResult, GradeResult, invalid_case, missing_case
+from scorer.grader.textfile import UnreadableText, read_text
 from scorer.metrics import text as t
 from tasks.report_text import rules_of as report_rules
 
@@ -34,20 +35,11 @@ class BadReport(Exception):
 
 def read_report(path: Path, rules: t.Validity) -> str:
     """The text of a report file, or ``BadReport`` naming the rule it breaks."""
-    if not path.is_file():
-        raise BadReport("not a regular file")
     limit = 4 * rules.max_chars + 4  # UTF-8 is at most 4 bytes a character
     try:
-        with open(path, "rb") as f:
-            raw = f.read(limit + 1)
-    except OSError as e:
-        raise BadReport(f"cannot read: {e.strerror or e}") from e
-    if len(raw) > limit:
-        raise BadReport(f"too long (more than {limit} bytes, limit {rules.max_chars} chars)")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise BadReport(f"not UTF-8 (byte {e.start})") from e
+        text = read_text(path, limit, f"too long (more than {limit} bytes, limit {rules.max_chars} chars)")
+    except UnreadableText as e:
+        raise BadReport(str(e)) from e
     errors = t.validity_errors(text, rules)
     if errors:
         raise BadReport("; ".join(errors))

@@ -25,6 +25,7 @@ from schemas.task_spec import TaskSpec
 from scorer.grader.gate import gated_score
 from scorer.grader.options import GradeOptions
 from scorer.grader.result import CaseResult, GradeResult, invalid_case, missing_case
+from scorer.grader.textfile import UnreadableText, read_text
 from scorer.metrics import vqa as m
 
 MAX_ANSWER_BYTES = 1 << 20
@@ -40,19 +41,10 @@ class BadFile(Exception):
 def read_json_object(path: Path, limit: int = MAX_ANSWER_BYTES) -> dict[str, Any]:
     """A JSON object from ``path``, or ``BadFile`` naming what is wrong (never hangs: size-capped,
     regular files only)."""
-    if not path.is_file():
-        raise BadFile(f"{path.name} is not a regular file")
     try:
-        with open(path, "rb") as f:
-            raw = f.read(limit + 1)
-    except OSError as e:
-        raise BadFile(f"{path.name}: cannot read: {e.strerror or e}") from e
-    if len(raw) > limit:
-        raise BadFile(f"{path.name}: larger than {limit} bytes")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise BadFile(f"{path.name}: not UTF-8 (byte {e.start})") from e
+        text = read_text(path, limit)
+    except UnreadableText as e:
+        raise BadFile(f"{path.name}: {e}") from e
     try:
         obj = json.loads(text)
     except (ValueError, RecursionError) as e:
