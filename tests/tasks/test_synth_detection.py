@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,16 +10,11 @@ from PIL import Image
 
 from tasks.registry import load_spec
 from tasks.synth import synth
+from tests.tasks.helpers import digest_tree
 
 TASKS = ["bccd-det", "vindr-cxr-det", "grazpedwri-det", "dentex-det"]
 
 
-def digest(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(str(p.relative_to(root)).encode() + p.read_bytes())
-    return h.hexdigest()
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -30,7 +23,7 @@ def test_layout_boxes_and_determinism(tmp_path, task):
     synth(spec, tmp_path / "a", 4, 3)
     synth(spec, tmp_path / "b", 4, 3)
     synth(spec, tmp_path / "c", 4, 4)
-    assert digest(tmp_path / "a") == digest(tmp_path / "b") != digest(tmp_path / "c")
+    assert digest_tree(tmp_path / "a") == digest_tree(tmp_path / "b") != digest_tree(tmp_path / "c")
     lo, hi = spec.det.synth_boxes
     for case in sorted((tmp_path / "a" / "public").iterdir()):
         with Image.open(case / "image.png") as im:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import csv
-import hashlib
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,14 +10,7 @@ import pytest
 from tasks.registry import load_spec
 from tasks.synth import synth
 from tasks.synth.enhancement import kspace_downsample
-
-
-def digest(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(str(p.relative_to(root)).encode() + p.read_bytes())
-    return h.hexdigest()
+from tests.tasks.helpers import digest_tree
 
 
 @pytest.mark.parametrize("task", ["ldct-denoising", "mri-sr"])
@@ -28,7 +19,7 @@ def test_layout_and_determinism(tmp_path, task):
     synth(spec, tmp_path / "a", 3, 7)
     synth(spec, tmp_path / "b", 3, 7)
     synth(spec, tmp_path / "c", 3, 8)
-    assert digest(tmp_path / "a") == digest(tmp_path / "b") != digest(tmp_path / "c")
+    assert digest_tree(tmp_path / "a") == digest_tree(tmp_path / "b") != digest_tree(tmp_path / "c")
     cases = sorted(p.name for p in (tmp_path / "a" / "public").iterdir())
     assert cases == ["case_00000", "case_00001", "case_00002"]
     rows = {r["patient_id"]: float(r["data_range"])

@@ -4,9 +4,7 @@ determinism per seed."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -14,17 +12,11 @@ from PIL import Image
 from scorer.metrics import chexpert_rules, text
 from tasks import synth
 from tasks.registry import load_spec
+from tests.tasks.helpers import digest_tree
 
 REPORT_TASKS = ["iu-xray-report", "mimic-cxr-report", "pathology-caption-100", "pathology-caption-500", "chexpert-plus-cxr"]
 
 
-def _digest(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(str(p.relative_to(root)).encode())
-            h.update(p.read_bytes())
-    return h.hexdigest()
 
 
 @pytest.mark.parametrize("task_id", REPORT_TASKS)
@@ -71,8 +63,8 @@ def test_deterministic_per_seed(tmp_path):
     synth.synth(spec, tmp_path / "a", cases=3, seed=11)
     synth.synth(spec, tmp_path / "b", cases=3, seed=11)
     synth.synth(spec, tmp_path / "c", cases=3, seed=12)
-    assert _digest(tmp_path / "a") == _digest(tmp_path / "b")
-    assert _digest(tmp_path / "a") != _digest(tmp_path / "c")
+    assert digest_tree(tmp_path / "a") == digest_tree(tmp_path / "b")
+    assert digest_tree(tmp_path / "a") != digest_tree(tmp_path / "c")
 
 
 def test_perfect_submission_copies_references(tmp_path):

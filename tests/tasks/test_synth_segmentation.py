@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
 import nibabel as nib
 import numpy as np
 import pytest
@@ -12,12 +9,11 @@ import pytest
 from schemas.task_spec import TaskError
 from tasks import synth
 from tasks.registry import all_specs, load_spec
+from tests.tasks.helpers import digest_tree
 
 SEG = [s for s in all_specs() if s.track == "segmentation"]
 
 
-def digest_tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.mark.parametrize("spec", SEG, ids=lambda s: s.id)

@@ -3,26 +3,18 @@ determinism per seed."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-from pathlib import Path
 
 import pytest
 from PIL import Image
 
 from tasks import synth
 from tasks.registry import load_spec
+from tests.tasks.helpers import digest_tree
 
 VQA_TASKS = ["vqa-rad", "pathvqa", "slake", "medxpertqa-mm", "medframeqa"]
 
 
-def _digest(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            h.update(str(p.relative_to(root)).encode())
-            h.update(p.read_bytes())
-    return h.hexdigest()
 
 
 @pytest.mark.parametrize("task_id", VQA_TASKS)
@@ -72,8 +64,8 @@ def test_deterministic_per_seed(task_id, tmp_path):
     synth.synth(spec, tmp_path / "a", cases=4, seed=7)
     synth.synth(spec, tmp_path / "b", cases=4, seed=7)
     synth.synth(spec, tmp_path / "c", cases=4, seed=8)
-    assert _digest(tmp_path / "a") == _digest(tmp_path / "b")
-    assert _digest(tmp_path / "a") != _digest(tmp_path / "c")
+    assert digest_tree(tmp_path / "a") == digest_tree(tmp_path / "b")
+    assert digest_tree(tmp_path / "a") != digest_tree(tmp_path / "c")
 
 
 def test_perfect_submission_is_shaped_like_submit_answer(tmp_path):
