@@ -111,20 +111,19 @@ def _kinds_sql() -> str:
 _INSERT = f"""
 INSERT INTO events
 SELECT run_id, source, seq, kind, v, ts_ns, payload, prev_hash,
-       CASE WHEN bad IS NOT NULL THEN error(where_ || bad)
-            WHEN stored IS NOT NULL AND stored <> hash THEN error('CONFLICT ' || where_ ||
-                 'the spool differs from the event already stored under this key (forked or edited spool)')
+       CASE WHEN bad IS NOT NULL THEN error(concat('spool ', file_key, ': seq ', coalesce(seq_text, '?'), ': ', bad))
+            WHEN stored IS NOT NULL AND stored <> hash THEN error(concat('CONFLICT spool ', file_key, ': seq ', seq_text,
+                 ': the spool differs from the event already stored under this key (forked or edited spool)'))
             ELSE hash END
 FROM (
     SELECT p.*, {{stored_hash}} AS stored,
-           'spool ' || p.file_key || ': seq ' || coalesce(p.seq_text, '?') || ': ' AS where_,
            CASE WHEN strlen(p.body) <> p.len THEN 'frame length mismatch'
                 WHEN sha256(p.body) <> p.digest THEN 'checksum mismatch'
                 WHEN p.run_id IS DISTINCT FROM p.file_run OR p.source IS DISTINCT FROM p.file_source
                     THEN 'event belongs to ' || coalesce(p.run_id, '?') || '/' || coalesce(p.source, '?')
                 WHEN k.max_v IS NULL THEN 'UNKNOWN unknown event kind ' || coalesce(p.kind, '?')
                 WHEN p.v > k.max_v THEN 'NEWER ' || p.kind || ' v' || p.v || ' is newer than this amb (v' || k.max_v || '); upgrade amb'
-                WHEN NOT starts_with(p.body, '{{"kind":"' || p.kind || '","payload":')
+                WHEN NOT starts_with(p.body, concat('{{"kind":"', p.kind, '","payload":'))
                   OR NOT ends_with(p.body, p.tail_text) THEN 'not a canonical event body'
            END AS bad
     FROM (
@@ -134,10 +133,10 @@ FROM (
             SELECT f.key AS file_key, f.run_id AS file_run, f.source AS file_source, c.len, c.digest, c.body,
                    x[1] AS kind, x[2] AS prev_hash, x[3] AS run_id, x[4] AS seq_text, TRY_CAST(x[4] AS BIGINT) AS seq,
                    x[5] AS source, TRY_CAST(x[6] AS BIGINT) AS ts_ns, TRY_CAST(x[7] AS INTEGER) AS v,
-                   'sha256:' || c.digest AS hash,
-                   ',"prev_hash":"' || x[2] || '","run_id":"' || x[3] || '","seq":' || TRY_CAST(x[4] AS BIGINT)
-                     || ',"source":"' || x[5] || '","ts_ns":' || TRY_CAST(x[6] AS BIGINT)
-                     || ',"v":' || TRY_CAST(x[7] AS INTEGER) || '}}' AS tail_text
+                   concat('sha256:', c.digest) AS hash,
+                   concat(',"prev_hash":"', x[2], '","run_id":"', x[3], '","seq":', TRY_CAST(x[4] AS BIGINT),
+                          ',"source":"', x[5], '","ts_ns":', TRY_CAST(x[6] AS BIGINT),
+                          ',"v":', TRY_CAST(x[7] AS INTEGER), '}}') AS tail_text
             FROM (
                 SELECT filename, len, digest, body,
                        json_extract_string(body, ['$.kind', '$.prev_hash', '$.run_id', '$.seq', '$.source', '$.ts_ns', '$.v']) AS x

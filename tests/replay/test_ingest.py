@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -12,6 +14,8 @@ from recorder.synthetic import generate_run
 from replay.ingest import ingest
 from replay.read import iter_events
 from replay.store import Store
+from schemas.codec import GENESIS, encode_payload, make_body
+from schemas.frames import MAGIC, encode_frame
 from schemas.errors import IngestConflict, SchemaError, SpoolError
 from schemas.events import Note
 
@@ -112,6 +116,31 @@ def test_edited_spool_frame_is_refused(tmp_path):
     data[i] = ord("N")  # checksum of frame 0 no longer matches, and more frames follow
     path.write_bytes(bytes(data))
     with pytest.raises(SpoolError, match="spool spool/r/proxy.spool: seq 0: checksum mismatch"):
+        ingest(root)
+    assert count(root) == 0
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda body: body.replace(b',"v":1}', b', "v":1}'),  # whitespace
+        lambda body: body.replace(b'"ts_ns":1,', b'"ts_ns":1.0,'),  # a number not in its canonical form
+        lambda body: b'{"payload":' + body.split(b',"payload":', 1)[1][:-1] + b',"kind":"note"}',  # key order
+    ],
+    ids=["whitespace", "number-form", "key-order"],
+)
+def test_body_that_is_not_canonical_is_refused(tmp_path, edit):
+    """A frame whose checksum is right but whose body is not the canonical encoding would store a
+    hash that ``amb verify`` can never reproduce from the columns: ingest refuses it."""
+    root = tmp_path / "s"
+    body = make_body(run_id="r", source="proxy", seq=0, ts_ns=1, kind="note", v=1,
+                     payload=encode_payload(Note(text="x")), prev_hash=GENESIS)
+    bad = edit(body)
+    assert bad != body and json.loads(bad) == json.loads(body)
+    path = spool_path(root, "r", "proxy")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(MAGIC + encode_frame(bad, hashlib.sha256(bad).hexdigest()))
+    with pytest.raises(SpoolError, match="spool spool/r/proxy.spool: seq (0|\\?): not a canonical event body"):
         ingest(root)
     assert count(root) == 0
 
