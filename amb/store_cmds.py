@@ -18,6 +18,7 @@ from replay.ingest import ingest as ingest_store
 from replay.read import iter_events
 from replay.store import Store, first, open_sql
 from replay.verify import verify as verify_store
+from schemas.blobpack import SUFFIX
 from schemas.errors import AmbError, UsageError
 from schemas.events import AnyPayload
 
@@ -31,12 +32,14 @@ def ingest(store: str, runs: tuple[str, ...]) -> None:
     for torn in report.torn:
         click.echo(
             f"amb: warning: {torn.path}: torn tail at byte {torn.tail.offset} ({torn.tail.length} bytes, "
-            f"{torn.tail.why}); kept the {torn.frames} complete events before it",
+            f"{torn.tail.why}); kept the {torn.frames} complete "
+            f"{'blob records' if torn.path.endswith(SUFFIX) else 'events'} before it",
             err=True,
         )
     click.echo(
         f"ingested {report.events_added} new events ({report.events_read} read) from "
         f"{report.files_loaded} of {report.files_seen} spool files; runs: {len(report.runs)}"
+        + (f"; {report.blobs_materialised} blobs from packs of unclosed recorders" if report.blobs_materialised else "")
     )
 
 

@@ -12,6 +12,14 @@ shim's and strace's CPU count against it; the host-side receiver does not), and 
 process run under the shim was recorded. On a loaded machine trust the CPU ratio: wall time then
 depends on how the scheduler shares the cores, and a traced workload (more runnable tasks) can
 even get a larger share.
+
+Where the overhead goes: the shim itself costs little (it reads strace's output in 50 ms
+batches and parses about 3 lines per process); nearly all of it is strace's, and most of that is
+the ptrace stops that following children puts on every new process whatever is traced (fork
+event, the child's first stop, exec event, exit). Bare ``strace -f -e trace=none`` around the same
+loop, writing to /dev/null, already cost about 1.06x on the 2-core CI VM, so there this
+benchmark's wall ratio sits near or above the 1.05 target. The CPU line shows the shim's and
+strace's CPU separately.
 """
 
 from __future__ import annotations
@@ -97,7 +105,7 @@ def main() -> int:
         if len(parts) == 3 and parts[0] in times and parts[1].isdigit():
             times[parts[0]].append(int(parts[1]) / 1e9)
             cpus[parts[0]].append(int(parts[2]) / 1e9)
-    recorded, cpu = [], []
+    recorded, cpu, ms_shim, ms_strace = [], [], [], []
     for run_id, receiver in receivers:
         receiver.close()
         path = spool_path(store, run_id, "shim")
@@ -105,12 +113,14 @@ def main() -> int:
         procs = [e for e in events if e.kind == "process.exited" and e.payload.argv == ["python3", "-c", "pass"]]
         recorded.append(len(procs))
         bye = [e.payload.data for e in events if e.kind == "note" and e.payload.text == "shim finished"][0]
-        cpu.append(bye["cpu_ms_shim"] + bye.get("cpu_ms_strace", 0))
+        ms_shim.append(bye["cpu_ms_shim"])
+        ms_strace.append(bye.get("cpu_ms_strace", 0))
+        cpu.append(ms_shim[-1] + ms_strace[-1])
     plain, shim = sum(times["plain"]), sum(times["shim"])
     print(f"plain blocks: {' '.join(f'{t:.2f}' for t in times['plain'])}  total {plain:.2f}s")
     print(f"shim blocks:  {' '.join(f'{t:.2f}' for t in times['shim'])}  total {shim:.2f}s")
     print(f"processes recorded per shim block: {recorded} (expected {block} each)")
-    print(f"shim CPU per shim block: {cpu} ms (shim process + strace); "
+    print(f"shim CPU per shim block: {cpu} ms (shim process {ms_shim} + strace {ms_strace}); "
           f"{sum(cpu) / max(1, sum(recorded)):.2f} ms per process")
     ratio = shim / plain
     cpu_plain, cpu_shim = sum(cpus["plain"]), sum(cpus["shim"])

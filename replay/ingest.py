@@ -18,6 +18,9 @@ guard: events already stored are skipped (anti-join), so re-ingesting adds nothi
 declared as a DuckDB PRIMARY KEY because maintaining that index doubled the bulk-load time
 (measured, see README); ``amb verify`` checks the key too (a duplicate shows as a sequence error).
 
+Blob packs (``schemas.blobpack``) beside the spools being loaded are materialised into the blob
+store first: a recorder that died before closing leaves its run's blobs there.
+
 Torn tails (a writer killed mid-frame) are found in Python by looking at the end of each file;
 such a file is loaded from a temporary copy of its complete frames, and the tail is reported.
 Unchanged files (same size as when last loaded) are skipped without being read.
@@ -35,6 +38,7 @@ import pyarrow as pa
 
 from replay.manifest import write_manifests
 from replay.store import Store, first
+from schemas.blobpack import materialise, packs_in
 from schemas.codec import GENESIS, ID_RE, decode_body, current_version
 from schemas.errors import AmbError, IngestConflict, SchemaError, SpoolError
 from schemas.events import KINDS
@@ -58,7 +62,10 @@ class IngestReport(NamedTuple):
     events_read: int
     events_added: int
     torn: list[FileReport]
+    """Spools and blob packs with a torn tail (``frames`` counts what was kept before it)."""
     runs: list[str]
+    blobs_materialised: int = 0
+    """Blobs moved from packs left by recorders that died before closing (``schemas.blobpack``)."""
 
 
 class _Spool(NamedTuple):
@@ -102,6 +109,27 @@ def _prepare(path: Path, key: str, tmp: Path) -> _Spool | None:
     copy = tmp / f"{len(os.listdir(tmp))}.spool"
     copy.write_bytes(data[: tail.offset] if tail else data)
     return _Spool(key, str(copy), run_id, source, size, tail)
+
+
+def _materialise_packs(store: Store, run_dirs: set[Path]) -> tuple[int, list[FileReport]]:
+    """Move the blob packs of these runs into the blob store, before their events become visible.
+
+    A pack is normally materialised and removed by its producer when it closes; one still here
+    belongs to a producer that died (or is still running: its complete records are copied, the
+    pack is left to it)."""
+    created, torn = 0, []
+    for run_dir in sorted(run_dirs):
+        for pack in packs_in(run_dir):
+            try:
+                done = materialise(pack, store.blobs)
+            except FileNotFoundError:
+                continue  # its producer closed and removed it just now
+            created += done.created
+            if done.torn_at is not None:
+                key = pack.relative_to(store.root).as_posix()
+                torn.append(FileReport(key, run_dir.name, pack.stem, done.records,
+                                       Tail(done.torn_at, done.torn_bytes, "incomplete blob record")))
+    return created, torn
 
 
 def _kinds_sql() -> str:
@@ -278,7 +306,16 @@ def ingest(
         paths = spool_files(st.root, run_ids)
         known = dict(st.con.execute("SELECT path, size FROM spool_files").fetchall())
         loaded: list[_Spool] = []
-        added = 0
+        added = materialised = 0
+        torn_packs: list[FileReport] = []
+
+        def load(batch: list[_Spool]) -> int:
+            nonlocal materialised
+            created, torn = _materialise_packs(st, {(st.root / s.key).parent for s in batch})
+            materialised += created
+            torn_packs.extend(torn)
+            return _load(st, batch)
+
         with tempfile.TemporaryDirectory(prefix="amb-ingest-") as tmp:
             batch: list[_Spool] = []
             for i, path in enumerate(paths):
@@ -295,11 +332,11 @@ def ingest(
                     continue
                 batch.append(spool)
                 if len(batch) >= BATCH_FILES:
-                    added += _load(st, batch)
+                    added += load(batch)
                     loaded += batch
                     batch = []
             if batch:
-                added += _load(st, batch)
+                added += load(batch)
                 loaded += batch
         if progress:
             progress(len(paths), len(paths))
@@ -310,7 +347,7 @@ def ingest(
         torn = [FileReport(s.key, s.run_id, s.source, frames.get((s.run_id, s.source), 0), s.tail) for s in loaded if s.tail]
         write_manifests(st, runs)
         read = sum(frames.get((s.run_id, s.source), 0) for s in loaded)
-        return IngestReport(len(paths), len(loaded), read, added, torn, runs)
+        return IngestReport(len(paths), len(loaded), read, added, torn + torn_packs, runs, materialised)
     finally:
         if own:
             st.close()

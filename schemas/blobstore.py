@@ -80,9 +80,17 @@ def chunk_bounds(data: bytes) -> list[int]:
 
 
 def _next_brace(data: bytes, pos: int) -> tuple[int, int]:
-    """Start and end of the next ``},{`` or ``}, {`` at or after ``pos``; (-1, -1) if none."""
+    """Start and end of the next ``},{`` or ``}, {`` at or after ``pos``; (-1, -1) if none.
+
+    Jumps to the next ``}`` with a one-byte find (memchr, many GB/s) before looking for ``},``:
+    a two-byte find crawls through a long brace-free run (a base64 image) at ~1 GB/s while holding
+    the GIL, which on the proxy's event loop stalled every stream for ~4 ms per 5 MB body."""
+    find = data.find
     while True:
-        i = data.find(b"},", pos)
+        i = find(b"}", pos)
+        if i == -1:
+            return -1, -1
+        i = find(b"},", i)
         if i == -1:
             return -1, -1
         if data[i + 2 : i + 3] == b"{":
@@ -127,7 +135,27 @@ class BlobStore:
             self._write_once(path, zlib.compress(data, COMPRESSION_LEVEL), sync, blob)
         return blob
 
-    def _write_once(self, path: Path, stored: bytes, sync: bool, blob: str) -> None:
+    def put_stored(self, hexd: str, stored: bytes | memoryview, *, sync: bool = True) -> bool:
+        """Store an already encoded file under its address (a blob pack's record); True if new."""
+        blob = HASH_PREFIX + hexd
+        path = self.path_of(blob)
+        if path.exists():
+            return False
+        return self._write_once(path, stored, sync, blob)
+
+    def sync_dirs(self, shards: set[str]) -> None:
+        """fsync shard directories, so that files linked into them survive a crash."""
+        for shard in sorted(shards):
+            try:
+                fd = os.open(self.root / shard, os.O_RDONLY | os.O_DIRECTORY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def _write_once(self, path: Path, stored: bytes | memoryview, sync: bool, blob: str) -> bool:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.parent / f".tmp-{os.getpid()}-{os.urandom(4).hex()}-{path.name[:16]}"
         try:
@@ -140,7 +168,8 @@ class BlobStore:
             try:
                 os.link(tmp, path)
             except FileExistsError:
-                pass
+                return False
+            return True
         except OSError as e:
             raise BlobError(f"cannot write blob {blob}: {e}") from e
         finally:

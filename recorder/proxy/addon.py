@@ -1,7 +1,7 @@
 """The mitmproxy addon: tees traffic into ``Sink`` and keeps credentials in custody.
 
-Hook order per flow: ``request`` (inject the real key, refuse if recording is broken) →
-``responseheaders`` (switch streaming on: mitmproxy buffers whole responses otherwise, which would
+Hook order per flow: ``request`` (inject the real key, refuse if recording is broken, and queue
+the request's parse and blob: see ``_queue_request``) → ``responseheaders`` (switch streaming on: mitmproxy buffers whole responses otherwise, which would
 turn time-to-first-token into the length of the whole stream) → ``response`` or ``error`` (hand
 the facts to the sink; for model calls, wait until they are durable and fail closed if not).
 ``done`` writes flows still in flight as partial records (mitmproxy calls it before their
@@ -11,14 +11,17 @@ the facts to the sink; for model calls, wait until they are durable and fail clo
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import logging
 import time
 from dataclasses import dataclass, field
+from concurrent.futures import Future
 from typing import Any
 
 from mitmproxy import http
+from mitmproxy.net.http import url
 
 from recorder.proxy import calls
 from recorder.proxy.result import loads
@@ -37,8 +40,13 @@ class _Flow:
     api: calls.Api | None
     started_ns: int
     t0: float
-    prepared: Any = None
+    prepared: Future[Any] | None = None
     """Future of the request's blob and parse, started as soon as the request arrived."""
+    pending: tuple[bytes, str | None] | None = None
+    """A small request's body and encoding, until ``_prepare_small`` has taken care of them."""
+    url: str | None = None
+    retries: int = 0
+    content_type: str = ""
     chunks: list[bytes] = field(default_factory=list)
     first_byte: float | None = None
     streamed: bool = False
@@ -72,17 +80,45 @@ class Recorder:
             flow.metadata[KEY].recorded = True
             return
         self.sink.custody.inject(req.host, req.port, req.headers)
-        if api is not None and len(req.raw_content or b"") > sink_mod.EAGER_PREPARE_MIN:
-            flow.metadata[KEY].prepared = self.sink.prepare_request(
-                api, req.raw_content or b"", req.headers.get("content-encoding")
-            )
+        if api is not None:
+            self._queue_request(flow, flow.metadata[KEY])
         self.live[flow.id] = flow
+
+    def _queue_request(self, flow: http.HTTPFlow, st: _Flow) -> None:
+        """Start the request's share of the recording so it overlaps the upstream's work.
+
+        A large body goes to a worker thread (hashing and compressing it release the GIL). A small
+        one is done on the event loop, but in the loop's next turn: mitmproxy sends the request
+        upstream as soon as this hook returns, so the parse, scrub and blob write happen while the
+        upstream works rather than on the response's path, and without a thread hand-off.
+        """
+        req = flow.request
+        raw = req.raw_content or b""
+        encoding = req.headers.get("content-encoding")
+        if len(raw) > sink_mod.EAGER_PREPARE_MIN:
+            st.prepared = self.sink.prepare_request(st.api, raw, encoding)  # type: ignore[arg-type]
+            self._request_facts(flow, st)
+        else:
+            st.prepared, st.pending = Future(), (raw, encoding)
+            asyncio.get_running_loop().call_soon(self._prepare_small, flow, st)
+
+    def _prepare_small(self, flow: http.HTTPFlow, st: _Flow) -> None:
+        if st.pending is None:
+            return  # already done on demand: the flow ended first
+        (raw, encoding), st.pending = st.pending, None
+        self._request_facts(flow, st)
+        self.sink.prepare_into(st.prepared, st.api, raw, encoding)  # type: ignore[arg-type]
+
+    def _request_facts(self, flow: http.HTTPFlow, st: _Flow) -> None:
+        req = flow.request
+        st.url = _url(req.scheme, req.host_header, req.host, req.port, req.path)
+        st.retries = _int(req.headers.get("x-stainless-retry-count"))
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         st: _Flow | None = flow.metadata.get(KEY)
         if st is None or st.recorded or flow.response is None:
             return
-        ctype = flow.response.headers.get("content-type", "")
+        ctype = st.content_type = flow.response.headers.get("content-type", "")
         if st.api is not None:
             if "text/event-stream" in ctype:
                 st.streamed = True
@@ -264,24 +300,27 @@ class Recorder:
     def _call_facts(self, flow: http.HTTPFlow, st: _Flow, error: str | None = None) -> CallFacts:
         req, resp = flow.request, flow.response
         now = time.time()
+        if st.prepared is None:  # never queued (refused, or the flow failed before its request hook)
+            st.prepared, st.pending = Future(), (req.raw_content or b"", req.headers.get("content-encoding"))
+        self._prepare_small(flow, st)  # if the flow ended before the loop's next turn
+        if st.url is None:
+            self._request_facts(flow, st)
         facts = CallFacts(
             call_id=flow.id,
             api=st.api,  # type: ignore[arg-type]
-            url=f"{req.scheme}://{req.pretty_host}:{req.port}{req.path.split('?', 1)[0]}",
-            request=st.prepared or self.sink.prepare_now(
-                st.api, req.raw_content or b"", req.headers.get("content-encoding")  # type: ignore[arg-type]
-            ),
+            url=st.url,  # type: ignore[arg-type]
+            request=st.prepared,
             started_ns=st.started_ns,
             streamed=st.streamed,
             latency_ms=(now - st.t0) * 1000,
             error=error,
             partial=error is not None and resp is not None,
-            retries=_int(req.headers.get("x-stainless-retry-count")),
+            retries=st.retries,
         )
         if resp is not None:
             facts.status = resp.status_code
             facts.response_encoding = resp.headers.get("content-encoding")
-            facts.content_type = resp.headers.get("content-type", "")
+            facts.content_type = st.content_type if st.content_type else resp.headers.get("content-type", "")
             if st.streamed:
                 facts.response_chunks = st.chunks
                 first = st.first_byte
@@ -318,6 +357,18 @@ async def _settled(fut: Any) -> Any:
     if fut.done():
         return fut.result()
     return await asyncio.wrap_future(fut)
+
+
+@functools.lru_cache(maxsize=256)
+def _url(scheme: str, authority: str | None, host: str, port: int, path: str) -> str:
+    """The call's URL without its query, as ``scheme://host:port/path`` (host as ``pretty_host``).
+
+    Cached: ``pretty_host`` parses the Host header (with IDNA) on every call, and an agent talks
+    to one or two endpoints.
+    """
+    if authority:
+        host = url.parse_authority(authority, check=False)[0]
+    return f"{scheme}://{host}:{port}{path.split('?', 1)[0]}"
 
 
 def _classify_error(msg: str, had_response: bool) -> str:

@@ -1,144 +1,134 @@
-"""A faster writer for the shared blob store, for the proxy's hot path.
+"""The proxy's blob writer: the blob store's format, appended to a pack while the agent waits.
 
-It writes exactly what ``schemas.blobstore.BlobStore.put`` writes: the same addresses, the same
-chunking of large blobs (so a conversation resent on every turn is stored once), zlib-compressed
-files written to a temporary file and hard-linked into place, never rewritten. ``BlobStore`` reads
-them back. What differs is where the time goes. Creating a file (a new inode) costs ~1 ms on the
-ext4 volumes we run on, while writing to an open file, ``link`` and ``unlink`` cost microseconds.
-So a background thread keeps empty temporary files ready, already open and already read-only
-(mode 0444 applies to later opens, not to the descriptor that created the file). Storing one file
-is then four syscalls: write, link, unlink, close. Shard directories are created once, and fsyncs
-are batched in ``sync``.
+It produces exactly what ``schemas.blobstore.BlobStore.put`` produces: the same addresses, the
+same chunking of large blobs (so a conversation resent on every turn is stored once), the same
+stored bytes. What differs is when the blob files are created. A new file is an inode, and
+allocating one cost 30 us to over 500 us of kernel time on the file systems we run on, more while
+other processes create and delete files (that was the whole gap between the recording proxy's
+throughput and bare mitmproxy's). So a blob is appended to this run's pack
+(``schemas.blobpack``: one ``writev``, no new inode) and the pack is materialised into the blob
+store when the sink closes, at the end of the run; ``amb ingest`` materialises the pack of a run
+whose recorder died before that.
+
+Addresses already stored or appended are remembered, so a body sent again (a system prompt, a
+conversation's earlier chunks) costs a hash and a set lookup. A small new body is not looked up in
+the store at all: compressing and appending it costs less than a ``stat``, and materialising
+skips what already exists.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import queue
-import secrets
 import threading
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from schemas.blob import HASH_PREFIX, BlobRef
-from schemas.blobstore import CHUNK_ABOVE, CHUNK_MAGIC, COMPRESSION_LEVEL, chunk_bounds
+from schemas.blobpack import MAGIC, materialise, record_header
+from schemas.blobstore import CHUNK_ABOVE, CHUNK_MAGIC, COMPRESSION_LEVEL, BlobStore, chunk_bounds
 from schemas.errors import BlobError
 
-POOL_SIZE = 64
-"""Ready temporary files: enough for a large body's chunks without creating files on the spot."""
+KNOWN_MAX = 1 << 16
+"""Addresses remembered as stored (about 100 bytes each); the set is cleared when it fills up."""
+
+LOOKUP_ABOVE = 4 * 1024
+"""A new blob at most this big is not looked up in the store before it is appended."""
+
+PARALLEL_ABOVE = 1024 * 1024
+"""Above this, a blob's address is hashed on another thread while its chunks are stored."""
+
+_HASHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amb-blob-hash")
 
 
 class BlobWriter:
-    def __init__(self, root: Path, pool_size: int = POOL_SIZE):
-        self.root = Path(root)
-        self.pool_dir = self.root / f".tmp-{os.getpid()}-{secrets.token_hex(4)}"
-        self.pool_dir.mkdir(parents=True, exist_ok=True)
-        self._ready: queue.Queue[tuple[str, int]] = queue.Queue(maxsize=pool_size)
-        self._dirs: set[str] = set()
-        self.written: list[Path] = []
-        """Files this writer created, fsync'd together by ``sync`` (not one by one on the hot path)."""
-        self._stop = threading.Event()
-        self._filler = threading.Thread(target=self._fill, name="amb-blob-pool", daemon=True)
-        self._filler.start()
-
-    def _new_tmp(self) -> tuple[str, int]:
-        path = str(self.pool_dir / secrets.token_hex(8))
-        return path, os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o444)
-
-    def _fill(self) -> None:
-        while not self._stop.is_set():
-            if self._ready.full():
-                self._stop.wait(0.01)
-                continue
-            try:
-                self._ready.put_nowait(self._new_tmp())  # only this thread adds: never Full here
-            except OSError:
-                self._stop.wait(0.5)  # e.g. disk full: put() falls back and reports it
+    def __init__(self, root: Path, pack: Path):
+        self.store = BlobStore(root)
+        self.store.root.mkdir(parents=True, exist_ok=True)
+        self.pack = Path(pack)
+        self.pack.parent.mkdir(parents=True, exist_ok=True)
+        self._known: set[str] = set()
+        self._lock = threading.Lock()
+        """One record at a time in the pack (the sink writes from the event loop and workers)."""
+        self._fd = os.open(self.pack, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        if os.fstat(self._fd).st_size == 0:
+            os.write(self._fd, MAGIC)
 
     def put(self, data: bytes, media_type: str = "application/octet-stream") -> BlobRef:
         """Store ``data`` once (chunked above ``CHUNK_ABOVE``, as ``BlobStore.put`` does)."""
+        if len(data) > PARALLEL_ABOVE:
+            return self._put_large(data, media_type)
         hexd = hashlib.sha256(data).hexdigest()
         ref = BlobRef(blob=HASH_PREFIX + hexd, size=len(data), media_type=media_type)
-        path = self._path(hexd)
-        if path.exists():
+        if hexd in self._known or (len(data) > LOOKUP_ABOVE and self._stored(hexd)):
             return ref
         if len(data) > CHUNK_ABOVE:
-            view, start, addresses = memoryview(data), 0, []
-            for end in chunk_bounds(data):
-                addresses.append(self._put_whole(view[start:end]))
-                start = end
-            self._write_once(path, CHUNK_MAGIC + "".join(a + "\n" for a in addresses).encode(), ref.blob)
+            self._append(hexd, self._chunk_list(data))
         else:
-            self._write_once(path, zlib.compress(data, COMPRESSION_LEVEL), ref.blob)
+            self._append(hexd, zlib.compress(data, COMPRESSION_LEVEL))
         return ref
 
-    def _put_whole(self, chunk: memoryview) -> str:
+    def _put_large(self, data: bytes, media_type: str) -> BlobRef:
+        # The whole body's hash (its address) and its chunks' hashing and compression each take
+        # milliseconds per MB, and all release the GIL: run them side by side, on two cores. A
+        # large body that turns out to be stored already has only had its chunks hashed (each
+        # chunk is looked up before it is compressed).
+        whole = _HASHER.submit(lambda: hashlib.sha256(data).hexdigest())
+        chunk_list = self._chunk_list(data)
+        hexd = whole.result()
+        if hexd not in self._known and not self._stored(hexd):
+            self._append(hexd, chunk_list)
+        return BlobRef(blob=HASH_PREFIX + hexd, size=len(data), media_type=media_type)
+
+    def _chunk_list(self, data: bytes) -> bytes:
+        view, start, addresses = memoryview(data), 0, []
+        for end in chunk_bounds(data):
+            addresses.append(self._put_chunk(view[start:end]))
+            start = end
+        return CHUNK_MAGIC + "".join(a + "\n" for a in addresses).encode()
+
+    def _put_chunk(self, chunk: memoryview) -> str:
         hexd = hashlib.sha256(chunk).hexdigest()
-        path = self._path(hexd)
-        if not path.exists():
-            self._write_once(path, zlib.compress(chunk, COMPRESSION_LEVEL), HASH_PREFIX + hexd)
+        if hexd not in self._known and not self._stored(hexd):
+            self._append(hexd, zlib.compress(chunk, COMPRESSION_LEVEL))
         return HASH_PREFIX + hexd
 
-    def _path(self, hexd: str) -> Path:
-        return self.root / hexd[:2] / hexd[2:]
-
-    def _write_once(self, path: Path, stored: bytes, blob: str) -> None:
+    def _stored(self, hexd: str) -> bool:
         try:
-            shard = path.parent.name
-            if shard not in self._dirs:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                self._dirs.add(shard)
-            try:
-                tmp, fd = self._ready.get_nowait()
-            except queue.Empty:
-                tmp, fd = self._new_tmp()
-            try:
-                packed = memoryview(stored)
-                while packed:
-                    packed = packed[os.write(fd, packed):]
-                try:
-                    os.link(tmp, path)
-                    self.written.append(path)
-                except FileExistsError:
-                    pass  # another writer stored the same bytes first
-            finally:
-                os.close(fd)
-                try:
-                    os.unlink(tmp)
-                except FileNotFoundError:
-                    pass
+            found = self.store.path_of(HASH_PREFIX + hexd).exists()
         except OSError as e:
-            raise BlobError(f"cannot write blob {blob}: {e}") from e
+            raise BlobError(f"cannot look up blob {HASH_PREFIX}{hexd}: {e}") from e
+        if found:
+            self._remember(hexd)
+        return found
+
+    def _remember(self, hexd: str) -> None:
+        if len(self._known) >= KNOWN_MAX:
+            self._known.clear()
+        self._known.add(hexd)
+
+    def _append(self, hexd: str, stored: bytes) -> None:
+        header = record_header(hexd, len(stored))
+        try:
+            with self._lock:
+                written = os.writev(self._fd, [header, stored])
+        except OSError as e:
+            raise BlobError(f"cannot write blob {HASH_PREFIX}{hexd} to {self.pack.name}: {e}") from e
+        if written != len(header) + len(stored):  # a short write to a regular file: the disk is full
+            raise BlobError(f"cannot write blob {HASH_PREFIX}{hexd} to {self.pack.name}: short write")
+        self._remember(hexd)
 
     def sync(self) -> None:
-        """Make every blob written so far durable (files, then their directories)."""
-        written, self.written = self.written, []
-        dirs = {p.parent for p in written}
-        for path in [*written, *dirs]:
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                continue
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        """Make every blob appended so far durable (before the spool events that refer to them)."""
+        os.fsync(self._fd)
 
     def close(self) -> None:
-        self._stop.set()
-        self._filler.join()
-        while True:
-            try:
-                tmp, fd = self._ready.get_nowait()
-            except queue.Empty:
-                break
-            os.close(fd)
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-        try:
-            os.rmdir(self.pool_dir)
-        except OSError:
-            pass
+        """Materialise the pack into the blob store, durably, then remove it."""
+        if self._fd < 0:
+            return
+        os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = -1
+        materialise(self.pack, self.store)
+        self.pack.unlink()

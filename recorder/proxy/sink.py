@@ -1,14 +1,18 @@
-"""The proxy's write side: blobs and spool appends on worker threads, never on the event loop.
+"""The proxy's write side: request and response blobs, spool appends, the tool-call ledger.
 
-Parsing, hashing, compressing and writing a multi-MB body takes tens of ms (proxy-bench §4.6);
-doing it inside a mitmproxy hook stalls every other stream. The addon hands each request to
-``prepare_request`` as soon as it arrives (so the request blob is written while the upstream
-works) and each finished call to ``record_call``; the response hook awaits the latter before the
-client gets the answer (failing closed).
+Parsing, hashing, compressing and writing a multi-MB body takes tens of ms; doing it inside a
+mitmproxy hook would stall every other stream, so large bodies go to worker threads (hashing and
+compression release the GIL). Small calls are cheaper to record on the event loop than to hand to
+a thread: the addon has a small request prepared in the loop's turn after its ``request`` hook
+(``prepare_into``, overlapping the upstream's work) and a small response recorded inline by
+``record_call``. The response hook awaits ``record_call`` before the client gets the answer
+(failing closed).
 
 Durability: a call is acknowledged once its blobs and event are written to the OS (they survive
-a crash or ``kill -9`` of amb-record); a flusher thread fsyncs the spool every
-``FLUSH_INTERVAL_S`` and at close, so an fsync (0.1-0.5 ms here) is not on every call's path.
+a crash or ``kill -9`` of amb-record); a flusher thread fsyncs the run's blob pack and then the
+spool every ``FLUSH_INTERVAL_S`` and at close, so an fsync is not on every call's path. Blobs go
+to the pack, not to new files, while the run lasts (``BlobWriter``); closing the sink moves them
+into the shared blob store.
 A failed write or fsync marks the sink broken: from then on the proxy refuses traffic.
 """
 
@@ -27,6 +31,7 @@ from recorder.proxy.result import RequestInfo, ToolResult
 from recorder.spool import SpoolWriter, spool_path
 from schemas.blob import BlobRef
 from recorder.proxy.blobwriter import BlobWriter
+from schemas.blobpack import pack_path
 from schemas.errors import AmbError
 from schemas.events import ModelCallCompleted, NetworkRequest, Payload, ToolCallRequested, ToolCallResult, kind_of
 
@@ -37,8 +42,8 @@ NETWORK_BODY_CAP = 1024 * 1024
 """Non-model bodies above this are hashed, not stored."""
 
 EAGER_PREPARE_MIN = 64 * 1024
-"""Requests larger than this are prepared on a worker as soon as they arrive; smaller ones are
-prepared when the call is recorded, on the event loop (no thread hand-off on the common path)."""
+"""Requests larger than this are prepared on a worker as soon as they arrive; smaller ones on the
+event loop in its next turn, while the upstream works (no thread hand-off on the common path)."""
 
 INLINE_MAX = 64 * 1024
 """A finished call whose response is at most this big (and whose request blob is already written)
@@ -109,8 +114,9 @@ class Sink:
     """One run's proxy spool + the shared blob store + the tool-call ledger."""
 
     def __init__(self, store: Path, run_id: str, custody: Custody, *, workers: int = 4):
-        self.blobs = BlobWriter(Path(store) / "blobs")
-        self.spool = SpoolWriter(spool_path(store, run_id, "proxy"), run_id, "proxy", sync=False)
+        spool = spool_path(store, run_id, "proxy")
+        self.blobs = BlobWriter(Path(store) / "blobs", pack_path(spool))
+        self.spool = SpoolWriter(spool, run_id, "proxy", sync=False)
         self.custody = custody
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="amb-sink")
         self.counts: Counter[str] = Counter()
@@ -126,6 +132,7 @@ class Sink:
     def _flush_loop(self) -> None:
         while not self._closing.wait(FLUSH_INTERVAL_S):
             try:
+                self.blobs.sync()  # blobs first: a durable event has durable blobs
                 self.spool.flush()
             except (AmbError, OSError) as e:
                 self.broken = self.broken or f"{type(e).__name__}: {e}"
@@ -136,9 +143,12 @@ class Sink:
         """Parse and store a request body on a worker, overlapping the upstream's work."""
         return self.pool.submit(self._guard, self._prepare, (api, raw, encoding))
 
-    def prepare_now(self, api: calls.Api, raw: bytes, encoding: str | None) -> Future[PreparedRequest]:
-        """The same, here and now (small bodies: cheaper than waking a worker)."""
-        return _now(self._guard, self._prepare, (api, raw, encoding))
+    def prepare_into(self, fut: Future[PreparedRequest], api: calls.Api, raw: bytes, encoding: str | None) -> None:
+        """The same, here and now, settling ``fut`` (small bodies: cheaper than waking a worker)."""
+        try:
+            fut.set_result(self._guard(self._prepare, (api, raw, encoding)))
+        except BaseException as e:  # noqa: BLE001 - handed to whoever awaits the Future
+            fut.set_exception(e)
 
     def small(self, facts: CallFacts) -> bool:
         """Whether ``record_call`` would write this call inline (once its request is prepared)."""
@@ -160,8 +170,7 @@ class Sink:
         self.pool.shutdown(wait=True)
         self._closing.set()
         self._flusher.join()
-        self.blobs.close()
-        self.blobs.sync()
+        self.blobs.close()  # materialises this run's blob pack into the store
         self.spool.close()
 
     # -- work (worker threads) -----------------------------------------------------------------

@@ -10,6 +10,7 @@ from then on would go unrecorded.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import resource
 import signal
@@ -31,6 +32,17 @@ FIFO_PREFIX = "amb-shim-"
 
 DEFAULT_CAP = 8 * 1024 * 1024
 """Files up to this size are sent with their content; larger ones by hash only."""
+
+TRACE_PAUSE = 0.05
+"""Seconds the trace reader sleeps after a short read, so that strace's lines collect in the pipe.
+strace writes one line per traced event; a reader blocked on the pipe is woken for each one, and
+that wakeup (strace's pipe write, then the shim's thread) costs several times more CPU than parsing
+the line. Batching delays the records by at most this long; nothing is lost (strace waits when the
+pipe is full)."""
+
+TRACE_PIPE_SIZE = 1 << 20
+"""Pipe buffer asked for the trace fifo (the default is 64 KiB): room for what strace writes while
+the reader sleeps, so the agent is not held up waiting for the reader."""
 
 DROP_CODE = (
     "import os,sys,ctypes\n"
@@ -83,13 +95,19 @@ class Sender:
         self.sent = 0
 
     def send(self, msg) -> None:
-        frame = encode(msg)
+        self.send_many([msg])
+
+    def send_many(self, msgs: list) -> None:
+        """Send messages in one write (one wakeup of the receiver for the batch)."""
+        if not msgs:
+            return
+        frames = b"".join(encode(m) for m in msgs)
         with self.lock:
             if self.broken is not None:
                 return
             try:
-                self.sock.sendall(frame)
-                self.sent += 1
+                self.sock.sendall(frames)
+                self.sent += len(msgs)
             except OSError as e:
                 self.broken = e
         if self.broken is not None:
@@ -205,14 +223,29 @@ class _StraceRun:
         return 128 - rc if rc < 0 else rc
 
     def _read(self, fifo: str) -> None:
-        with open(fifo, "r", encoding="utf-8", errors="surrogateescape") as f:
-            for line in f:
-                for msg in self.tracker.feed(line):
-                    self.sender.send(msg)
-                if self.tracker.root_exit is not None and not self._root_gone.is_set():
-                    self._sample_cpu()
-                    self._root_gone.set()
+        fd = os.open(fifo, os.O_RDONLY | os.O_CLOEXEC)  # waits for strace to open it
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, TRACE_PIPE_SIZE)
+        except OSError:
+            pass  # above the system's pipe-max-size: the default buffer only means more waits
+        try:
+            while True:
+                chunk = os.read(fd, TRACE_PIPE_SIZE)
+                if not chunk:
+                    break
+                self._deliver(self.tracker.feed_bytes(chunk))
+                if len(chunk) < TRACE_PIPE_SIZE // 4:  # a full pipe is read again at once
+                    time.sleep(TRACE_PAUSE)
+            self._deliver(self.tracker.flush())
+        finally:
+            os.close(fd)
         self._sample_cpu()
+
+    def _deliver(self, msgs: list) -> None:
+        self.sender.send_many(msgs)
+        if self.tracker.root_exit is not None and not self._root_gone.is_set():
+            self._sample_cpu()
+            self._root_gone.set()
 
     def _sample_cpu(self) -> None:
         """strace's own CPU time (sampled: once it has exited, /proc no longer has it)."""

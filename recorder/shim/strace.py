@@ -146,6 +146,22 @@ class Tracker:
     root_pid: int | None = None
     root_exit: int | None = None
     unparsed: int = 0
+    tail: bytes = b""
+    """The incomplete last line of the chunks fed so far (see ``feed_bytes``)."""
+
+    def feed_bytes(self, chunk: bytes) -> list:
+        """Feed output as read from the pipe, in chunks that may end (or split a character) mid-line."""
+        lines = (self.tail + chunk).split(b"\n")
+        self.tail = lines.pop()
+        out: list = []
+        for line in lines:
+            out += self.feed(line.decode("utf-8", "surrogateescape"))
+        return out
+
+    def flush(self) -> list:
+        """The output ended: feed what is left of its last line."""
+        tail, self.tail = self.tail, b""
+        return self.feed(tail.decode("utf-8", "surrogateescape")) if tail else []
 
     def feed(self, line: str) -> list:
         m = _LINE.match(line.rstrip("\n"))

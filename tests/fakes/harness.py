@@ -11,6 +11,7 @@ from pathlib import Path
 from recorder.proxy.custody import Custody
 from recorder.proxy.server import ProxyServer
 from recorder.proxy.sink import Sink
+from schemas.blobpack import materialise, pack_path
 from schemas.blobstore import BlobStore
 from schemas.codec import decode_event
 from schemas.frames import scan
@@ -27,8 +28,17 @@ class Recording:
         self.custody = Custody.from_env(dict(REAL_KEYS), upstreams)
         self.sink = Sink(store, run_id, self.custody)
         self.proxy = ProxyServer(self.sink, upstreams=upstreams, confdir=store / "conf", upstream_ca=upstream_ca)
-        self.blobs = BlobStore(store / "blobs")
         self._seen = 0
+
+    @property
+    def blobs(self) -> BlobStore:
+        """The blob store, with the live run's blob pack materialised first (as ``amb ingest`` does
+        for a run still recording): the proxy creates blob files only when the run ends."""
+        store = BlobStore(self.store / "blobs")
+        pack = pack_path(spool_path(self.store, self.run_id, "proxy"))
+        if pack.exists():
+            materialise(pack, store, sync=False)
+        return store
 
     def start(self) -> Recording:
         self.proxy.start()

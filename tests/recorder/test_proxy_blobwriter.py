@@ -1,4 +1,6 @@
-"""The proxy's fast blob writer produces exactly what the shared BlobStore writes, reads and verifies."""
+"""The proxy's blob writer: blobs go to a pack during the run and become exactly the files the
+shared BlobStore writes, reads and verifies, when the writer closes or when ingest finds the pack
+of a recorder that died."""
 
 from __future__ import annotations
 
@@ -7,22 +9,41 @@ import os
 import stat
 import threading
 
+import pytest
+
 from recorder.proxy.blobwriter import BlobWriter
+from recorder.spool import SpoolWriter, spool_path
+from replay.ingest import ingest
+from replay.store import Store
+from replay.verify import verify
+from schemas.blobpack import MAGIC, pack_path, read_records
 from schemas.blobstore import BlobStore
+from schemas.errors import SpoolError
+from schemas.events import Note
 
 
-def test_written_blobs_read_back_through_the_store(tmp_path):
-    w = BlobWriter(tmp_path / "blobs")
+def writer(root, run="r"):
+    return BlobWriter(root / "blobs", pack_path(spool_path(root, run, "proxy")))
+
+
+def stored_files(blobs):
+    return {p.relative_to(blobs): p.read_bytes() for p in blobs.glob("??/*")}
+
+
+def test_blobs_are_in_the_store_once_the_writer_closes(tmp_path):
+    w = writer(tmp_path)
     data = [b"", b"small", os.urandom(3000), b"A" * (2 * 1024 * 1024)]
     refs = [w.put(d, "application/json") for d in data]
     assert w.put(b"small").blob == refs[1].blob  # write-once: the same bytes, the same address
+    assert not stored_files(tmp_path / "blobs")  # nothing created while the run lasts: all in the pack
+    w.sync()
+    w.close()
     store = BlobStore(tmp_path / "blobs")
     for d, ref in zip(data, refs):
         assert store.get(ref) == d and ref.size == len(d)
         assert not stat.S_IMODE(store.path_of(ref.blob).stat().st_mode) & 0o222  # read-only
-    w.sync()
-    w.close()
-    assert not list((tmp_path / "blobs").glob(".tmp-*"))  # the pool of temporary files is gone
+    assert not w.pack.exists()  # materialised, then removed
+    assert not [p for p in (tmp_path / "blobs").rglob("*") if p.name.startswith(".tmp-")]
 
 
 def test_same_files_as_the_blob_store(tmp_path):
@@ -30,27 +51,68 @@ def test_same_files_as_the_blob_store(tmp_path):
     messages = [b'{"role": "user", "content": "%s"}' % hashlib.sha256(b"%d" % i).hexdigest().encode() * 40
                 for i in range(41)]
     turns = [b"[" + b"},{".join(messages[:n]) + b"]" for n in (40, 41)]
-    w = BlobWriter(tmp_path / "mine")
+    w = writer(tmp_path)
     refs = [w.put(t) for t in turns]
+    records, torn = read_records(w.pack.read_bytes(), "pack")
+    assert torn is None and len({h for h, _ in records}) == len(records)  # the shared prefix appended once
     w.close()
     ref_store = BlobStore(tmp_path / "theirs")
     assert [ref_store.put(t, sync=False) for t in turns] == refs
-    mine = {p.relative_to(tmp_path / "mine"): p.read_bytes() for p in (tmp_path / "mine").glob("??/*")}
-    theirs = {p.relative_to(tmp_path / "theirs"): p.read_bytes() for p in (tmp_path / "theirs").glob("??/*")}
+    mine, theirs = stored_files(tmp_path / "blobs"), stored_files(tmp_path / "theirs")
     assert mine == theirs and len(mine) > 3  # byte-identical files, chunk lists included
-    assert BlobStore(tmp_path / "mine").get(refs[1]) == turns[1]
+    assert len(records) == len(mine)
 
 
-def test_concurrent_writers_of_the_same_content(tmp_path):
-    writers = [BlobWriter(tmp_path / "blobs") for _ in range(4)]
-    payload = os.urandom(100_000)
-    refs = []
-    threads = [threading.Thread(target=lambda w=w: refs.append(w.put(payload))) for w in writers]
+def test_blobs_already_stored_are_not_appended_again(tmp_path):
+    BlobStore(tmp_path / "blobs").put(b"B" * 100_000, sync=False)
+    w = writer(tmp_path)
+    w.put(b"B" * 100_000)
+    assert read_records(w.pack.read_bytes(), "pack") == ([], None)
+    w.close()
+
+
+def test_threads_appending_at_once_leave_whole_records(tmp_path):
+    w = writer(tmp_path)
+    payloads = [os.urandom(5000 + i) for i in range(200)]
+    refs: list = []
+    threads = [threading.Thread(target=lambda part=payloads[i::4]: refs.extend(w.put(p) for p in part)) for i in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert len({r.blob for r in refs}) == 1
-    assert BlobStore(tmp_path / "blobs").get(refs[0]) == payload
-    for w in writers:
-        w.close()
+    records, torn = read_records(w.pack.read_bytes(), "pack")
+    assert torn is None and len(records) == 200
+    w.close()
+    store = BlobStore(tmp_path / "blobs")
+    assert sorted(store.get(r) for r in refs) == sorted(payloads)
+
+
+def test_ingest_materialises_the_pack_of_a_recorder_that_died(tmp_path):
+    """A recorder killed before closing leaves its blobs in the pack: ingest moves them into the
+    store before the run's events become visible, reports a torn last record, and verify passes."""
+    w = writer(tmp_path)
+    kept = [w.put(b"request %d " % i * 50) for i in range(3)]
+    with SpoolWriter(spool_path(tmp_path, "r", "proxy"), "r", "proxy") as spool:
+        for ref in kept:
+            spool.append(Note(text=ref.blob))
+    w.sync()
+    w.put(b"x" * 3000)  # the record being written when the process died ...
+    os.close(w._fd)  # ... and no close(): the pack stays
+    data = w.pack.read_bytes()
+    w.pack.write_bytes(data[:-100])
+    report = ingest(tmp_path)
+    assert report.events_added == 3 and report.blobs_materialised == 3
+    [torn] = report.torn
+    assert torn.path == "spool/r/proxy.blobs" and torn.frames == 3 and torn.tail.why == "incomplete blob record"
+    with Store.open(tmp_path, read_only=True) as st:
+        assert [st.blobs.get(ref) for ref in kept] == [b"request %d " % i * 50 for i in range(3)]
+        assert verify(st.con, st.blobs) == []
+
+
+def test_a_damaged_pack_is_an_error_naming_it(tmp_path):
+    with pytest.raises(SpoolError, match="p.blobs: not a blob pack"):
+        read_records(b"garbage" * 20, "p.blobs")
+    bad = MAGIC + b"zz" * 64 + b" 3\nabc"
+    with pytest.raises(SpoolError, match="p.blobs: byte 11: not a blob record header"):
+        read_records(bad, "p.blobs")
+    assert read_records(MAGIC[:5], "p.blobs") == ([], 0)  # a header cut short is a torn tail

@@ -73,3 +73,25 @@ def test_failed_exec_and_ipv6_connect() -> None:
     assert [type(m).__name__ for m in out] == ["Connect", "Proc"]
     assert out[0].host == "::1" and out[0].port == 80 and out[0].error is None and out[0].family == "inet6"
     assert out[1].argv == ["x"]
+
+
+def test_chunks_split_anywhere_give_the_same_records() -> None:
+    """The shim reads strace's pipe in batches: a chunk may end mid-line or mid-character."""
+    text = (
+        '3 1700000000.000001 execve("/bin/sh", ["sh", "-c", "x"], 0x1 /* 1 vars */) = 0\n'
+        '3 1700000000.000002 clone(child_stack=NULL, flags=SIGCHLD) = 4\n'
+        '4 1700000000.000003 execve("/bin/echo", ["echo", "h\\303\\251", "\xe2\x82\xac"], 0x1 /* 1 vars */) = 0\n'
+        '4 1700000000.000004 +++ exited with 0 +++\n'
+        '3 1700000000.000005 +++ exited with 3 +++'  # the last line has no newline: flush() ends it
+    ).encode("latin-1")
+    whole = Tracker(root_cwd="/ws")
+    expected = whole.feed_bytes(text) + whole.flush()
+    assert [(p.pid, p.ppid, p.argv, p.exit_code) for p in expected] == [
+        (4, 3, ["echo", "hé", "€"], 0), (3, None, ["sh", "-c", "x"], 3),
+    ]
+    for size in (1, 2, 3, 7, 50):
+        t = Tracker(root_cwd="/ws")
+        out = []
+        for i in range(0, len(text), size):
+            out += t.feed_bytes(text[i : i + size])
+        assert out + t.flush() == expected and t.unparsed == 0
