@@ -51,6 +51,8 @@ class BlobWriter:
         self._known: set[str] = set()
         self._lock = threading.Lock()
         """One record at a time in the pack (the sink writes from the event loop and workers)."""
+        self._unsynced = False
+        """Whether records were appended since the last ``sync``."""
         self._fd = os.open(self.pack, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
         if os.fstat(self._fd).st_size == 0:
             os.write(self._fd, MAGIC)
@@ -113,6 +115,7 @@ class BlobWriter:
         try:
             with self._lock:
                 written = os.writev(self._fd, [header, stored])
+                self._unsynced = True
         except OSError as e:
             raise BlobError(f"cannot write blob {HASH_PREFIX}{hexd} to {self.pack.name}: {e}") from e
         if written != len(header) + len(stored):  # a short write to a regular file: the disk is full
@@ -120,7 +123,13 @@ class BlobWriter:
         self._remember(hexd)
 
     def sync(self) -> None:
-        """Make every blob appended so far durable (before the spool events that refer to them)."""
+        """Make every blob appended so far durable (before the spool events that refer to them).
+
+        Called every group commit; a pack with nothing new since the last call is not fsync'd."""
+        with self._lock:
+            if not self._unsynced:
+                return
+            self._unsynced = False  # appends during the fsync below set it again
         os.fsync(self._fd)
 
     def close(self) -> None:

@@ -116,3 +116,16 @@ def test_a_damaged_pack_is_an_error_naming_it(tmp_path):
     with pytest.raises(SpoolError, match="p.blobs: byte 11: not a blob record header"):
         read_records(bad, "p.blobs")
     assert read_records(MAGIC[:5], "p.blobs") == ([], 0)  # a header cut short is a torn tail
+
+
+def test_sync_fsyncs_only_what_is_new(tmp_path):
+    # The sink calls sync every group commit (every 20 ms): an idle pack must not be fsync'd each time.
+    w = writer(tmp_path)
+    assert w._unsynced is False
+    w.put(b"one")
+    assert w._unsynced is True
+    w.sync()
+    assert w._unsynced is False
+    w.put(b"one")  # already appended: nothing new to make durable
+    assert w._unsynced is False
+    w.close()
