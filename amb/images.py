@@ -35,7 +35,7 @@ DEFAULT_BASE = "python:3.11-slim-bookworm"
 ROOTFS_SUITE = "bookworm"
 ROLES = ("agent", "grader")
 
-SHIM_FILES = ("__init__.py", "__main__.py", "wire.py", "strace.py", "watch.py", "procpoll.py", "shim.py")
+SHIM_FILES = ("__init__.py", "__main__.py", "wire.py", "notify.py", "strace.py", "watch.py", "procpoll.py", "shim.py")
 """The container side of recorder/shim (stdlib + msgspec only; the receiver stays on the host)."""
 
 GRADER_PACKAGES = ("schemas", "scorer", "tasks")

@@ -3,23 +3,22 @@
     python bench/shim.py [--n 2000] [--rounds 5]
 
 In one agent container (the real image, the docker backend's limits and flags), N short
-``python3 -c pass`` runs are timed without the shim and N under it (strace -f --seccomp-bpf,
-inotify on the workspace, events streamed to a real receiver writing a real spool). The runs are
-cut into blocks interleaved ABBA (plain, shim, shim, plain) per round, so that load from anything
-else on the machine falls on both sides alike. Prints the ratio shim/plain of the total wall times
-(target <= 1.05), the same ratio for the CPU the container used (the container's cgroup, so the
-shim's and strace's CPU count against it; the host-side receiver does not), and checks that every
-process run under the shim was recorded. On a loaded machine trust the CPU ratio: wall time then
-depends on how the scheduler shares the cores, and a traced workload (more runnable tasks) can
-even get a larger share.
+``python3 -c pass`` runs are timed without the shim and N under it (the tracer the docker backend
+gets, seccomp-notify, unless ``--tracer`` says otherwise; inotify on the workspace; events
+streamed to a real receiver writing a real spool). The runs are cut into blocks interleaved ABBA
+(plain, shim, shim, plain) per round, so that load from anything else on the machine falls on
+both sides alike. Prints the ratio shim/plain of the total wall times (target <= 1.05), the same
+ratio for the CPU the container used (the container's cgroup, so the shim's and strace's CPU
+count against it; the host-side receiver does not), and checks that every process run under the
+shim was recorded. On a loaded machine trust the CPU ratio: wall time then depends on how the
+scheduler shares the cores, and a traced workload (more runnable tasks) can even get a larger
+share. Each block's loop times itself, so the shim's start-up is not in the wall figures.
 
-Where the overhead goes: the shim itself costs little (it reads strace's output in 50 ms
-batches and parses about 3 lines per process); nearly all of it is strace's, and most of that is
-the ptrace stops that following children puts on every new process whatever is traced (fork
-event, the child's first stop, exec event, exit). Bare ``strace -f -e trace=none`` around the same
-loop, writing to /dev/null, already cost about 1.06x on the 2-core CI VM, so there this
-benchmark's wall ratio sits near or above the 1.05 target. The CPU line shows the shim's and
-strace's CPU separately.
+Where the overhead goes: with seccomp-notify each process waits for the shim at its exec (argv
+read, seize), at its exec-event stop and, for its parent, at its death; a shell also at each
+SIGCHLD. With strace (``--tracer strace``), following children with ptrace stops every new
+process several times whatever is traced (fork event, the child's first stop, exec event,
+exit): bare ``strace -f -e trace=none`` alone cost about 1.06x on the 2-core CI VM.
 """
 
 from __future__ import annotations
@@ -58,6 +57,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=2000, help="python -c runs per measurement")
     p.add_argument("--rounds", type=int, default=5, help="ABBA rounds (each: plain, shim, shim, plain)")
+    p.add_argument("--tracer", default="auto", choices=("auto", "seccomp-notify", "strace", "proc-poll"),
+                   help="the shim's process tracer (auto: what the docker backend gets)")
     args = p.parse_args()
     block = max(1, args.n // (2 * args.rounds))
 
@@ -80,7 +81,7 @@ def main() -> int:
             volumes[str(sock)] = {"bind": f"/run/amb/sock{k}", "mode": "ro"}
             steps.append(
                 f"/opt/venv/bin/python -I -c \"{SHIM_ENTRY}\" run --socket /run/amb/sock{k}/shim.sock "
-                f"--workspace /workspace --agent-uid 1000 -- bash -c \"$AMB_LOOP\" _ shim {block}"
+                f"--workspace /workspace --agent-uid 1000 --tracer {args.tracer} -- bash -c \"$AMB_LOOP\" _ shim {block}"
             )
     # A discarded warm-up first: the first python runs in a fresh container pay for cold caches.
     steps.insert(0, f"setpriv --reuid=1000 --regid=1000 --clear-groups bash -c \"$AMB_LOOP\" _ warmup {max(20, block // 2)}")

@@ -57,8 +57,10 @@ SHIM_ENTRY = ("import sys; sys.path.insert(0, '/opt/amb/lib'); "
               "from recorder.shim.__main__ import main; sys.exit(main())")
 
 # What the shim (root in the container) needs, and nothing more: switch to the agent's uid, read
-# the agent's files whatever their modes, and kill processes that outlive the agent.
-CAPS = ["SETUID", "SETGID", "KILL", "DAC_OVERRIDE", "DAC_READ_SEARCH"]
+# the agent's files whatever their modes, kill processes that outlive the agent, and trace the
+# agent's processes (read an exec's argv from their memory, learn their exit status). The agent
+# itself runs as an unprivileged uid under no-new-privileges, so none of these reach it.
+CAPS = ["SETUID", "SETGID", "KILL", "DAC_OVERRIDE", "DAC_READ_SEARCH", "SYS_PTRACE"]
 
 
 class DockerBackendError(AmbError):

@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--watch", action="append", default=[], help="a path whose opens are recorded (repeatable)")
     r.add_argument("--outside", action="append", default=[],
                    help="a directory outside the workspace whose writes are recorded too (repeatable)")
-    r.add_argument("--tracer", choices=("auto", "strace", "proc-poll"), default="auto")
+    r.add_argument("--tracer", choices=("auto", "seccomp-notify", "strace", "proc-poll"), default="auto")
     r.add_argument("--agent-uid", type=int, default=None, help="run CMD as this uid (the shim stays root)")
     r.add_argument("--agent-gid", type=int, default=None)
     r.add_argument("--linger", type=float, default=2.0, help="seconds children may outlive CMD")

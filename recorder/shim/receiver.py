@@ -164,7 +164,7 @@ class ShimReceiver:
         elif isinstance(msg, wire.Hello):
             self.hello = msg
             self._append(Note(text="shim started", data={
-                "tracer": msg.tracer, "fallback": msg.tracer != "strace", "detail": msg.detail,
+                "tracer": msg.tracer, "fallback": msg.tracer == "proc-poll", "detail": msg.detail,
                 "workspace": msg.workspace, "content_cap": msg.content_cap, "watched": msg.watched,
                 "protocol": msg.protocol,
             }), ts_ns=ts)

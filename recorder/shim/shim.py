@@ -22,6 +22,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from recorder.shim import notify as nt
 from recorder.shim import strace as st
 from recorder.shim.procpoll import ProcPoller
 from recorder.shim.watch import Watcher
@@ -66,7 +67,7 @@ class Options:
     outside: list[str] = field(default_factory=list)
     """Directories outside the workspace whose writes are recorded too, by absolute path (/tmp)."""
     tracer: str = "auto"
-    """``auto`` (strace if it works here, else proc-poll), ``strace`` or ``proc-poll``."""
+    """``auto`` (the first that works here of seccomp-notify, strace, proc-poll), or one of them."""
     agent_uid: int | None = None
     agent_gid: int | None = None
     linger: float = 2.0
@@ -127,19 +128,11 @@ def run(opts: Options) -> int:
     # is watched, so the shim's own probe is not reported as the agent's write.
     tempfile.gettempdir()
     sender = Sender(opts.socket)
-    tracer = opts.tracer
-    detail = ""
-    seccomp = True
-    if tracer in ("auto", "strace"):
-        usable, seccomp, detail = st.probe()
-        if not usable:
-            if tracer == "strace":
-                sender.send(NoteMsg(text=f"shim: {detail}", ts_ns=time.time_ns()))
-                sys.stderr.write(f"amb-shim: {detail}\n")
-                return 125
-            tracer = "proc-poll"
-        else:
-            tracer = "strace"
+    tracer, detail, seccomp = _choose_tracer(opts)
+    if tracer is None:
+        sender.send(NoteMsg(text=f"shim: {detail}", ts_ns=time.time_ns()))
+        sys.stderr.write(f"amb-shim: {detail}\n")
+        return 125
     watcher = Watcher(opts.workspace, sender.send, content_cap=opts.content_cap, watched=opts.watched)
     outside = [Watcher(d, sender.send, content_cap=opts.content_cap, absolute=True, ignore_prefix=FIFO_PREFIX)
                for d in opts.outside if os.path.isdir(d)]
@@ -155,11 +148,16 @@ def run(opts: Options) -> int:
         w.start()
 
     argv = list(opts.argv)
-    if opts.agent_uid is not None:
+    if opts.agent_uid is not None and tracer != nt.LABEL:  # (the notify launcher drops the uid itself)
         gid = opts.agent_gid if opts.agent_gid is not None else opts.agent_uid
         argv = [sys.executable, "-I", "-c", DROP_CODE, str(opts.agent_uid), str(gid), *argv]
 
-    runner = _StraceRun(opts, argv, sender, seccomp) if tracer == "strace" else _PollRun(opts, argv, sender)
+    if tracer == nt.LABEL:
+        runner = _NotifyRun(opts, sender)
+    elif tracer == "strace":
+        runner = _StraceRun(opts, argv, sender, seccomp)
+    else:
+        runner = _PollRun(opts, argv, sender)
     sender.on_broken = runner.fail_closed
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, _f: runner.forward(s))
@@ -181,6 +179,81 @@ def run(opts: Options) -> int:
         return 125
     sender.close()
     return code
+
+
+def _choose_tracer(opts: Options) -> tuple[str | None, str, bool]:
+    """(tracer, why the better ones were not taken, strace's --seccomp-bpf works); tracer None: the
+    one asked for does not work here."""
+    details = []
+    if opts.tracer in ("auto", nt.LABEL):
+        # The notify tracer reads SIGCHLD from a signalfd: block it before any thread exists.
+        nt.block_sigchld()
+        usable, detail = nt.probe(opts.agent_uid, opts.agent_gid)
+        if usable:
+            return nt.LABEL, "", True
+        nt.unblock_sigchld()
+        if opts.tracer == nt.LABEL:
+            return None, detail, False
+        details.append(detail)
+    if opts.tracer in ("auto", "strace"):
+        usable, seccomp, detail = st.probe()
+        if usable:
+            return "strace", "; ".join(details + [detail] if detail else details), seccomp
+        if opts.tracer == "strace":
+            return None, detail, False
+        details.append(detail)
+    return "proc-poll", "; ".join(details), False
+
+
+class _NotifyRun:
+    """Runs the agent under ``notify.NotifyTracer`` (see there)."""
+
+    def __init__(self, opts: Options, sender: Sender):
+        self.opts, self.sender = opts, sender
+        self.tracer = nt.NotifyTracer(sender.send_many, agent_uid=opts.agent_uid, agent_gid=opts.agent_gid)
+        self.counts: dict[str, int] = {}
+
+    def run(self) -> int:
+        try:
+            self.tracer.start(list(self.opts.argv), self.opts.workspace)
+        except OSError as e:
+            self.sender.send(NoteMsg(text=f"shim: {e}", ts_ns=time.time_ns()))
+            sys.stderr.write(f"amb-shim: {e}\n")
+            self.tracer.stop()
+            return 125
+        while not self.tracer.root_done.wait(0.5):  # (a timed wait lets forwarded signals through)
+            pass
+        deadline = time.monotonic() + self.opts.linger
+        while time.monotonic() < deadline and self.tracer.others_alive():
+            time.sleep(0.05)
+        killed = self.tracer.kill_all()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and self.tracer.others_alive():
+            time.sleep(0.02)  # their deaths, with the signal, are recorded
+        self.tracer.stop()
+        if self.tracer.failed:
+            self.sender.send(NoteMsg(text=f"shim: {self.tracer.failed}; the agent was stopped", ts_ns=time.time_ns()))
+            sys.stderr.write(f"amb-shim: {self.tracer.failed}; the agent was stopped\n")
+        self.counts.update(self.tracer.counts)
+        self.counts["killed_lingerers"] = killed
+        if self.tracer.last_error:
+            self.sender.send(NoteMsg(text=f"shim: {self.tracer.counts['tracer_errors']} syscalls could not be "
+                                          f"recorded; the last: {self.tracer.last_error}", ts_ns=time.time_ns()))
+        status = self.tracer.root_status
+        if status is None or self.tracer.failed:
+            return 125
+        return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+    def forward(self, sig: int) -> None:
+        if self.tracer.root_pid is not None and self.tracer.root_status is None:
+            try:
+                os.kill(self.tracer.root_pid, sig)
+            except OSError:
+                pass
+
+    def fail_closed(self) -> None:
+        self.tracer.kill_all()
+        self.forward(signal.SIGKILL)
 
 
 class _StraceRun:

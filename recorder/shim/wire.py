@@ -76,7 +76,8 @@ class Connect(msgspec.Struct, tag="connect", kw_only=True):
     host: str
     port: int | None = None
     error: str | None = None
-    """errno name when connect failed (``EINPROGRESS`` means the outcome was not yet known)."""
+    """errno name when connect failed (``EINPROGRESS`` means the outcome was not yet known;
+    ``unobserved``, that the tracer could not learn it)."""
     pid: int | None = None
     ts_ns: int = 0
 

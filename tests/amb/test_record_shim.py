@@ -41,7 +41,7 @@ def test_local_run_under_the_shim(tmp_path):
     assert any(c.startswith("bash -c") for c in cmds)
     assert any("python3 -c" in c for c in cmds)
     tracers = {t for (t,) in con.execute("SELECT DISTINCT tracer FROM processes WHERE run_id = 'shimmed'").fetchall()}
-    assert tracers & {"strace", "proc-poll"}
+    assert tracers & {"seccomp-notify", "strace", "proc-poll"}
     verified = subprocess.run([str(BIN / "amb"), "verify", "--store", str(store)], capture_output=True, text=True)
     assert verified.returncode == 0, verified.stdout
 

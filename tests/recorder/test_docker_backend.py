@@ -85,7 +85,7 @@ def test_docker_run_recorded_against_ground_truth(tmp_path: Path, agent_image: s
         assert calls == [(False, TEXT, True), (True, TEXT, True)]
 
         # Every process, including the short-lived grandchild, with its parentage and exit code.
-        procs = q("SELECT pid, ppid, argv, exit_code, cwd, tracer FROM processes WHERE run_id = ? AND tracer = 'strace'")
+        procs = q("SELECT pid, ppid, argv, exit_code, cwd, tracer FROM processes WHERE run_id = ? AND tracer = 'seccomp-notify'")
         procs = [(pid, ppid, json.loads(argv), code, cwd) for pid, ppid, argv, code, cwd, _ in procs]
         gc_pid, gc_ppid = map(int, st.blobs.get(_sealed(st, "out/grandchild.txt")).split())
         grandchild = [p for p in procs if p[0] == gc_pid]
@@ -130,7 +130,7 @@ def test_docker_run_recorded_against_ground_truth(tmp_path: Path, agent_image: s
         # The shim's stream was complete and used the real tracer.
         notes = q("SELECT payload->>'text', payload->'data'->>'tracer' FROM events WHERE run_id = ? AND kind = 'note' "
                   "AND source = 'shim' ORDER BY seq")
-        assert notes[0] == ("shim started", "strace") and notes[-1][0] == "shim finished"
+        assert notes[0] == ("shim started", "seccomp-notify") and notes[-1][0] == "shim finished"
 
 
 def _seal(st: Store) -> dict:

@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 
 from recorder.shim.local import run_local
 from schemas.blobstore import BlobStore
@@ -35,16 +36,21 @@ def _sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def test_local_run_records_processes_and_file_changes(tmp_path: Path) -> None:
+TRACERS = ["seccomp-notify", "strace"]
+"""Both process tracers; the tests run as root, where both work (auto takes the first)."""
+
+
+@pytest.mark.parametrize("tracer", TRACERS)
+def test_local_run_records_processes_and_file_changes(tmp_path: Path, tracer: str) -> None:
     store, ws = tmp_path / "store", tmp_path / "ws"
-    result = run_local(store, "run-local-1", ws, ["bash", "-c", SCRIPT])
+    result = run_local(store, "run-local-1", ws, ["bash", "-c", SCRIPT], tracer=tracer)
     assert result.exit_code == 3
     assert result.error is None
     events = shim_events(store, "run-local-1")
     blobs = BlobStore(store / "blobs")
 
     notes = payloads(events, "note")
-    assert notes[0].text == "shim started" and notes[0].data["tracer"] == "strace"
+    assert notes[0].text == "shim started" and notes[0].data["tracer"] == tracer
     assert notes[-1].text == "shim finished" and notes[-1].data["exit_code"] == 3
 
     procs = payloads(events, "process.exited")
@@ -60,7 +66,7 @@ def test_local_run_records_processes_and_file_changes(tmp_path: Path) -> None:
     assert len(true_) == 1 and true_[0].ppid == grandchild[0].pid and true_[0].exit_code == 0
     mv = [p for p in procs if p.argv[:1] == ["mv"]]
     assert mv and mv[0].argv == ["mv", "a.txt", "sub/renamed.txt"]
-    assert all(p.tracer == "strace" and p.end_ns >= p.start_ns > 0 for p in procs)
+    assert all(p.tracer == tracer and p.end_ns >= p.start_ns > 0 for p in procs)
 
     writes = payloads(events, "file.written")
     a = [w for w in writes if w.path == "a.txt"]
@@ -88,7 +94,8 @@ def test_content_cap_keeps_hash_only(tmp_path: Path) -> None:
     assert writes["small.txt"].content is not None
 
 
-def test_connect_attempts_are_recorded(tmp_path: Path) -> None:
+@pytest.mark.parametrize("tracer", TRACERS)
+def test_connect_attempts_are_recorded(tmp_path: Path, tracer: str) -> None:
     # A port nobody listens on: the attempt fails, and the failure is the fact recorded.
     probe = socket.socket()
     probe.bind(("127.0.0.1", 0))
@@ -97,7 +104,7 @@ def test_connect_attempts_are_recorded(tmp_path: Path) -> None:
     code = (f"import socket\ns=socket.socket()\ntry:\n s.connect(('127.0.0.1',{port}))\n"
             f"except OSError as e:\n print(e)\n")
     store = tmp_path / "store"
-    result = run_local(store, "run-net", tmp_path / "ws", [sys.executable, "-c", code])
+    result = run_local(store, "run-net", tmp_path / "ws", [sys.executable, "-c", code], tracer=tracer)
     assert result.exit_code == 0
     reqs = payloads(shim_events(store, "run-net"), "network.request")
     hits = [r for r in reqs if r.port == port]
