@@ -2,8 +2,9 @@
 
 It runs inside the agent container (or around a local run) and observes:
 
-- every process: argv, cwd, pid, ppid, start, end, exit code (``strace -f --seccomp-bpf`` when
-  ptrace is permitted; a clearly labelled ``proc-poll`` fallback when it is not);
+- every process: argv, cwd, pid, ppid, start, end, exit code or signal (seccomp user notification
+  plus a light ptrace, ``notify``, where permitted; else ``strace -f --seccomp-bpf``; else a
+  clearly labelled ``proc-poll`` fallback);
 - every file created, modified, deleted or renamed under the workspace, with size, sha256 and
   content up to a per-file cap (inotify, plus a final reconcile scan so nothing is lost);
 - opens of watched (forbidden) paths, where they exist and inotify can see them;
@@ -13,7 +14,7 @@ Events leave as they happen, over a unix socket, to ``recorder.shim.receiver`` o
 appends them to the run's ``shim`` spool and stores contents as blobs. The agent therefore cannot
 edit or delete what was already recorded.
 
-Container-side modules (``wire``, ``strace``, ``watch``, ``procpoll``, ``shim``, ``__main__``) use
+Container-side modules (``wire``, ``notify``, ``strace``, ``watch``, ``procpoll``, ``shim``, ``__main__``) use
 the standard library and msgspec only: they are copied into the agent image on their own.
 ``receiver`` and ``local`` run on the host and may import ``schemas`` and ``recorder``.
 """
