@@ -156,6 +156,7 @@ _libc.connect.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
 _libc.signalfd.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
 
 _NOTIF_RECV, _NOTIF_SEND, _NOTIF_ID_VALID = 0xC0502100, 0xC0182101, 0x40082102
+_NOTIF_SET_FLAGS, _FD_SYNC_WAKE_UP = 0x40082104, 1
 _NOTIF_SIZE, _RESP_SIZE = 80, 24
 _FLAG_CONTINUE = 1
 
@@ -414,6 +415,9 @@ class NotifyTracer:
                     self.failed = self.failed or "the launcher sent no seccomp listener"
                 else:
                     self._listener = fds[0]
+                    # Linux >= 6.6: the kernel switches straight between a waiting caller and this
+                    # thread on one CPU instead of waking it on another (older kernels: EINVAL).
+                    _libc.ioctl(self._listener, _NOTIF_SET_FLAGS, _FD_SYNC_WAKE_UP)
                     parent.sendall(b"K")
         except OSError as e:
             self.failed = f"cannot start the seccomp tracer: {e}"
