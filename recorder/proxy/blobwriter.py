@@ -11,9 +11,10 @@ store when the sink closes, at the end of the run; ``amb ingest`` materialises t
 whose recorder died before that.
 
 Addresses already stored or appended are remembered, so a body sent again (a system prompt, a
-conversation's earlier chunks) costs a hash and a set lookup. A small new body is not looked up in
-the store at all: compressing and appending it costs less than a ``stat``, and materialising
-skips what already exists.
+conversation's earlier chunks) costs a hash and a set lookup, and a chunk seen recently costs a
+comparison, not even a hash (``RecentChunks``). A small new body is not looked up in the store at
+all: compressing and appending it costs less than a ``stat``, and materialising skips what
+already exists.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import hashlib
 import os
 import threading
 import zlib
-from concurrent.futures import ThreadPoolExecutor
+from collections import OrderedDict
 from pathlib import Path
 
 from schemas.blob import HASH_PREFIX, BlobRef
@@ -36,10 +37,8 @@ KNOWN_MAX = 1 << 16
 LOOKUP_ABOVE = 4 * 1024
 """A new blob at most this big is not looked up in the store before it is appended."""
 
-PARALLEL_ABOVE = 1024 * 1024
-"""Above this, a blob's address is hashed on another thread while its chunks are stored."""
-
-_HASHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amb-blob-hash")
+RECENT_CHUNK_BYTES = 32 * 1024 * 1024
+"""How many bytes of recently stored chunks are kept, to recognise them without hashing them."""
 
 
 class BlobWriter:
@@ -49,6 +48,7 @@ class BlobWriter:
         self.pack = Path(pack)
         self.pack.parent.mkdir(parents=True, exist_ok=True)
         self._known: set[str] = set()
+        self._recent = RecentChunks(RECENT_CHUNK_BYTES)
         self._lock = threading.Lock()
         """One record at a time in the pack (the sink writes from the event loop and workers)."""
         self._unsynced = False
@@ -58,9 +58,12 @@ class BlobWriter:
             os.write(self._fd, MAGIC)
 
     def put(self, data: bytes, media_type: str = "application/octet-stream") -> BlobRef:
-        """Store ``data`` once (chunked above ``CHUNK_ABOVE``, as ``BlobStore.put`` does)."""
-        if len(data) > PARALLEL_ABOVE:
-            return self._put_large(data, media_type)
+        """Store ``data`` once (chunked above ``CHUNK_ABOVE``, as ``BlobStore.put`` does).
+
+        All on the calling thread, the whole body's hash first (a body stored already then costs
+        that one hash). Hashing the whole body on a second thread while its chunks were stored
+        finished sooner, but the machine's other core is busy carrying the request upstream
+        (mitmproxy, the upstream): a 5 MB request came back later, not sooner."""
         hexd = hashlib.sha256(data).hexdigest()
         ref = BlobRef(blob=HASH_PREFIX + hexd, size=len(data), media_type=media_type)
         if hexd in self._known or (len(data) > LOOKUP_ABOVE and self._stored(hexd)):
@@ -71,18 +74,6 @@ class BlobWriter:
             self._append(hexd, zlib.compress(data, COMPRESSION_LEVEL))
         return ref
 
-    def _put_large(self, data: bytes, media_type: str) -> BlobRef:
-        # The whole body's hash (its address) and its chunks' hashing and compression each take
-        # milliseconds per MB, and all release the GIL: run them side by side, on two cores. A
-        # large body that turns out to be stored already has only had its chunks hashed (each
-        # chunk is looked up before it is compressed).
-        whole = _HASHER.submit(lambda: hashlib.sha256(data).hexdigest())
-        chunk_list = self._chunk_list(data)
-        hexd = whole.result()
-        if hexd not in self._known and not self._stored(hexd):
-            self._append(hexd, chunk_list)
-        return BlobRef(blob=HASH_PREFIX + hexd, size=len(data), media_type=media_type)
-
     def _chunk_list(self, data: bytes) -> bytes:
         view, start, addresses = memoryview(data), 0, []
         for end in chunk_bounds(data):
@@ -91,7 +82,7 @@ class BlobWriter:
         return CHUNK_MAGIC + "".join(a + "\n" for a in addresses).encode()
 
     def _put_chunk(self, chunk: memoryview) -> str:
-        hexd = hashlib.sha256(chunk).hexdigest()
+        hexd = self._recent.address(chunk)
         if hexd not in self._known and not self._stored(hexd):
             self._append(hexd, zlib.compress(chunk, COMPRESSION_LEVEL))
         return HASH_PREFIX + hexd
@@ -141,3 +132,42 @@ class BlobWriter:
         self._fd = -1
         materialise(self.pack, self.store)
         self.pack.unlink()
+
+
+class RecentChunks:
+    """The chunks most recently hashed (up to ``limit`` bytes, least recently used dropped first).
+
+    An agent resends its whole conversation on every call, images and all, so most chunks of a
+    large request are chunks of the previous one. Comparing a chunk with the copy kept here runs
+    at memcmp speed (well under 0.5 ms per 5 MB); hashing it again takes 2.5 ms per 5 MB of CPU that
+    mitmproxy and the upstream need at that moment. A chunk equal byte for byte to a kept one
+    has the kept one's address.
+    """
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._chunks: OrderedDict[tuple[int, bytes, bytes], tuple[bytes, str]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        """The sink's workers and the event loop store blobs at the same time."""
+
+    def address(self, chunk: memoryview) -> str:
+        """The chunk's sha256 (hex)."""
+        key = (len(chunk), bytes(chunk[:32]), bytes(chunk[-32:]))  # cheap to build, rarely shared
+        with self._lock:
+            kept = self._chunks.get(key)
+            if kept is not None:
+                self._chunks.move_to_end(key)
+        # Same length, so ``startswith`` is equality (and takes the memoryview without a copy).
+        if kept is not None and kept[0].startswith(chunk):
+            return kept[1]
+        hexd = hashlib.sha256(chunk).hexdigest()
+        copy = bytes(chunk)
+        with self._lock:
+            old = self._chunks.pop(key, None)
+            self._bytes += len(copy) - (len(old[0]) if old is not None else 0)
+            self._chunks[key] = (copy, hexd)
+            while self._bytes > self.limit:
+                _, (dropped, _) = self._chunks.popitem(last=False)
+                self._bytes -= len(dropped)
+        return hexd

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from recorder.proxy.blobwriter import BlobWriter
+from recorder.proxy.blobwriter import BlobWriter, RecentChunks
 from recorder.spool import SpoolWriter, spool_path
 from replay.ingest import ingest
 from replay.store import Store
@@ -61,6 +61,42 @@ def test_same_files_as_the_blob_store(tmp_path):
     mine, theirs = stored_files(tmp_path / "blobs"), stored_files(tmp_path / "theirs")
     assert mine == theirs and len(mine) > 3  # byte-identical files, chunk lists included
     assert len(records) == len(mine)
+
+
+def test_resent_chunks_are_recognised_not_rehashed_and_files_stay_the_same(tmp_path, monkeypatch):
+    """An image resent on every turn: its chunks come from the recent chunks (compared byte for
+    byte), and the stored files are still exactly BlobStore's."""
+    image = os.urandom(700_000).hex().encode()  # no delimiters: fixed-size chunks
+    turns = [b'{"turn": %d, "image": "%s"}' % (i, image) for i in range(3)]
+    w = writer(tmp_path)
+    hashed: list[int] = []
+    sha256 = hashlib.sha256
+    monkeypatch.setattr(hashlib, "sha256", lambda data=b"": hashed.append(len(data)) or sha256(data))
+    refs, hashes = [], []
+    for t in turns:
+        refs.append(w.put(t))
+        hashes.append(len(hashed))
+        hashed.clear()
+    monkeypatch.undo()
+    # The first turn hashes the body and its 6 chunks; later ones the body and their first chunk.
+    assert hashes == [7, 2, 2]
+    w.close()
+    ref_store = BlobStore(tmp_path / "theirs")
+    assert [ref_store.put(t, sync=False) for t in turns] == refs
+    assert stored_files(tmp_path / "blobs") == stored_files(tmp_path / "theirs")
+
+
+def test_recent_chunks_compare_every_byte_and_stay_within_their_limit():
+    recent = RecentChunks(limit=3 * 10_000)
+    a = b"x" * 32 + b"a" * 9_936 + b"y" * 32
+    b = b"x" * 32 + b"b" * 9_936 + b"y" * 32  # the same length, head and tail: not the same chunk
+    assert recent.address(memoryview(a)) == hashlib.sha256(a).hexdigest()
+    assert recent.address(memoryview(b)) == hashlib.sha256(b).hexdigest()
+    assert recent.address(memoryview(a)) == hashlib.sha256(a).hexdigest()
+    for i in range(10):
+        c = os.urandom(10_000)
+        assert recent.address(memoryview(c)) == hashlib.sha256(c).hexdigest()
+    assert recent._bytes <= recent.limit and len(recent._chunks) == 3
 
 
 def test_blobs_already_stored_are_not_appended_again(tmp_path):
