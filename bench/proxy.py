@@ -270,7 +270,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run, noisier)")
     args = ap.parse_args()
     q = args.quick
-    n_seq, n_stream, n_big, secs, n_stall = (120, 30, 6, 2.0, 3) if q else (600, 90, 20, 6.0, 8)
+    n_seq, n_stream, n_big, secs, n_stall = (120, 30, 6, 2.0, 3) if q else (600, 90, 60, 6.0, 8)
 
     with tempfile.TemporaryDirectory(prefix="amb-bench-") as tmpdir:
         targets = start_targets(Path(tmpdir))

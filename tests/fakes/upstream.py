@@ -95,10 +95,13 @@ class _Encoder:
 class FakeUpstream:
     """Runs the fake on 127.0.0.1 in a background thread (its own event loop)."""
 
-    def __init__(self, tls_dir: Path | None = None, host: str = "127.0.0.1"):
+    def __init__(self, tls_dir: Path | None = None, host: str = "127.0.0.1", keep_requests: bool = True):
         self.host = host
         """127.0.0.2 keeps a test server out of the agent's NO_PROXY list (which names 127.0.0.1)."""
         self.requests: list[Seen] = []
+        self.keep_requests = keep_requests
+        """False for long-running use (the benchmarks): thousands of 5 MB bodies kept would grow the
+        fake by gigabytes, and the page faults of that growth are noise in what is measured."""
         self.ca_file: Path | None = None
         self._ssl: ssl.SSLContext | None = None
         if tls_dir is not None:
@@ -108,6 +111,10 @@ class FakeUpstream:
         self._server: asyncio.base_events.Server | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, name="fake-upstream", daemon=True)
         self.port = 0
+
+    def _saw(self, seen: Seen) -> None:
+        if self.keep_requests:
+            self.requests.append(seen)
 
     @property
     def url(self) -> str:
@@ -166,7 +173,7 @@ class FakeUpstream:
                     body = await reader.readexactly(int(headers["content-length"]))
                 elif headers.get("transfer-encoding", "").lower() == "chunked":
                     body = await _read_chunked(reader)
-                self.requests.append(Seen(method, path, headers, body))
+                self._saw(Seen(method, path, headers, body))
                 keep = await self._respond(writer, method, path, headers, body)
                 if not keep or headers.get("connection", "").lower() == "close":
                     break
@@ -259,14 +266,14 @@ class FakeUpstream:
             for event in conn.events():
                 if isinstance(event, Request):
                     headers = {k.decode().lower(): v.decode() for k, v in event.extra_headers}
-                    self.requests.append(Seen("GET", event.target, headers, b""))
+                    self._saw(Seen("GET", event.target, headers, b""))
                     writer.write(conn.send(AcceptConnection()))
                 elif isinstance(event, TextMessage):
                     text += event.data
                     if not event.message_finished:
                         continue
                     req, text = json.loads(text), ""
-                    self.requests.append(Seen("WS", "/v1/responses", headers, json.dumps(req).encode()))
+                    self._saw(Seen("WS", "/v1/responses", headers, json.dumps(req).encode()))
                     if req.get("type") == "response.create":
                         self._counter += 1
                         body = req.get("response") if isinstance(req.get("response"), dict) else req
@@ -487,7 +494,7 @@ def make_tls(directory: Path, host: str = "127.0.0.1") -> tuple[Path, ssl.SSLCon
 if __name__ == "__main__":  # manual poking: python tests/fakes/upstream.py
     import time
 
-    with FakeUpstream() as fake:
+    with FakeUpstream(keep_requests=False) as fake:
         print(fake.url, flush=True)
         while True:
             time.sleep(3600)
