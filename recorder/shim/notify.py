@@ -247,17 +247,13 @@ def _ppid(tid: int) -> int:
         return int(f.read().rsplit(b")", 1)[1].split(None, 2)[1])  # (after the name: state, ppid)
 
 
-def _status(tid: int) -> tuple[int, int]:
-    """(tgid, ppid) of a thread, from /proc."""
-    tgid = ppid = 0
+def _tgid(tid: int) -> int:
+    """The process a thread belongs to, from /proc."""
     with open(f"/proc/{tid}/status", "rb") as f:
         for line in f:
             if line.startswith(b"Tgid:"):
-                tgid = int(line.split()[1])
-            elif line.startswith(b"PPid:"):
-                ppid = int(line.split()[1])
-                break
-    return tgid, ppid
+                return int(line.split()[1])
+    raise OSError(f"no Tgid in /proc/{tid}/status")
 
 
 def _sockaddr(raw: bytes) -> tuple[str, str, int] | None:
@@ -599,7 +595,7 @@ class NotifyTracer:
     def _exec_details(self, tid: int, e: _Exec) -> None:
         e.ppid = _ppid(tid)
         if e.unconfirmed:
-            e.tgid = _status(tid)[0]
+            e.tgid = _tgid(tid)
         try:
             e.cwd = os.readlink(f"/proc/{tid}/cwd")
         except OSError:
@@ -620,7 +616,7 @@ class NotifyTracer:
         target = _sockaddr(raw)
         if target is None:
             return False  # unix sockets and the like: local plumbing, not network attempts
-        tgid = _status(tid)[0]
+        tgid = _tgid(tid)
         family, host, port = target
         ts = time.time_ns()
         pidfd = _libc.syscall(_SYS_PIDFD_OPEN, tgid, 0)
@@ -696,11 +692,9 @@ def _descendants(roots: set[int]) -> set[int]:
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+                children.setdefault(_ppid(int(name)), []).append(int(name))
             except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(name))
+                continue  # gone meanwhile
     found: set[int] = set()
     frontier = list(roots)
     while frontier:
