@@ -7,6 +7,7 @@ from types import ModuleType
 
 from recorder.proxy import anthropic_messages, openai_chat, openai_responses
 from recorder.proxy.result import Reassembled, RequestInfo, loads
+from recorder.proxy.skim import skim
 from recorder.proxy.wire import decode_content
 from schemas.events import Usage
 
@@ -47,7 +48,18 @@ def classify_websocket(path: str) -> Api | None:
 
 
 def parse_request(api: Api, body: bytes) -> RequestInfo:
-    return api.parser.parse_request(loads(body)) if body else RequestInfo()
+    """The request's facts; a large body is parsed without its inline binary data (``skim``)."""
+    if not body:
+        return RequestInfo()
+    skimmed = skim(body)
+    if skimmed is not None:
+        doc, marker = skimmed
+        parsed = loads(doc)
+        if parsed is not None:
+            info = api.parser.parse_request(parsed)
+            if not any(marker in r.output for r in info.tool_results):
+                return info
+    return api.parser.parse_request(loads(body))
 
 
 def parse_response(api: Api, raw: bytes, encoding: str | None, content_type: str) -> tuple[Reassembled, bytes, str | None]:

@@ -63,7 +63,7 @@ class Custody:
     def scrub(self, data: bytes) -> bytes:
         """``data`` with every real key's bytes masked."""
         for needle in self._needles:
-            if needle in data:
+            if contains(data, needle):
                 data = data.replace(needle, REDACTED.encode())
         return data
 
@@ -73,3 +73,36 @@ class Custody:
                 text = text.replace(key, REDACTED)
         return text
 
+
+
+ANCHORS = (b"-", b"_")
+"""Key bytes that base64 never uses: a multi-MB inline image has none of them."""
+
+ANCHOR_LIMIT = 64
+"""Anchor occurrences checked one by one before falling back to a plain search."""
+
+
+def contains(data: bytes, needle: bytes) -> bool:
+    """``needle in data``, fast when ``data`` is mostly base64 and ``needle`` is an API key.
+
+    A plain search for a 100-byte key takes 0.3-0.6 ms per 5 MB while holding the GIL (every byte
+    of a key is also a base64 byte, so the search can skip little). Provider keys contain ``-`` or
+    ``_``, which base64 never does: the occurrences of that byte are found at memchr speed (0.05 ms
+    per 5 MB) and the key is compared at each. A body with more than ``ANCHOR_LIMIT`` of them
+    (text, not an image) gets the plain search.
+    """
+    for anchor in ANCHORS:
+        offset = needle.find(anchor)
+        if offset != -1:
+            break
+    else:
+        return needle in data
+    find, startswith = data.find, data.startswith
+    pos = find(anchor, offset)  # an occurrence before ``offset`` cannot be the key's
+    for _ in range(ANCHOR_LIMIT):
+        if pos == -1:
+            return False
+        if startswith(needle, pos - offset):
+            return True
+        pos = find(anchor, pos + 1)
+    return pos != -1 and needle in data

@@ -195,9 +195,9 @@ class Sink:
         api, raw, encoding = args
         body, _ = decode_content(raw, encoding)
         body = self.custody.scrub(body)
-        # The blob first, the parse second: decoding a large body's JSON holds the GIL (1 ms per
-        # 5 MB), and by the time the blob is written mitmproxy has usually finished forwarding the
-        # request upstream, so the parse no longer holds up the event loop while it does that.
+        # The blob first, the parse second: decoding a large body's JSON holds the GIL, and by the
+        # time the blob is written mitmproxy has usually finished forwarding the request upstream.
+        # (Inline images and files are skimmed out of the parse: ``recorder.proxy.skim``.)
         ref = self.blobs.put(body, "application/json") if body else None
         info = calls.parse_request(api, body)
         return PreparedRequest(info, ref)

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from recorder.proxy.blobwriter import BlobWriter, RecentChunks
+from recorder.proxy.blobwriter import YIELD_EVERY, BlobWriter, RecentChunks
 from recorder.spool import SpoolWriter, spool_path
 from replay.ingest import ingest
 from replay.store import Store
@@ -44,6 +44,16 @@ def test_blobs_are_in_the_store_once_the_writer_closes(tmp_path):
         assert not stat.S_IMODE(store.path_of(ref.blob).stat().st_mode) & 0o222  # read-only
     assert not w.pack.exists()  # materialised, then removed
     assert not [p for p in (tmp_path / "blobs").rglob("*") if p.name.startswith(".tmp-")]
+
+
+@pytest.mark.parametrize("size", [YIELD_EVERY - 1, YIELD_EVERY, YIELD_EVERY + 1, 3 * YIELD_EVERY + 5])
+def test_a_body_hashed_in_pieces_has_its_whole_sha256(tmp_path, size):
+    data = os.urandom(size)
+    w = writer(tmp_path)
+    ref = w.put(data)
+    w.close()
+    assert ref.blob == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert BlobStore(tmp_path / "theirs").put(data, sync=False) == ref
 
 
 def test_same_files_as_the_blob_store(tmp_path):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
+import pytest
 from mitmproxy.http import Headers
 
-from recorder.proxy.custody import REDACTED, Custody
+from recorder.proxy.custody import ANCHOR_LIMIT, REDACTED, Custody, contains
 
 ENV = {"OPENAI_API_KEY": "sk-real-openai-0123456789", "ANTHROPIC_API_KEY": "sk-ant-real-9876543210"}
 UP = {"openai": "https://api.openai.com", "anthropic": "http://gateway.local:8080"}
@@ -44,3 +47,35 @@ def test_scrub_masks_key_bytes_everywhere():
     assert c.scrub_text("x sk-real-openai-0123456789") == f"x {REDACTED}"
     short = Custody.from_env({"OPENAI_API_KEY": "abc"}, UP)  # too short to mask without mangling bodies
     assert short.scrub(b"abcabc") == b"abcabc"
+
+
+@pytest.mark.parametrize("needle", [b"sk-proj-Ab3_xYz9", b"-leading-dash", b"under_score_only", b"plainalnum0123"])
+def test_contains_is_exactly_in(needle):
+    # The anchored search against Python's own: keys at either end, partial keys around anchors,
+    # fewer and more anchors than the limit, the key right after the limit's last anchor.
+    rng = random.Random(needle)
+    alphabet = b"ABCxyz019+/=" + needle[:3]
+    for trial in range(400):
+        n_anchor = rng.choice([0, 1, ANCHOR_LIMIT - 1, ANCHOR_LIMIT, ANCHOR_LIMIT + 1, 200])
+        parts = [bytes(rng.choice(alphabet) for _ in range(rng.randrange(0, 40)))]
+        for _ in range(n_anchor):
+            parts.append(rng.choice([b"-", b"_", needle[:-1], needle[1:]]))
+            parts.append(bytes(rng.choice(alphabet) for _ in range(rng.randrange(0, 5))))
+        where = rng.choice(["none", "start", "end", "middle"])
+        if where == "start":
+            parts.insert(0, needle)
+        elif where == "end":
+            parts.append(needle)
+        elif where == "middle":
+            parts.insert(rng.randrange(len(parts) + 1), needle)
+        data = b"".join(parts)
+        assert contains(data, needle) == (needle in data), (trial, data)
+
+
+def test_scrub_of_a_large_image_body_finds_a_key_hidden_in_it():
+    c = Custody.from_env(ENV, UP)
+    image = b"QUJD" * 500_000
+    body = b'{"url": "data:image/png;base64,' + image + ENV["OPENAI_API_KEY"].encode() + image + b'"}'
+    scrubbed = c.scrub(body)
+    assert ENV["OPENAI_API_KEY"].encode() not in scrubbed and REDACTED.encode() in scrubbed
+    assert c.scrub(body.replace(ENV["OPENAI_API_KEY"].encode(), b"")) == body.replace(ENV["OPENAI_API_KEY"].encode(), b"")
