@@ -14,7 +14,7 @@ clients, the cost of a 5 MB request, and the longest inter-chunk gap of a paced 
 5 MB requests go through beside it. Then the issue's targets as ratios. Rounds interleave the
 targets so machine-load drift hits all alike.
 
-Run: .venv/bin/python bench/proxy.py [--quick]
+Run: .venv/bin/python bench/proxy.py [--quick] [--against CHECKOUT]
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def _wait_port(port: int) -> None:
     raise SystemExit(f"bench: port {port} never opened")
 
 
-def start_targets(tmp: Path) -> list[Target]:
+def start_targets(tmp: Path, against: Path | None = None) -> list[Target]:
     fake = subprocess.Popen([PY, str(ROOT / "tests" / "fakes" / "upstream.py")], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     up = _first_line(fake, "the fake upstream")
@@ -140,6 +140,14 @@ def start_targets(tmp: Path) -> list[Target]:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp, env={**os.environ, **REAL_KEYS},
     )
     targets.append(Target("amb", _first_line(amb, "amb-record").removesuffix("/v1"), amb))
+    if against is not None:  # the same command from another checkout, its packages first on the path
+        prev = subprocess.Popen(
+            [PY, "-c", "import sys; from amb.record import main; sys.exit(main())", "--store", str(tmp / "store-prev"),
+             "--no-ingest", "--upstream", f"openai={up}", "--", PY, "-c", WAIT_AGENT],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp,
+            env={**os.environ, **REAL_KEYS, "PYTHONPATH": str(against)},
+        )
+        targets.append(Target("amb-prev", _first_line(prev, "amb-record from " + str(against)).removesuffix("/v1"), prev))
     return targets
 
 
@@ -274,12 +282,17 @@ def stall(target: Target, streams: int, with_uploads: bool) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run, noisier)")
+    ap.add_argument("--against", type=Path, metavar="CHECKOUT",
+                    help="also measure amb-record from another checkout (e.g. a `git worktree` of an older "
+                         "commit) as target amb-prev, in the same rounds: how to see what a change did")
     args = ap.parse_args()
+    if args.against is not None and not (args.against / "amb" / "record.py").is_file():
+        raise SystemExit(f"bench: {args.against} is not a checkout of this project (no amb/record.py)")
     q = args.quick
     n_seq, n_stream, n_big, secs, n_stall = (120, 30, 6, 2.0, 3) if q else (600, 90, 120, 6.0, 8)
 
     with tempfile.TemporaryDirectory(prefix="amb-bench-") as tmpdir:
-        targets = start_targets(Path(tmpdir))
+        targets = start_targets(Path(tmpdir), args.against)
         names = [t.name for t in targets]
         try:
             print(f"targets: {', '.join(names)}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
@@ -294,7 +307,7 @@ def main() -> None:
             tput = {name: statistics.median(r) for name, r in rounds.items()}
             big = big_requests(targets, n_big)
             gaps = {t.name: (stall(t, n_stall, False), stall(t, n_stall, True))
-                    for t in targets if t.name in ("direct", "mitm_stream", "amb")}
+                    for t in targets if t.name in ("direct", "mitm_stream", "amb", "amb-prev")}
         finally:
             for t in reversed(targets):
                 t.stop()
@@ -345,6 +358,10 @@ def main() -> None:
     ]
     for what, value, ok, target in checks:
         print(f"  [{'ok' if ok else 'MISS'}] {what}: {value} (target {target})")
+    if "amb-prev" in seq:
+        print(f"  amb-prev ({args.against}), same rounds: p50 cost {pct(seq['amb-prev'], 50) - m50:+.2f} ms; "
+              f"5 MB {(pct(big['amb-prev'], 50) - b50) / max(1e-9, pct(big['mitm'], 50) - b50):.2f}x; "
+              f"gap {gaps['amb-prev'][1] / gaps['mitm_stream'][1]:.2f}x; calls/s {tput['amb-prev'] / tput['mitm']:.2f}x")
     big_vs_stream = (pct(big["amb"], 50) - b50) / max(1e-9, pct(big["mitm_stream"], 50) - b50)
     print(f"  (reference: mitm_stream TTFC {ms_ttfc - t50:+.2f} ms over direct; floor p50 "
           f"{pct(seq['floor'], 50) - d50:+.2f} ms; 5 MB vs mitm_stream {big_vs_stream:.2f}x. Bare mitmproxy and "
