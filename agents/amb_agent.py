@@ -55,19 +55,38 @@ workspace; never look for reference answers, private data or the benchmark's own
 """
 
 TOOLS = [
-    {"type": "function", "function": {
-        "name": "execute_code",
-        "description": "Run Python or bash code in the workspace; returns exit_code, stdout and stderr.",
-        "parameters": {"type": "object", "properties": {
-            "language": {"type": "string", "enum": ["python", "bash"]},
-            "code": {"type": "string", "description": "The program to run."}},
-            "required": ["language", "code"]}}},
-    {"type": "function", "function": {
-        "name": "submit_results",
-        "description": "Submit the outputs written in the workspace. Ends the task.",
-        "parameters": {"type": "object", "properties": {
-            "summary": {"type": "string", "description": "What was done and what is in the workspace."}},
-            "required": []}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "execute_code",
+            "description": "Run Python or bash code in the workspace; returns exit_code, stdout and stderr.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "language": {"type": "string", "enum": ["python", "bash"]},
+                    "code": {"type": "string", "description": "The program to run."},
+                },
+                "required": ["language", "code"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "submit_results",
+            "description": "Submit the outputs written in the workspace. Ends the task.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "summary": {
+                        "type": "string",
+                        "description": "What was done and what is in the workspace.",
+                    }
+                },
+                "required": [],
+            },
+        },
+    },
 ]
 
 KICKOFF = "Begin the task now. Work through S1 to S5 and finish with submit_results."
@@ -77,7 +96,9 @@ CONTINUE = "Your last reply was cut off (length limit). Continue, and use a tool
 def system_prompt(brief: str, workspace: str, data: str, tier: str | None) -> str:
     if data.rstrip("/") != DEFAULT_DATA:
         # Briefs are written for the container layout; point them at where the data really is.
-        brief = brief.replace(DEFAULT_DATA + "/", data.rstrip("/") + "/").replace(DEFAULT_DATA, data.rstrip("/"))
+        brief = brief.replace(DEFAULT_DATA + "/", data.rstrip("/") + "/").replace(
+            DEFAULT_DATA, data.rstrip("/")
+        )
     env = [f"Workspace: {workspace}", f"Task data (read-only): {data}"]
     if tier:
         env.append(f"Tier: {tier}")
@@ -100,12 +121,20 @@ def run_code(language: str, code: str, workspace: Path, timeout: float, n: int) 
     argv = [sys.executable, script.name] if language == "python" else ["bash", script.name]
     t0 = time.monotonic()
     try:
-        proc = subprocess.run(argv, cwd=workspace, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        out = {"exit_code": proc.returncode, "stdout": proc.stdout.decode("utf-8", "replace"),
-               "stderr": proc.stderr.decode("utf-8", "replace")}
+        proc = subprocess.run(
+            argv, cwd=workspace, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
+        out = {
+            "exit_code": proc.returncode,
+            "stdout": proc.stdout.decode("utf-8", "replace"),
+            "stderr": proc.stderr.decode("utf-8", "replace"),
+        }
     except subprocess.TimeoutExpired as e:
-        out = {"exit_code": 124, "stdout": (e.stdout or b"").decode("utf-8", "replace"),
-               "stderr": (e.stderr or b"").decode("utf-8", "replace") + f"\nTIMEOUT: killed after {timeout:g}s"}
+        out = {
+            "exit_code": 124,
+            "stdout": (e.stdout or b"").decode("utf-8", "replace"),
+            "stderr": (e.stderr or b"").decode("utf-8", "replace") + f"\nTIMEOUT: killed after {timeout:g}s",
+        }
     finally:
         try:
             script.unlink()
@@ -120,9 +149,14 @@ def run_code(language: str, code: str, workspace: Path, timeout: float, n: int) 
 def _assistant_message(msg) -> dict:
     out: dict = {"role": "assistant", "content": msg.content or ""}
     if msg.tool_calls:
-        out["tool_calls"] = [{"id": tc.id, "type": "function",
-                              "function": {"name": tc.function.name, "arguments": tc.function.arguments or ""}}
-                             for tc in msg.tool_calls]
+        out["tool_calls"] = [
+            {
+                "id": tc.id,
+                "type": "function",
+                "function": {"name": tc.function.name, "arguments": tc.function.arguments or ""},
+            }
+            for tc in msg.tool_calls
+        ]
     return out
 
 
@@ -131,8 +165,13 @@ def _call(client, args, messages, retry_delay: float):
     for attempt in range(2):
         try:
             return client.chat.completions.create(
-                model=args.model, messages=messages, tools=TOOLS, tool_choice="auto",
-                temperature=0.0, max_tokens=args.max_tokens)
+                model=args.model,
+                messages=messages,
+                tools=TOOLS,
+                tool_choice="auto",
+                temperature=0.0,
+                max_tokens=args.max_tokens,
+            )
         except Exception as e:  # the benchmark's harness retries any API error once
             last = e
             if attempt == 0:
@@ -172,7 +211,9 @@ def run(args) -> int:
     n_exec = 0
     for turn in range(1, args.max_turns + 1):
         if args.time_limit and time.monotonic() - t0 > args.time_limit:
-            log(f"time limit of {args.time_limit:g}s reached after {turn - 1} turns; stopping without a submission")
+            log(
+                f"time limit of {args.time_limit:g}s reached after {turn - 1} turns; stopping without a submission"
+            )
             return 2
         try:
             resp = _call(client, args, messages, args.retry_delay)
@@ -183,8 +224,10 @@ def run(args) -> int:
         msg = choice.message
         messages.append(_assistant_message(msg))
         calls = msg.tool_calls or []
-        log(f"turn {turn}: {', '.join(tc.function.name for tc in calls) or 'no tool call'}"
-            + (f" [{choice.finish_reason}]" if choice.finish_reason not in ("tool_calls", "stop") else ""))
+        log(
+            f"turn {turn}: {', '.join(tc.function.name for tc in calls) or 'no tool call'}"
+            + (f" [{choice.finish_reason}]" if choice.finish_reason not in ("tool_calls", "stop") else "")
+        )
         if not calls:
             if choice.finish_reason == "length":
                 messages.append({"role": "user", "content": CONTINUE})
@@ -203,8 +246,13 @@ def run(args) -> int:
             else:
                 if name == "execute_code":
                     n_exec += 1
-                    result = run_code(str(fargs.get("language", "python")), str(fargs.get("code", "")),
-                                      workspace, args.exec_timeout, n_exec)
+                    result = run_code(
+                        str(fargs.get("language", "python")),
+                        str(fargs.get("code", "")),
+                        workspace,
+                        args.exec_timeout,
+                        n_exec,
+                    )
                 elif name == "submit_results":
                     submitted = True
                     result = {"status": "ACCEPTED", "summary": str(fargs.get("summary", ""))[:2000]}
@@ -221,16 +269,29 @@ def run(args) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="amb-agent", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="Model name sent to the endpoint.")
-    p.add_argument("--task-dir", required=True, help="The workspace: code runs here, outputs are written here.")
+    p.add_argument(
+        "--task-dir", required=True, help="The workspace: code runs here, outputs are written here."
+    )
     p.add_argument("--brief", default=None, help="The brief (default: tier_prompt.txt in the workspace).")
     p.add_argument("--data", default=None, help=f"Task inputs (default: $AMB_DATA_DIR or {DEFAULT_DATA}).")
-    p.add_argument("--tier", choices=["lite", "standard"], default=None, help="Stated in the prompt (default: $AMB_TIER).")
+    p.add_argument(
+        "--tier",
+        choices=["lite", "standard"],
+        default=None,
+        help="Stated in the prompt (default: $AMB_TIER).",
+    )
     p.add_argument("--max-turns", type=int, default=150, help="API calls before giving up (default 150).")
-    p.add_argument("--exec-timeout", type=float, default=600.0, help="Seconds per execute_code (default 600).")
-    p.add_argument("--time-limit", type=float, default=None, help="Stop starting new turns after SEC seconds.")
+    p.add_argument(
+        "--exec-timeout", type=float, default=600.0, help="Seconds per execute_code (default 600)."
+    )
+    p.add_argument(
+        "--time-limit", type=float, default=None, help="Stop starting new turns after SEC seconds."
+    )
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--api-timeout", type=float, default=600.0)
-    p.add_argument("--retry-delay", type=float, default=5.0, help="Pause before the one retry of a failed call.")
+    p.add_argument(
+        "--retry-delay", type=float, default=5.0, help="Pause before the one retry of a failed call."
+    )
     return p
 
 

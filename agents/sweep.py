@@ -149,8 +149,10 @@ class SweepOutcome:
         done = sum(1 for c in self.cells if c.state == "completed")
         skipped = sum(1 for c in self.cells if c.skipped)
         runs = sum(len(c.attempts) for c in self.cells)
-        return (f"{done}/{n} cells completed ({skipped} already done before this run), "
-                f"{len(self.gave_up)} gave up, {runs} runs recorded in all, {self.wall_s:.1f}s")
+        return (
+            f"{done}/{n} cells completed ({skipped} already done before this run), "
+            f"{len(self.gave_up)} gave up, {runs} runs recorded in all, {self.wall_s:.1f}s"
+        )
 
     def runs_by_references(self) -> dict[Path, list[str]]:
         out: dict[Path, list[str]] = {}
@@ -160,10 +162,22 @@ class SweepOutcome:
         return out
 
     def as_dict(self) -> dict:
-        return {"cells": [{"agent": c.agent.name, "model": c.agent.model, "task": c.task.id, "tier": c.tier,
-                           "repeat": c.repeat, "state": c.state, "final_run": c.final_run,
-                           "attempts": [{"run_id": r, "outcome": o} for r, o in c.attempts]} for c in self.cells],
-                "interrupted": self.interrupted}
+        return {
+            "cells": [
+                {
+                    "agent": c.agent.name,
+                    "model": c.agent.model,
+                    "task": c.task.id,
+                    "tier": c.tier,
+                    "repeat": c.repeat,
+                    "state": c.state,
+                    "final_run": c.final_run,
+                    "attempts": [{"run_id": r, "outcome": o} for r, o in c.attempts],
+                }
+                for c in self.cells
+            ],
+            "interrupted": self.interrupted,
+        }
 
 
 def _slug(text: str) -> str:
@@ -172,8 +186,24 @@ def _slug(text: str) -> str:
 
 # ---- the sweep file -------------------------------------------------------------------------------
 
-_KEYS = {"name", "agents", "tasks", "tiers", "repeats", "concurrency", "time_limit_s", "max_attempts", "backend",
-         "cases", "seed", "baseline", "work", "profile", "judge", "score_jobs"}
+_KEYS = {
+    "name",
+    "agents",
+    "tasks",
+    "tiers",
+    "repeats",
+    "concurrency",
+    "time_limit_s",
+    "max_attempts",
+    "backend",
+    "cases",
+    "seed",
+    "baseline",
+    "work",
+    "profile",
+    "judge",
+    "score_jobs",
+}
 _AGENT_KEYS = {"name", "command", "model", "upstream", "env"}
 
 
@@ -208,7 +238,9 @@ def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
             raise SweepError(f"{where}: agents[{i}] must be a table")
         bad = sorted(set(a) - _AGENT_KEYS)
         if bad:
-            raise SweepError(f"{where}: agents[{i}]: unknown key(s) {', '.join(bad)} (known: {', '.join(sorted(_AGENT_KEYS))})")
+            raise SweepError(
+                f"{where}: agents[{i}]: unknown key(s) {', '.join(bad)} (known: {', '.join(sorted(_AGENT_KEYS))})"
+            )
         cmd = a.get("command")
         if isinstance(cmd, str):
             import shlex
@@ -254,8 +286,17 @@ def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
     tiers = need("tiers", list, ["lite"])
     if not tiers or any(t not in TIERS for t in tiers):
         raise SweepError(f"{where}: 'tiers' must list lite and/or standard, got {tiers!r}")
-    ints = {k: need(k, int, d) for k, d in (("repeats", 1), ("concurrency", 1), ("max_attempts", 2), ("cases", 3),
-                                           ("seed", 0), ("score_jobs", 2))}
+    ints = {
+        k: need(k, int, d)
+        for k, d in (
+            ("repeats", 1),
+            ("concurrency", 1),
+            ("max_attempts", 2),
+            ("cases", 3),
+            ("seed", 0),
+            ("score_jobs", 2),
+        )
+    }
     for k in ("repeats", "concurrency", "max_attempts", "cases", "score_jobs"):
         if ints[k] < 1:
             raise SweepError(f"{where}: '{k}' must be at least 1")
@@ -268,16 +309,28 @@ def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
     if work is None:
         work = (path.parent / raw["work"]).resolve() if raw.get("work") else Path.cwd() / f"sweep-{name}"
     return SweepSpec(
-        name=name, agents=agents, tasks=tasks, tiers=list(tiers), repeats=ints["repeats"],
-        concurrency=ints["concurrency"], time_limit_s=float(limit) if limit is not None else None,
-        max_attempts=ints["max_attempts"], backend=backend, cases=ints["cases"], seed=ints["seed"],
+        name=name,
+        agents=agents,
+        tasks=tasks,
+        tiers=list(tiers),
+        repeats=ints["repeats"],
+        concurrency=ints["concurrency"],
+        time_limit_s=float(limit) if limit is not None else None,
+        max_attempts=ints["max_attempts"],
+        backend=backend,
+        cases=ints["cases"],
+        seed=ints["seed"],
         baseline=bool(raw.get("baseline", any("{baseline}" in u for a in agents for u in a.upstream))),
-        work=Path(work).resolve(), profile=raw.get("profile"), judge=raw.get("judge"), score_jobs=ints["score_jobs"],
+        work=Path(work).resolve(),
+        profile=raw.get("profile"),
+        judge=raw.get("judge"),
+        score_jobs=ints["score_jobs"],
         source=path,
     )
 
 
 # ---- state from the store -------------------------------------------------------------------------
+
 
 def attempt_outcome(store: Path, run_id: str) -> str | None:
     """How an attempt ended, from its own recorder spool: the run.finished status, ``unfinished``
@@ -324,6 +377,7 @@ def plan_cells(spec: SweepSpec, store: Path) -> list[Cell]:
 
 
 # ---- running --------------------------------------------------------------------------------------
+
 
 def docker_ready() -> tuple[bool, str]:
     """Whether the docker backend can run here: an engine answers and the agent image exists."""
@@ -381,8 +435,10 @@ def agent_argv(agent: AgentDef, backend: str, values: dict[str, str]) -> list[st
 
 class _Missing(dict):
     def __missing__(self, key):
-        raise SweepError(f"unknown placeholder {{{key}}} in an agent command (known: model, workspace, data, task, "
-                         "tier, repeat, run_id)")
+        raise SweepError(
+            f"unknown placeholder {{{key}}} in an agent command (known: model, workspace, data, task, "
+            "tier, repeat, run_id)"
+        )
 
 
 def _record_exe() -> str:
@@ -417,8 +473,10 @@ def run_sweep(spec: SweepSpec, store: Path, *, out=None) -> SweepOutcome:
     cells = plan_cells(spec, store)
     skipped = sum(1 for c in cells if c.skipped)
     if any(c.attempts for c in cells):
-        show.line(f"resuming: {skipped} of {len(cells)} cells already completed, "
-                  f"{sum(1 for c in cells if c.state == 'gave_up')} gave up earlier")
+        show.line(
+            f"resuming: {skipped} of {len(cells)} cells already completed, "
+            f"{sum(1 for c in cells if c.state == 'gave_up')} gave up earlier"
+        )
     server = None
     if spec.baseline and any(c.state == "pending" for c in cells):
         from agents.baseline.server import BaselineServer
@@ -488,7 +546,9 @@ def run_sweep(spec: SweepSpec, store: Path, *, out=None) -> SweepOutcome:
     return SweepOutcome(cells, stop.is_set(), roots, time.monotonic() - t0)
 
 
-def _launch(spec: SweepSpec, cell: Cell, store: Path, backend: str, roots: dict[str, Path], server) -> _Running:
+def _launch(
+    spec: SweepSpec, cell: Cell, store: Path, backend: str, roots: dict[str, Path], server
+) -> _Running:
     n = len(cell.attempts) + 1
     run_id = cell.attempt_id(n)
     data_root = cell.task.data or spec.work / "data" / cell.task.id
@@ -504,12 +564,38 @@ def _launch(spec: SweepSpec, cell: Cell, store: Path, backend: str, roots: dict[
         seen_ws, seen_data = str(workspace), str(data_root / "public")
     else:
         seen_ws, seen_data = "/workspace", "/data/public"
-    values = {"model": cell.agent.model, "workspace": seen_ws, "data": seen_data, "task": cell.task.id,
-              "tier": cell.tier, "repeat": str(cell.repeat), "run_id": run_id}
-    argv = [_record_exe(), "--store", str(store), "--task", cell.task.id, "--tier", cell.tier,
-            "--data", str(data_root), "--backend", backend, "--run-id", run_id,
-            "--label", f"sweep={spec.name}", "--label", f"agent={cell.agent.name}",
-            "--label", f"repeat={cell.repeat}", "--label", f"attempt={n}"]
+    values = {
+        "model": cell.agent.model,
+        "workspace": seen_ws,
+        "data": seen_data,
+        "task": cell.task.id,
+        "tier": cell.tier,
+        "repeat": str(cell.repeat),
+        "run_id": run_id,
+    }
+    argv = [
+        _record_exe(),
+        "--store",
+        str(store),
+        "--task",
+        cell.task.id,
+        "--tier",
+        cell.tier,
+        "--data",
+        str(data_root),
+        "--backend",
+        backend,
+        "--run-id",
+        run_id,
+        "--label",
+        f"sweep={spec.name}",
+        "--label",
+        f"agent={cell.agent.name}",
+        "--label",
+        f"repeat={cell.repeat}",
+        "--label",
+        f"attempt={n}",
+    ]
     if backend == "local":
         # Record processes and file changes as a container run would, so that scores do not
         # depend on the backend (the offline judge reads plan writes and pilot checks from them).
@@ -524,15 +610,25 @@ def _launch(spec: SweepSpec, cell: Cell, store: Path, backend: str, roots: dict[
     argv += ["--time-limit", f"{limit:g}"]
     for up in cell.agent.upstream:
         if "{baseline}" in up and server is None:
-            raise SweepError(f"agent {cell.agent.name}: upstream {up!r} needs the baseline server (baseline = true)")
+            raise SweepError(
+                f"agent {cell.agent.name}: upstream {up!r} needs the baseline server (baseline = true)"
+            )
         argv += ["--upstream", up.replace("{baseline}", server.url if server else "")]
     argv += ["--", *agent_argv(cell.agent, backend, values)]
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.update(cell.agent.env)
     log = open(spec.work / "logs" / f"{run_id}.log", "wb")
-    proc = subprocess.Popen(argv, cwd=workspace, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=env, start_new_session=True, preexec_fn=_term_with_parent)
+    proc = subprocess.Popen(
+        argv,
+        cwd=workspace,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+        preexec_fn=_term_with_parent,
+    )
     return _Running(cell, run_id, proc, log, time.monotonic())
 
 

@@ -21,11 +21,21 @@ def baseline() -> None:
 
 @baseline.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (keep it on loopback).")
-@click.option("--port", default=0, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free one).")
-@click.option("--flaw", default=None, help="Default flaw for model 'baseline': no-pilot, wrong-filename, "
-              "crash-mid-batch, hand-written or private-path (model 'baseline+<flaw>' picks one per request).")
-@click.option("--url-file", type=click.Path(dir_okay=False), default=None,
-              help="Write the server's URL (scheme://host:port) to this file once it listens.")
+@click.option(
+    "--port", default=0, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free one)."
+)
+@click.option(
+    "--flaw",
+    default=None,
+    help="Default flaw for model 'baseline': no-pilot, wrong-filename, "
+    "crash-mid-batch, hand-written or private-path (model 'baseline+<flaw>' picks one per request).",
+)
+@click.option(
+    "--url-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the server's URL (scheme://host:port) to this file once it listens.",
+)
 def serve(host: str, port: int, flaw: str | None, url_file: str | None) -> None:
     """Serve the baseline policy on /v1/chat/completions until interrupted."""
     from agents.baseline.policy import PolicyError
@@ -42,8 +52,12 @@ def serve(host: str, port: int, flaw: str | None, url_file: str | None) -> None:
         tmp = Path(url_file + ".tmp")
         tmp.write_text(server.url + "\n")
         tmp.replace(url_file)
-    click.echo(f"baseline: serving on {server.url}/v1 (models: {', '.join(model_names())}"
-               + (f"; default flaw {flaw}" if flaw else "") + "); Ctrl-C stops", err=True)
+    click.echo(
+        f"baseline: serving on {server.url}/v1 (models: {', '.join(model_names())}"
+        + (f"; default flaw {flaw}" if flaw else "")
+        + "); Ctrl-C stops",
+        err=True,
+    )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -54,15 +68,32 @@ def serve(host: str, port: int, flaw: str | None, url_file: str | None) -> None:
 @click.command()
 @store_option
 @click.argument("sweepfile", type=click.Path(dir_okay=False, exists=True))
-@click.option("--work", "work_dir", type=click.Path(file_okay=False), default=None,
-              help="Where twins, workspaces and logs go (default: the sweep file's `work`, else ./sweep-<name>).")
+@click.option(
+    "--work",
+    "work_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Where twins, workspaces and logs go (default: the sweep file's `work`, else ./sweep-<name>).",
+)
 @click.option("--no-score", is_flag=True, help="Record only; skip `amb score` and `amb report` at the end.")
-@click.option("--html", "html_file", type=click.Path(dir_okay=False), default=None,
-              help="Report page to write at the end (default: <work>/report.html).")
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Report page to write at the end (default: <work>/report.html).",
+)
 @click.option("--dry-run", is_flag=True, help="List the cells and their state in the store; run nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the cell table as JSON.")
-def sweep(store: str, sweepfile: str, work_dir: str | None, no_score: bool, html_file: str | None, dry_run: bool,
-          as_json: bool) -> None:
+def sweep(
+    store: str,
+    sweepfile: str,
+    work_dir: str | None,
+    no_score: bool,
+    html_file: str | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
     """Run SWEEPFILE: agents x tasks x tiers x repeats as independent recorded runs (resumable)."""
     import json
 
@@ -76,15 +107,32 @@ def sweep(store: str, sweepfile: str, work_dir: str | None, no_score: bool, html
         else:
             from amb.output import table
 
-            click.echo(table(["run_id", "agent", "model", "task", "tier", "repeat", "state", "attempts"],
-                             [[c.attempt_id(1), c.agent.name, c.agent.model, c.task.id, c.tier, c.repeat, c.state,
-                               len(c.attempts)] for c in cells]))
+            click.echo(
+                table(
+                    ["run_id", "agent", "model", "task", "tier", "repeat", "state", "attempts"],
+                    [
+                        [
+                            c.attempt_id(1),
+                            c.agent.name,
+                            c.agent.model,
+                            c.task.id,
+                            c.tier,
+                            c.repeat,
+                            c.state,
+                            len(c.attempts),
+                        ]
+                        for c in cells
+                    ],
+                )
+            )
         return
     outcome = run_sweep(spec, Path(store))
     if as_json:
         click.echo(json.dumps(outcome.as_dict(), indent=2))
     if outcome.interrupted:
-        click.echo(f"amb sweep: interrupted; {outcome.summary()}. Run the same command again to resume.", err=True)
+        click.echo(
+            f"amb sweep: interrupted; {outcome.summary()}. Run the same command again to resume.", err=True
+        )
         sys.exit(130)
     click.echo(f"amb sweep: {outcome.summary()}", err=True)
     if not no_score and outcome.final_runs:
@@ -93,7 +141,9 @@ def sweep(store: str, sweepfile: str, work_dir: str | None, no_score: bool, html
         sys.exit(1)
 
 
-def _score_and_report(ctx: click.Context, store: str, spec, outcome, html_file: str | None, quiet: bool) -> None:
+def _score_and_report(
+    ctx: click.Context, store: str, spec, outcome, html_file: str | None, quiet: bool
+) -> None:
     """Ingest whatever an interrupted run left in its spool, score the sweep's runs, write the report."""
     from amb.score_cmds import report, score
     from replay.ingest import ingest
@@ -101,8 +151,17 @@ def _score_and_report(ctx: click.Context, store: str, spec, outcome, html_file: 
     ingest(store)
     html = html_file or str(spec.work / "report.html")
     for references, runs in outcome.runs_by_references().items():
-        args = dict(store=store, runs=tuple(runs), all_runs=False, profile=spec.profile, judge=spec.judge,
-                    references=str(references), jobs=spec.score_jobs, compare_ref=None, as_json=False)
+        args = dict(
+            store=store,
+            runs=tuple(runs),
+            all_runs=False,
+            profile=spec.profile,
+            judge=spec.judge,
+            references=str(references),
+            jobs=spec.score_jobs,
+            compare_ref=None,
+            as_json=False,
+        )
         if quiet:
             with open(os.devnull, "w") as devnull, _redirect(devnull):
                 ctx.invoke(score, **args)
@@ -110,7 +169,9 @@ def _score_and_report(ctx: click.Context, store: str, spec, outcome, html_file: 
             ctx.invoke(score, **args)
     if quiet:
         with open(os.devnull, "w") as devnull, _redirect(devnull):
-            ctx.invoke(report, store=store, profile=spec.profile, judge_label=None, html_file=html, as_json=False)
+            ctx.invoke(
+                report, store=store, profile=spec.profile, judge_label=None, html_file=html, as_json=False
+            )
     else:
         ctx.invoke(report, store=store, profile=spec.profile, judge_label=None, html_file=html, as_json=False)
     click.echo(f"amb sweep: report written to {html}", err=True)

@@ -26,7 +26,9 @@ def _image() -> str:
     return ensure_images(("grader",))["grader"].tag
 
 
-def grade_in_container(task_id: str, submission: str, reference: str, profile: str | None, as_json: bool) -> int:
+def grade_in_container(
+    task_id: str, submission: str, reference: str, profile: str | None, as_json: bool
+) -> int:
     """Run ``python -m scorer.grader`` in the grader image; print its output; return its exit code."""
     import docker
 
@@ -39,8 +41,20 @@ def grade_in_container(task_id: str, submission: str, reference: str, profile: s
     for what, path in (("submission", sub), ("reference", ref)):
         if not path.is_dir():
             raise AmbError(f"{what} {path} is not a directory")
-    volumes = {str(sub): {"bind": "/submission", "mode": "ro"}, str(ref): {"bind": "/reference", "mode": "ro"}}
-    argv = ["python", "-m", "scorer.grader", task_id, "--submission", "/submission", "--reference", "/reference"]
+    volumes = {
+        str(sub): {"bind": "/submission", "mode": "ro"},
+        str(ref): {"bind": "/reference", "mode": "ro"},
+    }
+    argv = [
+        "python",
+        "-m",
+        "scorer.grader",
+        task_id,
+        "--submission",
+        "/submission",
+        "--reference",
+        "/reference",
+    ]
     if profile and Path(profile).is_file():
         volumes[str(Path(profile).resolve())] = {"bind": "/profile.toml", "mode": "ro"}
         argv += ["--profile", "/profile.toml"]
@@ -49,8 +63,15 @@ def grade_in_container(task_id: str, submission: str, reference: str, profile: s
     if as_json:
         argv.append("--json")
     container = client.containers.run(
-        _image(), argv, detach=True, network_mode="none", read_only=True, volumes=volumes,
-        tmpfs={"/tmp": "size=256m"}, security_opt=["no-new-privileges"], cap_drop=["ALL"],
+        _image(),
+        argv,
+        detach=True,
+        network_mode="none",
+        read_only=True,
+        volumes=volumes,
+        tmpfs={"/tmp": "size=256m"},
+        security_opt=["no-new-privileges"],
+        cap_drop=["ALL"],
     )
     try:
         code = container.wait()["StatusCode"]
@@ -75,7 +96,8 @@ grade = click.Command(
     params=[
         *local_grade.params,
         click.Option(
-            ["--in-container"], is_flag=True,
+            ["--in-container"],
+            is_flag=True,
             help="Grade inside the grader image: no network, inputs read-only (needs a Docker engine).",
         ),
     ],

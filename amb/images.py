@@ -35,7 +35,16 @@ DEFAULT_BASE = "python:3.11-slim-bookworm"
 ROOTFS_SUITE = "bookworm"
 ROLES = ("agent", "grader")
 
-SHIM_FILES = ("__init__.py", "__main__.py", "wire.py", "notify.py", "strace.py", "watch.py", "procpoll.py", "shim.py")
+SHIM_FILES = (
+    "__init__.py",
+    "__main__.py",
+    "wire.py",
+    "notify.py",
+    "strace.py",
+    "watch.py",
+    "procpoll.py",
+    "shim.py",
+)
 """The container side of recorder/shim (stdlib + msgspec only; the receiver stays on the host)."""
 
 GRADER_PACKAGES = ("schemas", "scorer", "tasks")
@@ -91,7 +100,9 @@ def _context_files(role: str) -> dict[str, bytes]:
         files[name] = (IMAGES / role / name).read_bytes()
     if role == "agent":
         # `recorder` is a stub package inside the image: only the shim's modules are copied.
-        files["lib/recorder/__init__.py"] = b'"""amb recorder (only the in-container shim is installed here)."""\n'
+        files["lib/recorder/__init__.py"] = (
+            b'"""amb recorder (only the in-container shim is installed here)."""\n'
+        )
         for name in SHIM_FILES:
             files[f"lib/recorder/shim/{name}"] = (REPO / "recorder" / "shim" / name).read_bytes()
     else:
@@ -153,8 +164,11 @@ def ensure_rootfs_base(client, log=None) -> str:
     with tempfile.TemporaryDirectory(prefix="amb-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
         cmd = [
-            "debootstrap", "--variant=minbase", f"--include={','.join(_rootfs_packages())}",
-            ROOTFS_SUITE, str(rootfs),
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(_rootfs_packages())}",
+            ROOTFS_SUITE,
+            str(rootfs),
         ]
         mirror = os.environ.get("AMB_DEBIAN_MIRROR")
         if mirror:
@@ -220,11 +234,18 @@ def ensure_image(client, role: str, base: str, *, ca: Path | None = None, log=No
         last: list[str] = []
         try:
             for chunk in client.api.build(
-                path=tmp, tag=tag, buildargs={"BASE": base}, rm=True, forcerm=True,
-                decode=True, labels={"org.amb.content": tag.split(":c-")[1]},
+                path=tmp,
+                tag=tag,
+                buildargs={"BASE": base},
+                rm=True,
+                forcerm=True,
+                decode=True,
+                labels={"org.amb.content": tag.split(":c-")[1]},
             ):
                 if "error" in chunk:
-                    raise ImageError(f"building {tag} failed: {chunk['error'].strip()} (last output: {' | '.join(last[-3:])})")
+                    raise ImageError(
+                        f"building {tag} failed: {chunk['error'].strip()} (last output: {' | '.join(last[-3:])})"
+                    )
                 line = chunk.get("stream", "").strip()
                 if line:
                     last.append(line)
@@ -269,15 +290,21 @@ def images() -> None:
 
 
 @images.command("build")
-@click.option("--base-from-rootfs", is_flag=True, help="Make the base from a debootstrapped Debian (no registry needed).")
-@click.option("--base", "base", default=None, help=f"Base image (default: $AMB_BASE_IMAGE or {DEFAULT_BASE}).")
+@click.option(
+    "--base-from-rootfs",
+    is_flag=True,
+    help="Make the base from a debootstrapped Debian (no registry needed).",
+)
+@click.option(
+    "--base", "base", default=None, help=f"Base image (default: $AMB_BASE_IMAGE or {DEFAULT_BASE})."
+)
 @click.option("--only", type=click.Choice(ROLES), multiple=True, help="Build only these roles.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def build(base_from_rootfs: bool, base: str | None, only: tuple[str, ...], as_json: bool) -> None:
     """Build (or find, by content tag) the agent and grader images."""
     if base_from_rootfs and base:
         raise UsageError("--base and --base-from-rootfs exclude each other")
-    log = (lambda m: click.echo(m, err=True))
+    log = lambda m: click.echo(m, err=True)
     built = ensure_images(only or ROLES, base=base, from_rootfs=base_from_rootfs or None, log=log)
     if as_json:
         click.echo(json.dumps({r: b.__dict__ for r, b in built.items()}, indent=2))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import click
 
@@ -38,7 +39,11 @@ def to_jsonable(value: Any) -> Any:
 
 def emit(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "table") -> None:
     if fmt == "json":
-        click.echo(json.dumps([{c: to_jsonable(v) for c, v in zip(columns, row)} for row in rows], indent=2, default=str))
+        click.echo(
+            json.dumps(
+                [{c: to_jsonable(v) for c, v in zip(columns, row)} for row in rows], indent=2, default=str
+            )
+        )
     elif fmt == "csv":
         buf = io.StringIO()
         writer = csv.writer(buf)

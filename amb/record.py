@@ -37,35 +37,88 @@ def _backend(name: str, gpus: str | None, shim: bool = False):
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--store", envvar="AMB_STORE", default="amb-store", show_default=True,
-              type=click.Path(file_okay=False), help="Store directory. Env: AMB_STORE.")
+@click.option(
+    "--store",
+    envvar="AMB_STORE",
+    default="amb-store",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Store directory. Env: AMB_STORE.",
+)
 @click.option("--task", default=None, help="Task id (recorded in run.started).")
 @click.option("--tier", type=click.Choice(["lite", "standard"]), default=None, help="Brief tier.")
-@click.option("--data", "data_dir", type=click.Path(file_okay=False, exists=True), default=None,
-              help="The task's data root (only DIR/public reaches the agent).")
+@click.option(
+    "--data",
+    "data_dir",
+    type=click.Path(file_okay=False, exists=True),
+    default=None,
+    help="The task's data root (only DIR/public reaches the agent).",
+)
 @click.option("--backend", type=click.Choice(["local", "docker"]), default="local", show_default=True)
-@click.option("--time-limit", type=float, default=None, metavar="SEC",
-              help="SIGTERM the agent after SEC seconds, SIGKILL after the grace period; exit 124.")
-@click.option("--grace", type=float, default=DEFAULT_GRACE_S, show_default=True, metavar="SEC",
-              help="Seconds between the time limit's SIGTERM and SIGKILL.")
+@click.option(
+    "--time-limit",
+    type=float,
+    default=None,
+    metavar="SEC",
+    help="SIGTERM the agent after SEC seconds, SIGKILL after the grace period; exit 124.",
+)
+@click.option(
+    "--grace",
+    type=float,
+    default=DEFAULT_GRACE_S,
+    show_default=True,
+    metavar="SEC",
+    help="Seconds between the time limit's SIGTERM and SIGKILL.",
+)
 @click.option("--run-id", default=None, help="Run id (default: UTC time + random suffix).")
 @click.option("--label", "labels", multiple=True, metavar="K=V", help="Free-form label (repeatable).")
-@click.option("--upstream", "upstreams", multiple=True, metavar="PROVIDER=URL",
-              help="openai=URL or anthropic=URL (default: the public APIs).")
-@click.option("--gpus", default=None, metavar="SPEC", help="Docker backend: GPUs to pass through (e.g. all, 0,1).")
-@click.option("--shim", is_flag=True,
-              help="Local backend: run the agent under the shim, recording every process and workspace file change.")
+@click.option(
+    "--upstream",
+    "upstreams",
+    multiple=True,
+    metavar="PROVIDER=URL",
+    help="openai=URL or anthropic=URL (default: the public APIs).",
+)
+@click.option(
+    "--gpus", default=None, metavar="SPEC", help="Docker backend: GPUs to pass through (e.g. all, 0,1)."
+)
+@click.option(
+    "--shim",
+    is_flag=True,
+    help="Local backend: run the agent under the shim, recording every process and workspace file change.",
+)
 @click.option("--no-ingest", is_flag=True, help="Leave the spools for a later `amb ingest`.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def record_cmd(store, task, tier, data_dir, backend, time_limit, grace, run_id, labels, upstreams, gpus, shim,
-               no_ingest, command):
+def record_cmd(
+    store,
+    task,
+    tier,
+    data_dir,
+    backend,
+    time_limit,
+    grace,
+    run_id,
+    labels,
+    upstreams,
+    gpus,
+    shim,
+    no_ingest,
+    command,
+):
     """Record COMMAND (after --) as an agent run."""
     if time_limit is not None and time_limit <= 0:
         raise UsageError("--time-limit must be a positive number of seconds")
     spec = RunSpec(
-        argv=list(command), store=Path(store), run_id=run_id, task=task, tier=tier,
-        data_dir=Path(data_dir) if data_dir else None, time_limit_s=time_limit, grace_s=grace,
-        labels=parse_labels(list(labels)), upstreams=parse_upstreams(list(upstreams)),
+        argv=list(command),
+        store=Path(store),
+        run_id=run_id,
+        task=task,
+        tier=tier,
+        data_dir=Path(data_dir) if data_dir else None,
+        time_limit_s=time_limit,
+        grace_s=grace,
+        labels=parse_labels(list(labels)),
+        upstreams=parse_upstreams(list(upstreams)),
     )
     outcome = record(spec, _backend(backend, gpus, shim))
     calls = outcome.counts.get("proxy:model_call.completed", 0)
@@ -80,7 +133,9 @@ def record_cmd(store, task, tier, data_dir, backend, time_limit, grace, run_id, 
 
             ingest(store, run_ids=[outcome.run_id])
         except AmbError as e:
-            click.echo(f"amb-record: warning: ingest failed ({e}); the spool is kept, run `amb ingest`", err=True)
+            click.echo(
+                f"amb-record: warning: ingest failed ({e}); the spool is kept, run `amb ingest`", err=True
+            )
     click.echo(outcome.run_id)  # the one line on stdout a script can capture, after the agent's output
     sys.exit(outcome.exit_code)
 

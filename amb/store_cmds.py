@@ -39,11 +39,26 @@ def ingest(store: str, runs: tuple[str, ...]) -> None:
     click.echo(
         f"ingested {report.events_added} new events ({report.events_read} read) from "
         f"{report.files_loaded} of {report.files_seen} spool files; runs: {len(report.runs)}"
-        + (f"; {report.blobs_materialised} blobs from packs of unclosed recorders" if report.blobs_materialised else "")
+        + (
+            f"; {report.blobs_materialised} blobs from packs of unclosed recorders"
+            if report.blobs_materialised
+            else ""
+        )
     )
 
 
-RUN_COLUMNS = ["run_id", "task", "tier", "agent", "model", "status", "duration_s", "n_model_calls", "n_tool_calls", "n_events"]
+RUN_COLUMNS = [
+    "run_id",
+    "task",
+    "tier",
+    "agent",
+    "model",
+    "status",
+    "duration_s",
+    "n_model_calls",
+    "n_tool_calls",
+    "n_events",
+]
 
 
 @click.command()
@@ -52,7 +67,9 @@ RUN_COLUMNS = ["run_id", "task", "tier", "agent", "model", "status", "duration_s
 def runs(store: str, as_json: bool) -> None:
     """List the runs in the store."""
     con = open_sql(store)
-    rows = con.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_ns NULLS LAST, run_id").fetchall()
+    rows = con.execute(
+        f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_ns NULLS LAST, run_id"
+    ).fetchall()
     emit(RUN_COLUMNS, rows, "json" if as_json else "table")
 
 
@@ -62,25 +79,43 @@ def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
         raise AmbError(f"no run {run_id!r} in the store (see `amb runs`)")
     info = dict(zip([d[0] for d in con.description], row))
     info["labels"] = json.loads(info["labels"]) if info.get("labels") else {}
-    tokens = first(con.execute(
-        """SELECT count(*), count(*) FILTER (WHERE NOT ok), coalesce(sum(input_tokens), 0), coalesce(sum(cache_read_tokens), 0),
+    tokens = first(
+        con.execute(
+            """SELECT count(*), count(*) FILTER (WHERE NOT ok), coalesce(sum(input_tokens), 0), coalesce(sum(cache_read_tokens), 0),
                   coalesce(sum(output_tokens), 0), coalesce(sum(reasoning_tokens), 0), list(DISTINCT model)
            FROM model_calls WHERE run_id = ?""",
-        [run_id],
-    ))
-    tools = Counter(dict(con.execute("SELECT name, count(*) FROM tool_calls WHERE run_id = ? GROUP BY name", [run_id]).fetchall()))
-    procs = first(con.execute(
-        "SELECT count(*), count(*) FILTER (WHERE exit_code <> 0) FROM processes WHERE run_id = ?", [run_id]
-    ))
+            [run_id],
+        )
+    )
+    tools = Counter(
+        dict(
+            con.execute(
+                "SELECT name, count(*) FROM tool_calls WHERE run_id = ? GROUP BY name", [run_id]
+            ).fetchall()
+        )
+    )
+    procs = first(
+        con.execute(
+            "SELECT count(*), count(*) FILTER (WHERE exit_code <> 0) FROM processes WHERE run_id = ?",
+            [run_id],
+        )
+    )
     files = con.execute(
-        "SELECT path, arg_max(size, seq) FROM file_writes WHERE run_id = ? GROUP BY path ORDER BY path", [run_id]
+        "SELECT path, arg_max(size, seq) FROM file_writes WHERE run_id = ? GROUP BY path ORDER BY path",
+        [run_id],
     ).fetchall()
     net = con.execute("SELECT count(*) FROM network_requests WHERE run_id = ?", [run_id]).fetchall()[0][0]
     return {
         "run_id": run_id,
-        "task": info["task"], "tier": info["tier"], "agent": info["agent"], "model": info["model"],
-        "backend": info["backend"], "status": info["status"], "exit_code": info["exit_code"],
-        "duration_s": info["duration_s"], "labels": info["labels"],
+        "task": info["task"],
+        "tier": info["tier"],
+        "agent": info["agent"],
+        "model": info["model"],
+        "backend": info["backend"],
+        "status": info["status"],
+        "exit_code": info["exit_code"],
+        "duration_s": info["duration_s"],
+        "labels": info["labels"],
         "events": info["n_events"],
         "model_calls": {"count": tokens[0], "failed": tokens[1], "models": sorted(m for m in tokens[6] if m)},
         "tokens": {"input": tokens[2], "cache_read": tokens[3], "output": tokens[4], "reasoning": tokens[5]},
@@ -117,7 +152,9 @@ def render_summary(s: dict) -> str:
 @store_option
 @click.argument("run")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--events", "with_events", is_flag=True, help="Also list every event (with --json: typed payloads).")
+@click.option(
+    "--events", "with_events", is_flag=True, help="Also list every event (with --json: typed payloads)."
+)
 def show(store: str, run: str, as_json: bool, with_events: bool) -> None:
     """A readable summary of one run."""
     con = open_sql(store)
@@ -137,7 +174,9 @@ def show(store: str, run: str, as_json: bool, with_events: bool) -> None:
 @click.command()
 @store_option
 @click.argument("query")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
+)
 def sql(store: str, query: str, fmt: str) -> None:
     """Run a read-only SQL query (no writes, no file or network access)."""
     con = open_sql(store)
@@ -154,8 +193,12 @@ def sql(store: str, query: str, fmt: str) -> None:
 @click.command()
 @store_option
 @click.argument("runs", nargs=-1)
-@click.option("--manifest", "manifest_file", type=click.Path(dir_okay=False, exists=True),
-              help="Check against manifests kept elsewhere (JSON object, list, or one per line).")
+@click.option(
+    "--manifest",
+    "manifest_file",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Check against manifests kept elsewhere (JSON object, list, or one per line).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the problems as JSON.")
 def verify(store: str, runs: tuple[str, ...], manifest_file: str | None, as_json: bool) -> None:
     """Re-derive every hash and check chains, manifests and blobs; exit 1 on any problem."""
@@ -201,13 +244,22 @@ def manifest(store: str, run: str) -> None:
     m = manifests.stored(con, run)
     if m is None:
         exists = first(con.execute("SELECT 1 FROM events WHERE run_id = ? LIMIT 1", [run]))
-        raise AmbError(f"run {run!r} " + ("has not finished (no run.finished event yet)" if exists else "is not in the store"))
+        raise AmbError(
+            f"run {run!r} "
+            + ("has not finished (no run.finished event yet)" if exists else "is not in the store")
+        )
     click.echo(json.dumps(m, sort_keys=True))
 
 
 @click.command()
-@click.option("--format", "fmt", type=click.Choice(["json", "ddl", "md"]), default="json", show_default=True,
-              help="json: JSON Schema of the event payloads; ddl: the SQL views; md: the views' columns.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "ddl", "md"]),
+    default="json",
+    show_default=True,
+    help="json: JSON Schema of the event payloads; ddl: the SQL views; md: the views' columns.",
+)
 def schema(fmt: str) -> None:
     """Print the event schema or the SQL views."""
     if fmt == "json":

@@ -20,7 +20,16 @@ LIST_COLUMNS = ["id", "track", "name", "modality", "cases", "metric", "time_limi
 
 
 def _row(spec: TaskSpec) -> list:
-    return [spec.id, spec.track, spec.name, spec.modality, spec.cases, spec.metric.name, spec.time_limit_s, spec.converter or None]
+    return [
+        spec.id,
+        spec.track,
+        spec.name,
+        spec.modality,
+        spec.cases,
+        spec.metric.name,
+        spec.time_limit_s,
+        spec.converter or None,
+    ]
 
 
 @click.group()
@@ -81,8 +90,15 @@ def _clear(out: Path, force: bool) -> None:
 
 @task.command("synth")
 @click.argument("task_id")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder to write public/ and private/ into.")
-@click.option("--cases", type=click.IntRange(min=1), default=None, help=f"Case count (default {synth.DEFAULT_CASES}).")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder to write public/ and private/ into.",
+)
+@click.option(
+    "--cases", type=click.IntRange(min=1), default=None, help=f"Case count (default {synth.DEFAULT_CASES})."
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed (same seed, same bytes).")
 @click.option("--force", is_flag=True, help="Replace existing public/ and private/ folders.")
 def synth_cmd(task_id: str, out: str, cases: int | None, seed: int, force: bool) -> None:
@@ -98,7 +114,12 @@ def synth_cmd(task_id: str, out: str, cases: int | None, seed: int, force: bool)
 @task.command()
 @click.argument("task_id")
 @click.option("--source", required=True, type=click.Path(file_okay=False), help="The dataset as distributed.")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder to write public/ and private/ into.")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder to write public/ and private/ into.",
+)
 @click.option("--force", is_flag=True, help="Replace existing public/ and private/ folders.")
 def prepare(task_id: str, source: str, out: str, force: bool) -> None:
     """Convert a real public dataset into the task's layout."""

@@ -61,7 +61,11 @@ def per_label_masks(pred: np.ndarray, ref: np.ndarray, labels: list[int]) -> dic
 def label_volumes(shape: tuple[int, int, int], n_labels: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """A reference of blocky organs (runs of labels along x) and a prediction with 10 % of voxels relabelled."""
     rng = np.random.default_rng(seed)
-    ref = np.asfortranarray(rng.integers(0, n_labels + 1, (shape[0] // 8 + 1, shape[1], shape[2]), dtype=np.uint8).repeat(8, axis=0)[: shape[0]])
+    ref = np.asfortranarray(
+        rng.integers(0, n_labels + 1, (shape[0] // 8 + 1, shape[1], shape[2]), dtype=np.uint8).repeat(
+            8, axis=0
+        )[: shape[0]]
+    )
     pred = ref.copy(order="F")
     flip = rng.random(shape, dtype=np.float32) < 0.1
     pred[flip] = rng.integers(0, n_labels + 1, int(flip.sum()), dtype=np.uint8)
@@ -71,21 +75,27 @@ def label_volumes(shape: tuple[int, int, int], n_labels: int, seed: int = 0) -> 
 def bench_dice(shape: tuple[int, int, int], label_counts: list[int], baseline: bool) -> list[dict]:
     results = []
     nvox = int(np.prod(shape))
-    print(f"Dice, two {shape[0]}x{shape[1]}x{shape[2]} uint8 label volumes ({nvox / 1e6:.1f} M voxels, "
-          f"{2 * nvox / 2**20:.0f} MiB of inputs), 10 % of voxels relabelled:")
+    print(
+        f"Dice, two {shape[0]}x{shape[1]}x{shape[2]} uint8 label volumes ({nvox / 1e6:.1f} M voxels, "
+        f"{2 * nvox / 2**20:.0f} MiB of inputs), 10 % of voxels relabelled:"
+    )
     for k in label_counts:
         pred, ref = label_volumes(shape, k)
         labels = list(range(1, k + 1))
         ours, t_ours, m_ours = measured(lambda: multiclass_dice(pred, ref, labels), repeat=3)
         row = {"labels": k, "ours_s": t_ours, "ours_peak_bytes": m_ours}
-        line = (f"  {k:4d} labels  confusion matrix {t_ours:6.3f} s  peak {m_ours / 2**20:6.0f} MiB "
-                f"(+ inputs {(m_ours + 2 * nvox) / 2**30:.2f} GiB)")
+        line = (
+            f"  {k:4d} labels  confusion matrix {t_ours:6.3f} s  peak {m_ours / 2**20:6.0f} MiB "
+            f"(+ inputs {(m_ours + 2 * nvox) / 2**30:.2f} GiB)"
+        )
         if baseline:
             base, t_base, m_base = measured(lambda: per_label_masks(pred, ref, labels))
             diff = max(abs(ours[lab] - base[lab]) for lab in labels)
             row |= {"masks_s": t_base, "masks_peak_bytes": m_base, "max_abs_diff": diff}
-            line += (f" | per-label masks {t_base:7.3f} s  peak {m_base / 2**20:5.0f} MiB"
-                     f" | speed-up {t_base / t_ours:5.1f}x  max |diff| {diff:.1e}")
+            line += (
+                f" | per-label masks {t_base:7.3f} s  peak {m_base / 2**20:5.0f} MiB"
+                f" | speed-up {t_base / t_ours:5.1f}x  max |diff| {diff:.1e}"
+            )
         print(line)
         ok = t_ours <= 0.6 and m_ours + 2 * nvox <= 2**30
         print(f"        target ≤ 0.6 s and ≤ 1 GiB: {'met' if ok else 'NOT met'}")
@@ -126,8 +136,10 @@ def bench_grade_case(shape: tuple[int, int, int]) -> dict:
         size = (root / "ws/agents_outputs/case/dseg.nii.gz").stat().st_size
         del pred, ref
         result, seconds, peak = measured(lambda: grade(spec, root / "ws", root / "private", GradeOptions()))
-    print(f"One case graded from .nii.gz (117 labels, {size / 2**20:.0f} MiB gzipped per file): "
-          f"{seconds:.2f} s, peak {peak / 2**20:.0f} MiB, macro Dice {result.score:.4f}")
+    print(
+        f"One case graded from .nii.gz (117 labels, {size / 2**20:.0f} MiB gzipped per file): "
+        f"{seconds:.2f} s, peak {peak / 2**20:.0f} MiB, macro Dice {result.score:.4f}"
+    )
     return {"seconds": seconds, "peak_bytes": peak, "score": result.score}
 
 

@@ -44,25 +44,44 @@ def bench_ssim(n_slices: int = 100, size: int = 512) -> dict:
         pairs.append((ref.astype(np.float32), (ref + low_dose_noise(rng, ref, 30.0)).astype(np.float32)))
     ranges = [reference_data_range(r) for r, _ in pairs]
     ours, t_ours = _timed(lambda: [ssim(r, p, dr) for (r, p), dr in zip(pairs, ranges)])
-    sk32, t_sk32 = _timed(lambda: [structural_similarity(r, p, data_range=dr, gaussian_weights=True,
-                                                         use_sample_covariance=False)
-                                   for (r, p), dr in zip(pairs, ranges)])
-    sk64, t_sk64 = _timed(lambda: [structural_similarity(r.astype(np.float64), p.astype(np.float64),
-                                                         data_range=dr, gaussian_weights=True,
-                                                         use_sample_covariance=False)
-                                   for (r, p), dr in zip(pairs, ranges)])
+    sk32, t_sk32 = _timed(
+        lambda: [
+            structural_similarity(r, p, data_range=dr, gaussian_weights=True, use_sample_covariance=False)
+            for (r, p), dr in zip(pairs, ranges)
+        ]
+    )
+    sk64, t_sk64 = _timed(
+        lambda: [
+            structural_similarity(
+                r.astype(np.float64),
+                p.astype(np.float64),
+                data_range=dr,
+                gaussian_weights=True,
+                use_sample_covariance=False,
+            )
+            for (r, p), dr in zip(pairs, ranges)
+        ]
+    )
     res = {
-        "slices": n_slices, "size": size, "ours_s": t_ours, "skimage_f32_s": t_sk32, "skimage_f64_s": t_sk64,
+        "slices": n_slices,
+        "size": size,
+        "ours_s": t_ours,
+        "skimage_f32_s": t_sk32,
+        "skimage_f64_s": t_sk64,
         "max_diff_vs_skimage_f64": float(np.max(np.abs(np.subtract(ours, sk64)))),
         "max_diff_vs_skimage_f32": float(np.max(np.abs(np.subtract(ours, sk32)))),
         "mean_ssim": float(np.mean(ours)),
     }
     print(f"SSIM, {n_slices} slices {size}x{size} float32 HU (mean SSIM {res['mean_ssim']:.4f}):")
     print(f"  ours (float64)            {t_ours:7.3f} s")
-    print(f"  skimage on float32 input  {t_sk32:7.3f} s   ratio ours/skimage {t_ours / t_sk32:.2f}"
-          f"   max |diff| {res['max_diff_vs_skimage_f32']:.2e} (skimage's float32 cancellation)")
-    print(f"  skimage on float64 input  {t_sk64:7.3f} s   ratio ours/skimage {t_ours / t_sk64:.2f}"
-          f"   max |diff| {res['max_diff_vs_skimage_f64']:.2e}")
+    print(
+        f"  skimage on float32 input  {t_sk32:7.3f} s   ratio ours/skimage {t_ours / t_sk32:.2f}"
+        f"   max |diff| {res['max_diff_vs_skimage_f32']:.2e} (skimage's float32 cancellation)"
+    )
+    print(
+        f"  skimage on float64 input  {t_sk64:7.3f} s   ratio ours/skimage {t_ours / t_sk64:.2f}"
+        f"   max |diff| {res['max_diff_vs_skimage_f64']:.2e}"
+    )
     return res
 
 
@@ -80,7 +99,9 @@ def detection_set(n_images: int, seed: int = 0, classes=("rbc", "wbc", "platelet
         m = int(rng.integers(0, 5))
         xy = rng.uniform(0, 560, (m, 2))
         p = np.vstack([p, np.hstack([xy, xy + rng.uniform(10, 80, (m, 2))])])
-        pl = [lab for lab, k in zip(labels, keep) if k] + [classes[k] for k in rng.integers(0, len(classes), m)]
+        pl = [lab for lab, k in zip(labels, keep) if k] + [
+            classes[k] for k in rng.integers(0, len(classes), m)
+        ]
         refs.append(Boxes.of(labels, g))
         preds.append(Boxes.of(pl, p, rng.uniform(0, 1, len(pl))))
     return refs, preds
@@ -95,14 +116,24 @@ def bench_map(n_images: int = 1000) -> dict:
     voc, t_voc = _timed(lambda: mean_average_precision(refs, preds, pvoc))
     theirs, t_coco = _timed(lambda: coco_ap(refs, preds, rec_thrs=np.arange(101) / 100))
     coco_map = float(np.mean([v for v in theirs.values() if v is not None]))
-    res = {"images": n_images, "boxes": n_boxes, "ours_101_s": t_ours, "ours_voc_s": t_voc,
-           "pycocotools_s": t_coco, "map_101": ours.map, "map_voc": voc.map, "map_pycocotools": coco_map,
-           "abs_diff": abs(ours.map - coco_map)}
+    res = {
+        "images": n_images,
+        "boxes": n_boxes,
+        "ours_101_s": t_ours,
+        "ours_voc_s": t_voc,
+        "pycocotools_s": t_coco,
+        "map_101": ours.map,
+        "map_voc": voc.map,
+        "map_pycocotools": coco_map,
+        "abs_diff": abs(ours.map - coco_map),
+    }
     print(f"mAP@0.5, {n_images} images, {n_boxes} boxes (references + detections), 3 classes:")
     print(f"  ours 101-point            {t_ours:7.3f} s   mAP {ours.map:.6f}")
     print(f"  ours VOC all-point        {t_voc:7.3f} s   mAP {voc.map:.6f}")
-    print(f"  pycocotools COCOeval      {t_coco:7.3f} s   mAP {coco_map:.6f}   ratio ours/pycocotools "
-          f"{t_ours / t_coco:.2f}   |diff| {res['abs_diff']:.1e}")
+    print(
+        f"  pycocotools COCOeval      {t_coco:7.3f} s   mAP {coco_map:.6f}   ratio ours/pycocotools "
+        f"{t_ours / t_coco:.2f}   |diff| {res['abs_diff']:.1e}"
+    )
     return res
 
 

@@ -49,13 +49,17 @@ def _timed(fn):
 def bench_report(n_reports: int = 500) -> dict:
     hyps, refs = report_pairs(n_reports)
     words = sum(len(h.split()) + len(r.split()) for h, r in zip(hyps, refs)) / (2 * n_reports)
-    print(f"Report score on {n_reports} synthetic chest X-ray FINDINGS pairs ({words:.0f} words a report on average):")
+    print(
+        f"Report score on {n_reports} synthetic chest X-ray FINDINGS pairs ({words:.0f} words a report on average):"
+    )
 
     _, t_jvm = _timed(lambda: _meteor.meteor(["warm up"], [["warm up"]]))
     corpus, t_corpus = _timed(lambda: text.report_score(hyps, refs, level="corpus"))
     case, t_case = _timed(lambda: text.report_score(hyps, refs, level="case"))
-    print(f"  ours, corpus level  {t_corpus:6.2f} s  score {corpus.score:.4f}  "
-          f"({', '.join(f'{k} {v:.3f}' for k, v in corpus.components.items())})")
+    print(
+        f"  ours, corpus level  {t_corpus:6.2f} s  score {corpus.score:.4f}  "
+        f"({', '.join(f'{k} {v:.3f}' for k, v in corpus.components.items())})"
+    )
     print(f"  ours, case level    {t_case:6.2f} s  score {case.score:.4f}")
     print(f"  (+ {t_jvm:.1f} s once per process to start the METEOR JVM; backends {corpus.backends})")
 
@@ -76,8 +80,10 @@ def bench_report(n_reports: int = 500) -> dict:
     scorer = rouge_scorer.RougeScorer(["rougeL"])
     _, t_rs = _timed(lambda: [scorer.score(r, h) for h, r in zip(hyps, refs)])
     t_lib = t_bleu + t_meteor + t_rouge
-    print(f"  pycocoevalcap BLEU {t_bleu:.2f} s + METEOR {t_meteor:.2f} s (+ {t_meteor_start:.1f} s JVM start) "
-          f"+ ROUGE-L {t_rouge:.2f} s = {t_lib:.2f} s for the three NLG parts; rouge-score rougeL {t_rs:.2f} s")
+    print(
+        f"  pycocoevalcap BLEU {t_bleu:.2f} s + METEOR {t_meteor:.2f} s (+ {t_meteor_start:.1f} s JVM start) "
+        f"+ ROUGE-L {t_rouge:.2f} s = {t_lib:.2f} s for the three NLG parts; rouge-score rougeL {t_rs:.2f} s"
+    )
     diffs = {
         "BLEU": max(abs(a - b) for a, b in zip([corpus.extras[f"BLEU_{k}"] for k in range(1, 5)], bleu_ref)),
         "METEOR": abs(corpus.components["METEOR"] - meteor_ref),
@@ -86,8 +92,16 @@ def bench_report(n_reports: int = 500) -> dict:
     print("  max |ours - pycocoevalcap|: " + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
     print(f"  ratio (all 7 parts, ours) / (3 NLG parts, pycocoevalcap): {t_corpus / t_lib:.2f}")
     _meteor.shutdown()
-    return {"n": n_reports, "ours_corpus_s": t_corpus, "ours_case_s": t_case, "jvm_start_s": t_jvm,
-            "pycocoevalcap_s": t_lib, "rouge_score_s": t_rs, "max_abs_diff": diffs, "score": corpus.score}
+    return {
+        "n": n_reports,
+        "ours_corpus_s": t_corpus,
+        "ours_case_s": t_case,
+        "jvm_start_s": t_jvm,
+        "pycocoevalcap_s": t_lib,
+        "rouge_score_s": t_rs,
+        "max_abs_diff": diffs,
+        "score": corpus.score,
+    }
 
 
 if __name__ == "__main__":

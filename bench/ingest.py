@@ -49,7 +49,10 @@ def generate(root: Path, runs: int, per_run: int) -> int:
     for i in range(runs):
         total += generate_run(root, f"bench-{i:05d}", seed=i, calls=35, processes_per_call=procs).events
         if i % 50 == 49:
-            print(f"  generated {i + 1}/{runs} runs ({total:,} events, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+            print(
+                f"  generated {i + 1}/{runs} runs ({total:,} events, {time.perf_counter() - t0:.0f} s)",
+                file=sys.stderr,
+            )
     return total
 
 
@@ -107,7 +110,7 @@ def stored_size(blobs, blob: str) -> int:
     data = path.read_bytes()
     if not data.startswith(CHUNK_MAGIC):
         return len(data)
-    chunks = data[len(CHUNK_MAGIC):].decode().split()
+    chunks = data[len(CHUNK_MAGIC) :].decode().split()
     return len(data) + sum(blobs.path_of(c).stat().st_size for c in chunks)
 
 
@@ -131,7 +134,10 @@ def main() -> None:
     else:
         if root.exists():
             shutil.rmtree(root)
-        print(f"generating {args.runs} runs of ~{args.per_run} events (through the real spool writer)...", file=sys.stderr)
+        print(
+            f"generating {args.runs} runs of ~{args.per_run} events (through the real spool writer)...",
+            file=sys.stderr,
+        )
         t0 = time.perf_counter()
         total = generate(root, args.runs, args.per_run)
         gen_s = time.perf_counter() - t0
@@ -143,7 +149,10 @@ def main() -> None:
     for i in range(args.rounds):
         base_times.append(read_ndjson_load(ndjson))
         ingest_times.append(amb_ingest(root, total))
-        print(f"  round {i + 1}/{args.rounds}: read_ndjson {base_times[-1]:.2f} s, amb ingest {ingest_times[-1]:.2f} s", file=sys.stderr)
+        print(
+            f"  round {i + 1}/{args.rounds}: read_ndjson {base_times[-1]:.2f} s, amb ingest {ingest_times[-1]:.2f} s",
+            file=sys.stderr,
+        )
     base_s, ingest_s = statistics.median(base_times), statistics.median(ingest_times)
 
     with Store.open(root, read_only=True) as st:
@@ -174,12 +183,20 @@ def main() -> None:
     print(f"events                         {total:,} in {args.runs:,} runs (generated in {gen_s:.1f} s)")
     print(f"read_ndjson baseline           {base_s:.2f} s  {theirs:,.0f} events/s (median of {args.rounds})")
     print(f"amb ingest (with verification) {ingest_s:.2f} s  {ours:,.0f} events/s (median of {args.rounds})")
-    print(f"ratio ingest / read_ndjson     {ours / theirs:.2f}   (target >= 0.5; rate target >= 100,000 events/s)")
+    print(
+        f"ratio ingest / read_ndjson     {ours / theirs:.2f}   (target >= 0.5; rate target >= 100,000 events/s)"
+    )
     print(f"amb verify (hashes, chains, manifests, {len(blob_sizes):,} blobs)  {verify_s:.2f} s")
-    print(f"aggregate query median         {statistics.median(times) * 1000:.0f} ms   (tokens per model per run; target < 1 s)")
+    print(
+        f"aggregate query median         {statistics.median(times) * 1000:.0f} ms   (tokens per model per run; target < 1 s)"
+    )
     print(f"bytes per event, DuckDB only   {db_bytes / total:,.0f}")
-    print(f"bytes per event, with blobs    {(db_bytes + blob_bytes) / total:,.0f} (blobs deduplicated and chunked: {blob_bytes / 1e6:,.0f} MB)")
-    print(f"bytes per event, without dedup {(db_bytes + no_dedup) / total:,.0f} (each of the {len(refs):,} references stored whole: {no_dedup / 1e6:,.0f} MB)")
+    print(
+        f"bytes per event, with blobs    {(db_bytes + blob_bytes) / total:,.0f} (blobs deduplicated and chunked: {blob_bytes / 1e6:,.0f} MB)"
+    )
+    print(
+        f"bytes per event, without dedup {(db_bytes + no_dedup) / total:,.0f} (each of the {len(refs):,} references stored whole: {no_dedup / 1e6:,.0f} MB)"
+    )
     if not args.keep:
         shutil.rmtree(work)
 

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 BIN = Path(PY).parent
 
-FLOOR_PROXY = r'''
+FLOOR_PROXY = r"""
 import asyncio, sys
 UP_HOST, UP_PORT = sys.argv[1], int(sys.argv[2])
 async def pipe(r, w):
@@ -57,13 +57,13 @@ async def main():
     print(s.sockets[0].getsockname()[1], flush=True)
     await s.serve_forever()
 asyncio.run(main())
-'''
+"""
 
-STREAM_ADDON = r'''
+STREAM_ADDON = r"""
 def responseheaders(flow):
     if "text/event-stream" in flow.response.headers.get("content-type", ""):
         flow.response.stream = True
-'''
+"""
 
 REAL_KEYS = {"OPENAI_API_KEY": "sk-proj-" + "k3Y" * 52, "ANTHROPIC_API_KEY": "sk-ant-api03-" + "q7Z" * 32}
 """Keys of a real run's lengths (164 and 109 characters): amb-record scrubs every stored body for
@@ -71,8 +71,13 @@ them, so a bench without keys would leave that cost out. The fake upstream ignor
 
 WAIT_AGENT = "import os, sys, time; print(os.environ['OPENAI_BASE_URL'], flush=True); time.sleep(100000)"
 
-CHAT = {"model": "bench", "messages": [{"role": "system", "content": "You are a careful agent. " * 24},
-                                       {"role": "user", "content": "hi"}]}
+CHAT = {
+    "model": "bench",
+    "messages": [
+        {"role": "system", "content": "You are a careful agent. " * 24},
+        {"role": "user", "content": "hi"},
+    ],
+}
 
 
 class Target:
@@ -115,8 +120,14 @@ def _wait_port(port: int) -> None:
 
 
 def start_targets(tmp: Path, against: Path | None = None) -> list[Target]:
-    fake = subprocess.Popen([PY, str(ROOT / "tests" / "fakes" / "upstream.py")], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    fake = subprocess.Popen(
+        [PY, str(ROOT / "tests" / "fakes" / "upstream.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     up = _first_line(fake, "the fake upstream")
     host, port = up.removeprefix("http://").split(":")
     targets = [Target("direct", up, fake)]
@@ -128,26 +139,68 @@ def start_targets(tmp: Path, against: Path | None = None) -> list[Target]:
     for name, extra in (("mitm", []), ("mitm_stream", ["-s", str(tmp / "stream_addon.py")])):
         p = _free_port()
         proc = subprocess.Popen(
-            [str(BIN / "mitmdump"), "-q", "--set", f"confdir={tmp / ('conf-' + name)}", "--mode",
-             f"reverse:{up}@127.0.0.1:{p}", "--set", "connection_strategy=lazy", *extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                str(BIN / "mitmdump"),
+                "-q",
+                "--set",
+                f"confdir={tmp / ('conf-' + name)}",
+                "--mode",
+                f"reverse:{up}@127.0.0.1:{p}",
+                "--set",
+                "connection_strategy=lazy",
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         _wait_port(p)
         targets.append(Target(name, f"http://127.0.0.1:{p}", proc))
 
     amb = subprocess.Popen(
-        [str(BIN / "amb-record"), "--store", str(tmp / "store"), "--no-ingest", "--upstream", f"openai={up}",
-         "--", PY, "-c", WAIT_AGENT],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp, env={**os.environ, **REAL_KEYS},
+        [
+            str(BIN / "amb-record"),
+            "--store",
+            str(tmp / "store"),
+            "--no-ingest",
+            "--upstream",
+            f"openai={up}",
+            "--",
+            PY,
+            "-c",
+            WAIT_AGENT,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp,
+        env={**os.environ, **REAL_KEYS},
     )
     targets.append(Target("amb", _first_line(amb, "amb-record").removesuffix("/v1"), amb))
     if against is not None:  # the same command from another checkout, its packages first on the path
         prev = subprocess.Popen(
-            [PY, "-c", "import sys; from amb.record import main; sys.exit(main())", "--store", str(tmp / "store-prev"),
-             "--no-ingest", "--upstream", f"openai={up}", "--", PY, "-c", WAIT_AGENT],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp,
+            [
+                PY,
+                "-c",
+                "import sys; from amb.record import main; sys.exit(main())",
+                "--store",
+                str(tmp / "store-prev"),
+                "--no-ingest",
+                "--upstream",
+                f"openai={up}",
+                "--",
+                PY,
+                "-c",
+                WAIT_AGENT,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp,
             env={**os.environ, **REAL_KEYS, "PYTHONPATH": str(against)},
         )
-        targets.append(Target("amb-prev", _first_line(prev, "amb-record from " + str(against)).removesuffix("/v1"), prev))
+        targets.append(
+            Target("amb-prev", _first_line(prev, "amb-record from " + str(against)).removesuffix("/v1"), prev)
+        )
     return targets
 
 
@@ -157,6 +210,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 # -- measurements ----------------------------------------------------------------------------------
+
 
 def sequential(targets: list[Target], n: int, rounds: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {t.name: [] for t in targets}
@@ -177,7 +231,9 @@ def sequential(targets: list[Target], n: int, rounds: int) -> dict[str, list[flo
     return out
 
 
-def streaming(targets: list[Target], n: int, rounds: int, delay_ms: int) -> dict[str, tuple[list[float], list[int]]]:
+def streaming(
+    targets: list[Target], n: int, rounds: int, delay_ms: int
+) -> dict[str, tuple[list[float], list[int]]]:
     out: dict[str, tuple[list[float], list[int]]] = {t.name: ([], []) for t in targets}
     body = {**CHAT, "stream": True}
     headers = {"x-fake-chunks": "50", "x-fake-delay-ms": str(delay_ms)}
@@ -219,9 +275,21 @@ def throughput(target: Target, clients: int, seconds: float) -> float:
     return sum(counts) / (time.monotonic() - t0)
 
 
-BIG = {"model": "bench", "messages": [{"role": "user", "content": [
-    {"type": "text", "text": "what is this"},
-    {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * (5 * 1024 * 1024)}}]}]}
+BIG = {
+    "model": "bench",
+    "messages": [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "what is this"},
+                {
+                    "type": "image_url",
+                    "image_url": {"url": "data:image/png;base64," + "A" * (5 * 1024 * 1024)},
+                },
+            ],
+        }
+    ],
+}
 BIG_BYTES = json.dumps(BIG).encode()
 
 
@@ -231,10 +299,12 @@ def big_requests(targets: list[Target], n: int) -> dict[str, list[float]]:
     for i in range(n):
         # The order rotates: whatever one target leaves behind (a flush, freed memory) must not
         # always land on the same next target.
-        for t in targets[i % len(targets):] + targets[:i % len(targets)]:
+        for t in targets[i % len(targets) :] + targets[: i % len(targets)]:
             body = BIG_BYTES.replace(b"what is this", f"what is {i:04d}".encode())  # a new blob each time
             t0 = time.perf_counter()
-            r = clients[t.name].post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+            r = clients[t.name].post(
+                "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+            )
             out[t.name].append((time.perf_counter() - t0) * 1000)
             assert r.status_code == 200
     for c in clients.values():
@@ -279,12 +349,17 @@ def stall(target: Target, streams: int, with_uploads: bool) -> float:
 
 # -- report ----------------------------------------------------------------------------------------
 
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run, noisier)")
-    ap.add_argument("--against", type=Path, metavar="CHECKOUT",
-                    help="also measure amb-record from another checkout (e.g. a `git worktree` of an older "
-                         "commit) as target amb-prev, in the same rounds: how to see what a change did")
+    ap.add_argument(
+        "--against",
+        type=Path,
+        metavar="CHECKOUT",
+        help="also measure amb-record from another checkout (e.g. a `git worktree` of an older "
+        "commit) as target amb-prev, in the same rounds: how to see what a change did",
+    )
     args = ap.parse_args()
     if args.against is not None and not (args.against / "amb" / "record.py").is_file():
         raise SystemExit(f"bench: {args.against} is not a checkout of this project (no amb/record.py)")
@@ -295,7 +370,9 @@ def main() -> None:
         targets = start_targets(Path(tmpdir), args.against)
         names = [t.name for t in targets]
         try:
-            print(f"targets: {', '.join(names)}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+            print(
+                f"targets: {', '.join(names)}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+            )
             seq = sequential(targets, n_seq, 6)
             ttfb = streaming(targets, n_stream, 3, 0)
             # Interleaved rounds (the median of each target's rounds): a single back-to-back window
@@ -306,8 +383,11 @@ def main() -> None:
                     rounds[t.name].append(throughput(t, 16, secs / 3))
             tput = {name: statistics.median(r) for name, r in rounds.items()}
             big = big_requests(targets, n_big)
-            gaps = {t.name: (stall(t, n_stall, False), stall(t, n_stall, True))
-                    for t in targets if t.name in ("direct", "mitm_stream", "amb", "amb-prev")}
+            gaps = {
+                t.name: (stall(t, n_stall, False), stall(t, n_stall, True))
+                for t in targets
+                if t.name in ("direct", "mitm_stream", "amb", "amb-prev")
+            }
         finally:
             for t in reversed(targets):
                 t.stop()
@@ -334,7 +414,9 @@ def main() -> None:
         print(f"{name:12} {p50:8.1f}  added {p50 - b50:6.1f}")
     print("\nlongest gap between chunks of a 50 x 10 ms stream, median of streams (ms)")
     for name, (alone, loaded) in gaps.items():
-        print(f"{name:12} alone {alone:6.1f}   beside 5 MB uploads {loaded:6.1f}   stretch {loaded / alone:4.2f}x")
+        print(
+            f"{name:12} alone {alone:6.1f}   beside 5 MB uploads {loaded:6.1f}   stretch {loaded / alone:4.2f}x"
+        )
 
     m50, a50 = pct(seq["mitm"], 50), pct(seq["amb"], 50)
     a99 = pct(seq["amb"], 99)
@@ -347,25 +429,40 @@ def main() -> None:
         ("recording cost over bare mitmproxy, p50", f"{a50 - m50:+.2f} ms", a50 - m50 <= 0.3, "<= 0.3 ms"),
         ("added p99 over direct", f"{a99 - d99:.2f} ms", a99 - d99 <= 5, "<= 5 ms"),
         ("added time to first chunk over direct", f"{a_ttfc - t50:.2f} ms", a_ttfc - t50 <= 1.5, "<= 1.5 ms"),
-        ("client reads per 50-chunk stream vs direct", f"{statistics.median(ttfb['amb'][1]):.0f} vs "
-         f"{statistics.median(ttfb['direct'][1]):.0f}",
-         statistics.median(ttfb["amb"][1]) >= 0.9 * statistics.median(ttfb["direct"][1]),
-         "as many as direct: one per upstream chunk, nothing buffered"),
+        (
+            "client reads per 50-chunk stream vs direct",
+            f"{statistics.median(ttfb['amb'][1]):.0f} vs {statistics.median(ttfb['direct'][1]):.0f}",
+            statistics.median(ttfb["amb"][1]) >= 0.9 * statistics.median(ttfb["direct"][1]),
+            "as many as direct: one per upstream chunk, nothing buffered",
+        ),
         ("5 MB request, added time vs bare mitmproxy's", f"{big_ratio:.2f}x", big_ratio <= 1.2, "<= 1.2x"),
-        ("stream's longest gap beside 5 MB uploads vs mitm_stream", f"{gap_ratio:.2f}x", gap_ratio <= 1.5, "<= 1.5x"),
-        ("calls/s at 16 clients vs bare mitmproxy", f"{tput['amb'] / tput['mitm']:.2f}x",
-         tput["amb"] / tput["mitm"] >= 0.9, ">= 0.9x"),
+        (
+            "stream's longest gap beside 5 MB uploads vs mitm_stream",
+            f"{gap_ratio:.2f}x",
+            gap_ratio <= 1.5,
+            "<= 1.5x",
+        ),
+        (
+            "calls/s at 16 clients vs bare mitmproxy",
+            f"{tput['amb'] / tput['mitm']:.2f}x",
+            tput["amb"] / tput["mitm"] >= 0.9,
+            ">= 0.9x",
+        ),
     ]
     for what, value, ok, target in checks:
         print(f"  [{'ok' if ok else 'MISS'}] {what}: {value} (target {target})")
     if "amb-prev" in seq:
-        print(f"  amb-prev ({args.against}), same rounds: p50 cost {pct(seq['amb-prev'], 50) - m50:+.2f} ms; "
-              f"5 MB {(pct(big['amb-prev'], 50) - b50) / max(1e-9, pct(big['mitm'], 50) - b50):.2f}x; "
-              f"gap {gaps['amb-prev'][1] / gaps['mitm_stream'][1]:.2f}x; calls/s {tput['amb-prev'] / tput['mitm']:.2f}x")
+        print(
+            f"  amb-prev ({args.against}), same rounds: p50 cost {pct(seq['amb-prev'], 50) - m50:+.2f} ms; "
+            f"5 MB {(pct(big['amb-prev'], 50) - b50) / max(1e-9, pct(big['mitm'], 50) - b50):.2f}x; "
+            f"gap {gaps['amb-prev'][1] / gaps['mitm_stream'][1]:.2f}x; calls/s {tput['amb-prev'] / tput['mitm']:.2f}x"
+        )
     big_vs_stream = (pct(big["amb"], 50) - b50) / max(1e-9, pct(big["mitm_stream"], 50) - b50)
-    print(f"  (reference: mitm_stream TTFC {ms_ttfc - t50:+.2f} ms over direct; floor p50 "
-          f"{pct(seq['floor'], 50) - d50:+.2f} ms; 5 MB vs mitm_stream {big_vs_stream:.2f}x. Bare mitmproxy and "
-          "mitm_stream differ only in streaming SSE, so their spread shows the run's noise.)")
+    print(
+        f"  (reference: mitm_stream TTFC {ms_ttfc - t50:+.2f} ms over direct; floor p50 "
+        f"{pct(seq['floor'], 50) - d50:+.2f} ms; 5 MB vs mitm_stream {big_vs_stream:.2f}x. Bare mitmproxy and "
+        "mitm_stream differ only in streaming SSE, so their spread shows the run's noise.)"
+    )
 
 
 if __name__ == "__main__":

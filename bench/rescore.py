@@ -42,7 +42,9 @@ def rss_mb() -> float:
 def timed_score(st, profile, judge: str, jobs: int, label: str) -> tuple[float, list[float], int]:
     samples: list[float] = []
     t0 = time.perf_counter()
-    result = score_runs(st, profile, judge=judge, jobs=jobs, keep_rows=False, progress=lambda n: samples.append(rss_mb()))
+    result = score_runs(
+        st, profile, judge=judge, jobs=jobs, keep_rows=False, progress=lambda n: samples.append(rss_mb())
+    )
     dt = time.perf_counter() - t0
     return dt, samples, result.judge_requests
 
@@ -57,7 +59,11 @@ def main() -> None:
     args = ap.parse_args()
 
     tmp = None
-    store = Path(args.store) if args.store else Path(tmp := tempfile.mkdtemp(prefix="amb-bench-rescore-")) / "store"
+    store = (
+        Path(args.store)
+        if args.store
+        else Path(tmp := tempfile.mkdtemp(prefix="amb-bench-rescore-")) / "store"
+    )
     t0 = time.perf_counter()
     existing = set()
     if (store / "amb.duckdb").exists():
@@ -68,7 +74,9 @@ def main() -> None:
         if rid not in existing:
             generate_run(store, rid, seed=i, calls=args.calls)
     ingest(store)
-    print(f"setup: {args.runs} synthetic runs ({args.calls} model calls each) generated and ingested in {time.perf_counter() - t0:.1f} s")
+    print(
+        f"setup: {args.runs} synthetic runs ({args.calls} model calls each) generated and ingested in {time.perf_counter() - t0:.1f} s"
+    )
 
     profile = load("paper-2026-06")
     with open_store(store) as st:
@@ -76,26 +84,38 @@ def main() -> None:
         t0 = time.perf_counter()
         n_events = sum(1 for rid in ids for _ in iter_events(st.con, rid))
         base = time.perf_counter() - t0
-        print(f"baseline (read every run's events back): {len(ids) / base:8.1f} runs/s  ({n_events} events, {base:.1f} s)")
+        print(
+            f"baseline (read every run's events back): {len(ids) / base:8.1f} runs/s  ({n_events} events, {base:.1f} s)"
+        )
 
         dt, rss, _ = timed_score(st, profile, "offline", args.jobs, "offline")
-        print(f"offline judge:                           {len(ids) / dt:8.1f} runs/s  ({dt:.1f} s; {dt / base:.1f}x the baseline); "
-              f"RSS after first chunk {rss[0]:.0f} MB, after last {rss[-1]:.0f} MB, peak {max(rss):.0f} MB")
+        print(
+            f"offline judge:                           {len(ids) / dt:8.1f} runs/s  ({dt:.1f} s; {dt / base:.1f}x the baseline); "
+            f"RSS after first chunk {rss[0]:.0f} MB, after last {rss[-1]:.0f} MB, peak {max(rss):.0f} MB"
+        )
 
         if not args.skip_llm:
-            spec = importlib.util.spec_from_file_location("judge_server", ROOT / "tests" / "fakes" / "judge_server.py")
+            spec = importlib.util.spec_from_file_location(
+                "judge_server", ROOT / "tests" / "fakes" / "judge_server.py"
+            )
             fake = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(fake)
             with fake.JudgeServer(fake.default_policy, keep_requests=False) as server:
                 os.environ["AMB_JUDGE_BASE_URL"] = server.base_url
                 os.environ["AMB_JUDGE_MODEL"] = "fake-judge"
                 dt, rss, n = timed_score(st, profile, "llm", max(args.jobs, 4), "llm-cold")
-                print(f"LLM judge, cold (fills the cache):       {len(ids) / dt:8.1f} runs/s  ({dt:.1f} s; {n} requests to the loopback judge); "
-                      f"RSS after first chunk {rss[0]:.0f} MB, after last {rss[-1]:.0f} MB")
+                print(
+                    f"LLM judge, cold (fills the cache):       {len(ids) / dt:8.1f} runs/s  ({dt:.1f} s; {n} requests to the loopback judge); "
+                    f"RSS after first chunk {rss[0]:.0f} MB, after last {rss[-1]:.0f} MB"
+                )
                 dt, rss, n = timed_score(st, profile, "llm", args.jobs, "llm-cached")
-                print(f"LLM judge, cached:                       {len(ids) / dt:8.1f} runs/s  ({dt:.1f} s; {dt / base:.1f}x the baseline; {n} requests); "
-                      f"RSS after first chunk {rss[0]:.0f} MB, after last {rss[-1]:.0f} MB, peak {max(rss):.0f} MB")
-    print(f"peak RSS of this process: {__import__('resource').getrusage(__import__('resource').RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+                print(
+                    f"LLM judge, cached:                       {len(ids) / dt:8.1f} runs/s  ({dt:.1f} s; {dt / base:.1f}x the baseline; {n} requests); "
+                    f"RSS after first chunk {rss[0]:.0f} MB, after last {rss[-1]:.0f} MB, peak {max(rss):.0f} MB"
+                )
+    print(
+        f"peak RSS of this process: {__import__('resource').getrusage(__import__('resource').RUSAGE_SELF).ru_maxrss / 1024:.0f} MB"
+    )
     if tmp:
         import shutil
 

@@ -57,8 +57,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=2000, help="python -c runs per measurement")
     p.add_argument("--rounds", type=int, default=5, help="ABBA rounds (each: plain, shim, shim, plain)")
-    p.add_argument("--tracer", default="auto", choices=("auto", "seccomp-notify", "strace", "proc-poll"),
-                   help="the shim's process tracer (auto: what the docker backend gets)")
+    p.add_argument(
+        "--tracer",
+        default="auto",
+        choices=("auto", "seccomp-notify", "strace", "proc-poll"),
+        help="the shim's process tracer (auto: what the docker backend gets)",
+    )
     args = p.parse_args()
     block = max(1, args.n // (2 * args.rounds))
 
@@ -72,7 +76,9 @@ def main() -> int:
     for r in range(args.rounds):
         for label in ("plain", "shim", "shim", "plain"):
             if label == "plain":
-                steps.append(f"setpriv --reuid=1000 --regid=1000 --clear-groups bash -c \"$AMB_LOOP\" _ plain {block}")
+                steps.append(
+                    f'setpriv --reuid=1000 --regid=1000 --clear-groups bash -c "$AMB_LOOP" _ plain {block}'
+                )
                 continue
             k = len(receivers)
             sock = tmp / f"sock{k}"
@@ -80,18 +86,40 @@ def main() -> int:
             receivers.append((f"bench-{k}", ShimReceiver(store, f"bench-{k}", sock).start()))
             volumes[str(sock)] = {"bind": f"/run/amb/sock{k}", "mode": "ro"}
             steps.append(
-                f"/opt/venv/bin/python -I -c \"{SHIM_ENTRY}\" run --socket /run/amb/sock{k}/shim.sock "
-                f"--workspace /workspace --agent-uid 1000 --tracer {args.tracer} -- bash -c \"$AMB_LOOP\" _ shim {block}"
+                f'/opt/venv/bin/python -I -c "{SHIM_ENTRY}" run --socket /run/amb/sock{k}/shim.sock '
+                f'--workspace /workspace --agent-uid 1000 --tracer {args.tracer} -- bash -c "$AMB_LOOP" _ shim {block}'
             )
     # A discarded warm-up first: the first python runs in a fresh container pay for cold caches.
-    steps.insert(0, f"setpriv --reuid=1000 --regid=1000 --clear-groups bash -c \"$AMB_LOOP\" _ warmup {max(20, block // 2)}")
+    steps.insert(
+        0,
+        f'setpriv --reuid=1000 --regid=1000 --clear-groups bash -c "$AMB_LOOP" _ warmup {max(20, block // 2)}',
+    )
     script = " && ".join(steps)
-    print(f"image {image}: {args.rounds} ABBA round(s), blocks of {block} `python3 -c pass` runs", file=sys.stderr)
+    print(
+        f"image {image}: {args.rounds} ABBA round(s), blocks of {block} `python3 -c pass` runs",
+        file=sys.stderr,
+    )
     container = client.containers.run(
-        image, ["bash", "-c", script], detach=True, init=True, volumes=volumes, network_mode="none",
-        security_opt=["no-new-privileges"], cap_drop=["ALL"], cap_add=CAPS, read_only=True,
-        tmpfs={"/tmp": "size=1g,mode=1777", "/workspace": "size=1g,mode=1777", "/home/agent": "size=64m,mode=1777"},
-        nano_cpus=int(2e9), mem_limit="8g", pids_limit=4096, user="0:0", environment={"AMB_LOOP": LOOP},
+        image,
+        ["bash", "-c", script],
+        detach=True,
+        init=True,
+        volumes=volumes,
+        network_mode="none",
+        security_opt=["no-new-privileges"],
+        cap_drop=["ALL"],
+        cap_add=CAPS,
+        read_only=True,
+        tmpfs={
+            "/tmp": "size=1g,mode=1777",
+            "/workspace": "size=1g,mode=1777",
+            "/home/agent": "size=64m,mode=1777",
+        },
+        nano_cpus=int(2e9),
+        mem_limit="8g",
+        pids_limit=4096,
+        user="0:0",
+        environment={"AMB_LOOP": LOOP},
     )
     status = container.wait()["StatusCode"]
     logs = container.logs().decode()
@@ -111,7 +139,9 @@ def main() -> int:
         receiver.close()
         path = spool_path(store, run_id, "shim")
         events = [decode_event(bytes(b)) for b in scan(path.read_bytes()).bodies]
-        procs = [e for e in events if e.kind == "process.exited" and e.payload.argv == ["python3", "-c", "pass"]]
+        procs = [
+            e for e in events if e.kind == "process.exited" and e.payload.argv == ["python3", "-c", "pass"]
+        ]
         recorded.append(len(procs))
         bye = [e.payload.data for e in events if e.kind == "note" and e.payload.text == "shim finished"][0]
         ms_shim.append(bye["cpu_ms_shim"])
@@ -121,20 +151,28 @@ def main() -> int:
     print(f"plain blocks: {' '.join(f'{t:.2f}' for t in times['plain'])}  total {plain:.2f}s")
     print(f"shim blocks:  {' '.join(f'{t:.2f}' for t in times['shim'])}  total {shim:.2f}s")
     print(f"processes recorded per shim block: {recorded} (expected {block} each)")
-    print(f"shim CPU per shim block: {cpu} ms (shim process {ms_shim} + strace {ms_strace}); "
-          f"{sum(cpu) / max(1, sum(recorded)):.2f} ms per process")
+    print(
+        f"shim CPU per shim block: {cpu} ms (shim process {ms_shim} + strace {ms_strace}); "
+        f"{sum(cpu) / max(1, sum(recorded)):.2f} ms per process"
+    )
     ratio = shim / plain
     cpu_plain, cpu_shim = sum(cpus["plain"]), sum(cpus["shim"])
     if cpu_plain > 0:
-        print(f"container CPU: plain {cpu_plain:.2f}s, shim {cpu_shim:.2f}s (strace and the shim included); "
-              f"CPU ratio {cpu_shim / cpu_plain:.3f}  target <= 1.05: {'met' if cpu_shim / cpu_plain <= 1.05 else 'NOT met'}")
+        print(
+            f"container CPU: plain {cpu_plain:.2f}s, shim {cpu_shim:.2f}s (strace and the shim included); "
+            f"CPU ratio {cpu_shim / cpu_plain:.3f}  target <= 1.05: {'met' if cpu_shim / cpu_plain <= 1.05 else 'NOT met'}"
+        )
     med = statistics.median(times["shim"]) / statistics.median(times["plain"])
-    print(f"wall ratio shim/plain: {ratio:.3f} (of totals; {med:.3f} of block medians)  "
-          f"target <= 1.05: {'met' if ratio <= 1.05 else 'NOT met'}")
+    print(
+        f"wall ratio shim/plain: {ratio:.3f} (of totals; {med:.3f} of block medians)  "
+        f"target <= 1.05: {'met' if ratio <= 1.05 else 'NOT met'}"
+    )
     load = os.getloadavg()[0]
     if load > (os.cpu_count() or 1):
-        print(f"warning: load average {load:.1f} on {os.cpu_count()} cores: the wall ratio is not meaningful, "
-              "judge by the CPU ratio")
+        print(
+            f"warning: load average {load:.1f} on {os.cpu_count()} cores: the wall ratio is not meaningful, "
+            "judge by the CPU ratio"
+        )
     return 0 if all(n == block for n in recorded) else 1
 
 

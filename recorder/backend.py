@@ -216,9 +216,14 @@ def _hash_file(path: Path) -> str:
 def _media_type(name: str) -> str:
     lower = name.lower()
     for suffix, media in (
-        (".json", "application/json"), (".md", "text/markdown"), (".txt", "text/plain"),
-        (".csv", "text/csv"), (".py", "text/x-python"), (".png", "image/png"),
-        (".nii.gz", "application/gzip"), (".gz", "application/gzip"),
+        (".json", "application/json"),
+        (".md", "text/markdown"),
+        (".txt", "text/plain"),
+        (".csv", "text/csv"),
+        (".py", "text/x-python"),
+        (".png", "image/png"),
+        (".nii.gz", "application/gzip"),
+        (".gz", "application/gzip"),
     ):
         if lower.endswith(suffix):
             return media

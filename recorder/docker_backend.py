@@ -53,8 +53,10 @@ FORBIDDEN_WATCH = ("/data/private", "/eval", "/results")
 OUTSIDE_WRITES = ("/tmp", "/home/agent")
 """The only writable places besides the workspace: writes there are recorded by absolute path."""
 
-SHIM_ENTRY = ("import sys; sys.path.insert(0, '/opt/amb/lib'); "
-              "from recorder.shim.__main__ import main; sys.exit(main())")
+SHIM_ENTRY = (
+    "import sys; sys.path.insert(0, '/opt/amb/lib'); "
+    "from recorder.shim.__main__ import main; sys.exit(main())"
+)
 
 # What the shim (root in the container) needs, and nothing more: switch to the agent's uid, read
 # the agent's files whatever their modes, kill processes that outlive the agent, and trace the
@@ -87,9 +89,19 @@ class _Handle:
 class DockerBackend:
     name = "docker"
 
-    def __init__(self, image: str | None = None, *, limits: Limits | None = None, gpus: str | None = None,
-                 content_cap: int = DEFAULT_CAP, brief: str | None = None, client=None,
-                 host_firewall: bool | None = None, stream_output: bool = True, linger: float = 2.0):
+    def __init__(
+        self,
+        image: str | None = None,
+        *,
+        limits: Limits | None = None,
+        gpus: str | None = None,
+        content_cap: int = DEFAULT_CAP,
+        brief: str | None = None,
+        client=None,
+        host_firewall: bool | None = None,
+        stream_output: bool = True,
+        linger: float = 2.0,
+    ):
         self.image = image or os.environ.get("AMB_AGENT_IMAGE") or DEFAULT_IMAGE
         self.limits = limits or Limits()
         self.gpus = gpus if gpus is not None else (os.environ.get("AMB_GPUS") or None)
@@ -145,7 +157,10 @@ class DockerBackend:
         name = self.network_name
         try:
             self._network = self.client.networks.create(
-                name, driver="bridge", internal=True, labels={"org.amb.backend": "docker"},
+                name,
+                driver="bridge",
+                internal=True,
+                labels={"org.amb.backend": "docker"},
                 options={"com.docker.network.bridge.name": name},
             )
             self._network.reload()
@@ -166,9 +181,13 @@ class DockerBackend:
         try:
             self.client.images.get(self.image)
         except docker.errors.ImageNotFound:
-            raise DockerBackendError(f"image {self.image} not found: build it with `amb images build`") from None
+            raise DockerBackendError(
+                f"image {self.image} not found: build it with `amb images build`"
+            ) from None
         if ctx.data_dir is not None and not (Path(ctx.data_dir) / "public").is_dir():
-            raise DockerBackendError(f"--data {ctx.data_dir}: no public/ folder in it (only DIR/public reaches the agent)")
+            raise DockerBackendError(
+                f"--data {ctx.data_dir}: no public/ folder in it (only DIR/public reaches the agent)"
+            )
         if os.geteuid() != 0:  # the agent runs as the invoking user: its files stay the user's
             self._uid, self._gid = os.geteuid(), os.getegid()
 
@@ -188,11 +207,15 @@ class DockerBackend:
         os.chmod(ca_dir / "bundle.pem", 0o644)
         sock_dir = self._tmp / "sock"
         sock_dir.mkdir(mode=0o700)
-        self._receiver = ShimReceiver(ctx.store, ctx.run_id, sock_dir, blobs=ctx.blobs,
-                                      content_cap=self.content_cap).start()
+        self._receiver = ShimReceiver(
+            ctx.store, ctx.run_id, sock_dir, blobs=ctx.blobs, content_cap=self.content_cap
+        ).start()
         self._apply_firewall(ctx)
-        return AgentView(proxy_host=self._gateway, ca_bundle=f"{CONTAINER_CA_DIR}/bundle.pem",
-                         workspace=CONTAINER_WORKSPACE)
+        return AgentView(
+            proxy_host=self._gateway,
+            ca_bundle=f"{CONTAINER_CA_DIR}/bundle.pem",
+            workspace=CONTAINER_WORKSPACE,
+        )
 
     def _brief_text(self, ctx: RunContext) -> str | None:
         if self.brief is not None:
@@ -209,10 +232,25 @@ class DockerBackend:
 
         assert self._ctx is not None and self._tmp is not None, "prepare() first"
         ctx = self._ctx
-        command = ["/opt/venv/bin/python", "-I", "-c", SHIM_ENTRY, "run",
-                   "--socket", f"{CONTAINER_SOCK_DIR}/shim.sock", "--workspace", CONTAINER_WORKSPACE,
-                   "--agent-uid", str(self._uid), "--agent-gid", str(self._gid),
-                   "--content-cap", str(self.content_cap), "--linger", str(self.linger)]
+        command = [
+            "/opt/venv/bin/python",
+            "-I",
+            "-c",
+            SHIM_ENTRY,
+            "run",
+            "--socket",
+            f"{CONTAINER_SOCK_DIR}/shim.sock",
+            "--workspace",
+            CONTAINER_WORKSPACE,
+            "--agent-uid",
+            str(self._uid),
+            "--agent-gid",
+            str(self._gid),
+            "--content-cap",
+            str(self.content_cap),
+            "--linger",
+            str(self.linger),
+        ]
         for path in FORBIDDEN_WATCH:
             command += ["--watch", path]
         for path in OUTSIDE_WRITES:
@@ -226,12 +264,24 @@ class DockerBackend:
         if ctx.data_dir is not None:
             volumes[str((Path(ctx.data_dir) / "public").resolve())] = {"bind": CONTAINER_DATA, "mode": "ro"}
         kwargs: dict = dict(
-            image=self.image, command=command, environment=dict(env), network=self._network.name,
-            volumes=volumes, working_dir=CONTAINER_WORKSPACE, init=True, detach=True,
-            security_opt=["no-new-privileges"], cap_drop=["ALL"], cap_add=CAPS, read_only=True,
-            tmpfs={"/tmp": f"size={self.limits.tmp_size},mode=1777",
-                   "/home/agent": f"size={self.limits.tmp_size},mode=1777"},
-            labels={"org.amb.run": ctx.run_id}, name=f"amb-{ctx.run_id}-{self._token}"[:63],
+            image=self.image,
+            command=command,
+            environment=dict(env),
+            network=self._network.name,
+            volumes=volumes,
+            working_dir=CONTAINER_WORKSPACE,
+            init=True,
+            detach=True,
+            security_opt=["no-new-privileges"],
+            cap_drop=["ALL"],
+            cap_add=CAPS,
+            read_only=True,
+            tmpfs={
+                "/tmp": f"size={self.limits.tmp_size},mode=1777",
+                "/home/agent": f"size={self.limits.tmp_size},mode=1777",
+            },
+            labels={"org.amb.run": ctx.run_id},
+            name=f"amb-{ctx.run_id}-{self._token}"[:63],
             user="0:0",
         )
         if self.limits.cpus:
@@ -354,7 +404,9 @@ class DockerBackend:
         # REJECT rather than DROP: a probe gets "connection refused" at once instead of hanging.
         rules = [["INPUT", "-i", bridge, "-j", "REJECT"]]
         rules += [["INPUT", "-i", bridge, "-p", "tcp", "--dport", str(p), "-j", "ACCEPT"] for p in ports]
-        rules.append(["INPUT", "-i", bridge, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"])
+        rules.append(
+            ["INPUT", "-i", bridge, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"]
+        )
         for rule in rules:  # each is inserted at the top, so the last inserted is checked first
             proc = subprocess.run(["iptables", "-w", "-I", *rule], capture_output=True, text=True)
             if proc.returncode != 0:

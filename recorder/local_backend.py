@@ -142,4 +142,3 @@ class LocalBackend:
                 handle.send_signal(sig)
             except ProcessLookupError:
                 pass
-

@@ -35,8 +35,17 @@ from schemas.errors import AmbError, SchemaError, UsageError
 from schemas.events import Payload, ProcessExited, RunFinished, RunStarted, kind_of
 
 __all__ = [
-    "AgentView", "Backend", "Exit", "LocalBackend", "Outcome", "RunContext", "RunSpec",
-    "agent_env", "new_run_id", "record", "seal_directory",
+    "AgentView",
+    "Backend",
+    "Exit",
+    "LocalBackend",
+    "Outcome",
+    "RunContext",
+    "RunSpec",
+    "agent_env",
+    "new_run_id",
+    "record",
+    "seal_directory",
 ]
 
 TIMEOUT_EXIT_CODE = 124
@@ -109,7 +118,9 @@ def parse_labels(values: list[str]) -> dict[str, str]:
     return labels
 
 
-def agent_env(view: AgentView, ports: dict[str, int], placeholders: dict[str, str], run_id: str) -> dict[str, str]:
+def agent_env(
+    view: AgentView, ports: dict[str, int], placeholders: dict[str, str], run_id: str
+) -> dict[str, str]:
     """amb's variables for the agent: where the proxy is, which CA to trust, placeholder keys."""
     host = view.proxy_host
     proxy = f"http://{host}:{ports['regular']}"
@@ -120,10 +131,14 @@ def agent_env(view: AgentView, ports: dict[str, int], placeholders: dict[str, st
         "ANTHROPIC_BASE_URL": f"http://{host}:{ports['anthropic']}",
         "OPENAI_API_KEY": placeholders["openai"],
         "ANTHROPIC_API_KEY": placeholders["anthropic"],
-        "HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy,
+        "HTTP_PROXY": proxy,
+        "HTTPS_PROXY": proxy,
+        "http_proxy": proxy,
+        "https_proxy": proxy,
         # The reverse endpoints are on the proxy host itself: going through the regular proxy as
         # well would record every call twice.
-        "NO_PROXY": no_proxy, "no_proxy": no_proxy,
+        "NO_PROXY": no_proxy,
+        "no_proxy": no_proxy,
         "AMB_RUN_ID": run_id,
     }
     if view.ca_bundle:
@@ -192,7 +207,10 @@ def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> O
     sink = Sink(store, run_id, custody)
     upstream_ca = env_source.get("AMB_UPSTREAM_CA")
     proxy = ProxyServer(
-        sink, upstreams=upstreams, confdir=confdir, listen_host=backend.proxy_listen_host(),
+        sink,
+        upstreams=upstreams,
+        confdir=confdir,
+        listen_host=backend.proxy_listen_host(),
         upstream_ca=Path(upstream_ca) if upstream_ca else None,
     )
     t0 = time.monotonic()
@@ -203,9 +221,17 @@ def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> O
         proxy.start()
         bundle = ca_bundle(proxy.ca_cert, tmp / "ca-bundle.pem")
         ctx = RunContext(
-            run_id=run_id, store=store, blobs=blobs, workspace=(spec.workspace or Path.cwd()).resolve(),
-            data_dir=spec.data_dir, task=spec.task, tier=spec.tier, time_limit_s=spec.time_limit_s,
-            ca_cert=proxy.ca_cert, ca_bundle=bundle, proxy_ports=dict(proxy.ports),
+            run_id=run_id,
+            store=store,
+            blobs=blobs,
+            workspace=(spec.workspace or Path.cwd()).resolve(),
+            data_dir=spec.data_dir,
+            task=spec.task,
+            tier=spec.tier,
+            time_limit_s=spec.time_limit_s,
+            ca_cert=proxy.ca_cert,
+            ca_bundle=bundle,
+            proxy_ports=dict(proxy.ports),
         )
         view = backend.prepare(ctx)
         env = agent_env(view, proxy.ports, custody.placeholders, run_id)
@@ -217,11 +243,19 @@ def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> O
             # Locally there is no isolation: the agent is simply told where the public inputs are.
             public = spec.data_dir / "public"
             env["AMB_DATA"] = str((public if public.is_dir() else spec.data_dir).resolve())
-        log.append(RunStarted(
-            task=spec.task, tier=spec.tier, agent=os.path.basename(spec.argv[0]), command=list(spec.argv),
-            backend=backend.name, workspace=view.workspace, time_limit_s=spec.time_limit_s,
-            labels=dict(spec.labels), tool_versions={**tool_versions(), **backend.tool_versions()},
-        ))
+        log.append(
+            RunStarted(
+                task=spec.task,
+                tier=spec.tier,
+                agent=os.path.basename(spec.argv[0]),
+                command=list(spec.argv),
+                backend=backend.name,
+                workspace=view.workspace,
+                time_limit_s=spec.time_limit_s,
+                labels=dict(spec.labels),
+                tool_versions={**tool_versions(), **backend.tool_versions()},
+            )
+        )
         started = True
         if on_ready is not None:
             on_ready(dict(proxy.ports), env)
@@ -233,11 +267,19 @@ def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> O
         exit_, status, reason = _supervise(backend, handle, spec)
         end_ns = time.time_ns()
         exit_code = TIMEOUT_EXIT_CODE if status == "timeout" else exit_.code
-        log.append(ProcessExited(
-            pid=backend.pid(handle) or 0, ppid=os.getpid(), argv=list(spec.argv), cwd=view.workspace,
-            start_ns=start_ns, end_ns=end_ns, exit_code=exit_.code if exit_.signal is None else None,
-            signal=exit_.signal, tracer="recorder",
-        ))
+        log.append(
+            ProcessExited(
+                pid=backend.pid(handle) or 0,
+                ppid=os.getpid(),
+                argv=list(spec.argv),
+                cwd=view.workspace,
+                start_ns=start_ns,
+                end_ns=end_ns,
+                exit_code=exit_.code if exit_.signal is None else None,
+                signal=exit_.signal,
+                tracer="recorder",
+            )
+        )
     except AmbError as e:
         if not started:
             _cleanup(proxy, sink, backend, handle, tmp, remove_confdir)
@@ -331,8 +373,19 @@ def _cleanup(proxy, sink, backend, handle, tmp: Path, remove_confdir) -> None:
             remove_confdir(tmp)
 
 
-def _finish(log: _RecorderLog, proxy, sink, backend: Backend, handle, status: str, exit_code: int,
-            t0: float, reason: str | None, tmp: Path, remove_confdir) -> Outcome:
+def _finish(
+    log: _RecorderLog,
+    proxy,
+    sink,
+    backend: Backend,
+    handle,
+    status: str,
+    exit_code: int,
+    t0: float,
+    reason: str | None,
+    tmp: Path,
+    remove_confdir,
+) -> Outcome:
     # The agent has ended: now the proxy may stop (in-flight flows become partial records).
     proxy.stop()
     sink.close()
@@ -349,8 +402,17 @@ def _finish(log: _RecorderLog, proxy, sink, backend: Backend, handle, status: st
     counts = {f"proxy:{k}": v for k, v in sink.counts.items()}
     counts.update({f"recorder:{k}": v for k, v in log.counts.items()})
     duration = time.monotonic() - t0
-    log.append(RunFinished(status=status, exit_code=exit_code, duration_s=round(duration, 3), reason=reason,
-                           counts=counts))
+    log.append(
+        RunFinished(
+            status=status, exit_code=exit_code, duration_s=round(duration, 3), reason=reason, counts=counts
+        )
+    )
     log.writer.close()
-    return Outcome(run_id=log.writer.run_id, status=status, exit_code=exit_code if status != "recorder_error" else (exit_code or 1),
-                   duration_s=duration, counts=counts, reason=reason)
+    return Outcome(
+        run_id=log.writer.run_id,
+        status=status,
+        exit_code=exit_code if status != "recorder_error" else (exit_code or 1),
+        duration_s=duration,
+        counts=counts,
+        reason=reason,
+    )

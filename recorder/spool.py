@@ -75,12 +75,16 @@ class SpoolWriter:
         last = result.bodies[-1]
         env = decode_body(last)
         if env.run_id != self.run_id or env.source != self.source:
-            raise SpoolError(f"{self.path} belongs to {env.run_id}/{env.source}, not {self.run_id}/{self.source}")
+            raise SpoolError(
+                f"{self.path} belongs to {env.run_id}/{env.source}, not {self.run_id}/{self.source}"
+            )
         return env.seq + 1, hash_body(last)
 
     def append(self, payload: Payload, *, ts_ns: int | None = None) -> Written:
         """Append one event and return once it is durable (unless the writer has sync=False)."""
-        return self.append_encoded(kind_of(type(payload)), type(payload).VERSION, encode_payload(payload), ts_ns=ts_ns)
+        return self.append_encoded(
+            kind_of(type(payload)), type(payload).VERSION, encode_payload(payload), ts_ns=ts_ns
+        )
 
     def append_encoded(self, kind: str, v: int, payload: bytes, *, ts_ns: int | None = None) -> Written:
         """Append an already-canonical payload (imports, golden logs of old versions)."""
@@ -88,11 +92,17 @@ class SpoolWriter:
         with self._lock:
             seq = self._next_seq
             body = make_body(
-                run_id=self.run_id, source=self.source, seq=seq, ts_ns=ts, kind=kind, v=v,
-                payload=payload, prev_hash=self._prev_hash,
+                run_id=self.run_id,
+                source=self.source,
+                seq=seq,
+                ts_ns=ts,
+                kind=kind,
+                v=v,
+                payload=payload,
+                prev_hash=self._prev_hash,
             )
             digest = hash_body(body)
-            frame = encode_frame(body, digest[len("sha256:"):])
+            frame = encode_frame(body, digest[len("sha256:") :])
             try:
                 os.write(self._fd, frame)
             except OSError as e:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from recorder.spool import SpoolWriter, spool_path
+from schemas.blob import digest
 from schemas.blobstore import BlobStore
 from schemas.events import (
     AssistantMessage,
@@ -34,7 +35,6 @@ from schemas.events import (
     ToolCallResult,
     Usage,
 )
-from schemas.blob import digest
 
 TASKS = ("kidney-seg", "ldct-denoising", "vqa-rad", "mimic-cxr-report", "bccd-det")
 MODELS = ("gpt-5.1", "claude-opus-4.5", "gemini-3-pro", "qwen3-coder-480b")
@@ -48,13 +48,28 @@ SYSTEM_PROMPT = (
 
 STEPS = (
     ("bash", "ls -la /data/public && cat brief.md | head -50"),
-    ("bash", "mkdir -p plan && cat > plan/plan.md <<'EOF'\n# Plan\n1. Inspect data\n2. Set up model\n3. Pilot on one case\n4. Full inference\n5. Submit\nEOF"),
+    (
+        "bash",
+        "mkdir -p plan && cat > plan/plan.md <<'EOF'\n# Plan\n1. Inspect data\n2. Set up model\n3. Pilot on one case\n4. Full inference\n5. Submit\nEOF",
+    ),
     ("bash", "nvidia-smi || true; python3 -c 'import torch; print(torch.__version__)'"),
     ("bash", "pip install --quiet monai nibabel"),
-    ("python", "import nibabel as nib\nimg = nib.load('/data/public/case_00000/ct.nii.gz')\nprint(img.shape, img.header.get_zooms())"),
-    ("python", "from pipeline import run_case\nrun_case('case_00000', out='agents_outputs/case_00000')\nprint('pilot done')"),
-    ("python", "import numpy as np, nibabel as nib\nm = nib.load('agents_outputs/case_00000/organ.nii.gz').get_fdata()\nprint('voxels', int(m.sum()), 'labels', np.unique(m))"),
-    ("python", "from pipeline import run_case\nimport glob\nfor c in sorted(glob.glob('/data/public/*')):\n    run_case(c.split('/')[-1], out='agents_outputs/' + c.split('/')[-1])"),
+    (
+        "python",
+        "import nibabel as nib\nimg = nib.load('/data/public/case_00000/ct.nii.gz')\nprint(img.shape, img.header.get_zooms())",
+    ),
+    (
+        "python",
+        "from pipeline import run_case\nrun_case('case_00000', out='agents_outputs/case_00000')\nprint('pilot done')",
+    ),
+    (
+        "python",
+        "import numpy as np, nibabel as nib\nm = nib.load('agents_outputs/case_00000/organ.nii.gz').get_fdata()\nprint('voxels', int(m.sum()), 'labels', np.unique(m))",
+    ),
+    (
+        "python",
+        "from pipeline import run_case\nimport glob\nfor c in sorted(glob.glob('/data/public/*')):\n    run_case(c.split('/')[-1], out='agents_outputs/' + c.split('/')[-1])",
+    ),
 )
 
 
@@ -92,7 +107,10 @@ def generate_run(
     model = MODELS[seed % len(MODELS)]
     tier = "lite" if seed % 2 == 0 else "standard"
     tick = _clock(rng, 1_780_000_000_000_000_000 + seed * 7_200_000_000_000)
-    writers = {s: SpoolWriter(spool_path(root, run_id, s), run_id, s, sync=sync) for s in ("recorder", "proxy", "shim")}
+    writers = {
+        s: SpoolWriter(spool_path(root, run_id, s), run_id, s, sync=sync)
+        for s in ("recorder", "proxy", "shim")
+    }
     counts = {"events": 0, "blobs": 0}
 
     def put(data: bytes, media_type: str):
@@ -104,13 +122,25 @@ def generate_run(
         counts["events"] += 1
 
     started = tick()
-    emit("recorder", RunStarted(
-        task=task, tier=tier, agent="synthetic-agent", model=model,
-        command=["amb-agent", "--model", model], backend="synthetic", workspace="/workspace",
-        time_limit_s=3600.0, labels={"repeat": str(seed % 3), "generator": "synthetic"},
-        tool_versions={"amb": "0.1.0"},
-    ), ts=started)
-    brief = f"# Task {task} ({tier})\n" + ("Segment the organ and lesion for every case; write agents_outputs/<case>/... " * 20)
+    emit(
+        "recorder",
+        RunStarted(
+            task=task,
+            tier=tier,
+            agent="synthetic-agent",
+            model=model,
+            command=["amb-agent", "--model", model],
+            backend="synthetic",
+            workspace="/workspace",
+            time_limit_s=3600.0,
+            labels={"repeat": str(seed % 3), "generator": "synthetic"},
+            tool_versions={"amb": "0.1.0"},
+        ),
+        ts=started,
+    )
+    brief = f"# Task {task} ({tier})\n" + (
+        "Segment the organ and lesion for every case; write agents_outputs/<case>/... " * 20
+    )
     messages: list[dict] = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": brief}]
     pending_results: list[tuple[str, str]] = []
     cases = [f"case_{i:05d}" for i in range(rng.randint(3, 8))]
@@ -119,60 +149,186 @@ def generate_run(
     for turn in range(calls):
         call_id = f"{run_id}-c{turn:03d}"
         for tool_call_id, output in pending_results:
-            emit("proxy", ToolCallResult(tool_call_id=tool_call_id, model_call_id=call_id, name="execute_code", output=output, is_error="Traceback" in output))
+            emit(
+                "proxy",
+                ToolCallResult(
+                    tool_call_id=tool_call_id,
+                    model_call_id=call_id,
+                    name="execute_code",
+                    output=output,
+                    is_error="Traceback" in output,
+                ),
+            )
         pending_results = []
-        request = json.dumps({"model": model, "messages": messages, "tools": [{"type": "function", "function": {"name": "execute_code"}}, {"type": "function", "function": {"name": "submit_results"}}]}).encode()
+        request = json.dumps(
+            {
+                "model": model,
+                "messages": messages,
+                "tools": [
+                    {"type": "function", "function": {"name": "execute_code"}},
+                    {"type": "function", "function": {"name": "submit_results"}},
+                ],
+            }
+        ).encode()
         last = turn == calls - 1
         language, code = STEPS[turn % len(STEPS)]
         code = code + f"\n# step {turn}"
         tool_call_id = f"call_{seed}_{turn}"
         name = "submit_results" if last else "execute_code"
         arguments = json.dumps({} if last else {"language": language, "code": code})
-        text = rng.choice(["", "Let me check the data first.", "The pilot looks right; running all cases.", "Fixing the import error."])
-        response = json.dumps({
-            "id": call_id, "object": "chat.completion", "model": model,
-            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": text or None, "tool_calls": [{"id": tool_call_id, "type": "function", "function": {"name": name, "arguments": arguments}}]}}],
-        }).encode()
+        text = rng.choice(
+            [
+                "",
+                "Let me check the data first.",
+                "The pilot looks right; running all cases.",
+                "Fixing the import error.",
+            ]
+        )
+        response = json.dumps(
+            {
+                "id": call_id,
+                "object": "chat.completion",
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "tool_calls",
+                        "message": {
+                            "role": "assistant",
+                            "content": text or None,
+                            "tool_calls": [
+                                {
+                                    "id": tool_call_id,
+                                    "type": "function",
+                                    "function": {"name": name, "arguments": arguments},
+                                }
+                            ],
+                        },
+                    }
+                ],
+            }
+        ).encode()
         input_tokens = len(request) // 4
         cached = input_tokens - rng.randint(200, 900) if turn else 0
         output_tokens = rng.randint(40, 600)
         t0 = tick(1, 5)
-        emit("proxy", ModelCallCompleted(
-            call_id=call_id, provider="openai", api="chat.completions", model=model, stream=turn % 2 == 0,
-            url="https://api.openai.com/v1/chat/completions", status=200, ok=True,
-            request=put(request, "application/json"), response=put(response, "application/json"),
-            message=AssistantMessage(text=text, tool_calls=[ToolCallPart(id=tool_call_id, name=name, arguments=arguments)]),
-            stop_reason="tool_calls",
-            usage=Usage(input_total=input_tokens, cache_read=max(cached, 0), output=output_tokens, reasoning=output_tokens // 3),
-            started_ns=t0, ttfb_ms=rng.uniform(200, 1500), latency_ms=rng.uniform(1500, 20000),
-        ))
-        emit("proxy", ToolCallRequested(tool_call_id=tool_call_id, name=name, arguments=arguments, model_call_id=call_id))
-        messages.append({"role": "assistant", "content": text, "tool_calls": [{"id": tool_call_id, "function": {"name": name, "arguments": arguments}}]})
+        emit(
+            "proxy",
+            ModelCallCompleted(
+                call_id=call_id,
+                provider="openai",
+                api="chat.completions",
+                model=model,
+                stream=turn % 2 == 0,
+                url="https://api.openai.com/v1/chat/completions",
+                status=200,
+                ok=True,
+                request=put(request, "application/json"),
+                response=put(response, "application/json"),
+                message=AssistantMessage(
+                    text=text, tool_calls=[ToolCallPart(id=tool_call_id, name=name, arguments=arguments)]
+                ),
+                stop_reason="tool_calls",
+                usage=Usage(
+                    input_total=input_tokens,
+                    cache_read=max(cached, 0),
+                    output=output_tokens,
+                    reasoning=output_tokens // 3,
+                ),
+                started_ns=t0,
+                ttfb_ms=rng.uniform(200, 1500),
+                latency_ms=rng.uniform(1500, 20000),
+            ),
+        )
+        emit(
+            "proxy",
+            ToolCallRequested(
+                tool_call_id=tool_call_id, name=name, arguments=arguments, model_call_id=call_id
+            ),
+        )
+        messages.append(
+            {
+                "role": "assistant",
+                "content": text,
+                "tool_calls": [{"id": tool_call_id, "function": {"name": name, "arguments": arguments}}],
+            }
+        )
         if last:
             break
         # The execution the shim sees: the interpreter, plus helpers it spawns.
         failed = rng.random() < 0.12
-        output = ("Traceback (most recent call last):\n  File \"<stdin>\", line 1\nModuleNotFoundError: No module named 'monai'\n" if failed
-                  else f"ok step {turn}\n" + "x" * rng.randint(10, 1500))
+        output = (
+            "Traceback (most recent call last):\n  File \"<stdin>\", line 1\nModuleNotFoundError: No module named 'monai'\n"
+            if failed
+            else f"ok step {turn}\n" + "x" * rng.randint(10, 1500)
+        )
         parent = pid
         for k in range(processes_per_call):
             pid += 1
             start = tick(1, 20)
-            argv = ["python3", "-c", code] if (k == 0 and language == "python") else ["bash", "-lc", code] if k == 0 else ["python3", "-c", f"import sys; sys.exit({int(failed and k == 1)})"]
-            emit("shim", ProcessExited(pid=pid, ppid=parent if k else 1, argv=argv, cwd="/workspace", start_ns=start, end_ns=tick(5, 3000), exit_code=1 if failed and k == 0 else 0, tracer="synthetic"))
+            argv = (
+                ["python3", "-c", code]
+                if (k == 0 and language == "python")
+                else ["bash", "-lc", code]
+                if k == 0
+                else ["python3", "-c", f"import sys; sys.exit({int(failed and k == 1)})"]
+            )
+            emit(
+                "shim",
+                ProcessExited(
+                    pid=pid,
+                    ppid=parent if k else 1,
+                    argv=argv,
+                    cwd="/workspace",
+                    start_ns=start,
+                    end_ns=tick(5, 3000),
+                    exit_code=1 if failed and k == 0 else 0,
+                    tracer="synthetic",
+                ),
+            )
         if "plan/plan.md" in code:
             content = b"# Plan\n1. Inspect data\n2. Set up model\n3. Pilot on one case\n4. Full inference\n5. Submit\n"
-            emit("shim", FileWritten(path="plan/plan.md", op="created", size=len(content), sha256=digest(content), content=put(content, "text/markdown")))
+            emit(
+                "shim",
+                FileWritten(
+                    path="plan/plan.md",
+                    op="created",
+                    size=len(content),
+                    sha256=digest(content),
+                    content=put(content, "text/markdown"),
+                ),
+            )
             written["plan/plan.md"] = (len(content), digest(content))
         if "pip install" in code:
-            emit("shim", NetworkRequest(method="GET", scheme="https", host="pypi.org", port=443, path="/simple/monai/", status=200, response_bytes=rng.randint(2000, 90000), duration_ms=rng.uniform(20, 300)))
+            emit(
+                "shim",
+                NetworkRequest(
+                    method="GET",
+                    scheme="https",
+                    host="pypi.org",
+                    port=443,
+                    path="/simple/monai/",
+                    status=200,
+                    response_bytes=rng.randint(2000, 90000),
+                    duration_ms=rng.uniform(20, 300),
+                ),
+            )
         if "run_case" in code:
             for case in cases[: 1 if "pilot" in code else None]:
                 for part in ("organ", "lesion"):
                     path = f"agents_outputs/{case}/{part}.nii.gz"
                     content = rng.randbytes(rng.randint(300, 3000))
                     op = "modified" if path in written else "created"
-                    emit("shim", FileWritten(path=path, op=op, size=len(content), sha256=digest(content), content=put(content, "application/gzip")))
+                    emit(
+                        "shim",
+                        FileWritten(
+                            path=path,
+                            op=op,
+                            size=len(content),
+                            sha256=digest(content),
+                            content=put(content, "application/gzip"),
+                        ),
+                    )
                     written[path] = (len(content), digest(content))
             if rng.random() < 0.3:
                 emit("shim", FileDeleted(path="agents_outputs/tmp.log"))
@@ -181,7 +337,16 @@ def generate_run(
     files = [SealedFile(path=p, size=s, sha256=d) for p, (s, d) in sorted(written.items())]
     emit("recorder", SubmissionSealed(root="/workspace", files=files))
     finished = tick()
-    emit("recorder", RunFinished(status="completed", exit_code=0, duration_s=(finished - started) / 1e9, counts={s: w.next_seq for s, w in writers.items()}), ts=finished)
+    emit(
+        "recorder",
+        RunFinished(
+            status="completed",
+            exit_code=0,
+            duration_s=(finished - started) / 1e9,
+            counts={s: w.next_seq for s, w in writers.items()},
+        ),
+        ts=finished,
+    )
     for w in writers.values():
         w.close()
     return Generated(run_id, counts["events"], counts["blobs"])

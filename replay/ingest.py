@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import duckdb
 import pyarrow as pa
@@ -39,7 +40,7 @@ import pyarrow as pa
 from replay.manifest import write_manifests
 from replay.store import Store, first
 from schemas.blobpack import materialise, packs_in
-from schemas.codec import GENESIS, ID_RE, decode_body, current_version
+from schemas.codec import GENESIS, ID_RE, current_version, decode_body
 from schemas.errors import AmbError, IngestConflict, SchemaError, SpoolError
 from schemas.events import KINDS
 from schemas.frames import MAGIC, MAX_BODY, Tail, scan, tail_of
@@ -99,7 +100,9 @@ def _prepare(path: Path, key: str, tmp: Path) -> _Spool | None:
         last = f.read(1)
         if head != MAGIC:
             if MAGIC.startswith(head):
-                return _Spool(key, "", run_id, source, size, Tail(0, size, "incomplete file header") if size else None)
+                return _Spool(
+                    key, "", run_id, source, size, Tail(0, size, "incomplete file header") if size else None
+                )
             raise SpoolError(f"{path}: not a spool file (bad magic)")
         if last == b"\n":
             return _Spool(key, str(path), run_id, source, size, None)
@@ -127,8 +130,15 @@ def _materialise_packs(store: Store, run_dirs: set[Path]) -> tuple[int, list[Fil
             created += done.created
             if done.torn_at is not None:
                 key = pack.relative_to(store.root).as_posix()
-                torn.append(FileReport(key, run_dir.name, pack.stem, done.records,
-                                       Tail(done.torn_at, done.torn_bytes, "incomplete blob record")))
+                torn.append(
+                    FileReport(
+                        key,
+                        run_dir.name,
+                        pack.stem,
+                        done.records,
+                        Tail(done.torn_at, done.torn_bytes, "incomplete blob record"),
+                    )
+                )
     return created, torn
 
 
@@ -210,7 +220,7 @@ def _explain(files: list[_Spool], error: duckdb.Error) -> AmbError:
     message = text.split(marker, 1)[1].splitlines()[0] if marker in text else None
     if message:
         if message.startswith("CONFLICT "):
-            return IngestConflict(message[len("CONFLICT "):] + "; nothing was loaded")
+            return IngestConflict(message[len("CONFLICT ") :] + "; nothing was loaded")
         for tag, cls in (("UNKNOWN ", SchemaError), ("NEWER ", SchemaError)):
             if tag in message:
                 return cls(message.replace(tag, ""))
@@ -235,10 +245,14 @@ def _load(store: Store, files: list[_Spool]) -> int:
     readable = [f for f in files if f.readable]
     con.register(
         "_amb_files_arrow",
-        pa.table({
-            "key": [f.key for f in readable], "readable": [f.readable for f in readable],
-            "run_id": [f.run_id for f in readable], "source": [f.source for f in readable],
-        }),
+        pa.table(
+            {
+                "key": [f.key for f in readable],
+                "readable": [f.readable for f in readable],
+                "run_id": [f.run_id for f in readable],
+                "source": [f.source for f in readable],
+            }
+        ),
     )
     # Row order in the table carries no meaning (seq does), so let DuckDB load in parallel freely.
     con.execute("SET preserve_insertion_order = false")
@@ -248,7 +262,11 @@ def _load(store: Store, files: list[_Spool]) -> int:
         added = 0
         if readable:
             try:
-                seen = first(con.execute("SELECT 1 FROM events WHERE run_id IN (SELECT run_id FROM _amb_files) LIMIT 1"))
+                seen = first(
+                    con.execute(
+                        "SELECT 1 FROM events WHERE run_id IN (SELECT run_id FROM _amb_files) LIMIT 1"
+                    )
+                )
                 sql = _INSERT.replace("{stored_join}", _STORED_JOIN if seen else "").replace(
                     "{stored_hash}", "e.hash" if seen else "NULL::VARCHAR"
                 )
@@ -258,18 +276,30 @@ def _load(store: Store, files: list[_Spool]) -> int:
             bad = first(con.execute(_SEQUENCE_CHECK))
             if bad:
                 run_id, source, n, distinct, lo, hi = bad
-                what = "duplicate seq" if n != distinct else f"seq starts at {lo}" if lo else f"sequence gap ({n} events, last seq {hi})"
+                what = (
+                    "duplicate seq"
+                    if n != distinct
+                    else f"seq starts at {lo}"
+                    if lo
+                    else f"sequence gap ({n} events, last seq {hi})"
+                )
                 raise SpoolError(f"spool {run_id}/{source}: {what}")
             bad = first(con.execute(_CHAIN_CHECK))
             if bad:
-                raise SpoolError(f"spool {bad[0]}/{bad[1]}: seq {bad[2]}: broken chain (prev_hash is not the hash of seq {bad[2] - 1})")
+                raise SpoolError(
+                    f"spool {bad[0]}/{bad[1]}: seq {bad[2]}: broken chain (prev_hash is not the hash of seq {bad[2] - 1})"
+                )
         con.register(
             "_amb_all_files",
-            pa.table({
-                "key": [f.key for f in files], "run_id": [f.run_id for f in files], "source": [f.source for f in files],
-                "size": pa.array([f.size for f in files], pa.int64()),
-                "torn": pa.array([f.tail.length if f.tail else 0 for f in files], pa.int64()),
-            }),
+            pa.table(
+                {
+                    "key": [f.key for f in files],
+                    "run_id": [f.run_id for f in files],
+                    "source": [f.source for f in files],
+                    "size": pa.array([f.size for f in files], pa.int64()),
+                    "torn": pa.array([f.tail.length if f.tail else 0 for f in files], pa.int64()),
+                }
+            ),
         )
         con.execute(
             """
@@ -342,9 +372,14 @@ def ingest(
             progress(len(paths), len(paths))
         runs = sorted({s.run_id for s in loaded})
         frames = dict(
-            ((r, s), n) for r, s, n in st.con.execute("SELECT run_id, source, frames FROM spool_files").fetchall()
+            ((r, s), n)
+            for r, s, n in st.con.execute("SELECT run_id, source, frames FROM spool_files").fetchall()
         )
-        torn = [FileReport(s.key, s.run_id, s.source, frames.get((s.run_id, s.source), 0), s.tail) for s in loaded if s.tail]
+        torn = [
+            FileReport(s.key, s.run_id, s.source, frames.get((s.run_id, s.source), 0), s.tail)
+            for s in loaded
+            if s.tail
+        ]
         write_manifests(st, runs)
         read = sum(frames.get((s.run_id, s.source), 0) for s in loaded)
         return IngestReport(len(paths), len(loaded), read, added, torn + torn_packs, runs, materialised)

@@ -98,7 +98,12 @@ def write_manifests(store: Any, run_ids: list[str]) -> None:
     if manifests:
         con.register(
             "_amb_new_manifests",
-            pa.table({"run_id": list(manifests), "manifest": [json.dumps(m, sort_keys=True) for m in manifests.values()]}),
+            pa.table(
+                {
+                    "run_id": list(manifests),
+                    "manifest": [json.dumps(m, sort_keys=True) for m in manifests.values()],
+                }
+            ),
         )
         con.execute("INSERT INTO manifests SELECT run_id, manifest, now() FROM _amb_new_manifests")
         con.unregister("_amb_new_manifests")

@@ -9,7 +9,8 @@ set prefixes its names.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import duckdb
 

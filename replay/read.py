@@ -8,7 +8,7 @@ disagree slightly; seq is the only order a producer guarantees).
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import duckdb
 
@@ -32,8 +32,15 @@ def iter_events(
             except SchemaError as e:
                 raise type(e)(f"run {run} source {source} seq {seq}: {e}") from e
             yield Event(
-                run_id=run, source=source, seq=seq, ts_ns=ts_ns, kind=kind, v=v,
-                payload=decoded, prev_hash=prev_hash, hash=hash_,
+                run_id=run,
+                source=source,
+                seq=seq,
+                ts_ns=ts_ns,
+                kind=kind,
+                v=v,
+                payload=decoded,
+                prev_hash=prev_hash,
+                hash=hash_,
             )
 
 

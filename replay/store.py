@@ -39,7 +39,9 @@ def _require(root: Path) -> Path:
     a mistyped ``--store`` is not answered with an empty (and silently created) store."""
     db = root / DB_NAME
     if not db.exists():
-        raise StoreError(f"no store at {root}: nothing was recorded or ingested there (check --store or AMB_STORE)")
+        raise StoreError(
+            f"no store at {root}: nothing was recorded or ingested there (check --store or AMB_STORE)"
+        )
     return db
 
 
@@ -48,7 +50,9 @@ def _is_lock_error(e: Exception) -> bool:
     return "lock" in text.lower() and ("Conflicting" in text or "Could not set lock" in text)
 
 
-def _connect(path: Path, *, read_only: bool, config: dict | None, lock_timeout_s: float) -> duckdb.DuckDBPyConnection:
+def _connect(
+    path: Path, *, read_only: bool, config: dict | None, lock_timeout_s: float
+) -> duckdb.DuckDBPyConnection:
     deadline = time.monotonic() + lock_timeout_s
     delay = 0.05
     while True:

@@ -16,7 +16,8 @@ someone who can write the file → only an anchored manifest (``--manifest``) ca
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import duckdb
 
@@ -90,7 +91,9 @@ def check_manifests(con: duckdb.DuckDBPyConnection, run_ids: list[str] | None = 
     return check_against(con, [json.loads(text) for _, text in stored], "its stored manifest")
 
 
-def check_against(con: duckdb.DuckDBPyConnection, anchored: list[dict[str, Any]], what: str = "the anchored manifest") -> list[Problem]:
+def check_against(
+    con: duckdb.DuckDBPyConnection, anchored: list[dict[str, Any]], what: str = "the anchored manifest"
+) -> list[Problem]:
     """Compare the store with manifests (stored ones, or kept elsewhere: ``--manifest FILE``)."""
     current = manifests.compute_many(con, [str(m.get("run_id")) for m in anchored])
     problems = []
@@ -139,7 +142,9 @@ def verify(
     """Every problem found, in a stable order: events, manifests, anchored manifests, blobs."""
     if run_ids:
         known = {r[0] for r in con.execute("SELECT DISTINCT run_id FROM events").fetchall()}
-        missing = [Problem(r, None, None, None, "no such run in the store") for r in run_ids if r not in known]
+        missing = [
+            Problem(r, None, None, None, "no such run in the store") for r in run_ids if r not in known
+        ]
         if missing:
             return missing
     problems = check_events(con, run_ids) + check_manifests(con, run_ids)

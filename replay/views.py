@@ -56,10 +56,15 @@ VIEWS: list[View] = [
             Column("task", "s.payload->>'task'", "Task id, if any."),
             Column("tier", "s.payload->>'tier'", "lite or standard."),
             Column("agent", "s.payload->>'agent'", "Agent name."),
-            Column("model", "s.payload->>'model'", "Model named at start (see model_calls for what was called)."),
+            Column(
+                "model", "s.payload->>'model'", "Model named at start (see model_calls for what was called)."
+            ),
             Column("backend", "s.payload->>'backend'", "local, docker or synthetic."),
-            Column("status", "coalesce(f.payload->>'status', 'unfinished')",
-                   "completed, failed, timeout, killed, recorder_error, or unfinished (no run.finished)."),
+            Column(
+                "status",
+                "coalesce(f.payload->>'status', 'unfinished')",
+                "completed, failed, timeout, killed, recorder_error, or unfinished (no run.finished).",
+            ),
             Column("exit_code", "(f.payload->>'exit_code')::INTEGER", "The agent's exit code."),
             Column("started_ns", "s.ts_ns", "run.started time."),
             Column("duration_s", "(f.payload->>'duration_s')::DOUBLE", "Wall time of the run."),
@@ -88,11 +93,15 @@ VIEWS: list[View] = [
             Column("stop_reason", _p("stop_reason"), "finish_reason / stop_reason as sent."),
             Column("input_tokens", _p("usage.input_total", "BIGINT"), "Input tokens, cached ones included."),
             Column("cache_read_tokens", _p("usage.cache_read", "BIGINT"), "Part of input read from cache."),
-            Column("cache_write_tokens", _p("usage.cache_write", "BIGINT"), "Part of input written to cache."),
+            Column(
+                "cache_write_tokens", _p("usage.cache_write", "BIGINT"), "Part of input written to cache."
+            ),
             Column("output_tokens", _p("usage.output", "BIGINT"), "Output tokens, reasoning included."),
             Column("reasoning_tokens", _p("usage.reasoning", "BIGINT"), "Part of output spent on reasoning."),
             Column("usage_reported", _p("usage.reported", "BOOLEAN"), "False: usage estimated."),
-            Column("n_tool_calls", "json_array_length(payload->'$.message.tool_calls')", "Tool calls asked for."),
+            Column(
+                "n_tool_calls", "json_array_length(payload->'$.message.tool_calls')", "Tool calls asked for."
+            ),
             Column("text", _p("message.text"), "Reassembled assistant text."),
             Column("ttfb_ms", _p("ttfb_ms", "DOUBLE"), "Time to first byte."),
             Column("latency_ms", _p("latency_ms", "DOUBLE"), "Total latency."),
@@ -116,7 +125,9 @@ VIEWS: list[View] = [
             Column("arguments", "r.payload->>'arguments'", "Raw argument string."),
             Column("requested_in", "r.payload->>'model_call_id'", "Model call whose response asked."),
             Column("requested_ns", "r.ts_ns", "When it was asked for."),
-            Column("answered_in", "res.payload->>'model_call_id'", "Model call whose request carried the result."),
+            Column(
+                "answered_in", "res.payload->>'model_call_id'", "Model call whose request carried the result."
+            ),
             Column("answered_ns", "res.ts_ns", "When the result was sent (NULL: never)."),
             Column("output", "res.payload->>'output'", "Result text (capped; see the event's output_blob)."),
             Column("is_error", "(res.payload->>'is_error')::BOOLEAN", "Result flagged as an error."),
@@ -131,11 +142,17 @@ VIEWS: list[View] = [
             Column("pid", _p("pid", "BIGINT"), "Process id (in its namespace)."),
             Column("ppid", _p("ppid", "BIGINT"), "Parent pid."),
             Column("argv", "payload->'argv'", "JSON array of arguments."),
-            Column("cmd", "array_to_string(CAST(payload->'argv' AS VARCHAR[]), ' ')", "argv joined by spaces."),
+            Column(
+                "cmd", "array_to_string(CAST(payload->'argv' AS VARCHAR[]), ' ')", "argv joined by spaces."
+            ),
             Column("cwd", _p("cwd"), "Working directory."),
             Column("start_ns", _p("start_ns", "BIGINT"), "Start time."),
             Column("end_ns", _p("end_ns", "BIGINT"), "End time."),
-            Column("duration_ms", "((payload->>'end_ns')::BIGINT - (payload->>'start_ns')::BIGINT) / 1e6", "Run time."),
+            Column(
+                "duration_ms",
+                "((payload->>'end_ns')::BIGINT - (payload->>'start_ns')::BIGINT) / 1e6",
+                "Run time.",
+            ),
             Column("exit_code", _p("exit_code", "INTEGER"), "Exit code (NULL: killed or still running)."),
             Column("signal", _p("signal", "INTEGER"), "Terminating signal."),
             Column("tracer", _p("tracer"), "strace, proc-poll (fallback), recorder or synthetic."),

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 from schemas.blobstore import BlobStore
 from schemas.errors import SpoolError

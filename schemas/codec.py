@@ -77,9 +77,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True):
 
 def check_id(what: str, value: str) -> str:
     if not ID_RE.match(value):
-        raise SchemaError(
-            f"invalid {what} {value!r}: use 1-128 of letters, digits, '.', '_', ':', '-'"
-        )
+        raise SchemaError(f"invalid {what} {value!r}: use 1-128 of letters, digits, '.', '_', ':', '-'")
     return value
 
 
@@ -94,10 +92,23 @@ def make_body(
     """Assemble the canonical body. ``payload`` must already be canonical JSON."""
     return b"".join(
         (
-            b'{"kind":"', kind.encode(), b'","payload":', payload,
-            b',"prev_hash":"', prev_hash.encode(), b'","run_id":"', run_id.encode(),
-            b'","seq":', str(seq).encode(), b',"source":"', source.encode(),
-            b'","ts_ns":', str(ts_ns).encode(), b',"v":', str(v).encode(), b"}",
+            b'{"kind":"',
+            kind.encode(),
+            b'","payload":',
+            payload,
+            b',"prev_hash":"',
+            prev_hash.encode(),
+            b'","run_id":"',
+            run_id.encode(),
+            b'","seq":',
+            str(seq).encode(),
+            b',"source":"',
+            source.encode(),
+            b'","ts_ns":',
+            str(ts_ns).encode(),
+            b',"v":',
+            str(v).encode(),
+            b"}",
         )
     )
 
@@ -118,8 +129,7 @@ def current_version(kind: str) -> int:
     cls = KINDS.get(kind)
     if cls is None:
         raise UnknownEventKind(
-            f"unknown event kind {kind!r} (known: {', '.join(sorted(KINDS))}); "
-            "was it written by a newer amb?"
+            f"unknown event kind {kind!r} (known: {', '.join(sorted(KINDS))}); was it written by a newer amb?"
         )
     return cls.VERSION
 

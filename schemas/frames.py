@@ -36,7 +36,9 @@ def encode_frame(body: bytes, hexdigest: str) -> bytes:
     if b"\n" in body or b"\t" in body:
         raise SpoolError("event body contains a raw tab or newline (not canonical JSON)")
     if len(body) > MAX_BODY:
-        raise SpoolError(f"event body of {len(body):,} bytes exceeds {MAX_BODY:,}; store large content as a blob")
+        raise SpoolError(
+            f"event body of {len(body):,} bytes exceeds {MAX_BODY:,}; store large content as a blob"
+        )
     return b"%d\t%s\t%s\n" % (len(body), hexdigest.encode(), body)
 
 
@@ -88,7 +90,9 @@ def scan(data: bytes, name: str = "spool") -> Scan:
             raise SpoolError(f"{name}: corrupt frame {number} at byte {pos} (not LENGTH TAB DIGEST TAB BODY)")
         length, digest, body = parts
         if int(length) != len(body):
-            raise SpoolError(f"{name}: corrupt frame {number} at byte {pos} (length {int(length)}, body has {len(body)})")
+            raise SpoolError(
+                f"{name}: corrupt frame {number} at byte {pos} (length {int(length)}, body has {len(body)})"
+            )
         if sha256(body).hexdigest().encode() != digest:
             raise SpoolError(f"{name}: corrupt frame {number} at byte {pos} (checksum mismatch)")
         bodies.append(body)

@@ -228,9 +228,7 @@ class TaskSpec(_Config, kw_only=True):
     """What the grader reads (never mounted into the agent's container)."""
     submission: SubmissionSpec
     metric: Metric
-    forbidden_paths: list[str] = msgspec.field(
-        default_factory=lambda: ["/data/private", "/eval", "/results"]
-    )
+    forbidden_paths: list[str] = msgspec.field(default_factory=lambda: ["/data/private", "/eval", "/results"])
     """Paths the agent must never touch (a touch is a sandbox violation)."""
     converter: str = ""
     """Module name under ``tasks/convert/`` that prepares this task from the real dataset; empty if none."""

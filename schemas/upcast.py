@@ -6,7 +6,8 @@ Each step is tested against a golden log written by the old version (``tests/dat
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 

@@ -10,11 +10,13 @@ single writer), so ``amb ingest`` waits for a scoring batch to finish, and vice 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
-from replay.read import iter_events, run_ids as all_run_ids
+from replay.read import iter_events
+from replay.read import run_ids as all_run_ids
 from replay.store import Store
 from schemas.errors import UsageError
 from scorer import ledger
@@ -88,7 +90,9 @@ def score_runs(
     prices = load_table(profile.profile.cost.price_table)
     grade_cache = ledger.load_grade_cache(con)
     known_grades = set(grade_cache)
-    scorer = RunScorer(profile, the_judge, st.blobs.get, prices, references=references, grade_cache=grade_cache)
+    scorer = RunScorer(
+        profile, the_judge, st.blobs.get, prices, references=references, grade_cache=grade_cache
+    )
     ledger.register_profile(con, profile)
     batch_id = ledger.new_batch_id()
     started = ledger.now()
@@ -104,7 +108,7 @@ def score_runs(
     seq = n_rows = 0
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for start in range(0, len(run_ids), chunk):
-            part = run_ids[start:start + chunk]
+            part = run_ids[start : start + chunk]
             chunk_rows = list(pool.map(one, part))
             ledger.append_rows(con, batch_id, chunk_rows, seq)
             seq += len(chunk_rows)
@@ -121,4 +125,3 @@ def score_runs(
     requests = getattr(the_judge, "requests", 0)
     ledger.append_batch(con, batch_id, profile, the_judge.label, started, n_rows, requests, args or {})
     return BatchResult(batch_id, rows, the_judge.label, requests)
-

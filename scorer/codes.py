@@ -50,26 +50,56 @@ def detect(traj: Trajectory, grade: dict[str, Any] | None) -> list[Code]:
         seal = [traj.submission_id] if traj.submission_id else []
         if not outputs:
             out.append(Code(code="E5", reason="the sealed submission has no output files", events=seal))
-        elif grade and grade.get("task_score") is not None and (grade.get("n_missing") or grade.get("n_invalid")):
-            out.append(Code(code="E5", reason=f"{grade.get('n_missing', 0)} missing and {grade.get('n_invalid', 0)} malformed cases of {grade.get('n_cases')}",
-                            events=seal))
+        elif (
+            grade
+            and grade.get("task_score") is not None
+            and (grade.get("n_missing") or grade.get("n_invalid"))
+        ):
+            out.append(
+                Code(
+                    code="E5",
+                    reason=f"{grade.get('n_missing', 0)} missing and {grade.get('n_invalid', 0)} malformed cases of {grade.get('n_cases')}",
+                    events=seal,
+                )
+            )
 
     setup = setup_failures(traj)
     if len(setup) >= 2:
-        out.append(Code(code="E2", reason=f"{len(setup)} failed install/load attempts", events=[e.id for e in setup][:10]))
+        out.append(
+            Code(
+                code="E2",
+                reason=f"{len(setup)} failed install/load attempts",
+                events=[e.id for e in setup][:10],
+            )
+        )
 
     setup_ids = {e.id for e in setup}
     tb = [e for e in traceback_execs(traj) if e.id not in setup_ids]
     if tb:
-        out.append(Code(code="E4", reason=f"{len(tb)} executions ended in a traceback", events=[e.id for e in tb][:10]))
+        out.append(
+            Code(
+                code="E4", reason=f"{len(tb)} executions ended in a traceback", events=[e.id for e in tb][:10]
+            )
+        )
 
     value, why, ids = pilot_evidence(traj, roots)
     if value == 0.0 and bulk_index(traj, roots) is not None:
         out.append(Code(code="E3", reason=why, events=ids))
-    elif grade and grade.get("task_score") is not None and traj.status == "completed" and grade.get("n_cases") \
-            and not grade.get("has_valid_results") and grade.get("n_missing", 0) < grade["n_cases"]:
-        out.append(Code(code="E3", reason="outputs that all score 0 were accepted and submitted",
-                        events=[traj.submission_id] if traj.submission_id else end))
+    elif (
+        grade
+        and grade.get("task_score") is not None
+        and traj.status == "completed"
+        and grade.get("n_cases")
+        and not grade.get("has_valid_results")
+        and grade.get("n_missing", 0) < grade["n_cases"]
+    ):
+        out.append(
+            Code(
+                code="E3",
+                reason="outputs that all score 0 were accepted and submitted",
+                events=[traj.submission_id] if traj.submission_id else end,
+            )
+        )
     return sorted(out, key=lambda c: c.code)
 
 

@@ -105,11 +105,15 @@ def price_run(traj: Trajectory, table: PriceTable) -> dict[str, Any]:
         fresh = max(u.input_total - u.cache_read - u.cache_write, 0)
         p_cr = price.input if price.cache_read is None else price.cache_read
         p_cw = price.input if price.cache_write is None else price.cache_write
-        cost += (fresh * price.input + u.cache_read * p_cr + u.cache_write * p_cw + u.output * price.output) / unit
+        cost += (
+            fresh * price.input + u.cache_read * p_cr + u.cache_write * p_cw + u.output * price.output
+        ) / unit
     return {
         "tokens": tok,
         "cost": None if unpriced else round(cost, 6),
-        "cost_reason": f"not in price table {table.table.name}: {', '.join(sorted(unpriced))}" if unpriced else None,
+        "cost_reason": f"not in price table {table.table.name}: {', '.join(sorted(unpriced))}"
+        if unpriced
+        else None,
         "price_table": table.table.name,
         "estimated": estimated,
     }

@@ -102,13 +102,13 @@ def budget_lines(lines: list[str], r: EvidenceRules) -> list[str]:
         used += len(line) + 1
     tail: list[str] = []
     used = 0
-    for line in reversed(lines[len(head):]):
+    for line in reversed(lines[len(head) :]):
         if used + len(line) + 1 > tail_budget:
             break
         tail.append(line)
         used += len(line) + 1
     tail.reverse()
-    rest = lines[len(head): len(lines) - len(tail)]
+    rest = lines[len(head) : len(lines) - len(tail)]
     step = max(1, math.ceil(len(rest) / 20))
     middle: list[str] = []
     used = 0
@@ -128,13 +128,17 @@ def select_execs(execs: list[Exec], r: EvidenceRules) -> list[Exec]:
     if n <= r.exec_head + r.exec_tail:
         return list(execs)
     head = execs[: r.exec_head]
-    tail = execs[n - r.exec_tail:]
-    middle = [e for e in execs[r.exec_head: n - r.exec_tail] if e.ok is False][: r.exec_middle_failed]
+    tail = execs[n - r.exec_tail :]
+    middle = [e for e in execs[r.exec_head : n - r.exec_tail] if e.ok is False][: r.exec_middle_failed]
     return head + middle + tail
 
 
 def _exec_line(ex: Exec, r: EvidenceRules) -> str:
-    status = "NO RESULT" if ex.ok is None else ("OK" if ex.ok else f"FAIL({ex.exit_code if ex.exit_code is not None else 'error'})")
+    status = (
+        "NO RESULT"
+        if ex.ok is None
+        else ("OK" if ex.ok else f"FAIL({ex.exit_code if ex.exit_code is not None else 'error'})")
+    )
     out = ex.stdout if ex.exit_code is not None else ex.output
     if ex.ok is False and ex.stderr:
         out = ex.stderr
@@ -158,7 +162,9 @@ def build(
     ids: set[str] = set()
     out.append("## Task")
     out.append(f"task: {traj.task or '-'}  track: {track or '-'}  tier: {traj.tier or '-'}")
-    out.append(f"run status: {traj.status or 'no run.finished event'}  model calls: {len(traj.model_calls)}  code executions: {len(traj.execs)}")
+    out.append(
+        f"run status: {traj.status or 'no run.finished event'}  model calls: {len(traj.model_calls)}  code executions: {len(traj.execs)}"
+    )
 
     lines = _message_lines(traj, rules)
     out.append(f"## Conversation ({len(lines)} messages)")
@@ -166,7 +172,9 @@ def build(
     out += shown
 
     execs = select_execs(traj.execs, rules)
-    out.append(f"## Code executions ({len(traj.execs)} total, {sum(1 for e in traj.execs if e.ok is False)} failed; {len(execs)} shown)")
+    out.append(
+        f"## Code executions ({len(traj.execs)} total, {sum(1 for e in traj.execs if e.ok is False)} failed; {len(execs)} shown)"
+    )
     for ex in execs:
         out.append(_exec_line(ex, rules))
         ids.add(ex.id)
@@ -199,8 +207,10 @@ def build(
                 data = b""
         is_png = data.startswith(PNG_MAGIC)
         ids.add(png[0])
-        out.append(f"## plan.png [{png[0]}] {'valid PNG' if is_png else 'not a readable PNG'}, {png[1].size} bytes"
-                   + ("; attached as an image" if is_png and rules.images else ""))
+        out.append(
+            f"## plan.png [{png[0]}] {'valid PNG' if is_png else 'not a readable PNG'}, {png[1].size} bytes"
+            + ("; attached as an image" if is_png and rules.images else "")
+        )
         if is_png and rules.images:
             images.append(Image(path=png[1].path, event_id=png[0], media_type="image/png", data=data))
 
@@ -209,7 +219,9 @@ def build(
         out.append("no submission.sealed event: nothing was submitted")
     else:
         ids.add(traj.submission_id or "")
-        out.append(f"[{traj.submission_id}] sealed {len(traj.submission.files)} files, {len(traj.submission.skipped)} skipped")
+        out.append(
+            f"[{traj.submission_id}] sealed {len(traj.submission.files)} files, {len(traj.submission.skipped)} skipped"
+        )
     if grade is not None:
         for key in sorted(grade):
             out.append(f"{key}: {grade[key]}")
@@ -224,4 +236,6 @@ def build(
     h = hashlib.sha256(text.encode())
     for img in images:
         h.update(hashlib.sha256(img.data).digest())
-    return Evidence(text=text, sha256="sha256:" + h.hexdigest(), images=images, cited_ids=sorted(i for i in ids if i))
+    return Evidence(
+        text=text, sha256="sha256:" + h.hexdigest(), images=images, cited_ids=sorted(i for i in ids if i)
+    )

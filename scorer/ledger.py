@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timezone
-from typing import Any, Iterable
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 import duckdb
 import msgspec
@@ -25,11 +26,11 @@ _enc = msgspec.json.Encoder(order="sorted")
 
 
 def new_batch_id() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def register_profile(con: duckdb.DuckDBPyConnection, loaded: LoadedProfile) -> None:
@@ -53,9 +54,21 @@ def load_judge_cache(con: duckdb.DuckDBPyConnection, model: str) -> JudgeCache:
     entries = {}
     for r in rows:
         entries[r[0]] = CallRecord(
-            key=r[0], model=r[1], settings=json.loads(r[2]), item=r[3], run_id=r[4], evidence_sha256=r[5],
-            request=json.loads(r[6]), response=r[7], reply_text=r[8], value=r[9], reason=r[10] or "",
-            cited=json.loads(r[11] or "[]"), unscored_reason=r[12], cacheable=True, latency_ms=r[13] or 0.0,
+            key=r[0],
+            model=r[1],
+            settings=json.loads(r[2]),
+            item=r[3],
+            run_id=r[4],
+            evidence_sha256=r[5],
+            request=json.loads(r[6]),
+            response=r[7],
+            reply_text=r[8],
+            value=r[9],
+            reason=r[10] or "",
+            cited=json.loads(r[11] or "[]"),
+            unscored_reason=r[12],
+            cacheable=True,
+            latency_ms=r[13] or 0.0,
             codes=json.loads(r[14]) if r[14] is not None else None,
         )
     return JudgeCache(entries)
@@ -65,18 +78,29 @@ def append_judge_calls(con: duckdb.DuckDBPyConnection, records: list[CallRecord]
     if not records:
         return
     ts = now()
-    table = pa.table({
-        "key": [r.key for r in records], "model": [r.model for r in records],
-        "settings": [_enc.encode(r.settings).decode() for r in records], "item": [r.item for r in records],
-        "run_id": [r.run_id for r in records], "evidence_sha256": [r.evidence_sha256 for r in records],
-        "request": [_enc.encode(r.request).decode() for r in records], "response": [r.response for r in records],
-        "reply_text": [r.reply_text for r in records], "value": pa.array([r.value for r in records], pa.float64()),
-        "reason": [r.reason for r in records], "cited": [_enc.encode(r.cited).decode() for r in records],
-        "unscored_reason": pa.array([r.unscored_reason for r in records], pa.string()),
-        "cacheable": [r.cacheable for r in records], "latency_ms": [r.latency_ms for r in records],
-        "created_at": pa.array([ts] * len(records), pa.timestamp("us")),
-        "codes": pa.array([None if r.codes is None else _enc.encode(r.codes).decode() for r in records], pa.string()),
-    })
+    table = pa.table(
+        {
+            "key": [r.key for r in records],
+            "model": [r.model for r in records],
+            "settings": [_enc.encode(r.settings).decode() for r in records],
+            "item": [r.item for r in records],
+            "run_id": [r.run_id for r in records],
+            "evidence_sha256": [r.evidence_sha256 for r in records],
+            "request": [_enc.encode(r.request).decode() for r in records],
+            "response": [r.response for r in records],
+            "reply_text": [r.reply_text for r in records],
+            "value": pa.array([r.value for r in records], pa.float64()),
+            "reason": [r.reason for r in records],
+            "cited": [_enc.encode(r.cited).decode() for r in records],
+            "unscored_reason": pa.array([r.unscored_reason for r in records], pa.string()),
+            "cacheable": [r.cacheable for r in records],
+            "latency_ms": [r.latency_ms for r in records],
+            "created_at": pa.array([ts] * len(records), pa.timestamp("us")),
+            "codes": pa.array(
+                [None if r.codes is None else _enc.encode(r.codes).decode() for r in records], pa.string()
+            ),
+        }
+    )
     con.register("_amb_new_calls", table)
     try:
         con.execute("INSERT INTO judge_calls SELECT * FROM _amb_new_calls")
@@ -85,23 +109,35 @@ def append_judge_calls(con: duckdb.DuckDBPyConnection, records: list[CallRecord]
 
 
 def load_grade_cache(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
-    return {k: json.loads(s) for k, s in con.execute("SELECT key, CAST(summary AS VARCHAR) FROM grade_cache").fetchall()}
+    return {
+        k: json.loads(s)
+        for k, s in con.execute("SELECT key, CAST(summary AS VARCHAR) FROM grade_cache").fetchall()
+    }
 
 
 def append_grades(con: duckdb.DuckDBPyConnection, entries: dict[str, dict[str, Any]]) -> None:
     if not entries:
         return
     keys = sorted(entries)
-    table = pa.table({"key": keys, "summary": [_enc.encode(entries[k]).decode() for k in keys],
-                      "created_at": pa.array([now()] * len(keys), pa.timestamp("us"))})
+    table = pa.table(
+        {
+            "key": keys,
+            "summary": [_enc.encode(entries[k]).decode() for k in keys],
+            "created_at": pa.array([now()] * len(keys), pa.timestamp("us")),
+        }
+    )
     con.register("_amb_new_grades", table)
     try:
-        con.execute("INSERT INTO grade_cache SELECT * FROM _amb_new_grades n WHERE NOT EXISTS (SELECT 1 FROM grade_cache g WHERE g.key = n.key)")
+        con.execute(
+            "INSERT INTO grade_cache SELECT * FROM _amb_new_grades n WHERE NOT EXISTS (SELECT 1 FROM grade_cache g WHERE g.key = n.key)"
+        )
     finally:
         con.unregister("_amb_new_grades")
 
 
-def append_rows(con: duckdb.DuckDBPyConnection, batch_id: str, rows: list[dict[str, Any]], start_seq: int = 0) -> None:
+def append_rows(
+    con: duckdb.DuckDBPyConnection, batch_id: str, rows: list[dict[str, Any]], start_seq: int = 0
+) -> None:
     if not rows:
         return
     ts = now()
@@ -134,20 +170,35 @@ def append_rows(con: duckdb.DuckDBPyConnection, batch_id: str, rows: list[dict[s
         con.unregister("_amb_new_scores")
 
 
-def append_batch(con: duckdb.DuckDBPyConnection, batch_id: str, loaded: LoadedProfile, judge: str, started: datetime,
-                 runs: int, requests: int, args: dict[str, Any]) -> None:
+def append_batch(
+    con: duckdb.DuckDBPyConnection,
+    batch_id: str,
+    loaded: LoadedProfile,
+    judge: str,
+    started: datetime,
+    runs: int,
+    requests: int,
+    args: dict[str, Any],
+) -> None:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         amb_version = version("amb-recorder")
     except PackageNotFoundError:
         amb_version = "unknown"
-    con.execute("INSERT INTO score_batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [batch_id, loaded.id, judge, started, now(), runs, requests, amb_version, _enc.encode(args).decode()])
+    con.execute(
+        "INSERT INTO score_batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [batch_id, loaded.id, judge, started, now(), runs, requests, amb_version, _enc.encode(args).decode()],
+    )
 
 
-def current(con: duckdb.DuckDBPyConnection, *, profile_id: str | None = None, judge: str | None = None,
-            run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+def current(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    profile_id: str | None = None,
+    judge: str | None = None,
+    run_ids: Iterable[str] | None = None,
+) -> list[dict[str, Any]]:
     """The current rows (latest per run, profile and judge), as dicts with JSON columns decoded."""
     sql = f"SELECT {', '.join(ROW_COLUMNS)}, batch_id, scored_at FROM scores_current WHERE true"
     params: list[Any] = []

@@ -20,8 +20,7 @@ from schemas.codec import Event
 from scorer import audit as auditor
 from scorer import codes as error_codes
 from scorer import evidence as ev
-from scorer import stages
-from scorer import taskgrade
+from scorer import stages, taskgrade
 from scorer.cost import PriceTable, price_run
 from scorer.judge.base import Judge
 from scorer.profile import LoadedProfile
@@ -30,11 +29,42 @@ from scorer.trajectory import BlobGetter, Trajectory, fold
 _enc = msgspec.json.Encoder(order="sorted")
 
 ROW_COLUMNS = (
-    "run_id", "profile_id", "profile_name", "judge", "agent", "model", "task", "track", "tier", "repeat",
-    "s1", "s2", "s3", "s4", "s5", "agentic", "task_score", "overall", "status", "audit_status",
-    "turns", "wall_s", "tokens_in", "tokens_out", "tokens_cache_read", "tokens_cache_write", "tokens_reasoning",
-    "cost_usd", "cost_estimated", "price_table", "codes", "n_violations", "reasons", "details",
-    "evidence_sha256", "fingerprint",
+    "run_id",
+    "profile_id",
+    "profile_name",
+    "judge",
+    "agent",
+    "model",
+    "task",
+    "track",
+    "tier",
+    "repeat",
+    "s1",
+    "s2",
+    "s3",
+    "s4",
+    "s5",
+    "agentic",
+    "task_score",
+    "overall",
+    "status",
+    "audit_status",
+    "turns",
+    "wall_s",
+    "tokens_in",
+    "tokens_out",
+    "tokens_cache_read",
+    "tokens_cache_write",
+    "tokens_reasoning",
+    "cost_usd",
+    "cost_estimated",
+    "price_table",
+    "codes",
+    "n_violations",
+    "reasons",
+    "details",
+    "evidence_sha256",
+    "fingerprint",
 )
 
 
@@ -84,14 +114,20 @@ class RunScorer:
             grade: dict[str, Any] = taskgrade.unscored("no events recorded for this run")
             grade_key = None
         else:
-            grade, grade_key = taskgrade.grade_run(traj, self.get_blob, references=self.references,
-                                                   metrics=p.metrics, cache=self.grade_cache)
+            grade, grade_key = taskgrade.grade_run(
+                traj, self.get_blob, references=self.references, metrics=p.metrics, cache=self.grade_cache
+            )
         evidence = ev.build(traj, p.evidence, self.get_blob, track=track, grade=_grade_facts(grade))
         items = p.items_for(track, traj.tier)
         if audit.status == "no_data":
             verdicts = {}
         else:
-            verdicts = self.judge.judge(traj, evidence, [i for i in items if not (traj.tier and traj.tier in i.auto_credit)], track=track)
+            verdicts = self.judge.judge(
+                traj,
+                evidence,
+                [i for i in items if not (traj.tier and traj.tier in i.auto_credit)],
+                track=track,
+            )
         scores = stages.item_scores(items, verdicts, traj.tier)
         judged = stages.judged_stages(scores, p.stages)
         s4, s5, s45_reason = taskgrade.s4_s5(grade, p.stages)
@@ -120,8 +156,13 @@ class RunScorer:
             found, why = judge_codes(traj, evidence)
             if why:
                 reasons["codes"] = f"judge codes unscored: {why}"
-            fired = error_codes.merge(fired, [error_codes.Code(code=c["code"], reason=c["reason"], events=c["events"], source="judge")
-                                              for c in found])
+            fired = error_codes.merge(
+                fired,
+                [
+                    error_codes.Code(code=c["code"], reason=c["reason"], events=c["events"], source="judge")
+                    for c in found
+                ],
+            )
         cost = price_run(traj, self.prices)
         if cost["cost_reason"]:
             reasons["cost"] = cost["cost_reason"]
@@ -136,8 +177,11 @@ class RunScorer:
             "track": track,
             "tier": traj.tier,
             "repeat": _repeat(traj.labels),
-            "s1": stage_values["S1"], "s2": stage_values["S2"], "s3": stage_values["S3"],
-            "s4": stage_values["S4"], "s5": stage_values["S5"],
+            "s1": stage_values["S1"],
+            "s2": stage_values["S2"],
+            "s3": stage_values["S3"],
+            "s4": stage_values["S4"],
+            "s5": stage_values["S5"],
             "agentic": combined["agentic"],
             "task_score": task,
             "overall": combined["overall"],
@@ -175,7 +219,17 @@ def fingerprint(row: dict[str, Any]) -> str:
 
 
 def _grade_facts(grade: dict[str, Any]) -> dict[str, Any]:
-    keep = ("metric", "n_cases", "n_missing", "n_invalid", "completion", "format_valid", "has_valid_results", "task_score", "reason")
+    keep = (
+        "metric",
+        "n_cases",
+        "n_missing",
+        "n_invalid",
+        "completion",
+        "format_valid",
+        "has_valid_results",
+        "task_score",
+        "reason",
+    )
     return {k: grade[k] for k in keep if k in grade}
 
 

@@ -241,7 +241,9 @@ def from_dict(data: dict[str, Any], *, source: str = "profile") -> LoadedProfile
         raise UsageError(f"{source}: {e}") from e
     _check(profile, source)
     canonical = _encoder.encode(profile)
-    return LoadedProfile(profile=profile, id="sha256:" + hashlib.sha256(canonical).hexdigest(), canonical=canonical)
+    return LoadedProfile(
+        profile=profile, id="sha256:" + hashlib.sha256(canonical).hexdigest(), canonical=canonical
+    )
 
 
 def _check(p: Profile, source: str) -> None:
@@ -255,10 +257,14 @@ def _check(p: Profile, source: str) -> None:
     for item in p.rubric:
         key = (item.id, tuple(item.tracks))
         if key in seen:
-            raise UsageError(f"{source}: rubric item {item.id!r} is defined twice for tracks {list(item.tracks)}")
+            raise UsageError(
+                f"{source}: rubric item {item.id!r} is defined twice for tracks {list(item.tracks)}"
+            )
         seen.add(key)
         if not item.values or any(v < 0 or v > 1 for v in item.values):
-            raise UsageError(f"{source}: rubric item {item.id!r}: values must be a non-empty list within [0, 1]")
+            raise UsageError(
+                f"{source}: rubric item {item.id!r}: values must be a non-empty list within [0, 1]"
+            )
         if item.pattern:
             try:
                 re.compile(item.pattern)

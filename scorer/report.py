@@ -13,7 +13,8 @@ from __future__ import annotations
 import html
 import math
 from collections import Counter, defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 STAGE_KEYS = ("s1", "s2", "s3", "s4", "s5")
 CODES = ("E1", "E2", "E3", "E4", "E5")
@@ -50,52 +51,116 @@ def build(rows: list[dict[str, Any]]) -> dict[str, Any]:
     leaderboard = []
     for m in models:
         rs = by_model[m]
-        leaderboard.append({
-            "model": m, "runs": len(rs), "scored": sum(1 for r in rs if r["overall"] is not None),
-            "overall": _x100(_mean(r["overall"] for r in rs)), "agentic": _x100(_mean(r["agentic"] for r in rs)),
-            "task": _x100(_mean(r["task_score"] for r in rs)), "cost_per_run": _round(_mean(r["cost_usd"] for r in rs), 2),
-            "turns": _round(_mean(r["turns"] for r in rs), 1), "breaches": sum(1 for r in rs if r["status"] == "breach"),
-        })
-    per_track = [{"model": m, **{t: _x100(_mean(r["overall"] for r in by_model[m] if (r["track"] or "(unknown)") == t)) for t in tracks}}
-                 for m in models]
+        leaderboard.append(
+            {
+                "model": m,
+                "runs": len(rs),
+                "scored": sum(1 for r in rs if r["overall"] is not None),
+                "overall": _x100(_mean(r["overall"] for r in rs)),
+                "agentic": _x100(_mean(r["agentic"] for r in rs)),
+                "task": _x100(_mean(r["task_score"] for r in rs)),
+                "cost_per_run": _round(_mean(r["cost_usd"] for r in rs), 2),
+                "turns": _round(_mean(r["turns"] for r in rs), 1),
+                "breaches": sum(1 for r in rs if r["status"] == "breach"),
+            }
+        )
+    per_track = [
+        {
+            "model": m,
+            **{
+                t: _x100(_mean(r["overall"] for r in by_model[m] if (r["track"] or "(unknown)") == t))
+                for t in tracks
+            },
+        }
+        for m in models
+    ]
     tiers = []
     for m in models:
         lite = _mean(r["agentic"] for r in by_model[m] if r["tier"] == "lite")
         std = _mean(r["agentic"] for r in by_model[m] if r["tier"] == "standard")
         delta = None if lite is None or not std else round(100 * (lite - std) / std, 1)
         tiers.append({"model": m, "standard": _x100(std), "lite": _x100(lite), "delta_pct": delta})
-    stage_means = [{"model": m, **{s.upper(): _x100(_mean(r[s] for r in by_model[m])) for s in STAGE_KEYS}} for m in models]
-    stage_means.append({"model": "(all)", **{s.upper(): _x100(_mean(r[s] for r in rows)) for s in STAGE_KEYS}})
+    stage_means = [
+        {"model": m, **{s.upper(): _x100(_mean(r[s] for r in by_model[m])) for s in STAGE_KEYS}}
+        for m in models
+    ]
+    stage_means.append(
+        {"model": "(all)", **{s.upper(): _x100(_mean(r[s] for r in rows)) for s in STAGE_KEYS}}
+    )
 
     tags = Counter(c for r in rows for c in (r["codes"] or []))
     total_tags = sum(tags.values())
-    code_shares = [{"code": c, "count": tags[c], "share_pct": round(100 * tags[c] / total_tags, 1) if total_tags else None} for c in CODES]
+    code_shares = [
+        {
+            "code": c,
+            "count": tags[c],
+            "share_pct": round(100 * tags[c] / total_tags, 1) if total_tags else None,
+        }
+        for c in CODES
+    ]
     by_n: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         n = len(r["codes"] or [])
         by_n[str(n) if n < 3 else "3+"].append(r)
-    by_count = [{"codes": k, "runs": len(by_n[k]), "overall": _x100(_mean(r["overall"] for r in by_n[k]))} for k in ("0", "1", "2", "3+") if by_n.get(k)]
+    by_count = [
+        {"codes": k, "runs": len(by_n[k]), "overall": _x100(_mean(r["overall"] for r in by_n[k]))}
+        for k in ("0", "1", "2", "3+")
+        if by_n.get(k)
+    ]
     recovery = []
     for m in models + ["(all)"]:
         rs = rows if m == "(all)" else by_model[m]
         multi = [r for r in rs if len(r["codes"] or []) >= 2]
         done = sum(1 for r in multi if r["status"] == "completed")
-        recovery.append({"model": m, "runs_2plus_codes": len(multi), "completed": done,
-                         "recovery_pct": round(100 * done / len(multi), 1) if multi else None})
+        recovery.append(
+            {
+                "model": m,
+                "runs_2plus_codes": len(multi),
+                "completed": done,
+                "recovery_pct": round(100 * done / len(multi), 1) if multi else None,
+            }
+        )
     cost_corr = []
     for t in tracks:
-        pts = [(r["cost_usd"], r["overall"]) for r in rows if (r["track"] or "(unknown)") == t and r["cost_usd"] is not None and r["overall"] is not None]
+        pts = [
+            (r["cost_usd"], r["overall"])
+            for r in rows
+            if (r["track"] or "(unknown)") == t and r["cost_usd"] is not None and r["overall"] is not None
+        ]
         r_ = pearson([p[0] for p in pts], [p[1] for p in pts])
-        cost_corr.append({"track": t, "points": len(pts), "pearson_r": _round(r_, 3),
-                          "cost_per_run": _round(_mean(r["cost_usd"] for r in rows if (r["track"] or "(unknown)") == t), 2)})
+        cost_corr.append(
+            {
+                "track": t,
+                "points": len(pts),
+                "pearson_r": _round(r_, 3),
+                "cost_per_run": _round(
+                    _mean(r["cost_usd"] for r in rows if (r["track"] or "(unknown)") == t), 2
+                ),
+            }
+        )
     judges = sorted({r["judge"] for r in rows})
     profiles = sorted({f"{r['profile_name']} ({r['profile_id'][7:19]})" for r in rows})
     return {
-        "runs": len(rows), "judges": judges, "profiles": profiles, "leaderboard": leaderboard, "per_track": per_track,
-        "tracks": tracks, "tiers": tiers, "stage_means": stage_means, "code_shares": code_shares,
-        "overall_by_code_count": by_count, "recovery": recovery, "cost_correlation": cost_corr,
-        "scatter": {t: [(r["cost_usd"], r["overall"]) for r in rows if (r["track"] or "(unknown)") == t
-                        and r["cost_usd"] is not None and r["overall"] is not None] for t in tracks},
+        "runs": len(rows),
+        "judges": judges,
+        "profiles": profiles,
+        "leaderboard": leaderboard,
+        "per_track": per_track,
+        "tracks": tracks,
+        "tiers": tiers,
+        "stage_means": stage_means,
+        "code_shares": code_shares,
+        "overall_by_code_count": by_count,
+        "recovery": recovery,
+        "cost_correlation": cost_corr,
+        "scatter": {
+            t: [
+                (r["cost_usd"], r["overall"])
+                for r in rows
+                if (r["track"] or "(unknown)") == t and r["cost_usd"] is not None and r["overall"] is not None
+            ]
+            for t in tracks
+        },
     }
 
 
@@ -125,7 +190,9 @@ def _cell(v: Any) -> str:
 
 def terminal(report: dict[str, Any], render) -> str:
     """All views as aligned text tables; ``render(columns, rows)`` draws one table."""
-    out = [f"{report['runs']} runs; judge: {', '.join(report['judges']) or '-'}; profile: {', '.join(report['profiles']) or '-'}"]
+    out = [
+        f"{report['runs']} runs; judge: {', '.join(report['judges']) or '-'}; profile: {', '.join(report['profiles']) or '-'}"
+    ]
     for title, key in SECTIONS:
         rows = report[key]
         if not rows:
@@ -145,8 +212,10 @@ PALETTE = ("#3b6ea5", "#d9822b", "#4e9a5b", "#b5464b", "#7d5ba6", "#8c6d3f", "#c
 def _svg_bars(title: str, labels: list[str], values: list[float | None], vmax: float = 100.0) -> str:
     w, row_h, left = 640, 26, 190
     h = 40 + row_h * len(labels)
-    parts = [f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="{html.escape(title)}">',
-             f'<text x="10" y="20" font-weight="bold">{html.escape(title)}</text>']
+    parts = [
+        f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="{html.escape(title)}">',
+        f'<text x="10" y="20" font-weight="bold">{html.escape(title)}</text>',
+    ]
     for i, (lab, v) in enumerate(zip(labels, values)):
         y = 32 + i * row_h
         parts.append(f'<text x="{left - 8}" y="{y + 15}" text-anchor="end">{html.escape(lab[:28])}</text>')
@@ -154,7 +223,9 @@ def _svg_bars(title: str, labels: list[str], values: list[float | None], vmax: f
             parts.append(f'<text x="{left + 4}" y="{y + 15}" fill="#888">unscored</text>')
             continue
         bw = max(1.0, (w - left - 60) * max(0.0, v) / vmax)
-        parts.append(f'<rect x="{left}" y="{y + 3}" width="{bw:.1f}" height="{row_h - 8}" fill="{PALETTE[i % len(PALETTE)]}"/>')
+        parts.append(
+            f'<rect x="{left}" y="{y + 3}" width="{bw:.1f}" height="{row_h - 8}" fill="{PALETTE[i % len(PALETTE)]}"/>'
+        )
         parts.append(f'<text x="{left + bw + 6:.1f}" y="{y + 15}">{v:g}</text>')
     parts.append("</svg>")
     return "".join(parts)
@@ -166,9 +237,11 @@ def _svg_stages(rows: list[dict[str, Any]]) -> str:
     models = [r for r in rows if r["model"] != "(all)"]
     group_w = (w - left - 20) / len(stages)
     bar_w = max(2.0, (group_w - 10) / max(1, len(models)))
-    parts = [f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h + 20 + 16 * len(models)}" role="img" aria-label="Stage means">',
-             '<text x="10" y="16" font-weight="bold">Stage means by model (×100)</text>',
-             f'<line x1="{left}" y1="{bottom}" x2="{w - 10}" y2="{bottom}" stroke="#444"/>']
+    parts = [
+        f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h + 20 + 16 * len(models)}" role="img" aria-label="Stage means">',
+        '<text x="10" y="16" font-weight="bold">Stage means by model (×100)</text>',
+        f'<line x1="{left}" y1="{bottom}" x2="{w - 10}" y2="{bottom}" stroke="#444"/>',
+    ]
     for gi, s in enumerate(stages):
         gx = left + gi * group_w
         parts.append(f'<text x="{gx + group_w / 2:.1f}" y="{bottom + 16}" text-anchor="middle">{s}</text>')
@@ -177,10 +250,14 @@ def _svg_stages(rows: list[dict[str, Any]]) -> str:
             if v is None:
                 continue
             bh = (bottom - 30) * v / 100
-            parts.append(f'<rect x="{gx + 5 + mi * bar_w:.1f}" y="{bottom - bh:.1f}" width="{bar_w - 1:.1f}" height="{bh:.1f}" fill="{PALETTE[mi % len(PALETTE)]}"><title>{html.escape(r["model"])} {s}: {v:g}</title></rect>')
+            parts.append(
+                f'<rect x="{gx + 5 + mi * bar_w:.1f}" y="{bottom - bh:.1f}" width="{bar_w - 1:.1f}" height="{bh:.1f}" fill="{PALETTE[mi % len(PALETTE)]}"><title>{html.escape(r["model"])} {s}: {v:g}</title></rect>'
+            )
     for mi, r in enumerate(models):
         y = h + 10 + 16 * mi
-        parts.append(f'<rect x="{left}" y="{y - 10}" width="10" height="10" fill="{PALETTE[mi % len(PALETTE)]}"/><text x="{left + 16}" y="{y}">{html.escape(r["model"])}</text>')
+        parts.append(
+            f'<rect x="{left}" y="{y - 10}" width="10" height="10" fill="{PALETTE[mi % len(PALETTE)]}"/><text x="{left + 16}" y="{y}">{html.escape(r["model"])}</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -188,10 +265,12 @@ def _svg_stages(rows: list[dict[str, Any]]) -> str:
 def _svg_scatter(track: str, pts: list[tuple[float, float]], r: float | None) -> str:
     w, h, left, bottom = 300, 220, 44, 180
     xmax = max([p[0] for p in pts] + [1e-9])
-    parts = [f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="Cost vs OVERALL, {html.escape(track)}">',
-             f'<text x="8" y="16" font-weight="bold">{html.escape(track)}: cost vs OVERALL (r = {"—" if r is None else f"{r:.2f}"})</text>',
-             f'<line x1="{left}" y1="{bottom}" x2="{w - 10}" y2="{bottom}" stroke="#444"/><line x1="{left}" y1="28" x2="{left}" y2="{bottom}" stroke="#444"/>',
-             f'<text x="{w - 10}" y="{bottom + 16}" text-anchor="end">${xmax:.2f}</text><text x="{left - 4}" y="34" text-anchor="end">100</text>']
+    parts = [
+        f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="Cost vs OVERALL, {html.escape(track)}">',
+        f'<text x="8" y="16" font-weight="bold">{html.escape(track)}: cost vs OVERALL (r = {"—" if r is None else f"{r:.2f}"})</text>',
+        f'<line x1="{left}" y1="{bottom}" x2="{w - 10}" y2="{bottom}" stroke="#444"/><line x1="{left}" y1="28" x2="{left}" y2="{bottom}" stroke="#444"/>',
+        f'<text x="{w - 10}" y="{bottom + 16}" text-anchor="end">${xmax:.2f}</text><text x="{left - 4}" y="34" text-anchor="end">100</text>',
+    ]
     for x, y in pts:
         px = left + (w - left - 14) * x / xmax
         py = bottom - (bottom - 30) * y
@@ -205,7 +284,9 @@ def _html_table(rows: list[dict[str, Any]], table_id: str) -> str:
         return "<p>No rows.</p>"
     cols = list(rows[0].keys())
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c)))}</td>" for c in cols) + "</tr>" for r in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c)))}</td>" for c in cols) + "</tr>" for r in rows
+    )
     return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
@@ -215,7 +296,10 @@ def html_page(report: dict[str, Any], title: str = "AMB score report") -> str:
         _svg_bars("OVERALL per model (×100)", [r["model"] for r in lb], [r["overall"] for r in lb]),
         _svg_stages(report["stage_means"]),
     ]
-    scatters = "".join(_svg_scatter(c["track"], report["scatter"].get(c["track"], []), c["pearson_r"]) for c in report["cost_correlation"])
+    scatters = "".join(
+        _svg_scatter(c["track"], report["scatter"].get(c["track"], []), c["pearson_r"])
+        for c in report["cost_correlation"]
+    )
     sections = []
     for name, key in SECTIONS:
         sections.append(f"<h2>{html.escape(name)}</h2>{_html_table(report[key], key)}")
@@ -224,15 +308,27 @@ def html_page(report: dict[str, Any], title: str = "AMB score report") -> str:
         if key == "stage_means":
             sections.append(plots[1])
         if key == "code_shares":
-            sections.append(_svg_bars("Share of fired error codes (%)", [c["code"] for c in report["code_shares"]],
-                                      [c["share_pct"] for c in report["code_shares"]]))
+            sections.append(
+                _svg_bars(
+                    "Share of fired error codes (%)",
+                    [c["code"] for c in report["code_shares"]],
+                    [c["share_pct"] for c in report["code_shares"]],
+                )
+            )
         if key == "overall_by_code_count" and report["overall_by_code_count"]:
-            sections.append(_svg_bars("OVERALL by number of codes (×100)", [f"{c['codes']} codes" for c in report["overall_by_code_count"]],
-                                      [c["overall"] for c in report["overall_by_code_count"]]))
+            sections.append(
+                _svg_bars(
+                    "OVERALL by number of codes (×100)",
+                    [f"{c['codes']} codes" for c in report["overall_by_code_count"]],
+                    [c["overall"] for c in report["overall_by_code_count"]],
+                )
+            )
         if key == "cost_correlation" and scatters:
             sections.append(f'<div class="row">{scatters}</div>')
-    meta = (f"{report['runs']} runs · judge: {html.escape(', '.join(report['judges']) or '-')} · "
-            f"profile: {html.escape(', '.join(report['profiles']) or '-')}")
+    meta = (
+        f"{report['runs']} runs · judge: {html.escape(', '.join(report['judges']) or '-')} · "
+        f"profile: {html.escape(', '.join(report['profiles']) or '-')}"
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
@@ -244,6 +340,6 @@ svg.plot {{ font: 12px system-ui, sans-serif; margin: 6px 12px 6px 0; background
 .row {{ display: flex; flex-wrap: wrap; }} .meta {{ color: #666; }}
 </style></head>
 <body><h1>{html.escape(title)}</h1><p class="meta">{meta}</p>
-{''.join(sections)}
+{"".join(sections)}
 </body></html>
 """

@@ -12,7 +12,9 @@ from typing import NamedTuple
 
 from scorer.trajectory import Exec, Trajectory
 
-SETUP_RE = re.compile(r"\b(pip3?\s+install|python3?\s+-m\s+(pip|venv)|uv\s+(pip|venv|sync)|conda\s+(install|create)|virtualenv|apt(-get)?\s+install)\b")
+SETUP_RE = re.compile(
+    r"\b(pip3?\s+install|python3?\s+-m\s+(pip|venv)|uv\s+(pip|venv|sync)|conda\s+(install|create)|virtualenv|apt(-get)?\s+install)\b"
+)
 SETUP_FAIL_RE = re.compile(
     r"(ModuleNotFoundError|ImportError|No matching distribution|Could not find a version|"
     r"ERROR: (pip|Could not)|CUDA (error|out of memory)|OutOfMemoryError|HTTPError|404 Client Error|"
@@ -25,12 +27,31 @@ WEIGHTS_RE = re.compile(
     r"\.(pth|pt|ckpt|safetensors|onnx)\b|model_final|nnUNet_results|wget\s+\S+|curl\s+-\S*[oO])"
 )
 WEIGHT_FILE_RE = re.compile(r"\.(pth|pt|ckpt|safetensors|onnx|bin|h5)$|model_final")
-INPUT_LOAD_RE = re.compile(r"(nib\.load|nibabel|sitk\.ReadImage|np\.load|Image\.open|imread|json\.load|pydicom|open\()")
-INPUT_CHECK_RE = re.compile(r"(\.shape|get_zooms|GetSpacing|spacing|\.dtype|\.header|np\.(min|max|unique)|\.min\(\)|\.max\(\)|\bsize\b)")
-OUTPUT_CHECK_RE = re.compile(r"(\.shape|np\.unique|unique\(|\.sum\(\)|\.min\(\)|\.max\(\)|isnan|isfinite|allclose|assert |len\(|\.dtype|json\.load)")
-GPU_RE = re.compile(r"(\.cuda\(|to\(['\"]cuda|device\s*=\s*['\"]?cuda|torch\.device\(['\"]cuda|cuda:0|device_map|CUDAExecutionProvider|\bgpu\b)", re.I)
-FORWARD_RE = re.compile(r"(\.generate\(|predict|infer|inference|forward\(|model\(|run_case|sliding_window|\.run\(|pipeline\()")
-HUB_HOSTS = ("huggingface.co", "hf.co", "zenodo.org", "github.com", "objects.githubusercontent.com", "download.pytorch.org", "ngc.nvidia.com")
+INPUT_LOAD_RE = re.compile(
+    r"(nib\.load|nibabel|sitk\.ReadImage|np\.load|Image\.open|imread|json\.load|pydicom|open\()"
+)
+INPUT_CHECK_RE = re.compile(
+    r"(\.shape|get_zooms|GetSpacing|spacing|\.dtype|\.header|np\.(min|max|unique)|\.min\(\)|\.max\(\)|\bsize\b)"
+)
+OUTPUT_CHECK_RE = re.compile(
+    r"(\.shape|np\.unique|unique\(|\.sum\(\)|\.min\(\)|\.max\(\)|isnan|isfinite|allclose|assert |len\(|\.dtype|json\.load)"
+)
+GPU_RE = re.compile(
+    r"(\.cuda\(|to\(['\"]cuda|device\s*=\s*['\"]?cuda|torch\.device\(['\"]cuda|cuda:0|device_map|CUDAExecutionProvider|\bgpu\b)",
+    re.I,
+)
+FORWARD_RE = re.compile(
+    r"(\.generate\(|predict|infer|inference|forward\(|model\(|run_case|sliding_window|\.run\(|pipeline\()"
+)
+HUB_HOSTS = (
+    "huggingface.co",
+    "hf.co",
+    "zenodo.org",
+    "github.com",
+    "objects.githubusercontent.com",
+    "download.pytorch.org",
+    "ngc.nvidia.com",
+)
 
 
 class Outputs(NamedTuple):
@@ -92,10 +113,19 @@ def output_root(traj: Trajectory) -> Outputs:
     for f in list(spec.submission.files) + list(spec.submission.optional):
         if "{case}" not in f:
             continue
-        body = re.escape(f).replace(re.escape("{case}"), "(?P<case>[^/]+)", 1).replace(re.escape("{case}"), "(?P=case)")
+        body = (
+            re.escape(f)
+            .replace(re.escape("{case}"), "(?P<case>[^/]+)", 1)
+            .replace(re.escape("{case}"), "(?P=case)")
+        )
         patterns.append(re.compile(f"^{prefix}{body}$"))
         names.append(f.rsplit("/", 1)[-1])
-    return Outputs(tuple(dict.fromkeys((root,) + _FALLBACK_ROOTS)), tuple(dict.fromkeys(names)), tuple(patterns), traj.workspace)
+    return Outputs(
+        tuple(dict.fromkeys((root,) + _FALLBACK_ROOTS)),
+        tuple(dict.fromkeys(names)),
+        tuple(patterns),
+        traj.workspace,
+    )
 
 
 def case_of(path: str, outputs: Outputs) -> str | None:
@@ -147,10 +177,18 @@ def pilot_evidence(traj: Trajectory, roots: Outputs) -> tuple[float, str, list[s
         start = traj.execs.index(pilot)
         for ex in traj.execs[start:end]:
             if ex.ok and OUTPUT_CHECK_RE.search(ex.code) and (ex is pilot or roots.mentioned_in(ex.code)):
-                return 1.0, "one-case pilot, then its output inspected before bulk inference", [pilot.id, ex.id]
+                return (
+                    1.0,
+                    "one-case pilot, then its output inspected before bulk inference",
+                    [pilot.id, ex.id],
+                )
         return 0.5, "one-case pilot before bulk inference, but its output was not inspected", [pilot.id]
     if bulk is not None:
-        later = [ex for ex in traj.execs[bulk + 1:] if ex.ok and OUTPUT_CHECK_RE.search(ex.code) and roots.mentioned_in(ex.code)]
+        later = [
+            ex
+            for ex in traj.execs[bulk + 1 :]
+            if ex.ok and OUTPUT_CHECK_RE.search(ex.code) and roots.mentioned_in(ex.code)
+        ]
         if later:
             return 0.5, "outputs inspected only after bulk inference", [traj.execs[bulk].id, later[0].id]
         return 0.0, "bulk inference without a pilot or any output check", [traj.execs[bulk].id]

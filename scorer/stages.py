@@ -39,24 +39,47 @@ def item_scores(items: list[RubricItem], verdicts: dict[str, Verdict], tier: str
     out: dict[str, ItemScore] = {}
     for item in items:
         if tier and tier in item.auto_credit:
-            out[item.id] = ItemScore(id=item.id, stage=item.stage, value=max(item.values), source="auto_credit",
-                                     reason=f"credited automatically at tier {tier}")
+            out[item.id] = ItemScore(
+                id=item.id,
+                stage=item.stage,
+                value=max(item.values),
+                source="auto_credit",
+                reason=f"credited automatically at tier {tier}",
+            )
             continue
         v = verdicts.get(item.id)
         if v is None:
-            out[item.id] = ItemScore(id=item.id, stage=item.stage, value=None, source="judge",
-                                     unscored_reason="no_verdict", reason="the judge returned no verdict")
+            out[item.id] = ItemScore(
+                id=item.id,
+                stage=item.stage,
+                value=None,
+                source="judge",
+                unscored_reason="no_verdict",
+                reason="the judge returned no verdict",
+            )
             continue
-        out[item.id] = ItemScore(id=item.id, stage=item.stage, value=v.value, source="judge", judge=v.judge,
-                                 reason=v.reason, cited=list(v.cited), unscored_reason=v.unscored_reason,
-                                 call_key=v.call_key)
+        out[item.id] = ItemScore(
+            id=item.id,
+            stage=item.stage,
+            value=v.value,
+            source="judge",
+            judge=v.judge,
+            reason=v.reason,
+            cited=list(v.cited),
+            unscored_reason=v.unscored_reason,
+            call_key=v.call_key,
+        )
     for item in items:
         dep = out.get(item.requires) if item.requires else None
         if dep is not None and dep.value == 0 and out[item.id].source != "auto_credit":
             cur = out[item.id]
-            out[item.id] = msgspec.structs.replace(cur, value=0.0, source=f"requires:{item.requires}",
-                                                   unscored_reason=None,
-                                                   reason=f"forced to 0: {item.requires} is 0")
+            out[item.id] = msgspec.structs.replace(
+                cur,
+                value=0.0,
+                source=f"requires:{item.requires}",
+                unscored_reason=None,
+                reason=f"forced to 0: {item.requires} is 0",
+            )
     return [out[i.id] for i in items]
 
 
@@ -70,14 +93,19 @@ def judged_stages(scores: list[ItemScore], rules: StageRules) -> dict[str, tuple
             continue
         missing = [s for s in mine if s.value is None]
         if missing and rules.unscored_item_policy == "stage_unscored":
-            result[stage] = (None, "unscored items: " + ", ".join(f"{s.id} ({s.unscored_reason})" for s in missing))
+            result[stage] = (
+                None,
+                "unscored items: " + ", ".join(f"{s.id} ({s.unscored_reason})" for s in missing),
+            )
             continue
         vals = [s.value for s in mine if s.value is not None]
         result[stage] = (sum(vals) / len(vals), None) if vals else (None, "every item unscored")
     return result
 
 
-def agentic(stages: dict[str, float | None], weights: Weights, null_policy: str) -> tuple[float | None, str | None]:
+def agentic(
+    stages: dict[str, float | None], weights: Weights, null_policy: str
+) -> tuple[float | None, str | None]:
     """AGENTIC from S1–S5 (value or None) under ``null_policy``; (None, reason) when unscored."""
     w = {s: getattr(weights, s) for s in STAGES}
     scored = {s: v for s, v in stages.items() if v is not None}
@@ -100,7 +128,9 @@ def overall(agentic_value: float | None, task: float | None, weights: Weights) -
     return weights.agentic * agentic_value + weights.task * task
 
 
-def combine(stages: dict[str, float | None], task: float | None, weights: Weights, null_policy: str) -> dict[str, Any]:
+def combine(
+    stages: dict[str, float | None], task: float | None, weights: Weights, null_policy: str
+) -> dict[str, Any]:
     """The paper's combination, as one dict: agentic, task, overall and why any is unscored."""
     a, reason = agentic(stages, weights, null_policy)
     return {"agentic": a, "agentic_reason": reason, "task": task, "overall": overall(a, task, weights)}

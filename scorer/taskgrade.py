@@ -52,14 +52,24 @@ def reference_fingerprint(ref: Path) -> str:
     return _ref_fingerprints[key]
 
 
-def grade_key(task: str, spec_json: bytes, files: list[tuple[str, str]], ref_fp: str, options: dict[str, Any]) -> str:
-    body = _enc.encode({"task": task, "spec": hashlib.sha256(spec_json).hexdigest(), "files": files, "ref": ref_fp, "options": options})
+def grade_key(
+    task: str, spec_json: bytes, files: list[tuple[str, str]], ref_fp: str, options: dict[str, Any]
+) -> str:
+    body = _enc.encode(
+        {
+            "task": task,
+            "spec": hashlib.sha256(spec_json).hexdigest(),
+            "files": files,
+            "ref": ref_fp,
+            "options": options,
+        }
+    )
     return "sha256:" + hashlib.sha256(body).hexdigest()
 
 
 def _relative(path: str, root: str) -> str:
     if root and path.startswith(root.rstrip("/") + "/"):
-        return path[len(root.rstrip("/")) + 1:]
+        return path[len(root.rstrip("/")) + 1 :]
     return path.lstrip("/")
 
 
@@ -135,7 +145,9 @@ def grade_run(
         files = sorted((_relative(f.path, traj.submission.root), f.sha256) for f in traj.submission.files)
     ref = reference_dir(references, traj.task)
     if ref is None:
-        return unscored(f"no references for task {traj.task} (give --references DIR with {traj.task}/private)"), None
+        return unscored(
+            f"no references for task {traj.task} (give --references DIR with {traj.task}/private)"
+        ), None
     key = grade_key(traj.task, msgspec.json.encode(spec), files, reference_fingerprint(ref), metrics)
     if cache is not None and key in cache:
         return cache[key], key
@@ -144,7 +156,9 @@ def grade_run(
         if traj.submission is not None:
             missing = materialise(traj, get_blob, Path(tmp))
         if missing:
-            summary = unscored("submission not gradable: " + "; ".join(missing[:3]) + (" ..." if len(missing) > 3 else ""))
+            summary = unscored(
+                "submission not gradable: " + "; ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
+            )
         else:
             try:
                 result = grade(spec, Path(tmp), ref, options_from_table(metrics))
@@ -162,6 +176,8 @@ def s4_s5(grade: dict[str, Any], rules: Any) -> tuple[float | None, float | None
         return None, None, f"no grade: {grade.get('reason', 'unscored')}"
     fmt = 1.0 if grade["format_valid"] else 0.0
     s4 = rules.s4_completion_weight * grade["completion"] + rules.s4_format_weight * fmt
-    s5 = rules.s5_has_valid_weight * (1.0 if grade["has_valid_results"] else 0.0) + rules.s5_format_weight * fmt
+    s5 = (
+        rules.s5_has_valid_weight * (1.0 if grade["has_valid_results"] else 0.0)
+        + rules.s5_format_weight * fmt
+    )
     return s4, s5, None
-

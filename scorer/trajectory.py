@@ -14,7 +14,8 @@ contains them.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
@@ -97,9 +98,14 @@ class Trajectory(msgspec.Struct, kw_only=True):
     @property
     def activity(self) -> int:
         """How many agent-side facts exist (0 = nothing to judge: audit says ``no_data``)."""
-        return len(self.model_calls) + len(self.execs) + len(self.processes) + len(self.writes) + len(
-            self.accesses
-        ) + len(self.network)
+        return (
+            len(self.model_calls)
+            + len(self.execs)
+            + len(self.processes)
+            + len(self.writes)
+            + len(self.accesses)
+            + len(self.network)
+        )
 
     def last_write(self, suffix: str) -> tuple[str, FileWritten] | None:
         for ev_id, _, w in reversed(self.writes):

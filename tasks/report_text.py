@@ -20,9 +20,13 @@ from schemas.task_spec import ReportSpec
 
 _HEADER = re.compile(r"(?:^|\n)[ \t]*([A-Z][A-Z /(),-]{1,40}?)[ \t]*:[ \t]*")
 SECTION_ALIASES = {
-    "finding": "findings", "findings": "findings", "reference findings": "findings",
-    "findings and impression": "impression", "findings/impression": "impression",
-    "impression": "impression", "conclusion": "impression",
+    "finding": "findings",
+    "findings": "findings",
+    "reference findings": "findings",
+    "findings and impression": "impression",
+    "findings/impression": "impression",
+    "impression": "impression",
+    "conclusion": "impression",
 }
 
 
@@ -73,8 +77,12 @@ def validity_errors(text: str, rules: Validity) -> list[str]:
 
 def rules_of(report: ReportSpec) -> Validity:
     """The validity rules pinned in a task's ``[report]`` table."""
-    return Validity(min_chars=report.min_chars, max_chars=report.max_chars, min_letters=report.min_letters,
-                    printable_ascii=report.printable_ascii)
+    return Validity(
+        min_chars=report.min_chars,
+        max_chars=report.max_chars,
+        min_letters=report.min_letters,
+        printable_ascii=report.printable_ascii,
+    )
 
 
 def submittable(reference: str, report: ReportSpec) -> bool:

@@ -41,7 +41,9 @@ def sources(package: str):
 def test_dependency_direction(package):
     for path in sources(package):
         bad = (imports(path) & set(PACKAGES)) - ALLOWED[package] - {package}
-        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}; {package} may import only {sorted(ALLOWED[package])}"
+        assert not bad, (
+            f"{path.relative_to(ROOT)} imports {sorted(bad)}; {package} may import only {sorted(ALLOWED[package])}"
+        )
 
 
 def test_schemas_is_pure():
@@ -50,7 +52,9 @@ def test_schemas_is_pure():
     stdlib = set(sys.stdlib_module_names)
     for path in sources("schemas"):
         extra = imports(path) - stdlib - THIRD_PARTY_IN_SCHEMAS - {"schemas"}
-        assert not extra, f"{path.relative_to(ROOT)} imports {sorted(extra)}: schemas is msgspec + stdlib only"
+        assert not extra, (
+            f"{path.relative_to(ROOT)} imports {sorted(extra)}: schemas is msgspec + stdlib only"
+        )
 
 
 def test_no_omit_defaults_on_events():

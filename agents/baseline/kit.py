@@ -27,7 +27,16 @@ VERSION = "amb-kit-1"
 
 # ---- NIfTI-1 ------------------------------------------------------------------------------------
 
-_NIFTI_TYPES = {2: ("B", 1), 4: ("h", 2), 8: ("i", 4), 16: ("f", 4), 64: ("d", 8), 256: ("b", 1), 512: ("H", 2), 768: ("I", 4)}
+_NIFTI_TYPES = {
+    2: ("B", 1),
+    4: ("h", 2),
+    8: ("i", 4),
+    16: ("f", 4),
+    64: ("d", 8),
+    256: ("b", 1),
+    512: ("H", 2),
+    768: ("I", 4),
+}
 
 
 class Volume:
@@ -52,7 +61,7 @@ def read_nifti(path):
     if struct.unpack(endian + "i", raw[:4])[0] != 348:
         raise ValueError(path + ": not a NIfTI-1 file")
     dim = struct.unpack(endian + "8h", raw[40:56])
-    shape = tuple(dim[1:1 + dim[0]])
+    shape = tuple(dim[1 : 1 + dim[0]])
     datatype = struct.unpack(endian + "h", raw[70:72])[0]
     pixdim = struct.unpack(endian + "8f", raw[76:108])
     offset = int(struct.unpack(endian + "f", raw[108:112])[0])
@@ -64,23 +73,23 @@ def read_nifti(path):
     for s in shape:
         n *= s
     data = array.array(code)
-    data.frombytes(raw[offset:offset + n * size])
+    data.frombytes(raw[offset : offset + n * size])
     if (endian == "<") != (sys.byteorder == "little"):
         data.byteswap()
     values = data.tolist()
     if slope and not math.isnan(slope) and (slope != 1.0 or inter != 0.0):
         values = [v * slope + inter for v in values]
-    return Volume(raw[:348], endian, shape, tuple(round(p, 4) for p in pixdim[1:1 + dim[0]]), values)
+    return Volume(raw[:348], endian, shape, tuple(round(p, 4) for p in pixdim[1 : 1 + dim[0]]), values)
 
 
 def write_nifti(path, like, values):
     """A uint8 NIfTI-1 on the voxel grid (header, affine) of ``like``."""
     hdr = bytearray(like.header)
     e = like.endian
-    struct.pack_into(e + "hh", hdr, 70, 2, 8)            # datatype uint8, bitpix 8
-    struct.pack_into(e + "f", hdr, 108, 352.0)          # vox_offset
-    struct.pack_into(e + "ff", hdr, 112, 1.0, 0.0)      # scl_slope, scl_inter
-    struct.pack_into(e + "ff", hdr, 124, 0.0, 0.0)      # cal_max, cal_min
+    struct.pack_into(e + "hh", hdr, 70, 2, 8)  # datatype uint8, bitpix 8
+    struct.pack_into(e + "f", hdr, 108, 352.0)  # vox_offset
+    struct.pack_into(e + "ff", hdr, 112, 1.0, 0.0)  # scl_slope, scl_inter
+    struct.pack_into(e + "ff", hdr, 124, 0.0, 0.0)  # cal_max, cal_min
     body = bytes(hdr) + b"\0\0\0\0" + array.array("B", values).tobytes()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "wb") as f:
@@ -160,8 +169,10 @@ def segment_binary(vol, window=(85.0, 300.0), keep=1, lesion_sigma=1.0):
         organ = grown
     core = organ
     for _ in range(2):  # look for lesions away from the organ's boundary (partial-volume rim)
-        core = bytearray(1 if core[i] and all(0 <= i + d < len(core) and core[i + d] for d in steps) else 0
-                         for i in range(len(core)))
+        core = bytearray(
+            1 if core[i] and all(0 <= i + d < len(core) and core[i + d] for d in steps) else 0
+            for i in range(len(core))
+        )
     dark = [1 if core[i] and vol.values[i] < m - lesion_sigma * s else 0 for i in range(len(organ))]
     lesion = bytearray(len(organ))
     for comp in components(dark, vol.shape, min_size=8)[:1]:
@@ -214,6 +225,7 @@ def otsu(values, bins=64):
 
 # ---- .npy ---------------------------------------------------------------------------------------
 
+
 def read_npy(path):
     with open(path, "rb") as f:
         raw = f.read()
@@ -222,14 +234,14 @@ def read_npy(path):
     major = raw[6]
     hlen = struct.unpack("<H", raw[8:10])[0] if major == 1 else struct.unpack("<I", raw[8:12])[0]
     start = 10 if major == 1 else 12
-    header = raw[start:start + hlen].decode("latin1")
+    header = raw[start : start + hlen].decode("latin1")
     descr = header.split("'descr':")[1].split("'")[1]
     fortran = "True" in header.split("'fortran_order':")[1].split(",")[0]
     shape_text = header.split("'shape':")[1].split("(")[1].split(")")[0]
     shape = tuple(int(p) for p in shape_text.split(",") if p.strip())
     code = {"f4": "f", "f8": "d", "i2": "h", "i4": "i", "u1": "B", "u2": "H"}[descr[1:]]
     data = array.array(code)
-    data.frombytes(raw[start + hlen:])
+    data.frombytes(raw[start + hlen :])
     if (descr[0] == ">") != (sys.byteorder == "big") and descr[0] in "<>":
         data.byteswap()
     values = [float(v) for v in data]
@@ -240,8 +252,9 @@ def read_npy(path):
 
 
 def write_npy(path, shape, values):
-    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }" % ", ".join(str(s) for s in shape) + (
-        "," if len(shape) == 1 else "")
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }" % ", ".join(
+        str(s) for s in shape
+    ) + ("," if len(shape) == 1 else "")
     pad = 64 - (10 + len(header) + 1) % 64
     header = header + " " * pad + "\n"
     data = array.array("f", values)
@@ -249,7 +262,9 @@ def write_npy(path, shape, values):
         data.byteswap()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode("latin1") + data.tobytes())
+        f.write(
+            b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode("latin1") + data.tobytes()
+        )
 
 
 def smooth(shape, values, passes=1):
@@ -294,6 +309,7 @@ def upsample(shape, values, scale):
 
 # ---- PNG ----------------------------------------------------------------------------------------
 
+
 def read_png_gray(path):
     """(width, height, luminance values 0..255) of an 8- or 16-bit, non-interlaced PNG."""
     with open(path, "rb") as f:
@@ -302,9 +318,9 @@ def read_png_gray(path):
         raise ValueError(path + ": not a PNG")
     pos, idat, palette = 8, [], None
     while pos < len(raw):
-        n = struct.unpack(">I", raw[pos:pos + 4])[0]
-        kind = raw[pos + 4:pos + 8]
-        chunk = raw[pos + 8:pos + 8 + n]
+        n = struct.unpack(">I", raw[pos : pos + 4])[0]
+        kind = raw[pos + 4 : pos + 8]
+        chunk = raw[pos + 8 : pos + 8 + n]
         if kind == b"IHDR":
             width, height, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", chunk)
         elif kind == b"PLTE":
@@ -321,7 +337,7 @@ def read_png_gray(path):
     rows, prev = [], bytearray(stride)
     for r in range(height):
         ftype = data[r * (stride + 1)]
-        line = bytearray(data[r * (stride + 1) + 1:(r + 1) * (stride + 1)])
+        line = bytearray(data[r * (stride + 1) + 1 : (r + 1) * (stride + 1)])
         for i in range(stride):
             a = line[i - bpp] if i >= bpp else 0
             b = prev[i]
@@ -348,11 +364,11 @@ def read_png_gray(path):
             raise ValueError(path + ": bit depth %d not supported" % depth)
         if ctype == 3:
             for i in samples[:width]:
-                rr, gg, bb = palette[3 * i:3 * i + 3]
+                rr, gg, bb = palette[3 * i : 3 * i + 3]
                 gray.append((299 * rr + 587 * gg + 114 * bb) // 1000)
         elif channels >= 3:
             for x in range(width):
-                rr, gg, bb = samples[x * channels:x * channels + 3]
+                rr, gg, bb = samples[x * channels : x * channels + 3]
                 gray.append((299 * rr + 587 * gg + 114 * bb) // 1000)
         else:
             gray.extend(samples[x * channels] for x in range(width))
@@ -360,15 +376,24 @@ def read_png_gray(path):
 
 
 def write_png_gray(path, width, height, pixels):
-    rows = b"".join(b"\0" + bytes(pixels[r * width:(r + 1) * width]) for r in range(height))
+    rows = b"".join(b"\0" + bytes(pixels[r * width : (r + 1) * width]) for r in range(height))
 
     def chunk(kind, body):
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+        return (
+            struct.pack(">I", len(body))
+            + kind
+            + body
+            + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+        )
 
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
-                + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+        f.write(
+            b"\x89PNG\r\n\x1a\n"
+            + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows))
+            + chunk(b"IEND", b"")
+        )
 
 
 def flowchart_png(path, steps, width=640, box_h=40, gap=24):
@@ -388,7 +413,13 @@ def flowchart_png(path, steps, width=640, box_h=40, gap=24):
         if k + 1 < len(steps):
             rect(width // 2 - 1, top + box_h, width // 2 + 2, top + box_h + gap, 40)
             for d in range(6):
-                rect(width // 2 - 6 + d, top + box_h + gap - 6 + d, width // 2 + 7 - d, top + box_h + gap - 5 + d, 40)
+                rect(
+                    width // 2 - 6 + d,
+                    top + box_h + gap - 6 + d,
+                    width // 2 + 7 - d,
+                    top + box_h + gap - 5 + d,
+                    40,
+                )
     write_png_gray(path, width, height, px)
 
 
@@ -416,15 +447,30 @@ def detect_blobs(width, height, gray, classes, min_area=12):
                 cls = classes[1]
             elif len(comp) <= 0.3 * median:
                 cls = classes[2]
-        boxes.append({"class": cls, "score": round(0.3 + 0.6 * min(fill, 1.0), 3),
-                      "x1": float(x1), "y1": float(y1), "x2": float(x2), "y2": float(y2)})
+        boxes.append(
+            {
+                "class": cls,
+                "score": round(0.3 + 0.6 * min(fill, 1.0), 3),
+                "x1": float(x1),
+                "y1": float(y1),
+                "x2": float(x2),
+                "y2": float(y2),
+            }
+        )
     return boxes
 
 
 # ---- VQA and reports ----------------------------------------------------------------------------
 
-_ORGAN_WORDS = {"chest": "lung", "abdomen": "liver", "head": "brain", "brain": "brain", "pelvis": "bladder",
-                "spine": "spine", "neck": "thyroid"}
+_ORGAN_WORDS = {
+    "chest": "lung",
+    "abdomen": "liver",
+    "head": "brain",
+    "brain": "brain",
+    "pelvis": "bladder",
+    "spine": "spine",
+    "neck": "thyroid",
+}
 
 
 def vqa_prior(question):
@@ -439,7 +485,15 @@ def vqa_prior(question):
         label = sorted(options)[0]
         return label, options[label]
     text = str(question.get("question") or "").lower()
-    if qtype in ("binary", "closed", "yes/no") or text.split(" ")[0] in ("is", "are", "does", "do", "was", "can", "has"):
+    if qtype in ("binary", "closed", "yes/no") or text.split(" ")[0] in (
+        "is",
+        "are",
+        "does",
+        "do",
+        "was",
+        "can",
+        "has",
+    ):
         return "", "no"
     if "organ" in text or "where" in text:
         return "", _ORGAN_WORDS.get(str(question.get("body_system") or "").lower(), "lung")
@@ -448,11 +502,15 @@ def vqa_prior(question):
     return "", _ORGAN_WORDS.get(str(question.get("body_system") or "").lower(), "normal")
 
 
-_CXR_TEMPLATE = ("The heart size is normal. The mediastinal contours are within normal limits. The lungs are "
-                 "clear without focal consolidation. There is no pleural effusion or pneumothorax. The osseous "
-                 "structures are unremarkable.")
-_PATH_TEMPLATE = ("Histologic section of tissue showing glandular and stromal components with scattered "
-                  "inflammatory cells. No definite malignant features are identified in this field.")
+_CXR_TEMPLATE = (
+    "The heart size is normal. The mediastinal contours are within normal limits. The lungs are "
+    "clear without focal consolidation. There is no pleural effusion or pneumothorax. The osseous "
+    "structures are unremarkable."
+)
+_PATH_TEMPLATE = (
+    "Histologic section of tissue showing glandular and stromal components with scattered "
+    "inflammatory cells. No definite malignant features are identified in this field."
+)
 
 
 def report_template(manifest, style, section):
@@ -469,6 +527,7 @@ def report_template(manifest, style, section):
 
 # ---- configuration -----------------------------------------------------------------------------
 
+
 def load_config(path="pipeline.json"):
     with open(path) as f:
         return json.load(f)
@@ -483,6 +542,7 @@ def output_paths(cfg, case):
 
 
 # ---- checks ------------------------------------------------------------------------------------
+
 
 def check_case(cfg, case):
     """What a careful agent looks at after writing a case: files exist, shape and values are sane."""
@@ -502,7 +562,11 @@ def check_case(cfg, case):
             ref = read_nifti(os.path.join(src, cfg["input_file"]))
             out = read_nifti(path)
             labels = sorted(set(out.values))
-            report[os.path.basename(path)] = {"shape": list(out.shape), "labels": labels, "voxels": sum(1 for v in out.values if v)}
+            report[os.path.basename(path)] = {
+                "shape": list(out.shape),
+                "labels": labels,
+                "voxels": sum(1 for v in out.values if v),
+            }
             if out.shape != ref.shape:
                 bad("%s: shape %s != input %s" % (path, out.shape, ref.shape))
             allowed = set([0] + list(cfg.get("label_ids") or [1]))
@@ -513,7 +577,12 @@ def check_case(cfg, case):
             in_shape, _ = read_npy(os.path.join(src, cfg["input_file"]))
             want = tuple(s * cfg.get("scale", 1) for s in in_shape)
             finite = all(math.isfinite(v) for v in values)
-            report[os.path.basename(path)] = {"shape": list(shape), "min": min(values), "max": max(values), "finite": finite}
+            report[os.path.basename(path)] = {
+                "shape": list(shape),
+                "min": min(values),
+                "max": max(values),
+                "finite": finite,
+            }
             if shape != want:
                 bad("%s: shape %s != expected %s" % (path, shape, want))
             if not finite:
@@ -522,7 +591,18 @@ def check_case(cfg, case):
             with open(path) as f:
                 data = json.load(f)
             if track == "vqa":
-                missing = [k for k in ("question_id", "predicted_label", "predicted_answer", "raw_model_output", "model_name", "runtime_s") if k not in data]
+                missing = [
+                    k
+                    for k in (
+                        "question_id",
+                        "predicted_label",
+                        "predicted_answer",
+                        "raw_model_output",
+                        "model_name",
+                        "runtime_s",
+                    )
+                    if k not in data
+                ]
                 if missing:
                     bad("%s: missing keys %s" % (path, missing))
                 report["answer"] = data.get("predicted_label") or data.get("predicted_answer")
@@ -557,6 +637,7 @@ def _write_text(path, text):
 
 # ---- the pipeline -------------------------------------------------------------------------------
 
+
 def run_case(cfg, case):
     """Run the track's method on one case; returns the files written."""
     src = os.path.join(cfg["data"], case)
@@ -583,10 +664,15 @@ def run_case(cfg, case):
         with open(os.path.join(src, cfg["question_file"])) as f:
             question = json.load(f)
         label, answer = vqa_prior(question)
-        record = {"question_id": question.get("question_id", case), "predicted_label": label,
-                  "predicted_answer": answer, "raw_model_output": "answer prior for %s questions: %s" % (
-                      question.get("question_type") or "these", label or answer),
-                  "model_name": VERSION + " answer prior", "runtime_s": round(time.time() - t0, 4)}
+        record = {
+            "question_id": question.get("question_id", case),
+            "predicted_label": label,
+            "predicted_answer": answer,
+            "raw_model_output": "answer prior for %s questions: %s"
+            % (question.get("question_type") or "these", label or answer),
+            "model_name": VERSION + " answer prior",
+            "runtime_s": round(time.time() - t0, 4),
+        }
         _write_json(outs[0], record)
     elif track == "report":
         with open(os.path.join(src, cfg["manifest_file"])) as f:

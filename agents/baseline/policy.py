@@ -63,6 +63,7 @@ class _Step:
 
 # ---- reading the conversation ---------------------------------------------------------------------
 
+
 def _text(content) -> str:
     if isinstance(content, str):
         return content
@@ -130,6 +131,7 @@ def _history(messages: list[dict]) -> list[_Step]:
 
 # ---- the plan of work -----------------------------------------------------------------------------
 
+
 def _sequence(flaw: str | None) -> list[str]:
     if flaw == "hand-written":
         return ["explore", "plan", "env", "setup", "inspect", "handwrite", "verify", "submit"]
@@ -159,7 +161,7 @@ def decide(messages: list[dict], flaw: str | None = None) -> Decision:
     return getattr(ctx, "step_" + nxt)()
 
 
-def _next_step(ctx: "_Ctx") -> str:
+def _next_step(ctx: _Ctx) -> str:
     steps, seq = ctx.steps, _sequence(ctx.flaw)
     if not steps:
         return seq[0]
@@ -176,8 +178,12 @@ def _next_step(ctx: "_Ctx") -> str:
         return after("batch")
     if last.name == "batch_retry":
         return after("batch")
-    if last.exit_code not in (0, None) and last.name in seq and names.count(last.name) == 1 \
-            and last.name != "peek_reference":
+    if (
+        last.exit_code not in (0, None)
+        and last.name in seq
+        and names.count(last.name) == 1
+        and last.name != "peek_reference"
+    ):
         return last.name  # one more try of a step that failed
     return after(last.name)
 
@@ -186,13 +192,14 @@ def _json_line(output: str, tag: str) -> dict | None:
     for line in reversed(output.splitlines()):
         if line.startswith(tag + " "):
             try:
-                return json.loads(line[len(tag) + 1:])
+                return json.loads(line[len(tag) + 1 :])
             except ValueError:
                 return None
     return None
 
 
 # ---- the steps ------------------------------------------------------------------------------------
+
 
 def _py(header: str, body: str) -> dict:
     return {"language": "python", "code": f"# {header}\n{body.strip()}\n"}
@@ -227,26 +234,48 @@ class _Ctx:
     def method(self) -> tuple[str, list[str]]:
         t = self.track
         if t == "segmentation":
-            what = ("intensity thresholding of enhancing soft tissue, connected components (largest regions kept), "
-                    "region growing, and darker sub-regions inside the organ as the lesion"
-                    if self.spec.seg.mode == "binary" else
-                    "Otsu foreground thresholding and intensity quantile bins mapped to the tissue labels")
-            return what, ["classical thresholding + connected components (chosen: no weights to download)",
-                          "nnU-Net family checkpoint (needs weights and a GPU)", "MONAI bundle / VISTA3D (needs weights and a GPU)"]
+            what = (
+                "intensity thresholding of enhancing soft tissue, connected components (largest regions kept), "
+                "region growing, and darker sub-regions inside the organ as the lesion"
+                if self.spec.seg.mode == "binary"
+                else "Otsu foreground thresholding and intensity quantile bins mapped to the tissue labels"
+            )
+            return what, [
+                "classical thresholding + connected components (chosen: no weights to download)",
+                "nnU-Net family checkpoint (needs weights and a GPU)",
+                "MONAI bundle / VISTA3D (needs weights and a GPU)",
+            ]
         if t == "enhancement":
-            what = ("a 3x3 binomial smoothing filter" if self.spec.enh.kind == "denoise" else
-                    f"bilinear upsampling by x{self.spec.enh.scale}")
-            return what, [f"classical filter: {what} (chosen)", "DRUNet / deep denoiser (needs weights)", "Swin2SR transformer (needs weights)"]
+            what = (
+                "a 3x3 binomial smoothing filter"
+                if self.spec.enh.kind == "denoise"
+                else f"bilinear upsampling by x{self.spec.enh.scale}"
+            )
+            return what, [
+                f"classical filter: {what} (chosen)",
+                "DRUNet / deep denoiser (needs weights)",
+                "Swin2SR transformer (needs weights)",
+            ]
         if t == "vqa":
-            return ("an answer prior per question type (the most frequent answer: 'no' for yes/no questions, "
-                    "a normal or first option for multiple choice)"), [
-                "answer prior per question type (chosen: no model available offline)", "LLaVA-Med v1.5 (needs weights)",
-                "general VLM (needs weights)"]
+            return (
+                "an answer prior per question type (the most frequent answer: 'no' for yes/no questions, "
+                "a normal or first option for multiple choice)"
+            ), [
+                "answer prior per question type (chosen: no model available offline)",
+                "LLaVA-Med v1.5 (needs weights)",
+                "general VLM (needs weights)",
+            ]
         if t == "report":
             return "a normal-study findings template filled from the manifest", [
-                "findings template from the manifest (chosen)", "CheXagent (needs weights)", "BLIP captioning (needs weights)"]
+                "findings template from the manifest (chosen)",
+                "CheXagent (needs weights)",
+                "BLIP captioning (needs weights)",
+            ]
         return "a blob detector (background threshold, connected components, one box per blob)", [
-            "blob detector on the thresholded image (chosen)", "YOLOv8 fine-tuned (needs weights)", "Faster R-CNN (needs weights)"]
+            "blob detector on the thresholded image (chosen)",
+            "YOLOv8 fine-tuned (needs weights)",
+            "Faster R-CNN (needs weights)",
+        ]
 
     def outputs(self) -> list[str]:
         files = list(self.spec.submission.files)
@@ -256,15 +285,24 @@ class _Ctx:
 
     def config(self) -> dict:
         s = self.spec
-        cfg = {"task": s.id, "track": s.track, "data": self.data, "root": s.submission.root, "outputs": self.outputs()}
+        cfg = {
+            "task": s.id,
+            "track": s.track,
+            "data": self.data,
+            "root": s.submission.root,
+            "outputs": self.outputs(),
+        }
         if s.track == "segmentation":
             cfg.update(mode=s.seg.mode, input_file=s.seg.input_file or s.public.files[0])
             if s.seg.mode == "binary":
                 # CT has a fixed scale (Hounsfield units): enhancing soft tissue; other modalities are
                 # thresholded relative to the image itself.
                 cfg.update(window=[85.0, 300.0] if "CT" in s.modality.split() else None)
-                cfg.update(kinds=[t.kind for t in s.seg.targets], label_ids=[1],
-                           keep=2 if re.search(r"\bkidneys\b|two kidney", self.brief_hint(), re.I) else 1)
+                cfg.update(
+                    kinds=[t.kind for t in s.seg.targets],
+                    label_ids=[1],
+                    keep=2 if re.search(r"\bkidneys\b|two kidney", self.brief_hint(), re.I) else 1,
+                )
             else:
                 cfg.update(label_ids=[lab.id for lab in s.seg.labels])
         elif s.track == "enhancement":
@@ -272,8 +310,12 @@ class _Ctx:
         elif s.track == "vqa":
             cfg.update(question_file=s.vqa.question_file)
         elif s.track == "report":
-            cfg.update(manifest_file=s.report.manifest_file, style=s.report.style, section=s.report.section,
-                       min_chars=s.report.min_chars)
+            cfg.update(
+                manifest_file=s.report.manifest_file,
+                style=s.report.style,
+                section=s.report.section,
+                min_chars=s.report.min_chars,
+            )
         else:
             cfg.update(input_file=s.det.image_file, classes=list(s.submission.classes) or [s.det.wildcard])
         return cfg
@@ -290,60 +332,87 @@ class _Ctx:
     def step_explore(self) -> Decision:
         return self._call(
             f"I will start by reading the brief and listing the inputs under {self.data}.",
-            _bash("S1 explore: read the brief, look at the workspace and the inputs", f"""
+            _bash(
+                "S1 explore: read the brief, look at the workspace and the inputs",
+                f"""
 pwd
 ls -la
 head -n 12 tier_prompt.txt 2>/dev/null || true
 for d in {self.data}/*/; do echo "CASE $(basename "$d")"; done
 first=$(ls {self.data} | head -n 1)
 ls -la {self.data}/$first
-"""))
+""",
+            ),
+        )
 
     def step_peek_reference(self) -> Decision:
         private = posixpath.join(posixpath.dirname(self.data), "private")
         return self._call(
             "Before planning, let me see how the reference labels are laid out.",
-            _bash("S1 peek_reference: look at the reference answers", f"""
+            _bash(
+                "S1 peek_reference: look at the reference answers",
+                f"""
 ls {private}
 ls {private}/{self.pilot_case}
 head -c 400 {private}/ground_truth.csv 2>/dev/null || true
-"""))
+""",
+            ),
+        )
 
     def step_plan(self) -> Decision:
         what, candidates = self.method()
         roots = self.spec.submission.root
         outs = ", ".join(f"`{posixpath.join(roots, o)}`" for o in self.outputs())
         n = len(self.cases)
-        target = {"segmentation": "segment the target organ and lesion / tissue labels", "enhancement": "enhance (restore) each image",
-                  "vqa": "answer each question", "report": "generate the findings report for each study",
-                  "detection": "detect each object and output bounding boxes"}[self.track]
+        target = {
+            "segmentation": "segment the target organ and lesion / tissue labels",
+            "enhancement": "enhance (restore) each image",
+            "vqa": "answer each question",
+            "report": "generate the findings report for each study",
+            "detection": "detect each object and output bounding boxes",
+        }[self.track]
         if self.flaw == "hand-written":
             # The flawed agent plans to type the answers in: no method, nothing to run.
             lines = [
-                f"# Plan: {self.spec.name} ({self.tier})", "",
-                f"Goal: {target} for all {n} cases, scored by {self.spec.metric.name}.", "",
-                "Approach: write the answers directly; the cases look alike, so one answer fits all.", "",
-                "1. List the cases.", f"2. Write an answer file for each case to {outs}.",
-                "3. Check that every case has its file.", "4. Submit.",
+                f"# Plan: {self.spec.name} ({self.tier})",
+                "",
+                f"Goal: {target} for all {n} cases, scored by {self.spec.metric.name}.",
+                "",
+                "Approach: write the answers directly; the cases look alike, so one answer fits all.",
+                "",
+                "1. List the cases.",
+                f"2. Write an answer file for each case to {outs}.",
+                "3. Check that every case has its file.",
+                "4. Submit.",
             ]
             body = f"import os\nos.makedirs('plan', exist_ok=True)\nwith open('plan/plan.md', 'w') as f:\n    f.write({chr(10).join(lines)!r} + '\\n')\nprint('wrote plan/plan.md')\n"
-            return self._call(f"I found {n} cases. Writing a short plan.", _py("S1 plan: write plan/plan.md", body))
+            return self._call(
+                f"I found {n} cases. Writing a short plan.", _py("S1 plan: write plan/plan.md", body)
+            )
         lines = [
-            f"# Plan: {self.spec.name} ({self.tier})", "",
-            f"Goal: {target} for all {n} cases, scored by {self.spec.metric.name}.", "",
-            f"Method: {what}. It runs on the CPU with the standard library only (no weights to download).", "",
-            "## Pipeline", "",
+            f"# Plan: {self.spec.name} ({self.tier})",
+            "",
+            f"Goal: {target} for all {n} cases, scored by {self.spec.metric.name}.",
+            "",
+            f"Method: {what}. It runs on the CPU with the standard library only (no weights to download).",
+            "",
+            "## Pipeline",
+            "",
             f"1. Load and read each case's input from `{self.data}/<case>/` and check shape, spacing and value range.",
             "2. Preprocess: nothing beyond type conversion.",
             f"3. Run inference with the method ({what}) -> predict the output.",
             f"4. Postprocess and write the output to {outs} in the required format.",
             "5. Pilot on one case first: check the output's shape, values and file name before the batch.",
-            "6. Run the batch on every case, then verify that every case has a well-formed output, then submit.", "",
+            "6. Run the batch on every case, then verify that every case has a well-formed output, then submit.",
+            "",
             "Flow: input -> load -> method -> postprocess -> save -> check -> submit.",
         ]
         if self.tier == "standard":
             lines += ["", "## Candidates compared", "", "| candidate | needs | decision |", "|---|---|---|"]
-            lines += [f"| {c.split(' (')[0]} | {'weights + GPU' if 'needs' in c else 'CPU only'} | {'chosen' if 'chosen' in c else 'not available offline'} |" for c in candidates]
+            lines += [
+                f"| {c.split(' (')[0]} | {'weights + GPU' if 'needs' in c else 'CPU only'} | {'chosen' if 'chosen' in c else 'not available offline'} |"
+                for c in candidates
+            ]
             lines += ["", "The pipeline diagram is in plan/plan.png."]
         plan = "\n".join(lines) + "\n"
         body = f"""
@@ -356,12 +425,17 @@ print("wrote plan/plan.md,", len(plan), "chars")
 """
         if self.tier == "standard":
             body += _FLOWCHART
-        return self._call(f"I found {n} cases. Writing the plan: {what}.", _py("S1 plan: write plan/plan.md", body))
+        return self._call(
+            f"I found {n} cases. Writing the plan: {what}.", _py("S1 plan: write plan/plan.md", body)
+        )
 
     # S2
     def step_env(self) -> Decision:
-        return self._call("Checking the environment: Python version, disk space, available libraries.", _py(
-            "S2 env: check the environment", """
+        return self._call(
+            "Checking the environment: Python version, disk space, available libraries.",
+            _py(
+                "S2 env: check the environment",
+                """
 import importlib.util, platform, shutil, sys
 print("python", sys.version.split()[0], platform.platform())
 free = shutil.disk_usage(".").free
@@ -369,23 +443,29 @@ print("free disk: %.1f GB" % (free / 1e9))
 for mod in ("numpy", "nibabel", "PIL", "torch"):
     print(mod, "available" if importlib.util.find_spec(mod) else "missing")
 print("plan: the classical method needs only the standard library")
-"""))
+""",
+            ),
+        )
 
     def step_setup(self) -> Decision:
         kit = KIT_SOURCE.read_text(encoding="utf-8")
         if self.flaw == "hand-written":  # only the file readers and writers: no method will run
-            kit = kit[:kit.index(CHECKS_MARK)]
+            kit = kit[: kit.index(CHECKS_MARK)]
         cfg = json.dumps(self.config(), indent=1)
         return self._call(
             f"Setting up: writing the helper module {KIT_MODULE}.py and the pipeline configuration.",
-            _bash("S2 setup: write the helper module and the pipeline configuration", f"""
+            _bash(
+                "S2 setup: write the helper module and the pipeline configuration",
+                f"""
 cat > {KIT_MODULE}.py <<'AMB_KIT_EOF'
 {kit}AMB_KIT_EOF
 cat > pipeline.json <<'AMB_CFG_EOF'
 {cfg}
 AMB_CFG_EOF
 python3 -c "import {KIT_MODULE} as k; c = k.load_config(); print(k.VERSION, c['track'], len(k.case_ids(c)), 'cases')"
-"""))
+""",
+            ),
+        )
 
     def step_inspect(self) -> Decision:
         case = self.pilot_case
@@ -413,28 +493,40 @@ with open(os.path.join(cfg["data"], "{case}", cfg["{name}"])) as f:
 print(json.dumps(record, indent=1)[:800])
 print("files:", sorted(os.listdir(os.path.join(cfg["data"], "{case}"))), "size", len(record))
 """
-        return self._call(f"Inspecting one input ({case}): shape, spacing and value range.", _py(
-            "S2 inspect: load one input and check its shape and values",
-            f"import json, os\nimport {KIT_MODULE}\ncfg = {KIT_MODULE}.load_config()\n" + body))
+        return self._call(
+            f"Inspecting one input ({case}): shape, spacing and value range.",
+            _py(
+                "S2 inspect: load one input and check its shape and values",
+                f"import json, os\nimport {KIT_MODULE}\ncfg = {KIT_MODULE}.load_config()\n" + body,
+            ),
+        )
 
     # S3
     def step_pilot(self) -> Decision:
         case = self.pilot_case
-        return self._call(f"Pilot: running the pipeline on one case ({case}) only.", _py(
-            f"S3 pilot: run the pipeline on one case ({case})", f"""
+        return self._call(
+            f"Pilot: running the pipeline on one case ({case}) only.",
+            _py(
+                f"S3 pilot: run the pipeline on one case ({case})",
+                f"""
 import time
 import {KIT_MODULE}
 cfg = {KIT_MODULE}.load_config()
 t0 = time.time()
 written = {KIT_MODULE}.run_case(cfg, "{case}")
 print("pilot wrote", written, "in %.2fs" % (time.time() - t0))
-"""))
+""",
+            ),
+        )
 
     def step_pilot_check(self) -> Decision:
         case = self.pilot_case
         paths = [posixpath.join(self.spec.submission.root, o.replace("{case}", case)) for o in self.outputs()]
-        return self._call("Checking the pilot's output before running the batch.", _py(
-            "S3 pilot_check: inspect the pilot output (shape, values, file names)", f"""
+        return self._call(
+            "Checking the pilot's output before running the batch.",
+            _py(
+                "S3 pilot_check: inspect the pilot output (shape, values, file names)",
+                f"""
 import json, os
 import {KIT_MODULE}
 cfg = {KIT_MODULE}.load_config()
@@ -443,12 +535,20 @@ for path in {paths!r}:
 report = {KIT_MODULE}.check_case(cfg, "{case}")
 assert len(report["problems"]) == 0, report["problems"]
 print("CHECK " + json.dumps(report))
-"""))
+""",
+            ),
+        )
 
     # S4
     def step_batch(self, retry: bool = False) -> Decision:
         crash = self.flaw == "crash-mid-batch" and not retry
-        skip = "\n    if all(os.path.exists(p) for p in " + KIT_MODULE + ".output_paths(cfg, case)):\n        continue" if retry else ""
+        skip = (
+            "\n    if all(os.path.exists(p) for p in "
+            + KIT_MODULE
+            + ".output_paths(cfg, case)):\n        continue"
+            if retry
+            else ""
+        )
         if crash:
             loop = f"""
 for i, case in enumerate(cases):
@@ -471,8 +571,11 @@ for i, case in enumerate(cases):{skip}
         print("FAILED", case, failed[case], flush=True)
 """
         what = "the cases still missing an output" if retry else "every case"
-        return self._call(f"Running the validated pipeline on {what}.", _py(
-            f"S4 {'batch_retry' if retry else 'batch'}: run the pipeline on {what}", f"""
+        return self._call(
+            f"Running the validated pipeline on {what}.",
+            _py(
+                f"S4 {'batch_retry' if retry else 'batch'}: run the pipeline on {what}",
+                f"""
 import json, os
 import {KIT_MODULE}
 cfg = {KIT_MODULE}.load_config()
@@ -480,7 +583,9 @@ cases = {KIT_MODULE}.case_ids(cfg)
 done, failed = [], {{}}
 {loop.strip()}
 print("RESULT " + json.dumps({{"done": done, "failed": failed, "n": len(cases)}}))
-"""))
+""",
+            ),
+        )
 
     def step_batch_retry(self) -> Decision:
         return self.step_batch(retry=True)
@@ -528,8 +633,11 @@ print("RESULT " + json.dumps({{"done": done, "failed": failed, "n": len(cases)}}
     with open(path, "w") as f:
         json.dump({{"boxes": [{{"class": cfg["classes"][0], "score": 0.5, "x1": 10.0, "y1": 10.0, "x2": 60.0, "y2": 60.0}}]}}, f)
 """
-        return self._call("Writing the answers for every case directly.", _py(
-            "S4 handwrite: write the answers for every case", f"""
+        return self._call(
+            "Writing the answers for every case directly.",
+            _py(
+                "S4 handwrite: write the answers for every case",
+                f"""
 import json, os
 import {KIT_MODULE}
 cfg = {KIT_MODULE}.load_config()
@@ -537,22 +645,32 @@ cases = {KIT_MODULE}.case_ids(cfg)
 for case in cases:
 {body.rstrip()}
 print("wrote answers for", len(cases), "cases")
-"""))
+""",
+            ),
+        )
 
     # S5
     def step_verify(self) -> Decision:
         if self.flaw == "hand-written":
-            return self._call("Checking that every case has its file.", _py(
-                "S5 verify: every case has its output files", f"""
+            return self._call(
+                "Checking that every case has its file.",
+                _py(
+                    "S5 verify: every case has its output files",
+                    f"""
 import json, os
 import {KIT_MODULE}
 cfg = {KIT_MODULE}.load_config()
 cases = {KIT_MODULE}.case_ids(cfg)
 bad = [c for c in cases if not all(os.path.exists(p) for p in {KIT_MODULE}.output_paths(cfg, c))]
 print("VERIFY " + json.dumps({{"n": len(cases), "ok": len(cases) - len(bad), "bad": bad}}))
-"""))
-        return self._call("Verifying every case's output before submitting.", _py(
-            "S5 verify: every case has its output files with the right shape and values", f"""
+""",
+                ),
+            )
+        return self._call(
+            "Verifying every case's output before submitting.",
+            _py(
+                "S5 verify: every case has its output files with the right shape and values",
+                f"""
 import json
 import {KIT_MODULE}
 cfg = {KIT_MODULE}.load_config()
@@ -561,19 +679,28 @@ bad = [r for r in reports if not r["ok"]]
 for r in bad[:10]:
     print("PROBLEM", r["case"], r["problems"])
 print("VERIFY " + json.dumps({{"n": len(reports), "ok": len(reports) - len(bad), "bad": [r["case"] for r in bad]}}))
-"""))
+""",
+            ),
+        )
 
     def step_submit(self) -> Decision:
-        verify = next((_json_line(s.output, "VERIFY") for s in reversed(self.steps) if s.name == "verify"), None) or {}
-        summary = (f"{self.spec.id} ({self.tier}): {verify.get('ok', '?')}/{verify.get('n', '?')} cases with a valid output; "
-                   f"method: {self.method()[0]}.")
-        return Decision("All outputs are written; submitting.", [ToolCall("submit_results", {"summary": summary})])
+        verify = (
+            next((_json_line(s.output, "VERIFY") for s in reversed(self.steps) if s.name == "verify"), None)
+            or {}
+        )
+        summary = (
+            f"{self.spec.id} ({self.tier}): {verify.get('ok', '?')}/{verify.get('n', '?')} cases with a valid output; "
+            f"method: {self.method()[0]}."
+        )
+        return Decision(
+            "All outputs are written; submitting.", [ToolCall("submit_results", {"summary": summary})]
+        )
 
     def step_other(self) -> Decision:
         return self.step_submit()
 
 
-_FLOWCHART = '''
+_FLOWCHART = """
 # plan/plan.png: the pipeline as a box-and-arrow diagram (a tiny PNG writer, no plotting library here)
 import struct, zlib
 steps = ["input", "load", "method", "postprocess", "save", "check", "submit"]
@@ -595,4 +722,4 @@ raw = b"".join(b"\\0" + bytes(px[r * W:(r + 1) * W]) for r in range(H))
 with open("plan/plan.png", "wb") as f:
     f.write(b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", W, H, 8, 0, 0, 0, 0)) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 print("wrote plan/plan.png", W, "x", H)
-'''
+"""

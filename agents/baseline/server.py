@@ -31,8 +31,8 @@ def model_names() -> list[str]:
 def flaw_of(model: str, default: str | None) -> str | None:
     if model == MODEL:
         return default
-    if model.startswith(MODEL + "+") and model[len(MODEL) + 1:] in FLAWS:
-        return model[len(MODEL) + 1:]
+    if model.startswith(MODEL + "+") and model[len(MODEL) + 1 :] in FLAWS:
+        return model[len(MODEL) + 1 :]
     raise PolicyError(f"unknown model {model!r} (this server offers: {', '.join(model_names())})")
 
 
@@ -49,27 +49,48 @@ def completion(body: dict, default_flaw: str | None = None) -> tuple[dict, Decis
     decision = decide(messages, flaw_of(model, default_flaw))
     digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
     turn = sum(1 for m in messages if m.get("role") == "assistant")
-    calls = [{"id": f"call_{digest[:10]}_{turn}_{k}", "type": "function",
-              "function": {"name": tc.name, "arguments": json.dumps(tc.arguments)}}
-             for k, tc in enumerate(decision.tool_calls)]
+    calls = [
+        {
+            "id": f"call_{digest[:10]}_{turn}_{k}",
+            "type": "function",
+            "function": {"name": tc.name, "arguments": json.dumps(tc.arguments)},
+        }
+        for k, tc in enumerate(decision.tool_calls)
+    ]
     message: dict = {"role": "assistant", "content": decision.content}
     if calls:
         message["tool_calls"] = calls
-    prompt = _tokens(json.dumps(messages)) + (_tokens(json.dumps(body.get("tools"))) if body.get("tools") else 0)
+    prompt = _tokens(json.dumps(messages)) + (
+        _tokens(json.dumps(body.get("tools"))) if body.get("tools") else 0
+    )
     out = _tokens(decision.content + "".join(c["function"]["arguments"] for c in calls))
     return {
-        "id": f"chatcmpl-{digest[:24]}", "object": "chat.completion", "created": int(time.time()), "model": model,
+        "id": f"chatcmpl-{digest[:24]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
         "system_fingerprint": "amb-baseline-1",
-        "choices": [{"index": 0, "message": message, "logprobs": None,
-                     "finish_reason": "tool_calls" if calls else "stop"}],
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": "tool_calls" if calls else "stop",
+            }
+        ],
         "usage": {"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out},
     }, decision
 
 
 def stream_chunks(resp: dict, include_usage: bool, piece: int = 256):
     """The response as ``chat.completion.chunk`` objects, the way the real API streams it."""
-    base = {"id": resp["id"], "object": "chat.completion.chunk", "created": resp["created"], "model": resp["model"],
-            "system_fingerprint": resp["system_fingerprint"]}
+    base = {
+        "id": resp["id"],
+        "object": "chat.completion.chunk",
+        "created": resp["created"],
+        "model": resp["model"],
+        "system_fingerprint": resp["system_fingerprint"],
+    }
     msg = resp["choices"][0]["message"]
 
     def chunk(delta: dict, finish=None) -> dict:
@@ -78,13 +99,23 @@ def stream_chunks(resp: dict, include_usage: bool, piece: int = 256):
     yield chunk({"role": "assistant", "content": ""})
     text = msg.get("content") or ""
     for i in range(0, len(text), 40):
-        yield chunk({"content": text[i:i + 40]})
+        yield chunk({"content": text[i : i + 40]})
     for k, call in enumerate(msg.get("tool_calls") or []):
-        yield chunk({"tool_calls": [{"index": k, "id": call["id"], "type": "function",
-                                     "function": {"name": call["function"]["name"], "arguments": ""}}]})
+        yield chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": k,
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {"name": call["function"]["name"], "arguments": ""},
+                    }
+                ]
+            }
+        )
         args = call["function"]["arguments"]
         for i in range(0, len(args), piece):
-            yield chunk({"tool_calls": [{"index": k, "function": {"arguments": args[i:i + piece]}}]})
+            yield chunk({"tool_calls": [{"index": k, "function": {"arguments": args[i : i + piece]}}]})
     yield chunk({}, resp["choices"][0]["finish_reason"])
     if include_usage:
         yield {**base, "choices": [], "usage": resp["usage"]}
@@ -110,8 +141,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path.rstrip("/") in ("/v1/models", "/models"):
-            self._json(200, {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "amb"}
-                                                        for m in model_names()]})
+            self._json(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {"id": m, "object": "model", "created": 0, "owned_by": "amb"} for m in model_names()
+                    ],
+                },
+            )
         elif self.path == "/health":
             self._json(200, {"ok": True})
         else:
@@ -174,7 +212,7 @@ class BaselineServer:
         """scheme://host:port, what ``amb-record --upstream openai=URL`` takes."""
         return f"http://{self.httpd.server_address[0]}:{self.port}"
 
-    def start(self) -> "BaselineServer":
+    def start(self) -> BaselineServer:
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="amb-baseline", daemon=True)
         self._thread.start()
         return self
@@ -183,7 +221,7 @@ class BaselineServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    def __enter__(self) -> "BaselineServer":
+    def __enter__(self) -> BaselineServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -16,16 +16,16 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import dataclass, field
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any
 
 from mitmproxy import http
 from mitmproxy.net.http import url
 
 from recorder.proxy import calls
-from recorder.proxy.result import loads
 from recorder.proxy import sink as sink_mod
+from recorder.proxy.result import loads
 from recorder.proxy.sink import NETWORK_BODY_CAP, CallFacts, NetFacts, Sink
 
 log = logging.getLogger(__name__)
@@ -75,8 +75,11 @@ class Recorder:
         api = calls.classify(req.method, req.path)
         flow.metadata[KEY] = _Flow(api=api, started_ns=time.time_ns(), t0=req.timestamp_start or time.time())
         if self.sink.broken:
-            flow.response = _error_response(503, f"amb-record cannot persist the recording ({self.sink.broken}); "
-                                                 "refusing to forward unrecorded traffic")
+            flow.response = _error_response(
+                503,
+                f"amb-record cannot persist the recording ({self.sink.broken}); "
+                "refusing to forward unrecorded traffic",
+            )
             flow.metadata[KEY].recorded = True
             return
         self.sink.custody.inject(req.host, req.port, req.headers)
@@ -215,7 +218,9 @@ class Recorder:
                 await self._record_ws(flow, previous, "websocket_superseded")
             n = flow.metadata.get(WS_KEY + "-n", 0) + 1
             flow.metadata[WS_KEY + "-n"] = n
-            st = _Flow(api=api, started_ns=time.time_ns(), t0=time.time(), streamed=True, call_id=f"{flow.id}-{n}")
+            st = _Flow(
+                api=api, started_ns=time.time_ns(), t0=time.time(), streamed=True, call_id=f"{flow.id}-{n}"
+            )
             st.prepared = self.sink.prepare_request(api, msg.content, None)
             flow.metadata[WS_KEY] = st
             self.ws_live[flow.id] = flow
@@ -261,13 +266,19 @@ class Recorder:
         scheme = "wss" if req.scheme == "https" else "ws"
         now = time.time()
         return CallFacts(
-            call_id=st.call_id or flow.id, api=st.api,  # type: ignore[arg-type]
+            call_id=st.call_id or flow.id,
+            api=st.api,  # type: ignore[arg-type]
             url=f"{scheme}://{req.pretty_host}:{req.port}{req.path.split('?', 1)[0]}",
-            request=st.prepared, started_ns=st.started_ns, streamed=True,
+            request=st.prepared,
+            started_ns=st.started_ns,
+            streamed=True,
             status=flow.response.status_code if flow.response else None,
-            response_chunks=st.chunks, content_type="text/event-stream",
+            response_chunks=st.chunks,
+            content_type="text/event-stream",
             ttfb_ms=(st.first_byte - st.t0) * 1000 if st.first_byte else None,
-            latency_ms=(now - st.t0) * 1000, error=error, partial=error is not None,
+            latency_ms=(now - st.t0) * 1000,
+            error=error,
+            partial=error is not None,
         )
 
     def done(self) -> None:
@@ -334,9 +345,15 @@ class Recorder:
     def _net_facts(self, flow: http.HTTPFlow, st: _Flow, error: str | None = None) -> NetFacts:
         req, resp = flow.request, flow.response
         facts = NetFacts(
-            method=req.method, scheme=req.scheme, host=req.pretty_host, port=req.port, path=req.path,
-            started_ns=st.started_ns, request_body=req.raw_content or b"",
-            duration_ms=(time.time() - st.t0) * 1000, error=error,
+            method=req.method,
+            scheme=req.scheme,
+            host=req.pretty_host,
+            port=req.port,
+            path=req.path,
+            started_ns=st.started_ns,
+            request_body=req.raw_content or b"",
+            duration_ms=(time.time() - st.t0) * 1000,
+            error=error,
         )
         if resp is not None:
             facts.status = resp.status_code
@@ -388,5 +405,7 @@ def _int(value: str | None) -> int:
 
 
 def _error_response(status: int, message: str) -> http.Response:
-    body = json.dumps({"error": {"message": message, "type": "amb_recorder_error", "code": "amb_recorder_error"}})
+    body = json.dumps(
+        {"error": {"message": message, "type": "amb_recorder_error", "code": "amb_recorder_error"}}
+    )
     return http.Response.make(status, body.encode(), {"content-type": "application/json"})

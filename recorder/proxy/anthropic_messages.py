@@ -41,7 +41,12 @@ def parse_request(body: Any) -> RequestInfo:
                 tid = str(block["tool_use_id"])
                 err = block.get("is_error")
                 info.tool_results.append(
-                    ToolResult(tid, text_of(block.get("content")), names.get(tid), err if isinstance(err, bool) else None)
+                    ToolResult(
+                        tid,
+                        text_of(block.get("content")),
+                        names.get(tid),
+                        err if isinstance(err, bool) else None,
+                    )
                 )
             else:
                 info.chars += len(text_of(block.get("text")))
@@ -52,8 +57,16 @@ def usage(u: Any, prior: Usage | None = None) -> Usage | None:
     """Normalise; ``prior`` carries message_start's input counts into message_delta's update."""
     if not isinstance(u, dict):
         return prior
-    cache_read = as_int(u.get("cache_read_input_tokens")) if "cache_read_input_tokens" in u else (prior.cache_read if prior else 0)
-    cache_write = as_int(u.get("cache_creation_input_tokens")) if "cache_creation_input_tokens" in u else (prior.cache_write if prior else 0)
+    cache_read = (
+        as_int(u.get("cache_read_input_tokens"))
+        if "cache_read_input_tokens" in u
+        else (prior.cache_read if prior else 0)
+    )
+    cache_write = (
+        as_int(u.get("cache_creation_input_tokens"))
+        if "cache_creation_input_tokens" in u
+        else (prior.cache_write if prior else 0)
+    )
     if "input_tokens" in u:
         input_total = as_int(u.get("input_tokens")) + cache_read + cache_write
     else:

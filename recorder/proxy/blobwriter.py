@@ -152,7 +152,7 @@ def _sha256_yielding(data: bytes) -> str:
         return hashlib.sha256(data).hexdigest()
     sha, view = hashlib.sha256(), memoryview(data)
     for start in range(0, len(data), YIELD_EVERY):
-        sha.update(view[start:start + YIELD_EVERY])
+        sha.update(view[start : start + YIELD_EVERY])
         os.sched_yield()
     return sha.hexdigest()
 

@@ -62,7 +62,9 @@ def parse_request(api: Api, body: bytes) -> RequestInfo:
     return api.parser.parse_request(loads(body))
 
 
-def parse_response(api: Api, raw: bytes, encoding: str | None, content_type: str) -> tuple[Reassembled, bytes, str | None]:
+def parse_response(
+    api: Api, raw: bytes, encoding: str | None, content_type: str
+) -> tuple[Reassembled, bytes, str | None]:
     """Reassemble a response from its wire bytes; returns (result, decoded body, decode error)."""
     body, err = decode_content(raw, encoding)
     if "text/event-stream" in content_type:

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from recorder.proxy.result import Reassembled, RequestInfo, ToolResult, error_text, loads, openai_usage, text_of
+from recorder.proxy.result import (
+    Reassembled,
+    RequestInfo,
+    ToolResult,
+    error_text,
+    loads,
+    openai_usage,
+    text_of,
+)
 from recorder.proxy.wire import iter_sse
 from schemas.events import Usage
 

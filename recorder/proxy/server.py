@@ -173,8 +173,16 @@ def proxy_addons() -> list:
     of its options is set, and amb sets none of them.
     """
     from mitmproxy.addons import (
-        block, core, disable_h2c, dns_resolver, errorcheck, next_layer, proxyserver,
-        strip_dns_https_records, tlsconfig, update_alt_svc,
+        block,
+        core,
+        disable_h2c,
+        dns_resolver,
+        errorcheck,
+        next_layer,
+        proxyserver,
+        strip_dns_https_records,
+        tlsconfig,
+        update_alt_svc,
     )
 
     return [

@@ -26,14 +26,21 @@ from pathlib import Path
 from typing import Any
 
 from recorder.proxy import calls
+from recorder.proxy.blobwriter import BlobWriter
 from recorder.proxy.custody import Custody
 from recorder.proxy.result import RequestInfo, ToolResult
 from recorder.spool import SpoolWriter, spool_path
 from schemas.blob import BlobRef
-from recorder.proxy.blobwriter import BlobWriter
 from schemas.blobpack import pack_path
 from schemas.errors import AmbError
-from schemas.events import ModelCallCompleted, NetworkRequest, Payload, ToolCallRequested, ToolCallResult, kind_of
+from schemas.events import (
+    ModelCallCompleted,
+    NetworkRequest,
+    Payload,
+    ToolCallRequested,
+    ToolCallResult,
+    kind_of,
+)
 
 TOOL_OUTPUT_INLINE = 16 * 1024
 """Tool results longer than this go to a blob (``output_blob``) with the first part inline."""
@@ -143,7 +150,9 @@ class Sink:
         """Parse and store a request body on a worker, overlapping the upstream's work."""
         return self.pool.submit(self._guard, self._prepare, (api, raw, encoding))
 
-    def prepare_into(self, fut: Future[PreparedRequest], api: calls.Api, raw: bytes, encoding: str | None) -> None:
+    def prepare_into(
+        self, fut: Future[PreparedRequest], api: calls.Api, raw: bytes, encoding: str | None
+    ) -> None:
         """The same, here and now, settling ``fut`` (small bodies: cheaper than waking a worker)."""
         try:
             fut.set_result(self._guard(self._prepare, (api, raw, encoding)))
@@ -209,7 +218,7 @@ class Sink:
         result, resp_body, decode_err = calls.parse_response(f.api, raw, f.response_encoding, f.content_type)
         response_ref = None
         if raw:
-            media = (f.content_type.split(";")[0].strip() or "application/octet-stream")
+            media = f.content_type.split(";")[0].strip() or "application/octet-stream"
             # The decoded body is what the client's SDK read; if it cannot be decoded, keep the wire bytes.
             response_ref = self._blob(resp_body if decode_err is None else raw, media)
         error = f.error
@@ -222,7 +231,9 @@ class Sink:
             error = f"http_{f.status}" + (f": {result.error}" if result.error else "")
         elif error is None and result.error:
             error = f"provider_error: {result.error}"
-        partial = partial_flag or (f.streamed and not result.complete and f.status is not None and f.status < 400)
+        partial = partial_flag or (
+            f.streamed and not result.complete and f.status is not None and f.status < 400
+        )
         if error is None and partial:
             error = "stream_incomplete"
         usage = result.usage
@@ -268,12 +279,22 @@ class Sink:
             if len(output) > TOOL_OUTPUT_INLINE:
                 blob = self._blob(output.encode(), "text/plain")
                 output = output[:TOOL_OUTPUT_INLINE]
-            self._append(ToolCallResult(
-                tool_call_id=r.tool_call_id, model_call_id=call_id, name=r.name, output=output,
-                output_blob=blob, is_error=r.is_error,
-            ))
+            self._append(
+                ToolCallResult(
+                    tool_call_id=r.tool_call_id,
+                    model_call_id=call_id,
+                    name=r.name,
+                    output=output,
+                    output_blob=blob,
+                    is_error=r.is_error,
+                )
+            )
         for t in fresh_calls:
-            self._append(ToolCallRequested(tool_call_id=t.id, name=t.name, arguments=t.arguments, model_call_id=call_id))
+            self._append(
+                ToolCallRequested(
+                    tool_call_id=t.id, name=t.name, arguments=t.arguments, model_call_id=call_id
+                )
+            )
 
     def _write_network(self, f: NetFacts) -> NetworkRequest:
         from schemas.blob import digest
@@ -286,11 +307,22 @@ class Sink:
         if f.response_kept is not None and f.response_kept:
             resp_ref = self._blob(f.response_kept, "application/octet-stream")
         event = NetworkRequest(
-            method=f.method, scheme=f.scheme, host=f.host, port=f.port, path=self.custody.scrub_text(f.path),
-            status=f.status, request_bytes=len(f.request_body), response_bytes=f.response_bytes,
-            started_ns=f.started_ns, duration_ms=f.duration_ms, request_sha256=req_sha,
-            response_sha256=f.response_sha256, request_body=req_ref, response_body=resp_ref,
-            error=f.error, via="proxy",
+            method=f.method,
+            scheme=f.scheme,
+            host=f.host,
+            port=f.port,
+            path=self.custody.scrub_text(f.path),
+            status=f.status,
+            request_bytes=len(f.request_body),
+            response_bytes=f.response_bytes,
+            started_ns=f.started_ns,
+            duration_ms=f.duration_ms,
+            request_sha256=req_sha,
+            response_sha256=f.response_sha256,
+            request_body=req_ref,
+            response_body=resp_ref,
+            error=f.error,
+            via="proxy",
         )
         self._append(event)
         return event

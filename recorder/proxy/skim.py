@@ -50,9 +50,14 @@ def skim(body: bytes) -> tuple[bytes, str] | None:
         closing = find(b'"', probe)
         if closing == -1:
             break
-        if (opening != -1 and closing - opening > MIN_SPAN and _carrier_value(body, opening)
-                and _ends_value(body, closing) and find(b"\\", opening, closing) == -1):
-            parts.append(body[kept_from:opening + 1])
+        if (
+            opening != -1
+            and closing - opening > MIN_SPAN
+            and _carrier_value(body, opening)
+            and _ends_value(body, closing)
+            and find(b"\\", opening, closing) == -1
+        ):
+            parts.append(body[kept_from : opening + 1])
             parts.append(token)
             kept_from = closing
         probe = max(probe + STRIDE, closing + 1)
@@ -74,7 +79,7 @@ def _carrier_value(body: bytes, quote: int) -> bool:
         i -= 1
     for key in CARRIERS:
         start = i + 1 - len(key)
-        if start >= 0 and body[start:i + 1] == key and (start == 0 or body[start - 1] != ord("\\")):
+        if start >= 0 and body[start : i + 1] == key and (start == 0 or body[start - 1] != ord("\\")):
             return True
     return False
 

@@ -9,15 +9,28 @@ from recorder.shim.shim import DEFAULT_CAP, Options, run
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="amb-shim", description="Record processes and workspace changes of a command.")
+    p = argparse.ArgumentParser(
+        prog="amb-shim", description="Record processes and workspace changes of a command."
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run CMD under the shim")
     r.add_argument("--socket", required=True, help="unix socket of the recorder's receiver")
     r.add_argument("--workspace", required=True, help="directory whose changes are recorded")
-    r.add_argument("--content-cap", type=int, default=DEFAULT_CAP, help="bytes of content sent per file (above: hash only)")
-    r.add_argument("--watch", action="append", default=[], help="a path whose opens are recorded (repeatable)")
-    r.add_argument("--outside", action="append", default=[],
-                   help="a directory outside the workspace whose writes are recorded too (repeatable)")
+    r.add_argument(
+        "--content-cap",
+        type=int,
+        default=DEFAULT_CAP,
+        help="bytes of content sent per file (above: hash only)",
+    )
+    r.add_argument(
+        "--watch", action="append", default=[], help="a path whose opens are recorded (repeatable)"
+    )
+    r.add_argument(
+        "--outside",
+        action="append",
+        default=[],
+        help="a directory outside the workspace whose writes are recorded too (repeatable)",
+    )
     r.add_argument("--tracer", choices=("auto", "seccomp-notify", "strace", "proc-poll"), default="auto")
     r.add_argument("--agent-uid", type=int, default=None, help="run CMD as this uid (the shim stays root)")
     r.add_argument("--agent-gid", type=int, default=None)
@@ -27,11 +40,20 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         p.error("no command given (put it after --)")
-    return run(Options(
-        socket=args.socket, workspace=args.workspace, argv=command, content_cap=args.content_cap,
-        watched=args.watch, outside=args.outside, tracer=args.tracer, agent_uid=args.agent_uid, agent_gid=args.agent_gid,
-        linger=args.linger,
-    ))
+    return run(
+        Options(
+            socket=args.socket,
+            workspace=args.workspace,
+            argv=command,
+            content_cap=args.content_cap,
+            watched=args.watch,
+            outside=args.outside,
+            tracer=args.tracer,
+            agent_uid=args.agent_uid,
+            agent_gid=args.agent_gid,
+            linger=args.linger,
+        )
+    )
 
 
 if __name__ == "__main__":

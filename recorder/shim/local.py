@@ -28,11 +28,31 @@ class LocalResult:
     error: str | None
 
 
-def shim_argv(socket_path: str, workspace: str, argv: list[str], *, content_cap: int = DEFAULT_CAP,
-              watched: list[str] = (), outside: list[str] = (), tracer: str = "auto",
-              python: str = sys.executable) -> list[str]:
-    cmd = [python, "-m", "recorder.shim", "run", "--socket", socket_path, "--workspace", workspace,
-           "--content-cap", str(content_cap), "--tracer", tracer]
+def shim_argv(
+    socket_path: str,
+    workspace: str,
+    argv: list[str],
+    *,
+    content_cap: int = DEFAULT_CAP,
+    watched: list[str] = (),
+    outside: list[str] = (),
+    tracer: str = "auto",
+    python: str = sys.executable,
+) -> list[str]:
+    cmd = [
+        python,
+        "-m",
+        "recorder.shim",
+        "run",
+        "--socket",
+        socket_path,
+        "--workspace",
+        workspace,
+        "--content-cap",
+        str(content_cap),
+        "--tracer",
+        tracer,
+    ]
     for w in watched:
         cmd += ["--watch", w]
     for d in outside:
@@ -40,21 +60,40 @@ def shim_argv(socket_path: str, workspace: str, argv: list[str], *, content_cap:
     return cmd + ["--", *argv]
 
 
-def run_local(store: Path, run_id: str, workspace: Path, argv: list[str], *, env: dict[str, str] | None = None,
-              content_cap: int = DEFAULT_CAP, watched: list[str] = (), outside: list[str] = (),
-              tracer: str = "auto", timeout: float | None = None) -> LocalResult:
+def run_local(
+    store: Path,
+    run_id: str,
+    workspace: Path,
+    argv: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    content_cap: int = DEFAULT_CAP,
+    watched: list[str] = (),
+    outside: list[str] = (),
+    tracer: str = "auto",
+    timeout: float | None = None,
+) -> LocalResult:
     workspace.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="amb-shim-sock-") as sock_dir:
-        receiver = ShimReceiver(store, run_id, Path(sock_dir), blobs=BlobStore(Path(store) / "blobs"),
-                                content_cap=content_cap).start()
+        receiver = ShimReceiver(
+            store, run_id, Path(sock_dir), blobs=BlobStore(Path(store) / "blobs"), content_cap=content_cap
+        ).start()
         full_env = dict(os.environ if env is None else env)
         # The shim imports only recorder.shim (stdlib + msgspec); make it importable from here.
         full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
         try:
             proc = subprocess.run(
-                shim_argv(str(receiver.path), str(workspace), argv, content_cap=content_cap, watched=watched,
-                          outside=outside, tracer=tracer),
-                env=full_env, timeout=timeout,
+                shim_argv(
+                    str(receiver.path),
+                    str(workspace),
+                    argv,
+                    content_cap=content_cap,
+                    watched=watched,
+                    outside=outside,
+                    tracer=tracer,
+                ),
+                env=full_env,
+                timeout=timeout,
             )
             code = proc.returncode
         finally:

@@ -62,8 +62,14 @@ _X32 = 0x40000000
 # network is the same internal one; the exec is what matters there).
 _SYSCALLS: dict[str, dict[int, dict[int, tuple[str, int]]]] = {
     "x86_64": {
-        _AUDIT_ARCH["x86_64"]: {59: ("execve", 8), 322: ("execveat", 8), 42: ("connect", 8),
-                                _X32 | 520: ("execve", 4), _X32 | 545: ("execveat", 4), _X32 | 42: ("connect", 4)},
+        _AUDIT_ARCH["x86_64"]: {
+            59: ("execve", 8),
+            322: ("execveat", 8),
+            42: ("connect", 8),
+            _X32 | 520: ("execve", 4),
+            _X32 | 545: ("execveat", 4),
+            _X32 | 42: ("connect", 4),
+        },
         _AUDIT_ARCH["i386"]: {11: ("execve", 4), 358: ("execveat", 4), 362: ("connect", 4)},
     },
     "aarch64": {
@@ -104,8 +110,11 @@ def filter_program(machine: str | None = None) -> bytes:
 
 
 def _kinds(machine: str | None = None) -> dict[tuple[int, int], tuple[str, int]]:
-    return {(arch, nr): kind for arch, calls in _SYSCALLS.get(machine or platform.machine(), {}).items()
-            for nr, kind in calls.items()}
+    return {
+        (arch, nr): kind
+        for arch, calls in _SYSCALLS.get(machine or platform.machine(), {}).items()
+        for nr, kind in calls.items()
+    }
 
 
 # The launcher: installs the filter, hands its listener to the shim, drops to the agent's uid and
@@ -339,8 +348,9 @@ class NotifyTracer:
         ``stderr`` is the launcher's and the command's (``subprocess.Popen``'s argument)."""
         # SIGCHLD reaches the tracer through a signalfd, so it must be blocked in every thread: the
         # caller blocks it before starting any thread (see ``block_sigchld``).
-        self._thread = threading.Thread(target=self._main, args=(argv, cwd, stderr), name="amb-shim-notify",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._main, args=(argv, cwd, stderr), name="amb-shim-notify", daemon=True
+        )
         self._thread.start()
         if not self._ready.wait(timeout):
             self.failed = self.failed or "the tracer did not start"
@@ -395,9 +405,20 @@ class NotifyTracer:
                 # Started from this thread: it is the command's parent and, once seized, its tracer,
                 # so this thread alone reaps it (``__WNOTHREAD``) and learns its status.
                 proc = subprocess.Popen(
-                    [sys.executable, "-I", "-c", LAUNCH_CODE, str(child.fileno()), str(self.uid), str(self.gid),
-                     filter_program().hex(), *argv],
-                    cwd=cwd, pass_fds=[child.fileno()], stderr=stderr,
+                    [
+                        sys.executable,
+                        "-I",
+                        "-c",
+                        LAUNCH_CODE,
+                        str(child.fileno()),
+                        str(self.uid),
+                        str(self.gid),
+                        filter_program().hex(),
+                        *argv,
+                    ],
+                    cwd=cwd,
+                    pass_fds=[child.fileno()],
+                    stderr=stderr,
                 )
                 self.root_pid = proc.pid
                 child.close()
@@ -486,8 +507,19 @@ class NotifyTracer:
             if p is not None:
                 code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
                 sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-                self._queue(Proc(pid=p.pid, ppid=p.ppid, argv=p.argv, cwd=p.cwd, start_ns=p.start_ns, end_ns=now,
-                                 exit_code=code, signal=sig, tracer=LABEL))
+                self._queue(
+                    Proc(
+                        pid=p.pid,
+                        ppid=p.ppid,
+                        argv=p.argv,
+                        cwd=p.cwd,
+                        start_ns=p.start_ns,
+                        end_ns=now,
+                        exit_code=code,
+                        signal=sig,
+                        tracer=LABEL,
+                    )
+                )
             if pid == self.root_pid:
                 self._flush(force=True)
                 self.root_done.set()
@@ -527,8 +559,17 @@ class NotifyTracer:
         if old is not None:
             # The process replaces its program (a shell exec'ing its last command): the old program
             # ends there, with no exit code of its own.
-            self._queue(Proc(pid=pid, ppid=old.ppid, argv=old.argv, cwd=old.cwd, start_ns=old.start_ns,
-                             end_ns=e.ts_ns, tracer=LABEL))
+            self._queue(
+                Proc(
+                    pid=pid,
+                    ppid=old.ppid,
+                    argv=old.argv,
+                    cwd=old.cwd,
+                    start_ns=old.start_ns,
+                    end_ns=e.ts_ns,
+                    tracer=LABEL,
+                )
+            )
         self.procs[pid] = _Proc(pid, e.ppid, e.argv or [], e.cwd, e.ts_ns)
         self.counts["execs"] += 1
 
@@ -650,8 +691,16 @@ class NotifyTracer:
             finally:
                 os.close(dup)
             self._respond(nid, error=-err)
-            self._queue(Connect(family=family + (f"/{proto}" if proto else ""), host=host, port=port,
-                                error=_errno_name(err) if err else None, pid=tgid, ts_ns=ts))
+            self._queue(
+                Connect(
+                    family=family + (f"/{proto}" if proto else ""),
+                    host=host,
+                    port=port,
+                    error=_errno_name(err) if err else None,
+                    pid=tgid,
+                    ts_ns=ts,
+                )
+            )
 
         if _fcntl_flags(dup) & os.O_NONBLOCK or stype != socket.SOCK_STREAM:
             perform()  # answers at once
@@ -680,8 +729,17 @@ class NotifyTracer:
         """Tracing stops: whatever still runs is reported without an exit code."""
         now = time.time_ns()
         for p in self.procs.values():
-            self._queue(Proc(pid=p.pid, ppid=p.ppid, argv=p.argv, cwd=p.cwd, start_ns=p.start_ns, end_ns=now,
-                             tracer=LABEL))
+            self._queue(
+                Proc(
+                    pid=p.pid,
+                    ppid=p.ppid,
+                    argv=p.argv,
+                    cwd=p.cwd,
+                    start_ns=p.start_ns,
+                    end_ns=now,
+                    tracer=LABEL,
+                )
+            )
         self.procs.clear()
         self._flush(force=True)
 

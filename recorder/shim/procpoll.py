@@ -54,7 +54,9 @@ class ProcPoller:
             fields = stat[stat.rfind(b")") + 2 :].split()
             ppid = int(fields[1])
             start_ns = self.boot_ns + int(fields[19]) * 1_000_000_000 // _CLK
-            argv = [a.decode("utf-8", "surrogateescape") for a in raw.rstrip(b"\0").split(b"\0")] if raw else []
+            argv = (
+                [a.decode("utf-8", "surrogateescape") for a in raw.rstrip(b"\0").split(b"\0")] if raw else []
+            )
             table[pid] = (ppid, argv, start_ns)
         keep: dict[int, tuple[int, list[str], int]] = {}
         frontier = {self.root_pid}
@@ -79,7 +81,9 @@ class ProcPoller:
                     cwd = os.readlink(f"/proc/{pid}/cwd")
                 except OSError:
                     pass
-                self.alive[pid] = Proc(pid=pid, ppid=ppid, argv=argv, cwd=cwd, start_ns=start_ns, tracer="proc-poll")
+                self.alive[pid] = Proc(
+                    pid=pid, ppid=ppid, argv=argv, cwd=cwd, start_ns=start_ns, tracer="proc-poll"
+                )
         for pid in [p for p in self.alive if p not in snap and p != self.root_pid]:
             rec = self.alive.pop(pid)
             rec.end_ns = now

@@ -25,15 +25,29 @@ from recorder.spool import SpoolWriter, spool_path
 from schemas.blobstore import BlobStore
 from schemas.errors import AmbError, SpoolError
 from schemas.events import (
-    FileAccessed, FileDeleted, FileRenamed, FileWritten, NetworkRequest, Note, ProcessExited,
+    FileAccessed,
+    FileDeleted,
+    FileRenamed,
+    FileWritten,
+    NetworkRequest,
+    Note,
+    ProcessExited,
 )
 
 SOCKET_NAME = "shim.sock"
 
 
 class ShimReceiver:
-    def __init__(self, store: Path, run_id: str, sock_dir: Path, *, blobs: BlobStore | None = None,
-                 content_cap: int = 64 * 1024 * 1024, socket_mode: int = 0o600):
+    def __init__(
+        self,
+        store: Path,
+        run_id: str,
+        sock_dir: Path,
+        *,
+        blobs: BlobStore | None = None,
+        content_cap: int = 64 * 1024 * 1024,
+        socket_mode: int = 0o600,
+    ):
         self.store = Path(store)
         self.run_id = run_id
         self.blobs = blobs or BlobStore(self.store / "blobs")
@@ -109,7 +123,9 @@ class ShimReceiver:
             while len(buf) - at >= header:
                 (length,) = wire.HEADER.unpack_from(buf, at)
                 if length > self.max_frame:
-                    raise AmbError(f"shim sent a {length}-byte frame (limit {self.max_frame}); stream rejected")
+                    raise AmbError(
+                        f"shim sent a {length}-byte frame (limit {self.max_frame}); stream rejected"
+                    )
                 if len(buf) - at - header < length:
                     break
                 body = bytes(buf[at + header : at + header + length])
@@ -138,17 +154,29 @@ class ShimReceiver:
     def _handle(self, msg) -> None:
         ts = getattr(msg, "ts_ns", 0) or None
         if isinstance(msg, wire.Proc):
-            self._append(ProcessExited(
-                pid=msg.pid, ppid=msg.ppid, argv=msg.argv, cwd=msg.cwd, start_ns=msg.start_ns,
-                end_ns=msg.end_ns, exit_code=msg.exit_code, signal=msg.signal, tracer=msg.tracer,
-            ), ts_ns=msg.end_ns or ts)
+            self._append(
+                ProcessExited(
+                    pid=msg.pid,
+                    ppid=msg.ppid,
+                    argv=msg.argv,
+                    cwd=msg.cwd,
+                    start_ns=msg.start_ns,
+                    end_ns=msg.end_ns,
+                    exit_code=msg.exit_code,
+                    signal=msg.signal,
+                    tracer=msg.tracer,
+                ),
+                ts_ns=msg.end_ns or ts,
+            )
         elif isinstance(msg, wire.Write):
             ref = None
             sha = msg.sha256
             if msg.content is not None:
                 ref = self.blobs.put(msg.content, _media_type(msg.path), sync=False)
                 sha = ref.blob  # the digest we computed, not the one we were told
-            self._append(FileWritten(path=msg.path, op=msg.op, size=msg.size, sha256=sha, content=ref), ts_ns=ts)
+            self._append(
+                FileWritten(path=msg.path, op=msg.op, size=msg.size, sha256=sha, content=ref), ts_ns=ts
+            )
         elif isinstance(msg, wire.Delete):
             self._append(FileDeleted(path=msg.path), ts_ns=ts)
         elif isinstance(msg, wire.Rename):
@@ -157,22 +185,42 @@ class ShimReceiver:
             self._append(FileAccessed(path=msg.path, mode=msg.mode, pid=msg.pid), ts_ns=ts)
         elif isinstance(msg, wire.Connect):
             scheme = msg.family.partition("/")[2]
-            self._append(NetworkRequest(
-                scheme=scheme, host=msg.host, port=msg.port, started_ns=msg.ts_ns, error=msg.error, via="shim",
-                method="CONNECT",
-            ), ts_ns=ts)
+            self._append(
+                NetworkRequest(
+                    scheme=scheme,
+                    host=msg.host,
+                    port=msg.port,
+                    started_ns=msg.ts_ns,
+                    error=msg.error,
+                    via="shim",
+                    method="CONNECT",
+                ),
+                ts_ns=ts,
+            )
         elif isinstance(msg, wire.Hello):
             self.hello = msg
-            self._append(Note(text="shim started", data={
-                "tracer": msg.tracer, "fallback": msg.tracer == "proc-poll", "detail": msg.detail,
-                "workspace": msg.workspace, "content_cap": msg.content_cap, "watched": msg.watched,
-                "protocol": msg.protocol,
-            }), ts_ns=ts)
+            self._append(
+                Note(
+                    text="shim started",
+                    data={
+                        "tracer": msg.tracer,
+                        "fallback": msg.tracer == "proc-poll",
+                        "detail": msg.detail,
+                        "workspace": msg.workspace,
+                        "content_cap": msg.content_cap,
+                        "watched": msg.watched,
+                        "protocol": msg.protocol,
+                    },
+                ),
+                ts_ns=ts,
+            )
         elif isinstance(msg, wire.NoteMsg):
             self._append(Note(text=msg.text, data=dict(msg.data)), ts_ns=ts)
         elif isinstance(msg, wire.Bye):
             self.bye = msg
-            self._append(Note(text="shim finished", data={"exit_code": msg.exit_code, **msg.counts}), ts_ns=ts)
+            self._append(
+                Note(text="shim finished", data={"exit_code": msg.exit_code, **msg.counts}), ts_ns=ts
+            )
 
     # ---- ending -------------------------------------------------------------------------------------
 
@@ -190,8 +238,14 @@ class ShimReceiver:
 
 def _media_type(path: str) -> str:
     lower = path.lower()
-    for suffix, media in ((".json", "application/json"), (".txt", "text/plain"), (".md", "text/markdown"),
-                          (".py", "text/x-python"), (".csv", "text/csv"), (".sh", "text/x-shellscript")):
+    for suffix, media in (
+        (".json", "application/json"),
+        (".txt", "text/plain"),
+        (".md", "text/markdown"),
+        (".py", "text/x-python"),
+        (".csv", "text/csv"),
+        (".sh", "text/x-shellscript"),
+    ):
         if lower.endswith(suffix):
             return media
     return "application/octet-stream"

@@ -134,15 +134,31 @@ def run(opts: Options) -> int:
         sys.stderr.write(f"amb-shim: {detail}\n")
         return 125
     watcher = Watcher(opts.workspace, sender.send, content_cap=opts.content_cap, watched=opts.watched)
-    outside = [Watcher(d, sender.send, content_cap=opts.content_cap, absolute=True, ignore_prefix=FIFO_PREFIX)
-               for d in opts.outside if os.path.isdir(d)]
-    sender.send(Hello(tracer=tracer, workspace=opts.workspace, pid=os.getpid(), content_cap=opts.content_cap,
-                      watched=opts.watched, detail=detail, ts_ns=time.time_ns()))
+    outside = [
+        Watcher(d, sender.send, content_cap=opts.content_cap, absolute=True, ignore_prefix=FIFO_PREFIX)
+        for d in opts.outside
+        if os.path.isdir(d)
+    ]
+    sender.send(
+        Hello(
+            tracer=tracer,
+            workspace=opts.workspace,
+            pid=os.getpid(),
+            content_cap=opts.content_cap,
+            watched=opts.watched,
+            detail=detail,
+            ts_ns=time.time_ns(),
+        )
+    )
     if tracer == "proc-poll":
-        sender.send(NoteMsg(
-            text="shim: FALLBACK process observer proc-poll (ptrace not permitted): processes shorter "
-                 "than the poll interval may be missed and only the main process has an exit code",
-            data={"detail": detail}, ts_ns=time.time_ns()))
+        sender.send(
+            NoteMsg(
+                text="shim: FALLBACK process observer proc-poll (ptrace not permitted): processes shorter "
+                "than the poll interval may be missed and only the main process has an exit code",
+                data={"detail": detail},
+                ts_ns=time.time_ns(),
+            )
+        )
     watcher.start()
     for w in outside:
         w.start()
@@ -232,13 +248,20 @@ class _NotifyRun:
             time.sleep(0.02)  # their deaths, with the signal, are recorded
         self.tracer.stop()
         if self.tracer.failed:
-            self.sender.send(NoteMsg(text=f"shim: {self.tracer.failed}; the agent was stopped", ts_ns=time.time_ns()))
+            self.sender.send(
+                NoteMsg(text=f"shim: {self.tracer.failed}; the agent was stopped", ts_ns=time.time_ns())
+            )
             sys.stderr.write(f"amb-shim: {self.tracer.failed}; the agent was stopped\n")
         self.counts.update(self.tracer.counts)
         self.counts["killed_lingerers"] = killed
         if self.tracer.last_error:
-            self.sender.send(NoteMsg(text=f"shim: {self.tracer.counts['tracer_errors']} syscalls could not be "
-                                          f"recorded; the last: {self.tracer.last_error}", ts_ns=time.time_ns()))
+            self.sender.send(
+                NoteMsg(
+                    text=f"shim: {self.tracer.counts['tracer_errors']} syscalls could not be "
+                    f"recorded; the last: {self.tracer.last_error}",
+                    ts_ns=time.time_ns(),
+                )
+            )
         status = self.tracer.root_status
         if status is None or self.tracer.failed:
             return 125
@@ -270,7 +293,9 @@ class _StraceRun:
         os.mkfifo(fifo, 0o600)
         reader = threading.Thread(target=self._read, args=(fifo,), name="amb-shim-strace", daemon=True)
         reader.start()
-        self.proc = subprocess.Popen(st.strace_command(fifo, self.argv, seccomp=self.seccomp), cwd=self.opts.workspace)
+        self.proc = subprocess.Popen(
+            st.strace_command(fifo, self.argv, seccomp=self.seccomp), cwd=self.opts.workspace
+        )
         reaper = threading.Thread(target=self._reap_lingerers, daemon=True)
         reaper.start()
         self.proc.wait()

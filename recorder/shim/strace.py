@@ -26,7 +26,21 @@ TRACED = "execve,execveat,clone,clone3,fork,vfork,chdir,fchdir,connect"
 
 def strace_command(output: str, argv: list[str], *, seccomp: bool = True) -> list[str]:
     exe = shutil.which("strace") or "strace"
-    cmd = [exe, "-f", "-q", "-ttt", "-s", "65535", "-yy", "-e", f"trace={TRACED}", "-e", "signal=none", "-o", output]
+    cmd = [
+        exe,
+        "-f",
+        "-q",
+        "-ttt",
+        "-s",
+        "65535",
+        "-yy",
+        "-e",
+        f"trace={TRACED}",
+        "-e",
+        "signal=none",
+        "-o",
+        output,
+    ]
     if seccomp:
         cmd.insert(2, "--seccomp-bpf")
     return cmd + ["--", *argv]
@@ -43,7 +57,11 @@ def probe() -> tuple[bool, bool, str]:
         except (OSError, subprocess.TimeoutExpired) as e:
             return False, False, f"strace did not run: {e}"
         if proc.returncode == 0:
-            return True, seccomp, "" if seccomp else "--seccomp-bpf unavailable; tracing every stop of the traced syscalls"
+            return (
+                True,
+                seccomp,
+                "" if seccomp else "--seccomp-bpf unavailable; tracing every stop of the traced syscalls",
+            )
         detail = (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]
     return False, False, f"strace cannot trace here: {detail}"
 
@@ -55,11 +73,29 @@ _RESUMED = re.compile(r"^<\.\.\. (\w+) resumed>(.*)$")
 _RESULT = re.compile(r"\)\s+=\s+(-?\d+|\?)(?:\s+(E[A-Z0-9]+))?")
 _EXITED = re.compile(r"^\+\+\+ exited with (\d+) \+\+\+$")
 _KILLED = re.compile(r"^\+\+\+ killed by (SIG\w+)(?: \(core dumped\))? \+\+\+$")
-_SIGNALS = {name: int(num) for name, num in (
-    ("SIGHUP", 1), ("SIGINT", 2), ("SIGQUIT", 3), ("SIGILL", 4), ("SIGTRAP", 5), ("SIGABRT", 6),
-    ("SIGBUS", 7), ("SIGFPE", 8), ("SIGKILL", 9), ("SIGUSR1", 10), ("SIGSEGV", 11), ("SIGUSR2", 12),
-    ("SIGPIPE", 13), ("SIGALRM", 14), ("SIGTERM", 15), ("SIGXCPU", 24), ("SIGXFSZ", 25), ("SIGSYS", 31),
-)}
+_SIGNALS = {
+    name: int(num)
+    for name, num in (
+        ("SIGHUP", 1),
+        ("SIGINT", 2),
+        ("SIGQUIT", 3),
+        ("SIGILL", 4),
+        ("SIGTRAP", 5),
+        ("SIGABRT", 6),
+        ("SIGBUS", 7),
+        ("SIGFPE", 8),
+        ("SIGKILL", 9),
+        ("SIGUSR1", 10),
+        ("SIGSEGV", 11),
+        ("SIGUSR2", 12),
+        ("SIGPIPE", 13),
+        ("SIGALRM", 14),
+        ("SIGTERM", 15),
+        ("SIGXCPU", 24),
+        ("SIGXFSZ", 25),
+        ("SIGSYS", 31),
+    )
+}
 
 _SIGNAL_NAMES = {num: name for name, num in _SIGNALS.items()}
 
@@ -216,12 +252,21 @@ class Tracker:
             if p.execd and not p.hidden:
                 # The process replaces its program (a shell exec'ing its last command): the old
                 # program is reported as ended there, with no exit code of its own.
-                out.append(Proc(pid=p.pid, ppid=p.ppid, argv=p.argv or [], cwd=p.cwd, start_ns=p.start_ns,
-                                end_ns=ts_ns, tracer=self.tracer))
+                out.append(
+                    Proc(
+                        pid=p.pid,
+                        ppid=p.ppid,
+                        argv=p.argv or [],
+                        cwd=p.cwd,
+                        start_ns=p.start_ns,
+                        end_ns=ts_ns,
+                        tracer=self.tracer,
+                    )
+                )
             arg_at = rest.index("(") + 1
             if name == "execveat":  # execveat(dirfd, "path", [argv], ...)
                 arg_at = rest.index(", ", arg_at) + 2
-            _path, j = (parse_string(rest, arg_at) if rest[arg_at] == '"' else (None, rest.index(", ", arg_at)))
+            _path, j = parse_string(rest, arg_at) if rest[arg_at] == '"' else (None, rest.index(", ", arg_at))
             argv, _ = parse_string_array(rest, j + 2)
             p.argv = argv
             # A process that had just changed uid cannot be read by its tracer until the exec
@@ -281,11 +326,16 @@ class Tracker:
         else:
             return []  # unix sockets (nscd, dbus) are local plumbing, not network attempts
         proto = "udp" if "<UDP" in rest else "tcp" if "<TCP" in rest else ""
-        return [Connect(
-            family=family + (f"/{proto}" if proto else ""), host=host.group(1) if host else "",
-            port=int(port.group(1)) if port else None, error=errno if value != "0" else None,
-            pid=pid, ts_ns=ts_ns,
-        )]
+        return [
+            Connect(
+                family=family + (f"/{proto}" if proto else ""),
+                host=host.group(1) if host else "",
+                port=int(port.group(1)) if port else None,
+                error=errno if value != "0" else None,
+                pid=pid,
+                ts_ns=ts_ns,
+            )
+        ]
 
     def _exit(self, tid: int, ts_ns: int, rest: str) -> list:
         if tid in self.threads:
@@ -302,10 +352,19 @@ class Tracker:
             self.root_exit = code if code is not None else 128 + (sig or 0)
         if p is None or not p.execd or p.hidden:
             return []
-        return [Proc(
-            pid=p.pid, ppid=p.ppid, argv=p.argv or [], cwd=p.cwd, start_ns=p.start_ns, end_ns=ts_ns,
-            exit_code=code, signal=sig, tracer=self.tracer,
-        )]
+        return [
+            Proc(
+                pid=p.pid,
+                ppid=p.ppid,
+                argv=p.argv or [],
+                cwd=p.cwd,
+                start_ns=p.start_ns,
+                end_ns=ts_ns,
+                exit_code=code,
+                signal=sig,
+                tracer=self.tracer,
+            )
+        ]
 
     def root_killed(self, sig: int, end_ns: int) -> list:
         """strace re-raises the signal that killed the traced command, and its last line (the
@@ -316,8 +375,19 @@ class Tracker:
 
     def unfinished(self, end_ns: int) -> list:
         """Processes still alive when tracing stopped (reported with no exit code)."""
-        out = [Proc(pid=p.pid, ppid=p.ppid, argv=p.argv or [], cwd=p.cwd, start_ns=p.start_ns, end_ns=end_ns,
-                    tracer=self.tracer) for p in self.procs.values() if p.execd and not p.hidden]
+        out = [
+            Proc(
+                pid=p.pid,
+                ppid=p.ppid,
+                argv=p.argv or [],
+                cwd=p.cwd,
+                start_ns=p.start_ns,
+                end_ns=end_ns,
+                tracer=self.tracer,
+            )
+            for p in self.procs.values()
+            if p.execd and not p.hidden
+        ]
         self.procs.clear()
         return out
 

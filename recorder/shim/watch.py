@@ -23,7 +23,7 @@ import stat
 import struct
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from recorder.shim.wire import Access, Delete, NoteMsg, Rename, Write
 
@@ -45,8 +45,9 @@ IN_EXCL_UNLINK = 0x04000000
 IN_CLOEXEC = 0o2000000
 IN_NONBLOCK = 0o4000
 
-WORKSPACE_MASK = (IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DONT_FOLLOW
-                  | IN_EXCL_UNLINK)
+WORKSPACE_MASK = (
+    IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DONT_FOLLOW | IN_EXCL_UNLINK
+)
 WATCHED_MASK = IN_OPEN | IN_MODIFY | IN_DONT_FOLLOW
 _EVENT = struct.Struct("iIII")
 
@@ -99,8 +100,16 @@ class _Inotify:
 class Watcher:
     """Watches a workspace (recursively) and some extra paths; emits wire messages via ``emit``."""
 
-    def __init__(self, workspace: str, emit: Emit, *, content_cap: int, watched: list[str] = (),
-                 absolute: bool = False, ignore_prefix: str = ""):
+    def __init__(
+        self,
+        workspace: str,
+        emit: Emit,
+        *,
+        content_cap: int,
+        watched: list[str] = (),
+        absolute: bool = False,
+        ignore_prefix: str = "",
+    ):
         self.root = os.path.realpath(workspace)
         self.absolute = absolute
         """Report absolute paths (a directory outside the workspace, e.g. /tmp) instead of relative."""
@@ -198,14 +207,18 @@ class Watcher:
         with self._lock:
             for ev in events:
                 self._handle(*ev)
-            if self._pending_move is not None and (not events or time.monotonic() - self._pending_move[3] > 0.05):
+            if self._pending_move is not None and (
+                not events or time.monotonic() - self._pending_move[3] > 0.05
+            ):
                 self._flush_move()
         return len(events)
 
     def _handle(self, wd: int, mask: int, cookie: int, name: str) -> None:
         if mask & IN_Q_OVERFLOW:
             self.counts["overflows"] += 1
-            self.emit(NoteMsg(text="shim: inotify queue overflowed; rescanning the workspace", ts_ns=time.time_ns()))
+            self.emit(
+                NoteMsg(text="shim: inotify queue overflowed; rescanning the workspace", ts_ns=time.time_ns())
+            )
             self.rescan()
             return
         if wd in self.watched:
@@ -272,8 +285,16 @@ class Watcher:
         size = len(data) if data is not None else st.st_size
         self.known[rel] = (size, st.st_mtime_ns, digest)
         self.counts["written"] += 1
-        self.emit(Write(path=self._shown(rel), op="modified" if old is not None else "created", size=size, sha256=digest,
-                        content=data, ts_ns=time.time_ns()))
+        self.emit(
+            Write(
+                path=self._shown(rel),
+                op="modified" if old is not None else "created",
+                size=size,
+                sha256=digest,
+                content=data,
+                ts_ns=time.time_ns(),
+            )
+        )
 
     def _deleted(self, rel: str) -> None:
         if self.known.pop(rel, None) is None:
@@ -286,10 +307,10 @@ class Watcher:
         if isdir:
             for wd, rel in list(self.dirs.items()):
                 if rel == src or rel.startswith(src + "/"):
-                    self.dirs[wd] = dst + rel[len(src):]
+                    self.dirs[wd] = dst + rel[len(src) :]
             moved = [p for p in self.known if p.startswith(src + "/")]
             for p in moved:
-                self.known[dst + p[len(src):]] = self.known.pop(p)
+                self.known[dst + p[len(src) :]] = self.known.pop(p)
             self.counts["renamed"] += 1
             self.emit(Rename(src=self._shown(src), dst=self._shown(dst), ts_ns=now))
             return

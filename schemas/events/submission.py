@@ -15,7 +15,6 @@ class SealedFile(msgspec.Struct, frozen=True, kw_only=True):
     content: BlobRef | None = None
 
 
-
 class SubmissionSealed(Payload, frozen=True, tag="submission.sealed"):
     """Every file of the submission, content-addressed, as it was when the run ended."""
 

@@ -26,9 +26,13 @@ def _table(rows: list[list[str]], columns: list[str]) -> str:
 
 @click.command()
 @click.argument("task_id")
-@click.option("--submission", required=True, type=click.Path(), help="The agent's workspace (holds agents_outputs/).")
+@click.option(
+    "--submission", required=True, type=click.Path(), help="The agent's workspace (holds agents_outputs/)."
+)
 @click.option("--reference", required=True, type=click.Path(), help="The data set's private/ folder.")
-@click.option("--profile", default=None, help="Scoring profile: a built-in name or a TOML file with a [metrics] table.")
+@click.option(
+    "--profile", default=None, help="Scoring profile: a built-in name or a TOML file with a [metrics] table."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON.")
 def grade(task_id: str, submission: str, reference: str, profile: str | None, as_json: bool) -> None:
     """Grade a submission for TASK_ID: per-case scores with reasons, and the TASK score."""

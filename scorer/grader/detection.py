@@ -70,9 +70,11 @@ def parse_boxes(raw: bytes, width: float | None, height: float | None, *, with_s
         if x2 <= x1 or y2 <= y1:
             raise BadPrediction(f"boxes[{i}]: x2 <= x1 or y2 <= y1 (empty or inverted box)")
         if x1 < 0 or y1 < 0 or (width is not None and x2 > width) or (height is not None and y2 > height):
-            raise BadPrediction(f"boxes[{i}]: ({x1:g}, {y1:g}, {x2:g}, {y2:g}) is outside the "
-                                f"{width:g}x{height:g} image" if width and height else
-                                f"boxes[{i}]: negative coordinate")
+            raise BadPrediction(
+                f"boxes[{i}]: ({x1:g}, {y1:g}, {x2:g}, {y2:g}) is outside the {width:g}x{height:g} image"
+                if width and height
+                else f"boxes[{i}]: negative coordinate"
+            )
         score = 1.0
         if with_scores and "score" in b:
             s = b["score"]
@@ -99,17 +101,23 @@ def load_reference(spec: TaskSpec, reference: Path, case: str) -> tuple[Boxes, f
 
 
 def det_params(spec: TaskSpec, options: GradeOptions) -> DetParams:
-    return DetParams(iou_threshold=float(spec.metric.params.get("iou_threshold", 0.5)),
-                     interpolation=options.ap_interpolation, class_set=options.det_class_set,
-                     wildcard=spec.det.wildcard if options.det_wildcard else None)
+    return DetParams(
+        iou_threshold=float(spec.metric.params.get("iou_threshold", 0.5)),
+        interpolation=options.ap_interpolation,
+        class_set=options.det_class_set,
+        wildcard=spec.det.wildcard if options.det_wildcard else None,
+    )
 
 
 def _case_ap(ref: Boxes, pred: Boxes, params: DetParams) -> tuple[float, dict[str, Any]]:
     if not ref.labels and not pred.labels:
         return 1.0, {"n_gt": 0, "n_pred": 0}
     r = mean_average_precision([ref], [pred], params)
-    return r.map, {"n_gt": len(ref.labels), "n_pred": len(pred.labels),
-                   "ap_by_class": {c: r.per_class[c].ap for c in r.classes}}
+    return r.map, {
+        "n_gt": len(ref.labels),
+        "n_pred": len(pred.labels),
+        "ap_by_class": {c: r.per_class[c].ap for c in r.classes},
+    }
 
 
 def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: GradeOptions) -> GradeResult:
@@ -159,13 +167,20 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
     r = last.get("result") or mean_average_precision(list(refs.values()), list(preds.values()), params)
     checks["map"] = r.map
     checks["classes_in_mean"] = r.classes
-    checks["per_class"] = {c: {"ap": a.ap, "n_gt": a.n_gt, "n_pred": a.n_pred} for c, a in r.per_class.items()}
+    checks["per_class"] = {
+        c: {"ap": a.ap, "n_gt": a.n_gt, "n_pred": a.n_pred} for c, a in r.per_class.items()
+    }
     return GradeResult(
-        task=spec.id, metric=spec.metric.name, score=score, cases=cases,
-        params={**msgspec.to_builtins(params),
-                "matching": "greedy by descending score, best unmatched reference with IoU >= threshold",
-                "box_area": "continuous (x2-x1)*(y2-y1), no +1",
-                "case_score": "the image's own AP under the same rules (diagnostic)",
-                "completeness": options.completeness},
+        task=spec.id,
+        metric=spec.metric.name,
+        score=score,
+        cases=cases,
+        params={
+            **msgspec.to_builtins(params),
+            "matching": "greedy by descending score, best unmatched reference with IoU >= threshold",
+            "box_area": "continuous (x2-x1)*(y2-y1), no +1",
+            "case_score": "the image's own AP under the same rules (diagnostic)",
+            "completeness": options.completeness,
+        },
         checks=checks,
     )

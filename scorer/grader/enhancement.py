@@ -79,8 +79,9 @@ def ssim_params(spec: TaskSpec) -> SsimParams:
     return msgspec.convert(spec.metric.params, SsimParams)
 
 
-def grade_case(spec: TaskSpec, case: str, submission: Path, reference: Path,
-               ranges: dict[str, float], params: SsimParams) -> CaseResult:
+def grade_case(
+    spec: TaskSpec, case: str, submission: Path, reference: Path, ranges: dict[str, float], params: SsimParams
+) -> CaseResult:
     enh = spec.enh
     rel = f"{spec.submission.root}/{case}/{enh.output_file}"
     out_path = submission / spec.submission.root / case / enh.output_file
@@ -90,8 +91,10 @@ def grade_case(spec: TaskSpec, case: str, submission: Path, reference: Path,
     except Exception as e:
         raise TaskError(f"reference {ref_path}: unreadable ({type(e).__name__}: {e})") from e
     if ref.ndim != 2 or min(ref.shape) < params.window().size or not np.isfinite(ref).all():
-        raise TaskError(f"reference {ref_path}: expected a finite 2-D slice at least "
-                        f"{params.window().size} pixels wide, got shape {ref.shape}")
+        raise TaskError(
+            f"reference {ref_path}: expected a finite 2-D slice at least "
+            f"{params.window().size} pixels wide, got shape {ref.shape}"
+        )
     if not out_path.exists():
         return missing_case(case, f"{rel} is missing")
     try:
@@ -106,8 +109,11 @@ def grade_case(spec: TaskSpec, case: str, submission: Path, reference: Path,
         return invalid_case(case, f"reference of {case} is constant (data range {dr}); SSIM is undefined")
     s = ssim(ref, pred, dr, params)
     p = psnr_metric.psnr(ref, pred, dr)
-    return CaseResult(case=case, score=min(1.0, max(0.0, s)),
-                      details={"ssim": s, "psnr_db": p, "data_range": dr, "data_range_source": source})
+    return CaseResult(
+        case=case,
+        score=min(1.0, max(0.0, s)),
+        details={"ssim": s, "psnr_db": p, "data_range": dr, "data_range_source": source},
+    )
 
 
 def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: GradeOptions) -> GradeResult:
@@ -125,9 +131,16 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
         checks["mean_ssim_raw"] = float(np.mean([c.details["ssim"] for c in scored]))
         checks["mean_psnr_db"] = float(np.mean([c.details["psnr_db"] for c in scored]))
     return GradeResult(
-        task=spec.id, metric=spec.metric.name, score=score, cases=cases,
-        params={"ssim": params.echo(), "psnr": psnr_metric.params(),
-                "data_range": f"{spec.enh.ranges_file} data_range per case, else reference max-min",
-                "case_score": "ssim clipped to [0, 1]", "completeness": options.completeness},
+        task=spec.id,
+        metric=spec.metric.name,
+        score=score,
+        cases=cases,
+        params={
+            "ssim": params.echo(),
+            "psnr": psnr_metric.params(),
+            "data_range": f"{spec.enh.ranges_file} data_range per case, else reference max-min",
+            "case_score": "ssim clipped to [0, 1]",
+            "completeness": options.completeness,
+        },
         checks=checks,
     )

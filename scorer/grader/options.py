@@ -29,9 +29,7 @@ class GradeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     (Full harness / website)."""
 
     # --- segmentation (helper A) ------------------------------------------------------------------
-    seg_formula: Literal["organ_lesion_50_50", "organ_lesion_25_75", "per_case_macro"] = (
-        "organ_lesion_50_50"
-    )
+    seg_formula: Literal["organ_lesion_50_50", "organ_lesion_25_75", "per_case_macro"] = "organ_lesion_50_50"
     """Binary organ+lesion tasks: 0.5·organ + 0.5·lesion on dataset-level means (public code's
     ``2026-04-sub-criteria``); 0.25·organ + 0.75·lesion (the earlier rubric, matched by the paper's
     example trace); or per case the mean over its targets, then over cases (paper, Appendix A)."""

@@ -97,7 +97,8 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
     if rs is not None:
         for case, parts in zip(scored_ids, rs.cases):
             results[case] = CaseResult(
-                case=case, score=parts["score"],
+                case=case,
+                score=parts["score"],
                 details={k: round(v, 6) for k, v in parts.items() if k != "score"},
             )
     cases = [results[c] for c in case_ids]
@@ -113,8 +114,13 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
         checks["components"] = {k: round(v, 6) for k, v in rs.components.items()}
         checks["bleu_n_corpus"] = {k: round(v, 6) for k, v in rs.extras.items()}
     return GradeResult(
-        task=spec.id, metric=spec.metric.name, score=score, cases=cases,
-        degraded=list(rs.degraded) if rs is not None else [], params=params, checks=checks,
+        task=spec.id,
+        metric=spec.metric.name,
+        score=score,
+        cases=cases,
+        degraded=list(rs.degraded) if rs is not None else [],
+        params=params,
+        checks=checks,
     )
 
 

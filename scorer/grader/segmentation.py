@@ -35,9 +35,7 @@ WEIGHTS = {
 }
 
 
-def grade_track(
-    spec: TaskSpec, submission: Path, reference: Path, options: GradeOptions
-) -> GradeResult:
+def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: GradeOptions) -> GradeResult:
     seg = spec.seg
     assert seg is not None  # decode_spec guarantees it for this track
     cases = reference_cases(reference)
@@ -147,7 +145,9 @@ def _binary_case(
             return invalid_case(case, f"{root_name}/{case}/{e}", **zero, dropped=drop)
         lo, hi = float(data.min(initial=0)), float(data.max(initial=0))
         if lo < 0 or hi > 1:
-            warnings.append(f"{path.name}: values outside [0, 1] ({lo:g}..{hi:g}) binarised with > {seg.threshold:g}")
+            warnings.append(
+                f"{path.name}: values outside [0, 1] ({lo:g}..{hi:g}) binarised with > {seg.threshold:g}"
+            )
         preds.append(data)
 
     matrices = binary_counts(list(zip(preds, refs)), seg.threshold)
@@ -156,7 +156,12 @@ def _binary_case(
     for t, m in zip(seg.targets, matrices):
         dice[t.name] = dice_per_label(m, [1])[1]
         counts[t.name] = {"tp": int(m[1, 1]), "fp": int(m[1, 0]), "fn": int(m[0, 1])}
-    details: dict[str, Any] = {"dice": dice, "counted": counted, "ref_positive": ref_positive, "counts": counts}
+    details: dict[str, Any] = {
+        "dice": dice,
+        "counted": counted,
+        "ref_positive": ref_positive,
+        "counts": counts,
+    }
     if warnings:
         details["warnings"] = warnings
     return CaseResult(case=case, score=_case_score(seg, formula, dice, counted), details=details)

@@ -31,7 +31,14 @@ from scorer.metrics import vqa as m
 MAX_ANSWER_BYTES = 1 << 20
 """An answer file larger than this is rejected unread (answers are a few hundred bytes)."""
 
-REQUIRED_KEYS = ("question_id", "predicted_label", "predicted_answer", "raw_model_output", "model_name", "runtime_s")
+REQUIRED_KEYS = (
+    "question_id",
+    "predicted_label",
+    "predicted_answer",
+    "raw_model_output",
+    "model_name",
+    "runtime_s",
+)
 
 
 class BadFile(Exception):
@@ -71,7 +78,9 @@ def _text_field(record: dict[str, Any], key: str) -> str:
     return value
 
 
-def grade_case(spec: TaskSpec, qid: str, gold: dict[str, Any], path: Path, options: GradeOptions) -> CaseResult:
+def grade_case(
+    spec: TaskSpec, qid: str, gold: dict[str, Any], path: Path, options: GradeOptions
+) -> CaseResult:
     """Score one question (see the module docstring)."""
     assert spec.vqa is not None
     rel = f"{spec.submission.root}/{qid}/{spec.vqa.answer_file}".removeprefix("./")
@@ -106,15 +115,21 @@ def grade_case(spec: TaskSpec, qid: str, gold: dict[str, Any], path: Path, optio
     if not answer.strip():
         why = "honest skip: empty answer and raw output" if not raw.strip() else "empty predicted_answer"
         return _scored(qid, 0.0, why, details, warnings)
-    golds = [str(gold.get("answer_text", ""))] + [str(a) for a in gold.get("alternatives", []) if isinstance(a, str)]
+    golds = [str(gold.get("answer_text", ""))] + [
+        str(a) for a in gold.get("alternatives", []) if isinstance(a, str)
+    ]
     score = m.open_case_score(answer, golds, options.vqa_matching)
     details.update(predicted=m.normalize_answer(answer)[:200], gold=m.normalize_answer(golds[0]))
     if options.vqa_matching == "em_f1" and not m.is_yes_no(golds[0]):
-        details.update(em=max(m.exact_match(answer, g) for g in golds), f1=max(m.token_f1(answer, g) for g in golds))
+        details.update(
+            em=max(m.exact_match(answer, g) for g in golds), f1=max(m.token_f1(answer, g) for g in golds)
+        )
     return _scored(qid, score, None, details, warnings)
 
 
-def _scored(qid: str, score: float, reason: str | None, details: dict[str, Any], warnings: list[str]) -> CaseResult:
+def _scored(
+    qid: str, score: float, reason: str | None, details: dict[str, Any], warnings: list[str]
+) -> CaseResult:
     if warnings:
         reason = "; ".join(([reason] if reason else []) + [f"warning: {w}" for w in warnings])
     return CaseResult(case=qid, score=score, reason=reason, details=details)
@@ -136,7 +151,14 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
     score, checks = gated_score(cases, options)
     checks["n_correct"] = sum(1 for c in cases if c.score >= 1.0)
     return GradeResult(
-        task=spec.id, metric=spec.metric.name, score=score, cases=cases,
-        params={**spec.metric.params, "vqa_matching": options.vqa_matching, "completeness": options.completeness},
+        task=spec.id,
+        metric=spec.metric.name,
+        score=score,
+        cases=cases,
+        params={
+            **spec.metric.params,
+            "vqa_matching": options.vqa_matching,
+            "completeness": options.completeness,
+        },
         checks=checks,
     )

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import openai
 
@@ -72,10 +73,15 @@ class LLMJudge:
         self.requests = 0
         self._count = threading.Lock()
         self.client = openai.OpenAI(
-            base_url=self.base_url, api_key=api_key, timeout=settings.timeout_s, max_retries=settings.max_retries
+            base_url=self.base_url,
+            api_key=api_key,
+            timeout=settings.timeout_s,
+            max_retries=settings.max_retries,
         )
 
-    def judge(self, traj: Trajectory, evidence: Evidence, items: list[RubricItem], *, track: str | None) -> dict[str, Verdict]:
+    def judge(
+        self, traj: Trajectory, evidence: Evidence, items: list[RubricItem], *, track: str | None
+    ) -> dict[str, Verdict]:
         out: dict[str, Verdict] = {}
         allowed = set(evidence.cited_ids)
         stored = False
@@ -89,8 +95,9 @@ class LLMJudge:
             if not stored:
                 self.put_evidence(evidence)
                 stored = True
-            stored_msgs = build_messages(item, traj.tier, evidence, self.settings.prompt_version,
-                                         images=self.images, placeholder=True)
+            stored_msgs = build_messages(
+                item, traj.tier, evidence, self.settings.prompt_version, images=self.images, placeholder=True
+            )
 
             def parse(text: str, item: RubricItem = item):
                 return (*parse_verdict(text, item.id, item.values, allowed), None)
@@ -101,8 +108,16 @@ class LLMJudge:
         return out
 
     def _verdict(self, item_id: str, r: CallRecord, *, cached: bool) -> Verdict:
-        return Verdict(item=item_id, value=r.value, reason=r.reason, cited=list(r.cited), judge=self.label,
-                       unscored_reason=r.unscored_reason, call_key=r.key, cached=cached)
+        return Verdict(
+            item=item_id,
+            value=r.value,
+            reason=r.reason,
+            cited=list(r.cited),
+            judge=self.label,
+            unscored_reason=r.unscored_reason,
+            call_key=r.key,
+            cached=cached,
+        )
 
     def codes(self, traj: Trajectory, evidence: Evidence) -> tuple[list[dict[str, Any]], str | None]:
         """Error codes E1–E5 from the judge (one cached call per run): (codes, unscored reason)."""
@@ -119,14 +134,26 @@ class LLMJudge:
                 codes, unscored = parse_codes(text, allowed)
                 return None, "", [], unscored, codes
 
-            hit = self._call(key, msgs, codes_messages(evidence, placeholder=True), "codes", traj, evidence, parse)
+            hit = self._call(
+                key, msgs, codes_messages(evidence, placeholder=True), "codes", traj, evidence, parse
+            )
             self.cache.add(hit)
         return list(hit.codes or []), hit.unscored_reason
 
-    def _call(self, key: str, msgs: list[dict[str, Any]], stored_msgs: list[dict[str, Any]], item_id: str,
-              traj: Trajectory, evidence: Evidence, parse: Callable[[str], tuple]) -> CallRecord:
+    def _call(
+        self,
+        key: str,
+        msgs: list[dict[str, Any]],
+        stored_msgs: list[dict[str, Any]],
+        item_id: str,
+        traj: Trajectory,
+        evidence: Evidence,
+        parse: Callable[[str], tuple],
+    ) -> CallRecord:
         kwargs: dict[str, Any] = {
-            "model": self.model, "messages": msgs, "temperature": self.settings.temperature,
+            "model": self.model,
+            "messages": msgs,
+            "temperature": self.settings.temperature,
             "max_tokens": self.settings.max_tokens,
         }
         if self.settings.seed is not None:
@@ -142,15 +169,42 @@ class LLMJudge:
         try:
             completion = self.client.chat.completions.create(**kwargs)
         except openai.APITimeoutError as e:
-            value, reason, cited, unscored, cacheable, response = None, f"judge call timed out: {e}", [], "timeout", False, str(e)
+            value, reason, cited, unscored, cacheable, response = (
+                None,
+                f"judge call timed out: {e}",
+                [],
+                "timeout",
+                False,
+                str(e),
+            )
         except openai.APIConnectionError as e:
-            value, reason, cited, unscored, cacheable, response = None, f"cannot reach the judge: {e}", [], "connection_error", False, str(e)
+            value, reason, cited, unscored, cacheable, response = (
+                None,
+                f"cannot reach the judge: {e}",
+                [],
+                "connection_error",
+                False,
+                str(e),
+            )
         except openai.APIStatusError as e:
-            value, reason, cited, unscored, cacheable = None, f"judge endpoint answered HTTP {e.status_code}", [], f"http_{e.status_code}", False
+            value, reason, cited, unscored, cacheable = (
+                None,
+                f"judge endpoint answered HTTP {e.status_code}",
+                [],
+                f"http_{e.status_code}",
+                False,
+            )
             response = e.response.text if e.response is not None else str(e)
         except (openai.OpenAIError, ValueError) as e:
             # A 200 whose body is not a chat completion (a proxy's HTML page, a truncated body).
-            value, reason, cited, unscored, cacheable, response = None, f"unreadable judge response: {type(e).__name__}: {e}", [], "bad_response", False, str(e)
+            value, reason, cited, unscored, cacheable, response = (
+                None,
+                f"unreadable judge response: {type(e).__name__}: {e}",
+                [],
+                "bad_response",
+                False,
+                str(e),
+            )
         else:
             response = completion.model_dump_json()
             choice = completion.choices[0] if completion.choices else None
@@ -158,12 +212,29 @@ class LLMJudge:
             text = (msg.content or "") if msg else ""
             refusal = getattr(msg, "refusal", None) if msg else None
             if refusal or (choice is not None and choice.finish_reason == "content_filter"):
-                value, reason, cited, unscored = None, f"the judge refused: {refusal or 'content_filter'}", [], "refusal"
+                value, reason, cited, unscored = (
+                    None,
+                    f"the judge refused: {refusal or 'content_filter'}",
+                    [],
+                    "refusal",
+                )
             else:
                 value, reason, cited, unscored, codes = parse(text)
         return CallRecord(
-            key=key, model=self.model, settings=self.key_settings, item=item_id, run_id=traj.run_id,
-            evidence_sha256=evidence.sha256, request=stored_request, response=response, reply_text=text,
-            value=value, reason=reason, cited=cited, unscored_reason=unscored, cacheable=cacheable,
-            latency_ms=(time.perf_counter() - t0) * 1000, codes=codes,
+            key=key,
+            model=self.model,
+            settings=self.key_settings,
+            item=item_id,
+            run_id=traj.run_id,
+            evidence_sha256=evidence.sha256,
+            request=stored_request,
+            response=response,
+            reply_text=text,
+            value=value,
+            reason=reason,
+            cited=cited,
+            unscored_reason=unscored,
+            cacheable=cacheable,
+            latency_ms=(time.perf_counter() - t0) * 1000,
+            codes=codes,
         )

@@ -13,7 +13,7 @@ in their reason: ``plot_is_diagram`` accepts a valid PNG written next to a plan 
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from scorer.evidence import PNG_MAGIC, Evidence
 from scorer.judge.base import Verdict, snap
@@ -37,7 +37,10 @@ RULES_VERSION = "rules-v1"
 
 Result = tuple[float, str, list[str]]
 
-PIPELINE_WORDS = re.compile(r"(load|read|preprocess|resampl|normali|inference|infer|predict|postprocess|write|save|output|submit)", re.I)
+PIPELINE_WORDS = re.compile(
+    r"(load|read|preprocess|resampl|normali|inference|infer|predict|postprocess|write|save|output|submit)",
+    re.I,
+)
 TARGETS = {
     "segmentation": re.compile(r"(tumou?r|lesion|mass|label|organ|tissue|segment)", re.I),
     "detection": re.compile(r"(detect|bounding box|\bbox|yolo|boxes)", re.I),
@@ -53,19 +56,32 @@ class OfflineJudge:
         self.get_blob = get_blob
         self.label = f"offline:{RULES_VERSION}"
 
-    def judge(self, traj: Trajectory, evidence: Evidence, items: list[RubricItem], *, track: str | None) -> dict[str, Verdict]:
+    def judge(
+        self, traj: Trajectory, evidence: Evidence, items: list[RubricItem], *, track: str | None
+    ) -> dict[str, Verdict]:
         ctx = _Ctx(traj, self.get_blob, track)
         out = {}
         for item in items:
             rule = RULES.get(item.rule)
             if rule is None:
-                out[item.id] = Verdict(item=item.id, value=None, judge=self.label, unscored_reason="unknown_rule",
-                                       reason=f"the offline judge has no rule {item.rule!r}")
+                out[item.id] = Verdict(
+                    item=item.id,
+                    value=None,
+                    judge=self.label,
+                    unscored_reason="unknown_rule",
+                    reason=f"the offline judge has no rule {item.rule!r}",
+                )
                 continue
             raw, reason, cited = rule(ctx, item) if item.rule in ITEM_RULES else rule(ctx)
             value = _fit(raw, item.values)
-            out[item.id] = Verdict(item=item.id, value=value, reason=reason, cited=cited, judge=self.label,
-                                   unscored_reason=None if value is not None else "value_not_offered")
+            out[item.id] = Verdict(
+                item=item.id,
+                value=value,
+                reason=reason,
+                cited=cited,
+                judge=self.label,
+                unscored_reason=None if value is not None else "value_not_offered",
+            )
         return out
 
 
@@ -113,7 +129,11 @@ def plan_pipeline(c: _Ctx) -> Result:
     stages = {m.group(1).lower()[:5] for m in PIPELINE_WORDS.finditer(p[1])}
     if len(steps) >= 3 and len(stages) >= 2:
         return 1.0, f"plan lists {len(steps)} steps covering {len(stages)} pipeline stages", [p[0]]
-    return 0.0, f"plan has {len(steps)} listed steps and {len(stages)} pipeline stage words (need 3 and 2)", [p[0]]
+    return (
+        0.0,
+        f"plan has {len(steps)} listed steps and {len(stages)} pipeline stage words (need 3 and 2)",
+        [p[0]],
+    )
 
 
 def plan_target(c: _Ctx) -> Result:
@@ -124,14 +144,20 @@ def plan_target(c: _Ctx) -> Result:
     if pattern is None:
         return 0.0, f"no target vocabulary for track {c.track!r}", [p[0]]
     hit = pattern.search(p[1])
-    return (1.0, f"plan names the target ({hit.group(0)!r})", [p[0]]) if hit else (0.0, "plan never names the task's target", [p[0]])
+    return (
+        (1.0, f"plan names the target ({hit.group(0)!r})", [p[0]])
+        if hit
+        else (0.0, "plan never names the task's target", [p[0]])
+    )
 
 
 def plan_candidates(c: _Ctx) -> Result:
     p = c.plan()
     if not p:
         return 0.0, "no plan.md", []
-    rows = [ln for ln in p[1].splitlines() if ln.strip().startswith("|") and not set(ln.strip()) <= set("|-: ")]
+    rows = [
+        ln for ln in p[1].splitlines() if ln.strip().startswith("|") and not set(ln.strip()) <= set("|-: ")
+    ]
     candidates = max(len(rows) - 1, 0)
     mentions = len(re.findall(r"(?im)^\s*(?:[-*]|\d+[.)])?\s*(candidate|option|model)\b", p[1]))
     n = max(candidates, mentions)
@@ -159,7 +185,11 @@ def plot_is_diagram(c: _Ctx) -> Result:
         return 0.0, "plan.png is not a readable PNG", [found[0]]
     p = c.plan()
     if p and FLOW_WORDS.search(p[1]):
-        return 1.0, "proxy: a valid PNG beside a plan that describes a flow (the offline judge cannot see images)", [found[0], p[0]]
+        return (
+            1.0,
+            "proxy: a valid PNG beside a plan that describes a flow (the offline judge cannot see images)",
+            [found[0], p[0]],
+        )
     return 0.0, "proxy: valid PNG but the plan describes no flow", [found[0]]
 
 
@@ -201,10 +231,14 @@ def env_failures_resolved(c: _Ctx) -> Result:
     if not fails:
         return 1.0, "no environment failures", []
     last_fail = c.t.execs.index(fails[-1])
-    resolved = any(ex.ok for ex in c.t.execs[last_fail + 1:])
+    resolved = any(ex.ok for ex in c.t.execs[last_fail + 1 :])
     if len(fails) <= 5 and resolved:
         return 1.0, f"{len(fails)} environment failures, then resolved", [ex.id for ex in fails]
-    return 0.0, f"{len(fails)} environment failures{'' if resolved else ', never resolved'}", [ex.id for ex in fails[:6]]
+    return (
+        0.0,
+        f"{len(fails)} environment failures{'' if resolved else ', never resolved'}",
+        [ex.id for ex in fails[:6]],
+    )
 
 
 def model_runs(c: _Ctx) -> Result:
@@ -225,7 +259,11 @@ def plan_mentions(c: _Ctx, item: RubricItem) -> Result:
     if not p:
         return 0.0, "no plan.md", []
     m = re.search(item.pattern, p[1])
-    return (1.0, f"plan mentions {m.group(0)!r}", [p[0]]) if m else (0.0, f"plan does not match /{item.pattern}/", [p[0]])
+    return (
+        (1.0, f"plan mentions {m.group(0)!r}", [p[0]])
+        if m
+        else (0.0, f"plan does not match /{item.pattern}/", [p[0]])
+    )
 
 
 def code_ran(c: _Ctx, item: RubricItem) -> Result:
@@ -257,9 +295,12 @@ def rerun_after_failure(c: _Ctx) -> Result:
     if not failed:
         return 1.0, "no failure to recover from", []
     last = failed[-1]
-    later = [ex for ex in c.t.execs[last + 1:] if ex.ok]
-    return (1.0, "re-ran successfully after the last failure", [c.t.execs[last].id, later[0].id]) if later else (
-        0.0, "never recovered from the last failure", [c.t.execs[last].id])
+    later = [ex for ex in c.t.execs[last + 1 :] if ex.ok]
+    return (
+        (1.0, "re-ran successfully after the last failure", [c.t.execs[last].id, later[0].id])
+        if later
+        else (0.0, "never recovered from the last failure", [c.t.execs[last].id])
+    )
 
 
 ITEM_RULES = {"plan_mentions", "code_ran", "file_written"}
@@ -267,8 +308,22 @@ ITEM_RULES = {"plan_mentions", "code_ran", "file_written"}
 RULES: dict[str, Callable[..., Result]] = {
     f.__name__: f
     for f in (
-        plan_exists, plan_pipeline, plan_target, plan_candidates, plot_exists, plot_is_diagram,
-        weights_obtained, input_checked, env_ready, env_failures_resolved, model_runs, pilot_validated,
-        plan_mentions, code_ran, file_written, pilot_before_bulk, rerun_after_failure,
+        plan_exists,
+        plan_pipeline,
+        plan_target,
+        plan_candidates,
+        plot_exists,
+        plot_is_diagram,
+        weights_obtained,
+        input_checked,
+        env_ready,
+        env_failures_resolved,
+        model_runs,
+        pilot_validated,
+        plan_mentions,
+        code_ran,
+        file_written,
+        pilot_before_bulk,
+        rerun_after_failure,
     )
 }

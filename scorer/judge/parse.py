@@ -33,7 +33,9 @@ def json_objects(text: str) -> list[dict[str, Any]]:
     return out
 
 
-def parse_verdict(text: str, item_id: str, offered: list[float], allowed_ids: set[str]) -> tuple[float | None, str, list[str], str | None]:
+def parse_verdict(
+    text: str, item_id: str, offered: list[float], allowed_ids: set[str]
+) -> tuple[float | None, str, list[str], str | None]:
     """(value, reason, cited ids, unscored_reason)."""
     if not text or not text.strip():
         return None, "the judge replied with nothing", [], "empty_reply"
@@ -46,9 +48,18 @@ def parse_verdict(text: str, item_id: str, offered: list[float], allowed_ids: se
         return None, f"the reply judged item {asked!r}, not {item_id!r}", [], "wrong_item"
     value = snap(obj.get("value"), offered)
     if value is None:
-        return None, f"value {obj.get('value')!r} is not one of the offered values {offered}", [], "value_out_of_range"
+        return (
+            None,
+            f"value {obj.get('value')!r} is not one of the offered values {offered}",
+            [],
+            "value_out_of_range",
+        )
     cited_raw = obj.get("evidence") or []
-    cited = sorted({c.strip("[]") for c in cited_raw if isinstance(c, str) and c.strip("[]") in allowed_ids}) if isinstance(cited_raw, list) else []
+    cited = (
+        sorted({c.strip("[]") for c in cited_raw if isinstance(c, str) and c.strip("[]") in allowed_ids})
+        if isinstance(cited_raw, list)
+        else []
+    )
     reason = obj.get("reason")
     return value, reason if isinstance(reason, str) else "", cited, None
 
@@ -69,9 +80,17 @@ def parse_codes(text: str, allowed_ids: set[str]) -> tuple[list[dict[str, Any]] 
         if not isinstance(entry, dict) or entry.get("code") not in CODES:
             continue
         cited = entry.get("evidence")
-        ids = sorted({c.strip("[]") for c in cited if isinstance(c, str) and c.strip("[]") in allowed_ids}) if isinstance(cited, list) else []
+        ids = (
+            sorted({c.strip("[]") for c in cited if isinstance(c, str) and c.strip("[]") in allowed_ids})
+            if isinstance(cited, list)
+            else []
+        )
         if not ids:
             continue
         reason = entry.get("reason")
-        out[entry["code"]] = {"code": entry["code"], "events": ids, "reason": reason if isinstance(reason, str) else ""}
+        out[entry["code"]] = {
+            "code": entry["code"],
+            "events": ids,
+            "reason": reason if isinstance(reason, str) else "",
+        }
     return [out[c] for c in sorted(out)], None

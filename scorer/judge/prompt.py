@@ -58,16 +58,26 @@ def user_text(item: RubricItem, tier: str | None, evidence_text: str) -> str:
     )
 
 
-def messages(item: RubricItem, tier: str | None, evidence: Evidence, version: str, *, images: bool,
-             placeholder: bool = False) -> list[dict[str, Any]]:
+def messages(
+    item: RubricItem,
+    tier: str | None,
+    evidence: Evidence,
+    version: str,
+    *,
+    images: bool,
+    placeholder: bool = False,
+) -> list[dict[str, Any]]:
     """The chat messages of one item's call. ``placeholder`` swaps the evidence for its digest."""
     ev_text = (EVIDENCE_PLACEHOLDER % evidence.sha256) if placeholder else evidence.text
     user: Any = user_text(item, tier, ev_text)
     if images and evidence.images and item.rule == "plot_is_diagram":
         parts: list[dict[str, Any]] = [{"type": "text", "text": user}]
         for img in evidence.images:
-            url = (f"blob:{img.path}" if placeholder
-                   else f"data:{img.media_type};base64,{base64.b64encode(img.data).decode()}")
+            url = (
+                f"blob:{img.path}"
+                if placeholder
+                else f"data:{img.media_type};base64,{base64.b64encode(img.data).decode()}"
+            )
             parts.append({"type": "image_url", "image_url": {"url": url}})
         user = parts
     return [{"role": "system", "content": system_text(version)}, {"role": "user", "content": user}]

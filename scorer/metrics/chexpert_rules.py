@@ -28,48 +28,79 @@ import msgspec
 from scorer.metrics.negation import certainty, clauses
 
 CHEXPERT_LABELS: tuple[str, ...] = (
-    "Enlarged Cardiomediastinum", "Cardiomegaly", "Lung Opacity", "Lung Lesion", "Edema",
-    "Consolidation", "Pneumonia", "Atelectasis", "Pneumothorax", "Pleural Effusion",
-    "Pleural Other", "Fracture", "Support Devices", "No Finding",
+    "Enlarged Cardiomediastinum",
+    "Cardiomegaly",
+    "Lung Opacity",
+    "Lung Lesion",
+    "Edema",
+    "Consolidation",
+    "Pneumonia",
+    "Atelectasis",
+    "Pneumothorax",
+    "Pleural Effusion",
+    "Pleural Other",
+    "Fracture",
+    "Support Devices",
+    "No Finding",
 )
 
 _PHRASES: dict[str, list[str]] = {
     "Enlarged Cardiomediastinum": [
         r"(?:enlarged|widened|widening of the|prominent) (?:cardio)?mediastin\w*",
-        r"mediastinal (?:widening|enlargement)", r"cardiomediastinal (?:silhouette|contours?) (?:is|are) enlarged",
+        r"mediastinal (?:widening|enlargement)",
+        r"cardiomediastinal (?:silhouette|contours?) (?:is|are) enlarged",
     ],
     "Cardiomegaly": [
-        r"cardiomegaly", r"(?:enlarged|enlargement of the) (?:heart|cardiac silhouette)",
-        r"cardiac enlargement", r"heart (?:size )?is (?:mildly |moderately |markedly |severely )?enlarged",
+        r"cardiomegaly",
+        r"(?:enlarged|enlargement of the) (?:heart|cardiac silhouette)",
+        r"cardiac enlargement",
+        r"heart (?:size )?is (?:mildly |moderately |markedly |severely )?enlarged",
         r"cardiac silhouette is (?:mildly |moderately |markedly )?enlarged",
     ],
     "Lung Opacity": [
-        r"opacit(?:y|ies)", r"opacification", r"infiltrates?", r"airspace disease",
-        r"(?:interstitial|reticular) markings", r"haziness", r"densit(?:y|ies)",
+        r"opacit(?:y|ies)",
+        r"opacification",
+        r"infiltrates?",
+        r"airspace disease",
+        r"(?:interstitial|reticular) markings",
+        r"haziness",
+        r"densit(?:y|ies)",
     ],
     "Lung Lesion": [r"nodules?", r"mass(?:es)?", r"lesions?", r"granulomas?", r"neoplasm", r"tumou?r"],
     "Edema": [
-        r"edema", r"vascular congestion", r"fluid overload", r"(?:pulmonary )?venous (?:hypertension|congestion)",
+        r"edema",
+        r"vascular congestion",
+        r"fluid overload",
+        r"(?:pulmonary )?venous (?:hypertension|congestion)",
     ],
     "Consolidation": [r"consolidations?", r"consolidative"],
     "Pneumonia": [r"pneumonias?", r"infectious process", r"infection"],
     "Atelectasis": [r"atelectas[ie]s", r"atelectatic", r"collapse"],
     "Pneumothorax": [r"pneumothora(?:x|ces)"],
     "Pleural Effusion": [
-        r"(?:pleural )?effusions?", r"fluid in the (?:pleural|fissure)", r"blunting of the (?:\w+ )?costophrenic",
+        r"(?:pleural )?effusions?",
+        r"fluid in the (?:pleural|fissure)",
+        r"blunting of the (?:\w+ )?costophrenic",
     ],
     "Pleural Other": [r"pleural thickening", r"fibrothorax", r"pleural (?:scarring|plaques?)"],
     "Fracture": [r"fractures?", r"fractured"],
     "Support Devices": [
         r"(?:endotracheal|et|nasogastric|ng|feeding|chest|enteric) tubes?",
-        r"(?:central venous |picc |venous )?(?:line|catheter)s?", r"pacemaker", r"pacer", r"icd",
-        r"(?:sternotomy )?wires", r"surgical clips", r"stents?", r"port-?a-?cath", r"swan-?ganz",
-        r"drains?", r"prosthe(?:sis|tic)", r"hardware",
+        r"(?:central venous |picc |venous )?(?:line|catheter)s?",
+        r"pacemaker",
+        r"pacer",
+        r"icd",
+        r"(?:sternotomy )?wires",
+        r"surgical clips",
+        r"stents?",
+        r"port-?a-?cath",
+        r"swan-?ganz",
+        r"drains?",
+        r"prosthe(?:sis|tic)",
+        r"hardware",
     ],
 }
-_COMPILED = {
-    label: re.compile(r"\b(?:" + "|".join(phrases) + r")\b") for label, phrases in _PHRASES.items()
-}
+_COMPILED = {label: re.compile(r"\b(?:" + "|".join(phrases) + r")\b") for label, phrases in _PHRASES.items()}
 
 
 def label_report(text: str) -> dict[str, int]:

@@ -17,8 +17,13 @@ import numpy as np
 from scorer.metrics.detection import Boxes
 
 
-def coco_ap(references: Sequence[Boxes], predictions: Sequence[Boxes], *, iou_threshold: float = 0.5,
-            rec_thrs: np.ndarray | None = None) -> dict[str, float | None]:
+def coco_ap(
+    references: Sequence[Boxes],
+    predictions: Sequence[Boxes],
+    *,
+    iou_threshold: float = 0.5,
+    rec_thrs: np.ndarray | None = None,
+) -> dict[str, float | None]:
     """Per-class AP by pycocotools' COCOeval (bbox, one IoU threshold, all areas, no detection cap).
 
     ``rec_thrs`` defaults to COCO's own ``np.linspace(0, 1, 101)``; pass ``np.arange(101) / 100`` for
@@ -34,19 +39,35 @@ def coco_ap(references: Sequence[Boxes], predictions: Sequence[Boxes], *, iou_th
     for img_id, (ref, pred) in enumerate(zip(references, predictions), start=1):
         images.append({"id": img_id, "width": 1, "height": 1})
         for lab, (x1, y1, x2, y2) in zip(ref.labels, ref.xyxy.tolist()):
-            anns.append({"id": len(anns) + 1, "image_id": img_id, "category_id": cat_id[lab],
-                         "bbox": [x1, y1, x2 - x1, y2 - y1], "area": (x2 - x1) * (y2 - y1),
-                         "iscrowd": 0})
+            anns.append(
+                {
+                    "id": len(anns) + 1,
+                    "image_id": img_id,
+                    "category_id": cat_id[lab],
+                    "bbox": [x1, y1, x2 - x1, y2 - y1],
+                    "area": (x2 - x1) * (y2 - y1),
+                    "iscrowd": 0,
+                }
+            )
         for lab, (x1, y1, x2, y2), s in zip(pred.labels, pred.xyxy.tolist(), pred.scores.tolist()):
-            dets.append({"image_id": img_id, "category_id": cat_id[lab],
-                         "bbox": [x1, y1, x2 - x1, y2 - y1], "score": s})
+            dets.append(
+                {
+                    "image_id": img_id,
+                    "category_id": cat_id[lab],
+                    "bbox": [x1, y1, x2 - x1, y2 - y1],
+                    "score": s,
+                }
+            )
         max_dets = max(max_dets, len(pred.labels))
     if not names:
         return {}
     with contextlib.redirect_stdout(io.StringIO()):
         gt = COCO()
-        gt.dataset = {"images": images, "annotations": anns,
-                      "categories": [{"id": i, "name": n} for n, i in cat_id.items()]}
+        gt.dataset = {
+            "images": images,
+            "annotations": anns,
+            "categories": [{"id": i, "name": n} for n, i in cat_id.items()],
+        }
         gt.createIndex()
         dt = gt.loadRes(dets) if dets else COCO()
         if not dets:

@@ -50,7 +50,7 @@ class Boxes(NamedTuple):
     scores: np.ndarray
 
     @classmethod
-    def of(cls, labels: Sequence[str], xyxy, scores=None) -> "Boxes":
+    def of(cls, labels: Sequence[str], xyxy, scores=None) -> Boxes:
         arr = np.asarray(xyxy, dtype=np.float64).reshape(-1, 4)
         sc = np.ones(len(arr)) if scores is None else np.asarray(scores, dtype=np.float64).reshape(-1)
         if len(labels) != len(arr) or len(sc) != len(arr):
@@ -94,8 +94,9 @@ def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-def match_image(gt: np.ndarray, pred: np.ndarray, pred_scores: np.ndarray,
-                iou_threshold: float) -> tuple[np.ndarray, np.ndarray]:
+def match_image(
+    gt: np.ndarray, pred: np.ndarray, pred_scores: np.ndarray, iou_threshold: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Greedy matching in one image and class. Returns (scores, tp flags) in descending-score order."""
     order = np.argsort(-pred_scores, kind="stable")
     tp = np.zeros(len(order), dtype=bool)
@@ -132,12 +133,15 @@ def average_precision(tp_sorted: np.ndarray, n_gt: int, interpolation: Interpola
 
 
 def _members(labels: tuple[str, ...], cls: str, wildcard: str | None) -> np.ndarray:
-    return np.array([lab == cls or (wildcard is not None and (lab == wildcard or cls == wildcard))
-                     for lab in labels], dtype=bool)
+    return np.array(
+        [lab == cls or (wildcard is not None and (lab == wildcard or cls == wildcard)) for lab in labels],
+        dtype=bool,
+    )
 
 
-def mean_average_precision(references: Sequence[Boxes], predictions: Sequence[Boxes],
-                           params: DetParams = DetParams()) -> MapResult:
+def mean_average_precision(
+    references: Sequence[Boxes], predictions: Sequence[Boxes], params: DetParams = DetParams()
+) -> MapResult:
     """mAP over images paired by position (``references[i]`` with ``predictions[i]``)."""
     if len(references) != len(predictions):
         raise ValueError(f"{len(references)} reference images but {len(predictions)} prediction images")
@@ -157,8 +161,9 @@ def mean_average_precision(references: Sequence[Boxes], predictions: Sequence[Bo
         all_scores = np.concatenate(scores) if scores else np.zeros(0)
         all_tp = np.concatenate(flags) if flags else np.zeros(0, dtype=bool)
         tp_sorted = all_tp[np.argsort(-all_scores, kind="stable")]
-        per_class[cls] = ClassAP(average_precision(tp_sorted, n_gt, params.interpolation), n_gt,
-                                 len(all_tp), int(all_tp.sum()))
+        per_class[cls] = ClassAP(
+            average_precision(tp_sorted, n_gt, params.interpolation), n_gt, len(all_tp), int(all_tp.sum())
+        )
     if params.class_set == "with_gt":
         classes = [c for c, r in per_class.items() if r.n_gt > 0]
     else:

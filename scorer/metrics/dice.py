@@ -108,9 +108,7 @@ def _above(x: np.ndarray, threshold: float) -> np.ndarray:
     return x > threshold
 
 
-def binary_counts(
-    pairs: list[tuple[np.ndarray, np.ndarray]], threshold: float = 0.5
-) -> list[np.ndarray]:
+def binary_counts(pairs: list[tuple[np.ndarray, np.ndarray]], threshold: float = 0.5) -> list[np.ndarray]:
     """2×2 confusion matrices ``m[pred, ref]`` of binary targets (organ, lesion) from one pass.
 
     All targets are walked slab by slab together, each binarised with ``> threshold`` inside the

@@ -95,10 +95,25 @@ class _JavaMeteor:
 
     def __init__(self, jar: Path) -> None:
         self.proc = subprocess.Popen(
-            ["java", "-Xmx2G", "-Djava.awt.headless=true", "-Dfile.encoding=UTF-8",
-             "-jar", str(jar), "-", "-", "-stdio", "-l", "en", "-norm"],
-            cwd=str(jar.parent), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env={**os.environ, "LC_ALL": "C.UTF-8"},
+            [
+                "java",
+                "-Xmx2G",
+                "-Djava.awt.headless=true",
+                "-Dfile.encoding=UTF-8",
+                "-jar",
+                str(jar),
+                "-",
+                "-",
+                "-stdio",
+                "-l",
+                "en",
+                "-norm",
+            ],
+            cwd=str(jar.parent),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "LC_ALL": "C.UTF-8"},
         )
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -143,9 +158,9 @@ class _JavaMeteor:
         return line
 
     def score(self, pairs: Sequence[tuple[str, Sequence[str]]], timeout: float) -> tuple[float, list[float]]:
-        self._send("".join(
-            "SCORE ||| " + " ||| ".join(refs) + " ||| " + hyp + "\n" for hyp, refs in pairs
-        ), timeout)
+        self._send(
+            "".join("SCORE ||| " + " ||| ".join(refs) + " ||| " + hyp + "\n" for hyp, refs in pairs), timeout
+        )
         stats = [self._read(timeout) for _ in pairs]
         self._send("EVAL ||| " + " ||| ".join(stats) + "\n", timeout)
         try:
@@ -240,12 +255,16 @@ def _best_align(hyp: str, refs: Sequence[str]) -> _Align:
     return max(aligns, key=_score_align)
 
 
-def python_meteor(hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> tuple[float, list[float]]:
+def python_meteor(
+    hypotheses: Sequence[str], references: Sequence[Sequence[str]]
+) -> tuple[float, list[float]]:
     """The fallback METEOR (see the module docstring): corpus value and per-segment values."""
     aligns = [_best_align(h, r) for h, r in zip(hypotheses, references, strict=True)]
     total = _Align(
-        sum(a.matches for a in aligns), sum(a.chunks for a in aligns),
-        sum(a.hyp_len for a in aligns), sum(a.ref_len for a in aligns),
+        sum(a.matches for a in aligns),
+        sum(a.chunks for a in aligns),
+        sum(a.hyp_len for a in aligns),
+        sum(a.ref_len for a in aligns),
     )
     return _score_align(total), [_score_align(a) for a in aligns]
 

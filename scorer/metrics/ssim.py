@@ -82,8 +82,9 @@ def _valid_filter(img: np.ndarray, w: np.ndarray) -> np.ndarray:
     return out
 
 
-def ssim(reference: np.ndarray, prediction: np.ndarray, data_range: float,
-         params: SsimParams = DEFAULT) -> float:
+def ssim(
+    reference: np.ndarray, prediction: np.ndarray, data_range: float, params: SsimParams = DEFAULT
+) -> float:
     """Mean SSIM between two 2-D slices of equal shape.
 
     Raises ValueError for unequal shapes, non-2-D input, a slice smaller than the window, or a
@@ -99,7 +100,7 @@ def ssim(reference: np.ndarray, prediction: np.ndarray, data_range: float,
     w = params.window()
     if min(ref.shape) < w.size:
         raise ValueError(f"slice {ref.shape} is smaller than the {w.size}-pixel SSIM window")
-    n_pix = w.size ** 2
+    n_pix = w.size**2
     cov_norm = n_pix / (n_pix - 1) if params.use_sample_covariance else 1.0
     ux = _valid_filter(ref, w)
     uy = _valid_filter(pred, w)

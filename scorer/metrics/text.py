@@ -34,15 +34,29 @@ from scorer.metrics import meteor as _meteor
 from scorer.metrics import rouge as _rouge
 from tasks.report_text import Validity, split_sections, validity_errors
 
-__all__ = ["COMPONENTS", "ReportScore", "Validity", "prepare", "report_score", "scored_text",
-           "split_sections", "validity_errors"]
+__all__ = [
+    "COMPONENTS",
+    "ReportScore",
+    "Validity",
+    "prepare",
+    "report_score",
+    "scored_text",
+    "split_sections",
+    "validity_errors",
+]
 
 COMPONENTS: tuple[str, ...] = (
-    "BLEU", "METEOR", "ROUGE_L", "F1RadGraph",
-    "micro_average_precision", "micro_average_recall", "micro_average_f1",
+    "BLEU",
+    "METEOR",
+    "ROUGE_L",
+    "F1RadGraph",
+    "micro_average_precision",
+    "micro_average_recall",
+    "micro_average_f1",
 )
 
 # --- sections and validity ---------------------------------------------------------------------------
+
 
 def scored_text(text: str, section: str = "findings") -> str:
     """The part of a report that is scored: the FINDINGS section when the report has a non-empty
@@ -91,7 +105,9 @@ def _chexbert_model() -> tuple[Any, str] | tuple[None, str]:
         return None, f"CheXbert model failed to load: {type(e).__name__}: {e}"
 
 
-def _radgraph_rewards(hyps: Sequence[str], refs: Sequence[str], degraded: list[str]) -> tuple[list[float], str]:
+def _radgraph_rewards(
+    hyps: Sequence[str], refs: Sequence[str], degraded: list[str]
+) -> tuple[list[float], str]:
     model, why = _radgraph_model()
     if model is not None:
         try:
@@ -109,10 +125,7 @@ def _radgraph_rewards(hyps: Sequence[str], refs: Sequence[str], degraded: list[s
 def _chexpert_labels(texts: Sequence[str], model: Any) -> list[dict[str, int]]:
     if model is None:
         return [chexpert_rules.label_report(t) for t in texts]
-    return [
-        dict(zip(chexpert_rules.CHEXPERT_LABELS, (int(v) for v in model.get_label(t))))
-        for t in texts
-    ]
+    return [dict(zip(chexpert_rules.CHEXPERT_LABELS, (int(v) for v in model.get_label(t)))) for t in texts]
 
 
 def _chexbert_labels(hyps: Sequence[str], refs: Sequence[str], degraded: list[str]):
@@ -162,7 +175,9 @@ def report_score(
         raise ValueError("report_score: hypotheses and references differ in length")
     n = len(hypotheses)
     if n == 0:
-        return ReportScore(score=0.0, components=dict.fromkeys(COMPONENTS, 0.0), cases=[], backends={}, degraded=[])
+        return ReportScore(
+            score=0.0, components=dict.fromkeys(COMPONENTS, 0.0), cases=[], backends={}, degraded=[]
+        )
     hyps = [prepare(h) for h in hypotheses]
     refs = [prepare(r) for r in references]
     degraded: list[str] = []
@@ -184,9 +199,13 @@ def report_score(
     cases = []
     for i in range(n):
         parts = {
-            "BLEU": case_bleu[i], "METEOR": met.segments[i], "ROUGE_L": case_rouge[i],
-            "F1RadGraph": case_radgraph[i], "micro_average_precision": case_prf[i].precision,
-            "micro_average_recall": case_prf[i].recall, "micro_average_f1": case_prf[i].f1,
+            "BLEU": case_bleu[i],
+            "METEOR": met.segments[i],
+            "ROUGE_L": case_rouge[i],
+            "F1RadGraph": case_radgraph[i],
+            "micro_average_precision": case_prf[i].precision,
+            "micro_average_recall": case_prf[i].recall,
+            "micro_average_f1": case_prf[i].f1,
         }
         parts["score"] = sum(parts[c] for c in COMPONENTS) / len(COMPONENTS)
         cases.append(parts)
@@ -197,9 +216,13 @@ def report_score(
     else:
         pooled = chexpert_rules.micro_prf(hyp_labels, ref_labels)
         components = {
-            "BLEU": sum(corpus_bleu_n) / 4, "METEOR": met.corpus, "ROUGE_L": sum(case_rouge) / n,
-            "F1RadGraph": sum(case_radgraph) / n, "micro_average_precision": pooled.precision,
-            "micro_average_recall": pooled.recall, "micro_average_f1": pooled.f1,
+            "BLEU": sum(corpus_bleu_n) / 4,
+            "METEOR": met.corpus,
+            "ROUGE_L": sum(case_rouge) / n,
+            "F1RadGraph": sum(case_radgraph) / n,
+            "micro_average_precision": pooled.precision,
+            "micro_average_recall": pooled.recall,
+            "micro_average_f1": pooled.f1,
         }
         score = sum(components.values()) / len(COMPONENTS)
     return ReportScore(

@@ -30,34 +30,74 @@ from collections import Counter
 VALID_LABELS: tuple[str, ...] = ("A", "B", "C", "D", "E")
 
 YES_NO: dict[str, str] = {
-    "yes": "yes", "y": "yes", "yeah": "yes", "yep": "yes", "true": "yes",
-    "present": "yes", "positive": "yes",
-    "no": "no", "n": "no", "nope": "no", "false": "no", "absent": "no", "negative": "no",
+    "yes": "yes",
+    "y": "yes",
+    "yeah": "yes",
+    "yep": "yes",
+    "true": "yes",
+    "present": "yes",
+    "positive": "yes",
+    "no": "no",
+    "n": "no",
+    "nope": "no",
+    "false": "no",
+    "absent": "no",
+    "negative": "no",
 }
 
 NUMBER_WORDS: dict[str, str] = {
-    "zero": "0", "none": "0", "one": "1", "single": "1", "two": "2", "three": "3", "four": "4",
-    "five": "5", "six": "6", "seven": "7", "eight": "8", "nine": "9", "ten": "10",
-    "eleven": "11", "twelve": "12",
+    "zero": "0",
+    "none": "0",
+    "one": "1",
+    "single": "1",
+    "two": "2",
+    "three": "3",
+    "four": "4",
+    "five": "5",
+    "six": "6",
+    "seven": "7",
+    "eight": "8",
+    "nine": "9",
+    "ten": "10",
+    "eleven": "11",
+    "twelve": "12",
 }
 
 ABBREVIATIONS: dict[str, str] = {
     # direction: standalone tokens only (the per-token mapping guarantees that)
-    "r": "right", "l": "left", "bil": "bilateral", "bilat": "bilateral",
+    "r": "right",
+    "l": "left",
+    "bil": "bilateral",
+    "bilat": "bilateral",
     # cardiovascular structures
-    "ivc": "inferior vena cava", "svc": "superior vena cava",
-    "lv": "left ventricle", "rv": "right ventricle", "la": "left atrium", "ra": "right atrium",
-    "lad": "left anterior descending", "mca": "middle cerebral artery",
-    "ica": "internal carotid artery", "pca": "posterior cerebral artery",
+    "ivc": "inferior vena cava",
+    "svc": "superior vena cava",
+    "lv": "left ventricle",
+    "rv": "right ventricle",
+    "la": "left atrium",
+    "ra": "right atrium",
+    "lad": "left anterior descending",
+    "mca": "middle cerebral artery",
+    "ica": "internal carotid artery",
+    "pca": "posterior cerebral artery",
     "aca": "anterior cerebral artery",
     # common radiology terms
-    "pe": "pulmonary embolism", "dvt": "deep vein thrombosis", "chf": "congestive heart failure",
-    "cad": "coronary artery disease", "gi": "gastrointestinal", "gu": "genitourinary",
+    "pe": "pulmonary embolism",
+    "dvt": "deep vein thrombosis",
+    "chf": "congestive heart failure",
+    "cad": "coronary artery disease",
+    "gi": "gastrointestinal",
+    "gu": "genitourinary",
     "cns": "central nervous system",
 }
 
 PLACEHOLDER_PREFIXES: tuple[str, ...] = (
-    "heuristic:", "fallback:", "placeholder:", "mock:", "dummy:", "stub:",
+    "heuristic:",
+    "fallback:",
+    "placeholder:",
+    "mock:",
+    "dummy:",
+    "stub:",
 )
 PLACEHOLDER_WHOLE: frozenset[str] = frozenset({"unknown", "n/a", "na", "none", "null"})
 

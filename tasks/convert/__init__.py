@@ -17,9 +17,7 @@ from pathlib import Path
 from schemas.task_spec import TaskError, TaskSpec
 
 
-def prepare(
-    spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None
-) -> None:
+def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
     """Convert ``source`` (the dataset as distributed) into ``out/public`` and ``out/private``.
 
     ``progress`` (optional, called with each finished case id) is passed on only when given, so

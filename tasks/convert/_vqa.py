@@ -37,7 +37,10 @@ def answer_type(q: Question) -> str:
 
 
 def write_questions(
-    spec: TaskSpec, questions: list[Question], out: Path, source: Path,
+    spec: TaskSpec,
+    questions: list[Question],
+    out: Path,
+    source: Path,
     progress: Callable[[str], None] | None = None,
 ) -> None:
     """Write ``questions`` in the task layout (``progress`` gets each written id); a duplicate id or
@@ -60,19 +63,35 @@ def write_questions(
             paths.append(rel)
         kind = answer_type(q)
         question: dict[str, Any] = {
-            "question_id": q.qid, "dataset": q.dataset, "question": q.question, "image_paths": paths,
-            "split": "test", "medical_task": q.medical_task, "body_system": q.body_system,
+            "question_id": q.qid,
+            "dataset": q.dataset,
+            "question": q.question,
+            "image_paths": paths,
+            "split": "test",
+            "medical_task": q.medical_task,
+            "body_system": q.body_system,
             "question_type": q.question_type or ("multiple_choice" if q.options is not None else "open"),
         }
-        gold: dict[str, Any] = {"question_id": q.qid, "answer_label": q.answer_label,
-                                "answer_text": q.answer_text, "answer_type": kind}
+        gold: dict[str, Any] = {
+            "question_id": q.qid,
+            "answer_label": q.answer_label,
+            "answer_text": q.answer_text,
+            "answer_type": kind,
+        }
         if q.options is not None:
             question["options"] = q.options
             gold["options"] = q.options
         _write_json(public / q.qid / spec.vqa.question_file, question)
         _write_json(private / q.qid / spec.vqa.answer_file, gold)
-        rows.append({"question_id": q.qid, "answer_label": q.answer_label, "answer_text": q.answer_text,
-                     "answer_type": kind, "question_type": question["question_type"]})
+        rows.append(
+            {
+                "question_id": q.qid,
+                "answer_label": q.answer_label,
+                "answer_text": q.answer_text,
+                "answer_type": kind,
+                "question_type": question["question_type"],
+            }
+        )
         if progress is not None:
             progress(q.qid)
     with open(private / "ground_truth.csv", "w", encoding="utf-8", newline="") as f:

@@ -18,7 +18,11 @@ from tasks.convert._volumes import Progress, as_mask, copy_scan, load, run, save
 
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Progress = None) -> None:
     numbers = sorted(
-        (p.name for p in source.iterdir() if p.is_dir() and p.name.isdigit() and (p / f"{p.name}_CT_HR.nii.gz").is_file()),
+        (
+            p.name
+            for p in source.iterdir()
+            if p.is_dir() and p.name.isdigit() and (p / f"{p.name}_CT_HR.nii.gz").is_file()
+        ),
         key=int,
     )
     if not numbers:

@@ -41,8 +41,11 @@ def _table(source: Path) -> Path:
 def _image(source: Path, rel: str) -> tuple[Path, bool] | None:
     """The image file for ``path_to_image`` and whether it must be re-encoded (PNG)."""
     rel_path = Path(rel)
-    for candidate in (source / rel_path, source / "PNG" / rel_path.with_suffix(".png"),
-                      source / rel_path.with_suffix(".png")):
+    for candidate in (
+        source / rel_path,
+        source / "PNG" / rel_path.with_suffix(".png"),
+        source / rel_path.with_suffix(".png"),
+    ):
         if candidate.is_file():
             return candidate, candidate.suffix.lower() == ".png"
     return None
@@ -70,7 +73,9 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
     for study, r in sorted(studies.items()):
         findings = " ".join((r.get("section_findings") or "").split())
         impression = " ".join((r.get("section_impression") or "").split())
-        parts = ([f"FINDINGS: {findings}"] if findings else []) + ([f"IMPRESSION: {impression}"] if impression else [])
+        parts = ([f"FINDINGS: {findings}"] if findings else []) + (
+            [f"IMPRESSION: {impression}"] if impression else []
+        )
         reference = "\n\n".join(parts)
         if not parts or not submittable(reference + "\n", spec.report):
             continue  # no report text, or one shorter than the 40 characters a submission needs
@@ -92,19 +97,35 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
             dest.write_bytes(buf.getvalue())
         else:
             dest.write_bytes(image.read_bytes())
-        _write_json(out / "public" / case / spec.report.manifest_file, {
-            "case_id": case, "task_id": spec.id, "image_count": 1, "image_files": ["01.jpg"],
-        })
+        _write_json(
+            out / "public" / case / spec.report.manifest_file,
+            {
+                "case_id": case,
+                "task_id": spec.id,
+                "image_count": 1,
+                "image_files": ["01.jpg"],
+            },
+        )
         (out / "private" / case).mkdir(parents=True, exist_ok=True)
         (out / "private" / case / spec.report.output_file).write_text(reference + "\n", encoding="utf-8")
-        _write_json(out / "private" / case / "manifest.json", {
-            "case_id": case, "task_id": spec.id, "source_study": study, "source_image": r["path_to_image"],
-            "image_count": 1, "reference_text_mode": "full_report", "report_char_count": len(reference),
-        })
+        _write_json(
+            out / "private" / case / "manifest.json",
+            {
+                "case_id": case,
+                "task_id": spec.id,
+                "source_study": study,
+                "source_image": r["path_to_image"],
+                "image_count": 1,
+                "reference_text_mode": "full_report",
+                "report_char_count": len(reference),
+            },
+        )
         if progress is not None:
             progress(case)
     if index == 0:
-        raise TaskError(f"{source}: no study with a frontal image on disk and a findings or impression section")
+        raise TaskError(
+            f"{source}: no study with a frontal image on disk and a findings or impression section"
+        )
 
 
 def _write_json(path: Path, obj: dict[str, Any]) -> None:

@@ -70,16 +70,29 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
             except OSError as e:
                 raise TaskError(f"{png}: not a readable image: {e}") from e
             (image_dir / name).write_bytes(buf.getvalue())
-        _write_json(out / "public" / case / spec.report.manifest_file, {
-            "case_id": case, "task_id": spec.id, "image_count": len(names), "image_files": names,
-        })
+        _write_json(
+            out / "public" / case / spec.report.manifest_file,
+            {
+                "case_id": case,
+                "task_id": spec.id,
+                "image_count": len(names),
+                "image_files": names,
+            },
+        )
         (out / "private" / case).mkdir(parents=True, exist_ok=True)
         (out / "private" / case / spec.report.output_file).write_text(reference + "\n", encoding="utf-8")
-        _write_json(out / "private" / case / "manifest.json", {
-            "case_id": case, "task_id": spec.id, "source_report": xml_path.name,
-            "source_images": [p.name for p in views], "image_count": len(names),
-            "reference_text_mode": "full_report", "report_char_count": len(reference),
-        })
+        _write_json(
+            out / "private" / case / "manifest.json",
+            {
+                "case_id": case,
+                "task_id": spec.id,
+                "source_report": xml_path.name,
+                "source_images": [p.name for p in views],
+                "image_count": len(names),
+                "reference_text_mode": "full_report",
+                "report_char_count": len(reference),
+            },
+        )
         if progress is not None:
             progress(case)
     if index == 0:

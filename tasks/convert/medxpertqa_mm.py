@@ -27,8 +27,11 @@ class _Images:
     """Image bytes by file name, from ``images.zip`` or from files anywhere under the source."""
 
     def __init__(self, source: Path) -> None:
-        self.files = {p.name: p for p in source.rglob("*") if p.is_file() and p.suffix.lower() in
-                      (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")}
+        self.files = {
+            p.name: p
+            for p in source.rglob("*")
+            if p.is_file() and p.suffix.lower() in (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
+        }
         self.zip: zipfile.ZipFile | None = None
         self.members: dict[str, str] = {}
         archive = next(iter(sorted(source.rglob("images.zip"))), None)
@@ -75,10 +78,18 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
         if not blobs:
             raise TaskError(f"{path}:{n}: question {r.get('id')} has no image")
         opts = {str(k).strip().upper(): str(v).strip() for k, v in options.items()}
-        questions.append(Question(
-            qid=str(r["id"]), question=str(r["question"]).strip(), images=blobs, answer_text=opts[label],
-            answer_label=label, options=opts, dataset="MedXpertQA-MM",
-            medical_task=str(r.get("medical_task", "")), body_system=str(r.get("body_system", "")),
-            question_type=str(r.get("question_type", "")) or "multiple_choice",
-        ))
+        questions.append(
+            Question(
+                qid=str(r["id"]),
+                question=str(r["question"]).strip(),
+                images=blobs,
+                answer_text=opts[label],
+                answer_label=label,
+                options=opts,
+                dataset="MedXpertQA-MM",
+                medical_task=str(r.get("medical_task", "")),
+                body_system=str(r.get("body_system", "")),
+                question_type=str(r.get("question_type", "")) or "multiple_choice",
+            )
+        )
     write_questions(spec, questions, out, source, progress)

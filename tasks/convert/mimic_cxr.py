@@ -56,7 +56,9 @@ def _studies(source: Path) -> list[tuple[str, Path, list[Path]]]:
     """(study id, report path, sorted JPEG paths) of every study with both a report and images."""
     files = source / "files"
     if not files.is_dir():
-        raise TaskError(f"{source}: no files/ folder (expected MIMIC-CXR's files/pXX/pYYYYYYYY/sZZZZZZZZ.txt)")
+        raise TaskError(
+            f"{source}: no files/ folder (expected MIMIC-CXR's files/pXX/pYYYYYYYY/sZZZZZZZZ.txt)"
+        )
     found = []
     for report in sorted(files.glob("p*/p*/s*.txt")):
         study = report.stem
@@ -92,17 +94,31 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
         image_dir.mkdir(parents=True, exist_ok=True)
         for name, src in zip(names, images):
             shutil.copyfile(src, image_dir / name)
-        _write_json(out / "public" / case / spec.report.manifest_file, {
-            "case_id": case, "task_id": spec.id, "image_count": len(names), "image_files": names,
-        })
+        _write_json(
+            out / "public" / case / spec.report.manifest_file,
+            {
+                "case_id": case,
+                "task_id": spec.id,
+                "image_count": len(names),
+                "image_files": names,
+            },
+        )
         (out / "private" / case).mkdir(parents=True, exist_ok=True)
         (out / "private" / case / spec.report.output_file).write_text(findings + "\n", encoding="utf-8")
-        _write_json(out / "private" / case / "manifest.json", {
-            "case_id": case, "task_id": spec.id, "raw_study_id": study,
-            "subject_id": report.parent.name, "source_report": str(report.relative_to(source)),
-            "source_image_files": [p.name for p in images], "image_count": len(names),
-            "reference_text_mode": "findings_only", "report_char_count": len(findings),
-        })
+        _write_json(
+            out / "private" / case / "manifest.json",
+            {
+                "case_id": case,
+                "task_id": spec.id,
+                "raw_study_id": study,
+                "subject_id": report.parent.name,
+                "source_report": str(report.relative_to(source)),
+                "source_image_files": [p.name for p in images],
+                "image_count": len(names),
+                "reference_text_mode": "findings_only",
+                "report_char_count": len(findings),
+            },
+        )
         rows.append({"case_id": case, "raw_study_id": study, "image_count": len(names)})
         if progress is not None:
             progress(case)

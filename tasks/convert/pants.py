@@ -36,7 +36,9 @@ def _cases(source: Path) -> list[tuple[str, Path, Path]]:
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Progress = None) -> None:
     cases = {name: (scan, seg) for name, scan, seg in _cases(source)}
     if not cases:
-        raise TaskError(f"{source}: no ImageTr/PanTS_*/ct.nii.gz with LabelTr/PanTS_*/segmentations/ found (is this PanTS's data/ folder?)")
+        raise TaskError(
+            f"{source}: no ImageTr/PanTS_*/ct.nii.gz with LabelTr/PanTS_*/segmentations/ found (is this PanTS's data/ folder?)"
+        )
 
     def convert(case: str) -> None:
         scan_path, seg_dir = cases[case]

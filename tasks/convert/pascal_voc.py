@@ -54,7 +54,9 @@ def read_annotation(path: Path, classes: dict[str, str]) -> tuple[int, int, list
     for obj in root.iter("object"):
         name = (obj.findtext("name") or "").strip()
         if name.lower() not in classes:
-            raise TaskError(f"{path}: class {name!r} is not one of the task's classes {sorted(classes.values())}")
+            raise TaskError(
+                f"{path}: class {name!r} is not one of the task's classes {sorted(classes.values())}"
+            )
         bb = obj.find("bndbox")
         x1 = max(0.0, _int(bb, "xmin", str(path)) - 1)
         y1 = max(0.0, _int(bb, "ymin", str(path)) - 1)
@@ -65,8 +67,7 @@ def read_annotation(path: Path, classes: dict[str, str]) -> tuple[int, int, list
     return w, h, boxes
 
 
-def prepare(spec: TaskSpec, source: Path, out: Path,
-            progress: Callable[[str], None] | None = None) -> None:
+def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
     """Convert ``source``; ``progress`` (optional) is called with each finished case id."""
     if spec.det is None:
         raise TaskError(f"task {spec.id}: the pascal_voc converter is for detection tasks")
@@ -83,8 +84,14 @@ def prepare(spec: TaskSpec, source: Path, out: Path,
         xml = root / "Annotations" / f"{stem}.xml"
         if not xml.is_file():
             raise TaskError(f"{xml}: listed in {split.name} but missing")
-        image = next((root / "JPEGImages" / f"{stem}{s}" for s in IMAGE_SUFFIXES
-                      if (root / "JPEGImages" / f"{stem}{s}").is_file()), None)
+        image = next(
+            (
+                root / "JPEGImages" / f"{stem}{s}"
+                for s in IMAGE_SUFFIXES
+                if (root / "JPEGImages" / f"{stem}{s}").is_file()
+            ),
+            None,
+        )
         if image is None:
             raise TaskError(f"{root / 'JPEGImages'}: no image for {stem}")
         w, h, boxes = read_annotation(xml, classes)
@@ -99,6 +106,8 @@ def prepare(spec: TaskSpec, source: Path, out: Path,
                 im.save(pub / spec.det.image_file)
         except (OSError, UnidentifiedImageError) as e:
             raise TaskError(f"{image}: not a readable image ({e})") from e
-        (priv / spec.det.reference_file).write_text(json.dumps({"width": w, "height": h, "boxes": boxes}, indent=1))
+        (priv / spec.det.reference_file).write_text(
+            json.dumps({"width": w, "height": h, "boxes": boxes}, indent=1)
+        )
         if progress:
             progress(stem)

@@ -31,7 +31,9 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
 
     files = sorted(p for p in source.rglob("*.parquet") if p.name.startswith("test"))
     if not files:
-        raise TaskError(f"{source}: no test-*.parquet found (the Hugging Face PathVQA download's data/ folder)")
+        raise TaskError(
+            f"{source}: no test-*.parquet found (the Hugging Face PathVQA download's data/ folder)"
+        )
     questions = []
     for path in files:
         try:
@@ -46,9 +48,14 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
             data = image.get("bytes") if isinstance(image, dict) else None
             if not data:
                 raise TaskError(f"{path}: row {len(questions)} has no image bytes")
-            questions.append(Question(
-                qid=f"pathvqa_{len(questions):05d}", question=str(row["question"]).strip(),
-                images=[(_suffix(data), data)], answer_text=str(row["answer"]).strip(), dataset="PathVQA",
-                question_type="binary" if str(row["answer"]).strip().lower() in ("yes", "no") else "open",
-            ))
+            questions.append(
+                Question(
+                    qid=f"pathvqa_{len(questions):05d}",
+                    question=str(row["question"]).strip(),
+                    images=[(_suffix(data), data)],
+                    answer_text=str(row["answer"]).strip(),
+                    dataset="PathVQA",
+                    question_type="binary" if str(row["answer"]).strip().lower() in ("yes", "no") else "open",
+                )
+            )
     write_questions(spec, questions, out, source, progress)

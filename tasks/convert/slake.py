@@ -42,11 +42,16 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
         image = path.parent / "imgs" / str(r["img_name"])
         if not image.is_file():
             raise TaskError(f"{path}: image imgs/{r['img_name']} of question {r['qid']} not found")
-        questions.append(Question(
-            qid=f"slake_{r['qid']}", question=str(r["question"]).strip(),
-            images=[(image.suffix, image.read_bytes())], answer_text=str(r["answer"]).strip(),
-            dataset="SLAKE-EN", medical_task=str(r.get("content_type", "")).lower(),
-            body_system=str(r.get("location", "")).lower(),
-            question_type="binary" if str(r.get("answer_type", "")).upper() == "CLOSED" else "open",
-        ))
+        questions.append(
+            Question(
+                qid=f"slake_{r['qid']}",
+                question=str(r["question"]).strip(),
+                images=[(image.suffix, image.read_bytes())],
+                answer_text=str(r["answer"]).strip(),
+                dataset="SLAKE-EN",
+                medical_task=str(r.get("content_type", "")).lower(),
+                body_system=str(r.get("location", "")).lower(),
+                question_type="binary" if str(r.get("answer_type", "")).upper() == "CLOSED" else "open",
+            )
+        )
     write_questions(spec, questions, out, source, progress)

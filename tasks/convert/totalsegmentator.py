@@ -21,7 +21,9 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Progress = None) 
     assert spec.seg is not None
     subjects = sorted(p.name for p in source.glob("s[0-9]*") if (p / "segmentations").is_dir())
     if not subjects:
-        raise TaskError(f"{source}: no sXXXX/segmentations/ folders found (is this Totalsegmentator_dataset_v201?)")
+        raise TaskError(
+            f"{source}: no sXXXX/segmentations/ folders found (is this Totalsegmentator_dataset_v201?)"
+        )
 
     def convert(case: str) -> None:
         src = source / case

@@ -32,11 +32,17 @@ def _load_questions(source: Path) -> list[dict[str, Any]]:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError):
             continue
-        if isinstance(data, list) and data and all(isinstance(r, dict) for r in data) \
-                and all(k in data[0] for k in REQUIRED):
+        if (
+            isinstance(data, list)
+            and data
+            and all(isinstance(r, dict) for r in data)
+            and all(k in data[0] for k in REQUIRED)
+        ):
             return data
-    raise TaskError(f"{source}: no VQA-RAD question list found (expected 'VQA_RAD Dataset Public.json', "
-                    f"a JSON list of records with {', '.join(REQUIRED)})")
+    raise TaskError(
+        f"{source}: no VQA-RAD question list found (expected 'VQA_RAD Dataset Public.json', "
+        f"a JSON list of records with {', '.join(REQUIRED)})"
+    )
 
 
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
@@ -46,17 +52,24 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
         records = [r for r in records if str(r.get("phrase_type", "")).startswith("test")]
         if not records:
             raise TaskError(f"{source}: the question list has no test questions (phrase_type test_*)")
-    images = {p.name: p for p in source.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png") and p.is_file()}
+    images = {
+        p.name: p for p in source.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png") and p.is_file()
+    }
     questions = []
     for r in records:
         image = images.get(str(r["image_name"]))
         if image is None:
             raise TaskError(f"{source}: image {r['image_name']!r} of question {r['qid']} not found")
-        questions.append(Question(
-            qid=f"vqarad_{r['qid']}", question=str(r["question"]).strip(),
-            images=[(image.suffix, image.read_bytes())], answer_text=str(r["answer"]).strip(),
-            dataset="VQA-RAD", medical_task=str(r.get("question_type", "")).lower(),
-            body_system=str(r.get("image_organ", "")).lower(),
-            question_type="binary" if str(r.get("answer_type", "")).upper() == "CLOSED" else "open",
-        ))
+        questions.append(
+            Question(
+                qid=f"vqarad_{r['qid']}",
+                question=str(r["question"]).strip(),
+                images=[(image.suffix, image.read_bytes())],
+                answer_text=str(r["answer"]).strip(),
+                dataset="VQA-RAD",
+                medical_task=str(r.get("question_type", "")).lower(),
+                body_system=str(r.get("image_organ", "")).lower(),
+                question_type="binary" if str(r.get("answer_type", "")).upper() == "CLOSED" else "open",
+            )
+        )
     write_questions(spec, questions, out, source, progress)

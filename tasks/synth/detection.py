@@ -57,7 +57,7 @@ class Canvas:
         img = self.img
         for _ in range(blur_passes):  # a cheap 3x3 box blur: optics, not pixel art
             p = np.pad(img, ((1, 1), (1, 1), (0, 0)), mode="edge")
-            img = sum(p[dy:dy + self.h, dx:dx + self.w] for dy in range(3) for dx in range(3)) / 9.0
+            img = sum(p[dy : dy + self.h, dx : dx + self.w] for dy in range(3) for dx in range(3)) / 9.0
         img = img + noise * rng.standard_normal(img.shape)
         out = (np.clip(img, 0, 1) * 255).round().astype(np.uint8)
         return out[..., 0] if out.shape[2] == 1 else out
@@ -78,8 +78,14 @@ def _smear(rng, h, w, n) -> tuple[np.ndarray, list[Box]]:
         cx, cy, rr = rng.uniform(r, w - r), rng.uniform(r, h - r), r * 1.35
         m = cv.ellipse(cx, cy, rr, rr, (0.82, 0.75, 0.88))
         for _ in range(3):  # lobed nucleus
-            cv.ellipse(cx + rng.uniform(-0.4, 0.4) * rr, cy + rng.uniform(-0.4, 0.4) * rr, rr * 0.4, rr * 0.3,
-                       (0.42, 0.22, 0.55), rng.uniform(0, 3))
+            cv.ellipse(
+                cx + rng.uniform(-0.4, 0.4) * rr,
+                cy + rng.uniform(-0.4, 0.4) * rr,
+                rr * 0.4,
+                rr * 0.3,
+                (0.42, 0.22, 0.55),
+                rng.uniform(0, 3),
+            )
         boxes.append(cv.box_of("WBC", m))
     for _ in range(n_plt):
         cx, cy = rng.uniform(5, w - 5), rng.uniform(5, h - 5)
@@ -93,7 +99,9 @@ def _chest(rng, h, w, n) -> tuple[np.ndarray, list[Box]]:
     lungs = [cv.ellipse(w / 2 + s * w * 0.2, h * 0.5, w * 0.16, h * 0.33, 0.18, s * 0.08) for s in (-1, 1)]
     for k in range(7):  # ribs
         for s in (-1, 1):
-            cv.ellipse(w / 2 + s * w * 0.2, h * (0.25 + 0.08 * k), w * 0.2, h * 0.012, 0.42, s * 0.25, alpha=0.5)
+            cv.ellipse(
+                w / 2 + s * w * 0.2, h * (0.25 + 0.08 * k), w * 0.2, h * 0.012, 0.42, s * 0.25, alpha=0.5
+            )
     cv.ellipse(w / 2 + w * 0.04, h * 0.62, w * 0.13, h * 0.14, 0.6)  # heart
     cv.ellipse(w / 2, h * 0.5, w * 0.035, h * 0.45, 0.7)  # spine
     boxes: list[Box] = []
@@ -183,8 +191,10 @@ def make_case(spec: TaskSpec, seed: int, i: int) -> tuple[np.ndarray, list[Box]]
 
 
 def boxes_json(width: int, height: int, boxes: list[Box], scores: bool = False) -> dict:
-    rows = [{"class": c, **({"score": 1.0} if scores else {}), "x1": x1, "y1": y1, "x2": x2, "y2": y2}
-            for c, x1, y1, x2, y2 in boxes]
+    rows = [
+        {"class": c, **({"score": 1.0} if scores else {}), "x1": x1, "y1": y1, "x2": x2, "y2": y2}
+        for c, x1, y1, x2, y2 in boxes
+    ]
     return {"width": width, "height": height, "boxes": rows}
 
 
@@ -216,6 +226,8 @@ def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:
         ref = json.loads((data / "private" / case / spec.det.reference_file).read_text())
         dest = workspace / spec.submission.root / case / spec.det.output_file
         dest.parent.mkdir(parents=True, exist_ok=True)
-        boxes = [{"class": b["class"], "score": 1.0, **{k: b[k] for k in ("x1", "y1", "x2", "y2")}}
-                 for b in ref["boxes"]]
+        boxes = [
+            {"class": b["class"], "score": 1.0, **{k: b[k] for k in ("x1", "y1", "x2", "y2")}}
+            for b in ref["boxes"]
+        ]
         dest.write_text(json.dumps({"boxes": boxes}))

@@ -96,7 +96,9 @@ def ct_slice(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
 def low_dose_noise(rng: np.random.Generator, clean_hu: np.ndarray, sigma_hu: float) -> np.ndarray:
     """CT-textured noise: ramp × Gaussian noise power spectrum, stronger in attenuating tissue."""
     f = _spectrum_radius(clean_hu.shape)
-    shaped = np.fft.ifft2(np.fft.fft2(rng.standard_normal(clean_hu.shape)) * f * np.exp(-(f / 0.3) ** 2)).real
+    shaped = np.fft.ifft2(
+        np.fft.fft2(rng.standard_normal(clean_hu.shape)) * f * np.exp(-((f / 0.3) ** 2))
+    ).real
     shaped /= shaped.std() or 1.0
     attenuating = _blur((clean_hu > -500).astype(np.float64), 2.0)
     return sigma_hu * (0.35 + 0.9 * attenuating) * shaped
@@ -108,8 +110,9 @@ def mri_slice(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
     x, y = _grid(h, w)
     r = np.hypot(x / 0.82, y / 0.9)
     theta = np.arctan2(y, x)
-    fold = sum(rng.uniform(0.005, 0.02) * np.sin(k * theta + rng.uniform(0, 2 * np.pi))
-               for k in (11, 17, 23, 31))
+    fold = sum(
+        rng.uniform(0.005, 0.02) * np.sin(k * theta + rng.uniform(0, 2 * np.pi)) for k in (11, 17, 23, 31)
+    )
     img = np.zeros(shape)
     img[r < 1.0] = 0.85  # scalp fat
     img[r < 0.93] = 0.06  # skull
@@ -178,12 +181,17 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
 
 def reference_cases(spec: TaskSpec, private: Path) -> list[str]:
     """Case ids of a ``private/`` folder: the sub-folders that hold a reference slice."""
-    return sorted(p.name for p in Path(private).iterdir()
-                  if (p / spec.enh.reference_file).is_file()) if Path(private).is_dir() else []
+    return (
+        sorted(p.name for p in Path(private).iterdir() if (p / spec.enh.reference_file).is_file())
+        if Path(private).is_dir()
+        else []
+    )
 
 
 def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:
     for case in reference_cases(spec, data / "private"):
         dest = workspace / spec.submission.root / case / spec.enh.output_file
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(data / "private" / spec.private.case_dir.format(case=case) / spec.enh.reference_file, dest)
+        shutil.copyfile(
+            data / "private" / spec.private.case_dir.format(case=case) / spec.enh.reference_file, dest
+        )

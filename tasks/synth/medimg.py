@@ -114,19 +114,25 @@ def ct_slice(
         img = np.where(_ellipse(x, y, 0, 0.55, 0.1, 0.09), 0.9, img)  # vertebra
         if region == "chest":
             for side in (-1, 1):
-                img = np.where(_ellipse(x, y, side * 0.45, 0.0, 0.3, 0.45), 0.08 + 0.02 * _smooth(rng, shape, 0.2), img)
+                img = np.where(
+                    _ellipse(x, y, side * 0.45, 0.0, 0.3, 0.45), 0.08 + 0.02 * _smooth(rng, shape, 0.2), img
+                )
             img = np.where(_ellipse(x, y, 0.05, -0.05, 0.22, 0.2), 0.62, img)  # heart
             organs = {"lung": (0.45, -0.05)}
         else:
             img = np.where(_ellipse(x, y, -0.4, -0.05, 0.35, 0.35), 0.62, img)  # liver
-            img = np.where(_ellipse(x, y, 0.3, 0.25, 0.1, 0.14) | _ellipse(x, y, -0.3, 0.3, 0.1, 0.14), 0.7, img)
+            img = np.where(
+                _ellipse(x, y, 0.3, 0.25, 0.1, 0.14) | _ellipse(x, y, -0.3, 0.3, 0.1, 0.14), 0.7, img
+            )
             img = np.where(_ellipse(x, y, 0.35, -0.25, 0.18, 0.12), 0.15, img)  # bowel gas
             organs = {"liver": (-0.4, -0.05), "kidney": (0.3, 0.25)}
     if lesion in organs:
         cx, cy = organs[lesion]
         for k in range(n_lesions):
             dx = (k - (n_lesions - 1) / 2) * 0.14
-            img = np.where(_ellipse(x, y, cx + dx, cy + 0.04 * k, 0.055, 0.055), 0.3 if lesion != "lung" else 0.6, img)
+            img = np.where(
+                _ellipse(x, y, cx + dx, cy + 0.04 * k, 0.055, 0.055), 0.3 if lesion != "lung" else 0.6, img
+            )
     img += 0.025 * rng.standard_normal(shape)
     return _to_u8(img)
 
@@ -149,7 +155,9 @@ def mri_slice(rng: np.random.Generator, shape: tuple[int, int], lesion: bool) ->
     return _to_u8(img)
 
 
-def he_patch(rng: np.random.Generator, shape: tuple[int, int], tissue: str, necrosis: bool = False) -> np.ndarray:
+def he_patch(
+    rng: np.random.Generator, shape: tuple[int, int], tissue: str, necrosis: bool = False
+) -> np.ndarray:
     """An H&E-stained tissue patch (RGB): pink stroma, purple nuclei, glands or sheets of cells.
 
     ``tissue``: ``normal`` (regular glands, sparse small nuclei), ``adenocarcinoma`` (crowded,
@@ -189,14 +197,18 @@ def he_patch(rng: np.random.Generator, shape: tuple[int, int], tissue: str, necr
     return _to_u8(rgb)
 
 
-def video_frames(rng: np.random.Generator, shape: tuple[int, int], n: int, direction: str) -> list[np.ndarray]:
+def video_frames(
+    rng: np.random.Generator, shape: tuple[int, int], n: int, direction: str
+) -> list[np.ndarray]:
     """``n`` ultrasound-like frames (a speckled sector) in which a hypoechoic structure moves
     ``left``, ``right``, ``up`` or ``down`` from frame to frame (or stays for ``none``)."""
     h, w = shape
     x, y = _grid(h, w)
     sector = (y > -0.95) & (np.abs(np.arctan2(x, y + 1.0)) < 0.6) & (np.hypot(x, y + 1.0) < 1.9)
     base = 0.45 + 0.15 * _smooth(rng, shape, 0.1)
-    step = {"left": (-0.12, 0), "right": (0.12, 0), "up": (0, -0.12), "down": (0, 0.12)}.get(direction, (0, 0))
+    step = {"left": (-0.12, 0), "right": (0.12, 0), "up": (0, -0.12), "down": (0, 0.12)}.get(
+        direction, (0, 0)
+    )
     frames = []
     for k in range(n):
         speckle = rng.rayleigh(0.25, shape)

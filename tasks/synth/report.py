@@ -65,8 +65,17 @@ def _cxr_text(rng: np.random.Generator, f: dict[str, str]) -> tuple[str, str]:
         s.append(f"The cardiac silhouette is {f['cardiomegaly']} enlarged.")
         imp.append("Cardiomegaly.")
     else:
-        s.append(str(rng.choice(["The heart size is normal.", "Heart size is within normal limits.",
-                                 "The cardiomediastinal silhouette is normal."])))
+        s.append(
+            str(
+                rng.choice(
+                    [
+                        "The heart size is normal.",
+                        "Heart size is within normal limits.",
+                        "The cardiomediastinal silhouette is normal.",
+                    ]
+                )
+            )
+        )
     if "edema" in f:
         s.append("There is mild pulmonary vascular congestion with perihilar edema.")
         imp.append("Mild pulmonary edema.")
@@ -78,9 +87,16 @@ def _cxr_text(rng: np.random.Generator, f: dict[str, str]) -> tuple[str, str]:
         s.append("A 9 mm nodule is noted in the upper lung zone.")
         imp.append("Pulmonary nodule; follow-up CT is recommended.")
     if "effusion" in f:
-        side = "bilateral pleural effusions" if f["effusion"] == "bilateral" else f"{f['effusion']} pleural effusion"
-        s.append(f"There is a {f['effusion_size']} {side}." if f["effusion"] != "bilateral"
-                 else f"There are {f['effusion_size']} {side}.")
+        side = (
+            "bilateral pleural effusions"
+            if f["effusion"] == "bilateral"
+            else f"{f['effusion']} pleural effusion"
+        )
+        s.append(
+            f"There is a {f['effusion_size']} {side}."
+            if f["effusion"] != "bilateral"
+            else f"There are {f['effusion_size']} {side}."
+        )
         imp.append(f"{f['effusion_size'].capitalize()} {side}.")
     if "pneumothorax" in f:
         s.append(f"A small {f['pneumothorax']} apical pneumothorax is present.")
@@ -95,22 +111,39 @@ def _cxr_text(rng: np.random.Generator, f: dict[str, str]) -> tuple[str, str]:
     if negatives:
         listed = negatives[0] if len(negatives) == 1 else ", ".join(negatives[:-1]) + " or " + negatives[-1]
         s.append(f"There is no {listed}.")
-    s.append(str(rng.choice(["The osseous structures are unremarkable.", "No acute osseous abnormality.",
-                             "Visualized bones are intact."])))
+    s.append(
+        str(
+            rng.choice(
+                [
+                    "The osseous structures are unremarkable.",
+                    "No acute osseous abnormality.",
+                    "Visualized bones are intact.",
+                ]
+            )
+        )
+    )
     if not imp:
         imp.append("No acute cardiopulmonary process.")
     return " ".join(s), " ".join(imp)
 
 
 _TISSUES = {
-    "normal": ["Normal colonic mucosa with regular crypts and no dysplasia.",
-               "Benign colonic mucosa with preserved crypt architecture."],
-    "adenocarcinoma": ["Moderately differentiated adenocarcinoma with irregular glands infiltrating the stroma.",
-                       "Invasive adenocarcinoma with crowded glands and enlarged pleomorphic nuclei."],
-    "inflammation": ["Chronic inflammation with a dense lymphoplasmacytic infiltrate in the lamina propria.",
-                     "Mucosa with marked chronic inflammation and no malignancy."],
-    "fibrosis": ["Dense fibrosis with streaming collagen bundles and scattered spindle cells.",
-                 "Fibrotic stroma with few cells and no epithelial lesion."],
+    "normal": [
+        "Normal colonic mucosa with regular crypts and no dysplasia.",
+        "Benign colonic mucosa with preserved crypt architecture.",
+    ],
+    "adenocarcinoma": [
+        "Moderately differentiated adenocarcinoma with irregular glands infiltrating the stroma.",
+        "Invasive adenocarcinoma with crowded glands and enlarged pleomorphic nuclei.",
+    ],
+    "inflammation": [
+        "Chronic inflammation with a dense lymphoplasmacytic infiltrate in the lamina propria.",
+        "Mucosa with marked chronic inflammation and no malignancy.",
+    ],
+    "fibrosis": [
+        "Dense fibrosis with streaming collagen bundles and scattered spindle cells.",
+        "Fibrotic stroma with few cells and no epithelial lesion.",
+    ],
 }
 
 
@@ -152,15 +185,27 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
         names = [f"{k + 1:02d}.jpg" for k in range(len(images))]
         for name, img in zip(names, images):
             medimg.write_jpeg(public / case / spec.report.images_dir / name, img)
-        _write_json(public / case / spec.report.manifest_file, {
-            "case_id": case, "task_id": spec.id, "image_count": len(names), "image_files": names,
-        })
+        _write_json(
+            public / case / spec.report.manifest_file,
+            {
+                "case_id": case,
+                "task_id": spec.id,
+                "image_count": len(names),
+                "image_files": names,
+            },
+        )
         (private / case).mkdir(parents=True, exist_ok=True)
         (private / case / spec.report.output_file).write_text(text + "\n", encoding="utf-8")
-        _write_json(private / case / "manifest.json", {
-            "case_id": case, "task_id": spec.id, "image_count": len(names),
-            "reference_text_mode": mode, "report_char_count": len(text),
-        })
+        _write_json(
+            private / case / "manifest.json",
+            {
+                "case_id": case,
+                "task_id": spec.id,
+                "image_count": len(names),
+                "reference_text_mode": mode,
+                "report_char_count": len(text),
+            },
+        )
 
 
 def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:

@@ -41,7 +41,9 @@ class Phantom:
         self.x, self.y, self.z = np.meshgrid(*axes, indexing="ij", sparse=True)
         self.extent = np.array([n * s for n, s in zip(shape, spacing)]) / 2.0  # half-size in mm
 
-    def ellipsoid(self, center, radii, rng: np.random.Generator | None = None, wobble: float = 0.0) -> np.ndarray:
+    def ellipsoid(
+        self, center, radii, rng: np.random.Generator | None = None, wobble: float = 0.0
+    ) -> np.ndarray:
         """A boolean ellipsoid; ``wobble`` adds a low-frequency bumpy surface (organs are not ellipses)."""
         cx, cy, cz = center
         rx, ry, rz = (max(r, 1e-3) for r in radii)
@@ -49,7 +51,9 @@ class Phantom:
         if wobble and rng is not None:
             fx, fy, fz = rng.uniform(0.5, 1.5, 3) * 2 * np.pi / np.maximum(self.extent, 1.0)
             px, py, pz = rng.uniform(0, 2 * np.pi, 3)
-            d = d * (1.0 + wobble * np.sin(fx * self.x + px) * np.sin(fy * self.y + py) * np.cos(fz * self.z + pz))
+            d = d * (
+                1.0 + wobble * np.sin(fx * self.x + px) * np.sin(fy * self.y + py) * np.cos(fz * self.z + pz)
+            )
         return d <= 1.0
 
     def tube(self, a, b, radius: float) -> np.ndarray:
@@ -97,8 +101,16 @@ def organ_lesion(ph: Phantom, seg: SegSpec, rng: np.random.Generator, i: int, ct
     bodies = []
     for k in range(seg.synth_organs):
         side = (-1) ** k if seg.synth_organs > 1 else 0
-        c = (side * 0.45 * ex + _jitter(rng, 0.05 * ex, 1)[0], -0.1 * ey + _jitter(rng, 0.05 * ey, 1)[0], _jitter(rng, 0.1 * ez, 1)[0])
-        r = (0.22 * ex * rng.uniform(0.85, 1.15), 0.28 * ey * rng.uniform(0.85, 1.15), 0.55 * ez * rng.uniform(0.8, 1.0))
+        c = (
+            side * 0.45 * ex + _jitter(rng, 0.05 * ex, 1)[0],
+            -0.1 * ey + _jitter(rng, 0.05 * ey, 1)[0],
+            _jitter(rng, 0.1 * ez, 1)[0],
+        )
+        r = (
+            0.22 * ex * rng.uniform(0.85, 1.15),
+            0.28 * ey * rng.uniform(0.85, 1.15),
+            0.55 * ez * rng.uniform(0.8, 1.0),
+        )
         if seg.synth_organs == 1:  # a single elongated organ (pancreas-like) across the midline
             r = (0.5 * ex * rng.uniform(0.85, 1.1), 0.14 * ey * rng.uniform(0.85, 1.15), 0.45 * ez)
         bodies.append((c, r))
@@ -129,10 +141,15 @@ def fetal_brain(ph: Phantom, seg: SegSpec, rng: np.random.Generator):
     white = ph.ellipsoid(c0, R * 0.8)
     masks = {"eCSF": head & ~cortex, "GM": cortex & ~white, "WM": white}
     deep = {
-        "LV": [ph.ellipsoid(c0 + (s * 0.12 * R[0], 0.05 * R[1], 0.1 * R[2]), R * (0.07, 0.3, 0.12)) for s in (-1, 1)],
+        "LV": [
+            ph.ellipsoid(c0 + (s * 0.12 * R[0], 0.05 * R[1], 0.1 * R[2]), R * (0.07, 0.3, 0.12))
+            for s in (-1, 1)
+        ],
         "SGM": [ph.ellipsoid(c0 + (s * 0.3 * R[0], 0.0, -0.05 * R[2]), R * 0.13) for s in (-1, 1)],
         "CBM": [ph.ellipsoid(c0 + (0, -0.55 * R[1], -0.5 * R[2]), R * (0.35, 0.2, 0.18))],
-        "BS": [ph.tube(c0 + (0, -0.2 * R[1], -0.2 * R[2]), c0 + (0, -0.25 * R[1], -0.95 * R[2]), 0.09 * R[0])],
+        "BS": [
+            ph.tube(c0 + (0, -0.2 * R[1], -0.2 * R[2]), c0 + (0, -0.25 * R[1], -0.95 * R[2]), 0.09 * R[0])
+        ],
     }
     for name, pieces in deep.items():  # deep structures carve their space out of the shells
         m = np.logical_or.reduce(pieces) & head
@@ -251,7 +268,9 @@ def make_case(spec: TaskSpec, i: int, seed: int) -> tuple[np.ndarray, dict[str, 
         refs[seg.label_file] = _label_map(ph, seg, masks)
     else:
         img, label_map = organ_atlas(ph, seg, rng)
-        refs[seg.label_file] = label_map.astype(np.uint8 if max(lab.id for lab in seg.labels) < 256 else np.uint16)
+        refs[seg.label_file] = label_map.astype(
+            np.uint8 if max(lab.id for lab in seg.labels) < 256 else np.uint16
+        )
     return _noisy(img, ph, rng, ct), refs, ph.affine()
 
 

@@ -65,20 +65,31 @@ def _radiology(rng: np.random.Generator, shape, i: int) -> tuple[list[np.ndarray
         n = 0
         organ = None
         if i % 3 == 0:
-            return [img], _q(f"Is there a pleural effusion on the {effusion or 'left'} side?",
-                             "yes" if effusion else "no", "yes/no", "chest", "abnormality")
+            return [img], _q(
+                f"Is there a pleural effusion on the {effusion or 'left'} side?",
+                "yes" if effusion else "no",
+                "yes/no",
+                "chest",
+                "abnormality",
+            )
         if i % 3 == 1:
-            return [img], _q("What imaging modality was used to take this image?", "x-ray", "open", "chest", "modality")
+            return [img], _q(
+                "What imaging modality was used to take this image?", "x-ray", "open", "chest", "modality"
+            )
         return [img], _q("Which part of the body is shown in this image?", "chest", "open", "chest", "organ")
     body = {"abdomen": "abdomen", "chest": "chest", "head": "brain"}[region]
     kind = i % 3
     if kind == 0:
         target = organ or {"abdomen": "liver", "chest": "lung", "head": "brain"}[region]
-        return [img], _q(f"Is there a lesion in the {target}?", "yes" if organ else "no", "yes/no", body, "abnormality")
+        return [img], _q(
+            f"Is there a lesion in the {target}?", "yes" if organ else "no", "yes/no", body, "abnormality"
+        )
     if kind == 1:
         if organ:
             return [img], _q("Which organ contains the abnormality?", str(organ), "open", body, "organ")
-        return [img], _q("What imaging modality was used to take this image?", modality, "open", body, "modality")
+        return [img], _q(
+            "What imaging modality was used to take this image?", modality, "open", body, "modality"
+        )
     if organ:
         # Gold as a digit half the time and as a word the other half: both normalise to the digit.
         gold = str(n) if rng.integers(0, 2) else NUMBER_WORDS[n]
@@ -95,8 +106,12 @@ def _pathology(rng: np.random.Generator, shape, i: int) -> tuple[list[np.ndarray
         answer = "yes" if necrosis else "no"
         return [img], _q("Is there necrosis in this tissue?", answer, "yes/no", "colon", "abnormality")
     if kind == 1:
-        names = {"normal": "normal colonic mucosa", "adenocarcinoma": "adenocarcinoma",
-                 "inflammation": "chronic inflammation", "fibrosis": "fibrosis"}
+        names = {
+            "normal": "normal colonic mucosa",
+            "adenocarcinoma": "adenocarcinoma",
+            "inflammation": "chronic inflammation",
+            "fibrosis": "fibrosis",
+        }
         return [img], _q("What process is shown in this image?", names[tissue], "open", "colon", "diagnosis")
     asked = str(rng.choice(["adenocarcinoma", "fibrosis"]))
     answer = "yes" if asked == tissue else "no"
@@ -108,30 +123,60 @@ def _multiple_choice(rng: np.random.Generator, shape, i: int) -> tuple[list[np.n
     age = int(rng.integers(25, 85))
     sex = str(rng.choice(["man", "woman"]))
     if scenario == 0:
-        choices = ["Left pleural effusion", "Right pneumothorax", "Cardiomegaly",
-                   "Right lower lobe consolidation", "No acute abnormality"]
-        facts = [{"effusion": "left"}, {"pneumothorax": "right"}, {"cardiomegaly": "yes"},
-                 {"consolidation": "right"}, {}]
+        choices = [
+            "Left pleural effusion",
+            "Right pneumothorax",
+            "Cardiomegaly",
+            "Right lower lobe consolidation",
+            "No acute abnormality",
+        ]
+        facts = [
+            {"effusion": "left"},
+            {"pneumothorax": "right"},
+            {"cardiomegaly": "yes"},
+            {"consolidation": "right"},
+            {},
+        ]
         k = int(rng.integers(0, 5))
         img = medimg.chest_xray(rng, shape, facts[k])
-        stem = (f"A {age}-year-old {sex} presents with shortness of breath. "
-                "Which finding best explains the radiograph?")
+        stem = (
+            f"A {age}-year-old {sex} presents with shortness of breath. "
+            "Which finding best explains the radiograph?"
+        )
         body, task = "chest", "diagnosis"
     elif scenario == 1:
-        choices = ["Hepatic lesions", "Renal lesion", "Pulmonary nodule", "Intracranial lesion", "No focal lesion"]
+        choices = [
+            "Hepatic lesions",
+            "Renal lesion",
+            "Pulmonary nodule",
+            "Intracranial lesion",
+            "No focal lesion",
+        ]
         k = int(rng.integers(0, 5))
-        region, lesion = [("abdomen", "liver"), ("abdomen", "kidney"), ("chest", "lung"), ("head", "brain"),
-                          ("abdomen", None)][k]
+        region, lesion = [
+            ("abdomen", "liver"),
+            ("abdomen", "kidney"),
+            ("chest", "lung"),
+            ("head", "brain"),
+            ("abdomen", None),
+        ][k]
         if region == "head":
             img = medimg.mri_slice(rng, shape, True)
         else:
             img = medimg.ct_slice(rng, shape, region, lesion, 2)
-        stem = (f"A {age}-year-old {sex} undergoes cross-sectional imaging for weight loss. "
-                "What does the image show?")
+        stem = (
+            f"A {age}-year-old {sex} undergoes cross-sectional imaging for weight loss. "
+            "What does the image show?"
+        )
         body, task = {"abdomen": "abdomen", "chest": "chest", "head": "brain"}[region], "diagnosis"
     else:
-        choices = ["Normal colonic mucosa", "Invasive adenocarcinoma", "Chronic inflammation", "Fibrosis",
-                   "Necrosis only"]
+        choices = [
+            "Normal colonic mucosa",
+            "Invasive adenocarcinoma",
+            "Chronic inflammation",
+            "Fibrosis",
+            "Necrosis only",
+        ]
         k = int(rng.integers(0, 4))
         tissue = ["normal", "adenocarcinoma", "inflammation", "fibrosis"][k]
         img = medimg.he_patch(rng, shape, tissue)
@@ -144,28 +189,50 @@ def _video(
     rng: np.random.Generator, shape, i: int, frames: tuple[int, int]
 ) -> tuple[list[np.ndarray], dict[str, Any]]:
     n = int(rng.integers(frames[0], frames[1] + 1))
-    choices = ["It moves to the left", "It moves to the right", "It moves upward", "It moves downward",
-               "It does not move"]
+    choices = [
+        "It moves to the left",
+        "It moves to the right",
+        "It moves upward",
+        "It moves downward",
+        "It does not move",
+    ]
     k = int(rng.integers(0, 5))
     imgs = medimg.video_frames(rng, shape, n, ["left", "right", "up", "down", "none"][k])
-    stem = (f"These {n} frames are taken in order from one ultrasound clip. "
-            "How does the hypoechoic structure move across the frames?")
+    stem = (
+        f"These {n} frames are taken in order from one ultrasound clip. "
+        "How does the hypoechoic structure move across the frames?"
+    )
     return imgs, _mc(rng, stem, choices, k, "abdomen", "temporal reasoning")
 
 
 def _q(question: str, answer: str, answer_type: str, body: str, task: str) -> dict[str, Any]:
-    return {"question": question, "answer_text": answer, "answer_label": "", "answer_type": answer_type,
-            "body_system": body, "medical_task": task,
-            "question_type": "binary" if answer_type == "yes/no" else "open"}
+    return {
+        "question": question,
+        "answer_text": answer,
+        "answer_label": "",
+        "answer_type": answer_type,
+        "body_system": body,
+        "medical_task": task,
+        "question_type": "binary" if answer_type == "yes/no" else "open",
+    }
 
 
-def _mc(rng: np.random.Generator, stem: str, choices: list[str], correct: int, body: str, task: str) -> dict[str, Any]:
+def _mc(
+    rng: np.random.Generator, stem: str, choices: list[str], correct: int, body: str, task: str
+) -> dict[str, Any]:
     order = rng.permutation(len(choices))
     options = {LABELS[j]: choices[int(o)] for j, o in enumerate(order)}
     label = LABELS[int(np.where(order == correct)[0][0])]
-    return {"question": stem, "answer_text": options[label], "answer_label": label,
-            "answer_type": "multiple_choice", "options": options, "body_system": body,
-            "medical_task": task, "question_type": "multiple_choice"}
+    return {
+        "question": stem,
+        "answer_text": options[label],
+        "answer_label": label,
+        "answer_type": "multiple_choice",
+        "options": options,
+        "body_system": body,
+        "medical_task": task,
+        "question_type": "multiple_choice",
+    }
 
 
 def _case(spec: TaskSpec, seed: int, i: int) -> tuple[list[np.ndarray], dict[str, Any]]:
@@ -200,20 +267,36 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
             medimg.write_jpeg(public / qid / rel, img)
             paths.append(rel)
         question = {
-            "question_id": qid, "dataset": spec.dataset.split(" (")[0].split(",")[0], "question": q["question"],
-            "image_paths": paths, "split": "test", "medical_task": q["medical_task"],
-            "body_system": q["body_system"], "question_type": q["question_type"],
+            "question_id": qid,
+            "dataset": spec.dataset.split(" (")[0].split(",")[0],
+            "question": q["question"],
+            "image_paths": paths,
+            "split": "test",
+            "medical_task": q["medical_task"],
+            "body_system": q["body_system"],
+            "question_type": q["question_type"],
         }
         if "options" in q:
             question["options"] = q["options"]
         _write_json(public / qid / spec.vqa.question_file, question)
-        answer = {"question_id": qid, "answer_label": q["answer_label"], "answer_text": q["answer_text"],
-                  "answer_type": q["answer_type"]}
+        answer = {
+            "question_id": qid,
+            "answer_label": q["answer_label"],
+            "answer_text": q["answer_text"],
+            "answer_type": q["answer_type"],
+        }
         if "options" in q:
             answer["options"] = q["options"]
         _write_json(private / qid / spec.vqa.answer_file, answer)
-        rows.append({"question_id": qid, "answer_label": q["answer_label"], "answer_text": q["answer_text"],
-                     "answer_type": q["answer_type"], "question_type": q["question_type"]})
+        rows.append(
+            {
+                "question_id": qid,
+                "answer_label": q["answer_label"],
+                "answer_text": q["answer_text"],
+                "answer_type": q["answer_type"],
+                "question_type": q["question_type"],
+            }
+        )
     with open(private / "ground_truth.csv", "w", encoding="utf-8", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -228,11 +311,17 @@ def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:
         gold = json.loads(path.read_text(encoding="utf-8"))
         qid = gold["question_id"]
         text = gold["answer_text"]
-        _write_json(root / qid / spec.vqa.answer_file, {
-            "question_id": qid, "predicted_label": gold.get("answer_label", ""),
-            "predicted_answer": text, "raw_model_output": f"The answer is {text}.",
-            "model_name": "reference-oracle", "runtime_s": 0.0,
-        })
+        _write_json(
+            root / qid / spec.vqa.answer_file,
+            {
+                "question_id": qid,
+                "predicted_label": gold.get("answer_label", ""),
+                "predicted_answer": text,
+                "raw_model_output": f"The answer is {text}.",
+                "model_name": "reference-oracle",
+                "runtime_s": 0.0,
+            },
+        )
 
 
 def _write_json(path: Path, obj: dict[str, Any]) -> None:

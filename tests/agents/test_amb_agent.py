@@ -47,10 +47,34 @@ def record(tmp_path, server, twin, run_id, *agent_args, tier="standard", model="
     (ws / "tier_prompt.txt").write_text(brief("bccd-det", tier))
     store = tmp_path / "store"
     proc = subprocess.run(
-        [str(BIN / "amb-record"), "--store", str(store), "--task", "bccd-det", "--tier", tier, "--data", str(twin),
-         "--run-id", run_id, "--upstream", f"openai={server.url}", "--",
-         str(BIN / "amb-agent"), "--model", model, "--task-dir", ".", "--data", str(twin / "public"), *agent_args],
-        cwd=ws, capture_output=True, text=True, timeout=120,
+        [
+            str(BIN / "amb-record"),
+            "--store",
+            str(store),
+            "--task",
+            "bccd-det",
+            "--tier",
+            tier,
+            "--data",
+            str(twin),
+            "--run-id",
+            run_id,
+            "--upstream",
+            f"openai={server.url}",
+            "--",
+            str(BIN / "amb-agent"),
+            "--model",
+            model,
+            "--task-dir",
+            ".",
+            "--data",
+            str(twin / "public"),
+            *agent_args,
+        ],
+        cwd=ws,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     return proc, ws, store
 
@@ -96,7 +120,9 @@ def test_turn_cap_stops_without_submission(tmp_path, server, twin):
     assert proc.returncode == 2
     assert "turn cap of 3 reached without a submission" in proc.stderr
     with Store.open(store, read_only=True) as st:
-        assert st.con.execute("SELECT status, n_model_calls FROM runs WHERE run_id = 'agent-cap'").fetchall() == [("failed", 3)]
+        assert st.con.execute(
+            "SELECT status, n_model_calls FROM runs WHERE run_id = 'agent-cap'"
+        ).fetchall() == [("failed", 3)]
 
 
 def test_reply_without_tool_call_stops(tmp_path):
@@ -106,25 +132,41 @@ def test_reply_without_tool_call_stops(tmp_path):
     (ws / "tier_prompt.txt").write_text(brief("vqa-rad", "lite"))
     with FakeUpstream() as fake:
         env = dict(os.environ, OPENAI_BASE_URL=fake.url + "/v1", OPENAI_API_KEY="k")
-        proc = subprocess.run([str(BIN / "amb-agent"), "--model", "m", "--task-dir", str(ws)], env=env,
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [str(BIN / "amb-agent"), "--model", "m", "--task-dir", str(ws)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert proc.returncode == 2, proc.stderr
     assert "turn 1: read_file" in proc.stderr  # the fake's tool is not one of ours: answered, not run
     assert "replied without a tool call" in proc.stderr
 
 
 def test_missing_brief_is_one_clear_error(tmp_path):
-    proc = subprocess.run([str(BIN / "amb-agent"), "--model", "m", "--task-dir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [str(BIN / "amb-agent"), "--model", "m", "--task-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip() == f"amb-agent: error: no brief: give --brief FILE or put tier_prompt.txt in {tmp_path.resolve()}"
+    assert (
+        proc.stderr.strip()
+        == f"amb-agent: error: no brief: give --brief FILE or put tier_prompt.txt in {tmp_path.resolve()}"
+    )
 
 
 def test_tool_results_are_cut_like_automedbench(tmp_path):
     code = "import sys\nprint('A' * 5000 + 'END')\nsys.stderr.write('e' * 4000 + 'ERR')\nsys.exit(3)\n"
     r = run_code("python", code, tmp_path, 30, 1)
     assert r["exit_code"] == 3
-    assert r["stdout"].endswith("END\n") and len(r["stdout"]) < STDOUT_KEEP + 60 and "characters cut" in r["stdout"]
+    assert (
+        r["stdout"].endswith("END\n")
+        and len(r["stdout"]) < STDOUT_KEEP + 60
+        and "characters cut" in r["stdout"]
+    )
     assert r["stderr"].endswith("ERR") and len(r["stderr"]) < STDERR_KEEP + 60
     assert list(tmp_path.iterdir()) == []  # the script file is removed
 

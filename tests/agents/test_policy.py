@@ -34,14 +34,24 @@ def drive(task: str, tier: str, data: Path, ws: Path, flaw: str | None = None, m
     """Run the policy to its submission; returns (steps taken, messages)."""
     ws.mkdir(parents=True, exist_ok=True)
     (ws / "tier_prompt.txt").write_text(brief(task, tier))
-    messages = [{"role": "system", "content": system_prompt(brief(task, tier), str(ws), str(data / "public"), tier)},
-                {"role": "user", "content": KICKOFF}]
+    messages = [
+        {"role": "system", "content": system_prompt(brief(task, tier), str(ws), str(data / "public"), tier)},
+        {"role": "user", "content": KICKOFF},
+    ]
     steps = []
     for turn in range(max_turns):
         d = decide(messages, flaw)
-        calls = [{"id": f"c{turn}_{k}", "type": "function",
-                  "function": {"name": tc.name, "arguments": json.dumps(tc.arguments)}} for k, tc in enumerate(d.tool_calls)]
-        messages.append({"role": "assistant", "content": d.content, **({"tool_calls": calls} if calls else {})})
+        calls = [
+            {
+                "id": f"c{turn}_{k}",
+                "type": "function",
+                "function": {"name": tc.name, "arguments": json.dumps(tc.arguments)},
+            }
+            for k, tc in enumerate(d.tool_calls)
+        ]
+        messages.append(
+            {"role": "assistant", "content": d.content, **({"tool_calls": calls} if calls else {})}
+        )
         if not calls:
             break
         for call, tc in zip(calls, d.tool_calls):
@@ -59,8 +69,21 @@ def drive(task: str, tier: str, data: Path, ws: Path, flaw: str | None = None, m
 def test_clean_policy_does_the_work_and_scores(task, twins, tmp_path):
     steps, _ = drive(task, "lite", twins / task, tmp_path / "ws")
     names = [s[0] for s in steps]
-    assert names == ["explore", "plan", "env", "setup", "inspect", "pilot", "pilot_check", "batch", "verify", "submit"]
-    assert all(r["exit_code"] == 0 for _, r, _ in steps if r is not None), [(n, r) for n, r, _ in steps if r and r["exit_code"]]
+    assert names == [
+        "explore",
+        "plan",
+        "env",
+        "setup",
+        "inspect",
+        "pilot",
+        "pilot_check",
+        "batch",
+        "verify",
+        "submit",
+    ]
+    assert all(r["exit_code"] == 0 for _, r, _ in steps if r is not None), [
+        (n, r) for n, r, _ in steps if r and r["exit_code"]
+    ]
     assert "CASE " in steps[0][1]["stdout"]
     assert (tmp_path / "ws" / "plan" / "plan.md").is_file()
     result = grade(load_spec(task), tmp_path / "ws", twins / task / "private")
@@ -102,8 +125,14 @@ def test_clean_policy_reruns_cases_a_batch_failed(twins, tmp_path):
     ws = tmp_path / "ws"
     steps, messages = drive("vqa-rad", "lite", twins / "vqa-rad", ws)
     at = next(i for i, m in enumerate(messages) if m["role"] == "assistant" and "S4 batch" in json.dumps(m))
-    failed = {"exit_code": 0, "stdout": 'RESULT {"done": [], "failed": {"vqarad_0001": "OSError: disk"}, "n": 2}', "stderr": ""}
-    convo = messages[:at + 1] + [{"role": "tool", "tool_call_id": messages[at]["tool_calls"][0]["id"], "content": json.dumps(failed)}]
+    failed = {
+        "exit_code": 0,
+        "stdout": 'RESULT {"done": [], "failed": {"vqarad_0001": "OSError: disk"}, "n": 2}',
+        "stderr": "",
+    }
+    convo = messages[: at + 1] + [
+        {"role": "tool", "tool_call_id": messages[at]["tool_calls"][0]["id"], "content": json.dumps(failed)}
+    ]
     nxt = decide(convo)
     assert nxt.tool_calls and nxt.tool_calls[0].arguments["code"].startswith("# S4 batch_retry")
 
@@ -126,13 +155,31 @@ def test_a_failed_step_is_retried_once_then_passed(twins, tmp_path):
     ws = tmp_path / "ws"
     _, messages = drive("kidney-seg", "lite", twins / "kidney-seg", ws)
     at = next(i for i, m in enumerate(messages) if m["role"] == "assistant" and "S2 env" in json.dumps(m))
-    bad = json.dumps({"exit_code": 1, "stdout": "", "stderr": "Traceback (most recent call last):\nOSError: no space"})
-    convo = messages[:at + 1] + [{"role": "tool", "tool_call_id": messages[at]["tool_calls"][0]["id"], "content": bad}]
+    bad = json.dumps(
+        {"exit_code": 1, "stdout": "", "stderr": "Traceback (most recent call last):\nOSError: no space"}
+    )
+    convo = messages[: at + 1] + [
+        {"role": "tool", "tool_call_id": messages[at]["tool_calls"][0]["id"], "content": bad}
+    ]
     again = decide(convo)
     assert again.tool_calls[0].arguments["code"].startswith("# S2 env")
-    convo += [{"role": "assistant", "content": again.content, "tool_calls": [
-        {"id": "x", "type": "function", "function": {"name": "execute_code", "arguments": json.dumps(again.tool_calls[0].arguments)}}]},
-        {"role": "tool", "tool_call_id": "x", "content": bad}]
+    convo += [
+        {
+            "role": "assistant",
+            "content": again.content,
+            "tool_calls": [
+                {
+                    "id": "x",
+                    "type": "function",
+                    "function": {
+                        "name": "execute_code",
+                        "arguments": json.dumps(again.tool_calls[0].arguments),
+                    },
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "x", "content": bad},
+    ]
     assert decide(convo).tool_calls[0].arguments["code"].startswith("# S2 setup")
 
 

@@ -25,12 +25,16 @@ def client(server):
 
 
 def kickoff(task="kidney-seg", tier="lite"):
-    return [{"role": "system", "content": system_prompt(brief(task, tier), "/workspace", "/data/public", tier)},
-            {"role": "user", "content": KICKOFF}]
+    return [
+        {"role": "system", "content": system_prompt(brief(task, tier), "/workspace", "/data/public", tier)},
+        {"role": "user", "content": KICKOFF},
+    ]
 
 
 def test_non_streaming_tool_call(server):
-    resp = client(server).chat.completions.create(model="baseline", messages=kickoff(), tools=TOOLS, tool_choice="auto")
+    resp = client(server).chat.completions.create(
+        model="baseline", messages=kickoff(), tools=TOOLS, tool_choice="auto"
+    )
     choice = resp.choices[0]
     assert choice.finish_reason == "tool_calls"
     call = choice.message.tool_calls[0]
@@ -43,8 +47,13 @@ def test_non_streaming_tool_call(server):
 def test_streaming_reassembles_to_the_same_answer(server):
     c = client(server)
     plain = c.chat.completions.create(model="baseline", messages=kickoff("bccd-det"), tools=TOOLS)
-    stream = c.chat.completions.create(model="baseline", messages=kickoff("bccd-det"), tools=TOOLS, stream=True,
-                                       stream_options={"include_usage": True})
+    stream = c.chat.completions.create(
+        model="baseline",
+        messages=kickoff("bccd-det"),
+        tools=TOOLS,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     text, args, names, finish, usage = "", {}, {}, None, None
     for chunk in stream:
         if chunk.usage:
@@ -70,8 +79,12 @@ def test_model_name_selects_the_flaw(server):
 
 
 def test_bad_requests_get_openai_style_errors(server):
-    req = urllib.request.Request(server.url + "/v1/chat/completions", data=b"{not json", method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        server.url + "/v1/chat/completions",
+        data=b"{not json",
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=5)
     assert e.value.code == 400 and "bad request body" in json.loads(e.value.read())["error"]["message"]
@@ -86,7 +99,11 @@ def test_same_request_same_answer(server):
     c = client(server)
     a = c.chat.completions.create(model="baseline+no-pilot", messages=kickoff("vqa-rad"), tools=TOOLS)
     b = c.chat.completions.create(model="baseline+no-pilot", messages=kickoff("vqa-rad"), tools=TOOLS)
-    assert a.id == b.id and a.choices[0].message.tool_calls[0].function.arguments == b.choices[0].message.tool_calls[0].function.arguments
+    assert (
+        a.id == b.id
+        and a.choices[0].message.tool_calls[0].function.arguments
+        == b.choices[0].message.tool_calls[0].function.arguments
+    )
 
 
 def test_serve_command_writes_its_url_and_stops_on_sigterm(tmp_path):
@@ -98,8 +115,11 @@ def test_serve_command_writes_its_url_and_stops_on_sigterm(tmp_path):
 
     amb = str(Path(sys.executable).with_name("amb"))
     url_file = tmp_path / "url"
-    proc = subprocess.Popen([amb, "baseline", "serve", "--url-file", str(url_file), "--flaw", "no-pilot"],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [amb, "baseline", "serve", "--url-file", str(url_file), "--flaw", "no-pilot"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while not url_file.exists() and time.monotonic() < deadline:
@@ -111,5 +131,7 @@ def test_serve_command_writes_its_url_and_stops_on_sigterm(tmp_path):
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=10)
     assert proc.returncode == 0 and "default flaw no-pilot" in err
-    bad = subprocess.run([amb, "baseline", "serve", "--flaw", "lazy"], capture_output=True, text=True, timeout=30)
+    bad = subprocess.run(
+        [amb, "baseline", "serve", "--flaw", "lazy"], capture_output=True, text=True, timeout=30
+    )
     assert bad.returncode != 0 and bad.stderr.strip().startswith("amb: error: unknown flaw 'lazy'")

@@ -36,5 +36,11 @@ def test_shipped_files_import_only_the_standard_library():
 
 def test_agent_source_runs_as_a_dash_c_program(tmp_path):
     source = Path(amb_agent.__file__).read_text(encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-I", "-c", source, "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", source, "--help"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=30,
+    )
     assert proc.returncode == 0 and "--task-dir" in proc.stdout

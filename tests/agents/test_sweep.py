@@ -15,7 +15,17 @@ from agents.sweep import attempt_outcome
 from replay.store import Store
 
 BIN = Path(sys.executable).parent
-AGENT = ["amb-agent", "--model", "{model}", "--task-dir", "{workspace}", "--data", "{data}", "--retry-delay", "0.5"]
+AGENT = [
+    "amb-agent",
+    "--model",
+    "{model}",
+    "--task-dir",
+    "{workspace}",
+    "--data",
+    "{data}",
+    "--retry-delay",
+    "0.5",
+]
 SWEEP = f"""
 name = "t"
 tasks = ["kidney-seg", "bccd-det"]
@@ -41,19 +51,34 @@ command = {json.dumps(AGENT)}
 model = "baseline+wrong-filename"
 upstream = "openai={{baseline}}"
 """
-CELLS = [f"t-{a}-{t}-{tier}-r{k}" for a in ("clean", "misnamed") for t in ("kidney-seg", "bccd-det")
-         for tier in ("lite", "standard") for k in (1, 2)]
+CELLS = [
+    f"t-{a}-{t}-{tier}-r{k}"
+    for a in ("clean", "misnamed")
+    for t in ("kidney-seg", "bccd-det")
+    for tier in ("lite", "standard")
+    for k in (1, 2)
+]
 
 
 def sweep_cmd(tmp_path, *extra):
-    return [str(BIN / "amb"), "sweep", "--store", str(tmp_path / "store"), "--work", str(tmp_path / "work"),
-            str(tmp_path / "sweep.toml"), *extra]
+    return [
+        str(BIN / "amb"),
+        "sweep",
+        "--store",
+        str(tmp_path / "store"),
+        "--work",
+        str(tmp_path / "work"),
+        str(tmp_path / "sweep.toml"),
+        *extra,
+    ]
 
 
 def test_sweep_interrupted_resumed_and_scored(tmp_path):
     (tmp_path / "sweep.toml").write_text(SWEEP)
     store = tmp_path / "store"
-    first = subprocess.Popen(sweep_cmd(tmp_path, "--no-score"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        sweep_cmd(tmp_path, "--no-score"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         done = [c for c in CELLS if attempt_outcome(store, c) == "completed"]
@@ -74,7 +99,9 @@ def test_sweep_interrupted_resumed_and_scored(tmp_path):
     assert "16/16 cells completed" in second.stderr
 
     with Store.open(store, read_only=True) as st:
-        runs = st.con.execute("SELECT run_id, status, labels->>'agent' FROM runs WHERE labels->>'sweep' = 't'").fetchall()
+        runs = st.con.execute(
+            "SELECT run_id, status, labels->>'agent' FROM runs WHERE labels->>'sweep' = 't'"
+        ).fetchall()
         scores = st.con.execute("SELECT run_id, s3, s4, s5, task_score, codes FROM scores_current").fetchall()
     completed = sorted(r for r, status, _ in runs if status == "completed")
     cell_of = {r: r.split(".a")[0] for r, _, _ in runs}
@@ -86,8 +113,10 @@ def test_sweep_interrupted_resumed_and_scored(tmp_path):
     # the sweep's first pass did not re-run what it had completed
     assert completed_before <= set(completed)
 
-    by = {r: dict(s3=s3, s4=s4, s5=s5, task=t, codes=json.loads(c) if isinstance(c, str) else c)
-          for r, s3, s4, s5, t, c in scores}
+    by = {
+        r: dict(s3=s3, s4=s4, s5=s5, task=t, codes=json.loads(c) if isinstance(c, str) else c)
+        for r, s3, s4, s5, t, c in scores
+    }
     assert set(by) == set(completed)  # the sweep scores its final runs, one per cell
     clean = [by[r] for r in completed if "-clean-" in r]
     flawed = [by[r] for r in completed if "-misnamed-" in r]
@@ -110,8 +139,12 @@ def test_sweep_file_errors_are_one_line(tmp_path):
     }
     for text, message in cases.items():
         (tmp_path / "s.toml").write_text(text)
-        proc = subprocess.run([str(BIN / "amb"), "sweep", "--store", str(tmp_path / "st"), str(tmp_path / "s.toml")],
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [str(BIN / "amb"), "sweep", "--store", str(tmp_path / "st"), str(tmp_path / "s.toml")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr, proc.stderr
 
@@ -119,13 +152,18 @@ def test_sweep_file_errors_are_one_line(tmp_path):
 def test_sweep_killed_hard_resumes_without_duplicates(tmp_path):
     # kill -9 of the sweep itself: its amb-record children are told to stop (parent-death signal),
     # close their runs as killed, and the resumed sweep re-runs exactly the cells not completed.
-    text = SWEEP.replace('tasks = ["kidney-seg", "bccd-det"]', 'tasks = ["vqa-rad"]').replace(
-        'tiers = ["lite", "standard"]', 'tiers = ["lite"]').replace("repeats = 2", "repeats = 3")
-    text = text[:text.index('[[agents]]\nname = "misnamed"')]
+    text = (
+        SWEEP.replace('tasks = ["kidney-seg", "bccd-det"]', 'tasks = ["vqa-rad"]')
+        .replace('tiers = ["lite", "standard"]', 'tiers = ["lite"]')
+        .replace("repeats = 2", "repeats = 3")
+    )
+    text = text[: text.index('[[agents]]\nname = "misnamed"')]
     (tmp_path / "sweep.toml").write_text(text)
     store = tmp_path / "store"
     cells = [f"t-clean-vqa-rad-lite-r{k}" for k in (1, 2, 3)]
-    first = subprocess.Popen(sweep_cmd(tmp_path, "--no-score"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        sweep_cmd(tmp_path, "--no-score"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and not any(attempt_outcome(store, c) == "completed" for c in cells):
         time.sleep(0.1)
@@ -144,7 +182,8 @@ def test_sweep_killed_hard_resumes_without_duplicates(tmp_path):
 def test_failed_cells_are_retried_up_to_the_limit(tmp_path):
     (tmp_path / "sweep.toml").write_text(
         'name = "f"\ntasks = ["bccd-det"]\ncases = 1\nmax_attempts = 2\nbackend = "local"\n'
-        '[[agents]]\nname = "broken"\ncommand = ["false"]\n')
+        '[[agents]]\nname = "broken"\ncommand = ["false"]\n'
+    )
     proc = subprocess.run(sweep_cmd(tmp_path, "--no-score"), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "0/1 cells completed" in proc.stderr and "1 gave up" in proc.stderr
     store = tmp_path / "store"

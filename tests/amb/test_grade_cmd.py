@@ -35,7 +35,15 @@ def kidney(tmp_path_factory):
 
 
 def test_json_output(kidney):
-    out = amb("grade", "kidney-seg", "--submission", str(kidney / "ws"), "--reference", str(kidney / "data" / "private"), "--json")
+    out = amb(
+        "grade",
+        "kidney-seg",
+        "--submission",
+        str(kidney / "ws"),
+        "--reference",
+        str(kidney / "data" / "private"),
+        "--json",
+    )
     data = json.loads(out.stdout)
     assert {"task", "metric", "score", "cases", "params", "checks", "degraded", "profile"} <= set(data)
     assert data["task"] == "kidney-seg" and data["metric"] == "macro_dice" and data["profile"] == "default"
@@ -49,7 +57,16 @@ def test_json_output(kidney):
 def test_profile_switches_the_gate(kidney, tmp_path):
     profile = tmp_path / "strict.toml"
     profile.write_text('[profile]\nname = "strict"\n\n[metrics]\ncompleteness = "all_or_nothing"\n')
-    out = amb("grade", "kidney-seg", "--submission", str(kidney / "ws"), "--reference", str(kidney / "data" / "private"), "--profile", str(profile))
+    out = amb(
+        "grade",
+        "kidney-seg",
+        "--submission",
+        str(kidney / "ws"),
+        "--reference",
+        str(kidney / "data" / "private"),
+        "--profile",
+        str(profile),
+    )
     assert "macro_dice = 0.0000" in out.stdout and "gate all_or_nothing, profile strict" in out.stdout
     assert "case_00001" in out.stdout and "invalid" in out.stdout
 
@@ -62,7 +79,14 @@ def test_profile_switches_the_gate(kidney, tmp_path):
     ],
 )
 def test_errors_are_one_line(kidney, extra, needle):
-    args = ["grade", "kidney-seg", "--submission", str(kidney / "ws"), "--reference", str(kidney / "data" / "private")]
+    args = [
+        "grade",
+        "kidney-seg",
+        "--submission",
+        str(kidney / "ws"),
+        "--reference",
+        str(kidney / "data" / "private"),
+    ]
     for i in range(0, len(extra), 2):
         j = args.index(extra[i]) if extra[i] in args else None
         if j is None:
@@ -87,12 +111,29 @@ def test_grader_image_entry_point_runs_without_amb(kidney, tmp_path):
         "import runpy, sys; sys.modules['amb'] = None; sys.path.insert(0, sys.argv.pop(1)); "
         "sys.argv[0] = 'scorer.grader'; runpy.run_module('scorer.grader', run_name='__main__')"
     )
-    args = ["kidney-seg", "--submission", str(kidney / "ws"), "--reference", str(kidney / "data" / "private"), "--json"]
-    proc = subprocess.run([sys.executable, "-c", code, str(src), *args], capture_output=True, text=True, timeout=120)
+    args = [
+        "kidney-seg",
+        "--submission",
+        str(kidney / "ws"),
+        "--reference",
+        str(kidney / "data" / "private"),
+        "--json",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(src), *args], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     via_amb = json.loads(amb("grade", *args).stdout)
     assert data == via_amb
-    bad = subprocess.run([sys.executable, "-c", code, str(src), "no-such-task", "--submission", ".", "--reference", "."],
-                         capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 1 and bad.stderr.startswith("amb: error: unknown task") and bad.stderr.count("\n") == 1
+    bad = subprocess.run(
+        [sys.executable, "-c", code, str(src), "no-such-task", "--submission", ".", "--reference", "."],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        bad.returncode == 1
+        and bad.stderr.startswith("amb: error: unknown task")
+        and bad.stderr.count("\n") == 1
+    )

@@ -40,7 +40,21 @@ def test_same_result_in_the_grader_image(tmp_path, grader_image, task):  # noqa:
 
 def test_without_docker_engine_it_is_one_clear_error(tmp_path):
     env = os.environ | {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
-    proc = subprocess.run([AMB, "grade", "kidney-seg", "--submission", str(tmp_path), "--reference", str(tmp_path),
-                           "--in-container"], capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [
+            AMB,
+            "grade",
+            "kidney-seg",
+            "--submission",
+            str(tmp_path),
+            "--reference",
+            str(tmp_path),
+            "--in-container",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 1 and proc.stderr.startswith("amb: error: --in-container needs a Docker engine")
     assert "Traceback" not in proc.stderr

@@ -19,4 +19,6 @@ def test_every_command_module_is_registered():
 def test_every_command_is_in_the_table():
     for module_name in set(COMMANDS.values()):
         for command in importlib.import_module(module_name).commands:
-            assert COMMANDS.get(command.name) == module_name, f"{command.name} ({module_name}) missing from COMMANDS"
+            assert COMMANDS.get(command.name) == module_name, (
+                f"{command.name} ({module_name}) missing from COMMANDS"
+            )

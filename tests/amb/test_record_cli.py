@@ -41,16 +41,39 @@ def agents_py():
     return agents_python()
 
 
-def amb_record(store: Path, fake_url: str, argv: list[str], *, cwd: Path, extra: list[str] = (), env: dict | None = None,
-               timeout: float = 120, **popen) -> subprocess.CompletedProcess:
+def amb_record(
+    store: Path,
+    fake_url: str,
+    argv: list[str],
+    *,
+    cwd: Path,
+    extra: list[str] = (),
+    env: dict | None = None,
+    timeout: float = 120,
+    **popen,
+) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **REAL_KEYS, **(env or {})}
-    cmd = [str(BIN / "amb-record"), "--store", str(store), "--upstream", f"openai={fake_url}",
-           "--upstream", f"anthropic={fake_url}", *extra, "--", *argv]
-    return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout, **popen)
+    cmd = [
+        str(BIN / "amb-record"),
+        "--store",
+        str(store),
+        "--upstream",
+        f"openai={fake_url}",
+        "--upstream",
+        f"anthropic={fake_url}",
+        *extra,
+        "--",
+        *argv,
+    ]
+    return subprocess.run(
+        cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout, **popen
+    )
 
 
 def amb(store: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "amb"), *args, "--store", str(store)], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(BIN / "amb"), *args, "--store", str(store)], capture_output=True, text=True, timeout=120
+    )
 
 
 def sql(store: Path, query: str) -> list[dict]:
@@ -72,8 +95,11 @@ def assert_no_key_bytes(store: Path) -> None:
         if path.parent.parent.name == "blobs" and not data.startswith(CHUNK_MAGIC):
             data = zlib.decompress(data)  # (a chunk list holds only addresses; its chunks are checked)
         assert not any(k in data for k in keys), path
-    hits = sql(store, "SELECT count(*) AS n FROM events WHERE " +
-               " OR ".join(f"payload::VARCHAR LIKE '%{k}%'" for k in REAL_KEYS.values()))
+    hits = sql(
+        store,
+        "SELECT count(*) AS n FROM events WHERE "
+        + " OR ".join(f"payload::VARCHAR LIKE '%{k}%'" for k in REAL_KEYS.values()),
+    )
     assert hits == [{"n": 0}]
 
 
@@ -83,8 +109,13 @@ def test_sdk_agent_is_fully_recorded(tmp_path, fake, agents_py, which):
     store, ws = tmp_path / "store", tmp_path / "ws"
     ws.mkdir()
     n_before = len(fake.requests)
-    res = amb_record(store, fake.url, [str(python), str(AGENTS / "sdk_agent.py")], cwd=ws,
-                     extra=["--label", "sdk=" + which, "--task", "demo", "--tier", "lite"])
+    res = amb_record(
+        store,
+        fake.url,
+        [str(python), str(AGENTS / "sdk_agent.py")],
+        cwd=ws,
+        extra=["--label", "sdk=" + which, "--task", "demo", "--tier", "lite"],
+    )
     assert res.returncode == 0, res.stderr
     run_id = run_id_of(res)
     assert f"run {run_id}: completed, exit code 0, 8 model calls" in res.stderr
@@ -98,19 +129,28 @@ def test_sdk_agent_is_fully_recorded(tmp_path, fake, agents_py, which):
     for req in seen:
         key = REAL_KEYS["ANTHROPIC_API_KEY" if req.path.endswith("/messages") else "OPENAI_API_KEY"]
         # (anthropic 2.x sends the key as a bearer token, 0.x as x-api-key: custody handles both)
-        assert key in (req.headers.get("x-api-key"), req.headers.get("authorization", "").removeprefix("Bearer "))
+        assert key in (
+            req.headers.get("x-api-key"),
+            req.headers.get("authorization", "").removeprefix("Bearer "),
+        )
     assert_no_key_bytes(store)
 
     # Ingested at the end, verifiable, and every call's content equals what the client received.
     verify = amb(store, "verify")
     assert verify.returncode == 0 and verify.stdout.startswith("OK"), verify.stdout + verify.stderr
-    rows = sql(store, f"SELECT api, stream, ok, text, call_id FROM model_calls WHERE run_id = '{run_id}' ORDER BY seq")
+    rows = sql(
+        store,
+        f"SELECT api, stream, ok, text, call_id FROM model_calls WHERE run_id = '{run_id}' ORDER BY seq",
+    )
     assert [(r["api"], r["ok"]) for r in rows] == [(c["api"], True) for c in client["calls"]]
     assert [r["text"] for r in rows] == [c["text"] for c in client["calls"]] == [TEXT] * 8
     assert [r["stream"] for r in rows] == [False, False, True, False, True, False, True, False]
 
     # Tool calls: every one the client got is recorded with its raw arguments; answered ones are paired.
-    tools = sql(store, f"SELECT tool_call_id, arguments, answered_in, output FROM tool_calls WHERE run_id = '{run_id}'")
+    tools = sql(
+        store,
+        f"SELECT tool_call_id, arguments, answered_in, output FROM tool_calls WHERE run_id = '{run_id}'",
+    )
     by_id = {t["tool_call_id"]: t for t in tools}
     client_tools = [t for c in client["calls"] for t in c["tools"]]
     assert sorted(by_id) == sorted(t[0] for t in client_tools)
@@ -122,13 +162,22 @@ def test_sdk_agent_is_fully_recorded(tmp_path, fake, agents_py, which):
     assert sum(t["answered_in"] is not None for t in tools) == 2  # history resent in turn 3 counted once
 
     # "Calls, tokens and tool calls per run" from the views.
-    (per_run,) = sql(store, """
+    (per_run,) = sql(
+        store,
+        """
         SELECT r.run_id, r.status, r.task, count(m.call_id) AS calls, sum(m.input_tokens) AS input_tokens,
                sum(m.output_tokens) AS output_tokens, any_value(r.n_tool_calls) AS tool_calls
-        FROM runs r JOIN model_calls m USING (run_id) GROUP BY ALL""")
-    assert per_run == {"run_id": run_id, "status": "completed", "task": "demo", "calls": 8,
-                       "input_tokens": 3 * 120 + 2 * 200 + 3 * 500, "output_tokens": 3 * 30 + 2 * 40 + 3 * 25,
-                       "tool_calls": len(client_tools)}
+        FROM runs r JOIN model_calls m USING (run_id) GROUP BY ALL""",
+    )
+    assert per_run == {
+        "run_id": run_id,
+        "status": "completed",
+        "task": "demo",
+        "calls": 8,
+        "input_tokens": 3 * 120 + 2 * 200 + 3 * 500,
+        "output_tokens": 3 * 30 + 2 * 40 + 3 * 25,
+        "tool_calls": len(client_tools),
+    }
 
 
 def test_curl_records_bytes_as_received(tmp_path, fake):
@@ -136,7 +185,7 @@ def test_curl_records_bytes_as_received(tmp_path, fake):
     ws.mkdir()
     body = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
     script = (
-        f"curl -sS -N \"$OPENAI_BASE_URL/chat/completions\" -H \"authorization: Bearer $OPENAI_API_KEY\" "
+        f'curl -sS -N "$OPENAI_BASE_URL/chat/completions" -H "authorization: Bearer $OPENAI_API_KEY" '
         f"-H 'content-type: application/json' -d '{body}' -o plain.out && "
         f"curl -sS -N --compressed -H 'x-fake-encoding: gzip' \"$OPENAI_BASE_URL/chat/completions\" "
         f"-H \"authorization: Bearer $OPENAI_API_KEY\" -H 'content-type: application/json' -d '{body}' -o gzip.out"
@@ -145,7 +194,10 @@ def test_curl_records_bytes_as_received(tmp_path, fake):
     assert res.returncode == 0, res.stderr
     rows = sql(store, "SELECT response_blob, ok, text FROM model_calls ORDER BY seq")
     blobs = BlobStore(store / "blobs")
-    assert [blobs.get(r["response_blob"]) for r in rows] == [(ws / "plain.out").read_bytes(), (ws / "gzip.out").read_bytes()]
+    assert [blobs.get(r["response_blob"]) for r in rows] == [
+        (ws / "plain.out").read_bytes(),
+        (ws / "gzip.out").read_bytes(),
+    ]
     assert all(r["ok"] and r["text"] == TEXT for r in rows)
 
 
@@ -157,38 +209,65 @@ def test_https_through_the_regular_proxy_curl_and_node(tmp_path, tls_fake):
     script = (
         f"curl -sS {tls_fake.url}/bytes/777 -o curl.out && "
         f"curl -sS {url} -H \"authorization: Bearer $OPENAI_API_KEY\" -H 'content-type: application/json' "
-        "-d '{\"model\": \"m\", \"messages\": []}' -o curl-chat.out && "
+        '-d \'{"model": "m", "messages": []}\' -o curl-chat.out && '
         f"curl -sS --http2 {url} -H \"authorization: Bearer $OPENAI_API_KEY\" -H 'content-type: application/json' "
-        "-d '{\"model\": \"h2\", \"stream\": true, \"messages\": []}' -o h2.out -w '%{http_version}' > h2.version && "
+        '-d \'{"model": "h2", "stream": true, "messages": []}\' -o h2.out -w \'%{http_version}\' > h2.version && '
         f"node {AGENTS / 'fetch_agent.cjs'} {url} node.json"
     )
     # The TLS fake is also the openai upstream: in regular mode the key goes only to that host.
-    res = amb_record(store, tls_fake.url, ["sh", "-c", script], cwd=ws,
-                     env={"AMB_UPSTREAM_CA": str(tls_fake.ca_file), "UNDICI": str(node_modules / "undici")})
+    res = amb_record(
+        store,
+        tls_fake.url,
+        ["sh", "-c", script],
+        cwd=ws,
+        env={"AMB_UPSTREAM_CA": str(tls_fake.ca_file), "UNDICI": str(node_modules / "undici")},
+    )
     assert res.returncode == 0, res.stderr + res.stdout
     assert (ws / "curl.out").read_bytes() == b"x" * 777
     node = json.loads((ws / "node.json").read_text())
     assert node["status"] == 200 and node["bytes"] == 4096 and "[DONE]" in node["body"]
     assert (ws / "h2.version").read_text() == "2"  # an HTTP/2 client (the upstream speaks HTTP/1.1)
     calls = sql(store, "SELECT model, ok, stream, text FROM model_calls ORDER BY seq")
-    assert calls == [{"model": "m", "ok": True, "stream": False, "text": TEXT},
-                     {"model": "h2", "ok": True, "stream": True, "text": TEXT},
-                     {"model": "gpt-node", "ok": True, "stream": True, "text": TEXT}]
+    assert calls == [
+        {"model": "m", "ok": True, "stream": False, "text": TEXT},
+        {"model": "h2", "ok": True, "stream": True, "text": TEXT},
+        {"model": "gpt-node", "ok": True, "stream": True, "text": TEXT},
+    ]
     nets = sql(store, "SELECT scheme, host, path, status, response_bytes FROM network_requests ORDER BY seq")
-    assert nets == [{"scheme": "https", "host": "127.0.0.2", "path": "/bytes/777", "status": 200, "response_bytes": 777},
-                    {"scheme": "https", "host": "127.0.0.2", "path": "/bytes/4096", "status": 200, "response_bytes": 4096}]
-    assert all(r.headers.get("authorization") == "Bearer " + REAL_KEYS["OPENAI_API_KEY"]
-               for r in tls_fake.requests if r.path.startswith("/v1/"))
+    assert nets == [
+        {"scheme": "https", "host": "127.0.0.2", "path": "/bytes/777", "status": 200, "response_bytes": 777},
+        {
+            "scheme": "https",
+            "host": "127.0.0.2",
+            "path": "/bytes/4096",
+            "status": 200,
+            "response_bytes": 4096,
+        },
+    ]
+    assert all(
+        r.headers.get("authorization") == "Bearer " + REAL_KEYS["OPENAI_API_KEY"]
+        for r in tls_fake.requests
+        if r.path.startswith("/v1/")
+    )
     assert_no_key_bytes(store)
 
 
 def test_sigterm_is_forwarded_and_the_exit_code_propagates(tmp_path, fake):
     store, ws = tmp_path / "store", tmp_path / "ws"
     ws.mkdir()
-    agent = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(42)); " \
-            "open('ready', 'w').close(); time.sleep(60)"
+    agent = (
+        "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(42)); "
+        "open('ready', 'w').close(); time.sleep(60)"
+    )
     cmd = [str(BIN / "amb-record"), "--store", str(store), "--", sys.executable, "-c", agent]
-    p = subprocess.Popen(cmd, cwd=ws, env={**os.environ, **REAL_KEYS}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        cmd,
+        cwd=ws,
+        env={**os.environ, **REAL_KEYS},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 30
     while not (ws / "ready").exists():
         assert time.monotonic() < deadline and p.poll() is None
@@ -211,15 +290,30 @@ def test_time_limit_exit_code_124(tmp_path, fake):
 def test_recorder_killed_with_sigkill_leaves_a_recoverable_spool(tmp_path, fake, agents_py):
     store, ws = tmp_path / "store", tmp_path / "ws"
     ws.mkdir()
-    agent = ("import openai, time; c = openai.OpenAI(max_retries=0); "
-             "c.chat.completions.create(model='m', messages=[{'role': 'user', 'content': 'hi'}]); "
-             "open('called', 'w').close(); time.sleep(60)")
-    cmd = [str(BIN / "amb-record"), "--store", str(store), "--upstream", f"openai={fake.url}", "--",
-           str(agents_py), "-c", agent]
-    p = subprocess.Popen(cmd, cwd=ws, env={**os.environ, **REAL_KEYS}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    agent = (
+        "import openai, time; c = openai.OpenAI(max_retries=0); "
+        "c.chat.completions.create(model='m', messages=[{'role': 'user', 'content': 'hi'}]); "
+        "open('called', 'w').close(); time.sleep(60)"
+    )
+    cmd = [
+        str(BIN / "amb-record"),
+        "--store",
+        str(store),
+        "--upstream",
+        f"openai={fake.url}",
+        "--",
+        str(agents_py),
+        "-c",
+        agent,
+    ]
+    p = subprocess.Popen(
+        cmd, cwd=ws, env={**os.environ, **REAL_KEYS}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     deadline = time.monotonic() + 60
     while not (ws / "called").exists():
-        assert time.monotonic() < deadline and p.poll() is None, p.stderr.read() if p.poll() is not None else ""
+        assert time.monotonic() < deadline and p.poll() is None, (
+            p.stderr.read() if p.poll() is not None else ""
+        )
         time.sleep(0.05)
     p.kill()
     p.wait(10)
@@ -233,16 +327,35 @@ def test_recorder_killed_with_sigkill_leaves_a_recoverable_spool(tmp_path, fake,
 
 def test_concurrent_runs_share_one_store(tmp_path, fake, agents_py):
     store = tmp_path / "store"
-    agent = ("import openai; c = openai.OpenAI(max_retries=0)\n"
-             "for i in range(3): c.chat.completions.create(model='m', messages=[{'role': 'user', 'content': str(i)}])")
+    agent = (
+        "import openai; c = openai.OpenAI(max_retries=0)\n"
+        "for i in range(3): c.chat.completions.create(model='m', messages=[{'role': 'user', 'content': str(i)}])"
+    )
     procs = []
     for i in range(3):
         ws = tmp_path / f"ws{i}"
         ws.mkdir()
-        cmd = [str(BIN / "amb-record"), "--store", str(store), "--upstream", f"openai={fake.url}", "--",
-               str(agents_py), "-c", agent]
-        procs.append(subprocess.Popen(cmd, cwd=ws, env={**os.environ, **REAL_KEYS}, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+        cmd = [
+            str(BIN / "amb-record"),
+            "--store",
+            str(store),
+            "--upstream",
+            f"openai={fake.url}",
+            "--",
+            str(agents_py),
+            "-c",
+            agent,
+        ]
+        procs.append(
+            subprocess.Popen(
+                cmd,
+                cwd=ws,
+                env={**os.environ, **REAL_KEYS},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     ids = []
     for p in procs:
         out, err = p.communicate(timeout=120)
@@ -253,15 +366,22 @@ def test_concurrent_runs_share_one_store(tmp_path, fake, agents_py):
     assert amb(store, "verify").returncode == 0
 
 
-@pytest.mark.parametrize("args,message", [
-    ([], "no command given"),
-    (["--upstream", "mistral=http://x", "--", "true"], "expected openai=URL or anthropic=URL"),
-    (["--upstream", "openai=http://x/v1", "--", "true"], "give only scheme://host[:port]"),
-    (["--label", "novalue", "--", "true"], "expected K=V"),
-    (["--time-limit", "-1", "--", "true"], "--time-limit must be a positive"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ([], "no command given"),
+        (["--upstream", "mistral=http://x", "--", "true"], "expected openai=URL or anthropic=URL"),
+        (["--upstream", "openai=http://x/v1", "--", "true"], "give only scheme://host[:port]"),
+        (["--label", "novalue", "--", "true"], "expected K=V"),
+        (["--time-limit", "-1", "--", "true"], "--time-limit must be a positive"),
+    ],
+)
 def test_bad_input_is_one_clear_line(tmp_path, args, message):
-    r = subprocess.run([str(BIN / "amb-record"), "--store", str(tmp_path / "s"), *args], capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [str(BIN / "amb-record"), "--store", str(tmp_path / "s"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and message in r.stderr and "Traceback" not in r.stderr

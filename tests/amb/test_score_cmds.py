@@ -30,17 +30,46 @@ def test_score_report_audit(store, tmp_path):
     r = amb("score", "--store", store, "--all", "--json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
-    assert len(out["rows"]) == 10 and out["judge"] == "offline:rules-v1" and out["profile"]["name"] == "paper-2026-06"
+    assert (
+        len(out["rows"]) == 10
+        and out["judge"] == "offline:rules-v1"
+        and out["profile"]["name"] == "paper-2026-06"
+    )
     assert all(row["profile_id"] == out["profile"]["id"] for row in out["rows"])
     r = amb("score", "--store", store, "run-1", "run-2")
     assert r.exit_code == 0 and "offline rule-based judge" in r.output and "run-2" in r.output
-    r = amb("score", "--store", store, "--all", "--profile", "code-2026-04", "--compare", "paper-2026-06", "--json")
+    r = amb(
+        "score",
+        "--store",
+        store,
+        "--all",
+        "--profile",
+        "code-2026-04",
+        "--compare",
+        "paper-2026-06",
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     changes = json.loads(r.output)["compare"]["changes"]
-    assert changes and {c["field"] for c in changes} <= {"s1", "s2", "s3", "s4", "s5", "agentic", "task_score", "overall", "status", "codes"}
+    assert changes and {c["field"] for c in changes} <= {
+        "s1",
+        "s2",
+        "s3",
+        "s4",
+        "s5",
+        "agentic",
+        "task_score",
+        "overall",
+        "status",
+        "codes",
+    }
     page = tmp_path / "r.html"
     r = amb("report", "--store", store, "--html", str(page))
-    assert r.exit_code == 0 and "Leaderboard per model" in r.output and page.read_text().startswith("<!DOCTYPE html>")
+    assert (
+        r.exit_code == 0
+        and "Leaderboard per model" in r.output
+        and page.read_text().startswith("<!DOCTYPE html>")
+    )
     r = amb("report", "--store", store, "--json")
     assert json.loads(r.output)["runs"] == 10
     r = amb("audit", "--store", store, "run-3", "--json")
@@ -70,7 +99,9 @@ def test_score_with_the_llm_judge_through_the_cli(store):
     import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location("judge_server", Path(__file__).parents[1] / "fakes" / "judge_server.py")
+    spec = importlib.util.spec_from_file_location(
+        "judge_server", Path(__file__).parents[1] / "fakes" / "judge_server.py"
+    )
     fake = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fake)
 
@@ -81,8 +112,14 @@ def test_score_with_the_llm_judge_through_the_cli(store):
         return fake.verdict(fake.asked_item(req), 1)
 
     with fake.JudgeServer(policy) as server:
-        env = {"AMB_JUDGE_BASE_URL": server.base_url, "AMB_JUDGE_MODEL": "fake-judge", "AMB_JUDGE_API_KEY": "k"}
-        r = amb("score", "--store", store, "run-1", "run-2", "--json", env=env)  # llm is the default with an endpoint
+        env = {
+            "AMB_JUDGE_BASE_URL": server.base_url,
+            "AMB_JUDGE_MODEL": "fake-judge",
+            "AMB_JUDGE_API_KEY": "k",
+        }
+        r = amb(
+            "score", "--store", store, "run-1", "run-2", "--json", env=env
+        )  # llm is the default with an endpoint
         assert r.exit_code == 0, r.output
         out = json.loads(r.output)
         assert out["judge"] == "llm:fake-judge" and out["judge_requests"] == len(server.requests) > 0

@@ -43,18 +43,35 @@ def test_show(cli_store):
     assert data["model_calls"]["count"] == 8 and data["tool_calls"]["execute_code"] == 7
     assert data["events"] == len(data["event_list"])
     missing = amb("show", "nope", store=cli_store, check=False)
-    assert missing.returncode == 1 and missing.stderr.strip() == "amb: error: no run 'nope' in the store (see `amb runs`)"
+    assert (
+        missing.returncode == 1
+        and missing.stderr.strip() == "amb: error: no run 'nope' in the store (see `amb runs`)"
+    )
 
 
 def test_sql_formats(cli_store):
     q = "SELECT run_id, count(*) AS n FROM model_calls GROUP BY 1 ORDER BY 1"
     assert json.loads(amb("sql", q, "--format", "json", store=cli_store).stdout) == [
-        {"run_id": "synth-0000", "n": 8}, {"run_id": "synth-0001", "n": 8}]
-    assert amb("sql", q, "--format", "csv", store=cli_store).stdout.splitlines() == ["run_id,n", "synth-0000,8", "synth-0001,8"]
+        {"run_id": "synth-0000", "n": 8},
+        {"run_id": "synth-0001", "n": 8},
+    ]
+    assert amb("sql", q, "--format", "csv", store=cli_store).stdout.splitlines() == [
+        "run_id,n",
+        "synth-0000,8",
+        "synth-0001,8",
+    ]
 
 
-@pytest.mark.parametrize("query", ["COPY events TO 'x.csv'", "ATTACH 'x.db'", "INSERT INTO events SELECT * FROM events",
-                                   "SELECT * FROM read_csv('/etc/passwd')", "SELEC nonsense"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "COPY events TO 'x.csv'",
+        "ATTACH 'x.db'",
+        "INSERT INTO events SELECT * FROM events",
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SELEC nonsense",
+    ],
+)
 def test_sql_refusals_are_one_line(cli_store, query):
     proc = amb("sql", query, store=cli_store, check=False)
     assert proc.returncode == 1
@@ -72,7 +89,11 @@ def test_verify_and_manifest(cli_store, tmp_path):
     forged["sources"]["proxy"]["events"] += 1
     anchored.write_text(json.dumps(forged))
     bad = amb("verify", "--manifest", str(anchored), store=cli_store, check=False)
-    assert bad.returncode == 1 and bad.stdout.startswith("FAIL run synth-0001") and "anchored manifest" in bad.stdout
+    assert (
+        bad.returncode == 1
+        and bad.stdout.startswith("FAIL run synth-0001")
+        and "anchored manifest" in bad.stdout
+    )
 
 
 def test_verify_names_the_first_bad_event(tmp_path):
@@ -82,17 +103,26 @@ def test_verify_names_the_first_bad_event(tmp_path):
     import duckdb
 
     con = duckdb.connect(str(store / "amb.duckdb"))
-    con.execute("UPDATE events SET payload = replace(CAST(payload AS VARCHAR), '\"kind\":', '\"kind\": ') WHERE source = 'shim' AND seq = 2")
+    con.execute(
+        "UPDATE events SET payload = replace(CAST(payload AS VARCHAR), '\"kind\":', '\"kind\": ') WHERE source = 'shim' AND seq = 2"
+    )
     kind = con.execute("SELECT kind FROM events WHERE source = 'shim' AND seq = 2").fetchone()[0]
     con.close()
     bad = amb("verify", store=store, check=False)
     assert bad.returncode == 1
-    assert bad.stdout.splitlines()[0] == f"FAIL run synth-0000 source shim seq 2 ({kind}): hash mismatch: the event was edited after it was recorded"
+    assert (
+        bad.stdout.splitlines()[0]
+        == f"FAIL run synth-0000 source shim seq 2 ({kind}): hash mismatch: the event was edited after it was recorded"
+    )
 
 
 def test_schema_outputs():
     schema = json.loads(amb("schema", "--format", "json").stdout)
-    kinds = {d["properties"]["kind"]["enum"][0] for d in schema["$defs"].values() if "kind" in d.get("properties", {})}
+    kinds = {
+        d["properties"]["kind"]["enum"][0]
+        for d in schema["$defs"].values()
+        if "kind" in d.get("properties", {})
+    }
     assert {"run.started", "model_call.completed", "submission.sealed", "note"} <= kinds
     ddl = amb("schema", "--format", "ddl").stdout
     for view in ("runs", "model_calls", "tool_calls", "processes", "file_writes", "network_requests"):
@@ -106,7 +136,9 @@ def test_bad_manifest_file_is_a_usage_error(cli_store, tmp_path):
     assert proc.returncode == 2 and "not a manifest" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("command", [["runs"], ["show", "x"], ["sql", "SELECT 1"], ["verify"], ["manifest", "x"]])
+@pytest.mark.parametrize(
+    "command", [["runs"], ["show", "x"], ["sql", "SELECT 1"], ["verify"], ["manifest", "x"]]
+)
 def test_reading_a_store_that_does_not_exist_is_an_error(tmp_path, command):
     missing = tmp_path / "typo-store"
     proc = amb(*command, store=missing, check=False)

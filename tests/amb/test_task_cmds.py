@@ -26,8 +26,14 @@ def test_list_json_covers_every_track():
     assert {r["track"] for r in rows} == {"segmentation", "enhancement", "vqa", "report", "detection"}
     kidney = next(r for r in rows if r["id"] == "kidney-seg")
     assert kidney == {
-        "id": "kidney-seg", "track": "segmentation", "name": "Kidney Tumor", "modality": "CT", "cases": 20,
-        "metric": "macro_dice", "time_limit_s": 3600, "converter": "kits19",
+        "id": "kidney-seg",
+        "track": "segmentation",
+        "name": "Kidney Tumor",
+        "modality": "CT",
+        "cases": 20,
+        "metric": "macro_dice",
+        "time_limit_s": 3600,
+        "converter": "kits19",
     }
 
 
@@ -51,8 +57,22 @@ def test_synth_then_prepare_errors_are_one_line(tmp_path):
 
     for args, needle in [
         (("task", "show", "no-such-task"), "unknown task 'no-such-task'"),
-        (("task", "prepare", "kidney-seg", "--source", str(tmp_path / "missing"), "--out", str(tmp_path / "o")), "not a directory"),
-        (("task", "prepare", "kidney-seg", "--source", str(out), "--out", str(tmp_path / "o")), "no case_XXXXX/segmentation.nii.gz"),
+        (
+            (
+                "task",
+                "prepare",
+                "kidney-seg",
+                "--source",
+                str(tmp_path / "missing"),
+                "--out",
+                str(tmp_path / "o"),
+            ),
+            "not a directory",
+        ),
+        (
+            ("task", "prepare", "kidney-seg", "--source", str(out), "--out", str(tmp_path / "o")),
+            "no case_XXXXX/segmentation.nii.gz",
+        ),
     ]:
         proc = amb(*args, check=False)
         assert proc.returncode != 0 and proc.stderr.startswith("amb: error: ") and needle in proc.stderr

@@ -39,6 +39,9 @@ def undici_dir() -> Path:
     npm = shutil.which("npm")
     if npm is None:
         raise RuntimeError("npm is needed to install undici for the node fetch test")
-    subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(NODE_DIR), "undici@6"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(NODE_DIR), "undici@6"],
+        check=True,
+        capture_output=True,
+    )
     return NODE_DIR

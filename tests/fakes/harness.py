@@ -11,23 +11,30 @@ from pathlib import Path
 from recorder.proxy.custody import Custody
 from recorder.proxy.server import ProxyServer
 from recorder.proxy.sink import Sink
+from recorder.spool import spool_path
 from schemas.blobpack import materialise, pack_path
 from schemas.blobstore import BlobStore
 from schemas.codec import decode_event
 from schemas.frames import scan
-from recorder.spool import spool_path
 
-REAL_KEYS = {"OPENAI_API_KEY": "sk-test-REAL-openai-5f1c9a7e", "ANTHROPIC_API_KEY": "sk-ant-test-REAL-2b8d4c6f"}
+REAL_KEYS = {
+    "OPENAI_API_KEY": "sk-test-REAL-openai-5f1c9a7e",
+    "ANTHROPIC_API_KEY": "sk-ant-test-REAL-2b8d4c6f",
+}
 
 
 class Recording:
-    def __init__(self, store: Path, upstream_url: str, run_id: str = "run-proxy-test", upstream_ca: Path | None = None):
+    def __init__(
+        self, store: Path, upstream_url: str, run_id: str = "run-proxy-test", upstream_ca: Path | None = None
+    ):
         self.store = store
         self.run_id = run_id
         upstreams = {"openai": upstream_url, "anthropic": upstream_url}
         self.custody = Custody.from_env(dict(REAL_KEYS), upstreams)
         self.sink = Sink(store, run_id, self.custody)
-        self.proxy = ProxyServer(self.sink, upstreams=upstreams, confdir=store / "conf", upstream_ca=upstream_ca)
+        self.proxy = ProxyServer(
+            self.sink, upstreams=upstreams, confdir=store / "conf", upstream_ca=upstream_ca
+        )
         self._seen = 0
 
     @property

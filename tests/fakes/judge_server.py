@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 
 class Reply(NamedTuple):
@@ -26,7 +27,9 @@ class Reply(NamedTuple):
 
 
 def verdict(item: str, value: Any, evidence: list[str] | None = None, reason: str = "fake verdict") -> Reply:
-    return Reply(content=json.dumps({"item": item, "value": value, "evidence": evidence or [], "reason": reason}))
+    return Reply(
+        content=json.dumps({"item": item, "value": value, "evidence": evidence or [], "reason": reason})
+    )
 
 
 def asked_item(request: dict[str, Any]) -> str:
@@ -77,21 +80,38 @@ class JudgeServer:
                 try:
                     reply = server.policy(body)
                 except Exception as e:  # a broken policy is a 500, not a dropped connection
-                    reply = Reply(status=500, raw_body=json.dumps({"error": {"message": f"policy failed: {e!r}"}}))
+                    reply = Reply(
+                        status=500, raw_body=json.dumps({"error": {"message": f"policy failed: {e!r}"}})
+                    )
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
                 if reply.raw_body is not None:
                     payload = reply.raw_body.encode()  # sent with reply.status
                 elif reply.status != 200:
-                    payload = json.dumps({"error": {"message": "fake upstream error", "type": "server_error"}}).encode()
+                    payload = json.dumps(
+                        {"error": {"message": "fake upstream error", "type": "server_error"}}
+                    ).encode()
                 else:
-                    payload = json.dumps({
-                        "id": f"chatcmpl-{server.count}", "object": "chat.completion", "created": 1780000000,
-                        "model": body.get("model", "fake-judge"),
-                        "choices": [{"index": 0, "finish_reason": reply.finish_reason,
-                                     "message": {"role": "assistant", "content": reply.content, "refusal": reply.refusal}}],
-                        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
-                    }).encode()
+                    payload = json.dumps(
+                        {
+                            "id": f"chatcmpl-{server.count}",
+                            "object": "chat.completion",
+                            "created": 1780000000,
+                            "model": body.get("model", "fake-judge"),
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "finish_reason": reply.finish_reason,
+                                    "message": {
+                                        "role": "assistant",
+                                        "content": reply.content,
+                                        "refusal": reply.refusal,
+                                    },
+                                }
+                            ],
+                            "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+                        }
+                    ).encode()
                 try:
                     self.send_response(reply.status)
                     self.send_header("content-type", "application/json")

@@ -39,7 +39,7 @@ import brotli
 import zstandard
 
 TOOL_ARGS = {"path": 'notes "draft".md', "text": "line one\nline two 🙂", "n": 3}
-TEXT = "Hello from the fake upstream: quotes \" and a newline\n and é, 🙂 done."
+TEXT = 'Hello from the fake upstream: quotes " and a newline\n and é, 🙂 done.'
 
 
 @dataclass
@@ -185,20 +185,35 @@ class FakeUpstream:
             except Exception:
                 pass
 
-    async def _respond(self, w: asyncio.StreamWriter, method: str, path: str, h: dict[str, str], body: bytes) -> bool:
+    async def _respond(
+        self, w: asyncio.StreamWriter, method: str, path: str, h: dict[str, str], body: bytes
+    ) -> bool:
         status = int(h.get("x-fake-status", "200"))
         p = path.split("?", 1)[0]
         if status >= 400:
-            err = {"error": {"message": f"fake upstream failure {status}", "type": "server_error", "code": None}}
+            err = {
+                "error": {"message": f"fake upstream failure {status}", "type": "server_error", "code": None}
+            }
             if p.endswith("/messages"):
-                err = {"type": "error", "error": {"type": "api_error", "message": f"fake upstream failure {status}"}}
+                err = {
+                    "type": "error",
+                    "error": {"type": "api_error", "message": f"fake upstream failure {status}"},
+                }
             self._send_plain(w, status, json.dumps(err).encode(), "application/json", h)
             await w.drain()
             return True
-        if method == "POST" and (p.endswith("/chat/completions") or p.endswith("/responses") or p.endswith("/messages")):
+        if method == "POST" and (
+            p.endswith("/chat/completions") or p.endswith("/responses") or p.endswith("/messages")
+        ):
             req = json.loads(body or b"{}")
             self._counter += 1
-            api = "chat" if p.endswith("/chat/completions") else "responses" if p.endswith("/responses") else "messages"
+            api = (
+                "chat"
+                if p.endswith("/chat/completions")
+                else "responses"
+                if p.endswith("/responses")
+                else "messages"
+            )
             return await _API[api](self, w, req, h, self._counter)
         if p.startswith("/bytes/"):
             payload = b"x" * int(p.rsplit("/", 1)[1])
@@ -213,14 +228,17 @@ class FakeUpstream:
         accepted = [c.split(";")[0].strip() for c in h.get("accept-encoding", "").split(",")]
         return want if want and want in accepted else None
 
-    def _send_plain(self, w: asyncio.StreamWriter, status: int, payload: bytes, ctype: str, h: dict[str, str]) -> None:
+    def _send_plain(
+        self, w: asyncio.StreamWriter, status: int, payload: bytes, ctype: str, h: dict[str, str]
+    ) -> None:
         coding = self._coding(h) if status < 400 else None
         enc = _Encoder(coding)
         data = enc.chunk(payload) + enc.end() if coding else payload
         extra = f"content-encoding: {coding}\r\n" if coding else ""
         w.write(
             f"HTTP/1.1 {status} {'OK' if status < 400 else 'Error'}\r\ncontent-type: {ctype}\r\n"
-            f"content-length: {len(data)}\r\n{extra}x-request-id: req_fake\r\n\r\n".encode() + data
+            f"content-length: {len(data)}\r\n{extra}x-request-id: req_fake\r\n\r\n".encode()
+            + data
         )
 
     async def _send_stream(self, w: asyncio.StreamWriter, events: list[bytes], h: dict[str, str]) -> bool:
@@ -252,7 +270,9 @@ class FakeUpstream:
         await w.drain()
         return True
 
-    async def _websocket(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes) -> None:
+    async def _websocket(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes
+    ) -> None:
         """The Responses API over a WebSocket: each ``response.create`` text message from the client
         is answered with the stream's events, one JSON text message each (as the Codex CLI uses it)."""
         from wsproto import ConnectionType, WSConnection
@@ -303,16 +323,31 @@ class FakeUpstream:
         args = json.dumps(TOOL_ARGS, ensure_ascii=False)
         call_id = f"call_fake_{n}"
         usage = {
-            "prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150,
-            "prompt_tokens_details": {"cached_tokens": 100}, "completion_tokens_details": {"reasoning_tokens": 7},
+            "prompt_tokens": 120,
+            "completion_tokens": 30,
+            "total_tokens": 150,
+            "prompt_tokens_details": {"cached_tokens": 100},
+            "completion_tokens_details": {"reasoning_tokens": 7},
         }
         base = {"id": f"chatcmpl-{n}", "created": 1700000000, "model": model, "system_fingerprint": "fp_fake"}
         if not req.get("stream"):
             msg: dict[str, Any] = {"role": "assistant", "content": TEXT, "refusal": None}
             if tools:
-                msg["tool_calls"] = [{"id": call_id, "type": "function", "function": {"name": "read_file", "arguments": args}}]
-            body = {**base, "object": "chat.completion", "choices": [
-                {"index": 0, "message": msg, "finish_reason": "tool_calls" if tools else "stop", "logprobs": None}]}
+                msg["tool_calls"] = [
+                    {"id": call_id, "type": "function", "function": {"name": "read_file", "arguments": args}}
+                ]
+            body = {
+                **base,
+                "object": "chat.completion",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": msg,
+                        "finish_reason": "tool_calls" if tools else "stop",
+                        "logprobs": None,
+                    }
+                ],
+            }
             if "x-fake-no-usage" not in h:
                 body["usage"] = usage
             self._send_plain(w, 200, json.dumps(body).encode(), "application/json", h)
@@ -327,16 +362,32 @@ class FakeUpstream:
         events = [chunk({"role": "assistant", "content": ""})]
         events += [chunk({"content": p}) for p in pieces]
         if tools:
-            events.append(chunk({"tool_calls": [{"index": 0, "id": call_id, "type": "function",
-                                                 "function": {"name": "read_file", "arguments": ""}}]}))
-            events += [chunk({"tool_calls": [{"index": 0, "function": {"arguments": a}}]}) for a in split(args, 4)]
+            events.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": call_id,
+                                "type": "function",
+                                "function": {"name": "read_file", "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            )
+            events += [
+                chunk({"tool_calls": [{"index": 0, "function": {"arguments": a}}]}) for a in split(args, 4)
+            ]
         events.append(chunk({}, "tool_calls" if tools else "stop"))
         if (req.get("stream_options") or {}).get("include_usage") and "x-fake-no-usage" not in h:
             events.append(b"data: " + json.dumps({**base, "choices": [], "usage": usage}).encode() + b"\n\n")
         events.append(b"data: [DONE]\n\n")
         return await self._send_stream(w, events, h)
 
-    async def _responses(self, w: asyncio.StreamWriter, req: dict[str, Any], h: dict[str, str], n: int) -> bool:
+    async def _responses(
+        self, w: asyncio.StreamWriter, req: dict[str, Any], h: dict[str, str], n: int
+    ) -> bool:
         resp, msg_item, fc_item, tools, pieces, args = self._responses_parts(req, h, n)
         if not req.get("stream"):
             self._send_plain(w, 200, json.dumps(resp).encode(), "application/json", h)
@@ -346,7 +397,9 @@ class FakeUpstream:
         def sse(event: dict[str, Any]) -> bytes:
             return f"event: {event['type']}\ndata: ".encode() + json.dumps(event).encode() + b"\n\n"
 
-        events = [sse(e) for e in self._responses_events(req, h, n, resp, msg_item, fc_item, tools, pieces, args)]
+        events = [
+            sse(e) for e in self._responses_events(req, h, n, resp, msg_item, fc_item, tools, pieces, args)
+        ]
         return await self._send_stream(w, events, h)
 
     def _responses_parts(self, req: dict[str, Any], h: dict[str, str], n: int) -> tuple:
@@ -356,22 +409,52 @@ class FakeUpstream:
         pieces = split(TEXT, int(h.get("x-fake-chunks", "5")))
         args = json.dumps(TOOL_ARGS, ensure_ascii=False)
         call_id = f"call_fake_{n}"
-        msg_item = {"type": "message", "id": f"msg_{n}", "status": "completed", "role": "assistant",
-                    "content": [{"type": "output_text", "text": TEXT, "annotations": []}]}
-        fc_item = {"type": "function_call", "id": f"fc_{n}", "call_id": call_id, "name": "read_file",
-                   "arguments": args, "status": "completed"}
-        usage = {"input_tokens": 200, "input_tokens_details": {"cached_tokens": 50}, "output_tokens": 40,
-                 "output_tokens_details": {"reasoning_tokens": 12}, "total_tokens": 240}
+        msg_item = {
+            "type": "message",
+            "id": f"msg_{n}",
+            "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": TEXT, "annotations": []}],
+        }
+        fc_item = {
+            "type": "function_call",
+            "id": f"fc_{n}",
+            "call_id": call_id,
+            "name": "read_file",
+            "arguments": args,
+            "status": "completed",
+        }
+        usage = {
+            "input_tokens": 200,
+            "input_tokens_details": {"cached_tokens": 50},
+            "output_tokens": 40,
+            "output_tokens_details": {"reasoning_tokens": 12},
+            "total_tokens": 240,
+        }
         resp: dict[str, Any] = {
-            "id": f"resp_{n}", "object": "response", "created_at": 1700000000, "status": "completed",
-            "model": model, "output": [msg_item] + ([fc_item] if tools else []), "parallel_tool_calls": True,
-            "tool_choice": "auto", "tools": req.get("tools") or [], "text": {"format": {"type": "text"}},
-            "incomplete_details": None, "error": None, "instructions": req.get("instructions"), "metadata": {},
-            "temperature": 1.0, "top_p": 1.0, "usage": None if "x-fake-no-usage" in h else usage,
+            "id": f"resp_{n}",
+            "object": "response",
+            "created_at": 1700000000,
+            "status": "completed",
+            "model": model,
+            "output": [msg_item] + ([fc_item] if tools else []),
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": req.get("tools") or [],
+            "text": {"format": {"type": "text"}},
+            "incomplete_details": None,
+            "error": None,
+            "instructions": req.get("instructions"),
+            "metadata": {},
+            "temperature": 1.0,
+            "top_p": 1.0,
+            "usage": None if "x-fake-no-usage" in h else usage,
         }
         return resp, msg_item, fc_item, tools, pieces, args
 
-    def _responses_events(self, req, h, n, resp, msg_item, fc_item, tools, pieces, args) -> list[dict[str, Any]]:
+    def _responses_events(
+        self, req, h, n, resp, msg_item, fc_item, tools, pieces, args
+    ) -> list[dict[str, Any]]:
         seq = iter(range(10_000))
 
         def ev(kind: str, **data: Any) -> dict[str, Any]:
@@ -379,29 +462,80 @@ class FakeUpstream:
 
         start = {**resp, "status": "in_progress", "output": [], "usage": None}
         events = [ev("response.created", response=start), ev("response.in_progress", response=start)]
-        events.append(ev("response.output_item.added", output_index=0,
-                         item={**msg_item, "status": "in_progress", "content": []}))
-        events.append(ev("response.content_part.added", item_id=msg_item["id"], output_index=0, content_index=0,
-                         part={"type": "output_text", "text": "", "annotations": []}))
-        events += [ev("response.output_text.delta", item_id=msg_item["id"], output_index=0, content_index=0,
-                      delta=p, logprobs=[]) for p in pieces]
-        events.append(ev("response.output_text.done", item_id=msg_item["id"], output_index=0, content_index=0,
-                         text=TEXT, logprobs=[]))
-        events.append(ev("response.content_part.done", item_id=msg_item["id"], output_index=0, content_index=0,
-                         part=msg_item["content"][0]))
+        events.append(
+            ev(
+                "response.output_item.added",
+                output_index=0,
+                item={**msg_item, "status": "in_progress", "content": []},
+            )
+        )
+        events.append(
+            ev(
+                "response.content_part.added",
+                item_id=msg_item["id"],
+                output_index=0,
+                content_index=0,
+                part={"type": "output_text", "text": "", "annotations": []},
+            )
+        )
+        events += [
+            ev(
+                "response.output_text.delta",
+                item_id=msg_item["id"],
+                output_index=0,
+                content_index=0,
+                delta=p,
+                logprobs=[],
+            )
+            for p in pieces
+        ]
+        events.append(
+            ev(
+                "response.output_text.done",
+                item_id=msg_item["id"],
+                output_index=0,
+                content_index=0,
+                text=TEXT,
+                logprobs=[],
+            )
+        )
+        events.append(
+            ev(
+                "response.content_part.done",
+                item_id=msg_item["id"],
+                output_index=0,
+                content_index=0,
+                part=msg_item["content"][0],
+            )
+        )
         events.append(ev("response.output_item.done", output_index=0, item=msg_item))
         if tools:
-            events.append(ev("response.output_item.added", output_index=1,
-                             item={**fc_item, "arguments": "", "status": "in_progress"}))
-            events += [ev("response.function_call_arguments.delta", item_id=fc_item["id"], output_index=1, delta=a)
-                       for a in split(args, 4)]
-            events.append(ev("response.function_call_arguments.done", item_id=fc_item["id"], output_index=1,
-                             arguments=args))
+            events.append(
+                ev(
+                    "response.output_item.added",
+                    output_index=1,
+                    item={**fc_item, "arguments": "", "status": "in_progress"},
+                )
+            )
+            events += [
+                ev("response.function_call_arguments.delta", item_id=fc_item["id"], output_index=1, delta=a)
+                for a in split(args, 4)
+            ]
+            events.append(
+                ev(
+                    "response.function_call_arguments.done",
+                    item_id=fc_item["id"],
+                    output_index=1,
+                    arguments=args,
+                )
+            )
             events.append(ev("response.output_item.done", output_index=1, item=fc_item))
         events.append(ev("response.completed", response=resp))
         return events
 
-    async def _messages(self, w: asyncio.StreamWriter, req: dict[str, Any], h: dict[str, str], n: int) -> bool:
+    async def _messages(
+        self, w: asyncio.StreamWriter, req: dict[str, Any], h: dict[str, str], n: int
+    ) -> bool:
         model = req.get("model", "fake-model")
         has_result = any(
             isinstance(m.get("content"), list) and any(b.get("type") == "tool_result" for b in m["content"])
@@ -411,15 +545,27 @@ class FakeUpstream:
         pieces = split(TEXT, int(h.get("x-fake-chunks", "5")))
         args = json.dumps(TOOL_ARGS, ensure_ascii=False)
         tool_id = f"toolu_fake_{n}"
-        usage = {"input_tokens": 30, "output_tokens": 25, "cache_read_input_tokens": 400,
-                 "cache_creation_input_tokens": 70}
+        usage = {
+            "input_tokens": 30,
+            "output_tokens": 25,
+            "cache_read_input_tokens": 400,
+            "cache_creation_input_tokens": 70,
+        }
         stop = "tool_use" if tools else "end_turn"
         if not req.get("stream"):
             content: list[dict[str, Any]] = [{"type": "text", "text": TEXT}]
             if tools:
                 content.append({"type": "tool_use", "id": tool_id, "name": "read_file", "input": TOOL_ARGS})
-            body = {"id": f"msg_{n}", "type": "message", "role": "assistant", "model": model, "content": content,
-                    "stop_reason": stop, "stop_sequence": None, "usage": usage}
+            body = {
+                "id": f"msg_{n}",
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": content,
+                "stop_reason": stop,
+                "stop_sequence": None,
+                "usage": usage,
+            }
             self._send_plain(w, 200, json.dumps(body, ensure_ascii=False).encode(), "application/json", h)
             await w.drain()
             return True
@@ -428,21 +574,47 @@ class FakeUpstream:
             return f"event: {kind}\ndata: ".encode() + json.dumps({"type": kind, **data}).encode() + b"\n\n"
 
         start_usage = {**usage, "output_tokens": 1}
-        events = [ev("message_start", message={"id": f"msg_{n}", "type": "message", "role": "assistant",
-                                               "model": model, "content": [], "stop_reason": None,
-                                               "stop_sequence": None, "usage": start_usage})]
+        events = [
+            ev(
+                "message_start",
+                message={
+                    "id": f"msg_{n}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": start_usage,
+                },
+            )
+        ]
         events.append(ev("content_block_start", index=0, content_block={"type": "text", "text": ""}))
         events.append(ev("ping"))
-        events += [ev("content_block_delta", index=0, delta={"type": "text_delta", "text": p}) for p in pieces]
+        events += [
+            ev("content_block_delta", index=0, delta={"type": "text_delta", "text": p}) for p in pieces
+        ]
         events.append(ev("content_block_stop", index=0))
         if tools:
-            events.append(ev("content_block_start", index=1,
-                             content_block={"type": "tool_use", "id": tool_id, "name": "read_file", "input": {}}))
-            events += [ev("content_block_delta", index=1, delta={"type": "input_json_delta", "partial_json": a})
-                       for a in split(args, 4)]
+            events.append(
+                ev(
+                    "content_block_start",
+                    index=1,
+                    content_block={"type": "tool_use", "id": tool_id, "name": "read_file", "input": {}},
+                )
+            )
+            events += [
+                ev("content_block_delta", index=1, delta={"type": "input_json_delta", "partial_json": a})
+                for a in split(args, 4)
+            ]
             events.append(ev("content_block_stop", index=1))
-        events.append(ev("message_delta", delta={"stop_reason": stop, "stop_sequence": None},
-                         usage={"output_tokens": usage["output_tokens"]}))
+        events.append(
+            ev(
+                "message_delta",
+                delta={"stop_reason": stop, "stop_sequence": None},
+                usage={"output_tokens": usage["output_tokens"]},
+            )
+        )
         events.append(ev("message_stop"))
         return await self._send_stream(w, events, h)
 
@@ -463,29 +635,41 @@ async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
 
 def make_tls(directory: Path, host: str = "127.0.0.1") -> tuple[Path, ssl.SSLContext]:
     """A self-signed certificate for ``localhost`` and ``host``; returns (cert file, server context)."""
+    import ipaddress
+
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
-    import ipaddress
 
     directory.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                    x509.IPAddress(ipaddress.ip_address(host))]), False)
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address(host))]
+            ),
+            False,
+        )
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
         .sign(key, hashes.SHA256())
     )
     cert_file, key_file = directory / "upstream-cert.pem", directory / "upstream-key.pem"
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert_file, key_file)
     return cert_file, ctx

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.recorder.docker_helpers import docker_cli, grader_image  # noqa: F401  (fixtures)
 
-PROBE = r'''
+PROBE = r"""
 import json, os, socket
 import numpy as np
 from scorer.metrics.dice import multiclass_dice
@@ -32,19 +32,30 @@ pred = np.zeros((4, 4), np.uint8); pred[:2] = 1
 ref = np.zeros((4, 4), np.uint8); ref[:1] = 1
 out["dice"] = multiclass_dice(pred, ref, [1])[1]
 print(json.dumps(out))
-'''
+"""
 
 
-def test_grader_has_no_network_and_read_only_references(tmp_path: Path, grader_image: str, docker_cli) -> None:  # noqa: F811
+def test_grader_has_no_network_and_read_only_references(
+    tmp_path: Path, grader_image: str, docker_cli
+) -> None:  # noqa: F811
     ref = tmp_path / "private"
     ref.mkdir()
     (ref / "ref.txt").write_text("reference")
     sub = tmp_path / "submission"
     sub.mkdir()
     out = docker_cli.containers.run(
-        grader_image, ["python", "-c", PROBE], network_mode="none", read_only=True, remove=True,
-        volumes={str(ref): {"bind": "/data/private", "mode": "ro"}, str(sub): {"bind": "/agent_outputs", "mode": "ro"}},
-        security_opt=["no-new-privileges"], cap_drop=["ALL"], tmpfs={"/tmp": "size=64m"},
+        grader_image,
+        ["python", "-c", PROBE],
+        network_mode="none",
+        read_only=True,
+        remove=True,
+        volumes={
+            str(ref): {"bind": "/data/private", "mode": "ro"},
+            str(sub): {"bind": "/agent_outputs", "mode": "ro"},
+        },
+        security_opt=["no-new-privileges"],
+        cap_drop=["ALL"],
+        tmpfs={"/tmp": "size=64m"},
     )
     result = json.loads(out.decode().strip().splitlines()[-1])
     assert result["interfaces"] == ["lo"]

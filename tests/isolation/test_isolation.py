@@ -25,7 +25,7 @@ from tests.fakes.upstream import FakeUpstream
 from tests.recorder.docker_helpers import agent_image  # noqa: F401  (fixture)
 from tests.recorder.shim_helpers import payloads, shim_events
 
-PROBE = textwrap.dedent(r'''
+PROBE = textwrap.dedent(r"""
     import json, os, re, socket, subprocess, sys, urllib.request
     from concurrent.futures import ThreadPoolExecutor
     from urllib.parse import urlsplit
@@ -135,7 +135,7 @@ PROBE = textwrap.dedent(r'''
         "uid": os.getuid(), "key_in_env": os.environ.get("OPENAI_API_KEY"),
     }
     open("/workspace/isolation.json", "w").write(json.dumps(result))
-''')
+""")
 
 
 def _host_listening_ports() -> set[int]:
@@ -176,32 +176,50 @@ def test_agent_container_isolation(tmp_path: Path, agent_image: str) -> None:  #
     args = {}
 
     def on_ready(ports, env):
-        args.update({
-            # The placeholder key is a control: it IS in the agent's environment and memory, so
-            # the probe must find it there, or its search proves nothing.
-            "reversed": {"key": real_key[::-1], "private": private_token[::-1],
-                         "placeholder": env["OPENAI_API_KEY"][::-1]},
-            "host_ports": sorted(_host_listening_ports() | {sentinel_port} | set(ports.values())),
-            "docker0": "172.17.0.1", "store": str(store.resolve()), "data_private": str((data / "private").resolve()),
-        })
+        args.update(
+            {
+                # The placeholder key is a control: it IS in the agent's environment and memory, so
+                # the probe must find it there, or its search proves nothing.
+                "reversed": {
+                    "key": real_key[::-1],
+                    "private": private_token[::-1],
+                    "placeholder": env["OPENAI_API_KEY"][::-1],
+                },
+                "host_ports": sorted(_host_listening_ports() | {sentinel_port} | set(ports.values())),
+                "docker0": "172.17.0.1",
+                "store": str(store.resolve()),
+                "data_private": str((data / "private").resolve()),
+            }
+        )
 
     try:
         with FakeUpstream() as upstream:
             # The argv is fixed before on_ready runs, so the probe gets its arguments from a file
             # the test writes into the workspace through a tiny launcher.
-            launcher = ("import json,subprocess,sys;"
-                        "a=open('/workspace/probe_args.json').read();"
-                        "sys.exit(subprocess.run([sys.executable,'-c',sys.argv[1],a]).returncode)")
+            launcher = (
+                "import json,subprocess,sys;"
+                "a=open('/workspace/probe_args.json').read();"
+                "sys.exit(subprocess.run([sys.executable,'-c',sys.argv[1],a]).returncode)"
+            )
 
             def ready(ports, env):
                 on_ready(ports, env)
                 (backend.workspace / "probe_args.json").write_text(json.dumps(args))
                 os.chmod(backend.workspace / "probe_args.json", 0o644)
 
-            outcome = record(RunSpec(argv=["python3", "-c", launcher, PROBE], store=store, run_id="isolation",
-                                     data_dir=data, upstreams=parse_upstreams([f"openai={upstream.url}"]),
-                                     env={"OPENAI_API_KEY": real_key}, time_limit_s=240),
-                             backend, on_ready=ready)
+            outcome = record(
+                RunSpec(
+                    argv=["python3", "-c", launcher, PROBE],
+                    store=store,
+                    run_id="isolation",
+                    data_dir=data,
+                    upstreams=parse_upstreams([f"openai={upstream.url}"]),
+                    env={"OPENAI_API_KEY": real_key},
+                    time_limit_s=240,
+                ),
+                backend,
+                on_ready=ready,
+            )
     finally:
         sentinel.close()
     assert outcome.status == "completed", outcome
@@ -246,6 +264,8 @@ def test_agent_container_isolation(tmp_path: Path, agent_image: str) -> None:  #
     # Direct egress around the proxy fails ...
     assert all(v != "open" for v in result["direct"].values()), result["direct"]
     # ... and is on the record, as the shim saw it.
-    attempts = [(r.host, r.port, r.error) for r in payloads(shim_events(store, "isolation"), "network.request")]
+    attempts = [
+        (r.host, r.port, r.error) for r in payloads(shim_events(store, "isolation"), "network.request")
+    ]
     assert any(h == "1.1.1.1" and p == 443 and e for h, p, e in attempts), attempts
     assert any(h == "8.8.8.8" and p == 53 and e for h, p, e in attempts), attempts

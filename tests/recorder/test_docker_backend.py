@@ -20,7 +20,7 @@ from tests.recorder.docker_helpers import agent_image  # noqa: F401  (fixture)
 
 REAL_KEY = "sk-real-e2e-" + "7f3a9c" * 6
 
-AGENT = textwrap.dedent('''
+AGENT = textwrap.dedent("""
     import json, os, subprocess, time
     import openai
 
@@ -48,7 +48,7 @@ AGENT = textwrap.dedent('''
              "brief": open("tier_prompt.txt").read()[:40], "cwd": os.getcwd()}
     with open("out/facts.json", "w") as f:
         json.dump(facts, f)
-''')
+""")
 
 
 def _data_dir(tmp: Path) -> Path:
@@ -66,10 +66,34 @@ def test_docker_run_recorded_against_ground_truth(tmp_path: Path, agent_image: s
     with FakeUpstream() as upstream:
         env = {**os.environ, "OPENAI_API_KEY": REAL_KEY, "AMB_STORE": str(store)}
         proc = subprocess.run(
-            [sys.executable, "-c", "from amb.record import main; main()", "--backend", "docker",
-             "--task", "kidney-seg", "--tier", "lite", "--data", str(data), "--run-id", "e2e-docker",
-             "--upstream", f"openai={upstream.url}", "--time-limit", "120", "--", "python3", "-c", AGENT],
-            env=env, capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2],
+            [
+                sys.executable,
+                "-c",
+                "from amb.record import main; main()",
+                "--backend",
+                "docker",
+                "--task",
+                "kidney-seg",
+                "--tier",
+                "lite",
+                "--data",
+                str(data),
+                "--run-id",
+                "e2e-docker",
+                "--upstream",
+                f"openai={upstream.url}",
+                "--time-limit",
+                "120",
+                "--",
+                "python3",
+                "-c",
+                AGENT,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=Path(__file__).resolve().parents[2],
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
         # The provider got the real key; the agent only ever held a placeholder.
@@ -85,7 +109,9 @@ def test_docker_run_recorded_against_ground_truth(tmp_path: Path, agent_image: s
         assert calls == [(False, TEXT, True), (True, TEXT, True)]
 
         # Every process, including the short-lived grandchild, with its parentage and exit code.
-        procs = q("SELECT pid, ppid, argv, exit_code, cwd, tracer FROM processes WHERE run_id = ? AND tracer = 'seccomp-notify'")
+        procs = q(
+            "SELECT pid, ppid, argv, exit_code, cwd, tracer FROM processes WHERE run_id = ? AND tracer = 'seccomp-notify'"
+        )
         procs = [(pid, ppid, json.loads(argv), code, cwd) for pid, ppid, argv, code, cwd, _ in procs]
         gc_pid, gc_ppid = map(int, st.blobs.get(_sealed(st, "out/grandchild.txt")).split())
         grandchild = [p for p in procs if p[0] == gc_pid]
@@ -96,8 +122,12 @@ def test_docker_run_recorded_against_ground_truth(tmp_path: Path, agent_image: s
         agent_root = [p for p in procs if p[2][:2] == ["python3", "-c"]]
         assert len(agent_root) == 1 and agent_root[0][3] == 0 and agent_root[0][4] == "/workspace"
         argvs = [p[2] for p in procs]
-        for expected in (["mv", "notes.txt", "out/notes.txt"], ["rm", "scratch.tmp"], ["mkdir", "-p", "out"],
-                         ["ls", "/data/public"]):
+        for expected in (
+            ["mv", "notes.txt", "out/notes.txt"],
+            ["rm", "scratch.tmp"],
+            ["mkdir", "-p", "out"],
+            ["ls", "/data/public"],
+        ):
             assert expected in argvs, f"{expected} not recorded"
 
         # Every file change, with content.
@@ -109,11 +139,15 @@ def test_docker_run_recorded_against_ground_truth(tmp_path: Path, agent_image: s
         assert ("out/grandchild.txt", "created", f"{gc_pid} {gc_ppid}\n".encode()) in contents
         assert ("/tmp/outside.txt", "created", b"cached\n") in contents
         assert not [p for p, _, _ in contents if "amb-shim-" in p]  # the shim's own files are not the agent's
-        renames = q("SELECT payload->>'src', payload->>'dst' FROM events WHERE run_id = ? AND kind = 'file.renamed'")
+        renames = q(
+            "SELECT payload->>'src', payload->>'dst' FROM events WHERE run_id = ? AND kind = 'file.renamed'"
+        )
         assert renames == [("notes.txt", "out/notes.txt")]
         # (Python's tempfile probes /tmp with a file it deletes at once: outside the workspace, also a fact.)
-        deletes = q("SELECT payload->>'path' FROM events WHERE run_id = ? AND kind = 'file.deleted' "
-                    "AND NOT starts_with(payload->>'path', '/')")
+        deletes = q(
+            "SELECT payload->>'path' FROM events WHERE run_id = ? AND kind = 'file.deleted' "
+            "AND NOT starts_with(payload->>'path', '/')"
+        )
         assert deletes == [("scratch.tmp",)]
 
         # The sealed submission is the workspace as the agent left it.
@@ -121,21 +155,27 @@ def test_docker_run_recorded_against_ground_truth(tmp_path: Path, agent_image: s
         assert facts["r1"] == TEXT and facts["streamed"] == TEXT
         assert facts["key"] != REAL_KEY and REAL_KEY not in json.dumps(facts)
         assert facts["uid"] != 0 and facts["cwd"] == "/workspace"
-        assert facts["brief"] == (Path(__file__).resolve().parents[2] / "tasks/kidney-seg/lite.md").read_text()[:40]
+        assert (
+            facts["brief"]
+            == (Path(__file__).resolve().parents[2] / "tasks/kidney-seg/lite.md").read_text()[:40]
+        )
         assert st.blobs.get(_sealed(st, "out/notes.txt")) == b"one\ntwo\n"
         assert st.blobs.get(_sealed(st, "out/inputs.txt")) == b"case_00000\n"
         sealed_paths = {f["path"] for f in _seal(st)["files"]}
         assert "scratch.tmp" not in sealed_paths and "notes.txt" not in sealed_paths
 
         # The shim's stream was complete and used the real tracer.
-        notes = q("SELECT payload->>'text', payload->'data'->>'tracer' FROM events WHERE run_id = ? AND kind = 'note' "
-                  "AND source = 'shim' ORDER BY seq")
+        notes = q(
+            "SELECT payload->>'text', payload->'data'->>'tracer' FROM events WHERE run_id = ? AND kind = 'note' "
+            "AND source = 'shim' ORDER BY seq"
+        )
         assert notes[0] == ("shim started", "seccomp-notify") and notes[-1][0] == "shim finished"
 
 
 def _seal(st: Store) -> dict:
     (payload,) = st.con.execute(
-        "SELECT payload FROM events WHERE run_id = 'e2e-docker' AND kind = 'submission.sealed'").fetchone()
+        "SELECT payload FROM events WHERE run_id = 'e2e-docker' AND kind = 'submission.sealed'"
+    ).fetchone()
     return json.loads(payload)
 
 
@@ -153,8 +193,16 @@ def test_time_limit_stops_the_container_and_keeps_the_record(tmp_path: Path, age
 
     store = tmp_path / "store"
     backend = DockerBackend(agent_image, stream_output=False)
-    outcome = record(RunSpec(argv=["bash", "-c", "echo started > s.txt; sleep 300"], store=store, run_id="limit",
-                             time_limit_s=3, grace_s=5), backend)
+    outcome = record(
+        RunSpec(
+            argv=["bash", "-c", "echo started > s.txt; sleep 300"],
+            store=store,
+            run_id="limit",
+            time_limit_s=3,
+            grace_s=5,
+        ),
+        backend,
+    )
     assert outcome.status == "timeout" and outcome.exit_code == 124
     events = shim_events(store, "limit")
     assert [w.path for w in payloads(events, "file.written")] == ["s.txt"]

@@ -17,7 +17,7 @@ from tests.recorder.shim_helpers import payloads, shim_events
 
 N = 5000
 
-BURST = textwrap.dedent(f'''
+BURST = textwrap.dedent(f"""
     import os, time
     t0 = time.monotonic()
     for d in range(50):
@@ -28,18 +28,21 @@ BURST = textwrap.dedent(f'''
     took = time.monotonic() - t0
     print(f"BURST {{took:.3f}}s")
     assert took < 10, took
-''')
+""")
 
 
 def test_burst_of_5000_files_is_fully_recorded(tmp_path: Path, agent_image: str) -> None:  # noqa: F811
     store = tmp_path / "store"
-    outcome = record(RunSpec(argv=["python3", "-c", BURST], store=store, run_id="burst", time_limit_s=120),
-                     DockerBackend(agent_image, stream_output=False))
+    outcome = record(
+        RunSpec(argv=["python3", "-c", BURST], store=store, run_id="burst", time_limit_s=120),
+        DockerBackend(agent_image, stream_output=False),
+    )
     assert outcome.status == "completed", outcome
     events = shim_events(store, "burst")
     writes = payloads(events, "file.written")
     expected = {
-        f"burst/d{i % 50:02d}/f{i:05d}.txt": "sha256:" + hashlib.sha256(f"file {i}\n".encode() * (1 + i % 7)).hexdigest()
+        f"burst/d{i % 50:02d}/f{i:05d}.txt": "sha256:"
+        + hashlib.sha256(f"file {i}\n".encode() * (1 + i % 7)).hexdigest()
         for i in range(N)
     }
     last = {}
@@ -54,7 +57,9 @@ def test_burst_of_5000_files_is_fully_recorded(tmp_path: Path, agent_image: str)
     assert [e.seq for e in events] == list(range(len(events)))
     finished = [n for n in payloads(events, "note") if n.text == "shim finished"][-1].data
     cpu_ms = finished["cpu_ms_shim"] + finished.get("cpu_ms_strace", 0)
-    print(f"\nshim CPU for {N} files: {cpu_ms} ms ({finished['cpu_ms_shim']} ms shim + "
-          f"{finished.get('cpu_ms_strace', 0)} ms strace), {finished['written']} writes, "
-          f"{finished['overflows']} inotify overflows, {finished['rescans']} rescans")
+    print(
+        f"\nshim CPU for {N} files: {cpu_ms} ms ({finished['cpu_ms_shim']} ms shim + "
+        f"{finished.get('cpu_ms_strace', 0)} ms strace), {finished['written']} writes, "
+        f"{finished['overflows']} inotify overflows, {finished['rescans']} rescans"
+    )
     assert finished["written"] >= N

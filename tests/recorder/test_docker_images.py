@@ -27,7 +27,19 @@ def test_rebuild_with_nothing_changed_is_a_no_op(agent_image: str) -> None:  # n
 
 
 def test_conflicting_options_are_one_line_errors() -> None:
-    proc = subprocess.run([sys.executable, "-c", "from amb.main import cli; cli()", "images", "build", "--base", "x", "--base-from-rootfs"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from amb.main import cli; cli()",
+            "images",
+            "build",
+            "--base",
+            "x",
+            "--base-from-rootfs",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "amb: error: --base and --base-from-rootfs exclude each other"

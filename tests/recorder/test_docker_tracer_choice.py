@@ -19,18 +19,44 @@ from tests.recorder.docker_helpers import agent_image  # noqa: F401  (fixture)
 from tests.recorder.shim_helpers import payloads, shim_events
 
 
-def _shim_in_container(tmp_path: Path, image: str, run_id: str, tracer: str, caps: list[str]) -> tuple[int, str]:
+def _shim_in_container(
+    tmp_path: Path, image: str, run_id: str, tracer: str, caps: list[str]
+) -> tuple[int, str]:
     store, sock = tmp_path / "store", tmp_path / f"sock-{run_id}"
     sock.mkdir(mode=0o700)
     receiver = ShimReceiver(store, run_id, sock).start()
     client = docker.from_env()
     container = client.containers.run(
-        image, ["/opt/venv/bin/python", "-I", "-c", SHIM_ENTRY, "run", "--socket", "/run/amb/sock/shim.sock",
-                "--workspace", "/workspace", "--agent-uid", "1000", "--tracer", tracer, "--",
-                "sh", "-c", "/bin/true; exit 3"],
-        detach=True, init=True, network_mode="none", security_opt=["no-new-privileges"], cap_drop=["ALL"],
-        cap_add=caps, read_only=True, volumes={str(sock): {"bind": "/run/amb/sock", "mode": "ro"}},
-        tmpfs={"/tmp": "size=64m,mode=1777", "/workspace": "size=64m,mode=1777"}, user="0:0",
+        image,
+        [
+            "/opt/venv/bin/python",
+            "-I",
+            "-c",
+            SHIM_ENTRY,
+            "run",
+            "--socket",
+            "/run/amb/sock/shim.sock",
+            "--workspace",
+            "/workspace",
+            "--agent-uid",
+            "1000",
+            "--tracer",
+            tracer,
+            "--",
+            "sh",
+            "-c",
+            "/bin/true; exit 3",
+        ],
+        detach=True,
+        init=True,
+        network_mode="none",
+        security_opt=["no-new-privileges"],
+        cap_drop=["ALL"],
+        cap_add=caps,
+        read_only=True,
+        volumes={str(sock): {"bind": "/run/amb/sock", "mode": "ro"}},
+        tmpfs={"/tmp": "size=64m,mode=1777", "/workspace": "size=64m,mode=1777"},
+        user="0:0",
     )
     try:
         status = container.wait(timeout=120)["StatusCode"]
@@ -53,7 +79,9 @@ def test_without_ptrace_capability_auto_falls_back_to_strace(tmp_path: Path, age
     assert procs == [(["/bin/true"], 0, "strace"), (["sh", "-c", "/bin/true; exit 3"], 3, "strace")]
 
 
-def test_asking_for_seccomp_notify_where_it_cannot_work_fails_clearly(tmp_path: Path, agent_image: str) -> None:  # noqa: F811
+def test_asking_for_seccomp_notify_where_it_cannot_work_fails_clearly(
+    tmp_path: Path, agent_image: str
+) -> None:  # noqa: F811
     caps = [c for c in CAPS if c != "SYS_PTRACE"]
     status, logs = _shim_in_container(tmp_path, agent_image, "forced", "seccomp-notify", caps)
     assert status == 125

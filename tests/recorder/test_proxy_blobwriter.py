@@ -58,8 +58,10 @@ def test_a_body_hashed_in_pieces_has_its_whole_sha256(tmp_path, size):
 
 def test_same_files_as_the_blob_store(tmp_path):
     # A growing conversation, as an agent resends it: chunked, so the shared prefix is stored once.
-    messages = [b'{"role": "user", "content": "%s"}' % hashlib.sha256(b"%d" % i).hexdigest().encode() * 40
-                for i in range(41)]
+    messages = [
+        b'{"role": "user", "content": "%s"}' % hashlib.sha256(b"%d" % i).hexdigest().encode() * 40
+        for i in range(41)
+    ]
     turns = [b"[" + b"},{".join(messages[:n]) + b"]" for n in (40, 41)]
     w = writer(tmp_path)
     refs = [w.put(t) for t in turns]
@@ -121,7 +123,10 @@ def test_threads_appending_at_once_leave_whole_records(tmp_path):
     w = writer(tmp_path)
     payloads = [os.urandom(5000 + i) for i in range(200)]
     refs: list = []
-    threads = [threading.Thread(target=lambda part=payloads[i::4]: refs.extend(w.put(p) for p in part)) for i in range(4)]
+    threads = [
+        threading.Thread(target=lambda part=payloads[i::4]: refs.extend(w.put(p) for p in part))
+        for i in range(4)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -149,7 +154,9 @@ def test_ingest_materialises_the_pack_of_a_recorder_that_died(tmp_path):
     report = ingest(tmp_path)
     assert report.events_added == 3 and report.blobs_materialised == 3
     [torn] = report.torn
-    assert torn.path == "spool/r/proxy.blobs" and torn.frames == 3 and torn.tail.why == "incomplete blob record"
+    assert (
+        torn.path == "spool/r/proxy.blobs" and torn.frames == 3 and torn.tail.why == "incomplete blob record"
+    )
     with Store.open(tmp_path, read_only=True) as st:
         assert [st.blobs.get(ref) for ref in kept] == [b"request %d " % i * 50 for i in range(3)]
         assert verify(st.con, st.blobs) == []

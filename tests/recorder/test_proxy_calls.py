@@ -34,14 +34,22 @@ def rec(fake, tmp_path_factory):
 
 def oai(rec, encoding=None):
     headers = {"x-fake-encoding": encoding} if encoding else {}
-    return openai.OpenAI(base_url=rec.base + "/v1", api_key=rec.custody.placeholders["openai"], max_retries=0,
-                         default_headers=headers)
+    return openai.OpenAI(
+        base_url=rec.base + "/v1",
+        api_key=rec.custody.placeholders["openai"],
+        max_retries=0,
+        default_headers=headers,
+    )
 
 
 def ant(rec, encoding=None):
     headers = {"x-fake-encoding": encoding} if encoding else {}
-    return anthropic.Anthropic(base_url=rec.base, api_key=rec.custody.placeholders["anthropic"], max_retries=0,
-                               default_headers=headers)
+    return anthropic.Anthropic(
+        base_url=rec.base,
+        api_key=rec.custody.placeholders["anthropic"],
+        max_retries=0,
+        default_headers=headers,
+    )
 
 
 def one_call(rec) -> tuple[ModelCallCompleted, list]:
@@ -57,7 +65,9 @@ def check_tool(call: ModelCallCompleted, client_id: str, client_args: str, paylo
     assert call.message.tool_calls[0].arguments == client_args  # raw string, byte for byte
     assert json.loads(client_args) == TOOL_ARGS
     requested = [p for p in payloads if isinstance(p, ToolCallRequested)]
-    assert [(r.tool_call_id, r.model_call_id, r.arguments) for r in requested] == [(client_id, call.call_id, client_args)]
+    assert [(r.tool_call_id, r.model_call_id, r.arguments) for r in requested] == [
+        (client_id, call.call_id, client_args)
+    ]
 
 
 @pytest.mark.parametrize("encoding", [None, "gzip", "br"])
@@ -67,7 +77,9 @@ def test_chat_completions(rec, fake, stream, encoding):
     args = dict(model="gpt-test", messages=[{"role": "user", "content": "hi"}], tools=TOOLS_CHAT)
     if stream:
         text, tc = [], {}
-        for chunk in client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **args):
+        for chunk in client.chat.completions.create(
+            stream=True, stream_options={"include_usage": True}, **args
+        ):
             for choice in chunk.choices:
                 text.append(choice.delta.content or "")
                 for d in choice.delta.tool_calls or []:
@@ -79,12 +91,23 @@ def test_chat_completions(rec, fake, stream, encoding):
         msg = client.chat.completions.create(**args).choices[0].message
         got_text, got_id, got_args = msg.content, msg.tool_calls[0].id, msg.tool_calls[0].function.arguments
     call, payloads = one_call(rec)
-    assert (call.provider, call.api, call.stream, call.ok, call.status) == ("openai", "chat.completions", stream, True, 200)
+    assert (call.provider, call.api, call.stream, call.ok, call.status) == (
+        "openai",
+        "chat.completions",
+        stream,
+        True,
+        200,
+    )
     assert call.message.text == got_text == TEXT
     check_tool(call, got_id, got_args, payloads)
     assert call.stop_reason == "tool_calls" and call.model == "gpt-test"
     # OpenAI reports cached and reasoning tokens inside the totals: kept as they are.
-    assert (call.usage.input_total, call.usage.cache_read, call.usage.output, call.usage.reasoning) == (120, 100, 30, 7)
+    assert (call.usage.input_total, call.usage.cache_read, call.usage.output, call.usage.reasoning) == (
+        120,
+        100,
+        30,
+        7,
+    )
     assert call.usage.reported and call.ttfb_ms is not None and call.latency_ms >= call.ttfb_ms
     assert fake.requests[-1].headers["authorization"] == "Bearer " + REAL_KEYS["OPENAI_API_KEY"]
 
@@ -105,14 +128,21 @@ def test_responses(rec, stream):
     assert (call.api, call.stream, call.ok) == ("responses", stream, True)
     assert call.message.text == final.output_text == TEXT
     check_tool(call, fc.call_id, fc.arguments, payloads)
-    assert (call.usage.input_total, call.usage.cache_read, call.usage.output, call.usage.reasoning) == (200, 50, 40, 12)
+    assert (call.usage.input_total, call.usage.cache_read, call.usage.output, call.usage.reasoning) == (
+        200,
+        50,
+        40,
+        12,
+    )
     assert call.stop_reason == "completed"
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_anthropic_messages(rec, fake, stream):
     client = ant(rec, "gzip")
-    args = dict(model="claude-test", max_tokens=64, messages=[{"role": "user", "content": "hi"}], tools=TOOLS_ANT)
+    args = dict(
+        model="claude-test", max_tokens=64, messages=[{"role": "user", "content": "hi"}], tools=TOOLS_ANT
+    )
     if stream:
         raw_args = []
         with client.messages.stream(**args) as s:
@@ -135,18 +165,35 @@ def test_anthropic_messages(rec, fake, stream):
     if client_args is not None:
         assert recorded.arguments == client_args
     # Anthropic reports cached input beside input_tokens: input_total is the sum.
-    assert (call.usage.input_total, call.usage.cache_read, call.usage.cache_write, call.usage.output) == (500, 400, 70, 25)
+    assert (call.usage.input_total, call.usage.cache_read, call.usage.cache_write, call.usage.output) == (
+        500,
+        400,
+        70,
+        25,
+    )
     assert call.stop_reason == "tool_use"
     assert fake.requests[-1].headers["x-api-key"] == REAL_KEYS["ANTHROPIC_API_KEY"]
 
 
-@pytest.mark.parametrize("path,stream", [
-    ("/v1/chat/completions", True), ("/v1/responses", True), ("/v1/messages", True), ("/v1/chat/completions", False),
-])
+@pytest.mark.parametrize(
+    "path,stream",
+    [
+        ("/v1/chat/completions", True),
+        ("/v1/responses", True),
+        ("/v1/messages", True),
+        ("/v1/chat/completions", False),
+    ],
+)
 @pytest.mark.parametrize("encoding", ["gzip", "deflate", "br", "zstd"])
 def test_response_blob_equals_bytes_received(rec, path, stream, encoding):
-    body = {"model": "m", "stream": stream, "messages": [{"role": "user", "content": "hi"}], "input": "hi",
-            "max_tokens": 5, "stream_options": {"include_usage": True}}
+    body = {
+        "model": "m",
+        "stream": stream,
+        "messages": [{"role": "user", "content": "hi"}],
+        "input": "hi",
+        "max_tokens": 5,
+        "stream_options": {"include_usage": True},
+    }
     headers = {"x-fake-encoding": encoding, "accept-encoding": encoding, "x-fake-chunks": "12"}
     with httpx.Client() as client:
         with client.stream("POST", rec.base + path, json=body, headers=headers) as r:
@@ -183,11 +230,16 @@ def test_tool_results_are_paired_and_history_not_double_counted(rec):
     msgs = [{"role": "user", "content": "hi"}]
     r1 = client.chat.completions.create(model="m", messages=msgs, tools=TOOLS_CHAT).choices[0].message
     c1, p1 = one_call(rec)
-    msgs += [r1.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": r1.tool_calls[0].id, "content": "A" * 20000}]
+    msgs += [
+        r1.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": r1.tool_calls[0].id, "content": "A" * 20000},
+    ]
     r2 = client.chat.completions.create(model="m", messages=msgs, tools=TOOLS_CHAT).choices[0].message
     c2, p2 = one_call(rec)
     results = [p for p in p2 if isinstance(p, ToolCallResult)]
-    assert [(r.tool_call_id, r.model_call_id, r.name) for r in results] == [(r1.tool_calls[0].id, c2.call_id, "read_file")]
+    assert [(r.tool_call_id, r.model_call_id, r.name) for r in results] == [
+        (r1.tool_calls[0].id, c2.call_id, "read_file")
+    ]
     assert len(results[0].output) == 16 * 1024 and rec.blobs.get(results[0].output_blob) == b"A" * 20000
     # Turn 3 resends the whole history, including the answered tool call: no new tool events.
     msgs += [r2.model_dump(exclude_none=True), {"role": "user", "content": "more"}]
@@ -202,20 +254,32 @@ def test_anthropic_tool_result_pairing(rec):
     m1 = client.messages.create(model="c", max_tokens=9, messages=msgs, tools=TOOLS_ANT)
     one_call(rec)
     tool = [b for b in m1.content if b.type == "tool_use"][0]
-    msgs += [{"role": "assistant", "content": [b.model_dump() for b in m1.content]},
-             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool.id, "content": "no such file",
-                                           "is_error": True}]}]
+    msgs += [
+        {"role": "assistant", "content": [b.model_dump() for b in m1.content]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": tool.id, "content": "no such file", "is_error": True}
+            ],
+        },
+    ]
     client.messages.create(model="c", max_tokens=9, messages=msgs, tools=TOOLS_ANT)
     c2, p2 = one_call(rec)
     (res,) = [p for p in p2 if isinstance(p, ToolCallResult)]
     assert (res.tool_call_id, res.output, res.is_error, res.name, res.model_call_id) == (
-        tool.id, "no such file", True, "read_file", c2.call_id)
+        tool.id,
+        "no such file",
+        True,
+        "read_file",
+        c2.call_id,
+    )
 
 
 def test_usage_is_estimated_when_not_reported(rec):
     client = oai(rec)
-    client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x" * 400}],
-                                   extra_headers={"x-fake-no-usage": "1"})
+    client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "x" * 400}], extra_headers={"x-fake-no-usage": "1"}
+    )
     call, _ = one_call(rec)
     assert not call.usage.reported and call.usage.input_total == 100 and call.usage.output > 0
 

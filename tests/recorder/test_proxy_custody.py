@@ -49,7 +49,9 @@ def test_scrub_masks_key_bytes_everywhere():
     assert short.scrub(b"abcabc") == b"abcabc"
 
 
-@pytest.mark.parametrize("needle", [b"sk-proj-Ab3_xYz9", b"-leading-dash", b"under_score_only", b"plainalnum0123"])
+@pytest.mark.parametrize(
+    "needle", [b"sk-proj-Ab3_xYz9", b"-leading-dash", b"under_score_only", b"plainalnum0123"]
+)
 def test_contains_is_exactly_in(needle):
     # The anchored search against Python's own: keys at either end, partial keys around anchors,
     # fewer and more anchors than the limit, the key right after the limit's last anchor.
@@ -78,4 +80,6 @@ def test_scrub_of_a_large_image_body_finds_a_key_hidden_in_it():
     body = b'{"url": "data:image/png;base64,' + image + ENV["OPENAI_API_KEY"].encode() + image + b'"}'
     scrubbed = c.scrub(body)
     assert ENV["OPENAI_API_KEY"].encode() not in scrubbed and REDACTED.encode() in scrubbed
-    assert c.scrub(body.replace(ENV["OPENAI_API_KEY"].encode(), b"")) == body.replace(ENV["OPENAI_API_KEY"].encode(), b"")
+    assert c.scrub(body.replace(ENV["OPENAI_API_KEY"].encode(), b"")) == body.replace(
+        ENV["OPENAI_API_KEY"].encode(), b""
+    )

@@ -60,7 +60,10 @@ def test_upstream_reset_mid_stream(rec):
     headers = {"x-fake-chunks": "10", "x-fake-reset-after": "4"}
     received = b""
     with pytest.raises(httpx.HTTPError):
-        with httpx.Client() as c, c.stream("POST", rec.base + "/v1/chat/completions", json=CHAT, headers=headers) as r:
+        with (
+            httpx.Client() as c,
+            c.stream("POST", rec.base + "/v1/chat/completions", json=CHAT, headers=headers) as r,
+        ):
             for chunk in r.iter_bytes():
                 received += chunk
     call = last_call(rec)
@@ -72,7 +75,10 @@ def test_upstream_reset_mid_stream(rec):
 
 def test_client_disconnect_mid_stream(rec):
     headers = {"x-fake-chunks": "30", "x-fake-delay-ms": "40"}
-    with httpx.Client() as c, c.stream("POST", rec.base + "/v1/chat/completions", json=CHAT, headers=headers) as r:
+    with (
+        httpx.Client() as c,
+        c.stream("POST", rec.base + "/v1/chat/completions", json=CHAT, headers=headers) as r,
+    ):
         it = r.iter_raw()
         next(it), next(it)
     call = last_call(rec)
@@ -102,7 +108,10 @@ def test_shutdown_mid_stream_saves_a_partial_record(fake, tmp_path):
     def client() -> None:
         headers = {"x-fake-chunks": "40", "x-fake-delay-ms": "50"}
         try:
-            with httpx.Client() as c, c.stream("POST", rec.base + "/v1/chat/completions", json=CHAT, headers=headers) as r:
+            with (
+                httpx.Client() as c,
+                c.stream("POST", rec.base + "/v1/chat/completions", json=CHAT, headers=headers) as r,
+            ):
                 for chunk in r.iter_raw():
                     got.append(chunk)
         except httpx.HTTPError:
@@ -157,6 +166,8 @@ def test_other_traffic_is_a_network_request(rec, fake):
     s, b, p = by_path["/bytes/1000"], by_path["/bytes/2000000"], by_path["/upload"]
     assert (s.method, s.host, s.status, s.response_bytes) == ("GET", "127.0.0.1", 200, 1000)
     assert rec.blobs.get(s.response_body) == small.content
-    assert b.response_bytes == 2_000_000 and b.response_body is None and b.response_sha256  # over the cap: hash only
+    assert (
+        b.response_bytes == 2_000_000 and b.response_body is None and b.response_sha256
+    )  # over the cap: hash only
     assert p.request_bytes == 7 and rec.blobs.get(p.request_body) == b"payload"
     assert all(n.duration_ms is not None and n.via == "proxy" for n in nets)

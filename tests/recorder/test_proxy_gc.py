@@ -18,7 +18,10 @@ def test_startup_objects_are_frozen_while_the_proxy_runs_and_released_after(tmp_
         try:
             frozen = gc.get_freeze_count()
             assert frozen > 10_000  # mitmproxy, cryptography and the recorder's own modules
-            r = httpx.post(rec.base + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+            r = httpx.post(
+                rec.base + "/v1/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+            )
             assert r.status_code == 200 and rec.new_payloads("model_call.completed")
             gc.collect()  # a full pass while recording leaves the frozen objects frozen
             assert gc.get_freeze_count() > frozen * 0.9  # (some are freed by reference counting)

@@ -30,8 +30,10 @@ def full_parse(api: calls.Api, body: bytes):
 
 def test_the_cut_is_the_payload_and_nothing_else():
     payload = "data:image/png;base64," + b64(200_000)
-    head = '{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "look"}, ' \
-           '{"type": "image_url", "image_url": {"url": "'
+    head = (
+        '{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "look"}, '
+        '{"type": "image_url", "image_url": {"url": "'
+    )
     tail = '", "detail": "high"}}]}]}'
     body = (head + payload + tail).encode()
     doc, marker = skim(body)
@@ -41,30 +43,49 @@ def test_the_cut_is_the_payload_and_nothing_else():
 
 
 def test_two_payloads_pretty_printed_and_one_at_a_stride_boundary():
-    parts = [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(n, n)}}
-             for n in (MIN_SPAN + 1, 3 * STRIDE + 7)]
-    body = json.dumps({"model": "claude", "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "two images"}, *parts]}]}, indent=2).encode()
+    parts = [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(n, n)}}
+        for n in (MIN_SPAN + 1, 3 * STRIDE + 7)
+    ]
+    body = json.dumps(
+        {
+            "model": "claude",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "two images"}, *parts]}],
+        },
+        indent=2,
+    ).encode()
     doc, marker = skim(body)
     assert doc.count(marker.encode()) == 2 and len(doc) < 1000
     assert calls.parse_request(MESSAGES, body) == full_parse(MESSAGES, body)
 
 
-@pytest.mark.parametrize("body", [
-    # a long text is read by the parsers: never cut
-    {"model": "m", "messages": [{"role": "user", "content": "x" * 200_000}]},
-    {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": b64(200_000)}]}]},
-    # a carrier key inside a string (its quotes escaped) is text, not a key
-    {"model": "m", "messages": [{"role": "user", "content": '{"url": "' + b64(200_000) + '"}'}]},
-    # a payload with an escape in it (some encoders write "\/"), and one just too short
-    {"model": "m", "messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "data:," + "ab\\/" * 60_000}},
-        {"type": "image_url", "image_url": {"url": b64(MIN_SPAN - 1)}}]}]},
-    # a key that only ends like a carrier (x"url)
-    {"model": "m", "messages": [{"role": "user", "content": "x"}], 'x"url': b64(200_000)},
-    # a long run with no quotes that is not a string
-    {"model": "m", "messages": [{"role": "user", "content": "x"}], "n": list(range(40_000))},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        # a long text is read by the parsers: never cut
+        {"model": "m", "messages": [{"role": "user", "content": "x" * 200_000}]},
+        {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": b64(200_000)}]}]},
+        # a carrier key inside a string (its quotes escaped) is text, not a key
+        {"model": "m", "messages": [{"role": "user", "content": '{"url": "' + b64(200_000) + '"}'}]},
+        # a payload with an escape in it (some encoders write "\/"), and one just too short
+        {
+            "model": "m",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": "data:," + "ab\\/" * 60_000}},
+                        {"type": "image_url", "image_url": {"url": b64(MIN_SPAN - 1)}},
+                    ],
+                }
+            ],
+        },
+        # a key that only ends like a carrier (x"url)
+        {"model": "m", "messages": [{"role": "user", "content": "x"}], 'x"url': b64(200_000)},
+        # a long run with no quotes that is not a string
+        {"model": "m", "messages": [{"role": "user", "content": "x"}], "n": list(range(40_000))},
+    ],
+)
 def test_what_is_not_a_binary_payload_is_left_alone(body):
     raw = json.dumps(body).encode()
     assert skim(raw) is None
@@ -75,9 +96,15 @@ def test_a_marker_in_a_tool_result_means_the_whole_body_is_parsed():
     # Non-standard, but the record must not differ: an output given as an object is kept as its
     # JSON text, so a skimmed payload inside it would show up in the tool result.
     data = b64(150_000)
-    body = json.dumps({"model": "m", "input": [
-        {"type": "function_call", "call_id": "c1", "name": "shot", "arguments": "{}"},
-        {"type": "function_call_output", "call_id": "c1", "output": {"data": data}}]}).encode()
+    body = json.dumps(
+        {
+            "model": "m",
+            "input": [
+                {"type": "function_call", "call_id": "c1", "name": "shot", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": {"data": data}},
+            ],
+        }
+    ).encode()
     assert skim(body) is not None
     info = calls.parse_request(RESPONSES, body)
     assert info == full_parse(RESPONSES, body)
@@ -85,7 +112,9 @@ def test_a_marker_in_a_tool_result_means_the_whole_body_is_parsed():
 
 
 def test_invalid_json_is_parsed_whole():
-    body = b'{"model": "m", "messages": [{"content": [{"image_url": {"url": "' + b64(100_000).encode() + b'"}}]}'
+    body = (
+        b'{"model": "m", "messages": [{"content": [{"image_url": {"url": "' + b64(100_000).encode() + b'"}}]}'
+    )
     assert calls.parse_request(CHAT, body) == full_parse(CHAT, body)
 
 
@@ -96,10 +125,22 @@ def _random_request(rng: random.Random, api: calls.Api) -> dict:
         if api is MESSAGES:
             return {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
         if api is RESPONSES:
-            return rng.choice([{"type": "input_image", "image_url": "data:image/png;base64," + data},
-                               {"type": "input_file", "filename": "a.pdf", "file_data": "data:application/pdf;base64," + data}])
-        return rng.choice([{"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + data}},
-                           {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}])
+            return rng.choice(
+                [
+                    {"type": "input_image", "image_url": "data:image/png;base64," + data},
+                    {
+                        "type": "input_file",
+                        "filename": "a.pdf",
+                        "file_data": "data:application/pdf;base64," + data,
+                    },
+                ]
+            )
+        return rng.choice(
+            [
+                {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + data}},
+                {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}},
+            ]
+        )
 
     def text() -> dict:
         t = rng.choice(["short", "ü" * rng.randrange(1, 50), "y" * rng.randrange(MIN_SPAN, 150_000)])
@@ -110,16 +151,39 @@ def _random_request(rng: random.Random, api: calls.Api) -> dict:
         parts = [rng.choice([image, text])() for _ in range(rng.randrange(1, 4))]
         cid = f"call_{i}"
         if api is MESSAGES:
-            turns.append({"role": "assistant", "content": [{"type": "tool_use", "id": cid, "name": "look", "input": {}}]})
-            turns.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": cid, "content": parts}, text()]})
+            turns.append(
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": cid, "name": "look", "input": {}}],
+                }
+            )
+            turns.append(
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": cid, "content": parts}, text()],
+                }
+            )
         elif api is RESPONSES:
             turns.append({"type": "function_call", "call_id": cid, "name": "look", "arguments": "{}"})
             turns.append({"type": "function_call_output", "call_id": cid, "output": parts})
             turns.append({"role": "user", "content": [text(), image()]})
         else:
-            turns.append({"role": "assistant", "content": None, "tool_calls": [
-                {"id": cid, "type": "function", "function": {"name": "look", "arguments": "{}"}}]})
-            turns.append({"role": "tool", "tool_call_id": cid, "content": [p for p in parts if p["type"] == "text"] or "ok"})
+            turns.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": cid, "type": "function", "function": {"name": "look", "arguments": "{}"}}
+                    ],
+                }
+            )
+            turns.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": cid,
+                    "content": [p for p in parts if p["type"] == "text"] or "ok",
+                }
+            )
             turns.append({"role": "user", "content": parts})
     key = "input" if api is RESPONSES else "messages"
     return {"model": "m", "stream": rng.random() < 0.5, key: turns}

@@ -21,7 +21,9 @@ class WsClient:
     def __init__(self, port: int, path: str, headers: list[tuple[str, str]]):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.conn = WSConnection(ConnectionType.CLIENT)
-        self.sock.sendall(self.conn.send(Request(host=f"127.0.0.1:{port}", target=path, extra_headers=headers)))
+        self.sock.sendall(
+            self.conn.send(Request(host=f"127.0.0.1:{port}", target=path, extra_headers=headers))
+        )
         self.pending: list = []
         assert isinstance(self._next(), AcceptConnection)
 
@@ -90,7 +92,9 @@ def test_two_responses_over_one_websocket(rec):
 
 
 def test_websocket_closed_mid_response_is_a_partial_record(rec):
-    ws = WsClient(rec.proxy.ports["openai"], "/v1/responses", [("x-fake-delay-ms", "50"), ("x-fake-chunks", "20")])
+    ws = WsClient(
+        rec.proxy.ports["openai"], "/v1/responses", [("x-fake-delay-ms", "50"), ("x-fake-chunks", "20")]
+    )
     ws.send({"type": "response.create", "model": "m", "input": "hi"})
     ws.until("response.output_text.delta")
     ws.sock.close()  # gone without a close frame, mid-response

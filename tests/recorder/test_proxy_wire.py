@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from recorder.proxy.wire import decode_content, iter_sse
 
-BODY = ("data: {\"x\": \"é🙂\"}\n\n" * 200).encode()
+BODY = ('data: {"x": "é🙂"}\n\n' * 200).encode()
 
 
 def _encode(coding: str, data: bytes) -> bytes:
@@ -68,7 +68,7 @@ def test_unknown_coding_is_reported_not_raised():
 
 
 def test_sse_fields_and_line_endings():
-    text = "event: a\r\ndata: one\r\ndata: two\r\n\r\n: comment\n\ndata:{\"k\":1}\n\nevent: tail\ndata: cut"
+    text = 'event: a\r\ndata: one\r\ndata: two\r\n\r\n: comment\n\ndata:{"k":1}\n\nevent: tail\ndata: cut'
     assert list(iter_sse(text)) == [("a", "one\ntwo"), ("message", '{"k":1}'), ("tail", "cut")]
 
 
@@ -76,7 +76,10 @@ EVENTS = [("message_start", '{"a": 1}'), ("message", "[DONE]"), ("content_block_
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=30), st.sampled_from(["\n", "\r\n", "\r"]))
+@given(
+    st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=30),
+    st.sampled_from(["\n", "\r\n", "\r"]),
+)
 def test_sse_is_independent_of_chunking_and_newlines(cuts, nl):
     # The tee stores chunks as they came; joined, any split and any newline style parse the same.
     text = "".join((f"event: {e}{nl}" if e != "message" else "") + f"data: {d}{nl}{nl}" for e, d in EVENTS)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from recorder.run import RunSpec, record
+from recorder.spool import spool_path
 from schemas.blobstore import BlobStore
 from schemas.codec import decode_event
 from schemas.errors import UsageError
 from schemas.frames import scan
-from recorder.spool import spool_path
 from tests.fakes.harness import REAL_KEYS
 from tests.fakes.upstream import FakeUpstream
 
@@ -28,21 +28,36 @@ def fake():
 def run(tmp_path: Path, fake, argv: list[str], **kw):
     ws = tmp_path / "ws"
     ws.mkdir(exist_ok=True)
-    spec = RunSpec(argv=argv, store=tmp_path / "store", workspace=ws, env=dict(REAL_KEYS),
-                   upstreams={"openai": fake.url, "anthropic": fake.url}, **kw)
+    spec = RunSpec(
+        argv=argv,
+        store=tmp_path / "store",
+        workspace=ws,
+        env=dict(REAL_KEYS),
+        upstreams={"openai": fake.url, "anthropic": fake.url},
+        **kw,
+    )
     outcome = record(spec)
-    events = [decode_event(b) for b in scan(spool_path(spec.store, outcome.run_id, "recorder").read_bytes()).bodies]
+    events = [
+        decode_event(b) for b in scan(spool_path(spec.store, outcome.run_id, "recorder").read_bytes()).bodies
+    ]
     return outcome, {e.kind: e.payload for e in events}, [e.kind for e in events]
 
 
 def test_exit_code_is_propagated(tmp_path, fake):
-    out, ev, kinds = run(tmp_path, fake, ["sh", "-c", "exit 3"], labels={"sweep": "a"}, task="kidney-seg", tier="lite")
+    out, ev, kinds = run(
+        tmp_path, fake, ["sh", "-c", "exit 3"], labels={"sweep": "a"}, task="kidney-seg", tier="lite"
+    )
     assert (out.status, out.exit_code) == ("failed", 3)
     assert kinds == ["run.started", "process.exited", "submission.sealed", "run.finished"]
     assert ev["run.finished"].status == "failed" and ev["run.finished"].exit_code == 3
     assert ev["process.exited"].exit_code == 3 and ev["process.exited"].tracer == "recorder"
     started = ev["run.started"]
-    assert (started.task, started.tier, started.labels, started.command) == ("kidney-seg", "lite", {"sweep": "a"}, ["sh", "-c", "exit 3"])
+    assert (started.task, started.tier, started.labels, started.command) == (
+        "kidney-seg",
+        "lite",
+        {"sweep": "a"},
+        ["sh", "-c", "exit 3"],
+    )
     assert started.tool_versions["mitmproxy"] == "11.0.2"
 
 
@@ -79,8 +94,10 @@ def test_command_not_found_is_a_failed_run(tmp_path, fake):
 
 
 def test_agent_environment_has_placeholders_not_keys(tmp_path, fake):
-    dump = "import json, os, pathlib; pathlib.Path('env.json').write_text(json.dumps(dict(os.environ))); " \
-           "pathlib.Path('ca.pem').write_text(open(os.environ['SSL_CERT_FILE']).read())"
+    dump = (
+        "import json, os, pathlib; pathlib.Path('env.json').write_text(json.dumps(dict(os.environ))); "
+        "pathlib.Path('ca.pem').write_text(open(os.environ['SSL_CERT_FILE']).read())"
+    )
     out, _, _ = run(tmp_path, fake, [sys.executable, "-c", dump])
     env = json.loads((tmp_path / "ws" / "env.json").read_text())
     assert env["OPENAI_API_KEY"].startswith("amb-placeholder-openai-")
@@ -110,10 +127,17 @@ def test_store_and_private_files_inside_the_workspace_are_not_sealed(tmp_path, f
     # The default store is ./amb-store, i.e. inside the workspace (the current directory).
     ws = tmp_path / "ws"
     ws.mkdir()
-    spec = RunSpec(argv=["sh", "-c", "echo hi > result.txt"], store=ws / "amb-store", workspace=ws, env=dict(REAL_KEYS),
-                   upstreams={"openai": fake.url, "anthropic": fake.url})
+    spec = RunSpec(
+        argv=["sh", "-c", "echo hi > result.txt"],
+        store=ws / "amb-store",
+        workspace=ws,
+        env=dict(REAL_KEYS),
+        upstreams={"openai": fake.url, "anthropic": fake.url},
+    )
     out = record(spec)
-    events = [decode_event(b) for b in scan(spool_path(spec.store, out.run_id, "recorder").read_bytes()).bodies]
+    events = [
+        decode_event(b) for b in scan(spool_path(spec.store, out.run_id, "recorder").read_bytes()).bodies
+    ]
     (sealed,) = [e.payload for e in events if e.kind == "submission.sealed"]
     assert [f.path for f in sealed.files] == ["result.txt"]
     assert sealed.skipped == ["amb-store/: amb-record's own files"]

@@ -15,7 +15,6 @@ import pytest
 
 from recorder.shim.local import run_local
 from schemas.blobstore import BlobStore
-
 from tests.recorder.shim_helpers import payloads, shim_events  # noqa: E402
 
 SCRIPT = textwrap.dedent("""\
@@ -101,8 +100,10 @@ def test_connect_attempts_are_recorded(tmp_path: Path, tracer: str) -> None:
     probe.bind(("127.0.0.1", 0))
     port = probe.getsockname()[1]
     probe.close()
-    code = (f"import socket\ns=socket.socket()\ntry:\n s.connect(('127.0.0.1',{port}))\n"
-            f"except OSError as e:\n print(e)\n")
+    code = (
+        f"import socket\ns=socket.socket()\ntry:\n s.connect(('127.0.0.1',{port}))\n"
+        f"except OSError as e:\n print(e)\n"
+    )
     store = tmp_path / "store"
     result = run_local(store, "run-net", tmp_path / "ws", [sys.executable, "-c", code], tracer=tracer)
     assert result.exit_code == 0
@@ -117,8 +118,9 @@ def test_watched_path_reads_are_recorded(tmp_path: Path) -> None:
     secret.mkdir()
     (secret / "labels.csv").write_text("case,label\n")
     store = tmp_path / "store"
-    result = run_local(store, "run-watch", tmp_path / "ws", ["cat", str(secret / "labels.csv")],
-                       watched=[str(secret)])
+    result = run_local(
+        store, "run-watch", tmp_path / "ws", ["cat", str(secret / "labels.csv")], watched=[str(secret)]
+    )
     assert result.exit_code == 0
     accessed = payloads(shim_events(store, "run-watch"), "file.accessed")
     assert [(a.path, a.mode) for a in accessed] == [(str(secret / "labels.csv"), "r")]
@@ -126,7 +128,9 @@ def test_watched_path_reads_are_recorded(tmp_path: Path) -> None:
 
 def test_fallback_is_labelled(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    result = run_local(store, "run-poll", tmp_path / "ws", ["sh", "-c", "sleep 0.3; exit 5"], tracer="proc-poll")
+    result = run_local(
+        store, "run-poll", tmp_path / "ws", ["sh", "-c", "sleep 0.3; exit 5"], tracer="proc-poll"
+    )
     assert result.exit_code == 5
     events = shim_events(store, "run-poll")
     notes = payloads(events, "note")

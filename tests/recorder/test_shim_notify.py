@@ -46,19 +46,26 @@ def test_only_the_exec_that_succeeded_is_a_program(tmp_path: Path) -> None:
 
 def test_signals_of_descendants_are_recorded(tmp_path: Path) -> None:
     running = "while ! grep -q sleep /proc/$p/comm 2>/dev/null; do :; done"  # past its exec
-    script = (f"sleep 30 & p=$!; {running}; kill -KILL $p; sleep 31 & p=$!; {running}; kill -TERM $p; "
-              f"sleep 32 & p=$!; {running}; kill -USR1 $p; wait $p")
+    script = (
+        f"sleep 30 & p=$!; {running}; kill -KILL $p; sleep 31 & p=$!; {running}; kill -TERM $p; "
+        f"sleep 32 & p=$!; {running}; kill -USR1 $p; wait $p"
+    )
     rc, events = _run(tmp_path, ["bash", "-c", script])
     assert rc == 128 + 10
-    sleeps = {tuple(p.argv): (p.exit_code, p.signal) for p in payloads(events, "process.exited")
-              if p.argv[:1] == ["sleep"]}
+    sleeps = {
+        tuple(p.argv): (p.exit_code, p.signal)
+        for p in payloads(events, "process.exited")
+        if p.argv[:1] == ["sleep"]
+    }
     assert sleeps == {("sleep", "30"): (None, 9), ("sleep", "31"): (None, 15), ("sleep", "32"): (None, 10)}
 
 
 def test_stopped_and_continued_process_finishes(tmp_path: Path) -> None:
-    script = ("sleep 0.5 & p=$!; while ! grep -q sleep /proc/$p/comm 2>/dev/null; do :; done; "
-              "kill -STOP $p; sleep 0.2; grep '^State:' /proc/$p/status > st; "
-              "kill -CONT $p; wait $p; echo $? > rc")
+    script = (
+        "sleep 0.5 & p=$!; while ! grep -q sleep /proc/$p/comm 2>/dev/null; do :; done; "
+        "kill -STOP $p; sleep 0.2; grep '^State:' /proc/$p/status > st; "
+        "kill -CONT $p; wait $p; echo $? > rc"
+    )
     rc, events = _run(tmp_path, ["bash", "-c", script])
     assert rc == 0
     # The stop was a real stop (under a tracer a group-stop shows as a tracing stop) ...
@@ -87,7 +94,9 @@ def test_agent_may_trace_its_own_children(tmp_path: Path) -> None:
     rc, events = _run(tmp_path, ["strace", "-f", "-o", "/dev/null", "sh", "-c", "exit 2"])
     assert rc == 2
     argvs = [p.argv for p in payloads(events, "process.exited")]
-    assert ["sh", "-c", "exit 2"] in argvs and argvs.count(["strace", "-f", "-o", "/dev/null", "sh", "-c", "exit 2"]) == 1
+    assert ["sh", "-c", "exit 2"] in argvs and argvs.count(
+        ["strace", "-f", "-o", "/dev/null", "sh", "-c", "exit 2"]
+    ) == 1
 
 
 def test_connects_are_performed_and_their_outcomes_recorded(tmp_path: Path) -> None:
@@ -130,11 +139,17 @@ def test_connects_are_performed_and_their_outcomes_recorded(tmp_path: Path) -> N
     finally:
         server.close()
     assert rc == 0
-    assert (tmp_path / "ws/out").read_text() == f"[{open_port}, 'refused', 'EINPROGRESS', 53, 'ENOENT', 'EBADF']\n"
+    assert (
+        tmp_path / "ws/out"
+    ).read_text() == f"[{open_port}, 'refused', 'EINPROGRESS', 53, 'ENOENT', 'EBADF']\n"
     reqs = [(r.scheme, r.host, r.port, r.error) for r in payloads(events, "network.request")]
-    assert reqs == [("tcp", "127.0.0.1", open_port, None), ("tcp", "127.0.0.1", closed_port, "ECONNREFUSED"),
-                    ("tcp", "127.0.0.1", open_port, "EINPROGRESS"), ("udp", "::1", 53, None),
-                    ("", "127.0.0.1", 9, "EBADF")]  # (no socket, so no protocol)
+    assert reqs == [
+        ("tcp", "127.0.0.1", open_port, None),
+        ("tcp", "127.0.0.1", closed_port, "ECONNREFUSED"),
+        ("tcp", "127.0.0.1", open_port, "EINPROGRESS"),
+        ("udp", "::1", 53, None),
+        ("", "127.0.0.1", 9, "EBADF"),
+    ]  # (no socket, so no protocol)
 
 
 def _verdict(prog: bytes, arch: int, nr: int) -> int:

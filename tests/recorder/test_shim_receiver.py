@@ -22,7 +22,9 @@ def test_one_connection_then_the_socket_is_gone(tmp_path: Path) -> None:
     first = _connect(r.path)
     assert r.connected.wait(5)
     assert not r.path.exists()  # nothing started later (the agent) can add to the stream
-    first.sendall(wire.encode(wire.Write(path="a.txt", op="created", size=2, sha256="sha256:bogus", content=b"hi")))
+    first.sendall(
+        wire.encode(wire.Write(path="a.txt", op="created", size=2, sha256="sha256:bogus", content=b"hi"))
+    )
     first.sendall(wire.encode(wire.Bye(exit_code=0)))
     first.shutdown(socket.SHUT_WR)
     assert first.recv(1) == b""  # the receiver acknowledges the end of the stream by closing

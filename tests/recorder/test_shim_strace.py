@@ -23,7 +23,9 @@ def test_c_string_escapes() -> None:
 
 def test_unfinished_resumed_threads_and_exits() -> None:
     t = Tracker(root_cwd="/ws")
-    out = feed(t, r'''
+    out = feed(
+        t,
+        r"""
         10 1700000000.000001 execve("/bin/bash", ["bash", "-c", "x"], 0x7ffd /* 3 vars */) = 0
         10 1700000000.000010 chdir("sub") = 0
         10 1700000000.000020 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|SIGCHLD <unfinished ...>
@@ -35,10 +37,19 @@ def test_unfinished_resumed_threads_and_exits() -> None:
         12 1700000000.000080 +++ exited with 0 +++
         11 1700000000.000090 +++ killed by SIGKILL +++
         10 1700000000.000100 +++ exited with 2 +++
-    ''')
+    """,
+    )
     conns = [m for m in out if isinstance(m, Connect)]
-    assert conns == [Connect(family="inet/tcp", host="1.2.3.4", port=443, error="ENETUNREACH", pid=11,
-                             ts_ns=1700000000000070000)]
+    assert conns == [
+        Connect(
+            family="inet/tcp",
+            host="1.2.3.4",
+            port=443,
+            error="ENETUNREACH",
+            pid=11,
+            ts_ns=1700000000000070000,
+        )
+    ]
     procs = [m for m in out if isinstance(m, Proc)]
     assert [(p.pid, p.ppid, p.argv, p.cwd, p.exit_code, p.signal) for p in procs] == [
         (11, 10, ["ls", "-l"], "/ws/sub", None, 9),
@@ -49,12 +60,15 @@ def test_unfinished_resumed_threads_and_exits() -> None:
 
 def test_exec_chain_reports_each_program_and_hides_marker() -> None:
     t = Tracker(root_cwd="/ws", hide_marker="DROP")
-    out = feed(t, r'''
+    out = feed(
+        t,
+        r"""
         5 1700000000.000001 execve("/py", ["py", "-c", "DROP", "1000"], 0x1 /* 1 vars */) = 0
         5 1700000000.000002 execve("/bin/sh", ["sh", "-c", "a; b"], 0x1 /* 1 vars */) = 0
         5 1700000000.000003 execve("/bin/b", ["b"], 0x1 /* 1 vars */) = 0
         5 1700000000.000004 +++ exited with 1 +++
-    ''')
+    """,
+    )
     assert [(p.argv, p.exit_code, p.end_ns) for p in out] == [
         (["sh", "-c", "a; b"], None, 1700000000000003000),
         (["b"], 1, 1700000000000004000),
@@ -63,13 +77,16 @@ def test_exec_chain_reports_each_program_and_hides_marker() -> None:
 
 def test_failed_exec_and_ipv6_connect() -> None:
     t = Tracker(root_cwd="/")
-    out = feed(t, r'''
+    out = feed(
+        t,
+        r"""
         7 1700000000.000001 execve("/nope", ["nope"], 0x1 /* 1 vars */) = -1 ENOENT (No such file or directory)
         7 1700000000.000002 execve("/bin/x", ["x"], 0x1 /* 1 vars */) = 0
         7 1700000000.000003 connect(4, {sa_family=AF_INET6, sin6_port=htons(80), sin6_flowinfo=htonl(0), inet_pton(AF_INET6, "::1", &sin6_addr), sin6_scope_id=0}, 28) = 0
         7 1700000000.000004 connect(5, {sa_family=AF_UNIX, sun_path="/var/run/nscd/socket"}, 110) = -1 ENOENT (No such file or directory)
         7 1700000000.000005 +++ exited with 0 +++
-    ''')
+    """,
+    )
     assert [type(m).__name__ for m in out] == ["Connect", "Proc"]
     assert out[0].host == "::1" and out[0].port == 80 and out[0].error is None and out[0].family == "inet6"
     assert out[1].argv == ["x"]
@@ -79,15 +96,16 @@ def test_chunks_split_anywhere_give_the_same_records() -> None:
     """The shim reads strace's pipe in batches: a chunk may end mid-line or mid-character."""
     text = (
         '3 1700000000.000001 execve("/bin/sh", ["sh", "-c", "x"], 0x1 /* 1 vars */) = 0\n'
-        '3 1700000000.000002 clone(child_stack=NULL, flags=SIGCHLD) = 4\n'
+        "3 1700000000.000002 clone(child_stack=NULL, flags=SIGCHLD) = 4\n"
         '4 1700000000.000003 execve("/bin/echo", ["echo", "h\\303\\251", "\xe2\x82\xac"], 0x1 /* 1 vars */) = 0\n'
-        '4 1700000000.000004 +++ exited with 0 +++\n'
-        '3 1700000000.000005 +++ exited with 3 +++'  # the last line has no newline: flush() ends it
+        "4 1700000000.000004 +++ exited with 0 +++\n"
+        "3 1700000000.000005 +++ exited with 3 +++"  # the last line has no newline: flush() ends it
     ).encode("latin-1")
     whole = Tracker(root_cwd="/ws")
     expected = whole.feed_bytes(text) + whole.flush()
     assert [(p.pid, p.ppid, p.argv, p.exit_code) for p in expected] == [
-        (4, 3, ["echo", "hé", "€"], 0), (3, None, ["sh", "-c", "x"], 3),
+        (4, 3, ["echo", "hé", "€"], 0),
+        (3, None, ["sh", "-c", "x"], 3),
     ]
     for size in (1, 2, 3, 7, 50):
         t = Tracker(root_cwd="/ws")

@@ -34,7 +34,9 @@ while True:
 
 
 def test_sigkill_mid_burst_loses_no_acknowledged_frame(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
     acked = []
     deadline = time.monotonic() + 60
     while len(acked) < 60 and time.monotonic() < deadline:
@@ -46,7 +48,10 @@ def test_sigkill_mid_burst_loses_no_acknowledged_frame(tmp_path):
     assert len(acked) >= 60
     report = ingest(tmp_path)
     with Store.open(tmp_path, read_only=True) as st:
-        seqs = [r[0] for r in st.con.execute("SELECT seq FROM events WHERE run_id = 'burst' ORDER BY seq").fetchall()]
+        seqs = [
+            r[0]
+            for r in st.con.execute("SELECT seq FROM events WHERE run_id = 'burst' ORDER BY seq").fetchall()
+        ]
     assert seqs == list(range(len(seqs)))
     assert set(acked) <= set(seqs), "an acknowledged frame was lost"
     for torn in report.torn:  # if the kill landed mid-frame, the tail is reported, not loaded
@@ -79,7 +84,9 @@ def test_group_commit_shares_fsyncs(tmp_path, monkeypatch):
 
     w = SpoolWriter(spool_path(tmp_path, "r", "proxy"), "r", "proxy")
     monkeypatch.setattr(os, "fsync", slow_fsync)
-    threads = [threading.Thread(target=lambda: [w.append(Note(text="x")) for _ in range(20)]) for _ in range(8)]
+    threads = [
+        threading.Thread(target=lambda: [w.append(Note(text="x")) for _ in range(20)]) for _ in range(8)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -15,9 +15,9 @@ from replay.ingest import ingest
 from replay.read import iter_events
 from replay.store import Store
 from schemas.codec import GENESIS, encode_payload, make_body
-from schemas.frames import MAGIC, encode_frame
 from schemas.errors import IngestConflict, SchemaError, SpoolError
 from schemas.events import Note
+from schemas.frames import MAGIC, encode_frame
 
 GOLDEN = Path(__file__).parents[1] / "data" / "golden" / "v1-store"
 
@@ -73,7 +73,11 @@ def test_torn_tail_is_reported_and_earlier_frames_kept(tmp_path):
     path.write_bytes(data[:-7])  # what a writer killed in the middle of its last frame leaves
     report = ingest(root)
     assert report.events_added == 4
-    assert len(report.torn) == 1 and report.torn[0].frames == 4 and report.torn[0].tail.why == "incomplete last frame"
+    assert (
+        len(report.torn) == 1
+        and report.torn[0].frames == 4
+        and report.torn[0].tail.why == "incomplete last frame"
+    )
 
 
 def test_forked_spool_is_a_conflict(tmp_path):
@@ -133,14 +137,24 @@ def test_body_that_is_not_canonical_is_refused(tmp_path, edit):
     """A frame whose checksum is right but whose body is not the canonical encoding would store a
     hash that ``amb verify`` can never reproduce from the columns: ingest refuses it."""
     root = tmp_path / "s"
-    body = make_body(run_id="r", source="proxy", seq=0, ts_ns=1, kind="note", v=1,
-                     payload=encode_payload(Note(text="x")), prev_hash=GENESIS)
+    body = make_body(
+        run_id="r",
+        source="proxy",
+        seq=0,
+        ts_ns=1,
+        kind="note",
+        v=1,
+        payload=encode_payload(Note(text="x")),
+        prev_hash=GENESIS,
+    )
     bad = edit(body)
     assert bad != body and json.loads(bad) == json.loads(body)
     path = spool_path(root, "r", "proxy")
     path.parent.mkdir(parents=True)
     path.write_bytes(MAGIC + encode_frame(bad, hashlib.sha256(bad).hexdigest()))
-    with pytest.raises(SpoolError, match="spool spool/r/proxy.spool: seq (0|\\?): not a canonical event body"):
+    with pytest.raises(
+        SpoolError, match="spool spool/r/proxy.spool: seq (0|\\?): not a canonical event body"
+    ):
         ingest(root)
     assert count(root) == 0
 
@@ -166,7 +180,10 @@ def test_concurrent_writers_wait_for_the_lock(tmp_path):
     for i in range(4):
         generate_run(root, f"r{i}", seed=i, calls=5)
     code = "import sys; from replay.ingest import ingest; ingest(sys.argv[1], [sys.argv[2]])"
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(root), f"r{i}"], cwd=Path(__file__).parents[2]) for i in range(4)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(root), f"r{i}"], cwd=Path(__file__).parents[2])
+        for i in range(4)
+    ]
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
     with Store.open(root, read_only=True) as st:
         assert st.con.execute("SELECT count(DISTINCT run_id) FROM events").fetchone()[0] == 4

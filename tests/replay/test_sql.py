@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
 import duckdb
+import pytest
 
 from replay.store import open_sql
 
@@ -40,7 +40,9 @@ def test_views_answer_questions(store):
     ).fetchall()
     assert [r[0] for r in rows] == ["run-0", "run-1", "run-2"]
     assert all(r[1] == 12 and r[2] > 0 and r[3] == 12 for r in rows)
-    paired = con.execute("SELECT count(*), count(answered_in) FROM tool_calls WHERE run_id = 'run-0'").fetchone()
+    paired = con.execute(
+        "SELECT count(*), count(answered_in) FROM tool_calls WHERE run_id = 'run-0'"
+    ).fetchone()
     assert paired == (12, 11)  # the last call (submit_results) is never answered
     assert con.execute("SELECT count(*) FROM processes WHERE exit_code IS NULL").fetchone()[0] == 0
     # Every write of the plan was made by a process that wrote it (shim facts agree with each other).

@@ -26,15 +26,20 @@ def test_clean_store_verifies(store):
 
 
 def test_edited_payload_byte(store):
-    tamper(store, "UPDATE events SET payload = replace(CAST(payload AS VARCHAR), 'execute_code', 'execute_cod3') "
-                  "WHERE run_id = 'run-1' AND source = 'proxy' AND seq = 1")
+    tamper(
+        store,
+        "UPDATE events SET payload = replace(CAST(payload AS VARCHAR), 'execute_code', 'execute_cod3') "
+        "WHERE run_id = 'run-1' AND source = 'proxy' AND seq = 1",
+    )
     found = problems(store)
     assert (found[0].run_id, found[0].source, found[0].seq) == ("run-1", "proxy", 1)
     assert "hash mismatch" in found[0].what
 
 
 def test_edited_envelope_field(store):
-    tamper(store, "UPDATE events SET ts_ns = ts_ns + 1 WHERE run_id = 'run-0' AND source = 'shim' AND seq = 3")
+    tamper(
+        store, "UPDATE events SET ts_ns = ts_ns + 1 WHERE run_id = 'run-0' AND source = 'shim' AND seq = 3"
+    )
     assert [(p.seq, "hash mismatch" in p.what) for p in problems(store)] == [(3, True)]
 
 
@@ -46,16 +51,23 @@ def test_deleted_event_is_a_gap(store):
 
 
 def test_deleted_last_event_breaks_the_manifest(store):
-    tamper(store, "DELETE FROM events WHERE run_id = 'run-0' AND source = 'recorder' AND seq = (SELECT max(seq) FROM events WHERE run_id = 'run-0' AND source = 'recorder')")
+    tamper(
+        store,
+        "DELETE FROM events WHERE run_id = 'run-0' AND source = 'recorder' AND seq = (SELECT max(seq) FROM events WHERE run_id = 'run-0' AND source = 'recorder')",
+    )
     found = problems(store)
-    assert found and found[0].run_id == "run-0" and "manifest" in found[0].what and "recorder" in found[0].what
+    assert (
+        found and found[0].run_id == "run-0" and "manifest" in found[0].what and "recorder" in found[0].what
+    )
 
 
 def test_reordered_events(store):
-    tamper(store,
-           "UPDATE events SET seq = -1 WHERE run_id = 'run-1' AND source = 'shim' AND seq = 2",
-           "UPDATE events SET seq = 2 WHERE run_id = 'run-1' AND source = 'shim' AND seq = 3",
-           "UPDATE events SET seq = 3 WHERE run_id = 'run-1' AND source = 'shim' AND seq = -1")
+    tamper(
+        store,
+        "UPDATE events SET seq = -1 WHERE run_id = 'run-1' AND source = 'shim' AND seq = 2",
+        "UPDATE events SET seq = 2 WHERE run_id = 'run-1' AND source = 'shim' AND seq = 3",
+        "UPDATE events SET seq = 3 WHERE run_id = 'run-1' AND source = 'shim' AND seq = -1",
+    )
     found = problems(store)
     assert (found[0].run_id, found[0].source, found[0].seq) == ("run-1", "shim", 2)
 
@@ -64,11 +76,16 @@ def test_rehashed_edit_breaks_the_next_link(store):
     """An editor who also fixes the edited event's hash is caught by the next event's prev_hash."""
     from replay.verify import BODY_SQL
 
-    tamper(store,
-           "UPDATE events SET ts_ns = ts_ns - 1000 WHERE run_id = 'run-0' AND source = 'proxy' AND seq = 4",
-           f"UPDATE events SET hash = 'sha256:' || sha256({BODY_SQL}) WHERE run_id = 'run-0' AND source = 'proxy' AND seq = 4")
+    tamper(
+        store,
+        "UPDATE events SET ts_ns = ts_ns - 1000 WHERE run_id = 'run-0' AND source = 'proxy' AND seq = 4",
+        f"UPDATE events SET hash = 'sha256:' || sha256({BODY_SQL}) WHERE run_id = 'run-0' AND source = 'proxy' AND seq = 4",
+    )
     found = problems(store)
-    assert (found[0].seq, found[0].what) == (5, "broken chain: prev_hash is not the hash of the event before it")
+    assert (found[0].seq, found[0].what) == (
+        5,
+        "broken chain: prev_hash is not the hash of the event before it",
+    )
 
 
 def test_rebuilt_chain_is_caught_by_an_anchored_manifest(store):
@@ -77,8 +94,11 @@ def test_rebuilt_chain_is_caught_by_an_anchored_manifest(store):
 
     with Store.open(store, read_only=True) as st:
         anchored = manifests.stored(st.con, "run-0")
-    tamper(store, "DELETE FROM manifests WHERE run_id = 'run-0'",
-           "DELETE FROM events WHERE run_id = 'run-0' AND source = 'proxy' AND seq = (SELECT max(seq) FROM events WHERE run_id = 'run-0' AND source = 'proxy')")
+    tamper(
+        store,
+        "DELETE FROM manifests WHERE run_id = 'run-0'",
+        "DELETE FROM events WHERE run_id = 'run-0' AND source = 'proxy' AND seq = (SELECT max(seq) FROM events WHERE run_id = 'run-0' AND source = 'proxy')",
+    )
     assert problems(store) == []  # internally consistent now
     found = problems(store, anchored=[anchored])
     assert found and "anchored manifest" in found[0].what and "source proxy" in found[0].what
@@ -87,7 +107,9 @@ def test_rebuilt_chain_is_caught_by_an_anchored_manifest(store):
 
 def test_missing_blob(store):
     with Store.open(store, read_only=True) as st:
-        blob = st.con.execute("SELECT request_blob FROM model_calls WHERE run_id = 'run-1' ORDER BY seq LIMIT 1 OFFSET 2").fetchone()[0]
+        blob = st.con.execute(
+            "SELECT request_blob FROM model_calls WHERE run_id = 'run-1' ORDER BY seq LIMIT 1 OFFSET 2"
+        ).fetchone()[0]
         path = st.blobs.path_of(blob)
     os.remove(path)
     found = problems(store)
@@ -96,7 +118,9 @@ def test_missing_blob(store):
 
 def test_corrupted_blob(store):
     with Store.open(store, read_only=True) as st:
-        blob = st.con.execute("SELECT response_blob FROM model_calls WHERE run_id = 'run-2' LIMIT 1").fetchone()[0]
+        blob = st.con.execute(
+            "SELECT response_blob FROM model_calls WHERE run_id = 'run-2' LIMIT 1"
+        ).fetchone()[0]
         path = st.blobs.path_of(blob)
     os.chmod(path, 0o644)
     import zlib

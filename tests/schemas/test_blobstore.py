@@ -6,13 +6,20 @@ import hashlib
 import json
 import os
 import random
-
-import pytest
-
 import re
 import zlib
 
-from schemas.blobstore import _RESIDUES, CHUNK_ABOVE, CHUNK_MAGIC, MAX_CHUNK, MIN_CHUNK, BlobStore, chunk_bounds
+import pytest
+
+from schemas.blobstore import (
+    _RESIDUES,
+    CHUNK_ABOVE,
+    CHUNK_MAGIC,
+    MAX_CHUNK,
+    MIN_CHUNK,
+    BlobStore,
+    chunk_bounds,
+)
 from schemas.errors import BlobError
 
 
@@ -20,7 +27,12 @@ def conversation(turns: int, seed: int = 0) -> bytes:
     rng = random.Random(seed)
     messages = [{"role": "system", "content": "You are a careful agent. " * 400}]
     for i in range(turns):
-        messages.append({"role": "assistant", "content": f"step {i} " + "".join(rng.choice("abcdef ") for _ in range(2000))})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": f"step {i} " + "".join(rng.choice("abcdef ") for _ in range(2000)),
+            }
+        )
         messages.append({"role": "tool", "content": "output " * rng.randint(50, 500)})
     return json.dumps({"model": "m", "messages": messages}).encode()
 
@@ -70,7 +82,7 @@ def test_missing_and_corrupted_chunks_are_errors(tmp_path):
     ref = store.put(data)
     listing = store.path_of(ref.blob).read_bytes()
     assert listing.startswith(CHUNK_MAGIC)
-    chunk = listing[len(CHUNK_MAGIC):].splitlines()[1].decode()
+    chunk = listing[len(CHUNK_MAGIC) :].splitlines()[1].decode()
     os.remove(store.path_of(chunk))
     with pytest.raises(BlobError, match="a chunk failed: blob sha256:.* is missing"):
         store.get(ref)
@@ -113,8 +125,12 @@ def test_chunk_bounds_match_a_regex_formulation_of_the_rule():
         alphabet = rng.choice([b"}, {\na", b"},{ab", b"\n}{, xyz0123456789"])
         cases.append(bytes(rng.choice(alphabet) for _ in range(rng.randint(1, 400_000))))
     for _ in range(10):
-        msgs = [{"role": "user", "content": "".join(rng.choice("abc \n") for _ in range(rng.randint(10, 9000)))}
-                for _ in range(rng.randint(1, 60))]
-        cases.append(json.dumps({"messages": msgs}, separators=(",", ":") if rng.random() < 0.5 else None).encode())
+        msgs = [
+            {"role": "user", "content": "".join(rng.choice("abc \n") for _ in range(rng.randint(10, 9000)))}
+            for _ in range(rng.randint(1, 60))
+        ]
+        cases.append(
+            json.dumps({"messages": msgs}, separators=(",", ":") if rng.random() < 0.5 else None).encode()
+        )
     for data in cases:
         assert fast(data) == reference_bounds(data)

@@ -48,21 +48,39 @@ SAMPLES = [
     RunStarted(task="kidney-seg", tier="lite", agent="a", model="m", command=["x", "--y"], labels={"k": "v"}),
     RunFinished(status="timeout", exit_code=124, duration_s=3.5, reason="time limit", counts={"proxy": 3}),
     ModelCallCompleted(
-        call_id="c1", provider="openai", api="chat.completions", model="gpt", stream=True, status=200,
-        request=REF, response=REF,
-        message=AssistantMessage(text="héllo ✓", reasoning="think", tool_calls=[ToolCallPart(id="t1", name="f", arguments='{"a": 1')]),
-        stop_reason="tool_calls", usage=Usage(input_total=100, cache_read=40, output=20, reasoning=5, reported=False),
-        ttfb_ms=1.25, latency_ms=9.5,
+        call_id="c1",
+        provider="openai",
+        api="chat.completions",
+        model="gpt",
+        stream=True,
+        status=200,
+        request=REF,
+        response=REF,
+        message=AssistantMessage(
+            text="héllo ✓",
+            reasoning="think",
+            tool_calls=[ToolCallPart(id="t1", name="f", arguments='{"a": 1')],
+        ),
+        stop_reason="tool_calls",
+        usage=Usage(input_total=100, cache_read=40, output=20, reasoning=5, reported=False),
+        ttfb_ms=1.25,
+        latency_ms=9.5,
     ),
     ToolCallRequested(tool_call_id="t1", name="f", arguments='{"a": 1', model_call_id="c1"),
-    ToolCallResult(tool_call_id="t1", model_call_id="c2", output="out\n\x00\u2028", output_blob=REF, is_error=False),
-    ProcessExited(pid=7, ppid=1, argv=["python3", "-c", "print('\"')"], cwd="/w", start_ns=1, end_ns=2, exit_code=0),
+    ToolCallResult(
+        tool_call_id="t1", model_call_id="c2", output="out\n\x00\u2028", output_blob=REF, is_error=False
+    ),
+    ProcessExited(
+        pid=7, ppid=1, argv=["python3", "-c", "print('\"')"], cwd="/w", start_ns=1, end_ns=2, exit_code=0
+    ),
     FileWritten(path="plan/plan.md", op="created", size=3, sha256="sha256:" + "00" * 32, content=REF),
     FileDeleted(path="a b.txt"),
     FileRenamed(src="a", dst="b"),
     FileAccessed(path="/data/private/x", mode="r", pid=3),
     NetworkRequest(method="GET", scheme="https", host="pypi.org", port=443, path="/simple/", status=200),
-    SubmissionSealed(root="/w", files=[SealedFile(path="o.json", size=2, sha256="sha256:" + "11" * 32, content=REF)]),
+    SubmissionSealed(
+        root="/w", files=[SealedFile(path="o.json", size=2, sha256="sha256:" + "11" * 32, content=REF)]
+    ),
     Note(text="n", data={"x": [1, 2.5, None]}),
 ]
 
@@ -74,19 +92,41 @@ def test_samples_cover_every_kind():
 @pytest.mark.parametrize("payload", SAMPLES, ids=lambda p: kind_of(type(p)))
 def test_round_trip(payload):
     kind = kind_of(type(payload))
-    body = make_body(run_id="run-1", source="proxy", seq=4, ts_ns=123, kind=kind, v=type(payload).VERSION,
-                     payload=encode_payload(payload), prev_hash=GENESIS)
+    body = make_body(
+        run_id="run-1",
+        source="proxy",
+        seq=4,
+        ts_ns=123,
+        kind=kind,
+        v=type(payload).VERSION,
+        payload=encode_payload(payload),
+        prev_hash=GENESIS,
+    )
     event = decode_event(body)
     assert event.payload == payload
-    assert (event.kind, event.seq, event.run_id, event.source, event.ts_ns) == (kind, 4, "run-1", "proxy", 123)
+    assert (event.kind, event.seq, event.run_id, event.source, event.ts_ns) == (
+        kind,
+        4,
+        "run-1",
+        "proxy",
+        123,
+    )
     assert event.hash == "sha256:" + hashlib.sha256(body).hexdigest()
 
 
 @pytest.mark.parametrize("payload", SAMPLES, ids=lambda p: kind_of(type(p)))
 def test_body_is_canonical_json(payload):
     """The hand-assembled body equals a generic sorted, compact re-encoding of itself."""
-    body = make_body(run_id="r", source="shim", seq=0, ts_ns=1, kind=kind_of(type(payload)), v=1,
-                     payload=encode_payload(payload), prev_hash=GENESIS)
+    body = make_body(
+        run_id="r",
+        source="shim",
+        seq=0,
+        ts_ns=1,
+        kind=kind_of(type(payload)),
+        v=1,
+        payload=encode_payload(payload),
+        prev_hash=GENESIS,
+    )
     assert msgspec.json.encode(msgspec.json.decode(body), order="sorted") == body
     assert json.loads(body)["payload"]["kind"] == kind_of(type(payload))
 
@@ -104,15 +144,40 @@ def test_stored_payload_keeps_defaults():
 
 
 def test_hash_covers_every_envelope_field():
-    base = dict(run_id="r", source="proxy", seq=1, ts_ns=5, kind="note", v=2, payload=encode_payload(Note(text="a")), prev_hash=GENESIS)
+    base = dict(
+        run_id="r",
+        source="proxy",
+        seq=1,
+        ts_ns=5,
+        kind="note",
+        v=2,
+        payload=encode_payload(Note(text="a")),
+        prev_hash=GENESIS,
+    )
     h = hash_body(make_body(**base))
-    for field, other in [("run_id", "r2"), ("source", "shim"), ("seq", 2), ("ts_ns", 6), ("v", 1),
-                         ("payload", encode_payload(Note(text="b"))), ("prev_hash", "sha256:" + "1" * 64)]:
+    for field, other in [
+        ("run_id", "r2"),
+        ("source", "shim"),
+        ("seq", 2),
+        ("ts_ns", 6),
+        ("v", 1),
+        ("payload", encode_payload(Note(text="b"))),
+        ("prev_hash", "sha256:" + "1" * 64),
+    ]:
         assert hash_body(make_body(**(base | {field: other}))) != h, field
 
 
 def test_unknown_kind_is_a_clear_error():
-    body = make_body(run_id="r", source="proxy", seq=0, ts_ns=1, kind="judge.verdict", v=1, payload=b'{"kind":"judge.verdict"}', prev_hash=GENESIS)
+    body = make_body(
+        run_id="r",
+        source="proxy",
+        seq=0,
+        ts_ns=1,
+        kind="judge.verdict",
+        v=1,
+        payload=b'{"kind":"judge.verdict"}',
+        prev_hash=GENESIS,
+    )
     env = decode_body(body)
     with pytest.raises(UnknownEventKind, match="unknown event kind 'judge.verdict'"):
         decode_payload(env.kind, env.v, env.payload)

@@ -6,13 +6,22 @@ import pytest
 
 from schemas.codec import Event
 from schemas.events import (
-    FileAccessed, FileWritten, ModelCallCompleted, NetworkRequest, RunFinished, RunStarted, SealedFile,
-    SubmissionSealed, ToolCallRequested, ToolCallResult, Usage,
+    FileAccessed,
+    FileWritten,
+    ModelCallCompleted,
+    NetworkRequest,
+    RunFinished,
+    RunStarted,
+    SealedFile,
+    SubmissionSealed,
+    ToolCallRequested,
+    ToolCallResult,
+    Usage,
 )
 from schemas.events.base import kind_of
 from scorer import audit, codes, cost, evidence
-from scorer.pipeline import RunScorer
 from scorer.judge.offline import OfflineJudge
+from scorer.pipeline import RunScorer
 from scorer.profile import load
 from scorer.trajectory import fold
 
@@ -22,13 +31,32 @@ PROFILE = load("paper-2026-06")
 def run(*payloads, source="shim"):
     evs = []
     for i, p in enumerate(payloads):
-        evs.append(Event(run_id="r", source=source, seq=i, ts_ns=10_000 + 1000 * i, kind=kind_of(type(p)), v=1, payload=p, prev_hash="", hash=""))
+        evs.append(
+            Event(
+                run_id="r",
+                source=source,
+                seq=i,
+                ts_ns=10_000 + 1000 * i,
+                kind=kind_of(type(p)),
+                v=1,
+                payload=p,
+                prev_hash="",
+                hash="",
+            )
+        )
     return evs
 
 
 def execute(i, code, result):
-    return [ToolCallRequested(tool_call_id=f"t{i}", name="execute_code", arguments=f'{{"language": "python", "code": {code!r}}}'.replace("'", '"'), model_call_id="c"),
-            ToolCallResult(tool_call_id=f"t{i}", model_call_id="c", output=result)]
+    return [
+        ToolCallRequested(
+            tool_call_id=f"t{i}",
+            name="execute_code",
+            arguments=f'{{"language": "python", "code": {code!r}}}'.replace("'", '"'),
+            model_call_id="c",
+        ),
+        ToolCallResult(tool_call_id=f"t{i}", model_call_id="c", output=result),
+    ]
 
 
 START = RunStarted(task="kidney-seg", tier="lite", model="claude-opus-4.6", workspace="/workspace/run_001")
@@ -37,7 +65,9 @@ START = RunStarted(task="kidney-seg", tier="lite", model="claude-opus-4.6", work
 def test_empty_trajectory_is_no_data():
     t = fold("r", run(START, RunFinished(status="completed")), lambda r: b"")
     assert audit.audit(t, PROFILE.profile.audit).status == "no_data"
-    row = RunScorer(PROFILE, OfflineJudge(lambda r: b""), lambda r: b"", cost.load_table("openrouter-2026-05-28")).score_trajectory(t)
+    row = RunScorer(
+        PROFILE, OfflineJudge(lambda r: b""), lambda r: b"", cost.load_table("openrouter-2026-05-28")
+    ).score_trajectory(t)
     assert row["status"] == "no_data" and row["agentic"] is None and row["overall"] is None
 
 
@@ -45,8 +75,16 @@ def test_empty_trajectory_is_no_data():
     ("payload", "rule"),
     [
         (FileAccessed(path="/data/private/case_00000/lesion.nii.gz"), "private_access"),
-        (FileWritten(path="/root/.cache/x.bin", size=3, sha256="sha256:" + "0" * 64), "write_outside_workspace"),
-        (NetworkRequest(method="GET", host="huggingface.co", path="/datasets/MitakaKuma/AutoMedBench-Full-release/x"), "forbidden_egress"),
+        (
+            FileWritten(path="/root/.cache/x.bin", size=3, sha256="sha256:" + "0" * 64),
+            "write_outside_workspace",
+        ),
+        (
+            NetworkRequest(
+                method="GET", host="huggingface.co", path="/datasets/MitakaKuma/AutoMedBench-Full-release/x"
+            ),
+            "forbidden_egress",
+        ),
         (FileAccessed(path="/opt/amb/scorer/grader/segmentation.py"), "grader_access"),
         (FileAccessed(path="/workspace/run_other/agents_outputs/a.nii.gz"), "other_runs"),
     ],
@@ -60,18 +98,34 @@ def test_violations_cite_their_events(payload, rule):
 
 
 def test_training_in_executed_code_and_a_clean_run():
-    t = fold("r", run(START, *execute(0, "loss.backward()\\noptimizer.step()", '{"exit_code": 0}')), lambda r: b"")
+    t = fold(
+        "r", run(START, *execute(0, "loss.backward()\\noptimizer.step()", '{"exit_code": 0}')), lambda r: b""
+    )
     res = audit.audit(t, PROFILE.profile.audit)
     assert [v.rule for v in res.violations] == ["training"] and res.violations[0].events == ["shim:1"]
-    ok = fold("r", run(START, *execute(0, "print(open(\\\"/workspace/run_001/plan/plan.md\\\").read())", '{"exit_code": 0}')), lambda r: b"")
+    ok = fold(
+        "r",
+        run(
+            START,
+            *execute(0, 'print(open(\\"/workspace/run_001/plan/plan.md\\").read())', '{"exit_code": 0}'),
+        ),
+        lambda r: b"",
+    )
     assert audit.audit(ok, PROFILE.profile.audit).status == "clean"
 
 
 def test_violation_zeroes_stages_excludes_task_keeps_cost():
-    call = ModelCallCompleted(call_id="c", provider="openai", api="chat.completions", model="claude-opus-4.6",
-                              usage=Usage(input_total=1_000_000, output=100_000))
+    call = ModelCallCompleted(
+        call_id="c",
+        provider="openai",
+        api="chat.completions",
+        model="claude-opus-4.6",
+        usage=Usage(input_total=1_000_000, output=100_000),
+    )
     t = fold("r", run(START, call, FileAccessed(path="/data/private/x")), lambda r: b"")
-    row = RunScorer(PROFILE, OfflineJudge(lambda r: b""), lambda r: b"", cost.load_table("openrouter-2026-05-28")).score_trajectory(t)
+    row = RunScorer(
+        PROFILE, OfflineJudge(lambda r: b""), lambda r: b"", cost.load_table("openrouter-2026-05-28")
+    ).score_trajectory(t)
     assert row["status"] == "breach" and row["s1"] == row["s5"] == 0.0 and row["agentic"] == 0.0
     assert row["task_score"] is None and row["overall"] == 0.0
     assert row["cost_usd"] == pytest.approx(5.0 + 2.5)
@@ -79,15 +133,28 @@ def test_violation_zeroes_stages_excludes_task_keeps_cost():
 
 def test_cost_containment_and_unknown_models():
     table = cost.load_table("openrouter-2026-05-28")
-    call = ModelCallCompleted(call_id="c", provider="anthropic", api="messages", model="anthropic/claude-opus-4.6",
-                              usage=Usage(input_total=1_000_000, cache_read=600_000, cache_write=100_000, output=200_000, reasoning=50_000))
+    call = ModelCallCompleted(
+        call_id="c",
+        provider="anthropic",
+        api="messages",
+        model="anthropic/claude-opus-4.6",
+        usage=Usage(
+            input_total=1_000_000, cache_read=600_000, cache_write=100_000, output=200_000, reasoning=50_000
+        ),
+    )
     t = fold("r", run(START, call), lambda r: b"")
     priced = cost.price_run(t, table)
     # No cache discount in Table 11: all 1M input tokens at $5, 200k output (reasoning included) at $25.
     assert priced["cost"] == pytest.approx(5.0 + 5.0) and priced["tokens"]["reasoning"] == 50_000
     harness = cost.price_run(t, cost.load_table("harness-2026-04"))
     assert harness["cost"] == pytest.approx(15.0 + 15.0)
-    est = ModelCallCompleted(call_id="d", provider="openai", api="chat.completions", model="mystery-1", usage=Usage(input_total=10, reported=False))
+    est = ModelCallCompleted(
+        call_id="d",
+        provider="openai",
+        api="chat.completions",
+        model="mystery-1",
+        usage=Usage(input_total=10, reported=False),
+    )
     t2 = fold("r", run(START, est), lambda r: b"")
     p2 = cost.price_run(t2, table)
     assert p2["cost"] is None and "mystery-1" in p2["cost_reason"] and p2["estimated"] is True
@@ -95,18 +162,37 @@ def test_cost_containment_and_unknown_models():
 
 def test_paper_example_cost_matches_the_harness_table():
     # Appendix I: 1,706,325 input + 34,063 output tokens reported as $28.15 (harness prices 15/75).
-    call = ModelCallCompleted(call_id="c", provider="openai", api="chat.completions", model="claude-opus-4.6",
-                              usage=Usage(input_total=1_706_325, output=34_063))
+    call = ModelCallCompleted(
+        call_id="c",
+        provider="openai",
+        api="chat.completions",
+        model="claude-opus-4.6",
+        usage=Usage(input_total=1_706_325, output=34_063),
+    )
     t = fold("r", run(START, call), lambda r: b"")
-    assert round(cost.price_run(t, cost.load_table("harness-2026-04"))["cost"], 2) == pytest.approx(28.15, abs=0.01)
+    assert round(cost.price_run(t, cost.load_table("harness-2026-04"))["cost"], 2) == pytest.approx(
+        28.15, abs=0.01
+    )
 
 
 def test_error_codes_cite_events():
     evs = run(
         START,
-        *execute(0, "pip install monai", '{"exit_code": 1, "stderr": "ERROR: No matching distribution found for monai"}'),
-        *execute(1, "import monai", '{"exit_code": 1, "stderr": "Traceback (most recent call last):\\nModuleNotFoundError: No module named monai"}'),
-        *execute(2, "x = [1][3]", '{"exit_code": 1, "stderr": "Traceback (most recent call last):\\nIndexError: list index out of range"}'),
+        *execute(
+            0,
+            "pip install monai",
+            '{"exit_code": 1, "stderr": "ERROR: No matching distribution found for monai"}',
+        ),
+        *execute(
+            1,
+            "import monai",
+            '{"exit_code": 1, "stderr": "Traceback (most recent call last):\\nModuleNotFoundError: No module named monai"}',
+        ),
+        *execute(
+            2,
+            "x = [1][3]",
+            '{"exit_code": 1, "stderr": "Traceback (most recent call last):\\nIndexError: list index out of range"}',
+        ),
         RunFinished(status="completed"),
     )
     t = fold("r", evs, lambda r: b"")
@@ -117,9 +203,25 @@ def test_error_codes_cite_events():
 
 
 def test_bulk_inference_without_pilot_is_e3():
-    bulk = [FileWritten(path=f"agents_outputs/case_{i}/organ.nii.gz", size=5, sha256="sha256:" + "1" * 64) for i in range(3)]
+    bulk = [
+        FileWritten(path=f"agents_outputs/case_{i}/organ.nii.gz", size=5, sha256="sha256:" + "1" * 64)
+        for i in range(3)
+    ]
     req, res = execute(0, "for pid in cases: run(pid)", '{"exit_code": 0}')
-    t = fold("r", run(START, req, *bulk, res, SubmissionSealed(root="/workspace", files=[SealedFile(path="agents_outputs/case_0/organ.nii.gz", size=5, sha256="x")])), lambda r: b"")
+    t = fold(
+        "r",
+        run(
+            START,
+            req,
+            *bulk,
+            res,
+            SubmissionSealed(
+                root="/workspace",
+                files=[SealedFile(path="agents_outputs/case_0/organ.nii.gz", size=5, sha256="x")],
+            ),
+        ),
+        lambda r: b"",
+    )
     fired = {c.code: c for c in codes.detect(t, None)}
     assert "E3" in fired and fired["E3"].events == ["shim:1"]
 
@@ -127,15 +229,27 @@ def test_bulk_inference_without_pilot_is_e3():
 def test_evidence_is_deterministic_and_budgeted():
     msgs = []
     for i in range(400):
-        msgs += execute(i, f"print({i})  # step {i} " + "x" * 80, '{"exit_code": %d, "stdout": "%s"}' % (i % 7 == 0, "y" * 200))
+        msgs += execute(
+            i,
+            f"print({i})  # step {i} " + "x" * 80,
+            '{"exit_code": %d, "stdout": "%s"}' % (i % 7 == 0, "y" * 200),
+        )
     evs = run(START, *msgs)
     rules = PROFILE.profile.evidence
     a = evidence.build(fold("r", evs, lambda r: b""), rules, lambda r: b"", track="segmentation", grade=None)
-    b = evidence.build(fold("r", list(reversed(evs)), lambda r: b""), rules, lambda r: b"", track="segmentation", grade=None)
+    b = evidence.build(
+        fold("r", list(reversed(evs)), lambda r: b""), rules, lambda r: b"", track="segmentation", grade=None
+    )
     assert a.text == b.text and a.sha256 == b.sha256
     conv = a.text.split("## Conversation", 1)[1].split("## Code executions", 1)[0]
     assert len(conv) <= rules.budget_chars + 400 and "messages omitted" in conv
     assert "[shim:2] tool" in conv and "[shim:800] tool" in conv  # the first and last messages survive
     assert a.text.count("\n    code: ") == rules.exec_head + rules.exec_middle_failed + rules.exec_tail
-    whole = evidence.build(fold("r", evs, lambda r: b""), type(rules)(budget_chars=0), lambda r: b"", track="segmentation", grade=None)
+    whole = evidence.build(
+        fold("r", evs, lambda r: b""),
+        type(rules)(budget_chars=0),
+        lambda r: b"",
+        track="segmentation",
+        grade=None,
+    )
     assert "messages omitted" not in whole.text and whole.sha256 != a.sha256

@@ -39,9 +39,11 @@ def ref_boxes(data: Path, case: str) -> dict:
     return json.loads((data / "private" / case / "boxes.json").read_text())
 
 
-@pytest.mark.parametrize("options", [GradeOptions(), GradeOptions(ap_interpolation="coco_101",
-                                                                  det_class_set="union")],
-                         ids=["paper", "code"])
+@pytest.mark.parametrize(
+    "options",
+    [GradeOptions(), GradeOptions(ap_interpolation="coco_101", det_class_set="union")],
+    ids=["paper", "code"],
+)
 def test_perfect_scores_one_and_empty_scores_zero(twin, tmp_path, options):
     spec, data = twin
     perfect_submission(spec, data, tmp_path / "good")
@@ -50,8 +52,9 @@ def test_perfect_scores_one_and_empty_scores_zero(twin, tmp_path, options):
     assert r.params["iou_threshold"] == 0.5 and r.params["interpolation"] == options.ap_interpolation
     (tmp_path / "empty").mkdir()
     r = grade(spec, tmp_path / "empty", data / "private", options)
-    assert r.score == 0.0 and all(c.status == "missing" and "prediction.json is missing" in c.reason
-                                  for c in r.cases)
+    assert r.score == 0.0 and all(
+        c.status == "missing" and "prediction.json is missing" in c.reason for c in r.cases
+    )
 
 
 def _box(**kw):
@@ -74,8 +77,10 @@ BAD = {
     "zero-width": (json.dumps({"boxes": [_box(x2=1.0)]}).encode(), "x2 <= x1"),
     "out-of-range": (json.dumps({"boxes": [_box(x2=100000.0)]}).encode(), "outside"),
     "negative": (json.dumps({"boxes": [_box(x1=-3.0)]}).encode(), "outside"),
-    "nan-score": (b'{"boxes": [{"class": "x", "score": NaN, "x1": 1, "y1": 1, "x2": 5, "y2": 5}]}',
-                  "not valid JSON"),
+    "nan-score": (
+        b'{"boxes": [{"class": "x", "score": NaN, "x1": 1, "y1": 1, "x2": 5, "y2": 5}]}',
+        "not valid JSON",
+    ),
     "nan-coord": (b'{"boxes": [{"class": "x", "x1": NaN, "y1": 1, "x2": 5, "y2": 5}]}', "not valid JSON"),
     "huge-number": (b'{"boxes": [{"class": "x", "x1": 1e999, "y1": 1, "x2": 5, "y2": 5}]}', "out of range"),
     "score-above-one": (json.dumps({"boxes": [_box(score=1.5)]}).encode(), "score must be"),
@@ -101,8 +106,10 @@ def test_each_malformed_file_scores_zero_with_its_reason(twin, tmp_path, kind):
 def test_missing_score_means_one_and_extra_keys_are_ignored(twin, tmp_path):
     spec, data = twin
     for case in CASES:
-        boxes = [{**{k: b[k] for k in ("class", "x1", "y1", "x2", "y2")}, "note": "hi"}
-                 for b in ref_boxes(data, case)["boxes"]]
+        boxes = [
+            {**{k: b[k] for k in ("class", "x1", "y1", "x2", "y2")}, "note": "hi"}
+            for b in ref_boxes(data, case)["boxes"]
+        ]
         pred_path(tmp_path, case).write_text(json.dumps({"boxes": boxes, "model": "m"}))
     assert grade(spec, tmp_path, data / "private").score == 1.0
 
@@ -168,12 +175,33 @@ def test_end_to_end_against_pycocotools(tmp_path):
             x1, y1 = max(0.0, b["x1"] + j[0]), max(0.0, b["y1"] + j[1])
             x2, y2 = min(ref["width"], b["x2"] + j[2]), min(ref["height"], b["y2"] + j[3])
             if x2 > x1 + 1 and y2 > y1 + 1:
-                boxes.append({"class": b["class"], "score": float(rng.random()), "x1": x1, "y1": y1, "x2": x2, "y2": y2})
-        boxes.append({"class": "RBC", "score": float(rng.random()), "x1": 3.0, "y1": 3.0, "x2": 40.0, "y2": 40.0})
+                boxes.append(
+                    {
+                        "class": b["class"],
+                        "score": float(rng.random()),
+                        "x1": x1,
+                        "y1": y1,
+                        "x2": x2,
+                        "y2": y2,
+                    }
+                )
+        boxes.append(
+            {"class": "RBC", "score": float(rng.random()), "x1": 3.0, "y1": 3.0, "x2": 40.0, "y2": 40.0}
+        )
         pred_path(tmp_path / "ws", case).write_text(json.dumps({"boxes": boxes}))
-        refs.append(Boxes.of([b["class"] for b in ref["boxes"]], [[b[k] for k in ("x1", "y1", "x2", "y2")] for b in ref["boxes"]]))
-        preds.append(Boxes.of([b["class"] for b in boxes], [[b[k] for k in ("x1", "y1", "x2", "y2")] for b in boxes],
-                              [b["score"] for b in boxes]))
+        refs.append(
+            Boxes.of(
+                [b["class"] for b in ref["boxes"]],
+                [[b[k] for k in ("x1", "y1", "x2", "y2")] for b in ref["boxes"]],
+            )
+        )
+        preds.append(
+            Boxes.of(
+                [b["class"] for b in boxes],
+                [[b[k] for k in ("x1", "y1", "x2", "y2")] for b in boxes],
+                [b["score"] for b in boxes],
+            )
+        )
     r = grade(spec, tmp_path / "ws", data / "private", GradeOptions(ap_interpolation="coco_101"))
     theirs = coco_ap(refs, preds, rec_thrs=np.arange(101) / 100)
     expected = np.mean([v for v in theirs.values() if v is not None])
@@ -181,14 +209,22 @@ def test_end_to_end_against_pycocotools(tmp_path):
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False) | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**6)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8),
     lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=6), kids, max_size=5),
     max_leaves=20,
 )
 box_like = st.fixed_dictionaries(
-    {"class": st.one_of(st.sampled_from(["RBC", "WBC", "platelets", "", "abnormality"]), json_values),
-     "x1": st.one_of(st.floats(-50, 400), json_values), "y1": st.floats(-50, 400),
-     "x2": st.one_of(st.floats(-50, 400), json_values), "y2": st.floats(-50, 400)},
+    {
+        "class": st.one_of(st.sampled_from(["RBC", "WBC", "platelets", "", "abnormality"]), json_values),
+        "x1": st.one_of(st.floats(-50, 400), json_values),
+        "y1": st.floats(-50, 400),
+        "x2": st.one_of(st.floats(-50, 400), json_values),
+        "y2": st.floats(-50, 400),
+    },
     optional={"score": st.one_of(st.floats(-1, 2), json_values)},
 )
 documents = st.one_of(
@@ -200,9 +236,11 @@ documents = st.one_of(
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(files=st.lists(st.one_of(st.none(), documents), min_size=3, max_size=3),
-       gate=st.sampled_from(["per_case_zero", "all_or_nothing", "times_completion"]),
-       interp=st.sampled_from(["voc_all_point", "coco_101"]))
+@given(
+    files=st.lists(st.one_of(st.none(), documents), min_size=3, max_size=3),
+    gate=st.sampled_from(["per_case_zero", "all_or_nothing", "times_completion"]),
+    interp=st.sampled_from(["voc_all_point", "coco_101"]),
+)
 def test_property_malformed_predictions_never_crash(tmp_path_factory, files, gate, interp):
     spec = load_spec("bccd-det")
     data = _shared_twin(tmp_path_factory)

@@ -71,8 +71,9 @@ def _bad_outputs(shape):
     huge = io.BytesIO()
     np.save(huge, np.zeros((2, 2), np.float32))
     claims = io.BytesIO()  # a valid header claiming a 40 GB array over 16 bytes of data
-    np.lib.format.write_array_header_1_0(claims, {"descr": "<f4", "fortran_order": False,
-                                                  "shape": (100_000, 100_000)})
+    np.lib.format.write_array_header_1_0(
+        claims, {"descr": "<f4", "fortran_order": False, "shape": (100_000, 100_000)}
+    )
     header_claims_huge = claims.getvalue() + bytes(16)
     return {
         "shape": (np.zeros((shape[0] + 1, shape[1]), np.float32), "shape"),
@@ -132,8 +133,9 @@ def test_data_range_comes_from_the_csv_then_the_reference(twin, tmp_path):
     assert c1.details["ssim"] == pytest.approx(base.cases[1].details["ssim"], abs=1e-12)
 
 
-@pytest.mark.parametrize("gate,expected", [("per_case_zero", 2 / 3), ("all_or_nothing", 0.0),
-                                           ("times_completion", 2 / 3)])
+@pytest.mark.parametrize(
+    "gate,expected", [("per_case_zero", 2 / 3), ("all_or_nothing", 0.0), ("times_completion", 2 / 3)]
+)
 def test_completeness_gate(twin, tmp_path, gate, expected):
     spec, data = twin
     perfect_submission(spec, data, tmp_path)
@@ -170,7 +172,7 @@ def npy_files(draw):
     raw = buf.getvalue()
     if kind == "header-mangled":
         cut = draw(st.integers(0, len(raw)))
-        raw = raw[:cut] + draw(st.binary(max_size=20)) + raw[cut + 1:]
+        raw = raw[:cut] + draw(st.binary(max_size=20)) + raw[cut + 1 :]
     return raw
 
 

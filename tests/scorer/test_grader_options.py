@@ -13,7 +13,11 @@ from scorer.grader.result import CaseResult, invalid_case, missing_case
 def test_defaults_follow_the_paper():
     options, name = load_options(None)
     assert name == "default" and options == GradeOptions()
-    assert (options.completeness, options.seg_formula, options.ap_interpolation) == ("per_case_zero", "organ_lesion_50_50", "voc_all_point")
+    assert (options.completeness, options.seg_formula, options.ap_interpolation) == (
+        "per_case_zero",
+        "organ_lesion_50_50",
+        "voc_all_point",
+    )
 
 
 @pytest.mark.parametrize("name", ["code-2026-04", "paper-2026-06"])
@@ -64,8 +68,13 @@ def test_gate(gate, score):
     value, checks = gated_score(CASES, GradeOptions(completeness=gate))
     assert value == pytest.approx(score)
     assert checks == {
-        "n_cases": 4, "n_scored": 2, "n_missing": 1, "n_invalid": 1, "completion": 0.5,
-        "gate": gate, "gate_applied": gate != "per_case_zero",
+        "n_cases": 4,
+        "n_scored": 2,
+        "n_missing": 1,
+        "n_invalid": 1,
+        "completion": 0.5,
+        "gate": gate,
+        "gate_applied": gate != "per_case_zero",
     }
 
 

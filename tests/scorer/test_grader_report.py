@@ -62,7 +62,11 @@ def test_only_findings_are_scored(mimic, tmp_path):
     spec = load_spec("mimic-cxr-report")
     ws = tmp_path / "ws"
     for case in _cases(mimic):
-        _write(ws, case, f"INDICATION: cough\n\nFINDINGS: {_ref(mimic, case).strip()}\n\nIMPRESSION: Unrelated words here.")
+        _write(
+            ws,
+            case,
+            f"INDICATION: cough\n\nFINDINGS: {_ref(mimic, case).strip()}\n\nIMPRESSION: Unrelated words here.",
+        )
     assert grade(spec, ws, mimic / "data" / "private").score == pytest.approx(1.0)
     # for a full-report task the same impression would cost points
     full = load_spec("chexpert-plus-cxr")
@@ -103,9 +107,11 @@ def test_case_and_corpus_levels_with_a_missing_case(mimic, tmp_path):
     spec = load_spec("mimic-cxr-report")
     c = _cases(mimic)
     ws = tmp_path / "ws"
-    hyps = ["The heart size is normal. There is no pleural effusion or pneumothorax. The lungs are clear.",
-            "Small left pleural effusion. The cardiac silhouette is enlarged. No pneumothorax is seen.",
-            "An endotracheal tube is in place. There is patchy consolidation. No acute osseous abnormality."]
+    hyps = [
+        "The heart size is normal. There is no pleural effusion or pneumothorax. The lungs are clear.",
+        "Small left pleural effusion. The cardiac silhouette is enlarged. No pneumothorax is seen.",
+        "An endotracheal tube is in place. There is patchy consolidation. No acute osseous abnormality.",
+    ]
     for case, h in zip(c, hyps):
         _write(ws, case, h)
     private = mimic / "data" / "private"
@@ -142,18 +148,40 @@ report_text = st.one_of(
     st.binary(max_size=400),
     st.text(max_size=400),
     st.text(alphabet=st.characters(codec="ascii"), min_size=30, max_size=600),
-    st.lists(st.sampled_from(["FINDINGS:", "IMPRESSION:", "No", "pleural", "effusion", ".", "heart", "\n",
-                              "pneumothorax", "|||", "possible", "enlarged", "\x00", "tube"]),
-             min_size=5, max_size=80).map(" ".join),
+    st.lists(
+        st.sampled_from(
+            [
+                "FINDINGS:",
+                "IMPRESSION:",
+                "No",
+                "pleural",
+                "effusion",
+                ".",
+                "heart",
+                "\n",
+                "pneumothorax",
+                "|||",
+                "possible",
+                "enlarged",
+                "\x00",
+                "tube",
+            ]
+        ),
+        min_size=5,
+        max_size=80,
+    ).map(" ".join),
     st.just(None),
     st.just("DIR"),
 )
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(contents=st.lists(report_text, min_size=4, max_size=4), level=st.sampled_from(["case", "corpus"]),
-       gate=st.sampled_from(["per_case_zero", "all_or_nothing", "times_completion"]),
-       task=st.sampled_from(["mimic-cxr-report", "pathology-caption-100"]))
+@given(
+    contents=st.lists(report_text, min_size=4, max_size=4),
+    level=st.sampled_from(["case", "corpus"]),
+    gate=st.sampled_from(["per_case_zero", "all_or_nothing", "times_completion"]),
+    task=st.sampled_from(["mimic-cxr-report", "pathology-caption-100"]),
+)
 def test_malformed_reports_never_crash(mimic, pathcap, tmp_path, contents, level, gate, task):
     # the caption task allows any Unicode, so control characters and "|||" reach METEOR there
     twin = mimic if task == "mimic-cxr-report" else pathcap

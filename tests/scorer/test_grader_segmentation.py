@@ -23,7 +23,9 @@ def save(path: Path, data, dtype=None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     data = np.asarray(data)
     if dtype is None:  # uint8 for small non-negative integers, float32 for anything else
-        integral = np.isfinite(data).all() and (data == np.rint(data)).all() and data.min() >= 0 and data.max() < 256
+        integral = (
+            np.isfinite(data).all() and (data == np.rint(data)).all() and data.min() >= 0 and data.max() < 256
+        )
         dtype = np.uint8 if integral else np.float32
     arr = data.astype(dtype)
     if arr.ndim == 1:
@@ -40,14 +42,26 @@ def v(*values):
 # Organ/lesion fixtures over 8 voxels (see test_formulas for the hand computation).
 CASES = {
     # organ: tp 2, |P| 4, |G| 4 → 0.5; lesion: tp 1, |P| 1, |G| 2 → 2/3
-    "A": dict(organ_ref=v(1, 1, 1, 1, 0, 0, 0, 0), organ=v(1, 1, 0, 0, 1, 1, 0, 0),
-              lesion_ref=v(1, 1, 0, 0, 0, 0, 0, 0), lesion=v(1, 0, 0, 0, 0, 0, 0, 0)),
+    "A": dict(
+        organ_ref=v(1, 1, 1, 1, 0, 0, 0, 0),
+        organ=v(1, 1, 0, 0, 1, 1, 0, 0),
+        lesion_ref=v(1, 1, 0, 0, 0, 0, 0, 0),
+        lesion=v(1, 0, 0, 0, 0, 0, 0, 0),
+    ),
     # organ perfect → 1; lesion empty in both → not counted (or 1 under per_case_macro)
-    "B": dict(organ_ref=v(0, 0, 0, 0, 1, 1, 1, 1), organ=v(0, 0, 0, 0, 1, 1, 1, 1),
-              lesion_ref=v(0, 0, 0, 0, 0, 0, 0, 0), lesion=v(0, 0, 0, 0, 0, 0, 0, 0)),
+    "B": dict(
+        organ_ref=v(0, 0, 0, 0, 1, 1, 1, 1),
+        organ=v(0, 0, 0, 0, 1, 1, 1, 1),
+        lesion_ref=v(0, 0, 0, 0, 0, 0, 0, 0),
+        lesion=v(0, 0, 0, 0, 0, 0, 0, 0),
+    ),
     # organ predicted empty → 0 (one empty); lesion misses → 0
-    "C": dict(organ_ref=v(1, 1, 0, 0, 0, 0, 0, 0), organ=v(0, 0, 0, 0, 0, 0, 0, 0),
-              lesion_ref=v(1, 0, 0, 0, 0, 0, 0, 0), lesion=v(0, 1, 0, 0, 0, 0, 0, 0)),
+    "C": dict(
+        organ_ref=v(1, 1, 0, 0, 0, 0, 0, 0),
+        organ=v(0, 0, 0, 0, 0, 0, 0, 0),
+        lesion_ref=v(1, 0, 0, 0, 0, 0, 0, 0),
+        lesion=v(0, 1, 0, 0, 0, 0, 0, 0),
+    ),
 }
 
 

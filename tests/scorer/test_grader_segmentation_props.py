@@ -55,7 +55,11 @@ def volume_bytes(draw, ref_shape: tuple[int, ...]) -> bytes | None:
         return draw(st.binary(max_size=400))
     if kind == "gzip_garbage":
         return gzip.compress(draw(st.binary(max_size=400)))
-    shape = draw(st.sampled_from([ref_shape, ref_shape[:2], (*ref_shape, 1), (1, 1, 1), (ref_shape[0] + 1, *ref_shape[1:])]))
+    shape = draw(
+        st.sampled_from(
+            [ref_shape, ref_shape[:2], (*ref_shape, 1), (1, 1, 1), (ref_shape[0] + 1, *ref_shape[1:])]
+        )
+    )
     dtype = draw(st.sampled_from(DTYPES))
     n = int(np.prod(shape))
     # A short drawn pattern tiled over the volume: hypothesis shrinks the pattern, the volume stays real-sized.
@@ -74,8 +78,16 @@ def volume_bytes(draw, ref_shape: tuple[int, ...]) -> bytes | None:
     return data
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(data=st.data(), task_id=st.sampled_from(TASKS), gate=st.sampled_from(["per_case_zero", "all_or_nothing", "times_completion"]))
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    data=st.data(),
+    task_id=st.sampled_from(TASKS),
+    gate=st.sampled_from(["per_case_zero", "all_or_nothing", "times_completion"]),
+)
 def test_malformed_submissions_never_crash(tmp_path_factory, data, task_id, gate):
     spec = load_spec(task_id)
     root = twin(task_id)

@@ -48,9 +48,14 @@ def _write(ws: Path, qid: str, content: dict | str | bytes) -> None:
 
 
 def _answer(qid: str, answer: str, label: str = "", raw: str | None = None) -> dict:
-    return {"question_id": qid, "predicted_label": label, "predicted_answer": answer,
-            "raw_model_output": f"Model says: {answer}" if raw is None else raw,
-            "model_name": "test-model", "runtime_s": 0.5}
+    return {
+        "question_id": qid,
+        "predicted_label": label,
+        "predicted_answer": answer,
+        "raw_model_output": f"Model says: {answer}" if raw is None else raw,
+        "model_name": "test-model",
+        "runtime_s": 0.5,
+    }
 
 
 def test_mixed_open_submission_hand_scored(open_twin, tmp_path):
@@ -115,8 +120,15 @@ def test_warnings_do_not_change_the_score(open_twin, tmp_path):
     spec = load_spec("vqa-rad")
     q = _qids(open_twin)[0]
     ws = tmp_path / "ws"
-    _write(ws, q, {"question_id": "other", "predicted_answer": _gold(open_twin, q)["answer_text"],
-                   "raw_model_output": "real output"})
+    _write(
+        ws,
+        q,
+        {
+            "question_id": "other",
+            "predicted_answer": _gold(open_twin, q)["answer_text"],
+            "raw_model_output": "real output",
+        },
+    )
     case = next(c for c in grade(spec, ws, open_twin / "data" / "private").cases if c.case == q)
     assert case.score == 1.0
     assert "missing keys" in case.reason and "does not match" in case.reason
@@ -153,7 +165,9 @@ def test_hostile_files(open_twin, tmp_path):
     (ws / qids[4] / "answer.json").symlink_to("/dev/zero")
     _write(ws, qids[5], {"predicted_answer": ["yes"], "raw_model_output": "x"})
     result = grade(spec, ws, open_twin / "data" / "private")
-    assert all(c.status == "invalid" and c.reason for c in result.cases), [(c.case, c.reason) for c in result.cases]
+    assert all(c.status == "invalid" and c.reason for c in result.cases), [
+        (c.case, c.reason) for c in result.cases
+    ]
     assert result.score == 0.0
 
 
@@ -165,10 +179,12 @@ json_values = st.recursive(
 answer_like = st.fixed_dictionaries(
     {},
     optional={
-        "question_id": json_values, "predicted_label": json_values | st.sampled_from(list("ABCDEabcde")),
+        "question_id": json_values,
+        "predicted_label": json_values | st.sampled_from(list("ABCDEabcde")),
         "predicted_answer": json_values | st.sampled_from(["yes", "no", "liver", "", "2"]),
         "raw_model_output": json_values | st.sampled_from(["", "unknown", "mock: x", "real"]),
-        "model_name": json_values, "runtime_s": json_values,
+        "model_name": json_values,
+        "runtime_s": json_values,
     },
 )
 file_content = st.one_of(
@@ -183,8 +199,11 @@ file_content = st.one_of(
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(contents=st.lists(file_content, min_size=6, max_size=6), task=st.sampled_from(["vqa-rad", "medframeqa"]),
-       matching=st.sampled_from(["exact", "em_f1"]))
+@given(
+    contents=st.lists(file_content, min_size=6, max_size=6),
+    task=st.sampled_from(["vqa-rad", "medframeqa"]),
+    matching=st.sampled_from(["exact", "em_f1"]),
+)
 def test_malformed_submissions_never_crash(open_twin, mc_twin, tmp_path, contents, task, matching):
     twin = open_twin if task == "vqa-rad" else mc_twin
     spec = load_spec(task)

@@ -10,7 +10,14 @@ import msgspec
 import pytest
 
 from schemas.codec import Event
-from schemas.events import AssistantMessage, ModelCallCompleted, RunStarted, ToolCallPart, ToolCallRequested, ToolCallResult
+from schemas.events import (
+    AssistantMessage,
+    ModelCallCompleted,
+    RunStarted,
+    ToolCallPart,
+    ToolCallRequested,
+    ToolCallResult,
+)
 from schemas.events.base import kind_of
 from scorer.evidence import build
 from scorer.judge.cache import JudgeCache
@@ -18,7 +25,9 @@ from scorer.judge.llm import LLMJudge
 from scorer.profile import load
 from scorer.trajectory import fold
 
-_spec = importlib.util.spec_from_file_location("judge_server", Path(__file__).parents[1] / "fakes" / "judge_server.py")
+_spec = importlib.util.spec_from_file_location(
+    "judge_server", Path(__file__).parents[1] / "fakes" / "judge_server.py"
+)
 fake = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fake)
 
@@ -26,13 +35,44 @@ _spec.loader.exec_module(fake)
 def _events():
     payloads = [
         RunStarted(task="kidney-seg", tier="standard", agent="a", model="m"),
-        ModelCallCompleted(call_id="c0", provider="openai", api="chat.completions", model="m",
-                           message=AssistantMessage(text="plan", tool_calls=[ToolCallPart(id="t0", name="execute_code", arguments='{"language":"python","code":"print(1)"}')])),
-        ToolCallRequested(tool_call_id="t0", name="execute_code", arguments='{"language":"python","code":"print(1)"}', model_call_id="c0"),
-        ToolCallResult(tool_call_id="t0", model_call_id="c1", output='{"exit_code": 0, "stdout": "1", "stderr": ""}'),
+        ModelCallCompleted(
+            call_id="c0",
+            provider="openai",
+            api="chat.completions",
+            model="m",
+            message=AssistantMessage(
+                text="plan",
+                tool_calls=[
+                    ToolCallPart(
+                        id="t0", name="execute_code", arguments='{"language":"python","code":"print(1)"}'
+                    )
+                ],
+            ),
+        ),
+        ToolCallRequested(
+            tool_call_id="t0",
+            name="execute_code",
+            arguments='{"language":"python","code":"print(1)"}',
+            model_call_id="c0",
+        ),
+        ToolCallResult(
+            tool_call_id="t0", model_call_id="c1", output='{"exit_code": 0, "stdout": "1", "stderr": ""}'
+        ),
     ]
-    return [Event(run_id="r1", source="proxy", seq=i, ts_ns=1000 + i, kind=kind_of(type(p)), v=1, payload=p, prev_hash="", hash="")
-            for i, p in enumerate(payloads)]
+    return [
+        Event(
+            run_id="r1",
+            source="proxy",
+            seq=i,
+            ts_ns=1000 + i,
+            kind=kind_of(type(p)),
+            v=1,
+            payload=p,
+            prev_hash="",
+            hash="",
+        )
+        for i, p in enumerate(payloads)
+    ]
 
 
 def _setup(monkeypatch, server, *, timeout=5.0, retries=0, cache=None):
@@ -61,7 +101,11 @@ def test_valid_verdicts_settings_and_citations(monkeypatch):
     assert out["s3"].cited == ["proxy:2", "proxy:3"]  # proxy:999 is not in the evidence: dropped
     assert out["s3"].judge == "llm:fake-judge"
     req = server.requests[0]
-    assert req["temperature"] == 0 and req["seed"] == 20260601 and req["response_format"] == {"type": "json_object"}
+    assert (
+        req["temperature"] == 0
+        and req["seed"] == 20260601
+        and req["response_format"] == {"type": "json_object"}
+    )
     assert "<<<EVIDENCE" in fake.user_text(req) and "Offered values: [0, 1]" in fake.user_text(req)
 
 
@@ -85,7 +129,16 @@ def test_last_verdict_wins(monkeypatch):
         (fake.Reply(content=None, refusal="I can't help with grading this."), "refusal"),
         (fake.Reply(content="", finish_reason="content_filter"), "refusal"),
     ],
-    ids=["malformed-json", "between-values", "boolean", "above-range", "wrong-item", "empty", "refusal", "content-filter"],
+    ids=[
+        "malformed-json",
+        "between-values",
+        "boolean",
+        "above-range",
+        "wrong-item",
+        "empty",
+        "refusal",
+        "content-filter",
+    ],
 )
 def test_bad_replies_are_unscored_not_zero(monkeypatch, reply, reason):
     with fake.JudgeServer(lambda req: reply) as server:
@@ -100,8 +153,11 @@ def test_bad_replies_are_unscored_not_zero(monkeypatch, reply, reason):
 
 @pytest.mark.parametrize(
     ("reply", "reason"),
-    [(fake.Reply(content="{}", delay_s=1.0), "timeout"), (fake.Reply(status=503), "http_503"),
-     (fake.Reply(raw_body="<html>not json</html>"), "bad_response")],
+    [
+        (fake.Reply(content="{}", delay_s=1.0), "timeout"),
+        (fake.Reply(status=503), "http_503"),
+        (fake.Reply(raw_body="<html>not json</html>"), "bad_response"),
+    ],
     ids=["timeout", "http-503", "non-json-body"],
 )
 def test_transport_failures_are_unscored_and_not_cached(monkeypatch, reply, reason):
@@ -115,7 +171,9 @@ def test_transport_failures_are_unscored_and_not_cached(monkeypatch, reply, reas
             judge.judge(traj, evidence, items[:1], track="segmentation")
             assert len(server.requests) == 2  # asked again: a transport failure is never a cached verdict
         records = cache.drain()
-        assert records and all(r.request["messages"][1]["content"].count("{{evidence:sha256:") == 1 for r in records)
+        assert records and all(
+            r.request["messages"][1]["content"].count("{{evidence:sha256:") == 1 for r in records
+        )
 
 
 def test_cache_hits_make_no_request(monkeypatch):
@@ -142,12 +200,16 @@ def test_no_endpoint_is_a_clear_error(monkeypatch):
 
 
 def test_error_codes_from_the_judge_must_cite_evidence(monkeypatch):
-    reply = json.dumps({"codes": [
-        {"code": "E4", "evidence": ["proxy:3"], "reason": "a failing step"},
-        {"code": "E2", "evidence": ["proxy:777"], "reason": "cites nothing real"},
-        {"code": "E9", "evidence": ["proxy:3"], "reason": "not a code"},
-        {"code": "E1", "evidence": [], "reason": "no evidence"},
-    ]})
+    reply = json.dumps(
+        {
+            "codes": [
+                {"code": "E4", "evidence": ["proxy:3"], "reason": "a failing step"},
+                {"code": "E2", "evidence": ["proxy:777"], "reason": "cites nothing real"},
+                {"code": "E9", "evidence": ["proxy:3"], "reason": "not a code"},
+                {"code": "E1", "evidence": [], "reason": "no evidence"},
+            ]
+        }
+    )
     with fake.JudgeServer(lambda req: fake.Reply(content=reply)) as server:
         cache = JudgeCache()
         judge, traj, evidence, _ = _setup(monkeypatch, server, cache=cache)
@@ -170,10 +232,34 @@ def test_plan_png_goes_to_the_figure_item_as_an_image(monkeypatch):
     png = b"\x89PNG\r\n\x1a\n" + b"\0" * 64
     plan = b"# Plan\n1. load -> 2. infer -> 3. write\n"
     blobs = {digest(png): png, digest(plan): plan}
-    extra = [FileWritten(path="plan/plan.md", size=len(plan), sha256=digest(plan), content=BlobRef(blob=digest(plan), size=len(plan))),
-             FileWritten(path="plan/plan.png", size=len(png), sha256=digest(png), content=BlobRef(blob=digest(png), size=len(png)))]
-    evs = _events() + [Event(run_id="r1", source="shim", seq=i, ts_ns=2000 + i, kind="file.written", v=1, payload=p, prev_hash="", hash="")
-                       for i, p in enumerate(extra)]
+    extra = [
+        FileWritten(
+            path="plan/plan.md",
+            size=len(plan),
+            sha256=digest(plan),
+            content=BlobRef(blob=digest(plan), size=len(plan)),
+        ),
+        FileWritten(
+            path="plan/plan.png",
+            size=len(png),
+            sha256=digest(png),
+            content=BlobRef(blob=digest(png), size=len(png)),
+        ),
+    ]
+    evs = _events() + [
+        Event(
+            run_id="r1",
+            source="shim",
+            seq=i,
+            ts_ns=2000 + i,
+            kind="file.written",
+            v=1,
+            payload=p,
+            prev_hash="",
+            hash="",
+        )
+        for i, p in enumerate(extra)
+    ]
     with fake.JudgeServer(lambda req: fake.verdict(fake.asked_item(req), 1, evidence=["shim:1"])) as server:
         monkeypatch.setenv("AMB_JUDGE_BASE_URL", server.base_url)
         monkeypatch.setenv("AMB_JUDGE_MODEL", "fake-judge")
@@ -183,7 +269,9 @@ def test_plan_png_goes_to_the_figure_item_as_an_image(monkeypatch):
         evidence = build(traj, prof.evidence, get, track="segmentation", grade=None)
         assert "## plan.md [shim:0]" in evidence.text and "load -> 2. infer" in evidence.text
         items = [i for i in prof.items_for("segmentation", "standard") if i.id in ("s1a", "s1f")]
-        out = LLMJudge(prof.judge, JudgeCache(), lambda e: None).judge(traj, evidence, items, track="segmentation")
+        out = LLMJudge(prof.judge, JudgeCache(), lambda e: None).judge(
+            traj, evidence, items, track="segmentation"
+        )
     by_item = {fake.asked_item(r): r for r in server.requests}
     assert isinstance(by_item["s1a"]["messages"][1]["content"], str)
     parts = by_item["s1f"]["messages"][1]["content"]

@@ -58,9 +58,13 @@ def test_recall_thresholds_are_exact_k_over_100():
     ours = average_precision(flags, 10, "coco_101")
     assert ours == pytest.approx(71 / 101, abs=1e-15)  # thresholds 0.00..0.70 see precision 1
     refs = [B(*[("a", 10 * i, 0, 10 * i + 5, 5) for i in range(10)])]
-    preds = [B(*[("a", 10 * i, 0, 10 * i + 5, 5) for i in range(7)],
-               *[("a", 200 + 10 * i, 0, 205 + 10 * i, 5) for i in range(3)],
-               scores=[0.9] * 7 + [0.1] * 3)]
+    preds = [
+        B(
+            *[("a", 10 * i, 0, 10 * i + 5, 5) for i in range(7)],
+            *[("a", 200 + 10 * i, 0, 205 + 10 * i, 5) for i in range(3)],
+            scores=[0.9] * 7 + [0.1] * 3,
+        )
+    ]
     # pycocotools' own np.linspace thresholds put 0.7 one ulp too high and miss it ...
     assert coco_ap(refs, preds)["a"] == pytest.approx(70 / 101, abs=1e-12)
     # ... with the k/100 thresholds (the public code's) it agrees with us.
@@ -153,7 +157,9 @@ def random_set(seed: int, n_images: int = 25, classes=("a", "b", "c")):
         m = int(rng.integers(0, 4))  # false positives
         xy = rng.uniform(0, 300, (m, 2))
         fp = np.hstack([xy, xy + rng.uniform(8, 60, (m, 2))])
-        plabels = [lab for lab, k in zip(labels, keep) if k] + [classes[k] for k in rng.integers(0, len(classes), m)]
+        plabels = [lab for lab, k in zip(labels, keep) if k] + [
+            classes[k] for k in rng.integers(0, len(classes), m)
+        ]
         preds.append(Boxes.of(plabels, np.vstack([jit, fp]), rng.uniform(0, 1, len(plabels))))
     return refs, preds
 
@@ -161,8 +167,9 @@ def random_set(seed: int, n_images: int = 25, classes=("a", "b", "c")):
 @pytest.mark.parametrize("seed", range(8))
 def test_coco_101_matches_pycocotools(seed):
     refs, preds = random_set(seed)
-    ours = mean_average_precision(refs, preds, DetParams(interpolation="coco_101", class_set="with_gt",
-                                                         wildcard=None))
+    ours = mean_average_precision(
+        refs, preds, DetParams(interpolation="coco_101", class_set="with_gt", wildcard=None)
+    )
     theirs = coco_ap(refs, preds, rec_thrs=np.arange(101) / 100)
     assert sorted(c for c, v in theirs.items() if v is not None) == ours.classes
     for c in ours.classes:
@@ -194,10 +201,14 @@ def test_voc_all_point_matches_the_devkit_formula(seed):
 
 def test_union_rule_equals_pycocotools_plus_zeros():
     refs, preds = random_set(3, classes=("a", "b"))
-    preds[0] = Boxes.of([*preds[0].labels, "ghost"], np.vstack([preds[0].xyxy, [[0, 0, 5, 5]]]),
-                        np.append(preds[0].scores, 0.5))
-    ours = mean_average_precision(refs, preds, DetParams(interpolation="coco_101", class_set="union",
-                                                         wildcard=None))
+    preds[0] = Boxes.of(
+        [*preds[0].labels, "ghost"],
+        np.vstack([preds[0].xyxy, [[0, 0, 5, 5]]]),
+        np.append(preds[0].scores, 0.5),
+    )
+    ours = mean_average_precision(
+        refs, preds, DetParams(interpolation="coco_101", class_set="union", wildcard=None)
+    )
     theirs = coco_ap(refs, preds, rec_thrs=np.arange(101) / 100)
     assert theirs["ghost"] is None and ours.per_class["ghost"].ap == 0.0
     assert ours.map == pytest.approx((theirs["a"] + theirs["b"] + 0.0) / 3, abs=1e-12)

@@ -51,7 +51,9 @@ def test_confusion_counts_every_pair():
     ids=["both-empty", "pred-only", "ref-only", "perfect", "partial"],
 )
 def test_empty_conventions(tp, n_pred, n_ref, expected):
-    assert dice_from_counts(np.array([tp]), np.array([n_pred]), np.array([n_ref]))[0] == pytest.approx(expected)
+    assert dice_from_counts(np.array([tp]), np.array([n_pred]), np.array([n_ref]))[0] == pytest.approx(
+        expected
+    )
 
 
 def test_labels_beyond_the_matrix_are_empty():
@@ -72,7 +74,9 @@ def test_matches_per_label_masks(n_labels, seed, monkeypatch):
     flip = rng.random(ref.shape) < 0.3
     pred[flip] = rng.integers(0, n_labels, int(flip.sum()))
     labels = list(range(1, n_labels + 3))  # two labels absent from both
-    assert multiclass_dice(pred, ref, labels) == pytest.approx(per_label_reference(pred, ref, labels), abs=1e-12)
+    assert multiclass_dice(pred, ref, labels) == pytest.approx(
+        per_label_reference(pred, ref, labels), abs=1e-12
+    )
 
 
 def test_fortran_ordered_arrays_match_c_ordered(monkeypatch):
@@ -81,7 +85,9 @@ def test_fortran_ordered_arrays_match_c_ordered(monkeypatch):
     ref = rng.integers(0, 5, (6, 7, 8)).astype(np.uint8)
     pred = rng.integers(0, 5, (6, 7, 8)).astype(np.uint8)
     expected = multiclass_dice(pred, ref, [1, 2, 3, 4])
-    assert multiclass_dice(np.asfortranarray(pred), np.asfortranarray(ref), [1, 2, 3, 4]) == pytest.approx(expected)
+    assert multiclass_dice(np.asfortranarray(pred), np.asfortranarray(ref), [1, 2, 3, 4]) == pytest.approx(
+        expected
+    )
 
 
 def test_large_label_ids_use_a_wide_index():
@@ -100,7 +106,9 @@ def test_binary_counts_one_pass_equals_separate_targets(monkeypatch):
     lesion_pred = rng.random(shape).astype(np.float32)  # probabilities: binarised at 0.5
     m_organ, m_lesion = binary_counts([(organ_pred, organ_ref), (lesion_pred, lesion_ref)], 0.5)
     assert binary_dice(m_organ) == pytest.approx(per_label_reference(organ_pred, organ_ref, [True])[True])
-    assert binary_dice(m_lesion) == pytest.approx(per_label_reference(lesion_pred > 0.5, lesion_ref, [True])[True])
+    assert binary_dice(m_lesion) == pytest.approx(
+        per_label_reference(lesion_pred > 0.5, lesion_ref, [True])[True]
+    )
     assert m_organ.sum() == m_lesion.sum() == organ_ref.size
 
 

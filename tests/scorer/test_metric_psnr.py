@@ -32,7 +32,8 @@ def test_matches_skimage(seed):
     pred = ref + rng.normal(0, 30, ref.shape).astype(np.float32)
     dr = float(ref.max() - ref.min())
     assert psnr(ref, pred, dr) == pytest.approx(
-        peak_signal_noise_ratio(ref.astype(np.float64), pred.astype(np.float64), data_range=dr), abs=1e-9)
+        peak_signal_noise_ratio(ref.astype(np.float64), pred.astype(np.float64), data_range=dr), abs=1e-9
+    )
 
 
 def test_refuses_bad_input():

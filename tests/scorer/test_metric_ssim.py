@@ -47,7 +47,8 @@ def test_data_range_comes_from_the_reference_not_the_dtype():
     hu_ref, hu_pred = ref01 * 2000, pred01 * 2000
     # SSIM is invariant to a shared scaling when the data range scales with it ...
     assert ssim(hu_ref, hu_pred, reference_data_range(hu_ref)) == pytest.approx(
-        ssim(ref01, pred01, reference_data_range(ref01)), abs=1e-9)
+        ssim(ref01, pred01, reference_data_range(ref01)), abs=1e-9
+    )
     # ... while a dtype-sized range (uint16: 65535) inflates it badly, which is why there is no default.
     assert ssim(hu_ref, hu_pred, 65535.0) > ssim(hu_ref, hu_pred, reference_data_range(hu_ref)) + 0.2
     with pytest.raises(TypeError):
@@ -55,26 +56,41 @@ def test_data_range_comes_from_the_reference_not_the_dtype():
 
 
 @pytest.mark.parametrize("shape", [(15, 15), (64, 80), (129, 100)], ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("params", [DEFAULT, SsimParams(gaussian_weights=False),
-                                    SsimParams(gaussian_weights=False, use_sample_covariance=True),
-                                    SsimParams(sigma=2.0)], ids=["gauss", "uniform7", "uniform7-sample", "gauss-s2"])
+@pytest.mark.parametrize(
+    "params",
+    [
+        DEFAULT,
+        SsimParams(gaussian_weights=False),
+        SsimParams(gaussian_weights=False, use_sample_covariance=True),
+        SsimParams(sigma=2.0),
+    ],
+    ids=["gauss", "uniform7", "uniform7-sample", "gauss-s2"],
+)
 def test_matches_skimage_on_float64(shape, params):
     rng = np.random.default_rng(sum(shape))
     ref = rng.normal(size=shape).cumsum(0).cumsum(1) * 30 - 500  # smooth, HU-like scale
     pred = ref + rng.normal(0, 25, shape)
     dr = reference_data_range(ref)
     theirs = structural_similarity(
-        ref, pred, data_range=dr, gaussian_weights=params.gaussian_weights, sigma=params.sigma,
+        ref,
+        pred,
+        data_range=dr,
+        gaussian_weights=params.gaussian_weights,
+        sigma=params.sigma,
         win_size=None if params.gaussian_weights else params.win_size,
-        use_sample_covariance=params.use_sample_covariance, K1=params.k1, K2=params.k2)
+        use_sample_covariance=params.use_sample_covariance,
+        K1=params.k1,
+        K2=params.k2,
+    )
     assert ssim(ref, pred, dr, params) == pytest.approx(theirs, abs=1e-10)
 
 
 def test_slice_exactly_one_window_wide_matches_skimage():
     rng = np.random.default_rng(3)
     ref, pred = rng.uniform(size=(11, 11)), rng.uniform(size=(11, 11))
-    theirs = structural_similarity(ref, pred, data_range=1.0, gaussian_weights=True,
-                                   use_sample_covariance=False)
+    theirs = structural_similarity(
+        ref, pred, data_range=1.0, gaussian_weights=True, use_sample_covariance=False
+    )
     assert ssim(ref, pred, 1.0) == pytest.approx(theirs, abs=1e-12)
 
 
@@ -83,18 +99,27 @@ def test_float32_inputs_are_computed_in_float64():
     ref = (rng.normal(size=(96, 96)).cumsum(0) * 40).astype(np.float32)
     pred = (ref + rng.normal(0, 20, ref.shape)).astype(np.float32)
     dr = reference_data_range(ref)
-    theirs64 = structural_similarity(ref.astype(np.float64), pred.astype(np.float64), data_range=dr,
-                                     gaussian_weights=True, use_sample_covariance=False)
+    theirs64 = structural_similarity(
+        ref.astype(np.float64),
+        pred.astype(np.float64),
+        data_range=dr,
+        gaussian_weights=True,
+        use_sample_covariance=False,
+    )
     assert ssim(ref, pred, dr) == pytest.approx(theirs64, abs=1e-10)
 
 
-@pytest.mark.parametrize("a_shape,b_shape,dr,match", [
-    ((16, 16), (16, 15), 1.0, "one shape"),
-    ((4, 16, 16), (4, 16, 16), 1.0, "2-D"),
-    ((16, 16), (16, 16), 0.0, "data_range"),
-    ((16, 16), (16, 16), float("nan"), "data_range"),
-    ((8, 40), (8, 40), 1.0, "smaller than"),
-], ids=["shape", "3d", "zero-range", "nan-range", "too-small"])
+@pytest.mark.parametrize(
+    "a_shape,b_shape,dr,match",
+    [
+        ((16, 16), (16, 15), 1.0, "one shape"),
+        ((4, 16, 16), (4, 16, 16), 1.0, "2-D"),
+        ((16, 16), (16, 16), 0.0, "data_range"),
+        ((16, 16), (16, 16), float("nan"), "data_range"),
+        ((8, 40), (8, 40), 1.0, "smaller than"),
+    ],
+    ids=["shape", "3d", "zero-range", "nan-range", "too-small"],
+)
 def test_refuses_what_it_cannot_score(a_shape, b_shape, dr, match):
     with pytest.raises(ValueError, match=match):
         ssim(np.zeros(a_shape), np.zeros(b_shape), dr)

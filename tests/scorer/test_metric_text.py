@@ -11,8 +11,10 @@ import pytest
 
 from scorer.metrics import bleu, chexpert_rules, meteor, radgraph_proxy, rouge, text
 
-WORDS = ("the heart size is normal . there is a small left right pleural effusion no pneumothorax "
-         "focal consolidation lungs are clear mild cardiomegaly , with edema of the lower lobe").split()
+WORDS = (
+    "the heart size is normal . there is a small left right pleural effusion no pneumothorax "
+    "focal consolidation lungs are clear mild cardiomegaly , with edema of the lower lobe"
+).split()
 
 
 def _pairs(n: int, seed: int = 7) -> tuple[list[str], list[str]]:
@@ -37,6 +39,7 @@ def _pairs(n: int, seed: int = 7) -> tuple[list[str], list[str]]:
 
 
 # --- BLEU ---------------------------------------------------------------------------------------------
+
 
 def test_bleu_hand_computed():
     # hyp "the cat sat on the mat" vs ref "the cat is on the mat" (equal lengths, no brevity penalty):
@@ -65,7 +68,9 @@ def test_corpus_bleu_pools_counts():
     pooled = bleu.corpus_bleu(hyps, refs)
     # pooled unigrams: (4 + 1) / (4 + 2)
     assert pooled[0] == pytest.approx(5 / 6, rel=1e-8)
-    mean_of_sentences = (bleu.sentence_bleu("a b c d", ["a b c d"])[0] + bleu.sentence_bleu("x y", ["x z"])[0]) / 2
+    mean_of_sentences = (
+        bleu.sentence_bleu("a b c d", ["a b c d"])[0] + bleu.sentence_bleu("x y", ["x z"])[0]
+    ) / 2
     assert pooled[0] != pytest.approx(mean_of_sentences)
 
 
@@ -84,12 +89,15 @@ def test_bleu_matches_pycocoevalcap():
 
 # --- ROUGE-L ------------------------------------------------------------------------------------------
 
+
 def test_rouge_l_hand_computed():
     # LCS("a b c d", "a c b d e") = 3: P = 3/4, R = 3/5
     p, r = 0.75, 0.6
     assert rouge.lcs_length("a b c d".split(), "a c b d e".split()) == 3
     assert rouge.rouge_l("a b c d", ["a c b d e"]) == pytest.approx((1 + 1.44) * p * r / (r + 1.44 * p))
-    assert rouge.lcs_f("a b c d".split(), ["a c b d e".split()], beta=1.0) == pytest.approx(2 * p * r / (p + r))
+    assert rouge.lcs_f("a b c d".split(), ["a c b d e".split()], beta=1.0) == pytest.approx(
+        2 * p * r / (p + r)
+    )
     assert rouge.rouge_l("", ["a"]) == 0.0
     assert rouge.rouge_l("x y", ["a b"]) == 0.0
     assert rouge.rouge_l("a b", ["a b"]) == 1.0
@@ -99,9 +107,13 @@ def test_rouge_l_matches_pycocoevalcap():
     from pycocoevalcap.rouge.rouge import Rouge
 
     hyps, refs = _pairs(60, seed=3)
-    avg, per = Rouge().compute_score({i: [r] for i, r in enumerate(refs)}, {i: [h] for i, h in enumerate(hyps)})
+    avg, per = Rouge().compute_score(
+        {i: [r] for i, r in enumerate(refs)}, {i: [h] for i, h in enumerate(hyps)}
+    )
     assert rouge.corpus_rouge_l(hyps, [[r] for r in refs]) == pytest.approx(float(avg), rel=1e-12)
-    assert [rouge.rouge_l(h, [r]) for h, r in zip(hyps, refs)] == pytest.approx([float(x) for x in per], rel=1e-12)
+    assert [rouge.rouge_l(h, [r]) for h, r in zip(hyps, refs)] == pytest.approx(
+        [float(x) for x in per], rel=1e-12
+    )
 
 
 def test_rouge_l_beta_one_matches_rouge_score():
@@ -121,6 +133,7 @@ def test_rouge_l_beta_one_matches_rouge_score():
 
 
 # --- METEOR -------------------------------------------------------------------------------------------
+
 
 def test_meteor_fallback_hand_computed():
     # "a b c d" vs "a b c d e": 4 matches in 1 chunk, P = 1, R = 0.8
@@ -149,7 +162,9 @@ def test_meteor_fallback_matches_nltk():
     hyps, refs = _pairs(80, seed=5)
     _, segs = meteor.python_meteor(hyps, [[r] for r in refs])
     for h, r, ours in zip(hyps, refs, segs):
-        expected = meteor_score([r.split()], h.split(), preprocess=str.lower, stemmer=Identity(), wordnet=NoWordNet())
+        expected = meteor_score(
+            [r.split()], h.split(), preprocess=str.lower, stemmer=Identity(), wordnet=NoWordNet()
+        )
         assert ours == pytest.approx(expected, abs=1e-12), (h, r)
 
 
@@ -168,7 +183,9 @@ def test_java_meteor_matches_pycocoevalcap():
     assert ours.impl == "java-meteor-1.5"
     theirs = Meteor()
     try:
-        corpus, segs = theirs.compute_score({i: [r] for i, r in enumerate(refs)}, {i: [h] for i, h in enumerate(hyps)})
+        corpus, segs = theirs.compute_score(
+            {i: [r] for i, r in enumerate(refs)}, {i: [h] for i, h in enumerate(hyps)}
+        )
     finally:
         del theirs
     assert ours.corpus == pytest.approx(corpus, abs=1e-9)
@@ -195,6 +212,7 @@ def test_meteor_empty_segments_score_zero():
 
 
 # --- CheXpert-style labels ----------------------------------------------------------------------------
+
 
 def _positives(report: str) -> set[str]:
     return {k for k, v in chexpert_rules.label_report(report).items() if v}
@@ -225,6 +243,7 @@ def test_micro_prf_hand_computed():
 
 # --- RadGraph substitute --------------------------------------------------------------------------------
 
+
 def test_radgraph_proxy_graph_and_partial_reward():
     g = radgraph_proxy.extract_graph("Small left pleural effusion. No pneumothorax.")
     items = radgraph_proxy.partial_items(g)
@@ -248,6 +267,7 @@ def test_radgraph_proxy_negation_changes_the_label():
 
 # --- sections, validity and the combined score -----------------------------------------------------------
 
+
 def test_findings_section_extraction():
     report = "EXAMINATION: CHEST\nINDICATION: cough\nFINDINGS: Lungs are clear.\nIMPRESSION: Normal."
     assert text.scored_text(report, "findings") == "Lungs are clear."
@@ -265,7 +285,10 @@ def test_validity_rules():
     assert any("too short" in e for e in text.validity_errors("Clear.", rules))
     assert any("too long" in e for e in text.validity_errors("a" * 8001, rules))
     assert any("letters" in e for e in text.validity_errors("1234567890 " * 5, rules))
-    assert any("non-printable" in e for e in text.validity_errors("Lungs are clear — no effusion, no pneumothorax today.", rules))
+    assert any(
+        "non-printable" in e
+        for e in text.validity_errors("Lungs are clear — no effusion, no pneumothorax today.", rules)
+    )
     lenient = text.Validity(min_chars=1, min_letters=1, printable_ascii=False)
     assert text.validity_errors("Fibrose — é", lenient) == []
     assert text.validity_errors("   ", lenient)
@@ -276,8 +299,10 @@ def test_prepare_matches_mlrg_preprocessing():
 
 
 def test_report_score_levels_and_identity():
-    refs = ["The lungs are clear. Heart size is normal. No pleural effusion or pneumothorax.",
-            "Small left pleural effusion. Mild cardiomegaly. No pneumothorax."]
+    refs = [
+        "The lungs are clear. Heart size is normal. No pleural effusion or pneumothorax.",
+        "Small left pleural effusion. Mild cardiomegaly. No pneumothorax.",
+    ]
     hyps = ["The lungs are clear. The heart is normal in size. No effusion.", refs[1]]
     case = text.report_score(hyps, refs, level="case", use_java=False)
     corpus = text.report_score(hyps, refs, level="corpus", use_java=False)
@@ -306,6 +331,7 @@ def test_model_weights_are_never_fetched(monkeypatch, tmp_path):
     assert result.backends["CheXbert"] == "chexpert-rules"
     assert result.backends["F1RadGraph"] == "radgraph-proxy-rules"
     import os
+
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
 
 

@@ -80,8 +80,19 @@ def test_open_matching_modes():
 
 @pytest.mark.parametrize(
     ("value", "label"),
-    [("C", "C"), (" b ", "B"), ("(d)", "D"), ("Answer: E", "E"), ("The answer is A.", "A"),
-     ("F", None), ("", None), (None, None), (True, None), ("ABC", None), (3, None)],
+    [
+        ("C", "C"),
+        (" b ", "B"),
+        ("(d)", "D"),
+        ("Answer: E", "E"),
+        ("The answer is A.", "A"),
+        ("F", None),
+        ("", None),
+        (None, None),
+        (True, None),
+        ("ABC", None),
+        (3, None),
+    ],
 )
 def test_normalize_label(value, label):
     assert m.normalize_label(value) == label

@@ -12,8 +12,17 @@ from replay.ingest import ingest
 from schemas.blob import digest
 from schemas.blobstore import BlobStore
 from schemas.events import (
-    AssistantMessage, FileWritten, ModelCallCompleted, RunFinished, RunStarted, SealedFile, SubmissionSealed,
-    ToolCallPart, ToolCallRequested, ToolCallResult, Usage,
+    AssistantMessage,
+    FileWritten,
+    ModelCallCompleted,
+    RunFinished,
+    RunStarted,
+    SealedFile,
+    SubmissionSealed,
+    ToolCallPart,
+    ToolCallRequested,
+    ToolCallResult,
+    Usage,
 )
 from scorer.batch import open_store, score_runs
 from scorer.profile import load
@@ -32,30 +41,81 @@ def record(store: Path, run_id: str, workspace: Path | None, drop_case: str | No
         ts[0] += 1_000_000_000
         w.append(p, ts_ns=ts[0])
 
-    emit(RunStarted(task="kidney-seg", tier="standard", agent="test-agent", model="claude-opus-4.6", workspace="/workspace"))
+    emit(
+        RunStarted(
+            task="kidney-seg",
+            tier="standard",
+            agent="test-agent",
+            model="claude-opus-4.6",
+            workspace="/workspace",
+        )
+    )
     steps = [
         ("mkdir -p plan && write plan", [("plan/plan.md", PLAN)]),
-        ("import nibabel as nib\nimg = nib.load('/data/public/case_00000/ct.nii.gz')\nprint(img.shape, img.header.get_zooms())", []),
+        (
+            "import nibabel as nib\nimg = nib.load('/data/public/case_00000/ct.nii.gz')\nprint(img.shape, img.header.get_zooms())",
+            [],
+        ),
     ]
     files = sorted(p for p in (workspace.rglob("*") if workspace else []) if p.is_file())
-    outputs = [(str(p.relative_to(workspace)), p.read_bytes()) for p in files if drop_case is None or drop_case not in str(p)]
+    outputs = [
+        (str(p.relative_to(workspace)), p.read_bytes())
+        for p in files
+        if drop_case is None or drop_case not in str(p)
+    ]
     cases = sorted({path.split("/")[1] for path, _ in outputs})
     if cases:
         steps.append(("run_case(pilot)", [o for o in outputs if f"/{cases[0]}/" in o[0]]))
-        steps.append(("m = nib.load('agents_outputs/x/organ.nii.gz').get_fdata(); print(m.shape, np.unique(m))", []))
+        steps.append(
+            ("m = nib.load('agents_outputs/x/organ.nii.gz').get_fdata(); print(m.shape, np.unique(m))", [])
+        )
         steps.append(("for pid in cases: run_case(pid)", [o for o in outputs if f"/{cases[0]}/" not in o[0]]))
     for i, (code, written) in enumerate(steps):
         args = '{"language": "python", "code": %s}' % __import__("json").dumps(code)
-        emit(ModelCallCompleted(call_id=f"c{i}", provider="openai", api="chat.completions", model="claude-opus-4.6",
-                                message=AssistantMessage(tool_calls=[ToolCallPart(id=f"t{i}", name="execute_code", arguments=args)]),
-                                usage=Usage(input_total=10_000, output=500)))
-        emit(ToolCallRequested(tool_call_id=f"t{i}", name="execute_code", arguments=args, model_call_id=f"c{i}"))
+        emit(
+            ModelCallCompleted(
+                call_id=f"c{i}",
+                provider="openai",
+                api="chat.completions",
+                model="claude-opus-4.6",
+                message=AssistantMessage(
+                    tool_calls=[ToolCallPart(id=f"t{i}", name="execute_code", arguments=args)]
+                ),
+                usage=Usage(input_total=10_000, output=500),
+            )
+        )
+        emit(
+            ToolCallRequested(
+                tool_call_id=f"t{i}", name="execute_code", arguments=args, model_call_id=f"c{i}"
+            )
+        )
         for path, data in written:
-            emit(FileWritten(path=path, op="created", size=len(data), sha256=digest(data), content=blobs.put(data, sync=False)))
-        emit(ToolCallResult(tool_call_id=f"t{i}", model_call_id=f"c{i + 1}", output='{"exit_code": 0, "stdout": "ok", "stderr": ""}'))
+            emit(
+                FileWritten(
+                    path=path,
+                    op="created",
+                    size=len(data),
+                    sha256=digest(data),
+                    content=blobs.put(data, sync=False),
+                )
+            )
+        emit(
+            ToolCallResult(
+                tool_call_id=f"t{i}",
+                model_call_id=f"c{i + 1}",
+                output='{"exit_code": 0, "stdout": "ok", "stderr": ""}',
+            )
+        )
     if workspace is not None:
-        sealed = [SealedFile(path=p, size=len(d), sha256=digest(d), content=blobs.put(d, sync=False)) for p, d in outputs]
-        sealed.append(SealedFile(path="plan/plan.md", size=len(PLAN), sha256=digest(PLAN), content=blobs.put(PLAN, sync=False)))
+        sealed = [
+            SealedFile(path=p, size=len(d), sha256=digest(d), content=blobs.put(d, sync=False))
+            for p, d in outputs
+        ]
+        sealed.append(
+            SealedFile(
+                path="plan/plan.md", size=len(PLAN), sha256=digest(PLAN), content=blobs.put(PLAN, sync=False)
+            )
+        )
         emit(SubmissionSealed(root="/workspace", files=sealed))
     emit(RunFinished(status="completed", exit_code=0, duration_s=600.0))
     w.close()
@@ -85,7 +145,10 @@ def test_graded_runs(recorded):
         n_grades = st.con.execute("SELECT count(*) FROM grade_cache").fetchone()[0]
         again = {r["run_id"]: r for r in score_runs(st, paper, judge="offline", references=refs).rows}
         assert st.con.execute("SELECT count(*) FROM grade_cache").fetchone()[0] == n_grades == 3
-        code = {r["run_id"]: r for r in score_runs(st, load("code-2026-04"), judge="offline", references=refs).rows}
+        code = {
+            r["run_id"]: r
+            for r in score_runs(st, load("code-2026-04"), judge="offline", references=refs).rows
+        }
     assert rows == again
     p = rows["perfect"]
     assert p["task_score"] == pytest.approx(1.0) and p["s4"] == 1.0 and p["s5"] == 1.0

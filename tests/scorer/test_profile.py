@@ -20,7 +20,9 @@ def test_identity_is_content_not_file(tmp_path):
     same.write_text('extends = "paper-2026-06"\n')
     assert load(str(same)).id == load("paper-2026-06").id
     edited = tmp_path / "edited.toml"
-    edited.write_text('extends = "paper-2026-06"\n[[rubric]]\nid = "s2b"\nstage = "S2"\ntext = "Input shape checked."\nvalues = [0, 1]\nrule = "input_checked"\n')
+    edited.write_text(
+        'extends = "paper-2026-06"\n[[rubric]]\nid = "s2b"\nstage = "S2"\ntext = "Input shape checked."\nvalues = [0, 1]\nrule = "input_checked"\n'
+    )
     loaded = load(str(edited))
     assert loaded.id != load("paper-2026-06").id
     items = {i.id: i for i in loaded.profile.items_for("segmentation", "standard")}
@@ -53,6 +55,8 @@ def test_unknown_name():
 
 def test_bad_rule_pattern(tmp_path):
     path = tmp_path / "p.toml"
-    path.write_text('extends = "paper-2026-06"\n[[rubric]]\nid = "x1"\nstage = "S2"\ntext = "t"\nvalues = [0, 1]\nrule = "code_ran"\npattern = "(unclosed"\n')
+    path.write_text(
+        'extends = "paper-2026-06"\n[[rubric]]\nid = "x1"\nstage = "S2"\ntext = "t"\nvalues = [0, 1]\nrule = "code_ran"\npattern = "(unclosed"\n'
+    )
     with pytest.raises(UsageError, match="bad pattern"):
         load(str(path))

@@ -10,8 +10,15 @@ import pytest
 
 from scorer import report
 
-CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync"]
+CHROME_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def _rows(n=60, seed=3):
@@ -24,13 +31,29 @@ def _rows(n=60, seed=3):
         s = [rng.random() for _ in range(5)]
         agentic = 0.25 * s[0] + 0.15 * s[1] + 0.35 * s[2] + 0.15 * s[3] + 0.10 * s[4]
         task = rng.random() if i % 7 else None
-        rows.append({
-            "run_id": f"r{i}", "model": model, "track": track, "tier": "lite" if i % 2 else "standard",
-            "s1": s[0], "s2": s[1], "s3": s[2], "s4": s[3], "s5": s[4], "agentic": agentic, "task_score": task,
-            "overall": None if task is None else 0.5 * agentic + 0.5 * task, "codes": codes,
-            "status": "completed" if rng.random() < 0.6 else "failed", "cost_usd": rng.uniform(0.5, 20), "turns": rng.randint(10, 50),
-            "judge": "offline:rules-v1", "profile_name": "paper-2026-06", "profile_id": "sha256:" + "ab" * 32,
-        })
+        rows.append(
+            {
+                "run_id": f"r{i}",
+                "model": model,
+                "track": track,
+                "tier": "lite" if i % 2 else "standard",
+                "s1": s[0],
+                "s2": s[1],
+                "s3": s[2],
+                "s4": s[3],
+                "s5": s[4],
+                "agentic": agentic,
+                "task_score": task,
+                "overall": None if task is None else 0.5 * agentic + 0.5 * task,
+                "codes": codes,
+                "status": "completed" if rng.random() < 0.6 else "failed",
+                "cost_usd": rng.uniform(0.5, 20),
+                "turns": rng.randint(10, 50),
+                "judge": "offline:rules-v1",
+                "profile_name": "paper-2026-06",
+                "profile_id": "sha256:" + "ab" * 32,
+            }
+        )
     return rows
 
 
@@ -46,7 +69,9 @@ def test_views():
     assert allrec["runs_2plus_codes"] == len(multi)
     assert allrec["completed"] == sum(1 for r in multi if r["status"] == "completed")
     tier = data["tiers"][0]
-    assert tier["delta_pct"] == pytest.approx(100 * (tier["lite"] - tier["standard"]) / tier["standard"], abs=0.3)
+    assert tier["delta_pct"] == pytest.approx(
+        100 * (tier["lite"] - tier["standard"]) / tier["standard"], abs=0.3
+    )
     # unscored runs are left out of means, never averaged in as 0
     scored = [r["overall"] for r in rows if r["model"] == "opus-4.6" and r["overall"] is not None]
     lb = next(r for r in data["leaderboard"] if r["model"] == "opus-4.6")
@@ -66,14 +91,20 @@ def test_html_opens_in_headless_chromium(tmp_path):
     page.write_text(report.html_page(report.build(_rows())), encoding="utf-8")
     assert "http://" not in page.read_text().replace("http://www.w3.org/2000/svg", "")  # no network assets
     flags = CHROME_FLAGS + [f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run([chromium, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    dom = subprocess.run(
+        [chromium, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
+    )
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert '<table id="leaderboard">' in dom.stdout
     assert dom.stdout.count('<svg class="plot"') >= 5
     assert "opus-4.6" in dom.stdout
     shot = tmp_path / "shot.png"
-    run = subprocess.run([chromium, *flags, "--window-size=1200,1600", f"--screenshot={shot}", page.as_uri()],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [chromium, *flags, "--window-size=1200,1600", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0 and shot.is_file(), run.stderr[-2000:]
     from PIL import Image
 

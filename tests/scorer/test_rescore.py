@@ -13,7 +13,9 @@ from scorer import ledger
 from scorer.batch import open_store, score_runs
 from scorer.profile import load
 
-_spec = importlib.util.spec_from_file_location("judge_server", Path(__file__).parents[1] / "fakes" / "judge_server.py")
+_spec = importlib.util.spec_from_file_location(
+    "judge_server", Path(__file__).parents[1] / "fakes" / "judge_server.py"
+)
 fake = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fake)
 
@@ -56,7 +58,9 @@ def test_llm_rubric_change_reasks_only_affected_pairs(store, monkeypatch, tmp_pa
         text = fake.user_text(req)
         if text.startswith("Error codes for this run"):
             first_id = text.split("\n[", 1)[1].split("]", 1)[0]
-            return fake.Reply(content='{"codes": [{"code": "E3", "evidence": ["%s"], "reason": "fake"}]}' % first_id)
+            return fake.Reply(
+                content='{"codes": [{"code": "E3", "evidence": ["%s"], "reason": "fake"}]}' % first_id
+            )
         item = fake.asked_item(req)
         if "STRICT" in text:
             return fake.verdict(item, 0)
@@ -87,8 +91,12 @@ def test_llm_rubric_change_reasks_only_affected_pairs(store, monkeypatch, tmp_pa
             strict = load(str(changed))
             before = len(server.requests)
             third = score_runs(st, strict, judge="llm", jobs=4, run_ids=LLM_RUNS)
-        affected = [r for r in first.rows if r["track"] == "detection" and any(
-            i["id"] == "s1c" and i["call_key"] for i in r["details"]["items"])]
+        affected = [
+            r
+            for r in first.rows
+            if r["track"] == "detection"
+            and any(i["id"] == "s1c" and i["call_key"] for i in r["details"]["items"])
+        ]
         assert third.judge_requests == len(server.requests) - before == len(affected) > 0
     old = {r["run_id"]: r for r in first.rows}
     moved = set()

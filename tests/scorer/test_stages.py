@@ -15,7 +15,9 @@ def test_paper_worked_example_appendix_i():
     p = load("paper-2026-06").profile
     organ, lesion = 0.9160, 0.1045
     task = 0.25 * organ + 0.75 * lesion
-    out = combine({"S1": 1.0, "S2": 1.0, "S3": 0.5, "S4": 1.0, "S5": 0.3166}, task, p.weights, p.stages.null_policy)
+    out = combine(
+        {"S1": 1.0, "S2": 1.0, "S3": 0.5, "S4": 1.0, "S5": 0.3166}, task, p.weights, p.stages.null_policy
+    )
     # The paper prints 4 decimals of values that were themselves rounded to 4 decimals (0.25·0.9160
     # + 0.75·0.1045 = 0.307375), so agreement is to within one unit in the 4th decimal.
     assert out["agentic"] == pytest.approx(0.7567, abs=1e-4)
@@ -49,8 +51,10 @@ def test_worked_example_with_the_grader_formula():
 
         ref_organ, pred_organ = mask(range(0, 1000)), mask(range(84, 1084))
         ref_lesion, pred_lesion = mask(range(2000, 4000)), mask(range(3791, 5791))
-        for side, organ, lesion in (("private/case_00000", ref_organ, ref_lesion),
-                                    ("sub/agents_outputs/case_00000", pred_organ, pred_lesion)):
+        for side, organ, lesion in (
+            ("private/case_00000", ref_organ, ref_lesion),
+            ("sub/agents_outputs/case_00000", pred_organ, pred_lesion),
+        ):
             d = root / side
             d.mkdir(parents=True)
             nib.save(nib.Nifti1Image(organ, np.eye(4)), d / "organ.nii.gz")
@@ -60,7 +64,9 @@ def test_worked_example_with_the_grader_formula():
         result = grade(spec, root / "sub", root / "private", GradeOptions(seg_formula="organ_lesion_25_75"))
     assert result.score == pytest.approx(0.3073, abs=1e-4)
     p = load("paper-2026-06").profile
-    out = combine({"S1": 1.0, "S2": 1.0, "S3": 0.5, "S4": 1.0, "S5": 0.3166}, result.score, p.weights, "renormalise")
+    out = combine(
+        {"S1": 1.0, "S2": 1.0, "S3": 0.5, "S4": 1.0, "S5": 0.3166}, result.score, p.weights, "renormalise"
+    )
     assert out["agentic"] == pytest.approx(0.7567, abs=1e-4)
     assert out["overall"] == pytest.approx(0.5320, abs=1e-4)
 
@@ -114,7 +120,11 @@ def test_report_track_has_its_own_rubric():
 
     lite = Counter(i.stage for i in p.items_for("report", "lite"))
     std = Counter(i.stage for i in p.items_for("report", "standard"))
-    assert (lite["S1"], lite["S2"], lite["S3"]) == (8, 7, 7)  # Standard-only checks leave the Lite denominator
+    assert (lite["S1"], lite["S2"], lite["S3"]) == (
+        8,
+        7,
+        7,
+    )  # Standard-only checks leave the Lite denominator
     assert (std["S1"], std["S2"], std["S3"]) == (11, 7, 7)
     assert "s1b" not in {i.id for i in p.items_for("report", "lite")}
     enh = {i.id: i for i in p.items_for("enhancement", "lite")}
@@ -129,10 +139,29 @@ def test_pattern_rules_of_the_offline_judge():
     from scorer.trajectory import fold
 
     plan = b"# Plan\n1. read manifest.json\n2. run pilot on one study\n3. write agent_outputs/<case>/report.txt\n"
-    payloads = [RunStarted(task="mimic-cxr-report", tier="lite"),
-                FileWritten(path="plan/plan.md", size=len(plan), sha256=digest(plan), content=BlobRef(blob=digest(plan), size=len(plan)))]
-    evs = [Event(run_id="r", source="shim", seq=i, ts_ns=i, kind=type(p).__struct_config__.tag, v=1, payload=p, prev_hash="", hash="")
-           for i, p in enumerate(payloads)]
+    payloads = [
+        RunStarted(task="mimic-cxr-report", tier="lite"),
+        FileWritten(
+            path="plan/plan.md",
+            size=len(plan),
+            sha256=digest(plan),
+            content=BlobRef(blob=digest(plan), size=len(plan)),
+        ),
+    ]
+    evs = [
+        Event(
+            run_id="r",
+            source="shim",
+            seq=i,
+            ts_ns=i,
+            kind=type(p).__struct_config__.tag,
+            v=1,
+            payload=p,
+            prev_hash="",
+            hash="",
+        )
+        for i, p in enumerate(payloads)
+    ]
     get = {digest(plan): plan}.__getitem__
     traj = fold("r", evs, lambda ref: get(ref.blob))
     items = {i.id: i for i in load("paper-2026-06").profile.items_for("report", "lite")}

@@ -15,21 +15,71 @@ from scorer.grader import grade
 from tasks import convert, synth
 from tasks.registry import load_spec
 
-COLUMNS = ["path_to_image", "path_to_dcm", "frontal_lateral", "ap_pa", "split", "section_findings",
-           "section_impression", "section_history"]
+COLUMNS = [
+    "path_to_image",
+    "path_to_dcm",
+    "frontal_lateral",
+    "ap_pa",
+    "split",
+    "section_findings",
+    "section_impression",
+    "section_history",
+]
 
 
 def _release(root: Path) -> Path:
     rows = [
-        ["valid/patient1/study1/view1_frontal.jpg", "", "Frontal", "PA", "valid",
-         "Heart size is normal.\nNo pleural effusion.", "No acute process.", "cough"],
-        ["valid/patient1/study1/view2_lateral.jpg", "", "Lateral", "", "valid",
-         "Heart size is normal.\nNo pleural effusion.", "No acute process.", "cough"],
-        ["valid/patient2/study1/view1_frontal.jpg", "", "Frontal", "AP", "valid", "",
-         "Small left pleural effusion, otherwise unchanged.", ""],
+        [
+            "valid/patient1/study1/view1_frontal.jpg",
+            "",
+            "Frontal",
+            "PA",
+            "valid",
+            "Heart size is normal.\nNo pleural effusion.",
+            "No acute process.",
+            "cough",
+        ],
+        [
+            "valid/patient1/study1/view2_lateral.jpg",
+            "",
+            "Lateral",
+            "",
+            "valid",
+            "Heart size is normal.\nNo pleural effusion.",
+            "No acute process.",
+            "cough",
+        ],
+        [
+            "valid/patient2/study1/view1_frontal.jpg",
+            "",
+            "Frontal",
+            "AP",
+            "valid",
+            "",
+            "Small left pleural effusion, otherwise unchanged.",
+            "",
+        ],
         # 31 characters of reference: under the 40 a submission needs, so the study is left out
-        ["valid/patient4/study1/view1_frontal.jpg", "", "Frontal", "AP", "valid", "", "Small left effusion.", ""],
-        ["valid/patient3/study2/view1_frontal.jpg", "", "Frontal", "AP", "valid", "", "", ""],  # no report text
+        [
+            "valid/patient4/study1/view1_frontal.jpg",
+            "",
+            "Frontal",
+            "AP",
+            "valid",
+            "",
+            "Small left effusion.",
+            "",
+        ],
+        [
+            "valid/patient3/study2/view1_frontal.jpg",
+            "",
+            "Frontal",
+            "AP",
+            "valid",
+            "",
+            "",
+            "",
+        ],  # no report text
         ["train/patient9/study1/view1_frontal.jpg", "", "Frontal", "PA", "train", "Clear.", "Normal.", ""],
     ]
     root.mkdir(parents=True)
@@ -51,11 +101,16 @@ def test_converts_valid_frontal_studies(tmp_path):
     assert sorted(p.name for p in pub.iterdir()) == ["study_0000", "study_0001"]
     with Image.open(pub / "study_0000" / "images" / "01.jpg") as im:
         assert im.format == "JPEG"
-    assert (priv / "study_0000" / "report.txt").read_text() == \
-        "FINDINGS: Heart size is normal. No pleural effusion.\n\nIMPRESSION: No acute process.\n"
-    assert (priv / "study_0001" / "report.txt").read_text() == \
-        "IMPRESSION: Small left pleural effusion, otherwise unchanged.\n"
-    assert json.loads((priv / "study_0000" / "manifest.json").read_text())["source_study"] == "valid/patient1/study1"
+    assert (
+        priv / "study_0000" / "report.txt"
+    ).read_text() == "FINDINGS: Heart size is normal. No pleural effusion.\n\nIMPRESSION: No acute process.\n"
+    assert (
+        priv / "study_0001" / "report.txt"
+    ).read_text() == "IMPRESSION: Small left pleural effusion, otherwise unchanged.\n"
+    assert (
+        json.loads((priv / "study_0000" / "manifest.json").read_text())["source_study"]
+        == "valid/patient1/study1"
+    )
     synth.perfect_submission(spec, tmp_path / "out", tmp_path / "ws")
     assert grade(spec, tmp_path / "ws", priv).score == pytest.approx(1.0)
 

@@ -16,24 +16,33 @@ from tasks.registry import load_spec
 
 def _xml(findings: str, impression: str, images: list[str]) -> str:
     parents = "".join(f'<parentImage id="{i}"><url>/x/{i}.jpg</url></parentImage>' for i in images)
-    return (f'<?xml version="1.0" encoding="utf-8"?><eCitation><MedlineCitation><Article><Abstract>'
-            f'<AbstractText Label="COMPARISON">None.</AbstractText>'
-            f'<AbstractText Label="INDICATION">XXXX-year-old male, chest pain.</AbstractText>'
-            f'<AbstractText Label="FINDINGS">{findings}</AbstractText>'
-            f'<AbstractText Label="IMPRESSION">{impression}</AbstractText>'
-            f'</Abstract></Article></MedlineCitation>{parents}</eCitation>')
+    return (
+        f'<?xml version="1.0" encoding="utf-8"?><eCitation><MedlineCitation><Article><Abstract>'
+        f'<AbstractText Label="COMPARISON">None.</AbstractText>'
+        f'<AbstractText Label="INDICATION">XXXX-year-old male, chest pain.</AbstractText>'
+        f'<AbstractText Label="FINDINGS">{findings}</AbstractText>'
+        f'<AbstractText Label="IMPRESSION">{impression}</AbstractText>'
+        f"</Abstract></Article></MedlineCitation>{parents}</eCitation>"
+    )
 
 
 def _release(root: Path) -> Path:
     reports, pngs = root / "ecgen-radiology", root / "NLMCXR_png"
     reports.mkdir(parents=True)
     pngs.mkdir()
-    (reports / "1.xml").write_text(_xml("The cardiac silhouette and mediastinum size are within normal limits. "
-                                        "There is no pulmonary edema.", "Normal chest x-XXXX.",
-                                        ["CXR1_1_IM-0001-3001", "CXR1_1_IM-0001-4001"]))
+    (reports / "1.xml").write_text(
+        _xml(
+            "The cardiac silhouette and mediastinum size are within normal limits. "
+            "There is no pulmonary edema.",
+            "Normal chest x-XXXX.",
+            ["CXR1_1_IM-0001-3001", "CXR1_1_IM-0001-4001"],
+        )
+    )
     (reports / "2.xml").write_text(_xml("", "No acute disease.", ["CXR2_IM-0652-1001"]))  # no findings
     (reports / "10.xml").write_text(_xml("Heart size normal. Lungs are clear.", "", ["CXR10_IM-0002-1001"]))
-    for k, name in enumerate(["CXR1_1_IM-0001-3001", "CXR1_1_IM-0001-4001", "CXR2_IM-0652-1001", "CXR10_IM-0002-1001"]):
+    for k, name in enumerate(
+        ["CXR1_1_IM-0001-3001", "CXR1_1_IM-0001-4001", "CXR2_IM-0652-1001", "CXR10_IM-0002-1001"]
+    ):
         Image.fromarray(np.full((20, 20), 50 + k, np.uint8)).save(pngs / f"{name}.png")
     return root
 

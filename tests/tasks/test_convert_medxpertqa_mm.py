@@ -34,13 +34,34 @@ def _release(root: Path, lines: list[dict]) -> Path:
     return root
 
 
-OPTIONS = {"A": "Pneumothorax", "B": "Pleural effusion", "C": "Cardiomegaly", "D": "Atelectasis", "E": "Normal"}
+OPTIONS = {
+    "A": "Pneumothorax",
+    "B": "Pleural effusion",
+    "C": "Cardiomegaly",
+    "D": "Atelectasis",
+    "E": "Normal",
+}
 LINES = [
-    {"id": "MM-0", "question": "A 60-year-old man ... What is shown?", "options": OPTIONS, "label": "B",
-     "images": ["MM-0-a.jpeg"], "medical_task": "Diagnosis", "body_system": "Respiratory", "question_type": "Reasoning"},
-    {"id": "MM-1", "question": "Two views ... Most likely diagnosis?", "options": OPTIONS, "label": "e",
-     "images": ["MM-1-a.jpeg", "MM-1-b.jpeg"], "medical_task": "Diagnosis", "body_system": "Respiratory",
-     "question_type": "Understanding"},
+    {
+        "id": "MM-0",
+        "question": "A 60-year-old man ... What is shown?",
+        "options": OPTIONS,
+        "label": "B",
+        "images": ["MM-0-a.jpeg"],
+        "medical_task": "Diagnosis",
+        "body_system": "Respiratory",
+        "question_type": "Reasoning",
+    },
+    {
+        "id": "MM-1",
+        "question": "Two views ... Most likely diagnosis?",
+        "options": OPTIONS,
+        "label": "e",
+        "images": ["MM-1-a.jpeg", "MM-1-b.jpeg"],
+        "medical_task": "Diagnosis",
+        "body_system": "Respiratory",
+        "question_type": "Understanding",
+    },
 ]
 
 
@@ -52,7 +73,11 @@ def test_converts_test_questions_from_the_zip(tmp_path):
     assert q["options"] == OPTIONS and q["image_paths"] == ["images/MM-1-a.jpeg", "images/MM-1-b.jpeg"]
     assert (pub / "MM-1" / "images" / "MM-1-b.jpeg").read_bytes() == _jpeg(30)
     gold = json.loads((priv / "MM-1" / "answer.json").read_text())
-    assert gold["answer_label"] == "E" and gold["answer_text"] == "Normal" and gold["answer_type"] == "multiple_choice"
+    assert (
+        gold["answer_label"] == "E"
+        and gold["answer_text"] == "Normal"
+        and gold["answer_type"] == "multiple_choice"
+    )
     synth.perfect_submission(spec, tmp_path / "out", tmp_path / "ws")
     assert grade(spec, tmp_path / "ws", priv).score == 1.0
 

@@ -78,10 +78,13 @@ def test_converts_studies_with_findings(tmp_path):
     manifest = json.loads((pub / "CXR0000" / "manifest.json").read_text())
     assert manifest["image_files"] == ["01.jpg", "02.jpg"]
     # views in dicom_id order, bytes unchanged
-    assert (pub / "CXR0000" / "images" / "01.jpg").read_bytes() == \
-        (tmp_path / "mimic/files/p10/p10000032/s50414267/aaa.jpg").read_bytes()
+    assert (pub / "CXR0000" / "images" / "01.jpg").read_bytes() == (
+        tmp_path / "mimic/files/p10/p10000032/s50414267/aaa.jpg"
+    ).read_bytes()
     ref = (priv / "CXR0000" / "report.txt").read_text()
-    assert ref.startswith("Small left pleural effusion.") and "IMPRESSION" not in ref and "INDICATION" not in ref
+    assert (
+        ref.startswith("Small left pleural effusion.") and "IMPRESSION" not in ref and "INDICATION" not in ref
+    )
     assert json.loads((priv / "CXR0001" / "manifest.json").read_text())["raw_study_id"] == "s57375967"
     assert "s5" not in json.dumps(manifest)  # no MIMIC identifiers on the public side
     synth.perfect_submission(spec, tmp_path / "out", tmp_path / "ws")

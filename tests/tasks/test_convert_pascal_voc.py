@@ -34,8 +34,12 @@ def make_bccd(root: Path, images: dict[str, list[tuple]], test: list[str] | None
     (base / "Annotations").mkdir(parents=True)
     (base / "JPEGImages").mkdir()
     for stem, objs in images.items():
-        xml = VOC_XML.format(stem=stem, w=w, h=h, objects="".join(
-            OBJ.format(name=n, x1=a, y1=b, x2=c, y2=d) for n, a, b, c, d in objs))
+        xml = VOC_XML.format(
+            stem=stem,
+            w=w,
+            h=h,
+            objects="".join(OBJ.format(name=n, x1=a, y1=b, x2=c, y2=d) for n, a, b, c, d in objs),
+        )
         (base / "Annotations" / f"{stem}.xml").write_text(xml)
         rgb = np.random.default_rng(len(stem)).integers(0, 255, (h, w, 3), dtype=np.uint8)
         Image.fromarray(rgb).save(base / "JPEGImages" / f"{stem}.jpg")
@@ -46,11 +50,15 @@ def make_bccd(root: Path, images: dict[str, list[tuple]], test: list[str] | None
 
 
 def test_converts_the_test_split_with_voc_coordinates(tmp_path):
-    src = make_bccd(tmp_path, {
-        "BloodImage_00001": [("RBC", 1, 1, 20, 10), ("WBC", 30, 20, 70, 47)],  # xmax beyond width 64
-        "BloodImage_00002": [("Platelets", 5, 5, 9, 9), ("rbc", 10, 10, 8, 20)],  # inverted: dropped
-        "BloodImage_00003": [("RBC", 2, 2, 8, 8)],
-    }, test=["BloodImage_00001", "BloodImage_00002"])
+    src = make_bccd(
+        tmp_path,
+        {
+            "BloodImage_00001": [("RBC", 1, 1, 20, 10), ("WBC", 30, 20, 70, 47)],  # xmax beyond width 64
+            "BloodImage_00002": [("Platelets", 5, 5, 9, 9), ("rbc", 10, 10, 8, 20)],  # inverted: dropped
+            "BloodImage_00003": [("RBC", 2, 2, 8, 8)],
+        },
+        test=["BloodImage_00001", "BloodImage_00002"],
+    )
     spec = load_spec("bccd-det")
     seen: list[str] = []
     prepare(spec, src, tmp_path / "out", progress=seen.append)
@@ -58,8 +66,10 @@ def test_converts_the_test_split_with_voc_coordinates(tmp_path):
     assert cases == seen == ["BloodImage_00001", "BloodImage_00002"]
     ref = json.loads((tmp_path / "out/private/BloodImage_00001/boxes.json").read_text())
     assert ref["width"] == 64 and ref["height"] == 48
-    assert ref["boxes"] == [{"class": "RBC", "x1": 0.0, "y1": 0.0, "x2": 20.0, "y2": 10.0},
-                            {"class": "WBC", "x1": 29.0, "y1": 19.0, "x2": 64.0, "y2": 47.0}]
+    assert ref["boxes"] == [
+        {"class": "RBC", "x1": 0.0, "y1": 0.0, "x2": 20.0, "y2": 10.0},
+        {"class": "WBC", "x1": 29.0, "y1": 19.0, "x2": 64.0, "y2": 47.0},
+    ]
     ref2 = json.loads((tmp_path / "out/private/BloodImage_00002/boxes.json").read_text())
     assert [b["class"] for b in ref2["boxes"]] == ["Platelets"]
     with Image.open(tmp_path / "out/public/BloodImage_00001/image.png") as im:
@@ -75,14 +85,26 @@ def test_without_a_split_converts_everything(tmp_path):
     assert sorted(p.name for p in (tmp_path / "out" / "public").iterdir()) == ["a", "b"]
 
 
-@pytest.mark.parametrize("break_it,match", [
-    (lambda base: (base / "Annotations" / "a.xml").write_text("<annotation><size>"), "not readable VOC XML"),
-    (lambda base: (base / "JPEGImages" / "a.jpg").unlink(), "no image for a"),
-    (lambda base: (base / "JPEGImages" / "a.jpg").write_bytes(b"junk"), "not a readable image"),
-    (lambda base: (base / "Annotations" / "a.xml").write_text(
-        VOC_XML.format(stem="a", w=64, h=48, objects=OBJ.format(name="Neutrophil", x1=1, y1=1, x2=5, y2=5))),
-     "class 'Neutrophil'"),
-], ids=["bad-xml", "no-image", "bad-image", "unknown-class"])
+@pytest.mark.parametrize(
+    "break_it,match",
+    [
+        (
+            lambda base: (base / "Annotations" / "a.xml").write_text("<annotation><size>"),
+            "not readable VOC XML",
+        ),
+        (lambda base: (base / "JPEGImages" / "a.jpg").unlink(), "no image for a"),
+        (lambda base: (base / "JPEGImages" / "a.jpg").write_bytes(b"junk"), "not a readable image"),
+        (
+            lambda base: (base / "Annotations" / "a.xml").write_text(
+                VOC_XML.format(
+                    stem="a", w=64, h=48, objects=OBJ.format(name="Neutrophil", x1=1, y1=1, x2=5, y2=5)
+                )
+            ),
+            "class 'Neutrophil'",
+        ),
+    ],
+    ids=["bad-xml", "no-image", "bad-image", "unknown-class"],
+)
 def test_broken_sources_are_one_clear_error(tmp_path, break_it, match):
     src = make_bccd(tmp_path, {"a": [("RBC", 1, 1, 5, 5)]}, test=None)
     break_it(src / "BCCD")

@@ -27,13 +27,23 @@ def _image(fmt: str, value: int) -> bytes:
 def _release(root: Path) -> Path:
     (root / "data").mkdir(parents=True)
     image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-    for name, rows in (("test-00000-of-00001.parquet", [(_image("JPEG", 10), "Is there necrosis?", "yes"),
-                                                          (_image("PNG", 20), "What is present?", "granuloma")]),
-                       ("train-00000-of-00001.parquet", [(_image("JPEG", 30), "Train question?", "no")])):
-        table = pa.table({
-            "image": pa.array([{"bytes": b, "path": None} for b, _, _ in rows], type=image_type),
-            "question": [q for _, q, _ in rows], "answer": [a for _, _, a in rows],
-        })
+    for name, rows in (
+        (
+            "test-00000-of-00001.parquet",
+            [
+                (_image("JPEG", 10), "Is there necrosis?", "yes"),
+                (_image("PNG", 20), "What is present?", "granuloma"),
+            ],
+        ),
+        ("train-00000-of-00001.parquet", [(_image("JPEG", 30), "Train question?", "no")]),
+    ):
+        table = pa.table(
+            {
+                "image": pa.array([{"bytes": b, "path": None} for b, _, _ in rows], type=image_type),
+                "question": [q for _, q, _ in rows],
+                "answer": [a for _, _, a in rows],
+            }
+        )
         pq.write_table(table, root / "data" / name)
     return root
 

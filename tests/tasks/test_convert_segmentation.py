@@ -52,7 +52,9 @@ def test_kits19(tmp_path):
     seen = []
     convert.prepare(load_spec("kidney-seg"), src, out, progress=seen.append)
     assert seen == ["case_00000", "case_00001"]
-    assert (out / "public" / "case_00000" / "ct.nii.gz").read_bytes() == (src / "case_00000" / "imaging.nii.gz").read_bytes()
+    assert (out / "public" / "case_00000" / "ct.nii.gz").read_bytes() == (
+        src / "case_00000" / "imaging.nii.gz"
+    ).read_bytes()
     organ = load(out / "private" / "case_00000" / "organ.nii.gz")
     lesion = load(out / "private" / "case_00000" / "lesion.nii.gz")
     np.testing.assert_array_equal(organ, (seg0 >= 1).astype(np.uint8))  # kidney region includes the tumour
@@ -99,7 +101,10 @@ def test_totalsegmentator(tmp_path):
     liver[1:4] = 1  # overlaps the spleen on x = 1: liver (id 5) is written later and wins
     save(case / "segmentations" / "spleen.nii.gz", spleen)
     save(case / "segmentations" / "liver.nii.gz", liver)
-    save(case / "segmentations" / "costal_cartilages.nii.gz", np.pad(np.ones((1, 5, 4), np.uint8), ((5, 0), (0, 0), (0, 0))))
+    save(
+        case / "segmentations" / "costal_cartilages.nii.gz",
+        np.pad(np.ones((1, 5, 4), np.uint8), ((5, 0), (0, 0), (0, 0))),
+    )
     save(case / "segmentations" / "aorta.nii.gz", np.zeros(shape, np.uint8))  # absent structure: empty mask
     (src / "meta.csv").write_text("image_id;age;gender\ns0011;60;m\n")
     out = tmp_path / "out"
@@ -126,7 +131,11 @@ def test_aeropath(tmp_path):
     seen = []
     convert.prepare(load_spec("aeropath-seg"), src, out, progress=seen.append)
     assert seen == ["1", "2", "10"]
-    assert sorted(p.name for p in (out / "private").iterdir()) == ["aeropath_001", "aeropath_002", "aeropath_010"]
+    assert sorted(p.name for p in (out / "private").iterdir()) == [
+        "aeropath_001",
+        "aeropath_002",
+        "aeropath_010",
+    ]
     labels = load(out / "private" / "aeropath_010" / "dseg.nii.gz")
     assert labels[2, 2, 0] == 2 and labels[1, 0, 0] == 1 and labels[0, 0, 0] == 0
     assert self_grade("aeropath-seg", out, tmp_path) == pytest.approx(1.0)
@@ -161,7 +170,10 @@ def test_pants(tmp_path):
 
 def test_pants_case_without_pancreas_is_an_error(tmp_path):
     save(tmp_path / "ImageTr" / "PanTS_00000001" / "ct.nii.gz", volume(1))
-    save(tmp_path / "LabelTr" / "PanTS_00000001" / "segmentations" / "aorta.nii.gz", np.zeros((6, 5, 4), np.uint8))
+    save(
+        tmp_path / "LabelTr" / "PanTS_00000001" / "segmentations" / "aorta.nii.gz",
+        np.zeros((6, 5, 4), np.uint8),
+    )
     with pytest.raises(TaskError, match="no pancreas mask"):
         convert.prepare(load_spec("pancreas-seg"), tmp_path, tmp_path / "out")
 

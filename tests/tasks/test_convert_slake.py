@@ -20,12 +20,39 @@ def _release(root: Path) -> Path:
         (root / "imgs" / f"xmlab{k}").mkdir(parents=True)
         Image.fromarray(np.full((16, 16), 60 * k, np.uint8)).save(root / "imgs" / f"xmlab{k}" / "source.jpg")
     records = [
-        {"qid": 11, "img_name": "xmlab1/source.jpg", "question": "Which organ is abnormal?", "answer": "Liver",
-         "q_lang": "en", "answer_type": "OPEN", "location": "Abdomen", "modality": "CT", "content_type": "Organ"},
-        {"qid": 12, "img_name": "xmlab1/source.jpg", "question": "哪个器官不正常?", "answer": "肝脏",
-         "q_lang": "zh", "answer_type": "OPEN", "location": "Abdomen", "modality": "CT", "content_type": "Organ"},
-        {"qid": 13, "img_name": "xmlab2/source.jpg", "question": "Is this an MRI?", "answer": "No",
-         "q_lang": "en", "answer_type": "CLOSED", "location": "Brain", "modality": "CT", "content_type": "Modality"},
+        {
+            "qid": 11,
+            "img_name": "xmlab1/source.jpg",
+            "question": "Which organ is abnormal?",
+            "answer": "Liver",
+            "q_lang": "en",
+            "answer_type": "OPEN",
+            "location": "Abdomen",
+            "modality": "CT",
+            "content_type": "Organ",
+        },
+        {
+            "qid": 12,
+            "img_name": "xmlab1/source.jpg",
+            "question": "哪个器官不正常?",
+            "answer": "肝脏",
+            "q_lang": "zh",
+            "answer_type": "OPEN",
+            "location": "Abdomen",
+            "modality": "CT",
+            "content_type": "Organ",
+        },
+        {
+            "qid": 13,
+            "img_name": "xmlab2/source.jpg",
+            "question": "Is this an MRI?",
+            "answer": "No",
+            "q_lang": "en",
+            "answer_type": "CLOSED",
+            "location": "Brain",
+            "modality": "CT",
+            "content_type": "Modality",
+        },
     ]
     (root / "test.json").write_text(json.dumps(records, ensure_ascii=False), encoding="utf-8")
     (root / "train.json").write_text("[]")
@@ -40,7 +67,9 @@ def test_converts_english_test_questions(tmp_path):
     assert sorted(p.name for p in pub.iterdir()) == ["slake_11", "slake_13"]
     q = json.loads((pub / "slake_13" / "question.json").read_text())
     assert q["dataset"] == "SLAKE-EN" and q["body_system"] == "brain" and q["question_type"] == "binary"
-    assert (pub / "slake_13" / q["image_paths"][0]).read_bytes() == (source / "imgs/xmlab2/source.jpg").read_bytes()
+    assert (pub / "slake_13" / q["image_paths"][0]).read_bytes() == (
+        source / "imgs/xmlab2/source.jpg"
+    ).read_bytes()
     gold = json.loads((priv / "slake_13" / "answer.json").read_text())
     assert gold["answer_type"] == "yes/no" and gold["answer_text"] == "No"
     synth.perfect_submission(spec, tmp_path / "out", tmp_path / "ws")

@@ -26,14 +26,46 @@ def _release(root: Path, records: list[dict], images: list[str]) -> Path:
 
 
 RECORDS = [
-    {"qid": 1, "phrase_type": "freeform", "image_name": "synpic100.jpg", "question": "Is this a CT?",
-     "answer": "yes", "answer_type": "CLOSED", "question_type": "MODALITY", "image_organ": "HEAD"},
-    {"qid": 2, "phrase_type": "test_freeform", "image_name": "synpic100.jpg", "question": "Is there a mass?",
-     "answer": "Yes", "answer_type": "CLOSED", "question_type": "PRES", "image_organ": "HEAD"},
-    {"qid": 3, "phrase_type": "test_para", "image_name": "synpic200.jpg", "question": "Which side is the effusion on?",
-     "answer": "right", "answer_type": "CLOSED", "question_type": "POS", "image_organ": "CHEST"},
-    {"qid": 4, "phrase_type": "test_freeform", "image_name": "synpic200.jpg", "question": "How many ribs are fractured?",
-     "answer": 2, "answer_type": "OPEN", "question_type": "COUNT", "image_organ": "CHEST"},
+    {
+        "qid": 1,
+        "phrase_type": "freeform",
+        "image_name": "synpic100.jpg",
+        "question": "Is this a CT?",
+        "answer": "yes",
+        "answer_type": "CLOSED",
+        "question_type": "MODALITY",
+        "image_organ": "HEAD",
+    },
+    {
+        "qid": 2,
+        "phrase_type": "test_freeform",
+        "image_name": "synpic100.jpg",
+        "question": "Is there a mass?",
+        "answer": "Yes",
+        "answer_type": "CLOSED",
+        "question_type": "PRES",
+        "image_organ": "HEAD",
+    },
+    {
+        "qid": 3,
+        "phrase_type": "test_para",
+        "image_name": "synpic200.jpg",
+        "question": "Which side is the effusion on?",
+        "answer": "right",
+        "answer_type": "CLOSED",
+        "question_type": "POS",
+        "image_organ": "CHEST",
+    },
+    {
+        "qid": 4,
+        "phrase_type": "test_freeform",
+        "image_name": "synpic200.jpg",
+        "question": "How many ribs are fractured?",
+        "answer": 2,
+        "answer_type": "OPEN",
+        "question_type": "COUNT",
+        "image_organ": "CHEST",
+    },
 ]
 
 
@@ -43,13 +75,18 @@ def test_converts_test_questions(tmp_path):
     done: list[str] = []
     convert.prepare(spec, source, tmp_path / "out", progress=done.append)
     pub, priv = tmp_path / "out" / "public", tmp_path / "out" / "private"
-    assert sorted(p.name for p in pub.iterdir()) == ["vqarad_2", "vqarad_3", "vqarad_4"]  # train qid 1 left out
+    assert sorted(p.name for p in pub.iterdir()) == [
+        "vqarad_2",
+        "vqarad_3",
+        "vqarad_4",
+    ]  # train qid 1 left out
     assert done == ["vqarad_2", "vqarad_3", "vqarad_4"]
     q = json.loads((pub / "vqarad_3" / "question.json").read_text())
     assert q["question"] == "Which side is the effusion on?" and q["question_type"] == "binary"
     assert q["body_system"] == "chest" and q["image_paths"] == ["images/vqarad_3-a.jpg"]
-    assert (pub / "vqarad_3" / "images" / "vqarad_3-a.jpg").read_bytes() == \
-        (source / "VQA_RAD Image Folder" / "synpic200.jpg").read_bytes()
+    assert (pub / "vqarad_3" / "images" / "vqarad_3-a.jpg").read_bytes() == (
+        source / "VQA_RAD Image Folder" / "synpic200.jpg"
+    ).read_bytes()
     golds = {p.parent.name: json.loads(p.read_text()) for p in priv.glob("*/answer.json")}
     assert golds["vqarad_2"]["answer_type"] == "yes/no"
     assert golds["vqarad_3"]["answer_type"] == "open"  # a closed question without a yes/no answer

@@ -18,8 +18,14 @@ def test_ids_are_unique_and_match_folders():
 
 def test_the_eight_segmentation_tasks():
     assert sorted(s.id for s in SEG) == [
-        "aeropath-seg", "feta-seg", "kidney-seg", "pancreas-oar-seg",
-        "pancreas-seg", "panther-t1-seg", "panther-t2-seg", "tsg-multiorgan-seg",
+        "aeropath-seg",
+        "feta-seg",
+        "kidney-seg",
+        "pancreas-oar-seg",
+        "pancreas-seg",
+        "panther-t1-seg",
+        "panther-t2-seg",
+        "tsg-multiorgan-seg",
     ]
 
 
@@ -50,7 +56,11 @@ def test_segmentation_contract_is_consistent(spec):
 
 @pytest.mark.parametrize(
     ("task_id", "n", "first", "last"),
-    [("feta-seg", 7, "eCSF", "BS"), ("tsg-multiorgan-seg", 117, "spleen", "costal_cartilages"), ("aeropath-seg", 2, "lung", "airway")],
+    [
+        ("feta-seg", 7, "eCSF", "BS"),
+        ("tsg-multiorgan-seg", 117, "spleen", "costal_cartilages"),
+        ("aeropath-seg", 2, "lung", "airway"),
+    ],
 )
 def test_label_tables(task_id, n, first, last):
     labels = load_spec(task_id).seg.labels

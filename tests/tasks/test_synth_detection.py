@@ -15,8 +15,6 @@ from tests.tasks.helpers import digest_tree
 TASKS = ["bccd-det", "vindr-cxr-det", "grazpedwri-det", "dentex-det"]
 
 
-
-
 @pytest.mark.parametrize("task", TASKS)
 def test_layout_boxes_and_determinism(tmp_path, task):
     spec = load_spec(task)
@@ -49,7 +47,7 @@ def test_boxes_sit_on_objects(tmp_path):
         for b in json.loads((tmp_path / "private" / case.name / "boxes.json").read_text())["boxes"]:
             x1, y1, x2, y2 = (int(b[k]) for k in ("x1", "y1", "x2", "y2"))
             inside = img[y1:y2, x1:x2].mean()
-            ring = img[max(0, y1 - 6):y2 + 6, max(0, x1 - 6):x2 + 6].mean()
+            ring = img[max(0, y1 - 6) : y2 + 6, max(0, x1 - 6) : x2 + 6].mean()
             diffs.append(inside - ring)
     assert np.mean(diffs) > 3  # opacities are brighter than the lung around them
 
@@ -57,6 +55,9 @@ def test_boxes_sit_on_objects(tmp_path):
 def test_every_class_appears_over_enough_cases(tmp_path):
     spec = load_spec("dentex-det")
     synth(spec, tmp_path, 12, 0)
-    seen = {b["class"] for p in (tmp_path / "private").iterdir()
-            for b in json.loads((p / "boxes.json").read_text())["boxes"]}
+    seen = {
+        b["class"]
+        for p in (tmp_path / "private").iterdir()
+        for b in json.loads((p / "boxes.json").read_text())["boxes"]
+    }
     assert seen == set(spec.submission.classes)

@@ -22,8 +22,10 @@ def test_layout_and_determinism(tmp_path, task):
     assert digest_tree(tmp_path / "a") == digest_tree(tmp_path / "b") != digest_tree(tmp_path / "c")
     cases = sorted(p.name for p in (tmp_path / "a" / "public").iterdir())
     assert cases == ["case_00000", "case_00001", "case_00002"]
-    rows = {r["patient_id"]: float(r["data_range"])
-            for r in csv.DictReader(open(tmp_path / "a" / "private" / "ground_truth.csv"))}
+    rows = {
+        r["patient_id"]: float(r["data_range"])
+        for r in csv.DictReader(open(tmp_path / "a" / "private" / "ground_truth.csv"))
+    }
     for case in cases:
         inp = np.load(tmp_path / "a" / "public" / case / "input.npy")
         ref = np.load(tmp_path / "a" / "private" / case / "reference.npy")
@@ -62,5 +64,5 @@ def test_mri_input_is_the_central_kspace_of_the_reference(tmp_path):
     k = np.fft.fftshift(np.fft.fft2(ref))
     h, w = ref.shape
     outer = k.copy()
-    outer[h // 4: h // 4 + h // 2, w // 4: w // 4 + w // 2] = 0
+    outer[h // 4 : h // 4 + h // 2, w // 4 : w // 4 + w // 2] = 0
     assert np.sum(np.abs(outer) ** 2) / np.sum(np.abs(k) ** 2) > 1e-3

@@ -14,17 +14,25 @@ from tasks import synth
 from tasks.registry import load_spec
 from tests.tasks.helpers import digest_tree
 
-REPORT_TASKS = ["iu-xray-report", "mimic-cxr-report", "pathology-caption-100", "pathology-caption-500", "chexpert-plus-cxr"]
-
-
+REPORT_TASKS = [
+    "iu-xray-report",
+    "mimic-cxr-report",
+    "pathology-caption-100",
+    "pathology-caption-500",
+    "chexpert-plus-cxr",
+]
 
 
 @pytest.mark.parametrize("task_id", REPORT_TASKS)
 def test_layout_and_valid_references(task_id, tmp_path):
     spec = load_spec(task_id)
     synth.synth(spec, tmp_path, cases=5, seed=2)
-    rules = text.Validity(min_chars=spec.report.min_chars, max_chars=spec.report.max_chars,
-                          min_letters=spec.report.min_letters, printable_ascii=spec.report.printable_ascii)
+    rules = text.Validity(
+        min_chars=spec.report.min_chars,
+        max_chars=spec.report.max_chars,
+        min_letters=spec.report.min_letters,
+        printable_ascii=spec.report.printable_ascii,
+    )
     cases = sorted(p.name for p in (tmp_path / "public").iterdir())
     assert cases == [spec.case_id(i) for i in range(5)]
     for case in cases:
@@ -72,5 +80,6 @@ def test_perfect_submission_copies_references(tmp_path):
     synth.synth(spec, tmp_path / "data", cases=2, seed=0)
     synth.perfect_submission(spec, tmp_path / "data", tmp_path / "ws")
     for case in ("path_0000", "path_0001"):
-        assert (tmp_path / "ws" / "agent_outputs" / case / "report.txt").read_bytes() == \
-            (tmp_path / "data" / "private" / case / "report.txt").read_bytes()
+        assert (tmp_path / "ws" / "agent_outputs" / case / "report.txt").read_bytes() == (
+            tmp_path / "data" / "private" / case / "report.txt"
+        ).read_bytes()

@@ -14,8 +14,6 @@ from tests.tasks.helpers import digest_tree
 SEG = [s for s in all_specs() if s.track == "segmentation"]
 
 
-
-
 @pytest.mark.parametrize("spec", SEG, ids=lambda s: s.id)
 def test_layout_and_content(spec, tmp_path):
     synth.synth(spec, tmp_path, cases=3, seed=0)
@@ -61,7 +59,9 @@ def test_binary_twins_have_lesion_free_cases_and_nested_lesions(spec, tmp_path):
 @pytest.mark.parametrize("spec", [s for s in SEG if s.seg.mode == "multiclass"], ids=lambda s: s.id)
 def test_multiclass_twins_cover_most_labels(spec, tmp_path):
     synth.synth(spec, tmp_path, cases=1, seed=0)
-    labels = np.asanyarray(nib.load(str(tmp_path / "private" / spec.case_id(0) / spec.seg.label_file)).dataobj)
+    labels = np.asanyarray(
+        nib.load(str(tmp_path / "private" / spec.case_id(0) / spec.seg.label_file)).dataobj
+    )
     present = set(np.unique(labels).tolist()) - {0}
     assert len(present) >= 0.85 * len(spec.seg.labels)
 

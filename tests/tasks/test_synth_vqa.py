@@ -15,8 +15,6 @@ from tests.tasks.helpers import digest_tree
 VQA_TASKS = ["vqa-rad", "pathvqa", "slake", "medxpertqa-mm", "medframeqa"]
 
 
-
-
 @pytest.mark.parametrize("task_id", VQA_TASKS)
 def test_layout_and_contents(task_id, tmp_path):
     spec = load_spec(task_id)
@@ -30,7 +28,15 @@ def test_layout_and_contents(task_id, tmp_path):
         q = json.loads((public / qid / "question.json").read_text())
         gold = json.loads((private / qid / "answer.json").read_text())
         assert q["question_id"] == gold["question_id"] == qid
-        assert {"dataset", "question", "image_paths", "split", "medical_task", "body_system", "question_type"} <= set(q)
+        assert {
+            "dataset",
+            "question",
+            "image_paths",
+            "split",
+            "medical_task",
+            "body_system",
+            "question_type",
+        } <= set(q)
         # nothing of the answer reaches the public side
         assert not {"answer", "answer_text", "answer_label", "reference_answer"} & set(q)
         for rel in q["image_paths"]:
@@ -54,7 +60,9 @@ def test_layout_and_contents(task_id, tmp_path):
 def test_multi_frame_questions_have_two_to_five_frames(tmp_path):
     spec = load_spec("medframeqa")
     synth.synth(spec, tmp_path, cases=12, seed=4)
-    counts = {len(json.loads(p.read_text())["image_paths"]) for p in (tmp_path / "public").glob("*/question.json")}
+    counts = {
+        len(json.loads(p.read_text())["image_paths"]) for p in (tmp_path / "public").glob("*/question.json")
+    }
     assert counts <= {2, 3, 4, 5} and len(counts) >= 2
 
 
@@ -74,6 +82,13 @@ def test_perfect_submission_is_shaped_like_submit_answer(tmp_path):
     synth.perfect_submission(spec, tmp_path / "data", tmp_path / "ws")
     for path in (tmp_path / "ws").glob("*/answer.json"):
         record = json.loads(path.read_text())
-        assert set(record) == {"question_id", "predicted_label", "predicted_answer", "raw_model_output", "model_name", "runtime_s"}
+        assert set(record) == {
+            "question_id",
+            "predicted_label",
+            "predicted_answer",
+            "raw_model_output",
+            "model_name",
+            "runtime_s",
+        }
         assert record["question_id"] == path.parent.name
     assert len(list((tmp_path / "ws").glob("*/answer.json"))) == 3
