@@ -669,7 +669,7 @@ class _Progress:
         rows = [("agent", "task", "tier", *states)]
         rows += [(a, t, tier, *(str(g.get(s, 0)) for s in states)) for (a, t, tier), g in groups.items()]
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+        lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)).rstrip() for r in rows]
         text = "\n".join(lines)
         if self.tty and not final:
             if text != self.last:

@@ -23,7 +23,7 @@ def _cell(value: Any, width: int = 60) -> str:
 def table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[_cell(v) for v in row] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()  # noqa: E731
+    line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths, strict=False)).rstrip()  # noqa: E731
     out = [line(columns), line(["-" * w for w in widths])]
     out += [line(r) for r in cells]
     return "\n".join(out)
@@ -41,7 +41,9 @@ def emit(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "tabl
     if fmt == "json":
         click.echo(
             json.dumps(
-                [{c: to_jsonable(v) for c, v in zip(columns, row)} for row in rows], indent=2, default=str
+                [{c: to_jsonable(v) for c, v in zip(columns, row, strict=False)} for row in rows],
+                indent=2,
+                default=str,
             )
         )
     elif fmt == "csv":

@@ -77,7 +77,7 @@ def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
     row = first(con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id]))
     if row is None:
         raise AmbError(f"no run {run_id!r} in the store (see `amb runs`)")
-    info = dict(zip([d[0] for d in con.description], row))
+    info = dict(zip([d[0] for d in con.description], row, strict=False))
     info["labels"] = json.loads(info["labels"]) if info.get("labels") else {}
     tokens = first(
         con.execute(

@@ -43,11 +43,11 @@ def bench_ssim(n_slices: int = 100, size: int = 512) -> dict:
         ref = ct_slice(rng, (size, size))
         pairs.append((ref.astype(np.float32), (ref + low_dose_noise(rng, ref, 30.0)).astype(np.float32)))
     ranges = [reference_data_range(r) for r, _ in pairs]
-    ours, t_ours = _timed(lambda: [ssim(r, p, dr) for (r, p), dr in zip(pairs, ranges)])
+    ours, t_ours = _timed(lambda: [ssim(r, p, dr) for (r, p), dr in zip(pairs, ranges, strict=False)])
     sk32, t_sk32 = _timed(
         lambda: [
             structural_similarity(r, p, data_range=dr, gaussian_weights=True, use_sample_covariance=False)
-            for (r, p), dr in zip(pairs, ranges)
+            for (r, p), dr in zip(pairs, ranges, strict=False)
         ]
     )
     sk64, t_sk64 = _timed(
@@ -59,7 +59,7 @@ def bench_ssim(n_slices: int = 100, size: int = 512) -> dict:
                 gaussian_weights=True,
                 use_sample_covariance=False,
             )
-            for (r, p), dr in zip(pairs, ranges)
+            for (r, p), dr in zip(pairs, ranges, strict=False)
         ]
     )
     res = {
@@ -99,7 +99,7 @@ def detection_set(n_images: int, seed: int = 0, classes=("rbc", "wbc", "platelet
         m = int(rng.integers(0, 5))
         xy = rng.uniform(0, 560, (m, 2))
         p = np.vstack([p, np.hstack([xy, xy + rng.uniform(10, 80, (m, 2))])])
-        pl = [lab for lab, k in zip(labels, keep) if k] + [
+        pl = [lab for lab, k in zip(labels, keep, strict=False) if k] + [
             classes[k] for k in rng.integers(0, len(classes), m)
         ]
         refs.append(Boxes.of(labels, g))

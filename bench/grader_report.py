@@ -48,7 +48,7 @@ def _timed(fn):
 
 def bench_report(n_reports: int = 500) -> dict:
     hyps, refs = report_pairs(n_reports)
-    words = sum(len(h.split()) + len(r.split()) for h, r in zip(hyps, refs)) / (2 * n_reports)
+    words = sum(len(h.split()) + len(r.split()) for h, r in zip(hyps, refs, strict=False)) / (2 * n_reports)
     print(
         f"Report score on {n_reports} synthetic chest X-ray FINDINGS pairs ({words:.0f} words a report on average):"
     )
@@ -78,14 +78,17 @@ def bench_report(n_reports: int = 500) -> dict:
     del meteor_lib
     (rouge_ref, _), t_rouge = _timed(lambda: Rouge().compute_score(gts, res))
     scorer = rouge_scorer.RougeScorer(["rougeL"])
-    _, t_rs = _timed(lambda: [scorer.score(r, h) for h, r in zip(hyps, refs)])
+    _, t_rs = _timed(lambda: [scorer.score(r, h) for h, r in zip(hyps, refs, strict=False)])
     t_lib = t_bleu + t_meteor + t_rouge
     print(
         f"  pycocoevalcap BLEU {t_bleu:.2f} s + METEOR {t_meteor:.2f} s (+ {t_meteor_start:.1f} s JVM start) "
         f"+ ROUGE-L {t_rouge:.2f} s = {t_lib:.2f} s for the three NLG parts; rouge-score rougeL {t_rs:.2f} s"
     )
     diffs = {
-        "BLEU": max(abs(a - b) for a, b in zip([corpus.extras[f"BLEU_{k}"] for k in range(1, 5)], bleu_ref)),
+        "BLEU": max(
+            abs(a - b)
+            for a, b in zip([corpus.extras[f"BLEU_{k}"] for k in range(1, 5)], bleu_ref, strict=False)
+        ),
         "METEOR": abs(corpus.components["METEOR"] - meteor_ref),
         "ROUGE_L": abs(corpus.components["ROUGE_L"] - float(rouge_ref)),
     }

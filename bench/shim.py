@@ -73,7 +73,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="amb-bench-shim-"))
     store = tmp / "store"
     steps, receivers, volumes = [], [], {}
-    for r in range(args.rounds):
+    for _r in range(args.rounds):
         for label in ("plain", "shim", "shim", "plain"):
             if label == "plain":
                 steps.append(

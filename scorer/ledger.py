@@ -216,7 +216,7 @@ def current(
     names = [d[0] for d in cur.description]
     out = []
     for r in cur.fetchall():
-        row = dict(zip(names, r))
+        row = dict(zip(names, r, strict=False))
         for c in JSON_COLUMNS:
             row[c] = json.loads(row[c]) if row[c] is not None else None
         out.append(row)

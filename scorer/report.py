@@ -38,7 +38,7 @@ def pearson(xs: list[float], ys: list[float]) -> float | None:
     syy = sum((y - my) ** 2 for y in ys)
     if sxx == 0 or syy == 0:
         return None
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / math.sqrt(sxx * syy)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=False)) / math.sqrt(sxx * syy)
 
 
 def build(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -216,7 +216,7 @@ def _svg_bars(title: str, labels: list[str], values: list[float | None], vmax: f
         f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="{html.escape(title)}">',
         f'<text x="10" y="20" font-weight="bold">{html.escape(title)}</text>',
     ]
-    for i, (lab, v) in enumerate(zip(labels, values)):
+    for i, (lab, v) in enumerate(zip(labels, values, strict=False)):
         y = 32 + i * row_h
         parts.append(f'<text x="{left - 8}" y="{y + 15}" text-anchor="end">{html.escape(lab[:28])}</text>')
         if v is None:

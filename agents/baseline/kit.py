@@ -252,8 +252,8 @@ def read_npy(path):
 
 
 def write_npy(path, shape, values):
-    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }" % ", ".join(
-        str(s) for s in shape
+    header = "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}), }}".format(
+        ", ".join(str(s) for s in shape)
     ) + ("," if len(shape) == 1 else "")
     pad = 64 - (10 + len(header) + 1) % 64
     header = header + " " * pad + "\n"
@@ -279,7 +279,7 @@ def smooth(shape, values, passes=1):
             for c in range(w):
                 cols = (max(c - 1, 0), c, min(c + 1, w - 1))
                 acc = 0.0
-                for wr, rr in zip((1, 2, 1), rows):
+                for wr, rr in zip((1, 2, 1), rows, strict=False):
                     base = rr * w
                     acc += wr * (src[base + cols[0]] + 2 * src[base + cols[1]] + src[base + cols[2]])
                 out[r * w + c] = acc / 16.0
@@ -568,10 +568,10 @@ def check_case(cfg, case):
                 "voxels": sum(1 for v in out.values if v),
             }
             if out.shape != ref.shape:
-                bad("%s: shape %s != input %s" % (path, out.shape, ref.shape))
+                bad(f"{path}: shape {out.shape} != input {ref.shape}")
             allowed = set([0] + list(cfg.get("label_ids") or [1]))
             if not set(labels) <= allowed:
-                bad("%s: unexpected labels %s" % (path, labels))
+                bad(f"{path}: unexpected labels {labels}")
         elif track == "enhancement":
             shape, values = read_npy(path)
             in_shape, _ = read_npy(os.path.join(src, cfg["input_file"]))
@@ -584,7 +584,7 @@ def check_case(cfg, case):
                 "finite": finite,
             }
             if shape != want:
-                bad("%s: shape %s != expected %s" % (path, shape, want))
+                bad(f"{path}: shape {shape} != expected {want}")
             if not finite:
                 bad(path + ": NaN or Inf values")
         elif track in ("vqa", "detection"):
@@ -604,7 +604,7 @@ def check_case(cfg, case):
                     if k not in data
                 ]
                 if missing:
-                    bad("%s: missing keys %s" % (path, missing))
+                    bad(f"{path}: missing keys {missing}")
                 report["answer"] = data.get("predicted_label") or data.get("predicted_answer")
             else:
                 boxes = data.get("boxes")
@@ -649,7 +649,7 @@ def run_case(cfg, case):
         if cfg["mode"] == "binary":
             window = cfg.get("window")
             organ, lesion = segment_binary(vol, tuple(window) if window else None, cfg.get("keep", 1))
-            for path, kind in zip(outs, cfg["kinds"]):
+            for path, kind in zip(outs, cfg["kinds"], strict=False):
                 write_nifti(path, vol, lesion if kind == "lesion" else organ)
         else:
             write_nifti(outs[0], vol, segment_multiclass(vol, cfg["label_ids"]))
@@ -668,8 +668,9 @@ def run_case(cfg, case):
             "question_id": question.get("question_id", case),
             "predicted_label": label,
             "predicted_answer": answer,
-            "raw_model_output": "answer prior for %s questions: %s"
-            % (question.get("question_type") or "these", label or answer),
+            "raw_model_output": "answer prior for {} questions: {}".format(
+                question.get("question_type") or "these", label or answer
+            ),
             "model_name": VERSION + " answer prior",
             "runtime_s": round(time.time() - t0, 4),
         }
@@ -682,5 +683,5 @@ def run_case(cfg, case):
         width, height, gray = read_png_gray(os.path.join(src, cfg["input_file"]))
         _write_json(outs[0], {"boxes": detect_blobs(width, height, gray, cfg["classes"])})
     else:
-        raise ValueError("unknown track %r" % track)
+        raise ValueError(f"unknown track {track!r}")
     return outs

@@ -95,7 +95,7 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
 
     rs = t.report_score(hyps, refs, level=options.text_level) if scored_ids else None
     if rs is not None:
-        for case, parts in zip(scored_ids, rs.cases):
+        for case, parts in zip(scored_ids, rs.cases, strict=False):
             results[case] = CaseResult(
                 case=case,
                 score=parts["score"],

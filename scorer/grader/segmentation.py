@@ -123,10 +123,10 @@ def _binary_case(
     formula = options.seg_formula
     refs = [_read_reference(case_ref / t.file) for t in seg.targets]
     shape = refs[0].shape
-    for t, r in zip(seg.targets, refs):
+    for t, r in zip(seg.targets, refs, strict=False):
         if r.shape != shape:
             raise BadReference(f"reference {case_ref / t.file}: shape differs from {seg.targets[0].file}")
-    ref_positive = {t.name: bool((r > seg.threshold).any()) for t, r in zip(seg.targets, refs)}
+    ref_positive = {t.name: bool((r > seg.threshold).any()) for t, r in zip(seg.targets, refs, strict=False)}
     counted = _counted(seg, formula, ref_positive)
     zero = {"dice": {t.name: 0.0 for t in seg.targets}, "counted": counted, "ref_positive": ref_positive}
 
@@ -150,10 +150,10 @@ def _binary_case(
             )
         preds.append(data)
 
-    matrices = binary_counts(list(zip(preds, refs)), seg.threshold)
+    matrices = binary_counts(list(zip(preds, refs, strict=False)), seg.threshold)
     dice: dict[str, float] = {}
     counts: dict[str, dict[str, int]] = {}
-    for t, m in zip(seg.targets, matrices):
+    for t, m in zip(seg.targets, matrices, strict=False):
         dice[t.name] = dice_per_label(m, [1])[1]
         counts[t.name] = {"tp": int(m[1, 1]), "fp": int(m[1, 0]), "fn": int(m[0, 1])}
     details: dict[str, Any] = {

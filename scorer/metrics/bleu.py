@@ -98,7 +98,9 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[Sequence[str]], 
     """Corpus BLEU-1..n over aligned hypotheses and reference lists."""
     if len(hypotheses) != len(references):
         raise ValueError("corpus_bleu: hypotheses and references differ in length")
-    return bleu_from_stats(sum_stats([segment_stats(h, r, n) for h, r in zip(hypotheses, references)]))
+    return bleu_from_stats(
+        sum_stats([segment_stats(h, r, n) for h, r in zip(hypotheses, references, strict=False)])
+    )
 
 
 def sentence_bleu(hypothesis: str, references: Sequence[str], n: int = 4) -> list[float]:

@@ -36,9 +36,9 @@ def coco_ap(
     cat_id = {n: i + 1 for i, n in enumerate(names)}
     images, anns, dets = [], [], []
     max_dets = 1
-    for img_id, (ref, pred) in enumerate(zip(references, predictions), start=1):
+    for img_id, (ref, pred) in enumerate(zip(references, predictions, strict=False), start=1):
         images.append({"id": img_id, "width": 1, "height": 1})
-        for lab, (x1, y1, x2, y2) in zip(ref.labels, ref.xyxy.tolist()):
+        for lab, (x1, y1, x2, y2) in zip(ref.labels, ref.xyxy.tolist(), strict=False):
             anns.append(
                 {
                     "id": len(anns) + 1,
@@ -49,7 +49,9 @@ def coco_ap(
                     "iscrowd": 0,
                 }
             )
-        for lab, (x1, y1, x2, y2), s in zip(pred.labels, pred.xyxy.tolist(), pred.scores.tolist()):
+        for lab, (x1, y1, x2, y2), s in zip(
+            pred.labels, pred.xyxy.tolist(), pred.scores.tolist(), strict=False
+        ):
             dets.append(
                 {
                     "image_id": img_id,

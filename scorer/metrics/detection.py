@@ -150,7 +150,7 @@ def mean_average_precision(
     per_class: dict[str, ClassAP] = {}
     for cls in sorted(named):
         scores, flags, n_gt = [], [], 0
-        for ref, pred in zip(references, predictions):
+        for ref, pred in zip(references, predictions, strict=False):
             g = ref.xyxy[_members(ref.labels, cls, wc)] if ref.labels else ref.xyxy[:0]
             pm = _members(pred.labels, cls, wc) if pred.labels else np.zeros(0, dtype=bool)
             n_gt += len(g)

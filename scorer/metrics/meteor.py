@@ -285,7 +285,7 @@ def meteor(
     refs = [[clean_segment(r) for r in rs] for rs in references]
     if len(hyps) != len(refs):
         raise ValueError("meteor: hypotheses and references differ in length")
-    live = [i for i, (h, rs) in enumerate(zip(hyps, refs)) if h and any(rs)]
+    live = [i for i, (h, rs) in enumerate(zip(hyps, refs, strict=False)) if h and any(rs)]
     if not live:
         return MeteorResult(0.0, [0.0] * len(hyps), "none", "no segment with text on both sides")
     note = "java METEOR disabled"
@@ -296,7 +296,7 @@ def meteor(
             note = str(e)
         else:
             segments = [0.0] * len(hyps)
-            for i, s in zip(live, seg):
+            for i, s in zip(live, seg, strict=False):
                 segments[i] = s
             # Empty segments never reach the jar; scaling by the live fraction makes each of them
             # count as a 0 in the corpus value instead of silently shrinking the corpus.

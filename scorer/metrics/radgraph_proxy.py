@@ -243,7 +243,7 @@ def extract_graph(text: str) -> Graph:
                         entities[i] = msgspec.structs.replace(entities[i], label=entities[nxt].label)
                     relations.append((i, "modify", nxt))
             elif kinds[k] == "obs":
-                anat = [j for j, kind in zip(here, kinds) if kind == "anat"]
+                anat = [j for j, kind in zip(here, kinds, strict=False) if kind == "anat"]
                 if anat:
                     target = min(anat, key=lambda j: abs(entities[j].start - entities[i].start))
                     relations.append((i, "located_at", target))

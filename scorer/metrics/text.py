@@ -118,14 +118,17 @@ def _radgraph_rewards(
     degraded.append(f"F1RadGraph: rule-based entity/relation substitute ({why})")
     return [
         radgraph_proxy.partial_reward(radgraph_proxy.extract_graph(h), radgraph_proxy.extract_graph(r))
-        for h, r in zip(hyps, refs)
+        for h, r in zip(hyps, refs, strict=False)
     ], "radgraph-proxy-rules"
 
 
 def _chexpert_labels(texts: Sequence[str], model: Any) -> list[dict[str, int]]:
     if model is None:
         return [chexpert_rules.label_report(t) for t in texts]
-    return [dict(zip(chexpert_rules.CHEXPERT_LABELS, (int(v) for v in model.get_label(t)))) for t in texts]
+    return [
+        dict(zip(chexpert_rules.CHEXPERT_LABELS, (int(v) for v in model.get_label(t)), strict=False))
+        for t in texts
+    ]
 
 
 def _chexbert_labels(hyps: Sequence[str], refs: Sequence[str], degraded: list[str]):
@@ -182,7 +185,7 @@ def report_score(
     refs = [prepare(r) for r in references]
     degraded: list[str] = []
 
-    bleu_stats = [_bleu.segment_stats(h, [r]) for h, r in zip(hyps, refs)]
+    bleu_stats = [_bleu.segment_stats(h, [r]) for h, r in zip(hyps, refs, strict=False)]
     case_bleu = [sum(_bleu.bleu_from_stats(s)) / 4 for s in bleu_stats]
     corpus_bleu_n = _bleu.bleu_from_stats(_bleu.sum_stats(bleu_stats))
 
@@ -190,11 +193,11 @@ def report_score(
     if met.impl != "java-meteor-1.5":
         degraded.append(f"METEOR: {met.impl} fallback, not METEOR 1.5 ({met.note})")
 
-    case_rouge = [_rouge.rouge_l(h, [r]) for h, r in zip(hyps, refs)]
+    case_rouge = [_rouge.rouge_l(h, [r]) for h, r in zip(hyps, refs, strict=False)]
     # The model-based parts see the raw section text, as the reference code passes it to them.
     case_radgraph, radgraph_impl = _radgraph_rewards(hypotheses, references, degraded)
     hyp_labels, ref_labels, chexbert_impl = _chexbert_labels(hypotheses, references, degraded)
-    case_prf = [chexpert_rules.micro_prf([h], [r]) for h, r in zip(hyp_labels, ref_labels)]
+    case_prf = [chexpert_rules.micro_prf([h], [r]) for h, r in zip(hyp_labels, ref_labels, strict=False)]
 
     cases = []
     for i in range(n):

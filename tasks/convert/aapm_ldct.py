@@ -82,7 +82,7 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
         fs, qs = _slices(full), _slices(quarter)
         if len(fs) != len(qs) or not fs:
             raise TaskError(f"{patient}: {full.name} has {len(fs)} slices but {quarter.name} has {len(qs)}")
-        for (n, fpath), (_, qpath) in zip(fs, qs):
+        for (n, fpath), (_, qpath) in zip(fs, qs, strict=False):
             ref, inp = read_hu(fpath), read_hu(qpath)
             if ref.shape != inp.shape:
                 raise TaskError(f"{fpath} and {qpath}: shapes {ref.shape} and {inp.shape} differ")

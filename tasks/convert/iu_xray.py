@@ -62,7 +62,7 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
         names = [f"{k + 1:02d}.jpg" for k in range(len(views))]
         image_dir = out / "public" / case / spec.report.images_dir
         image_dir.mkdir(parents=True, exist_ok=True)
-        for name, png in zip(names, views):
+        for name, png in zip(names, views, strict=False):
             try:
                 with Image.open(png) as im:
                     buf = io.BytesIO()

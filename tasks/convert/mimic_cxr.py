@@ -92,7 +92,7 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
         names = [f"{k + 1:02d}.jpg" for k in range(len(images))]
         image_dir = out / "public" / case / spec.report.images_dir
         image_dir.mkdir(parents=True, exist_ok=True)
-        for name, src in zip(names, images):
+        for name, src in zip(names, images, strict=False):
             shutil.copyfile(src, image_dir / name)
         _write_json(
             out / "public" / case / spec.report.manifest_file,

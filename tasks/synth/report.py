@@ -183,7 +183,7 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
         case = spec.case_id(i)
         images, text = _case(spec, seed, i)
         names = [f"{k + 1:02d}.jpg" for k in range(len(images))]
-        for name, img in zip(names, images):
+        for name, img in zip(names, images, strict=False):
             medimg.write_jpeg(public / case / spec.report.images_dir / name, img)
         _write_json(
             public / case / spec.report.manifest_file,

@@ -37,9 +37,9 @@ class Phantom:
     def __init__(self, shape: tuple[int, int, int], spacing: tuple[float, float, float]) -> None:
         self.shape = shape
         self.spacing = spacing
-        axes = [(np.arange(n) - (n - 1) / 2.0) * s for n, s in zip(shape, spacing)]
+        axes = [(np.arange(n) - (n - 1) / 2.0) * s for n, s in zip(shape, spacing, strict=False)]
         self.x, self.y, self.z = np.meshgrid(*axes, indexing="ij", sparse=True)
-        self.extent = np.array([n * s for n, s in zip(shape, spacing)]) / 2.0  # half-size in mm
+        self.extent = np.array([n * s for n, s in zip(shape, spacing, strict=False)]) / 2.0  # half-size in mm
 
     def ellipsoid(
         self, center, radii, rng: np.random.Generator | None = None, wobble: float = 0.0

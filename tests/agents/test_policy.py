@@ -54,7 +54,7 @@ def drive(task: str, tier: str, data: Path, ws: Path, flaw: str | None = None, m
         )
         if not calls:
             break
-        for call, tc in zip(calls, d.tool_calls):
+        for call, tc in zip(calls, d.tool_calls, strict=False):
             if tc.name == "submit_results":
                 steps.append(("submit", None, tc.arguments))
                 return steps, messages

@@ -39,7 +39,7 @@ def test_blobs_are_in_the_store_once_the_writer_closes(tmp_path):
     w.sync()
     w.close()
     store = BlobStore(tmp_path / "blobs")
-    for d, ref in zip(data, refs):
+    for d, ref in zip(data, refs, strict=False):
         assert store.get(ref) == d and ref.size == len(d)
         assert not stat.S_IMODE(store.path_of(ref.blob).stat().st_mode) & 0o222  # read-only
     assert not w.pack.exists()  # materialised, then removed
@@ -105,7 +105,7 @@ def test_recent_chunks_compare_every_byte_and_stay_within_their_limit():
     assert recent.address(memoryview(a)) == hashlib.sha256(a).hexdigest()
     assert recent.address(memoryview(b)) == hashlib.sha256(b).hexdigest()
     assert recent.address(memoryview(a)) == hashlib.sha256(a).hexdigest()
-    for i in range(10):
+    for _i in range(10):
         c = os.urandom(10_000)
         assert recent.address(memoryview(c)) == hashlib.sha256(c).hexdigest()
     assert recent._bytes <= recent.limit and len(recent._chunks) == 3

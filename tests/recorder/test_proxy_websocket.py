@@ -77,7 +77,7 @@ def test_two_responses_over_one_websocket(rec):
     payloads = rec.new_payloads("model_call.completed", wait_for=2)
     calls = [p for p in payloads if isinstance(p, ModelCallCompleted)]
     assert len(calls) == 2 and calls[0].call_id != calls[1].call_id
-    for call, got in zip(calls, (first, second)):
+    for call, got in zip(calls, (first, second), strict=False):
         client_text = "".join(e["delta"] for e in got if e["type"] == "response.output_text.delta")
         assert (call.api, call.stream, call.ok, call.model) == ("responses", True, True, "codex-test")
         assert call.url.startswith("ws://") and call.message.text == client_text == TEXT

@@ -59,7 +59,7 @@ def test_bounds_are_prefix_stable_and_sized():
     data = conversation(60)
     bounds = chunk_bounds(data)
     assert bounds[-1] == len(data)
-    sizes = [b - a for a, b in zip([0] + bounds, bounds)]
+    sizes = [b - a for a, b in zip([0] + bounds, bounds, strict=False)]
     assert max(sizes) <= MAX_CHUNK
     longer = conversation(61)
     assert longer.startswith(data[: bounds[-3]])

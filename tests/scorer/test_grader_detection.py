@@ -245,7 +245,7 @@ def test_property_malformed_predictions_never_crash(tmp_path_factory, files, gat
     spec = load_spec("bccd-det")
     data = _shared_twin(tmp_path_factory)
     ws = tmp_path_factory.mktemp("ws")
-    for case, raw in zip(CASES, files):
+    for case, raw in zip(CASES, files, strict=False):
         if raw is not None:
             pred_path(ws, case).write_bytes(raw)
     r = grade(spec, ws, data / "private", GradeOptions(completeness=gate, ap_interpolation=interp))

@@ -112,7 +112,7 @@ def test_case_and_corpus_levels_with_a_missing_case(mimic, tmp_path):
         "Small left pleural effusion. The cardiac silhouette is enlarged. No pneumothorax is seen.",
         "An endotracheal tube is in place. There is patchy consolidation. No acute osseous abnormality.",
     ]
-    for case, h in zip(c, hyps):
+    for case, h in zip(c, hyps, strict=False):
         _write(ws, case, h)
     private = mimic / "data" / "private"
     by_case = grade(spec, ws, private, GradeOptions(text_level="case"))
@@ -190,7 +190,7 @@ def test_malformed_reports_never_crash(mimic, pathcap, tmp_path, contents, level
     if ws.exists():
         shutil.rmtree(ws)
     ws.mkdir()
-    for case, content in zip(_cases(twin), contents):
+    for case, content in zip(_cases(twin), contents, strict=False):
         if content is None:
             continue
         if content == "DIR":

@@ -211,7 +211,7 @@ def test_malformed_submissions_never_crash(open_twin, mc_twin, tmp_path, content
     if ws.exists():
         shutil.rmtree(ws)
     ws.mkdir()
-    for qid, content in zip(_qids(twin), contents):
+    for qid, content in zip(_qids(twin), contents, strict=False):
         if content is None:
             continue
         if content == "DIR":

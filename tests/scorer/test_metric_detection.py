@@ -157,7 +157,7 @@ def random_set(seed: int, n_images: int = 25, classes=("a", "b", "c")):
         m = int(rng.integers(0, 4))  # false positives
         xy = rng.uniform(0, 300, (m, 2))
         fp = np.hstack([xy, xy + rng.uniform(8, 60, (m, 2))])
-        plabels = [lab for lab, k in zip(labels, keep) if k] + [
+        plabels = [lab for lab, k in zip(labels, keep, strict=False) if k] + [
             classes[k] for k in rng.integers(0, len(classes), m)
         ]
         preds.append(Boxes.of(plabels, np.vstack([jit, fp]), rng.uniform(0, 1, len(plabels))))

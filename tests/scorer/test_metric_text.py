@@ -83,7 +83,7 @@ def test_bleu_matches_pycocoevalcap():
     ref_corpus, ref_segments = Bleu(4).compute_score(gts, res, verbose=0)
     ours = bleu.corpus_bleu(hyps, [[r] for r in refs])
     assert ours == pytest.approx(ref_corpus, rel=1e-12)
-    for i, (h, r) in enumerate(zip(hyps, refs)):
+    for i, (h, r) in enumerate(zip(hyps, refs, strict=False)):
         assert bleu.sentence_bleu(h, [r]) == pytest.approx([ref_segments[k][i] for k in range(4)], rel=1e-12)
 
 
@@ -111,7 +111,7 @@ def test_rouge_l_matches_pycocoevalcap():
         {i: [r] for i, r in enumerate(refs)}, {i: [h] for i, h in enumerate(hyps)}
     )
     assert rouge.corpus_rouge_l(hyps, [[r] for r in refs]) == pytest.approx(float(avg), rel=1e-12)
-    assert [rouge.rouge_l(h, [r]) for h, r in zip(hyps, refs)] == pytest.approx(
+    assert [rouge.rouge_l(h, [r]) for h, r in zip(hyps, refs, strict=False)] == pytest.approx(
         [float(x) for x in per], rel=1e-12
     )
 
@@ -127,7 +127,7 @@ def test_rouge_l_beta_one_matches_rouge_score():
         return re.sub(r"[^a-z0-9]+", " ", s.lower()).split()
 
     hyps, refs = _pairs(60, seed=11)
-    for h, r in zip(hyps, refs):
+    for h, r in zip(hyps, refs, strict=False):
         expected = scorer.score(r, h)["rougeL"].fmeasure
         assert rouge.lcs_f(toks(h), [toks(r)], beta=1.0) == pytest.approx(expected, abs=1e-12)
 
@@ -161,7 +161,7 @@ def test_meteor_fallback_matches_nltk():
 
     hyps, refs = _pairs(80, seed=5)
     _, segs = meteor.python_meteor(hyps, [[r] for r in refs])
-    for h, r, ours in zip(hyps, refs, segs):
+    for h, r, ours in zip(hyps, refs, segs, strict=False):
         expected = meteor_score(
             [r.split()], h.split(), preprocess=str.lower, stemmer=Identity(), wordnet=NoWordNet()
         )

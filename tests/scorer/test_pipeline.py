@@ -71,7 +71,7 @@ def record(store: Path, run_id: str, workspace: Path | None, drop_case: str | No
         )
         steps.append(("for pid in cases: run_case(pid)", [o for o in outputs if f"/{cases[0]}/" not in o[0]]))
     for i, (code, written) in enumerate(steps):
-        args = '{"language": "python", "code": %s}' % __import__("json").dumps(code)
+        args = '{{"language": "python", "code": {}}}'.format(__import__("json").dumps(code))
         emit(
             ModelCallCompleted(
                 call_id=f"c{i}",

@@ -59,7 +59,7 @@ def test_llm_rubric_change_reasks_only_affected_pairs(store, monkeypatch, tmp_pa
         if text.startswith("Error codes for this run"):
             first_id = text.split("\n[", 1)[1].split("]", 1)[0]
             return fake.Reply(
-                content='{"codes": [{"code": "E3", "evidence": ["%s"], "reason": "fake"}]}' % first_id
+                content=f'{{"codes": [{{"code": "E3", "evidence": ["{first_id}"], "reason": "fake"}}]}}'
             )
         item = fake.asked_item(req)
         if "STRICT" in text:
