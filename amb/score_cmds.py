@@ -61,7 +61,10 @@ def _compare(con, rows: list[dict[str, Any]], other_ref: str) -> list[dict[str, 
                     "field": "*",
                     "from": None,
                     "to": None,
-                    "note": f"not scored under {other.name} with this judge (run amb score --profile {other_ref} first)",
+                    "note": (
+                        f"not scored under {other.name} with this judge (run amb score --profile "
+                        f"{other_ref} first)"
+                    ),
                 }
             )
             continue
@@ -89,7 +92,10 @@ def _compare(con, rows: list[dict[str, Any]], other_ref: str) -> list[dict[str, 
     "--judge",
     type=click.Choice(["offline", "llm"]),
     default=None,
-    help="Rubric judge. Default: llm when an endpoint is configured (AMB_JUDGE_BASE_URL + AMB_JUDGE_MODEL or the profile), else offline.",
+    help=(
+        "Rubric judge. Default: llm when an endpoint is configured (AMB_JUDGE_BASE_URL + AMB_JUDGE_MODEL "
+        "or the profile), else offline."
+    ),
 )
 @click.option(
     "--references",
@@ -164,7 +170,10 @@ def score(
         click.echo(json.dumps(out, indent=2, default=str))
         return
     click.echo(
-        f"profile: {loaded.name} ({loaded.short_id})  {_judge_line(result.judge)}  judge requests: {result.judge_requests}"
+        
+            f"profile: {loaded.name} ({loaded.short_id})  {_judge_line(result.judge)}  judge requests: "
+            f"{result.judge_requests}"
+        
     )
     cols = [
         "run_id",
@@ -234,7 +243,9 @@ def score(
     "--judge",
     "judge_label",
     default=None,
-    help="Only rows from this judge (e.g. offline:rules-v1 or llm:<model>); default: the judge with most rows.",
+    help=(
+        "Only rows from this judge (e.g. offline:rules-v1 or llm:<model>); default: the judge with most rows."
+    ),
 )
 @click.option(
     "--html",
@@ -261,7 +272,10 @@ def report(
         con.close()
     if not rows:
         raise UsageError(
-            f"no scores under profile {loaded.name} ({loaded.short_id}) yet: run `amb score --all --profile {profile or loaded.name}`"
+            
+                f"no scores under profile {loaded.name} ({loaded.short_id}) yet: run `amb score --all "
+                f"--profile {profile or loaded.name}`"
+            
         )
     labels = sorted({r["judge"] for r in rows})
     if judge_label is None:

@@ -135,9 +135,15 @@ def render_summary(s: dict) -> str:
         f"agent     {s['agent'] or '-'}   model {s['model'] or '-'}   backend {s['backend'] or '-'}",
         f"status    {s['status']} (exit {s['exit_code']})   duration {dur}   events {s['events']}",
         f"calls     {mc['count']} model calls ({mc['failed']} failed) to {', '.join(mc['models']) or '-'}",
-        f"tokens    in {tk['input']:,} (cache read {tk['cache_read']:,})   out {tk['output']:,} (reasoning {tk['reasoning']:,})",
+        (
+            f"tokens    in {tk['input']:,} (cache read {tk['cache_read']:,})   out {tk['output']:,} "
+            f"(reasoning {tk['reasoning']:,})"
+        ),
         "tools     " + (", ".join(f"{n} ×{c}" for n, c in s["tool_calls"].items()) or "none"),
-        f"processes {s['processes']['count']} ({s['processes']['nonzero_exit']} exited non-zero)   network requests {s['network_requests']}",
+        (
+            f"processes {s['processes']['count']} ({s['processes']['nonzero_exit']} exited non-zero)   "
+            f"network requests {s['network_requests']}"
+        ),
         f"files     {len(s['files_written'])} written",
     ]
     lines += [f"          {f['path']} ({f['size']:,} B)" for f in s["files_written"][:20]]

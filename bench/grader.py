@@ -21,14 +21,15 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 sys.path.insert(0, str(Path(__file__).parent))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from scorer.metrics.dice import binary_counts, binary_dice, multiclass_dice  # noqa: E402
+from scorer.metrics.dice import binary_counts, binary_dice, multiclass_dice
 
 
 def measured(fn, repeat: int = 1):
@@ -82,14 +83,14 @@ def bench_dice(shape: tuple[int, int, int], label_counts: list[int], baseline: b
     for k in label_counts:
         pred, ref = label_volumes(shape, k)
         labels = list(range(1, k + 1))
-        ours, t_ours, m_ours = measured(lambda: multiclass_dice(pred, ref, labels), repeat=3)
+        ours, t_ours, m_ours = measured(partial(multiclass_dice, pred, ref, labels), repeat=3)
         row = {"labels": k, "ours_s": t_ours, "ours_peak_bytes": m_ours}
         line = (
             f"  {k:4d} labels  confusion matrix {t_ours:6.3f} s  peak {m_ours / 2**20:6.0f} MiB "
             f"(+ inputs {(m_ours + 2 * nvox) / 2**30:.2f} GiB)"
         )
         if baseline:
-            base, t_base, m_base = measured(lambda: per_label_masks(pred, ref, labels))
+            base, t_base, m_base = measured(partial(per_label_masks, pred, ref, labels))
             diff = max(abs(ours[lab] - base[lab]) for lab in labels)
             row |= {"masks_s": t_base, "masks_peak_bytes": m_base, "max_abs_diff": diff}
             line += (

@@ -20,12 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from scorer.metrics.coco_reference import coco_ap  # noqa: E402
-from scorer.metrics.detection import Boxes, DetParams, mean_average_precision  # noqa: E402
-from scorer.metrics.ssim import reference_data_range, ssim  # noqa: E402
-from tasks.synth.enhancement import ct_slice, low_dose_noise  # noqa: E402
+from scorer.metrics.coco_reference import coco_ap
+from scorer.metrics.detection import Boxes, DetParams, mean_average_precision
+from scorer.metrics.ssim import reference_data_range, ssim
+from tasks.synth.enhancement import ct_slice, low_dose_noise
 
 
 def _timed(fn):

@@ -20,14 +20,15 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from scorer.metrics import meteor as _meteor  # noqa: E402
-from scorer.metrics import text  # noqa: E402
-from tasks import synth  # noqa: E402
-from tasks.registry import load_spec  # noqa: E402
+from scorer.metrics import meteor as _meteor
+from scorer.metrics import text
+from tasks import synth
+from tasks.registry import load_spec
 
 
 def report_pairs(n: int) -> tuple[list[str], list[str]]:
@@ -50,7 +51,10 @@ def bench_report(n_reports: int = 500) -> dict:
     hyps, refs = report_pairs(n_reports)
     words = sum(len(h.split()) + len(r.split()) for h, r in zip(hyps, refs, strict=False)) / (2 * n_reports)
     print(
-        f"Report score on {n_reports} synthetic chest X-ray FINDINGS pairs ({words:.0f} words a report on average):"
+        
+            f"Report score on {n_reports} synthetic chest X-ray FINDINGS pairs ({words:.0f} words a report "
+            "on average):"
+        
     )
 
     _, t_jvm = _timed(lambda: _meteor.meteor(["warm up"], [["warm up"]]))
@@ -73,8 +77,8 @@ def bench_report(n_reports: int = 500) -> dict:
     (bleu_ref, _), t_bleu = _timed(lambda: Bleu(4).compute_score(gts, res, verbose=0))
     meteor_lib = Meteor()
     # Its JVM loads lazily on the first request: time that warm-up apart, as for ours.
-    _, t_meteor_start = _timed(lambda: meteor_lib.compute_score({0: ["warm up"]}, {0: ["warm up"]}))
-    (meteor_ref, _), t_meteor = _timed(lambda: meteor_lib.compute_score(gts, res))
+    _, t_meteor_start = _timed(partial(meteor_lib.compute_score, {0: ["warm up"]}, {0: ["warm up"]}))
+    (meteor_ref, _), t_meteor = _timed(partial(meteor_lib.compute_score, gts, res))
     del meteor_lib
     (rouge_ref, _), t_rouge = _timed(lambda: Rouge().compute_score(gts, res))
     scorer = rouge_scorer.RougeScorer(["rougeL"])

@@ -26,14 +26,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-import duckdb  # noqa: E402
+import duckdb
 
-from recorder.synthetic import generate_run  # noqa: E402
-from replay.ingest import ingest, spool_files  # noqa: E402
-from replay.store import Store  # noqa: E402
-from replay.verify import verify  # noqa: E402
-from schemas.blobstore import CHUNK_MAGIC  # noqa: E402
-from schemas.frames import scan  # noqa: E402
+from recorder.synthetic import generate_run
+from replay.ingest import ingest, spool_files
+from replay.store import Store
+from replay.verify import verify
+from schemas.blobstore import CHUNK_MAGIC
+from schemas.frames import scan
 
 AGGREGATE = """
 SELECT run_id, model, sum(input_tokens) AS tokens_in, sum(output_tokens) AS tokens_out, count(*) AS calls
@@ -150,7 +150,10 @@ def main() -> None:
         base_times.append(read_ndjson_load(ndjson))
         ingest_times.append(amb_ingest(root, total))
         print(
-            f"  round {i + 1}/{args.rounds}: read_ndjson {base_times[-1]:.2f} s, amb ingest {ingest_times[-1]:.2f} s",
+            (
+                f"  round {i + 1}/{args.rounds}: read_ndjson {base_times[-1]:.2f} s, amb ingest "
+                f"{ingest_times[-1]:.2f} s"
+            ),
             file=sys.stderr,
         )
     base_s, ingest_s = statistics.median(base_times), statistics.median(ingest_times)
@@ -184,18 +187,30 @@ def main() -> None:
     print(f"read_ndjson baseline           {base_s:.2f} s  {theirs:,.0f} events/s (median of {args.rounds})")
     print(f"amb ingest (with verification) {ingest_s:.2f} s  {ours:,.0f} events/s (median of {args.rounds})")
     print(
-        f"ratio ingest / read_ndjson     {ours / theirs:.2f}   (target >= 0.5; rate target >= 100,000 events/s)"
+        
+            f"ratio ingest / read_ndjson     {ours / theirs:.2f}   (target >= 0.5; rate target >= 100,000 "
+            "events/s)"
+        
     )
     print(f"amb verify (hashes, chains, manifests, {len(blob_sizes):,} blobs)  {verify_s:.2f} s")
     print(
-        f"aggregate query median         {statistics.median(times) * 1000:.0f} ms   (tokens per model per run; target < 1 s)"
+        
+            f"aggregate query median         {statistics.median(times) * 1000:.0f} ms   (tokens per model "
+            "per run; target < 1 s)"
+        
     )
     print(f"bytes per event, DuckDB only   {db_bytes / total:,.0f}")
     print(
-        f"bytes per event, with blobs    {(db_bytes + blob_bytes) / total:,.0f} (blobs deduplicated and chunked: {blob_bytes / 1e6:,.0f} MB)"
+        
+            f"bytes per event, with blobs    {(db_bytes + blob_bytes) / total:,.0f} (blobs deduplicated "
+            f"and chunked: {blob_bytes / 1e6:,.0f} MB)"
+        
     )
     print(
-        f"bytes per event, without dedup {(db_bytes + no_dedup) / total:,.0f} (each of the {len(refs):,} references stored whole: {no_dedup / 1e6:,.0f} MB)"
+        
+            f"bytes per event, without dedup {(db_bytes + no_dedup) / total:,.0f} (each of the "
+            f"{len(refs):,} references stored whole: {no_dedup / 1e6:,.0f} MB)"
+        
     )
     if not args.keep:
         shutil.rmtree(work)

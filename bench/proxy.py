@@ -371,7 +371,10 @@ def main() -> None:
         names = [t.name for t in targets]
         try:
             print(
-                f"targets: {', '.join(names)}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+                
+                    f"targets: {', '.join(names)}; load average {os.getloadavg()[0]:.1f} on "
+                    f"{os.cpu_count()} cores"
+                
             )
             seq = sequential(targets, n_seq, 6)
             ttfb = streaming(targets, n_stream, 3, 0)
@@ -460,7 +463,8 @@ def main() -> None:
     big_vs_stream = (pct(big["amb"], 50) - b50) / max(1e-9, pct(big["mitm_stream"], 50) - b50)
     print(
         f"  (reference: mitm_stream TTFC {ms_ttfc - t50:+.2f} ms over direct; floor p50 "
-        f"{pct(seq['floor'], 50) - d50:+.2f} ms; 5 MB vs mitm_stream {big_vs_stream:.2f}x. Bare mitmproxy and "
+        f"{pct(seq['floor'], 50) - d50:+.2f} ms; 5 MB vs mitm_stream {big_vs_stream:.2f}x. Bare "
+        "mitmproxy and "
         "mitm_stream differ only in streaming SSE, so their spread shows the run's noise.)"
     )
 

@@ -27,11 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from recorder.synthetic import generate_run  # noqa: E402
-from replay.ingest import ingest  # noqa: E402
-from replay.read import iter_events, run_ids  # noqa: E402
-from scorer.batch import open_store, score_runs  # noqa: E402
-from scorer.profile import load  # noqa: E402
+from recorder.synthetic import generate_run
+from replay.ingest import ingest
+from replay.read import iter_events, run_ids
+from scorer.batch import open_store, score_runs
+from scorer.profile import load
 
 
 def rss_mb() -> float:
@@ -75,7 +75,10 @@ def main() -> None:
             generate_run(store, rid, seed=i, calls=args.calls)
     ingest(store)
     print(
-        f"setup: {args.runs} synthetic runs ({args.calls} model calls each) generated and ingested in {time.perf_counter() - t0:.1f} s"
+        
+            f"setup: {args.runs} synthetic runs ({args.calls} model calls each) generated and ingested in "
+            f"{time.perf_counter() - t0:.1f} s"
+        
     )
 
     profile = load("paper-2026-06")
@@ -85,7 +88,10 @@ def main() -> None:
         n_events = sum(1 for rid in ids for _ in iter_events(st.con, rid))
         base = time.perf_counter() - t0
         print(
-            f"baseline (read every run's events back): {len(ids) / base:8.1f} runs/s  ({n_events} events, {base:.1f} s)"
+            
+                f"baseline (read every run's events back): {len(ids) / base:8.1f} runs/s  ({n_events} "
+                f"events, {base:.1f} s)"
+            
         )
 
         dt, rss, _ = timed_score(st, profile, "offline", args.jobs, "offline")
@@ -105,16 +111,23 @@ def main() -> None:
                 os.environ["AMB_JUDGE_MODEL"] = "fake-judge"
                 dt, rss, n = timed_score(st, profile, "llm", max(args.jobs, 4), "llm-cold")
                 print(
-                    f"LLM judge, cold (fills the cache):       {len(ids) / dt:8.1f} runs/s  ({dt:.1f} s; {n} requests to the loopback judge); "
+                    f"LLM judge, cold (fills the cache):       {len(ids) / dt:8.1f} runs/s  ({dt:.1f} "
+                    f"s; {n} requests to the loopback judge); "
                     f"RSS after first chunk {rss[0]:.0f} MB, after last {rss[-1]:.0f} MB"
                 )
                 dt, rss, n = timed_score(st, profile, "llm", args.jobs, "llm-cached")
                 print(
-                    f"LLM judge, cached:                       {len(ids) / dt:8.1f} runs/s  ({dt:.1f} s; {dt / base:.1f}x the baseline; {n} requests); "
-                    f"RSS after first chunk {rss[0]:.0f} MB, after last {rss[-1]:.0f} MB, peak {max(rss):.0f} MB"
+                    f"LLM judge, cached:                       {len(ids) / dt:8.1f} runs/s  ({dt:.1f} "
+                    f"s; {dt / base:.1f}x the baseline; {n} requests); "
+                    f"RSS after first chunk {rss[0]:.0f} MB, after last {rss[-1]:.0f} MB, peak "
+                    f"{max(rss):.0f} MB"
                 )
     print(
-        f"peak RSS of this process: {__import__('resource').getrusage(__import__('resource').RUSAGE_SELF).ru_maxrss / 1024:.0f} MB"
+        
+            "peak RSS of this process: "
+            f"{__import__('resource').getrusage(__import__('resource').RUSAGE_SELF).ru_maxrss / 1024:.0f} "
+            "MB"
+        
     )
     if tmp:
         import shutil

@@ -33,12 +33,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from amb.images import ensure_images  # noqa: E402
-from recorder.docker_backend import CAPS, SHIM_ENTRY  # noqa: E402
-from recorder.shim.receiver import ShimReceiver  # noqa: E402
-from recorder.spool import spool_path  # noqa: E402
-from schemas.codec import decode_event  # noqa: E402
-from schemas.frames import scan  # noqa: E402
+from amb.images import ensure_images
+from recorder.docker_backend import CAPS, SHIM_ENTRY
+from recorder.shim.receiver import ShimReceiver
+from recorder.spool import spool_path
+from schemas.codec import decode_event
+from schemas.frames import scan
 
 LOOP = r"""
 cpu() {  # CPU time (ns) used so far by everything in this container: cgroup v1, else v2
@@ -87,7 +87,8 @@ def main() -> int:
             volumes[str(sock)] = {"bind": f"/run/amb/sock{k}", "mode": "ro"}
             steps.append(
                 f'/opt/venv/bin/python -I -c "{SHIM_ENTRY}" run --socket /run/amb/sock{k}/shim.sock '
-                f'--workspace /workspace --agent-uid 1000 --tracer {args.tracer} -- bash -c "$AMB_LOOP" _ shim {block}'
+                f"--workspace /workspace --agent-uid 1000 --tracer {args.tracer} -- bash -c "
+                f'"$AMB_LOOP" _ shim {block}'
             )
     # A discarded warm-up first: the first python runs in a fresh container pay for cold caches.
     steps.insert(

@@ -50,25 +50,42 @@ STEPS = (
     ("bash", "ls -la /data/public && cat brief.md | head -50"),
     (
         "bash",
-        "mkdir -p plan && cat > plan/plan.md <<'EOF'\n# Plan\n1. Inspect data\n2. Set up model\n3. Pilot on one case\n4. Full inference\n5. Submit\nEOF",
+        (
+            "mkdir -p plan && cat > plan/plan.md <<'EOF'\n# Plan\n1. Inspect data\n2. Set up model\n3. "
+            "Pilot on one case\n4. Full inference\n5. Submit\nEOF"
+        ),
     ),
     ("bash", "nvidia-smi || true; python3 -c 'import torch; print(torch.__version__)'"),
     ("bash", "pip install --quiet monai nibabel"),
     (
         "python",
-        "import nibabel as nib\nimg = nib.load('/data/public/case_00000/ct.nii.gz')\nprint(img.shape, img.header.get_zooms())",
+        (
+            "import nibabel as nib\nimg = nib.load('/data/public/case_00000/ct.nii.gz')\nprint(img.shape, "
+            "img.header.get_zooms())"
+        ),
     ),
     (
         "python",
-        "from pipeline import run_case\nrun_case('case_00000', out='agents_outputs/case_00000')\nprint('pilot done')",
+        (
+            "from pipeline import run_case\nrun_case('case_00000', "
+            "out='agents_outputs/case_00000')\nprint('pilot done')"
+        ),
     ),
     (
         "python",
-        "import numpy as np, nibabel as nib\nm = nib.load('agents_outputs/case_00000/organ.nii.gz').get_fdata()\nprint('voxels', int(m.sum()), 'labels', np.unique(m))",
+        (
+            "import numpy as np, nibabel as nib\nm = "
+            "nib.load('agents_outputs/case_00000/organ.nii.gz').get_fdata()\nprint('voxels', int(m.sum()), "
+            "'labels', np.unique(m))"
+        ),
     ),
     (
         "python",
-        "from pipeline import run_case\nimport glob\nfor c in sorted(glob.glob('/data/public/*')):\n    run_case(c.split('/')[-1], out='agents_outputs/' + c.split('/')[-1])",
+        (
+            "from pipeline import run_case\nimport glob\nfor c in "
+            "sorted(glob.glob('/data/public/*')):\n    run_case(c.split('/')[-1], out='agents_outputs/' + "
+            "c.split('/')[-1])"
+        ),
     ),
 )
 
@@ -258,7 +275,10 @@ def generate_run(
         # The execution the shim sees: the interpreter, plus helpers it spawns.
         failed = rng.random() < 0.12
         output = (
-            "Traceback (most recent call last):\n  File \"<stdin>\", line 1\nModuleNotFoundError: No module named 'monai'\n"
+            (
+                'Traceback (most recent call last):\n  File "<stdin>", line 1\nModuleNotFoundError: No '
+                "module named 'monai'\n"
+            )
             if failed
             else f"ok step {turn}\n" + "x" * rng.randint(10, 1500)
         )
@@ -287,7 +307,10 @@ def generate_run(
                 ),
             )
         if "plan/plan.md" in code:
-            content = b"# Plan\n1. Inspect data\n2. Set up model\n3. Pilot on one case\n4. Full inference\n5. Submit\n"
+            content = (
+                b"# Plan\n1. Inspect data\n2. Set up model\n3. Pilot on one case\n4. Full inference\n5. "
+                b"Submit\n"
+            )
             emit(
                 "shim",
                 FileWritten(

@@ -287,7 +287,10 @@ def _load(store: Store, files: list[_Spool]) -> int:
             bad = first(con.execute(_CHAIN_CHECK))
             if bad:
                 raise SpoolError(
-                    f"spool {bad[0]}/{bad[1]}: seq {bad[2]}: broken chain (prev_hash is not the hash of seq {bad[2] - 1})"
+                    
+                        f"spool {bad[0]}/{bad[1]}: seq {bad[2]}: broken chain (prev_hash is not the hash "
+                        f"of seq {bad[2] - 1})"
+                    
                 )
         con.register(
             "_amb_all_files",

@@ -19,7 +19,10 @@ from schemas.errors import SchemaError
 def iter_events(
     con: duckdb.DuckDBPyConnection, run_id: str, kinds: list[str] | None = None, batch: int = 2048
 ) -> Iterator[Event]:
-    sql = "SELECT run_id, source, seq, ts_ns, kind, v, CAST(payload AS VARCHAR), prev_hash, hash FROM events WHERE run_id = ?"
+    sql = (
+        "SELECT run_id, source, seq, ts_ns, kind, v, CAST(payload AS VARCHAR), prev_hash, hash FROM events "
+        "WHERE run_id = ?"
+    )
     params: list = [run_id]
     if kinds:
         sql += f" AND kind IN ({', '.join('?' for _ in kinds)})"

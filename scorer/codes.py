@@ -58,7 +58,10 @@ def detect(traj: Trajectory, grade: dict[str, Any] | None) -> list[Code]:
             out.append(
                 Code(
                     code="E5",
-                    reason=f"{grade.get('n_missing', 0)} missing and {grade.get('n_invalid', 0)} malformed cases of {grade.get('n_cases')}",
+                    reason=(
+                        f"{grade.get('n_missing', 0)} missing and {grade.get('n_invalid', 0)} malformed "
+                        f"cases of {grade.get('n_cases')}"
+                    ),
                     events=seal,
                 )
             )

@@ -35,7 +35,10 @@ def now() -> datetime:
 
 def register_profile(con: duckdb.DuckDBPyConnection, loaded: LoadedProfile) -> None:
     con.execute(
-        "INSERT INTO score_profiles SELECT ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM score_profiles WHERE profile_id = ?)",
+        (
+            "INSERT INTO score_profiles SELECT ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM score_profiles "
+            "WHERE profile_id = ?)"
+        ),
         [loaded.id, loaded.name, loaded.canonical.decode(), now(), loaded.id],
     )
 
@@ -129,7 +132,10 @@ def append_grades(con: duckdb.DuckDBPyConnection, entries: dict[str, dict[str, A
     con.register("_amb_new_grades", table)
     try:
         con.execute(
-            "INSERT INTO grade_cache SELECT * FROM _amb_new_grades n WHERE NOT EXISTS (SELECT 1 FROM grade_cache g WHERE g.key = n.key)"
+            
+                "INSERT INTO grade_cache SELECT * FROM _amb_new_grades n WHERE NOT EXISTS (SELECT 1 FROM "
+                "grade_cache g WHERE g.key = n.key)"
+            
         )
     finally:
         con.unregister("_amb_new_grades")

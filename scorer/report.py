@@ -213,7 +213,10 @@ def _svg_bars(title: str, labels: list[str], values: list[float | None], vmax: f
     w, row_h, left = 640, 26, 190
     h = 40 + row_h * len(labels)
     parts = [
-        f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="{html.escape(title)}">',
+        (
+            f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" '
+            f'aria-label="{html.escape(title)}">'
+        ),
         f'<text x="10" y="20" font-weight="bold">{html.escape(title)}</text>',
     ]
     for i, (lab, v) in enumerate(zip(labels, values, strict=False)):
@@ -266,9 +269,15 @@ def _svg_scatter(track: str, pts: list[tuple[float, float]], r: float | None) ->
     w, h, left, bottom = 300, 220, 44, 180
     xmax = max([p[0] for p in pts] + [1e-9])
     parts = [
-        f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" aria-label="Cost vs OVERALL, {html.escape(track)}">',
+        (
+            f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" '
+            f'aria-label="Cost vs OVERALL, {html.escape(track)}">'
+        ),
         f'<text x="8" y="16" font-weight="bold">{html.escape(track)}: cost vs OVERALL (r = {"—" if r is None else f"{r:.2f}"})</text>',
-        f'<line x1="{left}" y1="{bottom}" x2="{w - 10}" y2="{bottom}" stroke="#444"/><line x1="{left}" y1="28" x2="{left}" y2="{bottom}" stroke="#444"/>',
+        (
+            f'<line x1="{left}" y1="{bottom}" x2="{w - 10}" y2="{bottom}" stroke="#444"/><line x1="{left}" '
+            f'y1="28" x2="{left}" y2="{bottom}" stroke="#444"/>'
+        ),
         f'<text x="{w - 10}" y="{bottom + 16}" text-anchor="end">${xmax:.2f}</text><text x="{left - 4}" y="34" text-anchor="end">100</text>',
     ]
     for x, y in pts:

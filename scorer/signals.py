@@ -18,7 +18,8 @@ SETUP_RE = re.compile(
 SETUP_FAIL_RE = re.compile(
     r"(ModuleNotFoundError|ImportError|No matching distribution|Could not find a version|"
     r"ERROR: (pip|Could not)|CUDA (error|out of memory)|OutOfMemoryError|HTTPError|404 Client Error|"
-    r"ConnectionError|RepositoryNotFoundError|EntryNotFoundError|FileNotFoundError: .*\.(pt|pth|ckpt|safetensors|bin|onnx)|"
+    r"ConnectionError|RepositoryNotFoundError|EntryNotFoundError|FileNotFoundError: "
+    r".*\.(pt|pth|ckpt|safetensors|bin|onnx)|"
     r"Error\(s\) in loading state_dict|unexpected key|size mismatch for)"
 )
 TRACEBACK_RE = re.compile(r"Traceback \(most recent call last\)|^\w*(Error|Exception): ", re.M)
@@ -34,7 +35,10 @@ INPUT_CHECK_RE = re.compile(
     r"(\.shape|get_zooms|GetSpacing|spacing|\.dtype|\.header|np\.(min|max|unique)|\.min\(\)|\.max\(\)|\bsize\b)"
 )
 OUTPUT_CHECK_RE = re.compile(
-    r"(\.shape|np\.unique|unique\(|\.sum\(\)|\.min\(\)|\.max\(\)|isnan|isfinite|allclose|assert |len\(|\.dtype|json\.load)"
+    
+        r"(\.shape|np\.unique|unique\(|\.sum\(\)|\.min\(\)|\.max\(\)|isnan|isfinite|allclose|assert "
+        r"|len\(|\.dtype|json\.load)"
+    
 )
 GPU_RE = re.compile(
     r"(\.cuda\(|to\(['\"]cuda|device\s*=\s*['\"]?cuda|torch\.device\(['\"]cuda|cuda:0|device_map|CUDAExecutionProvider|\bgpu\b)",

@@ -42,7 +42,8 @@ def test_dependency_direction(package):
     for path in sources(package):
         bad = (imports(path) & set(PACKAGES)) - ALLOWED[package] - {package}
         assert not bad, (
-            f"{path.relative_to(ROOT)} imports {sorted(bad)}; {package} may import only {sorted(ALLOWED[package])}"
+            f"{path.relative_to(ROOT)} imports {sorted(bad)}; {package} may import only "
+            f"{sorted(ALLOWED[package])}"
         )
 
 

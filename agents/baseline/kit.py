@@ -67,7 +67,7 @@ def read_nifti(path):
     offset = int(struct.unpack(endian + "f", raw[108:112])[0])
     slope, inter = struct.unpack(endian + "ff", raw[112:120])
     if datatype not in _NIFTI_TYPES:
-        raise ValueError("%s: unsupported NIfTI datatype %d" % (path, datatype))
+        raise ValueError(f"{path}: unsupported NIfTI datatype {datatype}")
     code, size = _NIFTI_TYPES[datatype]
     n = 1
     for s in shape:
@@ -361,7 +361,7 @@ def read_png_gray(path):
         elif depth == 8:
             samples = line
         else:
-            raise ValueError(path + ": bit depth %d not supported" % depth)
+            raise ValueError(f"{path}: bit depth {depth} not supported")
         if ctype == 3:
             for i in samples[:width]:
                 rr, gg, bb = palette[3 * i : 3 * i + 3]
@@ -519,7 +519,7 @@ def report_template(manifest, style, section):
         return _PATH_TEMPLATE
     text = _CXR_TEMPLATE
     if views > 1:
-        text = "%d views of the chest. " % views + text
+        text = f"{views} views of the chest. " + text
     if section == "full":
         text = "FINDINGS: " + text + "\n\nIMPRESSION: No acute cardiopulmonary process."
     return text
@@ -619,7 +619,7 @@ def check_case(cfg, case):
                 text = f.read()
             report["chars"] = len(text)
             if len(text) < cfg.get("min_chars", 1):
-                bad("%s: only %d characters" % (path, len(text)))
+                bad(f"{path}: only {len(text)} characters")
     return report
 
 

@@ -235,7 +235,8 @@ class _Ctx:
         t = self.track
         if t == "segmentation":
             what = (
-                "intensity thresholding of enhancing soft tissue, connected components (largest regions kept), "
+                "intensity thresholding of enhancing soft tissue, connected components (largest "
+                "regions kept), "
                 "region growing, and darker sub-regions inside the organ as the lesion"
                 if self.spec.seg.mode == "binary"
                 else "Otsu foreground thresholding and intensity quantile bins mapped to the tissue labels"
@@ -385,7 +386,10 @@ head -c 400 {private}/ground_truth.csv 2>/dev/null || true
                 "3. Check that every case has its file.",
                 "4. Submit.",
             ]
-            body = f"import os\nos.makedirs('plan', exist_ok=True)\nwith open('plan/plan.md', 'w') as f:\n    f.write({chr(10).join(lines)!r} + '\\n')\nprint('wrote plan/plan.md')\n"
+            body = (
+                "import os\nos.makedirs('plan', exist_ok=True)\nwith open('plan/plan.md', 'w') as f:\n    "
+                f"f.write({chr(10).join(lines)!r} + '\\n')\nprint('wrote plan/plan.md')\n"
+            )
             return self._call(
                 f"I found {n} cases. Writing a short plan.", _py("S1 plan: write plan/plan.md", body)
             )
@@ -398,12 +402,18 @@ head -c 400 {private}/ground_truth.csv 2>/dev/null || true
             "",
             "## Pipeline",
             "",
-            f"1. Load and read each case's input from `{self.data}/<case>/` and check shape, spacing and value range.",
+            (
+                f"1. Load and read each case's input from `{self.data}/<case>/` and check shape, spacing "
+                "and value range."
+            ),
             "2. Preprocess: nothing beyond type conversion.",
             f"3. Run inference with the method ({what}) -> predict the output.",
             f"4. Postprocess and write the output to {outs} in the required format.",
             "5. Pilot on one case first: check the output's shape, values and file name before the batch.",
-            "6. Run the batch on every case, then verify that every case has a well-formed output, then submit.",
+            (
+                "6. Run the batch on every case, then verify that every case has a well-formed output, "
+                "then submit."
+            ),
             "",
             "Flow: input -> load -> method -> postprocess -> save -> check -> submit.",
         ]
@@ -689,7 +699,8 @@ print("VERIFY " + json.dumps({{"n": len(reports), "ok": len(reports) - len(bad),
             or {}
         )
         summary = (
-            f"{self.spec.id} ({self.tier}): {verify.get('ok', '?')}/{verify.get('n', '?')} cases with a valid output; "
+            f"{self.spec.id} ({self.tier}): {verify.get('ok', '?')}/{verify.get('n', '?')} cases with "
+            "a valid output; "
             f"method: {self.method()[0]}."
         )
         return Decision(

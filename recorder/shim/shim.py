@@ -53,7 +53,8 @@ DROP_CODE = (
     # exec that follows; the agent's processes are ordinary user processes, make this one so too.
     "ctypes.CDLL(None).prctl(4,1,0,0,0)\n"
     "try:\n os.execvp(a[0],a)\n"
-    "except OSError as e:\n sys.stderr.write('amb-shim: cannot run %r: %s\\n'%(a[0],e.strerror));sys.exit(127)\n"
+    "except OSError as e:\n sys.stderr.write('amb-shim: cannot run %r: "
+    "%s\\n'%(a[0],e.strerror));sys.exit(127)\n"
 )
 
 
@@ -87,7 +88,9 @@ class Sender:
             except OSError as e:
                 s.close()
                 if time.monotonic() > deadline:
-                    raise SystemExit(f"amb-shim: cannot connect to the recorder at {path}: {e.strerror or e}")
+                    raise SystemExit(
+                        f"amb-shim: cannot connect to the recorder at {path}: {e.strerror or e}"
+                    ) from None
                 time.sleep(0.05)
         self.sock = s
         self.lock = threading.Lock()

@@ -62,7 +62,7 @@ def probe() -> tuple[bool, bool, str]:
                 seccomp,
                 "" if seccomp else "--seccomp-bpf unavailable; tracing every stop of the traced syscalls",
             )
-        detail = (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]
+        detail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
     return False, False, f"strace cannot trace here: {detail}"
 
 

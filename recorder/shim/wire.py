@@ -8,7 +8,6 @@ alone, and lets the receiver validate everything that crosses the container boun
 from __future__ import annotations
 
 import struct
-from typing import Union
 
 import msgspec
 
@@ -94,7 +93,7 @@ class Bye(msgspec.Struct, tag="bye", kw_only=True):
     ts_ns: int = 0
 
 
-Msg = Union[Hello, Proc, Write, Delete, Rename, Access, Connect, NoteMsg, Bye]
+Msg = Hello | Proc | Write | Delete | Rename | Access | Connect | NoteMsg | Bye
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Msg)

@@ -20,7 +20,10 @@ from tasks.registry import load_spec
 
 def _table(rows: list[list[str]], columns: list[str]) -> str:
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
-    line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths, strict=False)).rstrip()  # noqa: E731
+
+    def line(vals: list[str]) -> str:
+        return "  ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True)).rstrip()
+
     return "\n".join([line(columns), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 

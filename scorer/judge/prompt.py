@@ -28,8 +28,13 @@ PROMPTS = {
 }
 
 TIER_NOTES = {
-    "lite": "Tier LITE: the method was prescribed; judge understanding of the given model, not breadth of search.",
-    "standard": "Tier STANDARD: the agent had to choose among candidate families; judge the comparison and the choice.",
+    "lite": (
+        "Tier LITE: the method was prescribed; judge understanding of the given model, not breadth of search."
+    ),
+    "standard": (
+        "Tier STANDARD: the agent had to choose among candidate families; judge the comparison and the "
+        "choice."
+    ),
 }
 
 EVIDENCE_PLACEHOLDER = "{{evidence:%s}}"
@@ -87,11 +92,15 @@ CODES_PROMPT = (
     "You are an expert medical-AI evaluator diagnosing one autonomous agent run of a medical imaging "
     "benchmark. Assign the error codes that apply (zero or more; they are diagnostic and do not change "
     "scores). Codes (cause-based, multi-label):\n"
-    "E1 understanding: wrong problem, or an approach incompatible with the objective, modality, metric or artifact.\n"
-    "E2 data/model setup: cannot access, prepare, load or configure data, models, APIs, dependencies or runtime.\n"
-    "E3 verification/recovery: invalid intermediate or final outputs appear but are not detected, validated, debugged or recovered.\n"
+    "E1 understanding: wrong problem, or an approach incompatible with the objective, modality, metric "
+    "or artifact.\n"
+    "E2 data/model setup: cannot access, prepare, load or configure data, models, APIs, dependencies "
+    "or runtime.\n"
+    "E3 verification/recovery: invalid intermediate or final outputs appear but are not detected, "
+    "validated, debugged or recovered.\n"
     "E4 implementation/execution: a plausible pipeline whose code, commands or processing fail.\n"
-    "E5 deliverable/submission: final artifacts missing, incomplete, malformed, misnamed, misplaced or schema-incompatible.\n"
+    "E5 deliverable/submission: final artifacts missing, incomplete, malformed, misnamed, misplaced or "
+    "schema-incompatible.\n"
     "A clean successful run has no code. Every code must cite at least one event id shown in square "
     "brackets in the evidence.\n"
     'Reply with one JSON object and nothing else: {"codes": [{"code": "E3", "evidence": ["proxy:12"], '

@@ -42,6 +42,9 @@ class DetParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """A class name that matches every class; None turns the rule off."""
 
 
+DEFAULT_PARAMS = DetParams()
+
+
 class Boxes(NamedTuple):
     """The boxes of one image: labels, an (n, 4) float64 xyxy array, and scores (all 1 for references)."""
 
@@ -140,7 +143,7 @@ def _members(labels: tuple[str, ...], cls: str, wildcard: str | None) -> np.ndar
 
 
 def mean_average_precision(
-    references: Sequence[Boxes], predictions: Sequence[Boxes], params: DetParams = DetParams()
+    references: Sequence[Boxes], predictions: Sequence[Boxes], params: DetParams = DEFAULT_PARAMS
 ) -> MapResult:
     """mAP over images paired by position (``references[i]`` with ``predictions[i]``)."""
     if len(references) != len(predictions):

@@ -120,7 +120,10 @@ def test_sweep_interrupted_resumed_and_scored(tmp_path):
     assert set(by) == set(completed)  # the sweep scores its final runs, one per cell
     clean = [by[r] for r in completed if "-clean-" in r]
     flawed = [by[r] for r in completed if "-misnamed-" in r]
-    mean = lambda rows, k: sum(x[k] for x in rows) / len(rows)  # noqa: E731
+
+    def mean(rows, k):
+        return sum(x[k] for x in rows) / len(rows)
+
     # wrong file names: S4 (completion + format) is the stage the flaw targets, and E5 fires on every run
     assert mean(clean, "s4") == 1.0 and mean(flawed, "s4") == 0.0
     assert mean(flawed, "s5") < mean(clean, "s5") and mean(flawed, "task") < mean(clean, "task")
@@ -133,7 +136,10 @@ def test_sweep_file_errors_are_one_line(tmp_path):
     cases = {
         'name = "x"\ntasks = ["kidney-seg"]\nagents = [{name = "a", command = ["true"]}]\nrepeat = 2\n': "unknown key(s) repeat",
         'name = "x"\ntasks = ["nope-task"]\nagents = [{name = "a", command = ["true"]}]\n': "unknown task 'nope-task'",
-        'name = "x"\ntasks = ["kidney-seg"]\ntiers = ["pro"]\nagents = [{name = "a", command = ["true"]}]\n': "'tiers' must list",
+        (
+            'name = "x"\ntasks = ["kidney-seg"]\ntiers = ["pro"]\nagents = [{name = "a", command = '
+            '["true"]}]\n'
+        ): "'tiers' must list",
         'name = "x"\ntasks = ["kidney-seg"]\nagents = []\n': "'agents' is empty",
         'name = "x"\ntasks = ["kidney-seg"\n': "not valid TOML",
     }

@@ -188,7 +188,8 @@ def test_curl_records_bytes_as_received(tmp_path, fake):
         f'curl -sS -N "$OPENAI_BASE_URL/chat/completions" -H "authorization: Bearer $OPENAI_API_KEY" '
         f"-H 'content-type: application/json' -d '{body}' -o plain.out && "
         f"curl -sS -N --compressed -H 'x-fake-encoding: gzip' \"$OPENAI_BASE_URL/chat/completions\" "
-        f"-H \"authorization: Bearer $OPENAI_API_KEY\" -H 'content-type: application/json' -d '{body}' -o gzip.out"
+        f"-H \"authorization: Bearer $OPENAI_API_KEY\" -H 'content-type: application/json' -d '{body}' "
+        "-o gzip.out"
     )
     res = amb_record(store, fake.url, ["sh", "-c", script], cwd=ws)
     assert res.returncode == 0, res.stderr
@@ -210,8 +211,10 @@ def test_https_through_the_regular_proxy_curl_and_node(tmp_path, tls_fake):
         f"curl -sS {tls_fake.url}/bytes/777 -o curl.out && "
         f"curl -sS {url} -H \"authorization: Bearer $OPENAI_API_KEY\" -H 'content-type: application/json' "
         '-d \'{"model": "m", "messages": []}\' -o curl-chat.out && '
-        f"curl -sS --http2 {url} -H \"authorization: Bearer $OPENAI_API_KEY\" -H 'content-type: application/json' "
-        '-d \'{"model": "h2", "stream": true, "messages": []}\' -o h2.out -w \'%{http_version}\' > h2.version && '
+        f'curl -sS --http2 {url} -H "authorization: Bearer $OPENAI_API_KEY" -H \'content-type: '
+        "application/json' "
+        '-d \'{"model": "h2", "stream": true, "messages": []}\' -o h2.out -w \'%{http_version}\' > '
+        "h2.version && "
         f"node {AGENTS / 'fetch_agent.cjs'} {url} node.json"
     )
     # The TLS fake is also the openai upstream: in regular mode the key goes only to that host.
@@ -329,7 +332,8 @@ def test_concurrent_runs_share_one_store(tmp_path, fake, agents_py):
     store = tmp_path / "store"
     agent = (
         "import openai; c = openai.OpenAI(max_retries=0)\n"
-        "for i in range(3): c.chat.completions.create(model='m', messages=[{'role': 'user', 'content': str(i)}])"
+        "for i in range(3): c.chat.completions.create(model='m', messages=[{'role': 'user', 'content': "
+        "str(i)}])"
     )
     procs = []
     for i in range(3):

@@ -100,7 +100,10 @@ def test_docker_run_recorded_against_ground_truth(tmp_path: Path, agent_image: s
         assert [r.headers.get("authorization") for r in upstream.requests] == [f"Bearer {REAL_KEY}"] * 2
 
     with Store.open(store, read_only=True) as st:
-        q = lambda sql: st.con.execute(sql, ["e2e-docker"]).fetchall()  # noqa: E731
+
+        def q(sql):
+            return st.con.execute(sql, ["e2e-docker"]).fetchall()
+
         status, backend = q("SELECT status, backend FROM runs WHERE run_id = ?")[0]
         assert (status, backend) == ("completed", "docker")
 
@@ -110,7 +113,10 @@ def test_docker_run_recorded_against_ground_truth(tmp_path: Path, agent_image: s
 
         # Every process, including the short-lived grandchild, with its parentage and exit code.
         procs = q(
-            "SELECT pid, ppid, argv, exit_code, cwd, tracer FROM processes WHERE run_id = ? AND tracer = 'seccomp-notify'"
+            
+                "SELECT pid, ppid, argv, exit_code, cwd, tracer FROM processes WHERE run_id = ? AND tracer "
+                "= 'seccomp-notify'"
+            
         )
         procs = [(pid, ppid, json.loads(argv), code, cwd) for pid, ppid, argv, code, cwd, _ in procs]
         gc_pid, gc_ppid = map(int, st.blobs.get(_sealed(st, "out/grandchild.txt")).split())
@@ -166,7 +172,8 @@ def test_docker_run_recorded_against_ground_truth(tmp_path: Path, agent_image: s
 
         # The shim's stream was complete and used the real tracer.
         notes = q(
-            "SELECT payload->>'text', payload->'data'->>'tracer' FROM events WHERE run_id = ? AND kind = 'note' "
+            "SELECT payload->>'text', payload->'data'->>'tracer' FROM events WHERE run_id = ? AND kind "
+            "= 'note' "
             "AND source = 'shim' ORDER BY seq"
         )
         assert notes[0] == ("shim started", "seccomp-notify") and notes[-1][0] == "shim finished"

@@ -75,7 +75,10 @@ def test_time_limit_sends_sigterm(tmp_path, fake):
 
 
 def test_time_limit_escalates_to_sigkill(tmp_path, fake):
-    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    stubborn = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); "
+        "time.sleep(60)"
+    )
     out, ev, _ = run(tmp_path, fake, [sys.executable, "-c", stubborn], time_limit_s=1.0, grace_s=0.5)
     assert (out.status, out.exit_code) == ("timeout", 124)
     assert "SIGKILL" in ev["run.finished"].reason and ev["process.exited"].signal == 9

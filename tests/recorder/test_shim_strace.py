@@ -97,7 +97,8 @@ def test_chunks_split_anywhere_give_the_same_records() -> None:
     text = (
         '3 1700000000.000001 execve("/bin/sh", ["sh", "-c", "x"], 0x1 /* 1 vars */) = 0\n'
         "3 1700000000.000002 clone(child_stack=NULL, flags=SIGCHLD) = 4\n"
-        '4 1700000000.000003 execve("/bin/echo", ["echo", "h\\303\\251", "\xe2\x82\xac"], 0x1 /* 1 vars */) = 0\n'
+        '4 1700000000.000003 execve("/bin/echo", ["echo", "h\\303\\251", "\xe2\x82\xac"], 0x1 /* 1 '
+        "vars */) = 0\n"
         "4 1700000000.000004 +++ exited with 0 +++\n"
         "3 1700000000.000005 +++ exited with 3 +++"  # the last line has no newline: flush() ends it
     ).encode("latin-1")

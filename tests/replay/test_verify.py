@@ -53,7 +53,10 @@ def test_deleted_event_is_a_gap(store):
 def test_deleted_last_event_breaks_the_manifest(store):
     tamper(
         store,
-        "DELETE FROM events WHERE run_id = 'run-0' AND source = 'recorder' AND seq = (SELECT max(seq) FROM events WHERE run_id = 'run-0' AND source = 'recorder')",
+        (
+            "DELETE FROM events WHERE run_id = 'run-0' AND source = 'recorder' AND seq = (SELECT max(seq) "
+            "FROM events WHERE run_id = 'run-0' AND source = 'recorder')"
+        ),
     )
     found = problems(store)
     assert (
@@ -79,7 +82,10 @@ def test_rehashed_edit_breaks_the_next_link(store):
     tamper(
         store,
         "UPDATE events SET ts_ns = ts_ns - 1000 WHERE run_id = 'run-0' AND source = 'proxy' AND seq = 4",
-        f"UPDATE events SET hash = 'sha256:' || sha256({BODY_SQL}) WHERE run_id = 'run-0' AND source = 'proxy' AND seq = 4",
+        (
+            f"UPDATE events SET hash = 'sha256:' || sha256({BODY_SQL}) WHERE run_id = 'run-0' AND source = "
+            "'proxy' AND seq = 4"
+        ),
     )
     found = problems(store)
     assert (found[0].seq, found[0].what) == (
@@ -97,7 +103,10 @@ def test_rebuilt_chain_is_caught_by_an_anchored_manifest(store):
     tamper(
         store,
         "DELETE FROM manifests WHERE run_id = 'run-0'",
-        "DELETE FROM events WHERE run_id = 'run-0' AND source = 'proxy' AND seq = (SELECT max(seq) FROM events WHERE run_id = 'run-0' AND source = 'proxy')",
+        (
+            "DELETE FROM events WHERE run_id = 'run-0' AND source = 'proxy' AND seq = (SELECT max(seq) "
+            "FROM events WHERE run_id = 'run-0' AND source = 'proxy')"
+        ),
     )
     assert problems(store) == []  # internally consistent now
     found = problems(store, anchored=[anchored])

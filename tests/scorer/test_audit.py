@@ -186,12 +186,18 @@ def test_error_codes_cite_events():
         *execute(
             1,
             "import monai",
-            '{"exit_code": 1, "stderr": "Traceback (most recent call last):\\nModuleNotFoundError: No module named monai"}',
+            (
+                '{"exit_code": 1, "stderr": "Traceback (most recent call last):\\nModuleNotFoundError: No '
+                'module named monai"}'
+            ),
         ),
         *execute(
             2,
             "x = [1][3]",
-            '{"exit_code": 1, "stderr": "Traceback (most recent call last):\\nIndexError: list index out of range"}',
+            (
+                '{"exit_code": 1, "stderr": "Traceback (most recent call last):\\nIndexError: list index '
+                'out of range"}'
+            ),
         ),
         RunFinished(status="completed"),
     )
@@ -232,7 +238,7 @@ def test_evidence_is_deterministic_and_budgeted():
         msgs += execute(
             i,
             f"print({i})  # step {i} " + "x" * 80,
-            '{"exit_code": %d, "stdout": "%s"}' % (i % 7 == 0, "y" * 200),
+            f'{{"exit_code": {int(i % 7 == 0)}, "stdout": "{"y" * 200}"}}',
         )
     evs = run(START, *msgs)
     rules = PROFILE.profile.evidence

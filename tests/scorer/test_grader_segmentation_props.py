@@ -62,7 +62,8 @@ def volume_bytes(draw, ref_shape: tuple[int, ...]) -> bytes | None:
     )
     dtype = draw(st.sampled_from(DTYPES))
     n = int(np.prod(shape))
-    # A short drawn pattern tiled over the volume: hypothesis shrinks the pattern, the volume stays real-sized.
+    # A short drawn pattern tiled over the volume: hypothesis shrinks the pattern, the volume stays real-
+    # sized.
     pool = [0.0, 1.0, 2.0, 3.0] + (SPECIAL if np.dtype(dtype).kind == "f" else [-1.0, 7.0, 255.0])
     values = np.resize(np.array(draw(st.lists(st.sampled_from(pool), min_size=1, max_size=16))), n)
     if np.dtype(dtype).kind in "iu":

@@ -264,7 +264,10 @@ def test_plan_png_goes_to_the_figure_item_as_an_image(monkeypatch):
         monkeypatch.setenv("AMB_JUDGE_BASE_URL", server.base_url)
         monkeypatch.setenv("AMB_JUDGE_MODEL", "fake-judge")
         prof = load("paper-2026-06").profile
-        get = lambda ref: blobs[ref.blob]  # noqa: E731
+
+        def get(ref):
+            return blobs[ref.blob]
+
         traj = fold("r1", evs, get)
         evidence = build(traj, prof.evidence, get, track="segmentation", grade=None)
         assert "## plan.md [shim:0]" in evidence.text and "load -> 2. infer" in evidence.text

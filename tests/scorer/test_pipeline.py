@@ -29,7 +29,10 @@ from scorer.profile import load
 from tasks.registry import load_spec
 from tasks.synth import perfect_submission, synth
 
-PLAN = b"# Plan\n1. Load each CT and check spacing\n2. Run the kidney tumour model (organ and lesion labels)\n3. Pilot on one case, inspect shape and labels\n4. Run all cases\n5. Write masks\n"
+PLAN = (
+    b"# Plan\n1. Load each CT and check spacing\n2. Run the kidney tumour model (organ and lesion "
+    b"labels)\n3. Pilot on one case, inspect shape and labels\n4. Run all cases\n5. Write masks\n"
+)
 
 
 def record(store: Path, run_id: str, workspace: Path | None, drop_case: str | None = None) -> None:
@@ -53,7 +56,10 @@ def record(store: Path, run_id: str, workspace: Path | None, drop_case: str | No
     steps = [
         ("mkdir -p plan && write plan", [("plan/plan.md", PLAN)]),
         (
-            "import nibabel as nib\nimg = nib.load('/data/public/case_00000/ct.nii.gz')\nprint(img.shape, img.header.get_zooms())",
+            (
+                "import nibabel as nib\nimg = "
+                "nib.load('/data/public/case_00000/ct.nii.gz')\nprint(img.shape, img.header.get_zooms())"
+            ),
             [],
         ),
     ]

@@ -138,7 +138,10 @@ def test_pattern_rules_of_the_offline_judge():
     from scorer.judge.offline import OfflineJudge
     from scorer.trajectory import fold
 
-    plan = b"# Plan\n1. read manifest.json\n2. run pilot on one study\n3. write agent_outputs/<case>/report.txt\n"
+    plan = (
+        b"# Plan\n1. read manifest.json\n2. run pilot on one study\n3. write "
+        b"agent_outputs/<case>/report.txt\n"
+    )
     payloads = [
         RunStarted(task="mimic-cxr-report", tier="lite"),
         FileWritten(
