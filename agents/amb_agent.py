@@ -212,10 +212,8 @@ def run(args) -> int:
     for turn in range(1, args.max_turns + 1):
         if args.time_limit and time.monotonic() - t0 > args.time_limit:
             log(
-                
-                    f"time limit of {args.time_limit:g}s reached after {turn - 1} turns; stopping without "
-                    "a submission"
-                
+                f"time limit of {args.time_limit:g}s reached after {turn - 1} turns; stopping without "
+                "a submission"
             )
             return 2
         try:

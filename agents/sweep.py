@@ -239,7 +239,8 @@ def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
         bad = sorted(set(a) - _AGENT_KEYS)
         if bad:
             raise SweepError(
-                f"{where}: agents[{i}]: unknown key(s) {', '.join(bad)} (known: {', '.join(sorted(_AGENT_KEYS))})"
+                f"{where}: agents[{i}]: unknown key(s) {', '.join(bad)} "
+                f"(known: {', '.join(sorted(_AGENT_KEYS))})"
             )
         cmd = a.get("command")
         if isinstance(cmd, str):

@@ -244,7 +244,8 @@ def ensure_image(client, role: str, base: str, *, ca: Path | None = None, log=No
             ):
                 if "error" in chunk:
                     raise ImageError(
-                        f"building {tag} failed: {chunk['error'].strip()} (last output: {' | '.join(last[-3:])})"
+                        f"building {tag} failed: {chunk['error'].strip()} "
+                        f"(last output: {' | '.join(last[-3:])})"
                     )
                 line = chunk.get("stream", "").strip()
                 if line:

@@ -170,10 +170,8 @@ def score(
         click.echo(json.dumps(out, indent=2, default=str))
         return
     click.echo(
-        
-            f"profile: {loaded.name} ({loaded.short_id})  {_judge_line(result.judge)}  judge requests: "
-            f"{result.judge_requests}"
-        
+        f"profile: {loaded.name} ({loaded.short_id})  {_judge_line(result.judge)}  judge requests: "
+        f"{result.judge_requests}"
     )
     cols = [
         "run_id",
@@ -272,10 +270,8 @@ def report(
         con.close()
     if not rows:
         raise UsageError(
-            
-                f"no scores under profile {loaded.name} ({loaded.short_id}) yet: run `amb score --all "
-                f"--profile {profile or loaded.name}`"
-            
+            f"no scores under profile {loaded.name} ({loaded.short_id}) yet: run `amb score --all "
+            f"--profile {profile or loaded.name}`"
         )
     labels = sorted({r["judge"] for r in rows})
     if judge_label is None:

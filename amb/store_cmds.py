@@ -81,7 +81,8 @@ def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
     info["labels"] = json.loads(info["labels"]) if info.get("labels") else {}
     tokens = first(
         con.execute(
-            """SELECT count(*), count(*) FILTER (WHERE NOT ok), coalesce(sum(input_tokens), 0), coalesce(sum(cache_read_tokens), 0),
+            """SELECT count(*), count(*) FILTER (WHERE NOT ok), coalesce(sum(input_tokens), 0),
+                coalesce(sum(cache_read_tokens), 0),
                   coalesce(sum(output_tokens), 0), coalesce(sum(reasoning_tokens), 0), list(DISTINCT model)
            FROM model_calls WHERE run_id = ?""",
             [run_id],

@@ -60,7 +60,8 @@ def per_label_masks(pred: np.ndarray, ref: np.ndarray, labels: list[int]) -> dic
 
 
 def label_volumes(shape: tuple[int, int, int], n_labels: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """A reference of blocky organs (runs of labels along x) and a prediction with 10 % of voxels relabelled."""
+    """A reference of blocky organs (runs of labels along x) and a prediction with 10 % of voxels
+    relabelled."""
     rng = np.random.default_rng(seed)
     ref = np.asfortranarray(
         rng.integers(0, n_labels + 1, (shape[0] // 8 + 1, shape[1], shape[2]), dtype=np.uint8).repeat(

@@ -51,10 +51,8 @@ def bench_report(n_reports: int = 500) -> dict:
     hyps, refs = report_pairs(n_reports)
     words = sum(len(h.split()) + len(r.split()) for h, r in zip(hyps, refs, strict=False)) / (2 * n_reports)
     print(
-        
-            f"Report score on {n_reports} synthetic chest X-ray FINDINGS pairs ({words:.0f} words a report "
-            "on average):"
-        
+        f"Report score on {n_reports} synthetic chest X-ray FINDINGS pairs ({words:.0f} words a report "
+        "on average):"
     )
 
     _, t_jvm = _timed(lambda: _meteor.meteor(["warm up"], [["warm up"]]))

@@ -187,30 +187,22 @@ def main() -> None:
     print(f"read_ndjson baseline           {base_s:.2f} s  {theirs:,.0f} events/s (median of {args.rounds})")
     print(f"amb ingest (with verification) {ingest_s:.2f} s  {ours:,.0f} events/s (median of {args.rounds})")
     print(
-        
-            f"ratio ingest / read_ndjson     {ours / theirs:.2f}   (target >= 0.5; rate target >= 100,000 "
-            "events/s)"
-        
+        f"ratio ingest / read_ndjson     {ours / theirs:.2f}   (target >= 0.5; rate target >= 100,000 "
+        "events/s)"
     )
     print(f"amb verify (hashes, chains, manifests, {len(blob_sizes):,} blobs)  {verify_s:.2f} s")
     print(
-        
-            f"aggregate query median         {statistics.median(times) * 1000:.0f} ms   (tokens per model "
-            "per run; target < 1 s)"
-        
+        f"aggregate query median         {statistics.median(times) * 1000:.0f} ms   (tokens per model "
+        "per run; target < 1 s)"
     )
     print(f"bytes per event, DuckDB only   {db_bytes / total:,.0f}")
     print(
-        
-            f"bytes per event, with blobs    {(db_bytes + blob_bytes) / total:,.0f} (blobs deduplicated "
-            f"and chunked: {blob_bytes / 1e6:,.0f} MB)"
-        
+        f"bytes per event, with blobs    {(db_bytes + blob_bytes) / total:,.0f} (blobs deduplicated "
+        f"and chunked: {blob_bytes / 1e6:,.0f} MB)"
     )
     print(
-        
-            f"bytes per event, without dedup {(db_bytes + no_dedup) / total:,.0f} (each of the "
-            f"{len(refs):,} references stored whole: {no_dedup / 1e6:,.0f} MB)"
-        
+        f"bytes per event, without dedup {(db_bytes + no_dedup) / total:,.0f} (each of the "
+        f"{len(refs):,} references stored whole: {no_dedup / 1e6:,.0f} MB)"
     )
     if not args.keep:
         shutil.rmtree(work)

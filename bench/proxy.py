@@ -371,10 +371,8 @@ def main() -> None:
         names = [t.name for t in targets]
         try:
             print(
-                
-                    f"targets: {', '.join(names)}; load average {os.getloadavg()[0]:.1f} on "
-                    f"{os.cpu_count()} cores"
-                
+                f"targets: {', '.join(names)}; load average {os.getloadavg()[0]:.1f} on "
+                f"{os.cpu_count()} cores"
             )
             seq = sequential(targets, n_seq, 6)
             ttfb = streaming(targets, n_stream, 3, 0)
@@ -418,7 +416,8 @@ def main() -> None:
     print("\nlongest gap between chunks of a 50 x 10 ms stream, median of streams (ms)")
     for name, (alone, loaded) in gaps.items():
         print(
-            f"{name:12} alone {alone:6.1f}   beside 5 MB uploads {loaded:6.1f}   stretch {loaded / alone:4.2f}x"
+            f"{name:12} alone {alone:6.1f}   beside 5 MB uploads {loaded:6.1f}   "
+            f"stretch {loaded / alone:4.2f}x"
         )
 
     m50, a50 = pct(seq["mitm"], 50), pct(seq["amb"], 50)
@@ -458,7 +457,8 @@ def main() -> None:
         print(
             f"  amb-prev ({args.against}), same rounds: p50 cost {pct(seq['amb-prev'], 50) - m50:+.2f} ms; "
             f"5 MB {(pct(big['amb-prev'], 50) - b50) / max(1e-9, pct(big['mitm'], 50) - b50):.2f}x; "
-            f"gap {gaps['amb-prev'][1] / gaps['mitm_stream'][1]:.2f}x; calls/s {tput['amb-prev'] / tput['mitm']:.2f}x"
+            f"gap {gaps['amb-prev'][1] / gaps['mitm_stream'][1]:.2f}x; "
+            f"calls/s {tput['amb-prev'] / tput['mitm']:.2f}x"
         )
     big_vs_stream = (pct(big["amb"], 50) - b50) / max(1e-9, pct(big["mitm_stream"], 50) - b50)
     print(

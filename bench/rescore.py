@@ -75,10 +75,8 @@ def main() -> None:
             generate_run(store, rid, seed=i, calls=args.calls)
     ingest(store)
     print(
-        
-            f"setup: {args.runs} synthetic runs ({args.calls} model calls each) generated and ingested in "
-            f"{time.perf_counter() - t0:.1f} s"
-        
+        f"setup: {args.runs} synthetic runs ({args.calls} model calls each) generated and ingested in "
+        f"{time.perf_counter() - t0:.1f} s"
     )
 
     profile = load("paper-2026-06")
@@ -88,15 +86,14 @@ def main() -> None:
         n_events = sum(1 for rid in ids for _ in iter_events(st.con, rid))
         base = time.perf_counter() - t0
         print(
-            
-                f"baseline (read every run's events back): {len(ids) / base:8.1f} runs/s  ({n_events} "
-                f"events, {base:.1f} s)"
-            
+            f"baseline (read every run's events back): {len(ids) / base:8.1f} runs/s  ({n_events} "
+            f"events, {base:.1f} s)"
         )
 
         dt, rss, _ = timed_score(st, profile, "offline", args.jobs, "offline")
         print(
-            f"offline judge:                           {len(ids) / dt:8.1f} runs/s  ({dt:.1f} s; {dt / base:.1f}x the baseline); "
+            f"offline judge:                           {len(ids) / dt:8.1f} runs/s  "
+            f"({dt:.1f} s; {dt / base:.1f}x the baseline); "
             f"RSS after first chunk {rss[0]:.0f} MB, after last {rss[-1]:.0f} MB, peak {max(rss):.0f} MB"
         )
 
@@ -123,11 +120,9 @@ def main() -> None:
                     f"{max(rss):.0f} MB"
                 )
     print(
-        
-            "peak RSS of this process: "
-            f"{__import__('resource').getrusage(__import__('resource').RUSAGE_SELF).ru_maxrss / 1024:.0f} "
-            "MB"
-        
+        "peak RSS of this process: "
+        f"{__import__('resource').getrusage(__import__('resource').RUSAGE_SELF).ru_maxrss / 1024:.0f} "
+        "MB"
     )
     if tmp:
         import shutil

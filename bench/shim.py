@@ -43,7 +43,8 @@ from schemas.frames import scan
 LOOP = r"""
 cpu() {  # CPU time (ns) used so far by everything in this container: cgroup v1, else v2
     if [ -r /sys/fs/cgroup/cpuacct/cpuacct.usage ]; then cat /sys/fs/cgroup/cpuacct/cpuacct.usage
-    elif [ -r /sys/fs/cgroup/cpu.stat ]; then echo $(( $(awk '/^usage_usec/ {print $2}' /sys/fs/cgroup/cpu.stat) * 1000 ))
+    elif [ -r /sys/fs/cgroup/cpu.stat ]; then
+        echo $(( $(awk '/^usage_usec/ {print $2}' /sys/fs/cgroup/cpu.stat) * 1000 ))
     else echo 0; fi
 }
 c0=$(cpu); s=$(date +%s%N)
@@ -93,7 +94,8 @@ def main() -> int:
     # A discarded warm-up first: the first python runs in a fresh container pay for cold caches.
     steps.insert(
         0,
-        f'setpriv --reuid=1000 --regid=1000 --clear-groups bash -c "$AMB_LOOP" _ warmup {max(20, block // 2)}',
+        f"setpriv --reuid=1000 --regid=1000 --clear-groups "
+        f'bash -c "$AMB_LOOP" _ warmup {max(20, block // 2)}',
     )
     script = " && ".join(steps)
     print(
@@ -161,7 +163,8 @@ def main() -> int:
     if cpu_plain > 0:
         print(
             f"container CPU: plain {cpu_plain:.2f}s, shim {cpu_shim:.2f}s (strace and the shim included); "
-            f"CPU ratio {cpu_shim / cpu_plain:.3f}  target <= 1.05: {'met' if cpu_shim / cpu_plain <= 1.05 else 'NOT met'}"
+            f"CPU ratio {cpu_shim / cpu_plain:.3f}  "
+            f"target <= 1.05: {'met' if cpu_shim / cpu_plain <= 1.05 else 'NOT met'}"
         )
     med = statistics.median(times["shim"]) / statistics.median(times["plain"])
     print(

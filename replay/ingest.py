@@ -149,9 +149,11 @@ def _kinds_sql() -> str:
 _INSERT = f"""
 INSERT INTO events
 SELECT run_id, source, seq, kind, v, ts_ns, payload, prev_hash,
-       CASE WHEN bad IS NOT NULL THEN error(concat('spool ', file_key, ': seq ', coalesce(seq_text, '?'), ': ', bad))
-            WHEN stored IS NOT NULL AND stored <> hash THEN error(concat('CONFLICT spool ', file_key, ': seq ', seq_text,
-                 ': the spool differs from the event already stored under this key (forked or edited spool)'))
+       CASE WHEN bad IS NOT NULL
+                THEN error(concat('spool ', file_key, ': seq ', coalesce(seq_text, '?'), ': ', bad))
+            WHEN stored IS NOT NULL AND stored <> hash
+                THEN error(concat('CONFLICT spool ', file_key, ': seq ', seq_text, ': the spool differs from',
+                     ' the event already stored under this key (forked or edited spool)'))
             ELSE hash END
 FROM (
     SELECT p.*, {{stored_hash}} AS stored,
@@ -160,16 +162,21 @@ FROM (
                 WHEN p.run_id IS DISTINCT FROM p.file_run OR p.source IS DISTINCT FROM p.file_source
                     THEN 'event belongs to ' || coalesce(p.run_id, '?') || '/' || coalesce(p.source, '?')
                 WHEN k.max_v IS NULL THEN 'UNKNOWN unknown event kind ' || coalesce(p.kind, '?')
-                WHEN p.v > k.max_v THEN 'NEWER ' || p.kind || ' v' || p.v || ' is newer than this amb (v' || k.max_v || '); upgrade amb'
+                WHEN p.v > k.max_v
+                    THEN 'NEWER ' || p.kind || ' v' || p.v || ' is newer than this amb (v' || k.max_v
+                         || '); upgrade amb'
                 WHEN NOT starts_with(p.body, concat('{{"kind":"', p.kind, '","payload":'))
                   OR NOT ends_with(p.body, p.tail_text) THEN 'not a canonical event body'
            END AS bad
     FROM (
         SELECT t.*,
-               substr(t.body, length(t.kind) + 22, length(t.body) - length(t.kind) - 21 - length(t.tail_text)) AS payload
+               substr(t.body, length(t.kind) + 22,
+                      length(t.body) - length(t.kind) - 21 - length(t.tail_text)) AS payload
         FROM (
-            SELECT f.key AS file_key, f.run_id AS file_run, f.source AS file_source, c.len, c.digest, c.body,
-                   x[1] AS kind, x[2] AS prev_hash, x[3] AS run_id, x[4] AS seq_text, TRY_CAST(x[4] AS BIGINT) AS seq,
+            SELECT f.key AS file_key, f.run_id AS file_run, f.source AS file_source,
+                   c.len, c.digest, c.body,
+                   x[1] AS kind, x[2] AS prev_hash, x[3] AS run_id, x[4] AS seq_text,
+                   TRY_CAST(x[4] AS BIGINT) AS seq,
                    x[5] AS source, TRY_CAST(x[6] AS BIGINT) AS ts_ns, TRY_CAST(x[7] AS INTEGER) AS v,
                    concat('sha256:', c.digest) AS hash,
                    concat(',"prev_hash":"', x[2], '","run_id":"', x[3], '","seq":', TRY_CAST(x[4] AS BIGINT),
@@ -177,7 +184,9 @@ FROM (
                           ',"v":', TRY_CAST(x[7] AS INTEGER), '}}') AS tail_text
             FROM (
                 SELECT filename, len, digest, body,
-                       json_extract_string(body, ['$.kind', '$.prev_hash', '$.run_id', '$.seq', '$.source', '$.ts_ns', '$.v']) AS x
+                       json_extract_string(
+                           body, ['$.kind', '$.prev_hash', '$.run_id', '$.seq', '$.source', '$.ts_ns', '$.v']
+                       ) AS x
                 FROM read_csv($files, delim = '\t', quote = '', escape = '', header = false, skip = 1,
                               auto_detect = false, filename = true, max_line_size = {2 * MAX_BODY},
                               columns = {{'len': 'BIGINT', 'digest': 'VARCHAR', 'body': 'VARCHAR'}})
@@ -190,14 +199,16 @@ FROM (
 WHERE stored IS NULL OR stored <> hash
 """
 
-_STORED_JOIN = """LEFT JOIN (SELECT run_id, source, seq, hash FROM events WHERE run_id IN (SELECT run_id FROM _amb_files)) AS e
-           ON e.run_id = p.run_id AND e.source = p.source AND e.seq = p.seq"""
+_STORED_JOIN = """LEFT JOIN (
+               SELECT run_id, source, seq, hash FROM events WHERE run_id IN (SELECT run_id FROM _amb_files)
+           ) AS e ON e.run_id = p.run_id AND e.source = p.source AND e.seq = p.seq"""
 """Events already stored for the batch's runs: skipped if identical, a conflict if not. Left out
 when none of the batch's runs has stored events (the usual first ingest), which saves a join."""
 
 _SEQUENCE_CHECK = """
 SELECT run_id, source, n, n_distinct, lo, hi FROM (
-    SELECT e.run_id, e.source, count(*) AS n, count(DISTINCT e.seq) AS n_distinct, min(e.seq) AS lo, max(e.seq) AS hi
+    SELECT e.run_id, e.source, count(*) AS n, count(DISTINCT e.seq) AS n_distinct,
+           min(e.seq) AS lo, max(e.seq) AS hi
     FROM events e SEMI JOIN _amb_files f ON f.run_id = e.run_id AND f.source = e.source
     GROUP BY ALL
 ) WHERE n <> n_distinct OR lo <> 0 OR hi <> n - 1
@@ -287,10 +298,8 @@ def _load(store: Store, files: list[_Spool]) -> int:
             bad = first(con.execute(_CHAIN_CHECK))
             if bad:
                 raise SpoolError(
-                    
-                        f"spool {bad[0]}/{bad[1]}: seq {bad[2]}: broken chain (prev_hash is not the hash "
-                        f"of seq {bad[2] - 1})"
-                    
+                    f"spool {bad[0]}/{bad[1]}: seq {bad[2]}: broken chain (prev_hash is not the hash "
+                    f"of seq {bad[2] - 1})"
                 )
         con.register(
             "_amb_all_files",

@@ -52,7 +52,8 @@ def compute_many(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str
         blob_refs = dict(
             con.execute(
                 f"""
-                SELECT e.run_id, sum((strlen(payload) - strlen(replace(payload, '{BLOB_MARK}', ''))) // {len(BLOB_MARK)})
+                SELECT e.run_id,
+                    sum((strlen(payload) - strlen(replace(payload, '{BLOB_MARK}', ''))) // {len(BLOB_MARK)})
                 FROM events e SEMI JOIN _amb_manifest_runs r ON r.run_id = e.run_id
                 GROUP BY ALL
                 """

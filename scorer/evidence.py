@@ -163,10 +163,8 @@ def build(
     out.append("## Task")
     out.append(f"task: {traj.task or '-'}  track: {track or '-'}  tier: {traj.tier or '-'}")
     out.append(
-        
-            f"run status: {traj.status or 'no run.finished event'}  model calls: {len(traj.model_calls)}  "
-            f"code executions: {len(traj.execs)}"
-        
+        f"run status: {traj.status or 'no run.finished event'}  model calls: {len(traj.model_calls)}  "
+        f"code executions: {len(traj.execs)}"
     )
 
     lines = _message_lines(traj, rules)
@@ -176,10 +174,8 @@ def build(
 
     execs = select_execs(traj.execs, rules)
     out.append(
-        
-            f"## Code executions ({len(traj.execs)} total, {sum(1 for e in traj.execs if e.ok is False)} "
-            f"failed; {len(execs)} shown)"
-        
+        f"## Code executions ({len(traj.execs)} total, {sum(1 for e in traj.execs if e.ok is False)} "
+        f"failed; {len(execs)} shown)"
     )
     for ex in execs:
         out.append(_exec_line(ex, rules))
@@ -226,10 +222,8 @@ def build(
     else:
         ids.add(traj.submission_id or "")
         out.append(
-            
-                f"[{traj.submission_id}] sealed {len(traj.submission.files)} files, "
-                f"{len(traj.submission.skipped)} skipped"
-            
+            f"[{traj.submission_id}] sealed {len(traj.submission.files)} files, "
+            f"{len(traj.submission.skipped)} skipped"
         )
     if grade is not None:
         for key in sorted(grade):

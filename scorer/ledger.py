@@ -132,10 +132,8 @@ def append_grades(con: duckdb.DuckDBPyConnection, entries: dict[str, dict[str, A
     con.register("_amb_new_grades", table)
     try:
         con.execute(
-            
-                "INSERT INTO grade_cache SELECT * FROM _amb_new_grades n WHERE NOT EXISTS (SELECT 1 FROM "
-                "grade_cache g WHERE g.key = n.key)"
-            
+            "INSERT INTO grade_cache SELECT * FROM _amb_new_grades n WHERE NOT EXISTS (SELECT 1 FROM "
+            "grade_cache g WHERE g.key = n.key)"
         )
     finally:
         con.unregister("_amb_new_grades")

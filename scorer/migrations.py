@@ -90,7 +90,9 @@ def _m001_tables(con: duckdb.DuckDBPyConnection) -> None:
         """
         CREATE VIEW scores_current AS
         SELECT * FROM scores
-        QUALIFY row_number() OVER (PARTITION BY run_id, profile_id, judge ORDER BY scored_at DESC, batch_id DESC, seq DESC) = 1
+        QUALIFY row_number() OVER (
+            PARTITION BY run_id, profile_id, judge ORDER BY scored_at DESC, batch_id DESC, seq DESC
+        ) = 1
         """
     )
 

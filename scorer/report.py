@@ -191,7 +191,8 @@ def _cell(v: Any) -> str:
 def terminal(report: dict[str, Any], render) -> str:
     """All views as aligned text tables; ``render(columns, rows)`` draws one table."""
     out = [
-        f"{report['runs']} runs; judge: {', '.join(report['judges']) or '-'}; profile: {', '.join(report['profiles']) or '-'}"
+        f"{report['runs']} runs; judge: {', '.join(report['judges']) or '-'}; "
+        f"profile: {', '.join(report['profiles']) or '-'}"
     ]
     for title, key in SECTIONS:
         rows = report[key]
@@ -227,7 +228,8 @@ def _svg_bars(title: str, labels: list[str], values: list[float | None], vmax: f
             continue
         bw = max(1.0, (w - left - 60) * max(0.0, v) / vmax)
         parts.append(
-            f'<rect x="{left}" y="{y + 3}" width="{bw:.1f}" height="{row_h - 8}" fill="{PALETTE[i % len(PALETTE)]}"/>'
+            f'<rect x="{left}" y="{y + 3}" width="{bw:.1f}" height="{row_h - 8}" '
+            f'fill="{PALETTE[i % len(PALETTE)]}"/>'
         )
         parts.append(f'<text x="{left + bw + 6:.1f}" y="{y + 15}">{v:g}</text>')
     parts.append("</svg>")
@@ -241,7 +243,8 @@ def _svg_stages(rows: list[dict[str, Any]]) -> str:
     group_w = (w - left - 20) / len(stages)
     bar_w = max(2.0, (group_w - 10) / max(1, len(models)))
     parts = [
-        f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h + 20 + 16 * len(models)}" role="img" aria-label="Stage means">',
+        f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" '
+        f'height="{h + 20 + 16 * len(models)}" role="img" aria-label="Stage means">',
         '<text x="10" y="16" font-weight="bold">Stage means by model (×100)</text>',
         f'<line x1="{left}" y1="{bottom}" x2="{w - 10}" y2="{bottom}" stroke="#444"/>',
     ]
@@ -254,12 +257,15 @@ def _svg_stages(rows: list[dict[str, Any]]) -> str:
                 continue
             bh = (bottom - 30) * v / 100
             parts.append(
-                f'<rect x="{gx + 5 + mi * bar_w:.1f}" y="{bottom - bh:.1f}" width="{bar_w - 1:.1f}" height="{bh:.1f}" fill="{PALETTE[mi % len(PALETTE)]}"><title>{html.escape(r["model"])} {s}: {v:g}</title></rect>'
+                f'<rect x="{gx + 5 + mi * bar_w:.1f}" y="{bottom - bh:.1f}" width="{bar_w - 1:.1f}" '
+                f'height="{bh:.1f}" fill="{PALETTE[mi % len(PALETTE)]}">'
+                f"<title>{html.escape(r['model'])} {s}: {v:g}</title></rect>"
             )
     for mi, r in enumerate(models):
         y = h + 10 + 16 * mi
         parts.append(
-            f'<rect x="{left}" y="{y - 10}" width="10" height="10" fill="{PALETTE[mi % len(PALETTE)]}"/><text x="{left + 16}" y="{y}">{html.escape(r["model"])}</text>'
+            f'<rect x="{left}" y="{y - 10}" width="10" height="10" fill="{PALETTE[mi % len(PALETTE)]}"/>'
+            f'<text x="{left + 16}" y="{y}">{html.escape(r["model"])}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -273,12 +279,14 @@ def _svg_scatter(track: str, pts: list[tuple[float, float]], r: float | None) ->
             f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" '
             f'aria-label="Cost vs OVERALL, {html.escape(track)}">'
         ),
-        f'<text x="8" y="16" font-weight="bold">{html.escape(track)}: cost vs OVERALL (r = {"—" if r is None else f"{r:.2f}"})</text>',
+        f'<text x="8" y="16" font-weight="bold">{html.escape(track)}: cost vs OVERALL '
+        f"(r = {'—' if r is None else f'{r:.2f}'})</text>",
         (
             f'<line x1="{left}" y1="{bottom}" x2="{w - 10}" y2="{bottom}" stroke="#444"/><line x1="{left}" '
             f'y1="28" x2="{left}" y2="{bottom}" stroke="#444"/>'
         ),
-        f'<text x="{w - 10}" y="{bottom + 16}" text-anchor="end">${xmax:.2f}</text><text x="{left - 4}" y="34" text-anchor="end">100</text>',
+        f'<text x="{w - 10}" y="{bottom + 16}" text-anchor="end">${xmax:.2f}</text>'
+        f'<text x="{left - 4}" y="34" text-anchor="end">100</text>',
     ]
     for x, y in pts:
         px = left + (w - left - 14) * x / xmax
@@ -345,7 +353,8 @@ body {{ font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; max-wid
 table {{ border-collapse: collapse; margin: 8px 0 16px; }}
 th, td {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; }}
 th {{ background: #f0f0f0; }} td:first-child, th:first-child {{ text-align: left; }}
-svg.plot {{ font: 12px system-ui, sans-serif; margin: 6px 12px 6px 0; background: #fafafa; border: 1px solid #eee; }}
+svg.plot {{ font: 12px system-ui, sans-serif; margin: 6px 12px 6px 0; background: #fafafa;
+           border: 1px solid #eee; }}
 .row {{ display: flex; flex-wrap: wrap; }} .meta {{ color: #666; }}
 </style></head>
 <body><h1>{html.escape(title)}</h1><p class="meta">{meta}</p>

@@ -35,10 +35,8 @@ INPUT_CHECK_RE = re.compile(
     r"(\.shape|get_zooms|GetSpacing|spacing|\.dtype|\.header|np\.(min|max|unique)|\.min\(\)|\.max\(\)|\bsize\b)"
 )
 OUTPUT_CHECK_RE = re.compile(
-    
-        r"(\.shape|np\.unique|unique\(|\.sum\(\)|\.min\(\)|\.max\(\)|isnan|isfinite|allclose|assert "
-        r"|len\(|\.dtype|json\.load)"
-    
+    r"(\.shape|np\.unique|unique\(|\.sum\(\)|\.min\(\)|\.max\(\)|isnan|isfinite|allclose|assert "
+    r"|len\(|\.dtype|json\.load)"
 )
 GPU_RE = re.compile(
     r"(\.cuda\(|to\(['\"]cuda|device\s*=\s*['\"]?cuda|torch\.device\(['\"]cuda|cuda:0|device_map|CUDAExecutionProvider|\bgpu\b)",

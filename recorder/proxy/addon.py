@@ -1,11 +1,11 @@
 """The mitmproxy addon: tees traffic into ``Sink`` and keeps credentials in custody.
 
 Hook order per flow: ``request`` (inject the real key, refuse if recording is broken, and queue
-the request's parse and blob: see ``_queue_request``) → ``responseheaders`` (switch streaming on: mitmproxy buffers whole responses otherwise, which would
-turn time-to-first-token into the length of the whole stream) → ``response`` or ``error`` (hand
-the facts to the sink; for model calls, wait until they are durable and fail closed if not).
-``done`` writes flows still in flight as partial records (mitmproxy calls it before their
-``error`` hooks at shutdown).
+the request's parse and blob: see ``_queue_request``) → ``responseheaders`` (switch streaming on:
+mitmproxy buffers whole responses otherwise, which would turn time-to-first-token into the length
+of the whole stream) → ``response`` or ``error`` (hand the facts to the sink; for model calls, wait
+until they are durable and fail closed if not). ``done`` writes flows still in flight as partial
+records (mitmproxy calls it before their ``error`` hooks at shutdown).
 """
 
 from __future__ import annotations

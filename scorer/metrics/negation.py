@@ -32,10 +32,8 @@ _PRE_UNC = re.compile(
     r"|differential|presumed|borderline|cannot exclude|can ?not be excluded|not excluded|rule out)\b"
 )
 _POST_UNC = re.compile(
-    
-        r"^[^.]{0,40}?\b(?:cannot be (?:excluded|ruled out)|not (?:be )?excluded|is "
-        r"(?:possible|likely|suspected))\b"
-    
+    r"^[^.]{0,40}?\b(?:cannot be (?:excluded|ruled out)|not (?:be )?excluded|is "
+    r"(?:possible|likely|suspected))\b"
 )
 
 

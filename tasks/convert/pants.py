@@ -37,10 +37,8 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Progress = None) 
     cases = {name: (scan, seg) for name, scan, seg in _cases(source)}
     if not cases:
         raise TaskError(
-            
-                f"{source}: no ImageTr/PanTS_*/ct.nii.gz with LabelTr/PanTS_*/segmentations/ found (is "
-                "this PanTS's data/ folder?)"
-            
+            f"{source}: no ImageTr/PanTS_*/ct.nii.gz with LabelTr/PanTS_*/segmentations/ found (is "
+            "this PanTS's data/ folder?)"
         )
 
     def convert(case: str) -> None:

@@ -134,8 +134,12 @@ def test_sweep_interrupted_resumed_and_scored(tmp_path):
 
 def test_sweep_file_errors_are_one_line(tmp_path):
     cases = {
-        'name = "x"\ntasks = ["kidney-seg"]\nagents = [{name = "a", command = ["true"]}]\nrepeat = 2\n': "unknown key(s) repeat",
-        'name = "x"\ntasks = ["nope-task"]\nagents = [{name = "a", command = ["true"]}]\n': "unknown task 'nope-task'",
+        (
+            'name = "x"\ntasks = ["kidney-seg"]\nagents = [{name = "a", command = ["true"]}]\nrepeat = 2\n'
+        ): "unknown key(s) repeat",
+        (
+            'name = "x"\ntasks = ["nope-task"]\nagents = [{name = "a", command = ["true"]}]\n'
+        ): "unknown task 'nope-task'",
         (
             'name = "x"\ntasks = ["kidney-seg"]\ntiers = ["pro"]\nagents = [{name = "a", command = '
             '["true"]}]\n'

@@ -104,10 +104,8 @@ def test_verify_names_the_first_bad_event(tmp_path):
 
     con = duckdb.connect(str(store / "amb.duckdb"))
     con.execute(
-        
-            "UPDATE events SET payload = replace(CAST(payload AS VARCHAR), '\"kind\":', '\"kind\": ') "
-            "WHERE source = 'shim' AND seq = 2"
-        
+        "UPDATE events SET payload = replace(CAST(payload AS VARCHAR), '\"kind\":', '\"kind\": ') "
+        "WHERE source = 'shim' AND seq = 2"
     )
     kind = con.execute("SELECT kind FROM events WHERE source = 'shim' AND seq = 2").fetchone()[0]
     con.close()

@@ -89,7 +89,9 @@ PROBE = textwrap.dedent(r"""
     # 3. the network: every port the host listens on, at this network's gateway and docker0's
     proxy = urlsplit(os.environ["OPENAI_BASE_URL"])
     gateway = proxy.hostname
-    proxy_ports = {proxy.port, urlsplit(os.environ["HTTPS_PROXY"]).port, urlsplit(os.environ["ANTHROPIC_BASE_URL"]).port}
+    proxy_ports = {
+        proxy.port, urlsplit(os.environ["HTTPS_PROXY"]).port, urlsplit(os.environ["ANTHROPIC_BASE_URL"]).port
+    }
 
     def tcp(host, port, timeout=3.0):
         s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
@@ -126,8 +128,11 @@ PROBE = textwrap.dedent(r"""
 
     result = {
         "found": found, "scanned_files": scanned, "memory_bytes_read": mem_read,
-        "exists": {p: os.path.exists(p) for p in ["/data/private", "/eval", "/results", "/var/run/docker.sock",
-                                                   "/run/docker.sock", args["store"], args["data_private"]]},
+        "exists": {
+            p: os.path.exists(p)
+            for p in ["/data/private", "/eval", "/results", "/var/run/docker.sock", "/run/docker.sock",
+                      args["store"], args["data_private"]]
+        },
         "mounts": open("/proc/self/mountinfo").read(),
         "sock_dir": listable("/run/amb/sock"),
         "data_public": listable("/data/public"),

@@ -113,10 +113,8 @@ def test_docker_run_recorded_against_ground_truth(tmp_path: Path, agent_image: s
 
         # Every process, including the short-lived grandchild, with its parentage and exit code.
         procs = q(
-            
-                "SELECT pid, ppid, argv, exit_code, cwd, tracer FROM processes WHERE run_id = ? AND tracer "
-                "= 'seccomp-notify'"
-            
+            "SELECT pid, ppid, argv, exit_code, cwd, tracer FROM processes WHERE run_id = ? AND tracer "
+            "= 'seccomp-notify'"
         )
         procs = [(pid, ppid, json.loads(argv), code, cwd) for pid, ppid, argv, code, cwd, _ in procs]
         gc_pid, gc_ppid = map(int, st.blobs.get(_sealed(st, "out/grandchild.txt")).split())

@@ -120,7 +120,8 @@ def test_connects_are_performed_and_their_outcomes_recorded(tmp_path: Path) -> N
             out.append("refused")
         s = socket.socket(); s.setblocking(False)
         out.append(errno.errorcode[s.connect_ex(("127.0.0.1", {open_port}))])
-        u = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); u.connect(("::1", 53)); out.append(u.getpeername()[1])
+        u = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        u.connect(("::1", 53)); out.append(u.getpeername()[1])
         s = socket.socket(socket.AF_UNIX)
         try:
             s.connect("/nonexistent.sock")

@@ -37,7 +37,7 @@ def test_unfinished_resumed_threads_and_exits() -> None:
         12 1700000000.000080 +++ exited with 0 +++
         11 1700000000.000090 +++ killed by SIGKILL +++
         10 1700000000.000100 +++ exited with 2 +++
-    """,
+    """,  # noqa: E501 - verbatim strace lines; their length is the data
     )
     conns = [m for m in out if isinstance(m, Connect)]
     assert conns == [
@@ -85,7 +85,7 @@ def test_failed_exec_and_ipv6_connect() -> None:
         7 1700000000.000003 connect(4, {sa_family=AF_INET6, sin6_port=htons(80), sin6_flowinfo=htonl(0), inet_pton(AF_INET6, "::1", &sin6_addr), sin6_scope_id=0}, 28) = 0
         7 1700000000.000004 connect(5, {sa_family=AF_UNIX, sun_path="/var/run/nscd/socket"}, 110) = -1 ENOENT (No such file or directory)
         7 1700000000.000005 +++ exited with 0 +++
-    """,
+    """,  # noqa: E501 - verbatim strace lines; their length is the data
     )
     assert [type(m).__name__ for m in out] == ["Connect", "Proc"]
     assert out[0].host == "::1" and out[0].port == 80 and out[0].error is None and out[0].family == "inet6"

@@ -1,4 +1,5 @@
-"""The segmentation grader on hand-built references: every convention and edge case, with hand-computed scores."""
+"""The segmentation grader on hand-built references: every convention and edge case, with
+hand-computed scores."""
 
 from __future__ import annotations
 

@@ -21,10 +21,8 @@ def test_identity_is_content_not_file(tmp_path):
     assert load(str(same)).id == load("paper-2026-06").id
     edited = tmp_path / "edited.toml"
     edited.write_text(
-        
-            'extends = "paper-2026-06"\n[[rubric]]\nid = "s2b"\nstage = "S2"\ntext = "Input shape '
-            'checked."\nvalues = [0, 1]\nrule = "input_checked"\n'
-        
+        'extends = "paper-2026-06"\n[[rubric]]\nid = "s2b"\nstage = "S2"\ntext = "Input shape '
+        'checked."\nvalues = [0, 1]\nrule = "input_checked"\n'
     )
     loaded = load(str(edited))
     assert loaded.id != load("paper-2026-06").id
@@ -59,10 +57,8 @@ def test_unknown_name():
 def test_bad_rule_pattern(tmp_path):
     path = tmp_path / "p.toml"
     path.write_text(
-        
-            'extends = "paper-2026-06"\n[[rubric]]\nid = "x1"\nstage = "S2"\ntext = "t"\nvalues = [0, '
-            '1]\nrule = "code_ran"\npattern = "(unclosed"\n'
-        
+        'extends = "paper-2026-06"\n[[rubric]]\nid = "x1"\nstage = "S2"\ntext = "t"\nvalues = [0, '
+        '1]\nrule = "code_ran"\npattern = "(unclosed"\n'
     )
     with pytest.raises(UsageError, match="bad pattern"):
         load(str(path))

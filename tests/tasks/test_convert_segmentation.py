@@ -1,4 +1,5 @@
-"""Converters from the real datasets' layouts (KiTS19, FeTA, TotalSegmentator, AeroPath, PanTS), on tiny fixtures."""
+"""Converters from the real datasets' layouts (KiTS19, FeTA, TotalSegmentator, AeroPath, PanTS), on
+tiny fixtures."""
 
 from __future__ import annotations
 
