@@ -30,6 +30,7 @@ def ingest(store: str, runs: tuple[str, ...]) -> None:
     """Load spools into the store (all runs, or RUNS), verifying checksums and hash chains."""
     report = ingest_store(store, list(runs) or None, progress=progress("ingest"))
     for torn in report.torn:
+        assert torn.tail is not None
         click.echo(
             f"amb: warning: {torn.path}: torn tail at byte {torn.tail.offset} ({torn.tail.length} bytes, "
             f"{torn.tail.why}); kept the {torn.frames} complete "

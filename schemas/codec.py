@@ -70,7 +70,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True):
     ts_ns: int
     kind: str
     v: int
-    payload: AnyPayload  # type: ignore[valid-type]
+    payload: AnyPayload
     prev_hash: str
     hash: str
 

@@ -34,7 +34,7 @@ class _Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     """Base of every spec Struct: immutable, keyword-only, unknown fields rejected."""
 
 
-class Layout(_Config, kw_only=True):
+class Layout(_Config, frozen=True, kw_only=True):
     """Where a task's per-case files sit under ``public/`` or ``private/``."""
 
     case_dir: str = "{case}"
@@ -45,7 +45,7 @@ class Layout(_Config, kw_only=True):
     """Files directly under the side's root, shared by all cases (manifests, case lists)."""
 
 
-class SubmissionSpec(_Config, kw_only=True):
+class SubmissionSpec(_Config, frozen=True, kw_only=True):
     """The exact contract for what the agent writes into its workspace."""
 
     root: str = "agents_outputs"
@@ -66,7 +66,7 @@ class SubmissionSpec(_Config, kw_only=True):
     """Detection / multiple choice: the allowed class names or option labels."""
 
 
-class Metric(_Config, kw_only=True):
+class Metric(_Config, frozen=True, kw_only=True):
     """The task metric and its pinned parameters (echoed into every grade result)."""
 
     name: str
@@ -75,7 +75,7 @@ class Metric(_Config, kw_only=True):
     """Pinned parameters (thresholds, IoU, data range source, ...)."""
 
 
-class SegTarget(_Config, kw_only=True):
+class SegTarget(_Config, frozen=True, kw_only=True):
     """A binary segmentation target: one mask file per case on both sides."""
 
     name: str
@@ -88,14 +88,14 @@ class SegTarget(_Config, kw_only=True):
     """Other accepted submission file names, tried in order after ``file`` (the public code's lookup)."""
 
 
-class SegLabel(_Config, kw_only=True):
+class SegLabel(_Config, frozen=True, kw_only=True):
     """One foreground label of a multiclass label map."""
 
     id: int
     name: str
 
 
-class SegSpec(_Config, kw_only=True):
+class SegSpec(_Config, frozen=True, kw_only=True):
     """Segmentation-specific settings: binary organ+lesion masks or one multiclass label map."""
 
     mode: Literal["binary", "multiclass"]
@@ -119,7 +119,7 @@ class SegSpec(_Config, kw_only=True):
     """``organ_lesion``: how many organ bodies (2 for the paired kidneys)."""
 
 
-class EnhSpec(_Config):
+class EnhSpec(_Config, frozen=True):
     """Enhancement settings (LDCT denoising, MRI super-resolution): 2-D float32 slices in ``.npy``."""
 
     kind: Literal["denoise", "super_resolution"]
@@ -140,7 +140,7 @@ class EnhSpec(_Config):
     """Synthetic twin's reference (output) shape, rows × columns; small so tests stay fast."""
 
 
-class DetSpec(_Config):
+class DetSpec(_Config, frozen=True):
     """Detection settings: one image per case, boxes as JSON in original pixel coordinates."""
 
     image_file: str = "image.png"
@@ -159,7 +159,7 @@ class DetSpec(_Config):
     """Synthetic twin: minimum and maximum boxes per image."""
 
 
-class VqaSpec(_Config):
+class VqaSpec(_Config, frozen=True):
     """VQA settings: one folder per question; the agent writes one ``answer.json`` per question."""
 
     answer_mode: Literal["open_ended", "multiple_choice"]
@@ -176,7 +176,7 @@ class VqaSpec(_Config):
     """Synthetic twin's image size, rows x columns."""
 
 
-class ReportSpec(_Config):
+class ReportSpec(_Config, frozen=True):
     """Report-generation settings: one study (images + manifest) per case, one ``report.txt`` back."""
 
     output_file: str = "report.txt"
@@ -202,7 +202,7 @@ class ReportSpec(_Config):
     """Synthetic twin's image size, rows x columns."""
 
 
-class TaskSpec(_Config, kw_only=True):
+class TaskSpec(_Config, frozen=True, kw_only=True):
     """One benchmark task (both tiers share it; the tier only changes the brief)."""
 
     id: str

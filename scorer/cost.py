@@ -32,7 +32,7 @@ class _Cfg(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     pass
 
 
-class TableMeta(_Cfg):
+class TableMeta(_Cfg, frozen=True):
     name: str
     date: str
     currency: str = "USD"
@@ -40,7 +40,7 @@ class TableMeta(_Cfg):
     source: str = ""
 
 
-class ModelPrice(_Cfg):
+class ModelPrice(_Cfg, frozen=True):
     name: str
     match: list[str]
     input: float
@@ -49,7 +49,7 @@ class ModelPrice(_Cfg):
     cache_write: float | None = None
 
 
-class PriceTable(_Cfg):
+class PriceTable(_Cfg, frozen=True):
     table: TableMeta
     model: list[ModelPrice]
 

@@ -33,13 +33,13 @@ class _Cfg(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     pass
 
 
-class Meta(_Cfg):
+class Meta(_Cfg, frozen=True):
     name: str
     description: str = ""
     source: str = ""
 
 
-class Weights(_Cfg):
+class Weights(_Cfg, frozen=True):
     S1: float
     S2: float
     S3: float
@@ -49,7 +49,7 @@ class Weights(_Cfg):
     task: float = 0.5
 
 
-class StageRules(_Cfg):
+class StageRules(_Cfg, frozen=True):
     null_policy: Literal["zero", "renormalise", "unscored"] = "renormalise"
     unscored_item_policy: Literal["stage_unscored", "skip_item"] = "stage_unscored"
     s4_completion_weight: float = 0.5
@@ -58,7 +58,7 @@ class StageRules(_Cfg):
     s5_format_weight: float = 0.5
 
 
-class EvidenceRules(_Cfg):
+class EvidenceRules(_Cfg, frozen=True):
     budget_chars: int = 24000
     head: float = 0.4
     middle: float = 0.2
@@ -75,7 +75,7 @@ class EvidenceRules(_Cfg):
     images: bool = True
 
 
-class JudgeSettings(_Cfg):
+class JudgeSettings(_Cfg, frozen=True):
     model: str = ""
     base_url: str = ""
     temperature: float = 0.0
@@ -89,11 +89,11 @@ class JudgeSettings(_Cfg):
     """Also ask the LLM judge for error codes E1–E5 (one call per run, cited events required)."""
 
 
-class CostRules(_Cfg):
+class CostRules(_Cfg, frozen=True):
     price_table: str
 
 
-class AuditRules(_Cfg):
+class AuditRules(_Cfg, frozen=True):
     private_paths: list[str] = []
     grader_paths: list[str] = []
     other_runs: list[str] = []
@@ -102,7 +102,7 @@ class AuditRules(_Cfg):
     forbidden_hosts: list[str] = []
 
 
-class RubricItem(_Cfg):
+class RubricItem(_Cfg, frozen=True):
     id: str
     stage: Literal["S1", "S2", "S3"]
     text: str
@@ -122,7 +122,7 @@ class RubricItem(_Cfg):
     """Tracks where this default item does not apply at all (their rubric has no such check)."""
 
 
-class Profile(_Cfg):
+class Profile(_Cfg, frozen=True):
     profile: Meta
     weights: Weights
     stages: StageRules

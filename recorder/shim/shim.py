@@ -361,6 +361,7 @@ class _StraceRun:
             self._sample_cpu()
         deadline = time.monotonic() + self.opts.linger
         while time.monotonic() < deadline:
+            assert self.proc is not None
             if self.proc.poll() is not None:
                 return
             self._sample_cpu()

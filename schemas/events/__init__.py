@@ -6,7 +6,7 @@ round-trip test and (if it needs a SQL view) to ``replay.views``.
 
 from __future__ import annotations
 
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 from schemas.events.base import Payload, kind_of
 from schemas.events.file import FileAccessed, FileDeleted, FileRenamed, FileWritten
@@ -34,9 +34,12 @@ ALL_KINDS: tuple[type[Payload], ...] = (
     Note,
 )
 
-# noqa UP007: `X | Y` cannot spread a tuple built at import time; Union[...] can.
-# type: ignore[valid-type]: the same dynamic union is not a type mypy can check statically.
-AnyPayload = Union[ALL_KINDS]  # type: ignore[valid-type]  # noqa: UP007
+if TYPE_CHECKING:
+    # A type checker sees the common base, so `isinstance` narrows to each kind.
+    AnyPayload = Payload
+else:
+    # noqa UP007: `X | Y` cannot spread a tuple built at import time; Union[...] can.
+    AnyPayload = Union[ALL_KINDS]  # noqa: UP007
 """The tagged union of every payload kind (msgspec dispatches on ``kind`` first)."""
 
 KINDS: dict[str, type[Payload]] = {kind_of(k): k for k in ALL_KINDS}

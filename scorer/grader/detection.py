@@ -88,6 +88,7 @@ def parse_boxes(raw: bytes, width: float | None, height: float | None, *, with_s
 
 
 def load_reference(spec: TaskSpec, reference: Path, case: str) -> tuple[Boxes, float | None, float | None]:
+    assert spec.det is not None
     path = reference / spec.private.case_dir.format(case=case) / spec.det.reference_file
     try:
         raw = path.read_bytes()
@@ -101,6 +102,7 @@ def load_reference(spec: TaskSpec, reference: Path, case: str) -> tuple[Boxes, f
 
 
 def det_params(spec: TaskSpec, options: GradeOptions) -> DetParams:
+    assert spec.det is not None
     return DetParams(
         iou_threshold=float(spec.metric.params.get("iou_threshold", 0.5)),
         interpolation=options.ap_interpolation,
@@ -126,6 +128,7 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
     params = det_params(spec, options)
     ids = reference_cases(spec, reference)
     if not ids:
+        assert spec.det is not None
         raise TaskError(f"reference {reference}: no <case>/{spec.det.reference_file} found")
     allowed = {norm_class(c) for c in spec.submission.classes}
     refs: dict[str, Boxes] = {}

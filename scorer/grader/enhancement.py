@@ -83,6 +83,7 @@ def grade_case(
     spec: TaskSpec, case: str, submission: Path, reference: Path, ranges: dict[str, float], params: SsimParams
 ) -> CaseResult:
     enh = spec.enh
+    assert enh is not None
     rel = f"{spec.submission.root}/{case}/{enh.output_file}"
     out_path = submission / spec.submission.root / case / enh.output_file
     ref_path = reference / spec.private.case_dir.format(case=case) / enh.reference_file
@@ -120,6 +121,7 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
     from tasks.synth.enhancement import reference_cases
 
     params = ssim_params(spec)
+    assert spec.enh is not None
     ranges = read_ranges(reference / spec.enh.ranges_file)
     ids = reference_cases(spec, reference)
     if not ids:

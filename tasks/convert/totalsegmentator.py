@@ -29,6 +29,7 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Progress = None) 
         src = source / case
         scan = load(src / "ct.nii.gz")
         labels = np.zeros(scan.shape[:3], np.uint8)
+        assert spec.seg is not None
         for lab in sorted(spec.seg.labels, key=lambda lab: lab.id):
             path = src / "segmentations" / f"{lab.name}.nii.gz"
             if path.is_file():

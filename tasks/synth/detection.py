@@ -178,6 +178,7 @@ def _dental(rng, h, w, n, classes) -> tuple[np.ndarray, list[Box]]:
 def make_case(spec: TaskSpec, seed: int, i: int) -> tuple[np.ndarray, list[Box]]:
     det = spec.det
     rng = np.random.default_rng([seed, i, 21])
+    assert det is not None
     h, w = int(det.synth_shape[0]), int(det.synth_shape[1])
     n = int(rng.integers(det.synth_boxes[0], det.synth_boxes[1] + 1))
     classes = list(spec.submission.classes)
@@ -218,11 +219,13 @@ def reference_cases(spec: TaskSpec, private: Path) -> list[str]:
     private = Path(private)
     if not private.is_dir():
         return []
+    assert spec.det is not None
     return sorted(p.name for p in private.iterdir() if (p / spec.det.reference_file).is_file())
 
 
 def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:
     for case in reference_cases(spec, data / "private"):
+        assert spec.det is not None
         ref = json.loads((data / "private" / case / spec.det.reference_file).read_text())
         dest = workspace / spec.submission.root / case / spec.det.output_file
         dest.parent.mkdir(parents=True, exist_ok=True)

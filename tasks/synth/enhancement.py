@@ -145,6 +145,7 @@ def make_case(spec: TaskSpec, seed: int, i: int) -> tuple[np.ndarray, np.ndarray
     """(input, reference) of case ``i``, both float32."""
     enh = spec.enh
     rng = np.random.default_rng([seed, i, 5])
+    assert enh is not None
     shape = (int(enh.synth_shape[0]), int(enh.synth_shape[1]))
     if enh.kind == "denoise":
         clean = ct_slice(rng, shape)
@@ -181,6 +182,7 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
 
 def reference_cases(spec: TaskSpec, private: Path) -> list[str]:
     """Case ids of a ``private/`` folder: the sub-folders that hold a reference slice."""
+    assert spec.enh is not None
     return (
         sorted(p.name for p in Path(private).iterdir() if (p / spec.enh.reference_file).is_file())
         if Path(private).is_dir()
@@ -190,6 +192,7 @@ def reference_cases(spec: TaskSpec, private: Path) -> list[str]:
 
 def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:
     for case in reference_cases(spec, data / "private"):
+        assert spec.enh is not None
         dest = workspace / spec.submission.root / case / spec.enh.output_file
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(

@@ -314,6 +314,7 @@ def test_recorder_killed_with_sigkill_leaves_a_recoverable_spool(tmp_path, fake,
     )
     deadline = time.monotonic() + 60
     while not (ws / "called").exists():
+        assert p.stderr is not None
         assert time.monotonic() < deadline and p.poll() is None, (
             p.stderr.read() if p.poll() is not None else ""
         )

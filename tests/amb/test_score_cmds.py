@@ -103,6 +103,8 @@ def test_score_with_the_llm_judge_through_the_cli(store):
         "judge_server", Path(__file__).parents[1] / "fakes" / "judge_server.py"
     )
     fake = importlib.util.module_from_spec(spec)
+    assert spec is not None
+    assert spec.loader is not None
     spec.loader.exec_module(fake)
 
     def policy(req):

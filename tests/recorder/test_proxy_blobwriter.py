@@ -154,6 +154,7 @@ def test_ingest_materialises_the_pack_of_a_recorder_that_died(tmp_path):
     report = ingest(tmp_path)
     assert report.events_added == 3 and report.blobs_materialised == 3
     [torn] = report.torn
+    assert torn.tail is not None
     assert (
         torn.path == "spool/r/proxy.blobs" and torn.frames == 3 and torn.tail.why == "incomplete blob record"
     )

@@ -68,6 +68,7 @@ def test_upstream_reset_mid_stream(rec):
                 received += chunk
     call = last_call(rec)
     assert (call.ok, call.partial, call.status) == (False, True, 200)
+    assert call.error is not None
     assert call.error.startswith("upstream_reset")
     assert call.message.text and TEXT.startswith(call.message.text) and call.message.text != TEXT
     assert rec.blobs.get(call.response) == received  # what the client got before the cut
@@ -96,6 +97,7 @@ def test_dead_upstream_gives_502_and_a_record(tmp_path):
         assert r.status_code == 502
         call = last_call(rec)
         assert (call.ok, call.status) == (False, None)
+        assert call.error is not None
         assert call.error.startswith("upstream_unreachable")
     finally:
         rec.stop()

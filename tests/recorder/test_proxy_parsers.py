@@ -38,6 +38,7 @@ def test_anthropic_usage_adds_cache_to_input_total():
         }
     )
     u = r.usage
+    assert u is not None
     assert (u.input_total, u.cache_read, u.cache_write, u.output, u.reasoning) == (1210, 1000, 200, 5, 0)
 
 
@@ -62,6 +63,7 @@ def test_anthropic_stream_usage_is_updated_by_message_delta():
         named=True,
     )
     r = anthropic_messages.parse_stream(text)
+    assert r.usage is not None
     assert (r.usage.input_total, r.usage.cache_read, r.usage.output) == (10, 7, 42)
     assert r.reasoning == ["hmm"] and r.complete and r.stop_reason == "tool_use"
     assert r.message().tool_calls[0].arguments == "{}"  # a tool_use with no input deltas
@@ -93,6 +95,7 @@ def test_openai_chat_reasoning_and_usage_containment():
             },
         }
     )
+    assert r.usage is not None
     assert (r.usage.input_total, r.usage.cache_read, r.usage.output, r.usage.reasoning) == (100, 60, 50, 20)
     assert r.message().reasoning == "r"
 
@@ -156,6 +159,7 @@ def test_responses_reasoning_and_done_only_arguments():
     )
     r = openai_responses.parse_stream(text)
     assert r.message().tool_calls[0].arguments == '{"k": 2}' and r.message().reasoning == "think"
+    assert r.usage is not None
     assert r.stop_reason == "max_output_tokens" and r.usage.output == 9 and r.complete
 
 

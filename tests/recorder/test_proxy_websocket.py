@@ -100,5 +100,6 @@ def test_websocket_closed_mid_response_is_a_partial_record(rec):
     ws.sock.close()  # gone without a close frame, mid-response
     payloads = rec.new_payloads("model_call.completed")
     (call,) = [p for p in payloads if isinstance(p, ModelCallCompleted)]
+    assert call.error is not None
     assert (call.ok, call.partial) == (False, True) and call.error.startswith("websocket_closed")
     assert call.message.text and TEXT.startswith(call.message.text) and call.message.text != TEXT

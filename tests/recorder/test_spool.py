@@ -40,6 +40,7 @@ def test_sigkill_mid_burst_loses_no_acknowledged_frame(tmp_path):
     acked = []
     deadline = time.monotonic() + 60
     while len(acked) < 60 and time.monotonic() < deadline:
+        assert proc.stdout is not None
         acked.append(int(proc.stdout.readline()))
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()

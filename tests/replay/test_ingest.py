@@ -73,6 +73,7 @@ def test_torn_tail_is_reported_and_earlier_frames_kept(tmp_path):
     path.write_bytes(data[:-7])  # what a writer killed in the middle of its last frame leaves
     report = ingest(root)
     assert report.events_added == 4
+    assert report.torn[0].tail is not None
     assert (
         len(report.torn) == 1
         and report.torn[0].frames == 4

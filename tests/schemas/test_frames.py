@@ -41,6 +41,7 @@ def test_torn_tail_keeps_frames_before_it(cut):
 
 def test_zero_filled_tail_is_a_torn_tail():
     result = scan(spool(*BODIES) + b"\0" * 100)
+    assert result.tail is not None
     assert len(result.bodies) == 3 and result.tail.why == "zero-filled tail"
 
 

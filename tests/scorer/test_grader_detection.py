@@ -98,6 +98,7 @@ def test_each_malformed_file_scores_zero_with_its_reason(twin, tmp_path, kind):
     r = grade(spec, tmp_path, data / "private")
     bad = {c.case: c for c in r.cases}["case_00001"]
     assert bad.status == "invalid" and bad.score == 0.0 and reason in bad.reason, bad.reason
+    assert bad.reason is not None
     assert bad.reason.startswith("agents_outputs/case_00001/prediction.json: ")
     # the invalid case counts as no detections: its reference boxes are misses, so mAP drops
     assert r.score < 1.0

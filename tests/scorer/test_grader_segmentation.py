@@ -204,6 +204,7 @@ def test_corrupt_inputs_are_invalid_with_reasons(tmp_path):
     assert "NaN" in reasons["nan"]
     assert "unsupported voxel type" in reasons["rgb"]
     for case in ("gzip", "truncated", "text", "empty"):
+        assert reasons[case] is not None
         assert reasons[case].startswith(f"agents_outputs/{case}/organ.nii.gz: "), reasons[case]
 
 
@@ -298,6 +299,7 @@ def test_multiclass_gaps_in_allowed_ids(tmp_path):
     # pancreas-oar allows 1-4, 6, 8-17, 22-26, 28: 5 and 7 lie inside the range but are not allowed.
     sub, ref = multiclass_set(tmp_path, {"x": (v(1, 2, 0, 0, 0, 0, 0, 0), v(1, 2, 5, 7, 0, 0, 0, 0))}, OAR)
     c = grade(OAR, sub, ref, GradeOptions()).cases[0]
+    assert c.reason is not None
     assert c.status == "invalid" and c.reason.endswith("labels not allowed: 5, 7")
 
 

@@ -17,6 +17,8 @@ _spec = importlib.util.spec_from_file_location(
     "judge_server", Path(__file__).parents[1] / "fakes" / "judge_server.py"
 )
 fake = importlib.util.module_from_spec(_spec)
+assert _spec is not None
+assert _spec.loader is not None
 _spec.loader.exec_module(fake)
 
 N_RUNS = 200

@@ -63,13 +63,17 @@ def test_segmentation_contract_is_consistent(spec):
     ],
 )
 def test_label_tables(task_id, n, first, last):
-    labels = load_spec(task_id).seg.labels
+    seg = load_spec(task_id).seg
+    assert seg is not None
+    labels = seg.labels
     assert len(labels) == n and labels[0].name == first and labels[-1].name == last
     assert [lab.id for lab in labels] == list(range(1, n + 1))
 
 
 def test_pancreas_oar_uses_the_21_source_ids():
-    ids = [lab.id for lab in load_spec("pancreas-oar-seg").seg.labels]
+    seg = load_spec("pancreas-oar-seg").seg
+    assert seg is not None
+    ids = [lab.id for lab in seg.labels]
     assert ids == [1, 2, 3, 4, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 22, 23, 24, 25, 26, 28]
 
 

@@ -22,6 +22,7 @@ def test_layout_boxes_and_determinism(tmp_path, task):
     synth(spec, tmp_path / "b", 4, 3)
     synth(spec, tmp_path / "c", 4, 4)
     assert digest_tree(tmp_path / "a") == digest_tree(tmp_path / "b") != digest_tree(tmp_path / "c")
+    assert spec.det is not None
     lo, hi = spec.det.synth_boxes
     for case in sorted((tmp_path / "a" / "public").iterdir()):
         with Image.open(case / "image.png") as im:

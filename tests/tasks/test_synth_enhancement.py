@@ -30,6 +30,7 @@ def test_layout_and_determinism(tmp_path, task):
         inp = np.load(tmp_path / "a" / "public" / case / "input.npy")
         ref = np.load(tmp_path / "a" / "private" / case / "reference.npy")
         assert inp.dtype == ref.dtype == np.float32 and inp.ndim == 2
+        assert spec.enh is not None
         assert ref.shape == tuple(spec.enh.synth_shape)
         assert ref.shape == tuple(s * spec.enh.scale for s in inp.shape)
         assert np.isfinite(inp).all() and np.isfinite(ref).all()

@@ -27,6 +27,7 @@ REPORT_TASKS = [
 def test_layout_and_valid_references(task_id, tmp_path):
     spec = load_spec(task_id)
     synth.synth(spec, tmp_path, cases=5, seed=2)
+    assert spec.report is not None
     rules = text.Validity(
         min_chars=spec.report.min_chars,
         max_chars=spec.report.max_chars,

@@ -43,6 +43,7 @@ def test_layout_and_contents(task_id, tmp_path):
             with Image.open(public / qid / rel) as im:
                 assert im.format == "JPEG" and im.size == (128, 128)
         n_images = len(q["image_paths"])
+        assert spec.vqa is not None
         lo, hi = spec.vqa.frames
         assert lo <= n_images <= hi
         kinds.add(gold["answer_type"])
@@ -51,6 +52,7 @@ def test_layout_and_contents(task_id, tmp_path):
             assert q["options"][gold["answer_label"]] == gold["answer_text"]
         else:
             assert gold["answer_label"] == "" and gold["answer_text"]
+    assert spec.vqa is not None
     if spec.vqa.answer_mode == "multiple_choice":
         assert kinds == {"multiple_choice"}
     else:
