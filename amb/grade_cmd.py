@@ -84,6 +84,7 @@ def grade_in_container(
 
 def _grade(in_container: bool, **kwargs) -> None:
     if not in_container:
+        assert local_grade.callback is not None
         return local_grade.callback(**kwargs)
     code = grade_in_container(**kwargs)
     if code:

@@ -61,7 +61,8 @@ def read_records(data: bytes, name: str) -> tuple[list[tuple[str, memoryview]], 
         if MAGIC.startswith(data):
             return [], (0 if data else None)  # the header itself was cut short
         raise SpoolError(f"{name}: not a blob pack (bad magic)")
-    view, pos, out = memoryview(data), len(MAGIC), []
+    view, pos = memoryview(data), len(MAGIC)
+    out: list[tuple[str, memoryview]] = []
     while pos < len(data):
         m = _HEADER.match(data, pos, min(len(data), pos + 80))
         if m is None:

@@ -111,9 +111,9 @@ def audit(traj: Trajectory, rules: AuditRules, extra_private: list[str] | None =
                 break
     for ev, req in traj.network:
         target = f"{req.host}{req.path}"
-        pat = _match(target, rules.forbidden_hosts) or _match(req.host, rules.forbidden_hosts)
-        if pat:
-            hit("forbidden_egress", f"{req.method} {req.host}{req.path} (matches {pat})", ev)
+        host_pat = _match(target, rules.forbidden_hosts) or _match(req.host, rules.forbidden_hosts)
+        if host_pat:
+            hit("forbidden_egress", f"{req.method} {req.host}{req.path} (matches {host_pat})", ev)
     violations = [
         Violation(rule=r, detail=d, events=sorted(set(evs))) for (r, d), evs in sorted(found.items())
     ]

@@ -357,12 +357,13 @@ def read_png_gray(path):
     gray = []
     for line in rows:
         if depth == 16:
-            samples = [line[i] for i in range(0, len(line), 2)]
+            samples = line[0::2]  # the high byte of each big-endian sample
         elif depth == 8:
             samples = line
         else:
             raise ValueError(f"{path}: bit depth {depth} not supported")
         if ctype == 3:
+            assert palette is not None, f"{path}: a palette image without a PLTE chunk"
             for i in samples[:width]:
                 rr, gg, bb = palette[3 * i : 3 * i + 3]
                 gray.append((299 * rr + 587 * gg + 114 * bb) // 1000)

@@ -210,7 +210,8 @@ class BaselineServer:
     @property
     def url(self) -> str:
         """scheme://host:port, what ``amb-record --upstream openai=URL`` takes."""
-        return f"http://{self.httpd.server_address[0]}:{self.port}"
+        host = self.httpd.server_address[0]
+        return f"http://{host!s}:{self.port}"
 
     def start(self) -> BaselineServer:
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="amb-baseline", daemon=True)

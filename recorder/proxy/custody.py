@@ -10,6 +10,7 @@ echoing its environment, say) is masked.
 from __future__ import annotations
 
 import secrets
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -45,7 +46,7 @@ class Custody:
 
     _needles: list[bytes] = field(default_factory=list)
 
-    def inject(self, host: str, port: int, headers: dict | object) -> bool:
+    def inject(self, host: str, port: int, headers: MutableMapping[str, str]) -> bool:
         """Replace placeholders with real keys in ``headers`` (a mitmproxy Headers) if bound for
         the provider's upstream. Returns True if a key was injected."""
         injected = False
@@ -54,7 +55,7 @@ class Custody:
             if not real or self.upstream_hosts.get(provider) != (host.lower(), port):
                 continue
             for name in ("authorization", "x-api-key", "api-key"):
-                value = headers.get(name)  # type: ignore[attr-defined]
+                value = headers.get(name)
                 if value and placeholder in value:
                     headers[name] = value.replace(placeholder, real)  # type: ignore[index]
                     injected = True

@@ -102,7 +102,7 @@ def error_text(body: Any) -> str | None:
     return None
 
 
-def openai_usage(u: Any, prefix: str, input_name: str, output_name: str) -> Usage | None:
+def openai_usage(u: Any, prefix: tuple[str, str], input_name: str, output_name: str) -> Usage | None:
     """OpenAI usage in the containment convention (cached inside input, reasoning inside output).
 
     Chat Completions says ``prompt``/``completion`` where Responses says ``input``/``output``:

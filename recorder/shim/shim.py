@@ -171,6 +171,7 @@ def run(opts: Options) -> int:
         gid = opts.agent_gid if opts.agent_gid is not None else opts.agent_uid
         argv = [sys.executable, "-I", "-c", DROP_CODE, str(opts.agent_uid), str(gid), *argv]
 
+    runner: _NotifyRun | _StraceRun | _PollRun
     if tracer == nt.LABEL:
         runner = _NotifyRun(opts, sender)
     elif tracer == "strace":

@@ -23,7 +23,7 @@ import stat
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from recorder.shim.wire import Access, Delete, NoteMsg, Rename, Write
 
@@ -106,7 +106,7 @@ class Watcher:
         emit: Emit,
         *,
         content_cap: int,
-        watched: list[str] = (),
+        watched: Sequence[str] = (),
         absolute: bool = False,
         ignore_prefix: str = "",
     ):
@@ -259,6 +259,7 @@ class Watcher:
 
     def _flush_move(self) -> None:
         """A MOVED_FROM with no MOVED_TO: the thing left the workspace, i.e. it is gone."""
+        assert self._pending_move is not None
         _, src, isdir, _ = self._pending_move
         self._pending_move = None
         if isdir:

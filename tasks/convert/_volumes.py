@@ -20,8 +20,12 @@ def load(path: Path) -> nib.Nifti1Image:
         raise TaskError(f"source file missing: {path}")
     try:
         img = nib.load(str(path))
+        if not isinstance(img, nib.Nifti1Image):  # NIfTI-2 images are a subclass
+            raise TaskError(f"source file is not a NIfTI image: {path} ({type(img).__name__})")
         img.shape  # noqa: B018 - forces the header to be parsed now, not later mid-conversion
         return img
+    except TaskError:
+        raise
     except Exception as e:  # nibabel raises many types for corrupt files; all mean "unreadable"
         raise TaskError(f"source file unreadable: {path}: {e}") from e
 

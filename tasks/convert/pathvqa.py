@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from schemas.task_spec import TaskError, TaskSpec
 from tasks.convert._vqa import Question, write_questions
@@ -34,7 +35,7 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
         raise TaskError(
             f"{source}: no test-*.parquet found (the Hugging Face PathVQA download's data/ folder)"
         )
-    questions = []
+    questions: list[dict[str, Any]] = []
     for path in files:
         try:
             table = pq.read_table(path)
