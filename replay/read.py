@@ -23,7 +23,7 @@ def iter_events(
         "SELECT run_id, source, seq, ts_ns, kind, v, CAST(payload AS VARCHAR), prev_hash, hash FROM events "
         "WHERE run_id = ?"
     )
-    params: list = [run_id]
+    params: list[str] = [run_id]
     if kinds:
         sql += f" AND kind IN ({', '.join('?' for _ in kinds)})"
         params += kinds

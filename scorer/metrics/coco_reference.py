@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from typing import Any
 from collections.abc import Sequence
 
 import numpy as np
@@ -34,7 +35,9 @@ def coco_ap(
 
     names = sorted({lab for b in (*references, *predictions) for lab in b.labels})
     cat_id = {n: i + 1 for i, n in enumerate(names)}
-    images, anns, dets = [], [], []
+    images: list[dict[str, Any]] = []
+    anns: list[dict[str, Any]] = []
+    dets: list[dict[str, Any]] = []
     max_dets = 1
     for img_id, (ref, pred) in enumerate(zip(references, predictions, strict=False), start=1):
         images.append({"id": img_id, "width": 1, "height": 1})

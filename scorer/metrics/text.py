@@ -84,7 +84,7 @@ def _radgraph_model() -> tuple[Any, str] | tuple[None, str]:
         return None, "RadGraph weights absent (AMB_RADGRAPH_MODEL_DIR unset or not a directory)"
     _offline_env()
     try:
-        from radgraph import F1RadGraph  # type: ignore[import-not-found]
+        from radgraph import F1RadGraph
 
         return F1RadGraph(reward_level="partial", model_type="radgraph", model_cache_dir=model_dir), ""
     except Exception as e:  # an optional heavy stack: any failure means "use the substitute"
@@ -98,7 +98,7 @@ def _chexbert_model() -> tuple[Any, str] | tuple[None, str]:
         return None, "CheXbert weights absent (AMB_CHEXBERT_PATH / AMB_BERT_PATH unset or missing)"
     _offline_env()
     try:
-        from f1chexbert import F1CheXbert  # type: ignore[import-not-found]
+        from f1chexbert import F1CheXbert
 
         return F1CheXbert(chexbert_checkpoint=ckpt, model_checkpoint=bert, tokenizer_checkpoint=bert), ""
     except Exception as e:

@@ -54,13 +54,22 @@ class Canvas:
         return (cls, float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1))
 
     def finish(self, rng, noise: float, blur_passes: int = 1) -> np.ndarray:
-        img = self.img
+        img: np.ndarray = self.img
         for _ in range(blur_passes):  # a cheap 3x3 box blur: optics, not pixel art
             p = np.pad(img, ((1, 1), (1, 1), (0, 0)), mode="edge")
-            img = sum(p[dy : dy + self.h, dx : dx + self.w] for dy in range(3) for dx in range(3)) / 9.0
+            img = (
+                np.asarray(sum(p[dy : dy + self.h, dx : dx + self.w] for dy in range(3) for dx in range(3)))
+                / 9.0
+            )
         img = img + noise * rng.standard_normal(img.shape)
         out = (np.clip(img, 0, 1) * 255).round().astype(np.uint8)
         return out[..., 0] if out.shape[2] == 1 else out
+
+
+def _keep(boxes: list[Box], box: Box | None) -> None:
+    """Append a box unless its object fell (almost) outside the image."""
+    if box is not None:
+        boxes.append(box)
 
 
 def _smear(rng, h, w, n) -> tuple[np.ndarray, list[Box]]:
@@ -73,7 +82,7 @@ def _smear(rng, h, w, n) -> tuple[np.ndarray, list[Box]]:
         cx, cy, rr = rng.uniform(0, w), rng.uniform(0, h), r * rng.uniform(0.85, 1.15)
         m = cv.ellipse(cx, cy, rr, rr * rng.uniform(0.85, 1.0), (0.86, 0.55, 0.56), rng.uniform(0, 3))
         cv.ellipse(cx, cy, rr * 0.45, rr * 0.45, (0.9, 0.7, 0.72), alpha=0.6)  # central pallor
-        boxes.append(cv.box_of("RBC", m))
+        _keep(boxes, cv.box_of("RBC", m))
     for _ in range(n_wbc):
         cx, cy, rr = rng.uniform(r, w - r), rng.uniform(r, h - r), r * 1.35
         m = cv.ellipse(cx, cy, rr, rr, (0.82, 0.75, 0.88))
@@ -86,10 +95,10 @@ def _smear(rng, h, w, n) -> tuple[np.ndarray, list[Box]]:
                 (0.42, 0.22, 0.55),
                 rng.uniform(0, 3),
             )
-        boxes.append(cv.box_of("WBC", m))
+        _keep(boxes, cv.box_of("WBC", m))
     for _ in range(n_plt):
         cx, cy = rng.uniform(5, w - 5), rng.uniform(5, h - 5)
-        boxes.append(cv.box_of("Platelets", cv.ellipse(cx, cy, r * 0.25, r * 0.2, (0.55, 0.35, 0.62))))
+        _keep(boxes, cv.box_of("Platelets", cv.ellipse(cx, cy, r * 0.25, r * 0.2, (0.55, 0.35, 0.62))))
     return cv.finish(rng, 0.02), [b for b in boxes if b]
 
 
@@ -112,7 +121,7 @@ def _chest(rng, h, w, n) -> tuple[np.ndarray, list[Box]]:
         big = rng.random() < 0.4
         ax = w * (rng.uniform(0.05, 0.09) if big else rng.uniform(0.015, 0.03))
         m = cv.ellipse(xs[j], ys[j], ax, ax * rng.uniform(0.7, 1.3), 0.5, rng.uniform(0, 3), alpha=0.7)
-        boxes.append(cv.box_of("abnormality", m))
+        _keep(boxes, cv.box_of("abnormality", m))
     return cv.finish(rng, 0.025), [b for b in boxes if b]
 
 
@@ -142,7 +151,7 @@ def _wrist(rng, h, w, n, classes) -> tuple[np.ndarray, list[Box]]:
             m = cv.ellipse(cx, cy, w * 0.015, h * 0.08, 0.85)
         else:  # boneanomaly, bonelesion, pronatorsign: a lucent or sclerotic focus
             m = cv.ellipse(cx, cy, w * 0.04, h * 0.03, 0.45 if rng.random() < 0.5 else 0.9, alpha=0.8)
-        boxes.append(cv.box_of(cls, m))
+        _keep(boxes, cv.box_of(cls, m))
     return cv.finish(rng, 0.02), [b for b in boxes if b]
 
 
@@ -171,7 +180,7 @@ def _dental(rng, h, w, n, classes) -> tuple[np.ndarray, list[Box]]:
             m = cv.ellipse(cx, apex, w * 0.02, h * 0.04, 0.18)
         else:  # Impacted: a tilted tooth under the arc
             m = tooth | cv.ellipse(cx, cy + (-1 if jaw == 0 else 1) * h * 0.1, w * 0.02, h * 0.09, 0.85, 1.2)
-        boxes.append(cv.box_of(cls, m))
+        _keep(boxes, cv.box_of(cls, m))
     return cv.finish(rng, 0.02), [b for b in boxes if b]
 
 

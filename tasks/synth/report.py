@@ -150,7 +150,7 @@ _TISSUES = {
 def _case(spec: TaskSpec, seed: int, i: int) -> tuple[list[np.ndarray], str]:
     assert spec.report is not None
     rng = _rng(spec, seed, i)
-    shape = tuple(spec.report.synth_shape)
+    shape = (int(spec.report.synth_shape[0]), int(spec.report.synth_shape[1]))
     if spec.report.style == "pathology":
         tissue = str(rng.choice(list(_TISSUES)))
         necrosis = tissue == "adenocarcinoma" and bool(rng.integers(0, 2))
