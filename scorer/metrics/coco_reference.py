@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
