@@ -86,7 +86,7 @@ def test_missing_and_corrupted_chunks_are_errors(tmp_path):
     os.remove(store.path_of(chunk))
     with pytest.raises(BlobError, match="a chunk failed: blob sha256:.* is missing"):
         store.get(ref)
-    assert "missing" in store.check(ref.blob)
+    assert "missing" in (store.check(ref.blob) or "")
 
 
 def test_bad_address():

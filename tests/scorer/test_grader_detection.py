@@ -53,7 +53,7 @@ def test_perfect_scores_one_and_empty_scores_zero(twin, tmp_path, options):
     (tmp_path / "empty").mkdir()
     r = grade(spec, tmp_path / "empty", data / "private", options)
     assert r.score == 0.0 and all(
-        c.status == "missing" and "prediction.json is missing" in c.reason for c in r.cases
+        c.status == "missing" and "prediction.json is missing" in (c.reason or "") for c in r.cases
     )
 
 
@@ -97,7 +97,7 @@ def test_each_malformed_file_scores_zero_with_its_reason(twin, tmp_path, kind):
     pred_path(tmp_path, "case_00001").write_bytes(raw)
     r = grade(spec, tmp_path, data / "private")
     bad = {c.case: c for c in r.cases}["case_00001"]
-    assert bad.status == "invalid" and bad.score == 0.0 and reason in bad.reason, bad.reason
+    assert bad.status == "invalid" and bad.score == 0.0 and reason in (bad.reason or ""), bad.reason
     assert bad.reason is not None
     assert bad.reason.startswith("agents_outputs/case_00001/prediction.json: ")
     # the invalid case counts as no detections: its reference boxes are misses, so mAP drops

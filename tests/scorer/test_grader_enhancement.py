@@ -43,7 +43,7 @@ def test_perfect_scores_one_and_empty_scores_zero(twin, tmp_path):
     (tmp_path / "empty").mkdir()
     r = grade(spec, tmp_path / "empty", data / "private")
     assert r.score == 0.0 and len(r.cases) == 3
-    assert all(c.status == "missing" and "enhanced.npy is missing" in c.reason for c in r.cases)
+    assert all(c.status == "missing" and "enhanced.npy is missing" in (c.reason or "") for c in r.cases)
 
 
 def test_identity_baseline_is_between(twin, tmp_path):
@@ -104,8 +104,8 @@ def test_each_malformed_output_scores_zero_with_its_reason(twin, tmp_path, kind)
         np.save(target, payload)
     r = grade(spec, tmp_path, data / "private")
     bad = {c.case: c for c in r.cases}["case_00001"]
-    assert bad.score == 0.0 and bad.status == "invalid" and reason in bad.reason, bad.reason
-    assert "agents_outputs/case_00001/enhanced.npy" in bad.reason
+    assert bad.score == 0.0 and bad.status == "invalid" and reason in (bad.reason or ""), bad.reason
+    assert "agents_outputs/case_00001/enhanced.npy" in (bad.reason or "")
     assert r.score == pytest.approx(2 / 3)
 
 
@@ -113,7 +113,7 @@ def test_a_directory_in_place_of_the_file_is_invalid(twin, tmp_path):
     spec, data = twin
     out_path(tmp_path, "case_00000").mkdir()
     r = grade(spec, tmp_path, data / "private")
-    assert r.cases[0].status == "invalid" and "not a regular file" in r.cases[0].reason
+    assert r.cases[0].status == "invalid" and "not a regular file" in (r.cases[0].reason or "")
 
 
 def test_data_range_comes_from_the_csv_then_the_reference(twin, tmp_path):
