@@ -23,7 +23,7 @@ def test_nifti_roundtrip_keeps_grid_and_values(tmp_path):
     assert np.array_equal(np.array(vol.values).reshape(vol.shape, order="F"), data)
     mask = bytearray(1 if v > 0 else 0 for v in vol.values)
     kit.write_nifti(str(tmp_path / "out" / "mask.nii.gz"), vol, mask)
-    out = nib.load(tmp_path / "out" / "mask.nii.gz")
+    out = nib.nifti1.load(tmp_path / "out" / "mask.nii.gz")
     assert out.shape == data.shape and out.get_data_dtype() == np.uint8
     assert np.allclose(out.affine, affine)
     assert np.array_equal(np.asarray(out.dataobj), (data > 0).astype(np.uint8))

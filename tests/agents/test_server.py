@@ -54,7 +54,9 @@ def test_streaming_reassembles_to_the_same_answer(server):
         stream=True,
         stream_options={"include_usage": True},
     )
-    text, args, names, finish, usage = "", {}, {}, None, None
+    text, finish, usage = "", None, None
+    args: dict[int, str] = {}
+    names: dict[int, str] = {}
     for chunk in stream:
         if chunk.usage:
             usage = chunk.usage

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,7 @@ def amb_record(
     argv: list[str],
     *,
     cwd: Path,
-    extra: list[str] = (),
+    extra: Sequence[str] = (),
     env: dict | None = None,
     timeout: float = 120,
     **popen,

@@ -107,7 +107,7 @@ def test_verify_names_the_first_bad_event(tmp_path):
         "UPDATE events SET payload = replace(CAST(payload AS VARCHAR), '\"kind\":', '\"kind\": ') "
         "WHERE source = 'shim' AND seq = 2"
     )
-    kind = con.execute("SELECT kind FROM events WHERE source = 'shim' AND seq = 2").fetchone()[0]
+    kind = con.execute("SELECT kind FROM events WHERE source = 'shim' AND seq = 2").fetchall()[0][0]
     con.close()
     bad = amb("verify", store=store, check=False)
     assert bad.returncode == 1

@@ -49,7 +49,7 @@ def test_synth_then_prepare_errors_are_one_line(tmp_path):
     out = tmp_path / "twin"
     first = amb("task", "synth", "pancreas-seg", "--out", str(out), "--cases", "2", "--seed", "7")
     assert "wrote 2 synthetic pancreas-seg cases (seed 7)" in first.stdout
-    img = nib.load(str(out / "public" / "PanTS_00000001" / "ct.nii.gz"))
+    img = nib.nifti1.load(str(out / "public" / "PanTS_00000001" / "ct.nii.gz"))
     assert np.asanyarray(img.dataobj).dtype == np.int16
     again = amb("task", "synth", "pancreas-seg", "--out", str(out), check=False)
     assert again.returncode == 2 and again.stderr.count("\n") == 1 and "already exists" in again.stderr

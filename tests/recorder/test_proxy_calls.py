@@ -4,6 +4,7 @@ and not, with tool calls and compressed bodies; the record must equal what the c
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import anthropic
 import httpx
@@ -76,7 +77,8 @@ def test_chat_completions(rec, fake, stream, encoding):
     client = oai(rec, encoding)
     args = dict(model="gpt-test", messages=[{"role": "user", "content": "hi"}], tools=TOOLS_CHAT)
     if stream:
-        text, tc = [], {}
+        text: list[str] = []
+        tc: dict[int, Any] = {}
         for chunk in client.chat.completions.create(
             stream=True, stream_options={"include_usage": True}, **args
         ):

@@ -10,6 +10,7 @@ import socket
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,7 +54,7 @@ def test_local_run_records_processes_and_file_changes(tmp_path: Path, tracer: st
     assert notes[-1].text == "shim finished" and notes[-1].data["exit_code"] == 3
 
     procs = payloads(events, "process.exited")
-    by_argv0 = {}
+    by_argv0: dict[str, Any] = {}
     for p in procs:
         by_argv0.setdefault(p.argv[0] if p.argv else "", []).append(p)
     root = [p for p in procs if p.argv[:2] == ["bash", "-c"]]

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from recorder.spool import SpoolWriter, spool_path
 from replay.ingest import ingest
@@ -37,7 +38,7 @@ def test_sigkill_mid_burst_loses_no_acknowledged_frame(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True
     )
-    acked = []
+    acked: list[Any] = []
     deadline = time.monotonic() + 60
     while len(acked) < 60 and time.monotonic() < deadline:
         assert proc.stdout is not None

@@ -6,6 +6,7 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,13 +25,13 @@ GOLDEN = Path(__file__).parents[1] / "data" / "golden" / "v1-store"
 
 def count(root) -> int:
     with Store.open(root, read_only=True) as st:
-        return st.con.execute("SELECT count(*) FROM events").fetchone()[0]
+        return st.con.execute("SELECT count(*) FROM events").fetchall()[0][0]
 
 
 def test_ingest_loads_every_event(store):
     with Store.open(store, read_only=True) as st:
         per_run = dict(st.con.execute("SELECT run_id, count(*) FROM events GROUP BY 1").fetchall())
-        spooled = {}
+        spooled: dict[str, Any] = {}
         for f in (store / "spool").glob("*/*.spool"):
             from schemas.frames import scan
 
@@ -169,7 +170,7 @@ def test_golden_v1_log_is_upcast(tmp_path):
         # Stored as written (v1); read back as the current version.
         assert {e.v for e in notes} == {1}
         assert [e.payload for e in notes] == [Note(text="written by note v1"), Note(text="café ✓")]
-        assert st.con.execute("SELECT count(*) FROM manifests").fetchone()[0] == 1
+        assert st.con.execute("SELECT count(*) FROM manifests").fetchall()[0][0] == 1
 
 
 def test_concurrent_writers_wait_for_the_lock(tmp_path):
@@ -187,4 +188,4 @@ def test_concurrent_writers_wait_for_the_lock(tmp_path):
     ]
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
     with Store.open(root, read_only=True) as st:
-        assert st.con.execute("SELECT count(DISTINCT run_id) FROM events").fetchone()[0] == 4
+        assert st.con.execute("SELECT count(DISTINCT run_id) FROM events").fetchall()[0][0] == 4

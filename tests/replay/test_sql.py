@@ -44,8 +44,10 @@ def test_views_answer_questions(store):
         "SELECT count(*), count(answered_in) FROM tool_calls WHERE run_id = 'run-0'"
     ).fetchone()
     assert paired == (12, 11)  # the last call (submit_results) is never answered
-    assert con.execute("SELECT count(*) FROM processes WHERE exit_code IS NULL").fetchone()[0] == 0
+    assert con.execute("SELECT count(*) FROM processes WHERE exit_code IS NULL").fetchall()[0][0] == 0
     # Every write of the plan was made by a process that wrote it (shim facts agree with each other).
-    plan_writes = con.execute("SELECT count(*) FROM file_writes WHERE path = 'plan/plan.md'").fetchone()[0]
-    plan_procs = con.execute("SELECT count(*) FROM processes WHERE cmd LIKE '%> plan/plan.md%'").fetchone()[0]
+    plan_writes = con.execute("SELECT count(*) FROM file_writes WHERE path = 'plan/plan.md'").fetchall()[0][0]
+    plan_procs = con.execute("SELECT count(*) FROM processes WHERE cmd LIKE '%> plan/plan.md%'").fetchall()[
+        0
+    ][0]
     assert plan_writes == plan_procs >= 3

@@ -118,7 +118,7 @@ def test_missing_blob(store):
     with Store.open(store, read_only=True) as st:
         blob = st.con.execute(
             "SELECT request_blob FROM model_calls WHERE run_id = 'run-1' ORDER BY seq LIMIT 1 OFFSET 2"
-        ).fetchone()[0]
+        ).fetchall()[0][0]
         path = st.blobs.path_of(blob)
     os.remove(path)
     found = problems(store)
@@ -129,7 +129,7 @@ def test_corrupted_blob(store):
     with Store.open(store, read_only=True) as st:
         blob = st.con.execute(
             "SELECT response_blob FROM model_calls WHERE run_id = 'run-2' LIMIT 1"
-        ).fetchone()[0]
+        ).fetchall()[0][0]
         path = st.blobs.path_of(blob)
     os.chmod(path, 0o644)
     import zlib

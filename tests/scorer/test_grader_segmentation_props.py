@@ -96,7 +96,7 @@ def test_malformed_submissions_never_crash(tmp_path_factory, data, task_id, gate
     private = root / "private"
     for case_dir in sorted(p for p in private.iterdir() if p.is_dir()):
         for ref_file in sorted(case_dir.iterdir()):
-            ref_shape = tuple(nib.load(str(ref_file)).shape)
+            ref_shape = tuple(nib.nifti1.load(str(ref_file)).shape)
             content = data.draw(volume_bytes(ref_shape))
             if content is None:
                 continue

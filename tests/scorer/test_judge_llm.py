@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -85,7 +86,7 @@ def _setup(monkeypatch, server, *, timeout=5.0, retries=0, cache=None):
     settings = msgspec.structs.replace(prof.judge, timeout_s=timeout, max_retries=retries)
     traj = fold("r1", _events(), lambda ref: b"")
     evidence = build(traj, prof.evidence, lambda ref: b"", track="segmentation", grade=None)
-    stored = []
+    stored: list[Any] = []
     judge = LLMJudge(settings, cache if cache is not None else JudgeCache(), stored.append)
     items = [i for i in prof.items_for("segmentation", "standard") if i.id in ("s2b", "s3")]
     return judge, traj, evidence, items

@@ -148,9 +148,9 @@ def test_graded_runs(recorded):
     paper = load("paper-2026-06")
     with open_store(store) as st:
         rows = {r["run_id"]: r for r in score_runs(st, paper, judge="offline", references=refs).rows}
-        n_grades = st.con.execute("SELECT count(*) FROM grade_cache").fetchone()[0]
+        n_grades = st.con.execute("SELECT count(*) FROM grade_cache").fetchall()[0][0]
         again = {r["run_id"]: r for r in score_runs(st, paper, judge="offline", references=refs).rows}
-        assert st.con.execute("SELECT count(*) FROM grade_cache").fetchone()[0] == n_grades == 3
+        assert st.con.execute("SELECT count(*) FROM grade_cache").fetchall()[0][0] == n_grades == 3
         code = {
             r["run_id"]: r
             for r in score_runs(st, load("code-2026-04"), judge="offline", references=refs).rows

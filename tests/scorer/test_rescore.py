@@ -45,7 +45,7 @@ def test_offline_rescore_is_identical_and_appends(store):
     with open_store(store) as st:
         a = score_runs(st, prof, judge="offline", jobs=2)
         b = score_runs(st, prof, judge="offline", jobs=2)
-        n_rows = st.con.execute("SELECT count(*) FROM scores").fetchone()[0]
+        n_rows = st.con.execute("SELECT count(*) FROM scores").fetchall()[0][0]
         current = ledger.current(st.con, profile_id=prof.id)
     assert len(a.rows) == N_RUNS and a.judge == "offline:rules-v1"
     assert [r["fingerprint"] for r in a.rows] == [r["fingerprint"] for r in b.rows]

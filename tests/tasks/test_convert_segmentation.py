@@ -4,6 +4,7 @@ tiny fixtures."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import nibabel as nib
 import numpy as np
@@ -29,7 +30,7 @@ def volume(seed: int, shape=(6, 5, 4)) -> np.ndarray:
 
 
 def load(path: Path) -> np.ndarray:
-    return np.asanyarray(nib.load(str(path)).dataobj)
+    return np.asanyarray(nib.nifti1.load(str(path)).dataobj)
 
 
 def self_grade(task_id: str, out: Path, tmp_path: Path) -> float:
@@ -50,7 +51,7 @@ def test_kits19(tmp_path):
         save(src / f"case_{i:05d}" / "segmentation.nii.gz", seg)
     save(src / "case_00210" / "imaging.nii.gz", volume(9))  # a test case: no segmentation, skipped
     out = tmp_path / "out"
-    seen = []
+    seen: list[Any] = []
     convert.prepare(load_spec("kidney-seg"), src, out, progress=seen.append)
     assert seen == ["case_00000", "case_00001"]
     assert (out / "public" / "case_00000" / "ct.nii.gz").read_bytes() == (
@@ -61,7 +62,7 @@ def test_kits19(tmp_path):
     np.testing.assert_array_equal(organ, (seg0 >= 1).astype(np.uint8))  # kidney region includes the tumour
     np.testing.assert_array_equal(lesion, (seg0 == 2).astype(np.uint8))
     assert not load(out / "private" / "case_00001" / "lesion.nii.gz").any()
-    assert np.allclose(nib.load(str(out / "private" / "case_00000" / "organ.nii.gz")).affine, AFFINE)
+    assert np.allclose(nib.nifti1.load(str(out / "private" / "case_00000" / "organ.nii.gz")).affine, AFFINE)
     assert not (out / "public" / "case_00210").exists()
     assert self_grade("kidney-seg", out, tmp_path) == pytest.approx(1.0)
 
@@ -129,7 +130,7 @@ def test_aeropath(tmp_path):
         save(src / str(n) / f"{n}_CT_HR_label_airways.nii.gz", airways)
     (src / "README.md").write_text("AeroPath")
     out = tmp_path / "out"
-    seen = []
+    seen: list[Any] = []
     convert.prepare(load_spec("aeropath-seg"), src, out, progress=seen.append)
     assert seen == ["1", "2", "10"]
     assert sorted(p.name for p in (out / "private").iterdir()) == [

@@ -22,7 +22,7 @@ def test_layout_and_content(spec, tmp_path):
     for case in cases:
         assert sorted(p.name for p in (tmp_path / "public" / case).iterdir()) == sorted(spec.public.files)
         assert sorted(p.name for p in (tmp_path / "private" / case).iterdir()) == sorted(spec.private.files)
-        img = nib.load(str(tmp_path / "public" / case / spec.seg.input_file))
+        img = nib.nifti1.load(str(tmp_path / "public" / case / spec.seg.input_file))
         data = np.asanyarray(img.dataobj)
         assert list(img.shape) == spec.seg.synth_shape
         assert np.allclose(img.header.get_zooms(), spec.seg.synth_spacing, atol=1e-5)
@@ -34,7 +34,7 @@ def test_layout_and_content(spec, tmp_path):
         else:
             assert data.dtype == np.float32 and data.min() >= 0
         for name in spec.private.files:
-            ref = nib.load(str(tmp_path / "private" / case / name))
+            ref = nib.nifti1.load(str(tmp_path / "private" / case / name))
             assert ref.shape == img.shape and np.allclose(ref.affine, img.affine)
             labels = np.asanyarray(ref.dataobj)
             assert labels.dtype == np.uint8
@@ -48,8 +48,8 @@ def test_binary_twins_have_lesion_free_cases_and_nested_lesions(spec, tmp_path):
     positive = []
     for i in range(3):
         case = tmp_path / "private" / spec.case_id(i)
-        organ = np.asanyarray(nib.load(str(case / "organ.nii.gz")).dataobj) > 0
-        lesion = np.asanyarray(nib.load(str(case / "lesion.nii.gz")).dataobj) > 0
+        organ = np.asanyarray(nib.nifti1.load(str(case / "organ.nii.gz")).dataobj) > 0
+        lesion = np.asanyarray(nib.nifti1.load(str(case / "lesion.nii.gz")).dataobj) > 0
         assert organ.sum() > 100
         assert not (lesion & ~organ).any()  # the lesion lies inside the organ
         positive.append(bool(lesion.any()))
@@ -60,7 +60,7 @@ def test_binary_twins_have_lesion_free_cases_and_nested_lesions(spec, tmp_path):
 def test_multiclass_twins_cover_most_labels(spec, tmp_path):
     synth.synth(spec, tmp_path, cases=1, seed=0)
     labels = np.asanyarray(
-        nib.load(str(tmp_path / "private" / spec.case_id(0) / spec.seg.label_file)).dataobj
+        nib.nifti1.load(str(tmp_path / "private" / spec.case_id(0) / spec.seg.label_file)).dataobj
     )
     present = set(np.unique(labels).tolist()) - {0}
     assert len(present) >= 0.85 * len(spec.seg.labels)
