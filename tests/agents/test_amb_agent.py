@@ -20,6 +20,7 @@ from agents.baseline.server import BaselineServer
 from replay.read import iter_events
 from replay.store import Store
 from schemas.blobstore import BlobStore
+from schemas.events import ModelCallCompleted, SubmissionSealed, ToolCallRequested, ToolCallResult
 from scorer.grader import grade
 from tasks.registry import brief, load_spec
 from tasks.synth import synth
@@ -88,9 +89,9 @@ def test_recorded_run_has_automedbench_shape(tmp_path, server, twin):
         status = st.con.execute("SELECT status FROM runs WHERE run_id = 'agent-1'").fetchall()
     assert status == [("completed",)]
     blobs = BlobStore(store / "blobs")
-    calls = [e.payload for e in events if e.kind == "model_call.completed"]
-    requested = [e.payload for e in events if e.kind == "tool_call.requested"]
-    results = {e.payload.tool_call_id: e.payload for e in events if e.kind == "tool_call.result"}
+    calls = [e.payload for e in events if isinstance(e.payload, ModelCallCompleted)]
+    requested = [e.payload for e in events if isinstance(e.payload, ToolCallRequested)]
+    results = {e.payload.tool_call_id: e.payload for e in events if isinstance(e.payload, ToolCallResult)}
     assert len(calls) == 10  # turns = API calls: 9 code runs + 1 submit, as in the paper's example
     assert [c.message.tool_calls[0].name for c in calls] == ["execute_code"] * 9 + ["submit_results"]
     assert [r.name for r in requested] == ["execute_code"] * 9 + ["submit_results"]
@@ -108,7 +109,7 @@ def test_recorded_run_has_automedbench_shape(tmp_path, server, twin):
             assert set(last) >= {"exit_code", "stdout", "stderr"} and last["exit_code"] == 0
     # every execute_code was answered, submit_results was not (the run ended on it)
     assert set(results) == {r.tool_call_id for r in requested[:-1]}
-    sealed = [e.payload for e in events if e.kind == "submission.sealed"][0]
+    sealed = [e.payload for e in events if isinstance(e.payload, SubmissionSealed)][0]
     paths = {f.path for f in sealed.files}
     assert {"plan/plan.md", "plan/plan.png", "agents_outputs/case_00000/prediction.json"} <= paths
     assert not any(p.startswith(".amb_exec_") for p in paths)  # the harness cleans its temp files

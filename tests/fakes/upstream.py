@@ -64,6 +64,7 @@ class _Encoder:
 
     def __init__(self, coding: str | None):
         self.coding = coding
+        self.c: Any  # one of four compressor types, each with its own method names
         if coding == "gzip":
             self.c = zlib.compressobj(6, zlib.DEFLATED, 31)
         elif coding == "deflate":
@@ -191,7 +192,7 @@ class FakeUpstream:
         status = int(h.get("x-fake-status", "200"))
         p = path.split("?", 1)[0]
         if status >= 400:
-            err = {
+            err: dict[str, Any] = {
                 "error": {"message": f"fake upstream failure {status}", "type": "server_error", "code": None}
             }
             if p.endswith("/messages"):
@@ -404,7 +405,8 @@ class FakeUpstream:
 
     def _responses_parts(self, req: dict[str, Any], h: dict[str, str], n: int) -> tuple:
         model = req.get("model", "fake-model")
-        items = req.get("input") if isinstance(req.get("input"), list) else []
+        raw_input = req.get("input")
+        items = raw_input if isinstance(raw_input, list) else []
         tools = bool(req.get("tools")) and not any(i.get("type") == "function_call_output" for i in items)
         pieces = split(TEXT, int(h.get("x-fake-chunks", "5")))
         args = json.dumps(TOOL_ARGS, ensure_ascii=False)

@@ -36,7 +36,9 @@ def test_the_cut_is_the_payload_and_nothing_else():
     )
     tail = '", "detail": "high"}}]}]}'
     body = (head + payload + tail).encode()
-    doc, marker = skim(body)
+    skimmed = skim(body)
+    assert skimmed is not None
+    doc, marker = skimmed
     assert doc == (head + marker + tail).encode()
     info = calls.parse_request(CHAT, body)
     assert (info.model, info.chars, info.tool_results) == ("m", 4, [])
@@ -54,7 +56,9 @@ def test_two_payloads_pretty_printed_and_one_at_a_stride_boundary():
         },
         indent=2,
     ).encode()
-    doc, marker = skim(body)
+    skimmed = skim(body)
+    assert skimmed is not None
+    doc, marker = skimmed
     assert doc.count(marker.encode()) == 2 and len(doc) < 1000
     assert calls.parse_request(MESSAGES, body) == full_parse(MESSAGES, body)
 

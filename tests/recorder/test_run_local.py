@@ -14,6 +14,7 @@ from recorder.spool import spool_path
 from schemas.blobstore import BlobStore
 from schemas.codec import decode_event
 from schemas.errors import UsageError
+from schemas.events import SubmissionSealed
 from schemas.frames import scan
 from tests.fakes.harness import REAL_KEYS
 from tests.fakes.upstream import FakeUpstream
@@ -141,7 +142,7 @@ def test_store_and_private_files_inside_the_workspace_are_not_sealed(tmp_path, f
     events = [
         decode_event(b) for b in scan(spool_path(spec.store, out.run_id, "recorder").read_bytes()).bodies
     ]
-    (sealed,) = [e.payload for e in events if e.kind == "submission.sealed"]
+    (sealed,) = [e.payload for e in events if isinstance(e.payload, SubmissionSealed)]
     assert [f.path for f in sealed.files] == ["result.txt"]
     assert sealed.skipped == ["amb-store/: amb-record's own files"]
 

@@ -204,8 +204,8 @@ def test_malformed_reports_never_crash(mimic, pathcap, tmp_path, contents, level
     result = grade(spec, ws, twin / "data" / "private", GradeOptions(text_level=level, completeness=gate))
     assert 0.0 <= result.score <= 1.0
     assert len(result.cases) == len(_cases(twin))
-    for case in result.cases:
-        assert 0.0 <= case.score <= 1.0
-        if case.status != "scored":
-            assert case.score == 0.0 and case.reason
+    for result_case in result.cases:
+        assert 0.0 <= result_case.score <= 1.0
+        if result_case.status != "scored":
+            assert result_case.score == 0.0 and result_case.reason
     assert result.to_json()

@@ -211,4 +211,5 @@ def test_union_rule_equals_pycocotools_plus_zeros():
     )
     theirs = coco_ap(refs, preds, rec_thrs=np.arange(101) / 100)
     assert theirs["ghost"] is None and ours.per_class["ghost"].ap == 0.0
+    assert theirs["a"] is not None and theirs["b"] is not None
     assert ours.map == pytest.approx((theirs["a"] + theirs["b"] + 0.0) / 3, abs=1e-12)

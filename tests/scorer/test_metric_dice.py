@@ -146,7 +146,7 @@ def test_shape_mismatch_is_an_error():
 @pytest.mark.parametrize("threshold", [-0.5, 0.0, 0.5, 1.0, 1.5])
 @pytest.mark.parametrize("dtype", [np.bool_, np.uint8, np.int16, np.float32])
 def test_binarisation_matches_a_float_comparison(dtype, threshold):
-    values = np.array([-1, 0, 0, 1, 1, 2, 3, 0], dtype=np.float64)
+    values: np.ndarray = np.array([-1, 0, 0, 1, 1, 2, 3, 0], dtype=np.float64)
     if dtype == np.bool_:
         values = values > 0
     arr = values.astype(dtype)

@@ -111,4 +111,5 @@ def test_html_opens_in_headless_chromium(tmp_path):
     img = Image.open(shot).convert("L")
     assert img.size == (1200, 1600)
     lo, hi = img.getextrema()
+    assert isinstance(lo, int) and isinstance(hi, int)  # one band: plain numbers
     assert hi - lo > 100  # something was drawn, not a blank page
