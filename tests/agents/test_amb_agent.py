@@ -98,6 +98,7 @@ def test_recorded_run_has_automedbench_shape(tmp_path, server, twin):
     stages = [json.loads(r.arguments)["code"].split("\n", 1)[0] for r in requested[:-1]]
     assert [s.split()[1] for s in stages] == ["S1", "S1", "S2", "S2", "S2", "S3", "S3", "S4", "S5"]
     for turn, call in enumerate(calls):
+        assert call.request is not None
         body = json.loads(blobs.get(call.request))
         assert sorted(t["function"]["name"] for t in body["tools"]) == ["execute_code", "submit_results"]
         assert body["tool_choice"] == "auto" and body["temperature"] == 0.0 and body["max_tokens"] == 4096

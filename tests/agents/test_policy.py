@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,14 +35,14 @@ def drive(task: str, tier: str, data: Path, ws: Path, flaw: str | None = None, m
     """Run the policy to its submission; returns (steps taken, messages)."""
     ws.mkdir(parents=True, exist_ok=True)
     (ws / "tier_prompt.txt").write_text(brief(task, tier))
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": system_prompt(brief(task, tier), str(ws), str(data / "public"), tier)},
         {"role": "user", "content": KICKOFF},
     ]
-    steps = []
+    steps: list[tuple[str, Any, dict[str, Any]]] = []
     for turn in range(max_turns):
         d = decide(messages, flaw)
-        calls = [
+        calls: list[dict[str, Any]] = [
             {
                 "id": f"c{turn}_{k}",
                 "type": "function",
@@ -59,7 +60,9 @@ def drive(task: str, tier: str, data: Path, ws: Path, flaw: str | None = None, m
                 steps.append(("submit", None, tc.arguments))
                 return steps, messages
             result = run_code(tc.arguments["language"], tc.arguments["code"], ws, 120, turn)
-            step = re.match(r"#\s*S\d\s+(\w+)", tc.arguments["code"]).group(1)
+            marker = re.match(r"#\s*S\d\s+(\w+)", tc.arguments["code"])
+            assert marker is not None, tc.arguments["code"]
+            step = marker.group(1)
             steps.append((step, result, tc.arguments))
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": json.dumps(result)})
     raise AssertionError(f"no submission after {max_turns} turns: {[s[0] for s in steps]}")

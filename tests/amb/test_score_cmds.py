@@ -96,16 +96,7 @@ def test_bad_input_is_one_line(store, args, message):
 
 
 def test_score_with_the_llm_judge_through_the_cli(store):
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        "judge_server", Path(__file__).parents[1] / "fakes" / "judge_server.py"
-    )
-    fake = importlib.util.module_from_spec(spec)
-    assert spec is not None
-    assert spec.loader is not None
-    spec.loader.exec_module(fake)
+    from tests.fakes import judge_server as fake
 
     def policy(req):
         text = fake.user_text(req)

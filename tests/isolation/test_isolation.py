@@ -209,6 +209,7 @@ def test_agent_container_isolation(tmp_path: Path, agent_image: str) -> None:  #
 
             def ready(ports, env):
                 on_ready(ports, env)
+                assert backend.workspace is not None
                 (backend.workspace / "probe_args.json").write_text(json.dumps(args))
                 os.chmod(backend.workspace / "probe_args.json", 0o644)
 

@@ -178,9 +178,9 @@ def test_docker_run_recorded_against_ground_truth(tmp_path: Path, agent_image: s
 
 
 def _seal(st: Store) -> dict:
-    (payload,) = st.con.execute(
+    ((payload,),) = st.con.execute(
         "SELECT payload FROM events WHERE run_id = 'e2e-docker' AND kind = 'submission.sealed'"
-    ).fetchone()
+    ).fetchall()
     return json.loads(payload)
 
 

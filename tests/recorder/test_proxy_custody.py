@@ -22,7 +22,7 @@ def test_placeholder_is_swapped_only_for_the_configured_upstream():
     assert not c.inject("evil.example", 443, elsewhere) and elsewhere["authorization"] == f"Bearer {ph}"
     wrong_port = Headers(authorization=f"Bearer {ph}")
     assert not c.inject("api.openai.com", 80, wrong_port)
-    a = Headers(**{"x-api-key": c.placeholders["anthropic"]})
+    a = Headers([(b"x-api-key", c.placeholders["anthropic"].encode())])
     assert c.inject("gateway.local", 8080, a) and a["x-api-key"] == ENV["ANTHROPIC_API_KEY"]
 
 

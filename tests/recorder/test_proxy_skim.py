@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+from typing import Any
 
 import msgspec
 import pytest
@@ -150,7 +151,7 @@ def _random_request(rng: random.Random, api: calls.Api) -> dict:
         t = rng.choice(["short", "ü" * rng.randrange(1, 50), "y" * rng.randrange(MIN_SPAN, 150_000)])
         return {"type": "input_text" if api is RESPONSES else "text", "text": t}
 
-    turns = []
+    turns: list[dict[str, Any]] = []
     for i in range(rng.randrange(1, 6)):
         parts = [rng.choice([image, text])() for _ in range(rng.randrange(1, 4))]
         cid = f"call_{i}"

@@ -22,7 +22,13 @@ class WsClient:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.conn = WSConnection(ConnectionType.CLIENT)
         self.sock.sendall(
-            self.conn.send(Request(host=f"127.0.0.1:{port}", target=path, extra_headers=headers))
+            self.conn.send(
+                Request(
+                    host=f"127.0.0.1:{port}",
+                    target=path,
+                    extra_headers=[(k.encode(), v.encode()) for k, v in headers],
+                )
+            )
         )
         self.pending: list = []
         assert isinstance(self._next(), AcceptConnection)
@@ -60,7 +66,7 @@ class WsClient:
 def rec(tmp_path):
     with FakeUpstream() as fake:
         r = Recording(tmp_path, fake.url).start()
-        r.fake = fake
+        r.fake = fake  # type: ignore[attr-defined]  # the tests below reach the upstream through the recording
         yield r
         r.stop()
 

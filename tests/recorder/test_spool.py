@@ -45,6 +45,7 @@ def test_sigkill_mid_burst_loses_no_acknowledged_frame(tmp_path):
         acked.append(int(proc.stdout.readline()))
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    assert proc.stdout is not None
     rest = proc.stdout.read().split()
     acked += [int(x) for x in rest]
     assert len(acked) >= 60

@@ -151,6 +151,6 @@ def test_verify_named_runs_only(store):
 def test_manifest_is_stable_json(store):
     with Store.open(store, read_only=True) as st:
         m = manifests.stored(st.con, "run-0")
-        assert m == manifests.compute(st.con, "run-0")
+        assert m is not None and m == manifests.compute(st.con, "run-0")
     assert set(m) == {"format", "run_id", "sources", "events", "blob_refs", "manifest_hash"}
     assert json.loads(json.dumps(m)) == m

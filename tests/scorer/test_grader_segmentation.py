@@ -204,8 +204,7 @@ def test_corrupt_inputs_are_invalid_with_reasons(tmp_path):
     assert "NaN" in (reasons["nan"] or "")
     assert "unsupported voxel type" in (reasons["rgb"] or "")
     for case in ("gzip", "truncated", "text", "empty"):
-        assert reasons[case] is not None
-        assert reasons[case].startswith(f"agents_outputs/{case}/organ.nii.gz: "), reasons[case]
+        assert str(reasons[case]).startswith(f"agents_outputs/{case}/organ.nii.gz: "), reasons[case]
 
 
 def test_directory_or_fifo_instead_of_a_file(tmp_path):

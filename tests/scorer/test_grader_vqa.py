@@ -47,7 +47,7 @@ def _write(ws: Path, qid: str, content: dict | str | bytes) -> None:
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
 
 
-def _answer(qid: str, answer: str, label: str = "", raw: str | None = None) -> dict:
+def _answer(qid: str, answer: str, label: object = "", raw: str | None = None) -> dict:
     return {
         "question_id": qid,
         "predicted_label": label,

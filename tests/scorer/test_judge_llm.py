@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -25,14 +23,7 @@ from scorer.judge.cache import JudgeCache
 from scorer.judge.llm import LLMJudge
 from scorer.profile import load
 from scorer.trajectory import fold
-
-_spec = importlib.util.spec_from_file_location(
-    "judge_server", Path(__file__).parents[1] / "fakes" / "judge_server.py"
-)
-fake = importlib.util.module_from_spec(_spec)
-assert _spec is not None
-assert _spec.loader is not None
-_spec.loader.exec_module(fake)
+from tests.fakes import judge_server as fake
 
 
 def _events():

@@ -65,7 +65,7 @@ def record(store: Path, run_id: str, workspace: Path | None, drop_case: str | No
     ]
     files = sorted(p for p in (workspace.rglob("*") if workspace else []) if p.is_file())
     outputs = [
-        (str(p.relative_to(workspace)), p.read_bytes())
+        (str(p.relative_to(workspace or Path())), p.read_bytes())
         for p in files
         if drop_case is None or drop_case not in str(p)
     ]

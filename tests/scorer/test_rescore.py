@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from recorder.synthetic import generate_run
@@ -12,14 +9,7 @@ from replay.ingest import ingest
 from scorer import ledger
 from scorer.batch import open_store, score_runs
 from scorer.profile import load
-
-_spec = importlib.util.spec_from_file_location(
-    "judge_server", Path(__file__).parents[1] / "fakes" / "judge_server.py"
-)
-fake = importlib.util.module_from_spec(_spec)
-assert _spec is not None
-assert _spec.loader is not None
-_spec.loader.exec_module(fake)
+from tests.fakes import judge_server as fake
 
 N_RUNS = 200
 LLM_RUNS = [f"run-{i:03d}" for i in range(N_RUNS)]

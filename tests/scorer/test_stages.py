@@ -135,6 +135,7 @@ def test_pattern_rules_of_the_offline_judge():
     from schemas.blob import BlobRef, digest
     from schemas.codec import Event
     from schemas.events import FileWritten, RunStarted
+    from schemas.events.base import kind_of
     from scorer.judge.offline import OfflineJudge
     from scorer.trajectory import fold
 
@@ -157,7 +158,7 @@ def test_pattern_rules_of_the_offline_judge():
             source="shim",
             seq=i,
             ts_ns=i,
-            kind=type(p).__struct_config__.tag,
+            kind=kind_of(type(p)),
             v=1,
             payload=p,
             prev_hash="",
@@ -168,6 +169,8 @@ def test_pattern_rules_of_the_offline_judge():
     get = {digest(plan): plan}.__getitem__
     traj = fold("r", evs, lambda ref: get(ref.blob))
     items = {i.id: i for i in load("paper-2026-06").profile.items_for("report", "lite")}
-    out = OfflineJudge(lambda ref: get(ref.blob)).judge(traj, None, list(items.values()), track="report")
+    judge = OfflineJudge(lambda ref: get(ref.blob))
+    # The offline judge reads the trajectory, never the evidence view: none is built here.
+    out = judge.judge(traj, None, list(items.values()), track="report")  # type: ignore[arg-type]
     assert out["r1_manifest"].value == 1.0 and out["r1_outpath"].value == 1.0 and out["r1_pilot"].value == 1.0
     assert out["r2_manifest"].value == 0.0 and out["r3_rerun"].value == 1.0

@@ -42,7 +42,7 @@ def test_layout_and_content(spec, tmp_path):
             assert set(np.unique(labels).tolist()) <= allowed
 
 
-@pytest.mark.parametrize("spec", [s for s in SEG if s.seg.mode == "binary"], ids=lambda s: s.id)
+@pytest.mark.parametrize("spec", [s for s in SEG if s.seg and s.seg.mode == "binary"], ids=lambda s: s.id)
 def test_binary_twins_have_lesion_free_cases_and_nested_lesions(spec, tmp_path):
     synth.synth(spec, tmp_path, cases=3, seed=5)
     positive = []
@@ -56,7 +56,7 @@ def test_binary_twins_have_lesion_free_cases_and_nested_lesions(spec, tmp_path):
     assert positive == [True, True, False]  # every third case is lesion-free
 
 
-@pytest.mark.parametrize("spec", [s for s in SEG if s.seg.mode == "multiclass"], ids=lambda s: s.id)
+@pytest.mark.parametrize("spec", [s for s in SEG if s.seg and s.seg.mode == "multiclass"], ids=lambda s: s.id)
 def test_multiclass_twins_cover_most_labels(spec, tmp_path):
     synth.synth(spec, tmp_path, cases=1, seed=0)
     labels = np.asanyarray(
