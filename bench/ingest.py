@@ -171,7 +171,7 @@ def main() -> None:
         refs = st.con.execute(
             r"""SELECT unnest(regexp_extract_all(payload, '"blob":"(sha256:[0-9a-f]{64})"', 1)) FROM events"""
         ).fetchall()
-        blob_sizes = {}
+        blob_sizes: dict[str, int] = {}
         no_dedup = 0
         for (blob,) in refs:
             size = blob_sizes.get(blob)

@@ -94,6 +94,7 @@ class Target:
 
 
 def _first_line(proc: subprocess.Popen, what: str) -> str:
+    assert proc.stdout is not None, "started with stdout=PIPE"
     line = proc.stdout.readline().strip()
     if not line:
         raise SystemExit(f"bench: {what} did not start: {proc.stderr.read() if proc.stderr else ''}")
@@ -378,7 +379,7 @@ def main() -> None:
             ttfb = streaming(targets, n_stream, 3, 0)
             # Interleaved rounds (the median of each target's rounds): a single back-to-back window
             # per target let a burst of load elsewhere on the machine land on one target only.
-            rounds = {t.name: [] for t in targets}
+            rounds: dict[str, list[float]] = {t.name: [] for t in targets}
             for _ in range(3):
                 for t in targets:
                     rounds[t.name].append(throughput(t, 16, secs / 3))

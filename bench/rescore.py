@@ -17,7 +17,6 @@ the cached LLM judge.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import tempfile
@@ -98,11 +97,8 @@ def main() -> None:
         )
 
         if not args.skip_llm:
-            spec = importlib.util.spec_from_file_location(
-                "judge_server", ROOT / "tests" / "fakes" / "judge_server.py"
-            )
-            fake = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(fake)
+            from tests.fakes import judge_server as fake
+
             with fake.JudgeServer(fake.default_policy, keep_requests=False) as server:
                 os.environ["AMB_JUDGE_BASE_URL"] = server.base_url
                 os.environ["AMB_JUDGE_MODEL"] = "fake-judge"

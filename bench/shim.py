@@ -38,6 +38,7 @@ from recorder.docker_backend import CAPS, SHIM_ENTRY
 from recorder.shim.receiver import ShimReceiver
 from recorder.spool import spool_path
 from schemas.codec import decode_event
+from schemas.events import Note, ProcessExited
 from schemas.frames import scan
 
 LOOP = r"""
@@ -73,7 +74,9 @@ def main() -> int:
     client = docker.from_env()
     tmp = Path(tempfile.mkdtemp(prefix="amb-bench-shim-"))
     store = tmp / "store"
-    steps, receivers, volumes = [], [], {}
+    steps: list[str] = []
+    receivers: list[tuple[str, ShimReceiver]] = []
+    volumes: dict[str, dict[str, str]] = {}
     for _r in range(args.rounds):
         for label in ("plain", "shim", "shim", "plain"):
             if label == "plain":
@@ -143,10 +146,16 @@ def main() -> int:
         path = spool_path(store, run_id, "shim")
         events = [decode_event(bytes(b)) for b in scan(path.read_bytes()).bodies]
         procs = [
-            e for e in events if e.kind == "process.exited" and e.payload.argv == ["python3", "-c", "pass"]
+            e
+            for e in events
+            if isinstance(e.payload, ProcessExited) and e.payload.argv == ["python3", "-c", "pass"]
         ]
         recorded.append(len(procs))
-        bye = [e.payload.data for e in events if e.kind == "note" and e.payload.text == "shim finished"][0]
+        bye = [
+            e.payload.data
+            for e in events
+            if isinstance(e.payload, Note) and e.payload.text == "shim finished"
+        ][0]
         ms_shim.append(bye["cpu_ms_shim"])
         ms_strace.append(bye.get("cpu_ms_strace", 0))
         cpu.append(ms_shim[-1] + ms_strace[-1])

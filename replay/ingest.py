@@ -281,7 +281,7 @@ def _load(store: Store, files: list[_Spool]) -> int:
                 sql = _INSERT.replace("{stored_join}", _STORED_JOIN if seen else "").replace(
                     "{stored_hash}", "e.hash" if seen else "NULL::VARCHAR"
                 )
-                added = first(con.execute(sql, {"files": [f.readable for f in readable]}))[0]
+                added = con.execute(sql, {"files": [f.readable for f in readable]}).fetchall()[0][0]
             except duckdb.Error as e:
                 raise _explain(readable, e) from e
             bad = first(con.execute(_SEQUENCE_CHECK))

@@ -18,6 +18,7 @@ import os
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -51,7 +52,7 @@ def _is_lock_error(e: Exception) -> bool:
 
 
 def _connect(
-    path: Path, *, read_only: bool, config: dict | None, lock_timeout_s: float
+    path: Path, *, read_only: bool, config: dict[str, Any] | None, lock_timeout_s: float
 ) -> duckdb.DuckDBPyConnection:
     deadline = time.monotonic() + lock_timeout_s
     delay = 0.05
@@ -123,7 +124,7 @@ class Store:
         self.close()
 
 
-def first(cursor: duckdb.DuckDBPyConnection):
+def first(cursor: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
     """The first row of a result, or None, draining it: DuckDB 2 treats a result read with
     fetchone() as unfinished and refuses other work on the connection until it is drained."""
     rows = cursor.fetchall()

@@ -166,6 +166,7 @@ class LLMJudge:
             self.requests += 1
         t0 = time.perf_counter()
         response, text, cacheable, codes = "", "", True, None
+        cited: list[str]
         try:
             completion = self.client.chat.completions.create(**kwargs)
         except openai.APITimeoutError as e:
