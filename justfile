@@ -15,3 +15,7 @@ test *args:
 # Benchmarks (slow; not part of the tests)
 bench name *args:
     python bench/{{name}}.py {{args}}
+
+# Rewrite the README's generated blocks (the SQL views' columns) from the code
+docs:
+    python scripts/docs.py
