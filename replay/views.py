@@ -155,7 +155,11 @@ VIEWS: list[View] = [
             ),
             Column("exit_code", _p("exit_code", "INTEGER"), "Exit code (NULL: killed or still running)."),
             Column("signal", _p("signal", "INTEGER"), "Terminating signal."),
-            Column("tracer", _p("tracer"), "strace, proc-poll (fallback), recorder or synthetic."),
+            Column(
+                "tracer",
+                _p("tracer"),
+                "seccomp-notify, strace (its fallback), proc-poll (the last fallback, labelled), recorder or synthetic.",
+            ),
         ],
     ),
     View(
