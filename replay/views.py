@@ -158,7 +158,8 @@ VIEWS: list[View] = [
             Column(
                 "tracer",
                 _p("tracer"),
-                "seccomp-notify, strace (its fallback), proc-poll (the last fallback, labelled), recorder or synthetic.",
+                "seccomp-notify, strace (its fallback), proc-poll (the last fallback, labelled), "
+                "recorder or synthetic.",
             ),
         ],
     ),
