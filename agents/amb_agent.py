@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 STDOUT_KEEP = 3000
 STDERR_KEEP = 2000
@@ -124,7 +125,7 @@ def run_code(language: str, code: str, workspace: Path, timeout: float, n: int) 
         proc = subprocess.run(
             argv, cwd=workspace, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL
         )
-        out = {
+        out: dict[str, Any] = {
             "exit_code": proc.returncode,
             "stdout": proc.stdout.decode("utf-8", "replace"),
             "stderr": proc.stderr.decode("utf-8", "replace"),

@@ -18,10 +18,14 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from recorder.proxy.addon import Recorder
 from recorder.proxy.sink import Sink
 from schemas.errors import AmbError
+
+if TYPE_CHECKING:
+    from mitmproxy.master import Master
 
 DEFAULT_UPSTREAMS = {"openai": "https://api.openai.com", "anthropic": "https://api.anthropic.com"}
 CA_CERT_NAME = "mitmproxy-ca-cert.pem"
@@ -53,7 +57,7 @@ class ProxyServer:
         self.listen_host = listen_host
         self.upstream_ca = upstream_ca
         self.ports: dict[str, int] = {}
-        self._master = None
+        self._master: Master | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()

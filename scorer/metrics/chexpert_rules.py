@@ -139,7 +139,7 @@ def micro_prf(hyp_labels: Sequence[dict[str, int]], ref_labels: Sequence[dict[st
             fn += rv and not hv
     if tp == fp == fn == 0:
         return MicroPRF(1.0, 1.0, 1.0, 0, 0, 0)
-    p = tp / (tp + fp) if tp + fp else 0.0
-    r = tp / (tp + fn) if tp + fn else 0.0
-    f = 2 * p * r / (p + r) if p + r else 0.0
-    return MicroPRF(p, r, f, tp, fp, fn)
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return MicroPRF(precision, recall, f1, tp, fp, fn)

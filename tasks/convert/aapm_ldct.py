@@ -73,8 +73,9 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
     """Convert ``source``; ``progress`` (optional) is called with each finished case id."""
     if spec.enh is None or spec.enh.kind != "denoise":
         raise TaskError(f"task {spec.id}: the aapm_ldct converter is for the LDCT denoising task")
-    patients = [(p, patient_pairs(p)) for p in sorted(Path(source).iterdir()) if p.is_dir()]
-    patients = [(p, pair) for p, pair in patients if pair]
+    patients = [
+        (p, pair) for p in sorted(Path(source).iterdir()) if p.is_dir() and (pair := patient_pairs(p))
+    ]
     if not patients:
         raise TaskError(f"--source {source}: no <patient>/full_3mm + quarter_3mm (or _1mm) folders")
     ranges: dict[str, float] = {}

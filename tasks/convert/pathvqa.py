@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from schemas.task_spec import TaskError, TaskSpec
 from tasks.convert._vqa import Question, write_questions
@@ -35,7 +34,7 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
         raise TaskError(
             f"{source}: no test-*.parquet found (the Hugging Face PathVQA download's data/ folder)"
         )
-    questions: list[dict[str, Any]] = []
+    questions: list[Question] = []
     for path in files:
         try:
             table = pq.read_table(path)

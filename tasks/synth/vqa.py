@@ -42,13 +42,13 @@ def _radiology(rng: np.random.Generator, shape, i: int) -> tuple[list[np.ndarray
     scenario = int(rng.integers(0, 4))
     if scenario == 0:
         region, modality = "abdomen", "ct"
-        lesion = rng.choice(["liver", "kidney", None])
+        lesion = rng.choice(np.array(["liver", "kidney", None], dtype=object))
         n = int(rng.integers(1, 4)) if lesion else 0
         img = medimg.ct_slice(rng, shape, region, lesion, max(n, 1))
         organ = lesion
     elif scenario == 1:
         region, modality = "chest", "ct"
-        lesion = rng.choice(["lung", None])
+        lesion = rng.choice(np.array(["lung", None], dtype=object))
         n = int(rng.integers(1, 3)) if lesion else 0
         img = medimg.ct_slice(rng, shape, region, lesion, max(n, 1))
         organ = lesion
