@@ -17,7 +17,7 @@ across the repeats (or across the two judges).
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -35,7 +35,7 @@ def judged_values(row: dict[str, Any]) -> dict[str, float]:
 
 def krippendorff_alpha_nominal(units: Iterable[Sequence[float]]) -> float | None:
     """Nominal alpha over units of values (each unit: the values its coders gave; missing left out)."""
-    o: Counter[tuple[float, float]] = Counter()
+    o: defaultdict[tuple[float, float], float] = defaultdict(float)
     for values in units:
         m = len(values)
         if m < 2:
@@ -44,7 +44,7 @@ def krippendorff_alpha_nominal(units: Iterable[Sequence[float]]) -> float | None
             for j, b in enumerate(values):
                 if i != j:
                     o[(a, b)] += 1.0 / (m - 1)
-    n_c: Counter[float] = Counter()
+    n_c: defaultdict[float, float] = defaultdict(float)
     for (a, _b), w in o.items():
         n_c[a] += w
     n = sum(n_c.values())

@@ -114,7 +114,7 @@ class RunScorer:
             stage_values = {s: 0.0 for s in stage_values}
             task = None
             reasons = {"S1-S5": "zeroed: rule violation", "TASK": "excluded: rule violation"}
-            combined = {"agentic": 0.0, "overall": 0.0, "agentic_reason": None, "task": None}
+            combined: dict[str, Any] = {"agentic": 0.0, "overall": 0.0, "agentic_reason": None, "task": None}
         else:
             combined = stages.combine(
                 stage_values,

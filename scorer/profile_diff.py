@@ -120,6 +120,9 @@ def diff_rows(
         if key not in per_track:
             per_track[key] = changed_options(a, b, track)
         opts = per_track[key]
+        if str(ra.get("judge", "")).startswith("offline"):
+            # The rules judge reads no judge settings: they cannot have moved anything.
+            opts = {k: v for k, v in opts.items() if not k.startswith("judge.")}
         for f in FIELDS:
             if not _differs(ra.get(f), rb.get(f)):
                 continue
