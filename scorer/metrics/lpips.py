@@ -11,8 +11,8 @@ by ``AMB_LPIPS_WEIGHTS`` holding the arrays under the names of the two PyTorch s
 from: torchvision's AlexNet ``features.{0,3,6,8,10}.{weight,bias}`` and lpips's
 ``lin{0..4}.model.1.weight``. Without that file the metric is unavailable and the caller says so
 (``degraded``); nothing is substituted silently. Computing in numpy keeps torch out of the
-project's dependencies; the arithmetic is float64, so values match the PyTorch float32 result to
-about 1e-6.
+project's dependencies; the arithmetic is float32, as in the branch's PyTorch forward pass
+(``bench/lpips.py`` measures the difference and the time).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 ENV = "AMB_LPIPS_WEIGHTS"
 SHIFT = np.array([-0.030, -0.088, -0.188])
@@ -65,7 +64,7 @@ class Lpips:
         try:
             raw = p.read_bytes()
             with np.load(p, allow_pickle=False) as z:
-                arrays = {k: np.asarray(z[k], dtype=np.float64) for k in z.files}
+                arrays = {k: np.asarray(z[k], dtype=np.float32) for k in z.files}
         except Exception as e:  # numpy raises many kinds for a bad archive
             raise LpipsUnavailable(f"LPIPS weights {p}: unreadable ({type(e).__name__}: {e})") from None
         for name, shape in expected_shapes().items():
@@ -92,32 +91,51 @@ class Lpips:
         total = 0.0
         for i, (fa, fb) in enumerate(zip(self.features(a), self.features(b), strict=True)):
             lin = self.w[f"lin{i}.model.1.weight"].reshape(-1, 1, 1)
-            total += float((lin * (fa - fb) ** 2).sum(axis=0).mean())
+            total += float((lin * (fa - fb) ** 2).sum(axis=0, dtype=np.float64).mean())
         return total
 
 
 def _to_input(img: np.ndarray) -> np.ndarray:
     """[-1, 1] min-max scaling of one image (all zeros when constant), three channels, lpips's
     per-channel shift and scale."""
-    x = np.asarray(img, dtype=np.float64)
+    x = np.asarray(img, dtype=np.float32)
     if x.ndim != 2:
         raise ValueError(f"LPIPS needs a 2-D image, got shape {x.shape}")
     lo, hi = float(x.min()), float(x.max())
-    x = np.zeros_like(x) if hi - lo < 1e-9 else (x - lo) / (hi - lo) * 2.0 - 1.0
-    return (x[None, :, :] - SHIFT[:, None, None]) / SCALE[:, None, None]
+    x = np.zeros_like(x) if hi - lo < 1e-9 else ((x - lo) / (hi - lo) * 2.0 - 1.0).astype(np.float32)
+    shift, scale = SHIFT.astype(np.float32), SCALE.astype(np.float32)
+    return (x[None, :, :] - shift[:, None, None]) / scale[:, None, None]
 
 
 def _conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int, pad: int) -> np.ndarray:
-    """Cross-correlation of ``x`` (C, H, W) with ``w`` (O, C, k, k), zero padding, then bias."""
-    k = w.shape[-1]
+    """Cross-correlation of ``x`` (C, H, W) with ``w`` (O, C, k, k), zero padding, then bias: the
+    k·k shifted (strided) copies of the input form one contiguous column matrix, multiplied once."""
+    c, k = x.shape[0], w.shape[-1]
     xp = np.pad(x, ((0, 0), (pad, pad), (pad, pad)))
-    win = sliding_window_view(xp, (k, k), axis=(1, 2))[:, ::stride, ::stride]  # C, OH, OW, k, k
-    y = np.tensordot(w, win, axes=([1, 2, 3], [0, 3, 4]))  # O, OH, OW
-    return y + b[:, None, None]
+    oh = (xp.shape[1] - k) // stride + 1
+    ow = (xp.shape[2] - k) // stride + 1
+    cols = np.empty((c, k, k, oh, ow), dtype=x.dtype)
+    for i in range(k):
+        for j in range(k):
+            cols[:, i, j] = xp[
+                :, i : i + stride * (oh - 1) + 1 : stride, j : j + stride * (ow - 1) + 1 : stride
+            ]
+    y = w.reshape(w.shape[0], -1) @ cols.reshape(c * k * k, oh * ow)
+    return y.reshape(-1, oh, ow) + b[:, None, None]
 
 
 def _max_pool(x: np.ndarray, k: int = 3, stride: int = 2) -> np.ndarray:
-    return sliding_window_view(x, (k, k), axis=(1, 2))[:, ::stride, ::stride].max(axis=(3, 4))
+    oh = (x.shape[1] - k) // stride + 1
+    ow = (x.shape[2] - k) // stride + 1
+    out = x[:, : stride * (oh - 1) + 1 : stride, : stride * (ow - 1) + 1 : stride].copy()
+    for i in range(k):
+        for j in range(k):
+            np.maximum(
+                out,
+                x[:, i : i + stride * (oh - 1) + 1 : stride, j : j + stride * (ow - 1) + 1 : stride],
+                out=out,
+            )
+    return out
 
 
 _loaded: dict[str, Lpips] = {}

@@ -84,10 +84,11 @@ def test_matches_independent_reference(weights):
     b = a + rng.normal(0, 3, a.shape)
     net = Lpips.load(path)
     got = net.distance(b, a)
-    assert got == pytest.approx(reference_lpips(w, b, a), rel=1e-9)
+    # float32 network against a float64 reference: agreement to float32 precision.
+    assert got == pytest.approx(reference_lpips(w, b, a), rel=1e-5)
     assert got > 0 and net.distance(a, a) == 0.0
-    assert net.distance(a, b) == pytest.approx(got, rel=1e-12)  # symmetric
-    assert net.distance(a * 7 + 3, a) == pytest.approx(0.0, abs=1e-12)  # min-max scaled per image
+    assert net.distance(a, b) == pytest.approx(got, rel=1e-6)  # symmetric
+    assert net.distance(a * 7 + 3, a) == pytest.approx(0.0, abs=1e-6)  # min-max scaled per image
 
 
 def test_environment_and_bad_files(weights, tmp_path, monkeypatch):
