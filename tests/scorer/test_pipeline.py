@@ -186,7 +186,7 @@ def test_medal_rating_and_code_suppression(tmp_path):
     """Medal and rating land in every row under both profiles; the code profile drops the fired
     codes of a valid run with a medal of at least okay (failure_classifier.classify_failure's
     success override), keeping them in details marked suppressed."""
-    from scorer.row import COLUMNS
+    from scorer.row import COLUMNS, column_types
 
     spec = load_spec("kidney-seg")
     refs = tmp_path / "refs"
@@ -206,11 +206,14 @@ def test_medal_rating_and_code_suppression(tmp_path):
             r["run_id"]: r
             for r in score_runs(st, load("code-2026-04"), judge="offline", references=refs).rows
         }
-        cols = [r[0] for r in st.con.execute("DESCRIBE scores").fetchall()]
+        described = st.con.execute("DESCRIBE scores").fetchall()
+        cols = [r[0] for r in described]
         stored = st.con.execute(
             "SELECT run_id, profile_name, medal, rating FROM scores_current ORDER BY run_id, profile_name"
         ).fetchall()
+    # The migrated table is exactly ScoreRow: names in order and the types its annotations give.
     assert cols == ["batch_id", "seq", "scored_at", *COLUMNS]
+    assert {r[0]: r[1] for r in described[3:]} == column_types()
     p, c = paper["crashed-once"], code["crashed-once"]
     assert p["codes"] == ["E4"] and (p["medal"], p["rating"]) == ("good", "A")
     assert c["codes"] == [] and (c["medal"], c["rating"]) == ("good", "A")
