@@ -36,6 +36,24 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _wrap(names: list[str], width: int = 58) -> list[str]:
+    """Option names joined by commas, in pieces that fit a table cell (cells are cut at 60)."""
+    lines = [""]
+    for n in names:
+        piece = n if not lines[-1] else f"{lines[-1]}, {n}"
+        if len(piece) > width and lines[-1]:
+            lines[-1] += ","
+            lines.append(n)
+        else:
+            lines[-1] = piece
+    return lines
+
+
+def _fmt_exact(v: Any) -> str:
+    """Like _fmt, with enough digits that a rounding-only change shows."""
+    return f"{v:.10g}" if isinstance(v, float) else _fmt(v)
+
+
 def _judge_line(label: str) -> str:
     kind = label.split(":", 1)[0]
     return f"judge: {label}" + (f" ({JUDGE_NOTE[kind]})" if kind in JUDGE_NOTE else "")
@@ -422,15 +440,11 @@ def _report_diff(store: str, refs: tuple[str, str], judge_label: str | None, as_
             table(
                 ["run_id", "track", "field", a.name, b.name, "options"],
                 [
-                    [
-                        c["run_id"],
-                        c["track"] or "-",
-                        c["field"],
-                        _fmt(c["a"]),
-                        _fmt(c["b"]),
-                        ", ".join(c["options"]),
-                    ]
+                    [c["run_id"], c["track"] or "-", c["field"], _fmt_exact(c["a"]), _fmt_exact(c["b"]), part]
+                    if i == 0
+                    else ["", "", "", "", "", part]
                     for c in data["changes"]
+                    for i, part in enumerate(_wrap(c["options"]))
                 ],
             )
         )

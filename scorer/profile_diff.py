@@ -55,6 +55,25 @@ AFFECTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+METRIC_TRACKS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # GradeOptions key prefix -> the tracks whose grader reads it (others: every track)
+    ("seg_", ("segmentation",)),
+    ("vqa_", ("vqa",)),
+    ("text_", ("report",)),
+    ("ap_", ("detection",)),
+    ("det_", ("detection",)),
+    ("ssim_", ("enhancement",)),
+    ("enh_", ("enhancement",)),
+)
+
+
+def _metric_applies(key: str, track: str | None) -> bool:
+    for prefix, tracks in METRIC_TRACKS:
+        if key.startswith(prefix):
+            return track in tracks
+    return True
+
+
 def _digest(value: Any) -> str:
     return hashlib.sha256(msgspec.json.encode(value, order="sorted")).hexdigest()[:12]
 
@@ -67,7 +86,8 @@ def options(p: Profile, track: str | None) -> dict[str, Any]:
     for k, v in msgspec.to_builtins(p.weights).items():
         out[f"weights.{k}"] = v
     for k, v in p.metrics_for(track).items():
-        out[f"metrics.{k}"] = msgspec.to_builtins(v)
+        if _metric_applies(k, track):  # a switch another track's grader reads cannot move this run
+            out[f"metrics.{k}"] = msgspec.to_builtins(v)
     medal = p.medals.get(track or "")
     for k, v in (msgspec.to_builtins(medal) if medal else {}).items():
         if k != "source":
