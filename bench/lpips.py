@@ -15,6 +15,7 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +28,8 @@ def make_weights(path: Path, seed: int = 0) -> None:
     for name, shape in expected_shapes().items():
         a = rng.normal(0, 1 / np.sqrt(max(1, int(np.prod(shape[1:])))), shape)
         arrays[name] = np.abs(a) if name.startswith("lin") else a
-    np.savez(path, **arrays)
+    savez: Any = np.savez  # typed with an allow_pickle keyword that **arrays would seem to hit
+    savez(path, **arrays)
 
 
 def torch_lpips(w: dict[str, np.ndarray], a: np.ndarray, b: np.ndarray) -> float:

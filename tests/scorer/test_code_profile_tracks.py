@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import nibabel as nib
 import numpy as np
@@ -100,13 +101,15 @@ def test_feta_one_wrong_shape_of_eight(tmp_path):
     # patients are 7/8; macro mean 0.875. The patient has mean_tissue_dice 0.0 (not None), so
     # _build_report_multiclass counts it complete.
     spec = load_spec("feta-seg")
-    ids = [lab.id for lab in spec.seg.labels]
+    seg = spec.seg
+    assert seg is not None
+    ids = [lab.id for lab in seg.labels]
     ref, sub = tmp_path / "private", tmp_path / "ws"
     label_map = np.array(ids + [0] * (8 - len(ids)))[:8].reshape(2, 2, 2)
     for i in range(8):
         case = f"sub-{i:03d}"
-        save(ref / case / spec.seg.label_file, label_map)
-        save(sub / "agents_outputs" / case / spec.seg.label_file, WRONG if i == 4 else label_map)
+        save(ref / case / seg.label_file, label_map)
+        save(sub / "agents_outputs" / case / seg.label_file, WRONG if i == 4 else label_map)
     r = grade(spec, sub, ref, opts("segmentation"))
     assert r.score == pytest.approx(0.875)
 
@@ -247,11 +250,12 @@ def test_enhancement_composite_without_lpips_weights(ldct, monkeypatch):
     perfect = grade(spec, _enh_sub(spec, root, "perfect"), priv, o)
     assert perfect.score == pytest.approx(1.0)  # PSNR capped at 99 dB → 1, SSIM 1
     assert perfect.degraded and perfect.degraded[0].startswith("LPIPS: not computed")
-    for name, kw in (
+    variants: list[tuple[str, dict[str, Any]]] = [
         ("noisy", dict(noise=20.0)),
         ("partial", dict(noise=20.0, drop=1)),
         ("wrong", dict(noise=20.0, wrong=2)),
-    ):
+    ]
+    for name, kw in variants:
         ws = _enh_sub(spec, root, name, **kw)
         r = grade(spec, ws, priv, o)
         # No gate: the means run over the cases with a valid output (score_all's NaN filter).

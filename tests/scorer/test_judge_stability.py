@@ -4,9 +4,7 @@ second ``--repeat N`` scoring ask nothing; ``amb judge compare`` between two jud
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -17,12 +15,7 @@ from replay.ingest import ingest
 from scorer.batch import open_store, score_runs
 from scorer.judge_stability import agreement_table, krippendorff_alpha_nominal, pair_agreement
 from scorer.profile import load
-
-_spec = importlib.util.spec_from_file_location(
-    "judge_server", Path(__file__).parents[1] / "fakes" / "judge_server.py"
-)
-fake = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fake)
+from tests.fakes import judge_server as fake
 
 SEED = load("paper-2026-06").profile.judge.seed or 0
 FLIPPING = "s1b"
