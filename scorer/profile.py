@@ -112,7 +112,7 @@ class AuditRules(_Cfg):
     forbidden_hosts: list[str] = []
 
 
-class TrackRules(_Cfg):
+class TrackRules(_Cfg, frozen=True):
     """What one track does differently from the profile's defaults (the branches differ)."""
 
     null_policy: NullPolicy | None = None
@@ -121,12 +121,12 @@ class TrackRules(_Cfg):
     """Keys of ``[metrics]`` that this track overrides."""
 
 
-class Band(_Cfg):
+class Band(_Cfg, frozen=True):
     psnr_min: float
     ssim_min: float
 
 
-class MedalRules(_Cfg):
+class MedalRules(_Cfg, frozen=True):
     """Medal tier (good / okay / fail) and rating (A / B / C / F) of one track."""
 
     good: float = 0.0
@@ -148,7 +148,7 @@ class MedalRules(_Cfg):
     source: str = ""
 
 
-class CodeRules(_Cfg):
+class CodeRules(_Cfg, frozen=True):
     suppress_when_valid_and_okay: bool = False
     """Drop the fired codes (kept in details as suppressed) when the submission is valid and the
     medal is at least okay: the branches' ``failure_classifier.classify_failure`` success override."""

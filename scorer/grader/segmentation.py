@@ -130,10 +130,10 @@ def _binary_case(
     formula = options.seg_formula
     refs = [_read_reference(case_ref / t.file) for t in seg.targets]
     shape = refs[0].shape
-    for t, r in zip(seg.targets, refs):
+    for t, r in zip(seg.targets, refs, strict=False):
         if r.shape != shape:
             raise BadReference(f"reference {case_ref / t.file}: shape differs from {seg.targets[0].file}")
-    ref_positive = {t.name: bool((r > seg.threshold).any()) for t, r in zip(seg.targets, refs)}
+    ref_positive = {t.name: bool((r > seg.threshold).any()) for t, r in zip(seg.targets, refs, strict=False)}
     counted = _counted(seg, formula, ref_positive)
     zero = {"dice": {t.name: 0.0 for t in seg.targets}, "counted": counted, "ref_positive": ref_positive}
 
