@@ -29,7 +29,10 @@ from scorer.profile import load
 from tasks.registry import load_spec
 from tasks.synth import perfect_submission, synth
 
-PLAN = b"# Plan\n1. Load each CT and check spacing\n2. Run the kidney tumour model (organ and lesion labels)\n3. Pilot on one case, inspect shape and labels\n4. Run all cases\n5. Write masks\n"
+PLAN = (
+    b"# Plan\n1. Load each CT and check spacing\n2. Run the kidney tumour model (organ and lesion "
+    b"labels)\n3. Pilot on one case, inspect shape and labels\n4. Run all cases\n5. Write masks\n"
+)
 
 
 def record(
@@ -55,13 +58,16 @@ def record(
     steps = [
         ("mkdir -p plan && write plan", [("plan/plan.md", PLAN)]),
         (
-            "import nibabel as nib\nimg = nib.load('/data/public/case_00000/ct.nii.gz')\nprint(img.shape, img.header.get_zooms())",
+            (
+                "import nibabel as nib\nimg = "
+                "nib.load('/data/public/case_00000/ct.nii.gz')\nprint(img.shape, img.header.get_zooms())"
+            ),
             [],
         ),
     ]
     files = sorted(p for p in (workspace.rglob("*") if workspace else []) if p.is_file())
     outputs = [
-        (str(p.relative_to(workspace)), p.read_bytes())
+        (str(p.relative_to(workspace or Path())), p.read_bytes())
         for p in files
         if drop_case is None or drop_case not in str(p)
     ]
@@ -77,7 +83,7 @@ def record(
     for i, (code, written) in enumerate(steps):
         crashed = written == [("!fail", b"")]
         written = [] if crashed else written
-        args = '{"language": "python", "code": %s}' % __import__("json").dumps(code)
+        args = '{{"language": "python", "code": {}}}'.format(__import__("json").dumps(code))
         emit(
             ModelCallCompleted(
                 call_id=f"c{i}",
@@ -153,9 +159,9 @@ def test_graded_runs(recorded):
     paper = load("paper-2026-06")
     with open_store(store) as st:
         rows = {r["run_id"]: r for r in score_runs(st, paper, judge="offline", references=refs).rows}
-        n_grades = st.con.execute("SELECT count(*) FROM grade_cache").fetchone()[0]
+        n_grades = st.con.execute("SELECT count(*) FROM grade_cache").fetchall()[0][0]
         again = {r["run_id"]: r for r in score_runs(st, paper, judge="offline", references=refs).rows}
-        assert st.con.execute("SELECT count(*) FROM grade_cache").fetchone()[0] == n_grades == 3
+        assert st.con.execute("SELECT count(*) FROM grade_cache").fetchall()[0][0] == n_grades == 3
         code = {
             r["run_id"]: r
             for r in score_runs(st, load("code-2026-04"), judge="offline", references=refs).rows
