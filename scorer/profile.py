@@ -33,13 +33,13 @@ class _Cfg(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     pass
 
 
-class Meta(_Cfg):
+class Meta(_Cfg, frozen=True):
     name: str
     description: str = ""
     source: str = ""
 
 
-class Weights(_Cfg):
+class Weights(_Cfg, frozen=True):
     S1: float
     S2: float
     S3: float
@@ -53,7 +53,7 @@ NullPolicy = Literal["zero", "renormalise", "unscored"]
 AllUnscored = Literal["unscored", "zero"]
 
 
-class StageRules(_Cfg):
+class StageRules(_Cfg, frozen=True):
     null_policy: NullPolicy = "renormalise"
     all_unscored: AllUnscored = "unscored"
     """AGENTIC when no stage is scored at all: unscored (NULL with the reason) or 0.0, which is what
@@ -68,7 +68,7 @@ class StageRules(_Cfg):
     s5_format_weight: float = 0.5
 
 
-class EvidenceRules(_Cfg):
+class EvidenceRules(_Cfg, frozen=True):
     budget_chars: int = 24000
     head: float = 0.4
     middle: float = 0.2
@@ -85,7 +85,7 @@ class EvidenceRules(_Cfg):
     images: bool = True
 
 
-class JudgeSettings(_Cfg):
+class JudgeSettings(_Cfg, frozen=True):
     model: str = ""
     base_url: str = ""
     temperature: float = 0.0
@@ -99,11 +99,11 @@ class JudgeSettings(_Cfg):
     """Also ask the LLM judge for error codes E1–E5 (one call per run, cited events required)."""
 
 
-class CostRules(_Cfg):
+class CostRules(_Cfg, frozen=True):
     price_table: str
 
 
-class AuditRules(_Cfg):
+class AuditRules(_Cfg, frozen=True):
     private_paths: list[str] = []
     grader_paths: list[str] = []
     other_runs: list[str] = []
@@ -154,7 +154,7 @@ class CodeRules(_Cfg, frozen=True):
     medal is at least okay: the branches' ``failure_classifier.classify_failure`` success override."""
 
 
-class RubricItem(_Cfg):
+class RubricItem(_Cfg, frozen=True):
     id: str
     stage: Literal["S1", "S2", "S3"]
     text: str
@@ -174,7 +174,7 @@ class RubricItem(_Cfg):
     """Tracks where this default item does not apply at all (their rubric has no such check)."""
 
 
-class Profile(_Cfg):
+class Profile(_Cfg, frozen=True):
     profile: Meta
     weights: Weights
     stages: StageRules
