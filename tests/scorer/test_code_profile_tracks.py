@@ -88,6 +88,8 @@ def test_seg_missing_case_zeroes_task(tmp_path):
 
 
 def test_seg_empty_and_noisy(tmp_path):
+    sub, ref = kidney_set(tmp_path / "p")
+    assert grade(load_spec("kidney-seg"), sub, ref, opts("segmentation")).score == pytest.approx(1.0)
     sub, ref = kidney_set(tmp_path / "e", missing=set(range(8)))
     assert grade(load_spec("kidney-seg"), sub, ref, opts("segmentation")).score == 0.0
     sub, ref = kidney_set(tmp_path / "n", noisy=True)
@@ -180,6 +182,14 @@ def test_det_extra_class_lowers_map(tmp_path):
     # The paper's rule (classes with reference boxes) is unchanged by the stray class.
     paper = options_from_table(load("paper-2026-06").profile.metrics_for("detection"))
     assert grade(spec, ws, tmp_path / "data" / "private", paper).score == pytest.approx(1.0)
+    # build_report's gate: a missing prediction file (completion_rate < 1) zeroes TASK; a present but
+    # malformed one does not trip it (score_all's completion counts files that exist).
+    pred.write_text("not json")
+    r = grade(spec, ws, tmp_path / "data" / "private", o)
+    assert 0.0 < r.score < 1.0 and not r.checks["gate_zeroed"]
+    pred.unlink()
+    r = grade(spec, ws, tmp_path / "data" / "private", o)
+    assert r.score == 0.0 and r.checks["gate_zeroed"]
 
 
 # --- enhancement: eval_image_enhancement enhancement_scorer ------------------------------------------
