@@ -95,6 +95,8 @@ class SweepSpec:
     judge: str | None = None
     score_jobs: int = 2
     source: Path | None = None
+    judge_repeat: int = 1
+    """With ``judge = "llm"``: ask every rubric item this many times (the report shows its stability)."""
 
 
 @dataclass
@@ -203,6 +205,7 @@ _KEYS = {
     "profile",
     "judge",
     "score_jobs",
+    "judge_repeat",
 }
 _AGENT_KEYS = {"name", "command", "model", "upstream", "env"}
 
@@ -296,9 +299,10 @@ def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
             ("cases", 3),
             ("seed", 0),
             ("score_jobs", 2),
+            ("judge_repeat", 1),
         )
     }
-    for k in ("repeats", "concurrency", "max_attempts", "cases", "score_jobs"):
+    for k in ("repeats", "concurrency", "max_attempts", "cases", "score_jobs", "judge_repeat"):
         if ints[k] < 1:
             raise SweepError(f"{where}: '{k}' must be at least 1")
     limit = raw.get("time_limit_s")
@@ -327,6 +331,7 @@ def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
         judge=raw.get("judge"),
         score_jobs=ints["score_jobs"],
         source=path,
+        judge_repeat=ints["judge_repeat"],
     )
 
 

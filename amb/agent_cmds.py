@@ -160,6 +160,7 @@ def _score_and_report(
             references=str(references),
             jobs=spec.score_jobs,
             compare_ref=None,
+            repeat=spec.judge_repeat,
             as_json=False,
         )
         if quiet:

@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "score": "amb.score_cmds",
     "report": "amb.score_cmds",
     "audit": "amb.score_cmds",
+    "judge": "amb.score_cmds",
     "images": "amb.images",
     "baseline": "amb.agent_cmds",
     "sweep": "amb.agent_cmds",

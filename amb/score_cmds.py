@@ -15,7 +15,7 @@ from replay.read import iter_events
 from replay.store import Store, open_sql
 from schemas.errors import UsageError
 from scorer import audit as auditor
-from scorer import ledger
+from scorer import ledger, profile_diff
 from scorer import report as reports
 from scorer.batch import open_store, score_runs
 from scorer.pipeline import task_info
@@ -34,6 +34,24 @@ def _fmt(v: Any) -> str:
     if isinstance(v, list):
         return ",".join(v) or "-"
     return str(v)
+
+
+def _wrap(names: list[str], width: int = 58) -> list[str]:
+    """Option names joined by commas, in pieces that fit a table cell (cells are cut at 60)."""
+    lines = [""]
+    for n in names:
+        piece = n if not lines[-1] else f"{lines[-1]}, {n}"
+        if len(piece) > width and lines[-1]:
+            lines[-1] += ","
+            lines.append(n)
+        else:
+            lines[-1] = piece
+    return lines
+
+
+def _fmt_exact(v: Any) -> str:
+    """Like _fmt, with enough digits that a rounding-only change shows."""
+    return f"{v:.10g}" if isinstance(v, float) else _fmt(v)
 
 
 def _judge_line(label: str) -> str:
@@ -68,7 +86,7 @@ def _compare(con, rows: list[dict[str, Any]], other_ref: str) -> list[dict[str, 
                 }
             )
             continue
-        for f in SHOW + ("status",):
+        for f in SHOW + ("status", "medal", "rating"):
             if a[f] != r[f] and not (
                 isinstance(a[f], float) and isinstance(r[f], float) and abs(a[f] - r[f]) < 1e-12
             ):
@@ -110,6 +128,14 @@ def _compare(con, rows: list[dict[str, Any]], other_ref: str) -> list[dict[str, 
 @click.option(
     "--compare", "compare_ref", default=None, help="Show what changed against the current rows of profile A."
 )
+@click.option(
+    "--repeat",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 20),
+    help="With --judge llm: ask every rubric item N times (each repeat cached and stored) "
+    "and report the judge's stability.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def score(
     store: str,
@@ -120,6 +146,7 @@ def score(
     references: str | None,
     jobs: int,
     compare_ref: str | None,
+    repeat: int,
     as_json: bool,
 ) -> None:
     """Score RUNS (or --all) under a profile; rows are appended to the ledger, never overwritten."""
@@ -140,6 +167,7 @@ def score(
             from replay.read import run_ids
 
             total = len(run_ids(st.con))
+        total *= repeat
         result = score_runs(
             st,
             loaded,
@@ -155,6 +183,7 @@ def score(
                 "references": references,
                 "jobs": jobs,
             },
+            repeat=repeat,
         )
         diffs = _compare(st.con, result.rows, compare_ref) if compare_ref else None
     if as_json:
@@ -167,6 +196,9 @@ def score(
         }
         if diffs is not None:
             out["compare"] = {"against": compare_ref, "changes": diffs}
+        if result.stability is not None:
+            out["judge_requests"] = result.judge_requests + sum(r.judge_requests for r in result.repeats)
+            out["stability"] = result.stability
         click.echo(json.dumps(out, indent=2, default=str))
         return
     click.echo(
@@ -186,6 +218,8 @@ def score(
         "TASK",
         "OVERALL",
         "status",
+        "medal",
+        "rating",
         "codes",
         "cost_usd",
     ]
@@ -199,6 +233,8 @@ def score(
                     r["tier"],
                     *(_fmt(r[k]) for k in SHOW),
                     r["status"],
+                    _fmt(r["medal"]),
+                    _fmt(r["rating"]),
                     _fmt(r["codes"]),
                     _fmt(r["cost_usd"]),
                 ]
@@ -212,6 +248,8 @@ def score(
             f"{unscored} of {len(result.rows)} runs have no OVERALL (unscored parts, see --json reasons)",
             err=True,
         )
+    if result.stability is not None:
+        click.echo(stability_text(result.stability, result.repeats))
     if diffs is not None:
         click.echo(f"\nchanges against {compare_ref}: {len(diffs)}")
         if diffs:
@@ -252,19 +290,32 @@ def score(
     default=None,
     help="Also write a self-contained HTML page.",
 )
+@click.option(
+    "--diff-profiles",
+    "diff_profiles",
+    nargs=2,
+    default=None,
+    metavar="A B",
+    help="Per run, which options of profile B (against A) changed which numbers; both must be scored.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def report(
-    store: str, profile: str | None, judge_label: str | None, html_file: str | None, as_json: bool
+    store: str,
+    profile: str | None,
+    judge_label: str | None,
+    html_file: str | None,
+    diff_profiles: tuple[str, str] | None,
+    as_json: bool,
 ) -> None:
-    """The paper's views (leaderboard, tracks, tiers, stages, codes, recovery, cost) over the ledger."""
+    """The paper's views (leaderboard, medals, tracks, tiers, stages, codes, recovery, cost); or, with
+    --diff-profiles A B, which options changed which numbers between two profiles."""
+    if diff_profiles:
+        _report_diff(store, diff_profiles, judge_label, as_json)
+        return
     loaded = load_profile(profile)
     con = open_sql(store)
     try:
-        exists = con.execute(
-            "SELECT count(*) FROM duckdb_views() WHERE view_name = 'scores_current'"
-        ).fetchone()[0]
-        if not exists:
-            raise UsageError("no scores in this store yet: run `amb score --all` first")
+        _require_scores(con)
         rows = ledger.current(con, profile_id=loaded.id)
     finally:
         con.close()
@@ -275,19 +326,143 @@ def report(
         )
     labels = sorted({r["judge"] for r in rows})
     if judge_label is None:
-        judge_label = max(labels, key=lambda j: (sum(1 for r in rows if r["judge"] == j), j))
+        # Repeat rows (``<label>#r<i>``) measure a judge; the report shows the first asking.
+        judge_label = max(labels, key=lambda j: ("#r" not in j, sum(1 for r in rows if r["judge"] == j), j))
     elif judge_label not in labels:
         raise UsageError(f"no rows from judge {judge_label!r} (have: {', '.join(labels)})")
-    rows = [r for r in rows if r["judge"] == judge_label]
+    repeats = sorted(
+        (lab for lab in labels if lab.startswith(judge_label + "#r")),
+        key=lambda lab: int(lab.rsplit("#r", 1)[1]),
+    )
+    by_label = {lab: [r for r in rows if r["judge"] == lab] for lab in [judge_label, *repeats]}
+    rows = by_label[judge_label]
     data = reports.build(rows)
+    if repeats:
+        from scorer import judge_stability
+
+        coders = list(by_label.values())
+        data["judge_stability"] = {
+            "repeats": len(coders),
+            "judges": [judge_label, *repeats],
+            **judge_stability.agreement_table(coders),
+            "spread": judge_stability.spread(coders),
+        }
     if html_file:
         Path(html_file).write_text(reports.html_page(data), encoding="utf-8")
     if as_json:
         click.echo(json.dumps({k: v for k, v in data.items() if k != "scatter"}, indent=2))
         return
     click.echo(reports.terminal(data, table))
+    if data.get("judge_stability"):
+        click.echo(stability_text(data["judge_stability"], []))
     if html_file:
         click.echo(f"\nwrote {html_file}", err=True)
+
+
+def _alpha(v: float | None) -> str:
+    return "— (no variation)" if v is None else f"{v:.4f}"
+
+
+def agreement_text(table_data: dict[str, Any]) -> str:
+    o = table_data["overall"]
+    lines = [
+        table(
+            ["item", "units", "agreement", "alpha", "flips", "flipping runs"],
+            [
+                [
+                    i["item"],
+                    str(i["units"]),
+                    _fmt(i["agreement"]),
+                    _alpha(i["alpha"]),
+                    str(i["flips"]),
+                    ", ".join(i["flipping_runs"][:5]) + (" ..." if len(i["flipping_runs"]) > 5 else ""),
+                ]
+                for i in table_data["items"]
+            ],
+        ),
+        f"overall: {o['units']} units, agreement {_fmt(o['agreement'])}, Krippendorff's alpha "
+        f"(nominal) {_alpha(o['alpha'])}, {o['flips']} flipping (run, item) pairs",
+    ]
+    return "\n".join(lines)
+
+
+def stability_text(stability: dict[str, Any], repeats: list) -> str:
+    asked = sum(r.judge_requests for r in repeats)
+    out = [
+        f"\njudge stability over {stability['repeats']} repeats ({', '.join(stability['judges'])}); "
+        f"requests in repeats 2..N: {asked}",
+        agreement_text(stability),
+        "spread across repeats (max range / mean SD): "
+        + "; ".join(
+            f"{f.upper()} {_fmt(v['max_range'])} / {_fmt(v['mean_sd'])}"
+            for f, v in stability["spread"]["summary"].items()
+        ),
+    ]
+    return "\n".join(out)
+
+
+def _require_scores(con) -> None:
+    exists = con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'scores_current'").fetchone()[
+        0
+    ]
+    if not exists:
+        raise UsageError("no scores in this store yet: run `amb score --all` first")
+
+
+def _report_diff(store: str, refs: tuple[str, str], judge_label: str | None, as_json: bool) -> None:
+    a, b = load_profile(refs[0]), load_profile(refs[1])
+    con = open_sql(store)
+    try:
+        _require_scores(con)
+        rows_a = ledger.current(con, profile_id=a.id)
+        rows_b = ledger.current(con, profile_id=b.id)
+    finally:
+        con.close()
+    for ref, loaded, rows in ((refs[0], a, rows_a), (refs[1], b, rows_b)):
+        if not rows:
+            raise UsageError(
+                f"no scores under profile {loaded.name} ({loaded.short_id}) yet: "
+                f"run `amb score --all --profile {ref}`"
+            )
+    if judge_label is None:
+        labels = sorted({r["judge"] for r in rows_a} & {r["judge"] for r in rows_b})
+        if not labels:
+            raise UsageError("the two profiles share no judge: score both with the same --judge")
+        judge_label = max(labels, key=lambda j: (sum(1 for r in rows_a if r["judge"] == j), j))
+    data = profile_diff.diff_rows(
+        a.profile,
+        b.profile,
+        [r for r in rows_a if r["judge"] == judge_label],
+        [r for r in rows_b if r["judge"] == judge_label],
+    )
+    data = {"a": a.name, "b": b.name, "judge": judge_label, **data}
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+        return
+    click.echo(
+        f"{a.name} -> {b.name}, judge {judge_label}: {data['runs_compared']} runs compared, "
+        f"{len(data['changes'])} changed numbers"
+    )
+    if data["runs_in_one_only"]:
+        click.echo(f"scored under one profile only: {', '.join(data['runs_in_one_only'])}", err=True)
+    if data["changes"]:
+        click.echo(
+            table(
+                ["run_id", "track", "field", a.name, b.name, "options"],
+                [
+                    [c["run_id"], c["track"] or "-", c["field"], _fmt_exact(c["a"]), _fmt_exact(c["b"]), part]
+                    if i == 0
+                    else ["", "", "", "", "", part]
+                    for c in data["changes"]
+                    for i, part in enumerate(_wrap(c["options"]))
+                ],
+            )
+        )
+    if data["runs_touched_by_option"]:
+        click.echo("\nruns whose numbers each differing option feeds:")
+        click.echo(
+            table(["option", "runs"], [[k, str(v)] for k, v in data["runs_touched_by_option"].items()])
+        )
 
 
 @click.command()
@@ -324,4 +499,48 @@ def audit(store: str, run: str, profile: str | None, as_json: bool) -> None:
     sys.stdout.flush()
 
 
-commands = [score, report, audit]
+@click.group()
+def judge() -> None:
+    """Measure judges: agreement between two judges on the same runs."""
+
+
+@judge.command("compare")
+@store_option
+@click.option("--a", "judge_a", required=True, help="A judge label in the ledger (e.g. offline:rules-v1).")
+@click.option("--b", "judge_b", required=True, help="Another judge label (e.g. llm:<model>).")
+@click.option(
+    "--profile", default=None, help="Profile whose current rows are compared (default paper-2026-06)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def judge_compare(store: str, judge_a: str, judge_b: str, profile: str | None, as_json: bool) -> None:
+    """Per rubric item: agreement, Krippendorff's alpha and flipping runs between judges A and B."""
+    from scorer import judge_stability
+
+    loaded = load_profile(profile)
+    con = open_sql(store)
+    try:
+        _require_scores(con)
+        rows = ledger.current(con, profile_id=loaded.id)
+    finally:
+        con.close()
+    labels = sorted({r["judge"] for r in rows})
+    for j in (judge_a, judge_b):
+        if j not in labels:
+            raise UsageError(
+                f"no rows from judge {j!r} under profile {loaded.name} (have: {', '.join(labels) or 'none'})"
+            )
+    a = [r for r in rows if r["judge"] == judge_a]
+    b = [r for r in rows if r["judge"] == judge_b]
+    common = {r["run_id"] for r in a} & {r["run_id"] for r in b}
+    data = judge_stability.agreement_table(
+        [[r for r in a if r["run_id"] in common], [r for r in b if r["run_id"] in common]]
+    )
+    data = {"a": judge_a, "b": judge_b, "profile": loaded.name, "runs": len(common), **data}
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    click.echo(f"{judge_a} vs {judge_b} under {loaded.name}: {len(common)} runs scored by both")
+    click.echo(agreement_text(data))
+
+
+commands = [score, report, audit, judge]

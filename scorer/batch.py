@@ -28,6 +28,7 @@ from scorer.judge.offline import OfflineJudge
 from scorer.migrations import MIGRATIONS
 from scorer.pipeline import RunScorer
 from scorer.profile import LoadedProfile
+from scorer.row import ScoreRow
 
 
 class BatchResult(NamedTuple):
@@ -35,6 +36,10 @@ class BatchResult(NamedTuple):
     rows: list[dict[str, Any]]
     judge: str
     judge_requests: int
+    repeats: list[BatchResult] = []
+    """With ``repeat > 1``: the batches of repeats 1..N-1 (their rows carry judge ``<label>#r<i>``)."""
+    stability: dict[str, Any] | None = None
+    """With ``repeat > 1``: per-item agreement, alpha and flips, and the S1–S3/AGENTIC spread."""
 
 
 def open_store(store: str | Path | None) -> Store:
@@ -47,7 +52,7 @@ def default_judge(profile: LoadedProfile) -> str:
     return "llm" if endpoint(profile.profile.judge) is not None else "offline"
 
 
-def make_judge(kind: str, profile: LoadedProfile, st: Store, cache: JudgeCache | None):
+def make_judge(kind: str, profile: LoadedProfile, st: Store, cache: JudgeCache | None, repeat: int = 0):
     if kind == "offline":
         return OfflineJudge(st.blobs.get)
     if kind == "llm":
@@ -56,7 +61,13 @@ def make_judge(kind: str, profile: LoadedProfile, st: Store, cache: JudgeCache |
         def put_evidence(e: Evidence) -> None:
             st.blobs.put(e.text.encode(), "text/plain; charset=utf-8", sync=False)
 
-        return LLMJudge(profile.profile.judge, cache, put_evidence, images=profile.profile.evidence.images)
+        return LLMJudge(
+            profile.profile.judge,
+            cache,
+            put_evidence,
+            images=profile.profile.evidence.images,
+            repeat=repeat,
+        )
     raise UsageError(f"--judge must be offline or llm, not {kind!r}")
 
 
@@ -72,6 +83,59 @@ def score_runs(
     progress: Callable[[int], None] | None = None,
     args: dict[str, Any] | None = None,
     keep_rows: bool = True,
+    repeat: int = 1,
+) -> BatchResult:
+    """Score runs under ``profile``; with ``repeat = N > 1`` (LLM judge only) every rubric item is
+    asked N times, each repeat cached and stored on its own, and the result carries the judge's
+    stability (``scorer.judge_stability``)."""
+    if repeat < 1:
+        raise UsageError("--repeat must be at least 1")
+    kind = judge or default_judge(profile)
+    if repeat > 1 and kind != "llm":
+        raise UsageError("--repeat N > 1 measures an LLM judge: use it with --judge llm")
+    results = [
+        _score_once(
+            st,
+            profile,
+            run_ids=run_ids,
+            kind=kind,
+            references=references,
+            jobs=jobs,
+            chunk=chunk,
+            progress=progress,
+            args={**(args or {}), **({"repeat_index": r} if repeat > 1 else {})},
+            keep_rows=keep_rows or repeat > 1,
+            repeat_index=r,
+        )
+        for r in range(repeat)
+    ]
+    if repeat == 1:
+        return results[0]
+    from scorer import judge_stability
+
+    rows_by_repeat = [r.rows for r in results]
+    stability = {
+        "repeats": repeat,
+        "judges": [r.judge for r in results],
+        **judge_stability.agreement_table(rows_by_repeat),
+        "spread": judge_stability.spread(rows_by_repeat),
+    }
+    return results[0]._replace(repeats=results[1:], stability=stability)
+
+
+def _score_once(
+    st: Store,
+    profile: LoadedProfile,
+    *,
+    run_ids: list[str] | None,
+    kind: str,
+    references: Path | None,
+    jobs: int,
+    chunk: int,
+    progress: Callable[[int], None] | None,
+    args: dict[str, Any],
+    keep_rows: bool,
+    repeat_index: int,
 ) -> BatchResult:
     con = st.con
     known = all_run_ids(con)
@@ -81,12 +145,11 @@ def score_runs(
         unknown = sorted(set(run_ids) - set(known))
         if unknown:
             raise UsageError(f"no such run: {', '.join(unknown[:5])}" + (" ..." if len(unknown) > 5 else ""))
-    kind = judge or default_judge(profile)
     cache = None
     if kind == "llm":
         ep = endpoint(profile.profile.judge)
         cache = ledger.load_judge_cache(con, ep[2] if ep else "")
-    the_judge = make_judge(kind, profile, st, cache)
+    the_judge = make_judge(kind, profile, st, cache, repeat_index)
     prices = load_table(profile.profile.cost.price_table)
     grade_cache = ledger.load_grade_cache(con)
     known_grades = set(grade_cache)
@@ -98,7 +161,7 @@ def score_runs(
     started = ledger.now()
     local = threading.local()
 
-    def one(run_id: str) -> dict[str, Any]:
+    def one(run_id: str) -> ScoreRow:
         cur = getattr(local, "cur", None)
         if cur is None:
             cur = local.cur = con.cursor()
@@ -119,7 +182,7 @@ def score_runs(
             known_grades.update(new)
             n_rows += len(chunk_rows)
             if keep_rows:
-                rows.extend(chunk_rows)
+                rows.extend(r.as_dict() for r in chunk_rows)
             if progress:
                 progress(len(part))
     requests = getattr(the_judge, "requests", 0)

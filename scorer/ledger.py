@@ -18,10 +18,17 @@ import msgspec
 import pyarrow as pa
 
 from scorer.judge.cache import CallRecord, JudgeCache
-from scorer.pipeline import ROW_COLUMNS
 from scorer.profile import LoadedProfile
+from scorer.row import COLUMNS, JSON_COLUMNS, ScoreRow, column_types
 
-JSON_COLUMNS = {"reasons", "details"}
+_ARROW = {
+    "DOUBLE": pa.float64(),
+    "INTEGER": pa.int32(),
+    "BIGINT": pa.int64(),
+    "BOOLEAN": pa.bool_(),
+    "VARCHAR[]": pa.list_(pa.string()),
+}
+_TYPES = column_types()
 _enc = msgspec.json.Encoder(order="sorted")
 
 
@@ -140,7 +147,7 @@ def append_grades(con: duckdb.DuckDBPyConnection, entries: dict[str, dict[str, A
 
 
 def append_rows(
-    con: duckdb.DuckDBPyConnection, batch_id: str, rows: list[dict[str, Any]], start_seq: int = 0
+    con: duckdb.DuckDBPyConnection, batch_id: str, rows: list[ScoreRow], start_seq: int = 0
 ) -> None:
     if not rows:
         return
@@ -150,22 +157,12 @@ def append_rows(
         "seq": list(range(start_seq, start_seq + len(rows))),
         "scored_at": pa.array([ts] * len(rows), pa.timestamp("us")),
     }
-    for c in ROW_COLUMNS:
-        values = [r[c] for r in rows]
+    for c in COLUMNS:
+        values = [getattr(r, c) for r in rows]
         if c in JSON_COLUMNS:
             cols[c] = [_enc.encode(v).decode() for v in values]
-        elif c == "codes":
-            cols[c] = pa.array(values, pa.list_(pa.string()))
-        elif c in ("s1", "s2", "s3", "s4", "s5", "agentic", "task_score", "overall", "wall_s", "cost_usd"):
-            cols[c] = pa.array(values, pa.float64())
-        elif c in ("turns", "repeat", "n_violations"):
-            cols[c] = pa.array(values, pa.int32())
-        elif c.startswith("tokens_"):
-            cols[c] = pa.array(values, pa.int64())
-        elif c == "cost_estimated":
-            cols[c] = pa.array(values, pa.bool_())
         else:
-            cols[c] = pa.array(values, pa.string())
+            cols[c] = pa.array(values, _ARROW.get(_TYPES[c], pa.string()))
     con.register("_amb_new_scores", pa.table(cols))
     try:
         names = ", ".join(cols)
@@ -204,7 +201,16 @@ def current(
     run_ids: Iterable[str] | None = None,
 ) -> list[dict[str, Any]]:
     """The current rows (latest per run, profile and judge), as dicts with JSON columns decoded."""
-    sql = f"SELECT {', '.join(ROW_COLUMNS)}, batch_id, scored_at FROM scores_current WHERE true"
+    # A store opened read-only may predate a column (its migration runs at the next write):
+    # such a column reads as NULL, which is what the rows written before it hold anyway.
+    have = {
+        r[0]
+        for r in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = 'scores'"
+        ).fetchall()
+    }
+    select = ", ".join(c if c in have else f"NULL AS {c}" for c in COLUMNS)
+    sql = f"SELECT {select}, batch_id, scored_at FROM scores_current WHERE true"
     params: list[Any] = []
     if profile_id:
         sql += " AND profile_id = ?"

@@ -97,4 +97,24 @@ def _m001_tables(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-MIGRATIONS: list[Migration] = [Migration("scorer.m001_tables", _m001_tables)]
+def _m002_medal_rating(con: duckdb.DuckDBPyConnection) -> None:
+    # The branches' medal tier and rating (scorer.medal), two more ScoreRow fields. Rows written
+    # before this migration keep NULL: they were not assessed, which is not the same as "fail".
+    con.execute("ALTER TABLE scores ADD COLUMN medal VARCHAR")
+    con.execute("ALTER TABLE scores ADD COLUMN rating VARCHAR")
+    # Rebind the view so `SELECT *` carries the new columns.
+    con.execute(
+        """
+        CREATE OR REPLACE VIEW scores_current AS
+        SELECT * FROM scores
+        QUALIFY row_number() OVER (
+            PARTITION BY run_id, profile_id, judge ORDER BY scored_at DESC, batch_id DESC, seq DESC
+        ) = 1
+        """
+    )
+
+
+MIGRATIONS: list[Migration] = [
+    Migration("scorer.m001_tables", _m001_tables),
+    Migration("scorer.m002_medal_rating", _m002_medal_rating),
+]

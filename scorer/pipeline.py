@@ -20,52 +20,14 @@ from schemas.codec import Event
 from scorer import audit as auditor
 from scorer import codes as error_codes
 from scorer import evidence as ev
-from scorer import stages, taskgrade
+from scorer import medal, stages, taskgrade
 from scorer.cost import PriceTable, price_run
 from scorer.judge.base import Judge
 from scorer.profile import LoadedProfile
+from scorer.row import Cost, Grade, ScoreRow
 from scorer.trajectory import BlobGetter, Trajectory, fold
 
 _enc = msgspec.json.Encoder(order="sorted")
-
-ROW_COLUMNS = (
-    "run_id",
-    "profile_id",
-    "profile_name",
-    "judge",
-    "agent",
-    "model",
-    "task",
-    "track",
-    "tier",
-    "repeat",
-    "s1",
-    "s2",
-    "s3",
-    "s4",
-    "s5",
-    "agentic",
-    "task_score",
-    "overall",
-    "status",
-    "audit_status",
-    "turns",
-    "wall_s",
-    "tokens_in",
-    "tokens_out",
-    "tokens_cache_read",
-    "tokens_cache_write",
-    "tokens_reasoning",
-    "cost_usd",
-    "cost_estimated",
-    "price_table",
-    "codes",
-    "n_violations",
-    "reasons",
-    "details",
-    "evidence_sha256",
-    "fingerprint",
-)
 
 
 @lru_cache(maxsize=256)
@@ -101,23 +63,29 @@ class RunScorer:
         self.references = references
         self.grade_cache = grade_cache if grade_cache is not None else {}
 
-    def score(self, run_id: str, events: list[Event]) -> dict[str, Any]:
+    def score(self, run_id: str, events: list[Event]) -> ScoreRow:
         traj = fold(run_id, events, self.get_blob)
         return self.score_trajectory(traj)
 
-    def score_trajectory(self, traj: Trajectory) -> dict[str, Any]:
+    def score_trajectory(self, traj: Trajectory) -> ScoreRow:
         p = self.p
         track, forbidden = task_info(traj.task)
+        rules = p.stage_rules(track)
         audit = auditor.audit(traj, p.audit, list(forbidden))
         reasons: dict[str, str] = {}
         if audit.status == "no_data":
-            grade: dict[str, Any] = taskgrade.unscored("no events recorded for this run")
+            summary: dict[str, Any] = taskgrade.unscored("no events recorded for this run")
             grade_key = None
         else:
-            grade, grade_key = taskgrade.grade_run(
-                traj, self.get_blob, references=self.references, metrics=p.metrics, cache=self.grade_cache
+            summary, grade_key = taskgrade.grade_run(
+                traj,
+                self.get_blob,
+                references=self.references,
+                metrics=p.metrics_for(track),
+                cache=self.grade_cache,
             )
-        evidence = ev.build(traj, p.evidence, self.get_blob, track=track, grade=_grade_facts(grade))
+        grade = Grade.of(summary)
+        evidence = ev.build(traj, p.evidence, self.get_blob, track=track, grade=_grade_facts(summary))
         items = p.items_for(track, traj.tier)
         if audit.status == "no_data":
             verdicts = {}
@@ -129,8 +97,8 @@ class RunScorer:
                 track=track,
             )
         scores = stages.item_scores(items, verdicts, traj.tier)
-        judged = stages.judged_stages(scores, p.stages)
-        s4, s5, s45_reason = taskgrade.s4_s5(grade, p.stages)
+        judged = stages.judged_stages(scores, rules)
+        s4, s5, s45_reason = taskgrade.s4_s5(summary, rules)
         stage_values: dict[str, float | None] = {s: v for s, (v, _) in judged.items()}
         stage_values["S4"], stage_values["S5"] = s4, s5
         for s, (_, why) in judged.items():
@@ -138,19 +106,30 @@ class RunScorer:
                 reasons[s] = why
         if s45_reason:
             reasons["S4"] = reasons["S5"] = s45_reason
-        task = grade.get("task_score")
+        task = grade.task_score
         if task is None:
-            reasons["TASK"] = grade.get("reason", "unscored")
-        if audit.status == "violation":
+            reasons["TASK"] = grade.reason or "unscored"
+        breach = audit.status == "violation"
+        if breach:
             stage_values = {s: 0.0 for s in stage_values}
             task = None
             reasons = {"S1-S5": "zeroed: rule violation", "TASK": "excluded: rule violation"}
-            combined = {"agentic": 0.0, "overall": 0.0, "agentic_reason": None}
+            combined: dict[str, Any] = {"agentic": 0.0, "overall": 0.0, "agentic_reason": None, "task": None}
         else:
-            combined = stages.combine(stage_values, task, p.weights, p.stages.null_policy)
+            combined = stages.combine(
+                stage_values,
+                task,
+                p.weights,
+                rules.null_policy,
+                all_unscored=rules.all_unscored,
+                round_digits=rules.round_digits,
+            )
             if combined["agentic_reason"]:
                 reasons["AGENTIC"] = combined["agentic_reason"]
-        fired = error_codes.detect(traj, grade if task is not None or audit.status != "violation" else None)
+        assessed = medal.assess(grade, traj.task, p.medals.get(track or ""), breach=breach)
+        if assessed.reason and not breach:
+            reasons["rating"] = assessed.reason
+        fired = error_codes.detect(traj, summary if task is not None or not breach else None)
         judge_codes = getattr(self.judge, "codes", None)
         if judge_codes is not None and audit.status != "no_data":
             found, why = judge_codes(traj, evidence)
@@ -163,58 +142,69 @@ class RunScorer:
                     for c in found
                 ],
             )
-        cost = price_run(traj, self.prices)
-        if cost["cost_reason"]:
-            reasons["cost"] = cost["cost_reason"]
-        row: dict[str, Any] = {
-            "run_id": traj.run_id,
-            "profile_id": self.loaded.id,
-            "profile_name": self.loaded.name,
-            "judge": self.judge.label,
-            "agent": traj.agent,
-            "model": traj.model,
-            "task": traj.task,
-            "track": track,
-            "tier": traj.tier,
-            "repeat": _repeat(traj.labels),
-            "s1": stage_values["S1"],
-            "s2": stage_values["S2"],
-            "s3": stage_values["S3"],
-            "s4": stage_values["S4"],
-            "s5": stage_values["S5"],
-            "agentic": combined["agentic"],
-            "task_score": task,
-            "overall": combined["overall"],
-            "status": _status(traj, audit.status, grade),
-            "audit_status": audit.status,
-            "turns": len(traj.model_calls),
-            "wall_s": traj.duration_s,
-            "tokens_in": cost["tokens"]["input"],
-            "tokens_out": cost["tokens"]["output"],
-            "tokens_cache_read": cost["tokens"]["cache_read"],
-            "tokens_cache_write": cost["tokens"]["cache_write"],
-            "tokens_reasoning": cost["tokens"]["reasoning"],
-            "cost_usd": cost["cost"],
-            "cost_estimated": cost["estimated"],
-            "price_table": cost["price_table"],
-            "codes": [c.code for c in fired],
-            "n_violations": len(audit.violations),
-            "reasons": reasons,
-            "details": {
+        suppressed = (
+            p.codes.suppress_when_valid_and_okay
+            and assessed.valid
+            and assessed.medal in ("good", "okay")
+            and bool(fired)
+        )
+        if suppressed:
+            reasons["codes"] = f"suppressed: valid submission with medal {assessed.medal}"
+        cost = Cost.of(price_run(traj, self.prices))
+        if cost.cost_reason:
+            reasons["cost"] = cost.cost_reason
+        row = ScoreRow(
+            run_id=traj.run_id,
+            profile_id=self.loaded.id,
+            profile_name=self.loaded.name,
+            judge=self.judge.label,
+            agent=traj.agent,
+            model=traj.model,
+            task=traj.task,
+            track=track,
+            tier=traj.tier,
+            repeat=_repeat(traj.labels),
+            s1=stage_values["S1"],
+            s2=stage_values["S2"],
+            s3=stage_values["S3"],
+            s4=stage_values["S4"],
+            s5=stage_values["S5"],
+            agentic=combined["agentic"],
+            task_score=combined["task"],
+            overall=combined["overall"],
+            status=_status(traj, audit.status, summary),
+            audit_status=audit.status,
+            turns=len(traj.model_calls),
+            wall_s=traj.duration_s,
+            tokens_in=cost.tokens.input,
+            tokens_out=cost.tokens.output,
+            tokens_cache_read=cost.tokens.cache_read,
+            tokens_cache_write=cost.tokens.cache_write,
+            tokens_reasoning=cost.tokens.reasoning,
+            cost_usd=cost.cost,
+            cost_estimated=cost.estimated,
+            price_table=cost.price_table,
+            codes=[] if suppressed else [c.code for c in fired],
+            n_violations=len(audit.violations),
+            reasons=reasons,
+            details={
                 "items": [msgspec.to_builtins(s) for s in scores],
-                "codes": [msgspec.to_builtins(c) for c in fired],
+                "codes": [{**msgspec.to_builtins(c), "suppressed": suppressed} for c in fired],
                 "violations": [msgspec.to_builtins(v) for v in audit.violations],
-                "grade": grade,
+                "grade": summary,
                 "grade_key": grade_key,
             },
-            "evidence_sha256": evidence.sha256,
-        }
-        row["fingerprint"] = fingerprint(row)
+            evidence_sha256=evidence.sha256,
+            fingerprint="",
+            medal=assessed.medal,
+            rating=assessed.rating,
+        )
+        row.fingerprint = fingerprint(row)
         return row
 
 
-def fingerprint(row: dict[str, Any]) -> str:
-    body = {k: v for k, v in row.items() if k != "fingerprint"}
+def fingerprint(row: ScoreRow) -> str:
+    body = {k: v for k, v in row.as_dict().items() if k != "fingerprint"}
     return "sha256:" + hashlib.sha256(_enc.encode(body)).hexdigest()
 
 

@@ -49,8 +49,18 @@ class Weights(_Cfg, frozen=True):
     task: float = 0.5
 
 
+NullPolicy = Literal["zero", "renormalise", "unscored"]
+AllUnscored = Literal["unscored", "zero"]
+
+
 class StageRules(_Cfg, frozen=True):
-    null_policy: Literal["zero", "renormalise", "unscored"] = "renormalise"
+    null_policy: NullPolicy = "renormalise"
+    all_unscored: AllUnscored = "unscored"
+    """AGENTIC when no stage is scored at all: unscored (NULL with the reason) or 0.0, which is what
+    every branch's ``compute_workflow_score`` returns then."""
+    round_digits: int | None = None
+    """Round AGENTIC, TASK and OVERALL to this many decimals, OVERALL from the rounded parts (the
+    branches round each to 4); None keeps full precision."""
     unscored_item_policy: Literal["stage_unscored", "skip_item"] = "stage_unscored"
     s4_completion_weight: float = 0.5
     s4_format_weight: float = 0.5
@@ -102,6 +112,48 @@ class AuditRules(_Cfg, frozen=True):
     forbidden_hosts: list[str] = []
 
 
+class TrackRules(_Cfg, frozen=True):
+    """What one track does differently from the profile's defaults (the branches differ)."""
+
+    null_policy: NullPolicy | None = None
+    all_unscored: AllUnscored | None = None
+    metrics: dict[str, Any] = {}
+    """Keys of ``[metrics]`` that this track overrides."""
+
+
+class Band(_Cfg, frozen=True):
+    psnr_min: float
+    ssim_min: float
+
+
+class MedalRules(_Cfg, frozen=True):
+    """Medal tier (good / okay / fail) and rating (A / B / C / F) of one track."""
+
+    good: float = 0.0
+    okay: float = 0.0
+    """Thresholds on the medal's input (``value >= good`` is good, ``>= okay`` okay, else fail);
+    unused by the ``bands`` rating."""
+    on: Literal["primary", "task"] = "primary"
+    """The medal's input: the track's primary metric before the completeness gate, as the branches'
+    ``medal_tier.assign_tier`` reads it (lesion Dice, macro Dice, mAP; VQA and report use TASK), or
+    the TASK score itself."""
+    rating: Literal["medal", "medal_coverage", "bands"] = "medal"
+    """``medal``: F for an invalid or incomplete submission, else A/B/C from the medal (eval_seg,
+    eval_det2d, eval_report_gen ``assign_rating``). ``medal_coverage``: F when under half of the
+    answers are valid or present or none is, else from the medal (eval_vqa). ``bands``: F for an
+    invalid or under-half-complete submission, else A/B/C by mean PSNR and SSIM bands per task, F
+    below C (eval_image_enhancement ``assign_rating`` v3); medal good = A, okay = B."""
+    bands: dict[str, dict[str, Band]] = {}
+    """``bands`` rating: task id -> level (A, B, C) -> minimum mean PSNR and SSIM."""
+    source: str = ""
+
+
+class CodeRules(_Cfg, frozen=True):
+    suppress_when_valid_and_okay: bool = False
+    """Drop the fired codes (kept in details as suppressed) when the submission is valid and the
+    medal is at least okay: the branches' ``failure_classifier.classify_failure`` success override."""
+
+
 class RubricItem(_Cfg, frozen=True):
     id: str
     stage: Literal["S1", "S2", "S3"]
@@ -132,10 +184,29 @@ class Profile(_Cfg, frozen=True):
     cost: CostRules
     audit: AuditRules
     rubric: list[RubricItem]
+    tracks: dict[str, TrackRules] = {}
+    medals: dict[str, MedalRules] = {}
+    codes: CodeRules = CodeRules()
 
     @property
     def name(self) -> str:
         return self.profile.name
+
+    def stage_rules(self, track: str | None) -> StageRules:
+        """The stage rules with ``track``'s overrides applied."""
+        t = self.tracks.get(track or "")
+        if t is None:
+            return self.stages
+        return msgspec.structs.replace(
+            self.stages,
+            null_policy=t.null_policy or self.stages.null_policy,
+            all_unscored=t.all_unscored or self.stages.all_unscored,
+        )
+
+    def metrics_for(self, track: str | None) -> dict[str, Any]:
+        """The ``[metrics]`` table with ``track``'s overrides applied."""
+        t = self.tracks.get(track or "")
+        return {**self.metrics, **t.metrics} if t is not None and t.metrics else self.metrics
 
     def items_for(self, track: str | None, tier: str | None) -> list[RubricItem]:
         """The rubric items that apply to a run of ``track`` at ``tier``, in profile order."""
@@ -270,6 +341,11 @@ def _check(p: Profile, source: str) -> None:
                 re.compile(item.pattern)
             except re.error as e:
                 raise UsageError(f"{source}: rubric item {item.id!r}: bad pattern: {e}") from e
+    for track, m in p.medals.items():
+        if not 0 <= m.okay <= m.good <= 1:
+            raise UsageError(f"{source}: [medals.{track}]: need 0 <= okay <= good <= 1")
+        if m.rating == "bands" and not m.bands:
+            raise UsageError(f"{source}: [medals.{track}]: rating 'bands' needs [medals.{track}.bands]")
     ids = {i.id for i in p.rubric}
     for item in p.rubric:
         if item.requires and item.requires not in ids:
@@ -279,6 +355,8 @@ def _check(p: Profile, source: str) -> None:
     except ImportError:  # the grader is optional for the rest of the scorer
         return
     options_from_table(p.metrics, source=source)
+    for track in p.tracks:
+        options_from_table(p.metrics_for(track), source=f"{source}: [tracks.{track}]")
 
 
 def load(ref: str | None = None) -> LoadedProfile:

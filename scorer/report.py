@@ -1,9 +1,10 @@
 """The paper's views over the ledger: as data (``build``), terminal tables, JSON and one HTML page.
 
 Views (scores ×100 as in the paper; unscored values are left out of means and counted as ``n``):
-leaderboard per model; OVERALL per model × track; AGENTIC by tier with Δ = (LITE − STANDARD) /
-STANDARD; stage means; error-code shares and mean OVERALL by number of fired codes; recovery rate
-(runs with ≥ 2 codes that still completed); cost per run, and the cost–score Pearson r per track.
+leaderboard per model; medal tiers and ratings per model; OVERALL per model × track; AGENTIC by
+tier with Δ = (LITE − STANDARD) / STANDARD; stage means; error-code shares and mean OVERALL by
+number of fired codes; recovery rate (runs with ≥ 2 codes that still completed); cost per run, and
+the cost–score Pearson r per track; and, when the ledger holds repeats of a judge, its stability.
 
 The HTML page is self-contained: inline CSS and inline SVG plots drawn here, no scripts, no network.
 """
@@ -18,6 +19,8 @@ from typing import Any
 
 STAGE_KEYS = ("s1", "s2", "s3", "s4", "s5")
 CODES = ("E1", "E2", "E3", "E4", "E5")
+MEDALS = ("good", "okay", "fail")
+RATINGS = ("A", "B", "C", "F")
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -138,6 +141,21 @@ def build(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 ),
             }
         )
+    medals = []
+    for m in models + ["(all)"]:
+        rs = rows if m == "(all)" else by_model[m]
+        medal_n = Counter(r.get("medal") for r in rs)
+        rating_n = Counter(r.get("rating") for r in rs)
+        medals.append(
+            {
+                "model": m,
+                "runs": len(rs),
+                **{k: medal_n.get(k, 0) for k in MEDALS},
+                **{k: rating_n.get(k, 0) for k in RATINGS},
+                "unrated": rating_n.get(None, 0),
+                "resolved_pct": round(100 * (rating_n["A"] + rating_n["B"]) / len(rs), 1) if rs else None,
+            }
+        )
     judges = sorted({r["judge"] for r in rows})
     profiles = sorted({f"{r['profile_name']} ({r['profile_id'][7:19]})" for r in rows})
     return {
@@ -145,6 +163,7 @@ def build(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "judges": judges,
         "profiles": profiles,
         "leaderboard": leaderboard,
+        "medals": medals,
         "per_track": per_track,
         "tracks": tracks,
         "tiers": tiers,
@@ -170,6 +189,7 @@ def _round(v: float | None, nd: int) -> float | None:
 
 SECTIONS = (
     ("Leaderboard per model (×100)", "leaderboard"),
+    ("Medal tiers and ratings per model (resolved = rating A or B)", "medals"),
     ("OVERALL per model and track (×100)", "per_track"),
     ("AGENTIC by tier, Δ = (LITE − STANDARD) / STANDARD", "tiers"),
     ("Stage means (×100)", "stage_means"),
@@ -307,6 +327,40 @@ def _html_table(rows: list[dict[str, Any]], table_id: str) -> str:
     return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
+def _stability_html(st: dict[str, Any]) -> str:
+    """The judge's stability over its repeats: per-item agreement and alpha, and the spread."""
+    items = [
+        {
+            "item": i["item"],
+            "units": i["units"],
+            "agreement": _round(i["agreement"], 4),
+            "alpha": "no variation" if i["alpha"] is None else round(i["alpha"], 4),
+            "flips": i["flips"],
+            "flipping runs": ", ".join(i["flipping_runs"][:5]),
+        }
+        for i in st["items"]
+    ]
+    o = st["overall"]
+    spread = [
+        {"score": f.upper(), "max range": _round(v["max_range"], 4), "mean SD": _round(v["mean_sd"], 4)}
+        for f, v in st["spread"]["summary"].items()
+    ]
+    alpha = "no variation" if o["alpha"] is None else f"{o['alpha']:.4f}"
+    agree = "—" if o["agreement"] is None else f"{o['agreement']:.4f}"
+    return (
+        f"<h2>Judge stability over {st['repeats']} repeats</h2>"
+        f'<p class="meta">{html.escape(", ".join(st["judges"]))} · {o["units"]} (run, item) units · '
+        f"agreement {agree} · Krippendorff's alpha (nominal) {alpha} · {o['flips']} flips</p>"
+        + _svg_bars(
+            "Agreement per rubric item (%)",
+            [i["item"] for i in st["items"]],
+            [None if i["agreement"] is None else round(100 * i["agreement"], 1) for i in st["items"]],
+        )
+        + _html_table(items, "judge_stability")
+        + _html_table(spread, "judge_spread")
+    )
+
+
 def html_page(report: dict[str, Any], title: str = "AMB score report") -> str:
     lb = report["leaderboard"]
     plots = [
@@ -324,6 +378,18 @@ def html_page(report: dict[str, Any], title: str = "AMB score report") -> str:
             sections.append(plots[0])
         if key == "stage_means":
             sections.append(plots[1])
+        if key == "medals" and report["medals"]:
+            everyone = report["medals"][-1]
+            sections.append(
+                _svg_bars(
+                    "Ratings, all runs (% of runs)",
+                    [*RATINGS, "unrated"],
+                    [
+                        round(100 * everyone[k] / everyone["runs"], 1) if everyone["runs"] else None
+                        for k in (*RATINGS, "unrated")
+                    ],
+                )
+            )
         if key == "code_shares":
             sections.append(
                 _svg_bars(
@@ -342,6 +408,9 @@ def html_page(report: dict[str, Any], title: str = "AMB score report") -> str:
             )
         if key == "cost_correlation" and scatters:
             sections.append(f'<div class="row">{scatters}</div>')
+    stability = report.get("judge_stability")
+    if stability:
+        sections.append(_stability_html(stability))
     meta = (
         f"{report['runs']} runs · judge: {html.escape(', '.join(report['judges']) or '-')} · "
         f"profile: {html.escape(', '.join(report['profiles']) or '-')}"

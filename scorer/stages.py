@@ -104,21 +104,26 @@ def judged_stages(scores: list[ItemScore], rules: StageRules) -> dict[str, tuple
 
 
 def agentic(
-    stages: dict[str, float | None], weights: Weights, null_policy: str
+    stages: dict[str, float | None], weights: Weights, null_policy: str, all_unscored: str = "unscored"
 ) -> tuple[float | None, str | None]:
-    """AGENTIC from S1–S5 (value or None) under ``null_policy``; (None, reason) when unscored."""
+    """AGENTIC from S1–S5 (value or None) under ``null_policy``; (None, reason) when unscored.
+
+    With no stage scored at all, ``all_unscored = "zero"`` gives 0.0 (the branches'
+    ``compute_workflow_score`` does: the seg/det/report sum of zeros, the VQA and enhancement
+    ``if not active: return 0.0``), ``"unscored"`` gives None with the reason.
+    """
     w = {s: getattr(weights, s) for s in STAGES}
     scored = {s: v for s, v in stages.items() if v is not None}
     missing = [s for s in STAGES if stages.get(s) is None]
     if not scored:
-        return None, "no stage is scored"
+        return (0.0, None) if all_unscored == "zero" else (None, "no stage is scored")
     if missing and null_policy == "unscored":
         return None, f"unscored stages: {', '.join(missing)}"
     if null_policy == "zero" or not missing:
         return sum(w[s] * scored.get(s, 0.0) for s in STAGES) / sum(w.values()), None
     denom = sum(w[s] for s in scored)
     if denom <= 0:
-        return None, "the scored stages have zero weight"
+        return (0.0, None) if all_unscored == "zero" else (None, "the scored stages have zero weight")
     return sum(w[s] * v for s, v in scored.items()) / denom, None
 
 
@@ -128,9 +133,29 @@ def overall(agentic_value: float | None, task: float | None, weights: Weights) -
     return weights.agentic * agentic_value + weights.task * task
 
 
+def _round(v: float | None, digits: int | None) -> float | None:
+    return v if v is None or digits is None else round(v, digits)
+
+
 def combine(
-    stages: dict[str, float | None], task: float | None, weights: Weights, null_policy: str
+    stages: dict[str, float | None],
+    task: float | None,
+    weights: Weights,
+    null_policy: str,
+    *,
+    all_unscored: str = "unscored",
+    round_digits: int | None = None,
 ) -> dict[str, Any]:
-    """The paper's combination, as one dict: agentic, task, overall and why any is unscored."""
-    a, reason = agentic(stages, weights, null_policy)
-    return {"agentic": a, "agentic_reason": reason, "task": task, "overall": overall(a, task, weights)}
+    """The paper's combination, as one dict: agentic, task, overall and why any is unscored.
+
+    With ``round_digits`` AGENTIC and TASK are rounded first and OVERALL is computed from the
+    rounded parts and rounded again, as the branches' ``compute_overall_score`` does.
+    """
+    a, reason = agentic(stages, weights, null_policy, all_unscored)
+    a, task = _round(a, round_digits), _round(task, round_digits)
+    return {
+        "agentic": a,
+        "agentic_reason": reason,
+        "task": task,
+        "overall": _round(overall(a, task, weights), round_digits),
+    }

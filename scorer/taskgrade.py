@@ -109,7 +109,12 @@ def summarise(result: Any, spec_cases: int | None = None) -> dict[str, Any]:
         "has_valid_results": any(c.status == "scored" and c.score > 0 for c in cases),
         "degraded": list(result.degraded),
         "problems": sorted({f"{c.case}: {c.reason}" for c in cases if c.reason})[:20],
+        **{k: result.checks[k] for k in _CHECKS_KEPT if k in result.checks},
     }
+
+
+_CHECKS_KEPT = ("medal_metric", "gate_zeroed", "mean_psnr_db", "mean_ssim_raw")
+"""What the medal and rating rules read besides the counts (scorer.medal)."""
 
 
 def unscored(reason: str) -> dict[str, Any]:
@@ -148,7 +153,12 @@ def grade_run(
         return unscored(
             f"no references for task {traj.task} (give --references DIR with {traj.task}/private)"
         ), None
-    key = grade_key(traj.task, msgspec.json.encode(spec), files, reference_fingerprint(ref), metrics)
+    key_options = dict(metrics)
+    if metrics.get("enh_task_score") == "psnr_ssim_lpips" and spec.track == "enhancement":
+        from scorer.metrics.lpips import weights_digest
+
+        key_options["lpips_weights"] = weights_digest()  # the LPIPS network changes the number
+    key = grade_key(traj.task, msgspec.json.encode(spec), files, reference_fingerprint(ref), key_options)
     if cache is not None and key in cache:
         return cache[key], key
     with tempfile.TemporaryDirectory(prefix="amb-sub-") as tmp:

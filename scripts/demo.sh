@@ -41,6 +41,11 @@ echo "demo: recording 20 runs (2 agents x 5 tasks x 2 tiers), 2 at a time" >&2
 amb sweep "$sweep" --html out/demo-report.html
 
 echo
+echo "== the same runs rescored under the public code's rules (code-2026-04): which options changed which numbers"
+amb score --all --profile code-2026-04 --references out/demo/data > /dev/null
+amb report --diff-profiles paper-2026-06 code-2026-04 | sed -n 1,60p
+
+echo
 echo "== the runs, their hash chains, and one SQL question over them"
 amb runs
 amb verify

@@ -40,7 +40,7 @@ def _table(rows: list[list[str]], columns: list[str]) -> str:
 def grade(task_id: str, submission: str, reference: str, profile: str | None, as_json: bool) -> None:
     """Grade a submission for TASK_ID: per-case scores with reasons, and the TASK score."""
     spec = load_spec(task_id)
-    options, profile_name = load_options(profile)
+    options, profile_name = load_options(profile, spec.track)
     result = grade_submission(spec, Path(submission), Path(reference), options)
     if as_json:
         data = msgspec.to_builtins(result)

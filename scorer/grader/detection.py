@@ -169,6 +169,7 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
     score, checks = gated_score(cases, options, aggregate)
     r = last.get("result") or mean_average_precision(list(refs.values()), list(preds.values()), params)
     checks["map"] = r.map
+    checks["medal_metric"] = r.map  # eval_det2d run_eval: the tier reads mAP before the gate
     checks["classes_in_mean"] = r.classes
     checks["per_class"] = {
         c: {"ap": a.ap, "n_gt": a.n_gt, "n_pred": a.n_pred} for c, a in r.per_class.items()

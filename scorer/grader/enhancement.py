@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
 
 from schemas.task_spec import TaskError, TaskSpec
-from scorer.grader.gate import gated_score
-from scorer.grader.options import GradeOptions
+from scorer.grader.gate import gated_score, mean_score
+from scorer.grader.options import EnhWindow, GradeOptions
 from scorer.grader.result import CaseResult, GradeResult, invalid_case, missing_case
+from scorer.metrics import lpips as lpips_metric
 from scorer.metrics import psnr as psnr_metric
+from scorer.metrics.lpips import Lpips
 from scorer.metrics.ssim import SsimParams, reference_data_range, ssim
 
 
@@ -80,7 +84,14 @@ def ssim_params(spec: TaskSpec) -> SsimParams:
 
 
 def grade_case(
-    spec: TaskSpec, case: str, submission: Path, reference: Path, ranges: dict[str, float], params: SsimParams
+    spec: TaskSpec,
+    case: str,
+    submission: Path,
+    reference: Path,
+    ranges: dict[str, float],
+    params: SsimParams,
+    options: GradeOptions | None = None,
+    net: Lpips | None = None,
 ) -> CaseResult:
     enh = spec.enh
     assert enh is not None
@@ -108,13 +119,66 @@ def grade_case(
         dr, source = reference_data_range(ref), "reference max-min"
     if not (math.isfinite(dr) and dr > 0):
         return invalid_case(case, f"reference of {case} is constant (data range {dr}); SSIM is undefined")
-    s = ssim(ref, pred, dr, params)
-    p = psnr_metric.psnr(ref, pred, dr)
-    return CaseResult(
-        case=case,
-        score=min(1.0, max(0.0, s)),
-        details={"ssim": s, "psnr_db": p, "data_range": dr, "data_range_source": source},
+    if options is not None and options.ssim_dtype == "float32":
+        s, p = ssim_float32(ref, pred, dr, params), psnr_float32(ref, pred, dr)
+    else:
+        s, p = ssim(ref, pred, dr, params), psnr_metric.psnr(ref, pred, dr)
+    details: dict[str, Any] = {"ssim": s, "psnr_db": p, "data_range": dr, "data_range_source": source}
+    if net is not None:
+        details["lpips"] = net.distance(pred, ref)
+    return CaseResult(case=case, score=min(1.0, max(0.0, s)), details=details)
+
+
+def ssim_float32(ref: np.ndarray, pred: np.ndarray, data_range: float, params: SsimParams) -> float:
+    """SSIM as the enhancement branch computes it: both slices cast to float32 and handed to
+    scikit-image (which filters in the input's precision), with the branch's fixed arguments."""
+    from skimage.metrics import structural_similarity
+
+    if params != SsimParams():
+        raise TaskError("ssim_dtype float32 reproduces the branch's fixed SSIM arguments only")
+    return float(
+        structural_similarity(
+            ref.astype(np.float32),
+            pred.astype(np.float32),
+            data_range=data_range,
+            gaussian_weights=True,
+            use_sample_covariance=False,
+        )
     )
+
+
+def psnr_float32(ref: np.ndarray, pred: np.ndarray, data_range: float) -> float:
+    """PSNR with the squared error averaged in float32, as ``enhancement_scorer.psnr`` does."""
+    diff = pred.astype(np.float32) - ref.astype(np.float32)
+    mse = float(np.mean(diff * diff))
+    if mse <= psnr_metric.MSE_FLOOR:
+        return psnr_metric.PSNR_CAP_DB
+    return 10.0 * math.log10(data_range * data_range / mse)
+
+
+GENERIC_WINDOW = EnhWindow(psnr_low=20.0, psnr_high=50.0, lpips_max=1.0)
+"""``enhancement_scorer.clinical_score``'s v1 fallback for a task without its own window."""
+
+
+def composite(
+    cases: Sequence[CaseResult], window: EnhWindow, with_lpips: bool
+) -> tuple[float, dict[str, float]]:
+    """The enhancement branch's ``clinical_score``: normalised PSNR, SSIM and LPIPS of the dataset
+    means, averaged (PSNR and SSIM only when LPIPS is unavailable)."""
+    if not cases:
+        return 0.0, {}
+    mean_psnr = float(np.mean([c.details["psnr_db"] for c in cases]))
+    mean_ssim = float(np.mean([c.details["ssim"] for c in cases]))
+    parts = {
+        "psnr_norm": float(
+            np.clip((mean_psnr - window.psnr_low) / (window.psnr_high - window.psnr_low), 0, 1)
+        ),
+        "ssim_norm": float(np.clip(mean_ssim, 0, 1)),
+    }
+    if with_lpips:
+        mean_lpips = float(np.mean([c.details["lpips"] for c in cases]))
+        parts["lpips_norm"] = float(np.clip(1.0 - mean_lpips / window.lpips_max, 0, 1))
+    return sum(parts.values()) / len(parts), parts
 
 
 def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: GradeOptions) -> GradeResult:
@@ -126,12 +190,32 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
     ids = reference_cases(spec, reference)
     if not ids:
         raise TaskError(f"reference {reference}: no <case>/{spec.enh.reference_file} found")
-    cases = [grade_case(spec, c, submission, reference, ranges, params) for c in ids]
-    score, checks = gated_score(cases, options)
+    degraded: list[str] = []
+    net = None
+    if options.enh_task_score == "psnr_ssim_lpips":
+        try:
+            net = lpips_metric.from_environment()
+        except lpips_metric.LpipsUnavailable as e:
+            degraded.append(f"LPIPS: not computed, {e}; TASK = mean of normalised PSNR and SSIM")
+    cases = [grade_case(spec, c, submission, reference, ranges, params, options, net) for c in ids]
+    window = options.enh_windows.get(spec.id, GENERIC_WINDOW)
+    parts: dict[str, float] = {}
+
+    def aggregate(subset: Sequence[CaseResult]) -> float:
+        if options.enh_task_score == "ssim":
+            return mean_score(subset)
+        value, found = composite([c for c in subset if c.status == "scored"], window, net is not None)
+        parts.update(found)
+        return value
+
+    score, checks = gated_score(cases, options, aggregate)
+    checks.update(parts)
     scored = [c for c in cases if c.status == "scored"]
     if scored:
         checks["mean_ssim_raw"] = float(np.mean([c.details["ssim"] for c in scored]))
         checks["mean_psnr_db"] = float(np.mean([c.details["psnr_db"] for c in scored]))
+        if net is not None:
+            checks["mean_lpips"] = float(np.mean([c.details["lpips"] for c in scored]))
     return GradeResult(
         task=spec.id,
         metric=spec.metric.name,
@@ -143,6 +227,14 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
             "data_range": f"{spec.enh.ranges_file} data_range per case, else reference max-min",
             "case_score": "ssim clipped to [0, 1]",
             "completeness": options.completeness,
+            "ssim_dtype": options.ssim_dtype,
+            "task_score": options.enh_task_score,
+            **(
+                {"window": msgspec.to_builtins(window), "lpips_weights": net.sha256 if net else None}
+                if options.enh_task_score != "ssim"
+                else {}
+            ),
         },
         checks=checks,
+        degraded=degraded,
     )

@@ -19,22 +19,39 @@ import msgspec
 from schemas.errors import UsageError
 
 
+class EnhWindow(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Linear normalisation windows of the enhancement composite (``enhancement_scorer.TASK_NORM``)."""
+
+    psnr_low: float
+    psnr_high: float
+    lpips_max: float
+
+
 class GradeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """How a submission is turned into a TASK score."""
 
     # --- all tracks -------------------------------------------------------------------------------
-    completeness: Literal["per_case_zero", "all_or_nothing", "times_completion"] = "per_case_zero"
+    completeness: Literal[
+        "per_case_zero", "all_or_nothing", "times_completion", "all_or_nothing_missing", "mean_over_valid"
+    ] = "per_case_zero"
     """A missing or invalid case: scores 0 and stays in the mean (paper, Appendix A); zeroes the whole
     TASK (public code, paper Appendix B); or the mean over scored cases × the completed fraction
-    (Full harness / website)."""
+    (Full harness / website). ``all_or_nothing_missing``: only a *missing* case zeroes the TASK; a
+    present but invalid one stays in and is scored by the track's rule (eval_seg: a case is complete
+    when its files exist). ``mean_over_valid``: the aggregate over the valid cases only, missing and
+    invalid ones left out, 0 when none is valid (eval_image_enhancement ``score_all``: NaN cases are
+    dropped from the means)."""
 
     # --- segmentation (helper A) ------------------------------------------------------------------
     seg_formula: Literal["organ_lesion_50_50", "organ_lesion_25_75", "per_case_macro"] = "organ_lesion_50_50"
     """Binary organ+lesion tasks: 0.5·organ + 0.5·lesion on dataset-level means (public code's
     ``2026-04-sub-criteria``); 0.25·organ + 0.75·lesion (the earlier rubric, matched by the paper's
     example trace); or per case the mean over its targets, then over cases (paper, Appendix A)."""
-    seg_invalid_case: Literal["zero", "drop"] = "zero"
-    """A binary case with a shape mismatch: Dice 0 (paper) or dropped from the means (public code)."""
+    seg_invalid_case: Literal["zero", "drop", "organ_zero_lesion_drop"] = "zero"
+    """A binary case with a shape mismatch: Dice 0 (paper), dropped from the means, or per target as
+    eval_seg's ``dice_scorer.score_all`` + ``aggregate.build_report`` do: a wrong-shaped organ mask
+    counts organ Dice 0 in the organ mean, a wrong-shaped lesion mask leaves the case out of the
+    lesion mean, and the other target of the case is scored normally."""
     seg_multiclass_empty: Literal["both_empty_is_one", "skip_gt_empty"] = "both_empty_is_one"
     """Multiclass: a class empty in both prediction and reference counts as Dice 1 (Full scorer), or
     (case, class) pairs with an empty reference are left out (the config text's "GT-nonempty")."""
@@ -55,6 +72,17 @@ class GradeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     det_wildcard: bool = True
     """Detection: a box labelled with the task's wildcard class (``abnormality``) matches every class
     (public code; the paper is silent)."""
+    ssim_dtype: Literal["float64", "float32"] = "float64"
+    """Enhancement: SSIM and PSNR computed in float64 (exact) or in float32 as the enhancement branch
+    does (``enhancement_scorer._as_float32_2d`` before ``structural_similarity``)."""
+    enh_task_score: Literal["ssim", "psnr_ssim_lpips"] = "ssim"
+    """Enhancement TASK: mean SSIM (paper) or the enhancement branch's ``clinical_score``: the mean of
+    normalised PSNR, SSIM and LPIPS over the dataset means, with per-task windows ``enh_windows``.
+    Without LPIPS weights (env ``AMB_LPIPS_WEIGHTS``) the LPIPS part is left out and listed in
+    ``degraded``."""
+    enh_windows: dict[str, EnhWindow] = {}
+    """Per task id: the PSNR window and LPIPS maximum of ``psnr_ssim_lpips`` (others: the branch's
+    generic v1 window, PSNR 20-50 dB, LPIPS 0-1)."""
 
 
 def options_from_table(table: dict[str, Any], *, source: str = "profile") -> GradeOptions:
@@ -65,8 +93,9 @@ def options_from_table(table: dict[str, Any], *, source: str = "profile") -> Gra
         raise UsageError(f"{source}: [metrics]: {e}") from e
 
 
-def load_options(profile: str | None) -> tuple[GradeOptions, str]:
+def load_options(profile: str | None, track: str | None = None) -> tuple[GradeOptions, str]:
     """Resolve ``--profile``: None (defaults), a TOML file, or the name of a built-in profile.
+    ``[tracks.<track>.metrics]`` of the file overrides single ``[metrics]`` keys for that track.
 
     Returns the options and the profile's name (recorded next to the score).
     """
@@ -85,6 +114,10 @@ def load_options(profile: str | None) -> tuple[GradeOptions, str]:
     table = data.get("metrics", {})
     if not isinstance(table, dict):
         raise UsageError(f"profile {profile!r}: [metrics] must be a table")
+    tracks = data.get("tracks", {})
+    override = tracks.get(track, {}).get("metrics", {}) if isinstance(tracks, dict) and track else {}
+    if isinstance(override, dict) and override:
+        table = {**table, **override}
     header = data.get("profile", {})
     name = header.get("name") if isinstance(header, dict) else None
     return options_from_table(table, source=f"profile {profile!r}"), str(name or path.stem)

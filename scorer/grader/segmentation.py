@@ -53,6 +53,13 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
             1 for r in results if any(r.details["ref_positive"].get(n) for n in lesions)
         )
         checks["dropped"] = sum(1 for r in results if r.details.get("dropped"))
+        # The medal's input in eval_seg run_eval: the mean lesion Dice over lesion-positive cases,
+        # before the completeness gate.
+        used = [r for r in results if not r.details.get("dropped")]
+        values = [r.details["dice"][n] for r in used for n in lesions if n in r.details["counted"]]
+        checks["medal_metric"] = float(np.mean(values)) if values else 0.0
+    else:
+        checks["medal_metric"] = _multiclass_aggregate(results)
     params: dict[str, Any] = {
         **spec.metric.params,
         "mode": seg.mode,
@@ -130,8 +137,9 @@ def _binary_case(
     counted = _counted(seg, formula, ref_positive)
     zero = {"dice": {t.name: 0.0 for t in seg.targets}, "counted": counted, "ref_positive": ref_positive}
 
-    preds = []
+    preds: list[np.ndarray | None] = []
     warnings = []
+    wrong_shape: list[str] = []
     for t in seg.targets:
         path = _find(out_root / case, t)
         if path is None:
@@ -141,6 +149,10 @@ def _binary_case(
         try:
             data = read_volume(path, shape)
         except VolumeError as e:
+            if e.kind == "shape" and options.seg_invalid_case == "organ_zero_lesion_drop":
+                wrong_shape.append(f"{root_name}/{case}/{e}")
+                preds.append(None)
+                continue
             drop = e.kind == "shape" and options.seg_invalid_case == "drop"
             return invalid_case(case, f"{root_name}/{case}/{e}", **zero, dropped=drop)
         lo, hi = float(data.min(initial=0)), float(data.max(initial=0))
@@ -150,10 +162,19 @@ def _binary_case(
             )
         preds.append(data)
 
-    matrices = binary_counts(list(zip(preds, refs, strict=False)), seg.threshold)
+    good = [(p, r) for p, r in zip(preds, refs, strict=True) if p is not None]
+    matrices = iter(binary_counts(good, seg.threshold) if good else [])
     dice: dict[str, float] = {}
     counts: dict[str, dict[str, int]] = {}
-    for t, m in zip(seg.targets, matrices, strict=False):
+    for t, p in zip(seg.targets, preds, strict=True):
+        if p is None:
+            # eval_seg: a wrong-shaped mask scores Dice 0; an organ keeps that 0 in the organ mean, a
+            # lesion leaves the lesion mean (its error makes gt_has_lesion false).
+            dice[t.name] = 0.0
+            if t.kind == "lesion":
+                counted = [n for n in counted if n != t.name]
+            continue
+        m = next(matrices)
         dice[t.name] = dice_per_label(m, [1])[1]
         counts[t.name] = {"tp": int(m[1, 1]), "fp": int(m[1, 0]), "fn": int(m[0, 1])}
     details: dict[str, Any] = {
@@ -164,6 +185,8 @@ def _binary_case(
     }
     if warnings:
         details["warnings"] = warnings
+    if wrong_shape:
+        return invalid_case(case, "; ".join(wrong_shape), **details)
     return CaseResult(case=case, score=_case_score(seg, formula, dice, counted), details=details)
 
 

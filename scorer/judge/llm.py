@@ -56,6 +56,7 @@ class LLMJudge:
         put_evidence: Callable[[Evidence], None],
         *,
         images: bool = True,
+        repeat: int = 0,
     ):
         ep = endpoint(settings)
         if ep is None:
@@ -65,11 +66,16 @@ class LLMJudge:
             )
         self.base_url, api_key, self.model = ep
         self.settings = settings
-        self.key_settings = reply_settings(settings)
+        self.repeat = repeat
+        # Repeat r > 0 asks the same question again: its own cache entry and, with a seed, seed + r
+        # (an endpoint that honours seeds would otherwise answer identically). Repeat 0 is exactly
+        # the single-run judge, so its cache is shared with ordinary scoring.
+        self.key_settings = reply_settings(settings) | ({"repeat": repeat} if repeat else {})
+        self.seed = None if settings.seed is None else settings.seed + repeat
         self.cache = cache
         self.put_evidence = put_evidence
         self.images = images
-        self.label = f"llm:{self.model}"
+        self.label = f"llm:{self.model}" + (f"#r{repeat}" if repeat else "")
         self.requests = 0
         self._count = threading.Lock()
         self.client = openai.OpenAI(
@@ -156,8 +162,8 @@ class LLMJudge:
             "temperature": self.settings.temperature,
             "max_tokens": self.settings.max_tokens,
         }
-        if self.settings.seed is not None:
-            kwargs["seed"] = self.settings.seed
+        if self.seed is not None:
+            kwargs["seed"] = self.seed
         if self.settings.json_mode:
             kwargs["response_format"] = {"type": "json_object"}
         stored_request = dict(kwargs)

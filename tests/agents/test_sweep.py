@@ -202,3 +202,18 @@ def test_failed_cells_are_retried_up_to_the_limit(tmp_path):
     again = subprocess.run(sweep_cmd(tmp_path, "--no-score"), capture_output=True, text=True, timeout=120)
     assert again.returncode == 1 and "1 gave up earlier" in again.stderr
     assert attempt_outcome(store, "f-broken-bccd-det-lite-r1.a3") is None  # no third attempt
+
+
+def test_judge_repeat_setting(tmp_path):
+    import pytest
+
+    from agents.sweep import SweepError, load_sweep
+
+    base = 'name = "x"\ntasks = ["kidney-seg"]\nagents = [{name = "a", command = ["true"]}]\njudge = "llm"\n'
+    (tmp_path / "s.toml").write_text(base + "judge_repeat = 3\n")
+    assert load_sweep(tmp_path / "s.toml").judge_repeat == 3
+    (tmp_path / "s.toml").write_text(base)
+    assert load_sweep(tmp_path / "s.toml").judge_repeat == 1
+    (tmp_path / "s.toml").write_text(base + "judge_repeat = 0\n")
+    with pytest.raises(SweepError, match="'judge_repeat' must be at least 1"):
+        load_sweep(tmp_path / "s.toml")

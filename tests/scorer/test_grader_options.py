@@ -28,7 +28,11 @@ def test_builtin_profiles_load(name):
 
 def test_code_profile_switches():
     options, _ = load_options("code-2026-04")
-    assert options.completeness == "all_or_nothing" and options.seg_invalid_case == "drop"
+    assert options.completeness == "all_or_nothing" and options.seg_invalid_case == "organ_zero_lesion_drop"
+    seg, _ = load_options("code-2026-04", "segmentation")
+    assert seg.completeness == "all_or_nothing_missing"
+    enh, _ = load_options("code-2026-04", "enhancement")
+    assert enh.ssim_dtype == "float32" and enh.enh_windows["mri-sr"].psnr_high == 35.0
 
 
 def test_profile_file_and_errors(tmp_path):
@@ -62,7 +66,13 @@ CASES = [
 
 @pytest.mark.parametrize(
     ("gate", "score"),
-    [("per_case_zero", 1.5 / 4), ("all_or_nothing", 0.0), ("times_completion", 0.75 * 0.5)],
+    [
+        ("per_case_zero", 1.5 / 4),
+        ("all_or_nothing", 0.0),
+        ("times_completion", 0.75 * 0.5),
+        ("all_or_nothing_missing", 0.0),  # c is missing
+        ("mean_over_valid", 0.75),  # (1 + 0.5) / 2: c and d left out
+    ],
 )
 def test_gate(gate, score):
     value, checks = gated_score(CASES, GradeOptions(completeness=gate))
@@ -75,7 +85,16 @@ def test_gate(gate, score):
         "completion": 0.5,
         "gate": gate,
         "gate_applied": gate != "per_case_zero",
+        "gate_zeroed": gate in ("all_or_nothing", "all_or_nothing_missing"),
     }
+
+
+def test_gate_missing_only():
+    # An invalid case does not trip all_or_nothing_missing: it stays in the aggregate with its 0.
+    present = [c for c in CASES if c.status != "missing"]
+    value, checks = gated_score(present, GradeOptions(completeness="all_or_nothing_missing"))
+    assert value == pytest.approx(1.5 / 3) and not checks["gate_zeroed"]
+    assert gated_score(present, GradeOptions(completeness="all_or_nothing"))[0] == 0.0
 
 
 def test_gate_on_complete_and_empty_sets():

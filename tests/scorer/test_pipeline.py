@@ -35,7 +35,9 @@ PLAN = (
 )
 
 
-def record(store: Path, run_id: str, workspace: Path | None, drop_case: str | None = None) -> None:
+def record(
+    store: Path, run_id: str, workspace: Path | None, drop_case: str | None = None, traceback: bool = False
+) -> None:
     blobs = BlobStore(store / "blobs")
     w = SpoolWriter(spool_path(store, run_id, "recorder"), run_id, "recorder", sync=False)
     ts = [1_790_000_000_000_000_000]
@@ -76,7 +78,11 @@ def record(store: Path, run_id: str, workspace: Path | None, drop_case: str | No
             ("m = nib.load('agents_outputs/x/organ.nii.gz').get_fdata(); print(m.shape, np.unique(m))", [])
         )
         steps.append(("for pid in cases: run_case(pid)", [o for o in outputs if f"/{cases[0]}/" not in o[0]]))
+    if traceback:  # one crashed execution, recovered from: the rules fire E4
+        steps.insert(2, ("x = undefined_name + 1", [("!fail", b"")]))
     for i, (code, written) in enumerate(steps):
+        crashed = written == [("!fail", b"")]
+        written = [] if crashed else written
         args = '{{"language": "python", "code": {}}}'.format(__import__("json").dumps(code))
         emit(
             ModelCallCompleted(
@@ -109,7 +115,12 @@ def record(store: Path, run_id: str, workspace: Path | None, drop_case: str | No
             ToolCallResult(
                 tool_call_id=f"t{i}",
                 model_call_id=f"c{i + 1}",
-                output='{"exit_code": 0, "stdout": "ok", "stderr": ""}',
+                output=(
+                    '{"exit_code": 1, "stdout": "", "stderr": "Traceback (most recent call last):\\n'
+                    '  File \\"<exec>\\", line 1\\nNameError: name \'undefined_name\' is not defined"}'
+                    if crashed
+                    else '{"exit_code": 0, "stdout": "ok", "stderr": ""}'
+                ),
             )
         )
     if workspace is not None:
@@ -175,3 +186,47 @@ def test_without_references_task_is_unscored_not_zero(recorded):
         row = score_runs(st, load("paper-2026-06"), judge="offline", run_ids=["perfect"]).rows[0]
     assert row["task_score"] is None and row["overall"] is None and row["status"] == "ungraded"
     assert "no references" in row["reasons"]["TASK"] and row["agentic"] is not None
+
+
+def test_medal_rating_and_code_suppression(tmp_path):
+    """Medal and rating land in every row under both profiles; the code profile drops the fired
+    codes of a valid run with a medal of at least okay (failure_classifier.classify_failure's
+    success override), keeping them in details marked suppressed."""
+    from scorer.row import COLUMNS, column_types
+
+    spec = load_spec("kidney-seg")
+    refs = tmp_path / "refs"
+    synth(spec, refs / "kidney-seg", cases=3, seed=7)
+    ws = tmp_path / "ws"
+    perfect_submission(spec, refs / "kidney-seg", ws)
+    store = tmp_path / "store"
+    record(store, "crashed-once", ws, traceback=True)
+    record(store, "one-missing", ws, drop_case="case_00002")
+    ingest(store)
+    with open_store(store) as st:
+        paper = {
+            r["run_id"]: r
+            for r in score_runs(st, load("paper-2026-06"), judge="offline", references=refs).rows
+        }
+        code = {
+            r["run_id"]: r
+            for r in score_runs(st, load("code-2026-04"), judge="offline", references=refs).rows
+        }
+        described = st.con.execute("DESCRIBE scores").fetchall()
+        cols = [r[0] for r in described]
+        stored = st.con.execute(
+            "SELECT run_id, profile_name, medal, rating FROM scores_current ORDER BY run_id, profile_name"
+        ).fetchall()
+    # The migrated table is exactly ScoreRow: names in order and the types its annotations give.
+    assert cols == ["batch_id", "seq", "scored_at", *COLUMNS]
+    assert {r[0]: r[1] for r in described[3:]} == column_types()
+    p, c = paper["crashed-once"], code["crashed-once"]
+    assert p["codes"] == ["E4"] and (p["medal"], p["rating"]) == ("good", "A")
+    assert c["codes"] == [] and (c["medal"], c["rating"]) == ("good", "A")
+    assert c["details"]["codes"][0]["code"] == "E4" and c["details"]["codes"][0]["suppressed"]
+    assert c["reasons"]["codes"].startswith("suppressed")
+    # eval_seg build_report: a missing case zeroes TASK and the tier, masks invalid → F; not suppressed.
+    m = code["one-missing"]
+    assert m["task_score"] == 0.0 and (m["medal"], m["rating"]) == ("fail", "F") and "E5" in m["codes"]
+    assert paper["one-missing"]["rating"] == "F"
+    assert ("crashed-once", "code-2026-04", "good", "A") in stored

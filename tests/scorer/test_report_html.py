@@ -50,6 +50,10 @@ def _rows(n=60, seed=3):
                 "cost_usd": rng.uniform(0.5, 20),
                 "turns": rng.randint(10, 50),
                 "judge": "offline:rules-v1",
+                "medal": None
+                if task is None
+                else ("good" if task >= 0.7 else "okay" if task >= 0.3 else "fail"),
+                "rating": None if task is None else ("A" if task >= 0.7 else "B" if task >= 0.3 else "C"),
                 "profile_name": "paper-2026-06",
                 "profile_id": "sha256:" + "ab" * 32,
             }
@@ -78,6 +82,47 @@ def test_views():
     assert lb["overall"] == round(100 * sum(scored) / len(scored), 1) and lb["scored"] == len(scored)
 
 
+def test_medal_view():
+    rows = _rows()
+    data = report.build(rows)
+    everyone = data["medals"][-1]
+    assert everyone["model"] == "(all)" and everyone["runs"] == 60
+    assert everyone["A"] == sum(1 for r in rows if r["rating"] == "A")
+    assert everyone["unrated"] == sum(1 for r in rows if r["rating"] is None)
+    assert everyone["resolved_pct"] == round(100 * sum(1 for r in rows if r["rating"] in ("A", "B")) / 60, 1)
+
+
+def _with_stability(data):
+    from scorer.judge_stability import agreement_table, spread
+
+    def rows(flip):
+        return [
+            {
+                "run_id": f"r{i}",
+                "s1": 0.5 + flip * (i % 2) / 4,
+                "s2": 1.0,
+                "s3": 0.5,
+                "agentic": 0.6,
+                "details": {
+                    "items": [
+                        {"id": "s1b", "source": "judge", "value": float((i + flip) % 2 if i % 2 else 1)},
+                        {"id": "s2a", "source": "judge", "value": 1.0},
+                    ]
+                },
+            }
+            for i in range(6)
+        ]
+
+    coders = [rows(0), rows(1)]
+    data["judge_stability"] = {
+        "repeats": 2,
+        "judges": ["llm:j", "llm:j#r1"],
+        **agreement_table(coders),
+        "spread": spread(coders),
+    }
+    return data
+
+
 def test_pearson():
     assert report.pearson([1, 2, 3, 4], [2, 4, 6, 8]) == pytest.approx(1.0)
     assert report.pearson([1, 2], [1, 2]) is None
@@ -88,7 +133,7 @@ def test_html_opens_in_headless_chromium(tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "headless Chromium is required: run .ci/chromium.sh"
     page = tmp_path / "report.html"
-    page.write_text(report.html_page(report.build(_rows())), encoding="utf-8")
+    page.write_text(report.html_page(_with_stability(report.build(_rows()))), encoding="utf-8")
     assert "http://" not in page.read_text().replace("http://www.w3.org/2000/svg", "")  # no network assets
     flags = CHROME_FLAGS + [f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run(
@@ -96,6 +141,8 @@ def test_html_opens_in_headless_chromium(tmp_path):
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert '<table id="leaderboard">' in dom.stdout
+    assert '<table id="medals">' in dom.stdout and "Ratings, all runs" in dom.stdout
+    assert '<table id="judge_stability">' in dom.stdout and "Judge stability over 2 repeats" in dom.stdout
     assert dom.stdout.count('<svg class="plot"') >= 5
     assert "opus-4.6" in dom.stdout
     shot = tmp_path / "shot.png"

@@ -1,0 +1,171 @@
+"""Which profile options changed which numbers: the current rows of two profiles, run by run.
+
+Each profile is flattened, per track, into its resolved options (``stages.null_policy``,
+``metrics.completeness``, ``medals.good``, ...): the track overrides applied, the rubric, evidence,
+judge and audit tables reduced to a digest each. For every run scored under both profiles (same
+judge), every reported number that differs is listed with the options that differ for that run's
+track *and* feed that number (``AFFECTS``), so a changed TASK names the metric switches, a changed
+AGENTIC the null policy or the weights. A changed number that no differing option feeds is listed
+with ``(unexplained)``, which would point at a rescore with a different grade or judge cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import msgspec
+
+from scorer.profile import Profile
+
+FIELDS = (
+    "s1",
+    "s2",
+    "s3",
+    "s4",
+    "s5",
+    "agentic",
+    "task_score",
+    "overall",
+    "medal",
+    "rating",
+    "codes",
+    "status",
+    "cost_usd",
+)
+_JUDGED = ("s1", "s2", "s3", "agentic", "overall", "codes", "rating", "medal")
+AFFECTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # option name prefix -> the row fields it can change (first match wins)
+    ("stages.round_digits", ("agentic", "task_score", "overall")),
+    ("stages.unscored_item_policy", ("s1", "s2", "s3", "agentic", "overall")),
+    ("stages.s4_", ("s4", "agentic", "overall")),
+    ("stages.s5_", ("s5", "agentic", "overall")),
+    ("stages.", ("agentic", "overall")),
+    ("weights.agentic", ("overall",)),
+    ("weights.task", ("overall",)),
+    ("weights.", ("agentic", "overall")),
+    ("metrics.", ("task_score", "overall", "s4", "s5", "agentic", "medal", "rating", "codes", "status")),
+    ("medals.", ("medal", "rating", "codes")),
+    ("codes.", ("codes",)),
+    ("rubric", _JUDGED),
+    ("judge.", _JUDGED),
+    ("evidence", _JUDGED),
+    ("cost.", ("cost_usd",)),
+    ("audit", FIELDS),
+)
+
+
+METRIC_TRACKS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # GradeOptions key prefix -> the tracks whose grader reads it (others: every track)
+    ("seg_", ("segmentation",)),
+    ("vqa_", ("vqa",)),
+    ("text_", ("report",)),
+    ("ap_", ("detection",)),
+    ("det_", ("detection",)),
+    ("ssim_", ("enhancement",)),
+    ("enh_", ("enhancement",)),
+)
+
+
+def _metric_applies(key: str, track: str | None) -> bool:
+    for prefix, tracks in METRIC_TRACKS:
+        if key.startswith(prefix):
+            return track in tracks
+    return True
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(msgspec.json.encode(value, order="sorted")).hexdigest()[:12]
+
+
+def options(p: Profile, track: str | None) -> dict[str, Any]:
+    """The resolved options that apply to runs of ``track``, flat."""
+    out: dict[str, Any] = {}
+    for k, v in msgspec.to_builtins(p.stage_rules(track)).items():
+        out[f"stages.{k}"] = v
+    for k, v in msgspec.to_builtins(p.weights).items():
+        out[f"weights.{k}"] = v
+    for k, v in p.metrics_for(track).items():
+        if _metric_applies(k, track):  # a switch another track's grader reads cannot move this run
+            out[f"metrics.{k}"] = msgspec.to_builtins(v)
+    medal = p.medals.get(track or "")
+    for k, v in (msgspec.to_builtins(medal) if medal else {}).items():
+        if k != "source":
+            out[f"medals.{k}"] = v
+    for k, v in msgspec.to_builtins(p.codes).items():
+        out[f"codes.{k}"] = v
+    out["rubric"] = _digest([msgspec.to_builtins(i) for i in p.items_for(track, None)])
+    for k, v in msgspec.to_builtins(p.judge).items():
+        out[f"judge.{k}"] = v
+    out["evidence"] = _digest(p.evidence)
+    out["cost.price_table"] = p.cost.price_table
+    out["audit"] = _digest(p.audit)
+    return out
+
+
+def changed_options(a: Profile, b: Profile, track: str | None) -> dict[str, tuple[Any, Any]]:
+    oa, ob = options(a, track), options(b, track)
+    return {k: (oa.get(k), ob.get(k)) for k in sorted(set(oa) | set(ob)) if oa.get(k) != ob.get(k)}
+
+
+def _feeds(option: str) -> tuple[str, ...]:
+    for prefix, fields in AFFECTS:
+        if option.startswith(prefix):
+            return fields
+    return FIELDS
+
+
+def _differs(x: Any, y: Any) -> bool:
+    if isinstance(x, float) and isinstance(y, float):
+        return abs(x - y) > 1e-12
+    if isinstance(x, list) and isinstance(y, list):
+        return sorted(x) != sorted(y)
+    return x != y
+
+
+def diff_rows(
+    a: Profile, b: Profile, rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Per run and field: the two values and the differing options that feed the field."""
+    by_a = {r["run_id"]: r for r in rows_a}
+    by_b = {r["run_id"]: r for r in rows_b}
+    changes: list[dict[str, Any]] = []
+    only = sorted(set(by_a) ^ set(by_b))
+    per_track: dict[str, dict[str, tuple[Any, Any]]] = {}
+    touched: dict[str, set[str]] = {}
+    for run in sorted(set(by_a) & set(by_b)):
+        ra, rb = by_a[run], by_b[run]
+        track = ra.get("track") or rb.get("track")
+        key = track or ""
+        if key not in per_track:
+            per_track[key] = changed_options(a, b, track)
+        opts = per_track[key]
+        if str(ra.get("judge", "")).startswith("offline"):
+            # The rules judge reads no judge settings: they cannot have moved anything.
+            opts = {k: v for k, v in opts.items() if not k.startswith("judge.")}
+        for f in FIELDS:
+            if not _differs(ra.get(f), rb.get(f)):
+                continue
+            why = [o for o in opts if f in _feeds(o)]
+            for o in why:
+                touched.setdefault(o, set()).add(run)
+            changes.append(
+                {
+                    "run_id": run,
+                    "track": track,
+                    "field": f,
+                    "a": ra.get(f),
+                    "b": rb.get(f),
+                    "options": why or ["(unexplained)"],
+                }
+            )
+    options_by_track = {
+        t or "(unknown)": {k: {"a": v[0], "b": v[1]} for k, v in o.items()} for t, o in per_track.items()
+    }
+    return {
+        "runs_compared": len(set(by_a) & set(by_b)),
+        "runs_in_one_only": only,
+        "changes": changes,
+        "options_by_track": options_by_track,
+        "runs_touched_by_option": {k: len(v) for k, v in sorted(touched.items())},
+    }
