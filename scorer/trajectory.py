@@ -241,17 +241,17 @@ def fold(run_id: str, events: list[Event], get_blob: BlobGetter) -> Trajectory:
         elif isinstance(p, ToolCallResult):
             text = p.output if p.output_blob is None else _text(get_blob, p.output_blob, t)
             messages.append(Message(id=i, role="tool", text=text))
-            ex = pending.pop(p.tool_call_id, None)
-            if ex is not None:
-                code, out, err = _parse_result(text)
-                ex.result_id, ex.end_ns, ex.output = i, e.ts_ns, text
-                ex.exit_code, ex.stdout, ex.stderr = code, out, err
-                if code is not None:
-                    ex.ok = code == 0
+            answered = pending.pop(p.tool_call_id, None)
+            if answered is not None:
+                exit_code, out, err = _parse_result(text)
+                answered.result_id, answered.end_ns, answered.output = i, e.ts_ns, text
+                answered.exit_code, answered.stdout, answered.stderr = exit_code, out, err
+                if exit_code is not None:
+                    answered.ok = exit_code == 0
                 elif p.is_error is not None:
-                    ex.ok = not p.is_error
+                    answered.ok = not p.is_error
                 else:
-                    ex.ok = "Traceback (most recent call last)" not in text
+                    answered.ok = "Traceback (most recent call last)" not in text
         elif isinstance(p, ProcessExited):
             t.processes.append((i, p))
         elif isinstance(p, FileWritten):

@@ -15,7 +15,7 @@ the case, with the reason naming the file.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
     assert seg is not None  # decode_spec guarantees it for this track
     cases = reference_cases(reference)
     out_root, root_name = submission / spec.submission.root, spec.submission.root
+    aggregate: Callable[[Sequence[CaseResult]], float]
     if seg.mode == "binary":
         results = [_binary_case(seg, c, out_root, reference / c, options, root_name) for c in cases]
         aggregate = partial(_binary_aggregate, seg, options.seg_formula)
