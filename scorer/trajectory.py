@@ -23,6 +23,8 @@ from schemas.codec import Event
 from schemas.errors import BlobError
 from schemas.events import (
     FileAccessed,
+    FileDeleted,
+    FileRenamed,
     FileWritten,
     ModelCallCompleted,
     NetworkRequest,
@@ -90,6 +92,8 @@ class Trajectory(msgspec.Struct, kw_only=True):
     writes: list[tuple[str, int, FileWritten]] = []
     """(event id, ts_ns, payload) for every file.written, in order."""
     accesses: list[tuple[str, FileAccessed]] = []
+    renames: list[tuple[str, FileRenamed]] = []
+    deletes: list[tuple[str, FileDeleted]] = []
     network: list[tuple[str, NetworkRequest]] = []
     submission_id: str | None = None
     submission: SubmissionSealed | None = None
@@ -104,6 +108,8 @@ class Trajectory(msgspec.Struct, kw_only=True):
             + len(self.processes)
             + len(self.writes)
             + len(self.accesses)
+            + len(self.renames)
+            + len(self.deletes)
             + len(self.network)
         )
 
@@ -258,6 +264,10 @@ def fold(run_id: str, events: list[Event], get_blob: BlobGetter) -> Trajectory:
             t.writes.append((i, e.ts_ns, p))
         elif isinstance(p, FileAccessed):
             t.accesses.append((i, p))
+        elif isinstance(p, FileRenamed):
+            t.renames.append((i, p))
+        elif isinstance(p, FileDeleted):
+            t.deletes.append((i, p))
         elif isinstance(p, NetworkRequest):
             t.network.append((i, p))
         elif isinstance(p, SubmissionSealed):
