@@ -80,6 +80,8 @@ class Trajectory(msgspec.Struct, kw_only=True):
     model: str | None = None
     labels: dict[str, str] = {}
     workspace: str | None = None
+    backend: str | None = None
+    tool_versions: dict[str, str] = {}
     started_ns: int | None = None
     status: str | None = None
     """``run.finished`` status, None when the run has no end event."""
@@ -224,6 +226,7 @@ def fold(run_id: str, events: list[Event], get_blob: BlobGetter) -> Trajectory:
         if isinstance(p, RunStarted):
             t.task, t.tier, t.agent, t.model = p.task, p.tier, p.agent, p.model
             t.labels, t.workspace, t.started_ns = dict(p.labels), p.workspace, e.ts_ns
+            t.backend, t.tool_versions = p.backend, dict(p.tool_versions)
         elif isinstance(p, RunFinished):
             t.status, t.finished_id, t.duration_s = p.status, i, p.duration_s
         elif isinstance(p, ModelCallCompleted):
