@@ -163,9 +163,9 @@ def audit(traj: Trajectory, rules: AuditRules, extra_private: list[str] | None =
                 break
     for ev, req in traj.network:
         target = f"{req.host}{req.path}"
-        pat = _match(target, rules.forbidden_hosts) or _match(req.host, rules.forbidden_hosts)
-        if pat:
-            hit("forbidden_egress", f"{req.method} {req.host}{req.path} (matches {pat})", ev)
+        glob = _match(target, rules.forbidden_hosts) or _match(req.host, rules.forbidden_hosts)
+        if glob:
+            hit("forbidden_egress", f"{req.method} {req.host}{req.path} (matches {glob})", ev)
         if req.via == "shim" and proxy is not None and (req.host, req.port) not in proxy:
             hit("direct_egress", f"connect to {req.host}:{req.port} ({req.error or 'connected'})", ev)
         url_path = req.path.split("?", 1)[0]

@@ -63,7 +63,7 @@ def load_image(f: BinaryIO) -> nib.Nifti1Image | nib.Nifti2Image:
     # sizeof_hdr, the first field, is 348 for NIfTI-1 and 540 for NIfTI-2 (in either byte order).
     sizes = (struct.unpack("<i", head)[0], struct.unpack(">i", head)[0]) if len(head) == 4 else (0, 0)
     klass = nib.Nifti2Image if 540 in sizes else nib.Nifti1Image
-    return klass.from_stream(src)
+    return klass.from_stream(src)  # type: ignore[arg-type]  # any binary file object works here
 
 
 def header_shape(path: Path) -> tuple[int, ...]:
