@@ -141,8 +141,11 @@ def audit(traj: Trajectory, rules: AuditRules, extra_private: list[str] | None =
             if m:
                 hit("training", f"executed code calls {m.group(0)!r}", ex.id)
                 break
-    roots = [p for _, p in traj.processes if p.tracer != "recorder"]
-    main_end = min((p.end_ns for p in roots if p.start_ns == min(q.start_ns for q in roots)), default=None)
+    # The agent's main process: the first one started; its pid keeps running through every exec, so
+    # it ended when the last program under that pid did. A process SIGKILLed after that outlived it.
+    shimmed = [p for _, p in traj.processes if p.tracer != "recorder"]
+    first = min(shimmed, key=lambda p: p.start_ns, default=None)
+    main_end = max((p.end_ns for p in shimmed if first and p.pid == first.pid), default=None)
     for ev, proc in traj.processes:
         if main_end and proc.signal == 9 and proc.end_ns > main_end and proc.start_ns > 0:
             hit(

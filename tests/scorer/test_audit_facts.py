@@ -153,3 +153,12 @@ def test_a_local_run_does_not_flag_ordinary_commands():
         start=local,
     )
     assert res.status == "clean", res
+
+
+def test_outliving_the_agent_is_flagged_but_killing_a_child_is_not():
+    main = ProcessExited(pid=10, argv=["bash", "agent.sh"], start_ns=100, end_ns=150, tracer="seccomp-notify")
+    main_exec = ProcessExited(pid=10, argv=["python3", "a.py"], start_ns=150, end_ns=900, exit_code=0)
+    killed_by_agent = ProcessExited(pid=11, argv=["sleep", "9"], start_ns=200, end_ns=300, signal=9)
+    daemon = ProcessExited(pid=12, argv=["sleep", "300"], start_ns=400, end_ns=2900, signal=9)
+    res = audited(main, main_exec, killed_by_agent, daemon)
+    assert [(v.rule, v.events) for v in res.violations] == [("outlived_run", ["shim:4"])], res
