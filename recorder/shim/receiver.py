@@ -279,4 +279,3 @@ def _bind_neutral(sock: socket.socket, path: Path) -> None:
             sock.bind(str(path))
     finally:
         os.close(dir_fd)
-
