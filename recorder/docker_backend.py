@@ -44,14 +44,18 @@ CONTAINER_WORKSPACE = "/workspace"
 CONTAINER_DATA = "/data/public"
 CONTAINER_CA_DIR = "/etc/amb/ca"
 CONTAINER_SOCK_DIR = "/run/amb/sock"
+CONTAINER_SHIM_DIR = "/run/amb/shim"
+"""The shim's own files: a tmpfs owned by root, mode 0700, that the agent's uid cannot enter."""
 BRIEF_NAME = "tier_prompt.txt"
 """Where AutoMedBench's orchestrator puts the tier's prompt; agents written for it look there."""
 
 FORBIDDEN_WATCH = ("/data/private", "/eval", "/results")
 """Paths whose opens the shim records if they ever exist inside the container."""
 
-OUTSIDE_WRITES = ("/tmp", "/home/agent")
-"""The only writable places besides the workspace: writes there are recorded by absolute path."""
+OUTSIDE_WRITES = ("/tmp", "/home/agent", "/dev/shm")
+"""Every place the agent can write besides the workspace (the root filesystem is read-only): writes
+there are recorded by absolute path. Nothing in them is skipped: the shim's own files live in
+``CONTAINER_SHIM_DIR``, which the agent cannot write to."""
 
 SHIM_ENTRY = (
     "import sys; sys.path.insert(0, '/opt/amb/lib'); "
@@ -122,6 +126,8 @@ class DockerBackend:
         self._gid = AGENT_UID
         self._closed = False
         self._container = None
+        self._data_mount: Path | None = None
+        self._data_view = "none"
         self._token = secrets.token_hex(4)
         # The orchestrator closes a backend only once it has a handle; if preparing or starting
         # failed, this still removes the network, the container and the temporary directories.
@@ -200,6 +206,8 @@ class DockerBackend:
         if os.geteuid() == 0:
             for path in [self._workspace, *self._workspace.iterdir()]:
                 os.chown(path, self._uid, self._gid)
+        if ctx.data_dir is not None:
+            self._data_mount = self._public_view(Path(ctx.data_dir) / "public")
         ca_dir = self._tmp / "ca"
         ca_dir.mkdir()
         # The container trusts the per-run CA and nothing else: everything it can reach is the proxy.
@@ -216,6 +224,22 @@ class DockerBackend:
             ca_bundle=f"{CONTAINER_CA_DIR}/bundle.pem",
             workspace=CONTAINER_WORKSPACE,
         )
+
+    def _public_view(self, public: Path) -> Path:
+        """What is mounted at /data/public: a tree of hard links to ``public`` inside the run's temp
+        directory, so the container's /proc/self/mountinfo names that directory and not where the
+        data lives on the host. Where links cannot be made (another filesystem, files of another
+        user without root) the folder itself is mounted, and ``tool_versions.data_view`` says so."""
+        assert self._tmp is not None
+        view = self._tmp / "public"
+        try:
+            _link_tree(public.resolve(), view)
+            self._data_view = "linked"
+            return view
+        except OSError as e:
+            shutil.rmtree(view, ignore_errors=True)
+            self._data_view = f"bind (its host path shows in the container's mountinfo: {e.strerror or e})"
+            return public.resolve()
 
     def _brief_text(self, ctx: RunContext) -> str | None:
         if self.brief is not None:
@@ -250,6 +274,8 @@ class DockerBackend:
             str(self.content_cap),
             "--linger",
             str(self.linger),
+            "--private-dir",
+            CONTAINER_SHIM_DIR,
         ]
         for path in FORBIDDEN_WATCH:
             command += ["--watch", path]
@@ -261,8 +287,8 @@ class DockerBackend:
             str(self._tmp / "ca"): {"bind": CONTAINER_CA_DIR, "mode": "ro"},
             str(self._tmp / "sock"): {"bind": CONTAINER_SOCK_DIR, "mode": "ro"},
         }
-        if ctx.data_dir is not None:
-            volumes[str((Path(ctx.data_dir) / "public").resolve())] = {"bind": CONTAINER_DATA, "mode": "ro"}
+        if self._data_mount is not None:
+            volumes[str(self._data_mount)] = {"bind": CONTAINER_DATA, "mode": "ro"}
         kwargs: dict = dict(
             image=self.image,
             command=command,
@@ -279,6 +305,7 @@ class DockerBackend:
             tmpfs={
                 "/tmp": f"size={self.limits.tmp_size},mode=1777",
                 "/home/agent": f"size={self.limits.tmp_size},mode=1777",
+                CONTAINER_SHIM_DIR: "size=16m,mode=0700",
             },
             labels={"org.amb.run": ctx.run_id},
             name=f"amb-{ctx.run_id}-{self._token}"[:63],
@@ -370,6 +397,12 @@ class DockerBackend:
 
     def tool_versions(self) -> dict[str, str]:
         out = {"image": self.image, "host_firewall": "on" if self._firewall else "off"}
+        out["data_view"] = self._data_view
+        if self._gateway and self._ctx is not None:
+            # The only address the container may connect to: the auditor calls any other connect the
+            # shim saw a direct egress attempt.
+            ports = ",".join(str(p) for p in sorted(set(self._ctx.proxy_ports.values())))
+            out["proxy_address"] = f"{self._gateway}:{ports}"
         try:
             out["image_id"] = self.client.images.get(self.image).id
             out["docker"] = str(self.client.version().get("Version", ""))
@@ -429,6 +462,26 @@ class DockerBackend:
             except Exception:
                 pass
             self._network = None
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """Recreate ``src`` at ``dst``: directories made, files hard-linked, symbolic links copied as
+    links (they are resolved inside the container, where they cannot reach the host)."""
+    dst.mkdir()
+    for dirpath, dirnames, filenames in os.walk(src):
+        rel = Path(dirpath).relative_to(src)
+        for name in dirnames:
+            s, d = Path(dirpath) / name, dst / rel / name
+            if s.is_symlink():
+                os.symlink(os.readlink(s), d)
+            else:
+                d.mkdir()
+        for name in filenames:
+            s, d = Path(dirpath) / name, dst / rel / name
+            if s.is_symlink():
+                os.symlink(os.readlink(s), d)
+            else:
+                os.link(s, d, follow_symlinks=False)
 
 
 def _gpu_request(spec: str):

@@ -107,6 +107,9 @@ class AuditRules(_Cfg, frozen=True):
     private_paths: list[str] = []
     grader_paths: list[str] = []
     other_runs: list[str] = []
+    recorder_paths: list[str] = []
+    """The recorder's own machinery as the agent could name it (its socket, the shim's private dir,
+    spools, other processes' environment and memory): touching it is ``recorder_access``."""
     outside_write_ok: list[str] = []
     training_patterns: list[str] = []
     forbidden_hosts: list[str] = []

@@ -23,6 +23,8 @@ from schemas.codec import Event
 from schemas.errors import BlobError
 from schemas.events import (
     FileAccessed,
+    FileDeleted,
+    FileRenamed,
     FileWritten,
     ModelCallCompleted,
     NetworkRequest,
@@ -78,6 +80,8 @@ class Trajectory(msgspec.Struct, kw_only=True):
     model: str | None = None
     labels: dict[str, str] = {}
     workspace: str | None = None
+    backend: str | None = None
+    tool_versions: dict[str, str] = {}
     started_ns: int | None = None
     status: str | None = None
     """``run.finished`` status, None when the run has no end event."""
@@ -90,6 +94,8 @@ class Trajectory(msgspec.Struct, kw_only=True):
     writes: list[tuple[str, int, FileWritten]] = []
     """(event id, ts_ns, payload) for every file.written, in order."""
     accesses: list[tuple[str, FileAccessed]] = []
+    renames: list[tuple[str, FileRenamed]] = []
+    deletes: list[tuple[str, FileDeleted]] = []
     network: list[tuple[str, NetworkRequest]] = []
     submission_id: str | None = None
     submission: SubmissionSealed | None = None
@@ -104,6 +110,8 @@ class Trajectory(msgspec.Struct, kw_only=True):
             + len(self.processes)
             + len(self.writes)
             + len(self.accesses)
+            + len(self.renames)
+            + len(self.deletes)
             + len(self.network)
         )
 
@@ -218,6 +226,7 @@ def fold(run_id: str, events: list[Event], get_blob: BlobGetter) -> Trajectory:
         if isinstance(p, RunStarted):
             t.task, t.tier, t.agent, t.model = p.task, p.tier, p.agent, p.model
             t.labels, t.workspace, t.started_ns = dict(p.labels), p.workspace, e.ts_ns
+            t.backend, t.tool_versions = p.backend, dict(p.tool_versions)
         elif isinstance(p, RunFinished):
             t.status, t.finished_id, t.duration_s = p.status, i, p.duration_s
         elif isinstance(p, ModelCallCompleted):
@@ -258,6 +267,10 @@ def fold(run_id: str, events: list[Event], get_blob: BlobGetter) -> Trajectory:
             t.writes.append((i, e.ts_ns, p))
         elif isinstance(p, FileAccessed):
             t.accesses.append((i, p))
+        elif isinstance(p, FileRenamed):
+            t.renames.append((i, p))
+        elif isinstance(p, FileDeleted):
+            t.deletes.append((i, p))
         elif isinstance(p, NetworkRequest):
             t.network.append((i, p))
         elif isinstance(p, SubmissionSealed):

@@ -31,6 +31,11 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="a directory outside the workspace whose writes are recorded too (repeatable)",
     )
+    r.add_argument(
+        "--private-dir",
+        default=None,
+        help="a directory the agent cannot write to, for the shim's own files (default: the temp dir)",
+    )
     r.add_argument("--tracer", choices=("auto", "seccomp-notify", "strace", "proc-poll"), default="auto")
     r.add_argument("--agent-uid", type=int, default=None, help="run CMD as this uid (the shim stays root)")
     r.add_argument("--agent-gid", type=int, default=None)
@@ -52,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             agent_uid=args.agent_uid,
             agent_gid=args.agent_gid,
             linger=args.linger,
+            private_dir=args.private_dir,
         )
     )
 

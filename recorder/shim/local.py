@@ -38,6 +38,7 @@ def shim_argv(
     outside: list[str] = (),
     tracer: str = "auto",
     python: str = sys.executable,
+    private_dir: str | None = None,
 ) -> list[str]:
     cmd = [
         python,
@@ -57,6 +58,8 @@ def shim_argv(
         cmd += ["--watch", w]
     for d in outside:
         cmd += ["--outside", d]
+    if private_dir is not None:
+        cmd += ["--private-dir", private_dir]
     return cmd + ["--", *argv]
 
 
@@ -72,6 +75,7 @@ def run_local(
     outside: list[str] = (),
     tracer: str = "auto",
     timeout: float | None = None,
+    private_dir: str | None = None,
 ) -> LocalResult:
     workspace.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="amb-shim-sock-") as sock_dir:
@@ -91,6 +95,7 @@ def run_local(
                     watched=watched,
                     outside=outside,
                     tracer=tracer,
+                    private_dir=private_dir,
                 ),
                 env=full_env,
                 timeout=timeout,

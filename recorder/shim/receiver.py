@@ -59,7 +59,7 @@ class ShimReceiver:
         except FileNotFoundError:
             pass
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        self._listener.bind(str(self.path))
+        _bind_neutral(self._listener, self.path)
         os.chmod(self.path, socket_mode)
         self._listener.listen(1)
         self.writer = SpoolWriter(spool_path(self.store, run_id, "shim"), run_id, "shim", sync=False)
@@ -258,3 +258,24 @@ def wait_connected(receiver: ShimReceiver, timeout: float) -> bool:
             return True
         time.sleep(0.01)
     return receiver.connected.is_set()
+
+
+def _bind_neutral(sock: socket.socket, path: Path) -> None:
+    """Bind ``sock`` at ``path`` under a name that does not say where ``path`` is.
+
+    A unix socket keeps the name it was bound with, and the connection it accepts carries that name
+    into the connecting process's network namespace: the container's ``/proc/net/unix`` would list
+    the host's temporary directory. Bound through ``/proc/self/fd/N/``, the name is that string."""
+    try:
+        dir_fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        sock.bind(str(path))
+        return
+    try:
+        neutral = f"/proc/self/fd/{dir_fd}/{path.name}"
+        try:
+            sock.bind(neutral)
+        except OSError:  # no /proc: the real path then
+            sock.bind(str(path))
+    finally:
+        os.close(dir_fd)

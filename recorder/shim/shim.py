@@ -28,8 +28,8 @@ from recorder.shim.procpoll import ProcPoller
 from recorder.shim.watch import Watcher
 from recorder.shim.wire import Bye, Hello, NoteMsg, encode
 
-FIFO_PREFIX = "amb-shim-"
-"""Name prefix of the shim's private temporary directory (not reported as an agent write)."""
+PRIVATE_PREFIX = "amb-shim-"
+"""Name prefix of the shim's private directory when none is given (``--private-dir``)."""
 
 DEFAULT_CAP = 8 * 1024 * 1024
 """Files up to this size are sent with their content; larger ones by hash only."""
@@ -53,8 +53,8 @@ DROP_CODE = (
     # exec that follows; the agent's processes are ordinary user processes, make this one so too.
     "ctypes.CDLL(None).prctl(4,1,0,0,0)\n"
     "try:\n os.execvp(a[0],a)\n"
-    "except OSError as e:\n sys.stderr.write('amb-shim: cannot run %r: "
-    "%s\\n'%(a[0],e.strerror));sys.exit(127)\n"
+    "except OSError as e:\n"
+    " sys.stderr.write('amb-shim: cannot run %r: %s\\n'%(a[0],e.strerror));sys.exit(127)\n"
 )
 
 
@@ -73,6 +73,10 @@ class Options:
     agent_gid: int | None = None
     linger: float = 2.0
     """Seconds background processes may outlive the agent's main process before they are killed."""
+    private_dir: str | None = None
+    """Where the shim keeps its own files (strace's fifo): a directory the agent cannot write to
+    (the docker backend mounts a root-owned 0700 tmpfs at ``/run/amb/shim``). Nothing in the
+    watched directories is skipped as the shim's own, so an agent cannot hide files under a name."""
 
 
 class Sender:
@@ -138,7 +142,7 @@ def run(opts: Options) -> int:
         return 125
     watcher = Watcher(opts.workspace, sender.send, content_cap=opts.content_cap, watched=opts.watched)
     outside = [
-        Watcher(d, sender.send, content_cap=opts.content_cap, absolute=True, ignore_prefix=FIFO_PREFIX)
+        Watcher(d, sender.send, content_cap=opts.content_cap, absolute=True)
         for d in opts.outside
         if os.path.isdir(d)
     ]
@@ -171,7 +175,6 @@ def run(opts: Options) -> int:
         gid = opts.agent_gid if opts.agent_gid is not None else opts.agent_uid
         argv = [sys.executable, "-I", "-c", DROP_CODE, str(opts.agent_uid), str(gid), *argv]
 
-    runner: _NotifyRun | _StraceRun | _PollRun
     if tracer == nt.LABEL:
         runner = _NotifyRun(opts, sender)
     elif tracer == "strace":
@@ -292,7 +295,9 @@ class _StraceRun:
         self._root_gone = threading.Event()
 
     def run(self) -> int:
-        tmp = tempfile.mkdtemp(prefix=FIFO_PREFIX)  # 0700: only the shim's uid may open the fifo
+        # 0700: only the shim's uid may open the fifo. Under the private dir, out of the agent's reach
+        # and out of every watched directory.
+        tmp = tempfile.mkdtemp(prefix=PRIVATE_PREFIX, dir=self.opts.private_dir)
         fifo = os.path.join(tmp, "trace")
         os.mkfifo(fifo, 0o600)
         reader = threading.Thread(target=self._read, args=(fifo,), name="amb-shim-strace", daemon=True)
@@ -362,7 +367,6 @@ class _StraceRun:
             self._sample_cpu()
         deadline = time.monotonic() + self.opts.linger
         while time.monotonic() < deadline:
-            assert self.proc is not None
             if self.proc.poll() is not None:
                 return
             self._sample_cpu()

@@ -108,13 +108,10 @@ class Watcher:
         content_cap: int,
         watched: Sequence[str] = (),
         absolute: bool = False,
-        ignore_prefix: str = "",
     ):
         self.root = os.path.realpath(workspace)
         self.absolute = absolute
         """Report absolute paths (a directory outside the workspace, e.g. /tmp) instead of relative."""
-        self.ignore_prefix = ignore_prefix
-        """Top-level names starting with this are the shim's own (its trace fifo's directory)."""
         self.emit = emit
         self.cap = content_cap
         self.ino = _Inotify()
@@ -139,9 +136,6 @@ class Watcher:
     def _shown(self, rel: str) -> str:
         return os.path.join(self.root, rel) if self.absolute else rel
 
-    def _ignored(self, rel: str) -> bool:
-        return bool(self.ignore_prefix) and rel.split("/", 1)[0].startswith(self.ignore_prefix)
-
     def _abs(self, rel: str) -> str:
         return os.path.join(self.root, rel) if rel else self.root
 
@@ -163,8 +157,6 @@ class Watcher:
             return
         for entry in entries:
             child = f"{rel}/{entry.name}" if rel else entry.name
-            if self._ignored(child):
-                continue
             try:
                 if entry.is_dir(follow_symlinks=False):
                     self._add_tree(child, initial=initial)
@@ -231,7 +223,7 @@ class Watcher:
             self.dirs.pop(wd, None)
             return
         rel = f"{base}/{name}" if base else name
-        if not name or self._ignored(rel):
+        if not name:
             return
         if self._pending_move is not None and not (mask & IN_MOVED_TO and cookie == self._pending_move[0]):
             self._flush_move()
@@ -298,7 +290,9 @@ class Watcher:
         )
 
     def _deleted(self, rel: str) -> None:
-        if self.known.pop(rel, None) is None:
+        if self.known.pop(rel, None) is None and not self.absolute:
+            # Outside the workspace a file made and deleted before it was read is still a fact: its
+            # deletion is reported (inside, the workspace's final state is what matters).
             return
         self.counts["deleted"] += 1
         self.emit(Delete(path=self._shown(rel), ts_ns=time.time_ns()))
@@ -348,12 +342,9 @@ class Watcher:
         """Compare the workspace with what was reported; report the differences."""
         self.counts["rescans"] += 1
         present: set[str] = set()
-        for dirpath, dirnames, filenames in os.walk(self.root):
+        for dirpath, _dirnames, filenames in os.walk(self.root):
             reldir = os.path.relpath(dirpath, self.root)
             reldir = "" if reldir == "." else reldir
-            if reldir and self._ignored(reldir):
-                dirnames[:] = []
-                continue
             if reldir not in self.dirs.values():
                 self._add_dir(reldir)
             for name in filenames:

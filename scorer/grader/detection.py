@@ -26,6 +26,7 @@ from schemas.task_spec import TaskError, TaskSpec
 from scorer.grader.gate import gated_score
 from scorer.grader.options import GradeOptions
 from scorer.grader.result import CaseResult, GradeResult, invalid_case, missing_case
+from scorer.grader.submitted import Rejected, open_submitted
 from scorer.metrics.detection import EMPTY, Boxes, DetParams, mean_average_precision, norm_class
 
 MAX_FILE_BYTES = 20 * 1024 * 1024
@@ -138,16 +139,20 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
         ref, w, h = load_reference(spec, reference, case)
         refs[case], preds[case] = ref, EMPTY
         rel = f"{spec.submission.root}/{case}/{spec.det.output_file}"
-        path = submission / spec.submission.root / case / spec.det.output_file
-        if not path.exists():
-            cases.append(missing_case(case, f"{rel} is missing", n_gt=len(ref.labels)))
+        try:
+            f = open_submitted(submission, rel)
+        except Rejected as e:
+            if e.kind == "missing":
+                cases.append(missing_case(case, f"{rel} is missing", n_gt=len(ref.labels)))
+            else:
+                cases.append(invalid_case(case, f"{rel}: {e}", n_gt=len(ref.labels)))
             continue
         try:
-            if not path.is_file():
-                raise BadPrediction("not a regular file")
-            if path.stat().st_size > MAX_FILE_BYTES:
+            with f:
+                raw = f.read(MAX_FILE_BYTES + 1)
+            if len(raw) > MAX_FILE_BYTES:
                 raise BadPrediction(f"larger than {MAX_FILE_BYTES} bytes")
-            pred = parse_boxes(path.read_bytes(), w, h)
+            pred = parse_boxes(raw, w, h)
         except (BadPrediction, OSError) as e:
             cases.append(invalid_case(case, f"{rel}: {e}", n_gt=len(ref.labels)))
             continue

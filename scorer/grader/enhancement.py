@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 import numpy as np
@@ -25,6 +26,7 @@ from schemas.task_spec import TaskError, TaskSpec
 from scorer.grader.gate import gated_score, mean_score
 from scorer.grader.options import EnhWindow, GradeOptions
 from scorer.grader.result import CaseResult, GradeResult, invalid_case, missing_case
+from scorer.grader.submitted import Rejected, open_submitted
 from scorer.metrics import lpips as lpips_metric
 from scorer.metrics import psnr as psnr_metric
 from scorer.metrics.lpips import Lpips
@@ -35,31 +37,43 @@ class BadArray(ValueError):
     """A submitted array that cannot be scored; the message is the case's reason."""
 
 
-def load_npy(path: Path, shape: tuple[int, ...], dtype: str = "float32") -> np.ndarray:
-    """Load a submitted ``.npy`` safely: shape and dtype are checked on a memory map first, so a
-    header that claims a huge array costs nothing, and pickled data is never unpickled."""
-    if not path.is_file():
-        raise BadArray(f"{path.name} is not a regular file")
+def load_npy(f: BinaryIO, name: str, shape: tuple[int, ...], dtype: str = "float32") -> np.ndarray:
+    """Load a submitted ``.npy`` from a file the grader opened and checked: shape and dtype are
+    checked on the header first, so a header that claims a huge array costs nothing, and pickled
+    data is never unpickled."""
+    fmt = np.lib.format
     try:
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    except Exception as e:  # numpy raises ValueError, OSError, EOFError, zipfile errors, ...
-        raise BadArray(f"{path.name} is not a readable .npy array ({type(e).__name__}: {e})") from None
-    if not isinstance(arr, np.ndarray):
-        if hasattr(arr, "close"):
-            arr.close()
-        raise BadArray(f"{path.name} is an .npz archive, not a single .npy array")
-    if arr.shape != shape:
-        raise BadArray(f"{path.name} has shape {arr.shape}, expected {shape}")
+        magic = f.read(6)
+        f.seek(0)
+        if magic.startswith(b"PK\x03\x04"):
+            raise BadArray(f"{name} is an .npz archive, not a single .npy array")
+        version = fmt.read_magic(f)
+        header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        got_shape, _, got_dtype = header(f)
+        has = os.fstat(f.fileno()).st_size - f.tell()
+    except BadArray:
+        raise
+    except Exception as e:  # numpy raises ValueError, OSError, EOFError, SyntaxError, ...
+        raise BadArray(f"{name} is not a readable .npy array ({type(e).__name__}: {e})") from None
+    if got_dtype.hasobject:
+        raise BadArray(f"{name} is not a readable .npy array (it holds pickled objects, never unpickled)")
+    claims = math.prod(got_shape) * got_dtype.itemsize
+    if has < claims:  # checked before anything is read: a header may claim a huge array
+        raise BadArray(f"{name} is not a readable .npy array (truncated: {has} of {claims} data bytes)")
+    if got_shape != shape:
+        raise BadArray(f"{name} has shape {got_shape}, expected {shape}")
     want = np.dtype(dtype)
-    if arr.dtype.kind != want.kind or arr.dtype.itemsize != want.itemsize:
-        raise BadArray(f"{path.name} has dtype {arr.dtype}, expected {dtype}")
+    if got_dtype.kind != want.kind or got_dtype.itemsize != want.itemsize:
+        raise BadArray(f"{name} has dtype {got_dtype}, expected {dtype}")
     try:
+        f.seek(0)
+        arr = fmt.read_array(f, allow_pickle=False)
         out = np.array(arr, dtype=want.newbyteorder("="))
     except Exception as e:
-        raise BadArray(f"{path.name} cannot be read ({type(e).__name__}: {e})") from None
+        raise BadArray(f"{name} cannot be read ({type(e).__name__}: {e})") from None
     if not np.isfinite(out).all():
         n_nan, n_inf = int(np.isnan(out).sum()), int(np.isinf(out).sum())
-        raise BadArray(f"{path.name} contains non-finite values ({n_nan} NaN, {n_inf} Inf)")
+        raise BadArray(f"{name} contains non-finite values ({n_nan} NaN, {n_inf} Inf)")
     return out
 
 
@@ -96,7 +110,6 @@ def grade_case(
     enh = spec.enh
     assert enh is not None
     rel = f"{spec.submission.root}/{case}/{enh.output_file}"
-    out_path = submission / spec.submission.root / case / enh.output_file
     ref_path = reference / spec.private.case_dir.format(case=case) / enh.reference_file
     try:
         ref = np.load(ref_path, allow_pickle=False)
@@ -107,10 +120,15 @@ def grade_case(
             f"reference {ref_path}: expected a finite 2-D slice at least "
             f"{params.window().size} pixels wide, got shape {ref.shape}"
         )
-    if not out_path.exists():
-        return missing_case(case, f"{rel} is missing")
     try:
-        pred = load_npy(out_path, ref.shape, spec.submission.dtype or "float32")
+        f = open_submitted(submission, rel)
+    except Rejected as e:
+        if e.kind == "missing":
+            return missing_case(case, f"{rel} is missing")
+        return invalid_case(case, f"{rel}: {enh.output_file} {e}")
+    try:
+        with f:
+            pred = load_npy(f, enh.output_file, ref.shape, spec.submission.dtype or "float32")
     except BadArray as e:
         return invalid_case(case, f"{rel}: {e}")
     if case in ranges:

@@ -24,7 +24,8 @@ from schemas.task_spec import TaskSpec
 from scorer.grader.gate import gated_score
 from scorer.grader.options import GradeOptions
 from scorer.grader.result import CaseResult, GradeResult, invalid_case, missing_case
-from scorer.grader.textfile import UnreadableText, read_text
+from scorer.grader.submitted import Rejected
+from scorer.grader.textfile import UnreadableText, read_submitted_text
 from scorer.metrics import text as t
 from tasks.report_text import rules_of as report_rules
 
@@ -33,11 +34,13 @@ class BadReport(Exception):
     """A report file that cannot be scored; the message is the case's reason."""
 
 
-def read_report(path: Path, rules: t.Validity) -> str:
-    """The text of a report file, or ``BadReport`` naming the rule it breaks."""
+def read_report(submission: Path, rel: str, rules: t.Validity) -> str:
+    """The text of the submitted report ``submission/rel``, or ``BadReport`` naming the rule it
+    breaks (``Rejected`` with kind ``missing`` when there is none)."""
     limit = 4 * rules.max_chars + 4  # UTF-8 is at most 4 bytes a character
+    too_long = f"too long (more than {limit} bytes, limit {rules.max_chars} chars)"
     try:
-        text = read_text(path, limit, f"too long (more than {limit} bytes, limit {rules.max_chars} chars)")
+        text = read_submitted_text(submission, rel, limit, too_long)
     except UnreadableText as e:
         raise BadReport(str(e)) from e
     errors = t.validity_errors(text, rules)
@@ -66,7 +69,6 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
     assert spec.report is not None, f"task {spec.id}: no [report] table"
     out_file = spec.report.output_file
     rules = rules_of(spec)
-    root = submission / spec.submission.root
     case_ids = sorted(p.parent.name for p in reference.glob(f"*/{out_file}"))
 
     results: dict[str, CaseResult] = {}
@@ -80,12 +82,11 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
         except BadReport as e:
             results[case] = invalid_case(case, f"reference {case}/{out_file}: {e}")
             continue
-        path = root / case / out_file
-        if not path.exists() and not path.is_symlink():
+        try:
+            text = read_report(submission, rel, rules)
+        except Rejected:
             results[case] = missing_case(case, f"{rel}: no report")
             continue
-        try:
-            text = read_report(path, rules)
         except BadReport as e:
             results[case] = invalid_case(case, f"{rel}: {e}")
             continue

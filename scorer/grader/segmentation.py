@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from schemas.task_spec import SegSpec, SegTarget, TaskSpec
 from scorer.grader.gate import gated_score
 from scorer.grader.options import GradeOptions
 from scorer.grader.result import BadReference, CaseResult, GradeResult, invalid_case, missing_case
+from scorer.grader.submitted import Rejected, open_submitted
 from scorer.grader.volume_io import VolumeError, read_volume
 from scorer.metrics.dice import binary_counts, confusion, dice_per_label, label_histogram
 
@@ -39,13 +40,13 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
     seg = spec.seg
     assert seg is not None  # decode_spec guarantees it for this track
     cases = reference_cases(reference)
-    out_root, root_name = submission / spec.submission.root, spec.submission.root
+    root_name = spec.submission.root
     aggregate: Callable[[Sequence[CaseResult]], float]
     if seg.mode == "binary":
-        results = [_binary_case(seg, c, out_root, reference / c, options, root_name) for c in cases]
+        results = [_binary_case(seg, c, submission, reference / c, options, root_name) for c in cases]
         aggregate = partial(_binary_aggregate, seg, options.seg_formula)
     else:
-        results = [_multiclass_case(seg, c, out_root, reference / c, options, root_name) for c in cases]
+        results = [_multiclass_case(seg, c, submission, reference / c, options, root_name) for c in cases]
         aggregate = _multiclass_aggregate
     score, checks = gated_score(results, options, aggregate)
     if seg.mode == "binary":
@@ -95,12 +96,19 @@ def _read_reference(path: Path) -> np.ndarray:
         raise BadReference(f"reference {path}: {e}") from e
 
 
-def _find(case_out: Path, target: SegTarget) -> Path | None:
-    """The submitted file of a target: its own name first, then the accepted aliases."""
+def _open_target(submission: Path, case_rel: str, target: SegTarget) -> tuple[str, BinaryIO]:
+    """(name, open file) of a target's submitted volume: its own name first, then the accepted
+    aliases. ``Rejected`` (missing, or the first name present that the grader refuses) otherwise."""
+    refused: Rejected | None = None
     for name in (target.file, *target.alias):
-        if (case_out / name).is_file():
-            return case_out / name
-    return None
+        try:
+            return name, open_submitted(submission, f"{case_rel}/{name}")
+        except Rejected as e:
+            if e.kind != "missing" and refused is None:
+                refused = Rejected(f"{name}: {e}")
+    if refused is not None:
+        raise refused
+    raise Rejected(f"{target.file}: missing", "missing")
 
 
 # --- binary organ + lesion --------------------------------------------------------------------------
@@ -126,7 +134,7 @@ def _case_score(seg: SegSpec, formula: str, dice: dict[str, float], counted: lis
 
 
 def _binary_case(
-    seg: SegSpec, case: str, out_root: Path, case_ref: Path, options: GradeOptions, root_name: str
+    seg: SegSpec, case: str, submission: Path, case_ref: Path, options: GradeOptions, root_name: str
 ) -> CaseResult:
     formula = options.seg_formula
     refs = [_read_reference(case_ref / t.file) for t in seg.targets]
@@ -142,13 +150,14 @@ def _binary_case(
     warnings = []
     wrong_shape: list[str] = []
     for t in seg.targets:
-        path = _find(out_root / case, t)
-        if path is None:
-            if (out_root / case / t.file).exists():  # a directory, FIFO or device: never opened
-                return invalid_case(case, f"{root_name}/{case}/{t.file}: not a regular file", **zero)
-            return missing_case(case, f"{root_name}/{case}/{t.file}: missing", **zero)
         try:
-            data = read_volume(path, shape)
+            name, f = _open_target(submission, f"{root_name}/{case}", t)
+        except Rejected as e:
+            make = missing_case if e.kind == "missing" else invalid_case
+            return make(case, f"{root_name}/{case}/{e}", **zero)
+        try:
+            with f:
+                data = read_volume(f, shape, name)
         except VolumeError as e:
             if e.kind == "shape" and options.seg_invalid_case == "organ_zero_lesion_drop":
                 wrong_shape.append(f"{root_name}/{case}/{e}")
@@ -159,7 +168,7 @@ def _binary_case(
         lo, hi = float(data.min(initial=0)), float(data.max(initial=0))
         if lo < 0 or hi > 1:
             warnings.append(
-                f"{path.name}: values outside [0, 1] ({lo:g}..{hi:g}) binarised with > {seg.threshold:g}"
+                f"{name}: values outside [0, 1] ({lo:g}..{hi:g}) binarised with > {seg.threshold:g}"
             )
         preds.append(data)
 
@@ -217,7 +226,7 @@ def _as_labels(data: np.ndarray) -> np.ndarray:
 
 
 def _multiclass_case(
-    seg: SegSpec, case: str, out_root: Path, case_ref: Path, options: GradeOptions, root_name: str
+    seg: SegSpec, case: str, submission: Path, case_ref: Path, options: GradeOptions, root_name: str
 ) -> CaseResult:
     ids = [lab.id for lab in seg.labels]
     ref = _as_labels(_read_reference(case_ref / seg.label_file))
@@ -237,26 +246,28 @@ def _multiclass_case(
         counted = counted_from(label_histogram(ref, n_ref)) if skip_empty else list(ids)
         return make(case, reason, dice={str(i): 0.0 for i in counted}, counted=[str(i) for i in counted])
 
-    path = out_root / case / seg.label_file
-    if not path.is_file():
-        if path.exists():  # a directory, FIFO or device: never opened
-            return failed(invalid_case, f"{root_name}/{case}/{seg.label_file}: not a regular file")
-        return failed(missing_case, f"{root_name}/{case}/{seg.label_file}: missing")
+    name = seg.label_file
     try:
-        pred = _as_labels(read_volume(path, ref.shape))
+        f = open_submitted(submission, f"{root_name}/{case}/{name}")
+    except Rejected as e:
+        reason = f"{root_name}/{case}/{name}: {e}"
+        return failed(missing_case if e.kind == "missing" else invalid_case, reason)
+    try:
+        with f:
+            pred = _as_labels(read_volume(f, ref.shape, name))
     except VolumeError as e:
         return failed(invalid_case, f"{root_name}/{case}/{e}")
     allowed = {0, *ids}
     lo, hi = int(pred.min(initial=0)), int(pred.max(initial=0))
     if lo < 0 or hi > max(allowed):
         bad = lo if lo < 0 else hi
-        return failed(invalid_case, f"{root_name}/{case}/{path.name}: label {bad} is not allowed")
+        return failed(invalid_case, f"{root_name}/{case}/{name}: label {bad} is not allowed")
     m = confusion(pred, ref, hi + 1, n_ref)
     present = np.nonzero(m.sum(axis=1))[0]
     disallowed = [int(v) for v in present if int(v) not in allowed]
     if disallowed:
         shown = ", ".join(str(v) for v in disallowed[:5])
-        return failed(invalid_case, f"{root_name}/{case}/{path.name}: labels not allowed: {shown}")
+        return failed(invalid_case, f"{root_name}/{case}/{name}: labels not allowed: {shown}")
     counted = counted_from(m.sum(axis=0))
     per_label = dice_per_label(m, counted)
     dice = {str(i): per_label[i] for i in counted}

@@ -25,7 +25,8 @@ from schemas.task_spec import TaskSpec
 from scorer.grader.gate import gated_score
 from scorer.grader.options import GradeOptions
 from scorer.grader.result import CaseResult, GradeResult, invalid_case, missing_case
-from scorer.grader.textfile import UnreadableText, read_text
+from scorer.grader.submitted import Rejected
+from scorer.grader.textfile import UnreadableText, read_submitted_text, read_text
 from scorer.metrics import vqa as m
 
 MAX_ANSWER_BYTES = 1 << 20
@@ -45,11 +46,17 @@ class BadFile(Exception):
     """A submitted or reference JSON file that cannot be used; the message is the case's reason."""
 
 
-def read_json_object(path: Path, limit: int = MAX_ANSWER_BYTES) -> dict[str, Any]:
+def read_json_object(
+    path: Path, limit: int = MAX_ANSWER_BYTES, submission: Path | None = None
+) -> dict[str, Any]:
     """A JSON object from ``path``, or ``BadFile`` naming what is wrong (never hangs: size-capped,
-    regular files only)."""
+    regular files only). With ``submission``, ``path`` is relative to it and is opened only if it is
+    a regular file that lives there (``Rejected`` with kind ``missing`` when it is absent)."""
     try:
-        text = read_text(path, limit)
+        if submission is None:
+            text = read_text(path, limit)
+        else:
+            text = read_submitted_text(submission, str(path), limit)
     except UnreadableText as e:
         raise BadFile(f"{path.name}: {e}") from e
     try:
@@ -79,15 +86,18 @@ def _text_field(record: dict[str, Any], key: str) -> str:
 
 
 def grade_case(
-    spec: TaskSpec, qid: str, gold: dict[str, Any], path: Path, options: GradeOptions
+    spec: TaskSpec, qid: str, gold: dict[str, Any], submission: Path, options: GradeOptions
 ) -> CaseResult:
     """Score one question (see the module docstring)."""
     assert spec.vqa is not None
     rel = f"{spec.submission.root}/{qid}/{spec.vqa.answer_file}".removeprefix("./")
-    if not path.exists() and not path.is_symlink():
-        return missing_case(qid, f"{rel}: no answer file")
     try:
-        record = read_json_object(path)
+        record = read_json_object(Path(rel), submission=submission)
+    except Rejected:
+        return missing_case(qid, f"{rel}: no answer file")
+    except BadFile as e:
+        return invalid_case(qid, f"{rel}: {e}")
+    try:
         answer = _text_field(record, "predicted_answer")
         raw = _text_field(record, "raw_model_output")
     except BadFile as e:
@@ -138,7 +148,6 @@ def _scored(
 def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: GradeOptions) -> GradeResult:
     """Grade a VQA submission against the twin's (or the real set's) private answers."""
     assert spec.vqa is not None, f"task {spec.id}: no [vqa] table"
-    root = submission / spec.submission.root
     cases: list[CaseResult] = []
     for qid in _reference_cases(reference, spec.vqa.answer_file):
         try:
@@ -147,7 +156,7 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
             # A broken reference is not the agent's fault, but it must not be silent either.
             cases.append(invalid_case(qid, f"reference {qid}/{spec.vqa.answer_file}: {e}"))
             continue
-        cases.append(grade_case(spec, qid, gold, root / qid / spec.vqa.answer_file, options))
+        cases.append(grade_case(spec, qid, gold, submission, options))
     score, checks = gated_score(cases, options)
     checks["n_correct"] = sum(1 for c in cases if c.score >= 1.0)
     return GradeResult(

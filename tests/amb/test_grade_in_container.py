@@ -58,3 +58,27 @@ def test_without_docker_engine_it_is_one_clear_error(tmp_path):
     )
     assert proc.returncode == 1 and proc.stderr.startswith("amb: error: --in-container needs a Docker engine")
     assert "Traceback" not in proc.stderr
+
+
+def test_links_to_the_mounted_reference_score_nothing_in_the_container(tmp_path, grader_image):  # noqa: F811
+    """In the grader container the reference is mounted at /reference: a submission whose files are
+    links to it (dangling on the host, live inside) must not score them; the honest case still does."""
+    spec = load_spec("kidney-seg")
+    data, work = tmp_path / "data", tmp_path / "work"
+    synth(spec, data, cases=2, seed=4)
+    perfect_submission(spec, data, work)
+    cheat, honest = sorted(p.name for p in (data / "private").iterdir())
+    for name in ("organ.nii.gz", "lesion.nii.gz"):
+        out = work / "agents_outputs" / cheat / name
+        out.unlink()
+        out.symlink_to(f"/reference/{cheat}/{name}")
+    args = [AMB, "grade", "kidney-seg", "--submission", str(work), "--reference", str(data / "private")]
+    env = os.environ | {"AMB_GRADER_IMAGE": grader_image}
+    proc = subprocess.run(
+        args + ["--json", "--in-container"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    cases = {c["case"]: c for c in json.loads(proc.stdout)["cases"]}
+    assert cases[cheat]["status"] == "invalid" and cases[cheat]["score"] == 0.0
+    assert "a symbolic link" in cases[cheat]["reason"], cases[cheat]
+    assert cases[honest]["status"] == "scored" and cases[honest]["score"] == 1.0

@@ -171,3 +171,34 @@ def test_writes_outside_the_workspace_are_recorded_by_absolute_path(tmp_path: Pa
     assert set(writes) == {str(scratch / "new.bin"), "w.txt"}
     assert BlobStore(store / "blobs").get(writes[str(scratch / "new.bin")].content) == b"cache\n"
     assert [d.path for d in payloads(events, "file.deleted")] == [str(scratch / "old.txt")]
+
+
+def test_nothing_outside_is_skipped_and_the_shim_keeps_its_files_elsewhere(tmp_path: Path) -> None:
+    """The shim's old private prefix (amb-shim-*) hides nothing any more, a file written and deleted
+    before the shim read it still leaves its deletion, and strace's fifo lives in --private-dir."""
+    scratch, private = tmp_path / "scratch", tmp_path / "private"
+    scratch.mkdir()
+    private.mkdir(mode=0o700)
+    store = tmp_path / "store"
+    script = (
+        f"mkdir -p {scratch}/amb-shim-hide && echo hidden > {scratch}/amb-shim-hide/x.txt; "
+        f"echo brief > {scratch}/gone.txt && rm {scratch}/gone.txt; ls {private} > seen.txt"
+    )
+    result = run_local(
+        store,
+        "run-hide",
+        tmp_path / "ws",
+        ["sh", "-c", script],
+        outside=[str(scratch)],
+        tracer="strace",
+        private_dir=str(private),
+    )
+    assert result.exit_code == 0
+    events = shim_events(store, "run-hide")
+    writes = {w.path for w in payloads(events, "file.written")}
+    assert str(scratch / "amb-shim-hide" / "x.txt") in writes
+    touched = writes | {d.path for d in payloads(events, "file.deleted")}
+    assert str(scratch / "gone.txt") in touched
+    # strace's fifo directory was made under the private dir (and removed), never in a watched one.
+    assert not any("amb-shim-" in p and "hide" not in p for p in writes)
+    assert (tmp_path / "ws" / "seen.txt").read_text().startswith("amb-shim-")

@@ -215,8 +215,8 @@ def test_directory_or_fifo_instead_of_a_file(tmp_path):
     os.mkfifo(sub / "agents_outputs" / "f" / "organ.nii.gz")  # opening it would block forever
     r = grade(KIDNEY, sub, ref, GradeOptions())
     assert [(c.status, c.reason) for c in r.cases] == [
-        ("invalid", "agents_outputs/d/organ.nii.gz: not a regular file"),
-        ("invalid", "agents_outputs/f/organ.nii.gz: not a regular file"),
+        ("invalid", "agents_outputs/d/organ.nii.gz: not a regular file (a directory)"),
+        ("invalid", "agents_outputs/f/organ.nii.gz: not a regular file (a FIFO)"),
     ]
 
 

@@ -1,0 +1,127 @@
+"""Opening a submitted file: only a regular file that really lives inside the submission folder.
+
+A submission is agent output (or a folder someone received), so every path in it is hostile until
+checked. The grader never opens a submitted file by its path: it walks from the submission folder
+one name at a time with ``openat`` and ``O_NOFOLLOW``, so a symbolic link anywhere below the folder
+(the file itself or a parent directory) is refused instead of followed, and checks the opened
+descriptor with ``fstat``:
+
+- a symbolic link (to the reference, ``/reference/...``, ``/dev/zero``, anything) is refused;
+- a hard link (``st_nlink > 1``) is refused: its other name may be the reference itself, and a
+  submission has no reason to hold two names for one file;
+- a directory, FIFO, socket or device is refused without being opened for reading (a FIFO opened
+  non-blocking and checked at once, a device never opened);
+- the descriptor's inode must be the one the name had when it was checked (no swap in between).
+
+The folder itself is the one the caller named (it may be reached through a link: the caller chose
+it). ``Rejected`` carries the reason a case gets; ``kind`` is ``missing`` or ``invalid``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+class Rejected(Exception):
+    """A submitted path the grader will not read; the message is the case's reason."""
+
+    def __init__(self, reason: str, kind: str = "invalid") -> None:
+        super().__init__(reason)
+        self.kind = kind
+        """``missing`` (nothing there) or ``invalid`` (something there the grader refuses)."""
+
+
+def _what(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    return "not a regular file"
+
+
+def _parts(rel: str | PurePosixPath) -> list[str]:
+    parts = [p for p in PurePosixPath(rel).parts if p not in ("", ".")]
+    if not parts or PurePosixPath(rel).is_absolute() or ".." in parts:
+        raise ValueError(f"submitted path {rel!s} must be relative and stay inside the submission")
+    return parts
+
+
+def _refuse(st: os.stat_result, link_reason: str) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise Rejected(link_reason)
+    if not stat.S_ISREG(st.st_mode):
+        raise Rejected(f"not a regular file ({_what(st.st_mode)})")
+    if st.st_nlink > 1:
+        raise Rejected(
+            f"a hard link ({st.st_nlink} names for one file): the grader reads only files that are "
+            "not linked elsewhere"
+        )
+
+
+def open_submitted(submission: Path, rel: str | PurePosixPath) -> BinaryIO:
+    """The submitted file ``submission/rel`` opened for binary reading, or ``Rejected`` saying why."""
+    parts = _parts(rel)
+    fd = os.open(submission, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for i, name in enumerate(parts[:-1]):
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                raise Rejected("missing", "missing") from None
+            if stat.S_ISLNK(st.st_mode):
+                shown = "/".join(parts[: i + 1])
+                raise Rejected(f"{shown}/ is a symbolic link: the grader does not follow links")
+            if not stat.S_ISDIR(st.st_mode):
+                raise Rejected("missing", "missing")  # a file where a folder should be: nothing here
+            try:
+                sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError as e:
+                raise Rejected(f"cannot open {'/'.join(parts[: i + 1])}/: {e.strerror}") from None
+            os.close(fd)
+            fd = sub
+            if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) != (st.st_dev, st.st_ino):
+                raise Rejected(f"{'/'.join(parts[: i + 1])}/ changed while it was being opened")
+        name = parts[-1]
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            raise Rejected("missing", "missing") from None
+        _refuse(st, "a symbolic link: the grader reads only regular files inside the submission")
+        try:
+            file_fd = os.open(name, _FILE_FLAGS, dir_fd=fd)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise Rejected(
+                    "a symbolic link: the grader reads only regular files inside the submission"
+                ) from None
+            raise Rejected(f"cannot open: {e.strerror}") from None
+    finally:
+        os.close(fd)
+    try:
+        opened = os.fstat(file_fd)
+        _refuse(opened, "a symbolic link")
+        if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
+            raise Rejected("changed while it was being opened")
+        os.set_blocking(file_fd, True)
+        return os.fdopen(file_fd, "rb")
+    except BaseException:
+        os.close(file_fd)
+        raise
+
+
+def check_submitted(submission: Path, rel: str | PurePosixPath) -> None:
+    """Raise ``Rejected`` unless ``submission/rel`` could be opened by ``open_submitted``."""
+    open_submitted(submission, rel).close()
