@@ -175,6 +175,7 @@ def run(opts: Options) -> int:
         gid = opts.agent_gid if opts.agent_gid is not None else opts.agent_uid
         argv = [sys.executable, "-I", "-c", DROP_CODE, str(opts.agent_uid), str(gid), *argv]
 
+    runner: _NotifyRun | _StraceRun | _PollRun
     if tracer == nt.LABEL:
         runner = _NotifyRun(opts, sender)
     elif tracer == "strace":
@@ -367,7 +368,7 @@ class _StraceRun:
             self._sample_cpu()
         deadline = time.monotonic() + self.opts.linger
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+            if self.proc is not None and self.proc.poll() is not None:
                 return
             self._sample_cpu()
             time.sleep(0.05)

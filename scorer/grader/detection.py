@@ -135,10 +135,12 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
     refs: dict[str, Boxes] = {}
     preds: dict[str, Boxes] = {}
     cases: list[CaseResult] = []
+    det = spec.det
+    assert det is not None  # decode_spec guarantees it for this track
     for case in ids:
         ref, w, h = load_reference(spec, reference, case)
         refs[case], preds[case] = ref, EMPTY
-        rel = f"{spec.submission.root}/{case}/{spec.det.output_file}"
+        rel = f"{spec.submission.root}/{case}/{det.output_file}"
         try:
             f = open_submitted(submission, rel)
         except Rejected as e:
@@ -158,7 +160,7 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
             continue
         preds[case] = pred
         ap, details = _case_ap(ref, pred, params)
-        unknown = sorted({lab for lab in pred.labels if lab not in allowed} - {norm_class(spec.det.wildcard)})
+        unknown = sorted({lab for lab in pred.labels if lab not in allowed} - {norm_class(det.wildcard)})
         if unknown:
             details["classes_not_in_task"] = unknown
         cases.append(CaseResult(case=case, score=ap, details=details))

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-OUT = {}
+OUT: dict[str, object] = {}
 PRIVATE = "/data/private/case_00000/organ.nii.gz"
 SECRET = b"PRIVATE-REFERENCE"
 
@@ -111,7 +111,7 @@ attempt("spool_tamper", tamper)
 
 # ---- hiding evidence: writes outside the workspace --------------------------------------------------
 def hide():
-    results = {}
+    results: dict[str, object] = {}
     for path in (
         "/tmp/hidden.txt",
         "/dev/shm/hidden.txt",
@@ -153,7 +153,8 @@ def fork_bomb():
     import threading
 
     threading.stack_size(64 * 1024)
-    stop, tasks, err = threading.Event(), [], None
+    stop, err = threading.Event(), None
+    tasks: list[threading.Thread] = []
     t0 = time.monotonic()
     while len(tasks) < 20000 and time.monotonic() - t0 < 20:
         t = threading.Thread(target=stop.wait, daemon=True)

@@ -85,7 +85,7 @@ def redteam_run(tmp_path_factory, agent_image):  # noqa: F811
         sealed = json.loads(
             st.con.execute(
                 "SELECT payload FROM events WHERE run_id = ? AND kind = 'submission.sealed'", [RUN]
-            ).fetchone()[0]
+            ).fetchall()[0][0]
         )
         report_ref = next(f["content"]["blob"] for f in sealed["files"] if f["path"] == "out/redteam.json")
         report = json.loads(st.blobs.get(report_ref))
