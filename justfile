@@ -12,6 +12,10 @@ demo *args:
 test *args:
     bash scripts/test.sh {{args}}
 
+# Lint, format check and type check (also the first step of a bare `./just test`)
+lint:
+    bash scripts/lint.sh
+
 # Benchmarks (slow; not part of the tests)
 bench name *args:
     python bench/{{name}}.py {{args}}
