@@ -58,3 +58,21 @@ def test_without_docker_engine_it_is_one_clear_error(tmp_path):
     )
     assert proc.returncode == 1 and proc.stderr.startswith("amb: error: --in-container needs a Docker engine")
     assert "Traceback" not in proc.stderr
+
+
+def test_a_built_grader_image_is_used_without_asking_a_registry(tmp_path, grader_image):  # noqa: F811
+    """With the grader image already built (here on the debootstrapped base), `--in-container`
+    must use it; it once looked for the default registry base first, and tried to pull it."""
+    spec = load_spec("kidney-seg")
+    data, work = tmp_path / "data", tmp_path / "work"
+    synth(spec, data, cases=1, seed=5)
+    perfect_submission(spec, data, work)
+    env = {k: v for k, v in os.environ.items() if k not in ("AMB_GRADER_IMAGE", "AMB_BASE_FROM_ROOTFS")}
+    # A base no registry has: any attempt to pull it fails, so the test sees one.
+    env["AMB_BASE_IMAGE"] = os.environ.get("AMB_BASE_IMAGE") or "amb-test-no-such-base:never"
+    args = [AMB, "grade", "kidney-seg", "--submission", str(work), "--reference", str(data / "private")]
+    proc = subprocess.run(
+        args + ["--in-container", "--json"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0 and "pull" not in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout)["score"] == 1.0
