@@ -71,6 +71,8 @@ class RunSpec:
     """Defaults to the current directory (the local backend's contract)."""
     env: dict[str, str] | None = None
     """Where the real keys are read from (default: this process's environment)."""
+    allow_hosts: list[tuple[str, int]] = field(default_factory=list)
+    """Destinations the proxy may reach although they are loopback or private (--allow-host)."""
 
 
 @dataclass
@@ -105,6 +107,19 @@ def parse_upstreams(values: list[str]) -> dict[str, str]:
                 "(e.g. /v1/chat/completions) is forwarded as is"
             )
         out[name] = f"{parts.scheme}://{parts.netloc}"
+    return out
+
+
+def parse_allow_hosts(values: list[str]) -> list[tuple[str, int]]:
+    """``--allow-host HOST:PORT`` values → (host, port) pairs."""
+    from recorder.proxy.gate import parse_host_port
+
+    out = []
+    for value in values:
+        try:
+            out.append(parse_host_port(value))
+        except ValueError:
+            raise UsageError(f"--allow-host {value!r}: expected HOST:PORT (e.g. 127.0.0.1:8080)") from None
     return out
 
 
@@ -212,6 +227,7 @@ def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> O
         confdir=confdir,
         listen_host=backend.proxy_listen_host(),
         upstream_ca=Path(upstream_ca) if upstream_ca else None,
+        allow_hosts=spec.allow_hosts,
     )
     t0 = time.monotonic()
     handle = None
