@@ -78,7 +78,7 @@ def own_addresses() -> frozenset[IP]:
     try:
         for line in Path("/proc/net/if_inet6").read_text().splitlines():
             hexaddr = line.split()[0]
-            out.add(ipaddress.ip_address(int(hexaddr, 16)))
+            out.add(ipaddress.IPv6Address(int(hexaddr, 16)))
     except (OSError, ValueError, IndexError):
         pass
     return frozenset(out)
