@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "images": "amb.images",
     "baseline": "amb.agent_cmds",
     "sweep": "amb.agent_cmds",
+    "gc": "amb.gc_cmd",
 }
 
 
