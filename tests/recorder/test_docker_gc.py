@@ -101,7 +101,10 @@ def test_gc_removes_a_killed_recorders_leftovers_and_spares_a_live_run(
             mine = {(r["kind"], r["name"]) for r in removed if r["run_id"] == dead_id}
             assert {n for k, n in mine if k == "container"} == set(before["containers"])
             assert {n for k, n in mine if k == "network"} == set(before["networks"])
-            assert {n for k, n in mine if k == "path"} == set(before["paths"])
+            # The recorder's own temp dir (CA key) may already be gone: any amb-record that starts on
+            # this machine also sweeps the temp dirs of dead recorders. The workspace is gc's alone.
+            paths = {n for k, n in mine if k == "path"}
+            assert paths <= set(before["paths"]) and any("/amb-docker-" in p for p in paths), mine
             assert len([n for k, n in mine if k == "firewall_rule"]) == len(before["rules"])
             assert not [r for r in removed if r["run_id"] == live_id]
             after = _resources(docker_cli, dead_id)
@@ -166,9 +169,9 @@ def test_gc_after_a_killed_local_recorder_removes_its_temp_dir_not_a_live_ones(t
         proc = subprocess.run([str(BIN / "amb"), "gc", "--json"], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
         removed = json.loads(proc.stdout)["removed"]
-        assert (
-            sorted(r["name"] for r in removed if r["run_id"] == dead_id and r["kind"] == "path") == dead_dirs
-        )
+        paths = {r["name"] for r in removed if r["run_id"] == dead_id and r["kind"] == "path"}
+        assert paths <= set(dead_dirs)  # (another amb-record starting meanwhile may have swept them first)
+        assert any(r["run_id"] == dead_id and r["kind"] == "lock" for r in removed)
         assert not [r for r in removed if r["run_id"] == live_id]
         assert not any(Path(p).exists() for p in dead_dirs)
         assert all(Path(p).exists() for p in live_dirs)
