@@ -260,8 +260,13 @@ def throughput(target: Target, clients: int, seconds: float) -> float:
     counts = [0] * clients
     # The window opens once every client exists: making 16 clients took longer than the 2 s window
     # at load average 27, and every target read 0 calls/s.
-    ready = threading.Barrier(clients + 1)
     window: dict[str, float] = {}
+
+    def open_window() -> None:  # run once, by the last to arrive, before anyone is released
+        window["t0"] = time.monotonic()
+        window["stop"] = window["t0"] + seconds
+
+    ready = threading.Barrier(clients + 1, action=open_window)
 
     def worker(i: int) -> None:
         with httpx.Client(base_url=target.base, timeout=30) as c:
@@ -273,12 +278,10 @@ def throughput(target: Target, clients: int, seconds: float) -> float:
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
     for t in threads:
         t.start()
-    t0 = time.monotonic()
-    window["stop"] = t0 + seconds
     ready.wait()
     for t in threads:
         t.join()
-    return sum(counts) / (time.monotonic() - t0)
+    return sum(counts) / (time.monotonic() - window["t0"])
 
 
 BIG = {
