@@ -98,7 +98,11 @@ def sweep(
     import json
 
     from agents.sweep import SweepOutcome, load_sweep, plan_cells, run_sweep
+    from recorder.keyguard import guard_this_process
 
+    # The sweep hands the real keys to each amb-record: its own environment and memory hold them
+    # too, and its local agents run as the same user (recorder/keyguard.py).
+    guard_this_process()
     spec = load_sweep(Path(sweepfile), work=Path(work_dir) if work_dir else None)
     if dry_run:
         cells = plan_cells(spec, Path(store).resolve())

@@ -21,9 +21,10 @@ from scorer.grader.cli import grade as local_grade
 def _image() -> str:
     if os.environ.get("AMB_GRADER_IMAGE"):
         return os.environ["AMB_GRADER_IMAGE"]
-    from amb.images import ensure_images
+    from amb.images import ensure_images, find_built
 
-    return ensure_images(("grader",))["grader"].tag
+    built = find_built("grader")  # already built: never a registry round trip for its base
+    return built.tag if built is not None else ensure_images(("grader",))["grader"].tag
 
 
 def grade_in_container(

@@ -259,6 +259,28 @@ def ensure_image(client, role: str, base: str, *, ca: Path | None = None, log=No
     return Built(role, tag, image.id, cached=False)
 
 
+def find_built(role: str) -> Built | None:
+    """An image of ``role`` built from the current sources on a base that is already here, if any.
+
+    No pull and no build: the grader's content is the same on either base (the debootstrapped one
+    or a registry one), so a user who built it once with ``--base-from-rootfs`` is not sent to a
+    registry for the other base just to learn the tag.
+    """
+    import docker.errors
+
+    client = docker_client()
+    files = _context_files(role)
+    for base in (rootfs_tag(), os.environ.get("AMB_BASE_IMAGE") or DEFAULT_BASE):
+        try:
+            base_id = client.images.get(base).id
+            tag = f"amb-{role}:c-{content_hash(role, base_id, files)}"
+            image = client.images.get(tag)
+        except docker.errors.ImageNotFound:
+            continue
+        return Built(role, tag, image.id, cached=True)
+    return None
+
+
 def ensure_images(
     roles: tuple[str, ...] = ROLES, *, base: str | None = None, from_rootfs: bool | None = None, log=None
 ) -> dict[str, Built]:

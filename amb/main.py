@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "images": "amb.images",
     "baseline": "amb.agent_cmds",
     "sweep": "amb.agent_cmds",
+    "gc": "amb.gc_cmd",
 }
 
 

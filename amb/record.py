@@ -2,7 +2,7 @@
 
     amb-record [--store DIR] [--task ID --tier lite|standard --data DIR] [--backend local|docker]
                [--time-limit SEC] [--run-id ID] [--label K=V]... [--upstream openai=URL]
-               [--upstream anthropic=URL] -- CMD ARGS...
+               [--upstream anthropic=URL] [--allow-host HOST:PORT]... -- CMD ARGS...
 
 Exits with the agent's exit code (124 when the time limit was hit). The run id and outcome are
 printed on stderr (stdout belongs to the agent). Ingest into DuckDB happens here, at the end,
@@ -16,7 +16,14 @@ from pathlib import Path
 
 import click
 
-from recorder.run import DEFAULT_GRACE_S, RunSpec, parse_labels, parse_upstreams, record
+from recorder.run import (
+    DEFAULT_GRACE_S,
+    RunSpec,
+    parse_allow_hosts,
+    parse_labels,
+    parse_upstreams,
+    record,
+)
 from schemas.errors import AmbError, UsageError
 
 
@@ -80,6 +87,14 @@ def _backend(name: str, gpus: str | None, shim: bool = False):
     help="openai=URL or anthropic=URL (default: the public APIs).",
 )
 @click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="HOST:PORT",
+    help="Let the proxy carry traffic to HOST:PORT even if it is on loopback or a private network "
+    "(repeatable; refused by default).",
+)
+@click.option(
     "--gpus", default=None, metavar="SPEC", help="Docker backend: GPUs to pass through (e.g. all, 0,1)."
 )
 @click.option(
@@ -100,6 +115,7 @@ def record_cmd(
     run_id,
     labels,
     upstreams,
+    allow_hosts,
     gpus,
     shim,
     no_ingest,
@@ -119,6 +135,7 @@ def record_cmd(
         grace_s=grace,
         labels=parse_labels(list(labels)),
         upstreams=parse_upstreams(list(upstreams)),
+        allow_hosts=parse_allow_hosts(list(allow_hosts)),
     )
     outcome = record(spec, _backend(backend, gpus, shim))
     calls = outcome.counts.get("proxy:model_call.completed", 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 
 import click
@@ -27,8 +28,25 @@ from schemas.events import AnyPayload
 @store_option
 @click.argument("runs", nargs=-1)
 def ingest(store: str, runs: tuple[str, ...]) -> None:
-    """Load spools into the store (all runs, or RUNS), verifying checksums and hash chains."""
-    report = ingest_store(store, list(runs) or None, progress=progress("ingest"))
+    """Load spools into the store (all runs, or RUNS), verifying checksums and hash chains.
+
+    A spool that fails its checks is left out (nothing of it is stored); every other one is loaded.
+    Each bad spool is named, and the exit code is non-zero.
+    """
+    try:
+        report = ingest_store(store, list(runs) or None, progress=progress("ingest"))
+    except AmbError as e:
+        partial = getattr(e, "report", None)
+        if partial is None:
+            raise
+        _say_ingested(partial)
+        for path, why in partial.failed:
+            click.echo(f"amb: error: {path}: not loaded: {why}", err=True)
+        sys.exit(e.exit_code)
+    _say_ingested(report)
+
+
+def _say_ingested(report) -> None:
     for torn in report.torn:
         assert torn.tail is not None
         click.echo(
@@ -119,7 +137,11 @@ def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
         "duration_s": info["duration_s"],
         "labels": info["labels"],
         "events": info["n_events"],
-        "model_calls": {"count": tokens[0], "failed": tokens[1], "models": sorted(m for m in tokens[6] if m)},
+        "model_calls": {
+            "count": tokens[0],
+            "failed": tokens[1],
+            "models": sorted(m for m in tokens[6] or [] if m),
+        },
         "tokens": {"input": tokens[2], "cache_read": tokens[3], "output": tokens[4], "reasoning": tokens[5]},
         "tool_calls": dict(sorted(tools.items())),
         "processes": {"count": procs[0], "nonzero_exit": procs[1]},

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recorder.backend import AgentView, Exit, RunContext, seal_directory
+from recorder.runlock import RunLock
 from recorder.shim.receiver import ShimReceiver
 from recorder.shim.shim import DEFAULT_CAP
 from schemas.errors import AmbError
@@ -129,9 +130,19 @@ class DockerBackend:
         self._data_mount: Path | None = None
         self._data_view = "none"
         self._token = secrets.token_hex(4)
+        self._lock: RunLock | None = None
         # The orchestrator closes a backend only once it has a handle; if preparing or starting
         # failed, this still removes the network, the container and the temporary directories.
         atexit.register(self._release)
+
+    def claim(self, lock: RunLock) -> None:
+        """The run's lock: its labels go on every resource, its temp dir is listed in it (``amb gc``)."""
+        self._lock = lock
+        lock.info["backend"] = "docker"
+
+    @property
+    def _labels(self) -> dict[str, str]:
+        return dict(self._lock.labels) if self._lock is not None else {}
 
     def _release(self) -> None:
         if not self._closed:
@@ -166,7 +177,7 @@ class DockerBackend:
                 name,
                 driver="bridge",
                 internal=True,
-                labels={"org.amb.backend": "docker"},
+                labels={"org.amb.backend": "docker", **self._labels},
                 options={"com.docker.network.bridge.name": name},
             )
             self._network.reload()
@@ -198,6 +209,8 @@ class DockerBackend:
             self._uid, self._gid = os.geteuid(), os.getegid()
 
         self._tmp = Path(tempfile.mkdtemp(prefix=f"amb-docker-{ctx.run_id}-"))
+        if self._lock is not None:
+            self._lock.add_path(self._tmp)
         self._workspace = self._tmp / "workspace"
         self._workspace.mkdir()
         brief = self._brief_text(ctx)
@@ -307,7 +320,7 @@ class DockerBackend:
                 "/home/agent": f"size={self.limits.tmp_size},mode=1777",
                 CONTAINER_SHIM_DIR: "size=16m,mode=0700",
             },
-            labels={"org.amb.run": ctx.run_id},
+            labels={"org.amb.run": ctx.run_id, **self._labels},
             name=f"amb-{ctx.run_id}-{self._token}"[:63],
             user="0:0",
         )
@@ -434,11 +447,26 @@ class DockerBackend:
             return
         bridge = self._network.name
         ports = sorted(set(ctx.proxy_ports.values()))
+        # The comment names the run, so `amb gc` can find the rules of a recorder that was killed.
+        tag = ["-m", "comment", "--comment", f"amb-run:{ctx.run_id}"]
         # REJECT rather than DROP: a probe gets "connection refused" at once instead of hanging.
-        rules = [["INPUT", "-i", bridge, "-j", "REJECT"]]
-        rules += [["INPUT", "-i", bridge, "-p", "tcp", "--dport", str(p), "-j", "ACCEPT"] for p in ports]
+        rules = [["INPUT", "-i", bridge, *tag, "-j", "REJECT"]]
+        rules += [
+            ["INPUT", "-i", bridge, "-p", "tcp", "--dport", str(p), *tag, "-j", "ACCEPT"] for p in ports
+        ]
         rules.append(
-            ["INPUT", "-i", bridge, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"]
+            [
+                "INPUT",
+                "-i",
+                bridge,
+                "-m",
+                "conntrack",
+                "--ctstate",
+                "ESTABLISHED,RELATED",
+                *tag,
+                "-j",
+                "ACCEPT",
+            ]
         )
         for rule in rules:  # each is inserted at the top, so the last inserted is checked first
             proc = subprocess.run(["iptables", "-w", "-I", *rule], capture_output=True, text=True)

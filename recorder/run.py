@@ -18,6 +18,7 @@ import platform
 import secrets
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -27,7 +28,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from recorder.backend import AgentView, Backend, Exit, RunContext, seal_directory
+from recorder.keyguard import guard_this_process, local_warning
 from recorder.local_backend import LocalBackend
+from recorder.runlock import RunLock
 from recorder.spool import SpoolWriter, spool_path
 from schemas.blobstore import BlobStore
 from schemas.codec import check_id
@@ -71,6 +74,8 @@ class RunSpec:
     """Defaults to the current directory (the local backend's contract)."""
     env: dict[str, str] | None = None
     """Where the real keys are read from (default: this process's environment)."""
+    allow_hosts: list[tuple[str, int]] = field(default_factory=list)
+    """Destinations the proxy may reach although they are loopback or private (--allow-host)."""
 
 
 @dataclass
@@ -105,6 +110,19 @@ def parse_upstreams(values: list[str]) -> dict[str, str]:
                 "(e.g. /v1/chat/completions) is forwarded as is"
             )
         out[name] = f"{parts.scheme}://{parts.netloc}"
+    return out
+
+
+def parse_allow_hosts(values: list[str]) -> list[tuple[str, int]]:
+    """``--allow-host HOST:PORT`` values → (host, port) pairs."""
+    from recorder.proxy.gate import parse_host_port
+
+    out = []
+    for value in values:
+        try:
+            out.append(parse_host_port(value))
+        except ValueError:
+            raise UsageError(f"--allow-host {value!r}: expected HOST:PORT (e.g. 127.0.0.1:8080)") from None
     return out
 
 
@@ -180,11 +198,10 @@ def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> O
     ``on_ready(ports)`` (tests) is called once the proxy listens, before the agent starts.
     Raises ``AmbError`` for problems found before the agent started (bad arguments, proxy could
     not start); after that, failures end the run with status ``recorder_error``.
-    """
-    from recorder.proxy.custody import Custody
-    from recorder.proxy.server import ProxyServer, ca_bundle, remove_confdir
-    from recorder.proxy.sink import Sink
 
+    First it removes what dead recorders left behind (``recorder.gc``), then holds the run's lock
+    (``recorder.runlock``) for as long as it records, so a later ``amb gc`` leaves this run alone.
+    """
     if not spec.argv:
         raise UsageError("no command given: amb-record [options] -- COMMAND ARGS...")
     backend = backend or LocalBackend()
@@ -193,6 +210,41 @@ def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> O
         check_id("run id", run_id)
     except SchemaError as e:
         raise UsageError(str(e)) from None
+    _collect_garbage(backend)
+    try:
+        lock = RunLock(run_id)
+    except RuntimeError as e:
+        raise UsageError(str(e)) from None
+    claim = getattr(backend, "claim", None)
+    if claim is not None:
+        claim(lock)
+    try:
+        return _record(spec, backend, run_id, lock, on_ready)
+    finally:
+        lock.release()
+
+
+def _collect_garbage(backend: Backend) -> None:
+    from recorder.gc import collect
+
+    removed, _ = collect(docker=True if backend.name == "docker" else None)
+    by_run: dict[str, list[str]] = {}
+    for r in removed:
+        if r.kind != "lock":
+            by_run.setdefault(r.run_id, []).append(f"{r.kind} {r.name}")
+    for run_id, what in by_run.items():
+        print(
+            f"amb-record: removed what run {run_id} left behind (its recorder is gone): {', '.join(what)}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_ready) -> Outcome:
+    from recorder.proxy.custody import Custody
+    from recorder.proxy.server import ProxyServer, ca_bundle, remove_confdir
+    from recorder.proxy.sink import Sink
+
     store = spec.store
     store.mkdir(parents=True, exist_ok=True)
     blobs = BlobStore(store / "blobs")
@@ -200,8 +252,15 @@ def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> O
     env_source = os.environ if spec.env is None else spec.env
     upstreams = spec.upstreams or parse_upstreams([])
     custody = Custody.from_env(dict(env_source), upstreams)
+    if custody.real:
+        # Whoever holds a real key is closed to the agent's reads (/proc environ and mem, ptrace).
+        guarded = guard_this_process()
+        if backend.name == "local":
+            warning = local_warning(list(custody.real.values()), guarded)
+            print(f"amb-record: warning: {warning}", file=sys.stderr, flush=True)
     _sweep_stale_tempdirs()
     tmp = Path(tempfile.mkdtemp(prefix=f"amb-{run_id}-"))
+    lock.add_path(tmp)
     (tmp / "pid").write_text(str(os.getpid()))
     confdir = tmp / "ca"
     sink = Sink(store, run_id, custody)
@@ -212,6 +271,7 @@ def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> O
         confdir=confdir,
         listen_host=backend.proxy_listen_host(),
         upstream_ca=Path(upstream_ca) if upstream_ca else None,
+        allow_hosts=spec.allow_hosts,
     )
     t0 = time.monotonic()
     handle = None

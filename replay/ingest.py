@@ -13,7 +13,11 @@ never one event at a time in Python:
 - per (run, source), after the insert and in the same transaction: seqs run 0, 1, 2, ... with no
   gap or duplicate, and every ``prev_hash`` is the hash of the event before it.
 
-Any failure rolls the whole batch back. ``(run_id, source, seq)`` is the key and ingest is its
+Any failure rolls the whole batch back; the batch is then loaded again file by file, so one bad
+spool does not keep the others out. Every valid spool is loaded, then the first failure is raised
+(naming the other bad spools too), with the report of what was loaded on it as ``.report``.
+
+``(run_id, source, seq)`` is the key and ingest is its
 guard: events already stored are skipped (anti-join), so re-ingesting adds nothing. It is not
 declared as a DuckDB PRIMARY KEY because maintaining that index doubled the bulk-load time
 (measured, see README); ``amb verify`` checks the key too (a duplicate shows as a sequence error).
@@ -67,6 +71,8 @@ class IngestReport(NamedTuple):
     runs: list[str]
     blobs_materialised: int = 0
     """Blobs moved from packs left by recorders that died before closing (``schemas.blobpack``)."""
+    failed: list[tuple[str, str]] = []
+    """Spools that could not be loaded: (path in the store, why). Nothing of them was stored."""
 
 
 class _Spool(NamedTuple):
@@ -251,6 +257,16 @@ def _explain(files: list[_Spool], error: duckdb.Error) -> AmbError:
     return SpoolError(f"cannot load spools: {text.splitlines()[0]}")
 
 
+def _first_failure(failures: list[tuple[str, AmbError]], report: IngestReport) -> AmbError:
+    """The first failure (its own type and message, naming the other bad spools), with the report."""
+    first_error = failures[0][1]
+    if len(failures) > 1:
+        others = ", ".join(key for key, _ in failures[1:4]) + (", ..." if len(failures) > 4 else "")
+        first_error = type(first_error)(f"{first_error} (and {len(failures) - 1} more bad spools: {others})")
+    first_error.report = report  # type: ignore[attr-defined]  # read by `amb ingest` to say what loaded
+    return first_error
+
+
 def _load(store: Store, files: list[_Spool]) -> int:
     con = store.con
     readable = [f for f in files if f.readable]
@@ -351,12 +367,34 @@ def ingest(
         added = materialised = 0
         torn_packs: list[FileReport] = []
 
-        def load(batch: list[_Spool]) -> int:
-            nonlocal materialised
+        failures: list[tuple[str, AmbError]] = []
+
+        def load_one_by_one(batch: list[_Spool]) -> list[_Spool]:
+            nonlocal materialised, added
             created, torn = _materialise_packs(st, {(st.root / s.key).parent for s in batch})
             materialised += created
             torn_packs.extend(torn)
-            return _load(st, batch)
+            try:
+                added += _load(st, batch)
+                return batch
+            except AmbError:
+                if len(batch) == 1:
+                    raise
+            good = []
+            for spool in batch:  # rolled back: find the bad ones, keep the rest
+                try:
+                    added += _load(st, [spool])
+                    good.append(spool)
+                except AmbError as e:
+                    failures.append((spool.key, e))
+            return good
+
+        def load(batch: list[_Spool]) -> list[_Spool]:
+            try:
+                return load_one_by_one(batch)
+            except AmbError as e:
+                failures.append((batch[0].key, e))
+                return []
 
         with tempfile.TemporaryDirectory(prefix="amb-ingest-") as tmp:
             batch: list[_Spool] = []
@@ -370,16 +408,17 @@ def ingest(
                     spool = _prepare(path, key, Path(tmp))
                 except FileNotFoundError:
                     continue
+                except AmbError as e:
+                    failures.append((key, e))
+                    continue
                 if spool is None:
                     continue
                 batch.append(spool)
                 if len(batch) >= BATCH_FILES:
-                    added += load(batch)
-                    loaded += batch
+                    loaded += load(batch)
                     batch = []
             if batch:
-                added += load(batch)
-                loaded += batch
+                loaded += load(batch)
         if progress:
             progress(len(paths), len(paths))
         runs = sorted({s.run_id for s in loaded})
@@ -394,7 +433,19 @@ def ingest(
         ]
         write_manifests(st, runs)
         read = sum(frames.get((s.run_id, s.source), 0) for s in loaded)
-        return IngestReport(len(paths), len(loaded), read, added, torn + torn_packs, runs, materialised)
+        report = IngestReport(
+            len(paths),
+            len(loaded),
+            read,
+            added,
+            torn + torn_packs,
+            runs,
+            materialised,
+            [(key, str(e)) for key, e in failures],
+        )
+        if failures:
+            raise _first_failure(failures, report)
+        return report
     finally:
         if own:
             st.close()

@@ -78,6 +78,8 @@ CORE: list[Migration] = [
         ),
     ),
     Migration("core.m002_views", views.create_views),
+    # network_requests gained the `blocked` column (the proxy's refusals); the views are re-created.
+    Migration("core.m003_views_network_blocked", views.create_views),
 ]
 
 

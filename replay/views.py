@@ -193,6 +193,7 @@ VIEWS: list[View] = [
             Column("duration_ms", _p("duration_ms", "DOUBLE"), "Duration."),
             Column("error", _p("error"), "Error, if it failed or was blocked."),
             Column("via", _p("via"), "proxy, or shim for a direct attempt."),
+            Column("blocked", _p("blocked"), "Why the proxy refused it (NULL: it was carried)."),
         ],
     ),
 ]

@@ -25,6 +25,7 @@ from mitmproxy.net.http import url
 
 from recorder.proxy import calls
 from recorder.proxy import sink as sink_mod
+from recorder.proxy.gate import BLOCKED_KEY, BLOCKED_MARK
 from recorder.proxy.result import loads
 from recorder.proxy.sink import NETWORK_BODY_CAP, CallFacts, NetFacts, Sink
 
@@ -57,6 +58,8 @@ class _Flow:
     kept: bytearray | None = None
     call_id: str | None = None
     """Set for a model call carried over a WebSocket (one flow, many calls)."""
+    blocked: str | None = None
+    """Why the gate refused the flow (it was answered 403; nothing was sent)."""
 
 
 class Recorder:
@@ -74,6 +77,12 @@ class Recorder:
         req = flow.request
         api = calls.classify(req.method, req.path)
         flow.metadata[KEY] = _Flow(api=api, started_ns=time.time_ns(), t0=req.timestamp_start or time.time())
+        blocked = flow.metadata.get(BLOCKED_KEY)
+        if blocked is not None:  # the gate answered 403: recorded as a refused network request
+            st = flow.metadata[KEY]
+            st.api, st.blocked = None, blocked
+            self.live[flow.id] = flow
+            return
         if self.sink.broken:
             flow.response = _error_response(
                 503,
@@ -117,9 +126,27 @@ class Recorder:
         st.url = _url(req.scheme, req.host_header, req.host, req.port, req.path)
         st.retries = _int(req.headers.get("x-stainless-retry-count"))
 
+    def http_connect_error(self, flow: http.HTTPFlow) -> None:
+        """A CONNECT the gate refused (the only CONNECTs answered with an error here)."""
+        blocked = flow.metadata.get(BLOCKED_KEY)
+        if blocked is None:
+            return
+        req = flow.request
+        facts = NetFacts(
+            method=req.method,
+            scheme="",
+            host=req.host,
+            port=req.port,
+            path="",
+            started_ns=time.time_ns(),
+            status=flow.response.status_code if flow.response else None,
+            blocked=blocked,
+        )
+        self.sink.record_network(facts)
+
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         st: _Flow | None = flow.metadata.get(KEY)
-        if st is None or st.recorded or flow.response is None:
+        if st is None or st.recorded or flow.response is None or st.blocked:
             return
         ctype = st.content_type = flow.response.headers.get("content-type", "")
         if st.api is not None:
@@ -189,6 +216,8 @@ class Recorder:
         st.recorded = True
         msg = flow.error.msg if flow.error else "unknown error"
         reason = _classify_error(msg, flow.response is not None)
+        if BLOCKED_MARK in msg:  # the gate refused the connection itself (server_connect)
+            st.blocked = msg.split(BLOCKED_MARK, 1)[1]
         self.persisting += 1
         try:
             if st.api is not None:
@@ -354,6 +383,7 @@ class Recorder:
             request_body=req.raw_content or b"",
             duration_ms=(time.time() - st.t0) * 1000,
             error=error,
+            blocked=st.blocked,
         )
         if resp is not None:
             facts.status = resp.status_code

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recorder.proxy.addon import Recorder
+from recorder.proxy.gate import Destinations, Gate
 from recorder.proxy.sink import Sink
 from schemas.errors import AmbError
 
@@ -49,9 +50,13 @@ class ProxyServer:
         confdir: Path,
         listen_host: str = "127.0.0.1",
         upstream_ca: Path | None = None,
+        allow_hosts: list[tuple[str, int]] | None = None,
     ):
         self.sink = sink
         self.recorder = Recorder(sink)
+        # The configured upstreams, and what the user opened with --allow-host, even on loopback.
+        allowed = list(sink.custody.upstream_hosts.values()) + list(allow_hosts or [])
+        self.gate = Gate(Destinations(allowed))
         self.upstreams = upstreams
         self.confdir = confdir
         self.listen_host = listen_host
@@ -138,7 +143,7 @@ class ProxyServer:
         modes = list(dict.fromkeys(spec_of.values()))
         opts = options.Options(confdir=str(self.confdir), mode=modes)
         master = mitm_master.Master(opts, with_termlog=False)
-        master.addons.add(*proxy_addons(), self.recorder)
+        master.addons.add(*proxy_addons(), self.gate, self.recorder)
         # Options defined by addons exist only once the master (and its addons) does.
         update = {
             "connection_strategy": "lazy",  # eager: a dead upstream = silent disconnect, no record

@@ -115,6 +115,7 @@ class NetFacts:
     response_sha256: str | None = None
     duration_ms: float | None = None
     error: str | None = None
+    blocked: str | None = None
 
 
 class Sink:
@@ -322,6 +323,7 @@ class Sink:
             request_body=req_ref,
             response_body=resp_ref,
             error=f.error,
+            blocked=f.blocked,
             via="proxy",
         )
         self._append(event)

@@ -27,3 +27,6 @@ class NetworkRequest(Payload, frozen=True, tag="network.request"):
     error: str | None = None
     via: str = "proxy"
     """``proxy`` (went through the recorder) or ``shim`` (a direct attempt observed inside)."""
+    blocked: str | None = None
+    """Why the proxy refused to carry it (a loopback, private or link-local destination, the
+    host's own address...); the agent got a 403 and nothing was sent."""

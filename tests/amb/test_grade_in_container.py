@@ -82,3 +82,21 @@ def test_links_to_the_mounted_reference_score_nothing_in_the_container(tmp_path,
     assert cases[cheat]["status"] == "invalid" and cases[cheat]["score"] == 0.0
     assert "a symbolic link" in cases[cheat]["reason"], cases[cheat]
     assert cases[honest]["status"] == "scored" and cases[honest]["score"] == 1.0
+
+
+def test_a_built_grader_image_is_used_without_asking_a_registry(tmp_path, grader_image):  # noqa: F811
+    """With the grader image already built (here on the debootstrapped base), `--in-container`
+    must use it; it once looked for the default registry base first, and tried to pull it."""
+    spec = load_spec("kidney-seg")
+    data, work = tmp_path / "data", tmp_path / "work"
+    synth(spec, data, cases=1, seed=5)
+    perfect_submission(spec, data, work)
+    env = {k: v for k, v in os.environ.items() if k not in ("AMB_GRADER_IMAGE", "AMB_BASE_FROM_ROOTFS")}
+    # A base no registry has: any attempt to pull it fails, so the test sees one.
+    env["AMB_BASE_IMAGE"] = os.environ.get("AMB_BASE_IMAGE") or "amb-test-no-such-base:never"
+    args = [AMB, "grade", "kidney-seg", "--submission", str(work), "--reference", str(data / "private")]
+    proc = subprocess.run(
+        args + ["--in-container", "--json"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0 and "pull" not in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout)["score"] == 1.0

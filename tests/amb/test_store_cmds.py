@@ -145,3 +145,32 @@ def test_reading_a_store_that_does_not_exist_is_an_error(tmp_path, command):
     proc = amb(*command, store=missing, check=False)
     assert proc.returncode == 1 and proc.stderr.startswith(f"amb: error: no store at {missing}")
     assert "Traceback" not in proc.stderr and not missing.exists()
+
+
+def test_show_a_run_with_no_model_calls(tmp_path):
+    """A shell agent makes no model call; its summary must still show (it once raised a TypeError)."""
+    store, ws = tmp_path / "store", tmp_path / "ws"
+    ws.mkdir()
+    rec = subprocess.run(
+        [
+            str(Path(AMB).with_name("amb-record")),
+            "--store",
+            str(store),
+            "--",
+            "sh",
+            "-c",
+            "echo hi > out.txt",
+        ],
+        cwd=ws,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert rec.returncode == 0, rec.stderr
+    run = rec.stdout.strip().splitlines()[-1]
+    shown = amb("show", run, store=store, check=False)
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+    assert "0 model calls (0 failed) to -" in shown.stdout
+    data = json.loads(amb("show", run, "--json", store=store).stdout)
+    assert data["model_calls"] == {"count": 0, "failed": 0, "models": []}
+    assert data["files_written"] == [] or all("out.txt" in f["path"] for f in data["files_written"])

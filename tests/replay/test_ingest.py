@@ -190,3 +190,44 @@ def test_concurrent_writers_wait_for_the_lock(tmp_path):
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
     with Store.open(root, read_only=True) as st:
         assert st.con.execute("SELECT count(DISTINCT run_id) FROM events").fetchall()[0][0] == 4
+
+
+def test_one_corrupt_spool_does_not_keep_the_others_out(tmp_path):
+    """Three valid runs and one corrupt spool: the valid ones load, the bad one is named, and the
+    error is still raised (it once made ingest load nothing at all)."""
+    root = tmp_path / "s"
+    for i in range(3):
+        generate_run(root, f"good-{i}", seed=i, calls=4)
+    with SpoolWriter(spool_path(root, "bad", "proxy"), "bad", "proxy") as w:
+        for i in range(3):
+            w.append(Note(text=f"note {i}"))
+    path = spool_path(root, "bad", "proxy")
+    data = bytearray(path.read_bytes())
+    data[data.index(b"note 1")] = ord("N")
+    path.write_bytes(bytes(data))
+    (root / "spool" / "junk").mkdir()
+    (root / "spool" / "junk" / "proxy.spool").write_bytes(b"this is not a spool\n")
+    with pytest.raises(SpoolError, match="checksum mismatch|bad magic") as info:
+        ingest(root)
+    report = info.value.report
+    assert report.runs == ["good-0", "good-1", "good-2"]
+    assert sorted(k for k, _ in report.failed) == ["spool/bad/proxy.spool", "spool/junk/proxy.spool"]
+    assert "and 1 more bad spools" in str(info.value)
+    with Store.open(root, read_only=True) as st:
+        runs = [r[0] for r in st.con.execute("SELECT DISTINCT run_id FROM events ORDER BY 1").fetchall()]
+    assert runs == ["good-0", "good-1", "good-2"]
+
+
+def test_amb_ingest_names_the_bad_spool_and_exits_non_zero(tmp_path):
+    import subprocess
+    import sys
+
+    root = tmp_path / "s"
+    generate_run(root, "good", seed=1, calls=2)
+    (root / "spool" / "broken").mkdir()
+    (root / "spool" / "broken" / "proxy.spool").write_bytes(b"garbage\n")
+    amb = str(Path(sys.executable).with_name("amb"))
+    proc = subprocess.run([amb, "ingest", "--store", str(root)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "runs: 1" in proc.stdout
+    assert "amb: error: spool/broken/proxy.spool: not loaded:" in proc.stderr and "bad magic" in proc.stderr

@@ -1,0 +1,86 @@
+"""Key custody on this machine: the processes that hold a real API key are closed to the agent.
+
+A local agent runs as the same user as amb-record. Without more, it could read the real key from
+``/proc/<amb-record>/environ`` (the environment amb-record started with, whatever amb-record does
+with ``os.environ`` afterwards), from ``/proc/<amb-record>/mem``, or by attaching with ``ptrace``.
+``guard_this_process`` marks the holder non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``): the kernel
+then lets only a process with CAP_SYS_PTRACE (root) open its ``environ`` and ``mem`` (they become
+root-owned) or trace it, and it writes no core dump. The flag lasts until the process execs, and
+amb-record never does; its children inherit it across ``fork`` and lose it at their ``exec``,
+when the key-holding memory is gone too. ``/proc/<pid>/cmdline`` stays readable, so a key is never
+put on a command line; the agent's own environment holds placeholders only.
+
+What no unprivileged process can close: other processes of the same user that hold the key (the
+shell that exported it, a terminal multiplexer started with it in its environment) and files the
+user can read (a shell rc file, a ``.env``). ``exposures`` finds the first kind at start, so
+amb-record can say which ones; only running the agent as another user (the docker backend) closes
+both.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+PR_SET_DUMPABLE = 4
+PR_GET_DUMPABLE = 3
+
+
+def _prctl(option: int, arg: int) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    return int(libc.prctl(option, arg, 0, 0, 0))
+
+
+def guard_this_process() -> bool:
+    """Make this process non-dumpable; True if it now is (Linux), False where that is not possible."""
+    try:
+        _prctl(PR_SET_DUMPABLE, 0)
+        return _prctl(PR_GET_DUMPABLE, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def exposures(keys: list[str], *, skip: set[int] | None = None) -> list[str]:
+    """Other processes whose environment this user can read and which hold one of ``keys``:
+    ``"1234 (bash)"``. An agent running as this user could read them too."""
+    needles = [k.encode() for k in keys if k]
+    if not needles:
+        return []
+    skip = {os.getpid()} | (skip or set())
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in skip:
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+        except OSError:
+            continue  # gone, someone else's, or guarded
+        if any(n in env for n in needles):
+            try:
+                comm = (entry / "comm").read_text().strip()
+            except OSError:
+                comm = "?"
+            found.append(f"{entry.name} ({comm})")
+    return found
+
+
+def local_warning(keys: list[str], guarded: bool) -> str:
+    """What amb-record says at the start of a local run that holds real keys: what stays open."""
+    if os.geteuid() == 0:
+        return (
+            "the local agent runs as root, like amb-record, and root can read the real key from "
+            "amb-record's memory; use --backend docker (the agent runs as an unprivileged user there)"
+        )
+    held = exposures(keys)
+    where = f"; processes of yours that hold it now: {', '.join(held[:5])}" if held else ""
+    closed = (
+        "amb-record's environment and memory are closed to it"
+        if guarded
+        else ("this system does not let amb-record close its own environment and memory to it")
+    )
+    return (
+        "the local agent runs as your user: it can read the real key wherever your user can (files "
+        f"such as a shell rc file or .env, your other processes' environments{where}); {closed}. "
+        "Use --backend docker to keep the key out of its reach"
+    )
