@@ -207,7 +207,29 @@ attempt(
     lambda: {"blocked": True, "how": sh("setsid nohup sleep 300 >/dev/null 2>&1 & echo started")[1].decode()},
 )
 
-# ---- [part A] the proxy refusing host, loopback and private destinations goes here ------------------
+
+# ---- the recording proxy asked for the host's loopback and the network's gateway ------------------
+def via_proxy(url):
+    """An HTTP request sent through the recording proxy on purpose (no_proxy ignored)."""
+    import urllib.error
+    import urllib.request
+
+    for var in ("no_proxy", "NO_PROXY"):
+        os.environ.pop(var, None)
+    proxy = os.environ["HTTP_PROXY"]
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy}))
+    try:
+        with opener.open(url, timeout=10) as r:
+            return {"blocked": False, "how": f"HTTP {r.status}", "leak": r.read(200).decode("latin-1")}
+    except urllib.error.HTTPError as e:
+        return {"blocked": e.code == 403, "how": f"HTTP {e.code}"}
+
+
+attempt("proxy_loopback", lambda: via_proxy("http://127.0.0.1:2375/version"))
+attempt("proxy_localhost", lambda: via_proxy("http://localhost:8888/api/kernels"))
+attempt("proxy_decimal", lambda: via_proxy("http://2130706433:80/"))
+attempt("proxy_mapped_v6", lambda: via_proxy("http://[::ffff:127.0.0.1]:80/"))
+attempt("proxy_gateway", lambda: via_proxy(f"http://{gateway}:22/"))
 
 os.makedirs("out", exist_ok=True)
 with open("out/redteam.json", "w") as f:

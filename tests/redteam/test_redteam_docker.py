@@ -7,8 +7,8 @@ the workspace. The attack code lives in a file the agent runs (``/data/public/ho
 so nothing is found by reading the agent's command line: every finding comes from what the shim
 recorded the attacks doing.
 
-Part A's proxy attacks (host, loopback and private destinations through the proxy) belong in
-``hostile_agent.py`` at the marked place, with their expectations in ``EXPECTED`` below.
+The proxy attacks ask the recording proxy itself for the host's loopback (in several spellings)
+and the network's gateway: the proxy refuses them (403) and records each with its ``blocked`` reason.
 """
 
 from __future__ import annotations
@@ -50,6 +50,11 @@ EXPECTED = {
     "hide_write_then_delete": ("write_outside_workspace", "file.", "/tmp/gone.txt"),
     "huge_write": ("write_outside_workspace", "file.written", "/dev/shm/huge.bin"),
     "outlive": ("outlived_run", "process.exited", "sleep 300"),
+    "proxy_loopback": ("blocked_destination", "network.request", "127.0.0.1:2375"),
+    "proxy_localhost": ("blocked_destination", "network.request", "localhost:8888"),
+    "proxy_decimal": ("blocked_destination", "network.request", "2130706433:80"),
+    "proxy_mapped_v6": ("blocked_destination", "network.request", "127.0.0.1"),
+    "proxy_gateway": ("blocked_destination", "network.request", ":22"),
 }
 
 
@@ -125,6 +130,11 @@ def test_every_attack_was_blocked_or_bounded(redteam_run):
         "egress_direct",
         "egress_host_port",
         "spool_tamper",
+        "proxy_loopback",
+        "proxy_localhost",
+        "proxy_decimal",
+        "proxy_mapped_v6",
+        "proxy_gateway",
     ):
         assert report[name]["blocked"], (name, report[name])
     assert report["key_environ"]["placeholder"].startswith("amb-")
