@@ -73,6 +73,16 @@ def _backend(name: str, gpus: str | None, shim: bool = False):
 @click.option("--run-id", default=None, help="Run id (default: UTC time + random suffix).")
 @click.option("--label", "labels", multiple=True, metavar="K=V", help="Free-form label (repeatable).")
 @click.option(
+    "--agent",
+    "agent_name",
+    default=None,
+    metavar="NAME",
+    help="The agent's name in `amb runs` and scores (default: the command's basename).",
+)
+@click.option(
+    "--model", default=None, metavar="NAME", help="The model the agent is told to use (recorded at start)."
+)
+@click.option(
     "--upstream",
     "upstreams",
     multiple=True,
@@ -99,6 +109,8 @@ def record_cmd(
     grace,
     run_id,
     labels,
+    agent_name,
+    model,
     upstreams,
     gpus,
     shim,
@@ -118,6 +130,8 @@ def record_cmd(
         time_limit_s=time_limit,
         grace_s=grace,
         labels=parse_labels(list(labels)),
+        agent=agent_name,
+        model=model,
         upstreams=parse_upstreams(list(upstreams)),
     )
     outcome = record(spec, _backend(backend, gpus, shim))
