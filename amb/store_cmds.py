@@ -119,7 +119,12 @@ def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
         "duration_s": info["duration_s"],
         "labels": info["labels"],
         "events": info["n_events"],
-        "model_calls": {"count": tokens[0], "failed": tokens[1], "models": sorted(m for m in tokens[6] if m)},
+        "model_calls": {
+            "count": tokens[0],
+            "failed": tokens[1],
+            # list() of no rows is NULL: a run without model calls names no model.
+            "models": sorted(m for m in tokens[6] or [] if m),
+        },
         "tokens": {"input": tokens[2], "cache_read": tokens[3], "output": tokens[4], "reasoning": tokens[5]},
         "tool_calls": dict(sorted(tools.items())),
         "processes": {"count": procs[0], "nonzero_exit": procs[1]},
