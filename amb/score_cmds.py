@@ -188,6 +188,7 @@ def score(
         "status",
         "codes",
         "cost_usd",
+        "tokens",
     ]
     click.echo(
         table(
@@ -201,6 +202,8 @@ def score(
                     r["status"],
                     _fmt(r["codes"]),
                     _fmt(r["cost_usd"]),
+                    # Tokens stand where a cost is unknown (a model missing from the price table).
+                    (r["tokens_in"] or 0) + (r["tokens_out"] or 0),
                 ]
                 for r in result.rows
             ],
