@@ -361,6 +361,10 @@ def _package_dir(spec) -> Path | None:
     return Path(list(spec.submodule_search_locations)[0])
 
 
+def _is_file(root: Path | None, rel: str) -> bool:
+    return root is not None and (root / rel).is_file()
+
+
 def check_installation() -> Check:
     """The data files the commands read are in this installation (a partial install names them)."""
     from importlib.util import find_spec
@@ -378,9 +382,7 @@ def check_installation() -> Check:
     wanted += [("scorer", "prices/openrouter-2026-05-28.toml"), ("tasks", "kidney-seg/spec.toml")]
     # Located without importing the packages (importing scorer or tasks is not free).
     roots = {pkg: _package_dir(find_spec(pkg)) for pkg in {pkg for pkg, _ in wanted}}
-    missing = [
-        f"{pkg}/{rel}" for pkg, rel in wanted if roots[pkg] is None or not (roots[pkg] / rel).is_file()
-    ]
+    missing = [f"{pkg}/{rel}" for pkg, rel in wanted if not _is_file(roots[pkg], rel)]
     from amb.about import package_version
 
     where = Path(__file__).resolve().parent.parent

@@ -32,18 +32,15 @@ def tool_dir(tmp_path: Path, without: str) -> str:
 
 
 def doctor(tmp_path: Path, *args: str, **env: str) -> tuple[int, dict[str, dict]]:
-    full_env = os.environ | {"AMB_STORE": str(tmp_path / "store")} | env
-    proc = subprocess.run(
-        [AMB, "doctor", "--json", *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=60,
-        cwd=tmp_path,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    data = json.loads(proc.stdout)
-    return proc.returncode, {c["name"]: c for c in data["checks"]}
+    """`amb doctor --json` in this process (as a user runs it, minus the interpreter's start)."""
+    from click.testing import CliRunner
+
+    from amb.main import cli
+
+    full_env = {"AMB_STORE": str(tmp_path / "store")} | env
+    result = CliRunner().invoke(cli, ["doctor", "--json", *args], env=full_env, catch_exceptions=False)
+    data = json.loads(result.stdout)
+    return result.exit_code, {c["name"]: c for c in data["checks"]}
 
 
 def not_ok(checks: dict[str, dict]) -> set[str]:
