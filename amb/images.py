@@ -8,6 +8,10 @@ The base is a build argument. A normal user builds from a public Python image (`
 where no registry is reachable (air-gapped clusters, CI machines without Docker Hub)
 ``--base-from-rootfs`` debootstraps a Debian root filesystem and imports it as the base.
 
+The build files come from the ``images`` package (package data, so an installed amb builds the
+same images as a checkout, with the same tags); the shim and the grader's sources come from the
+installed ``recorder``, ``schemas``, ``scorer`` and ``tasks`` packages.
+
 Package installs inside the builds need the build machine's CA bundle (a site's egress may
 re-sign TLS); it is handed to the throwaway ``deps`` stage only, never to the final image.
 """
