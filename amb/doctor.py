@@ -380,6 +380,8 @@ def check_installation() -> Check:
     ]
     wanted += [("amb", "demo-sweep.toml"), ("scorer", "profiles/paper-2026-06.toml")]
     wanted += [("scorer", "prices/openrouter-2026-05-28.toml"), ("tasks", "kidney-seg/spec.toml")]
+    # The report grader's METEOR 1.5 jar comes with the pycocoevalcap dependency.
+    wanted += [("pycocoevalcap", "meteor/meteor-1.5.jar")]
     # Located without importing the packages (importing scorer or tasks is not free).
     roots = {pkg: _package_dir(find_spec(pkg)) for pkg in {pkg for pkg, _ in wanted}}
     missing = [f"{pkg}/{rel}" for pkg, rel in wanted if not _is_file(roots[pkg], rel)]
