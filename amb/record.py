@@ -1,7 +1,8 @@
 """``amb-record``: run any agent with every model call and network request on the record.
 
     amb-record [--store DIR] [--task ID --tier lite|standard --data DIR] [--backend local|docker]
-               [--time-limit SEC] [--run-id ID] [--label K=V]... [--upstream openai=URL]
+               [--time-limit SEC] [--run-id ID] [--label K=V]... [--agent NAME] [--model NAME]
+               [--upstream openai=URL]
                [--upstream anthropic=URL] -- CMD ARGS...
 
 Exits with the agent's exit code (124 when the time limit was hit). The run id and outcome are
