@@ -4,9 +4,9 @@
 default:
     @just --list
 
-# The main job: record sample runs, ingest, verify, show them, query them
+# The main job: record sample runs, score them, show, verify and query them (`amb demo`)
 demo *args:
-    bash scripts/demo.sh {{args}}
+    amb demo {{args}}
 
 # Run the test suite (pytest arguments pass through)
 test *args:

@@ -593,6 +593,8 @@ def _launch(
         backend,
         "--run-id",
         run_id,
+        "--agent",
+        cell.agent.name,
         "--label",
         f"sweep={spec.name}",
         "--label",
@@ -607,7 +609,7 @@ def _launch(
         # depend on the backend (the offline judge reads plan writes and pilot checks from them).
         argv.append("--shim")
     if cell.agent.model:
-        argv += ["--label", f"model={cell.agent.model}"]
+        argv += ["--model", cell.agent.model, "--label", f"model={cell.agent.model}"]
     limit = spec.time_limit_s
     if limit is None:
         from tasks.registry import load_spec

@@ -8,6 +8,10 @@ The base is a build argument. A normal user builds from a public Python image (`
 where no registry is reachable (air-gapped clusters, CI machines without Docker Hub)
 ``--base-from-rootfs`` debootstraps a Debian root filesystem and imports it as the base.
 
+The build files come from the ``images`` package (package data, so an installed amb builds the
+same images as a checkout, with the same tags); the shim and the grader's sources come from the
+installed ``recorder``, ``schemas``, ``scorer`` and ``tasks`` packages.
+
 Package installs inside the builds need the build machine's CA bundle (a site's egress may
 re-sign TLS); it is handed to the throwaway ``deps`` stage only, never to the final image.
 """
@@ -23,14 +27,14 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 import click
 
+import images as build_files
 from schemas.errors import AmbError, UsageError
 
-REPO = Path(__file__).resolve().parent.parent
-IMAGES = REPO / "images"
 DEFAULT_BASE = "python:3.11-slim-bookworm"
 ROOTFS_SUITE = "bookworm"
 ROLES = ("agent", "grader")
@@ -49,6 +53,11 @@ SHIM_FILES = (
 
 GRADER_PACKAGES = ("schemas", "scorer", "tasks")
 """Pure-Python packages the grader runs (copied as sources; the image has no amb CLI deps)."""
+
+SHIPPED_SUFFIXES = frozenset({".py", ".toml", ".md", ".json", ".sql", ".txt", ".html"})
+"""The files of a package that go into the grader image: the sources and the package data that
+pyproject.toml ships. Choosing by suffix (not "whatever is in the folder") keeps a checkout's
+stray files out, so a checkout and an installed wheel give the same content tag."""
 
 
 class ImageError(AmbError):
@@ -93,24 +102,44 @@ def build_ca_bundle() -> Path | None:
 # ---- build contexts -------------------------------------------------------------------------------
 
 
+def _package_root(package: str) -> Path:
+    return Path(str(resources.files(package)))
+
+
+def _build_file(role: str, name: str) -> bytes:
+    try:
+        return build_files.read(role, name)
+    except build_files.MissingBuildFile as e:
+        raise ImageError(
+            f"this installation of amb has no {e.relative} (looked for {e.where}); reinstall amb-recorder"
+        ) from None
+
+
 def _context_files(role: str) -> dict[str, bytes]:
     """Every file of a role's build context except the CA bundle: relative path -> bytes."""
     files: dict[str, bytes] = {}
     for name in ("Dockerfile", "requirements.txt"):
-        files[name] = (IMAGES / role / name).read_bytes()
+        files[name] = _build_file(role, name)
     if role == "agent":
         # `recorder` is a stub package inside the image: only the shim's modules are copied.
         files["lib/recorder/__init__.py"] = (
             b'"""amb recorder (only the in-container shim is installed here)."""\n'
         )
+        shim = _package_root("recorder") / "shim"
         for name in SHIM_FILES:
-            files[f"lib/recorder/shim/{name}"] = (REPO / "recorder" / "shim" / name).read_bytes()
+            try:
+                files[f"lib/recorder/shim/{name}"] = (shim / name).read_bytes()
+            except FileNotFoundError:
+                raise ImageError(
+                    f"this installation of amb has no recorder/shim/{name} (looked in {shim}); "
+                    "reinstall amb-recorder"
+                ) from None
     else:
         for package in GRADER_PACKAGES:
-            root = REPO / package
+            root = _package_root(package)
             for path in sorted(root.rglob("*")):
-                if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-                    files[f"src/{path.relative_to(REPO).as_posix()}"] = path.read_bytes()
+                if path.is_file() and "__pycache__" not in path.parts and path.suffix in SHIPPED_SUFFIXES:
+                    files[f"src/{package}/{path.relative_to(root).as_posix()}"] = path.read_bytes()
     return files
 
 
@@ -138,7 +167,7 @@ def _write_context(dest: Path, files: dict[str, bytes], ca: Path | None) -> None
 
 
 def _rootfs_packages() -> list[str]:
-    lines = (IMAGES / "base" / "packages.txt").read_text().splitlines()
+    lines = _build_file("base", "packages.txt").decode("utf-8").splitlines()
     return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
 
 

@@ -33,6 +33,8 @@ COMMANDS: dict[str, str] = {
     "baseline": "amb.agent_cmds",
     "sweep": "amb.agent_cmds",
     "gc": "amb.gc_cmd",
+    "demo": "amb.demo",
+    "doctor": "amb.doctor",
 }
 
 
@@ -60,7 +62,23 @@ class AmbGroup(click.Group):
             sys.exit(e.exit_code)
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from amb.about import version_text
+
+    click.echo(version_text())
+    ctx.exit()
+
+
 @click.group(cls=AmbGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="amb-recorder")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version, the event versions read and written, the store migration level.",
+)
 def cli() -> None:
     """AMB recorder: record agent runs as hash-chained events, and score them offline."""

@@ -1,8 +1,9 @@
 """``amb-record``: run any agent with every model call and network request on the record.
 
     amb-record [--store DIR] [--task ID --tier lite|standard --data DIR] [--backend local|docker]
-               [--time-limit SEC] [--run-id ID] [--label K=V]... [--upstream openai=URL]
-               [--upstream anthropic=URL] [--allow-host HOST:PORT]... -- CMD ARGS...
+               [--time-limit SEC] [--run-id ID] [--label K=V]... [--agent NAME] [--model NAME]
+               [--upstream openai=URL] [--upstream anthropic=URL] [--allow-host HOST:PORT]...
+               -- CMD ARGS...
 
 Exits with the agent's exit code (124 when the time limit was hit). The run id and outcome are
 printed on stderr (stdout belongs to the agent). Ingest into DuckDB happens here, at the end,
@@ -80,6 +81,16 @@ def _backend(name: str, gpus: str | None, shim: bool = False):
 @click.option("--run-id", default=None, help="Run id (default: UTC time + random suffix).")
 @click.option("--label", "labels", multiple=True, metavar="K=V", help="Free-form label (repeatable).")
 @click.option(
+    "--agent",
+    "agent_name",
+    default=None,
+    metavar="NAME",
+    help="The agent's name in `amb runs` and scores (default: the command's basename).",
+)
+@click.option(
+    "--model", default=None, metavar="NAME", help="The model the agent is told to use (recorded at start)."
+)
+@click.option(
     "--upstream",
     "upstreams",
     multiple=True,
@@ -114,6 +125,8 @@ def record_cmd(
     grace,
     run_id,
     labels,
+    agent_name,
+    model,
     upstreams,
     allow_hosts,
     gpus,
@@ -134,6 +147,8 @@ def record_cmd(
         time_limit_s=time_limit,
         grace_s=grace,
         labels=parse_labels(list(labels)),
+        agent=agent_name,
+        model=model,
         upstreams=parse_upstreams(list(upstreams)),
         allow_hosts=parse_allow_hosts(list(allow_hosts)),
     )

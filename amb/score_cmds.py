@@ -222,6 +222,7 @@ def score(
         "rating",
         "codes",
         "cost_usd",
+        "tokens",
     ]
     click.echo(
         table(
@@ -237,6 +238,8 @@ def score(
                     _fmt(r["rating"]),
                     _fmt(r["codes"]),
                     _fmt(r["cost_usd"]),
+                    # Tokens stand where a cost is unknown (a model missing from the price table).
+                    (r["tokens_in"] or 0) + (r["tokens_out"] or 0),
                 ]
                 for r in result.rows
             ],

@@ -140,6 +140,7 @@ def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
         "model_calls": {
             "count": tokens[0],
             "failed": tokens[1],
+            # list() of no rows is NULL: a run without model calls names no model.
             "models": sorted(m for m in tokens[6] or [] if m),
         },
         "tokens": {"input": tokens[2], "cache_read": tokens[3], "output": tokens[4], "reasoning": tokens[5]},

@@ -69,6 +69,10 @@ class RunSpec:
     time_limit_s: float | None = None
     grace_s: float = DEFAULT_GRACE_S
     labels: dict[str, str] = field(default_factory=dict)
+    agent: str | None = None
+    """The agent's name as the user gives it (default: the command's basename)."""
+    model: str | None = None
+    """The model the agent is told to use, when the user says (the calls name what was called)."""
     upstreams: dict[str, str] = field(default_factory=dict)
     workspace: Path | None = None
     """Defaults to the current directory (the local backend's contract)."""
@@ -307,7 +311,8 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
             RunStarted(
                 task=spec.task,
                 tier=spec.tier,
-                agent=os.path.basename(spec.argv[0]),
+                agent=spec.agent or os.path.basename(spec.argv[0]),
+                model=spec.model,
                 command=list(spec.argv),
                 backend=backend.name,
                 workspace=view.workspace,

@@ -3,8 +3,10 @@
 Views (scores ×100 as in the paper; unscored values are left out of means and counted as ``n``):
 leaderboard per model; medal tiers and ratings per model; OVERALL per model × track; AGENTIC by
 tier with Δ = (LITE − STANDARD) / STANDARD; stage means; error-code shares and mean OVERALL by
-number of fired codes; recovery rate (runs with ≥ 2 codes that still completed); cost per run, and
-the cost–score Pearson r per track; and, when the ledger holds repeats of a judge, its stability.
+number of fired codes; recovery rate (runs with ≥ 2 codes that still completed); cost and tokens
+per run, and the cost–score and tokens–score Pearson r per track (where a cost is unknown, a model
+missing from the price table, the tokens still stand and a view says why); and, when the ledger
+holds repeats of a judge, its stability.
 
 The HTML page is self-contained: inline CSS and inline SVG plots drawn here, no scripts, no network.
 """
@@ -44,6 +46,22 @@ def pearson(xs: list[float], ys: list[float]) -> float | None:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=False)) / math.sqrt(sxx * syy)
 
 
+def _tokens(r: dict[str, Any]) -> int | None:
+    """Input plus output tokens of a row (None when the row has no token counts)."""
+    tin, tout = r.get("tokens_in"), r.get("tokens_out")
+    return None if tin is None and tout is None else (tin or 0) + (tout or 0)
+
+
+def _cost_unknown(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per model whose cost is unknown for some runs: how many runs, and why (the scorer's reason)."""
+    why: dict[str, Counter] = defaultdict(Counter)
+    for r in rows:
+        if r.get("cost_usd") is None:
+            reason = (r.get("reasons") or {}).get("cost") or "no cost was recorded for this run"
+            why[r["model"] or "(unknown)"][reason] += 1
+    return [{"model": m, "runs": sum(why[m].values()), "why": "; ".join(sorted(why[m]))} for m in sorted(why)]
+
+
 def build(rows: list[dict[str, Any]]) -> dict[str, Any]:
     by_model: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
@@ -63,6 +81,7 @@ def build(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "agentic": _x100(_mean(r["agentic"] for r in rs)),
                 "task": _x100(_mean(r["task_score"] for r in rs)),
                 "cost_per_run": _round(_mean(r["cost_usd"] for r in rs), 2),
+                "tokens_per_run": _round(_mean(_tokens(r) for r in rs), 0),
                 "turns": _round(_mean(r["turns"] for r in rs), 1),
                 "breaches": sum(1 for r in rs if r["status"] == "breach"),
             }
@@ -131,6 +150,7 @@ def build(rows: list[dict[str, Any]]) -> dict[str, Any]:
             if (r["track"] or "(unknown)") == t and r["cost_usd"] is not None and r["overall"] is not None
         ]
         r_ = pearson([p[0] for p in pts], [p[1] for p in pts])
+        tok_pts = _token_points(rows, t)
         cost_corr.append(
             {
                 "track": t,
@@ -138,6 +158,12 @@ def build(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "pearson_r": _round(r_, 3),
                 "cost_per_run": _round(
                     _mean(r["cost_usd"] for r in rows if (r["track"] or "(unknown)") == t), 2
+                ),
+                "tokens_per_run": _round(
+                    _mean(_tokens(r) for r in rows if (r["track"] or "(unknown)") == t), 0
+                ),
+                "pearson_r_tokens": _round(
+                    pearson([float(p[0]) for p in tok_pts], [p[1] for p in tok_pts]), 3
                 ),
             }
         )
@@ -172,6 +198,8 @@ def build(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "overall_by_code_count": by_count,
         "recovery": recovery,
         "cost_correlation": cost_corr,
+        "cost_unknown": _cost_unknown(rows),
+        "scatter_tokens": {t: _token_points(rows, t) for t in tracks},
         "scatter": {
             t: [
                 (r["cost_usd"], r["overall"])
@@ -181,6 +209,16 @@ def build(rows: list[dict[str, Any]]) -> dict[str, Any]:
             for t in tracks
         },
     }
+
+
+def _token_points(rows: list[dict[str, Any]], track: str) -> list[tuple[float, float]]:
+    return [
+        (float(tok), r["overall"])
+        for r in rows
+        if (r["track"] or "(unknown)") == track
+        and (tok := _tokens(r)) is not None
+        and r["overall"] is not None
+    ]
 
 
 def _round(v: float | None, nd: int) -> float | None:
@@ -196,7 +234,8 @@ SECTIONS = (
     ("Error-code shares (of all fired tags)", "code_shares"),
     ("OVERALL by number of fired codes (×100)", "overall_by_code_count"),
     ("Recovery rate (runs with ≥ 2 codes that completed)", "recovery"),
-    ("Cost per run and cost–OVERALL Pearson r per track", "cost_correlation"),
+    ("Cost and tokens per run, and their Pearson r with OVERALL, per track", "cost_correlation"),
+    ("Why a cost is unknown", "cost_unknown"),
 )
 
 
@@ -291,22 +330,28 @@ def _svg_stages(rows: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
-def _svg_scatter(track: str, pts: list[tuple[float, float]], r: float | None) -> str:
+def _svg_scatter(track: str, pts: list[tuple[float, float]], r: float | None, unit: str = "cost") -> str:
+    """OVERALL against cost (``unit="cost"``) or, where costs are unknown, against tokens."""
     w, h, left, bottom = 300, 220, 44, 180
     xmax = max([p[0] for p in pts] + [1e-9])
+    top = f"${xmax:.2f}" if unit == "cost" else f"{xmax:,.0f} tokens"
     parts = [
         (
             f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" '
-            f'aria-label="Cost vs OVERALL, {html.escape(track)}">'
+            f'aria-label="{unit.capitalize()} vs OVERALL, {html.escape(track)}">'
         ),
-        f'<text x="8" y="16" font-weight="bold">{html.escape(track)}: cost vs OVERALL '
-        f"(r = {'—' if r is None else f'{r:.2f}'})</text>",
+        (
+            f'<text x="8" y="16" font-weight="bold">{html.escape(track)}: {unit} vs OVERALL '
+            f"(r = {'—' if r is None else f'{r:.2f}'})</text>"
+        ),
         (
             f'<line x1="{left}" y1="{bottom}" x2="{w - 10}" y2="{bottom}" stroke="#444"/><line x1="{left}" '
             f'y1="28" x2="{left}" y2="{bottom}" stroke="#444"/>'
         ),
-        f'<text x="{w - 10}" y="{bottom + 16}" text-anchor="end">${xmax:.2f}</text>'
-        f'<text x="{left - 4}" y="34" text-anchor="end">100</text>',
+        (
+            f'<text x="{w - 10}" y="{bottom + 16}" text-anchor="end">{top}</text>'
+            f'<text x="{left - 4}" y="34" text-anchor="end">100</text>'
+        ),
     ]
     for x, y in pts:
         px = left + (w - left - 14) * x / xmax
@@ -361,18 +406,28 @@ def _stability_html(st: dict[str, Any]) -> str:
     )
 
 
+def _scatter(report: dict[str, Any], corr: dict[str, Any]) -> str:
+    """The cost scatter of a track; its tokens scatter where no run of the track has a cost."""
+    track = corr["track"]
+    cost_pts = report["scatter"].get(track, [])
+    if cost_pts:
+        return _svg_scatter(track, cost_pts, corr["pearson_r"])
+    return _svg_scatter(
+        track, report.get("scatter_tokens", {}).get(track, []), corr.get("pearson_r_tokens"), "tokens"
+    )
+
+
 def html_page(report: dict[str, Any], title: str = "AMB score report") -> str:
     lb = report["leaderboard"]
     plots = [
         _svg_bars("OVERALL per model (×100)", [r["model"] for r in lb], [r["overall"] for r in lb]),
         _svg_stages(report["stage_means"]),
     ]
-    scatters = "".join(
-        _svg_scatter(c["track"], report["scatter"].get(c["track"], []), c["pearson_r"])
-        for c in report["cost_correlation"]
-    )
+    scatters = "".join(_scatter(report, c) for c in report["cost_correlation"])
     sections = []
     for name, key in SECTIONS:
+        if key == "cost_unknown" and not report[key]:
+            continue
         sections.append(f"<h2>{html.escape(name)}</h2>{_html_table(report[key], key)}")
         if key == "leaderboard":
             sections.append(plots[0])

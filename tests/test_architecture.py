@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-PACKAGES = ["schemas", "recorder", "replay", "scorer", "tasks", "agents", "amb"]
+PACKAGES = ["schemas", "recorder", "replay", "scorer", "tasks", "agents", "images", "amb"]
 
 ALLOWED = {
     "schemas": set(),
@@ -17,6 +17,7 @@ ALLOWED = {
     "tasks": {"schemas"},
     "scorer": {"schemas", "replay", "tasks"},
     "agents": {"schemas", "tasks"},
+    "images": set(),
     "amb": set(PACKAGES) - {"amb"},
 }
 THIRD_PARTY_IN_SCHEMAS = {"msgspec"}

@@ -203,6 +203,36 @@ def test_curl_records_bytes_as_received(tmp_path, fake):
     assert all(r["ok"] and r["text"] == TEXT for r in rows)
 
 
+def test_agent_and_model_as_the_user_named_them(tmp_path, fake):
+    # The name and model shown by `amb runs` and `amb show` are the given ones; the binary stays in
+    # the recorded command. Without --agent the command's basename is the name, as before.
+    store, ws = tmp_path / "store", tmp_path / "ws"
+    ws.mkdir()
+    named = amb_record(
+        store,
+        fake.url,
+        [sys.executable, "-c", "pass"],
+        cwd=ws,
+        extra=["--agent", "my-agent", "--model", "m-1"],
+    )
+    plain = amb_record(store, fake.url, [sys.executable, "-c", "pass"], cwd=ws)
+    assert named.returncode == plain.returncode == 0, named.stderr + plain.stderr
+    shown = json.loads(amb(store, "show", run_id_of(named), "--json").stdout)
+    assert (shown["agent"], shown["model"]) == ("my-agent", "m-1")
+    runs = {r["run_id"]: r for r in json.loads(amb(store, "runs", "--json").stdout)}
+    assert (runs[run_id_of(named)]["agent"], runs[run_id_of(named)]["model"]) == ("my-agent", "m-1")
+    assert (runs[run_id_of(plain)]["agent"], runs[run_id_of(plain)]["model"]) == (
+        Path(sys.executable).name,
+        None,
+    )
+    started = sql(
+        store,
+        f"SELECT payload->>'$.command[0]' AS bin FROM events WHERE kind = 'run.started' "
+        f"AND run_id = '{run_id_of(named)}'",
+    )
+    assert started == [{"bin": sys.executable}]
+
+
 def test_https_through_the_regular_proxy_curl_and_node(tmp_path, tls_fake):
     store, ws = tmp_path / "store", tmp_path / "ws"
     ws.mkdir()

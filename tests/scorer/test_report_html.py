@@ -160,3 +160,36 @@ def test_html_opens_in_headless_chromium(tmp_path):
     lo, hi = img.getextrema()
     assert isinstance(lo, int) and isinstance(hi, int)  # one band: plain numbers
     assert hi - lo > 100  # something was drawn, not a blank page
+
+
+def test_unknown_cost_shows_tokens_and_why():
+    rows = _rows(n=12, seed=5)
+    for i, r in enumerate(rows):
+        r["tokens_in"], r["tokens_out"] = 1000 * (i + 1), 10 * (i + 1)
+        r["reasons"] = {}
+        if r["model"] == "glm-5":  # a model the price table does not list
+            r["cost_usd"] = None
+            r["reasons"] = {"cost": "not in price table openrouter-2026-05-28: glm-5"}
+    data = report.build(rows)
+    glm = next(r for r in data["leaderboard"] if r["model"] == "glm-5")
+    glm_tokens = [1010 * (i + 1) for i, r in enumerate(rows) if r["model"] == "glm-5"]
+    assert glm["cost_per_run"] is None
+    assert glm["tokens_per_run"] == round(sum(glm_tokens) / len(glm_tokens))
+    assert data["cost_unknown"] == [
+        {"model": "glm-5", "runs": 4, "why": "not in price table openrouter-2026-05-28: glm-5"}
+    ]
+    text = report.terminal(data, lambda cols, rs: "\n".join(" | ".join(r) for r in [cols, *rs]))
+    assert "Why a cost is unknown" in text and "not in price table openrouter-2026-05-28: glm-5" in text
+    page = report.html_page(data)
+    assert "not in price table openrouter-2026-05-28: glm-5" in page and "cost vs OVERALL" in page
+
+    # No run has a cost (nothing priced): the plots show tokens against OVERALL instead of nothing.
+    for r in rows:
+        r["cost_usd"] = None
+    data = report.build(rows)
+    assert all(c["cost_per_run"] is None and c["tokens_per_run"] for c in data["cost_correlation"])
+    page = report.html_page(data)
+    assert "tokens vs OVERALL" in page and "cost vs OVERALL" not in page
+    scored = [(1010 * (i + 1), r["overall"]) for i, r in enumerate(rows) if r["overall"] is not None]
+    assert sum(len(p) for p in data["scatter_tokens"].values()) == len(scored)
+    assert data["leaderboard"][0]["cost_per_run"] is None

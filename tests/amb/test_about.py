@@ -1,0 +1,35 @@
+"""`amb --version`: the package version, the event versions read and written, the store's level."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from click.testing import CliRunner
+
+from amb.about import event_versions, store_migrations
+from amb.main import cli
+from replay.migrations import applied
+from replay.store import Store
+from schemas.events import KINDS
+from scorer.migrations import MIGRATIONS
+
+
+def test_version_names_the_package_the_events_and_the_store():
+    result = CliRunner().invoke(cli, ["--version"])
+    assert result.exit_code == 0
+    first, events, store = result.stdout.splitlines()
+    assert first.startswith(f"amb {metadata.version('amb-recorder')} (amb-recorder, Python 3.")
+    # note is at v2 and has an upcaster from v1 (golden v1 logs are read); every other kind is v1.
+    assert events == (
+        f"events: writes v1 ({len(KINDS) - 1} kinds); note v2; reads those and, upcast on read, note v1-v2"
+    )
+    assert store == "store: migration level core.m002_views, scorer.m001_tables (3 migrations)"
+
+
+def test_the_level_is_what_a_new_store_has(tmp_path):
+    st = Store.open(tmp_path / "store", extra_migrations=MIGRATIONS)
+    try:
+        assert applied(st.con) == set(store_migrations())
+    finally:
+        st.close()
+    assert event_versions()["note"] == (1, 2) and event_versions()["run.started"] == (1, 1)
