@@ -185,7 +185,8 @@ def demo(out_dir: str, store: str | None, backend: str) -> None:
         "which options changed which numbers"
     )
     rescore = [*store_arg, "--all", "--profile", "code-2026-04", "--references", str(out / "demo" / "data")]
-    with contextlib.redirect_stdout(io.StringIO()):  # the rows are in the store; the diff says what moved
+    # The rescored rows are in the store; the diff below says what moved.
+    with contextlib.redirect_stdout(io.StringIO()):
         score.main(rescore, "amb score", standalone_mode=False)
     diff = io.StringIO()
     with contextlib.redirect_stdout(diff):
