@@ -243,9 +243,21 @@ def score(
     default=None,
     help="Also write a self-contained HTML page.",
 )
+@click.option(
+    "--viewer-url",
+    default="http://127.0.0.1:8765",
+    show_default=True,
+    envvar="AMB_VIEWER_URL",
+    help="Base URL of `amb serve`: the HTML page links each run there ('' for no links).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def report(
-    store: str, profile: str | None, judge_label: str | None, html_file: str | None, as_json: bool
+    store: str,
+    profile: str | None,
+    judge_label: str | None,
+    html_file: str | None,
+    viewer_url: str,
+    as_json: bool,
 ) -> None:
     """The paper's views (leaderboard, tracks, tiers, stages, codes, recovery, cost) over the ledger."""
     loaded = load_profile(profile)
@@ -271,7 +283,9 @@ def report(
     rows = [r for r in rows if r["judge"] == judge_label]
     data = reports.build(rows)
     if html_file:
-        Path(html_file).write_text(reports.html_page(data), encoding="utf-8")
+        Path(html_file).write_text(
+            reports.html_page(data, runs=rows, viewer_url=viewer_url or None), encoding="utf-8"
+        )
     if as_json:
         click.echo(json.dumps({k: v for k, v in data.items() if k != "scatter"}, indent=2))
         return
