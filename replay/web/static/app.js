@@ -16,7 +16,7 @@ function el(tag, attrs, ...children) {
     else if (k === "href") node.setAttribute("href", safeHref(v));
     else node.setAttribute(k, v === true ? "" : String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
     node.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -267,6 +267,13 @@ async function runPage(runId) {
     if (!page.events.length) list.append(el("p", { class: "more" }, "No events match."));
     if (target) {
       const row = document.getElementById(`ev-${target}`);
+      if (!row && hidden.size) {
+        // The linked event is of a kind the list hides: show every kind, then open there again.
+        hidden.clear();
+        for (const box of evbar.querySelectorAll("input[data-kind]")) box.checked = true;
+        open({ around: target }, target);
+        return;
+      }
       if (row) {
         row.classList.add("target");
         list.scrollTop = row.offsetTop - list.offsetTop - list.clientHeight / 2;
