@@ -18,7 +18,6 @@ first in first out, as mitmproxy's server replay does).
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import re
@@ -38,6 +37,12 @@ LENIENT_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"/tmp/[\w./-]+"), "<tmp>"),
     (re.compile(r"\b(?:call|toolu|fc)_[A-Za-z0-9_-]+"), "<tool-id>"),
     (re.compile(r"(\\?\"elapsed_s\\?\":\s*)[0-9.]+"), r"\1<n>"),
+    (
+        re.compile(r"\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\s+\d{1,2}\s+\d{1,2}:\d{2}\b"),
+        "<date>",
+    ),
+    (re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?\b"), "<clock>"),
+    (re.compile(r"\b\d+(?:\.\d+)?\s?(?:s|ms|sec|seconds)\b"), "<duration>"),
 ]
 LENIENT_WINDOW = 8
 LENIENT_MIN_RATIO = 0.6
@@ -183,7 +188,7 @@ class Matcher:
                 return Outcome(c, "lenient")
         best, ratio = None, 0.0
         for c in todo[:LENIENT_WINDOW]:
-            r = difflib.SequenceMatcher(None, c.lenient, loose, autojunk=False).ratio()
+            r = similarity(c.lenient, loose)
             if r > ratio:
                 best, ratio = c, r
         if best is not None and ratio >= LENIENT_MIN_RATIO:
@@ -208,6 +213,26 @@ class Matcher:
                 "misses": list(self.misses),
                 "unserved": [c.key for c in self.calls if not self.served[c.index]],
             }
+
+
+def similarity(a: str, b: str) -> float:
+    """How alike two masked request bodies are: the share of their messages (or input items) that
+    are equal, position by position; for bodies that are not JSON, whether they are equal. Cheap
+    on purpose: a character-level ratio over 100 KB conversations would take seconds per request."""
+    try:
+        ja, jb = json.loads(a), json.loads(b)
+    except ValueError:
+        return 1.0 if a == b else 0.0
+    if not (isinstance(ja, dict) and isinstance(jb, dict)):
+        return 1.0 if ja == jb else 0.0
+    la = ja.get("messages", ja.get("input"))
+    lb = jb.get("messages", jb.get("input"))
+    if not (isinstance(la, list) and isinstance(lb, list)) or not (la or lb):
+        return 1.0 if ja == jb else 0.0
+    same = sum(1 for x, y in zip(la, lb, strict=False) if x == y)
+    rest_a = {k: v for k, v in ja.items() if k not in ("messages", "input")}
+    rest_b = {k: v for k, v in jb.items() if k not in ("messages", "input")}
+    return same / max(len(la), len(lb)) * (1.0 if rest_a == rest_b else 0.9)
 
 
 def first_difference(recorded: bytes, live: bytes) -> str:
