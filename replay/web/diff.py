@@ -19,6 +19,7 @@ from typing import Any
 import duckdb
 
 ARG_CAP = 2000
+LINES_CAP = 80
 
 
 @dataclass(frozen=True)
@@ -95,13 +96,19 @@ def _json_changes(a: str, b: str) -> list[dict[str, Any]]:
         out = []
         for k in sorted(set(ja) | set(jb)):
             if ja.get(k) != jb.get(k) or (k in ja) != (k in jb):
-                out.append(
-                    {
-                        "field": k,
-                        "a": None if k not in ja else _cap(json.dumps(ja[k], ensure_ascii=False)),
-                        "b": None if k not in jb else _cap(json.dumps(jb[k], ensure_ascii=False)),
-                    }
-                )
+                change: dict[str, Any] = {
+                    "field": k,
+                    "a": None if k not in ja else _cap(json.dumps(ja[k], ensure_ascii=False)),
+                    "b": None if k not in jb else _cap(json.dumps(jb[k], ensure_ascii=False)),
+                }
+                va, vb = ja.get(k), jb.get(k)
+                if isinstance(va, str) and isinstance(vb, str) and ("\n" in va or "\n" in vb):
+                    # Code and other multi-line text: the changed lines, as a unified diff.
+                    lines = list(
+                        difflib.unified_diff(va.splitlines(), vb.splitlines(), "a", "b", n=1, lineterm="")
+                    )
+                    change["lines"] = [_cap(line) for line in lines[2:LINES_CAP]]
+                out.append(change)
         return out
     return [{"field": None, "a": _cap(a), "b": _cap(b)}]
 

@@ -540,9 +540,15 @@ async function diffPage() {
   const side = (x, run) => x ? [el("a", { href: runLink(run, x.key) }, x.key), ` ${x.tools}`, x.ok ? "" : el("span", { class: "bad" }, " failed")] : "";
   const add = (page) => {
     for (const r of page.rows) {
-      const changes = (r.changes || []).flatMap((c) => c.fields.map((f) =>
-        el("div", {}, `${c.name_a === c.name_b ? c.name_a : `${c.name_a} → ${c.name_b}`}${f.field ? "." + f.field : ""}: `,
-          el("span", { class: "bad" }, f.a === null ? "(absent)" : f.a), " → ", el("span", { class: "good" }, f.b === null ? "(absent)" : f.b))));
+      const changes = (r.changes || []).flatMap((c) => c.fields.map((f) => {
+        const name = `${c.name_a === c.name_b ? c.name_a : `${c.name_a} → ${c.name_b}`}${f.field ? "." + f.field : ""}: `;
+        if (f.lines) {
+          return el("div", {}, name, el("pre", { class: "line-diff" }, f.lines.map((l) =>
+            el("span", { class: l.startsWith("+") ? "good" : l.startsWith("-") ? "bad" : "muted" }, l + "\n"))));
+        }
+        return el("div", {}, name, el("span", { class: "bad" }, f.a === null ? "(absent)" : f.a), " → ",
+          el("span", { class: "good" }, f.b === null ? "(absent)" : f.b));
+      }));
       body.append(el("tr", { class: `op-${r.op}${fd && r.row === fd.row ? " first-divergence" : ""}`, "data-op": r.op },
         el("td", { class: "num" }, r.row), el("td", {}, r.op), el("td", {}, side(r.a, a)), el("td", {}, side(r.b, b)),
         el("td", { class: "num" }, r.d_tokens_in === undefined ? "" : `${r.d_tokens_in >= 0 ? "+" : ""}${r.d_tokens_in} / ${r.d_tokens_out >= 0 ? "+" : ""}${r.d_tokens_out}`),
