@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,7 @@ msgs = [{"role": "user", "content": "hi"}]
 post({"model": "m", "messages": msgs}, {"x-fake-status": "500"})
 post({"model": "m", "messages": msgs, "stream": True}, {"x-fake-reset-after": "2", "x-fake-chunks": "6"})
 post({"model": "m", "messages": msgs + [{"role": "user", "content": "again"}]}, {})
+post({"model": "m", "messages": msgs, "stream": True}, {"x-fake-delay-ms": "150", "x-fake-chunks": "4"})
 json.dump(got, open("got.json", "w"))
 """
 
@@ -188,14 +190,14 @@ def test_failures_are_replayed_as_failures_and_misses_are_explained(tmp_path, fa
     proc, run_a = record(store, tmp_path / "ws-a", [sys.executable, "-c", FAILING_AGENT], upstream=fake.url)
     assert proc.returncode == 0, proc.stderr
     got_a = json.loads((tmp_path / "ws-a" / "got.json").read_text())
-    assert got_a[0][0] == 500 and got_a[1][1].startswith("cut:") and got_a[2][0] == 200
+    assert got_a[0][0] == 500 and got_a[1][1].startswith("cut:") and got_a[2][0] == 200 == got_a[3][0]
     again, _ = record(store, tmp_path / "ws-b", [sys.executable, "-c", FAILING_AGENT], "--replay", run_a)
     assert again.returncode == 0, again.stderr
     got_b = json.loads((tmp_path / "ws-b" / "got.json").read_text())
     assert got_b[0] == got_a[0]  # the same 500 and its body
     assert got_b[1][1].startswith("cut:")  # the stream is cut again
-    assert got_b[2] == got_a[2]
-    assert "3 of 3 recorded calls served, 0 unmatched" in again.stderr
+    assert got_b[2:] == got_a[2:]
+    assert "4 of 4 recorded calls served, 0 unmatched" in again.stderr
 
     # A request that matches nothing: a 400 in the API's shape, naming the call that was expected.
     reported: list[str] = []
@@ -213,3 +215,31 @@ def test_failures_are_replayed_as_failures_and_misses_are_explained(tmp_path, fa
         miss = json.loads(r.read())
         assert r.status == 400 and miss["type"] == "error" and miss["error"]["type"] == "replay_miss"
     assert len(replayer.matcher.summary()["misses"]) == 2 and "no match" in reported[0]
+
+
+def test_original_timing_paces_a_stream_as_recorded(tmp_path, fake):
+    store = tmp_path / "store"
+    proc, run_a = record(store, tmp_path / "ws", [sys.executable, "-c", FAILING_AGENT], upstream=fake.url)
+    assert proc.returncode == 0, proc.stderr
+    for timing in ("original", "fast"):
+        replayer = open_replayer(store, run_a, "sequence", timing)
+        paced = replayer.matcher.calls[3]
+        assert paced.stream and paced.latency_ms > 400  # the fake upstream spaced its chunks 150 ms apart
+        for call in replayer.matcher.calls[:3]:
+            replayer.matcher.served[call.index] = True
+        with ReplayServer(replayer) as server:
+            con = http.client.HTTPConnection("127.0.0.1", server.server.server_port, timeout=30)
+            t0 = time.perf_counter()
+            con.request(
+                "POST", "/v1/chat/completions", body=paced.body, headers={"content-type": "application/json"}
+            )
+            r = con.getresponse()
+            first = r.read1(64)
+            t_first = time.perf_counter() - t0
+            rest = r.read()
+            total = time.perf_counter() - t0
+        assert (first + rest) == replayer.blobs.get(paced.response_blob)  # the recorded bytes, in order
+        if timing == "original":
+            assert t_first >= 0.9 * paced.ttfb_ms / 1000 and total >= 0.9 * paced.latency_ms / 1000
+        else:
+            assert total < 0.9 * paced.latency_ms / 1000
