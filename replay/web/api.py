@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import duckdb
 
@@ -855,7 +856,14 @@ def file_versions(
             content = {"kind": "error", "error": str(e)}
         else:
             media = sniff_image(data)
-            if media and len(data) <= IMAGE_CAP:
+            if is_volume(path):
+                content = {
+                    "kind": "volume",
+                    "size": len(data),
+                    "url": f"/api/runs/{quote(run_id, safe='')}/files/preview?path={quote(path, safe='')}"
+                    f"&seq={chosen['seq']}",
+                }
+            elif media and len(data) <= IMAGE_CAP:
                 content = {"kind": "image", "media_type": media, "url": f"/api/blobs/{chosen['blob']}"}
             else:
                 try:
@@ -879,6 +887,79 @@ def file_versions(
     for v in versions:
         v["key"] = f"{keys.get(v['seq'], 'shim')}:{v['seq']}"
     return {"path": path, "versions": versions, "shown": chosen["seq"], "content": content}
+
+
+VOLUME_SUFFIXES = (".nii", ".nii.gz", ".npy")
+VOLUME_CAP = 256 * 1024 * 1024
+"""Largest array (in bytes, once loaded) the preview will read."""
+PREVIEW_SIDE = 512
+
+
+def is_volume(path: str) -> bool:
+    return path.lower().endswith(VOLUME_SUFFIXES)
+
+
+def file_preview(con: duckdb.DuckDBPyConnection, blobs: BlobStore, run_id: str, path: str, seq: int) -> bytes:
+    """``GET /api/runs/RUN/files/preview?path=P&seq=N``: the middle slice of a NIfTI volume or a
+    ``.npy`` array the run wrote, as a PNG (window: 1st to 99th percentile; at most 512 px a side).
+    The header is read first and an array above 256 MiB is refused, so a hostile header cannot make
+    the viewer allocate what it claims."""
+    import gzip
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    row = first(
+        con.execute(
+            "SELECT content_blob FROM file_writes WHERE run_id = ? AND path = ? AND seq = ?",
+            [run_id, path, seq],
+        )
+    )
+    if row is None or not row[0]:
+        raise NotFound(f"no stored version at seq {seq} of {path[:200]!r}")
+    if not is_volume(path):
+        raise BadRequest("previews are for .nii, .nii.gz and .npy files")
+    data = blobs.get(row[0])
+    try:
+        if path.lower().endswith(".npy"):
+            buf = io.BytesIO(data)
+            major, _ = np.lib.format.read_magic(buf)
+            read_header = (
+                np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+            )
+            shape, _, dtype = read_header(buf)
+            if int(np.prod(shape)) * dtype.itemsize > VOLUME_CAP:
+                raise BadRequest(f"the array is larger than {VOLUME_CAP} bytes")
+            arr = np.load(io.BytesIO(data), allow_pickle=False)
+        else:
+            import nibabel as nib
+
+            if path.lower().endswith(".gz"):
+                with gzip.GzipFile(fileobj=io.BytesIO(data)) as gz:
+                    data = gz.read(VOLUME_CAP + 1024 * 1024)
+            img: Any = nib.Nifti1Image.from_bytes(data)
+            if int(np.prod(img.shape)) * img.get_data_dtype().itemsize > VOLUME_CAP:
+                raise BadRequest(f"the volume is larger than {VOLUME_CAP} bytes")
+            arr = np.asanyarray(img.dataobj)
+    except BadRequest:
+        raise
+    except Exception as e:  # a hostile or broken file: any parser error is the file's fault
+        raise BadRequest(f"cannot read {path[:200]!r} as an array: {type(e).__name__}: {e}") from None
+    arr = np.squeeze(np.asarray(arr))
+    while arr.ndim > 2:
+        arr = arr[..., arr.shape[-1] // 2]
+    if arr.ndim != 2 or arr.size == 0:
+        raise BadRequest(f"{path[:200]!r} holds no 2-D slice (shape {arr.shape})")
+    values = arr.astype(np.float64)
+    finite = values[np.isfinite(values)]
+    lo, hi = np.percentile(finite, [1, 99]) if finite.size else (0.0, 1.0)
+    scaled = np.clip((np.nan_to_num(values) - lo) / ((hi - lo) or 1.0), 0, 1)
+    image = Image.fromarray((scaled.T[::-1] * 255).astype(np.uint8))
+    image.thumbnail((PREVIEW_SIDE, PREVIEW_SIDE))
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
 
 
 def blob_bytes(blobs: BlobStore, sha: str) -> bytes:

@@ -252,6 +252,12 @@ class Handler(BaseHTTPRequestHandler):
                 if seq is not None and not seq.isdigit():
                     raise api.BadRequest("seq must be a whole number")
                 self._json(api.file_versions(con, v.blobs, run_id, params["path"], int(seq) if seq else None))
+            elif rest == ["files", "preview"]:
+                seq = params.get("seq") or ""
+                if not params.get("path") or not seq.isdigit():
+                    raise api.BadRequest("a preview needs ?path=PATH&seq=N")
+                png = api.file_preview(con, v.blobs, run_id, params["path"], int(seq))
+                self._send(200, png, "image/png", {"Content-Security-Policy": BLOB_CSP})
             elif rest == ["verify"]:
                 self._json(api.run_verify(con, v.blobs, run_id))
             elif rest == ["scores"]:

@@ -449,6 +449,8 @@ function renderFile(f) {
     f.versions.map((v) => [el("a", { href: `#${v.key}` }, `${v.op} ${fmtNum(v.size)} B`), " "]));
   let body;
   if (c.kind === "image") body = el("img", { class: "preview", src: c.url, alt: f.path });
+  else if (c.kind === "volume") body = el("div", {}, el("img", { class: "preview volume", src: c.url, alt: `middle slice of ${f.path}` }),
+    el("span", { class: "muted" }, `middle slice · ${fmtNum(c.size)} bytes stored`));
   else if (c.kind === "text") body = el("pre", { class: "file-text" }, c.text + (c.truncated ? "\n[… cut; download the blob for the rest]" : ""));
   else if (c.kind === "binary") body = el("a", { href: c.url }, `binary, ${fmtNum(c.size)} bytes: download`);
   else body = el("span", { class: "muted" }, c.error || "content not stored (above the size cap)");
