@@ -16,7 +16,7 @@ import base64
 import binascii
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -62,70 +62,74 @@ LANES = {
 }
 """Timeline lane of each kind; every other kind (run boundaries, notes, submission) is ``run``."""
 
-_SUMMARY_SQL = f"""
-CASE kind
-  WHEN 'model_call.completed' THEN concat(
-      coalesce(payload->>'$.model', '?'), ' · ', payload->>'$.api',
-      CASE WHEN (payload->>'$.ok')::BOOLEAN THEN ''
-           ELSE concat(' · FAILED ', payload->>'$.error') END,
-      CASE WHEN coalesce(payload->>'$.message.text', '') = '' THEN ''
-           ELSE concat(' · ', left(payload->>'$.message.text', {SUMMARY_CHARS})) END,
-      CASE WHEN json_array_length(payload->'$.message.tool_calls') > 0
-           THEN concat(' → ', array_to_string(CAST(
-                json_extract_string(payload, '$.message.tool_calls[*].name') AS VARCHAR[]), ', '))
-           ELSE '' END)
-  WHEN 'tool_call.requested' THEN concat(
-      payload->>'$.name', '(', left(payload->>'$.arguments', {SUMMARY_CHARS}), ')')
-  WHEN 'tool_call.result' THEN concat(
-      coalesce(payload->>'$.name', 'result'), ' → ', left(payload->>'$.output', {SUMMARY_CHARS}))
-  WHEN 'process.exited' THEN concat(
-      left(array_to_string(CAST(payload->'$.argv' AS VARCHAR[]), ' '), {SUMMARY_CHARS}), ' → ',
-      CASE WHEN payload->>'$.exit_code' IS NULL
-           THEN concat('signal ', coalesce(payload->>'$.signal', '?'))
-           ELSE concat('exit ', payload->>'$.exit_code') END)
-  WHEN 'file.written' THEN concat(
-      payload->>'$.op', ' ', left(payload->>'$.path', {SUMMARY_CHARS}), ' (', payload->>'$.size', ' B)')
-  WHEN 'file.deleted' THEN concat('deleted ', left(payload->>'$.path', {SUMMARY_CHARS}))
-  WHEN 'file.renamed' THEN concat(left(payload->>'$.src', 100), ' → ', left(payload->>'$.dst', 100))
-  WHEN 'file.accessed' THEN concat(
-      'opened (', payload->>'$.mode', ') ', left(payload->>'$.path', {SUMMARY_CHARS}))
-  WHEN 'network.request' THEN concat(
-      payload->>'$.method', ' ', payload->>'$.host', left(payload->>'$.path', 120), ' → ',
-      coalesce(payload->>'$.status', payload->>'$.error', '?'), ' via ', payload->>'$.via')
-  WHEN 'note' THEN left(payload->>'$.text', {SUMMARY_CHARS})
-  WHEN 'run.started' THEN concat(
-      coalesce(payload->>'$.agent', '?'), ' on ', coalesce(payload->>'$.task', '-'),
-      ' (', coalesce(payload->>'$.model', '?'), ')')
-  WHEN 'run.finished' THEN concat(
-      payload->>'$.status', ', exit ', coalesce(payload->>'$.exit_code', '-'),
-      coalesce(concat(': ', payload->>'$.reason'), ''))
-  WHEN 'submission.sealed' THEN concat(json_array_length(payload->'$.files'), ' files sealed')
-  ELSE left(CAST(payload AS VARCHAR), {SUMMARY_CHARS})
-END
-"""
+PAYLOAD_CAP = 64 * 1024
+"""Payloads up to this size are summarised from their JSON; a bigger one by its first characters."""
 
-_DUR_SQL = """
-CASE kind
-  WHEN 'model_call.completed' THEN (payload->>'$.latency_ms')::DOUBLE
-  WHEN 'process.exited' THEN ((payload->>'$.end_ns')::BIGINT - (payload->>'$.start_ns')::BIGINT) / 1e6
-  WHEN 'network.request' THEN (payload->>'$.duration_ms')::DOUBLE
-END
-"""
 
-_FLAG_SQL = """
-CASE kind
-  WHEN 'model_call.completed' THEN NOT (payload->>'$.ok')::BOOLEAN
-  WHEN 'process.exited' THEN coalesce((payload->>'$.exit_code')::INTEGER, -1) <> 0
-  WHEN 'tool_call.result' THEN coalesce((payload->>'$.is_error')::BOOLEAN, false)
-  WHEN 'network.request' THEN payload->>'$.error' IS NOT NULL
-  ELSE false
-END
-"""
+def summarize_event(kind: str, p: dict[str, Any]) -> tuple[str, float | None, bool, list[int] | None]:
+    """One line for the event list, its duration, whether it failed, and (model calls) its tokens.
 
-_EVENT_COLUMNS = f"""source, seq, ts_ns, kind,
-    {_SUMMARY_SQL} AS summary, {_DUR_SQL} AS dur_ms, {_FLAG_SQL} AS flagged,
-    CASE WHEN kind = 'model_call.completed' THEN (payload->>'$.usage.input_total')::BIGINT END AS tok_in,
-    CASE WHEN kind = 'model_call.completed' THEN (payload->>'$.usage.output')::BIGINT END AS tok_out"""
+    Done in Python on purpose: the same CASE over JSON paths in SQL costs DuckDB ~80 ms of
+    planning per query, whatever the number of rows."""
+
+    def g(key: str, default: Any = None) -> Any:
+        v = p.get(key, default)
+        return default if v is None else v
+
+    dur: float | None = None
+    bad = False
+    tokens = None
+    if kind == "model_call.completed":
+        msg = g("message", {})
+        tools = [t.get("name", "?") for t in msg.get("tool_calls") or [] if isinstance(t, dict)]
+        parts = [f"{g('model', '?')} · {g('api', '')}"]
+        if not g("ok", True):
+            bad = True
+            parts.append(f"FAILED {g('error', '')}")
+        if msg.get("text"):
+            parts.append(str(msg["text"])[:SUMMARY_CHARS])
+        text = " · ".join(parts) + (f" → {', '.join(tools)}" if tools else "")
+        dur = p.get("latency_ms")
+        usage = g("usage", {})
+        tokens = [usage.get("input_total", 0), usage.get("output", 0)]
+    elif kind == "tool_call.requested":
+        text = f"{g('name', '?')}({str(g('arguments', ''))[:SUMMARY_CHARS]})"
+    elif kind == "tool_call.result":
+        text = f"{g('name', 'result')} → {str(g('output', ''))[:SUMMARY_CHARS]}"
+        bad = bool(g("is_error", False))
+    elif kind == "process.exited":
+        argv = " ".join(str(a) for a in g("argv", []))[:SUMMARY_CHARS]
+        code = p.get("exit_code")
+        text = f"{argv} → " + (f"exit {code}" if code is not None else f"signal {g('signal', '?')}")
+        bad = code != 0
+        if p.get("end_ns") and p.get("start_ns"):
+            dur = (p["end_ns"] - p["start_ns"]) / 1e6
+    elif kind == "file.written":
+        text = f"{g('op', '')} {str(g('path', ''))[:SUMMARY_CHARS]} ({g('size', 0)} B)"
+    elif kind == "file.deleted":
+        text = f"deleted {str(g('path', ''))[:SUMMARY_CHARS]}"
+    elif kind == "file.renamed":
+        text = f"{str(g('src', ''))[:100]} → {str(g('dst', ''))[:100]}"
+    elif kind == "file.accessed":
+        text = f"opened ({g('mode', '')}) {str(g('path', ''))[:SUMMARY_CHARS]}"
+    elif kind == "network.request":
+        outcome = p.get("status") if p.get("status") is not None else g("error", "?")
+        text = f"{g('method', '')} {g('host', '')}{str(g('path', ''))[:120]} → {outcome} via {g('via', '')}"
+        dur = p.get("duration_ms")
+        bad = p.get("error") is not None
+    elif kind == "note":
+        text = str(g("text", ""))
+    elif kind == "run.started":
+        text = f"{g('agent', '?')} on {g('task', '-')} ({g('model', '?')})"
+    elif kind == "run.finished":
+        text = f"{g('status', '?')}, exit {g('exit_code', '-')}" + (
+            f": {p['reason']}" if p.get("reason") else ""
+        )
+    elif kind == "submission.sealed":
+        text = f"{len(g('files', []))} files sealed"
+    else:
+        text = json.dumps(p)[:SUMMARY_CHARS]
+    return text, (float(dur) if isinstance(dur, (int, float)) else None), bad, tokens
 
 
 def _clip(text: str | None, n: int = SUMMARY_CHARS) -> str:
@@ -256,6 +260,11 @@ def build_run_index(con: duckdb.DuckDBPyConnection, generation: tuple[int, int, 
         row["started_ns"] = int(row["started_ns"]) if row["started_ns"] is not None else None
         rows.append(row)
         by_id[row["run_id"]] = row
+    for run_id, lo, hi in con.execute(
+        "SELECT run_id, min(ts_ns), max(ts_ns) FROM events GROUP BY run_id"
+    ).fetchall():
+        if run_id in by_id:
+            by_id[run_id]["span_ns"] = (int(lo), int(hi))
     profiles: set[str] = set()
     if has_scores(con):
         for run_id, profile, judge, overall, agentic, task_score, track, cost, status, codes in con.execute(
@@ -366,7 +375,7 @@ def list_runs(index: RunIndex, params: dict[str, str]) -> dict[str, Any]:
 
 
 def _run_row(r: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in r.items() if k != "started_ns"}
+    out = {k: v for k, v in r.items() if k not in ("started_ns", "span_ns")}
     out["started_ns"] = None if r["started_ns"] is None else str(r["started_ns"])
     return out
 
@@ -424,8 +433,11 @@ def _run_start(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
 # ---------------------------------------------------------------- events
 
 
-def _event_row(values: Sequence[Any], start_ns: int) -> dict[str, Any]:
-    source, seq, ts_ns, kind, summary, dur_ms, flagged, tok_in, tok_out = values
+def _event_row(source: str, seq: int, ts_ns: int, kind: str, payload: Any, start_ns: int) -> dict[str, Any]:
+    if isinstance(payload, dict):
+        summary, dur_ms, flagged, tokens = summarize_event(kind, payload)
+    else:  # too big to parse for one line: its first characters
+        summary, dur_ms, flagged, tokens = str(payload), None, False, None
     out: dict[str, Any] = {
         "key": f"{source}:{seq}",
         "source": source,
@@ -437,11 +449,11 @@ def _event_row(values: Sequence[Any], start_ns: int) -> dict[str, Any]:
         "summary": _clip(summary),
     }
     if dur_ms is not None:
-        out["dur_ms"] = round(float(dur_ms), 3)
+        out["dur_ms"] = round(dur_ms, 3)
     if flagged:
         out["flagged"] = True
-    if tok_in is not None:
-        out["tokens"] = [tok_in, tok_out]
+    if tokens is not None:
+        out["tokens"] = tokens
     return out
 
 
@@ -454,10 +466,14 @@ def _before() -> str:
     return "(ts_ns < ? OR (ts_ns = ? AND (source < ? OR (source = ? AND seq < ?))))"
 
 
-def events_page(con: duckdb.DuckDBPyConnection, run_id: str, params: dict[str, str]) -> dict[str, Any]:
+def events_page(
+    con: duckdb.DuckDBPyConnection, run_id: str, params: dict[str, str], start_ns: int | None = None
+) -> dict[str, Any]:
     """``GET /api/runs/RUN/events``: one page, opened ``around`` an event (``SOURCE:SEQ``) or a time
-    (``at_ms`` from the run's start), or continued ``after``/``before`` a cursor."""
-    start_ns = _run_start(con, run_id)
+    (``at_ms`` from the run's start), or continued ``after``/``before`` a cursor. ``start_ns``: the
+    run's first event time, when the caller knows it (the run index does)."""
+    if start_ns is None:
+        start_ns = _run_start(con, run_id)
     limit = _limit(params.get("limit"), 100)
     where = ["run_id = ?"]
     args: list[Any] = [run_id]
@@ -472,27 +488,46 @@ def events_page(con: duckdb.DuckDBPyConnection, run_id: str, params: dict[str, s
     base = "SELECT source, seq, ts_ns FROM events WHERE " + " AND ".join(where)
     target: str | None = None
 
-    def fetch(cond: str, cargs: list[Any], desc: bool, n: int) -> list[dict[str, Any]]:
-        # Keys first (a top-N over the run's ordering), summaries second, for those rows only:
-        # the summary expressions parse JSON, which must not run over every event of a big run.
-        order = "DESC" if desc else "ASC"
-        keys = con.execute(
-            f"{base} AND {cond} ORDER BY ts_ns {order}, source {order}, seq {order} LIMIT {n}", args + cargs
+    def keys(mark: tuple[int, str, int], forward: bool, inclusive: bool, n: int) -> list[tuple[str, int]]:
+        # Keys first (a top-N on the run's ordering), summaries second, for those rows only. The
+        # SQL bound is on ts_ns alone (a plain range DuckDB can prune storage blocks with); rows
+        # tied on ts_ns are put in order here, and the full keyset condition is used only when
+        # more than a few of them share the mark's time.
+        order = "ASC" if forward else "DESC"
+        op = ">=" if forward else "<="
+        slack = 32
+        rows = con.execute(
+            f"{base} AND ts_ns {op} ? ORDER BY ts_ns {order}, source {order}, seq {order} LIMIT {n + slack}",
+            [*args, mark[0]],
         ).fetchall()
-        return _summaries(con, run_id, [(src, seq) for src, seq, _ in keys], start_ns)
+        if forward:
+            keep = [
+                (src, seq)
+                for src, seq, ts in rows
+                if (ts, src, seq) > mark or (inclusive and (ts, src, seq) == mark)
+            ]
+        else:
+            keep = [(src, seq) for src, seq, ts in rows if (ts, src, seq) < mark]
+        if len(rows) == n + slack and len(keep) < n:
+            cond = _after(inclusive) if forward else _before()
+            rows = con.execute(
+                f"{base} AND {cond} ORDER BY ts_ns {order}, source {order}, seq {order} LIMIT {n}",
+                [*args, mark[0], mark[0], mark[1], mark[1], mark[2]],
+            ).fetchall()
+            keep = [(src, seq) for src, seq, _ in rows]
+        return keep[:n]
 
     if params.get("after") or params.get("before"):
         forward = bool(params.get("after"))
         mark = decode_cursor(params.get("after") or params.get("before") or "")
         if not (isinstance(mark, list) and len(mark) == 3):
             raise BadRequest("bad events cursor")
-        ts, source, seq = int(mark[0]), str(mark[1]), int(mark[2])
-        karg = [ts, ts, source, source, seq]
-        rows = fetch(_after(False) if forward else _before(), karg, not forward, limit + 1)
-        more = len(rows) > limit
-        rows = rows[:limit]
+        got = keys((int(mark[0]), str(mark[1]), int(mark[2])), forward, False, limit + 1)
+        more = len(got) > limit
+        got = got[:limit]
         if not forward:
-            rows.reverse()
+            got.reverse()
+        rows = _summaries(con, run_id, got, start_ns)
         return {
             "events": rows,
             "next": _cursor(rows[-1]) if forward and more and rows else None,
@@ -515,14 +550,13 @@ def events_page(con: duckdb.DuckDBPyConnection, run_id: str, params: dict[str, s
         ts, source, seq = start_ns + int(at * 1e6), "", -1
     else:
         ts, source, seq = start_ns - 1, "", -1
-    karg = [ts, ts, source, source, seq]
     half = max(limit // 2, 1)
-    after = fetch(_after(True), karg, False, limit - half + 1)
-    before = fetch(_before(), karg, True, half + 1)
+    after = keys((ts, source, seq), True, True, limit - half + 1)
+    before = keys((ts, source, seq), False, False, half + 1)
     more_after, more_before = len(after) > limit - half, len(before) > half
     after, before = after[: limit - half], before[:half]
     before.reverse()
-    rows = before + after
+    rows = _summaries(con, run_id, before + after, start_ns)
     return {
         "events": rows,
         "target": target,
@@ -541,18 +575,26 @@ def _summaries(
     by_source: dict[str, list[int]] = {}
     for src, seq in keys:
         by_source.setdefault(src, []).append(seq)
-    # The seq range lets DuckDB skip storage blocks by their min/max; the IN list picks the rows.
-    conds = " OR ".join(
-        f"(source = ? AND seq BETWEEN ? AND ? AND seq IN ({', '.join('?' * len(seqs))}))"
-        for seqs in by_source.values()
-    )
+    # A seq range per source (DuckDB skips storage blocks by their min/max); rows in the range
+    # that were not asked for are dropped below.
+    conds = " OR ".join("(source = ? AND seq BETWEEN ? AND ?)" for _ in by_source)
     cargs: list[Any] = []
     for src, seqs in by_source.items():
-        cargs += [src, min(seqs), max(seqs), *seqs]
+        cargs += [src, min(seqs), max(seqs)]
+    wanted = set(keys)
     rows = con.execute(
-        f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id = ? AND ({conds})", [run_id, *cargs]
+        f"""SELECT source, seq, ts_ns, kind,
+                   CASE WHEN strlen(CAST(payload AS VARCHAR)) <= {PAYLOAD_CAP}
+                        THEN CAST(payload AS VARCHAR) END,
+                   left(CAST(payload AS VARCHAR), {SUMMARY_CHARS})
+            FROM events WHERE run_id = ? AND ({conds})""",
+        [run_id, *cargs],
     ).fetchall()
-    found = {(r[0], r[1]): _event_row(r, start_ns) for r in rows}
+    found = {
+        (src, seq): _event_row(src, seq, ts, kind, json.loads(full) if full is not None else prefix, start_ns)
+        for src, seq, ts, kind, full, prefix in rows
+        if (src, seq) in wanted
+    }
     return [found[k] for k in keys if k in found]
 
 

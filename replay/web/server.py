@@ -231,7 +231,7 @@ class Handler(BaseHTTPRequestHandler):
             if not rest:
                 self._json(api.run_summary(con, index, run_id))
             elif rest == ["events"]:
-                self._json(api.events_page(con, run_id, params))
+                self._json(api.events_page(con, run_id, params, index.by_id[run_id]["span_ns"][0]))
             elif len(rest) == 3 and rest[0] == "events" and rest[2].isdigit():
                 self._json(api.event_detail(con, run_id, rest[1], int(rest[2])))
             elif len(rest) == 3 and rest[0] == "calls" and rest[2].isdigit():
