@@ -481,6 +481,10 @@ def events_page(
     if kinds:
         where.append(f"kind IN ({', '.join('?' for _ in kinds)})")
         args += kinds
+    hide = [k for k in (params.get("hide") or "").split(",") if k]
+    if hide:
+        where.append(f"kind NOT IN ({', '.join('?' for _ in hide)})")
+        args += hide
     q = params.get("q") or ""
     if q:
         where.append("contains(lower(CAST(payload AS VARCHAR)), lower(?))")

@@ -71,5 +71,10 @@ class SharedReader:
         self._closed = True
         with self._lock:
             if self._con is not None:
-                self._con.close()
+                try:
+                    # A request still running (a long verify) is stopped, not waited for.
+                    self._con.interrupt()
+                    self._con.close()
+                except duckdb.Error:
+                    pass
                 self._con = None

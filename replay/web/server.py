@@ -56,6 +56,7 @@ class Viewer:
         self.index_cache = api.RunIndexCache(self._build_index)
         self._diffs: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._diff_lock = threading.Lock()
+        self._verified: dict[tuple[str, tuple[int, int, int]], dict[str, Any]] = {}
         self.static = {
             name: (resources.files("replay.web") / "static" / name).read_bytes() for name in STATIC
         }
@@ -115,6 +116,17 @@ class Viewer:
             "prev": api.encode_cursor(max(start - limit, 0)) if start > 0 else None,
             "total_rows": len(rows),
         }
+
+    def verified(self, con: Any, run_id: str, generation: tuple[int, int, int]) -> dict[str, Any]:
+        """``amb verify RUN`` re-reads every blob of the run: done once per run and store state."""
+        key = (run_id, generation)
+        with self._diff_lock:
+            hit = self._verified.get(key)
+        if hit is None:
+            hit = api.run_verify(con, self.blobs, run_id)
+            with self._diff_lock:
+                self._verified[key] = hit
+        return hit
 
     def close(self) -> None:
         self.reader.close()
@@ -259,7 +271,7 @@ class Handler(BaseHTTPRequestHandler):
                 png = api.file_preview(con, v.blobs, run_id, params["path"], int(seq))
                 self._send(200, png, "image/png", {"Content-Security-Policy": BLOB_CSP})
             elif rest == ["verify"]:
-                self._json(api.run_verify(con, v.blobs, run_id))
+                self._json(v.verified(con, run_id, index.generation))
             elif rest == ["scores"]:
                 self._json(api.run_scores(con, run_id))
             elif rest == ["timeline"]:

@@ -179,10 +179,14 @@ async function runPage(runId) {
   crumb.textContent = runId;
   document.title = `${runId} · AMB viewer`;
   app.replaceChildren(el("p", { class: "muted" }, "Loading run…"));
-  let run;
-  try { run = await getJSON(`/api/runs/${encodeURIComponent(runId)}`); }
-  catch (e) { app.replaceChildren(error(e)); return; }
   const api = `/api/runs/${encodeURIComponent(runId)}`;
+  // The first page of events is asked for at once, beside the run's header (not after it).
+  const firstKey = decodeURIComponent(location.hash.slice(1));
+  const firstPage = getJSON(`${api}/events?${qs({ hide: [...DEFAULT_HIDDEN].join(","), limit: 200, around: firstKey })}`)
+    .catch((e) => e);
+  let run;
+  try { run = await getJSON(api); }
+  catch (e) { app.replaceChildren(error(e)); return; }
   const verifyBadge = el("span", { class: "badge", id: "verify-badge" }, "verifying…");
   const manifest = el("details", { id: "manifest" }, el("summary", {}, "manifest and verify details"));
   const header = el("div", { class: "panel", id: "run-header" },
@@ -218,8 +222,8 @@ async function runPage(runId) {
   const list = el("div", { id: "events" });
   app.replaceChildren(header, scores, canvas, tlInfo, evbar, list);
 
-  // -- verify badge and manifest, fetched after first paint (it re-reads the run's blobs)
-  getJSON(`${api}/verify`).then((v) => {
+  // -- verify badge and manifest: it re-reads every blob of the run, so a big run waits for a click
+  const verify = () => getJSON(`${api}/verify`).then((v) => {
     verifyBadge.textContent = v.ok ? "verified" : `${v.n_problems} problem(s)`;
     verifyBadge.className = `badge ${v.ok ? "ok" : "fail"}`;
     for (const p of v.problems) {
@@ -227,6 +231,12 @@ async function runPage(runId) {
     }
     manifest.append(el("pre", {}, JSON.stringify({ manifest: v.manifest, stored: v.stored_manifest }, null, 1)));
   }).catch((e) => { verifyBadge.textContent = `verify failed: ${e.message}`; });
+  if (run.n_events <= 20000) verify();
+  else {
+    verifyBadge.textContent = "verify now";
+    verifyBadge.setAttribute("role", "button");
+    verifyBadge.addEventListener("click", () => { verifyBadge.textContent = "verifying…"; verify(); }, { once: true });
+  }
 
   // -- scores with cited events
   getJSON(`${api}/scores`).then((s) => renderScores(scores, s)).catch((e) => scores.append(error(e)));
@@ -397,7 +407,10 @@ async function runPage(runId) {
     if (key) open({ around: key }, key); else reload();
   };
   window.onhashchange = jump;
-  jump();
+  firstPage.then((page) => {
+    if (page instanceof Error) { list.replaceChildren(error(page)); return; }
+    render(page, firstKey || null);
+  });
   loadTimeline();
 }
 
