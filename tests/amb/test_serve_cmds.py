@@ -57,3 +57,29 @@ def test_serve_and_replay_name_what_is_missing(tmp_path):
     root = small_store(tmp_path)
     r = amb("replay", "serve", "no-such-run", "--store", str(root))
     assert r.returncode != 0 and "no run 'no-such-run'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_replay_serve_answers_until_stopped(tmp_path):
+    root = small_store(tmp_path)
+    proc = subprocess.Popen(
+        [str(BIN / "amb"), "replay", "serve", "r-1", "--store", str(root), "--match", "sequence"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stderr.readline()
+        assert "serving 3 recorded calls of r-1 (sequence, fast timing)" in line, line
+        url = line.split(" at ", 1)[1].split(" ", 1)[0]
+        req = urllib.request.Request(
+            url + "/v1/chat/completions",
+            data=json.dumps({"model": "x", "messages": [], "stream": True}).encode(),
+            headers={"content-type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert r.headers["x-amb-replay"] == "sequence" and r.headers["x-amb-replay-call"] == "proxy:0"
+            body = r.read()
+        assert json.loads(body)["id"] == "r-1-c000"  # the recorded response of the run's first call
+        assert "request 1 (chat.completions): served proxy:0 (sequence)" in proc.stderr.readline()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
