@@ -554,9 +554,10 @@ def events_page(
         ts, source, seq = start_ns + int(at * 1e6), "", -1
     else:
         ts, source, seq = start_ns - 1, "", -1
-    half = max(limit // 2, 1)
+    # Opened at the run's start nothing comes before: the whole page follows, and no query for it.
+    half = max(limit // 2, 1) if ts >= start_ns else 0
     after = keys((ts, source, seq), True, True, limit - half + 1)
-    before = keys((ts, source, seq), False, False, half + 1)
+    before = keys((ts, source, seq), False, False, half + 1) if half else []
     more_after, more_before = len(after) > limit - half, len(before) > half
     after, before = after[: limit - half], before[:half]
     before.reverse()
