@@ -385,38 +385,32 @@ def run_summary(con: duckdb.DuckDBPyConnection, index: RunIndex, run_id: str) ->
     row = index.by_id.get(run_id)
     if row is None:
         raise NotFound(f"no run {run_id!r} in the store")
-    span = first(con.execute("SELECT min(ts_ns), max(ts_ns) FROM events WHERE run_id = ?", [run_id]))
-    kinds = dict(
-        con.execute(
-            "SELECT kind, count(*) FROM events WHERE run_id = ? GROUP BY kind ORDER BY kind", [run_id]
-        ).fetchall()
-    )
-    sources = dict(
-        con.execute(
-            "SELECT source, count(*) FROM events WHERE run_id = ? GROUP BY source ORDER BY source", [run_id]
-        ).fetchall()
-    )
-    header = first(
-        con.execute(
-            """SELECT payload->>'$.workspace', CAST(payload->'$.command' AS VARCHAR)
-               FROM events WHERE run_id = ? AND kind = 'run.started'""",
-            [run_id],
-        )
-    )
-    reason = first(
-        con.execute(
-            "SELECT payload->>'$.reason' FROM events WHERE run_id = ? AND kind = 'run.finished'", [run_id]
-        )
-    )
-    start_ns = int(span[0]) if span and span[0] is not None else 0
-    end_ns = int(span[1]) if span and span[1] is not None else 0
+    # Two queries: counts per kind and source in one pass, then the header and the ending.
+    kinds: dict[str, int] = {}
+    sources: dict[str, int] = {}
+    for kind, source, n in con.execute(
+        "SELECT kind, source, count(*) FROM events WHERE run_id = ? GROUP BY ALL ORDER BY 1, 2", [run_id]
+    ).fetchall():
+        kinds[kind] = kinds.get(kind, 0) + n
+        sources[source] = sources.get(source, 0) + n
+    header = reason = None
+    for kind, workspace, command, why in con.execute(
+        """SELECT kind, payload->>'$.workspace', CAST(payload->'$.command' AS VARCHAR), payload->>'$.reason'
+           FROM events WHERE run_id = ? AND kind IN ('run.started', 'run.finished')""",
+        [run_id],
+    ).fetchall():
+        if kind == "run.started":
+            header = (workspace, command)
+        else:
+            reason = (why,)
+    start_ns, end_ns = row["span_ns"]
     return {
         **_run_row(row),
         "first_ns": str(start_ns),
         "last_ns": str(end_ns),
         "span_ms": (end_ns - start_ns) / 1e6,
         "kinds": kinds,
-        "sources": sources,
+        "sources": dict(sorted(sources.items())),
         "workspace": header[0] if header else None,
         "command": json.loads(header[1]) if header and header[1] else [],
         "reason": reason[0] if reason else None,
