@@ -106,6 +106,8 @@ class Replayer:
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "amb-replay"
+    # A stream is re-emitted one small event per write: each must leave when written.
+    disable_nagle_algorithm = True
     replayer: Replayer
 
     def log_message(self, format: str, *args: Any) -> None:

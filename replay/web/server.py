@@ -146,6 +146,9 @@ def _segments(path: str) -> list[str]:
 
 class Handler(BaseHTTPRequestHandler):
     server_version = "amb-serve"
+    # Headers and body go out in separate writes: without TCP_NODELAY the body waits for the
+    # client's delayed ACK (~40 ms per response, measured on the page's static files).
+    disable_nagle_algorithm = True
     viewer: Viewer
     allowed_hosts: set[str]
     quiet = True
