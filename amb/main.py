@@ -35,6 +35,8 @@ COMMANDS: dict[str, str] = {
     "gc": "amb.gc_cmd",
     "demo": "amb.demo",
     "doctor": "amb.doctor",
+    "serve": "amb.serve_cmds",
+    "replay": "amb.serve_cmds",
 }
 
 

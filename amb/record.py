@@ -114,6 +114,28 @@ def _backend(name: str, gpus: str | None, shim: bool = False):
     help="Local backend: run the agent under the shim, recording every process and workspace file change.",
 )
 @click.option("--no-ingest", is_flag=True, help="Leave the spools for a later `amb ingest`.")
+@click.option(
+    "--replay",
+    "replay_run",
+    default=None,
+    metavar="RUN",
+    help="Answer the agent's model calls with RUN's recorded responses (from this store) instead of "
+    "an upstream; the new run is labelled replay_of=RUN.",
+)
+@click.option(
+    "--replay-match",
+    type=click.Choice(["strict", "canonical", "sequence", "lenient"]),
+    default="strict",
+    show_default=True,
+    help="How requests are matched to RUN's calls (see `amb replay serve --help`).",
+)
+@click.option(
+    "--replay-timing",
+    type=click.Choice(["original", "fast"]),
+    default="fast",
+    show_default=True,
+    help="original: pace answers as recorded; fast: at once.",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def record_cmd(
     store,
@@ -132,11 +154,87 @@ def record_cmd(
     gpus,
     shim,
     no_ingest,
+    replay_run,
+    replay_match,
+    replay_timing,
     command,
 ):
     """Record COMMAND (after --) as an agent run."""
     if time_limit is not None and time_limit <= 0:
         raise UsageError("--time-limit must be a positive number of seconds")
+    if replay_run is None:
+        _record(
+            store,
+            task,
+            tier,
+            data_dir,
+            backend,
+            time_limit,
+            grace,
+            run_id,
+            labels,
+            upstreams,
+            gpus,
+            shim,
+            no_ingest,
+            command,
+        )
+        return
+    if upstreams:
+        raise UsageError("--replay answers every model call itself: it cannot be combined with --upstream")
+    # The replay server lives here, in the CLI layer: recorder/ never imports replay/. It is
+    # loaded (and the store's database let go) before the recording starts.
+    from replay.replayer.server import ReplayServer, open_replayer, stderr_reporter
+
+    replayer = open_replayer(
+        Path(store), replay_run, replay_match, replay_timing, stderr_reporter("amb-record: replay: ")
+    )
+    with ReplayServer(replayer) as server:
+        labels = (*labels, f"replay_of={replay_run}", f"replay_match={replay_match}")
+        upstreams = (f"openai={server.url}", f"anthropic={server.url}")
+        try:
+            _record(
+                store,
+                task,
+                tier,
+                data_dir,
+                backend,
+                time_limit,
+                grace,
+                run_id,
+                labels,
+                upstreams,
+                gpus,
+                shim,
+                no_ingest,
+                command,
+            )
+        finally:
+            s = replayer.matcher.summary()
+            click.echo(
+                f"amb-record: replay of {replay_run} ({replay_match}): {s['served']} of {s['recorded']} recorded "
+                f"calls served, {len(s['misses'])} unmatched request(s)"
+                + (f", {len(s['unserved'])} recorded call(s) never asked for" if s["unserved"] else ""),
+                err=True,
+            )
+
+
+def _record(
+    store,
+    task,
+    tier,
+    data_dir,
+    backend,
+    time_limit,
+    grace,
+    run_id,
+    labels,
+    upstreams,
+    gpus,
+    shim,
+    no_ingest,
+    command,
+):
     spec = RunSpec(
         argv=list(command),
         store=Path(store),
@@ -169,7 +267,8 @@ def record_cmd(
                 f"amb-record: warning: ingest failed ({e}); the spool is kept, run `amb ingest`", err=True
             )
     click.echo(outcome.run_id)  # the one line on stdout a script can capture, after the agent's output
-    sys.exit(outcome.exit_code)
+    if outcome.exit_code:
+        sys.exit(outcome.exit_code)
 
 
 def main() -> None:

@@ -301,6 +301,13 @@ def score(
     metavar="A B",
     help="Per run, which options of profile B (against A) changed which numbers; both must be scored.",
 )
+@click.option(
+    "--viewer-url",
+    default="http://127.0.0.1:8765",
+    show_default=True,
+    envvar="AMB_VIEWER_URL",
+    help="Base URL of `amb serve`: the HTML page links each run there ('' for no links).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def report(
     store: str,
@@ -308,6 +315,7 @@ def report(
     judge_label: str | None,
     html_file: str | None,
     diff_profiles: tuple[str, str] | None,
+    viewer_url: str,
     as_json: bool,
 ) -> None:
     """The paper's views (leaderboard, medals, tracks, tiers, stages, codes, recovery, cost); or, with
@@ -351,7 +359,9 @@ def report(
             "spread": judge_stability.spread(coders),
         }
     if html_file:
-        Path(html_file).write_text(reports.html_page(data), encoding="utf-8")
+        Path(html_file).write_text(
+            reports.html_page(data, runs=rows, viewer_url=viewer_url or None), encoding="utf-8"
+        )
     if as_json:
         click.echo(json.dumps({k: v for k, v in data.items() if k != "scatter"}, indent=2))
         return

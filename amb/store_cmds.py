@@ -307,12 +307,25 @@ def schema(fmt: str) -> None:
 @click.option("--calls", default=35, show_default=True, help="Model calls per run.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the first run (run i uses seed+i).")
 @click.option("--prefix", default="synth", show_default=True, help="Run id prefix.")
-def generate(store: str, n_runs: int, calls: int, seed: int, prefix: str) -> None:
+@click.option(
+    "--processes-per-call",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 100_000),
+    help="Processes the shim sees per tool call (a big run without a quadratic conversation).",
+)
+def generate(store: str, n_runs: int, calls: int, seed: int, prefix: str, processes_per_call: int) -> None:
     """Write synthetic runs through the real spool path (then run `amb ingest`)."""
     tick = progress("generate")
     for i in range(n_runs):
         tick(i, n_runs)
-        generate_run(store, f"{prefix}-{seed + i:04d}", seed=seed + i, calls=calls)
+        generate_run(
+            store,
+            f"{prefix}-{seed + i:04d}",
+            seed=seed + i,
+            calls=calls,
+            processes_per_call=processes_per_call,
+        )
     tick(n_runs, n_runs)
     click.echo(f"wrote {n_runs} synthetic runs into {store}/spool")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import math
+import urllib.parse
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -417,7 +418,41 @@ def _scatter(report: dict[str, Any], corr: dict[str, Any]) -> str:
     )
 
 
-def html_page(report: dict[str, Any], title: str = "AMB score report") -> str:
+def _runs_section(runs: list[dict[str, Any]], viewer_url: str | None) -> str:
+    """Every run with its scores; with ``viewer_url``, each run id links into ``amb serve``."""
+    base = viewer_url.rstrip("/") if viewer_url else None
+    body = []
+    for r in sorted(runs, key=lambda r: (r.get("task") or "", r.get("model") or "", r["run_id"])):
+        rid = html.escape(r["run_id"])
+        if base:
+            href = html.escape(f"{base}/runs/{urllib.parse.quote(r['run_id'], safe='')}", quote=True)
+            rid = f'<a href="{href}">{rid}</a>'
+        cells = [
+            r.get("task"),
+            r.get("tier"),
+            r.get("model"),
+            r.get("status"),
+            _round(None if r.get("overall") is None else 100 * r["overall"], 1),
+            " ".join(r.get("codes") or []),
+        ]
+        body.append(
+            f"<tr><td>{rid}</td>" + "".join(f"<td>{html.escape(_cell(c))}</td>" for c in cells) + "</tr>"
+        )
+    head = "".join(f"<th>{h}</th>" for h in ("run", "task", "tier", "model", "status", "OVERALL", "codes"))
+    note = (
+        f'<p class="meta">Run ids open the run in the viewer at {html.escape(base)} (start it with <code>amb serve</code>).</p>'
+        if base
+        else ""
+    )
+    return f'<h2>Runs</h2>{note}<table id="runs"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def html_page(
+    report: dict[str, Any],
+    title: str = "AMB score report",
+    runs: list[dict[str, Any]] | None = None,
+    viewer_url: str | None = None,
+) -> str:
     lb = report["leaderboard"]
     plots = [
         _svg_bars("OVERALL per model (×100)", [r["model"] for r in lb], [r["overall"] for r in lb]),
@@ -466,6 +501,8 @@ def html_page(report: dict[str, Any], title: str = "AMB score report") -> str:
     stability = report.get("judge_stability")
     if stability:
         sections.append(_stability_html(stability))
+    if runs:
+        sections.append(_runs_section(runs, viewer_url))
     meta = (
         f"{report['runs']} runs · judge: {html.escape(', '.join(report['judges']) or '-')} · "
         f"profile: {html.escape(', '.join(report['profiles']) or '-')}"

@@ -1,0 +1,114 @@
+"""``amb serve`` (the trajectory viewer) and ``amb replay serve`` (recorded model calls served back)."""
+
+from __future__ import annotations
+
+import click
+
+from amb.common import store_option
+from replay.store import resolve
+from schemas.errors import UsageError
+
+
+@click.command()
+@store_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8765, show_default=True, type=int, help="Port (0: any free port).")
+@click.option(
+    "--allow-remote",
+    is_flag=True,
+    help="Allow a non-loopback --host. The viewer has no login: anyone who reaches it reads every run.",
+)
+def serve(store: str, host: str, port: int, allow_remote: bool) -> None:
+    """Serve the trajectory viewer and its JSON API (read-only on the store)."""
+    from replay.web.server import is_loopback, make_server
+
+    if not is_loopback(host):
+        if not allow_remote:
+            raise UsageError(
+                f"--host {host} is not a loopback address: "
+                "pass --allow-remote to serve the store beyond this machine"
+            )
+        click.echo(
+            f"amb: warning: serving on {host}, beyond this machine, with no login: anyone who can reach "
+            "it can read every run, prompt and file in the store",
+            err=True,
+        )
+    try:
+        server, viewer = make_server(resolve(store), host, port)
+    except OSError as e:
+        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    bound = server.server_address[1]
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(
+        f"amb serve: the viewer of {resolve(store)} is at http://{shown}:{bound}/ (Ctrl-C stops it)", err=True
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        viewer.close()
+
+
+@click.group()
+def replay() -> None:
+    """Serve a recorded run's model calls back (OpenAI and Anthropic wire formats)."""
+
+
+@replay.command("serve")
+@store_option
+@click.argument("run_id")
+@click.option(
+    "--match",
+    "mode",
+    type=click.Choice(["strict", "canonical", "sequence", "lenient"]),
+    default="strict",
+    show_default=True,
+    help="strict: byte for byte, in order; canonical: equal JSON without volatile fields; "
+    "sequence: in recorded order, whatever the body; lenient: canonical with run-specific text masked, "
+    "else the closest.",
+)
+@click.option(
+    "--timing",
+    type=click.Choice(["original", "fast"]),
+    default="fast",
+    show_default=True,
+    help="original: wait the recorded time to first byte and latency; fast: answer at once.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address (loopback only).")
+@click.option("--port", default=0, show_default=True, type=int, help="Port (0: any free port).")
+def replay_serve(store: str, run_id: str, mode: str, timing: str, host: str, port: int) -> None:
+    """Answer model API requests with RUN's recorded responses, until Ctrl-C."""
+    import time
+
+    from replay.replayer.server import ReplayServer, open_replayer, stderr_reporter
+    from replay.web.server import is_loopback
+
+    if not is_loopback(host):
+        raise UsageError(f"--host {host}: the replay endpoint listens on loopback only")
+    replayer = open_replayer(resolve(store), run_id, mode, timing, stderr_reporter("amb replay: "))
+    try:
+        server = ReplayServer(replayer, host, port)
+    except OSError as e:
+        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    with server:
+        n = len(replayer.matcher.calls)
+        click.echo(
+            f"amb replay: serving {n} recorded calls of {run_id} ({mode}, {timing} timing) at {server.url} "
+            f"(OPENAI_BASE_URL={server.url}/v1, ANTHROPIC_BASE_URL={server.url}); Ctrl-C stops it",
+            err=True,
+        )
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+    s = replayer.matcher.summary()
+    click.echo(
+        f"amb replay: {s['served']} of {s['recorded']} recorded calls served, {len(s['misses'])} misses",
+        err=True,
+    )
+
+
+commands = [serve, replay]

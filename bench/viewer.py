@@ -1,0 +1,212 @@
+"""bench/viewer: the viewer's API pages, a run page's first paint, and the diff of two big runs.
+
+On a store with 1,000 runs, one run of about 100,000 events and two runs of about 10,000 events
+(built once and kept in --store, default out/bench-viewer-store), prints:
+
+- for each API page: median time over --repeat requests through the HTTP server, and its size
+  (targets: < 100 ms median, < 200 KB), beside a baseline measured in the same process: what a
+  viewer without paging would do for the same view (every event of the run, or the runs view
+  aggregated again for every page);
+- the first paint of a run page in headless Chromium (Playwright, /usr/bin/chromium), opened by a
+  deep link in the middle of the 100k-event run: time from navigation until the event list shows
+  the linked event (target < 1 s), median of --repeat;
+- the diff of the two 10k-event runs: the first (uncached) /api/diff answer (target < 1 s), and
+  the alignment alone.
+
+Run: ./just bench viewer [--store DIR] [--rebuild] [--repeat 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+
+from recorder.synthetic import generate_run  # noqa: E402
+from replay.ingest import ingest  # noqa: E402
+from replay.web import diff as diffs  # noqa: E402
+from replay.web.server import Running  # noqa: E402
+
+BIG, DIFF_A, DIFF_B = "big-100k", "diff-10k-a", "diff-10k-b"
+CHROMIUM = os.environ.get("AMB_CHROMIUM", "/usr/bin/chromium")
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def build(root: Path, runs: int) -> None:
+    t0 = time.perf_counter()
+    for i in range(runs):
+        generate_run(root, f"run-{i:05d}", seed=i, calls=35)
+        if i % 100 == 99:
+            print(f"  generated {i + 1}/{runs} runs ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    generate_run(root, BIG, seed=7, calls=100, processes_per_call=1010)
+    generate_run(root, DIFF_A, seed=3, calls=250, processes_per_call=38)
+    generate_run(root, DIFF_B, seed=8, calls=250, processes_per_call=38)
+    print(f"  generated in {time.perf_counter() - t0:.0f} s; ingesting", file=sys.stderr)
+    ingest(root)
+
+
+def fetch(url: str) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=120) as r:
+        body = r.read()
+        assert r.status == 200, url
+    return time.perf_counter() - t0, len(body)
+
+
+def timed(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]  # a bench helper over callables
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--store", default="out/bench-viewer-store")
+    ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--rebuild", action="store_true")
+    ap.add_argument("--repeat", type=int, default=15)
+    args = ap.parse_args()
+    root = Path(args.store)
+    if args.rebuild and root.exists():
+        shutil.rmtree(root)
+    if not (root / "amb.duckdb").exists():
+        print(f"building the store in {root} (once)", file=sys.stderr)
+        build(root, args.runs)
+    print(f"load average {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} {os.getloadavg()[2]:.1f}")
+
+    with Running(root) as viewer:
+        base = viewer.url
+        first_runs = fetch(base + "/api/runs")[0]  # builds the run index once
+        page1 = json.loads(urllib.request.urlopen(base + "/api/runs?limit=50").read())
+        n_runs = page1["total"]
+        around = json.loads(urllib.request.urlopen(f"{base}/api/runs/{BIG}/events?around=shim:50000").read())
+        call = json.loads(
+            urllib.request.urlopen(f"{base}/api/runs/{BIG}/events?kinds=model_call.completed&limit=60").read()
+        )["events"][20]
+        n_big = json.loads(urllib.request.urlopen(f"{base}/api/runs/{BIG}").read())["n_events"]
+        tl = json.loads(urllib.request.urlopen(f"{base}/api/runs/{BIG}/timeline").read())
+        mid = tl["to_ms"] / 2
+        pages = {
+            "runs list": "/api/runs",
+            "runs list, filtered and sorted": "/api/runs?task=vqa-rad&tier=lite&sort=tokens&order=asc",
+            "runs list, next page": f"/api/runs?cursor={page1['next']}",
+            "runs list, search": "/api/runs?q=claude",
+            "run summary (100k)": f"/api/runs/{BIG}",
+            "events, first page (100k)": f"/api/runs/{BIG}/events",
+            "events around a deep link (100k)": f"/api/runs/{BIG}/events?around=shim:50000",
+            "events, next page (100k)": f"/api/runs/{BIG}/events?after={around['next']}",
+            "events, one kind (100k)": f"/api/runs/{BIG}/events?kinds=model_call.completed",
+            "events, search in payloads (100k)": f"/api/runs/{BIG}/events?q=sys.exit(1)",
+            "timeline, whole run (100k)": f"/api/runs/{BIG}/timeline",
+            "timeline, zoomed (100k)": f"/api/runs/{BIG}/timeline?from_ms={mid}&to_ms={mid + 300_000}",
+            "model call on expand (100k)": f"/api/runs/{BIG}/calls/{call['source']}/{call['seq']}",
+            "one event (100k)": f"/api/runs/{BIG}/events/shim/50000",
+            "grid of one task": "/api/grid?task=vqa-rad",
+        }
+        print(
+            f"\nstore: {n_runs} runs; big run {n_big:,} events; first /api/runs (builds the index): "
+            f"{first_runs * 1000:.0f} ms"
+        )
+        print(f"\n{'API page':44} {'median':>9} {'size':>9}   targets < 100 ms, < 200 KB")
+        worst = 0.0
+        for name, path in pages.items():
+            times, sizes = [], []
+            for _ in range(args.repeat):
+                t, n = fetch(base + path)
+                times.append(t)
+                sizes.append(n)
+            med = statistics.median(times) * 1000
+            worst = max(worst, med)
+            ok = "ok" if med < 100 and max(sizes) < 200_000 else "MISSED"
+            print(f"{name:44} {med:7.1f} ms {max(sizes) / 1024:7.1f} KB   {ok}")
+
+        # Baselines in the same process: what a viewer without paging or an index would do.
+        # (The server's own read-only connection: DuckDB allows one configuration per file and process.)
+        with viewer.viewer.reader.cursor() as con:
+            all_events = timed(
+                lambda: con.execute(
+                    "SELECT source, seq, ts_ns, kind, CAST(payload AS VARCHAR) FROM events WHERE run_id = ? "
+                    "ORDER BY ts_ns, source, seq",
+                    [BIG],
+                ).fetchall(),
+                3,
+            )
+            runs_view = timed(lambda: con.execute("SELECT * FROM runs").fetchall(), 3)
+            t0 = time.perf_counter()
+            a, b = diffs.load_steps(con, DIFF_A), diffs.load_steps(con, DIFF_B)
+            load = time.perf_counter() - t0
+            n_a = con.execute("SELECT count(*) FROM events WHERE run_id = ?", [DIFF_A]).fetchall()[0][0]
+            n_b = con.execute("SELECT count(*) FROM events WHERE run_id = ?", [DIFF_B]).fetchall()[0][0]
+        align = timed(lambda: diffs.align(a, b), 3)
+        print(
+            "\nbaselines (same process): every event of the 100k run in one answer "
+            f"{all_events * 1000:.0f} ms "
+            f"(slowest page above: {worst:.1f} ms, {worst / 1000 / all_events:.3f}x); the runs view "
+            f"aggregated per page {runs_view * 1000:.0f} ms"
+        )
+        t_diff, size_diff = fetch(f"{base}/api/diff?a={DIFF_A}&b={DIFF_B}")
+        t_diff2, _ = fetch(f"{base}/api/diff?a={DIFF_A}&b={DIFF_B}")
+        print(
+            f"diff of two runs of {n_a:,} and {n_b:,} events ({len(a)} and {len(b)} steps): first answer "
+            f"{t_diff * 1000:.0f} ms ({size_diff / 1024:.0f} KB; target < 1 s), "
+            f"cached {t_diff2 * 1000:.0f} ms; "
+            f"steps loaded in {load * 1000:.0f} ms, aligned in {align * 1000:.0f} ms"
+        )
+        first_paint(base, args.repeat)
+
+
+def first_paint(base: str, repeat: int) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        # Baseline in the same browser: a page that paints one line and fetches nothing.
+        blank = []
+        for _ in range(repeat):
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            t0 = time.perf_counter()
+            page.goto(f"{base}/static/app.css", wait_until="commit")
+            page.set_content("<p id=x>x</p>")
+            page.wait_for_selector("#x", timeout=30_000)
+            blank.append(time.perf_counter() - t0)
+            page.close()
+        times = []
+        for i in range(repeat):
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            key = f"shim:{40000 + 997 * i}"
+            t0 = time.perf_counter()
+            page.goto(f"{base}/runs/{BIG}#{key}", wait_until="commit")
+            page.wait_for_selector(f"[id='ev-{key}'].target", timeout=30_000)
+            times.append(time.perf_counter() - t0)
+            page.close()
+        browser.close()
+    print(
+        f"first paint of a run page at a deep link into the 100k run, Chromium: median "
+        f"{statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms over {repeat} "
+        "(target < 1 s); baseline, a one-line page in the same browser: "
+        f"{statistics.median(blank) * 1000:.0f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,6 @@
+"""Replay: a recorded run's model calls served back over the APIs the proxy records.
+
+``recorded`` loads the calls and matches requests to them; ``server`` speaks OpenAI Chat
+Completions, OpenAI Responses and Anthropic Messages (streaming or not) from the recorded bytes.
+``amb replay serve RUN`` runs it alone; ``amb-record --replay RUN`` points a new recording at it.
+"""

@@ -1,0 +1,80 @@
+"""A read-only connection to the store that lets writers in.
+
+DuckDB lets one process write a database file only while no other process holds it open, even
+read-only. A viewer that kept its connection for hours would lock ``amb-record``'s ingest and
+``amb score`` out, so the connection is opened on demand and closed after a short idle spell; a
+writer that finds the file busy retries with backoff (``replay.store``) and gets in then. Each
+request works on its own cursor (a DuckDB cursor is a separate connection to the same database,
+safe to use from its own thread).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+from replay.store import DB_NAME, open_sql
+
+
+class SharedReader:
+    """Hands out read-only cursors; closes the underlying connection after ``idle_s`` unused."""
+
+    def __init__(self, root: Path, idle_s: float = 2.0):
+        self.root = root
+        self.idle_s = idle_s
+        self._lock = threading.Lock()
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._active = 0
+        self._last_used = time.monotonic()
+        self._closed = False
+        self._reaper = threading.Thread(target=self._reap, name="amb-serve-reaper", daemon=True)
+        self._reaper.start()
+
+    def generation(self) -> tuple[int, int, int]:
+        """Changes whenever a writer changed the store (file and WAL sizes and times)."""
+        db = self.root / DB_NAME
+        wal = db.with_name(DB_NAME + ".wal")
+        st = db.stat()
+        wal_size = wal.stat().st_size if wal.exists() else 0
+        return st.st_mtime_ns, st.st_size, wal_size
+
+    @contextmanager
+    def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        with self._lock:
+            if self._con is None:
+                self._con = open_sql(self.root)
+            self._active += 1
+            cur = self._con.cursor()
+        try:
+            yield cur
+        finally:
+            cur.close()
+            with self._lock:
+                self._active -= 1
+                self._last_used = time.monotonic()
+
+    def _reap(self) -> None:
+        while not self._closed:
+            time.sleep(min(self.idle_s, 0.5))
+            with self._lock:
+                idle = time.monotonic() - self._last_used
+                if self._con is not None and self._active == 0 and idle >= self.idle_s:
+                    self._con.close()
+                    self._con = None
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            if self._con is not None:
+                try:
+                    # A request still running (a long verify) is stopped, not waited for.
+                    self._con.interrupt()
+                    self._con.close()
+                except duckdb.Error:
+                    pass
+                self._con = None

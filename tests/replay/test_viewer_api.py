@@ -1,0 +1,264 @@
+"""The viewer's JSON API (``amb serve``) over a store of real, synthetic, big and hostile runs."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.parse
+from urllib.request import urlopen
+
+import pytest
+
+from tests.replay.viewer_store import HOSTILE_PATH, XSS, png
+
+
+def get(viewer, endpoint: str, **params):
+    url = viewer.url + endpoint + ("?" + urllib.parse.urlencode(params) if params else "")
+    with urlopen(url, timeout=60) as r:
+        return json.loads(r.read())
+
+
+def status_of(viewer, path: str, method: str = "GET", host: str | None = None) -> tuple[int, dict, bytes]:
+    u = urllib.parse.urlsplit(viewer.url)
+    con = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    headers = {"Host": host} if host else {}
+    con.request(method, path, headers=headers)
+    r = con.getresponse()
+    return r.status, dict(r.getheaders()), r.read()
+
+
+def all_runs(viewer, **params) -> list[dict]:
+    out, cursor = [], None
+    while True:
+        page = get(viewer, "/api/runs", limit=7, **params, **({"cursor": cursor} if cursor else {}))
+        assert len(page["runs"]) <= 7
+        out += page["runs"]
+        cursor = page["next"]
+        if cursor is None:
+            return out
+
+
+def test_runs_pages_cover_every_run_once_in_order(viewer, viewer_store):
+    runs = all_runs(viewer, sort="run", order="asc")
+    ids = [r["run_id"] for r in runs]
+    expected = sorted(
+        [
+            viewer_store.clean,
+            viewer_store.flawed,
+            viewer_store.big,
+            viewer_store.hostile,
+            *viewer_store.synthetic,
+        ]
+    )
+    assert ids == expected
+    desc = [r["run_id"] for r in all_runs(viewer, sort="events", order="desc")]
+    assert sorted(desc) == expected and desc[0] == viewer_store.big
+    events = [r["n_events"] for r in all_runs(viewer, sort="events", order="desc")]
+    assert events == sorted(events, reverse=True)
+
+
+def test_runs_filters_and_search(viewer, viewer_store):
+    bccd = all_runs(viewer, task="bccd-det")
+    assert {viewer_store.clean, viewer_store.flawed, viewer_store.hostile} <= {r["run_id"] for r in bccd}
+    assert all(r["task"] == "bccd-det" for r in bccd)
+    assert [r["run_id"] for r in all_runs(viewer, label="agent=baseline+crash-mid-batch")] == [
+        viewer_store.flawed
+    ]
+    assert [r["run_id"] for r in all_runs(viewer, q="CRASH-mid")] == [viewer_store.flawed]
+    scored = all_runs(viewer, score_min="0.0", score_max="1.0")
+    assert {r["run_id"] for r in scored} == {viewer_store.clean, viewer_store.flawed, viewer_store.hostile}
+    clean = get(viewer, "/api/runs", q=viewer_store.clean)["runs"][0]
+    flawed = get(viewer, "/api/runs", q=viewer_store.flawed)["runs"][0]
+    (profile,) = clean["scores"]
+    hi = clean["scores"][profile]["overall"]
+    lo = flawed["scores"][profile]["overall"]
+    assert hi > lo  # the injected flaw costs score
+    between = all_runs(viewer, score_min=str((hi + lo) / 2), profile=profile)
+    assert [r["run_id"] for r in between] == [viewer_store.clean]
+    assert clean["tokens_in"] > 0 and clean["track"] == "detection" and clean["status"] == "completed"
+    assert "E4" in flawed["scores"][profile]["codes"]
+
+
+def test_bad_parameters_are_400_with_a_reason(viewer):
+    for path in (
+        "/api/runs?limit=0",
+        "/api/runs?sort=nope",
+        "/api/runs?cursor=%%%",
+        "/api/runs?score_min=x",
+        "/api/runs?label=novalue",
+    ):
+        status, _, body = status_of(viewer, path)
+        assert status == 400, path
+        assert json.loads(body)["error"]
+    status, _, body = status_of(viewer, "/api/runs/no-such-run/events")
+    assert status == 404 and "no-such-run" in json.loads(body)["error"]
+
+
+def test_deep_link_page_holds_the_event_and_pages_both_ways(viewer, viewer_store):
+    big = viewer_store.big
+    run = get(viewer, f"/api/runs/{big}")
+    assert run["n_events"] >= 100_000
+    key = "shim:77777"
+    page = get(viewer, f"/api/runs/{big}/events", around=key, limit=100)
+    keys = [e["key"] for e in page["events"]]
+    assert page["target"] == key and key in keys and len(keys) == 100
+    assert keys.index(key) == 50  # half before, half from the event on
+    order = [(int(e["ts_ns"]), e["source"], e["seq"]) for e in page["events"]]
+    assert order == sorted(order)
+    after = get(viewer, f"/api/runs/{big}/events", after=page["next"], limit=100)["events"]
+    before = get(viewer, f"/api/runs/{big}/events", before=page["prev"], limit=100)["events"]
+    joined = before + page["events"] + after
+    ordered = [(int(e["ts_ns"]), e["source"], e["seq"]) for e in joined]
+    assert ordered == sorted(ordered) and len(set(ordered)) == 300  # contiguous, no overlap
+    body = json.dumps(page).encode()
+    assert len(body) < 200_000
+
+
+def test_every_event_reached_by_paging_a_small_run(viewer, viewer_store):
+    run = get(viewer, f"/api/runs/{viewer_store.clean}")
+    seen: list[dict] = []
+    page = get(viewer, f"/api/runs/{viewer_store.clean}/events", limit=9)
+    seen += page["events"]
+    while page["next"]:
+        page = get(viewer, f"/api/runs/{viewer_store.clean}/events", after=page["next"], limit=9)
+        seen += page["events"]
+    assert len(seen) == run["n_events"] == len({e["key"] for e in seen})
+    filtered = get(viewer, f"/api/runs/{viewer_store.clean}/events", kinds="model_call.completed", limit=500)
+    assert len(filtered["events"]) == run["n_model_calls"]
+    hits = get(viewer, f"/api/runs/{viewer_store.clean}/events", q="submit_results", limit=500)["events"]
+    assert hits and all("submit" in e["summary"] or e["kind"] != "tool_call.requested" for e in hits)
+
+
+def test_model_call_detail_has_messages_and_raw_bytes(viewer, viewer_store):
+    events = get(viewer, f"/api/runs/{viewer_store.clean}/events", kinds="model_call.completed", limit=500)[
+        "events"
+    ]
+    last = events[-1]
+    call = get(viewer, f"/api/runs/{viewer_store.clean}/calls/{last['source']}/{last['seq']}")
+    roles = [m["role"] for m in call["messages"]]
+    assert roles[0] == "system" and "tool" in roles and "assistant" in roles
+    assert call["reply"]["tool_calls"][0]["name"] == "submit_results"
+    raw = json.loads(call["request_raw"]["text"])
+    assert raw["model"] == "baseline" and len(raw["messages"]) == len(call["messages"])
+    assert call["request_raw"]["blob"].startswith("sha256:")
+    # The raw bytes are exactly the blob's.
+    with urlopen(viewer.url + f"/api/blobs/{call['request_raw']['blob']}?download=1") as r:
+        assert r.read().decode() == call["request_raw"]["text"]
+
+
+def test_hostile_content_comes_back_as_data(viewer, viewer_store):
+    h = viewer_store.hostile
+    events = get(viewer, f"/api/runs/{h}/events", limit=50)["events"]
+    call = next(e for e in events if e["kind"] == "model_call.completed")
+    detail = get(viewer, f"/api/runs/{h}/calls/{call['source']}/{call['seq']}")
+    assert detail["reply"]["text"] == XSS and detail["messages"][0]["text"] == XSS
+    assert detail["images"] == 1
+    status, headers, body = status_of(viewer, f"/api/runs/{h}/calls/{call['source']}/{call['seq']}/images/0")
+    assert status == 200 and headers["Content-Type"] == "image/png" and body == png()
+    assert headers["Content-Security-Policy"].startswith("default-src 'none'")
+    # A blob that is HTML is served as plain text, capped, never as a page.
+    resp = detail["response_raw"]
+    status, headers, body = status_of(viewer, f"/api/blobs/{resp['blob']}")
+    assert (
+        status == 200
+        and headers["Content-Type"].startswith("text/plain")
+        and headers["X-Content-Type-Options"] == "nosniff"
+    )
+    # A 3 MB file: its content arrives capped.
+    files = get(viewer, f"/api/runs/{h}/files", path=HOSTILE_PATH)
+    assert files["content"]["kind"] == "text" and files["content"]["truncated"]
+    assert len(files["content"]["text"]) <= 64 * 1024
+    image = get(viewer, f"/api/runs/{h}/files", path="plots/figure.png")
+    assert image["content"]["kind"] == "image" and image["content"]["url"].startswith("/api/blobs/sha256:")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/blobs/..%2F..%2Famb.duckdb",
+        "/api/blobs/sha256:../../x",
+        "/api/blobs/sha256:" + "A" * 64,
+        "/api/blobs/" + "0" * 64,
+    ],
+)
+def test_blob_addresses_are_checked(viewer, path):
+    status, _, body = status_of(viewer, path)
+    assert status in (400, 404) and json.loads(body)["error"]
+
+
+def test_missing_blob_is_404(viewer):
+    status, _, body = status_of(viewer, "/api/blobs/sha256:" + "0" * 64)
+    assert status == 404 and "missing" in json.loads(body)["error"]
+
+
+def test_read_only_and_no_dns_rebinding(viewer):
+    for method in ("POST", "PUT", "DELETE"):
+        status, _, _ = status_of(viewer, "/api/runs", method=method)
+        assert status == 405
+    status, _, _ = status_of(viewer, "/api/runs", host="evil.example:80")
+    assert status == 421
+    status, headers, _ = status_of(viewer, "/runs/x", host="localhost:1")
+    assert status == 200 and "script-src 'self'" in headers["Content-Security-Policy"]
+    assert "unsafe-inline" not in headers["Content-Security-Policy"]
+
+
+def test_verify_scores_and_findings_cite_events(viewer, viewer_store):
+    v = get(viewer, f"/api/runs/{viewer_store.clean}/verify")
+    assert v["ok"] and v["manifest"]["events"] > 0
+    assert v["stored_manifest"]["manifest_hash"] == v["manifest"]["manifest_hash"]
+    s = get(viewer, f"/api/runs/{viewer_store.hostile}/scores")["scores"][0]
+    assert s["audit_status"] == "violation"
+    cited = [e for finding in s["violations"] for e in finding["events"]]
+    assert viewer_store.hostile_private_key in cited
+    flawed = get(viewer, f"/api/runs/{viewer_store.flawed}/scores")["scores"][0]
+    e4 = next(c for c in flawed["codes"] if c["code"] == "E4")
+    for key in e4["events"]:  # every cited event exists and opens
+        source, seq = key.split(":")
+        assert get(viewer, f"/api/runs/{viewer_store.flawed}/events/{source}/{seq}")["key"] == key
+
+
+def test_timeline_bins_a_big_run_and_draws_spans_when_zoomed(viewer, viewer_store):
+    tl = get(viewer, f"/api/runs/{viewer_store.big}/timeline")
+    assert "bins" in tl and tl["count"] == get(viewer, f"/api/runs/{viewer_store.big}")["n_events"]
+    assert sum(c for _, _, c in tl["bins"]["rows"]) == tl["count"]
+    zoom = get(
+        viewer,
+        f"/api/runs/{viewer_store.big}/timeline",
+        from_ms=tl["to_ms"] / 2,
+        to_ms=tl["to_ms"] / 2 + 60_000,
+    )
+    assert "spans" in zoom and zoom["spans"]
+    procs = [s for s in zoom["spans"] if s[0] == "process"]
+    assert procs and all(d >= 0 for _, _, d, _, _ in procs) and any(d > 0 for _, _, d, _, _ in procs)
+    small = get(viewer, f"/api/runs/{viewer_store.clean}/timeline")
+    model = [s for s in small["spans"] if s[0] == "model"]
+    assert len(model) == get(viewer, f"/api/runs/{viewer_store.clean}")["n_model_calls"]
+    assert all(d > 0 for _, _, d, _, _ in model)  # real durations
+
+
+def test_diff_of_a_run_with_itself_is_empty(viewer, viewer_store):
+    d = get(viewer, "/api/diff", a=viewer_store.clean, b=viewer_store.clean)
+    assert d["summary"]["identical"] and d["summary"]["first_divergence"] is None
+    assert d["summary"]["counts"]["same"] == d["summary"]["steps_a"] > 0
+    assert all(r["op"] == "same" and r["d_tokens_in"] == 0 for r in d["rows"])
+    assert all(f["state"] == "same" for f in d["outcomes"]["submission"]["files"])
+
+
+def test_diff_of_clean_and_flawed_shows_the_first_divergence(viewer, viewer_store):
+    d = get(viewer, "/api/diff", a=viewer_store.clean, b=viewer_store.flawed)
+    s = d["summary"]
+    assert not s["identical"]
+    fd = s["first_divergence"]
+    # The two agents act alike up to the batch, where the flawed one's code differs.
+    assert fd["row"] > 0 and all(r["op"] == "same" for r in d["rows"][: fd["row"]])
+    assert fd["op"] == "changed" and fd["changes"] and fd["changes"][0]["name_a"] == "execute_code"
+    states = {f["state"] for f in d["outcomes"]["submission"]["files"]}
+    assert states - {"same"}  # the flawed run's submission differs by hash
+    prof = d["outcomes"]["scores"][0]
+    assert prof["a"]["overall"] > prof["b"]["overall"]
+
+
+def test_grid_of_one_task(viewer, viewer_store):
+    g = get(viewer, "/api/grid", task="bccd-det")
+    runs = {x["run_id"] for row in g["rows"] for x in row["runs"]}
+    assert {viewer_store.clean, viewer_store.flawed, viewer_store.hostile} <= runs

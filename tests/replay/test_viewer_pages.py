@@ -1,0 +1,141 @@
+"""The viewer's pages in real headless Chromium (Debian's, driven by Playwright; no browser download).
+
+One browser for the module, a fresh page per test; every test also checks that no hostile string
+ran as script (``window.__pwned``) and that the page logged no error.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import Page, expect, sync_playwright
+
+from tests.replay.viewer_store import CHROMIUM, XSS, chromium_flags
+
+TIMEOUT_MS = 30_000
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=chromium_flags())
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, viewer):
+    context = browser.new_context(viewport={"width": 1300, "height": 900})
+    pg = context.new_page()
+    pg.set_default_timeout(TIMEOUT_MS)
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    yield pg
+    assert pg.evaluate("window.__pwned") is None, "hostile content ran as script"
+    assert not errors, errors
+    context.close()
+
+
+def test_runs_list_filters_and_pages(page: Page, viewer, viewer_store):
+    page.goto(viewer.url + "/?limit=10")
+    rows = page.locator("tr.run-row")
+    expect(rows).to_have_count(10)
+    page.click("#runs-more")
+    expect(rows).to_have_count(20)
+    while page.locator("#runs-more").is_visible():
+        n = rows.count()
+        page.click("#runs-more")
+        expect(rows).not_to_have_count(n)
+    total = 4 + len(viewer_store.synthetic)
+    expect(rows).to_have_count(total)
+    expect(page.locator("#runs-more")).to_be_hidden()
+    page.select_option("select[name=task]", "bccd-det")
+    expect(page).to_have_url(re.compile(r"task=bccd-det"))
+    expect(page.locator("#runs-count")).to_contain_text("matching")
+    ids = set(page.locator("tr.run-row").evaluate_all("rs => rs.map(r => r.dataset.run)"))
+    assert {viewer_store.clean, viewer_store.flawed, viewer_store.hostile} <= ids
+    page.fill("input[name=q]", "crash-mid")
+    page.click("button[type=submit]")
+    expect(page.locator("tr.run-row")).to_have_count(1)
+    expect(page.locator("tr.run-row a.run-link")).to_have_text(viewer_store.flawed)
+
+
+def test_run_page_timeline_events_and_model_call(page: Page, viewer, viewer_store):
+    page.goto(viewer.url + f"/runs/{viewer_store.clean}")
+    expect(page.locator("#verify-badge")).to_have_text("verified")
+    expect(page.locator("#timeline-info")).to_contain_text("real duration")
+    # The timeline was drawn: the canvas holds coloured pixels in the model lane.
+    painted = page.evaluate(
+        """() => { const c = document.getElementById('timeline'); const d = c.getContext('2d')
+                  .getImageData(70, 0, c.width - 70, 20).data; let n = 0;
+                  for (let i = 0; i < d.length; i += 4) if (d[i + 2] > 200 && d[i] < 100) n++; return n; }"""
+    )
+    assert painted > 20
+    calls = page.locator(".ev[data-kind='model_call.completed']")
+    expect(calls.first).to_be_visible()
+    calls.first.click()
+    detail = page.locator(".detail").first
+    expect(detail.locator(".msg .role").first).to_have_text(re.compile("^system"))
+    expect(detail.locator(".reply .tool-call")).to_contain_text("execute_code(")
+    detail.locator("button[data-tab='raw request']").click()
+    expect(detail.locator("pre.raw")).to_contain_text('"messages"')
+    detail.locator("button[data-tab='raw response']").click()
+    expect(detail.locator("pre.raw")).to_contain_text("chat.completion")
+    expect(page.locator("#scores .kv").first).to_contain_text("OVERALL")
+
+
+def test_deep_link_opens_at_an_event_deep_in_a_big_run(page: Page, viewer, viewer_store):
+    key = "shim:88888"
+    page.goto(viewer.url + f"/runs/{viewer_store.big}#{key}")
+    target = page.locator(f"[id='ev-{key}']")
+    expect(target).to_have_class(re.compile("target"))
+    expect(target).to_be_in_viewport()
+    assert page.locator(".ev").count() <= 600  # only a window of the run is in the page
+    # Scrolling down pages more events in after the window.
+    last_before = page.locator(".ev").last.get_attribute("data-key")
+    page.locator("#events").evaluate("e => e.scrollTop = e.scrollHeight")
+    expect(page.locator(".ev").last).not_to_have_attribute("data-key", last_before or "")
+    # The timeline marks where the list is.
+    expect(page.locator("#timeline-info")).to_contain_text("events from")
+
+
+def test_audit_finding_link_lands_on_the_cited_event(page: Page, viewer, viewer_store):
+    page.goto(viewer.url + f"/runs/{viewer_store.hostile}")
+    link = page.locator("#scores li.violation a.cite").first
+    expect(link).to_have_text(viewer_store.hostile_private_key)
+    link.click()
+    target = page.locator(f"[id='ev-{viewer_store.hostile_private_key}']")
+    expect(target).to_have_class(re.compile("target"))
+    expect(target).to_contain_text("/data/private/")
+
+
+def test_hostile_strings_render_as_text(page: Page, viewer, viewer_store):
+    page.goto(viewer.url + f"/runs/{viewer_store.hostile}")
+    expect(page.locator(".ev").first).to_be_visible()
+    assert XSS in page.locator("#run-header").inner_text()
+    page.locator(".ev[data-kind='model_call.completed']").click()
+    detail = page.locator(".detail").first
+    expect(detail.locator("pre.reply-text")).to_have_text(XSS)
+    expect(detail.locator("img.preview")).to_have_count(1)  # the request's inline image, from the server
+    assert detail.locator("img.preview").evaluate("i => i.naturalWidth") == 8
+    page.locator(".ev[data-kind='file.written']").first.click()
+    expect(page.locator(".detail .file-text").first).to_contain_text("<script>")
+    assert page.locator("script").count() == 1 and page.locator("svg").count() == 0
+
+
+def test_diff_with_itself_is_empty(page: Page, viewer, viewer_store):
+    page.goto(viewer.url + f"/diff?a={viewer_store.clean}&b={viewer_store.clean}")
+    expect(page.locator("#divergence")).to_have_text("The two runs take identical steps.")
+    assert set(page.locator("#diff-rows tr").evaluate_all("rs => rs.map(r => r.dataset.op)")) == {"same"}
+
+
+def test_diff_of_clean_and_flawed_shows_first_divergence(page: Page, viewer, viewer_store):
+    page.goto(viewer.url + f"/diff?a={viewer_store.clean}&b={viewer_store.flawed}")
+    expect(page.locator("#divergence")).to_contain_text("First divergence at step row")
+    first = page.locator("#diff-rows tr.first-divergence")
+    expect(first).to_have_count(1)
+    expect(first).to_have_attribute("data-op", "changed")
+    expect(first).to_contain_text("code")  # the changed argument
+    expect(page.locator("#diff-outcomes")).to_contain_text(re.compile("differs|only_a|only_b"))

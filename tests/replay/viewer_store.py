@@ -1,0 +1,258 @@
+"""The store the viewer tests look at, built once per session.
+
+- real recorded runs: the demo's offline baseline agent on one task twin, clean and with the
+  ``crash-mid-batch`` flaw, through ``amb-record`` (so the diff of the two has a first divergence);
+- synthetic runs from ``amb generate`` (enough to page and filter the runs list);
+- one synthetic run of about 100,000 events (``--processes-per-call``), for deep links;
+- a hostile run written through the real spool path: HTML and script in model text, tool
+  arguments and file names, a 3 MB file, an image, a request with an inline image, and a read of
+  a private path, which the auditor reports (a finding whose link must land on its event);
+- scores for the recorded and hostile runs (``amb score``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+from typing import NamedTuple
+
+from agents.baseline.server import BaselineServer
+from recorder.spool import SpoolWriter, spool_path
+from recorder.synthetic import generate_run
+from schemas.blob import digest
+from schemas.blobstore import BlobStore
+from schemas.events import (
+    AssistantMessage,
+    FileAccessed,
+    FileWritten,
+    ModelCallCompleted,
+    RunFinished,
+    RunStarted,
+    SubmissionSealed,
+    ToolCallPart,
+    ToolCallRequested,
+    ToolCallResult,
+    Usage,
+)
+from tasks.registry import brief, load_spec
+from tasks.synth import synth
+
+BIN = Path(sys.executable).parent
+TASK = "bccd-det"
+XSS = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=1</script>'
+HOSTILE_PATH = 'out/"><svg onload=window.__pwned=1>.txt'
+BIG_RUN_CALLS = 100
+BIG_RUN_PROCS = 1010
+
+
+class ViewerStore(NamedTuple):
+    root: Path
+    clean: str
+    flawed: str
+    big: str
+    hostile: str
+    hostile_private_key: str
+    synthetic: list[str]
+    twin: Path
+    workspace: Path
+
+
+def png(width: int = 8, height: int = 8) -> bytes:
+    """A small valid PNG (grey)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    raw = b"".join(b"\0" + bytes([128]) * width for _ in range(height))
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+    )
+
+
+def record_baseline(
+    root: Path, server: BaselineServer, twin: Path, ws: Path, run_id: str, model: str
+) -> None:
+    ws.mkdir(parents=True, exist_ok=True)
+    (ws / "tier_prompt.txt").write_text(brief(TASK, "lite"))
+    proc = subprocess.run(
+        [
+            str(BIN / "amb-record"),
+            "--store",
+            str(root),
+            "--task",
+            TASK,
+            "--tier",
+            "lite",
+            "--data",
+            str(twin),
+            "--run-id",
+            run_id,
+            "--label",
+            f"agent={model}",
+            "--upstream",
+            f"openai={server.url}",
+            "--",
+            str(BIN / "amb-agent"),
+            "--model",
+            model,
+            "--task-dir",
+            ".",
+            "--data",
+            str(twin / "public"),
+            "--retry-delay",
+            "0.2",
+        ],
+        cwd=ws,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode in (0, 2), proc.stderr[-3000:]
+
+
+def write_hostile_run(root: Path, run_id: str) -> str:
+    """A run whose every string is an attack on the page; returns the key of its private read."""
+    blobs = BlobStore(root / "blobs")
+    writers = {
+        s: SpoolWriter(spool_path(root, run_id, s), run_id, s, sync=False)
+        for s in ("recorder", "proxy", "shim")
+    }
+    t = [1_790_000_000_000_000_000]
+
+    def tick() -> int:
+        t[0] += 250_000_000
+        return t[0]
+
+    writers["recorder"].append(
+        RunStarted(
+            task=TASK,
+            tier="lite",
+            agent=XSS,
+            model="evil-model",
+            backend="synthetic",
+            workspace="/workspace",
+            labels={"agent": "hostile", XSS: XSS},
+        ),
+        ts_ns=tick(),
+    )
+    image = "data:image/png;base64," + base64.b64encode(png()).decode()
+    request = json.dumps(
+        {
+            "model": "evil-model",
+            "messages": [
+                {"role": "system", "content": XSS},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "look " + XSS},
+                        {"type": "image_url", "image_url": {"url": image}},
+                    ],
+                },
+            ],
+        }
+    ).encode()
+    args = json.dumps({"language": "bash", "code": f"cat {XSS}"})
+    response = json.dumps({"choices": [{"message": {"content": XSS}}], "html": XSS}).encode()
+    started = tick()
+    writers["proxy"].append(
+        ModelCallCompleted(
+            call_id="evil-1",
+            provider="openai",
+            api="chat.completions",
+            model="evil-model",
+            url="https://api.openai.com/v1/chat/completions",
+            status=200,
+            request=blobs.put(request, "application/json", sync=False),
+            response=blobs.put(response, "text/html", sync=False),
+            message=AssistantMessage(
+                text=XSS, tool_calls=[ToolCallPart(id="call_x", name="execute_code", arguments=args)]
+            ),
+            stop_reason="tool_calls",
+            usage=Usage(input_total=100, output=20),
+            started_ns=started,
+            ttfb_ms=100.0,
+            latency_ms=400.0,
+        ),
+        ts_ns=tick(),
+    )
+    writers["proxy"].append(
+        ToolCallRequested(tool_call_id="call_x", name="execute_code", arguments=args, model_call_id="evil-1"),
+        ts_ns=tick(),
+    )
+    writers["proxy"].append(
+        ToolCallResult(tool_call_id="call_x", model_call_id="evil-2", name="execute_code", output=XSS),
+        ts_ns=tick(),
+    )
+    big = (XSS + "\n") * (3_000_000 // (len(XSS) + 1))
+    for path, content in (
+        (HOSTILE_PATH, big.encode()),
+        ("plots/figure.png", png(64, 48)),
+        ("notes.html", XSS.encode()),
+    ):
+        writers["shim"].append(
+            FileWritten(
+                path=path,
+                op="created",
+                size=len(content),
+                sha256=digest(content),
+                content=blobs.put(content, "application/octet-stream", sync=False),
+            ),
+            ts_ns=tick(),
+        )
+    private = writers["shim"].append(
+        FileAccessed(path="/data/private/labels/case_00000.json", mode="r"), ts_ns=tick()
+    )
+    writers["recorder"].append(SubmissionSealed(root="/workspace", files=[]), ts_ns=tick())
+    writers["recorder"].append(RunFinished(status="completed", exit_code=0, duration_s=3.0), ts_ns=tick())
+    for w in writers.values():
+        w.close()
+    return f"shim:{private.seq}"
+
+
+def amb(root: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [str(BIN / "amb"), *args, "--store", str(root)], capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def build(base: Path) -> ViewerStore:
+    root = base / "store"
+    twin = base / "twin" / TASK
+    synth(load_spec(TASK), twin, cases=2, seed=11)
+    ws = base / "ws"
+    with BaselineServer() as server:
+        record_baseline(root, server, twin, ws / "clean", "baseline-clean", "baseline")
+        record_baseline(root, server, twin, ws / "flawed", "baseline-flawed", "baseline+crash-mid-batch")
+    synthetic = [generate_run(root, f"synth-{i:03d}", seed=i, calls=3).run_id for i in range(24)]
+    generate_run(root, "big-run", seed=7, calls=BIG_RUN_CALLS, processes_per_call=BIG_RUN_PROCS)
+    private_key = write_hostile_run(root, "hostile-run")
+    amb(root, "ingest")
+    amb(root, "score", "baseline-clean", "baseline-flawed", "hostile-run", "--references", str(twin.parent))
+    return ViewerStore(
+        root, "baseline-clean", "baseline-flawed", "big-run", "hostile-run", private_key, synthetic, twin, ws
+    )
+
+
+def chromium_flags() -> list[str]:
+    return [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ]
+
+
+CHROMIUM = os.environ.get("AMB_CHROMIUM", "/usr/bin/chromium")
