@@ -162,23 +162,26 @@ def record_cmd(
     """Record COMMAND (after --) as an agent run."""
     if time_limit is not None and time_limit <= 0:
         raise UsageError("--time-limit must be a positive number of seconds")
+    # Everything but the labels and upstreams, which a replay adds to.
+    common = dict(
+        store=store,
+        task=task,
+        tier=tier,
+        data_dir=data_dir,
+        backend=backend,
+        time_limit=time_limit,
+        grace=grace,
+        run_id=run_id,
+        agent_name=agent_name,
+        model=model,
+        allow_hosts=allow_hosts,
+        gpus=gpus,
+        shim=shim,
+        no_ingest=no_ingest,
+        command=command,
+    )
     if replay_run is None:
-        _record(
-            store,
-            task,
-            tier,
-            data_dir,
-            backend,
-            time_limit,
-            grace,
-            run_id,
-            labels,
-            upstreams,
-            gpus,
-            shim,
-            no_ingest,
-            command,
-        )
+        _record(**common, labels=labels, upstreams=upstreams)
         return
     if upstreams:
         raise UsageError("--replay answers every model call itself: it cannot be combined with --upstream")
@@ -193,33 +196,19 @@ def record_cmd(
         labels = (*labels, f"replay_of={replay_run}", f"replay_match={replay_match}")
         upstreams = (f"openai={server.url}", f"anthropic={server.url}")
         try:
-            _record(
-                store,
-                task,
-                tier,
-                data_dir,
-                backend,
-                time_limit,
-                grace,
-                run_id,
-                labels,
-                upstreams,
-                gpus,
-                shim,
-                no_ingest,
-                command,
-            )
+            _record(**common, labels=labels, upstreams=upstreams)
         finally:
             s = replayer.matcher.summary()
             click.echo(
-                f"amb-record: replay of {replay_run} ({replay_match}): {s['served']} of {s['recorded']} recorded "
-                f"calls served, {len(s['misses'])} unmatched request(s)"
+                f"amb-record: replay of {replay_run} ({replay_match}): "
+                f"{s['served']} of {s['recorded']} recorded calls served, {len(s['misses'])} unmatched request(s)"
                 + (f", {len(s['unserved'])} recorded call(s) never asked for" if s["unserved"] else ""),
                 err=True,
             )
 
 
 def _record(
+    *,
     store,
     task,
     tier,
@@ -229,7 +218,10 @@ def _record(
     grace,
     run_id,
     labels,
+    agent_name,
+    model,
     upstreams,
+    allow_hosts,
     gpus,
     shim,
     no_ingest,

@@ -440,11 +440,13 @@ def _runs_section(runs: list[dict[str, Any]], viewer_url: str | None) -> str:
         )
     head = "".join(f"<th>{h}</th>" for h in ("run", "task", "tier", "model", "status", "OVERALL", "codes"))
     note = (
-        f'<p class="meta">Run ids open the run in the viewer at {html.escape(base)} (start it with <code>amb serve</code>).</p>'
+        f'<p class="meta">Run ids open the run in the viewer at {html.escape(base)} '
+        "(start it with <code>amb serve</code>).</p>"
         if base
         else ""
     )
-    return f'<h2>Runs</h2>{note}<table id="runs"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    table = f'<table id="runs"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return f"<h2>Runs</h2>{note}{table}"
 
 
 def html_page(
