@@ -199,11 +199,11 @@ def record_cmd(
             _record(**common, labels=labels, upstreams=upstreams)
         finally:
             s = replayer.matcher.summary()
+            served = f"{s['served']} of {s['recorded']} recorded calls served"
+            missed = f"{len(s['misses'])} unmatched request(s)"
+            unasked = f", {len(s['unserved'])} recorded call(s) never asked for" if s["unserved"] else ""
             click.echo(
-                f"amb-record: replay of {replay_run} ({replay_match}): "
-                f"{s['served']} of {s['recorded']} recorded calls served, {len(s['misses'])} unmatched request(s)"
-                + (f", {len(s['unserved'])} recorded call(s) never asked for" if s["unserved"] else ""),
-                err=True,
+                f"amb-record: replay of {replay_run} ({replay_match}): {served}, {missed}{unasked}", err=True
             )
 
 
