@@ -206,6 +206,7 @@ class RunScorer:
                 "violations": [msgspec.to_builtins(v) for v in audit.violations],
                 "grade": grade,
                 "grade_key": grade_key,
+                "cost_source": cost["cost_source"],
             },
             "evidence_sha256": evidence.sha256,
         }
