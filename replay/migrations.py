@@ -78,6 +78,9 @@ CORE: list[Migration] = [
         ),
     ),
     Migration("core.m002_views", views.create_views),
+    # model_calls gained requested_model, served_model, upstream and reported_cost_usd: a store made
+    # before gets the views again (CREATE OR REPLACE: the columns are the current ones).
+    Migration("core.m003_views_gateway_fields", views.create_views),
 ]
 
 

@@ -73,7 +73,7 @@ calls.append(
     {
         "where": "anthropic",
         "text": "".join(b.text for b in a.content if b.type == "text"),
-        "tools": [[b.id, json.dumps(b.input)] for b in a.content if b.type == "tool_use"],
+        "tools": [[b.id, json.dumps(b.input, ensure_ascii=False)] for b in a.content if b.type == "tool_use"],
         "model": a.model,
     }
 )
