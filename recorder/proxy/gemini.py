@@ -9,13 +9,15 @@ Usage containment (``usageMetadata``): ``promptTokenCount`` includes ``cachedCon
 and reasoning = thoughts; ``toolUsePromptTokenCount`` (input the model read from tools it ran
 itself) is input.
 
-Tool calls: a ``functionCall`` part may carry the provider's ``id`` (echoed by its
-``functionResponse``); when it does not, both get the same derived id,
-``gemini-<conversation>-<turn>-<index>``: the conversation is a digest of the first content (without
-inline data), the turn is the model turn's index in ``contents`` (for a response: the number of
-contents its request sent, which is where the client puts that turn in its next request), and the
-index counts function calls within the turn. Function responses pair with the calls of the model
-turn before them, in order (the API requires one response per call, in the same order).
+Tool calls are given ids of their own, ``gemini-<conversation>-<turn>-<index>``: the conversation
+is a digest of the first content (without inline data), the turn is the model turn's index in
+``contents`` (for a response: the number of contents its request sent, which is where the client
+puts that turn in its next request), and the index counts function calls within the turn. The ids
+on the wire cannot be used: the API often sends none, and a client then makes up its own (the Gemini
+CLI sends ``write_file_<time>_0`` in its next request), so the response and the next request would
+disagree. A function response pairs with the call of the model turn before it that carries the same
+wire id, else with the call in the same position (the API requires one response per call, in
+order), else with the first call of that name.
 """
 
 from __future__ import annotations
@@ -73,34 +75,34 @@ def parse_request(body: Any) -> RequestInfo:
         return info
     info.conversation = conversation_id(contents)
     info.turns = len(contents)
-    previous: list[tuple[str, str]] = []  # (id, name) of the function calls of the last model turn
+    previous: list[tuple[str, str, str]] = []  # (our id, name, wire id) of the last model turn's calls
     for turn, content in enumerate(contents):
         if not isinstance(content, dict):
             continue
-        calls: list[tuple[str, str]] = []
-        results: list[tuple[dict[str, Any], Any]] = []
+        calls: list[tuple[str, str, str]] = []
+        results: list[dict[str, Any]] = []
         for part in content.get("parts") or []:
             if not isinstance(part, dict):
                 continue
             fc = _get(part, "functionCall", "function_call")
             fr = _get(part, "functionResponse", "function_response")
             if isinstance(fc, dict):
-                name = str(fc.get("name", ""))
-                calls.append((str(fc.get("id") or call_id(info.conversation, turn, len(calls))), name))
+                ours = call_id(info.conversation, turn, len(calls))
+                calls.append((ours, str(fc.get("name", "")), str(fc.get("id") or "")))
             elif isinstance(fr, dict):
-                results.append((fr, fr.get("response")))
+                results.append(fr)
             elif isinstance(part.get("text"), str):
                 info.chars += len(part["text"])
-        for k, (fr, response) in enumerate(results):
-            name = str(fr.get("name", ""))
-            tid = fr.get("id")
-            if not tid:
-                # The k-th response answers the k-th call; by name when the counts disagree.
-                match = previous[k] if k < len(previous) and previous[k][1] == name else None
-                match = match or next((c for c in previous if c[1] == name), None)
-                tid = match[0] if match else call_id(info.conversation, turn, k)
+        for k, fr in enumerate(results):
+            name, wire = str(fr.get("name", "")), str(fr.get("id") or "")
+            match = next((c for c in previous if wire and c[2] == wire), None)
+            if match is None and k < len(previous) and previous[k][1] == name:
+                match = previous[k]
+            match = match or next((c for c in previous if c[1] == name), None)
+            tid = match[0] if match else call_id(info.conversation, turn, k)
+            response = fr.get("response")
             info.tool_results.append(
-                ToolResult(str(tid), _response_text(response), name or None, _is_error(response))
+                ToolResult(tid, _response_text(response), name or None, _is_error(response))
             )
         if calls:
             previous = calls
@@ -207,11 +209,10 @@ class _Fold:
 
 
 def assign_ids(result: Reassembled, info: RequestInfo) -> None:
-    """Give the response's function calls that came without an id the id their next request will
-    give them (see the module's docstring)."""
+    """Give the response's function calls the ids their next request's parse will give them (see
+    the module's docstring)."""
     for index, t in enumerate(result.tool_calls.values()):
-        if not t["id"]:
-            t["id"] = call_id(info.conversation or conversation_id([]), info.turns, index)
+        t["id"] = call_id(info.conversation or conversation_id([]), info.turns, index)
 
 
 def parse_json(body: Any, raw: bytes = b"") -> Reassembled:

@@ -50,3 +50,29 @@ def undici_dir() -> Path:
         capture_output=True,
     )
     return NODE_DIR
+
+
+GEMINI_CLI = "@google/gemini-cli@0.61.0"
+"""Google's Gemini CLI, pinned (its engines field asks for node >= 20, which the machine has); the
+test runs it unchanged. npm keeps the package in its own cache, so a re-install is quick."""
+
+
+def gemini_cli() -> Path:
+    """The ``gemini`` executable, installed under .venv-agents/node on first use."""
+    exe = NODE_DIR / "node_modules" / ".bin" / "gemini"
+    version = GEMINI_CLI.rsplit("@", 1)[1]
+    if (
+        exe.exists()
+        and subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip() == version
+    ):
+        return exe
+    NODE_DIR.mkdir(parents=True, exist_ok=True)
+    npm = shutil.which("npm")
+    if npm is None:
+        raise RuntimeError("npm is needed to install the Gemini CLI for its test")
+    subprocess.run(
+        [npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(NODE_DIR), GEMINI_CLI],
+        check=True,
+        capture_output=True,
+    )
+    return exe

@@ -779,7 +779,7 @@ def _gemini_json_answer(req: dict[str, Any]) -> str:
         elif str(prop.get("type", "")).lower() in ("boolean",):
             out[name] = False
         elif str(prop.get("type", "")).lower() in ("number", "integer"):
-            out[name] = 0
+            out[name] = prop.get("minimum", 1)
         else:
             out[name] = "fake"
     if "next_speaker" in out:

@@ -192,9 +192,16 @@ def test_function_responses_pair_with_the_calls_they_answer():
     other[0] = {"role": "user", "parts": [{"text": "something else"}]}
     info3 = calls.parse_request(calls.GENERATE, json.dumps({"contents": other}).encode())
     assert {r.tool_call_id for r in info3.tool_results}.isdisjoint(asked)
-    # The provider's ids win when present.
-    info4 = calls.parse_request(calls.GENERATE, json.dumps({"contents": conversation(True)}).encode())
-    assert [r.tool_call_id for r in info4.tool_results] == ["id-0", "id-1"]
+    # Ids on the wire (the provider's, or made up by the client as the Gemini CLI does) pair a
+    # response with its call whatever the order; the recorded ids stay the derived ones.
+    swapped = conversation(True)
+    swapped[2]["parts"].reverse()
+    info4 = calls.parse_request(calls.GENERATE, json.dumps({"contents": swapped}).encode())
+    assert [(r.tool_call_id, r.name) for r in info4.tool_results] == [(asked[1], "list"), (asked[0], "read")]
+    resp["candidates"][0]["content"]["parts"][1]["functionCall"]["id"] = "id-0"
+    result, _, _ = calls.parse_response(calls.GENERATE, json.dumps(resp).encode(), None, "application/json")
+    gemini.assign_ids(result, info1)
+    assert [t.id for t in result.message().tool_calls] == asked
 
 
 def test_conversation_id_ignores_inline_data_so_a_skimmed_parse_agrees():
