@@ -511,8 +511,8 @@ def main() -> None:
         ),
         (
             "calls/s at 16 clients vs bare mitmproxy",
-            f"{tput['amb'] / tput['mitm']:.2f}x",
-            tput["amb"] / tput["mitm"] >= 0.9,
+            f"{tput['amb'] / max(tput['mitm'], 1e-9):.2f}x",
+            tput["amb"] / max(tput["mitm"], 1e-9) >= 0.9,
             ">= 0.9x",
         ),
     ]
@@ -523,7 +523,7 @@ def main() -> None:
             f"  amb-prev ({args.against}), same rounds: p50 cost {pct(seq['amb-prev'], 50) - m50:+.2f} ms; "
             f"5 MB {(pct(big['amb-prev'], 50) - b50) / max(1e-9, pct(big['mitm'], 50) - b50):.2f}x; "
             f"gap {gaps['amb-prev'][1] / gaps['mitm_stream'][1]:.2f}x; "
-            f"calls/s {tput['amb-prev'] / tput['mitm']:.2f}x; "
+            f"calls/s {tput['amb-prev'] / max(tput['mitm'], 1e-9):.2f}x; "
             f"TTFC {pct(ttfb['amb-prev'][0], 50) - t50:+.2f} ms, "
             f"Gemini TTFC {pct(gem['amb-prev'][0], 50) - g50:+.2f} ms"
         )

@@ -413,6 +413,8 @@ def _route(req: http.Request, upstream: Upstream) -> None:
     connects (``connection_strategy`` is lazy)."""
     req.scheme, req.host, req.port = upstream.scheme, upstream.host, upstream.port
     req.host_header = url.hostport(upstream.scheme, upstream.host, upstream.port)
+    if req.authority and not (req.is_http2 or req.is_http3):
+        req.authority = ""  # an absolute-form request line (an agent's own URL) goes out in origin form
     req.path = upstream.upstream_path(req.path)
 
 

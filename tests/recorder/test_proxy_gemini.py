@@ -482,3 +482,91 @@ def test_a_request_outside_the_prefix_is_the_upstreams_404_and_recorded(grec, gf
         r = client.post(grec.endpoint("gemini") + "/v1beta/models/gem:generateContent", json=BODY)
     assert r.status_code == 200 and gfake.requests[-1].path.startswith("/google/v1beta/")
     one(grec)
+
+
+# -- hostile input -------------------------------------------------------------------------------
+
+
+HOSTILE = [
+    None,
+    [],
+    "text",
+    42,
+    {"contents": "not a list"},
+    {"contents": [None, 1, "x", {"parts": "nope"}, {"parts": [None, 3, {"functionCall": "x"}]}]},
+    {"contents": [{"parts": [{"functionResponse": {"name": None, "id": ["x"], "response": [1, 2]}}]}]},
+    {"contents": [{"role": "model", "parts": [{"functionCall": {"name": {"a": 1}, "args": "??"}}]}]},
+    {"candidates": "x", "usageMetadata": {"promptTokenCount": "many", "thoughtsTokenCount": True}},
+    {"candidates": [{"content": {"parts": [{"text": 5}, {"thought": True}, {"functionCall": {}}]}}]},
+    {"candidates": [None], "modelVersion": ["x"]},
+    {"generateContentRequest": {"contents": [[[]]]}},
+    {"error": "plain string"},
+]
+
+
+@pytest.mark.parametrize("body", HOSTILE)
+def test_hostile_bodies_never_raise(body):
+    raw = json.dumps(body).encode()
+    for api in (calls.GENERATE, calls.STREAM_GENERATE, calls.COUNT_TOKENS):
+        calls.parse_request(api, raw)
+        for ctype in ("application/json", "text/event-stream"):
+            result, _, _ = calls.parse_response(api, raw, None, ctype)
+            result.message()
+    usage = gemini.usage(body.get("usageMetadata") if isinstance(body, dict) else None)
+    assert usage is None or usage.input_total >= 0
+
+
+def test_hostile_streams_never_raise():
+    junk = [
+        b"[",
+        b"[{",
+        b'[{"candidates": [',
+        b"]]]",
+        b"data: {\n\n",
+        b"\xff\xfe",
+        b'[{"a": "\\"}',
+        b"{" * 10000,
+    ]
+    for raw in junk:
+        for ctype in ("application/json", "text/event-stream"):
+            result, _, _ = calls.parse_response(calls.STREAM_GENERATE, raw, None, ctype)
+            assert not result.complete
+
+
+def test_a_spoofed_host_or_absolute_url_still_goes_to_the_configured_upstream(grec, gfake):
+    # The reverse endpoint decides where a request goes, not the agent's Host header or request line.
+    import socket
+
+    port = grec.proxy.ports["gemini"]
+    body = json.dumps(BODY).encode()
+    key = grec.custody.placeholders["gemini"]
+    for target, host in (
+        ("/v1beta/models/gem:generateContent", "evil.example"),
+        ("http://evil.example:80/v1beta/models/gem:generateContent", "evil.example"),
+    ):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(
+                f"POST {target} HTTP/1.1\r\nHost: {host}\r\nx-goog-api-key: {key}\r\n"
+                "content-type: application/json\r\nconnection: close\r\n"
+                f"content-length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        assert data.startswith(b"HTTP/1.1 200"), data[:200]
+        seen = gfake.requests[-1]
+        assert seen.path == "/google/v1beta/models/gem:generateContent"
+        assert seen.headers["host"] == f"127.0.0.1:{gfake.port}"
+        assert seen.headers["x-goog-api-key"] == REAL_KEYS["GEMINI_API_KEY"]
+        call, _ = one(grec)
+        assert call.url == f"{gfake.url}/google/v1beta/models/gem:generateContent"
+
+
+def test_a_placeholder_sent_elsewhere_through_the_regular_proxy_stays_a_placeholder(grec, gfake):
+    key = grec.custody.placeholders["gemini"]
+    with FakeUpstream(host="127.0.0.3") as other, httpx.Client(proxy=grec.regular) as client:
+        r = client.post(f"{other.url}/v1beta/models/gem:generateContent?key={key}", json=BODY)
+        assert r.status_code == 200
+        assert other.requests[-1].path.endswith(f"?key={key}")  # not the real key
+    grec.new_payloads("model_call.completed")
