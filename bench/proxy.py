@@ -126,7 +126,7 @@ def _free_port() -> int:
 def _wait_port(port: int) -> None:
     import socket
 
-    for _ in range(300):
+    for _ in range(3000):  # 60 s: mitmdump takes more than 6 s to start on a machine at load 17
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
