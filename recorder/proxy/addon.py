@@ -411,11 +411,17 @@ def _route(req: http.Request, upstream: Upstream) -> None:
     Each upstream's endpoint is a reverse proxy to a placeholder target (mitmproxy would merge two
     endpoints with the same target); the real scheme, host and port are set here, before anything
     connects (``connection_strategy`` is lazy)."""
-    req.scheme, req.host, req.port = upstream.scheme, upstream.host, upstream.port
-    req.host_header = url.hostport(upstream.scheme, upstream.host, upstream.port)
-    if req.authority and not (req.is_http2 or req.is_http3):
-        req.authority = ""  # an absolute-form request line (an agent's own URL) goes out in origin form
-    req.path = upstream.upstream_path(req.path)
+    # Through ``req.data``: the ``host``/``port`` setters re-encode with IDNA and rewrite headers
+    # on every call (~20 µs per request); this is the same result in ~2 µs.
+    data = req.data
+    data.scheme = upstream.scheme.encode()
+    data.host, data.port = upstream.host, upstream.port
+    if req.is_http2 or req.is_http3:
+        data.authority = upstream.host_header.encode()
+    else:
+        data.authority = b""  # an absolute-form request line (an agent's own URL) goes out in origin form
+        data.headers["Host"] = upstream.host_header
+    data.path = upstream.upstream_path(req.path).encode("utf-8", "surrogateescape")
 
 
 _QUERY_KEY = re.compile(r"(?<=[?&])key=[^&]*")

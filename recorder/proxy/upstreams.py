@@ -101,6 +101,13 @@ class Upstream:
         return f"{host}:{self.port}"
 
     @property
+    def host_header(self) -> str:
+        """``host[:port]``, the port left out when it is the scheme's default (as browsers send it)."""
+        default = self.port == (443 if self.scheme == "https" else 80)
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if default else f"{host}:{self.port}"
+
+    @property
     def url(self) -> str:
         return f"{self.scheme}://{self.authority}{self.base_path}"
 
