@@ -186,6 +186,10 @@ class _Fold:
         if "totalTokens" in chunk:  # countTokens: nothing was generated
             r.usage = Usage()
             r.complete = True
+        feedback = chunk.get("promptFeedback")
+        if isinstance(feedback, dict) and feedback.get("blockReason"):  # the prompt was refused
+            r.stop_reason = f"prompt_blocked: {feedback['blockReason']}"
+            r.complete = True
         candidates = chunk.get("candidates") or []
         if not candidates or not isinstance(candidates[0], dict):
             return

@@ -128,6 +128,16 @@ def test_error_body():
     assert result.error == "API key not valid."
 
 
+def test_a_blocked_prompt_is_the_stop_reason():
+    body = b'{"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": {"promptTokenCount": 9}}'
+    result, _, _ = calls.parse_response(calls.GENERATE, body, None, "application/json")
+    assert (result.stop_reason, result.usage, result.message().text) == (
+        "prompt_blocked: SAFETY",
+        Usage(input_total=9),
+        "",
+    )
+
+
 def test_count_tokens_is_a_call_that_generated_nothing_and_answers_no_tool():
     req = {
         "contents": [{"role": "user", "parts": [{"functionResponse": {"name": "a", "response": {"o": 1}}}]}]
