@@ -8,6 +8,7 @@ mitmproxy 11.0.2 pins h11<=0.14 while openai 3.x needs h11>=0.16. Both are creat
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -60,12 +61,10 @@ test runs it unchanged. npm keeps the package in its own cache, so a re-install 
 def gemini_cli() -> Path:
     """The ``gemini`` executable, installed under .venv-agents/node on first use."""
     exe = NODE_DIR / "node_modules" / ".bin" / "gemini"
-    version = GEMINI_CLI.rsplit("@", 1)[1]
-    if (
-        exe.exists()
-        and subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip() == version
-    ):
-        return exe
+    package = NODE_DIR / "node_modules" / "@google" / "gemini-cli" / "package.json"
+    if exe.exists() and package.exists():  # the version from its package file: node takes seconds to start
+        if json.loads(package.read_text()).get("version") == GEMINI_CLI.rsplit("@", 1)[1]:
+            return exe
     NODE_DIR.mkdir(parents=True, exist_ok=True)
     npm = shutil.which("npm")
     if npm is None:
