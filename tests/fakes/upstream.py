@@ -1,4 +1,4 @@
-"""A loopback fake of the OpenAI and Anthropic HTTP APIs that speaks their real wire formats.
+"""A loopback fake of the OpenAI, Anthropic and Gemini HTTP APIs that speaks their real wire formats.
 
 It is a fake of something outside the project (the providers), so tests can drive real SDKs,
 curl and node through ``amb-record`` without a network. It serves:
@@ -9,6 +9,13 @@ curl and node through ``amb-record`` without a network. It serves:
   frames with ``sequence_number``, ``function_call_arguments.delta``; messages: ``message_start``
   … ``input_json_delta`` … ``message_stop``, with ``ping``). A tool call is made when the request
   offers tools and does not already carry a tool result.
+- ``POST …/models/MODEL:generateContent`` / ``:streamGenerateContent`` / ``:countTokens``: the
+  Gemini API (JSON; SSE with ``?alt=sse``, else the JSON-array stream element by element; thought
+  parts, function calls, ``usageMetadata``, ``modelVersion``); ``gemini_script`` scripts its calls.
+- model calls only under ``prefix`` (a gateway's ``/api/v1``), and Azure's deployment paths only
+  with ``api-version``: anything else is a 404, so a test sees a path mapped wrong. ``flavour``
+  gives Chat Completions a gateway's fields (OpenRouter's served model, reasoning, cache writes and
+  cost) or another usage spelling (DeepSeek, Moonshot).
 - any other path: ``200 text/plain`` (``GET /bytes/N`` returns N bytes), for ``network.request``.
 
 Knobs are request headers: ``x-fake-chunks`` (text pieces, default 5), ``x-fake-delay-ms``
