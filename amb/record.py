@@ -2,8 +2,7 @@
 
     amb-record [--store DIR] [--task ID --tier lite|standard --data DIR] [--backend local|docker]
                [--time-limit SEC] [--run-id ID] [--label K=V]... [--agent NAME] [--model NAME]
-               [--upstream openai=URL] [--upstream anthropic=URL] [--allow-host HOST:PORT]...
-               -- CMD ARGS...
+               [--upstream KIND=URL | NAME=KIND:URL]... [--allow-host HOST:PORT]... -- CMD ARGS...
 
 Exits with the agent's exit code (124 when the time limit was hit). The run id and outcome are
 printed on stderr (stdout belongs to the agent). Ingest into DuckDB happens here, at the end,
@@ -94,8 +93,11 @@ def _backend(name: str, gpus: str | None, shim: bool = False):
     "--upstream",
     "upstreams",
     multiple=True,
-    metavar="PROVIDER=URL",
-    help="openai=URL or anthropic=URL (default: the public APIs).",
+    metavar="KIND=URL|NAME=KIND:URL",
+    help="Where a kind's calls go (openai, anthropic, gemini, azure; URL as given to its SDK, path "
+    "included, e.g. openai=https://openrouter.ai/api/v1), or one more upstream of a kind whose key is "
+    "NAME_API_KEY (e.g. glm=openai:https://open.bigmodel.cn/api/paas/v4). Default: the public APIs. "
+    "See docs/recording.md.",
 )
 @click.option(
     "--allow-host",

@@ -9,7 +9,8 @@ Targets, each a separate process (so the load generator, here, does not share th
   around a placeholder agent that just waits).
 
 Prints, per target: sequential non-streaming latency (p50/p99, added over direct), time to first
-chunk of a 50-chunk stream (and client reads per stream), calls per second with 16 concurrent
+chunk of a 50-chunk stream (and client reads per stream; Chat Completions, and the Gemini API's
+SSE stream), calls per second with 16 concurrent
 clients, the cost of a 5 MB request, and the longest inter-chunk gap of a paced stream while
 5 MB requests go through beside it. Then the issue's targets as ratios. Rounds interleave the
 targets so machine-load drift hits all alike.
@@ -69,7 +70,19 @@ REAL_KEYS = {"OPENAI_API_KEY": "sk-proj-" + "k3Y" * 52, "ANTHROPIC_API_KEY": "sk
 """Keys of a real run's lengths (164 and 109 characters): amb-record scrubs every stored body for
 them, so a bench without keys would leave that cost out. The fake upstream ignores them."""
 
-WAIT_AGENT = "import os, sys, time; print(os.environ['OPENAI_BASE_URL'], flush=True); time.sleep(100000)"
+WAIT_AGENT = (
+    "import os, sys, time; e = os.environ; "
+    "print(e['OPENAI_BASE_URL'], e.get('GOOGLE_GEMINI_BASE_URL', ''), flush=True); time.sleep(100000)"
+)
+"""Prints the reverse endpoints (the Gemini one only from a checkout that has it) and waits."""
+
+GEMINI = {
+    "contents": [
+        {"role": "user", "parts": [{"text": "You are a careful agent. " * 24}]},
+        {"role": "user", "parts": [{"text": "hi"}]},
+    ]
+}
+GEMINI_STREAM = "/v1beta/models/bench:streamGenerateContent?alt=sse"
 
 CHAT = {
     "model": "bench",
@@ -81,8 +94,10 @@ CHAT = {
 
 
 class Target:
-    def __init__(self, name: str, base: str, proc: subprocess.Popen | None):
+    def __init__(self, name: str, base: str, proc: subprocess.Popen | None, gemini: str | None = None):
         self.name, self.base, self.proc = name, base, proc
+        self.gemini = gemini or base
+        """Where Gemini calls go (amb-record has a reverse endpoint per upstream)."""
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -165,6 +180,8 @@ def start_targets(tmp: Path, against: Path | None = None) -> list[Target]:
             "--no-ingest",
             "--upstream",
             f"openai={up}",
+            "--upstream",
+            f"gemini={up}",
             "--",
             PY,
             "-c",
@@ -176,7 +193,7 @@ def start_targets(tmp: Path, against: Path | None = None) -> list[Target]:
         cwd=tmp,
         env={**os.environ, **REAL_KEYS},
     )
-    targets.append(Target("amb", _first_line(amb, "amb-record").removesuffix("/v1"), amb))
+    targets.append(_amb_target("amb", amb, "amb-record"))
     if against is not None:  # the same command from another checkout, its packages first on the path
         prev = subprocess.Popen(
             [
@@ -188,6 +205,9 @@ def start_targets(tmp: Path, against: Path | None = None) -> list[Target]:
                 "--no-ingest",
                 "--upstream",
                 f"openai={up}",
+                # A checkout from before Gemini support takes no gemini upstream: its Gemini calls
+                # go to its OpenAI endpoint, which forwards them as they are (recorded as traffic).
+                *(["--upstream", f"gemini={up}"] if (against / "recorder/proxy/gemini.py").is_file() else []),
                 "--",
                 PY,
                 "-c",
@@ -199,10 +219,13 @@ def start_targets(tmp: Path, against: Path | None = None) -> list[Target]:
             cwd=tmp,
             env={**os.environ, **REAL_KEYS, "PYTHONPATH": str(against)},
         )
-        targets.append(
-            Target("amb-prev", _first_line(prev, "amb-record from " + str(against)).removesuffix("/v1"), prev)
-        )
+        targets.append(_amb_target("amb-prev", prev, "amb-record from " + str(against)))
     return targets
+
+
+def _amb_target(name: str, proc: subprocess.Popen, what: str) -> Target:
+    openai_base, _, gemini = _first_line(proc, what).partition(" ")
+    return Target(name, openai_base.removesuffix("/v1"), proc, gemini.strip() or None)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -246,6 +269,31 @@ def streaming(
                 t0 = time.perf_counter()
                 first, reads = None, 0
                 with c.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
+                    for _chunk in r.iter_raw():
+                        reads += 1
+                        if first is None:
+                            first = (time.perf_counter() - t0) * 1000
+                out[t.name][0].append(first or 0.0)
+                out[t.name][1].append(reads)
+    for c in clients.values():
+        c.close()
+    return out
+
+
+def gemini_streaming(targets: list[Target], n: int, rounds: int) -> dict[str, tuple[list[float], list[int]]]:
+    """The Gemini API's SSE stream (``streamGenerateContent?alt=sse``, 50 text chunks): time to the
+    first chunk and client reads per stream, as ``streaming`` measures Chat Completions."""
+    out: dict[str, tuple[list[float], list[int]]] = {t.name: ([], []) for t in targets}
+    headers = {"x-fake-chunks": "50", "x-goog-api-key": "bench"}
+    clients = {t.name: httpx.Client(base_url=t.gemini, timeout=30) for t in targets}
+    for _ in range(rounds):
+        for t in targets:
+            c = clients[t.name]
+            for _ in range(n // rounds):
+                t0 = time.perf_counter()
+                first, reads = None, 0
+                with c.stream("POST", GEMINI_STREAM, json=GEMINI, headers=headers) as r:
+                    assert r.status_code == 200, (t.name, r.status_code)
                     for _chunk in r.iter_raw():
                         reads += 1
                         if first is None:
@@ -386,6 +434,7 @@ def main() -> None:
             )
             seq = sequential(targets, n_seq, 6)
             ttfb = streaming(targets, n_stream, 3, 0)
+            gem = gemini_streaming(targets, n_stream, 3)
             # Interleaved rounds (the median of each target's rounds): a single back-to-back window
             # per target let a burst of load elsewhere on the machine land on one target only.
             rounds: dict[str, list[float]] = {t.name: [] for t in targets}
@@ -416,6 +465,14 @@ def main() -> None:
     for name in names:
         f50 = pct(ttfb[name][0], 50)
         print(f"{name:12} {f50:9.2f} {f50 - t50:7.2f} {statistics.median(ttfb[name][1]):6.0f}")
+    print(
+        "\nGemini stream of 50 chunks (streamGenerateContent, SSE), unpaced: time to first chunk (ms), reads"
+    )
+    g50 = pct(gem["direct"][0], 50)
+    print(f"{'target':12} {'ttfc p50':>9} {'added':>7} {'reads':>6}")
+    for name in names:
+        f50 = pct(gem[name][0], 50)
+        print(f"{name:12} {f50:9.2f} {f50 - g50:7.2f} {statistics.median(gem[name][1]):6.0f}")
     print("\n16 concurrent clients, non-streaming: calls per second (median of 3 interleaved rounds)")
     for name in names:
         print(f"{name:12} {tput[name]:9.0f}")
@@ -442,6 +499,14 @@ def main() -> None:
         ("added p99 over direct", f"{a99 - d99:.2f} ms", a99 - d99 <= 5, "<= 5 ms"),
         ("added time to first chunk over direct", f"{a_ttfc - t50:.2f} ms", a_ttfc - t50 <= 1.5, "<= 1.5 ms"),
         (
+            "Gemini stream: added time to first chunk over direct, reads vs direct",
+            f"{pct(gem['amb'][0], 50) - g50:.2f} ms, "
+            f"{statistics.median(gem['amb'][1]):.0f} vs {statistics.median(gem['direct'][1]):.0f}",
+            pct(gem["amb"][0], 50) - g50 <= 1.5
+            and statistics.median(gem["amb"][1]) >= 0.9 * statistics.median(gem["direct"][1]),
+            "<= 1.5 ms, as many reads",
+        ),
+        (
             "client reads per 50-chunk stream vs direct",
             f"{statistics.median(ttfb['amb'][1]):.0f} vs {statistics.median(ttfb['direct'][1]):.0f}",
             statistics.median(ttfb["amb"][1]) >= 0.9 * statistics.median(ttfb["direct"][1]),
@@ -456,8 +521,8 @@ def main() -> None:
         ),
         (
             "calls/s at 16 clients vs bare mitmproxy",
-            f"{tput['amb'] / tput['mitm']:.2f}x",
-            tput["amb"] / tput["mitm"] >= 0.9,
+            f"{tput['amb'] / max(tput['mitm'], 1e-9):.2f}x",
+            tput["amb"] / max(tput["mitm"], 1e-9) >= 0.9,
             ">= 0.9x",
         ),
     ]
@@ -468,14 +533,15 @@ def main() -> None:
             f"  amb-prev ({args.against}), same rounds: p50 cost {pct(seq['amb-prev'], 50) - m50:+.2f} ms; "
             f"5 MB {(pct(big['amb-prev'], 50) - b50) / max(1e-9, pct(big['mitm'], 50) - b50):.2f}x; "
             f"gap {gaps['amb-prev'][1] / gaps['mitm_stream'][1]:.2f}x; "
-            f"calls/s {tput['amb-prev'] / tput['mitm']:.2f}x"
+            f"calls/s {tput['amb-prev'] / max(tput['mitm'], 1e-9):.2f}x; "
+            f"TTFC {pct(ttfb['amb-prev'][0], 50) - t50:+.2f} ms, "
+            f"Gemini TTFC {pct(gem['amb-prev'][0], 50) - g50:+.2f} ms"
         )
     big_vs_stream = (pct(big["amb"], 50) - b50) / max(1e-9, pct(big["mitm_stream"], 50) - b50)
     print(
         f"  (reference: mitm_stream TTFC {ms_ttfc - t50:+.2f} ms over direct; floor p50 "
         f"{pct(seq['floor'], 50) - d50:+.2f} ms; 5 MB vs mitm_stream {big_vs_stream:.2f}x. Bare "
-        "mitmproxy and "
-        "mitm_stream differ only in streaming SSE, so their spread shows the run's noise.)"
+        "mitmproxy and mitm_stream differ only in streaming SSE, so their spread shows the run's noise.)"
     )
 
 

@@ -10,11 +10,13 @@ import tempfile
 from pathlib import Path
 
 from recorder.backend import AgentView, Exit, RunContext, seal_directory
+from recorder.proxy.upstreams import KINDS
 from schemas.errors import AmbError
 from schemas.events import SubmissionSealed
 
-SECRET_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
-"""Real keys amb-record holds in custody; the agent gets placeholders instead."""
+SECRET_VARS = tuple(var for kind in KINDS.values() for var in kind.key_vars)
+"""Real keys amb-record holds in custody, of every kind (a named upstream's key is replaced by its
+placeholder in the agent's environment); the agent gets placeholders instead."""
 
 
 def _die_with_parent() -> None:

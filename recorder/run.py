@@ -23,13 +23,15 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from recorder.backend import AgentView, Backend, Exit, RunContext, seal_directory
 from recorder.keyguard import guard_this_process, local_warning
 from recorder.local_backend import LocalBackend
+from recorder.proxy import upstreams as upstreams_mod
+from recorder.proxy.upstreams import Upstream
 from recorder.runlock import RunLock
 from recorder.spool import SpoolWriter, spool_path
 from schemas.blobstore import BlobStore
@@ -73,7 +75,8 @@ class RunSpec:
     """The agent's name as the user gives it (default: the command's basename)."""
     model: str | None = None
     """The model the agent is told to use, when the user says (the calls name what was called)."""
-    upstreams: dict[str, str] = field(default_factory=dict)
+    upstreams: Mapping[str, str | Upstream] = field(default_factory=dict)
+    """By name: ``Upstream``s, or a kind's URL / ``KIND:URL`` (missing default kinds: the public APIs)."""
     workspace: Path | None = None
     """Defaults to the current directory (the local backend's contract)."""
     env: dict[str, str] | None = None
@@ -96,25 +99,9 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
-def parse_upstreams(values: list[str]) -> dict[str, str]:
-    """``--upstream openai=URL`` values → provider → URL (scheme://host[:port] only)."""
-    from recorder.proxy.server import DEFAULT_UPSTREAMS
-
-    out = dict(DEFAULT_UPSTREAMS)
-    for value in values:
-        name, sep, url = value.partition("=")
-        if not sep or name not in DEFAULT_UPSTREAMS:
-            raise UsageError(f"--upstream {value!r}: expected openai=URL or anthropic=URL")
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UsageError(f"--upstream {value!r}: the URL must be http(s)://host[:port]")
-        if parts.path not in ("", "/") or parts.query:
-            raise UsageError(
-                f"--upstream {value!r}: give only scheme://host[:port]; the agent's request path "
-                "(e.g. /v1/chat/completions) is forwarded as is"
-            )
-        out[name] = f"{parts.scheme}://{parts.netloc}"
-    return out
+def parse_upstreams(values: list[str]) -> dict[str, Upstream]:
+    """``--upstream`` values (``KIND=URL``, ``NAME=KIND:URL``) → the run's upstreams by name."""
+    return upstreams_mod.parse(values)
 
 
 def parse_allow_hosts(values: list[str]) -> list[tuple[str, int]]:
@@ -141,18 +128,25 @@ def parse_labels(values: list[str]) -> dict[str, str]:
 
 
 def agent_env(
-    view: AgentView, ports: dict[str, int], placeholders: dict[str, str], run_id: str
+    view: AgentView,
+    ports: dict[str, int],
+    placeholders: dict[str, str],
+    run_id: str,
+    upstreams: Mapping[str, str | Upstream] | None = None,
 ) -> dict[str, str]:
     """amb's variables for the agent: where the proxy is, which CA to trust, placeholder keys."""
     host = view.proxy_host
     proxy = f"http://{host}:{ports['regular']}"
     no_proxy = ",".join(dict.fromkeys([host, "localhost", "127.0.0.1", "::1"]))
-    env = {
-        # The openai SDK expects the /v1 in its base URL; the anthropic SDK appends it itself.
-        "OPENAI_BASE_URL": f"http://{host}:{ports['openai']}/v1",
-        "ANTHROPIC_BASE_URL": f"http://{host}:{ports['anthropic']}",
-        "OPENAI_API_KEY": placeholders["openai"],
-        "ANTHROPIC_API_KEY": placeholders["anthropic"],
+    env: dict[str, str] = {}
+    for name, up in upstreams_mod.resolve(upstreams or {}).items():
+        # Each upstream's base URL ends as its SDK expects (the openai SDK wants the /v1 in it; the
+        # anthropic and google-genai SDKs add their own path).
+        env[up.base_url_var] = up.agent_base_url(host, ports[name])
+        first, *others = up.key_vars
+        env[first] = placeholders[name]
+        env.update(dict.fromkeys(others, ""))
+    env |= {
         "HTTP_PROXY": proxy,
         "HTTPS_PROXY": proxy,
         "http_proxy": proxy,
@@ -254,7 +248,7 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
     blobs = BlobStore(store / "blobs")
     log = _RecorderLog(store, run_id)
     env_source = os.environ if spec.env is None else spec.env
-    upstreams = spec.upstreams or parse_upstreams([])
+    upstreams = upstreams_mod.resolve(spec.upstreams)
     custody = Custody.from_env(dict(env_source), upstreams)
     if custody.real:
         # Whoever holds a real key is closed to the agent's reads (/proc environ and mem, ptrace).
@@ -298,7 +292,7 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
             proxy_ports=dict(proxy.ports),
         )
         view = backend.prepare(ctx)
-        env = agent_env(view, proxy.ports, custody.placeholders, run_id)
+        env = agent_env(view, proxy.ports, custody.placeholders, run_id, upstreams)
         if spec.task:
             env["AMB_TASK"] = spec.task
         if spec.tier:

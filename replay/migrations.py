@@ -80,6 +80,9 @@ CORE: list[Migration] = [
     Migration("core.m002_views", views.create_views),
     # network_requests gained the `blocked` column (the proxy's refusals); the views are re-created.
     Migration("core.m003_views_network_blocked", views.create_views),
+    # model_calls gained requested_model, served_model, upstream and reported_cost_usd: a store made
+    # before gets the views again (CREATE OR REPLACE: the columns are the current ones).
+    Migration("core.m004_views_gateway_fields", views.create_views),
 ]
 
 

@@ -83,9 +83,26 @@ VIEWS: list[View] = [
         _ENV
         + [
             Column("call_id", _p("call_id"), "Call id (unique within the run)."),
-            Column("provider", _p("provider"), "openai or anthropic (wire format)."),
-            Column("api", _p("api"), "chat.completions, responses or messages."),
-            Column("model", _p("model"), "Model named in the request."),
+            Column("provider", _p("provider"), "openai, anthropic or gemini (wire format)."),
+            Column(
+                "api",
+                _p("api"),
+                "chat.completions, responses, messages, generateContent, streamGenerateContent, countTokens.",
+            ),
+            Column(
+                "model",
+                _p("model"),
+                "Model that served the call if the response says, else the one asked for.",
+            ),
+            Column(
+                "requested_model",
+                _p("requested_model"),
+                "Model named in the request (body, path, deployment).",
+            ),
+            Column("served_model", _p("served_model"), "Model the response names (a gateway may differ)."),
+            Column(
+                "upstream", _p("upstream"), "The --upstream it went to (openai, gemini, azure, a named one)."
+            ),
             Column("stream", _p("stream", "BOOLEAN"), "Streaming call?"),
             Column("status", _p("status", "INTEGER"), "Upstream HTTP status (NULL: no response)."),
             Column("ok", _p("ok", "BOOLEAN"), "False for failures (see error)."),
@@ -99,6 +116,11 @@ VIEWS: list[View] = [
             Column("output_tokens", _p("usage.output", "BIGINT"), "Output tokens, reasoning included."),
             Column("reasoning_tokens", _p("usage.reasoning", "BIGINT"), "Part of output spent on reasoning."),
             Column("usage_reported", _p("usage.reported", "BOOLEAN"), "False: usage estimated."),
+            Column(
+                "reported_cost_usd",
+                _p("cost_usd", "DOUBLE"),
+                "Cost the provider/gateway reported (NULL: none).",
+            ),
             Column(
                 "n_tool_calls", "json_array_length(payload->'$.message.tool_calls')", "Tool calls asked for."
             ),

@@ -11,6 +11,11 @@ where a table that gives no cache prices charges cached tokens as ordinary input
 does not list leaves the cost *unscored* with the reason, never 0. Usage the provider did not report
 (the proxy estimated it) is flagged ``estimated``.
 
+A call through a gateway that reported its own cost (``ModelCallCompleted.cost_usd``: OpenRouter's
+``usage.cost``) is charged that cost, not the table's price: the gateway knows which provider served
+it and at what rate. ``cost_source`` says what a run's cost came from: ``reported``, ``table``, or
+``reported+table`` when its calls were priced both ways; ``calls_reported`` counts the former.
+
 Tables are TOML files: the built-in ones in ``scorer/prices/`` (the paper's Table 11 snapshot and
 the public harness's prices) or any path; users add their own.
 """
@@ -89,6 +94,7 @@ def price_run(traj: Trajectory, table: PriceTable) -> dict[str, Any]:
     estimated = False
     cost = 0.0
     unpriced: set[str] = set()
+    by_table = by_report = 0
     unit = table.table.unit_tokens
     for _, call in traj.model_calls:
         u = call.usage
@@ -98,10 +104,18 @@ def price_run(traj: Trajectory, table: PriceTable) -> dict[str, Any]:
         tok["output"] += u.output
         tok["reasoning"] += u.reasoning
         estimated |= not u.reported
-        price = table.find(call.model or traj.model)
+        reported = call.cost_usd
+        if reported is not None:
+            cost += reported
+            by_report += 1
+            continue
+        price = (
+            table.find(call.model) or table.find(call.requested_model) or table.find(call.model or traj.model)
+        )
         if price is None:
             unpriced.add(call.model or traj.model or "(unknown model)")
             continue
+        by_table += 1
         fresh = max(u.input_total - u.cache_read - u.cache_write, 0)
         p_cr = price.input if price.cache_read is None else price.cache_read
         p_cw = price.input if price.cache_write is None else price.cache_write
@@ -116,4 +130,7 @@ def price_run(traj: Trajectory, table: PriceTable) -> dict[str, Any]:
         else None,
         "price_table": table.table.name,
         "estimated": estimated,
+        "cost_source": "+".join(name for name, n in (("reported", by_report), ("table", by_table)) if n)
+        or None,
+        "calls_reported": by_report,
     }

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from types import ModuleType
 
-from recorder.proxy import anthropic_messages, openai_chat, openai_responses
+from recorder.proxy import anthropic_messages, gemini, openai_chat, openai_responses
 from recorder.proxy.result import Reassembled, RequestInfo, loads
 from recorder.proxy.skim import skim
 from recorder.proxy.wire import decode_content
@@ -25,13 +26,28 @@ class Api:
 CHAT = Api("openai", "chat.completions", openai_chat)
 RESPONSES = Api("openai", "responses", openai_responses)
 MESSAGES = Api("anthropic", "messages", anthropic_messages)
+GENERATE = Api("gemini", "generateContent", gemini)
+STREAM_GENERATE = Api("gemini", "streamGenerateContent", gemini)
+COUNT_TOKENS = Api("gemini", "countTokens", gemini)
+GEMINI_METHODS = {
+    "generateContent": GENERATE,
+    "streamGenerateContent": STREAM_GENERATE,
+    "countTokens": COUNT_TOKENS,
+}
+
+_GEMINI_PATH = re.compile(r"/(?:tunedM|m)odels/([^/:]+):(\w+)$")
+_AZURE_DEPLOYMENT = re.compile(r"/openai/deployments/([^/?]+)/")
 
 
 def classify(method: str, path: str) -> Api | None:
-    """The model API a request speaks, by its path (any prefix: ``/v1``, ``/openai/v1``, ...)."""
+    """The model API a request speaks, by its path (any prefix: ``/v1``, ``/openai/v1``,
+    ``/openai/deployments/NAME``, ``/v1beta/models/MODEL:generateContent``, ...)."""
     if method != "POST":
         return None
     p = path.split("?", 1)[0].rstrip("/")
+    if ":" in p:
+        m = _GEMINI_PATH.search(p)
+        return GEMINI_METHODS.get(m.group(2)) if m else None
     if p.endswith("/chat/completions"):
         return CHAT
     if p.endswith("/responses"):
@@ -47,8 +63,24 @@ def classify_websocket(path: str) -> Api | None:
     return RESPONSES if p.endswith("/responses") else None
 
 
+def model_in_path(url: str) -> str | None:
+    """The model a URL names: Gemini's ``models/MODEL:method``, an Azure deployment's name."""
+    path = url.split("?", 1)[0]
+    m = _GEMINI_PATH.search(path) or _AZURE_DEPLOYMENT.search(path)
+    return m.group(1) if m else None
+
+
 def parse_request(api: Api, body: bytes) -> RequestInfo:
     """The request's facts; a large body is parsed without its inline binary data (``skim``)."""
+    info = _parse_request(api, body)
+    if api is STREAM_GENERATE:
+        info.stream = True  # the method says so, not the body
+    elif api is COUNT_TOKENS:
+        info.tool_results = []  # a history sent to be counted answers nothing (the next call's does)
+    return info
+
+
+def _parse_request(api: Api, body: bytes) -> RequestInfo:
     if not body:
         return RequestInfo()
     skimmed = skim(body)
@@ -73,10 +105,20 @@ def parse_response(
         parsed = loads(body)
         if api is MESSAGES:
             result = anthropic_messages.parse_json(parsed, body)
+        elif api.parser is gemini:
+            if parsed is None and api is STREAM_GENERATE:  # a JSON-array stream cut off
+                result = gemini.parse_array_stream(body.decode("utf-8", "replace"))
+            else:
+                result = gemini.parse_json(parsed, body)
         else:
             result = api.parser.parse_json(parsed)
         result.complete = parsed is not None
     return result, body, err
+
+
+def streams_json(api: Api) -> bool:
+    """Whether the API streams a JSON body (Gemini's array stream) that must be passed on live."""
+    return api is STREAM_GENERATE
 
 
 def estimate_usage(req: RequestInfo, result: Reassembled) -> Usage:

@@ -2,7 +2,8 @@
 
 The proxy swaps a placeholder for the real key only on requests bound for that provider's
 configured upstream (never to another host). Headers are never persisted at all (so neither
-``Authorization`` nor ``x-api-key`` nor ``api-key`` can leak), and every persisted body, tool
+``Authorization``, ``x-api-key``, ``api-key`` nor ``x-goog-api-key`` can leak; a key injected into
+a query string is masked in the recorded URL), and every persisted body, tool
 output, path and error text passes through ``scrub``, so a key that leaks into a body (an agent
 echoing its environment, say) is masked.
 """
@@ -10,56 +11,75 @@ echoing its environment, say) is masked.
 from __future__ import annotations
 
 import secrets
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import quote
 
-ENV_KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+from recorder.proxy.upstreams import Upstream, resolve
+
 REDACTED = "[redacted]"
 MIN_KEY_LEN = 8
 """Keys shorter than this are not scrubbed from bodies (a 1-byte 'key' would mangle everything)."""
+
+KEY_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
+"""Where SDKs send a key: OpenAI (Bearer), Anthropic, Azure OpenAI, Gemini. Gemini's ``?key=`` query
+parameter is handled by ``inject_query``."""
 
 
 @dataclass
 class Custody:
     real: dict[str, str] = field(default_factory=dict)
-    """provider → real key (from amb-record's own environment)."""
+    """upstream name → real key (from amb-record's own environment)."""
     placeholders: dict[str, str] = field(default_factory=dict)
-    """provider → the placeholder handed to the agent."""
+    """upstream name → the placeholder handed to the agent."""
     upstream_hosts: dict[str, tuple[str, int]] = field(default_factory=dict)
-    """provider → (host, port) of its configured upstream: the only place its key may go."""
+    """upstream name → (host, port) of that upstream: the only place its key may go."""
 
     @classmethod
-    def from_env(cls, env: dict[str, str], upstreams: dict[str, str]) -> Custody:
+    def from_env(cls, env: Mapping[str, str], upstreams: Mapping[str, str | Upstream]) -> Custody:
         c = cls()
-        for provider, var in ENV_KEYS.items():
-            key = env.get(var, "")
+        for name, up in resolve(upstreams).items():
+            key = next((env[var] for var in up.key_vars if env.get(var)), "")
             if key:
-                c.real[provider] = key
-            c.placeholders[provider] = f"amb-placeholder-{provider}-{secrets.token_hex(8)}"
-        for provider, url in upstreams.items():
-            parts = urlsplit(url)
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-            c.upstream_hosts[provider] = ((parts.hostname or "").lower(), port)
+                c.real[name] = key
+            c.placeholders[name] = f"amb-placeholder-{name}-{secrets.token_hex(8)}"
+            c.upstream_hosts[name] = (up.host, up.port)
         c._needles = [k.encode() for k in c.real.values() if len(k) >= MIN_KEY_LEN]
         return c
 
     _needles: list[bytes] = field(default_factory=list)
 
+    def _swaps(self, host: str, port: int) -> list[tuple[str, str]]:
+        """(placeholder, real key) of every upstream at ``host:port``."""
+        where = (host.lower(), port)
+        return [
+            (self.placeholders[name], real)
+            for name, real in self.real.items()
+            if self.upstream_hosts.get(name) == where
+        ]
+
     def inject(self, host: str, port: int, headers: MutableMapping[str, str]) -> bool:
         """Replace placeholders with real keys in ``headers`` (a mitmproxy Headers) if bound for
-        the provider's upstream. Returns True if a key was injected."""
+        their upstream. Returns True if a key was injected."""
         injected = False
-        for provider, placeholder in self.placeholders.items():
-            real = self.real.get(provider)
-            if not real or self.upstream_hosts.get(provider) != (host.lower(), port):
-                continue
-            for name in ("authorization", "x-api-key", "api-key"):
+        for placeholder, real in self._swaps(host, port):
+            for name in KEY_HEADERS:
                 value = headers.get(name)
                 if value and placeholder in value:
-                    headers[name] = value.replace(placeholder, real)  # type: ignore[index]
+                    headers[name] = value.replace(placeholder, real)
                     injected = True
         return injected
+
+    def inject_query(self, host: str, port: int, path: str) -> str:
+        """``path`` with a placeholder in its query (Gemini's ``?key=``) replaced by the real key, if
+        bound for its upstream."""
+        query = path.find("?")
+        if query == -1:
+            return path
+        for placeholder, real in self._swaps(host, port):
+            if placeholder in path:
+                path = path[:query] + path[query:].replace(placeholder, quote(real, safe=""))
+        return path
 
     def scrub(self, data: bytes) -> bytes:
         """``data`` with every real key's bytes masked."""

@@ -15,6 +15,7 @@ from recorder.proxy.result import (
     error_text,
     loads,
     openai_usage,
+    reported_cost,
     text_of,
 )
 from recorder.proxy.wire import iter_sse
@@ -52,6 +53,7 @@ def parse_json(body: Any) -> Reassembled:
     r.error = error_text(body)
     r.model = body.get("model")
     r.usage = usage(body.get("usage"))
+    r.cost = reported_cost(body.get("usage"))
     choices = body.get("choices") or []
     if choices and isinstance(choices[0], dict):
         choice = choices[0]
@@ -83,6 +85,7 @@ def parse_stream(text: str) -> Reassembled:
         r.model = chunk.get("model") or r.model
         if chunk.get("usage"):
             r.usage = usage(chunk["usage"])
+            r.cost = reported_cost(chunk["usage"])
         for choice in chunk.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue

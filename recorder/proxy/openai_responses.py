@@ -15,6 +15,7 @@ from recorder.proxy.result import (
     error_text,
     loads,
     openai_usage,
+    reported_cost,
     text_of,
 )
 from recorder.proxy.wire import iter_sse
@@ -92,6 +93,7 @@ def parse_json(body: Any) -> Reassembled:
     r.error = error_text(body)
     r.model = body.get("model")
     r.usage = usage(body.get("usage"))
+    r.cost = reported_cost(body.get("usage"))
     r.stop_reason = _stop(body)
     _add_output(r, body.get("output"))
     return r
@@ -129,6 +131,7 @@ class StreamState:
             resp = event.get("response") or {}
             r.model = resp.get("model") or r.model
             r.usage = usage(resp.get("usage")) or r.usage
+            r.cost = reported_cost(resp.get("usage"))
             r.stop_reason = _stop(resp)
             if kind == "response.failed":
                 r.error = error_text(resp) or "response.failed"

@@ -27,6 +27,10 @@ class RequestInfo:
     tool_results: list[ToolResult] = field(default_factory=list)
     chars: int = 0
     """Characters of prompt-ish content, for the usage estimate when none is reported."""
+    conversation: str | None = None
+    """Gemini: a digest of the conversation's first content (for tool call ids: ``gemini``)."""
+    turns: int = 0
+    """Gemini: how many contents the request sent."""
 
 
 @dataclass
@@ -44,6 +48,8 @@ class Reassembled:
     """An error the provider reported in the body (or as a stream event)."""
     complete: bool = False
     """The terminal event (or a whole JSON body) was seen."""
+    cost: float | None = None
+    """The cost the provider or gateway reported (OpenRouter's ``usage.cost``), if any."""
 
     def tool(self, key: Any) -> dict[str, Any]:
         return self.tool_calls.setdefault(key, {"id": "", "name": "", "args": []})
@@ -102,18 +108,42 @@ def error_text(body: Any) -> str | None:
     return None
 
 
+CACHE_READ_SPELLINGS = ("prompt_cache_hit_tokens", "cached_tokens", "cache_read_input_tokens")
+"""Where OpenAI-compatible providers put cached input outside ``*_tokens_details.cached_tokens``:
+DeepSeek, Moonshot, and gateways that pass Anthropic's name through. All inside the prompt total."""
+
+
+def _first_int(*sources: tuple[Any, str]) -> int:
+    for obj, key in sources:
+        if isinstance(obj, dict) and key in obj:
+            return as_int(obj[key])
+    return 0
+
+
 def openai_usage(u: Any, prefix: tuple[str, str], input_name: str, output_name: str) -> Usage | None:
     """OpenAI usage in the containment convention (cached inside input, reasoning inside output).
 
     Chat Completions says ``prompt``/``completion`` where Responses says ``input``/``output``:
-    ``prefix`` picks the ``*_tokens_details`` objects, the names pick the totals."""
+    ``prefix`` picks the ``*_tokens_details`` objects, the names pick the totals. Cached tokens are
+    read under every spelling OpenAI-compatible providers use (``CACHE_READ_SPELLINGS``); cache
+    writes where OpenRouter reports them (``prompt_tokens_details.cache_write_tokens``)."""
     if not isinstance(u, dict):
         return None
-    idt = u.get(f"{prefix[0]}_tokens_details") or {}
-    odt = u.get(f"{prefix[1]}_tokens_details") or {}
+    idt = u.get(f"{prefix[0]}_tokens_details")
+    odt = u.get(f"{prefix[1]}_tokens_details")
     return Usage(
         input_total=as_int(u.get(input_name)),
-        cache_read=as_int(idt.get("cached_tokens")) if isinstance(idt, dict) else 0,
+        cache_read=_first_int((idt, "cached_tokens"), *((u, k) for k in CACHE_READ_SPELLINGS)),
+        cache_write=_first_int((idt, "cache_write_tokens"), (u, "cache_creation_input_tokens")),
         output=as_int(u.get(output_name)),
-        reasoning=as_int(odt.get("reasoning_tokens")) if isinstance(odt, dict) else 0,
+        reasoning=_first_int((odt, "reasoning_tokens"), (u, "reasoning_tokens")),
     )
+
+
+def reported_cost(u: Any) -> float | None:
+    """The call's cost as a gateway reports it in the usage object (OpenRouter: ``cost``, USD)."""
+    if isinstance(u, dict):
+        cost = u.get("cost")
+        if isinstance(cost, int | float) and not isinstance(cost, bool):
+            return float(cost)
+    return None

@@ -1,8 +1,9 @@
 """Run mitmproxy (with the recording addon) inside amb-record, on its own thread and event loop.
 
 In-process rather than a child: one import, no second process to supervise, and the addon's
-counts and state are at hand for ``run.finished``. Modes: one reverse endpoint per provider (the
-agent gets ``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL``) plus a regular proxy with a per-run CA
+counts and state are at hand for ``run.finished``. Modes: one reverse endpoint per upstream (the
+agent gets ``OPENAI_BASE_URL``, ``ANTHROPIC_BASE_URL``, ``GOOGLE_GEMINI_BASE_URL``, ...: see
+``recorder.proxy.upstreams``) plus a regular proxy with a per-run CA
 for everything else. All listen on ephemeral ports so several amb-record processes can coexist.
 """
 
@@ -17,18 +18,19 @@ import ssl
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recorder.proxy.addon import Recorder
 from recorder.proxy.gate import Destinations, Gate
 from recorder.proxy.sink import Sink
+from recorder.proxy.upstreams import Upstream, resolve
 from schemas.errors import AmbError
 
 if TYPE_CHECKING:
     from mitmproxy.master import Master
 
-DEFAULT_UPSTREAMS = {"openai": "https://api.openai.com", "anthropic": "https://api.anthropic.com"}
 CA_CERT_NAME = "mitmproxy-ca-cert.pem"
 SWITCH_INTERVAL_S = 0.0005
 
@@ -46,7 +48,7 @@ class ProxyServer:
         self,
         sink: Sink,
         *,
-        upstreams: dict[str, str],
+        upstreams: Mapping[str, str | Upstream],
         confdir: Path,
         listen_host: str = "127.0.0.1",
         upstream_ca: Path | None = None,
@@ -54,10 +56,10 @@ class ProxyServer:
     ):
         self.sink = sink
         self.recorder = Recorder(sink)
+        self.upstreams = resolve(upstreams)
         # The configured upstreams, and what the user opened with --allow-host, even on loopback.
         allowed = list(sink.custody.upstream_hosts.values()) + list(allow_hosts or [])
         self.gate = Gate(Destinations(allowed))
-        self.upstreams = upstreams
         self.confdir = confdir
         self.listen_host = listen_host
         self.upstream_ca = upstream_ca
@@ -137,8 +139,10 @@ class ProxyServer:
         from mitmproxy import master as mitm_master
         from mitmproxy import options
 
-        # Two providers with the same upstream (a test fake, a gateway) share one reverse endpoint.
-        spec_of = {name: f"reverse:{url}@{self.listen_host}:0" for name, url in self.upstreams.items()}
+        # One reverse endpoint per upstream, even when two share a host (their paths and keys differ):
+        # the target in the spec only tells the endpoints apart, the addon routes each request.
+        spec_of = {name: f"reverse:{_route_target(name)}@{self.listen_host}:0" for name in self.upstreams}
+        self.recorder.routes = {spec_of[name]: up for name, up in self.upstreams.items()}
         spec_of["regular"] = f"regular@{self.listen_host}:0"
         modes = list(dict.fromkeys(spec_of.values()))
         opts = options.Options(confdir=str(self.confdir), mode=modes)
@@ -171,6 +175,12 @@ class ProxyServer:
         self.ports = {name: by_spec[spec] for name, spec in spec_of.items()}
         self._ready.set()
         await run
+
+
+def _route_target(name: str) -> str:
+    """A distinct placeholder target for ``name``'s reverse endpoint (never connected to: the addon
+    sets the real upstream in the request hook; ``.invalid`` never resolves, should that ever fail)."""
+    return f"http://{name.replace('_', '-')}.amb-upstream.invalid:9"
 
 
 def proxy_addons() -> list:

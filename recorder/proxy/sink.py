@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recorder.proxy import calls
+from recorder.proxy import calls, gemini
 from recorder.proxy.blobwriter import BlobWriter
 from recorder.proxy.custody import Custody
 from recorder.proxy.result import RequestInfo, ToolResult
@@ -81,6 +81,8 @@ class CallFacts:
     error: str | None = None
     partial: bool = False
     retries: int = 0
+    upstream: str | None = None
+    """The name of the upstream whose reverse endpoint the call came in on."""
 
 
 def _now(fn: Any, *args: Any) -> Future[Any]:
@@ -217,6 +219,8 @@ class Sink:
         info, request_ref = prepared.info, prepared.ref
         raw = b"".join(f.response_chunks)
         result, resp_body, decode_err = calls.parse_response(f.api, raw, f.response_encoding, f.content_type)
+        if f.api.parser is gemini:
+            gemini.assign_ids(result, info)
         response_ref = None
         if raw:
             media = f.content_type.split(";")[0].strip() or "application/octet-stream"
@@ -241,13 +245,14 @@ class Sink:
         if usage is None:
             usage = calls.estimate_usage(info, result)
         message = result.message()
+        requested_model = info.model or calls.model_in_path(f.url)
         event = ModelCallCompleted(
             call_id=f.call_id,
             provider=f.api.provider,
             api=f.api.api,
-            model=result.model or info.model,
+            model=result.model or requested_model,
             stream=f.streamed or info.stream,
-            url=f.url,
+            url=self.custody.scrub_text(f.url),
             status=f.status,
             ok=error is None,
             error=self.custody.scrub_text(error) if error else None,
@@ -261,6 +266,10 @@ class Sink:
             latency_ms=f.latency_ms,
             retries=f.retries,
             partial=partial,
+            requested_model=requested_model,
+            served_model=result.model,
+            upstream=f.upstream,
+            cost_usd=result.cost,
         )
         self._append(event)
         self._write_tools(f.call_id, info.tool_results, message.tool_calls)

@@ -47,13 +47,15 @@ class ModelCallCompleted(Payload, frozen=True, tag="model_call.completed"):
 
     call_id: str
     provider: str
-    """``openai`` or ``anthropic`` (the wire format)."""
+    """``openai``, ``anthropic`` or ``gemini`` (the wire format; Azure and OpenAI-compatible gateways
+    speak ``openai``: see ``upstream``)."""
     api: str
-    """``chat.completions``, ``responses`` or ``messages``."""
+    """``chat.completions``, ``responses``, ``messages``, ``generateContent``,
+    ``streamGenerateContent`` or ``countTokens``."""
     model: str | None = None
     stream: bool = False
     url: str = ""
-    """Scheme, host and path of the upstream request (no query secrets)."""
+    """The URL called upstream: scheme, host, path and query (a ``key`` parameter masked)."""
     status: int | None = None
     """HTTP status from upstream, None when no response arrived."""
     ok: bool = True
@@ -70,3 +72,15 @@ class ModelCallCompleted(Payload, frozen=True, tag="model_call.completed"):
     retries: int = 0
     partial: bool = False
     """True when the response was cut off (stream reset, recorder shutdown mid-flight)."""
+    requested_model: str | None = None
+    """The model the request named: its body's ``model``, Gemini's ``models/MODEL`` path, or the
+    Azure deployment's name. (``model`` is the served one when the response names it, else this.)"""
+    served_model: str | None = None
+    """The model the response says served the call (``model``, Gemini's ``modelVersion``): a gateway
+    may serve another model, or a dated version, than the one asked for."""
+    upstream: str | None = None
+    """The ``--upstream`` the call went to (``openai``, ``gemini``, ``azure``, or a named one such as
+    ``openrouter``); None for a call that went through the regular proxy."""
+    cost_usd: float | None = None
+    """The cost the provider or gateway reported for this call (OpenRouter's ``usage.cost``), in
+    USD; None when it reported none (the scorer then prices the tokens with a price table)."""

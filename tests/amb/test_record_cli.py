@@ -406,8 +406,9 @@ def test_concurrent_runs_share_one_store(tmp_path, fake, agents_py):
     "args,message",
     [
         ([], "no command given"),
-        (["--upstream", "mistral=http://x", "--", "true"], "expected openai=URL or anthropic=URL"),
-        (["--upstream", "openai=http://x/v1", "--", "true"], "give only scheme://host[:port]"),
+        (["--upstream", "mistral=http://x", "--", "true"], "'mistral' is not a kind"),
+        (["--upstream", "openai=http://x/v1?k=1", "--", "true"], "no query, fragment or credentials"),
+        (["--upstream", "helper=nokind:http://x", "--", "true"], "unknown kind 'nokind'"),
         (["--label", "novalue", "--", "true"], "expected K=V"),
         (["--time-limit", "-1", "--", "true"], "--time-limit must be a positive"),
     ],

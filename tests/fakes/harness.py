@@ -20,16 +20,22 @@ from schemas.frames import scan
 REAL_KEYS = {
     "OPENAI_API_KEY": "sk-test-REAL-openai-5f1c9a7e",
     "ANTHROPIC_API_KEY": "sk-ant-test-REAL-2b8d4c6f",
+    "GEMINI_API_KEY": "AIza-test-REAL-gemini-7d3e1b9a",
 }
 
 
 class Recording:
     def __init__(
-        self, store: Path, upstream_url: str, run_id: str = "run-proxy-test", upstream_ca: Path | None = None
+        self,
+        store: Path,
+        upstream_url: str,
+        run_id: str = "run-proxy-test",
+        upstream_ca: Path | None = None,
+        upstreams: dict[str, str] | None = None,
     ):
         self.store = store
         self.run_id = run_id
-        upstreams = {"openai": upstream_url, "anthropic": upstream_url}
+        upstreams = upstreams or {"openai": upstream_url, "anthropic": upstream_url, "gemini": upstream_url}
         self.custody = Custody.from_env(dict(REAL_KEYS), upstreams)
         self.sink = Sink(store, run_id, self.custody)
         self.proxy = ProxyServer(
@@ -58,6 +64,10 @@ class Recording:
     @property
     def base(self) -> str:
         return f"http://127.0.0.1:{self.proxy.ports['openai']}"
+
+    def endpoint(self, name: str) -> str:
+        """The reverse endpoint of upstream ``name``, as the agent's base URL for it."""
+        return self.proxy.upstreams[name].agent_base_url("127.0.0.1", self.proxy.ports[name])
 
     @property
     def regular(self) -> str:

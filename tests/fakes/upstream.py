@@ -1,4 +1,4 @@
-"""A loopback fake of the OpenAI and Anthropic HTTP APIs that speaks their real wire formats.
+"""A loopback fake of the OpenAI, Anthropic and Gemini HTTP APIs that speaks their real wire formats.
 
 It is a fake of something outside the project (the providers), so tests can drive real SDKs,
 curl and node through ``amb-record`` without a network. It serves:
@@ -9,6 +9,13 @@ curl and node through ``amb-record`` without a network. It serves:
   frames with ``sequence_number``, ``function_call_arguments.delta``; messages: ``message_start``
   … ``input_json_delta`` … ``message_stop``, with ``ping``). A tool call is made when the request
   offers tools and does not already carry a tool result.
+- ``POST …/models/MODEL:generateContent`` / ``:streamGenerateContent`` / ``:countTokens``: the
+  Gemini API (JSON; SSE with ``?alt=sse``, else the JSON-array stream element by element; thought
+  parts, function calls, ``usageMetadata``, ``modelVersion``); ``gemini_script`` scripts its calls.
+- model calls only under ``prefix`` (a gateway's ``/api/v1``), and Azure's deployment paths only
+  with ``api-version``: anything else is a 404, so a test sees a path mapped wrong. ``flavour``
+  gives Chat Completions a gateway's fields (OpenRouter's served model, reasoning, cache writes and
+  cost) or another usage spelling (DeepSeek, Moonshot).
 - any other path: ``200 text/plain`` (``GET /bytes/N`` returns N bytes), for ``network.request``.
 
 Knobs are request headers: ``x-fake-chunks`` (text pieces, default 5), ``x-fake-delay-ms``
@@ -40,6 +47,17 @@ import zstandard
 
 TOOL_ARGS = {"path": 'notes "draft".md', "text": "line one\nline two 🙂", "n": 3}
 TEXT = 'Hello from the fake upstream: quotes " and a newline\n and é, 🙂 done.'
+SERVED_MODEL = "fakevendor/fake-model-2026-01-01"
+"""The model a gateway flavour says served the call (not the one asked for)."""
+GEMINI_THOUGHT = "Let me think about this."
+GEMINI_USAGE = {
+    "promptTokenCount": 210,
+    "cachedContentTokenCount": 150,
+    "candidatesTokenCount": 33,
+    "thoughtsTokenCount": 11,
+    "totalTokenCount": 254,
+    "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 210}],
+}
 
 
 @dataclass
@@ -96,8 +114,25 @@ class _Encoder:
 class FakeUpstream:
     """Runs the fake on 127.0.0.1 in a background thread (its own event loop)."""
 
-    def __init__(self, tls_dir: Path | None = None, host: str = "127.0.0.1", keep_requests: bool = True):
+    def __init__(
+        self,
+        tls_dir: Path | None = None,
+        host: str = "127.0.0.1",
+        keep_requests: bool = True,
+        *,
+        prefix: str = "",
+        flavour: str = "openai",
+        gemini_script: list[dict[str, Any]] | None = None,
+    ):
         self.host = host
+        self.prefix = prefix
+        """Model calls are served only under this path (a gateway's ``/api/v1``); others get a 404."""
+        self.flavour = flavour
+        """The usage spelling and gateway fields of Chat Completions: ``openai``, ``openrouter``
+        (reasoning, ``cost``, a served model other than the one asked for), ``deepseek``
+        (``prompt_cache_hit_tokens``), ``moonshot`` (top-level ``cached_tokens``)."""
+        self.gemini_script = gemini_script
+        """Gemini: the function calls to make, one per turn, while the request offers tools; then text."""
         """127.0.0.2 keeps a test server out of the agent's NO_PROXY list (which names 127.0.0.1)."""
         self.requests: list[Seen] = []
         self.keep_requests = keep_requests
@@ -203,9 +238,17 @@ class FakeUpstream:
             self._send_plain(w, status, json.dumps(err).encode(), "application/json", h)
             await w.drain()
             return True
+        if method == "POST" and ":" in p.rsplit("/", 1)[-1]:
+            if not p.startswith(self.prefix + "/"):
+                return await self._not_found(w, p, h)
+            self._counter += 1
+            return await self._gemini(w, path, json.loads(body or b"{}"), h, self._counter)
         if method == "POST" and (
             p.endswith("/chat/completions") or p.endswith("/responses") or p.endswith("/messages")
         ):
+            azure = "/openai/deployments/" in p
+            if not p.startswith(self.prefix + "/") or (azure and "api-version=" not in path):
+                return await self._not_found(w, p, h)
             req = json.loads(body or b"{}")
             self._counter += 1
             api = (
@@ -221,6 +264,12 @@ class FakeUpstream:
         else:
             payload = f"ok {method} {p} {len(body)}\n".encode()
         self._send_plain(w, 200, payload, "text/plain", h)
+        await w.drain()
+        return True
+
+    async def _not_found(self, w: asyncio.StreamWriter, p: str, h: dict[str, str]) -> bool:
+        err = {"error": {"message": f"no such route: {p}", "type": "invalid_request_error", "code": 404}}
+        self._send_plain(w, 404, json.dumps(err).encode(), "application/json", h)
         await w.drain()
         return True
 
@@ -242,14 +291,20 @@ class FakeUpstream:
             + data
         )
 
-    async def _send_stream(self, w: asyncio.StreamWriter, events: list[bytes], h: dict[str, str]) -> bool:
+    async def _send_stream(
+        self,
+        w: asyncio.StreamWriter,
+        events: list[bytes],
+        h: dict[str, str],
+        ctype: str = "text/event-stream; charset=utf-8",
+    ) -> bool:
         coding = self._coding(h)
         enc = _Encoder(coding)
         delay = float(h.get("x-fake-delay-ms", "0")) / 1000
         reset_after = int(h.get("x-fake-reset-after", "-1"))
         extra = f"content-encoding: {coding}\r\n" if coding else ""
         w.write(
-            f"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+            f"HTTP/1.1 200 OK\r\ncontent-type: {ctype}\r\n"
             f"transfer-encoding: chunked\r\ncache-control: no-cache\r\n{extra}\r\n".encode()
         )
         await w.drain()
@@ -330,9 +385,43 @@ class FakeUpstream:
             "prompt_tokens_details": {"cached_tokens": 100},
             "completion_tokens_details": {"reasoning_tokens": 7},
         }
-        base = {"id": f"chatcmpl-{n}", "created": 1700000000, "model": model, "system_fingerprint": "fp_fake"}
+        base: dict[str, Any] = {
+            "id": f"chatcmpl-{n}",
+            "created": 1700000000,
+            "model": model,
+            "system_fingerprint": "fp_fake",
+        }
+        reasoning = None
+        if self.flavour == "openrouter":
+            # OpenRouter: the provider it routed to, the model that served, reasoning text and tokens,
+            # cached tokens in OpenAI's spelling plus cache writes, and the call's cost in USD.
+            base |= {"model": SERVED_MODEL, "provider": "FakeProvider"}
+            reasoning = "Thinking it over."
+            usage = {
+                "prompt_tokens": 120,
+                "completion_tokens": 30,
+                "total_tokens": 150,
+                "cost": 0.00123,
+                "is_byok": False,
+                "prompt_tokens_details": {"cached_tokens": 100, "cache_write_tokens": 5},
+                "cost_details": {"upstream_inference_cost": None},
+                "completion_tokens_details": {"reasoning_tokens": 7},
+            }
+        elif self.flavour == "deepseek":
+            usage = {
+                "prompt_tokens": 120,
+                "completion_tokens": 30,
+                "total_tokens": 150,
+                "prompt_cache_hit_tokens": 100,
+                "prompt_cache_miss_tokens": 20,
+                "completion_tokens_details": {"reasoning_tokens": 7},
+            }
+        elif self.flavour == "moonshot":
+            usage = {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150, "cached_tokens": 100}
         if not req.get("stream"):
             msg: dict[str, Any] = {"role": "assistant", "content": TEXT, "refusal": None}
+            if reasoning:
+                msg["reasoning"] = reasoning
             if tools:
                 msg["tool_calls"] = [
                     {"id": call_id, "type": "function", "function": {"name": "read_file", "arguments": args}}
@@ -361,6 +450,8 @@ class FakeUpstream:
             return b"data: " + json.dumps(c).encode() + b"\n\n"
 
         events = [chunk({"role": "assistant", "content": ""})]
+        if reasoning:
+            events.append(chunk({"reasoning": reasoning}))
         events += [chunk({"content": p}) for p in pieces]
         if tools:
             events.append(
@@ -619,6 +710,90 @@ class FakeUpstream:
         )
         events.append(ev("message_stop"))
         return await self._send_stream(w, events, h)
+
+    async def _gemini(
+        self, w: asyncio.StreamWriter, path: str, req: dict[str, Any], h: dict[str, str], n: int
+    ) -> bool:
+        """The Gemini API: ``models/M:generateContent`` (JSON), ``:streamGenerateContent`` (SSE with
+        ``?alt=sse``, else a JSON array sent element by element), ``:countTokens``. Thought parts, function
+        calls (while ``tools`` are offered: ``gemini_script`` in turn, else one ``read_file`` call until
+        the conversation holds a function response), ``usageMetadata`` and ``modelVersion`` as Google
+        sends them."""
+        p, _, query = path.partition("?")
+        model, _, method = p.rsplit("/", 1)[-1].partition(":")
+        if method == "countTokens":
+            body = {"totalTokens": 42, "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 42}]}
+            self._send_plain(w, 200, json.dumps(body).encode(), "application/json", h)
+            await w.drain()
+            return True
+        if method not in ("generateContent", "streamGenerateContent"):
+            return await self._not_found(w, p, h)
+        contents = req.get("contents") or []
+        answered = sum(
+            1
+            for c in contents
+            for part in c.get("parts") or []
+            if isinstance(part, dict) and ("functionResponse" in part or "function_response" in part)
+        )
+        call: dict[str, Any] | None = None
+        if req.get("tools"):
+            if self.gemini_script is not None:
+                turn = sum(
+                    1 for c in contents if any("functionCall" in part for part in c.get("parts") or [])
+                )
+                call = self.gemini_script[turn] if turn < len(self.gemini_script) else None
+            elif not answered:
+                call = {"name": "read_file", "args": TOOL_ARGS}
+        schema = (req.get("generationConfig") or {}).get("responseMimeType") == "application/json"
+        text = _gemini_json_answer(req) if schema else TEXT
+        pieces = split(text, int(h.get("x-fake-chunks", "5"))) if not schema else [text]
+        base = {"modelVersion": f"{model}-001", "responseId": f"fake-gemini-{n}"}
+        usage = {} if "x-fake-no-usage" in h else {"usageMetadata": GEMINI_USAGE}
+
+        def content(parts: list[dict[str, Any]]) -> dict[str, Any]:
+            return {"content": {"parts": parts, "role": "model"}, "index": 0}
+
+        final_parts: list[dict[str, Any]] = [] if call is None else [{"functionCall": call}]
+        if method == "generateContent":
+            parts = [{"text": GEMINI_THOUGHT, "thought": True}, {"text": text}, *final_parts]
+            body = {"candidates": [{**content(parts), "finishReason": "STOP"}], **usage, **base}
+            self._send_plain(w, 200, json.dumps(body, ensure_ascii=False).encode(), "application/json", h)
+            await w.drain()
+            return True
+        chunks = [{"candidates": [content([{"text": GEMINI_THOUGHT, "thought": True}])], **base}]
+        chunks += [{"candidates": [content([{"text": piece}])], **base} for piece in pieces]
+        chunks.append({"candidates": [{**content(final_parts), "finishReason": "STOP"}], **usage, **base})
+        if "alt=sse" in query:
+            events = [b"data: " + json.dumps(c, ensure_ascii=False).encode() + b"\r\n\r\n" for c in chunks]
+            return await self._send_stream(w, events, h)
+        # No alt=sse: one JSON array, its elements flushed as they are made.
+        events = [
+            ("[" if i == 0 else ",\r\n").encode() + json.dumps(c).encode() for i, c in enumerate(chunks)
+        ]
+        events.append(b"]")
+        return await self._send_stream(w, events, h, "application/json; charset=UTF-8")
+
+
+def _gemini_json_answer(req: dict[str, Any]) -> str:
+    """A reply for a request that asks for JSON (the Gemini CLI's routing and next-speaker checks):
+    an object with every required property of its schema, strings naming the first enum value."""
+    config = req.get("generationConfig") or {}
+    schema = config.get("responseJsonSchema") or config.get("responseSchema") or {}
+    out: dict[str, Any] = {}
+    for name, prop in (schema.get("properties") or {}).items():
+        if not isinstance(prop, dict):
+            continue
+        if prop.get("enum"):
+            out[name] = prop["enum"][0]
+        elif str(prop.get("type", "")).lower() in ("boolean",):
+            out[name] = False
+        elif str(prop.get("type", "")).lower() in ("number", "integer"):
+            out[name] = prop.get("minimum", 1)
+        else:
+            out[name] = "fake"
+    if "next_speaker" in out:
+        out["next_speaker"] = "user"  # the turn is over: do not make the CLI go on by itself
+    return json.dumps(out)
 
 
 _API = {"chat": FakeUpstream._chat, "responses": FakeUpstream._responses, "messages": FakeUpstream._messages}

@@ -89,9 +89,8 @@ PROBE = textwrap.dedent(r"""
     # 3. the network: every port the host listens on, at this network's gateway and docker0's
     proxy = urlsplit(os.environ["OPENAI_BASE_URL"])
     gateway = proxy.hostname
-    proxy_ports = {
-        proxy.port, urlsplit(os.environ["HTTPS_PROXY"]).port, urlsplit(os.environ["ANTHROPIC_BASE_URL"]).port
-    }
+    # every endpoint amb-record gave the agent (one per upstream, and the regular proxy)
+    proxy_ports = {urlsplit(v).port for v in os.environ.values() if v.startswith(f"http://{gateway}:")}
 
     def tcp(host, port, timeout=3.0):
         s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)

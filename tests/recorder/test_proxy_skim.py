@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from recorder.proxy import calls
-from recorder.proxy.calls import CHAT, MESSAGES, RESPONSES
+from recorder.proxy.calls import CHAT, GENERATE, MESSAGES, RESPONSES
 from recorder.proxy.skim import MIN_SPAN, STRIDE, skim
 
 
@@ -151,6 +151,10 @@ def _random_request(rng: random.Random, api: calls.Api) -> dict:
         t = rng.choice(["short", "ü" * rng.randrange(1, 50), "y" * rng.randrange(MIN_SPAN, 150_000)])
         return {"type": "input_text" if api is RESPONSES else "text", "text": t}
 
+    if api is GENERATE:
+        return _random_gemini(
+            rng, image=lambda: b64(rng.choice([1_000, MIN_SPAN + 1, 300_000]), rng.randrange(99))
+        )
     turns: list[dict[str, Any]] = []
     for i in range(rng.randrange(1, 6)):
         parts = [rng.choice([image, text])() for _ in range(rng.randrange(1, 4))]
@@ -194,7 +198,29 @@ def _random_request(rng: random.Random, api: calls.Api) -> dict:
     return {"model": "m", "stream": rng.random() < 0.5, key: turns}
 
 
-@pytest.mark.parametrize("api", [CHAT, RESPONSES, MESSAGES], ids=lambda a: a.api)
+def _random_gemini(rng: random.Random, image) -> dict:
+    """A Gemini request: inline data (camelCase or snake_case, as clients send either), function
+    calls and their responses, some holding data of their own."""
+
+    def inline() -> dict:
+        key, mime = rng.choice([("inlineData", "mimeType"), ("inline_data", "mime_type")])
+        return {key: {mime: "image/png", "data": image()}}
+
+    def text() -> dict:
+        return {"text": rng.choice(["short", "y" * rng.randrange(MIN_SPAN, 120_000)])}
+
+    contents = [{"role": "user", "parts": [text(), inline()]}]
+    for i in range(rng.randrange(1, 5)):
+        contents.append({"role": "model", "parts": [{"functionCall": {"name": f"f{i}", "args": {"i": i}}}]})
+        response = rng.choice([{"output": "done"}, {"output": {"data": image()}}, {"error": "no"}])
+        contents.append(
+            {"role": "user", "parts": [{"functionResponse": {"name": f"f{i}", "response": response}}]}
+        )
+        contents.append({"role": "user", "parts": [rng.choice([text, inline])()]})
+    return {"contents": contents, "systemInstruction": {"parts": [{"text": "be careful"}]}}
+
+
+@pytest.mark.parametrize("api", [CHAT, RESPONSES, MESSAGES, GENERATE], ids=lambda a: a.api)
 def test_skimmed_parse_equals_the_whole_parse_on_random_requests(api):
     rng = random.Random(f"skim-{api.api}")
     skimmed = 0

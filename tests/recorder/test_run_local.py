@@ -34,7 +34,7 @@ def run(tmp_path: Path, fake, argv: list[str], **kw):
         store=tmp_path / "store",
         workspace=ws,
         env=dict(REAL_KEYS),
-        upstreams={"openai": fake.url, "anthropic": fake.url},
+        upstreams=kw.pop("upstreams", {"openai": fake.url, "anthropic": fake.url}),
         **kw,
     )
     outcome = record(spec)
@@ -115,6 +115,30 @@ def test_agent_environment_has_placeholders_not_keys(tmp_path, fake):
     assert bundle.count("BEGIN CERTIFICATE") > 1  # system CAs + the per-run CA
     assert env["AMB_RUN_ID"] == out.run_id
     assert not Path(env["SSL_CERT_FILE"]).exists()  # the per-run CA is gone with the run
+
+
+def test_every_upstream_gets_its_variables_and_no_real_key_reaches_the_agent(tmp_path, fake, monkeypatch):
+    # Keys of every kind in amb-record's own environment, one the agent would find first.
+    monkeypatch.setenv("GOOGLE_API_KEY", "AIza-REAL-google-in-the-environment")
+    monkeypatch.setenv("AZURE_OPENAI_API_KEY", "azure-REAL-in-the-environment")
+    monkeypatch.setenv("HELPER_API_KEY", "sk-REAL-helper-in-the-environment")
+    dump = "import json, os, pathlib; pathlib.Path('env.json').write_text(json.dumps(dict(os.environ)))"
+    ups = {"openai": fake.url, "helper": f"openai:{fake.url}/api/v1", "gemini": fake.url + "/google"}
+    out, _, _ = run(tmp_path, fake, [sys.executable, "-c", dump], upstreams=ups)
+    env = json.loads((tmp_path / "ws" / "env.json").read_text())
+    assert env["HELPER_API_KEY"].startswith("amb-placeholder-helper-")
+    assert env["GEMINI_API_KEY"].startswith("amb-placeholder-gemini-") and env["GOOGLE_API_KEY"] == ""
+    assert "AZURE_OPENAI_API_KEY" not in env  # no azure upstream: the variable is simply removed
+    assert env["HELPER_BASE_URL"].endswith("/v1") and env["GOOGLE_GEMINI_BASE_URL"].startswith(
+        "http://127.0.0.1:"
+    )
+    assert env["ANTHROPIC_BASE_URL"].startswith("http://127.0.0.1:")  # the default kinds are always there
+    ports = {
+        env[v].split(":")[2].split("/")[0]
+        for v in ("OPENAI_BASE_URL", "HELPER_BASE_URL", "GOOGLE_GEMINI_BASE_URL")
+    }
+    assert len(ports) == 3  # one reverse endpoint per upstream, even on one host
+    assert not any("REAL" in v for v in env.values())
 
 
 def test_submission_is_sealed(tmp_path, fake):
