@@ -31,6 +31,8 @@ COMMANDS: dict[str, str] = {
     "images": "amb.images",
     "baseline": "amb.agent_cmds",
     "sweep": "amb.agent_cmds",
+    "import": "amb.interop_cmds",
+    "export": "amb.interop_cmds",
 }
 
 
