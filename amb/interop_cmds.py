@@ -314,3 +314,30 @@ def export_otel(store: str, runs: tuple[str, ...], all_runs: bool, out: str) -> 
         if stream is not sys.stdout:
             stream.close()
     tick(len(ids), len(ids))
+
+
+@import_group.command("inspect")
+@store_option
+@click.argument("files", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the per-input report as JSON.")
+@with_limits
+def import_inspect(
+    store: str, files: tuple[str, ...], as_json: bool, max_line_bytes: int, max_file_bytes: int
+) -> None:
+    """Import Inspect AI eval logs (.eval or .json; needs the `inspect` extra)."""
+    try:
+        import inspect_ai.log  # noqa: F401  (only to fail early with the way out)
+    except ImportError as e:
+        raise UsageError(
+            "amb import inspect needs Inspect AI: pip install 'amb-recorder[inspect]' "
+            f"(inspect-ai could not be imported: {e})"
+        ) from e
+    from recorder.importers import inspect_eval
+
+    limits = Limits(max_line_bytes, max_file_bytes)
+    resolve, _ = _task_helpers()
+
+    def parser(path: str) -> Callable[[], list[RunBuilder]]:
+        return lambda: inspect_eval.parse(Path(path), resolve_task=resolve, limits=limits)
+
+    report(run_imports(store, ((f, parser(f)) for f in files), len(files), "import"), as_json)

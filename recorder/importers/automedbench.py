@@ -41,6 +41,7 @@ from recorder.importers.common import (
     Limits,
     Rejected,
     RunBuilder,
+    TaskResolver,
     as_dict,
     read_bytes,
     read_json,
@@ -76,8 +77,6 @@ TASK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 NS = 1_000_000_000
 
-TaskResolver = Callable[[str], str]
-"""Maps the benchmark's task name (``kidney-seg-task``, ``kidney``) to the project's id."""
 BriefFor = Callable[[str, str], str | None]
 """The brief the project would give (task, tier), used when the source kept no system prompt."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -31,6 +31,10 @@ LIMITATION = "import.limitation"
 
 ORIGIN_SCORES = "origin_scores"
 """``note.data.kind`` of a note that points at the source harness's own scores (kept, never used)."""
+
+
+TaskResolver = Callable[[str], str]
+"""Maps a foreign task name (``kidney-seg-task``, ``kidney``) to the project's task id."""
 
 
 class Rejected(AmbError):
