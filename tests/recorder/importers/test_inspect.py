@@ -194,7 +194,8 @@ def test_inspect_logs_import_with_every_event(tmp_path, suffix):
         ("model-1", "openai", "chat.completions", "gpt-5-2026", 300, 0, 0, 5, 0),
     ]
     tools = con.execute(
-        "SELECT tool_call_id, name, arguments, requested_in, answered_in, output FROM tool_calls WHERE run_id = ?",
+        "SELECT tool_call_id, name, arguments, requested_in, answered_in, output FROM tool_calls "
+        "WHERE run_id = ?",
         [q1],
     ).fetchall()
     assert tools == [("tc-1", "bash", '{"cmd":"ls /data"}', "model-0", "model-1", "a.png\n")]
