@@ -275,7 +275,7 @@ def export_atif(
 @click.option("--overwrite", is_flag=True, help="Replace what OUT holds.")
 @click.option("--json", "as_json", is_flag=True, help="Print rows per table as JSON.")
 def export_parquet(store: str, out: str, runs: tuple[str, ...], overwrite: bool, as_json: bool) -> None:
-    """Export events, every view and the score tables as Parquet (hive-partitioned by run_id)."""
+    """Export events (hive-partitioned by run_id), every view and the score tables as Parquet."""
     from replay.export.parquet import export
     from replay.store import Store
 

@@ -41,14 +41,14 @@ def test_parquet_reads_back_identical(store, tmp_path):
     assert {"events", "runs", "model_calls", "tool_calls", "processes", "file_writes", "scores"} <= set(
         written
     )
-    assert (out / "events" / "run_id=r0001").is_dir()
+    assert (out / "events" / "run_id=r0001").is_dir() and (out / "model_calls.parquet").is_file()
     con = duckdb.connect(str(store / "amb.duckdb"), read_only=True)
     try:
-        for name, per_run in sources(con):
+        for name, _ in sources(con):
             cols = [r[0] for r in con.execute(f'DESCRIBE SELECT * FROM "{name}"').fetchall()]
             listed = ", ".join(f'"{c}"' for c in cols)
             src = f'SELECT {listed} FROM "{name}"'
-            back = f"SELECT {listed} FROM {read_glob(out, name, per_run)}"
+            back = f"SELECT {listed} FROM {read_glob(out, name, written[name]['partitioned'])}"
             n = con.execute(f"SELECT count(*) FROM ({src})").fetchall()[0][0]
             assert (
                 n == written[name]["rows"] == con.execute(f"SELECT count(*) FROM ({back})").fetchall()[0][0]
@@ -66,6 +66,10 @@ def test_parquet_reads_back_identical(store, tmp_path):
     r = amb("export", "parquet", "--store", str(store), str(sub), "--runs", "r0002")
     assert r.exit_code == 0, r.output
     assert [p.name for p in (sub / "events").iterdir()] == ["run_id=r0002"]
+    con = duckdb.connect()
+    assert con.execute(f"SELECT DISTINCT run_id FROM {read_glob(sub, 'model_calls', False)}").fetchall() == [
+        ("r0002",)
+    ]
 
 
 EXPECTED_ATTRS = {
