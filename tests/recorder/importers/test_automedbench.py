@@ -85,6 +85,21 @@ EXPECTED = {
 }
 
 
+def source_api_calls(run: Path) -> int:
+    """The source's own count of API calls, from whichever file of its layout keeps it."""
+    proc = run / "workspace" / "process" if (run / "workspace").is_dir() else run / "process"
+    if (proc / "agent_summary.json").is_file():
+        return json.loads((proc / "agent_summary.json").read_text())["n_api_calls"]
+    if (proc / "api_responses.jsonl").is_file():
+        return len((proc / "api_responses.jsonl").read_text().splitlines())
+    conv = proc / "conversation.json"
+    if conv.is_file() and "api_calls" in json.loads(conv.read_text()):
+        return json.loads(conv.read_text())["api_calls"]
+    trace = [json.loads(x) for x in (proc / "trace.jsonl").read_text().splitlines()]
+    ends = [r["api_calls"] for r in trace if r.get("type") == "run_end"]
+    return ends[0] if ends else sum(1 for r in trace if r.get("type") == "api_call")
+
+
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_each_layout_imports_with_its_limitations(imported, name):
     store, rows = imported
@@ -94,7 +109,7 @@ def test_each_layout_imports_with_its_limitations(imported, name):
     assert r.exit_code == 0, r.output
     s = json.loads(r.output)
     assert s["task"] == task and s["backend"] == "import" and s["labels"]["branch"] == branch
-    assert s["model_calls"]["count"] == calls
+    assert s["model_calls"]["count"] == calls == source_api_calls(Path(rows[name]["input"]))
     assert {lim["limitation"] for lim in s["limitations"]} == limitations
     text = amb("show", "--store", str(store), run).output
     assert "limited   approximate_clock" in text
