@@ -64,7 +64,7 @@ def parquet_round(root: Path, work: Path) -> tuple[float, float, float, int]:
             t0 = time.perf_counter()
             export(st.con, out, only=only)
             times.append(time.perf_counter() - t0)
-            back = duckdb.sql(
+            back = duckdb.execute(
                 f"SELECT count(*) FROM read_parquet('{out}/events/**/*.parquet', hive_partitioning = true)"
             ).fetchall()[0][0]
             assert back == n, (back, n)

@@ -393,7 +393,9 @@ def vqa(out: Path, task: str, tmp: Path, *, drop: int = 0) -> Path:
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": "Answer every question with submit_answer."}
     ]
-    trace, tools, code_executions = [], [], []
+    trace: list[dict[str, Any]] = []
+    tools: list[dict[str, Any]] = []
+    code_executions: list[dict[str, Any]] = []
     t = 0.0
     for i in range(2):
         t += 1.2345

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -67,7 +68,11 @@ def write_logs(tmp: Path) -> tuple[Path, Path]:
 
     def model_event(i: int, text: str, calls: list[ToolCall], usage: ModelUsage, **kw) -> ModelEvent:
         msg = ChatMessageAssistant(content=text, tool_calls=calls or None)
-        req = {"model": "gpt-5", "messages": [{"role": "user", "content": user.text}], "tools": []}
+        req: dict[str, Any] = {
+            "model": "gpt-5",
+            "messages": [{"role": "user", "content": user.text}],
+            "tools": [],
+        }
         return ModelEvent(
             uuid=f"model-{i}",
             timestamp=at(10 * i),
@@ -87,7 +92,7 @@ def write_logs(tmp: Path) -> tuple[Path, Path]:
         )
 
     call = ToolCall(id="tc-1", function="bash", arguments={"cmd": "ls /data"})
-    events = [
+    events: list[Any] = [
         model_event(
             0,
             "Let me look.",
