@@ -278,3 +278,14 @@ def test_hostile_folders_are_rejected_and_leave_the_store_untouched(folders, tmp
     assert rows[0]["status"] == "rejected" and HOSTILE[kind] in rows[0]["detail"], rows
     assert "1 of 1 inputs rejected" in r.stderr and "Traceback" not in r.output
     assert _store_state(store) == before
+
+
+def test_recursive_finds_every_run_folder(folders, tmp_path):
+    """``-r`` over a tree of runs (the branches' own runs/<tier>/<agent>/<task>/<tag> nesting)
+    finds each run folder once; the VQA folder's links to question folders are not followed."""
+    src = folders["seg"].parents[4]
+    r = amb("import", "automedbench", "-r", "--store", str(tmp_path / "s"), "--json", str(src))
+    assert r.exit_code == 0, r.output
+    found = sorted(Path(x["input"]).resolve() for x in json.loads(r.stdout))
+    expected = sorted(p.resolve() for k, p in folders.items() if not k.startswith("_"))
+    assert found == expected
