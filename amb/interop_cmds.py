@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -38,37 +40,53 @@ def _amb_version() -> str:
         return ""
 
 
+IMPORT_THREADS = 4
+"""Inputs parsed and written at once: an import waits mostly on fsync (blobs, then the spool), which
+threads overlap; parsing holds the GIL, so more threads than this buy nothing on a small machine."""
+
+
 def run_imports(
     store: str,
     inputs: Iterable[tuple[str, Callable[[], list[RunBuilder]]]],
     total: int,
     label: str,
 ) -> list[Outcome]:
-    """Parse each input (all of it, before writing anything), write new runs, ingest them."""
+    """Parse each input (all of it, before writing anything), write new runs, ingest them.
+
+    Inputs are handled by a few threads; the report keeps the inputs' order. A run id is claimed
+    under a lock before it is written, so the same input given twice is written once."""
     Path(store).mkdir(parents=True, exist_ok=True)
     tick = progress(label)
-    outcomes: list[Outcome] = []
-    written: list[str] = []
-    for i, (name, parse) in enumerate(inputs):
-        tick(i, total)
+    lock = threading.Lock()
+    claimed: set[str] = set()
+
+    def handle(item: tuple[str, Callable[[], list[RunBuilder]]]) -> list[Outcome]:
+        name, parse = item
         try:
             runs = parse()
         except Rejected as e:
-            outcomes.append(Outcome(name, "rejected", None, str(e)))
-            continue
+            return [Outcome(name, "rejected", None, str(e))]
         except (OSError, RecursionError) as e:
-            outcomes.append(Outcome(name, "rejected", None, f"{name}: cannot read: {e}"))
-            continue
+            return [Outcome(name, "rejected", None, f"{name}: cannot read: {e}")]
+        out = []
         for run in runs:
-            if already_imported(store, run.run_id):
-                outcomes.append(Outcome(name, "skipped", run.run_id, "already imported"))
+            with lock:
+                fresh = run.run_id not in claimed and not already_imported(store, run.run_id)
+                claimed.add(run.run_id)
+            if not fresh:
+                out.append(Outcome(name, "skipped", run.run_id, "already imported"))
                 continue
             result = write(store, run)
-            written.append(run.run_id)
-            outcomes.append(
-                Outcome(name, "imported", run.run_id, f"{result.events} events, {result.blobs} blobs")
-            )
+            out.append(Outcome(name, "imported", run.run_id, f"{result.events} events, {result.blobs} blobs"))
+        return out
+
+    outcomes: list[Outcome] = []
+    with ThreadPoolExecutor(max_workers=IMPORT_THREADS) as pool:
+        for i, done in enumerate(pool.map(handle, inputs)):
+            tick(i, total)
+            outcomes += done
     tick(total, total)
+    written = [o.run_id for o in outcomes if o.status == "imported" and o.run_id]
     if written:
         ingest_store(store, written)
     return outcomes

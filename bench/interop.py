@@ -29,7 +29,6 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 import duckdb  # noqa: E402
 
 from recorder.importers import automedbench  # noqa: E402
-from recorder.importers.common import write  # noqa: E402
 from recorder.synthetic import generate_run  # noqa: E402
 from replay.export.atif import export_run  # noqa: E402
 from replay.export.otel import line  # noqa: E402
@@ -85,17 +84,23 @@ def import_folders(tmp: Path, count: int) -> list[Path]:
 
 
 def import_round(folders: list[Path], store: Path) -> tuple[float, int]:
-    shutil.rmtree(store, ignore_errors=True)
-    store.mkdir(parents=True)
+    """``amb import automedbench`` as the command runs it (threads, write, ingest), timed."""
+    from amb.interop_cmds import run_imports
     from tasks.registry import canonical_id
 
+    shutil.rmtree(store, ignore_errors=True)
+    store.mkdir(parents=True)
     t0 = time.perf_counter()
-    events = 0
-    for f in folders:
-        run = automedbench.parse(f, resolve_task=canonical_id)
-        events += write(store, run).events
-    ingest(store)
-    return time.perf_counter() - t0, events
+    outcomes = run_imports(
+        str(store),
+        ((str(f), lambda f=f: [automedbench.parse(f, resolve_task=canonical_id)]) for f in folders),
+        len(folders),
+        "import",
+    )
+    dt = time.perf_counter() - t0
+    assert all(o.status == "imported" for o in outcomes), outcomes[:3]
+    events = sum(int(o.detail.split()[0]) for o in outcomes)
+    return dt, events
 
 
 def generate_round(store: Path, runs: int, events_per_run: int) -> float:

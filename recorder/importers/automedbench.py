@@ -213,7 +213,7 @@ def _ts(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
 
 
-def _calls(branch: str, root: Path, f: Folder, limits: Limits, b: RunBuilder) -> list[_Call]:
+def _calls(branch: str, root: Path, f: Folder, limits: Limits) -> list[_Call]:
     trace = read_jsonl(root, f.p("trace.jsonl"), limits) if f.p("trace.jsonl").is_file() else []
     if branch == "report":
         out = []
@@ -235,11 +235,6 @@ def _calls(branch: str, root: Path, f: Folder, limits: Limits, b: RunBuilder) ->
             prev_in, prev_out = tin or prev_in, tout or prev_out
             names = [(t.get("name") if isinstance(t, dict) else t) for t in rec.get("tool_calls") or []]
             out.append(_Call({**rec, "tool_calls": names}, _ts(rec.get("ts")), din, dout))
-        if out:
-            b.limitation(
-                "running_total_tokens",
-                "token counts in trace.jsonl are running totals; per-call counts are their differences",
-            )
         return out
     return [
         _Call(rec, _ts(rec.get("ts")), _num(rec.get("input_tokens")), _num(rec.get("output_tokens")))
@@ -344,10 +339,7 @@ def parse(
     tool_rows = read_jsonl(root, f.p(tool_log_name), limits) if f.p(tool_log_name).is_file() else []
     trace = read_jsonl(root, f.p("trace.jsonl"), limits) if f.p("trace.jsonl").is_file() else []
 
-    start_event_at = len(b.events)
-    calls = _calls(branch, root, f, limits, b)
-    deferred_notes = b.events[start_event_at:]
-    del b.events[start_event_at:]
+    calls = _calls(branch, root, f, limits)
 
     if isinstance(raw_conv, list):
         messages = [m for m in raw_conv if isinstance(m, dict)]
@@ -420,7 +412,11 @@ def parse(
         ),
         anchor,
     )
-    b.events.extend((anchor, p) for _, p in deferred_notes)
+    if branch == "enhancement" and calls:
+        b.limitation(
+            "running_total_tokens",
+            "token counts in trace.jsonl are running totals; per-call counts are their differences",
+        )
     b.limitation(
         "approximate_clock",
         "the source logs relative seconds (or none); absolute times are the run tag's "
