@@ -419,8 +419,8 @@ def parse(
         )
     b.limitation(
         "approximate_clock",
-        "the source logs relative seconds (or none); absolute times are the run tag's "
-        + ("start time" if exact else "date")
+        "the source logs relative seconds (or none); absolute times are the run's start as the folder "
+        + ("gives it (run_summary.json, to the second)" if exact else "names it (run tag or report date)")
         + " plus those offsets",
         anchor_exact=exact,
     )
