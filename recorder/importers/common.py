@@ -189,7 +189,7 @@ class RunBuilder:
         return ref
 
     def json_blob(self, value: Any, media_type: str = SYNTHETIC_JSON) -> BlobRef:
-        return self.blob(json.dumps(value, ensure_ascii=False, sort_keys=True).encode(), media_type)
+        return self.blob(json.dumps(value, ensure_ascii=False).encode(), media_type)
 
     def emit(self, payload: Payload, ts_ns: int) -> int:
         if ts_ns < self._last_ts:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -22,19 +24,66 @@ def amb(*args: str):
     return CliRunner().invoke(cli, list(args), env={"AMB_JUDGE_BASE_URL": "", "AMB_JUDGE_MODEL": ""})
 
 
+def record_demo_run(root: Path, tmp: Path, task: str) -> str:
+    """A run as the demo records it: amb-agent against the offline baseline server, through
+    amb-record (real proxy, local backend), on the task's synthetic twin."""
+    from agents.baseline.server import BaselineServer
+    from tasks.registry import brief
+
+    data = fx.twin(task, tmp, cases=2)
+    ws = tmp / f"ws-{task}"
+    ws.mkdir()
+    (ws / "tier_prompt.txt").write_text(brief(task, "standard"))
+    bindir = Path(sys.executable).parent
+    run_id = f"demo-{task}"
+    with BaselineServer() as server:
+        proc = subprocess.run(
+            [
+                str(bindir / "amb-record"),
+                "--store",
+                str(root),
+                "--task",
+                task,
+                "--tier",
+                "standard",
+                "--data",
+                str(data),
+                "--run-id",
+                run_id,
+                "--upstream",
+                f"openai={server.url}",
+                "--",
+                str(bindir / "amb-agent"),
+                "--model",
+                "baseline",
+                "--task-dir",
+                ".",
+                "--data",
+                str(data / "public"),
+            ],
+            cwd=ws,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return run_id
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> tuple[Path, Path, list[str]]:
-    """Two synthetic runs (three sources each, through the real spool path) and one imported
-    AutoMedBench run whose submission the grader can score."""
+    """Two runs recorded as the demo records them (two tracks), two synthetic runs (three sources
+    each, through the real spool path) and one imported AutoMedBench run."""
     tmp = tmp_path_factory.mktemp("atif")
     root = tmp / "store"
+    recorded = [record_demo_run(root, tmp, task) for task in ("bccd-det", "vqa-rad")]
     for i in range(2):
         generate_run(root, f"rec-{i}", seed=i, calls=6)
     ingest(root)
     seg = fx.seg_local(tmp / "src", "kidney-seg", "kidney", tmp, drop=1)
     r = amb("import", "automedbench", "--store", str(root), "--json", str(seg))
     assert r.exit_code == 0, r.output
-    runs = ["rec-0", "rec-1", json.loads(r.stdout)[0]["run_id"]]
+    runs = [*recorded, "rec-0", "rec-1", json.loads(r.stdout)[0]["run_id"]]
     return root, tmp / "data", runs
 
 
@@ -123,7 +172,7 @@ def test_roundtrip_is_stable_and_scores_the_same(exported, store, tmp_path):
     folders = [str(exported["1.8"] / r) for r in runs]
     r = amb("import", "atif", "--store", str(fresh), "--json", *folders)
     assert r.exit_code == 0, r.output
-    assert [x["status"] for x in json.loads(r.stdout)] == ["imported"] * 3
+    assert [x["status"] for x in json.loads(r.stdout)] == ["imported"] * len(runs)
     assert sorted(x["run_id"] for x in json.loads(r.stdout)) == sorted(runs)
     assert amb("verify", "--store", str(fresh)).exit_code == 0
     again = tmp_path / "again"
