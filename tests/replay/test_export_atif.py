@@ -295,3 +295,79 @@ def test_hostile_trajectories_are_rejected(exported, tmp_path, kind):
     row = json.loads(r.stdout)[0]
     assert row["status"] == "rejected" and expect in row["detail"], row
     assert sorted(str(p) for p in store.rglob("*")) == before
+
+
+def test_anthropic_and_responses_requests_map_to_atif(tmp_path):
+    """Request bodies of the other two wire formats: Anthropic's top-level ``system`` and
+    ``input_schema`` tools, its tool results inside user messages (not user steps), and the
+    Responses API's ``instructions``/``input``."""
+    from recorder.importers.common import RunBuilder, write
+    from schemas.events import AssistantMessage, ModelCallCompleted, RunStarted, ToolCallPart, Usage
+
+    b = RunBuilder("anthropic-1")
+    b.emit(RunStarted(agent="claude-agent", model="claude-x", backend="local"), 1_000)
+    tools = [{"name": "bash", "description": "run", "input_schema": {"type": "object", "properties": {}}}]
+    first = {
+        "model": "claude-x",
+        "system": [{"type": "text", "text": "Be careful."}],
+        "tools": tools,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Segment the kidney."}]}],
+    }
+    second = {
+        **first,
+        "messages": [
+            *first["messages"],
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "tu1", "name": "bash", "input": {}}],
+            },
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu1", "content": "ok"}]},
+            {"role": "user", "content": "Hurry up."},
+        ],
+    }
+    third = {"model": "gpt-x", "instructions": "Be brief.", "input": "And now?", "tools": []}
+    for i, (req, api, provider) in enumerate(
+        [(first, "messages", "anthropic"), (second, "messages", "anthropic"), (third, "responses", "openai")]
+    ):
+        calls = [ToolCallPart(id="tu1", name="bash", arguments="{}")] if i == 0 else []
+        b.emit(
+            ModelCallCompleted(
+                call_id=f"c{i}",
+                provider=provider,
+                api=api,
+                model="claude-x",
+                request=b.json_blob(req, "application/json"),
+                message=AssistantMessage(text=f"t{i}", tool_calls=calls),
+                usage=Usage(input_total=100, cache_read=60, cache_write=10, output=5),
+                started_ns=2_000 + i,
+            ),
+            2_000 + i,
+        )
+    store = tmp_path / "s"
+    write(store, b)
+    ingest(store)
+    out = tmp_path / "out"
+    assert amb("export", "atif", "--store", str(store), "anthropic-1", "--out", str(out)).exit_code == 0
+    doc = json.loads((out / "anthropic-1" / "trajectory.json").read_text())
+    assert doc["agent"]["tool_definitions"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "bash",
+                "description": "run",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        }
+    ]
+    assert [(s["source"], s["message"]) for s in doc["steps"]] == [
+        ("system", "Be careful."),
+        ("user", "Segment the kidney."),
+        ("agent", "t0"),
+        ("user", "Hurry up."),
+        ("agent", "t1"),
+        ("user", "And now?"),
+        ("agent", "t2"),
+    ]
+    assert doc["steps"][2]["metrics"]["cached_tokens"] == 60
+    v = harbor_validator_class()()
+    assert v.validate(str(out / "anthropic-1" / "trajectory.json")), v.get_errors()
