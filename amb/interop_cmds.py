@@ -55,7 +55,6 @@ def run_imports(
 
     Inputs are handled by a few threads; the report keeps the inputs' order. A run id is claimed
     under a lock before it is written, so the same input given twice is written once."""
-    Path(store).mkdir(parents=True, exist_ok=True)
     tick = progress(label)
     lock = threading.Lock()
     claimed: set[str] = set()
