@@ -37,6 +37,8 @@ COMMANDS: dict[str, str] = {
     "doctor": "amb.doctor",
     "serve": "amb.serve_cmds",
     "replay": "amb.serve_cmds",
+    "import": "amb.interop_cmds",
+    "export": "amb.interop_cmds",
 }
 
 

@@ -125,6 +125,13 @@ def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
         [run_id],
     ).fetchall()
     net = con.execute("SELECT count(*) FROM network_requests WHERE run_id = ?", [run_id]).fetchall()[0][0]
+    # What an importer says the source did not keep (notes of kind import.limitation).
+    limitations = con.execute(
+        """SELECT payload->>'$.data.limitation', payload->>'$.text' FROM events
+           WHERE run_id = ? AND kind = 'note' AND payload->>'$.data.kind' = 'import.limitation'
+           ORDER BY source, seq""",
+        [run_id],
+    ).fetchall()
     return {
         "run_id": run_id,
         "task": info["task"],
@@ -148,6 +155,7 @@ def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
         "processes": {"count": procs[0], "nonzero_exit": procs[1]},
         "files_written": [{"path": p, "size": s} for p, s in files],
         "network_requests": net,
+        "limitations": [{"limitation": k, "text": t} for k, t in limitations],
     }
 
 
@@ -174,6 +182,8 @@ def render_summary(s: dict) -> str:
     lines += [f"          {f['path']} ({f['size']:,} B)" for f in s["files_written"][:20]]
     if len(s["files_written"]) > 20:
         lines.append(f"          … and {len(s['files_written']) - 20} more")
+    for lim in s.get("limitations", []):
+        lines.append(f"limited   {lim['limitation']}: {lim['text']}")
     if s["labels"]:
         lines.append("labels    " + ", ".join(f"{k}={v}" for k, v in sorted(s["labels"].items())))
     return "\n".join(lines)

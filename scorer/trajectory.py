@@ -28,6 +28,7 @@ from schemas.events import (
     FileWritten,
     ModelCallCompleted,
     NetworkRequest,
+    Note,
     ProcessExited,
     RunFinished,
     RunStarted,
@@ -100,6 +101,15 @@ class Trajectory(msgspec.Struct, kw_only=True):
     submission_id: str | None = None
     submission: SubmissionSealed | None = None
     blob_errors: list[str] = []
+    notes: list[tuple[str, Note]] = []
+    """Every note (an importer's ``import.limitation`` notes say what the source did not keep)."""
+
+    @property
+    def limitations(self) -> list[str]:
+        """The ``import.limitation`` keys of an imported run (empty for a recorded one)."""
+        return [
+            n.data.get("limitation", "") for _, n in self.notes if n.data.get("kind") == "import.limitation"
+        ]
 
     @property
     def activity(self) -> int:
@@ -275,6 +285,8 @@ def fold(run_id: str, events: list[Event], get_blob: BlobGetter) -> Trajectory:
             t.network.append((i, p))
         elif isinstance(p, SubmissionSealed):
             t.submission_id, t.submission = i, p
+        elif isinstance(p, Note):
+            t.notes.append((i, p))
     t.messages = messages
     if t.model is None and t.model_calls:
         names = [c.model for _, c in t.model_calls if c.model]

@@ -25,8 +25,37 @@ def task_ids() -> list[str]:
 
 
 @cache
+def _known_ids() -> frozenset[str]:
+    return frozenset(task_ids())
+
+
+LEGACY_ALIASES = {"kidney": "kidney-seg", "pancreas": "pancreas-seg"}
+"""AutoMedBench's seg runner still accepts bare organ names (``--task kidney``) and writes them
+into its logs (``conversation.json`` ``task`` is the organ)."""
+
+BENCHMARK_SUFFIX = "-task"
+"""AutoMedBench names each task folder ``<id>-task`` (``kidney-seg-task``); its logs carry that name."""
+
+
+def canonical_id(task_id: str) -> str:
+    """The project's id for ``task_id``, which may be the benchmark's own name (``kidney-seg-task``)
+    or a legacy alias (``kidney``). An id that is already canonical, or unknown, comes back as is."""
+    known = _known_ids()
+    if task_id in known:
+        return task_id
+    if task_id.endswith(BENCHMARK_SUFFIX) and task_id[: -len(BENCHMARK_SUFFIX)] in known:
+        return task_id[: -len(BENCHMARK_SUFFIX)]
+    return LEGACY_ALIASES.get(task_id, task_id)
+
+
 def load_spec(task_id: str) -> TaskSpec:
-    """The spec of ``task_id``; an unknown id or a malformed spec is one ``TaskError`` line."""
+    """The spec of ``task_id`` (or of the task an alias names; see ``canonical_id``); an unknown id
+    or a malformed spec is one ``TaskError`` line."""
+    return _load_spec(canonical_id(task_id))
+
+
+@cache
+def _load_spec(task_id: str) -> TaskSpec:
     path = tasks_root() / task_id / "spec.toml"
     if not path.is_file():
         known = ", ".join(task_ids()) or "none"
@@ -50,7 +79,7 @@ def brief(task_id: str, tier: str) -> str:
     """The brief the agent gets for ``task_id`` at ``tier`` (``lite`` or ``standard``)."""
     if tier not in TIERS:
         raise TaskError(f"unknown tier {tier!r} (expected one of {', '.join(TIERS)})")
-    load_spec(task_id)
+    task_id = load_spec(task_id).id
     path = tasks_root() / task_id / f"{tier}.md"
     if not path.is_file():
         raise TaskError(f"task {task_id}: no {tier} brief (tasks/{task_id}/{tier}.md)")

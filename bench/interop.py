@@ -1,0 +1,179 @@
+"""bench/interop: export and import rates, each beside a baseline measured in the same process.
+
+- Parquet export of a store (events + every view + scores, hive-partitioned by run) in events/s,
+  and its ratio to DuckDB's plain, unpartitioned ``COPY events TO x.parquet`` of the same events
+  (target: >= 500k events/s). The store is built like bench/ingest's (synthetic runs through the
+  real spool path, then ``amb ingest``): default 200 runs x 1,000 events, ``--runs 1000`` for the
+  1M-event store, or ``--store DIR`` for an existing one (``./just bench ingest --keep DIR``).
+- OTel and ATIF export rates (events/s, runs/s) on the same store.
+- ``amb import automedbench`` of N seg run folders (built from the writer code, as in the tests),
+  parse + write + ingest, in runs/s (target: >= 20 runs/s), and its ratio to ``amb generate`` +
+  ingest of the same number of events through the same spool path.
+
+Run: ./just bench interop [--runs 200] [--per-run 1000] [--store DIR] [--folders 100] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+
+import duckdb  # noqa: E402
+
+from recorder.importers import automedbench  # noqa: E402
+from recorder.synthetic import generate_run  # noqa: E402
+from replay.export.atif import export_run  # noqa: E402
+from replay.export.otel import line  # noqa: E402
+from replay.export.parquet import export  # noqa: E402
+from replay.ingest import ingest  # noqa: E402
+from replay.read import iter_events, run_ids  # noqa: E402
+from replay.store import Store  # noqa: E402
+
+
+def build_store(root: Path, runs: int, per_run: int) -> None:
+    procs = max(1, round((per_run - 110) / 34))
+    t0 = time.perf_counter()
+    for i in range(runs):
+        generate_run(root, f"bench-{i:05d}", seed=i, calls=35, processes_per_call=procs)
+        if i % 100 == 99:
+            print(f"  generated {i + 1}/{runs} runs ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    ingest(root)
+
+
+def parquet_round(root: Path, work: Path) -> tuple[float, float, float, int]:
+    """(events-only export seconds, full export seconds, plain COPY seconds, events)."""
+    out, plain = work / "pq", work / "plain.parquet"
+    times = []
+    with Store.open(root, read_only=True) as st:
+        n = st.con.execute("SELECT count(*) FROM events").fetchall()[0][0]
+        t0 = time.perf_counter()
+        st.con.execute(f"COPY events TO '{plain}' (FORMAT parquet, COMPRESSION snappy)")
+        base = time.perf_counter() - t0
+        plain.unlink()
+        for only in (["events"], None):
+            shutil.rmtree(out, ignore_errors=True)
+            t0 = time.perf_counter()
+            export(st.con, out, only=only)
+            times.append(time.perf_counter() - t0)
+            back = duckdb.execute(
+                f"SELECT count(*) FROM read_parquet('{out}/events/**/*.parquet', hive_partitioning = true)"
+            ).fetchall()[0][0]
+            assert back == n, (back, n)
+    shutil.rmtree(out, ignore_errors=True)
+    return times[0], times[1], base, n
+
+
+def import_folders(tmp: Path, count: int) -> list[Path]:
+    from tests.recorder.importers import amb_fixtures as fx
+
+    first = fx.seg_local(tmp / "src", "kidney-seg", "kidney", tmp)
+    folders = [first]
+    for i in range(1, count):
+        dest = first.parent / f"260412-{i:06x}"
+        shutil.copytree(first, dest)
+        folders.append(dest)
+    return folders
+
+
+def import_round(folders: list[Path], store: Path) -> tuple[float, int]:
+    """``amb import automedbench`` as the command runs it (threads, write, ingest), timed."""
+    from amb.interop_cmds import run_imports
+    from tasks.registry import canonical_id
+
+    shutil.rmtree(store, ignore_errors=True)
+    store.mkdir(parents=True)
+    t0 = time.perf_counter()
+    outcomes = run_imports(
+        str(store),
+        ((str(f), lambda f=f: [automedbench.parse(f, resolve_task=canonical_id)]) for f in folders),
+        len(folders),
+        "import",
+    )
+    dt = time.perf_counter() - t0
+    assert all(o.status == "imported" for o in outcomes), outcomes[:3]
+    events = sum(int(o.detail.split()[0]) for o in outcomes)
+    return dt, events
+
+
+def generate_round(store: Path, runs: int, events_per_run: int) -> float:
+    """Baseline: the synthetic writer through the same spool path, about as many events, then ingest."""
+    shutil.rmtree(store, ignore_errors=True)
+    calls = max(1, round(events_per_run / 4))
+    t0 = time.perf_counter()
+    for i in range(runs):
+        generate_run(store, f"g-{i:05d}", seed=i, calls=calls, sync=True)
+    ingest(store)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--per-run", type=int, default=1000)
+    ap.add_argument("--store", help="an existing store to export (skips building one)")
+    ap.add_argument("--folders", type=int, default=100, help="AutoMedBench run folders to import")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    print(f"load average at start: {os.getloadavg()}")
+    with tempfile.TemporaryDirectory(prefix="amb-bench-interop-") as tmp_s:
+        tmp = Path(tmp_s)
+        root = Path(args.store) if args.store else tmp / "store"
+        if not args.store:
+            build_store(root, args.runs, args.per_run)
+        ev_only, full, base = [], [], []
+        n = 0
+        for _ in range(args.rounds):
+            e, f, b, n = parquet_round(root, tmp)
+            ev_only.append(e)
+            full.append(f)
+            base.append(b)
+        e, f, b = statistics.median(ev_only), statistics.median(full), statistics.median(base)
+        print(
+            f"parquet export of {n:,} events, partitioned by run: {e:.2f} s = {n / e:,.0f} events/s; "
+            f"plain unpartitioned COPY events: {b:.2f} s = {n / b:,.0f} events/s; ratio {b / e:.2f}x"
+        )
+        print(
+            f"parquet export of everything (events, every view, scores): {f:.2f} s = {n / f:,.0f} "
+            f"events/s; ratio to the plain COPY {b / f:.2f}x (medians of {args.rounds})"
+        )
+        with Store.open(root, read_only=True) as st:
+            ids = run_ids(st.con)[:50]
+            t0 = time.perf_counter()
+            n_ev = 0
+            for r in ids:
+                evs = list(iter_events(st.con, r))
+                n_ev += len(evs)
+                line(evs)
+            dt = time.perf_counter() - t0
+            print(f"otel export, {len(ids)} runs, {n_ev:,} events: {n_ev / dt:,.0f} events/s")
+            t0 = time.perf_counter()
+            for r in ids:
+                export_run(st.con, st.blobs.get, r, tmp / "atif")
+            dt = time.perf_counter() - t0
+            print(f"atif export, {len(ids)} runs: {len(ids) / dt:,.1f} runs/s")
+        folders = import_folders(tmp / "amb", args.folders)
+        imp, gen = [], []
+        events = 0
+        for _ in range(args.rounds):
+            t, events = import_round(folders, tmp / "imported")
+            imp.append(t)
+            gen.append(generate_round(tmp / "generated", len(folders), events // len(folders)))
+        i, g = statistics.median(imp), statistics.median(gen)
+        print(
+            f"import automedbench, {len(folders)} seg folders ({events:,} events): {i:.2f} s = "
+            f"{len(folders) / i:,.1f} runs/s; generate+ingest of as many runs and events: {g:.2f} s; "
+            f"ratio {g / i:.2f}x (medians of {args.rounds})"
+        )
+    print(f"load average at end: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,426 @@
+"""ATIF trajectories (Harbor's format, v1.0-v1.8) as AMB runs.
+
+Agent steps become ``model_call.completed`` (request and response bodies rebuilt from the steps,
+marked synthetic), ``tool_call.requested`` per tool call and ``tool_call.result`` per observation
+result; system and user steps become the rebuilt requests' history. A trajectory written by
+``amb export atif`` carries ``step.extra.amb`` (exact timestamps, call facts, raw argument strings)
+and a sidecar ``events.jsonl`` (everything ATIF has no slot for, with its blobs under ``blobs/``):
+both are read back, so such a run comes back as it was exported (same run id, same facts).
+
+Edge cases: ``llm_call_count == 0`` steps are deterministic dispatches (tool events, no model call);
+``llm_call_count > 1`` gives one model call and a note that its usage sums N calls; copied-context
+steps are history only; embedded sub-agent trajectories become their own runs labelled
+``parent_run``; content parts that are images are never opened (their path is refused if it leaves
+the trajectory's folder) and stand as ``[image]`` in the text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from recorder.importers.common import (
+    DEFAULT_LIMITS,
+    LIMITATION,
+    SYNTHETIC_JSON,
+    Limits,
+    Rejected,
+    RunBuilder,
+    as_dict,
+    as_list,
+    check_file,
+    read_bytes,
+    read_json,
+    read_jsonl,
+)
+from schemas.blob import digest
+from schemas.codec import ID_RE, decode_payload, encode_payload
+from schemas.errors import SchemaError
+from schemas.events import (
+    AssistantMessage,
+    ModelCallCompleted,
+    Note,
+    Payload,
+    RunFinished,
+    RunStarted,
+    ToolCallPart,
+    ToolCallRequested,
+    ToolCallResult,
+    Usage,
+)
+
+TRAJECTORY = "trajectory.json"
+SIDECAR = "events.jsonl"
+BLOB_DIR = "blobs"
+
+
+def _text(root: Path, content: Any, where: str) -> str:
+    """Text of a message or observation: a string, or content parts (images stay unopened)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        out = []
+        for part in content:
+            if not isinstance(part, dict):
+                raise Rejected(f"{where}: a content part is not an object")
+            if part.get("type") == "text":
+                out.append(str(part.get("text") or ""))
+            else:
+                source = as_dict(part.get("source"))
+                path = str(source.get("path") or "")
+                if path and not path.startswith(("http://", "https://")):
+                    p = Path(path)
+                    if p.is_absolute() or ".." in p.parts:
+                        raise Rejected(f"{where}: content path {path[:120]!r} leaves the trajectory's folder")
+                out.append(f"[{part.get('type')}]")
+        return "\n".join(out)
+    raise Rejected(f"{where}: message is neither text nor content parts")
+
+
+def _ns(stamp: Any) -> int | None:
+    if not isinstance(stamp, str):
+        return None
+    try:
+        dt = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        return None
+    return int(dt.timestamp()) * 1_000_000_000 + dt.microsecond * 1000
+
+
+def _int(x: Any, default: int = 0) -> int:
+    return int(x) if isinstance(x, int | float) and not isinstance(x, bool) else default
+
+
+def _sidecar(root: Path, limits: Limits, b: RunBuilder) -> list[tuple[int, Payload]]:
+    out: list[tuple[int, Payload]] = []
+    for n, line in enumerate(read_jsonl(root, root / SIDECAR, limits), 1):
+        kind, v, payload, ts = line.get("kind"), line.get("v"), line.get("payload"), line.get("ts_ns")
+        if not isinstance(kind, str) or not isinstance(v, int) or not isinstance(ts, int):
+            raise Rejected(f"{SIDECAR}: line {n}: needs kind, v and ts_ns")
+        try:
+            decoded = decode_payload(kind, v, json.dumps(payload).encode())
+        except SchemaError as e:
+            raise Rejected(f"{SIDECAR}: line {n}: {e}") from e
+        for ref in (m.decode() for m in BLOB_REF.findall(encode_payload(decoded))):
+            hexd = ref.removeprefix("sha256:")
+            path = root / BLOB_DIR / hexd
+            if not path.exists():
+                raise Rejected(f"{SIDECAR}: line {n}: blob {ref} is not in {BLOB_DIR}/")
+            data = read_bytes(root, path, limits)
+            if digest(data) != ref:
+                raise Rejected(f"{BLOB_DIR}/{hexd}: content does not match its name")
+            b.blobs.setdefault(ref, data)
+        out.append((ts, decoded))
+    return out
+
+
+BLOB_REF = re.compile(rb'"blob":"(sha256:[0-9a-f]{64})"')
+"""Every blob reference in a canonical payload, as ``amb verify`` finds them."""
+
+
+def parse(path: Path, limits: Limits = DEFAULT_LIMITS) -> list[RunBuilder]:
+    """One run per trajectory (and per embedded sub-agent trajectory); nothing is written."""
+    path = Path(path)
+    file = path / TRAJECTORY if path.is_dir() else path
+    root = file.parent.resolve()
+    file = root / file.name
+    check_file(root, file, limits)
+    doc = read_json(root, file, limits)
+    file_sha = hashlib.sha256(read_bytes(root, file, limits)).hexdigest()
+    return _trajectory(doc, root, limits, file_sha, parent=None, mtime_ns=file.stat().st_mtime_ns)
+
+
+def _trajectory(
+    doc: Any, root: Path, limits: Limits, file_sha: str, parent: str | None, mtime_ns: int
+) -> list[RunBuilder]:
+    where = TRAJECTORY if parent is None else f"{TRAJECTORY} (sub-agent of {parent})"
+    if not isinstance(doc, dict):
+        raise Rejected(f"{where}: not a JSON object")
+    version = doc.get("schema_version", "ATIF-v1.8")
+    if not isinstance(version, str) or not version.startswith("ATIF-v1."):
+        raise Rejected(f"{where}: schema_version {str(version)[:40]!r} is not ATIF v1.x")
+    steps, agent = doc.get("steps"), doc.get("agent")
+    if not isinstance(steps, list) or not steps or not isinstance(agent, dict):
+        raise Rejected(f"{where}: needs an agent object and at least one step")
+    extra = as_dict(doc.get("extra"))
+    amb_root = as_dict(extra.get("amb"))
+    session = str(doc.get("session_id") or "")
+    own_id = amb_root.get("run_id") if parent is None else None
+    if isinstance(own_id, str) and ID_RE.match(own_id):
+        run_id = own_id
+    else:
+        h = hashlib.sha256(
+            f"{session}\0{doc.get('trajectory_id') or ''}\0{file_sha}\0{parent or ''}".encode()
+        )
+        run_id = "atif-" + h.hexdigest()[:16]
+    b = RunBuilder(run_id)
+    side: list[tuple[int, Payload]] = []
+    if parent is None and amb_root.get("sidecar") and (root / SIDECAR).exists():
+        side = _sidecar(root, limits, b)
+    pending: list[tuple[int, Payload]] = []
+    model = agent.get("model_name") if isinstance(agent.get("model_name"), str) else None
+    tools = [t for t in agent.get("tool_definitions") or [] if isinstance(t, dict)]
+    history: list[dict[str, Any]] = []
+    system: str | None = None
+    approx = False
+    call_ids: list[str | None] = []
+    for i, step in enumerate(steps):
+        if not isinstance(step, dict):
+            raise Rejected(f"{where}: step {i + 1} is not an object")
+        amb = (step.get("extra") or {}).get("amb") if isinstance(step.get("extra"), dict) else None
+        cid = amb.get("call_id") if isinstance(amb, dict) else None
+        call_ids.append(
+            (str(cid) if cid else f"s{i + 1:04d}")
+            if step.get("source") == "agent" and not step.get("is_copied_context")
+            else None
+        )
+    base_ts: int | None = None
+    for i, step in enumerate(steps):
+        swhere = f"{where}: step {i + 1}"
+        source = step.get("source")
+        if source not in ("system", "user", "agent"):
+            raise Rejected(f"{swhere}: source {str(source)[:20]!r} is not system, user or agent")
+        text = _text(root, step.get("message"), swhere)
+        ts = _ns(step.get("timestamp"))
+        if ts is None:
+            approx = True
+            ts = (base_ts if base_ts is not None else mtime_ns) + i * 1_000_000
+        base_ts = base_ts if base_ts is not None else ts
+        if step.get("is_copied_context"):
+            history.append({"role": "assistant" if source == "agent" else source, "content": text})
+            continue
+        if source == "system":
+            if system is None and not history:
+                system = text
+            else:
+                pending.append((ts, Note(text=text, data={"kind": "atif.system_step", "step_id": i + 1})))
+            obs = step.get("observation")
+            if isinstance(obs, dict) and obs.get("results"):
+                pending.append(
+                    (
+                        ts,
+                        Note(
+                            text="system step observation",
+                            data={"kind": "atif.observation", "observation": obs},
+                        ),
+                    )
+                )
+            continue
+        if source == "user":
+            history.append({"role": "user", "content": text})
+            continue
+        amb = (
+            step["extra"]["amb"]
+            if isinstance(step.get("extra"), dict) and isinstance(step["extra"].get("amb"), dict)
+            else {}
+        )
+        call = as_dict(amb.get("call"))
+        call_id = call_ids[i] or f"s{i + 1:04d}"
+        at = _int(amb.get("ts_ns"), ts)
+        raw_args = as_dict(amb.get("raw_arguments"))
+        parts: list[ToolCallPart] = []
+        for j, tc in enumerate(step.get("tool_calls") or []):
+            if not isinstance(tc, dict) or not isinstance(tc.get("arguments", {}), dict):
+                raise Rejected(f"{swhere}: tool call {j + 1} needs an arguments object")
+            tc_id = str(tc.get("tool_call_id") or f"{call_id}_{j}")
+            raw = raw_args.get(tc_id)
+            args = (
+                raw
+                if isinstance(raw, str)
+                else json.dumps(tc.get("arguments") or {}, separators=(",", ":"), ensure_ascii=False)
+            )
+            parts.append(ToolCallPart(id=tc_id, name=str(tc.get("function_name") or ""), arguments=args))
+        metrics = step.get("metrics") if isinstance(step.get("metrics"), dict) else None
+        mextra = metrics.get("extra") if metrics and isinstance(metrics.get("extra"), dict) else {}
+        usage = Usage(
+            input_total=_int(metrics.get("prompt_tokens")) if metrics else 0,
+            cache_read=_int(metrics.get("cached_tokens")) if metrics else 0,
+            cache_write=_int(mextra.get("cache_write_tokens")),
+            output=_int(metrics.get("completion_tokens")) if metrics else 0,
+            reasoning=_int(mextra.get("reasoning_tokens")),
+            reported=bool(mextra.get("reported", metrics is not None)),
+        )
+        step_model = step.get("model_name") if isinstance(step.get("model_name"), str) else model
+        reasoning = step.get("reasoning_content") if isinstance(step.get("reasoning_content"), str) else ""
+        llm_calls = step.get("llm_call_count")
+        stop = call.get("stop_reason")
+        if llm_calls != 0:
+            head = [{"role": "system", "content": system}] if system is not None else []
+            request = {"model": step_model, "messages": head + list(history), "tools": tools}
+            reply: dict[str, Any] = {"role": "assistant", "content": text or None}
+            if parts:
+                reply["tool_calls"] = [
+                    {"id": t.id, "type": "function", "function": {"name": t.name, "arguments": t.arguments}}
+                    for t in parts
+                ]
+            response = {
+                "id": f"{run_id}-{call_id}",
+                "object": "chat.completion",
+                "model": step_model,
+                "choices": [{"index": 0, "finish_reason": stop, "message": reply}],
+                "usage": {"prompt_tokens": usage.input_total, "completion_tokens": usage.output},
+            }
+            pending.append(
+                (
+                    at,
+                    ModelCallCompleted(
+                        call_id=call_id,
+                        provider=str(call.get("provider") or "openai"),
+                        api=str(call.get("api") or "chat.completions"),
+                        model=step_model,
+                        stream=bool(call.get("stream", False)),
+                        url=str(call.get("url") or ""),
+                        status=call.get("status") if isinstance(call.get("status"), int) else 200,
+                        ok=bool(call.get("ok", True)),
+                        error=call.get("error") if isinstance(call.get("error"), str) else None,
+                        request=b.json_blob(request, SYNTHETIC_JSON),
+                        response=b.json_blob(response, SYNTHETIC_JSON),
+                        message=AssistantMessage(text=text, reasoning=reasoning, tool_calls=parts),
+                        stop_reason=stop if isinstance(stop, str) else None,
+                        usage=usage,
+                        started_ns=_int(call.get("started_ns"), ts),
+                        ttfb_ms=call.get("ttfb_ms") if isinstance(call.get("ttfb_ms"), int | float) else None,
+                        latency_ms=call.get("latency_ms")
+                        if isinstance(call.get("latency_ms"), int | float)
+                        else None,
+                        retries=_int(call.get("retries")),
+                        partial=bool(call.get("partial", False)),
+                    ),
+                )
+            )
+            if isinstance(llm_calls, int) and llm_calls > 1:
+                pending.append(
+                    (
+                        at,
+                        Note(
+                            text=f"usage of step {i + 1} sums {llm_calls} model calls",
+                            data={"kind": "atif.llm_call_count", "llm_call_count": llm_calls},
+                        ),
+                    )
+                )
+        requested = amb.get("requested") if isinstance(amb.get("requested"), dict) else None
+        for t in parts:
+            if requested is None or t.id in requested:
+                rts = _int((requested or {}).get(t.id, {}).get("ts_ns"), at) if requested else at
+                pending.append(
+                    (
+                        rts,
+                        ToolCallRequested(
+                            tool_call_id=t.id, name=t.name, arguments=t.arguments, model_call_id=call_id
+                        ),
+                    )
+                )
+        history.append(
+            {
+                "role": "assistant",
+                "content": text or None,
+                **(
+                    {
+                        "tool_calls": [
+                            {
+                                "id": t.id,
+                                "type": "function",
+                                "function": {"name": t.name, "arguments": t.arguments},
+                            }
+                            for t in parts
+                        ]
+                    }
+                    if parts
+                    else {}
+                ),
+            }
+        )
+        next_call = next((c for c in call_ids[i + 1 :] if c), call_id)
+        obs = as_dict(step.get("observation"))
+        facts_list = as_list(amb.get("results"))
+        names = {t.id: t.name for t in parts}
+        for k, res in enumerate(obs.get("results") or []):
+            if not isinstance(res, dict):
+                raise Rejected(f"{swhere}: observation result {k + 1} is not an object")
+            content = _text(root, res.get("content"), f"{swhere} observation {k + 1}")
+            source_id = res.get("source_call_id")
+            facts = as_dict(facts_list[k]) if k < len(facts_list) else {}
+            inline = facts.get("inline_chars")
+            output, blob = content, None
+            if isinstance(inline, int):
+                output, blob = content[:inline], b.blob(content.encode(), "text/plain")
+            if source_id is None:
+                pending.append(
+                    (
+                        _int(facts.get("ts_ns"), at),
+                        Note(text=content[:2000], data={"kind": "atif.observation", "step_id": i + 1}),
+                    )
+                )
+                continue
+            pending.append(
+                (
+                    _int(facts.get("ts_ns"), at),
+                    ToolCallResult(
+                        tool_call_id=str(source_id),
+                        model_call_id=str(facts.get("model_call_id") or next_call),
+                        name=facts.get("name")
+                        if isinstance(facts.get("name"), str)
+                        else names.get(str(source_id)),
+                        output=output,
+                        output_blob=blob,
+                        is_error=facts.get("is_error") if isinstance(facts.get("is_error"), bool) else None,
+                    ),
+                )
+            )
+            history.append({"role": "tool", "tool_call_id": str(source_id), "content": content})
+    start_ts = base_ts if base_ts is not None else mtime_ns
+    if not any(isinstance(p, RunStarted) for _, p in side):
+        labels = {"origin": "atif", "schema_version": version, "time_base": "approx" if approx else "exact"}
+        if session:
+            labels["atif_session_id"] = session
+        if parent:
+            labels["parent_run"] = parent
+        side.append(
+            (
+                start_ts,
+                RunStarted(
+                    agent=str(agent.get("name") or "unknown"),
+                    model=model,
+                    backend="import",
+                    labels=labels,
+                    tool_versions={str(agent.get("name") or "agent"): str(agent.get("version") or "")},
+                ),
+            )
+        )
+        note = "ATIF has no processes, file changes, network requests or submission: TASK cannot be graded"
+        side.append((start_ts, Note(text=note, data={"kind": LIMITATION, "limitation": "no_side_events"})))
+        if approx:
+            side.append(
+                (
+                    start_ts,
+                    Note(
+                        text="steps without timestamps: the file's time plus 1 ms per step",
+                        data={"kind": LIMITATION, "limitation": "approximate_clock"},
+                    ),
+                )
+            )
+    everything = sorted(
+        side + pending,
+        key=lambda tp: (tp[0], not isinstance(tp[1], RunStarted), isinstance(tp[1], RunFinished)),
+    )
+    for ts, payload in everything:
+        b.emit(payload, ts)
+    if not any(isinstance(p, RunFinished) for _, p in side):
+        b.emit(
+            RunFinished(
+                status="completed", reason="imported from ATIF (the format does not say how the run ended)"
+            ),
+            b.last_ts,
+        )
+    runs = [b]
+    for sub in doc.get("subagent_trajectories") or []:
+        runs += _trajectory(sub, root, limits, file_sha, parent=run_id, mtime_ns=mtime_ns)
+    return runs

@@ -1,0 +1,241 @@
+"""What every importer shares: safe reading of foreign files, the in-memory run, the atomic write.
+
+Foreign files are hostile until read: every file is opened only if it is a regular file inside the
+folder being imported (a symlink that resolves outside it is refused), JSON lines are read with a
+per-line cap (a 2 GB line is refused after reading cap+1 bytes, never loaded), and whole files with
+a size cap. Every refusal is a ``Rejected`` naming the file and the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from recorder.spool import SpoolWriter, spool_path
+from schemas.blob import BlobRef, digest
+from schemas.blobstore import BlobStore
+from schemas.errors import AmbError
+from schemas.events import Note, Payload
+
+SOURCE = "import"
+"""The spool source of every imported event."""
+
+SYNTHETIC_JSON = "application/vnd.amb.synthetic+json"
+"""Media type of request and response bodies an importer rebuilt (never seen on the wire)."""
+
+LIMITATION = "import.limitation"
+"""``note.data.kind`` of a note that states what the source did not keep."""
+
+ORIGIN_SCORES = "origin_scores"
+"""``note.data.kind`` of a note that points at the source harness's own scores (kept, never used)."""
+
+
+TaskResolver = Callable[[str], str]
+"""Maps a foreign task name (``kidney-seg-task``, ``kidney``) to the project's task id."""
+
+
+class Rejected(AmbError):
+    """An input that cannot be imported; the message names the file and the reason."""
+
+
+class Limits(NamedTuple):
+    max_line_bytes: int = 64 << 20
+    """Longest JSON line read from a .jsonl file."""
+    max_file_bytes: int = 1 << 30
+    """Largest single file read (a JSON document, a submission file)."""
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def inside(root: Path, path: Path) -> bool:
+    """True when ``path`` (after resolving every symlink) is ``root`` or below it (``root`` is
+    resolved by the caller: importers resolve the folder once)."""
+    try:
+        path.resolve(strict=True).relative_to(root)
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def check_file(root: Path, path: Path, limits: Limits) -> int:
+    """The size of ``path`` once it is known to be a regular file inside ``root`` under the cap."""
+    rel = _rel(root, path)
+    if not inside(root, path):
+        raise Rejected(f"{rel}: links outside the folder being imported")
+    if not path.is_file():
+        raise Rejected(f"{rel}: not a regular file")
+    size = path.stat().st_size
+    if size > limits.max_file_bytes:
+        raise Rejected(f"{rel}: {size} bytes, over the {limits.max_file_bytes}-byte cap")
+    return size
+
+
+def _rel(root: Path, path: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def read_bytes(root: Path, path: Path, limits: Limits) -> bytes:
+    check_file(root, path, limits)
+    return path.read_bytes()
+
+
+def read_text(root: Path, path: Path, limits: Limits) -> str:
+    data = read_bytes(root, path, limits)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise Rejected(f"{_rel(root, path)}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+
+
+def read_json(root: Path, path: Path, limits: Limits) -> Any:
+    text = read_text(root, path, limits)
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise Rejected(f"{_rel(root, path)}: not JSON ({e})") from e
+
+
+def read_jsonl(root: Path, path: Path, limits: Limits) -> list[dict[str, Any]]:
+    """Every line of a JSON-lines file as an object; a long, non-JSON or non-object line rejects it.
+
+    A last line cut mid-write (no newline, not JSON) is what a killed harness leaves behind: it is
+    refused too, because its record cannot be trusted (the caller may state that as a limitation
+    once it exists in the field; nothing the writers here do produces it)."""
+    check_file(root, path, limits)
+    rel = _rel(root, path)
+    out: list[dict[str, Any]] = []
+    with open(path, "rb") as f:
+        n = 0
+        while True:
+            line = f.readline(limits.max_line_bytes + 1)
+            if not line:
+                break
+            n += 1
+            if len(line) > limits.max_line_bytes:
+                raise Rejected(f"{rel}: line {n} is longer than the {limits.max_line_bytes}-byte line cap")
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as e:
+                raise Rejected(f"{rel}: line {n}: not JSON ({e})") from e
+            if not isinstance(record, dict):
+                raise Rejected(f"{rel}: line {n}: not a JSON object")
+            out.append(record)
+    return out
+
+
+def walk_files(root: Path, top: Path, limits: Limits) -> Iterator[tuple[str, Path]]:
+    """(path relative to ``top``, path) of every file below ``top``, sorted; symlinks leading out
+    of ``root`` and oversized files reject the whole input."""
+    if not top.is_dir():
+        return
+    found: list[tuple[str, Path]] = []
+    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
+        d = Path(dirpath)
+        for name in list(dirnames):
+            if (d / name).is_symlink():
+                # A linked directory is not walked; one that leads out of the folder is refused.
+                if not inside(root, d / name):
+                    raise Rejected(f"{_rel(root, d / name)}: links outside the folder being imported")
+                dirnames.remove(name)
+        for name in filenames:
+            p = d / name
+            check_file(root, p, limits)
+            found.append((p.relative_to(top).as_posix(), p))
+    yield from sorted(found)
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (foreign files have any shape)."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+class Imported(NamedTuple):
+    run_id: str
+    events: int
+    blobs: int
+
+
+class RunBuilder:
+    """One run's events and blobs, built in memory, written in one go.
+
+    Timestamps are kept non-decreasing in emit order: readers order a run by ``(ts_ns, source,
+    seq)``, and a source's relative clock may run backwards between its files, so an event never
+    gets a timestamp before the previous one (``clamped`` counts how often that happened)."""
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        self.events: list[tuple[int, Payload]] = []
+        self.blobs: dict[str, bytes] = {}
+        self.clamped = 0
+        self._last_ts = 0
+
+    def blob(self, data: bytes, media_type: str) -> BlobRef:
+        ref = BlobRef(blob=digest(data), size=len(data), media_type=media_type)
+        self.blobs.setdefault(ref.blob, data)
+        return ref
+
+    def json_blob(self, value: Any, media_type: str = SYNTHETIC_JSON) -> BlobRef:
+        return self.blob(json.dumps(value, ensure_ascii=False).encode(), media_type)
+
+    def emit(self, payload: Payload, ts_ns: int) -> int:
+        if ts_ns < self._last_ts:
+            self.clamped += 1
+            ts_ns = self._last_ts
+        self._last_ts = ts_ns
+        self.events.append((ts_ns, payload))
+        return ts_ns
+
+    @property
+    def last_ts(self) -> int:
+        return self._last_ts
+
+    def note(self, text: str, kind: str, ts_ns: int | None = None, **data: Any) -> None:
+        self.emit(Note(text=text, data={"kind": kind, **data}), self._last_ts if ts_ns is None else ts_ns)
+
+    def limitation(self, what: str, text: str, **data: Any) -> None:
+        """State something the source did not keep (``what`` is a short stable key)."""
+        self.note(text, LIMITATION, limitation=what, **data)
+
+
+def already_imported(store: str | os.PathLike[str], run_id: str) -> bool:
+    return spool_path(store, run_id, SOURCE).exists()
+
+
+def write(store: str | os.PathLike[str], run: RunBuilder) -> Imported:
+    """Blobs first, then the spool under a temporary name, fsync'd, renamed into place."""
+    blobs = BlobStore(Path(store) / "blobs")
+    # Each new blob is fsync'd before the spool that names it exists; the fsyncs overlap in threads
+    # (they dominate an import's time; the file system commits concurrent ones together).
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda data: blobs.put(data, sync=True), run.blobs.values()))
+    final = spool_path(store, run.run_id, SOURCE)
+    tmp = final.with_name(final.name + ".partial")
+    if tmp.exists():
+        tmp.unlink()  # left by an import that died mid-write; never ingested (wrong suffix)
+    writer = SpoolWriter(tmp, run.run_id, SOURCE, sync=False)
+    try:
+        for ts, payload in run.events:
+            writer.append(payload, ts_ns=ts)
+    finally:
+        writer.close()
+    os.replace(tmp, final)
+    fd = os.open(final.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return Imported(run.run_id, len(run.events), len(run.blobs))

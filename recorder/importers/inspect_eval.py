@@ -1,0 +1,369 @@
+"""Inspect AI eval logs (``.eval`` and ``.json``) as AMB runs, read with Inspect's own reader.
+
+The stable interface of Inspect logs is ``inspect_ai.log`` (the ``.eval`` zip layout is versioned
+but not frozen), so this module never opens the files itself; ``inspect_ai`` is an optional extra
+(``pip install amb-recorder[inspect]``) imported only here.
+
+One run per (log, sample, epoch). ``ModelEvent`` → ``model_call.completed`` (the raw request and
+response Inspect kept in ``call`` when it has them, else bodies rebuilt from the event and marked
+synthetic), its tool calls → ``tool_call.requested``; ``ToolEvent`` → ``tool_call.result`` (nested
+events flattened in order); ``SandboxEvent`` → ``process.exited`` / ``file.accessed`` /
+``file.written``; limits, errors, scores, info, logger, input and approval events → notes (scores are
+the source's own: kept, never ours). Inspect's ``input_tokens`` excludes cached input; ours
+includes it, so ``input_total = input_tokens + cache_read + cache_write``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from recorder.importers.common import (
+    DEFAULT_LIMITS,
+    ORIGIN_SCORES,
+    SYNTHETIC_JSON,
+    Limits,
+    Rejected,
+    RunBuilder,
+    TaskResolver,
+    check_file,
+)
+from schemas.blob import digest
+from schemas.events import (
+    AssistantMessage,
+    FileAccessed,
+    FileWritten,
+    ModelCallCompleted,
+    Note,
+    Payload,
+    ProcessExited,
+    RunFinished,
+    RunStarted,
+    ToolCallPart,
+    ToolCallRequested,
+    ToolCallResult,
+    Usage,
+)
+
+NOTE_EVENTS = ("info", "logger", "input", "approval")
+
+
+def _ns(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if isinstance(value, datetime):
+        return int(value.timestamp()) * 1_000_000_000 + value.microsecond * 1000
+    return None
+
+
+def _content(value: Any) -> tuple[str, str]:
+    """(text, reasoning) of a message content or tool result of any Inspect shape."""
+    if value is None:
+        return "", ""
+    if isinstance(value, str | int | float | bool):
+        return str(value), ""
+    parts = value if isinstance(value, list) else [value]
+    text, reasoning = [], []
+    for p in parts:
+        kind = getattr(p, "type", None)
+        if kind == "text":
+            text.append(str(getattr(p, "text", "")))
+        elif kind == "reasoning":
+            reasoning.append(str(getattr(p, "reasoning", "") or getattr(p, "summary", "") or ""))
+        elif isinstance(p, str):
+            text.append(p)
+        elif kind:
+            text.append(f"[{kind}]")
+    return "\n".join(text), "\n".join(x for x in reasoning if x)
+
+
+def _dump(obj: Any) -> Any:
+    dump = getattr(obj, "model_dump", None)
+    return dump(mode="json", exclude_none=True) if callable(dump) else obj
+
+
+def _wire(request: Any) -> tuple[str, str]:
+    """(provider, api) told by the shape of the raw request Inspect kept."""
+    if isinstance(request, dict):
+        if "input" in request and "messages" not in request:
+            return "openai", "responses"
+        if "messages" in request and ("system" in request or "anthropic_version" in request):
+            return "anthropic", "messages"
+        if "messages" in request:
+            return "openai", "chat.completions"
+    return "inspect", "generate"
+
+
+def _samples(path: Path) -> tuple[Any, list[Any]]:
+    from inspect_ai.log import read_eval_log
+
+    try:
+        log = read_eval_log(str(path), resolve_attachments="full")
+    except Exception as e:  # the reader raises many types for a file that is not a log
+        raise Rejected(f"{path}: not an Inspect eval log ({type(e).__name__}: {str(e)[:200]})") from e
+    return log, list(log.samples or [])
+
+
+def parse(
+    path: Path, *, resolve_task: TaskResolver = lambda t: t, limits: Limits = DEFAULT_LIMITS
+) -> list[RunBuilder]:
+    """One in-memory run per sample and epoch of the log (nothing is written)."""
+    path = Path(path).resolve()
+    check_file(path.parent, path, limits)
+    log, samples = _samples(path)
+    if not samples:
+        raise Rejected(f"{path}: the log holds no samples")
+    return [_sample(log, s, resolve_task) for s in samples]
+
+
+def _sample(log: Any, sample: Any, resolve_task: TaskResolver) -> RunBuilder:
+    spec = log.eval
+    h = hashlib.sha256(f"{spec.eval_id}\0{sample.id}\0{sample.epoch}".encode())
+    b = RunBuilder("inspect-" + h.hexdigest()[:16])
+    start = _ns(sample.started_at) or _ns(spec.created) or 0
+    out: list[tuple[int, Payload]] = []
+    events = list(_flatten(sample.events or []))
+    model_ids = [(i, e.uuid or f"m{i:04d}") for i, e in enumerate(events) if e.event == "model"]
+    status, reason = "completed", None
+    for i, ev in enumerate(events):
+        ts = _ns(ev.timestamp) or start
+        kind = ev.event
+        if kind == "model":
+            call_id = next(c for j, c in model_ids if j == i)
+            out += _model(b, ev, call_id, ts)
+        elif kind == "tool":
+            carried = next((c for j, c in model_ids if j > i), None)
+            asked = next((c for j, c in reversed(model_ids) if j < i), "")
+            text, _ = _content(ev.result)
+            end = _ns(ev.completed) or ts
+            out.append(
+                (
+                    end,
+                    ToolCallResult(
+                        tool_call_id=str(ev.id),
+                        model_call_id=carried or asked,
+                        name=ev.function,
+                        output=text,
+                        is_error=ev.error is not None or bool(getattr(ev, "failed", False)),
+                    ),
+                )
+            )
+        elif kind == "sandbox":
+            out += _sandbox(b, ev, ts)
+        elif kind == "sample_limit":
+            status = "timeout" if ev.type in ("time", "working") else "failed"
+            reason = f"{ev.type} limit: {ev.message}"
+            out.append((ts, Note(text=reason, data={"kind": "inspect.sample_limit", "type": ev.type})))
+        elif kind == "error":
+            status, reason = "failed", str(getattr(ev.error, "message", ev.error))
+            out.append((ts, Note(text=reason[:4000], data={"kind": "inspect.error"})))
+        elif kind == "score":
+            score = _dump(ev.score)
+            out.append(
+                (
+                    ts,
+                    Note(
+                        text="the source's own score (kept for comparison, never scored)",
+                        data={"kind": ORIGIN_SCORES, "scorer": getattr(ev, "scorer", None), "score": score},
+                    ),
+                )
+            )
+        elif kind in NOTE_EVENTS:
+            data = {
+                k: v
+                for k, v in _dump(ev).items()
+                if k not in ("uuid", "span_id", "timestamp", "working_start")
+            }
+            out.append(
+                (ts, Note(text=f"inspect {kind} event", data={"kind": f"inspect.{kind}", "event": data}))
+            )
+    if sample.error is not None:
+        status, reason = "failed", str(getattr(sample.error, "message", sample.error))[:4000]
+    for name, score in (sample.scores or {}).items():
+        out.append(
+            (
+                start,
+                Note(
+                    text=f"the source's own score {name} (kept for comparison, never scored)",
+                    data={"kind": ORIGIN_SCORES, "scorer": name, "score": _dump(score)},
+                ),
+            )
+        )
+    task = resolve_task(spec.task) if spec.task else None
+    config = spec.config
+    b.emit(
+        RunStarted(
+            task=task,
+            agent=spec.solver or "inspect",
+            model=spec.model,
+            command=[],
+            backend="import",
+            time_limit_s=float(config.time_limit) if getattr(config, "time_limit", None) else None,
+            labels={
+                k: str(v)
+                for k, v in {
+                    "origin": "inspect",
+                    "inspect_eval_id": spec.eval_id,
+                    "inspect_run_id": spec.run_id,
+                    "eval_set_id": spec.eval_set_id,
+                    "inspect_task": spec.task,
+                    "sample_id": sample.id,
+                    "sample_uuid": sample.uuid,
+                    "epoch": sample.epoch,
+                }.items()
+                if v is not None
+            },
+        ),
+        start,
+    )
+    for ts, payload in sorted(out, key=lambda tp: tp[0]):
+        b.emit(payload, ts)
+    end = _ns(sample.completed_at) or b.last_ts
+    b.emit(
+        RunFinished(status=status, duration_s=float(sample.total_time or (end - start) / 1e9), reason=reason),
+        end,
+    )
+    return b
+
+
+def _flatten(events: list[Any]) -> Any:
+    for ev in events:
+        yield ev
+        if getattr(ev, "event", None) == "tool" and ev.events:
+            yield from _flatten(list(ev.events))
+
+
+def _model(b: RunBuilder, ev: Any, call_id: str, ts: int) -> list[tuple[int, Payload]]:
+    out = ev.output
+    choice = out.choices[0] if out is not None and out.choices else None
+    msg = choice.message if choice is not None else None
+    text, reasoning = _content(msg.content) if msg is not None else ("", "")
+    tool_calls = [
+        ToolCallPart(
+            id=str(tc.id),
+            name=str(tc.function),
+            arguments=json.dumps(tc.arguments, separators=(",", ":"), ensure_ascii=False),
+        )
+        for tc in (msg.tool_calls or [] if msg is not None else [])
+    ]
+    call = ev.call
+    provider, api = _wire(call.request if call is not None else None)
+    if call is not None and isinstance(call.request, dict):
+        request = b.json_blob(call.request, "application/json")
+    else:
+        request = b.json_blob(
+            {
+                "model": ev.model,
+                "input": [_dump(m) for m in ev.input],
+                "tools": [_dump(t) for t in ev.tools],
+                "config": _dump(ev.config),
+            }
+        )
+    if call is not None and call.response is not None:
+        response = b.json_blob(call.response, "application/json")
+    else:
+        response = b.json_blob(_dump(out) if out is not None else {}, SYNTHETIC_JSON)
+    u = out.usage if out is not None else None
+    usage = (
+        Usage(
+            input_total=u.input_tokens + (u.input_tokens_cache_read or 0) + (u.input_tokens_cache_write or 0),
+            cache_read=u.input_tokens_cache_read or 0,
+            cache_write=u.input_tokens_cache_write or 0,
+            output=u.output_tokens,
+            reasoning=u.reasoning_tokens or 0,
+        )
+        if u is not None
+        else Usage(reported=False)
+    )
+    completed = _ns(ev.completed)
+    payloads: list[tuple[int, Payload]] = [
+        (
+            completed or ts,
+            ModelCallCompleted(
+                call_id=call_id,
+                provider=provider,
+                api=api,
+                model=(out.model if out is not None and out.model else None) or ev.model,
+                ok=ev.error is None,
+                error=str(ev.error)[:2000] if ev.error is not None else None,
+                status=200 if ev.error is None else None,
+                request=request,
+                response=response,
+                message=AssistantMessage(text=text, reasoning=reasoning, tool_calls=tool_calls),
+                stop_reason=choice.stop_reason if choice is not None else None,
+                usage=usage,
+                started_ns=ts,
+                latency_ms=(completed - ts) / 1e6 if completed else None,
+                retries=ev.retries or 0,
+            ),
+        )
+    ]
+    for tc in tool_calls:
+        payloads.append(
+            (
+                completed or ts,
+                ToolCallRequested(
+                    tool_call_id=tc.id, name=tc.name, arguments=tc.arguments, model_call_id=call_id
+                ),
+            )
+        )
+    if ev.cache == "read":
+        payloads.append(
+            (
+                completed or ts,
+                Note(
+                    text="served from Inspect's cache (no upstream call)",
+                    data={"kind": "inspect.cache_read", "call_id": call_id},
+                ),
+            )
+        )
+    return payloads
+
+
+def _sandbox(b: RunBuilder, ev: Any, ts: int) -> list[tuple[int, Payload]]:
+    end = _ns(ev.completed) or ts
+    if ev.action == "exec":
+        try:
+            argv = shlex.split(ev.cmd or "")
+        except ValueError:
+            argv = [ev.cmd or ""]
+        output = ev.output or ""
+        return [
+            (
+                end,
+                ProcessExited(
+                    pid=0,
+                    argv=argv,
+                    start_ns=ts,
+                    end_ns=end,
+                    exit_code=ev.result if isinstance(ev.result, int) else None,
+                    tracer="inspect-sandbox",
+                    stdout=b.blob(output.encode(), "text/plain") if output else None,
+                ),
+            )
+        ]
+    if ev.action == "read_file":
+        return [(end, FileAccessed(path=str(ev.file or "")))]
+    if ev.action == "write_file":
+        data = (ev.input or "").encode()
+        return [
+            (
+                end,
+                FileWritten(
+                    path=str(ev.file or ""),
+                    size=len(data),
+                    sha256=digest(data),
+                    content=b.blob(data, "application/octet-stream"),
+                ),
+            )
+        ]
+    return []

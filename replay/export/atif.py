@@ -1,0 +1,356 @@
+"""A stored run as an ATIF trajectory (Harbor's Agent Trajectory Interchange Format, v1.8 or v1.6).
+
+One ATIF agent step per successful model call: its text, reasoning, tool calls (arguments as
+objects), the results of those tool calls as the step's observation (full text, from the blob when
+the event kept only a prefix) and its token counts. System and user steps come from the request
+bodies: the first request's system prompt and user messages, then every user message a later
+request adds after the last assistant turn (harness injections show up this way).
+
+ATIF has no place for processes, file changes, network requests, the sealed submission, notes,
+failed model calls or the run's start and end; inventing steps for them would mislead the SFT and RL
+consumers ATIF is for. They go, verbatim, to a sidecar ``events.jsonl`` beside ``trajectory.json``
+(with the blobs they reference under ``blobs/``), and ``step.extra.amb`` keeps the call's envelope
+facts (timestamps, provider, status, latency, raw argument strings). ``amb import atif`` reads both,
+so export → import → export gives the same files, and the imported run scores as the original.
+What does not survive: the raw request and response bodies (the import rebuilds them from the
+steps, marked synthetic) and the event sources and hashes (an import is one ``import`` chain).
+
+``--version 1.6`` leaves out every field added in v1.7 and later (``llm_call_count``), since
+consumers on v1.6 models reject unknown fields.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import duckdb
+import msgspec
+
+from replay.read import iter_events
+from schemas.blob import BlobRef
+from schemas.codec import Event, encode_payload
+from schemas.errors import AmbError
+from schemas.events import (
+    ModelCallCompleted,
+    Payload,
+    RunFinished,
+    RunStarted,
+    ToolCallRequested,
+    ToolCallResult,
+)
+
+VERSIONS = {"1.8": "ATIF-v1.8", "1.6": "ATIF-v1.6"}
+SIDECAR = "events.jsonl"
+TRAJECTORY = "trajectory.json"
+BLOB_DIR = "blobs"
+
+CALL_FIELDS = (
+    "provider",
+    "api",
+    "stream",
+    "url",
+    "status",
+    "ok",
+    "error",
+    "stop_reason",
+    "started_ns",
+    "ttfb_ms",
+    "latency_ms",
+    "retries",
+    "partial",
+)
+"""Model-call facts ATIF has no field for, kept in ``step.extra.amb.call``."""
+
+BlobReader = Callable[[BlobRef | str], bytes]
+
+
+class Exported(NamedTuple):
+    trajectory: dict[str, Any]
+    sidecar: list[dict[str, Any]]
+    blobs: list[str]
+    """Every blob the sidecar refers to (copied beside it so an import elsewhere has them)."""
+
+
+def iso(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for p in content:
+            if isinstance(p, dict) and p.get("type") in ("text", "input_text", "output_text"):
+                parts.append(str(p.get("text") or ""))
+            elif isinstance(p, str):
+                parts.append(p)
+        return "\n".join(parts)
+    return ""
+
+
+def _request(body: bytes) -> tuple[str | None, list[dict[str, Any]], list[dict[str, Any]]]:
+    """(system prompt, messages without it, tools) of a request body of any supported wire format."""
+    try:
+        req = json.loads(body)
+    except ValueError:
+        return None, [], []
+    if not isinstance(req, dict):
+        return None, [], []
+    system: str | None = None
+    raw = req.get("system") if req.get("system") is not None else req.get("instructions")
+    if raw is not None:
+        system = _content_text(raw)
+    msgs = req.get("messages")
+    if msgs is None:
+        inp = req.get("input")
+        msgs = [{"role": "user", "content": inp}] if isinstance(inp, str) else inp
+    messages = [m for m in msgs or [] if isinstance(m, dict)]
+    if system is None and messages and messages[0].get("role") in ("system", "developer"):
+        system = _content_text(messages[0].get("content"))
+        messages = messages[1:]
+    tools = [t for t in req.get("tools") or [] if isinstance(t, dict)]
+    return system, messages, tools
+
+
+def _tool_definition(tool: dict[str, Any]) -> dict[str, Any] | None:
+    """An OpenAI function-calling definition from any wire format's tool entry."""
+    fn = tool.get("function")
+    if isinstance(fn, dict) and fn.get("name"):
+        return {"type": "function", "function": fn}
+    if tool.get("name"):
+        out: dict[str, Any] = {"name": tool["name"]}
+        if tool.get("description"):
+            out["description"] = tool["description"]
+        params = tool.get("input_schema") or tool.get("parameters")
+        if params is not None:
+            out["parameters"] = params
+        return {"type": "function", "function": out}
+    return None
+
+
+def _new_user_messages(messages: list[dict[str, Any]], first: bool) -> list[str]:
+    """User text a request adds: all of it before the first answer, else what follows the last one."""
+    if not first:
+        last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+        messages = messages[last + 1 :]
+    out = []
+    for m in messages:
+        if m.get("role") == "assistant":
+            break
+        if m.get("role") in ("user", "developer"):
+            text = _content_text(m.get("content"))
+            if text:
+                out.append(text)
+    return out
+
+
+def _arguments(raw: str) -> tuple[dict[str, Any], bool]:
+    """(ATIF arguments object, is the raw string exactly its compact JSON?)."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}, False
+    if not isinstance(value, dict):
+        return {}, False
+    return value, json.dumps(value, separators=(",", ":"), ensure_ascii=False) == raw
+
+
+BLOB_REF = re.compile(rb'"blob":"(sha256:[0-9a-f]{64})"')
+"""Every stored blob reference in a canonical payload, as ``amb verify`` finds them (a BlobRef, or
+a note's data that names a blob)."""
+
+
+def blob_refs(payload: Payload) -> list[str]:
+    return [m.decode() for m in BLOB_REF.findall(encode_payload(payload))]
+
+
+def build(events: list[Event], read_blob: BlobReader, version: str = "1.8") -> Exported:
+    """The ATIF document, sidecar lines and sidecar blobs of one run's events."""
+    if version not in VERSIONS:
+        raise AmbError(f"unknown ATIF version {version!r} (use {' or '.join(VERSIONS)})")
+    run_id = events[0].run_id if events else ""
+    evs = sorted(events, key=lambda e: (e.ts_ns, e.source, e.seq))
+    started: RunStarted | None = next((e.payload for e in evs if isinstance(e.payload, RunStarted)), None)
+    finished: RunFinished | None = next((e.payload for e in evs if isinstance(e.payload, RunFinished)), None)
+    steps: list[dict[str, Any]] = []
+    sidecar_events: list[Event] = []
+    notes: list[str] = []
+    tool_definitions: list[dict[str, Any]] = []
+    step_of_call: dict[str, dict[str, Any]] = {}
+    step_of_tool: dict[str, dict[str, Any]] = {}
+    first_request = True
+    totals = {"prompt": 0, "completion": 0, "cached": 0}
+    counts = {"failed_model_calls": 0, "processes": 0, "file_writes": 0, "network_requests": 0}
+
+    def add(step: dict[str, Any]) -> dict[str, Any]:
+        step["step_id"] = len(steps) + 1
+        steps.append(step)
+        return step
+
+    for e in evs:
+        p: Payload = e.payload
+        if isinstance(p, ModelCallCompleted) and p.ok:
+            if p.request is not None:
+                system, messages, tools = _request(read_blob(p.request))
+                if first_request:
+                    if system:
+                        add(
+                            {"timestamp": iso(p.started_ns or e.ts_ns), "source": "system", "message": system}
+                        )
+                    tool_definitions = [d for d in map(_tool_definition, tools) if d is not None]
+                for text in _new_user_messages(messages, first_request):
+                    add({"timestamp": iso(p.started_ns or e.ts_ns), "source": "user", "message": text})
+                first_request = False
+            call: dict[str, Any] = {k: getattr(p, k) for k in CALL_FIELDS}
+            step: dict[str, Any] = {
+                "timestamp": iso(p.started_ns or e.ts_ns),
+                "source": "agent",
+                "message": p.message.text,
+            }
+            if p.model:
+                step["model_name"] = p.model
+            if p.message.reasoning:
+                step["reasoning_content"] = p.message.reasoning
+            raw_args: dict[str, str] = {}
+            if p.message.tool_calls:
+                step["tool_calls"] = []
+                for tc in p.message.tool_calls:
+                    args, exact = _arguments(tc.arguments)
+                    if not exact:
+                        raw_args[tc.id] = tc.arguments
+                        if not args and tc.arguments.strip() not in ("", "{}"):
+                            notes.append(f"step {len(steps) + 1}: arguments of {tc.id} are not a JSON object")
+                    step["tool_calls"].append(
+                        {"tool_call_id": tc.id, "function_name": tc.name, "arguments": args}
+                    )
+                    step_of_tool[tc.id] = step
+            u = p.usage
+            step["metrics"] = {
+                "prompt_tokens": u.input_total,
+                "completion_tokens": u.output,
+                "cached_tokens": u.cache_read,
+                "extra": {
+                    "cache_write_tokens": u.cache_write,
+                    "reasoning_tokens": u.reasoning,
+                    "reported": u.reported,
+                },
+            }
+            totals["prompt"] += u.input_total
+            totals["completion"] += u.output
+            totals["cached"] += u.cache_read
+            if version == "1.8":
+                step["llm_call_count"] = 1
+            amb: dict[str, Any] = {"call_id": p.call_id, "ts_ns": e.ts_ns, "call": call}
+            if raw_args:
+                amb["raw_arguments"] = raw_args
+            step["extra"] = {"amb": amb}
+            add(step)
+            step_of_call[p.call_id] = step
+            continue
+        if isinstance(p, ToolCallRequested):
+            owner = step_of_call.get(p.model_call_id)
+            if owner is not None and any(
+                t["tool_call_id"] == p.tool_call_id for t in owner.get("tool_calls", [])
+            ):
+                owner["extra"]["amb"].setdefault("requested", {})[p.tool_call_id] = {"ts_ns": e.ts_ns}
+                continue
+        if isinstance(p, ToolCallResult):
+            owner = step_of_tool.get(p.tool_call_id)
+            if owner is not None:
+                text = (
+                    p.output if p.output_blob is None else read_blob(p.output_blob).decode("utf-8", "replace")
+                )
+                results = owner.setdefault("observation", {"results": []})["results"]
+                results.append({"source_call_id": p.tool_call_id, "content": text})
+                facts: dict[str, Any] = {
+                    "ts_ns": e.ts_ns,
+                    "model_call_id": p.model_call_id,
+                    "name": p.name,
+                    "is_error": p.is_error,
+                }
+                if p.output_blob is not None:
+                    facts["inline_chars"] = len(p.output)
+                owner["extra"]["amb"].setdefault("results", []).append(facts)
+                continue
+        if isinstance(p, ModelCallCompleted):
+            counts["failed_model_calls"] += 1
+        kind = e.kind
+        counts["processes"] += kind == "process.exited"
+        counts["file_writes"] += kind == "file.written"
+        counts["network_requests"] += kind == "network.request"
+        sidecar_events.append(e)
+
+    if not steps:
+        add({"source": "system", "message": "", "extra": {"amb": {"note": "the run has no model calls"}}})
+    labels = dict(started.labels) if started else {}
+    agent_name = (started.agent if started else None) or "unknown"
+    versions = dict(started.tool_versions) if started else {}
+    agent: dict[str, Any] = {
+        "name": agent_name,
+        "version": versions.get(agent_name) or versions.get("amb") or "unknown",
+    }
+    if started and started.model:
+        agent["model_name"] = started.model
+    if tool_definitions:
+        agent["tool_definitions"] = tool_definitions
+    trajectory: dict[str, Any] = {
+        "schema_version": VERSIONS[version],
+        "session_id": labels.get("atif_session_id") or run_id,
+        "agent": agent,
+        "steps": steps,
+    }
+    if notes:
+        trajectory["notes"] = "; ".join(notes)
+    trajectory["final_metrics"] = {
+        "total_prompt_tokens": totals["prompt"],
+        "total_completion_tokens": totals["completion"],
+        "total_cached_tokens": totals["cached"],
+        "total_steps": len(steps),
+        "extra": {**counts, "sidecar_events": len(sidecar_events)},
+    }
+    trajectory["extra"] = {
+        "amb": {
+            "run_id": run_id,
+            "task": started.task if started else None,
+            "tier": started.tier if started else None,
+            "backend": started.backend if started else None,
+            "status": finished.status if finished else "unfinished",
+            "sidecar": SIDECAR,
+        }
+    }
+    sidecar = [
+        {"ts_ns": e.ts_ns, "kind": e.kind, "v": e.v, "payload": msgspec.to_builtins(e.payload)}
+        for e in sidecar_events
+    ]
+    unique = sorted({ref for e in sidecar_events for ref in blob_refs(e.payload)})
+    return Exported(trajectory, sidecar, unique)
+
+
+def export_run(
+    con: duckdb.DuckDBPyConnection, read_blob: BlobReader, run_id: str, out: Path, version: str = "1.8"
+) -> Path:
+    """Write ``out/<run>/trajectory.json``, ``events.jsonl`` and ``blobs/``; returns the folder."""
+    events = list(iter_events(con, run_id))
+    if not events:
+        raise AmbError(f"no run {run_id!r} in the store (see `amb runs`)")
+    exported = build(events, read_blob, version)
+    folder = out / run_id
+    (folder / BLOB_DIR).mkdir(parents=True, exist_ok=True)
+    (folder / TRAJECTORY).write_text(
+        json.dumps(exported.trajectory, indent=2, ensure_ascii=False, sort_keys=False) + "\n",
+        encoding="utf-8",
+    )
+    with open(folder / SIDECAR, "w", encoding="utf-8") as f:
+        for line in exported.sidecar:
+            f.write(json.dumps(line, ensure_ascii=False, sort_keys=True, separators=(",", ":")) + "\n")
+    for ref in exported.blobs:
+        target = folder / BLOB_DIR / ref.removeprefix("sha256:")
+        if not target.exists():
+            target.write_bytes(read_blob(ref))
+    return folder

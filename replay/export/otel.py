@@ -1,0 +1,280 @@
+"""A stored run as OpenTelemetry spans: OTLP JSON lines (the OTLP file exporter's format), one line
+(one ``TracesData``) per run, with GenAI semantic-convention attributes.
+
+Conventions pinned: OpenTelemetry semantic conventions **1.44.0** (``SCHEMA_URL``; the GenAI names
+as the ``opentelemetry-semantic-conventions`` 0.66b2 package lists them: ``gen_ai.provider.name``,
+not the older ``gen_ai.system``; ``gen_ai.usage.input_tokens`` including cached tokens). The
+version also goes on the resource as ``amb.semconv.genai``. GenAI conventions are at Development
+stability upstream, so a consumer on other names needs a different pin, not a guess.
+
+Spans (ids are deterministic: trace id = first 16 bytes of sha256(run id), span id = first 8 bytes
+of sha256(``run|source|seq``) of the event that opens the span, so re-exports are identical):
+
+- ``invoke_agent {agent}`` (INTERNAL), the root: run.started → run.finished (or the last event);
+- ``chat {model}`` (CLIENT) per model call: started_ns → started_ns + latency;
+- ``execute_tool {name}`` (INTERNAL) per tool call: from the call that asked to the request that
+  carried the result (the agent's side of it; the true execution interval is not observed);
+- ``{argv0}`` (INTERNAL) per process, ``{METHOD}`` (CLIENT) per network request;
+- file changes, the sealed submission and notes as span events on the root.
+
+OTLP JSON differs from protobuf JSON in one way that matters: trace and span ids are hex.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+from schemas.codec import Event
+from schemas.events import (
+    FileAccessed,
+    FileDeleted,
+    FileRenamed,
+    FileWritten,
+    ModelCallCompleted,
+    NetworkRequest,
+    Note,
+    Payload,
+    ProcessExited,
+    RunFinished,
+    RunStarted,
+    SubmissionSealed,
+    ToolCallRequested,
+    ToolCallResult,
+)
+
+SEMCONV_VERSION = "1.44.0"
+SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
+SCOPE = "amb-recorder"
+
+INTERNAL, CLIENT = 1, 3
+UNSET, ERROR = 0, 2
+
+
+def trace_id(run_id: str) -> str:
+    return hashlib.sha256(run_id.encode()).hexdigest()[:32]
+
+
+def span_id(run_id: str, source: str, seq: int) -> str:
+    return hashlib.sha256(f"{run_id}|{source}|{seq}".encode()).hexdigest()[:16]
+
+
+def _value(v: Any) -> dict[str, Any]:
+    if isinstance(v, bool):
+        return {"boolValue": v}
+    if isinstance(v, int):
+        return {"intValue": str(v)}
+    if isinstance(v, float):
+        return {"doubleValue": v}
+    if isinstance(v, list | tuple):
+        return {"arrayValue": {"values": [_value(x) for x in v]}}
+    return {"stringValue": str(v)}
+
+
+def attrs(pairs: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"key": k, "value": _value(v)} for k, v in pairs.items() if v is not None]
+
+
+def _span(
+    run_id: str,
+    e: Event,
+    name: str,
+    kind: int,
+    start: int,
+    end: int,
+    attributes: dict[str, Any],
+    parent: str | None,
+    error: str | None = None,
+) -> dict[str, Any]:
+    span: dict[str, Any] = {
+        "traceId": trace_id(run_id),
+        "spanId": span_id(run_id, e.source, e.seq),
+        "name": name,
+        "kind": kind,
+        "startTimeUnixNano": str(start),
+        "endTimeUnixNano": str(max(end, start)),
+        "attributes": attrs(attributes),
+        "status": {"code": ERROR, "message": error} if error else {"code": UNSET},
+    }
+    if parent:
+        span["parentSpanId"] = parent
+    return span
+
+
+def run_to_traces(events: Iterable[Event], scope_version: str = "") -> dict[str, Any]:
+    """One run's ``TracesData`` (OTLP JSON) from its events."""
+    evs = sorted(events, key=lambda e: (e.ts_ns, e.source, e.seq))
+    if not evs:
+        raise ValueError("no events")
+    run_id = evs[0].run_id
+    start_ev = next((e for e in evs if isinstance(e.payload, RunStarted)), evs[0])
+    first: Payload = start_ev.payload
+    started = first if isinstance(first, RunStarted) else RunStarted()
+    finish_ev = next((e for e in evs if isinstance(e.payload, RunFinished)), None)
+    root_id = span_id(run_id, start_ev.source, start_ev.seq)
+    spans: list[dict[str, Any]] = []
+    root_events: list[dict[str, Any]] = []
+    asked: dict[str, tuple[Event, ToolCallRequested]] = {}
+    calls_started: dict[str, int] = {}
+    for e in evs:
+        p: Payload = e.payload
+        if isinstance(p, ModelCallCompleted):
+            begin = p.started_ns or e.ts_ns
+            calls_started[p.call_id] = begin
+            end = begin + int(p.latency_ms * 1e6) if p.latency_ms is not None else begin
+            url = urlsplit(p.url) if p.url else None
+            a: dict[str, Any] = {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": p.provider,
+                "gen_ai.conversation.id": run_id,
+                "gen_ai.request.model": p.model,
+                "gen_ai.request.stream": True if p.stream else None,
+                "gen_ai.response.finish_reasons": [p.stop_reason] if p.stop_reason else None,
+                "gen_ai.usage.input_tokens": p.usage.input_total,
+                "gen_ai.usage.output_tokens": p.usage.output,
+                "gen_ai.usage.cache_read.input_tokens": p.usage.cache_read,
+                "gen_ai.usage.cache_creation.input_tokens": p.usage.cache_write,
+                "gen_ai.usage.reasoning.output_tokens": p.usage.reasoning,
+                "gen_ai.response.time_to_first_chunk": p.ttfb_ms / 1000 if p.ttfb_ms is not None else None,
+                "server.address": url.hostname if url and url.hostname else None,
+                "server.port": url.port or (443 if url.scheme == "https" else 80)
+                if url and url.hostname
+                else None,
+                "amb.call_id": p.call_id,
+                "amb.usage_reported": p.usage.reported,
+                "amb.partial": True if p.partial else None,
+                "amb.timing": "unknown" if p.latency_ms is None else None,
+            }
+            error = None
+            if not p.ok or p.partial:
+                error = p.error or (f"{p.status}" if p.status else "partial")
+                a["error.type"] = error
+            spans.append(
+                _span(run_id, e, f"chat {p.model or ''}".strip(), CLIENT, begin, end, a, root_id, error)
+            )
+        elif isinstance(p, ToolCallRequested):
+            asked[p.tool_call_id] = (e, p)
+        elif isinstance(p, ToolCallResult):
+            pair = asked.pop(p.tool_call_id, None)
+            if pair is None:
+                continue
+            req_ev, req = pair
+            end = calls_started.get(p.model_call_id, e.ts_ns)
+            a = {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": req.name,
+                "gen_ai.tool.call.id": req.tool_call_id,
+                "gen_ai.tool.type": "function",
+                "error.type": "tool_error" if p.is_error else None,
+            }
+            spans.append(
+                _span(
+                    run_id,
+                    req_ev,
+                    f"execute_tool {req.name}",
+                    INTERNAL,
+                    req_ev.ts_ns,
+                    max(end, req_ev.ts_ns),
+                    a,
+                    root_id,
+                    "tool_error" if p.is_error else None,
+                )
+            )
+        elif isinstance(p, ProcessExited):
+            a = {
+                "process.pid": p.pid,
+                "process.parent_pid": p.ppid,
+                "process.command_args": list(p.argv),
+                "process.exit.code": p.exit_code,
+                "amb.signal": p.signal,
+                "amb.tracer": p.tracer,
+            }
+            name = os.path.basename(p.argv[0]) if p.argv else "process"
+            err = f"exit {p.exit_code}" if p.exit_code not in (0, None) else None
+            spans.append(
+                _span(run_id, e, name, INTERNAL, p.start_ns or e.ts_ns, p.end_ns or e.ts_ns, a, root_id, err)
+            )
+        elif isinstance(p, NetworkRequest):
+            begin = p.started_ns or e.ts_ns
+            end = begin + int(p.duration_ms * 1e6) if p.duration_ms is not None else begin
+            a = {
+                "http.request.method": p.method or None,
+                "server.address": p.host or None,
+                "server.port": p.port,
+                "url.scheme": p.scheme or None,
+                "url.path": p.path or None,
+                "http.response.status_code": p.status,
+                "error.type": p.error,
+                "amb.via": p.via,
+            }
+            spans.append(_span(run_id, e, p.method or "request", CLIENT, begin, end, a, root_id, p.error))
+        elif isinstance(p, FileWritten | FileDeleted | FileAccessed | FileRenamed | SubmissionSealed | Note):
+            ev_attrs: dict[str, Any] = {}
+            if isinstance(p, FileWritten):
+                ev_attrs = {"amb.path": p.path, "amb.size": p.size, "amb.sha256": p.sha256}
+            elif isinstance(p, FileDeleted | FileAccessed):
+                ev_attrs = {"amb.path": p.path}
+            elif isinstance(p, FileRenamed):
+                ev_attrs = {"amb.path": p.dst, "amb.src": p.src}
+            elif isinstance(p, SubmissionSealed):
+                ev_attrs = {"amb.files": len(p.files)}
+            else:
+                ev_attrs = {"amb.note": p.text[:4096], "amb.note_kind": str(p.data.get("kind", ""))}
+            root_events.append({"timeUnixNano": str(e.ts_ns), "name": e.kind, "attributes": attrs(ev_attrs)})
+    last: Payload | None = finish_ev.payload if finish_ev is not None else None
+    finished = last if isinstance(last, RunFinished) else None
+    status = finished.status if finished else "unfinished"
+    agent = started.agent or "amb-agent"
+    root = _span(
+        run_id,
+        start_ev,
+        f"invoke_agent {agent}",
+        INTERNAL,
+        start_ev.ts_ns,
+        (finish_ev or evs[-1]).ts_ns,
+        {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": agent,
+            "gen_ai.conversation.id": run_id,
+            "gen_ai.request.model": started.model,
+            "amb.status": status,
+            "amb.exit_code": finished.exit_code if finished else None,
+        },
+        None,
+        None if status == "completed" else status,
+    )
+    root["events"] = root_events
+    resource = attrs(
+        {
+            "service.name": agent,
+            "amb.run_id": run_id,
+            "amb.task": started.task,
+            "amb.tier": started.tier,
+            "amb.backend": started.backend,
+            "amb.semconv.genai": SEMCONV_VERSION,
+        }
+    )
+    return {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": resource},
+                "scopeSpans": [
+                    {
+                        "scope": {"name": SCOPE, "version": scope_version},
+                        "spans": [root, *spans],
+                        "schemaUrl": SCHEMA_URL,
+                    }
+                ],
+                "schemaUrl": SCHEMA_URL,
+            }
+        ]
+    }
+
+
+def line(events: Iterable[Event], scope_version: str = "") -> str:
+    """One OTLP JSON line (no newline)."""
+    return json.dumps(run_to_traces(events, scope_version), separators=(",", ":"), ensure_ascii=False)

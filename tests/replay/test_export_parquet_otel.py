@@ -1,0 +1,191 @@
+"""``amb export parquet`` reads back identical; ``amb export otel`` parses with the official OTLP
+protobuf classes and carries the pinned GenAI attribute names, span by span."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+
+from amb.main import cli
+from recorder.synthetic import generate_run
+from replay.export.otel import SCHEMA_URL, SEMCONV_VERSION, span_id, trace_id
+from replay.export.parquet import read_glob, sources
+from replay.ingest import ingest
+
+
+def amb(*args: str):
+    return CliRunner().invoke(cli, list(args), env={"AMB_JUDGE_BASE_URL": "", "AMB_JUDGE_MODEL": ""})
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("px") / "store"
+    for i in range(3):
+        generate_run(root, f"r{i:04d}", seed=i, calls=5)  # ids that look like numbers stay strings
+    ingest(root)
+    r = amb("score", "--store", str(root), "--all", "--json")
+    assert r.exit_code == 0, r.output
+    return root
+
+
+def test_parquet_reads_back_identical(store, tmp_path):
+    out = tmp_path / "pq"
+    r = amb("export", "parquet", "--store", str(store), str(out), "--json")
+    assert r.exit_code == 0, r.output
+    written = {w["name"]: w for w in json.loads(r.output)}
+    assert {"events", "runs", "model_calls", "tool_calls", "processes", "file_writes", "scores"} <= set(
+        written
+    )
+    assert (out / "events" / "run_id=r0001").is_dir() and (out / "model_calls.parquet").is_file()
+    con = duckdb.connect(str(store / "amb.duckdb"), read_only=True)
+    try:
+        for name, _ in sources(con):
+            cols = [r[0] for r in con.execute(f'DESCRIBE SELECT * FROM "{name}"').fetchall()]
+            listed = ", ".join(f'"{c}"' for c in cols)
+            src = f'SELECT {listed} FROM "{name}"'
+            back = f"SELECT {listed} FROM {read_glob(out, name, written[name]['partitioned'])}"
+            n = con.execute(f"SELECT count(*) FROM ({src})").fetchall()[0][0]
+            assert (
+                n == written[name]["rows"] == con.execute(f"SELECT count(*) FROM ({back})").fetchall()[0][0]
+            ), name
+            # Same rows with the same values, both ways (multiset difference is empty).
+            for a, b in ((src, back), (back, src)):
+                diff = con.execute(f"SELECT count(*) FROM ({a} EXCEPT ALL {b})").fetchall()[0][0]
+                assert diff == 0, (name, a, b)
+        assert written["events"]["rows"] == con.execute("SELECT count(*) FROM events").fetchall()[0][0] > 0
+    finally:
+        con.close()
+    # Refuses to overwrite; a subset of runs gives the same layout with fewer partitions.
+    assert amb("export", "parquet", "--store", str(store), str(out)).exit_code != 0
+    sub = tmp_path / "sub"
+    r = amb("export", "parquet", "--store", str(store), str(sub), "--runs", "r0002")
+    assert r.exit_code == 0, r.output
+    assert [p.name for p in (sub / "events").iterdir()] == ["run_id=r0002"]
+    con = duckdb.connect()
+    assert con.execute(f"SELECT DISTINCT run_id FROM {read_glob(sub, 'model_calls', False)}").fetchall() == [
+        ("r0002",)
+    ]
+
+
+EXPECTED_ATTRS = {
+    # span kind prefix: attribute names that must be present (pinned to semconv SEMCONV_VERSION)
+    "invoke_agent": {"gen_ai.operation.name", "gen_ai.agent.name", "gen_ai.conversation.id", "amb.status"},
+    "chat": {
+        "gen_ai.operation.name",
+        "gen_ai.provider.name",
+        "gen_ai.conversation.id",
+        "gen_ai.request.model",
+        "gen_ai.response.finish_reasons",
+        "gen_ai.usage.input_tokens",
+        "gen_ai.usage.output_tokens",
+        "gen_ai.usage.cache_read.input_tokens",
+        "gen_ai.usage.cache_creation.input_tokens",
+        "gen_ai.usage.reasoning.output_tokens",
+        "server.address",
+        "server.port",
+        "amb.call_id",
+    },
+    "execute_tool": {"gen_ai.operation.name", "gen_ai.tool.name", "gen_ai.tool.call.id", "gen_ai.tool.type"},
+    "process": {"process.pid", "process.command_args", "process.exit.code"},
+    "GET": {"http.request.method", "server.address", "url.path", "http.response.status_code"},
+}
+
+
+def _to_proto_json(obj):
+    """OTLP JSON → protobuf JSON: the one difference is hex (not base64) trace and span ids."""
+    if isinstance(obj, dict):
+        return {
+            k: base64.b64encode(bytes.fromhex(v)).decode()
+            if k in ("traceId", "spanId", "parentSpanId") and isinstance(v, str)
+            else _to_proto_json(v)
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list):
+        return [_to_proto_json(x) for x in obj]
+    return obj
+
+
+def test_otel_lines_parse_and_pin_attribute_names(store, tmp_path):
+    from google.protobuf import json_format  # type: ignore[import-untyped]  # no stubs installed
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    out = tmp_path / "t.jsonl"
+    r = amb("export", "otel", "--store", str(store), "r0000", "r0001", "--out", str(out))
+    assert r.exit_code == 0, r.output
+    lines = out.read_text().splitlines()
+    assert len(lines) == 2
+    # Deterministic: a second export is byte-identical.
+    again = tmp_path / "t2.jsonl"
+    assert amb("export", "otel", "--store", str(store), "r0000", "r0001", "--out", str(again)).exit_code == 0
+    assert again.read_bytes() == out.read_bytes()
+    con = duckdb.connect(str(store / "amb.duckdb"), read_only=True)
+    for run, text in zip(("r0000", "r0001"), lines, strict=True):
+        msg = json_format.Parse(json.dumps(_to_proto_json(json.loads(text))), ExportTraceServiceRequest())
+        rs = msg.resource_spans[0]
+        res = {a.key: a.value for a in rs.resource.attributes}
+        assert (
+            res["amb.run_id"].string_value == run and res["amb.semconv.genai"].string_value == SEMCONV_VERSION
+        )
+        assert rs.schema_url == SCHEMA_URL
+        spans = list(rs.scope_spans[0].spans)
+        assert all(s.trace_id.hex() == trace_id(run) for s in spans)
+        root = spans[0]
+        assert root.name.startswith("invoke_agent ") and not root.parent_span_id
+        first = con.execute(
+            "SELECT source, seq FROM events WHERE run_id = ? AND kind = 'run.started'", [run]
+        ).fetchall()[0]
+        assert root.span_id.hex() == span_id(run, *first)
+        assert all(s.parent_span_id == root.span_id for s in spans[1:])
+        n_calls, n_tools, n_procs, n_net = con.execute(
+            """SELECT (SELECT count(*) FROM model_calls WHERE run_id = $1),
+                      (SELECT count(*) FROM tool_calls WHERE run_id = $1 AND answered_ns IS NOT NULL),
+                      (SELECT count(*) FROM processes WHERE run_id = $1),
+                      (SELECT count(*) FROM network_requests WHERE run_id = $1)""",
+            [run],
+        ).fetchall()[0]
+        by_kind: dict[str, list] = {}
+        for s in spans:
+            head = s.name.split(" ")[0]
+            key = "process" if head in ("python3", "bash") else head
+            by_kind.setdefault(key, []).append(s)
+        assert len(by_kind["chat"]) == n_calls and len(by_kind.get("execute_tool", [])) == n_tools
+        assert len(by_kind["process"]) == n_procs and len(by_kind.get("GET", [])) == n_net
+        for key, spans_of in by_kind.items():
+            for s in spans_of:
+                names = {a.key for a in s.attributes}
+                assert EXPECTED_ATTRS[key] <= names, (key, EXPECTED_ATTRS[key] - names)
+                gen_ai = {n for n in names if n.startswith("gen_ai.")}
+                assert gen_ai <= KNOWN_GEN_AI, gen_ai - KNOWN_GEN_AI
+                assert s.end_time_unix_nano >= s.start_time_unix_nano
+        assert all(s.kind == Span.SPAN_KIND_CLIENT for s in by_kind["chat"])
+        assert all(s.kind == Span.SPAN_KIND_INTERNAL for s in by_kind["execute_tool"])
+        chat = by_kind["chat"][0]
+        usage = {a.key: a.value.int_value for a in chat.attributes if a.key.startswith("gen_ai.usage.")}
+        row = con.execute(
+            "SELECT input_tokens, cache_read_tokens FROM model_calls WHERE run_id = ? ORDER BY seq LIMIT 1",
+            [run],
+        ).fetchall()[0]
+        assert (usage["gen_ai.usage.input_tokens"], usage["gen_ai.usage.cache_read.input_tokens"]) == row
+        assert {e.name for e in root.events} >= {"file.written", "submission.sealed"}
+    con.close()
+
+
+def _known_gen_ai() -> set[str]:
+    """Every gen_ai.* attribute name the pinned conventions package defines."""
+    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as g
+
+    return {v for k, v in vars(g).items() if k.startswith("GEN_AI_") and isinstance(v, str)}
+
+
+KNOWN_GEN_AI: set[str] = set()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _load_known():
+    KNOWN_GEN_AI.update(_known_gen_ai())
