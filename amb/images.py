@@ -40,6 +40,7 @@ SHIM_FILES = (
     "__main__.py",
     "wire.py",
     "notify.py",
+    "seccomp.py",
     "strace.py",
     "watch.py",
     "procpoll.py",
