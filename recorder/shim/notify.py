@@ -114,6 +114,9 @@ _STOP_SIGNALS = {signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}
 
 _SYS_PIDFD_OPEN, _SYS_PIDFD_GETFD = 434, 438  # the same on x86_64 and aarch64 (new-style numbers)
 
+_COMMAND_NOT_RUN = 127
+"""The launcher's exit when the command is not found or cannot be executed (a shell's 127)."""
+
 _FLUSH_AFTER = 0.05
 """Seconds records may wait to be sent together (one wakeup of the receiver per batch)."""
 
@@ -335,6 +338,7 @@ class NotifyTracer:
     # -- the tracer thread --
 
     def _main(self, argv: list[str], cwd: str, stderr) -> None:
+        sigfd = -1
         try:
             sigfd = _signalfd_for_sigchld()
             parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -365,7 +369,16 @@ class NotifyTracer:
                 except OSError as e:  # (a timeout is one)
                     fds = []
                     self.failed = f"the launcher sent no seccomp listener: {e}"
-                if not fds:
+                if not fds and not self.failed:
+                    # The launcher ended without installing the filter. If the command could not
+                    # be run (it said why on stderr), that is the command's exit, as in a shell.
+                    _pid, status = os.waitpid(proc.pid, _WALL)
+                    proc.returncode = os.waitstatus_to_exitcode(status)
+                    if proc.returncode == _COMMAND_NOT_RUN:
+                        self.root_status = status
+                    else:
+                        self.failed = f"the launcher sent no seccomp listener (exit {proc.returncode})"
+                elif not fds:
                     self.failed = self.failed or "the launcher sent no seccomp listener"
                 else:
                     self._listener = fds[0]
@@ -376,8 +389,10 @@ class NotifyTracer:
         except OSError as e:
             self.failed = f"cannot start the seccomp tracer: {e}"
         self._ready.set()
-        if self.root_pid is None:
-            self.root_done.set()
+        if self.root_pid is None or self.root_status is not None:
+            if sigfd >= 0:
+                os.close(sigfd)
+            self.root_done.set()  # nothing was launched, or nothing ran under the filter
             return
         try:
             self._loop(sigfd, proc)

@@ -148,3 +148,11 @@ def test_connects_are_performed_and_their_outcomes_recorded(tmp_path: Path) -> N
         ("udp", "::1", 53, None),
         ("", "127.0.0.1", 9, "EBADF"),
     ]  # (no socket, so no protocol)
+
+
+def test_a_command_that_cannot_run_exits_127(tmp_path: Path) -> None:
+    # As a shell says it: the launcher finds no program, so nothing runs under the filter.
+    rc, events = _run(tmp_path, ["no-such-agent-binary-xyz"])
+    assert rc == 127
+    assert payloads(events, "process.exited") == []
+    assert payloads(events, "note")[-1].data["exit_code"] == 127
