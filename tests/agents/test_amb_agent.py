@@ -22,7 +22,6 @@ from replay.store import Store
 from schemas.blobstore import BlobStore
 from scorer.grader import grade
 from tasks.registry import brief, load_spec
-from tasks.synth import synth
 from tests.fakes.upstream import FakeUpstream
 
 BIN = Path(sys.executable).parent
@@ -35,10 +34,8 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def twin(tmp_path_factory):
-    root = tmp_path_factory.mktemp("twin") / "bccd-det"
-    synth(load_spec("bccd-det"), root, cases=2, seed=11)
-    return root
+def twin(make_twin):
+    return make_twin("bccd-det", 2, 11)
 
 
 def record(tmp_path, server, twin, run_id, *agent_args, tier="standard", model="baseline"):

@@ -15,13 +15,6 @@ from tasks.registry import load_spec
 AMB = str(Path(sys.executable).parent / "amb")
 
 
-def amb(*args, check=True):
-    proc = subprocess.run([AMB, *args], capture_output=True, text=True, timeout=120)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"amb {args} failed ({proc.returncode}): {proc.stderr}")
-    return proc
-
-
 @pytest.fixture(scope="module")
 def kidney(tmp_path_factory):
     root = tmp_path_factory.mktemp("grade")
@@ -34,7 +27,7 @@ def kidney(tmp_path_factory):
     return root
 
 
-def test_json_output(kidney):
+def test_json_output(kidney, amb):
     out = amb(
         "grade",
         "kidney-seg",
@@ -54,7 +47,7 @@ def test_json_output(kidney):
     assert data["checks"]["n_invalid"] == 1 and data["params"]["seg_formula"] == "organ_lesion_50_50"
 
 
-def test_profile_switches_the_gate(kidney, tmp_path):
+def test_profile_switches_the_gate(kidney, tmp_path, amb):
     profile = tmp_path / "strict.toml"
     profile.write_text('[profile]\nname = "strict"\n\n[metrics]\ncompleteness = "all_or_nothing"\n')
     out = amb(
@@ -78,7 +71,7 @@ def test_profile_switches_the_gate(kidney, tmp_path):
         (("--reference", "/nonexistent-ref"), "not a directory"),
     ],
 )
-def test_errors_are_one_line(kidney, extra, needle):
+def test_errors_are_one_line(kidney, extra, needle, amb):
     args = [
         "grade",
         "kidney-seg",
@@ -98,7 +91,7 @@ def test_errors_are_one_line(kidney, extra, needle):
     assert proc.stderr.count("\n") == 1
 
 
-def test_grader_image_entry_point_runs_without_amb(kidney, tmp_path):
+def test_grader_image_entry_point_runs_without_amb(kidney, tmp_path, amb):
     # The grader image holds only schemas/, scorer/ and tasks/: run the module entry point from a
     # copy of those three packages with `amb` made unimportable, as in the image.
     import shutil

@@ -25,12 +25,6 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="module")
-def fake():
-    with FakeUpstream() as f:
-        yield f
-
-
-@pytest.fixture(scope="module")
 def tls_fake(tmp_path_factory):
     with FakeUpstream(tls_dir=tmp_path_factory.mktemp("tls"), host="127.0.0.2") as f:
         yield f

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from replay.store import Store
 from tests.fakes.upstream import TEXT, FakeUpstream
-from tests.recorder.docker_helpers import agent_image  # noqa: F401  (fixture)
 
 REAL_KEY = "sk-real-e2e-" + "7f3a9c" * 6
 
@@ -60,7 +59,7 @@ def _data_dir(tmp: Path) -> Path:
     return data
 
 
-def test_docker_run_recorded_against_ground_truth(tmp_path: Path, agent_image: str) -> None:  # noqa: F811
+def test_docker_run_recorded_against_ground_truth(tmp_path: Path, agent_image: str) -> None:
     store = tmp_path / "store"
     data = _data_dir(tmp_path)
     with FakeUpstream() as upstream:
@@ -186,7 +185,7 @@ def _sealed(st: Store, path: str) -> str:
     raise AssertionError(f"{path} not in the sealed submission")
 
 
-def test_time_limit_stops_the_container_and_keeps_the_record(tmp_path: Path, agent_image: str) -> None:  # noqa: F811
+def test_time_limit_stops_the_container_and_keeps_the_record(tmp_path: Path, agent_image: str) -> None:
     from recorder.docker_backend import DockerBackend
     from recorder.run import RunSpec, record
     from tests.recorder.shim_helpers import payloads, shim_events

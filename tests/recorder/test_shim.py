@@ -15,7 +15,7 @@ import pytest
 
 from recorder.shim.local import run_local
 from schemas.blobstore import BlobStore
-from tests.recorder.shim_helpers import payloads, shim_events  # noqa: E402
+from tests.recorder.shim_helpers import payloads, shim_events
 
 SCRIPT = textwrap.dedent("""\
     set -e

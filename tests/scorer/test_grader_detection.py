@@ -22,11 +22,8 @@ CASES = ("case_00000", "case_00001", "case_00002")
 
 
 @pytest.fixture(scope="module", params=TASKS)
-def twin(request, tmp_path_factory):
-    spec = load_spec(request.param)
-    data = tmp_path_factory.mktemp(request.param)
-    synth(spec, data, 3, 5)
-    return spec, data
+def twin(request, make_twin):
+    return load_spec(request.param), make_twin(request.param, 3, 5)
 
 
 def pred_path(ws: Path, case: str) -> Path:

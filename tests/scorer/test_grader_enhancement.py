@@ -21,11 +21,8 @@ TASKS = ["ldct-denoising", "mri-sr"]
 
 
 @pytest.fixture(scope="module", params=TASKS)
-def twin(request, tmp_path_factory):
-    spec = load_spec(request.param)
-    data = tmp_path_factory.mktemp(request.param)
-    synth(spec, data, 3, 11)
-    return spec, data
+def twin(request, make_twin):
+    return load_spec(request.param), make_twin(request.param, 3, 11)
 
 
 def out_path(ws: Path, case: str) -> Path:

@@ -18,25 +18,21 @@ from tasks.registry import load_spec
 
 
 @pytest.fixture(scope="module")
-def open_twin(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("vqa-rad")
-    synth.synth(load_spec("vqa-rad"), root / "data", cases=6, seed=3)
-    return root
+def open_twin(make_twin) -> Path:
+    return make_twin("vqa-rad", 6, 3)
 
 
 @pytest.fixture(scope="module")
-def mc_twin(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("medframeqa")
-    synth.synth(load_spec("medframeqa"), root / "data", cases=4, seed=3)
-    return root
+def mc_twin(make_twin) -> Path:
+    return make_twin("medframeqa", 4, 3)
 
 
 def _gold(root: Path, qid: str) -> dict:
-    return json.loads((root / "data" / "private" / qid / "answer.json").read_text())
+    return json.loads((root / "private" / qid / "answer.json").read_text())
 
 
 def _qids(root: Path) -> list[str]:
-    return sorted(p.name for p in (root / "data" / "private").iterdir() if p.is_dir())
+    return sorted(p.name for p in (root / "private").iterdir() if p.is_dir())
 
 
 def _write(ws: Path, qid: str, content: dict | str | bytes) -> None:
@@ -70,7 +66,7 @@ def test_mixed_open_submission_hand_scored(open_twin, tmp_path):
     _write(ws, qids[2], "{not json")
     _write(ws, qids[3], _answer(qids[3], golds[qids[3]]["answer_text"], raw="fallback: guessed"))
     _write(ws, qids[5], _answer(qids[5], golds[qids[5]]["answer_text"]))
-    result = grade(spec, ws, open_twin / "data" / "private")
+    result = grade(spec, ws, open_twin / "private")
     by = {c.case: c for c in result.cases}
     assert by[qids[0]].score == 1.0 and by[qids[0]].status == "scored"
     assert by[qids[1]].score == 0.0 and by[qids[1]].status == "scored"
@@ -80,7 +76,7 @@ def test_mixed_open_submission_hand_scored(open_twin, tmp_path):
     assert by[qids[5]].score == 1.0
     assert result.score == pytest.approx(2 / 6)
     assert result.checks["n_correct"] == 2 and result.checks["n_invalid"] == 2
-    gated = grade(spec, ws, open_twin / "data" / "private", GradeOptions(completeness="all_or_nothing"))
+    gated = grade(spec, ws, open_twin / "private", GradeOptions(completeness="all_or_nothing"))
     assert gated.score == 0.0
 
 
@@ -91,8 +87,8 @@ def test_em_f1_gives_partial_credit_but_not_on_yes_no(open_twin, tmp_path):
     for q in qids:
         gold = _gold(open_twin, q)["answer_text"]
         _write(ws, q, _answer(q, f"{gold} region"))  # one extra token on every answer
-    exact = grade(spec, ws, open_twin / "data" / "private", GradeOptions(vqa_matching="exact"))
-    mixed = grade(spec, ws, open_twin / "data" / "private", GradeOptions(vqa_matching="em_f1"))
+    exact = grade(spec, ws, open_twin / "private", GradeOptions(vqa_matching="exact"))
+    mixed = grade(spec, ws, open_twin / "private", GradeOptions(vqa_matching="em_f1"))
     assert exact.score == 0.0
     for case in mixed.cases:
         gold = _gold(open_twin, case.case)
@@ -108,11 +104,11 @@ def test_em_f1_gives_partial_credit_but_not_on_yes_no(open_twin, tmp_path):
 def test_perfect_and_honest_skip(open_twin, tmp_path):
     spec = load_spec("vqa-rad")
     ws = tmp_path / "ws"
-    synth.perfect_submission(spec, open_twin / "data", ws)
-    assert grade(spec, ws, open_twin / "data" / "private").score == 1.0
+    synth.perfect_submission(spec, open_twin, ws)
+    assert grade(spec, ws, open_twin / "private").score == 1.0
     q = _qids(open_twin)[0]
     _write(ws, q, _answer(q, "", raw=""))
-    case = next(c for c in grade(spec, ws, open_twin / "data" / "private").cases if c.case == q)
+    case = next(c for c in grade(spec, ws, open_twin / "private").cases if c.case == q)
     assert case.score == 0.0 and case.status == "scored" and "honest skip" in case.reason
 
 
@@ -129,7 +125,7 @@ def test_warnings_do_not_change_the_score(open_twin, tmp_path):
             "raw_model_output": "real output",
         },
     )
-    case = next(c for c in grade(spec, ws, open_twin / "data" / "private").cases if c.case == q)
+    case = next(c for c in grade(spec, ws, open_twin / "private").cases if c.case == q)
     assert case.score == 1.0
     assert "missing keys" in case.reason and "does not match" in case.reason
 
@@ -144,7 +140,7 @@ def test_multiple_choice_labels(mc_twin, tmp_path):
     _write(ws, qids[1], _answer(qids[1], "x", label=wrong))
     _write(ws, qids[2], _answer(qids[2], "x", label="G"))
     _write(ws, qids[3], _answer(qids[3], "x", label=7))
-    result = grade(spec, ws, mc_twin / "data" / "private")
+    result = grade(spec, ws, mc_twin / "private")
     by = {c.case: c for c in result.cases}
     assert by[qids[0]].score == 1.0
     assert by[qids[1]].score == 0.0 and by[qids[1]].status == "scored"
@@ -164,7 +160,7 @@ def test_hostile_files(open_twin, tmp_path):
     (ws / qids[4]).mkdir()
     (ws / qids[4] / "answer.json").symlink_to("/dev/zero")
     _write(ws, qids[5], {"predicted_answer": ["yes"], "raw_model_output": "x"})
-    result = grade(spec, ws, open_twin / "data" / "private")
+    result = grade(spec, ws, open_twin / "private")
     assert all(c.status == "invalid" and c.reason for c in result.cases), [
         (c.case, c.reason) for c in result.cases
     ]
@@ -221,7 +217,7 @@ def test_malformed_submissions_never_crash(open_twin, mc_twin, tmp_path, content
             (ws / qid).write_text("not a folder")
             continue
         _write(ws, qid, content)
-    result = grade(spec, ws, twin / "data" / "private", GradeOptions(vqa_matching=matching))
+    result = grade(spec, ws, twin / "private", GradeOptions(vqa_matching=matching))
     assert 0.0 <= result.score <= 1.0
     assert len(result.cases) == len(_qids(twin))
     for case in result.cases:
