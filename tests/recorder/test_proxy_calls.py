@@ -12,17 +12,11 @@ import pytest
 
 from schemas.events import ModelCallCompleted, ToolCallRequested, ToolCallResult
 from tests.fakes.harness import REAL_KEYS, Recording
-from tests.fakes.upstream import TEXT, TOOL_ARGS, FakeUpstream
+from tests.fakes.upstream import TEXT, TOOL_ARGS
 
 TOOLS_CHAT = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
 TOOLS_RESP = [{"type": "function", "name": "read_file", "parameters": {"type": "object"}}]
 TOOLS_ANT = [{"name": "read_file", "input_schema": {"type": "object"}}]
-
-
-@pytest.fixture(scope="module")
-def fake():
-    with FakeUpstream() as f:
-        yield f
 
 
 @pytest.fixture(scope="module")
@@ -218,11 +212,14 @@ def test_streams_are_passed_through_not_buffered(rec):
         with client.stream("POST", rec.base + "/v1/chat/completions", json=body, headers=headers) as r:
             for _ in r.iter_raw():
                 arrivals.append(time.perf_counter() - t0)
+    call, _ = one_call(rec)  # first: a failure below must not leave it for the next test
+    # Relative to the stream itself, not to a clock (a loaded machine delays everything): a buffered
+    # stream arrives all at once, a passed-through one spread over the upstream's 19 pauses.
     assert arrivals[-1] > 0.4
-    assert arrivals[0] < 0.2, f"first chunk after {arrivals[0]:.3f}s: the proxy buffered the stream"
+    spread = arrivals[-1] - arrivals[0]
+    assert spread > 0.3, f"the chunks arrived within {spread:.3f}s: the proxy buffered the stream"
     assert len(arrivals) >= 15  # one client read per upstream chunk, roughly
-    call, _ = one_call(rec)
-    assert call.ttfb_ms < 200 and call.latency_ms > 400
+    assert call.latency_ms - call.ttfb_ms > 300 and call.latency_ms > 400
 
 
 def test_tool_results_are_paired_and_history_not_double_counted(rec):
