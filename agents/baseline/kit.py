@@ -13,8 +13,8 @@ import math
 import os
 import time
 
-try:  # in the agent's workspace
-    from amb_kit_lib import (  # type: ignore[import-not-found]  # shipped beside this file
+if __package__:  # imported from this repository, as agents.baseline.kit
+    from agents.baseline.kit_lib import (
         VERSION,
         case_ids,
         detect_blobs,
@@ -33,8 +33,8 @@ try:  # in the agent's workspace
         write_nifti,
         write_npy,
     )
-except ImportError:  # in this repository
-    from agents.baseline.kit_lib import (
+else:  # amb_kit.py in the agent's workspace, beside amb_kit_lib.py
+    from amb_kit_lib import (  # type: ignore[import-not-found, no-redef]  # kit_lib under its shipped name
         VERSION,
         case_ids,
         detect_blobs,
