@@ -14,45 +14,28 @@ import os
 import time
 
 if __package__:  # imported from this repository, as agents.baseline.kit
-    from agents.baseline.kit_lib import (
-        VERSION,
-        case_ids,
-        detect_blobs,
-        flowchart_png,
-        load_config,
-        output_paths,
-        read_nifti,
-        read_npy,
-        read_png_gray,
-        report_template,
-        segment_binary,
-        segment_multiclass,
-        smooth,
-        upsample,
-        vqa_prior,
-        write_nifti,
-        write_npy,
-    )
+    from agents.baseline import kit_lib as lib
 else:  # amb_kit.py in the agent's workspace, beside amb_kit_lib.py
-    from amb_kit_lib import (  # type: ignore[import-not-found, no-redef]  # kit_lib under its shipped name
-        VERSION,
-        case_ids,
-        detect_blobs,
-        flowchart_png,
-        load_config,
-        output_paths,
-        read_nifti,
-        read_npy,
-        read_png_gray,
-        report_template,
-        segment_binary,
-        segment_multiclass,
-        smooth,
-        upsample,
-        vqa_prior,
-        write_nifti,
-        write_npy,
-    )
+    import amb_kit_lib as lib  # type: ignore[import-not-found, no-redef]  # kit_lib under its shipped name
+
+# The library's names the agent's code calls on amb_kit, and those the pipeline uses.
+VERSION = lib.VERSION
+case_ids = lib.case_ids
+detect_blobs = lib.detect_blobs
+flowchart_png = lib.flowchart_png
+load_config = lib.load_config
+output_paths = lib.output_paths
+read_nifti = lib.read_nifti
+read_npy = lib.read_npy
+read_png_gray = lib.read_png_gray
+report_template = lib.report_template
+segment_binary = lib.segment_binary
+segment_multiclass = lib.segment_multiclass
+smooth = lib.smooth
+upsample = lib.upsample
+vqa_prior = lib.vqa_prior
+write_nifti = lib.write_nifti
+write_npy = lib.write_npy
 
 __all__ = [
     "VERSION",
