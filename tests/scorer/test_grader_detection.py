@@ -16,6 +16,7 @@ from scorer.metrics.coco_reference import coco_ap
 from scorer.metrics.detection import Boxes
 from tasks.registry import load_spec
 from tasks.synth import perfect_submission, synth
+from tests.scorer.helpers import output_file
 
 TASKS = ["bccd-det", "vindr-cxr-det", "grazpedwri-det", "dentex-det"]
 CASES = ("case_00000", "case_00001", "case_00002")
@@ -27,9 +28,7 @@ def twin(request, make_twin):
 
 
 def pred_path(ws: Path, case: str) -> Path:
-    p = ws / "agents_outputs" / case / "prediction.json"
-    p.parent.mkdir(parents=True, exist_ok=True)
-    return p
+    return output_file(ws, case, "prediction.json")
 
 
 def ref_boxes(data: Path, case: str) -> dict:

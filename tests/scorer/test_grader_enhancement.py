@@ -16,6 +16,7 @@ from scorer.grader import grade
 from scorer.grader.options import GradeOptions
 from tasks.registry import load_spec
 from tasks.synth import perfect_submission, synth
+from tests.scorer.helpers import output_file
 
 TASKS = ["ldct-denoising", "mri-sr"]
 
@@ -26,9 +27,7 @@ def twin(request, make_twin):
 
 
 def out_path(ws: Path, case: str) -> Path:
-    p = ws / "agents_outputs" / case / "enhanced.npy"
-    p.parent.mkdir(parents=True, exist_ok=True)
-    return p
+    return output_file(ws, case, "enhanced.npy")
 
 
 def test_perfect_scores_one_and_empty_scores_zero(twin, tmp_path):

@@ -3,7 +3,6 @@ level, the completeness gate, degraded reporting, and a property test with malfo
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from scorer.grader.options import GradeOptions
 from scorer.metrics import text
 from tasks import synth
 from tasks.registry import load_spec
+from tests.scorer.helpers import fresh_dir, place
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +35,8 @@ def _ref(root: Path, case: str) -> str:
     return (root / "private" / case / "report.txt").read_text()
 
 
-def _write(ws: Path, case: str, content: str | bytes) -> None:
-    path = ws / "agent_outputs" / case / "report.txt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+def _write(ws: Path, case: str, content: str | bytes | None) -> None:
+    place(ws / "agent_outputs" / case / "report.txt", content)
 
 
 def test_perfect_submission_both_levels(mimic, tmp_path):
@@ -182,16 +180,8 @@ def test_malformed_reports_never_crash(mimic, pathcap, tmp_path, contents, level
     # the caption task allows any Unicode, so control characters and "|||" reach METEOR there
     twin = mimic if task == "mimic-cxr-report" else pathcap
     spec = load_spec(task)
-    ws = tmp_path / "hyp-ws"
-    if ws.exists():
-        shutil.rmtree(ws)
-    ws.mkdir()
+    ws = fresh_dir(tmp_path / "hyp-ws")
     for case, content in zip(_cases(twin), contents):
-        if content is None:
-            continue
-        if content == "DIR":
-            (ws / "agent_outputs" / case / "report.txt").mkdir(parents=True)
-            continue
         _write(ws, case, content)
     result = grade(spec, ws, twin / "private", GradeOptions(text_level=level, completeness=gate))
     assert 0.0 <= result.score <= 1.0

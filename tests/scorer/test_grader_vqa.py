@@ -4,7 +4,6 @@ and a property test that throws malformed answer files at it."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from scorer.grader import grade
 from scorer.grader.options import GradeOptions
 from tasks import synth
 from tasks.registry import load_spec
+from tests.scorer.helpers import fresh_dir, place
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +35,8 @@ def _qids(root: Path) -> list[str]:
     return sorted(p.name for p in (root / "private").iterdir() if p.is_dir())
 
 
-def _write(ws: Path, qid: str, content: dict | str | bytes) -> None:
-    path = ws / qid / "answer.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, dict):
-        content = json.dumps(content)
-    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+def _write(ws: Path, qid: str, content: dict | str | bytes | None) -> None:
+    place(ws / qid / "answer.json", json.dumps(content) if isinstance(content, dict) else content)
 
 
 def _answer(qid: str, answer: str, label: str = "", raw: str | None = None) -> dict:
@@ -203,20 +199,12 @@ file_content = st.one_of(
 def test_malformed_submissions_never_crash(open_twin, mc_twin, tmp_path, contents, task, matching):
     twin = open_twin if task == "vqa-rad" else mc_twin
     spec = load_spec(task)
-    ws = tmp_path / "hyp-ws"
-    if ws.exists():
-        shutil.rmtree(ws)
-    ws.mkdir()
+    ws = fresh_dir(tmp_path / "hyp-ws")
     for qid, content in zip(_qids(twin), contents):
-        if content is None:
-            continue
-        if content == "DIR":
-            (ws / qid / "answer.json").mkdir(parents=True)
-            continue
         if content == "PARENT_FILE":
             (ws / qid).write_text("not a folder")
-            continue
-        _write(ws, qid, content)
+        else:
+            _write(ws, qid, content)
     result = grade(spec, ws, twin / "private", GradeOptions(vqa_matching=matching))
     assert 0.0 <= result.score <= 1.0
     assert len(result.cases) == len(_qids(twin))
