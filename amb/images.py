@@ -27,6 +27,7 @@ from pathlib import Path
 
 import click
 
+from amb.output import table
 from schemas.errors import AmbError, UsageError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -310,9 +311,8 @@ def build(base_from_rootfs: bool, base: str | None, only: tuple[str, ...], as_js
     if as_json:
         click.echo(json.dumps({r: b.__dict__ for r, b in built.items()}, indent=2))
         return
-    for b in built.values():
-        state = "up to date" if b.cached else "built"
-        click.echo(f"{b.role:7} {b.tag}  {state}")
+    rows = [(b.role, b.tag, "up to date" if b.cached else "built") for b in built.values()]
+    click.echo(table(("role", "tag", "state"), rows))
 
 
 commands = [images]
