@@ -15,6 +15,18 @@ from tasks.registry import load_spec
 AMB = str(Path(sys.executable).parent / "amb")
 
 
+def grade_kidney(kidney: Path) -> list[str]:
+    """``amb grade kidney-seg`` on the module's submission and references."""
+    return [
+        "grade",
+        "kidney-seg",
+        "--submission",
+        str(kidney / "ws"),
+        "--reference",
+        str(kidney / "data" / "private"),
+    ]
+
+
 @pytest.fixture(scope="module")
 def kidney(tmp_path_factory):
     root = tmp_path_factory.mktemp("grade")
@@ -29,12 +41,7 @@ def kidney(tmp_path_factory):
 
 def test_json_output(kidney, amb):
     out = amb(
-        "grade",
-        "kidney-seg",
-        "--submission",
-        str(kidney / "ws"),
-        "--reference",
-        str(kidney / "data" / "private"),
+        *grade_kidney(kidney),
         "--json",
     )
     data = json.loads(out.stdout)
@@ -51,12 +58,7 @@ def test_profile_switches_the_gate(kidney, tmp_path, amb):
     profile = tmp_path / "strict.toml"
     profile.write_text('[profile]\nname = "strict"\n\n[metrics]\ncompleteness = "all_or_nothing"\n')
     out = amb(
-        "grade",
-        "kidney-seg",
-        "--submission",
-        str(kidney / "ws"),
-        "--reference",
-        str(kidney / "data" / "private"),
+        *grade_kidney(kidney),
         "--profile",
         str(profile),
     )
@@ -72,14 +74,7 @@ def test_profile_switches_the_gate(kidney, tmp_path, amb):
     ],
 )
 def test_errors_are_one_line(kidney, extra, needle, amb):
-    args = [
-        "grade",
-        "kidney-seg",
-        "--submission",
-        str(kidney / "ws"),
-        "--reference",
-        str(kidney / "data" / "private"),
-    ]
+    args = grade_kidney(kidney)
     for i in range(0, len(extra), 2):
         j = args.index(extra[i]) if extra[i] in args else None
         if j is None:
@@ -105,11 +100,7 @@ def test_grader_image_entry_point_runs_without_amb(kidney, tmp_path, amb):
         "sys.argv[0] = 'scorer.grader'; runpy.run_module('scorer.grader', run_name='__main__')"
     )
     args = [
-        "kidney-seg",
-        "--submission",
-        str(kidney / "ws"),
-        "--reference",
-        str(kidney / "data" / "private"),
+        *grade_kidney(kidney)[1:],
         "--json",
     ]
     proc = subprocess.run(

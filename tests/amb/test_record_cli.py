@@ -64,6 +64,12 @@ def amb_record(
     )
 
 
+def record_python(store: Path, fake_url: str, python: Path, code: str) -> list[str]:
+    """``amb-record`` running ``python -c code`` against the fake provider (openai)."""
+    recorder = [str(BIN / "amb-record"), "--store", str(store), "--upstream", f"openai={fake_url}"]
+    return [*recorder, "--", str(python), "-c", code]
+
+
 def amb(store: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(BIN / "amb"), *args, "--store", str(store)], capture_output=True, text=True, timeout=120
@@ -289,17 +295,7 @@ def test_recorder_killed_with_sigkill_leaves_a_recoverable_spool(tmp_path, fake,
         "c.chat.completions.create(model='m', messages=[{'role': 'user', 'content': 'hi'}]); "
         "open('called', 'w').close(); time.sleep(60)"
     )
-    cmd = [
-        str(BIN / "amb-record"),
-        "--store",
-        str(store),
-        "--upstream",
-        f"openai={fake.url}",
-        "--",
-        str(agents_py),
-        "-c",
-        agent,
-    ]
+    cmd = record_python(store, fake.url, agents_py, agent)
     p = subprocess.Popen(
         cmd, cwd=ws, env={**os.environ, **REAL_KEYS}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
@@ -329,17 +325,7 @@ def test_concurrent_runs_share_one_store(tmp_path, fake, agents_py):
     for i in range(3):
         ws = tmp_path / f"ws{i}"
         ws.mkdir()
-        cmd = [
-            str(BIN / "amb-record"),
-            "--store",
-            str(store),
-            "--upstream",
-            f"openai={fake.url}",
-            "--",
-            str(agents_py),
-            "-c",
-            agent,
-        ]
+        cmd = record_python(store, fake.url, agents_py, agent)
         procs.append(
             subprocess.Popen(
                 cmd,
