@@ -70,6 +70,12 @@ def record_python(store: Path, fake_url: str, python: Path, code: str) -> list[s
     return [*recorder, "--", str(python), "-c", code]
 
 
+def start(cmd: list[str], ws: Path) -> subprocess.Popen[str]:
+    """Start ``cmd`` in ``ws`` with the real keys in its environment, its output captured."""
+    env = {**os.environ, **REAL_KEYS}
+    return subprocess.Popen(cmd, cwd=ws, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def amb(store: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(BIN / "amb"), *args, "--store", str(store)], capture_output=True, text=True, timeout=120
@@ -260,14 +266,7 @@ def test_sigterm_is_forwarded_and_the_exit_code_propagates(tmp_path, fake):
         "open('ready', 'w').close(); time.sleep(60)"
     )
     cmd = [str(BIN / "amb-record"), "--store", str(store), "--", sys.executable, "-c", agent]
-    p = subprocess.Popen(
-        cmd,
-        cwd=ws,
-        env={**os.environ, **REAL_KEYS},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    p = start(cmd, ws)
     deadline = time.monotonic() + 30
     while not (ws / "ready").exists():
         assert time.monotonic() < deadline and p.poll() is None
@@ -326,16 +325,7 @@ def test_concurrent_runs_share_one_store(tmp_path, fake, agents_py):
         ws = tmp_path / f"ws{i}"
         ws.mkdir()
         cmd = record_python(store, fake.url, agents_py, agent)
-        procs.append(
-            subprocess.Popen(
-                cmd,
-                cwd=ws,
-                env={**os.environ, **REAL_KEYS},
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
+        procs.append(start(cmd, ws))
     ids = []
     for p in procs:
         out, err = p.communicate(timeout=120)

@@ -237,9 +237,9 @@ documents = st.one_of(
     gate=st.sampled_from(["per_case_zero", "all_or_nothing", "times_completion"]),
     interp=st.sampled_from(["voc_all_point", "coco_101"]),
 )
-def test_property_malformed_predictions_never_crash(tmp_path_factory, files, gate, interp):
+def test_property_malformed_predictions_never_crash(tmp_path_factory, make_twin, files, gate, interp):
     spec = load_spec("bccd-det")
-    data = _shared_twin(tmp_path_factory)
+    data = make_twin("bccd-det", 3, 4)
     ws = tmp_path_factory.mktemp("ws")
     for case, raw in zip(CASES, files):
         if raw is not None:
@@ -249,14 +249,3 @@ def test_property_malformed_predictions_never_crash(tmp_path_factory, files, gat
     for c in r.cases:
         assert 0.0 <= c.score <= 1.0
         assert (c.status == "scored") == (c.reason is None)
-
-
-_TWIN: dict[str, Path] = {}
-
-
-def _shared_twin(factory) -> Path:
-    if "bccd" not in _TWIN:
-        d = factory.mktemp("bccd-prop")
-        synth(load_spec("bccd-det"), d, 3, 4)
-        _TWIN["bccd"] = d
-    return _TWIN["bccd"]

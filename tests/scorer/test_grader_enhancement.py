@@ -15,7 +15,7 @@ from schemas.task_spec import TaskError
 from scorer.grader import grade
 from scorer.grader.options import GradeOptions
 from tasks.registry import load_spec
-from tasks.synth import perfect_submission, synth
+from tasks.synth import perfect_submission
 from tests.scorer.helpers import output_file
 
 TASKS = ["ldct-denoising", "mri-sr"]
@@ -174,9 +174,9 @@ def npy_files(draw):
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(files=st.lists(st.one_of(st.none(), npy_files()), min_size=3, max_size=3))
-def test_property_malformed_outputs_never_crash(tmp_path_factory, files):
+def test_property_malformed_outputs_never_crash(tmp_path_factory, make_twin, files):
     spec = load_spec("ldct-denoising")
-    data = _shared_twin(tmp_path_factory)
+    data = make_twin("ldct-denoising", 3, 2)
     ws = tmp_path_factory.mktemp("ws")
     for case, raw in zip(("case_00000", "case_00001", "case_00002"), files):
         if raw is not None:
@@ -188,14 +188,3 @@ def test_property_malformed_outputs_never_crash(tmp_path_factory, files):
         assert (c.status == "scored") == (c.reason is None)
         if c.status == "scored":
             assert np.isfinite(c.details["ssim"]) and np.isfinite(c.details["psnr_db"])
-
-
-_TWIN: dict[str, Path] = {}
-
-
-def _shared_twin(factory) -> Path:
-    if "ldct" not in _TWIN:
-        d = factory.mktemp("ldct-prop")
-        synth(load_spec("ldct-denoising"), d, 3, 2)
-        _TWIN["ldct"] = d
-    return _TWIN["ldct"]

@@ -22,9 +22,8 @@ def mimic(make_twin) -> Path:
     return make_twin("mimic-cxr-report", 4, 5)
 
 
-@pytest.fixture(scope="module")
-def pathcap(make_twin) -> Path:
-    return make_twin("pathology-caption-100", 3, 5)
+PATHCAP = ("pathology-caption-100", 3, 5)
+"""make_twin's arguments for the pathology caption twin."""
 
 
 def _cases(root: Path) -> list[str]:
@@ -83,7 +82,8 @@ def test_invalid_reports_get_reasons(mimic, tmp_path):
     assert result.score == 0.0 and result.degraded == []
 
 
-def test_pathology_captions_accept_unicode_and_short_text(pathcap, tmp_path):
+def test_pathology_captions_accept_unicode_and_short_text(make_twin, tmp_path):
+    pathcap = make_twin(*PATHCAP)
     spec = load_spec("pathology-caption-100")
     c = _cases(pathcap)
     ws = tmp_path / "ws"
@@ -176,9 +176,9 @@ report_text = st.one_of(
     gate=st.sampled_from(["per_case_zero", "all_or_nothing", "times_completion"]),
     task=st.sampled_from(["mimic-cxr-report", "pathology-caption-100"]),
 )
-def test_malformed_reports_never_crash(mimic, pathcap, tmp_path, contents, level, gate, task):
+def test_malformed_reports_never_crash(mimic, make_twin, tmp_path, contents, level, gate, task):
     # the caption task allows any Unicode, so control characters and "|||" reach METEOR there
-    twin = mimic if task == "mimic-cxr-report" else pathcap
+    twin = mimic if task == "mimic-cxr-report" else make_twin(*PATHCAP)
     spec = load_spec(task)
     ws = fresh_dir(tmp_path / "hyp-ws")
     for case, content in zip(_cases(twin), contents):

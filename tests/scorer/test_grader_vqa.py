@@ -22,9 +22,8 @@ def open_twin(make_twin) -> Path:
     return make_twin("vqa-rad", 6, 3)
 
 
-@pytest.fixture(scope="module")
-def mc_twin(make_twin) -> Path:
-    return make_twin("medframeqa", 4, 3)
+MEDFRAMEQA = ("medframeqa", 4, 3)
+"""make_twin's arguments for the multiple-choice twin."""
 
 
 def _gold(root: Path, qid: str) -> dict:
@@ -126,7 +125,8 @@ def test_warnings_do_not_change_the_score(open_twin, tmp_path):
     assert "missing keys" in case.reason and "does not match" in case.reason
 
 
-def test_multiple_choice_labels(mc_twin, tmp_path):
+def test_multiple_choice_labels(make_twin, tmp_path):
+    mc_twin = make_twin(*MEDFRAMEQA)
     spec = load_spec("medframeqa")
     qids = _qids(mc_twin)
     ws = tmp_path / "ws"
@@ -196,8 +196,8 @@ file_content = st.one_of(
     task=st.sampled_from(["vqa-rad", "medframeqa"]),
     matching=st.sampled_from(["exact", "em_f1"]),
 )
-def test_malformed_submissions_never_crash(open_twin, mc_twin, tmp_path, contents, task, matching):
-    twin = open_twin if task == "vqa-rad" else mc_twin
+def test_malformed_submissions_never_crash(open_twin, make_twin, tmp_path, contents, task, matching):
+    twin = open_twin if task == "vqa-rad" else make_twin(*MEDFRAMEQA)
     spec = load_spec(task)
     ws = fresh_dir(tmp_path / "hyp-ws")
     for qid, content in zip(_qids(twin), contents):
