@@ -16,7 +16,7 @@ import time
 if __package__:  # imported from this repository, as agents.baseline.kit
     from agents.baseline import kit_lib as lib
 else:  # amb_kit.py in the agent's workspace, beside amb_kit_lib.py
-    import amb_kit_lib as lib  # type: ignore[import-not-found, no-redef]  # kit_lib under its shipped name
+    import amb_kit_lib as lib  # type: ignore[no-redef]  # kit_lib under its shipped name (a file there)
 
 # The library's names the agent's code calls on amb_kit, and those the pipeline uses.
 VERSION = lib.VERSION
@@ -84,10 +84,10 @@ def check_case(cfg, case):
                 "voxels": sum(1 for v in out.values if v),
             }
             if out.shape != ref.shape:
-                bad("%s: shape %s != input %s" % (path, out.shape, ref.shape))
+                bad(f"{path}: shape {out.shape} != input {ref.shape}")
             allowed = set([0] + list(cfg.get("label_ids") or [1]))
             if not set(labels) <= allowed:
-                bad("%s: unexpected labels %s" % (path, labels))
+                bad(f"{path}: unexpected labels {labels}")
         elif track == "enhancement":
             shape, values = read_npy(path)
             in_shape, _ = read_npy(os.path.join(src, cfg["input_file"]))
@@ -100,7 +100,7 @@ def check_case(cfg, case):
                 "finite": finite,
             }
             if shape != want:
-                bad("%s: shape %s != expected %s" % (path, shape, want))
+                bad(f"{path}: shape {shape} != expected {want}")
             if not finite:
                 bad(path + ": NaN or Inf values")
         elif track in ("vqa", "detection"):
@@ -120,7 +120,7 @@ def check_case(cfg, case):
                     if k not in data
                 ]
                 if missing:
-                    bad("%s: missing keys %s" % (path, missing))
+                    bad(f"{path}: missing keys {missing}")
                 report["answer"] = data.get("predicted_label") or data.get("predicted_answer")
             else:
                 boxes = data.get("boxes")
@@ -135,7 +135,7 @@ def check_case(cfg, case):
                 text = f.read()
             report["chars"] = len(text)
             if len(text) < cfg.get("min_chars", 1):
-                bad("%s: only %d characters" % (path, len(text)))
+                bad(f"{path}: only {len(text)} characters")
     return report
 
 
@@ -162,7 +162,7 @@ def run_case(cfg, case):
         if cfg["mode"] == "binary":
             window = cfg.get("window")
             organ, lesion = segment_binary(vol, tuple(window) if window else None, cfg.get("keep", 1))
-            for path, kind in zip(outs, cfg["kinds"]):
+            for path, kind in zip(outs, cfg["kinds"], strict=False):
                 write_nifti(path, vol, lesion if kind == "lesion" else organ)
         else:
             write_nifti(outs[0], vol, segment_multiclass(vol, cfg["label_ids"]))
@@ -181,8 +181,9 @@ def run_case(cfg, case):
             "question_id": question.get("question_id", case),
             "predicted_label": label,
             "predicted_answer": answer,
-            "raw_model_output": "answer prior for %s questions: %s"
-            % (question.get("question_type") or "these", label or answer),
+            "raw_model_output": "answer prior for {} questions: {}".format(
+                question.get("question_type") or "these", label or answer
+            ),
             "model_name": VERSION + " answer prior",
             "runtime_s": round(time.time() - t0, 4),
         }
@@ -195,5 +196,5 @@ def run_case(cfg, case):
         width, height, gray = read_png_gray(os.path.join(src, cfg["input_file"]))
         _write_json(outs[0], {"boxes": detect_blobs(width, height, gray, cfg["classes"])})
     else:
-        raise ValueError("unknown track %r" % track)
+        raise ValueError(f"unknown track {track!r}")
     return outs

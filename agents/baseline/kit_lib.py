@@ -21,6 +21,7 @@ import math
 import os
 import struct
 import sys
+import time
 import zlib
 from collections import deque
 
@@ -68,7 +69,7 @@ def read_nifti(path):
     offset = int(struct.unpack(endian + "f", raw[108:112])[0])
     slope, inter = struct.unpack(endian + "ff", raw[112:120])
     if datatype not in _NIFTI_TYPES:
-        raise ValueError("%s: unsupported NIfTI datatype %d" % (path, datatype))
+        raise ValueError(f"{path}: unsupported NIfTI datatype {datatype}")
     code, size = _NIFTI_TYPES[datatype]
     n = 1
     for s in shape:
@@ -253,8 +254,8 @@ def read_npy(path):
 
 
 def write_npy(path, shape, values):
-    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }" % ", ".join(
-        str(s) for s in shape
+    header = "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}), }}".format(
+        ", ".join(str(s) for s in shape)
     ) + ("," if len(shape) == 1 else "")
     pad = 64 - (10 + len(header) + 1) % 64
     header = header + " " * pad + "\n"
@@ -280,7 +281,7 @@ def smooth(shape, values, passes=1):
             for c in range(w):
                 cols = (max(c - 1, 0), c, min(c + 1, w - 1))
                 acc = 0.0
-                for wr, rr in zip((1, 2, 1), rows):
+                for wr, rr in zip((1, 2, 1), rows, strict=False):
                     base = rr * w
                     acc += wr * (src[base + cols[0]] + 2 * src[base + cols[1]] + src[base + cols[2]])
                 out[r * w + c] = acc / 16.0
@@ -358,12 +359,13 @@ def read_png_gray(path):
     gray = []
     for line in rows:
         if depth == 16:
-            samples = [line[i] for i in range(0, len(line), 2)]
+            samples = line[0::2]  # the high byte of each big-endian sample
         elif depth == 8:
             samples = line
         else:
-            raise ValueError(path + ": bit depth %d not supported" % depth)
+            raise ValueError(f"{path}: bit depth {depth} not supported")
         if ctype == 3:
+            assert palette is not None, f"{path}: a palette image without a PLTE chunk"
             for i in samples[:width]:
                 rr, gg, bb = palette[3 * i : 3 * i + 3]
                 gray.append((299 * rr + 587 * gg + 114 * bb) // 1000)
@@ -520,7 +522,7 @@ def report_template(manifest, style, section):
         return _PATH_TEMPLATE
     text = _CXR_TEMPLATE
     if views > 1:
-        text = "%d views of the chest. " % views + text
+        text = f"{views} views of the chest. " + text
     if section == "full":
         text = "FINDINGS: " + text + "\n\nIMPRESSION: No acute cardiopulmonary process."
     return text
