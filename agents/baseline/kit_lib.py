@@ -21,7 +21,6 @@ import math
 import os
 import struct
 import sys
-import time
 import zlib
 from collections import deque
 
