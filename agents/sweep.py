@@ -44,8 +44,10 @@ import sys
 import threading
 import time
 import tomllib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from schemas.codec import check_id, decode_event
 from schemas.errors import AmbError, SchemaError, SpoolError, UsageError
@@ -461,7 +463,11 @@ class _Running:
     started: float
 
 
-def run_sweep(spec: SweepSpec, store: Path, *, out=None) -> SweepOutcome:
+TableRenderer = Callable[[Sequence[str], Sequence[Sequence[Any]]], str]
+"""Draws rows under column names as aligned text (the CLI's one renderer, ``amb.output.table``)."""
+
+
+def run_sweep(spec: SweepSpec, store: Path, *, render_table: TableRenderer, out=None) -> SweepOutcome:
     """Run every cell not yet completed; returns when all are done, or at the first interrupt."""
     out = out or sys.stderr
     t0 = time.monotonic()
@@ -469,7 +475,7 @@ def run_sweep(spec: SweepSpec, store: Path, *, out=None) -> SweepOutcome:
     spec.work.mkdir(parents=True, exist_ok=True)
     (spec.work / "logs").mkdir(exist_ok=True)
     (spec.work / "workspaces").mkdir(exist_ok=True)
-    show = _Progress(out)
+    show = _Progress(out, render_table)
     backend = spec.backend
     if backend == "auto":
         ok, why = docker_ready()
@@ -654,8 +660,9 @@ def _term_with_parent() -> None:
 class _Progress:
     """A live table on a terminal; one line per finished run otherwise."""
 
-    def __init__(self, out):
+    def __init__(self, out, render_table: TableRenderer):
         self.out = out
+        self.render_table = render_table
         self.tty = hasattr(out, "isatty") and out.isatty()
         self.drawn = 0
         self.last = ""
@@ -674,16 +681,13 @@ class _Progress:
             g = groups.setdefault((c.agent.name, c.task.id, c.tier), {})
             g[c.state] = g.get(c.state, 0) + 1
         states = ("completed", "running", "pending", "failed", "gave_up")
-        rows = [("agent", "task", "tier", *states)]
-        rows += [(a, t, tier, *(str(g.get(s, 0)) for s in states)) for (a, t, tier), g in groups.items()]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)).rstrip() for r in rows]
-        text = "\n".join(lines)
+        rows = [(a, t, tier, *(g.get(s, 0) for s in states)) for (a, t, tier), g in groups.items()]
+        text = self.render_table(("agent", "task", "tier", *states), rows)
         if self.tty and not final:
             if text != self.last:
                 self._clear()
                 print(text, file=self.out, flush=True)
-                self.drawn = len(lines)
+                self.drawn = text.count("\n") + 1
                 self.last = text
         elif final:
             self._clear()

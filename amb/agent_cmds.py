@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from amb.common import store_option
+from amb.output import table
 from schemas.errors import UsageError
 
 
@@ -109,8 +110,6 @@ def sweep(
         if as_json:
             click.echo(json.dumps(SweepOutcome(cells, False, {}).as_dict(), indent=2))
         else:
-            from amb.output import table
-
             click.echo(
                 table(
                     ["run_id", "agent", "model", "task", "tier", "repeat", "state", "attempts"],
@@ -130,7 +129,7 @@ def sweep(
                 )
             )
         return
-    outcome = run_sweep(spec, Path(store))
+    outcome = run_sweep(spec, Path(store), render_table=table)
     if as_json:
         click.echo(json.dumps(outcome.as_dict(), indent=2))
     if outcome.interrupted:

@@ -33,6 +33,7 @@ from pathlib import Path
 import click
 
 import images as build_files
+from amb.output import table
 from schemas.errors import AmbError, UsageError
 
 DEFAULT_BASE = "python:3.11-slim-bookworm"
@@ -44,6 +45,7 @@ SHIM_FILES = (
     "__main__.py",
     "wire.py",
     "notify.py",
+    "seccomp.py",
     "strace.py",
     "watch.py",
     "procpoll.py",
@@ -364,9 +366,8 @@ def build(base_from_rootfs: bool, base: str | None, only: tuple[str, ...], as_js
     if as_json:
         click.echo(json.dumps({r: b.__dict__ for r, b in built.items()}, indent=2))
         return
-    for b in built.values():
-        state = "up to date" if b.cached else "built"
-        click.echo(f"{b.role:7} {b.tag}  {state}")
+    rows = [(b.role, b.tag, "up to date" if b.cached else "built") for b in built.values()]
+    click.echo(table(("role", "tag", "state"), rows))
 
 
 commands = [images]

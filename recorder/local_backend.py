@@ -117,7 +117,9 @@ class LocalBackend:
         return seal_directory(ctx.workspace, ctx.blobs, exclude=private)
 
     def close(self, handle: subprocess.Popen[bytes] | None) -> None:
-        if handle is not None and handle.poll() is None:
+        if handle is not None:
+            # The agent's background children may outlive it; the run ends with all of them (as a
+            # container's does). The group outlives its leader while any member is alive.
             self._signal_group(handle, signal.SIGKILL)
             try:
                 handle.wait(5)

@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from recorder.backend import AgentView, Backend, Exit, RunContext, seal_directory
 from recorder.keyguard import guard_this_process, local_warning
@@ -38,6 +39,12 @@ from schemas.blobstore import BlobStore
 from schemas.codec import check_id
 from schemas.errors import AmbError, SchemaError, UsageError
 from schemas.events import Payload, ProcessExited, RunFinished, RunStarted, kind_of
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from recorder.proxy.server import ProxyServer
+    from recorder.proxy.sink import Sink
 
 __all__ = [
     "AgentView",
@@ -271,8 +278,7 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
         upstream_ca=Path(upstream_ca) if upstream_ca else None,
         allow_hosts=spec.allow_hosts,
     )
-    t0 = time.monotonic()
-    handle = None
+    parts = _RunParts(log, proxy, sink, backend, tmp, remove_confdir)
     status, exit_code, reason = "recorder_error", 1, None
     started = False
     try:
@@ -320,9 +326,9 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
             on_ready(dict(proxy.ports), env)
         start_ns = time.time_ns()
         try:
-            handle = backend.start(list(spec.argv), env)
+            parts.handle = handle = backend.start(list(spec.argv), env)
         except AmbError as e:  # like a shell: the command could not be run, exit 127
-            return _finish(log, proxy, sink, backend, None, "failed", 127, t0, str(e), tmp, remove_confdir)
+            return parts.finish("failed", 127, str(e))
         exit_, status, reason = _supervise(backend, handle, spec)
         end_ns = time.time_ns()
         exit_code = TIMEOUT_EXIT_CODE if status == "timeout" else exit_.code
@@ -341,17 +347,16 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
         )
     except AmbError as e:
         if not started:
-            _cleanup(proxy, sink, backend, handle, tmp, remove_confdir)
+            parts.cleanup()
             raise
         status, reason = "recorder_error", str(e)
     except BaseException as e:  # a recorder bug: still close the run properly, then surface it
-        reason = f"{type(e).__name__}: {e}"
         if not started:
-            _cleanup(proxy, sink, backend, handle, tmp, remove_confdir)
+            parts.cleanup()
             raise
-        _finish(log, proxy, sink, backend, handle, "recorder_error", 1, t0, reason, tmp, remove_confdir)
+        parts.finish("recorder_error", 1, f"{type(e).__name__}: {e}")
         raise
-    return _finish(log, proxy, sink, backend, handle, status, exit_code, t0, reason, tmp, remove_confdir)
+    return parts.finish(status, exit_code, reason)
 
 
 def _sweep_stale_tempdirs() -> None:
@@ -421,57 +426,65 @@ def _supervise(backend: Backend, handle: object, spec: RunSpec) -> tuple[Exit, s
     return exit_, ("completed" if exit_.code == 0 else "failed"), None
 
 
-def _cleanup(proxy, sink, backend, handle, tmp: Path, remove_confdir) -> None:
-    try:
-        proxy.stop()
-    finally:
+@dataclass
+class _RunParts:
+    """What one run set up and must take down again, whatever happened: the recorder's spool, the
+    proxy and its sink, the backend (and the agent's handle once it started), the temp dir."""
+
+    log: _RecorderLog
+    proxy: ProxyServer
+    sink: Sink
+    backend: Backend
+    tmp: Path
+    remove_confdir: Callable[[Path], None]
+    handle: object | None = None
+    t0: float = field(default_factory=time.monotonic)
+
+    def cleanup(self) -> None:
+        """Take everything down when the run never started (nothing is written)."""
         try:
-            sink.close()
+            self.proxy.stop()
         finally:
-            backend.close(handle)  # also when the agent never started: networks, sockets, receivers
-            remove_confdir(tmp)
+            try:
+                self.sink.close()
+            finally:
+                self.backend.close(self.handle)  # also when the agent never started: networks, sockets
+                self.remove_confdir(self.tmp)
 
-
-def _finish(
-    log: _RecorderLog,
-    proxy,
-    sink,
-    backend: Backend,
-    handle,
-    status: str,
-    exit_code: int,
-    t0: float,
-    reason: str | None,
-    tmp: Path,
-    remove_confdir,
-) -> Outcome:
-    # The agent has ended: now the proxy may stop (in-flight flows become partial records).
-    proxy.stop()
-    sink.close()
-    if sink.broken and status != "recorder_error":
-        status, reason = "recorder_error", f"a model call could not be persisted: {sink.broken}"
-    try:
-        if handle is not None:
-            log.append(backend.seal_submission(handle))
-    except (AmbError, OSError) as e:
-        status, reason = "recorder_error", f"cannot seal the submission: {e}"
-    finally:
-        backend.close(handle)
-        remove_confdir(tmp)
-    counts = {f"proxy:{k}": v for k, v in sink.counts.items()}
-    counts.update({f"recorder:{k}": v for k, v in log.counts.items()})
-    duration = time.monotonic() - t0
-    log.append(
-        RunFinished(
-            status=status, exit_code=exit_code, duration_s=round(duration, 3), reason=reason, counts=counts
+    def finish(self, status: str, exit_code: int, reason: str | None) -> Outcome:
+        """Stop the proxy, seal the submission, take the rest down and write ``run.finished``."""
+        log, sink, backend = self.log, self.sink, self.backend
+        # The agent has ended: now the proxy may stop (in-flight flows become partial records).
+        self.proxy.stop()
+        sink.close()
+        if sink.broken and status != "recorder_error":
+            status, reason = "recorder_error", f"a model call could not be persisted: {sink.broken}"
+        try:
+            if self.handle is not None:
+                log.append(backend.seal_submission(self.handle))
+        except (AmbError, OSError) as e:
+            status, reason = "recorder_error", f"cannot seal the submission: {e}"
+        finally:
+            backend.close(self.handle)
+            self.remove_confdir(self.tmp)
+        counts = {f"proxy:{k}": v for k, v in sink.counts.items()}
+        counts.update({f"recorder:{k}": v for k, v in log.counts.items()})
+        duration = time.monotonic() - self.t0
+        log.append(
+            RunFinished(
+                status=status,
+                exit_code=exit_code,
+                duration_s=round(duration, 3),
+                reason=reason,
+                counts=counts,
+            )
         )
-    )
-    log.writer.close()
-    return Outcome(
-        run_id=log.writer.run_id,
-        status=status,
-        exit_code=exit_code if status != "recorder_error" else (exit_code or 1),
-        duration_s=duration,
-        counts=counts,
-        reason=reason,
-    )
+        log.writer.close()
+        return Outcome(
+            run_id=log.writer.run_id,
+            status=status,
+            exit_code=exit_code if status != "recorder_error" else (exit_code or 1),
+            duration_s=duration,
+            counts=counts,
+            reason=reason,
+        )

@@ -30,8 +30,14 @@ from schemas.task_spec import TaskSpec
 
 FLAWS = ("no-pilot", "wrong-filename", "crash-mid-batch", "hand-written", "private-path")
 KIT_MODULE = "amb_kit"
+KIT_LIB_MODULE = "amb_kit_lib"
 KIT_SOURCE = Path(__file__).with_name("kit.py")
-CHECKS_MARK = "# ---- checks"
+"""The pipeline and its checks (shipped as ``amb_kit.py``)."""
+KIT_LIB_SOURCE = Path(__file__).with_name("kit_lib.py")
+"""File formats, methods and configuration (shipped as ``amb_kit_lib.py``; alone, as ``amb_kit.py``,
+for the agent that types its answers in: it can read and write files but has no pipeline)."""
+PLAN_FLOW = ["input", "load", "method", "postprocess", "save", "check", "submit"]
+"""The boxes of the standard tier's pipeline diagram (``plan/plan.png``)."""
 STEP_RE = re.compile(r"^#\s*(S\d)\s+([a-z_]+)\b")
 DATA_RE = re.compile(r"^Task data \(read-only\):\s*(\S+)\s*$", re.M)
 TIER_RE = re.compile(r"^Tier:\s*(lite|standard)\s*$", re.M)
@@ -433,8 +439,6 @@ with open("plan/plan.md", "w") as f:
     f.write(plan)
 print("wrote plan/plan.md,", len(plan), "chars")
 """
-        if self.tier == "standard":
-            body += _FLOWCHART
         return self._call(
             f"I found {n} cases. Writing the plan: {what}.", _py("S1 plan: write plan/plan.md", body)
         )
@@ -458,21 +462,26 @@ print("plan: the classical method needs only the standard library")
         )
 
     def step_setup(self) -> Decision:
-        kit = KIT_SOURCE.read_text(encoding="utf-8")
-        if self.flaw == "hand-written":  # only the file readers and writers: no method will run
-            kit = kit[: kit.index(CHECKS_MARK)]
+        lib = KIT_LIB_SOURCE.read_text(encoding="utf-8")
+        if self.flaw == "hand-written":  # the library alone: files can be read and written, no pipeline
+            modules = [(KIT_MODULE, lib)]
+        else:
+            modules = [(KIT_LIB_MODULE, lib), (KIT_MODULE, KIT_SOURCE.read_text(encoding="utf-8"))]
+        files = "".join(f"cat > {name}.py <<'AMB_KIT_EOF'\n{text}AMB_KIT_EOF\n" for name, text in modules)
         cfg = json.dumps(self.config(), indent=1)
+        check = "print(k.VERSION, c['track'], len(k.case_ids(c)), 'cases')"
+        if self.tier == "standard" and self.flaw != "hand-written":
+            # The plan's pipeline diagram, now that there is a PNG writer at hand.
+            check += f"; k.flowchart_png('plan/plan.png', {PLAN_FLOW!r}); print('drew plan/plan.png')"
         return self._call(
             f"Setting up: writing the helper module {KIT_MODULE}.py and the pipeline configuration.",
             _bash(
                 "S2 setup: write the helper module and the pipeline configuration",
                 f"""
-cat > {KIT_MODULE}.py <<'AMB_KIT_EOF'
-{kit}AMB_KIT_EOF
-cat > pipeline.json <<'AMB_CFG_EOF'
+{files}cat > pipeline.json <<'AMB_CFG_EOF'
 {cfg}
 AMB_CFG_EOF
-python3 -c "import {KIT_MODULE} as k; c = k.load_config(); print(k.VERSION, c['track'], len(k.case_ids(c)), 'cases')"
+python3 -c "import {KIT_MODULE} as k; c = k.load_config(); {check}"
 """,
             ),
         )
@@ -709,28 +718,3 @@ print("VERIFY " + json.dumps({{"n": len(reports), "ok": len(reports) - len(bad),
 
     def step_other(self) -> Decision:
         return self.step_submit()
-
-
-_FLOWCHART = """
-# plan/plan.png: the pipeline as a box-and-arrow diagram (a tiny PNG writer, no plotting library here)
-import struct, zlib
-steps = ["input", "load", "method", "postprocess", "save", "check", "submit"]
-W, BOX, GAP = 480, 36, 20
-H = len(steps) * (BOX + GAP) + GAP
-px = bytearray([255]) * (W * H)
-def rect(x0, y0, x1, y1, v):
-    for y in range(y0, y1):
-        px[y * W + x0:y * W + x1] = bytes([v]) * (x1 - x0)
-for k in range(len(steps)):
-    top = GAP + k * (BOX + GAP)
-    rect(60, top, W - 60, top + BOX, 30)
-    rect(63, top + 3, W - 63, top + BOX - 3, 235)
-    if k + 1 < len(steps):
-        rect(W // 2 - 1, top + BOX, W // 2 + 2, top + BOX + GAP, 30)
-def chunk(kind, body):
-    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
-raw = b"".join(b"\\0" + bytes(px[r * W:(r + 1) * W]) for r in range(H))
-with open("plan/plan.png", "wb") as f:
-    f.write(b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", W, H, 8, 0, 0, 0, 0)) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
-print("wrote plan/plan.png", W, "x", H)
-"""

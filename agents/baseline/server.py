@@ -23,6 +23,10 @@ from agents.baseline.policy import FLAWS, Decision, PolicyError, decide
 
 MODEL = "baseline"
 
+STOP_POLL_S = 0.02
+"""How often the serving loop looks for a stop request: ``stop()`` returns within this (the
+standard library's 0.5 s default made every stop cost half a second)."""
+
 
 def model_names() -> list[str]:
     return [MODEL] + [f"{MODEL}+{f}" for f in FLAWS]
@@ -214,7 +218,9 @@ class BaselineServer:
         return f"http://{host!s}:{self.port}"
 
     def start(self) -> BaselineServer:
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="amb-baseline", daemon=True)
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, args=(STOP_POLL_S,), name="amb-baseline", daemon=True
+        )
         self._thread.start()
         return self
 

@@ -135,6 +135,9 @@ class Sink:
         self._ledger = threading.Lock()
         self._requested: set[str] = set()
         self._answered: set[str] = set()
+        self._busy = 0
+        """Writes in progress (``_guard``): a call's tool events are appended just after its model_call."""
+        self._settled = threading.Condition()
         self._closing = threading.Event()
         self._flusher = threading.Thread(target=self._flush_loop, name="amb-sink-flush", daemon=True)
         self._flusher.start()
@@ -178,6 +181,14 @@ class Sink:
         """Synchronously (shutdown path: the pool may already be draining)."""
         self._guard(self._write_call, facts)
 
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no write is in progress (so every event of a call seen started is written).
+
+        False if writes were still going on after ``timeout`` seconds.
+        """
+        with self._settled:
+            return self._settled.wait_for(lambda: self._busy == 0, timeout)
+
     def close(self) -> None:
         self.pool.shutdown(wait=True)
         self._closing.set()
@@ -188,11 +199,18 @@ class Sink:
     # -- work (worker threads) -----------------------------------------------------------------
 
     def _guard(self, fn: Any, facts: Any) -> Any:
+        with self._settled:
+            self._busy += 1
         try:
             return fn(facts)
         except (AmbError, OSError) as e:
             self.broken = self.broken or f"{type(e).__name__}: {e}"
             raise
+        finally:
+            with self._settled:
+                self._busy -= 1
+                if not self._busy:
+                    self._settled.notify_all()
 
     def _append(self, payload: Payload) -> None:
         self.spool.append(payload)

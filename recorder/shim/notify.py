@@ -6,7 +6,8 @@ where there is something to record:
 
 - A seccomp filter, installed by a small launcher before it execs the agent and inherited by all
   its descendants, sends ``execve``, ``execveat`` and ``connect`` to the shim as notifications
-  (``SECCOMP_RET_USER_NOTIF``). Every other syscall, fork included, runs untouched.
+  (``SECCOMP_RET_USER_NOTIF``). Every other syscall, fork included, runs untouched. (The filter
+  program itself is ``recorder.shim.seccomp``.)
 - On an exec the shim attaches to the caller with ``PTRACE_SEIZE`` and only
   ``PTRACE_O_TRACEEXEC`` (unless it already has). The exec-event stop says the exec succeeded
   (``execvp`` tries every ``PATH`` entry; only the one that worked is a program that ran) and
@@ -47,75 +48,11 @@ import threading
 import time
 from dataclasses import dataclass
 
+from recorder.shim import seccomp
 from recorder.shim.wire import Connect, Proc
 
 LABEL = "seccomp-notify"
 """The ``tracer`` name this module's records carry."""
-
-# ---- the filter ----------------------------------------------------------------------------------------
-
-_AUDIT_ARCH = {"x86_64": 0xC000003E, "i386": 0x40000003, "aarch64": 0xC00000B7}
-_X32 = 0x40000000
-
-# (audit arch) -> {syscall nr: (kind, pointer size)}. x32 calls come in with the x86_64 arch and a
-# flagged number. i386 programs connect through socketcall(2), which is not decoded (their
-# network is the same internal one; the exec is what matters there).
-_SYSCALLS: dict[str, dict[int, dict[int, tuple[str, int]]]] = {
-    "x86_64": {
-        _AUDIT_ARCH["x86_64"]: {
-            59: ("execve", 8),
-            322: ("execveat", 8),
-            42: ("connect", 8),
-            _X32 | 520: ("execve", 4),
-            _X32 | 545: ("execveat", 4),
-            _X32 | 42: ("connect", 4),
-        },
-        _AUDIT_ARCH["i386"]: {11: ("execve", 4), 358: ("execveat", 4), 362: ("connect", 4)},
-    },
-    "aarch64": {
-        _AUDIT_ARCH["aarch64"]: {221: ("execve", 8), 281: ("execveat", 8), 203: ("connect", 8)},
-    },
-}
-
-_RET_ALLOW, _RET_USER_NOTIF = 0x7FFF0000, 0x7FC00000
-_LD_W_ABS, _JEQ_K, _RET_K = 0x20, 0x15, 0x06
-
-
-def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
-    return struct.pack("HBBI", code, jt, jf, k)
-
-
-def filter_program(machine: str | None = None) -> bytes:
-    """The classic-BPF filter: notify on the syscalls of ``_SYSCALLS``, allow everything else."""
-    table = _SYSCALLS.get(machine or platform.machine())
-    if table is None:
-        raise OSError(f"no syscall table for {machine or platform.machine()}")
-    arches = list(table.items())
-    blocks = []
-    for _arch, calls in arches:
-        nrs = sorted(calls)
-        block = [_insn(_LD_W_ABS, 0, 0, 0)]  # seccomp_data.nr
-        block += [_insn(_JEQ_K, len(nrs) - i, 0, nr) for i, nr in enumerate(nrs)]
-        block += [_insn(_RET_K, 0, 0, _RET_ALLOW), _insn(_RET_K, 0, 0, _RET_USER_NOTIF)]
-        blocks.append(block)
-    # Dispatch on seccomp_data.arch: one compare per arch, then "allow" for any other arch.
-    head = [_insn(_LD_W_ABS, 0, 0, 4)]
-    start = 1 + len(arches) + 1  # index of the first block
-    for i, (arch, _calls) in enumerate(arches):
-        here = 1 + i
-        head.append(_insn(_JEQ_K, start - (here + 1), 0, arch))
-        start += len(blocks[i])
-    head.append(_insn(_RET_K, 0, 0, _RET_ALLOW))
-    return b"".join(head + [insn for block in blocks for insn in block])
-
-
-def _kinds(machine: str | None = None) -> dict[tuple[int, int], tuple[str, int]]:
-    return {
-        (arch, nr): kind
-        for arch, calls in _SYSCALLS.get(machine or platform.machine(), {}).items()
-        for nr, kind in calls.items()
-    }
-
 
 # The launcher: installs the filter, hands its listener to the shim, drops to the agent's uid and
 # execs the agent. It resolves the program itself first, so the one exec the shim sees from it is
@@ -176,6 +113,9 @@ _WALL, _WNOTHREAD = 0x40000000, 0x20000000
 _STOP_SIGNALS = {signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}
 
 _SYS_PIDFD_OPEN, _SYS_PIDFD_GETFD = 434, 438  # the same on x86_64 and aarch64 (new-style numbers)
+
+_COMMAND_NOT_RUN = 127
+"""The launcher's exit when the command is not found or cannot be executed (a shell's 127)."""
 
 _FLUSH_AFTER = 0.05
 """Seconds records may wait to be sent together (one wakeup of the receiver per batch)."""
@@ -315,7 +255,7 @@ class NotifyTracer:
         self.emit = emit
         self.uid = -1 if agent_uid is None else agent_uid
         self.gid = self.uid if agent_gid is None else agent_gid
-        self.kinds = _kinds()
+        self.kinds = seccomp.traced()
         self.procs: dict[int, _Proc] = {}
         """Processes that exec'd a program and have not ended, by pid."""
         self.pending: dict[int, _Exec] = {}
@@ -398,6 +338,7 @@ class NotifyTracer:
     # -- the tracer thread --
 
     def _main(self, argv: list[str], cwd: str, stderr) -> None:
+        sigfd = -1
         try:
             sigfd = _signalfd_for_sigchld()
             parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -413,7 +354,7 @@ class NotifyTracer:
                         str(child.fileno()),
                         str(self.uid),
                         str(self.gid),
-                        filter_program().hex(),
+                        seccomp.program().hex(),
                         *argv,
                     ],
                     cwd=cwd,
@@ -428,7 +369,16 @@ class NotifyTracer:
                 except OSError as e:  # (a timeout is one)
                     fds = []
                     self.failed = f"the launcher sent no seccomp listener: {e}"
-                if not fds:
+                if not fds and not self.failed:
+                    # The launcher ended without installing the filter. If the command could not
+                    # be run (it said why on stderr), that is the command's exit, as in a shell.
+                    _pid, status = os.waitpid(proc.pid, _WALL)
+                    proc.returncode = os.waitstatus_to_exitcode(status)
+                    if proc.returncode == _COMMAND_NOT_RUN:
+                        self.root_status = status
+                    else:
+                        self.failed = f"the launcher sent no seccomp listener (exit {proc.returncode})"
+                elif not fds:
                     self.failed = self.failed or "the launcher sent no seccomp listener"
                 else:
                     self._listener = fds[0]
@@ -439,8 +389,10 @@ class NotifyTracer:
         except OSError as e:
             self.failed = f"cannot start the seccomp tracer: {e}"
         self._ready.set()
-        if self.root_pid is None:
-            self.root_done.set()
+        if self.root_pid is None or self.root_status is not None:
+            if sigfd >= 0:
+                os.close(sigfd)
+            self.root_done.set()  # nothing was launched, or nothing ran under the filter
             return
         try:
             self._loop(sigfd, proc)
@@ -789,7 +741,7 @@ def unblock_sigchld() -> None:
 
 def probe(agent_uid: int | None = None, agent_gid: int | None = None) -> tuple[bool, str]:
     """Can this tracer work here? Runs a small command under it and checks the record."""
-    if platform.machine() not in _SYSCALLS:
+    if platform.machine() not in seccomp.SYSCALLS:
         return False, f"seccomp notification tracing is not built for {platform.machine()}"
     if shutil.which("sh") is None:
         return False, "no sh to probe with"

@@ -23,7 +23,6 @@ from schemas.blobstore import BlobStore
 from schemas.events import ModelCallCompleted, SubmissionSealed, ToolCallRequested, ToolCallResult
 from scorer.grader import grade
 from tasks.registry import brief, load_spec
-from tasks.synth import synth
 from tests.fakes.upstream import FakeUpstream
 
 BIN = Path(sys.executable).parent
@@ -36,10 +35,8 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def twin(tmp_path_factory):
-    root = tmp_path_factory.mktemp("twin") / "bccd-det"
-    synth(load_spec("bccd-det"), root, cases=2, seed=11)
-    return root
+def twin(make_twin):
+    return make_twin("bccd-det", 2, 11)
 
 
 def record(tmp_path, server, twin, run_id, *agent_args, tier="standard", model="baseline"):

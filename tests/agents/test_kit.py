@@ -1,4 +1,4 @@
-"""The baseline's standard-library kit reads and writes what numpy, nibabel and Pillow do."""
+"""The baseline's standard-library kit library reads and writes what numpy, nibabel and Pillow do."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from agents.baseline import kit
+from agents.baseline import kit_lib as kit
 
 
 def test_nifti_roundtrip_keeps_grid_and_values(tmp_path):

@@ -1,6 +1,10 @@
-"""``amb sweep`` end to end: 2 agents (the clean baseline and one with a flaw) × 2 tasks × 2 tiers ×
-2 repeats, interrupted half-way and resumed, then scored. Real amb-record runs (local backend), the
-real store, the real scorer: nothing here is faked."""
+"""``amb sweep`` end to end: 2 agents (the clean baseline and one with a flaw) × 1 task × 3 repeats,
+interrupted part-way and resumed, then scored. Real amb-record runs (local backend), the real store,
+the real scorer: nothing here is faked.
+
+The cells are as few as still prove the point: two agents to tell a flaw from a clean run, three
+repeats so that an interrupt at concurrency 2 lands with cells done, running and not yet started.
+Tasks and tiers only multiply the same cells (the grid's expansion is checked on its own, dry)."""
 
 from __future__ import annotations
 
@@ -28,9 +32,9 @@ AGENT = [
 ]
 SWEEP = f"""
 name = "t"
-tasks = ["kidney-seg", "bccd-det"]
-tiers = ["lite", "standard"]
-repeats = 2
+tasks = ["bccd-det"]
+tiers = ["lite"]
+repeats = 3
 concurrency = 2
 time_limit_s = 120
 max_attempts = 2
@@ -51,13 +55,7 @@ command = {json.dumps(AGENT)}
 model = "baseline+wrong-filename"
 upstream = "openai={{baseline}}"
 """
-CELLS = [
-    f"t-{a}-{t}-{tier}-r{k}"
-    for a in ("clean", "misnamed")
-    for t in ("kidney-seg", "bccd-det")
-    for tier in ("lite", "standard")
-    for k in (1, 2)
-]
+CELLS = [f"t-{a}-bccd-det-lite-r{k}" for a in ("clean", "misnamed") for k in (1, 2, 3)]
 
 
 def sweep_cmd(tmp_path, *extra):
@@ -82,7 +80,7 @@ def test_sweep_interrupted_resumed_and_scored(tmp_path):
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         done = [c for c in CELLS if attempt_outcome(store, c) == "completed"]
-        if len(done) >= 4:
+        if len(done) >= 2:
             break
         assert first.poll() is None, first.communicate()
         time.sleep(0.2)
@@ -91,12 +89,12 @@ def test_sweep_interrupted_resumed_and_scored(tmp_path):
     assert first.returncode == 130, err
     assert "interrupted" in err and "Run the same command again to resume" in err
     completed_before = {c for c in CELLS if attempt_outcome(store, c) == "completed"}
-    assert 4 <= len(completed_before) < len(CELLS)
+    assert 2 <= len(completed_before) < len(CELLS)
 
     second = subprocess.run(sweep_cmd(tmp_path), capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr
-    assert f"resuming: {len(completed_before)} of 16 cells already completed" in second.stderr
-    assert "16/16 cells completed" in second.stderr
+    assert f"resuming: {len(completed_before)} of 6 cells already completed" in second.stderr
+    assert "6/6 cells completed" in second.stderr
 
     with Store.open(store, read_only=True) as st:
         runs = st.con.execute(
@@ -109,7 +107,7 @@ def test_sweep_interrupted_resumed_and_scored(tmp_path):
     assert sorted(cell_of[r] for r in completed) == sorted(CELLS)
     # attempts stopped by the interrupt are kept as killed runs, never counted as completed
     assert {s for _, s, _ in runs} <= {"completed", "killed"}
-    assert len(runs) == 16 + sum(1 for _, s, _ in runs if s == "killed")
+    assert len(runs) == 6 + sum(1 for _, s, _ in runs if s == "killed")
     # the sweep's first pass did not re-run what it had completed
     assert completed_before <= set(completed)
 
@@ -130,6 +128,29 @@ def test_sweep_interrupted_resumed_and_scored(tmp_path):
     assert all("E5" in x["codes"] for x in flawed) and not any("E5" in (x["codes"] or []) for x in clean)
     assert (tmp_path / "work" / "report.html").is_file()
     assert "Leaderboard" in second.stdout and "baseline+wrong-filename" in second.stdout
+
+
+def test_the_grid_is_agents_by_tasks_by_tiers_by_repeats(tmp_path):
+    text = (
+        SWEEP.replace('tasks = ["bccd-det"]', 'tasks = ["kidney-seg", "bccd-det"]')
+        .replace('tiers = ["lite"]', 'tiers = ["lite", "standard"]')
+        .replace("repeats = 3", "repeats = 2")
+    )
+    (tmp_path / "sweep.toml").write_text(text)
+    proc = subprocess.run(
+        sweep_cmd(tmp_path, "--dry-run", "--json"), capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    cells = json.loads(proc.stdout)["cells"]
+    grid = [
+        (a, t, tier, k)
+        for a in ("clean", "misnamed")
+        for t in ("kidney-seg", "bccd-det")
+        for tier in ("lite", "standard")
+        for k in (1, 2)
+    ]
+    assert [(c["agent"], c["task"], c["tier"], c["repeat"]) for c in cells] == grid
+    assert {c["state"] for c in cells} == {"pending"} and not (tmp_path / "store" / "spool").exists()
 
 
 def test_sweep_file_errors_are_one_line(tmp_path):
@@ -162,11 +183,7 @@ def test_sweep_file_errors_are_one_line(tmp_path):
 def test_sweep_killed_hard_resumes_without_duplicates(tmp_path):
     # kill -9 of the sweep itself: its amb-record children are told to stop (parent-death signal),
     # close their runs as killed, and the resumed sweep re-runs exactly the cells not completed.
-    text = (
-        SWEEP.replace('tasks = ["kidney-seg", "bccd-det"]', 'tasks = ["vqa-rad"]')
-        .replace('tiers = ["lite", "standard"]', 'tiers = ["lite"]')
-        .replace("repeats = 2", "repeats = 3")
-    )
+    text = SWEEP.replace('tasks = ["bccd-det"]', 'tasks = ["vqa-rad"]')
     text = text[: text.index('[[agents]]\nname = "misnamed"')]
     (tmp_path / "sweep.toml").write_text(text)
     store = tmp_path / "store"

@@ -15,11 +15,16 @@ from tasks.registry import load_spec
 AMB = str(Path(sys.executable).parent / "amb")
 
 
-def amb(*args, check=True):
-    proc = subprocess.run([AMB, *args], capture_output=True, text=True, timeout=120)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"amb {args} failed ({proc.returncode}): {proc.stderr}")
-    return proc
+def grade_kidney(kidney: Path) -> list[str]:
+    """``amb grade kidney-seg`` on the module's submission and references."""
+    return [
+        "grade",
+        "kidney-seg",
+        "--submission",
+        str(kidney / "ws"),
+        "--reference",
+        str(kidney / "data" / "private"),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -34,14 +39,9 @@ def kidney(tmp_path_factory):
     return root
 
 
-def test_json_output(kidney):
+def test_json_output(kidney, amb):
     out = amb(
-        "grade",
-        "kidney-seg",
-        "--submission",
-        str(kidney / "ws"),
-        "--reference",
-        str(kidney / "data" / "private"),
+        *grade_kidney(kidney),
         "--json",
     )
     data = json.loads(out.stdout)
@@ -54,16 +54,11 @@ def test_json_output(kidney):
     assert data["checks"]["n_invalid"] == 1 and data["params"]["seg_formula"] == "organ_lesion_50_50"
 
 
-def test_profile_switches_the_gate(kidney, tmp_path):
+def test_profile_switches_the_gate(kidney, tmp_path, amb):
     profile = tmp_path / "strict.toml"
     profile.write_text('[profile]\nname = "strict"\n\n[metrics]\ncompleteness = "all_or_nothing"\n')
     out = amb(
-        "grade",
-        "kidney-seg",
-        "--submission",
-        str(kidney / "ws"),
-        "--reference",
-        str(kidney / "data" / "private"),
+        *grade_kidney(kidney),
         "--profile",
         str(profile),
     )
@@ -78,15 +73,8 @@ def test_profile_switches_the_gate(kidney, tmp_path):
         (("--reference", "/nonexistent-ref"), "not a directory"),
     ],
 )
-def test_errors_are_one_line(kidney, extra, needle):
-    args = [
-        "grade",
-        "kidney-seg",
-        "--submission",
-        str(kidney / "ws"),
-        "--reference",
-        str(kidney / "data" / "private"),
-    ]
+def test_errors_are_one_line(kidney, extra, needle, amb):
+    args = grade_kidney(kidney)
     for i in range(0, len(extra), 2):
         j = args.index(extra[i]) if extra[i] in args else None
         if j is None:
@@ -98,7 +86,7 @@ def test_errors_are_one_line(kidney, extra, needle):
     assert proc.stderr.count("\n") == 1
 
 
-def test_grader_image_entry_point_runs_without_amb(kidney, tmp_path):
+def test_grader_image_entry_point_runs_without_amb(kidney, tmp_path, amb):
     # The grader image holds only schemas/, scorer/ and tasks/: run the module entry point from a
     # copy of those three packages with `amb` made unimportable, as in the image.
     import shutil
@@ -112,11 +100,7 @@ def test_grader_image_entry_point_runs_without_amb(kidney, tmp_path):
         "sys.argv[0] = 'scorer.grader'; runpy.run_module('scorer.grader', run_name='__main__')"
     )
     args = [
-        "kidney-seg",
-        "--submission",
-        str(kidney / "ws"),
-        "--reference",
-        str(kidney / "data" / "private"),
+        *grade_kidney(kidney)[1:],
         "--json",
     ]
     proc = subprocess.run(

@@ -12,13 +12,12 @@ import pytest
 
 from tasks.registry import load_spec
 from tasks.synth import perfect_submission, synth
-from tests.recorder.docker_helpers import grader_image  # noqa: F401  (fixture)
 
 AMB = str(Path(sys.executable).parent / "amb")
 
 
 @pytest.mark.parametrize("task", ["kidney-seg", "bccd-det"])
-def test_same_result_in_the_grader_image(tmp_path, grader_image, task):  # noqa: F811
+def test_same_result_in_the_grader_image(tmp_path, grader_image, task):
     spec = load_spec(task)
     data, work = tmp_path / "data", tmp_path / "work"
     synth(spec, data, cases=2, seed=3)

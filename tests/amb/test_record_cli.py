@@ -26,12 +26,6 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="module")
-def fake():
-    with FakeUpstream() as f:
-        yield f
-
-
-@pytest.fixture(scope="module")
 def tls_fake(tmp_path_factory):
     with FakeUpstream(tls_dir=tmp_path_factory.mktemp("tls"), host="127.0.0.2") as f:
         yield f
@@ -69,6 +63,18 @@ def amb_record(
     return subprocess.run(
         cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout, **popen
     )
+
+
+def record_python(store: Path, fake_url: str, python: Path, code: str) -> list[str]:
+    """``amb-record`` running ``python -c code`` against the fake provider (openai)."""
+    recorder = [str(BIN / "amb-record"), "--store", str(store), "--upstream", f"openai={fake_url}"]
+    return [*recorder, "--", str(python), "-c", code]
+
+
+def start(cmd: list[str], ws: Path) -> subprocess.Popen[str]:
+    """Start ``cmd`` in ``ws`` with the real keys in its environment, its output captured."""
+    env = {**os.environ, **REAL_KEYS}
+    return subprocess.Popen(cmd, cwd=ws, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def amb(store: Path, *args: str) -> subprocess.CompletedProcess:
@@ -294,14 +300,7 @@ def test_sigterm_is_forwarded_and_the_exit_code_propagates(tmp_path, fake):
         "open('ready', 'w').close(); time.sleep(60)"
     )
     cmd = [str(BIN / "amb-record"), "--store", str(store), "--", sys.executable, "-c", agent]
-    p = subprocess.Popen(
-        cmd,
-        cwd=ws,
-        env={**os.environ, **REAL_KEYS},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    p = start(cmd, ws)
     deadline = time.monotonic() + 30
     while not (ws / "ready").exists():
         assert time.monotonic() < deadline and p.poll() is None
@@ -329,17 +328,7 @@ def test_recorder_killed_with_sigkill_leaves_a_recoverable_spool(tmp_path, fake,
         "c.chat.completions.create(model='m', messages=[{'role': 'user', 'content': 'hi'}]); "
         "open('called', 'w').close(); time.sleep(60)"
     )
-    cmd = [
-        str(BIN / "amb-record"),
-        "--store",
-        str(store),
-        "--upstream",
-        f"openai={fake.url}",
-        "--",
-        str(agents_py),
-        "-c",
-        agent,
-    ]
+    cmd = record_python(store, fake.url, agents_py, agent)
     p = subprocess.Popen(
         cmd, cwd=ws, env={**os.environ, **REAL_KEYS}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
@@ -371,27 +360,8 @@ def test_concurrent_runs_share_one_store(tmp_path, fake, agents_py):
     for i in range(3):
         ws = tmp_path / f"ws{i}"
         ws.mkdir()
-        cmd = [
-            str(BIN / "amb-record"),
-            "--store",
-            str(store),
-            "--upstream",
-            f"openai={fake.url}",
-            "--",
-            str(agents_py),
-            "-c",
-            agent,
-        ]
-        procs.append(
-            subprocess.Popen(
-                cmd,
-                cwd=ws,
-                env={**os.environ, **REAL_KEYS},
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
+        cmd = record_python(store, fake.url, agents_py, agent)
+        procs.append(start(cmd, ws))
     ids = []
     for p in procs:
         out, err = p.communicate(timeout=120)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,14 +12,7 @@ import numpy as np
 AMB = str(Path(sys.executable).parent / "amb")
 
 
-def amb(*args, check=True):
-    proc = subprocess.run([AMB, *args], capture_output=True, text=True, timeout=120)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"amb {args} failed ({proc.returncode}): {proc.stderr}")
-    return proc
-
-
-def test_list_json_covers_every_track():
+def test_list_json_covers_every_track(amb):
     rows = json.loads(amb("task", "list", "--json").stdout)
     assert len(rows) == 24
     assert {r["track"] for r in rows} == {"segmentation", "enhancement", "vqa", "report", "detection"}
@@ -37,7 +29,7 @@ def test_list_json_covers_every_track():
     }
 
 
-def test_show_spec_and_brief():
+def test_show_spec_and_brief(amb):
     spec = json.loads(amb("task", "show", "feta-seg", "--json").stdout)
     assert spec["submission"]["label_ids"] == [1, 2, 3, 4, 5, 6, 7]
     text = amb("task", "show", "feta-seg").stdout
@@ -45,7 +37,7 @@ def test_show_spec_and_brief():
     assert amb("task", "show", "feta-seg", "--tier", "lite").stdout.startswith("# Fetal Brain Tissues")
 
 
-def test_synth_then_prepare_errors_are_one_line(tmp_path):
+def test_synth_then_prepare_errors_are_one_line(tmp_path, amb):
     out = tmp_path / "twin"
     first = amb("task", "synth", "pancreas-seg", "--out", str(out), "--cases", "2", "--seed", "7")
     assert "wrote 2 synthetic pancreas-seg cases (seed 7)" in first.stdout

@@ -6,6 +6,7 @@ way ``recorder.run`` does, minus the agent process, so proxy tests can drive cli
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from recorder.proxy.custody import Custody
@@ -78,16 +79,18 @@ class Recording:
         return [decode_event(b) for b in scan(data).bodies]
 
     def new_payloads(self, kind: str | None = None, wait_for: int = 1, timeout: float = 5.0) -> list:
-        """All payloads appended since the last call, once ``wait_for`` of ``kind`` are there."""
-        import time
+        """All payloads appended since the last call, once ``wait_for`` of ``kind`` are there.
 
+        A call's tool events are written just after its ``model_call``: once the awaited events are
+        there, the sink is waited on until no write is in progress, so they are all there too.
+        """
         deadline = time.monotonic() + timeout
         while True:
             evs = self.events()[self._seen :]
             got = [e.payload for e in evs if kind is None or e.kind == kind]
             if len(got) >= wait_for or time.monotonic() > deadline:
-                time.sleep(0.05)  # a call's tool events follow its model_call in the same job
+                self.sink.wait_idle(max(0.0, deadline - time.monotonic()) + 1.0)
                 evs = self.events()[self._seen :]
                 self._seen += len(evs)
                 return [e.payload for e in evs]
-            time.sleep(0.02)
+            time.sleep(0.01)

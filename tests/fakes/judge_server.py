@@ -123,7 +123,8 @@ class JudgeServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # A short poll: stopping the server then takes milliseconds, not the default 0.5 s.
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True)
 
     @property
     def base_url(self) -> str:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.recorder.docker_helpers import docker_cli, grader_image  # noqa: F401  (fixtures)
-
 PROBE = r"""
 import json, os, socket
 import numpy as np
@@ -37,7 +35,7 @@ print(json.dumps(out))
 
 def test_grader_has_no_network_and_read_only_references(
     tmp_path: Path, grader_image: str, docker_cli
-) -> None:  # noqa: F811
+) -> None:
     ref = tmp_path / "private"
     ref.mkdir()
     (ref / "ref.txt").write_text("reference")

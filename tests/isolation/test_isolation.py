@@ -22,7 +22,6 @@ from recorder.docker_backend import DockerBackend
 from recorder.run import RunSpec, parse_upstreams, record
 from schemas.blobstore import BlobStore
 from tests.fakes.upstream import FakeUpstream
-from tests.recorder.docker_helpers import agent_image  # noqa: F401  (fixture)
 from tests.recorder.shim_helpers import payloads, shim_events
 
 PROBE = textwrap.dedent(r"""
@@ -159,7 +158,7 @@ def _host_listening_ports() -> set[int]:
     return ports
 
 
-def test_agent_container_isolation(tmp_path: Path, agent_image: str) -> None:  # noqa: F811
+def test_agent_container_isolation(tmp_path: Path, agent_image: str) -> None:
     real_key = "sk-real-isolation-" + secrets.token_hex(16)
     private_token = "PRIVATE-REFERENCE-" + secrets.token_hex(16)
     data = tmp_path / "data"

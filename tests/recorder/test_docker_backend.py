@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,6 @@ from pathlib import Path
 
 from replay.store import Store
 from tests.fakes.upstream import TEXT, FakeUpstream
-from tests.recorder.docker_helpers import agent_image  # noqa: F401  (fixture)
 
 REAL_KEY = "sk-real-e2e-" + "7f3a9c" * 6
 
@@ -60,7 +60,7 @@ def _data_dir(tmp: Path) -> Path:
     return data
 
 
-def test_docker_run_recorded_against_ground_truth(tmp_path: Path, agent_image: str) -> None:  # noqa: F811
+def test_docker_run_recorded_against_ground_truth(tmp_path: Path, agent_image: str) -> None:
     store = tmp_path / "store"
     data = _data_dir(tmp_path)
     with FakeUpstream() as upstream:
@@ -191,29 +191,30 @@ def _sealed(st: Store, path: str) -> str:
     raise AssertionError(f"{path} not in the sealed submission")
 
 
-def test_time_limit_stops_the_container_and_keeps_the_record(tmp_path: Path, agent_image: str) -> None:  # noqa: F811
+def test_time_limit_stops_the_container_and_keeps_the_record(tmp_path: Path, agent_image: str) -> None:
     from recorder.docker_backend import DockerBackend
     from recorder.run import RunSpec, record
     from tests.recorder.shim_helpers import payloads, shim_events
 
     store = tmp_path / "store"
+    run_id = f"limit-{secrets.token_hex(3)}"  # the docker engine is shared: labels must be unique
     backend = DockerBackend(agent_image, stream_output=False)
     outcome = record(
         RunSpec(
             argv=["bash", "-c", "echo started > s.txt; sleep 300"],
             store=store,
-            run_id="limit",
+            run_id=run_id,
             time_limit_s=3,
             grace_s=5,
         ),
         backend,
     )
     assert outcome.status == "timeout" and outcome.exit_code == 124
-    events = shim_events(store, "limit")
+    events = shim_events(store, run_id)
     assert [w.path for w in payloads(events, "file.written")] == ["s.txt"]
     sleeps = [p for p in payloads(events, "process.exited") if p.argv == ["sleep", "300"]]
     assert len(sleeps) == 1 and sleeps[0].signal == 15  # the SIGTERM reached the agent's own process
     # Everything of the run is gone from docker.
     client = backend.client
-    assert not client.containers.list(all=True, filters={"label": "org.amb.run=limit"})
+    assert not client.containers.list(all=True, filters={"label": f"org.amb.run={run_id}"})
     assert not [n for n in client.networks.list() if n.name == backend.network_name]

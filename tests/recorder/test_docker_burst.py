@@ -12,7 +12,6 @@ from pathlib import Path
 
 from recorder.docker_backend import DockerBackend
 from recorder.run import RunSpec, record
-from tests.recorder.docker_helpers import agent_image  # noqa: F401  (fixture)
 from tests.recorder.shim_helpers import payloads, shim_events
 
 N = 5000
@@ -31,7 +30,7 @@ BURST = textwrap.dedent(f"""
 """)
 
 
-def test_burst_of_5000_files_is_fully_recorded(tmp_path: Path, agent_image: str) -> None:  # noqa: F811
+def test_burst_of_5000_files_is_fully_recorded(tmp_path: Path, agent_image: str) -> None:
     store = tmp_path / "store"
     outcome = record(
         RunSpec(argv=["python3", "-c", BURST], store=store, run_id="burst", time_limit_s=120),

@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 from amb.images import _context_files, content_hash, ensure_images
-from tests.recorder.docker_helpers import agent_image  # noqa: F401  (fixture)
 
 
 def test_content_tag_follows_content() -> None:
@@ -21,7 +20,7 @@ def test_content_tag_follows_content() -> None:
     assert not any(p.endswith("receiver.py") for p in files)
 
 
-def test_rebuild_with_nothing_changed_is_a_no_op(agent_image: str) -> None:  # noqa: F811
+def test_rebuild_with_nothing_changed_is_a_no_op(agent_image: str) -> None:
     again = ensure_images(("agent",), from_rootfs=True)["agent"]
     assert again.cached and again.tag == agent_image
 

@@ -15,7 +15,6 @@ import docker
 
 from recorder.docker_backend import CAPS, SHIM_ENTRY
 from recorder.shim.receiver import ShimReceiver
-from tests.recorder.docker_helpers import agent_image  # noqa: F401  (fixture)
 from tests.recorder.shim_helpers import payloads, shim_events
 
 
@@ -67,7 +66,7 @@ def _shim_in_container(
     return status, logs
 
 
-def test_without_ptrace_capability_auto_falls_back_to_strace(tmp_path: Path, agent_image: str) -> None:  # noqa: F811
+def test_without_ptrace_capability_auto_falls_back_to_strace(tmp_path: Path, agent_image: str) -> None:
     caps = [c for c in CAPS if c != "SYS_PTRACE"]
     status, logs = _shim_in_container(tmp_path, agent_image, "fallback", "auto", caps)
     assert status == 3, logs
@@ -81,7 +80,7 @@ def test_without_ptrace_capability_auto_falls_back_to_strace(tmp_path: Path, age
 
 def test_asking_for_seccomp_notify_where_it_cannot_work_fails_clearly(
     tmp_path: Path, agent_image: str
-) -> None:  # noqa: F811
+) -> None:
     caps = [c for c in CAPS if c != "SYS_PTRACE"]
     status, logs = _shim_in_container(tmp_path, agent_image, "forced", "seccomp-notify", caps)
     assert status == 125

@@ -4,7 +4,6 @@ and not, with tool calls and compressed bodies; the record must equal what the c
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import anthropic
 import httpx
@@ -13,17 +12,11 @@ import pytest
 
 from schemas.events import ModelCallCompleted, ToolCallRequested, ToolCallResult
 from tests.fakes.harness import REAL_KEYS, Recording
-from tests.fakes.upstream import TEXT, TOOL_ARGS, FakeUpstream
+from tests.fakes.upstream import TEXT, TOOL_ARGS
 
 TOOLS_CHAT = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
 TOOLS_RESP = [{"type": "function", "name": "read_file", "parameters": {"type": "object"}}]
 TOOLS_ANT = [{"name": "read_file", "input_schema": {"type": "object"}}]
-
-
-@pytest.fixture(scope="module")
-def fake():
-    with FakeUpstream() as f:
-        yield f
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +70,7 @@ def test_chat_completions(rec, fake, stream, encoding):
     client = oai(rec, encoding)
     args = dict(model="gpt-test", messages=[{"role": "user", "content": "hi"}], tools=TOOLS_CHAT)
     if stream:
-        text: list[str] = []
-        tc: dict[int, Any] = {}
+        text, tc = [], {}
         for chunk in client.chat.completions.create(
             stream=True, stream_options={"include_usage": True}, **args
         ):
@@ -110,8 +102,7 @@ def test_chat_completions(rec, fake, stream, encoding):
         30,
         7,
     )
-    assert call.usage.reported and call.ttfb_ms is not None and call.latency_ms is not None
-    assert call.latency_ms >= call.ttfb_ms
+    assert call.usage.reported and call.ttfb_ms is not None and call.latency_ms >= call.ttfb_ms
     assert fake.requests[-1].headers["authorization"] == "Bearer " + REAL_KEYS["OPENAI_API_KEY"]
 
 
@@ -221,12 +212,14 @@ def test_streams_are_passed_through_not_buffered(rec):
         with client.stream("POST", rec.base + "/v1/chat/completions", json=body, headers=headers) as r:
             for _ in r.iter_raw():
                 arrivals.append(time.perf_counter() - t0)
+    call, _ = one_call(rec)  # first: a failure below must not leave it for the next test
+    # Relative to the stream itself, not to a clock (a loaded machine delays everything): a buffered
+    # stream arrives all at once, a passed-through one spread over the upstream's 19 pauses.
     assert arrivals[-1] > 0.4
-    assert arrivals[0] < 0.2, f"first chunk after {arrivals[0]:.3f}s: the proxy buffered the stream"
+    spread = arrivals[-1] - arrivals[0]
+    assert spread > 0.3, f"the chunks arrived within {spread:.3f}s: the proxy buffered the stream"
     assert len(arrivals) >= 15  # one client read per upstream chunk, roughly
-    call, _ = one_call(rec)
-    assert call.ttfb_ms is not None and call.latency_ms is not None
-    assert call.ttfb_ms < 200 and call.latency_ms > 400
+    assert call.latency_ms - call.ttfb_ms > 300 and call.latency_ms > 400
 
 
 def test_tool_results_are_paired_and_history_not_double_counted(rec):
@@ -254,7 +247,7 @@ def test_tool_results_are_paired_and_history_not_double_counted(rec):
 
 def test_anthropic_tool_result_pairing(rec):
     client = ant(rec)
-    msgs: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+    msgs = [{"role": "user", "content": "hi"}]
     m1 = client.messages.create(model="c", max_tokens=9, messages=msgs, tools=TOOLS_ANT)
     one_call(rec)
     tool = [b for b in m1.content if b.type == "tool_use"][0]
@@ -293,7 +286,6 @@ def test_large_request_body_is_recorded(rec):
     client = oai(rec)
     client.chat.completions.create(model="m", messages=[{"role": "user", "content": big}])
     call, _ = one_call(rec)
-    assert call.request is not None
     assert call.request.size > 5 * 1024 * 1024
     assert json.loads(rec.blobs.get(call.request))["messages"][0]["content"] == big
 

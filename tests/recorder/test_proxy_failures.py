@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 
 import httpx
 import openai
@@ -14,15 +13,9 @@ import pytest
 
 from schemas.events import ModelCallCompleted, NetworkRequest
 from tests.fakes.harness import Recording
-from tests.fakes.upstream import TEXT, FakeUpstream
+from tests.fakes.upstream import TEXT
 
 CHAT = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
-
-
-@pytest.fixture(scope="module")
-def fake():
-    with FakeUpstream() as f:
-        yield f
 
 
 @pytest.fixture
@@ -106,6 +99,7 @@ def test_dead_upstream_gives_502_and_a_record(tmp_path):
 def test_shutdown_mid_stream_saves_a_partial_record(fake, tmp_path):
     rec = Recording(tmp_path, fake.url).start()
     got: list[bytes] = []
+    midway = threading.Event()  # set at the third chunk, or when the client gives up early
 
     def client() -> None:
         headers = {"x-fake-chunks": "40", "x-fake-delay-ms": "50"}
@@ -116,13 +110,16 @@ def test_shutdown_mid_stream_saves_a_partial_record(fake, tmp_path):
             ):
                 for chunk in r.iter_raw():
                     got.append(chunk)
+                    if len(got) >= 3:
+                        midway.set()
         except httpx.HTTPError:
             pass
+        finally:
+            midway.set()
 
     t = threading.Thread(target=client)
     t.start()
-    while len(got) < 3:
-        time.sleep(0.01)
+    assert midway.wait(30) and len(got) >= 3, f"the stream did not get going: {len(got)} chunks"
     rec.stop()
     t.join(10)
     (call,) = [e.payload for e in rec.events() if e.kind == "model_call.completed"]

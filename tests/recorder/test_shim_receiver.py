@@ -6,8 +6,11 @@ import socket
 import struct
 from pathlib import Path
 
+import msgspec
+
 from recorder.shim import wire
 from recorder.shim.receiver import ShimReceiver
+from schemas.events import ProcessExited
 from tests.recorder.shim_helpers import payloads, shim_events
 
 
@@ -57,3 +60,54 @@ def test_garbage_is_noted_not_fatal(tmp_path: Path) -> None:
     events = shim_events(tmp_path / "store", "run-r3")
     assert [e.kind for e in events] == ["note", "file.deleted"]
     assert events[0].payload.text == "shim: undecodable message"
+
+
+SHIM_DOES_NOT_CAPTURE = frozenset({"stdout", "stderr"})
+"""``process.exited`` fields the shim has no wire field for (it does not capture process output)."""
+
+
+def _shape(struct: type, skip: frozenset[str] = frozenset()) -> list[tuple[str, object, object]]:
+    """(name, type, default) of each field, a default factory called (``[]`` either way)."""
+    out = []
+    for f in msgspec.structs.fields(struct):
+        default = f.default_factory() if f.default_factory is not msgspec.NODEFAULT else f.default
+        if f.name not in skip:
+            out.append((f.name, f.type, default))
+    return out
+
+
+def test_the_wire_record_and_process_exited_keep_the_same_fields() -> None:
+    # The container side cannot import schemas/: the wire type repeats the event's fields, and
+    # this is where the two must agree (names, order, types, defaults).
+    assert _shape(wire.Proc) == _shape(ProcessExited, skip=SHIM_DOES_NOT_CAPTURE)
+
+
+def test_every_wire_field_of_a_process_reaches_the_event(tmp_path: Path) -> None:
+    # Every field set to a value unlike its default: a field the receiver forgets to copy shows.
+    sent = wire.Proc(
+        pid=4242,
+        ppid=17,
+        argv=["python3", "-c", "print(1)"],
+        cwd="/workspace/sub",
+        start_ns=1_000,
+        end_ns=2_000,
+        exit_code=None,
+        signal=9,
+        tracer="seccomp-notify",
+    )
+    defaults = wire.Proc(pid=0)
+    for f in msgspec.structs.fields(wire.Proc):
+        if f.name != "exit_code":  # None with a signal: how a killed process is told apart
+            assert getattr(sent, f.name) != getattr(defaults, f.name), f.name
+    r = ShimReceiver(tmp_path / "store", "run-r4", tmp_path / "sock").start()
+    s = _connect(r.path)
+    s.sendall(wire.encode(sent) + wire.encode(wire.Proc(pid=5, exit_code=3)) + wire.encode(wire.Bye()))
+    s.close()
+    assert r.wait(5)
+    r.close()
+    got = payloads(shim_events(tmp_path / "store", "run-r4"), "process.exited")
+    assert [{k: getattr(p, k) for k in msgspec.structs.asdict(sent)} for p in got] == [
+        msgspec.structs.asdict(sent),
+        msgspec.structs.asdict(wire.Proc(pid=5, exit_code=3)),
+    ]
+    assert all(p.stdout is None and p.stderr is None for p in got)

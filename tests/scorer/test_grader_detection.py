@@ -16,23 +16,19 @@ from scorer.metrics.coco_reference import coco_ap
 from scorer.metrics.detection import Boxes
 from tasks.registry import load_spec
 from tasks.synth import perfect_submission, synth
+from tests.scorer.helpers import output_file
 
 TASKS = ["bccd-det", "vindr-cxr-det", "grazpedwri-det", "dentex-det"]
 CASES = ("case_00000", "case_00001", "case_00002")
 
 
 @pytest.fixture(scope="module", params=TASKS)
-def twin(request, tmp_path_factory):
-    spec = load_spec(request.param)
-    data = tmp_path_factory.mktemp(request.param)
-    synth(spec, data, 3, 5)
-    return spec, data
+def twin(request, make_twin):
+    return load_spec(request.param), make_twin(request.param, 3, 5)
 
 
 def pred_path(ws: Path, case: str) -> Path:
-    p = ws / "agents_outputs" / case / "prediction.json"
-    p.parent.mkdir(parents=True, exist_ok=True)
-    return p
+    return output_file(ws, case, "prediction.json")
 
 
 def ref_boxes(data: Path, case: str) -> dict:
@@ -242,9 +238,9 @@ documents = st.one_of(
     gate=st.sampled_from(["per_case_zero", "all_or_nothing", "times_completion"]),
     interp=st.sampled_from(["voc_all_point", "coco_101"]),
 )
-def test_property_malformed_predictions_never_crash(tmp_path_factory, files, gate, interp):
+def test_property_malformed_predictions_never_crash(tmp_path_factory, make_twin, files, gate, interp):
     spec = load_spec("bccd-det")
-    data = _shared_twin(tmp_path_factory)
+    data = make_twin("bccd-det", 3, 4)
     ws = tmp_path_factory.mktemp("ws")
     for case, raw in zip(CASES, files, strict=False):
         if raw is not None:
@@ -254,14 +250,3 @@ def test_property_malformed_predictions_never_crash(tmp_path_factory, files, gat
     for c in r.cases:
         assert 0.0 <= c.score <= 1.0
         assert (c.status == "scored") == (c.reason is None)
-
-
-_TWIN: dict[str, Path] = {}
-
-
-def _shared_twin(factory) -> Path:
-    if "bccd" not in _TWIN:
-        d = factory.mktemp("bccd-prop")
-        synth(load_spec("bccd-det"), d, 3, 4)
-        _TWIN["bccd"] = d
-    return _TWIN["bccd"]

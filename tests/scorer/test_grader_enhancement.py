@@ -15,23 +15,19 @@ from schemas.task_spec import TaskError
 from scorer.grader import grade
 from scorer.grader.options import GradeOptions
 from tasks.registry import load_spec
-from tasks.synth import perfect_submission, synth
+from tasks.synth import perfect_submission
+from tests.scorer.helpers import output_file
 
 TASKS = ["ldct-denoising", "mri-sr"]
 
 
 @pytest.fixture(scope="module", params=TASKS)
-def twin(request, tmp_path_factory):
-    spec = load_spec(request.param)
-    data = tmp_path_factory.mktemp(request.param)
-    synth(spec, data, 3, 11)
-    return spec, data
+def twin(request, make_twin):
+    return load_spec(request.param), make_twin(request.param, 3, 11)
 
 
 def out_path(ws: Path, case: str) -> Path:
-    p = ws / "agents_outputs" / case / "enhanced.npy"
-    p.parent.mkdir(parents=True, exist_ok=True)
-    return p
+    return output_file(ws, case, "enhanced.npy")
 
 
 def test_perfect_scores_one_and_empty_scores_zero(twin, tmp_path):
@@ -178,9 +174,9 @@ def npy_files(draw):
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(files=st.lists(st.one_of(st.none(), npy_files()), min_size=3, max_size=3))
-def test_property_malformed_outputs_never_crash(tmp_path_factory, files):
+def test_property_malformed_outputs_never_crash(tmp_path_factory, make_twin, files):
     spec = load_spec("ldct-denoising")
-    data = _shared_twin(tmp_path_factory)
+    data = make_twin("ldct-denoising", 3, 2)
     ws = tmp_path_factory.mktemp("ws")
     for case, raw in zip(("case_00000", "case_00001", "case_00002"), files, strict=False):
         if raw is not None:
@@ -192,14 +188,3 @@ def test_property_malformed_outputs_never_crash(tmp_path_factory, files):
         assert (c.status == "scored") == (c.reason is None)
         if c.status == "scored":
             assert np.isfinite(c.details["ssim"]) and np.isfinite(c.details["psnr_db"])
-
-
-_TWIN: dict[str, Path] = {}
-
-
-def _shared_twin(factory) -> Path:
-    if "ldct" not in _TWIN:
-        d = factory.mktemp("ldct-prop")
-        synth(load_spec("ldct-denoising"), d, 3, 2)
-        _TWIN["ldct"] = d
-    return _TWIN["ldct"]

@@ -3,7 +3,6 @@ level, the completeness gate, degraded reporting, and a property test with malfo
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,42 +14,36 @@ from scorer.grader.options import GradeOptions
 from scorer.metrics import text
 from tasks import synth
 from tasks.registry import load_spec
+from tests.scorer.helpers import fresh_dir, place
 
 
 @pytest.fixture(scope="module")
-def mimic(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("mimic")
-    synth.synth(load_spec("mimic-cxr-report"), root / "data", cases=4, seed=5)
-    return root
+def mimic(make_twin) -> Path:
+    return make_twin("mimic-cxr-report", 4, 5)
 
 
-@pytest.fixture(scope="module")
-def pathcap(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("pathcap")
-    synth.synth(load_spec("pathology-caption-100"), root / "data", cases=3, seed=5)
-    return root
+PATHCAP = ("pathology-caption-100", 3, 5)
+"""make_twin's arguments for the pathology caption twin."""
 
 
 def _cases(root: Path) -> list[str]:
-    return sorted(p.name for p in (root / "data" / "private").iterdir() if p.is_dir())
+    return sorted(p.name for p in (root / "private").iterdir() if p.is_dir())
 
 
 def _ref(root: Path, case: str) -> str:
-    return (root / "data" / "private" / case / "report.txt").read_text()
+    return (root / "private" / case / "report.txt").read_text()
 
 
-def _write(ws: Path, case: str, content: str | bytes) -> None:
-    path = ws / "agent_outputs" / case / "report.txt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+def _write(ws: Path, case: str, content: str | bytes | None) -> None:
+    place(ws / "agent_outputs" / case / "report.txt", content)
 
 
 def test_perfect_submission_both_levels(mimic, tmp_path):
     spec = load_spec("mimic-cxr-report")
     ws = tmp_path / "ws"
-    synth.perfect_submission(spec, mimic / "data", ws)
+    synth.perfect_submission(spec, mimic, ws)
     for level in ("case", "corpus"):
-        result = grade(spec, ws, mimic / "data" / "private", GradeOptions(text_level=level))
+        result = grade(spec, ws, mimic / "private", GradeOptions(text_level=level))
         assert result.score == pytest.approx(1.0), level
         assert result.params["text_level"] == level
         assert all(c.status == "scored" for c in result.cases)
@@ -65,15 +58,11 @@ def test_only_findings_are_scored(mimic, tmp_path):
         _write(
             ws,
             case,
-            (
-                f"INDICATION: cough\n\nFINDINGS: {_ref(mimic, case).strip()}\n\nIMPRESSION: Unrelated "
-                "words here."
-            ),
+            f"INDICATION: cough\n\nFINDINGS: {_ref(mimic, case).strip()}\n\nIMPRESSION: Unrelated words here.",
         )
-    assert grade(spec, ws, mimic / "data" / "private").score == pytest.approx(1.0)
+    assert grade(spec, ws, mimic / "private").score == pytest.approx(1.0)
     # for a full-report task the same impression would cost points
     full = load_spec("chexpert-plus-cxr")
-    assert full.report is not None
     assert full.report.section == "full"
 
 
@@ -84,27 +73,28 @@ def test_invalid_reports_get_reasons(mimic, tmp_path):
     _write(ws, c[0], "Too short.")
     _write(ws, c[1], b"\xff\xfe not utf-8 at all, but long enough to pass the length rule")
     _write(ws, c[2], "The lungs are clear \u2014 there is no pleural effusion or pneumothorax.")
-    result = grade(spec, ws, mimic / "data" / "private")
+    result = grade(spec, ws, mimic / "private")
     by = {r.case: r for r in result.cases}
-    assert by[c[0]].status == "invalid" and "too short" in (by[c[0]].reason or "")
-    assert by[c[1]].status == "invalid" and "UTF-8" in (by[c[1]].reason or "")
-    assert by[c[2]].status == "invalid" and "non-printable" in (by[c[2]].reason or "")
-    assert by[c[3]].status == "missing" and c[3] in (by[c[3]].reason or "")
+    assert by[c[0]].status == "invalid" and "too short" in by[c[0]].reason
+    assert by[c[1]].status == "invalid" and "UTF-8" in by[c[1]].reason
+    assert by[c[2]].status == "invalid" and "non-printable" in by[c[2]].reason
+    assert by[c[3]].status == "missing" and c[3] in by[c[3]].reason
     assert result.score == 0.0 and result.degraded == []
 
 
-def test_pathology_captions_accept_unicode_and_short_text(pathcap, tmp_path):
+def test_pathology_captions_accept_unicode_and_short_text(make_twin, tmp_path):
+    pathcap = make_twin(*PATHCAP)
     spec = load_spec("pathology-caption-100")
     c = _cases(pathcap)
     ws = tmp_path / "ws"
     _write(ws, c[0], _ref(pathcap, c[0]).strip() + " \u00e9")
     _write(ws, c[1], "Tumour.")
     _write(ws, c[2], "12345")  # no letter at all
-    result = grade(spec, ws, pathcap / "data" / "private")
+    result = grade(spec, ws, pathcap / "private")
     by = {r.case: r for r in result.cases}
     assert by[c[0]].status == "scored" and by[c[0]].score > 0.5
     assert by[c[1]].status == "scored"
-    assert by[c[2]].status == "invalid" and "letters" in (by[c[2]].reason or "")
+    assert by[c[2]].status == "invalid" and "letters" in by[c[2]].reason
 
 
 def test_case_and_corpus_levels_with_a_missing_case(mimic, tmp_path):
@@ -118,7 +108,7 @@ def test_case_and_corpus_levels_with_a_missing_case(mimic, tmp_path):
     ]
     for case, h in zip(c, hyps, strict=False):
         _write(ws, case, h)
-    private = mimic / "data" / "private"
+    private = mimic / "private"
     by_case = grade(spec, ws, private, GradeOptions(text_level="case"))
     by_corpus = grade(spec, ws, private, GradeOptions(text_level="corpus"))
     refs = [text.scored_text(_ref(mimic, case), "findings") for case in c[:3]]
@@ -143,7 +133,7 @@ def test_hostile_files(mimic, tmp_path):
     _write(ws, c[2], "word " * 100000)  # far over the 8000-character limit
     (ws / "agent_outputs" / c[3]).parent.mkdir(parents=True, exist_ok=True)
     (ws / "agent_outputs" / c[3]).write_text("a file where a folder should be")
-    result = grade(spec, ws, mimic / "data" / "private")
+    result = grade(spec, ws, mimic / "private")
     assert [r.status for r in result.cases] == ["invalid", "invalid", "invalid", "missing"]
     assert all(r.reason for r in result.cases)
 
@@ -186,26 +176,18 @@ report_text = st.one_of(
     gate=st.sampled_from(["per_case_zero", "all_or_nothing", "times_completion"]),
     task=st.sampled_from(["mimic-cxr-report", "pathology-caption-100"]),
 )
-def test_malformed_reports_never_crash(mimic, pathcap, tmp_path, contents, level, gate, task):
+def test_malformed_reports_never_crash(mimic, make_twin, tmp_path, contents, level, gate, task):
     # the caption task allows any Unicode, so control characters and "|||" reach METEOR there
-    twin = mimic if task == "mimic-cxr-report" else pathcap
+    twin = mimic if task == "mimic-cxr-report" else make_twin(*PATHCAP)
     spec = load_spec(task)
-    ws = tmp_path / "hyp-ws"
-    if ws.exists():
-        shutil.rmtree(ws)
-    ws.mkdir()
+    ws = fresh_dir(tmp_path / "hyp-ws")
     for case, content in zip(_cases(twin), contents, strict=False):
-        if content is None:
-            continue
-        if content == "DIR":
-            (ws / "agent_outputs" / case / "report.txt").mkdir(parents=True)
-            continue
         _write(ws, case, content)
-    result = grade(spec, ws, twin / "data" / "private", GradeOptions(text_level=level, completeness=gate))
+    result = grade(spec, ws, twin / "private", GradeOptions(text_level=level, completeness=gate))
     assert 0.0 <= result.score <= 1.0
     assert len(result.cases) == len(_cases(twin))
-    for result_case in result.cases:
-        assert 0.0 <= result_case.score <= 1.0
-        if result_case.status != "scored":
-            assert result_case.score == 0.0 and result_case.reason
+    for case in result.cases:
+        assert 0.0 <= case.score <= 1.0
+        if case.status != "scored":
+            assert case.score == 0.0 and case.reason
     assert result.to_json()

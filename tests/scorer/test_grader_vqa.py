@@ -4,7 +4,6 @@ and a property test that throws malformed answer files at it."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,39 +14,31 @@ from scorer.grader import grade
 from scorer.grader.options import GradeOptions
 from tasks import synth
 from tasks.registry import load_spec
+from tests.scorer.helpers import fresh_dir, place
 
 
 @pytest.fixture(scope="module")
-def open_twin(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("vqa-rad")
-    synth.synth(load_spec("vqa-rad"), root / "data", cases=6, seed=3)
-    return root
+def open_twin(make_twin) -> Path:
+    return make_twin("vqa-rad", 6, 3)
 
 
-@pytest.fixture(scope="module")
-def mc_twin(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("medframeqa")
-    synth.synth(load_spec("medframeqa"), root / "data", cases=4, seed=3)
-    return root
+MEDFRAMEQA = ("medframeqa", 4, 3)
+"""make_twin's arguments for the multiple-choice twin."""
 
 
 def _gold(root: Path, qid: str) -> dict:
-    return json.loads((root / "data" / "private" / qid / "answer.json").read_text())
+    return json.loads((root / "private" / qid / "answer.json").read_text())
 
 
 def _qids(root: Path) -> list[str]:
-    return sorted(p.name for p in (root / "data" / "private").iterdir() if p.is_dir())
+    return sorted(p.name for p in (root / "private").iterdir() if p.is_dir())
 
 
-def _write(ws: Path, qid: str, content: dict | str | bytes) -> None:
-    path = ws / qid / "answer.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, dict):
-        content = json.dumps(content)
-    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+def _write(ws: Path, qid: str, content: dict | str | bytes | None) -> None:
+    place(ws / qid / "answer.json", json.dumps(content) if isinstance(content, dict) else content)
 
 
-def _answer(qid: str, answer: str, label: object = "", raw: str | None = None) -> dict:
+def _answer(qid: str, answer: str, label: str = "", raw: str | None = None) -> dict:
     return {
         "question_id": qid,
         "predicted_label": label,
@@ -70,17 +61,17 @@ def test_mixed_open_submission_hand_scored(open_twin, tmp_path):
     _write(ws, qids[2], "{not json")
     _write(ws, qids[3], _answer(qids[3], golds[qids[3]]["answer_text"], raw="fallback: guessed"))
     _write(ws, qids[5], _answer(qids[5], golds[qids[5]]["answer_text"]))
-    result = grade(spec, ws, open_twin / "data" / "private")
+    result = grade(spec, ws, open_twin / "private")
     by = {c.case: c for c in result.cases}
     assert by[qids[0]].score == 1.0 and by[qids[0]].status == "scored"
     assert by[qids[1]].score == 0.0 and by[qids[1]].status == "scored"
-    assert by[qids[2]].status == "invalid" and "bad JSON" in (by[qids[2]].reason or "")
-    assert by[qids[3]].status == "invalid" and "placeholder" in (by[qids[3]].reason or "")
-    assert by[qids[4]].status == "missing" and qids[4] in (by[qids[4]].reason or "")
+    assert by[qids[2]].status == "invalid" and "bad JSON" in by[qids[2]].reason
+    assert by[qids[3]].status == "invalid" and "placeholder" in by[qids[3]].reason
+    assert by[qids[4]].status == "missing" and qids[4] in by[qids[4]].reason
     assert by[qids[5]].score == 1.0
     assert result.score == pytest.approx(2 / 6)
     assert result.checks["n_correct"] == 2 and result.checks["n_invalid"] == 2
-    gated = grade(spec, ws, open_twin / "data" / "private", GradeOptions(completeness="all_or_nothing"))
+    gated = grade(spec, ws, open_twin / "private", GradeOptions(completeness="all_or_nothing"))
     assert gated.score == 0.0
 
 
@@ -91,8 +82,8 @@ def test_em_f1_gives_partial_credit_but_not_on_yes_no(open_twin, tmp_path):
     for q in qids:
         gold = _gold(open_twin, q)["answer_text"]
         _write(ws, q, _answer(q, f"{gold} region"))  # one extra token on every answer
-    exact = grade(spec, ws, open_twin / "data" / "private", GradeOptions(vqa_matching="exact"))
-    mixed = grade(spec, ws, open_twin / "data" / "private", GradeOptions(vqa_matching="em_f1"))
+    exact = grade(spec, ws, open_twin / "private", GradeOptions(vqa_matching="exact"))
+    mixed = grade(spec, ws, open_twin / "private", GradeOptions(vqa_matching="em_f1"))
     assert exact.score == 0.0
     for case in mixed.cases:
         gold = _gold(open_twin, case.case)
@@ -108,12 +99,12 @@ def test_em_f1_gives_partial_credit_but_not_on_yes_no(open_twin, tmp_path):
 def test_perfect_and_honest_skip(open_twin, tmp_path):
     spec = load_spec("vqa-rad")
     ws = tmp_path / "ws"
-    synth.perfect_submission(spec, open_twin / "data", ws)
-    assert grade(spec, ws, open_twin / "data" / "private").score == 1.0
+    synth.perfect_submission(spec, open_twin, ws)
+    assert grade(spec, ws, open_twin / "private").score == 1.0
     q = _qids(open_twin)[0]
     _write(ws, q, _answer(q, "", raw=""))
-    case = next(c for c in grade(spec, ws, open_twin / "data" / "private").cases if c.case == q)
-    assert case.score == 0.0 and case.status == "scored" and "honest skip" in (case.reason or "")
+    case = next(c for c in grade(spec, ws, open_twin / "private").cases if c.case == q)
+    assert case.score == 0.0 and case.status == "scored" and "honest skip" in case.reason
 
 
 def test_warnings_do_not_change_the_score(open_twin, tmp_path):
@@ -129,12 +120,13 @@ def test_warnings_do_not_change_the_score(open_twin, tmp_path):
             "raw_model_output": "real output",
         },
     )
-    case = next(c for c in grade(spec, ws, open_twin / "data" / "private").cases if c.case == q)
+    case = next(c for c in grade(spec, ws, open_twin / "private").cases if c.case == q)
     assert case.score == 1.0
-    assert "missing keys" in (case.reason or "") and "does not match" in (case.reason or "")
+    assert "missing keys" in case.reason and "does not match" in case.reason
 
 
-def test_multiple_choice_labels(mc_twin, tmp_path):
+def test_multiple_choice_labels(make_twin, tmp_path):
+    mc_twin = make_twin(*MEDFRAMEQA)
     spec = load_spec("medframeqa")
     qids = _qids(mc_twin)
     ws = tmp_path / "ws"
@@ -144,11 +136,11 @@ def test_multiple_choice_labels(mc_twin, tmp_path):
     _write(ws, qids[1], _answer(qids[1], "x", label=wrong))
     _write(ws, qids[2], _answer(qids[2], "x", label="G"))
     _write(ws, qids[3], _answer(qids[3], "x", label=7))
-    result = grade(spec, ws, mc_twin / "data" / "private")
+    result = grade(spec, ws, mc_twin / "private")
     by = {c.case: c for c in result.cases}
     assert by[qids[0]].score == 1.0
     assert by[qids[1]].score == 0.0 and by[qids[1]].status == "scored"
-    assert by[qids[2]].status == "invalid" and "not one of A-E" in (by[qids[2]].reason or "")
+    assert by[qids[2]].status == "invalid" and "not one of A-E" in by[qids[2]].reason
     assert by[qids[3]].status == "invalid"
     assert result.score == pytest.approx(1 / 4)
 
@@ -164,7 +156,7 @@ def test_hostile_files(open_twin, tmp_path):
     (ws / qids[4]).mkdir()
     (ws / qids[4] / "answer.json").symlink_to("/dev/zero")
     _write(ws, qids[5], {"predicted_answer": ["yes"], "raw_model_output": "x"})
-    result = grade(spec, ws, open_twin / "data" / "private")
+    result = grade(spec, ws, open_twin / "private")
     assert all(c.status == "invalid" and c.reason for c in result.cases), [
         (c.case, c.reason) for c in result.cases
     ]
@@ -204,24 +196,16 @@ file_content = st.one_of(
     task=st.sampled_from(["vqa-rad", "medframeqa"]),
     matching=st.sampled_from(["exact", "em_f1"]),
 )
-def test_malformed_submissions_never_crash(open_twin, mc_twin, tmp_path, contents, task, matching):
-    twin = open_twin if task == "vqa-rad" else mc_twin
+def test_malformed_submissions_never_crash(open_twin, make_twin, tmp_path, contents, task, matching):
+    twin = open_twin if task == "vqa-rad" else make_twin(*MEDFRAMEQA)
     spec = load_spec(task)
-    ws = tmp_path / "hyp-ws"
-    if ws.exists():
-        shutil.rmtree(ws)
-    ws.mkdir()
+    ws = fresh_dir(tmp_path / "hyp-ws")
     for qid, content in zip(_qids(twin), contents, strict=False):
-        if content is None:
-            continue
-        if content == "DIR":
-            (ws / qid / "answer.json").mkdir(parents=True)
-            continue
         if content == "PARENT_FILE":
             (ws / qid).write_text("not a folder")
-            continue
-        _write(ws, qid, content)
-    result = grade(spec, ws, twin / "data" / "private", GradeOptions(vqa_matching=matching))
+        else:
+            _write(ws, qid, content)
+    result = grade(spec, ws, twin / "private", GradeOptions(vqa_matching=matching))
     assert 0.0 <= result.score <= 1.0
     assert len(result.cases) == len(_qids(twin))
     for case in result.cases:

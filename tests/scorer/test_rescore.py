@@ -11,9 +11,11 @@ from scorer.batch import open_store, score_runs
 from scorer.profile import load
 from tests.fakes import judge_server as fake
 
-N_RUNS = 200
+N_RUNS = 20
+"""Synthetic runs cycle through one task per track and alternate tiers (``recorder.synthetic``):
+20 runs hold every track at both tiers twice, which is all the rubric change below can tell apart."""
 LLM_RUNS = [f"run-{i:03d}" for i in range(N_RUNS)]
-"""The LLM judge part asks ~10 items per run over real HTTP, for all 200 runs."""
+"""The LLM judge part asks ~10 items per run over real HTTP, for every run."""
 CONTENT = ("s1a", "s1b", "s1c", "s1d", "s1e", "s1f", "s2a", "s2b", "s2c", "s2d", "s2e", "s3")
 
 
@@ -38,6 +40,11 @@ def test_offline_rescore_is_identical_and_appends(store):
         n_rows = st.con.execute("SELECT count(*) FROM scores").fetchall()[0][0]
         current = ledger.current(st.con, profile_id=prof.id)
     assert len(a.rows) == N_RUNS and a.judge == "offline:rules-v1"
+    assert {(r["track"], r["tier"]) for r in a.rows} == {
+        (t, tier)
+        for t in ("segmentation", "enhancement", "vqa", "report", "detection")
+        for tier in ("lite", "standard")
+    }
     assert [r["fingerprint"] for r in a.rows] == [r["fingerprint"] for r in b.rows]
     assert a.rows == b.rows
     assert n_rows >= 2 * N_RUNS  # appended, never overwritten

@@ -10,16 +10,13 @@ import pytest
 from tasks.registry import load_spec
 from tasks.synth import synth
 from tasks.synth.enhancement import kspace_downsample
-from tests.tasks.helpers import digest_tree
+from tests.tasks.helpers import twin_is_deterministic
 
 
 @pytest.mark.parametrize("task", ["ldct-denoising", "mri-sr"])
 def test_layout_and_determinism(tmp_path, task):
     spec = load_spec(task)
-    synth(spec, tmp_path / "a", 3, 7)
-    synth(spec, tmp_path / "b", 3, 7)
-    synth(spec, tmp_path / "c", 3, 8)
-    assert digest_tree(tmp_path / "a") == digest_tree(tmp_path / "b") != digest_tree(tmp_path / "c")
+    twin_is_deterministic(spec, tmp_path, 3, 7)
     cases = sorted(p.name for p in (tmp_path / "a" / "public").iterdir())
     assert cases == ["case_00000", "case_00001", "case_00002"]
     rows = {

@@ -12,7 +12,7 @@ from PIL import Image
 from scorer.metrics import chexpert_rules, text
 from tasks import synth
 from tasks.registry import load_spec
-from tests.tasks.helpers import digest_tree
+from tests.tasks.helpers import twin_is_deterministic
 
 REPORT_TASKS = [
     "iu-xray-report",
@@ -68,12 +68,7 @@ def test_chest_reports_name_what_was_drawn(tmp_path):
 
 
 def test_deterministic_per_seed(tmp_path):
-    spec = load_spec("iu-xray-report")
-    synth.synth(spec, tmp_path / "a", cases=3, seed=11)
-    synth.synth(spec, tmp_path / "b", cases=3, seed=11)
-    synth.synth(spec, tmp_path / "c", cases=3, seed=12)
-    assert digest_tree(tmp_path / "a") == digest_tree(tmp_path / "b")
-    assert digest_tree(tmp_path / "a") != digest_tree(tmp_path / "c")
+    twin_is_deterministic(load_spec("iu-xray-report"), tmp_path, 3, 11)
 
 
 def test_perfect_submission_copies_references(tmp_path):

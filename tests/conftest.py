@@ -1,0 +1,77 @@
+"""Fixtures shared across the test folders.
+
+- ``fake``: the fake model provider on loopback (``tests/fakes/upstream.py``), one per test module;
+- ``make_twin``: synthetic task twins, each made once per session;
+- the container tests' setup: a reachable dockerd and the agent and grader images (built once).
+
+These tests never skip: CI starts dockerd first (.ci/dockerd.sh). Without a daemon they fail
+with a message that says so. The image is found by content tag, so it is built only when the
+Dockerfile, the shim or the base changed. The base comes from a debootstrapped Debian unless
+AMB_BASE_IMAGE names a pullable one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from amb.images import ImageError, docker_client, ensure_images
+from tasks.registry import load_spec
+from tasks.synth import synth
+from tests.fakes.upstream import FakeUpstream
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeUpstream]:
+    """The fake provider (OpenAI and Anthropic wire formats) on 127.0.0.1, for one test module."""
+    with FakeUpstream() as f:
+        yield f
+
+
+@pytest.fixture(scope="session")
+def make_twin(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, int, int], Path]:
+    """``make_twin(task, cases, seed)``: a synthetic twin of the task (``public/``, ``private/``).
+
+    Made once per session for each (task, cases, seed) and shared: tests read it, never write in it.
+    """
+    made: dict[tuple[str, int, int], Path] = {}
+
+    def make(task: str, cases: int, seed: int) -> Path:
+        key = (task, cases, seed)
+        if key not in made:
+            root = tmp_path_factory.mktemp(f"twin-{task}-{cases}-{seed}")
+            synth(load_spec(task), root, cases=cases, seed=seed)
+            made[key] = root
+        return made[key]
+
+    return make
+
+
+def require_docker() -> Any:
+    try:
+        return docker_client()
+    except ImageError as e:
+        pytest.fail(f"the container tests need dockerd: {e}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def agent_image() -> str:
+    require_docker()
+    from_rootfs = not os.environ.get("AMB_BASE_IMAGE")
+    return ensure_images(("agent",), from_rootfs=from_rootfs)["agent"].tag
+
+
+@pytest.fixture(scope="session")
+def docker_cli() -> Any:
+    return require_docker()
+
+
+@pytest.fixture(scope="session")
+def grader_image() -> str:
+    require_docker()
+    from_rootfs = not os.environ.get("AMB_BASE_IMAGE")
+    return ensure_images(("grader",), from_rootfs=from_rootfs)["grader"].tag

@@ -1,0 +1,244 @@
+"""The backend contract (``recorder.backend``), written once and run against every backend.
+
+``BackendContract`` holds what ``amb-record`` promises whatever runs the agent: exit codes in the
+shell's convention, the time limit (SIGTERM, then SIGKILL after the grace period), signals
+forwarded to the agent, the sealed submission (what the agent left, symlinks skipped), and that
+closing the run leaves nothing of it behind. Each subclass says how to build its backend and how
+to look for leftovers; the local one runs child processes here, the docker one real containers
+(dockerd is running on CI; never skipped).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recorder.backend import Backend
+from recorder.docker_backend import DockerBackend
+from recorder.local_backend import LocalBackend
+from recorder.run import Outcome, RunSpec, record
+from recorder.spool import spool_path
+from schemas.blobstore import BlobStore
+from schemas.codec import decode_event
+from schemas.frames import scan
+from tests.fakes.harness import REAL_KEYS
+
+READY = "up.txt"
+"""Agents here write this file once they run: the tests wait for it instead of sleeping."""
+
+
+class BackendContract:
+    """The behaviours every backend must show. Subclasses implement ``make`` and ``leftovers``."""
+
+    startup_s = 1.0
+    """How long after ``start`` the agent's own code surely runs (a container takes longer): the
+    time limit tests give the agent this long to set its signal handlers."""
+
+    def make(self) -> Backend:
+        raise NotImplementedError
+
+    def leftovers(self, backend: Any, run_id: str) -> list[str]:
+        """What of the run still exists after it finished (processes, containers, networks)."""
+        raise NotImplementedError
+
+    @pytest.fixture(autouse=True)
+    def _paths(self, tmp_path: Path) -> None:
+        self.current: str | None = None
+        """The run id of the run in progress (set before it starts)."""
+        self.store = tmp_path / "store"
+        self.ws = tmp_path / "ws"
+        self.ws.mkdir()
+
+    def run(
+        self, agent: str | list[str], name: str, **kw: Any
+    ) -> tuple[Outcome, dict[str, Any], list[str], Any]:
+        """Record ``agent`` (a shell script, or an argv); returns the outcome, the recorder's events
+        by kind, their kinds in order, and the backend."""
+        run_id = self.current = f"contract-{name}-{secrets.token_hex(3)}"  # unique on a shared dockerd
+        backend = self.make()
+        spec = RunSpec(
+            argv=["sh", "-c", agent] if isinstance(agent, str) else agent,
+            store=self.store,
+            run_id=run_id,
+            workspace=self.ws,
+            env=dict(REAL_KEYS),
+            **kw,
+        )
+        outcome = record(spec, backend)
+        path = spool_path(self.store, run_id, "recorder")
+        events = [decode_event(b) for b in scan(path.read_bytes()).bodies]
+        assert self.leftovers(backend, run_id) == [], "the run left something behind"
+        return outcome, {e.kind: e.payload for e in events}, [e.kind for e in events], backend
+
+    def sealed(self, payloads: dict[str, Any]) -> dict[str, bytes | None]:
+        blobs = BlobStore(self.store / "blobs")
+        files = payloads["submission.sealed"].files
+        return {f.path: (blobs.get(f.content) if f.content else None) for f in files}
+
+    # ---- exit codes ------------------------------------------------------------------------------
+
+    def test_exit_code_is_propagated(self) -> None:
+        out, ev, kinds, backend = self.run(
+            "exit 3", "exit3", task="kidney-seg", tier="lite", labels={"sweep": "a"}
+        )
+        assert (out.status, out.exit_code) == ("failed", 3)
+        assert kinds == ["run.started", "process.exited", "submission.sealed", "run.finished"]
+        assert (ev["run.finished"].status, ev["run.finished"].exit_code) == ("failed", 3)
+        assert (ev["process.exited"].exit_code, ev["process.exited"].tracer) == (3, "recorder")
+        started = ev["run.started"]
+        assert (started.backend, started.command) == (backend.name, ["sh", "-c", "exit 3"])
+        assert (started.task, started.tier, started.labels) == ("kidney-seg", "lite", {"sweep": "a"})
+        assert started.tool_versions["mitmproxy"] == "11.0.2"
+
+    def test_success(self) -> None:
+        out, ev, _, _ = self.run("true", "ok")
+        assert (out.status, out.exit_code, ev["run.finished"].status) == ("completed", 0, "completed")
+        assert ev["process.exited"].exit_code == 0 and ev["process.exited"].signal is None
+
+    def test_command_not_found_exits_127(self) -> None:
+        out, ev, _, _ = self.run(["no-such-agent-binary-xyz"], "missing")
+        assert (out.status, out.exit_code) == ("failed", 127)
+        assert ev["run.finished"].exit_code == 127
+
+    def test_agent_killed_by_a_signal_exits_128_plus_n(self) -> None:
+        out, ev, _, _ = self.run("kill -KILL $$", "killed")
+        assert out.exit_code == 128 + signal.SIGKILL and ev["run.finished"].exit_code == 137
+
+    # ---- time limit and signals --------------------------------------------------------------------
+
+    def test_time_limit_sends_sigterm_to_the_agent(self) -> None:
+        # The agent's own handler runs: it saw the SIGTERM, and its goodbye is in the submission.
+        script = f"trap 'echo term > got-term; exit 0' TERM; echo up > {READY}; sleep 60 & wait"
+        out, ev, _, _ = self.run(script, "limit", time_limit_s=self.startup_s + 0.5, grace_s=20)
+        assert (out.status, out.exit_code) == ("timeout", 124)
+        assert ev["run.finished"].exit_code == 124 and "SIGTERM" in ev["run.finished"].reason
+        assert self.sealed(ev)["got-term"] == b"term\n"
+
+    def test_time_limit_escalates_to_sigkill(self) -> None:
+        script = f"trap '' TERM; echo up > {READY}; while :; do sleep 0.1; done"
+        out, ev, _, _ = self.run(script, "stubborn", time_limit_s=self.startup_s + 0.5, grace_s=0.5)
+        assert (out.status, out.exit_code) == ("timeout", 124)
+        assert "SIGKILL" in ev["run.finished"].reason
+        assert ev["process.exited"].signal == signal.SIGKILL
+
+    def test_signals_to_amb_record_are_forwarded(self) -> None:
+        # SIGTERM to the recorder (this process) reaches the agent, whose exit code comes back.
+        script = f"trap 'exit 42' TERM; echo up > {READY}; sleep 60 & wait"
+        ours = signal.getsignal(signal.SIGTERM)
+        sent = threading.Event()
+
+        def send_when_forwarding() -> None:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                # Only once the agent runs and the recorder's forwarding handler is installed.
+                if self._ready() and signal.getsignal(signal.SIGTERM) is not ours:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    sent.set()
+                    return
+                time.sleep(0.02)
+
+        t = threading.Thread(target=send_when_forwarding, daemon=True)
+        t.start()
+        out, ev, _, _ = self.run(script, "forward", time_limit_s=120)
+        t.join(5)
+        assert sent.is_set()
+        assert (out.status, out.exit_code) == ("killed", 42)
+        assert "SIGTERM" in ev["run.finished"].reason
+        assert signal.getsignal(signal.SIGTERM) is ours  # the recorder put the handler back
+
+    def _ready(self) -> bool:
+        """Whether the agent wrote ``READY`` (so it runs, with its own signal handlers set)."""
+        return (self.ws / READY).exists()
+
+    # ---- the submission --------------------------------------------------------------------------
+
+    def test_submission_is_what_the_agent_left(self) -> None:
+        script = (
+            "mkdir -p out/deep && printf mask > out/deep/a.txt && printf '{}' > plan.json && "
+            "ln -s /etc/passwd link && echo tmp > gone.tmp && rm gone.tmp"
+        )
+        out, ev, _, _ = self.run(script, "seal")
+        assert out.status == "completed"
+        assert self.sealed(ev) == {"out/deep/a.txt": b"mask", "plan.json": b"{}"}
+        assert ev["submission.sealed"].skipped == ["link: symlink"]
+
+
+class TestLocalBackend(BackendContract):
+    def make(self) -> Backend:
+        return LocalBackend()
+
+    def test_command_not_found_says_so(self) -> None:
+        _, ev, _, _ = self.run(["no-such-agent-binary-xyz"], "missing-reason")
+        assert "command not found" in ev["run.finished"].reason
+
+    def test_an_agent_without_a_handler_dies_of_the_sigterm(self) -> None:
+        out, ev, _, _ = self.run(["sleep", "30"], "plain-term", time_limit_s=0.5)
+        assert (out.status, out.exit_code) == ("timeout", 124)
+        assert ev["process.exited"].signal == signal.SIGTERM and out.duration_s < 10
+
+    def test_background_children_do_not_outlive_the_run(self) -> None:
+        # The agent leaves a child behind and exits: the run ends with it (leftovers() checks).
+        out, _, _, _ = self.run(f"sleep 60 & echo $! > {READY}", "orphan")
+        assert out.status == "completed"
+        assert not _running(int((self.ws / READY).read_text()))
+
+    def leftovers(self, backend: Any, run_id: str) -> list[str]:
+        # No process of the run survives it: its agents all ran with the run's workspace as cwd.
+        left = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and os.readlink(proc / "cwd") == str(self.ws):
+                    left.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+            except OSError:
+                continue
+        return left
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting to be reaped is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class TestDockerBackend(BackendContract):
+    startup_s = 5.0
+
+    @pytest.fixture(autouse=True)
+    def _image(self, agent_image: str) -> None:
+        self.image = agent_image
+
+    def make(self) -> Backend:
+        return DockerBackend(self.image, stream_output=False, linger=0.5)
+
+    def _ready(self) -> bool:
+        workspace = self.backend_workspace()
+        return workspace is not None and (workspace / READY).exists()
+
+    def backend_workspace(self) -> Path | None:
+        if self.current is None:
+            return None
+        found = sorted(Path(tempfile.gettempdir()).glob(f"amb-docker-{self.current}-*/workspace"))
+        return found[0] if found else None
+
+    def leftovers(self, backend: Any, run_id: str) -> list[str]:
+        client = backend.client
+        left = [c.name for c in client.containers.list(all=True, filters={"label": f"org.amb.run={run_id}"})]
+        left += [n.name for n in client.networks.list(names=[backend.network_name])]
+        left += [str(p) for p in Path(tempfile.gettempdir()).glob(f"amb-docker-{run_id}-*")]
+        if shutil.which("iptables"):
+            rules = subprocess.run(["iptables", "-w", "-S", "INPUT"], capture_output=True, text=True).stdout
+            left += [line for line in rules.splitlines() if backend.network_name in line]
+        return left
