@@ -426,7 +426,8 @@ head -c 400 {private}/ground_truth.csv 2>/dev/null || true
         if self.tier == "standard":
             lines += ["", "## Candidates compared", "", "| candidate | needs | decision |", "|---|---|---|"]
             lines += [
-                f"| {c.split(' (')[0]} | {'weights + GPU' if 'needs' in c else 'CPU only'} | {'chosen' if 'chosen' in c else 'not available offline'} |"
+                f"| {c.split(' (')[0]} | {'weights + GPU' if 'needs' in c else 'CPU only'} | "
+                f"{'chosen' if 'chosen' in c else 'not available offline'} |"
                 for c in candidates
             ]
             lines += ["", "The pipeline diagram is in plan/plan.png."]
@@ -492,7 +493,8 @@ python3 -c "import {KIT_MODULE} as k; c = k.load_config(); {check}"
         if t == "segmentation":
             body = f"""
 vol = {KIT_MODULE}.read_nifti(os.path.join(cfg["data"], "{case}", cfg["input_file"]))
-print("shape", vol.shape, "spacing", vol.spacing, "dtype", vol.dtype, "min", min(vol.values), "max", max(vol.values))
+print("shape", vol.shape, "spacing", vol.spacing, "dtype", vol.dtype,
+      "min", min(vol.values), "max", max(vol.values))
 """
         elif t == "enhancement":
             body = f"""
@@ -550,7 +552,8 @@ import json, os
 import {KIT_MODULE}
 cfg = {KIT_MODULE}.load_config()
 for path in {paths!r}:
-    print(path, "exists" if os.path.exists(path) else "MISSING", os.path.getsize(path) if os.path.exists(path) else 0, "bytes")
+    print(path, "exists" if os.path.exists(path) else "MISSING",
+          os.path.getsize(path) if os.path.exists(path) else 0, "bytes")
 report = {KIT_MODULE}.check_case(cfg, "{case}")
 assert len(report["problems"]) == 0, report["problems"]
 print("CHECK " + json.dumps(report))
@@ -635,8 +638,8 @@ print("RESULT " + json.dumps({{"done": done, "failed": failed, "n": len(cases)}}
     path = {KIT_MODULE}.output_paths(cfg, case)[0]
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
-        json.dump({{"question_id": case, "predicted_label": "A", "predicted_answer": "yes", "raw_model_output": "yes",
-                   "model_name": "typed by hand", "runtime_s": 0.0}}, f)
+        json.dump({{"question_id": case, "predicted_label": "A", "predicted_answer": "yes",
+                   "raw_model_output": "yes", "model_name": "typed by hand", "runtime_s": 0.0}}, f)
 """
         elif t == "report":
             body = f"""
@@ -650,7 +653,8 @@ print("RESULT " + json.dumps({{"done": done, "failed": failed, "n": len(cases)}}
     path = {KIT_MODULE}.output_paths(cfg, case)[0]
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
-        json.dump({{"boxes": [{{"class": cfg["classes"][0], "score": 0.5, "x1": 10.0, "y1": 10.0, "x2": 60.0, "y2": 60.0}}]}}, f)
+        box = {{"class": cfg["classes"][0], "score": 0.5, "x1": 10.0, "y1": 10.0, "x2": 60.0, "y2": 60.0}}
+        json.dump({{"boxes": [box]}}, f)
 """
         return self._call(
             "Writing the answers for every case directly.",
@@ -697,7 +701,8 @@ reports = [{KIT_MODULE}.check_case(cfg, case) for case in {KIT_MODULE}.case_ids(
 bad = [r for r in reports if not r["ok"]]
 for r in bad[:10]:
     print("PROBLEM", r["case"], r["problems"])
-print("VERIFY " + json.dumps({{"n": len(reports), "ok": len(reports) - len(bad), "bad": [r["case"] for r in bad]}}))
+summary = {{"n": len(reports), "ok": len(reports) - len(bad), "bad": [r["case"] for r in bad]}}
+print("VERIFY " + json.dumps(summary))
 """,
             ),
         )

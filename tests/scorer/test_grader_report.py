@@ -58,7 +58,8 @@ def test_only_findings_are_scored(mimic, tmp_path):
         _write(
             ws,
             case,
-            f"INDICATION: cough\n\nFINDINGS: {_ref(mimic, case).strip()}\n\nIMPRESSION: Unrelated words here.",
+            f"INDICATION: cough\n\nFINDINGS: {_ref(mimic, case).strip()}"
+            "\n\nIMPRESSION: Unrelated words here.",
         )
     assert grade(spec, ws, mimic / "private").score == pytest.approx(1.0)
     # for a full-report task the same impression would cost points
