@@ -240,6 +240,7 @@ class _Ctx:
     def method(self) -> tuple[str, list[str]]:
         t = self.track
         if t == "segmentation":
+            assert self.spec.seg is not None
             what = (
                 "intensity thresholding of enhancing soft tissue, connected components (largest "
                 "regions kept), "
@@ -253,6 +254,7 @@ class _Ctx:
                 "MONAI bundle / VISTA3D (needs weights and a GPU)",
             ]
         if t == "enhancement":
+            assert self.spec.enh is not None
             what = (
                 "a 3x3 binomial smoothing filter"
                 if self.spec.enh.kind == "denoise"
@@ -300,6 +302,7 @@ class _Ctx:
             "outputs": self.outputs(),
         }
         if s.track == "segmentation":
+            assert s.seg is not None
             cfg.update(mode=s.seg.mode, input_file=s.seg.input_file or s.public.files[0])
             if s.seg.mode == "binary":
                 # CT has a fixed scale (Hounsfield units): enhancing soft tissue; other modalities are
@@ -313,10 +316,13 @@ class _Ctx:
             else:
                 cfg.update(label_ids=[lab.id for lab in s.seg.labels])
         elif s.track == "enhancement":
+            assert s.enh is not None
             cfg.update(kind=s.enh.kind, scale=s.enh.scale, input_file=s.enh.input_file, passes=1)
         elif s.track == "vqa":
+            assert s.vqa is not None
             cfg.update(question_file=s.vqa.question_file)
         elif s.track == "report":
+            assert s.report is not None
             cfg.update(
                 manifest_file=s.report.manifest_file,
                 style=s.report.style,
@@ -324,6 +330,7 @@ class _Ctx:
                 min_chars=s.report.min_chars,
             )
         else:
+            assert s.det is not None
             cfg.update(input_file=s.det.image_file, classes=list(s.submission.classes) or [s.det.wildcard])
         return cfg
 

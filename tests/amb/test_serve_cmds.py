@@ -31,6 +31,7 @@ def test_serve_listens_on_loopback_and_answers(tmp_path):
         [str(BIN / "amb"), "serve", "--store", str(root), "--port", "0"], stderr=subprocess.PIPE, text=True
     )
     try:
+        assert proc.stderr is not None
         line = proc.stderr.readline()
         assert "http://127.0.0.1:" in line, line
         url = line.split("at ", 1)[1].split("/ ", 1)[0]
@@ -67,6 +68,7 @@ def test_replay_serve_answers_until_stopped(tmp_path):
         text=True,
     )
     try:
+        assert proc.stderr is not None
         line = proc.stderr.readline()
         assert "serving 3 recorded calls of r-1 (sequence, fast timing)" in line, line
         url = line.split(" at ", 1)[1].split(" ", 1)[0]

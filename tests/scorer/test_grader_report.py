@@ -64,6 +64,7 @@ def test_only_findings_are_scored(mimic, tmp_path):
     assert grade(spec, ws, mimic / "private").score == pytest.approx(1.0)
     # for a full-report task the same impression would cost points
     full = load_spec("chexpert-plus-cxr")
+    assert full.report is not None
     assert full.report.section == "full"
 
 

@@ -19,6 +19,7 @@ TASKS = ["bccd-det", "vindr-cxr-det", "grazpedwri-det", "dentex-det"]
 def test_layout_boxes_and_determinism(tmp_path, task):
     spec = load_spec(task)
     twin_is_deterministic(spec, tmp_path, 4, 3)
+    assert spec.det is not None
     lo, hi = spec.det.synth_boxes
     for case in sorted((tmp_path / "a" / "public").iterdir()):
         with Image.open(case / "image.png") as im:
