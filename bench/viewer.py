@@ -70,7 +70,7 @@ def fetch(url: str) -> tuple[float, int]:
     return time.perf_counter() - t0, len(body)
 
 
-def timed(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]  # a bench helper over callables
+def timed(fn, repeat: int) -> float:  # a bench helper over callables
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()

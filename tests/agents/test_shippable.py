@@ -30,7 +30,7 @@ def top_imports(path: Path) -> set[str]:
 
 def test_shipped_files_import_only_the_standard_library():
     for module in (amb_agent, kit, kit_lib):
-        path = Path(module.__file__)
+        path = Path(str(module.__file__))
         extra = top_imports(path) - set(sys.stdlib_module_names) - ALLOWED[path.name] - {"__future__"}
         assert not extra, f"{path.name} imports {sorted(extra)}"
 

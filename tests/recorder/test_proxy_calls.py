@@ -4,6 +4,7 @@ and not, with tool calls and compressed bodies; the record must equal what the c
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import anthropic
 import httpx
@@ -70,7 +71,8 @@ def test_chat_completions(rec, fake, stream, encoding):
     client = oai(rec, encoding)
     args = dict(model="gpt-test", messages=[{"role": "user", "content": "hi"}], tools=TOOLS_CHAT)
     if stream:
-        text, tc = [], {}
+        text: list[str] = []
+        tc: dict[int, Any] = {}
         for chunk in client.chat.completions.create(
             stream=True, stream_options={"include_usage": True}, **args
         ):
@@ -102,7 +104,8 @@ def test_chat_completions(rec, fake, stream, encoding):
         30,
         7,
     )
-    assert call.usage.reported and call.ttfb_ms is not None and call.latency_ms >= call.ttfb_ms
+    assert call.usage.reported and call.ttfb_ms is not None and call.latency_ms is not None
+    assert call.latency_ms >= call.ttfb_ms
     assert fake.requests[-1].headers["authorization"] == "Bearer " + REAL_KEYS["OPENAI_API_KEY"]
 
 
@@ -219,6 +222,7 @@ def test_streams_are_passed_through_not_buffered(rec):
     spread = arrivals[-1] - arrivals[0]
     assert spread > 0.3, f"the chunks arrived within {spread:.3f}s: the proxy buffered the stream"
     assert len(arrivals) >= 15  # one client read per upstream chunk, roughly
+    assert call.ttfb_ms is not None and call.latency_ms is not None
     assert call.latency_ms - call.ttfb_ms > 300 and call.latency_ms > 400
 
 
@@ -247,7 +251,7 @@ def test_tool_results_are_paired_and_history_not_double_counted(rec):
 
 def test_anthropic_tool_result_pairing(rec):
     client = ant(rec)
-    msgs = [{"role": "user", "content": "hi"}]
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
     m1 = client.messages.create(model="c", max_tokens=9, messages=msgs, tools=TOOLS_ANT)
     one_call(rec)
     tool = [b for b in m1.content if b.type == "tool_use"][0]

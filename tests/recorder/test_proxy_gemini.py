@@ -362,9 +362,9 @@ def test_custody_per_upstream_headers_and_query():
     assert c.inject("openrouter.ai", 443, h) and h["authorization"] == "Bearer sk-real-helper-abcdef0123"
     h = Headers(authorization=f"Bearer {ph['openai']}")
     assert c.inject("openrouter.ai", 443, h) and h["authorization"] == "Bearer sk-real-openai-0123456789"
-    g = Headers(**{"x-goog-api-key": ph["gemini"]})
+    g = Headers([(b"x-goog-api-key", ph["gemini"].encode())])
     assert c.inject("gem.example", 443, g) and g["x-goog-api-key"] == env["GOOGLE_API_KEY"]
-    a = Headers(**{"api-key": ph["azure"]})
+    a = Headers([(b"api-key", ph["azure"].encode())])
     assert c.inject("res.openai.azure.com", 443, a) and a["api-key"] == env["AZURE_OPENAI_API_KEY"]
     path = f"/v1beta/models/m:generateContent?alt=sse&key={ph['gemini']}"
     assert (

@@ -43,7 +43,7 @@ def harbor_validator_class():
             z.extractall(HARBOR_DIR)
     if str(HARBOR_DIR) not in sys.path:
         sys.path.insert(0, str(HARBOR_DIR))
-    from harbor.utils.trajectory_validator import (  # type: ignore[import-not-found]  # on sys.path at run time
+    from harbor.utils.trajectory_validator import (  # on sys.path at run time
         TrajectoryValidator,
     )
 

@@ -111,7 +111,7 @@ def _to_proto_json(obj):
 
 
 def test_otel_lines_parse_and_pin_attribute_names(store, tmp_path):
-    from google.protobuf import json_format  # type: ignore[import-untyped]  # no stubs installed
+    from google.protobuf import json_format
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
     from opentelemetry.proto.trace.v1.trace_pb2 import Span
 

@@ -7,6 +7,7 @@ import gzip
 import io
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import nibabel as nib
@@ -75,7 +76,7 @@ def fetch(server, path: str):
 
 
 def preview_url(server, path: str) -> str:
-    status, _, body = fetch(server, "/api/runs/vol/files?path=" + urllib.request.quote(path, safe=""))
+    status, _, body = fetch(server, "/api/runs/vol/files?path=" + urllib.parse.quote(path, safe=""))
     assert status == 200, body
     content = json.loads(body)["content"]
     assert content["kind"] == "volume"

@@ -77,10 +77,10 @@ def test_invalid_reports_get_reasons(mimic, tmp_path):
     _write(ws, c[2], "The lungs are clear \u2014 there is no pleural effusion or pneumothorax.")
     result = grade(spec, ws, mimic / "private")
     by = {r.case: r for r in result.cases}
-    assert by[c[0]].status == "invalid" and "too short" in by[c[0]].reason
-    assert by[c[1]].status == "invalid" and "UTF-8" in by[c[1]].reason
-    assert by[c[2]].status == "invalid" and "non-printable" in by[c[2]].reason
-    assert by[c[3]].status == "missing" and c[3] in by[c[3]].reason
+    assert by[c[0]].status == "invalid" and "too short" in (by[c[0]].reason or "")
+    assert by[c[1]].status == "invalid" and "UTF-8" in (by[c[1]].reason or "")
+    assert by[c[2]].status == "invalid" and "non-printable" in (by[c[2]].reason or "")
+    assert by[c[3]].status == "missing" and c[3] in (by[c[3]].reason or "")
     assert result.score == 0.0 and result.degraded == []
 
 
@@ -96,7 +96,7 @@ def test_pathology_captions_accept_unicode_and_short_text(make_twin, tmp_path):
     by = {r.case: r for r in result.cases}
     assert by[c[0]].status == "scored" and by[c[0]].score > 0.5
     assert by[c[1]].status == "scored"
-    assert by[c[2]].status == "invalid" and "letters" in by[c[2]].reason
+    assert by[c[2]].status == "invalid" and "letters" in (by[c[2]].reason or "")
 
 
 def test_case_and_corpus_levels_with_a_missing_case(mimic, tmp_path):
@@ -188,8 +188,8 @@ def test_malformed_reports_never_crash(mimic, make_twin, tmp_path, contents, lev
     result = grade(spec, ws, twin / "private", GradeOptions(text_level=level, completeness=gate))
     assert 0.0 <= result.score <= 1.0
     assert len(result.cases) == len(_cases(twin))
-    for case in result.cases:
-        assert 0.0 <= case.score <= 1.0
-        if case.status != "scored":
-            assert case.score == 0.0 and case.reason
+    for result_case in result.cases:
+        assert 0.0 <= result_case.score <= 1.0
+        if result_case.status != "scored":
+            assert result_case.score == 0.0 and result_case.reason
     assert result.to_json()

@@ -38,7 +38,7 @@ def _write(ws: Path, qid: str, content: dict | str | bytes | None) -> None:
     place(ws / qid / "answer.json", json.dumps(content) if isinstance(content, dict) else content)
 
 
-def _answer(qid: str, answer: str, label: str = "", raw: str | None = None) -> dict:
+def _answer(qid: str, answer: str, label: object = "", raw: str | None = None) -> dict:
     return {
         "question_id": qid,
         "predicted_label": label,
@@ -65,9 +65,9 @@ def test_mixed_open_submission_hand_scored(open_twin, tmp_path):
     by = {c.case: c for c in result.cases}
     assert by[qids[0]].score == 1.0 and by[qids[0]].status == "scored"
     assert by[qids[1]].score == 0.0 and by[qids[1]].status == "scored"
-    assert by[qids[2]].status == "invalid" and "bad JSON" in by[qids[2]].reason
-    assert by[qids[3]].status == "invalid" and "placeholder" in by[qids[3]].reason
-    assert by[qids[4]].status == "missing" and qids[4] in by[qids[4]].reason
+    assert by[qids[2]].status == "invalid" and "bad JSON" in (by[qids[2]].reason or "")
+    assert by[qids[3]].status == "invalid" and "placeholder" in (by[qids[3]].reason or "")
+    assert by[qids[4]].status == "missing" and qids[4] in (by[qids[4]].reason or "")
     assert by[qids[5]].score == 1.0
     assert result.score == pytest.approx(2 / 6)
     assert result.checks["n_correct"] == 2 and result.checks["n_invalid"] == 2
@@ -104,7 +104,7 @@ def test_perfect_and_honest_skip(open_twin, tmp_path):
     q = _qids(open_twin)[0]
     _write(ws, q, _answer(q, "", raw=""))
     case = next(c for c in grade(spec, ws, open_twin / "private").cases if c.case == q)
-    assert case.score == 0.0 and case.status == "scored" and "honest skip" in case.reason
+    assert case.score == 0.0 and case.status == "scored" and "honest skip" in (case.reason or "")
 
 
 def test_warnings_do_not_change_the_score(open_twin, tmp_path):
@@ -122,7 +122,7 @@ def test_warnings_do_not_change_the_score(open_twin, tmp_path):
     )
     case = next(c for c in grade(spec, ws, open_twin / "private").cases if c.case == q)
     assert case.score == 1.0
-    assert "missing keys" in case.reason and "does not match" in case.reason
+    assert "missing keys" in (case.reason or "") and "does not match" in (case.reason or "")
 
 
 def test_multiple_choice_labels(make_twin, tmp_path):
@@ -140,7 +140,7 @@ def test_multiple_choice_labels(make_twin, tmp_path):
     by = {c.case: c for c in result.cases}
     assert by[qids[0]].score == 1.0
     assert by[qids[1]].score == 0.0 and by[qids[1]].status == "scored"
-    assert by[qids[2]].status == "invalid" and "not one of A-E" in by[qids[2]].reason
+    assert by[qids[2]].status == "invalid" and "not one of A-E" in (by[qids[2]].reason or "")
     assert by[qids[3]].status == "invalid"
     assert result.score == pytest.approx(1 / 4)
 
