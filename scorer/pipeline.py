@@ -193,7 +193,7 @@ class RunScorer:
                 "violations": [msgspec.to_builtins(v) for v in audit.violations],
                 "grade": summary,
                 "grade_key": grade_key,
-                "cost_source": cost["cost_source"],
+                "cost_source": cost.cost_source,
             },
             evidence_sha256=evidence.sha256,
             fingerprint="",

@@ -79,6 +79,9 @@ class Cost(msgspec.Struct, kw_only=True):
     cost_reason: str | None
     price_table: str
     estimated: bool
+    cost_source: str | None = None
+    """What the cost came from: ``reported`` (the provider's own figure), ``table``, both joined by
+    ``+``, or None when nothing was priced (``scorer.cost.price_run``)."""
 
     @classmethod
     def of(cls, priced: dict[str, Any]) -> Cost:
