@@ -22,20 +22,21 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-import duckdb  # noqa: E402
+import duckdb
 
-from recorder.importers import automedbench  # noqa: E402
-from recorder.synthetic import generate_run  # noqa: E402
-from replay.export.atif import export_run  # noqa: E402
-from replay.export.otel import line  # noqa: E402
-from replay.export.parquet import export  # noqa: E402
-from replay.ingest import ingest  # noqa: E402
-from replay.read import iter_events, run_ids  # noqa: E402
-from replay.store import Store  # noqa: E402
+from recorder.importers import automedbench
+from recorder.synthetic import generate_run
+from replay.export.atif import export_run
+from replay.export.otel import line
+from replay.export.parquet import export
+from replay.ingest import ingest
+from replay.read import iter_events, run_ids
+from replay.store import Store
 
 
 def build_store(root: Path, runs: int, per_run: int) -> None:
@@ -83,17 +84,22 @@ def import_folders(tmp: Path, count: int) -> list[Path]:
     return folders
 
 
+def _parse_one(folder: Path) -> list:
+    from tasks.registry import canonical_id
+
+    return [automedbench.parse(folder, resolve_task=canonical_id)]
+
+
 def import_round(folders: list[Path], store: Path) -> tuple[float, int]:
     """``amb import automedbench`` as the command runs it (threads, write, ingest), timed."""
     from amb.interop_cmds import run_imports
-    from tasks.registry import canonical_id
 
     shutil.rmtree(store, ignore_errors=True)
     store.mkdir(parents=True)
     t0 = time.perf_counter()
     outcomes = run_imports(
         str(store),
-        ((str(f), lambda f=f: [automedbench.parse(f, resolve_task=canonical_id)]) for f in folders),
+        ((str(f), partial(_parse_one, f)) for f in folders),
         len(folders),
         "import",
     )

@@ -30,10 +30,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from recorder.synthetic import generate_run  # noqa: E402
-from replay.ingest import ingest  # noqa: E402
-from replay.web import diff as diffs  # noqa: E402
-from replay.web.server import Running  # noqa: E402
+from recorder.synthetic import generate_run
+from replay.ingest import ingest
+from replay.web import diff as diffs
+from replay.web.server import Running
 
 BIG, DIFF_A, DIFF_B = "big-100k", "diff-10k-a", "diff-10k-b"
 CHROMIUM = os.environ.get("AMB_CHROMIUM", "/usr/bin/chromium")

@@ -754,15 +754,23 @@ class FakeUpstream:
             return {"content": {"parts": parts, "role": "model"}, "index": 0}
 
         final_parts: list[dict[str, Any]] = [] if call is None else [{"functionCall": call}]
+        usage_part: dict[str, Any] = usage
         if method == "generateContent":
-            parts = [{"text": GEMINI_THOUGHT, "thought": True}, {"text": text}, *final_parts]
-            body = {"candidates": [{**content(parts), "finishReason": "STOP"}], **usage, **base}
+            parts: list[dict[str, Any]] = [
+                {"text": GEMINI_THOUGHT, "thought": True},
+                {"text": text},
+                *final_parts,
+            ]
+            finished = {**content(parts), "finishReason": "STOP"}
+            body = {"candidates": [finished], **usage_part, **base}
             self._send_plain(w, 200, json.dumps(body, ensure_ascii=False).encode(), "application/json", h)
             await w.drain()
             return True
         chunks = [{"candidates": [content([{"text": GEMINI_THOUGHT, "thought": True}])], **base}]
         chunks += [{"candidates": [content([{"text": piece}])], **base} for piece in pieces]
-        chunks.append({"candidates": [{**content(final_parts), "finishReason": "STOP"}], **usage, **base})
+        chunks.append(
+            {"candidates": [{**content(final_parts), "finishReason": "STOP"}], **usage_part, **base}
+        )
         if "alt=sse" in query:
             events = [b"data: " + json.dumps(c, ensure_ascii=False).encode() + b"\r\n\r\n" for c in chunks]
             return await self._send_stream(w, events, h)

@@ -4,6 +4,7 @@ SDKs through amb-record are in tests/amb/test_record_providers.py)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import pytest
@@ -462,7 +463,8 @@ def test_sse_stream_and_tool_result_pairing(grec, gfake):
         "role": "user",
         "parts": [{"functionResponse": {"name": "read_file", "response": {"output": "ok"}}}],
     }
-    body2 = {**BODY, "contents": [*BODY["contents"], turn, answer]}
+    contents: list[Any] = BODY["contents"]  # type: ignore[assignment]  # BODY is a literal dict of mixed values
+    body2 = {**BODY, "contents": [*contents, turn, answer]}
     with httpx.Client() as client:
         client.post(
             grec.endpoint("gemini") + "/v1beta/models/gem:generateContent", json=body2, headers=headers
@@ -497,7 +499,7 @@ def test_a_request_outside_the_prefix_is_the_upstreams_404_and_recorded(grec, gf
 # -- hostile input -------------------------------------------------------------------------------
 
 
-HOSTILE = [
+HOSTILE: list[Any] = [
     None,
     [],
     "text",

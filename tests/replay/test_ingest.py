@@ -209,7 +209,7 @@ def test_one_corrupt_spool_does_not_keep_the_others_out(tmp_path):
     (root / "spool" / "junk" / "proxy.spool").write_bytes(b"this is not a spool\n")
     with pytest.raises(SpoolError, match="checksum mismatch|bad magic") as info:
         ingest(root)
-    report = info.value.report
+    report = info.value.report  # type: ignore[attr-defined]  # ingest attaches its report to the error
     assert report.runs == ["good-0", "good-1", "good-2"]
     assert sorted(k for k, _ in report.failed) == ["spool/bad/proxy.spool", "spool/junk/proxy.spool"]
     assert "and 1 more bad spools" in str(info.value)
