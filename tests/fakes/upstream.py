@@ -768,9 +768,8 @@ class FakeUpstream:
             return True
         chunks = [{"candidates": [content([{"text": GEMINI_THOUGHT, "thought": True}])], **base}]
         chunks += [{"candidates": [content([{"text": piece}])], **base} for piece in pieces]
-        chunks.append(
-            {"candidates": [{**content(final_parts), "finishReason": "STOP"}], **usage_part, **base}
-        )
+        last = {**content(final_parts), "finishReason": "STOP"}
+        chunks.append({"candidates": [last], **usage_part, **base})
         if "alt=sse" in query:
             events = [b"data: " + json.dumps(c, ensure_ascii=False).encode() + b"\r\n\r\n" for c in chunks]
             return await self._send_stream(w, events, h)
