@@ -47,7 +47,7 @@ import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from schemas.codec import check_id, decode_event
 from schemas.errors import AmbError, SchemaError, SpoolError, UsageError
@@ -459,7 +459,7 @@ class _Running:
     cell: Cell
     run_id: str
     proc: subprocess.Popen
-    log: object
+    log: BinaryIO
     started: float
 
 

@@ -98,15 +98,13 @@ def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
         raise AmbError(f"no run {run_id!r} in the store (see `amb runs`)")
     info = dict(zip([d[0] for d in con.description], row, strict=False))
     info["labels"] = json.loads(info["labels"]) if info.get("labels") else {}
-    tokens = first(
-        con.execute(
-            """SELECT count(*), count(*) FILTER (WHERE NOT ok), coalesce(sum(input_tokens), 0),
+    (tokens,) = con.execute(
+        """SELECT count(*), count(*) FILTER (WHERE NOT ok), coalesce(sum(input_tokens), 0),
                 coalesce(sum(cache_read_tokens), 0),
                   coalesce(sum(output_tokens), 0), coalesce(sum(reasoning_tokens), 0), list(DISTINCT model)
            FROM model_calls WHERE run_id = ?""",
-            [run_id],
-        )
-    )
+        [run_id],
+    ).fetchall()
     tools = Counter(
         dict(
             con.execute(
@@ -114,12 +112,10 @@ def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
             ).fetchall()
         )
     )
-    procs = first(
-        con.execute(
-            "SELECT count(*), count(*) FILTER (WHERE exit_code <> 0) FROM processes WHERE run_id = ?",
-            [run_id],
-        )
-    )
+    (procs,) = con.execute(
+        "SELECT count(*), count(*) FILTER (WHERE exit_code <> 0) FROM processes WHERE run_id = ?",
+        [run_id],
+    ).fetchall()
     files = con.execute(
         "SELECT path, arg_max(size, seq) FROM file_writes WHERE run_id = ? GROUP BY path ORDER BY path",
         [run_id],

@@ -31,6 +31,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from recorder.backend import AgentView, Exit, RunContext, seal_directory
 from recorder.runlock import RunLock
@@ -84,7 +85,7 @@ class Limits:
 
 @dataclass
 class _Handle:
-    container: object
+    container: Any  # a docker SDK Container (the SDK has no type information)
     exited: threading.Event = field(default_factory=threading.Event)
     status: int | None = None
     killed: bool = False
@@ -117,7 +118,7 @@ class DockerBackend:
         self._client = client
         self._want_firewall = host_firewall
         self._firewall: list[list[str]] = []
-        self._network = None
+        self._network: Any = None  # a docker SDK Network, once created
         self._gateway: str | None = None
         self._ctx: RunContext | None = None
         self._tmp: Path | None = None
@@ -232,6 +233,7 @@ class DockerBackend:
             ctx.store, ctx.run_id, sock_dir, blobs=ctx.blobs, content_cap=self.content_cap
         ).start()
         self._apply_firewall(ctx)
+        assert self._gateway is not None, "prepare() made the network and read its gateway"
         return AgentView(
             proxy_host=self._gateway,
             ca_bundle=f"{CONTAINER_CA_DIR}/bundle.pem",

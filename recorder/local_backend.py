@@ -8,11 +8,15 @@ import signal
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from recorder.backend import AgentView, Exit, RunContext, seal_directory
 from recorder.proxy.upstreams import KINDS
 from schemas.errors import AmbError
 from schemas.events import SubmissionSealed
+
+if TYPE_CHECKING:
+    from recorder.shim.receiver import ShimReceiver
 
 SECRET_VARS = tuple(var for kind in KINDS.values() for var in kind.key_vars)
 """Real keys amb-record holds in custody, of every kind (a named upstream's key is replaced by its
@@ -44,7 +48,7 @@ class LocalBackend:
     def __init__(self, shim: bool = False) -> None:
         self._ctx: RunContext | None = None
         self.shim = shim
-        self._receiver = None
+        self._receiver: ShimReceiver | None = None
         self._sock_dir: str | None = None
 
     def proxy_listen_host(self) -> str:
@@ -85,10 +89,11 @@ class LocalBackend:
         ctx = self._ctx
         assert ctx is not None
         self._sock_dir = tempfile.mkdtemp(prefix="amb-shim-sock-")
-        self._receiver = ShimReceiver(ctx.store, ctx.run_id, Path(self._sock_dir), blobs=ctx.blobs).start()
+        receiver = ShimReceiver(ctx.store, ctx.run_id, Path(self._sock_dir), blobs=ctx.blobs).start()
+        self._receiver = receiver
         # The shim imports only recorder.shim (stdlib + msgspec).
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-        return shim_argv(str(self._receiver.path), str(ctx.workspace), argv)
+        return shim_argv(str(receiver.path), str(ctx.workspace), argv)
 
     def wait(self, handle: subprocess.Popen[bytes], timeout: float | None) -> Exit | None:
         try:

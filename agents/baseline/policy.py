@@ -25,6 +25,7 @@ import posixpath
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from schemas.task_spec import TaskSpec
 
@@ -155,7 +156,8 @@ def decide(messages: list[dict], flaw: str | None = None) -> Decision:
     system = "\n".join(_text(m.get("content")) for m in messages if m.get("role") == "system")
     if not system:
         system = _text(messages[0].get("content")) if messages else ""
-    data = (DATA_RE.search(system).group(1) if DATA_RE.search(system) else "/data/public").rstrip("/")
+    data_m = DATA_RE.search(system)
+    data = (data_m.group(1) if data_m else "/data/public").rstrip("/")
     spec, brief_tier = identify_task(system, data)
     tier_m = TIER_RE.search(system)
     tier = tier_m.group(1) if tier_m else (brief_tier or "lite")
@@ -294,7 +296,7 @@ class _Ctx:
 
     def config(self) -> dict:
         s = self.spec
-        cfg = {
+        cfg: dict[str, Any] = {
             "task": s.id,
             "track": s.track,
             "data": self.data,

@@ -18,6 +18,7 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from agents.baseline.policy import FLAWS, Decision, PolicyError, decide
 
@@ -53,7 +54,7 @@ def completion(body: dict, default_flaw: str | None = None) -> tuple[dict, Decis
     decision = decide(messages, flaw_of(model, default_flaw))
     digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
     turn = sum(1 for m in messages if m.get("role") == "assistant")
-    calls = [
+    calls: list[dict[str, Any]] = [
         {
             "id": f"call_{digest[:10]}_{turn}_{k}",
             "type": "function",

@@ -280,9 +280,10 @@ class Recorder:
             flow.metadata[WS_KEY] = st
             self.ws_live[flow.id] = flow
             return
-        st = flow.metadata.get(WS_KEY)
-        if st is None:
+        current: _Flow | None = flow.metadata.get(WS_KEY)
+        if current is None:
             return
+        st = current
         if st.first_byte is None:
             st.first_byte = time.time()
         # Stored as SSE data frames, one per message, so the stream parser reads both carriages.
@@ -324,7 +325,7 @@ class Recorder:
             call_id=st.call_id or flow.id,
             api=st.api,  # type: ignore[arg-type]
             url=f"{scheme}://{req.pretty_host}:{req.port}{req.path.split('?', 1)[0]}",
-            request=st.prepared,
+            request=st.prepared,  # type: ignore[arg-type]  # set when the response.create was seen
             started_ns=st.started_ns,
             streamed=True,
             status=flow.response.status_code if flow.response else None,

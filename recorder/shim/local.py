@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,8 +35,8 @@ def shim_argv(
     argv: list[str],
     *,
     content_cap: int = DEFAULT_CAP,
-    watched: list[str] = (),
-    outside: list[str] = (),
+    watched: Sequence[str] = (),
+    outside: Sequence[str] = (),
     tracer: str = "auto",
     python: str = sys.executable,
     private_dir: str | None = None,
@@ -71,8 +72,8 @@ def run_local(
     *,
     env: dict[str, str] | None = None,
     content_cap: int = DEFAULT_CAP,
-    watched: list[str] = (),
-    outside: list[str] = (),
+    watched: Sequence[str] = (),
+    outside: Sequence[str] = (),
     tracer: str = "auto",
     timeout: float | None = None,
     private_dir: str | None = None,

@@ -142,7 +142,7 @@ def _ptrace(req: int, pid: int, addr: int = 0, data: int = 0) -> int:
 def _signalfd_for_sigchld() -> int:
     mask = ctypes.create_string_buffer(128)
     bit = signal.SIGCHLD - 1
-    mask[bit // 8] = 1 << (bit % 8)
+    mask[bit // 8] = bytes([1 << (bit % 8)])
     fd = _libc.signalfd(-1, mask, os.O_NONBLOCK | os.O_CLOEXEC)
     if fd < 0:
         e = ctypes.get_errno()
@@ -309,7 +309,8 @@ class NotifyTracer:
         That is every traced process, and every descendant of the command or of a traced process
         (one that forked without exec'ing is not traced)."""
         n = 0
-        for pid in _descendants({self.root_pid, *list(self.procs)} - {None}) | set(self.procs):
+        roots = {p for p in (self.root_pid, *list(self.procs)) if p is not None}
+        for pid in _descendants(roots) | set(self.procs):
             if pid == self.root_pid:
                 continue
             try:
@@ -324,7 +325,7 @@ class NotifyTracer:
 
     def _fail_closed(self) -> None:
         """Kill the command and everything traced, and reap the command (on the tracer thread)."""
-        for pid in [self.root_pid, *list(self.procs)]:
+        for pid in [p for p in (self.root_pid, *list(self.procs)) if p is not None]:
             try:
                 os.kill(pid, signal.SIGKILL)
             except (OSError, TypeError):
@@ -634,7 +635,7 @@ class NotifyTracer:
             return False
         self.counts["connects"] += 1
         stype = _sock_type(dup)
-        proto = {socket.SOCK_STREAM: "tcp", socket.SOCK_DGRAM: "udp"}.get(stype, "")
+        proto = {int(socket.SOCK_STREAM): "tcp", int(socket.SOCK_DGRAM): "udp"}.get(stype, "")
 
         def perform() -> None:
             try:
