@@ -59,7 +59,7 @@ def test_without_docker_engine_it_is_one_clear_error(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_links_to_the_mounted_reference_score_nothing_in_the_container(tmp_path, grader_image):  # noqa: F811
+def test_links_to_the_mounted_reference_score_nothing_in_the_container(tmp_path, grader_image):
     """In the grader container the reference is mounted at /reference: a submission whose files are
     links to it (dangling on the host, live inside) must not score them; the honest case still does."""
     spec = load_spec("kidney-seg")
@@ -83,7 +83,7 @@ def test_links_to_the_mounted_reference_score_nothing_in_the_container(tmp_path,
     assert cases[honest]["status"] == "scored" and cases[honest]["score"] == 1.0
 
 
-def test_a_built_grader_image_is_used_without_asking_a_registry(tmp_path, grader_image):  # noqa: F811
+def test_a_built_grader_image_is_used_without_asking_a_registry(tmp_path, grader_image):
     """With the grader image already built (here on the debootstrapped base), `--in-container`
     must use it; it once looked for the default registry base first, and tried to pull it."""
     spec = load_spec("kidney-seg")

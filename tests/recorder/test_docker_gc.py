@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 from tests.fakes.upstream import FakeUpstream
-from tests.recorder.docker_helpers import agent_image, docker_cli  # noqa: F401  (fixtures)
 
 BIN = Path(sys.executable).parent
 
@@ -72,8 +71,8 @@ def _wait_running(client, proc: subprocess.Popen, run_id: str) -> dict:
 
 def test_gc_removes_a_killed_recorders_leftovers_and_spares_a_live_run(
     tmp_path: Path,
-    agent_image: str,  # noqa: F811
-    docker_cli,  # noqa: F811
+    agent_image: str,
+    docker_cli,
 ) -> None:
     store = tmp_path / "store"
     stamp = str(os.getpid())

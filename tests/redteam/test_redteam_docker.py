@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 
 from replay.store import Store
-from tests.recorder.docker_helpers import agent_image  # noqa: F401  (fixture)
 
 RUN = "redteam-docker"
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +58,7 @@ EXPECTED = {
 
 
 @pytest.fixture(scope="module")
-def redteam_run(tmp_path_factory, agent_image):  # noqa: F811
+def redteam_run(tmp_path_factory, agent_image):
     tmp = tmp_path_factory.mktemp("redteam")
     store, data = tmp / "store", tmp / "data"
     (data / "public" / "case_00000").mkdir(parents=True)
