@@ -178,6 +178,7 @@ def _call(client, args, messages, retry_delay: float):
             if attempt == 0:
                 log(f"API error ({type(e).__name__}: {e}); retrying in {retry_delay:g}s")
                 time.sleep(retry_delay)
+    # Why the ignore[misc] below: the loop ran at least once and ends by returning or keeping an error.
     raise last  # type: ignore[misc]
 
 

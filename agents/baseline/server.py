@@ -173,6 +173,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(400, f"bad request body: {e}")
             return
         try:
+            # Why the ignore[attr-defined] below: the flaw rides on the server object (set in __init__ below).
             resp, _ = completion(body, self.server.default_flaw)  # type: ignore[attr-defined]
         except PolicyError as e:
             self._error(400, str(e))
@@ -205,6 +206,7 @@ class BaselineServer:
             raise PolicyError(f"unknown flaw {flaw!r} (known: {', '.join(FLAWS)})")
         self.httpd = ThreadingHTTPServer((host, port), _Handler)
         self.httpd.daemon_threads = True
+        # Why the ignore[attr-defined] below: the handler reads it from its server (see do_POST).
         self.httpd.default_flaw = flaw  # type: ignore[attr-defined]
         self._thread: threading.Thread | None = None
 

@@ -128,6 +128,7 @@ class Recorder:
         raw = req.raw_content or b""
         encoding = req.headers.get("content-encoding")
         if len(raw) > sink_mod.EAGER_PREPARE_MIN:
+            # Why the ignore[arg-type] below: only model calls (api set) reach the request preparation.
             st.prepared = self.sink.prepare_request(st.api, raw, encoding)  # type: ignore[arg-type]
             self._request_facts(flow, st)
         else:
@@ -139,6 +140,7 @@ class Recorder:
             return  # already done on demand: the flow ended first
         (raw, encoding), st.pending = st.pending, None
         self._request_facts(flow, st)
+        # Why the ignore[arg-type] below: as above, a model call: api is set.
         self.sink.prepare_into(st.prepared, st.api, raw, encoding)  # type: ignore[arg-type]
 
     def _request_facts(self, flow: http.HTTPFlow, st: _Flow) -> None:
@@ -323,6 +325,7 @@ class Recorder:
         now = time.time()
         return CallFacts(
             call_id=st.call_id or flow.id,
+            # Why the ignore[arg-type] below: a model call, so api (and url) are set.
             api=st.api,  # type: ignore[arg-type]
             url=f"{scheme}://{req.pretty_host}:{req.port}{req.path.split('?', 1)[0]}",
             request=st.prepared,  # type: ignore[arg-type]  # set when the response.create was seen
@@ -375,6 +378,7 @@ class Recorder:
             self._request_facts(flow, st)
         facts = CallFacts(
             call_id=flow.id,
+            # Why the ignore[arg-type] below: a model call, so api (and url) are set.
             api=st.api,  # type: ignore[arg-type]
             url=st.url,  # type: ignore[arg-type]
             request=st.prepared,

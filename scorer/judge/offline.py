@@ -113,6 +113,7 @@ class _Ctx:
                 except Exception:
                     text = ""
             self._plan = (found[0], text) if found is not None and found[1].size > 0 else None
+        # Why the ignore[return-value] below: set just above; a type checker cannot see through the cache.
         return self._plan  # type: ignore[return-value]
 
 

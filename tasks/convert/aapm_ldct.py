@@ -44,6 +44,7 @@ def _slices(folder: Path) -> list[tuple[int, Path]]:
     files = sorted(p for p in folder.iterdir() if p.suffix.lower() in DICOM_SUFFIXES)
     numbered = [(_instance(p), p) for p in files]
     if all(n is not None for n, _ in numbered) and len({n for n, _ in numbered}) == len(numbered):
+        # Why the ignore[arg-type] below: every number was checked not None just above.
         return sorted(numbered)  # type: ignore[arg-type]
     return [(i + 1, p) for i, p in enumerate(files)]
 

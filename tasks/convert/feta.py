@@ -31,6 +31,7 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Progress = None) 
     allowed = {0, *(lab.id for lab in spec.seg.labels)} if spec.seg else {0}
 
     def convert(case: str) -> None:
+        # Why the ignore[misc] below: the case list holds only cases whose pair was found.
         t2w, dseg = _pair(source / case)  # type: ignore[misc]
         seg_img = load(dseg)
         labels = np.rint(voxels(seg_img, dseg)).astype(np.int64)

@@ -37,6 +37,7 @@ def find_root(source: Path) -> Path:
 def _int(node: ET.Element | None, tag: str, where: str) -> float:
     el = node.find(tag) if node is not None else None
     try:
+        # Why the ignore[union-attr,arg-type] below: a missing element or text is the TypeError caught below.
         return float(el.text)  # type: ignore[union-attr,arg-type]
     except (AttributeError, TypeError, ValueError):
         raise TaskError(f"{where}: missing or non-numeric <{tag}>") from None

@@ -249,6 +249,7 @@ def make_case(spec: TaskSpec, i: int, seed: int) -> tuple[np.ndarray, dict[str, 
     seg = spec.seg
     assert seg is not None
     rng = np.random.default_rng([seed, i])
+    # Why the ignore[arg-type] below: the spec validates three numbers each (lists in TOML, tuples here).
     ph = Phantom(tuple(seg.synth_shape), tuple(seg.synth_spacing))  # type: ignore[arg-type]
     ct = _is_ct(spec)
     refs: dict[str, np.ndarray] = {}

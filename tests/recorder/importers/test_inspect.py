@@ -23,7 +23,7 @@ INSPECT = "inspect-ai==0.3.285"
 def _inspect():
     """Inspect AI is the optional ``inspect`` extra (CI installs it); install it here if missing."""
     try:
-        import inspect_ai.log  # noqa: F401
+        import inspect_ai.log  # noqa: F401 - imported only to learn whether the extra is installed
     except ImportError:
         subprocess.run(
             [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", INSPECT], check=True
