@@ -92,7 +92,10 @@ def audit(traj: Trajectory, rules: AuditRules, extra_private: list[str] | None =
         ("other_runs", rules.other_runs),
         ("recorder_access", rules.recorder_paths),
     )
-    workspace = normalise(traj.workspace) if traj.workspace else None
+    # An imported run names its workspace relative to the source folder (``outputs``): anchor it at
+    # the root, as relative file paths are anchored when they are resolved against it.
+    ws = traj.workspace
+    workspace = normalise(ws if ws.startswith("/") else "/" + ws) if ws else None
     proxy = _proxy_addresses(traj.tool_versions.get("proxy_address", ""))
     own_id = re.compile(rf"(?<![0-9A-Za-z]){re.escape(traj.run_id)}(?![0-9A-Za-z])")
     found: dict[tuple[str, str], list[str]] = {}
