@@ -33,6 +33,7 @@ class Recording:
         run_id: str = "run-proxy-test",
         upstream_ca: Path | None = None,
         upstreams: dict[str, str] | None = None,
+        allow_hosts: list[tuple[str, int]] | None = None,
     ):
         self.store = store
         self.run_id = run_id
@@ -40,7 +41,11 @@ class Recording:
         self.custody = Custody.from_env(dict(REAL_KEYS), upstreams)
         self.sink = Sink(store, run_id, self.custody)
         self.proxy = ProxyServer(
-            self.sink, upstreams=upstreams, confdir=store / "conf", upstream_ca=upstream_ca
+            self.sink,
+            upstreams=upstreams,
+            confdir=store / "conf",
+            upstream_ca=upstream_ca,
+            allow_hosts=allow_hosts,
         )
         self._seen = 0
 
