@@ -235,6 +235,12 @@ def _copy_in(store_root: Path, shard: Checked, report: LoadReport) -> None:
             report.blobs_copied += 1
 
 
+def _without(message: str, root: Path) -> str:
+    """The reason alone: the report pairs it with the shard's path already."""
+    prefix = f"{root}: "
+    return message[len(prefix) :] if message.startswith(prefix) else message
+
+
 def _already_in(store_root: Path, shard: Path, run_id: str) -> bool:
     """Whether the store already holds this shard's spools, by the sizes its shard.json lists (a
     fast path for re-loading a sweep: shards already loaded are not read again). Spools are
@@ -277,7 +283,7 @@ def load_shards(
                 checked = check_shard(root, run_id, sized=sized)
                 _copy_in(st.root, checked, report)
             except (ShardError, BlobError) as e:
-                report.refused.append((str(root), str(e)))
+                report.refused.append((str(root), _without(str(e), root)))
             else:
                 report.loaded.append(run_id)
             if progress is not None:
@@ -337,7 +343,7 @@ def merge_store(
                 _copy_in(st.root, checked, report)
                 blobs_done = True
             except (ShardError, BlobError) as e:
-                report.refused.append((f"{source}/spool/{run_id}", str(e)))
+                report.refused.append((f"{source}/spool/{run_id}", _without(str(e), source)))
             else:
                 report.loaded.append(run_id)
             if progress is not None:
