@@ -34,15 +34,16 @@ from schemas.events import ModelCallCompleted
 
 
 def make_pricer(table_ref: str | None) -> Pricer:
-    """Each call priced once, as ``amb score`` prices a run (``scorer.cost``)."""
+    """The calls so far priced as ``amb score`` prices a run (``scorer.cost``)."""
     from scorer import cost as cost_mod
     from scorer.profile import load
     from scorer.trajectory import Trajectory
 
     table = cost_mod.load_table(table_ref or load(None).profile.cost.price_table)
 
-    def price(call: ModelCallCompleted, model: str | None) -> tuple[float | None, str | None]:
-        priced = cost_mod.price_run(Trajectory(run_id="", model=model, model_calls=[("", call)]), table)
+    def price(calls: list[ModelCallCompleted], model: str | None) -> tuple[float | None, str | None]:
+        traj = Trajectory(run_id="", model=model, model_calls=[("", c) for c in calls])
+        priced = cost_mod.price_run(traj, table)
         return priced["cost"], priced["cost_reason"]
 
     return price
@@ -93,31 +94,44 @@ def _line(call: dict[str, Any] | None, what: str) -> str:
     return f"{call['name']}({call['arguments']}) {status}"
 
 
-def _table(views: list[dict[str, Any]]) -> Any:
-    from rich.table import Table
+DETAILED = 8
+"""Runs whose last model call, tool call and file get their own lines under the table."""
 
-    t = Table(title=f"amb watch: {len(views)} run(s)", expand=True)
-    for col in ("run", "status", "step", "tokens in/out", "cost $", "files", "procs", "elapsed", "left"):
-        t.add_column(col, no_wrap=True)
-    t.add_column("last model call / last tool call / last file", overflow="fold")
+
+def _table(views: list[dict[str, Any]]) -> Any:
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title=f"amb watch: {len(views)} run(s)", box=box.SIMPLE_HEAD)
+    t.add_column("run", overflow="fold", min_width=12)
+    for col, width in (("status", 9), ("step", 4), ("in/out", 6), ("cost $", 6), ("files w/d/r", 5)):
+        t.add_column(col, min_width=width)
+    for col in ("procs", "time", "left"):
+        t.add_column(col)
     for v in views:
         cost = "?" if v["cost_usd"] is None else f"{v['cost_usd']:.4f}"
-        f = v["last_file"]
-        last_file = f"{f['op']} {f['path']}" if f else "-"
-        status = v["status"] + (f" ({v['error']})" if v["error"] else "")
         t.add_row(
             v["run_id"],
-            status,
+            v["status"] + (f" ({v['error']})" if v["error"] else ""),
             str(v["step"]),
             f"{v['tokens']['input']}/{v['tokens']['output']}",
             cost,
-            f"{v['files_written']}w {v['files_deleted']}d {v['files_renamed']}r",
+            f"{v['files_written']}/{v['files_deleted']}/{v['files_renamed']}",
             str(v["processes_exited"]),
             "-" if v["elapsed_s"] is None else f"{v['elapsed_s']:.0f}s",
             "-" if v["remaining_s"] is None else f"{v['remaining_s']:.0f}s",
-            f"{_line(v['last_model_call'], 'model')}\n{_line(v['last_tool_call'], 'tool')}\n{last_file}",
         )
-    return t
+    lines: list[Any] = [t]
+    recent = sorted(views, key=lambda v: v["last_event_ns"] or 0, reverse=True)[:DETAILED]
+    for v in recent:
+        f = v["last_file"]
+        lines.append(Text(f"{v['run_id']}", style="bold"))
+        lines.append(Text(f"  model: {_line(v['last_model_call'], 'model')}"))
+        lines.append(Text(f"  tool:  {_line(v['last_tool_call'], 'tool')}"))
+        lines.append(Text(f"  file:  {f['op'] + ' ' + f['path'] if f else '-'}"))
+    return Group(*lines)
 
 
 @click.command("watch")
