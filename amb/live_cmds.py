@@ -34,17 +34,18 @@ from schemas.events import ModelCallCompleted
 
 
 def make_pricer(table_ref: str | None) -> Pricer:
-    """The calls so far priced as ``amb score`` prices a run (``scorer.cost``)."""
+    """Each call priced as ``amb score`` prices it (``scorer.cost``), once: a long run is not
+    re-priced on every read."""
     from scorer import cost as cost_mod
     from scorer.profile import load
-    from scorer.trajectory import Trajectory
 
     table = cost_mod.load_table(table_ref or load(None).profile.cost.price_table)
 
-    def price(calls: list[ModelCallCompleted], model: str | None) -> tuple[float | None, str | None]:
-        traj = Trajectory(run_id="", model=model, model_calls=[("", c) for c in calls])
-        priced = cost_mod.price_run(traj, table)
-        return priced["cost"], priced["cost_reason"]
+    def price(call: ModelCallCompleted, model: str | None) -> tuple[float | None, str | None]:
+        cost = cost_mod.call_cost(call, table, model)
+        if cost is None:
+            return None, f"not in price table {table.table.name}: {call.model or model or '(unknown model)'}"
+        return cost, None
 
     return price
 
@@ -62,10 +63,11 @@ def _sweep_runs(sweep: Path) -> set[str]:
     return names
 
 
-def _running_runs(spool: Path, followers: dict[str, RunFollower]) -> set[str]:
-    """Runs with a spool and no run.finished yet (finished ones already followed stay shown)."""
+def _running_runs(spool: Path, followers: dict[str, RunFollower], finished: set[str]) -> set[str]:
+    """Runs with a spool and no run.finished yet (finished ones already followed stay shown).
+    Runs found finished are remembered in ``finished``: a store of many old runs is read once."""
     try:
-        names = set(os.listdir(spool))
+        names = set(os.listdir(spool)) - finished
     except FileNotFoundError:
         return set()
     out = set()
@@ -75,7 +77,9 @@ def _running_runs(spool: Path, followers: dict[str, RunFollower]) -> set[str]:
             continue
         tail = SpoolTail(spool / name / "recorder.spool")
         try:
-            if not any(e.kind == "run.finished" for e in tail.poll()):
+            if any(e.kind == "run.finished" for e in tail.poll()):
+                finished.add(name)
+            else:
                 out.add(name)
         except AmbError:
             out.add(name)  # shown with its error
@@ -169,13 +173,14 @@ def watch_cmd(
     spool = resolve(store) / "spool"
     price = make_pricer(price_table)
     followers: dict[str, RunFollower] = {}
+    finished: set[str] = set()
     open_ended = bool(sweep or all_running)
 
     def targets() -> set[str]:
         if sweep is not None:
             return _sweep_runs(sweep)
         if all_running:
-            return _running_runs(spool, followers)
+            return _running_runs(spool, followers, finished)
         return set(runs)
 
     def tick() -> list[str]:

@@ -95,9 +95,9 @@ def _cut(text: str, n: int = SHOWN) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-Pricer = Callable[[list[ModelCallCompleted], str | None], tuple[float | None, str | None]]
-"""(the run's calls so far, its model) -> (cost in USD, or None with the reason it could not be
-priced). Given every call each time, so the total is rounded once, as ``amb score`` rounds it."""
+Pricer = Callable[[ModelCallCompleted, str | None], tuple[float | None, str | None]]
+"""(a call, the run's model) -> (its cost in USD, unrounded, or None with the reason it could not
+be priced). The run's total is rounded once, as ``amb score`` rounds it."""
 
 
 @dataclass
@@ -139,15 +139,10 @@ class LiveRun:
     error: str | None = None
     """Why this run's spools could not be followed further (corruption, an unknown event kind)."""
     _tools: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
-    _calls: list[ModelCallCompleted] = field(default_factory=list, repr=False)
+    _cost: float | None = field(default=0.0, repr=False)
+    """The unrounded sum (``cost_usd`` is it rounded to 6 places, as ``amb score`` rounds)."""
 
     def apply(self, events: Iterable[Event]) -> None:
-        calls_before = len(self._calls)
-        self._apply(events)
-        if self.price is not None and len(self._calls) > calls_before:
-            self.cost_usd, self.cost_reason = self.price(self._calls, self.model)
-
-    def _apply(self, events: Iterable[Event]) -> None:
         for ev in events:
             self.events += 1
             self.last_event_ns = max(self.last_event_ns or 0, ev.ts_ns)
@@ -204,7 +199,13 @@ class LiveRun:
         self.tokens["cache_read"] += u.cache_read
         self.tokens["output"] += u.output
         self.tokens["reasoning"] += u.reasoning
-        self._calls.append(p)
+        if self.price is not None:
+            cost, why = self.price(p, self.model)
+            if cost is None:
+                self._cost, self.cost_reason = None, why
+            elif self._cost is not None:
+                self._cost += cost
+            self.cost_usd = None if self._cost is None else round(self._cost, 6)
         tools = [t.name for t in p.message.tool_calls]
         self.last_model_call = {
             "event": where,
