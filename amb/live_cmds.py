@@ -86,6 +86,14 @@ def _running_runs(spool: Path, followers: dict[str, RunFollower], finished: set[
     return out
 
 
+def _safe(text: object) -> Any:
+    """Agent-written text as a rich Text: never read as markup, control characters (a terminal's
+    escape sequences) shown as U+FFFD."""
+    from rich.text import Text
+
+    return Text("".join(c if c.isprintable() else "\ufffd" for c in str(text)))
+
+
 def _line(call: dict[str, Any] | None, what: str) -> str:
     if call is None:
         return "-"
@@ -116,25 +124,26 @@ def _table(views: list[dict[str, Any]]) -> Any:
         t.add_column(col)
     for v in views:
         cost = "?" if v["cost_usd"] is None else f"{v['cost_usd']:.4f}"
-        t.add_row(
+        cells = [
             v["run_id"],
             v["status"] + (f" ({v['error']})" if v["error"] else ""),
-            str(v["step"]),
+            v["step"],
             f"{v['tokens']['input']}/{v['tokens']['output']}",
             cost,
             f"{v['files_written']}/{v['files_deleted']}/{v['files_renamed']}",
-            str(v["processes_exited"]),
+            v["processes_exited"],
             "-" if v["elapsed_s"] is None else f"{v['elapsed_s']:.0f}s",
             "-" if v["remaining_s"] is None else f"{v['remaining_s']:.0f}s",
-        )
+        ]
+        t.add_row(*(_safe(c) for c in cells))
     lines: list[Any] = [t]
     recent = sorted(views, key=lambda v: v["last_event_ns"] or 0, reverse=True)[:DETAILED]
     for v in recent:
         f = v["last_file"]
         lines.append(Text(f"{v['run_id']}", style="bold"))
-        lines.append(Text(f"  model: {_line(v['last_model_call'], 'model')}"))
-        lines.append(Text(f"  tool:  {_line(v['last_tool_call'], 'tool')}"))
-        lines.append(Text(f"  file:  {f['op'] + ' ' + f['path'] if f else '-'}"))
+        lines.append(_safe(f"  model: {_line(v['last_model_call'], 'model')}"))
+        lines.append(_safe(f"  tool:  {_line(v['last_tool_call'], 'tool')}"))
+        lines.append(_safe(f"  file:  {f['op'] + ' ' + f['path'] if f else '-'}"))
     return Group(*lines)
 
 

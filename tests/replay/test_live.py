@@ -120,3 +120,23 @@ def test_watch_usage_errors(tmp_path):
     ]:
         result = CliRunner().invoke(cli, ["watch", *args, "--store", str(tmp_path)])
         assert result.exit_code == code and message in result.output, (args, result.output)
+
+
+def test_hostile_strings_are_shown_as_text(tmp_path):
+    """Markup and terminal escapes in what the agent wrote are shown, never interpreted."""
+    evil = "[/bold][link=http://127.0.0.1/]x[/link] \x1b[2J\x1b]0;owned\x07"
+    store = tmp_path / "store"
+    with SpoolWriter(spool_path(store, "evil", "recorder"), "evil", "recorder") as rec:
+        rec.append(RunStarted(agent=evil, model=evil))
+        with SpoolWriter(spool_path(store, "evil", "proxy"), "evil", "proxy") as proxy:
+            proxy.append(_call(1, model=evil))
+            proxy.append(ToolCallRequested(tool_call_id="t", name=evil, arguments=evil, model_call_id="c1"))
+        with SpoolWriter(spool_path(store, "evil", "shim"), "evil", "shim") as shim:
+            shim.append(FileWritten(path=evil, size=1, sha256="sha256:" + "0" * 64))
+        rec.append(RunFinished(status="completed"))
+    result = CliRunner().invoke(cli, ["watch", "evil", "--store", str(store)], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    assert "[/bold][link=http://127.0.0.1/]x[/link]" in result.output
+    result = CliRunner().invoke(cli, ["watch", "evil", "--json", "--store", str(store)])
+    assert json.loads(result.output)["last_file"]["path"] == evil
