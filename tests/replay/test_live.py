@@ -140,3 +140,26 @@ def test_hostile_strings_are_shown_as_text(tmp_path):
     assert "[/bold][link=http://127.0.0.1/]x[/link]" in result.output
     result = CliRunner().invoke(cli, ["watch", "evil", "--json", "--store", str(store)])
     assert json.loads(result.output)["last_file"]["path"] == evil
+
+
+def test_all_running_and_a_sweep(tmp_path):
+    store = tmp_path / "store"
+    for run_id, done in (("old", True), ("busy", False), ("cell-1", False)):
+        with SpoolWriter(spool_path(store, run_id, "recorder"), run_id, "recorder") as rec:
+            rec.append(RunStarted(agent="a"))
+            if done:
+                rec.append(RunFinished(status="completed"))
+    result = CliRunner().invoke(cli, ["watch", "--all-running", "--json", "--once", "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    assert sorted(json.loads(line)["run_id"] for line in result.output.splitlines()) == ["busy", "cell-1"]
+    sweep = tmp_path / "sweep"
+    (sweep / "workspaces" / "cell-1").mkdir(parents=True)
+    (sweep / "logs").mkdir()
+    (sweep / "logs" / "cell-2.log").write_text("")  # an attempt that has not written a spool yet
+    result = CliRunner().invoke(
+        cli, ["watch", "--sweep", str(sweep), "--json", "--once", "--store", str(store)]
+    )
+    assert result.exit_code == 0, result.output
+    views = {v["run_id"]: v for v in map(json.loads, result.output.splitlines())}
+    assert views["cell-1"]["status"] == "running" and views["cell-2"]["status"] == "waiting"
+    assert set(views) == {"cell-1", "cell-2"}
