@@ -176,6 +176,11 @@ def test_a_file_above_the_cap_is_listed_with_its_hash_never_silently_missing(tmp
     ]
     code, text = _amb("checkout", "r3", str(tmp_path / "out2"), "--store", str(root))
     assert "not kept: model.bin (1000000000 bytes" in text
+    code, text = _amb("files", "r3", "--json", "--store", str(root))
+    listed = {f["path"]: f for f in json.loads(text)["files"]}
+    assert code == 0 and listed["model.bin"] == report["not_kept"][0] and listed["small.txt"]["kept"]
+    code, text = _amb("files", "r3", "--at", "shim:0", "--store", str(root))
+    assert code == 0 and "model.bin" in text and "small.txt" not in text
 
 
 def test_hostile_paths_never_write_outside_the_directory(tmp_path):
