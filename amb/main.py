@@ -39,6 +39,9 @@ COMMANDS: dict[str, str] = {
     "replay": "amb.serve_cmds",
     "import": "amb.interop_cmds",
     "export": "amb.interop_cmds",
+    "watch": "amb.live_cmds",
+    "checkout": "amb.live_cmds",
+    "files": "amb.live_cmds",
 }
 
 

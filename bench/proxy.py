@@ -15,7 +15,11 @@ clients, the cost of a 5 MB request, and the longest inter-chunk gap of a paced 
 5 MB requests go through beside it. Then the issue's targets as ratios. Rounds interleave the
 targets so machine-load drift hits all alike.
 
-Run: .venv/bin/python bench/proxy.py [--quick] [--against CHECKOUT]
+With ``--watch``, target ``amb-watched`` is a second ``amb-record`` whose store an ``amb watch
+--all-running --json`` follows the whole time (every 0.1 s, its JSON lines read and dropped): what a
+live watcher costs the recording, side by side with ``amb`` in the same rounds.
+
+Run: .venv/bin/python bench/proxy.py [--quick] [--against CHECKOUT] [--watch]
 """
 
 from __future__ import annotations
@@ -98,14 +102,35 @@ class Target:
         self.name, self.base, self.proc = name, base, proc
         self.gemini = gemini or base
         """Where Gemini calls go (amb-record has a reverse endpoint per upstream)."""
+        self.sidecar: subprocess.Popen | None = None
+        """A process that goes with the target (``amb watch`` beside ``amb-watched``)."""
+
+        self.sidecar_cpu_s: float | None = None
+        """The sidecar's CPU time (user + system) when it was stopped."""
 
     def stop(self) -> None:
+        if self.sidecar is not None and self.sidecar.poll() is None:
+            self.sidecar_cpu_s = _cpu_seconds(self.sidecar.pid)
+            self.sidecar.send_signal(signal.SIGINT)
+            try:
+                self.sidecar.wait(10)
+            except subprocess.TimeoutExpired:
+                self.sidecar.kill()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a live process, from /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _first_line(proc: subprocess.Popen, what: str) -> str:
@@ -135,7 +160,7 @@ def _wait_port(port: int) -> None:
     raise SystemExit(f"bench: port {port} never opened")
 
 
-def start_targets(tmp: Path, against: Path | None = None) -> list[Target]:
+def start_targets(tmp: Path, against: Path | None = None, watch: bool = False) -> list[Target]:
     fake = subprocess.Popen(
         [PY, str(ROOT / "tests" / "fakes" / "upstream.py")],
         stdout=subprocess.PIPE,
@@ -194,6 +219,44 @@ def start_targets(tmp: Path, against: Path | None = None) -> list[Target]:
         env={**os.environ, **REAL_KEYS},
     )
     targets.append(_amb_target("amb", amb, "amb-record"))
+    if watch:
+        watched = subprocess.Popen(
+            [
+                str(BIN / "amb-record"),
+                "--store",
+                str(tmp / "store-watched"),
+                "--no-ingest",
+                "--upstream",
+                f"openai={up}",
+                "--upstream",
+                f"gemini={up}",
+                "--",
+                PY,
+                "-c",
+                WAIT_AGENT,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp,
+            env={**os.environ, **REAL_KEYS},
+        )
+        target = _amb_target("amb-watched", watched, "amb-record (watched)")
+        target.sidecar = subprocess.Popen(
+            [
+                str(BIN / "amb"),
+                "watch",
+                "--all-running",
+                "--json",
+                "--interval",
+                "0.1",
+                "--store",
+                str(tmp / "store-watched"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        targets.append(target)
     if against is not None:  # the same command from another checkout, its packages first on the path
         prev = subprocess.Popen(
             [
@@ -418,14 +481,20 @@ def main() -> None:
         help="also measure amb-record from another checkout (e.g. a `git worktree` of an older "
         "commit) as target amb-prev, in the same rounds: how to see what a change did",
     )
+    ap.add_argument(
+        "--watch",
+        action="store_true",
+        help="also measure amb-record with `amb watch` following its spools (target amb-watched)",
+    )
     args = ap.parse_args()
     if args.against is not None and not (args.against / "amb" / "record.py").is_file():
         raise SystemExit(f"bench: {args.against} is not a checkout of this project (no amb/record.py)")
     q = args.quick
     n_seq, n_stream, n_big, secs, n_stall = (120, 30, 6, 2.0, 3) if q else (600, 90, 120, 6.0, 8)
 
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="amb-bench-") as tmpdir:
-        targets = start_targets(Path(tmpdir), args.against)
+        targets = start_targets(Path(tmpdir), args.against, args.watch)
         names = [t.name for t in targets]
         try:
             print(
@@ -446,7 +515,7 @@ def main() -> None:
             gaps = {
                 t.name: (stall(t, n_stall, False), stall(t, n_stall, True))
                 for t in targets
-                if t.name in ("direct", "mitm_stream", "amb", "amb-prev")
+                if t.name in ("direct", "mitm_stream", "amb", "amb-prev", "amb-watched")
             }
         finally:
             for t in reversed(targets):
@@ -536,6 +605,22 @@ def main() -> None:
             f"calls/s {tput['amb-prev'] / max(tput['mitm'], 1e-9):.2f}x; "
             f"TTFC {pct(ttfb['amb-prev'][0], 50) - t50:+.2f} ms, "
             f"Gemini TTFC {pct(gem['amb-prev'][0], 50) - g50:+.2f} ms"
+        )
+    if "amb-watched" in seq:
+        w = "amb-watched"
+        watcher_cpu = next(t.sidecar_cpu_s for t in targets if t.name == w)
+        if watcher_cpu is not None:
+            print(
+                f"  amb watch used {watcher_cpu:.1f} s of CPU in {time.monotonic() - started:.0f} s "
+                "(following every call the benchmark made to amb-watched)"
+            )
+        print(
+            f"  amb-watched (amb watch following its spools) beside amb, same rounds: "
+            f"p50 {pct(seq[w], 50):.2f} vs {a50:.2f} ms; p99 {pct(seq[w], 99):.2f} vs {a99:.2f} ms; "
+            f"TTFC {pct(ttfb[w][0], 50):.2f} vs {a_ttfc:.2f} ms; "
+            f"5 MB {pct(big[w], 50):.1f} vs {pct(big['amb'], 50):.1f} ms; "
+            f"calls/s {tput[w]:.0f} vs {tput['amb']:.0f} ({tput[w] / max(tput['amb'], 1e-9):.2f}x); "
+            f"gap beside uploads {gaps[w][1]:.1f} vs {gaps['amb'][1]:.1f} ms"
         )
     big_vs_stream = (pct(big["amb"], 50) - b50) / max(1e-9, pct(big["mitm_stream"], 50) - b50)
     print(

@@ -30,6 +30,7 @@ from typing import Any
 import msgspec
 
 from schemas.errors import UsageError
+from schemas.events import ModelCallCompleted
 from scorer.trajectory import Trajectory
 
 
@@ -88,6 +89,23 @@ def load_table(ref: str) -> PriceTable:
         raise UsageError(f"price table {ref!r}: {e}") from e
 
 
+def call_cost(call: ModelCallCompleted, table: PriceTable, run_model: str | None) -> float | None:
+    """One call's cost, unrounded: what the gateway reported, else its tokens at the table's price;
+    None when the table does not list its model. (``amb watch`` sums these as ``price_run`` does.)"""
+    if call.cost_usd is not None:
+        return call.cost_usd
+    price = table.find(call.model) or table.find(call.requested_model) or table.find(call.model or run_model)
+    if price is None:
+        return None
+    u = call.usage
+    fresh = max(u.input_total - u.cache_read - u.cache_write, 0)
+    p_cr = price.input if price.cache_read is None else price.cache_read
+    p_cw = price.input if price.cache_write is None else price.cache_write
+    return (
+        fresh * price.input + u.cache_read * p_cr + u.cache_write * p_cw + u.output * price.output
+    ) / table.table.unit_tokens
+
+
 def price_run(traj: Trajectory, table: PriceTable) -> dict[str, Any]:
     """Token totals and the cost of a run's model calls under ``table``."""
     tok = {"input": 0, "cache_read": 0, "cache_write": 0, "output": 0, "reasoning": 0}
@@ -95,7 +113,6 @@ def price_run(traj: Trajectory, table: PriceTable) -> dict[str, Any]:
     cost = 0.0
     unpriced: set[str] = set()
     by_table = by_report = 0
-    unit = table.table.unit_tokens
     for _, call in traj.model_calls:
         u = call.usage
         tok["input"] += u.input_total
@@ -104,24 +121,15 @@ def price_run(traj: Trajectory, table: PriceTable) -> dict[str, Any]:
         tok["output"] += u.output
         tok["reasoning"] += u.reasoning
         estimated |= not u.reported
-        reported = call.cost_usd
-        if reported is not None:
-            cost += reported
-            by_report += 1
-            continue
-        price = (
-            table.find(call.model) or table.find(call.requested_model) or table.find(call.model or traj.model)
-        )
-        if price is None:
+        charged = call_cost(call, table, traj.model)
+        if charged is None:
             unpriced.add(call.model or traj.model or "(unknown model)")
             continue
-        by_table += 1
-        fresh = max(u.input_total - u.cache_read - u.cache_write, 0)
-        p_cr = price.input if price.cache_read is None else price.cache_read
-        p_cw = price.input if price.cache_write is None else price.cache_write
-        cost += (
-            fresh * price.input + u.cache_read * p_cr + u.cache_write * p_cw + u.output * price.output
-        ) / unit
+        if call.cost_usd is not None:
+            by_report += 1
+        else:
+            by_table += 1
+        cost += charged
     return {
         "tokens": tok,
         "cost": None if unpriced else round(cost, 6),

@@ -174,13 +174,19 @@ class ShimReceiver:
             if msg.content is not None:
                 ref = self.blobs.put(msg.content, _media_type(msg.path), sync=False)
                 sha = ref.blob  # the digest we computed, not the one we were told
+            changed = _changed(msg.changed_ns, ts)
             self._append(
-                FileWritten(path=msg.path, op=msg.op, size=msg.size, sha256=sha, content=ref), ts_ns=ts
+                FileWritten(
+                    path=msg.path, op=msg.op, size=msg.size, sha256=sha, content=ref, changed_ns=changed
+                ),
+                ts_ns=ts,
             )
         elif isinstance(msg, wire.Delete):
-            self._append(FileDeleted(path=msg.path), ts_ns=ts)
+            self._append(FileDeleted(path=msg.path, changed_ns=_changed(msg.changed_ns, ts)), ts_ns=ts)
         elif isinstance(msg, wire.Rename):
-            self._append(FileRenamed(src=msg.src, dst=msg.dst), ts_ns=ts)
+            self._append(
+                FileRenamed(src=msg.src, dst=msg.dst, changed_ns=_changed(msg.changed_ns, ts)), ts_ns=ts
+            )
         elif isinstance(msg, wire.Access):
             self._append(FileAccessed(path=msg.path, mode=msg.mode, pid=msg.pid), ts_ns=ts)
         elif isinstance(msg, wire.Connect):
@@ -279,3 +285,10 @@ def _bind_neutral(sock: socket.socket, path: Path) -> None:
             sock.bind(str(path))
     finally:
         os.close(dir_fd)
+
+
+def _changed(changed_ns: int | None, ts_ns: int | None) -> int | None:
+    """A change's kernel time, never after its observation (a shim told otherwise is not believed)."""
+    if changed_ns is None or changed_ns <= 0:
+        return None
+    return min(changed_ns, ts_ns) if ts_ns else changed_ns

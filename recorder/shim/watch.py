@@ -278,6 +278,7 @@ class Watcher:
         size = len(data) if data is not None else st.st_size
         self.known[rel] = (size, st.st_mtime_ns, digest)
         self.counts["written"] += 1
+        now = time.time_ns()
         self.emit(
             Write(
                 path=self._shown(rel),
@@ -285,7 +286,8 @@ class Watcher:
                 size=size,
                 sha256=digest,
                 content=data,
-                ts_ns=time.time_ns(),
+                ts_ns=now,
+                changed_ns=min(st.st_ctime_ns, now),
             )
         )
 
@@ -295,7 +297,9 @@ class Watcher:
             # deletion is reported (inside, the workspace's final state is what matters).
             return
         self.counts["deleted"] += 1
-        self.emit(Delete(path=self._shown(rel), ts_ns=time.time_ns()))
+        now = time.time_ns()
+        changed = _ctime(os.path.dirname(self._abs(rel)), now)
+        self.emit(Delete(path=self._shown(rel), ts_ns=now, changed_ns=changed))
 
     def _renamed(self, src: str, dst: str, isdir: bool) -> None:
         now = time.time_ns()
@@ -307,7 +311,14 @@ class Watcher:
             for p in moved:
                 self.known[dst + p[len(src) :]] = self.known.pop(p)
             self.counts["renamed"] += 1
-            self.emit(Rename(src=self._shown(src), dst=self._shown(dst), ts_ns=now))
+            self.emit(
+                Rename(
+                    src=self._shown(src),
+                    dst=self._shown(dst),
+                    ts_ns=now,
+                    changed_ns=_ctime(self._abs(dst), now),
+                )
+            )
             return
         entry = self.known.pop(src, None)
         if dst in self.known:
@@ -318,7 +329,11 @@ class Watcher:
             return
         self.known[dst] = entry
         self.counts["renamed"] += 1
-        self.emit(Rename(src=self._shown(src), dst=self._shown(dst), ts_ns=now))
+        self.emit(
+            Rename(
+                src=self._shown(src), dst=self._shown(dst), ts_ns=now, changed_ns=_ctime(self._abs(dst), now)
+            )
+        )
         try:  # a rename of a file still being written: report the content it has now
             st = os.lstat(self._abs(dst))
             if (st.st_size, st.st_mtime_ns) != entry[:2]:
@@ -375,6 +390,18 @@ class Watcher:
                 self._flush_move()
             self.rescan()
         self.ino.close()
+
+
+def _ctime(path: str, now: int) -> int | None:
+    """When the kernel last changed ``path``'s inode (no process can set a ctime back), at most now.
+
+    The shim observes a change some time after it happened (its thread must be scheduled); the
+    ctime says when it happened: for a rename the moved file's, for a deletion its directory's
+    (a later change in that directory moves it later, never earlier than the deletion)."""
+    try:
+        return min(os.lstat(path).st_ctime_ns, now)
+    except OSError:
+        return None
 
 
 def _hash_path(path: str, cap: int = 1 << 62) -> tuple[bytes | None, str]:

@@ -50,17 +50,21 @@ class Write(msgspec.Struct, tag="write", kw_only=True):
     content: bytes | None = None
     """The bytes when ``size`` is within the cap, else None (hash only)."""
     ts_ns: int = 0
+    changed_ns: int | None = None
+    """When the kernel dated the change (see ``FileWritten.changed_ns``)."""
 
 
 class Delete(msgspec.Struct, tag="delete", kw_only=True):
     path: str
     ts_ns: int = 0
+    changed_ns: int | None = None
 
 
 class Rename(msgspec.Struct, tag="rename", kw_only=True):
     src: str
     dst: str
     ts_ns: int = 0
+    changed_ns: int | None = None
 
 
 class Access(msgspec.Struct, tag="access", kw_only=True):

@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from replay.store import _require
-from replay.web import api
+from replay.web import api, workspace
 from replay.web import diff as diffs
 from replay.web.db import SharedReader
 from schemas.blobstore import BlobStore
@@ -273,6 +273,18 @@ class Handler(BaseHTTPRequestHandler):
                     raise api.BadRequest("a preview needs ?path=PATH&seq=N")
                 png = api.file_preview(con, v.blobs, run_id, params["path"], int(seq))
                 self._send(200, png, "image/png", {"Content-Security-Policy": BLOB_CSP})
+            elif rest == ["workspace"]:
+                self._json(workspace.files_at(con, run_id, params.get("at") or "end"))
+            elif rest == ["workspace.tar"]:
+                at = params.get("at") or "end"
+                data, not_kept = workspace.tar_at(con, v.blobs, run_id, at)
+                name = f"{run_id}-{at.replace(':', '-')}.tar"
+                self._download(data, name, "application/x-tar", {"X-Amb-Not-Kept": str(not_kept)})
+            elif rest == ["workspace", "file"]:
+                if not params.get("path"):
+                    raise api.BadRequest("a file needs ?path=PATH (and ?at=MOMENT)")
+                data, _ = workspace.file_at(con, v.blobs, run_id, params.get("at") or "end", params["path"])
+                self._download(data, params["path"].rsplit("/", 1)[-1], "application/octet-stream")
             elif rest == ["verify"]:
                 self._json(v.verified(con, run_id, index.generation))
             elif rest == ["scores"]:
@@ -281,6 +293,22 @@ class Handler(BaseHTTPRequestHandler):
                 self._json(api.timeline(con, run_id, params))
             else:
                 raise api.NotFound("no such API endpoint (see docs/viewer.md)")
+
+    def _download(self, data: bytes, name: str, ctype: str, headers: dict[str, str] | None = None) -> None:
+        # The name came from the agent: only safe characters reach the header.
+        safe = (
+            "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in name)[:120] or "file"
+        )
+        self._send(
+            200,
+            data,
+            ctype,
+            {
+                "Content-Disposition": f'attachment; filename="{safe}"',
+                "Content-Security-Policy": BLOB_CSP,
+                **(headers or {}),
+            },
+        )
 
     def _blob(self, data: bytes, sha: str, download: bool) -> None:
         media = None if download else api.sniff_image(data)

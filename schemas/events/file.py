@@ -19,12 +19,20 @@ class FileWritten(Payload, frozen=True, tag="file.written"):
     content: BlobRef | None = None
     """The content, when it was under the size cap; None above it (hash only)."""
     pid: int | None = None
+    changed_ns: int | None = None
+    """When the change happened as the kernel dated it: the file's ctime (which no process can set
+    back, unlike its mtime), never later than the event's ``ts_ns`` (when it was observed). The
+    observation can lag the change by the shim's scheduling; ``amb checkout`` places file changes
+    in time by this. None when unknown (older recordings, imports)."""
 
 
 class FileDeleted(Payload, frozen=True, tag="file.deleted"):
     """A file was deleted."""
 
     path: str
+    changed_ns: int | None = None
+    """When it happened as the kernel dated it (its directory's ctime at observation), at most
+    ``ts_ns``; None when unknown. See ``FileWritten.changed_ns``."""
 
 
 class FileRenamed(Payload, frozen=True, tag="file.renamed"):
@@ -32,6 +40,9 @@ class FileRenamed(Payload, frozen=True, tag="file.renamed"):
 
     src: str
     dst: str
+    changed_ns: int | None = None
+    """When it happened as the kernel dated it (the renamed file's ctime at observation), at most
+    ``ts_ns``; None when unknown. See ``FileWritten.changed_ns``."""
 
 
 class FileAccessed(Payload, frozen=True, tag="file.accessed"):

@@ -6,12 +6,14 @@ ran as script (``window.__pwned``) and that the page logged no error.
 
 from __future__ import annotations
 
+import io
 import re
+import tarfile
 
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from tests.replay.viewer_store import CHROMIUM, XSS, chromium_flags
+from tests.replay.viewer_store import CHROMIUM, HOSTILE_PATH, XSS, chromium_flags
 
 TIMEOUT_MS = 30_000
 
@@ -139,3 +141,36 @@ def test_diff_of_clean_and_flawed_shows_first_divergence(page: Page, viewer, vie
     expect(first).to_have_attribute("data-op", "changed")
     expect(first).to_contain_text("code")  # the changed argument
     expect(page.locator("#diff-outcomes")).to_contain_text(re.compile("differs|only_a|only_b"))
+
+
+def test_the_workspace_and_a_file_at_an_event_download(page: Page, viewer, viewer_store):
+    """The run page offers the workspace at an event (a tar) and a file's version then: the same
+    query as `amb checkout` / `amb files`, every byte checked, hostile names kept out of headers."""
+    page.goto(viewer.url + f"/runs/{viewer_store.hostile}")
+    page.locator(".ev[data-kind='file.written']").nth(2).click()  # notes.html, the third file
+    detail = page.locator(".detail").first
+    file_href = detail.locator("a.workspace-file").get_attribute("href")
+    tar_href = detail.locator("a.workspace-tar").get_attribute("href")
+    assert file_href and tar_href
+    got = page.request.get(viewer.url + file_href)
+    assert got.status == 200 and got.body() == XSS.encode()
+    assert got.headers["content-disposition"] == 'attachment; filename="notes.html"'
+    listing = page.request.get(viewer.url + tar_href.replace("workspace.tar", "workspace")).json()
+    got = page.request.get(viewer.url + tar_href)
+    assert got.status == 200 and got.headers["x-amb-not-kept"] == "0"
+    with tarfile.open(fileobj=io.BytesIO(got.body())) as tar:
+        members = {m.name: _read(tar, m) for m in tar.getmembers()}
+    assert members["notes.html"] == XSS.encode()
+    assert {f["path"]: f["size"] for f in listing["files"]} == {n: len(b) for n, b in members.items()}
+    assert set(members) == {HOSTILE_PATH, "plots/figure.png", "notes.html"}
+    # At the first file's event only that file existed; a path that is not there is a 404.
+    first = page.request.get(f"{viewer.url}/api/runs/{viewer_store.hostile}/workspace?at=shim:0")
+    assert [f["path"] for f in first.json()["files"]] == [HOSTILE_PATH]
+    missing = page.request.get(viewer.url + file_href.replace("notes.html", "nope.txt"))
+    assert missing.status == 404
+
+
+def _read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    f = tar.extractfile(member)
+    assert f is not None, f"{member.name} is not a regular file"
+    return f.read()

@@ -139,7 +139,11 @@ def test_payloads_are_immutable():
 
 def test_stored_payload_keeps_defaults():
     """omit_defaults would let a later default change rewrite history; every field is stored."""
-    assert json.loads(encode_payload(FileDeleted(path="x"))) == {"kind": "file.deleted", "path": "x"}
+    assert json.loads(encode_payload(FileDeleted(path="x"))) == {
+        "kind": "file.deleted",
+        "path": "x",
+        "changed_ns": None,
+    }
     assert "usage" in json.loads(encode_payload(SAMPLES[2]))
     assert json.loads(encode_payload(RunFinished(status="completed")))["exit_code"] is None
 

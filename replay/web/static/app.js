@@ -446,7 +446,13 @@ async function toggleDetail(api, row) {
       box.replaceChildren(renderCall(api, await getJSON(`${api}/calls/${encodeURIComponent(ev.source)}/${ev.seq}`)));
     } else {
       const d = await getJSON(`${api}/events/${encodeURIComponent(ev.source)}/${ev.seq}`);
-      const parts = [el("pre", { class: "payload" }, JSON.stringify(d.payload, null, 1))];
+      const at = `${ev.source}:${ev.seq}`;
+      const downloads = el("div", { class: "muted workspace-at" },
+        el("a", { class: "workspace-tar", href: `${api}/workspace.tar?${qs({ at })}` }, "download the workspace at this event (.tar)"));
+      if (ev.kind === "file.written" && d.payload.path && !d.payload.path.startsWith("/")) {
+        downloads.append(" · ", el("a", { class: "workspace-file", href: `${api}/workspace/file?${qs({ at, path: d.payload.path })}` }, "this file as it was then"));
+      }
+      const parts = [downloads, el("pre", { class: "payload" }, JSON.stringify(d.payload, null, 1))];
       if (ev.kind === "file.written" && d.payload.path) {
         const f = await getJSON(`${api}/files?${qs({ path: d.payload.path, seq: ev.seq })}`);
         parts.unshift(renderFile(f));

@@ -1,0 +1,165 @@
+"""replay/live: following spools as they grow (a frame half written, a corrupt frame, a spool that
+appears late), and `amb watch` over them, without ever writing to the store."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from click.testing import CliRunner
+
+from amb.main import cli
+from recorder.spool import SpoolWriter, spool_path
+from replay.live import RunFollower, SpoolTail
+from schemas.events import (
+    FileWritten,
+    ModelCallCompleted,
+    RunFinished,
+    RunStarted,
+    ToolCallRequested,
+    ToolCallResult,
+    Usage,
+)
+
+
+def _call(i: int, model: str = "z-ai/glm-5") -> ModelCallCompleted:
+    return ModelCallCompleted(
+        call_id=f"c{i}",
+        provider="openai",
+        api="chat.completions",
+        model=model,
+        usage=Usage(input_total=1000 * i, output=10 * i),
+    )
+
+
+def test_a_half_written_frame_waits_for_the_next_poll(tmp_path):
+    path = spool_path(tmp_path, "r", "proxy")
+    with SpoolWriter(path, "r", "proxy") as w:
+        w.append(_call(1))
+        w.append(_call(2))
+    whole = path.read_bytes()
+    cut = whole.rfind(b"\n", 0, len(whole) - 1) + 1 + 40  # 40 bytes into the second frame
+    path.write_bytes(whole[:cut])
+    tail = SpoolTail(path)
+    assert [e.seq for e in tail.poll()] == [0]
+    assert tail.torn == 40
+    assert tail.poll() == []  # nothing new: the offset stays after the last complete frame
+    with open(path, "ab") as f:
+        f.write(whole[cut:])
+    assert [e.seq for e in tail.poll()] == [1]
+    assert tail.torn == 0 and tail.offset == len(whole)
+
+
+def test_a_spool_cut_inside_its_header_and_a_corrupt_frame(tmp_path):
+    path = tmp_path / "x.spool"
+    path.write_bytes(b"AMBSP")
+    assert SpoolTail(path).poll() == []
+    run_dir = tmp_path / "spool" / "bad"
+    with SpoolWriter(spool_path(tmp_path, "bad", "proxy"), "bad", "proxy") as w:
+        w.append(_call(1))
+    spool = run_dir / "proxy.spool"
+    data = bytearray(spool.read_bytes())
+    data[-5] ^= 1  # a flipped byte in a complete frame: corruption, not a torn tail
+    spool.write_bytes(bytes(data))
+    follower = RunFollower(run_dir)
+    assert follower.poll()
+    assert follower.state.error is not None and "checksum mismatch" in follower.state.error
+
+
+def test_watch_follows_a_run_as_its_spools_grow_and_never_writes(tmp_path):
+    store = tmp_path / "store"
+    follower = RunFollower(store / "spool" / "live")
+    assert not follower.poll() and follower.state.view()["status"] == "waiting"
+    rec = SpoolWriter(spool_path(store, "live", "recorder"), "live", "recorder")
+    rec.append(RunStarted(agent="a", model="z-ai/glm-5", time_limit_s=600))
+    proxy = SpoolWriter(spool_path(store, "live", "proxy"), "live", "proxy")
+    proxy.append(_call(1))
+    proxy.append(
+        ToolCallRequested(
+            tool_call_id="t1", name="execute_code", arguments='{"code": "ls"}', model_call_id="c1"
+        )
+    )
+    assert follower.poll()
+    view = follower.state.view()
+    assert view["status"] == "running" and view["step"] == 1 and view["tokens"]["input"] == 1000
+    assert view["last_tool_call"]["name"] == "execute_code" and view["last_tool_call"]["result"] is None
+    assert 0 < view["remaining_s"] <= 600
+    # The shim's spool appears later; the watcher picks it up.
+    shim = SpoolWriter(spool_path(store, "live", "shim"), "live", "shim")
+    shim.append(FileWritten(path="plan/plan.md", op="created", size=5, sha256="sha256:" + "0" * 64))
+    proxy.append(_call(2))
+    proxy.append(ToolCallResult(tool_call_id="t1", model_call_id="c2", output="ok"))
+    before = sorted(os.listdir(store)), sorted(os.listdir(store / "spool" / "live"))
+    result = CliRunner().invoke(cli, ["watch", "live", "--json", "--once", "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    line = json.loads(result.output)
+    assert line["model_calls"] == 2 and line["tokens"] == {
+        "input": 3000,
+        "cache_read": 0,
+        "output": 30,
+        "reasoning": 0,
+    }
+    assert line["cost_usd"] == round((3000 * 0.72 + 30 * 2.30) / 1e6, 6)  # GLM-5 in the default table
+    assert line["last_file"] == {"event": "shim:0", "op": "created", "path": "plan/plan.md", "size": 5}
+    assert line["last_tool_call"]["result"] == {"event": "proxy:3", "is_error": None, "output": "ok"}
+    rec.append(RunFinished(status="completed", exit_code=0))
+    for w in (rec, proxy, shim):
+        w.close()
+    result = CliRunner().invoke(cli, ["watch", "live", "--store", str(store)])  # the table; exits: finished
+    assert result.exit_code == 0 and "completed" in result.output and "plan/plan.md" in result.output
+    assert (sorted(os.listdir(store)), sorted(os.listdir(store / "spool" / "live"))) == before
+    assert not (store / "amb.duckdb").exists()
+
+
+def test_watch_usage_errors(tmp_path):
+    for args, code, message in [
+        ([], 2, "give RUN ids, --sweep DIR or --all-running"),
+        (["r", "--all-running"], 2, "give RUN ids, --sweep DIR or --all-running"),
+        (["../etc"], 1, "amb: error: invalid run id '../etc'"),
+        (["--sweep", str(tmp_path / "nope")], 2, "no such directory"),
+    ]:
+        result = CliRunner().invoke(cli, ["watch", *args, "--store", str(tmp_path)])
+        assert result.exit_code == code and message in result.output, (args, result.output)
+
+
+def test_hostile_strings_are_shown_as_text(tmp_path):
+    """Markup and terminal escapes in what the agent wrote are shown, never interpreted."""
+    evil = "[/bold][link=http://127.0.0.1/]x[/link] \x1b[2J\x1b]0;owned\x07"
+    store = tmp_path / "store"
+    with SpoolWriter(spool_path(store, "evil", "recorder"), "evil", "recorder") as rec:
+        rec.append(RunStarted(agent=evil, model=evil))
+        with SpoolWriter(spool_path(store, "evil", "proxy"), "evil", "proxy") as proxy:
+            proxy.append(_call(1, model=evil))
+            proxy.append(ToolCallRequested(tool_call_id="t", name=evil, arguments=evil, model_call_id="c1"))
+        with SpoolWriter(spool_path(store, "evil", "shim"), "evil", "shim") as shim:
+            shim.append(FileWritten(path=evil, size=1, sha256="sha256:" + "0" * 64))
+        rec.append(RunFinished(status="completed"))
+    result = CliRunner().invoke(cli, ["watch", "evil", "--store", str(store)], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    assert "[/bold][link=http://127.0.0.1/]x[/link]" in result.output
+    result = CliRunner().invoke(cli, ["watch", "evil", "--json", "--store", str(store)])
+    assert json.loads(result.output)["last_file"]["path"] == evil
+
+
+def test_all_running_and_a_sweep(tmp_path):
+    store = tmp_path / "store"
+    for run_id, done in (("old", True), ("busy", False), ("cell-1", False)):
+        with SpoolWriter(spool_path(store, run_id, "recorder"), run_id, "recorder") as rec:
+            rec.append(RunStarted(agent="a"))
+            if done:
+                rec.append(RunFinished(status="completed"))
+    result = CliRunner().invoke(cli, ["watch", "--all-running", "--json", "--once", "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    assert sorted(json.loads(line)["run_id"] for line in result.output.splitlines()) == ["busy", "cell-1"]
+    sweep = tmp_path / "sweep"
+    (sweep / "workspaces" / "cell-1").mkdir(parents=True)
+    (sweep / "logs").mkdir()
+    (sweep / "logs" / "cell-2.log").write_text("")  # an attempt that has not written a spool yet
+    result = CliRunner().invoke(
+        cli, ["watch", "--sweep", str(sweep), "--json", "--once", "--store", str(store)]
+    )
+    assert result.exit_code == 0, result.output
+    views = {v["run_id"]: v for v in map(json.loads, result.output.splitlines())}
+    assert views["cell-1"]["status"] == "running" and views["cell-2"]["status"] == "waiting"
+    assert set(views) == {"cell-1", "cell-2"}
