@@ -50,17 +50,43 @@ def make_pricer(table_ref: str | None) -> Pricer:
     return price
 
 
-def _sweep_runs(sweep: Path) -> set[str]:
-    """The run ids of a sweep's work directory: one workspace (and one log) per attempt."""
-    names: set[str] = set()
-    for sub, suffix in (("workspaces", ""), ("logs", ".log")):
+def _sweep_runs(sweep: Path) -> dict[str, Path]:
+    """The attempts of a sweep's work directory (its shard root), each with the spool directory it
+    records into: ``shards/<id>`` once complete, else the newest ``attempts/<id>/<token>``, else (a
+    spec written, nothing started yet) where it will be. Names that are not run ids are ignored: the
+    directory is shared with whatever the engine's nodes write there."""
+    found: dict[str, Path] = {}
+
+    def ids(sub: str, suffix: str = "") -> list[str]:
         try:
-            for name in os.listdir(sweep / sub):
-                if name.endswith(suffix):
-                    names.add(name.removesuffix(suffix) if suffix else name)
+            names = os.listdir(sweep / sub)
         except FileNotFoundError:
+            return []
+        out = []
+        for name in names:
+            if not name.endswith(suffix):
+                continue
+            rid = name.removesuffix(suffix) if suffix else name
+            try:
+                check_id("run id", rid)
+            except AmbError:
+                continue
+            out.append(rid)
+        return out
+
+    for rid in ids("specs", ".json"):
+        found[rid] = sweep / "attempts" / rid / "(not started)" / "spool" / rid
+    for rid in ids("attempts"):
+        try:
+            tokens = [t for t in os.scandir(sweep / "attempts" / rid) if t.is_dir(follow_symlinks=False)]
+        except (FileNotFoundError, NotADirectoryError):
             continue
-    return names
+        if tokens:
+            newest = max(tokens, key=lambda t: t.stat(follow_symlinks=False).st_mtime_ns)
+            found[rid] = Path(newest.path) / "spool" / rid
+    for rid in ids("shards"):
+        found[rid] = sweep / "shards" / rid / "spool" / rid
+    return found
 
 
 def _running_runs(spool: Path, followers: dict[str, RunFollower], finished: set[str]) -> set[str]:
@@ -185,18 +211,19 @@ def watch_cmd(
     finished: set[str] = set()
     open_ended = bool(sweep or all_running)
 
-    def targets() -> set[str]:
+    def targets() -> dict[str, Path]:
         if sweep is not None:
             return _sweep_runs(sweep)
         if all_running:
-            return _running_runs(spool, followers, finished)
-        return set(runs)
+            return {r: spool / r for r in _running_runs(spool, followers, finished)}
+        return {r: spool / r for r in runs}
 
     def tick() -> list[str]:
         changed = []
-        for run_id in sorted(targets()):
-            if run_id not in followers:
-                followers[run_id] = RunFollower(spool / run_id, price)
+        for run_id, run_dir in sorted(targets().items()):
+            # A sweep's attempt moves (attempts/ -> shards/) when complete: follow it where it is now.
+            if run_id not in followers or followers[run_id].dir != run_dir:
+                followers[run_id] = RunFollower(run_dir, price)
                 changed.append(run_id)
             if followers[run_id].poll() and run_id not in changed:
                 changed.append(run_id)

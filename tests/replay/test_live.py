@@ -152,14 +152,26 @@ def test_all_running_and_a_sweep(tmp_path):
     result = CliRunner().invoke(cli, ["watch", "--all-running", "--json", "--once", "--store", str(store)])
     assert result.exit_code == 0, result.output
     assert sorted(json.loads(line)["run_id"] for line in result.output.splitlines()) == ["busy", "cell-1"]
+    # A sweep's shard root: a complete shard, an attempt still recording, a spec not started yet,
+    # and names that are no run ids (ignored).
     sweep = tmp_path / "sweep"
-    (sweep / "workspaces" / "cell-1").mkdir(parents=True)
-    (sweep / "logs").mkdir()
-    (sweep / "logs" / "cell-2.log").write_text("")  # an attempt that has not written a spool yet
+    for run_id, where, done in (
+        ("cell-1", sweep / "shards" / "cell-1", True),
+        ("cell-3", sweep / "attempts" / "cell-3" / "node-1-42-abc", False),
+    ):
+        with SpoolWriter(spool_path(where, run_id, "recorder"), run_id, "recorder") as rec:
+            rec.append(RunStarted(agent="a"))
+            if done:
+                rec.append(RunFinished(status="completed"))
+    (sweep / "specs").mkdir()
+    (sweep / "specs" / "cell-2.json").write_text("{}")
+    (sweep / "specs" / "not a run id.json").write_text("{}")
+    (sweep / "specs" / "README").write_text("")
     result = CliRunner().invoke(
         cli, ["watch", "--sweep", str(sweep), "--json", "--once", "--store", str(store)]
     )
     assert result.exit_code == 0, result.output
     views = {v["run_id"]: v for v in map(json.loads, result.output.splitlines())}
-    assert views["cell-1"]["status"] == "running" and views["cell-2"]["status"] == "waiting"
-    assert set(views) == {"cell-1", "cell-2"}
+    assert set(views) == {"cell-1", "cell-2", "cell-3"}
+    assert views["cell-1"]["status"] == "completed"
+    assert views["cell-3"]["status"] == "running" and views["cell-2"]["status"] == "waiting"
