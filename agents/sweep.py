@@ -8,6 +8,7 @@ A sweep file (TOML)::
     repeats = 2
     concurrency = 2                  # cells recorded at the same time
     time_limit_s = 600               # per run (default: the task's own limit)
+    max_calls = 200                  # per run budget, as amb-record --max-calls/--max-tokens/--max-cost
     max_attempts = 2                 # a failed cell is retried until it has used this many attempts
     backend = "local"                # or "docker", or "auto" (docker when an engine answers)
     cases = 3                        # twins synthesised for tasks without data (amb task synth)
@@ -98,6 +99,8 @@ class SweepSpec:
     score_jobs: int = 2
     source: Path | None = None
     judge_repeat: int = 1
+    budget_args: list[str] = field(default_factory=list)
+    """amb-record's budget options from the sweep file's max_tokens, max_cost, max_calls, price_table."""
     """With ``judge = "llm"``: ask every rubric item this many times (the report shows its stability)."""
 
 
@@ -190,7 +193,9 @@ def _slug(text: str) -> str:
 
 # ---- the sweep file -------------------------------------------------------------------------------
 
+_BUDGET_KEYS = {"max_tokens": "--max-tokens", "max_cost": "--max-cost", "max_calls": "--max-calls"}
 _KEYS = {
+    "price_table",
     "name",
     "agents",
     "tasks",
@@ -208,6 +213,7 @@ _KEYS = {
     "judge",
     "score_jobs",
     "judge_repeat",
+    *_BUDGET_KEYS,
 }
 _AGENT_KEYS = {"name", "command", "model", "upstream", "env"}
 
@@ -310,6 +316,18 @@ def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
     limit = raw.get("time_limit_s")
     if limit is not None and (not isinstance(limit, (int, float)) or isinstance(limit, bool) or limit <= 0):
         raise SweepError(f"{where}: 'time_limit_s' must be a positive number of seconds")
+    budget_args: list[str] = []
+    for key, flag in _BUDGET_KEYS.items():
+        value = raw.get(key)
+        if value is not None:
+            kinds = (int, float) if key == "max_cost" else (int,)
+            if not isinstance(value, kinds) or isinstance(value, bool) or value <= 0:
+                raise SweepError(
+                    f"{where}: '{key}' must be a positive {'number' if key == 'max_cost' else 'integer'}"
+                )
+            budget_args += [flag, str(value)]
+    if raw.get("price_table") is not None:
+        budget_args += ["--price-table", need("price_table", str, "")]
     backend = need("backend", str, "local")
     if backend not in ("local", "docker", "auto"):
         raise SweepError(f"{where}: 'backend' must be local, docker or auto")
@@ -334,6 +352,7 @@ def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
         score_jobs=ints["score_jobs"],
         source=path,
         judge_repeat=ints["judge_repeat"],
+        budget_args=budget_args,
     )
 
 
@@ -621,7 +640,7 @@ def _launch(
         from tasks.registry import load_spec
 
         limit = float(load_spec(cell.task.id).time_limit_s)
-    argv += ["--time-limit", f"{limit:g}"]
+    argv += ["--time-limit", f"{limit:g}", *spec.budget_args]
     for up in cell.agent.upstream:
         if "{baseline}" in up and server is None:
             raise SweepError(

@@ -135,7 +135,12 @@ def _wait_port(port: int) -> None:
     raise SystemExit(f"bench: port {port} never opened")
 
 
-def start_targets(tmp: Path, against: Path | None = None) -> list[Target]:
+BUDGET_ARGS = ["--max-calls", str(10**12), "--max-tokens", str(10**15)]
+"""``--budget``: limits that never bite, so every call goes through the budget's admission and
+settling (``--max-cost`` is left out: the bench's model names are in no price table)."""
+
+
+def start_targets(tmp: Path, against: Path | None = None, budget: bool = False) -> list[Target]:
     fake = subprocess.Popen(
         [PY, str(ROOT / "tests" / "fakes" / "upstream.py")],
         stdout=subprocess.PIPE,
@@ -182,6 +187,7 @@ def start_targets(tmp: Path, against: Path | None = None) -> list[Target]:
             f"openai={up}",
             "--upstream",
             f"gemini={up}",
+            *(BUDGET_ARGS if budget else []),
             "--",
             PY,
             "-c",
@@ -193,7 +199,7 @@ def start_targets(tmp: Path, against: Path | None = None) -> list[Target]:
         cwd=tmp,
         env={**os.environ, **REAL_KEYS},
     )
-    targets.append(_amb_target("amb", amb, "amb-record"))
+    targets.append(_amb_target("amb", amb, "amb-record" + (" with a budget" if budget else "")))
     if against is not None:  # the same command from another checkout, its packages first on the path
         prev = subprocess.Popen(
             [
@@ -418,6 +424,12 @@ def main() -> None:
         help="also measure amb-record from another checkout (e.g. a `git worktree` of an older "
         "commit) as target amb-prev, in the same rounds: how to see what a change did",
     )
+    ap.add_argument(
+        "--budget",
+        action="store_true",
+        help="record the amb target under a budget that never bites (amb-record --max-calls, "
+        "--max-tokens): what keeping a budget costs each call",
+    )
     args = ap.parse_args()
     if args.against is not None and not (args.against / "amb" / "record.py").is_file():
         raise SystemExit(f"bench: {args.against} is not a checkout of this project (no amb/record.py)")
@@ -425,7 +437,7 @@ def main() -> None:
     n_seq, n_stream, n_big, secs, n_stall = (120, 30, 6, 2.0, 3) if q else (600, 90, 120, 6.0, 8)
 
     with tempfile.TemporaryDirectory(prefix="amb-bench-") as tmpdir:
-        targets = start_targets(Path(tmpdir), args.against)
+        targets = start_targets(Path(tmpdir), args.against, args.budget)
         names = [t.name for t in targets]
         try:
             print(
