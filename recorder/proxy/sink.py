@@ -272,8 +272,8 @@ class Sink:
             error = f"http_{f.status}" + (f": {result.error}" if result.error else "")
         elif error is None and result.error:
             error = f"provider_error: {result.error}"
-        partial = partial_flag or (
-            f.streamed and not result.complete and f.status is not None and f.status < 400
+        partial = not f.refused and (
+            partial_flag or (f.streamed and not result.complete and f.status is not None and f.status < 400)
         )
         if error is None and partial:
             error = "stream_incomplete"
