@@ -222,14 +222,18 @@ def test_profiles_say_how_a_run_over_budget_is_scored(tmp_path, store, fake, age
     res = record(store, fake.url, tmp_path / "ws", agents_py, ["openai", "chat", "stop"], "--max-calls", "1")
     run_id = res.stdout.strip().splitlines()[-1]
     rows = {}
-    for rule in ("zero", "exclude"):
-        path = tmp_path / f"{rule}.toml"
-        path.write_text(
-            f'extends = "paper-2026-06"\n[profile]\nname = "budget-{rule}"\n[budget]\nexceeded = "{rule}"\n'
-        )
-        out = amb_json(store, "score", run_id, "--profile", str(path), "--json")
-        assert isinstance(out, dict)
-        (rows[rule],) = out["rows"]
+    # Scored in this process, through the scorer's entry point that `amb score` calls: two more
+    # `amb score` processes would cost this module seconds of imports each.
+    from scorer.batch import open_store, score_runs
+    from scorer.profile import load
+
+    with open_store(store) as st:
+        for rule in ("zero", "exclude"):
+            path = tmp_path / f"{rule}.toml"
+            path.write_text(
+                f'extends = "paper-2026-06"\n[profile]\nname = "b-{rule}"\n[budget]\nexceeded = "{rule}"\n'
+            )
+            (rows[rule],) = score_runs(st, load(str(path)), run_ids=[run_id], jobs=1).rows
     assert rows["zero"]["status"] == "budget_exceeded"
     assert [rows["zero"][k] for k in ("s1", "s2", "s3", "s4", "s5", "agentic", "task_score", "overall")] == [
         0.0
