@@ -379,7 +379,7 @@ def check_installation() -> Check:
         for name in names
     ]
     wanted += [("amb", "demo-sweep.toml"), ("scorer", "profiles/paper-2026-06.toml")]
-    wanted += [("scorer", "prices/openrouter-2026-05-28.toml"), ("tasks", "kidney-seg/spec.toml")]
+    wanted += [("schemas", "prices/openrouter-2026-05-28.toml"), ("tasks", "kidney-seg/spec.toml")]
     # The report grader's METEOR 1.5 jar comes with the pycocoevalcap dependency.
     wanted += [("pycocoevalcap", "meteor/meteor-1.5.jar")]
     # Located without importing the packages (importing scorer or tasks is not free).

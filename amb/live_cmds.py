@@ -36,16 +36,16 @@ from schemas.events import ModelCallCompleted
 def make_pricer(table_ref: str | None) -> Pricer:
     """Each call priced as ``amb score`` prices it (``scorer.cost``), once: a long run is not
     re-priced on every read."""
-    from scorer import cost as cost_mod
+    from schemas.prices import call_cost, load_table
     from scorer.profile import load
 
-    table = cost_mod.load_table(table_ref or load(None).profile.cost.price_table)
+    table = load_table(table_ref or load(None).profile.cost.price_table)
 
     def price(call: ModelCallCompleted, model: str | None) -> tuple[float | None, str | None]:
-        cost = cost_mod.call_cost(call, table, model)
-        if cost is None:
+        priced = call_cost(call, table, model)
+        if priced is None:
             return None, f"not in price table {table.table.name}: {call.model or model or '(unknown model)'}"
-        return cost, None
+        return priced[0], None
 
     return price
 

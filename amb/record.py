@@ -2,7 +2,8 @@
 
     amb-record [--store DIR] [--task ID --tier lite|standard --data DIR] [--backend local|docker]
                [--time-limit SEC] [--run-id ID] [--label K=V]... [--agent NAME] [--model NAME]
-               [--upstream KIND=URL | NAME=KIND:URL]... [--allow-host HOST:PORT]... -- CMD ARGS...
+               [--upstream KIND=URL | NAME=KIND:URL]... [--allow-host HOST:PORT]...
+               [--max-tokens N] [--max-cost USD [--price-table T]] [--max-calls N] -- CMD ARGS...
 
 Exits with the agent's exit code (124 when the time limit was hit). The run id and outcome are
 printed on stderr (stdout belongs to the agent). Ingest into DuckDB happens here, at the end,
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from recorder.budget import DEFAULT_PRICE_TABLE, Budget, Limits
 from recorder.run import (
     DEFAULT_GRACE_S,
     RunSpec,
@@ -138,6 +140,34 @@ def _backend(name: str, gpus: str | None, shim: bool = False):
     show_default=True,
     help="original: pace answers as recorded; fast: at once.",
 )
+@click.option(
+    "--max-tokens",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Budget: refuse model calls once the run's calls used N tokens (input and output).",
+)
+@click.option(
+    "--max-cost",
+    type=float,
+    default=None,
+    metavar="USD",
+    help="Budget: refuse model calls once the run's calls cost USD under --price-table.",
+)
+@click.option(
+    "--max-calls",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Budget: at most N model calls reach the upstream.",
+)
+@click.option(
+    "--price-table",
+    default=DEFAULT_PRICE_TABLE,
+    show_default=True,
+    metavar="NAME|PATH",
+    help="Prices for --max-cost (the default scoring profile's table).",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def record_cmd(
     store,
@@ -159,11 +189,22 @@ def record_cmd(
     replay_run,
     replay_match,
     replay_timing,
+    max_tokens,
+    max_cost,
+    max_calls,
+    price_table,
     command,
 ):
     """Record COMMAND (after --) as an agent run."""
     if time_limit is not None and time_limit <= 0:
         raise UsageError("--time-limit must be a positive number of seconds")
+    budget = Limits(
+        max_tokens=max_tokens, max_cost_usd=max_cost, max_calls=max_calls, price_table=price_table
+    )
+    if budget.max_cost_usd is not None:
+        Budget(
+            budget, run_model=model
+        )  # the price table and the model's price, checked before anything starts
     # Everything but the labels and upstreams, which a replay adds to.
     common = dict(
         store=store,
@@ -181,6 +222,7 @@ def record_cmd(
         shim=shim,
         no_ingest=no_ingest,
         command=command,
+        budget=budget,
     )
     if replay_run is None:
         _record(**common, labels=labels, upstreams=upstreams)
@@ -228,6 +270,7 @@ def _record(
     shim,
     no_ingest,
     command,
+    budget,
 ):
     spec = RunSpec(
         argv=list(command),
@@ -243,6 +286,7 @@ def _record(
         model=model,
         upstreams=parse_upstreams(list(upstreams)),
         allow_hosts=parse_allow_hosts(list(allow_hosts)),
+        budget=budget,
     )
     outcome = record(spec, _backend(backend, gpus, shim))
     calls = outcome.counts.get("proxy:model_call.completed", 0)

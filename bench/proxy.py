@@ -160,7 +160,14 @@ def _wait_port(port: int) -> None:
     raise SystemExit(f"bench: port {port} never opened")
 
 
-def start_targets(tmp: Path, against: Path | None = None, watch: bool = False) -> list[Target]:
+BUDGET_ARGS = ["--max-calls", str(10**12), "--max-tokens", str(10**15)]
+"""``--budget``: limits that never bite, so every call goes through the budget's admission and
+settling (``--max-cost`` is left out: the bench's model names are in no price table)."""
+
+
+def start_targets(
+    tmp: Path, against: Path | None = None, watch: bool = False, budget: bool = False
+) -> list[Target]:
     fake = subprocess.Popen(
         [PY, str(ROOT / "tests" / "fakes" / "upstream.py")],
         stdout=subprocess.PIPE,
@@ -207,6 +214,7 @@ def start_targets(tmp: Path, against: Path | None = None, watch: bool = False) -
             f"openai={up}",
             "--upstream",
             f"gemini={up}",
+            *(BUDGET_ARGS if budget else []),
             "--",
             PY,
             "-c",
@@ -218,7 +226,7 @@ def start_targets(tmp: Path, against: Path | None = None, watch: bool = False) -
         cwd=tmp,
         env={**os.environ, **REAL_KEYS},
     )
-    targets.append(_amb_target("amb", amb, "amb-record"))
+    targets.append(_amb_target("amb", amb, "amb-record" + (" with a budget" if budget else "")))
     if watch:
         watched = subprocess.Popen(
             [
@@ -486,6 +494,12 @@ def main() -> None:
         action="store_true",
         help="also measure amb-record with `amb watch` following its spools (target amb-watched)",
     )
+    ap.add_argument(
+        "--budget",
+        action="store_true",
+        help="record the amb target under a budget that never bites (amb-record --max-calls, "
+        "--max-tokens): what keeping a budget costs each call",
+    )
     args = ap.parse_args()
     if args.against is not None and not (args.against / "amb" / "record.py").is_file():
         raise SystemExit(f"bench: {args.against} is not a checkout of this project (no amb/record.py)")
@@ -494,7 +508,7 @@ def main() -> None:
 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="amb-bench-") as tmpdir:
-        targets = start_targets(Path(tmpdir), args.against, args.watch)
+        targets = start_targets(Path(tmpdir), args.against, args.watch, args.budget)
         names = [t.name for t in targets]
         try:
             print(

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recorder.backend import AgentView, Backend, Exit, RunContext, seal_directory
+from recorder.budget import Budget, Limits
 from recorder.keyguard import guard_this_process, local_warning
 from recorder.local_backend import LocalBackend
 from recorder.proxy import upstreams as upstreams_mod
@@ -90,6 +91,8 @@ class RunSpec:
     """Where the real keys are read from (default: this process's environment)."""
     allow_hosts: list[tuple[str, int]] = field(default_factory=list)
     """Destinations the proxy may reach although they are loopback or private (--allow-host)."""
+    budget: Limits | None = None
+    """--max-tokens / --max-cost / --max-calls (``recorder.budget``)."""
 
 
 @dataclass
@@ -251,6 +254,8 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
     from recorder.proxy.sink import Sink
 
     store = spec.store
+    limits = spec.budget if spec.budget is not None and spec.budget.any else None
+    budget = Budget(limits, run_model=spec.model) if limits is not None else None  # (checks the prices)
     store.mkdir(parents=True, exist_ok=True)
     blobs = BlobStore(store / "blobs")
     log = _RecorderLog(store, run_id)
@@ -268,7 +273,7 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
     lock.add_path(tmp)
     (tmp / "pid").write_text(str(os.getpid()))
     confdir = tmp / "ca"
-    sink = Sink(store, run_id, custody)
+    sink = Sink(store, run_id, custody, budget=budget)
     upstream_ca = env_source.get("AMB_UPSTREAM_CA")
     proxy = ProxyServer(
         sink,
@@ -319,6 +324,7 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
                 time_limit_s=spec.time_limit_s,
                 labels=dict(spec.labels),
                 tool_versions={**tool_versions(), **backend.tool_versions()},
+                budget=limits.record() if limits is not None else None,
             )
         )
         started = True
@@ -329,7 +335,7 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
             parts.handle = handle = backend.start(list(spec.argv), env)
         except AmbError as e:  # like a shell: the command could not be run, exit 127
             return parts.finish("failed", 127, str(e))
-        exit_, status, reason = _supervise(backend, handle, spec)
+        exit_, status, reason = _supervise(backend, handle, spec, budget)
         end_ns = time.time_ns()
         exit_code = TIMEOUT_EXIT_CODE if status == "timeout" else exit_.code
         log.append(
@@ -378,8 +384,11 @@ def _sweep_stale_tempdirs() -> None:
             pass  # alive, someone else's
 
 
-def _supervise(backend: Backend, handle: object, spec: RunSpec) -> tuple[Exit, str, str | None]:
-    """Wait for the agent; forward SIGINT/SIGTERM; enforce the time limit."""
+def _supervise(
+    backend: Backend, handle: object, spec: RunSpec, budget: Budget | None = None
+) -> tuple[Exit, str, str | None]:
+    """Wait for the agent; forward SIGINT/SIGTERM; enforce the time limit; stop an agent that goes on
+    after its budget refused a call (``--grace`` seconds after the first refusal, as at a time limit)."""
     received: list[int] = []
     forwardable = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {}
@@ -395,6 +404,7 @@ def _supervise(backend: Backend, handle: object, spec: RunSpec) -> tuple[Exit, s
     try:
         deadline = None if spec.time_limit_s is None else time.monotonic() + spec.time_limit_s
         timed_out_at: float | None = None
+        budget_stop_at: float | None = None
         while True:
             step = 0.05
             if deadline is not None and timed_out_at is None:
@@ -403,10 +413,15 @@ def _supervise(backend: Backend, handle: object, spec: RunSpec) -> tuple[Exit, s
             if exit_ is not None:
                 break
             now = time.monotonic()
-            if deadline is not None and timed_out_at is None and now >= deadline:
+            stopping = timed_out_at if timed_out_at is not None else budget_stop_at
+            refused_at = budget.first_refusal if budget is not None else None
+            if deadline is not None and stopping is None and now >= deadline:
                 timed_out_at = now
                 backend.send_signal(handle, signal.SIGTERM)
-            elif timed_out_at is not None and now >= timed_out_at + spec.grace_s:
+            elif stopping is None and refused_at is not None and now >= refused_at + spec.grace_s:
+                budget_stop_at = now
+                backend.send_signal(handle, signal.SIGTERM)
+            elif stopping is not None and now >= stopping + spec.grace_s:
                 backend.kill(handle)
                 exit_ = backend.wait(handle, None)
                 assert exit_ is not None
@@ -415,9 +430,15 @@ def _supervise(backend: Backend, handle: object, spec: RunSpec) -> tuple[Exit, s
         if main:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+    how = "SIGKILL after the grace period" if exit_.signal == signal.SIGKILL else "SIGTERM"
     if timed_out_at is not None:
-        how = "SIGKILL after the grace period" if exit_.signal == signal.SIGKILL else "SIGTERM"
         return exit_, "timeout", f"time limit of {spec.time_limit_s:g}s reached; stopped by {how}"
+    if budget_stop_at is not None:
+        return (
+            exit_,
+            "budget_exceeded",
+            f"the agent was still running {spec.grace_s:g}s after its first refused call; stopped by {how}",
+        )
     if received:
         names = ", ".join(signal.Signals(s).name for s in received)
         return exit_, "killed", f"amb-record received {names} and forwarded it to the agent"
@@ -459,6 +480,11 @@ class _RunParts:
         sink.close()
         if sink.broken and status != "recorder_error":
             status, reason = "recorder_error", f"a model call could not be persisted: {sink.broken}"
+        budget = sink.budget
+        if budget is not None and status != "recorder_error" and budget.exceeded():
+            # The budget is why the run ended, whatever the agent did after its calls were refused.
+            why = budget.reason()
+            status, reason = "budget_exceeded", f"{why}; {reason}" if reason else why
         try:
             if self.handle is not None:
                 log.append(backend.seal_submission(self.handle))
@@ -477,6 +503,7 @@ class _RunParts:
                 duration_s=round(duration, 3),
                 reason=reason,
                 counts=counts,
+                budget=sink.budget.spent() if sink.budget is not None else None,
             )
         )
         log.writer.close()

@@ -63,7 +63,8 @@ VIEWS: list[View] = [
             Column(
                 "status",
                 "coalesce(f.payload->>'status', 'unfinished')",
-                "completed, failed, timeout, killed, recorder_error, or unfinished (no run.finished).",
+                "completed, failed, timeout, killed, budget_exceeded, recorder_error, or unfinished "
+                "(no run.finished).",
             ),
             Column("exit_code", "(f.payload->>'exit_code')::INTEGER", "The agent's exit code."),
             Column("started_ns", "s.ts_ns", "run.started time."),

@@ -115,6 +115,19 @@ class RunScorer:
             task = None
             reasons = {"S1-S5": "zeroed: rule violation", "TASK": "excluded: rule violation"}
             combined: dict[str, Any] = {"agentic": 0.0, "overall": 0.0, "agentic_reason": None, "task": None}
+        elif traj.status == "budget_exceeded" and p.budget.exceeded != "score":
+            # The profile's rule for a run whose budget ran out (see scorer.profile.BudgetRules).
+            if p.budget.exceeded == "zero":
+                stage_values = {s: 0.0 for s in stage_values}
+                task = 0.0
+                reasons = {"S1-S5": "zeroed: budget exceeded", "TASK": "zeroed: budget exceeded"}
+                combined = {"agentic": 0.0, "overall": 0.0, "agentic_reason": None, "task": 0.0}
+            else:
+                stage_values = {s: None for s in stage_values}
+                task = None
+                why = "excluded: budget exceeded"
+                reasons = {"S1-S5": why, "TASK": why, "AGENTIC": why, "OVERALL": why}
+                combined = {"agentic": None, "overall": None, "agentic_reason": why, "task": None}
         else:
             combined = stages.combine(
                 stage_values,
@@ -172,7 +185,7 @@ class RunScorer:
             agentic=combined["agentic"],
             task_score=combined["task"],
             overall=combined["overall"],
-            status=_status(traj, audit.status, summary),
+            status=_status(traj, audit.status, summary, p.budget.exceeded),
             audit_status=audit.status,
             turns=len(traj.model_calls),
             wall_s=traj.duration_s,
@@ -234,15 +247,22 @@ def _repeat(labels: dict[str, str]) -> int | None:
     return None
 
 
-def _status(traj: Trajectory, audit_status: str, grade: dict[str, Any]) -> str:
-    """completed / failed / timeout / breach / no_data / ungraded (the paper's run status)."""
+def _status(traj: Trajectory, audit_status: str, grade: dict[str, Any], budget_rule: str = "score") -> str:
+    """completed / failed / timeout / budget_exceeded / breach / no_data / ungraded (the paper's run
+    status; a run over its budget is ``budget_exceeded`` when the profile does not score it, or when
+    it left nothing scoreable, as a timed-out run is ``timeout``)."""
     if audit_status == "no_data":
         return "no_data"
     if audit_status == "violation":
         return "breach"
+    over_budget = traj.status == "budget_exceeded"
+    if over_budget and budget_rule != "score":
+        return "budget_exceeded"
     if grade.get("task_score") is None:
         return "ungraded"
     scoreable = grade.get("n_cases", 0) > grade.get("n_missing", 0) + grade.get("n_invalid", 0)
     if scoreable:
         return "completed"
+    if over_budget:
+        return "budget_exceeded"
     return "timeout" if traj.status == "timeout" else "failed"

@@ -103,6 +103,16 @@ class CostRules(_Cfg, frozen=True):
     price_table: str
 
 
+class BudgetRules(_Cfg, frozen=True):
+    """How a run that ended ``budget_exceeded`` (``amb-record --max-*``) is scored."""
+
+    exceeded: Literal["score", "zero", "exclude"] = "score"
+    """``score``: like any run, from what it did and submitted before its calls were refused (the
+    harness's turn cap ends a run the same way); ``zero``: S1–S5, AGENTIC, TASK and OVERALL are 0, as
+    a failed run; ``exclude``: they are unscored (NULL, reason ``excluded: budget exceeded``), so the
+    run drops out of the means. The cost is kept in every case."""
+
+
 class AuditRules(_Cfg, frozen=True):
     private_paths: list[str] = []
     grader_paths: list[str] = []
@@ -190,6 +200,7 @@ class Profile(_Cfg, frozen=True):
     tracks: dict[str, TrackRules] = {}
     medals: dict[str, MedalRules] = {}
     codes: CodeRules = CodeRules()
+    budget: BudgetRules = BudgetRules()
 
     @property
     def name(self) -> str:

@@ -170,7 +170,7 @@ def limits_for(spec: SweepSpec, cell: CellState) -> Limits:
         from tasks.registry import load_spec
 
         limit = float(load_spec(cell.task.id).time_limit_s)
-    return Limits(time_limit_s=float(limit), cpus=cpus, memory=memory, gpus=gpus)
+    return Limits(time_limit_s=float(limit), cpus=cpus, memory=memory, gpus=gpus, budget=spec.budget)
 
 
 def run_spec_for(spec: SweepSpec, cell: CellState, attempt: int, backend: Backend) -> RunSpec:

@@ -33,6 +33,7 @@ from typing import Any, TextIO
 
 import msgspec
 
+from recorder.budget import Limits as BudgetLimits
 from recorder.run import RunSpec as RecordSpec
 from recorder.run import parse_upstreams, record
 from schemas.codec import decode_event
@@ -175,6 +176,14 @@ class _StopsItsContainer:
         self._backend.close(handle)
 
 
+def _budget(spec: RunSpec) -> BudgetLimits | None:
+    b = spec.limits.budget
+    if b is None:
+        return None
+    extra = {"price_table": b.price_table} if b.price_table else {}
+    return BudgetLimits(max_tokens=b.max_tokens, max_cost_usd=b.max_cost_usd, max_calls=b.max_calls, **extra)
+
+
 def _backend(spec: RunSpec, alloc: Allocation) -> Any:
     if spec.backend == "local":
         from recorder.local_backend import LocalBackend
@@ -287,6 +296,7 @@ def execute(spec_path: Path, *, out: TextIO | None = None) -> int:
                     upstreams=parse_upstreams(upstreams),
                     workspace=workspace,
                     env={**os.environ, **spec.agent.env},
+                    budget=_budget(spec),
                 ),
                 backend,
             )

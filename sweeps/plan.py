@@ -8,6 +8,7 @@ A sweep file (TOML)::
     repeats = 2
     concurrency = 2                  # runs at the same time (local; the default window elsewhere)
     time_limit_s = 600               # per run (default: the task's own limit)
+    max_calls = 200                  # per run budget, as amb-record --max-calls/--max-tokens/--max-cost
     max_attempts = 2                 # a failed cell is retried until it has used this many attempts
     backend = "local"                # or "docker", or "auto" (docker when an engine answers)
     cases = 3                        # twins synthesised for tasks without data (amb task synth)
@@ -48,7 +49,7 @@ import msgspec
 from schemas.codec import check_id
 from schemas.errors import AmbError, SchemaError, UsageError
 from sweeps.executor import ExecutorConfig
-from sweeps.spec import TIERS, GpuMode, Tier
+from sweeps.spec import TIERS, Budget, GpuMode, Tier
 from sweeps.spec import Agent as AgentDef
 
 
@@ -89,6 +90,10 @@ class SweepFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     repeats: int = 1
     concurrency: int = 1
     time_limit_s: float | None = None
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    max_calls: int | None = None
+    price_table: str | None = None
     max_attempts: int = 2
     backend: Literal["local", "docker", "auto"] = "local"
     cases: int = 3
@@ -142,6 +147,8 @@ class SweepSpec:
     gpu_mode: GpuMode = "nvidia"
     resources: list[ResourceRule] = field(default_factory=list)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    budget: Budget | None = None
+    """Per run: amb-record's --max-tokens/--max-cost/--max-calls (the sweep file's keys)."""
 
 
 def line_of(text: str, path: list[str | int]) -> int | None:
@@ -266,6 +273,20 @@ def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
             raise fail([key], "must be at least 1")
     if raw.time_limit_s is not None and raw.time_limit_s <= 0:
         raise fail(["time_limit_s"], "must be a positive number of seconds")
+    for key in ("max_tokens", "max_cost", "max_calls"):
+        value = getattr(raw, key)
+        if value is not None and value <= 0:
+            raise fail([key], "must be greater than 0")
+    budget = None
+    if raw.max_tokens is not None or raw.max_cost is not None or raw.max_calls is not None:
+        budget = Budget(
+            max_tokens=raw.max_tokens,
+            max_cost_usd=raw.max_cost,
+            max_calls=raw.max_calls,
+            price_table=raw.price_table,
+        )
+    elif raw.price_table is not None:
+        raise fail(["price_table"], "prices a budget: set max_cost (or max_tokens, max_calls) too")
     if raw.gpus < 0 or (raw.cpus is not None and raw.cpus <= 0):
         raise fail(["gpus" if raw.gpus < 0 else "cpus"], "must be positive")
     names = {a.name for a in agents}
@@ -310,4 +331,5 @@ def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
         gpu_mode=raw.gpu_mode,
         resources=list(raw.resources),
         executor=raw.executor,
+        budget=budget,
     )

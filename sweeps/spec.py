@@ -72,6 +72,17 @@ class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Docker ``--memory`` (``8g``, ``512m``); None: the backend's default (8g)."""
     gpus: int = 0
     """How many GPUs the run needs; their ids come from the allocation (see ``sweeps.exec``)."""
+    budget: Budget | None = None
+    """What the run's model calls may spend, enforced by its recording proxy (``amb-record --max-*``)."""
+
+
+class Budget(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """amb-record's ``--max-tokens``, ``--max-cost``, ``--max-calls`` and ``--price-table``."""
+
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    max_calls: int | None = None
+    price_table: str | None = None
 
 
 class RunSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -19,14 +19,17 @@ import json
 import logging
 import re
 import time
+from collections.abc import Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from mitmproxy import http
+from mitmproxy import ctx, http
 from mitmproxy.net.http import url
 
+from recorder.budget import WAIT, Refusal
 from recorder.proxy import calls
+from recorder.proxy import refusal as refusal_mod
 from recorder.proxy import sink as sink_mod
 from recorder.proxy.custody import REDACTED
 from recorder.proxy.gate import BLOCKED_KEY, BLOCKED_MARK
@@ -67,6 +70,8 @@ class _Flow:
     """Why the gate refused the flow (it was answered 403; nothing was sent)."""
     upstream: str | None = None
     """The upstream whose reverse endpoint the request came in on."""
+    refused: str | None = None
+    """Why the run's budget refused the call (it was answered by the proxy; nothing was sent)."""
 
 
 class Recorder:
@@ -82,7 +87,7 @@ class Recorder:
 
     # -- hooks ---------------------------------------------------------------------------------
 
-    def request(self, flow: http.HTTPFlow) -> None:
+    def request(self, flow: http.HTTPFlow) -> Coroutine[Any, Any, None] | None:
         req = flow.request
         upstream = self.routes.get(flow.client_conn.proxy_mode.full_spec)
         if upstream is not None:
@@ -99,7 +104,7 @@ class Recorder:
             st = flow.metadata[KEY]
             st.api, st.blocked = None, blocked
             self.live[flow.id] = flow
-            return
+            return None
         if self.sink.broken:
             flow.response = _error_response(
                 503,
@@ -107,13 +112,44 @@ class Recorder:
                 "refusing to forward unrecorded traffic",
             )
             flow.metadata[KEY].recorded = True
-            return
+            return None
+        st = flow.metadata[KEY]
+        budget = self.sink.budget
+        if api is not None and budget is not None:
+            verdict = budget.try_admit(flow.id)
+            if verdict == WAIT:  # decided once calls in flight settle: mitmproxy awaits what we return
+                return self._admit_later(flow, st)
+            if isinstance(verdict, Refusal):
+                self._refuse(flow, st, verdict)
+                return None
+        self._forward(flow, st)
+        return None
+
+    def _forward(self, flow: http.HTTPFlow, st: _Flow) -> None:
+        req = flow.request
         custody = self.sink.custody
         custody.inject(req.host, req.port, req.headers)
         if "?" in req.path:
             req.path = custody.inject_query(req.host, req.port, req.path)
-        if api is not None:
-            self._queue_request(flow, flow.metadata[KEY])
+        if st.api is not None:
+            self._queue_request(flow, st)
+        self.live[flow.id] = flow
+
+    async def _admit_later(self, flow: http.HTTPFlow, st: _Flow) -> None:
+        # Why the union-attr ignore: only reached with a budget (``request`` checked it).
+        refusal = await self.sink.budget.admit(flow.id)  # type: ignore[union-attr]
+        if refusal is None:
+            self._forward(flow, st)
+        else:
+            self._refuse(flow, st, refusal)
+
+    def _refuse(self, flow: http.HTTPFlow, st: _Flow, refusal: Refusal) -> None:
+        """Answer a model call over budget with its provider's quota error; nothing goes upstream.
+        The refusal is recorded as a failed model call (``budget_exceeded: ...``) with its request."""
+        st.refused = refusal.message
+        # Why the ignore[union-attr] below: only model calls (api set) ask for admission.
+        flow.response = refusal_mod.response(st.api.provider, refusal.message)  # type: ignore[union-attr]
+        self._queue_request(flow, st)
         self.live[flow.id] = flow
 
     def _queue_request(self, flow: http.HTTPFlow, st: _Flow) -> None:
@@ -168,7 +204,7 @@ class Recorder:
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         st: _Flow | None = flow.metadata.get(KEY)
-        if st is None or st.recorded or flow.response is None or st.blocked:
+        if st is None or st.recorded or flow.response is None or st.blocked or st.refused:
             return
         ctype = st.content_type = flow.response.headers.get("content-type", "")
         if st.api is not None:
@@ -279,6 +315,14 @@ class Recorder:
                 upstream=handshake.upstream if handshake is not None else None,
             )
             st.prepared = self.sink.prepare_request(api, msg.content, None)
+            budget = self.sink.budget
+            refusal = await budget.admit(f"{flow.id}-{n}") if budget is not None else None
+            if refusal is not None:  # the request never reaches the upstream; the client gets an error
+                msg.drop()
+                refused = refusal_mod.websocket_error(refusal.message)
+                ctx.master.commands.call("inject.websocket", flow, True, refused)
+                await self._record_ws(flow, st, f"budget_exceeded: {refusal.message}")
+                return
             flow.metadata[WS_KEY] = st
             self.ws_live[flow.id] = flow
             return
@@ -337,8 +381,9 @@ class Recorder:
             ttfb_ms=(st.first_byte - st.t0) * 1000 if st.first_byte else None,
             latency_ms=(now - st.t0) * 1000,
             error=error,
-            partial=error is not None,
+            partial=error is not None and not error.startswith("budget_exceeded"),
             upstream=st.upstream,
+            refused=error is not None and error.startswith("budget_exceeded"),
         )
 
     def done(self) -> None:
@@ -390,6 +435,10 @@ class Recorder:
             retries=st.retries,
             upstream=st.upstream,
         )
+        if st.refused is not None:
+            facts.refused = True
+            if error is None:
+                facts.error, facts.partial = f"budget_exceeded: {st.refused}", False
         if resp is not None:
             facts.status = resp.status_code
             facts.response_encoding = resp.headers.get("content-encoding")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recorder.budget import Budget
 from recorder.proxy import calls, gemini
 from recorder.proxy.blobwriter import BlobWriter
 from recorder.proxy.custody import Custody
@@ -39,6 +40,7 @@ from schemas.events import (
     Payload,
     ToolCallRequested,
     ToolCallResult,
+    Usage,
     kind_of,
 )
 
@@ -83,6 +85,8 @@ class CallFacts:
     retries: int = 0
     upstream: str | None = None
     """The name of the upstream whose reverse endpoint the call came in on."""
+    refused: bool = False
+    """The run's budget refused the call: the proxy answered it, nothing was used."""
 
 
 def _now(fn: Any, *args: Any) -> Future[Any]:
@@ -123,11 +127,15 @@ class NetFacts:
 class Sink:
     """One run's proxy spool + the shared blob store + the tool-call ledger."""
 
-    def __init__(self, store: Path, run_id: str, custody: Custody, *, workers: int = 4):
+    def __init__(
+        self, store: Path, run_id: str, custody: Custody, *, workers: int = 4, budget: Budget | None = None
+    ):
         spool = spool_path(store, run_id, "proxy")
         self.blobs = BlobWriter(Path(store) / "blobs", pack_path(spool))
         self.spool = SpoolWriter(spool, run_id, "proxy", sync=False)
         self.custody = custody
+        self.budget = budget
+        """The run's budget (``--max-*``): the addon asks it before forwarding, a written call settles."""
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="amb-sink")
         self.counts: Counter[str] = Counter()
         self.broken: str | None = None
@@ -212,9 +220,10 @@ class Sink:
                 if not self._busy:
                     self._settled.notify_all()
 
-    def _append(self, payload: Payload) -> None:
-        self.spool.append(payload)
+    def _append(self, payload: Payload) -> int:
+        written = self.spool.append(payload)
         self.counts[kind_of(type(payload))] += 1
+        return written.seq
 
     def _blob(self, data: bytes, media_type: str) -> BlobRef:
         return self.blobs.put(self.custody.scrub(data), media_type)
@@ -233,6 +242,15 @@ class Sink:
         return PreparedRequest(info, ref)
 
     def _write_call(self, f: CallFacts) -> ModelCallCompleted:
+        try:
+            return self._write_call_facts(f)
+        finally:
+            if self.budget is not None:
+                # Every admitted call settles, even one whose record failed (its usage is then
+                # unknown): a call waiting for admission must not wait forever. (A no-op once settled.)
+                self.budget.settle(f.call_id, None, -1)
+
+    def _write_call_facts(self, f: CallFacts) -> ModelCallCompleted:
         prepared = f.request.result()
         info, request_ref = prepared.info, prepared.ref
         raw = b"".join(f.response_chunks)
@@ -254,13 +272,15 @@ class Sink:
             error = f"http_{f.status}" + (f": {result.error}" if result.error else "")
         elif error is None and result.error:
             error = f"provider_error: {result.error}"
-        partial = partial_flag or (
-            f.streamed and not result.complete and f.status is not None and f.status < 400
+        partial = not f.refused and (
+            partial_flag or (f.streamed and not result.complete and f.status is not None and f.status < 400)
         )
         if error is None and partial:
             error = "stream_incomplete"
         usage = result.usage
-        if usage is None:
+        if f.refused:
+            usage = Usage()  # never sent: nothing to estimate
+        elif usage is None:
             usage = calls.estimate_usage(info, result)
         message = result.message()
         requested_model = info.model or calls.model_in_path(f.url)
@@ -289,7 +309,9 @@ class Sink:
             upstream=f.upstream,
             cost_usd=result.cost,
         )
-        self._append(event)
+        seq = self._append(event)
+        if self.budget is not None:
+            self.budget.settle(f.call_id, event, seq)  # before the tool events: waiting calls go on
         self._write_tools(f.call_id, info.tool_results, message.tool_calls)
         return event
 

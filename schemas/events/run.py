@@ -7,6 +7,33 @@ import msgspec
 from schemas.events.base import Payload
 
 
+class BudgetLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """The limits a run was recorded under (``amb-record --max-tokens/--max-cost/--max-calls``)."""
+
+    max_tokens: int | None = None
+    """Input (cached included) plus output (reasoning included) tokens of all calls."""
+    max_cost_usd: float | None = None
+    """Cost of all calls under ``price_table``, as the scorer computes it."""
+    max_calls: int | None = None
+    """Model calls that reach the upstream (refused ones are not counted)."""
+    price_table: str | None = None
+
+
+class BudgetSpent(msgspec.Struct, frozen=True, kw_only=True):
+    """What a budgeted run spent, as the proxy counted it live."""
+
+    calls: int = 0
+    """Model calls that reached the upstream."""
+    tokens: int = 0
+    cost_usd: float | None = None
+    """Under ``price_table``; None when a call's model has no price there."""
+    price_table: str | None = None
+    refused: int = 0
+    """Model calls the proxy refused because a limit was reached."""
+    limit: str | None = None
+    """The limit that stopped the run (``max_calls``, ``max_tokens``, ``max_cost_usd``), if any."""
+
+
 class RunStarted(Payload, frozen=True, tag="run.started"):
     """A recorded run began."""
 
@@ -29,16 +56,20 @@ class RunStarted(Payload, frozen=True, tag="run.started"):
     """Free-form ``K=V`` labels given with ``--label`` (sweep id, repeat index, ...)."""
     tool_versions: dict[str, str] = msgspec.field(default_factory=dict)
     """Versions of amb, mitmproxy, python, the image digest, ..."""
+    budget: BudgetLimits | None = None
+    """The run's budget, when it had one."""
 
 
 class RunFinished(Payload, frozen=True, tag="run.finished"):
     """A recorded run ended. Always the last event the recorder writes for a run."""
 
     status: str
-    """``completed``, ``failed``, ``timeout``, ``killed`` or ``recorder_error``."""
+    """``completed``, ``failed``, ``timeout``, ``killed``, ``budget_exceeded`` or ``recorder_error``."""
     exit_code: int | None = None
     duration_s: float = 0.0
     reason: str | None = None
-    """Why the run ended, when it was not a plain exit (signal, time limit, recorder crash)."""
+    """Why the run ended, when it was not a plain exit (signal, time limit, budget, recorder crash)."""
     counts: dict[str, int] = msgspec.field(default_factory=dict)
     """Events written per source and kind, as the recorder saw them (a cross-check for verify)."""
+    budget: BudgetSpent | None = None
+    """What a budgeted run spent (None: the run had no budget)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from recorder.budget import Budget
 from recorder.proxy.custody import Custody
 from recorder.proxy.server import ProxyServer
 from recorder.proxy.sink import Sink
@@ -34,12 +35,13 @@ class Recording:
         upstream_ca: Path | None = None,
         upstreams: dict[str, str] | None = None,
         allow_hosts: list[tuple[str, int]] | None = None,
+        budget: Budget | None = None,
     ):
         self.store = store
         self.run_id = run_id
         upstreams = upstreams or {"openai": upstream_url, "anthropic": upstream_url, "gemini": upstream_url}
         self.custody = Custody.from_env(dict(REAL_KEYS), upstreams)
-        self.sink = Sink(store, run_id, self.custody)
+        self.sink = Sink(store, run_id, self.custody, budget=budget)
         self.proxy = ProxyServer(
             self.sink,
             upstreams=upstreams,
