@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "replay": "amb.serve_cmds",
     "import": "amb.interop_cmds",
     "export": "amb.interop_cmds",
+    "store": "amb.storage_cmds",
 }
 
 
