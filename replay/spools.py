@@ -31,6 +31,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
 import zstandard
 
 from replay.store import Store
@@ -116,17 +117,34 @@ def settle(store: Store, how: str, progress: Callable[[int, int], None] | None =
     done = {"compressed": 0, "dropped": 0}
     if how == "keep":
         return done
-    rows = store.con.execute(
-        """
-        SELECT f.path, f.size, f.torn_bytes, f.frames, f.last_hash, e.n, e.last_hash
-        FROM spool_files f
-        JOIN manifests m USING (run_id)
-        LEFT JOIN (SELECT run_id, source, count(*) AS n, arg_max(hash, seq) AS last_hash
-                   FROM events GROUP BY ALL) e USING (run_id, source)
-        ORDER BY f.path
-        """
-    ).fetchall()
-    todo = [r for r in rows if Path(r[0]).stem not in KEPT_SOURCES and (store.root / r[0]).exists()]
+    candidates = [
+        row
+        for row in store.con.execute(
+            "SELECT f.path, f.run_id, f.source, f.size, f.torn_bytes, f.frames, f.last_hash "
+            "FROM spool_files f SEMI JOIN manifests m ON m.run_id = f.run_id ORDER BY f.path"
+        ).fetchall()
+        if row[2] not in KEPT_SOURCES and (store.root / row[0]).exists()
+    ]
+    if not candidates:
+        return done
+    # What the store holds for each candidate (only theirs: this runs after every ingest).
+    store.con.register(
+        "_amb_settle", pa.table({"run_id": [r[1] for r in candidates], "source": [r[2] for r in candidates]})
+    )
+    try:
+        held = {
+            (run, source): (n, last)
+            for run, source, n, last in store.con.execute(
+                "SELECT e.run_id, e.source, count(*), arg_max(e.hash, e.seq) FROM events e "
+                "SEMI JOIN _amb_settle c ON c.run_id = e.run_id AND c.source = e.source GROUP BY ALL"
+            ).fetchall()
+        }
+    finally:
+        store.con.unregister("_amb_settle")
+    todo = [
+        (key, size, torn, frames, last, *held.get((run, source), (None, None)))
+        for key, run, source, size, torn, frames, last in candidates
+    ]
     for i, (key, size, torn, frames, last_hash, n, stored_last) in enumerate(todo):
         if progress and i % 100 == 0:
             progress(i, len(todo))

@@ -3,6 +3,7 @@ re-ingest, rebuilding the database and the manifests keep working, and every tam
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 import pytest
@@ -19,12 +20,25 @@ from schemas.errors import SpoolError
 from schemas.events import Note, RunStarted
 
 
-def _store(tmp_path, mode: str, runs: int = 2):
-    root = tmp_path / "store"
-    for i in range(runs):
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    """Two synthetic runs' spools and blobs, not ingested: each test ingests a copy."""
+    root = tmp_path_factory.mktemp("spools") / "store"
+    for i in range(2):
         generate_run(root, f"run-{i}", seed=i, calls=6)
-    report = ingest(root, spool_mode=mode)
-    return root, report
+    return root
+
+
+@pytest.fixture
+def make(tmp_path, generated):
+    def _store(mode: str, runs: int = 2):
+        root = tmp_path / "store"
+        shutil.copytree(generated / "blobs", root / "blobs")
+        for i in range(runs):
+            shutil.copytree(generated / "spool" / f"run-{i}", root / "spool" / f"run-{i}")
+        return root, ingest(root, spool_mode=mode)
+
+    return _store
 
 
 def _snapshot(root) -> list:
@@ -46,8 +60,8 @@ def _files(root) -> list[str]:
 
 
 @pytest.mark.parametrize("mode", ["compress", "drop"])
-def test_spools_settle_and_the_store_still_verifies(tmp_path, mode):
-    root, report = _store(tmp_path, mode)
+def test_spools_settle_and_the_store_still_verifies(make, mode):
+    root, report = make(mode)
     files = _files(root)
     suffix = ".spool.zst" if mode == "compress" else ".spool.dropped"
     assert report.settled == {
@@ -72,8 +86,8 @@ def test_spools_settle_and_the_store_still_verifies(tmp_path, mode):
         assert verify(st.con, st.blobs, anchored=[anchored]) == []
 
 
-def test_database_rebuilt_from_compressed_spools(tmp_path):
-    root, _ = _store(tmp_path, "compress")
+def test_database_rebuilt_from_compressed_spools(make):
+    root, _ = make("compress")
     before = _snapshot(root)
     anchored = [_anchor(root, r) for r in ("run-0", "run-1")]
     for name in ("amb.duckdb", "amb.duckdb.wal"):
@@ -86,10 +100,10 @@ def test_database_rebuilt_from_compressed_spools(tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["compress", "drop"])
-def test_every_tamper_is_still_caught(tmp_path, mode):
+def test_every_tamper_is_still_caught(make, mode):
     """The checks of amb verify read the database, not the spools: each tamper kind of
     tests/replay/test_verify.py is caught whatever became of the spools."""
-    root, _ = _store(tmp_path, mode)
+    root, _ = make(mode)
     anchored = _anchor(root, "run-1")
     edits = {
         "hash mismatch": "UPDATE events SET payload = replace(CAST(payload AS VARCHAR), 'execute_code', 'x') "
@@ -128,9 +142,9 @@ def test_unfinished_or_changed_spools_are_left_alone(tmp_path):
     assert (root / "spool/live/proxy.spool").exists()
 
 
-def test_a_plain_spool_beside_its_compressed_copy_wins(tmp_path):
+def test_a_plain_spool_beside_its_compressed_copy_wins(make):
     """A crash between writing the .zst and removing the plain file leaves both; ingest reads the plain."""
-    root, _ = _store(tmp_path, "compress", runs=1)
+    root, _ = make("compress", runs=1)
     zst = root / "spool/run-0/proxy.spool.zst"
     (root / "spool/run-0/proxy.spool").write_bytes(zstandard.ZstdDecompressor().decompress(zst.read_bytes()))
     zst.write_bytes(b"not zstd")
@@ -138,8 +152,8 @@ def test_a_plain_spool_beside_its_compressed_copy_wins(tmp_path):
     assert ingest(root, spool_mode="keep").events_added == len(_snapshot(root)) > 0
 
 
-def test_a_corrupt_compressed_spool_is_named(tmp_path):
-    root, _ = _store(tmp_path, "compress", runs=1)
+def test_a_corrupt_compressed_spool_is_named(make):
+    root, _ = make("compress", runs=1)
     (root / "spool/run-0/shim.spool.zst").write_bytes(b"\x28\xb5\x2f\xfd garbage")
     (root / "amb.duckdb").unlink()
     with pytest.raises(SpoolError, match=r"spool/run-0/shim.spool.zst: cannot decompress") as e:
@@ -148,8 +162,8 @@ def test_a_corrupt_compressed_spool_is_named(tmp_path):
     assert [k for k, _ in report.failed] == ["spool/run-0/shim.spool"] and report.files_loaded == 2
 
 
-def test_dropped_import_spool_still_counts_as_imported(tmp_path):
-    root, _ = _store(tmp_path, "drop", runs=1)
+def test_dropped_import_spool_still_counts_as_imported(make):
+    root, _ = make("drop", runs=1)
     marker = root / "spool/run-0/import.spool.dropped"
     assert not already_imported(root, "run-0")
     marker.touch()
