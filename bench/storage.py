@@ -81,16 +81,31 @@ def work_generate(root: Path, runs: int, kwargs: dict[str, Any]) -> dict[str, An
 
 
 def work_ingest(root: Path) -> dict[str, Any]:
+    """``amb ingest`` as the build does it; a build that settles spools after ingest has the load
+    and the settling timed apart (the load is what the ingest-rate target is about)."""
+    import inspect
+
     from replay.ingest import ingest
 
     os.sync()
+    settles = "spool_mode" in inspect.signature(ingest).parameters
     t0 = time.perf_counter()
-    report = ingest(root)
+    report = ingest(root, spool_mode="keep") if settles else ingest(root)
     seconds = time.perf_counter() - t0
+    settle_s = 0.0
+    if settles:
+        from replay import spools
+        from replay.store import Store
+
+        with Store.open(root) as st:
+            t0 = time.perf_counter()
+            spools.settle(st, spools.mode())
+            settle_s = time.perf_counter() - t0
     os.sync()
     disk, content, areas = _du(root)
     return {
         "seconds": seconds,
+        "settle_s": settle_s,
         "events": report.events_added,
         "disk": disk,
         "content": content,
@@ -207,6 +222,7 @@ def measure(build: Path, store: Path, runs: int, kwargs: dict[str, Any], sample:
         "areas_per_event": {k: v / n for k, v in sorted(ingest["areas"].items())},
         "ingest_s": ingest["seconds"],
         "ingest_rate": n / ingest["seconds"],
+        "settle_s": ingest["settle_s"],
         "verify_s": verify["seconds"],
         "blob_p50_ms": blobs["p50_ms"],
         "blob_p99_ms": blobs["p99_ms"],
@@ -221,6 +237,7 @@ ROWS = [
     ("on-disk bytes/event before ingest", "before_ingest_disk_per_event", "{:,.0f}"),
     ("ingest time (s)", "ingest_s", "{:.2f}"),
     ("ingest rate (events/s)", "ingest_rate", "{:,.0f}"),
+    ("spools compressed/dropped after ingest (s)", "settle_s", "{:.2f}"),
     ("amb verify (s)", "verify_s", "{:.2f}"),
     ("blob read p50 (ms)", "blob_p50_ms", "{:.3f}"),
     ("blob read p99 (ms)", "blob_p99_ms", "{:.3f}"),
