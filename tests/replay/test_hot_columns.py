@@ -112,3 +112,23 @@ def test_verify_catches_a_hot_column_edited_alone(tmp_path):
         found = verify(st.con, st.blobs)
     assert len(found) == 1 and found[0].kind == "model_call.completed"
     assert "hot column output_tokens differs from the payload" in found[0].what
+
+
+def test_views_match_on_recorded_and_hostile_runs(viewer_store, tmp_path):
+    """The same comparison on the viewer tests' store: runs recorded through amb-record, a
+    100k-event run, and a hostile run (markup in text, tool arguments and file names)."""
+    import shutil
+
+    copy = tmp_path / "store"
+    shutil.copytree(viewer_store.root, copy, ignore=shutil.ignore_patterns("blobs", "spool"))
+    with Store.open(copy) as st:
+        for statement in views.ddl(typed=False, prefix="json_"):
+            st.con.execute(statement)
+        for view in views.VIEWS:
+            for check in (
+                f"SELECT * FROM {view.name} EXCEPT ALL SELECT * FROM json_{view.name}",
+                f"SELECT * FROM json_{view.name} EXCEPT ALL SELECT * FROM {view.name}",
+            ):
+                assert st.con.execute(f"SELECT count(*) FROM ({check})").fetchall() == [(0,)], check
+            n = st.con.execute(f"SELECT count(*) FROM {view.name}").fetchall()[0][0]
+            assert n == st.con.execute(f"SELECT count(*) FROM json_{view.name}").fetchall()[0][0] > 0
