@@ -28,7 +28,19 @@ def count(root) -> int:
         return st.con.execute("SELECT count(*) FROM events").fetchall()[0][0]
 
 
-def test_ingest_loads_every_event(store):
+@pytest.fixture
+def compressed(tmp_path):
+    """Three runs ingested with their spools compressed, whatever AMB_SPOOLS says (with ``drop``
+    there would be no spools to read back, which is what these tests do)."""
+    root = tmp_path / "store"
+    for i in range(3):
+        generate_run(root, f"run-{i}", seed=i, calls=12)
+    ingest(root, spool_mode="compress")
+    return root
+
+
+def test_ingest_loads_every_event(compressed):
+    store = compressed
     with Store.open(store, read_only=True) as st:
         per_run = dict(st.con.execute("SELECT run_id, count(*) FROM events GROUP BY 1").fetchall())
         spooled: dict[str, Any] = {}
@@ -41,7 +53,8 @@ def test_ingest_loads_every_event(store):
     assert per_run == spooled and len(per_run) == 3
 
 
-def test_reingest_adds_nothing(store):
+def test_reingest_adds_nothing(compressed):
+    store = compressed
     before = count(store)
     again = ingest(store)
     assert (again.files_loaded, again.events_added) == (0, 0)
