@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "watch": "amb.live_cmds",
     "checkout": "amb.live_cmds",
     "files": "amb.live_cmds",
+    "store": "amb.storage_cmds",
 }
 
 

@@ -15,6 +15,7 @@ from amb.common import progress, store_option
 from amb.output import emit
 from recorder.synthetic import generate_run
 from replay import manifest as manifests
+from replay import spools as spool_modes
 from replay import views
 from replay.ingest import ingest as ingest_store
 from replay.read import iter_events
@@ -27,6 +28,15 @@ from schemas.events import AnyPayload
 
 @click.command()
 @store_option
+@click.option(
+    "--spools",
+    type=click.Choice(spool_modes.MODES),
+    envvar=spool_modes.ENV,
+    default=spool_modes.DEFAULT_MODE,
+    show_default=True,
+    help="What becomes of a finished run's spools once ingested (except the recorder's): compress "
+    "(zstd), drop, or keep as written. Env: AMB_SPOOLS.",
+)
 @click.argument("runs", nargs=-1)
 @click.option(
     "--from",
@@ -40,7 +50,7 @@ from schemas.events import AnyPayload
 @click.option(
     "--json", "as_json", is_flag=True, help="With --from: print what was loaded and refused as JSON."
 )
-def ingest(store: str, runs: tuple[str, ...], sources: tuple[str, ...], as_json: bool) -> None:
+def ingest(store: str, spools: str, runs: tuple[str, ...], sources: tuple[str, ...], as_json: bool) -> None:
     """Load spools into the store (all runs, or RUNS), verifying checksums and hash chains.
 
     A spool that fails its checks is left out (nothing of it is stored); every other one is loaded.
@@ -53,7 +63,7 @@ def ingest(store: str, runs: tuple[str, ...], sources: tuple[str, ...], as_json:
 
         sys.exit(ingest_from(store, [Path(s) for s in sources], as_json=as_json))
     try:
-        report = ingest_store(store, list(runs) or None, progress=progress("ingest"))
+        report = ingest_store(store, list(runs) or None, progress=progress("ingest"), spool_mode=spools)
     except AmbError as e:
         partial = getattr(e, "report", None)
         if partial is None:
@@ -82,6 +92,7 @@ def _say_ingested(report) -> None:
             if report.blobs_materialised
             else ""
         )
+        + "".join(f"; {n} spools {what}" for what, n in report.settled.items() if n)
     )
 
 

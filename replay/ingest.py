@@ -40,7 +40,9 @@ from typing import NamedTuple
 
 import duckdb
 import pyarrow as pa
+import zstandard
 
+from replay import hot, spools
 from replay.manifest import write_manifests
 from replay.store import Store, first
 from schemas.blobpack import materialise, packs_in
@@ -73,6 +75,8 @@ class IngestReport(NamedTuple):
     """Blobs moved from packs left by recorders that died before closing (``schemas.blobpack``)."""
     failed: list[tuple[str, str]] = []
     """Spools that could not be loaded: (path in the store, why). Nothing of them was stored."""
+    settled: dict[str, int] = {}
+    """Spools of finished runs compressed or dropped after this ingest (``replay.spools``)."""
 
 
 class _Spool(NamedTuple):
@@ -87,18 +91,40 @@ class _Spool(NamedTuple):
 
 
 def spool_files(store_root: Path, run_ids: list[str] | None = None) -> list[Path]:
+    """Every spool: plain ``<source>.spool``, or its compressed ``.spool.zst`` when only that is left."""
     spool = store_root / "spool"
     if not spool.is_dir():
         return []
     dirs = [spool / r for r in run_ids] if run_ids else sorted(p for p in spool.iterdir() if p.is_dir())
-    return [f for d in dirs if d.is_dir() for f in sorted(d.glob("*.spool"))]
+    out = []
+    for d in dirs:
+        if not d.is_dir():
+            continue
+        plain = sorted(d.glob("*.spool"))
+        packed = [z for z in sorted(d.glob("*.spool" + spools.COMPRESSED)) if z.with_suffix("") not in plain]
+        out += sorted(plain + packed)
+    return out
+
+
+def spool_key(store_root: Path, path: Path) -> str:
+    """The spool's name in ``spool_files``: its plain path, also for a compressed one."""
+    key = path.relative_to(store_root).as_posix()
+    return key.removesuffix(spools.COMPRESSED)
 
 
 def _prepare(path: Path, key: str, tmp: Path) -> _Spool | None:
-    """Check a spool's header and end; copy the complete frames aside if the tail is torn."""
-    run_id, source = path.parent.name, path.stem
+    """Check a spool's header and end; copy the complete frames aside if the tail is torn (or the
+    spool is compressed)."""
+    run_id, source = path.parent.name, Path(key).stem
     if not (ID_RE.match(run_id) and ID_RE.match(source)):
         raise SpoolError(f"{path}: not a spool of the store layout spool/<run>/<source>.spool")
+    if path.name.endswith(spools.COMPRESSED):
+        try:
+            plain = tmp / f"{len(os.listdir(tmp))}.spool"
+            plain.write_bytes(spools.read_bytes(path))
+        except zstandard.ZstdError as e:
+            raise SpoolError(f"{key}{spools.COMPRESSED}: cannot decompress ({e})") from e
+        path = plain
     with open(path, "rb") as f:
         head = f.read(len(MAGIC))
         size = os.fstat(f.fileno()).st_size
@@ -152,15 +178,20 @@ def _kinds_sql() -> str:
     return ", ".join(f"('{kind}', {cls.VERSION})" for kind, cls in sorted(KINDS.items()))
 
 
+_HOT_NAMES = ", ".join(c.name for c in hot.HOT_COLUMNS)
+_HOT_FROM_BODY = "".join(f", {hot.cast(f'x[{8 + i}]', c)} AS {c.name}" for i, c in enumerate(hot.HOT_COLUMNS))
+"""The hot columns, from the same parse of each body that reads its envelope (``replay.hot``)."""
+
 _INSERT = f"""
-INSERT INTO events
+INSERT INTO events (run_id, source, seq, kind, v, ts_ns, payload, prev_hash, hash, {_HOT_NAMES})
 SELECT run_id, source, seq, kind, v, ts_ns, payload, prev_hash,
        CASE WHEN bad IS NOT NULL
                 THEN error(concat('spool ', file_key, ': seq ', coalesce(seq_text, '?'), ': ', bad))
             WHEN stored IS NOT NULL AND stored <> hash
                 THEN error(concat('CONFLICT spool ', file_key, ': seq ', seq_text, ': the spool differs from',
                      ' the event already stored under this key (forked or edited spool)'))
-            ELSE hash END
+            ELSE hash END,
+       {_HOT_NAMES}
 FROM (
     SELECT p.*, {{stored_hash}} AS stored,
            CASE WHEN strlen(p.body) <> p.len THEN 'frame length mismatch'
@@ -184,14 +215,16 @@ FROM (
                    x[1] AS kind, x[2] AS prev_hash, x[3] AS run_id, x[4] AS seq_text,
                    TRY_CAST(x[4] AS BIGINT) AS seq,
                    x[5] AS source, TRY_CAST(x[6] AS BIGINT) AS ts_ns, TRY_CAST(x[7] AS INTEGER) AS v,
-                   concat('sha256:', c.digest) AS hash,
+                   concat('sha256:', c.digest) AS hash{_HOT_FROM_BODY},
                    concat(',"prev_hash":"', x[2], '","run_id":"', x[3], '","seq":', TRY_CAST(x[4] AS BIGINT),
                           ',"source":"', x[5], '","ts_ns":', TRY_CAST(x[6] AS BIGINT),
                           ',"v":', TRY_CAST(x[7] AS INTEGER), '}}') AS tail_text
             FROM (
                 SELECT filename, len, digest, body,
                        json_extract_string(
-                           body, ['$.kind', '$.prev_hash', '$.run_id', '$.seq', '$.source', '$.ts_ns', '$.v']
+                           body,
+                           ['$.kind', '$.prev_hash', '$.run_id', '$.seq', '$.source', '$.ts_ns', '$.v',
+                            {", ".join(repr(p) for p in hot.body_paths())}]
                        ) AS x
                 FROM read_csv($files, delim = '\t', quote = '', escape = '', header = false, skip = 1,
                               auto_detect = false, filename = true, max_line_size = {2 * MAX_BODY},
@@ -356,8 +389,11 @@ def ingest(
     *,
     progress: Callable[[int, int], None] | None = None,
     store: Store | None = None,
+    spool_mode: str | None = None,
 ) -> IngestReport:
-    """Load every changed spool (of ``run_ids``, or all) into the store."""
+    """Load every changed spool (of ``run_ids``, or all) into the store, then compress or drop the
+    spools of finished runs as ``spool_mode`` (else $AMB_SPOOLS, else compress) says (``replay.spools``)."""
+    how = spools.mode(spool_mode)
     own = store is None
     st = store or Store.open(store_dir)
     try:
@@ -401,10 +437,12 @@ def ingest(
             for i, path in enumerate(paths):
                 if progress and i % 100 == 0:
                     progress(i, len(paths))
-                key = path.relative_to(st.root).as_posix()
+                key = spool_key(st.root, path)
                 try:
-                    if known.get(key) == path.stat().st_size:
-                        continue
+                    if key in known and (
+                        key != path.relative_to(st.root).as_posix() or known[key] == path.stat().st_size
+                    ):
+                        continue  # unchanged since loaded (a compressed spool is made only after that)
                     spool = _prepare(path, key, Path(tmp))
                 except FileNotFoundError:
                     continue
@@ -445,7 +483,7 @@ def ingest(
         )
         if failures:
             raise _first_failure(failures, report)
-        return report
+        return report._replace(settled=spools.settle(st, how))
     finally:
         if own:
             st.close()

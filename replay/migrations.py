@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import duckdb
 
-from replay import views
+from replay import hot, views
 
 
 class Migration(NamedTuple):
@@ -28,6 +28,11 @@ def _sql(*statements: str) -> Callable[[duckdb.DuckDBPyConnection], None]:
             con.execute(statement)
 
     return run
+
+
+def _hot_columns(con: duckdb.DuckDBPyConnection) -> None:
+    hot.add_and_backfill(con)
+    views.create_views(con)
 
 
 CORE: list[Migration] = [
@@ -83,6 +88,9 @@ CORE: list[Migration] = [
     # model_calls gained requested_model, served_model, upstream and reported_cost_usd: a store made
     # before gets the views again (CREATE OR REPLACE: the columns are the current ones).
     Migration("core.m004_views_gateway_fields", views.create_views),
+    # Typed hot columns (replay.hot): added to events, filled from the payloads already stored, and
+    # the views re-created to read them.
+    Migration("core.m005_i22_hot_columns", _hot_columns),
 ]
 
 

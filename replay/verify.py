@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import duckdb
 
+from replay import hot
 from replay import manifest as manifests
 from schemas.blobstore import BlobStore
 from schemas.codec import GENESIS
@@ -57,16 +58,34 @@ def _run_filter(run_ids: list[str] | None) -> tuple[str, list[Any]]:
     return f"WHERE run_id IN ({', '.join('?' for _ in run_ids)})", list(run_ids)
 
 
+def _hot_mismatch(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
+    """(the extra select list, the SQL naming the first hot column that differs from the payload).
+
+    The hot columns (``replay.hot``) are outside the hash, so an edit of one alone leaves every
+    hash intact; this re-derives each from the payload (one parse per event) and compares."""
+    if not hot.present(con):
+        return "", "NULL"
+    paths = ", ".join(f"'$.{c.path}'" for c in hot.HOT_COLUMNS)
+    whens = " ".join(
+        f"WHEN {c.name} IS DISTINCT FROM {hot.cast(f'hx[{i + 1}]', c)} "
+        f"THEN 'hot column {c.name} differs from the payload (edited after ingest)'"
+        for i, c in enumerate(hot.HOT_COLUMNS)
+    )
+    return f", json_extract_string(payload, [{paths}]) AS hx", f"CASE {whens} END"
+
+
 def check_events(con: duckdb.DuckDBPyConnection, run_ids: list[str] | None = None) -> list[Problem]:
     where, params = _run_filter(run_ids)
+    hx, hot_bad = _hot_mismatch(con)
     rows = con.execute(
         f"""
         WITH e AS (
             SELECT run_id, source, seq, kind, hash, prev_hash,
                    'sha256:' || sha256({BODY_SQL}) AS rehash,
                    lag(hash) OVER w AS prev_stored,
-                   row_number() OVER w - 1 AS expected_seq
-            FROM events {where}
+                   row_number() OVER w - 1 AS expected_seq,
+                   {hot_bad} AS hot_bad
+            FROM (SELECT *{hx} FROM events {where}) AS events
             WINDOW w AS (PARTITION BY run_id, source ORDER BY seq)
         )
         SELECT run_id, source, seq, kind,
@@ -75,9 +94,11 @@ def check_events(con: duckdb.DuckDBPyConnection, run_ids: list[str] | None = Non
                  WHEN rehash <> hash THEN 'hash mismatch: the event was edited after it was recorded'
                  WHEN prev_hash <> coalesce(prev_stored, '{GENESIS}')
                    THEN 'broken chain: prev_hash is not the hash of the event before it'
+                 ELSE hot_bad
                END AS what
         FROM e
         WHERE seq <> expected_seq OR rehash <> hash OR prev_hash <> coalesce(prev_stored, '{GENESIS}')
+           OR hot_bad IS NOT NULL
         ORDER BY run_id, source, seq
         """,
         params,

@@ -2,7 +2,10 @@
 
 Each view is a list of columns (name, SQL expression, description) over a FROM clause; ``ddl()``
 renders the CREATE VIEW statements (``amb schema --format ddl``) and ``markdown()`` the column table
-in the README. Payload fields are read with DuckDB's JSON operators (``->>`` gives text).
+in the README. Payload fields are read with DuckDB's JSON operators (``->>`` gives text), except
+those stored as typed hot columns at ingest (``replay.hot``), which the views read directly; each
+column keeps its JSON definition beside, for stores made before the hot columns and for the test
+that both give the same rows.
 """
 
 from __future__ import annotations
@@ -11,11 +14,16 @@ from typing import NamedTuple
 
 import duckdb
 
+from replay import hot
+
 
 class Column(NamedTuple):
     name: str
     expr: str
+    """The JSON-extracting definition (the views of a store without hot columns)."""
     doc: str
+    hot: str | None = None
+    """The same value read from a typed hot column of ``events`` (``replay.hot``), if there is one."""
 
 
 class View(NamedTuple):
@@ -23,6 +31,8 @@ class View(NamedTuple):
     doc: str
     source: str
     columns: list[Column]
+    hot_source: str | None = None
+    """The FROM clause when the hot columns are read (when it differs from ``source``)."""
 
 
 def _p(path: str, cast: str | None = None) -> str:
@@ -36,11 +46,7 @@ _ENV = [
     Column("ts_ns", "ts_ns", "When it was observed (unix ns)."),
 ]
 
-VIEWS: list[View] = [
-    View(
-        "runs",
-        "One row per run: header, outcome and counts.",
-        """
+_RUNS_SOURCE = """
         (SELECT run_id, count(*) AS n_events,
                 min(ts_ns) AS first_ns, max(ts_ns) AS last_ns,
                 count(*) FILTER (WHERE kind = 'model_call.completed') AS n_model_calls,
@@ -50,14 +56,23 @@ VIEWS: list[View] = [
            FROM events GROUP BY run_id) AS c
         LEFT JOIN (SELECT run_id, ts_ns, payload FROM events WHERE kind = 'run.started') AS s USING (run_id)
         LEFT JOIN (SELECT run_id, ts_ns, payload FROM events WHERE kind = 'run.finished') AS f USING (run_id)
-        """,
+        """
+
+VIEWS: list[View] = [
+    View(
+        "runs",
+        "One row per run: header, outcome and counts.",
+        _RUNS_SOURCE,
         [
             Column("run_id", "c.run_id", "The run id."),
             Column("task", "s.payload->>'task'", "Task id, if any."),
             Column("tier", "s.payload->>'tier'", "lite or standard."),
             Column("agent", "s.payload->>'agent'", "Agent name."),
             Column(
-                "model", "s.payload->>'model'", "Model named at start (see model_calls for what was called)."
+                "model",
+                "s.payload->>'model'",
+                "Model named at start (see model_calls for what was called).",
+                "s.model",
             ),
             Column("backend", "s.payload->>'backend'", "local, docker or synthetic."),
             Column(
@@ -66,7 +81,9 @@ VIEWS: list[View] = [
                 "completed, failed, timeout, killed, budget_exceeded, recorder_error, or unfinished "
                 "(no run.finished).",
             ),
-            Column("exit_code", "(f.payload->>'exit_code')::INTEGER", "The agent's exit code."),
+            Column(
+                "exit_code", "(f.payload->>'exit_code')::INTEGER", "The agent's exit code.", "f.exit_code"
+            ),
             Column("started_ns", "s.ts_ns", "run.started time."),
             Column("duration_s", "(f.payload->>'duration_s')::DOUBLE", "Wall time of the run."),
             Column("labels", "s.payload->'labels'", "JSON object of --label K=V."),
@@ -76,6 +93,7 @@ VIEWS: list[View] = [
             Column("n_processes", "c.n_processes", "process.exited events."),
             Column("n_file_writes", "c.n_file_writes", "file.written events."),
         ],
+        _RUNS_SOURCE.replace("ts_ns, payload FROM", "ts_ns, payload, model, exit_code FROM"),
     ),
     View(
         "model_calls",
@@ -94,6 +112,7 @@ VIEWS: list[View] = [
                 "model",
                 _p("model"),
                 "Model that served the call if the response says, else the one asked for.",
+                "model",
             ),
             Column(
                 "requested_model",
@@ -105,17 +124,40 @@ VIEWS: list[View] = [
                 "upstream", _p("upstream"), "The --upstream it went to (openai, gemini, azure, a named one)."
             ),
             Column("stream", _p("stream", "BOOLEAN"), "Streaming call?"),
-            Column("status", _p("status", "INTEGER"), "Upstream HTTP status (NULL: no response)."),
+            Column("status", _p("status", "INTEGER"), "Upstream HTTP status (NULL: no response).", "status"),
             Column("ok", _p("ok", "BOOLEAN"), "False for failures (see error)."),
             Column("error", _p("error"), "Why it failed."),
             Column("stop_reason", _p("stop_reason"), "finish_reason / stop_reason as sent."),
-            Column("input_tokens", _p("usage.input_total", "BIGINT"), "Input tokens, cached ones included."),
-            Column("cache_read_tokens", _p("usage.cache_read", "BIGINT"), "Part of input read from cache."),
             Column(
-                "cache_write_tokens", _p("usage.cache_write", "BIGINT"), "Part of input written to cache."
+                "input_tokens",
+                _p("usage.input_total", "BIGINT"),
+                "Input tokens, cached ones included.",
+                "input_tokens",
             ),
-            Column("output_tokens", _p("usage.output", "BIGINT"), "Output tokens, reasoning included."),
-            Column("reasoning_tokens", _p("usage.reasoning", "BIGINT"), "Part of output spent on reasoning."),
+            Column(
+                "cache_read_tokens",
+                _p("usage.cache_read", "BIGINT"),
+                "Part of input read from cache.",
+                "cache_read_tokens",
+            ),
+            Column(
+                "cache_write_tokens",
+                _p("usage.cache_write", "BIGINT"),
+                "Part of input written to cache.",
+                "cache_write_tokens",
+            ),
+            Column(
+                "output_tokens",
+                _p("usage.output", "BIGINT"),
+                "Output tokens, reasoning included.",
+                "output_tokens",
+            ),
+            Column(
+                "reasoning_tokens",
+                _p("usage.reasoning", "BIGINT"),
+                "Part of output spent on reasoning.",
+                "reasoning_tokens",
+            ),
             Column("usage_reported", _p("usage.reported", "BOOLEAN"), "False: usage estimated."),
             Column(
                 "reported_cost_usd",
@@ -127,7 +169,7 @@ VIEWS: list[View] = [
             ),
             Column("text", _p("message.text"), "Reassembled assistant text."),
             Column("ttfb_ms", _p("ttfb_ms", "DOUBLE"), "Time to first byte."),
-            Column("latency_ms", _p("latency_ms", "DOUBLE"), "Total latency."),
+            Column("latency_ms", _p("latency_ms", "DOUBLE"), "Total latency.", "latency_ms"),
             Column("request_blob", _p("request.blob"), "Request body blob."),
             Column("response_blob", _p("response.blob"), "Response body blob."),
         ],
@@ -143,8 +185,10 @@ VIEWS: list[View] = [
         [
             Column("run_id", "r.run_id", "The run."),
             Column("seq", "r.seq", "Seq of the request event."),
-            Column("tool_call_id", "r.payload->>'tool_call_id'", "Provider's tool call id."),
-            Column("name", "r.payload->>'name'", "Tool name."),
+            Column(
+                "tool_call_id", "r.payload->>'tool_call_id'", "Provider's tool call id.", "r.tool_call_id"
+            ),
+            Column("name", "r.payload->>'name'", "Tool name.", "r.tool_name"),
             Column("arguments", "r.payload->>'arguments'", "Raw argument string."),
             Column("requested_in", "r.payload->>'model_call_id'", "Model call whose response asked."),
             Column("requested_ns", "r.ts_ns", "When it was asked for."),
@@ -155,6 +199,12 @@ VIEWS: list[View] = [
             Column("output", "res.payload->>'output'", "Result text (capped; see the event's output_blob)."),
             Column("is_error", "(res.payload->>'is_error')::BOOLEAN", "Result flagged as an error."),
         ],
+        """
+        (SELECT * FROM events WHERE kind = 'tool_call.requested') AS r
+        LEFT JOIN (SELECT run_id, ts_ns, payload, tool_call_id FROM events
+                   WHERE kind = 'tool_call.result') AS res
+          ON res.run_id = r.run_id AND res.tool_call_id = r.tool_call_id
+        """,
     ),
     View(
         "processes",
@@ -176,7 +226,12 @@ VIEWS: list[View] = [
                 "((payload->>'end_ns')::BIGINT - (payload->>'start_ns')::BIGINT) / 1e6",
                 "Run time.",
             ),
-            Column("exit_code", _p("exit_code", "INTEGER"), "Exit code (NULL: killed or still running)."),
+            Column(
+                "exit_code",
+                _p("exit_code", "INTEGER"),
+                "Exit code (NULL: killed or still running).",
+                "exit_code",
+            ),
             Column("signal", _p("signal", "INTEGER"), "Terminating signal."),
             Column(
                 "tracer",
@@ -192,7 +247,7 @@ VIEWS: list[View] = [
         "events WHERE kind = 'file.written'",
         _ENV
         + [
-            Column("path", _p("path"), "Path relative to the workspace."),
+            Column("path", _p("path"), "Path relative to the workspace.", "path"),
             Column("op", _p("op"), "created or modified."),
             Column("size", _p("size", "BIGINT"), "Size in bytes."),
             Column("sha256", _p("sha256"), "Content digest."),
@@ -209,8 +264,8 @@ VIEWS: list[View] = [
             Column("scheme", _p("scheme"), "http or https."),
             Column("host", _p("host"), "Host name."),
             Column("port", _p("port", "INTEGER"), "Port."),
-            Column("path", _p("path"), "Path and query."),
-            Column("status", _p("status", "INTEGER"), "HTTP status (NULL: failed)."),
+            Column("path", _p("path"), "Path and query.", "path"),
+            Column("status", _p("status", "INTEGER"), "HTTP status (NULL: failed).", "status"),
             Column("request_bytes", _p("request_bytes", "BIGINT"), "Request body size."),
             Column("response_bytes", _p("response_bytes", "BIGINT"), "Response body size."),
             Column("duration_ms", _p("duration_ms", "DOUBLE"), "Duration."),
@@ -222,16 +277,21 @@ VIEWS: list[View] = [
 ]
 
 
-def ddl() -> list[str]:
+def ddl(typed: bool = True, prefix: str = "") -> list[str]:
+    """The CREATE VIEW statements: reading the hot columns, or (``typed=False``) only the JSON payload.
+
+    ``prefix`` names the views differently (the test that compares both definitions)."""
     out = []
     for view in VIEWS:
-        cols = ",\n    ".join(f"{c.expr} AS {c.name}" for c in view.columns)
-        out.append(f"CREATE OR REPLACE VIEW {view.name} AS\nSELECT\n    {cols}\nFROM {view.source.strip()}")
+        cols = ",\n    ".join(f"{(c.hot if typed and c.hot else c.expr)} AS {c.name}" for c in view.columns)
+        source = (view.hot_source if typed and view.hot_source else view.source).strip()
+        out.append(f"CREATE OR REPLACE VIEW {prefix}{view.name} AS\nSELECT\n    {cols}\nFROM {source}")
     return out
 
 
 def create_views(con: duckdb.DuckDBPyConnection) -> None:
-    for statement in ddl():
+    """(Re-)create the views; on hot columns once ``events`` has them (any migration may call this)."""
+    for statement in ddl(typed=hot.present(con)):
         con.execute(statement)
 
 

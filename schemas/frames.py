@@ -22,6 +22,7 @@ not a torn tail, and is an error.
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import NamedTuple
 
 from schemas.errors import SpoolError
@@ -30,6 +31,23 @@ MAGIC = b"AMBSPOOL 2\n"
 MAX_BODY = 4 * 1024 * 1024
 """Largest body a frame may hold; large content belongs in blobs, and the bulk reader is
 configured for lines up to twice this."""
+
+COMPRESSED_SUFFIX = ".zst"
+"""``<source>.spool.zst``: the spool compressed (zstd) after its run was ingested (``replay.spools``)."""
+DROPPED_SUFFIX = ".dropped"
+"""``<source>.spool.dropped``: the empty marker a spool dropped after ingest leaves."""
+
+
+def spool_exists(path: Path) -> bool:
+    """Whether the spool at ``path`` was ever written: as is, compressed, or dropped after ingest."""
+    return any(
+        p.exists()
+        for p in (
+            path,
+            path.with_name(path.name + COMPRESSED_SUFFIX),
+            path.with_name(path.name + DROPPED_SUFFIX),
+        )
+    )
 
 
 def encode_frame(body: bytes, hexdigest: str) -> bytes:

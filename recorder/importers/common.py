@@ -20,6 +20,7 @@ from schemas.blob import BlobRef, digest
 from schemas.blobstore import BlobStore
 from schemas.errors import AmbError
 from schemas.events import Note, Payload
+from schemas.frames import spool_exists
 
 SOURCE = "import"
 """The spool source of every imported event."""
@@ -212,7 +213,8 @@ class RunBuilder:
 
 
 def already_imported(store: str | os.PathLike[str], run_id: str) -> bool:
-    return spool_path(store, run_id, SOURCE).exists()
+    # Compressed or dropped after ingest (replay.spools) counts: the run is in the store.
+    return spool_exists(spool_path(store, run_id, SOURCE))
 
 
 def write(store: str | os.PathLike[str], run: RunBuilder) -> Imported:

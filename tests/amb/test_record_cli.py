@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from replay.spools import read_bytes as read_spool
 from schemas.blobstore import CHUNK_MAGIC, BlobStore
 from tests.fakes.agents import agents_python, undici_dir
 from tests.fakes.harness import REAL_KEYS
@@ -101,6 +102,8 @@ def assert_no_key_bytes(store: Path) -> None:
         data = path.read_bytes()
         if path.parent.parent.name == "blobs" and not data.startswith(CHUNK_MAGIC):
             data = zlib.decompress(data)  # (a chunk list holds only addresses; its chunks are checked)
+        if path.name.endswith(".spool.zst"):
+            data = read_spool(path)  # compressed after ingest (replay.spools)
         assert not any(k in data for k in keys), path
     hits = sql(
         store,

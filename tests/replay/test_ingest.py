@@ -12,7 +12,7 @@ import pytest
 
 from recorder.spool import SpoolWriter, spool_path
 from recorder.synthetic import generate_run
-from replay.ingest import ingest
+from replay.ingest import ingest, spool_files
 from replay.read import iter_events
 from replay.store import Store
 from schemas.codec import GENESIS, encode_payload, make_body
@@ -28,18 +28,33 @@ def count(root) -> int:
         return st.con.execute("SELECT count(*) FROM events").fetchall()[0][0]
 
 
-def test_ingest_loads_every_event(store):
+@pytest.fixture
+def compressed(tmp_path):
+    """Three runs ingested with their spools compressed, whatever AMB_SPOOLS says (with ``drop``
+    there would be no spools to read back, which is what these tests do)."""
+    root = tmp_path / "store"
+    for i in range(3):
+        generate_run(root, f"run-{i}", seed=i, calls=12)
+    ingest(root, spool_mode="compress")
+    return root
+
+
+def test_ingest_loads_every_event(compressed):
+    store = compressed
     with Store.open(store, read_only=True) as st:
         per_run = dict(st.con.execute("SELECT run_id, count(*) FROM events GROUP BY 1").fetchall())
         spooled: dict[str, Any] = {}
-        for f in (store / "spool").glob("*/*.spool"):
+        # (ingest compressed the spools of these finished runs: read them through it)
+        for f in spool_files(store):
+            from replay.spools import read_bytes
             from schemas.frames import scan
 
-            spooled[f.parent.name] = spooled.get(f.parent.name, 0) + len(scan(f.read_bytes()).bodies)
+            spooled[f.parent.name] = spooled.get(f.parent.name, 0) + len(scan(read_bytes(f)).bodies)
     assert per_run == spooled and len(per_run) == 3
 
 
-def test_reingest_adds_nothing(store):
+def test_reingest_adds_nothing(compressed):
+    store = compressed
     before = count(store)
     again = ingest(store)
     assert (again.files_loaded, again.events_added) == (0, 0)

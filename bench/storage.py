@@ -1,0 +1,299 @@
+"""bench/storage: what a store takes on disk and how fast it reads, this build beside a previous one.
+
+For each data set, each build (this checkout, and the one given with ``--against``) generates the
+same synthetic runs through its own write path into its own store, ingests them with its own
+``amb ingest`` (whatever it does with spools and blobs), and is then measured the same way:
+
+- on-disk bytes per event: every file of the store (database, blob area, spools) by its allocated
+  blocks (``st_blocks * 512``, what ``du`` counts), so the layout a build has is what is measured:
+  loose blob files, pack files, compressed or dropped spools. Content bytes (file sizes) beside;
+- blob read latency: a sample of the referenced blobs read back through the build's blob store,
+  in a fresh process (p50, p99);
+- ``amb verify`` time (every hash, chain, manifest and blob);
+- the aggregate query (tokens per model per run, over ``model_calls``): cold (the first query of a
+  fresh process and connection) and warm (median of the next ten);
+- ingest time and rate.
+
+Every measurement of a build runs in its own process, with the build's packages first on the path
+(as ``bench/proxy.py --against`` does), and the two builds alternate data set by data set.
+
+Data sets: ``small``, 200 runs of 50 model calls (``amb generate --runs 200 --calls 50``, ~59k
+events); ``ingest``, the 1,000-run set of ``bench/ingest.py`` (~1M events). ``--sets small`` runs
+only the first.
+
+Run: ./just bench storage [--against ../prev] [--sets small,ingest] [--keep DIR]
+     (each run generates its stores afresh: ingest compresses the spools it reads)
+     (``git worktree add --detach ../prev main`` makes a previous build to compare with)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parents[1]
+
+AGGREGATE = """
+SELECT run_id, model, sum(input_tokens) AS tokens_in, sum(output_tokens) AS tokens_out, count(*) AS calls
+FROM model_calls GROUP BY run_id, model ORDER BY run_id
+"""
+
+SETS = {
+    # name: (runs, generate_run keyword arguments)
+    "small": (200, {"calls": 50}),
+    "ingest": (1000, {"calls": 35, "processes_per_call": 26}),
+}
+
+# ---- the worker: runs inside a build's own process ------------------------------------------------
+
+
+def _du(root: Path) -> tuple[int, int, dict[str, int]]:
+    disk = content = 0
+    areas: dict[str, int] = {}
+    for dirpath, _, files in os.walk(root):
+        st = os.lstat(dirpath)
+        disk += st.st_blocks * 512
+        for name in files:
+            st = os.lstat(os.path.join(dirpath, name))
+            disk += st.st_blocks * 512
+            content += st.st_size
+            rel = Path(dirpath).relative_to(root).parts
+            area = rel[0] if rel else name
+            areas[area] = areas.get(area, 0) + st.st_blocks * 512
+    return disk, content, areas
+
+
+def work_generate(root: Path, runs: int, kwargs: dict[str, Any]) -> dict[str, Any]:
+    from recorder.synthetic import generate_run
+
+    t0 = time.perf_counter()
+    events = sum(generate_run(root, f"bench-{i:05d}", seed=i, **kwargs).events for i in range(runs))
+    return {"events": events, "seconds": time.perf_counter() - t0}
+
+
+def work_ingest(root: Path) -> dict[str, Any]:
+    """``amb ingest`` as the build does it; a build that settles spools after ingest has the load
+    and the settling timed apart (the load is what the ingest-rate target is about)."""
+    import inspect
+
+    from replay.ingest import ingest
+
+    os.sync()
+    settles = "spool_mode" in inspect.signature(ingest).parameters
+    t0 = time.perf_counter()
+    report = ingest(root, spool_mode="keep") if settles else ingest(root)
+    seconds = time.perf_counter() - t0
+    settle_s = 0.0
+    if settles:
+        from replay import spools
+        from replay.store import Store
+
+        with Store.open(root) as st:
+            t0 = time.perf_counter()
+            spools.settle(st, spools.mode())
+            settle_s = time.perf_counter() - t0
+    os.sync()
+    disk, content, areas = _du(root)
+    return {
+        "seconds": seconds,
+        "settle_s": settle_s,
+        "events": report.events_added,
+        "disk": disk,
+        "content": content,
+        "areas": areas,
+    }
+
+
+def work_verify(root: Path) -> dict[str, Any]:
+    from replay.store import Store
+    from replay.verify import verify
+
+    with Store.open(root, read_only=True) as st:
+        t0 = time.perf_counter()
+        problems = verify(st.con, st.blobs)
+        seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "problems": len(problems)}
+
+
+def work_query(root: Path) -> dict[str, Any]:
+    from replay.store import open_sql
+
+    t0 = time.perf_counter()
+    con = open_sql(root)
+    con.execute(AGGREGATE).fetchall()
+    cold = time.perf_counter() - t0
+    warm = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        con.execute(AGGREGATE).fetchall()
+        warm.append(time.perf_counter() - t0)
+    return {"cold_s": cold, "warm_s": statistics.median(warm)}
+
+
+def work_blobs(root: Path, sample: int) -> dict[str, Any]:
+    import random
+
+    from replay.store import Store
+
+    with Store.open(root, read_only=True) as st:
+        refs = [
+            r[0]
+            for r in st.con.execute(
+                r"""SELECT DISTINCT unnest(regexp_extract_all(payload, '"blob":"(sha256:[0-9a-f]{64})"', 1))
+                    FROM events ORDER BY 1"""
+            ).fetchall()
+        ]
+        picked = random.Random(0).sample(refs, min(sample, len(refs)))
+        times = []
+        for ref in picked:
+            t0 = time.perf_counter()
+            st.blobs.get(ref)
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    return {
+        "n": len(times),
+        "p50_ms": times[len(times) // 2] * 1000,
+        "p99_ms": times[min(len(times) - 1, int(len(times) * 0.99))] * 1000,
+    }
+
+
+def worker(argv: list[str]) -> None:
+    what, root = argv[0], Path(argv[1])
+    if what == "generate":
+        out = work_generate(root, int(argv[2]), json.loads(argv[3]))
+    elif what == "ingest":
+        out = work_ingest(root)
+    elif what == "verify":
+        out = work_verify(root)
+    elif what == "query":
+        out = work_query(root)
+    elif what == "blobs":
+        out = work_blobs(root, int(argv[2]))
+    else:
+        raise SystemExit(f"unknown worker step {what}")
+    print(json.dumps(out))
+
+
+# ---- the driver ----------------------------------------------------------------------------------
+
+
+def run_step(build: Path, *args: str) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(build), "PYTHONHASHSEED": "0"}
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--worker", *args],
+        env=env,
+        cwd=build,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"bench: step {args[0]} of {build} failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def measure(build: Path, store: Path, runs: int, kwargs: dict[str, Any], sample: int) -> dict[str, Any]:
+    shutil.rmtree(store, ignore_errors=True)
+    print(f"  {build}: generating {runs} runs...", file=sys.stderr)
+    gen = run_step(build, "generate", str(store), str(runs), json.dumps(kwargs))
+    print(f"  {build}: {gen['events']:,} events in {gen['seconds']:.0f} s", file=sys.stderr)
+    before_disk, before_content, _ = _du(store)
+    ingest = run_step(build, "ingest", str(store))
+    verify = run_step(build, "verify", str(store))
+    if verify["problems"]:
+        raise SystemExit(f"bench: {build}: amb verify found {verify['problems']} problems")
+    query = run_step(build, "query", str(store))
+    blobs = run_step(build, "blobs", str(store), str(sample))
+    n = ingest["events"]
+    return {
+        "events": n,
+        "before_ingest_disk_per_event": before_disk / n,
+        "disk_per_event": ingest["disk"] / n,
+        "content_per_event": ingest["content"] / n,
+        "areas_per_event": {k: v / n for k, v in sorted(ingest["areas"].items())},
+        "ingest_s": ingest["seconds"],
+        "ingest_rate": n / ingest["seconds"],
+        "settle_s": ingest["settle_s"],
+        "verify_s": verify["seconds"],
+        "blob_p50_ms": blobs["p50_ms"],
+        "blob_p99_ms": blobs["p99_ms"],
+        "query_cold_ms": query["cold_s"] * 1000,
+        "query_warm_ms": query["warm_s"] * 1000,
+    }
+
+
+ROWS = [
+    ("on-disk bytes/event after ingest (du)", "disk_per_event", "{:,.0f}"),
+    ("content bytes/event (file sizes)", "content_per_event", "{:,.0f}"),
+    ("on-disk bytes/event before ingest", "before_ingest_disk_per_event", "{:,.0f}"),
+    ("ingest time (s)", "ingest_s", "{:.2f}"),
+    ("ingest rate (events/s)", "ingest_rate", "{:,.0f}"),
+    ("spools compressed/dropped after ingest (s)", "settle_s", "{:.2f}"),
+    ("amb verify (s)", "verify_s", "{:.2f}"),
+    ("blob read p50 (ms)", "blob_p50_ms", "{:.3f}"),
+    ("blob read p99 (ms)", "blob_p99_ms", "{:.3f}"),
+    ("aggregate query cold (ms)", "query_cold_ms", "{:.1f}"),
+    ("aggregate query warm (ms)", "query_warm_ms", "{:.1f}"),
+]
+
+
+def report(name: str, results: dict[str, dict[str, Any]]) -> None:
+    builds = list(results)
+    first = results[builds[0]]
+    print(f"\n{name}: {first['events']:,} events  (load average {os.getloadavg()[0]:.1f})")
+    header = f"{'':42}" + "".join(f"{b:>16}" for b in builds) + ("   this/prev" if len(builds) == 2 else "")
+    print(header)
+    for label, key, fmt in ROWS:
+        cells = "".join(f"{fmt.format(results[b][key]):>16}" for b in builds)
+        ratio = ""
+        if len(builds) == 2 and results[builds[1]][key]:
+            ratio = f"   {results[builds[0]][key] / results[builds[1]][key]:.2f}x"
+        print(f"{label:42}{cells}{ratio}")
+    for b in builds:
+        areas = ", ".join(f"{k} {v:,.0f}" for k, v in results[b]["areas_per_event"].items())
+        print(f"  {b}: on-disk bytes/event by area: {areas}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--against", type=Path, help="a checkout of a previous build to measure beside this one")
+    ap.add_argument("--sets", default="small,ingest", help="data sets: small (200 runs), ingest (1,000 runs)")
+    ap.add_argument("--keep", type=Path, help="keep the measured stores in this directory")
+    ap.add_argument("--blob-sample", type=int, default=2000)
+    args = ap.parse_args()
+    if args.against is not None and not (args.against / "replay" / "ingest.py").is_file():
+        raise SystemExit(f"bench: {args.against} is not a checkout of this project (no replay/ingest.py)")
+    builds = {"this": HERE}
+    if args.against is not None:
+        builds["prev"] = args.against.resolve()
+    work = args.keep or Path(tempfile.mkdtemp(prefix="amb-bench-storage-"))
+    try:
+        for name in args.sets.split(","):
+            if name not in SETS:
+                raise SystemExit(f"bench: unknown data set {name!r} (small, ingest)")
+            runs, kwargs = SETS[name]
+            results = {}
+            for label, build in builds.items():
+                store = work / f"{name}-{label}"
+                results[label] = measure(build, store, runs, kwargs, args.blob_sample)
+            report(name, results)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        sys.path.insert(0, os.environ.get("PYTHONPATH", str(HERE)))
+        worker(sys.argv[2:])
+    else:
+        main()
