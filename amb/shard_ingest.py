@@ -16,7 +16,9 @@ from sweeps.collect import is_sweep_root, select
 from sweeps.shard import SHARD_FILE, Layout
 
 
-def ingest_from(store: str, sources: list[Path], *, as_json: bool = False) -> int:
+def ingest_from(
+    store: str, sources: list[Path], *, as_json: bool = False, spool_mode: str | None = None
+) -> int:
     """Load every source; returns the exit status (1 when anything was refused)."""
     t0 = time.monotonic()
     out: list[dict[str, Any]] = []
@@ -30,13 +32,17 @@ def ingest_from(store: str, sources: list[Path], *, as_json: bool = False) -> in
             sel = select(Layout(source))
             duplicates = [str(p) for p in sel.duplicates]
             refused = list(sel.refused)
-            report = load_shards(store, sel.take, progress=progress(f"shards of {source.name}"))
+            report = load_shards(
+                store, sel.take, progress=progress(f"shards of {source.name}"), spool_mode=spool_mode
+            )
         elif (source / SHARD_FILE).is_file():
             kind = "shard"
-            report = load_shards(store, [(source, source.name)])
+            report = load_shards(store, [(source, source.name)], spool_mode=spool_mode)
         elif (source / "spool").is_dir():
             kind = "store"
-            report = merge_store(store, source, progress=progress(f"runs of {source.name}"))
+            report = merge_store(
+                store, source, progress=progress(f"runs of {source.name}"), spool_mode=spool_mode
+            )
         else:
             click.echo(
                 f"amb: error: {source}: not a sweep directory (shards/), a shard (shard.json) "

@@ -61,7 +61,7 @@ def ingest(store: str, spools: str, runs: tuple[str, ...], sources: tuple[str, .
             raise UsageError("give RUNS or --from DIR, not both")
         from amb.shard_ingest import ingest_from
 
-        sys.exit(ingest_from(store, [Path(s) for s in sources], as_json=as_json))
+        sys.exit(ingest_from(store, [Path(s) for s in sources], as_json=as_json, spool_mode=spools))
     try:
         report = ingest_store(store, list(runs) or None, progress=progress("ingest"), spool_mode=spools)
     except AmbError as e:

@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
+import zstandard
 
+from replay import spools
 from replay.ingest import IngestReport, ingest
 from replay.store import Store
 from schemas.blob import HASH_PREFIX
@@ -216,14 +218,18 @@ def _verified_blob(root: Path, source: BlobStore, hexd: str, path: Path) -> byte
 
 
 def _check_spool(root: Path, path: Path, run_id: str) -> bytes:
+    """A spool's bytes, checked: whole frames, every event of this run. ``path`` may name a spool
+    another store compressed after ingest (``<source>.spool`` then reads ``<source>.spool.zst``)."""
     rel = path.relative_to(root).as_posix()
     try:
-        data = path.read_bytes()
+        data = path.read_bytes() if path.exists() else spools.read_bytes(spools.compressed_path(path))
         result = scan(data, rel)
     except SpoolError as e:
         raise ShardError(f"{root}: {e}") from None
     except OSError as e:
         raise ShardError(f"{root}: {rel}: cannot read: {e.strerror or e}") from None
+    except zstandard.ZstdError as e:
+        raise ShardError(f"{root}: {rel}{spools.COMPRESSED}: cannot decompress: {e}") from None
     if result.tail is not None:
         raise ShardError(f"{root}: {rel} is truncated ({result.tail.why} at byte {result.tail.offset})")
     for body in result.bodies:
@@ -241,7 +247,8 @@ def _copy_in(store_root: Path, shard: Checked, report: LoadReport) -> None:
     contents = {path: shard.data.get(path) or path.read_bytes() for path in shard.spools + shard.packs}
     for path, data in contents.items():
         target = target_dir / path.name
-        if target.exists() and target.read_bytes() != data:
+        held = _held(target)
+        if held is not None and held is not _DROPPED and held != data:
             raise ShardError(
                 f"{shard.root}: the store already holds a different run {shard.run_id!r} "
                 f"({target.name} differs); it is not overwritten"
@@ -256,11 +263,28 @@ def _copy_in(store_root: Path, shard: Checked, report: LoadReport) -> None:
     target_dir.mkdir(parents=True, exist_ok=True)
     for path, data in contents.items():
         target = target_dir / path.name
-        if not target.exists():
+        if _held(target) is None:
             tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
             tmp.write_bytes(data)
             os.replace(tmp, target)
             report.spools_copied += 1
+
+
+_DROPPED = b"(dropped)"
+"""What ``_held`` answers for a spool the store dropped after ingest: its events are in the database
+(ingest's key check refuses different events under the same keys), its bytes are gone."""
+
+
+def _held(target: Path) -> bytes | None:
+    """The bytes the store holds for one spool, whichever form ingest left it in (``replay.spools``:
+    kept, compressed, dropped); None when the store does not have it."""
+    if target.exists():
+        return target.read_bytes()
+    if spools.compressed_path(target).exists():
+        return spools.read_bytes(spools.compressed_path(target))
+    if spools.dropped_path(target).exists():
+        return _DROPPED
+    return None
 
 
 def _without(message: str, root: Path) -> str:
@@ -279,14 +303,15 @@ def _already_in(store_root: Path, shard: Path, run_id: str) -> bool:
         return False
     if meta.run_id != run_id:
         return False
-    spools = {rel: size for rel, size in meta.files.items() if SPOOL_RE.match(rel)}
-    if not spools:
+    wanted = {rel: size for rel, size in meta.files.items() if SPOOL_RE.match(rel)}
+    if not wanted:
         return False
-    for rel, size in spools.items():
+    for rel, size in wanted.items():
         try:
-            if (store_root / rel).stat().st_size != size:
-                return False
-        except OSError:
+            held = _held(store_root / rel)
+        except (OSError, zstandard.ZstdError):
+            return False
+        if held is None or (held is not _DROPPED and len(held) != size):
             return False
     return True
 
@@ -297,6 +322,7 @@ def load_shards(
     *,
     sized: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    spool_mode: str | None = None,
 ) -> LoadReport:
     """Check and load ``(shard dir, run id)`` pairs into the store; refused shards are reported, the
     others loaded. Idempotent: loading the same shards again copies and adds nothing."""
@@ -323,16 +349,17 @@ def load_shards(
                 progress(i + 1, len(shards))
         if report.loaded:
             BlobStore(st.root / "blobs").sync_dirs(report.blob_dirs)
-            _ingest(st, report)
+            _ingest(st, report, spool_mode)
     finally:
         st.close()
     return report
 
 
-def _ingest(st: Store, report: LoadReport) -> None:
-    """One ingest of every loaded run; spools the store's own checks refuse are reported as refused."""
+def _ingest(st: Store, report: LoadReport, spool_mode: str | None) -> None:
+    """One ingest of every loaded run; spools the store's own checks refuse are reported as refused.
+    ``spool_mode``: what becomes of the copied spools afterwards (``replay.spools``)."""
     try:
-        report.ingest = ingest(store=st, run_ids=report.loaded)
+        report.ingest = ingest(store=st, run_ids=report.loaded, spool_mode=spool_mode)
     except AmbError as e:
         partial = getattr(e, "report", None)
         if partial is None:
@@ -355,7 +382,11 @@ def store_runs(source: Path) -> list[tuple[Path, str]]:
 
 
 def merge_store(
-    store_dir: str | os.PathLike[str], source: Path, *, progress: Callable[[int, int], None] | None = None
+    store_dir: str | os.PathLike[str],
+    source: Path,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    spool_mode: str | None = None,
 ) -> LoadReport:
     """Load every run of the store ``source`` into this one, with the same checks as shards."""
     report = LoadReport()
@@ -380,7 +411,7 @@ def merge_store(
             if progress is not None:
                 progress(i + 1, len(runs))
         if report.loaded:
-            _ingest(st, report)
+            _ingest(st, report, spool_mode)
     finally:
         st.close()
     return report
@@ -394,7 +425,17 @@ def _check_store_run(source: Path, run_id: str) -> Checked:
     run_dir = source / "spool" / run_id
     for rel, _st in _walk(run_dir):
         if rel.endswith(".spool") and "/" not in rel:
-            checked.spools.append(run_dir / rel)
+            if run_dir / rel not in checked.spools:
+                checked.spools.append(run_dir / rel)
+        elif rel.endswith(".spool" + spools.COMPRESSED) and "/" not in rel:
+            plain = run_dir / rel.removesuffix(spools.COMPRESSED)
+            if plain not in checked.spools:  # (a crash between compressing and removing leaves both)
+                checked.spools.append(plain)
+        elif rel.endswith(".spool" + spools.DROPPED) and "/" not in rel:
+            raise ShardError(
+                f"{run_dir}: {rel}: this store dropped the spool after ingest, so the run cannot be "
+                "merged from it (its spools are needed; ingest with --spools compress or keep)"
+            )
         elif not rel.endswith(".blobs"):
             raise ShardError(f"{run_dir}: {rel} is not a spool")
     for path in checked.spools:

@@ -17,6 +17,8 @@ from click.testing import CliRunner
 
 from amb.main import cli
 from replay.shards import ShardError, check_shard, load_shards
+from replay.spools import compressed_path
+from replay.spools import read_bytes as read_spool
 from replay.store import Store
 from sweeps.collect import select
 from sweeps.shard import SHARD_FILE, Layout, claimed
@@ -94,7 +96,9 @@ def test_one_result_per_cell_duplicates_kept_aside_and_loading_is_idempotent(tmp
     # the stored run of the cell is attempt 2's placed execution, byte for byte, not the duplicate's
     rid2 = run_id(CELL, 2)
     for name in ("recorder.spool", "proxy.spool", "shim.spool"):
-        stored = (store / "spool" / rid2 / name).read_bytes()
+        # Ingest compresses a finished run's spools (replay.spools); the bytes inside are the same.
+        kept = store / "spool" / rid2 / name
+        stored = read_spool(kept if kept.exists() else compressed_path(kept))
         assert stored == (path2 / "spool" / rid2 / name).read_bytes()
         assert stored != (dup_path / "spool" / rid2 / name).read_bytes()
 
@@ -129,6 +133,21 @@ def test_stores_merge(tmp_path):
     assert amb("verify", "--store", str(merged)).returncode == 0
     again = amb("ingest", "--store", str(merged), "--from", str(tmp_path / "store-a"), "--json")
     assert json.loads(again.stdout)["sources"][0]["events_added"] == 0
+    # Ingest compressed store-a's spools (the default): the merge read them through the .zst. A store
+    # that dropped them cannot be merged from: one clear refusal, nothing half-loaded.
+    assert any(p.name.endswith(".spool.zst") for p in (tmp_path / "store-a" / "spool").rglob("*"))
+    c = Layout(tmp_path / "c")
+    c.make()
+    make_shard(c, Cell("s", "agent", "kidney-seg", "lite", 1), seed=9)
+    assert (
+        amb(
+            "ingest", "--store", str(tmp_path / "store-c"), "--spools", "drop", "--from", str(c.root)
+        ).returncode
+        == 0
+    )
+    refused = amb("ingest", "--store", str(tmp_path / "merged-c"), "--from", str(tmp_path / "store-c"))
+    assert refused.returncode != 0 and "dropped the spool after ingest" in refused.stderr
+    assert "Traceback" not in refused.stderr
 
 
 def _edit_info(shard: Path, **changes: object) -> None:
