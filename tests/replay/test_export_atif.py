@@ -24,18 +24,23 @@ def amb(*args: str):
     return CliRunner().invoke(cli, list(args), env={"AMB_JUDGE_BASE_URL": "", "AMB_JUDGE_MODEL": ""})
 
 
-def record_demo_run(root: Path, tmp: Path, task: str) -> str:
+DEMO_TASKS = ("kidney-seg", "ldct-denoising", "vqa-rad", "mimic-cxr-report", "bccd-det")
+"""One task per track, as in amb/demo-sweep.toml: every kind of run the demo records."""
+
+
+def record_demo_run(root: Path, tmp: Path, task: str, model: str = "baseline", tier: str = "standard") -> str:
     """A run as the demo records it: amb-agent against the offline baseline server, through
-    amb-record (real proxy, local backend), on the task's synthetic twin."""
+    amb-record (real proxy, local backend), on the task's synthetic twin; ``model`` names the
+    baseline's policy (``baseline+crash-mid-batch`` is the demo's flawed agent)."""
     from agents.baseline.server import BaselineServer
     from tasks.registry import brief
 
     data = fx.twin(task, tmp, cases=2)
-    ws = tmp / f"ws-{task}"
+    run_id = f"demo-{task}-{tier}" + ("-crash" if "crash" in model else "")
+    ws = tmp / f"ws-{run_id}"
     ws.mkdir()
-    (ws / "tier_prompt.txt").write_text(brief(task, "standard"))
+    (ws / "tier_prompt.txt").write_text(brief(task, tier))
     bindir = Path(sys.executable).parent
-    run_id = f"demo-{task}"
     with BaselineServer() as server:
         proc = subprocess.run(
             [
@@ -45,7 +50,7 @@ def record_demo_run(root: Path, tmp: Path, task: str) -> str:
                 "--task",
                 task,
                 "--tier",
-                "standard",
+                tier,
                 "--data",
                 str(data),
                 "--run-id",
@@ -55,7 +60,7 @@ def record_demo_run(root: Path, tmp: Path, task: str) -> str:
                 "--",
                 str(bindir / "amb-agent"),
                 "--model",
-                "baseline",
+                model,
                 "--task-dir",
                 ".",
                 "--data",
@@ -72,15 +77,18 @@ def record_demo_run(root: Path, tmp: Path, task: str) -> str:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> tuple[Path, Path, list[str]]:
-    """Two runs recorded as the demo records them (two tracks), two synthetic runs (three sources
-    each, through the real spool path) and one imported AutoMedBench run."""
+    """Runs recorded as the demo records them (every track; the flawed agent and the lite tier
+    once each), two synthetic runs (three sources each, through the real spool path) and one
+    imported AutoMedBench run."""
     tmp = tmp_path_factory.mktemp("atif")
     root = tmp / "store"
-    recorded = [record_demo_run(root, tmp, task) for task in ("bccd-det", "vqa-rad")]
+    # The imported run's folder first: it makes the kidney twin with the three cases it expects.
+    seg = fx.seg_local(tmp / "src", "kidney-seg", "kidney", tmp, drop=1)
+    recorded = [record_demo_run(root, tmp, task) for task in DEMO_TASKS]
+    recorded.append(record_demo_run(root, tmp, "kidney-seg", model="baseline+crash-mid-batch", tier="lite"))
     for i in range(2):
         generate_run(root, f"rec-{i}", seed=i, calls=6)
     ingest(root)
-    seg = fx.seg_local(tmp / "src", "kidney-seg", "kidney", tmp, drop=1)
     r = amb("import", "automedbench", "--store", str(root), "--json", str(seg))
     assert r.exit_code == 0, r.output
     runs = [*recorded, "rec-0", "rec-1", json.loads(r.stdout)[0]["run_id"]]
