@@ -8,8 +8,11 @@ preamble, the environment and the task brief; tools ``execute_code {language, co
 ``submit_results {summary}``; ``tool_choice=auto``, temperature 0, ``max_tokens`` 4096. Each turn is
 one API call; every tool call in it is run and answered with a ``role: tool`` message holding
 ``{"exit_code", "stdout", "stderr"}``, stdout cut to its last 3000 characters and stderr to its last
-2000. The loop stops on ``submit_results``, on a reply without tool calls (after a cut-off reply it
-asks the model to continue instead), at the turn cap, or at the time limit. A failed API call is
+2000 (``--report-elapsed`` adds ``elapsed_s``, the wall time of the execution, as the enhancement
+branch's harness does; it is off by default so that every request depends only on what the model
+said and what the programs printed, and a strict replay can match it byte for byte). The loop
+stops on ``submit_results``, on a reply without tool calls (after a cut-off reply it asks the model
+to continue instead), at the turn cap, or at the time limit. A failed API call is
 retried once after a pause. Exit status: 0 when the results were submitted, 2 when the loop ended
 without a submission, 1 when the API failed.
 
@@ -112,7 +115,9 @@ def truncate_tail(text: str, keep: int) -> str:
     return f"[... {len(text) - keep} characters cut ...]\n" + text[-keep:]
 
 
-def run_code(language: str, code: str, workspace: Path, timeout: float, n: int) -> dict:
+def run_code(
+    language: str, code: str, workspace: Path, timeout: float, n: int, report_elapsed: bool = False
+) -> dict:
     """Run one execute_code call in the workspace; the AutoMedBench result object."""
     if language not in ("python", "bash"):
         return {"exit_code": 2, "stdout": "", "stderr": f"unknown language {language!r}: use python or bash"}
@@ -143,7 +148,8 @@ def run_code(language: str, code: str, workspace: Path, timeout: float, n: int) 
             pass
     out["stdout"] = truncate_tail(out["stdout"], STDOUT_KEEP)
     out["stderr"] = truncate_tail(out["stderr"], STDERR_KEEP)
-    out["elapsed_s"] = round(time.monotonic() - t0, 2)
+    if report_elapsed:
+        out["elapsed_s"] = round(time.monotonic() - t0, 2)
     return out
 
 
@@ -255,6 +261,7 @@ def run(args) -> int:
                         workspace,
                         args.exec_timeout,
                         n_exec,
+                        args.report_elapsed,
                     )
                 elif name == "submit_results":
                     submitted = True
@@ -292,6 +299,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--api-timeout", type=float, default=600.0)
+    p.add_argument(
+        "--report-elapsed",
+        action="store_true",
+        help="Add elapsed_s (wall seconds) to each execute_code result, as the enhancement harness does.",
+    )
     p.add_argument(
         "--retry-delay", type=float, default=5.0, help="Pause before the one retry of a failed call."
     )

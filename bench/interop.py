@@ -49,21 +49,36 @@ def build_store(root: Path, runs: int, per_run: int) -> None:
     ingest(root)
 
 
-def parquet_round(root: Path, work: Path) -> tuple[float, float, float, int]:
-    """(events-only export seconds, full export seconds, plain COPY seconds, events)."""
+class Timed:
+    """Wall and CPU seconds of a block (CPU: every thread of this process, DuckDB's included).
+
+    On a shared machine the wall time mostly measures how much of a core the process was given;
+    CPU seconds measure the work, and events per CPU-second times the cores it can use is what
+    a quiet machine would read."""
+
+    def __enter__(self) -> Timed:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self.wall
+        self.cpu = time.process_time() - self.cpu
+
+
+def parquet_round(root: Path, work: Path) -> tuple[Timed, Timed, Timed, int]:
+    """(events-only export, full export, plain COPY, events)."""
     out, plain = work / "pq", work / "plain.parquet"
     times = []
     with Store.open(root, read_only=True) as st:
         n = st.con.execute("SELECT count(*) FROM events").fetchall()[0][0]
-        t0 = time.perf_counter()
-        st.con.execute(f"COPY events TO '{plain}' (FORMAT parquet, COMPRESSION snappy)")
-        base = time.perf_counter() - t0
+        with Timed() as base:
+            st.con.execute(f"COPY events TO '{plain}' (FORMAT parquet, COMPRESSION snappy)")
         plain.unlink()
         for only in (["events"], None):
             shutil.rmtree(out, ignore_errors=True)
-            t0 = time.perf_counter()
-            export(st.con, out, only=only)
-            times.append(time.perf_counter() - t0)
+            with Timed() as t:
+                export(st.con, out, only=only)
+            times.append(t)
             back = duckdb.execute(
                 f"SELECT count(*) FROM read_parquet('{out}/events/**/*.parquet', hive_partitioning = true)"
             ).fetchall()[0][0]
@@ -90,34 +105,33 @@ def _parse_one(folder: Path) -> list:
     return [automedbench.parse(folder, resolve_task=canonical_id)]
 
 
-def import_round(folders: list[Path], store: Path) -> tuple[float, int]:
+def import_round(folders: list[Path], store: Path) -> tuple[Timed, int]:
     """``amb import automedbench`` as the command runs it (threads, write, ingest), timed."""
     from amb.interop_cmds import run_imports
 
     shutil.rmtree(store, ignore_errors=True)
     store.mkdir(parents=True)
-    t0 = time.perf_counter()
-    outcomes = run_imports(
-        str(store),
-        ((str(f), partial(_parse_one, f)) for f in folders),
-        len(folders),
-        "import",
-    )
-    dt = time.perf_counter() - t0
+    with Timed() as t:
+        outcomes = run_imports(
+            str(store),
+            ((str(f), partial(_parse_one, f)) for f in folders),
+            len(folders),
+            "import",
+        )
     assert all(o.status == "imported" for o in outcomes), outcomes[:3]
     events = sum(int(o.detail.split()[0]) for o in outcomes)
-    return dt, events
+    return t, events
 
 
-def generate_round(store: Path, runs: int, events_per_run: int) -> float:
+def generate_round(store: Path, runs: int, events_per_run: int) -> Timed:
     """Baseline: the synthetic writer through the same spool path, about as many events, then ingest."""
     shutil.rmtree(store, ignore_errors=True)
     calls = max(1, round(events_per_run / 4))
-    t0 = time.perf_counter()
-    for i in range(runs):
-        generate_run(store, f"g-{i:05d}", seed=i, calls=calls, sync=True)
-    ingest(store)
-    return time.perf_counter() - t0
+    with Timed() as t:
+        for i in range(runs):
+            generate_run(store, f"g-{i:05d}", seed=i, calls=calls, sync=True)
+        ingest(store)
+    return t
 
 
 def main() -> None:
@@ -137,18 +151,24 @@ def main() -> None:
         ev_only, full, base = [], [], []
         n = 0
         for _ in range(args.rounds):
-            e, f, b, n = parquet_round(root, tmp)
-            ev_only.append(e)
-            full.append(f)
-            base.append(b)
-        e, f, b = statistics.median(ev_only), statistics.median(full), statistics.median(base)
+            te, tf, tb, n = parquet_round(root, tmp)
+            ev_only.append(te)
+            full.append(tf)
+            base.append(tb)
+        e, f, b = (statistics.median(x.wall for x in t) for t in (ev_only, full, base))
+        ec, fc, bc = (statistics.median(x.cpu for x in t) for t in (ev_only, full, base))
         print(
             f"parquet export of {n:,} events, partitioned by run: {e:.2f} s = {n / e:,.0f} events/s; "
             f"plain unpartitioned COPY events: {b:.2f} s = {n / b:,.0f} events/s; ratio {b / e:.2f}x"
         )
         print(
+            f"  CPU: {ec:.2f} s = {n / ec:,.0f} events per CPU-second (plain COPY {n / bc:,.0f}); "
+            f"this process got {ec / e:.2f} cores of the machine's {os.cpu_count()}"
+        )
+        print(
             f"parquet export of everything (events, every view, scores): {f:.2f} s = {n / f:,.0f} "
-            f"events/s; ratio to the plain COPY {b / f:.2f}x (medians of {args.rounds})"
+            f"events/s, {n / fc:,.0f} per CPU-second; ratio to the plain COPY {b / f:.2f}x "
+            f"(medians of {args.rounds})"
         )
         with Store.open(root, read_only=True) as st:
             ids = run_ids(st.con)[:50]
@@ -172,12 +192,15 @@ def main() -> None:
             t, events = import_round(folders, tmp / "imported")
             imp.append(t)
             gen.append(generate_round(tmp / "generated", len(folders), events // len(folders)))
-        i, g = statistics.median(imp), statistics.median(gen)
+        i, g = statistics.median(x.wall for x in imp), statistics.median(x.wall for x in gen)
+        ic = statistics.median(x.cpu for x in imp)
         print(
             f"import automedbench, {len(folders)} seg folders ({events:,} events): {i:.2f} s = "
             f"{len(folders) / i:,.1f} runs/s; generate+ingest of as many runs and events: {g:.2f} s; "
             f"ratio {g / i:.2f}x (medians of {args.rounds})"
         )
+        per_run = ic * 1000 / len(folders)
+        print(f"  CPU: {per_run:.1f} ms per run = {len(folders) / ic:,.1f} runs per CPU-second")
     print(f"load average at end: {os.getloadavg()}")
 
 

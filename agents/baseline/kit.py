@@ -185,7 +185,9 @@ def run_case(cfg, case):
                 question.get("question_type") or "these", label or answer
             ),
             "model_name": VERSION + " answer prior",
-            "runtime_s": round(time.time() - t0, 4),
+            # At 0.1 s (a table lookup reads 0.0): the answer file is then the same on every run,
+            # so a replayed run seals the same submission.
+            "runtime_s": round(time.time() - t0, 1),
         }
         _write_json(outs[0], record)
     elif track == "report":

@@ -94,7 +94,9 @@ def write_nifti(path, like, values):
     body = bytes(hdr) + b"\0\0\0\0" + array.array("B", values).tobytes()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "wb") as f:
-        f.write(gzip.compress(body, compresslevel=6))
+        # mtime=0: gzip would stamp the time of writing into the header, so the same mask written
+        # twice (a replayed run) would not be the same file.
+        f.write(gzip.compress(body, compresslevel=6, mtime=0))
 
 
 def components(mask, shape, min_size=1):

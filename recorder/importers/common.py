@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,9 +19,10 @@ from typing import Any, NamedTuple
 from recorder.spool import SpoolWriter, spool_path
 from schemas.blob import BlobRef, digest
 from schemas.blobstore import BlobStore
+from schemas.codec import GENESIS, encode_payload, hash_body, make_body
 from schemas.errors import AmbError
-from schemas.events import Note, Payload
-from schemas.frames import spool_exists
+from schemas.events import Note, Payload, kind_of
+from schemas.frames import MAGIC, encode_frame, spool_exists
 
 SOURCE = "import"
 """The spool source of every imported event."""
@@ -55,7 +57,27 @@ DEFAULT_LIMITS = Limits()
 
 def inside(root: Path, path: Path) -> bool:
     """True when ``path`` (after resolving every symlink) is ``root`` or below it (``root`` is
-    resolved by the caller: importers resolve the folder once)."""
+    resolved by the caller: importers resolve the folder once).
+
+    The common case is checked without resolving the whole path from ``/`` (one ``lstat`` per
+    component, which was most of an import's parse time): a path spelled below ``root`` with no
+    ``..`` whose every component below ``root`` exists and is not a symlink is inside. Anything
+    else (a link on the way, ``..``) is resolved in full."""
+    root_s, path_s = str(root), str(path)
+    if path_s.startswith(root_s.rstrip("/") + "/") and "/../" not in path_s + "/":
+        rest = path_s[len(root_s.rstrip("/")) + 1 :].split("/")
+        cur = root_s.rstrip("/")
+        try:
+            for part in rest:
+                if part in ("", "."):
+                    continue
+                cur += "/" + part
+                if stat.S_ISLNK(os.lstat(cur).st_mode):
+                    break
+            else:
+                return True
+        except OSError:
+            return False
     try:
         path.resolve(strict=True).relative_to(root)
     except (ValueError, OSError):
@@ -217,27 +239,118 @@ def already_imported(store: str | os.PathLike[str], run_id: str) -> bool:
     return spool_exists(spool_path(store, run_id, SOURCE))
 
 
-def write(store: str | os.PathLike[str], run: RunBuilder) -> Imported:
-    """Blobs first, then the spool under a temporary name, fsync'd, renamed into place."""
+class Staged(NamedTuple):
+    """A run written but not yet visible: its spool sits under a ``.partial`` name."""
+
+    imported: Imported
+    partial: Path
+    final: Path
+
+
+def stage(store: str | os.PathLike[str], run: RunBuilder, *, sync: bool = False) -> Staged:
+    """Blobs, then the spool under a temporary name that ingest never reads.
+
+    With ``sync=False`` nothing is fsync'd here: ``publish`` makes a whole batch durable with one
+    file-system sync before any spool of it gets its real name (per-blob fsyncs were most of an
+    import's time). With ``sync=True`` each new blob is fsync'd at once, the fsyncs overlapping in
+    threads."""
     blobs = BlobStore(Path(store) / "blobs")
-    # Each new blob is fsync'd before the spool that names it exists; the fsyncs overlap in threads
-    # (they dominate an import's time; the file system commits concurrent ones together).
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(lambda data: blobs.put(data, sync=True), run.blobs.values()))
+    if sync:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(lambda data: blobs.put(data, sync=True), run.blobs.values()))
+    else:
+        for data in run.blobs.values():
+            blobs.put(data, sync=False)
     final = spool_path(store, run.run_id, SOURCE)
     tmp = final.with_name(final.name + ".partial")
     if tmp.exists():
         tmp.unlink()  # left by an import that died mid-write; never ingested (wrong suffix)
-    writer = SpoolWriter(tmp, run.run_id, SOURCE, sync=False)
+    if sync:
+        writer = SpoolWriter(tmp, run.run_id, SOURCE, sync=False)
+        try:
+            for ts, payload in run.events:
+                writer.append(payload, ts_ns=ts)
+        finally:
+            writer.close()  # fsyncs the spool
+    else:
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(spool_bytes(run))
+    return Staged(Imported(run.run_id, len(run.events), len(run.blobs)), tmp, final)
+
+
+def spool_bytes(run: RunBuilder) -> bytes:
+    """The whole spool file of ``run``, as ``SpoolWriter`` would append it event by event (same
+    bodies, hash chain and frames; ingest checks every one), in one buffer for one write."""
+    frames = [MAGIC]
+    prev = GENESIS
+    for seq, (ts, payload) in enumerate(run.events):
+        body = make_body(
+            run_id=run.run_id,
+            source=SOURCE,
+            seq=seq,
+            ts_ns=ts,
+            kind=kind_of(type(payload)),
+            v=type(payload).VERSION,
+            payload=encode_payload(payload),
+            prev_hash=prev,
+        )
+        prev = hash_body(body)
+        frames.append(encode_frame(body, prev[len("sha256:") :]))
+    return b"".join(frames)
+
+
+def _sync_file_system(path: Path) -> None:
+    """Everything written to the file system holding ``path`` reaches the disk (``syncfs``)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
-        for ts, payload in run.events:
-            writer.append(payload, ts_ns=ts)
+        if _libc is not None and _libc.syncfs(fd) == 0:
+            return
+        os.sync()  # no syncfs here: the whole machine's buffers, slower but as safe
     finally:
-        writer.close()
-    os.replace(tmp, final)
-    fd = os.open(final.parent, os.O_RDONLY)
+        os.close(fd)
+
+
+def _load_libc() -> Any:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syncfs.argtypes = [ctypes.c_int]
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+_libc = _load_libc()
+
+
+def publish(store: str | os.PathLike[str], staged: list[Staged]) -> None:
+    """Make staged runs durable, then visible: one sync of the file system (every blob and spool
+    of the batch on disk), each spool renamed to its real name, the renames made durable. A crash
+    before the renames leaves only ``.partial`` files, which the next import rewrites."""
+    if not staged:
+        return
+    _sync_file_system(Path(store))
+    dirs = set()
+    for s in staged:
+        os.replace(s.partial, s.final)
+        dirs.add(s.final.parent)
+    for d in sorted(dirs):
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write(store: str | os.PathLike[str], run: RunBuilder) -> Imported:
+    """One run, durable and visible on return: its blobs fsync'd, then its spool."""
+    staged = stage(store, run, sync=True)
+    os.replace(staged.partial, staged.final)
+    fd = os.open(staged.final.parent, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    return Imported(run.run_id, len(run.events), len(run.blobs))
+    return staged.imported

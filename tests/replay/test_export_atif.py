@@ -24,18 +24,23 @@ def amb(*args: str):
     return CliRunner().invoke(cli, list(args), env={"AMB_JUDGE_BASE_URL": "", "AMB_JUDGE_MODEL": ""})
 
 
-def record_demo_run(root: Path, tmp: Path, task: str) -> str:
+DEMO_TASKS = ("kidney-seg", "ldct-denoising", "vqa-rad", "mimic-cxr-report", "bccd-det")
+"""One task per track, as in amb/demo-sweep.toml: every kind of run the demo records."""
+
+
+def record_demo_run(root: Path, tmp: Path, task: str, model: str = "baseline", tier: str = "standard") -> str:
     """A run as the demo records it: amb-agent against the offline baseline server, through
-    amb-record (real proxy, local backend), on the task's synthetic twin."""
+    amb-record (real proxy, local backend), on the task's synthetic twin; ``model`` names the
+    baseline's policy (``baseline+crash-mid-batch`` is the demo's flawed agent)."""
     from agents.baseline.server import BaselineServer
     from tasks.registry import brief
 
     data = fx.twin(task, tmp, cases=2)
-    ws = tmp / f"ws-{task}"
+    run_id = f"demo-{task}-{tier}" + ("-crash" if "crash" in model else "")
+    ws = tmp / f"ws-{run_id}"
     ws.mkdir()
-    (ws / "tier_prompt.txt").write_text(brief(task, "standard"))
+    (ws / "tier_prompt.txt").write_text(brief(task, tier))
     bindir = Path(sys.executable).parent
-    run_id = f"demo-{task}"
     with BaselineServer() as server:
         proc = subprocess.run(
             [
@@ -45,7 +50,7 @@ def record_demo_run(root: Path, tmp: Path, task: str) -> str:
                 "--task",
                 task,
                 "--tier",
-                "standard",
+                tier,
                 "--data",
                 str(data),
                 "--run-id",
@@ -55,7 +60,7 @@ def record_demo_run(root: Path, tmp: Path, task: str) -> str:
                 "--",
                 str(bindir / "amb-agent"),
                 "--model",
-                "baseline",
+                model,
                 "--task-dir",
                 ".",
                 "--data",
@@ -72,15 +77,18 @@ def record_demo_run(root: Path, tmp: Path, task: str) -> str:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> tuple[Path, Path, list[str]]:
-    """Two runs recorded as the demo records them (two tracks), two synthetic runs (three sources
-    each, through the real spool path) and one imported AutoMedBench run."""
+    """Runs recorded as the demo records them (every track; the flawed agent and the lite tier
+    once each), two synthetic runs (three sources each, through the real spool path) and one
+    imported AutoMedBench run."""
     tmp = tmp_path_factory.mktemp("atif")
     root = tmp / "store"
-    recorded = [record_demo_run(root, tmp, task) for task in ("bccd-det", "vqa-rad")]
+    # The imported run's folder first: it makes the kidney twin with the three cases it expects.
+    seg = fx.seg_local(tmp / "src", "kidney-seg", "kidney", tmp, drop=1)
+    recorded = [record_demo_run(root, tmp, task) for task in DEMO_TASKS]
+    recorded.append(record_demo_run(root, tmp, "kidney-seg", model="baseline+crash-mid-batch", tier="lite"))
     for i in range(2):
         generate_run(root, f"rec-{i}", seed=i, calls=6)
     ingest(root)
-    seg = fx.seg_local(tmp / "src", "kidney-seg", "kidney", tmp, drop=1)
     r = amb("import", "automedbench", "--store", str(root), "--json", str(seg))
     assert r.exit_code == 0, r.output
     runs = [*recorded, "rec-0", "rec-1", json.loads(r.stdout)[0]["run_id"]]
@@ -155,8 +163,8 @@ def test_step_mapping(exported, store):
     assert {"run.started", "run.finished", "process.exited", "file.written", "submission.sealed"} <= kinds
 
 
-def _scores(root: Path, refs: Path, profile: str) -> dict[str, dict]:
-    r = amb("score", "--store", str(root), "--all", "--profile", profile, "--references", str(refs), "--json")
+def _scores(root: Path, refs: Path, profile: str, runs: list[str]) -> dict[str, dict]:
+    r = amb("score", "--store", str(root), *runs, "--profile", profile, "--references", str(refs), "--json")
     assert r.exit_code == 0, r.output
     keep = ("s1", "s2", "s3", "s4", "s5", "agentic", "task_score", "overall", "status", "cost")
     out = {}
@@ -187,8 +195,11 @@ def test_roundtrip_is_stable_and_scores_the_same(exported, store, tmp_path):
     # Re-import adds nothing.
     r = amb("import", "atif", "--store", str(fresh), "--json", *folders)
     assert {x["status"] for x in json.loads(r.stdout)} == {"skipped"}
+    # Scored: two recorded tracks, the synthetic and the imported runs (scoring every demo track
+    # twice under two profiles would add minutes, the report track's METEOR above all).
+    scored = [r for r in runs if not r.startswith("demo-") or r.split("-")[1] in ("bccd", "vqa")]
     for profile in ("paper-2026-06", "code-2026-04"):
-        before, after = _scores(root, refs, profile), _scores(fresh, refs, profile)
+        before, after = _scores(root, refs, profile, scored), _scores(fresh, refs, profile, scored)
         assert before == after, profile
         assert any(v["task_score"] is not None for v in before.values())
 
