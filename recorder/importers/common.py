@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -218,10 +217,11 @@ def already_imported(store: str | os.PathLike[str], run_id: str) -> bool:
 def write(store: str | os.PathLike[str], run: RunBuilder) -> Imported:
     """Blobs first, then the spool under a temporary name, fsync'd, renamed into place."""
     blobs = BlobStore(Path(store) / "blobs")
-    # Each new blob is fsync'd before the spool that names it exists; the fsyncs overlap in threads
-    # (they dominate an import's time; the file system commits concurrent ones together).
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(lambda data: blobs.put(data, sync=True), run.blobs.values()))
+    # The blobs are appended to this process's pack and made durable by one fsync (pack, then its
+    # index) before the spool that names them exists.
+    for data in run.blobs.values():
+        blobs.put(data, sync=False)
+    blobs.flush()
     final = spool_path(store, run.run_id, SOURCE)
     tmp = final.with_name(final.name + ".partial")
     if tmp.exists():
