@@ -34,6 +34,7 @@ import hashlib
 import os
 import threading
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -481,9 +482,11 @@ class BlobStore:
         """Check many blobs at once; returns the reason for each one that is missing or damaged.
 
         Every pack is read front to back once (sequential reads, no per-blob open or seek) and
-        each record's content re-hashed; a blob then passes if the index entry a read would use
-        lands exactly on a record that passed. Chunk lists, loose files and anything that did not
-        pass are checked by an ordinary read, which also words the error."""
+        each record's content re-hashed; a chunk list is hashed from the content of its chunks
+        kept from the same pass (a list follows its new chunks in a pack, and a conversation's
+        older chunks are not far behind; ``VERIFY_CACHE`` bytes are kept). A blob then passes if
+        the index entry a read would use lands exactly on a record that passed. Loose files and
+        anything that did not pass are checked by an ordinary read, which also words the error."""
         state = self._state
         state.refresh()
         if len(addresses) * 20 < len(state.index):  # a few runs of a big store: read just those
@@ -492,18 +495,24 @@ class BlobStore:
         packs = self.pack_files()
         total = sum(p.stat().st_size for p in packs) or 1
         good: dict[tuple[str, int], tuple[int, int, str]] = {}
+        chunks = _ContentCache(VERIFY_CACHE)
         done = 0
         for path in packs:
             pack = path.name[: -len(packstore.PACK_SUFFIX)]
             try:
                 for rec in packstore.scan(path):
-                    if rec.codec != blobcodec.CHUNKS:
+                    if rec.codec == blobcodec.CHUNKS:
+                        ok = self._list_hash(rec.stored, chunks) == rec.hexd
+                    else:
                         try:
                             data = blobcodec.decode(rec.codec, rec.stored, DECODE_LIMIT, rec.hexd)
                         except BlobError:
                             continue
-                        if hashlib.sha256(data).hexdigest() == rec.hexd:
-                            good[(pack, rec.offset)] = (rec.length, rec.codec, rec.hexd)
+                        ok = hashlib.sha256(data).hexdigest() == rec.hexd
+                        if ok:
+                            chunks.put(rec.hexd, data)
+                    if ok:
+                        good[(pack, rec.offset)] = (rec.length, rec.codec, rec.hexd)
                     if progress and rec.offset >> 23 != (rec.offset - rec.length) >> 23:
                         progress(min(done + rec.offset, total), total)  # every 8 MiB
             except (BlobError, FileNotFoundError):
@@ -521,3 +530,46 @@ class BlobStore:
             if reason:
                 problems[address] = reason
         return problems
+
+    @staticmethod
+    def _list_hash(listing: bytes, chunks: _ContentCache) -> str | None:
+        """The sha256 of a chunk list's content from chunks verified earlier in this pass (None if
+        one is not at hand: the list is then checked by an ordinary read)."""
+        if not listing.startswith(CHUNK_MAGIC):
+            return None
+        sha = hashlib.sha256()
+        for line in listing[len(CHUNK_MAGIC) :].split(b"\n"):
+            if not line:
+                continue
+            data = chunks.get(line[len(HASH_PREFIX) :].decode(errors="replace"))
+            if data is None:
+                return None
+            sha.update(data)
+        return sha.hexdigest()
+
+
+VERIFY_CACHE = 256 * 1024 * 1024
+"""Bytes of verified chunk content ``verify_many`` keeps to hash the chunk lists that follow."""
+
+
+class _ContentCache:
+    """Verified contents by address, least recently used dropped first past ``limit`` bytes."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.size = 0
+        self._data: OrderedDict[str, bytes] = OrderedDict()
+
+    def put(self, hexd: str, data: bytes) -> None:
+        if hexd in self._data:
+            return
+        self._data[hexd] = data
+        self.size += len(data)
+        while self.size > self.limit:
+            self.size -= len(self._data.popitem(last=False)[1])
+
+    def get(self, hexd: str) -> bytes | None:
+        data = self._data.get(hexd)
+        if data is not None:
+            self._data.move_to_end(hexd)
+        return data

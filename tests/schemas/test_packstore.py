@@ -170,7 +170,8 @@ def test_index_with_a_lying_length_or_another_record(packed):
     set_entry(store, refs[7].blob, other.offset, other.length)
     with pytest.raises(BlobError, match=f"blob {refs[7].blob} .*another blob's record"):
         store.get(refs[7])
-    set_entry(store, refs[7].blob, entry.offset, entry.length, codec=ord("z") if entry.codec != ord("z") else ord("s"))
+    wrong = ord("z") if entry.codec != ord("z") else ord("s")
+    set_entry(store, refs[7].blob, entry.offset, entry.length, codec=wrong)
     with pytest.raises(BlobError, match=f"blob {refs[7].blob} .*codec"):
         store.get(refs[7])
 
