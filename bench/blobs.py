@@ -26,7 +26,9 @@ import sys
 import tempfile
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
@@ -107,7 +109,7 @@ def du(root: Path) -> tuple[int, int]:
 
 def codecs(root: Path, refs: list[str]) -> None:
     blobs = BlobStore(root / "blobs")
-    bodies = [
+    bodies: list[bytes | bytearray | memoryview] = [
         b for b in (blobs.get(r) for r in refs) if len(b) <= 32 * 1024 and not blobcodec.looks_compressed(b)
     ]
     rng = random.Random(0)
@@ -118,7 +120,7 @@ def codecs(root: Path, refs: list[str]) -> None:
     plain = zstandard.ZstdCompressor(level=3)
     with_dict = zstandard.ZstdCompressor(level=3, dict_data=dictionary)
     d_plain, d_dict = zstandard.ZstdDecompressor(), zstandard.ZstdDecompressor(dict_data=dictionary)
-    rows = [
+    rows: list[tuple[str, Callable[[Any], bytes], Callable[[bytes], bytes]]] = [
         ("zlib-3", lambda b: zlib.compress(b, 3), zlib.decompress),
         ("zstd-3", plain.compress, d_plain.decompress),
         ("zstd-3 + 64 KiB dictionary", with_dict.compress, d_dict.decompress),

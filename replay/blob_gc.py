@@ -181,10 +181,10 @@ def _collect(blobs: BlobStore, live: set[str], small_pack: int) -> Collected:
     removed = reclaimed = 0
     rewritten: list[Path] = []
     for path, keep, dead in plans:
-        records = [r for r in packstore.scan(path) if r.offset in keep]
-        if records and writer is None:
+        kept_records = [r for r in packstore.scan(path) if r.offset in keep]
+        if kept_records and writer is None:
             writer = packstore.PackWriter(blobs.packs_dir)
-        for r in records:
+        for r in kept_records:
             assert writer is not None
             writer.append(r.hexd, r.codec, r.stored, sync=False)
         rewritten.append(path)

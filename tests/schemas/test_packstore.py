@@ -42,9 +42,14 @@ def test_a_read_is_one_pread_of_the_indexed_record(tmp_path, monkeypatch):
     refs = [store.put(b, sync=False) for b in bodies]
     reader = BlobStore(tmp_path)
     reader.forget()
-    calls = []
+    calls: list[int] = []
     real = os.pread
-    monkeypatch.setattr(os, "pread", lambda fd, n, off: calls.append(n) or real(fd, n, off))
+
+    def counting_pread(fd: int, n: int, off: int) -> bytes:
+        calls.append(n)
+        return real(fd, n, off)
+
+    monkeypatch.setattr(os, "pread", counting_pread)
     assert reader.get(refs[123]) == bodies[123]
     assert len(calls) == 1 and calls[0] < 200
 
