@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "baseline": "amb.agent_cmds",
     "sweep": "amb.sweep_cmds",
     "gc": "amb.gc_cmd",
+    "blobs": "amb.blobs_cmd",
     "demo": "amb.demo",
     "doctor": "amb.doctor",
     "serve": "amb.serve_cmds",

@@ -108,13 +108,15 @@ def warm(paths: list[Path]) -> None:
 
 
 def stored_size(blobs, blob: str) -> int:
-    """Bytes this blob would take stored on its own: its file, or its file plus all its chunks."""
-    path = blobs.path_of(blob)
-    data = path.read_bytes()
-    if not data.startswith(CHUNK_MAGIC):
-        return len(data)
-    chunks = data[len(CHUNK_MAGIC) :].decode().split()
-    return len(data) + sum(blobs.path_of(c).stat().st_size for c in chunks)
+    """Bytes this blob would take stored on its own: its pack record, or its record plus all its chunks'."""
+    hexd = blob[len("sha256:") :]
+    entry = blobs.entry(hexd)
+    assert entry is not None, blob
+    if entry.codec != ord("c"):
+        return entry.length
+    listing = bytes(blobs.read_record(hexd, entry)[1])
+    chunks = listing[len(CHUNK_MAGIC) :].decode().split()
+    return entry.length + sum(blobs.entry(c[len("sha256:") :]).length for c in chunks)
 
 
 def dir_bytes(path: Path) -> int:

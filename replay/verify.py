@@ -5,7 +5,7 @@ columns (the contract in ``schemas.codec`` makes that a string concatenation), h
 ``sha256`` and compared with the stored hash; a window over each (run, source) checks that seqs
 run 0, 1, 2, ... and that every ``prev_hash`` is the previous event's hash. Then each finished
 run's stored manifest is compared with the store's current state, and every referenced blob is
-read back and re-hashed.
+read back and re-hashed (packs streamed front to back: ``BlobStore.verify_many``).
 
 What each tamper looks like: an edited payload byte or envelope field → hash mismatch at that
 event; a deleted event → a seq gap (or, for the last event of a source, a manifest mismatch);
@@ -141,16 +141,12 @@ def check_blobs(
         """,
         params,
     ).fetchall()
-    problems = []
-    for i, (blob, run_id, source, seq, kind) in enumerate(refs):
-        if progress and i % 256 == 0:
-            progress(i, len(refs))
-        reason = blobs.check(blob)
-        if reason:
-            problems.append(Problem(run_id, source, seq, kind, reason))
-    if progress:
-        progress(len(refs), len(refs))
-    return problems
+    bad = blobs.verify_many([r[0] for r in refs], progress)
+    return [
+        Problem(run_id, source, seq, kind, bad[blob])
+        for blob, run_id, source, seq, kind in refs
+        if blob in bad
+    ]
 
 
 def verify(

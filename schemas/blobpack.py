@@ -5,8 +5,8 @@ Creating a file costs an inode, and on the file systems we run on an inode costs
 load: it was the whole gap to bare mitmproxy's throughput). A model call makes one to a few new
 blobs, so the proxy does not create blob files while the agent waits: it appends each stored blob
 file's exact bytes to one pack per (run, source), next to its spool, and the pack is *materialised*
-into the blob store (``BlobStore``'s layout, file by file) when the producer closes, or by
-``amb ingest`` if it never closed (a crash).
+into the blob store (appended to the store's own packs, ``schemas.packstore``, skipping what is
+stored already) when the producer closes, or by ``amb ingest`` if it never closed (a crash).
 
 Format::
 
@@ -14,8 +14,8 @@ Format::
     record := HEX SP LENGTH LF STORED
     HEX    := the blob's address without its prefix (64 lowercase hex characters)
     LENGTH := len(STORED) in decimal
-    STORED := the bytes of the file ``BlobStore`` keeps for that address (zlib-compressed content,
-              or a chunk list whose chunks are earlier records or already stored)
+    STORED := the bytes of a loose blob file of that address (zlib-compressed content, or a
+              chunk list whose chunks are earlier records or already stored)
 
 A record is appended with one ``writev`` before any event that refers to it is appended to the
 spool, and the pack is fsync'd before the spool at every group commit: an event that is durable
@@ -85,9 +85,9 @@ def materialise(pack: Path, store: BlobStore, *, sync: bool = True) -> Materiali
     records, torn_at = read_records(data, str(pack))
     created = 0
     for hexd, stored in records:
-        created += store.put_stored(hexd, stored, sync=sync)
+        created += store.put_stored(hexd, stored, sync=False)
     if sync and created:
-        store.sync_dirs({hexd[:2] for hexd, _ in records})
+        store.flush()
     torn_bytes = len(data) - torn_at if torn_at is not None else 0
     return Materialised(len(records), created, torn_at, torn_bytes)
 

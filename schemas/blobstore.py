@@ -1,11 +1,14 @@
 """The content-addressed blob store: one directory, shared by every run. A CONTRACT.
 
-Layout: ``<root>/<hex[0:2]>/<hex[2:]>`` where ``hex`` is the sha256 of the blob's *whole,
-uncompressed* content: a blob's address never depends on how it is stored. A stored file is
-either
+A blob's address is ``sha256:`` + the sha256 of its *whole, uncompressed* content: it never
+depends on how the blob is stored. Blobs live in packs (``schemas.packstore``: append-only files
+under ``<root>/packs/``, each written by one process, indexed by address); a store written before
+packs existed keeps *loose* files ``<root>/<hex[0:2]>/<hex[2:]>`` (zlib-compressed content, or a
+chunk list), which are still read and which ``amb blobs migrate`` moves into packs.
 
-- the zlib-compressed content (blobs up to ``CHUNK_ABOVE`` bytes), or
-- a chunk list: ``CHUNK_MAGIC`` then one chunk address per line; each chunk is itself a blob.
+A stored blob is either its content, compressed to fit (``schemas.blobcodec``: zstd, or raw for
+already compressed media), or, above ``CHUNK_ABOVE`` bytes, a chunk list: ``CHUNK_MAGIC`` then one
+chunk address per line; each chunk is itself a blob (never itself a list).
 
 Chunking is what makes dedup work for agent traffic: every model request resends the whole
 conversation so far, so request *n* is request *n-1* plus a few messages. Chunk boundaries are
@@ -13,23 +16,36 @@ content-defined (at a message or line delimiter whose preceding bytes hash to a 
 between a minimum and a maximum size), hence the same for the same prefix: a growing conversation
 stores each part once, and so do system prompts and briefs shared by many runs.
 
-Blobs are write-once: written to a temporary file, fsync'd (when asked), then hard-linked into
-place, which fails harmlessly if another writer got there first; a stored blob is never rewritten.
-Reads re-hash what they return, so a corrupted or missing blob (or chunk) is always an error.
+Blobs are write-once: a record is appended, never rewritten, and a blob already stored (in the
+index this process has read, or as a loose file) is not stored again. Two processes storing the
+same new blob at the same moment may both append it; reads take either copy and ``amb gc --blobs``
+keeps one. Reads re-hash what they return, so a corrupted or missing blob (or chunk) is always an
+error.
+
+Writers and ``amb gc --blobs``: a process that stores blobs holds a shared ``flock`` on
+``<root>/.writers.lock`` from its first write until it closes the store or exits; gc takes it
+exclusively, so it never runs while a writer may have relied on a blob it is about to drop.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import threading
 import zlib
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
+from schemas import blobcodec, packstore
 from schemas.blob import DIGEST_RE, HASH_PREFIX, BlobRef
 from schemas.errors import BlobError
 
 COMPRESSION_LEVEL = 3
-"""zlib level 3: most of level 9's ratio on JSON and text, at a fraction of the time."""
+"""zlib level 3 (loose files and the recorder's run packs): most of level 9's ratio on JSON and
+text, at a fraction of the time."""
 
 CHUNK_ABOVE = 32 * 1024
 """Blobs larger than this are stored as chunk lists."""
@@ -100,105 +116,322 @@ def _next_brace(data: bytes, pos: int) -> tuple[int, int]:
         pos = i + 1
 
 
+DECODE_LIMIT = 64 * 1024 * 1024
+"""No stored record may expand to more than this (a chunk is at most MAX_CHUNK; old stores kept
+some whole blobs above CHUNK_ABOVE): a hostile record cannot make a read allocate more."""
+WRITERS_LOCK = ".writers.lock"
+PACKS = "packs"
+
+
+class Usage(NamedTuple):
+    """What the blob store occupies: ``disk`` is what ``du`` counts (allocated blocks)."""
+
+    packs: int
+    pack_bytes: int
+    pack_disk: int
+    index_bytes: int
+    index_disk: int
+    loose_files: int
+    loose_bytes: int
+    loose_disk: int
+
+    @property
+    def disk(self) -> int:
+        return self.pack_disk + self.index_disk + self.loose_disk
+
+
+class _Shared:
+    """The state of one store root in one process: the index read so far, open pack descriptors
+    and the process's pack writer. Shared by every ``BlobStore`` of that root, so a process that
+    makes many ``BlobStore`` objects (one per synthetic run) still writes one pack."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.packs = root / PACKS
+        self.lock = threading.RLock()
+        self.index: dict[str, packstore.Entry] = {}
+        self.read_upto: dict[str, int] = {}
+        self.fds: dict[str, int] = {}
+        self.writer: packstore.PackWriter | None = None
+        self.writers_lock = -1
+        self.loaded = False
+
+    def refresh(self) -> None:
+        """Read the index entries added since the last refresh (by any process)."""
+        with self.lock:
+            self.loaded = True
+            try:
+                names = os.listdir(self.packs)
+            except FileNotFoundError:
+                return
+            present = set()
+            for name in sorted(names):
+                if not name.endswith(packstore.IDX_SUFFIX):
+                    continue
+                pack = name[: -len(packstore.IDX_SUFFIX)]
+                present.add(pack)
+                path = self.packs / name
+                start = self.read_upto.get(pack, 0)
+                try:
+                    if start and path.stat().st_size <= start:
+                        continue
+                    entries, self.read_upto[pack] = packstore.read_index(path, start)
+                except FileNotFoundError:
+                    continue
+                for hexd, offset, length, codec in entries:
+                    self.index[hexd] = packstore.Entry(pack, offset, length, codec)
+            gone = set(self.read_upto) - present
+            if gone:  # repacked by gc: forget them (their blobs were indexed in a new pack first)
+                for pack in gone:
+                    self.read_upto.pop(pack)
+                self.index = {h: e for h, e in self.index.items() if e.pack not in gone}
+
+    def lookup(self, hexd: str) -> packstore.Entry | None:
+        if not self.loaded:
+            self.refresh()
+        return self.index.get(hexd)
+
+    def fd(self, pack: str) -> int:
+        with self.lock:
+            fd = self.fds.get(pack)
+            if fd is None:
+                if len(self.fds) >= 64:  # keep few descriptors open
+                    for old in list(self.fds)[:16]:
+                        os.close(self.fds.pop(old))
+                fd = os.open(self.packs / (pack + packstore.PACK_SUFFIX), os.O_RDONLY | os.O_CLOEXEC)
+                self.fds[pack] = fd
+            return fd
+
+    def take_writer(self) -> packstore.PackWriter:
+        """The process's pack writer, opened (and the writers' lock taken) on first use."""
+        if self.writer is not None and self.writer.size < packstore.PACK_LIMIT:
+            return self.writer
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        self.hold()
+        self.writer = packstore.PackWriter(self.packs)
+        return self.writer
+
+    def hold(self) -> None:
+        """Take the writers' lock (shared; waits while gc --blobs runs), then re-read the index:
+        from here on, a blob this process finds stored stays stored until it lets go."""
+        with self.lock:
+            if self.writers_lock >= 0:
+                return
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.root / WRITERS_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            self.writers_lock = fd
+            self.refresh()  # gc may have repacked since this process last looked
+
+    def release(self) -> None:
+        with self.lock:
+            if self.writer is not None:
+                self.writer.close()
+                self.writer = None
+            if self.writers_lock >= 0:
+                os.close(self.writers_lock)
+                self.writers_lock = -1
+            for fd in self.fds.values():
+                os.close(fd)
+            self.fds.clear()
+
+
+_SHARED: dict[tuple[int, str], _Shared] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared(root: Path) -> _Shared:
+    key = (os.getpid(), os.path.abspath(root))  # a forked child never writes its parent's pack
+    with _SHARED_LOCK:
+        state = _SHARED.get(key)
+        if state is None:
+            state = _SHARED[key] = _Shared(Path(key[1]))
+        return state
+
+
 class BlobStore:
     def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(root)
+        self._state = _shared(self.root)
+
+    @property
+    def packs_dir(self) -> Path:
+        return self._state.packs
 
     def path_of(self, blob: str) -> Path:
+        """Where a *loose* blob file of this address lives (stores written before packs)."""
         if not DIGEST_RE.match(blob):
             raise BlobError(f"not a blob address: {blob!r}")
         hexd = blob[len(HASH_PREFIX) :]
         return self.root / hexd[:2] / hexd[2:]
 
+    def has(self, hexd: str) -> bool:
+        """True if the blob is stored (packed, as far as this process has read the index, or loose)."""
+        if hexd in self._state.index or (not self._state.loaded and self._state.lookup(hexd)):
+            return True
+        return (self.root / hexd[:2] / hexd[2:]).exists()
+
+    def packed(self, hexd: str) -> bool:
+        """True if a pack holds the blob (as far as this process has read the index)."""
+        return self._state.lookup(hexd) is not None
+
+    def entry(self, hexd: str) -> packstore.Entry | None:
+        return self._state.lookup(hexd)
+
     def put(self, data: bytes, media_type: str = "application/octet-stream", *, sync: bool = True) -> BlobRef:
-        """Store ``data`` once; return its reference. ``sync`` fsyncs before the blob is visible."""
-        blob = HASH_PREFIX + hashlib.sha256(data).hexdigest()
-        ref = BlobRef(blob=blob, size=len(data), media_type=media_type)
-        path = self.path_of(blob)
-        if path.exists():
-            return ref
-        if len(data) > CHUNK_ABOVE:
-            chunks, start = [], 0
-            for end in chunk_bounds(data):
-                chunks.append(self._put_whole(data[start:end], sync))
-                start = end
-            self._write_once(path, CHUNK_MAGIC + "".join(c + "\n" for c in chunks).encode(), sync, blob)
-        else:
-            self._write_once(path, zlib.compress(data, COMPRESSION_LEVEL), sync, blob)
+        """Store ``data`` once; return its reference. ``sync`` makes it durable before returning."""
+        hexd = hashlib.sha256(data).hexdigest()
+        ref = BlobRef(blob=HASH_PREFIX + hexd, size=len(data), media_type=media_type)
+        state = self._state
+        with state.lock:
+            state.take_writer()  # the writers' lock comes before trusting the index
+            if self.has(hexd):
+                return ref
+            bounds = chunk_bounds(data) if len(data) > CHUNK_ABOVE else []
+            if len(bounds) > 1:  # one chunk would be the blob itself: stored whole
+                view, start, chunks = memoryview(data), 0, []
+                for end in bounds:
+                    chunk = view[start:end]
+                    address = hashlib.sha256(chunk).hexdigest()
+                    if not self.has(address):
+                        self._append(address, *blobcodec.encode(chunk), sync=False)
+                    chunks.append(HASH_PREFIX + address + "\n")
+                    start = end
+                self._append(hexd, blobcodec.CHUNKS, CHUNK_MAGIC + "".join(chunks).encode(), sync=sync)
+            else:
+                self._append(hexd, *blobcodec.encode(data), sync=sync)
         return ref
 
-    def _put_whole(self, data: bytes, sync: bool) -> str:
-        """Store a chunk (never itself chunked); return its address."""
-        blob = HASH_PREFIX + hashlib.sha256(data).hexdigest()
-        path = self.path_of(blob)
-        if not path.exists():
-            self._write_once(path, zlib.compress(data, COMPRESSION_LEVEL), sync, blob)
-        return blob
-
-    def put_stored(self, hexd: str, stored: bytes | memoryview, *, sync: bool = True) -> bool:
-        """Store an already encoded file under its address (a blob pack's record); True if new."""
-        blob = HASH_PREFIX + hexd
-        path = self.path_of(blob)
-        if path.exists():
-            return False
-        return self._write_once(path, stored, sync, blob)
-
-    def sync_dirs(self, shards: set[str]) -> None:
-        """fsync shard directories, so that files linked into them survive a crash."""
-        for shard in sorted(shards):
-            try:
-                fd = os.open(self.root / shard, os.O_RDONLY | os.O_DIRECTORY)
-            except FileNotFoundError:
-                continue
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-
-    def _write_once(self, path: Path, stored: bytes | memoryview, sync: bool, blob: str) -> bool:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.parent / f".tmp-{os.getpid()}-{os.urandom(4).hex()}-{path.name[:16]}"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(stored)
-                if sync:
-                    f.flush()
-                    os.fsync(f.fileno())
-            os.chmod(tmp, 0o444)
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
+    def put_stored(
+        self, hexd: str, stored: bytes | memoryview, *, sync: bool = True, codec: int | None = None
+    ) -> bool:
+        """Store a blob already encoded under its address: by default as a loose file is (zlib, or
+        a chunk list), a record of the recorder's run pack. True if it was new."""
+        if not DIGEST_RE.match(HASH_PREFIX + hexd):
+            raise BlobError(f"not a blob address: {HASH_PREFIX}{hexd!r}")
+        if codec is None:
+            codec = blobcodec.CHUNKS if bytes(stored[: len(CHUNK_MAGIC)]) == CHUNK_MAGIC else blobcodec.ZLIB
+        with self._state.lock:
+            self._state.take_writer()
+            if hexd in self._state.index or self._state.lookup(hexd):
                 return False
-            return True
-        except OSError as e:
-            raise BlobError(f"cannot write blob {blob}: {e}") from e
-        finally:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
+            self._append(hexd, codec, stored, sync=sync)
+        return True
+
+    def _append(self, hexd: str, codec: int, stored: bytes | memoryview, *, sync: bool) -> None:
+        state = self._state
+        entry = state.take_writer().append(hexd, codec, stored, sync=sync)
+        state.index[hexd] = entry
+        state.read_upto[entry.pack] = (
+            state.read_upto.get(entry.pack, len(packstore.IDX_MAGIC)) + packstore.ENTRY.size
+        )
+
+    def flush(self) -> None:
+        """Make every blob this process stored durable (after ``put(..., sync=False)`` calls)."""
+        with self._state.lock:
+            if self._state.writer is not None:
+                self._state.writer.flush()
+
+    def close(self) -> None:
+        """Seal this process's pack and release the writers' lock (exit does it too)."""
+        self._state.release()
+
+    def refresh(self) -> None:
+        """Read what other processes have packed since this one last looked."""
+        self._state.refresh()
+
+    def forget(self) -> None:
+        """Seal this process's pack and drop what it has read of the index (after an index was
+        rewritten under it, as the tamper tests do)."""
+        state = self._state
+        with state.lock:
+            state.release()
+            state.index.clear()
+            state.read_upto.clear()
+            state.loaded = False
+
+    def hold(self) -> None:
+        """Become a writer before deciding anything from the index (a recorder that dedups
+        against stored blobs for a whole run): gc --blobs waits for every holder."""
+        self._state.hold()
 
     def get(self, blob: str | BlobRef) -> bytes:
         """The blob's bytes, checked against its address."""
-        address = blob.blob if isinstance(blob, BlobRef) else blob
-        path = self.path_of(address)
-        try:
-            stored = path.read_bytes()
-        except FileNotFoundError:
-            raise BlobError(f"blob {address} is missing from {self.root}") from None
-        if stored.startswith(CHUNK_MAGIC):
+        return self._get(blob.blob if isinstance(blob, BlobRef) else blob, allow_list=True)
+
+    def _get(self, address: str, *, allow_list: bool) -> bytes:
+        if not DIGEST_RE.match(address):
+            raise BlobError(f"not a blob address: {address!r}")
+        hexd = address[len(HASH_PREFIX) :]
+        state = self._state
+        entry = state.lookup(hexd)
+        raw: bytes | None = None
+        if entry is None:  # a loose file (an old store), or packed by another process since
             try:
-                data = b"".join(self.get(line.decode()) for line in stored[len(CHUNK_MAGIC) :].splitlines())
-            except BlobError as e:
-                raise BlobError(f"blob {address} is corrupted (a chunk failed: {e})") from e
+                raw = (self.root / hexd[:2] / hexd[2:]).read_bytes()
+            except FileNotFoundError:
+                state.refresh()
+                entry = state.index.get(hexd)
+                if entry is None:
+                    raise BlobError(f"blob {address} is missing from {self.root}") from None
+        if raw is not None:
+            codec = blobcodec.CHUNKS if raw.startswith(CHUNK_MAGIC) else blobcodec.ZLIB
+            stored = memoryview(raw)
         else:
+            assert entry is not None
             try:
-                data = zlib.decompress(stored)
-            except zlib.error as e:
-                raise BlobError(f"blob {address} is corrupted (cannot decompress: {e})") from e
-        if HASH_PREFIX + hashlib.sha256(data).hexdigest() != address:
+                codec, stored = self.read_record(hexd, entry)
+            except FileNotFoundError:  # repacked by gc since the index was read
+                state.refresh()
+                entry = state.index.get(hexd)
+                if entry is None:
+                    raise BlobError(f"blob {address} is missing from {self.root}") from None
+                codec, stored = self.read_record(hexd, entry)
+        if codec == blobcodec.CHUNKS:
+            if not allow_list:
+                raise BlobError(f"blob {address} is corrupted (a chunk is itself a chunk list)")
+            data = self._join(address, stored)
+        else:
+            data = blobcodec.decode(codec, stored, DECODE_LIMIT, address)
+        if hashlib.sha256(data).hexdigest() != hexd:
             raise BlobError(f"blob {address} is corrupted (content does not match its address)")
         return data
+
+    def _join(self, address: str, listing: bytes | memoryview) -> bytes:
+        body = bytes(listing)
+        if not body.startswith(CHUNK_MAGIC):
+            raise BlobError(f"blob {address} is corrupted (a chunk list without its header)")
+        try:
+            return b"".join(
+                self._get(line.decode(errors="replace"), allow_list=False)
+                for line in body[len(CHUNK_MAGIC) :].splitlines()
+            )
+        except BlobError as e:
+            raise BlobError(f"blob {address} is corrupted (a chunk failed: {e})") from e
+
+    def read_record(self, hexd: str, entry: packstore.Entry) -> tuple[int, memoryview]:
+        """One pread of the record the index names, every range checked against the pack first."""
+        where = f"pack {entry.pack}"
+        fd = self._state.fd(entry.pack)
+        size = os.fstat(fd).st_size
+        if (
+            entry.offset < len(packstore.PACK_MAGIC)
+            or entry.length <= 0
+            or entry.offset + entry.length > size
+        ):
+            raise BlobError(
+                f"blob {HASH_PREFIX}{hexd} is corrupted ({where}: the index points outside the pack: "
+                f"offset {entry.offset}, length {entry.length}, pack size {size})"
+            )
+        data = os.pread(fd, entry.length, entry.offset)
+        if len(data) != entry.length:
+            raise BlobError(f"blob {HASH_PREFIX}{hexd} is corrupted ({where}: short read)")
+        codec, stored = packstore.parse_record(data, hexd, where)
+        if codec != entry.codec or codec not in blobcodec.CODECS:
+            raise BlobError(f"blob {HASH_PREFIX}{hexd} is corrupted ({where}: codec {codec!r} is wrong)")
+        return codec, stored
 
     def check(self, blob: str) -> str | None:
         """None if the blob is present and intact, else the reason."""
@@ -208,5 +441,135 @@ class BlobStore:
             return str(e)
         return None
 
+    def pack_files(self) -> list[Path]:
+        try:
+            return sorted(self.packs_dir.glob("*" + packstore.PACK_SUFFIX))
+        except FileNotFoundError:
+            return []
+
+    def loose_files(self) -> Iterator[Path]:
+        """The loose blob files (a store written before packs), shard by shard."""
+        for shard in sorted(self.root.glob("[0-9a-f][0-9a-f]")):
+            if shard.is_dir():
+                for path in sorted(shard.iterdir()):
+                    if len(path.name) == 62 and not path.name.startswith("."):
+                        yield path
+
+    def usage(self) -> Usage:
+        """Bytes the blobs take: apparent sizes and what the disk allocates, packs and loose files."""
+        p = pb = pd = ib = idisk = lf = lb = ld = 0
+        for path in self.pack_files():
+            st = path.stat()
+            p, pb, pd = p + 1, pb + st.st_size, pd + st.st_blocks * 512
+            try:
+                sti = path.with_suffix(packstore.IDX_SUFFIX).stat()
+                ib, idisk = ib + sti.st_size, idisk + sti.st_blocks * 512
+            except FileNotFoundError:
+                pass
+        for path in self.loose_files():
+            st = path.stat()
+            lf, lb, ld = lf + 1, lb + st.st_size, ld + st.st_blocks * 512
+        return Usage(p, pb, pd, ib, idisk, lf, lb, ld)
+
     def stored_bytes(self) -> int:
-        return sum(p.stat().st_size for p in self.root.rglob("*") if p.is_file())
+        """Bytes of stored blob data (packs, their indexes, loose files)."""
+        u = self.usage()
+        return u.pack_bytes + u.index_bytes + u.loose_bytes
+
+    def verify_many(
+        self, addresses: list[str], progress: Callable[[int, int], None] | None = None
+    ) -> dict[str, str]:
+        """Check many blobs at once; returns the reason for each one that is missing or damaged.
+
+        Every pack is read front to back once (sequential reads, no per-blob open or seek) and
+        each record's content re-hashed; a chunk list is hashed from the content of its chunks
+        kept from the same pass (a list follows its new chunks in a pack, and a conversation's
+        older chunks are not far behind; ``VERIFY_CACHE`` bytes are kept). A blob then passes if
+        the index entry a read would use lands exactly on a record that passed. Loose files and
+        anything that did not pass are checked by an ordinary read, which also words the error."""
+        state = self._state
+        state.refresh()
+        if len(addresses) * 20 < len(state.index):  # a few runs of a big store: read just those
+            found = {a: self.check(a) for a in addresses}
+            return {a: r for a, r in found.items() if r}
+        packs = self.pack_files()
+        total = sum(p.stat().st_size for p in packs) or 1
+        good: dict[tuple[str, int], tuple[int, int, str]] = {}
+        chunks = _ContentCache(VERIFY_CACHE)
+        done = 0
+        for path in packs:
+            pack = path.name[: -len(packstore.PACK_SUFFIX)]
+            try:
+                for rec in packstore.scan(path):
+                    if rec.codec == blobcodec.CHUNKS:
+                        ok = self._list_hash(rec.stored, chunks) == rec.hexd
+                    else:
+                        try:
+                            data = blobcodec.decode(rec.codec, rec.stored, DECODE_LIMIT, rec.hexd)
+                        except BlobError:
+                            continue
+                        ok = hashlib.sha256(data).hexdigest() == rec.hexd
+                        if ok:
+                            chunks.put(rec.hexd, data)
+                    if ok:
+                        good[(pack, rec.offset)] = (rec.length, rec.codec, rec.hexd)
+                    if progress and rec.offset >> 23 != (rec.offset - rec.length) >> 23:
+                        progress(min(done + rec.offset, total), total)  # every 8 MiB
+            except (BlobError, FileNotFoundError):
+                pass  # a malformed or vanished pack: its blobs fail the reads below, by name
+            done += path.stat().st_size if path.exists() else 0
+            if progress:
+                progress(min(done, total), total)
+        problems: dict[str, str] = {}
+        for address in addresses:
+            hexd = address[len(HASH_PREFIX) :]
+            e = state.index.get(hexd)
+            if e is not None and good.get((e.pack, e.offset)) == (e.length, e.codec, hexd):
+                continue
+            reason = self.check(address)
+            if reason:
+                problems[address] = reason
+        return problems
+
+    @staticmethod
+    def _list_hash(listing: bytes, chunks: _ContentCache) -> str | None:
+        """The sha256 of a chunk list's content from chunks verified earlier in this pass (None if
+        one is not at hand: the list is then checked by an ordinary read)."""
+        if not listing.startswith(CHUNK_MAGIC):
+            return None
+        sha = hashlib.sha256()
+        for line in listing[len(CHUNK_MAGIC) :].split(b"\n"):
+            if not line:
+                continue
+            data = chunks.get(line[len(HASH_PREFIX) :].decode(errors="replace"))
+            if data is None:
+                return None
+            sha.update(data)
+        return sha.hexdigest()
+
+
+VERIFY_CACHE = 256 * 1024 * 1024
+"""Bytes of verified chunk content ``verify_many`` keeps to hash the chunk lists that follow."""
+
+
+class _ContentCache:
+    """Verified contents by address, least recently used dropped first past ``limit`` bytes."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.size = 0
+        self._data: OrderedDict[str, bytes] = OrderedDict()
+
+    def put(self, hexd: str, data: bytes) -> None:
+        if hexd in self._data:
+            return
+        self._data[hexd] = data
+        self.size += len(data)
+        while self.size > self.limit:
+            self.size -= len(self._data.popitem(last=False)[1])
+
+    def get(self, hexd: str) -> bytes | None:
+        data = self._data.get(hexd)
+        if data is not None:
+            self._data.move_to_end(hexd)
+        return data

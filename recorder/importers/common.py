@@ -12,7 +12,6 @@ import json
 import os
 import stat
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -250,17 +249,15 @@ class Staged(NamedTuple):
 def stage(store: str | os.PathLike[str], run: RunBuilder, *, sync: bool = False) -> Staged:
     """Blobs, then the spool under a temporary name that ingest never reads.
 
-    With ``sync=False`` nothing is fsync'd here: ``publish`` makes a whole batch durable with one
-    file-system sync before any spool of it gets its real name (per-blob fsyncs were most of an
-    import's time). With ``sync=True`` each new blob is fsync'd at once, the fsyncs overlapping in
-    threads."""
+    With ``sync=False`` the spool is not fsync'd here: ``publish`` makes a whole batch durable with
+    one file-system sync before any spool of it gets its real name. The blobs go to this process's
+    pack either way, made durable by one fsync (pack, then index) before the spool exists."""
     blobs = BlobStore(Path(store) / "blobs")
-    if sync:
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(lambda data: blobs.put(data, sync=True), run.blobs.values()))
-    else:
-        for data in run.blobs.values():
-            blobs.put(data, sync=False)
+    # The blobs are appended to this process's pack and made durable by one fsync (pack, then its
+    # index) before the spool that names them exists.
+    for data in run.blobs.values():
+        blobs.put(data, sync=False)
+    blobs.flush()
     final = spool_path(store, run.run_id, SOURCE)
     tmp = final.with_name(final.name + ".partial")
     if tmp.exists():

@@ -48,6 +48,9 @@ class BlobWriter:
     def __init__(self, root: Path, pack: Path):
         self.store = BlobStore(root)
         self.store.root.mkdir(parents=True, exist_ok=True)
+        # A writer for the whole run: it dedups against stored blobs, which gc --blobs must not
+        # drop before this run's events are in its spool. Reads the index now, off the calls' path.
+        self.store.hold()
         self.pack = Path(pack)
         self.pack.parent.mkdir(parents=True, exist_ok=True)
         self._known: set[str] = set()
@@ -93,7 +96,7 @@ class BlobWriter:
 
     def _stored(self, hexd: str) -> bool:
         try:
-            found = self.store.path_of(HASH_PREFIX + hexd).exists()
+            found = self.store.has(hexd)
         except OSError as e:
             raise BlobError(f"cannot look up blob {HASH_PREFIX}{hexd}: {e}") from e
         if found:

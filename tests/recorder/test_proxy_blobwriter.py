@@ -1,6 +1,6 @@
-"""The proxy's blob writer: blobs go to a pack during the run and become exactly the files the
-shared BlobStore writes, reads and verifies, when the writer closes or when ingest finds the pack
-of a recorder that died."""
+"""The proxy's blob writer: blobs go to a run pack during the run and become exactly the blobs
+(the same addresses, the same chunks) the shared BlobStore stores, reads and verifies, in the
+store's packs, when the writer closes or when ingest finds the run pack of a recorder that died."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from recorder.spool import SpoolWriter, spool_path
 from replay.ingest import ingest
 from replay.store import Store
 from replay.verify import verify
+from schemas import packstore
 from schemas.blobpack import MAGIC, pack_path, read_records
-from schemas.blobstore import BlobStore
+from schemas.blobstore import CHUNK_MAGIC, BlobStore
 from schemas.errors import SpoolError
 from schemas.events import Note
 
@@ -28,7 +29,11 @@ def writer(root, run="r"):
 
 
 def stored_files(blobs):
-    return {p.relative_to(blobs): p.read_bytes() for p in blobs.glob("??/*")}
+    """The addresses stored under ``blobs`` (in packs or loose) and whether each is a chunk list."""
+    out = {p.parent.name + p.name: p.read_bytes().startswith(CHUNK_MAGIC) for p in blobs.glob("??/*")}
+    for pack in sorted(blobs.glob("packs/*.pack")):
+        out.update({r.hexd: r.codec == ord("c") for r in packstore.scan(pack)})
+    return out
 
 
 def test_blobs_are_in_the_store_once_the_writer_closes(tmp_path):
@@ -42,8 +47,8 @@ def test_blobs_are_in_the_store_once_the_writer_closes(tmp_path):
     store = BlobStore(tmp_path / "blobs")
     for d, ref in zip(data, refs, strict=False):
         assert store.get(ref) == d and ref.size == len(d)
-        assert not stat.S_IMODE(store.path_of(ref.blob).stat().st_mode) & 0o222  # read-only
     assert not w.pack.exists()  # materialised, then removed
+    assert all(not stat.S_IMODE(p.stat().st_mode) & 0o222 for p in store.pack_files())  # read-only
     assert not [p for p in (tmp_path / "blobs").rglob("*") if p.name.startswith(".tmp-")]
 
 
@@ -72,13 +77,13 @@ def test_same_files_as_the_blob_store(tmp_path):
     ref_store = BlobStore(tmp_path / "theirs")
     assert [ref_store.put(t, sync=False) for t in turns] == refs
     mine, theirs = stored_files(tmp_path / "blobs"), stored_files(tmp_path / "theirs")
-    assert mine == theirs and len(mine) > 3  # byte-identical files, chunk lists included
+    assert mine == theirs and len(mine) > 3  # the same blobs, chunk lists included
     assert len(records) == len(mine)
 
 
 def test_resent_chunks_are_recognised_not_rehashed_and_files_stay_the_same(tmp_path, monkeypatch):
     """An image resent on every turn: its chunks come from the recent chunks (compared byte for
-    byte), and the stored files are still exactly BlobStore's."""
+    byte), and the stored blobs are still exactly BlobStore's."""
     image = os.urandom(700_000).hex().encode()  # no delimiters: fixed-size chunks
     turns = [b'{"turn": %d, "image": "%s"}' % (i, image) for i in range(3)]
     w = writer(tmp_path)

@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from schemas.events import ModelCallCompleted, ToolCallRequested, ToolCallResult
+from tests.fakes.blob_contents import blob_contents
 from tests.fakes.harness import REAL_KEYS, Recording
 from tests.fakes.upstream import TEXT, TOOL_ARGS
 
@@ -302,9 +303,7 @@ def test_no_key_bytes_anywhere(rec):
     for path in spool:
         data = path.read_bytes()
         assert not any(k in data for k in keys)
-    blobs = rec.blobs  # the run's blob pack, materialised
-    blob_files = [p for p in (rec.store / "blobs").glob("??/*") if p.is_file()]
-    assert blob_files
-    for p in blob_files:
-        content = blobs.get("sha256:" + p.parent.name + p.name)
-        assert not any(k in content for k in keys)
+    contents = list(blob_contents(rec.store / "blobs"))  # the run's blob pack, materialised
+    assert contents
+    for where, content in contents:
+        assert not any(k in content for k in keys), where

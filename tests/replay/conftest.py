@@ -1,18 +1,41 @@
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from recorder.synthetic import generate_run
+from replay.blob_migrate import migrate
 from replay.ingest import ingest
+from schemas.blobstore import BlobStore
+from tests.fakes.old_store import explode
 
 
-@pytest.fixture
-def store(tmp_path):
-    """A store with three synthetic runs, ingested."""
+@pytest.fixture(scope="session")
+def store_templates(tmp_path_factory):
+    """The two stores of ``store``, built once; each test gets its own copy."""
+    templates = {}
+    for kind in ("packed", "migrated"):
+        root = tmp_path_factory.mktemp(kind) / "store"
+        for i in range(3):
+            generate_run(root, f"run-{i}", seed=i, calls=12)
+        ingest(root)
+        blobs = BlobStore(root / "blobs")
+        if kind == "migrated":
+            assert explode(blobs) > 0
+            done = migrate(blobs)
+            assert done.bad == [] and done.packed > 0 and list(blobs.loose_files()) == []
+        blobs.close()
+        templates[kind] = root
+    return templates
+
+
+@pytest.fixture(params=["packed", "migrated"])
+def store(tmp_path, request, store_templates):
+    """A store with three synthetic runs, ingested: as written today (blobs in packs), and as an
+    old store of loose blob files brought to packs by ``amb blobs migrate``."""
     root = tmp_path / "store"
-    for i in range(3):
-        generate_run(root, f"run-{i}", seed=i, calls=12)
-    ingest(root)
+    shutil.copytree(store_templates[request.param], root, symlinks=True)
     return root
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
+import zlib
 
 from replay import manifest as manifests
 from replay.store import Store
 from replay.verify import verify
+from tests.fakes.blob_tamper import remove_blob, replace_blob
 
 
 def problems(root, **kw):
@@ -119,8 +120,7 @@ def test_missing_blob(store):
         blob = st.con.execute(
             "SELECT request_blob FROM model_calls WHERE run_id = 'run-1' ORDER BY seq LIMIT 1 OFFSET 2"
         ).fetchall()[0][0]
-        path = st.blobs.path_of(blob)
-    os.remove(path)
+        remove_blob(st.blobs, blob)
     found = problems(store)
     assert any(blob in p.what and "missing" in p.what and p.run_id == "run-1" for p in found)
 
@@ -130,15 +130,12 @@ def test_corrupted_blob(store):
         blob = st.con.execute(
             "SELECT response_blob FROM model_calls WHERE run_id = 'run-2' LIMIT 1"
         ).fetchall()[0][0]
-        path = st.blobs.path_of(blob)
-    os.chmod(path, 0o644)
-    import zlib
-
-    path.write_bytes(zlib.compress(b'{"tampered": true}'))
+        replace_blob(st.blobs, blob, zlib.compress(b'{"tampered": true}'))
     found = problems(store)
     assert any(blob in p.what and "does not match its address" in p.what for p in found)
-    path.write_bytes(b"garbage")
-    assert any("cannot decompress" in p.what for p in problems(store))
+    with Store.open(store, read_only=True) as st:
+        replace_blob(st.blobs, blob, b"garbage")
+    assert any(blob in p.what and "cannot decompress" in p.what for p in problems(store))
 
 
 def test_verify_named_runs_only(store):

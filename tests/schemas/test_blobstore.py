@@ -11,6 +11,7 @@ import zlib
 
 import pytest
 
+from schemas import packstore
 from schemas.blobstore import (
     _RESIDUES,
     CHUNK_ABOVE,
@@ -21,6 +22,7 @@ from schemas.blobstore import (
     chunk_bounds,
 )
 from schemas.errors import BlobError
+from tests.fakes.blob_tamper import remove_blob
 
 
 def conversation(turns: int, seed: int = 0) -> bytes:
@@ -66,27 +68,61 @@ def test_bounds_are_prefix_stable_and_sized():
     assert chunk_bounds(longer)[: len(bounds) - 2] == bounds[:-2]
 
 
-def test_write_once(tmp_path):
+def test_write_once_in_one_pack(tmp_path):
     store = BlobStore(tmp_path)
     ref = store.put(b"hello")
-    path = store.path_of(ref.blob)
-    assert not os.access(path, os.W_OK) or os.geteuid() == 0
-    assert oct(path.stat().st_mode & 0o777) == "0o444"
     store.put(b"hello")
-    assert len([p for p in tmp_path.rglob("*") if p.is_file()]) == 1
+    BlobStore(tmp_path).put(b"hello")  # another handle of the same process: the same pack
+    (pack,) = store.pack_files()
+    assert oct(pack.stat().st_mode & 0o777) == "0o444"
+    assert [r.hexd for r in packstore.scan(pack)] == [ref.blob[len("sha256:") :]]
+    assert list(store.loose_files()) == []
 
 
 def test_missing_and_corrupted_chunks_are_errors(tmp_path):
     store = BlobStore(tmp_path)
     data = conversation(40)
     ref = store.put(data)
-    listing = store.path_of(ref.blob).read_bytes()
+    entry = store.entry(ref.blob[len("sha256:") :])
+    assert entry is not None and entry.codec == ord("c")
+    listing = bytes(store.read_record(ref.blob[len("sha256:") :], entry)[1])
     assert listing.startswith(CHUNK_MAGIC)
     chunk = listing[len(CHUNK_MAGIC) :].splitlines()[1].decode()
-    os.remove(store.path_of(chunk))
+    remove_blob(store, chunk)
     with pytest.raises(BlobError, match="a chunk failed: blob sha256:.* is missing"):
         store.get(ref)
     assert "missing" in (store.check(ref.blob) or "")
+
+
+def test_loose_files_of_an_old_store_are_still_read(tmp_path):
+    data, small = conversation(20), b'{"role": "user"}'
+    write_loose(tmp_path, small)
+    write_loose(tmp_path, data)
+    store = BlobStore(tmp_path)
+    assert store.get("sha256:" + hashlib.sha256(small).hexdigest()) == small
+    assert store.get("sha256:" + hashlib.sha256(data).hexdigest()) == data
+    assert store.pack_files() == []  # reading writes nothing
+
+
+def write_loose(root, data: bytes) -> str:
+    """A blob as stores before packs kept it: a zlib file, or a chunk list of zlib files."""
+
+    def one(content: bytes, stored: bytes) -> str:
+        hexd = hashlib.sha256(content).hexdigest()
+        path = root / hexd[:2] / hexd[2:]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            path.write_bytes(stored)
+        return "sha256:" + hexd
+
+    bounds = chunk_bounds(data) if len(data) > CHUNK_ABOVE else [len(data)]
+    if len(bounds) == 1:
+        return one(data, zlib.compress(data, 3))
+    chunks, start = [], 0
+    for end in bounds:
+        chunks.append(one(data[start:end], zlib.compress(data[start:end], 3)))
+        start = end
+    return one(data, CHUNK_MAGIC + "".join(c + "\n" for c in chunks).encode())
 
 
 def test_bad_address():

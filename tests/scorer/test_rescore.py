@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from recorder.synthetic import generate_run
+from replay.blob_migrate import migrate
 from replay.ingest import ingest
+from schemas.blobstore import BlobStore
 from scorer import ledger
 from scorer.batch import open_store, score_runs
 from scorer.profile import load
 from tests.fakes import judge_server as fake
+from tests.fakes.old_store import explode
 
 N_RUNS = 20
 """Synthetic runs cycle through one task per track and alternate tiers (``recorder.synthetic``):
@@ -50,6 +55,24 @@ def test_offline_rescore_is_identical_and_appends(store):
     assert n_rows >= 2 * N_RUNS  # appended, never overwritten
     assert len(current) == N_RUNS and {r["batch_id"] for r in current} == {b.batch_id}
     assert [_key(r) for r in current] == [_key(r) for r in sorted(b.rows, key=lambda r: r["run_id"])]
+
+
+def test_a_migrated_store_scores_the_same(store, tmp_path):
+    """The store as an old amb left it (one loose file per blob), moved to packs by
+    ``amb blobs migrate``: every score is the one the packed store gives."""
+    old = tmp_path / "old"
+    shutil.copytree(store, old, symlinks=True)
+    blobs = BlobStore(old / "blobs")
+    assert explode(blobs) > 0
+    assert migrate(blobs).bad == [] and list(blobs.loose_files()) == []
+    blobs.close()
+    prof = load("paper-2026-06")
+    runs = LLM_RUNS[:5]  # one per track
+    with open_store(store) as st:
+        packed = score_runs(st, prof, run_ids=runs, judge="offline", jobs=2)
+    with open_store(old) as st:
+        migrated = score_runs(st, prof, run_ids=runs, judge="offline", jobs=2)
+    assert [_key(r) for r in migrated.rows] == [_key(r) for r in packed.rows] and len(packed.rows) == 5
 
 
 def test_llm_rubric_change_reasks_only_affected_pairs(store, monkeypatch, tmp_path):

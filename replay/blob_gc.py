@@ -1,0 +1,219 @@
+"""``amb gc --blobs``: drop the blobs nothing refers to, by rewriting (repacking) packs.
+
+What is kept (the *live* set), conservatively:
+
+- every ``sha256:<hex>`` written anywhere in a spool under ``spool/`` (events recorded but not yet
+  ingested, or kept after ingest), read *before* the database, so that an ingest that commits
+  and then drops its spools in between is seen on one side or the other;
+- every ``sha256:<hex>`` in an event payload and in any text column of any other table (manifests,
+  judge caches, score tables);
+- every chunk of a live chunk list.
+
+Nothing else is looked at and nothing is guessed: a blob whose address appears nowhere is
+unreferenced. Writers (recorders, ingest, import, migration, the scorer) hold the store's writers'
+lock shared while they may rely on a stored blob; gc holds it exclusively for its whole run, so
+it waits for them (up to ``wait_s``, then fails saying so) and they wait for it.
+
+Repacking: a pack holding an unreferenced record or a second copy of a blob, and packs below
+``SMALL_PACK`` when there are several, are rewritten into a new pack: every record kept is
+re-hashed first, the new pack and its index are fsync'd, and only then the old index and pack are
+removed (a crash in between leaves duplicates, which the next gc drops). A pack holding a
+damaged copy of a live blob is left as it is and named (the damaged copy never counts as the one
+kept, so an intact copy elsewhere stays). Unreferenced loose files are removed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+import duckdb
+
+from schemas import blobcodec, packstore
+from schemas.blobstore import CHUNK_MAGIC, DECODE_LIMIT, WRITERS_LOCK, BlobStore
+from schemas.errors import BlobError
+
+SMALL_PACK = 8 * 1024 * 1024
+_ADDRESS = re.compile(rb"sha256:([0-9a-f]{64})")
+_ADDRESS_SQL = "sha256:([0-9a-f]{64})"
+
+
+class Collected(NamedTuple):
+    live: int
+    removed: int
+    """Blobs (records or loose files) dropped: unreferenced or a second copy."""
+    reclaimed: int
+    """Bytes freed on disk (apparent sizes)."""
+    packs_before: int
+    packs_after: int
+    problems: list[str]
+
+
+def spool_references(spool_dir: Path) -> set[str]:
+    """Every address written in any file under ``spool/`` (spools, run packs, compacted spools)."""
+    live: set[str] = set()
+    for path in sorted(spool_dir.rglob("*")) if spool_dir.exists() else []:
+        if path.is_file() and not path.is_symlink():
+            with open(path, "rb") as f:
+                while block := f.read(1 << 24):
+                    live.update(m.decode() for m in _ADDRESS.findall(block))
+                    if len(block) == 1 << 24:
+                        f.seek(-70, os.SEEK_CUR)  # an address cut by the block boundary
+    return live
+
+
+def database_references(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """Every address in an event payload or in any text column of any other base table."""
+    parts = []
+    tables = con.execute(
+        "SELECT table_name, column_name FROM information_schema.columns c JOIN information_schema.tables t "
+        "USING (table_schema, table_name) WHERE t.table_type = 'BASE TABLE' AND t.table_schema = 'main' "
+        "AND (c.data_type = 'VARCHAR' OR c.data_type = 'JSON')"
+    ).fetchall()
+    for table, column in tables:
+        if table == "events" and column != "payload":
+            continue  # hash and prev_hash are event hashes, not blobs
+        parts.append(
+            f"SELECT unnest(regexp_extract_all(CAST(\"{column}\" AS VARCHAR), '{_ADDRESS_SQL}', 1)) AS h "
+            f'FROM "{table}" WHERE contains(CAST("{column}" AS VARCHAR), \'sha256:\')'
+        )
+    if not parts:
+        return set()
+    return {r[0] for r in con.execute(" UNION ".join(parts)).fetchall()}
+
+
+def _take_exclusive(root: Path, wait_s: float) -> int:
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / WRITERS_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise BlobError(
+                    f"blob writers are active in {root} (a recording, ingest, import or migration); "
+                    "run gc --blobs when they have finished"
+                ) from None
+            time.sleep(0.1)
+
+
+def collect(
+    blobs: BlobStore,
+    spool_dir: Path,
+    con_factory: Callable[[], duckdb.DuckDBPyConnection],
+    *,
+    wait_s: float = 30.0,
+    small_pack: int = SMALL_PACK,
+) -> Collected:
+    """Remove unreferenced blobs. ``con_factory`` opens the store's database once the lock is held."""
+    blobs.close()  # this process's own writer and lock: gc needs them exclusively
+    lock = _take_exclusive(blobs.root, wait_s)
+    try:
+        live = spool_references(spool_dir)
+        con = con_factory()
+        try:
+            live |= database_references(con)
+        finally:
+            con.close()
+        return _collect(blobs, live, small_pack)
+    finally:
+        os.close(lock)
+
+
+def _listing_chunks(listing: bytes) -> list[str]:
+    return [m.decode() for m in _ADDRESS.findall(listing[len(CHUNK_MAGIC) :])]
+
+
+def _collect(blobs: BlobStore, live: set[str], small_pack: int) -> Collected:
+    blobs.refresh()
+    # Chunks of live chunk lists are live (a chunk is never itself a list).
+    for hexd in list(live):
+        entry = blobs.entry(hexd)
+        listing: bytes | None = None
+        try:
+            if entry is not None and entry.codec == blobcodec.CHUNKS:
+                listing = bytes(blobs.read_record(hexd, entry)[1])
+            elif entry is None:
+                path = blobs.root / hexd[:2] / hexd[2:]
+                if path.exists():
+                    raw = path.read_bytes()
+                    listing = raw if raw.startswith(CHUNK_MAGIC) else None
+        except BlobError:
+            listing = None  # damaged: verify names it; its chunks are kept below by address if seen
+        if listing is not None:
+            live.update(_listing_chunks(listing))
+    packs = blobs.pack_files()
+    problems: list[str] = []
+    kept: set[str] = set()
+    plans: list[tuple[Path, set[int], int]] = []  # pack, offsets of the records it keeps, records dropped
+    small = {p for p in packs if p.stat().st_size < small_pack}
+    for path in packs:
+        if packstore.is_open(path):  # a writer's (none should be, with the lock held): untouched
+            kept.update(r.hexd for r in packstore.scan(path))
+            continue
+        keep: set[int] = set()
+        records, end, damaged = 0, len(packstore.PACK_MAGIC), False
+        for r in packstore.scan(path):
+            records, end = records + 1, r.offset + r.length
+            if r.hexd in live and r.hexd not in kept:
+                try:
+                    _check_record(r)  # a damaged copy never counts as the one kept
+                except BlobError as e:
+                    problems.append(f"{path.name} left as it is: {e}")
+                    damaged = True
+                    continue
+                keep.add(r.offset)
+                kept.add(r.hexd)
+        dead = records - len(keep)
+        torn = path.stat().st_size > end
+        if not damaged and (dead or torn or (len(small) > 1 and path in small)):
+            plans.append((path, keep, dead))
+    writer: packstore.PackWriter | None = None
+    removed = reclaimed = 0
+    rewritten: list[Path] = []
+    for path, keep, dead in plans:
+        kept_records = [r for r in packstore.scan(path) if r.offset in keep]
+        if kept_records and writer is None:
+            writer = packstore.PackWriter(blobs.packs_dir)
+        for r in kept_records:
+            assert writer is not None
+            writer.append(r.hexd, r.codec, r.stored, sync=False)
+        rewritten.append(path)
+        removed += dead
+    if writer is not None:
+        writer.close()  # fsyncs the pack, then its index, then the directory
+        reclaimed -= writer.size + writer.idx_path.stat().st_size
+    for path in rewritten:
+        idx = path.with_suffix(packstore.IDX_SUFFIX)
+        reclaimed += path.stat().st_size + (idx.stat().st_size if idx.exists() else 0)
+        idx.unlink(missing_ok=True)  # the index first: no entry ever points into a removed pack
+        path.unlink()
+    for path in list(blobs.loose_files()):
+        hexd = path.parent.name + path.name
+        if hexd in live:
+            continue
+        reclaimed += path.stat().st_size
+        path.unlink()
+        removed += 1
+    blobs.close()
+    blobs.refresh()
+    return Collected(len(live), removed, reclaimed, len(packs), len(blobs.pack_files()), problems)
+
+
+def _check_record(r: packstore.Record) -> None:
+    if r.codec == blobcodec.CHUNKS:
+        if not bytes(r.stored[: len(CHUNK_MAGIC)]) == CHUNK_MAGIC:
+            raise BlobError(f"blob sha256:{r.hexd} is corrupted (a chunk list without its header)")
+        return
+    data = blobcodec.decode(r.codec, r.stored, DECODE_LIMIT, "sha256:" + r.hexd)
+    if hashlib.sha256(data).hexdigest() != r.hexd:
+        raise BlobError(f"blob sha256:{r.hexd} is corrupted (content does not match its address)")

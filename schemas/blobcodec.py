@@ -1,0 +1,102 @@
+"""How a blob's bytes are stored in a pack: the codec byte of each record. A CONTRACT.
+
+Codecs (one ASCII byte, written in the record's header and in the pack index):
+
+- ``z``: zlib (what loose blob files and the recorder's own run packs hold);
+- ``s``: zstd, one frame with its content size (the ``zstandard`` package);
+- ``r``: raw, for content that is already compressed (PNG, JPEG, gzip-NIfTI, zip, ...);
+- ``c``: a chunk list (``CHUNK_MAGIC`` then one chunk address per line), stored raw.
+
+``encode`` picks one. Already compressed media are recognised by their magic bytes or, failing
+that, by a sampled check: three 4 KiB samples (start, middle, end) are compressed with zlib at its
+fastest level, and if they do not shrink by ``INCOMPRESSIBLE_RATIO`` the whole blob is stored raw.
+Compressing a 5 MB PNG again costs ~100 ms of CPU to save nothing; the samples cost ~0.1 ms.
+
+zstd replaces zlib for new blobs: on the small JSON bodies these stores hold it is as small as
+zlib (0.099 vs 0.103 of the content) and about twice as fast to compress and to decompress. The
+figures, and why a trained dictionary is not used yet, are in docs/blob-packs.md.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import zstandard
+
+from schemas.errors import BlobError
+
+ZLIB = ord("z")
+ZSTD = ord("s")
+RAW = ord("r")
+CHUNKS = ord("c")
+CODECS = frozenset({ZLIB, ZSTD, RAW, CHUNKS})
+
+ZSTD_LEVEL = 3
+INCOMPRESSIBLE_RATIO = 0.9
+"""Samples that keep more than 90% of their size mark the blob as already compressed."""
+SAMPLE = 4096
+SAMPLE_ABOVE = 3 * SAMPLE
+"""Smaller blobs are compressed whole (the check would cost as much as the compression)."""
+
+MEDIA_MAGIC = (
+    b"\x89PNG\r\n\x1a\n",
+    b"\xff\xd8\xff",  # JPEG
+    b"\x1f\x8b",  # gzip (.nii.gz, .tar.gz)
+    b"PK\x03\x04",  # zip, docx, npz
+    b"\x28\xb5\x2f\xfd",  # zstd
+    b"GIF8",
+    b"BZh",
+    b"\xfd7zXZ\x00",
+    b"7z\xbc\xaf\x27\x1c",
+)
+"""Formats that are compressed by construction (WebP and MP4 are caught by the samples)."""
+
+_compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True)
+_decompressor = zstandard.ZstdDecompressor()
+
+
+def looks_compressed(data: bytes | memoryview) -> bool:
+    """True if ``data`` is a known compressed format or its samples do not compress."""
+    head = bytes(data[:8])
+    if any(head.startswith(m) for m in MEDIA_MAGIC):
+        return True
+    if len(data) < SAMPLE_ABOVE:
+        return False
+    mid = len(data) // 2 - SAMPLE // 2
+    sample = bytes(data[:SAMPLE]) + bytes(data[mid : mid + SAMPLE]) + bytes(data[-SAMPLE:])
+    return len(zlib.compress(sample, 1)) > INCOMPRESSIBLE_RATIO * len(sample)
+
+
+def encode(data: bytes | memoryview) -> tuple[int, bytes]:
+    """The codec and stored bytes for a blob's content (never a chunk list)."""
+    if looks_compressed(data):
+        return RAW, bytes(data)
+    stored = _compressor.compress(data)
+    if len(stored) >= len(data):  # small and incompressible (not sampled): kept as it is
+        return RAW, bytes(data)
+    return ZSTD, stored
+
+
+def decode(codec: int, stored: bytes | memoryview, limit: int, address: str) -> bytes:
+    """The content of a stored record; ``limit`` bounds what a hostile record may expand to."""
+    try:
+        if codec == RAW or codec == CHUNKS:
+            return bytes(stored)
+        if codec == ZLIB:
+            d = zlib.decompressobj()
+            out = d.decompress(stored, limit + 1)
+            if len(out) > limit or not d.eof:
+                raise BlobError(f"blob {address} is corrupted (its zlib stream is cut or expands too far)")
+            return out
+        if codec == ZSTD:
+            # The frame states its size; a lying size larger than any blob is refused unread.
+            size = zstandard.frame_content_size(stored)
+            if size < 0 or size > limit:
+                raise BlobError(f"blob {address} is corrupted (its zstd frame claims {size} bytes)")
+            out = _decompressor.decompress(stored)
+            if len(out) != size:
+                raise BlobError(f"blob {address} is corrupted (its zstd frame is not the size it claims)")
+            return out
+    except (zlib.error, zstandard.ZstdError) as e:
+        raise BlobError(f"blob {address} is corrupted (cannot decompress: {e})") from e
+    raise BlobError(f"blob {address} is corrupted (unknown codec byte {codec!r})")
