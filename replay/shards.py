@@ -42,6 +42,10 @@ SPOOL_RE = re.compile(r"^spool/([^/]+)/([A-Za-z0-9._:-]+)\.spool$")
 PACK_RE = re.compile(r"^spool/([^/]+)/([A-Za-z0-9._:-]+)\.blobs$")
 """A blob pack a recorder that died left beside its spool: ingest moves its blobs into ``blobs/``."""
 BLOB_RE = re.compile(r"^blobs/([0-9a-f]{2})/([0-9a-f]{62})$")
+PACKFILE_RE = re.compile(r"^blobs/packs/[0-9a-f]{16}-[0-9]+-[0-9a-f]{6}\.(pack|idx)$")
+"""The blob store's packs and their indexes (``schemas.packstore``): how a recorder stores blobs."""
+WRITERS_LOCK_REL = "blobs/.writers.lock"
+"""The blob writers' (empty) lock file: part of a store's layout, never copied."""
 SHARD_META = ("shard.json", "exec.json")
 
 
@@ -72,7 +76,9 @@ class Checked:
     data: dict[Path, bytes] = field(default_factory=dict)
     """Each spool's bytes as checked: what is copied is exactly what was checked."""
     blob_data: dict[str, bytes] = field(default_factory=dict)
-    """Each blob's stored bytes as checked, by address."""
+    """Each loose blob's stored bytes as checked, by address."""
+    records: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+    """Each packed blob's (codec, stored bytes) as checked, by address: copied record for record."""
     blobs: list[tuple[str, Path]] = field(default_factory=list)
     """(hex address, file) of every blob file."""
 
@@ -85,8 +91,6 @@ class LoadReport:
     """(shard path, why): nothing of it was copied."""
     spools_copied: int = 0
     blobs_copied: int = 0
-    blob_dirs: set[str] = field(default_factory=set)
-    """The blob store's folders that got new files (fsync'd once, at the end)."""
     ingest: IngestReport | None = None
 
 
@@ -144,9 +148,10 @@ def check_shard(
             raise ShardError(f"{root}: shard.json claims run {meta.run_id!r}, the shard is run {run_id!r}")
         sizes = meta.files
         for rel in sizes:
-            if not (SPOOL_RE.match(rel) or PACK_RE.match(rel) or BLOB_RE.match(rel) or rel in SHARD_META):
+            if not (_store_file(rel) or rel in SHARD_META):
                 raise ShardError(f"{root}: shard.json lists {rel!r}, which is not a shard's file")
     present = {}
+    has_packs = False
     for rel, st in entries:
         present[rel] = st.st_size
         m = SPOOL_RE.match(rel)
@@ -169,7 +174,10 @@ def check_shard(
         if b:
             checked.blobs.append((b.group(1) + b.group(2), root / rel))
             continue
-        if rel in SHARD_META:
+        if rel in SHARD_META or rel == WRITERS_LOCK_REL:
+            continue
+        if PACKFILE_RE.match(rel):
+            has_packs = True
             continue
         raise ShardError(
             f"{root}: {rel} is not part of a shard (spool/<run>/<source>.spool, blobs/, shard.json)"
@@ -195,7 +203,39 @@ def check_shard(
     source_blobs = BlobStore(root / "blobs")
     for hexd, path in checked.blobs:
         checked.blob_data[hexd] = _verified_blob(root, source_blobs, hexd, path)
+    if has_packs:
+        _check_packed(root, source_blobs, checked, have_blob)
     return checked
+
+
+def _store_file(rel: str) -> bool:
+    return (
+        bool(SPOOL_RE.match(rel) or PACK_RE.match(rel) or BLOB_RE.match(rel) or PACKFILE_RE.match(rel))
+        or rel == WRITERS_LOCK_REL
+    )
+
+
+def _check_packed(
+    root: Path, source: BlobStore, checked: Checked, have_blob: Callable[[str], bool] | None
+) -> None:
+    """Every blob the source's packs index (those the target lacks): checked whole against its
+    address (a chunk list with all its chunks), then kept as its stored record. The index is read
+    with every range checked against its pack, so a lying index fails here, naming the blob."""
+    try:
+        addresses = source.addresses()
+    except (BlobError, OSError) as e:
+        raise ShardError(f"{root}: blobs/packs: cannot read the index: {e}") from None
+    for hexd in addresses:
+        if have_blob is not None and have_blob(hexd):
+            continue
+        reason = source.check(HASH_PREFIX + hexd)
+        if reason is not None:
+            raise ShardError(f"{root}: {reason}")
+        try:
+            codec, stored = source.stored_record(hexd)
+        except BlobError as e:
+            raise ShardError(f"{root}: {e}") from None
+        checked.records[hexd] = (codec, bytes(stored))
 
 
 def _verified_blob(root: Path, source: BlobStore, hexd: str, path: Path) -> bytes:
@@ -258,7 +298,10 @@ def _copy_in(store_root: Path, shard: Checked, report: LoadReport) -> None:
         raw = shard.blob_data.get(hexd)
         if blobs.put_stored(hexd, raw if raw is not None else path.read_bytes(), sync=False):
             report.blobs_copied += 1
-            report.blob_dirs.add(hexd[:2])
+    for hexd, (codec, stored) in shard.records.items():
+        if blobs.put_stored(hexd, stored, sync=False, codec=codec):
+            report.blobs_copied += 1
+    blobs.flush()  # durable before the spools that name them exist
     # The spools last: once they are in, the run is visible to ingest, and its blobs are there.
     target_dir.mkdir(parents=True, exist_ok=True)
     for path, data in contents.items():
@@ -328,10 +371,10 @@ def load_shards(
     others loaded. Idempotent: loading the same shards again copies and adds nothing."""
     report = LoadReport()
     st = Store.open(store_dir)
-    blob_root = st.root / "blobs"
+    target_blobs = BlobStore(st.root / "blobs")
 
     def have_blob(hexd: str) -> bool:
-        return os.path.exists(os.path.join(blob_root, hexd[:2], hexd[2:]))
+        return target_blobs.has(hexd)
 
     try:
         for i, (root, run_id) in enumerate(shards):
@@ -348,7 +391,6 @@ def load_shards(
             if progress is not None:
                 progress(i + 1, len(shards))
         if report.loaded:
-            BlobStore(st.root / "blobs").sync_dirs(report.blob_dirs)
             _ingest(st, report, spool_mode)
     finally:
         st.close()
@@ -399,9 +441,7 @@ def merge_store(
         blobs_done = False
         for i, (_root, run_id) in enumerate(runs):
             try:
-                checked = _check_store_run(source, run_id)
-                if blobs_done:
-                    checked.blobs = []
+                checked = _check_store_run(source, run_id, with_blobs=not blobs_done)
                 _copy_in(st.root, checked, report)
                 blobs_done = True
             except (ShardError, BlobError) as e:
@@ -417,7 +457,7 @@ def merge_store(
     return report
 
 
-def _check_store_run(source: Path, run_id: str) -> Checked:
+def _check_store_run(source: Path, run_id: str, *, with_blobs: bool = True) -> Checked:
     """One run of another store: its spool folder, and (once) the store's whole blob folder."""
     if not ID_RE.match(run_id):
         raise ShardError(f"{source}/spool/{run_id}: not a run id")
@@ -441,7 +481,7 @@ def _check_store_run(source: Path, run_id: str) -> Checked:
     for path in checked.spools:
         checked.data[path] = _check_spool(source, path, run_id)
     blobs_root = source / "blobs"
-    if blobs_root.is_dir() and not blobs_root.is_symlink():
+    if with_blobs and blobs_root.is_dir() and not blobs_root.is_symlink():
         store = BlobStore(blobs_root)
         for rel, _st in _walk(blobs_root):
             b = BLOB_RE.match("blobs/" + rel)
@@ -452,4 +492,5 @@ def _check_store_run(source: Path, run_id: str) -> Checked:
             if reason is not None:
                 raise ShardError(f"{source}: {reason}")
             checked.blobs.append((hexd, blobs_root / rel))
+        _check_packed(source, store, checked, None)
     return checked

@@ -304,6 +304,18 @@ class BlobStore:
                 self._append(hexd, *blobcodec.encode(data), sync=sync)
         return ref
 
+    def addresses(self) -> list[str]:
+        """The hex address of every packed blob, as the index says now (loose files not included)."""
+        self._state.refresh()
+        return list(self._state.index)
+
+    def stored_record(self, hexd: str) -> tuple[int, memoryview]:
+        """The codec and stored bytes of a packed blob (for copying it to another store as it is)."""
+        entry = self._state.lookup(hexd)
+        if entry is None:
+            raise BlobError(f"blob {HASH_PREFIX}{hexd} is not in a pack")
+        return self.read_record(hexd, entry)
+
     def put_stored(
         self, hexd: str, stored: bytes | memoryview, *, sync: bool = True, codec: int | None = None
     ) -> bool:

@@ -223,11 +223,20 @@ def test_hostile_shards_are_refused_with_a_clear_error(tmp_path):
     cases["torn-and-resized"] = (str(shard), "truncated")
 
     layout, shard, rid = _hostile(tmp_path, "bad-blob")
-    blob = next(p for p in (shard / "blobs").rglob("*") if p.is_file())
-    size = blob.stat().st_size
-    blob.chmod(0o644)
-    blob.write_bytes(b"x" * size)
+    pack = next((shard / "blobs" / "packs").glob("*.pack"))  # the recorder's blobs are packed
+    data = bytearray(pack.read_bytes())
+    data[len(data) // 2 :] = b"x" * (len(data) - len(data) // 2)  # same size: only the content lies
+    pack.chmod(0o644)
+    pack.write_bytes(bytes(data))
     cases["bad-blob"] = (str(shard), "corrupted")
+
+    layout, shard, rid = _hostile(tmp_path, "lying-index")
+    index = next((shard / "blobs" / "packs").glob("*.idx"))
+    index.chmod(0o644)
+    with open(index, "r+b") as f:  # the last entry's offset and length: far outside its pack
+        f.seek(-13, os.SEEK_END)
+        f.write((2**40).to_bytes(8, "big") + (2**31).to_bytes(4, "big"))
+    cases["lying-index"] = (str(shard), "outside the pack")
 
     layout, shard, rid = _hostile(tmp_path, "fifo")
     os.mkfifo(shard / "spool" / rid / "extra.spool")
