@@ -224,10 +224,10 @@ def test_hostile_shards_are_refused_with_a_clear_error(tmp_path):
 
     layout, shard, rid = _hostile(tmp_path, "bad-blob")
     pack = next((shard / "blobs" / "packs").glob("*.pack"))  # the recorder's blobs are packed
-    data = bytearray(pack.read_bytes())
-    data[len(data) // 2 :] = b"x" * (len(data) - len(data) // 2)  # same size: only the content lies
+    raw = bytearray(pack.read_bytes())
+    raw[len(raw) // 2 :] = b"x" * (len(raw) - len(raw) // 2)  # same size: only the content lies
     pack.chmod(0o644)
-    pack.write_bytes(bytes(data))
+    pack.write_bytes(bytes(raw))
     cases["bad-blob"] = (str(shard), "corrupted")
 
     layout, shard, rid = _hostile(tmp_path, "lying-index")
