@@ -7,11 +7,14 @@
 These tests never skip: CI starts dockerd first (.ci/dockerd.sh). Without a daemon they fail
 with a message that says so. The image is found by content tag, so it is built only when the
 Dockerfile, the shim or the base changed. The base comes from a debootstrapped Debian unless
-AMB_BASE_IMAGE names a pullable one.
+AMB_BASE_IMAGE names a pullable one. Test workers running side by side (pytest-xdist) take turns
+at the image step through one lock file, so an image is built once and the others find it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -58,11 +61,28 @@ def require_docker() -> Any:
         pytest.fail(f"the container tests need dockerd: {e}", pytrace=False)
 
 
-@pytest.fixture(scope="session")
-def agent_image() -> str:
+@contextlib.contextmanager
+def one_worker_at_a_time(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[None]:
+    """Held by one test process at a time: the lock file sits in the temporary root that all
+    pytest-xdist workers of a session share (the parent of each worker's own base folder)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _image(tmp_path_factory: pytest.TempPathFactory, role: str) -> str:
     require_docker()
     from_rootfs = not os.environ.get("AMB_BASE_IMAGE")
-    return ensure_images(("agent",), from_rootfs=from_rootfs)["agent"].tag
+    with one_worker_at_a_time(tmp_path_factory, "amb-images"):
+        return ensure_images((role,), from_rootfs=from_rootfs)[role].tag
+
+
+@pytest.fixture(scope="session")
+def agent_image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return _image(tmp_path_factory, "agent")
 
 
 @pytest.fixture(scope="session")
@@ -71,7 +91,5 @@ def docker_cli() -> Any:
 
 
 @pytest.fixture(scope="session")
-def grader_image() -> str:
-    require_docker()
-    from_rootfs = not os.environ.get("AMB_BASE_IMAGE")
-    return ensure_images(("grader",), from_rootfs=from_rootfs)["grader"].tag
+def grader_image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return _image(tmp_path_factory, "grader")
