@@ -2,6 +2,7 @@
 
 - ``fake``: the fake model provider on loopback (``tests/fakes/upstream.py``), one per test module;
 - ``make_twin``: synthetic task twins, each made once per session;
+- ``synthetic_store``: a new store of synthetic runs, ingested;
 - the container tests' setup: a reachable dockerd and the agent and grader images (built once).
 
 These tests never skip: CI starts dockerd first (.ci/dockerd.sh). Without a daemon they fail
@@ -23,6 +24,8 @@ from typing import Any
 import pytest
 
 from amb.images import ImageError, docker_client, ensure_images
+from recorder.synthetic import generate_run
+from replay.ingest import ingest
 from tasks.registry import load_spec
 from tasks.synth import synth
 from tests.fakes.upstream import FakeUpstream
@@ -50,6 +53,21 @@ def make_twin(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, int, i
             synth(load_spec(task), root, cases=cases, seed=seed)
             made[key] = root
         return made[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def synthetic_store(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, int, int], Path]:
+    """``synthetic_store(name, runs, calls)``: a new store (its own folder, named after ``name``) of
+    ``runs`` synthetic runs ``run-0`` ... (seed = the number, ``calls`` model calls each), ingested."""
+
+    def make(name: str, runs: int, calls: int) -> Path:
+        root = tmp_path_factory.mktemp(name) / "store"
+        for i in range(runs):
+            generate_run(root, f"run-{i}", seed=i, calls=calls)
+        ingest(root)
+        return root
 
     return make
 
