@@ -13,7 +13,9 @@ because ``recorder`` may not import ``replay``.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -27,6 +29,47 @@ from recorder.run import (
     record,
 )
 from schemas.errors import AmbError, UsageError
+
+
+@dataclass(frozen=True)
+class RecordArgs:
+    """The command line of ``amb-record``, as click parsed it: one field per option, named like the
+    option's parameter, so ``record_cmd`` builds it from its keyword arguments in one step and a
+    replay changes only the labels and upstreams it adds."""
+
+    store: str
+    task: str | None
+    tier: str | None
+    data_dir: str | None
+    backend: str
+    time_limit: float | None
+    grace: float
+    run_id: str | None
+    labels: tuple[str, ...]
+    agent_name: str | None
+    model: str | None
+    upstreams: tuple[str, ...]
+    allow_hosts: tuple[str, ...]
+    gpus: str | None
+    shim: bool
+    no_ingest: bool
+    replay_run: str | None
+    replay_match: str
+    replay_timing: str
+    max_tokens: int | None
+    max_cost: float | None
+    max_calls: int | None
+    price_table: str
+    command: tuple[str, ...]
+
+    def budget(self) -> Limits:
+        """--max-tokens / --max-cost / --max-calls as the recorder takes them (checked on creation)."""
+        return Limits(
+            max_tokens=self.max_tokens,
+            max_cost_usd=self.max_cost,
+            max_calls=self.max_calls,
+            price_table=self.price_table,
+        )
 
 
 def _backend(name: str, gpus: str | None, shim: bool = False):
@@ -169,137 +212,80 @@ def _backend(name: str, gpus: str | None, shim: bool = False):
     help="Prices for --max-cost (the default scoring profile's table).",
 )
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def record_cmd(
-    store,
-    task,
-    tier,
-    data_dir,
-    backend,
-    time_limit,
-    grace,
-    run_id,
-    labels,
-    agent_name,
-    model,
-    upstreams,
-    allow_hosts,
-    gpus,
-    shim,
-    no_ingest,
-    replay_run,
-    replay_match,
-    replay_timing,
-    max_tokens,
-    max_cost,
-    max_calls,
-    price_table,
-    command,
-):
+def record_cmd(**params: Any) -> None:
     """Record COMMAND (after --) as an agent run."""
-    if time_limit is not None and time_limit <= 0:
+    args = RecordArgs(**params)
+    if args.time_limit is not None and args.time_limit <= 0:
         raise UsageError("--time-limit must be a positive number of seconds")
-    budget = Limits(
-        max_tokens=max_tokens, max_cost_usd=max_cost, max_calls=max_calls, price_table=price_table
-    )
+    budget = args.budget()
     if budget.max_cost_usd is not None:
         Budget(
-            budget, run_model=model
+            budget, run_model=args.model
         )  # the price table and the model's price, checked before anything starts
-    # Everything but the labels and upstreams, which a replay adds to.
-    common = dict(
-        store=store,
-        task=task,
-        tier=tier,
-        data_dir=data_dir,
-        backend=backend,
-        time_limit=time_limit,
-        grace=grace,
-        run_id=run_id,
-        agent_name=agent_name,
-        model=model,
-        allow_hosts=allow_hosts,
-        gpus=gpus,
-        shim=shim,
-        no_ingest=no_ingest,
-        command=command,
-        budget=budget,
-    )
-    if replay_run is None:
-        _record(**common, labels=labels, upstreams=upstreams)
+    if args.replay_run is None:
+        _record(args)
         return
-    if upstreams:
+    if args.upstreams:
         raise UsageError("--replay answers every model call itself: it cannot be combined with --upstream")
     # The replay server lives here, in the CLI layer: recorder/ never imports replay/. It is
     # loaded (and the store's database let go) before the recording starts.
     from replay.replayer.server import ReplayServer, open_replayer, stderr_reporter
 
     replayer = open_replayer(
-        Path(store), replay_run, replay_match, replay_timing, stderr_reporter("amb-record: replay: ")
+        Path(args.store),
+        args.replay_run,
+        args.replay_match,
+        args.replay_timing,
+        stderr_reporter("amb-record: replay: "),
     )
     with ReplayServer(replayer) as server:
-        labels = (*labels, f"replay_of={replay_run}", f"replay_match={replay_match}")
-        upstreams = (f"openai={server.url}", f"anthropic={server.url}")
+        replaying = replace(
+            args,
+            labels=(*args.labels, f"replay_of={args.replay_run}", f"replay_match={args.replay_match}"),
+            upstreams=(f"openai={server.url}", f"anthropic={server.url}"),
+        )
         try:
-            _record(**common, labels=labels, upstreams=upstreams)
+            _record(replaying)
         finally:
             s = replayer.matcher.summary()
             served = f"{s['served']} of {s['recorded']} recorded calls served"
             missed = f"{len(s['misses'])} unmatched request(s)"
             unasked = f", {len(s['unserved'])} recorded call(s) never asked for" if s["unserved"] else ""
             click.echo(
-                f"amb-record: replay of {replay_run} ({replay_match}): {served}, {missed}{unasked}", err=True
+                f"amb-record: replay of {args.replay_run} ({args.replay_match}): {served}, {missed}{unasked}",
+                err=True,
             )
 
 
-def _record(
-    *,
-    store,
-    task,
-    tier,
-    data_dir,
-    backend,
-    time_limit,
-    grace,
-    run_id,
-    labels,
-    agent_name,
-    model,
-    upstreams,
-    allow_hosts,
-    gpus,
-    shim,
-    no_ingest,
-    command,
-    budget,
-):
+def _record(args: RecordArgs) -> None:
     spec = RunSpec(
-        argv=list(command),
-        store=Path(store),
-        run_id=run_id,
-        task=task,
-        tier=tier,
-        data_dir=Path(data_dir) if data_dir else None,
-        time_limit_s=time_limit,
-        grace_s=grace,
-        labels=parse_labels(list(labels)),
-        agent=agent_name,
-        model=model,
-        upstreams=parse_upstreams(list(upstreams)),
-        allow_hosts=parse_allow_hosts(list(allow_hosts)),
-        budget=budget,
+        argv=list(args.command),
+        store=Path(args.store),
+        run_id=args.run_id,
+        task=args.task,
+        tier=args.tier,
+        data_dir=Path(args.data_dir) if args.data_dir else None,
+        time_limit_s=args.time_limit,
+        grace_s=args.grace,
+        labels=parse_labels(list(args.labels)),
+        agent=args.agent_name,
+        model=args.model,
+        upstreams=parse_upstreams(list(args.upstreams)),
+        allow_hosts=parse_allow_hosts(list(args.allow_hosts)),
+        budget=args.budget(),
     )
-    outcome = record(spec, _backend(backend, gpus, shim))
+    outcome = record(spec, _backend(args.backend, args.gpus, args.shim))
     calls = outcome.counts.get("proxy:model_call.completed", 0)
     click.echo(
         f"amb-record: run {outcome.run_id}: {outcome.status}, exit code {outcome.exit_code}, "
         f"{calls} model call{'s' if calls != 1 else ''}" + (f" ({outcome.reason})" if outcome.reason else ""),
         err=True,
     )
-    if not no_ingest:
+    if not args.no_ingest:
         try:
             from replay.ingest import ingest
 
-            ingest(store, run_ids=[outcome.run_id])
+            ingest(args.store, run_ids=[outcome.run_id])
         except AmbError as e:
             click.echo(
                 f"amb-record: warning: ingest failed ({e}); the spool is kept, run `amb ingest`", err=True

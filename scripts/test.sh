@@ -3,11 +3,21 @@
 # Chromium); everything else (loopback upstreams, proxies, model servers) the tests start themselves.
 #
 # With no arguments it is the whole check, as CI runs it: lint (ruff), the format check, the type
-# check (mypy; configuration in pyproject.toml), then every test. With arguments they go to pytest
-# alone (`./just test tests/replay -k verify`); `./just lint` runs the first three on their own.
+# check (mypy; configuration in pyproject.toml), then every test, in two processes (pytest-xdist).
+# With arguments they go to pytest alone, in one process (`./just test tests/replay -k verify`; add
+# `-n 2` for two); `./just lint` runs the first three on their own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -eq 0 ]; then
+    # The agents' own environment (.venv-agents: the newest SDKs, node packages) takes minutes on a
+    # fresh clone: it is made in the background while the lint runs; a test that needs it before it is
+    # ready waits on its lock (tests/fakes/agents.py), and a failure here fails that test, not this line.
+    mkdir -p .venv-agents
+    python tests/fakes/agents.py >.venv-agents/make.log 2>&1 &
     bash scripts/lint.sh
+    # Two test processes: most of the suite's time is spent waiting on containers, subprocesses and
+    # loopback servers, not computing. A test file stays in one process (its module fixtures: the
+    # fake upstream, a recording proxy per process).
+    exec python -m pytest -p no:cacheprovider -n "${AMB_TEST_WORKERS:-2}" --dist loadfile
 fi
 exec python -m pytest -p no:cacheprovider "$@"

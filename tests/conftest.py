@@ -2,16 +2,20 @@
 
 - ``fake``: the fake model provider on loopback (``tests/fakes/upstream.py``), one per test module;
 - ``make_twin``: synthetic task twins, each made once per session;
+- ``synthetic_store``: a new store of synthetic runs, ingested;
 - the container tests' setup: a reachable dockerd and the agent and grader images (built once).
 
 These tests never skip: CI starts dockerd first (.ci/dockerd.sh). Without a daemon they fail
 with a message that says so. The image is found by content tag, so it is built only when the
 Dockerfile, the shim or the base changed. The base comes from a debootstrapped Debian unless
-AMB_BASE_IMAGE names a pullable one.
+AMB_BASE_IMAGE names a pullable one. Test workers running side by side (pytest-xdist) take turns
+at the image step through one lock file, so an image is built once and the others find it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +24,8 @@ from typing import Any
 import pytest
 
 from amb.images import ImageError, docker_client, ensure_images
+from recorder.synthetic import generate_run
+from replay.ingest import ingest
 from tasks.registry import load_spec
 from tasks.synth import synth
 from tests.fakes.upstream import FakeUpstream
@@ -51,6 +57,21 @@ def make_twin(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, int, i
     return make
 
 
+@pytest.fixture(scope="session")
+def synthetic_store(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, int, int], Path]:
+    """``synthetic_store(name, runs, calls)``: a new store (its own folder, named after ``name``) of
+    ``runs`` synthetic runs ``run-0`` ... (seed = the number, ``calls`` model calls each), ingested."""
+
+    def make(name: str, runs: int, calls: int) -> Path:
+        root = tmp_path_factory.mktemp(name) / "store"
+        for i in range(runs):
+            generate_run(root, f"run-{i}", seed=i, calls=calls)
+        ingest(root)
+        return root
+
+    return make
+
+
 def require_docker() -> Any:
     try:
         return docker_client()
@@ -58,11 +79,28 @@ def require_docker() -> Any:
         pytest.fail(f"the container tests need dockerd: {e}", pytrace=False)
 
 
-@pytest.fixture(scope="session")
-def agent_image() -> str:
+@contextlib.contextmanager
+def one_worker_at_a_time(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[None]:
+    """Held by one test process at a time: the lock file sits in the temporary root that all
+    pytest-xdist workers of a session share (the parent of each worker's own base folder)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _image(tmp_path_factory: pytest.TempPathFactory, role: str) -> str:
     require_docker()
     from_rootfs = not os.environ.get("AMB_BASE_IMAGE")
-    return ensure_images(("agent",), from_rootfs=from_rootfs)["agent"].tag
+    with one_worker_at_a_time(tmp_path_factory, "amb-images"):
+        return ensure_images((role,), from_rootfs=from_rootfs)[role].tag
+
+
+@pytest.fixture(scope="session")
+def agent_image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return _image(tmp_path_factory, "agent")
 
 
 @pytest.fixture(scope="session")
@@ -71,7 +109,5 @@ def docker_cli() -> Any:
 
 
 @pytest.fixture(scope="session")
-def grader_image() -> str:
-    require_docker()
-    from_rootfs = not os.environ.get("AMB_BASE_IMAGE")
-    return ensure_images(("grader",), from_rootfs=from_rootfs)["grader"].tag
+def grader_image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return _image(tmp_path_factory, "grader")

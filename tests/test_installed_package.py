@@ -1,17 +1,19 @@
 """The installed package is the product: the wheel and the sdist, each installed into a fresh virtual
 environment outside the source tree, run the main job from a directory with no checkout in reach.
 
-Per distribution (one install each, then every command in order):
-`amb --version`, `amb doctor`, `amb images build --base-from-rootfs` (finding the images current,
-with the same content tags as the checkout computes), `amb demo` on the docker backend,
-`amb grade --in-container` on a submission the demo's agent made; and a build file taken out of
-the installation is one clear error naming it.
+The wheel's installation runs every command in order: `amb --version`, `amb doctor`,
+`amb images build --base-from-rootfs` (finding the images current, with the same content tags as the
+checkout computes), `amb demo` on the docker backend, `amb grade --in-container` on a submission the
+demo's agent made; and a build file taken out of the installation is one clear error naming it.
+The sdist's installation must hold the very same files, byte for byte, and the same commands (so
+the main job, run once, holds for both), and answer `amb --version` and `amb doctor` itself.
 
-Speed: the distributions are built once (`python -m build --no-isolation`: the sdist, then the
-wheel from the sdist). The fresh environments have amb's own files from the distribution, and
-borrow the third-party packages of the environment running the tests (a path entry, read-only)
-instead of downloading ~1 GB of wheels twice; `pip check` then proves the distribution's declared
-requirements are met by what is there, and nothing of the checkout is importable.
+Speed: the demo runs once (it takes minutes). The distributions are built once (`python -m build
+--no-isolation`: the sdist, then the wheel from the sdist). The fresh environments have amb's own
+files from the distribution, and borrow the third-party packages of the environment running the
+tests (a path entry, read-only) instead of downloading ~1 GB of wheels twice; `pip check` then
+proves the distribution's declared requirements are met by what is there, and nothing of the
+checkout is importable.
 """
 
 from __future__ import annotations
@@ -125,14 +127,47 @@ def _expected_tags() -> dict[str, str]:
     return {role: f"amb-{role}:c-{content_hash(role, base_id)}" for role in ROLES}
 
 
-@pytest.mark.parametrize("kind", ["wheel", "sdist"])
-def test_the_installed_package_runs_the_main_job(kind, dists, tmp_path_factory):
-    # One after the other: side by side, the two demos took as long as in turn (the demo keeps
-    # both cores busy), and a failure is easier to read.
+def _installed_files(inst: Installed) -> dict[str, bytes]:
+    """What pip put into the environment for amb: its packages and metadata under site-packages (less
+    the compiled caches and the two files that name where the distribution came from) and its
+    commands (with the environment's own path taken out of their first lines)."""
+    files: dict[str, bytes] = {}
+    for path in sorted(inst.site.rglob("*")):
+        rel = path.relative_to(inst.site)
+        if not path.is_file() or "__pycache__" in rel.parts:
+            continue
+        if rel.parts[0].endswith(".dist-info") and rel.name in ("RECORD", "direct_url.json"):
+            continue
+        files[f"site/{rel}"] = path.read_bytes()
+    for command in ("amb", "amb-record", "amb-agent"):
+        script = (inst.venv / "bin" / command).read_bytes()
+        files[f"bin/{command}"] = script.replace(str(inst.venv).encode(), b"<venv>")
+    return files
+
+
+@pytest.fixture(scope="module")
+def wheel_installed(dists, tmp_path_factory) -> tuple[Installed, dict[str, bytes]]:
+    """The wheel's installation and its files as pip left them (the main job later breaks one)."""
+    inst = Installed(tmp_path_factory.mktemp("installed-wheel"), dists["wheel"])
+    return inst, _installed_files(inst)
+
+
+def test_the_sdist_installs_what_the_wheel_installs(dists, wheel_installed, tmp_path_factory):
+    inst = Installed(tmp_path_factory.mktemp("installed-sdist"), dists["sdist"])
+    from_sdist, from_wheel = _installed_files(inst), wheel_installed[1]
+    assert sorted(from_sdist) == sorted(from_wheel)
+    assert [name for name in from_wheel if from_sdist[name] != from_wheel[name]] == []
+    assert any(name.startswith("site/images/agent/") for name in from_wheel)  # package data went along
+    version = inst.amb("--version")
+    assert version.returncode == 0 and version.stdout.startswith("amb 0.1.0 (amb-recorder"), version.stderr
+    doctor = inst.amb("doctor", "--json", timeout=60)
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
+    assert checks["installation"]["status"] == "ok" and str(inst.site) in checks["installation"]["detail"]
+
+
+def test_the_installed_package_runs_the_main_job(wheel_installed):
     timings: dict[str, float] = {}
-    t = time.monotonic()
-    inst = Installed(tmp_path_factory.mktemp(f"installed-{kind}"), dists[kind])
-    timings["install"] = time.monotonic() - t
+    inst = wheel_installed[0]
 
     # Nothing of the checkout is in reach: every package comes from the fresh environment.
     where = _run(
@@ -221,5 +256,5 @@ def test_the_installed_package_runs_the_main_job(kind, dists, tmp_path_factory):
     checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
     assert doctor.returncode == 1 and "images/base/packages.txt" in checks["installation"]["detail"]
 
-    print(f"{kind}: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
+    print("wheel: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
     shutil.rmtree(inst.work / "out", ignore_errors=True)

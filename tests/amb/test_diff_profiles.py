@@ -8,8 +8,6 @@ import pytest
 from click.testing import CliRunner
 
 from amb.main import cli
-from recorder.synthetic import generate_run
-from replay.ingest import ingest
 from scorer.profile import load
 from scorer.profile_diff import changed_options
 
@@ -17,12 +15,8 @@ ENV = {"AMB_JUDGE_BASE_URL": "", "AMB_JUDGE_MODEL": ""}
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    root = tmp_path_factory.mktemp("diff") / "store"
-    for i in range(8):
-        generate_run(root, f"run-{i}", seed=i, calls=8)
-    ingest(root)
-    return str(root)
+def store(synthetic_store):
+    return str(synthetic_store("diff", 8, 8))
 
 
 def amb(*args):

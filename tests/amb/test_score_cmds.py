@@ -8,17 +8,11 @@ import pytest
 from click.testing import CliRunner
 
 from amb.main import cli
-from recorder.synthetic import generate_run
-from replay.ingest import ingest
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cli") / "store"
-    for i in range(10):
-        generate_run(root, f"run-{i}", seed=i, calls=10)
-    ingest(root)
-    return str(root)
+def store(synthetic_store):
+    return str(synthetic_store("cli", 10, 10))
 
 
 def amb(*args, env=None):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.codec import Event
 from schemas.events import (
     FileAccessed,
     FileWritten,
@@ -18,33 +17,18 @@ from schemas.events import (
     ToolCallResult,
     Usage,
 )
-from schemas.events.base import kind_of
 from scorer import audit, codes, cost, evidence
 from scorer.judge.offline import OfflineJudge
 from scorer.pipeline import RunScorer
 from scorer.profile import load
 from scorer.trajectory import fold
+from tests.fakes.events import unsigned_events
 
 PROFILE = load("paper-2026-06")
 
 
 def run(*payloads, source="shim"):
-    evs = []
-    for i, p in enumerate(payloads):
-        evs.append(
-            Event(
-                run_id="r",
-                source=source,
-                seq=i,
-                ts_ns=10_000 + 1000 * i,
-                kind=kind_of(type(p)),
-                v=1,
-                payload=p,
-                prev_hash="",
-                hash="",
-            )
-        )
-    return evs
+    return unsigned_events("r", source, payloads, start_ns=10_000, step_ns=1000)
 
 
 def execute(i, code, result):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.codec import Event
 from schemas.events import (
     FileAccessed,
     FileDeleted,
@@ -17,11 +16,11 @@ from schemas.events import (
     ToolCallRequested,
     ToolCallResult,
 )
-from schemas.events.base import kind_of
 from scorer import audit
 from scorer.audit_paths import arg_paths, normalise, path_tokens, shell_words
 from scorer.profile import load
 from scorer.trajectory import fold
+from tests.fakes.events import unsigned_events
 
 RULES = load("paper-2026-06").profile.audit
 RUN = "20261201T120000-aaaaaa"
@@ -30,20 +29,7 @@ DOCKER = RunStarted(task="kidney-seg", tier="lite", workspace="/workspace", back
 
 
 def audited(*payloads, start=DOCKER):
-    evs = [
-        Event(
-            run_id=RUN,
-            source="shim",
-            seq=i,
-            ts_ns=1000 + i,
-            kind=kind_of(type(p)),
-            v=1,
-            payload=p,
-            prev_hash="",
-            hash="",
-        )
-        for i, p in enumerate([start, *payloads])
-    ]
+    evs = unsigned_events(RUN, "shim", [start, *payloads], start_ns=1000)
     return audit.audit(fold(RUN, evs, lambda r: b""), RULES)
 
 

@@ -8,7 +8,6 @@ from typing import Any
 import msgspec
 import pytest
 
-from schemas.codec import Event
 from schemas.events import (
     AssistantMessage,
     ModelCallCompleted,
@@ -17,13 +16,13 @@ from schemas.events import (
     ToolCallRequested,
     ToolCallResult,
 )
-from schemas.events.base import kind_of
 from scorer.evidence import build
 from scorer.judge.cache import JudgeCache
 from scorer.judge.llm import LLMJudge
 from scorer.profile import load
 from scorer.trajectory import fold
 from tests.fakes import judge_server as fake
+from tests.fakes.events import unsigned_events
 
 
 def _events():
@@ -53,20 +52,7 @@ def _events():
             tool_call_id="t0", model_call_id="c1", output='{"exit_code": 0, "stdout": "1", "stderr": ""}'
         ),
     ]
-    return [
-        Event(
-            run_id="r1",
-            source="proxy",
-            seq=i,
-            ts_ns=1000 + i,
-            kind=kind_of(type(p)),
-            v=1,
-            payload=p,
-            prev_hash="",
-            hash="",
-        )
-        for i, p in enumerate(payloads)
-    ]
+    return unsigned_events("r1", "proxy", payloads, start_ns=1000)
 
 
 def _setup(monkeypatch, server, *, timeout=5.0, retries=0, cache=None):
@@ -240,20 +226,7 @@ def test_plan_png_goes_to_the_figure_item_as_an_image(monkeypatch):
             content=BlobRef(blob=digest(png), size=len(png)),
         ),
     ]
-    evs = _events() + [
-        Event(
-            run_id="r1",
-            source="shim",
-            seq=i,
-            ts_ns=2000 + i,
-            kind="file.written",
-            v=1,
-            payload=p,
-            prev_hash="",
-            hash="",
-        )
-        for i, p in enumerate(extra)
-    ]
+    evs = _events() + unsigned_events("r1", "shim", extra, start_ns=2000)
     with fake.JudgeServer(lambda req: fake.verdict(fake.asked_item(req), 1, evidence=["shim:1"])) as server:
         monkeypatch.setenv("AMB_JUDGE_BASE_URL", server.base_url)
         monkeypatch.setenv("AMB_JUDGE_MODEL", "fake-judge")

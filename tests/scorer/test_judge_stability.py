@@ -10,8 +10,6 @@ import pytest
 from click.testing import CliRunner
 
 from amb.main import cli
-from recorder.synthetic import generate_run
-from replay.ingest import ingest
 from scorer.batch import open_store, score_runs
 from scorer.judge_stability import agreement_table, krippendorff_alpha_nominal, pair_agreement
 from scorer.profile import load
@@ -48,12 +46,8 @@ def test_alpha_and_agreement_by_hand():
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    root = tmp_path_factory.mktemp("stability") / "store"
-    for i in range(4):
-        generate_run(root, f"run-{i}", seed=i, calls=8)
-    ingest(root)
-    return root
+def store(synthetic_store):
+    return synthetic_store("stability", 4, 8)
 
 
 def test_repeat_agreement_alpha_spread_and_cache(store, monkeypatch):

@@ -7,6 +7,7 @@ import pytest
 from scorer.judge.base import Verdict
 from scorer.profile import load
 from scorer.stages import agentic, combine, item_scores, judged_stages
+from tests.fakes.events import unsigned_events
 
 
 def test_paper_worked_example_appendix_i():
@@ -133,9 +134,7 @@ def test_report_track_has_its_own_rubric():
 
 def test_pattern_rules_of_the_offline_judge():
     from schemas.blob import BlobRef, digest
-    from schemas.codec import Event
     from schemas.events import FileWritten, RunStarted
-    from schemas.events.base import kind_of
     from scorer.judge.offline import OfflineJudge
     from scorer.trajectory import fold
 
@@ -152,20 +151,7 @@ def test_pattern_rules_of_the_offline_judge():
             content=BlobRef(blob=digest(plan), size=len(plan)),
         ),
     ]
-    evs = [
-        Event(
-            run_id="r",
-            source="shim",
-            seq=i,
-            ts_ns=i,
-            kind=kind_of(type(p)),
-            v=1,
-            payload=p,
-            prev_hash="",
-            hash="",
-        )
-        for i, p in enumerate(payloads)
-    ]
+    evs = unsigned_events("r", "shim", payloads)
     get = {digest(plan): plan}.__getitem__
     traj = fold("r", evs, lambda ref: get(ref.blob))
     items = {i.id: i for i in load("paper-2026-06").profile.items_for("report", "lite")}
