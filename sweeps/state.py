@@ -70,6 +70,11 @@ class CellState:
         return sum(1 for _, o in self.attempts if o not in INTERRUPTED and o != "completed")
 
 
+NOT_RETRIED = ("budget_exceeded",)
+"""Outcomes that end a cell at once: a retry of a run that spent its budget would spend it again
+(the run is loaded and scored as the profile's ``[budget]`` rule says)."""
+
+
 def shard_outcome(layout: Layout, rid: str) -> str | None:
     """How attempt ``rid`` ended: its shard's status; ``unfinished`` while it has only an attempt
     directory; None when there is neither."""
@@ -116,7 +121,7 @@ def read_cell(layout: Layout, cell: CellState, max_attempts: int) -> None:
         cell.duplicates += [f"duplicates/{rid}/{t}" for t in tokens]
     if chosen:
         cell.state = "completed"
-    elif cell.failures() >= max_attempts:
+    elif any(o in NOT_RETRIED for _, o in cell.attempts) or cell.failures() >= max_attempts:
         cell.state = "gave_up"
     else:
         cell.state = "pending"

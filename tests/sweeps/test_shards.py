@@ -267,3 +267,19 @@ def test_check_shard_names_the_shard(tmp_path):
     report = load_shards(tmp_path / "st", [(shard, rid)])
     assert report.loaded == [rid] and not report.refused
     assert msgspec.json.decode((shard / SHARD_FILE).read_bytes())["run_id"] == rid
+
+
+@pytest.mark.parametrize(("first", "state"), [("failed", "pending"), ("budget_exceeded", "gave_up")])
+def test_a_run_over_budget_is_not_retried(tmp_path, first, state):
+    """A failed attempt is retried; one that spent its budget ends the cell (a retry would spend it
+    again), and is loaded as the cell's run like any ended attempt."""
+    from sweeps.spec import Agent
+    from sweeps.state import CellState, TaskRef, read_cell
+
+    layout = Layout(tmp_path / "root")
+    layout.make()
+    make_shard(layout, CELL, 1, status=first)
+    cell = CellState(CELL.sweep, Agent(name=CELL.agent, command=["true"]), TaskRef(CELL.task), CELL.tier, 1)
+    read_cell(layout, cell, max_attempts=3)
+    assert cell.attempts == [(run_id(CELL, 1), first)] and cell.state == state
+    assert cell.final_run == run_id(CELL, 1)
