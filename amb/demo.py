@@ -150,10 +150,10 @@ def choose_backend(asked: str) -> tuple[str, str]:
 )
 def demo(out_dir: str, store: str | None, backend: str) -> None:
     """Record a sample agent on one task per track, score the runs, show and verify them."""
-    from agents.sweep import load_sweep
-    from amb.agent_cmds import sweep
     from amb.score_cmds import report, score
     from amb.store_cmds import runs, sql, verify
+    from amb.sweep_cmds import sweep
+    from sweeps.plan import load_sweep
 
     start = time.monotonic()
     out = Path(out_dir)

@@ -31,7 +31,7 @@ COMMANDS: dict[str, str] = {
     "judge": "amb.score_cmds",
     "images": "amb.images",
     "baseline": "amb.agent_cmds",
-    "sweep": "amb.agent_cmds",
+    "sweep": "amb.sweep_cmds",
     "gc": "amb.gc_cmd",
     "demo": "amb.demo",
     "doctor": "amb.doctor",

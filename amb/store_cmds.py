@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from pathlib import Path
 
 import click
 import duckdb
@@ -27,12 +28,30 @@ from schemas.events import AnyPayload
 @click.command()
 @store_option
 @click.argument("runs", nargs=-1)
-def ingest(store: str, runs: tuple[str, ...]) -> None:
+@click.option(
+    "--from",
+    "sources",
+    multiple=True,
+    type=click.Path(file_okay=False, exists=True),
+    metavar="DIR",
+    help="Load from DIR instead of the store's own spools: a sweep's shared directory (one result per "
+    "cell; duplicates are listed, not loaded), a single shard, or another store (merged). Repeatable.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="With --from: print what was loaded and refused as JSON."
+)
+def ingest(store: str, runs: tuple[str, ...], sources: tuple[str, ...], as_json: bool) -> None:
     """Load spools into the store (all runs, or RUNS), verifying checksums and hash chains.
 
     A spool that fails its checks is left out (nothing of it is stored); every other one is loaded.
     Each bad spool is named, and the exit code is non-zero.
     """
+    if sources:
+        if runs:
+            raise UsageError("give RUNS or --from DIR, not both")
+        from amb.shard_ingest import ingest_from
+
+        sys.exit(ingest_from(store, [Path(s) for s in sources], as_json=as_json))
     try:
         report = ingest_store(store, list(runs) or None, progress=progress("ingest"))
     except AmbError as e:

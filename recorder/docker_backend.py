@@ -107,6 +107,7 @@ class DockerBackend:
         host_firewall: bool | None = None,
         stream_output: bool = True,
         linger: float = 2.0,
+        labels: dict[str, str] | None = None,
     ):
         self.image = image or os.environ.get("AMB_AGENT_IMAGE") or DEFAULT_IMAGE
         self.limits = limits or Limits()
@@ -115,6 +116,8 @@ class DockerBackend:
         self.brief = brief
         self.stream_output = stream_output
         self.linger = linger
+        self.extra_labels = dict(labels or {})
+        """Put on the container beside amb's own (a sweep finds and stops its containers by them)."""
         self._client = client
         self._want_firewall = host_firewall
         self._firewall: list[list[str]] = []
@@ -322,7 +325,7 @@ class DockerBackend:
                 "/home/agent": f"size={self.limits.tmp_size},mode=1777",
                 CONTAINER_SHIM_DIR: "size=16m,mode=0700",
             },
-            labels={"org.amb.run": ctx.run_id, **self._labels},
+            labels={**self.extra_labels, "org.amb.run": ctx.run_id, **self._labels},
             name=f"amb-{ctx.run_id}-{self._token}"[:63],
             user="0:0",
         )
@@ -515,9 +518,14 @@ def _link_tree(src: Path, dst: Path) -> None:
 
 
 def _gpu_request(spec: str):
-    """``all``, a count (``2``) or device ids (``0,1``), as ``docker run --gpus`` takes them."""
+    """``all``, a count (``2``), device ids (``0,1``) or ``device=0`` (one id, which a bare ``0`` would
+    read as a count), as ``docker run --gpus`` takes them."""
     import docker.types
 
+    if spec.startswith("device="):
+        return docker.types.DeviceRequest(
+            device_ids=spec[len("device=") :].split(","), capabilities=[["gpu"]]
+        )
     if spec == "all":
         return docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])
     if spec.isdigit():

@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from agents.sweep import attempt_outcome
 from replay.store import Store
+from sweeps.exec import run_status as attempt_outcome
 
 BIN = Path(sys.executable).parent
 AGENT = [
@@ -157,15 +157,15 @@ def test_sweep_file_errors_are_one_line(tmp_path):
     cases = {
         (
             'name = "x"\ntasks = ["kidney-seg"]\nagents = [{name = "a", command = ["true"]}]\nrepeat = 2\n'
-        ): "unknown key(s) repeat",
+        ): "s.toml:4: repeat: Object contains unknown field `repeat`",
         (
             'name = "x"\ntasks = ["nope-task"]\nagents = [{name = "a", command = ["true"]}]\n'
-        ): "unknown task 'nope-task'",
+        ): "s.toml:2: tasks[0]: unknown task 'nope-task'",
         (
             'name = "x"\ntasks = ["kidney-seg"]\ntiers = ["pro"]\nagents = [{name = "a", command = '
             '["true"]}]\n'
-        ): "'tiers' must list",
-        'name = "x"\ntasks = ["kidney-seg"]\nagents = []\n': "'agents' is empty",
+        ): "s.toml:3: tiers[0]: Invalid enum value 'pro'",
+        'name = "x"\ntasks = ["kidney-seg"]\nagents = []\n': "s.toml:3: agents: is empty",
         'name = "x"\ntasks = ["kidney-seg"\n': "not valid TOML",
     }
     for text, message in cases.items():
@@ -224,7 +224,7 @@ def test_failed_cells_are_retried_up_to_the_limit(tmp_path):
 def test_judge_repeat_setting(tmp_path):
     import pytest
 
-    from agents.sweep import SweepError, load_sweep
+    from sweeps.plan import SweepError, load_sweep
 
     base = 'name = "x"\ntasks = ["kidney-seg"]\nagents = [{name = "a", command = ["true"]}]\njudge = "llm"\n'
     (tmp_path / "s.toml").write_text(base + "judge_repeat = 3\n")
@@ -232,5 +232,5 @@ def test_judge_repeat_setting(tmp_path):
     (tmp_path / "s.toml").write_text(base)
     assert load_sweep(tmp_path / "s.toml").judge_repeat == 1
     (tmp_path / "s.toml").write_text(base + "judge_repeat = 0\n")
-    with pytest.raises(SweepError, match="'judge_repeat' must be at least 1"):
+    with pytest.raises(SweepError, match="judge_repeat: must be at least 1"):
         load_sweep(tmp_path / "s.toml")

@@ -1,0 +1,185 @@
+"""bench/scaleout: what a sweep's executor and the shards' trip home cost.
+
+Prints:
+- **executor overhead per run**: 40 tiny runs (the agent is ``true``, local backend, recorded under
+  the shim) swept by each executor; per run, the time from its dispatch (the executor started its
+  ``amb sweep exec``) to its shard being complete (renamed into ``shards/``), minus the run's own
+  time (the recorder's ``duration_s``: proxy up to ``run.finished``). Median, p90 and mean.
+  Targets: under 1 s on local and Ray, under 2 s on SLURM. Executors other than local need their
+  engine (``--executors local slurm ray``; each adds its own setup below).
+- **shard ingest rate**: 1,000 shards of synthetic runs (the real spool writer and blob store,
+  2 model calls each) loaded into an empty store by ``amb ingest --from`` (every shard checked:
+  layout, sizes, frames, envelopes, blobs; then one bulk ingest), beside the baseline of the same
+  runs' spools already in the store loaded by plain ``amb ingest``; then the same load again
+  (idempotent: nothing copied, nothing added). Target: at least 50 shards/s.
+
+Run: ./just bench scaleout [--runs 40] [--shards 1000] [--executors local] [--only overhead|ingest]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+
+from recorder.synthetic import generate_run  # noqa: E402 - after the path set-up above
+from replay.ingest import ingest  # noqa: E402
+from replay.shards import load_shards  # noqa: E402
+from sweeps.collect import select  # noqa: E402
+from sweeps.shard import Layout, ShardInfo, file_sizes, new_token, place, read_info  # noqa: E402
+from sweeps.spec import Cell, run_id  # noqa: E402
+
+SWEEP = """
+name = "bench"
+tasks = ["bccd-det"]
+tiers = ["lite"]
+repeats = {runs}
+concurrency = {concurrency}
+time_limit_s = 60
+backend = "local"
+cases = 1
+
+[[agents]]
+name = "tiny"
+command = ["true"]
+
+[executor]
+name = "{executor}"
+"""
+
+
+def overhead(executor: str, runs: int, concurrency: int, tmp: Path) -> dict[str, float]:
+    """Sweep ``runs`` tiny runs with ``executor``; per-run overhead figures in seconds."""
+    from sweeps.driver import run_sweep
+    from sweeps.plan import load_sweep
+
+    sweep_file = tmp / f"{executor}.toml"
+    sweep_file.write_text(SWEEP.format(runs=runs, concurrency=concurrency, executor=executor))
+    spec = load_sweep(sweep_file, work=tmp / f"work-{executor}")
+    with open(os.devnull, "w") as quiet:
+        outcome = run_sweep(spec, tmp / f"store-{executor}", out=quiet)
+    layout = Layout(spec.work)
+    dispatch = outcome.dispatch or {}
+    samples = []
+    for cell in outcome.cells:
+        rid = cell.final_run
+        if rid is None or rid not in dispatch:
+            continue
+        shard = layout.shard(rid)
+        complete = os.stat(shard).st_ctime_ns / 1e9  # the rename into shards/ sets it
+        samples.append(complete - dispatch[rid] - read_info(shard).run_s)
+    if len(samples) < runs:
+        raise SystemExit(f"{executor}: only {len(samples)} of {runs} runs have a shard and a dispatch time")
+    samples.sort()
+    return {
+        "median": statistics.median(samples),
+        "p90": samples[int(0.9 * (len(samples) - 1))],
+        "mean": statistics.fmean(samples),
+        "wall": outcome.wall_s,
+        "run_s": statistics.fmean(
+            read_info(layout.shard(c.final_run)).run_s for c in outcome.cells if c.final_run
+        ),
+    }
+
+
+def make_shards(root: Path, n: int) -> Layout:
+    layout = Layout(root)
+    layout.make()
+    for i in range(n):
+        cell = Cell("bench", "synthetic", "bccd-det", "lite", i + 1)
+        rid = run_id(cell, 1)
+        token = new_token()
+        attempt_dir = layout.attempts / rid / token
+        attempt_dir.mkdir(parents=True)
+        generate_run(attempt_dir, rid, seed=i, calls=2)
+        info = ShardInfo(
+            run_id=rid,
+            cell=cell.key,
+            attempt=1,
+            status="completed",
+            exit_code=0,
+            host="bench",
+            pid=os.getpid(),
+            token=token,
+            started_ns=0,
+            ended_ns=0,
+            run_s=0.0,
+            gpu_ids=[],
+            cpus=None,
+            memory=None,
+            files=file_sizes(attempt_dir),
+        )
+        place(layout, attempt_dir, info)
+    return layout
+
+
+def ingest_rate(n: int, tmp: Path) -> None:
+    t0 = time.perf_counter()
+    layout = make_shards(tmp / "shards", n)
+    print(f"  made {n} shards in {time.perf_counter() - t0:.1f}s")
+    sel = select(layout)
+    assert len(sel.take) == n, len(sel.take)
+
+    # Baseline: the same spools and blobs already inside a store, loaded by plain ingest.
+    base = tmp / "store-base"
+    for shard, rid in sel.take:
+        shutil.copytree(shard / "spool" / rid, base / "spool" / rid)
+        shutil.copytree(shard / "blobs", base / "blobs", dirs_exist_ok=True)
+    t0 = time.perf_counter()
+    plain = ingest(base)
+    t_plain = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    report = load_shards(tmp / "store", select(layout).take)
+    t_shards = time.perf_counter() - t0
+    assert len(report.loaded) == n and not report.refused, report.refused
+    assert report.ingest is not None and report.ingest.events_added == plain.events_added
+
+    t0 = time.perf_counter()
+    again = load_shards(tmp / "store", select(layout).take)
+    t_again = time.perf_counter() - t0
+    assert again.ingest is not None and again.ingest.events_added == 0
+
+    print(f"  amb ingest --from (checked):   {t_shards:6.2f}s  {n / t_shards:7.1f} shards/s  (target >= 50)")
+    print(
+        f"  plain ingest (baseline):       {t_plain:6.2f}s  {n / t_plain:7.1f} runs/s   "
+        f"ratio {t_shards / t_plain:.2f}x"
+    )
+    print(f"  again (idempotent, no change): {t_again:6.2f}s  {n / t_again:7.1f} shards/s")
+    print(f"  events: {plain.events_added}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--shards", type=int, default=1000)
+    parser.add_argument("--executors", nargs="+", default=["local"])
+    parser.add_argument("--only", choices=["overhead", "ingest"], default=None)
+    args = parser.parse_args()
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} CPUs")
+    with tempfile.TemporaryDirectory(prefix="amb-bench-scaleout-") as tmpdir:
+        tmp = Path(tmpdir)
+        if args.only in (None, "overhead"):
+            print(f"executor overhead per run ({args.runs} tiny runs, concurrency {args.concurrency}):")
+            for name in args.executors:
+                r = overhead(name, args.runs, args.concurrency, tmp)
+                print(
+                    f"  {name:6s} median {r['median']:.3f}s  p90 {r['p90']:.3f}s  mean {r['mean']:.3f}s "
+                    f"(run's own time {r['run_s']:.2f}s; sweep wall {r['wall']:.1f}s)"
+                )
+        if args.only in (None, "ingest"):
+            print(f"shard ingest ({args.shards} shards):")
+            ingest_rate(args.shards, tmp)
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,377 @@
+"""Bringing runs home: shards (one run's spools and blobs, ``sweeps.shard``) and other stores, loaded
+into one store in bulk, idempotently, with verification.
+
+A shard directory comes from a shared filesystem that anything on the cluster could have written,
+so it is checked before one byte of it is copied: no symlinks or special files anywhere; only the
+layout ``spool/<run id>/<source>.spool``, ``blobs/<2 hex>/<62 hex>``, ``shard.json``/``exec.json``;
+one run, the expected one (the directory's name, its ``shard.json``, its spool folder and every
+event's envelope agree); every file exactly the size ``shard.json`` recorded (a truncated spool or
+blob is refused, not loaded as a torn tail); every frame's length and checksum, and every blob's
+content against its address. A refused shard is named with its reason and nothing of it is copied.
+
+Then its spools are copied into ``spool/<run id>/`` of the store (a spool already there must be
+byte-identical: re-loading adds nothing, and a different run under the same id is refused), its
+blobs into ``blobs/`` (write-once), and one ``replay.ingest.ingest`` call loads every new spool
+with the store's own checks (hash chains, sequences, known kinds).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from replay.ingest import IngestReport, ingest
+from replay.store import Store
+from schemas.blobstore import BlobStore
+from schemas.codec import ID_RE, SOURCES
+from schemas.errors import AmbError, BlobError, SpoolError
+from schemas.frames import scan
+
+SPOOL_RE = re.compile(r"^spool/([^/]+)/([A-Za-z0-9._:-]+)\.spool$")
+PACK_RE = re.compile(r"^spool/([^/]+)/([A-Za-z0-9._:-]+)\.blobs$")
+"""A blob pack a recorder that died left beside its spool: ingest moves its blobs into ``blobs/``."""
+BLOB_RE = re.compile(r"^blobs/([0-9a-f]{2})/([0-9a-f]{62})$")
+SHARD_META = ("shard.json", "exec.json")
+
+
+class ShardError(AmbError):
+    """A shard (or a source store's run) that is refused; the message names it and says why."""
+
+
+class _Envelope(msgspec.Struct):
+    run_id: str
+
+
+class _Sizes(msgspec.Struct):
+    run_id: str
+    files: dict[str, int]
+
+
+_envelope = msgspec.json.Decoder(_Envelope)
+
+
+@dataclass
+class Checked:
+    """A shard that passed its checks: what to copy."""
+
+    root: Path
+    run_id: str
+    spools: list[Path] = field(default_factory=list)
+    packs: list[Path] = field(default_factory=list)
+    blobs: list[tuple[str, Path]] = field(default_factory=list)
+    """(hex address, file) of every blob file."""
+
+
+@dataclass
+class LoadReport:
+    loaded: list[str] = field(default_factory=list)
+    """Run ids whose shard was checked and brought into the store (new or already there)."""
+    refused: list[tuple[str, str]] = field(default_factory=list)
+    """(shard path, why): nothing of it was copied."""
+    spools_copied: int = 0
+    blobs_copied: int = 0
+    ingest: IngestReport | None = None
+
+
+def _walk(root: Path) -> list[tuple[str, os.stat_result]]:
+    """Every entry under ``root`` (relative POSIX path, lstat), refusing symlinks and special files."""
+    out: list[tuple[str, os.stat_result]] = []
+    stack = [root]
+    while stack:
+        d = stack.pop()
+        with os.scandir(d) as it:
+            for entry in it:
+                st = entry.stat(follow_symlinks=False)
+                rel = Path(entry.path).relative_to(root).as_posix()
+                if stat.S_ISLNK(st.st_mode):
+                    raise ShardError(f"{root}: {rel} is a symbolic link (a shard holds only its own files)")
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append(Path(entry.path))
+                elif stat.S_ISREG(st.st_mode):
+                    out.append((rel, st))
+                else:
+                    raise ShardError(f"{root}: {rel} is not a regular file or folder")
+    return out
+
+
+def check_shard(root: Path, run_id: str, *, sized: bool = True) -> Checked:
+    """Check one shard of ``run_id`` (see the module's docstring); raises ``ShardError``.
+
+    ``sized``: the shard has a ``shard.json`` listing every file's size (a sweep's shard); False for
+    a run taken from another store (whose spools may still grow; a torn tail is refused all the same).
+    """
+    if not ID_RE.match(run_id):
+        raise ShardError(f"{root}: {run_id!r} is not a run id")
+    try:
+        st = os.lstat(root)
+    except OSError as e:
+        raise ShardError(f"{root}: cannot read: {e.strerror or e}") from None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise ShardError(f"{root}: not a folder (a symbolic link or a file)")
+    try:
+        entries = _walk(root)
+    except OSError as e:
+        raise ShardError(f"{root}: cannot read: {e.strerror or e}") from None
+    checked = Checked(root, run_id)
+    sizes: dict[str, int] | None = None
+    if sized:
+        try:
+            meta = msgspec.json.decode((root / "shard.json").read_bytes(), type=_Sizes)
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError) as e:
+            raise ShardError(f"{root}: no readable shard.json ({e})") from None
+        if meta.run_id != run_id:
+            raise ShardError(f"{root}: shard.json claims run {meta.run_id!r}, the shard is run {run_id!r}")
+        sizes = meta.files
+        for rel in sizes:
+            if not (SPOOL_RE.match(rel) or PACK_RE.match(rel) or BLOB_RE.match(rel) or rel in SHARD_META):
+                raise ShardError(f"{root}: shard.json lists {rel!r}, which is not a shard's file")
+    present = {}
+    for rel, st in entries:
+        present[rel] = st.st_size
+        m = SPOOL_RE.match(rel)
+        if m:
+            if m.group(1) != run_id:
+                raise ShardError(f"{root}: holds spools of run {m.group(1)!r}, the shard is run {run_id!r}")
+            if m.group(2) not in SOURCES:
+                raise ShardError(f"{root}: {rel}: unknown source {m.group(2)!r}")
+            checked.spools.append(root / rel)
+            continue
+        p = PACK_RE.match(rel)
+        if p:
+            if p.group(1) != run_id:
+                raise ShardError(
+                    f"{root}: holds a blob pack of run {p.group(1)!r}, the shard is run {run_id!r}"
+                )
+            checked.packs.append(root / rel)
+            continue
+        b = BLOB_RE.match(rel)
+        if b:
+            checked.blobs.append((b.group(1) + b.group(2), root / rel))
+            continue
+        if rel in SHARD_META:
+            continue
+        raise ShardError(
+            f"{root}: {rel} is not part of a shard (spool/<run>/<source>.spool, blobs/, shard.json)"
+        )
+    if sizes is not None:
+        for rel, size in sizes.items():
+            if rel not in present:
+                raise ShardError(f"{root}: {rel} is missing (shard.json lists it)")
+            if present[rel] != size:
+                raise ShardError(
+                    f"{root}: {rel} is {present[rel]} bytes, shard.json says {size}: "
+                    + ("truncated" if present[rel] < size else "it grew after the run")
+                )
+        extra = sorted(set(present) - set(sizes) - set(SHARD_META))
+        if extra:
+            raise ShardError(f"{root}: {extra[0]} is not listed in shard.json")
+    if not checked.spools:
+        raise ShardError(f"{root}: no spool of run {run_id!r}")
+    for path in checked.spools:
+        _check_spool(root, path, run_id)
+    source_blobs = BlobStore(root / "blobs")
+    for hexd, _path in checked.blobs:
+        reason = source_blobs.check("sha256:" + hexd)
+        if reason is not None:
+            raise ShardError(f"{root}: {reason}")
+    return checked
+
+
+def _check_spool(root: Path, path: Path, run_id: str) -> None:
+    rel = path.relative_to(root).as_posix()
+    try:
+        result = scan(path.read_bytes(), rel)
+    except SpoolError as e:
+        raise ShardError(f"{root}: {e}") from None
+    except OSError as e:
+        raise ShardError(f"{root}: {rel}: cannot read: {e.strerror or e}") from None
+    if result.tail is not None:
+        raise ShardError(f"{root}: {rel} is truncated ({result.tail.why} at byte {result.tail.offset})")
+    for body in result.bodies:
+        try:
+            claimed = _envelope.decode(body).run_id
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise ShardError(f"{root}: {rel}: an event without a readable envelope") from None
+        if claimed != run_id:
+            raise ShardError(f"{root}: {rel}: an event of run {claimed!r} in the shard of run {run_id!r}")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.stat().st_size != b.stat().st_size:
+        return False
+    return hashlib.sha256(a.read_bytes()).digest() == hashlib.sha256(b.read_bytes()).digest()
+
+
+def _copy_in(store_root: Path, shard: Checked, report: LoadReport) -> None:
+    target_dir = store_root / "spool" / shard.run_id
+    for path in shard.spools + shard.packs:
+        target = target_dir / path.name
+        if target.exists():
+            if not _same_file(path, target):
+                raise ShardError(
+                    f"{shard.root}: the store already holds a different run {shard.run_id!r} "
+                    f"({target.name} differs); it is not overwritten"
+                )
+            continue
+    target_dir.mkdir(parents=True, exist_ok=True)
+    for path in shard.spools + shard.packs:
+        target = target_dir / path.name
+        if not target.exists():
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, target)
+            report.spools_copied += 1
+    blobs = BlobStore(store_root / "blobs")
+    for hexd, path in shard.blobs:
+        if blobs.put_stored(hexd, path.read_bytes(), sync=False):
+            report.blobs_copied += 1
+
+
+def _already_in(store_root: Path, shard: Path, run_id: str) -> bool:
+    """Whether the store already holds this shard's spools, by the sizes its shard.json lists (a
+    fast path for re-loading a sweep: shards already loaded are not read again). Spools are
+    append-only and were checked when they were copied in, so equal sizes mean equal files."""
+    try:
+        meta = msgspec.json.decode((shard / "shard.json").read_bytes(), type=_Sizes)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return False
+    if meta.run_id != run_id:
+        return False
+    spools = {rel: size for rel, size in meta.files.items() if SPOOL_RE.match(rel)}
+    if not spools:
+        return False
+    for rel, size in spools.items():
+        try:
+            if (store_root / rel).stat().st_size != size:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def load_shards(
+    store_dir: str | os.PathLike[str],
+    shards: list[tuple[Path, str]],
+    *,
+    sized: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> LoadReport:
+    """Check and load ``(shard dir, run id)`` pairs into the store; refused shards are reported, the
+    others loaded. Idempotent: loading the same shards again copies and adds nothing."""
+    report = LoadReport()
+    st = Store.open(store_dir)
+    try:
+        for i, (root, run_id) in enumerate(shards):
+            try:
+                if sized and _already_in(st.root, root, run_id):
+                    report.loaded.append(run_id)
+                    continue
+                checked = check_shard(root, run_id, sized=sized)
+                _copy_in(st.root, checked, report)
+            except (ShardError, BlobError) as e:
+                report.refused.append((str(root), str(e)))
+            else:
+                report.loaded.append(run_id)
+            if progress is not None:
+                progress(i + 1, len(shards))
+        if report.loaded:
+            BlobStore(st.root / "blobs").sync_dirs(
+                {p.name for p in (st.root / "blobs").iterdir() if p.is_dir()}
+            )
+            _ingest(st, report)
+    finally:
+        st.close()
+    return report
+
+
+def _ingest(st: Store, report: LoadReport) -> None:
+    """One ingest of every loaded run; spools the store's own checks refuse are reported as refused."""
+    try:
+        report.ingest = ingest(store=st, run_ids=report.loaded)
+    except AmbError as e:
+        partial = getattr(e, "report", None)
+        if partial is None:
+            raise
+        report.ingest = partial
+        for path, why in partial.failed:
+            report.refused.append((path, why))
+            run_id = Path(path).parent.name
+            if run_id in report.loaded:
+                report.loaded.remove(run_id)
+
+
+def store_runs(source: Path) -> list[tuple[Path, str]]:
+    """Every run of another store as a (pseudo-)shard: the store's root and the run id. The runs
+    share the source's ``blobs/``, so each is checked against all of them (see ``merge_store``)."""
+    spool = source / "spool"
+    if not spool.is_dir() or spool.is_symlink():
+        raise ShardError(f"{source}: not a store (no spool/ folder)")
+    return [(source, p.name) for p in sorted(spool.iterdir())]
+
+
+def merge_store(
+    store_dir: str | os.PathLike[str], source: Path, *, progress: Callable[[int, int], None] | None = None
+) -> LoadReport:
+    """Load every run of the store ``source`` into this one, with the same checks as shards."""
+    report = LoadReport()
+    source = Path(source)
+    if Path(store_dir).resolve() == source.resolve():
+        raise ShardError(f"{source}: is the store itself")
+    runs = store_runs(source)
+    st = Store.open(store_dir)
+    try:
+        blobs_done = False
+        for i, (_root, run_id) in enumerate(runs):
+            try:
+                checked = _check_store_run(source, run_id)
+                if blobs_done:
+                    checked.blobs = []
+                _copy_in(st.root, checked, report)
+                blobs_done = True
+            except (ShardError, BlobError) as e:
+                report.refused.append((f"{source}/spool/{run_id}", str(e)))
+            else:
+                report.loaded.append(run_id)
+            if progress is not None:
+                progress(i + 1, len(runs))
+        if report.loaded:
+            _ingest(st, report)
+    finally:
+        st.close()
+    return report
+
+
+def _check_store_run(source: Path, run_id: str) -> Checked:
+    """One run of another store: its spool folder, and (once) the store's whole blob folder."""
+    if not ID_RE.match(run_id):
+        raise ShardError(f"{source}/spool/{run_id}: not a run id")
+    checked = Checked(source, run_id)
+    run_dir = source / "spool" / run_id
+    for rel, _st in _walk(run_dir):
+        if rel.endswith(".spool") and "/" not in rel:
+            checked.spools.append(run_dir / rel)
+        elif not rel.endswith(".blobs"):
+            raise ShardError(f"{run_dir}: {rel} is not a spool")
+    for path in checked.spools:
+        _check_spool(source, path, run_id)
+    blobs_root = source / "blobs"
+    if blobs_root.is_dir() and not blobs_root.is_symlink():
+        store = BlobStore(blobs_root)
+        for rel, _st in _walk(blobs_root):
+            b = BLOB_RE.match("blobs/" + rel)
+            if not b:
+                continue  # a writer's temporary file
+            hexd = b.group(1) + b.group(2)
+            reason = store.check("sha256:" + hexd)
+            if reason is not None:
+                raise ShardError(f"{source}: {reason}")
+            checked.blobs.append((hexd, blobs_root / rel))
+    return checked

@@ -1,0 +1,372 @@
+"""Running a sweep: plan the cells, write each attempt's run spec, hand the specs to an executor, watch
+the shard root, retry failed and lost attempts, bring complete shards into the store.
+
+Resuming: a cell's state is read from the shard root (``sweeps.state``), not from a side file, so a
+sweep stopped at any point (Ctrl-C, ``kill -9``, a dead node) is resumed by running it again:
+completed cells are skipped, failed cells get a new attempt (``<run id>.a2``, ...) until
+``max_attempts`` failures, and interrupted or lost attempts do not count against that limit. An
+attempt that the previous executor still runs (``attach``) is adopted, not submitted again.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import msgspec
+
+from schemas.errors import UsageError
+from sweeps.executor import Executor, ExecutorName, attach, open_executor
+from sweeps.plan import SweepSpec
+from sweeps.progress import Progress
+from sweeps.shard import Layout, write_atomic, write_spec
+from sweeps.spec import Backend, Limits, RunSpec
+from sweeps.state import INTERRUPTED, CellState, TaskRef, next_attempt, read_cell
+
+LOST_AFTER_S = 5.0
+"""An attempt the engine says has ended but whose shard is not there this long after is lost (a
+shared filesystem may show a rename to other nodes a little later)."""
+
+
+@dataclass
+class SweepOutcome:
+    cells: list[CellState]
+    interrupted: bool
+    data_roots: dict[str, Path]
+    wall_s: float = 0.0
+    dispatch: dict[str, float] | None = None
+    """Run id -> when the executor started it (time.time()), where the executor knows."""
+
+    @property
+    def final_runs(self) -> list[str]:
+        return [r for c in self.cells if (r := c.final_run)]
+
+    @property
+    def gave_up(self) -> list[CellState]:
+        return [c for c in self.cells if c.state == "gave_up"]
+
+    def summary(self) -> str:
+        n = len(self.cells)
+        done = sum(1 for c in self.cells if c.state == "completed")
+        skipped = sum(1 for c in self.cells if c.skipped)
+        runs = sum(1 for c in self.cells for _, o in c.attempts if o != "lost")
+        dups = sum(len(c.duplicates) for c in self.cells)
+        return (
+            f"{done}/{n} cells completed ({skipped} already done before this run), "
+            f"{len(self.gave_up)} gave up, {runs} runs recorded in all"
+            + (f", {dups} duplicate(s) kept aside" if dups else "")
+            + f", {self.wall_s:.1f}s"
+        )
+
+    def runs_by_references(self) -> dict[Path, list[str]]:
+        out: dict[Path, list[str]] = {}
+        for c in self.cells:
+            if c.final_run:
+                out.setdefault(self.data_roots[c.task.id], []).append(c.final_run)
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "cells": [cell_dict(c) for c in self.cells],
+            "interrupted": self.interrupted,
+        }
+
+
+def cell_dict(c: CellState) -> dict[str, Any]:
+    return {
+        "cell": c.base_id,
+        "agent": c.agent.name,
+        "model": c.agent.model,
+        "task": c.task.id,
+        "tier": c.tier,
+        "repeat": c.repeat,
+        "state": c.state,
+        "final_run": c.final_run,
+        "chosen": c.chosen,
+        "attempts": [{"run_id": r, "outcome": o} for r, o in c.attempts],
+        "duplicates": list(c.duplicates),
+    }
+
+
+def plan_cells(spec: SweepSpec, layout: Layout) -> list[CellState]:
+    from schemas.codec import check_id
+
+    cells = []
+    for agent in spec.agents:
+        for task in spec.tasks:
+            for tier in spec.tiers:
+                for k in range(1, spec.repeats + 1):
+                    cell = CellState(spec.name, agent, TaskRef(task.id, task.data), tier, k)
+                    read_cell(layout, cell, spec.max_attempts)
+                    cell.skipped = cell.state == "completed"
+                    check_id("run id", cell.attempt_id(next_attempt(cell)))
+                    cells.append(cell)
+    return cells
+
+
+def docker_ready() -> tuple[bool, str]:
+    """Whether the docker backend can run here: an engine answers and the agent image exists."""
+    image = os.environ.get("AMB_AGENT_IMAGE") or "amb-agent:latest"
+    try:
+        import docker
+
+        client = docker.from_env(timeout=5)
+        client.ping()
+    except Exception:  # any failure to reach the engine means: no docker here
+        return False, "no Docker engine answers"
+    try:
+        client.images.get(image)
+    except Exception:  # a missing image or an engine error alike
+        return False, f"a Docker engine answers but there is no {image} image (amb images build)"
+    return True, "a Docker engine answers"
+
+
+def prepare_data(spec: SweepSpec, log: Callable[[str], None]) -> dict[str, Path]:
+    """Each task's references root (the folder holding ``<task>/private``): given, or twins
+    synthesised once under ``<work>/data``."""
+    from tasks.registry import load_spec
+    from tasks.synth import synth
+
+    roots: dict[str, Path] = {}
+    for t in spec.tasks:
+        if t.data is not None:
+            roots[t.id] = t.data
+            continue
+        out = spec.work / "data" / t.id
+        stamp = out / ".synth"
+        want = f"{t.id} cases={spec.cases} seed={spec.seed}"
+        if not (stamp.is_file() and stamp.read_text() == want):
+            if out.exists():
+                shutil.rmtree(out)
+            log(f"synthesising {t.id} ({spec.cases} cases, seed {spec.seed})")
+            out.mkdir(parents=True)
+            synth(load_spec(t.id), out, cases=spec.cases, seed=spec.seed)
+            stamp.write_text(want)
+        roots[t.id] = spec.work / "data"
+    return roots
+
+
+def limits_for(spec: SweepSpec, cell: CellState) -> Limits:
+    """The sweep's defaults, then every ``[[resources]]`` rule matching the cell, in order."""
+    cpus, memory, gpus, limit = spec.cpus, spec.memory, spec.gpus, spec.time_limit_s
+    for r in spec.resources:
+        if (r.agent or cell.agent.name) != cell.agent.name or (r.task or cell.task.id) != cell.task.id:
+            continue
+        if (r.tier or cell.tier) != cell.tier:
+            continue
+        cpus = r.cpus if r.cpus is not None else cpus
+        memory = r.memory if r.memory is not None else memory
+        gpus = r.gpus if r.gpus is not None else gpus
+        limit = r.time_limit_s if r.time_limit_s is not None else limit
+    if limit is None:
+        from tasks.registry import load_spec
+
+        limit = float(load_spec(cell.task.id).time_limit_s)
+    return Limits(time_limit_s=float(limit), cpus=cpus, memory=memory, gpus=gpus)
+
+
+def run_spec_for(spec: SweepSpec, cell: CellState, attempt: int, backend: Backend) -> RunSpec:
+    data = cell.task.data or spec.work / "data" / cell.task.id
+    return RunSpec(
+        cell=cell.cell,
+        attempt=attempt,
+        agent=cell.agent,
+        limits=limits_for(spec, cell),
+        backend=backend,
+        data=str(Path(data).resolve()),
+        shard_root=str(spec.work),
+        gpu_mode=spec.gpu_mode,
+    )
+
+
+def resolve_backend(spec: SweepSpec, log: Callable[[str], None]) -> Backend:
+    if spec.backend != "auto":
+        return spec.backend
+    ok, why = docker_ready()
+    backend: Backend = "docker" if ok else "local"
+    log(f"backend: {backend} ({why})")
+    return backend
+
+
+def write_specs(
+    spec: SweepSpec, cells: list[CellState], layout: Layout, backend: Backend
+) -> list[tuple[str, CellState, Path]]:
+    """Write the next attempt's spec of every pending cell: (run id, cell, spec file); nothing is
+    submitted."""
+    out = []
+    for cell in cells:
+        if cell.state not in ("pending", "failed"):
+            continue
+        n = next_attempt(cell)
+        out.append((cell.attempt_id(n), cell, write_spec(layout, run_spec_for(spec, cell, n, backend))))
+    return out
+
+
+def run_sweep(
+    spec: SweepSpec,
+    store: Path,
+    *,
+    executor: ExecutorName | None = None,
+    out: TextIO | None = None,
+    ingest_into_store: Callable[[Path, list[Path]], None] | None = None,
+) -> SweepOutcome:
+    """Run every cell not yet completed; returns when all are done, or at the first interrupt.
+
+    ``ingest_into_store(store, shard_dirs)`` brings complete shards into the store as they land
+    (the CLI passes ``replay.shards.load_shards``; None leaves them in the shard root).
+    """
+    out = out or sys.stderr
+    t0 = time.monotonic()
+    layout = Layout(spec.work)
+    layout.make()
+    progress = Progress(out)
+    backend = resolve_backend(spec, progress.line)
+    roots = prepare_data(spec, progress.line)
+    cells = plan_cells(spec, layout)
+    if any(c.attempts for c in cells):
+        progress.line(
+            f"resuming: {sum(1 for c in cells if c.skipped)} of {len(cells)} cells already completed, "
+            f"{sum(1 for c in cells if c.state == 'gave_up')} gave up earlier"
+        )
+    config = spec.executor
+    if executor is not None and executor != config.name:
+        config = msgspec.structs.replace(config, name=executor)
+    _write_plan(layout, spec, cells, config.name)
+    adopted = _adopt(layout, config.name, cells)
+    stop = threading.Event()
+    previous: dict[signal.Signals, Any] = {}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, on_signal)
+    ex: Executor = open_executor(config, layout, concurrency=spec.concurrency)
+    inflight: dict[str, CellState] = {}
+    ended_at: dict[str, float] = {}
+    try:
+        for rid, cell in adopted.items():
+            inflight[rid] = cell
+            cell.state = "running"
+        waiting = [c for c in cells if c.state == "pending"]
+        _submit(ex, write_specs(spec, waiting, layout, backend), inflight)
+        progress.start(cells)
+        while inflight and not stop.is_set():
+            states = ex.poll()
+            landed, retry = _collect(layout, spec, inflight, states, ended_at, progress)
+            if landed and ingest_into_store is not None:
+                ingest_into_store(store, landed)
+            if retry:
+                _submit(ex, write_specs(spec, retry, layout, backend), inflight)
+            progress.update(cells)
+            time.sleep(0.2)
+    finally:
+        if inflight:
+            progress.line(f"stopping {len(inflight)} running cell(s)")
+            ex.cancel()
+            # Their execs closed the runs as killed and placed the shards: read them back.
+            deadline = time.monotonic() + 10
+            while inflight and time.monotonic() < deadline:
+                landed, _ = _collect(layout, spec, inflight, ex.poll(), ended_at, progress, final=True)
+                if landed and ingest_into_store is not None:
+                    ingest_into_store(store, landed)
+                time.sleep(0.1)
+            for cell in inflight.values():
+                read_cell(layout, cell, spec.max_attempts)
+        dispatch = dict(getattr(ex, "dispatched", {}) or {})
+        ex.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        progress.stop(cells)
+    return SweepOutcome(cells, stop.is_set(), roots, time.monotonic() - t0, dispatch)
+
+
+def _write_plan(layout: Layout, spec: SweepSpec, cells: list[CellState], executor: str) -> None:
+    import msgspec
+
+    from sweeps.status import PLAN_FILE, Plan
+
+    plan = Plan(
+        name=spec.name,
+        max_attempts=spec.max_attempts,
+        agents={a.name: a for a in spec.agents},
+        cells=[c.cell for c in cells],
+        executor=executor,
+    )
+    write_atomic(layout.root / PLAN_FILE, msgspec.json.encode(plan))
+
+
+def _submit(ex: Executor, planned: list[tuple[str, CellState, Path]], inflight: dict[str, CellState]) -> None:
+    for rid, cell, _path in planned:
+        inflight[rid] = cell
+        cell.state = "running"
+    if planned:
+        ex.submit([path for _rid, _cell, path in planned])
+
+
+def _adopt(layout: Layout, name: str, cells: list[CellState]) -> dict[str, CellState]:
+    """Attempts the previous executor of this root still runs: waited for, not submitted again."""
+    previous = attach(layout)
+    if previous is None or previous.name != name:
+        return {}
+    live = {rid for rid, st in previous.poll().items() if st in ("queued", "running")}
+    previous.close()
+    if name == "local" and live:
+        raise UsageError(
+            f"another sweep is still running on {layout.root} ({len(live)} run(s) under way); "
+            f"stop it with `amb sweep cancel {layout.root}` or wait for it"
+        )
+    out = {}
+    for cell in cells:
+        if cell.state == "pending" and cell.attempts and cell.attempts[-1][0] in live:
+            cell.attempts.pop()
+            out[cell.attempt_id(next_attempt(cell))] = cell
+    return out
+
+
+def _collect(
+    layout: Layout,
+    spec: SweepSpec,
+    inflight: dict[str, CellState],
+    states: Mapping[str, str],
+    ended_at: dict[str, float],
+    progress: Progress,
+    final: bool = False,
+) -> tuple[list[Path], list[CellState]]:
+    """Shards that landed since the last call, and the cells that need another attempt."""
+    from sweeps.state import shard_outcome
+
+    landed: list[Path] = []
+    retry: list[CellState] = []
+    now = time.monotonic()
+    for rid, cell in list(inflight.items()):
+        outcome = shard_outcome(layout, rid)
+        if outcome in (None, "unfinished"):
+            if states.get(rid) != "ended":
+                continue
+            first = ended_at.setdefault(rid, now)
+            if now - first < (0.0 if final else LOST_AFTER_S):
+                continue
+            outcome = "lost"
+        else:
+            landed.append(layout.shard(rid))
+        del inflight[rid]
+        read_cell(layout, cell, spec.max_attempts)
+        if outcome == "lost" and (not cell.attempts or cell.attempts[-1][0] != rid):
+            cell.attempts.append((rid, "lost"))
+        progress.event(rid, outcome)
+        if cell.state == "pending" and not final:
+            # A failure counts against max_attempts (read_cell said there are attempts left); an
+            # interrupted or lost attempt does not. Either way the cell gets a new attempt.
+            cell.state = "pending" if outcome in INTERRUPTED else "failed"
+            retry.append(cell)
+    return landed, retry

@@ -1,0 +1,167 @@
+"""The executor seam: an engine that decides *where* ``amb sweep exec SPEC.json`` runs.
+
+An executor never records anything itself and never decides what a cell's outcome is: the shard
+root is the one source of truth (``sweeps.shard``). It is told which spec files to execute, says
+what its engine knows about each (queued, running, ended), and can cancel everything it submitted.
+The sweep driver calls, in this order::
+
+    ex = open_executor(config, layout)        # a new sweep, or a resumed one
+    ex.submit([spec files])                   # any number of times (retries come later)
+    ex.poll()  -> {run id: "queued" | "running" | "ended"}   (often; never blocks long)
+    ex.cancel()                               # on Ctrl-C / SIGTERM / amb sweep cancel
+    ex.close()
+
+Rules for implementers (``sweeps/<engine>.py``, registered in ``EXECUTORS``):
+
+- Run exactly ``exec_command(spec_file)`` for each spec, in an environment that sees the shard root
+  under the same absolute path; pass GPU ids in ``AMB_GPU_IDS`` when the engine knows them in some
+  other way than ``SLURM_JOB_GPUS`` / ``CUDA_VISIBLE_DEVICES``.
+- Deliver SIGTERM (not SIGKILL first) to the exec on cancel or preemption: it stops its container.
+- ``poll`` reports ``ended`` once the engine considers the execution over, whatever its outcome; an
+  ended spec with no shard is a lost attempt, which the driver retries as a new attempt.
+- Save what ``cancel`` needs (job ids, pids, addresses) under ``layout.root / "executor"`` so that
+  ``attach(layout)`` rebuilds the executor in another process (``amb sweep cancel DIR``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import msgspec
+
+from schemas.errors import UsageError
+from sweeps.shard import Layout
+
+JobState = Literal["queued", "running", "ended"]
+ExecutorName = Literal["local", "slurm", "ray", "k8s"]
+
+EXECUTORS: dict[str, str] = {
+    "local": "sweeps.local:LocalExecutor",
+    "slurm": "sweeps.slurm:SlurmExecutor",
+    "ray": "sweeps.ray:RayExecutor",
+}
+"""Executor name -> ``module:class``; imported only when used (Ray is an optional extra)."""
+
+
+class LocalOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    concurrency: int | None = None
+    """Runs at the same time (default: the sweep file's ``concurrency``)."""
+
+
+class SlurmOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    partition: str | None = None
+    account: str | None = None
+    time: str | None = None
+    """``sbatch --time`` (default: from each run's time limit, plus a margin)."""
+    array_cap: int | None = None
+    """At most this many array tasks at once (``--array=0-N%K``): the rate limit of a sweep."""
+    gpus_per_task: int | None = None
+    """Default: each run spec's ``limits.gpus``."""
+    gres: str | None = None
+    """``--gres`` for GPU runs (default ``gpu:N``)."""
+    extra: list[str] = msgspec.field(default_factory=list)
+    """More ``sbatch`` arguments, verbatim (``--qos=...``, ``--constraint=...``)."""
+
+
+class RayOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    address: str | None = None
+    """``ray://`` or ``host:port`` of an existing cluster (default: ``RAY_ADDRESS``)."""
+    max_in_flight: int | None = None
+    """Tasks submitted but not ended, at most (default: the sweep's ``concurrency``)."""
+    docker_slots: float = 1.0
+    """How much of each node's custom ``docker`` resource one run takes."""
+
+
+class K8sOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    image: str = "amb-recorder:latest"
+    """An image with amb installed (it runs ``amb sweep exec``)."""
+    agent_image: str = "amb-agent:latest"
+    namespace: str = "default"
+    volume_claim: str = "amb-sweep"
+    """A ReadWriteMany PersistentVolumeClaim mounted at the shard root's path in every pod."""
+    parallelism: int | None = None
+    """Pods at once (default: the sweep's ``concurrency``)."""
+
+
+class ExecutorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The sweep file's ``[executor]`` table: which executor, and each one's options."""
+
+    name: ExecutorName = "local"
+    local: LocalOptions = msgspec.field(default_factory=LocalOptions)
+    slurm: SlurmOptions = msgspec.field(default_factory=SlurmOptions)
+    ray: RayOptions = msgspec.field(default_factory=RayOptions)
+    k8s: K8sOptions = msgspec.field(default_factory=K8sOptions)
+
+
+class Executor(Protocol):
+    name: str
+
+    def submit(self, specs: Sequence[Path]) -> None:
+        """Have the engine execute these spec files (each under ``layout.specs``)."""
+
+    def poll(self) -> dict[str, JobState]:
+        """What the engine knows of every spec submitted so far, by run id; may also start work."""
+
+    def cancel(self) -> None:
+        """Stop everything submitted (SIGTERM to each exec, which stops its container)."""
+
+    def close(self) -> None:
+        """Let go of the engine (connections, files); running work is left alone."""
+
+    def describe(self) -> dict[str, Any]:
+        """Engine-level facts for ``amb sweep status --json`` (job ids, address, counts)."""
+
+
+def executor_class(name: str) -> Any:
+    try:
+        module_name, cls_name = EXECUTORS[name].split(":")
+    except KeyError:
+        raise UsageError(f"unknown executor {name!r} (known: {', '.join(sorted(EXECUTORS))})") from None
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UsageError(f"executor {name} is not available here: {e}") from None
+    return getattr(module, cls_name)
+
+
+def open_executor(config: ExecutorConfig, layout: Layout, *, concurrency: int) -> Executor:
+    """A new executor for a sweep (or a resumed one) of this shard root."""
+    if config.name == "k8s":
+        raise UsageError("the k8s executor only writes manifests: use `amb sweep --executor k8s --emit DIR`")
+    executor: Executor = executor_class(config.name)(config, layout, concurrency=concurrency)
+    return executor
+
+
+def attach(layout: Layout) -> Executor | None:
+    """The executor that last ran this shard root, rebuilt from its saved state (None: none saved)."""
+    state = layout.root / "executor" / "name"
+    try:
+        name = state.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    executor: Executor = executor_class(name).attach(layout)
+    return executor
+
+
+def save_name(layout: Layout, name: str) -> Path:
+    """Record which executor owns the shard root; returns the executor's own state directory."""
+    d = layout.root / "executor"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "name").write_text(name + "\n", encoding="utf-8")
+    return d
+
+
+def amb_exe() -> str:
+    """The ``amb`` beside this interpreter (a virtual environment's), else the one on PATH."""
+    exe = Path(sys.executable).with_name("amb")
+    return str(exe) if exe.exists() else (shutil.which("amb") or "amb")
+
+
+def exec_command(spec_file: Path, amb: str | None = None) -> list[str]:
+    """The one command every executor runs for a spec."""
+    return [amb or amb_exe(), "sweep", "exec", str(spec_file)]

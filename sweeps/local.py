@@ -1,0 +1,193 @@
+"""The local executor: ``amb sweep exec`` as child processes of the sweep, ``concurrency`` at a time.
+
+Each child runs in its own session (so a terminal's Ctrl-C reaches the sweep, which stops the
+children in order) with SIGTERM as its parent-death signal: if the sweep itself is killed hard, its
+children stop their containers and close their runs, and a resumed sweep never races a leftover
+attempt. The children's pids are saved under ``<root>/executor/local.json`` so that
+``amb sweep cancel DIR`` can stop them from another process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+
+from sweeps.executor import ExecutorConfig, JobState, exec_command, save_name
+from sweeps.shard import Layout, write_atomic
+
+
+class _State(msgspec.Struct):
+    pids: dict[str, int] = msgspec.field(default_factory=dict)
+    """Run id -> pid of its ``amb sweep exec`` child, while it runs."""
+    driver: int | None = None
+
+
+class LocalExecutor:
+    name = "local"
+
+    def __init__(self, config: ExecutorConfig, layout: Layout, *, concurrency: int = 1):
+        self.layout = layout
+        self.concurrency = max(1, config.local.concurrency or concurrency)
+        self.queue: list[Path] = []
+        self.running: dict[str, tuple[subprocess.Popen[bytes], IO[bytes]]] = {}
+        self.states: dict[str, JobState] = {}
+        self.dispatched: dict[str, float] = {}
+        """Run id -> when its exec was started (time.time(); the benchmark's dispatch time)."""
+        self._dir = save_name(layout, self.name)
+        self._state = _State(driver=os.getpid())
+        self._save()
+
+    @classmethod
+    def attach(cls, layout: Layout) -> _Attached:
+        return _Attached(layout)
+
+    def submit(self, specs: Sequence[Path]) -> None:
+        for spec in specs:
+            self.queue.append(spec)
+            self.states[spec.stem] = "queued"
+        self._start_some()
+
+    def poll(self) -> dict[str, JobState]:
+        for run_id, (proc, log) in list(self.running.items()):
+            if proc.poll() is not None:
+                log.close()
+                del self.running[run_id]
+                self._state.pids.pop(run_id, None)
+                self.states[run_id] = "ended"
+        self._start_some()
+        return dict(self.states)
+
+    def cancel(self) -> None:
+        self.queue.clear()
+        for run_id in list(self.states):
+            if self.states[run_id] == "queued":
+                self.states[run_id] = "ended"
+        for proc, _log in self.running.values():
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)  # the exec stops its container and closes the run
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 30
+        for run_id, (proc, log) in list(self.running.items()):
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            log.close()
+            self.states[run_id] = "ended"
+            self._state.pids.pop(run_id, None)
+        self.running.clear()
+        self._save()
+
+    def close(self) -> None:
+        self._state.driver = None
+        self._save()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "executor": self.name,
+            "concurrency": self.concurrency,
+            "queued": len(self.queue),
+            "running": sorted(self.running),
+        }
+
+    def _start_some(self) -> None:
+        changed = False
+        while self.queue and len(self.running) < self.concurrency:
+            spec = self.queue.pop(0)
+            run_id = spec.stem
+            log = open(self.layout.logs / f"{run_id}.log", "ab")
+            proc = subprocess.Popen(
+                exec_command(spec),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_term_with_parent,
+            )
+            self.dispatched[run_id] = time.time()
+            self.running[run_id] = (proc, log)
+            self.states[run_id] = "running"
+            self._state.pids[run_id] = proc.pid
+            changed = True
+        if changed:
+            self._save()
+
+    def _save(self) -> None:
+        write_atomic(self._dir / "local.json", msgspec.json.encode(self._state))
+
+
+class _Attached:
+    """A local sweep seen from another process: it can stop the driver and the execs it started."""
+
+    name = "local"
+
+    def __init__(self, layout: Layout):
+        self.layout = layout
+        try:
+            self.state = msgspec.json.decode(
+                (layout.root / "executor" / "local.json").read_bytes(), type=_State
+            )
+        except (OSError, msgspec.DecodeError):
+            self.state = _State()
+
+    def submit(self, specs: Sequence[Path]) -> None:
+        raise NotImplementedError("an attached local executor only cancels")
+
+    def poll(self) -> dict[str, JobState]:
+        return {r: "running" for r, pid in self.state.pids.items() if _is_exec(pid)}
+
+    def cancel(self) -> None:
+        # The driver first, so that it does not start new runs; then every exec it started.
+        pids = ([self.state.driver] if self.state.driver and _alive(self.state.driver) else []) + [
+            pid for pid in self.state.pids.values() if _is_exec(pid)
+        ]
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def close(self) -> None:
+        pass
+
+    def describe(self) -> dict[str, Any]:
+        return {"executor": self.name, "driver": self.state.driver, "running": sorted(self.poll())}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_exec(pid: int) -> bool:
+    """Whether ``pid`` is still an ``amb sweep exec`` (not a recycled pid of something else)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"sweep" in argv and b"exec" in argv
+
+
+def _term_with_parent() -> None:
+    # If the sweep is killed (kill -9), its execs get SIGTERM, stop their containers and close their
+    # runs (Linux; a no-op elsewhere).
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass

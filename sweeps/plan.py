@@ -1,0 +1,310 @@
+"""The sweep file: a typed schema (msgspec), validated with errors that name the field and the line.
+
+A sweep file (TOML)::
+
+    name = "nightly"                 # run ids are <name>-<agent>-<task>-<tier>-r<k> (retries: .a2, .a3)
+    tasks = ["kidney-seg", "bccd-det"]   # or [{id = "kidney-seg", data = "DIR"}] for prepared data
+    tiers = ["lite", "standard"]
+    repeats = 2
+    concurrency = 2                  # runs at the same time (local; the default window elsewhere)
+    time_limit_s = 600               # per run (default: the task's own limit)
+    max_attempts = 2                 # a failed cell is retried until it has used this many attempts
+    backend = "local"                # or "docker", or "auto" (docker when an engine answers)
+    cases = 3                        # twins synthesised for tasks without data (amb task synth)
+    seed = 0
+    baseline = true                  # "{baseline}" in upstream is the offline baseline server
+    cpus = 2                         # per run (docker --cpus); memory = "8g"; gpus = 0
+    # gpu_mode = "nvidia"            # or "env" (NVIDIA_VISIBLE_DEVICES only)
+
+    [[agents]]
+    name = "baseline"
+    command = ["amb-agent", "--model", "{model}", "--task-dir", "{workspace}", "--data", "{data}"]
+    model = "baseline"
+    upstream = "openai={baseline}"   # optional: where the recording proxy forwards model calls
+
+    [[resources]]                    # optional: cells that need more (later rules win)
+    task = "kidney-seg"              # any of agent, task, tier; omitted = every
+    gpus = 1
+
+    [executor]                       # optional; `amb sweep --executor NAME` overrides the name
+    name = "slurm"
+    [executor.slurm]
+    partition = "gpu"
+    array_cap = 8
+
+Placeholders in commands: ``{model} {workspace} {data} {task} {tier} {repeat} {run_id}``.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from schemas.codec import check_id
+from schemas.errors import AmbError, SchemaError, UsageError
+from sweeps.executor import ExecutorConfig
+from sweeps.spec import TIERS, GpuMode, Tier
+from sweeps.spec import Agent as AgentDef
+
+
+class SweepError(UsageError):
+    """A sweep file that cannot be run; the message names the file, the line and the field."""
+
+
+class TaskEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    id: str
+    data: str | None = None
+
+
+class AgentEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    name: str
+    command: list[str] | str
+    model: str = ""
+    upstream: list[str] | str = msgspec.field(default_factory=list)
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class ResourceRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Resources for the cells it matches (``agent``, ``task``, ``tier``; omitted = any)."""
+
+    agent: str | None = None
+    task: str | None = None
+    tier: Tier | None = None
+    cpus: float | None = None
+    memory: str | None = None
+    gpus: int | None = None
+    time_limit_s: float | None = None
+
+
+class SweepFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    name: str
+    agents: list[AgentEntry]
+    tasks: list[str | TaskEntry]
+    tiers: list[Tier] = msgspec.field(default_factory=lambda: ["lite"])
+    repeats: int = 1
+    concurrency: int = 1
+    time_limit_s: float | None = None
+    max_attempts: int = 2
+    backend: Literal["local", "docker", "auto"] = "local"
+    cases: int = 3
+    seed: int = 0
+    baseline: bool | None = None
+    work: str | None = None
+    profile: str | None = None
+    judge: str | None = None
+    score_jobs: int = 2
+    judge_repeat: int = 1
+    cpus: float | None = None
+    memory: str | None = None
+    gpus: int = 0
+    gpu_mode: GpuMode = "nvidia"
+    resources: list[ResourceRule] = msgspec.field(default_factory=list)
+    executor: ExecutorConfig = msgspec.field(default_factory=ExecutorConfig)
+
+
+@dataclass(frozen=True)
+class TaskDef:
+    id: str
+    data: Path | None = None
+
+
+@dataclass
+class SweepSpec:
+    """A validated sweep file, its paths resolved."""
+
+    name: str
+    agents: list[AgentDef]
+    tasks: list[TaskDef]
+    tiers: list[Tier]
+    repeats: int
+    concurrency: int
+    time_limit_s: float | None
+    max_attempts: int
+    backend: Literal["local", "docker", "auto"]
+    cases: int
+    seed: int
+    baseline: bool
+    work: Path
+    profile: str | None = None
+    judge: str | None = None
+    score_jobs: int = 2
+    source: Path | None = None
+    judge_repeat: int = 1
+    """With ``judge = "llm"``: ask every rubric item this many times (the report shows its stability)."""
+    cpus: float | None = None
+    memory: str | None = None
+    gpus: int = 0
+    gpu_mode: GpuMode = "nvidia"
+    resources: list[ResourceRule] = field(default_factory=list)
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+
+
+def line_of(text: str, path: list[str | int]) -> int | None:
+    """The line (1-based) in TOML ``text`` where the value at ``path`` (keys and array indexes, as in
+    msgspec's ``$.agents[0].name``) is written; the nearest enclosing one when not found."""
+    lines = text.splitlines()
+    header_re = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_.\-\" ]+?)\s*\]\]?\s*(#.*)?$")
+    # Which lines belong to which table: (table name, index of [[array]] element, first line).
+    sections: list[tuple[str, int, int]] = [("", 0, 0)]
+    counts: dict[str, int] = {}
+    for i, line in enumerate(lines):
+        m = header_re.match(line)
+        if m:
+            name = m.group(1).replace('"', "").replace(" ", "")
+            if line.strip().startswith("[["):
+                counts[name] = counts.get(name, -1) + 1
+                sections.append((name, counts[name], i))
+            else:
+                sections.append((name, 0, i))
+    found: int | None = None
+    table = ""
+    index = 0
+    for part in path:
+        if isinstance(part, int):
+            index = part
+            continue
+        dotted = f"{table}.{part}" if table else part
+        match = [s for s in sections if s[0] == dotted and s[1] == (index if dotted in counts else 0)]
+        if match:
+            found, table, index = match[0][2] + 1, dotted, 0
+            continue
+        # A key inside the current table: search from its header to the next header.
+        start = next((s[2] for s in sections if s[0] == table and s[1] == index), 0)
+        end = min([s[2] for s in sections if s[2] > start] or [len(lines)])
+        key_re = re.compile(rf"^\s*\"?{re.escape(part)}\"?\s*=")
+        for j in range(start, end):
+            if key_re.match(lines[j]):
+                found = j + 1
+                break
+        else:
+            # An inline table or array element: keep the line of its enclosing key.
+            break
+        table, index = dotted, 0
+    return found
+
+
+def _path_of(message: str) -> list[str | int]:
+    m = re.search(r"at `\$((?:\.[A-Za-z0-9_]+|\[\d+\])*)`", message)
+    parts: list[str | int] = []
+    if m:
+        for key, idx in re.findall(r"\.([A-Za-z0-9_]+)|\[(\d+)\]", m.group(1)):
+            parts.append(int(idx) if idx else key)
+    u = re.search(r"unknown field `([^`]+)`", message)
+    if u:
+        parts.append(u.group(1))
+    return parts
+
+
+def _error(where: str, text: str, path: list[str | int], message: str) -> SweepError:
+    line = line_of(text, path)
+    field_name = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+    at = f"{where}:{line}" if line else where
+    return SweepError(f"{at}: {field_name or 'sweep file'}: {message}")
+
+
+def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
+    where = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise SweepError(f"{where}: cannot read: {e.strerror or e}") from None
+    try:
+        raw = msgspec.toml.decode(text.encode("utf-8"), type=SweepFile)
+    except msgspec.ValidationError as e:
+        msg = str(e)
+        short = re.sub(r"\s*-\s*at `\$[^`]*`", "", msg)
+        raise _error(where, text, _path_of(msg), short) from None
+    except msgspec.DecodeError as e:
+        raise SweepError(f"{where}: not valid TOML: {e}") from None
+
+    def fail(fpath: list[str | int], message: str) -> SweepError:
+        return _error(where, text, fpath, message)
+
+    try:
+        check_id("sweep name", raw.name)
+    except SchemaError as e:
+        raise fail(["name"], str(e)) from None
+    agents = []
+    for i, a in enumerate(raw.agents):
+        cmd = shlex.split(a.command) if isinstance(a.command, str) else list(a.command)
+        if not cmd:
+            raise fail(["agents", i, "command"], "must be a non-empty list of strings")
+        if not a.name:
+            raise fail(["agents", i, "name"], "must not be empty")
+        upstream = [a.upstream] if isinstance(a.upstream, str) else list(a.upstream)
+        agents.append(AgentDef(a.name, cmd, a.model, upstream, dict(a.env)))
+    if not agents:
+        raise fail(["agents"], "is empty")
+    if len({a.name for a in agents}) != len(agents):
+        raise fail(["agents"], "agent names must be unique")
+    from tasks.registry import load_spec
+
+    tasks = []
+    for i, t in enumerate(raw.tasks):
+        entry = TaskEntry(t) if isinstance(t, str) else t
+        try:
+            load_spec(entry.id)
+        except AmbError as e:
+            raise fail(["tasks", i], str(e)) from None
+        data = None
+        if entry.data:
+            data = (path.parent / entry.data).resolve()
+            if not (data / "public").is_dir():
+                raise fail(["tasks", i, "data"], f"data {data} has no public/ folder")
+        tasks.append(TaskDef(entry.id, data))
+    if not tasks:
+        raise fail(["tasks"], "is empty")
+    if not raw.tiers:
+        raise fail(["tiers"], f"must list {' and/or '.join(TIERS)}")
+    for key in ("repeats", "concurrency", "max_attempts", "cases", "score_jobs", "judge_repeat"):
+        if getattr(raw, key) < 1:
+            raise fail([key], "must be at least 1")
+    if raw.time_limit_s is not None and raw.time_limit_s <= 0:
+        raise fail(["time_limit_s"], "must be a positive number of seconds")
+    if raw.gpus < 0 or (raw.cpus is not None and raw.cpus <= 0):
+        raise fail(["gpus" if raw.gpus < 0 else "cpus"], "must be positive")
+    names = {a.name for a in agents}
+    ids = {t.id for t in tasks}
+    for i, r in enumerate(raw.resources):
+        if r.agent is not None and r.agent not in names:
+            raise fail(["resources", i, "agent"], f"no agent named {r.agent!r}")
+        if r.task is not None and r.task not in ids:
+            raise fail(["resources", i, "task"], f"task {r.task!r} is not in tasks")
+        if (r.gpus or 0) < 0 or (r.cpus is not None and r.cpus <= 0):
+            raise fail(["resources", i], "cpus and gpus must be positive")
+    if work is None:
+        work = (path.parent / raw.work).resolve() if raw.work else Path.cwd() / f"sweep-{raw.name}"
+    baseline = raw.baseline
+    if baseline is None:
+        baseline = any("{baseline}" in u for a in agents for u in a.upstream)
+    return SweepSpec(
+        name=raw.name,
+        agents=agents,
+        tasks=tasks,
+        tiers=list(raw.tiers),
+        repeats=raw.repeats,
+        concurrency=raw.concurrency,
+        time_limit_s=raw.time_limit_s,
+        max_attempts=raw.max_attempts,
+        backend=raw.backend,
+        cases=raw.cases,
+        seed=raw.seed,
+        baseline=baseline,
+        work=Path(work).resolve(),
+        profile=raw.profile,
+        judge=raw.judge,
+        score_jobs=raw.score_jobs,
+        source=path,
+        judge_repeat=raw.judge_repeat,
+        cpus=raw.cpus,
+        memory=raw.memory,
+        gpus=raw.gpus,
+        gpu_mode=raw.gpu_mode,
+        resources=list(raw.resources),
+        executor=raw.executor,
+    )

@@ -1,0 +1,203 @@
+"""Shards: one run's spools and blobs in a directory of their own, under the sweep's shared root.
+
+Layout of a shard root (a sweep's work directory, on a filesystem every node sees)::
+
+    specs/<run id>.json                 the run spec of each attempt (written before submission)
+    attempts/<run id>/<token>/          an execution in progress: a store layout (spool/, blobs/)
+    shards/<run id>/                    a complete execution, renamed here in one step
+        spool/<run id>/*.spool, blobs/, shard.json
+    duplicates/<run id>/<token>/        a complete execution of an attempt that already had a shard
+    cells/<cell key>                    the run id of the cell's first completed attempt (O_EXCL)
+    logs/<run id>.log                   what the exec printed (local executor; engines keep their own)
+
+Exactly once in effect: engines execute at least once (a node's death re-runs a task elsewhere while
+the first copy may still finish). Each execution writes only inside its own attempt directory; the
+rename into ``shards/`` is atomic and fails if the attempt already has a shard, so a second
+execution becomes a *duplicate* and two executions' events are never mixed. The first attempt to
+complete a cell claims it by creating ``cells/<cell key>`` exclusively; ingest takes exactly that
+attempt for the cell and keeps every other as a recorded duplicate.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import time
+from pathlib import Path
+
+import msgspec
+
+from sweeps.spec import RunSpec
+
+SHARD_FILE = "shard.json"
+EXEC_FILE = "exec.json"
+
+
+class ShardInfo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``shard.json``: what the exec knows about one complete execution."""
+
+    run_id: str
+    cell: str
+    attempt: int
+    status: str
+    """The run's status (completed, failed, timeout, killed, recorder_error)."""
+    exit_code: int
+    host: str
+    pid: int
+    token: str
+    started_ns: int
+    ended_ns: int
+    run_s: float
+    """The run's own time: from the recorder's start to its end (``run.finished``)."""
+    gpu_ids: list[str]
+    cpus: float | None
+    memory: str | None
+    files: dict[str, int]
+    """Every file of the shard (relative path -> size in bytes), shard.json excepted."""
+    reason: str | None = None
+
+
+class Layout:
+    """The paths of one shard root."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    @property
+    def specs(self) -> Path:
+        return self.root / "specs"
+
+    @property
+    def attempts(self) -> Path:
+        return self.root / "attempts"
+
+    @property
+    def shards(self) -> Path:
+        return self.root / "shards"
+
+    @property
+    def duplicates(self) -> Path:
+        return self.root / "duplicates"
+
+    @property
+    def cells(self) -> Path:
+        return self.root / "cells"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def spec_file(self, run_id: str) -> Path:
+        return self.specs / f"{run_id}.json"
+
+    def shard(self, run_id: str) -> Path:
+        return self.shards / run_id
+
+    def claim_file(self, cell_key: str) -> Path:
+        return self.cells / cell_key
+
+    def make(self) -> None:
+        for d in (self.specs, self.attempts, self.shards, self.duplicates, self.cells, self.logs):
+            d.mkdir(parents=True, exist_ok=True)
+
+
+def new_token() -> str:
+    """Names one execution: host, pid and time, so two executions of one spec never collide."""
+    host = "".join(c if c.isalnum() or c in "-_" else "_" for c in socket.gethostname())[:40]
+    return f"{host}-{os.getpid()}-{time.time_ns():x}"
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file, fsync'd, then renamed into place."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_spec(layout: Layout, spec: RunSpec) -> Path:
+    from sweeps.spec import encode
+
+    path = layout.spec_file(spec.run_id)
+    write_atomic(path, encode(spec))
+    return path
+
+
+def file_sizes(root: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            p = Path(dirpath) / name
+            rel = p.relative_to(root).as_posix()
+            if rel != SHARD_FILE:
+                out[rel] = p.lstat().st_size
+    return dict(sorted(out.items()))
+
+
+def _fsync_tree(root: Path) -> None:
+    """Everything of the shard on disk before the rename makes it visible as complete."""
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            fd = os.open(Path(dirpath) / name, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fd = os.open(dirpath, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def place(layout: Layout, attempt_dir: Path, info: ShardInfo) -> tuple[Path, bool]:
+    """Seal ``attempt_dir`` (shard.json, fsync) and rename it into ``shards/<run id>``.
+
+    Returns the shard's final path and whether it is *the* shard of its attempt (False: another
+    execution of the same spec got there first; this one went to ``duplicates/``). A completed run
+    that is the first of its cell also claims the cell.
+    """
+    write_atomic(attempt_dir / SHARD_FILE, msgspec.json.encode(info))
+    _fsync_tree(attempt_dir)
+    target = layout.shard(info.run_id)
+    try:
+        os.rename(attempt_dir, target)
+    except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        dup = layout.duplicates / info.run_id / info.token
+        dup.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(attempt_dir, dup)
+        return dup, False
+    if info.status == "completed":
+        claim_cell(layout, info.cell, info.run_id)
+    return target, True
+
+
+def claim_cell(layout: Layout, cell_key: str, run_id: str) -> bool:
+    """Create ``cells/<cell key>`` holding ``run_id`` unless it exists; True when this call made it."""
+    path = layout.claim_file(cell_key)
+    tmp = path.with_name(f".{cell_key}.{run_id}.{os.getpid()}.tmp")
+    tmp.write_text(run_id + "\n", encoding="utf-8")
+    try:
+        os.link(tmp, path)  # atomic and exclusive, also on NFS (where O_EXCL may not be)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def claimed(layout: Layout, cell_key: str) -> str | None:
+    try:
+        return layout.claim_file(cell_key).read_text(encoding="utf-8").strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def read_info(shard_dir: Path) -> ShardInfo:
+    """A shard's ``shard.json`` (raises ``msgspec`` errors and ``OSError``; callers name the shard)."""
+    return msgspec.json.decode((shard_dir / SHARD_FILE).read_bytes(), type=ShardInfo)

@@ -1,0 +1,126 @@
+"""A sweep's state, read from its shard root alone (any machine that sees the directory can read it).
+
+Per cell: every attempt that was planned (``specs/``), how each ended (its shard's ``shard.json``;
+``unfinished`` while an attempt directory has no shard; ``lost`` when neither exists), which attempt
+the cell's result is (``cells/<cell key>``), the recorded duplicates (complete attempts that are not
+the result, and re-executions of an attempt in ``duplicates/``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from sweeps.shard import Layout, claim_cell, claimed, read_info
+from sweeps.spec import Agent, Cell, Tier, run_id
+
+INTERRUPTED = ("killed", "unfinished", "lost")
+"""Attempt outcomes that say the sweep, the engine or the machine stopped the run, not the agent."""
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    id: str
+    data: Path | None = None
+
+
+@dataclass
+class CellState:
+    sweep: str
+    agent: Agent
+    task: TaskRef
+    tier: Tier
+    repeat: int
+    state: str = "pending"
+    """pending, running, completed, failed (will retry), gave_up."""
+    attempts: list[tuple[str, str]] = field(default_factory=list)
+    """(run id, outcome) of every attempt so far, oldest first."""
+    skipped: bool = False
+    """Completed before this invocation (a resumed sweep leaves it alone)."""
+    chosen: str | None = None
+    """The run id ingest takes for this cell: its first completed attempt (``cells/<key>``)."""
+    duplicates: list[str] = field(default_factory=list)
+    """Complete executions that are not the cell's result (shard dirs, relative to the root)."""
+
+    @property
+    def cell(self) -> Cell:
+        return Cell(self.sweep, self.agent.name, self.task.id, self.tier, self.repeat)
+
+    @property
+    def base_id(self) -> str:
+        return self.cell.key
+
+    def attempt_id(self, n: int) -> str:
+        return run_id(self.cell, n)
+
+    @property
+    def final_run(self) -> str | None:
+        if self.chosen:
+            return self.chosen
+        done = [r for r, o in self.attempts if o == "completed"]
+        if done:
+            return done[0]
+        ended = [r for r, o in self.attempts if o not in ("unfinished", "lost")]
+        return ended[-1] if ended else None
+
+    def failures(self) -> int:
+        return sum(1 for _, o in self.attempts if o not in INTERRUPTED and o != "completed")
+
+
+def shard_outcome(layout: Layout, rid: str) -> str | None:
+    """How attempt ``rid`` ended: its shard's status; ``unfinished`` while it has only an attempt
+    directory; None when there is neither."""
+    shard = layout.shard(rid)
+    if shard.is_dir() and not shard.is_symlink():
+        try:
+            return read_info(shard).status
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+            return "corrupt"
+    try:
+        if any((layout.attempts / rid).iterdir()):
+            return "unfinished"
+    except OSError:
+        pass
+    return None
+
+
+def read_cell(layout: Layout, cell: CellState, max_attempts: int) -> None:
+    """Fill ``cell`` from the shard root: attempts, chosen run, duplicates, state."""
+    cell.attempts = []
+    n = 1
+    while True:
+        rid = cell.attempt_id(n)
+        planned = layout.spec_file(rid).exists()
+        outcome = shard_outcome(layout, rid)
+        if outcome is None and not planned:
+            break
+        cell.attempts.append((rid, outcome or "lost"))
+        n += 1
+    chosen = claimed(layout, cell.base_id)
+    if chosen is None:
+        # The exec that completed the cell died between placing its shard and claiming the cell.
+        first = next((r for r, o in cell.attempts if o == "completed"), None)
+        if first is not None:
+            claim_cell(layout, cell.base_id, first)
+            chosen = claimed(layout, cell.base_id)
+    cell.chosen = chosen
+    cell.duplicates = [f"shards/{r}" for r, o in cell.attempts if o == "completed" and r != chosen]
+    for rid, _ in cell.attempts:
+        try:
+            tokens = sorted(os.listdir(layout.duplicates / rid))
+        except OSError:
+            continue
+        cell.duplicates += [f"duplicates/{rid}/{t}" for t in tokens]
+    if chosen:
+        cell.state = "completed"
+    elif cell.failures() >= max_attempts:
+        cell.state = "gave_up"
+    else:
+        cell.state = "pending"
+
+
+def next_attempt(cell: CellState) -> int:
+    return len(cell.attempts) + 1

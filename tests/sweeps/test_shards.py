@@ -1,0 +1,220 @@
+"""Shards coming home: exactly one result per cell, duplicates kept aside, idempotent bulk loading,
+store merging, and hostile shard directories refused with a clear error (the real store, the real
+``amb ingest --from`` command)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from replay.shards import ShardError, check_shard, load_shards
+from replay.store import Store
+from sweeps.collect import select
+from sweeps.shard import SHARD_FILE, Layout, claimed
+from sweeps.spec import Cell, parse_run_id, run_id
+from tests.sweeps.shard_helpers import make_shard
+
+BIN = Path(sys.executable).parent
+CELL = Cell("s", "agent", "bccd-det", "lite", 1)
+
+
+def amb(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "amb"), *args], capture_output=True, text=True, timeout=120)
+
+
+def runs_in(store: Path) -> dict[str, int]:
+    with Store.open(store, read_only=True) as st:
+        return dict(st.con.execute("SELECT run_id, count(*) FROM events GROUP BY run_id").fetchall())
+
+
+def test_run_id_is_a_pure_function_of_cell_and_attempt():
+    assert run_id(CELL, 1) == "s-agent-bccd-det-lite-r1"
+    assert run_id(CELL, 3) == "s-agent-bccd-det-lite-r1.a3"
+    assert run_id(Cell("s", "agent", "bccd-det", "lite", 1), 3) == run_id(CELL, 3)
+    assert parse_run_id(run_id(CELL, 3)) == (CELL.key, 3)
+    assert parse_run_id(run_id(CELL, 1)) == (CELL.key, 1)
+    with pytest.raises(ValueError):
+        run_id(CELL, 0)
+
+
+def test_one_result_per_cell_duplicates_kept_aside_and_loading_is_idempotent(tmp_path):
+    layout = Layout(tmp_path / "sweep")
+    layout.make()
+    # attempt 1 failed, attempt 2 completed first, attempt 3 completed later (an engine that ran the
+    # cell again), and attempt 2 was executed twice (at least once): the second copy is a duplicate.
+    make_shard(layout, CELL, 1, status="failed", seed=1)
+    path2, first2 = make_shard(layout, CELL, 2, seed=2)
+    dup_path, dup_first = make_shard(layout, CELL, 2, seed=5)
+    make_shard(layout, CELL, 3, seed=3)
+    other = Cell("s", "agent", "bccd-det", "standard", 1)
+    make_shard(layout, other, 1, seed=4)
+    assert first2 and not dup_first and dup_path.parent.parent == layout.duplicates
+    assert claimed(layout, CELL.key) == run_id(CELL, 2)
+
+    sel = select(layout)
+    assert [rid for _, rid in sel.take] == sorted([run_id(CELL, 1), run_id(CELL, 2), run_id(other, 1)])
+    assert sorted(p.name for p in sel.duplicates) == sorted([run_id(CELL, 3), dup_path.name])
+
+    store = tmp_path / "store"
+    proc = amb("ingest", "--store", str(store), "--from", str(layout.root), "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)["sources"][0]
+    assert sorted(report["loaded"]) == sorted(rid for _, rid in sel.take) and not report["refused"]
+    assert len(report["duplicates"]) == 2
+    first = runs_in(store)
+    assert set(first) == {rid for _, rid in sel.take}
+    # the stored run of the cell is attempt 2's placed execution, byte for byte, not the duplicate's
+    rid2 = run_id(CELL, 2)
+    for name in ("recorder.spool", "proxy.spool", "shim.spool"):
+        stored = (store / "spool" / rid2 / name).read_bytes()
+        assert stored == (path2 / "spool" / rid2 / name).read_bytes()
+        assert stored != (dup_path / "spool" / rid2 / name).read_bytes()
+
+    again = amb("ingest", "--store", str(store), "--from", str(layout.root), "--json")
+    assert again.returncode == 0, again.stderr
+    rep = json.loads(again.stdout)["sources"][0]
+    assert rep["events_added"] == 0 and rep["spools_copied"] == 0 and rep["blobs_copied"] == 0
+    assert runs_in(store) == first
+    verify = amb("verify", "--store", str(store))
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_stores_merge(tmp_path):
+    a, b = Layout(tmp_path / "a"), Layout(tmp_path / "b")
+    for layout, cell, seed in ((a, CELL, 7), (b, Cell("s", "agent", "bccd-det", "standard", 1), 8)):
+        layout.make()
+        make_shard(layout, cell, seed=seed)
+    for layout, store in ((a, "store-a"), (b, "store-b")):
+        assert amb("ingest", "--store", str(tmp_path / store), "--from", str(layout.root)).returncode == 0
+    merged = tmp_path / "merged"
+    proc = amb(
+        "ingest",
+        "--store",
+        str(merged),
+        "--from",
+        str(tmp_path / "store-a"),
+        "--from",
+        str(tmp_path / "store-b"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert runs_in(merged) == {**runs_in(tmp_path / "store-a"), **runs_in(tmp_path / "store-b")}
+    assert amb("verify", "--store", str(merged)).returncode == 0
+    again = amb("ingest", "--store", str(merged), "--from", str(tmp_path / "store-a"), "--json")
+    assert json.loads(again.stdout)["sources"][0]["events_added"] == 0
+
+
+def _edit_info(shard: Path, **changes: object) -> None:
+    info = json.loads((shard / SHARD_FILE).read_text())
+    info.update(changes)
+    (shard / SHARD_FILE).write_text(json.dumps(info))
+
+
+def _hostile(tmp_path: Path, name: str) -> tuple[Layout, Path, str]:
+    layout = Layout(tmp_path / name)
+    layout.make()
+    shard, _ = make_shard(layout, CELL, 1)
+    return layout, shard, run_id(CELL, 1)
+
+
+def test_hostile_shards_are_refused_with_a_clear_error(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the store")
+    cases: dict[str, tuple[str, str]] = {}
+
+    layout, shard, rid = _hostile(tmp_path, "symlink")
+    spool = shard / "spool" / rid / "shim.spool"
+    spool.unlink()
+    spool.symlink_to(secret)
+    cases["symlink"] = (str(shard), "symbolic link")
+
+    layout, shard, rid = _hostile(tmp_path, "symlinked-shard")
+    real = tmp_path / "elsewhere"
+    shutil.move(str(shard), real)
+    shard.symlink_to(real)
+    cases["symlinked-shard"] = (str(shard), "symbolic link")
+
+    layout, shard, rid = _hostile(tmp_path, "traversal")
+    files = json.loads((shard / SHARD_FILE).read_text())["files"]
+    files["../../secret.txt"] = secret.stat().st_size
+    _edit_info(shard, files=files)
+    cases["traversal"] = (str(shard), "not a shard's file")
+
+    layout, shard, rid = _hostile(tmp_path, "other-run-in-json")
+    _edit_info(shard, run_id="s-agent-bccd-det-lite-r9")
+    cases["other-run-in-json"] = (str(shard), "claims run")
+
+    layout, shard, rid = _hostile(tmp_path, "other-run-spool-dir")
+    os.rename(shard / "spool" / rid, shard / "spool" / "victim-run")
+    cases["other-run-spool-dir"] = (str(shard), "spools of run 'victim-run'")
+
+    layout, shard, rid = _hostile(tmp_path, "other-run-events")
+    # A spool whose events belong to another run, sized correctly in shard.json.
+    victim = tmp_path / "victim"
+    from recorder.synthetic import generate_run
+
+    generate_run(victim, "victim-run", calls=1)
+    src = victim / "spool" / "victim-run" / "proxy.spool"
+    shutil.copyfile(src, shard / "spool" / rid / "proxy.spool")
+    files = json.loads((shard / SHARD_FILE).read_text())["files"]
+    files[f"spool/{rid}/proxy.spool"] = src.stat().st_size
+    _edit_info(shard, files=files)
+    cases["other-run-events"] = (str(shard), "an event of run 'victim-run'")
+
+    layout, shard, rid = _hostile(tmp_path, "truncated")
+    spool = shard / "spool" / rid / "proxy.spool"
+    data = spool.read_bytes()
+    spool.write_bytes(data[: len(data) - 40])
+    cases["truncated"] = (str(shard), "truncated")
+
+    layout, shard, rid = _hostile(tmp_path, "torn-and-resized")
+    spool = shard / "spool" / rid / "proxy.spool"
+    data = spool.read_bytes()[:-40]
+    spool.write_bytes(data)
+    files = json.loads((shard / SHARD_FILE).read_text())["files"]
+    files[f"spool/{rid}/proxy.spool"] = len(data)
+    _edit_info(shard, files=files)
+    cases["torn-and-resized"] = (str(shard), "truncated")
+
+    layout, shard, rid = _hostile(tmp_path, "bad-blob")
+    blob = next(p for p in (shard / "blobs").rglob("*") if p.is_file())
+    size = blob.stat().st_size
+    blob.chmod(0o644)
+    blob.write_bytes(b"x" * size)
+    cases["bad-blob"] = (str(shard), "corrupted")
+
+    layout, shard, rid = _hostile(tmp_path, "fifo")
+    os.mkfifo(shard / "spool" / rid / "extra.spool")
+    cases["fifo"] = (str(shard), "not a regular file")
+
+    for name, (path, message) in cases.items():
+        store = tmp_path / f"store-{name}"
+        proc = amb("ingest", "--store", str(store), "--from", str(tmp_path / name))
+        assert proc.returncode == 1, (name, proc.stdout, proc.stderr)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        assert message in proc.stderr and "refused" in proc.stderr, (name, proc.stderr)
+        assert path in proc.stderr, (name, proc.stderr)  # the error names the shard
+        # nothing of a refused shard reaches the store
+        assert not (store / "spool").exists() or not any((store / "spool").iterdir()), name
+    # a refused shard next to good ones: the good ones load
+    layout, shard, rid = _hostile(tmp_path, "mixed")
+    make_shard(layout, Cell("s", "agent", "bccd-det", "standard", 1), seed=9)
+    _edit_info(shard, run_id="s-agent-bccd-det-lite-r2")
+    proc = amb("ingest", "--store", str(tmp_path / "store-mixed"), "--from", str(layout.root))
+    assert proc.returncode == 1 and "claims run" in proc.stderr
+    assert set(runs_in(tmp_path / "store-mixed")) == {"s-agent-bccd-det-standard-r1"}
+
+
+def test_check_shard_names_the_shard(tmp_path):
+    layout, shard, rid = _hostile(tmp_path, "x")
+    with pytest.raises(ShardError, match=str(shard)):
+        check_shard(shard, "s-agent-bccd-det-lite-r7")
+    report = load_shards(tmp_path / "st", [(shard, rid)])
+    assert report.loaded == [rid] and not report.refused
+    assert msgspec.json.decode((shard / SHARD_FILE).read_bytes())["run_id"] == rid
