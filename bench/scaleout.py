@@ -5,8 +5,11 @@ Prints:
   the shim) swept by each executor; per run, the time from its dispatch (the executor started its
   ``amb sweep exec``) to its shard being complete (renamed into ``shards/``), minus the run's own
   time (the recorder's ``duration_s``: proxy up to ``run.finished``). Median, p90 and mean.
-  Targets: under 1 s on local and Ray, under 2 s on SLURM. Executors other than local need their
-  engine (``--executors local slurm ray``; each adds its own setup below).
+  Targets: under 1 s on local and Ray, under 2 s on SLURM. ``--executors local slurm ray``: for
+  ``slurm`` (unless ``SLURM_CONF`` names a cluster) and ``ray`` (unless ``RAY_ADDRESS`` does) the
+  benchmark brings up the tests' real clusters (tests/clusters/: a controller with two compute
+  nodes; a Ray head and a worker in a loopback-only network namespace, where the Ray measurement
+  runs in a child process of this benchmark).
 - **shard ingest rate**: 1,000 shards of synthetic runs (the real spool writer and blob store,
   2 model calls each) loaded into an empty store by ``amb ingest --from`` (every shard checked:
   layout, sizes, frames, envelopes, blobs; then one bulk ingest), beside the baseline of the same
@@ -19,9 +22,11 @@ Run: ./just bench scaleout [--runs 40] [--shards 1000] [--executors local] [--on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -163,13 +168,23 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=1000)
     parser.add_argument("--executors", nargs="+", default=["local"])
     parser.add_argument("--only", choices=["overhead", "ingest"], default=None)
+    parser.add_argument("--quiet-header", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} CPUs")
-    with tempfile.TemporaryDirectory(prefix="amb-bench-scaleout-") as tmpdir:
+    if not args.quiet_header:
+        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} CPUs")
+    with tempfile.TemporaryDirectory(prefix="amb-bench-scaleout-") as tmpdir, contextlib.ExitStack() as stack:
         tmp = Path(tmpdir)
         if args.only in (None, "overhead"):
-            print(f"executor overhead per run ({args.runs} tiny runs, concurrency {args.concurrency}):")
+            if not args.quiet_header:
+                print(f"executor overhead per run ({args.runs} tiny runs, concurrency {args.concurrency}):")
             for name in args.executors:
+                if name == "slurm" and not os.environ.get("SLURM_CONF"):
+                    from tests.clusters.slurm_cluster import SlurmCluster
+
+                    os.environ.update(stack.enter_context(SlurmCluster()).env)
+                if name == "ray" and not os.environ.get("RAY_ADDRESS"):
+                    _ray_in_its_namespace(stack, args)
+                    continue
                 r = overhead(name, args.runs, args.concurrency, tmp)
                 print(
                     f"  {name:6s} median {r['median']:.3f}s  p90 {r['p90']:.3f}s  mean {r['mean']:.3f}s "
@@ -178,7 +193,30 @@ def main() -> None:
         if args.only in (None, "ingest"):
             print(f"shard ingest ({args.shards} shards):")
             ingest_rate(args.shards, tmp)
-    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if not args.quiet_header:
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def _ray_in_its_namespace(stack: contextlib.ExitStack, args: argparse.Namespace) -> None:
+    """The Ray measurement, in a child process inside the test cluster's network namespace (Ray
+    would dial the machine's primary address from outside it)."""
+    from tests.clusters.ray_cluster import RayCluster
+
+    cluster = stack.enter_context(RayCluster(dashboard=False))
+    argv = [
+        str(cluster.bin / "python"),
+        __file__,
+        "--only",
+        "overhead",
+        "--executors",
+        "ray",
+        "--quiet-header",
+    ]
+    argv += ["--runs", str(args.runs), "--concurrency", str(args.concurrency)]
+    proc = subprocess.run(cluster.netns(argv), env=cluster.env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"ray: the measurement failed:\n{proc.stderr[-3000:]}")
+    print(proc.stdout, end="")
 
 
 if __name__ == "__main__":
