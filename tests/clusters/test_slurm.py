@@ -58,6 +58,9 @@ def test_a_slurm_sweep_survives_a_dead_node_and_equals_the_local_sweep(
         assert first.returncode == 130, err[-3000:]
         slurm_cluster.restart_node("n2")
         slurm_cluster.wait_idle(("n1", "n2"), timeout=60)
+        lists_before = set((work / "executor" / "slurm").glob("*.list"))
+        done_before = {p.name for p in (work / "cells").iterdir()}
+        assert 0 < len(done_before) < 8
 
         second = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=_env(slurm_cluster))
     finally:
@@ -80,10 +83,17 @@ def test_a_slurm_sweep_survives_a_dead_node_and_equals_the_local_sweep(
     gpu_scripts = [p.read_text() for p in scripts if p.name.endswith("-gpu1.sbatch")]
     assert gpu_scripts and all("#SBATCH --gres=gpu:1" in s for s in gpu_scripts)
     assert all("#SBATCH --signal=B:TERM@60" in p.read_text() for p in scripts)
-    first_lists = [p for p in (work / "executor" / "slurm").glob("batch-000[01]-*.list")]
-    resumed = [p for p in (work / "executor" / "slurm").glob("*.list") if p not in first_lists]
-    assert sum(len(p.read_text().splitlines()) for p in first_lists) == 8
-    assert 0 < sum(len(p.read_text().splitlines()) for p in resumed) < 8
+    # The resume submitted only the cells that had no result yet, each attempt once.
+    resumed = [
+        line.rsplit("/", 1)[1].split(".")[0]
+        for p in set((work / "executor" / "slurm").glob("*.list")) - lists_before
+        for line in p.read_text().splitlines()
+    ]
+    assert resumed and not set(resumed) & done_before, (resumed, done_before)
+    submitted = [
+        line for p in (work / "executor" / "slurm").glob("*.list") for line in p.read_text().splitlines()
+    ]
+    assert len(submitted) == len(set(submitted)) == len(list((work / "specs").glob("*.json")))
     # the GPU cell's run went to the GPU node, and its container was given that node's GPU id
     gpu_run = kit.chosen(work, kit.gpu_cell(name))
     lines = [
