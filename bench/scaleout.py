@@ -4,7 +4,9 @@ Prints:
 - **executor overhead per run**: 40 tiny runs (the agent is ``true``, local backend, recorded under
   the shim) swept by each executor; per run, the time from its dispatch (the executor started its
   ``amb sweep exec``) to its shard being complete (renamed into ``shards/``), minus the run's own
-  time (the recorder's ``duration_s``: proxy up to ``run.finished``). Median, p90 and mean.
+  time (``shard.json``'s ``run_s``: the exec's call of the recorder, from its imports and proxy start
+  to the closed run). What remains is the executor's and the exec's own cost: starting a process,
+  importing amb, reading the spec, sealing and renaming the shard. Median, p90 and mean.
   Targets: under 1 s on local and Ray, under 2 s on SLURM. ``--executors local slurm ray``: for
   ``slurm`` (unless ``SLURM_CONF`` names a cluster) and ``ray`` (unless ``RAY_ADDRESS`` does) the
   benchmark brings up the tests' real clusters (tests/clusters/: a controller with two compute

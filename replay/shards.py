@@ -17,10 +17,8 @@ with the store's own checks (hash chains, sequences, known kinds).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import shutil
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,6 +64,8 @@ class Checked:
     run_id: str
     spools: list[Path] = field(default_factory=list)
     packs: list[Path] = field(default_factory=list)
+    data: dict[Path, bytes] = field(default_factory=dict)
+    """Each spool's bytes as checked: what is copied is exactly what was checked."""
     blobs: list[tuple[str, Path]] = field(default_factory=list)
     """(hex address, file) of every blob file."""
 
@@ -84,17 +84,18 @@ class LoadReport:
 def _walk(root: Path) -> list[tuple[str, os.stat_result]]:
     """Every entry under ``root`` (relative POSIX path, lstat), refusing symlinks and special files."""
     out: list[tuple[str, os.stat_result]] = []
-    stack = [root]
+    base = str(root)
+    cut = len(base) + 1
+    stack = [base]
     while stack:
-        d = stack.pop()
-        with os.scandir(d) as it:
+        with os.scandir(stack.pop()) as it:
             for entry in it:
                 st = entry.stat(follow_symlinks=False)
-                rel = Path(entry.path).relative_to(root).as_posix()
+                rel = entry.path[cut:]
                 if stat.S_ISLNK(st.st_mode):
                     raise ShardError(f"{root}: {rel} is a symbolic link (a shard holds only its own files)")
                 if stat.S_ISDIR(st.st_mode):
-                    stack.append(Path(entry.path))
+                    stack.append(entry.path)
                 elif stat.S_ISREG(st.st_mode):
                     out.append((rel, st))
                 else:
@@ -102,11 +103,14 @@ def _walk(root: Path) -> list[tuple[str, os.stat_result]]:
     return out
 
 
-def check_shard(root: Path, run_id: str, *, sized: bool = True) -> Checked:
+def check_shard(
+    root: Path, run_id: str, *, sized: bool = True, have_blob: Callable[[str], bool] | None = None
+) -> Checked:
     """Check one shard of ``run_id`` (see the module's docstring); raises ``ShardError``.
 
     ``sized``: the shard has a ``shard.json`` listing every file's size (a sweep's shard); False for
     a run taken from another store (whose spools may still grow; a torn tail is refused all the same).
+    ``have_blob(hex)``: blobs the target store already holds are neither checked again nor copied.
     """
     if not ID_RE.match(run_id):
         raise ShardError(f"{root}: {run_id!r} is not a run id")
@@ -176,7 +180,9 @@ def check_shard(root: Path, run_id: str, *, sized: bool = True) -> Checked:
     if not checked.spools:
         raise ShardError(f"{root}: no spool of run {run_id!r}")
     for path in checked.spools:
-        _check_spool(root, path, run_id)
+        checked.data[path] = _check_spool(root, path, run_id)
+    if have_blob is not None:
+        checked.blobs = [(hexd, path) for hexd, path in checked.blobs if not have_blob(hexd)]
     source_blobs = BlobStore(root / "blobs")
     for hexd, _path in checked.blobs:
         reason = source_blobs.check("sha256:" + hexd)
@@ -185,10 +191,11 @@ def check_shard(root: Path, run_id: str, *, sized: bool = True) -> Checked:
     return checked
 
 
-def _check_spool(root: Path, path: Path, run_id: str) -> None:
+def _check_spool(root: Path, path: Path, run_id: str) -> bytes:
     rel = path.relative_to(root).as_posix()
     try:
-        result = scan(path.read_bytes(), rel)
+        data = path.read_bytes()
+        result = scan(data, rel)
     except SpoolError as e:
         raise ShardError(f"{root}: {e}") from None
     except OSError as e:
@@ -202,37 +209,38 @@ def _check_spool(root: Path, path: Path, run_id: str) -> None:
             raise ShardError(f"{root}: {rel}: an event without a readable envelope") from None
         if claimed != run_id:
             raise ShardError(f"{root}: {rel}: an event of run {claimed!r} in the shard of run {run_id!r}")
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    if a.stat().st_size != b.stat().st_size:
-        return False
-    return hashlib.sha256(a.read_bytes()).digest() == hashlib.sha256(b.read_bytes()).digest()
+    return data
 
 
 def _copy_in(store_root: Path, shard: Checked, report: LoadReport) -> None:
     target_dir = store_root / "spool" / shard.run_id
-    for path in shard.spools + shard.packs:
+    contents = {path: shard.data.get(path) or path.read_bytes() for path in shard.spools + shard.packs}
+    for path, data in contents.items():
         target = target_dir / path.name
-        if target.exists():
-            if not _same_file(path, target):
-                raise ShardError(
-                    f"{shard.root}: the store already holds a different run {shard.run_id!r} "
-                    f"({target.name} differs); it is not overwritten"
-                )
-            continue
-    target_dir.mkdir(parents=True, exist_ok=True)
-    for path in shard.spools + shard.packs:
-        target = target_dir / path.name
-        if not target.exists():
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            shutil.copyfile(path, tmp)
-            os.replace(tmp, target)
-            report.spools_copied += 1
+        if target.exists() and target.read_bytes() != data:
+            raise ShardError(
+                f"{shard.root}: the store already holds a different run {shard.run_id!r} "
+                f"({target.name} differs); it is not overwritten"
+            )
     blobs = BlobStore(store_root / "blobs")
     for hexd, path in shard.blobs:
         if blobs.put_stored(hexd, path.read_bytes(), sync=False):
             report.blobs_copied += 1
+    # The spools last: once they are in, the run is visible to ingest, and its blobs are there.
+    target_dir.mkdir(parents=True, exist_ok=True)
+    for path, data in contents.items():
+        target = target_dir / path.name
+        if not target.exists():
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
+            report.spools_copied += 1
+
+
+def _without(message: str, root: Path) -> str:
+    """The reason alone: the report pairs it with the shard's path already."""
+    prefix = f"{root}: "
+    return message[len(prefix) :] if message.startswith(prefix) else message
 
 
 def _already_in(store_root: Path, shard: Path, run_id: str) -> bool:
@@ -268,16 +276,21 @@ def load_shards(
     others loaded. Idempotent: loading the same shards again copies and adds nothing."""
     report = LoadReport()
     st = Store.open(store_dir)
+    blob_root = st.root / "blobs"
+
+    def have_blob(hexd: str) -> bool:
+        return os.path.exists(os.path.join(blob_root, hexd[:2], hexd[2:]))
+
     try:
         for i, (root, run_id) in enumerate(shards):
             try:
                 if sized and _already_in(st.root, root, run_id):
                     report.loaded.append(run_id)
                     continue
-                checked = check_shard(root, run_id, sized=sized)
+                checked = check_shard(root, run_id, sized=sized, have_blob=have_blob)
                 _copy_in(st.root, checked, report)
             except (ShardError, BlobError) as e:
-                report.refused.append((str(root), str(e)))
+                report.refused.append((str(root), _without(str(e), root)))
             else:
                 report.loaded.append(run_id)
             if progress is not None:
@@ -337,7 +350,7 @@ def merge_store(
                 _copy_in(st.root, checked, report)
                 blobs_done = True
             except (ShardError, BlobError) as e:
-                report.refused.append((f"{source}/spool/{run_id}", str(e)))
+                report.refused.append((f"{source}/spool/{run_id}", _without(str(e), source)))
             else:
                 report.loaded.append(run_id)
             if progress is not None:
@@ -361,7 +374,7 @@ def _check_store_run(source: Path, run_id: str) -> Checked:
         elif not rel.endswith(".blobs"):
             raise ShardError(f"{run_dir}: {rel} is not a spool")
     for path in checked.spools:
-        _check_spool(source, path, run_id)
+        checked.data[path] = _check_spool(source, path, run_id)
     blobs_root = source / "blobs"
     if blobs_root.is_dir() and not blobs_root.is_symlink():
         store = BlobStore(blobs_root)

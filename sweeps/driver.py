@@ -240,7 +240,11 @@ def run_sweep(
     if executor is not None and executor != config.name:
         config = msgspec.structs.replace(config, name=executor)
     _write_plan(layout, spec, cells, config.name)
-    adopted = _adopt(layout, config.name, cells)
+    adopted, previous_ex = _adopt(layout, config.name, cells)
+    ex: Executor = open_executor(config, layout, concurrency=spec.concurrency)
+    # An executor whose "ended" is final (a local child has exited: its shard is placed or never
+    # will be) says so with lost_after_s = 0; on a shared filesystem a rename may show up later.
+    lost_after = float(getattr(ex, "lost_after_s", LOST_AFTER_S))
     stop = threading.Event()
     previous: dict[signal.Signals, Any] = {}
 
@@ -250,7 +254,6 @@ def run_sweep(
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, on_signal)
-    ex: Executor = open_executor(config, layout, concurrency=spec.concurrency)
     inflight: dict[str, CellState] = {}
     ended_at: dict[str, float] = {}
     try:
@@ -261,8 +264,10 @@ def run_sweep(
         _submit(ex, write_specs(spec, waiting, layout, backend), inflight)
         progress.start(cells)
         while inflight and not stop.is_set():
-            states = ex.poll()
-            landed, retry = _collect(layout, spec, inflight, states, ended_at, progress)
+            states = _poll(ex, previous_ex, set(adopted))
+            landed, retry = _collect(
+                layout, spec, inflight, states, ended_at, progress, lost_after_s=lost_after
+            )
             if landed and ingest_into_store is not None:
                 ingest_into_store(store, landed)
             if retry:
@@ -273,10 +278,13 @@ def run_sweep(
         if inflight:
             progress.line(f"stopping {len(inflight)} running cell(s)")
             ex.cancel()
+            if previous_ex is not None:
+                previous_ex.cancel()
             # Their execs closed the runs as killed and placed the shards: read them back.
             deadline = time.monotonic() + 10
             while inflight and time.monotonic() < deadline:
-                landed, _ = _collect(layout, spec, inflight, ex.poll(), ended_at, progress, final=True)
+                states = _poll(ex, previous_ex, set(adopted))
+                landed, _ = _collect(layout, spec, inflight, states, ended_at, progress, final=True)
                 if landed and ingest_into_store is not None:
                     ingest_into_store(store, landed)
                 time.sleep(0.1)
@@ -284,6 +292,8 @@ def run_sweep(
                 read_cell(layout, cell, spec.max_attempts)
         dispatch = dict(getattr(ex, "dispatched", {}) or {})
         ex.close()
+        if previous_ex is not None:
+            previous_ex.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         progress.stop(cells)
@@ -313,14 +323,15 @@ def _submit(ex: Executor, planned: list[tuple[str, CellState, Path]], inflight: 
         ex.submit([path for _rid, _cell, path in planned])
 
 
-def _adopt(layout: Layout, name: str, cells: list[CellState]) -> dict[str, CellState]:
-    """Attempts the previous executor of this root still runs: waited for, not submitted again."""
+def _adopt(layout: Layout, name: str, cells: list[CellState]) -> tuple[dict[str, CellState], Executor | None]:
+    """Attempts the previous executor of this root still runs: waited for, not submitted again.
+    Returns them and that executor, attached, to poll them with (None when nothing is adopted)."""
     previous = attach(layout)
     if previous is None or previous.name != name:
-        return {}
+        return {}, None
     live = {rid for rid, st in previous.poll().items() if st in ("queued", "running")}
-    previous.close()
     if name == "local" and live:
+        previous.close()
         raise UsageError(
             f"another sweep is still running on {layout.root} ({len(live)} run(s) under way); "
             f"stop it with `amb sweep cancel {layout.root}` or wait for it"
@@ -330,7 +341,21 @@ def _adopt(layout: Layout, name: str, cells: list[CellState]) -> dict[str, CellS
         if cell.state == "pending" and cell.attempts and cell.attempts[-1][0] in live:
             cell.attempts.pop()
             out[cell.attempt_id(next_attempt(cell))] = cell
-    return out
+    if not out:
+        previous.close()
+        return {}, None
+    return out, previous
+
+
+def _poll(ex: Executor, previous: Executor | None, adopted: set[str]) -> dict[str, str]:
+    """The engine's view of every attempt in flight: adopted ones from the previous executor (one it
+    no longer lists has ended), the rest from this one."""
+    states: dict[str, str] = dict(ex.poll())
+    if previous is not None and adopted:
+        before = previous.poll()
+        for rid in adopted:
+            states.setdefault(rid, before.get(rid, "ended"))
+    return states
 
 
 def _collect(
@@ -341,6 +366,7 @@ def _collect(
     ended_at: dict[str, float],
     progress: Progress,
     final: bool = False,
+    lost_after_s: float = LOST_AFTER_S,
 ) -> tuple[list[Path], list[CellState]]:
     """Shards that landed since the last call, and the cells that need another attempt."""
     from sweeps.state import shard_outcome
@@ -354,7 +380,7 @@ def _collect(
             if states.get(rid) != "ended":
                 continue
             first = ended_at.setdefault(rid, now)
-            if now - first < (0.0 if final else LOST_AFTER_S):
+            if now - first < (0.0 if final else lost_after_s):
                 continue
             outcome = "lost"
         else:

@@ -271,6 +271,7 @@ def execute(spec_path: Path, *, out: TextIO | None = None) -> int:
                 **spec.labels,
             }
             backend = _StopsItsContainer(_backend(spec, alloc), STOP_GRACE_S)
+            recording = time.monotonic()
             outcome = record(
                 RecordSpec(
                     argv=agent_argv(spec, values),
@@ -290,7 +291,7 @@ def execute(spec_path: Path, *, out: TextIO | None = None) -> int:
                 backend,
             )
             status, exit_code, reason = outcome.status, outcome.exit_code, outcome.reason
-            run_s = outcome.duration_s
+            run_s = time.monotonic() - recording
         except _Stopped as e:
             # Stopped outside the agent's lifetime: the recorder closed the run if it had started.
             recorded = run_status(attempt_dir, run_id)

@@ -20,7 +20,9 @@ Rules for implementers (``sweeps/<engine>.py``, registered in ``EXECUTORS``):
 - ``poll`` reports ``ended`` once the engine considers the execution over, whatever its outcome; an
   ended spec with no shard is a lost attempt, which the driver retries as a new attempt.
 - Save what ``cancel`` needs (job ids, pids, addresses) under ``layout.root / "executor"`` so that
-  ``attach(layout)`` rebuilds the executor in another process (``amb sweep cancel DIR``).
+  ``attach(layout)`` rebuilds the executor in another process (``amb sweep cancel DIR``). Its
+  ``poll`` lists the specs the engine still holds (queued or running): a resumed sweep adopts those
+  attempts instead of submitting new ones, and takes one that is no longer listed as ended.
 """
 
 from __future__ import annotations

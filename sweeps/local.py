@@ -31,6 +31,8 @@ class _State(msgspec.Struct):
 
 class LocalExecutor:
     name = "local"
+    lost_after_s = 0.0
+    """A child that exited has placed its shard or never will: the driver need not wait for one."""
 
     def __init__(self, config: ExecutorConfig, layout: Layout, *, concurrency: int = 1):
         self.layout = layout

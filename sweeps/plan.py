@@ -279,9 +279,12 @@ def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
             raise fail(["resources", i], "cpus and gpus must be positive")
     if work is None:
         work = (path.parent / raw.work).resolve() if raw.work else Path.cwd() / f"sweep-{raw.name}"
-    baseline = raw.baseline
-    if baseline is None:
-        baseline = any("{baseline}" in u for a in agents for u in a.upstream)
+    uses_baseline = [i for i, a in enumerate(agents) if any("{baseline}" in u for u in a.upstream)]
+    if raw.baseline is False and uses_baseline:
+        raise fail(
+            ["agents", uses_baseline[0], "upstream"], "names {baseline}, but the sweep says baseline = false"
+        )
+    baseline = bool(uses_baseline) if raw.baseline is None else raw.baseline
     return SweepSpec(
         name=raw.name,
         agents=agents,

@@ -49,7 +49,9 @@ class ShardInfo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     started_ns: int
     ended_ns: int
     run_s: float
-    """The run's own time: from the recorder's start to its end (``run.finished``)."""
+    """The run's own time: the exec's call of the recorder (its proxy's start and imports, the agent,
+    closing the run), i.e. what any way of recording this run would take; the executor's overhead is
+    the rest of the time from dispatch to the shard's rename."""
     gpu_ids: list[str]
     cpus: float | None
     memory: str | None

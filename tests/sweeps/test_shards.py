@@ -13,7 +13,9 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from click.testing import CliRunner
 
+from amb.main import cli
 from replay.shards import ShardError, check_shard, load_shards
 from replay.store import Store
 from sweeps.collect import select
@@ -26,7 +28,26 @@ CELL = Cell("s", "agent", "bccd-det", "lite", 1)
 
 
 def amb(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "amb"), *args], capture_output=True, text=True, timeout=120)
+    """The real command, in this process (a new interpreter per call would cost seconds each)."""
+    result = CliRunner().invoke(cli, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+
+def test_a_refused_shard_is_one_clear_error_from_the_installed_command(tmp_path):
+    layout, shard, rid = _hostile(tmp_path, "sym")
+    spool = shard / "spool" / rid / "proxy.spool"
+    spool.unlink()
+    spool.symlink_to("/etc/passwd")
+    proc = subprocess.run(
+        [str(BIN / "amb"), "ingest", "--store", str(tmp_path / "st"), "--from", str(layout.root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"amb: error: {shard}: refused: spool/{rid}/proxy.spool is a symbolic link" in proc.stderr
 
 
 def runs_in(store: Path) -> dict[str, int]:
@@ -193,8 +214,8 @@ def test_hostile_shards_are_refused_with_a_clear_error(tmp_path):
     os.mkfifo(shard / "spool" / rid / "extra.spool")
     cases["fifo"] = (str(shard), "not a regular file")
 
+    store = tmp_path / "store"  # one store for every case: each is refused, so it stays empty
     for name, (path, message) in cases.items():
-        store = tmp_path / f"store-{name}"
         proc = amb("ingest", "--store", str(store), "--from", str(tmp_path / name))
         assert proc.returncode == 1, (name, proc.stdout, proc.stderr)
         assert "Traceback" not in proc.stderr, proc.stderr
