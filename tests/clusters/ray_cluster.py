@@ -34,6 +34,15 @@ from pathlib import Path
 HEAD_PORT = 6390
 DASHBOARD_PORT = 8265
 GPU_NODE = "worker"
+NODE_ARGS = [
+    "--block",  # one PID per node: SIGTERM to it stops the node's daemons
+    "--node-ip-address=127.0.0.1",
+    "--num-cpus=1",
+    # Without these each node books 70 % of the machine's memory.
+    "--memory=1500000000",
+    "--object-store-memory=100000000",
+    "--disable-usage-stats",
+]
 
 
 class RayClusterError(RuntimeError):
@@ -105,14 +114,6 @@ class RayCluster:
                 if self.keeper.poll() is not None or time.monotonic() > deadline:
                     raise RayClusterError("could not make a network namespace (unshare --net needs root)")
                 time.sleep(0.05)
-            common = [
-                "--block",
-                "--node-ip-address=127.0.0.1",
-                "--num-cpus=1",
-                "--memory=1500000000",
-                "--object-store-memory=100000000",
-                "--disable-usage-stats",
-            ]
             head = [
                 str(self.bin / "ray"),
                 "start",
@@ -121,7 +122,7 @@ class RayCluster:
                 f"--temp-dir={self.root}",
                 "--resources=" + json.dumps({"docker": 1}),
                 "--num-gpus=0",
-                *common,
+                *NODE_ARGS,
             ]
             if self.dashboard:
                 # The Jobs API lives in the dashboard process; bound to loopback inside the namespace.
@@ -133,17 +134,8 @@ class RayCluster:
             else:
                 head += ["--include-dashboard=false"]
             self._node("head", head)
-            self._wait_nodes(1, timeout=60)
-            worker = [
-                str(self.bin / "ray"),
-                "start",
-                f"--address={self.address}",
-                "--resources=" + json.dumps({"docker": 1, "gpu_node": 1}),
-                "--num-gpus=1",
-                *common,
-            ]
-            self._node(GPU_NODE, worker)
-            self._wait_nodes(2, timeout=90)
+            self._wait_nodes(1, timeout=240)
+            self._start_worker()
         except BaseException:
             self.stop()
             raise
@@ -211,20 +203,30 @@ class RayCluster:
         p.wait()
 
     def restart_worker(self) -> None:
+        """The worker node comes back (a new node id), and has joined when this returns."""
+        self._start_worker()
+
+    def _start_worker(self) -> None:
         argv = [
             str(self.bin / "ray"),
             "start",
             f"--address={self.address}",
             "--resources=" + json.dumps({"docker": 1, "gpu_node": 1}),
             "--num-gpus=1",
-            "--block",
-            "--node-ip-address=127.0.0.1",
-            "--num-cpus=1",
-            "--memory=1500000000",
-            "--object-store-memory=100000000",
-            "--disable-usage-stats",
+            *NODE_ARGS,
         ]
-        self._node(GPU_NODE, argv)
+        # A node gives up if its raylet has not registered within 30 s (fixed in Ray): on a loaded
+        # machine that happens, and starting the node again is what an operator does.
+        for attempt in range(3):
+            self._node(GPU_NODE, argv)
+            try:
+                self._wait_nodes(2, timeout=240)
+                return
+            except RayClusterError:
+                node = self.nodes.pop(GPU_NODE)
+                if node.poll() is None or attempt == 2:
+                    self.nodes[GPU_NODE] = node
+                    raise
 
     def stop(self) -> None:
         """Each node by its PID (SIGTERM: `ray start --block` stops the node's daemons and exits), the
