@@ -133,8 +133,7 @@ class RayCluster:
                 ]
             else:
                 head += ["--include-dashboard=false"]
-            self._node("head", head)
-            self._wait_nodes(1, timeout=240)
+            self._start_node("head", head, 1)
             self._start_worker()
         except BaseException:
             self.stop()
@@ -215,18 +214,28 @@ class RayCluster:
             "--num-gpus=1",
             *NODE_ARGS,
         ]
-        # A node gives up if its raylet has not registered within 30 s (fixed in Ray): on a loaded
-        # machine that happens, and starting the node again is what an operator does.
+        self._start_node(GPU_NODE, argv, 2)
+
+    def _start_node(self, name: str, argv: list[str], nodes: int) -> None:
+        """Start a node and wait until the cluster counts ``nodes`` nodes. A node gives up if its
+        raylet has not registered within 30 s (fixed in Ray), and the head if its client server
+        has not seen the node: on a loaded machine that happens, and starting the node again is what
+        an operator does (three tries)."""
         for attempt in range(3):
-            self._node(GPU_NODE, argv)
+            self._node(name, argv)
             try:
-                self._wait_nodes(2, timeout=240)
+                self._wait_nodes(nodes, timeout=240)
                 return
             except RayClusterError:
-                node = self.nodes.pop(GPU_NODE)
+                node = self.nodes.pop(name)
                 if node.poll() is None or attempt == 2:
-                    self.nodes[GPU_NODE] = node
+                    self.nodes[name] = node
                     raise
+                for pid in descendants(node.pid):  # what the failed start left
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
 
     def stop(self) -> None:
         """Each node by its PID (SIGTERM: `ray start --block` stops the node's daemons and exits), the
