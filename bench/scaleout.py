@@ -85,11 +85,15 @@ def overhead(executor: str, runs: int, concurrency: int, tmp: Path) -> dict[str,
     if len(samples) < runs:
         raise SystemExit(f"{executor}: only {len(samples)} of {runs} runs have a shard and a dispatch time")
     samples.sort()
+    run_times = [read_info(layout.shard(c.final_run)).run_s for c in outcome.cells if c.final_run]
     return {
         "median": statistics.median(samples),
         "p90": samples[int(0.9 * (len(samples) - 1))],
         "mean": statistics.fmean(samples),
         "wall": outcome.wall_s,
+        # The cost per run with every slot kept busy: slot-seconds used beyond the runs' own time
+        # (SLURM's gap between one task's end and the next one's start on a slot counts here).
+        "slot": (outcome.wall_s * concurrency - sum(run_times)) / len(run_times),
         "run_s": statistics.fmean(
             read_info(layout.shard(c.final_run)).run_s for c in outcome.cells if c.final_run
         ),
@@ -190,7 +194,8 @@ def main() -> None:
                 r = overhead(name, args.runs, args.concurrency, tmp)
                 print(
                     f"  {name:6s} median {r['median']:.3f}s  p90 {r['p90']:.3f}s  mean {r['mean']:.3f}s "
-                    f"(run's own time {r['run_s']:.2f}s; sweep wall {r['wall']:.1f}s)"
+                    f"(run's own time {r['run_s']:.2f}s; sweep wall {r['wall']:.1f}s; "
+                    f"per run with {args.concurrency} slots busy {r['slot']:.2f}s)"
                 )
         if args.only in (None, "ingest"):
             print(f"shard ingest ({args.shards} shards):")
