@@ -27,6 +27,8 @@ class _State(msgspec.Struct):
     pids: dict[str, int] = msgspec.field(default_factory=dict)
     """Run id -> pid of its ``amb sweep exec`` child, while it runs."""
     driver: int | None = None
+    driver_start: int | None = None
+    """The driver's start time in clock ticks since boot (/proc/PID/stat), so a recycled pid is not it."""
 
 
 class LocalExecutor:
@@ -43,7 +45,7 @@ class LocalExecutor:
         self.dispatched: dict[str, float] = {}
         """Run id -> when its exec was started (time.time(); the benchmark's dispatch time)."""
         self._dir = save_name(layout, self.name)
-        self._state = _State(driver=os.getpid())
+        self._state = _State(driver=os.getpid(), driver_start=_start_time(os.getpid()))
         self._save()
 
     @classmethod
@@ -149,7 +151,10 @@ class _Attached:
 
     def cancel(self) -> None:
         # The driver first, so that it does not start new runs; then every exec it started.
-        pids = ([self.state.driver] if self.state.driver and _alive(self.state.driver) else []) + [
+        driver = self.state.driver
+        started = self.state.driver_start
+        alive = driver is not None and started is not None and _start_time(driver) == started
+        pids = ([driver] if driver is not None and alive else []) + [
             pid for pid in self.state.pids.values() if _is_exec(pid)
         ]
         for pid in pids:
@@ -165,23 +170,27 @@ class _Attached:
         return {"executor": self.name, "driver": self.state.driver, "running": sorted(self.poll())}
 
 
-def _alive(pid: int) -> bool:
+def _start_time(pid: int) -> int | None:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: count fields after its last ")".
+    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
-def _is_exec(pid: int) -> bool:
-    """Whether ``pid`` is still an ``amb sweep exec`` (not a recycled pid of something else)."""
+def _runs(pid: int, *words: bytes) -> bool:
+    """Whether ``pid`` is alive and its command line holds every one of ``words`` (not a pid that was
+    recycled for something else)."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"sweep" in argv and b"exec" in argv
+    return all(w in argv for w in words)
+
+
+def _is_exec(pid: int) -> bool:
+    return _runs(pid, b"sweep", b"exec")
 
 
 def _term_with_parent() -> None:
