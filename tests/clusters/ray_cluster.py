@@ -34,6 +34,8 @@ from pathlib import Path
 HEAD_PORT = 6390
 DASHBOARD_PORT = 8265
 GPU_NODE = "worker"
+TRIES = 5
+"""Starts of one node before giving up (see ``RayCluster._start_node``)."""
 NODE_ARGS = [
     "--block",  # one PID per node: SIGTERM to it stops the node's daemons
     "--node-ip-address=127.0.0.1",
@@ -205,15 +207,15 @@ class RayCluster:
         """Start a node and wait until it runs. A node gives up if its
         raylet has not registered within 30 s (fixed in Ray), and the head if its client server
         has not seen the node: on a loaded machine that happens, and starting the node again is what
-        an operator does (three tries)."""
-        for attempt in range(3):
+        an operator does (``TRIES`` times)."""
+        for attempt in range(TRIES):
             self._node(name, argv)
             try:
                 self._wait_started(name, timeout=240)
                 return
             except RayClusterError:
                 node = self.nodes.pop(name)
-                if node.poll() is None or attempt == 2:
+                if node.poll() is None or attempt == TRIES - 1:
                     self.nodes[name] = node
                     raise
                 for pid in descendants(node.pid):  # what the failed start left
