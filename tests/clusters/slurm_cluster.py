@@ -174,7 +174,8 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime={self.time_limit_min} State=UP
         states: dict[str, str] = {}
         while time.monotonic() < deadline:
             states = self.node_states()
-            if all(states.get(n, "").rstrip("*") in ("idle", "mix", "alloc") for n in nodes):
+            # "comp": a node back from the dead still finishing the jobs it lost; it answers.
+            if all(states.get(n, "") in ("idle", "mix", "alloc", "comp") for n in nodes):
                 return
             for name, p in self.procs.items():
                 if p.poll() is not None:
