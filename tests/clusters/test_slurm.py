@@ -104,11 +104,8 @@ def test_a_slurm_sweep_survives_a_dead_node_and_equals_the_local_sweep(
     ]
     assert lines and f" node={GPU_NODE} gpus=0 " in lines[-1], lines
     assert watch.gpu_env(gpu_run) == "0", watch.seen.get(gpu_run)
-    # SLURM's own record: both nodes took work
-    assert {r["NodeList"] for r in _jobcomp(slurm_cluster) if r.get("JobState") == "COMPLETED"} >= {
-        "n1",
-        "n2",
-    }
+    # SLURM's own record of the first pass: n2's task ended with its node
+    assert any(r.get("NodeList") == "n2" for r in _jobcomp(slurm_cluster)), _jobcomp(slurm_cluster)
 
 
 def test_amb_sweep_cancel_stops_every_container_within_10s(tmp_path, slurm_cluster, docker_cli):
