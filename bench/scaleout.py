@@ -7,8 +7,11 @@ Prints:
   time (``shard.json``'s ``run_s``: the exec's call of the recorder, from its imports and proxy start
   to the closed run). What remains is the executor's and the exec's own cost: starting a process,
   importing amb, reading the spec, sealing and renaming the shard. Median, p90 and mean.
-  Targets: under 1 s on local and Ray, under 2 s on SLURM. Executors other than local need their
-  engine (``--executors local slurm ray``; each adds its own setup below).
+  Targets: under 1 s on local and Ray, under 2 s on SLURM. ``--executors local slurm ray``: for
+  ``slurm`` (unless ``SLURM_CONF`` names a cluster) and ``ray`` (unless ``RAY_ADDRESS`` does) the
+  benchmark brings up the tests' real clusters (tests/clusters/: a controller with two compute
+  nodes; a Ray head and a worker in a loopback-only network namespace, where the Ray measurement
+  runs in a child process of this benchmark).
 - **shard ingest rate**: 1,000 shards of synthetic runs (the real spool writer and blob store,
   2 model calls each) loaded into an empty store by ``amb ingest --from`` (every shard checked:
   layout, sizes, frames, envelopes, blobs; then one bulk ingest), beside the baseline of the same
@@ -21,9 +24,11 @@ Run: ./just bench scaleout [--runs 40] [--shards 1000] [--executors local] [--on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -80,11 +85,15 @@ def overhead(executor: str, runs: int, concurrency: int, tmp: Path) -> dict[str,
     if len(samples) < runs:
         raise SystemExit(f"{executor}: only {len(samples)} of {runs} runs have a shard and a dispatch time")
     samples.sort()
+    run_times = [read_info(layout.shard(c.final_run)).run_s for c in outcome.cells if c.final_run]
     return {
         "median": statistics.median(samples),
         "p90": samples[int(0.9 * (len(samples) - 1))],
         "mean": statistics.fmean(samples),
         "wall": outcome.wall_s,
+        # The cost per run with every slot kept busy: slot-seconds used beyond the runs' own time
+        # (SLURM's gap between one task's end and the next one's start on a slot counts here).
+        "slot": (outcome.wall_s * concurrency - sum(run_times)) / len(run_times),
         "run_s": statistics.fmean(
             read_info(layout.shard(c.final_run)).run_s for c in outcome.cells if c.final_run
         ),
@@ -165,22 +174,56 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=1000)
     parser.add_argument("--executors", nargs="+", default=["local"])
     parser.add_argument("--only", choices=["overhead", "ingest"], default=None)
+    parser.add_argument("--quiet-header", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} CPUs")
-    with tempfile.TemporaryDirectory(prefix="amb-bench-scaleout-") as tmpdir:
+    if not args.quiet_header:
+        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} CPUs")
+    with tempfile.TemporaryDirectory(prefix="amb-bench-scaleout-") as tmpdir, contextlib.ExitStack() as stack:
         tmp = Path(tmpdir)
         if args.only in (None, "overhead"):
-            print(f"executor overhead per run ({args.runs} tiny runs, concurrency {args.concurrency}):")
+            if not args.quiet_header:
+                print(f"executor overhead per run ({args.runs} tiny runs, concurrency {args.concurrency}):")
             for name in args.executors:
+                if name == "slurm" and not os.environ.get("SLURM_CONF"):
+                    from tests.clusters.slurm_cluster import SlurmCluster
+
+                    os.environ.update(stack.enter_context(SlurmCluster()).env)
+                if name == "ray" and not os.environ.get("RAY_ADDRESS"):
+                    _ray_in_its_namespace(stack, args)
+                    continue
                 r = overhead(name, args.runs, args.concurrency, tmp)
                 print(
                     f"  {name:6s} median {r['median']:.3f}s  p90 {r['p90']:.3f}s  mean {r['mean']:.3f}s "
-                    f"(run's own time {r['run_s']:.2f}s; sweep wall {r['wall']:.1f}s)"
+                    f"(run's own time {r['run_s']:.2f}s; sweep wall {r['wall']:.1f}s; "
+                    f"per run with {args.concurrency} slots busy {r['slot']:.2f}s)"
                 )
         if args.only in (None, "ingest"):
             print(f"shard ingest ({args.shards} shards):")
             ingest_rate(args.shards, tmp)
-    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if not args.quiet_header:
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def _ray_in_its_namespace(stack: contextlib.ExitStack, args: argparse.Namespace) -> None:
+    """The Ray measurement, in a child process inside the test cluster's network namespace (Ray
+    would dial the machine's primary address from outside it)."""
+    from tests.clusters.ray_cluster import RayCluster
+
+    cluster = stack.enter_context(RayCluster(dashboard=False))
+    argv = [
+        str(cluster.bin / "python"),
+        __file__,
+        "--only",
+        "overhead",
+        "--executors",
+        "ray",
+        "--quiet-header",
+    ]
+    argv += ["--runs", str(args.runs), "--concurrency", str(args.concurrency)]
+    proc = subprocess.run(cluster.netns(argv), env=cluster.env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"ray: the measurement failed:\n{proc.stderr[-3000:]}")
+    print(proc.stdout, end="")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,282 @@
+"""The Ray executor: one Ray task per run spec, each running ``amb sweep exec SPEC.json`` on its node.
+
+Ray decides only where: the task runs the same command as every executor, on a node that has a free
+``docker`` slot (a custom resource each node advertises, e.g. ``ray start --resources='{"docker": 2}'``:
+how many containers it runs at once) and, for a run that needs GPUs, ``num_gpus``. The GPU ids Ray
+assigns (``ray.get_gpu_ids()``) reach the exec as ``AMB_GPU_IDS``, which passes them to ``docker run``
+itself: a container is dockerd's child, outside anything Ray limits.
+
+- A bounded in-flight window (``max_in_flight``, default the sweep's ``concurrency``): at most that many
+  tasks are submitted and not ended, so a sweep's API-rate budget holds whatever the cluster's size.
+- Cancel: ``ray.cancel`` interrupts each task, which sends SIGTERM to its exec (the exec stops its
+  container and closes the run). The exec also gets SIGTERM when its Ray worker dies for any other
+  reason (``ray.cancel(force=True)``, the driver's exit): it is started with that as its parent-death
+  signal. A dead node's tasks are re-run elsewhere by Ray (at least once); the shard root makes that
+  exactly once in effect.
+- Run the sweep itself as a Ray Job (``ray job submit -- amb sweep SWEEP.toml --executor ray``) and the
+  driver lives on the head node: the submitting laptop can go away, and ``amb sweep cancel`` (or
+  ``ray job stop``) stops it and its tasks.
+
+Ray is an optional extra (``pip install amb-recorder[ray]``); this module imports it when used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from schemas.errors import UsageError
+from sweeps.executor import ExecutorConfig, JobState, exec_command, save_name
+from sweeps.shard import Layout, write_atomic
+from sweeps.spec import load
+
+TASK_RETRIES = 2
+"""Re-executions Ray makes of a task whose node or worker died (each is the same attempt)."""
+
+
+class RayExecutorError(UsageError):
+    pass
+
+
+class Placement(msgspec.Struct):
+    """Where one spec ran, as the task saw it."""
+
+    node_id: str = ""
+    gpu_ids: list[str] = msgspec.field(default_factory=list)
+    exit_code: int | None = None
+    error: str | None = None
+
+
+class _State(msgspec.Struct):
+    address: str = ""
+    driver_host: str = ""
+    driver_pid: int | None = None
+    job_submission_id: str | None = None
+    """Set when the driver runs as a Ray Job: ``amb sweep cancel`` stops that job."""
+    placements: dict[str, Placement] = msgspec.field(default_factory=dict)
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise RayExecutorError(
+            "the Ray executor needs Ray: pip install 'amb-recorder[ray]' (on the driver and every node)"
+        ) from None
+    return ray
+
+
+def _term_with_parent() -> None:
+    # The exec gets SIGTERM when the Ray worker running it dies (force-cancel, the driver's exit):
+    # it then stops its container and closes its run (Linux; a no-op elsewhere).
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def execute_on_node(spec_file: str) -> dict[str, Any]:
+    """The body of every Ray task: run the exec for one spec on this node, with this task's GPUs."""
+    ray = _ray()
+    gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+    env = dict(os.environ)
+    if gpu_ids:
+        env["AMB_GPU_IDS"] = ",".join(gpu_ids)
+    proc = subprocess.Popen(
+        exec_command(Path(spec_file)), env=env, stdin=subprocess.DEVNULL, preexec_fn=_term_with_parent
+    )
+    try:
+        code = proc.wait()
+    except BaseException:
+        # ray.cancel raises KeyboardInterrupt here: the exec stops its container and closes the run.
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
+    node_id = ray.get_runtime_context().get_node_id()
+    return {"node_id": node_id, "gpu_ids": gpu_ids, "exit_code": code}
+
+
+def job_submission_id(env: dict[str, str] | os._Environ[str]) -> str | None:
+    """The submission id of the Ray Job this process is the driver of (None: not a Ray Job). Ray's job
+    supervisor hands its driver the job's config, metadata included, in this variable."""
+    try:
+        config = json.loads(env.get("RAY_JOB_CONFIG_JSON_ENV_VAR") or "{}")
+        value = config.get("metadata", {}).get("job_submission_id")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and value else None
+
+
+class RayExecutor:
+    name = "ray"
+
+    def __init__(self, config: ExecutorConfig, layout: Layout, *, concurrency: int = 1):
+        self.ray = _ray()
+        self.layout = layout
+        self.options = config.ray
+        self.window = max(1, self.options.max_in_flight or concurrency)
+        address = self.options.address or os.environ.get("RAY_ADDRESS") or "auto"
+        if not self.ray.is_initialized():
+            try:
+                self.ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+            except Exception as e:  # noqa: BLE001 - Ray's connection errors have no common base
+                raise RayExecutorError(f"cannot connect to the Ray cluster at {address}: {e}") from None
+        self._remote = self.ray.remote(execute_on_node)
+        self._dir = save_name(layout, self.name)
+        self._state = _load(layout)
+        self._state.address = address
+        self._state.driver_host = socket.gethostname()
+        self._state.driver_pid = os.getpid()
+        self._state.job_submission_id = job_submission_id(os.environ)
+        self.queue: list[Path] = []
+        self.in_flight: dict[Any, str] = {}
+        """ObjectRef -> run id, for tasks submitted and not yet ended."""
+        self.states: dict[str, JobState] = {}
+        self.dispatched: dict[str, float] = {}
+        self._save()
+
+    @classmethod
+    def attach(cls, layout: Layout) -> _Attached:
+        return _Attached(layout)
+
+    def submit(self, specs: Sequence[Path]) -> None:
+        for spec in specs:
+            self.queue.append(spec)
+            self.states[spec.stem] = "queued"
+        self._fill()
+
+    def poll(self) -> dict[str, JobState]:
+        if self.in_flight:
+            ready, _ = self.ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=0)
+            for ref in ready:
+                run_id = self.in_flight.pop(ref)
+                self.states[run_id] = "ended"
+                try:
+                    result = self.ray.get(ref)
+                    self._state.placements[run_id] = Placement(
+                        node_id=result["node_id"], gpu_ids=result["gpu_ids"], exit_code=result["exit_code"]
+                    )
+                except Exception as e:  # noqa: BLE001 - any task failure ends it; the shard root says how
+                    self._state.placements[run_id] = Placement(error=f"{type(e).__name__}: {e}"[:500])
+            if ready:
+                self._save()
+        self._fill()
+        return dict(self.states)
+
+    def cancel(self) -> None:
+        self.queue.clear()
+        for run_id, state in self.states.items():
+            if state == "queued":
+                self.states[run_id] = "ended"
+        for ref in self.in_flight:
+            self.ray.cancel(ref, force=False)  # KeyboardInterrupt in the task: SIGTERM to its exec
+        deadline = time.monotonic() + 30
+        refs = list(self.in_flight)
+        while refs and time.monotonic() < deadline:
+            ready, refs = self.ray.wait(refs, num_returns=len(refs), timeout=1)
+        for ref in refs:
+            self.ray.cancel(ref, force=True)  # the worker dies; its exec gets SIGTERM (parent death)
+        for run_id in self.in_flight.values():
+            self.states[run_id] = "ended"
+        self.in_flight.clear()
+        self._save()
+
+    def close(self) -> None:
+        self._state.driver_pid = None
+        self._save()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "executor": self.name,
+            "address": self._state.address,
+            "max_in_flight": self.window,
+            "queued": len(self.queue),
+            "in_flight": sorted(self.in_flight.values()),
+        }
+
+    def _fill(self) -> None:
+        while self.queue and len(self.in_flight) < self.window:
+            path = self.queue.pop(0)
+            spec = load(path)
+            ref = self._remote.options(
+                num_cpus=0,
+                num_gpus=spec.limits.gpus,
+                resources={"docker": self.options.docker_slots},
+                max_retries=TASK_RETRIES,
+                retry_exceptions=False,
+                name=f"amb-sweep-exec:{spec.run_id}",
+            ).remote(str(path.resolve()))
+            self.in_flight[ref] = spec.run_id
+            self.states[spec.run_id] = "running"
+            self.dispatched[spec.run_id] = time.time()
+
+    def _save(self) -> None:
+        write_atomic(self._dir / "ray.json", msgspec.json.encode(self._state))
+
+
+class _Attached:
+    """A Ray sweep seen from another process: ``amb sweep cancel`` stops its driver (the Ray Job, or
+    the driver process on this machine), whose own cancel then interrupts every task."""
+
+    name = "ray"
+
+    def __init__(self, layout: Layout):
+        self.layout = layout
+        self._state = _load(layout)
+
+    def submit(self, specs: Sequence[Path]) -> None:
+        raise NotImplementedError("an attached Ray executor only cancels")
+
+    def poll(self) -> dict[str, JobState]:
+        return {}
+
+    def cancel(self) -> None:
+        s = self._state
+        if s.job_submission_id:
+            from ray.job_submission import JobSubmissionClient
+
+            dashboard = os.environ.get("RAY_DASHBOARD_ADDRESS") or "http://127.0.0.1:8265"
+            JobSubmissionClient(dashboard).stop_job(s.job_submission_id)
+        elif s.driver_pid and s.driver_host == socket.gethostname():
+            try:
+                os.kill(s.driver_pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def close(self) -> None:
+        pass
+
+    def describe(self) -> dict[str, Any]:
+        s = self._state
+        return {
+            "executor": self.name,
+            "address": s.address,
+            "driver": s.driver_pid,
+            "job": s.job_submission_id,
+            "placements": {r: msgspec.to_builtins(p) for r, p in sorted(s.placements.items())},
+        }
+
+
+def _load(layout: Layout) -> _State:
+    path = layout.root / "executor" / "ray.json"
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=_State)
+    except FileNotFoundError:
+        return _State()
+    except (OSError, msgspec.DecodeError) as e:
+        raise RayExecutorError(f"{path}: cannot read the Ray executor's state: {e}") from None

@@ -1,0 +1,146 @@
+"""The SLURM executor on a real SLURM cluster (controller + n1 with a fake GPU + n2, tests/clusters/).
+
+The sweep of the scripted baseline (2 agents x 2 tasks x 2 tiers, one cell needing a GPU, docker
+backend) runs on the cluster; part-way, compute node n2 dies (``kill -9`` of its slurmd and of every
+job it ran); the sweep is interrupted, n2 comes back, and the same command resumes it. The store must
+equal the local executor's cell for cell (scores, event counts per kind), with no cell lost, no mixed
+attempt, no container left running; the GPU cell ran on n1 and its container got GPU id 0.
+``amb sweep cancel`` stops every container of a running sweep within 10 s.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from tests.clusters import sweep_kit as kit
+from tests.clusters.slurm_cluster import GPU_NODE, SlurmCluster
+
+
+def _jobcomp(cluster: SlurmCluster) -> list[dict[str, str]]:
+    if not cluster.jobcomp.exists():
+        return []
+    return [
+        dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+        for line in cluster.jobcomp.read_text().splitlines()
+    ]
+
+
+def _env(cluster: SlurmCluster) -> dict[str, str]:
+    return {**os.environ, **cluster.env}
+
+
+def test_a_slurm_sweep_survives_a_dead_node_and_equals_the_local_sweep(
+    tmp_path, slurm_cluster, local_reference, docker_cli
+):
+    name = "lr"  # the local reference's name: the same cells, the same run ids
+    (tmp_path / "sweep.toml").write_text(kit.sweep_file(name), encoding="utf-8")
+    store, work = tmp_path / "store", tmp_path / "work"
+    argv = kit.sweep_argv(tmp_path / "sweep.toml", store, work, "slurm")
+    watch = kit.ContainerWatch(docker_cli, work)
+    try:
+        first = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(slurm_cluster)
+        )
+        # n2 dies while one of its runs has its container up.
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            on_n2 = slurm_cluster.run(["squeue", "-h", "-t", "R", "-w", "n2", "-o", "%i"], check=False).stdout
+            if on_n2.strip() and kit.running_containers(docker_cli, work):
+                break
+            assert first.poll() is None, first.communicate()
+            time.sleep(0.3)
+        slurm_cluster.kill_node("n2")
+        first.send_signal(signal.SIGINT)
+        _, err = first.communicate(timeout=120)
+        assert first.returncode == 130, err[-3000:]
+        slurm_cluster.restart_node("n2")
+        slurm_cluster.wait_idle(("n1", "n2"), timeout=60)
+        lists_before = set((work / "executor" / "slurm").glob("*.list"))
+        done_before = {p.name for p in (work / "cells").iterdir()}
+        assert len(done_before) < 8  # interrupted before the end
+
+        second = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=_env(slurm_cluster))
+    finally:
+        watch.stop()
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "8/8 cells completed" in second.stderr
+    got = kit.by_cell(store, name)
+    # no cell lost, each equal to the local sweep's
+    assert sorted(got) == sorted(kit.cells(name))
+    assert kit.comparable(got) == kit.comparable(local_reference)
+    # no mixed attempt: every stored run is one shard's, whole, and its chain verifies
+    check = subprocess.run(
+        [str(kit.BIN / "amb"), "verify", "--store", str(store)], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert not kit.running_containers(docker_cli, work)
+
+    # SLURM ran them as arrays, one per resource class; the resume submitted only what was missing.
+    scripts = sorted((work / "executor" / "slurm").glob("*.sbatch"))
+    gpu_scripts = [p.read_text() for p in scripts if p.name.endswith("-gpu1.sbatch")]
+    assert gpu_scripts and all("#SBATCH --gres=gpu:1" in s for s in gpu_scripts)
+    assert all("#SBATCH --signal=B:TERM@60" in p.read_text() for p in scripts)
+    # The resume submitted only the cells that had no result yet, each attempt once.
+    resumed = [
+        line.rsplit("/", 1)[1].split(".")[0]
+        for p in set((work / "executor" / "slurm").glob("*.list")) - lists_before
+        for line in p.read_text().splitlines()
+    ]
+    assert resumed and not set(resumed) & done_before, (resumed, done_before)
+    submitted = [
+        line for p in (work / "executor" / "slurm").glob("*.list") for line in p.read_text().splitlines()
+    ]
+    assert len(submitted) == len(set(submitted)) == len(list((work / "specs").glob("*.json")))
+    # the GPU cell's run went to the GPU node, and its container was given that node's GPU id
+    gpu_run = kit.chosen(work, kit.gpu_cell(name))
+    lines = [
+        line
+        for p in (work / "logs").glob("slurm-*.out")
+        for line in p.read_text().splitlines()
+        if line.startswith("amb-slurm:") and line.endswith(f"/{gpu_run}.json")
+    ]
+    assert lines and f" node={GPU_NODE} gpus=0 " in lines[-1], lines
+    assert watch.gpu_env(gpu_run) == "0", watch.seen.get(gpu_run)
+    # SLURM's own record of the first pass: n2's task ended with its node
+    assert any(r.get("NodeList") == "n2" for r in _jobcomp(slurm_cluster)), _jobcomp(slurm_cluster)
+
+
+def test_amb_sweep_cancel_stops_every_container_within_10s(tmp_path, slurm_cluster, docker_cli):
+    name = "cx"
+    (tmp_path / "sweep.toml").write_text(kit.sweep_file(name), encoding="utf-8")
+    store, work = tmp_path / "store", tmp_path / "work"
+    env = _env(slurm_cluster)
+    driver = subprocess.Popen(
+        kit.sweep_argv(tmp_path / "sweep.toml", store, work, "slurm", "--no-score"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    deadline = time.monotonic() + 300
+    while not kit.running_containers(docker_cli, work):
+        assert time.monotonic() < deadline and driver.poll() is None, driver.communicate()
+        time.sleep(0.2)
+    t0 = time.monotonic()
+    # --wait 30: the containers must stop on their own (each exec stops its own), not be removed by
+    # cancel's last resort after its wait.
+    cancel = subprocess.Popen(
+        [str(kit.BIN / "amb"), "sweep", "cancel", "--wait", "30", str(work)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    while kit.running_containers(docker_cli, work) and time.monotonic() - t0 < 10:
+        time.sleep(0.2)
+    assert not kit.running_containers(docker_cli, work), "a container outlived amb sweep cancel by 10 s"
+    _, said = cancel.communicate(timeout=60)
+    assert cancel.returncode == 0 and "removed" not in said, said
+    driver.communicate(timeout=120)
+    deadline = time.monotonic() + 90  # a step still closing its run; SLURM's KillWait is 30 s
+    while slurm_cluster.run(["squeue", "-h", "-o", "%i"]).stdout.strip() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert slurm_cluster.run(["squeue", "-h", "-o", "%i %T"]).stdout.strip() == ""
