@@ -26,6 +26,7 @@ from schemas.events import (
     SubmissionSealed,
     ToolCallResult,
 )
+from tests.fakes.blob_tamper import replace_blob
 
 T0 = 1_800_000_000_000_000_000
 S = 1_000_000_000
@@ -240,9 +241,8 @@ def test_a_tampered_blob_fails_the_checkout_naming_the_event(tmp_path):
         ],
     )
     blobs = BlobStore(root / "blobs")
-    path = blobs.path_of(BlobStore(tmp_path / "scratch").put(b"the original content").blob)
-    path.chmod(0o644)
-    path.write_bytes(zlib.compress(b"the tampered content"))
+    address = BlobStore(tmp_path / "scratch").put(b"the original content").blob
+    replace_blob(blobs, address, zlib.compress(b"the tampered content"))  # wherever it is stored
     out = tmp_path / "out"
     code, text = _amb("checkout", "r5", str(out), "--store", str(root))
     assert code == 1
