@@ -19,6 +19,7 @@ figures, and why a trained dictionary is not used yet, are in docs/blob-packs.md
 
 from __future__ import annotations
 
+import threading
 import zlib
 
 import zstandard
@@ -51,8 +52,21 @@ MEDIA_MAGIC = (
 )
 """Formats that are compressed by construction (WebP and MP4 are caught by the samples)."""
 
-_compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True)
-_decompressor = zstandard.ZstdDecompressor()
+_local = threading.local()
+"""One zstd compressor and decompressor per thread: neither may be used by two threads at once (the
+scorer reads blobs from a thread pool; a shared decompressor then fails now and then with
+"Destination buffer is too small" on a sound blob)."""
+
+
+def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+    pair: tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor] | None = getattr(_local, "pair", None)
+    if pair is None:
+        pair = (
+            zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True),
+            zstandard.ZstdDecompressor(),
+        )
+        _local.pair = pair
+    return pair
 
 
 def looks_compressed(data: bytes | memoryview) -> bool:
@@ -71,7 +85,7 @@ def encode(data: bytes | memoryview) -> tuple[int, bytes]:
     """The codec and stored bytes for a blob's content (never a chunk list)."""
     if looks_compressed(data):
         return RAW, bytes(data)
-    stored = _compressor.compress(data)
+    stored = _zstd()[0].compress(data)
     if len(stored) >= len(data):  # small and incompressible (not sampled): kept as it is
         return RAW, bytes(data)
     return ZSTD, stored
@@ -93,7 +107,7 @@ def decode(codec: int, stored: bytes | memoryview, limit: int, address: str) -> 
             size = zstandard.frame_content_size(stored)
             if size < 0 or size > limit:
                 raise BlobError(f"blob {address} is corrupted (its zstd frame claims {size} bytes)")
-            out = _decompressor.decompress(stored)
+            out = _zstd()[1].decompress(stored)
             if len(out) != size:
                 raise BlobError(f"blob {address} is corrupted (its zstd frame is not the size it claims)")
             return out
