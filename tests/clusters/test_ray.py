@@ -1,9 +1,4 @@
-"""NOT YET COLLECTED (the file name is not test_*): run it with `pytest tests/clusters/ray_check.py`.
-Its last run got as far as the checks below say in docs/scale-out.md (On a Ray cluster): the job
-status never read STOPPED after `ray job stop` / `amb sweep cancel`. Rename it to test_ray.py once
-it passes.
-
-The Ray executor on a real Ray cluster (head + a worker with one logical GPU, in a network namespace
+"""The Ray executor on a real Ray cluster (head + a worker with one logical GPU, in a network namespace
 with only ``lo``: tests/clusters/ray_cluster.py). The sweep driver runs inside that namespace too, as a
 Ray Job on the head node (submitted through the Jobs API), so no test traffic leaves loopback.
 
@@ -48,12 +43,20 @@ def _submit_job(cluster: RayCluster, job_id: str, argv: list[str]) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+_ASK_STATUS = """
+import json, sys, urllib.request
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # straight to the loopback API
+print(json.load(opener.open(sys.argv[1], timeout=20))["status"])
+"""
+
+
 def _job_status(cluster: RayCluster, job_id: str) -> str:
-    proc = _ray(cluster, "job", "status", f"--address={cluster.dashboard_url}", job_id)
-    for word in ("SUCCEEDED", "FAILED", "STOPPED", "RUNNING", "PENDING"):
-        if word in proc.stdout:
-            return word
-    return "?"
+    """The job's status as the Jobs API gives it (``ray job status`` prints it in words that differ
+    per status, e.g. "was stopped"), asked from inside the cluster's namespace, where the API is."""
+    url = f"{cluster.dashboard_url}/api/jobs/{job_id}"
+    argv = cluster.netns([str(cluster.bin / "python"), "-c", _ASK_STATUS, url])
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    return proc.stdout.strip() if proc.returncode == 0 else "?"
 
 
 def _wait_job(cluster: RayCluster, job_id: str, timeout: float = 400) -> str:
