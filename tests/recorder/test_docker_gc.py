@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from tests.fakes.upstream import FakeUpstream
 BIN = Path(sys.executable).parent
 
 
-def _start(store: Path, run_id: str, upstream: str) -> subprocess.Popen:
+def _start(store: Path, run_id: str, upstream: str, tmp: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [
             str(BIN / "amb-record"),
@@ -37,18 +38,17 @@ def _start(store: Path, run_id: str, upstream: str) -> subprocess.Popen:
             "sleep",
             "600",
         ],
-        env={**os.environ, "OPENAI_API_KEY": "sk-gc-test-" + "ab" * 20},
+        env={**os.environ, "OPENAI_API_KEY": "sk-gc-test-" + "ab" * 20, "TMPDIR": str(tmp)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
 
 
-def _resources(client, run_id: str) -> dict:
+def _resources(client, run_id: str, tmp: Path) -> dict:
     containers = client.containers.list(all=True, filters={"label": f"org.amb.run={run_id}"})
     networks = client.networks.list(filters={"label": f"org.amb.run={run_id}"})
     rules = subprocess.run(["iptables", "-w", "-S", "INPUT"], capture_output=True, text=True).stdout
-    tmp = Path(tempfile.gettempdir())
     return {
         "containers": sorted(c.name for c in containers),
         "running": [c.name for c in containers if c.status == "running"],
@@ -58,10 +58,10 @@ def _resources(client, run_id: str) -> dict:
     }
 
 
-def _wait_running(client, proc: subprocess.Popen, run_id: str) -> dict:
+def _wait_running(client, proc: subprocess.Popen, run_id: str, tmp: Path) -> dict:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        got = _resources(client, run_id)
+        got = _resources(client, run_id, tmp)
         if got["running"]:
             return got
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
@@ -77,12 +77,17 @@ def test_gc_removes_a_killed_recorders_leftovers_and_spares_a_live_run(
     store = tmp_path / "store"
     stamp = str(os.getpid())
     dead_id, live_id = f"gc-dead-{stamp}", f"gc-live-{stamp}"
+    # A temp dir of this test's own (where run locks live): every amb-record cleans up after dead
+    # recorders when it starts, so one starting beside this test (another test process) would
+    # otherwise remove the killed run's leftovers before `amb gc` is shown to. Short: sockets go there.
+    tmp = Path(tempfile.mkdtemp(prefix="amb-gc-"))
+    env = {**os.environ, "TMPDIR": str(tmp)}
     with FakeUpstream() as upstream:
-        dead = _start(store, dead_id, upstream.url)
-        live = _start(store, live_id, upstream.url)
+        dead = _start(store, dead_id, upstream.url, tmp)
+        live = _start(store, live_id, upstream.url, tmp)
         try:
-            before = _wait_running(docker_cli, dead, dead_id)
-            live_before = _wait_running(docker_cli, live, live_id)
+            before = _wait_running(docker_cli, dead, dead_id, tmp)
+            live_before = _wait_running(docker_cli, live, live_id, tmp)
             # What a run makes: one container, one network, the firewall rules (root with iptables),
             # the docker backend's temp dir (workspace) and the recorder's (CA key).
             assert len(before["containers"]) == 1 and len(before["networks"]) == 1
@@ -90,10 +95,10 @@ def test_gc_removes_a_killed_recorders_leftovers_and_spares_a_live_run(
             dead.send_signal(signal.SIGKILL)
             dead.wait(10)
             time.sleep(0.5)
-            assert _resources(docker_cli, dead_id)["containers"] == before["containers"]  # left behind
+            assert _resources(docker_cli, dead_id, tmp)["containers"] == before["containers"]  # left behind
 
             proc = subprocess.run(
-                [str(BIN / "amb"), "gc", "--json"], capture_output=True, text=True, timeout=180
+                [str(BIN / "amb"), "gc", "--json"], capture_output=True, text=True, timeout=180, env=env
             )
             assert proc.returncode == 0, proc.stderr
             removed = json.loads(proc.stdout)["removed"]
@@ -106,13 +111,13 @@ def test_gc_removes_a_killed_recorders_leftovers_and_spares_a_live_run(
             assert paths <= set(before["paths"]) and any("/amb-docker-" in p for p in paths), mine
             assert len([n for k, n in mine if k == "firewall_rule"]) == len(before["rules"])
             assert not [r for r in removed if r["run_id"] == live_id]
-            after = _resources(docker_cli, dead_id)
+            after = _resources(docker_cli, dead_id, tmp)
             assert after == {"containers": [], "running": [], "networks": [], "rules": [], "paths": []}
             # The live run is untouched, and still records to the end.
-            assert _resources(docker_cli, live_id) == live_before
+            assert _resources(docker_cli, live_id, tmp) == live_before
             live.send_signal(signal.SIGTERM)
             assert live.wait(60) != 0
-            assert _resources(docker_cli, live_id) == {
+            assert _resources(docker_cli, live_id, tmp) == {
                 "containers": [],
                 "running": [],
                 "networks": [],
@@ -124,7 +129,8 @@ def test_gc_removes_a_killed_recorders_leftovers_and_spares_a_live_run(
                 if p.poll() is None:
                     p.kill()
                     p.wait(10)
-            subprocess.run([str(BIN / "amb"), "gc"], capture_output=True, timeout=180)
+            subprocess.run([str(BIN / "amb"), "gc"], capture_output=True, timeout=180, env=env)
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _children(pid: int) -> str:
