@@ -17,19 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from replay.store import Store
+from tests.fakes.sweep_agent import AGENT
 
 BIN = Path(sys.executable).parent
-AGENT = [
-    "amb-agent",
-    "--model",
-    "{model}",
-    "--task-dir",
-    "{workspace}",
-    "--data",
-    "{data}",
-    "--retry-delay",
-    "0.5",
-]
 GPU_CELL = ("clean", "bccd-det", "standard")
 TASKS = ("bccd-det", "vqa-rad")
 

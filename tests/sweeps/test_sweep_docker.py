@@ -21,19 +21,9 @@ import pytest
 
 from replay.store import Store
 from sweeps.exec import SWEEP_ROOT_LABEL
+from tests.fakes.sweep_agent import AGENT
 
 BIN = Path(sys.executable).parent
-AGENT = [
-    "amb-agent",
-    "--model",
-    "{model}",
-    "--task-dir",
-    "{workspace}",
-    "--data",
-    "{data}",
-    "--retry-delay",
-    "0.5",
-]
 SWEEP = f"""
 name = "d"
 tasks = ["bccd-det", "vqa-rad"]

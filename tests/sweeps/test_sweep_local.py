@@ -17,19 +17,9 @@ from pathlib import Path
 
 from replay.store import Store
 from sweeps.exec import run_status as attempt_outcome
+from tests.fakes.sweep_agent import AGENT
 
 BIN = Path(sys.executable).parent
-AGENT = [
-    "amb-agent",
-    "--model",
-    "{model}",
-    "--task-dir",
-    "{workspace}",
-    "--data",
-    "{data}",
-    "--retry-delay",
-    "0.5",
-]
 SWEEP = f"""
 name = "t"
 tasks = ["bccd-det"]
