@@ -29,7 +29,7 @@ from sweeps.plan import SweepSpec
 from sweeps.progress import Progress
 from sweeps.shard import Layout, write_atomic, write_spec
 from sweeps.spec import Backend, Limits, RunSpec
-from sweeps.state import INTERRUPTED, CellState, TaskRef, next_attempt, read_cell
+from sweeps.state import INTERRUPTED, CellState, TaskRef, cell_dict, next_attempt, read_cell
 
 LOST_AFTER_S = 5.0
 """An attempt the engine says has ended but whose shard is not there this long after is lost (a
@@ -78,22 +78,6 @@ class SweepOutcome:
             "cells": [cell_dict(c) for c in self.cells],
             "interrupted": self.interrupted,
         }
-
-
-def cell_dict(c: CellState) -> dict[str, Any]:
-    return {
-        "cell": c.base_id,
-        "agent": c.agent.name,
-        "model": c.agent.model,
-        "task": c.task.id,
-        "tier": c.tier,
-        "repeat": c.repeat,
-        "state": c.state,
-        "final_run": c.final_run,
-        "chosen": c.chosen,
-        "attempts": [{"run_id": r, "outcome": o} for r, o in c.attempts],
-        "duplicates": list(c.duplicates),
-    }
 
 
 def plan_cells(spec: SweepSpec, layout: Layout) -> list[CellState]:

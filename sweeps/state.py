@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -129,3 +130,20 @@ def read_cell(layout: Layout, cell: CellState, max_attempts: int) -> None:
 
 def next_attempt(cell: CellState) -> int:
     return len(cell.attempts) + 1
+
+
+def cell_dict(c: CellState) -> dict[str, Any]:
+    """A cell as `amb sweep status --json` and the driver's summary show it."""
+    return {
+        "cell": c.base_id,
+        "agent": c.agent.name,
+        "model": c.agent.model,
+        "task": c.task.id,
+        "tier": c.tier,
+        "repeat": c.repeat,
+        "state": c.state,
+        "final_run": c.final_run,
+        "chosen": c.chosen,
+        "attempts": [{"run_id": r, "outcome": o} for r, o in c.attempts],
+        "duplicates": list(c.duplicates),
+    }

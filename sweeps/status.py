@@ -8,11 +8,10 @@ from typing import Any
 import msgspec
 
 from schemas.errors import UsageError
-from sweeps.driver import cell_dict
 from sweeps.executor import attach
 from sweeps.shard import Layout
 from sweeps.spec import Agent, Cell
-from sweeps.state import CellState, TaskRef, read_cell
+from sweeps.state import CellState, TaskRef, cell_dict, read_cell
 
 PLAN_FILE = "sweep.json"
 
