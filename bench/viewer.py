@@ -21,8 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 import urllib.request
@@ -85,6 +87,14 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument(
+        "--only", choices=["api", "paint"], help="measure the API pages (and diff) or the first paint"
+    )
+    ap.add_argument(
+        "--against",
+        type=Path,
+        help="another checkout of amb (e.g. an export of main): its viewer's first paint beside this one's",
+    )
     args = ap.parse_args()
     root = Path(args.store)
     if args.rebuild and root.exists():
@@ -93,7 +103,13 @@ def main() -> None:
         print(f"building the store in {root} (once)", file=sys.stderr)
         build(root, args.runs)
     print(f"load average {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} {os.getloadavg()[2]:.1f}")
+    if args.only != "paint":
+        api_pages(root, args.repeat)
+    if args.only != "api":
+        first_paint(root, args.repeat, args.against)
 
+
+def api_pages(root: Path, repeat: int) -> None:
     with Running(root) as viewer:
         base = viewer.url
         first_runs = fetch(base + "/api/runs")[0]  # builds the run index once
@@ -131,7 +147,7 @@ def main() -> None:
         worst = 0.0
         for name, path in pages.items():
             times, sizes = [], []
-            for _ in range(args.repeat):
+            for _ in range(repeat):
                 t, n = fetch(base + path)
                 times.append(t)
                 sizes.append(n)
@@ -172,42 +188,161 @@ def main() -> None:
             f"cached {t_diff2 * 1000:.0f} ms; "
             f"steps loaded in {load * 1000:.0f} ms, aligned in {align * 1000:.0f} ms"
         )
-        first_paint(base, args.repeat)
 
 
-def first_paint(base: str, repeat: int) -> None:
+# Marks the deep-linked row for the browser's Element Timing as soon as it enters the page (a
+# mutation observer runs before the next paint), so the page reports when that row was painted.
+MARK_TARGET = """
+new MutationObserver(() => {
+  const row = document.querySelector('.ev.target');
+  if (row && !row.dataset.timed) {
+    row.dataset.timed = '1';
+    for (const span of row.querySelectorAll('span')) span.setAttribute('elementtiming', 'target');
+  }
+}).observe(document, { subtree: true, childList: true, attributes: true, attributeFilter: ['class'] });
+"""
+PAINTED = """() => new Promise((done) => {
+  const seen = [];
+  new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) if (e.identifier === 'target') seen.push(e.renderTime || e.loadTime);
+    if (seen.length) done(Math.min(...seen));
+  }).observe({ type: 'element', buffered: true });
+  setTimeout(() => done(null), 5000);
+})"""
+TIMING = """() => {
+  const nav = performance.getEntriesByType('navigation')[0];
+  const res = performance.getEntriesByType('resource');
+  const fcp = performance.getEntriesByName('first-contentful-paint')[0];
+  const api = res.filter((r) => r.name.includes('/events?'));
+  const before = api.length ? api[0].startTime : null;
+  return {
+    html: nav.responseEnd, scripts: nav.domInteractive, fcp: fcp ? fcp.startTime : null,
+    events_sent: before, events_done: api.length ? api[0].responseEnd : null,
+    bytes_before: res.filter((r) => before === null || r.startTime < before)
+      .reduce((n, r) => n + r.encodedBodySize, nav.encodedBodySize),
+    requests_before: res.filter((r) => before === null || r.startTime < before).length + 1,
+  };
+}"""
+
+
+class Serve:
+    """``amb serve`` in its own process, as a person runs it (the bench's client stays apart from it),
+    from this checkout or from another one (``--against``)."""
+
+    def __init__(self, root: Path, checkout: Path | None = None):
+        env = dict(os.environ)
+        cwd = None
+        if checkout is not None:
+            env["PYTHONPATH"] = str(checkout)
+            cwd = str(checkout)
+        code = "import sys; from amb.main import cli; sys.exit(cli())"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code, "serve", "--store", str(root.resolve()), "--port", "0"],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=cwd,
+        )
+        assert self.proc.stderr is not None
+        line = self.proc.stderr.readline()
+        found = re.search(r"(http://127\.0\.0\.1:\d+)/", line)
+        if not found:
+            self.proc.kill()
+            raise SystemExit(f"amb serve did not start: {line}")
+        self.url = found.group(1)
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def first_paint(root: Path, repeat: int, against: Path | None) -> None:
+    """A deep link into the middle of the 100k run, opened in a fresh page each time: how long until
+    Chromium painted the linked row, beside a one-line page in the same browser; with ``against``,
+    that checkout's viewer on the same store, alternating with this one."""
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        # Baseline in the same browser: a page that paints one line and fetches nothing.
-        blank = []
-        for _ in range(repeat):
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
-            t0 = time.perf_counter()
-            page.goto(f"{base}/static/app.css", wait_until="commit")
-            page.set_content("<p id=x>x</p>")
-            page.wait_for_selector("#x", timeout=30_000)
-            blank.append(time.perf_counter() - t0)
-            page.close()
-        times, cpu = [], []
-        for i in range(repeat):
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
-            key = f"shim:{40000 + 997 * i}"
-            t0, c0 = time.perf_counter(), time.process_time()
-            page.goto(f"{base}/runs/{BIG}#{key}", wait_until="commit")
-            page.wait_for_selector(f"[id='ev-{key}'].target", timeout=30_000)
-            times.append(time.perf_counter() - t0)
-            # The server runs in this process: its CPU (and the little Playwright's client spends).
-            cpu.append(time.process_time() - c0)
-            page.close()
-        browser.close()
+    servers = {"this checkout": Serve(root)}
+    if against is not None:
+        servers[f"against {against}"] = Serve(root, against)
+    try:
+        for s in servers.values():  # the run index is built once per server, before any timing
+            fetch(s.url + "/api/runs")
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            # Baseline in the same browser: a page that paints one line and fetches nothing.
+            blank = []
+            for _ in range(repeat):
+                page = browser.new_page(viewport={"width": 1300, "height": 900})
+                t0 = time.perf_counter()
+                page.goto(f"{servers['this checkout'].url}/static/app.css", wait_until="commit")
+                page.set_content("<p id=x>x</p>")
+                page.wait_for_selector("#x", timeout=30_000)
+                blank.append(time.perf_counter() - t0)
+                page.close()
+            got: dict[str, list[dict[str, float]]] = {name: [] for name in servers}
+            loads = []
+            for i in range(repeat):
+                key = f"shim:{40000 + 997 * i}"
+                for name, s in servers.items():
+                    page = browser.new_page(viewport={"width": 1300, "height": 900})
+                    page.add_init_script(MARK_TARGET)
+                    c0 = s.cpu_s()
+                    t0 = time.perf_counter()
+                    page.goto(f"{s.url}/runs/{BIG}#{key}", wait_until="commit")
+                    page.wait_for_selector(f"[id='ev-{key}'].target", timeout=30_000)
+                    wall = time.perf_counter() - t0
+                    painted = page.evaluate(PAINTED)
+                    timing = page.evaluate(TIMING)
+                    # Everything else the page asks for, after the paint, before the server's CPU is read.
+                    page.wait_for_load_state("networkidle")
+                    got[name].append(
+                        {
+                            "wall": wall * 1000,
+                            "painted": painted or float("nan"),
+                            **timing,
+                            "cpu": (s.cpu_s() - c0) * 1000,
+                        }
+                    )
+                    page.close()
+                loads.append(os.getloadavg()[0])
+            browser.close()
+    finally:
+        for s in servers.values():
+            s.close()
+    med = lambda rows, k: statistics.median(r[k] for r in rows)  # noqa: E731 - a bench one-liner
     print(
-        f"first paint of a run page at a deep link into the 100k run, Chromium: median "
-        f"{statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms over {repeat} "
-        "(target < 1 s); baseline, a one-line page in the same browser: "
-        f"{statistics.median(blank) * 1000:.0f} ms; the server's CPU per first paint: median "
-        f"{statistics.median(cpu) * 1000:.0f} ms; load average {os.getloadavg()[0]:.1f}"
+        f"\nfirst paint of a run page at a deep link into the 100k run, Chromium, {repeat} fresh pages each "
+        f"(load average {min(loads):.1f}-{max(loads):.1f}); a one-line page in the same browser: "
+        f"median {statistics.median(blank) * 1000:.0f} ms"
+    )
+    print(
+        f"{'viewer':34} {'seen by the client':>18} {'painted (page)':>14} {'events asked':>12} "
+        f"{'answered':>9} {'server CPU':>10}   target < 1 s"
+    )
+    for name, rows in got.items():
+        print(
+            f"{name[:34]:34} {med(rows, 'wall'):15.0f} ms {med(rows, 'painted'):11.0f} ms "
+            f"{med(rows, 'events_sent'):9.0f} ms {med(rows, 'events_done'):6.0f} ms "
+            f"{med(rows, 'cpu'):7.0f} ms"
+            f"   max {max(r['wall'] for r in rows):.0f} ms; before the events request: "
+            f"{rows[0]['requests_before']} requests, {rows[0]['bytes_before'] / 1024:.1f} KB"
+        )
+    for name, rows in got.items():
+        print(
+            f"  {name[:34]}: medians from navigation start: page answered {med(rows, 'html'):.0f} ms, "
+            f"its script ran {med(rows, 'scripts'):.0f} ms, first paint {med(rows, 'fcp'):.0f} ms, "
+            f"events asked {med(rows, 'events_sent'):.0f} ms and answered {med(rows, 'events_done'):.0f} ms, "
+            f"linked row painted {med(rows, 'painted'):.0f} ms"
+        )
+    print(
+        "  (seen by the client: from navigation until Playwright saw the row; painted: the page's own "
+        "Element Timing of the linked row from navigation start; events asked/answered: the events "
+        "request, from navigation start; server CPU: the amb serve process, whole page load)"
     )
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import duckdb
 
 from replay.store import DB_NAME, open_sql
+from schemas.errors import AmbError
 
 
 class SharedReader:
@@ -42,6 +43,23 @@ class SharedReader:
         st = db.stat()
         wal_size = wal.stat().st_size if wal.exists() else 0
         return st.st_mtime_ns, st.st_size, wal_size
+
+    def warm(self) -> None:
+        """Open the connection in the background if it is closed: a page was just asked for, and its
+        API calls follow within a few hundred milliseconds (opening a big store takes ~40 ms of CPU,
+        then spent while the browser parses the page instead of after its first call)."""
+        with self._lock:
+            if self._con is not None or self._closed:
+                return
+
+        def open_now() -> None:
+            try:
+                with self.cursor():
+                    pass
+            except (AmbError, duckdb.Error, OSError):
+                pass  # the request that follows opens it again and reports why it cannot
+
+        threading.Thread(target=open_now, name="amb-serve-warm", daemon=True).start()
 
     @contextmanager
     def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:

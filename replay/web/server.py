@@ -10,6 +10,8 @@ address the server listens on is refused (a web page cannot reach the viewer by 
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import ipaddress
 import json
 import threading
@@ -28,12 +30,41 @@ from replay.web.db import SharedReader
 from schemas.blobstore import BlobStore
 from schemas.errors import AmbError, StoreError
 
-PAGE_CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
-    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-)
-BLOB_CSP = "default-src 'none'; sandbox"
 STATIC = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
+
+
+def _digest(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def build_page() -> tuple[bytes, str]:
+    """The pages' one HTML shell with its script and style inside it, and the Content-Security-Policy
+    that lets exactly those two run (by their hashes) and nothing else inline.
+
+    Inside the page, a deep link's first paint waits for one request less: the browser asks for the
+    events as soon as the page is parsed instead of after fetching app.js and app.css (one more round
+    trip on a busy machine). The files stay under /static/ too."""
+    static = resources.files("replay.web") / "static"
+    html = (static / "index.html").read_text()
+    css, js = (static / "app.css").read_text(), (static / "app.js").read_text()
+    for text, closing in ((css, "</style"), (js, "</script")):
+        if closing in text.lower():  # would end the element early: refuse to build a broken page
+            raise AmbError(f"the viewer's static files contain {closing!r}: cannot inline them")
+    style_tag, script_tag = (
+        '<link rel="stylesheet" href="/static/app.css">',
+        '<script src="/static/app.js"></script>',
+    )
+    if style_tag not in html or script_tag not in html:
+        raise AmbError("the viewer's index.html no longer links app.css and app.js as expected")
+    html = html.replace(style_tag, f"<style>{css}</style>").replace(script_tag, f"<script>{js}</script>")
+    csp = (
+        f"default-src 'none'; script-src {_digest(js)}; style-src {_digest(css)}; img-src 'self'; "
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )
+    return html.encode(), csp
+
+
+BLOB_CSP = "default-src 'none'; sandbox"
 
 
 def is_loopback(host: str) -> bool:
@@ -60,7 +91,7 @@ class Viewer:
         self.static = {
             name: (resources.files("replay.web") / "static" / name).read_bytes() for name in STATIC
         }
-        self.page = (resources.files("replay.web") / "static" / "index.html").read_bytes()
+        self.page, self.page_csp = build_page()
 
     def _build_index(self) -> api.RunIndex:
         with self.reader.cursor() as con:
@@ -149,6 +180,10 @@ class Handler(BaseHTTPRequestHandler):
     # Headers and body go out in separate writes: without TCP_NODELAY the body waits for the
     # client's delayed ACK (~40 ms per response, measured on the page's static files).
     disable_nagle_algorithm = True
+    # Keep-alive: the page's static files and API calls reuse a connection (and its thread) instead
+    # of opening one per request; an idle connection is closed after `timeout` seconds.
+    protocol_version = "HTTP/1.1"
+    timeout = 30
     viewer: Viewer
     allowed_hosts: set[str]
     quiet = True
@@ -164,6 +199,7 @@ class Handler(BaseHTTPRequestHandler):
         self._send(status, json.dumps({"error": why}).encode(), "application/json")
 
     def do_POST(self) -> None:
+        self.close_connection = True  # its body is not read: the connection cannot carry another request
         self._refuse(405, "the viewer is read-only: GET only")
 
     do_PUT = do_DELETE = do_PATCH = do_POST
@@ -175,6 +211,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Referrer-Policy", "no-referrer")
         self.send_header("Cache-Control", "no-store")
+        if self.close_connection:
+            self.send_header("Connection", "close")
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         self.end_headers()
@@ -186,6 +224,8 @@ class Handler(BaseHTTPRequestHandler):
         self._send(status, body, "application/json; charset=utf-8")
 
     def do_GET(self) -> None:
+        if self.headers.get("Transfer-Encoding") or self.headers.get("Content-Length", "0") != "0":
+            self.close_connection = True  # a body the viewer never reads: no further request on it
         if self.allowed_hosts and _host_name(self.headers.get("Host") or "") not in self.allowed_hosts:
             self._refuse(421, f"this server answers for {', '.join(sorted(self.allowed_hosts))} only")
             return
@@ -200,8 +240,12 @@ class Handler(BaseHTTPRequestHandler):
             elif parts == ["favicon.ico"]:
                 self._send(204, b"", "image/x-icon")
             elif not parts or parts[0] in ("runs", "diff", "grid"):
+                self.viewer.reader.warm()
                 self._send(
-                    200, self.viewer.page, "text/html; charset=utf-8", {"Content-Security-Policy": PAGE_CSP}
+                    200,
+                    self.viewer.page,
+                    "text/html; charset=utf-8",
+                    {"Content-Security-Policy": self.viewer.page_csp},
                 )
             else:
                 self._refuse(404, "no such page")
@@ -246,7 +290,10 @@ class Handler(BaseHTTPRequestHandler):
             if not rest:
                 self._json(api.run_summary(con, index, run_id))
             elif rest == ["events"]:
-                self._json(api.events_page(con, run_id, params, index.by_id[run_id]["span_ns"][0]))
+                row = index.by_id[run_id]
+                first_ns, last_ns = row["span_ns"]
+                spacing = (last_ns - first_ns) / max(row["n_events"] - 1, 1)
+                self._json(api.events_page(con, run_id, params, first_ns, spacing))
             elif len(rest) == 3 and rest[0] == "events" and rest[2].isdigit():
                 self._json(api.event_detail(con, run_id, rest[1], int(rest[2])))
             elif len(rest) == 3 and rest[0] == "calls" and rest[2].isdigit():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import http.client
 import json
 import urllib.parse
@@ -197,9 +199,29 @@ def test_read_only_and_no_dns_rebinding(viewer):
         assert status == 405
     status, _, _ = status_of(viewer, "/api/runs", host="evil.example:80")
     assert status == 421
-    status, headers, _ = status_of(viewer, "/runs/x", host="localhost:1")
-    assert status == 200 and "script-src 'self'" in headers["Content-Security-Policy"]
-    assert "unsafe-inline" not in headers["Content-Security-Policy"]
+    status, headers, body = status_of(viewer, "/runs/x", host="localhost:1")
+    # The page's own script and style are inside it; the policy lets exactly those run (by hash).
+    csp = headers["Content-Security-Policy"]
+    script = body.decode().split("<script>", 1)[1].split("</script>", 1)[0]
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    assert status == 200 and f"script-src 'sha256-{digest}';" in csp
+    assert "unsafe-inline" not in csp and "'self'" not in csp.split("script-src", 1)[1].split(";")[0]
+
+
+def test_connections_are_kept_alive_but_a_body_closes_them(viewer):
+    """The page's calls share a connection; a request with a body (never read) ends its connection."""
+    u = urllib.parse.urlsplit(viewer.url)
+    con = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    for path in ("/", "/api/runs?limit=1", "/static/app.js"):
+        con.request("GET", path)
+        r = con.getresponse()
+        r.read()
+        assert r.status == 200 and r.getheader("Connection") != "close"
+    con.request("POST", "/api/runs", body=b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    r = con.getresponse()
+    r.read()
+    assert r.status == 405 and r.getheader("Connection") == "close"
+    con.close()
 
 
 def test_verify_scores_and_findings_cite_events(viewer, viewer_store):

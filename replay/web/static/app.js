@@ -168,6 +168,7 @@ async function runsPage() {
 
 const DEFAULT_HIDDEN = new Set(["file.accessed"]);
 const MAX_ROWS = 600;
+const FIRST_ROWS = 100; // the first page around a deep link: enough to fill the list and scroll a little
 const LANE_COLORS = { model: "#2563eb", tool: "#7c3aed", process: "#059669", file: "#ca8a04", network: "#db2777", run: "#6b7280" };
 
 function cursorOf(row) {
@@ -175,52 +176,60 @@ function cursorOf(row) {
   return btoa(unescape(encodeURIComponent(raw))).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
 
-async function runPage(runId) {
+function runPage(runId) {
   crumb.textContent = runId;
   document.title = `${runId} · AMB viewer`;
-  app.replaceChildren(el("p", { class: "muted" }, "Loading run…"));
   const api = `/api/runs/${encodeURIComponent(runId)}`;
-  // The first page of events is asked for at once, beside the run's header (not after it).
+  // A deep link waits for one thing: the page of events around its event. It is asked for before
+  // anything else and drawn into the page's shell as soon as it comes; the run's header, the kind
+  // filters, the scores and the timeline are asked for once it is shown, so that they never compete
+  // with it for the server (on a busy machine, answers asked for together each took the time of all).
   const firstKey = decodeURIComponent(location.hash.slice(1));
-  const firstPage = getJSON(`${api}/events?${qs({ hide: [...DEFAULT_HIDDEN].join(","), limit: 200, around: firstKey })}`)
+  const firstPage = getJSON(`${api}/events?${qs({ hide: [...DEFAULT_HIDDEN].join(","), limit: FIRST_ROWS, around: firstKey })}`)
     .catch((e) => e);
-  let run;
-  try { run = await getJSON(api); }
-  catch (e) { app.replaceChildren(error(e)); return; }
   const verifyBadge = el("span", { class: "badge", id: "verify-badge" }, "verifying…");
   const manifest = el("details", { id: "manifest" }, el("summary", {}, "manifest and verify details"));
-  const header = el("div", { class: "panel", id: "run-header" },
-    el("div", { class: "kv" },
-      el("span", {}, el("b", {}, "task"), run.task || "–", " ", run.tier || ""),
-      el("span", {}, el("b", {}, "agent"), run.labels.agent || run.agent || "–"),
-      el("span", {}, el("b", {}, "model"), run.model || "–"),
-      el("span", {}, el("b", {}, "status"), run.status, run.reason ? ` (${run.reason})` : ""),
-      el("span", {}, el("b", {}, "duration"), run.duration_s === null ? "–" : fmtMs(run.duration_s * 1000)),
-      el("span", {}, el("b", {}, "events"), fmtNum(run.n_events)),
-      el("span", {}, el("b", {}, "model calls"), fmtNum(run.n_model_calls)),
-      el("span", {}, el("b", {}, "tokens in/out"), `${fmtNum(run.tokens_in)} / ${fmtNum(run.tokens_out)}`),
-      el("span", {}, el("b", {}, "cost"), run.cost_usd === null ? "–" : `$${run.cost_usd.toFixed(3)}`),
-      el("span", {}, el("b", {}, "chain"), verifyBadge)),
-    el("div", { class: "kv muted" },
-      Object.entries(run.labels).map(([k, v]) => el("span", {}, el("b", {}, k), v))),
-    manifest);
+  const header = el("div", { class: "panel", id: "run-header" }, el("p", { class: "muted" }, "Loading run…"));
   const scores = el("div", { class: "panel", id: "scores" }, el("h3", {}, "Scores"), el("p", { class: "muted" }, "loading…"));
   const canvas = el("canvas", { id: "timeline", width: 1200, height: 128 });
   const tlInfo = el("div", { class: "tl-info", id: "timeline-info" });
-  const kinds = Object.keys(run.kinds).sort();
-  const hidden = new Set(kinds.filter((k) => DEFAULT_HIDDEN.has(k)));
+  const hidden = new Set(DEFAULT_HIDDEN);
   const search = el("input", { id: "event-search", placeholder: "search event contents (server side)", size: 34 });
-  const evbar = el("div", { class: "evbar" },
-    kinds.map((k) => {
-      const box = el("input", { type: "checkbox", checked: !hidden.has(k), "data-kind": k });
-      box.addEventListener("change", () => { if (box.checked) hidden.delete(k); else hidden.add(k); reload(); });
-      return el("label", {}, box, ` ${k} (${run.kinds[k]})`);
-    }),
-    search,
-    el("button", { onclick: () => reload() }, "Search"));
+  const kindBoxes = el("span", { class: "kinds" });
+  const evbar = el("div", { class: "evbar" }, kindBoxes, search, el("button", { onclick: () => reload() }, "Search"));
   search.addEventListener("keydown", (ev) => { if (ev.key === "Enter") reload(); });
   const list = el("div", { id: "events" });
   app.replaceChildren(header, scores, canvas, tlInfo, evbar, list);
+
+  // -- the run's header and the kind filters (asked for once the first page of events is shown)
+  const loadHeader = () => getJSON(api).then((run) => {
+    header.replaceChildren(
+      el("div", { class: "kv" },
+        el("span", {}, el("b", {}, "task"), run.task || "–", " ", run.tier || ""),
+        el("span", {}, el("b", {}, "agent"), run.labels.agent || run.agent || "–"),
+        el("span", {}, el("b", {}, "model"), run.model || "–"),
+        el("span", {}, el("b", {}, "status"), run.status, run.reason ? ` (${run.reason})` : ""),
+        el("span", {}, el("b", {}, "duration"), run.duration_s === null ? "–" : fmtMs(run.duration_s * 1000)),
+        el("span", {}, el("b", {}, "events"), fmtNum(run.n_events)),
+        el("span", {}, el("b", {}, "model calls"), fmtNum(run.n_model_calls)),
+        el("span", {}, el("b", {}, "tokens in/out"), `${fmtNum(run.tokens_in)} / ${fmtNum(run.tokens_out)}`),
+        el("span", {}, el("b", {}, "cost"), run.cost_usd === null ? "–" : `$${run.cost_usd.toFixed(3)}`),
+        el("span", {}, el("b", {}, "chain"), verifyBadge)),
+      el("div", { class: "kv muted" },
+        Object.entries(run.labels).map(([k, v]) => el("span", {}, el("b", {}, k), v))),
+      manifest);
+    kindBoxes.replaceChildren(...Object.keys(run.kinds).sort().map((k) => {
+      const box = el("input", { type: "checkbox", checked: !hidden.has(k), "data-kind": k });
+      box.addEventListener("change", () => { if (box.checked) hidden.delete(k); else hidden.add(k); reload(); });
+      return el("label", {}, box, ` ${k} (${run.kinds[k]})`);
+    }));
+    if (run.n_events <= 20000) verify();
+    else {
+      verifyBadge.textContent = "verify now";
+      verifyBadge.setAttribute("role", "button");
+      verifyBadge.addEventListener("click", () => { verifyBadge.textContent = "verifying…"; verify(); }, { once: true });
+    }
+  }).catch((e) => header.replaceChildren(error(e)));
 
   // -- verify badge and manifest: it re-reads every blob of the run, so a big run waits for a click
   const verify = () => getJSON(`${api}/verify`).then((v) => {
@@ -231,12 +240,6 @@ async function runPage(runId) {
     }
     manifest.append(el("pre", {}, JSON.stringify({ manifest: v.manifest, stored: v.stored_manifest }, null, 1)));
   }).catch((e) => { verifyBadge.textContent = `verify failed: ${e.message}`; });
-  if (run.n_events <= 20000) verify();
-  else {
-    verifyBadge.textContent = "verify now";
-    verifyBadge.setAttribute("role", "button");
-    verifyBadge.addEventListener("click", () => { verifyBadge.textContent = "verifying…"; verify(); }, { once: true });
-  }
 
   // -- scores with cited events (asked for once the first page of events is shown: see the end)
   const loadScores = () =>
@@ -244,7 +247,7 @@ async function runPage(runId) {
 
   // -- the event list, paged around the viewport
   let prev = null, next = null, busy = false;
-  const params = () => ({ kinds: hidden.size ? kinds.filter((k) => !hidden.has(k)).join(",") : "", q: search.value });
+  const params = () => ({ hide: [...hidden].join(","), q: search.value });
   const rowOf = (ev) => {
     const row = el("div", { class: `ev lane-${ev.lane}${ev.flagged ? " flagged" : ""}`, id: `ev-${ev.key}`, "data-key": ev.key, "data-kind": ev.kind },
       el("span", { class: "t" }, fmtMs(ev.t_ms)),
@@ -408,13 +411,11 @@ async function runPage(runId) {
     if (key) open({ around: key }, key); else reload();
   };
   window.onhashchange = jump;
-  // The first page of events is what a deep link waits for: the scores and the timeline (a scan of
-  // the whole run) are asked for after it is shown, so that they never compete with it for the
-  // server's cores (asked for together, the four answers took 0.4-0.9 s; alone, 20-40 ms each).
+  // The first page of events first (see the top); the rest once it is in the page.
   firstPage.then((page) => {
     if (page instanceof Error) { list.replaceChildren(error(page)); return; }
     render(page, firstKey || null);
-  }).finally(() => { loadScores(); loadTimeline(); });
+  }).finally(() => { loadHeader(); loadScores(); loadTimeline(); });
 }
 
 function renderScores(panel, data) {
