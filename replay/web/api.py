@@ -24,6 +24,7 @@ from urllib.parse import quote
 import duckdb
 
 from replay import manifest as manifests
+from replay import search
 from replay.store import first
 from replay.verify import verify as verify_store
 from schemas.blob import DIGEST_RE
@@ -494,7 +495,7 @@ def events_page(
         args += hide
     q = params.get("q") or ""
     if q:
-        where.append("contains(lower(CAST(payload AS VARCHAR)), lower(?))")
+        where.append(search.matches(con))
         args.append(q)
     base = "SELECT source, seq, ts_ns FROM events WHERE " + " AND ".join(where)
     target: str | None = None
