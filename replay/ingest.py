@@ -42,7 +42,7 @@ import duckdb
 import pyarrow as pa
 import zstandard
 
-from replay import hot, search, spools
+from replay import hot, spools
 from replay.manifest import write_manifests
 from replay.store import Store, first
 from schemas.blobpack import materialise, packs_in
@@ -183,8 +183,7 @@ _HOT_FROM_BODY = "".join(f", {hot.cast(f'x[{8 + i}]', c)} AS {c.name}" for i, c 
 """The hot columns, from the same parse of each body that reads its envelope (``replay.hot``)."""
 
 _INSERT = f"""
-INSERT INTO events (run_id, source, seq, kind, v, ts_ns, payload, prev_hash, hash, {_HOT_NAMES},
-                    {search.COLUMN})
+INSERT INTO events (run_id, source, seq, kind, v, ts_ns, payload, prev_hash, hash, {_HOT_NAMES})
 SELECT run_id, source, seq, kind, v, ts_ns, payload, prev_hash,
        CASE WHEN bad IS NOT NULL
                 THEN error(concat('spool ', file_key, ': seq ', coalesce(seq_text, '?'), ': ', bad))
@@ -192,7 +191,7 @@ SELECT run_id, source, seq, kind, v, ts_ns, payload, prev_hash,
                 THEN error(concat('CONFLICT spool ', file_key, ': seq ', seq_text, ': the spool differs from',
                      ' the event already stored under this key (forked or edited spool)'))
             ELSE hash END,
-       {_HOT_NAMES}, {search.derive("payload")}
+       {_HOT_NAMES}
 FROM (
     SELECT p.*, {{stored_hash}} AS stored,
            CASE WHEN strlen(p.body) <> p.len THEN 'frame length mismatch'

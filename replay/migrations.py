@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import duckdb
 
-from replay import hot, search, views
+from replay import hot, views
 
 
 class Migration(NamedTuple):
@@ -91,8 +91,6 @@ CORE: list[Migration] = [
     # Typed hot columns (replay.hot): added to events, filled from the payloads already stored, and
     # the views re-created to read them.
     Migration("core.m005_i22_hot_columns", _hot_columns),
-    # The lower-cased payload copy the viewer's search reads (replay.search), filled for stored events.
-    Migration("core.m006_i18_payload_lower", search.add_and_backfill),
 ]
 
 

@@ -1,51 +1,100 @@
-"""Searching payloads without lowering them at every search: a lower-cased copy, kept at ingest.
+"""Case-insensitive search in payloads without lowering them: one pattern that matches what
+``lower`` would have matched.
 
 The viewer's search inside a run's events is a case-insensitive substring match over each payload's
-JSON text: ``contains(lower(payload), lower(q))``. Three quarters of its CPU went into ``lower`` (every
-payload of the run converted at every search: ~120 ms of CPU per 100,000 events, against ~35 ms for
-the scan itself). Ingest now stores ``payload_lower`` beside each payload, computed once by the same
-``lower``: the lower-cased text where it differs from the payload, NULL where the payload has nothing
-to lower (most events: hashes, paths, numbers, lower-case keys), so the copy costs bytes only for
-the events that have capitals. ``coalesce(payload_lower, payload)`` is then ``lower(payload)`` for
-every row, and the search reads it instead of computing it: the same rows, by construction
-(``tests/replay/test_payload_search.py`` compares both on hostile strings).
+JSON text, ``contains(lower(payload), lower(q))``. Three quarters of its CPU went into ``lower``:
+every payload of the run converted, and a new string allocated, at every search (~120 ms of CPU per
+100,000 events, against ~35 ms for the scan itself).
 
-Migration ``core.m006_i18_payload_lower`` adds and fills the column in older stores. It is derived
-data outside the hash, like the hot columns (``replay.hot``), so ``amb verify`` re-derives it and
-reports an event whose copy differs from its payload. DuckDB's full-text search extension is no
-substitute: it is not part of the Python wheel (it would be downloaded at run time, which cannot
-work offline), and it matches stemmed words, not substrings.
+DuckDB's ``lower`` maps each code point to one code point, so ``lower(p)`` contains ``lower(q)``
+exactly when ``p`` holds, at consecutive code points, any of the characters that ``lower`` turns into
+each character of ``lower(q)`` in turn. That is a regular expression of one character class per
+character (``k`` becomes ``[Kk\u212a]``: the Kelvin sign lowers to ``k`` too), which RE2 runs over
+the payloads as they are, with no copy. The classes are read from DuckDB's own ``lower`` (every
+code point it changes, once per process), so the search finds the same rows as before by
+construction; ``tests/replay/test_payload_search.py`` compares both on hostile strings, and checks
+the assumptions (one code point in, one out; nothing cased above U+1FFFF). A query the pattern cannot
+express (very long) falls back to lowering.
+
+The alternatives measured: a lower-cased copy of each payload kept at ingest searched in ~0.35x the
+CPU but added ~70 % to the events table on the demo's recorded runs (4.0 to 6.7 MiB for 1,713
+events), against the store's bytes-per-event target; DuckDB's full-text search extension is not in
+the Python wheel (it would be downloaded at run time, impossible offline) and matches stemmed
+words, not substrings.
 """
 
 from __future__ import annotations
 
+import string
+import threading
+
 import duckdb
 
-COLUMN = "payload_lower"
+CASED_BELOW = 0x20000
+"""No code point at or above this has a lower-case mapping (Unicode's cased scripts end in plane 1)."""
+MAX_QUERY = 256
+"""Longer queries fall back to lowering (the pattern's size grows with the query)."""
+FALLBACK = "contains(lower(CAST(payload AS VARCHAR)), lower(?))"
+
+_lock = threading.Lock()
+_sources: dict[str, frozenset[str]] | None = None
+_changed: frozenset[str] = frozenset()
 
 
-def derive(text: str) -> str:
-    """The column's value for a payload's JSON text (``text``, an SQL expression of type VARCHAR)."""
-    return f"CASE WHEN lower({text}) <> {text} THEN lower({text}) END"
+def lowered_from(con: duckdb.DuckDBPyConnection) -> dict[str, frozenset[str]]:
+    """For each character that DuckDB's ``lower`` produces from another one: every character it comes
+    from (read once per process from ``lower`` itself)."""
+    global _sources, _changed
+    with _lock:
+        if _sources is None:
+            rows = con.execute(
+                f"""SELECT i, lower(chr(i::INTEGER)) FROM range(1, {CASED_BELOW}) AS t(i)
+                    WHERE (i < 55296 OR i > 57343) AND lower(chr(i::INTEGER)) <> chr(i::INTEGER)"""
+            ).fetchall()
+            sources: dict[str, set[str]] = {}
+            for code, low in rows:
+                if len(low) != 1:  # not one code point for one: no pattern is exact, lower instead
+                    sources = {}
+                    break
+                sources.setdefault(low, set()).add(chr(code))
+            _sources = {low: frozenset(s) for low, s in sources.items()}
+            _changed = frozenset(chr(code) for code, _ in rows) if _sources else frozenset()
+        return _sources
 
 
-def present(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether ``events`` has the column (a store migrated past ``core.m006_i18_payload_lower``)."""
-    rows = con.execute(
-        "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'events' AND column_name = ?", [COLUMN]
-    ).fetchall()
-    return bool(rows[0][0])
+def _escape(c: str) -> str:
+    """One character as RE2 reads it literally, in a class or not."""
+    if c.isascii() and c.isalnum():
+        return c
+    if c in string.punctuation:
+        return "\\" + c
+    return f"\\x{{{ord(c):x}}}"  # spaces, controls, anything beyond ASCII
 
 
-def matches(con: duckdb.DuckDBPyConnection) -> str:
-    """The SQL condition "the payload contains ``?``, ignoring case" (one parameter: the text)."""
-    if present(con):
-        return f"contains(coalesce({COLUMN}, CAST(payload AS VARCHAR)), lower(?))"
-    # A store no writer has opened since the column came (the viewer only reads): the same rows.
-    return "contains(lower(CAST(payload AS VARCHAR)), lower(?))"
+def pattern(con: duckdb.DuckDBPyConnection, q: str) -> str | None:
+    """The RE2 pattern matching exactly the texts whose ``lower`` contains ``lower(q)``; None when the
+    query is to be searched by lowering (too long, or DuckDB's ``lower`` is not one-to-one)."""
+    sources = lowered_from(con)
+    if not sources or len(q) > MAX_QUERY:
+        return None
+    low = con.execute("SELECT lower(?)", [q]).fetchall()[0][0]
+    parts = []
+    for c in low:
+        # The characters whose lower-case is c: those lower maps to c, and c itself unless lower
+        # changes it (then no character of a payload lowers to c, and nothing matches).
+        chars = set(sources.get(c, ())) | ({c} if c not in _changed else set())
+        if not chars:  # only if lower were not idempotent: lowering answers that exactly
+            return None
+        if len(chars) == 1:
+            parts.append(_escape(next(iter(chars))))
+        else:
+            parts.append("[" + "".join(_escape(x) for x in sorted(chars)) + "]")
+    return "".join(parts)
 
 
-def add_and_backfill(con: duckdb.DuckDBPyConnection) -> None:
-    """The migration: add the column to ``events`` and fill it from the payloads already stored."""
-    con.execute(f"ALTER TABLE events ADD COLUMN {COLUMN} VARCHAR")
-    con.execute(f"UPDATE events SET {COLUMN} = {derive('CAST(payload AS VARCHAR)')}")
+def matches(con: duckdb.DuckDBPyConnection, q: str) -> tuple[str, str]:
+    """(the SQL condition "the payload contains ``q``, ignoring case", its one parameter)."""
+    found = pattern(con, q)
+    if found is None:
+        return FALLBACK, q
+    return "regexp_matches(CAST(payload AS VARCHAR), ?)", found

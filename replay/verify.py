@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import duckdb
 
-from replay import hot, search
+from replay import hot
 from replay import manifest as manifests
 from schemas.blobstore import BlobStore
 from schemas.codec import GENESIS
@@ -63,21 +63,15 @@ def _hot_mismatch(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
 
     The hot columns (``replay.hot``) are outside the hash, so an edit of one alone leaves every
     hash intact; this re-derives each from the payload (one parse per event) and compares."""
-    whens, hx = [], ""
-    if hot.present(con):
-        paths = ", ".join(f"'$.{c.path}'" for c in hot.HOT_COLUMNS)
-        hx = f", json_extract_string(payload, [{paths}]) AS hx"
-        whens = [
-            f"WHEN {c.name} IS DISTINCT FROM {hot.cast(f'hx[{i + 1}]', c)} "
-            f"THEN 'hot column {c.name} differs from the payload (edited after ingest)'"
-            for i, c in enumerate(hot.HOT_COLUMNS)
-        ]
-    if search.present(con):  # the search copy (replay.search), derived the same way
-        whens.append(
-            f"WHEN {search.COLUMN} IS DISTINCT FROM {search.derive('CAST(payload AS VARCHAR)')} "
-            f"THEN 'column {search.COLUMN} differs from the payload (edited after ingest)'"
-        )
-    return (hx, f"CASE {' '.join(whens)} END") if whens else ("", "NULL")
+    if not hot.present(con):
+        return "", "NULL"
+    paths = ", ".join(f"'$.{c.path}'" for c in hot.HOT_COLUMNS)
+    whens = " ".join(
+        f"WHEN {c.name} IS DISTINCT FROM {hot.cast(f'hx[{i + 1}]', c)} "
+        f"THEN 'hot column {c.name} differs from the payload (edited after ingest)'"
+        for i, c in enumerate(hot.HOT_COLUMNS)
+    )
+    return f", json_extract_string(payload, [{paths}]) AS hx", f"CASE {whens} END"
 
 
 def check_events(con: duckdb.DuckDBPyConnection, run_ids: list[str] | None = None) -> list[Problem]:

@@ -495,8 +495,9 @@ def events_page(
         args += hide
     q = params.get("q") or ""
     if q:
-        where.append(search.matches(con))
-        args.append(q)
+        condition, arg = search.matches(con, q)
+        where.append(condition)
+        args.append(arg)
     base = "SELECT source, seq, ts_ns FROM events WHERE " + " AND ".join(where)
     target: str | None = None
 
