@@ -7,13 +7,16 @@ On a store with 1,000 runs, one run of about 100,000 events and two runs of abou
   (targets: < 100 ms median, < 200 KB), beside a baseline measured in the same process: what a
   viewer without paging would do for the same view (every event of the run, or the runs view
   aggregated again for every page);
-- the first paint of a run page in headless Chromium (Playwright, /usr/bin/chromium), opened by a
-  deep link in the middle of the 100k-event run: time from navigation until the event list shows
-  the linked event (target < 1 s), median of --repeat;
+- the payload search of the 100k run (replay.search's pattern) beside lowering every payload, CPU;
 - the diff of the two 10k-event runs: the first (uncached) /api/diff answer (target < 1 s), and
-  the alignment alone.
+  the alignment alone;
+- the first paint of a run page in headless Chromium (Playwright, /usr/bin/chromium) with
+  ``amb serve`` in its own process, opened by a deep link in the middle of the 100k-event run in a
+  fresh page: when the client saw the linked event marked, and when the page painted it (its own
+  Element Timing), target < 1 s, beside a one-line page in the same browser; with --against, another
+  checkout's viewer alternating with this one.
 
-Run: ./just bench viewer [--store DIR] [--rebuild] [--repeat 15]
+Run: ./just bench viewer [--store DIR] [--rebuild] [--repeat 15] [--only api|paint] [--against CHECKOUT]
 """
 
 from __future__ import annotations
