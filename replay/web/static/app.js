@@ -411,11 +411,19 @@ function runPage(runId) {
     if (key) open({ around: key }, key); else reload();
   };
   window.onhashchange = jump;
-  // The first page of events first (see the top); the rest once it is in the page.
+  // The first page of events first (see the top); the rest once it is painted: after the next frame
+  // (a busy renderer would otherwise handle their answers before it drew the list), or at the latest
+  // after 300 ms (a page opened in a background tab gets no frames).
+  const afterPaint = (fn) => {
+    let done = false;
+    const go = () => { if (!done) { done = true; fn(); } };
+    requestAnimationFrame(() => setTimeout(go, 0));
+    setTimeout(go, 300);
+  };
   firstPage.then((page) => {
     if (page instanceof Error) { list.replaceChildren(error(page)); return; }
     render(page, firstKey || null);
-  }).finally(() => { loadHeader(); loadScores(); loadTimeline(); });
+  }).finally(() => afterPaint(() => { loadHeader(); loadScores(); loadTimeline(); }));
 }
 
 function renderScores(panel, data) {
