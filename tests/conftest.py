@@ -14,8 +14,6 @@ at the image step through one lock file, so an image is built once and the other
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +27,7 @@ from replay.ingest import ingest
 from tasks.registry import load_spec
 from tasks.synth import synth
 from tests.fakes.upstream import FakeUpstream
+from tests.sessions import one_worker_at_a_time
 
 
 @pytest.fixture(scope="module")
@@ -77,18 +76,6 @@ def require_docker() -> Any:
         return docker_client()
     except ImageError as e:
         pytest.fail(f"the container tests need dockerd: {e}", pytrace=False)
-
-
-@contextlib.contextmanager
-def one_worker_at_a_time(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[None]:
-    """Held by one test process at a time: the lock file sits in the temporary root that all
-    pytest-xdist workers of a session share (the parent of each worker's own base folder)."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent
-    with open(root / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
 
 def _image(tmp_path_factory: pytest.TempPathFactory, role: str) -> str:
