@@ -30,6 +30,30 @@ from tests.fakes.upstream import FakeUpstream
 from tests.sessions import one_worker_at_a_time
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "long(minutes): a test file that takes minutes; the longest are started first"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Test files that take minutes (marked ``long``) run first, the longest first; the others after,
+    in their order.
+
+    The full test command runs the files in two processes, each file whole in one of them
+    (scripts/test.sh). A file of minutes that starts last keeps one process busy after the other has
+    run out of files; started first, it runs while the other process works through the short ones.
+    (xdist's own order, by number of tests, is turned off there: it put the cluster files, two tests
+    each and minutes long, at the very end.) The minutes are rough, measured on a loaded machine:
+    only their order matters."""
+
+    def minutes(item: pytest.Item) -> float:
+        mark = item.get_closest_marker("long")
+        return float(mark.kwargs.get("minutes", 1)) if mark is not None else 0.0
+
+    items.sort(key=lambda item: -minutes(item))
+
+
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeUpstream]:
     """The fake provider (OpenAI and Anthropic wire formats) on 127.0.0.1, for one test module."""

@@ -15,8 +15,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.clusters import sweep_kit as kit
 from tests.clusters.ray_cluster import RayCluster
+
+pytestmark = pytest.mark.long(minutes=7)  # minutes: a real Ray cluster and two docker sweeps on it
 
 
 def _ray(cluster: RayCluster, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -15,8 +15,12 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from tests.clusters import sweep_kit as kit
 from tests.clusters.slurm_cluster import GPU_NODE, SlurmCluster
+
+pytestmark = pytest.mark.long(minutes=6)  # minutes: a real SLURM cluster and two docker sweeps on it
 
 
 def _jobcomp(cluster: SlurmCluster) -> list[dict[str, str]]:

@@ -23,6 +23,8 @@ from replay.store import Store
 from sweeps.exec import SWEEP_ROOT_LABEL
 from tests.fakes.sweep_agent import TWO_AGENTS
 
+pytestmark = pytest.mark.long(minutes=4)  # minutes: docker sweeps of eight cells
+
 BIN = Path(sys.executable).parent
 SWEEP = f"""
 name = "d"
