@@ -202,4 +202,7 @@ class ContainerWatch:
 
 
 def running_containers(client: Any, sweep_root: Path) -> list[str]:
-    return [c.name for c in client.containers.list(filters={"label": f"org.amb.sweep_root={sweep_root}"})]
+    # ignore_removed: the list is inspected container by container, and one that stops and is removed
+    # in between (what cancel makes happen) is no longer running, not an error.
+    found = client.containers.list(filters={"label": f"org.amb.sweep_root={sweep_root}"}, ignore_removed=True)
+    return [c.name for c in found]

@@ -57,7 +57,9 @@ GPU_CELL = "d-clean-vqa-rad-standard-r1"
 
 
 def containers_of(docker_cli, root: Path) -> list:
-    return docker_cli.containers.list(all=True, filters={"label": f"{SWEEP_ROOT_LABEL}={root}"})
+    # ignore_removed: a container removed between the list and its inspection is gone, not an error.
+    labels = {"label": f"{SWEEP_ROOT_LABEL}={root}"}
+    return docker_cli.containers.list(all=True, filters=labels, ignore_removed=True)
 
 
 def running_execs(root: Path) -> dict[str, int]:
