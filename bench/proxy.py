@@ -204,51 +204,11 @@ def start_targets(
         _wait_port(p)
         targets.append(Target(name, f"http://127.0.0.1:{p}", proc))
 
-    amb = subprocess.Popen(
-        [
-            str(BIN / "amb-record"),
-            "--store",
-            str(tmp / "store"),
-            "--no-ingest",
-            "--upstream",
-            f"openai={up}",
-            "--upstream",
-            f"gemini={up}",
-            *(BUDGET_ARGS if budget else []),
-            "--",
-            PY,
-            "-c",
-            WAIT_AGENT,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp,
-        env={**os.environ, **REAL_KEYS},
-    )
+    both = ["--upstream", f"openai={up}", "--upstream", f"gemini={up}"]
+    amb = _start_recorder([str(BIN / "amb-record")], tmp / "store", [*both, *(BUDGET_ARGS if budget else [])])
     targets.append(_amb_target("amb", amb, "amb-record" + (" with a budget" if budget else "")))
     if watch:
-        watched = subprocess.Popen(
-            [
-                str(BIN / "amb-record"),
-                "--store",
-                str(tmp / "store-watched"),
-                "--no-ingest",
-                "--upstream",
-                f"openai={up}",
-                "--upstream",
-                f"gemini={up}",
-                "--",
-                PY,
-                "-c",
-                WAIT_AGENT,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=tmp,
-            env={**os.environ, **REAL_KEYS},
-        )
+        watched = _start_recorder([str(BIN / "amb-record")], tmp / "store-watched", both)
         target = _amb_target("amb-watched", watched, "amb-record (watched)")
         target.sidecar = subprocess.Popen(
             [
@@ -266,32 +226,30 @@ def start_targets(
         )
         targets.append(target)
     if against is not None:  # the same command from another checkout, its packages first on the path
-        prev = subprocess.Popen(
-            [
-                PY,
-                "-c",
-                "import sys; from amb.record import main; sys.exit(main())",
-                "--store",
-                str(tmp / "store-prev"),
-                "--no-ingest",
-                "--upstream",
-                f"openai={up}",
-                # A checkout from before Gemini support takes no gemini upstream: its Gemini calls
-                # go to its OpenAI endpoint, which forwards them as they are (recorded as traffic).
-                *(["--upstream", f"gemini={up}"] if (against / "recorder/proxy/gemini.py").is_file() else []),
-                "--",
-                PY,
-                "-c",
-                WAIT_AGENT,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=tmp,
-            env={**os.environ, **REAL_KEYS, "PYTHONPATH": str(against)},
+        # A checkout from before Gemini support takes no gemini upstream: its Gemini calls go to its
+        # OpenAI endpoint, which forwards them as they are (recorded as traffic).
+        has_gemini = (against / "recorder/proxy/gemini.py").is_file()
+        prev = _start_recorder(
+            [PY, "-c", "import sys; from amb.record import main; sys.exit(main())"],
+            tmp / "store-prev",
+            both if has_gemini else both[:2],
+            PYTHONPATH=str(against),
         )
         targets.append(_amb_target("amb-prev", prev, "amb-record from " + str(against)))
     return targets
+
+
+def _start_recorder(command: list[str], store: Path, options: list[str], **env: str) -> subprocess.Popen:
+    """``amb-record`` (run as ``command``) into ``store``, its agent waiting to be stopped; it prints
+    its endpoints on its first line (read by ``_amb_target``)."""
+    return subprocess.Popen(
+        [*command, "--store", str(store), "--no-ingest", *options, "--", PY, "-c", WAIT_AGENT],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=store.parent,
+        env={**os.environ, **REAL_KEYS, **env},
+    )
 
 
 def _amb_target(name: str, proc: subprocess.Popen, what: str) -> Target:

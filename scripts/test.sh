@@ -17,7 +17,8 @@ if [ $# -eq 0 ]; then
     bash scripts/lint.sh
     # Two test processes: most of the suite's time is spent waiting on containers, subprocesses and
     # loopback servers, not computing. A test file stays in one process (its module fixtures: the
-    # fake upstream, a recording proxy per process).
-    exec python -m pytest -p no:cacheprovider -n "${AMB_TEST_WORKERS:-2}" --dist loadfile
+    # fake upstream, a recording proxy per process). The files marked `long` go first, in the order
+    # tests/conftest.py gives them (xdist's own reorder would put them last).
+    exec python -m pytest -p no:cacheprovider -n "${AMB_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder
 fi
 exec python -m pytest -p no:cacheprovider "$@"

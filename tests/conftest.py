@@ -14,8 +14,6 @@ at the image step through one lock file, so an image is built once and the other
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +27,31 @@ from replay.ingest import ingest
 from tasks.registry import load_spec
 from tasks.synth import synth
 from tests.fakes.upstream import FakeUpstream
+from tests.sessions import one_worker_at_a_time
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "long(minutes): a test file that takes minutes; the longest are started first"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Test files that take minutes (marked ``long``) run first, the longest first; the others after,
+    in their order.
+
+    The full test command runs the files in two processes, each file whole in one of them
+    (scripts/test.sh). A file of minutes that starts last keeps one process busy after the other has
+    run out of files; started first, it runs while the other process works through the short ones.
+    (xdist's own order, by number of tests, is turned off there: it put the cluster files, two tests
+    each and minutes long, at the very end.) The minutes are rough, measured on a loaded machine:
+    only their order matters."""
+
+    def minutes(item: pytest.Item) -> float:
+        mark = item.get_closest_marker("long")
+        return float(mark.kwargs.get("minutes", 1)) if mark is not None else 0.0
+
+    items.sort(key=lambda item: -minutes(item))
 
 
 @pytest.fixture(scope="module")
@@ -77,18 +100,6 @@ def require_docker() -> Any:
         return docker_client()
     except ImageError as e:
         pytest.fail(f"the container tests need dockerd: {e}", pytrace=False)
-
-
-@contextlib.contextmanager
-def one_worker_at_a_time(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[None]:
-    """Held by one test process at a time: the lock file sits in the temporary root that all
-    pytest-xdist workers of a session share (the parent of each worker's own base folder)."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent
-    with open(root / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
 
 def _image(tmp_path_factory: pytest.TempPathFactory, role: str) -> str:

@@ -31,6 +31,9 @@ import pytest
 
 from amb.images import ROLES, content_hash, docker_client, rootfs_tag
 
+# Minutes: builds the wheel and the sdist, installs them, runs the demo on the docker backend.
+pytestmark = pytest.mark.long(minutes=9)
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("amb", "agents", "images", "recorder", "replay", "schemas", "scorer", "tasks")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

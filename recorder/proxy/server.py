@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib
 import logging
 import os
 import shutil
@@ -69,6 +70,7 @@ class ProxyServer:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
+        self._deadline = 0.0
 
     @property
     def ca_cert(self) -> Path:
@@ -84,9 +86,13 @@ class ProxyServer:
         from mitmproxy import certs
 
         certs.CertStore.from_store(str(self.confdir), "mitmproxy", 2048)
+        # mitmproxy's first import takes seconds on a loaded machine: it is done here, so that the
+        # deadline below measures the proxy's start alone.
+        _import_mitmproxy()
         # The event loop shares the GIL with the sink's workers; with CPython's default 5 ms switch
         # interval a worker parsing a body could hold a waiting stream back for up to 5 ms.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
+        self._deadline = time.monotonic() + timeout
         self._thread = threading.Thread(target=self._run, name="amb-proxy", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout) or self._startup_error is not None:
@@ -161,7 +167,7 @@ class ProxyServer:
         _quiet_mitmproxy_logs()
         run = asyncio.ensure_future(master.run())
         ps = master.addons.get("proxyserver")
-        for _ in range(600):
+        while True:
             await asyncio.sleep(0.01)
             if run.done():
                 run.result()
@@ -169,12 +175,18 @@ class ProxyServer:
             servers = list(ps.servers)
             if servers and all(s.listen_addrs for s in servers) and len(servers) == len(modes):
                 break
-        else:
-            raise ProxyError("mitmproxy did not open its ports")
+            if time.monotonic() > self._deadline:
+                raise ProxyError("mitmproxy did not open its ports")
         by_spec = {s.mode.full_spec: s.listen_addrs[0][1] for s in servers}
         self.ports = {name: by_spec[spec] for name, spec in spec_of.items()}
         self._ready.set()
         await run
+
+
+def _import_mitmproxy() -> None:
+    """Import the heavy parts of mitmproxy that the proxy thread needs (a no-op once imported)."""
+    for module in ("mitmproxy.master", "mitmproxy.options", "mitmproxy.addons.proxyserver"):
+        importlib.import_module(module)
 
 
 def _route_target(name: str) -> str:

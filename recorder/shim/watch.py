@@ -126,6 +126,9 @@ class Watcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pending_move: tuple[int, str, bool, float] | None = None
+        self._unread: set[str] = set()
+        """Paths closed after writing that were gone when their close was handled: a rename that
+        follows in the queue says where the file went (same inode, so the same content)."""
         self._lock = threading.Lock()
         self._add_tree("", initial=True)
         for path in watched:
@@ -262,15 +265,19 @@ class Watcher:
 
     # ---- reports -------------------------------------------------------------------------------------
 
-    def _report_file(self, rel: str) -> None:
-        path = self._abs(rel)
+    def _report_file(self, rel: str, *, read_at: str | None = None) -> None:
+        """Report ``rel`` as written, with what the file holds now (read at ``read_at`` if given: the
+        path it was renamed to before its close could be handled)."""
+        path = self._abs(read_at if read_at is not None else rel)
         try:
             st = os.lstat(path)
             if not stat.S_ISREG(st.st_mode):
                 return
             data, digest = _hash_path(path, self.cap)
         except OSError:
+            self._unread.add(rel)
             return  # gone already: its deletion (or rename) follows
+        self._unread.discard(rel)
         old = self.known.get(rel)
         if old is not None and old[2] == digest:
             self.known[rel] = (st.st_size, st.st_mtime_ns, digest)
@@ -292,6 +299,7 @@ class Watcher:
         )
 
     def _deleted(self, rel: str) -> None:
+        self._unread.discard(rel)
         if self.known.pop(rel, None) is None and not self.absolute:
             # Outside the workspace a file made and deleted before it was read is still a fact: its
             # deletion is reported (inside, the workspace's final state is what matters).
@@ -320,6 +328,10 @@ class Watcher:
                 )
             )
             return
+        if src in self._unread:
+            # Written, closed and renamed before the close was handled (the watcher lagged): the
+            # write happened under the old name, so it is reported there, read through the new one.
+            self._report_file(src, read_at=dst)
         entry = self.known.pop(src, None)
         if dst in self.known:
             # Overwriting rename: the old dst is replaced; no separate deletion is reported.

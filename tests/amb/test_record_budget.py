@@ -17,7 +17,6 @@ input at the input price.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.agents import agents_python
-from tests.fakes.harness import REAL_KEYS
+from tests.fakes.record_cli import amb_record
 
 AGENT = Path(__file__).parents[1] / "fakes" / "agents" / "budget_agent.py"
 BIN = Path(sys.executable).parent
@@ -49,22 +48,9 @@ def record(
     ws.mkdir(parents=True, exist_ok=True)
     if "--grace" not in flags:
         flags = ("--grace", "120", *flags)
-    cmd = [
-        str(BIN / "amb-record"),
-        "--store",
-        str(store),
-        "--upstream",
-        f"openai={fake_url}",
-        "--upstream",
-        f"anthropic={fake_url}",
-        *flags,
-        "--",
-        str(python),
-        str(AGENT),
-        *agent,
-    ]
-    env = {**os.environ, **REAL_KEYS}
-    return subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=timeout)
+    return amb_record(
+        store, fake_url, [str(python), str(AGENT), *agent], cwd=ws, extra=flags, timeout=timeout
+    )
 
 
 def amb_json(store: Path, *args: str) -> object:

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from schemas.blobstore import BlobStore
 from tests.fakes.agents import agents_python, undici_dir
 from tests.fakes.blob_contents import blob_contents
 from tests.fakes.harness import REAL_KEYS
+from tests.fakes.record_cli import amb_record
 from tests.fakes.upstream import TEXT, TOOL_ARGS, FakeUpstream
 
 AGENTS = Path(__file__).parents[1] / "fakes" / "agents"
@@ -35,35 +35,6 @@ def tls_fake(tmp_path_factory):
 @pytest.fixture(scope="session")
 def agents_py():
     return agents_python()
-
-
-def amb_record(
-    store: Path,
-    fake_url: str,
-    argv: list[str],
-    *,
-    cwd: Path,
-    extra: Sequence[str] = (),
-    env: dict | None = None,
-    timeout: float = 120,
-    **popen,
-) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, **REAL_KEYS, **(env or {})}
-    cmd = [
-        str(BIN / "amb-record"),
-        "--store",
-        str(store),
-        "--upstream",
-        f"openai={fake_url}",
-        "--upstream",
-        f"anthropic={fake_url}",
-        *extra,
-        "--",
-        *argv,
-    ]
-    return subprocess.run(
-        cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout, **popen
-    )
 
 
 def record_python(store: Path, fake_url: str, python: Path, code: str) -> list[str]:

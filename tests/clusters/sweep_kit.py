@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from replay.store import Store
-from tests.fakes.sweep_agent import AGENT
+from tests.fakes.sweep_agent import TWO_AGENTS
 
 BIN = Path(sys.executable).parent
 GPU_CELL = ("clean", "bccd-det", "standard")
@@ -41,19 +41,7 @@ baseline = true
 gpu_mode = "env"
 cpus = 1
 memory = "1g"
-
-[[agents]]
-name = "clean"
-command = {json.dumps(AGENT)}
-model = "baseline"
-upstream = "openai={{baseline}}"
-
-[[agents]]
-name = "misnamed"
-command = {json.dumps(AGENT)}
-model = "baseline+wrong-filename"
-upstream = "openai={{baseline}}"
-
+{TWO_AGENTS}
 [[resources]]
 agent = "{agent}"
 task = "{task}"
@@ -93,14 +81,34 @@ def sweep_argv(sweepfile: Path, store: Path, work: Path, executor: str, *extra: 
     ]
 
 
+def prepare(tmp: Path, name: str, executor: str, *extra: str) -> tuple[Path, Path, list[str]]:
+    """Write the sweep file under ``tmp``; returns (store, work dir, the sweep's command line)."""
+    (tmp / "sweep.toml").write_text(sweep_file(name), encoding="utf-8")
+    store, work = tmp / "store", tmp / "work"
+    return store, work, sweep_argv(tmp / "sweep.toml", store, work, executor, *extra)
+
+
+def assert_equals_local(
+    store: Path, work: Path, name: str, local: dict[str, dict[str, Any]], client: Any
+) -> None:
+    """The engine's store against the local sweep's: no cell lost, each equal to the local one's; no
+    mixed attempt (every stored run is one shard's, whole, and its chain verifies); no container left."""
+    got = by_cell(store, name)
+    assert sorted(got) == sorted(cells(name))
+    assert comparable(got) == comparable(local)
+    check = subprocess.run(
+        [str(BIN / "amb"), "verify", "--store", str(store)], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert not running_containers(client, work)
+
+
 def run_sweep(
     tmp: Path, name: str, executor: str, env: Mapping[str, str] | None = None, wrap: list[str] | None = None
 ) -> tuple[Path, Path, subprocess.CompletedProcess[str]]:
     """Run the sweep to the end with one executor; returns (store, work dir, the finished process)."""
     tmp.mkdir(parents=True, exist_ok=True)
-    (tmp / "sweep.toml").write_text(sweep_file(name), encoding="utf-8")
-    store, work = tmp / "store", tmp / "work"
-    argv = sweep_argv(tmp / "sweep.toml", store, work, executor)
+    store, work, argv = prepare(tmp, name, executor)
     proc = subprocess.run(
         (wrap or []) + argv, capture_output=True, text=True, timeout=600, env=dict(env) if env else None
     )
@@ -139,15 +147,16 @@ of one file, so two runs of one cell have been seen to differ by one ``file.writ
 present on both sides; their counts are not compared."""
 
 
-def comparable(cells_: dict[str, dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
-    """What must be equal across executors, per cell: status, scores and event counts per kind."""
+def comparable(cells_: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """What must be equal across executors, per cell: status, scores and event counts per kind (in
+    JSON's terms, so that cells read back from JSON compare equal to cells just read from a store)."""
     out = {}
     for c, v in cells_.items():
         kinds = dict(v.get("kinds") or {})
         for k in TIMING_KINDS:
             kinds[k] = bool(kinds.get(k))
-        out[c] = (v.get("status"), v.get("scores"), kinds)
-    return out
+        out[c] = [v.get("status"), v.get("scores"), kinds]
+    return json.loads(json.dumps(out))
 
 
 def chosen(work: Path, cell: str) -> str:
@@ -193,4 +202,7 @@ class ContainerWatch:
 
 
 def running_containers(client: Any, sweep_root: Path) -> list[str]:
-    return [c.name for c in client.containers.list(filters={"label": f"org.amb.sweep_root={sweep_root}"})]
+    # ignore_removed: the list is inspected container by container, and one that stops and is removed
+    # in between (what cancel makes happen) is no longer running, not an error.
+    found = client.containers.list(filters={"label": f"org.amb.sweep_root={sweep_root}"}, ignore_removed=True)
+    return [c.name for c in found]

@@ -15,8 +15,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.clusters import sweep_kit as kit
 from tests.clusters.ray_cluster import RayCluster
+
+pytestmark = pytest.mark.long(minutes=7)  # minutes: a real Ray cluster and two docker sweeps on it
 
 
 def _ray(cluster: RayCluster, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -90,9 +94,7 @@ def test_a_ray_sweep_survives_a_dead_worker_and_equals_the_local_sweep(
     tmp_path, ray_cluster, local_reference, docker_cli
 ):
     name = "lr"  # the local reference's name: the same cells, the same run ids
-    (tmp_path / "sweep.toml").write_text(kit.sweep_file(name), encoding="utf-8")
-    store, work = tmp_path / "store", tmp_path / "work"
-    argv = kit.sweep_argv(tmp_path / "sweep.toml", store, work, "ray")
+    store, work, argv = kit.prepare(tmp_path, name, "ray")
     watch = kit.ContainerWatch(docker_cli, work)
     try:
         _submit_job(ray_cluster, "amb-sweep-1", argv)
@@ -113,15 +115,7 @@ def test_a_ray_sweep_survives_a_dead_worker_and_equals_the_local_sweep(
     logs = _job_logs(ray_cluster, "amb-sweep-2")
     assert status == "SUCCEEDED", logs[-3000:]
     assert "8/8 cells completed" in logs
-    got = kit.by_cell(store, name)
-    # no cell lost, each equal to the local sweep's
-    assert sorted(got) == sorted(kit.cells(name))
-    assert kit.comparable(got) == kit.comparable(local_reference)
-    check = subprocess.run(
-        [str(kit.BIN / "amb"), "verify", "--store", str(store)], capture_output=True, text=True
-    )
-    assert check.returncode == 0, check.stdout + check.stderr
-    assert not kit.running_containers(docker_cli, work)
+    kit.assert_equals_local(store, work, name, local_reference, docker_cli)
     # the GPU cell ran on the GPU node with that node's GPU id, which its container got
     placements = _placements(work)
     gpu_run = kit.chosen(work, kit.gpu_cell(name))
@@ -132,12 +126,8 @@ def test_a_ray_sweep_survives_a_dead_worker_and_equals_the_local_sweep(
 
 
 def test_amb_sweep_cancel_stops_every_container_within_10s(tmp_path, ray_cluster, docker_cli):
-    name = "rx"
-    (tmp_path / "sweep.toml").write_text(kit.sweep_file(name), encoding="utf-8")
-    store, work = tmp_path / "store", tmp_path / "work"
-    _submit_job(
-        ray_cluster, "amb-cancel", kit.sweep_argv(tmp_path / "sweep.toml", store, work, "ray", "--no-score")
-    )
+    _store, work, argv = kit.prepare(tmp_path, "rx", "ray", "--no-score")
+    _submit_job(ray_cluster, "amb-cancel", argv)
     deadline = time.monotonic() + 120
     while not kit.running_containers(docker_cli, work):
         assert time.monotonic() < deadline, _job_logs(ray_cluster, "amb-cancel")[-3000:]

@@ -15,8 +15,12 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from tests.clusters import sweep_kit as kit
 from tests.clusters.slurm_cluster import GPU_NODE, SlurmCluster
+
+pytestmark = pytest.mark.long(minutes=6)  # minutes: a real SLURM cluster and two docker sweeps on it
 
 
 def _jobcomp(cluster: SlurmCluster) -> list[dict[str, str]]:
@@ -36,9 +40,7 @@ def test_a_slurm_sweep_survives_a_dead_node_and_equals_the_local_sweep(
     tmp_path, slurm_cluster, local_reference, docker_cli
 ):
     name = "lr"  # the local reference's name: the same cells, the same run ids
-    (tmp_path / "sweep.toml").write_text(kit.sweep_file(name), encoding="utf-8")
-    store, work = tmp_path / "store", tmp_path / "work"
-    argv = kit.sweep_argv(tmp_path / "sweep.toml", store, work, "slurm")
+    store, work, argv = kit.prepare(tmp_path, name, "slurm")
     watch = kit.ContainerWatch(docker_cli, work)
     try:
         first = subprocess.Popen(
@@ -67,16 +69,7 @@ def test_a_slurm_sweep_survives_a_dead_node_and_equals_the_local_sweep(
         watch.stop()
     assert second.returncode == 0, second.stderr[-3000:]
     assert "8/8 cells completed" in second.stderr
-    got = kit.by_cell(store, name)
-    # no cell lost, each equal to the local sweep's
-    assert sorted(got) == sorted(kit.cells(name))
-    assert kit.comparable(got) == kit.comparable(local_reference)
-    # no mixed attempt: every stored run is one shard's, whole, and its chain verifies
-    check = subprocess.run(
-        [str(kit.BIN / "amb"), "verify", "--store", str(store)], capture_output=True, text=True
-    )
-    assert check.returncode == 0, check.stdout + check.stderr
-    assert not kit.running_containers(docker_cli, work)
+    kit.assert_equals_local(store, work, name, local_reference, docker_cli)
 
     # SLURM ran them as arrays, one per resource class; the resume submitted only what was missing.
     scripts = sorted((work / "executor" / "slurm").glob("*.sbatch"))
@@ -109,12 +102,10 @@ def test_a_slurm_sweep_survives_a_dead_node_and_equals_the_local_sweep(
 
 
 def test_amb_sweep_cancel_stops_every_container_within_10s(tmp_path, slurm_cluster, docker_cli):
-    name = "cx"
-    (tmp_path / "sweep.toml").write_text(kit.sweep_file(name), encoding="utf-8")
-    store, work = tmp_path / "store", tmp_path / "work"
+    _store, work, argv = kit.prepare(tmp_path, "cx", "slurm", "--no-score")
     env = _env(slurm_cluster)
     driver = subprocess.Popen(
-        kit.sweep_argv(tmp_path / "sweep.toml", store, work, "slurm", "--no-score"),
+        argv,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -24,7 +24,7 @@ SCRIPT = textwrap.dedent("""\
     echo two >> a.txt
     mkdir -p sub/deeper
     printf 'x%.0s' $(seq 100) > sub/deeper/b.bin
-    mv a.txt sub/renamed.txt
+    mv a.txt out/renamed.txt
     echo gone > tmp.txt
     rm tmp.txt
     (cd sub && sh -c '/bin/true; exit 7' || true)
@@ -43,6 +43,10 @@ TRACERS = ["seccomp-notify", "strace"]
 @pytest.mark.parametrize("tracer", TRACERS)
 def test_local_run_records_processes_and_file_changes(tmp_path: Path, tracer: str) -> None:
     store, ws = tmp_path / "store", tmp_path / "ws"
+    # The rename goes into a directory that is there (and watched) from the start: a rename into one
+    # made during the run is seen as a rename only if the watcher handled the mkdir first, which
+    # under load it may not (tests/recorder/test_shim_watch.py pins down both cases).
+    (ws / "out").mkdir(parents=True)
     result = run_local(store, "run-local-1", ws, ["bash", "-c", SCRIPT], tracer=tracer)
     assert result.exit_code == 3
     assert result.error is None
@@ -65,21 +69,28 @@ def test_local_run_records_processes_and_file_changes(tmp_path: Path, tracer: st
     true_ = [p for p in procs if p.argv == ["/bin/true"]]
     assert len(true_) == 1 and true_[0].ppid == grandchild[0].pid and true_[0].exit_code == 0
     mv = [p for p in procs if p.argv[:1] == ["mv"]]
-    assert mv and mv[0].argv == ["mv", "a.txt", "sub/renamed.txt"]
+    assert mv and mv[0].argv == ["mv", "a.txt", "out/renamed.txt"]
     assert all(p.tracer == tracer and p.end_ns >= p.start_ns > 0 for p in procs)
 
     writes = payloads(events, "file.written")
     a = [w for w in writes if w.path == "a.txt"]
     assert [w.op for w in a][0] == "created"
     assert blobs.get(a[-1].content) == b"one\ntwo\n"
+    # b.bin is made in a directory made a moment before: the watcher may find it by scanning that
+    # directory while printf still has it open (then its close reports the rest), so what must hold
+    # is the last report, whole.
     b = [w for w in writes if w.path == "sub/deeper/b.bin"]
-    assert len(b) == 1 and b[0].size == 100 and blobs.get(b[0].content) == b"x" * 100
-    assert b[0].sha256 == _sha(b"x" * 100)
+    assert b and b[0].op == "created" and b[-1].size == 100 and blobs.get(b[-1].content) == b"x" * 100
+    assert b[-1].sha256 == _sha(b"x" * 100)
     renames = payloads(events, "file.renamed")
-    assert [(r.src, r.dst) for r in renames] == [("a.txt", "sub/renamed.txt")]
-    assert [d.path for d in payloads(events, "file.deleted")] == ["tmp.txt"]
+    assert [(r.src, r.dst) for r in renames] == [("a.txt", "out/renamed.txt")]
+    # tmp.txt lives for a moment. Seen written, its deletion is reported; if the watcher got to its
+    # close only after the rm (under load), neither is: inside the workspace the final state is what
+    # matters (recorder/shim/watch.py).
+    seen_tmp = [w.path for w in writes if w.path == "tmp.txt"][:1]
+    assert [d.path for d in payloads(events, "file.deleted")] == seen_tmp
     # Final state agrees with the disk.
-    assert (ws / "sub/renamed.txt").read_bytes() == b"one\ntwo\n"
+    assert (ws / "out/renamed.txt").read_bytes() == b"one\ntwo\n"
 
 
 def test_content_cap_keeps_hash_only(tmp_path: Path) -> None:

@@ -21,7 +21,9 @@ import pytest
 
 from replay.store import Store
 from sweeps.exec import SWEEP_ROOT_LABEL
-from tests.fakes.sweep_agent import AGENT
+from tests.fakes.sweep_agent import TWO_AGENTS
+
+pytestmark = pytest.mark.long(minutes=4)  # minutes: docker sweeps of eight cells
 
 BIN = Path(sys.executable).parent
 SWEEP = f"""
@@ -38,19 +40,7 @@ seed = 5
 cpus = 1
 memory = "1g"
 gpu_mode = "env"
-
-[[agents]]
-name = "clean"
-command = {json.dumps(AGENT)}
-model = "baseline"
-upstream = "openai={{baseline}}"
-
-[[agents]]
-name = "misnamed"
-command = {json.dumps(AGENT)}
-model = "baseline+wrong-filename"
-upstream = "openai={{baseline}}"
-
+{TWO_AGENTS}
 [[resources]]
 agent = "clean"
 task = "vqa-rad"
@@ -67,7 +57,9 @@ GPU_CELL = "d-clean-vqa-rad-standard-r1"
 
 
 def containers_of(docker_cli, root: Path) -> list:
-    return docker_cli.containers.list(all=True, filters={"label": f"{SWEEP_ROOT_LABEL}={root}"})
+    # ignore_removed: a container removed between the list and its inspection is gone, not an error.
+    labels = {"label": f"{SWEEP_ROOT_LABEL}={root}"}
+    return docker_cli.containers.list(all=True, filters=labels, ignore_removed=True)
 
 
 def running_execs(root: Path) -> dict[str, int]:
@@ -76,6 +68,17 @@ def running_execs(root: Path) -> dict[str, int]:
     except (OSError, ValueError):
         return {}
     return {rid: pid for rid, pid in state["pids"].items() if Path(f"/proc/{pid}").exists()}
+
+
+def made_a_call(root: Path, run_id: str) -> bool:
+    """Whether the run's proxy has recorded a finished model call (its attempt's spool says so)."""
+    for spool in (root / "attempts" / run_id).glob(f"*/spool/{run_id}/proxy.spool"):
+        try:
+            if b"model_call.completed" in spool.read_bytes():
+                return True
+        except OSError:
+            continue  # the attempt moved on (its shard published) between the glob and the read
+    return False
 
 
 @pytest.fixture
@@ -101,14 +104,18 @@ def test_local_executor_docker_sweep_survives_a_killed_run(tmp_path, env, docker
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and victim is None:
         assert sweep.poll() is None, sweep.communicate()
-        # a run whose container is up and recording: kill its exec hard, mid-run
+        # A run whose agent is still running and has made a model call: its exec is killed hard,
+        # mid-run. (The container must be running, not merely exist, and the exec must still be
+        # there when the signal is sent: a run that ends first is no victim; the next one is.)
+        up = {c.labels.get("org.amb.run") for c in containers_of(docker_cli, work) if c.status == "running"}
         for rid, pid in running_execs(work).items():
-            if any(c.labels.get("org.amb.run") == rid for c in containers_of(docker_cli, work)):
-                if rid != GPU_CELL:
-                    time.sleep(3)  # let the agent get some calls in
+            if rid != GPU_CELL and rid in up and made_a_call(work, rid):
+                try:
                     os.kill(pid, signal.SIGKILL)
-                    victim = rid
-                    break
+                except ProcessLookupError:
+                    continue
+                victim = rid
+                break
         time.sleep(0.3)
     assert victim is not None, "no run was seen running"
     out, err = sweep.communicate(timeout=600)

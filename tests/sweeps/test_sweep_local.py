@@ -17,7 +17,7 @@ from pathlib import Path
 
 from replay.store import Store
 from sweeps.exec import run_status as attempt_outcome
-from tests.fakes.sweep_agent import AGENT
+from tests.fakes.sweep_agent import TWO_AGENTS
 
 BIN = Path(sys.executable).parent
 SWEEP = f"""
@@ -32,19 +32,7 @@ backend = "local"
 cases = 2
 seed = 3
 baseline = true
-
-[[agents]]
-name = "clean"
-command = {json.dumps(AGENT)}
-model = "baseline"
-upstream = "openai={{baseline}}"
-
-[[agents]]
-name = "misnamed"
-command = {json.dumps(AGENT)}
-model = "baseline+wrong-filename"
-upstream = "openai={{baseline}}"
-"""
+{TWO_AGENTS}"""
 CELLS = [f"t-{a}-bccd-det-lite-r{k}" for a in ("clean", "misnamed") for k in (1, 2, 3)]
 
 
