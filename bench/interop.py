@@ -133,6 +133,7 @@ def parquet_round(
             written = export(st.con, work / "full", events_per_file=per_file)
         ways["full"].times.append(t)
         ways["full"].bytes = _bytes(work / "full")
+        shutil.rmtree(work / "full")
     return n, written
 
 

@@ -51,7 +51,10 @@ PRIVATE = {"spool_files", "_amb_migrations", "grade_cache"}
 PARTITIONED = {"events"}
 INDEX = "event_groups"
 EVENTS_PER_FILE = 65_536
-FORMAT = "FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1"
+# No dictionary encoding: the hashes and payloads are unique, so building a dictionary for them is
+# wasted (~10 % of the export's CPU, measured three times); zstd packs the few repeated strings
+# (run_id, kind, source) about as well, and the run_id statistics stay.
+FORMAT = "FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1, DICTIONARY_SIZE_LIMIT 1"
 
 
 class Written(NamedTuple):
