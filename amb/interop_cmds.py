@@ -21,6 +21,7 @@ import click
 from amb.common import progress, store_option
 from amb.output import emit
 from recorder.importers.common import Limits, Rejected, RunBuilder, Staged, already_imported, publish, stage
+from replay.export.parquet import EVENTS_PER_FILE
 from replay.ingest import ingest as ingest_store
 from schemas.errors import AmbError, UsageError
 
@@ -305,19 +306,34 @@ def export_atif(
 @store_option
 @click.argument("out", type=click.Path(file_okay=False))
 @click.option("--runs", "runs", multiple=True, help="Export only this run (repeatable). Default: every run.")
+@click.option(
+    "--events-per-file",
+    type=click.IntRange(min=1),
+    default=EVENTS_PER_FILE,
+    show_default=True,
+    help="Runs (in run-id order) are grouped into files of events of at least this many events.",
+)
 @click.option("--overwrite", is_flag=True, help="Replace what OUT holds.")
 @click.option("--json", "as_json", is_flag=True, help="Print rows per table as JSON.")
-def export_parquet(store: str, out: str, runs: tuple[str, ...], overwrite: bool, as_json: bool) -> None:
-    """Export events (hive-partitioned by run_id), every view and the score tables as Parquet."""
+def export_parquet(
+    store: str, out: str, runs: tuple[str, ...], events_per_file: int, overwrite: bool, as_json: bool
+) -> None:
+    """Export events (hive-partitioned by run group, indexed by event_groups), every view and the
+    score tables as Parquet."""
     from replay.export.parquet import export
     from replay.store import Store
 
     ids = _resolve_runs(store, runs, not runs)
     with Store.open(store, read_only=True) as st:
         written = export(
-            st.con, Path(out), ids if runs else None, progress("export parquet"), overwrite=overwrite
+            st.con,
+            Path(out),
+            ids if runs else None,
+            progress("export parquet"),
+            overwrite=overwrite,
+            events_per_file=events_per_file,
         )
-    rows = [(w.name, w.rows, "run_id" if w.partitioned else "-") for w in written]
+    rows = [(w.name, w.rows, "run_group" if w.partitioned else "-") for w in written]
     if as_json:
         click.echo(json.dumps([w._asdict() for w in written], indent=2))
     else:

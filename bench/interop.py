@@ -1,16 +1,21 @@
 """bench/interop: export and import rates, each beside a baseline measured in the same process.
 
-- Parquet export of a store (events + every view + scores, hive-partitioned by run) in events/s,
-  and its ratio to DuckDB's plain, unpartitioned ``COPY events TO x.parquet`` of the same events
-  (target: >= 500k events/s). The store is built like bench/ingest's (synthetic runs through the
-  real spool path, then ``amb ingest``): default 200 runs x 1,000 events, ``--runs 1000`` for the
-  1M-event store, or ``--store DIR`` for an existing one (``./just bench ingest --keep DIR``).
+- Parquet export of a store's events (``amb export parquet``'s layout: a file per group of runs,
+  replay/export/parquet.py) in events/s, wall and per CPU-second, beside the layout before it
+  (one file per run, measured in the same process, rounds in rotating order) and DuckDB's plain,
+  unpartitioned ``COPY events TO x.parquet``; then the export of everything (events, every view,
+  scores). Target: >= 500k events/s. ``--check`` reads every exported table back and compares it
+  with the store, row for row and value for value. The store is built like bench/ingest's
+  (synthetic runs through the real spool path, then ``amb ingest``): default 200 runs x 1,000
+  events, ``--runs 1000`` for the 1M-event store, or ``--store DIR`` for an existing one
+  (``./just bench ingest --keep DIR``).
 - OTel and ATIF export rates (events/s, runs/s) on the same store.
 - ``amb import automedbench`` of N seg run folders (built from the writer code, as in the tests),
   parse + write + ingest, in runs/s (target: >= 20 runs/s), and its ratio to ``amb generate`` +
   ingest of the same number of events through the same spool path.
 
 Run: ./just bench interop [--runs 200] [--per-run 1000] [--store DIR] [--folders 100] [--rounds 3]
+     [--events-per-file N] [--check] [--only parquet|import]
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from recorder.importers import automedbench
 from recorder.synthetic import generate_run
 from replay.export.atif import export_run
 from replay.export.otel import line
-from replay.export.parquet import export
+from replay.export.parquet import EVENTS_PER_FILE, INDEX, Written, export, read_glob
 from replay.ingest import ingest
 from replay.read import iter_events, run_ids
 from replay.store import Store
@@ -65,26 +70,96 @@ class Timed:
         self.cpu = time.process_time() - self.cpu
 
 
-def parquet_round(root: Path, work: Path) -> tuple[Timed, Timed, Timed, int]:
-    """(events-only export, full export, plain COPY, events)."""
-    out, plain = work / "pq", work / "plain.parquet"
-    times = []
+def _bytes(path: Path) -> int:
+    return (
+        sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        if path.is_dir()
+        else path.stat().st_size
+    )
+
+
+def previous_layout(con: duckdb.DuckDBPyConnection, out: Path) -> None:
+    """The layout before run groups, as main wrote it: one file per run, snappy."""
+    con.execute("SET preserve_insertion_order = false")
+    con.execute(f"COPY events TO '{out}' (FORMAT parquet, PARTITION_BY (run_id), COMPRESSION snappy)")
+    con.execute("SET preserve_insertion_order = true")
+
+
+class Measured:
+    """Wall, CPU and bytes of every round of one way to write the events."""
+
+    def __init__(self, label: str) -> None:
+        self.label, self.bytes = label, 0
+        self.times: list[Timed] = []
+
+    def wall(self) -> float:
+        return statistics.median(t.wall for t in self.times)
+
+    def cpu(self) -> float:
+        return statistics.median(t.cpu for t in self.times)
+
+
+def parquet_round(
+    root: Path, work: Path, per_file: int, ways: dict[str, Measured], order: int
+) -> tuple[int, list[Written]]:
+    """One round of every way to write the events (in a rotating order), then the full export."""
     with Store.open(root, read_only=True) as st:
         n = st.con.execute("SELECT count(*) FROM events").fetchall()[0][0]
-        with Timed() as base:
-            st.con.execute(f"COPY events TO '{plain}' (FORMAT parquet, COMPRESSION snappy)")
-        plain.unlink()
-        for only in (["events"], None):
-            shutil.rmtree(out, ignore_errors=True)
+
+        def groups() -> None:
+            export(st.con, work / "groups", only=["events"], events_per_file=per_file)
+
+        def by_run() -> None:
+            previous_layout(st.con, work / "by_run")
+
+        def plain() -> None:
+            st.con.execute(f"COPY events TO '{work / 'plain.parquet'}' (FORMAT parquet, COMPRESSION snappy)")
+
+        jobs = {"groups": (groups, work / "groups"), "by_run": (by_run, work / "by_run")}
+        jobs["plain"] = (plain, work / "plain.parquet")
+        globs = {"groups": f"{work}/groups/events/*/*.parquet", "by_run": f"{work}/by_run/*/*.parquet"}
+        names = list(jobs)
+        for name in names[order % len(names) :] + names[: order % len(names)]:
+            fn, path = jobs[name]
             with Timed() as t:
-                export(st.con, out, only=only)
-            times.append(t)
-            back = duckdb.execute(
-                f"SELECT count(*) FROM read_parquet('{out}/events/**/*.parquet', hive_partitioning = true)"
-            ).fetchall()[0][0]
-            assert back == n, (back, n)
-    shutil.rmtree(out, ignore_errors=True)
-    return times[0], times[1], base, n
+                fn()
+            ways[name].times.append(t)
+            ways[name].bytes = _bytes(path)
+            glob = globs.get(name, str(path))
+            back = duckdb.execute(f"SELECT count(*) FROM read_parquet('{glob}')").fetchall()[0][0]
+            assert back == n, (name, back, n)
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        with Timed() as t:
+            written = export(st.con, work / "full", events_per_file=per_file)
+        ways["full"].times.append(t)
+        ways["full"].bytes = _bytes(work / "full")
+        shutil.rmtree(work / "full")
+    return n, written
+
+
+def check_readback(root: Path, work: Path, per_file: int) -> None:
+    """Every table of a full export read back: the same rows with the same values, both ways."""
+    out = work / "check"
+    with Store.open(root, read_only=True) as st, Timed() as t:
+        written = export(st.con, out, events_per_file=per_file)
+        for w in written:
+            if w.name == INDEX:
+                continue
+            cols = [r[0] for r in st.con.execute(f'DESCRIBE SELECT * FROM "{w.name}"').fetchall()]
+            listed = ", ".join(f'"{c}"' for c in cols)
+            src, back = (
+                f'SELECT {listed} FROM "{w.name}"',
+                f"SELECT {listed} FROM {read_glob(out, w.name, w.partitioned)}",
+            )
+            counts = [st.con.execute(f"SELECT count(*) FROM ({q})").fetchall()[0][0] for q in (src, back)]
+            diffs = [
+                st.con.execute(f"SELECT count(*) FROM ({a} EXCEPT ALL {b})").fetchall()[0][0]
+                for a, b in ((src, back), (back, src))
+            ]
+            assert counts[0] == counts[1] == w.rows and diffs == [0, 0], (w, counts, diffs)
+            print(f"  {w.name}: {w.rows:,} rows read back identical")
+    shutil.rmtree(out)
+    print(f"  read back and compared in {t.wall:.1f} s")
 
 
 def import_folders(tmp: Path, count: int) -> list[Path]:
@@ -141,6 +216,9 @@ def main() -> None:
     ap.add_argument("--store", help="an existing store to export (skips building one)")
     ap.add_argument("--folders", type=int, default=100, help="AutoMedBench run folders to import")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--events-per-file", type=int, default=EVENTS_PER_FILE, help="the export's run groups")
+    ap.add_argument("--check", action="store_true", help="also read every exported table back and compare")
+    ap.add_argument("--only", choices=["parquet", "import"], help="run only this part")
     args = ap.parse_args()
     print(f"load average at start: {os.getloadavg()}")
     with tempfile.TemporaryDirectory(prefix="amb-bench-interop-") as tmp_s:
@@ -148,60 +226,79 @@ def main() -> None:
         root = Path(args.store) if args.store else tmp / "store"
         if not args.store:
             build_store(root, args.runs, args.per_run)
-        ev_only, full, base = [], [], []
-        n = 0
-        for _ in range(args.rounds):
-            te, tf, tb, n = parquet_round(root, tmp)
-            ev_only.append(te)
-            full.append(tf)
-            base.append(tb)
-        e, f, b = (statistics.median(x.wall for x in t) for t in (ev_only, full, base))
-        ec, fc, bc = (statistics.median(x.cpu for x in t) for t in (ev_only, full, base))
-        print(
-            f"parquet export of {n:,} events, partitioned by run: {e:.2f} s = {n / e:,.0f} events/s; "
-            f"plain unpartitioned COPY events: {b:.2f} s = {n / b:,.0f} events/s; ratio {b / e:.2f}x"
-        )
-        print(
-            f"  CPU: {ec:.2f} s = {n / ec:,.0f} events per CPU-second (plain COPY {n / bc:,.0f}); "
-            f"this process got {ec / e:.2f} cores of the machine's {os.cpu_count()}"
-        )
-        print(
-            f"parquet export of everything (events, every view, scores): {f:.2f} s = {n / f:,.0f} "
-            f"events/s, {n / fc:,.0f} per CPU-second; ratio to the plain COPY {b / f:.2f}x "
-            f"(medians of {args.rounds})"
-        )
-        with Store.open(root, read_only=True) as st:
-            ids = run_ids(st.con)[:50]
-            t0 = time.perf_counter()
-            n_ev = 0
-            for r in ids:
-                evs = list(iter_events(st.con, r))
-                n_ev += len(evs)
-                line(evs)
-            dt = time.perf_counter() - t0
-            print(f"otel export, {len(ids)} runs, {n_ev:,} events: {n_ev / dt:,.0f} events/s")
-            t0 = time.perf_counter()
-            for r in ids:
-                export_run(st.con, st.blobs.get, r, tmp / "atif")
-            dt = time.perf_counter() - t0
-            print(f"atif export, {len(ids)} runs: {len(ids) / dt:,.1f} runs/s")
-        folders = import_folders(tmp / "amb", args.folders)
-        imp, gen = [], []
-        events = 0
-        for _ in range(args.rounds):
-            t, events = import_round(folders, tmp / "imported")
-            imp.append(t)
-            gen.append(generate_round(tmp / "generated", len(folders), events // len(folders)))
-        i, g = statistics.median(x.wall for x in imp), statistics.median(x.wall for x in gen)
-        ic = statistics.median(x.cpu for x in imp)
-        print(
-            f"import automedbench, {len(folders)} seg folders ({events:,} events): {i:.2f} s = "
-            f"{len(folders) / i:,.1f} runs/s; generate+ingest of as many runs and events: {g:.2f} s; "
-            f"ratio {g / i:.2f}x (medians of {args.rounds})"
-        )
-        per_run = ic * 1000 / len(folders)
-        print(f"  CPU: {per_run:.1f} ms per run = {len(folders) / ic:,.1f} runs per CPU-second")
+        if args.only != "import":
+            parquet(root, tmp, args)
+        if args.only != "parquet":
+            others(root, tmp, args)
     print(f"load average at end: {os.getloadavg()}")
+
+
+def parquet(root: Path, tmp: Path, args: argparse.Namespace) -> None:
+    ways = {k: Measured(k) for k in ("groups", "by_run", "plain", "full")}
+    n, written = 0, list[Written]()
+    for i in range(args.rounds):
+        n, written = parquet_round(root, tmp, args.events_per_file, ways, i)
+        print(f"  round {i + 1}/{args.rounds} done, load average {os.getloadavg()[0]:.1f}", file=sys.stderr)
+    files = next(w.rows for w in written if w.name == INDEX)
+    label = {
+        "groups": f"run groups of >= {args.events_per_file:,} events (amb export parquet, events only)",
+        "by_run": "one file per run (the previous layout)",
+        "plain": "DuckDB's plain COPY events, one file (no partitioning)",
+        "full": "amb export parquet of everything (events, every view, scores)",
+    }
+    print(f"parquet export of {n:,} events, {files:,} runs, medians of {args.rounds} rounds (order rotated):")
+    for k, m in ways.items():
+        print(
+            f"  {label[k]}: {m.wall():.2f} s = {n / m.wall():,.0f} events/s wall; "
+            f"CPU {m.cpu():.2f} s = {n / m.cpu():,.0f} events per CPU-second; "
+            f"{m.bytes / 1e6:,.1f} MB; {m.cpu() / m.wall():.2f} cores"
+        )
+    g, b, p = ways["groups"], ways["by_run"], ways["plain"]
+    print(
+        f"  run groups vs one file per run: {b.wall() / g.wall():.2f}x wall, {b.cpu() / g.cpu():.2f}x CPU; "
+        f"vs the plain COPY: {p.wall() / g.wall():.2f}x wall, {p.cpu() / g.cpu():.2f}x CPU"
+    )
+    cores = os.cpu_count() or 1
+    print(
+        f"  upper bound with all {cores} cores and nothing else running: {n / g.cpu() * cores:,.0f} "
+        f"events/s (the export is CPU-bound; it got {g.cpu() / g.wall():.2f} cores here)"
+    )
+    if args.check:
+        check_readback(root, tmp, args.events_per_file)
+
+
+def others(root: Path, tmp: Path, args: argparse.Namespace) -> None:
+    with Store.open(root, read_only=True) as st:
+        ids = run_ids(st.con)[:50]
+        t0 = time.perf_counter()
+        n_ev = 0
+        for r in ids:
+            evs = list(iter_events(st.con, r))
+            n_ev += len(evs)
+            line(evs)
+        dt = time.perf_counter() - t0
+        print(f"otel export, {len(ids)} runs, {n_ev:,} events: {n_ev / dt:,.0f} events/s")
+        t0 = time.perf_counter()
+        for r in ids:
+            export_run(st.con, st.blobs.get, r, tmp / "atif")
+        dt = time.perf_counter() - t0
+        print(f"atif export, {len(ids)} runs: {len(ids) / dt:,.1f} runs/s")
+    folders = import_folders(tmp / "amb", args.folders)
+    imp, gen = [], []
+    events = 0
+    for _ in range(args.rounds):
+        t, events = import_round(folders, tmp / "imported")
+        imp.append(t)
+        gen.append(generate_round(tmp / "generated", len(folders), events // len(folders)))
+    i, g = statistics.median(x.wall for x in imp), statistics.median(x.wall for x in gen)
+    ic = statistics.median(x.cpu for x in imp)
+    print(
+        f"import automedbench, {len(folders)} seg folders ({events:,} events): {i:.2f} s = "
+        f"{len(folders) / i:,.1f} runs/s; generate+ingest of as many runs and events: {g:.2f} s; "
+        f"ratio {g / i:.2f}x (medians of {args.rounds})"
+    )
+    per_run = ic * 1000 / len(folders)
+    print(f"  CPU: {per_run:.1f} ms per run = {len(folders) / ic:,.1f} runs per CPU-second")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from amb.main import cli
 from recorder.synthetic import generate_run
 from replay.export.otel import SCHEMA_URL, SEMCONV_VERSION, span_id, trace_id
-from replay.export.parquet import read_glob, sources
+from replay.export.parquet import EVENTS_PER_FILE, read_glob, sources
 from replay.ingest import ingest
 
 
@@ -33,15 +33,19 @@ def store(tmp_path_factory) -> Path:
     return root
 
 
-def test_parquet_reads_back_identical(store, tmp_path):
+@pytest.mark.parametrize("per_file", [None, "1", "40"])
+def test_parquet_reads_back_identical(store, tmp_path, per_file):
     out = tmp_path / "pq"
-    r = amb("export", "parquet", "--store", str(store), str(out), "--json")
+    args = ["export", "parquet", "--store", str(store), str(out), "--json"]
+    r = amb(*args, *(["--events-per-file", per_file] if per_file else []))
     assert r.exit_code == 0, r.output
     written = {w["name"]: w for w in json.loads(r.output)}
     assert {"events", "runs", "model_calls", "tool_calls", "processes", "file_writes", "scores"} <= set(
         written
     )
-    assert (out / "events" / "run_id=r0001").is_dir() and (out / "model_calls.parquet").is_file()
+    assert (out / "events" / "run_group=0" / "data_0.parquet").is_file() and (
+        out / "model_calls.parquet"
+    ).is_file()
     con = duckdb.connect(str(store / "amb.duckdb"), read_only=True)
     try:
         for name, _ in sources(con):
@@ -58,18 +62,84 @@ def test_parquet_reads_back_identical(store, tmp_path):
                 diff = con.execute(f"SELECT count(*) FROM ({a} EXCEPT ALL {b})").fetchall()[0][0]
                 assert diff == 0, (name, a, b)
         assert written["events"]["rows"] == con.execute("SELECT count(*) FROM events").fetchall()[0][0] > 0
+        per_run = dict(con.execute("SELECT run_id, count(*) FROM events GROUP BY run_id").fetchall())
     finally:
         con.close()
-    # Refuses to overwrite; a subset of runs gives the same layout with fewer partitions.
-    assert amb("export", "parquet", "--store", str(store), str(out)).exit_code != 0
-    sub = tmp_path / "sub"
-    r = amb("export", "parquet", "--store", str(store), str(sub), "--runs", "r0002")
-    assert r.exit_code == 0, r.output
-    assert [p.name for p in (sub / "events").iterdir()] == ["run_id=r0002"]
+    _check_groups(out, per_run, int(per_file or EVENTS_PER_FILE))
+
+
+def _check_groups(out: Path, per_run: dict[str, int], per_file: int) -> None:
+    """Each file of events holds whole runs, a contiguous range of run ids that its footer's
+    statistics state (so a reader prunes by run), and ``event_groups`` says where each run is."""
     con = duckdb.connect()
-    assert con.execute(f"SELECT DISTINCT run_id FROM {read_glob(sub, 'model_calls', False)}").fetchall() == [
-        ("r0002",)
-    ]
+    index = con.execute(
+        f"SELECT run_id, run_group, events, path FROM {read_glob(out, 'event_groups', False)} ORDER BY run_id"
+    ).fetchall()
+    assert [(r, n) for r, _, n, _ in index] == sorted(per_run.items())
+    files: dict[str, list[str]] = {}
+    for run_id, group, n, path in index:
+        assert path == f"events/run_group={group}/data_0.parquet"
+        files.setdefault(path, []).append(run_id)
+        got = con.execute(f"SELECT count(*) FROM '{out / path}' WHERE run_id = ?", [run_id]).fetchall()[0][0]
+        assert got == n, (run_id, path)
+    # Groups close once they hold per_file events: every group but the last reaches it, and no
+    # group would still reach it without its last run.
+    sizes = [[per_run[r] for r in runs] for runs in files.values()]
+    assert all(sum(s) >= per_file > sum(s) - s[-1] for s in sizes[:-1]) and sum(sizes[-1]) > 0
+    assert len(list((out / "events").glob("*/*.parquet"))) == len(files)
+    ranges = []
+    for path, runs in files.items():
+        lo, hi = con.execute(
+            "SELECT stats_min_value, stats_max_value FROM parquet_metadata(?) "
+            "WHERE path_in_schema = 'run_id'",
+            [str(out / path)],
+        ).fetchall()[0]
+        assert (lo, hi) == (runs[0], runs[-1]), path
+        assert (
+            sorted(r[0] for r in con.execute(f"SELECT DISTINCT run_id FROM '{out / path}'").fetchall())
+            == runs
+        )
+        ranges.append((lo, hi))
+    assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False)), ranges  # disjoint, in order
+    con.close()
+
+
+def test_parquet_subset_and_refusals(store, tmp_path):
+    out = tmp_path / "pq"
+    assert amb("export", "parquet", "--store", str(store), str(out)).exit_code == 0
+    # Refuses to overwrite; a subset of runs gives the same layout with fewer groups.
+    r = amb("export", "parquet", "--store", str(store), str(out))
+    assert r.exit_code != 0 and "is not empty" in r.output
+    r = amb("export", "parquet", "--store", str(store), str(tmp_path / "z"), "--events-per-file", "0")
+    assert r.exit_code != 0 and "--events-per-file" in r.output
+    sub = tmp_path / "sub"
+    r = amb("export", "parquet", "--store", str(store), str(sub), "--runs", "r0002", "--runs", "r0000")
+    assert r.exit_code == 0, r.output
+    assert [p.name for p in (sub / "events").iterdir()] == ["run_group=0"]
+    con = duckdb.connect()
+    for name in ("events", "model_calls"):
+        got = con.execute(
+            f"SELECT DISTINCT run_id FROM {read_glob(sub, name, name == 'events')} ORDER BY 1"
+        ).fetchall()
+        assert got == [("r0000",), ("r0002",)], name
+    index = con.execute(f"SELECT run_id, run_group FROM {read_glob(sub, 'event_groups', False)}").fetchall()
+    assert sorted(index) == [("r0000", 0), ("r0002", 0)]
+
+
+def test_parquet_empty_store_keeps_the_layout(tmp_path):
+    from replay.store import Store
+
+    root = tmp_path / "empty"
+    Store.open(root).close()
+    out = tmp_path / "pq"
+    r = amb("export", "parquet", "--store", str(root), str(out), "--json")
+    assert r.exit_code == 0, r.output
+    written = {w["name"]: w["rows"] for w in json.loads(r.output)}
+    assert written["events"] == written["event_groups"] == 0
+    con = duckdb.connect()
+    cols = con.execute(f"DESCRIBE SELECT * FROM {read_glob(out, 'events', True)}").fetchall()
+    assert {"run_id", "seq", "hash", "payload", "run_group"} <= {c[0] for c in cols}
+    assert con.execute(f"SELECT count(*) FROM {read_glob(out, 'events', True)}").fetchall() == [(0,)]
 
 
 EXPECTED_ATTRS = {
