@@ -521,7 +521,14 @@ class BlobStore:
                         except BlobError:
                             continue
                         ok = hashlib.sha256(data).hexdigest() == rec.hexd
-                        if ok:
+                        indexed = state.index.get(rec.hexd)
+                        if (
+                            ok
+                            and indexed is not None
+                            and (indexed.pack, indexed.offset) == (pack, rec.offset)
+                        ):
+                            # Only the copy a read would use stands for the chunk: a sound second
+                            # copy must not vouch for lists whose reads go to a damaged one.
                             chunks.put(rec.hexd, data)
                     if ok:
                         good[(pack, rec.offset)] = (rec.length, rec.codec, rec.hexd)
