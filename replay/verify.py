@@ -139,14 +139,12 @@ def check_against(
     return problems
 
 
-def check_blobs(
-    con: duckdb.DuckDBPyConnection,
-    blobs: BlobStore,
-    run_ids: list[str] | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> list[Problem]:
+def _blob_refs(
+    con: duckdb.DuckDBPyConnection, run_ids: list[str] | None
+) -> list[tuple[str, str, str, int, str]]:
+    """Every referenced blob, with the first event (by run, source, seq) that refers to it."""
     where, params = _run_filter(run_ids)
-    refs = con.execute(
+    return con.execute(
         f"""
         SELECT b, min(run_id), arg_min(source, run_id), arg_min(seq, run_id), arg_min(kind, run_id)
         FROM (SELECT run_id, source, seq, kind, unnest({manifests.BLOB_REF_SQL}) AS b FROM events
@@ -155,12 +153,24 @@ def check_blobs(
         """,
         params,
     ).fetchall()
-    bad = blobs.verify_many([r[0] for r in refs], progress)
+
+
+def _blob_problems(refs: list[tuple[str, str, str, int, str]], bad: dict[str, str]) -> list[Problem]:
     return [
         Problem(run_id, source, seq, kind, bad[blob])
         for blob, run_id, source, seq, kind in refs
         if blob in bad
     ]
+
+
+def check_blobs(
+    con: duckdb.DuckDBPyConnection,
+    blobs: BlobStore,
+    run_ids: list[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[Problem]:
+    refs = _blob_refs(con, run_ids)
+    return _blob_problems(refs, blobs.verify_many([r[0] for r in refs], progress))
 
 
 def verify(
@@ -178,22 +188,13 @@ def verify(
         ]
         if missing:
             return missing
-    # The database's checks run in DuckDB (which releases the GIL) on a second connection while
-    # this thread streams the blob packs (Python: parse, decompress, hash): the two overlap.
+    refs = _blob_refs(con, run_ids)
+    # The blob packs are streamed in a second thread (parse, decompress, hash) while this one runs
+    # the database's checks in DuckDB, which releases the GIL: the two overlap. The checks stay on
+    # ``con``, so they see what it sees (an uncommitted edit, in the tamper tests).
     with ThreadPoolExecutor(1) as pool:
-        database = pool.submit(_database_checks, con.cursor(), run_ids, anchored)
-        blob_problems = check_blobs(con, blobs, run_ids, progress)
-        return database.result() + blob_problems
-
-
-def _database_checks(
-    con: duckdb.DuckDBPyConnection, run_ids: list[str] | None, anchored: list[dict[str, Any]] | None
-) -> list[Problem]:
-    try:
-        con.execute("SET enable_progress_bar = false")
+        bad = pool.submit(blobs.verify_many, [r[0] for r in refs], progress)
         problems = check_events(con, run_ids) + check_manifests(con, run_ids)
         if anchored is not None:
             problems += check_against(con, anchored)
-        return problems
-    finally:
-        con.close()
+        return problems + _blob_problems(refs, bad.result())
