@@ -307,6 +307,24 @@ def report(name: str, results: dict[str, dict[str, Any]]) -> None:
         print(f"  {b}: on-disk bytes/event by area: {areas}")
 
 
+def verify_again(builds: dict[str, Path], work: Path, sets: list[str], rounds: int) -> None:
+    """``amb verify`` of each build on its own kept store, builds alternating round by round."""
+    for name in sets:
+        times: dict[str, list[float]] = {label: [] for label in builds}
+        for _ in range(rounds):
+            for label, build in builds.items():
+                out = run_step(build, "verify", str(work / f"{name}-{label}"))
+                if out["problems"]:
+                    raise SystemExit(f"bench: {label}: amb verify found {out['problems']} problems")
+                times[label].append(out["seconds"])
+        first = statistics.median(times["this"])
+        print(f"\n{name}: amb verify, median of {rounds} alternating rounds (load {os.getloadavg()[0]:.1f})")
+        for label, ts in times.items():
+            med = statistics.median(ts)
+            rounds_s = ", ".join(f"{t:.2f}" for t in ts)
+            print(f"  {label:16} {med:8.2f} s   (rounds {rounds_s})   this/{label} {first / med:.2f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument(
@@ -319,12 +337,23 @@ def main() -> None:
     ap.add_argument("--sets", default="small,ingest", help="data sets: small (200 runs), ingest (1,000 runs)")
     ap.add_argument("--keep", type=Path, help="keep the measured stores in this directory")
     ap.add_argument("--blob-sample", type=int, default=2000)
+    ap.add_argument(
+        "--verify-again",
+        type=int,
+        metavar="ROUNDS",
+        help="only time amb verify again on the stores a run with --keep left, builds alternating",
+    )
     args = ap.parse_args()
     builds = {"this": HERE}
     for against in args.against:
         if not (against / "replay" / "ingest.py").is_file():
             raise SystemExit(f"bench: {against} is not a checkout of this project (no replay/ingest.py)")
         builds[against.resolve().name] = against.resolve()
+    if args.verify_again:
+        if args.keep is None:
+            raise SystemExit("bench: --verify-again needs --keep DIR (the stores of an earlier run)")
+        verify_again(builds, args.keep, args.sets.split(","), args.verify_again)
+        return
     work = args.keep or Path(tempfile.mkdtemp(prefix="amb-bench-storage-"))
     try:
         for name in args.sets.split(","):
