@@ -12,7 +12,8 @@ same synthetic runs through its own write path into its own store, ingests them 
 - ``amb verify`` time (every hash, chain, manifest and blob);
 - the aggregate query (tokens per model per run, over ``model_calls``): cold (the first query of a
   fresh process and connection) and warm (median of the next ten);
-- ingest time and rate.
+- ingest time and rate, and its ratio to DuckDB's own ``read_ndjson`` load of the same event
+  bodies into a plain table (timed in the same run, before the build's ingest).
 
 Every measurement of a build runs in its own process, with the build's packages first on the path
 (as ``bench/proxy.py --against`` does), and the two builds alternate data set by data set.
@@ -21,7 +22,7 @@ Data sets: ``small``, 200 runs of 50 model calls (``amb generate --runs 200 --ca
 events); ``ingest``, the 1,000-run set of ``bench/ingest.py`` (~1M events). ``--sets small`` runs
 only the first.
 
-Run: ./just bench storage [--against ../prev] [--sets small,ingest] [--keep DIR]
+Run: ./just bench storage [--against ../prev]... [--sets small,ingest] [--keep DIR]
      (each run generates its stores afresh: ingest compresses the spools it reads)
      (``git worktree add --detach ../prev main`` makes a previous build to compare with)
 """
@@ -49,6 +50,7 @@ FROM model_calls GROUP BY run_id, model ORDER BY run_id
 
 SETS = {
     # name: (runs, generate_run keyword arguments)
+    "tiny": (10, {"calls": 10}),  # a smoke test of the bench itself
     "small": (200, {"calls": 50}),
     "ingest": (1000, {"calls": 35, "processes_per_call": 26}),
 }
@@ -113,6 +115,40 @@ def work_ingest(root: Path) -> dict[str, Any]:
     }
 
 
+def work_ndjson(root: Path) -> dict[str, Any]:
+    """DuckDB's own ``read_ndjson`` load of the same event bodies into a plain table (the ingest
+    rate's yardstick, as in bench/ingest.py), from the spools as written, before any ingest."""
+    import duckdb
+
+    work = Path(tempfile.mkdtemp(prefix="amb-bench-ndjson-"))
+    try:
+        ndjson, n = work / "events.ndjson", 0
+        with open(ndjson, "wb") as out:
+            for spool in sorted(root.glob("spool/*/*.spool")):
+                lines = spool.read_bytes().split(b"\n")[1:]  # the first is the spool's magic
+                for line in lines:
+                    if line:
+                        out.write(line.split(b"\t", 2)[2] + b"\n")
+                        n += 1
+        os.sync()
+        times = []
+        for _ in range(3):  # the median of three: one load under a noisy machine says little
+            (work / "plain.duckdb").unlink(missing_ok=True)
+            t0 = time.perf_counter()
+            con = duckdb.connect(str(work / "plain.duckdb"))
+            con.execute(
+                """CREATE TABLE plain AS SELECT * FROM read_ndjson(?, columns = {
+                       kind: 'VARCHAR', payload: 'JSON', prev_hash: 'VARCHAR', run_id: 'VARCHAR',
+                       seq: 'BIGINT', source: 'VARCHAR', ts_ns: 'BIGINT', v: 'INTEGER'})""",
+                [str(ndjson)],
+            )
+            con.close()
+            times.append(time.perf_counter() - t0)
+        return {"seconds": statistics.median(times), "events": n}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def work_verify(root: Path) -> dict[str, Any]:
     from replay.store import Store
     from replay.verify import verify
@@ -174,6 +210,8 @@ def worker(argv: list[str]) -> None:
         out = work_ingest(root)
     elif what == "verify":
         out = work_verify(root)
+    elif what == "ndjson":
+        out = work_ndjson(root)
     elif what == "query":
         out = work_query(root)
     elif what == "blobs":
@@ -207,6 +245,7 @@ def measure(build: Path, store: Path, runs: int, kwargs: dict[str, Any], sample:
     gen = run_step(build, "generate", str(store), str(runs), json.dumps(kwargs))
     print(f"  {build}: {gen['events']:,} events in {gen['seconds']:.0f} s", file=sys.stderr)
     before_disk, before_content, _ = _du(store)
+    ndjson = run_step(HERE, "ndjson", str(store))  # DuckDB's, the same whatever the build
     ingest = run_step(build, "ingest", str(store))
     verify = run_step(build, "verify", str(store))
     if verify["problems"]:
@@ -222,6 +261,8 @@ def measure(build: Path, store: Path, runs: int, kwargs: dict[str, Any], sample:
         "areas_per_event": {k: v / n for k, v in sorted(ingest["areas"].items())},
         "ingest_s": ingest["seconds"],
         "ingest_rate": n / ingest["seconds"],
+        "ndjson_rate": ndjson["events"] / ndjson["seconds"],
+        "ingest_vs_ndjson": (n / ingest["seconds"]) / (ndjson["events"] / ndjson["seconds"]),
         "settle_s": ingest["settle_s"],
         "verify_s": verify["seconds"],
         "blob_p50_ms": blobs["p50_ms"],
@@ -237,6 +278,8 @@ ROWS = [
     ("on-disk bytes/event before ingest", "before_ingest_disk_per_event", "{:,.0f}"),
     ("ingest time (s)", "ingest_s", "{:.2f}"),
     ("ingest rate (events/s)", "ingest_rate", "{:,.0f}"),
+    ("read_ndjson of the same events (events/s)", "ndjson_rate", "{:,.0f}"),
+    ("ingest rate / read_ndjson rate", "ingest_vs_ndjson", "{:.2f}"),
     ("spools compressed/dropped after ingest (s)", "settle_s", "{:.2f}"),
     ("amb verify (s)", "verify_s", "{:.2f}"),
     ("blob read p50 (ms)", "blob_p50_ms", "{:.3f}"),
@@ -249,32 +292,68 @@ ROWS = [
 def report(name: str, results: dict[str, dict[str, Any]]) -> None:
     builds = list(results)
     first = results[builds[0]]
+    others = builds[1:]
     print(f"\n{name}: {first['events']:,} events  (load average {os.getloadavg()[0]:.1f})")
-    header = f"{'':42}" + "".join(f"{b:>16}" for b in builds) + ("   this/prev" if len(builds) == 2 else "")
+    header = f"{'':44}" + "".join(f"{b:>16}" for b in builds) + "".join(f"{'this/' + b:>18}" for b in others)
     print(header)
     for label, key, fmt in ROWS:
         cells = "".join(f"{fmt.format(results[b][key]):>16}" for b in builds)
-        ratio = ""
-        if len(builds) == 2 and results[builds[1]][key]:
-            ratio = f"   {results[builds[0]][key] / results[builds[1]][key]:.2f}x"
-        print(f"{label:42}{cells}{ratio}")
+        ratios = "".join(
+            f"{(first[key] / results[b][key]) if results[b][key] else float('nan'):>17.2f}x" for b in others
+        )
+        print(f"{label:44}{cells}{ratios}")
     for b in builds:
         areas = ", ".join(f"{k} {v:,.0f}" for k, v in results[b]["areas_per_event"].items())
         print(f"  {b}: on-disk bytes/event by area: {areas}")
 
 
+def verify_again(builds: dict[str, Path], work: Path, sets: list[str], rounds: int) -> None:
+    """``amb verify`` of each build on its own kept store, builds alternating round by round."""
+    for name in sets:
+        times: dict[str, list[float]] = {label: [] for label in builds}
+        for _ in range(rounds):
+            for label, build in builds.items():
+                out = run_step(build, "verify", str(work / f"{name}-{label}"))
+                if out["problems"]:
+                    raise SystemExit(f"bench: {label}: amb verify found {out['problems']} problems")
+                times[label].append(out["seconds"])
+        first = statistics.median(times["this"])
+        print(f"\n{name}: amb verify, median of {rounds} alternating rounds (load {os.getloadavg()[0]:.1f})")
+        for label, ts in times.items():
+            med = statistics.median(ts)
+            rounds_s = ", ".join(f"{t:.2f}" for t in ts)
+            print(f"  {label:16} {med:8.2f} s   (rounds {rounds_s})   this/{label} {first / med:.2f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--against", type=Path, help="a checkout of a previous build to measure beside this one")
+    ap.add_argument(
+        "--against",
+        type=Path,
+        action="append",
+        default=[],
+        help="a checkout of a previous build to measure beside this one (may be given more than once)",
+    )
     ap.add_argument("--sets", default="small,ingest", help="data sets: small (200 runs), ingest (1,000 runs)")
     ap.add_argument("--keep", type=Path, help="keep the measured stores in this directory")
     ap.add_argument("--blob-sample", type=int, default=2000)
+    ap.add_argument(
+        "--verify-again",
+        type=int,
+        metavar="ROUNDS",
+        help="only time amb verify again on the stores a run with --keep left, builds alternating",
+    )
     args = ap.parse_args()
-    if args.against is not None and not (args.against / "replay" / "ingest.py").is_file():
-        raise SystemExit(f"bench: {args.against} is not a checkout of this project (no replay/ingest.py)")
     builds = {"this": HERE}
-    if args.against is not None:
-        builds["prev"] = args.against.resolve()
+    for against in args.against:
+        if not (against / "replay" / "ingest.py").is_file():
+            raise SystemExit(f"bench: {against} is not a checkout of this project (no replay/ingest.py)")
+        builds[against.resolve().name] = against.resolve()
+    if args.verify_again:
+        if args.keep is None:
+            raise SystemExit("bench: --verify-again needs --keep DIR (the stores of an earlier run)")
+        verify_again(builds, args.keep, args.sets.split(","), args.verify_again)
+        return
     work = args.keep or Path(tempfile.mkdtemp(prefix="amb-bench-storage-"))
     try:
         for name in args.sets.split(","):

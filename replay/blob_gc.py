@@ -175,7 +175,10 @@ def _collect(blobs: BlobStore, live: set[str], small_pack: int) -> Collected:
                 kept.add(r.hexd)
         dead = records - len(keep)
         torn = path.stat().st_size > end
-        if not damaged and (dead or torn or (len(small) > 1 and path in small)):
+        # A pack without its index (a gc killed between removing the two) is invisible to readers:
+        # the copies counted as kept from it must be rewritten into an indexed pack.
+        unindexed = not path.with_suffix(packstore.IDX_SUFFIX).exists()
+        if not damaged and (dead or torn or unindexed or (len(small) > 1 and path in small)):
             plans.append((path, keep, dead))
     writer: packstore.PackWriter | None = None
     removed = reclaimed = 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import duckdb
@@ -58,52 +59,65 @@ def _run_filter(run_ids: list[str] | None) -> tuple[str, list[Any]]:
     return f"WHERE run_id IN ({', '.join('?' for _ in run_ids)})", list(run_ids)
 
 
-def _hot_mismatch(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
-    """(the extra select list, the SQL naming the first hot column that differs from the payload).
+def _hot_mismatches(
+    con: duckdb.DuckDBPyConnection, where: str, params: list[Any]
+) -> dict[tuple[str, str, int], Problem]:
+    """Events whose hot column differs from the one re-derived from their payload.
 
     The hot columns (``replay.hot``) are outside the hash, so an edit of one alone leaves every
-    hash intact; this re-derives each from the payload (one parse per event) and compares."""
+    hash intact; this re-derives each from the payload (one parse per event) and compares. The
+    extracted fields are materialised once: inlined, DuckDB parsed each payload again for every
+    column the CASE reads (4.2 s against 0.24 s on 59k events)."""
     if not hot.present(con):
-        return "", "NULL"
+        return {}
     paths = ", ".join(f"'$.{c.path}'" for c in hot.HOT_COLUMNS)
     whens = " ".join(
         f"WHEN {c.name} IS DISTINCT FROM {hot.cast(f'hx[{i + 1}]', c)} "
         f"THEN 'hot column {c.name} differs from the payload (edited after ingest)'"
         for i, c in enumerate(hot.HOT_COLUMNS)
     )
-    return f", json_extract_string(payload, [{paths}]) AS hx", f"CASE {whens} END"
+    names = ", ".join(c.name for c in hot.HOT_COLUMNS)
+    rows = con.execute(
+        f"""
+        WITH h AS MATERIALIZED (
+            SELECT run_id, source, seq, kind, {names}, json_extract_string(payload, [{paths}]) AS hx
+            FROM events {where}
+        )
+        SELECT * FROM (SELECT run_id, source, seq, kind, CASE {whens} END AS what FROM h)
+        WHERE what IS NOT NULL
+        """,
+        params,
+    ).fetchall()
+    return {(r[0], r[1], r[2]): Problem(*r) for r in rows}
 
 
 def check_events(con: duckdb.DuckDBPyConnection, run_ids: list[str] | None = None) -> list[Problem]:
     where, params = _run_filter(run_ids)
-    hx, hot_bad = _hot_mismatch(con)
     rows = con.execute(
         f"""
         WITH e AS (
             SELECT run_id, source, seq, kind, hash, prev_hash,
                    'sha256:' || sha256({BODY_SQL}) AS rehash,
                    lag(hash) OVER w AS prev_stored,
-                   row_number() OVER w - 1 AS expected_seq,
-                   {hot_bad} AS hot_bad
-            FROM (SELECT *{hx} FROM events {where}) AS events
+                   row_number() OVER w - 1 AS expected_seq
+            FROM (SELECT * FROM events {where}) AS events
             WINDOW w AS (PARTITION BY run_id, source ORDER BY seq)
         )
         SELECT run_id, source, seq, kind,
                CASE
                  WHEN seq <> expected_seq THEN 'sequence gap: seq ' || expected_seq || ' is missing'
                  WHEN rehash <> hash THEN 'hash mismatch: the event was edited after it was recorded'
-                 WHEN prev_hash <> coalesce(prev_stored, '{GENESIS}')
-                   THEN 'broken chain: prev_hash is not the hash of the event before it'
-                 ELSE hot_bad
+                 ELSE 'broken chain: prev_hash is not the hash of the event before it'
                END AS what
         FROM e
         WHERE seq <> expected_seq OR rehash <> hash OR prev_hash <> coalesce(prev_stored, '{GENESIS}')
-           OR hot_bad IS NOT NULL
-        ORDER BY run_id, source, seq
         """,
         params,
     ).fetchall()
-    return [Problem(*row) for row in rows]
+    # One problem per event: a broken hash or chain says more than a hot column that disagrees.
+    found = _hot_mismatches(con, where, params)
+    found.update({(r[0], r[1], r[2]): Problem(*r) for r in rows})
+    return [found[k] for k in sorted(found)]
 
 
 def check_manifests(con: duckdb.DuckDBPyConnection, run_ids: list[str] | None = None) -> list[Problem]:
@@ -125,14 +139,12 @@ def check_against(
     return problems
 
 
-def check_blobs(
-    con: duckdb.DuckDBPyConnection,
-    blobs: BlobStore,
-    run_ids: list[str] | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> list[Problem]:
+def _blob_refs(
+    con: duckdb.DuckDBPyConnection, run_ids: list[str] | None
+) -> list[tuple[str, str, str, int, str]]:
+    """Every referenced blob, with the first event (by run, source, seq) that refers to it."""
     where, params = _run_filter(run_ids)
-    refs = con.execute(
+    return con.execute(
         f"""
         SELECT b, min(run_id), arg_min(source, run_id), arg_min(seq, run_id), arg_min(kind, run_id)
         FROM (SELECT run_id, source, seq, kind, unnest({manifests.BLOB_REF_SQL}) AS b FROM events
@@ -141,12 +153,24 @@ def check_blobs(
         """,
         params,
     ).fetchall()
-    bad = blobs.verify_many([r[0] for r in refs], progress)
+
+
+def _blob_problems(refs: list[tuple[str, str, str, int, str]], bad: dict[str, str]) -> list[Problem]:
     return [
         Problem(run_id, source, seq, kind, bad[blob])
         for blob, run_id, source, seq, kind in refs
         if blob in bad
     ]
+
+
+def check_blobs(
+    con: duckdb.DuckDBPyConnection,
+    blobs: BlobStore,
+    run_ids: list[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[Problem]:
+    refs = _blob_refs(con, run_ids)
+    return _blob_problems(refs, blobs.verify_many([r[0] for r in refs], progress))
 
 
 def verify(
@@ -164,7 +188,13 @@ def verify(
         ]
         if missing:
             return missing
-    problems = check_events(con, run_ids) + check_manifests(con, run_ids)
-    if anchored is not None:
-        problems += check_against(con, anchored)
-    return problems + check_blobs(con, blobs, run_ids, progress)
+    refs = _blob_refs(con, run_ids)
+    # The blob packs are streamed in a second thread (parse, decompress, hash) while this one runs
+    # the database's checks in DuckDB, which releases the GIL: the two overlap. The checks stay on
+    # ``con``, so they see what it sees (an uncommitted edit, in the tamper tests).
+    with ThreadPoolExecutor(1) as pool:
+        bad = pool.submit(blobs.verify_many, [r[0] for r in refs], progress)
+        problems = check_events(con, run_ids) + check_manifests(con, run_ids)
+        if anchored is not None:
+            problems += check_against(con, anchored)
+        return problems + _blob_problems(refs, bad.result())

@@ -37,7 +37,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from schemas import blobcodec, packstore
 from schemas.blob import DIGEST_RE, HASH_PREFIX, BlobRef
@@ -521,7 +521,14 @@ class BlobStore:
                         except BlobError:
                             continue
                         ok = hashlib.sha256(data).hexdigest() == rec.hexd
-                        if ok:
+                        indexed = state.index.get(rec.hexd)
+                        if (
+                            ok
+                            and indexed is not None
+                            and (indexed.pack, indexed.offset) == (pack, rec.offset)
+                        ):
+                            # Only the copy a read would use stands for the chunk: a sound second
+                            # copy must not vouch for lists whose reads go to a damaged one.
                             chunks.put(rec.hexd, data)
                     if ok:
                         good[(pack, rec.offset)] = (rec.length, rec.codec, rec.hexd)
@@ -546,22 +553,53 @@ class BlobStore:
     @staticmethod
     def _list_hash(listing: bytes, chunks: _ContentCache) -> str | None:
         """The sha256 of a chunk list's content from chunks verified earlier in this pass (None if
-        one is not at hand: the list is then checked by an ordinary read)."""
+        one is not at hand: the list is then checked by an ordinary read).
+
+        The lists of one conversation share their leading chunks (each request resends the one
+        before it), so the hash state after each prefix of a list is kept (``chunks.states``) and
+        a later list with the same leading lines goes on from the longest one kept, instead of
+        hashing the whole conversation again: linear in the chunks, not quadratic."""
         if not listing.startswith(CHUNK_MAGIC):
             return None
-        sha = hashlib.sha256()
-        for line in listing[len(CHUNK_MAGIC) :].split(b"\n"):
-            if not line:
-                continue
-            data = chunks.get(line[len(HASH_PREFIX) :].decode(errors="replace"))
-            if data is None:
-                return None
-            sha.update(data)
-        return sha.hexdigest()
+        ends, pos = [], len(CHUNK_MAGIC)
+        while pos < len(listing):
+            nl = listing.find(b"\n", pos)
+            pos = len(listing) if nl == -1 else nl + 1
+            ends.append(pos)
+        # The longest prefix (whole lines) already hashed: prefixes are kept for every line of
+        # every list, so the set kept is closed under shorter prefixes (bar evictions) and a
+        # binary search finds it.
+        lo, hi = 0, len(ends) - 1  # ends[lo - 1] is known, ends[hi + 1] is not
+        states = chunks.states
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if listing[: ends[mid]] in states:
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        if lo:
+            sha = states[listing[: ends[lo - 1]]].copy()
+            start = ends[lo - 1]
+        else:
+            sha, start = hashlib.sha256(), len(CHUNK_MAGIC)
+        for end in ends[lo:]:
+            line = listing[start:end].rstrip(b"\n")
+            if line:
+                data = chunks.get(line[len(HASH_PREFIX) :].decode(errors="replace"))
+                if data is None:
+                    return None
+                sha.update(data)
+            chunks.keep_state(listing[:end], sha)
+            start = end
+        return str(sha.hexdigest())
 
 
 VERIFY_CACHE = 256 * 1024 * 1024
 """Bytes of verified chunk content ``verify_many`` keeps to hash the chunk lists that follow."""
+
+
+STATE_COST = 256
+"""What one kept hash state is counted as (a sha256 object, roughly)."""
 
 
 class _ContentCache:
@@ -571,14 +609,29 @@ class _ContentCache:
         self.limit = limit
         self.size = 0
         self._data: OrderedDict[str, bytes] = OrderedDict()
+        self.states: OrderedDict[bytes, Any] = OrderedDict()
+        """sha256 states after a prefix of a chunk list (by the prefix's bytes), least recent first."""
+
+    def keep_state(self, prefix: bytes, sha: Any) -> None:
+        if prefix not in self.states:
+            self.states[prefix] = sha.copy()
+            self.size += len(prefix) + STATE_COST
+            self._evict()
+
+    def _evict(self) -> None:
+        while self.size > self.limit and (self._data or self.states):
+            if self.states and (not self._data or len(self.states) > len(self._data)):
+                old, _ = self.states.popitem(last=False)
+                self.size -= len(old) + STATE_COST
+            else:
+                self.size -= len(self._data.popitem(last=False)[1])
 
     def put(self, hexd: str, data: bytes) -> None:
         if hexd in self._data:
             return
         self._data[hexd] = data
         self.size += len(data)
-        while self.size > self.limit:
-            self.size -= len(self._data.popitem(last=False)[1])
+        self._evict()
 
     def get(self, hexd: str) -> bytes | None:
         data = self._data.get(hexd)

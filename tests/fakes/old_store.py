@@ -31,3 +31,28 @@ def explode(blobs: BlobStore) -> int:
     shutil.rmtree(blobs.packs_dir)
     blobs.forget()
     return n
+
+
+def plain_payloads(root: os.PathLike[str] | str) -> None:
+    """Give a store's ``events`` the payload column of stores made before
+    ``core.m006_i22_payload_zstd`` (DuckDB's default string compression), and mark that migration
+    as not applied, so the next ``Store.open`` migrates it."""
+    import duckdb
+
+    con = duckdb.connect(os.path.join(root, "amb.duckdb"))
+    try:
+        cols = con.execute(
+            "SELECT column_name, data_type, is_nullable FROM duckdb_columns() "
+            "WHERE schema_name = 'main' AND table_name = 'events' ORDER BY column_index"
+        ).fetchall()
+        ddl = ", ".join(f'"{n}" {t}' + ("" if nullable else " NOT NULL") for n, t, nullable in cols)
+        con.execute("BEGIN")
+        con.execute(f"CREATE TABLE events_plain ({ddl})")
+        con.execute("INSERT INTO events_plain SELECT * FROM events ORDER BY run_id, source, seq")
+        con.execute("DROP TABLE events")
+        con.execute("ALTER TABLE events_plain RENAME TO events")
+        con.execute("DELETE FROM _amb_migrations WHERE name = 'core.m006_i22_payload_zstd'")
+        con.execute("COMMIT")
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()

@@ -7,8 +7,9 @@ import pytest
 from recorder.synthetic import generate_run
 from replay.blob_migrate import migrate
 from replay.ingest import ingest
+from replay.store import Store
 from schemas.blobstore import BlobStore
-from tests.fakes.old_store import explode
+from tests.fakes.old_store import explode, plain_payloads
 
 
 @pytest.fixture(scope="session")
@@ -25,6 +26,8 @@ def store_templates(tmp_path_factory):
             assert explode(blobs) > 0
             done = migrate(blobs)
             assert done.bad == [] and done.packed > 0 and list(blobs.loose_files()) == []
+            plain_payloads(root)  # and its events table as it was before the payload was zstd'd
+            Store.open(root).close()
         blobs.close()
         templates[kind] = root
     return templates
@@ -33,7 +36,8 @@ def store_templates(tmp_path_factory):
 @pytest.fixture(params=["packed", "migrated"])
 def store(tmp_path, request, store_templates):
     """A store with three synthetic runs, ingested: as written today (blobs in packs), and as an
-    old store of loose blob files brought to packs by ``amb blobs migrate``."""
+    old store of loose blob files brought to packs by ``amb blobs migrate`` (and its events table
+    rebuilt by ``core.m006_i22_payload_zstd``)."""
     root = tmp_path / "store"
     shutil.copytree(store_templates[request.param], root, symlinks=True)
     return root

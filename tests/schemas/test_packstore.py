@@ -233,3 +233,31 @@ def test_blobs_encode_and_decode_in_many_threads_at_once():
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         assert all(pool.map(round_trip, contents * 40))
+
+
+def test_verify_of_a_growing_conversation_and_a_damaged_shared_chunk(tmp_path):
+    """Requests that resend the conversation so far: their chunk lists share their leading chunks,
+    whose hash states verify_many keeps and goes on from. Every list passes; then the chunk they all
+    start with is damaged where reads find it (a sound copy stays earlier in the pack), and every
+    list fails, as a read of it does."""
+    import random
+
+    store = BlobStore(tmp_path)
+    rng = random.Random(1)
+    turns = [json.dumps({"role": "user", "content": rng.randbytes(3000).hex()}) for _ in range(30)]
+    bodies = [("[" + ",\n".join(turns[:k]) + "]").encode() for k in range(12, 31)]
+    refs = [store.put(b) for b in bodies]
+    store.close()
+    listings = [bytes(store.stored_record(r.blob[7:])[1]) for r in refs]
+    assert all(x.startswith(b"AMBCHUNKS 1\n") for x in listings)
+    firsts = {x.split(b"\n")[1] for x in listings}
+    assert len(firsts) == 1  # one shared leading chunk
+    assert store.verify_many([r.blob for r in refs]) == {}
+    assert [hashlib.sha256(store.get(r)).hexdigest() for r in refs] == [r.blob[7:] for r in refs]
+    shared = firsts.pop().decode()
+    replace_blob(store, shared, zstandard.ZstdCompressor().compress(b"other"), blobcodec.ZSTD)
+    bad = store.verify_many([r.blob for r in refs])
+    assert set(bad) == {r.blob for r in refs}
+    assert all("a chunk failed" in reason for reason in bad.values())
+    with pytest.raises(BlobError, match="a chunk failed"):
+        store.get(refs[-1])
