@@ -1,5 +1,8 @@
 """The local executor: ``amb sweep exec`` as child processes of the sweep, ``concurrency`` at a time.
 
+The execs are forked by one warm ``amb sweep exec --serve`` (``sweeps.forkserver``), started once per
+sweep, so a run does not pay for starting an interpreter and importing amb, the recorder and
+mitmproxy; should that server fail, each spec gets a cold ``amb sweep exec SPEC.json`` instead.
 Each child runs in its own session (so a terminal's Ctrl-C reaches the sweep, which stops the
 children in order) with SIGTERM as its parent-death signal: if the sweep itself is killed hard, its
 children stop their containers and close their runs, and a resumed sweep never races a leftover
@@ -9,7 +12,9 @@ attempt. The children's pids are saved under ``<root>/executor/local.json`` so t
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import signal
 import subprocess
 import time
@@ -40,10 +45,13 @@ class LocalExecutor:
         self.layout = layout
         self.concurrency = max(1, config.local.concurrency or concurrency)
         self.queue: list[Path] = []
-        self.running: dict[str, tuple[subprocess.Popen[bytes], IO[bytes]]] = {}
+        self.running: dict[str, tuple[subprocess.Popen[bytes] | _Forked, IO[bytes]]] = {}
         self.states: dict[str, JobState] = {}
         self.dispatched: dict[str, float] = {}
         """Run id -> when its exec was started (time.time(); the benchmark's dispatch time)."""
+        self.server: _ExecServer | None = _ExecServer(layout)
+        self.server_start_s: float | None = None
+        """How long the warm exec took to be ready (once per sweep; None: not used)."""
         self._dir = save_name(layout, self.name)
         self._state = _State(driver=os.getpid(), driver_start=_start_time(os.getpid()))
         self._save()
@@ -84,7 +92,7 @@ class LocalExecutor:
                 proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+                proc.wait(30)
             log.close()
             self.states[run_id] = "ended"
             self._state.pids.pop(run_id, None)
@@ -92,6 +100,8 @@ class LocalExecutor:
         self._save()
 
     def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
         self._state.driver = None
         self._save()
 
@@ -108,16 +118,21 @@ class LocalExecutor:
         while self.queue and len(self.running) < self.concurrency:
             spec = self.queue.pop(0)
             run_id = spec.stem
-            log = open(self.layout.logs / f"{run_id}.log", "ab")
-            proc = subprocess.Popen(
-                exec_command(spec),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=_term_with_parent,
-            )
-            self.dispatched[run_id] = time.time()
+            log_path = self.layout.logs / f"{run_id}.log"
+            proc: subprocess.Popen[bytes] | _Forked | None = self._fork(spec, log_path)
+            if proc is not None:
+                log: IO[bytes] = open(os.devnull, "ab")
+            else:
+                log = open(log_path, "ab")
+                self.dispatched[run_id] = time.time()
+                proc = subprocess.Popen(
+                    exec_command(spec),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    preexec_fn=_term_with_parent,
+                )
             self.running[run_id] = (proc, log)
             self.states[run_id] = "running"
             self._state.pids[run_id] = proc.pid
@@ -125,8 +140,132 @@ class LocalExecutor:
         if changed:
             self._save()
 
+    def _fork(self, spec: Path, log_path: Path) -> _Forked | None:
+        """The exec of ``spec``, forked by the warm server (None: no server; start a cold one)."""
+        server = self.server
+        if server is None:
+            return None
+        if self.server_start_s is None:
+            self.server_start_s = server.wait_ready(SERVER_START_S)
+            if self.server_start_s is None:
+                self._drop_server()
+                return None
+        self.dispatched[spec.stem] = time.time()
+        pid = server.start(spec, log_path)
+        if pid is None:
+            self._drop_server()
+            return None
+        return _Forked(server, pid)
+
+    def _drop_server(self) -> None:
+        """The warm exec failed (its log says why): the remaining specs start cold."""
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
     def _save(self) -> None:
         write_atomic(self._dir / "local.json", msgspec.json.encode(self._state))
+
+
+SERVER_START_S = 300.0
+"""How long the warm exec may take to import everything (seconds; a loaded machine is slow)."""
+
+
+class _ExecServer:
+    """``amb sweep exec --serve`` (``sweeps.forkserver``), seen from the executor."""
+
+    def __init__(self, layout: Layout):
+        self.t0 = time.monotonic()
+        with open(layout.logs / "exec-server.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [*exec_command(Path("-"))[:-1], "--serve"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+                preexec_fn=_term_with_parent,
+            )
+        self._buf = b""
+        self.ready = False
+        self.exits: dict[int, int] = {}
+        self.started: dict[str, int] = {}
+
+    def wait_ready(self, timeout: float) -> float | None:
+        """Seconds the server took to be ready; None if it was not within ``timeout`` (or died)."""
+        deadline = time.monotonic() + timeout
+        while not self.ready and self.pump(deadline - time.monotonic()):
+            pass
+        return time.monotonic() - self.t0 if self.ready else None
+
+    def start(self, spec: Path, log_path: Path) -> int | None:
+        """Ask for a child executing ``spec``; its pid (None: the server does not answer)."""
+        key = str(spec.resolve())
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps({"spec": key, "log": str(log_path.resolve())}).encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return None
+        deadline = time.monotonic() + 30
+        while key not in self.started and self.pump(deadline - time.monotonic()):
+            pass
+        return self.started.pop(key, None)
+
+    def pump(self, timeout: float = 0.0) -> bool:
+        """Read what the server said within ``timeout``; False once it is gone or the time is up."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        readable, _, _ = select.select([fd], [], [], max(0.0, timeout))
+        if not readable:
+            return False
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return False
+        self._buf += chunk
+        *lines, self._buf = self._buf.split(b"\n")
+        for line in lines:
+            message = json.loads(line)
+            if "ready" in message:
+                self.ready = True
+            elif "exit" in message:
+                self.exits[message["pid"]] = message["exit"]
+            elif "spec" in message:
+                self.started[message["spec"]] = message["pid"]
+        return True
+
+    def close(self) -> None:
+        """No more specs: the server exits once its children have (it is not waited for here)."""
+        if self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        if self.proc.poll() is None and not self.ready:
+            self.proc.kill()  # never got going (a failed start): nothing of it to wait for
+            self.proc.wait()
+
+
+class _Forked:
+    """One exec forked by the server, with the part of ``subprocess.Popen`` the executor uses."""
+
+    def __init__(self, server: _ExecServer, pid: int):
+        self.server = server
+        self.pid = pid
+
+    def poll(self) -> int | None:
+        while self.server.pump(0):
+            pass
+        if self.pid not in self.server.exits and self.server.proc.poll() is not None:
+            return -signal.SIGKILL  # the server is gone, so is its child (parent-death signal)
+        return self.server.exits.get(self.pid)
+
+    def wait(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"exec {self.pid}", timeout)
+            self.server.pump(min(0.1, deadline - time.monotonic()))
+        return code
 
 
 class _Attached:
