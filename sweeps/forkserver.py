@@ -2,10 +2,13 @@
 
 A cold ``amb sweep exec`` spends most of its own time (besides the run) starting an interpreter and
 importing amb, the recorder and mitmproxy; on a busy machine that is seconds per run. The local
-executor instead starts ``amb sweep exec --serve`` once per sweep: it imports everything a run needs
+executor instead starts ``amb sweep exec --serve`` once per sweep (the Ray executor once per Ray
+worker process, which Ray reuses for task after task; ``ExecServer`` below is the client side of
+both): it imports everything a run needs
 (:func:`preload`), then reads requests on stdin and answers on stdout, one JSON object a line:
 
-- in: ``{"spec": "/abs/spec.json", "log": "/abs/log"}``; out: ``{"spec": ..., "pid": N}`` once the
+- in: ``{"spec": "/abs/spec.json", "log": "/abs/log", "env": {...}}`` (``env``: added to the
+  child's environment); out: ``{"spec": ..., "pid": N}`` once the
   child is forked;
 - out: ``{"pid": N, "exit": CODE}`` when a child has exited (its exit status, as the cold command's);
 - out first: ``{"ready": PID}`` once the imports are done.
@@ -24,6 +27,7 @@ import json
 import os
 import select
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -31,8 +35,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from sweeps.executor import exec_command
+
 WAIT_S = 0.05
 """How often the server looks for exited children while no request arrives."""
+START_S = 300.0
+"""How long a client waits for the server to be ready (its imports; a loaded machine is slow)."""
 
 
 def preload() -> None:
@@ -77,7 +85,7 @@ def serve(stdin: int = 0, stdout: int = 1) -> int:
         for line in lines:
             if line.strip():
                 request = json.loads(line)
-                pid = _fork(request["spec"], request["log"], stdin, stdout)
+                pid = _fork(request["spec"], request["log"], request.get("env") or {}, stdin, stdout)
                 children.add(pid)
                 _say(out, {"spec": request["spec"], "pid": pid})
     return 0
@@ -101,7 +109,7 @@ def _reap(out: Any, children: set[int]) -> None:
         _say(out, {"pid": pid, "exit": os.waitstatus_to_exitcode(status)})
 
 
-def _fork(spec_file: str, log_file: str, stdin: int, stdout: int) -> int:
+def _fork(spec_file: str, log_file: str, env: dict[str, str], stdin: int, stdout: int) -> int:
     server = os.getpid()
     pid = os.fork()
     if pid:
@@ -123,6 +131,7 @@ def _fork(spec_file: str, log_file: str, stdin: int, stdout: int) -> int:
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
         sys.argv = ["amb", "sweep", "exec", spec_file]
+        os.environ.update(env)
         code = run_exec(Path(spec_file))
     except BaseException:  # whatever happens, this child must never return into the server's loop
         traceback.print_exc()
@@ -166,3 +175,102 @@ def _term_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+class ExecServer:
+    """``amb sweep exec --serve`` (``sweeps.forkserver``), seen from the executor."""
+
+    def __init__(self, log_file: Path, amb: str | None = None):
+        self.t0 = time.monotonic()
+        with open(log_file, "ab") as log:
+            self.proc = subprocess.Popen(
+                [*exec_command(Path("-"), amb=amb)[:-1], "--serve"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+                preexec_fn=_term_with_parent,
+            )
+        self._buf = b""
+        self.ready = False
+        self.exits: dict[int, int] = {}
+        self.started: dict[str, int] = {}
+
+    def wait_ready(self, timeout: float = START_S) -> float | None:
+        """Seconds the server took to be ready; None if it was not within ``timeout`` (or died)."""
+        deadline = time.monotonic() + timeout
+        while not self.ready and self.pump(deadline - time.monotonic()):
+            pass
+        return time.monotonic() - self.t0 if self.ready else None
+
+    def start(self, spec: Path, log_path: Path, env: dict[str, str] | None = None) -> int | None:
+        """Ask for a child executing ``spec`` (with ``env`` added to its environment); its pid
+        (None: the server does not answer)."""
+        key = str(spec.resolve())
+        request = {"spec": key, "log": str(log_path.resolve()), "env": env or {}}
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return None
+        deadline = time.monotonic() + 30
+        while key not in self.started and self.pump(deadline - time.monotonic()):
+            pass
+        return self.started.pop(key, None)
+
+    def pump(self, timeout: float = 0.0) -> bool:
+        """Read what the server said within ``timeout``; False once it is gone or the time is up."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        readable, _, _ = select.select([fd], [], [], max(0.0, timeout))
+        if not readable:
+            return False
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return False
+        self._buf += chunk
+        *lines, self._buf = self._buf.split(b"\n")
+        for line in lines:
+            message = json.loads(line)
+            if "ready" in message:
+                self.ready = True
+            elif "exit" in message:
+                self.exits[message["pid"]] = message["exit"]
+            elif "spec" in message:
+                self.started[message["spec"]] = message["pid"]
+        return True
+
+    def close(self) -> None:
+        """No more specs: the server exits once its children have (it is not waited for here)."""
+        if self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        if self.proc.poll() is None and not self.ready:
+            self.proc.kill()  # never got going (a failed start): nothing of it to wait for
+            self.proc.wait()
+
+
+class Forked:
+    """One exec forked by the server, with the part of ``subprocess.Popen`` the executor uses."""
+
+    def __init__(self, server: ExecServer, pid: int):
+        self.server = server
+        self.pid = pid
+
+    def poll(self) -> int | None:
+        while self.server.pump(0):
+            pass
+        if self.pid not in self.server.exits and self.server.proc.poll() is not None:
+            return -signal.SIGKILL  # the server is gone, so is its child (parent-death signal)
+        return self.server.exits.get(self.pid)
+
+    def wait(self, timeout: float | None) -> int:
+        deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))
+        while (code := self.poll()) is None:
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"exec {self.pid}", timeout or 0.0)
+            self.server.pump(min(0.1, deadline - time.monotonic()))
+        return code

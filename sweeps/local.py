@@ -12,9 +12,7 @@ attempt. The children's pids are saved under ``<root>/executor/local.json`` so t
 
 from __future__ import annotations
 
-import json
 import os
-import select
 import signal
 import subprocess
 import time
@@ -25,6 +23,7 @@ from typing import IO, Any
 import msgspec
 
 from sweeps.executor import ExecutorConfig, JobState, exec_command, save_name
+from sweeps.forkserver import ExecServer, Forked
 from sweeps.shard import Layout, write_atomic
 
 
@@ -45,11 +44,11 @@ class LocalExecutor:
         self.layout = layout
         self.concurrency = max(1, config.local.concurrency or concurrency)
         self.queue: list[Path] = []
-        self.running: dict[str, tuple[subprocess.Popen[bytes] | _Forked, IO[bytes]]] = {}
+        self.running: dict[str, tuple[subprocess.Popen[bytes] | Forked, IO[bytes]]] = {}
         self.states: dict[str, JobState] = {}
         self.dispatched: dict[str, float] = {}
         """Run id -> when its exec was started (time.time(); the benchmark's dispatch time)."""
-        self.server: _ExecServer | None = _ExecServer(layout)
+        self.server: ExecServer | None = ExecServer(layout.logs / "exec-server.log")
         self.server_start_s: float | None = None
         """How long the warm exec took to be ready (once per sweep; None: not used)."""
         self._dir = save_name(layout, self.name)
@@ -119,7 +118,7 @@ class LocalExecutor:
             spec = self.queue.pop(0)
             run_id = spec.stem
             log_path = self.layout.logs / f"{run_id}.log"
-            proc: subprocess.Popen[bytes] | _Forked | None = self._fork(spec, log_path)
+            proc: subprocess.Popen[bytes] | Forked | None = self._fork(spec, log_path)
             if proc is not None:
                 log: IO[bytes] = open(os.devnull, "ab")
             else:
@@ -140,13 +139,13 @@ class LocalExecutor:
         if changed:
             self._save()
 
-    def _fork(self, spec: Path, log_path: Path) -> _Forked | None:
+    def _fork(self, spec: Path, log_path: Path) -> Forked | None:
         """The exec of ``spec``, forked by the warm server (None: no server; start a cold one)."""
         server = self.server
         if server is None:
             return None
         if self.server_start_s is None:
-            self.server_start_s = server.wait_ready(SERVER_START_S)
+            self.server_start_s = server.wait_ready()
             if self.server_start_s is None:
                 self._drop_server()
                 return None
@@ -155,7 +154,7 @@ class LocalExecutor:
         if pid is None:
             self._drop_server()
             return None
-        return _Forked(server, pid)
+        return Forked(server, pid)
 
     def _drop_server(self) -> None:
         """The warm exec failed (its log says why): the remaining specs start cold."""
@@ -165,107 +164,6 @@ class LocalExecutor:
 
     def _save(self) -> None:
         write_atomic(self._dir / "local.json", msgspec.json.encode(self._state))
-
-
-SERVER_START_S = 300.0
-"""How long the warm exec may take to import everything (seconds; a loaded machine is slow)."""
-
-
-class _ExecServer:
-    """``amb sweep exec --serve`` (``sweeps.forkserver``), seen from the executor."""
-
-    def __init__(self, layout: Layout):
-        self.t0 = time.monotonic()
-        with open(layout.logs / "exec-server.log", "ab") as log:
-            self.proc = subprocess.Popen(
-                [*exec_command(Path("-"))[:-1], "--serve"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                start_new_session=True,
-                preexec_fn=_term_with_parent,
-            )
-        self._buf = b""
-        self.ready = False
-        self.exits: dict[int, int] = {}
-        self.started: dict[str, int] = {}
-
-    def wait_ready(self, timeout: float) -> float | None:
-        """Seconds the server took to be ready; None if it was not within ``timeout`` (or died)."""
-        deadline = time.monotonic() + timeout
-        while not self.ready and self.pump(deadline - time.monotonic()):
-            pass
-        return time.monotonic() - self.t0 if self.ready else None
-
-    def start(self, spec: Path, log_path: Path) -> int | None:
-        """Ask for a child executing ``spec``; its pid (None: the server does not answer)."""
-        key = str(spec.resolve())
-        try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(json.dumps({"spec": key, "log": str(log_path.resolve())}).encode() + b"\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            return None
-        deadline = time.monotonic() + 30
-        while key not in self.started and self.pump(deadline - time.monotonic()):
-            pass
-        return self.started.pop(key, None)
-
-    def pump(self, timeout: float = 0.0) -> bool:
-        """Read what the server said within ``timeout``; False once it is gone or the time is up."""
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        readable, _, _ = select.select([fd], [], [], max(0.0, timeout))
-        if not readable:
-            return False
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return False
-        self._buf += chunk
-        *lines, self._buf = self._buf.split(b"\n")
-        for line in lines:
-            message = json.loads(line)
-            if "ready" in message:
-                self.ready = True
-            elif "exit" in message:
-                self.exits[message["pid"]] = message["exit"]
-            elif "spec" in message:
-                self.started[message["spec"]] = message["pid"]
-        return True
-
-    def close(self) -> None:
-        """No more specs: the server exits once its children have (it is not waited for here)."""
-        if self.proc.stdin is not None:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
-        if self.proc.poll() is None and not self.ready:
-            self.proc.kill()  # never got going (a failed start): nothing of it to wait for
-            self.proc.wait()
-
-
-class _Forked:
-    """One exec forked by the server, with the part of ``subprocess.Popen`` the executor uses."""
-
-    def __init__(self, server: _ExecServer, pid: int):
-        self.server = server
-        self.pid = pid
-
-    def poll(self) -> int | None:
-        while self.server.pump(0):
-            pass
-        if self.pid not in self.server.exits and self.server.proc.poll() is not None:
-            return -signal.SIGKILL  # the server is gone, so is its child (parent-death signal)
-        return self.server.exits.get(self.pid)
-
-    def wait(self, timeout: float) -> int:
-        deadline = time.monotonic() + timeout
-        while (code := self.poll()) is None:
-            if time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(f"exec {self.pid}", timeout)
-            self.server.pump(min(0.1, deadline - time.monotonic()))
-        return code
 
 
 class _Attached:
