@@ -242,7 +242,7 @@ class ExecServer:
         return True
 
     def close(self) -> None:
-        """No more specs: the server exits once its children have (it is not waited for here)."""
+        """No more specs: the server exits once its children have."""
         if self.proc.stdin is not None:
             try:
                 self.proc.stdin.close()
@@ -250,7 +250,10 @@ class ExecServer:
                 pass
         if self.proc.poll() is None and not self.ready:
             self.proc.kill()  # never got going (a failed start): nothing of it to wait for
-            self.proc.wait()
+        try:
+            self.proc.wait(5)  # at once when its children are done; else they go on, and so does it
+        except subprocess.TimeoutExpired:
+            pass
 
 
 class Forked:
