@@ -2,9 +2,8 @@
 
 A cold ``amb sweep exec`` spends most of its own time (besides the run) starting an interpreter and
 importing amb, the recorder and mitmproxy; on a busy machine that is seconds per run. The local
-executor instead starts ``amb sweep exec --serve`` once per sweep (the Ray executor once per Ray
-worker process, which Ray reuses for task after task; ``ExecServer`` below is the client side of
-both): it imports everything a run needs
+executor instead starts ``amb sweep exec --serve`` once per sweep (``ExecServer`` below is its
+client side): it imports everything a run needs
 (:func:`preload`), then reads requests on stdin and answers on stdout, one JSON object a line:
 
 - in: ``{"spec": "/abs/spec.json", "log": "/abs/log", "env": {...}}`` (``env``: added to the
@@ -55,21 +54,45 @@ def preload() -> None:
     import tasks.registry  # noqa: F401
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_WAIT_S = 60.0
+"""After a stop signal, how long the server waits for its children to stop their containers."""
+
+
 def serve(stdin: int = 0, stdout: int = 1) -> int:
-    """Serve requests until stdin closes and every child has exited; returns the exit status."""
+    """Serve requests until stdin closes and every child has exited; returns the exit status.
+
+    A stop signal (or its parent's death: the server may have inherited a stop signal ignored or
+    blocked from the engine's worker, so it also watches its parent) is passed on to every child,
+    each of which stops its own container; the server then waits for them and exits."""
     preload()
     if threading.active_count() != 1:
         # A thread started by an import would be missing (and its locks possibly held) in each child.
         print(f"amb sweep exec --serve: {threading.active_count()} threads after imports", file=sys.stderr)
         return 1
     out = os.fdopen(stdout, "w", buffering=1, closefd=False)
-    _say(out, {"ready": os.getpid()})
     children: set[int] = set()
+    stopping: list[float] = []
+
+    def stop(_signum: int, _frame: object) -> None:
+        if not stopping:
+            stopping.append(time.monotonic())
+            _signal_all(children, signal.SIGTERM)
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, stop)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    parent = os.getppid()
+    _say(out, {"ready": os.getpid()})
     pending = b""
     open_input = True
-    while open_input or children:
+    while (open_input and not stopping) or children:
+        if os.getppid() != parent:
+            stop(signal.SIGTERM, None)
+        if stopping and time.monotonic() - stopping[0] > STOP_WAIT_S:
+            _signal_all(children, signal.SIGKILL)
         readable: list[int] = []
-        if open_input:
+        if open_input and not stopping:
             readable, _, _ = select.select([stdin], [], [], WAIT_S)
         else:
             time.sleep(WAIT_S)
@@ -83,12 +106,21 @@ def serve(stdin: int = 0, stdout: int = 1) -> int:
         pending += chunk
         *lines, pending = pending.split(b"\n")
         for line in lines:
-            if line.strip():
+            if line.strip() and not stopping:
                 request = json.loads(line)
                 pid = _fork(request["spec"], request["log"], request.get("env") or {}, stdin, stdout)
                 children.add(pid)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
                 _say(out, {"spec": request["spec"], "pid": pid})
-    return 0
+    return 128 + signal.SIGTERM if stopping else 0
+
+
+def _signal_all(children: set[int], sig: int) -> None:
+    for pid in children:
+        try:
+            os.killpg(pid, sig)  # each child leads its own session
+        except ProcessLookupError:
+            pass
 
 
 def _say(out: Any, message: dict[str, Any]) -> None:
@@ -111,11 +143,17 @@ def _reap(out: Any, children: set[int]) -> None:
 
 def _fork(spec_file: str, log_file: str, env: dict[str, str], stdin: int, stdout: int) -> int:
     server = os.getpid()
+    # Stop signals wait until the child has let go of the server's handler (which signals the
+    # server's children) and the parent has the child's pid.
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     pid = os.fork()
     if pid:
-        return pid
+        return pid  # the caller unblocks them once the pid is among its children
     code = 1
     try:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)  # the exec installs its own handlers
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         os.setsid()
         _term_with_parent()
         if os.getppid() != server:  # the server died before the parent-death signal was set

@@ -1,7 +1,6 @@
 """The Ray executor: one Ray task per run spec, each running ``amb sweep exec SPEC.json`` on its node.
 
-Ray decides only where: the task runs the same exec as every executor (forked by its worker's warm
-``amb sweep exec --serve``, ``sweeps.forkserver``, else a cold ``amb sweep exec``), on a node that has a free
+Ray decides only where: the task runs the same command as every executor, on a node that has a free
 ``docker`` slot (a custom resource each node advertises, e.g. ``ray start --resources='{"docker": 2}'``:
 how many containers it runs at once) and, for a run that needs GPUs, ``num_gpus``. The GPU ids Ray
 assigns (``ray.get_gpu_ids()``) reach the exec as ``AMB_GPU_IDS``, which passes them to ``docker run``
@@ -37,7 +36,6 @@ import msgspec
 
 from schemas.errors import UsageError
 from sweeps.executor import ExecutorConfig, JobState, exec_command, save_name
-from sweeps.forkserver import ExecServer, Forked
 from sweeps.shard import Layout, write_atomic
 from sweeps.spec import load
 
@@ -88,70 +86,29 @@ def _term_with_parent() -> None:
         pass
 
 
-_server: ExecServer | None = None
-"""This Ray worker's warm exec (``sweeps.forkserver``), started by its first task and kept while the
-worker lives (Ray reuses a worker for the tasks that follow); it dies with the worker."""
-
-
-def _warm_server(logs: Path) -> ExecServer | None:
-    global _server
-    if _server is not None and _server.proc.poll() is not None:
-        _server = None
-    if _server is None:
-        logs.mkdir(parents=True, exist_ok=True)
-        server = ExecServer(logs / f"exec-server-{socket.gethostname()}-{os.getpid()}.log")
-        if server.wait_ready() is None:
-            server.close()
-            return None
-        _server = server
-    return _server
-
-
 def execute_on_node(spec_file: str) -> dict[str, Any]:
-    """The body of every Ray task: run the exec for one spec on this node, with this task's GPUs.
-
-    The exec is forked by this worker's warm server (the spec's log is ``<root>/logs/<run id>.log``);
-    should the server fail, a cold ``amb sweep exec`` runs instead (its output in the worker's log)."""
+    """The body of every Ray task: run the exec for one spec on this node, with this task's GPUs."""
     ray = _ray()
     gpu_ids = [str(g) for g in ray.get_gpu_ids()]
-    extra = {"AMB_GPU_IDS": ",".join(gpu_ids)} if gpu_ids else {}
-    spec = Path(spec_file)
-    logs = Layout(spec.parent.parent).logs
-    server = _warm_server(logs)
-    pid = server.start(spec, logs / f"{spec.stem}.log", extra) if server is not None else None
-    proc: Forked | subprocess.Popen[bytes]
-    if server is not None and pid is not None:
-        proc = Forked(server, pid)
-    else:
-        proc = subprocess.Popen(
-            exec_command(spec),
-            env={**os.environ, **extra},
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_term_with_parent,
-        )
+    env = dict(os.environ)
+    if gpu_ids:
+        env["AMB_GPU_IDS"] = ",".join(gpu_ids)
+    proc = subprocess.Popen(
+        exec_command(Path(spec_file)), env=env, stdin=subprocess.DEVNULL, preexec_fn=_term_with_parent
+    )
     try:
-        code = proc.wait(None)
+        code = proc.wait()
     except BaseException:
         # ray.cancel raises KeyboardInterrupt here: the exec stops its container and closes the run.
-        _signal(proc, signal.SIGTERM)
+        proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:
-            _signal(proc, signal.SIGKILL)
-            proc.wait(30)
+            proc.kill()
+            proc.wait()
         raise
     node_id = ray.get_runtime_context().get_node_id()
     return {"node_id": node_id, "gpu_ids": gpu_ids, "exit_code": code}
-
-
-def _signal(proc: Forked | subprocess.Popen[bytes], sig: int) -> None:
-    try:
-        if isinstance(proc, Forked):
-            os.killpg(proc.pid, sig)  # a forked exec leads its own session
-        else:
-            proc.send_signal(sig)
-    except ProcessLookupError:
-        pass
 
 
 def job_submission_id(env: dict[str, str] | os._Environ[str]) -> str | None:
