@@ -223,13 +223,29 @@ def _quiet(on: bool):
 
 
 @sweep.command("exec")
-@click.argument("spec_file", metavar="SPEC.json", type=click.Path(dir_okay=False, exists=True))
-def exec_cmd(spec_file: str) -> None:
+@click.argument(
+    "spec_file", metavar="SPEC.json", type=click.Path(dir_okay=False, exists=True), required=False
+)
+@click.option(
+    "--serve",
+    is_flag=True,
+    help="Import once, then execute each spec named on stdin in a forked child (what the local "
+    "executor runs; the protocol is in sweeps/forkserver.py).",
+)
+def exec_cmd(spec_file: str | None, serve: bool) -> None:
     """Execute one run spec: record one run into its shard under the spec's shard root.
 
     The one command every executor runs. Exit 0: the shard was placed (its shard.json holds the
     run's status); 3: the attempt already had its shard; 2: it could not run.
     """
+    if serve:
+        if spec_file is not None:
+            raise UsageError("amb sweep exec --serve reads its specs on stdin: give no SPEC.json")
+        from sweeps.forkserver import serve as serve_specs
+
+        sys.exit(serve_specs())
+    if spec_file is None:
+        raise UsageError("amb sweep exec needs a SPEC.json (or --serve)")
     from sweeps.exec import execute
 
     sys.exit(execute(Path(spec_file)))

@@ -5,8 +5,10 @@ Prints:
   the shim) swept by each executor; per run, the time from its dispatch (the executor started its
   ``amb sweep exec``) to its shard being complete (renamed into ``shards/``), minus the run's own
   time (``shard.json``'s ``run_s``: the exec's call of the recorder, from its imports and proxy start
-  to the closed run). What remains is the executor's and the exec's own cost: starting a process,
-  importing amb, reading the spec, sealing and renaming the shard. Median, p90 and mean.
+  to the closed run). What remains is the executor's and the exec's own cost: starting (local, Ray:
+  forking from a warm ``amb sweep exec --serve``; SLURM: a new interpreter importing amb), reading
+  the spec, sealing and renaming the shard. Median, p90 and mean; for local also the warm exec's
+  own start, paid once per sweep.
   Targets: under 1 s on local and Ray, under 2 s on SLURM. ``--executors local slurm ray``: for
   ``slurm`` (unless ``SLURM_CONF`` names a cluster) and ``ray`` (unless ``RAY_ADDRESS`` does) the
   benchmark brings up the tests' real clusters (tests/clusters/: a controller with two compute
@@ -100,6 +102,21 @@ def overhead(executor: str, runs: int, concurrency: int, tmp: Path) -> dict[str,
     }
 
 
+def warm_exec_start(tmp: Path) -> float:
+    """Seconds from starting ``amb sweep exec --serve`` to its imports done: what the local executor
+    (and each Ray worker) pays once, not per run."""
+    from sweeps.forkserver import ExecServer
+
+    server = ExecServer(tmp / "warm-exec.log")
+    try:
+        ready = server.wait_ready()
+    finally:
+        server.close()
+    if ready is None:
+        raise SystemExit(f"the warm exec did not start: {(tmp / 'warm-exec.log').read_text()[-2000:]}")
+    return ready
+
+
 def make_shards(root: Path, n: int) -> Layout:
     layout = Layout(root)
     layout.make()
@@ -191,6 +208,8 @@ def main() -> None:
                 if name == "ray" and not os.environ.get("RAY_ADDRESS"):
                     _ray_in_its_namespace(stack, args)
                     continue
+                if name == "local":
+                    print(f"  local  warm exec ready in {warm_exec_start(tmp):.2f}s (once per sweep)")
                 r = overhead(name, args.runs, args.concurrency, tmp)
                 print(
                     f"  {name:6s} median {r['median']:.3f}s  p90 {r['p90']:.3f}s  mean {r['mean']:.3f}s "

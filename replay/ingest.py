@@ -53,6 +53,8 @@ from schemas.frames import MAGIC, MAX_BODY, Tail, scan, tail_of
 
 BATCH_FILES = 3000
 """Spool files per DuckDB statement (about a million events for typical runs)."""
+TAGGED_FILE_BYTES = 64 << 20
+"""Spools are read by DuckDB through a few concatenated copies of about this size (see ``_tagged``)."""
 
 
 class FileReport(NamedTuple):
@@ -220,16 +222,17 @@ FROM (
                           ',"source":"', x[5], '","ts_ns":', TRY_CAST(x[6] AS BIGINT),
                           ',"v":', TRY_CAST(x[7] AS INTEGER), '}}') AS tail_text
             FROM (
-                SELECT filename, len, digest, body,
+                SELECT file, len, digest, body,
                        json_extract_string(
                            body,
                            ['$.kind', '$.prev_hash', '$.run_id', '$.seq', '$.source', '$.ts_ns', '$.v',
                             {", ".join(repr(p) for p in hot.body_paths())}]
                        ) AS x
-                FROM read_csv($files, delim = '\t', quote = '', escape = '', header = false, skip = 1,
-                              auto_detect = false, filename = true, max_line_size = {2 * MAX_BODY},
-                              columns = {{'len': 'BIGINT', 'digest': 'VARCHAR', 'body': 'VARCHAR'}})
-            ) AS c JOIN _amb_files AS f ON f.readable = c.filename
+                FROM read_csv($files, delim = '\t', quote = '', escape = '', header = false,
+                              auto_detect = false, max_line_size = {2 * MAX_BODY},
+                              columns = {{'file': 'BIGINT', 'len': 'BIGINT', 'digest': 'VARCHAR',
+                                          'body': 'VARCHAR'}})
+            ) AS c JOIN _amb_files AS f ON f.idx = c.file
         ) AS t
     ) AS p
     LEFT JOIN (VALUES {_kinds_sql()}) AS k(kind, max_v) ON k.kind = p.kind
@@ -300,6 +303,39 @@ def _first_failure(failures: list[tuple[str, AmbError]], report: IngestReport) -
     return first_error
 
 
+def _tagged(readable: list[_Spool], tmp: Path) -> list[str]:
+    """The frames of these spools, each line prefixed by its spool's index and a tab, in a few files.
+
+    DuckDB's CSV reader pays a few milliseconds for every file it opens, more than reading a
+    typical run's spool takes; a sweep's thousand runs are thousands of small spools. Read through
+    these copies, one statement costs about the same for a thousand small spools as for one big.
+    A spool's first line (its header) is left out; so is a last line without its newline (a
+    producer still appending: ingest loads it the next time)."""
+    paths: list[str] = []
+    out = None
+    try:
+        for i, spool in enumerate(readable):
+            if out is None or out.tell() >= TAGGED_FILE_BYTES:
+                if out is not None:
+                    out.close()
+                paths.append(str(tmp / f"tagged-{len(paths)}.csv"))
+                out = open(paths[-1], "wb")
+            prefix = b"%d\t" % i
+            with open(spool.readable, "rb") as src:
+                src.readline()  # the header
+                rest = b""
+                while chunk := src.read(4 << 20):
+                    chunk = rest + chunk
+                    cut = chunk.rfind(b"\n") + 1
+                    rest = chunk[cut:]
+                    if cut:
+                        out.write(prefix + chunk[: cut - 1].replace(b"\n", b"\n" + prefix) + b"\n")
+    finally:
+        if out is not None:
+            out.close()
+    return paths
+
+
 def _load(store: Store, files: list[_Spool]) -> int:
     con = store.con
     readable = [f for f in files if f.readable]
@@ -307,6 +343,7 @@ def _load(store: Store, files: list[_Spool]) -> int:
         "_amb_files_arrow",
         pa.table(
             {
+                "idx": pa.array(range(len(readable)), pa.int64()),
                 "key": [f.key for f in readable],
                 "readable": [f.readable for f in readable],
                 "run_id": [f.run_id for f in readable],
@@ -330,7 +367,9 @@ def _load(store: Store, files: list[_Spool]) -> int:
                 sql = _INSERT.replace("{stored_join}", _STORED_JOIN if seen else "").replace(
                     "{stored_hash}", "e.hash" if seen else "NULL::VARCHAR"
                 )
-                added = con.execute(sql, {"files": [f.readable for f in readable]}).fetchall()[0][0]
+                with tempfile.TemporaryDirectory(prefix="amb-ingest-tagged-") as tmp:
+                    tagged = _tagged(readable, Path(tmp))
+                    added = con.execute(sql, {"files": tagged}).fetchall()[0][0] if tagged else 0
             except duckdb.Error as e:
                 raise _explain(readable, e) from e
             bad = first(con.execute(_SEQUENCE_CHECK))

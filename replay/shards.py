@@ -23,6 +23,7 @@ import re
 import stat
 import zlib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -283,34 +284,68 @@ def _check_spool(root: Path, path: Path, run_id: str) -> bytes:
 
 
 def _copy_in(store_root: Path, shard: Checked, report: LoadReport) -> None:
-    target_dir = store_root / "spool" / shard.run_id
-    contents = {path: shard.data.get(path) or path.read_bytes() for path in shard.spools + shard.packs}
-    for path, data in contents.items():
-        target = target_dir / path.name
-        held = _held(target)
-        if held is not None and held is not _DROPPED and held != data:
-            raise ShardError(
-                f"{shard.root}: the store already holds a different run {shard.run_id!r} "
-                f"({target.name} differs); it is not overwritten"
-            )
+    """One checked shard into the store (see :func:`_copy_batch`); raises ``ShardError``."""
+    refused = _copy_batch(store_root, [shard], report)
+    if refused:
+        raise ShardError(f"{shard.root}: {refused[0][1]}")
+
+
+def _copy_batch(store_root: Path, batch: list[Checked], report: LoadReport) -> list[tuple[Checked, str]]:
+    """Checked shards into the store: first every shard's blobs, made durable by one flush for the
+    whole batch, then their spools. A spool exists in the store only once every blob it names is on
+    disk, so a kill at any point leaves blobs without spools (harmless: loading again finds them
+    there), never a spool without its blobs. Returns the shards refused here (the store holds a
+    different run under the same id) with the reason; nothing of those is copied."""
+    refused: list[tuple[Checked, str]] = []
+    ready: list[tuple[Checked, dict[Path, bytes]]] = []
     blobs = BlobStore(store_root / "blobs")
-    for hexd, path in shard.blobs:
-        raw = shard.blob_data.get(hexd)
-        if blobs.put_stored(hexd, raw if raw is not None else path.read_bytes(), sync=False):
-            report.blobs_copied += 1
-    for hexd, (codec, stored) in shard.records.items():
-        if blobs.put_stored(hexd, stored, sync=False, codec=codec):
-            report.blobs_copied += 1
+    for shard in batch:
+        try:
+            contents = {
+                path: shard.data.get(path) or path.read_bytes() for path in shard.spools + shard.packs
+            }
+            there = _names(store_root / "spool" / shard.run_id)
+            for path, data in contents.items():
+                held = _held(store_root / "spool" / shard.run_id / path.name) if there else None
+                if held is not None and held is not _DROPPED and held != data:
+                    raise ShardError(
+                        f"the store already holds a different run {shard.run_id!r} "
+                        f"({path.name} differs); it is not overwritten"
+                    )
+            for hexd, path in shard.blobs:
+                raw = shard.blob_data.get(hexd)
+                if blobs.put_stored(hexd, raw if raw is not None else path.read_bytes(), sync=False):
+                    report.blobs_copied += 1
+            for hexd, (codec, stored) in shard.records.items():
+                if blobs.put_stored(hexd, stored, sync=False, codec=codec):
+                    report.blobs_copied += 1
+        except (ShardError, BlobError, OSError) as e:
+            refused.append((shard, _without(str(e), shard.root)))
+        else:
+            ready.append((shard, contents))
     blobs.flush()  # durable before the spools that name them exist
     # The spools last: once they are in, the run is visible to ingest, and its blobs are there.
-    target_dir.mkdir(parents=True, exist_ok=True)
-    for path, data in contents.items():
-        target = target_dir / path.name
-        if _held(target) is None:
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, target)
-            report.spools_copied += 1
+    for shard, contents in ready:
+        target_dir = store_root / "spool" / shard.run_id
+        there = _names(target_dir)
+        if not there:
+            target_dir.mkdir(parents=True, exist_ok=True)
+        for path, data in contents.items():
+            target = target_dir / path.name
+            if not there or _held(target) is None:
+                tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+                tmp.write_bytes(data)
+                os.replace(tmp, target)
+                report.spools_copied += 1
+    return refused
+
+
+def _names(directory: Path) -> set[str]:
+    """What a folder holds (empty when it does not exist): one look instead of three per spool."""
+    try:
+        return set(os.listdir(directory))
+    except FileNotFoundError:
+        return set()
 
 
 _DROPPED = b"(dropped)"
@@ -359,6 +394,12 @@ def _already_in(store_root: Path, shard: Path, run_id: str) -> bool:
     return True
 
 
+BATCH_SHARDS = 64
+"""Shards checked and copied together: their blobs made durable by one flush (``_copy_batch``)."""
+CHECK_THREADS = 4
+"""Shards checked at once: reading files and hashing overlap (hashlib and zlib release the GIL)."""
+
+
 def load_shards(
     store_dir: str | os.PathLike[str],
     shards: list[tuple[Path, str]],
@@ -368,7 +409,9 @@ def load_shards(
     spool_mode: str | None = None,
 ) -> LoadReport:
     """Check and load ``(shard dir, run id)`` pairs into the store; refused shards are reported, the
-    others loaded. Idempotent: loading the same shards again copies and adds nothing."""
+    others loaded. Idempotent: loading the same shards again copies and adds nothing. Shards go in
+    batches of ``BATCH_SHARDS`` (checked on ``CHECK_THREADS`` threads, copied with one flush of
+    their blobs), then one ingest loads every new spool."""
     report = LoadReport()
     st = Store.open(store_dir)
     target_blobs = BlobStore(st.root / "blobs")
@@ -376,20 +419,32 @@ def load_shards(
     def have_blob(hexd: str) -> bool:
         return target_blobs.has(hexd)
 
+    def check_one(pair: tuple[Path, str]) -> Checked | str | None:
+        """The checked shard; None when the store holds it already; the reason it is refused."""
+        root, run_id = pair
+        try:
+            if sized and _already_in(st.root, root, run_id):
+                return None
+            return check_shard(root, run_id, sized=sized, have_blob=have_blob)
+        except (ShardError, BlobError) as e:
+            return _without(str(e), root)
+
     try:
-        for i, (root, run_id) in enumerate(shards):
-            try:
-                if sized and _already_in(st.root, root, run_id):
-                    report.loaded.append(run_id)
-                    continue
-                checked = check_shard(root, run_id, sized=sized, have_blob=have_blob)
-                _copy_in(st.root, checked, report)
-            except (ShardError, BlobError) as e:
-                report.refused.append((str(root), _without(str(e), root)))
-            else:
-                report.loaded.append(run_id)
-            if progress is not None:
-                progress(i + 1, len(shards))
+        with ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="amb-shard-check") as pool:
+            for start in range(0, len(shards), BATCH_SHARDS):
+                batch = shards[start : start + BATCH_SHARDS]
+                outcomes = list(pool.map(check_one, batch))
+                checked = [c for c in outcomes if isinstance(c, Checked)]
+                refused = {id(shard): why for shard, why in _copy_batch(st.root, checked, report)}
+                for (root, run_id), outcome in zip(batch, outcomes, strict=True):
+                    if isinstance(outcome, Checked):
+                        outcome = refused.get(id(outcome))
+                    if outcome is None:
+                        report.loaded.append(run_id)
+                    else:
+                        report.refused.append((str(root), outcome))
+                if progress is not None:
+                    progress(start + len(batch), len(shards))
         if report.loaded:
             _ingest(st, report, spool_mode)
     finally:

@@ -1,5 +1,8 @@
 """The local executor: ``amb sweep exec`` as child processes of the sweep, ``concurrency`` at a time.
 
+The execs are forked by one warm ``amb sweep exec --serve`` (``sweeps.forkserver``), started once per
+sweep, so a run does not pay for starting an interpreter and importing amb, the recorder and
+mitmproxy; should that server fail, each spec gets a cold ``amb sweep exec SPEC.json`` instead.
 Each child runs in its own session (so a terminal's Ctrl-C reaches the sweep, which stops the
 children in order) with SIGTERM as its parent-death signal: if the sweep itself is killed hard, its
 children stop their containers and close their runs, and a resumed sweep never races a leftover
@@ -20,6 +23,7 @@ from typing import IO, Any
 import msgspec
 
 from sweeps.executor import ExecutorConfig, JobState, exec_command, save_name
+from sweeps.forkserver import ExecServer, Forked
 from sweeps.shard import Layout, write_atomic
 
 
@@ -40,10 +44,13 @@ class LocalExecutor:
         self.layout = layout
         self.concurrency = max(1, config.local.concurrency or concurrency)
         self.queue: list[Path] = []
-        self.running: dict[str, tuple[subprocess.Popen[bytes], IO[bytes]]] = {}
+        self.running: dict[str, tuple[subprocess.Popen[bytes] | Forked, IO[bytes]]] = {}
         self.states: dict[str, JobState] = {}
         self.dispatched: dict[str, float] = {}
         """Run id -> when its exec was started (time.time(); the benchmark's dispatch time)."""
+        self.server: ExecServer | None = ExecServer(layout.logs / "exec-server.log")
+        self.server_start_s: float | None = None
+        """How long the warm exec took to be ready (once per sweep; None: not used)."""
         self._dir = save_name(layout, self.name)
         self._state = _State(driver=os.getpid(), driver_start=_start_time(os.getpid()))
         self._save()
@@ -84,7 +91,7 @@ class LocalExecutor:
                 proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+                proc.wait(30)
             log.close()
             self.states[run_id] = "ended"
             self._state.pids.pop(run_id, None)
@@ -92,6 +99,8 @@ class LocalExecutor:
         self._save()
 
     def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
         self._state.driver = None
         self._save()
 
@@ -108,22 +117,50 @@ class LocalExecutor:
         while self.queue and len(self.running) < self.concurrency:
             spec = self.queue.pop(0)
             run_id = spec.stem
-            log = open(self.layout.logs / f"{run_id}.log", "ab")
-            proc = subprocess.Popen(
-                exec_command(spec),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=_term_with_parent,
-            )
-            self.dispatched[run_id] = time.time()
+            log_path = self.layout.logs / f"{run_id}.log"
+            proc: subprocess.Popen[bytes] | Forked | None = self._fork(spec, log_path)
+            if proc is not None:
+                log: IO[bytes] = open(os.devnull, "ab")
+            else:
+                log = open(log_path, "ab")
+                self.dispatched[run_id] = time.time()
+                proc = subprocess.Popen(
+                    exec_command(spec),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    preexec_fn=_term_with_parent,
+                )
             self.running[run_id] = (proc, log)
             self.states[run_id] = "running"
             self._state.pids[run_id] = proc.pid
             changed = True
         if changed:
             self._save()
+
+    def _fork(self, spec: Path, log_path: Path) -> Forked | None:
+        """The exec of ``spec``, forked by the warm server (None: no server; start a cold one)."""
+        server = self.server
+        if server is None:
+            return None
+        if self.server_start_s is None:
+            self.server_start_s = server.wait_ready()
+            if self.server_start_s is None:
+                self._drop_server()
+                return None
+        self.dispatched[spec.stem] = time.time()
+        pid = server.start(spec, log_path)
+        if pid is None:
+            self._drop_server()
+            return None
+        return Forked(server, pid)
+
+    def _drop_server(self) -> None:
+        """The warm exec failed (its log says why): the remaining specs start cold."""
+        if self.server is not None:
+            self.server.close()
+            self.server = None
 
     def _save(self) -> None:
         write_atomic(self._dir / "local.json", msgspec.json.encode(self._state))
