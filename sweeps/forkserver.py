@@ -34,7 +34,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from sweeps.executor import exec_command
+from sweeps.executor import exec_command, term_with_parent
 
 WAIT_S = 0.05
 """How often the server looks for exited children while no request arrives."""
@@ -155,7 +155,7 @@ def _fork(spec_file: str, log_file: str, env: dict[str, str], stdin: int, stdout
             signal.signal(sig, signal.SIG_DFL)  # the exec installs its own handlers
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         os.setsid()
-        _term_with_parent()
+        term_with_parent()
         if os.getppid() != server:  # the server died before the parent-death signal was set
             raise SystemExit(f"amb sweep exec --serve: the server ({server}) is gone")
         # The server's pipes become /dev/null and the run's log (dup2 replaces each in one step).
@@ -206,15 +206,6 @@ def _exit(code: int) -> None:
         os._exit(code)
 
 
-def _term_with_parent() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 class ExecServer:
     """``amb sweep exec --serve`` (``sweeps.forkserver``), seen from the executor."""
 
@@ -227,7 +218,7 @@ class ExecServer:
                 stdout=subprocess.PIPE,
                 stderr=log,
                 start_new_session=True,
-                preexec_fn=_term_with_parent,
+                preexec_fn=term_with_parent,
             )
         self._buf = b""
         self.ready = False

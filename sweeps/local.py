@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import msgspec
 
-from sweeps.executor import ExecutorConfig, JobState, exec_command, save_name
+from sweeps.executor import ExecutorConfig, JobState, exec_command, save_name, term_with_parent
 from sweeps.forkserver import ExecServer, Forked
 from sweeps.shard import Layout, write_atomic
 
@@ -130,7 +130,7 @@ class LocalExecutor:
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                     start_new_session=True,
-                    preexec_fn=_term_with_parent,
+                    preexec_fn=term_with_parent,
                 )
             self.running[run_id] = (proc, log)
             self.states[run_id] = "running"
@@ -228,14 +228,3 @@ def _runs(pid: int, *words: bytes) -> bool:
 
 def _is_exec(pid: int) -> bool:
     return _runs(pid, b"sweep", b"exec")
-
-
-def _term_with_parent() -> None:
-    # If the sweep is killed (kill -9), its execs get SIGTERM, stop their containers and close their
-    # runs (Linux; a no-op elsewhere).
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass

@@ -35,7 +35,7 @@ from typing import Any
 import msgspec
 
 from schemas.errors import UsageError
-from sweeps.executor import ExecutorConfig, JobState, exec_command, save_name
+from sweeps.executor import ExecutorConfig, JobState, exec_command, save_name, term_with_parent
 from sweeps.shard import Layout, write_atomic
 from sweeps.spec import load
 
@@ -75,17 +75,6 @@ def _ray() -> Any:
     return ray
 
 
-def _term_with_parent() -> None:
-    # The exec gets SIGTERM when the Ray worker running it dies (force-cancel, the driver's exit):
-    # it then stops its container and closes its run (Linux; a no-op elsewhere).
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def execute_on_node(spec_file: str) -> dict[str, Any]:
     """The body of every Ray task: run the exec for one spec on this node, with this task's GPUs."""
     ray = _ray()
@@ -94,7 +83,7 @@ def execute_on_node(spec_file: str) -> dict[str, Any]:
     if gpu_ids:
         env["AMB_GPU_IDS"] = ",".join(gpu_ids)
     proc = subprocess.Popen(
-        exec_command(Path(spec_file)), env=env, stdin=subprocess.DEVNULL, preexec_fn=_term_with_parent
+        exec_command(Path(spec_file)), env=env, stdin=subprocess.DEVNULL, preexec_fn=term_with_parent
     )
     try:
         code = proc.wait()
