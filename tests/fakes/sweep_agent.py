@@ -16,22 +16,22 @@ AGENT = [
     "0.5",
 ]
 
-CLEAN_AGENT = f"""
+
+def agent_block(name: str, model: str) -> str:
+    """One ``[[agents]]`` entry running the reference agent as ``model`` against the fake upstream."""
+    return f"""
 [[agents]]
-name = "clean"
+name = "{name}"
 command = {json.dumps(AGENT)}
-model = "baseline"
+model = "{model}"
 upstream = "openai={{baseline}}"
 """
+
+
+CLEAN_AGENT = agent_block("clean", "baseline")
 """The scripted baseline doing the work right."""
 
-MISNAMED_AGENT = f"""
-[[agents]]
-name = "misnamed"
-command = {json.dumps(AGENT)}
-model = "baseline+wrong-filename"
-upstream = "openai={{baseline}}"
-"""
+MISNAMED_AGENT = agent_block("misnamed", "baseline+wrong-filename")
 """The same baseline writing its outputs under the wrong names: a flaw the scores must show."""
 
 TWO_AGENTS = CLEAN_AGENT + MISNAMED_AGENT
