@@ -32,10 +32,16 @@ class Removed:
     name: str
 
 
-def collect(*, docker: bool | None = True, client: Any = None) -> tuple[list[Removed], list[str]]:
+def collect(
+    *, docker: bool | None = True, client: Any = None, everywhere: bool = True
+) -> tuple[list[Removed], list[str]]:
     """Clean up after dead recorders. Returns what was removed and problems met (not fatal).
 
     ``docker=None``: look at docker only if a dead run used it (so a local run does not need a daemon).
+    ``everywhere=False`` (amb-record at start): only docker resources whose run lock lives in this
+    process's lock directory, i.e. of recorders that shared its temp dir; ``amb gc`` looks at every
+    resource on the engine. A recorder starting under another TMPDIR (a test harness, another
+    sandbox on the same engine) then never removes leftovers that someone else is about to inspect.
     """
     removed: list[Removed] = []
     problems: list[str] = []
@@ -50,7 +56,7 @@ def collect(*, docker: bool | None = True, client: Any = None) -> tuple[list[Rem
         docker = any(info.get("backend") == "docker" for info in dead.values())
     if docker:
         try:
-            removed += _docker(client, dead)
+            removed += _docker(client, dead, None if everywhere else directory)
         except Exception as e:  # noqa: BLE001 - no daemon is not an error for gc: say it and go on
             problems.append(f"docker: {type(e).__name__}: {e}")
     removed += _firewall(dead)
@@ -94,7 +100,11 @@ def _own_paths(run_id: str, info: dict) -> list[Path]:
     return out
 
 
-def _docker(client: Any, dead: dict[str, dict]) -> list[Removed]:
+def _in_scope(labels: dict[str, str], directory: Path | None) -> bool:
+    return directory is None or Path(labels["org.amb.lock"]).parent == directory
+
+
+def _docker(client: Any, dead: dict[str, dict], directory: Path | None) -> list[Removed]:
     if client is None:
         import docker
 
@@ -103,6 +113,8 @@ def _docker(client: Any, dead: dict[str, dict]) -> list[Removed]:
     for container in client.containers.list(all=True, filters={"label": "org.amb.lock"}):
         labels = container.labels or {}
         run_id = labels.get("org.amb.run", "?")
+        if not _in_scope(labels, directory):
+            continue
         if run_id in dead or not owner_alive(labels):
             dead.setdefault(run_id, {"paths": [], "lock": Path(labels["org.amb.lock"])})
             container.remove(force=True)
@@ -111,6 +123,8 @@ def _docker(client: Any, dead: dict[str, dict]) -> list[Removed]:
         network.reload()
         labels = network.attrs.get("Labels") or {}
         run_id = labels.get("org.amb.run", "?")
+        if not _in_scope(labels, directory):
+            continue
         if run_id in dead or not owner_alive(labels):
             dead.setdefault(run_id, {"paths": [], "lock": Path(labels["org.amb.lock"])})
             network.remove()  # its containers (the dead run's) were removed above

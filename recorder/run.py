@@ -235,7 +235,8 @@ def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> O
 def _collect_garbage(backend: Backend) -> None:
     from recorder.gc import collect
 
-    removed, _ = collect(docker=True if backend.name == "docker" else None)
+    # Only recorders that shared this one's temp dir: `amb gc` is the command for the whole engine.
+    removed, _ = collect(docker=True if backend.name == "docker" else None, everywhere=False)
     by_run: dict[str, list[str]] = {}
     for r in removed:
         if r.kind != "lock":

@@ -188,3 +188,41 @@ def test_gc_after_a_killed_local_recorder_removes_its_temp_dir_not_a_live_ones(t
             if p.poll() is None:
                 p.kill()
                 p.wait(10)
+
+
+def test_a_recorder_starting_cleans_up_only_after_recorders_of_its_own_temp_dir(
+    tmp_path: Path, agent_image: str, docker_cli, monkeypatch
+) -> None:
+    """amb-record at start (``everywhere=False``) leaves a dead recorder's container alone when that
+    recorder used another temp dir; ``amb gc`` (``everywhere=True``) removes it."""
+    from recorder.gc import collect
+
+    theirs, ours = tmp_path / "theirs", tmp_path / "ours"
+    ours.mkdir()
+    run_id = f"gc-scope-{os.getpid()}"
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid that no longer names a live process (its start time cannot match)
+    container = docker_cli.containers.create(
+        agent_image,
+        ["true"],
+        name=f"amb-{run_id}",
+        labels={
+            "org.amb.run": run_id,
+            "org.amb.lock": str(theirs / "amb-runs" / f"{run_id}.lock"),
+            "org.amb.pid": str(dead.pid),
+            "org.amb.pid_start": "1",
+        },
+    )
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", str(ours))  # this process's lock directory
+        removed, problems = collect(docker=True, client=docker_cli, everywhere=False)
+        assert not problems and run_id not in {r.run_id for r in removed}
+        container.reload()  # still there (raises NotFound otherwise)
+
+        removed, problems = collect(docker=True, client=docker_cli, everywhere=True)
+        assert not problems
+        assert ("container", f"amb-{run_id}") in {(r.kind, r.name) for r in removed if r.run_id == run_id}
+        assert not docker_cli.containers.list(all=True, filters={"label": f"org.amb.run={run_id}"})
+    finally:
+        for c in docker_cli.containers.list(all=True, filters={"label": f"org.amb.run={run_id}"}):
+            c.remove(force=True)
