@@ -95,7 +95,8 @@ def assert_equals_local(
     mixed attempt (every stored run is one shard's, whole, and its chain verifies); no container left."""
     got = by_cell(store, name)
     assert sorted(got) == sorted(cells(name))
-    assert comparable(got) == comparable(local)
+    mine, theirs = comparable(got), comparable(local)
+    assert mine == theirs, differences(mine, theirs)
     check = subprocess.run(
         [str(BIN / "amb"), "verify", "--store", str(store)], capture_output=True, text=True
     )
@@ -157,6 +158,16 @@ def comparable(cells_: dict[str, dict[str, Any]]) -> dict[str, Any]:
             kinds[k] = bool(kinds.get(k))
         out[c] = [v.get("status"), v.get("scores"), kinds]
     return json.loads(json.dumps(out))
+
+
+def differences(mine: dict[str, Any], local: dict[str, Any]) -> str:
+    """The cells that differ, each as this engine's value beside the local sweep's (this module is not
+    a test module, so pytest does not rewrite its asserts into a diff)."""
+    lines = []
+    for cell in sorted(set(mine) | set(local)):
+        if mine.get(cell) != local.get(cell):
+            lines += [cell, f"  engine: {mine.get(cell)}", f"  local:  {local.get(cell)}"]
+    return "\n".join(lines)
 
 
 def chosen(work: Path, cell: str) -> str:
