@@ -56,9 +56,9 @@ def local_reference(
             return cells
         tmp = tmp_path_factory.mktemp("local-reference")
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0"}
-        store, _work, proc = kit.run_sweep(tmp, "lr", "local", env=env)
+        store, work, proc = kit.run_sweep(tmp, "lr", "local", env=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        cells = kit.by_cell(store, "lr")
+        cells = kit.by_cell(store, "lr", work)
         assert sorted(cells) == sorted(kit.cells("lr")), cells
         assert all(c.get("scores") for c in cells.values()), cells
         saved.write_text(json.dumps(cells), encoding="utf-8")

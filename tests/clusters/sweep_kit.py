@@ -93,10 +93,10 @@ def assert_equals_local(
 ) -> None:
     """The engine's store against the local sweep's: no cell lost, each equal to the local one's; no
     mixed attempt (every stored run is one shard's, whole, and its chain verifies); no container left."""
-    got = by_cell(store, name)
+    got = by_cell(store, name, work)
     assert sorted(got) == sorted(cells(name))
     mine, theirs = comparable(got), comparable(local)
-    assert mine == theirs, differences(mine, theirs)
+    assert mine == theirs, differences(mine, theirs) + f"\nthe store's runs per cell: {runs_per_cell(got)}"
     check = subprocess.run(
         [str(BIN / "amb"), "verify", "--store", str(store)], capture_output=True, text=True
     )
@@ -116,9 +116,10 @@ def run_sweep(
     return store, work, proc
 
 
-def by_cell(store: Path, name: str) -> dict[str, dict[str, Any]]:
+def by_cell(store: Path, name: str, work: Path) -> dict[str, dict[str, Any]]:
     """Per cell (the run id without its attempt suffix): status, scores and event counts per kind of
-    the run the store took for it; also every run the store holds for the cell."""
+    the run the sweep took for it (``chosen``: the one it scored); also every run the store holds for
+    the cell."""
     with Store.open(store, read_only=True) as st:
         runs = st.con.execute(
             "SELECT run_id, status FROM runs WHERE labels->>'sweep' = ? ORDER BY run_id", [name]
@@ -137,7 +138,7 @@ def by_cell(store: Path, name: str) -> dict[str, dict[str, Any]]:
         cell = run_id.split(".a")[0]
         entry = out.setdefault(cell, {"runs": []})
         entry["runs"].append(run_id)
-        if status == "completed":
+        if run_id == chosen(work, cell):
             entry.update(status=status, scores=scores.get(run_id), kinds=kinds.get(run_id, {}))
     return out
 
@@ -174,9 +175,16 @@ def differences(mine: dict[str, Any], local: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def runs_per_cell(cells_: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    return {c: v["runs"] for c, v in cells_.items()}
+
+
 def chosen(work: Path, cell: str) -> str:
-    """The run id the shard root took for a cell (its first completed attempt)."""
-    return (work / "cells" / cell).read_text(encoding="utf-8").strip()
+    """The run id the shard root took for a cell (its first completed attempt); "" if none."""
+    try:
+        return (work / "cells" / cell).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return ""
 
 
 class ContainerWatch:
