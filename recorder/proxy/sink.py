@@ -135,6 +135,8 @@ class Sink:
         self.spool = SpoolWriter(spool, run_id, "proxy", sync=False)
         self.custody = custody
         self.budget = budget
+        self._last_request: BlobRef | None = None
+        """The run's latest request body: the next one is stored as a delta against it."""
         """The run's budget (``--max-*``): the addon asks it before forwarding, a written call settles."""
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="amb-sink")
         self.counts: Counter[str] = Counter()
@@ -237,7 +239,11 @@ class Sink:
         # The blob first, the parse second: decoding a large body's JSON holds the GIL, and by the
         # time the blob is written mitmproxy has usually finished forwarding the request upstream.
         # (Inline images and files are skimmed out of the parse: ``recorder.proxy.skim``.)
-        ref = self.blobs.put(body, "application/json") if body else None
+        # Stored as a delta against the run's previous request, which it usually extends (a race
+        # between concurrent calls only picks another base: any base reads back right).
+        ref = self.blobs.put(body, "application/json", base=self._last_request) if body else None
+        if ref is not None:
+            self._last_request = ref
         info = calls.parse_request(api, body)
         return PreparedRequest(info, ref)
 
