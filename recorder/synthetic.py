@@ -161,6 +161,7 @@ def generate_run(
     messages: list[dict] = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": brief}]
     pending_results: list[tuple[str, str]] = []
     request_ref: BlobRef | None = None
+    response_ref: BlobRef | None = None
     cases = [f"case_{i:05d}" for i in range(rng.randint(3, 8))]
     written: dict[str, tuple[int, str]] = {}
     pid = 100
@@ -226,7 +227,8 @@ def generate_run(
                 ],
             }
         ).encode()
-        # Each request extends the one before, as the proxy stores them (a delta against it).
+        # Each request extends the one before, and responses look alike: stored as deltas against
+        # the previous of each, as the proxy stores them.
         request_ref = put(request, "application/json", base=request_ref)
         input_tokens = len(request) // 4
         cached = input_tokens - rng.randint(200, 900) if turn else 0
@@ -244,7 +246,7 @@ def generate_run(
                 status=200,
                 ok=True,
                 request=request_ref,
-                response=put(response, "application/json"),
+                response=(response_ref := put(response, "application/json", base=response_ref)),
                 message=AssistantMessage(
                     text=text, tool_calls=[ToolCallPart(id=tool_call_id, name=name, arguments=arguments)]
                 ),
