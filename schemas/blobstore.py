@@ -604,10 +604,8 @@ class BlobStore:
                         ok = self._list_hash(rec.stored, chunks) == rec.hexd
                     else:
                         try:
-                            data = _decode_seen(rec, chunks)
+                            data = self._decode_seen(rec, chunks)
                         except BlobError:
-                            continue
-                        if data is None:  # a delta whose base is not at hand: an ordinary read below
                             continue
                         ok = hashlib.sha256(data).hexdigest() == rec.hexd
                         indexed = state.index.get(rec.hexd)
@@ -638,6 +636,19 @@ class BlobStore:
             if reason:
                 problems[address] = reason
         return problems
+
+    def _decode_seen(self, rec: packstore.Record, seen: _ContentCache) -> bytes:
+        """A record's content during ``verify_many``'s pass. A delta is built on its base's
+        content, verified earlier in the pass, or else read (and re-hashed) now and kept for the
+        deltas that follow (a base that is a chunk list is hashed in the pass, not kept whole)."""
+        if rec.codec != blobcodec.DELTA:
+            return blobcodec.decode(rec.codec, rec.stored, DECODE_LIMIT, rec.hexd)
+        base_hex = blobcodec.delta_base(rec.stored, rec.hexd)
+        base = seen.get(base_hex)
+        if base is None:
+            base = self._get(HASH_PREFIX + base_hex, allow_list=True)
+            seen.put(base_hex, base)
+        return blobcodec.decode_delta(rec.stored, base, DECODE_LIMIT, rec.hexd)
 
     @staticmethod
     def _list_hash(listing: bytes, chunks: _ContentCache) -> str | None:
@@ -692,17 +703,6 @@ def loose_codec(raw: bytes | memoryview) -> int:
     if head.startswith(blobcodec.DELTA_MAGIC):
         return blobcodec.DELTA
     return blobcodec.ZLIB
-
-
-def _decode_seen(rec: packstore.Record, seen: _ContentCache) -> bytes | None:
-    """A record's content during ``verify_many``'s pass; a delta from its base verified earlier in
-    the pass (None if that is not at hand)."""
-    if rec.codec != blobcodec.DELTA:
-        return blobcodec.decode(rec.codec, rec.stored, DECODE_LIMIT, rec.hexd)
-    base = seen.get(blobcodec.delta_base(rec.stored, rec.hexd))
-    if base is None:
-        return None
-    return blobcodec.decode_delta(rec.stored, base, DECODE_LIMIT, rec.hexd)
 
 
 VERIFY_CACHE = 256 * 1024 * 1024
