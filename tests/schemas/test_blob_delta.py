@@ -135,19 +135,17 @@ def test_hostile_deltas_are_errors_not_hangs(tmp_path):
     looping = bytes.fromhex(digest(b"loop")[7:])  # an address whose record names itself as its base
     hexd = looping.hex()
     blobs.put_stored(
-        hexd, blobcodec.DELTA_MAGIC + hexd.encode() + b"\n" + frame, sync=False, codec=blobcodec.DELTA
+        hexd, blobcodec.DELTA_MAGIC + bytes.fromhex(hexd) + frame, sync=False, codec=blobcodec.DELTA
     )
     with pytest.raises(BlobError, match=f"deeper than {DELTA_READ_DEPTH}"):
         blobs.get("sha256:" + hexd)
     bad = digest(b"bad header")[7:]
-    blobs.put_stored(
-        bad, blobcodec.DELTA_MAGIC + b"../../etc/passwd\n" + frame, sync=False, codec=blobcodec.DELTA
-    )
+    blobs.put_stored(bad, blobcodec.DELTA_MAGIC + b"../../etc/passwd", sync=False, codec=blobcodec.DELTA)
     with pytest.raises(BlobError, match="a delta without its header"):
         blobs.get("sha256:" + bad)
     missing = digest(b"missing base")[7:]
     nowhere = digest(b"never stored")[7:]
-    blobs.put_stored(missing, blobcodec.DELTA_MAGIC + nowhere.encode() + b"\n" + frame, sync=False)
+    blobs.put_stored(missing, blobcodec.DELTA_MAGIC + bytes.fromhex(nowhere) + frame, sync=False)
     with pytest.raises(BlobError, match=f"{nowhere} is missing"):
         blobs.get("sha256:" + missing)
     # A frame that claims a huge size is refused before it is decompressed.
@@ -157,7 +155,7 @@ def test_hostile_deltas_are_errors_not_hangs(tmp_path):
 
     bomb = zstandard.ZstdCompressor(write_content_size=True).compress(b"\x00" * (1 << 20))
     bomb = bomb[:5] + b"\xff" * 8 + bomb[13:]  # a lying content size
-    blobs.put_stored(huge, blobcodec.DELTA_MAGIC + base.blob[7:].encode() + b"\n" + bomb, sync=False)
+    blobs.put_stored(huge, blobcodec.DELTA_MAGIC + bytes.fromhex(base.blob[7:]) + bomb, sync=False)
     with pytest.raises(BlobError, match="corrupted"):
         blobs.get("sha256:" + huge)
 
