@@ -11,11 +11,11 @@ Codecs (one ASCII byte, written in the record's header and in the pack index):
 
 Deltas are what keep a conversation O(its new content): a model request resends every message so
 far, so request *n* stored as a delta against request *n-1* costs about the new messages alone
-(on the 200-run synthetic set, 38 bytes per event instead of 242 for whole bodies and chunk
-lists; docs/storage.md has the figures). ``encode_delta`` makes one; reading one needs its base
-(``BlobStore`` reads it first, bounding how deep a chain may go).
+(on the 200-run synthetic set, 59 bytes per event with record headers instead of 242 for whole
+bodies, chunks and chunk lists; docs/storage.md has the figures). ``encode_delta`` makes one;
+reading one needs its base (``BlobStore`` reads it first, bounding how deep a chain may go).
 
-``encode`` picks one. Already compressed media are recognised by their magic bytes or, failing
+``encode`` picks one of the others. Already compressed media are recognised by their magic bytes or, failing
 that, by a sampled check: three 4 KiB samples (start, middle, end) are compressed with zlib at its
 fastest level, and if they do not shrink by ``INCOMPRESSIBLE_RATIO`` the whole blob is stored raw.
 Compressing a 5 MB PNG again costs ~100 ms of CPU to save nothing; the samples cost ~0.1 ms.
