@@ -300,6 +300,11 @@ class BlobStore:
         self.root = Path(root)
         self._state = _shared(self.root)
         self._bases = DeltaBases()
+        self._read: OrderedDict[str, bytes] = OrderedDict()
+        """Contents this object read lately (each checked against its address): reading a run's
+        requests in order then costs one decompression each, not their chain's."""
+        self._read_bytes = 0
+        self._read_lock = threading.Lock()
 
     @property
     def packs_dir(self) -> Path:
@@ -418,6 +423,9 @@ class BlobStore:
         """Seal this process's pack and drop what it has read of the index (after an index was
         rewritten under it, as the tamper tests do)."""
         state = self._state
+        with self._read_lock:
+            self._read.clear()
+            self._read_bytes = 0
         with state.lock:
             state.release()
             state.index.clear()
@@ -431,7 +439,16 @@ class BlobStore:
 
     def get(self, blob: str | BlobRef) -> bytes:
         """The blob's bytes, checked against its address."""
-        return self._get(blob.blob if isinstance(blob, BlobRef) else blob, allow_list=True)
+        address = blob.blob if isinstance(blob, BlobRef) else blob
+        data = self._get(address, allow_list=True)
+        if len(data) <= DELTA_MAX:
+            with self._read_lock:
+                if address[len(HASH_PREFIX) :] not in self._read:
+                    self._read[address[len(HASH_PREFIX) :]] = data
+                    self._read_bytes += len(data)
+                while len(self._read) > BASES_KEPT or self._read_bytes > BASES_BYTES:
+                    self._read_bytes -= len(self._read.popitem(last=False)[1])
+        return data
 
     def _get(self, address: str, *, allow_list: bool, depth: int = 0, hashed: bool = True) -> bytes:
         """The blob's content; re-hashed unless ``hashed`` is False (a delta's base: the content
@@ -491,7 +508,9 @@ class BlobStore:
         if depth >= DELTA_READ_DEPTH:
             raise BlobError(f"blob {address} is corrupted (a delta chain deeper than {DELTA_READ_DEPTH})")
         try:
-            base = self._get(HASH_PREFIX + base_hex, allow_list=True, depth=depth + 1, hashed=hashed)
+            with self._read_lock:
+                kept = None if hashed else self._read.get(base_hex)  # wording an error: from disk
+            base = kept or self._get(HASH_PREFIX + base_hex, allow_list=True, depth=depth + 1, hashed=hashed)
         except BlobError as e:
             if depth or not hashed:  # worded once, by the delta that was asked for
                 raise
