@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from recorder.spool import SpoolWriter, spool_path
-from schemas.blob import digest
+from schemas.blob import BlobRef, digest
 from schemas.blobstore import BlobStore
 from schemas.events import (
     AssistantMessage,
@@ -130,9 +130,9 @@ def generate_run(
     }
     counts = {"events": 0, "blobs": 0}
 
-    def put(data: bytes, media_type: str):
+    def put(data: bytes, media_type: str, base: BlobRef | None = None) -> BlobRef:
         counts["blobs"] += 1
-        return blobs.put(data, media_type, sync=sync)
+        return blobs.put(data, media_type, sync=sync, base=base)
 
     def emit(source: str, payload, ts: int | None = None) -> None:
         writers[source].append(payload, ts_ns=tick() if ts is None else ts)
@@ -160,6 +160,8 @@ def generate_run(
     )
     messages: list[dict] = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": brief}]
     pending_results: list[tuple[str, str]] = []
+    request_ref: BlobRef | None = None
+    response_ref: BlobRef | None = None
     cases = [f"case_{i:05d}" for i in range(rng.randint(3, 8))]
     written: dict[str, tuple[int, str]] = {}
     pid = 100
@@ -225,6 +227,9 @@ def generate_run(
                 ],
             }
         ).encode()
+        # Each request extends the one before, and responses look alike: stored as deltas against
+        # the previous of each, as the proxy stores them.
+        request_ref = put(request, "application/json", base=request_ref)
         input_tokens = len(request) // 4
         cached = input_tokens - rng.randint(200, 900) if turn else 0
         output_tokens = rng.randint(40, 600)
@@ -240,8 +245,8 @@ def generate_run(
                 url="https://api.openai.com/v1/chat/completions",
                 status=200,
                 ok=True,
-                request=put(request, "application/json"),
-                response=put(response, "application/json"),
+                request=request_ref,
+                response=(response_ref := put(response, "application/json", base=response_ref)),
                 message=AssistantMessage(
                     text=text, tool_calls=[ToolCallPart(id=tool_call_id, name=name, arguments=arguments)]
                 ),

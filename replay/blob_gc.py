@@ -7,7 +7,7 @@ What is kept (the *live* set), conservatively:
   and then drops its spools in between is seen on one side or the other;
 - every ``sha256:<hex>`` in an event payload and in any text column of any other table (manifests,
   judge caches, score tables);
-- every chunk of a live chunk list.
+- every chunk of a live chunk list and the base of a live delta (and theirs in turn).
 
 Nothing else is looked at and nothing is guessed: a blob whose address appears nowhere is
 unreferenced. Writers (recorders, ingest, import, migration, the scorer) hold the store's writers'
@@ -133,24 +133,35 @@ def _listing_chunks(listing: bytes) -> list[str]:
     return [m.decode() for m in _ADDRESS.findall(listing[len(CHUNK_MAGIC) :])]
 
 
-def _collect(blobs: BlobStore, live: set[str], small_pack: int) -> Collected:
-    blobs.refresh()
-    # Chunks of live chunk lists are live (a chunk is never itself a list).
-    for hexd in list(live):
+def _add_parts(blobs: BlobStore, live: set[str]) -> None:
+    """Add to ``live`` what its blobs are made of: the chunks of chunk lists and the bases of
+    deltas, and theirs in turn (a delta's base may itself be a delta or a chunk list)."""
+    todo = list(live)
+    while todo:
+        hexd = todo.pop()
         entry = blobs.entry(hexd)
-        listing: bytes | None = None
+        parts: list[str] = []
         try:
             if entry is not None and entry.codec == blobcodec.CHUNKS:
-                listing = bytes(blobs.read_record(hexd, entry)[1])
+                parts = _listing_chunks(bytes(blobs.read_record(hexd, entry)[1]))
+            elif entry is not None and entry.codec == blobcodec.DELTA:
+                parts = [blobcodec.delta_base(blobs.read_record(hexd, entry)[1], hexd)]
             elif entry is None:
                 path = blobs.root / hexd[:2] / hexd[2:]
                 if path.exists():
                     raw = path.read_bytes()
-                    listing = raw if raw.startswith(CHUNK_MAGIC) else None
+                    parts = _listing_chunks(raw) if raw.startswith(CHUNK_MAGIC) else []
         except BlobError:
-            listing = None  # damaged: verify names it; its chunks are kept below by address if seen
-        if listing is not None:
-            live.update(_listing_chunks(listing))
+            parts = []  # damaged: verify names it; its parts are kept below by address if seen
+        for part in parts:
+            if part not in live:
+                live.add(part)
+                todo.append(part)
+
+
+def _collect(blobs: BlobStore, live: set[str], small_pack: int) -> Collected:
+    blobs.refresh()
+    _add_parts(blobs, live)
     packs = blobs.pack_files()
     problems: list[str] = []
     kept: set[str] = set()
@@ -216,6 +227,9 @@ def _check_record(r: packstore.Record) -> None:
     if r.codec == blobcodec.CHUNKS:
         if not bytes(r.stored[: len(CHUNK_MAGIC)]) == CHUNK_MAGIC:
             raise BlobError(f"blob sha256:{r.hexd} is corrupted (a chunk list without its header)")
+        return
+    if r.codec == blobcodec.DELTA:  # its content needs its base: the header is checked here
+        blobcodec.delta_base(r.stored, "sha256:" + r.hexd)
         return
     data = blobcodec.decode(r.codec, r.stored, DECODE_LIMIT, "sha256:" + r.hexd)
     if hashlib.sha256(data).hexdigest() != r.hexd:

@@ -10,6 +10,13 @@ A stored blob is either its content, compressed to fit (``schemas.blobcodec``: z
 already compressed media), or, above ``CHUNK_ABOVE`` bytes, a chunk list: ``CHUNK_MAGIC`` then one
 chunk address per line; each chunk is itself a blob (never itself a list).
 
+A blob put with a ``base`` (the previous request of the same run) may instead be stored as a delta
+against it (``blobcodec.DELTA``): a zstd frame that uses the base's content as its dictionary, so a
+conversation's requests cost their new messages, not the whole conversation again each time. A
+writer makes chains at most ``DELTA_DEPTH`` long (then stores the body whole or chunked again, which
+bounds a read to that many decompressions); a read refuses a chain deeper than ``DELTA_READ_DEPTH``
+(a hostile record naming itself, or a loop, is an error, not a hang).
+
 Chunking is what makes dedup work for agent traffic: every model request resends the whole
 conversation so far, so request *n* is request *n-1* plus a few messages. Chunk boundaries are
 content-defined (at a message or line delimiter whose preceding bytes hash to a chosen residue,
@@ -54,6 +61,14 @@ MAX_CHUNK = 256 * 1024
 CHUNK_MAGIC = b"AMBCHUNKS 1\n"
 _RESIDUES = 4
 """About one candidate in four (by a hash of the 32 bytes before it) is a boundary."""
+DELTA_DEPTH = 16
+"""A delta's base is at most this many deltas deep; past it the body is stored whole (or chunked)."""
+DELTA_READ_DEPTH = 64
+DELTA_MAX = 4 * 1024 * 1024
+"""Bodies above this are chunked, never stored as deltas (a base is held in memory as a dictionary)."""
+BASES_KEPT = 32
+BASES_BYTES = 16 * 1024 * 1024
+"""How many recently stored contents (and bytes of them) a ``BlobStore`` keeps as delta bases."""
 
 
 def chunk_bounds(data: bytes) -> list[int]:
@@ -251,10 +266,45 @@ def _shared(root: Path) -> _Shared:
         return state
 
 
+class DeltaBases:
+    """The contents a writer stored lately, with how many deltas deep each is: the bases a later
+    put with ``base=`` can use without reading them back. One per writer (a run's), not shared."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[str, tuple[bytes, int]] = OrderedDict()
+        self._bytes = 0
+
+    def keep(self, hexd: str, data: bytes, depth: int) -> None:
+        if len(data) > DELTA_MAX or hexd in self._kept:
+            return
+        self._kept[hexd] = (data, depth)
+        self._bytes += len(data)
+        while len(self._kept) > BASES_KEPT or self._bytes > BASES_BYTES:
+            self._bytes -= len(self._kept.popitem(last=False)[1][0])
+
+    def delta(self, data: bytes, base: BlobRef | None) -> tuple[bytes, int] | None:
+        """The stored bytes of ``data`` as a delta against ``base`` and its depth, or None when
+        the base is not at hand, its chain is long enough already, or a delta would not pay."""
+        if base is None or len(data) > DELTA_MAX:
+            return None
+        base_hex = base.blob[len(HASH_PREFIX) :]
+        kept = self._kept.get(base_hex)
+        if kept is None or kept[1] >= DELTA_DEPTH:
+            return None
+        stored = blobcodec.encode_delta(data, base_hex, kept[0])
+        return None if stored is None else (stored, kept[1] + 1)
+
+
 class BlobStore:
     def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(root)
         self._state = _shared(self.root)
+        self._bases = DeltaBases()
+        self._read: OrderedDict[str, bytes] = OrderedDict()
+        """Contents this object read lately (each checked against its address): reading a run's
+        requests in order then costs one decompression each, not their chain's."""
+        self._read_bytes = 0
+        self._read_lock = threading.Lock()
 
     @property
     def packs_dir(self) -> Path:
@@ -280,14 +330,29 @@ class BlobStore:
     def entry(self, hexd: str) -> packstore.Entry | None:
         return self._state.lookup(hexd)
 
-    def put(self, data: bytes, media_type: str = "application/octet-stream", *, sync: bool = True) -> BlobRef:
-        """Store ``data`` once; return its reference. ``sync`` makes it durable before returning."""
+    def put(
+        self,
+        data: bytes,
+        media_type: str = "application/octet-stream",
+        *,
+        sync: bool = True,
+        base: BlobRef | None = None,
+    ) -> BlobRef:
+        """Store ``data`` once; return its reference. ``sync`` makes it durable before returning.
+
+        ``base``: a blob this content probably extends (the previous request of the same run); if
+        this object stored it lately, ``data`` is stored as a delta against it when that is smaller."""
         hexd = hashlib.sha256(data).hexdigest()
         ref = BlobRef(blob=HASH_PREFIX + hexd, size=len(data), media_type=media_type)
         state = self._state
         with state.lock:
             state.take_writer()  # the writers' lock comes before trusting the index
             if self.has(hexd):
+                return ref
+            delta = self._bases.delta(data, base)
+            self._bases.keep(hexd, data, delta[1] if delta else 0)
+            if delta is not None:
+                self._append(hexd, blobcodec.DELTA, delta[0], sync=sync)
                 return ref
             bounds = chunk_bounds(data) if len(data) > CHUNK_ABOVE else []
             if len(bounds) > 1:  # one chunk would be the blob itself: stored whole
@@ -324,7 +389,7 @@ class BlobStore:
         if not DIGEST_RE.match(HASH_PREFIX + hexd):
             raise BlobError(f"not a blob address: {HASH_PREFIX}{hexd!r}")
         if codec is None:
-            codec = blobcodec.CHUNKS if bytes(stored[: len(CHUNK_MAGIC)]) == CHUNK_MAGIC else blobcodec.ZLIB
+            codec = loose_codec(stored)
         with self._state.lock:
             self._state.take_writer()
             if hexd in self._state.index or self._state.lookup(hexd):
@@ -358,6 +423,9 @@ class BlobStore:
         """Seal this process's pack and drop what it has read of the index (after an index was
         rewritten under it, as the tamper tests do)."""
         state = self._state
+        with self._read_lock:
+            self._read.clear()
+            self._read_bytes = 0
         with state.lock:
             state.release()
             state.index.clear()
@@ -371,9 +439,21 @@ class BlobStore:
 
     def get(self, blob: str | BlobRef) -> bytes:
         """The blob's bytes, checked against its address."""
-        return self._get(blob.blob if isinstance(blob, BlobRef) else blob, allow_list=True)
+        address = blob.blob if isinstance(blob, BlobRef) else blob
+        data = self._get(address, allow_list=True)
+        if len(data) <= DELTA_MAX:
+            with self._read_lock:
+                if address[len(HASH_PREFIX) :] not in self._read:
+                    self._read[address[len(HASH_PREFIX) :]] = data
+                    self._read_bytes += len(data)
+                while len(self._read) > BASES_KEPT or self._read_bytes > BASES_BYTES:
+                    self._read_bytes -= len(self._read.popitem(last=False)[1])
+        return data
 
-    def _get(self, address: str, *, allow_list: bool) -> bytes:
+    def _get(self, address: str, *, allow_list: bool, depth: int = 0, hashed: bool = True) -> bytes:
+        """The blob's content; re-hashed unless ``hashed`` is False (a delta's base: the content
+        built on it is hashed, and a mismatch reads the chain again, hashing every base, to name
+        the one that is wrong)."""
         if not DIGEST_RE.match(address):
             raise BlobError(f"not a blob address: {address!r}")
         hexd = address[len(HASH_PREFIX) :]
@@ -389,7 +469,7 @@ class BlobStore:
                 if entry is None:
                     raise BlobError(f"blob {address} is missing from {self.root}") from None
         if raw is not None:
-            codec = blobcodec.CHUNKS if raw.startswith(CHUNK_MAGIC) else blobcodec.ZLIB
+            codec = loose_codec(raw)
             stored = memoryview(raw)
         else:
             assert entry is not None
@@ -404,20 +484,46 @@ class BlobStore:
         if codec == blobcodec.CHUNKS:
             if not allow_list:
                 raise BlobError(f"blob {address} is corrupted (a chunk is itself a chunk list)")
-            data = self._join(address, stored)
+            data = self._join(address, stored, depth)
+        elif codec == blobcodec.DELTA and not hashed:
+            return self._undelta(address, stored, depth, hashed=False)  # errors go up to the first
+        elif codec == blobcodec.DELTA:
+            try:
+                fast: bytes | None = self._undelta(address, stored, depth, hashed=False)
+            except BlobError:
+                fast = None
+            if fast is not None and hashlib.sha256(fast).hexdigest() == hexd:
+                return fast
+            data = self._undelta(address, stored, depth, hashed=True)
         else:
             data = blobcodec.decode(codec, stored, DECODE_LIMIT, address)
+        if not hashed:
+            return data
         if hashlib.sha256(data).hexdigest() != hexd:
             raise BlobError(f"blob {address} is corrupted (content does not match its address)")
         return data
 
-    def _join(self, address: str, listing: bytes | memoryview) -> bytes:
+    def _undelta(self, address: str, stored: memoryview, depth: int, *, hashed: bool) -> bytes:
+        base_hex = blobcodec.delta_base(stored, address)
+        if depth >= DELTA_READ_DEPTH:
+            raise BlobError(f"blob {address} is corrupted (a delta chain deeper than {DELTA_READ_DEPTH})")
+        try:
+            with self._read_lock:
+                kept = None if hashed else self._read.get(base_hex)  # wording an error: from disk
+            base = kept or self._get(HASH_PREFIX + base_hex, allow_list=True, depth=depth + 1, hashed=hashed)
+        except BlobError as e:
+            if depth or not hashed:  # worded once, by the delta that was asked for
+                raise
+            raise BlobError(f"blob {address} is corrupted (its delta base failed: {e})") from e
+        return blobcodec.decode_delta(stored, base, DECODE_LIMIT, address)
+
+    def _join(self, address: str, listing: bytes | memoryview, depth: int = 0) -> bytes:
         body = bytes(listing)
         if not body.startswith(CHUNK_MAGIC):
             raise BlobError(f"blob {address} is corrupted (a chunk list without its header)")
         try:
             return b"".join(
-                self._get(line.decode(errors="replace"), allow_list=False)
+                self._get(line.decode(errors="replace"), allow_list=False, depth=depth + 1)
                 for line in body[len(CHUNK_MAGIC) :].splitlines()
             )
         except BlobError as e:
@@ -517,7 +623,7 @@ class BlobStore:
                         ok = self._list_hash(rec.stored, chunks) == rec.hexd
                     else:
                         try:
-                            data = blobcodec.decode(rec.codec, rec.stored, DECODE_LIMIT, rec.hexd)
+                            data = self._decode_seen(rec, chunks)
                         except BlobError:
                             continue
                         ok = hashlib.sha256(data).hexdigest() == rec.hexd
@@ -549,6 +655,19 @@ class BlobStore:
             if reason:
                 problems[address] = reason
         return problems
+
+    def _decode_seen(self, rec: packstore.Record, seen: _ContentCache) -> bytes:
+        """A record's content during ``verify_many``'s pass. A delta is built on its base's
+        content, verified earlier in the pass, or else read (and re-hashed) now and kept for the
+        deltas that follow (a base that is a chunk list is hashed in the pass, not kept whole)."""
+        if rec.codec != blobcodec.DELTA:
+            return blobcodec.decode(rec.codec, rec.stored, DECODE_LIMIT, rec.hexd)
+        base_hex = blobcodec.delta_base(rec.stored, rec.hexd)
+        base = seen.get(base_hex)
+        if base is None:
+            base = self._get(HASH_PREFIX + base_hex, allow_list=True)
+            seen.put(base_hex, base)
+        return blobcodec.decode_delta(rec.stored, base, DECODE_LIMIT, rec.hexd)
 
     @staticmethod
     def _list_hash(listing: bytes, chunks: _ContentCache) -> str | None:
@@ -592,6 +711,17 @@ class BlobStore:
             chunks.keep_state(listing[:end], sha)
             start = end
         return str(sha.hexdigest())
+
+
+def loose_codec(raw: bytes | memoryview) -> int:
+    """The codec of a blob stored as a loose file or a run pack's record (no codec byte): a chunk
+    list or a delta by their magic, else zlib."""
+    head = bytes(raw[: max(len(CHUNK_MAGIC), len(blobcodec.DELTA_MAGIC))])
+    if head.startswith(CHUNK_MAGIC):
+        return blobcodec.CHUNKS
+    if head.startswith(blobcodec.DELTA_MAGIC):
+        return blobcodec.DELTA
+    return blobcodec.ZLIB
 
 
 VERIFY_CACHE = 256 * 1024 * 1024

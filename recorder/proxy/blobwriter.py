@@ -28,7 +28,7 @@ from pathlib import Path
 
 from schemas.blob import HASH_PREFIX, BlobRef
 from schemas.blobpack import MAGIC, materialise, record_header
-from schemas.blobstore import CHUNK_ABOVE, CHUNK_MAGIC, COMPRESSION_LEVEL, BlobStore, chunk_bounds
+from schemas.blobstore import CHUNK_ABOVE, CHUNK_MAGIC, COMPRESSION_LEVEL, BlobStore, DeltaBases, chunk_bounds
 from schemas.errors import BlobError
 
 KNOWN_MAX = 1 << 16
@@ -59,12 +59,17 @@ class BlobWriter:
         """One record at a time in the pack (the sink writes from the event loop and workers)."""
         self._unsynced = False
         """Whether records were appended since the last ``sync``."""
+        self._bases = DeltaBases()
+        self._bases_lock = threading.Lock()
         self._fd = os.open(self.pack, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
         if os.fstat(self._fd).st_size == 0:
             os.write(self._fd, MAGIC)
 
-    def put(self, data: bytes, media_type: str = "application/octet-stream") -> BlobRef:
-        """Store ``data`` once (chunked above ``CHUNK_ABOVE``, as ``BlobStore.put`` does).
+    def put(
+        self, data: bytes, media_type: str = "application/octet-stream", base: BlobRef | None = None
+    ) -> BlobRef:
+        """Store ``data`` once (chunked above ``CHUNK_ABOVE``, or as a delta against ``base``, as
+        ``BlobStore.put`` does).
 
         All on the calling thread, the whole body's hash first (a body stored already then costs
         that one hash), in pieces that give way to threads waiting for a CPU (``_sha256_yielding``).
@@ -75,7 +80,12 @@ class BlobWriter:
         ref = BlobRef(blob=HASH_PREFIX + hexd, size=len(data), media_type=media_type)
         if hexd in self._known or (len(data) > LOOKUP_ABOVE and self._stored(hexd)):
             return ref
-        if len(data) > CHUNK_ABOVE:
+        with self._bases_lock:
+            delta = self._bases.delta(data, base)
+            self._bases.keep(hexd, data, delta[1] if delta else 0)
+        if delta is not None:
+            self._append(hexd, delta[0])
+        elif len(data) > CHUNK_ABOVE:
             self._append(hexd, self._chunk_list(data))
         else:
             self._append(hexd, zlib.compress(data, COMPRESSION_LEVEL))

@@ -135,6 +135,9 @@ class Sink:
         self.spool = SpoolWriter(spool, run_id, "proxy", sync=False)
         self.custody = custody
         self.budget = budget
+        self._last_request: BlobRef | None = None
+        """The run's latest request body: the next one is stored as a delta against it."""
+        self._last_response: BlobRef | None = None
         """The run's budget (``--max-*``): the addon asks it before forwarding, a written call settles."""
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="amb-sink")
         self.counts: Counter[str] = Counter()
@@ -237,7 +240,11 @@ class Sink:
         # The blob first, the parse second: decoding a large body's JSON holds the GIL, and by the
         # time the blob is written mitmproxy has usually finished forwarding the request upstream.
         # (Inline images and files are skimmed out of the parse: ``recorder.proxy.skim``.)
-        ref = self.blobs.put(body, "application/json") if body else None
+        # Stored as a delta against the run's previous request, which it usually extends (a race
+        # between concurrent calls only picks another base: any base reads back right).
+        ref = self.blobs.put(body, "application/json", base=self._last_request) if body else None
+        if ref is not None:
+            self._last_request = ref
         info = calls.parse_request(api, body)
         return PreparedRequest(info, ref)
 
@@ -261,7 +268,12 @@ class Sink:
         if raw:
             media = f.content_type.split(";")[0].strip() or "application/octet-stream"
             # The decoded body is what the client's SDK read; if it cannot be decoded, keep the wire bytes.
-            response_ref = self._blob(resp_body if decode_err is None else raw, media)
+            # Against the run's previous response: they share their structure (a delta is the
+            # dictionary of what this run's responses look like).
+            response_ref = self.blobs.put(
+                self.custody.scrub(resp_body if decode_err is None else raw), media, base=self._last_response
+            )
+            self._last_response = response_ref
         error = f.error
         partial_flag = f.partial
         if error == "client_disconnected" and f.streamed and result.complete:

@@ -21,8 +21,12 @@ def explode(blobs: BlobStore) -> int:
                 continue
             if r.codec == blobcodec.CHUNKS:
                 stored = bytes(r.stored)
-            else:
-                content = blobcodec.decode(r.codec, r.stored, DECODE_LIMIT, r.hexd)
+            else:  # a delta became its whole content: old stores had no deltas
+                content = (
+                    blobs.get("sha256:" + r.hexd)
+                    if r.codec == blobcodec.DELTA
+                    else blobcodec.decode(r.codec, r.stored, DECODE_LIMIT, r.hexd)
+                )
                 stored = zlib.compress(content, COMPRESSION_LEVEL)
             path.parent.mkdir(exist_ok=True)
             path.write_bytes(stored)

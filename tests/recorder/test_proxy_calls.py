@@ -296,6 +296,36 @@ def test_large_request_body_is_recorded(rec):
     assert json.loads(rec.blobs.get(call.request))["messages"][0]["content"] == big
 
 
+def test_a_conversation_is_stored_as_deltas(rec):
+    """Each request of a growing conversation is kept as a delta against the one before (and each
+    response against the previous response): the run pack holds little more than the new turns."""
+    from recorder.spool import spool_path
+    from schemas import blobcodec
+    from schemas.blob import BlobRef
+    from schemas.blobpack import pack_path, read_records
+    from schemas.blobstore import loose_codec
+
+    client = oai(rec)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are careful. " * 200}]
+    requests: list[BlobRef] = []
+    for turn in range(6):
+        messages.append({"role": "user", "content": f"turn {turn}: " + "details " * 50})
+        args: dict[str, Any] = {"model": "gpt-test", "messages": messages}
+        client.chat.completions.create(**args)
+        call, _ = one_call(rec)
+        assert call.request is not None
+        requests.append(call.request)
+        messages.append({"role": "assistant", "content": f"answer {turn}"})
+    pack = pack_path(spool_path(rec.store, rec.run_id, "proxy"))
+    records = dict(read_records(pack.read_bytes(), pack.name)[0])
+    codecs = [loose_codec(records[r.blob[7:]]) for r in requests]
+    assert codecs[1:] == [blobcodec.DELTA] * 5, codecs
+    assert all(len(records[r.blob[7:]]) < 400 for r in requests[1:])  # each body is ~4-6 KB
+    assert [json.loads(rec.blobs.get(r))["messages"] for r in requests] == [
+        messages[: 2 * i + 2] for i in range(6)
+    ]
+
+
 def test_no_key_bytes_anywhere(rec):
     # Runs last in this module: everything recorded so far must be free of the real keys.
     keys = [k.encode() for k in REAL_KEYS.values()]

@@ -231,3 +231,31 @@ def test_gc_killed_mid_repack_loses_nothing_and_a_rerun_completes(store_template
     assert {r: blobs.get(r) for r in refs} == before
     assert len(blobs.pack_files()) == 1
     assert problems(store) == []
+
+
+def test_gc_keeps_the_bases_of_live_deltas(store):
+    """A delta's base (and the base's base) stays while the delta is referenced, even when nothing
+    else refers to the bases; once the delta goes, they go with it."""
+    blobs = BlobStore(store / "blobs")
+    bodies = [
+        b'{"messages": [' + b", ".join(b'{"n": %d, "text": "%s"}' % (i, b"x" * 40) for i in range(n)) + b"]}"
+        for n in (30, 31, 32)
+    ]
+    refs = []
+    for body in bodies:
+        refs.append(blobs.put(body, "application/json", base=refs[-1] if refs else None))
+    entries = [blobs.entry(r.blob[7:]) for r in refs[1:]]
+    assert [e.codec if e else None for e in entries] == [ord("d"), ord("d")]
+    with Store.open(store) as st:
+        st.con.execute("CREATE TABLE side (note VARCHAR)")
+        st.con.execute("INSERT INTO side VALUES (?)", [f"kept: {refs[2].blob}"])
+    blobs.close()
+    done = collect(blobs, store / "spool", lambda: Store.open(store, read_only=True).con)
+    assert done.problems == []
+    assert blobs.get(refs[2]) == bodies[2] and blobs.check(refs[0].blob) is None
+    with Store.open(store) as st:
+        st.con.execute("DELETE FROM side")
+    blobs.close()
+    done = collect(blobs, store / "spool", lambda: Store.open(store, read_only=True).con)
+    assert done.removed == 3 and all("missing" in (blobs.check(r.blob) or "") for r in refs)
+    assert problems(store) == []

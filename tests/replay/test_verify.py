@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import zlib
 
+import pytest
+
 from replay import manifest as manifests
 from replay.store import Store
 from replay.verify import verify
@@ -136,6 +138,30 @@ def test_corrupted_blob(store):
     with Store.open(store, read_only=True) as st:
         replace_blob(st.blobs, blob, b"garbage")
     assert any(blob in p.what and "cannot decompress" in p.what for p in problems(store))
+
+
+@pytest.mark.parametrize("store", ["packed"], indirect=True)  # a migrated store's blobs are whole
+def test_a_tampered_delta_base_fails_every_delta_built_on_it(store):
+    """Requests are stored as deltas against the request before: a base changed (or removed) is
+    reported itself, and so is every later request whose chain goes through it."""
+    with Store.open(store, read_only=True) as st:
+        requests = [
+            r[0]
+            for r in st.con.execute(
+                "SELECT request_blob FROM model_calls WHERE run_id = 'run-1' ORDER BY seq"
+            ).fetchall()
+        ]
+        later = [b for b in requests[3:] if st.blobs.entry(b[7:]) and st.blobs.entry(b[7:]).codec == ord("d")]
+        assert len(later) >= 5
+        replace_blob(st.blobs, requests[2], zlib.compress(b'{"messages": []}'))
+    found = [p.what for p in problems(store)]
+    assert any(requests[2] in w and "does not match its address" in w for w in found)
+    for blob in later:
+        assert any(blob in w and "delta base failed" in w for w in found), blob
+    with Store.open(store, read_only=True) as st:
+        remove_blob(st.blobs, requests[2])
+    found = [p.what for p in problems(store)]
+    assert any(later[0] in w and "delta base failed" in w and "missing" in w for w in found)
 
 
 def test_verify_named_runs_only(store):

@@ -1,0 +1,149 @@
+"""bench/storage_where: where a store's bytes on disk are, per event.
+
+Reads one ingested store and attributes every byte to what it holds:
+
+- blobs: every pack record by what refers to it (the event kind, the payload field and the media
+  type of the reference; a chunk counts for the first blob whose list names it), split into its
+  stored content, its record header and its index entry; records no event refers to are
+  ``unreferenced``;
+- the database: each column of ``events`` by the bytes of its storage segments (DuckDB's
+  ``pragma_storage_info``; the file's own blocks beside);
+- spools: by what their names end with (``.spool``, ``.spool.zst``, ``.blobs``, ...).
+
+Run: python bench/storage_where.py STORE [--json]
+     (STORE is an ingested store, e.g. one ``./just bench storage --keep DIR`` left)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(HERE))
+
+from schemas import blobcodec, packstore  # noqa: E402 (the checkout's packages, after the path is set)
+
+_REF = re.compile(r'"(\w+)":\{"blob":"sha256:([0-9a-f]{64})","media_type":"([^"]*)"')
+_CHUNK = re.compile(rb"sha256:([0-9a-f]{64})")
+
+
+def _disk(path: Path) -> int:
+    return os.lstat(path).st_blocks * 512
+
+
+def where(store: Path) -> dict[str, Any]:
+    import duckdb
+
+    con = duckdb.connect(str(store / "amb.duckdb"), read_only=True)
+    events = con.execute("SELECT count(*) FROM events").fetchone()[0]
+    owner: dict[str, str] = {}
+    for kind, payload in con.execute("SELECT kind, payload FROM events WHERE payload LIKE '%\"blob\":%'").fetchall():
+        for field, hexd, media in _REF.findall(payload):
+            owner.setdefault(hexd, f"{kind}.{field} ({media})")
+    columns: dict[str, int] = defaultdict(int)
+    block = con.execute("SELECT block_size FROM pragma_database_size()").fetchone()[0]
+    for column, count in con.execute(
+        "SELECT column_name, sum(count) FROM pragma_storage_info('events') GROUP BY 1"
+    ).fetchall():
+        columns[column] = 0
+    # Segment sizes: a persistent segment's bytes are not listed; its block share is. Count, per
+    # column, the distinct (block_id, block_offset) pairs weighted by the segment's share.
+    rows = con.execute(
+        "SELECT column_name, block_id, block_offset, segment_type, count, compression "
+        "FROM pragma_storage_info('events') WHERE persistent ORDER BY block_id, block_offset"
+    ).fetchall()
+    by_block: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for column, block_id, offset, _type, _count, _comp in rows:
+        by_block[block_id].append((offset, column))
+    for block_id, segs in by_block.items():
+        segs.sort()
+        for i, (offset, column) in enumerate(segs):
+            end = segs[i + 1][0] if i + 1 < len(segs) else block
+            columns[column] += end - offset
+    con.close()
+
+    area: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    packs = store / "blobs" / packstore.PACKS if hasattr(packstore, "PACKS") else store / "blobs" / "packs"
+    records: dict[str, tuple[int, int, int]] = {}  # hexd -> (codec, stored, header)
+    listing: dict[str, list[str]] = {}
+    for pack in sorted(packs.glob("*" + packstore.PACK_SUFFIX)):
+        for rec in packstore.scan(pack):
+            header = rec.length - len(rec.stored)
+            records.setdefault(rec.hexd, (rec.codec, len(rec.stored), header))
+            if rec.codec == blobcodec.CHUNKS:
+                listing[rec.hexd] = [m.decode() for m in _CHUNK.findall(rec.stored)]
+    for hexd, chunks in listing.items():
+        for c in chunks:
+            if hexd in owner:
+                owner.setdefault(c, owner[hexd] + " [chunk]")
+    index_entry = packstore.ENTRY.size
+    for hexd, (codec, stored, header) in records.items():
+        what = owner.get(hexd, "unreferenced")
+        if codec == blobcodec.CHUNKS:
+            what += " [list]"
+        a = area[what]
+        a["records"] += 1
+        a["stored"] += stored
+        a["headers"] += header
+        a["index"] += index_entry
+    spools: dict[str, int] = defaultdict(int)
+    for path in (store / "spool").rglob("*"):
+        if path.is_file():
+            suffix = "".join(path.suffixes) or path.name
+            spools[suffix] += _disk(path)
+    blob_disk = sum(_disk(p) for p in (store / "blobs").rglob("*") if p.is_file())
+    return {
+        "events": events,
+        "db_disk": _disk(store / "amb.duckdb"),
+        "db_columns": dict(columns),
+        "blob_disk": blob_disk,
+        "blobs": {k: dict(v) for k, v in sorted(area.items())},
+        "spools": dict(spools),
+    }
+
+
+def show(w: dict[str, Any]) -> None:
+    n = w["events"]
+    per = lambda b: b / n  # noqa: E731 (a one-line helper for the table)
+    total = w["db_disk"] + w["blob_disk"] + sum(w["spools"].values())
+    print(f"{n} events; on disk {total} bytes = {per(total):.0f} bytes per event")
+    print(f"\ndatabase: {per(w['db_disk']):.0f} bytes per event (the file); columns of events:")
+    for column, b in sorted(w["db_columns"].items(), key=lambda kv: -kv[1]):
+        print(f"  {column:24} {per(b):7.1f}")
+    print(f"\nblobs: {per(w['blob_disk']):.0f} bytes per event (files); records by referrer:")
+    print(f"  {'what':64} {'records':>8} {'stored':>7} {'headers':>7} {'index':>7}")
+    tot: dict[str, float] = defaultdict(float)
+    for what, a in sorted(w["blobs"].items(), key=lambda kv: -kv[1]["stored"]):
+        print(
+            f"  {what:64} {a['records']:8d} {per(a['stored']):7.1f} {per(a['headers']):7.1f} "
+            f"{per(a['index']):7.1f}"
+        )
+        for k in ("stored", "headers", "index"):
+            tot[k] += a[k]
+    print(f"  {'total':64} {'':8} {per(tot['stored']):7.1f} {per(tot['headers']):7.1f} {per(tot['index']):7.1f}")
+    print("\nspools (on disk):")
+    for suffix, b in sorted(w["spools"].items()):
+        print(f"  {suffix:24} {per(b):7.1f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("store", type=Path)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    w = where(args.store)
+    if args.json:
+        print(json.dumps(w, indent=1))
+    else:
+        show(w)
+
+
+if __name__ == "__main__":
+    main()
