@@ -1,11 +1,11 @@
 """``amb demo``: the main job, from an installed amb (``./just demo`` runs it in a checkout).
 
 It records the offline baseline agent (and the same baseline with an injected flaw) on one
-synthetic task per track, both tiers, scores the runs, prints the leaderboard, writes the HTML
-report; then lists, verifies and queries the runs. No API key and no download: the "model" is a
-scripted policy served on loopback (amb baseline). Everything goes under ``--out`` (default
-``./out``): ``demo-report.html``, ``demo-store/``, ``demo/`` (twins, workspaces, logs) and the
-sweep file it ran, ``demo-sweep.toml``.
+synthetic task per track, both tiers (``--tier`` picks one: half the runs), scores the runs, prints
+the leaderboard, writes the HTML report; then lists, verifies and queries the runs. No API key and
+no download: the "model" is a scripted policy served on loopback (amb baseline). Everything goes
+under ``--out`` (default ``./out``): ``demo-report.html``, ``demo-store/``, ``demo/`` (twins,
+workspaces, logs) and the sweep file it ran, ``demo-sweep.toml``.
 
 The backend: docker when a Docker engine answers and the agent image can be built (from a public
 Python base, or, where no registry answers, from a Debian root filesystem), else local; the demo
@@ -148,7 +148,15 @@ def choose_backend(asked: str) -> tuple[str, str]:
     show_default=True,
     help="auto: docker when an engine answers and the agent image can be built, else local.",
 )
-def demo(out_dir: str, store: str | None, backend: str) -> None:
+@click.option(
+    "--tier",
+    "tiers",
+    type=click.Choice(["lite", "standard"]),
+    multiple=True,
+    help="Record only this tier's briefs (repeatable; default: both). One tier is half the runs, "
+    "still one task per track and both agents.",
+)
+def demo(out_dir: str, store: str | None, backend: str, tiers: tuple[str, ...]) -> None:
     """Record a sample agent on one task per track, score the runs, show and verify them."""
     from amb.score_cmds import report, score
     from amb.store_cmds import runs, sql, verify
@@ -168,9 +176,11 @@ def demo(out_dir: str, store: str | None, backend: str) -> None:
     else:
         _say(f"{why}: runs are recorded as local processes (local backend)")
     sweep_file = out / "demo-sweep.toml"
-    sweep_file.write_text(
-        re.sub(r"(?m)^backend = .*$", f'backend = "{chosen}"', sweep_text()), encoding="utf-8"
-    )
+    text = re.sub(r"(?m)^backend = .*$", f'backend = "{chosen}"', sweep_text())
+    if tiers:
+        chosen_tiers = ", ".join(f'"{t}"' for t in dict.fromkeys(tiers))
+        text = re.sub(r"(?m)^tiers = .*$", f"tiers = [{chosen_tiers}]", text)
+    sweep_file.write_text(text, encoding="utf-8")
     spec = load_sweep(sweep_file)
     n = len(spec.agents) * len(spec.tasks) * len(spec.tiers) * spec.repeats
     shape = f"{len(spec.agents)} agents x {len(spec.tasks)} tasks x {len(spec.tiers)} tiers"

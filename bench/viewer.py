@@ -41,19 +41,9 @@ from replay import search
 from replay.ingest import ingest
 from replay.web import diff as diffs
 from replay.web.server import Running
+from tests.replay.viewer_store import CHROMIUM, chromium_flags
 
 BIG, DIFF_A, DIFF_B = "big-100k", "diff-10k-a", "diff-10k-b"
-CHROMIUM = os.environ.get("AMB_CHROMIUM", "/usr/bin/chromium")
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def build(root: Path, runs: int) -> None:
@@ -305,7 +295,7 @@ def first_paint(root: Path, repeat: int, against: Path | None) -> None:
         for s in servers.values():  # the run index is built once per server, before any timing
             fetch(s.url + "/api/runs")
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=chromium_flags())
             # Baseline in the same browser: a page that paints one line and fetches nothing.
             blank = []
             for _ in range(repeat):

@@ -228,6 +228,21 @@ class _Proc:
     cwd: str | None
     start_ns: int
 
+    def ended(self, end_ns: int, exit_code: int | None = None, sig: int | None = None) -> Proc:
+        """The record of this program ended at ``end_ns`` (no exit code: replaced by an exec, or
+        still running when tracing stopped)."""
+        return Proc(
+            pid=self.pid,
+            ppid=self.ppid,
+            argv=self.argv,
+            cwd=self.cwd,
+            start_ns=self.start_ns,
+            end_ns=end_ns,
+            exit_code=exit_code,
+            signal=sig,
+            tracer=LABEL,
+        )
+
 
 @dataclass
 class _Exec:
@@ -460,19 +475,7 @@ class NotifyTracer:
             if p is not None:
                 code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
                 sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-                self._queue(
-                    Proc(
-                        pid=p.pid,
-                        ppid=p.ppid,
-                        argv=p.argv,
-                        cwd=p.cwd,
-                        start_ns=p.start_ns,
-                        end_ns=now,
-                        exit_code=code,
-                        signal=sig,
-                        tracer=LABEL,
-                    )
-                )
+                self._queue(p.ended(now, code, sig))
             if pid == self.root_pid:
                 self._flush(force=True)
                 self.root_done.set()
@@ -512,17 +515,7 @@ class NotifyTracer:
         if old is not None:
             # The process replaces its program (a shell exec'ing its last command): the old program
             # ends there, with no exit code of its own.
-            self._queue(
-                Proc(
-                    pid=pid,
-                    ppid=old.ppid,
-                    argv=old.argv,
-                    cwd=old.cwd,
-                    start_ns=old.start_ns,
-                    end_ns=e.ts_ns,
-                    tracer=LABEL,
-                )
-            )
+            self._queue(old.ended(e.ts_ns))
         self.procs[pid] = _Proc(pid, e.ppid, e.argv or [], e.cwd, e.ts_ns)
         self.counts["execs"] += 1
 
@@ -682,17 +675,7 @@ class NotifyTracer:
         """Tracing stops: whatever still runs is reported without an exit code."""
         now = time.time_ns()
         for p in self.procs.values():
-            self._queue(
-                Proc(
-                    pid=p.pid,
-                    ppid=p.ppid,
-                    argv=p.argv,
-                    cwd=p.cwd,
-                    start_ns=p.start_ns,
-                    end_ns=now,
-                    tracer=LABEL,
-                )
-            )
+            self._queue(p.ended(now))
         self.procs.clear()
         self._flush(force=True)
 

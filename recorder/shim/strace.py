@@ -233,6 +233,21 @@ class Tracker:
             p = self.procs[pid] = _Proc(pid, start_ns=ts_ns)
         return p
 
+    def _ended(self, p: _Proc, end_ns: int, exit_code: int | None = None, sig: int | None = None) -> Proc:
+        """The record of a program that ended at ``end_ns`` (no exit code: replaced by an exec, or
+        still running when tracing stopped)."""
+        return Proc(
+            pid=p.pid,
+            ppid=p.ppid,
+            argv=p.argv or [],
+            cwd=p.cwd,
+            start_ns=p.start_ns,
+            end_ns=end_ns,
+            exit_code=exit_code,
+            signal=sig,
+            tracer=self.tracer,
+        )
+
     def _event(self, tid: int, ts_ns: int, rest: str) -> list:
         if rest.startswith("+++"):
             return self._exit(tid, ts_ns, rest)
@@ -252,17 +267,7 @@ class Tracker:
             if p.execd and not p.hidden:
                 # The process replaces its program (a shell exec'ing its last command): the old
                 # program is reported as ended there, with no exit code of its own.
-                out.append(
-                    Proc(
-                        pid=p.pid,
-                        ppid=p.ppid,
-                        argv=p.argv or [],
-                        cwd=p.cwd,
-                        start_ns=p.start_ns,
-                        end_ns=ts_ns,
-                        tracer=self.tracer,
-                    )
-                )
+                out.append(self._ended(p, ts_ns))
             arg_at = rest.index("(") + 1
             if name == "execveat":  # execveat(dirfd, "path", [argv], ...)
                 arg_at = rest.index(", ", arg_at) + 2
@@ -352,19 +357,7 @@ class Tracker:
             self.root_exit = code if code is not None else 128 + (sig or 0)
         if p is None or not p.execd or p.hidden:
             return []
-        return [
-            Proc(
-                pid=p.pid,
-                ppid=p.ppid,
-                argv=p.argv or [],
-                cwd=p.cwd,
-                start_ns=p.start_ns,
-                end_ns=ts_ns,
-                exit_code=code,
-                signal=sig,
-                tracer=self.tracer,
-            )
-        ]
+        return [self._ended(p, ts_ns, code, sig)]
 
     def root_killed(self, sig: int, end_ns: int) -> list:
         """strace re-raises the signal that killed the traced command, and its last line (the
@@ -375,19 +368,7 @@ class Tracker:
 
     def unfinished(self, end_ns: int) -> list:
         """Processes still alive when tracing stopped (reported with no exit code)."""
-        out = [
-            Proc(
-                pid=p.pid,
-                ppid=p.ppid,
-                argv=p.argv or [],
-                cwd=p.cwd,
-                start_ns=p.start_ns,
-                end_ns=end_ns,
-                tracer=self.tracer,
-            )
-            for p in self.procs.values()
-            if p.execd and not p.hidden
-        ]
+        out = [self._ended(p, end_ns) for p in self.procs.values() if p.execd and not p.hidden]
         self.procs.clear()
         return out
 

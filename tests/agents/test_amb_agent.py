@@ -23,6 +23,7 @@ from schemas.blobstore import BlobStore
 from schemas.events import ModelCallCompleted, SubmissionSealed, ToolCallRequested, ToolCallResult
 from scorer.grader import grade
 from tasks.registry import brief, load_spec
+from tests.fakes.baseline_run import record_baseline_run
 from tests.fakes.upstream import FakeUpstream
 
 BIN = Path(sys.executable).parent
@@ -41,37 +42,17 @@ def twin(make_twin):
 
 def record(tmp_path, server, twin, run_id, *agent_args, tier="standard", model="baseline"):
     ws = tmp_path / f"ws-{run_id}"
-    ws.mkdir()
-    (ws / "tier_prompt.txt").write_text(brief("bccd-det", tier))
     store = tmp_path / "store"
-    proc = subprocess.run(
-        [
-            str(BIN / "amb-record"),
-            "--store",
-            str(store),
-            "--task",
-            "bccd-det",
-            "--tier",
-            tier,
-            "--data",
-            str(twin),
-            "--run-id",
-            run_id,
-            "--upstream",
-            f"openai={server.url}",
-            "--",
-            str(BIN / "amb-agent"),
-            "--model",
-            model,
-            "--task-dir",
-            ".",
-            "--data",
-            str(twin / "public"),
-            *agent_args,
-        ],
-        cwd=ws,
-        capture_output=True,
-        text=True,
+    proc = record_baseline_run(
+        store,
+        server.url,
+        twin,
+        ws,
+        task="bccd-det",
+        tier=tier,
+        run_id=run_id,
+        model=model,
+        agent_args=agent_args,
         timeout=120,
     )
     return proc, ws, store

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from replay.store import Store
 from tests.fakes.agents import agents_python
 from tests.fakes.record_cli import amb_record
 
@@ -61,20 +62,22 @@ def amb_json(store: Path, *args: str) -> object:
     return json.loads(r.stdout)
 
 
+def query(store: Path, sql: str, *params: object) -> list[tuple]:
+    """Rows of the store amb-record ingested into, read in this process (an `amb sql` process per
+    test cost seconds of imports)."""
+    with Store.open(store, read_only=True) as st:
+        return st.con.execute(sql, list(params)).fetchall()
+
+
 def outcome(store: Path, run_id: str) -> tuple[dict, list[dict]]:
     """The run's ``run.finished`` payload and its model calls (``ok``, ``status``, ``error``) in order."""
-    rows = amb_json(
+    rows = query(
         store,
-        "sql",
-        f"SELECT kind, payload FROM events WHERE run_id = '{run_id}' "
+        "SELECT kind, payload FROM events WHERE run_id = ? "
         "AND kind IN ('run.finished', 'model_call.completed') ORDER BY source, seq",
-        "--format",
-        "json",
+        run_id,
     )
-    assert isinstance(rows, list)
-    payloads = [
-        (r["kind"], json.loads(r["payload"]) if isinstance(r["payload"], str) else r["payload"]) for r in rows
-    ]
+    payloads = [(kind, json.loads(payload)) for kind, payload in rows]
     (end,) = [p for k, p in payloads if k == "run.finished"]
     calls = [
         {k: p[k] for k in ("ok", "status", "error")} for kind, p in payloads if kind == "model_call.completed"
@@ -254,18 +257,17 @@ def test_recorded_costs_are_what_amb_score_computes(tmp_path, store, fake, agent
     run_id = res.stdout.strip().splitlines()[-1]
     end, _ = outcome(store, run_id)
     assert end["budget"]["calls"] == 4 and end["budget"]["cost_usd"] == pytest.approx(4 * 0.003125)
-    recorded = amb_json(
-        store,
-        "sql",
-        "SELECT run_id, payload->'budget'->>'cost_usd' AS cost FROM events WHERE kind = 'run.finished' "
-        "AND payload->'budget'->>'cost_usd' IS NOT NULL",
-        "--format",
-        "json",
+    recorded = dict(
+        query(
+            store,
+            "SELECT run_id, payload->'budget'->>'cost_usd' FROM events WHERE kind = 'run.finished' "
+            "AND payload->'budget'->>'cost_usd' IS NOT NULL",
+        )
     )
-    assert isinstance(recorded, list) and run_id in {r["run_id"] for r in recorded}
-    out = amb_json(store, "score", *(r["run_id"] for r in recorded), "--json")
+    assert run_id in recorded
+    out = amb_json(store, "score", *recorded, "--json")
     assert isinstance(out, dict)
     scored = {row["run_id"]: row for row in out["rows"]}
-    for r in recorded:
-        assert scored[r["run_id"]]["cost_usd"] == float(r["cost"]), r["run_id"]
-        assert scored[r["run_id"]]["price_table"] == "openrouter-2026-05-28"
+    for run, cost in recorded.items():
+        assert scored[run]["cost_usd"] == float(cost), run
+        assert scored[run]["price_table"] == "openrouter-2026-05-28"

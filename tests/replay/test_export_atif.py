@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
 import pytest
 from click.testing import CliRunner
 
+from agents.baseline.server import BaselineServer
 from amb.main import cli
 from recorder.synthetic import generate_run
 from replay.ingest import ingest
+from tests.fakes.baseline_run import record_baseline_run
 from tests.recorder.importers import amb_fixtures as fx
 from tests.replay.export_helpers import harbor_validator_class
 
@@ -28,49 +29,25 @@ DEMO_TASKS = ("kidney-seg", "ldct-denoising", "vqa-rad", "mimic-cxr-report", "bc
 """One task per track, as in amb/demo-sweep.toml: every kind of run the demo records."""
 
 
-def record_demo_run(root: Path, tmp: Path, task: str, model: str = "baseline", tier: str = "standard") -> str:
-    """A run as the demo records it: amb-agent against the offline baseline server, through
-    amb-record (real proxy, local backend), on the task's synthetic twin; ``model`` names the
-    baseline's policy (``baseline+crash-mid-batch`` is the demo's flawed agent)."""
-    from agents.baseline.server import BaselineServer
-    from tasks.registry import brief
-
+def record_demo_run(
+    root: Path, tmp: Path, server: BaselineServer, task: str, model: str = "baseline", tier: str = "standard"
+) -> str:
+    """A run as the demo records it, on the task's synthetic twin; ``model`` names the baseline's
+    policy (``baseline+crash-mid-batch`` is the demo's flawed agent). Its spools wait for the store's
+    one ingest."""
     data = fx.twin(task, tmp, cases=2)
     run_id = f"demo-{task}-{tier}" + ("-crash" if "crash" in model else "")
-    ws = tmp / f"ws-{run_id}"
-    ws.mkdir()
-    (ws / "tier_prompt.txt").write_text(brief(task, tier))
-    bindir = Path(sys.executable).parent
-    with BaselineServer() as server:
-        proc = subprocess.run(
-            [
-                str(bindir / "amb-record"),
-                "--store",
-                str(root),
-                "--task",
-                task,
-                "--tier",
-                tier,
-                "--data",
-                str(data),
-                "--run-id",
-                run_id,
-                "--upstream",
-                f"openai={server.url}",
-                "--",
-                str(bindir / "amb-agent"),
-                "--model",
-                model,
-                "--task-dir",
-                ".",
-                "--data",
-                str(data / "public"),
-            ],
-            cwd=ws,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+    proc = record_baseline_run(
+        root,
+        server.url,
+        data,
+        tmp / f"ws-{run_id}",
+        task=task,
+        tier=tier,
+        run_id=run_id,
+        model=model,
+        record_args=("--no-ingest",),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return run_id
 
@@ -84,8 +61,13 @@ def store(tmp_path_factory) -> tuple[Path, Path, list[str]]:
     root = tmp / "store"
     # The imported run's folder first: it makes the kidney twin with the three cases it expects.
     seg = fx.seg_local(tmp / "src", "kidney-seg", "kidney", tmp, drop=1)
-    recorded = [record_demo_run(root, tmp, task) for task in DEMO_TASKS]
-    recorded.append(record_demo_run(root, tmp, "kidney-seg", model="baseline+crash-mid-batch", tier="lite"))
+    demo_runs = [(task, "baseline", "standard") for task in DEMO_TASKS]
+    demo_runs.append(("kidney-seg", "baseline+crash-mid-batch", "lite"))
+    for task in DEMO_TASKS:
+        fx.twin(task, tmp, cases=2)
+    # Two at a time: a run is mostly its processes starting, and each writes only its own spools.
+    with BaselineServer() as server, ThreadPoolExecutor(2) as pool:
+        recorded = list(pool.map(lambda r: record_demo_run(root, tmp, server, *r), demo_runs))
     for i in range(2):
         generate_run(root, f"rec-{i}", seed=i, calls=6)
     ingest(root)

@@ -19,6 +19,7 @@ import struct
 import subprocess
 import sys
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -40,8 +41,9 @@ from schemas.events import (
     ToolCallResult,
     Usage,
 )
-from tasks.registry import brief, load_spec
+from tasks.registry import load_spec
 from tasks.synth import synth
+from tests.fakes.baseline_run import record_baseline_run
 
 BIN = Path(sys.executable).parent
 TASK = "bccd-det"
@@ -79,40 +81,18 @@ def png(width: int = 8, height: int = 8) -> bytes:
 def record_baseline(
     root: Path, server: BaselineServer, twin: Path, ws: Path, run_id: str, model: str
 ) -> None:
-    ws.mkdir(parents=True, exist_ok=True)
-    (ws / "tier_prompt.txt").write_text(brief(TASK, "lite"))
-    proc = subprocess.run(
-        [
-            str(BIN / "amb-record"),
-            "--store",
-            str(root),
-            "--task",
-            TASK,
-            "--tier",
-            "lite",
-            "--data",
-            str(twin),
-            "--run-id",
-            run_id,
-            "--label",
-            f"agent={model}",
-            "--upstream",
-            f"openai={server.url}",
-            "--",
-            str(BIN / "amb-agent"),
-            "--model",
-            model,
-            "--task-dir",
-            ".",
-            "--data",
-            str(twin / "public"),
-            "--retry-delay",
-            "0.2",
-        ],
-        cwd=ws,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    """One lite run of the baseline, its spools left for the store's one ingest."""
+    proc = record_baseline_run(
+        root,
+        server.url,
+        twin,
+        ws,
+        task=TASK,
+        tier="lite",
+        run_id=run_id,
+        model=model,
+        record_args=("--label", f"agent={model}", "--no-ingest"),
+        agent_args=("--retry-delay", "0.2"),
     )
     assert proc.returncode in (0, 2), proc.stderr[-3000:]
 
@@ -229,9 +209,13 @@ def build(base: Path) -> ViewerStore:
     twin = base / "twin" / TASK
     synth(load_spec(TASK), twin, cases=2, seed=11)
     ws = base / "ws"
-    with BaselineServer() as server:
-        record_baseline(root, server, twin, ws / "clean", "baseline-clean", "baseline")
-        record_baseline(root, server, twin, ws / "flawed", "baseline-flawed", "baseline+crash-mid-batch")
+    runs = [
+        ("clean", "baseline-clean", "baseline"),
+        ("flawed", "baseline-flawed", "baseline+crash-mid-batch"),
+    ]
+    # Both at once: a run is mostly its processes starting, and each writes only its own spools.
+    with BaselineServer() as server, ThreadPoolExecutor(len(runs)) as pool:
+        list(pool.map(lambda r: record_baseline(root, server, twin, ws / r[0], r[1], r[2]), runs))
     synthetic = [generate_run(root, f"synth-{i:03d}", seed=i, calls=3).run_id for i in range(24)]
     generate_run(root, "big-run", seed=7, calls=BIG_RUN_CALLS, processes_per_call=BIG_RUN_PROCS)
     private_key = write_hostile_run(root, "hostile-run")

@@ -9,38 +9,37 @@ would), ``forever`` (a hostile agent: catch every error and call again, never en
 gives; automatic retries are the SDK's default (a refusal must not be retried: it says so).
 """
 
+import importlib
 import json
 import sys
 import threading
 
-import anthropic
-import openai
-
 provider, api, mode = sys.argv[1:4]
 n_threads = int(sys.argv[4]) if len(sys.argv) > 4 else 1
-oai = openai.OpenAI()
-ant = anthropic.Anthropic()
+# Only the provider's SDK: the newest anthropic SDK alone takes seconds to import.
+sdk = importlib.import_module(provider)
+client = sdk.OpenAI() if provider == "openai" else sdk.Anthropic()
 MODEL = {"openai": "gpt-5.4", "anthropic": "claude-opus-4.6"}[provider]
 
 
 def call() -> None:
     msgs = [{"role": "user", "content": "hello"}]
     if api == "chat":
-        oai.chat.completions.create(model=MODEL, messages=msgs)
+        client.chat.completions.create(model=MODEL, messages=msgs)
     elif api == "chat-stream":
-        stream = oai.chat.completions.create(
+        stream = client.chat.completions.create(
             model=MODEL, messages=msgs, stream=True, stream_options={"include_usage": True}
         )
         for _ in stream:
             pass
     elif api == "responses-stream":
-        with oai.responses.stream(model=MODEL, input="hello") as s:
+        with client.responses.stream(model=MODEL, input="hello") as s:
             for _ in s:
                 pass
     elif api == "messages":
-        ant.messages.create(model=MODEL, max_tokens=64, messages=msgs)
+        client.messages.create(model=MODEL, max_tokens=64, messages=msgs)
     elif api == "messages-stream":
-        with ant.messages.stream(model=MODEL, max_tokens=64, messages=msgs) as s:
+        with client.messages.stream(model=MODEL, max_tokens=64, messages=msgs) as s:
             s.get_final_message()
     else:
         raise SystemExit(f"unknown api {api}")
@@ -68,7 +67,7 @@ def worker() -> None:
     while True:
         try:
             call()
-        except (openai.APIError, anthropic.APIError) as e:
+        except sdk.APIError as e:
             with lock:
                 errors.append(describe(e))
                 if mode == "forever" and len(errors) == 1:  # it will be killed: say what it saw now
@@ -93,7 +92,7 @@ with open("budget.json", "w") as f:
         {
             "ok": ok,
             "errors": errors,
-            "sdk": {"openai": openai.__version__, "anthropic": anthropic.__version__},
+            "sdk": {provider: sdk.__version__},
         },
         f,
     )
