@@ -44,14 +44,13 @@ def where(store: Path) -> dict[str, Any]:
     con = duckdb.connect(str(store / "amb.duckdb"), read_only=True)
     events = con.execute("SELECT count(*) FROM events").fetchone()[0]
     owner: dict[str, str] = {}
-    for kind, payload in con.execute("SELECT kind, payload FROM events WHERE payload LIKE '%\"blob\":%'").fetchall():
+    with_blobs = "SELECT kind, payload FROM events WHERE payload LIKE '%\"blob\":%'"
+    for kind, payload in con.execute(with_blobs).fetchall():
         for field, hexd, media in _REF.findall(payload):
             owner.setdefault(hexd, f"{kind}.{field} ({media})")
     columns: dict[str, int] = defaultdict(int)
     block = con.execute("SELECT block_size FROM pragma_database_size()").fetchone()[0]
-    for column, count in con.execute(
-        "SELECT column_name, sum(count) FROM pragma_storage_info('events') GROUP BY 1"
-    ).fetchall():
+    for (column,) in con.execute("SELECT DISTINCT column_name FROM pragma_storage_info('events')").fetchall():
         columns[column] = 0
     # Segment sizes: a persistent segment's bytes are not listed; its block share is. Count, per
     # column, the distinct (block_id, block_offset) pairs weighted by the segment's share.
@@ -62,7 +61,7 @@ def where(store: Path) -> dict[str, Any]:
     by_block: dict[int, list[tuple[int, str]]] = defaultdict(list)
     for column, block_id, offset, _type, _count, _comp in rows:
         by_block[block_id].append((offset, column))
-    for block_id, segs in by_block.items():
+    for segs in by_block.values():
         segs.sort()
         for i, (offset, column) in enumerate(segs):
             end = segs[i + 1][0] if i + 1 < len(segs) else block
@@ -127,7 +126,8 @@ def show(w: dict[str, Any]) -> None:
         )
         for k in ("stored", "headers", "index"):
             tot[k] += a[k]
-    print(f"  {'total':64} {'':8} {per(tot['stored']):7.1f} {per(tot['headers']):7.1f} {per(tot['index']):7.1f}")
+    total = f"{per(tot['stored']):7.1f} {per(tot['headers']):7.1f} {per(tot['index']):7.1f}"
+    print(f"  {'total':64} {'':8} {total}")
     print("\nspools (on disk):")
     for suffix, b in sorted(w["spools"].items()):
         print(f"  {suffix:24} {per(b):7.1f}")
