@@ -38,18 +38,24 @@ def _disk(path: Path) -> int:
     return os.lstat(path).st_blocks * 512
 
 
+def first_value(con: Any, sql: str) -> Any:
+    row = con.execute(sql).fetchone()
+    assert row is not None, sql  # an aggregate or a pragma: always one row
+    return row[0]
+
+
 def where(store: Path) -> dict[str, Any]:
     import duckdb
 
     con = duckdb.connect(str(store / "amb.duckdb"), read_only=True)
-    events = con.execute("SELECT count(*) FROM events").fetchone()[0]
+    events = first_value(con, "SELECT count(*) FROM events")
     owner: dict[str, str] = {}
     with_blobs = "SELECT kind, payload FROM events WHERE payload LIKE '%\"blob\":%'"
     for kind, payload in con.execute(with_blobs).fetchall():
         for field, hexd, media in _REF.findall(payload):
             owner.setdefault(hexd, f"{kind}.{field} ({media})")
     columns: dict[str, int] = defaultdict(int)
-    block = con.execute("SELECT block_size FROM pragma_database_size()").fetchone()[0]
+    block = first_value(con, "SELECT block_size FROM pragma_database_size()")
     for (column,) in con.execute("SELECT DISTINCT column_name FROM pragma_storage_info('events')").fetchall():
         columns[column] = 0
     # Segment sizes: a persistent segment's bytes are not listed; its block share is. Count, per

@@ -19,6 +19,7 @@ from replay.blob_migrate import migrate
 from replay.ingest import ingest
 from replay.store import Store
 from replay.verify import verify
+from schemas.blob import BlobRef
 from schemas.blobstore import BlobStore
 from schemas.errors import BlobError
 from tests.fakes.old_store import explode
@@ -241,7 +242,7 @@ def test_gc_keeps_the_bases_of_live_deltas(store):
         b'{"messages": [' + b", ".join(b'{"n": %d, "text": "%s"}' % (i, b"x" * 40) for i in range(n)) + b"]}"
         for n in (30, 31, 32)
     ]
-    refs = []
+    refs: list[BlobRef] = []
     for body in bodies:
         refs.append(blobs.put(body, "application/json", base=refs[-1] if refs else None))
     entries = [blobs.entry(r.blob[7:]) for r in refs[1:]]
