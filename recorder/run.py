@@ -62,6 +62,14 @@ __all__ = [
 ]
 
 TIMEOUT_EXIT_CODE = 124
+
+
+class Stopped(BaseException):
+    """A stop signal turned into an exception by whoever runs the recorder (``amb sweep exec``) while
+    no agent was running to forward it to: the run is closed as ``killed``, like a run whose agent
+    was stopped, not as a recorder failure. The argument is the signal's name."""
+
+
 """What ``timeout(1)`` returns; scripts already know it."""
 
 DEFAULT_GRACE_S = 5.0
@@ -357,6 +365,14 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
             parts.cleanup()
             raise
         status, reason = "recorder_error", str(e)
+    except (Stopped, KeyboardInterrupt) as e:  # stopped before the agent started or after it ended
+        if not started:
+            parts.cleanup()
+            raise
+        name = str(e) if isinstance(e, Stopped) else "SIGINT"
+        signum = signal.Signals.__members__.get(name, signal.SIGTERM)
+        parts.finish("killed", 128 + signum, f"amb-record was stopped by {name} while no agent was running")
+        raise
     except BaseException as e:  # a recorder bug: still close the run properly, then surface it
         if not started:
             parts.cleanup()

@@ -35,7 +35,7 @@ import msgspec
 
 from recorder.budget import Limits as BudgetLimits
 from recorder.run import RunSpec as RecordSpec
-from recorder.run import parse_upstreams, record
+from recorder.run import Stopped, parse_upstreams, record
 from schemas.codec import decode_event
 from schemas.errors import SpoolError
 from schemas.events import RunFinished
@@ -55,8 +55,9 @@ SWEEP_ROOT_LABEL = "org.amb.sweep_root"
 PLACEHOLDERS = ("model", "workspace", "data", "task", "tier", "repeat", "run_id")
 
 
-class _Stopped(BaseException):
-    """A stop signal arrived while no container was running (before or after the run)."""
+class _Stopped(Stopped):
+    """A stop signal arrived while no container was running (before or after the run): the recorder
+    closes a run it had started as ``killed``."""
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,27 @@ class Executor(Protocol):
         """Engine-level facts for ``amb sweep status --json`` (job ids, address, counts)."""
 
 
+class QueuedExecutor:
+    """What the local and the Ray executor share: submitted spec files wait in ``queue`` until the
+    engine has room (``_start_queued``, the executor's own); ``states`` says what became of each."""
+
+    def __init__(self) -> None:
+        self.queue: list[Path] = []
+        self.states: dict[str, JobState] = {}
+        self.dispatched: dict[str, float] = {}
+        """Run id -> when its exec was started (time.time(); the benchmark's dispatch time)."""
+
+    def submit(self, specs: Sequence[Path]) -> None:
+        for spec in specs:
+            self.queue.append(spec)
+            self.states[spec.stem] = "queued"
+        self._start_queued()
+
+    def _start_queued(self) -> None:
+        """Start queued specs while the engine has room."""
+        raise NotImplementedError
+
+
 def executor_class(name: str) -> Any:
     try:
         module_name, cls_name = EXECUTORS[name].split(":")

@@ -22,7 +22,14 @@ from typing import IO, Any
 
 import msgspec
 
-from sweeps.executor import ExecutorConfig, JobState, exec_command, save_name, term_with_parent
+from sweeps.executor import (
+    ExecutorConfig,
+    JobState,
+    QueuedExecutor,
+    exec_command,
+    save_name,
+    term_with_parent,
+)
 from sweeps.forkserver import ExecServer, Forked
 from sweeps.shard import Layout, write_atomic
 
@@ -35,19 +42,16 @@ class _State(msgspec.Struct):
     """The driver's start time in clock ticks since boot (/proc/PID/stat), so a recycled pid is not it."""
 
 
-class LocalExecutor:
+class LocalExecutor(QueuedExecutor):
     name = "local"
     lost_after_s = 0.0
     """A child that exited has placed its shard or never will: the driver need not wait for one."""
 
     def __init__(self, config: ExecutorConfig, layout: Layout, *, concurrency: int = 1):
+        super().__init__()
         self.layout = layout
         self.concurrency = max(1, config.local.concurrency or concurrency)
-        self.queue: list[Path] = []
         self.running: dict[str, tuple[subprocess.Popen[bytes] | Forked, IO[bytes]]] = {}
-        self.states: dict[str, JobState] = {}
-        self.dispatched: dict[str, float] = {}
-        """Run id -> when its exec was started (time.time(); the benchmark's dispatch time)."""
         self.server: ExecServer | None = ExecServer(layout.logs / "exec-server.log")
         self.server_start_s: float | None = None
         """How long the warm exec took to be ready (once per sweep; None: not used)."""
@@ -59,12 +63,6 @@ class LocalExecutor:
     def attach(cls, layout: Layout) -> _Attached:
         return _Attached(layout)
 
-    def submit(self, specs: Sequence[Path]) -> None:
-        for spec in specs:
-            self.queue.append(spec)
-            self.states[spec.stem] = "queued"
-        self._start_some()
-
     def poll(self) -> dict[str, JobState]:
         for run_id, (proc, log) in list(self.running.items()):
             if proc.poll() is not None:
@@ -72,7 +70,7 @@ class LocalExecutor:
                 del self.running[run_id]
                 self._state.pids.pop(run_id, None)
                 self.states[run_id] = "ended"
-        self._start_some()
+        self._start_queued()
         return dict(self.states)
 
     def cancel(self) -> None:
@@ -112,7 +110,7 @@ class LocalExecutor:
             "running": sorted(self.running),
         }
 
-    def _start_some(self) -> None:
+    def _start_queued(self) -> None:
         changed = False
         while self.queue and len(self.running) < self.concurrency:
             spec = self.queue.pop(0)

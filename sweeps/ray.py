@@ -35,7 +35,14 @@ from typing import Any
 import msgspec
 
 from schemas.errors import UsageError
-from sweeps.executor import ExecutorConfig, JobState, exec_command, save_name, term_with_parent
+from sweeps.executor import (
+    ExecutorConfig,
+    JobState,
+    QueuedExecutor,
+    exec_command,
+    save_name,
+    term_with_parent,
+)
 from sweeps.shard import Layout, write_atomic
 from sweeps.spec import load
 
@@ -111,10 +118,11 @@ def job_submission_id(env: dict[str, str] | os._Environ[str]) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-class RayExecutor:
+class RayExecutor(QueuedExecutor):
     name = "ray"
 
     def __init__(self, config: ExecutorConfig, layout: Layout, *, concurrency: int = 1):
+        super().__init__()
         self.ray = _ray()
         self.layout = layout
         self.options = config.ray
@@ -132,22 +140,13 @@ class RayExecutor:
         self._state.driver_host = socket.gethostname()
         self._state.driver_pid = os.getpid()
         self._state.job_submission_id = job_submission_id(os.environ)
-        self.queue: list[Path] = []
         self.in_flight: dict[Any, str] = {}
         """ObjectRef -> run id, for tasks submitted and not yet ended."""
-        self.states: dict[str, JobState] = {}
-        self.dispatched: dict[str, float] = {}
         self._save()
 
     @classmethod
     def attach(cls, layout: Layout) -> _Attached:
         return _Attached(layout)
-
-    def submit(self, specs: Sequence[Path]) -> None:
-        for spec in specs:
-            self.queue.append(spec)
-            self.states[spec.stem] = "queued"
-        self._fill()
 
     def poll(self) -> dict[str, JobState]:
         if self.in_flight:
@@ -164,7 +163,7 @@ class RayExecutor:
                     self._state.placements[run_id] = Placement(error=f"{type(e).__name__}: {e}"[:500])
             if ready:
                 self._save()
-        self._fill()
+        self._start_queued()
         return dict(self.states)
 
     def cancel(self) -> None:
@@ -198,7 +197,7 @@ class RayExecutor:
             "in_flight": sorted(self.in_flight.values()),
         }
 
-    def _fill(self) -> None:
+    def _start_queued(self) -> None:
         while self.queue and len(self.in_flight) < self.window:
             path = self.queue.pop(0)
             spec = load(path)

@@ -6,15 +6,18 @@ Real child processes; the fake upstream stands in for the providers."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
 import pytest
 
-from recorder.run import RunSpec, record
+from recorder.run import RunSpec, Stopped, record
 from recorder.spool import spool_path
 from schemas.codec import decode_event
 from schemas.errors import UsageError
+from schemas.events import RunFinished
 from schemas.frames import scan
 from tests.fakes.harness import REAL_KEYS
 
@@ -84,3 +87,36 @@ def test_run_id_cannot_be_reused(tmp_path, fake):
         run(tmp_path, fake, ["true"], run_id="fixed-id")
     with pytest.raises(UsageError, match="invalid run id"):
         run(tmp_path, fake, ["true"], run_id="bad id!")
+
+
+def test_a_stop_signal_while_no_agent_runs_closes_the_run_as_killed(tmp_path, fake):
+    """``amb sweep exec`` turns a stop signal into ``Stopped`` while no agent is running to forward it
+    to; one that lands after the run started but before the agent did closes the run as ``killed``
+    (an interrupted attempt, retried without counting as a failure), not as a recorder error."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    spec = RunSpec(
+        argv=[sys.executable, "-c", "open('ran', 'w').close()"],
+        store=tmp_path / "store",
+        workspace=ws,
+        run_id="stopped-early",
+        upstreams={"openai": fake.url},
+    )
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with pytest.raises(Stopped):
+            record(spec, on_ready=lambda *_: os.kill(os.getpid(), signal.SIGTERM))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    events = [
+        decode_event(b) for b in scan(spool_path(spec.store, "stopped-early", "recorder").read_bytes()).bodies
+    ]
+    finished = events[-1].payload
+    assert isinstance(finished, RunFinished)
+    assert (finished.status, finished.exit_code) == ("killed", 128 + signal.SIGTERM)
+    assert "SIGTERM" in (finished.reason or "")
+    assert not (ws / "ran").exists()  # the agent never started
