@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from replay import blob_pass, hot
 from replay import manifest as manifests
+from schemas.blob import HASH_PREFIX
 from schemas.blobstore import BlobStore
 from schemas.codec import GENESIS
 
@@ -98,6 +99,11 @@ def _hot_mismatches(
     return {(r[0], r[1], r[2]): Problem(*r) for r in rows}
 
 
+STORED_HEX = (
+    f"CASE WHEN starts_with(hash, '{HASH_PREFIX}') THEN substr(hash, {len(HASH_PREFIX) + 1})"
+    " ELSE '!' || hash END"
+)
+
 HASH_BATCH = 131_072
 """Events per batch of the hash check: a batch's bodies (~70 MB here) are fetched while the one
 before is hashed."""
@@ -107,7 +113,7 @@ def _bodies(con: duckdb.DuckDBPyConnection, lo: int, hi: int, where: str, params
     """The canonical bodies and stored hashes of the events with ``lo <= rowid < hi``."""
     cond = f"{where} AND" if where else "WHERE"
     return con.sql(
-        f"SELECT rowid, {BODY_SQL} AS body, hash FROM events {cond} rowid >= ? AND rowid < ?",
+        f"SELECT rowid, {BODY_SQL} AS body, {STORED_HEX} AS hex FROM events {cond} rowid >= ? AND rowid < ?",
         params=[*params, lo, hi],
     ).to_arrow_table()
 
@@ -129,20 +135,18 @@ def _string_slices(column: pa.ChunkedArray) -> tuple[memoryview, list[int]]:
 def _rehash_failures(batch: pa.Table) -> list[int]:
     """Row ids of the batch's events whose stored hash is not the sha256 of their body.
 
-    Hashed here rather than with DuckDB's ``sha256``: hashlib's (OpenSSL's) is several times
-    faster per byte, and this loop runs on its own core while DuckDB builds the next batch."""
+    Hashed here rather than with DuckDB's ``sha256``: hashlib's (OpenSSL's) takes a fraction of
+    its time per byte, and this loop runs on its own core while DuckDB builds the next batch.
+    ``hex`` is the stored hash without its prefix (a hash without the prefix gets a ``!``, which
+    no hex digest equals), so a sound batch is one comparison of two lists."""
     data, offsets = _string_slices(batch.column("body"))
-    stored = batch.column("hash").to_pylist()
+    stored = batch.column("hex").to_pylist()
     sha256 = hashlib.sha256
-    bad = [
-        i
-        for i, (a, b, want) in enumerate(zip(offsets, offsets[1:], stored, strict=False))
-        if "sha256:" + sha256(data[a:b]).hexdigest() != want
-    ]
-    if not bad:
+    digests = [sha256(data[a:b]).hexdigest() for a, b in zip(offsets, offsets[1:], strict=False)]
+    if digests == stored:
         return []
     rowids = batch.column("rowid").to_pylist()
-    return [rowids[i] for i in bad]
+    return [rowid for rowid, got, want in zip(rowids, digests, stored, strict=True) if got != want]
 
 
 def _unsound_chains(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) -> list[tuple[str, str]]:
@@ -232,20 +236,29 @@ def check_events(
     bad_rowids: list[int] = []
     with ThreadPoolExecutor(1) as database:
         pending: deque[Future[pa.Table]] = deque()
-        for (bucket,) in buckets:
+
+        def queue_checks() -> list[Future[Any]]:
+            return [
+                database.submit(_chain_problems, con, where, params),
+                database.submit(_hot_mismatches, con, where, params),
+            ]
+
+        checks: list[Future[Any]] = []
+        for i, (bucket,) in enumerate(buckets):
             if len(pending) >= 2:  # at most two batches in memory besides the one being hashed
                 bad_rowids += _rehash_failures(pending.popleft().result())
             start = bucket * batch
             pending.append(database.submit(_bodies, con, start, start + batch, where, params))
-        chains = database.submit(_chain_problems, con, where, params)
-        hot_columns = database.submit(_hot_mismatches, con, where, params)
+            if i == 1:  # queued behind the first two batches: the database works while they are hashed
+                checks = queue_checks()
+        checks = checks or queue_checks()
         while pending:
             bad_rowids += _rehash_failures(pending.popleft().result())
         rehash = database.submit(_events_at, con, bad_rowids).result()
         # One problem per event, in the order of the checks' precedence: a gap, then a hash that
         # does not match, then a broken link; a hot column that differs says the least.
-        found = hot_columns.result()
-        for (run_id, source, seq), (kind, what) in chains.result().items():
+        chains, found = checks[0].result(), checks[1].result()
+        for (run_id, source, seq), (kind, what) in chains.items():
             found[(run_id, source, seq)] = Problem(run_id, source, seq, kind, what)
         for key, kind in rehash.items():
             if key in found and found[key].what.startswith("sequence gap"):
