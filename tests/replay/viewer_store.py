@@ -94,7 +94,10 @@ def record_baseline(
         record_args=("--label", f"agent={model}", "--no-ingest"),
         agent_args=("--retry-delay", "0.2"),
     )
+    # The flawed agent exits 2; so does amb-record when it cannot record at all: the run id it prints
+    # on stdout once the run is on disk tells the two apart.
     assert proc.returncode in (0, 2), proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1:] == [run_id], proc.stderr[-3000:]
 
 
 def write_hostile_run(root: Path, run_id: str) -> str:
