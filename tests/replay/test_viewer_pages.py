@@ -147,6 +147,10 @@ def test_the_workspace_and_a_file_at_an_event_download(page: Page, viewer, viewe
     """The run page offers the workspace at an event (a tar) and a file's version then: the same
     query as `amb checkout` / `amb files`, every byte checked, hostile names kept out of headers."""
     page.goto(viewer.url + f"/runs/{viewer_store.hostile}")
+    # The events come first and the header, scores, timeline and verify after them: their answers
+    # re-lay the page out, so the row is clicked once they are in (on a loaded machine a detail
+    # opened while they arrived was once not found within 30 s).
+    page.wait_for_load_state("networkidle")
     page.locator(".ev[data-kind='file.written']").nth(2).click()  # notes.html, the third file
     detail = page.locator(".detail").first
     file_href = detail.locator("a.workspace-file").get_attribute("href")
