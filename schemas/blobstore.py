@@ -266,15 +266,18 @@ def _shared(root: Path) -> _Shared:
         return state
 
 
-class DeltaBases:
-    """The contents a writer stored lately, with how many deltas deep each is: the bases a later
-    put with ``base=`` can use without reading them back. One per writer (a run's), not shared."""
+class RecentContents:
+    """The last contents kept by address, each with how many deltas deep it is: at most
+    ``BASES_KEPT`` of them and ``BASES_BYTES`` in all, the oldest out first; none above ``DELTA_MAX``."""
 
     def __init__(self) -> None:
         self._kept: OrderedDict[str, tuple[bytes, int]] = OrderedDict()
         self._bytes = 0
 
-    def keep(self, hexd: str, data: bytes, depth: int) -> None:
+    def get(self, hexd: str) -> tuple[bytes, int] | None:
+        return self._kept.get(hexd)
+
+    def keep(self, hexd: str, data: bytes, depth: int = 0) -> None:
         if len(data) > DELTA_MAX or hexd in self._kept:
             return
         self._kept[hexd] = (data, depth)
@@ -282,13 +285,22 @@ class DeltaBases:
         while len(self._kept) > BASES_KEPT or self._bytes > BASES_BYTES:
             self._bytes -= len(self._kept.popitem(last=False)[1][0])
 
+    def clear(self) -> None:
+        self._kept.clear()
+        self._bytes = 0
+
+
+class DeltaBases(RecentContents):
+    """The contents a writer stored lately: the bases a later put with ``base=`` can use without
+    reading them back. One per writer (a run's), not shared."""
+
     def delta(self, data: bytes, base: BlobRef | None) -> tuple[bytes, int] | None:
         """The stored bytes of ``data`` as a delta against ``base`` and its depth, or None when
         the base is not at hand, its chain is long enough already, or a delta would not pay."""
         if base is None or len(data) > DELTA_MAX:
             return None
         base_hex = base.blob[len(HASH_PREFIX) :]
-        kept = self._kept.get(base_hex)
+        kept = self.get(base_hex)
         if kept is None or kept[1] >= DELTA_DEPTH:
             return None
         stored = blobcodec.encode_delta(data, base_hex, kept[0])
@@ -300,10 +312,9 @@ class BlobStore:
         self.root = Path(root)
         self._state = _shared(self.root)
         self._bases = DeltaBases()
-        self._read: OrderedDict[str, bytes] = OrderedDict()
+        self._read = RecentContents()
         """Contents this object read lately (each checked against its address): reading a run's
         requests in order then costs one decompression each, not their chain's."""
-        self._read_bytes = 0
         self._read_lock = threading.Lock()
 
     @property
@@ -425,7 +436,6 @@ class BlobStore:
         state = self._state
         with self._read_lock:
             self._read.clear()
-            self._read_bytes = 0
         with state.lock:
             state.release()
             state.index.clear()
@@ -441,13 +451,8 @@ class BlobStore:
         """The blob's bytes, checked against its address."""
         address = blob.blob if isinstance(blob, BlobRef) else blob
         data = self._get(address, allow_list=True)
-        if len(data) <= DELTA_MAX:
-            with self._read_lock:
-                if address[len(HASH_PREFIX) :] not in self._read:
-                    self._read[address[len(HASH_PREFIX) :]] = data
-                    self._read_bytes += len(data)
-                while len(self._read) > BASES_KEPT or self._read_bytes > BASES_BYTES:
-                    self._read_bytes -= len(self._read.popitem(last=False)[1])
+        with self._read_lock:
+            self._read.keep(address[len(HASH_PREFIX) :], data)
         return data
 
     def _get(self, address: str, *, allow_list: bool, depth: int = 0, hashed: bool = True) -> bytes:
@@ -510,7 +515,11 @@ class BlobStore:
         try:
             with self._read_lock:
                 kept = None if hashed else self._read.get(base_hex)  # wording an error: from disk
-            base = kept or self._get(HASH_PREFIX + base_hex, allow_list=True, depth=depth + 1, hashed=hashed)
+            base = (
+                kept[0]
+                if kept is not None
+                else self._get(HASH_PREFIX + base_hex, allow_list=True, depth=depth + 1, hashed=hashed)
+            )
         except BlobError as e:
             if depth or not hashed:  # worded once, by the delta that was asked for
                 raise
