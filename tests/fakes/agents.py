@@ -24,6 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-agents"
+UV_INSTALL = ROOT / "scripts" / "uv_install.py"
 NODE_DIR = VENV / "node"
 CHECK = (
     "import sys; from importlib.metadata import version; "
@@ -51,9 +52,8 @@ def agents_python() -> Path:
             return py
         if not py.exists():
             subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        subprocess.run(
-            [str(py), "-m", "pip", "install", "-q", "openai>=3", "anthropic", "google-genai"], check=True
-        )
+        install = [sys.executable, str(UV_INSTALL), "--python", str(py)]
+        subprocess.run([*install, "openai>=3", "anthropic", "google-genai"], check=True)
         subprocess.run([py, "-c", CHECK], check=True)
     return py
 
