@@ -13,7 +13,6 @@ the slower path is the only cost of anything uv does not understand.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import subprocess
@@ -82,21 +81,23 @@ def _uv() -> Path | None:
     return uv if uv.exists() else None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--python", default=sys.executable, help="the environment's interpreter")
-    parser.add_argument("packages", nargs=argparse.REMAINDER, help="what `pip install` would take")
-    opts = parser.parse_args(argv)
+def main(argv: list[str]) -> int:
+    python = sys.executable
+    if argv[:1] == ["--python"] and len(argv) > 1:
+        python, argv = argv[1], argv[2:]
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__, file=sys.stderr)
+        return 2
     uv = _uv()
     if uv is not None:
         args, env = uv_arguments(pip_config())
-        command = [str(uv), "pip", "install", "-q", "--python", opts.python, *args, *opts.packages]
+        command = [str(uv), "pip", "install", "-q", "--python", python, *args, *argv]
         if subprocess.run(command, env=os.environ | env, check=False).returncode == 0:
             return 0
         print("uv_install: uv failed (above); installing with pip instead", file=sys.stderr)
-    pip = [opts.python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *opts.packages]
+    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *argv]
     return subprocess.run(pip, check=False).returncode
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
