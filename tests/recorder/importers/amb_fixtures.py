@@ -31,6 +31,26 @@ def _dump(path: Path, obj: Any, indent: int | None = 2) -> None:
     path.write_text(json.dumps(obj, indent=indent, default=str))
 
 
+def _dump_process(
+    run: Path, conversation: dict[str, Any] | None = None, **logs: list[dict[str, Any]]
+) -> None:
+    """A run's ``process/`` folder: each log as ``<name>.jsonl`` and ``conversation.json``."""
+    for name, records in logs.items():
+        _dump_lines(run / "process" / f"{name}.jsonl", records)
+    if conversation is not None:
+        _dump(run / "process" / "conversation.json", conversation)
+
+
+def _code_call(call_id: str, content: str, args: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """The assistant's message calling ``execute_code`` once, in the Chat Completions shape."""
+    call = {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": "execute_code", "arguments": json.dumps(args)},
+    }
+    return {"role": "assistant", "content": content, **extra, "tool_calls": [call]}
+
+
 def twin(task: str, tmp: Path, cases: int = 3) -> Path:
     data = tmp / "data" / task
     if not data.exists():
@@ -112,20 +132,8 @@ def seg_local(
         )
         call_id = f"toolu_{turn + 1:02d}"
         args = {"language": lang, "code": code}
-        messages.append(
-            {
-                "role": "assistant",
-                "content": text,
-                "reasoning_details": [{"type": "reasoning.text", "text": f"thinking {turn}"}],
-                "tool_calls": [
-                    {
-                        "id": call_id,
-                        "type": "function",
-                        "function": {"name": "execute_code", "arguments": json.dumps(args)},
-                    }
-                ],
-            }
-        )
+        thinking = [{"type": "reasoning.text", "text": f"thinking {turn}"}]
+        messages.append(_code_call(call_id, text, args, reasoning_details=thinking))
         stdout = "\n".join(cases) + "\n" if turn == 0 else ""
         result = {"exit_code": 0, "stdout": stdout, "stderr": ""}
         t += 1.04
@@ -170,33 +178,21 @@ def seg_local(
     total_in += 4000
     total_out += 40
     submitted = False
-    if final_answer_without_tools:
-        # The loop breaks before appending an answer without tool calls: only its preview survives.
-        trace.append(
-            {
-                "ts": round(t, 2),
-                "type": "api_call",
-                "turn": turn + 1,
-                "input_tokens": 4000,
-                "output_tokens": 40,
-                "finish_reason": "stop",
-                "tool_calls": [],
-                "content_preview": "All masks are written. I am done.",
-            }
-        )
-    else:
-        trace.append(
-            {
-                "ts": round(t, 2),
-                "type": "api_call",
-                "turn": turn + 1,
-                "input_tokens": 4000,
-                "output_tokens": 40,
-                "finish_reason": "tool_calls",
-                "tool_calls": ["submit_results"],
-                "content_preview": "",
-            }
-        )
+    # The last call: either an answer without tool calls (the loop breaks before appending it: only
+    # its preview survives) or the call to submit_results.
+    trace.append(
+        {
+            "ts": round(t, 2),
+            "type": "api_call",
+            "turn": turn + 1,
+            "input_tokens": 4000,
+            "output_tokens": 40,
+            "finish_reason": "stop" if final_answer_without_tools else "tool_calls",
+            "tool_calls": [] if final_answer_without_tools else ["submit_results"],
+            "content_preview": "All masks are written. I am done." if final_answer_without_tools else "",
+        }
+    )
+    if not final_answer_without_tools:
         messages.append(
             {
                 "role": "assistant",
@@ -229,10 +225,8 @@ def seg_local(
             "submitted": submitted,
         }
     )
-    _dump_lines(run / "process" / "trace.jsonl", trace)
-    _dump_lines(run / "process" / "tool_calls.jsonl", tools)
-    _dump(
-        run / "process" / "conversation.json",
+    _dump_process(
+        run,
         {
             "agent": "opus-4.6",
             "model": "anthropic/claude-opus-4.6",
@@ -243,6 +237,8 @@ def seg_local(
             "code_executions": code_executions,
             "trace_events": len(trace),
         },
+        trace=trace,
+        tool_calls=tools,
     )
     # The code's completeness rule (the project's code-2026-04 profile: all or nothing): any
     # missing case zeroes the clinical score.
@@ -370,8 +366,7 @@ def seg_docker_breach(out: Path, task: str, tmp: Path, tag: str = "20260412_0941
             "exec_time_s": 0.0,
         },
     ]
-    _dump_lines(run / "process" / "trace.jsonl", trace)
-    _dump_lines(run / "process" / "tool_calls.jsonl", tools)
+    _dump_process(run, trace=trace, tool_calls=tools)
     (run / "outputs").mkdir(parents=True)
     (run / "outputs" / "tier_prompt.txt").write_text("You are a medical AI agent (docker).")
     return run
@@ -415,22 +410,7 @@ def vqa(out: Path, task: str, tmp: Path, *, drop: int = 0) -> Path:
         )
         result = {"exit_code": 0, "stdout": "ok\n", "stderr": ""}
         cid = f"call_{i}"
-        messages.append(
-            {
-                "role": "assistant",
-                "content": f"step {i}",
-                "tool_calls": [
-                    {
-                        "id": cid,
-                        "type": "function",
-                        "function": {
-                            "name": "execute_code",
-                            "arguments": json.dumps({"language": "python", "code": code}),
-                        },
-                    }
-                ],
-            }
-        )
+        messages.append(_code_call(cid, f"step {i}", {"language": "python", "code": code}))
         messages.append({"role": "tool", "tool_call_id": cid, "content": json.dumps(result)})
         code_executions.append({"turn": i + 1, "language": "python", "code": code, "exit_code": 0})
         tools.append(
@@ -458,10 +438,8 @@ def vqa(out: Path, task: str, tmp: Path, *, drop: int = 0) -> Path:
         }
     )
     messages.append({"role": "assistant", "content": "Done."})
-    _dump_lines(run / "process" / "trace.jsonl", trace)
-    _dump_lines(run / "process" / "tool_calls.jsonl", tools)
-    _dump(
-        run / "process" / "conversation.json",
+    _dump_process(
+        run,
         {
             "agent": "gpt-5",
             "model": "openai/gpt-5",
@@ -477,6 +455,8 @@ def vqa(out: Path, task: str, tmp: Path, *, drop: int = 0) -> Path:
             "length_finish_count": 0,
             "length_finish_rate": 0.0,
         },
+        trace=trace,
+        tool_calls=tools,
     )
     n = len(qids)
     accuracy = (n - drop) / n
@@ -562,27 +542,12 @@ def report_gen(out: Path, task: str, tmp: Path, tag: str = "260412-aa11bb") -> P
                 "content_preview": content[:200],
             }
         )
-        messages.append(
-            {
-                "role": "assistant",
-                "content": content,
-                "tool_calls": [
-                    {
-                        "id": cid,
-                        "type": "function",
-                        "function": {"name": "execute_code", "arguments": json.dumps(args)},
-                    }
-                ],
-            }
-        )
+        messages.append(_code_call(cid, content, args))
         result = {"exit_code": 0, "stdout": "x" * 5000, "stderr": ""}  # report-gen does not cut
         tools.append({"turn": turn, "tool": "execute_code", "arguments": args, "result": result})
         messages.append({"role": "tool", "tool_call_id": cid, "content": json.dumps(result)})
-    _dump_lines(run / "process" / "trace.jsonl", trace)
-    _dump_lines(run / "process" / "api_responses.jsonl", api)
-    _dump_lines(run / "process" / "tool_calls.jsonl", tools)
-    _dump(
-        run / "process" / "conversation.json",
+    _dump_process(
+        run,
         {
             "agent": "qwen3",
             "model": "qwen/qwen3",
@@ -592,6 +557,9 @@ def report_gen(out: Path, task: str, tmp: Path, tag: str = "260412-aa11bb") -> P
             "code_executions": [],
             "artifact_paths": [],
         },
+        trace=trace,
+        api_responses=api,
+        tool_calls=tools,
     )
     _dump(
         run / "detail_report.json",
@@ -643,22 +611,7 @@ def enhancement(out: Path, task: str, tmp: Path) -> Path:
                 "tool_calls": ["execute_code"],
             }
         )
-        messages.append(
-            {
-                "role": "assistant",
-                "content": "",
-                "tool_calls": [
-                    {
-                        "id": cid,
-                        "type": "function",
-                        "function": {
-                            "name": "execute_code",
-                            "arguments": json.dumps({"language": "python", "code": code}),
-                        },
-                    }
-                ],
-            }
-        )
+        messages.append(_code_call(cid, "", {"language": "python", "code": code}))
         result = {"exit_code": 0, "stdout": "done\n", "stderr": "", "elapsed_s": 1.5}
         log.append(
             {
