@@ -284,54 +284,45 @@ def sequential(targets: list[Target], n: int, rounds: int) -> dict[str, list[flo
     return out
 
 
-def streaming(
-    targets: list[Target], n: int, rounds: int, delay_ms: int
+def _first_chunks(
+    bases: dict[str, str], path: str, body: dict, headers: dict[str, str], n: int, rounds: int
 ) -> dict[str, tuple[list[float], list[int]]]:
-    out: dict[str, tuple[list[float], list[int]]] = {t.name: ([], []) for t in targets}
-    body = {**CHAT, "stream": True}
-    headers = {"x-fake-chunks": "50", "x-fake-delay-ms": str(delay_ms)}
-    clients = {t.name: httpx.Client(base_url=t.base, timeout=30) for t in targets}
+    """Per target (name -> base URL), ``n`` streamed POSTs in ``rounds`` alternating rounds: the time to
+    the first chunk (ms) and the client's reads per stream."""
+    out: dict[str, tuple[list[float], list[int]]] = {name: ([], []) for name in bases}
+    clients = {name: httpx.Client(base_url=base, timeout=30) for name, base in bases.items()}
     for _ in range(rounds):
-        for t in targets:
-            c = clients[t.name]
+        for name, c in clients.items():
             for _ in range(n // rounds):
                 t0 = time.perf_counter()
                 first, reads = None, 0
-                with c.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
+                with c.stream("POST", path, json=body, headers=headers) as r:
+                    assert r.status_code == 200, (name, r.status_code)
                     for _chunk in r.iter_raw():
                         reads += 1
                         if first is None:
                             first = (time.perf_counter() - t0) * 1000
-                out[t.name][0].append(first or 0.0)
-                out[t.name][1].append(reads)
+                out[name][0].append(first or 0.0)
+                out[name][1].append(reads)
     for c in clients.values():
         c.close()
     return out
+
+
+def streaming(
+    targets: list[Target], n: int, rounds: int, delay_ms: int
+) -> dict[str, tuple[list[float], list[int]]]:
+    """Chat Completions streams of 50 chunks, ``delay_ms`` apart: time to first chunk, reads per stream."""
+    headers = {"x-fake-chunks": "50", "x-fake-delay-ms": str(delay_ms)}
+    bases = {t.name: t.base for t in targets}
+    return _first_chunks(bases, "/v1/chat/completions", {**CHAT, "stream": True}, headers, n, rounds)
 
 
 def gemini_streaming(targets: list[Target], n: int, rounds: int) -> dict[str, tuple[list[float], list[int]]]:
     """The Gemini API's SSE stream (``streamGenerateContent?alt=sse``, 50 text chunks): time to the
     first chunk and client reads per stream, as ``streaming`` measures Chat Completions."""
-    out: dict[str, tuple[list[float], list[int]]] = {t.name: ([], []) for t in targets}
     headers = {"x-fake-chunks": "50", "x-goog-api-key": "bench"}
-    clients = {t.name: httpx.Client(base_url=t.gemini, timeout=30) for t in targets}
-    for _ in range(rounds):
-        for t in targets:
-            c = clients[t.name]
-            for _ in range(n // rounds):
-                t0 = time.perf_counter()
-                first, reads = None, 0
-                with c.stream("POST", GEMINI_STREAM, json=GEMINI, headers=headers) as r:
-                    assert r.status_code == 200, (t.name, r.status_code)
-                    for _chunk in r.iter_raw():
-                        reads += 1
-                        if first is None:
-                            first = (time.perf_counter() - t0) * 1000
-                out[t.name][0].append(first or 0.0)
-                out[t.name][1].append(reads)
-    for c in clients.values():
-        c.close()
-    return out
+    return _first_chunks({t.name: t.gemini for t in targets}, GEMINI_STREAM, GEMINI, headers, n, rounds)
 
 
 def throughput(target: Target, clients: int, seconds: float) -> float:
