@@ -81,9 +81,13 @@ STORED_HEX = (
     " ELSE '!' || hash END"
 )
 
-HASH_BATCH = 131_072
-"""Events per batch of the hash check: a batch's bodies (~70 MB here) are fetched while the one
-before is hashed."""
+ROW_GROUP = 122_880
+"""DuckDB's rows per row group: a query's scan runs one thread per row group."""
+
+HASH_BATCH = 2 * ROW_GROUP
+"""Events per batch of the scan: two whole row groups, so that DuckDB builds a batch on both cores
+(one batch of 131,072 rows was one row group and a sliver: one thread). A batch (~130 MB of bodies
+here) is built while the one before is hashed."""
 
 
 def _string_slices(column: pa.ChunkedArray) -> tuple[memoryview, list[int]]:
