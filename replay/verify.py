@@ -240,17 +240,20 @@ def _unsound(
 
 def _first_refs(con: duckdb.DuckDBPyConnection, found: pa.Table) -> list[tuple[str, str, str, int, str]]:
     """Every referenced blob with the first event (by run, source, seq) that refers to it, in
-    that event order."""
+    that event order. A struct's minimum compares its fields in order: a grouping, not a sort per
+    blob (a window here took half as long again)."""
     if found.num_rows == 0:
         return []
     con.register("_amb_refs", found.select(["run_id", "source", "seq", "kind", "refs"]))
     try:
         rows = con.execute(
             """
-            SELECT b, run_id, source, seq, kind
-            FROM (SELECT unnest(refs) AS b, run_id, source, seq, kind FROM _amb_refs WHERE refs IS NOT NULL)
-            QUALIFY row_number() OVER (PARTITION BY b ORDER BY run_id, source, seq) = 1
-            ORDER BY run_id, source, seq, b
+            SELECT b, first.run_id, first.source, first.seq, first.kind
+            FROM (SELECT b, min({'run_id': run_id, 'source': source, 'seq': seq, 'kind': kind}) AS first
+                  FROM (SELECT unnest(refs) AS b, run_id, source, seq, kind FROM _amb_refs
+                        WHERE refs IS NOT NULL)
+                  GROUP BY b)
+            ORDER BY 2, 3, 4, 1
             """
         ).fetchall()
     finally:
