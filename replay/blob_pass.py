@@ -1,17 +1,23 @@
-"""The blob pass of ``amb verify`` in a process of its own, beside the database's checks.
+"""The blob pass of ``amb verify``, started before the database has found which blobs it must check.
 
-The pass (``BlobStore.verify_many``: every pack streamed, each record decompressed and re-hashed)
-is Python work that holds the GIL for most of its time, and so is the events' hash check
-(``replay.verify``): in one process the two take turns. A child process runs it on the other core
-instead. The child reads only the blob files, which another process sees exactly as this one does
-(the database's checks, which must see the caller's open transaction, stay on the caller's
-connection).
+The pass (``BlobStore.verified_records``: every pack streamed, each record decompressed and
+re-hashed) does not need the list of referenced blobs, only the judging after it does
+(``BlobStore.judge``: each referenced blob passes if the record a read would use passed). So it
+starts at once, beside the database's scan of the events that finds the references, and is handed
+them when they are known (``BlobPass.result``).
+
+It is Python work that holds the GIL for most of its time, and so is the events' hash check
+(``replay.verify``): in one process the two take turns. For a big store it runs in a child process
+instead, on the other core. The child reads only the blob files, which another process sees
+exactly as this one does (the database's checks, which must see the caller's open transaction,
+stay on the caller's connection).
 
 The child is a plain ``python -m replay.blob_pass ROOT``, not a ``multiprocessing`` process: this
 process has DuckDB's threads running (a fork would copy them mid-flight), and a spawned
 ``multiprocessing`` child runs the caller's main script again, which a script without a
-``__main__`` guard cannot survive. Addresses go in on stdin, one per line; progress and the result
-come back on stdout as JSON lines.
+``__main__`` guard cannot survive. It makes its pass at once, reporting progress on stdout as JSON
+lines, then reads the addresses from stdin (one per line, until end of input) and writes the
+problems as a last JSON line.
 
 If the child cannot start or does not finish with a result (killed, out of memory), the pass runs
 again here: a verify never passes for want of a blob pass.
@@ -23,12 +29,12 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
 
-from schemas.blobstore import BlobStore
+from schemas.blobstore import BlobStore, VerifiedRecords
 
 Progress = Callable[[int, int], None]
 
@@ -36,25 +42,61 @@ _ROOT = Path(__file__).resolve().parents[1]
 """The directory holding the ``replay`` and ``schemas`` packages this process imported."""
 
 
-def verify_apart(blobs: BlobStore, addresses: list[str], progress: Progress | None = None) -> dict[str, str]:
-    """``blobs.verify_many(addresses, progress)``, computed in a child process."""
+class BlobPass:
+    """The pass over every pack, started now (in a child process if ``apart``, else in a thread of
+    this one: DuckDB releases the GIL while it works); ``result(addresses)`` judges the blobs."""
+
+    def __init__(self, blobs: BlobStore, progress: Progress | None = None, apart: bool = False):
+        self.blobs, self.progress = blobs, progress
+        self._pool = ThreadPoolExecutor(1)
+        self._child = _start_child(blobs) if apart else None
+        if self._child is not None:
+            # Read the child's progress as it comes (a full pipe would stall its pass).
+            self._answer: Future[dict[str, str] | None] = self._pool.submit(
+                _read_child, self._child, progress
+            )
+        else:
+            self._records: Future[VerifiedRecords] = self._pool.submit(blobs.verified_records, progress)
+
+    def result(self, addresses: list[str]) -> dict[str, str]:
+        """The reason for each of ``addresses`` that is missing or damaged."""
+        try:
+            if self._child is None:
+                return self.blobs.judge(addresses, self._records.result())
+            assert self._child.stdin is not None  # a pipe
+            _feed(self._child.stdin, addresses)
+            found = self._answer.result()
+            return self.blobs.verify_many(addresses, self.progress) if found is None else found
+        finally:
+            self.cancel()
+
+    def cancel(self) -> None:
+        """Stop the pass if it still runs (``result`` was not asked for: the verify failed first)."""
+        if self._child is not None and self._child.poll() is None:
+            self._child.kill()
+        self._pool.shutdown(wait=True)
+
+
+def _start_child(blobs: BlobStore) -> subprocess.Popen[bytes] | None:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")])),
     }
     try:
-        child = subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, "-m", "replay.blob_pass", str(blobs.root)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,  # a child that fails is replaced by the pass run here, below
+            stderr=subprocess.DEVNULL,  # a child that fails is replaced by the pass run here
             env=env,
         )
     except OSError:
-        return blobs.verify_many(addresses, progress)
-    assert child.stdin is not None and child.stdout is not None  # both are pipes
-    feeder = threading.Thread(target=_feed, args=(child.stdin, addresses), daemon=True)
-    feeder.start()
+        return None
+
+
+def _read_child(child: subprocess.Popen[bytes], progress: Progress | None) -> dict[str, str] | None:
+    """The child's problems, forwarding its progress; None if it gave no sound answer."""
+    assert child.stdout is not None  # a pipe
     result: dict[str, str] | None = None
     try:
         for line in child.stdout:
@@ -67,12 +109,14 @@ def verify_apart(blobs: BlobStore, addresses: list[str], progress: Progress | No
         result = None  # a line that is not ours: trust nothing it said
     finally:
         if child.poll() is None and result is None:
-            child.kill()  # leaving on an error of this process
+            child.kill()
         child.wait()
-        feeder.join()
-    if result is None or child.returncode != 0:
-        return blobs.verify_many(addresses, progress)
-    return result
+    return result if child.returncode == 0 else None
+
+
+def verify_apart(blobs: BlobStore, addresses: list[str], progress: Progress | None = None) -> dict[str, str]:
+    """``blobs.verify_many(addresses, progress)``, computed in a child process."""
+    return BlobPass(blobs, progress, apart=True).result(addresses)
 
 
 def _feed(pipe: IO[bytes], addresses: list[str]) -> None:
@@ -84,14 +128,15 @@ def _feed(pipe: IO[bytes], addresses: list[str]) -> None:
 
 
 def main(root: str) -> None:
-    addresses = sys.stdin.read().split()
     out = sys.stdout
 
     def report(done: int, total: int) -> None:
         out.write(json.dumps({"progress": [done, total]}) + "\n")
         out.flush()
 
-    problems = BlobStore(root).verify_many(addresses, report)
+    blobs = BlobStore(root)
+    records = blobs.verified_records(report)
+    problems = blobs.judge(sys.stdin.read().split(), records)
     out.write(json.dumps({"problems": problems}) + "\n")
     out.flush()
 

@@ -61,6 +61,14 @@ def compute_many(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str
         )
     finally:
         con.unregister("_amb_manifest_runs")
+    return assemble(sources, blob_refs)
+
+
+def assemble(
+    sources: list[tuple[str, str, int, int, str]], blob_refs: dict[str, int]
+) -> dict[str, dict[str, Any]]:
+    """The manifests from each (run, source)'s event count, last seq and last hash and each run's
+    number of blob references (``amb verify`` counts them in its own scan of the events)."""
     out: dict[str, dict[str, Any]] = {}
     for run_id, source, n, last, h in sources:
         m = out.setdefault(run_id, {"format": FORMAT, "run_id": run_id, "sources": {}, "events": 0})

@@ -1,16 +1,24 @@
 """``amb verify``: re-derive every hash in the store and check every chain, manifest and blob.
 
-The checks are vectorised in SQL: the canonical body of each event is rebuilt from its stored
-columns (the contract in ``schemas.codec`` makes that a string concatenation), hashed with DuckDB's
-``sha256`` and compared with the stored hash; a window over each (run, source) checks that seqs
-run 0, 1, 2, ... and that every ``prev_hash`` is the previous event's hash. Then each finished
-run's stored manifest is compared with the store's current state, and every referenced blob is
-read back and re-hashed (packs streamed front to back: ``BlobStore.verify_many``).
+The checks are vectorised: the canonical body of each event is rebuilt from its stored columns
+(the contract in ``schemas.codec`` makes that a string concatenation) and hashed, and compared with
+the stored hash; each (run, source)'s seqs must run 0, 1, 2, ... with every ``prev_hash`` the
+previous event's hash. Then each finished run's stored manifest is compared with the store's
+current state, and every referenced blob is read back and re-hashed (packs streamed front to back:
+``replay.blob_pass``).
 
 What each tamper looks like: an edited payload byte or envelope field → hash mismatch at that
 event; a deleted event → a seq gap (or, for the last event of a source, a manifest mismatch);
 reordered events → hash mismatch (seq is inside the hash) or a broken link; a chain rebuilt by
 someone who can write the file → only an anchored manifest (``--manifest``) catches it.
+
+How the work is laid out (a million events: docs/storage.md). The payloads are read once: one
+query per batch of row ids yields each event's canonical body and stored hash, the hot columns'
+first difference from the payload, and the blob references and their count; DuckDB builds a batch
+while this thread hashes the one before. One grouped query (no payloads) gives each chain's count,
+first and last seq and last hash, which say both whether the chain is sound and what its manifest
+is; an anti-join finds the broken links. The blob pass starts before all of it (it needs the
+references only at the end).
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from typing import Any, NamedTuple
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from replay import blob_pass, hot
 from replay import manifest as manifests
@@ -67,55 +76,18 @@ def _run_filter(run_ids: list[str] | None) -> tuple[str, list[Any]]:
     return f"WHERE run_id IN ({', '.join('?' for _ in run_ids)})", list(run_ids)
 
 
-def _hot_mismatches(
-    con: duckdb.DuckDBPyConnection, where: str, params: list[Any]
-) -> dict[tuple[str, str, int], Problem]:
-    """Events whose hot column differs from the one re-derived from their payload.
-
-    The hot columns (``replay.hot``) are outside the hash, so an edit of one alone leaves every
-    hash intact; this re-derives each from the payload (one parse per event) and compares. The
-    extracted fields are materialised once: inlined, DuckDB parsed each payload again for every
-    column the CASE reads (4.2 s against 0.24 s on 59k events)."""
-    if not hot.present(con):
-        return {}
-    paths = ", ".join(f"'$.{c.path}'" for c in hot.HOT_COLUMNS)
-    whens = " ".join(
-        f"WHEN {c.name} IS DISTINCT FROM {hot.cast(f'hx[{i + 1}]', c)} "
-        f"THEN 'hot column {c.name} differs from the payload (edited after ingest)'"
-        for i, c in enumerate(hot.HOT_COLUMNS)
-    )
-    names = ", ".join(c.name for c in hot.HOT_COLUMNS)
-    rows = con.execute(
-        f"""
-        WITH h AS MATERIALIZED (
-            SELECT run_id, source, seq, kind, {names}, json_extract_string(payload, [{paths}]) AS hx
-            FROM events {where}
-        )
-        SELECT * FROM (SELECT run_id, source, seq, kind, CASE {whens} END AS what FROM h)
-        WHERE what IS NOT NULL
-        """,
-        params,
-    ).fetchall()
-    return {(r[0], r[1], r[2]): Problem(*r) for r in rows}
-
-
 STORED_HEX = (
     f"CASE WHEN starts_with(hash, '{HASH_PREFIX}') THEN substr(hash, {len(HASH_PREFIX) + 1})"
     " ELSE '!' || hash END"
 )
 
-HASH_BATCH = 131_072
-"""Events per batch of the hash check: a batch's bodies (~70 MB here) are fetched while the one
-before is hashed."""
+ROW_GROUP = 122_880
+"""DuckDB's rows per row group: a query's scan runs one thread per row group."""
 
-
-def _bodies(con: duckdb.DuckDBPyConnection, lo: int, hi: int, where: str, params: list[Any]) -> pa.Table:
-    """The canonical bodies and stored hashes of the events with ``lo <= rowid < hi``."""
-    cond = f"{where} AND" if where else "WHERE"
-    return con.sql(
-        f"SELECT rowid, {BODY_SQL} AS body, {STORED_HEX} AS hex FROM events {cond} rowid >= ? AND rowid < ?",
-        params=[*params, lo, hi],
-    ).to_arrow_table()
+HASH_BATCH = 2 * ROW_GROUP
+"""Events per batch of the scan: two whole row groups, so that DuckDB builds a batch on both cores
+(one batch of 131,072 rows was one row group and a sliver: one thread). A batch (~130 MB of bodies
+here) is built while the one before is hashed."""
 
 
 def _string_slices(column: pa.ChunkedArray) -> tuple[memoryview, list[int]]:
@@ -133,7 +105,7 @@ def _string_slices(column: pa.ChunkedArray) -> tuple[memoryview, list[int]]:
 
 
 def _rehash_failures(batch: pa.Table) -> list[int]:
-    """Row ids of the batch's events whose stored hash is not the sha256 of their body.
+    """Positions in the batch of the events whose stored hash is not the sha256 of their body.
 
     Hashed here rather than with DuckDB's ``sha256``: hashlib's (OpenSSL's) takes a fraction of
     its time per byte, and this loop runs on its own core while DuckDB builds the next batch.
@@ -145,38 +117,14 @@ def _rehash_failures(batch: pa.Table) -> list[int]:
     digests = [sha256(data[a:b]).hexdigest() for a, b in zip(offsets, offsets[1:], strict=False)]
     if digests == stored:
         return []
-    rowids = batch.column("rowid").to_pylist()
-    return [rowid for rowid, got, want in zip(rowids, digests, stored, strict=True) if got != want]
-
-
-def _unsound_chains(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) -> list[tuple[str, str]]:
-    """The (run, source) chains that are not sound, found without sorting: a chain is sound exactly
-    when its seqs are 0..n-1 with none twice (count, distinct count, min and max say so) and each
-    event's ``prev_hash`` is the hash of the event at seq - 1 (``GENESIS`` at seq 0), which an
-    anti-join finds. The window that words the problems then runs over these chains only."""
-    and_ = f"{where} AND" if where else "WHERE"
-    rows = con.execute(
-        f"""
-        SELECT run_id, source FROM events {where} GROUP BY ALL
-        HAVING count(*) <> count(DISTINCT seq) OR min(seq) <> 0 OR max(seq) <> count(*) - 1
-        UNION
-        SELECT run_id, source FROM events {and_} seq = 0 AND prev_hash <> '{GENESIS}'
-        UNION
-        SELECT e.run_id, e.source FROM (SELECT * FROM events {and_} seq > 0) AS e
-        ANTI JOIN events AS p
-          ON p.run_id = e.run_id AND p.source = e.source AND p.seq = e.seq - 1 AND p.hash = e.prev_hash
-        ORDER BY 1, 2
-        """,
-        params * 3,
-    ).fetchall()
-    return [(r[0], r[1]) for r in rows]
+    return [i for i, (got, want) in enumerate(zip(digests, stored, strict=True)) if got != want]
 
 
 def _chain_problems(
-    con: duckdb.DuckDBPyConnection, where: str, params: list[Any]
+    con: duckdb.DuckDBPyConnection, chains: list[tuple[str, str]]
 ) -> dict[tuple[str, str, int], tuple[str, str]]:
-    """Gaps and broken links, by event: (kind, what). A gap says more than a broken link."""
-    chains = _unsound_chains(con, where, params)
+    """Gaps and broken links in these (unsound) chains, by event: (kind, what). A gap says more
+    than a broken link. The window that words them runs over these chains only."""
     if not chains:
         return {}
     con.register(
@@ -205,66 +153,222 @@ def _chain_problems(
     return {(r[0], r[1], r[2]): (r[3], r[4] or BROKEN_LINK) for r in rows}
 
 
-def _events_at(con: duckdb.DuckDBPyConnection, rowids: list[int]) -> dict[tuple[str, str, int], str]:
-    """(run, source, seq) -> kind of the events with these row ids."""
-    if not rowids:
-        return {}
-    con.register("_amb_rowids", pa.table({"r": pa.array(rowids, pa.int64())}))
+def _scan_sql(where: str, with_hot: bool) -> str:
+    """The one query over a batch of events (``lo <= rowid < hi``) that reads the payloads.
+
+    Per event: the canonical body and stored hash (``hex``); ``hot``, the 1-based position in
+    ``hot.HOT_COLUMNS`` of the first hot column that differs from the payload, else NULL; and for a
+    payload that holds a blob reference, the references (``refs``) and the number of reference
+    marks (``marks``, what a manifest counts). The hot columns' fields are extracted with one JSON
+    parse per event into a list; ``list_position`` over the comparisons reads that list without
+    a CASE, whose branches DuckDB would each parse again."""
+    cond = f"{where} AND" if where else "WHERE"
+    if with_hot:
+        paths = ", ".join(f"'$.{c.path}'" for c in hot.HOT_COLUMNS)
+        extract = f", json_extract_string(payload, [{paths}]) AS hx"
+        diffs = ", ".join(
+            f"{c.name} IS DISTINCT FROM {hot.cast(f'hx[{i + 1}]', c)}" for i, c in enumerate(hot.HOT_COLUMNS)
+        )
+        hot_sql = f"list_position([{diffs}], true)"
+    else:  # a store from before the hot columns
+        extract, hot_sql = "", "NULL::INTEGER"
+    mark = manifests.BLOB_MARK
+    return f"""
+        SELECT rid AS rowid, {BODY_SQL} AS body, {STORED_HEX} AS hex, run_id, source, seq, kind,
+               {hot_sql} AS hot,
+               CASE WHEN has_ref THEN {manifests.BLOB_REF_SQL} END AS refs,
+               CASE WHEN has_ref THEN (strlen(payload) - strlen(replace(payload, '{mark}', '')))
+                                      // {len(mark)} END AS marks
+        FROM (SELECT rowid AS rid, *, {manifests.HAS_BLOB_SQL} AS has_ref{extract}
+              FROM events {cond} rowid >= ? AND rowid < ?)
+        """
+
+
+class _Scanned(NamedTuple):
+    """What the scan of the events found: one problem per event (by key), each (run, source)'s
+    count, first and last seq and last hash (``_chain_stats``), the blob references with the
+    first event that makes each, and each run's number of reference marks."""
+
+    problems: dict[tuple[str, str, int], Problem]
+    stats: list[tuple[str, str, int, int, int, str, bool]]
+    refs: list[tuple[str, str, str, int, str]]
+    marks: dict[str, int]
+
+
+def _chain_stats(
+    con: duckdb.DuckDBPyConnection, where: str, params: list[Any]
+) -> list[tuple[str, str, int, int, int, str, bool]]:
+    """(run, source, count, min seq, max seq, hash at the max seq, seq 0 not on ``GENESIS``) of each
+    chain: the manifests' counts, and half of the chain check (no payload read, nothing sorted)."""
+    rows = con.execute(
+        f"""
+        SELECT run_id, source, count(*), min(seq), max(seq), arg_max(hash, seq),
+               bool_or(seq = 0 AND prev_hash <> '{GENESIS}')
+        FROM events {where} GROUP BY ALL ORDER BY 1, 2
+        """,
+        params,
+    ).fetchall()
+    return [tuple(r) for r in rows]
+
+
+def _broken_links(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) -> list[tuple[str, str]]:
+    """The chains with an event at seq > 0 whose ``prev_hash`` is not the hash of an event at seq - 1
+    of the same chain (an anti-join: no sort)."""
+    and_ = f"{where} AND" if where else "WHERE"
+    rows = con.execute(
+        f"""
+        SELECT DISTINCT e.run_id, e.source
+        FROM (SELECT run_id, source, seq, prev_hash FROM events {and_} seq > 0) AS e
+        ANTI JOIN events AS p
+          ON p.run_id = e.run_id AND p.source = e.source AND p.seq = e.seq - 1 AND p.hash = e.prev_hash
+        """,
+        params,
+    ).fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+def _unsound(
+    stats: list[tuple[str, str, int, int, int, str, bool]], broken: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """The chains that are not sound. A chain is sound exactly when its count is its max seq + 1,
+    its min seq is 0, its seq 0 is on ``GENESIS`` and no link is broken: with every seq above 0
+    linked to an event at seq - 1, all of 0..max are there, and n events over max + 1 values
+    leave no seq twice."""
+    bad = {(r, s) for r, s, n, lo, hi, _, off in stats if n != hi + 1 or lo != 0 or off}
+    return sorted(bad | set(broken))
+
+
+def _first_refs(con: duckdb.DuckDBPyConnection, found: pa.Table) -> list[tuple[str, str, str, int, str]]:
+    """Every referenced blob with the first event (by run, source, seq) that refers to it, in
+    that event order. A struct's minimum compares its fields in order: a grouping, not a sort per
+    blob (a window here took half as long again)."""
+    if found.num_rows == 0:
+        return []
+    con.register("_amb_refs", found.select(["run_id", "source", "seq", "kind", "refs"]))
     try:
         rows = con.execute(
-            "SELECT run_id, source, seq, kind FROM events WHERE rowid IN (SELECT r FROM _amb_rowids)"
+            """
+            SELECT b, first.run_id, first.source, first.seq, first.kind
+            FROM (SELECT b, min({'run_id': run_id, 'source': source, 'seq': seq, 'kind': kind}) AS first
+                  FROM (SELECT unnest(refs) AS b, run_id, source, seq, kind FROM _amb_refs
+                        WHERE refs IS NOT NULL)
+                  GROUP BY b)
+            ORDER BY 2, 3, 4, 1
+            """
         ).fetchall()
     finally:
-        con.unregister("_amb_rowids")
-    return {(r[0], r[1], r[2]): r[3] for r in rows}
+        con.unregister("_amb_refs")
+    return [tuple(r) for r in rows]
 
 
-def check_events(
+def _marks_by_run(found: pa.Table) -> dict[str, int]:
+    if found.num_rows == 0:
+        return {}
+    sums = found.group_by("run_id").aggregate([("marks", "sum")])
+    return {
+        r: int(n or 0) for r, n in zip(sums["run_id"].to_pylist(), sums["marks_sum"].to_pylist(), strict=True)
+    }
+
+
+def _hot_problem(position: int) -> str:
+    return f"hot column {hot.HOT_COLUMNS[position - 1].name} differs from the payload (edited after ingest)"
+
+
+_FOUND = ["run_id", "source", "seq", "kind", "hot", "refs", "marks"]
+"""The columns of a batch kept past its hashing, for the events with a hot difference or a blob."""
+
+
+def _scan(
     con: duckdb.DuckDBPyConnection, run_ids: list[str] | None = None, batch: int = HASH_BATCH
-) -> list[Problem]:
-    """Every event's hash re-derived, every chain checked; one problem per event.
+) -> _Scanned:
+    """Every event's hash re-derived, its hot columns and blob references read, every chain checked.
 
     The database's work runs on one thread in a queue (one connection runs one query at a time,
-    and every query stays on ``con`` so it sees what the caller sees): the bodies batch by batch,
-    then the chain and hot-column checks, while this thread hashes the batches already fetched."""
+    and every query stays on ``con`` so it sees what the caller sees): the batches, with the chain
+    statistics and the anti-join queued behind the first two, while this thread hashes the batches
+    already fetched."""
     where, params = _run_filter(run_ids)
     # Batches by row id, over the ranges that hold rows (row ids can be sparse: deleted rows, or
     # rows inserted by the caller's open transaction, which are numbered from 2^62).
     buckets = con.execute(
         f"SELECT DISTINCT rowid // {batch} FROM events {where} ORDER BY 1", params
     ).fetchall()
-    bad_rowids: list[int] = []
+    sql = _scan_sql(where, hot.present(con))
+    rehashed: list[pa.Table] = []
+    found: list[pa.Table] = []
+
+    def take(table: pa.Table) -> None:
+        failed = _rehash_failures(table)
+        if failed:
+            rehashed.append(table.select(["run_id", "source", "seq", "kind"]).take(failed))
+        keep = pc.or_(pc.is_valid(table.column("hot")), pc.is_valid(table.column("refs")))
+        found.append(table.select(_FOUND).filter(keep))
+
+    def fetch(lo: int) -> pa.Table:
+        return con.sql(sql, params=[*params, lo, lo + batch]).to_arrow_table()
+
     with ThreadPoolExecutor(1) as database:
         pending: deque[Future[pa.Table]] = deque()
-
-        def queue_checks() -> list[Future[Any]]:
-            return [
-                database.submit(_chain_problems, con, where, params),
-                database.submit(_hot_mismatches, con, where, params),
-            ]
-
-        checks: list[Future[Any]] = []
+        chains: list[Future[Any]] = []
         for i, (bucket,) in enumerate(buckets):
             if len(pending) >= 2:  # at most two batches in memory besides the one being hashed
-                bad_rowids += _rehash_failures(pending.popleft().result())
-            start = bucket * batch
-            pending.append(database.submit(_bodies, con, start, start + batch, where, params))
+                take(pending.popleft().result())
+            pending.append(database.submit(fetch, bucket * batch))
             if i == 1:  # queued behind the first two batches: the database works while they are hashed
-                checks = queue_checks()
-        checks = checks or queue_checks()
+                chains = [database.submit(_chain_stats, con, where, params)]
+                chains.append(database.submit(_broken_links, con, where, params))
+        if not chains:
+            chains = [database.submit(_chain_stats, con, where, params)]
+            chains.append(database.submit(_broken_links, con, where, params))
         while pending:
-            bad_rowids += _rehash_failures(pending.popleft().result())
-        rehash = database.submit(_events_at, con, bad_rowids).result()
-        # One problem per event, in the order of the checks' precedence: a gap, then a hash that
-        # does not match, then a broken link; a hot column that differs says the least.
-        chains, found = checks[0].result(), checks[1].result()
-        for (run_id, source, seq), (kind, what) in chains.items():
-            found[(run_id, source, seq)] = Problem(run_id, source, seq, kind, what)
-        for key, kind in rehash.items():
-            if key in found and found[key].what.startswith("sequence gap"):
+            take(pending.popleft().result())
+        stats, broken = chains[0].result(), chains[1].result()
+    every = pa.concat_tables(found) if found else pa.table({c: [] for c in _FOUND})
+    # One problem per event, in the order of the checks' precedence: a gap, then a hash that does
+    # not match, then a broken link; a hot column that differs says the least.
+    problems: dict[tuple[str, str, int], Problem] = {}
+    with_hot = every.filter(pc.is_valid(every.column("hot")))
+    for run_id, source, seq, kind, position in zip(
+        *(with_hot.column(c).to_pylist() for c in ["run_id", "source", "seq", "kind", "hot"]), strict=True
+    ):
+        problems[(run_id, source, seq)] = Problem(run_id, source, seq, kind, _hot_problem(position))
+    for (run_id, source, seq), (kind, what) in _chain_problems(con, _unsound(stats, broken)).items():
+        problems[(run_id, source, seq)] = Problem(run_id, source, seq, kind, what)
+    for table in rehashed:
+        for run_id, source, seq, kind in zip(*(table.column(i).to_pylist() for i in range(4)), strict=True):
+            key = (run_id, source, seq)
+            if key in problems and problems[key].what.startswith("sequence gap"):
                 continue
-            found[key] = Problem(*key, kind, HASH_MISMATCH)
-    return [found[k] for k in sorted(found)]
+            problems[key] = Problem(run_id, source, seq, kind, HASH_MISMATCH)
+    return _Scanned(problems, stats, _first_refs(con, every), _marks_by_run(every))
+
+
+def check_events(
+    con: duckdb.DuckDBPyConnection, run_ids: list[str] | None = None, batch: int = HASH_BATCH
+) -> list[Problem]:
+    """Every event's hash re-derived, every chain and hot column checked; one problem per event."""
+    problems = _scan(con, run_ids, batch).problems
+    return [problems[k] for k in sorted(problems)]
+
+
+def _manifest_problems(
+    con: duckdb.DuckDBPyConnection, run_ids: list[str] | None, current: dict[str, dict[str, Any]]
+) -> list[Problem]:
+    """Each stored manifest compared with the store's current state (``current``)."""
+    where, params = _run_filter(run_ids)
+    stored = con.execute(f"SELECT run_id, manifest FROM manifests {where} ORDER BY run_id", params).fetchall()
+    return _differences([json.loads(text) for _, text in stored], current, "its stored manifest")
+
+
+def _differences(
+    anchored: list[dict[str, Any]], current: dict[str, dict[str, Any]], what: str
+) -> list[Problem]:
+    problems = []
+    for m in anchored:
+        run_id = str(m.get("run_id"))
+        for diff in manifests.differences(m, current.get(run_id)):
+            problems.append(Problem(run_id, None, None, None, f"differs from {what}: {diff}"))
+    return problems
 
 
 def check_manifests(con: duckdb.DuckDBPyConnection, run_ids: list[str] | None = None) -> list[Problem]:
@@ -277,13 +381,7 @@ def check_against(
     con: duckdb.DuckDBPyConnection, anchored: list[dict[str, Any]], what: str = "the anchored manifest"
 ) -> list[Problem]:
     """Compare the store with manifests (stored ones, or kept elsewhere: ``--manifest FILE``)."""
-    current = manifests.compute_many(con, [str(m.get("run_id")) for m in anchored])
-    problems = []
-    for m in anchored:
-        run_id = str(m.get("run_id"))
-        for diff in manifests.differences(m, current.get(run_id)):
-            problems.append(Problem(run_id, None, None, None, f"differs from {what}: {diff}"))
-    return problems
+    return _differences(anchored, manifests.compute_many(con, [str(m.get("run_id")) for m in anchored]), what)
 
 
 def _blob_refs(
@@ -293,10 +391,11 @@ def _blob_refs(
     where, params = _run_filter(run_ids)
     return con.execute(
         f"""
-        SELECT b, min(run_id), arg_min(source, run_id), arg_min(seq, run_id), arg_min(kind, run_id)
+        SELECT b, run_id, source, seq, kind
         FROM (SELECT run_id, source, seq, kind, unnest({manifests.BLOB_REF_SQL}) AS b FROM events
               {where + " AND " if where else "WHERE "}{manifests.HAS_BLOB_SQL})
-        GROUP BY b ORDER BY 2, 3, 4
+        QUALIFY row_number() OVER (PARTITION BY b ORDER BY run_id, source, seq) = 1
+        ORDER BY run_id, source, seq, b
         """,
         params,
     ).fetchall()
@@ -320,9 +419,20 @@ def check_blobs(
     return _blob_problems(refs, blobs.verify_many([r[0] for r in refs], progress))
 
 
-BLOB_PROCESS_MIN = 20_000
-"""From this many referenced blobs the blob pass runs in a child process (``replay.blob_pass``);
-below it, starting one costs more than the pass (a few hundred milliseconds)."""
+BLOB_PROCESS_MIN = 16 << 20
+"""From this many bytes of packs the blob pass runs in a child process (``replay.blob_pass``);
+below it, starting one costs more than the pass (a few hundred milliseconds). (~20,000 blobs of
+the synthetic runs: the pass's work is the bytes it reads, decompresses and hashes.)"""
+
+
+def _pack_bytes(blobs: BlobStore) -> int:
+    total = 0
+    for path in blobs.pack_files():
+        try:
+            total += path.stat().st_size
+        except FileNotFoundError:
+            pass  # collected meanwhile: the pass says what became of its blobs
+    return total
 
 
 def verify(
@@ -344,20 +454,32 @@ def verify(
         ]
         if missing:
             return missing
-    refs = _blob_refs(con, run_ids)
-    addresses = [r[0] for r in refs]
-    apart = len(addresses) >= BLOB_PROCESS_MIN if blob_process is None else blob_process
-    # The blob pass (parse, decompress, hash every pack record) runs beside the database's checks:
-    # in a child process for a big store, so that it and the events' hash check (both Python
-    # work) each have a core; else in a thread (DuckDB releases the GIL while it works). The
-    # database's checks stay on ``con``, so they see what it sees (an uncommitted edit, in the
-    # tamper tests).
-    with ThreadPoolExecutor(1) as pool:
-        if apart:
-            bad = pool.submit(blob_pass.verify_apart, blobs, addresses, progress)
-        else:
-            bad = pool.submit(blobs.verify_many, addresses, progress)
-        problems = check_events(con, run_ids) + check_manifests(con, run_ids)
-        if anchored is not None:
-            problems += check_against(con, anchored)
-        return problems + _blob_problems(refs, bad.result())
+    # The blob pass (parse, decompress, hash every pack record) starts first and runs beside the
+    # scan of the events: in a child process for a big store, so that it and the events' hashing
+    # (both Python work) each have a core; else in a thread (DuckDB releases the GIL while it
+    # works). Verifying named runs, the references come first: a few runs of a big store read
+    # just their blobs (``BlobStore.verify_many``). The database's checks stay on ``con``, so
+    # they see what it sees (an uncommitted edit, in the tamper tests).
+    early = None
+    if not run_ids:
+        apart = _pack_bytes(blobs) >= BLOB_PROCESS_MIN if blob_process is None else blob_process
+        early = blob_pass.BlobPass(blobs, progress, apart)
+    try:
+        scanned = _scan(con, run_ids)
+    except BaseException:
+        if early is not None:
+            early.cancel()
+        raise
+    addresses = [r[0] for r in scanned.refs]
+    if early is not None:
+        bad = early.result(addresses)
+    elif blob_process:
+        bad = blob_pass.verify_apart(blobs, addresses, progress)
+    else:
+        bad = blobs.verify_many(addresses, progress)
+    current = manifests.assemble([(r, s, n, hi, h) for r, s, n, _, hi, h, _ in scanned.stats], scanned.marks)
+    problems = [scanned.problems[k] for k in sorted(scanned.problems)]
+    problems += _manifest_problems(con, run_ids, current)
+    if anchored is not None:
+        problems += check_against(con, anchored)
+    return problems + _blob_problems(scanned.refs, bad)

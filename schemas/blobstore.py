@@ -307,6 +307,10 @@ class DeltaBases(RecentContents):
         return None if stored is None else (stored, kept[1] + 1)
 
 
+VerifiedRecords = dict[tuple[str, int], tuple[int, int, str]]
+"""(pack, offset) -> (length, codec, hex address) of each pack record whose content matched its address."""
+
+
 class BlobStore:
     def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(root)
@@ -619,9 +623,16 @@ class BlobStore:
         if len(addresses) * 20 < len(state.index):  # a few runs of a big store: read just those
             found = {a: self.check(a) for a in addresses}
             return {a: r for a, r in found.items() if r}
+        return self.judge(addresses, self.verified_records(progress))
+
+    def verified_records(self, progress: Callable[[int, int], None] | None = None) -> VerifiedRecords:
+        """``verify_many``'s pass over every pack, before it knows which blobs are asked about (so
+        that ``amb verify`` can start it while the database is still finding them)."""
+        state = self._state
+        state.refresh()
         packs = self.pack_files()
         total = sum(p.stat().st_size for p in packs) or 1
-        good: dict[tuple[str, int], tuple[int, int, str]] = {}
+        good: VerifiedRecords = {}
         chunks = _ContentCache(VERIFY_CACHE)
         done = 0
         for path in packs:
@@ -654,6 +665,12 @@ class BlobStore:
             done += path.stat().st_size if path.exists() else 0
             if progress:
                 progress(min(done, total), total)
+        return good
+
+    def judge(self, addresses: list[str], good: VerifiedRecords) -> dict[str, str]:
+        """The problem with each of ``addresses`` that the pass did not vouch for: a blob passes if
+        the index entry a read would use lands exactly on a record that passed."""
+        state = self._state
         problems: dict[str, str] = {}
         for address in addresses:
             hexd = address[len(HASH_PREFIX) :]

@@ -7,6 +7,11 @@
 - The chains are checked without sorting (counts and an anti-join); the window that words the
   problems runs over the unsound chains only. The same comparison covers it.
 - The blob pass runs in a child process for big stores: the same problems as in a thread.
+- One scan of the payloads per batch also re-derives the hot columns and reads the blob
+  references and their count (the manifests' ``blob_refs``): compared with the queries that did
+  each apart, with tampers in the first, middle and last batch.
+- The blob pass starts before the references are known (it judges them at the end): a record
+  damaged at the start, the middle or the end of a pack is named, in the child and in a thread.
 
 Every tamper is made inside an open transaction of the connection that verifies (so rows it
 inserts get row ids from 2^62 and nothing is committed): the checks must see what it sees.
@@ -14,10 +19,18 @@ inserts get row ids from 2^62 and nothing is committed): the checks must see wha
 
 from __future__ import annotations
 
+import os
+import shutil
 import zlib
 
+import pytest
+
+from replay import hot
+from replay import manifest as manifests
 from replay.store import Store
-from replay.verify import BODY_SQL, check_events, verify
+from replay.verify import BODY_SQL, _scan, check_events, verify
+from schemas import packstore
+from schemas.blob import HASH_PREFIX
 from schemas.codec import GENESIS
 from tests.fakes.blob_tamper import remove_blob, replace_blob
 
@@ -151,3 +164,115 @@ def test_blob_pass_in_a_child_process_finds_what_the_thread_finds(store):
 def test_clean_store_passes_with_the_blob_pass_apart(store):
     with Store.open(store, read_only=True) as st:
         assert verify(st.con, st.blobs, blob_process=True) == []
+
+
+HOT_REFERENCE = (
+    "SELECT * FROM (SELECT run_id, source, seq, kind, CASE {} END AS what FROM events) WHERE what IS NOT NULL"
+)
+"""The hot-column check as one query, a JSON extraction per column (the check as it was)."""
+
+
+def _hot_reference(con) -> list[tuple]:
+    whens = " ".join(
+        f"WHEN {c.name} IS DISTINCT FROM {hot.from_payload(c)} "
+        f"THEN 'hot column {c.name} differs from the payload (edited after ingest)'"
+        for c in hot.HOT_COLUMNS
+    )
+    return con.execute(HOT_REFERENCE.format(whens) + " ORDER BY 1, 2, 3").fetchall()
+
+
+def _spread(con, batch: int) -> list[int]:
+    """Row ids at the start, the middle and the end of the table, and the last of an inner batch."""
+    rowids = [r[0] for r in con.execute("SELECT rowid FROM events ORDER BY rowid").fetchall()]
+    assert len(rowids) > 20 * batch
+    return [rowids[0], rowids[len(rowids) // 2], rowids[-1], rowids[batch * 13 + batch - 1]]
+
+
+def test_a_hot_column_edited_in_any_batch_is_found(store):
+    """A hot column edited (one the payload has, one it has not) at the start, the middle and the
+    end of the table: the scan names each as the one-query check does, and nothing else."""
+    with Store.open(store) as st:
+        assert _hot_reference(st.con) == []
+        for rowid in _spread(st.con, 7):
+            for edit in ("tool_name = 'edited'", "exit_code = coalesce(exit_code, 0) + 1"):
+                st.con.execute("BEGIN")
+                st.con.execute(f"UPDATE events SET {edit} WHERE rowid = ?", [rowid])
+                expected = _hot_reference(st.con)
+                found = check_events(st.con, batch=7)
+                st.con.execute("ROLLBACK")
+                assert len(expected) == 1, (rowid, edit)
+                assert [tuple(p) for p in found] == expected, (rowid, edit)
+
+
+def _refs_reference(con) -> list[tuple]:
+    """Every referenced blob with the first event (by run, source, seq) that refers to it."""
+    return con.execute(
+        f"""
+        SELECT b, run_id, source, seq, kind
+        FROM (SELECT run_id, source, seq, kind, unnest({manifests.BLOB_REF_SQL}) AS b FROM events)
+        QUALIFY row_number() OVER (PARTITION BY b ORDER BY run_id, source, seq) = 1
+        ORDER BY run_id, source, seq, b
+        """
+    ).fetchall()
+
+
+ADD_REFERENCE = (
+    "UPDATE events SET payload = json_merge_patch(payload, json_object('x', json_object('blob', ?)))"
+    " WHERE rowid = ?"
+)
+
+
+def _scanned_manifests(con, batch: int) -> tuple[list[tuple], dict]:
+    scanned = _scan(con, None, batch)
+    current = manifests.assemble([(r, s, n, hi, h) for r, s, n, _, hi, h, _ in scanned.stats], scanned.marks)
+    return scanned.refs, current
+
+
+def test_blob_references_and_manifests_from_the_scan(store):
+    """The references and the manifests the scan yields are the ones the separate queries give
+    (``manifest.compute_many``), on the store as written and after a reference is added to a
+    payload in the first, middle and last batch."""
+    with Store.open(store) as st:
+        runs = [r[0] for r in st.con.execute("SELECT DISTINCT run_id FROM events ORDER BY 1").fetchall()]
+        refs, current = _scanned_manifests(st.con, 5)
+        assert refs == _refs_reference(st.con) and len(refs) > 10
+        assert current == manifests.compute_many(st.con, runs)
+        extra = HASH_PREFIX + "ab" * 32
+        for rowid in _spread(st.con, 5):
+            st.con.execute("BEGIN")
+            st.con.execute(ADD_REFERENCE, [extra, rowid])
+            refs, current = _scanned_manifests(st.con, 5)
+            expected_refs, expected = _refs_reference(st.con), manifests.compute_many(st.con, runs)
+            st.con.execute("ROLLBACK")
+            assert extra in {r[0] for r in refs}
+            assert refs == expected_refs and current == expected, rowid
+
+
+@pytest.mark.parametrize("store", ["packed"], indirect=True)
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_a_damaged_pack_record_anywhere_is_named(store, tmp_path, where):
+    """One byte of a referenced blob's record flipped (the first, middle or last record of a pack):
+    the blob pass started before the references are known names it, in a child process as in a
+    thread, with the words an ordinary read of that blob gives."""
+    with Store.open(store, read_only=True) as st:
+        referenced = {r[0][len(HASH_PREFIX) :] for r in _refs_reference(st.con)}
+        pack = max(st.blobs.pack_files(), key=lambda p: p.stat().st_size)
+    records = [r for r in packstore.scan(pack) if r.hexd in referenced]
+    assert len(records) > 10
+    record = {"first": records[0], "middle": records[len(records) // 2], "last": records[-1]}[where]
+    os.chmod(pack, 0o644)
+    with open(pack, "r+b") as f:
+        at = record.offset + record.length - 1  # the last byte of the stored content
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0x01]))
+    address = HASH_PREFIX + record.hexd
+    with Store.open(store, read_only=True) as st:
+        apart = verify(st.con, st.blobs, blob_process=True)
+        here = verify(st.con, st.blobs, blob_process=False)
+        words = st.blobs.check(address)
+    assert apart == here
+    named = [p for p in apart if p.what.startswith(f"blob {address} ")]  # (deltas built on it name it too)
+    assert named and words and all(p.what == words for p in named), (apart, words)
+    shutil.rmtree(tmp_path / "store", ignore_errors=True)

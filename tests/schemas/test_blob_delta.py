@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from recorder.proxy.blobwriter import BlobWriter
 from schemas import blobcodec, packstore
@@ -151,8 +152,6 @@ def test_hostile_deltas_are_errors_not_hangs(tmp_path):
     # A frame that claims a huge size is refused before it is decompressed.
     base = blobs.put(b"x" * 100)
     huge = digest(b"huge")[7:]
-    import zstandard
-
     bomb = zstandard.ZstdCompressor(write_content_size=True).compress(b"\x00" * (1 << 20))
     bomb = bomb[:5] + b"\xff" * 8 + bomb[13:]  # a lying content size
     blobs.put_stored(huge, blobcodec.DELTA_MAGIC + bytes.fromhex(base.blob[7:]) + bomb, sync=False)
@@ -175,3 +174,40 @@ def test_the_proxy_writer_stores_deltas_that_the_store_reads(tmp_path: Path):
     assert [blobs.get(r) for r in refs] == bodies
     assert sum(codec_of(blobs, r) == blobcodec.DELTA for r in refs) > 15
     assert blobs.verify_many([r.blob for r in refs]) == {}
+
+
+def _plain_delta(stored: bytes, base: bytes, size: int) -> bytes:
+    """A delta applied with a decompressor made for its base: the plain path, the reference."""
+    dictionary = zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    frame = stored[blobcodec.DELTA_HEAD :]
+    return zstandard.ZstdDecompressor(dict_data=dictionary).decompress(frame, max_output_size=size)
+
+
+@pytest.mark.parametrize(
+    "base",
+    [
+        b"x",  # a one-byte base
+        os.urandom(300 * 1024),  # more than one stored block of 128 KiB
+        blobcodec.ZSTD_DICT_MAGIC + os.urandom(5000),  # read as a formatted dictionary by zstd: plain path
+    ],
+    ids=["one byte", "three blocks", "dictionary magic"],
+)
+def test_a_delta_applied_on_the_shared_decompressor_is_the_plain_result(base):
+    """``decode_delta`` applies a delta as a zstd content-dictionary chain on one reused
+    decompressor; the content is the one the plain path (a decompressor per base) gives, and a
+    damaged delta fails with the plain path's words."""
+    content = base[: len(base) // 2] + b"new turn " * 50 + base[len(base) // 2 :]
+    dictionary = zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    frame = zstandard.ZstdCompressor(dict_data=dictionary, write_content_size=True).compress(content)
+    stored = blobcodec.DELTA_MAGIC + bytes(32) + frame  # as encode_delta writes one, whatever its size
+    assert (
+        blobcodec.decode_delta(stored, base, 1 << 26, "a")
+        == content
+        == _plain_delta(stored, base, len(content))
+    )
+    cut = stored[:-3]
+    with pytest.raises(BlobError, match="cannot apply its delta"):
+        blobcodec.decode_delta(cut, base, 1 << 26, "a")
+    # Another base gives other content, as the plain path does (no error: the address check sees it).
+    other = bytes([base[0] ^ 1]) + base[1:]
+    assert blobcodec.decode_delta(stored, other, 1 << 26, "a") == _plain_delta(stored, other, len(content))
