@@ -177,7 +177,11 @@ def _materialise_packs(store: Store, run_dirs: set[Path]) -> tuple[int, list[Fil
 
 
 def _kinds_sql() -> str:
-    return ", ".join(f"('{kind}', {cls.VERSION})" for kind, cls in sorted(KINDS.items()))
+    """Each known kind, the newest version this amb reads, and how its canonical body begins."""
+    return ", ".join(
+        f"""('{kind}', {cls.VERSION}, '{{"kind":"{kind}","payload":')"""
+        for kind, cls in sorted(KINDS.items())
+    )
 
 
 _HOT_NAMES = ", ".join(c.name for c in hot.HOT_COLUMNS)
@@ -188,23 +192,25 @@ _INSERT = f"""
 INSERT INTO events (run_id, source, seq, kind, v, ts_ns, payload, prev_hash, hash, {_HOT_NAMES})
 SELECT run_id, source, seq, kind, v, ts_ns, payload, prev_hash,
        CASE WHEN bad IS NOT NULL
-                THEN error(concat('spool ', file_key, ': seq ', coalesce(seq_text, '?'), ': ', bad))
+                THEN error(concat('spool ', $keys[file + 1], ': seq ', coalesce(seq_text, '?'), ': ', bad))
             WHEN stored IS NOT NULL AND stored <> hash
-                THEN error(concat('CONFLICT spool ', file_key, ': seq ', seq_text, ': the spool differs from',
-                     ' the event already stored under this key (forked or edited spool)'))
+                THEN error(concat('CONFLICT spool ', $keys[file + 1], ': seq ', seq_text,
+                     ': the spool differs from the event already stored under this key',
+                     ' (forked or edited spool)'))
             ELSE hash END,
        {_HOT_NAMES}
 FROM (
     SELECT p.*, {{stored_hash}} AS stored,
            CASE WHEN strlen(p.body) <> p.len THEN 'frame length mismatch'
                 WHEN sha256(p.body) <> p.digest THEN 'checksum mismatch'
-                WHEN p.run_id IS DISTINCT FROM p.file_run OR p.source IS DISTINCT FROM p.file_source
+                WHEN p.run_id IS DISTINCT FROM $runs[p.file + 1]
+                  OR p.source IS DISTINCT FROM $sources[p.file + 1]
                     THEN 'event belongs to ' || coalesce(p.run_id, '?') || '/' || coalesce(p.source, '?')
                 WHEN k.max_v IS NULL THEN 'UNKNOWN unknown event kind ' || coalesce(p.kind, '?')
                 WHEN p.v > k.max_v
                     THEN 'NEWER ' || p.kind || ' v' || p.v || ' is newer than this amb (v' || k.max_v
                          || '); upgrade amb'
-                WHEN NOT starts_with(p.body, concat('{{"kind":"', p.kind, '","payload":'))
+                WHEN NOT starts_with(p.body, k.body_start)
                   OR NOT ends_with(p.body, p.tail_text) THEN 'not a canonical event body'
            END AS bad
     FROM (
@@ -212,8 +218,7 @@ FROM (
                substr(t.body, length(t.kind) + 22,
                       length(t.body) - length(t.kind) - 21 - length(t.tail_text)) AS payload
         FROM (
-            SELECT f.key AS file_key, f.run_id AS file_run, f.source AS file_source,
-                   c.len, c.digest, c.body,
+            SELECT c.file, c.len, c.digest, c.body,
                    x[1] AS kind, x[2] AS prev_hash, x[3] AS run_id, x[4] AS seq_text,
                    TRY_CAST(x[4] AS BIGINT) AS seq,
                    x[5] AS source, TRY_CAST(x[6] AS BIGINT) AS ts_ns, TRY_CAST(x[7] AS INTEGER) AS v,
@@ -232,10 +237,10 @@ FROM (
                               auto_detect = false, max_line_size = {2 * MAX_BODY},
                               columns = {{'file': 'BIGINT', 'len': 'BIGINT', 'digest': 'VARCHAR',
                                           'body': 'VARCHAR'}})
-            ) AS c JOIN _amb_files AS f ON f.idx = c.file
+            ) AS c
         ) AS t
     ) AS p
-    LEFT JOIN (VALUES {_kinds_sql()}) AS k(kind, max_v) ON k.kind = p.kind
+    LEFT JOIN (VALUES {_kinds_sql()}) AS k(kind, max_v, body_start) ON k.kind = p.kind
     {{stored_join}}
 ) AS checked
 WHERE stored IS NULL OR stored <> hash
@@ -336,6 +341,19 @@ def _tagged(readable: list[_Spool], tmp: Path) -> list[str]:
     return paths
 
 
+def _insert(con: duckdb.DuckDBPyConnection, sql: str, readable: list[_Spool], tagged: list[str]) -> int:
+    """The bulk statement over the tagged copies. Each line names its spool by index; the spools'
+    keys, runs and sources are list parameters indexed by it (a join on the index carried every
+    body and its parsed fields through a hash join: a quarter of the statement's time)."""
+    params = {
+        "files": tagged,
+        "keys": [f.key for f in readable],
+        "runs": [f.run_id for f in readable],
+        "sources": [f.source for f in readable],
+    }
+    return int(con.execute(sql, params).fetchall()[0][0])
+
+
 def _load(store: Store, files: list[_Spool]) -> int:
     con = store.con
     readable = [f for f in files if f.readable]
@@ -369,7 +387,7 @@ def _load(store: Store, files: list[_Spool]) -> int:
                 )
                 with tempfile.TemporaryDirectory(prefix="amb-ingest-tagged-") as tmp:
                     tagged = _tagged(readable, Path(tmp))
-                    added = con.execute(sql, {"files": tagged}).fetchall()[0][0] if tagged else 0
+                    added = _insert(con, sql, readable, tagged) if tagged else 0
             except duckdb.Error as e:
                 raise _explain(readable, e) from e
             bad = first(con.execute(_SEQUENCE_CHECK))
