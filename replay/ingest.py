@@ -43,7 +43,7 @@ import pyarrow as pa
 import zstandard
 
 from replay import hot, spools
-from replay.manifest import write_manifests
+from replay.manifest import BLOB_MARK, write_manifests
 from replay.store import Store, first
 from schemas.blobpack import materialise, packs_in
 from schemas.codec import GENESIS, ID_RE, current_version, decode_body
@@ -55,6 +55,9 @@ BATCH_FILES = 3000
 """Spool files per DuckDB statement (about a million events for typical runs)."""
 TAGGED_FILE_BYTES = 64 << 20
 """Spools are read by DuckDB through a few concatenated copies of about this size (see ``_tagged``)."""
+
+
+_BLOB_MARK = BLOB_MARK.encode()
 
 
 class FileReport(NamedTuple):
@@ -308,14 +311,18 @@ def _first_failure(failures: list[tuple[str, AmbError]], report: IngestReport) -
     return first_error
 
 
-def _tagged(readable: list[_Spool], tmp: Path) -> list[str]:
+def _tagged(readable: list[_Spool], tmp: Path, blob_marks: dict[str, int]) -> list[str]:
     """The frames of these spools, each line prefixed by its spool's index and a tab, in a few files.
 
     DuckDB's CSV reader pays a few milliseconds for every file it opens, more than reading a
     typical run's spool takes; a sweep's thousand runs are thousands of small spools. Read through
     these copies, one statement costs about the same for a thousand small spools as for one big.
     A spool's first line (its header) is left out; so is a last line without its newline (a
-    producer still appending: ingest loads it the next time)."""
+    producer still appending: ingest loads it the next time).
+
+    ``blob_marks`` gets each spool's count of blob references in the lines copied (``BLOB_MARK``:
+    only a payload can hold one, since a loaded body's envelope strings hold no quote), which is
+    the manifest's count for a run loaded whole by this ingest (``replay.manifest``)."""
     paths: list[str] = []
     out = None
     try:
@@ -326,6 +333,7 @@ def _tagged(readable: list[_Spool], tmp: Path) -> list[str]:
                 paths.append(str(tmp / f"tagged-{len(paths)}.csv"))
                 out = open(paths[-1], "wb")
             prefix = b"%d\t" % i
+            marks = 0
             with open(spool.readable, "rb") as src:
                 src.readline()  # the header
                 rest = b""
@@ -334,7 +342,9 @@ def _tagged(readable: list[_Spool], tmp: Path) -> list[str]:
                     cut = chunk.rfind(b"\n") + 1
                     rest = chunk[cut:]
                     if cut:
+                        marks += chunk.count(_BLOB_MARK, 0, cut)
                         out.write(prefix + chunk[: cut - 1].replace(b"\n", b"\n" + prefix) + b"\n")
+            blob_marks[spool.key] = marks
     finally:
         if out is not None:
             out.close()
@@ -354,7 +364,7 @@ def _insert(con: duckdb.DuckDBPyConnection, sql: str, readable: list[_Spool], ta
     return int(con.execute(sql, params).fetchall()[0][0])
 
 
-def _load(store: Store, files: list[_Spool]) -> int:
+def _load(store: Store, files: list[_Spool], blob_marks: dict[str, int]) -> int:
     con = store.con
     readable = [f for f in files if f.readable]
     con.register(
@@ -386,7 +396,7 @@ def _load(store: Store, files: list[_Spool]) -> int:
                     "{stored_hash}", "e.hash" if seen else "NULL::VARCHAR"
                 )
                 with tempfile.TemporaryDirectory(prefix="amb-ingest-tagged-") as tmp:
-                    tagged = _tagged(readable, Path(tmp))
+                    tagged = _tagged(readable, Path(tmp), blob_marks)
                     added = _insert(con, sql, readable, tagged) if tagged else 0
             except duckdb.Error as e:
                 raise _explain(readable, e) from e
@@ -440,6 +450,16 @@ def _load(store: Store, files: list[_Spool]) -> int:
         con.unregister("_amb_files_arrow")
 
 
+def _runs_not_stored(store: Store, run_ids: set[str]) -> set[str]:
+    """Those of ``run_ids`` of which the store holds no event."""
+    if not run_ids:
+        return set()
+    stored = store.con.execute(
+        "SELECT DISTINCT run_id FROM events WHERE run_id IN (SELECT unnest($runs))", {"runs": sorted(run_ids)}
+    ).fetchall()
+    return run_ids - {r for (r,) in stored}
+
+
 def ingest(
     store_dir: str | os.PathLike[str] | None = None,
     run_ids: list[str] | None = None,
@@ -461,6 +481,8 @@ def ingest(
         torn_packs: list[FileReport] = []
 
         failures: list[tuple[str, AmbError]] = []
+        blob_marks: dict[str, int] = {}
+        new_runs = _runs_not_stored(st, {p.parent.name for p in paths})
 
         def load_one_by_one(batch: list[_Spool]) -> list[_Spool]:
             nonlocal materialised, added
@@ -468,7 +490,7 @@ def ingest(
             materialised += created
             torn_packs.extend(torn)
             try:
-                added += _load(st, batch)
+                added += _load(st, batch, blob_marks)
                 return batch
             except AmbError:
                 if len(batch) == 1:
@@ -476,7 +498,7 @@ def ingest(
             good = []
             for spool in batch:  # rolled back: find the bad ones, keep the rest
                 try:
-                    added += _load(st, [spool])
+                    added += _load(st, [spool], blob_marks)
                     good.append(spool)
                 except AmbError as e:
                     failures.append((spool.key, e))
@@ -526,7 +548,11 @@ def ingest(
             for s in loaded
             if s.tail
         ]
-        write_manifests(st, runs)
+        blob_refs: dict[str, int] = {}
+        for spool in loaded:  # a run new to the store holds exactly what this ingest loaded of it
+            if spool.run_id in new_runs:
+                blob_refs[spool.run_id] = blob_refs.get(spool.run_id, 0) + blob_marks[spool.key]
+        write_manifests(st, runs, blob_refs)
         read = sum(frames.get((s.run_id, s.source), 0) for s in loaded)
         report = IngestReport(
             len(paths),

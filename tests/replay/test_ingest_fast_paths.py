@@ -103,3 +103,27 @@ def test_bad_checksum_in_a_new_run_is_refused(good_runs):
     digests[2] = hashlib.sha256(b"something else").hexdigest()
     write_spool(good_runs, "bad", "proxy", bodies, digests)
     refused(good_runs, "spool spool/bad/proxy.spool: seq 2: checksum mismatch")
+
+
+def test_manifests_count_blob_references_as_the_store_does(good_runs):
+    """A run new to the store gets its manifest's blob count from the spools ingest copied; it is
+    the count the store's payloads give (what ``amb verify`` compares). A run whose spools arrive
+    in two ingests is counted by the store (good-3: its recorder spool, with ``run.finished``,
+    comes second)."""
+    from replay.manifest import compute, stored
+    from replay.verify import verify
+
+    recorder = good_runs / "spool" / "good-3" / "recorder.spool"
+    aside = good_runs / "recorder-of-good-3.spool"
+    recorder.rename(aside)
+    ingest(good_runs, spool_mode="keep")
+    with Store.open(good_runs, read_only=True) as st:
+        assert stored(st.con, "good-3") is None
+    aside.rename(recorder)
+    ingest(good_runs, spool_mode="keep")
+    with Store.open(good_runs, read_only=True) as st:
+        for i in range(4):
+            kept = stored(st.con, f"good-{i}")
+            assert kept is not None and kept["blob_refs"] > 0
+            assert kept == compute(st.con, f"good-{i}")
+        assert verify(st.con, st.blobs) == []
