@@ -551,7 +551,7 @@ def ingest(
         blob_refs: dict[str, int] = {}
         for spool in loaded:  # a run new to the store holds exactly what this ingest loaded of it
             if spool.run_id in new_runs:
-                blob_refs[spool.run_id] = blob_refs.get(spool.run_id, 0) + blob_marks[spool.key]
+                blob_refs[spool.run_id] = blob_refs.get(spool.run_id, 0) + blob_marks.get(spool.key, 0)
         write_manifests(st, runs, blob_refs)
         read = sum(frames.get((s.run_id, s.source), 0) for s in loaded)
         report = IngestReport(

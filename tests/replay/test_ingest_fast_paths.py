@@ -127,3 +127,18 @@ def test_manifests_count_blob_references_as_the_store_does(good_runs):
             assert kept is not None and kept["blob_refs"] > 0
             assert kept == compute(st.con, f"good-{i}")
         assert verify(st.con, st.blobs) == []
+
+
+def test_a_spool_cut_inside_its_header_beside_a_new_runs_others(good_runs):
+    """A producer that has not finished writing its spool's header leaves nothing to copy: the run's
+    other spools load, its manifest counts their blob references, and the cut header is reported."""
+    from replay.manifest import compute, stored
+
+    (good_runs / "spool" / "good-0" / "late.spool").write_bytes(MAGIC[:5])
+    report = ingest(good_runs, spool_mode="keep")
+    assert [(t.path, t.tail.why if t.tail else None) for t in report.torn] == [
+        ("spool/good-0/late.spool", "incomplete file header")
+    ]
+    with Store.open(good_runs, read_only=True) as st:
+        kept = stored(st.con, "good-0")
+        assert kept is not None and kept == compute(st.con, "good-0") and kept["blob_refs"] > 0
