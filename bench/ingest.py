@@ -10,15 +10,21 @@ Prints, for N events in R runs (default 1,000,000 in 1,000):
 - the median time of an aggregate query (tokens per model per run; target < 1 s);
 - bytes stored per event, with and without blob dedup.
 
-Run: ./just bench ingest [--runs 1000] [--per-run 1000] [--rounds 3] [--keep DIR]
+With ``--against CHECKOUT`` (a previous build: ``git worktree add --detach ../prev COMMIT``), each
+round also runs that build's ``amb ingest`` of the same spools in a child process (timed inside it,
+the same way), and its rate and ratio are printed beside this build's.
+
+Run: ./just bench ingest [--runs 1000] [--per-run 1000] [--rounds 3] [--keep DIR] [--against CHECKOUT]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -98,6 +104,39 @@ def amb_ingest(root: Path, total: int) -> float:
     return elapsed
 
 
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+AGAINST = """
+import resource, sys, time
+from pathlib import Path
+from replay.ingest import ingest
+root = Path(sys.argv[1])
+for old in (root / "amb.duckdb", root / "amb.duckdb.wal"):
+    old.unlink(missing_ok=True)
+t0 = time.perf_counter()
+report = ingest(root, spool_mode="keep")
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(time.perf_counter() - t0, usage.ru_utime + usage.ru_stime, report.events_added)
+"""
+"""A previous build's ingest, timed like ``amb_ingest`` (its imports are done before the clock starts)."""
+
+
+def against_ingest(checkout: Path, root: Path, total: int) -> tuple[float, float]:
+    """Wall and CPU seconds of ``checkout``'s ingest of the same spools, in a child process."""
+    env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}
+    out = subprocess.run(
+        [sys.executable, "-c", AGAINST, str(root)], cwd=checkout, env=env, capture_output=True, text=True
+    )
+    if out.returncode:
+        raise SystemExit(f"ingest of {checkout} failed:\n{out.stderr}")
+    wall, cpu, added = out.stdout.splitlines()[-1].split()  # (DuckDB may draw a progress bar first)
+    assert int(added) == total, (added, total)
+    return float(wall), float(cpu)
+
+
 def warm(paths: list[Path]) -> None:
     """Flush pending writes and read every input once, so neither side pays for the other's I/O."""
     os.sync()
@@ -129,6 +168,7 @@ def main() -> None:
     ap.add_argument("--per-run", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3, help="alternating baseline/ingest rounds (medians)")
     ap.add_argument("--keep", help="keep the generated spools and blobs in this directory (reused next time)")
+    ap.add_argument("--against", help="a previous build's checkout: its ingest runs in each round too")
     args = ap.parse_args()
     work = Path(args.keep or tempfile.mkdtemp(prefix="amb-bench-ingest-"))
     root = work / "store"
@@ -150,17 +190,27 @@ def main() -> None:
     ndjson = work / "events.ndjson"
     write_ndjson(root, ndjson)
     warm([ndjson, *spool_files(root)])
-    base_times, ingest_times = [], []
+    base_times, ingest_times, against_times = [], [], []
+    base_cpu, ingest_cpu, against_cpu, loads = [], [], [], []
     for i in range(args.rounds):
+        loads.append(os.getloadavg()[0])
+        cpu = cpu_seconds()
         base_times.append(read_ndjson_load(ndjson))
+        base_cpu.append(cpu_seconds() - cpu)
+        cpu = cpu_seconds()
         ingest_times.append(amb_ingest(root, total))
-        print(
-            (
-                f"  round {i + 1}/{args.rounds}: read_ndjson {base_times[-1]:.2f} s, amb ingest "
-                f"{ingest_times[-1]:.2f} s"
-            ),
-            file=sys.stderr,
+        ingest_cpu.append(cpu_seconds() - cpu)
+        line = (
+            f"  round {i + 1}/{args.rounds}: read_ndjson {base_times[-1]:.2f} s ({base_cpu[-1]:.1f} CPU s), "
+            f"amb ingest {ingest_times[-1]:.2f} s ({ingest_cpu[-1]:.1f} CPU s)"
         )
+        if args.against:
+            wall, cpu_s = against_ingest(Path(args.against), root, total)
+            against_times.append(wall)
+            against_cpu.append(cpu_s)
+            line += f", --against ingest {wall:.2f} s ({cpu_s:.1f} CPU s)"
+        loads.append(os.getloadavg()[0])
+        print(line + f", load {loads[-2]:.1f}-{loads[-1]:.1f}", file=sys.stderr)
     base_s, ingest_s = statistics.median(base_times), statistics.median(ingest_times)
 
     with Store.open(root, read_only=True) as st:
@@ -206,6 +256,28 @@ def main() -> None:
         f"ratio ingest / read_ndjson     {ours / theirs:.2f}   (target >= 0.5; rate target >= 100,000 "
         "events/s)"
     )
+    # On a shared machine read_ndjson's wall time moves most (its close() waits on the disk), so
+    # also: the ratio in each round (the two loads side by side), the fastest rounds', and CPU's.
+    per_round = statistics.median(b / i for b, i in zip(base_times, ingest_times, strict=True))
+    print(
+        f"  same, per round (median)     {per_round:.2f}; fastest rounds "
+        f"{min(base_times) / min(ingest_times):.2f}; CPU seconds "
+        f"{statistics.median(base_cpu) / statistics.median(ingest_cpu):.2f}"
+    )
+    print(
+        f"CPU seconds (medians)          read_ndjson {statistics.median(base_cpu):.1f}, amb ingest "
+        f"{statistics.median(ingest_cpu):.1f}; load average {min(loads):.1f}-{max(loads):.1f} in the rounds"
+    )
+    if args.against:
+        prev = total / statistics.median(against_times)
+        prev_round = statistics.median(b / a for b, a in zip(base_times, against_times, strict=True))
+        print(
+            f"--against {args.against}: amb ingest {statistics.median(against_times):.2f} s  {prev:,.0f} "
+            f"events/s, ratio to read_ndjson {prev / theirs:.2f} (per round {prev_round:.2f}, fastest rounds "
+            f"{min(base_times) / min(against_times):.2f}, CPU seconds "
+            f"{statistics.median(base_cpu) / statistics.median(against_cpu):.2f}; "
+            f"CPU {statistics.median(against_cpu):.1f} s); this build / that one: {ours / prev:.2f}x the rate"
+        )
     print(f"amb verify (hashes, chains, manifests, {len(blob_sizes):,} blobs)  {verify_s:.2f} s")
     print(
         f"spools compressed after ingest {settle_s:.2f} s for {settled['compressed']:,} spools "

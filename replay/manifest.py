@@ -34,13 +34,20 @@ def _canonical(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def compute_many(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+def compute_many(
+    con: duckdb.DuckDBPyConnection, run_ids: list[str], blob_refs: dict[str, int] | None = None
+) -> dict[str, dict[str, Any]]:
     """The manifests of ``run_ids`` as the store holds them now (runs with no events are absent).
 
-    Set-based: two grouped queries whatever the number of runs."""
+    Set-based: two grouped queries whatever the number of runs. ``blob_refs`` gives runs' blob
+    reference counts already known (ingest counts them in the spools it loads whole); the payloads
+    of only the other runs are read for theirs."""
     if not run_ids:
         return {}
+    wanted = set(run_ids)
+    known = {r: n for r, n in (blob_refs or {}).items() if r in wanted}
     con.register("_amb_manifest_runs", pa.table({"run_id": run_ids}))
+    con.register("_amb_manifest_count", pa.table({"run_id": [r for r in run_ids if r not in known]}))
     try:
         sources = con.execute(
             """
@@ -49,19 +56,22 @@ def compute_many(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str
             GROUP BY ALL ORDER BY 1, 2
             """
         ).fetchall()
-        blob_refs = dict(
+        counted = dict(
             con.execute(
                 f"""
                 SELECT e.run_id,
                     sum((strlen(payload) - strlen(replace(payload, '{BLOB_MARK}', ''))) // {len(BLOB_MARK)})
-                FROM events e SEMI JOIN _amb_manifest_runs r ON r.run_id = e.run_id
+                FROM events e SEMI JOIN _amb_manifest_count r ON r.run_id = e.run_id
                 GROUP BY ALL
                 """
             ).fetchall()
+            if len(known) < len(run_ids)
+            else []
         )
     finally:
         con.unregister("_amb_manifest_runs")
-    return assemble(sources, blob_refs)
+        con.unregister("_amb_manifest_count")
+    return assemble(sources, {**counted, **known})
 
 
 def assemble(
@@ -84,8 +94,8 @@ def compute(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | Non
     return compute_many(con, [run_id]).get(run_id)
 
 
-def write_manifests(store: Any, run_ids: list[str]) -> None:
-    """Record a manifest for each finished run that has none yet."""
+def write_manifests(store: Any, run_ids: list[str], blob_refs: dict[str, int] | None = None) -> None:
+    """Record a manifest for each finished run that has none yet (``blob_refs``: see ``compute_many``)."""
     con = store.con
     if not run_ids:
         return
@@ -103,7 +113,7 @@ def write_manifests(store: Any, run_ids: list[str]) -> None:
         ]
     finally:
         con.unregister("_amb_candidates")
-    manifests = compute_many(con, todo)
+    manifests = compute_many(con, todo, blob_refs)
     if manifests:
         con.register(
             "_amb_new_manifests",

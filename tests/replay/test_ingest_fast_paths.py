@@ -1,0 +1,144 @@
+"""Ingest's fast paths refuse bad spools exactly as the full checks do.
+
+A first ingest of runs the store has never seen skips the join with stored events (nothing can
+conflict), and each tagged line finds its spool's run, source and key by index instead of through
+a join. These tests load bad spools beside good ones in that path, in one batch, and check that
+each is still refused by name, the good runs still load, and nothing of the bad one is stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from recorder.synthetic import generate_run
+from replay.ingest import ingest
+from replay.store import Store
+from schemas.codec import GENESIS, encode_payload, hash_body, make_body
+from schemas.errors import SpoolError
+from schemas.events import Note
+from schemas.frames import MAGIC, encode_frame
+
+
+def note_body(run_id: str, source: str, seq: int, prev_hash: str, text: str = "x") -> bytes:
+    return make_body(
+        run_id=run_id,
+        source=source,
+        seq=seq,
+        ts_ns=1_000 + seq,
+        kind="note",
+        v=1,
+        payload=encode_payload(Note(text=text)),
+        prev_hash=prev_hash,
+    )
+
+
+def chain(run_id: str, source: str, n: int) -> list[bytes]:
+    """``n`` canonical, correctly chained bodies of one (run, source)."""
+    bodies, prev = [], GENESIS
+    for seq in range(n):
+        body = note_body(run_id, source, seq, prev, f"note {seq}")
+        bodies.append(body)
+        prev = hash_body(body)
+    return bodies
+
+
+def write_spool(
+    root, run_dir: str, source: str, bodies: list[bytes], digests: list[str] | None = None
+) -> None:
+    path = root / "spool" / run_dir / f"{source}.spool"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    digests = digests or [hashlib.sha256(b).hexdigest() for b in bodies]
+    path.write_bytes(MAGIC + b"".join(encode_frame(b, d) for b, d in zip(bodies, digests, strict=True)))
+
+
+@pytest.fixture
+def good_runs(tmp_path):
+    """A store directory with four good runs' spools, none ingested yet."""
+    root = tmp_path / "store"
+    for i in range(4):
+        generate_run(root, f"good-{i}", seed=i, calls=3)
+    return root
+
+
+def refused(root, match: str) -> None:
+    with pytest.raises(SpoolError, match=match) as info:
+        ingest(root, spool_mode="keep")
+    report = info.value.report  # type: ignore[attr-defined]  # ingest attaches its report to the error
+    assert report.runs == [f"good-{i}" for i in range(4)]
+    with Store.open(root, read_only=True) as st:
+        runs = [r[0] for r in st.con.execute("SELECT DISTINCT run_id FROM events ORDER BY 1").fetchall()]
+    assert runs == [f"good-{i}" for i in range(4)]
+
+
+def test_event_of_another_run_is_refused_by_its_spools_name(good_runs):
+    bodies = chain("bad", "proxy", 3)
+    bodies[1:] = chain("good-0", "proxy", 3)[1:]  # frames of another run, checksummed and canonical
+    write_spool(good_runs, "bad", "proxy", bodies)
+    refused(good_runs, "spool spool/bad/proxy.spool: seq 1: event belongs to good-0/proxy")
+
+
+def test_event_of_another_source_is_refused(good_runs):
+    write_spool(good_runs, "bad", "proxy", chain("bad", "shim", 2))
+    refused(good_runs, "spool spool/bad/proxy.spool: seq 0: event belongs to bad/shim")
+
+
+def test_duplicate_seq_in_a_new_run_is_refused(good_runs):
+    bodies = chain("bad", "proxy", 3)
+    write_spool(good_runs, "bad", "proxy", [*bodies, bodies[2]])
+    refused(good_runs, "spool bad/proxy: duplicate seq")
+
+
+def test_forked_chain_in_a_new_run_is_refused(good_runs):
+    """Two histories spliced into one spool: every frame is sound alone, the link is not."""
+    bodies = chain("bad", "proxy", 2) + [note_body("bad", "proxy", 2, hash_body(b"another history"))]
+    write_spool(good_runs, "bad", "proxy", bodies)
+    refused(good_runs, "spool bad/proxy: seq 2: broken chain")
+
+
+def test_bad_checksum_in_a_new_run_is_refused(good_runs):
+    bodies = chain("bad", "proxy", 3)
+    digests = [hashlib.sha256(b).hexdigest() for b in bodies]
+    digests[2] = hashlib.sha256(b"something else").hexdigest()
+    write_spool(good_runs, "bad", "proxy", bodies, digests)
+    refused(good_runs, "spool spool/bad/proxy.spool: seq 2: checksum mismatch")
+
+
+def test_manifests_count_blob_references_as_the_store_does(good_runs):
+    """A run new to the store gets its manifest's blob count from the spools ingest copied; it is
+    the count the store's payloads give (what ``amb verify`` compares). A run whose spools arrive
+    in two ingests is counted by the store (good-3: its recorder spool, with ``run.finished``,
+    comes second)."""
+    from replay.manifest import compute, stored
+    from replay.verify import verify
+
+    recorder = good_runs / "spool" / "good-3" / "recorder.spool"
+    aside = good_runs / "recorder-of-good-3.spool"
+    recorder.rename(aside)
+    ingest(good_runs, spool_mode="keep")
+    with Store.open(good_runs, read_only=True) as st:
+        assert stored(st.con, "good-3") is None
+    aside.rename(recorder)
+    ingest(good_runs, spool_mode="keep")
+    with Store.open(good_runs, read_only=True) as st:
+        for i in range(4):
+            kept = stored(st.con, f"good-{i}")
+            assert kept is not None and kept["blob_refs"] > 0
+            assert kept == compute(st.con, f"good-{i}")
+        assert verify(st.con, st.blobs) == []
+
+
+def test_a_spool_cut_inside_its_header_beside_a_new_runs_others(good_runs):
+    """A producer that has not finished writing its spool's header leaves nothing to copy: the run's
+    other spools load, its manifest counts their blob references, and the cut header is reported."""
+    from replay.manifest import compute, stored
+
+    (good_runs / "spool" / "good-0" / "late.spool").write_bytes(MAGIC[:5])
+    report = ingest(good_runs, spool_mode="keep")
+    assert [(t.path, t.tail.why if t.tail else None) for t in report.torn] == [
+        ("spool/good-0/late.spool", "incomplete file header")
+    ]
+    with Store.open(good_runs, read_only=True) as st:
+        kept = stored(st.con, "good-0")
+        assert kept is not None and kept == compute(st.con, "good-0") and kept["blob_refs"] > 0
