@@ -14,10 +14,19 @@ installed ``recorder``, ``schemas``, ``scorer`` and ``tasks`` packages.
 
 Package installs inside the builds need the build machine's CA bundle (a site's egress may
 re-sign TLS); it is handed to the throwaway ``deps`` stage only, never to the final image.
+
+Two amb processes on one machine (two `amb-record`s, the test processes) can find the same image
+missing at once. Builds and the rootfs import are made under one lock per user and machine
+(``build_lock``), and each looks for its tag again once it holds it: without that, two
+debootstraps imported two bases under one tag, and an image's content tag named the base it
+looked up while its build took whatever the tag pointed at by then. Builds also name their base
+by id, so the tag's hash and the image's base are always the same image.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -26,6 +35,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -180,14 +190,10 @@ def rootfs_tag() -> str:
 
 def ensure_rootfs_base(client, log=None) -> str:
     """Debootstrap a minimal Debian with python3 and strace, import it; cached by its tag."""
-    import docker.errors
+    return ensure_tagged(client, rootfs_tag(), lambda tag: _import_rootfs(client, tag, log), log)
 
-    tag = rootfs_tag()
-    try:
-        client.images.get(tag)
-        return tag
-    except docker.errors.ImageNotFound:
-        pass
+
+def _import_rootfs(client, tag: str, log=None) -> None:
     if shutil.which("debootstrap") is None:
         raise ImageError("--base-from-rootfs needs debootstrap (apt-get install debootstrap)")
     if os.geteuid() != 0:
@@ -220,8 +226,6 @@ def ensure_rootfs_base(client, log=None) -> str:
         repo, _, version = tag.partition(":")
         with open(tarball, "rb") as f:
             client.api.import_image_from_data(f, repository=repo, tag=version)
-    client.images.get(tag)
-    return tag
 
 
 def ensure_public_base(client, base: str, log=None) -> str:
@@ -241,24 +245,80 @@ def ensure_public_base(client, base: str, log=None) -> str:
     return base
 
 
+def lock_path() -> Path:
+    """The image lock of this user on this machine (one docker engine per machine, as a rule)."""
+    return Path(tempfile.gettempdir()) / f"amb-images-{os.geteuid()}.lock"
+
+
+@contextlib.contextmanager
+def build_lock(log=None) -> Iterator[None]:
+    """Held while an image is built or a base imported; another amb waits, then finds it built."""
+    path = lock_path()
+    try:
+        # No link followed, and only a file of our own: another user's file could be held forever.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        raise ImageError(f"cannot open the image lock {path}: {e.strerror}") from None
+    try:
+        if os.fstat(fd).st_uid != os.geteuid():
+            raise ImageError(f"the image lock {path} belongs to another user; remove it")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _say(log, f"waiting for another amb building images (lock {path})")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def ensure_tagged(client, tag: str, make: Callable[[str], None], log=None) -> str:
+    """``tag`` exists when this returns: found, or made by ``make(tag)`` under the build lock once
+    the lock shows that no other process made it while this one waited."""
+    if not _exists(client, tag):
+        with build_lock(log):
+            if not _exists(client, tag):
+                make(tag)
+                client.images.get(tag)  # not found here: ``make`` did not make it (a bug, not a race)
+    return tag
+
+
+def _exists(client, tag: str) -> bool:
+    import docker.errors
+
+    try:
+        client.images.get(tag)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
 # ---- builds ---------------------------------------------------------------------------------------------
 
 
 def ensure_image(client, role: str, base: str, *, ca: Path | None = None, log=None) -> Built:
     """Build ``role`` on ``base`` unless an image with the same content tag exists."""
-    import docker.errors
-
     if role not in ROLES:
         raise UsageError(f"unknown image role {role!r} (expected one of {', '.join(ROLES)})")
     base_id = client.images.get(base).id
     files = _context_files(role)
     tag = f"amb-{role}:c-{content_hash(role, base_id, files)}"
-    try:
-        image = client.images.get(tag)
-        image.tag(f"amb-{role}", "latest")
-        return Built(role, tag, image.id, cached=True)
-    except docker.errors.ImageNotFound:
-        pass
+    built = False
+
+    def build(tag: str) -> None:
+        nonlocal built
+        built = True
+        _build(client, role, tag, files, base, base_id, ca, log)
+
+    ensure_tagged(client, tag, build, log)
+    image = client.images.get(tag)
+    image.tag(f"amb-{role}", "latest")
+    return Built(role, tag, image.id, cached=not built)
+
+
+def _build(client, role: str, tag: str, files: dict[str, bytes], base: str, base_id: str, ca, log) -> None:
+    import docker.errors
+
     with tempfile.TemporaryDirectory(prefix=f"amb-{role}-ctx-") as tmp:
         _write_context(Path(tmp), files, ca if ca is not None else build_ca_bundle())
         _say(log, f"building {tag} on {base}")
@@ -267,7 +327,8 @@ def ensure_image(client, role: str, base: str, *, ca: Path | None = None, log=No
             for chunk in client.api.build(
                 path=tmp,
                 tag=tag,
-                buildargs={"BASE": base},
+                # By id: the tag's hash covers this base, whatever the base's tag points at by now.
+                buildargs={"BASE": base_id},
                 rm=True,
                 forcerm=True,
                 decode=True,
@@ -285,9 +346,6 @@ def ensure_image(client, role: str, base: str, *, ca: Path | None = None, log=No
                         _say(log, f"  {line}")
         except docker.errors.APIError as e:
             raise ImageError(f"building {tag} failed: {e.explanation or e}") from None
-    image = client.images.get(tag)
-    image.tag(f"amb-{role}", "latest")
-    return Built(role, tag, image.id, cached=False)
 
 
 def find_built(role: str) -> Built | None:
