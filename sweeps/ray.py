@@ -49,6 +49,9 @@ from sweeps.spec import load
 TASK_RETRIES = 2
 """Re-executions Ray makes of a task whose node or worker died (each is the same attempt)."""
 
+CLOSE_WAIT_S = 30.0
+"""How long a closing executor waits for tasks whose shard has landed to return their placement."""
+
 
 class RayExecutorError(UsageError):
     pass
@@ -149,22 +152,27 @@ class RayExecutor(QueuedExecutor):
         return _Attached(layout)
 
     def poll(self) -> dict[str, JobState]:
-        if self.in_flight:
-            ready, _ = self.ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=0)
-            for ref in ready:
-                run_id = self.in_flight.pop(ref)
-                self.states[run_id] = "ended"
-                try:
-                    result = self.ray.get(ref)
-                    self._state.placements[run_id] = Placement(
-                        node_id=result["node_id"], gpu_ids=result["gpu_ids"], exit_code=result["exit_code"]
-                    )
-                except Exception as e:  # noqa: BLE001 - any task failure ends it; the shard root says how
-                    self._state.placements[run_id] = Placement(error=f"{type(e).__name__}: {e}"[:500])
-            if ready:
-                self._save()
+        self._record_ended(timeout=0)
         self._start_queued()
         return dict(self.states)
+
+    def _record_ended(self, timeout: float) -> None:
+        """The placement of every task that has returned (waiting up to ``timeout`` for all)."""
+        if not self.in_flight:
+            return
+        ready, _ = self.ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=timeout)
+        for ref in ready:
+            run_id = self.in_flight.pop(ref)
+            self.states[run_id] = "ended"
+            try:
+                result = self.ray.get(ref)
+                self._state.placements[run_id] = Placement(
+                    node_id=result["node_id"], gpu_ids=result["gpu_ids"], exit_code=result["exit_code"]
+                )
+            except Exception as e:  # noqa: BLE001 - any task failure ends it; the shard root says how
+                self._state.placements[run_id] = Placement(error=f"{type(e).__name__}: {e}"[:500])
+        if ready:
+            self._save()
 
     def cancel(self) -> None:
         self.queue.clear()
@@ -185,6 +193,10 @@ class RayExecutor(QueuedExecutor):
         self._save()
 
     def close(self) -> None:
+        # The sweep ends once every shard has landed, which is before the last tasks' returns reach
+        # this process (the exec renames its shard, then exits): wait for those, so that every run's
+        # placement is recorded. A cancel has emptied ``in_flight`` already.
+        self._record_ended(timeout=CLOSE_WAIT_S)
         self._state.driver_pid = None
         self._save()
 
