@@ -28,6 +28,9 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -248,10 +251,8 @@ class _Attached:
     def cancel(self) -> None:
         s = self._state
         if s.job_submission_id:
-            from ray.job_submission import JobSubmissionClient
-
             dashboard = os.environ.get("RAY_DASHBOARD_ADDRESS") or "http://127.0.0.1:8265"
-            JobSubmissionClient(dashboard).stop_job(s.job_submission_id)
+            stop_job(dashboard, s.job_submission_id)
         elif s.driver_pid and s.driver_host == socket.gethostname():
             try:
                 os.kill(s.driver_pid, signal.SIGTERM)
@@ -270,6 +271,27 @@ class _Attached:
             "job": s.job_submission_id,
             "placements": {r: msgspec.to_builtins(p) for r, p in sorted(s.placements.items())},
         }
+
+
+def stop_job(dashboard: str, job_id: str) -> None:
+    """Stop a Ray Job through the dashboard's Jobs REST API (the request Ray's JobSubmissionClient
+    makes), without importing Ray: that import alone takes 3-4 s here, and `amb sweep cancel`
+    promises every container stopped within 10 s."""
+    url = f"{dashboard.rstrip('/')}/api/jobs/{urllib.parse.quote(job_id, safe='')}/stop"
+    request = urllib.request.Request(url, data=b"", method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            answer.read()
+    except urllib.error.HTTPError as e:
+        detail = e.read(500).decode("utf-8", "replace").strip()
+        raise RayExecutorError(
+            f"Ray's dashboard at {dashboard} did not stop job {job_id}: HTTP {e.code} {detail}"
+        ) from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise RayExecutorError(
+            f"cannot reach Ray's dashboard at {dashboard} to stop job {job_id}: {reason}"
+        ) from None
 
 
 def _load(layout: Layout) -> _State:

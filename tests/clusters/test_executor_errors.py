@@ -44,3 +44,48 @@ def test_no_sbatch_on_path_is_one_clear_error(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr  # a usage error
     assert "amb: error: the SLURM executor needs sbatch on PATH" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _dashboard_answering(status: int, body: bytes):
+    """A loopback HTTP server that answers every request with ``status`` and ``body``."""
+    import http.server
+    import threading
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    return server
+
+
+def test_cancel_of_a_ray_job_the_dashboard_refuses_or_that_none_answers_is_named(tmp_path: Path) -> None:
+    state = tmp_path / "executor"
+    state.mkdir()
+    (state / "name").write_text("ray\n")
+    (state / "ray.json").write_bytes(b'{"job_submission_id": "raysubmit_x/../y"}')
+    server = _dashboard_answering(404, b"Job raysubmit_x/../y does not exist")
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        proc = _amb("sweep", "cancel", str(tmp_path), env={**os.environ, "RAY_DASHBOARD_ADDRESS": url})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == (
+        f"amb: error: Ray's dashboard at {url} did not stop job raysubmit_x/../y: "
+        "HTTP 404 Job raysubmit_x/../y does not exist"
+    )
+    # Nothing listens on the port any more.
+    proc = _amb("sweep", "cancel", str(tmp_path), env={**os.environ, "RAY_DASHBOARD_ADDRESS": url})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"amb: error: cannot reach Ray's dashboard at {url} to stop job"), (
+        proc.stderr
+    )
