@@ -281,9 +281,9 @@ def stop_job(dashboard: str, job_id: str) -> None:
     request = urllib.request.Request(url, data=b"", method="POST")
     try:
         with urllib.request.urlopen(request, timeout=30) as answer:
-            answer.read()
+            answer.read(1 << 16)  # {"stopped": bool}; a job already ended is not an error
     except urllib.error.HTTPError as e:
-        detail = e.read(500).decode("utf-8", "replace").strip()
+        detail = " ".join(e.read(500).decode("utf-8", "replace").split())  # one line
         raise RayExecutorError(
             f"Ray's dashboard at {dashboard} did not stop job {job_id}: HTTP {e.code} {detail}"
         ) from None
