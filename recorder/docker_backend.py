@@ -131,6 +131,7 @@ class DockerBackend:
         self._gid = AGENT_UID
         self._closed = False
         self._container = None
+        self._container_name = ""
         self._data_mount: Path | None = None
         self._data_view = "none"
         self._token = secrets.token_hex(4)
@@ -307,6 +308,8 @@ class DockerBackend:
         }
         if self._data_mount is not None:
             volumes[str(self._data_mount)] = {"bind": CONTAINER_DATA, "mode": "ro"}
+        # Named before it exists: a stop signal that lands while dockerd creates it still finds it.
+        self._container_name = f"amb-{ctx.run_id}-{self._token}"[:63]
         kwargs: dict = dict(
             image=self.image,
             command=command,
@@ -326,7 +329,7 @@ class DockerBackend:
                 CONTAINER_SHIM_DIR: "size=16m,mode=0700",
             },
             labels={**self.extra_labels, "org.amb.run": ctx.run_id, **self._labels},
-            name=f"amb-{ctx.run_id}-{self._token}"[:63],
+            name=self._container_name,
             user="0:0",
         )
         if self.limits.cpus:
@@ -400,11 +403,14 @@ class DockerBackend:
         self._closed = True
         try:
             container = handle.container if handle is not None else self._container
-            if container is not None:
-                try:
+            try:
+                if container is None and self._container_name:
+                    # Stopped while dockerd was creating it: it may exist without our knowing it.
+                    container = self.client.containers.get(self._container_name)
+                if container is not None:
                     container.remove(force=True)
-                except Exception:
-                    pass
+            except Exception:  # never created, or already gone
+                pass
             if self._receiver is not None:
                 self._receiver.close(timeout=5)
         finally:

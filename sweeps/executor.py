@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import importlib
 import shutil
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -189,18 +188,3 @@ def amb_exe() -> str:
 def exec_command(spec_file: Path, amb: str | None = None) -> list[str]:
     """The one command every executor runs for a spec."""
     return [amb or amb_exe(), "sweep", "exec", str(spec_file)]
-
-
-def term_with_parent() -> None:
-    """Ask the kernel to send this process SIGTERM when its parent dies (Linux; a no-op elsewhere).
-
-    Every exec runs with it (as a ``preexec_fn``, or in a forked child): when the sweep, the warm
-    exec or the Ray worker that started it is killed, even with kill -9, the exec still stops its
-    container and closes its run instead of running on unwatched.
-    """
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass

@@ -34,7 +34,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from sweeps.executor import exec_command, term_with_parent
+from sweeps.executor import exec_command
+from sweeps.standin import term_with_parent
 
 WAIT_S = 0.05
 """How often the server looks for exited children while no request arrives."""

@@ -28,10 +28,10 @@ from sweeps.executor import (
     QueuedExecutor,
     exec_command,
     save_name,
-    term_with_parent,
 )
 from sweeps.forkserver import ExecServer, Forked
 from sweeps.shard import Layout, write_atomic
+from sweeps.standin import term_with_parent
 
 
 class _State(msgspec.Struct):

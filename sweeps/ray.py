@@ -10,9 +10,10 @@ itself: a container is dockerd's child, outside anything Ray limits.
   tasks are submitted and not ended, so a sweep's API-rate budget holds whatever the cluster's size.
 - Cancel: ``ray.cancel`` interrupts each task, which sends SIGTERM to its exec (the exec stops its
   container and closes the run). The exec also gets SIGTERM when its Ray worker dies for any other
-  reason (``ray.cancel(force=True)``, the driver's exit): it is started with that as its parent-death
-  signal. A dead node's tasks are re-run elsewhere by Ray (at least once); the shard root makes that
-  exactly once in effect.
+  reason (``ray.cancel(force=True)``, the driver's exit, however abrupt): it runs behind a stand-in
+  (``sweeps/standin.py``), whose death sends it SIGTERM, because Ray SIGKILLs a dying worker's direct
+  children. A dead node's tasks are re-run elsewhere by Ray (at least once); the shard root makes
+  that exactly once in effect.
 - Run the sweep itself as a Ray Job (``ray job submit -- amb sweep SWEEP.toml --executor ray``) and the
   driver lives on the head node: the submitting laptop can go away, and ``amb sweep cancel`` (or
   ``ray job stop``) stops it and its tasks.
@@ -38,13 +39,13 @@ from typing import Any
 import msgspec
 
 from schemas.errors import UsageError
+from sweeps import standin
 from sweeps.executor import (
     ExecutorConfig,
     JobState,
     QueuedExecutor,
     exec_command,
     save_name,
-    term_with_parent,
 )
 from sweeps.shard import Layout, write_atomic
 from sweeps.spec import load
@@ -95,13 +96,19 @@ def execute_on_node(spec_file: str) -> dict[str, Any]:
     env = dict(os.environ)
     if gpu_ids:
         env["AMB_GPU_IDS"] = ",".join(gpu_ids)
+    # Behind a stand-in: when this worker exits (its owner, the driver, died), Ray SIGKILLs its
+    # direct children; the exec, a grandchild, then gets SIGTERM instead (sweeps/standin.py).
     proc = subprocess.Popen(
-        exec_command(Path(spec_file)), env=env, stdin=subprocess.DEVNULL, preexec_fn=term_with_parent
+        standin.command(exec_command(Path(spec_file))),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=standin.term_with_parent,
     )
     try:
         code = proc.wait()
     except BaseException:
-        # ray.cancel raises KeyboardInterrupt here: the exec stops its container and closes the run.
+        # ray.cancel raises KeyboardInterrupt here: the stand-in forwards SIGTERM to the exec, which
+        # stops its container and closes the run.
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(30)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from sweeps.shard import read_info
 from tests.clusters import sweep_kit as kit
 from tests.clusters.ray_cluster import RayCluster
 
@@ -150,3 +151,11 @@ def test_amb_sweep_cancel_stops_every_container_within_10s(tmp_path, ray_cluster
     _, said = cancel.communicate(timeout=60)
     assert cancel.returncode == 0 and "removed" not in said, said
     assert _wait_job(ray_cluster, "amb-cancel", timeout=60) in ("STOPPED", "FAILED")
+    # Each exec closed its run, although Ray SIGKILLs the driver 3 s after its SIGTERM and then the
+    # tasks' workers and their direct children: the exec, behind a stand-in, got SIGTERM instead.
+    deadline = time.monotonic() + 60
+    while left := sorted(p.parent.name for p in (work / "attempts").glob("*/*")):
+        assert time.monotonic() < deadline, f"attempts never closed: {left}"
+        time.sleep(0.2)
+    shards = [read_info(d) for d in (work / "shards").iterdir()]
+    assert shards and {s.status for s in shards} <= {"killed", "completed"}, shards

@@ -14,6 +14,9 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from replay.store import Store
 from tests.fakes.upstream import TEXT, FakeUpstream
@@ -215,6 +218,34 @@ def test_time_limit_stops_the_container_and_keeps_the_record(tmp_path: Path, age
     sleeps = [p for p in payloads(events, "process.exited") if p.argv == ["sleep", "300"]]
     assert len(sleeps) == 1 and sleeps[0].signal == 15  # the SIGTERM reached the agent's own process
     # Everything of the run is gone from docker.
+    client = backend.client
+    assert not client.containers.list(all=True, filters={"label": f"org.amb.run={run_id}"})
+    assert not [n for n in client.networks.list() if n.name == backend.network_name]
+
+
+def test_a_stop_signal_while_dockerd_creates_the_container_leaves_no_container(
+    tmp_path: Path, agent_image: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop signal (``amb sweep cancel``) can land while ``docker create`` is in flight: dockerd
+    makes the container, its answer never reaches the recorder. Closing the run still removes it."""
+    import docker.models.containers
+
+    from recorder.docker_backend import DockerBackend
+    from recorder.run import RunSpec, Stopped, record
+
+    real_create = docker.models.containers.ContainerCollection.create
+
+    def created_then_stopped(
+        self: docker.models.containers.ContainerCollection, *args: Any, **kwargs: Any
+    ) -> Any:
+        real_create(self, *args, **kwargs)
+        raise Stopped("SIGTERM")
+
+    monkeypatch.setattr(docker.models.containers.ContainerCollection, "create", created_then_stopped)
+    run_id = f"stopped-{secrets.token_hex(3)}"  # the docker engine is shared: labels must be unique
+    backend = DockerBackend(agent_image, stream_output=False)
+    with pytest.raises(Stopped):
+        record(RunSpec(argv=["true"], store=tmp_path / "store", run_id=run_id), backend)
     client = backend.client
     assert not client.containers.list(all=True, filters={"label": f"org.amb.run={run_id}"})
     assert not [n for n in client.networks.list() if n.name == backend.network_name]
