@@ -13,7 +13,6 @@ contains them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +35,7 @@ from schemas.events import (
     ToolCallRequested,
     ToolCallResult,
 )
+from scorer.grader.textfile import loads_untrusted
 
 BlobGetter = Callable[[Any], bytes]
 
@@ -145,7 +145,7 @@ def _text(get_blob: BlobGetter, ref: Any, traj: Trajectory) -> str:
 def _parse_args(raw: str) -> tuple[str, str]:
     """(language, code) from a tool call's raw argument string; the raw string when it is not JSON."""
     try:
-        args = json.loads(raw)
+        args = loads_untrusted(raw)
     except (ValueError, TypeError):
         return "", raw
     if not isinstance(args, dict):
@@ -165,7 +165,7 @@ def _parse_result(text: str) -> tuple[int | None, str, str]:
     stripped = text.strip()
     if stripped.startswith("{"):
         try:
-            data = json.loads(stripped)
+            data = loads_untrusted(stripped)
         except ValueError:
             data = None
         if isinstance(data, dict) and ("exit_code" in data or "stdout" in data):
@@ -198,7 +198,7 @@ def _content_text(content: Any) -> str:
 def _initial_messages(body: bytes) -> list[tuple[str, str]]:
     """System and user messages that precede the first assistant turn of a request body."""
     try:
-        req = json.loads(body)
+        req = loads_untrusted(body)
     except ValueError:
         return []
     if not isinstance(req, dict):

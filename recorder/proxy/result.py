@@ -66,10 +66,11 @@ class Reassembled:
 
 
 def loads(data: bytes | str) -> Any:
-    """JSON to Python objects; None when it is not JSON (never raises)."""
+    """JSON to Python objects; None when it is not JSON (never raises). A body the agent nested
+    deeper than the decoder's recursion can go is not JSON either: kept as the bytes it is."""
     try:
         return msgspec.json.decode(data)
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
 
 

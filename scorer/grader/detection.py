@@ -27,6 +27,7 @@ from scorer.grader.gate import gated_score
 from scorer.grader.options import GradeOptions
 from scorer.grader.result import CaseResult, GradeResult, invalid_case, missing_case
 from scorer.grader.submitted import Rejected, open_submitted
+from scorer.grader.textfile import check_json_depth
 from scorer.metrics.detection import EMPTY, Boxes, DetParams, mean_average_precision, norm_class
 
 MAX_FILE_BYTES = 20 * 1024 * 1024
@@ -45,8 +46,9 @@ def _number(v: Any) -> bool:
 def parse_boxes(raw: bytes, width: float | None, height: float | None, *, with_scores: bool = True) -> Boxes:
     """Validate and convert one ``{"boxes": [...]}`` document; the first problem is the error."""
     try:
+        check_json_depth(raw)
         doc = msgspec.json.decode(raw)
-    except (msgspec.DecodeError, RecursionError, ValueError) as e:
+    except (msgspec.DecodeError, ValueError) as e:
         raise BadPrediction(f"not valid JSON ({e})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("boxes"), list):
         raise BadPrediction('must be a JSON object with a list field "boxes"')

@@ -17,7 +17,6 @@ change the score; they are reported as warnings in the case's reason.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from scorer.grader.gate import gated_score
 from scorer.grader.options import GradeOptions
 from scorer.grader.result import CaseResult, GradeResult, invalid_case, missing_case
 from scorer.grader.submitted import Rejected
-from scorer.grader.textfile import UnreadableText, read_submitted_text, read_text
+from scorer.grader.textfile import UnreadableText, loads_untrusted, read_submitted_text, read_text
 from scorer.metrics import vqa as m
 
 MAX_ANSWER_BYTES = 1 << 20
@@ -60,8 +59,8 @@ def read_json_object(
     except UnreadableText as e:
         raise BadFile(f"{path.name}: {e}") from e
     try:
-        obj = json.loads(text)
-    except (ValueError, RecursionError) as e:
+        obj = loads_untrusted(text)
+    except ValueError as e:
         raise BadFile(f"{path.name}: bad JSON: {str(e)[:120]}") from e
     if not isinstance(obj, dict):
         raise BadFile(f"{path.name}: expected a JSON object, got {type(obj).__name__}")

@@ -249,7 +249,13 @@ class FakeUpstream:
             azure = "/openai/deployments/" in p
             if not p.startswith(self.prefix + "/") or (azure and "api-version=" not in path):
                 return await self._not_found(w, p, h)
-            req = json.loads(body or b"{}")
+            try:
+                req = json.loads(body or b"{}")
+            except (ValueError, RecursionError):  # as a real API does: 400, the body is not JSON
+                err = {"error": {"type": "invalid_request_error", "message": "the body is not valid JSON"}}
+                self._send_plain(w, 400, json.dumps(err).encode(), "application/json", h)
+                await w.drain()
+                return True
             self._counter += 1
             api = (
                 "chat"

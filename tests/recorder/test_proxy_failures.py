@@ -170,3 +170,16 @@ def test_other_traffic_is_a_network_request(rec, fake):
     )  # over the cap: hash only
     assert p.request_bytes == 7 and rec.blobs.get(p.request_body) == b"payload"
     assert all(n.duration_ms is not None and n.via == "proxy" for n in nets)
+
+
+def test_a_request_body_nested_100000_deep_is_still_recorded(rec):
+    """The agent writes the request body: JSON nested deeper than any decoder's recursion is kept as
+    an opaque body, and the call is recorded whatever the upstream makes of it."""
+    deep = b'{"model": "m", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with httpx.Client() as c:
+        answer = c.post(
+            rec.base + "/v1/chat/completions", content=deep, headers={"content-type": "application/json"}
+        )
+    call = last_call(rec)
+    assert answer.status_code == 400 and (call.status, call.ok) == (400, False)
+    assert call.request is not None and call.request.size == len(deep)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from schemas.blob import BlobRef
 from schemas.events import (
     FileAccessed,
     FileWritten,
@@ -243,3 +244,17 @@ def test_evidence_is_deterministic_and_budgeted():
         grade=None,
     )
     assert "messages omitted" not in whole.text and whole.sha256 != a.sha256
+
+
+def test_deeply_nested_json_from_the_agent_is_text_not_a_crash():
+    """Tool arguments, tool output and the first request body are the agent's (or its model's) JSON:
+    nested 100,000 deep, each is kept as text, and the fold goes on."""
+    deep = "[" * 100_000 + "]" * 100_000
+    call = ToolCallRequested(tool_call_id="t", name="execute_code", arguments=deep, model_call_id="c")
+    result = ToolCallResult(tool_call_id="t", model_call_id="c", output="{" + deep)
+    body = ('{"messages": ' + deep + "}").encode()
+    request = BlobRef(blob="sha256:" + "0" * 64, size=len(body))
+    first = ModelCallCompleted(call_id="c", provider="openai", api="chat.completions", request=request)
+    t = fold("r", run(START, first, call, result), lambda ref: body)
+    (ex,) = t.execs
+    assert ex.code == deep and ex.exit_code is None and ex.output == "{" + deep
