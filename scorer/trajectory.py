@@ -35,7 +35,7 @@ from schemas.events import (
     ToolCallRequested,
     ToolCallResult,
 )
-from scorer.grader.textfile import loads_untrusted
+from schemas.untrusted_json import loads_untrusted
 
 BlobGetter = Callable[[Any], bytes]
 

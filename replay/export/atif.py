@@ -43,6 +43,7 @@ from schemas.events import (
     ToolCallRequested,
     ToolCallResult,
 )
+from schemas.untrusted_json import loads_untrusted
 
 VERSIONS = {"1.8": "ATIF-v1.8", "1.6": "ATIF-v1.6"}
 SIDECAR = "events.jsonl"
@@ -97,7 +98,7 @@ def _content_text(content: Any) -> str:
 def _request(body: bytes) -> tuple[str | None, list[dict[str, Any]], list[dict[str, Any]]]:
     """(system prompt, messages without it, tools) of a request body of any supported wire format."""
     try:
-        req = json.loads(body)
+        req = loads_untrusted(body)
     except ValueError:
         return None, [], []
     if not isinstance(req, dict):
@@ -153,7 +154,7 @@ def _new_user_messages(messages: list[dict[str, Any]], first: bool) -> list[str]
 def _arguments(raw: str) -> tuple[dict[str, Any], bool]:
     """(ATIF arguments object, is the raw string exactly its compact JSON?)."""
     try:
-        value = json.loads(raw)
+        value = loads_untrusted(raw)
     except ValueError:
         return {}, False
     if not isinstance(value, dict):

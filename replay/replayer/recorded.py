@@ -28,6 +28,7 @@ from typing import Any
 import duckdb
 
 from schemas.errors import AmbError
+from schemas.untrusted_json import loads_untrusted
 
 MODES = ("strict", "canonical", "sequence", "lenient")
 VOLATILE = ("stream_options", "user", "metadata", "service_tier", "store")
@@ -77,7 +78,7 @@ class RecordedCall:
 def canonical_text(body: bytes) -> str:
     """Sorted-key compact JSON without the volatile fields; the raw text when it is not JSON."""
     try:
-        obj = json.loads(body)
+        obj = loads_untrusted(body)
     except ValueError:
         return body.decode("utf-8", "replace")
     if isinstance(obj, dict):
@@ -220,7 +221,7 @@ def similarity(a: str, b: str) -> float:
     are equal, position by position; for bodies that are not JSON, whether they are equal. Cheap
     on purpose: a character-level ratio over 100 KB conversations would take seconds per request."""
     try:
-        ja, jb = json.loads(a), json.loads(b)
+        ja, jb = loads_untrusted(a), loads_untrusted(b)
     except ValueError:
         return 1.0 if a == b else 0.0
     if not (isinstance(ja, dict) and isinstance(jb, dict)):
@@ -238,7 +239,7 @@ def similarity(a: str, b: str) -> float:
 def first_difference(recorded: bytes, live: bytes) -> str:
     """A short description of where two request bodies first differ (message index when JSON)."""
     try:
-        a, b = json.loads(recorded), json.loads(live)
+        a, b = loads_untrusted(recorded), loads_untrusted(live)
     except ValueError:
         a = b = None
     if isinstance(a, dict) and isinstance(b, dict):

@@ -32,6 +32,7 @@ from typing import Any
 from replay.replayer.recorded import Matcher, RecordedCall, ReplayError, load_calls
 from replay.store import Store
 from schemas.blobstore import BlobStore
+from schemas.untrusted_json import loads_untrusted
 
 TIMINGS = ("original", "fast")
 MAX_BODY = 256 * 1024 * 1024
@@ -155,7 +156,7 @@ class Handler(BaseHTTPRequestHandler):
             self._error(api, 400, f"cannot decode the request body: {e}", "invalid_request_error")
             return
         try:
-            stream = bool(json.loads(body).get("stream"))
+            stream = bool(loads_untrusted(body).get("stream"))
         except (ValueError, AttributeError):
             stream = False
         r = self.replayer

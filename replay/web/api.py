@@ -30,6 +30,7 @@ from replay.verify import verify as verify_store
 from schemas.blob import DIGEST_RE
 from schemas.blobstore import BlobStore
 from schemas.errors import AmbError, BlobError
+from schemas.untrusted_json import loads_untrusted
 
 
 class NotFound(AmbError):
@@ -815,7 +816,7 @@ def model_call(
     parse_error = None
     if req is not None:
         try:
-            messages, images = request_messages(p.get("api", ""), json.loads(req))
+            messages, images = request_messages(p.get("api", ""), loads_untrusted(req))
         except ValueError as e:
             parse_error = f"the request body is not JSON: {e}"
     elided = 0
@@ -882,7 +883,7 @@ def call_image(
     req, _ = _raw(blobs, p.get("request"))
     if req is None:
         raise NotFound("the call has no request body")
-    _, images = request_messages(p.get("api", ""), json.loads(req))
+    _, images = request_messages(p.get("api", ""), loads_untrusted(req))
     if not 0 <= n < len(images):
         raise NotFound(f"the request has no image {n}")
     _, _, b64 = images[n].partition(",")

@@ -18,6 +18,8 @@ from typing import Any
 
 import duckdb
 
+from schemas.untrusted_json import loads_untrusted
+
 ARG_CAP = 2000
 LINES_CAP = 80
 
@@ -57,7 +59,7 @@ def normalise_arguments(raw: str | None) -> str:
     if raw is None:
         return ""
     try:
-        return json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return json.dumps(loads_untrusted(raw), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     except ValueError:
         return raw.strip()
 
@@ -89,7 +91,7 @@ def load_steps(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Step]:
 def _json_changes(a: str, b: str) -> list[dict[str, Any]]:
     """Which top-level argument fields differ (both sides capped), or the whole strings."""
     try:
-        ja, jb = json.loads(a), json.loads(b)
+        ja, jb = loads_untrusted(a), loads_untrusted(b)
     except ValueError:
         ja = jb = None
     if isinstance(ja, dict) and isinstance(jb, dict):

@@ -23,11 +23,11 @@ import msgspec
 import numpy as np
 
 from schemas.task_spec import TaskError, TaskSpec
+from schemas.untrusted_json import check_json_depth
 from scorer.grader.gate import gated_score
 from scorer.grader.options import GradeOptions
 from scorer.grader.result import CaseResult, GradeResult, invalid_case, missing_case
 from scorer.grader.submitted import Rejected, open_submitted
-from scorer.grader.textfile import check_json_depth
 from scorer.metrics.detection import EMPTY, Boxes, DetParams, mean_average_precision, norm_class
 
 MAX_FILE_BYTES = 20 * 1024 * 1024

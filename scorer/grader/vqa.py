@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from schemas.task_spec import TaskSpec
+from schemas.untrusted_json import loads_untrusted
 from scorer.grader.gate import gated_score
 from scorer.grader.options import GradeOptions
 from scorer.grader.result import CaseResult, GradeResult, invalid_case, missing_case
 from scorer.grader.submitted import Rejected
-from scorer.grader.textfile import UnreadableText, loads_untrusted, read_submitted_text, read_text
+from scorer.grader.textfile import UnreadableText, read_submitted_text, read_text
 from scorer.metrics import vqa as m
 
 MAX_ANSWER_BYTES = 1 << 20
