@@ -883,7 +883,10 @@ def call_image(
     req, _ = _raw(blobs, p.get("request"))
     if req is None:
         raise NotFound("the call has no request body")
-    _, images = request_messages(p.get("api", ""), loads_untrusted(req))
+    try:
+        _, images = request_messages(p.get("api", ""), loads_untrusted(req))
+    except ValueError as e:  # not JSON (or nested past reading): it has no images to show
+        raise NotFound(f"the request body is not JSON: {e}") from None
     if not 0 <= n < len(images):
         raise NotFound(f"the request has no image {n}")
     _, _, b64 = images[n].partition(",")

@@ -158,6 +158,12 @@ def test_hostile_content_comes_back_as_data(viewer, viewer_store):
     status, headers, body = status_of(viewer, f"/api/runs/{h}/calls/{call['source']}/{call['seq']}/images/0")
     assert status == 200 and headers["Content-Type"] == "image/png" and body == png()
     assert headers["Content-Security-Policy"].startswith("default-src 'none'")
+    # The second call's request is JSON nested 100,000 deep: text that is not JSON, with no images.
+    deep = [e for e in events if e["kind"] == "model_call.completed"][1]
+    detail2 = get(viewer, f"/api/runs/{h}/calls/{deep['source']}/{deep['seq']}")
+    assert "nested 100001 levels deep" in detail2["parse_error"] and detail2["images"] == 0
+    status, _, body = status_of(viewer, f"/api/runs/{h}/calls/{deep['source']}/{deep['seq']}/images/0")
+    assert status == 404 and b"not JSON" in body
     # A blob that is HTML is served as plain text, capped, never as a page.
     resp = detail["response_raw"]
     status, headers, body = status_of(viewer, f"/api/blobs/{resp['blob']}")

@@ -117,7 +117,7 @@ def test_hostile_strings_render_as_text(page: Page, viewer, viewer_store):
     page.goto(viewer.url + f"/runs/{viewer_store.hostile}")
     expect(page.locator(".ev").first).to_be_visible()
     expect(page.locator("#run-header")).to_contain_text(XSS)  # the header comes after the first events
-    page.locator(".ev[data-kind='model_call.completed']").click()
+    page.locator(".ev[data-kind='model_call.completed']").first.click()
     detail = page.locator(".detail").first
     expect(detail.locator("pre.reply-text")).to_have_text(XSS)
     expect(detail.locator("img.preview")).to_have_count(1)  # the request's inline image, from the server

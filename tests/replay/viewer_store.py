@@ -173,6 +173,34 @@ def write_hostile_run(root: Path, run_id: str) -> str:
         ToolCallResult(tool_call_id="call_x", model_call_id="evil-2", name="execute_code", output=XSS),
         ts_ns=tick(),
     )
+    # A second call whose request body and tool arguments are JSON nested 100,000 deep (past any
+    # decoder's recursion): shown as text that is not JSON, scored without a crash.
+    deep = "[" * 100_000 + "]" * 100_000
+    writers["proxy"].append(
+        ModelCallCompleted(
+            call_id="evil-2",
+            provider="openai",
+            api="chat.completions",
+            model="evil-model",
+            url="https://api.openai.com/v1/chat/completions",
+            status=200,
+            request=blobs.put(('{"model": "evil-model", "messages": ' + deep + "}").encode(), sync=False),
+            response=blobs.put(response, "text/html", sync=False),
+            message=AssistantMessage(
+                tool_calls=[ToolCallPart(id="call_deep", name="execute_code", arguments=deep)]
+            ),
+            stop_reason="tool_calls",
+            started_ns=tick(),
+            latency_ms=400.0,
+        ),
+        ts_ns=tick(),
+    )
+    writers["proxy"].append(
+        ToolCallRequested(
+            tool_call_id="call_deep", name="execute_code", arguments=deep, model_call_id="evil-2"
+        ),
+        ts_ns=tick(),
+    )
     big = (XSS + "\n") * (3_000_000 // (len(XSS) + 1))
     for path, content in (
         (HOSTILE_PATH, big.encode()),
