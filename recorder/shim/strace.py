@@ -179,6 +179,11 @@ class Tracker:
     """Thread id -> its process (tgid)."""
     pending: dict[int, str] = field(default_factory=dict)
     """Per pid: the first half of an ``<unfinished ...>`` call."""
+    held: dict[int, tuple[_Proc, int, int | None, int | None]] = field(default_factory=dict)
+    """Processes that ended before the clone that made them returned in their parent (under load
+    strace prints a parent's ``clone(... <unfinished ...>``, then the whole life of a quick child,
+    then ``<... clone resumed> = child``): (process, end, exit code, signal), reported once that
+    line says whose child each was, or when tracing stops."""
     root_pid: int | None = None
     root_exit: int | None = None
     unparsed: int = 0
@@ -295,6 +300,11 @@ class Tracker:
             if "CLONE_THREAD" in rest:
                 self.threads[child] = parent.pid
                 return []
+            ended = self.held.pop(child, None)
+            if ended is not None:
+                done, end_ns, code, sig = ended
+                done.ppid = parent.pid
+                return [self._ended(done, end_ns, code, sig)]
             c = self.procs.get(child)
             if c is None:
                 c = self.procs[child] = _Proc(child, start_ns=ts_ns)
@@ -357,6 +367,9 @@ class Tracker:
             self.root_exit = code if code is not None else 128 + (sig or 0)
         if p is None or not p.execd or p.hidden:
             return []
+        if p.ppid is None and tid != self.root_pid:
+            self.held[tid] = (p, ts_ns, code, sig)  # its parent's clone has not returned yet
+            return []
         return [self._ended(p, ts_ns, code, sig)]
 
     def root_killed(self, sig: int, end_ns: int) -> list:
@@ -367,9 +380,12 @@ class Tracker:
         return self._exit(self.root_pid, end_ns, f"+++ killed by {_SIGNAL_NAMES.get(sig, 'SIG?')} +++")
 
     def unfinished(self, end_ns: int) -> list:
-        """Processes still alive when tracing stopped (reported with no exit code)."""
-        out = [self._ended(p, end_ns) for p in self.procs.values() if p.execd and not p.hidden]
+        """Processes still alive when tracing stopped (reported with no exit code), and those ended
+        whose parent's clone never returned (reported as they ended, parent unknown)."""
+        out = [self._ended(p, end, code, sig) for p, end, code, sig in self.held.values()]
+        out += [self._ended(p, end_ns) for p in self.procs.values() if p.execd and not p.hidden]
         self.procs.clear()
+        self.held.clear()
         return out
 
 

@@ -126,6 +126,9 @@ class Watcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pending_move: tuple[int, str, bool, float] | None = None
+        self._arrivals: dict[str, tuple[int, int, str]] = {}
+        """Files the scan of a newly watched directory found, since the queue was last empty (each
+        as in ``known``): one may be where a file whose move inotify could not pair went."""
         self._unread: set[str] = set()
         """Paths closed after writing that were gone when their close was handled: a rename that
         follows in the queue says where the file went (same inode, so the same content)."""
@@ -172,6 +175,8 @@ class Watcher:
                         self.known[child] = (st.st_size, st.st_mtime_ns, digest)
                     else:
                         self._report_file(child)
+                        if child in self.known:
+                            self._arrivals[child] = self.known[child]
             except OSError:
                 continue
 
@@ -206,6 +211,8 @@ class Watcher:
                 not events or time.monotonic() - self._pending_move[3] > 0.05
             ):
                 self._flush_move()
+            if not events:  # the queue is empty: a move into a new directory has been paired by now
+                self._arrivals.clear()
         return len(events)
 
     def _handle(self, wd: int, mask: int, cookie: int, name: str) -> None:
@@ -260,8 +267,25 @@ class Watcher:
         if isdir:
             for path in [p for p in self.known if p.startswith(src + "/")]:
                 self._deleted(path)
-        else:
+            return
+        # Moved into a directory made since the last batch, before its watch existed: inotify sent
+        # no MOVED_TO, but the scan of that directory found the file (a rename keeps size, mtime and
+        # content). Reported as the rename it was; the file's arrival was reported by the scan.
+        entry = self.known.get(src)
+        dst = next((p for p, e in self._arrivals.items() if e == entry and p != src), None)
+        if entry is None or dst is None or os.path.lexists(self._abs(src)):
             self._deleted(src)
+            return
+        del self._arrivals[dst]
+        self._unread.discard(src)
+        self.known.pop(src)
+        self.counts["renamed"] += 1
+        now = time.time_ns()
+        self.emit(
+            Rename(
+                src=self._shown(src), dst=self._shown(dst), ts_ns=now, changed_ns=_ctime(self._abs(dst), now)
+            )
+        )
 
     # ---- reports -------------------------------------------------------------------------------------
 

@@ -114,3 +114,42 @@ def test_chunks_split_anywhere_give_the_same_records() -> None:
         for i in range(0, len(text), size):
             out += t.feed_bytes(text[i : i + size])
         assert out + t.flush() == expected and t.unparsed == 0
+
+
+def test_a_child_that_ends_before_its_parents_clone_returns_gets_its_parent() -> None:
+    # Under load strace prints the parent's clone as unfinished, then the whole life of a quick
+    # child (sh running /bin/true), and only then the clone's return: the child is reported then.
+    t = Tracker(root_cwd="/ws")
+    out = feed(
+        t,
+        r"""
+        10 1700000000.000001 execve("/bin/sh", ["sh", "-c", "/bin/true; exit 7"], 0x7ffd /* 3 vars */) = 0
+        10 1700000000.000020 vfork( <unfinished ...>
+        11 1700000000.000030 execve("/bin/true", ["/bin/true"], 0x5 /* 3 vars */) = 0
+        11 1700000000.000040 +++ exited with 0 +++
+        10 1700000000.000050 <... vfork resumed>) = 11
+        10 1700000000.000060 +++ exited with 7 +++
+    """,
+    )
+    procs = [m for m in out if isinstance(m, Proc)]
+    assert [(p.pid, p.ppid, p.argv, p.exit_code) for p in procs] == [
+        (11, 10, ["/bin/true"], 0),
+        (10, None, ["sh", "-c", "/bin/true; exit 7"], 7),
+    ]
+    assert t.unfinished(1700000001_000000000) == []
+
+
+def test_a_child_whose_parents_clone_never_returns_is_still_reported() -> None:
+    t = Tracker(root_cwd="/ws")
+    out = feed(
+        t,
+        r"""
+        10 1700000000.000001 execve("/bin/sh", ["sh", "-c", "x"], 0x7ffd /* 3 vars */) = 0
+        10 1700000000.000020 clone(child_stack=NULL, flags=SIGCHLD <unfinished ...>
+        11 1700000000.000030 execve("/bin/true", ["/bin/true"], 0x5 /* 3 vars */) = 0
+        11 1700000000.000040 +++ exited with 0 +++
+    """,
+    )
+    assert not [m for m in out if isinstance(m, Proc)]
+    (child,) = [m for m in t.unfinished(1700000001_000000000) if isinstance(m, Proc) and m.pid == 11]
+    assert (child.ppid, child.exit_code, child.end_ns) == (None, 0, 1700000000_000040000)

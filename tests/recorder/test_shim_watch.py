@@ -8,6 +8,7 @@ exact, not a matter of scheduling.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from recorder.shim.watch import Watcher
@@ -92,6 +93,47 @@ def test_a_rename_into_a_directory_not_yet_watched_leaves_the_right_final_state(
     watcher.finish()
     assert _facts(seen) == [("write", "new/renamed.txt", "created", b"one\n")]
     assert _replayed(seen) == {"new/renamed.txt": b"one\n"}
+
+
+def test_a_known_file_moved_into_a_directory_not_yet_watched_is_reported_renamed(tmp_path: Path) -> None:
+    # What `mkdir -p out; mv notes.txt out/` looks like to a watcher that lags: the directory's
+    # creation is handled after the move, so inotify gives a MOVED_FROM and no MOVED_TO. The scan of
+    # the new directory finds the file (same size, mtime and content as the one that left): a rename.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    watcher, seen = _watch(ws)
+    (ws / "notes.txt").write_bytes(b"one\n")
+    _drain(watcher)
+    (ws / "out").mkdir()
+    (ws / "notes.txt").rename(ws / "out" / "notes.txt")
+    _drain(watcher)
+    watcher.finish()
+    assert _facts(seen) == [
+        ("write", "notes.txt", "created", b"one\n"),
+        ("write", "out/notes.txt", "created", b"one\n"),
+        ("rename", "notes.txt", "out/notes.txt"),
+    ]
+    assert _replayed(seen) == {"out/notes.txt": b"one\n"}
+
+
+def test_a_file_moved_out_while_a_like_file_appears_elsewhere_is_still_deleted(tmp_path: Path) -> None:
+    # The pairing needs the very same file: one that left the workspace is deleted even when a new
+    # directory holds a file of other content or another mtime.
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    ws.mkdir()
+    outside.mkdir()
+    watcher, seen = _watch(ws)
+    (ws / "notes.txt").write_bytes(b"one\n")
+    _drain(watcher)
+    (ws / "out").mkdir()
+    (ws / "out" / "notes.txt").write_bytes(b"one\n")  # same content, a later mtime
+    os.utime(ws / "out" / "notes.txt", ns=(1, 1))
+    (ws / "notes.txt").rename(outside / "notes.txt")
+    _drain(watcher)
+    watcher.finish()
+    assert ("delete", "notes.txt") in _facts(seen)
+    assert not [f for f in _facts(seen) if f[0] == "rename"]
+    assert _replayed(seen) == {"out/notes.txt": b"one\n"}
 
 
 def test_a_file_written_renamed_and_deleted_within_one_batch_leaves_nothing_behind(tmp_path: Path) -> None:
