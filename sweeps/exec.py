@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -276,6 +277,9 @@ def execute(spec_path: Path, *, out: TextIO | None = None) -> int:
                 "agent": spec.agent.name,
                 "repeat": str(spec.cell.repeat),
                 "attempt": str(spec.attempt),
+                # Where it ran, in the run's own record: an executor's placement bookkeeping can
+                # miss a run (a Ray driver stopped before the task's return reached it).
+                "host": socket.gethostname(),
                 **({"model": spec.agent.model} if spec.agent.model else {}),
                 **({"gpus": ",".join(alloc.gpu_ids)} if alloc.gpu_ids else {}),
                 **spec.labels,

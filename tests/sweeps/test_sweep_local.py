@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -78,6 +79,7 @@ def test_sweep_interrupted_resumed_and_scored(tmp_path):
         runs = st.con.execute(
             "SELECT run_id, status, labels->>'agent' FROM runs WHERE labels->>'sweep' = 't'"
         ).fetchall()
+        hosts = {h for (h,) in st.con.execute("SELECT labels->>'host' FROM runs").fetchall()}
         scores = st.con.execute("SELECT run_id, s3, s4, s5, task_score, codes FROM scores_current").fetchall()
     completed = sorted(r for r, status, _ in runs if status == "completed")
     cell_of = {r: r.split(".a")[0] for r, _, _ in runs}
@@ -86,6 +88,8 @@ def test_sweep_interrupted_resumed_and_scored(tmp_path):
     # attempts stopped by the interrupt are kept as killed runs, never counted as completed
     assert {s for _, s, _ in runs} <= {"completed", "killed"}
     assert len(runs) == 6 + sum(1 for _, s, _ in runs if s == "killed")
+    # each run says which machine recorded it (what survives an executor's lost bookkeeping)
+    assert hosts == {socket.gethostname()}
     # the sweep's first pass did not re-run what it had completed
     assert completed_before <= set(completed)
 
