@@ -64,6 +64,7 @@ from schemas.events import (
     ToolCallResult,
     Usage,
 )
+from schemas.untrusted_json import loads_untrusted
 
 BRANCHES = ("seg", "det2d", "vqa", "report", "enhancement")
 
@@ -180,7 +181,7 @@ def _is_error(content: str) -> bool:
     if stripped.startswith(("BLOCKED", "REJECTED", "TIMEOUT")):
         return True
     try:
-        data = json.loads(stripped)
+        data = loads_untrusted(stripped)  # an agent's tool output: nested deep, it is just text
     except ValueError:
         return False
     if isinstance(data, dict):
@@ -691,7 +692,7 @@ def _emit_origin_scores(b: RunBuilder, root: Path, limits: Limits, paths: list[P
             "size": ref.size,
         }
         try:
-            doc = json.loads(data)
+            doc = loads_untrusted(data)
         except ValueError:
             doc = None
         if isinstance(doc, dict):

@@ -22,6 +22,7 @@ from schemas.codec import GENESIS, encode_payload, hash_body, make_body
 from schemas.errors import AmbError
 from schemas.events import Note, Payload, kind_of
 from schemas.frames import MAGIC, encode_frame, spool_exists
+from schemas.untrusted_json import loads_untrusted
 
 SOURCE = "import"
 """The spool source of every imported event."""
@@ -120,7 +121,7 @@ def read_text(root: Path, path: Path, limits: Limits) -> str:
 def read_json(root: Path, path: Path, limits: Limits) -> Any:
     text = read_text(root, path, limits)
     try:
-        return json.loads(text)
+        return loads_untrusted(text)
     except ValueError as e:
         raise Rejected(f"{_rel(root, path)}: not JSON ({e})") from e
 
@@ -146,7 +147,7 @@ def read_jsonl(root: Path, path: Path, limits: Limits) -> list[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = loads_untrusted(line)
             except ValueError as e:
                 raise Rejected(f"{rel}: line {n}: not JSON ({e})") from e
             if not isinstance(record, dict):

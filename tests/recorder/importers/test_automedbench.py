@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from amb.main import cli
+from replay.store import Store
 from tests.recorder.importers import amb_fixtures as fx
 
 
@@ -251,7 +252,15 @@ def _hostile(tmp: Path, folders: dict[str, Path], kind: str) -> tuple[Path, list
         shutil.rmtree(run / "process")
     elif kind == "conversation-not-object":
         (run / "process" / "conversation.json").write_text('"just a string"')
+    elif kind == "deep-json-line":  # a decoder recurses once per level: RecursionError, not ValueError
+        with open(run / "process" / "trace.jsonl", "a") as f:
+            f.write('{"type": "note", "x": ' + "[" * DEEP + "]" * DEEP + "}\n")
+    elif kind == "deep-json-file":
+        (run / "process" / "conversation.json").write_text("[" * DEEP + "]" * DEEP)
     return run, extra
+
+
+DEEP = 100_000
 
 
 HOSTILE = {
@@ -262,6 +271,8 @@ HOSTILE = {
     "traversal-task": "is not a task id",
     "unknown-layout": "unknown layout",
     "conversation-not-object": "neither a message list nor an object",
+    "deep-json-line": "trace.jsonl: line 10: not JSON (nested 100001 levels deep; at most 200",
+    "deep-json-file": "conversation.json: not JSON (nested 100000 levels deep; at most 200",
 }
 
 
@@ -278,6 +289,36 @@ def test_hostile_folders_are_rejected_and_leave_the_store_untouched(folders, tmp
     assert rows[0]["status"] == "rejected" and HOSTILE[kind] in rows[0]["detail"], rows
     assert "1 of 1 inputs rejected" in r.stderr and "Traceback" not in r.output
     assert _store_state(store) == before
+
+
+def test_deeply_nested_json_the_agent_wrote_is_text_not_a_rejection(folders, tmp_path):
+    """A tool's output nested 100,000 deep (what the agent printed), and a rescored report beside
+    the harness's with the same nesting: the run imports, the output kept as the text it is (not
+    an error), the report kept as a file with no scores read from it, and verifies."""
+    import shutil
+
+    run = tmp_path / "deep" / "260101-abcdef"
+    shutil.copytree(folders["seg"], run, symlinks=True)
+    conv_path = run / "process" / "conversation.json"
+    conv = json.loads(conv_path.read_text())
+    messages = conv if isinstance(conv, list) else conv["messages"]
+    tool = next(m for m in messages if m.get("role") == "tool")
+    deep = "[" * DEEP + "]" * DEEP
+    tool["content"] = deep
+    conv_path.write_text(json.dumps(conv))
+    (run / "detail_report_new-rubrics.json").write_text('{"task_score": ' + deep + "}")
+    store = tmp_path / "store"
+    r = amb("import", "automedbench", "--store", str(store), "--json", str(run))
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)[0]["status"] == "imported" and "Traceback" not in r.output
+    with Store.open(store, read_only=True) as st:
+        outputs = st.con.execute(
+            "SELECT payload->>'is_error', payload->>'output', payload->'output_blob'->>'size' "
+            "FROM events WHERE kind = 'tool_call.result'"
+        ).fetchall()
+    kept = [o for o in outputs if o[1] == deep or o[2] == str(len(deep))]
+    assert len(kept) == 1 and kept[0][0] == "false", outputs
+    assert amb("verify", "--store", str(store)).exit_code == 0
 
 
 def test_recursive_finds_every_run_folder(folders, tmp_path):
