@@ -2,7 +2,8 @@
 
 The stable interface of Inspect logs is ``inspect_ai.log`` (the ``.eval`` zip layout is versioned
 but not frozen), so this module never opens the files itself; ``inspect_ai`` is an optional extra
-(``pip install amb-recorder[inspect]``) imported only here.
+(``pip install amb-recorder[inspect]``) imported only here. (The one look inside a ``.eval`` is at
+its zip directory, to refuse one whose members expand past the file cap.)
 
 One run per (log, sample, epoch). ``ModelEvent`` → ``model_call.completed`` (the raw request and
 response Inspect kept in ``call`` when it has them, else bodies rebuilt from the event and marked
@@ -18,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+import zipfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -103,9 +105,29 @@ def _wire(request: Any) -> tuple[str, str]:
     return "inspect", "generate"
 
 
-def _samples(path: Path) -> tuple[Any, list[Any]]:
+def _expanded_bytes(path: Path) -> int | None:
+    """What a zip's members expand to, by its directory (None: not a zip). Python's ``zipfile``,
+    which Inspect's reader uses, stops a member at its declared size, so this bounds the reading."""
+    if not zipfile.is_zipfile(path):
+        return None
+    try:
+        with zipfile.ZipFile(path) as z:
+            return sum(info.file_size for info in z.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return None  # Inspect's reader words what is wrong with it
+
+
+def _samples(path: Path, limits: Limits) -> tuple[Any, list[Any]]:
     from inspect_ai.log import read_eval_log
 
+    # A .eval log is a zip: a few kilobytes can expand to gigabytes, all of which the reader would
+    # hold in memory. The file cap bounds what its members expand to as well as the file itself.
+    expanded = _expanded_bytes(path)
+    if expanded is not None and expanded > limits.max_file_bytes:
+        raise Rejected(
+            f"{path}: its members expand to {expanded} bytes, above the {limits.max_file_bytes}-byte"
+            " file cap (--max-file-bytes)"
+        )
     try:
         log = read_eval_log(str(path), resolve_attachments="full")
     except Exception as e:  # the reader raises many types for a file that is not a log
@@ -119,7 +141,7 @@ def parse(
     """One in-memory run per sample and epoch of the log (nothing is written)."""
     path = Path(path).resolve()
     check_file(path.parent, path, limits)
-    log, samples = _samples(path)
+    log, samples = _samples(path, limits)
     if not samples:
         raise Rejected(f"{path}: the log holds no samples")
     return [_sample(log, s, resolve_task) for s in samples]

@@ -221,6 +221,28 @@ def test_inspect_logs_import_with_every_event(tmp_path, suffix):
     assert {x["status"] for x in json.loads(again.stdout)} == {"skipped"}
 
 
+def test_a_log_whose_members_expand_past_the_file_cap_is_rejected_unread(tmp_path):
+    """A zip bomb: 40 MB of members in a ~40 KB .eval, under a 10 MB cap. The sizes are the ones the
+    zip declares, which Python's zipfile (Inspect's reader's) holds each member to."""
+    import zipfile
+
+    _inspect()
+    bomb = tmp_path / "bomb.eval"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("header.json", b" " * (20 << 20))
+        z.writestr("samples/1_epoch_1.json", b" " * (20 << 20))
+    assert bomb.stat().st_size < 200_000
+    store = tmp_path / "store"
+    r = amb(
+        "import", "inspect", "--store", str(store), "--json", "--max-file-bytes", str(10 << 20), str(bomb)
+    )
+    assert r.exit_code == 1, r.output
+    row = json.loads(r.stdout)[0]
+    assert row["status"] == "rejected", row
+    assert f"its members expand to {40 << 20} bytes, above the {10 << 20}-byte file cap" in row["detail"]
+    assert "Traceback" not in r.output and not store.exists()
+
+
 @pytest.mark.parametrize("content", [b"PK\x03\x04 not really a zip", b"{not json", b'{"version": 2}'])
 def test_broken_logs_are_rejected(tmp_path, content):
     _inspect()
