@@ -8,9 +8,11 @@ Reads one ingested store and attributes every byte to what it holds:
   ``unreferenced``;
 - the database: each column of ``events`` by the bytes of its storage segments (DuckDB's
   ``pragma_storage_info``; the file's own blocks beside);
-- spools: by what their names end with (``.spool``, ``.spool.zst``, ``.blobs``, ...).
+- spools: by what their names end with (``.spool``, ``.spool.zst``, ``.blobs``, ...);
+- with ``--dictionary``, what a trained zstd dictionary would save on the model-call bodies beside
+  what their records take now (``dictionary_savings``).
 
-Run: python bench/storage_where.py STORE [--json]
+Run: python bench/storage_where.py STORE [--json] [--dictionary]
      (STORE is an ingested store, e.g. one ``./just bench storage --keep DIR`` left)
 """
 
@@ -21,14 +23,19 @@ import json
 import os
 import re
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
 
+import zstandard  # noqa: E402 (after the path is set, as the checkout's packages are)
+
 from schemas import blobcodec, packstore  # noqa: E402 (the checkout's packages, after the path is set)
+
+DICTIONARY_BYTES = 64 * 1024
+DICTIONARY_WAYS = ("content", "stored now", "zstd-3", "zstd-3 + dictionary")
 
 _REF = re.compile(r'"(\w+)":\{"blob":"sha256:([0-9a-f]{64})","media_type":"([^"]*)"')
 _CHUNK = re.compile(rb"sha256:([0-9a-f]{64})")
@@ -139,16 +146,94 @@ def show(w: dict[str, Any]) -> None:
         print(f"  {suffix:24} {per(b):7.1f}")
 
 
+def dictionary_savings(store: Path) -> dict[str, object]:
+    """What a trained zstd dictionary would save on the model-call bodies, beside their records now.
+
+    The bodies are the request and response blobs of ``model_calls``. The runs are split in two
+    (by run id, sorted): a 64 KiB dictionary is trained on the first half's bodies, and every body
+    of the second half is measured four ways: its content, its pack record now (delta, zstd or
+    zlib, header included), zstd level 3 alone, and zstd level 3 with the dictionary. Splitting by
+    run keeps a body's own run out of its dictionary; runs of one task by one scripted agent still
+    share most of their text, which flatters a dictionary (docs/blob-packs.md)."""
+    from replay.store import Store
+    from schemas.blob import HASH_PREFIX
+
+    with Store.open(store, read_only=True) as st:
+        rows = st.con.execute("SELECT run_id, request_blob, response_blob FROM model_calls").fetchall()
+        owner: dict[str, tuple[str, str]] = {}
+        for run, request, response in rows:
+            for side, blob in (("request", request), ("response", response)):
+                if blob:
+                    owner.setdefault(blob[len(HASH_PREFIX) :], (run, side))
+        record_bytes = {
+            rec.hexd: rec.length
+            for pack in st.blobs.pack_files()
+            for rec in packstore.scan(pack)
+            if rec.hexd in owner
+        }
+        content = {h: st.blobs.get(HASH_PREFIX + h) for h in record_bytes}
+    runs = sorted({run for run, _ in owner.values()})
+    trained_on = set(runs[: len(runs) // 2])
+    train: list[bytes | bytearray | memoryview] = [content[h] for h in content if owner[h][0] in trained_on]
+    if len(train) < 8:
+        raise SystemExit(f"bench: {store}: {len(train)} bodies to train on; a dictionary needs more runs")
+    dictionary = zstandard.train_dictionary(DICTIONARY_BYTES, train)
+    plain = zstandard.ZstdCompressor(level=3)
+    with_dictionary = zstandard.ZstdCompressor(level=3, dict_data=dictionary)
+    sums: dict[str, Counter[str]] = {"request": Counter(), "response": Counter()}
+    for h, data in content.items():
+        run, side = owner[h]
+        if run in trained_on:
+            continue
+        sums[side].update(
+            {
+                "bodies": 1,
+                "content": len(data),
+                "stored now": record_bytes[h],
+                "zstd-3": len(plain.compress(data)),
+                "zstd-3 + dictionary": len(with_dictionary.compress(data)),
+            }
+        )
+    return {
+        "runs": len(runs),
+        "trained_on_runs": len(trained_on),
+        "trained_on_bodies": len(train),
+        "measured": {side: dict(c) for side, c in sums.items()},
+    }
+
+
+def show_dictionary(result: dict[str, Any]) -> None:
+    measured, trained = result["runs"] - result["trained_on_runs"], result["trained_on_runs"]
+    print(
+        f"\nmodel-call bodies of {measured} runs, a dictionary trained on {result['trained_on_bodies']}"
+        f" bodies of the other {trained} (bytes, and of the content):"
+    )
+    print(f"  {'':10}{'bodies':>8}" + "".join(f"{w:>22}" for w in DICTIONARY_WAYS))
+    for side, c in result["measured"].items():
+        base = c.get("content") or 1
+        cells = "".join(f"{c.get(w, 0):>13,} ({c.get(w, 0) / base:.3f})" for w in DICTIONARY_WAYS)
+        print(f"  {side:10}{c.get('bodies', 0):>8}{cells}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("store", type=Path)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--dictionary",
+        action="store_true",
+        help="also: what a trained zstd dictionary would save on the model-call bodies",
+    )
     args = ap.parse_args()
     w = where(args.store)
+    if args.dictionary:
+        w["dictionary"] = dictionary_savings(args.store)
     if args.json:
         print(json.dumps(w, indent=1))
-    else:
-        show(w)
+        return
+    show(w)
+    if args.dictionary:
+        show_dictionary(w["dictionary"])
 
 
 if __name__ == "__main__":
