@@ -23,7 +23,8 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -464,6 +465,37 @@ def _supervise(
     return exit_, ("completed" if exit_.code == 0 else "failed"), None
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+@contextmanager
+def _stop_signals_held() -> Iterator[None]:
+    """Stop signals landing inside are held, then delivered to the handlers of before, each once.
+
+    Closing a run takes seconds (the proxy drains, the container is stopped and removed, the
+    submission sealed), and a second stop signal often lands then: a Ray task's cancel forwards
+    SIGTERM, and its worker's death moments later sends another (the stand-in's parent-death
+    signal). Raised inside the close (``amb sweep exec`` turns it into ``Stopped``), it left the
+    run without its ``run.finished``: an unfinished attempt. Python runs signal handlers in the
+    main thread only, so only there can they be replaced; elsewhere nothing is held."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, _frame: object) -> None:
+        held.append(signum)
+
+    previous = {sig: signal.signal(sig, hold) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)
+
+
 @dataclass
 class _RunParts:
     """What one run set up and must take down again, whatever happened: the recorder's spool, the
@@ -490,7 +522,12 @@ class _RunParts:
                 self.remove_confdir(self.tmp)
 
     def finish(self, status: str, exit_code: int, reason: str | None) -> Outcome:
-        """Stop the proxy, seal the submission, take the rest down and write ``run.finished``."""
+        """Stop the proxy, seal the submission, take the rest down and write ``run.finished``; a
+        stop signal that lands meanwhile is held until that is done (``_stop_signals_held``)."""
+        with _stop_signals_held():
+            return self._finish(status, exit_code, reason)
+
+    def _finish(self, status: str, exit_code: int, reason: str | None) -> Outcome:
         log, sink, backend = self.log, self.sink, self.backend
         # The agent has ended: now the proxy may stop (in-flight flows become partial records).
         self.proxy.stop()

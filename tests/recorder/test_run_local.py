@@ -9,10 +9,12 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from recorder.local_backend import LocalBackend
 from recorder.run import RunSpec, Stopped, record
 from recorder.spool import spool_path
 from schemas.codec import decode_event
@@ -87,6 +89,47 @@ def test_run_id_cannot_be_reused(tmp_path, fake):
         run(tmp_path, fake, ["true"], run_id="fixed-id")
     with pytest.raises(UsageError, match="invalid run id"):
         run(tmp_path, fake, ["true"], run_id="bad id!")
+
+
+class _SignalledWhileClosing(LocalBackend):
+    """The local backend, and a stop signal to this process in the middle of closing the run (as
+    a Ray worker's death sends one moments after the cancel that stopped the agent)."""
+
+    def seal_submission(self, handle):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # the handler runs at the next bytecode: here, were it not held
+        return super().seal_submission(handle)
+
+
+def test_a_stop_signal_while_the_run_closes_waits_for_run_finished(tmp_path, fake):
+    """A stop signal that lands while the run is being closed is delivered once it is closed: the
+    run keeps its ``run.finished`` (with the agent's own outcome), then ``Stopped`` is raised."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    spec = RunSpec(
+        argv=[sys.executable, "-c", "open('ran', 'w').close()"],
+        store=tmp_path / "store",
+        workspace=ws,
+        run_id="stopped-while-closing",
+        upstreams={"openai": fake.url},
+    )
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with pytest.raises(Stopped, match="SIGTERM"):
+            record(spec, _SignalledWhileClosing())
+        assert signal.getsignal(signal.SIGTERM) is stop  # the handler of before is back
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    path = spool_path(spec.store, "stopped-while-closing", "recorder")
+    events = [decode_event(b) for b in scan(path.read_bytes()).bodies]
+    finished = events[-1].payload
+    assert isinstance(finished, RunFinished) and (finished.status, finished.exit_code) == ("completed", 0)
+    assert [e.kind for e in events][-2:] == ["submission.sealed", "run.finished"]
+    assert (ws / "ran").exists()
 
 
 def test_a_stop_signal_while_no_agent_runs_closes_the_run_as_killed(tmp_path, fake):
