@@ -89,10 +89,24 @@ def _ray() -> Any:
     return ray
 
 
+TASK_PLACEMENTS = "ray-tasks"
+"""Beside ``ray.json``: one file per run, the placement its task wrote itself (``execute_on_node``)."""
+
+
 def execute_on_node(spec_file: str) -> dict[str, Any]:
-    """The body of every Ray task: run the exec for one spec on this node, with this task's GPUs."""
+    """The body of every Ray task: run the exec for one spec on this node, with this task's GPUs.
+
+    The task writes its placement into the shard root itself, before the exec starts and again
+    with its exit code: the driver learns it from the task's return, which never reaches a driver
+    stopped meanwhile (a run that completed while its sweep's job was being stopped had none)."""
     ray = _ray()
     gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+    node_id = ray.get_runtime_context().get_node_id()
+    spec = load(Path(spec_file))
+    placements = Path(spec.shard_root) / "executor" / TASK_PLACEMENTS
+    placements.mkdir(parents=True, exist_ok=True)
+    mine = placements / f"{spec.run_id}.json"
+    write_atomic(mine, msgspec.json.encode(Placement(node_id=node_id, gpu_ids=gpu_ids)))
     env = dict(os.environ)
     if gpu_ids:
         env["AMB_GPU_IDS"] = ",".join(gpu_ids)
@@ -116,7 +130,7 @@ def execute_on_node(spec_file: str) -> dict[str, Any]:
             proc.kill()
             proc.wait()
         raise
-    node_id = ray.get_runtime_context().get_node_id()
+    write_atomic(mine, msgspec.json.encode(Placement(node_id=node_id, gpu_ids=gpu_ids, exit_code=code)))
     return {"node_id": node_id, "gpu_ids": gpu_ids, "exit_code": code}
 
 
@@ -236,6 +250,7 @@ class RayExecutor(QueuedExecutor):
             self.dispatched[spec.run_id] = time.time()
 
     def _save(self) -> None:
+        _merge_task_placements(self._state, self.layout)
         write_atomic(self._dir / "ray.json", msgspec.json.encode(self._state))
 
 
@@ -248,6 +263,7 @@ class _Attached:
     def __init__(self, layout: Layout):
         self.layout = layout
         self._state = _load(layout)
+        _merge_task_placements(self._state, layout)
 
     def submit(self, specs: Sequence[Path]) -> None:
         raise NotImplementedError("an attached Ray executor only cancels")
@@ -299,6 +315,26 @@ def stop_job(dashboard: str, job_id: str) -> None:
         raise RayExecutorError(
             f"cannot reach Ray's dashboard at {dashboard} to stop job {job_id}: {reason}"
         ) from None
+
+
+def _merge_task_placements(state: _State, layout: Layout) -> None:
+    """The placements the tasks wrote themselves, for the runs whose return the driver never got
+    (a task's own file is skipped if it cannot be read: a task killed mid-write leaves none)."""
+    for path in sorted((layout.root / "executor" / TASK_PLACEMENTS).glob("*.json")):
+        known = state.placements.get(path.stem)
+        if known is not None and known.node_id:
+            continue
+        try:
+            own = msgspec.json.decode(path.read_bytes(), type=Placement)
+        except (OSError, msgspec.DecodeError):
+            continue
+        # A task that failed (cancelled, its worker dead) keeps the driver's words for why.
+        state.placements[path.stem] = Placement(
+            node_id=own.node_id,
+            gpu_ids=own.gpu_ids,
+            exit_code=own.exit_code,
+            error=known.error if known is not None else None,
+        )
 
 
 def _load(layout: Layout) -> _State:

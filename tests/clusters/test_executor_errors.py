@@ -89,3 +89,30 @@ def test_cancel_of_a_ray_job_the_dashboard_refuses_or_that_none_answers_is_named
     assert proc.stderr.startswith(f"amb: error: cannot reach Ray's dashboard at {url} to stop job"), (
         proc.stderr
     )
+
+
+def test_ray_placements_the_tasks_wrote_fill_what_the_driver_missed(tmp_path: Path) -> None:
+    """A run whose task returned while its driver was being stopped has no placement in ray.json;
+    the placement its task wrote itself fills it (a failed task keeps the driver's error beside
+    it); a task's file that cannot be read is passed over. No cluster needed."""
+    from sweeps.ray import TASK_PLACEMENTS, RayExecutor
+    from sweeps.shard import Layout
+
+    state = tmp_path / "executor"
+    (state / TASK_PLACEMENTS).mkdir(parents=True)
+    (state / "name").write_text("ray\n")
+    (state / "ray.json").write_text(
+        '{"placements": {"a": {"node_id": "n1", "gpu_ids": [], "exit_code": 0},'
+        ' "c": {"error": "TaskCancelledError: cancelled"}}}'
+    )
+    tasks = state / TASK_PLACEMENTS
+    (tasks / "a.json").write_text('{"node_id": "n-other", "gpu_ids": []}')  # the driver's own stands
+    (tasks / "b.json").write_text('{"node_id": "n2", "gpu_ids": ["0"], "exit_code": 0}')
+    (tasks / "c.json").write_text('{"node_id": "n1", "gpu_ids": []}')
+    (tasks / "d.json").write_text('{"node_id": ')  # a task killed mid-write leaves no sound file
+    placements = RayExecutor.attach(Layout(tmp_path)).describe()["placements"]
+    assert placements == {
+        "a": {"node_id": "n1", "gpu_ids": [], "exit_code": 0, "error": None},
+        "b": {"node_id": "n2", "gpu_ids": ["0"], "exit_code": 0, "error": None},
+        "c": {"node_id": "n1", "gpu_ids": [], "exit_code": None, "error": "TaskCancelledError: cancelled"},
+    }

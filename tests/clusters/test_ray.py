@@ -128,6 +128,12 @@ def test_a_ray_sweep_survives_a_dead_worker_and_equals_the_local_sweep(
     assert placements[gpu_run]["gpu_ids"] == ["0"]
     assert watch.gpu_env(gpu_run) == "0", watch.seen.get(gpu_run)
     assert len({p["node_id"] for p in placements.values() if p["node_id"]}) >= 2  # both nodes took work
+    # Every run that completed has its placement, also one whose task returned while the first
+    # job's driver was being stopped (its task wrote its own).
+    completed = [
+        i.run_id for i in (read_info(d) for d in (work / "shards").iterdir()) if i.status == "completed"
+    ]
+    assert completed and all(placements.get(r, {}).get("node_id") for r in completed), (completed, placements)
 
 
 def test_amb_sweep_cancel_stops_every_container_within_10s(tmp_path, ray_cluster, docker_cli):
