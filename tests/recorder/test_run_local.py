@@ -101,9 +101,9 @@ class _SignalledWhileClosing(LocalBackend):
         return super().seal_submission(handle)
 
 
-def test_a_stop_signal_while_the_run_closes_waits_for_run_finished(tmp_path, fake):
-    """A stop signal that lands while the run is being closed is delivered once it is closed: the
-    run keeps its ``run.finished`` (with the agent's own outcome), then ``Stopped`` is raised."""
+def _stopped_run(tmp_path, fake, run_id: str, backend=None, on_ready=None):
+    """``record`` under the handler ``amb sweep exec`` installs (a stop signal raises ``Stopped``),
+    which must raise ``Stopped``; returns the recorder's events and the workspace."""
 
     def stop(signum: int, _frame: object) -> None:
         raise Stopped(signal.Signals(signum).name)
@@ -114,18 +114,24 @@ def test_a_stop_signal_while_the_run_closes_waits_for_run_finished(tmp_path, fak
         argv=[sys.executable, "-c", "open('ran', 'w').close()"],
         store=tmp_path / "store",
         workspace=ws,
-        run_id="stopped-while-closing",
+        run_id=run_id,
         upstreams={"openai": fake.url},
     )
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         with pytest.raises(Stopped, match="SIGTERM"):
-            record(spec, _SignalledWhileClosing())
+            record(spec, backend, on_ready=on_ready)
         assert signal.getsignal(signal.SIGTERM) is stop  # the handler of before is back
     finally:
         signal.signal(signal.SIGTERM, previous)
-    path = spool_path(spec.store, "stopped-while-closing", "recorder")
-    events = [decode_event(b) for b in scan(path.read_bytes()).bodies]
+    path = spool_path(spec.store, run_id, "recorder")
+    return [decode_event(b) for b in scan(path.read_bytes()).bodies], ws
+
+
+def test_a_stop_signal_while_the_run_closes_waits_for_run_finished(tmp_path, fake):
+    """A stop signal that lands while the run is being closed is delivered once it is closed: the
+    run keeps its ``run.finished`` (with the agent's own outcome), then ``Stopped`` is raised."""
+    events, ws = _stopped_run(tmp_path, fake, "stopped-while-closing", _SignalledWhileClosing())
     finished = events[-1].payload
     assert isinstance(finished, RunFinished) and (finished.status, finished.exit_code) == ("completed", 0)
     assert [e.kind for e in events][-2:] == ["submission.sealed", "run.finished"]
@@ -136,28 +142,9 @@ def test_a_stop_signal_while_no_agent_runs_closes_the_run_as_killed(tmp_path, fa
     """``amb sweep exec`` turns a stop signal into ``Stopped`` while no agent is running to forward it
     to; one that lands after the run started but before the agent did closes the run as ``killed``
     (an interrupted attempt, retried without counting as a failure), not as a recorder error."""
-
-    def stop(signum: int, _frame: object) -> None:
-        raise Stopped(signal.Signals(signum).name)
-
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    spec = RunSpec(
-        argv=[sys.executable, "-c", "open('ran', 'w').close()"],
-        store=tmp_path / "store",
-        workspace=ws,
-        run_id="stopped-early",
-        upstreams={"openai": fake.url},
+    events, ws = _stopped_run(
+        tmp_path, fake, "stopped-early", on_ready=lambda *_: os.kill(os.getpid(), signal.SIGTERM)
     )
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        with pytest.raises(Stopped):
-            record(spec, on_ready=lambda *_: os.kill(os.getpid(), signal.SIGTERM))
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    events = [
-        decode_event(b) for b in scan(spool_path(spec.store, "stopped-early", "recorder").read_bytes()).bodies
-    ]
     finished = events[-1].payload
     assert isinstance(finished, RunFinished)
     assert (finished.status, finished.exit_code) == ("killed", 128 + signal.SIGTERM)
