@@ -21,12 +21,12 @@ import sys
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from agents.baseline.server import BaselineServer
 from recorder.spool import SpoolWriter, spool_path
 from recorder.synthetic import generate_run
-from schemas.blob import digest
+from schemas.blob import BlobRef, digest
 from schemas.blobstore import BlobStore
 from schemas.events import (
     AssistantMessage,
@@ -143,27 +143,36 @@ def write_hostile_run(root: Path, run_id: str) -> str:
     ).encode()
     args = json.dumps({"language": "bash", "code": f"cat {XSS}"})
     response = json.dumps({"choices": [{"message": {"content": XSS}}], "html": XSS}).encode()
-    started = tick()
-    writers["proxy"].append(
-        ModelCallCompleted(
-            call_id="evil-1",
-            provider="openai",
-            api="chat.completions",
-            model="evil-model",
-            url="https://api.openai.com/v1/chat/completions",
-            status=200,
-            request=blobs.put(request, "application/json", sync=False),
-            response=blobs.put(response, "text/html", sync=False),
-            message=AssistantMessage(
-                text=XSS, tool_calls=[ToolCallPart(id="call_x", name="execute_code", arguments=args)]
+
+    def evil_call(call_id: str, request: BlobRef, message: AssistantMessage, **more: Any) -> None:
+        """One of the hostile run's model calls (its response the XSS page, served as HTML)."""
+        writers["proxy"].append(
+            ModelCallCompleted(
+                call_id=call_id,
+                provider="openai",
+                api="chat.completions",
+                model="evil-model",
+                url="https://api.openai.com/v1/chat/completions",
+                status=200,
+                request=request,
+                response=blobs.put(response, "text/html", sync=False),
+                message=message,
+                stop_reason="tool_calls",
+                started_ns=tick(),
+                latency_ms=400.0,
+                **more,
             ),
-            stop_reason="tool_calls",
-            usage=Usage(input_total=100, output=20),
-            started_ns=started,
-            ttfb_ms=100.0,
-            latency_ms=400.0,
+            ts_ns=tick(),
+        )
+
+    evil_call(
+        "evil-1",
+        blobs.put(request, "application/json", sync=False),
+        AssistantMessage(
+            text=XSS, tool_calls=[ToolCallPart(id="call_x", name="execute_code", arguments=args)]
         ),
-        ts_ns=tick(),
+        usage=Usage(input_total=100, output=20),
+        ttfb_ms=100.0,
     )
     writers["proxy"].append(
         ToolCallRequested(tool_call_id="call_x", name="execute_code", arguments=args, model_call_id="evil-1"),
@@ -176,24 +185,10 @@ def write_hostile_run(root: Path, run_id: str) -> str:
     # A second call whose request body and tool arguments are JSON nested 100,000 deep (past any
     # decoder's recursion): shown as text that is not JSON, scored without a crash.
     deep = "[" * 100_000 + "]" * 100_000
-    writers["proxy"].append(
-        ModelCallCompleted(
-            call_id="evil-2",
-            provider="openai",
-            api="chat.completions",
-            model="evil-model",
-            url="https://api.openai.com/v1/chat/completions",
-            status=200,
-            request=blobs.put(('{"model": "evil-model", "messages": ' + deep + "}").encode(), sync=False),
-            response=blobs.put(response, "text/html", sync=False),
-            message=AssistantMessage(
-                tool_calls=[ToolCallPart(id="call_deep", name="execute_code", arguments=deep)]
-            ),
-            stop_reason="tool_calls",
-            started_ns=tick(),
-            latency_ms=400.0,
-        ),
-        ts_ns=tick(),
+    evil_call(
+        "evil-2",
+        blobs.put(('{"model": "evil-model", "messages": ' + deep + "}").encode(), sync=False),
+        AssistantMessage(tool_calls=[ToolCallPart(id="call_deep", name="execute_code", arguments=deep)]),
     )
     writers["proxy"].append(
         ToolCallRequested(
@@ -240,10 +235,11 @@ def build(base: Path) -> ViewerStore:
     twin = base / "twin" / TASK
     synth(load_spec(TASK), twin, cases=2, seed=11)
     ws = base / "ws"
-    runs = [
-        ("clean", "baseline-clean", "baseline"),
-        ("flawed", "baseline-flawed", "baseline+crash-mid-batch"),
-    ]
+    # amb-record holds a run id machine-wide while it records: each test process that builds this
+    # store (pytest-xdist's workers) records its runs under ids of its own.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "solo")
+    clean, flawed = f"baseline-clean-{worker}", f"baseline-flawed-{worker}"
+    runs = [("clean", clean, "baseline"), ("flawed", flawed, "baseline+crash-mid-batch")]
     # Both at once: a run is mostly its processes starting, and each writes only its own spools.
     with BaselineServer() as server, ThreadPoolExecutor(len(runs)) as pool:
         list(pool.map(lambda r: record_baseline(root, server, twin, ws / r[0], r[1], r[2]), runs))
@@ -251,10 +247,8 @@ def build(base: Path) -> ViewerStore:
     generate_run(root, "big-run", seed=7, calls=BIG_RUN_CALLS, processes_per_call=BIG_RUN_PROCS)
     private_key = write_hostile_run(root, "hostile-run")
     amb(root, "ingest")
-    amb(root, "score", "baseline-clean", "baseline-flawed", "hostile-run", "--references", str(twin.parent))
-    return ViewerStore(
-        root, "baseline-clean", "baseline-flawed", "big-run", "hostile-run", private_key, synthetic, twin, ws
-    )
+    amb(root, "score", clean, flawed, "hostile-run", "--references", str(twin.parent))
+    return ViewerStore(root, clean, flawed, "big-run", "hostile-run", private_key, synthetic, twin, ws)
 
 
 def chromium_flags() -> list[str]:
