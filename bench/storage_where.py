@@ -152,7 +152,8 @@ def dictionary_savings(store: Path) -> dict[str, object]:
     The bodies are the request and response blobs of ``model_calls``. The runs are split in two
     (by run id, sorted): a 64 KiB dictionary is trained on the first half's bodies, and every body
     of the second half is measured four ways: its content, its pack record now (delta, zstd or
-    zlib, header included), zstd level 3 alone, and zstd level 3 with the dictionary. Splitting by
+    zlib, header included; a chunk list counts only its list, not its chunks), zstd level 3 alone,
+    and zstd level 3 with the dictionary. Splitting by
     run keeps a body's own run out of its dictionary; runs of one task by one scripted agent still
     share most of their text, which flatters a dictionary (docs/blob-packs.md)."""
     from replay.store import Store

@@ -277,8 +277,8 @@ def execute(spec_path: Path, *, out: TextIO | None = None) -> int:
                 "agent": spec.agent.name,
                 "repeat": str(spec.cell.repeat),
                 "attempt": str(spec.attempt),
-                # Where it ran, in the run's own record: an executor's placement bookkeeping can
-                # miss a run (a Ray driver stopped before the task's return reached it).
+                # Where it ran, in the run's own record (the store keeps the run, not its shard,
+                # whose host is a name made safe for a file name).
                 "host": socket.gethostname(),
                 **({"model": spec.agent.model} if spec.agent.model else {}),
                 **({"gpus": ",".join(alloc.gpu_ids)} if alloc.gpu_ids else {}),
