@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -96,8 +95,7 @@ class _SignalledWhileClosing(LocalBackend):
     a Ray worker's death sends one moments after the cancel that stopped the agent)."""
 
     def seal_submission(self, handle):
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(0.05)  # the handler runs at the next bytecode: here, were it not held
+        os.kill(os.getpid(), signal.SIGTERM)  # its handler runs at the next bytecode, here
         return super().seal_submission(handle)
 
 
