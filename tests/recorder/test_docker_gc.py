@@ -145,6 +145,11 @@ def test_gc_after_a_killed_local_recorder_removes_its_temp_dir_not_a_live_ones(t
     ws = tmp_path / "ws"
     ws.mkdir()
     stamp = str(os.getpid())
+    # A temp dir (and so a lock directory) of this test's own: any amb-record that starts beside it
+    # (another test process) sweeps dead recorders of its temp dir, and would take the killed run's
+    # lock and dirs before `amb gc` is shown to (it did, on CI). Short: sockets go there.
+    tmp = Path(tempfile.mkdtemp(prefix="amb-gcl-"))
+    env = {**os.environ, "TMPDIR": str(tmp)}
     runs = {}
     for name in ("dead", "live"):
         run_id = f"gc-local-{name}-{stamp}"
@@ -153,11 +158,11 @@ def test_gc_after_a_killed_local_recorder_removes_its_temp_dir_not_a_live_ones(t
             subprocess.Popen(
                 [str(BIN / "amb-record"), "--store", str(store), "--run-id", run_id, "--", "sleep", "600"],
                 cwd=ws,
+                env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             ),
         )
-    tmp = Path(tempfile.gettempdir())
     try:
         deadline = time.monotonic() + 120
         # Started: each recorder has its agent (its child) running, and its signal handlers set.
@@ -171,11 +176,13 @@ def test_gc_after_a_killed_local_recorder_removes_its_temp_dir_not_a_live_ones(t
         live_dirs = sorted(str(p) for p in tmp.glob(f"amb-{live_id}-*"))
         dead.send_signal(signal.SIGKILL)
         dead.wait(10)
-        proc = subprocess.run([str(BIN / "amb"), "gc", "--json"], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [str(BIN / "amb"), "gc", "--json"], capture_output=True, text=True, timeout=120, env=env
+        )
         assert proc.returncode == 0, proc.stderr
         removed = json.loads(proc.stdout)["removed"]
         paths = {r["name"] for r in removed if r["run_id"] == dead_id and r["kind"] == "path"}
-        assert paths <= set(dead_dirs)  # (another amb-record starting meanwhile may have swept them first)
+        assert dead_dirs and paths == set(dead_dirs)
         assert any(r["run_id"] == dead_id and r["kind"] == "lock" for r in removed)
         assert not [r for r in removed if r["run_id"] == live_id]
         assert not any(Path(p).exists() for p in dead_dirs)
@@ -188,6 +195,8 @@ def test_gc_after_a_killed_local_recorder_removes_its_temp_dir_not_a_live_ones(t
             if p.poll() is None:
                 p.kill()
                 p.wait(10)
+        subprocess.run([str(BIN / "amb"), "gc"], capture_output=True, timeout=120, env=env)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_a_recorder_starting_cleans_up_only_after_recorders_of_its_own_temp_dir(
