@@ -9,7 +9,10 @@ same synthetic runs through its own write path into its own store, ingests them 
   loose blob files, pack files, compressed or dropped spools. Content bytes (file sizes) beside;
 - blob read latency: a sample of the referenced blobs read back through the build's blob store,
   in a fresh process (p50, p99);
-- ``amb verify`` time (every hash, chain, manifest and blob);
+- ``amb verify`` time (every hash, chain, manifest and blob), with the page cache warm (the store
+  just written) and cold (dropped just before: ``/proc/sys/vm/drop_caches``, root only; else
+  reported as nan). Cold is what a verify meets on a store written days ago or on a cluster
+  filesystem, where opening many small files is the cost;
 - the aggregate query (tokens per model per run, over ``model_calls``): cold (the first query of a
   fresh process and connection) and warm (median of the next ten);
 - ingest time and rate, and its ratio to DuckDB's own ``read_ndjson`` load of the same event
@@ -236,6 +239,36 @@ def worker(argv: list[str]) -> None:
 # ---- the driver ----------------------------------------------------------------------------------
 
 
+def drop_page_cache() -> bool:
+    """Write back and drop the kernel's page cache (needs root), so that the next step reads the
+    store (and Python's own files) from the disk. False if this machine does not let us."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError:
+        return False
+    return True
+
+
+def warm_page_cache(store: Path) -> None:
+    """Read every file of the store once, so that a warm measurement does not follow a drop."""
+    for path in sorted(store.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            with open(path, "rb") as f:
+                while f.read(8 << 20):
+                    pass
+
+
+def cold_verify(build: Path, store: Path) -> dict[str, Any] | None:
+    """``amb verify`` in a fresh process right after the page cache is dropped (None if it cannot be)."""
+    if not drop_page_cache():
+        return None
+    out = run_step(build, "verify", str(store))
+    if out["problems"]:
+        raise SystemExit(f"bench: {build}: amb verify found {out['problems']} problems")
+    return out
+
+
 def run_step(build: Path, *args: str) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(build), "PYTHONHASHSEED": "0"}
     done = subprocess.run(
@@ -262,6 +295,7 @@ def measure(build: Path, store: Path, runs: int, kwargs: dict[str, Any], sample:
     verify = run_step(build, "verify", str(store))
     if verify["problems"]:
         raise SystemExit(f"bench: {build}: amb verify found {verify['problems']} problems")
+    cold = cold_verify(build, store)
     query = run_step(build, "query", str(store))
     blobs = run_step(build, "blobs", str(store), str(sample))
     n = ingest["events"]
@@ -278,6 +312,7 @@ def measure(build: Path, store: Path, runs: int, kwargs: dict[str, Any], sample:
         "settle_s": ingest["settle_s"],
         "verify_s": verify["seconds"],
         "verify_cpu_s": verify["cpu_s"],
+        "verify_cold_s": cold["seconds"] if cold else float("nan"),
         "blob_p50_ms": blobs["p50_ms"],
         "blob_p99_ms": blobs["p99_ms"],
         "query_cold_ms": query["cold_s"] * 1000,
@@ -296,6 +331,7 @@ ROWS = [
     ("spools compressed/dropped after ingest (s)", "settle_s", "{:.2f}"),
     ("amb verify (s)", "verify_s", "{:.2f}"),
     ("amb verify CPU, user + system (s)", "verify_cpu_s", "{:.2f}"),
+    ("amb verify, page cache dropped (s)", "verify_cold_s", "{:.2f}"),
     ("blob read p50 (ms)", "blob_p50_ms", "{:.3f}"),
     ("blob read p99 (ms)", "blob_p99_ms", "{:.3f}"),
     ("aggregate query cold (ms)", "query_cold_ms", "{:.1f}"),
@@ -322,31 +358,43 @@ def report(name: str, results: dict[str, dict[str, Any]]) -> None:
 
 
 def verify_again(builds: dict[str, Path], work: Path, sets: list[str], rounds: int) -> None:
-    """``amb verify`` of each build on its own kept store, builds alternating round by round."""
+    """``amb verify`` of each build on its own kept store, builds alternating round by round: with
+    the page cache warm, then (where it can be dropped) cold."""
     for name in sets:
-        times: dict[str, list[float]] = {label: [] for label in builds}
-        cpu: dict[str, list[float]] = {label: [] for label in builds}
+        times: dict[tuple[str, str], list[float]] = {}
+        cpu: dict[tuple[str, str], list[float]] = {}
         loads = []
         for _ in range(rounds):
             for label, build in builds.items():
-                out = run_step(build, "verify", str(work / f"{name}-{label}"))
-                if out["problems"]:
-                    raise SystemExit(f"bench: {label}: amb verify found {out['problems']} problems")
-                times[label].append(out["seconds"])
-                cpu[label].append(out["cpu_s"])
+                store = work / f"{name}-{label}"
+                warm_page_cache(store)  # the round before dropped it
+                warm = run_step(build, "verify", str(store))
+                if warm["problems"]:
+                    raise SystemExit(f"bench: {label}: amb verify found {warm['problems']} problems")
+                for cache, out in (("warm", warm), ("cold", cold_verify(build, store))):
+                    if out is not None:
+                        times.setdefault((cache, label), []).append(out["seconds"])
+                        cpu.setdefault((cache, label), []).append(out["cpu_s"])
                 loads.append(os.getloadavg()[0])
-        first, first_cpu = statistics.median(times["this"]), statistics.median(cpu["this"])
-        print(
-            f"\n{name}: amb verify, median of {rounds} alternating rounds "
-            f"(load average {min(loads):.1f}-{max(loads):.1f})"
-        )
-        for label, ts in times.items():
-            med, med_cpu = statistics.median(ts), statistics.median(cpu[label])
-            rounds_s = ", ".join(f"{t:.2f}" for t in ts)
+        for cache in ("warm", "cold"):
+            if (cache, "this") not in times:
+                print(f"\n{name}: amb verify, page cache dropped: not measured (needs root)")
+                continue
+            first = statistics.median(times[(cache, "this")])
+            first_cpu = statistics.median(cpu[(cache, "this")])
+            what = "page cache warm" if cache == "warm" else "page cache dropped before each"
             print(
-                f"  {label:16} {med:8.2f} s   (rounds {rounds_s})   this/{label} {first / med:.2f}x"
-                f"   CPU {med_cpu:.2f} s, this/{label} {first_cpu / med_cpu:.2f}x"
+                f"\n{name}: amb verify ({what}), median of {rounds} alternating rounds "
+                f"(load average {min(loads):.1f}-{max(loads):.1f})"
             )
+            for label in builds:
+                ts, med_cpu = times[(cache, label)], statistics.median(cpu[(cache, label)])
+                med = statistics.median(ts)
+                rounds_s = ", ".join(f"{t:.2f}" for t in ts)
+                print(
+                    f"  {label:16} {med:8.2f} s   (rounds {rounds_s})   this/{label} {first / med:.2f}x"
+                    f"   CPU {med_cpu:.2f} s, this/{label} {first_cpu / med_cpu:.2f}x"
+                )
 
 
 def main() -> None:
