@@ -27,7 +27,10 @@ store first: a recorder that died before closing leaves its run's blobs there.
 
 Torn tails (a writer killed mid-frame) are found in Python by looking at the end of each file;
 such a file is loaded from a temporary copy of its complete frames, and the tail is reported.
-Unchanged files (same size as when last loaded) are skipped without being read.
+Unchanged files (same size as when last loaded) are skipped without being read. Every other spool
+is read by DuckDB where it lies; one whose size changed while the batch was loaded (its producer
+still appends, and may have had half a line written when DuckDB read it) is loaded again from a
+copy of its complete frames (``_load``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -53,8 +57,6 @@ from schemas.frames import MAGIC, MAX_BODY, Tail, scan, tail_of
 
 BATCH_FILES = 3000
 """Spool files per DuckDB statement (about a million events for typical runs)."""
-TAGGED_FILE_BYTES = 64 << 20
-"""Spools are read by DuckDB through a few concatenated copies of about this size (see ``_tagged``)."""
 
 
 _BLOB_MARK = BLOB_MARK.encode()
@@ -93,6 +95,8 @@ class _Spool(NamedTuple):
     source: str
     size: int
     tail: Tail | None
+    in_place: bool = False
+    """``readable`` is the producer's own file (``size`` bytes when ``_prepare`` looked), not a copy."""
 
 
 def spool_files(store_root: Path, run_ids: list[str] | None = None) -> list[Path]:
@@ -123,7 +127,8 @@ def _prepare(path: Path, key: str, tmp: Path) -> _Spool | None:
     run_id, source = path.parent.name, Path(key).stem
     if not (ID_RE.match(run_id) and ID_RE.match(source)):
         raise SpoolError(f"{path}: not a spool of the store layout spool/<run>/<source>.spool")
-    if path.name.endswith(spools.COMPRESSED):
+    compressed = path.name.endswith(spools.COMPRESSED)
+    if compressed:
         try:
             plain = tmp / f"{len(os.listdir(tmp))}.spool"
             plain.write_bytes(spools.read_bytes(path))
@@ -142,7 +147,7 @@ def _prepare(path: Path, key: str, tmp: Path) -> _Spool | None:
                 )
             raise SpoolError(f"{path}: not a spool file (bad magic)")
         if last == b"\n":
-            return _Spool(key, str(path), run_id, source, size, None)
+            return _Spool(key, str(path), run_id, source, size, None, in_place=not compressed)
         f.seek(0)
         data = f.read(size)
     tail = tail_of(data)
@@ -230,16 +235,15 @@ FROM (
                           ',"source":"', x[5], '","ts_ns":', TRY_CAST(x[6] AS BIGINT),
                           ',"v":', TRY_CAST(x[7] AS INTEGER), '}}') AS tail_text
             FROM (
-                SELECT file, len, digest, body,
+                SELECT CAST(file_index AS BIGINT) AS file, len, digest, body,
                        json_extract_string(
                            body,
                            ['$.kind', '$.prev_hash', '$.run_id', '$.seq', '$.source', '$.ts_ns', '$.v',
                             {", ".join(repr(p) for p in hot.body_paths())}]
                        ) AS x
-                FROM read_csv($files, delim = '\t', quote = '', escape = '', header = false,
+                FROM read_csv($files, delim = '\t', quote = '', escape = '', header = false, skip = 1,
                               auto_detect = false, max_line_size = {2 * MAX_BODY},
-                              columns = {{'file': 'BIGINT', 'len': 'BIGINT', 'digest': 'VARCHAR',
-                                          'body': 'VARCHAR'}})
+                              columns = {{'len': 'BIGINT', 'digest': 'VARCHAR', 'body': 'VARCHAR'}})
             ) AS c
         ) AS t
     ) AS p
@@ -311,52 +315,41 @@ def _first_failure(failures: list[tuple[str, AmbError]], report: IngestReport) -
     return first_error
 
 
-def _tagged(readable: list[_Spool], tmp: Path, blob_marks: dict[str, int]) -> list[str]:
-    """The frames of these spools, each line prefixed by its spool's index and a tab, in a few files.
+MARK_CHUNK = 16 << 20
+"""Bytes of a spool read at a time to count its blob references."""
 
-    DuckDB's CSV reader pays a few milliseconds for every file it opens, more than reading a
-    typical run's spool takes; a sweep's thousand runs are thousands of small spools. Read through
-    these copies, one statement costs about the same for a thousand small spools as for one big.
-    A spool's first line (its header) is left out; so is a last line without its newline (a
-    producer still appending: ingest loads it the next time).
 
-    ``blob_marks`` gets each spool's count of blob references in the lines copied (``BLOB_MARK``:
-    only a payload can hold one, since a loaded body's envelope strings hold no quote), which is
-    the manifest's count for a run loaded whole by this ingest (``replay.manifest``)."""
-    paths: list[str] = []
-    out = None
-    try:
-        for i, spool in enumerate(readable):
-            if out is None or out.tell() >= TAGGED_FILE_BYTES:
-                if out is not None:
-                    out.close()
-                paths.append(str(tmp / f"tagged-{len(paths)}.csv"))
-                out = open(paths[-1], "wb")
-            prefix = b"%d\t" % i
-            marks = 0
+def _blob_marks(readable: list[_Spool], chunk_bytes: int = MARK_CHUNK) -> dict[str, int]:
+    """Each spool's count of blob references in its frames (``BLOB_MARK``: only a payload can hold
+    one, since a loaded body's envelope strings hold no quote), which is the manifest's count for a
+    run loaded whole by this ingest (``replay.manifest``). Counted in the bytes DuckDB reads (the
+    header line left out), in a thread beside the bulk statement: reading the payloads back out
+    of the database and searching them again costs three times as much."""
+    marks: dict[str, int] = {}
+    for spool in readable:
+        count, rest = 0, b""
+        try:
             with open(spool.readable, "rb") as src:
                 src.readline()  # the header
-                rest = b""
-                while chunk := src.read(4 << 20):
-                    chunk = rest + chunk
-                    cut = chunk.rfind(b"\n") + 1
-                    rest = chunk[cut:]
-                    if cut:
-                        marks += chunk.count(_BLOB_MARK, 0, cut)
-                        out.write(prefix + chunk[: cut - 1].replace(b"\n", b"\n" + prefix) + b"\n")
-            blob_marks[spool.key] = marks
-    finally:
-        if out is not None:
-            out.close()
-    return paths
+                while chunk := src.read(chunk_bytes):
+                    count += chunk.count(_BLOB_MARK)
+                    if rest:  # the marks that start in the last chunk and end in this one
+                        count += (rest + chunk[: len(_BLOB_MARK) - 1]).count(_BLOB_MARK)
+                    keep = len(_BLOB_MARK) - 1  # the stream's last bytes, where a mark may begin
+                    rest = chunk[-keep:] if len(chunk) >= keep else (rest + chunk)[-keep:]
+        except OSError:
+            continue  # removed meanwhile (``_changed`` says so) or unreadable (so is it to DuckDB)
+        marks[spool.key] = count
+    return marks
 
 
-def _insert(con: duckdb.DuckDBPyConnection, sql: str, readable: list[_Spool], tagged: list[str]) -> int:
-    """The bulk statement over the tagged copies. Each line names its spool by index; the spools'
-    keys, runs and sources are list parameters indexed by it (a join on the index carried every
-    body and its parsed fields through a hash join: a quarter of the statement's time)."""
+def _insert(con: duckdb.DuckDBPyConnection, sql: str, readable: list[_Spool]) -> int:
+    """The bulk statement over the spools. Each row names its spool by ``file_index`` (DuckDB's
+    position of the file in the list read); the spools' keys, runs and sources are list parameters
+    indexed by it (a join on the file name carried every body and its parsed fields through a hash
+    join: a quarter of the statement's time)."""
     params = {
-        "files": tagged,
+        "files": [f.readable for f in readable],
         "keys": [f.key for f in readable],
         "runs": [f.run_id for f in readable],
         "sources": [f.source for f in readable],
@@ -364,7 +357,54 @@ def _insert(con: duckdb.DuckDBPyConnection, sql: str, readable: list[_Spool], ta
     return int(con.execute(sql, params).fetchall()[0][0])
 
 
+class _Changed(Exception):
+    """Spools read in place changed size while the statement read them (their producer appends)."""
+
+    def __init__(self, spools: list[_Spool]):
+        super().__init__(", ".join(s.key for s in spools))
+        self.spools = spools
+
+
+def _changed(readable: list[_Spool]) -> list[_Spool]:
+    """The spools read in place whose file is no longer the size ``_prepare`` saw."""
+    out = []
+    for spool in readable:
+        if spool.in_place:
+            try:
+                if os.stat(spool.readable).st_size != spool.size:
+                    out.append(spool)
+            except FileNotFoundError:
+                out.append(spool)
+    return out
+
+
+def _snapshot(spool: _Spool, tmp: Path) -> _Spool:
+    """The spool's complete frames as they are now, copied aside (a last line still being written
+    left for the next ingest): what the statement reads can then not change under it."""
+    try:
+        data = Path(spool.readable).read_bytes()
+    except FileNotFoundError as e:
+        raise SpoolError(f"{spool.key}: removed while it was being ingested") from e
+    copy = tmp / f"{len(os.listdir(tmp))}.spool"
+    copy.write_bytes(data[: data.rfind(b"\n") + 1])
+    return spool._replace(readable=str(copy), in_place=False)
+
+
 def _load(store: Store, files: list[_Spool], blob_marks: dict[str, int]) -> int:
+    """Load these spools in one transaction. DuckDB reads a finished spool where it lies (copying
+    every spool first cost a tenth of the ingest); one that changed size meanwhile (a producer
+    still appending: its last line may be half written when read) is loaded again, from a copy of
+    its complete frames."""
+    try:
+        return _load_once(store, files, blob_marks)
+    except _Changed as changed:
+        keys = {s.key for s in changed.spools}
+        with tempfile.TemporaryDirectory(prefix="amb-ingest-snapshot-") as tmp:
+            files = [_snapshot(f, Path(tmp)) if f.key in keys else f for f in files]
+            return _load_once(store, files, blob_marks)
+
+
+def _load_once(store: Store, files: list[_Spool], blob_marks: dict[str, int]) -> int:
     con = store.con
     readable = [f for f in files if f.readable]
     con.register(
@@ -395,11 +435,18 @@ def _load(store: Store, files: list[_Spool], blob_marks: dict[str, int]) -> int:
                 sql = _INSERT.replace("{stored_join}", _STORED_JOIN if seen else "").replace(
                     "{stored_hash}", "e.hash" if seen else "NULL::VARCHAR"
                 )
-                with tempfile.TemporaryDirectory(prefix="amb-ingest-tagged-") as tmp:
-                    tagged = _tagged(readable, Path(tmp), blob_marks)
-                    added = _insert(con, sql, readable, tagged) if tagged else 0
+                with ThreadPoolExecutor(1) as counting:
+                    marks = counting.submit(_blob_marks, readable)
+                    added = _insert(con, sql, readable)
+                    blob_marks.update(marks.result())
             except duckdb.Error as e:
+                changed = _changed(readable)
+                if changed:
+                    raise _Changed(changed) from e
                 raise _explain(readable, e) from e
+            changed = _changed(readable)
+            if changed:  # what was loaded (and counted) of them may not be what _prepare saw
+                raise _Changed(changed)
             bad = first(con.execute(_SEQUENCE_CHECK))
             if bad:
                 run_id, source, n, distinct, lo, hi = bad

@@ -1,24 +1,26 @@
 """Ingest's fast paths refuse bad spools exactly as the full checks do.
 
 A first ingest of runs the store has never seen skips the join with stored events (nothing can
-conflict), and each tagged line finds its spool's run, source and key by index instead of through
-a join. These tests load bad spools beside good ones in that path, in one batch, and check that
+conflict), and each row finds its spool's run, source and key by its file's index instead of
+through a join. These tests load bad spools beside good ones in that path, in one batch, and check that
 each is still refused by name, the good runs still load, and nothing of the bad one is stored.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 
 from recorder.synthetic import generate_run
-from replay.ingest import ingest
+from replay.ingest import ingest, spool_files, spool_key
+from replay.manifest import BLOB_MARK
 from replay.store import Store
 from schemas.codec import GENESIS, encode_payload, hash_body, make_body
 from schemas.errors import SpoolError
 from schemas.events import Note
-from schemas.frames import MAGIC, encode_frame
+from schemas.frames import MAGIC, encode_frame, scan
 
 
 def note_body(run_id: str, source: str, seq: int, prev_hash: str, text: str = "x") -> bytes:
@@ -142,3 +144,104 @@ def test_a_spool_cut_inside_its_header_beside_a_new_runs_others(good_runs):
     with Store.open(good_runs, read_only=True) as st:
         kept = stored(st.con, "good-0")
         assert kept is not None and kept == compute(st.con, "good-0") and kept["blob_refs"] > 0
+
+
+def _runs_with_many_spools(root) -> list:
+    """More than 100 spools (ingest's progress comes every 100, before the batch is loaded)."""
+    for i in range(36):
+        generate_run(root, f"live-{i:02d}", seed=i, calls=1)
+    paths = spool_files(root)
+    assert len(paths) > 100
+    return paths
+
+
+def _next_frame(path) -> bytes:
+    """A frame that continues this spool's chain: the first of its events with a blob reference,
+    sent again under the next seq (its blob is in the store, so the store stays sound)."""
+    bodies = scan(path.read_bytes()).bodies
+    with_ref = next(b for b in bodies if BLOB_MARK.encode() in b)
+    last = json.loads(bodies[-1])
+    kind = json.loads(with_ref)["kind"]
+    start = len(b'{"kind":"",' + b'"payload":') + len(kind)
+    payload = with_ref[start : with_ref.rindex(b',"prev_hash":"')]
+    body = make_body(
+        run_id=last["run_id"],
+        source=last["source"],
+        seq=last["seq"] + 1,
+        ts_ns=last["ts_ns"] + 1,
+        kind=kind,
+        v=json.loads(with_ref)["v"],
+        payload=payload,
+        prev_hash=hash_body(bodies[-1]),
+    )
+    return encode_frame(body, hashlib.sha256(body).hexdigest())
+
+
+def _stored(root, path) -> int:
+    with Store.open(root, read_only=True) as st:
+        rows = st.con.execute(
+            "SELECT count(*) FROM events WHERE run_id = ? AND source = ?", [path.parent.name, path.stem]
+        ).fetchall()
+    return int(rows[0][0])
+
+
+@pytest.mark.parametrize("what", ["a whole frame", "half a frame"])
+def test_a_spool_appended_to_while_ingest_reads_it(tmp_path, what):
+    """DuckDB reads a finished spool where it lies. A producer still appending can change it between
+    the look ``_prepare`` takes and the statement's read: a last line half written (which would read
+    as a bad frame), or frames (whose blob references the manifest counts). Ingest loads such a spool
+    again from a copy of its complete frames: no error, nothing half loaded, manifests sound; the rest
+    of a half-written frame is loaded by the next ingest."""
+    from replay.verify import verify
+
+    root = tmp_path / "store"
+    paths = _runs_with_many_spools(root)
+    # The run still records: its recorder's spool (with run.finished) comes at the end.
+    recorder = root / "spool" / "live-00" / "recorder.spool"
+    aside = tmp_path / "recorder-of-live-00.spool"
+    recorder.rename(aside)
+    target = next(
+        p for p in paths[:100] if p.parent.name == "live-00" and BLOB_MARK.encode() in p.read_bytes()
+    )
+    frames_before = len(scan(target.read_bytes()).bodies)
+    frame = _next_frame(target)
+    cut = len(frame) if what == "a whole frame" else len(frame) // 2
+
+    def progress(done: int, total: int) -> None:
+        if done == 100:  # the first 100 spools are prepared, none is loaded yet
+            with open(target, "ab") as f:
+                f.write(frame[:cut])
+
+    report = ingest(root, spool_mode="keep", progress=progress)
+    assert report.failed == []
+    assert _stored(root, target) == frames_before + (cut == len(frame))
+    with Store.open(root, read_only=True) as st:
+        assert verify(st.con, st.blobs) == []
+    with open(target, "ab") as f:
+        f.write(frame[cut:])  # the producer finishes its frame, then the run ends
+    aside.rename(recorder)
+    assert ingest(root, spool_mode="keep").failed == []
+    assert _stored(root, target) == frames_before + 1
+    with Store.open(root, read_only=True) as st:
+        assert verify(st.con, st.blobs) == []
+        refs = st.con.execute(
+            "SELECT count(*) FROM events WHERE run_id = 'live-00' AND contains(payload, ?)", [BLOB_MARK]
+        ).fetchall()
+    assert refs[0][0] > 0
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 14, 15, 16, 100, 1 << 20])
+def test_blob_marks_are_counted_across_chunk_boundaries(tmp_path, chunk):
+    """``_blob_marks`` reads a spool in chunks; a mark split between two is counted once. The count
+    is the whole file's (header line left out), whatever the chunk size."""
+    import replay.ingest as ingest_module
+
+    root = tmp_path / "store"
+    generate_run(root, "marks", seed=3, calls=4)
+    spools = [p for p in spool_files(root) if BLOB_MARK.encode() in p.read_bytes()]
+    assert spools
+    readable = [ingest_module._prepare(p, spool_key(root, p), tmp_path) for p in spools]
+    counted = ingest_module._blob_marks([s for s in readable if s is not None], chunk)
+    assert counted == {
+        spool_key(root, p): p.read_bytes().split(b"\n", 1)[1].count(BLOB_MARK.encode()) for p in spools
+    }
