@@ -124,7 +124,9 @@ def _chain_problems(
     con: duckdb.DuckDBPyConnection, chains: list[tuple[str, str]]
 ) -> dict[tuple[str, str, int], tuple[str, str]]:
     """Gaps and broken links in these (unsound) chains, by event: (kind, what). A gap says more
-    than a broken link. The window that words them runs over these chains only."""
+    than a broken link. The window that words them runs over these chains only. Two events that
+    claim one seq are ordered by their hashes, so that the same store is always worded the same
+    way (by seq alone, which of them came first followed the rows' order on disk)."""
     if not chains:
         return {}
     con.register(
@@ -139,7 +141,7 @@ def _chain_problems(
                        row_number() OVER w - 1 AS expected_seq
                 FROM (SELECT run_id, source, seq, kind, hash, prev_hash FROM events
                       SEMI JOIN _amb_unsound USING (run_id, source)) AS events
-                WINDOW w AS (PARTITION BY run_id, source ORDER BY seq)
+                WINDOW w AS (PARTITION BY run_id, source ORDER BY seq, hash)
             )
             SELECT run_id, source, seq, kind,
                    CASE WHEN seq <> expected_seq THEN 'sequence gap: seq ' || expected_seq || ' is missing'

@@ -41,7 +41,7 @@ REFERENCE = f"""
                lag(hash) OVER w AS prev_stored,
                row_number() OVER w - 1 AS expected_seq
         FROM events
-        WINDOW w AS (PARTITION BY run_id, source ORDER BY seq)
+        WINDOW w AS (PARTITION BY run_id, source ORDER BY seq, hash)
     )
     SELECT run_id, source, seq, kind,
            CASE
