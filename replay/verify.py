@@ -90,10 +90,9 @@ HASH_BATCH = 2 * ROW_GROUP
 here) is built while the one before is hashed."""
 
 
-def _string_slices(column: pa.ChunkedArray) -> tuple[memoryview, list[int]]:
-    """A string column's bytes and its offsets (value i is ``data[offsets[i]:offsets[i + 1]]``),
-    read from Arrow's buffers without making a Python object per value."""
-    array = column.combine_chunks()
+def _string_slices(array: pa.Array) -> tuple[memoryview, list[int]]:
+    """A string array's bytes and its offsets (value i is ``data[offsets[i]:offsets[i + 1]]``),
+    read from Arrow's buffers without making a Python object per value or copying the bytes."""
     if array.type not in (pa.string(), pa.large_string()):
         array = array.cast(pa.large_string())
     offset_type = np.int32 if array.type == pa.string() else np.int64
@@ -111,10 +110,12 @@ def _rehash_failures(batch: pa.Table) -> list[int]:
     its time per byte, and this loop runs on its own core while DuckDB builds the next batch.
     ``hex`` is the stored hash without its prefix (a hash without the prefix gets a ``!``, which
     no hex digest equals), so a sound batch is one comparison of two lists."""
-    data, offsets = _string_slices(batch.column("body"))
     stored = batch.column("hex").to_pylist()
     sha256 = hashlib.sha256
-    digests = [sha256(data[a:b]).hexdigest() for a, b in zip(offsets, offsets[1:], strict=False)]
+    digests: list[str] = []
+    for chunk in batch.column("body").chunks:  # chunk by chunk: combining them copied every body
+        data, offsets = _string_slices(chunk)
+        digests += [sha256(data[a:b]).hexdigest() for a, b in zip(offsets, offsets[1:], strict=False)]
     if digests == stored:
         return []
     return [i for i, (got, want) in enumerate(zip(digests, stored, strict=True)) if got != want]

@@ -276,3 +276,25 @@ def test_a_damaged_pack_record_anywhere_is_named(store, tmp_path, where):
     named = [p for p in apart if p.what.startswith(f"blob {address} ")]  # (deltas built on it name it too)
     assert named and words and all(p.what == words for p in named), (apart, words)
     shutil.rmtree(tmp_path / "store", ignore_errors=True)
+
+
+def test_rehash_reads_a_body_column_of_several_chunks_and_slices():
+    """DuckDB hands a batch's bodies as several Arrow chunks (and a chunk may be a slice of a
+    bigger array, with an offset): each chunk is hashed where it lies. Every position whose stored
+    hash differs is found, in whichever chunk, and only those."""
+    import hashlib
+
+    import pyarrow as pa
+
+    from replay.verify import _rehash_failures
+
+    bodies = [f'{{"kind":"note","n":{i},"text":"{"x" * i}"}}' for i in range(12)]
+    hexes = [hashlib.sha256(b.encode()).hexdigest() for b in bodies]
+    hexes[5] = "0" * 64  # in the sliced chunk
+    hexes[10] = "!" + hexes[10]  # a stored hash without its prefix, in the last chunk
+    whole = pa.array(bodies)
+    column = pa.chunked_array([whole[:3], whole[3:3], whole[3:8], pa.array(bodies[8:])])
+    assert column.num_chunks == 4 and column.chunk(2).offset == 3
+    table = pa.table({"body": column, "hex": pa.chunked_array([pa.array(hexes[:7]), pa.array(hexes[7:])])})
+    assert _rehash_failures(table) == [5, 10]
+    assert _rehash_failures(table.slice(0, 5)) == []
