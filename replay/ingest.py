@@ -28,9 +28,9 @@ store first: a recorder that died before closing leaves its run's blobs there.
 Torn tails (a writer killed mid-frame) are found in Python by looking at the end of each file;
 such a file is loaded from a temporary copy of its complete frames, and the tail is reported.
 Unchanged files (same size as when last loaded) are skipped without being read. Every other spool
-is read by DuckDB where it lies; one whose size changed while the batch was loaded (its producer
-still appends, and may have had half a line written when DuckDB read it) is loaded again from a
-copy of its complete frames (``_load``).
+is read by DuckDB where it lies; if one changed while the batch was loaded (its producer still
+appends, and may have had half a line written when DuckDB read it), the batch is loaded again
+from copies of its complete frames (``_load``).
 """
 
 from __future__ import annotations
@@ -97,6 +97,8 @@ class _Spool(NamedTuple):
     tail: Tail | None
     in_place: bool = False
     """``readable`` is the producer's own file (``size`` bytes when ``_prepare`` looked), not a copy."""
+    mtime_ns: int = 0
+    """When ``_prepare`` looked, the modification time of a spool read in place."""
 
 
 def spool_files(store_root: Path, run_ids: list[str] | None = None) -> list[Path]:
@@ -121,9 +123,9 @@ def spool_key(store_root: Path, path: Path) -> str:
     return key.removesuffix(spools.COMPRESSED)
 
 
-def _prepare(path: Path, key: str, tmp: Path) -> _Spool | None:
+def _prepare(path: Path, key: str, tmp: Path, *, copy: bool = False) -> _Spool | None:
     """Check a spool's header and end; copy the complete frames aside if the tail is torn (or the
-    spool is compressed)."""
+    spool is compressed, or ``copy``)."""
     run_id, source = path.parent.name, Path(key).stem
     if not (ID_RE.match(run_id) and ID_RE.match(source)):
         raise SpoolError(f"{path}: not a spool of the store layout spool/<run>/<source>.spool")
@@ -137,7 +139,8 @@ def _prepare(path: Path, key: str, tmp: Path) -> _Spool | None:
         path = plain
     with open(path, "rb") as f:
         head = f.read(len(MAGIC))
-        size = os.fstat(f.fileno()).st_size
+        stat = os.fstat(f.fileno())
+        size = stat.st_size
         f.seek(max(size - 1, 0))
         last = f.read(1)
         if head != MAGIC:
@@ -146,14 +149,16 @@ def _prepare(path: Path, key: str, tmp: Path) -> _Spool | None:
                     key, "", run_id, source, size, Tail(0, size, "incomplete file header") if size else None
                 )
             raise SpoolError(f"{path}: not a spool file (bad magic)")
-        if last == b"\n":
-            return _Spool(key, str(path), run_id, source, size, None, in_place=not compressed)
+        if last == b"\n" and not copy:
+            return _Spool(
+                key, str(path), run_id, source, size, None, in_place=not compressed, mtime_ns=stat.st_mtime_ns
+            )
         f.seek(0)
         data = f.read(size)
     tail = tail_of(data)
-    copy = tmp / f"{len(os.listdir(tmp))}.spool"
-    copy.write_bytes(data[: tail.offset] if tail else data)
-    return _Spool(key, str(copy), run_id, source, size, tail)
+    copied = tmp / f"{len(os.listdir(tmp))}.spool"
+    copied.write_bytes(data[: tail.offset] if tail else data)
+    return _Spool(key, str(copied), run_id, source, size, tail)
 
 
 def _materialise_packs(store: Store, run_dirs: set[Path]) -> tuple[int, list[FileReport]]:
@@ -358,50 +363,42 @@ def _insert(con: duckdb.DuckDBPyConnection, sql: str, readable: list[_Spool]) ->
 
 
 class _Changed(Exception):
-    """Spools read in place changed size while the statement read them (their producer appends)."""
-
-    def __init__(self, spools: list[_Spool]):
-        super().__init__(", ".join(s.key for s in spools))
-        self.spools = spools
+    """Spools read in place changed while the statement read them (their producer appends)."""
 
 
-def _changed(readable: list[_Spool]) -> list[_Spool]:
-    """The spools read in place whose file is no longer the size ``_prepare`` saw."""
+def _changed(readable: list[_Spool]) -> list[str]:
+    """The spools read in place whose file is no longer as ``_prepare`` saw it (size, mtime)."""
     out = []
     for spool in readable:
         if spool.in_place:
             try:
-                if os.stat(spool.readable).st_size != spool.size:
-                    out.append(spool)
+                st = os.stat(spool.readable)
+                if (st.st_size, st.st_mtime_ns) != (spool.size, spool.mtime_ns):
+                    out.append(spool.key)
             except FileNotFoundError:
-                out.append(spool)
+                out.append(spool.key)
     return out
-
-
-def _snapshot(spool: _Spool, tmp: Path) -> _Spool:
-    """The spool's complete frames as they are now, copied aside (a last line still being written
-    left for the next ingest): what the statement reads can then not change under it."""
-    try:
-        data = Path(spool.readable).read_bytes()
-    except FileNotFoundError as e:
-        raise SpoolError(f"{spool.key}: removed while it was being ingested") from e
-    copy = tmp / f"{len(os.listdir(tmp))}.spool"
-    copy.write_bytes(data[: data.rfind(b"\n") + 1])
-    return spool._replace(readable=str(copy), in_place=False)
 
 
 def _load(store: Store, files: list[_Spool], blob_marks: dict[str, int]) -> int:
     """Load these spools in one transaction. DuckDB reads a finished spool where it lies (copying
-    every spool first cost a tenth of the ingest); one that changed size meanwhile (a producer
-    still appending: its last line may be half written when read) is loaded again, from a copy of
-    its complete frames."""
+    every spool first cost a tenth of the ingest). If one changed meanwhile (a producer still
+    appending: its last line may be half written when read), the batch is loaded again with every
+    spool it read in place copied first, as ``_prepare`` copies a torn one: then nothing it reads
+    can change under it."""
     try:
         return _load_once(store, files, blob_marks)
-    except _Changed as changed:
-        keys = {s.key for s in changed.spools}
-        with tempfile.TemporaryDirectory(prefix="amb-ingest-snapshot-") as tmp:
-            files = [_snapshot(f, Path(tmp)) if f.key in keys else f for f in files]
-            return _load_once(store, files, blob_marks)
+    except _Changed:
+        with tempfile.TemporaryDirectory(prefix="amb-ingest-copies-") as tmp:
+            copies = []
+            for f in files:
+                try:
+                    copy = _prepare(Path(f.readable), f.key, Path(tmp), copy=True) if f.in_place else f
+                except FileNotFoundError as e:
+                    raise SpoolError(f"{f.key}: removed while it was being ingested") from e
+                if copy is not None:
+                    copies.append(copy)
+            return _load_once(store, copies, blob_marks)
 
 
 def _load_once(store: Store, files: list[_Spool], blob_marks: dict[str, int]) -> int:
@@ -442,11 +439,11 @@ def _load_once(store: Store, files: list[_Spool], blob_marks: dict[str, int]) ->
             except duckdb.Error as e:
                 changed = _changed(readable)
                 if changed:
-                    raise _Changed(changed) from e
+                    raise _Changed(", ".join(changed)) from e
                 raise _explain(readable, e) from e
             changed = _changed(readable)
             if changed:  # what was loaded (and counted) of them may not be what _prepare saw
-                raise _Changed(changed)
+                raise _Changed(", ".join(changed))
             bad = first(con.execute(_SEQUENCE_CHECK))
             if bad:
                 run_id, source, n, distinct, lo, hi = bad
