@@ -2,7 +2,9 @@
 
 Every error a user can cause (bad input, a tampered store, a malformed submission) is an
 ``AmbError``: the CLI prints its message as one line on stderr and exits with ``exit_code``,
-never with a traceback. Third-party errors are converted at the boundary (``raise X(...) from e``).
+never with a traceback. The exit codes: 1 the operation failed (a verify that finds tampering, a run
+that failed, a store that cannot be read), 2 bad input (``BadInput``), 3 not found (``NotFound``).
+Third-party errors are converted at the boundary (``raise X(...) from e``).
 Anything that is not an ``AmbError`` is our bug and is allowed to surface loudly.
 """
 
@@ -51,7 +53,22 @@ class VerifyFailure(AmbError):
     """``amb verify`` found a tampered, missing or out-of-order event or blob."""
 
 
-class UsageError(AmbError):
-    """The command's arguments are wrong."""
+class BadInput(AmbError):
+    """The command's arguments, or a file they name, are not acceptable input (malformed, out of
+    range, or a run id the store already holds). Exit code 2, as click's own usage errors."""
 
     exit_code = 2
+
+
+class UsageError(BadInput):
+    """The command's arguments are wrong."""
+
+
+class NotFound(AmbError):
+    """What the command names (a run, a store, a file) does not exist. Exit code 3."""
+
+    exit_code = 3
+
+
+class RunExists(BadInput):
+    """A run id the store (or its spools) already holds: runs are never merged or reused in place."""
