@@ -41,6 +41,7 @@ from schemas.blobstore import BlobStore
 from schemas.codec import check_id
 from schemas.errors import AmbError, SchemaError, UsageError
 from schemas.events import Payload, ProcessExited, RunFinished, RunStarted, kind_of
+from schemas.run_claim import require_free
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -199,8 +200,7 @@ class _RecorderLog:
 
     def __init__(self, store: Path, run_id: str):
         path = spool_path(store, run_id, "recorder")
-        if path.exists() and path.stat().st_size > 8:
-            raise UsageError(f"run id {run_id!r} already exists in {store}; pick another --run-id")
+        require_free(store, run_id, "pick another --run-id")
         self.writer = SpoolWriter(path, run_id, "recorder")
         self.counts: Counter[str] = Counter()
 

@@ -17,7 +17,7 @@ from recorder.local_backend import LocalBackend
 from recorder.run import RunSpec, Stopped, record
 from recorder.spool import spool_path
 from schemas.codec import decode_event
-from schemas.errors import UsageError
+from schemas.errors import RunExists, UsageError
 from schemas.events import RunFinished
 from schemas.frames import scan
 from tests.fakes.harness import REAL_KEYS
@@ -84,10 +84,26 @@ def test_temp_dirs_of_killed_recorders_are_swept(tmp_path, fake):
 
 def test_run_id_cannot_be_reused(tmp_path, fake):
     run(tmp_path, fake, ["true"], run_id="fixed-id")
-    with pytest.raises(UsageError, match="already exists"):
+    with pytest.raises(RunExists, match="already exists"):
         run(tmp_path, fake, ["true"], run_id="fixed-id")
     with pytest.raises(UsageError, match="invalid run id"):
         run(tmp_path, fake, ["true"], run_id="bad id!")
+
+
+def test_a_run_id_an_import_holds_is_not_recorded_into(tmp_path, fake):
+    """Any source's spool claims the id: a run recorded under an imported run's id would merge
+    with it (its events appended to the imported run, its manifest broken)."""
+    from recorder.importers.common import RunBuilder, write
+    from schemas.events import RunStarted
+
+    b = RunBuilder("taken-by-import")
+    b.emit(RunStarted(backend="import"), 1_000)
+    b.emit(RunFinished(status="completed"), 2_000)
+    write(tmp_path / "store", b)
+    before = sorted(p.name for p in (tmp_path / "store" / "spool" / "taken-by-import").iterdir())
+    with pytest.raises(RunExists, match="'taken-by-import' already exists .*import spools"):
+        run(tmp_path, fake, ["true"], run_id="taken-by-import")
+    assert sorted(p.name for p in (tmp_path / "store" / "spool" / "taken-by-import").iterdir()) == before
 
 
 class _SignalledWhileClosing(LocalBackend):
