@@ -19,10 +19,11 @@ from sweeps.shard import SHARD_FILE, Layout
 def ingest_from(
     store: str, sources: list[Path], *, as_json: bool = False, spool_mode: str | None = None
 ) -> int:
-    """Load every source; returns the exit status (1 when anything was refused)."""
+    """Load every source; returns the exit status: 1 when anything was refused, 2 when all that was
+    refused is a run whose id the store holds for a different run (bad input, as ``RunExists``)."""
     t0 = time.monotonic()
     out: list[dict[str, Any]] = []
-    failed = False
+    failed = taken = False
     for source in sources:
         source = source.resolve()
         duplicates: list[str] = []
@@ -51,8 +52,9 @@ def ingest_from(
             )
             failed = True
             continue
+        taken = taken or bool(report.taken)
+        failed = failed or bool(refused) or len(report.refused) > len(report.taken)
         refused += report.refused
-        failed = failed or bool(refused)
         out.append(_summary(source, kind, report, duplicates, refused))
     took = time.monotonic() - t0
     if as_json:
@@ -67,7 +69,7 @@ def ingest_from(
                 f"{s['spools_copied']} spool(s) and {s['blobs_copied']} blob(s) copied; "
                 f"{len(s['duplicates'])} duplicate(s) kept aside, {len(s['refused'])} refused"
             )
-    return 1 if failed else 0
+    return 1 if failed else 2 if taken else 0
 
 
 def _summary(

@@ -9,11 +9,11 @@ event's envelope agree); every file exactly the size ``shard.json`` recorded (a 
 blob is refused, not loaded as a torn tail); every frame's length and checksum, and every blob's
 content against its address. A refused shard is named with its reason and nothing of it is copied.
 
-Then its spools are copied into ``spool/<run id>/`` of the store (a spool already there must be
-byte-identical: re-loading adds nothing, and a different run under the same id is refused), its
-blobs into ``blobs/`` (write-once), and one ``replay.ingest.ingest`` call loads every new spool
-with the store's own checks (hash chains, sequences, known kinds).
-"""
+Then its spools are copied into ``spool/<run id>/`` of the store, its blobs into ``blobs/``
+(write-once), and one ``replay.ingest.ingest`` call loads every new spool with the store's own checks
+(hash chains, sequences, known kinds). A run id the store already holds (``schemas.run_claim``) is
+loaded only if the store holds this very run, spool for spool (re-loading adds nothing); a different
+run under that id is refused as ``RunExists`` (runs are never merged or reused in place)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import hashlib
 import os
 import re
 import stat
+import threading
 import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -36,8 +37,9 @@ from replay.store import Store
 from schemas.blob import HASH_PREFIX
 from schemas.blobstore import CHUNK_MAGIC, BlobStore
 from schemas.codec import ID_RE, SOURCES
-from schemas.errors import AmbError, BlobError, SpoolError
+from schemas.errors import AmbError, BlobError, RunExists, SpoolError
 from schemas.frames import scan
+from schemas.run_claim import held_spools, taken_message
 
 SPOOL_RE = re.compile(r"^spool/([^/]+)/([A-Za-z0-9._:-]+)\.spool$")
 PACK_RE = re.compile(r"^spool/([^/]+)/([A-Za-z0-9._:-]+)\.blobs$")
@@ -93,6 +95,13 @@ class LoadReport:
     spools_copied: int = 0
     blobs_copied: int = 0
     ingest: IngestReport | None = None
+    taken: list[str] = field(default_factory=list)
+    """Shards of ``refused`` whose run id the store holds for a different run (bad input)."""
+
+    def refuse(self, where: str, error: ShardError, root: Path) -> None:
+        self.refused.append((where, _without(str(error), root)))
+        if isinstance(error, RunExists):
+            self.taken.append(where)
 
 
 def _walk(root: Path) -> list[tuple[str, os.stat_result]]:
@@ -283,20 +292,47 @@ def _check_spool(root: Path, path: Path, run_id: str) -> bytes:
     return data
 
 
-def _copy_in(store_root: Path, shard: Checked, report: LoadReport) -> None:
+def _copy_in(store_root: Path, shard: Checked, report: LoadReport, stored: Stored) -> None:
     """One checked shard into the store (see :func:`_copy_batch`); raises ``ShardError``."""
-    refused = _copy_batch(store_root, [shard], report)
+    refused = _copy_batch(store_root, [shard], report, stored)
     if refused:
-        raise ShardError(f"{shard.root}: {refused[0][1]}")
+        raise refused[0][1]
 
 
-def _copy_batch(store_root: Path, batch: list[Checked], report: LoadReport) -> list[tuple[Checked, str]]:
+Stored = Callable[[str], spools.Head | None]
+"""The ``Head`` of a spool the store loaded, by key (``replay.spools.stored_head``)."""
+
+TAKEN_WAY_OUT = (
+    "load it into another store (--store DIR), or rename it on the way in: `amb export atif RUN` "
+    "from its own store, then `amb import atif` of that folder with --run-id NEW"
+)
+
+
+class ShardTaken(ShardError, RunExists):
+    """A shard or run whose id the store holds for a different run (exit code 2, as ``RunExists``)."""
+
+
+def _taken(store_root: Path, shard: Checked, contents: dict[Path, bytes], stored: Stored) -> None:
+    """``ShardTaken`` when the store holds the shard's run id for another run; nothing when the id
+    is free or holds this very run (loading a shard again adds nothing)."""
+    held = held_spools(store_root, shard.run_id)
+    if not held:
+        return
+    incoming = {p.name.removesuffix(".spool"): d for p, d in contents.items() if p.name.endswith(".spool")}
+    why = spools.differs(store_root, shard.run_id, held, incoming, stored)
+    if why is not None:
+        raise ShardTaken(taken_message(store_root, shard.run_id, held, TAKEN_WAY_OUT, why))
+
+
+def _copy_batch(
+    store_root: Path, batch: list[Checked], report: LoadReport, stored: Stored
+) -> list[tuple[Checked, ShardError]]:
     """Checked shards into the store: first every shard's blobs, made durable by one flush for the
     whole batch, then their spools. A spool exists in the store only once every blob it names is on
     disk, so a kill at any point leaves blobs without spools (harmless: loading again finds them
-    there), never a spool without its blobs. Returns the shards refused here (the store holds a
-    different run under the same id) with the reason; nothing of those is copied."""
-    refused: list[tuple[Checked, str]] = []
+    there), never a spool without its blobs. Returns the shards refused here with the reason
+    (``ShardTaken``: the store holds their run id for a different run); nothing of those is copied."""
+    refused: list[tuple[Checked, ShardError]] = []
     ready: list[tuple[Checked, dict[Path, bytes]]] = []
     blobs = BlobStore(store_root / "blobs")
     for shard in batch:
@@ -304,23 +340,18 @@ def _copy_batch(store_root: Path, batch: list[Checked], report: LoadReport) -> l
             contents = {
                 path: shard.data.get(path) or path.read_bytes() for path in shard.spools + shard.packs
             }
-            there = _names(store_root / "spool" / shard.run_id)
-            for path, data in contents.items():
-                held = _held(store_root / "spool" / shard.run_id / path.name) if there else None
-                if held is not None and held is not _DROPPED and held != data:
-                    raise ShardError(
-                        f"the store already holds a different run {shard.run_id!r} "
-                        f"({path.name} differs); it is not overwritten"
-                    )
+            _taken(store_root, shard, contents, stored)
             for hexd, path in shard.blobs:
                 raw = shard.blob_data.get(hexd)
                 if blobs.put_stored(hexd, raw if raw is not None else path.read_bytes(), sync=False):
                     report.blobs_copied += 1
-            for hexd, (codec, stored) in shard.records.items():
-                if blobs.put_stored(hexd, stored, sync=False, codec=codec):
+            for hexd, (codec, record) in shard.records.items():
+                if blobs.put_stored(hexd, record, sync=False, codec=codec):
                     report.blobs_copied += 1
-        except (ShardError, BlobError, OSError) as e:
-            refused.append((shard, _without(str(e), shard.root)))
+        except ShardError as e:
+            refused.append((shard, e))
+        except (BlobError, OSError, SpoolError) as e:
+            refused.append((shard, ShardError(str(e))))
         else:
             ready.append((shard, contents))
     blobs.flush()  # durable before the spools that name them exist
@@ -332,7 +363,7 @@ def _copy_batch(store_root: Path, batch: list[Checked], report: LoadReport) -> l
             target_dir.mkdir(parents=True, exist_ok=True)
         for path, data in contents.items():
             target = target_dir / path.name
-            if not there or _held(target) is None:
+            if not there or spools.held_bytes(target) is None:
                 tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
                 tmp.write_bytes(data)
                 os.replace(tmp, target)
@@ -348,48 +379,37 @@ def _names(directory: Path) -> set[str]:
         return set()
 
 
-_DROPPED = b"(dropped)"
-"""What ``_held`` answers for a spool the store dropped after ingest: its events are in the database
-(ingest's key check refuses different events under the same keys), its bytes are gone."""
-
-
-def _held(target: Path) -> bytes | None:
-    """The bytes the store holds for one spool, whichever form ingest left it in (``replay.spools``:
-    kept, compressed, dropped); None when the store does not have it."""
-    if target.exists():
-        return target.read_bytes()
-    if spools.compressed_path(target).exists():
-        return spools.read_bytes(spools.compressed_path(target))
-    if spools.dropped_path(target).exists():
-        return _DROPPED
-    return None
-
-
 def _without(message: str, root: Path) -> str:
     """The reason alone: the report pairs it with the shard's path already."""
     prefix = f"{root}: "
     return message[len(prefix) :] if message.startswith(prefix) else message
 
 
-def _already_in(store_root: Path, shard: Path, run_id: str) -> bool:
-    """Whether the store already holds this shard's spools, by the sizes its shard.json lists (a
-    fast path for re-loading a sweep: shards already loaded are not read again). Spools are
-    append-only and were checked when they were copied in, so equal sizes mean equal files."""
+def _already_in(store_root: Path, shard: Path, run_id: str, stored: Stored) -> bool:
+    """Whether the store already holds this shard's run, by the sizes its shard.json lists (a fast
+    path for re-loading a sweep: shards already loaded are not read again). Spools are append-only
+    and were checked when they were copied in, so equal sizes mean equal files; a spool the store
+    dropped after ingest is compared by the size ingest recorded."""
     try:
         meta = msgspec.json.decode((shard / "shard.json").read_bytes(), type=_Sizes)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return False
-    if meta.run_id != run_id:
+    if meta.run_id != run_id or not ID_RE.match(run_id):
         return False
     wanted = {rel: size for rel, size in meta.files.items() if SPOOL_RE.match(rel)}
-    if not wanted:
+    held = held_spools(store_root, run_id)
+    if not wanted or {Path(rel).name.removesuffix(".spool") for rel in wanted} != set(held):
         return False
     for rel, size in wanted.items():
         try:
-            held = _held(store_root / rel)
+            have = spools.held_bytes(store_root / rel)
         except (OSError, zstandard.ZstdError):
             return False
-        if held is None or (held is not _DROPPED and len(held) != size):
+        if have is spools.DROPPED_HELD:
+            head = stored(rel)
+            if head is None or head.size != size:
+                return False
+        elif have is None or len(have) != size:
             return False
     return True
 
@@ -419,15 +439,19 @@ def load_shards(
     def have_blob(hexd: str) -> bool:
         return target_blobs.has(hexd)
 
-    def check_one(pair: tuple[Path, str]) -> Checked | str | None:
-        """The checked shard; None when the store holds it already; the reason it is refused."""
+    stored = _stored_heads(st)
+
+    def check_one(pair: tuple[Path, str]) -> Checked | ShardError | None:
+        """The checked shard; None when the store holds it already; why it is refused."""
         root, run_id = pair
         try:
-            if sized and _already_in(st.root, root, run_id):
+            if sized and _already_in(st.root, root, run_id, stored):
                 return None
             return check_shard(root, run_id, sized=sized, have_blob=have_blob)
-        except (ShardError, BlobError) as e:
-            return _without(str(e), root)
+        except ShardError as e:
+            return e
+        except BlobError as e:
+            return ShardError(str(e))
 
     try:
         with ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="amb-shard-check") as pool:
@@ -435,14 +459,14 @@ def load_shards(
                 batch = shards[start : start + BATCH_SHARDS]
                 outcomes = list(pool.map(check_one, batch))
                 checked = [c for c in outcomes if isinstance(c, Checked)]
-                refused = {id(shard): why for shard, why in _copy_batch(st.root, checked, report)}
+                refused = {id(shard): e for shard, e in _copy_batch(st.root, checked, report, stored)}
                 for (root, run_id), outcome in zip(batch, outcomes, strict=True):
                     if isinstance(outcome, Checked):
                         outcome = refused.get(id(outcome))
                     if outcome is None:
                         report.loaded.append(run_id)
                     else:
-                        report.refused.append((str(root), outcome))
+                        report.refuse(str(root), outcome, root)
                 if progress is not None:
                     progress(start + len(batch), len(shards))
         if report.loaded:
@@ -450,6 +474,17 @@ def load_shards(
     finally:
         st.close()
     return report
+
+
+def _stored_heads(st: Store) -> Stored:
+    """``replay.spools.stored_head`` on the store's connection, safe to call from the check threads."""
+    lock = threading.Lock()
+
+    def stored(key: str) -> spools.Head | None:
+        with lock:
+            return spools.stored_head(st.con, key)
+
+    return stored
 
 
 def _ingest(st: Store, report: LoadReport, spool_mode: str | None) -> None:
@@ -492,15 +527,18 @@ def merge_store(
         raise ShardError(f"{source}: is the store itself")
     runs = store_runs(source)
     st = Store.open(store_dir)
+    stored = _stored_heads(st)
     try:
         blobs_done = False
         for i, (_root, run_id) in enumerate(runs):
             try:
                 checked = _check_store_run(source, run_id, with_blobs=not blobs_done)
-                _copy_in(st.root, checked, report)
+                _copy_in(st.root, checked, report, stored)
                 blobs_done = True
-            except (ShardError, BlobError) as e:
-                report.refused.append((f"{source}/spool/{run_id}", _without(str(e), source)))
+            except ShardError as e:
+                report.refuse(f"{source}/spool/{run_id}", e, source)
+            except BlobError as e:
+                report.refuse(f"{source}/spool/{run_id}", ShardError(str(e)), source)
             else:
                 report.loaded.append(run_id)
             if progress is not None:

@@ -31,7 +31,9 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
+import duckdb
 import pyarrow as pa
 import zstandard
 
@@ -75,6 +77,70 @@ def read_bytes(path: Path) -> bytes:
         with open(path, "rb") as f:
             return zstandard.ZstdDecompressor().stream_reader(f).read()
     return path.read_bytes()
+
+
+DROPPED_HELD = b"(dropped)"
+"""What ``held_bytes`` answers for a spool the store dropped after ingest: its events are in the
+database, its bytes are gone (``stored_head`` tells what it was)."""
+
+
+def held_bytes(spool: Path) -> bytes | None:
+    """The bytes the store holds for one spool (its plain path), whichever form ingest left it in:
+    kept, compressed, dropped (``DROPPED_HELD``); None when the store does not have it."""
+    if spool.exists():
+        return spool.read_bytes()
+    if compressed_path(spool).exists():
+        return read_bytes(compressed_path(spool))
+    if dropped_path(spool).exists():
+        return DROPPED_HELD
+    return None
+
+
+class Head(NamedTuple):
+    """What identifies a spool's content once its bytes may be gone: its size, its frames and the
+    hash of the last one (the chain makes that hash cover every frame before it)."""
+
+    size: int
+    frames: int
+    last_hash: str | None
+
+
+def stored_head(con: duckdb.DuckDBPyConnection, key: str) -> Head | None:
+    """The ``Head`` of the spool ``key`` (``spool/<run>/<source>.spool``) as ingest loaded it; None
+    when it never was."""
+    rows = con.execute("SELECT size, frames, last_hash FROM spool_files WHERE path = ?", [key]).fetchall()
+    return Head(int(rows[0][0]), int(rows[0][1]), rows[0][2]) if rows else None
+
+
+def head_of(data: bytes, where: str) -> Head:
+    """The ``Head`` of a spool's bytes."""
+    bodies = scan(data, where).bodies
+    return Head(len(data), len(bodies), hash_body(bytes(bodies[-1])) if bodies else None)
+
+
+def differs(
+    store_root: Path,
+    run_id: str,
+    held: dict[str, Path],
+    incoming: dict[str, bytes],
+    stored: Callable[[str], Head | None],
+) -> str | None:
+    """Why a run coming in (its spools' bytes by source) is not the run the store holds under its id
+    (``held``: ``schemas.run_claim.held_spools``); None when it is that run, spool for spool, so
+    loading it again adds nothing. A dropped spool is compared by its stored chain head
+    (``stored(key)``: ``stored_head``)."""
+    if set(held) != set(incoming):
+        return f"the run coming in has spools of {', '.join(sorted(incoming))}"
+    for source, data in sorted(incoming.items()):
+        key = f"spool/{run_id}/{source}.spool"
+        have = held_bytes(store_root / key)
+        if have is DROPPED_HELD:
+            same = stored(key) == head_of(data, key)
+        else:
+            same = have == data
+        if not same:
+            return f"the run coming in has another {source} spool"
+    return None
 
 
 def _fsync_dir(directory: Path) -> None:

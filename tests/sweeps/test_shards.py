@@ -150,6 +150,63 @@ def test_stores_merge(tmp_path):
     assert "Traceback" not in refused.stderr
 
 
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("mode", ["compress", "drop"])
+def test_a_store_never_takes_in_another_run_under_an_id_it_holds(tmp_path, mode):
+    """`amb ingest --from OTHERSTORE` merged a run of the same id into the store's run (its events
+    appended, its manifest broken); a sweep shard did the same when the store had dropped its
+    spools. Whatever form the store keeps the run in, another run under its id is refused (exit 2,
+    one reason naming the id and the way out) and the store stays byte for byte as it was; the
+    very same run loads again as a no-op."""
+    from recorder.importers.atif import parse
+    from recorder.importers.common import write
+    from recorder.synthetic import generate_run
+
+    home, twin, other, imported = (tmp_path / n for n in ("home", "twin", "other", "imported"))
+    generate_run(home, "r-1", seed=1, calls=2)
+    shutil.copytree(home, twin)  # the very same run, in another store
+    generate_run(other, "r-1", seed=2, calls=2)  # another run under the same id and sources
+    assert amb("ingest", "--store", str(home), "--spools", mode).returncode == 0
+    for store in (twin, other):
+        assert amb("ingest", "--store", str(store), "--spools", "keep").returncode == 0
+    # The same run exported and imported elsewhere: the same id, another source.
+    assert amb("export", "atif", "--store", str(home), "r-1", "--out", str(tmp_path / "x")).returncode == 0
+    write(imported, parse(tmp_path / "x" / "r-1")[0])
+    assert amb("ingest", "--store", str(imported)).returncode == 0
+    before = _files(home)
+    for source, why in ((other, "another proxy spool"), (imported, "spools of import")):
+        r = amb("ingest", "--store", str(home), "--from", str(source))
+        assert r.returncode == 2, r.stderr
+        line = next(x for x in r.stderr.splitlines() if "refused" in x)
+        assert "run id 'r-1' already exists" in line and why in line and "--store" in line, line
+        assert _files(home) == before
+    same = amb("ingest", "--store", str(home), "--from", str(twin), "--json")
+    assert same.returncode == 0, same.stderr
+    assert json.loads(same.stdout)["sources"][0]["events_added"] == 0 and _files(home) == before
+    assert amb("verify", "--store", str(home)).returncode == 0
+
+
+@pytest.mark.parametrize("mode", ["compress", "drop"])
+def test_a_sweep_run_again_under_its_name_does_not_merge_into_the_first(tmp_path, mode):
+    first, second = Layout(tmp_path / "first"), Layout(tmp_path / "second")
+    for layout, seed in ((first, 1), (second, 2)):
+        layout.make()
+        make_shard(layout, CELL, seed=seed)
+    store = tmp_path / "store"
+    assert amb("ingest", "--store", str(store), "--spools", mode, "--from", str(first.root)).returncode == 0
+    before = _files(store)
+    r = amb("ingest", "--store", str(store), "--from", str(second.root))
+    assert r.returncode == 2 and f"run id '{run_id(CELL, 1)}' already exists" in r.stderr, r.stderr
+    assert _files(store) == before
+    again = amb("ingest", "--store", str(store), "--from", str(first.root), "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["sources"][0]["events_added"] == 0
+    report = load_shards(store, [(second.shard(run_id(CELL, 1)), run_id(CELL, 1))])
+    assert report.taken and not report.loaded and _files(store) == before
+
+
 def _edit_info(shard: Path, **changes: object) -> None:
     info = json.loads((shard / SHARD_FILE).read_text())
     info.update(changes)
