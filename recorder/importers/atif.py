@@ -37,6 +37,7 @@ from recorder.importers.common import (
     read_json,
     read_jsonl,
 )
+from recorder.importers.values import count, datetime_ns, seconds, shown, time_ns
 from schemas.blob import digest
 from schemas.codec import ID_RE, decode_payload, encode_payload
 from schemas.errors import SchemaError
@@ -83,7 +84,9 @@ def _text(root: Path, content: Any, where: str) -> str:
     raise Rejected(f"{where}: message is neither text nor content parts")
 
 
-def _ns(stamp: Any) -> int | None:
+def _ns(stamp: Any, where: str) -> int | None:
+    """A step's ISO 8601 timestamp in ns since 1970; None when it has none the clock can place
+    (absent, not a time, no time zone); refused when it is a time outside what a run holds."""
     if not isinstance(stamp, str):
         return None
     try:
@@ -92,31 +95,29 @@ def _ns(stamp: Any) -> int | None:
         return None
     if dt.tzinfo is None:
         return None
-    return int(dt.timestamp()) * 1_000_000_000 + dt.microsecond * 1000
-
-
-def _int(x: Any, default: int = 0) -> int:
-    return int(x) if isinstance(x, int | float) and not isinstance(x, bool) else default
+    return datetime_ns(dt, f"{where}: timestamp")
 
 
 def _sidecar(root: Path, limits: Limits, b: RunBuilder) -> list[tuple[int, Payload]]:
     out: list[tuple[int, Payload]] = []
+    where = shown(root / SIDECAR)
     for n, line in enumerate(read_jsonl(root, root / SIDECAR, limits), 1):
         kind, v, payload, ts = line.get("kind"), line.get("v"), line.get("payload"), line.get("ts_ns")
         if not isinstance(kind, str) or not isinstance(v, int) or not isinstance(ts, int):
-            raise Rejected(f"{SIDECAR}: line {n}: needs kind, v and ts_ns")
+            raise Rejected(f"{where}: line {n}: needs kind, v and ts_ns")
+        time_ns(ts, f"{where}: line {n}: ts_ns", 0)
         try:
-            decoded = decode_payload(kind, v, json.dumps(payload).encode())
-        except SchemaError as e:
-            raise Rejected(f"{SIDECAR}: line {n}: {e}") from e
+            decoded = decode_payload(kind, v, json.dumps(payload, allow_nan=False).encode())
+        except (SchemaError, ValueError) as e:
+            raise Rejected(f"{where}: line {n}: {e}") from e
         for ref in (m.decode() for m in BLOB_REF.findall(encode_payload(decoded))):
             hexd = ref.removeprefix("sha256:")
             path = root / BLOB_DIR / hexd
             if not path.exists():
-                raise Rejected(f"{SIDECAR}: line {n}: blob {ref} is not in {BLOB_DIR}/")
+                raise Rejected(f"{where}: line {n}: blob {ref} is not in {shown(root / BLOB_DIR)}/")
             data = read_bytes(root, path, limits)
             if digest(data) != ref:
-                raise Rejected(f"{BLOB_DIR}/{hexd}: content does not match its name")
+                raise Rejected(f"{shown(path)}: content does not match its name")
             b.blobs.setdefault(ref, data)
         out.append((ts, decoded))
     return out
@@ -135,13 +136,15 @@ def parse(path: Path, limits: Limits = DEFAULT_LIMITS) -> list[RunBuilder]:
     check_file(root, file, limits)
     doc = read_json(root, file, limits)
     file_sha = hashlib.sha256(read_bytes(root, file, limits)).hexdigest()
-    return _trajectory(doc, root, limits, file_sha, parent=None, mtime_ns=file.stat().st_mtime_ns)
+    return _trajectory(
+        doc, root, limits, file_sha, parent=None, mtime_ns=file.stat().st_mtime_ns, origin=shown(file)
+    )
 
 
 def _trajectory(
-    doc: Any, root: Path, limits: Limits, file_sha: str, parent: str | None, mtime_ns: int
+    doc: Any, root: Path, limits: Limits, file_sha: str, parent: str | None, mtime_ns: int, origin: str
 ) -> list[RunBuilder]:
-    where = TRAJECTORY if parent is None else f"{TRAJECTORY} (sub-agent of {parent})"
+    where = origin if parent is None else f"{origin} (sub-agent of {parent})"
     if not isinstance(doc, dict):
         raise Rejected(f"{where}: not a JSON object")
     version = doc.get("schema_version", "ATIF-v1.8")
@@ -161,7 +164,7 @@ def _trajectory(
             f"{session}\0{doc.get('trajectory_id') or ''}\0{file_sha}\0{parent or ''}".encode()
         )
         run_id = "atif-" + h.hexdigest()[:16]
-    b = RunBuilder(run_id)
+    b = RunBuilder(run_id, origin=where)
     side: list[tuple[int, Payload]] = []
     if parent is None and amb_root.get("sidecar") and (root / SIDECAR).exists():
         side = _sidecar(root, limits, b)
@@ -189,7 +192,7 @@ def _trajectory(
         if source not in ("system", "user", "agent"):
             raise Rejected(f"{swhere}: source {str(source)[:20]!r} is not system, user or agent")
         text = _text(root, step.get("message"), swhere)
-        ts = _ns(step.get("timestamp"))
+        ts = _ns(step.get("timestamp"), swhere)
         if ts is None:
             approx = True
             ts = (base_ts if base_ts is not None else mtime_ns) + i * 1_000_000
@@ -224,7 +227,7 @@ def _trajectory(
         )
         call = as_dict(amb.get("call"))
         call_id = call_ids[i] or f"s{i + 1:04d}"
-        at = _int(amb.get("ts_ns"), ts)
+        at = time_ns(amb.get("ts_ns"), f"{swhere}: extra.amb.ts_ns", ts)
         raw_args = as_dict(amb.get("raw_arguments"))
         parts: list[ToolCallPart] = []
         for j, tc in enumerate(step.get("tool_calls") or []):
@@ -240,12 +243,15 @@ def _trajectory(
             parts.append(ToolCallPart(id=tc_id, name=str(tc.get("function_name") or ""), arguments=args))
         metrics = step.get("metrics") if isinstance(step.get("metrics"), dict) else None
         mextra = metrics.get("extra") if metrics and isinstance(metrics.get("extra"), dict) else {}
+        m = metrics or {}
         usage = Usage(
-            input_total=_int(metrics.get("prompt_tokens")) if metrics else 0,
-            cache_read=_int(metrics.get("cached_tokens")) if metrics else 0,
-            cache_write=_int(mextra.get("cache_write_tokens")),
-            output=_int(metrics.get("completion_tokens")) if metrics else 0,
-            reasoning=_int(mextra.get("reasoning_tokens")),
+            input_total=count(m.get("prompt_tokens"), f"{swhere}: metrics.prompt_tokens"),
+            cache_read=count(m.get("cached_tokens"), f"{swhere}: metrics.cached_tokens"),
+            cache_write=count(
+                mextra.get("cache_write_tokens"), f"{swhere}: metrics.extra.cache_write_tokens"
+            ),
+            output=count(m.get("completion_tokens"), f"{swhere}: metrics.completion_tokens"),
+            reasoning=count(mextra.get("reasoning_tokens"), f"{swhere}: metrics.extra.reasoning_tokens"),
             reported=bool(mextra.get("reported", metrics is not None)),
         )
         step_model = step.get("model_name") if isinstance(step.get("model_name"), str) else model
@@ -286,12 +292,12 @@ def _trajectory(
                         message=AssistantMessage(text=text, reasoning=reasoning, tool_calls=parts),
                         stop_reason=stop if isinstance(stop, str) else None,
                         usage=usage,
-                        started_ns=_int(call.get("started_ns"), ts),
-                        ttfb_ms=call.get("ttfb_ms") if isinstance(call.get("ttfb_ms"), int | float) else None,
-                        latency_ms=call.get("latency_ms")
-                        if isinstance(call.get("latency_ms"), int | float)
-                        else None,
-                        retries=_int(call.get("retries")),
+                        started_ns=time_ns(
+                            call.get("started_ns"), f"{swhere}: extra.amb.call.started_ns", ts
+                        ),
+                        ttfb_ms=seconds(call.get("ttfb_ms"), f"{swhere}: extra.amb.call.ttfb_ms"),
+                        latency_ms=seconds(call.get("latency_ms"), f"{swhere}: extra.amb.call.latency_ms"),
+                        retries=count(call.get("retries"), f"{swhere}: extra.amb.call.retries"),
                         partial=bool(call.get("partial", False)),
                     ),
                 )
@@ -309,7 +315,11 @@ def _trajectory(
         requested = amb.get("requested") if isinstance(amb.get("requested"), dict) else None
         for t in parts:
             if requested is None or t.id in requested:
-                rts = _int((requested or {}).get(t.id, {}).get("ts_ns"), at) if requested else at
+                rts = (
+                    time_ns(as_dict(requested[t.id]).get("ts_ns"), f"{swhere}: extra.amb.requested.ts_ns", at)
+                    if requested
+                    else at
+                )
                 pending.append(
                     (
                         rts,
@@ -352,17 +362,18 @@ def _trajectory(
             output, blob = content, None
             if isinstance(inline, int):
                 output, blob = content[:inline], b.blob(content.encode(), "text/plain")
+            res_at = time_ns(facts.get("ts_ns"), f"{swhere}: extra.amb.results[{k}].ts_ns", at)
             if source_id is None:
                 pending.append(
                     (
-                        _int(facts.get("ts_ns"), at),
+                        res_at,
                         Note(text=content[:2000], data={"kind": "atif.observation", "step_id": i + 1}),
                     )
                 )
                 continue
             pending.append(
                 (
-                    _int(facts.get("ts_ns"), at),
+                    res_at,
                     ToolCallResult(
                         tool_call_id=str(source_id),
                         model_call_id=str(facts.get("model_call_id") or next_call),
@@ -422,5 +433,5 @@ def _trajectory(
         )
     runs = [b]
     for sub in doc.get("subagent_trajectories") or []:
-        runs += _trajectory(sub, root, limits, file_sha, parent=run_id, mtime_ns=mtime_ns)
+        runs += _trajectory(sub, root, limits, file_sha, parent=run_id, mtime_ns=mtime_ns, origin=origin)
     return runs

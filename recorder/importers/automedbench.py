@@ -49,6 +49,7 @@ from recorder.importers.common import (
     read_text,
     walk_files,
 )
+from recorder.importers.values import COUNT_MAX, count, datetime_ns, seconds, shown, whole
 from schemas.blob import digest
 from schemas.events import (
     AssistantMessage,
@@ -121,17 +122,19 @@ def detect(root: Path, limits: Limits) -> str:
     )
 
 
-def _anchor(tag: str, report: dict[str, Any], summary: dict[str, Any]) -> tuple[int, bool]:
-    """(Unix ns of the run's start, exact?) from the best absolute clock the folder has."""
+def _anchor(tag: str, report: dict[str, Any], summary: dict[str, Any], where: str) -> tuple[int, bool]:
+    """(Unix ns of the run's start, exact?) from the best absolute clock the folder has (``where``
+    names run_summary.json, whose ``started_at`` is refused when no run can start then)."""
     started = summary.get("started_at")
     if isinstance(started, str):
         try:
             from datetime import datetime
 
             dt = datetime.fromisoformat(started.replace("Z", "+00:00"))
-            return int(dt.timestamp()) * NS, True
         except ValueError:
             pass
+        else:
+            return datetime_ns(dt.replace(microsecond=0), f"{where}: started_at"), True
     for pattern, fmt_len in ((r"(\d{8})[_T](\d{6})", 2), (r"^(\d{6})-[0-9a-f]{6}$", 1)):
         m = re.search(pattern, tag)
         if m:
@@ -195,7 +198,7 @@ def _is_error(content: str) -> bool:
 class _Call:
     """One API call as the source counted it: tokens, finish reason, relative time."""
 
-    def __init__(self, rec: dict[str, Any], ts: float | None, tin: int | None, tout: int | None):
+    def __init__(self, rec: dict[str, Any], ts: float | None, tin: int | None, tout: int | None, where: str):
         self.rec = rec
         self.ts = ts
         self.input = tin
@@ -203,43 +206,60 @@ class _Call:
         self.finish = rec.get("finish_reason")
         self.preview = str(rec.get("content") or rec.get("content_preview") or "")
         self.names = [str(n) for n in rec.get("tool_calls") or [] if isinstance(n, str)]
-        self.api_s = rec.get("api_s") if isinstance(rec.get("api_s"), int | float) else None
+        self.api_s = seconds(rec.get("api_s"), f"{where}: api_s")
+        self.turn = _turn(rec, where)
 
 
-def _num(x: Any) -> int | None:
-    return int(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+def _tokens(rec: dict[str, Any], key: str, where: str) -> int | None:
+    """A token count of a record (None when it has none); a value that is no count refuses the input."""
+    return None if rec.get(key) is None else count(rec.get(key), f"{where}: {key}")
 
 
-def _ts(x: Any) -> float | None:
-    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+def _turn(rec: dict[str, Any], where: str) -> int | None:
+    return whole(rec.get("turn"), f"{where}: turn", 0, COUNT_MAX)
+
+
+def _records(root: Path, path: Path, limits: Limits) -> list[tuple[str, dict[str, Any]]]:
+    """The records of a JSON-lines file, each with where it is (``FILE: record N``) for messages."""
+    where = shown(path)
+    return [(f"{where}: record {i}", rec) for i, rec in enumerate(read_jsonl(root, path, limits), 1)]
 
 
 def _calls(branch: str, root: Path, f: Folder, limits: Limits) -> list[_Call]:
-    trace = read_jsonl(root, f.p("trace.jsonl"), limits) if f.p("trace.jsonl").is_file() else []
+    trace = _records(root, f.p("trace.jsonl"), limits) if f.p("trace.jsonl").is_file() else []
     if branch == "report":
         out = []
-        for line in read_jsonl(root, f.p("api_responses.jsonl"), limits):
+        for where, line in _records(root, f.p("api_responses.jsonl"), limits):
             resp = as_dict(line.get("response"))
             rec = {
                 "finish_reason": resp.get("finish_reason"),
                 "content": resp.get("content"),
                 "tool_calls": [t.get("name") for t in resp.get("tool_calls") or [] if isinstance(t, dict)],
             }
-            out.append(_Call(rec, None, _num(resp.get("input_tokens")), _num(resp.get("output_tokens"))))
+            where = f"{where}: response"
+            tin, tout = _tokens(resp, "input_tokens", where), _tokens(resp, "output_tokens", where)
+            out.append(_Call(rec, None, tin, tout, where))
         return out
     if branch == "enhancement":
         out, prev_in, prev_out = [], 0, 0
-        for rec in trace:
-            tin, tout = _num(rec.get("prompt_tokens")), _num(rec.get("completion_tokens"))
+        for where, rec in trace:
+            tin, tout = _tokens(rec, "prompt_tokens", where), _tokens(rec, "completion_tokens", where)
             din = None if tin is None else tin - prev_in
             dout = None if tout is None else tout - prev_out
             prev_in, prev_out = tin or prev_in, tout or prev_out
             names = [(t.get("name") if isinstance(t, dict) else t) for t in rec.get("tool_calls") or []]
-            out.append(_Call({**rec, "tool_calls": names}, _ts(rec.get("ts")), din, dout))
+            ts = seconds(rec.get("ts"), f"{where}: ts")
+            out.append(_Call({**rec, "tool_calls": names}, ts, din, dout, where))
         return out
     return [
-        _Call(rec, _ts(rec.get("ts")), _num(rec.get("input_tokens")), _num(rec.get("output_tokens")))
-        for rec in trace
+        _Call(
+            rec,
+            seconds(rec.get("ts"), f"{where}: ts"),
+            _tokens(rec, "input_tokens", where),
+            _tokens(rec, "output_tokens", where),
+            where,
+        )
+        for where, rec in trace
         if rec.get("type") == "api_call"
     ]
 
@@ -250,12 +270,12 @@ def _messages_without_conversation(
     """A conversation rebuilt from the trace and the tool log (the conversation file was never written)."""
     by_turn: dict[int, list[dict[str, Any]]] = {}
     for row in tool_rows:
-        turn = _num(row.get("turn"))
+        turn = row.get("turn")  # a whole number or None: checked when read (parse)
         if turn is not None:
-            by_turn.setdefault(turn, []).append(row)
+            by_turn.setdefault(int(turn), []).append(row)
     messages: list[dict[str, Any]] = []
     for k, call in enumerate(calls):
-        turn = _num(call.rec.get("turn")) or k + 1
+        turn = call.turn or k + 1
         rows = by_turn.get(turn, [])
         tcs, results = [], []
         for i, row in enumerate(rows):
@@ -312,16 +332,16 @@ def parse(
     """Read one run folder into an in-memory run (nothing is written)."""
     root = root.resolve()
     if not root.is_dir():
-        raise Rejected(f"{root}: not a folder")
+        raise Rejected(f"{shown(root)}: not a folder")
     branch = detect(root, limits)
     f = Folder(root)
     tag = root.name
-    b = RunBuilder(run_id_for(branch, tag, root, f))
+    b = RunBuilder(run_id_for(branch, tag, root, f), origin=shown(root))
 
     conv_path = f.p("conversation.json")
     raw_conv = read_json(root, conv_path, limits) if conv_path.is_file() else None
     if raw_conv is not None and not isinstance(raw_conv, list | dict):
-        raise Rejected(f"{conv_path.relative_to(root)}: neither a message list nor an object")
+        raise Rejected(f"{shown(conv_path)}: neither a message list nor an object")
     conv: dict[str, Any] = raw_conv if isinstance(raw_conv, dict) else {}
     report_path = root / "detail_report.json"
     report = read_json(root, report_path, limits) if report_path.is_file() else {}
@@ -337,7 +357,11 @@ def parse(
     agent_summary = agent_summary if isinstance(agent_summary, dict) else {}
     header = as_dict(report.get("header"))
     tool_log_name = "tool_log.jsonl" if branch == "enhancement" else "tool_calls.jsonl"
-    tool_rows = read_jsonl(root, f.p(tool_log_name), limits) if f.p(tool_log_name).is_file() else []
+    tool_records = _records(root, f.p(tool_log_name), limits) if f.p(tool_log_name).is_file() else []
+    for where, row in tool_records:
+        _turn(row, where)  # a turn that is no whole number refuses the input
+        _process_numbers(row, where)
+    tool_rows = [row for _, row in tool_records]
     trace = read_jsonl(root, f.p("trace.jsonl"), limits) if f.p("trace.jsonl").is_file() else []
 
     calls = _calls(branch, root, f, limits)
@@ -351,7 +375,7 @@ def parse(
     conversation_missing = raw_conv is None
     if conversation_missing:
         if not calls:
-            raise Rejected(f"{root}: neither a conversation nor any API call record to import")
+            raise Rejected(f"{shown(root)}: neither a conversation nor any API call record to import")
         messages = [{"role": "user", "content": ""}] + _messages_without_conversation(calls, tool_rows)
     # The system message is never in the saved list (it is prepended at call time).
     messages = [m for m in messages if m.get("role") != "system"]
@@ -371,21 +395,21 @@ def parse(
         root.parent.name if branch != "enhancement" else None,
     )
     if source_task and not TASK_RE.match(source_task):
-        raise Rejected(f"{root}: task name {source_task[:80]!r} is not a task id")
+        raise Rejected(f"{shown(root)}: task name {source_task[:80]!r} is not a task id")
     if branch in ("seg", "det2d") and source_task and not source_task.endswith("-task"):
         # The seg runner writes the organ ("kidney") as the task; its run path names the task.
         path_task = root.parent.name
         if path_task.endswith("-task"):
             source_task = path_task
     if source_task and not TASK_RE.match(source_task):
-        raise Rejected(f"{root}: task name {source_task[:80]!r} is not a task id")
+        raise Rejected(f"{shown(root)}: task name {source_task[:80]!r} is not a task id")
     task = resolve_task(source_task) if source_task else None
     tier = pick(conv.get("tier"), agent_summary.get("tier"), report.get("tier"), header.get("tier"))
     agent = pick(conv.get("agent"), agent_summary.get("agent"), report.get("agent"), header.get("agent"))
     model = pick(
         conv.get("model"), agent_summary.get("model"), vqa_report.get("model_name"), header.get("model")
     )
-    anchor, exact = _anchor(tag, report, summary)
+    anchor, exact = _anchor(tag, report, summary, shown(summary_path))
     system = _system_prompt(branch, root, f, conv, limits)
     system_origin = "original"
     if system is None:
@@ -458,13 +482,8 @@ def parse(
         b, root, limits, [report_path, vqa_report_path, root / "detail_report_new-rubrics.json"]
     )
     _emit_submission(b, root, f, branch, limits)
-    _emit_finish(b, branch, trace, conv, report, summary, agent_summary, anchor)
-    if b.clamped:
-        b.note(
-            f"{b.clamped} timestamps of the source ran backwards and were held at the previous one",
-            "import.clock",
-            clamped=b.clamped,
-        )
+    _emit_finish(b, f, trace, conv, report, agent_summary, anchor)
+    b.note_clamps()
     return b
 
 
@@ -507,9 +526,9 @@ def _emit_calls(
     head = [{"role": "system", "content": system}] if system is not None else []
     rows_by_turn: dict[int, list[dict[str, Any]]] = {}
     for row in tool_rows:
-        turn = _num(row.get("turn"))
+        turn = row.get("turn")  # a whole number or None: checked when read (parse)
         if turn is not None:
-            rows_by_turn.setdefault(turn, []).append(row)
+            rows_by_turn.setdefault(int(turn), []).append(row)
     # Results not yet "sent": emitted just before the call whose request carries them.
     pending: list[tuple[dict[str, Any], str]] = []
     call_of_tool: dict[str, str] = {}
@@ -600,7 +619,7 @@ def _emit_calls(
             )
             call_of_tool[t.id] = call_id
             name_of_tool[t.id] = t.name
-        turn = _num(call.rec.get("turn")) if call is not None else None
+        turn = call.turn if call is not None else None
         # VQA numbers tool rows by the next code run, not by the API call: they cannot be paired.
         if branch == "vqa" or turn is None:
             rows: list[dict[str, Any]] = []
@@ -635,6 +654,24 @@ def _emit_result(
     )
 
 
+def _process_numbers(row: dict[str, Any], where: str) -> None:
+    """Refuse a tool-log row whose code execution's numbers are no facts (checked once, when read)."""
+    result = row.get("result")
+    if isinstance(result, dict):
+        whole(result.get("exit_code"), f"{where}: result.exit_code", -(1 << 31), (1 << 31) - 1)
+    for key in ("exec_time_s", "elapsed_s", "ts"):
+        seconds(row.get(key), f"{where}: {key}")
+
+
+def _checked(x: Any) -> float | None:
+    """A number ``_process_numbers`` checked (None stays None)."""
+    return None if x is None else float(x)
+
+
+def _checked_int(x: Any) -> int | None:
+    return None if x is None else int(x)
+
+
 def _emit_process(b: RunBuilder, row: dict[str, Any], anchor: int, call_ts: int) -> None:
     name = row.get("tool") or row.get("name")
     if name not in ("execute_code", None) and "code" not in row:
@@ -642,13 +679,13 @@ def _emit_process(b: RunBuilder, row: dict[str, Any], anchor: int, call_ts: int)
     args = as_dict(row.get("arguments")) or row
     language = str(args.get("language") or "python")
     result = row.get("result")
-    exit_code = _num(result.get("exit_code")) if isinstance(result, dict) else None
+    exit_code = _checked_int(result.get("exit_code")) if isinstance(result, dict) else None
     stdout = (
         result.get("stdout") if isinstance(result, dict) else (result if isinstance(result, str) else None)
     )
     stderr = result.get("stderr") if isinstance(result, dict) else None
-    elapsed = _ts(row.get("exec_time_s")) or _ts(row.get("elapsed_s")) or 0.0
-    logged = _ts(row.get("ts"))
+    elapsed = _checked(row.get("exec_time_s")) or _checked(row.get("elapsed_s")) or 0.0
+    logged = _checked(row.get("ts"))
     end = anchor + int(logged * NS) if logged is not None else call_ts + int(elapsed * NS)
     start = max(call_ts, end - int(elapsed * NS))
     b.emit(
@@ -740,11 +777,10 @@ def _emit_submission(b: RunBuilder, root: Path, f: Folder, branch: str, limits: 
 
 def _emit_finish(
     b: RunBuilder,
-    branch: str,
+    f: Folder,
     trace: list[dict[str, Any]],
     conv: dict[str, Any],
     report: dict[str, Any],
-    summary: dict[str, Any],
     agent_summary: dict[str, Any],
     anchor: int,
 ) -> None:
@@ -754,9 +790,9 @@ def _emit_finish(
     aborted = agent_summary.get("aborted")
     runtime = as_dict(report.get("runtime"))
     wall = (
-        _ts(run_end.get("wall_time_s"))
-        or _ts(agent_summary.get("elapsed_s"))
-        or _ts(runtime.get("wall_time_s"))
+        seconds(run_end.get("wall_time_s"), f"{shown(f.p('trace.jsonl'))}: run_end: wall_time_s")
+        or seconds(agent_summary.get("elapsed_s"), f"{shown(f.p('agent_summary.json'))}: elapsed_s")
+        or seconds(runtime.get("wall_time_s"), f"{shown(f.root / 'detail_report.json')}: runtime.wall_time_s")
         or (b.last_ts - anchor) / NS
     )
     if breach:

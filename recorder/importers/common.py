@@ -10,18 +10,34 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from recorder.spool import SpoolWriter, spool_path
+import msgspec
+
+from recorder.importers.values import (
+    NOT_UNICODE,
+    OUTSIDE,
+    TS_MAX,
+    Rejected,
+    check_text,
+    lone_surrogate,
+    printable,
+    shown,
+    when,
+)
+from recorder.runlock import process_alive
+from recorder.spool import spool_path
 from schemas.blob import BlobRef, digest
 from schemas.blobstore import BlobStore
 from schemas.codec import GENESIS, encode_payload, hash_body, make_body
-from schemas.errors import AmbError
-from schemas.events import Note, Payload, kind_of
-from schemas.frames import MAGIC, encode_frame, spool_exists
+from schemas.errors import SpoolError
+from schemas.events import Note, Payload, RunStarted, kind_of
+from schemas.frames import MAGIC, encode_frame
+from schemas.run_claim import claiming, held_spools, require_free
 from schemas.untrusted_json import loads_untrusted
 
 SOURCE = "import"
@@ -39,10 +55,6 @@ ORIGIN_SCORES = "origin_scores"
 
 TaskResolver = Callable[[str], str]
 """Maps a foreign task name (``kidney-seg-task``, ``kidney``) to the project's task id."""
-
-
-class Rejected(AmbError):
-    """An input that cannot be imported; the message names the file and the reason."""
 
 
 class Limits(NamedTuple):
@@ -99,10 +111,8 @@ def check_file(root: Path, path: Path, limits: Limits) -> int:
 
 
 def _rel(root: Path, path: Path) -> str:
-    try:
-        return path.relative_to(root).as_posix()
-    except ValueError:
-        return str(path)
+    """``path`` named for a message (``values.shown``): the file itself, not its place in ``root``."""
+    return shown(path)
 
 
 def read_bytes(root: Path, path: Path, limits: Limits) -> bytes:
@@ -121,9 +131,11 @@ def read_text(root: Path, path: Path, limits: Limits) -> str:
 def read_json(root: Path, path: Path, limits: Limits) -> Any:
     text = read_text(root, path, limits)
     try:
-        return loads_untrusted(text)
+        doc = loads_untrusted(text)
     except ValueError as e:
         raise Rejected(f"{_rel(root, path)}: not JSON ({e})") from e
+    check_text(text, doc, _rel(root, path))
+    return doc
 
 
 def read_jsonl(root: Path, path: Path, limits: Limits) -> list[dict[str, Any]]:
@@ -152,6 +164,7 @@ def read_jsonl(root: Path, path: Path, limits: Limits) -> list[dict[str, Any]]:
                 raise Rejected(f"{rel}: line {n}: not JSON ({e})") from e
             if not isinstance(record, dict):
                 raise Rejected(f"{rel}: line {n}: not a JSON object")
+            check_text(line, record, f"{rel}: line {n}")
             out.append(record)
     return out
 
@@ -197,10 +210,12 @@ class RunBuilder:
 
     Timestamps are kept non-decreasing in emit order: readers order a run by ``(ts_ns, source,
     seq)``, and a source's relative clock may run backwards between its files, so an event never
-    gets a timestamp before the previous one (``clamped`` counts how often that happened)."""
+    gets a timestamp before the previous one (``clamped`` counts how often that happened).
+    ``origin`` names the input (``values.shown``) in the reasons a run is refused for."""
 
-    def __init__(self, run_id: str):
+    def __init__(self, run_id: str, origin: str = ""):
         self.run_id = run_id
+        self.origin = origin
         self.events: list[tuple[int, Payload]] = []
         self.blobs: dict[str, bytes] = {}
         self.clamped = 0
@@ -212,7 +227,11 @@ class RunBuilder:
         return ref
 
     def json_blob(self, value: Any, media_type: str = SYNTHETIC_JSON) -> BlobRef:
-        return self.blob(json.dumps(value, ensure_ascii=False).encode(), media_type)
+        try:
+            data = json.dumps(value, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise Rejected(f"{self.origin}: {lone_surrogate_in(value)}: {NOT_UNICODE}") from None
+        return self.blob(data, media_type)
 
     def emit(self, payload: Payload, ts_ns: int) -> int:
         if ts_ns < self._last_ts:
@@ -233,10 +252,31 @@ class RunBuilder:
         """State something the source did not keep (``what`` is a short stable key)."""
         self.note(text, LIMITATION, limitation=what, **data)
 
+    def note_clamps(self) -> None:
+        """State how many of the source's timestamps ran backwards (each held at the one before)."""
+        if self.clamped:
+            self.note(
+                f"{self.clamped} timestamps of the source ran backwards and were held at the previous one",
+                "import.clock",
+                clamped=self.clamped,
+            )
 
-def already_imported(store: str | os.PathLike[str], run_id: str) -> bool:
-    # Compressed or dropped after ingest (replay.spools) counts: the run is in the store.
-    return spool_exists(spool_path(store, run_id, SOURCE))
+    def rename(self, run_id: str, renamed: dict[str, str]) -> None:
+        """Give the run the id ``run_id``, stated in its ``run.started`` (label ``renamed_from``: the id
+        the source gave it); ``renamed`` maps the input's other runs' old ids to their new ones, so
+        a sub-agent's ``parent_run`` label follows its parent."""
+        old, self.run_id = self.run_id, run_id
+        for i, (ts, payload) in enumerate(self.events):
+            if isinstance(payload, RunStarted):
+                labels = dict(payload.labels, renamed_from=old)
+                if labels.get("parent_run") in renamed:
+                    labels["parent_run"] = renamed[labels["parent_run"]]
+                self.events[i] = (ts, msgspec.structs.replace(payload, labels=labels))
+
+
+def lone_surrogate_in(value: Any) -> str:
+    """Where in ``value`` (a JSON path) a string holds a surrogate, for a message."""
+    return (lone_surrogate(value) or "a string").lstrip(".")
 
 
 class Staged(NamedTuple):
@@ -247,55 +287,105 @@ class Staged(NamedTuple):
     final: Path
 
 
-def stage(store: str | os.PathLike[str], run: RunBuilder, *, sync: bool = False) -> Staged:
-    """Blobs, then the spool under a temporary name that ingest never reads.
+PARTIAL = re.compile(r"^import\.spool(?:\.(\d+))?\.partial$")
+"""A staged spool: ``import.spool.<pid>.partial`` (one per importing process, so two imports of one
+id never write one file), which ingest never reads."""
 
-    With ``sync=False`` the spool is not fsync'd here: ``publish`` makes a whole batch durable with
-    one file-system sync before any spool of it gets its real name. The blobs go to this process's
-    pack either way, made durable by one fsync (pack, then index) before the spool exists."""
+
+def stage(store: str | os.PathLike[str], run: RunBuilder, data: bytes) -> Staged:
+    """Blobs, then the spool ``data`` (``spool_bytes(run)``) under a temporary name that ingest never
+    reads. Nothing is fsync'd here: ``publish`` makes a whole batch durable with one file-system
+    sync before any spool of it gets its real name."""
     blobs = BlobStore(Path(store) / "blobs")
     # The blobs are appended to this process's pack and made durable by one fsync (pack, then its
     # index) before the spool that names them exists.
-    for data in run.blobs.values():
-        blobs.put(data, sync=False)
+    for blob in run.blobs.values():
+        blobs.put(blob, sync=False)
     blobs.flush()
     final = spool_path(store, run.run_id, SOURCE)
-    tmp = final.with_name(final.name + ".partial")
-    if tmp.exists():
-        tmp.unlink()  # left by an import that died mid-write; never ingested (wrong suffix)
-    if sync:
-        writer = SpoolWriter(tmp, run.run_id, SOURCE, sync=False)
-        try:
-            for ts, payload in run.events:
-                writer.append(payload, ts_ns=ts)
-        finally:
-            writer.close()  # fsyncs the spool
-    else:
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(spool_bytes(run))
+    _remove_dead_partials(final.parent)
+    tmp = final.with_name(f"{final.name}.{os.getpid()}.partial")
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    with open(tmp, "wb") as f:
+        f.write(data)
     return Staged(Imported(run.run_id, len(run.events), len(run.blobs)), tmp, final)
+
+
+def _remove_dead_partials(run_dir: Path) -> None:
+    """Remove what imports that died mid-write left in ``run_dir`` (their process is gone)."""
+    try:
+        names = os.listdir(run_dir)
+    except FileNotFoundError:
+        return
+    for name in names:
+        m = PARTIAL.match(name)
+        if m and (m.group(1) is None or not process_alive(int(m.group(1)), None)):
+            (run_dir / name).unlink(missing_ok=True)
 
 
 def spool_bytes(run: RunBuilder) -> bytes:
     """The whole spool file of ``run``, as ``SpoolWriter`` would append it event by event (same
-    bodies, hash chain and frames; ingest checks every one), in one buffer for one write."""
+    bodies, hash chain and frames; ingest checks every one), in one buffer for one write.
+
+    This is also the last check of the whole run before a byte of it is written: it starts with
+    ``run.started`` (so no event is dated before the run's start), every time is one the store
+    holds, every number fits 64 bits, every text encodes and every event fits a frame; anything
+    else refuses the input (``Rejected``, naming it and the event)."""
+    if not run.events or not isinstance(run.events[0][1], RunStarted):
+        first = kind_of(type(run.events[0][1])) if run.events else "nothing"
+        start = next((ts for ts, p in run.events if isinstance(p, RunStarted)), None)
+        raise Rejected(
+            f"{run.origin}: a {first} event comes before the run's start"
+            + (f" ({when(run.events[0][0])}, the run starts {when(start)})" if start is not None else "")
+        )
     frames = [MAGIC]
     prev = GENESIS
     for seq, (ts, payload) in enumerate(run.events):
+        kind = kind_of(type(payload))
+        if not 0 <= ts <= TS_MAX:
+            raise Rejected(f"{run.origin}: a {kind} event at {when(ts)} {OUTSIDE}")
+        try:
+            encoded = encode_payload(payload)
+        except UnicodeEncodeError:
+            where = lone_surrogate_in(msgspec.to_builtins(payload, str_keys=True, enc_hook=repr))
+            raise Rejected(f"{run.origin}: a {kind} event: {where}: {NOT_UNICODE}") from None
+        if _LONG_NUMBER.search(encoded):
+            _check_numbers(run.origin, kind, payload)
         body = make_body(
             run_id=run.run_id,
             source=SOURCE,
             seq=seq,
             ts_ns=ts,
-            kind=kind_of(type(payload)),
+            kind=kind,
             v=type(payload).VERSION,
-            payload=encode_payload(payload),
+            payload=encoded,
             prev_hash=prev,
         )
         prev = hash_body(body)
-        frames.append(encode_frame(body, prev[len("sha256:") :]))
+        try:
+            frames.append(encode_frame(body, prev[len("sha256:") :]))
+        except SpoolError as e:
+            raise Rejected(f"{run.origin}: a {kind} event: {e}") from None
     return b"".join(frames)
+
+
+_LONG_NUMBER = re.compile(rb"\d{19}")
+"""19 digits in a row: where a number beyond 64 bits may be (or just long digits in a text)."""
+
+
+def _check_numbers(origin: str, kind: str, payload: Payload) -> None:
+    """Refuse a payload holding an integer beyond 64 bits (DuckDB and Arrow hold no more)."""
+    stack: list[tuple[Any, str]] = [(msgspec.to_builtins(payload, str_keys=True, enc_hook=repr), "")]
+    while stack:
+        value, at = stack.pop()
+        if isinstance(value, int) and not isinstance(value, bool) and not -(1 << 63) <= value <= TS_MAX:
+            raise Rejected(
+                f"{origin}: a {kind} event: {at.lstrip('.')} is {printable(str(value), 40)}, beyond 64 bits"
+            )
+        if isinstance(value, dict):
+            stack.extend((v, f"{at}.{printable(str(k), 80)}") for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(value))
 
 
 def _sync_file_system(path: Path) -> None:
@@ -323,32 +413,41 @@ def _load_libc() -> Any:
 _libc = _load_libc()
 
 
-def publish(store: str | os.PathLike[str], staged: list[Staged]) -> None:
+def publish(store: str | os.PathLike[str], staged: list[Staged]) -> list[Staged]:
     """Make staged runs durable, then visible: one sync of the file system (every blob and spool
     of the batch on disk), each spool renamed to its real name, the renames made durable. A crash
-    before the renames leaves only ``.partial`` files, which the next import rewrites."""
+    before the renames leaves only ``.partial`` files, removed by the next import of that run.
+
+    The renames happen under the store's claim lock (``schemas.run_claim.claiming``), each once its
+    run id is seen to be still free: a run whose id another writer took meanwhile is not published
+    (its partial spool is removed) and is returned."""
     if not staged:
-        return
+        return []
     _sync_file_system(Path(store))
     dirs = set()
-    for s in staged:
-        os.replace(s.partial, s.final)
-        dirs.add(s.final.parent)
+    lost = []
+    with claiming(store):
+        for s in staged:
+            if held_spools(store, s.imported.run_id):
+                lost.append(s)
+                continue
+            os.replace(s.partial, s.final)
+            dirs.add(s.final.parent)
+    for s in lost:
+        s.partial.unlink(missing_ok=True)
     for d in sorted(dirs):
         fd = os.open(d, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+    return lost
 
 
 def write(store: str | os.PathLike[str], run: RunBuilder) -> Imported:
-    """One run, durable and visible on return: its blobs fsync'd, then its spool."""
-    staged = stage(store, run, sync=True)
-    os.replace(staged.partial, staged.final)
-    fd = os.open(staged.final.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """One run, durable and visible on return (``RunExists`` when the store holds its id)."""
+    require_free(store, run.run_id, "import it under another id")
+    staged = stage(store, run, spool_bytes(run))
+    if publish(store, [staged]):
+        require_free(store, run.run_id, "import it under another id")  # taken meanwhile: raises
     return staged.imported

@@ -34,6 +34,7 @@ from recorder.importers.common import (
     TaskResolver,
     check_file,
 )
+from recorder.importers.values import count, datetime_ns, printable, seconds, shown, whole
 from schemas.blob import digest
 from schemas.events import (
     AssistantMessage,
@@ -54,7 +55,8 @@ from schemas.events import (
 NOTE_EVENTS = ("info", "logger", "input", "approval")
 
 
-def _ns(value: Any) -> int | None:
+def _ns(value: Any, where: str) -> int | None:
+    """A time of the log in ns since 1970 (None: it has none); refused outside what a run holds."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -63,7 +65,7 @@ def _ns(value: Any) -> int | None:
         except ValueError:
             return None
     if isinstance(value, datetime):
-        return int(value.timestamp()) * 1_000_000_000 + value.microsecond * 1000
+        return datetime_ns(value, where)
     return None
 
 
@@ -125,13 +127,15 @@ def _samples(path: Path, limits: Limits) -> tuple[Any, list[Any]]:
     expanded = _expanded_bytes(path)
     if expanded is not None and expanded > limits.max_file_bytes:
         raise Rejected(
-            f"{path}: its members expand to {expanded} bytes, above the {limits.max_file_bytes}-byte"
+            f"{shown(path)}: its members expand to {expanded} bytes, above the {limits.max_file_bytes}-byte"
             " file cap (--max-file-bytes)"
         )
     try:
         log = read_eval_log(str(path), resolve_attachments="full")
     except Exception as e:  # the reader raises many types for a file that is not a log
-        raise Rejected(f"{path}: not an Inspect eval log ({type(e).__name__}: {str(e)[:200]})") from e
+        raise Rejected(
+            f"{shown(path)}: not an Inspect eval log ({type(e).__name__}: {printable(str(e))})"
+        ) from e
     return log, list(log.samples or [])
 
 
@@ -143,21 +147,22 @@ def parse(
     check_file(path.parent, path, limits)
     log, samples = _samples(path, limits)
     if not samples:
-        raise Rejected(f"{path}: the log holds no samples")
-    return [_sample(log, s, resolve_task) for s in samples]
+        raise Rejected(f"{shown(path)}: the log holds no samples")
+    return [_sample(log, s, resolve_task, shown(path)) for s in samples]
 
 
-def _sample(log: Any, sample: Any, resolve_task: TaskResolver) -> RunBuilder:
+def _sample(log: Any, sample: Any, resolve_task: TaskResolver, file: str) -> RunBuilder:
     spec = log.eval
     h = hashlib.sha256(f"{spec.eval_id}\0{sample.id}\0{sample.epoch}".encode())
-    b = RunBuilder("inspect-" + h.hexdigest()[:16])
-    start = _ns(sample.started_at) or _ns(spec.created) or 0
+    where = f"{file}: sample {printable(str(sample.id), 80)} epoch {sample.epoch}"
+    b = RunBuilder("inspect-" + h.hexdigest()[:16], origin=where)
+    start = _ns(sample.started_at, f"{where}: started_at") or _ns(spec.created, f"{file}: eval.created") or 0
     out: list[tuple[int, Payload]] = []
     events = list(_flatten(sample.events or []))
     model_ids = [(i, e.uuid or f"m{i:04d}") for i, e in enumerate(events) if e.event == "model"]
     status, reason = "completed", None
     for i, ev in enumerate(events):
-        ts = _ns(ev.timestamp) or start
+        ts = _ns(ev.timestamp, f"{where}: event {i + 1} ({ev.event}): timestamp") or start
         kind = ev.event
         if kind == "model":
             call_id = next(c for j, c in model_ids if j == i)
@@ -166,7 +171,7 @@ def _sample(log: Any, sample: Any, resolve_task: TaskResolver) -> RunBuilder:
             carried = next((c for j, c in model_ids if j > i), None)
             asked = next((c for j, c in reversed(model_ids) if j < i), "")
             text, _ = _content(ev.result)
-            end = _ns(ev.completed) or ts
+            end = _ns(ev.completed, f"{where}: event {i + 1} (tool): completed") or ts
             out.append(
                 (
                     end,
@@ -229,7 +234,9 @@ def _sample(log: Any, sample: Any, resolve_task: TaskResolver) -> RunBuilder:
             model=spec.model,
             command=[],
             backend="import",
-            time_limit_s=float(config.time_limit) if getattr(config, "time_limit", None) else None,
+            time_limit_s=seconds(
+                getattr(config, "time_limit", None) or None, f"{file}: eval.config.time_limit"
+            ),
             labels={
                 k: str(v)
                 for k, v in {
@@ -249,11 +256,10 @@ def _sample(log: Any, sample: Any, resolve_task: TaskResolver) -> RunBuilder:
     )
     for ts, payload in sorted(out, key=lambda tp: tp[0]):
         b.emit(payload, ts)
-    end = _ns(sample.completed_at) or b.last_ts
-    b.emit(
-        RunFinished(status=status, duration_s=float(sample.total_time or (end - start) / 1e9), reason=reason),
-        end,
-    )
+    end = _ns(sample.completed_at, f"{where}: completed_at") or b.last_ts
+    total = seconds(sample.total_time, f"{where}: total_time")
+    b.emit(RunFinished(status=status, duration_s=total or (end - start) / 1e9, reason=reason), end)
+    b.note_clamps()
     return b
 
 
@@ -294,19 +300,10 @@ def _model(b: RunBuilder, ev: Any, call_id: str, ts: int) -> list[tuple[int, Pay
         response = b.json_blob(call.response, "application/json")
     else:
         response = b.json_blob(_dump(out) if out is not None else {}, SYNTHETIC_JSON)
+    where = f"{b.origin}: model event {call_id}"
     u = out.usage if out is not None else None
-    usage = (
-        Usage(
-            input_total=u.input_tokens + (u.input_tokens_cache_read or 0) + (u.input_tokens_cache_write or 0),
-            cache_read=u.input_tokens_cache_read or 0,
-            cache_write=u.input_tokens_cache_write or 0,
-            output=u.output_tokens,
-            reasoning=u.reasoning_tokens or 0,
-        )
-        if u is not None
-        else Usage(reported=False)
-    )
-    completed = _ns(ev.completed)
+    usage = _usage(u, f"{where}: usage") if u is not None else Usage(reported=False)
+    completed = _ns(ev.completed, f"{where}: completed")
     payloads: list[tuple[int, Payload]] = [
         (
             completed or ts,
@@ -325,7 +322,7 @@ def _model(b: RunBuilder, ev: Any, call_id: str, ts: int) -> list[tuple[int, Pay
                 usage=usage,
                 started_ns=ts,
                 latency_ms=(completed - ts) / 1e6 if completed else None,
-                retries=ev.retries or 0,
+                retries=count(ev.retries, f"{where}: retries"),
             ),
         )
     ]
@@ -351,8 +348,22 @@ def _model(b: RunBuilder, ev: Any, call_id: str, ts: int) -> list[tuple[int, Pay
     return payloads
 
 
+def _usage(u: Any, where: str) -> Usage:
+    """Inspect's usage in ours: its ``input_tokens`` excludes cached input, ours includes it."""
+    cache_read = count(u.input_tokens_cache_read, f"{where}.input_tokens_cache_read")
+    cache_write = count(u.input_tokens_cache_write, f"{where}.input_tokens_cache_write")
+    return Usage(
+        input_total=count(u.input_tokens, f"{where}.input_tokens") + cache_read + cache_write,
+        cache_read=cache_read,
+        cache_write=cache_write,
+        output=count(u.output_tokens, f"{where}.output_tokens"),
+        reasoning=count(u.reasoning_tokens, f"{where}.reasoning_tokens"),
+    )
+
+
 def _sandbox(b: RunBuilder, ev: Any, ts: int) -> list[tuple[int, Payload]]:
-    end = _ns(ev.completed) or ts
+    where = f"{b.origin}: sandbox event"
+    end = _ns(ev.completed, f"{where}: completed") or ts
     if ev.action == "exec":
         try:
             argv = shlex.split(ev.cmd or "")
@@ -367,7 +378,9 @@ def _sandbox(b: RunBuilder, ev: Any, ts: int) -> list[tuple[int, Payload]]:
                     argv=argv,
                     start_ns=ts,
                     end_ns=end,
-                    exit_code=ev.result if isinstance(ev.result, int) else None,
+                    exit_code=whole(ev.result, f"{where}: result", -(1 << 31), (1 << 31) - 1)
+                    if isinstance(ev.result, int)
+                    else None,
                     tracer="inspect-sandbox",
                     stdout=b.blob(output.encode(), "text/plain") if output else None,
                 ),

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 import zstandard
 
-from recorder.importers.common import already_imported
 from recorder.spool import SpoolWriter, spool_path
 from recorder.synthetic import generate_run
 from replay import manifest as manifests
@@ -18,6 +17,7 @@ from replay.store import Store
 from replay.verify import verify
 from schemas.errors import SpoolError
 from schemas.events import Note, RunStarted
+from schemas.run_claim import held_spools
 
 
 @pytest.fixture(scope="module")
@@ -162,9 +162,12 @@ def test_a_corrupt_compressed_spool_is_named(make):
     assert [k for k, _ in report.failed] == ["spool/run-0/shim.spool"] and report.files_loaded == 2
 
 
-def test_dropped_import_spool_still_counts_as_imported(make):
+def test_a_dropped_spool_still_claims_its_run_id(make):
     root, _ = make("drop", runs=1)
-    marker = root / "spool/run-0/import.spool.dropped"
-    assert not already_imported(root, "run-0")
-    marker.touch()
-    assert already_imported(root, "run-0")
+    held = held_spools(root, "run-0")
+    assert held and all(p.name.endswith((".spool.dropped", "recorder.spool")) for p in held.values())
+    for p in list(held.values()):
+        p.unlink()
+    assert held_spools(root, "run-0") == {}
+    (root / "spool/run-0/import.spool.dropped").touch()
+    assert set(held_spools(root, "run-0")) == {"import"}

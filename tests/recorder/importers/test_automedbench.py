@@ -284,10 +284,10 @@ def test_hostile_folders_are_rejected_and_leave_the_store_untouched(folders, tmp
     before = _store_state(store)
     run, extra = _hostile(tmp_path, folders, kind)
     r = amb("import", "automedbench", "--store", str(store), "--json", *extra, str(run))
-    assert r.exit_code == 1
+    assert r.exit_code == 2  # bad input
     rows = json.loads(r.stdout)
     assert rows[0]["status"] == "rejected" and HOSTILE[kind] in rows[0]["detail"], rows
-    assert "1 of 1 inputs rejected" in r.stderr and "Traceback" not in r.output
+    assert f"amb: error: {rows[0]['detail']}\n" in r.stderr and "Traceback" not in r.output
     assert _store_state(store) == before
 
 

@@ -16,7 +16,6 @@ import pytest
 from recorder.importers.common import (
     SOURCE,
     RunBuilder,
-    already_imported,
     inside,
     publish,
     spool_bytes,
@@ -27,6 +26,7 @@ from replay.ingest import ingest
 from replay.store import Store
 from replay.verify import verify
 from schemas.events import Note, RunFinished, RunStarted
+from schemas.run_claim import held_spools
 
 
 def full_resolve(root: Path, path: Path) -> bool:
@@ -87,13 +87,13 @@ def test_spool_in_one_buffer_is_what_the_writer_appends(tmp_path):
 @pytest.mark.parametrize("publish_them", [False, True])
 def test_staged_runs_are_invisible_until_published(tmp_path, publish_them):
     store = tmp_path / "store"
-    staged = [stage(store, _run(f"r-{i}")) for i in range(3)]
+    staged = [stage(store, _run(f"r-{i}"), spool_bytes(_run(f"r-{i}"))) for i in range(3)]
     assert all(s.partial.exists() and not s.final.exists() for s in staged)
-    assert not any(already_imported(store, f"r-{i}") for i in range(3))
+    assert not any(held_spools(store, f"r-{i}") for i in range(3))
     if publish_them:
-        publish(store, staged)
+        assert publish(store, staged) == []
         assert all(s.final.exists() and not s.partial.exists() for s in staged)
-        assert all(already_imported(store, f"r-{i}") for i in range(3))
+        assert all(held_spools(store, f"r-{i}") == {"import": s.final} for i, s in enumerate(staged))
     ingest(store)
     with Store.open(store, read_only=True) as st:
         runs = {r[0] for r in st.con.execute("SELECT run_id FROM runs").fetchall()}
@@ -101,7 +101,10 @@ def test_staged_runs_are_invisible_until_published(tmp_path, publish_them):
         if publish_them:
             assert verify(st.con, st.blobs) == []
     if not publish_them:
-        # What a crash before publishing leaves: only .partial files, rewritten by the next import.
-        again = stage(store, _run("r-0", n=2))
+        # What a crash before publishing leaves: only .partial files; the next import of the run
+        # removes those of processes that are gone, and writes its own.
+        dead = staged[0].partial.with_name("import.spool.999999999.partial")
+        os.replace(staged[0].partial, dead)
+        again = stage(store, _run("r-0", n=2), spool_bytes(_run("r-0", n=2)))
         assert again.partial.read_bytes() == spool_bytes(_run("r-0", n=2))
-        assert not os.path.exists(again.final)
+        assert not os.path.exists(again.final) and not dead.exists()

@@ -236,7 +236,7 @@ def test_a_log_whose_members_expand_past_the_file_cap_is_rejected_unread(tmp_pat
     r = amb(
         "import", "inspect", "--store", str(store), "--json", "--max-file-bytes", str(10 << 20), str(bomb)
     )
-    assert r.exit_code == 1, r.output
+    assert r.exit_code == 2, r.output
     row = json.loads(r.stdout)[0]
     assert row["status"] == "rejected", row
     assert f"its members expand to {40 << 20} bytes, above the {10 << 20}-byte file cap" in row["detail"]
@@ -250,7 +250,7 @@ def test_broken_logs_are_rejected(tmp_path, content):
     bad = tmp_path / ("bad.eval" if content.startswith(b"PK") else "bad.json")
     bad.write_bytes(content)
     r = amb("import", "inspect", "--store", str(store), "--json", str(bad))
-    assert r.exit_code == 1, r.output
+    assert r.exit_code == 2, r.output
     row = json.loads(r.stdout)[0]
     assert row["status"] == "rejected" and row["detail"], row
     assert "Traceback" not in r.output

@@ -1,0 +1,181 @@
+"""Foreign values checked before they become facts: counts, durations, times and text.
+
+An importer reads numbers and text a foreign harness wrote, and whatever it keeps ends up in a
+hash-chained event that is never rewritten. So every number is checked where it is read, and a value
+that cannot be a fact refuses the whole input (``Rejected``) with one line naming the file given,
+the step or line, the field and the value: a count that is negative, fractional, NaN, infinite or
+beyond ``COUNT_MAX``; a duration that is negative, NaN or infinite; a time outside what the store's
+clock holds (1970-01-01 to 2262-04-11: nanoseconds since 1970 in a signed 64-bit integer). Guessing
+a replacement would put a number into the store that nobody recorded. Text that is not Unicode (a
+JSON escape of half a surrogate pair, ``"\\ud800"``, which JSON's grammar allows) is refused the
+same way, naming where in the document it is.
+
+``shown`` is how a file is named in every such message: as the user can open it from where they ran
+the command, on one line whatever bytes its name holds.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from schemas.errors import AmbError
+
+TS_MAX = (1 << 63) - 1
+"""The latest time an event can carry: nanoseconds since 1970 in a signed 64-bit integer
+(2262-04-11); times before 1970 are refused too (no run was recorded then)."""
+
+COUNT_MAX = (1 << 53) - 1
+"""The largest count (tokens, retries) an import accepts: every JSON reader, JavaScript's among
+them, holds it exactly, and the sums the scorer takes over many calls stay within 64 bits."""
+
+SECONDS_MAX = 100 * 365 * 86400.0
+"""The longest duration an import accepts (a century; more is a unit mistake, not a run)."""
+
+OUTSIDE = "is outside the times a run can hold (1970-01-01 to 2262-04-11)"
+NOT_UNICODE = "text that is not Unicode (a lone surrogate)"
+
+_NAME_MAX = 4096
+"""Characters of a file's name a message shows (PATH_MAX: a longer name names no file)."""
+
+
+class Rejected(AmbError):
+    """An input that cannot be imported; the message names the file and the reason."""
+
+
+def shown(path: str | os.PathLike[str]) -> str:
+    """A file's name for a message: relative to the working directory when it is below it, else
+    absolute; bytes that are not UTF-8 as ``\\xNN``, control characters escaped, so that the message
+    stays one printable line."""
+    text = os.fspath(path)
+    try:
+        rel = os.path.relpath(text)
+        text = rel if not rel.startswith("..") else os.path.abspath(text)
+    except (OSError, ValueError):
+        pass
+    return printable(text, _NAME_MAX)
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """``text`` as one printable line: bytes that are not UTF-8 (``surrogateescape``) as ``\\xNN``,
+    other surrogates and control characters as Python escapes, cut to ``limit`` characters."""
+    out = []
+    for c in text[:limit]:
+        if "\udc80" <= c <= "\udcff":
+            out.append(f"\\x{ord(c) - 0xDC00:02x}")
+        else:
+            out.append(c if c.isprintable() else repr(c)[1:-1])
+    clean = "".join(out)
+    return clean if len(text) <= limit else f"{clean}… ({len(text)} characters)"
+
+
+def brief(value: Any) -> str:
+    """A foreign value for a message: its ``repr``, cut, one line."""
+    return printable(repr(value), 60)
+
+
+def count(value: Any, where: str, default: int = 0) -> int:
+    """A count from a foreign file: a whole number in 0..``COUNT_MAX`` (a float that is one, such as
+    ``12.0``, is taken); None is ``default``. Anything else is refused, naming ``where``."""
+    n = whole(value, where, 0, COUNT_MAX)
+    return default if n is None else n
+
+
+def whole(value: Any, where: str, low: int = -(1 << 63), high: int = TS_MAX) -> int | None:
+    """A whole number in ``low``..``high`` from a foreign file (an exit code, a turn); None stays
+    None. Anything else is refused, naming ``where``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise Rejected(f"{where} is {brief(value)}, not a whole number")
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise Rejected(f"{where} is {brief(value)}, not a whole number")
+    if not low <= value <= high:
+        raise Rejected(f"{where} is {brief(value)}, outside {low}..{high}")
+    return int(value)
+
+
+def seconds(value: Any, where: str) -> float | None:
+    """A duration (seconds, or milliseconds: the bound is generous for both) from a foreign file:
+    a finite number in 0..``SECONDS_MAX``; None stays None. Anything else is refused."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise Rejected(f"{where} is {brief(value)}, not a duration")
+    if not (math.isfinite(value) and 0 <= value <= SECONDS_MAX):
+        raise Rejected(f"{where} is {brief(value)}, not a duration (0 to {SECONDS_MAX:.0f})")
+    return float(value)
+
+
+def time_ns(value: Any, where: str, default: int) -> int:
+    """A time in nanoseconds since 1970 from a foreign file (an amb export's exact timestamps):
+    a whole number in 0..``TS_MAX``; None is ``default``. Anything else is refused."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Rejected(f"{where} is {brief(value)}, not a time in nanoseconds")
+    check_ns(value, where)
+    return value
+
+
+def check_ns(ns: int, where: str) -> int:
+    if not 0 <= ns <= TS_MAX:
+        raise Rejected(f"{where} {when(ns)} {OUTSIDE}")
+    return ns
+
+
+def datetime_ns(dt: datetime, where: str) -> int:
+    """Nanoseconds since 1970 of a datetime, refused outside what the store's clock holds."""
+    try:
+        seconds = int(dt.timestamp())
+    except (OverflowError, OSError, ValueError):
+        raise Rejected(f"{where} {dt.isoformat()} {OUTSIDE}") from None
+    return check_ns(seconds * 1_000_000_000 + dt.microsecond * 1000, where)
+
+
+def when(ns: int) -> str:
+    """A time in nanoseconds for a message: ISO 8601 (UTC) where a datetime holds it."""
+    try:
+        return datetime.fromtimestamp(ns / 1e9, UTC).isoformat().replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return f"{ns} ns since 1970"
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+"""A JSON escape of a surrogate: the only way a decoded JSON document can hold one (UTF-8 input
+cannot), and, paired, how ``ensure_ascii`` writers spell every character above U+FFFF."""
+
+
+def check_text(raw: str | bytes, doc: Any, where: str) -> None:
+    """Refuse a decoded JSON document that holds a lone surrogate, naming where (a JSON path).
+    Looked for only when the raw text escapes a surrogate, which is cheap to find."""
+    probe = raw.decode("latin-1") if isinstance(raw, bytes) else raw
+    if not _SURROGATE_ESCAPE.search(probe):
+        return
+    path = lone_surrogate(doc)
+    if path is not None:
+        raise Rejected(f"{where}: {path.lstrip('.')}: {NOT_UNICODE} (a JSON escape of half a character)")
+
+
+def lone_surrogate(value: Any, path: str = "") -> str | None:
+    """The JSON path (``.steps[3].message``) of the first string or key in ``value`` that holds a
+    surrogate; None when none does. Iterative: documents are nested up to 200 levels."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return at or "the document"
+        elif isinstance(item, dict):
+            for key in reversed(list(item)):
+                name = f"{at}.{printable(str(key), 80)}"
+                if isinstance(key, str) and _SURROGATE.search(key):
+                    return name
+                stack.append((item[key], name))
+        elif isinstance(item, list | tuple):
+            stack.extend((x, f"{at}[{i}]") for i, x in reversed(list(enumerate(item))))
+    return None

@@ -1,0 +1,175 @@
+"""Foreign numbers, times and text are checked before a byte of the input is written.
+
+A value that cannot be a fact refuses the whole input: exit 2, one line on stderr naming the file
+as given, the step or record, the field and the value; the store stays byte for byte as it was and
+the next `amb ingest` works (a year-9999 timestamp used to leave a spool no ingest could load; a
+year-1 one put a model call before run.started; NaN tokens, a lone surrogate and 1e308 tokens ended
+in a traceback, the last one only later, in `amb score`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from amb.main import cli
+from recorder.synthetic import generate_run
+from replay.store import Store
+from tests.recorder.importers import amb_fixtures as fx
+
+
+def amb(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), env={"AMB_JUDGE_BASE_URL": "", "AMB_JUDGE_MODEL": ""})
+
+
+def files(root: Path) -> dict[str, str]:
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def trajectory(step2: dict[str, Any] | None = None, model: Any = "m") -> dict[str, Any]:
+    agent_step = {
+        "step_id": 2,
+        "source": "agent",
+        "message": "ok",
+        "timestamp": "2025-01-01T00:00:00.500Z",
+        "metrics": {"prompt_tokens": 5, "completion_tokens": 3},
+        **(step2 or {}),
+    }
+    return {
+        "schema_version": "ATIF-v1.6",
+        "session_id": "s",
+        "agent": {"name": "a", "version": "1", "model_name": model},
+        "steps": [
+            {"step_id": 1, "source": "user", "message": "hi", "timestamp": "2025-01-01T00:00:00Z"},
+            agent_step,
+            {"step_id": 3, "source": "agent", "message": "done", "timestamp": "2025-01-01T00:00:00.780Z"},
+        ],
+    }
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """A store holding one recorded run, ingested."""
+    root = tmp_path / "store"
+    generate_run(root, "rec-1", seed=1, calls=2)
+    assert amb("ingest", "--store", str(root)).exit_code == 0
+    return root
+
+
+def _refused(store: Path, args: list[str], *expect: str) -> None:
+    before = files(store)
+    r = amb("import", *args[:1], "--store", str(store), *args[1:])
+    assert r.exit_code == 2 and r.exception is None or isinstance(r.exception, SystemExit), r.output
+    assert r.exit_code == 2, r.output
+    errors = [x for x in r.stderr.splitlines() if x.startswith("amb: error:")]
+    assert len(errors) == 1 and "Traceback" not in r.output, r.stderr
+    for part in expect:
+        assert part in errors[0], (part, errors[0])
+    assert files(store) == before
+    assert amb("ingest", "--store", str(store)).exit_code == 0
+    assert amb("verify", "--store", str(store)).output.startswith("OK")
+
+
+ATIF: dict[str, tuple[dict[str, Any], str]] = {
+    "year-9999": ({"timestamp": "9999-12-31T23:59:59Z"}, "step 2: timestamp 9999-12-31T23:59:59"),
+    "year-1": ({"timestamp": "0001-01-01T00:00:00Z"}, "step 2: timestamp 0001-01-01T00:00:00"),
+    "nan-tokens": ({"metrics": {"prompt_tokens": float("nan")}}, "step 2: metrics.prompt_tokens is nan"),
+    "inf-tokens": ({"metrics": {"completion_tokens": float("inf")}}, "metrics.completion_tokens is inf"),
+    "1e308-tokens": ({"metrics": {"prompt_tokens": 1e308}}, "metrics.prompt_tokens is 1e+308, outside"),
+    "negative-tokens": ({"metrics": {"prompt_tokens": -5}}, "metrics.prompt_tokens is -5, outside"),
+    "fraction-tokens": ({"metrics": {"prompt_tokens": 2.5}}, "metrics.prompt_tokens is 2.5, not a whole"),
+    "string-tokens": (
+        {"metrics": {"prompt_tokens": "12"}},
+        "metrics.prompt_tokens is '12', not a whole number",
+    ),
+    "huge-ts-ns": ({"extra": {"amb": {"ts_ns": 10**20}}}, "step 2: extra.amb.ts_ns"),
+    "nan-latency": (
+        {"extra": {"amb": {"call": {"latency_ms": float("nan")}}}},
+        "extra.amb.call.latency_ms is nan, not a duration",
+    ),
+    "negative-retries": ({"extra": {"amb": {"call": {"retries": -1}}}}, "extra.amb.call.retries is -1"),
+    "surrogate-message": ({"message": "half \ud83d"}, "steps[1].message: text that is not Unicode"),
+    "surrogate-key": ({"metrics": {"\udc80": 1}}, "text that is not Unicode"),
+}
+
+
+@pytest.mark.parametrize("kind", list(ATIF))
+def test_atif_values_that_are_no_facts_refuse_the_file(store, tmp_path, kind):
+    step2, expect = ATIF[kind]
+    path = tmp_path / "given" / f"{kind}.json"
+    path.parent.mkdir()
+    # Python writes NaN and Infinity, as a Python harness's json.dump would; lone surrogates as \\u escapes.
+    path.write_text(json.dumps(trajectory(step2)))
+    _refused(store, ["atif", str(path)], f"{path}: ", expect)
+
+
+def test_a_lone_surrogate_in_the_model_name_refuses_the_file(store, tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trajectory(model="gpt\ud800")))
+    _refused(store, ["atif", str(path)], f"{path}: agent.model_name: text that is not Unicode")
+
+
+def test_emoji_written_as_surrogate_pairs_import(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trajectory({"message": "ok 😀"})))  # ensure_ascii: \ud83d\ude00
+    r = amb("import", "atif", "--store", str(tmp_path / "s"), "--json", str(path))
+    assert r.exit_code == 0, r.output
+
+
+def test_a_sidecar_line_dated_outside_the_clock_refuses_the_folder(store, tmp_path):
+    out = tmp_path / "atif"
+    assert amb("export", "atif", "--store", str(store), "rec-1", "--out", str(out)).exit_code == 0
+    folder = tmp_path / "given"
+    shutil.copytree(out / "rec-1", folder)
+    lines = (folder / "events.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    first["ts_ns"] = 1 << 64
+    (folder / "events.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    _refused(store, ["atif", "--run-id", "other", str(folder)], f"{folder}/events.jsonl: line 1: ts_ns")
+
+
+def _seg(tmp_path: Path, edit) -> Path:
+    src = fx.seg_local(tmp_path / "src", "kidney-seg", "kidney", tmp_path)
+    run = tmp_path / "given" / "260101-abcdef"
+    shutil.copytree(src, run, symlinks=True)
+    edit(run)
+    return run
+
+
+def _trace(field: str, value: Any):
+    def edit(run: Path) -> None:
+        path = run / "process" / "trace.jsonl"
+        recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        first = next(r for r in recs if r.get("type") == "api_call")
+        first[field] = value
+        path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+    return edit
+
+
+AUTOMEDBENCH = {
+    "nan-tokens": (_trace("input_tokens", float("nan")), "trace.jsonl: record 1: input_tokens is nan"),
+    "1e308-tokens": (_trace("output_tokens", 1e308), "output_tokens is 1e+308, outside"),
+    "negative-tokens": (_trace("input_tokens", -1), "input_tokens is -1, outside"),
+    "inf-ts": (_trace("ts", float("inf")), "ts is inf, not a duration"),
+    "nan-turn": (_trace("turn", float("nan")), "turn is nan"),
+    "surrogate": (_trace("content_preview", "x\udfff"), "trace.jsonl: line 1: content_preview: text that"),
+}
+
+
+@pytest.mark.parametrize("kind", list(AUTOMEDBENCH))
+def test_automedbench_values_that_are_no_facts_refuse_the_folder(store, tmp_path, kind):
+    edit, expect = AUTOMEDBENCH[kind]
+    run = _seg(tmp_path, edit)
+    _refused(store, ["automedbench", str(run)], expect)
+
