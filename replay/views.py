@@ -78,8 +78,8 @@ VIEWS: list[View] = [
             Column(
                 "status",
                 "coalesce(f.payload->>'status', 'unfinished')",
-                "completed, failed, timeout, killed, budget_exceeded, recorder_error, or unfinished "
-                "(no run.finished).",
+                "completed, failed, timeout, killed, budget_exceeded, recorder_error, unknown (an "
+                "import whose source does not say how the run ended), or unfinished (no run.finished).",
             ),
             Column(
                 "exit_code", "(f.payload->>'exit_code')::INTEGER", "The agent's exit code.", "f.exit_code"

@@ -42,6 +42,7 @@ from schemas.blob import digest
 from schemas.codec import ID_RE, decode_payload, encode_payload
 from schemas.errors import SchemaError
 from schemas.events import (
+    UNKNOWN_ENDING,
     AssistantMessage,
     ModelCallCompleted,
     Note,
@@ -387,7 +388,10 @@ def _trajectory(
                 )
             )
             history.append({"role": "tool", "tool_call_id": str(source_id), "content": content})
-    start_ts = base_ts if base_ts is not None else mtime_ns
+    # The run starts at its earliest step: a step dated before the first one is not put before it.
+    start_ts = min([ts for ts, _ in pending], default=base_ts if base_ts is not None else mtime_ns)
+    if base_ts is not None:
+        start_ts = min(start_ts, base_ts)
     if not any(isinstance(p, RunStarted) for _, p in side):
         labels = {"origin": "atif", "schema_version": version, "time_base": "approx" if approx else "exact"}
         if session:
@@ -425,9 +429,12 @@ def _trajectory(
     for ts, payload in everything:
         b.emit(payload, ts)
     if not any(isinstance(p, RunFinished) for _, p in side):
+        # ATIF keeps no end: the run lasted as long as its steps span, and how it ended is unknown.
         b.emit(
             RunFinished(
-                status="completed", reason="imported from ATIF (the format does not say how the run ended)"
+                status=UNKNOWN_ENDING,
+                duration_s=(b.last_ts - start_ts) / 1e9,
+                reason="imported from ATIF: the format does not say how the run ended",
             ),
             b.last_ts,
         )

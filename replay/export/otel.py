@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 
 from schemas.codec import Event
 from schemas.events import (
+    UNKNOWN_ENDING,
     FileAccessed,
     FileDeleted,
     FileRenamed,
@@ -245,7 +246,7 @@ def run_to_traces(events: Iterable[Event], scope_version: str = "") -> dict[str,
             "amb.exit_code": finished.exit_code if finished else None,
         },
         None,
-        None if status == "completed" else status,
+        None if status in ("completed", UNKNOWN_ENDING) else status,
     )
     root["events"] = root_events
     resource = attrs(

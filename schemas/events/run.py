@@ -64,7 +64,8 @@ class RunFinished(Payload, frozen=True, tag="run.finished"):
     """A recorded run ended. Always the last event the recorder writes for a run."""
 
     status: str
-    """``completed``, ``failed``, ``timeout``, ``killed``, ``budget_exceeded`` or ``recorder_error``."""
+    """``completed``, ``failed``, ``timeout``, ``killed``, ``budget_exceeded`` or ``recorder_error``;
+    ``unknown`` (``UNKNOWN_ENDING``) for an imported run whose source does not say how it ended."""
     exit_code: int | None = None
     duration_s: float = 0.0
     reason: str | None = None
@@ -73,3 +74,9 @@ class RunFinished(Payload, frozen=True, tag="run.finished"):
     """Events written per source and kind, as the recorder saw them (a cross-check for verify)."""
     budget: BudgetSpent | None = None
     """What a budgeted run spent (None: the run had no budget)."""
+
+
+UNKNOWN_ENDING = "unknown"
+"""The status of an imported run whose source keeps no ending (an ATIF trajectory without amb's
+sidecar): neither completed nor failed, as far as anyone can tell. The scorer reads no ending into
+it, an OpenTelemetry export leaves its span's status unset."""

@@ -4,7 +4,8 @@ A value that cannot be a fact refuses the whole input: exit 2, one line on stder
 as given, the step or record, the field and the value; the store stays byte for byte as it was and
 the next `amb ingest` works (a year-9999 timestamp used to leave a spool no ingest could load; a
 year-1 one put a model call before run.started; NaN tokens, a lone surrogate and 1e308 tokens ended
-in a traceback, the last one only later, in `amb score`).
+in a traceback, the last one only later, in `amb score`). In-range times earlier than the first
+step start the run earlier: nothing precedes run.started.
 """
 
 from __future__ import annotations
@@ -126,6 +127,21 @@ def test_emoji_written_as_surrogate_pairs_import(tmp_path):
     assert r.exit_code == 0, r.output
 
 
+def test_a_step_dated_before_the_first_starts_the_run_earlier(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trajectory({"timestamp": "2024-12-31T23:59:59Z"})))
+    store = tmp_path / "s"
+    r = amb("import", "atif", "--store", str(store), "--json", str(path))
+    assert r.exit_code == 0, r.output
+    run = json.loads(r.stdout)[0]["run_id"]
+    with Store.open(store, read_only=True) as st:
+        first = st.con.execute(
+            "SELECT kind FROM events WHERE run_id = ? ORDER BY ts_ns, seq LIMIT 1", [run]
+        ).fetchall()
+        [(dur,)] = st.con.execute("SELECT duration_s FROM runs WHERE run_id = ?", [run]).fetchall()
+    assert first == [("run.started",)] and dur == pytest.approx(1.78)
+
+
 def test_a_sidecar_line_dated_outside_the_clock_refuses_the_folder(store, tmp_path):
     out = tmp_path / "atif"
     assert amb("export", "atif", "--store", str(store), "rec-1", "--out", str(out)).exit_code == 0
@@ -173,3 +189,26 @@ def test_automedbench_values_that_are_no_facts_refuse_the_folder(store, tmp_path
     run = _seg(tmp_path, edit)
     _refused(store, ["automedbench", str(run)], expect)
 
+
+def test_an_atif_run_without_sidecar_lasts_its_steps_and_its_ending_is_unknown(tmp_path):
+    """ATIF keeps no ending: the run lasted as long as its steps span (0.78 s here, not 0.0 s), its
+    status is ``unknown`` (not ``completed``), and every reader agrees: the runs view, the
+    OpenTelemetry export (span status unset, not an error), the scorer (no ending read into it)."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trajectory()))
+    store = tmp_path / "s"
+    r = amb("import", "atif", "--store", str(store), "--json", str(path))
+    assert r.exit_code == 0, r.output
+    run = json.loads(r.stdout)[0]["run_id"]
+    show = json.loads(amb("show", "--store", str(store), run, "--json").output)
+    assert show["status"] == "unknown" and show["duration_s"] == pytest.approx(0.78)
+    otel = amb("export", "otel", "--store", str(store), run)
+    assert otel.exit_code == 0, otel.output
+    spans = [
+        s for rs in json.loads(otel.stdout)["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]
+    ]
+    root = next(s for s in spans if s["name"].startswith("invoke_agent"))
+    assert root["status"] == {"code": 0}
+    scored = amb("score", "--store", str(store), run, "--json")
+    assert scored.exit_code == 0, scored.output
+    assert json.loads(scored.stdout)["rows"][0]["status"] in ("no_data", "ungraded")
