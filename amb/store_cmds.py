@@ -13,7 +13,8 @@ import msgspec
 
 from amb.common import progress, store_option
 from amb.output import emit
-from recorder.synthetic import generate_run
+from recorder.importers.values import printable
+from recorder.synthetic import MAX_SEED, generate_run
 from replay import manifest as manifests
 from replay import spools as spool_modes
 from replay import views
@@ -22,8 +23,10 @@ from replay.read import iter_events
 from replay.store import Store, first, open_sql
 from replay.verify import verify as verify_store
 from schemas.blobpack import SUFFIX
+from schemas.codec import ID_RE
 from schemas.errors import AmbError, UsageError
 from schemas.events import AnyPayload
+from schemas.run_claim import require_free
 
 
 @click.command()
@@ -339,10 +342,20 @@ def schema(fmt: str) -> None:
 
 @click.command()
 @store_option
-@click.option("--runs", "n_runs", default=5, show_default=True, help="How many runs.")
-@click.option("--calls", default=35, show_default=True, help="Model calls per run.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the first run (run i uses seed+i).")
-@click.option("--prefix", default="synth", show_default=True, help="Run id prefix.")
+@click.option(
+    "--runs", "n_runs", default=5, show_default=True, type=click.IntRange(min=1), help="How many runs."
+)
+@click.option(
+    "--calls", default=35, show_default=True, type=click.IntRange(min=1), help="Model calls per run."
+)
+@click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, MAX_SEED),
+    help="Seed of the first run (run i uses seed+i; it also sets the run's clock).",
+)
+@click.option("--prefix", default="synth", show_default=True, help="Run id prefix (ids are PREFIX-SEED).")
 @click.option(
     "--processes-per-call",
     default=1,
@@ -351,17 +364,27 @@ def schema(fmt: str) -> None:
     help="Processes the shim sees per tool call (a big run without a quadratic conversation).",
 )
 def generate(store: str, n_runs: int, calls: int, seed: int, prefix: str, processes_per_call: int) -> None:
-    """Write synthetic runs through the real spool path (then run `amb ingest`)."""
+    """Write synthetic runs through the real spool path (then run `amb ingest`).
+
+    Run ids the store already holds are refused (exit 2) before anything is written: runs are never
+    merged or reused in place, so a second `amb generate` into one store needs another --seed or
+    --prefix."""
+    if seed + n_runs - 1 > MAX_SEED:
+        raise UsageError(f"--seed {seed} with --runs {n_runs} goes past the largest seed, {MAX_SEED}")
+    ids = [f"{prefix}-{seed + i:04d}" for i in range(n_runs)]
+    for run_id in (ids[0], ids[-1]):
+        if not ID_RE.match(run_id):
+            raise UsageError(
+                f"--prefix {printable(prefix, 140)!r} makes the run id {printable(run_id, 160)!r}: use 1-128 "
+                "of letters, digits, '.', '_', ':', '-'"
+            )
+    way_out = "pick other ids with --seed or --prefix"
+    for run_id in ids:  # all of them before the first is written
+        require_free(store, run_id, way_out)
     tick = progress("generate")
-    for i in range(n_runs):
+    for i, run_id in enumerate(ids):
         tick(i, n_runs)
-        generate_run(
-            store,
-            f"{prefix}-{seed + i:04d}",
-            seed=seed + i,
-            calls=calls,
-            processes_per_call=processes_per_call,
-        )
+        generate_run(store, run_id, seed=seed + i, calls=calls, processes_per_call=processes_per_call)
     tick(n_runs, n_runs)
     click.echo(f"wrote {n_runs} synthetic runs into {store}/spool")
 

@@ -35,6 +35,7 @@ from schemas.events import (
     ToolCallResult,
     Usage,
 )
+from schemas.run_claim import claiming, require_free
 
 TASKS = ("kidney-seg", "ldct-denoising", "vqa-rad", "mimic-cxr-report", "bccd-det")
 MODELS = ("gpt-5.1", "claude-opus-4.5", "gemini-3-pro", "qwen3-coder-480b")
@@ -90,6 +91,14 @@ STEPS = (
 )
 
 
+FIRST_START_NS = 1_780_000_000_000_000_000
+"""When the run of seed 0 starts (2026-05-28); run ``seed`` starts two hours per seed later."""
+SEED_STEP_NS = 7_200_000_000_000
+MAX_SEED = 1_000_000
+"""The largest seed: its run starts in 2254, years before the last time a 64-bit nanosecond clock
+holds (2262), so every event's time fits however many calls the run makes."""
+
+
 class Generated(NamedTuple):
     run_id: str
     events: int
@@ -116,14 +125,27 @@ def generate_run(
     processes_per_call: int = 1,
     sync: bool = False,
 ) -> Generated:
-    """Write one synthetic run's spools and blobs into ``store`` (not yet ingested)."""
+    """Write one synthetic run's spools and blobs into ``store`` (not yet ingested).
+
+    A run id the store holds is refused (``RunExists``), checked and written under the store's claim
+    lock (``schemas.run_claim.claiming``): runs are never merged."""
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed {seed} is outside 0..{MAX_SEED}")
+    with claiming(store):
+        require_free(store, run_id, "pick another run id (amb generate: --seed or --prefix)")
+        return _write_run(store, run_id, seed, calls, processes_per_call, sync)
+
+
+def _write_run(
+    store: str | os.PathLike[str], run_id: str, seed: int, calls: int, processes_per_call: int, sync: bool
+) -> Generated:
     rng = random.Random(seed)
     root = Path(store)
     blobs = BlobStore(root / "blobs")
     task = TASKS[seed % len(TASKS)]
     model = MODELS[seed % len(MODELS)]
     tier = "lite" if seed % 2 == 0 else "standard"
-    tick = _clock(rng, 1_780_000_000_000_000_000 + seed * 7_200_000_000_000)
+    tick = _clock(rng, FIRST_START_NS + seed * SEED_STEP_NS)
     writers = {
         s: SpoolWriter(spool_path(root, run_id, s), run_id, s, sync=sync)
         for s in ("recorder", "proxy", "shim")

@@ -174,3 +174,55 @@ def test_show_a_run_with_no_model_calls(tmp_path):
     data = json.loads(amb("show", run, "--json", store=store).stdout)
     assert data["model_calls"] == {"count": 0, "failed": 0, "models": []}
     assert data["files_written"] == [] or all("out.txt" in f["path"] for f in data["files_written"])
+
+
+def _files(root: Path) -> dict[str, str]:
+    """Every file under ``root`` by its relative path, with the sha256 of its bytes."""
+    import hashlib
+
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_generate_never_writes_into_a_run_id_the_store_holds(tmp_path):
+    """A second `amb generate` into one store appended a second run to the first run's spools;
+    it is refused before a byte is written, ingested or not."""
+    store = tmp_path / "store"
+    amb("generate", "--runs", "2", "--calls", "2", store=store)
+    for ingested in (False, True):
+        before = _files(store)
+        again = amb("generate", "--runs", "3", "--calls", "2", store=store, check=False)
+        assert again.returncode == 2, again.stderr
+        assert again.stderr.count("\n") == 1 and "Traceback" not in again.stderr
+        assert "run id 'synth-0000' already exists" in again.stderr and "--seed or --prefix" in again.stderr
+        assert _files(store) == before
+        if not ingested:
+            amb("ingest", store=store)
+    amb("generate", "--runs", "1", "--calls", "2", "--seed", "2", store=store)
+    amb("ingest", store=store)
+    assert amb("verify", store=store).stdout.startswith("OK")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--runs", "-1"),
+        ("--runs", "0"),
+        ("--calls", "0"),
+        ("--calls", "-3"),
+        ("--seed", "-1"),
+        ("--seed", str(10**7)),
+        ("--seed", "999999", "--runs", "5"),
+        ("--processes-per-call", "0"),
+        ("--prefix", "a/b"),
+        ("--prefix", "x" * 200),
+    ],
+)
+def test_generate_refuses_bad_numbers_and_names(tmp_path, args):
+    store = tmp_path / "store"
+    proc = amb("generate", "--calls", "1", *args, store=store, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "wrote" not in proc.stdout and not store.exists()
