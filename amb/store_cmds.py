@@ -14,7 +14,7 @@ import msgspec
 from amb.common import progress, store_option
 from amb.output import emit
 from recorder.importers.values import printable
-from recorder.synthetic import MAX_SEED, generate_run
+from recorder.synthetic import MAX_CALLS, MAX_SEED, generate_run
 from replay import manifest as manifests
 from replay import spools as spool_modes
 from replay import views
@@ -346,7 +346,11 @@ def schema(fmt: str) -> None:
     "--runs", "n_runs", default=5, show_default=True, type=click.IntRange(min=1), help="How many runs."
 )
 @click.option(
-    "--calls", default=35, show_default=True, type=click.IntRange(min=1), help="Model calls per run."
+    "--calls",
+    default=35,
+    show_default=True,
+    type=click.IntRange(1, MAX_CALLS),
+    help="Model calls per run (each request carries the whole conversation so far: it grows as calls²).",
 )
 @click.option(
     "--seed",

@@ -99,6 +99,11 @@ MAX_SEED = 1_000_000
 holds (2262), so every event's time fits however many calls the run makes."""
 
 
+MAX_CALLS = 10_000
+"""The most model calls a generated run makes: every request carries the whole conversation so far,
+so a run's bodies grow with the square of its calls."""
+
+
 class Generated(NamedTuple):
     run_id: str
     events: int

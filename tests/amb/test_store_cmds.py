@@ -213,6 +213,7 @@ def test_generate_never_writes_into_a_run_id_the_store_holds(tmp_path):
         ("--runs", "0"),
         ("--calls", "0"),
         ("--calls", "-3"),
+        ("--calls", "20000"),
         ("--seed", "-1"),
         ("--seed", str(10**7)),
         ("--seed", "999999", "--runs", "5"),
