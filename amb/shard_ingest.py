@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from amb.common import progress
+from recorder.importers.values import printable
 from replay.shards import LoadReport, load_shards, merge_store
 from sweeps.collect import is_sweep_root, select
 from sweeps.shard import SHARD_FILE, Layout
@@ -46,8 +47,8 @@ def ingest_from(
             )
         else:
             click.echo(
-                f"amb: error: {source}: not a sweep directory (shards/), a shard (shard.json) "
-                "or a store (spool/)",
+                f"amb: error: {printable(str(source), 4096)}: not a sweep directory (shards/), a shard "
+                "(shard.json) or a store (spool/)",
                 err=True,
             )
             failed = True
@@ -62,9 +63,10 @@ def ingest_from(
     else:
         for s in out:
             for path, why in s["refused"]:
-                click.echo(f"amb: error: {path}: refused: {why}", err=True)
+                # Names come from the directories loaded: escaped, so that each refusal stays one line.
+                click.echo(f"amb: error: {printable(path, 4096)}: refused: {printable(why, 8192)}", err=True)
             click.echo(
-                f"{s['source']} ({s['kind']}): {len(s['loaded'])} run(s) loaded, "
+                f"{printable(s['source'], 4096)} ({s['kind']}): {len(s['loaded'])} run(s) loaded, "
                 f"{s['events_added']} new events, "
                 f"{s['spools_copied']} spool(s) and {s['blobs_copied']} blob(s) copied; "
                 f"{len(s['duplicates'])} duplicate(s) kept aside, {len(s['refused'])} refused"
