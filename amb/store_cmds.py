@@ -6,6 +6,7 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import click
 import duckdb
@@ -340,24 +341,26 @@ def schema(fmt: str) -> None:
         click.echo(views.markdown())
 
 
+def _count_option(name: str, default: int, low: int, high: int | None, help_text: str) -> Any:
+    return click.option(
+        name, default=default, show_default=True, type=click.IntRange(low, high), help=help_text
+    )
+
+
 @click.command()
 @store_option
 @click.option(
     "--runs", "n_runs", default=5, show_default=True, type=click.IntRange(min=1), help="How many runs."
 )
-@click.option(
+@_count_option(
     "--calls",
-    default=35,
-    show_default=True,
-    type=click.IntRange(1, MAX_CALLS),
-    help="Model calls per run (each request carries the whole conversation so far: it grows as calls²).",
+    35,
+    1,
+    MAX_CALLS,
+    "Model calls per run (each request carries the whole conversation so far: it grows as calls²).",
 )
-@click.option(
-    "--seed",
-    default=0,
-    show_default=True,
-    type=click.IntRange(0, MAX_SEED),
-    help="Seed of the first run (run i uses seed+i; it also sets the run's clock).",
+@_count_option(
+    "--seed", 0, 0, MAX_SEED, "Seed of the first run (run i uses seed+i; it also sets the run's clock)."
 )
 @click.option("--prefix", default="synth", show_default=True, help="Run id prefix (ids are PREFIX-SEED).")
 @click.option(

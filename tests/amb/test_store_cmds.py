@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.recorder.importers.store_state import files
+
 AMB = str(Path(sys.executable).parent / "amb")
 
 
@@ -176,29 +178,18 @@ def test_show_a_run_with_no_model_calls(tmp_path):
     assert data["files_written"] == [] or all("out.txt" in f["path"] for f in data["files_written"])
 
 
-def _files(root: Path) -> dict[str, str]:
-    """Every file under ``root`` by its relative path, with the sha256 of its bytes."""
-    import hashlib
-
-    return {
-        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
-
-
 def test_generate_never_writes_into_a_run_id_the_store_holds(tmp_path):
     """A second `amb generate` into one store appended a second run to the first run's spools;
     it is refused before a byte is written, ingested or not."""
     store = tmp_path / "store"
     amb("generate", "--runs", "2", "--calls", "2", store=store)
     for ingested in (False, True):
-        before = _files(store)
+        before = files(store)
         again = amb("generate", "--runs", "3", "--calls", "2", store=store, check=False)
         assert again.returncode == 2, again.stderr
         assert again.stderr.count("\n") == 1 and "Traceback" not in again.stderr
         assert "run id 'synth-0000' already exists" in again.stderr and "--seed or --prefix" in again.stderr
-        assert _files(store) == before
+        assert files(store) == before
         if not ingested:
             amb("ingest", store=store)
     amb("generate", "--runs", "1", "--calls", "2", "--seed", "2", store=store)

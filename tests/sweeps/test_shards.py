@@ -23,6 +23,7 @@ from replay.store import Store
 from sweeps.collect import select
 from sweeps.shard import SHARD_FILE, Layout, claimed
 from sweeps.spec import Cell, parse_run_id, run_id
+from tests.recorder.importers.store_state import files
 from tests.sweeps.shard_helpers import make_shard
 
 BIN = Path(sys.executable).parent
@@ -150,10 +151,6 @@ def test_stores_merge(tmp_path):
     assert "Traceback" not in refused.stderr
 
 
-def _files(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 @pytest.mark.parametrize("mode", ["compress", "drop"])
 def test_a_store_never_takes_in_another_run_under_an_id_it_holds(tmp_path, mode):
     """`amb ingest --from OTHERSTORE` merged a run of the same id into the store's run (its events
@@ -176,16 +173,16 @@ def test_a_store_never_takes_in_another_run_under_an_id_it_holds(tmp_path, mode)
     assert amb("export", "atif", "--store", str(home), "r-1", "--out", str(tmp_path / "x")).returncode == 0
     write(imported, parse(tmp_path / "x" / "r-1")[0])
     assert amb("ingest", "--store", str(imported)).returncode == 0
-    before = _files(home)
+    before = files(home)
     for source, why in ((other, "another proxy spool"), (imported, "spools of import")):
         r = amb("ingest", "--store", str(home), "--from", str(source))
         assert r.returncode == 2, r.stderr
         line = next(x for x in r.stderr.splitlines() if "refused" in x)
         assert "run id 'r-1' already exists" in line and why in line and "--store" in line, line
-        assert _files(home) == before
+        assert files(home) == before
     same = amb("ingest", "--store", str(home), "--from", str(twin), "--json")
     assert same.returncode == 0, same.stderr
-    assert json.loads(same.stdout)["sources"][0]["events_added"] == 0 and _files(home) == before
+    assert json.loads(same.stdout)["sources"][0]["events_added"] == 0 and files(home) == before
     assert amb("verify", "--store", str(home)).returncode == 0
 
 
@@ -197,14 +194,14 @@ def test_a_sweep_run_again_under_its_name_does_not_merge_into_the_first(tmp_path
         make_shard(layout, CELL, seed=seed)
     store = tmp_path / "store"
     assert amb("ingest", "--store", str(store), "--spools", mode, "--from", str(first.root)).returncode == 0
-    before = _files(store)
+    before = files(store)
     r = amb("ingest", "--store", str(store), "--from", str(second.root))
     assert r.returncode == 2 and f"run id '{run_id(CELL, 1)}' already exists" in r.stderr, r.stderr
-    assert _files(store) == before
+    assert files(store) == before
     again = amb("ingest", "--store", str(store), "--from", str(first.root), "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["sources"][0]["events_added"] == 0
     report = load_shards(store, [(second.shard(run_id(CELL, 1)), run_id(CELL, 1))])
-    assert report.taken and not report.loaded and _files(store) == before
+    assert report.taken and not report.loaded and files(store) == before
 
 
 def _edit_info(shard: Path, **changes: object) -> None:

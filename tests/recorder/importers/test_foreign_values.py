@@ -10,31 +10,17 @@ step start the run earlier: nothing precedes run.started.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 
-from amb.main import cli
 from recorder.synthetic import generate_run
 from replay.store import Store
 from tests.recorder.importers import amb_fixtures as fx
-
-
-def amb(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), env={"AMB_JUDGE_BASE_URL": "", "AMB_JUDGE_MODEL": ""})
-
-
-def files(root: Path) -> dict[str, str]:
-    return {
-        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
+from tests.recorder.importers.store_state import amb, files
 
 
 def trajectory(step2: dict[str, Any] | None = None, model: Any = "m") -> dict[str, Any]:

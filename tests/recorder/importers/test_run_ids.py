@@ -10,39 +10,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 
-from amb.main import cli
 from recorder.synthetic import generate_run
-from replay.store import Store
-
-
-def amb(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args))
-
-
-def files(root: Path) -> dict[str, str]:
-    return {
-        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
-
-
-def hashes(store: Path) -> dict[str, list[str]]:
-    """Every run's event hashes, in order."""
-    with Store.open(store, read_only=True) as st:
-        rows = st.con.execute("SELECT run_id, hash FROM events ORDER BY run_id, source, seq").fetchall()
-    out: dict[str, list[str]] = {}
-    for run, h in rows:
-        out.setdefault(run, []).append(h)
-    return out
+from tests.recorder.importers.store_state import amb, event_hashes, files
 
 
 @pytest.fixture
@@ -77,11 +52,11 @@ def test_an_export_is_not_imported_into_the_run_it_came_from(exported, tmp_path,
 
 def test_run_id_imports_beside_the_original(exported):
     store, folder = exported
-    original = hashes(store)["rec-1"]
+    original = event_hashes(store)["rec-1"]
     r = amb("import", "atif", "--store", str(store), "--json", "--run-id", "rec-1-again", str(folder))
     assert r.exit_code == 0, r.output
     assert [(x["status"], x["run_id"]) for x in json.loads(r.stdout)] == [("imported", "rec-1-again")]
-    after = hashes(store)
+    after = event_hashes(store)
     assert after["rec-1"] == original and len(after["rec-1-again"]) == len(original)
     show = json.loads(amb("show", "--store", str(store), "rec-1-again", "--json").output)
     assert show["labels"]["renamed_from"] == "rec-1"
