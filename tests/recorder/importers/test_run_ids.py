@@ -129,3 +129,30 @@ def test_bad_renamings_are_usage_errors(tmp_path, args):
     )
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
     assert not (tmp_path / "store").exists()
+
+
+def test_an_import_the_store_dropped_after_ingest_is_still_recognised(exported, tmp_path):
+    """With AMB_SPOOLS=drop the import's spool is gone after ingest (an empty marker is left): the
+    same input again is told apart from another by the chain head ingest recorded."""
+    from click.testing import CliRunner
+
+    from amb.main import cli
+
+    _, folder = exported
+    store = tmp_path / "dropped"
+    first = CliRunner().invoke(
+        cli, ["import", "atif", "--store", str(store), str(folder)], env={"AMB_SPOOLS": "drop"}
+    )
+    assert first.exit_code == 0, first.output
+    assert (store / "spool" / "rec-1" / "import.spool.dropped").exists()
+    again = amb("import", "atif", "--store", str(store), "--json", str(folder))
+    assert again.exit_code == 0 and json.loads(again.stdout)[0]["status"] == "skipped", again.output
+    changed = tmp_path / "changed"
+    shutil.copytree(folder, changed)
+    doc = json.loads((changed / "trajectory.json").read_text())
+    doc["steps"][-1]["message"] = "something else"
+    (changed / "trajectory.json").write_text(json.dumps(doc))
+    before = files(store)
+    r = amb("import", "atif", "--store", str(store), str(changed))
+    assert r.exit_code == 2 and "another import spool" in r.stderr, r.output
+    assert files(store) == before
