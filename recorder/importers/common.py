@@ -19,12 +19,11 @@ from typing import Any, NamedTuple
 import msgspec
 
 from recorder.importers.values import (
-    NOT_UNICODE,
     OUTSIDE,
     TS_MAX,
     Rejected,
     check_text,
-    lone_surrogate,
+    not_unicode,
     printable,
     shown,
     when,
@@ -230,7 +229,7 @@ class RunBuilder:
         try:
             data = json.dumps(value, ensure_ascii=False).encode()
         except UnicodeEncodeError:
-            raise Rejected(f"{self.origin}: {lone_surrogate_in(value)}: {NOT_UNICODE}") from None
+            raise Rejected(f"{self.origin}: {not_unicode(value)}") from None
         return self.blob(data, media_type)
 
     def emit(self, payload: Payload, ts_ns: int) -> int:
@@ -272,11 +271,6 @@ class RunBuilder:
                 if labels.get("parent_run") in renamed:
                     labels["parent_run"] = renamed[labels["parent_run"]]
                 self.events[i] = (ts, msgspec.structs.replace(payload, labels=labels))
-
-
-def lone_surrogate_in(value: Any) -> str:
-    """Where in ``value`` (a JSON path) a string holds a surrogate, for a message."""
-    return (lone_surrogate(value) or "a string").lstrip(".")
 
 
 class Staged(NamedTuple):
@@ -347,8 +341,8 @@ def spool_bytes(run: RunBuilder) -> bytes:
         try:
             encoded = encode_payload(payload)
         except UnicodeEncodeError:
-            where = lone_surrogate_in(msgspec.to_builtins(payload, str_keys=True, enc_hook=repr))
-            raise Rejected(f"{run.origin}: a {kind} event: {where}: {NOT_UNICODE}") from None
+            where = not_unicode(msgspec.to_builtins(payload, str_keys=True, enc_hook=repr))
+            raise Rejected(f"{run.origin}: a {kind} event: {where}") from None
         if _LONG_NUMBER.search(encoded):
             _check_numbers(run.origin, kind, payload)
         body = make_body(

@@ -164,17 +164,34 @@ def check_text(raw: str | bytes, doc: Any, where: str) -> None:
 def lone_surrogate(value: Any, path: str = "") -> str | None:
     """The JSON path (``.steps[3].message``) of the first string or key in ``value`` that holds a
     surrogate; None when none does. Iterative: documents are nested up to 200 levels."""
+    found = _first_surrogate(value, path)
+    return found[0] if found else None
+
+
+def not_unicode(value: Any) -> str:
+    """Where in ``value`` (a payload's builtins) text fails to encode, and why, for a message: bytes
+    a file name held that are not UTF-8 (decoded as ``surrogateescape``) or a lone surrogate."""
+    found = _first_surrogate(value, "")
+    if found is None:
+        return NOT_UNICODE
+    at, text = found
+    raw = all("\udc80" <= c <= "\udcff" for c in _SURROGATE.findall(text))
+    why = "bytes that are not UTF-8" if raw else "a lone surrogate"
+    return f"{at.lstrip('.') or 'a string'} '{printable(text, 200)}': text that is not Unicode ({why})"
+
+
+def _first_surrogate(value: Any, path: str) -> tuple[str, str] | None:
     stack: list[tuple[Any, str]] = [(value, path)]
     while stack:
         item, at = stack.pop()
         if isinstance(item, str):
             if _SURROGATE.search(item):
-                return at or "the document"
+                return at or "the document", item
         elif isinstance(item, dict):
             for key in reversed(list(item)):
                 name = f"{at}.{printable(str(key), 80)}"
                 if isinstance(key, str) and _SURROGATE.search(key):
-                    return name
+                    return name, key
                 stack.append((item[key], name))
         elif isinstance(item, list | tuple):
             stack.extend((x, f"{at}[{i}]") for i, x in reversed(list(enumerate(item))))

@@ -11,6 +11,7 @@ step start the run earlier: nothing precedes run.started.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -198,3 +199,20 @@ def test_an_atif_run_without_sidecar_lasts_its_steps_and_its_ending_is_unknown(t
     scored = amb("score", "--store", str(store), run, "--json")
     assert scored.exit_code == 0, scored.output
     assert json.loads(scored.stdout)["rows"][0]["status"] in ("no_data", "ungraded")
+
+
+def test_an_output_file_whose_name_is_not_utf8_is_named_not_a_traceback(store, tmp_path):
+    """A file name's bytes that are not UTF-8 either are recorded (where the event encoding keeps
+    such bytes) or refuse the folder naming the file and the bytes; never a traceback."""
+    run = _seg(tmp_path, lambda run: None)
+    with open(os.fsencode(run / "outputs" / "agents_outputs") + b"/bad\xffname", "wb") as f:
+        f.write(b"x")
+    before = files(store)
+    r = amb("import", "automedbench", "--store", str(store), str(run))
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    if r.exit_code == 2:
+        assert "file.written event: path 'agents_outputs/bad\\xffname'" in r.stderr, r.stderr
+        assert "bytes that are not UTF-8" in r.stderr and files(store) == before
+    else:
+        assert r.exit_code == 0, r.output
+    assert amb("verify", "--store", str(store)).output.startswith("OK")
