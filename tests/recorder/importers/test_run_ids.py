@@ -66,17 +66,21 @@ def test_run_id_imports_beside_the_original(exported):
     assert again.exit_code == 0 and json.loads(again.stdout)[0]["status"] == "skipped"
 
 
+def _changed(folder: Path, to: Path) -> Path:
+    """A copy of an exported folder whose last step says something else: the same run id, another run."""
+    shutil.copytree(folder, to)
+    doc = json.loads((to / "trajectory.json").read_text())
+    doc["steps"][-1]["message"] = "something else"
+    (to / "trajectory.json").write_text(json.dumps(doc))
+    return to
+
+
 def test_another_input_under_an_imported_id_is_refused(exported, tmp_path):
     _, folder = exported
     store = tmp_path / "fresh"
     assert amb("import", "atif", "--store", str(store), str(folder)).exit_code == 0
-    changed = tmp_path / "changed"
-    shutil.copytree(folder, changed)
-    doc = json.loads((changed / "trajectory.json").read_text())
-    doc["steps"][-1]["message"] = "something else"
-    (changed / "trajectory.json").write_text(json.dumps(doc))
     before = files(store)
-    r = amb("import", "atif", "--store", str(store), str(changed))
+    r = amb("import", "atif", "--store", str(store), str(_changed(folder, tmp_path / "changed")))
     assert r.exit_code == 2 and "run id 'rec-1' already exists" in r.stderr, r.output
     assert "another import spool" in r.stderr and files(store) == before
     # The same input twice in one command, and again later: written once, then skipped.
@@ -147,12 +151,7 @@ def test_an_import_the_store_dropped_after_ingest_is_still_recognised(exported, 
     assert (store / "spool" / "rec-1" / "import.spool.dropped").exists()
     again = amb("import", "atif", "--store", str(store), "--json", str(folder))
     assert again.exit_code == 0 and json.loads(again.stdout)[0]["status"] == "skipped", again.output
-    changed = tmp_path / "changed"
-    shutil.copytree(folder, changed)
-    doc = json.loads((changed / "trajectory.json").read_text())
-    doc["steps"][-1]["message"] = "something else"
-    (changed / "trajectory.json").write_text(json.dumps(doc))
     before = files(store)
-    r = amb("import", "atif", "--store", str(store), str(changed))
+    r = amb("import", "atif", "--store", str(store), str(_changed(folder, tmp_path / "changed")))
     assert r.exit_code == 2 and "another import spool" in r.stderr, r.output
     assert files(store) == before
