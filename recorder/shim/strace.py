@@ -187,6 +187,8 @@ class Tracker:
     root_pid: int | None = None
     root_exit: int | None = None
     unparsed: int = 0
+    last_error: str | None = None
+    """Why the last unparsed line could not be taken (other than being no syscall of interest)."""
     tail: bytes = b""
     """The incomplete last line of the chunks fed so far (see ``feed_bytes``)."""
 
@@ -225,8 +227,9 @@ class Tracker:
             rest = head + r.group(2)
         try:
             return self._event(tid, ts_ns, rest)
-        except (ValueError, IndexError):
+        except Exception as e:  # noqa: BLE001 - a line the tracker cannot take must not end tracing
             self.unparsed += 1
+            self.last_error = f"{type(e).__name__}: {e}"
             return []
 
     def _pid(self, tid: int) -> int:
@@ -244,8 +247,8 @@ class Tracker:
         return Proc(
             pid=p.pid,
             ppid=p.ppid,
-            argv=p.argv or [],
-            cwd=p.cwd,
+            argv=[os.fsencode(a) for a in p.argv or []],
+            cwd=os.fsencode(p.cwd) if p.cwd is not None else None,
             start_ns=p.start_ns,
             end_ns=end_ns,
             exit_code=exit_code,
