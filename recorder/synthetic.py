@@ -35,6 +35,7 @@ from schemas.events import (
     ToolCallResult,
     Usage,
 )
+from schemas.ostext import os_text
 
 TASKS = ("kidney-seg", "ldct-denoising", "vqa-rad", "mimic-cxr-report", "bccd-det")
 MODELS = ("gpt-5.1", "claude-opus-4.5", "gemini-3-pro", "qwen3-coder-480b")
@@ -303,7 +304,7 @@ def generate_run(
                 ProcessExited(
                     pid=pid,
                     ppid=parent if k else 1,
-                    argv=argv,
+                    argv=[os_text(a) for a in argv],
                     cwd="/workspace",
                     start_ns=start,
                     end_ns=tick(5, 3000),

@@ -34,8 +34,12 @@ class NotOsText(SchemaError):
 
 
 def os_text(raw: bytes | str) -> str:
-    """The recorded text of an OS string: given as bytes, or as Python's ``os.fsdecode`` form."""
-    data = raw if isinstance(raw, bytes) else os.fsencode(raw)
+    """The recorded text of an OS string: given as bytes, or as Python's ``os.fsdecode`` form (a
+    text, such as an imported one, is the OS string of its UTF-8 bytes)."""
+    try:
+        data = raw if isinstance(raw, bytes) else os.fsencode(raw)
+    except UnicodeEncodeError:
+        raise NotOsText(f"{_shown(str(raw))} is not an OS string: it holds a lone surrogate") from None
     # A backslash byte (0x5c) is never part of a multi-byte UTF-8 sequence: doubling it in the bytes
     # doubles exactly the name's own backslashes; Python's "backslashreplace" then writes every byte
     # that is not valid UTF-8 as \xhh.
