@@ -176,7 +176,7 @@ def _os(*raw: bytes) -> list[str]:
             "ran in /data/private/\\xff",
         ),
         # A backslash in an argument is the shell's to read (here: an escaped 't'), not the record's:
-        # recorded doubled, the shell still opens /data/private (main: judged the recorded text).
+        # recorded doubled, it is still seen that the shell opens /data/private.
         (proc(*_os(b"bash", b"-c", b"cat /da\\ta/pri\\vate/x")), "private_access", "/data/private/x"),
         (FileRenamed(src=os_text(b"/data/private/a\\b"), dst="x"), "private_access", "/data/private/a\\\\b"),
     ],
