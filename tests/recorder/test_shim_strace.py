@@ -171,6 +171,15 @@ def test_names_that_are_not_utf8_keep_their_bytes() -> None:
     assert proc.cwd == b"/ws/d\xfe"
     assert wire.decode(wire.encode(proc)[wire.HEADER.size :]) == proc  # (main: UnicodeEncodeError)
     assert t.unparsed == 0
+    # fchdir's directory, as -yy prints it: the path with C escapes (its '>' escaped too).
+    t = Tracker(root_cwd="/ws")
+    lines = (
+        b'10 1700000000.000001 execve("/bin/sh", ["sh"], 0x1 /* 1 vars */) = 0\n'
+        b"10 1700000000.000002 fchdir(3</ws/d\\376/a\\\\b\\x3e>) = 0\n"
+        b"10 1700000000.000003 +++ exited with 0 +++\n"
+    )
+    (proc,) = t.feed_bytes(lines)
+    assert proc.cwd == b"/ws/d\xfe/a\\b>"  # (main: the escapes as written, /ws/d\376/a\\b\x3e)
 
 
 def test_a_line_that_breaks_the_parser_is_counted_and_tracing_goes_on() -> None:
