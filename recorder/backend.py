@@ -46,6 +46,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from schemas.blobstore import BlobStore
 from schemas.events import SealedFile, SubmissionSealed
+from schemas.ostext import os_text
 
 SEAL_FILE_CAP = 16 * 1024 * 1024
 """Files larger than this are sealed by hash only (their content is not copied into blobs)."""
@@ -164,6 +165,7 @@ def seal_directory(
     Symlinks are recorded as skipped (following one could seal a file outside the workspace).
     Directories in ``exclude`` (the store itself, amb-record's private files such as the per-run
     CA key, when they happen to lie inside the workspace) are left out and listed as skipped.
+    Every name is recorded as the text ``schemas.ostext.os_text`` makes of its bytes, whatever they are.
     """
     files: list[SealedFile] = []
     skipped: list[str] = []
@@ -174,11 +176,13 @@ def seal_directory(
         for d in list(dirnames):
             if (Path(dirpath) / d).resolve() in excluded:
                 dirnames.remove(d)
-                skipped.append(f"{(Path(dirpath) / d).relative_to(root).as_posix()}/: amb-record's own files")
+                skipped.append(
+                    f"{os_text((Path(dirpath) / d).relative_to(root).as_posix())}/: amb-record's own files"
+                )
         dirnames.sort()
         for name in sorted(filenames):
             path = Path(dirpath) / name
-            rel = path.relative_to(root).as_posix()
+            rel = os_text(path.relative_to(root).as_posix())
             if path.is_symlink():
                 skipped.append(f"{rel}: symlink")
                 continue
@@ -199,11 +203,11 @@ def seal_directory(
                 else:
                     files.append(SealedFile(path=rel, size=size, sha256=_hash_file(path)))
             except OSError as e:
-                skipped.append(f"{rel}: unreadable ({e.strerror or e})")
+                skipped.append(f"{rel}: unreadable ({e.strerror or 'error ' + str(e.errno)})")
     blobs.flush()  # one fsync for every file stored, before the event that names them is written
     if len(skipped) > SEAL_MAX_SKIPPED:
         skipped = skipped[:SEAL_MAX_SKIPPED] + [f"...: {len(skipped) - SEAL_MAX_SKIPPED} more files skipped"]
-    return SubmissionSealed(root=shown_root or str(root), files=files, skipped=skipped)
+    return SubmissionSealed(root=os_text(shown_root or str(root)), files=files, skipped=skipped)
 
 
 def _hash_file(path: Path) -> str:

@@ -300,7 +300,9 @@ class DockerBackend:
             command += ["--watch", path]
         for path in OUTSIDE_WRITES:
             command += ["--outside", path]
-        command += ["--", *argv]
+        # Docker's API holds UTF-8 text: an argument that is not (any bytes are a Linux argument)
+        # would reach the container changed. As hex, each reaches the shim as the bytes it is.
+        command += ["--hex-command", "--", *(os.fsencode(a).hex() for a in argv)]
         volumes = {
             str(self._workspace): {"bind": CONTAINER_WORKSPACE, "mode": "rw"},
             str(self._tmp / "ca"): {"bind": CONTAINER_CA_DIR, "mode": "ro"},

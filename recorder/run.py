@@ -41,6 +41,7 @@ from schemas.blobstore import BlobStore
 from schemas.codec import check_id
 from schemas.errors import AmbError, SchemaError, UsageError
 from schemas.events import Payload, ProcessExited, RunFinished, RunStarted, kind_of
+from schemas.ostext import os_text, quoting
 from schemas.run_claim import require_free
 
 if TYPE_CHECKING:
@@ -326,11 +327,11 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
             RunStarted(
                 task=spec.task,
                 tier=spec.tier,
-                agent=spec.agent or os.path.basename(spec.argv[0]),
+                agent=spec.agent or os_text(os.path.basename(spec.argv[0])),
                 model=spec.model,
-                command=list(spec.argv),
+                command=[os_text(a) for a in spec.argv],
                 backend=backend.name,
-                workspace=view.workspace,
+                workspace=os_text(view.workspace),
                 time_limit_s=spec.time_limit_s,
                 labels=dict(spec.labels),
                 tool_versions={**tool_versions(), **backend.tool_versions()},
@@ -352,8 +353,8 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
             ProcessExited(
                 pid=backend.pid(handle) or 0,
                 ppid=os.getpid(),
-                argv=list(spec.argv),
-                cwd=view.workspace,
+                argv=[os_text(a) for a in spec.argv],
+                cwd=os_text(view.workspace),
                 start_ns=start_ns,
                 end_ns=end_ns,
                 exit_code=exit_.code if exit_.signal is None else None,
@@ -542,8 +543,9 @@ class _RunParts:
         try:
             if self.handle is not None:
                 log.append(backend.seal_submission(self.handle))
-        except (AmbError, OSError) as e:
-            status, reason = "recorder_error", f"cannot seal the submission: {e}"
+        except Exception as e:  # noqa: BLE001 - whatever the agent left, the run still gets its end
+            why = str(e) if isinstance(e, (AmbError, OSError)) else f"{type(e).__name__}: {e}"
+            status, reason = "recorder_error", f"cannot seal the submission: {why}"
         finally:
             backend.close(self.handle)
             self.remove_confdir(self.tmp)
@@ -555,7 +557,7 @@ class _RunParts:
                 status=status,
                 exit_code=exit_code,
                 duration_s=round(duration, 3),
-                reason=reason,
+                reason=quoting(reason) if reason is not None else None,
                 counts=counts,
                 budget=sink.budget.spent() if sink.budget is not None else None,
             )

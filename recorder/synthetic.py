@@ -35,6 +35,7 @@ from schemas.events import (
     ToolCallResult,
     Usage,
 )
+from schemas.ostext import os_text
 from schemas.run_claim import claiming, require_free
 
 TASKS = ("kidney-seg", "ldct-denoising", "vqa-rad", "mimic-cxr-report", "bccd-det")
@@ -330,7 +331,7 @@ def _write_run(
                 ProcessExited(
                     pid=pid,
                     ppid=parent if k else 1,
-                    argv=argv,
+                    argv=[os_text(a) for a in argv],
                     cwd="/workspace",
                     start_ns=start,
                     end_ns=tick(5, 3000),

@@ -214,11 +214,11 @@ VIEWS: list[View] = [
         + [
             Column("pid", _p("pid", "BIGINT"), "Process id (in its namespace)."),
             Column("ppid", _p("ppid", "BIGINT"), "Parent pid."),
-            Column("argv", "payload->'argv'", "JSON array of arguments."),
+            Column("argv", "payload->'argv'", "JSON array of arguments (recorded text: see OS strings)."),
             Column(
                 "cmd", "array_to_string(CAST(payload->'argv' AS VARCHAR[]), ' ')", "argv joined by spaces."
             ),
-            Column("cwd", _p("cwd"), "Working directory."),
+            Column("cwd", _p("cwd"), "Working directory (recorded text)."),
             Column("start_ns", _p("start_ns", "BIGINT"), "Start time."),
             Column("end_ns", _p("end_ns", "BIGINT"), "End time."),
             Column(
@@ -247,7 +247,7 @@ VIEWS: list[View] = [
         "events WHERE kind = 'file.written'",
         _ENV
         + [
-            Column("path", _p("path"), "Path relative to the workspace.", "path"),
+            Column("path", _p("path"), "Path relative to the workspace (recorded text).", "path"),
             Column("op", _p("op"), "created or modified."),
             Column("size", _p("size", "BIGINT"), "Size in bytes."),
             Column("sha256", _p("sha256"), "Content digest."),

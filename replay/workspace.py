@@ -10,13 +10,17 @@ the submission was sealed), ``step:N`` (when the N-th tool call result was sent 
 start of the model call that carried it, while the agent waited for the answer), ``time:ISO`` and
 ``SOURCE:SEQ`` (an event of the run).
 
-Materialising (``checkout``) trusts nothing in the events: every path is checked (relative, no
-``..``, no empty or ``.`` part; an absolute path is a file outside the workspace, listed, never
-written), files are created with ``O_EXCL | O_NOFOLLOW`` under directories opened with
-``O_NOFOLLOW`` into a fresh directory that only this process writes, and every byte is checked
-against the hash the event recorded; a blob that fails makes the checkout fail naming the event,
-and nothing is left behind. A file above the shim's content size cap has only its hash recorded:
-it is listed as not kept, never silently left out.
+Paths are the events' recorded text (``schemas.ostext``), and so are the keys and paths of
+everything listed here; a checkout creates each file under the exact bytes of its name
+(``os_bytes``), whatever they are.
+
+Materialising (``checkout``) trusts nothing in the events: every path is checked (the recorded
+text of a name, relative, no ``..``, no empty or ``.`` part; an absolute path is a file outside the
+workspace, listed, never written), files are created with ``O_EXCL | O_NOFOLLOW`` under
+directories opened with ``O_NOFOLLOW`` into a fresh directory that only this process writes, and
+every byte is checked against the hash the event recorded; a blob that fails makes the checkout
+fail naming the event, and nothing is left behind. A file above the shim's content size cap has
+only its hash recorded: it is listed as not kept, never silently left out.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from schemas.events import (
     SubmissionSealed,
     ToolCallResult,
 )
+from schemas.ostext import NotOsText, os_bytes, os_text
 
 FILE_KINDS = ["file.written", "file.deleted", "file.renamed"]
 MOMENT_KINDS = ["tool_call.result", "model_call.completed", "submission.sealed"]
@@ -207,15 +212,19 @@ def placed(events: Iterable[Event]) -> list[tuple[int, Event]]:
 
 
 def path_problem(path: str) -> str | None:
-    """Why ``path`` can never name a file inside a workspace, or None."""
+    """Why ``path`` (recorded text) can never name a file inside a workspace, or None."""
     if not path:
         return "empty path"
-    if "\0" in path:
+    try:
+        raw = os_bytes(path)
+    except NotOsText:
+        return "not the recorded text of a name (see schemas.ostext)"
+    if b"\0" in raw:
         return "NUL in path"
-    parts = path.split("/")
-    if any(p in ("", ".", "..") for p in parts):
+    parts = raw.split(b"/")
+    if any(p in (b"", b".", b"..") for p in parts):
         return "not a plain relative path (empty, '.' or '..' part)"
-    if any(len(p.encode("utf-8", "surrogateescape")) > 255 for p in parts):
+    if any(len(p) > 255 for p in parts):
         return "a path part longer than 255 bytes"
     return None
 
@@ -405,8 +414,9 @@ def checkout(ws: Workspace, blobs: BlobStore, target: Path) -> dict[str, Any]:
 
 
 def _write_under(root: int, path: str, data: bytes) -> str | None:
-    """Create ``path`` under the directory ``root`` without following any link; why not, or None."""
-    parts = path.split("/")
+    """Create ``path`` (recorded text, checked by ``path_problem``) under the directory ``root``, by
+    the exact bytes of its name, without following any link; why not, or None."""
+    parts = os_bytes(path).split(b"/")
     fd = root
     opened: list[int] = []
     try:
@@ -418,7 +428,7 @@ def _write_under(root: int, path: str, data: bytes) -> str | None:
             try:
                 fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             except (NotADirectoryError, OSError) as e:
-                return f"cannot make its directory {part!r}: {e.strerror}"
+                return f"cannot make its directory {os_text(part)!r}: {e.strerror}"
             opened.append(fd)
         try:
             out = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=fd)

@@ -83,7 +83,15 @@ def check_id(what: str, value: str) -> str:
 
 def encode_payload(payload: Payload) -> bytes:
     """Canonical JSON of a payload (sorted keys, includes the ``kind`` tag)."""
-    return _payload_encoder.encode(payload)
+    try:
+        return _payload_encoder.encode(payload)
+    except UnicodeEncodeError as e:
+        # A lone surrogate: Python's form of an OS string's undecodable byte (``os.fsdecode``), which
+        # UTF-8 cannot hold. OS strings are recorded through ``schemas.ostext.os_text``.
+        raise SchemaError(
+            f"a {kind_of(type(payload))} payload holds text that is not UTF-8 "
+            f"({e.object[e.start : e.end]!r}); OS strings are recorded with schemas.ostext.os_text"
+        ) from None
 
 
 def make_body(
@@ -147,7 +155,7 @@ def decode_payload(kind: str, v: int, payload: bytes | memoryview) -> Payload:
         else:
             old: dict[str, Any] = msgspec.json.decode(payload)
             decoded = msgspec.convert(upcast(kind, v, target, old), AnyPayload)
-    except (msgspec.DecodeError, msgspec.ValidationError, KeyError) as e:
+    except (msgspec.DecodeError, msgspec.ValidationError, KeyError, UnicodeError) as e:
         raise SchemaError(f"malformed {kind} v{v} payload: {e}") from e
     if kind_of(type(decoded)) != kind:
         raise SchemaError(f"payload tag {kind_of(type(decoded))!r} does not match envelope kind {kind!r}")

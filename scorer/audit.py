@@ -28,6 +28,11 @@ of a network request (private and grader rules). Every path is normalised first
 (``scorer.audit_paths``: ``..``, ``//``, relative to its cwd, ``/proc/self/root/...``). Each
 violation cites the events (``source:seq``) that show it.
 
+Rules judge the real names: the recorded text of a path, an argv or a cwd (``schemas.ostext``) is
+turned back into the name it records before it is normalised, matched or read as a shell would (a
+backslash in a ``bash -c`` argument is the shell's, not the record's). Details show every path as
+recorded text, so a name that is not UTF-8 reads as the record spells it (``x\\xff``).
+
 A violation zeroes S1–S5 and excludes TASK, but the run stays in the cost ledger (``scorer.pipeline``).
 An empty trajectory has status ``no_data``: nothing was recorded, so nothing can be called clean.
 """
@@ -41,6 +46,7 @@ from typing import Any
 
 import msgspec
 
+from schemas.ostext import NotOsText, os_str, os_text
 from scorer.audit_paths import RUN_ID, arg_paths, normalise, path_tokens
 from scorer.profile import AuditRules
 from scorer.trajectory import Trajectory
@@ -74,6 +80,15 @@ def _inside(path: str, workspace: str | None) -> bool:
     return path == ws or path.startswith(ws + "/")
 
 
+def _real(text: str) -> str:
+    """The name a recorded OS string stands for (Python's ``os`` form); a text that is not the
+    recording of any name (a foreign import's) is judged as it is written."""
+    try:
+        return os_str(text)
+    except NotOsText:
+        return text
+
+
 def _proxy_addresses(spec: str) -> set[tuple[str, int | None]] | None:
     """``host:p1,p2`` (``run.started.tool_versions.proxy_address``) → {(host, port)}; None if absent."""
     host, sep, ports = spec.rpartition(":")
@@ -94,7 +109,7 @@ def audit(traj: Trajectory, rules: AuditRules, extra_private: list[str] | None =
     )
     # An imported run names its workspace relative to the source folder (``outputs``): anchor it at
     # the root, as relative file paths are anchored when they are resolved against it.
-    ws = traj.workspace
+    ws = _real(traj.workspace) if traj.workspace else None
     workspace = normalise(ws if ws.startswith("/") else "/" + ws) if ws else None
     proxy = _proxy_addresses(traj.tool_versions.get("proxy_address", ""))
     own_id = re.compile(rf"(?<![0-9A-Za-z]){re.escape(traj.run_id)}(?![0-9A-Za-z])")
@@ -105,7 +120,7 @@ def audit(traj: Trajectory, rules: AuditRules, extra_private: list[str] | None =
 
     def check_path(raw: str, ev: str, how: str, cwd: str | None = None, rules_=path_rules) -> None:
         path = normalise(raw, cwd or workspace)
-        shown = path if path == raw else f"{path} (written {raw!r})"
+        shown = os_text(path) if path == raw else f"{os_text(path)} (written '{os_text(raw)}')"
         for rule, pats in rules_:
             pat = _match(path, pats) or (_match(raw, pats) if raw != path else None)
             if pat is None:
@@ -118,25 +133,26 @@ def audit(traj: Trajectory, rules: AuditRules, extra_private: list[str] | None =
             hit("other_runs", f"{how} {shown} (data of run {', '.join(other)})", ev)
 
     for ev, acc in traj.accesses:
-        check_path(acc.path, ev, f"opened ({acc.mode})")
+        check_path(_real(acc.path), ev, f"opened ({acc.mode})")
     for ev, _, w in traj.writes:
-        check_path(w.path, ev, "wrote")
-        path = normalise(w.path, workspace)
+        check_path(_real(w.path), ev, "wrote")
+        path = normalise(_real(w.path), workspace)
         if path.startswith("/") and not _inside(path, workspace) and not _match(path, rules.outside_write_ok):
             hit(
                 "write_outside_workspace",
-                f"wrote {path} outside the workspace {traj.workspace or '(unknown)'}",
+                f"wrote {os_text(path)} outside the workspace {traj.workspace or '(unknown)'}",
                 ev,
             )
     for ev, ren in traj.renames:
-        check_path(ren.src, ev, "renamed")
-        check_path(ren.dst, ev, "renamed to")
+        check_path(_real(ren.src), ev, "renamed")
+        check_path(_real(ren.dst), ev, "renamed to")
     for ev, dele in traj.deletes:
-        check_path(dele.path, ev, "deleted")
-        path = normalise(dele.path, workspace)
+        check_path(_real(dele.path), ev, "deleted")
+        path = normalise(_real(dele.path), workspace)
         if path.startswith("/") and not _inside(path, workspace) and not _match(path, rules.outside_write_ok):
             # A file outside the workspace deleted (perhaps before the shim could read it): it was written.
-            hit("write_outside_workspace", f"deleted {path} outside the workspace (it was written there)", ev)
+            where = f"deleted {os_text(path)} outside the workspace (it was written there)"
+            hit("write_outside_workspace", where, ev)
     training = [re.compile(p) for p in rules.training_patterns]
     for ex in traj.execs:
         for path in path_tokens(ex.code):
@@ -159,15 +175,16 @@ def audit(traj: Trajectory, rules: AuditRules, extra_private: list[str] | None =
                 ev,
             )
         name = posixpath.basename(proc.argv[0]) if proc.argv else "?"
-        if proc.cwd:
-            check_path(proc.cwd, ev, f"process {name} ran in")
-        for path in arg_paths(proc.argv, proc.cwd or workspace):
+        argv, cwd = [_real(a) for a in proc.argv], _real(proc.cwd) if proc.cwd else None
+        if cwd:
+            check_path(cwd, ev, f"process {name} ran in")
+        for path in arg_paths(argv, cwd or workspace):
             check_path(path, ev, f"process {name} names")
-        joined = " ".join(proc.argv)
+        joined = " ".join(argv)
         for pat in training:
             m = pat.search(joined)
             if m:
-                hit("training", f"process runs {m.group(0)!r}", ev)
+                hit("training", f"process runs {os_text(m.group(0))!r}", ev)
                 break
     for ev, req in traj.network:
         target = f"{req.host}{req.path}"

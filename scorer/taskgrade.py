@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from schemas.errors import AmbError
+from schemas.ostext import NotOsText, os_str
 from scorer.trajectory import BlobGetter, Trajectory
 
 _enc = msgspec.json.Encoder(order="sorted")
@@ -74,7 +75,8 @@ def _relative(path: str, root: str) -> str:
 
 
 def materialise(traj: Trajectory, get_blob: BlobGetter, into: Path) -> list[str]:
-    """Write the sealed files under ``into``; returns the paths whose content was not stored."""
+    """Write the sealed files under ``into``, each under the exact bytes of its name (paths are
+    recorded text, ``schemas.ostext``); returns the paths whose content was not stored."""
     assert traj.submission is not None
     missing = []
     for f in traj.submission.files:
@@ -85,7 +87,11 @@ def materialise(traj: Trajectory, get_blob: BlobGetter, into: Path) -> list[str]
         if f.content is None:
             missing.append(f"{f.path}: content not stored (only its digest)")
             continue
-        target = into / rel
+        try:
+            target = into / os_str(rel)
+        except NotOsText:
+            missing.append(f"{f.path}: not the recorded text of a name")
+            continue
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(get_blob(f.content))
     return missing

@@ -65,6 +65,7 @@ from schemas.events import (
     ToolCallResult,
     Usage,
 )
+from schemas.ostext import os_text
 from schemas.untrusted_json import loads_untrusted
 
 BRANCHES = ("seg", "det2d", "vqa", "report", "enhancement")
@@ -424,7 +425,7 @@ def parse(
             model=model,
             command=[],
             backend="import",
-            workspace=f.workspace.relative_to(root).as_posix(),
+            workspace=os_text(f.workspace.relative_to(root).as_posix()),
             labels={
                 "origin": "automedbench",
                 "branch": branch,
@@ -763,7 +764,8 @@ def _emit_submission(b: RunBuilder, root: Path, f: Folder, branch: str, limits: 
                 files.append((f"{qdir.name}/answer.json", qdir / "answer.json"))
     sealed = []
     ts = b.last_ts
-    for rel, p in files:
+    for name, p in files:
+        rel = os_text(name)  # a name from the folder: any bytes
         data = read_bytes(root, p, limits)
         ref = b.blob(data, "application/octet-stream")
         sha = digest(data)

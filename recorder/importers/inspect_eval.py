@@ -51,6 +51,7 @@ from schemas.events import (
     ToolCallResult,
     Usage,
 )
+from schemas.ostext import os_text
 
 NOTE_EVENTS = ("info", "logger", "input", "approval")
 
@@ -375,7 +376,7 @@ def _sandbox(b: RunBuilder, ev: Any, ts: int) -> list[tuple[int, Payload]]:
                 end,
                 ProcessExited(
                     pid=0,
-                    argv=argv,
+                    argv=[os_text(a) for a in argv],
                     start_ns=ts,
                     end_ns=end,
                     exit_code=whole(ev.result, f"{where}: result", -(1 << 31), (1 << 31) - 1)
@@ -387,14 +388,14 @@ def _sandbox(b: RunBuilder, ev: Any, ts: int) -> list[tuple[int, Payload]]:
             )
         ]
     if ev.action == "read_file":
-        return [(end, FileAccessed(path=str(ev.file or "")))]
+        return [(end, FileAccessed(path=os_text(str(ev.file or ""))))]
     if ev.action == "write_file":
         data = (ev.input or "").encode()
         return [
             (
                 end,
                 FileWritten(
-                    path=str(ev.file or ""),
+                    path=os_text(str(ev.file or "")),
                     size=len(data),
                     sha256=digest(data),
                     content=b.blob(data, "application/octet-stream"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from recorder.shim.shim import DEFAULT_CAP, Options, run
@@ -40,11 +41,22 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--agent-uid", type=int, default=None, help="run CMD as this uid (the shim stays root)")
     r.add_argument("--agent-gid", type=int, default=None)
     r.add_argument("--linger", type=float, default=2.0, help="seconds children may outlive CMD")
+    r.add_argument(
+        "--hex-command",
+        action="store_true",
+        help="each word of CMD is the hex of its bytes (for a launcher, such as Docker's API, that "
+        "carries UTF-8 text only, while an argument may be any bytes)",
+    )
     r.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         p.error("no command given (put it after --)")
+    if args.hex_command:
+        try:
+            command = [os.fsdecode(bytes.fromhex(word)) for word in command]
+        except ValueError:
+            p.error("--hex-command: a word of the command is not hex")
     return run(
         Options(
             socket=args.socket,

@@ -168,9 +168,9 @@ def _read_c_string(mem: int, addr: int, limit: int = 65536) -> bytes:
     return bytes(out[:limit])
 
 
-def _read_argv(mem: int, addr: int, ptr: int, max_args: int = 65536) -> list[str]:
+def _read_argv(mem: int, addr: int, ptr: int, max_args: int = 65536) -> list[bytes]:
     fmt = "<%dQ" if ptr == 8 else "<%dI"
-    argv: list[str] = []
+    argv: list[bytes] = []
     while addr and len(argv) < max_args:
         block = os.pread(mem, 64 * ptr, addr)
         pointers = struct.unpack(fmt % (len(block) // ptr), block[: len(block) // ptr * ptr])
@@ -179,15 +179,15 @@ def _read_argv(mem: int, addr: int, ptr: int, max_args: int = 65536) -> list[str
         for p in pointers:
             if not p:
                 return argv
-            argv.append(_read_c_string(mem, p).decode("utf-8", "surrogateescape"))
+            argv.append(_read_c_string(mem, p))
         addr += len(pointers) * ptr
     return argv
 
 
-def _read_cmdline(pid: int) -> list[str]:
+def _read_cmdline(pid: int) -> list[bytes]:
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         raw = f.read()
-    return [a.decode("utf-8", "surrogateescape") for a in raw[:-1].split(b"\0")] if raw else []
+    return raw[:-1].split(b"\0") if raw else []
 
 
 def _ppid(tid: int) -> int:
@@ -224,8 +224,8 @@ def _sockaddr(raw: bytes) -> tuple[str, str, int] | None:
 class _Proc:
     pid: int
     ppid: int | None
-    argv: list[str]
-    cwd: str | None
+    argv: list[bytes]
+    cwd: bytes | None
     start_ns: int
 
     def ended(self, end_ns: int, exit_code: int | None = None, sig: int | None = None) -> Proc:
@@ -250,9 +250,9 @@ class _Exec:
 
     tgid: int
     ppid: int
-    argv: list[str] | None
+    argv: list[bytes] | None
     """Read at the exec-event stop (or at entry, when the exec cannot be confirmed)."""
-    cwd: str | None
+    cwd: bytes | None
     ts_ns: int
     unconfirmed: bool = False
     """Not seized (someone else traces it): taken as having succeeded."""
@@ -495,7 +495,7 @@ class NotifyTracer:
                         # Stopped before the new program's first instruction: its argv is exactly
                         # what the kernel copied in, whatever the caller's memory holds now.
                         e.argv = _read_cmdline(pid)
-                except OSError as exc:
+                except Exception as exc:  # noqa: BLE001 - a record lost must not stop the tracer
                     self._error("exec", exc)
                 finally:
                     _ptrace(_PTRACE_CONT, pid)  # (the process waits only for this; bookkeeping after)
@@ -584,7 +584,7 @@ class NotifyTracer:
         if e.unconfirmed:
             e.tgid = _tgid(tid)
         try:
-            e.cwd = os.readlink(f"/proc/{tid}/cwd")
+            e.cwd = os.readlink(f"/proc/{tid}/cwd".encode())
         except OSError:
             e.cwd = None
         if e.unconfirmed and self.pending.get(tid) is e:
@@ -743,7 +743,7 @@ def probe(agent_uid: int | None = None, agent_gid: int | None = None) -> tuple[b
         tracer.stop()
     procs = [m for m in got if isinstance(m, Proc)]
     seen = sorted((p.argv, p.exit_code) for p in procs)
-    if seen != [(["/bin/true"], 0), (["sh", "-c", "/bin/true; exit 3"], 3)]:
+    if seen != [([b"/bin/true"], 0), ([b"sh", b"-c", b"/bin/true; exit 3"], 3)]:
         why = f" ({tracer.last_error})" if tracer.last_error else f": {seen}"
         return False, f"seccomp notification tracing did not record a test command correctly{why}"
     return True, ""

@@ -37,9 +37,9 @@ class ProcPoller:
     def start(self) -> None:
         self._thread.start()
 
-    def _snapshot(self) -> dict[int, tuple[int, list[str], int]]:
+    def _snapshot(self) -> dict[int, tuple[int, list[bytes], int]]:
         """pid -> (ppid, argv, start_ns) for every process under the root."""
-        table: dict[int, tuple[int, list[str], int]] = {}
+        table: dict[int, tuple[int, list[bytes], int]] = {}
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
@@ -54,11 +54,9 @@ class ProcPoller:
             fields = stat[stat.rfind(b")") + 2 :].split()
             ppid = int(fields[1])
             start_ns = self.boot_ns + int(fields[19]) * 1_000_000_000 // _CLK
-            argv = (
-                [a.decode("utf-8", "surrogateescape") for a in raw.rstrip(b"\0").split(b"\0")] if raw else []
-            )
+            argv = raw.rstrip(b"\0").split(b"\0") if raw else []
             table[pid] = (ppid, argv, start_ns)
-        keep: dict[int, tuple[int, list[str], int]] = {}
+        keep: dict[int, tuple[int, list[bytes], int]] = {}
         frontier = {self.root_pid}
         while frontier:
             nxt = set()
@@ -78,7 +76,7 @@ class ProcPoller:
             if old is None or (argv and old.argv != argv):
                 cwd = None
                 try:
-                    cwd = os.readlink(f"/proc/{pid}/cwd")
+                    cwd = os.readlink(f"/proc/{pid}/cwd".encode())
                 except OSError:
                     pass
                 self.alive[pid] = Proc(

@@ -7,7 +7,9 @@ limits), its file content goes to the blob store, and the event is appended to
 batch read from the socket is made durable before the next read blocks.
 
 The shim's process, file and network facts arrive here the moment they happen; the agent inside the
-container can neither reach the spool nor take back what was sent.
+container can neither reach the spool nor take back what was sent. OS strings (paths, argv, cwd)
+arrive as bytes and are recorded as the text ``schemas.ostext.os_text`` makes of them, every byte
+kept. A message that cannot become an event is recorded as a note saying so, and the stream goes on.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from schemas.events import (
     Note,
     ProcessExited,
 )
+from schemas.ostext import os_text
 
 SOCKET_NAME = "shim.sock"
 
@@ -135,7 +138,7 @@ class ShimReceiver:
                 except msgspec.DecodeError as e:
                     self._append(Note(text="shim: undecodable message", data={"error": str(e)}))
                     continue
-                self._handle(msg)
+                self._take(msg)
             del buf[:at]
             self.writer.flush()  # everything received so far is durable before we wait again
         if buf:
@@ -151,6 +154,21 @@ class ShimReceiver:
         kind = type(payload).__struct_config__.tag
         self.counts[kind] = self.counts.get(kind, 0) + 1
 
+    def _take(self, msg: wire.Msg) -> None:
+        """Record one message; one that cannot be recorded becomes a note that says why."""
+        try:
+            self._handle(msg)
+        except SpoolError:
+            raise  # the spool itself failed: nothing more can be recorded
+        except Exception as e:  # noqa: BLE001 - one message lost must not lose the stream after it
+            self._append(
+                Note(
+                    text="shim: a message could not be recorded",
+                    data={"message": type(msg).__name__, "error": wire.describe(e)},
+                ),
+                ts_ns=getattr(msg, "ts_ns", 0) or None,
+            )
+
     def _handle(self, msg) -> None:
         ts = getattr(msg, "ts_ns", 0) or None
         if isinstance(msg, wire.Proc):
@@ -158,8 +176,8 @@ class ShimReceiver:
                 ProcessExited(
                     pid=msg.pid,
                     ppid=msg.ppid,
-                    argv=msg.argv,
-                    cwd=msg.cwd,
+                    argv=[os_text(a) for a in msg.argv],
+                    cwd=os_text(msg.cwd) if msg.cwd is not None else None,
                     start_ns=msg.start_ns,
                     end_ns=msg.end_ns,
                     exit_code=msg.exit_code,
@@ -169,26 +187,30 @@ class ShimReceiver:
                 ts_ns=msg.end_ns or ts,
             )
         elif isinstance(msg, wire.Write):
+            path = os_text(msg.path)
             ref = None
             sha = msg.sha256
             if msg.content is not None:
-                ref = self.blobs.put(msg.content, _media_type(msg.path), sync=False)
+                ref = self.blobs.put(msg.content, _media_type(path), sync=False)
                 sha = ref.blob  # the digest we computed, not the one we were told
             changed = _changed(msg.changed_ns, ts)
             self._append(
-                FileWritten(
-                    path=msg.path, op=msg.op, size=msg.size, sha256=sha, content=ref, changed_ns=changed
-                ),
+                FileWritten(path=path, op=msg.op, size=msg.size, sha256=sha, content=ref, changed_ns=changed),
                 ts_ns=ts,
             )
         elif isinstance(msg, wire.Delete):
-            self._append(FileDeleted(path=msg.path, changed_ns=_changed(msg.changed_ns, ts)), ts_ns=ts)
+            self._append(
+                FileDeleted(path=os_text(msg.path), changed_ns=_changed(msg.changed_ns, ts)), ts_ns=ts
+            )
         elif isinstance(msg, wire.Rename):
             self._append(
-                FileRenamed(src=msg.src, dst=msg.dst, changed_ns=_changed(msg.changed_ns, ts)), ts_ns=ts
+                FileRenamed(
+                    src=os_text(msg.src), dst=os_text(msg.dst), changed_ns=_changed(msg.changed_ns, ts)
+                ),
+                ts_ns=ts,
             )
         elif isinstance(msg, wire.Access):
-            self._append(FileAccessed(path=msg.path, mode=msg.mode, pid=msg.pid), ts_ns=ts)
+            self._append(FileAccessed(path=os_text(msg.path), mode=msg.mode, pid=msg.pid), ts_ns=ts)
         elif isinstance(msg, wire.Connect):
             scheme = msg.family.partition("/")[2]
             self._append(
@@ -212,16 +234,17 @@ class ShimReceiver:
                         "tracer": msg.tracer,
                         "fallback": msg.tracer == "proc-poll",
                         "detail": msg.detail,
-                        "workspace": msg.workspace,
+                        "workspace": os_text(msg.workspace),
                         "content_cap": msg.content_cap,
-                        "watched": msg.watched,
+                        "watched": [os_text(w) for w in msg.watched],
                         "protocol": msg.protocol,
                     },
                 ),
                 ts_ns=ts,
             )
         elif isinstance(msg, wire.NoteMsg):
-            self._append(Note(text=msg.text, data=dict(msg.data)), ts_ns=ts)
+            data = {**msg.data, **{k: os_text(v) for k, v in msg.names.items()}}
+            self._append(Note(text=msg.text, data=data), ts_ns=ts)
         elif isinstance(msg, wire.Bye):
             self.bye = msg
             self._append(

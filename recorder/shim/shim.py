@@ -26,7 +26,7 @@ from recorder.shim import notify as nt
 from recorder.shim import strace as st
 from recorder.shim.procpoll import ProcPoller
 from recorder.shim.watch import Watcher
-from recorder.shim.wire import Bye, Hello, NoteMsg, encode
+from recorder.shim.wire import Bye, Hello, NoteMsg, encode_or_note
 
 PRIVATE_PREFIX = "amb-shim-"
 """Name prefix of the shim's private directory when none is given (``--private-dir``)."""
@@ -101,6 +101,8 @@ class Sender:
         self.broken: OSError | None = None
         self.on_broken = lambda: None
         self.sent = 0
+        self.unsendable = 0
+        """Messages that could not be encoded (each was replaced by a note saying so)."""
 
     def send(self, msg) -> None:
         self.send_many([msg])
@@ -109,8 +111,10 @@ class Sender:
         """Send messages in one write (one wakeup of the receiver for the batch)."""
         if not msgs:
             return
-        frames = b"".join(encode(m) for m in msgs)
+        encoded = [encode_or_note(m) for m in msgs]
+        frames = b"".join(frame for frame, _ in encoded)
         with self.lock:
+            self.unsendable += sum(not ok for _, ok in encoded)
             if self.broken is not None:
                 return
             try:
@@ -149,10 +153,10 @@ def run(opts: Options) -> int:
     sender.send(
         Hello(
             tracer=tracer,
-            workspace=opts.workspace,
+            workspace=os.fsencode(opts.workspace),
             pid=os.getpid(),
             content_cap=opts.content_cap,
-            watched=opts.watched,
+            watched=[os.fsencode(w) for w in opts.watched],
             detail=detail,
             ts_ns=time.time_ns(),
         )
@@ -196,6 +200,7 @@ def run(opts: Options) -> int:
     counts.update(runner.counts)
     counts["cpu_ms_shim"] = int((usage.ru_utime + usage.ru_stime) * 1000)
     counts["messages"] = sender.sent
+    counts["unsendable"] = sender.unsendable
     sender.send(Bye(exit_code=code, counts=counts, ts_ns=time.time_ns()))
     if sender.broken is not None:
         sys.stderr.write(f"amb-shim: lost the recorder ({sender.broken}); the agent was stopped\n")
@@ -263,13 +268,7 @@ class _NotifyRun:
         self.counts.update(self.tracer.counts)
         self.counts["killed_lingerers"] = killed
         if self.tracer.last_error:
-            self.sender.send(
-                NoteMsg(
-                    text=f"shim: {self.tracer.counts['tracer_errors']} syscalls could not be "
-                    f"recorded; the last: {self.tracer.last_error}",
-                    ts_ns=time.time_ns(),
-                )
-            )
+            _note_lost(self.sender, f"{self.tracer.counts['tracer_errors']} syscalls", self.tracer.last_error)
         status = self.tracer.root_status
         if status is None or self.tracer.failed:
             return 125
@@ -325,6 +324,8 @@ class _StraceRun:
         for msg in self.tracker.unfinished(time.time_ns()):
             self.sender.send(msg)
         self.counts["unparsed_trace_lines"] = self.tracker.unparsed
+        if self.tracker.last_error:
+            _note_lost(self.sender, f"{self.tracker.unparsed} trace lines", self.tracker.last_error)
         if self.tracker.root_exit is not None:
             return self.tracker.root_exit
         rc = self.proc.returncode
@@ -433,6 +434,13 @@ class _PollRun:
                 self.proc.kill()
             except OSError:
                 pass
+
+
+def _note_lost(sender: Sender, what: str, last_error: str) -> None:
+    """A note that ``what`` (how many of something) could not be recorded, with the last reason."""
+    sender.send(
+        NoteMsg(text=f"shim: {what} could not be recorded; the last: {last_error}", ts_ns=time.time_ns())
+    )
 
 
 def _cpu_ms(pid: int) -> int:

@@ -105,16 +105,22 @@ _ESCAPES = {"n": 10, "t": 9, "r": 13, "v": 11, "f": 12, "a": 7, "b": 8, "\\": 92
 def parse_string(text: str, i: int) -> tuple[str, int]:
     """Decode the C string literal starting at ``text[i] == '"'``; returns (value, index after)."""
     assert text[i] == '"'
+    value, i = _unescape(text, i + 1, '"')
+    if text.startswith("...", i):  # strace's mark for a string cut at -s
+        i += 3
+    return value, i
+
+
+def _unescape(text: str, i: int, end: str) -> tuple[str, int]:
+    """Decode strace's C escapes from ``text[i]`` up to the unescaped ``end`` (a string's closing
+    quote, or the ``>`` after a ``-yy`` path); returns (value, index after ``end``). The value is
+    the bytes strace printed, in Python's ``os.fsdecode`` form."""
     out = bytearray()
-    i += 1
     n = len(text)
     while i < n:
         c = text[i]
-        if c == '"':
-            i += 1
-            if text.startswith("...", i):  # strace's mark for a string cut at -s
-                i += 3
-            return out.decode("utf-8", "surrogateescape"), i
+        if c == end:
+            return out.decode("utf-8", "surrogateescape"), i + 1
         if c == "\\" and i + 1 < n:
             e = text[i + 1]
             if e == "x":
@@ -187,6 +193,8 @@ class Tracker:
     root_pid: int | None = None
     root_exit: int | None = None
     unparsed: int = 0
+    last_error: str | None = None
+    """Why the last unparsed line could not be taken (other than being no syscall of interest)."""
     tail: bytes = b""
     """The incomplete last line of the chunks fed so far (see ``feed_bytes``)."""
 
@@ -225,8 +233,9 @@ class Tracker:
             rest = head + r.group(2)
         try:
             return self._event(tid, ts_ns, rest)
-        except (ValueError, IndexError):
+        except Exception as e:  # noqa: BLE001 - a line the tracker cannot take must not end tracing
             self.unparsed += 1
+            self.last_error = f"{type(e).__name__}: {e}"
             return []
 
     def _pid(self, tid: int) -> int:
@@ -244,8 +253,8 @@ class Tracker:
         return Proc(
             pid=p.pid,
             ppid=p.ppid,
-            argv=p.argv or [],
-            cwd=p.cwd,
+            argv=[os.fsencode(a) for a in p.argv or []],
+            cwd=os.fsencode(p.cwd) if p.cwd is not None else None,
             start_ns=p.start_ns,
             end_ns=end_ns,
             exit_code=exit_code,
@@ -321,9 +330,9 @@ class Tracker:
             if name == "chdir":
                 target, _ = parse_string(rest, rest.index("(") + 1)
                 p.cwd = os.path.normpath(os.path.join(p.cwd or "/", target))
-            else:
-                lt, gt = rest.find("<"), rest.find(">")
-                p.cwd = rest[lt + 1 : gt] if 0 < lt < gt else _read_cwd(p.pid)
+            else:  # fchdir(3</the/dir>): -yy prints the path with C escapes (and '>' escaped)
+                lt = rest.find("<")
+                p.cwd = _unescape(rest, lt + 1, ">")[0] if lt > 0 else _read_cwd(p.pid)
             return []
         if name == "connect":
             return self._connect(self._pid(tid), ts_ns, rest, value, errno)

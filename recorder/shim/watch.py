@@ -9,6 +9,10 @@ What inotify cannot promise is made up for by scanning: a new directory is scann
 watch is added (files made before the watch existed), a queue overflow triggers a full rescan, and
 ``finish`` compares the workspace against everything reported (hard links, mmap writes, files still
 open when the agent ended). Rescans report differences only, never the same content twice.
+
+Names are handled as Python's ``os.fsdecode`` gives them (a byte that is not UTF-8 as a lone
+surrogate) and sent as the bytes they are. Nothing an agent names can stop the watcher: an event it
+cannot handle becomes a note saying so, and the watcher goes on with the next.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from recorder.shim.wire import Access, Delete, NoteMsg, Rename, Write
+from recorder.shim.wire import Access, Delete, NoteMsg, Rename, Write, describe
 
 IN_ACCESS = 0x1
 IN_MODIFY = 0x2
@@ -122,7 +126,15 @@ class Watcher:
         self.known: dict[str, tuple[int, int, str]] = {}
         """relative path -> (size, mtime_ns, sha256) as last reported (or found at start)."""
         self.seen_access: set[tuple[str, str]] = set()
-        self.counts = {"written": 0, "deleted": 0, "renamed": 0, "accessed": 0, "overflows": 0, "rescans": 0}
+        self.counts = {
+            "written": 0,
+            "deleted": 0,
+            "renamed": 0,
+            "accessed": 0,
+            "overflows": 0,
+            "rescans": 0,
+            "watch_errors": 0,
+        }
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pending_move: tuple[int, str, bool, float] | None = None
@@ -139,8 +151,9 @@ class Watcher:
 
     # ---- setup -------------------------------------------------------------------------------------
 
-    def _shown(self, rel: str) -> str:
-        return os.path.join(self.root, rel) if self.absolute else rel
+    def _shown(self, rel: str) -> bytes:
+        """A path as it is sent: its bytes, relative to the workspace (absolute when ``absolute``)."""
+        return os.fsencode(os.path.join(self.root, rel) if self.absolute else rel)
 
     def _abs(self, rel: str) -> str:
         return os.path.join(self.root, rel) if rel else self.root
@@ -199,14 +212,21 @@ class Watcher:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.poll(0.05)
+            try:
+                self.poll(0.05)
+            except Exception as e:  # noqa: BLE001 - the watcher must outlive whatever went wrong
+                self._failed("inotify's queue", e)
+                time.sleep(0.05)
 
     def poll(self, timeout: float) -> int:
         """Read and handle one batch of events; returns how many there were."""
         events = self.ino.read(timeout)
         with self._lock:
             for ev in events:
-                self._handle(*ev)
+                try:
+                    self._handle(*ev)
+                except Exception as e:  # noqa: BLE001 - one fact lost must not lose the ones after it
+                    self._failed(self.dirs.get(ev[0], self.watched.get(ev[0], "?")), e, ev[3])
             if self._pending_move is not None and (
                 not events or time.monotonic() - self._pending_move[3] > 0.05
             ):
@@ -258,6 +278,18 @@ class Watcher:
                 self._add_tree(rel)  # moved in from outside the workspace
             else:
                 self._report_file(rel)
+
+    def _failed(self, where: str, error: Exception, name: str = "") -> None:
+        """Something could not be recorded: that is a fact too (a note naming where and why)."""
+        self.counts["watch_errors"] += 1
+        names = {"where": os.fsencode(where)}
+        if name:
+            names["name"] = os.fsencode(name)
+        text = "shim: a workspace change could not be recorded"
+        try:
+            self.emit(NoteMsg(text=text, data={"error": describe(error)}, names=names, ts_ns=time.time_ns()))
+        except Exception:  # noqa: BLE001, S110 - not even the note goes out: the count in the shim's bye says so
+            pass
 
     def _flush_move(self) -> None:
         """A MOVED_FROM with no MOVED_TO: the thing left the workspace, i.e. it is gone."""
@@ -385,7 +417,7 @@ class Watcher:
             return
         self.seen_access.add((path, mode))
         self.counts["accessed"] += 1
-        self.emit(Access(path=path, mode=mode, ts_ns=time.time_ns()))
+        self.emit(Access(path=os.fsencode(path), mode=mode, ts_ns=time.time_ns()))
 
     # ---- reconcile -------------------------------------------------------------------------------------
 
@@ -410,7 +442,10 @@ class Watcher:
                 present.add(rel)
                 old = self.known.get(rel)
                 if old is None or old[:2] != (st.st_size, st.st_mtime_ns):
-                    self._report_file(rel)
+                    try:
+                        self._report_file(rel)
+                    except Exception as e:  # noqa: BLE001 - as in poll: the scan goes on
+                        self._failed(reldir, e, name)
         for rel in [p for p in self.known if p not in present]:
             self._deleted(rel)
 

@@ -3,6 +3,10 @@
 One frame = 4-byte big-endian length + a msgpack-encoded ``Msg``. The receiver turns each message
 into a schema event; keeping the wire types separate lets the in-container side depend on msgspec
 alone, and lets the receiver validate everything that crosses the container boundary.
+
+OS strings (paths, argv, cwd) cross as the bytes the kernel gave, whatever they are (msgpack's str
+holds UTF-8 only, and a Linux name need not be): the receiver turns them into the recorded text of
+``schemas.ostext``. The shim side gets them from Python's ``os.fsdecode`` form with ``os.fsencode``.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import struct
 
 import msgspec
 
-PROTOCOL = 1
+PROTOCOL = 2
 HEADER = struct.Struct(">I")
 MAX_OVERHEAD = 1 << 20
 """Frame size allowed on top of the per-file content cap (paths, argv, ...)."""
@@ -21,10 +25,10 @@ class Hello(msgspec.Struct, tag="hello", kw_only=True):
     protocol: int = PROTOCOL
     tracer: str
     """``strace`` or ``proc-poll`` (the fallback)."""
-    workspace: str
+    workspace: bytes
     pid: int
     content_cap: int
-    watched: list[str] = []
+    watched: list[bytes] = []
     detail: str = ""
     """Why the fallback was chosen, when it was."""
     ts_ns: int = 0
@@ -33,8 +37,8 @@ class Hello(msgspec.Struct, tag="hello", kw_only=True):
 class Proc(msgspec.Struct, tag="proc", kw_only=True):
     pid: int
     ppid: int | None = None
-    argv: list[str] = []
-    cwd: str | None = None
+    argv: list[bytes] = []
+    cwd: bytes | None = None
     start_ns: int = 0
     end_ns: int = 0
     exit_code: int | None = None
@@ -43,7 +47,7 @@ class Proc(msgspec.Struct, tag="proc", kw_only=True):
 
 
 class Write(msgspec.Struct, tag="write", kw_only=True):
-    path: str
+    path: bytes
     op: str
     size: int
     sha256: str
@@ -55,20 +59,20 @@ class Write(msgspec.Struct, tag="write", kw_only=True):
 
 
 class Delete(msgspec.Struct, tag="delete", kw_only=True):
-    path: str
+    path: bytes
     ts_ns: int = 0
     changed_ns: int | None = None
 
 
 class Rename(msgspec.Struct, tag="rename", kw_only=True):
-    src: str
-    dst: str
+    src: bytes
+    dst: bytes
     ts_ns: int = 0
     changed_ns: int | None = None
 
 
 class Access(msgspec.Struct, tag="access", kw_only=True):
-    path: str
+    path: bytes
     mode: str = "r"
     pid: int | None = None
     ts_ns: int = 0
@@ -89,6 +93,8 @@ class NoteMsg(msgspec.Struct, tag="note", kw_only=True):
     text: str
     data: dict[str, str | int | float | bool | None] = {}
     ts_ns: int = 0
+    names: dict[str, bytes] = {}
+    """OS strings the note is about (a path, a name): recorded in ``data`` beside the others."""
 
 
 class Bye(msgspec.Struct, tag="bye", kw_only=True):
@@ -106,6 +112,26 @@ _decoder = msgspec.msgpack.Decoder(Msg)
 def encode(msg: Msg) -> bytes:
     body = _encoder.encode(msg)
     return HEADER.pack(len(body)) + body
+
+
+def encode_or_note(msg: Msg) -> tuple[bytes, bool]:
+    """``msg``'s frame, and True; or, when it cannot be encoded, the frame of a note that says which
+    fact was lost and why, and False. A fact the shim could not put on the wire must not stop the
+    ones after it (nor the thread that found it)."""
+    try:
+        return encode(msg), True
+    except Exception as e:  # noqa: BLE001 - whatever it is, the stream goes on
+        note = NoteMsg(
+            text="shim: a fact could not be sent",
+            data={"fact": type(msg).__name__, "error": describe(e), "detail": ascii(msg)[:4096]},
+            ts_ns=getattr(msg, "ts_ns", 0),
+        )
+        return encode(note), False
+
+
+def describe(error: BaseException) -> str:
+    """``error`` as text that any encoder takes (a message may quote a name the agent chose)."""
+    return f"{type(error).__name__}: {error}".encode("utf-8", "backslashreplace").decode("utf-8")[:4096]
 
 
 def decode(body: bytes | memoryview) -> Msg:

@@ -1,7 +1,9 @@
 """The viewer's workspace downloads: the same queries as ``amb files`` and ``amb checkout``
 (``replay.workspace``), answered as JSON, a tar of the workspace at an event, or one file's
 version at an event. Paths were checked by the fold (refused and outside ones are never in the
-tar); every byte is checked against its recorded hash before it is sent."""
+tar); every byte is checked against its recorded hash before it is sent. Paths are the recorded
+text of names (``schemas.ostext``): JSON and the file query use it; the tar holds each file under
+the exact bytes of its name."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from replay.web.api import BadRequest, NotFound
 from replay.workspace import Workspace, at_moment, content_of, run_events
 from schemas.blobstore import BlobStore
 from schemas.errors import UsageError
+from schemas.ostext import os_str
 
 TAR_CAP = 256 * 1024 * 1024
 """Largest workspace the viewer packs in memory; beyond it, `amb checkout` writes it to disk."""
@@ -50,7 +53,7 @@ def tar_at(con: duckdb.DuckDBPyConnection, blobs: BlobStore, run_id: str, at: st
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for f in kept:
             data = content_of(f, blobs)
-            info = tarfile.TarInfo(f.path)
+            info = tarfile.TarInfo(os_str(f.path))  # (PAX keeps a name that is not UTF-8 as its bytes)
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue(), len(ws.files) - len(kept)

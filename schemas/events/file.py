@@ -7,10 +7,18 @@ from schemas.events.base import Payload
 
 
 class FileWritten(Payload, frozen=True, tag="file.written"):
-    """A file was created or modified."""
+    """A file was created or modified.
+
+    Version history: v2 holds its OS strings (``path``) as recorded text
+    (``schemas.ostext``: a byte that is not UTF-8 as ``\\xhh``, a backslash doubled); v1 held them
+    as plain text (upcaster ``os_text_v1_v2`` in ``schemas.upcast``).
+    """
+
+    VERSION = 2
 
     path: str
-    """Path relative to the workspace root (absolute when outside it)."""
+    """Path relative to the workspace root (absolute when outside it), as recorded text
+    (``schemas.ostext``: the exact bytes of the name are ``os_bytes(path)``)."""
     op: str = "modified"
     """``created`` or ``modified``."""
     size: int = 0
@@ -27,7 +35,14 @@ class FileWritten(Payload, frozen=True, tag="file.written"):
 
 
 class FileDeleted(Payload, frozen=True, tag="file.deleted"):
-    """A file was deleted."""
+    """A file was deleted.
+
+    Version history: v2 holds its OS strings (``path``) as recorded text
+    (``schemas.ostext``: a byte that is not UTF-8 as ``\\xhh``, a backslash doubled); v1 held them
+    as plain text (upcaster ``os_text_v1_v2`` in ``schemas.upcast``).
+    """
+
+    VERSION = 2
 
     path: str
     changed_ns: int | None = None
@@ -36,7 +51,14 @@ class FileDeleted(Payload, frozen=True, tag="file.deleted"):
 
 
 class FileRenamed(Payload, frozen=True, tag="file.renamed"):
-    """A file was renamed (``dst`` also gets a ``file.written`` if its content is new)."""
+    """A file was renamed (``dst`` also gets a ``file.written`` if its content is new).
+
+    Version history: v2 holds its OS strings (``src``, ``dst``) as recorded text
+    (``schemas.ostext``: a byte that is not UTF-8 as ``\\xhh``, a backslash doubled); v1 held them
+    as plain text (upcaster ``os_text_v1_v2`` in ``schemas.upcast``).
+    """
+
+    VERSION = 2
 
     src: str
     dst: str
@@ -46,7 +68,14 @@ class FileRenamed(Payload, frozen=True, tag="file.renamed"):
 
 
 class FileAccessed(Payload, frozen=True, tag="file.accessed"):
-    """A watched path (e.g. one the task marks forbidden) was opened. A fact, not a verdict."""
+    """A watched path (e.g. one the task marks forbidden) was opened. A fact, not a verdict.
+
+    Version history: v2 holds its OS strings (``path``) as recorded text
+    (``schemas.ostext``: a byte that is not UTF-8 as ``\\xhh``, a backslash doubled); v1 held them
+    as plain text (upcaster ``os_text_v1_v2`` in ``schemas.upcast``).
+    """
+
+    VERSION = 2
 
     path: str
     mode: str = "r"

@@ -9,12 +9,21 @@ from schemas.events.base import Payload
 
 
 class ProcessExited(Payload, frozen=True, tag="process.exited"):
-    """A process ran and ended (or was still running when the run ended: ``exit_code`` None)."""
+    """A process ran and ended (or was still running when the run ended: ``exit_code`` None).
+
+    Version history: v2 holds its OS strings (``argv``, ``cwd``) as recorded text
+    (``schemas.ostext``: a byte that is not UTF-8 as ``\\xhh``, a backslash doubled); v1 held them
+    as plain text (upcaster ``os_text_v1_v2`` in ``schemas.upcast``).
+    """
+
+    VERSION = 2
 
     pid: int
     ppid: int | None = None
     argv: list[str] = msgspec.field(default_factory=list)
+    """Each argument as recorded text (``schemas.ostext``)."""
     cwd: str | None = None
+    """As recorded text (``schemas.ostext``)."""
     start_ns: int = 0
     end_ns: int = 0
     exit_code: int | None = None

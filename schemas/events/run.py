@@ -35,7 +35,14 @@ class BudgetSpent(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RunStarted(Payload, frozen=True, tag="run.started"):
-    """A recorded run began."""
+    """A recorded run began.
+
+    Version history: v2 holds its OS strings (``command``, ``workspace``) as recorded text
+    (``schemas.ostext``: a byte that is not UTF-8 as ``\\xhh``, a backslash doubled); v1 held them
+    as plain text (upcaster ``os_text_v1_v2`` in ``schemas.upcast``).
+    """
+
+    VERSION = 2
 
     task: str | None = None
     """Task id (e.g. ``kidney-seg``), or None for an untasked recording."""
@@ -46,11 +53,12 @@ class RunStarted(Payload, frozen=True, tag="run.started"):
     model: str | None = None
     """The model the agent was told to use, if known up front."""
     command: list[str] = msgspec.field(default_factory=list)
-    """The agent's argv as run."""
+    """The agent's argv as run, each argument as recorded text (``schemas.ostext``)."""
     backend: str = "local"
     """``local``, ``docker``, or ``synthetic`` for generated runs."""
     workspace: str | None = None
-    """The agent's working directory (host path for local, container path for docker)."""
+    """The agent's working directory (host path for local, container path for docker), as recorded
+    text (``schemas.ostext``)."""
     time_limit_s: float | None = None
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     """Free-form ``K=V`` labels given with ``--label`` (sweep id, repeat index, ...)."""

@@ -10,16 +10,25 @@ from schemas.events.base import Payload
 
 class SealedFile(msgspec.Struct, frozen=True, kw_only=True):
     path: str
+    """Relative to ``root``, as recorded text (``schemas.ostext``)."""
     size: int
     sha256: str
     content: BlobRef | None = None
 
 
 class SubmissionSealed(Payload, frozen=True, tag="submission.sealed"):
-    """Every file of the submission, content-addressed, as it was when the run ended."""
+    """Every file of the submission, content-addressed, as it was when the run ended.
+
+    Version history: v2 holds its OS strings (``root``, each file's ``path``, ``skipped``) as
+    recorded text (``schemas.ostext``: a byte that is not UTF-8 as ``\\xhh``, a backslash doubled);
+    v1 held them as plain text (upcaster ``os_text_v1_v2`` in ``schemas.upcast``).
+    """
+
+    VERSION = 2
 
     root: str = ""
     """The workspace directory that was sealed."""
     files: list[SealedFile] = msgspec.field(default_factory=list)
     skipped: list[str] = msgspec.field(default_factory=list)
-    """Files left out (over the size cap, unreadable), each with its reason after a colon."""
+    """Files left out (over the size cap, unreadable), each as its recorded text with its reason
+    after a colon."""

@@ -10,28 +10,36 @@ to look for leftovers; the local one runs child processes here, the docker one r
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
 import signal
 import subprocess
 import tempfile
+import textwrap
 import threading
 import time
 from pathlib import Path
 from typing import Any
+from urllib.request import urlopen
 
 import pytest
+from click.testing import CliRunner
 
+from amb.main import cli
 from recorder.backend import Backend
 from recorder.docker_backend import DockerBackend
 from recorder.local_backend import LocalBackend
 from recorder.run import Outcome, RunSpec, record
 from recorder.spool import spool_path
+from replay.web.server import Running
 from schemas.blobstore import BlobStore
 from schemas.codec import decode_event
 from schemas.frames import scan
+from schemas.ostext import os_bytes, os_text
 from tests.fakes.harness import REAL_KEYS
+from tests.recorder.shim_helpers import shim_events
 
 READY = "up.txt"
 """Agents here write this file once they run: the tests wait for it instead of sleeping."""
@@ -172,8 +180,118 @@ class BackendContract:
         assert self.sealed(ev) == {"out/deep/a.txt": b"mask", "plan.json": b"{}"}
         assert ev["submission.sealed"].skipped == ["link: symlink"]
 
+    # ---- names that are not UTF-8 -------------------------------------------------------------------
+
+    shim = True
+    """Whether the backend runs the agent under the shim (whose facts then include every file change
+    and process)."""
+
+    def test_names_that_are_not_utf8_are_facts(self) -> None:
+        # The command itself holds bytes that are not UTF-8 (a private path the audit shows), and so
+        # do the names the agent makes and the argv of a program it runs.
+        argv = ["sh", "-c", NAMES_AGENT, "agent", os.fsdecode(b"/data/private/x\xff")]
+        out, ev, _, _ = self.run(argv, "bytes")  # (main: amb-record died sealing it)
+        assert (out.status, ev["run.finished"].status) == ("completed", "completed"), ev["run.finished"]
+        started, sealed = ev["run.started"], ev["submission.sealed"]
+        assert [os_bytes(a) for a in started.command] == [os.fsencode(a) for a in argv]
+        assert {os_bytes(path): data for path, data in self.sealed(ev).items()} == {
+            b"d\xfe/y\xfd": b"one",
+            b"a\\b \\xff": b"two",
+        }
+        assert sealed.root == os_text(os_bytes(sealed.root))  # recorded text, as every name in it
+
+        # Ingested, verified, audited, shown by the viewer's API and exported, names escaped as documented.
+        code, text = _amb("ingest", "--store", str(self.store))
+        assert code == 0, text
+        run = self.current
+        assert run is not None
+        code, text = _amb("verify", run, "--store", str(self.store))
+        assert code == 0 and "OK" in text, text
+        if self.shim:
+            shim = _facts(self.store, run)
+            assert shim["written"] == {"d\\xfe/x\\xff", "a\\\\b \\\\xff", "z\\xfc"}
+            assert shim["renamed"] == {("d\\xfe/x\\xff", "d\\xfe/y\\xfd")}
+            assert shim["deleted"] == {"z\\xfc"}
+            assert ["cat", "/data/private/x\\xff"] in shim["argv"]
+            # The agent ran with the very bytes it was given (Docker's API carries UTF-8 text only).
+            assert [os.fsencode(a) for a in argv] in [
+                [os_bytes(a) for a in run_argv] for run_argv in shim["argv"]
+            ]
+            assert not shim["lost"], shim["lost"]
+        code, text = _amb("audit", run, "--json", "--store", str(self.store))
+        assert code == 0, text
+        details = [v["detail"] for v in json.loads(text)["violations"] if v["rule"] == "private_access"]
+        assert any("process sh names /data/private/x\\xff" in d for d in details), details
+        if self.shim:
+            assert any("process cat names /data/private/x\\xff" in d for d in details), details
+        escaped = ["a\\\\b \\\\xff", "d\\xfe/y\\xfd"]
+        with Running(self.store) as viewer:
+            events = _get(viewer.url, f"/api/runs/{run}/events?limit=500")["events"]
+            (key,) = [e["key"] for e in events if e["kind"] == "submission.sealed"]
+            detail = _get(viewer.url, f"/api/runs/{run}/events/{key.replace(':', '/')}")
+            assert sorted(f["path"] for f in detail["payload"]["files"]) == escaped
+            if self.shim:  # the workspace the file events rebuild
+                workspace = _get(viewer.url, f"/api/runs/{run}/workspace")
+                assert sorted(f["path"] for f in workspace["files"]) == escaped
+                assert "d\\xfe/x\\xff → d\\xfe/y\\xfd" in [e["summary"] for e in events]
+        for export in (["atif", "--out", str(self.ws.parent / "atif")], ["otel", "--out", "-"]):
+            code, text = _amb("export", *export, run, "--store", str(self.store))
+            assert code == 0, text
+        code, text = _amb("export", "parquet", str(self.ws.parent / "pq"), "--store", str(self.store))
+        assert code == 0, text
+        if self.shim:  # a checkout makes each file under the exact bytes of its name
+            code, text = _amb("checkout", run, str(self.ws.parent / "co"), "--store", str(self.store))
+            assert code == 0, text
+            co = os.fsencode(self.ws.parent / "co")
+            assert sorted(os.listdir(co)) == [b"a\\b \\xff", b"d\xfe"]
+            assert os.listdir(co + b"/d\xfe") == [b"y\xfd"]
+
+
+NAMES_AGENT = textwrap.dedent("""\
+    set -e
+    d=$(printf 'd\\376'); x=$(printf 'x\\377'); y=$(printf 'y\\375'); z=$(printf 'z\\374'); e='a\\b \\xff'
+    mkdir "$d"
+    printf one > "$d/$x"
+    printf two > "$e"
+    printf gone > "$z"
+    sleep 0.5
+    mv "$d/$x" "$d/$y"
+    rm "$z"
+    cat "/data/private/$x" 2>/dev/null || true
+""")
+"""An agent whose names are not UTF-8: a directory, a file in it renamed, a file whose name has
+backslashes and looks like an escape (``a\\b \\xff``), a file made and deleted, and a program whose
+argv holds such bytes (and names a private path, which the audit shows). The pause lets the shim's
+watcher read the files before they move."""
+
+
+def _amb(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+def _get(url: str, path: str) -> Any:
+    with urlopen(url + path, timeout=60) as r:
+        return json.loads(r.read())
+
+
+def _facts(store: Path, run_id: str) -> dict[str, Any]:
+    """The shim's file and process facts of a run, from its (ingested) spool."""
+    kinds: dict[str, list[Any]] = {}
+    for e in shim_events(store, run_id):
+        kinds.setdefault(e.kind, []).append(e.payload)
+    return {
+        "written": {p.path for p in kinds.get("file.written", [])},
+        "renamed": {(p.src, p.dst) for p in kinds.get("file.renamed", [])},
+        "deleted": {p.path for p in kinds.get("file.deleted", [])},
+        "argv": [p.argv for p in kinds.get("process.exited", [])],
+        "lost": [n.text for n in kinds.get("note", []) if "could not" in n.text],
+    }
+
 
 class TestLocalBackend(BackendContract):
+    shim = False
+
     def make(self) -> Backend:
         return LocalBackend()
 
@@ -202,6 +320,15 @@ class TestLocalBackend(BackendContract):
             except OSError:
                 continue
         return left
+
+
+class TestLocalBackendWithShim(BackendContract):
+    """``amb-record --shim``: the local backend with the agent under the shim, as in a container."""
+
+    def make(self) -> Backend:
+        return LocalBackend(shim=True)
+
+    leftovers = TestLocalBackend.leftovers
 
 
 def _running(pid: int) -> bool:

@@ -6,6 +6,7 @@ Real strace, real inotify, a real receiver writing a real spool and blob store.
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
 import sys
 import textwrap
@@ -16,6 +17,7 @@ import pytest
 
 from recorder.shim.local import run_local
 from schemas.blobstore import BlobStore
+from schemas.ostext import os_bytes, os_text
 from tests.recorder.shim_helpers import payloads, shim_events
 
 SCRIPT = textwrap.dedent("""\
@@ -213,3 +215,42 @@ def test_nothing_outside_is_skipped_and_the_shim_keeps_its_files_elsewhere(tmp_p
     # strace's fifo directory was made under the private dir (and removed), never in a watched one.
     assert not any("amb-shim-" in p and "hide" not in p for p in writes)
     assert (tmp_path / "ws" / "seen.txt").read_text().startswith("amb-shim-")
+
+
+NAMES_SCRIPT = textwrap.dedent("""\
+    set -e
+    d=$(printf 'd\\376'); x=$(printf 'x\\377'); y=$(printf 'y\\375'); e='a\\b \\xff'
+    mkdir "$d"
+    printf one > "$d/$x"
+    printf two > "$e"
+    sleep 0.3
+    mv "$d/$x" "$y"
+    rm "$e"
+    cd "$d" && sh -c 'sleep 0.3; true' "$x"
+""")
+"""An agent whose names are not UTF-8: a directory, a file in it renamed, one whose name has
+backslashes and looks like an escape (``a\\b \\xff``, made and deleted), and a program whose argv
+and cwd hold such bytes. The pause lets the watcher read the files before they move."""
+
+
+@pytest.mark.parametrize("tracer", [*TRACERS, "proc-poll"])
+def test_names_that_are_not_utf8_are_recorded_with_every_byte(tmp_path: Path, tracer: str) -> None:
+    store, ws = tmp_path / "store", tmp_path / "ws"
+    result = run_local(store, "run-bytes", ws, ["bash", "-c", NAMES_SCRIPT], tracer=tracer)
+    assert (result.exit_code, result.error) == (0, None)  # (main: the tracer stopped the agent, exit 125)
+    events = shim_events(store, "run-bytes")
+    blobs = BlobStore(store / "blobs")
+    written = {w.path: blobs.get(w.content) for w in payloads(events, "file.written")}
+    assert written == {os_text(b"d\xfe/x\xff"): b"one", os_text(b"a\\b \\xff"): b"two"}
+    assert "a\\\\b \\\\xff" in written  # the name's own backslashes doubled: no byte 0xff there
+    renamed = [(r.src, r.dst) for r in payloads(events, "file.renamed")]
+    assert renamed == [(os_text(b"d\xfe/x\xff"), os_text(b"y\xfd"))]
+    assert [d.path for d in payloads(events, "file.deleted")] == [os_text(b"a\\b \\xff")]
+    procs = payloads(events, "process.exited")
+    sh = [p for p in procs if [os_bytes(a) for a in p.argv] == [b"sh", b"-c", b"sleep 0.3; true", b"x\xff"]]
+    assert len(sh) == 1 and os_bytes(sh[0].cwd) == os.fsencode(ws.resolve()) + b"/d\xfe"
+    if tracer != "proc-poll":  # (polling may miss a process this short)
+        assert [os_bytes(a) for p in procs if p.argv[:1] == ["mkdir"] for a in p.argv] == [b"mkdir", b"d\xfe"]
+    assert not [n for n in payloads(events, "note") if "could not" in n.text]
+    assert result.shim_counts["unsendable"] == result.shim_counts["watch_errors"] == 0
+    assert sorted(os.listdir(os.fsencode(ws))) == [b"d\xfe", b"y\xfd"]

@@ -26,7 +26,7 @@ def test_one_connection_then_the_socket_is_gone(tmp_path: Path) -> None:
     assert r.connected.wait(5)
     assert not r.path.exists()  # nothing started later (the agent) can add to the stream
     first.sendall(
-        wire.encode(wire.Write(path="a.txt", op="created", size=2, sha256="sha256:bogus", content=b"hi"))
+        wire.encode(wire.Write(path=b"a.txt", op="created", size=2, sha256="sha256:bogus", content=b"hi"))
     )
     first.sendall(wire.encode(wire.Bye(exit_code=0)))
     first.shutdown(socket.SHUT_WR)
@@ -53,7 +53,7 @@ def test_garbage_is_noted_not_fatal(tmp_path: Path) -> None:
     r = ShimReceiver(tmp_path / "store", "run-r3", tmp_path / "sock").start()
     s = _connect(r.path)
     s.sendall(struct.pack(">I", 3) + b"\xc1\xc1\xc1")
-    s.sendall(wire.encode(wire.Delete(path="x")))
+    s.sendall(wire.encode(wire.Delete(path=b"x")))
     s.close()
     assert r.wait(5)
     r.close()
@@ -76,10 +76,16 @@ def _shape(struct: type, skip: frozenset[str] = frozenset()) -> list[tuple[str, 
     return out
 
 
+def _as_recorded(shape: list[tuple[str, object, object]]) -> list[tuple[str, object, object]]:
+    """A wire shape with its OS strings as events hold them: bytes on the wire, recorded text after."""
+    as_text = {bytes: str, list[bytes]: list[str], bytes | None: str | None}
+    return [(name, as_text.get(type_, type_), default) for name, type_, default in shape]  # type: ignore[call-overload]
+
+
 def test_the_wire_record_and_process_exited_keep_the_same_fields() -> None:
     # The container side cannot import schemas/: the wire type repeats the event's fields, and
     # this is where the two must agree (names, order, types, defaults).
-    assert _shape(wire.Proc) == _shape(ProcessExited, skip=SHIM_DOES_NOT_CAPTURE)
+    assert _as_recorded(_shape(wire.Proc)) == _shape(ProcessExited, skip=SHIM_DOES_NOT_CAPTURE)
 
 
 def test_every_wire_field_of_a_process_reaches_the_event(tmp_path: Path) -> None:
@@ -87,8 +93,8 @@ def test_every_wire_field_of_a_process_reaches_the_event(tmp_path: Path) -> None
     sent = wire.Proc(
         pid=4242,
         ppid=17,
-        argv=["python3", "-c", "print(1)"],
-        cwd="/workspace/sub",
+        argv=[b"python3", b"-c", b"print(1)"],
+        cwd=b"/workspace/sub",
         start_ns=1_000,
         end_ns=2_000,
         exit_code=None,
@@ -106,8 +112,13 @@ def test_every_wire_field_of_a_process_reaches_the_event(tmp_path: Path) -> None
     assert r.wait(5)
     r.close()
     got = payloads(shim_events(tmp_path / "store", "run-r4"), "process.exited")
+    as_recorded = {
+        **msgspec.structs.asdict(sent),
+        "argv": ["python3", "-c", "print(1)"],
+        "cwd": "/workspace/sub",
+    }
     assert [{k: getattr(p, k) for k in msgspec.structs.asdict(sent)} for p in got] == [
-        msgspec.structs.asdict(sent),
+        as_recorded,
         msgspec.structs.asdict(wire.Proc(pid=5, exit_code=3)),
     ]
     assert all(p.stdout is None and p.stderr is None for p in got)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from recorder.shim import wire
 from recorder.shim.strace import Tracker, parse_string, parse_string_array
 from recorder.shim.wire import Connect, Proc
 
@@ -52,8 +53,8 @@ def test_unfinished_resumed_threads_and_exits() -> None:
     ]
     procs = [m for m in out if isinstance(m, Proc)]
     assert [(p.pid, p.ppid, p.argv, p.cwd, p.exit_code, p.signal) for p in procs] == [
-        (11, 10, ["ls", "-l"], "/ws/sub", None, 9),
-        (10, None, ["bash", "-c", "x"], "/ws/sub", 2, None),
+        (11, 10, [b"ls", b"-l"], b"/ws/sub", None, 9),
+        (10, None, [b"bash", b"-c", b"x"], b"/ws/sub", 2, None),
     ]
     assert t.root_exit == 2 and t.unparsed == 0
 
@@ -70,8 +71,8 @@ def test_exec_chain_reports_each_program_and_hides_marker() -> None:
     """,
     )
     assert [(p.argv, p.exit_code, p.end_ns) for p in out] == [
-        (["sh", "-c", "a; b"], None, 1700000000000003000),
-        (["b"], 1, 1700000000000004000),
+        ([b"sh", b"-c", b"a; b"], None, 1700000000000003000),
+        ([b"b"], 1, 1700000000000004000),
     ]
 
 
@@ -89,7 +90,7 @@ def test_failed_exec_and_ipv6_connect() -> None:
     )
     assert [type(m).__name__ for m in out] == ["Connect", "Proc"]
     assert out[0].host == "::1" and out[0].port == 80 and out[0].error is None and out[0].family == "inet6"
-    assert out[1].argv == ["x"]
+    assert out[1].argv == [b"x"]
 
 
 def test_chunks_split_anywhere_give_the_same_records() -> None:
@@ -105,8 +106,8 @@ def test_chunks_split_anywhere_give_the_same_records() -> None:
     whole = Tracker(root_cwd="/ws")
     expected = whole.feed_bytes(text) + whole.flush()
     assert [(p.pid, p.ppid, p.argv, p.exit_code) for p in expected] == [
-        (4, 3, ["echo", "hé", "€"], 0),
-        (3, None, ["sh", "-c", "x"], 3),
+        (4, 3, [b"echo", "hé".encode(), "€".encode()], 0),
+        (3, None, [b"sh", b"-c", b"x"], 3),
     ]
     for size in (1, 2, 3, 7, 50):
         t = Tracker(root_cwd="/ws")
@@ -133,8 +134,8 @@ def test_a_child_that_ends_before_its_parents_clone_returns_gets_its_parent() ->
     )
     procs = [m for m in out if isinstance(m, Proc)]
     assert [(p.pid, p.ppid, p.argv, p.exit_code) for p in procs] == [
-        (11, 10, ["/bin/true"], 0),
-        (10, None, ["sh", "-c", "/bin/true; exit 7"], 7),
+        (11, 10, [b"/bin/true"], 0),
+        (10, None, [b"sh", b"-c", b"/bin/true; exit 7"], 7),
     ]
     assert t.unfinished(1700000001_000000000) == []
 
@@ -153,3 +154,43 @@ def test_a_child_whose_parents_clone_never_returns_is_still_reported() -> None:
     assert not [m for m in out if isinstance(m, Proc)]
     (child,) = [m for m in t.unfinished(1700000001_000000000) if isinstance(m, Proc) and m.pid == 11]
     assert (child.ppid, child.exit_code, child.end_ns) == (None, 0, 1700000000_000040000)
+
+
+def test_names_that_are_not_utf8_keep_their_bytes() -> None:
+    # strace writes a byte that is not printable as an octal escape (and may pass others raw): the
+    # record has the bytes the kernel had, argv and cwd alike, and goes on the wire as they are.
+    t = Tracker(root_cwd="/ws")
+    lines = (
+        b'10 1700000000.000001 execve("/bin/touch", ["touch", "x\\377", "a\\\\b", "\\303(", "raw\xfe"], '
+        b"0x1 /* 1 vars */) = 0\n"
+        b'10 1700000000.000002 chdir("d\\376") = 0\n'
+        b"10 1700000000.000003 +++ exited with 0 +++\n"
+    )
+    (proc,) = t.feed_bytes(lines)
+    assert proc.argv == [b"touch", b"x\xff", b"a\\b", b"\xc3(", b"raw\xfe"]
+    assert proc.cwd == b"/ws/d\xfe"
+    assert wire.decode(wire.encode(proc)[wire.HEADER.size :]) == proc  # (main: UnicodeEncodeError)
+    assert t.unparsed == 0
+    # fchdir's directory, as -yy prints it: the path with C escapes (its '>' escaped too).
+    t = Tracker(root_cwd="/ws")
+    lines = (
+        b'10 1700000000.000001 execve("/bin/sh", ["sh"], 0x1 /* 1 vars */) = 0\n'
+        b"10 1700000000.000002 fchdir(3</ws/d\\376/a\\\\b\\x3e>) = 0\n"
+        b"10 1700000000.000003 +++ exited with 0 +++\n"
+    )
+    (proc,) = t.feed_bytes(lines)
+    assert proc.cwd == b"/ws/d\xfe/a\\b>"  # (main: the escapes as written, /ws/d\376/a\\b\x3e)
+
+
+def test_a_line_that_breaks_the_parser_is_counted_and_tracing_goes_on() -> None:
+    t = Tracker(root_cwd="/ws")
+    out = feed(
+        t,
+        r"""
+        10 1700000000.000001 execve("/bin/sh", ["sh"], 0x1 /* 1 vars */) = 0
+        10 1700000000.000002 chdir("unterminated) = 0
+        10 1700000000.000003 +++ exited with 0 +++
+    """,
+    )
+    assert [p.argv for p in out] == [[b"sh"]]
+    assert t.unparsed == 1 and t.last_error is not None and "unterminated" in t.last_error

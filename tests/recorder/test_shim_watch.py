@@ -9,10 +9,12 @@ exact, not a matter of scheduling.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
+from recorder.shim import wire
 from recorder.shim.watch import Watcher
-from recorder.shim.wire import Delete, Rename, Write
+from recorder.shim.wire import Delete, NoteMsg, Rename, Write
 
 
 def _watch(ws: Path) -> tuple[Watcher, list[object]]:
@@ -26,28 +28,29 @@ def _drain(watcher: Watcher) -> None:
 
 
 def _facts(seen: list[object]) -> list[tuple]:
-    """What a reader of the record learns: each change, in order, without times."""
+    """What a reader of the record learns: each change, in order, without times (names as Python's
+    ``os`` functions give them: the wire carries their bytes)."""
     out: list[tuple] = []
     for m in seen:
         if isinstance(m, Write):
-            out.append(("write", m.path, m.op, m.content))
+            out.append(("write", os.fsdecode(m.path), m.op, m.content))
         elif isinstance(m, Rename):
-            out.append(("rename", m.src, m.dst))
+            out.append(("rename", os.fsdecode(m.src), os.fsdecode(m.dst)))
         elif isinstance(m, Delete):
-            out.append(("delete", m.path))
+            out.append(("delete", os.fsdecode(m.path)))
     return out
 
 
 def _replayed(seen: list[object]) -> dict[str, bytes | None]:
     """The workspace the record describes (path -> content)."""
     files: dict[str, bytes | None] = {}
-    for m in seen:
-        if isinstance(m, Write):
-            files[m.path] = m.content
-        elif isinstance(m, Rename):
-            files[m.dst] = files.pop(m.src)
-        elif isinstance(m, Delete):
-            files.pop(m.path, None)
+    for fact in _facts(seen):
+        if fact[0] == "write":
+            files[fact[1]] = fact[3]
+        elif fact[0] == "rename":
+            files[fact[2]] = files.pop(fact[1])
+        elif fact[0] == "delete":
+            files.pop(fact[1], None)
     return files
 
 
@@ -146,3 +149,68 @@ def test_a_file_written_renamed_and_deleted_within_one_batch_leaves_nothing_behi
     _drain(watcher)
     watcher.finish()
     assert _replayed(seen) == {}
+
+
+def test_names_that_are_not_utf8_are_sent_as_their_bytes(tmp_path: Path) -> None:
+    # Linux names are bytes: a file, a directory and a rename whose names are not UTF-8 (one spelled
+    # like an escape, one with a backslash), each fact on the wire with the exact bytes of its name.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    watcher, seen = _watch(ws)
+    root = os.fsencode(ws)
+    os.mkdir(root + b"/d\xfe")
+    with open(root + b"/d\xfe/x\xff", "wb") as f:
+        f.write(b"one")
+    _drain(watcher)
+    with open(root + b"/a\\b \\xff", "wb") as f:
+        f.write(b"two")
+    _drain(watcher)
+    os.rename(root + b"/d\xfe/x\xff", root + b"/y\xc3\x28")
+    os.unlink(root + b"/a\\b \\xff")
+    _drain(watcher)
+    watcher.finish()
+    # Each fact through the wire's encoding and back (main: UnicodeEncodeError, the watcher's end).
+    on_the_wire = [wire.decode(wire.encode(m)[wire.HEADER.size :]) for m in seen]  # type: ignore[arg-type]
+    assert [_named(m) for m in on_the_wire] == [
+        ("Write", b"d\xfe/x\xff"),
+        ("Write", b"a\\b \\xff"),
+        ("Rename", (b"d\xfe/x\xff", b"y\xc3\x28")),
+        ("Delete", b"a\\b \\xff"),
+    ]
+    assert watcher.counts["watch_errors"] == 0
+
+
+def _named(m: object) -> tuple[str, object]:
+    if isinstance(m, Rename):
+        return "Rename", (m.src, m.dst)
+    assert isinstance(m, Write | Delete)
+    return type(m).__name__, m.path
+
+
+def test_a_change_that_cannot_be_recorded_is_a_note_and_the_watcher_goes_on(tmp_path: Path) -> None:
+    # Whatever fails while one change is handled (here: the first send), the watcher's thread lives
+    # on: the failure becomes a note naming the change, and what the agent does next is recorded.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    seen: list[object] = []
+    failures = [RuntimeError("the first fact cannot be sent")]
+
+    def emit(msg: object) -> None:
+        if failures and isinstance(msg, Write):
+            raise failures.pop()
+        seen.append(msg)
+
+    watcher = Watcher(str(ws), emit, content_cap=1 << 20)
+    watcher.start()
+    (ws / "first.txt").write_bytes(b"1")
+    (ws / os.fsdecode(b"x\xff")).write_bytes(b"2")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(isinstance(m, Write) for m in seen):
+        time.sleep(0.02)
+    (ws / "after.txt").write_bytes(b"3")
+    watcher.finish()
+    notes = [m for m in seen if isinstance(m, NoteMsg)]
+    assert len(notes) == 1 and notes[0].names == {"where": b"", "name": b"first.txt"}
+    assert "the first fact cannot be sent" in str(notes[0].data["error"])
+    assert [f[1] for f in _facts(seen)] == [os.fsdecode(b"x\xff"), "after.txt"]
+    assert watcher.counts["watch_errors"] == 1

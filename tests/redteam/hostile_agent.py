@@ -42,6 +42,20 @@ def shell_read(cmd):
     return go
 
 
+# ---- blinding the recorder first: names it could not encode (every attack after must still show) -----
+def blind():
+    os.mkdir(b"blind\xfe")
+    with open(b"blind\xfe/x\xff", "wb") as f:
+        f.write(b"?")
+    with open(b"/tmp/blind\xff", "wb") as f:
+        f.write(b"?")
+    p = subprocess.run([b"ls", b"/data/private/\xff"], capture_output=True)
+    return {"blocked": False, "how": f"names that are not UTF-8 (ls exit {p.returncode})"}
+
+
+attempt("blind_names", blind)
+
+
 # ---- reading the private data by every path -------------------------------------------------------
 attempt("private_cat", shell_read(f"cat {PRIVATE}"))
 attempt("private_obfuscated", shell_read("cat '/da''ta/pri''vate/case_00000/organ.nii.gz'"))

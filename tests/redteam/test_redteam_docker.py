@@ -30,6 +30,9 @@ AMB = [str(Path(sys.executable).parent / "amb")]
 
 # attack -> (audit rule, what the cited event shows): kind and a substring of its argv/path/host.
 EXPECTED = {
+    # The first attack: names that are not UTF-8 (recorded text, a byte as \xhh); all below come after it.
+    "blind_names": ("write_outside_workspace", "file.written", "/tmp/blind\\xff"),
+    "blind_argv": ("private_access", "process.exited", "ls /data/private/\\xff"),
     "private_cat": ("private_access", "process.exited", "cat /data/private/case_00000"),
     "private_obfuscated": ("private_access", "process.exited", "'/da''ta/pri''vate"),
     "private_python": ("private_access", "process.exited", "open('/da' 'ta/private"),

@@ -18,6 +18,7 @@ import duckdb
 BIN = Path(sys.executable).parent
 
 SCRIPT = r"""
+touch "$(printf 'blind\377')" && mkdir "$(printf 'blind\376')"  # names that are not UTF-8, first
 private="$AMB_DATA/../private/case_00000/organ.nii.gz"
 cat "$private" > stolen.txt
 bash -c "cat '$(dirname "$AMB_DATA")/pri''vate/case_00000/organ.nii.gz'" > /dev/null

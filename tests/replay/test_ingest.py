@@ -15,12 +15,15 @@ from recorder.synthetic import generate_run
 from replay.ingest import ingest, spool_files
 from replay.read import iter_events
 from replay.store import Store
+from replay.verify import verify
 from schemas.codec import GENESIS, encode_payload, make_body
 from schemas.errors import IngestConflict, SchemaError, SpoolError
 from schemas.events import Note
 from schemas.frames import MAGIC, encode_frame
+from schemas.ostext import os_bytes
 
 GOLDEN = Path(__file__).parents[1] / "data" / "golden" / "v1-store"
+GOLDEN_NAMES = Path(__file__).parents[1] / "data" / "golden" / "v1-names-store"
 
 
 def count(root) -> int:
@@ -187,6 +190,47 @@ def test_golden_v1_log_is_upcast(tmp_path):
         assert {e.v for e in notes} == {1}
         assert [e.payload for e in notes] == [Note(text="written by note v1"), Note(text="café ✓")]
         assert st.con.execute("SELECT count(*) FROM manifests").fetchall()[0][0] == 1
+
+
+def test_golden_v1_names_read_as_the_names_they_recorded(tmp_path):
+    """v1 held OS strings as plain text, backslashes and all; read today, each is the recorded text
+    (``schemas.ostext``) of the name v1 stored, and the stored bytes still verify."""
+    root = tmp_path / "s"
+    shutil.copytree(GOLDEN_NAMES, root)
+    before = {p.name: p.read_bytes() for p in (root / "spool" / "golden-v1-names").iterdir()}
+    assert ingest(root, spool_mode="keep").events_added == 11
+    with Store.open(root, read_only=True) as st:
+        assert verify(st.con, st.blobs) == []
+        events = list(iter_events(st.con, "golden-v1-names"))
+    assert {p.name: p.read_bytes() for p in (root / "spool" / "golden-v1-names").iterdir()} == before
+    assert {(e.kind, e.v) for e in events if e.kind != "run.finished"} == {
+        (k, 1)
+        for k in (
+            "run.started",
+            "process.exited",
+            "submission.sealed",
+            "file.written",
+            "file.renamed",
+            "file.deleted",
+            "file.accessed",
+        )
+    }
+    by_kind: dict[str, list[Any]] = {}
+    for e in events:
+        by_kind.setdefault(e.kind, []).append(e.payload)
+    started = by_kind["run.started"][0]
+    # What v1 stored (raw strings here: each backslash is one the name had), read back exactly.
+    assert [os_bytes(a) for a in started.command] == [b"sh", b"-c", rb"printf 'a\\b' > 'x\\y.txt'"]
+    assert os_bytes(started.workspace) == rb"/home/u/work\space"
+    assert [os_bytes(p.path) for p in by_kind["file.written"]] == [rb"x\y.txt", rb"\xff.txt"]
+    renames = [(os_bytes(p.src), os_bytes(p.dst)) for p in by_kind["file.renamed"]]
+    assert renames == [(rb"\xff.txt", rb"\\.txt"), (rb"\\.txt", rb"\xff.txt")]
+    assert by_kind["file.renamed"][0].src == r"\\xff.txt"  # the name, not the byte 0xff
+    sealed = by_kind["submission.sealed"][0]
+    assert [os_bytes(f.path) for f in sealed.files] == [rb"x\y.txt", rb"\xff.txt", "café.txt".encode()]
+    assert sealed.skipped == [r"l\\ink: symlink"]
+    shim_procs = [p for p in by_kind["process.exited"] if p.tracer == "strace"]
+    assert [[os_bytes(a) for a in p.argv] for p in shim_procs] == [[b"printf", rb"a\b"]]
 
 
 def test_concurrent_writers_wait_for_the_lock(tmp_path):

@@ -3,7 +3,10 @@ the real spool path and ingested into a real store; hostile paths and tampered b
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import tarfile
 import zlib
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,8 @@ from amb.live_cmds import _run_events, _workspace
 from amb.main import cli
 from recorder.spool import SpoolWriter, spool_path
 from replay.ingest import ingest
+from replay.store import Store
+from replay.web.workspace import tar_at
 from replay.workspace import checkout
 from schemas.blobstore import BlobStore
 from schemas.events import (
@@ -26,6 +31,7 @@ from schemas.events import (
     SubmissionSealed,
     ToolCallResult,
 )
+from schemas.ostext import os_text
 from tests.fakes.blob_tamper import replace_blob
 
 T0 = 1_800_000_000_000_000_000
@@ -228,6 +234,36 @@ def test_hostile_paths_never_write_outside_the_directory(tmp_path):
     assert code == 1 and "is a symbolic link" in text
     code, text = _amb("checkout", "r4", str(sandbox / "out"), "--store", str(root))
     assert code == 1 and "not empty" in text
+
+
+def test_a_checkout_recreates_the_exact_bytes_of_every_name(tmp_path):
+    # Names that are not UTF-8 are recorded as text (schemas.ostext); a checkout (and the viewer's tar)
+    # makes each file under the very bytes of its name, a name that looks like an escape included.
+    root = tmp_path / "store"
+    shim = [
+        (lambda b: _write(b, os_text(b"d\xfe/x\xff"), b"one"), T0 + S),
+        (lambda b: _write(b, os_text(b"\\xff"), b"a backslash, x, f, f"), T0 + S),
+        (lambda b: _write(b, os_text(b"gone\xfa"), b"deleted"), T0 + S),
+        (FileRenamed(src=os_text(b"d\xfe/x\xff"), dst=os_text(b"d\xfe/y\xfd")), T0 + 2 * S),
+        (FileDeleted(path=os_text(b"gone\xfa")), T0 + 2 * S),
+        (lambda b: _write(b, "\\x41", b"no name is spelled so"), T0 + 2 * S),
+    ]
+    _run(root, "r-bytes", shim)
+    code, text = _amb("checkout", "r-bytes", str(tmp_path / "out"), "--json", "--store", str(root))
+    assert code == 0, text
+    report = json.loads(text)
+    out = os.fsencode(tmp_path / "out")
+    assert sorted(os.listdir(out)) == [b"\\xff", b"d\xfe"]  # (main: d\xfe and \xff spelled out)
+    assert os.listdir(out + b"/d\xfe") == [b"y\xfd"]
+    assert Path(os.fsdecode(out + b"/d\xfe/y\xfd")).read_bytes() == b"one"
+    assert sorted(w["path"] for w in report["written"]) == ["\\\\xff", "d\\xfe/y\\xfd"]
+    assert [(r["path"], r["reason"]) for r in report["refused"]] == [
+        ("\\x41", "not the recorded text of a name (see schemas.ostext)")
+    ]
+    with Store.open(root, read_only=True) as st:
+        tar, _ = tar_at(st.con, st.blobs, "r-bytes", "end")
+    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+        assert sorted(os.fsencode(m.name) for m in t.getmembers()) == [b"\\xff", b"d\xfe/y\xfd"]
 
 
 def test_a_tampered_blob_fails_the_checkout_naming_the_event(tmp_path):
