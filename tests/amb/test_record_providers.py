@@ -209,10 +209,19 @@ def test_openai_sdk_on_gateways_and_anthropic_behind_a_prefix(tmp_path, agents_p
         ("azure", "openai", "chat.completions"),
         ("anthropic", "anthropic", "messages"),
     ]
+    recorded_ids = []
     for row, got in zip(rows, client["calls"], strict=True):
         assert row["text"] == got["text"] == TEXT
-        assert [[t["id"], t["arguments"]] for t in json.loads(row["tools"])] == got["tools"]
+        tools = json.loads(row["tools"])
+        assert [t["arguments"] for t in tools] == [a for _, a in got["tools"]]
+        # Each fake numbers its calls from 1, so two upstreams send call_fake_1: a call keeps the
+        # provider's id unless an earlier call of the run has it (tool call ids are the run's).
+        for t, (client_id, _) in zip(tools, got["tools"], strict=True):
+            assert t["id"] == client_id or t["id"].startswith(client_id + "~")
+            recorded_ids.append(t["id"])
         assert row["served_model"] == got["model"]
+    assert len(set(recorded_ids)) == len(recorded_ids) == 5
+    assert sql(store, "SELECT count(*) AS n FROM tool_calls") == [{"n": 5}]
     for row in rows[:2]:  # OpenRouter: the model it served, reasoning, cached tokens, cost
         assert (row["requested_model"], row["served_model"], row["model"]) == (
             "openai/gpt-4o",
