@@ -198,14 +198,14 @@ class Sink:
         answer reaches the client before its record is written, and the ledger can pair a result
         only with a call it has seen, so the addon lets these finish first. Needs the request
         prepared."""
+        with self._settled:
+            writing = [w for w in self._writing if w is not facts and not w.written.done()]
+        if not writing:
+            return []  # the usual case: no set of the history's links to build
         info = facts.request.result().info
         prefixes = set(info.chain[1:-1])
-        with self._settled:
-            writing = list(self._writing)
         waits = []
         for other in writing:
-            if other is facts or other.written.done():
-                continue
             if info.previous is None:
                 done = other.request.done() and other.request.exception() is None
                 theirs = other.request.result().info if done else None
