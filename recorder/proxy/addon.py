@@ -42,6 +42,8 @@ KEY = "amb"
 WS_KEY = "amb-ws"
 TERMINAL_TYPES = ("response.completed", "response.failed", "response.incomplete", "error")
 TERMINAL_WS = tuple(t.encode() for t in TERMINAL_TYPES)
+ANSWERED_WAIT_S = 10.0
+"""The longest a call's record waits for the records of the calls its request may answer."""
 
 
 @dataclass
@@ -251,9 +253,8 @@ class Recorder:
         try:
             if st.api is not None:
                 facts = self._call_facts(flow, st)
-                if self.sink.small(facts) and not facts.request.done():
-                    # Wait for the request's worker here, then write inline: one hand-off, not two.
-                    await asyncio.wrap_future(facts.request)
+                # Wait for the request's worker here, then write inline: one hand-off, not two.
+                await self._answered_calls_first(facts)
                 await _settled(self.sink.record_call(facts))
             else:
                 await _settled(self.sink.record_network(self._net_facts(flow, st)))
@@ -279,7 +280,9 @@ class Recorder:
         self.persisting += 1
         try:
             if st.api is not None:
-                await asyncio.wrap_future(self.sink.record_call(self._call_facts(flow, st, reason)))
+                facts = self._call_facts(flow, st, reason)
+                await self._answered_calls_first(facts)
+                await asyncio.wrap_future(self.sink.record_call(facts))
             else:
                 await asyncio.wrap_future(self.sink.record_network(self._net_facts(flow, st, reason)))
         except Exception as e:
@@ -355,13 +358,27 @@ class Recorder:
         st.recorded = True
         self.persisting += 1
         try:
-            await _settled(self.sink.record_call(self._ws_facts(flow, st, error)))
+            facts = self._ws_facts(flow, st, error)
+            await self._answered_calls_first(facts)
+            await _settled(self.sink.record_call(facts))
             return True
         except Exception as e:
             log.error("amb-record: cannot persist a WebSocket model call: %s", e)
             return False
         finally:
             self.persisting -= 1
+
+    async def _answered_calls_first(self, facts: CallFacts) -> None:
+        """Let the records of the calls this one's request may answer be written first (see
+        ``Sink.writing_before``): their request is done, so each is only local work. Bounded all
+        the same, and checked again after each wait (one of them may have waited for its own)."""
+        deadline = time.monotonic() + ANSWERED_WAIT_S
+        if not facts.request.done():
+            await asyncio.wait([asyncio.wrap_future(facts.request)])
+        if facts.request.exception() is not None:
+            return  # recorded without its request's facts (the write says why)
+        while (waits := self.sink.writing_before(facts)) and (left := deadline - time.monotonic()) > 0:
+            await asyncio.wait([asyncio.wrap_future(w) for w in waits], timeout=left)
 
     def _ws_facts(self, flow: http.HTTPFlow, st: _Flow, error: str | None) -> CallFacts:
         req = flow.request

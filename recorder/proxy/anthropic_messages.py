@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from recorder.proxy.result import Reassembled, RequestInfo, ToolResult, as_int, error_text, loads, text_of
+from recorder.proxy.result import Pairing, Reassembled, RequestInfo, as_int, error_text, loads, text_of
 from recorder.proxy.wire import iter_sse
 from schemas.events import Usage
 
@@ -23,33 +23,40 @@ def parse_request(body: Any) -> RequestInfo:
     info.model = body.get("model") if isinstance(body.get("model"), str) else None
     info.stream = body.get("stream") is True
     info.chars += len(text_of(body.get("system")))
-    names: dict[str, str] = {}
-    for msg in body.get("messages") or []:
+    messages: Any = body.get("messages")
+    pairing = Pairing.of(info, messages)
+    if pairing is None:
+        return info
+    for position, msg in enumerate(messages):
+        if not isinstance(msg, dict) or msg.get("role") != "assistant":
+            pairing.client()
         if not isinstance(msg, dict):
             continue
         content = msg.get("content")
         if not isinstance(content, list):
             info.chars += len(text_of(content))
             continue
+        calls: list[tuple[str, str, Any]] = []
         for block in content:
             if not isinstance(block, dict):
                 continue
             kind = block.get("type")
             if kind == "tool_use":
-                names[str(block.get("id"))] = str(block.get("name", ""))
-            elif kind == "tool_result" and block.get("tool_use_id"):
-                tid = str(block["tool_use_id"])
-                err = block.get("is_error")
-                info.tool_results.append(
-                    ToolResult(
-                        tid,
-                        text_of(block.get("content")),
-                        names.get(tid),
-                        err if isinstance(err, bool) else None,
-                    )
+                calls.append((str(block.get("id") or ""), str(block.get("name", "")), block.get("input")))
+            elif kind == "tool_result":
+                wire, err = block.get("tool_use_id"), block.get("is_error")
+                pairing.result(
+                    position,
+                    str(wire) if wire else "",
+                    "",
+                    text_of(block.get("content")),
+                    err if isinstance(err, bool) else None,
                 )
             else:
                 info.chars += len(text_of(block.get("text")))
+        if msg.get("role") == "assistant":
+            pairing.model(position, calls)
+    pairing.client()
     return info
 
 

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from types import ModuleType
 
-from recorder.proxy import anthropic_messages, gemini, openai_chat, openai_responses
+from recorder.proxy import anthropic_messages, gemini, history, openai_chat, openai_responses
 from recorder.proxy.result import Reassembled, RequestInfo, loads
 from recorder.proxy.skim import skim
 from recorder.proxy.wire import decode_content
@@ -34,6 +34,9 @@ GEMINI_METHODS = {
     "streamGenerateContent": STREAM_GENERATE,
     "countTokens": COUNT_TOKENS,
 }
+
+VOLATILE = {"anthropic": ("cache_control",)}
+"""Keys a provider's clients change in a conversation's earlier items without changing it."""
 
 _GEMINI_PATH = re.compile(r"/(?:tunedM|m)odels/([^/:]+):(\w+)$")
 _AZURE_DEPLOYMENT = re.compile(r"/openai/deployments/([^/?]+)/")
@@ -76,7 +79,9 @@ def parse_request(api: Api, body: bytes) -> RequestInfo:
     if api is STREAM_GENERATE:
         info.stream = True  # the method says so, not the body
     elif api is COUNT_TOKENS:
-        info.tool_results = []  # a history sent to be counted answers nothing (the next call's does)
+        # A history sent to be counted is no turn of its conversation: it answers nothing (the next
+        # call's request does) and nothing continues it.
+        info.tool_results, info.chain, info.model_turns = [], [], {}
     return info
 
 
@@ -90,8 +95,16 @@ def _parse_request(api: Api, body: bytes) -> RequestInfo:
         if parsed is not None:
             info = api.parser.parse_request(parsed)
             if not any(marker in r.output for r in info.tool_results):
-                return info
-    return api.parser.parse_request(loads(body))
+                return chain_conversation(api, info, marker)
+    return chain_conversation(api, api.parser.parse_request(loads(body)), None)
+
+
+def chain_conversation(api: Api, info: RequestInfo, marker: str | None) -> RequestInfo:
+    """``info`` with its conversation chained (``recorder.proxy.history``), its items let go."""
+    items, info.items = info.items, None
+    if items is not None:
+        info.chain = history.chain(items, VOLATILE.get(api.provider, ()), marker)
+    return info
 
 
 def parse_response(

@@ -9,25 +9,20 @@ Usage containment (``usageMetadata``): ``promptTokenCount`` includes ``cachedCon
 and reasoning = thoughts; ``toolUsePromptTokenCount`` (input the model read from tools it ran
 itself) is input.
 
-Tool calls are given ids of their own, ``gemini-<conversation>-<turn>-<index>``: the conversation
-is a digest of the first content (without inline data), the turn is the model turn's index in
-``contents`` (for a response: the number of contents its request sent, which is where the client
-puts that turn in its next request), and the index counts function calls within the turn. The ids
-on the wire cannot be used: the API often sends none, and a client then makes up its own (the Gemini
-CLI sends ``write_file_<time>_0`` in its next request), so the response and the next request would
-disagree. A function response pairs with the call of the model turn before it that carries the same
-wire id, else with the call in the same position (the API requires one response per call, in
-order), else with the first call of that name.
+Function calls usually come without ids, and a client then makes up its own for the next request
+(the Gemini CLI sends ``write_file_<time>_0``): the ids calls are recorded under, and which call a
+function response answers, are the tool-call ledger's (``recorder.proxy.ledger``). This parser
+gives it the conversation (``contents``, item by item) and, for each function response, the call it
+answers among the request's own model turns (``result.Pairing``).
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import msgspec
 
-from recorder.proxy.result import Reassembled, RequestInfo, ToolResult, as_int, error_text, loads, text_of
+from recorder.proxy.result import Pairing, Reassembled, RequestInfo, as_int, error_text, loads, text_of
 from recorder.proxy.wire import iter_sse
 from schemas.events import Usage
 
@@ -35,29 +30,6 @@ from schemas.events import Usage
 def _get(obj: dict[str, Any], camel: str, snake: str) -> Any:
     value = obj.get(camel)
     return obj.get(snake) if value is None else value
-
-
-def conversation_id(contents: list[Any]) -> str:
-    """A digest of the conversation's first content, inline data left out (a large body's parse has
-    it skimmed out, so it must not count)."""
-    first = contents[0] if contents else None
-    if isinstance(first, dict):
-        parts = first.get("parts")
-        if isinstance(parts, list):
-            first = {
-                **first,
-                "parts": [
-                    {k: v for k, v in p.items() if k not in ("inlineData", "inline_data")}
-                    if isinstance(p, dict)
-                    else p
-                    for p in parts
-                ],
-            }
-    return hashlib.sha256(msgspec.json.encode(first, order="sorted")).hexdigest()[:12]
-
-
-def call_id(conversation: str, turn: int, index: int) -> str:
-    return f"gemini-{conversation}-{turn}-{index}"
 
 
 def parse_request(body: Any) -> RequestInfo:
@@ -71,41 +43,38 @@ def parse_request(body: Any) -> RequestInfo:
     if isinstance(system, dict):
         info.chars += len(text_of(system.get("parts")))
     contents = body.get("contents")
-    if not isinstance(contents, list):
+    pairing = Pairing.of(info, contents)
+    if pairing is None:
         return info
-    info.conversation = conversation_id(contents)
-    info.turns = len(contents)
-    previous: list[tuple[str, str, str]] = []  # (our id, name, wire id) of the last model turn's calls
-    for turn, content in enumerate(contents):
+    for position, content in enumerate(contents):
         if not isinstance(content, dict):
+            pairing.client()
             continue
-        calls: list[tuple[str, str, str]] = []
-        results: list[dict[str, Any]] = []
-        for part in content.get("parts") or []:
+        calls: list[tuple[str, str, Any]] = []
+        if content.get("role") != "model":
+            pairing.client()
+        parts = content.get("parts")
+        for part in parts if isinstance(parts, list) else []:
             if not isinstance(part, dict):
                 continue
             fc = _get(part, "functionCall", "function_call")
             fr = _get(part, "functionResponse", "function_response")
             if isinstance(fc, dict):
-                ours = call_id(info.conversation, turn, len(calls))
-                calls.append((ours, str(fc.get("name", "")), str(fc.get("id") or "")))
+                calls.append((str(fc.get("id") or ""), str(fc.get("name", "")), fc.get("args")))
             elif isinstance(fr, dict):
-                results.append(fr)
+                response = fr.get("response")
+                pairing.result(
+                    position,
+                    str(fr.get("id") or ""),
+                    str(fr.get("name") or ""),
+                    _response_text(response),
+                    _is_error(response),
+                )
             elif isinstance(part.get("text"), str):
                 info.chars += len(part["text"])
-        for k, fr in enumerate(results):
-            name, wire = str(fr.get("name", "")), str(fr.get("id") or "")
-            match = next((c for c in previous if wire and c[2] == wire), None)
-            if match is None and k < len(previous) and previous[k][1] == name:
-                match = previous[k]
-            match = match or next((c for c in previous if c[1] == name), None)
-            tid = match[0] if match else call_id(info.conversation, turn, k)
-            response = fr.get("response")
-            info.tool_results.append(
-                ToolResult(tid, _response_text(response), name or None, _is_error(response))
-            )
-        if calls:
-            previous = calls
+        if content.get("role") == "model":
+            pairing.model(position, calls)
+    pairing.client()
     return info
 
 
@@ -210,13 +179,6 @@ class _Fold:
         if cand.get("finishReason"):
             r.stop_reason = str(cand["finishReason"])
             r.complete = True
-
-
-def assign_ids(result: Reassembled, info: RequestInfo) -> None:
-    """Give the response's function calls the ids their next request's parse will give them (see
-    the module's docstring)."""
-    for index, t in enumerate(result.tool_calls.values()):
-        t["id"] = call_id(info.conversation or conversation_id([]), info.turns, index)
 
 
 def parse_json(body: Any, raw: bytes = b"") -> Reassembled:

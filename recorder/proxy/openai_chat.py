@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from recorder.proxy.result import (
+    Pairing,
     Reassembled,
     RequestInfo,
-    ToolResult,
     error_text,
     loads,
     openai_usage,
@@ -28,17 +28,29 @@ def parse_request(body: Any) -> RequestInfo:
         return info
     info.model = body.get("model") if isinstance(body.get("model"), str) else None
     info.stream = body.get("stream") is True
-    names: dict[str, str] = {}
-    for msg in body.get("messages") or []:
+    messages: Any = body.get("messages")
+    pairing = Pairing.of(info, messages)
+    if pairing is None:
+        return info
+    for position, msg in enumerate(messages):
         if not isinstance(msg, dict):
+            pairing.client()
             continue
         info.chars += len(text_of(msg.get("content")))
-        for call in msg.get("tool_calls") or []:
-            if isinstance(call, dict) and isinstance(call.get("function"), dict):
-                names[str(call.get("id"))] = str(call["function"].get("name", ""))
-        if msg.get("role") == "tool" and msg.get("tool_call_id"):
-            tid = str(msg["tool_call_id"])
-            info.tool_results.append(ToolResult(tid, text_of(msg.get("content")), names.get(tid)))
+        if msg.get("role") == "assistant":
+            asked = msg.get("tool_calls")
+            calls = [
+                (str(c.get("id") or ""), str(c["function"].get("name", "")), c["function"].get("arguments"))
+                for c in (asked if isinstance(asked, list) else [])
+                if isinstance(c, dict) and isinstance(c.get("function"), dict)
+            ]
+            pairing.model(position, calls)
+        elif msg.get("role") == "tool":
+            wire = msg.get("tool_call_id")
+            pairing.result(position, str(wire) if wire else "", "", text_of(msg.get("content")), None)
+        else:
+            pairing.client()
+    pairing.client()
     return info
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from recorder.proxy.result import (
+    Pairing,
     Reassembled,
     RequestInfo,
-    ToolResult,
     error_text,
     loads,
     openai_usage,
@@ -25,6 +25,18 @@ TOOL_CALL_TYPES = ("function_call", "custom_tool_call")
 TOOL_OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output")
 
 
+INPUT_ROLES = ("user", "system", "developer")
+
+
+def _from_client(item: dict[str, Any]) -> bool:
+    """Whether an input item is the client's (a message of its own, a tool's output), not one the
+    model produced (its messages, reasoning and calls, which make up a model turn)."""
+    kind = item.get("type")
+    if isinstance(kind, str) and kind.endswith("_output"):
+        return True
+    return kind in (None, "message") and item.get("role") in INPUT_ROLES
+
+
 def parse_request(body: Any) -> RequestInfo:
     info = RequestInfo()
     if not isinstance(body, dict):
@@ -36,27 +48,44 @@ def parse_request(body: Any) -> RequestInfo:
     info.model = body.get("model") if isinstance(body.get("model"), str) else None
     info.stream = body.get("stream") is True
     info.chars += len(text_of(body.get("instructions")))
+    previous = body.get("previous_response_id")
+    info.previous = previous if isinstance(previous, str) and previous else None
     items = body.get("input")
     if isinstance(items, str):
         info.chars += len(items)
+        Pairing.of(info, [items])  # a conversation of one message
         return info
-    names: dict[str, str] = {}
-    for item in items or []:
+    pairing = Pairing.of(info, items)
+    if pairing is None:
+        return info
+    for position, item in enumerate(items):
         if not isinstance(item, dict):
-            continue
-        kind = item.get("type")
-        if kind in TOOL_CALL_TYPES:
-            names[str(item.get("call_id"))] = str(item.get("name", ""))
-        elif kind in TOOL_OUTPUT_TYPES and item.get("call_id"):
-            cid = str(item["call_id"])
-            info.tool_results.append(ToolResult(cid, text_of(item.get("output")), names.get(cid)))
+            pairing.client()
+        elif not _from_client(item):
+            calls = []
+            if item.get("type") in TOOL_CALL_TYPES:
+                cid, args = item.get("call_id"), item.get("arguments", item.get("input"))
+                calls.append((str(cid) if cid else "", str(item.get("name", "")), args))
+            else:
+                info.chars += len(text_of(item.get("content")))
+            pairing.model(position, calls)
+        elif item.get("type") in TOOL_OUTPUT_TYPES:
+            cid = item.get("call_id")
+            pairing.result(position, str(cid) if cid else "", "", text_of(item.get("output")), None)
         else:
+            pairing.client()
             info.chars += len(text_of(item.get("content")))
+    pairing.client()
     return info
 
 
 def usage(u: Any) -> Usage | None:
     return openai_usage(u, ("input", "output"), "input_tokens", "output_tokens")
+
+
+def _response_id(resp: Any) -> str | None:
+    rid = resp.get("id") if isinstance(resp, dict) else None
+    return rid if isinstance(rid, str) and rid else None
 
 
 def _stop(resp: dict[str, Any]) -> str | None:
@@ -95,6 +124,7 @@ def parse_json(body: Any) -> Reassembled:
     r.usage = usage(body.get("usage"))
     r.cost = reported_cost(body.get("usage"))
     r.stop_reason = _stop(body)
+    r.response_id = _response_id(body)
     _add_output(r, body.get("output"))
     return r
 
@@ -127,6 +157,7 @@ class StreamState:
         elif kind in ("response.created", "response.in_progress"):
             resp = event.get("response") or {}
             r.model = resp.get("model") or r.model
+            r.response_id = _response_id(resp) or r.response_id
         elif kind in ("response.completed", "response.incomplete", "response.failed"):
             resp = event.get("response") or {}
             r.model = resp.get("model") or r.model

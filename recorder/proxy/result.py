@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from recorder.proxy.history import Sig, args_digest
 from schemas.events import AssistantMessage, ToolCallPart, Usage
 
 
@@ -15,9 +16,36 @@ class ToolResult:
     """A tool result the agent sent back to the model inside a request."""
 
     tool_call_id: str
+    """The recorded id of the call it answers (set by ``recorder.proxy.ledger``; empty until then)."""
     output: str
     name: str | None = None
     is_error: bool | None = None
+    wire: str = ""
+    """The id the request gives the call it answers (the provider's, or one the client made up)."""
+    position: int = -1
+    """Where the result is in the request's conversation (item index)."""
+    turn: int = -1
+    """Where the model turn holding the call it answers is (item index; -1: none in the request)."""
+    index: int = 0
+    """Which of that turn's calls it answers (as the request shows the turn)."""
+
+
+@dataclass
+class ModelTurn:
+    """A model turn of a request's conversation that asked for tools, as the request shows it.
+    The ledger looks at one or two of a request's turns: what it compares is worked out then."""
+
+    calls: list[tuple[str, str, Any]]
+    """(id, name, arguments) of each call."""
+
+    @property
+    def sig(self) -> Sig:
+        return tuple((name, args_digest(args)) for _, name, args in self.calls)
+
+    @property
+    def ids(self) -> frozenset[str]:
+        """The ids it gives its calls (the provider's, or the client's own), empty ones left out."""
+        return frozenset(w for w, _, _ in self.calls if w)
 
 
 @dataclass
@@ -27,10 +55,17 @@ class RequestInfo:
     tool_results: list[ToolResult] = field(default_factory=list)
     chars: int = 0
     """Characters of prompt-ish content, for the usage estimate when none is reported."""
-    conversation: str | None = None
-    """Gemini: a digest of the conversation's first content (for tool call ids: ``gemini``)."""
-    turns: int = 0
-    """Gemini: how many contents the request sent."""
+    chain: list[int] = field(default_factory=list)
+    """The conversation the request carries, chained item by item (``recorder.proxy.history``);
+    empty when it carries none (``countTokens``, a body that is not the API's)."""
+    items: list[Any] | None = None
+    """The conversation's items as the parser found them, until ``calls.parse_request`` chains
+    them (it knows whether the body was skimmed) and lets them go."""
+    model_turns: dict[int, ModelTurn] = field(default_factory=dict)
+    """The model turns in that conversation that asked for tools: item index → their calls."""
+    previous: str | None = None
+    """The response the request continues, when the API keeps the history (Responses'
+    ``previous_response_id``)."""
 
 
 @dataclass
@@ -50,6 +85,8 @@ class Reassembled:
     """The terminal event (or a whole JSON body) was seen."""
     cost: float | None = None
     """The cost the provider or gateway reported (OpenRouter's ``usage.cost``), if any."""
+    response_id: str | None = None
+    """The provider's id of the response, when a later request can name it (Responses)."""
 
     def tool(self, key: Any) -> dict[str, Any]:
         return self.tool_calls.setdefault(key, {"id": "", "name": "", "args": []})
@@ -148,3 +185,69 @@ def reported_cost(u: Any) -> float | None:
         if isinstance(cost, int | float) and not isinstance(cost, bool):
             return float(cost)
     return None
+
+
+class Pairing:
+    """Reads the model turns of a request's conversation, and finds the call each tool result
+    answers among them: the call with the id the result names (the provider's, or one the client
+    made up: the nearest earlier turn holding it), else the call in the same position among the
+    results that follow the last model turn (the APIs want one result per call, in order) if its
+    name agrees, else the first call of that name in that turn. A result that names no function
+    takes its call's name.
+
+    A model turn is a run of consecutive items the model produced: a client may store one answer
+    as several (google-genai keeps each streamed chunk as a content of its own; the Responses API
+    has an item per output). It is where the run starts, which is where the answer went."""
+
+    @classmethod
+    def of(cls, info: RequestInfo, items: Any) -> Pairing | None:
+        """The pairing of a request whose conversation is ``items`` (kept in ``info.items`` for
+        ``calls.parse_request`` to chain); None when ``items`` is no list (no conversation)."""
+        if not isinstance(items, list):
+            return None
+        info.items = items
+        return cls(info)
+
+    def __init__(self, info: RequestInfo):
+        self.info = info
+        self.turn = -1
+        self.calls: list[tuple[str, str, Any]] = []
+        """(id, name, arguments) of the last model turn's calls."""
+        self.by_wire: dict[str, tuple[int, int, str]] = {}
+        """id → (turn, index, name) of every call with an id, the latest turn's last."""
+        self.since = 0
+        """Results seen since the last model turn."""
+        self._start = -1
+        self._asked: list[tuple[str, str, Any]] = []
+
+    def model(self, position: int, calls: list[tuple[str, str, Any]]) -> None:
+        """An item the model produced at ``position``, asking for ``calls`` as (id, name, arguments)."""
+        if self._start < 0:
+            self._start, self._asked = position, []
+        self._asked += calls
+
+    def client(self) -> None:
+        """An item of the client's: the model turn being read, if any, is over."""
+        start, asked, self._start = self._start, self._asked, -1
+        if start < 0 or not asked:
+            return
+        self.info.model_turns[start] = ModelTurn(asked)
+        self.turn, self.calls, self.since = start, asked, 0
+        for i, (wire, name, _) in enumerate(asked):
+            if wire:
+                self.by_wire[wire] = (start, i, name)
+
+    def result(self, position: int, wire: str, name: str, output: str, is_error: bool | None) -> None:
+        """A tool result (an item of the client's, or part of one) at ``position``."""
+        self.client()
+        k, self.since = self.since, self.since + 1
+        if wire and wire in self.by_wire:
+            turn, index, called = self.by_wire[wire]
+        else:
+            turn, index = self.turn, k
+            if not (k < len(self.calls) and (not name or self.calls[k][1] == name)):
+                index = next((i for i, c in enumerate(self.calls) if c[1] == name), k)
+            called = self.calls[index][1] if index < len(self.calls) else ""
+        self.info.tool_results.append(
+            ToolResult("", output, (name or called) or None, is_error, wire, position, turn, index)
+        )

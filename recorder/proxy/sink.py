@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from recorder.budget import Budget
-from recorder.proxy import calls, gemini
+from recorder.proxy import calls
 from recorder.proxy.blobwriter import BlobWriter
 from recorder.proxy.custody import Custody
-from recorder.proxy.result import RequestInfo, ToolResult
+from recorder.proxy.ledger import Ledger
+from recorder.proxy.result import Reassembled, RequestInfo, ToolResult
 from recorder.spool import SpoolWriter, spool_path
 from schemas.blob import BlobRef
 from schemas.blobpack import pack_path
@@ -87,6 +88,8 @@ class CallFacts:
     """The name of the upstream whose reverse endpoint the call came in on."""
     refused: bool = False
     """The run's budget refused the call: the proxy answered it, nothing was used."""
+    written: Future[None] = field(default_factory=Future)
+    """Settled once the call's record is written (or failed)."""
 
 
 def _now(fn: Any, *args: Any) -> Future[Any]:
@@ -144,8 +147,10 @@ class Sink:
         self.broken: str | None = None
         """Set on the first persistence failure; from then on every call is refused."""
         self._ledger = threading.Lock()
-        self._requested: set[str] = set()
-        self._answered: set[str] = set()
+        self.ledger = Ledger()
+        """Tool-call ids and pairing; used, with the appends that follow, under ``_ledger``."""
+        self._writing: list[CallFacts] = []
+        """Calls handed to a worker whose record is not yet written (``writing_before``)."""
         self._busy = 0
         """Writes in progress (``_guard``): a call's tool events are appended just after its model_call."""
         self._settled = threading.Condition()
@@ -183,7 +188,31 @@ class Sink:
     def record_call(self, facts: CallFacts) -> Future[ModelCallCompleted]:
         if self.small(facts) and facts.request.done():
             return _now(self._guard, self._write_call, facts)
+        with self._settled:
+            self._writing.append(facts)
         return self.pool.submit(self._guard, self._write_call, facts)
+
+    def writing_before(self, facts: CallFacts) -> list[Future[None]]:
+        """The records still being written that ``facts``' request may answer: calls whose request
+        history its own extends (or any, when it names a previous response instead). A streamed
+        answer reaches the client before its record is written, and the ledger can pair a result
+        only with a call it has seen, so the addon lets these finish first. Needs the request
+        prepared."""
+        with self._settled:
+            writing = [w for w in self._writing if w is not facts and not w.written.done()]
+        if not writing:
+            return []  # the usual case: no set of the history's links to build
+        info = facts.request.result().info
+        prefixes = set(info.chain[1:-1])
+        waits = []
+        for other in writing:
+            if info.previous is None:
+                done = other.request.done() and other.request.exception() is None
+                theirs = other.request.result().info if done else None
+                if theirs is not None and (not theirs.chain or theirs.chain[-1] not in prefixes):
+                    continue
+            waits.append(other.written)
+        return waits
 
     def record_network(self, facts: NetFacts) -> Future[NetworkRequest]:
         return self.pool.submit(self._guard, self._write_network, facts)
@@ -256,14 +285,17 @@ class Sink:
                 # Every admitted call settles, even one whose record failed (its usage is then
                 # unknown): a call waiting for admission must not wait forever. (A no-op once settled.)
                 self.budget.settle(f.call_id, None, -1)
+            with self._settled:
+                if f in self._writing:
+                    self._writing.remove(f)
+            if not f.written.done():
+                f.written.set_result(None)
 
     def _write_call_facts(self, f: CallFacts) -> ModelCallCompleted:
         prepared = f.request.result()
         info, request_ref = prepared.info, prepared.ref
         raw = b"".join(f.response_chunks)
         result, resp_body, decode_err = calls.parse_response(f.api, raw, f.response_encoding, f.content_type)
-        if f.api.parser is gemini:
-            gemini.assign_ids(result, info)
         response_ref = None
         if raw:
             media = f.content_type.split(";")[0].strip() or "application/octet-stream"
@@ -294,7 +326,25 @@ class Sink:
             usage = Usage()  # never sent: nothing to estimate
         elif usage is None:
             usage = calls.estimate_usage(info, result)
-        message = result.message()
+        # The ledger sees calls in the order their events are appended (which its ids depend on),
+        # and a call's tool events follow its model call.
+        with self._ledger:
+            results = self.ledger.record(f.api.provider, info, result)
+            event = self._append_call(f, info, result, request_ref, response_ref, error, partial, usage)
+            self._write_tools(f.call_id, results, event.message.tool_calls)
+        return event
+
+    def _append_call(
+        self,
+        f: CallFacts,
+        info: RequestInfo,
+        result: Reassembled,
+        request_ref: BlobRef | None,
+        response_ref: BlobRef | None,
+        error: str | None,
+        partial: bool,
+        usage: Usage,
+    ) -> ModelCallCompleted:
         requested_model = info.model or calls.model_in_path(f.url)
         event = ModelCallCompleted(
             call_id=f.call_id,
@@ -308,7 +358,7 @@ class Sink:
             error=self.custody.scrub_text(error) if error else None,
             request=request_ref,
             response=response_ref,
-            message=message,
+            message=result.message(),
             stop_reason=result.stop_reason,
             usage=usage,
             started_ns=f.started_ns,
@@ -324,18 +374,12 @@ class Sink:
         seq = self._append(event)
         if self.budget is not None:
             self.budget.settle(f.call_id, event, seq)  # before the tool events: waiting calls go on
-        self._write_tools(f.call_id, info.tool_results, message.tool_calls)
         return event
 
     def _write_tools(self, call_id: str, results: list[ToolResult], requested: list[Any]) -> None:
-        # A conversation resends its whole history every turn: a result (or a request) is an
-        # event only the first time its id is seen in this run.
-        with self._ledger:
-            fresh_results = [r for r in results if r.tool_call_id not in self._answered]
-            self._answered.update(r.tool_call_id for r in fresh_results)
-            fresh_calls = [t for t in requested if t.id and t.id not in self._requested]
-            self._requested.update(t.id for t in fresh_calls)
-        for r in fresh_results:
+        """The results the ledger found new, and every call the response asked for (each is a new
+        call: the ledger gave it an id no other call of the run has)."""
+        for r in results:
             output = self.custody.scrub_text(r.output)
             blob = None
             if len(output) > TOOL_OUTPUT_INLINE:
@@ -351,7 +395,7 @@ class Sink:
                     is_error=r.is_error,
                 )
             )
-        for t in fresh_calls:
+        for t in requested:
             self._append(
                 ToolCallRequested(
                     tool_call_id=t.id, name=t.name, arguments=t.arguments, model_call_id=call_id

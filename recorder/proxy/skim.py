@@ -29,6 +29,9 @@ STRIDE = MIN_SPAN // 2
 CARRIERS = (b'"url"', b'"image_url"', b'"data"', b'"file_data"')
 """Keys whose long string values are binary payloads the parsers never read."""
 
+MARKER_PREFIX = "amb-skimmed-"
+"""How a cut string's marker begins (the rest is random per body)."""
+
 _SPACE = b" \t\r\n"
 
 
@@ -39,7 +42,7 @@ def skim(body: bytes) -> tuple[bytes, str] | None:
     n = len(body)
     if n < MIN_SPAN:
         return None
-    marker = "amb-skimmed-" + secrets.token_hex(8)
+    marker = MARKER_PREFIX + secrets.token_hex(8)
     token = marker.encode()
     find, rfind = body.find, body.rfind
     parts: list[bytes] = []

@@ -209,10 +209,19 @@ def test_openai_sdk_on_gateways_and_anthropic_behind_a_prefix(tmp_path, agents_p
         ("azure", "openai", "chat.completions"),
         ("anthropic", "anthropic", "messages"),
     ]
+    recorded_ids = []
     for row, got in zip(rows, client["calls"], strict=True):
         assert row["text"] == got["text"] == TEXT
-        assert [[t["id"], t["arguments"]] for t in json.loads(row["tools"])] == got["tools"]
+        tools = json.loads(row["tools"])
+        assert [t["arguments"] for t in tools] == [a for _, a in got["tools"]]
+        # Each fake numbers its calls from 1, so two upstreams send call_fake_1: a call keeps the
+        # provider's id unless an earlier call of the run has it (tool call ids are the run's).
+        for t, (client_id, _) in zip(tools, got["tools"], strict=True):
+            assert t["id"] == client_id or t["id"].startswith(client_id + "~")
+            recorded_ids.append(t["id"])
         assert row["served_model"] == got["model"]
+    assert len(set(recorded_ids)) == len(recorded_ids) == 5
+    assert sql(store, "SELECT count(*) AS n FROM tool_calls") == [{"n": 5}]
     for row in rows[:2]:  # OpenRouter: the model it served, reasoning, cached tokens, cost
         assert (row["requested_model"], row["served_model"], row["model"]) == (
             "openai/gpt-4o",
@@ -235,3 +244,67 @@ def test_openai_sdk_on_gateways_and_anthropic_behind_a_prefix(tmp_path, agents_p
         400,
         70,
     )
+
+
+def _paired_as_the_client_saw(store: Path, conversations: list[dict]) -> None:
+    """Every conversation's call was recorded once and answered once, in its own conversation, with
+    the output that conversation sent; every model call's tool calls are events of the store."""
+    rows = sql(store, "SELECT call_id, n_tool_calls FROM model_calls ORDER BY seq")
+    pairs = sql(
+        store,
+        "SELECT tool_call_id, arguments, requested_in, answered_in, output FROM tool_calls ORDER BY seq",
+    )
+    assert len(pairs) == len(conversations) == len({p["tool_call_id"] for p in pairs})
+    asked = {r["call_id"]: r["n_tool_calls"] for r in rows}
+    assert sum(asked.values()) == len(pairs)
+    for p in pairs:
+        assert asked[p["requested_in"]] == 1 and p["answered_in"] is not None
+    order = [r["call_id"] for r in rows]
+    for p, want in zip(pairs, conversations, strict=True):
+        assert json.loads(p["arguments"])["call"] == want["call"] and p["output"] == want["output"]
+        # Asked in its conversation's first call, answered in its second: the conversations ran
+        # X1, Y1, Y2, X2 (per API), so X's answer comes two calls after its question, Y's one.
+        assert order.index(p["answered_in"]) - order.index(p["requested_in"]) == want["gap"]
+    assert amb(store, "verify").returncode == 0
+
+
+def _record_agent(tmp_path: Path, fake: FakeUpstream, upstreams: str, agent: str, calls: int, py: Path):
+    """Records ``agent`` (a script of tests/fakes/agents) against ``fake`` started as the upstreams
+    ``upstreams`` names (``{url}``: the fake's); the store and the agent's client.json."""
+    store, ws = tmp_path / "store", tmp_path / "ws"
+    ws.mkdir()
+    with fake:
+        ups = upstreams.format(url=fake.url).split()
+        res = record(store, ws, ups, [str(py), str(AGENTS / agent)], REAL_KEYS)
+    assert res.returncode == 0, res.stderr
+    assert f"run {run_id_of(res)}: completed, exit code 0, {calls} model calls" in res.stderr
+    return store, json.loads((ws / "client.json").read_text())
+
+
+def test_google_genai_two_conversations_with_one_opening(tmp_path, agents_py):
+    fake = FakeUpstream(prefix="/google", numbered_calls=True)
+    store, client = _record_agent(tmp_path, fake, "gemini={url}/google", "genai_twins_agent.py", 4, agents_py)
+    streams = sql(store, "SELECT stream FROM model_calls ORDER BY seq")
+    assert [s["stream"] for s in streams] == [True, False, False, True]
+    x, y = client["x"], client["y"]
+    _paired_as_the_client_saw(
+        store,
+        [
+            {"call": x["args"]["call"], "output": x["output"], "gap": 3},
+            {"call": y["args"]["call"], "output": y["output"], "gap": 1},
+        ],
+    )
+
+
+def test_sdks_on_a_gateway_that_reuses_tool_call_ids(tmp_path, agents_py):
+    fake = FakeUpstream(call_id="call_0", numbered_calls=True)
+    ups = "openai={url} anthropic={url}"
+    store, client = _record_agent(tmp_path, fake, ups, "reused_ids_agent.py", 12, agents_py)
+    got = client["conversations"]
+    assert {c["id"] for api in got.values() for c in api.values()} == {"call_0"}  # as the SDKs saw them
+    want = []
+    for api in ("chat", "responses", "messages"):
+        for name, gap in (("x", 3), ("y", 1)):
+            c = got[api][name]
+            want.append({"call": int(c["output"].rsplit(" ", 1)[1]), "output": c["output"], "gap": gap})
+    _paired_as_the_client_saw(store, want)

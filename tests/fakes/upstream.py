@@ -12,6 +12,8 @@ curl and node through ``amb-record`` without a network. It serves:
 - ``POST …/models/MODEL:generateContent`` / ``:streamGenerateContent`` / ``:countTokens``: the
   Gemini API (JSON; SSE with ``?alt=sse``, else the JSON-array stream element by element; thought
   parts, function calls, ``usageMetadata``, ``modelVersion``); ``gemini_script`` scripts its calls.
+- ``call_id`` gives every tool call of every API the same id (a gateway that reuses ``call_0``), and
+  ``numbered_calls`` puts the request's number in each call's arguments (so two calls differ).
 - model calls only under ``prefix`` (a gateway's ``/api/v1``), and Azure's deployment paths only
   with ``api-version``: anything else is a 404, so a test sees a path mapped wrong. ``flavour``
   gives Chat Completions a gateway's fields (OpenRouter's served model, reasoning, cache writes and
@@ -123,6 +125,8 @@ class FakeUpstream:
         prefix: str = "",
         flavour: str = "openai",
         gemini_script: list[dict[str, Any]] | None = None,
+        call_id: str | None = None,
+        numbered_calls: bool = False,
     ):
         self.host = host
         self.prefix = prefix
@@ -133,6 +137,11 @@ class FakeUpstream:
         (``prompt_cache_hit_tokens``), ``moonshot`` (top-level ``cached_tokens``)."""
         self.gemini_script = gemini_script
         """Gemini: the function calls to make, one per turn, while the request offers tools; then text."""
+        self.call_id = call_id
+        """The id of every tool call, as a gateway that reuses ids sends it (None: a new id per call,
+        and none for Gemini, as Google sends them)."""
+        self.numbered_calls = numbered_calls
+        """Tool call arguments carry the request's number (``"call": n``), so calls differ."""
         """127.0.0.2 keeps a test server out of the agent's NO_PROXY list (which names 127.0.0.1)."""
         self.requests: list[Seen] = []
         self.keep_requests = keep_requests
@@ -147,6 +156,12 @@ class FakeUpstream:
         self._server: asyncio.base_events.Server | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, name="fake-upstream", daemon=True)
         self.port = 0
+
+    def _tool_id(self, fresh: str) -> str:
+        return fresh if self.call_id is None else self.call_id
+
+    def _tool_args(self, n: int) -> dict[str, Any]:
+        return {**TOOL_ARGS, "call": n} if self.numbered_calls else TOOL_ARGS
 
     def _saw(self, seen: Seen) -> None:
         if self.keep_requests:
@@ -382,8 +397,8 @@ class FakeUpstream:
         model = req.get("model", "fake-model")
         tools = bool(req.get("tools")) and not any(m.get("role") == "tool" for m in req.get("messages", []))
         pieces = split(TEXT, int(h.get("x-fake-chunks", "5")))
-        args = json.dumps(TOOL_ARGS, ensure_ascii=False)
-        call_id = f"call_fake_{n}"
+        args = json.dumps(self._tool_args(n), ensure_ascii=False)
+        call_id = self._tool_id(f"call_fake_{n}")
         usage = {
             "prompt_tokens": 120,
             "completion_tokens": 30,
@@ -506,8 +521,8 @@ class FakeUpstream:
         items = raw_input if isinstance(raw_input, list) else []
         tools = bool(req.get("tools")) and not any(i.get("type") == "function_call_output" for i in items)
         pieces = split(TEXT, int(h.get("x-fake-chunks", "5")))
-        args = json.dumps(TOOL_ARGS, ensure_ascii=False)
-        call_id = f"call_fake_{n}"
+        args = json.dumps(self._tool_args(n), ensure_ascii=False)
+        call_id = self._tool_id(f"call_fake_{n}")
         msg_item = {
             "type": "message",
             "id": f"msg_{n}",
@@ -642,8 +657,8 @@ class FakeUpstream:
         )
         tools = bool(req.get("tools")) and not has_result
         pieces = split(TEXT, int(h.get("x-fake-chunks", "5")))
-        args = json.dumps(TOOL_ARGS, ensure_ascii=False)
-        tool_id = f"toolu_fake_{n}"
+        args = json.dumps(self._tool_args(n), ensure_ascii=False)
+        tool_id = self._tool_id(f"toolu_fake_{n}")
         usage = {
             "input_tokens": 30,
             "output_tokens": 25,
@@ -654,7 +669,9 @@ class FakeUpstream:
         if not req.get("stream"):
             content: list[dict[str, Any]] = [{"type": "text", "text": TEXT}]
             if tools:
-                content.append({"type": "tool_use", "id": tool_id, "name": "read_file", "input": TOOL_ARGS})
+                content.append(
+                    {"type": "tool_use", "id": tool_id, "name": "read_file", "input": self._tool_args(n)}
+                )
             body = {
                 "id": f"msg_{n}",
                 "type": "message",
@@ -749,7 +766,9 @@ class FakeUpstream:
                 )
                 call = self.gemini_script[turn] if turn < len(self.gemini_script) else None
             elif not answered:
-                call = {"name": "read_file", "args": TOOL_ARGS}
+                call = {"name": "read_file", "args": self._tool_args(n)}
+            if call is not None and self.call_id is not None:
+                call = {**call, "id": self.call_id}
         schema = (req.get("generationConfig") or {}).get("responseMimeType") == "application/json"
         text = _gemini_json_answer(req) if schema else TEXT
         pieces = split(text, int(h.get("x-fake-chunks", "5"))) if not schema else [text]

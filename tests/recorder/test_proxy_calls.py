@@ -337,3 +337,76 @@ def test_no_key_bytes_anywhere(rec):
     assert contents
     for where, content in contents:
         assert not any(k in content for k in keys), where
+
+
+# -- a gateway that reuses its tool call ids ---------------------------------------------------------
+
+
+@pytest.fixture
+def reusing(rec, fake):
+    """The recording, its upstream giving every tool call the id ``call_0`` (as some gateways do),
+    the calls differing only in their arguments."""
+    fake.call_id, fake.numbered_calls = "call_0", True
+    yield rec
+    fake.call_id, fake.numbered_calls = None, False
+
+
+def _read(args: Any) -> str:
+    """What the tool answers: which call it was (the fake numbers them in their arguments)."""
+    return f"output of call {(json.loads(args) if isinstance(args, str) else args)['call']}"
+
+
+def _turn(rec, api: str, history: list) -> list:
+    """One call of ``api`` with ``history``; the items the client adds to it for the next call
+    (the model's turn, and the answer to its tool call if it made one)."""
+    if api == "chat":
+        msg = (
+            oai(rec).chat.completions.create(model="m", messages=history, tools=TOOLS_CHAT).choices[0].message
+        )
+        answer = [
+            {"role": "tool", "tool_call_id": t.id, "content": _read(t.function.arguments)}
+            for t in msg.tool_calls or []
+        ]
+        return [msg.model_dump(exclude_none=True), *answer]
+    if api == "responses":
+        out = oai(rec).responses.create(model="m", input=history, tools=TOOLS_RESP).output
+        answer = [
+            {"type": "function_call_output", "call_id": o.call_id, "output": _read(o.arguments)}
+            for o in out
+            if o.type == "function_call"
+        ]
+        return [o.model_dump(exclude_none=True) for o in out] + answer
+    m = ant(rec).messages.create(model="c", max_tokens=9, messages=history, tools=TOOLS_ANT)
+    answer = [
+        {"type": "tool_result", "tool_use_id": b.id, "content": _read(b.input)}
+        for b in m.content
+        if b.type == "tool_use"
+    ]
+    return [
+        {"role": "assistant", "content": [b.model_dump() for b in m.content]},
+        {"role": "user", "content": answer},
+    ]
+
+
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+def test_reused_tool_call_ids_in_two_conversations_with_one_opening(reusing, api):
+    opening = [{"role": "user", "content": "read the notes"}]
+    x = opening + _turn(reusing, api, opening)
+    y = opening + _turn(reusing, api, opening)
+    asked = reusing.new_payloads("model_call.completed", wait_for=2)
+    requested = [p for p in asked if isinstance(p, ToolCallRequested)]
+    calls = [p for p in asked if isinstance(p, ModelCallCompleted)]
+    assert [(r.model_call_id, r.tool_call_id) for r in requested] == [
+        (c.call_id, c.message.tool_calls[0].id) for c in calls
+    ]
+    x_call, y_call = requested
+    # The first call of the run keeps the provider's id; every later one is told apart from it.
+    assert x_call.tool_call_id != y_call.tool_call_id and y_call.tool_call_id.startswith("call_0~")
+    _turn(reusing, api, y)  # Y answers first
+    _turn(reusing, api, x)
+    answered = reusing.new_payloads("model_call.completed", wait_for=2)
+    results = [(p.tool_call_id, p.output) for p in answered if isinstance(p, ToolCallResult)]
+    assert results == [
+        (y_call.tool_call_id, _read(y_call.arguments)),
+        (x_call.tool_call_id, _read(x_call.arguments)),
+    ]

@@ -10,8 +10,10 @@ import httpx
 import pytest
 from mitmproxy.http import Headers
 
-from recorder.proxy import calls, gemini, openai_chat
+from recorder.proxy import calls, gemini, history, openai_chat
 from recorder.proxy.custody import Custody
+from recorder.proxy.ledger import Ledger
+from recorder.proxy.skim import MIN_SPAN
 from recorder.proxy.upstreams import parse, resolve
 from schemas.errors import UsageError
 from schemas.events import ModelCallCompleted, ToolCallRequested, ToolCallResult, Usage
@@ -175,51 +177,70 @@ def conversation(with_ids: bool) -> list[dict]:
     ]
 
 
-def test_function_responses_pair_with_the_calls_they_answer():
-    # Without provider ids: the response to the first request names its calls with the ids the next
-    # request's parse derives for the same calls.
-    first = {"contents": conversation(False)[:1], "tools": [{"functionDeclarations": []}]}
-    info1 = calls.parse_request(calls.GENERATE, json.dumps(first).encode())
-    resp = chunk(
-        [
-            {"text": "ok"},
-            {"functionCall": {"name": "read", "args": {"i": 0}}},
-            {"functionCall": {"name": "list", "args": {"i": 1}}},
-        ],
-        "STOP",
+FIRST_ANSWER = chunk(
+    [
+        {"text": "ok"},
+        {"functionCall": {"name": "read", "args": {"i": 0}}},
+        {"functionCall": {"name": "list", "args": {"i": 1}}},
+    ],
+    "STOP",
+)
+
+
+def gemini_call(ledger: Ledger, contents: list, answer: dict | None = None) -> tuple[list, list]:
+    """One generateContent call through the parser and the ledger: (the ids its function calls
+    are recorded under, the function responses recorded with it as (id, name, output, is_error))."""
+    info = calls.parse_request(calls.GENERATE, json.dumps({"contents": contents}).encode())
+    result, _, _ = calls.parse_response(
+        calls.GENERATE,
+        json.dumps(answer or chunk([{"text": "done"}], "STOP")).encode(),
+        None,
+        "application/json",
     )
-    result, _, _ = calls.parse_response(calls.GENERATE, json.dumps(resp).encode(), None, "application/json")
-    gemini.assign_ids(result, info1)
-    asked = [t.id for t in result.message().tool_calls]
-    second = {"contents": conversation(False)}
-    info2 = calls.parse_request(calls.GENERATE, json.dumps(second).encode())
-    assert [(r.tool_call_id, r.name, r.output, r.is_error) for r in info2.tool_results] == [
-        (asked[0], "read", "file text", None),
-        (asked[1], "list", "denied", True),
+    fresh = ledger.record("gemini", info, result)
+    return [t.id for t in result.message().tool_calls], [
+        (r.tool_call_id, r.name, r.output, r.is_error) for r in fresh
     ]
-    assert len(set(asked)) == 2
-    # Another conversation with the same shape gets other ids (the ledger dedups by id per run).
-    other = conversation(False)
-    other[0] = {"role": "user", "parts": [{"text": "something else"}]}
-    info3 = calls.parse_request(calls.GENERATE, json.dumps({"contents": other}).encode())
-    assert {r.tool_call_id for r in info3.tool_results}.isdisjoint(asked)
-    # Ids on the wire (the provider's, or made up by the client as the Gemini CLI does) pair a
-    # response with its call whatever the order; the recorded ids stay the derived ones.
-    swapped = conversation(True)
-    swapped[2]["parts"].reverse()
-    info4 = calls.parse_request(calls.GENERATE, json.dumps({"contents": swapped}).encode())
-    assert [(r.tool_call_id, r.name) for r in info4.tool_results] == [(asked[1], "list"), (asked[0], "read")]
-    resp["candidates"][0]["content"]["parts"][1]["functionCall"]["id"] = "id-0"
-    result, _, _ = calls.parse_response(calls.GENERATE, json.dumps(resp).encode(), None, "application/json")
-    gemini.assign_ids(result, info1)
-    assert [t.id for t in result.message().tool_calls] == asked
 
 
-def test_conversation_id_ignores_inline_data_so_a_skimmed_parse_agrees():
+@pytest.mark.parametrize("variant", ["no ids", "the client's ids, answered out of order"])
+def test_function_responses_pair_with_the_calls_they_answer(variant):
+    ledger = Ledger()
+    asked, _ = gemini_call(ledger, conversation(False)[:1], FIRST_ANSWER)
+    assert len(set(asked)) == 2 and all(a.startswith("gemini-1-1-") for a in asked)
+    second = conversation(variant != "no ids")
+    if variant != "no ids":  # ids on the wire (made up by the client, as the Gemini CLI does)
+        second[2]["parts"].reverse()
+    _, results = gemini_call(ledger, second)
+    assert sorted(results) == [(asked[0], "read", "file text", None), (asked[1], "list", "denied", True)]
+    # The next turn resends them: nothing new.
+    third = [
+        *second,
+        {"role": "model", "parts": [{"text": "done"}]},
+        {"role": "user", "parts": [{"text": "more"}]},
+    ]
+    assert gemini_call(ledger, third) == ([], [])
+
+
+def test_a_provider_id_on_a_function_call_is_kept():
+    ledger = Ledger()
+    answer = json.loads(json.dumps(FIRST_ANSWER))
+    answer["candidates"][0]["content"]["parts"][1]["functionCall"]["id"] = "id-0"
+    asked, _ = gemini_call(ledger, conversation(False)[:1], answer)
+    assert asked[0] == "id-0" and asked[1].startswith("gemini-")
+    _, results = gemini_call(ledger, conversation(True))
+    assert [r[0] for r in results] == asked
+
+
+def test_a_history_digest_ignores_inline_data_so_a_skimmed_parse_agrees():
     a = conversation(False)
+    a[0]["parts"][1]["inlineData"]["data"] = "A" * (MIN_SPAN + 1)
     b = json.loads(json.dumps(a))
     b[0]["parts"][1]["inlineData"]["data"] = "amb-skimmed-0123"
-    assert gemini.conversation_id(a) == gemini.conversation_id(b)
+    assert history.chain(a[:1]) == history.chain(b[:1], marker="amb-skimmed-0123")
+    c = json.loads(json.dumps(a))
+    c[0]["parts"][0]["text"] = "do something else"
+    assert history.chain(a[:1]) != history.chain(c[:1])
 
 
 @pytest.mark.parametrize(
@@ -494,6 +515,66 @@ def test_a_request_outside_the_prefix_is_the_upstreams_404_and_recorded(grec, gf
         r = client.post(grec.endpoint("gemini") + "/v1beta/models/gem:generateContent", json=BODY)
     assert r.status_code == 200 and gfake.requests[-1].path.startswith("/google/v1beta/")
     one(grec)
+
+
+# -- two conversations that open alike, through the real proxy ---------------------------------------
+
+
+@pytest.fixture
+def twins(grec, gfake):
+    """The recording, its Gemini upstream's function calls differing from call to call (their
+    arguments carry the call's number)."""
+    gfake.numbered_calls = True
+    yield grec
+    gfake.numbered_calls = False
+
+
+def gemini_post(rec: Recording, contents: list, stream: bool) -> dict:
+    """One call as the google-genai SDK makes it; the model turn it answered with, as a client
+    puts it in its next request."""
+    method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+    url = rec.endpoint("gemini") + f"/v1beta/models/gem:{method}"
+    with httpx.Client() as client:
+        r = client.post(url, json={**BODY, "contents": contents}, headers={"x-goog-api-key": "k"})
+    assert r.status_code == 200
+    chunks = (
+        [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
+        if stream
+        else [r.json()]
+    )
+    parts = [p for c in chunks for p in c["candidates"][0]["content"]["parts"]]
+    return {"role": "model", "parts": parts}
+
+
+def function_response(turn: dict, output: str) -> dict:
+    (fc,) = [p["functionCall"] for p in turn["parts"] if "functionCall" in p]
+    return {
+        "role": "user",
+        "parts": [{"functionResponse": {"name": fc["name"], "response": {"output": output}}}],
+    }
+
+
+def test_two_conversations_with_one_opening_keep_their_calls_and_results_apart(twins):
+    # Sub-agents handed one instruction, interleaved; one streams, the other does not. Each asks
+    # for a function call; each answers it; the second to answer is the first that asked.
+    opening: list[Any] = BODY["contents"]  # type: ignore[assignment]  # BODY is a literal dict of mixed values
+    x_turn = gemini_post(twins, opening, stream=True)
+    y_turn = gemini_post(twins, opening, stream=False)
+    asked = twins.new_payloads("model_call.completed", wait_for=2)
+    calls_x, calls_y = [p for p in asked if isinstance(p, ModelCallCompleted)]
+    requested = [p for p in asked if isinstance(p, ToolCallRequested)]
+    assert [(r.model_call_id, r.tool_call_id) for r in requested] == [
+        (calls_x.call_id, calls_x.message.tool_calls[0].id),
+        (calls_y.call_id, calls_y.message.tool_calls[0].id),
+    ]
+    x_id, y_id = (r.tool_call_id for r in requested)
+    assert x_id != y_id
+    gemini_post(twins, [*opening, y_turn, function_response(y_turn, "y read it")], stream=False)
+    gemini_post(twins, [*opening, x_turn, function_response(x_turn, "x read it")], stream=True)
+    answered = twins.new_payloads("model_call.completed", wait_for=2)
+    results = [(p.tool_call_id, p.output) for p in answered if isinstance(p, ToolCallResult)]
+    assert results == [(y_id, "y read it"), (x_id, "x read it")]
+    assert not [p for p in answered if isinstance(p, ToolCallRequested)]  # answered: no new call
 
 
 # -- hostile input -------------------------------------------------------------------------------

@@ -174,7 +174,7 @@ def test_responses_request_tool_outputs_and_websocket_form():
     }
     info = openai_responses.parse_request(body)
     assert info.stream and info.model == "m"
-    assert [(t.tool_call_id, t.name, t.output) for t in info.tool_results] == [("c1", "f", "done")]
+    assert [(t.wire, t.name, t.output) for t in info.tool_results] == [("c1", "f", "done")]
     nested = openai_responses.parse_request(
         {"type": "response.create", "response": {"model": "n", "input": "x"}}
     )

@@ -21,12 +21,12 @@ def b64(n: int, seed: int = 0) -> str:
 
 
 def full_parse(api: calls.Api, body: bytes):
-    """The reference: the whole body decoded, no skimming."""
+    """The reference: the whole body decoded, no skimming (its conversation chained as a whole)."""
     try:
         doc = msgspec.json.decode(body)
     except msgspec.DecodeError:
         doc = None
-    return api.parser.parse_request(doc)
+    return calls.chain_conversation(api, api.parser.parse_request(doc), None)
 
 
 def test_the_cut_is_the_payload_and_nothing_else():

@@ -8,6 +8,7 @@ import os
 
 import anthropic
 import openai
+from sdk_parts import fold_tool_calls
 
 TOOLS = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
 calls = []
@@ -35,10 +36,7 @@ def chat(client, model, stream=False):
         usage = c.usage.model_dump() if c.usage else usage
         for ch in c.choices:
             text.append(ch.delta.content or "")
-            for t in ch.delta.tool_calls or []:
-                entry = tools.setdefault(t.index, ["", ""])
-                entry[0] = t.id or entry[0]
-                entry[1] += (t.function.arguments or "") if t.function else ""
+            fold_tool_calls(tools, ch.delta)
     return {"text": "".join(text), "tools": list(tools.values()), "model": model_seen, "usage": usage}
 
 

@@ -10,18 +10,11 @@ import urllib.request
 
 from google import genai
 from google.genai import types
+from sdk_parts import genai_tools
 
 MODEL = "gemini-test"
 client = genai.Client()
-read_file = types.FunctionDeclaration(
-    name="read_file",
-    description="Read a file",
-    parameters_json_schema={"type": "object", "properties": {"path": {"type": "string"}}},
-)
-config = types.GenerateContentConfig(
-    tools=[types.Tool(function_declarations=[read_file])],
-    automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
-)
+config = genai_tools()
 calls = []
 
 
