@@ -4,8 +4,9 @@ The threat: an ordinary user launches amb-record through a wrapper that holds th
 environment (``env OPENAI_API_KEY=... timeout 60 amb-record ...``, as a job script or a make recipe
 does), and the agent, running as the same user, reads the key from the wrapper's
 ``/proc/<pid>/environ`` or memory. Here the agent is a scanner: it reads every ``environ``,
-``cmdline`` and readable ``mem`` it can see, and tries the wrapper by its real pid (handed over in a
-file) with ``/proc``, ``ptrace`` and ``kill``. Run as ``nobody`` (``tests/recorder/ordinary_user.py``).
+``cmdline`` and readable ``mem`` it can see, tries the wrapper by its real pid (handed over in a
+file) with ``/proc``, ``ptrace`` and ``kill``, and unmounts its ``/proc`` from a user namespace of
+its own to look below. Run as ``nobody`` (``tests/recorder/ordinary_user.py``).
 
 Where the namespaces cannot be had (no ``unshare``; a kernel that refuses user namespaces, made
 real here by a user namespace whose ``user.max_user_namespaces`` is 0, as a distribution or a
@@ -96,6 +97,19 @@ try:
     reach["kill"] = "sent"
 except OSError as e:
     reach["kill"] = e.strerror
+r, w = os.pipe()
+if os.fork() == 0:  # root of a user namespace of its own, it unmounts its /proc to see what is below
+    os.close(r)
+    if libc.unshare(0x10000000 | 0x00020000) != 0:  # CLONE_NEWUSER | CLONE_NEWNS
+        said = "unshare: " + os.strerror(ctypes.get_errno())
+    elif libc.umount2(b"/proc", 2) != 0:  # MNT_DETACH
+        said = os.strerror(ctypes.get_errno())
+    else:
+        said = f"unmounted: {sum(n.isdigit() for n in os.listdir('/proc'))} processes below"
+    os.write(w, said.encode()); os._exit(0)
+os.close(w)
+reach["unmount_proc"] = os.read(r, 4096).decode()
+os.wait()
 placeholder = os.environ["OPENAI_API_KEY"].encode()
 call = urllib.request.Request(
     os.environ["OPENAI_BASE_URL"] + "/chat/completions",
@@ -144,8 +158,12 @@ def test_an_isolated_agent_finds_the_key_nowhere_and_is_recorded_in_full():
         assert found["control_env"] and found["control_mem"], found  # the scanner's readers work
         assert found["found"] == [], found
         # The wrapper cannot even be named: its pid means nothing in the agent's PID namespace.
-        assert found["reach"] == {"environ": "No such file or directory", "ptrace": "No such process",
-                                  "kill": "No such process"}, found  # fmt: skip
+        reach = found["reach"]
+        assert (reach["environ"], reach["ptrace"], reach["kill"]) == (
+            "No such file or directory", "No such process", "No such process"
+        ), found  # fmt: skip
+        # Its own /proc cannot be taken away to show the host's below it: the kernel locks it.
+        assert reach["unmount_proc"] == "Invalid argument", found
         seen = {int(pid): comm for pid, comm in found["seen"].items()}
         assert 1 in seen and max(seen) < 100, seen  # its init and its own tree only
         assert not {"timeout", "amb-record", "env"} & set(seen.values()), seen
