@@ -326,6 +326,33 @@ def check_chromium() -> Check:
     )
 
 
+def check_isolation() -> Check:
+    """Whether a local agent can be hidden the rest of the machine's processes (``recorder.isolation``)."""
+    from recorder.isolation import probe
+
+    why = probe()
+    if why is None:
+        return Check(
+            "process isolation",
+            "ok",
+            "user, PID and mount namespaces work here: a local agent sees only its own processes",
+        )
+    if "not on PATH" in why:
+        fix = "install util-linux (`apt-get install util-linux`), which has `unshare`"
+    else:
+        fix = (
+            "allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0; "
+            "kernel.unprivileged_userns_clone = 1 where it exists; "
+            "kernel.apparmor_restrict_unprivileged_userns = 0 under AppArmor), or use --backend docker"
+        )
+    return Check(
+        "process isolation",
+        "warn",
+        f"a local agent would see every process of its user ({why}); amb-record says so at each run",
+        fix,
+    )
+
+
 def check_judge(judge: str) -> Check:
     if judge != "llm":
         return Check(
@@ -416,7 +443,13 @@ def run_checks(store: Path, judge: str) -> list[Check]:
         checks += check_images(client, base)
     except AmbError as e:  # a broken installation (already named above) or an engine gone mid-way
         checks += [Check(name, "fail", str(e)) for name in ("base image", "agent image", "grader image")]
-    checks += [check_ca_bundle(), check_store(store), chromium.result(), check_judge(judge)]
+    checks += [
+        check_ca_bundle(),
+        check_store(store),
+        check_isolation(),
+        chromium.result(),
+        check_judge(judge),
+    ]
     pool.shutdown()
     return checks
 
@@ -441,7 +474,7 @@ MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "skip": "-"}
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
 def doctor(store: str, judge: str, as_json: bool) -> None:
-    """Check what the next commands need (Docker, images, base, CA, store, Chromium, judge)."""
+    """Check what the next commands need (Docker, images, base, CA, store, isolation, Chromium, judge)."""
     t0 = time.monotonic()
     checks = run_checks(Path(store), judge)
     failed = [c for c in checks if c.status == "fail"]

@@ -3,6 +3,7 @@
     amb-record [--store DIR] [--task ID --tier lite|standard --data DIR] [--backend local|docker]
                [--time-limit SEC] [--run-id ID] [--label K=V]... [--agent NAME] [--model NAME]
                [--upstream KIND=URL | NAME=KIND:URL]... [--allow-host HOST:PORT]...
+               [--shim] [--isolation required|best-effort|off]
                [--max-tokens N] [--max-cost USD [--price-table T]] [--max-calls N] -- CMD ARGS...
 
 Exits with the agent's exit code (124 when the time limit was hit). The run id and outcome are
@@ -52,6 +53,7 @@ class RecordArgs:
     allow_hosts: tuple[str, ...]
     gpus: str | None
     shim: bool
+    isolation: str | None
     no_ingest: bool
     replay_run: str | None
     replay_match: str
@@ -72,15 +74,17 @@ class RecordArgs:
         )
 
 
-def _backend(name: str, gpus: str | None, shim: bool = False):
+def _backend(name: str, gpus: str | None, shim: bool = False, isolation: str | None = None):
     if name == "local":
         if gpus:
             raise UsageError("--gpus needs --backend docker")
         from recorder.local_backend import LocalBackend
 
-        return LocalBackend(shim=shim)
+        return LocalBackend(shim=shim) if isolation is None else LocalBackend(shim=shim, isolation=isolation)
     if shim:
         raise UsageError("--shim is for the local backend (the docker backend always runs the shim)")
+    if isolation is not None:
+        raise UsageError("--isolation is for the local backend (a container always isolates the agent)")
     try:
         from recorder.docker_backend import DockerBackend
     except ImportError as e:
@@ -159,6 +163,14 @@ def _backend(name: str, gpus: str | None, shim: bool = False):
     "--shim",
     is_flag=True,
     help="Local backend: run the agent under the shim, recording every process and workspace file change.",
+)
+@click.option(
+    "--isolation",
+    type=click.Choice(["required", "best-effort", "off"]),
+    default=None,
+    help="Local backend: run the agent in namespaces of its own, so it sees only its own processes "
+    "(best-effort, the default: without them where this system cannot, saying so; required: refuse "
+    "to run then).",
 )
 @click.option("--no-ingest", is_flag=True, help="Leave the spools for a later `amb ingest`.")
 @click.option(
@@ -274,7 +286,7 @@ def _record(args: RecordArgs) -> None:
         allow_hosts=parse_allow_hosts(list(args.allow_hosts)),
         budget=args.budget(),
     )
-    outcome = record(spec, _backend(args.backend, args.gpus, args.shim))
+    outcome = record(spec, _backend(args.backend, args.gpus, args.shim, args.isolation))
     calls = outcome.counts.get("proxy:model_call.completed", 0)
     click.echo(
         f"amb-record: run {outcome.run_id}: {outcome.status}, exit code {outcome.exit_code}, "

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from schemas.blobstore import BlobStore
-from schemas.events import SealedFile, SubmissionSealed
+from schemas.events import Isolation, SealedFile, SubmissionSealed
 from schemas.ostext import os_text
 
 SEAL_FILE_CAP = 16 * 1024 * 1024
@@ -95,6 +95,8 @@ class AgentView:
     """Path of the CA bundle as the agent sees it."""
     workspace: str
     """The agent's working directory as it sees it (recorded in ``run.started``)."""
+    isolation: Isolation | None = None
+    """What keeps the agent from the machine's other processes (recorded in ``run.started``)."""
 
 
 @dataclass(frozen=True)

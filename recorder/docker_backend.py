@@ -38,7 +38,7 @@ from recorder.runlock import RunLock
 from recorder.shim.receiver import ShimReceiver
 from recorder.shim.shim import DEFAULT_CAP
 from schemas.errors import AmbError
-from schemas.events import SubmissionSealed
+from schemas.events import Isolation, SubmissionSealed
 
 DEFAULT_IMAGE = "amb-agent:latest"
 AGENT_UID = 1000
@@ -242,6 +242,7 @@ class DockerBackend:
             proxy_host=self._gateway,
             ca_bundle=f"{CONTAINER_CA_DIR}/bundle.pem",
             workspace=CONTAINER_WORKSPACE,
+            isolation=Isolation(kind="container"),
         )
 
     def _public_view(self, public: Path) -> Path:

@@ -10,11 +10,12 @@ amb-record never does; its children inherit it across ``fork`` and lose it at th
 when the key-holding memory is gone too. ``/proc/<pid>/cmdline`` stays readable, so a key is never
 put on a command line; the agent's own environment holds placeholders only.
 
-What no unprivileged process can close: other processes of the same user that hold the key (the
-shell that exported it, a terminal multiplexer started with it in its environment) and files the
-user can read (a shell rc file, a ``.env``). ``exposures`` finds the first kind at start, so
-amb-record can say which ones; only running the agent as another user (the docker backend) closes
-both.
+What amb-record cannot close itself: other processes of the same user that hold the key (the
+shell that exported it, a wrapper such as ``env KEY=... timeout ...``, a job script) and files the
+user can read (a shell rc file, a ``.env``). The first kind is hidden from the agent by running it in
+namespaces of its own (``recorder.isolation``); where that is not possible, ``exposures`` finds
+them at start, so amb-record can say which ones. Only running the agent as another user (the docker
+backend) closes both.
 """
 
 from __future__ import annotations
@@ -65,20 +66,28 @@ def exposures(keys: list[str], *, skip: set[int] | None = None) -> list[str]:
     return found
 
 
-def local_warning(keys: list[str], guarded: bool) -> str:
-    """What amb-record says at the start of a local run that holds real keys: what stays open."""
+def local_warning(keys: list[str], guarded: bool, *, isolated: bool = False) -> str:
+    """What amb-record says at the start of a local run that holds real keys: what stays open.
+    ``isolated``: the agent runs in namespaces of its own (``recorder.isolation``) and cannot see
+    the user's other processes."""
     if os.geteuid() == 0:
         return (
             "the local agent runs as root, like amb-record, and root can read the real key from "
             "amb-record's memory; use --backend docker (the agent runs as an unprivileged user there)"
         )
-    held = exposures(keys)
-    where = f"; processes of yours that hold it now: {', '.join(held[:5])}" if held else ""
     closed = (
         "amb-record's environment and memory are closed to it"
         if guarded
         else ("this system does not let amb-record close its own environment and memory to it")
     )
+    if isolated:
+        return (
+            "the local agent runs as your user: your other processes are hidden from it, but it can "
+            f"read the real key in any file your user can (a shell rc file, a .env); {closed}. "
+            "Use --backend docker to keep the key out of its reach"
+        )
+    held = exposures(keys)
+    where = f"; processes of yours that hold it now: {', '.join(held[:5])}" if held else ""
     return (
         "the local agent runs as your user: it can read the real key wherever your user can (files "
         f"such as a shell rc file or .env, your other processes' environments{where}); {closed}. "

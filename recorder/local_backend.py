@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -11,9 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recorder.backend import AgentView, Exit, RunContext, seal_directory
+from recorder.isolation import DEFAULT_MODE, MODES, Namespaced, block_stop_signals, decide
 from recorder.proxy.upstreams import KINDS
-from schemas.errors import AmbError
-from schemas.events import SubmissionSealed
+from schemas.errors import AmbError, UsageError
+from schemas.events import Isolation, SubmissionSealed
 
 if TYPE_CHECKING:
     from recorder.shim.receiver import ShimReceiver
@@ -34,8 +36,24 @@ def _die_with_parent() -> None:
         pass
 
 
+def _die_with_parent_isolated() -> None:
+    _die_with_parent()
+    block_stop_signals()
+
+
+def _cannot_run(name: str, code: int | None, detail: str | None = None) -> AmbError:
+    what = {errno.ENOENT: "command not found", errno.EACCES: "permission denied"}.get(code or 0)
+    return AmbError(f"cannot run {name!r}: {what or detail or os.strerror(code or 0)}")
+
+
 class LocalBackend:
     """Runs the command as a child in its own process group, the workspace as its cwd.
+
+    With ``isolation`` ``best-effort`` (the default) or ``required``, the command runs in user, PID
+    and mount namespaces of its own (``recorder.isolation``): it sees its own processes only. Where
+    this system does not allow that, ``best-effort`` runs it as it is and ``required`` refuses (in
+    ``prepare``); ``off`` never isolates. What the run had is ``isolation`` once prepared, and is
+    recorded in ``run.started``.
 
     With ``shim=True`` the command runs under the shim (``recorder/shim``), as in a container: every
     process and every workspace file change is recorded to the run's ``shim`` spool. The shim
@@ -45,9 +63,14 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, shim: bool = False) -> None:
+    def __init__(self, shim: bool = False, isolation: str = DEFAULT_MODE) -> None:
+        if isolation not in MODES:
+            raise UsageError(f"isolation {isolation!r}: expected one of {', '.join(MODES)}")
         self._ctx: RunContext | None = None
         self.shim = shim
+        self.isolation_mode = isolation
+        self.isolation: Isolation | None = None
+        self._namespaced: Namespaced | None = None
         self._receiver: ShimReceiver | None = None
         self._sock_dir: str | None = None
 
@@ -57,10 +80,12 @@ class LocalBackend:
     def prepare(self, ctx: RunContext) -> AgentView:
         self._ctx = ctx
         ctx.workspace.mkdir(parents=True, exist_ok=True)
+        self.isolation = decide(self.isolation_mode)
         return AgentView(
             proxy_host="127.0.0.1",
             ca_bundle=str(ctx.ca_bundle) if ctx.ca_bundle else "",
             workspace=str(ctx.workspace),
+            isolation=self.isolation,
         )
 
     def start(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -69,18 +94,27 @@ class LocalBackend:
         full.update(env)
         if self.shim:
             argv = self._start_shim(argv, full)
+        isolated = self.isolation is not None and self.isolation.kind == "namespaces"
+        ns = self._namespaced = Namespaced() if isolated else None
+        command = ns.argv(argv) if ns is not None else argv
         try:
             # A new session: signals we forward reach the agent's whole process group, and a
             # terminal's Ctrl-C reaches amb-record alone (which then forwards it, once).
-            return subprocess.Popen(
-                argv, cwd=self._ctx.workspace, env=full, start_new_session=True, preexec_fn=_die_with_parent
+            handle = subprocess.Popen(
+                command,
+                cwd=self._ctx.workspace,
+                env=full,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if ns is None else _die_with_parent_isolated,
+                pass_fds=() if ns is None else (ns.write_fd,),
             )
-        except FileNotFoundError:
-            raise AmbError(f"cannot run {argv[0]!r}: command not found") from None
-        except PermissionError:
-            raise AmbError(f"cannot run {argv[0]!r}: permission denied") from None
         except OSError as e:
-            raise AmbError(f"cannot run {argv[0]!r}: {e.strerror or e}") from None
+            raise _cannot_run(command[0], e.errno, e.strerror) from None
+        if ns is not None:
+            failed = ns.started(handle)  # the init has started the agent, or says why it could not
+            if failed is not None:
+                raise _cannot_run(argv[0], failed)
+        return handle
 
     def _start_shim(self, argv: list[str], env: dict[str, str]) -> list[str]:
         from recorder.shim.local import REPO_ROOT, shim_argv
@@ -100,6 +134,12 @@ class LocalBackend:
             rc = handle.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
+        # Isolated, the agent's end comes from its init: unshare's own exit code cannot tell a
+        # signal from an exit code of 128+N. Nothing reported: the init died too (a SIGKILL to the
+        # group), and unshare dies of the init's signal.
+        ended = self._namespaced.end() if self._namespaced is not None else None
+        if ended is not None:
+            return Exit(code=ended[0], signal=ended[1])
         if rc < 0:
             return Exit(code=128 - rc, signal=-rc)
         return Exit(code=rc)
@@ -130,6 +170,9 @@ class LocalBackend:
                 handle.wait(5)
             except subprocess.TimeoutExpired:
                 pass
+        if self._namespaced is not None:
+            self._namespaced.close()
+            self._namespaced = None
         if self._receiver is not None:
             self._receiver.close()  # drains what the shim sent, then closes the shim spool
             self._receiver = None

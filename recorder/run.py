@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from recorder.backend import AgentView, Backend, Exit, RunContext, seal_directory
 from recorder.budget import Budget, Limits
+from recorder.isolation import unprotected_warning
 from recorder.keyguard import guard_this_process, local_warning
 from recorder.local_backend import LocalBackend
 from recorder.proxy import upstreams as upstreams_mod
@@ -273,12 +274,8 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
     env_source = os.environ if spec.env is None else spec.env
     upstreams = upstreams_mod.resolve(spec.upstreams)
     custody = Custody.from_env(dict(env_source), upstreams)
-    if custody.real:
-        # Whoever holds a real key is closed to the agent's reads (/proc environ and mem, ptrace).
-        guarded = guard_this_process()
-        if backend.name == "local":
-            warning = local_warning(list(custody.real.values()), guarded)
-            print(f"amb-record: warning: {warning}", file=sys.stderr, flush=True)
+    # Whoever holds a real key is closed to the agent's reads (/proc environ and mem, ptrace).
+    guarded = guard_this_process() if custody.real else False
     _sweep_stale_tempdirs()
     tmp = Path(tempfile.mkdtemp(prefix=f"amb-{run_id}-"))
     lock.add_path(tmp)
@@ -314,13 +311,14 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
             proxy_ports=dict(proxy.ports),
         )
         view = backend.prepare(ctx)
+        _warn_what_the_agent_sees(backend, view, list(custody.real.values()), guarded)
         env = agent_env(view, proxy.ports, custody.placeholders, run_id, upstreams)
         if spec.task:
             env["AMB_TASK"] = spec.task
         if spec.tier:
             env["AMB_TIER"] = spec.tier
         if spec.data_dir is not None and backend.name == "local":
-            # Locally there is no isolation: the agent is simply told where the public inputs are.
+            # Locally the private data is not hidden: the agent is simply told where the public inputs are.
             public = spec.data_dir / "public"
             env["AMB_DATA"] = str((public if public.is_dir() else spec.data_dir).resolve())
         log.append(
@@ -336,6 +334,7 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
                 labels=dict(spec.labels),
                 tool_versions={**tool_versions(), **backend.tool_versions()},
                 budget=limits.record() if limits is not None else None,
+                isolation=view.isolation,
             )
         )
         started = True
@@ -382,6 +381,19 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
         parts.finish("recorder_error", 1, f"{type(e).__name__}: {e}")
         raise
     return parts.finish(status, exit_code, reason)
+
+
+def _warn_what_the_agent_sees(backend: Backend, view: AgentView, keys: list[str], guarded: bool) -> None:
+    """At the start of a local run: one line if the agent is not isolated from the user's other
+    processes (and nobody asked for that), one if real keys stay within its reach."""
+    if backend.name != "local":
+        return
+    lines = [unprotected_warning(view.isolation)] if view.isolation is not None else []
+    if keys:
+        isolated = view.isolation is not None and view.isolation.kind != "none"
+        lines.append(local_warning(keys, guarded, isolated=isolated))
+    for line in filter(None, lines):
+        print(f"amb-record: warning: {line}", file=sys.stderr, flush=True)
 
 
 def _sweep_stale_tempdirs() -> None:

@@ -14,7 +14,7 @@ from schemas.events.model_call import AssistantMessage, ModelCallCompleted, Tool
 from schemas.events.network import NetworkRequest
 from schemas.events.note import Note
 from schemas.events.process import ProcessExited
-from schemas.events.run import UNKNOWN_ENDING, BudgetLimits, BudgetSpent, RunFinished, RunStarted
+from schemas.events.run import UNKNOWN_ENDING, BudgetLimits, BudgetSpent, Isolation, RunFinished, RunStarted
 from schemas.events.submission import SealedFile, SubmissionSealed
 from schemas.events.tool_call import ToolCallRequested, ToolCallResult
 
@@ -55,6 +55,7 @@ __all__ = [
     "FileDeleted",
     "FileRenamed",
     "FileWritten",
+    "Isolation",
     "KINDS",
     "ModelCallCompleted",
     "NetworkRequest",

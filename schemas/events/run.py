@@ -34,6 +34,20 @@ class BudgetSpent(msgspec.Struct, frozen=True, kw_only=True):
     """The limit that stopped the run (``max_calls``, ``max_tokens``, ``max_cost_usd``), if any."""
 
 
+class Isolation(msgspec.Struct, frozen=True, kw_only=True):
+    """What kept the agent's processes apart from the rest of the machine (docs/recording.md, Threat
+    model): what an auditor needs to know what the agent could see."""
+
+    kind: str
+    """``namespaces`` (local backend: user, PID and mount namespaces of its own and a fresh
+    ``/proc``, so it sees only its own processes), ``container`` (docker backend) or ``none``
+    (local backend without them: it sees every process of its user)."""
+    requested: str | None = None
+    """What ``--isolation`` asked for (local backend): ``required``, ``best-effort`` or ``off``."""
+    reason: str | None = None
+    """Why it is ``none``: ``--isolation off``, or what this system refused (one line)."""
+
+
 class RunStarted(Payload, frozen=True, tag="run.started"):
     """A recorded run began.
 
@@ -66,6 +80,9 @@ class RunStarted(Payload, frozen=True, tag="run.started"):
     """Versions of amb, mitmproxy, python, the image digest, ..."""
     budget: BudgetLimits | None = None
     """The run's budget, when it had one."""
+    isolation: Isolation | None = None
+    """How the agent was kept apart from the machine's other processes (None: not known, e.g. an
+    imported run)."""
 
 
 class RunFinished(Payload, frozen=True, tag="run.finished"):

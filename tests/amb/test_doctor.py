@@ -23,7 +23,7 @@ def tool_dir(tmp_path: Path, without: str) -> str:
     """A PATH that has this machine's tools doctor looks for, except ``without``."""
     bin_dir = tmp_path / f"bin-without-{without}"
     bin_dir.mkdir(exist_ok=True)
-    for tool in ("debootstrap", "chromium", "tar"):
+    for tool in ("debootstrap", "chromium", "tar", "unshare"):
         found = shutil.which(tool)
         assert found, f"this test needs {tool} on the machine (CI installs it)"
         if tool != without and not (bin_dir / tool).exists():
@@ -51,7 +51,7 @@ def test_everything_present(tmp_path):
     code, checks = doctor(tmp_path, PATH=tool_dir(tmp_path, without="nothing"))
     for name in ("installation", "docker engine", "docker permission", "base image", "debootstrap"):
         assert checks[name]["status"] == "ok", checks[name]
-    for name in ("CA bundle", "store", "chromium"):
+    for name in ("CA bundle", "store", "process isolation", "chromium"):
         assert checks[name]["status"] == "ok", checks[name]
     assert "Docker " in checks["docker engine"]["detail"] and "GiB free" in checks["store"]["detail"]
     assert checks["judge endpoint"]["status"] == "skip"
@@ -109,6 +109,26 @@ def test_no_chromium(tmp_path):
     assert "no Chromium on PATH" in checks["chromium"]["detail"]
     assert not_ok(checks) <= {"chromium", "agent image", "grader image"}
     assert "chromium" in not_ok(checks)
+
+
+def test_no_unshare(tmp_path):
+    code, checks = doctor(tmp_path, PATH=tool_dir(tmp_path, without="unshare"))
+    check = checks["process isolation"]
+    assert check["status"] == "warn" and "`unshare` (util-linux) is not on PATH" in check["detail"]
+    assert "apt-get install util-linux" in check["fix"]
+    assert not_ok(checks) <= {"process isolation", "agent image", "grader image"}
+
+
+def test_user_namespaces_refused(tmp_path):
+    # The kernel refuses: a user namespace of the test's in which none may be made (what
+    # user.max_user_namespaces = 0 does on a host).
+    limit = 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"'
+    argv = ["unshare", "--user", "--map-root-user", "sh", "-c", limit, "sh", AMB, "doctor", "--json"]
+    env = os.environ | {"AMB_STORE": str(tmp_path / "store")}
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+    check = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}["process isolation"]
+    assert check["status"] == "warn" and "No space left on device" in check["detail"], check
+    assert "user.max_user_namespaces" in check["fix"] and "--backend docker" in check["fix"]
 
 
 @pytest.mark.parametrize("layout", ["file-in-place", "under-a-file"])

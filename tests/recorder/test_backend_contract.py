@@ -39,6 +39,7 @@ from schemas.codec import decode_event
 from schemas.frames import scan
 from schemas.ostext import os_bytes, os_text
 from tests.fakes.harness import REAL_KEYS
+from tests.recorder.processes import running_with
 from tests.recorder.shim_helpers import shim_events
 
 READY = "up.txt"
@@ -107,6 +108,7 @@ class BackendContract:
         assert (started.backend, started.command) == (backend.name, ["sh", "-c", "exit 3"])
         assert (started.task, started.tier, started.labels) == ("kidney-seg", "lite", {"sweep": "a"})
         assert started.tool_versions["mitmproxy"] == "11.0.2"
+        assert started.isolation.kind == {"local": "namespaces", "docker": "container"}[backend.name]
 
     def test_success(self) -> None:
         out, ev, _, _ = self.run("true", "ok")
@@ -305,10 +307,22 @@ class TestLocalBackend(BackendContract):
         assert ev["process.exited"].signal == signal.SIGTERM and out.duration_s < 10
 
     def test_background_children_do_not_outlive_the_run(self) -> None:
-        # The agent leaves a child behind and exits: the run ends with it (leftovers() checks).
-        out, _, _, _ = self.run(f"sleep 60 & echo $! > {READY}", "orphan")
+        # The agent leaves a child behind and exits: the run ends with it (leftovers() checks). The
+        # child is found by its argv: a pid the agent sees may be one of its own PID namespace.
+        nap = f"60.{secrets.randbelow(10**9)}"
+        out, _, _, _ = self.run(f"sleep {nap} & echo up > {READY}", "orphan")
         assert out.status == "completed"
-        assert not _running(int((self.ws / READY).read_text()))
+        assert running_with(f"sleep\0{nap}\0".encode()) == []
+
+    def test_the_agent_sees_only_its_own_processes(self) -> None:
+        # Its own PID namespace (recorder/isolation.py): this machine allows it, so the contract
+        # above held with the agent isolated, and the run says so.
+        _, ev, _, _ = self.run("ls /proc > procs.txt", "procs")
+        listing = self.sealed(ev)["procs.txt"] or b""
+        pids = sorted(int(name) for name in listing.split() if name.isdigit())
+        assert pids[0] == 1 and len(pids) <= 4, pids  # its init, sh, ls
+        isolation = ev["run.started"].isolation
+        assert (isolation.kind, isolation.requested, isolation.reason) == ("namespaces", "best-effort", None)
 
     def leftovers(self, backend: Any, run_id: str) -> list[str]:
         # No process of the run survives it: its agents all ran with the run's workspace as cwd.
@@ -329,15 +343,6 @@ class TestLocalBackendWithShim(BackendContract):
         return LocalBackend(shim=True)
 
     leftovers = TestLocalBackend.leftovers
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie waiting to be reaped is not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 class TestDockerBackend(BackendContract):

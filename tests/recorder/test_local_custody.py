@@ -1,5 +1,5 @@
-"""Key custody in the local backend: an agent running as the same (unprivileged) user as amb-record
-tries every way to the real key and finds none.
+"""Key custody in the local backend: an agent running as the same (unprivileged) user as amb-record,
+not isolated from it (``--isolation off``), tries every way to the real key and finds none.
 
 The tests run as root, and root reads any process's memory whatever the process does, so
 amb-record itself is started as ``nobody`` (``setpriv``) and the agent, its child, is ``nobody``
@@ -144,6 +144,10 @@ def test_a_same_user_agent_cannot_read_the_real_key(nobody_dir):
             f"openai={fake.url}",
             "--upstream",
             f"anthropic={fake.url}",
+            # amb-record's own seal is under test, the defence left where the agent cannot be isolated
+            # (test_local_isolation.py): isolated, the agent could not even name amb-record.
+            "--isolation",
+            "off",
             "--",
             _python_for(NOBODY),
             "thief.py",

@@ -1,0 +1,89 @@
+"""PID 1 of a local agent's own PID namespace (``recorder.isolation`` starts it there).
+
+    python -I nsinit.py STATUS_FD -- ARGV...
+
+Why an init of amb's own rather than the agent as PID 1: the kernel gives a PID namespace's first
+process no default signal actions (a SIGTERM the time limit sends an agent without a handler
+would be dropped, and the agent would only die of the SIGKILL after the grace period), and every
+orphan of the namespace becomes its child, to be reaped. This init starts the agent as its child,
+in the process group amb-record signals (so amb-record's signals reach the agent directly; the init
+itself, with no handlers, does not receive them), reaps orphans, and when the agent ends reports
+how on STATUS_FD and exits. The kernel then kills whatever the agent left in the namespace,
+whatever process group or session it had moved to.
+
+Lines written on STATUS_FD (a pipe to amb-record):
+
+- ``started``: the agent runs;
+- ``error ERRNO``: it could not be started (``2``: command not found);
+- ``exit CODE`` or ``signal N``: how it ended. The init's own exit code says the same in the
+  shell's convention (128+N), but a namespace's init cannot die of a signal, so only this line
+  tells ``exit 137`` from a SIGKILL.
+
+It is run by path with ``-I`` and imports only the standard library: the agent's environment
+(``PYTHONPATH`` and the like) cannot change what it runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
+"""Blocked by amb-record while ``unshare`` starts (so that ``unshare`` outlives a forwarded signal
+and stays to report the init's end); unblocked here so the agent starts with the usual mask."""
+
+
+def _non_dumpable() -> None:
+    # The agent runs as the same user: without this it could ptrace its init (no Yama needed),
+    # make it report a false end, or keep the namespace alive after the agent's end.
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except (OSError, AttributeError):
+        pass
+
+
+def main(argv: list[str]) -> int:
+    status_fd = int(argv[0])
+    command = argv[2:] if argv[1:2] == ["--"] else argv[1:]
+    # Python installed its own SIGINT handler at start: as PID 1 that handler would make the init
+    # receive the SIGINT amb-record forwards to the agent's group. Default actions are ignored here.
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    _non_dumpable()
+    os.set_inheritable(status_fd, False)
+
+    def say(line: str) -> None:
+        try:
+            os.write(status_fd, line.encode() + b"\n")
+        except OSError:
+            pass  # amb-record is gone: the kernel ends this namespace with it
+
+    try:
+        agent = subprocess.Popen(command)
+    except OSError as e:
+        say(f"error {e.errno or 0}")
+        return 127
+    say("started")
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:  # cannot happen while the agent is unreaped; never spin
+            say("exit 1")
+            return 1
+        if pid == agent.pid:
+            break
+    if os.WIFSIGNALED(status):
+        say(f"signal {os.WTERMSIG(status)}")
+        return 128 + os.WTERMSIG(status)
+    code = os.waitstatus_to_exitcode(status)
+    say(f"exit {code}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
