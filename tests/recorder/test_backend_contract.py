@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from recorder.backend import Backend
+from recorder.backend import SEAL_MAX_FILES, Backend
 from recorder.docker_backend import DockerBackend
 from recorder.local_backend import LocalBackend
 from recorder.run import Outcome, RunSpec, record
@@ -171,6 +171,17 @@ class BackendContract:
         assert out.status == "completed"
         assert self.sealed(ev) == {"out/deep/a.txt": b"mask", "plan.json": b"{}"}
         assert ev["submission.sealed"].skipped == ["link: symlink"]
+
+    def test_a_crowded_directory_does_not_push_the_submission_out(self) -> None:
+        # More files than a seal lists: those left out come from the directory that has thousands.
+        script = "mkdir -p many out && (cd many && seq -w 5001 | xargs touch) && printf done > out/result.txt"
+        out, ev, _, _ = self.run(script, "crowded")
+        assert out.status == "completed"
+        sealed = self.sealed(ev)
+        assert len(sealed) == SEAL_MAX_FILES and sealed["out/result.txt"] == b"done"
+        assert ev["submission.sealed"].skipped == [
+            f"many/{n}: over the {SEAL_MAX_FILES}-file limit" for n in ("5000", "5001")
+        ]
 
 
 class TestLocalBackend(BackendContract):
