@@ -303,11 +303,12 @@ class _StraceRun:
         os.mkfifo(fifo, 0o600)
         reader = threading.Thread(target=self._read, args=(fifo,), name="amb-shim-strace", daemon=True)
         reader.start()
+        # Started before the agent: a thread needs a pid, and the agent may take every one there is.
+        reaper = threading.Thread(target=self._reap_lingerers, daemon=True)
+        reaper.start()
         self.proc = subprocess.Popen(
             st.strace_command(fifo, self.argv, seccomp=self.seccomp), cwd=self.opts.workspace
         )
-        reaper = threading.Thread(target=self._reap_lingerers, daemon=True)
-        reaper.start()
         self.proc.wait()
         try:  # if strace never opened the fifo (it failed to start), unblock the reader
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
