@@ -104,6 +104,12 @@ class Exit:
     code: int
     """Exit status, or 128+N when the process was killed by signal N."""
     signal: int | None = None
+    failure: str | None = None
+    """Set when the agent's environment ended it (its container ran out of memory): the run is then
+    ``failed`` with this as its reason, whatever the exit code."""
+    lost: str | None = None
+    """Set when the backend's own record of the agent ended before the agent did (the shim died):
+    the run is then a ``recorder_error``, with this as its reason."""
 
 
 @runtime_checkable

@@ -40,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--agent-uid", type=int, default=None, help="run CMD as this uid (the shim stays root)")
     r.add_argument("--agent-gid", type=int, default=None)
     r.add_argument("--linger", type=float, default=2.0, help="seconds children may outlive CMD")
+    r.add_argument(
+        "--stop-on-oom",
+        action="store_true",
+        help="stop CMD at the first OOM kill in the shim's memory cgroup (a container's)",
+    )
     r.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -58,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             agent_gid=args.agent_gid,
             linger=args.linger,
             private_dir=args.private_dir,
+            stop_on_oom=args.stop_on_oom,
         )
     )
 

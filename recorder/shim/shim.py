@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from recorder.shim import notify as nt
 from recorder.shim import strace as st
+from recorder.shim.oomwatch import OomWatch
 from recorder.shim.procpoll import ProcPoller
 from recorder.shim.watch import Watcher
 from recorder.shim.wire import Bye, Hello, NoteMsg, encode
@@ -77,6 +78,9 @@ class Options:
     """Where the shim keeps its own files (strace's fifo): a directory the agent cannot write to
     (the docker backend mounts a root-owned 0700 tmpfs at ``/run/amb/shim``). Nothing in the
     watched directories is skipped as the shim's own, so an agent cannot hide files under a name."""
+    stop_on_oom: bool = False
+    """Stop the agent at the first OOM kill in the shim's memory cgroup (``recorder.shim.oomwatch``):
+    the docker backend's, where the shim shares the agent's memory limit."""
 
 
 class Sender:
@@ -185,7 +189,10 @@ def run(opts: Options) -> int:
     sender.on_broken = runner.fail_closed
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, _f: runner.forward(s))
+    oom = _watch_oom(sender, runner) if opts.stop_on_oom else None
     code = runner.run()
+    if oom is not None:
+        oom.stop()
 
     watcher.finish()
     for w in outside:
@@ -194,6 +201,8 @@ def run(opts: Options) -> int:
     counts = dict(watcher.counts)
     counts["written_outside"] = sum(w.counts["written"] for w in outside)
     counts.update(runner.counts)
+    if oom is not None:
+        counts["oom_kills"] = oom.kills
     counts["cpu_ms_shim"] = int((usage.ru_utime + usage.ru_stime) * 1000)
     counts["messages"] = sender.sent
     sender.send(Bye(exit_code=code, counts=counts, ts_ns=time.time_ns()))
@@ -203,6 +212,27 @@ def run(opts: Options) -> int:
         return 125
     sender.close()
     return code
+
+
+def _watch_oom(sender: Sender, runner: _NotifyRun | _StraceRun | _PollRun) -> OomWatch:
+    """At the first OOM kill in the container, stop the agent (``recorder.shim.oomwatch`` says why)."""
+
+    def stop() -> None:
+        sender.send(
+            NoteMsg(
+                text="shim: the container ran out of memory and the kernel's OOM killer killed a process; "
+                "the agent was stopped (the recorder shares that memory limit)",
+                ts_ns=time.time_ns(),
+            )
+        )
+        runner.fail_closed()
+
+    watch = OomWatch(stop)
+    if watch.path is None:
+        sender.send(
+            NoteMsg(text="shim: no memory cgroup counter here: OOM kills go unwatched", ts_ns=time.time_ns())
+        )
+    return watch.start()
 
 
 def _choose_tracer(opts: Options) -> tuple[str | None, str, bool]:
