@@ -59,6 +59,7 @@ SHIM_FILES = (
     "strace.py",
     "watch.py",
     "procpoll.py",
+    "oomwatch.py",
     "shim.py",
 )
 """The container side of recorder/shim (stdlib + msgspec only; the receiver stays on the host)."""

@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import posixpath
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -55,8 +57,9 @@ SEAL_TOTAL_CAP = 1024 * 1024 * 1024
 """Stop storing content once this many bytes of the submission were stored (hash the rest)."""
 
 SEAL_MAX_FILES = 5_000
-"""A workspace with more files than this is sealed up to the limit; the rest are counted as skipped
-(an event must stay under the spool's frame limit, so the listing itself is bounded too)."""
+"""A workspace with more files than this is sealed up to the limit; the rest, taken from the most
+crowded directories, are counted as skipped (an event must stay under the spool's frame limit, so
+the listing itself is bounded too)."""
 
 SEAL_MAX_SKIPPED = 100
 """Skipped files listed by name; beyond this, one summary entry says how many more there were."""
@@ -104,6 +107,12 @@ class Exit:
     code: int
     """Exit status, or 128+N when the process was killed by signal N."""
     signal: int | None = None
+    failure: str | None = None
+    """Set when the agent's environment ended it (its container ran out of memory): the run is then
+    ``failed`` with this as its reason, whatever the exit code."""
+    lost: str | None = None
+    """Set when the backend's own record of the agent ended before the agent did (the shim died):
+    the run is then a ``recorder_error``, with this as its reason."""
 
 
 @runtime_checkable
@@ -172,7 +181,7 @@ def seal_directory(
     files: list[SealedFile] = []
     skipped: list[str] = []
     stored = 0
-    count = 0
+    regular: list[tuple[str, Path]] = []
     excluded = {Path(p).resolve() for p in exclude}
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         for d in list(dirnames):
@@ -187,29 +196,41 @@ def seal_directory(
             rel = os_text(path.relative_to(root).as_posix())
             if path.is_symlink():
                 skipped.append(f"{rel}: symlink")
-                continue
-            if not path.is_file():
+            elif not path.is_file():
                 skipped.append(f"{rel}: not a regular file")
-                continue
-            count += 1
-            if count > max_files:
-                skipped.append(f"{rel}: over the {max_files}-file limit")
-                continue
-            try:
-                size = path.stat().st_size
-                if size <= file_cap and stored + size <= total_cap:
-                    data = path.read_bytes()
-                    ref = blobs.put(data, _media_type(name), sync=False)
-                    stored += len(data)
-                    files.append(SealedFile(path=rel, size=len(data), sha256=ref.blob, content=ref))
-                else:
-                    files.append(SealedFile(path=rel, size=size, sha256=_hash_file(path)))
-            except OSError as e:
-                skipped.append(f"{rel}: unreadable ({e.strerror or 'error ' + str(e.errno)})")
+            else:
+                regular.append((rel, path))
+    left_out = _beyond_limit([rel for rel, _ in regular], max_files)
+    for rel, path in regular:
+        if rel in left_out:
+            skipped.append(f"{rel}: over the {max_files}-file limit")
+            continue
+        try:
+            size = path.stat().st_size
+            if size <= file_cap and stored + size <= total_cap:
+                data = path.read_bytes()
+                ref = blobs.put(data, _media_type(path.name), sync=False)
+                stored += len(data)
+                files.append(SealedFile(path=rel, size=len(data), sha256=ref.blob, content=ref))
+            else:
+                files.append(SealedFile(path=rel, size=size, sha256=_hash_file(path)))
+        except OSError as e:
+            skipped.append(f"{rel}: unreadable ({e.strerror or 'error ' + str(e.errno)})")
     blobs.flush()  # one fsync for every file stored, before the event that names them is written
     if len(skipped) > SEAL_MAX_SKIPPED:
         skipped = skipped[:SEAL_MAX_SKIPPED] + [f"...: {len(skipped) - SEAL_MAX_SKIPPED} more files skipped"]
     return SubmissionSealed(root=os_text(shown_root or str(root)), files=files, skipped=skipped)
+
+
+def _beyond_limit(rels: list[str], max_files: int) -> set[str]:
+    """The files a seal of more than ``max_files`` leaves out: those of the most crowded directories
+    (ties by path), so that thousands of files dumped in one directory cannot push the few files of
+    another (the agent's deliverables) out of the submission."""
+    if len(rels) <= max_files:
+        return set()
+    per_dir = Counter(posixpath.dirname(rel) for rel in rels)
+    ranked = sorted(rels, key=lambda rel: (per_dir[posixpath.dirname(rel)], rel))
+    return set(ranked[max_files:])
 
 
 def _hash_file(path: Path) -> str:

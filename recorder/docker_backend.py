@@ -81,6 +81,17 @@ class Limits:
     memory: str | None = "8g"
     pids: int | None = 4096
     tmp_size: str = "2g"
+    """Of /tmp and of /home/agent each (tmpfs: charged to the container's memory)."""
+
+    def __post_init__(self) -> None:
+        # What an agent leaves in a tmpfs stays charged to the container when its processes are
+        # killed: with the tmpfs mounts above the memory limit, the OOM killer would find nothing to
+        # free, and the shim could wait for memory forever.
+        if self.memory and 2 * _size(self.tmp_size) + SHM_SIZE >= _size(self.memory):
+            raise DockerBackendError(
+                f"tmpfs of {self.tmp_size} for /tmp and /home/agent each, and /dev/shm, do not fit in the "
+                f"memory limit of {self.memory}: give the tmpfs less or the memory more"
+            )
 
 
 @dataclass
@@ -296,6 +307,7 @@ class DockerBackend:
             str(self.linger),
             "--private-dir",
             CONTAINER_SHIM_DIR,
+            "--stop-on-oom",
         ]
         for path in FORBIDDEN_WATCH:
             command += ["--watch", path]
@@ -370,7 +382,35 @@ class DockerBackend:
         code = handle.status if handle.status is not None else 125
         if handle.killed and code == 137:
             return Exit(code=137, signal=9)
-        return Exit(code=code)
+        return Exit(code=code, failure=self._out_of_memory(handle), lost=self._shim_lost())
+
+    def _out_of_memory(self, handle: _Handle) -> str | None:
+        """The run's reason when the kernel's OOM killer killed a process in the container. Whichever
+        it took, the shim's or the agent's, the run ended there (``recorder.shim.oomwatch``): the same
+        words for both."""
+        try:
+            handle.container.reload()
+            oom = bool(handle.container.attrs["State"].get("OOMKilled"))
+        except Exception:  # the daemon lost the container: its exit code is all there is
+            return None
+        if not oom:
+            return None
+        return (
+            f"the container ran out of memory (limit {self.limits.memory}): the kernel's OOM killer killed "
+            "a process, and the run was stopped there (the recorder shares that limit)"
+        )
+
+    def _shim_lost(self) -> str | None:
+        """Why the shim's record of the agent is incomplete, if it is: its stream ended (with the
+        container) before its final report."""
+        receiver = self._receiver
+        if receiver is None:
+            return None
+        if not receiver.connected.is_set() or receiver.wait(timeout=15) and receiver.hello is None:
+            return "the shim never reported: nothing the agent did inside the container was recorded"
+        if receiver.bye is not None:
+            return None
+        return "the shim ended before its final report: what the agent did after its last record is missing"
 
     def send_signal(self, handle: _Handle, sig: int) -> None:
         # PID 1 is docker's init: it forwards to the shim, which forwards to the agent.
@@ -504,6 +544,19 @@ class DockerBackend:
             except Exception:
                 pass
             self._network = None
+
+
+SHM_SIZE = 64 << 20
+"""Docker's /dev/shm (a tmpfs, charged to the container's memory like /tmp)."""
+
+
+def _size(text: str) -> int:
+    """Bytes in a docker size (``512m``, ``8g``; a bare number is bytes)."""
+    units = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    text = text.strip().lower()
+    if text[-1:] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
 
 
 def _link_tree(src: Path, dst: Path) -> None:

@@ -473,6 +473,10 @@ def _supervise(
     if received:
         names = ", ".join(signal.Signals(s).name for s in received)
         return exit_, "killed", f"amb-record received {names} and forwarded it to the agent"
+    if exit_.failure is not None:  # the agent's environment ended it (its container ran out of memory)
+        return exit_, "failed", exit_.failure
+    if exit_.lost is not None:  # the backend's record of the agent ended first (its shim died)
+        return exit_, "recorder_error", exit_.lost
     if exit_.signal is not None:
         return exit_, "killed", f"the agent was killed by {signal.Signals(exit_.signal).name}"
     return exit_, ("completed" if exit_.code == 0 else "failed"), None

@@ -47,6 +47,11 @@ def main(argv: list[str] | None = None) -> int:
         help="each word of CMD is the hex of its bytes (for a launcher, such as Docker's API, that "
         "carries UTF-8 text only, while an argument may be any bytes)",
     )
+    r.add_argument(
+        "--stop-on-oom",
+        action="store_true",
+        help="stop CMD at the first OOM kill in the shim's memory cgroup (a container's)",
+    )
     r.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -70,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             agent_gid=args.agent_gid,
             linger=args.linger,
             private_dir=args.private_dir,
+            stop_on_oom=args.stop_on_oom,
         )
     )
 

@@ -36,6 +36,7 @@ import errno
 import fcntl
 import os
 import platform
+import queue
 import select
 import shutil
 import signal
@@ -120,6 +121,10 @@ _COMMAND_NOT_RUN = 127
 _FLUSH_AFTER = 0.05
 """Seconds records may wait to be sent together (one wakeup of the receiver per batch)."""
 
+
+RESERVE_CONNECTORS = 2
+"""Threads started with the tracer, before the agent, to perform blocking connects when no new thread
+can be made: a thread needs a pid, and the agent may hold every pid the container is allowed."""
 
 UNOBSERVED = "unobserved"
 """A connect's ``error`` when its outcome could not be learnt (it went ahead as the caller made it)."""
@@ -283,7 +288,14 @@ class NotifyTracer:
         self.failed: str | None = None
         self.last_error: str | None = None
         """The last notification that could not be recorded, and why (the syscall went ahead)."""
-        self.counts = {"notifications": 0, "execs": 0, "connects": 0, "signals_passed": 0, "tracer_errors": 0}
+        self.counts = {
+            "notifications": 0,
+            "execs": 0,
+            "connects": 0,
+            "connects_on_reserve": 0,
+            "signals_passed": 0,
+            "tracer_errors": 0,
+        }
         self._out: list = []
         self._out_lock = threading.Lock()
         self._last_flush = time.monotonic()
@@ -295,6 +307,8 @@ class NotifyTracer:
         self._notif = ctypes.create_string_buffer(_NOTIF_SIZE)
         self._resp = ctypes.create_string_buffer(_RESP_SIZE)
         self._send_lock = threading.Lock()
+        self._reserve: queue.SimpleQueue = queue.SimpleQueue()
+        """Blocking connects for the reserve threads (a ``None`` ends one)."""
 
     # -- lifecycle (called from the shim's main thread) --
 
@@ -303,6 +317,8 @@ class NotifyTracer:
         ``stderr`` is the launcher's and the command's (``subprocess.Popen``'s argument)."""
         # SIGCHLD reaches the tracer through a signalfd, so it must be blocked in every thread: the
         # caller blocks it before starting any thread (see ``block_sigchld``).
+        for _ in range(RESERVE_CONNECTORS):
+            threading.Thread(target=self._serve_reserve, name="amb-shim-connect-reserve", daemon=True).start()
         self._thread = threading.Thread(
             target=self._main, args=(argv, cwd, stderr), name="amb-shim-notify", daemon=True
         )
@@ -315,6 +331,8 @@ class NotifyTracer:
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()
         os.write(self._wake_w, b"x")
+        for _ in range(RESERVE_CONNECTORS):
+            self._reserve.put(None)
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -651,8 +669,24 @@ class NotifyTracer:
         if _fcntl_flags(dup) & os.O_NONBLOCK or stype != socket.SOCK_STREAM:
             perform()  # answers at once
         else:  # a blocking TCP connect can take minutes: not on the tracer's thread
-            threading.Thread(target=perform, name="amb-shim-connect", daemon=True).start()
+            self._in_background(perform)
         return True
+
+    def _in_background(self, job) -> None:
+        """Run ``job`` on a thread of its own or, when no thread can be made (every pid is taken), on a
+        reserve thread: it waits there for the connects before it, and is recorded all the same."""
+        try:
+            threading.Thread(target=job, name="amb-shim-connect", daemon=True).start()
+        except RuntimeError:
+            self.counts["connects_on_reserve"] += 1
+            self._reserve.put(job)
+
+    def _serve_reserve(self) -> None:
+        while (job := self._reserve.get()) is not None:
+            try:
+                job()
+            except Exception as exc:  # noqa: BLE001 - the reserve must outlive one failed connect
+                self._error("connect", exc)
 
     # -- output --
 

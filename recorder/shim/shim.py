@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from recorder.shim import notify as nt
 from recorder.shim import strace as st
+from recorder.shim.oomwatch import OomWatch
 from recorder.shim.procpoll import ProcPoller
 from recorder.shim.watch import Watcher
 from recorder.shim.wire import Bye, Hello, NoteMsg, encode_or_note
@@ -77,6 +78,9 @@ class Options:
     """Where the shim keeps its own files (strace's fifo): a directory the agent cannot write to
     (the docker backend mounts a root-owned 0700 tmpfs at ``/run/amb/shim``). Nothing in the
     watched directories is skipped as the shim's own, so an agent cannot hide files under a name."""
+    stop_on_oom: bool = False
+    """Stop the agent at the first OOM kill in the shim's memory cgroup (``recorder.shim.oomwatch``):
+    the docker backend's, where the shim shares the agent's memory limit."""
 
 
 class Sender:
@@ -189,7 +193,10 @@ def run(opts: Options) -> int:
     sender.on_broken = runner.fail_closed
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, _f: runner.forward(s))
+    oom = _watch_oom(sender, runner) if opts.stop_on_oom else None
     code = runner.run()
+    if oom is not None:
+        oom.stop()
 
     watcher.finish()
     for w in outside:
@@ -198,6 +205,8 @@ def run(opts: Options) -> int:
     counts = dict(watcher.counts)
     counts["written_outside"] = sum(w.counts["written"] for w in outside)
     counts.update(runner.counts)
+    if oom is not None:
+        counts["oom_kills"] = oom.kills
     counts["cpu_ms_shim"] = int((usage.ru_utime + usage.ru_stime) * 1000)
     counts["messages"] = sender.sent
     counts["unsendable"] = sender.unsendable
@@ -208,6 +217,27 @@ def run(opts: Options) -> int:
         return 125
     sender.close()
     return code
+
+
+def _watch_oom(sender: Sender, runner: _NotifyRun | _StraceRun | _PollRun) -> OomWatch:
+    """At the first OOM kill in the container, stop the agent (``recorder.shim.oomwatch`` says why)."""
+
+    def stop() -> None:
+        sender.send(
+            NoteMsg(
+                text="shim: the container ran out of memory and the kernel's OOM killer killed a process; "
+                "the agent was stopped (the recorder shares that memory limit)",
+                ts_ns=time.time_ns(),
+            )
+        )
+        runner.fail_closed()
+
+    watch = OomWatch(stop)
+    if watch.path is None:
+        sender.send(
+            NoteMsg(text="shim: no memory cgroup counter here: OOM kills go unwatched", ts_ns=time.time_ns())
+        )
+    return watch.start()
 
 
 def _choose_tracer(opts: Options) -> tuple[str | None, str, bool]:
@@ -302,11 +332,12 @@ class _StraceRun:
         os.mkfifo(fifo, 0o600)
         reader = threading.Thread(target=self._read, args=(fifo,), name="amb-shim-strace", daemon=True)
         reader.start()
+        # Started before the agent: a thread needs a pid, and the agent may take every one there is.
+        reaper = threading.Thread(target=self._reap_lingerers, daemon=True)
+        reaper.start()
         self.proc = subprocess.Popen(
             st.strace_command(fifo, self.argv, seccomp=self.seccomp), cwd=self.opts.workspace
         )
-        reaper = threading.Thread(target=self._reap_lingerers, daemon=True)
-        reaper.start()
         self.proc.wait()
         try:  # if strace never opened the fifo (it failed to start), unblock the reader
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))

@@ -28,7 +28,7 @@ import pytest
 from click.testing import CliRunner
 
 from amb.main import cli
-from recorder.backend import Backend
+from recorder.backend import SEAL_MAX_FILES, Backend
 from recorder.docker_backend import DockerBackend
 from recorder.local_backend import LocalBackend
 from recorder.run import Outcome, RunSpec, record
@@ -247,6 +247,17 @@ class BackendContract:
             co = os.fsencode(self.ws.parent / "co")
             assert sorted(os.listdir(co)) == [b"a\\b \\xff", b"d\xfe"]
             assert os.listdir(co + b"/d\xfe") == [b"y\xfd"]
+
+    def test_a_crowded_directory_does_not_push_the_submission_out(self) -> None:
+        # More files than a seal lists: those left out come from the directory that has thousands.
+        script = "mkdir -p many out && (cd many && seq -w 5001 | xargs touch) && printf done > out/result.txt"
+        out, ev, _, _ = self.run(script, "crowded")
+        assert out.status == "completed"
+        sealed = self.sealed(ev)
+        assert len(sealed) == SEAL_MAX_FILES and sealed["out/result.txt"] == b"done"
+        assert ev["submission.sealed"].skipped == [
+            f"many/{n}: over the {SEAL_MAX_FILES}-file limit" for n in ("5000", "5001")
+        ]
 
 
 NAMES_AGENT = textwrap.dedent("""\

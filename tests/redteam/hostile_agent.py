@@ -162,22 +162,11 @@ attempt("host_paths", host_paths)
 
 # ---- resource attacks: a fork bomb and a huge write, both bounded ------------------------------------
 def fork_bomb():
-    """Clone until the kernel refuses: threads are tasks as forks are, and the pids limit counts
-    both; threads make the bomb take a second, not minutes of copying a Python process."""
-    import threading
+    """Clone until the kernel refuses (``pid_bomb``)."""
+    from pid_bomb import take_every_pid
 
-    threading.stack_size(64 * 1024)
-    stop, err = threading.Event(), None
-    tasks: list[threading.Thread] = []
     t0 = time.monotonic()
-    while len(tasks) < 20000 and time.monotonic() - t0 < 20:
-        t = threading.Thread(target=stop.wait, daemon=True)
-        try:
-            t.start()
-        except RuntimeError as e:
-            err = str(e)
-            break
-        tasks.append(t)
+    stop, tasks, err = take_every_pid()
     stop.set()
     for t in tasks:
         t.join()

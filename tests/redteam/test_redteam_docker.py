@@ -66,7 +66,8 @@ def redteam_run(tmp_path_factory, agent_image):
     store, data = tmp / "store", tmp / "data"
     (data / "public" / "case_00000").mkdir(parents=True)
     (data / "public" / "case_00000" / "ct.nii.gz").write_bytes(b"public input")
-    shutil.copy(Path(__file__).with_name("hostile_agent.py"), data / "public" / "hostile_agent.py")
+    for name in ("hostile_agent.py", "pid_bomb.py"):
+        shutil.copy(Path(__file__).with_name(name), data / "public" / name)
     (data / "private" / "case_00000").mkdir(parents=True)
     (data / "private" / "case_00000" / "organ.nii.gz").write_bytes(b"PRIVATE-REFERENCE")
     env = {**os.environ, "OPENAI_API_KEY": "sk-real-redteam-" + "5e" * 16, "AMB_STORE": str(store)}
