@@ -16,10 +16,8 @@ from __future__ import annotations
 import os
 import platform
 import secrets
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -251,11 +249,12 @@ def _collect_garbage(backend: Backend) -> None:
         if r.kind != "lock":
             by_run.setdefault(r.run_id, []).append(f"{r.kind} {r.name}")
     for run_id, what in by_run.items():
-        print(
-            f"amb-record: removed what run {run_id} left behind (its recorder is gone): {', '.join(what)}",
-            file=sys.stderr,
-            flush=True,
+        whose = (
+            f"run {run_id} left behind (its recorder is gone)"
+            if run_id
+            else "amb processes that are gone left"
         )
+        print(f"amb-record: removed what {whose}: {', '.join(what)}", file=sys.stderr, flush=True)
 
 
 def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_ready) -> Outcome:
@@ -278,10 +277,7 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
         if backend.name == "local":
             warning = local_warning(list(custody.real.values()), guarded)
             print(f"amb-record: warning: {warning}", file=sys.stderr, flush=True)
-    _sweep_stale_tempdirs()
-    tmp = Path(tempfile.mkdtemp(prefix=f"amb-{run_id}-"))
-    lock.add_path(tmp)
-    (tmp / "pid").write_text(str(os.getpid()))
+    tmp = lock.make_tempdir(f"amb-{run_id}-")
     confdir = tmp / "ca"
     sink = Sink(store, run_id, custody, budget=budget)
     upstream_ca = env_source.get("AMB_UPSTREAM_CA")
@@ -381,25 +377,6 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
         parts.finish("recorder_error", 1, f"{type(e).__name__}: {e}")
         raise
     return parts.finish(status, exit_code, reason)
-
-
-def _sweep_stale_tempdirs() -> None:
-    """Remove the temp dirs (per-run CA key included) of amb-record processes that were killed.
-
-    A SIGKILLed amb-record cannot clean up after itself; the next one does, for dirs whose
-    recorded pid is no longer alive.
-    """
-    for path in Path(tempfile.gettempdir()).glob("amb-*-*"):
-        try:
-            pid = int((path / "pid").read_text())
-        except (OSError, ValueError):
-            continue
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(path, ignore_errors=True)
-        except PermissionError:
-            pass  # alive, someone else's
 
 
 def _supervise(
