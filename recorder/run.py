@@ -35,6 +35,7 @@ from recorder.proxy import upstreams as upstreams_mod
 from recorder.proxy.upstreams import Upstream
 from recorder.runlock import RunLock
 from recorder.spool import SpoolWriter, spool_path
+from recorder.watchdog import Watchdog
 from schemas.blobstore import BlobStore
 from schemas.codec import check_id
 from schemas.errors import AmbError, SchemaError, UsageError
@@ -233,10 +234,27 @@ def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> O
     claim = getattr(backend, "claim", None)
     if claim is not None:
         claim(lock)
+    watchdog = _start_watchdog(lock)
     try:
         return _record(spec, backend, run_id, lock, on_ready)
     finally:
         lock.release()
+        if watchdog is not None:
+            watchdog.release()
+
+
+def _start_watchdog(lock: RunLock) -> Watchdog | None:
+    """The process that cleans up after this recorder if it is killed (``recorder.watchdog``)."""
+    try:
+        return Watchdog.start(lock)
+    except OSError as e:
+        print(
+            f"amb-record: warning: no watchdog ({e.strerror or e}): if amb-record is killed, run `amb gc` "
+            "to remove what the run leaves",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
 
 
 def _collect_garbage(backend: Backend) -> None:
@@ -341,6 +359,9 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
             parts.handle = handle = backend.start(list(spec.argv), env)
         except AmbError as e:  # like a shell: the command could not be run, exit 127
             return parts.finish("failed", 127, str(e))
+        if backend.name == "local":
+            # Its own process group, whose leftovers the watchdog kills should amb-record be killed.
+            lock.note("agent", {"pgid": backend.pid(handle)})
         exit_, status, reason = _supervise(backend, handle, spec, budget)
         end_ns = time.time_ns()
         exit_code = TIMEOUT_EXIT_CODE if status == "timeout" else exit_.code
