@@ -192,9 +192,13 @@ def _docker(client: Any, dead: dict[str, dict], scope: _Scope) -> list[Removed]:
 
 def _firewall(dead: dict[str, dict]) -> list[Removed]:
     """The dead runs' host firewall rules (root with iptables only: nobody else can have made any)."""
-    if os.geteuid() != 0 or shutil.which("iptables") is None or not dead:
+    # Also where root's PATH has it: a job epilog runs with almost no environment.
+    iptables = shutil.which(
+        "iptables", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+    )
+    if os.geteuid() != 0 or iptables is None or not dead:
         return []
-    listing = subprocess.run(["iptables", "-w", "-S", "INPUT"], capture_output=True, text=True)
+    listing = subprocess.run([iptables, "-w", "-S", "INPUT"], capture_output=True, text=True)
     if listing.returncode != 0:
         return []
     out = []
@@ -205,7 +209,7 @@ def _firewall(dead: dict[str, dict]) -> list[Removed]:
         comment = args[args.index("--comment") + 1]
         run_id = comment.removeprefix(FIREWALL_COMMENT)
         if comment.startswith(FIREWALL_COMMENT) and run_id in dead:
-            proc = subprocess.run(["iptables", "-w", "-D", *args[1:]], capture_output=True, text=True)
+            proc = subprocess.run([iptables, "-w", "-D", *args[1:]], capture_output=True, text=True)
             if proc.returncode == 0:
                 out.append(Removed(run_id, "firewall_rule", " ".join(args[1:])))
     return out
