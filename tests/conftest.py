@@ -3,7 +3,8 @@
 - ``fake``: the fake model provider on loopback (``tests/fakes/upstream.py``), one per test module;
 - ``make_twin``: synthetic task twins, each made once per session;
 - ``synthetic_store``: a new store of synthetic runs, ingested;
-- the container tests' setup: a reachable dockerd and the agent and grader images (built once).
+- the container tests' setup: a reachable dockerd and the agent and grader images (built once);
+- a temp dir of the session's own, which must hold no amb entry when the session ends.
 
 These tests never skip: CI starts dockerd first (.ci/dockerd.sh). Without a daemon they fail
 with a message that says so. The image is found by content tag, so it is built only when the
