@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from schemas.errors import AmbError
+
 LOCK_DIR_NAME = "amb-runs"
 ENTRY_PREFIX = "amb"
 """What the name of each of amb's entries in the temp dir starts with."""
@@ -72,9 +74,17 @@ def _shared_dir(directory: Path) -> Path:
     except FileExistsError:
         pass
     st = os.lstat(directory)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid not in (0, os.geteuid()) and not st.st_mode & stat.S_ISVTX:
-        raise RuntimeError(f"{directory} is not a directory amb can trust (a link, or someone else's)")
+    trusted = stat.S_ISDIR(st.st_mode) and (st.st_uid in (0, os.geteuid()) or st.st_mode & stat.S_ISVTX)
+    if not trusted or not os.access(directory, os.W_OK | os.X_OK):
+        raise UntrustedLockDir(
+            f"{directory} is not a directory amb can trust and write to (a link, or another user's): "
+            "remove it, or set TMPDIR to a directory of your own"
+        )
     return directory
+
+
+class UntrustedLockDir(AmbError):
+    """Someone else's lock directory: amb makes nothing in the temp dir that it cannot name."""
 
 
 def remove_if_empty(directory: Path) -> None:

@@ -117,3 +117,36 @@ def test_every_temp_entry_is_made_through_schemas_tempdirs() -> None:
                 if node.func.attr in MAKERS and not any(k.arg == "dir" for k in node.keywords):
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.func.attr}")
     assert not found, f"use schemas.tempdirs (make_tempdir, tempdir) instead: {found}"
+
+
+def test_a_lock_directory_of_someone_else_is_one_clear_error(tmp_path: Path) -> None:
+    """A lock directory another user made (or a link planted in its place) is never written to: amb
+    says so in one line and makes nothing in the temp dir it could not name."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    for plant in ("theirs", "link"):
+        locks = tmp / "amb-runs"
+        if plant == "theirs":
+            locks.mkdir(mode=0o755)
+            (locks / "theirs").write_text("")  # not empty: an empty one is removed (by gc) and made anew
+            os.chown(locks, 65534, 65534)  # nobody's, and not sticky like /tmp
+        else:
+            locks.symlink_to(tmp_path)
+        proc = subprocess.run(
+            [str(BIN / "amb-record"), "--store", str(tmp_path / "store"), "--no-ingest", "--", "true"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env={**os.environ, "TMPDIR": str(tmp)},
+        )
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.strip() == (
+            f"amb-record: error: {locks} is not a directory amb can trust and write to (a link, or another "
+            "user's): remove it, or set TMPDIR to a directory of your own"
+        )
+        assert sorted(p.name for p in tmp.iterdir()) == ["amb-runs"]
+        if plant == "theirs":
+            shutil.rmtree(locks)
+        else:
+            locks.unlink()
