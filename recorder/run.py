@@ -238,9 +238,11 @@ def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> O
     try:
         return _record(spec, backend, run_id, lock, on_ready)
     finally:
-        lock.release()
-        if watchdog is not None:
-            watchdog.release()
+        try:
+            lock.release()
+        finally:
+            if watchdog is not None:
+                watchdog.release()
 
 
 def _start_watchdog(lock: RunLock) -> Watchdog | None:
