@@ -71,7 +71,8 @@ class SlurmCluster:
 
     @property
     def epilog_log(self) -> Path:
-        """What the job epilog (``amb gc``) said after each job."""
+        """What the job epilog said after each job: ``amb gc --json``'s answer, then
+        ``epilog: job ID: amb gc exited STATUS``."""
         return self.root / "log" / "epilog.log"
 
     # ---- up -------------------------------------------------------------------------------------
@@ -168,7 +169,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime={self.time_limit_min} State=UP
         epilog = r / "epilog.sh"
         amb = Path(sys.executable).parent / "amb"
         epilog.write_text(
-            f"#!/bin/sh\nTMPDIR={self.tmp} {amb} gc >>{self.epilog_log} 2>&1\nstatus=$?\n"
+            f"#!/bin/sh\nTMPDIR={self.tmp} {amb} gc --json >>{self.epilog_log} 2>&1\nstatus=$?\n"
             f'echo "epilog: job $SLURM_JOB_ID: amb gc exited $status" >>{self.epilog_log}\nexit $status\n',
             encoding="utf-8",
         )

@@ -183,16 +183,19 @@ def test_amb_gc_as_the_job_epilog_cleans_up_after_a_killed_job(
     os.kill(watchdog, signal.SIGKILL)
     slurm_cluster.run(["scancel", "--batch", "--signal=KILL", job_id])
     deadline = time.monotonic() + 120
-    done = f"epilog: job {job_id}: amb gc exited"
-    while any(_run_left(docker_cli, run_id).values()) or lock.exists() or done not in _epilog(slurm_cluster):
-        assert time.monotonic() < deadline, (_run_left(docker_cli, run_id), _epilog(slurm_cluster))
+    while (
+        any(_run_left(docker_cli, run_id).values()) or lock.exists() or job_id not in _epilogs(slurm_cluster)
+    ):
+        assert time.monotonic() < deadline, (_run_left(docker_cli, run_id), _epilogs(slurm_cluster))
         time.sleep(0.5)
-    said = _epilog(slurm_cluster)
-    job_said = (tmp_path / "job.out").read_text(errors="replace")
-    assert f"{done} 0" in said, (said, job_said)
-    for name in before["containers"] + before["networks"] + before["paths"]:
-        assert name in said, (name, said, job_said)
-    assert len([line for line in said.splitlines() if "firewall_rule" in line]) == len(before["rules"]), said
+    status, said = _epilogs(slurm_cluster)[job_id]
+    assert status == "0", (said, (tmp_path / "job.out").read_text(errors="replace"))
+    removed = json.loads(said)["removed"]
+    named = {r["name"] for r in removed if r["run_id"] == run_id}
+    assert set(before["containers"] + before["networks"] + before["paths"]) <= named, removed
+    assert len([r for r in removed if r["run_id"] == run_id and r["kind"] == "firewall_rule"]) == len(
+        before["rules"]
+    ), removed
 
 
 def _run_left(client, run_id: str) -> dict[str, list[str]]:
@@ -207,5 +210,16 @@ def _run_left(client, run_id: str) -> dict[str, list[str]]:
     }
 
 
-def _epilog(cluster: SlurmCluster) -> str:
-    return cluster.epilog_log.read_text(errors="replace") if cluster.epilog_log.exists() else ""
+def _epilogs(cluster: SlurmCluster) -> dict[str, tuple[str, str]]:
+    """By job id: the epilog's exit status and what ``amb gc --json`` said before it."""
+    text = cluster.epilog_log.read_text(errors="replace") if cluster.epilog_log.exists() else ""
+    out: dict[str, tuple[str, str]] = {}
+    said: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("epilog: job "):
+            job, _, status = line.removeprefix("epilog: job ").partition(": amb gc exited ")
+            out[job] = (status, "\n".join(said))
+            said = []
+        else:
+            said.append(line)
+    return out
