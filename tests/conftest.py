@@ -53,6 +53,7 @@ def _session_temp_dir() -> Path:
     os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", base)
     # Named in this process's lock: should the session be killed, `amb gc` removes it.
     session_tmp = make_tempdir("amb-tests-")
+    session_tmp.chmod(0o1777)  # like the machine's: some tests run amb as another user (nobody)
     os.environ["TMPDIR"] = str(session_tmp)
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
     return session_tmp
