@@ -333,8 +333,10 @@ def _group(pgid: int) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("shim", [False, True], ids=["plain", "shim"])
+@pytest.mark.parametrize("shim", [False, True], ids=["plain-killed-alone", "shim-killed-with-its-group"])
 def test_the_watchdog_cleans_up_after_a_killed_local_recorder(tmp_path: Path, shim: bool) -> None:
+    """kill -9 of amb-record alone, or (with the shim) of its whole process group: the watchdog is in
+    neither group and cleans up."""
     store, ws = tmp_path / "store", tmp_path / "ws"
     ws.mkdir()
     run_id = f"wd-local-{'shim' if shim else 'plain'}-{os.getpid()}"
@@ -349,6 +351,7 @@ def test_the_watchdog_cleans_up_after_a_killed_local_recorder(tmp_path: Path, sh
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # a group of its own, as a shell gives a command
     )
     try:
         deadline = time.monotonic() + 120
@@ -359,7 +362,10 @@ def test_the_watchdog_cleans_up_after_a_killed_local_recorder(tmp_path: Path, sh
         made = _amb_entries(tmp)
         assert any(n.startswith(f"amb-{run_id}-") for n in made) and "amb-runs" in made, made
         assert any(n.startswith("amb-shim-sock-") for n in made) == shim, made
-        proc.send_signal(signal.SIGKILL)
+        if shim:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         deadline = time.monotonic() + 10
         while (left := (_amb_entries(tmp), _group(pgid))) != ([], []):
