@@ -1,6 +1,8 @@
-"""``amb gc``: remove what runs whose recorder was killed left behind (containers, networks,
-host firewall rules, temp dirs); live runs are never touched (``recorder.gc``). ``amb gc --blobs``
-instead removes the blobs nothing refers to (``replay.blob_gc``)."""
+"""``amb gc``: remove what amb processes that were killed left behind (a run's container, network,
+host firewall rules and temp dirs; any process's temp dirs and lock files, such as a sweep
+execution's workspace); what a live process owns is never touched (``recorder.gc``). It is the
+cluster's job epilog (docs/scale-out.md). ``amb gc --blobs`` instead removes the blobs nothing
+refers to (``replay.blob_gc``)."""
 
 from __future__ import annotations
 
@@ -21,28 +23,22 @@ from schemas.blobstore import BlobStore
     "--wait", "wait_s", type=float, default=30.0, show_default=True, help="Seconds to wait for writers."
 )
 def gc(as_json: bool, blobs: bool, store: str, wait_s: float) -> None:
-    """Remove the leftovers of runs whose amb-record is gone, and say what was removed."""
+    """Remove what killed amb processes left behind (runs' containers, networks, firewall rules,
+    temp dirs), and say what was removed."""
     if blobs:
         _gc_blobs(store, wait_s, as_json)
         return
     from recorder.gc import collect
 
     removed, problems = collect(docker=True)
-    rows = [(r.run_id, r.kind, r.name) for r in removed]
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "removed": [dict(zip(("run_id", "kind", "name"), r, strict=True)) for r in rows],
-                    "problems": problems,
-                },
-                indent=2,
-            )
-        )
-    elif rows:
-        emit(("run_id", "kind", "name"), rows)
+        # run_id null: what a process made outside any run (a sweep execution's workspace).
+        rows = [{"run_id": r.run_id or None, "kind": r.kind, "name": r.name} for r in removed]
+        click.echo(json.dumps({"removed": rows, "problems": problems}, indent=2))
+    elif removed:
+        emit(("run_id", "kind", "name"), [(r.run_id or "-", r.kind, r.name) for r in removed])
     else:
-        click.echo("nothing to remove: no run left anything behind")
+        click.echo("nothing to remove: no amb process that is gone left anything behind")
     for problem in problems:
         click.echo(f"amb: warning: {problem}", err=True)
 

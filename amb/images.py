@@ -26,7 +26,6 @@ by id, so the tag's hash and the image's base are always the same image.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -45,6 +44,7 @@ import click
 import images as build_files
 from amb.output import table
 from schemas.errors import AmbError, UsageError
+from schemas.tempdirs import LockFile, NotOurs, tempdir
 
 DEFAULT_BASE = "python:3.11-slim-bookworm"
 ROOTFS_SUITE = "bookworm"
@@ -199,8 +199,8 @@ def _import_rootfs(client, tag: str, log=None) -> None:
         raise ImageError("--base-from-rootfs needs debootstrap (apt-get install debootstrap)")
     if os.geteuid() != 0:
         raise ImageError("--base-from-rootfs needs root (debootstrap creates device nodes and owners)")
-    with tempfile.TemporaryDirectory(prefix="amb-rootfs-") as tmp:
-        rootfs = Path(tmp) / "rootfs"
+    with tempdir("amb-rootfs-") as tmp:
+        rootfs = tmp / "rootfs"
         cmd = [
             "debootstrap",
             "--variant=minbase",
@@ -221,7 +221,7 @@ def _import_rootfs(client, tag: str, log=None) -> None:
             for p in (rootfs / junk).glob("*"):
                 if p.is_file():
                     p.unlink()
-        tarball = Path(tmp) / "rootfs.tar"
+        tarball = tmp / "rootfs.tar"
         subprocess.run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(tarball), "."], check=True)
         _say(log, f"docker import -> {tag}")
         repo, _, version = tag.partition(":")
@@ -253,24 +253,22 @@ def lock_path() -> Path:
 
 @contextlib.contextmanager
 def build_lock(log=None) -> Iterator[None]:
-    """Held while an image is built or a base imported; another amb waits, then finds it built."""
+    """Held while an image is built or a base imported; another amb waits, then finds it built. The
+    file goes with its last holder (``schemas.tempdirs.LockFile``; ``amb gc`` removes one left free)."""
     path = lock_path()
     try:
         # No link followed, and only a file of our own: another user's file could be held forever.
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        held = LockFile(
+            path, on_wait=lambda: _say(log, f"waiting for another amb building images (lock {path})")
+        )
+    except NotOurs:
+        raise ImageError(f"the image lock {path} belongs to another user; remove it") from None
     except OSError as e:
         raise ImageError(f"cannot open the image lock {path}: {e.strerror}") from None
     try:
-        if os.fstat(fd).st_uid != os.geteuid():
-            raise ImageError(f"the image lock {path} belongs to another user; remove it")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            _say(log, f"waiting for another amb building images (lock {path})")
-            fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)
+        held.release()
 
 
 def ensure_tagged(client, tag: str, make: Callable[[str], None], log=None) -> str:
@@ -320,13 +318,13 @@ def ensure_image(client, role: str, base: str, *, ca: Path | None = None, log=No
 def _build(client, role: str, tag: str, files: dict[str, bytes], base: str, base_id: str, ca, log) -> None:
     import docker.errors
 
-    with tempfile.TemporaryDirectory(prefix=f"amb-{role}-ctx-") as tmp:
-        _write_context(Path(tmp), files, ca if ca is not None else build_ca_bundle())
+    with tempdir(f"amb-{role}-ctx-") as tmp:
+        _write_context(tmp, files, ca if ca is not None else build_ca_bundle())
         _say(log, f"building {tag} on {base}")
         last: list[str] = []
         try:
             for chunk in client.api.build(
-                path=tmp,
+                path=str(tmp),
                 tag=tag,
                 # By id: the tag's hash covers this base, whatever the base's tag points at by now.
                 buildargs={"BASE": base_id},

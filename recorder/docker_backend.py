@@ -27,7 +27,6 @@ import secrets
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from recorder.shim.receiver import ShimReceiver
 from recorder.shim.shim import DEFAULT_CAP
 from schemas.errors import AmbError
 from schemas.events import Isolation, SubmissionSealed
+from schemas.tempdirs import make_tempdir, remove_tempdir
 
 DEFAULT_IMAGE = "amb-agent:latest"
 AGENT_UID = 1000
@@ -154,7 +154,7 @@ class DockerBackend:
     def claim(self, lock: RunLock) -> None:
         """The run's lock: its labels go on every resource, its temp dir is listed in it (``amb gc``)."""
         self._lock = lock
-        lock.info["backend"] = "docker"
+        lock.note("backend", "docker")
 
     @property
     def _labels(self) -> dict[str, str]:
@@ -224,9 +224,10 @@ class DockerBackend:
         if os.geteuid() != 0:  # the agent runs as the invoking user: its files stay the user's
             self._uid, self._gid = os.geteuid(), os.getegid()
 
-        self._tmp = Path(tempfile.mkdtemp(prefix=f"amb-docker-{ctx.run_id}-"))
-        if self._lock is not None:
-            self._lock.add_path(self._tmp)
+        # Named in the run's lock (or, used without one, this process's) before it exists: whoever
+        # cleans up after a killed recorder finds it there.
+        make = self._lock.make_tempdir if self._lock is not None else make_tempdir
+        self._tmp = make(f"amb-docker-{ctx.run_id}-")
         self._workspace = self._tmp / "workspace"
         self._workspace.mkdir()
         brief = self._brief_text(ctx)
@@ -460,7 +461,7 @@ class DockerBackend:
             self._remove_firewall()
             self._drop_network()
             if self._tmp is not None:
-                shutil.rmtree(self._tmp, ignore_errors=True)
+                remove_tempdir(self._tmp)
 
     def tool_versions(self) -> dict[str, str]:
         out = {"image": self.image, "host_firewall": "on" if self._firewall else "off"}

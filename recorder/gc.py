@@ -1,10 +1,15 @@
-"""Remove what runs whose recorder is gone left behind (``amb gc``, and every amb-record at start).
+"""Remove what amb processes that are gone left behind: ``amb gc``, every amb-record at start, and a
+recorder's watchdog (``recorder.watchdog``) for its own run.
 
 A recorder killed with ``kill -9`` cannot clean up: its container, its per-run network, its host
-firewall rules and its temp dirs (workspace, CA key) stay. Each carries the run id (docker labels
-``org.amb.run``, the firewall rules' comment ``amb-run:<id>``, the paths listed in the run's lock
-file), and ``recorder.runlock`` says whether the recorder is alive. Only what belongs to a dead
-recorder is removed; anything made before run locks existed (no ``org.amb.lock`` label) is left.
+firewall rules and its temp dirs (workspace, CA key) stay, as do the temp dirs of any amb process
+killed midway (a sweep execution's workspace, an image's build context, ingest's copies). Whatever
+amb makes in the temp dir is named in a lock file its owner holds while it lives
+(``schemas.tempdirs``): a run's (``recorder.runlock``), whose docker resources and firewall rules
+carry the run id too (docker labels ``org.amb.run`` and ``org.amb.lock``, the rules' comment
+``amb-run:<id>``), or a process's. What a free lock names is removed, then the lock; a held lock's
+never is. Only what belongs to a dead owner is removed: entries no lock names (made by anyone else)
+and docker resources made before run locks existed (no ``org.amb.lock`` label) are left alone.
 """
 
 from __future__ import annotations
@@ -14,12 +19,21 @@ import shlex
 import shutil
 import stat
 import subprocess
-import tempfile
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recorder.runlock import dead_lock, lock_dir, owner_alive
+from recorder.runlock import owner_alive
+from schemas.tempdirs import (
+    ENTRY_PREFIX,
+    LOCK_DIR_NAME,
+    dead_lock,
+    lock_dir,
+    process_alive,
+    remove_free_lock_file,
+    remove_if_empty,
+)
 
 FIREWALL_COMMENT = "amb-run:"
 
@@ -27,69 +41,83 @@ FIREWALL_COMMENT = "amb-run:"
 @dataclass(frozen=True)
 class Removed:
     run_id: str
+    """The run's id; empty for what a process made outside any run (a sweep execution's workspace)."""
     kind: str
     """container, network, firewall_rule, path or lock."""
     name: str
 
 
 def collect(
-    *, docker: bool | None = True, client: Any = None, everywhere: bool = True
+    *,
+    docker: bool | None = True,
+    client: Any = None,
+    everywhere: bool = True,
+    locks: Collection[Path] | None = None,
 ) -> tuple[list[Removed], list[str]]:
-    """Clean up after dead recorders. Returns what was removed and problems met (not fatal).
+    """Clean up after dead owners. Returns what was removed and problems met (not fatal).
 
     ``docker=None``: look at docker only if a dead run used it (so a local run does not need a daemon).
-    ``everywhere=False`` (amb-record at start): only docker resources whose run lock lives in this
-    process's lock directory, i.e. of recorders that shared its temp dir; ``amb gc`` looks at every
-    resource on the engine. A recorder starting under another TMPDIR (a test harness, another
+    Docker resources are looked at when their run lock lives in this process's lock directory, i.e.
+    their recorder shared its temp dir; ``everywhere`` (``amb gc``) adds those whose lock file is gone
+    (their temp dir went with a job). A recorder or a gc under another TMPDIR (a test harness, another
     sandbox on the same engine) then never removes leftovers that someone else is about to inspect.
+    ``locks``: only these lock files and what they name (a watchdog's: its run's and its recorder's).
     """
-    removed: list[Removed] = []
-    problems: list[str] = []
-    dead: dict[str, dict] = {}
     directory = lock_dir()
-    locks = sorted(directory.glob("*.lock")) if directory.is_dir() else []
-    for path in locks:
+    if locks is None:
+        candidates = sorted(directory.glob("*.lock")) if directory.is_dir() else []
+    else:
+        candidates = sorted(locks)
+    dead: list[tuple[Path, dict]] = []
+    for path in candidates:
         info = dead_lock(path)
         if info is not None:
-            dead[str(info["run_id"])] = {**info, "lock": path}
+            dead.append((path, info))
+    runs = {str(info["run_id"]): {**info, "lock": path} for path, info in dead if info.get("run_id")}
+    removed: list[Removed] = []
+    problems: list[str] = []
     if docker is None:
-        docker = any(info.get("backend") == "docker" for info in dead.values())
+        docker = any(info.get("backend") == "docker" for info in runs.values())
     if docker:
+        scope = _Scope(directory, everywhere, None if locks is None else {str(p) for p in locks})
         try:
-            removed += _docker(client, dead, None if everywhere else directory)
+            removed += _docker(client, runs, scope)
         except Exception as e:  # noqa: BLE001 - no daemon is not an error for gc: say it and go on
             problems.append(f"docker: {type(e).__name__}: {e}")
-    removed += _firewall(dead)
-    for run_id, info in dead.items():
-        for p in _own_paths(run_id, info):
+    removed += _firewall(runs)
+    for path, info in dead:
+        run_id = str(info.get("run_id") or "")
+        for p in _own_paths(path, info):
             shutil.rmtree(p, ignore_errors=True)
             removed.append(Removed(run_id, "path", str(p)))
         try:
-            info["lock"].unlink()
-            removed.append(Removed(run_id, "lock", str(info["lock"])))
+            path.unlink()
+            removed.append(Removed(run_id, "lock", str(path)))
         except FileNotFoundError:
             pass
+    if locks is None:
+        removed += _loose_locks(directory)
+    remove_if_empty(directory)
     return removed, problems
 
 
-def _own_paths(run_id: str, info: dict) -> list[Path]:
-    """The paths of a dead run's lock file that really are that run's temp dirs.
+def _own_paths(lock: Path, info: dict) -> list[Path]:
+    """The paths of a dead owner's lock file that really are amb's temp dirs of that owner.
 
     The lock directory is writable by everyone, so its files are not trusted: a path is removed
-    only if it is a directory (not a link) directly in the temp dir, named after the run as
-    amb-record names it, and owned by the lock file's owner, who must be us (or we are root).
+    only if it is a directory (not a link) directly in the temp dir the lock belongs to, named as
+    amb names its entries, and owned by the lock file's owner, who must be us (or we are root).
     """
-    lock: Path = info["lock"]
     try:
         owner = lock.lstat().st_uid
     except OSError:
         return []
     if owner != os.geteuid() and os.geteuid() != 0:
         return []
-    tmp = Path(tempfile.gettempdir())
+    tmp = lock.parent.parent
     out = []
-    for p in map(Path, info.get("paths", [])):
-        if p.parent != tmp or not p.name.startswith((f"amb-{run_id}-", f"amb-docker-{run_id}-")):
+    for p in map(Path, info.get("paths") or []):
+        if p.parent != tmp or not p.name.startswith(ENTRY_PREFIX) or p.name == LOCK_DIR_NAME:
             continue
         try:
             st = p.lstat()
@@ -100,11 +128,41 @@ def _own_paths(run_id: str, info: dict) -> list[Path]:
     return out
 
 
-def _in_scope(labels: dict[str, str], directory: Path | None) -> bool:
-    return directory is None or Path(labels["org.amb.lock"]).parent == directory
+def _loose_locks(directory: Path) -> list[Removed]:
+    """Lock files no owner holds: amb's lock files in the temp dir (``schemas.tempdirs.LockFile``),
+    and owner locks a process was making when it died (``.<name>.<pid>.new``, before the rename)."""
+    out = []
+    for path in sorted(directory.parent.glob(f"{ENTRY_PREFIX}-*.lock")):
+        if remove_free_lock_file(path):
+            out.append(Removed("", "lock", str(path)))
+    for path in sorted(directory.glob(".*.new")) if directory.is_dir() else []:
+        pid = path.name.rsplit(".", 2)[-2]
+        try:
+            mine = path.lstat().st_uid == os.geteuid() or os.geteuid() == 0
+        except OSError:
+            continue
+        if pid.isdigit() and mine and not process_alive(int(pid), None):
+            path.unlink(missing_ok=True)
+            out.append(Removed("", "lock", str(path)))
+    return out
 
 
-def _docker(client: Any, dead: dict[str, dict], directory: Path | None) -> list[Removed]:
+@dataclass(frozen=True)
+class _Scope:
+    directory: Path
+    everywhere: bool
+    locks: set[str] | None
+
+    def covers(self, labels: dict[str, str]) -> bool:
+        lock = labels["org.amb.lock"]
+        if self.locks is not None:
+            return lock in self.locks
+        if Path(lock).parent == self.directory:
+            return True
+        return self.everywhere and not os.path.lexists(lock)
+
+
+def _docker(client: Any, dead: dict[str, dict], scope: _Scope) -> list[Removed]:
     if client is None:
         import docker
 
@@ -113,7 +171,7 @@ def _docker(client: Any, dead: dict[str, dict], directory: Path | None) -> list[
     for container in client.containers.list(all=True, filters={"label": "org.amb.lock"}):
         labels = container.labels or {}
         run_id = labels.get("org.amb.run", "?")
-        if not _in_scope(labels, directory):
+        if not scope.covers(labels):
             continue
         if run_id in dead or not owner_alive(labels):
             dead.setdefault(run_id, {"paths": [], "lock": Path(labels["org.amb.lock"])})
@@ -123,7 +181,7 @@ def _docker(client: Any, dead: dict[str, dict], directory: Path | None) -> list[
         network.reload()
         labels = network.attrs.get("Labels") or {}
         run_id = labels.get("org.amb.run", "?")
-        if not _in_scope(labels, directory):
+        if not scope.covers(labels):
             continue
         if run_id in dead or not owner_alive(labels):
             dead.setdefault(run_id, {"paths": [], "lock": Path(labels["org.amb.lock"])})
@@ -134,9 +192,13 @@ def _docker(client: Any, dead: dict[str, dict], directory: Path | None) -> list[
 
 def _firewall(dead: dict[str, dict]) -> list[Removed]:
     """The dead runs' host firewall rules (root with iptables only: nobody else can have made any)."""
-    if os.geteuid() != 0 or shutil.which("iptables") is None or not dead:
+    # Also where root's PATH has it: a job epilog runs with almost no environment.
+    iptables = shutil.which(
+        "iptables", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+    )
+    if os.geteuid() != 0 or iptables is None or not dead:
         return []
-    listing = subprocess.run(["iptables", "-w", "-S", "INPUT"], capture_output=True, text=True)
+    listing = subprocess.run([iptables, "-w", "-S", "INPUT"], capture_output=True, text=True)
     if listing.returncode != 0:
         return []
     out = []
@@ -147,7 +209,7 @@ def _firewall(dead: dict[str, dict]) -> list[Removed]:
         comment = args[args.index("--comment") + 1]
         run_id = comment.removeprefix(FIREWALL_COMMENT)
         if comment.startswith(FIREWALL_COMMENT) and run_id in dead:
-            proc = subprocess.run(["iptables", "-w", "-D", *args[1:]], capture_output=True, text=True)
+            proc = subprocess.run([iptables, "-w", "-D", *args[1:]], capture_output=True, text=True)
             if proc.returncode == 0:
                 out.append(Removed(run_id, "firewall_rule", " ".join(args[1:])))
     return out

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +14,7 @@ from recorder.isolation import DEFAULT_MODE, MODES, Namespaced, block_stop_signa
 from recorder.proxy.upstreams import KINDS
 from schemas.errors import AmbError, UsageError
 from schemas.events import Isolation, SubmissionSealed
+from schemas.tempdirs import make_tempdir, remove_tempdir
 
 if TYPE_CHECKING:
     from recorder.shim.receiver import ShimReceiver
@@ -122,7 +121,7 @@ class LocalBackend:
 
         ctx = self._ctx
         assert ctx is not None
-        self._sock_dir = tempfile.mkdtemp(prefix="amb-shim-sock-")
+        self._sock_dir = str(make_tempdir("amb-shim-sock-"))
         receiver = ShimReceiver(ctx.store, ctx.run_id, Path(self._sock_dir), blobs=ctx.blobs).start()
         self._receiver = receiver
         # The shim imports only recorder.shim (stdlib + msgspec).
@@ -177,7 +176,7 @@ class LocalBackend:
             self._receiver.close()  # drains what the shim sent, then closes the shim spool
             self._receiver = None
         if self._sock_dir is not None:
-            shutil.rmtree(self._sock_dir, ignore_errors=True)
+            remove_tempdir(Path(self._sock_dir))
             self._sock_dir = None
 
     def tool_versions(self) -> dict[str, str]:

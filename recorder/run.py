@@ -16,10 +16,8 @@ from __future__ import annotations
 import os
 import platform
 import secrets
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -38,6 +36,7 @@ from recorder.proxy import upstreams as upstreams_mod
 from recorder.proxy.upstreams import Upstream
 from recorder.runlock import RunLock
 from recorder.spool import SpoolWriter, spool_path
+from recorder.watchdog import Watchdog
 from schemas.blobstore import BlobStore
 from schemas.codec import check_id
 from schemas.errors import AmbError, SchemaError, UsageError
@@ -237,10 +236,29 @@ def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> O
     claim = getattr(backend, "claim", None)
     if claim is not None:
         claim(lock)
+    watchdog = _start_watchdog(lock)
     try:
         return _record(spec, backend, run_id, lock, on_ready)
     finally:
-        lock.release()
+        try:
+            lock.release()
+        finally:
+            if watchdog is not None:
+                watchdog.release()
+
+
+def _start_watchdog(lock: RunLock) -> Watchdog | None:
+    """The process that cleans up after this recorder if it is killed (``recorder.watchdog``)."""
+    try:
+        return Watchdog.start(lock)
+    except OSError as e:
+        print(
+            f"amb-record: warning: no watchdog ({e.strerror or e}): if amb-record is killed, run `amb gc` "
+            "to remove what the run leaves",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
 
 
 def _collect_garbage(backend: Backend) -> None:
@@ -253,11 +271,12 @@ def _collect_garbage(backend: Backend) -> None:
         if r.kind != "lock":
             by_run.setdefault(r.run_id, []).append(f"{r.kind} {r.name}")
     for run_id, what in by_run.items():
-        print(
-            f"amb-record: removed what run {run_id} left behind (its recorder is gone): {', '.join(what)}",
-            file=sys.stderr,
-            flush=True,
+        whose = (
+            f"run {run_id} left behind (its recorder is gone)"
+            if run_id
+            else "amb processes that are gone left"
         )
+        print(f"amb-record: removed what {whose}: {', '.join(what)}", file=sys.stderr, flush=True)
 
 
 def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_ready) -> Outcome:
@@ -276,10 +295,7 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
     custody = Custody.from_env(dict(env_source), upstreams)
     # Whoever holds a real key is closed to the agent's reads (/proc environ and mem, ptrace).
     guarded = guard_this_process() if custody.real else False
-    _sweep_stale_tempdirs()
-    tmp = Path(tempfile.mkdtemp(prefix=f"amb-{run_id}-"))
-    lock.add_path(tmp)
-    (tmp / "pid").write_text(str(os.getpid()))
+    tmp = lock.make_tempdir(f"amb-{run_id}-")
     confdir = tmp / "ca"
     sink = Sink(store, run_id, custody, budget=budget)
     upstream_ca = env_source.get("AMB_UPSTREAM_CA")
@@ -345,6 +361,9 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
             parts.handle = handle = backend.start(list(spec.argv), env)
         except AmbError as e:  # like a shell: the command could not be run, exit 127
             return parts.finish("failed", 127, str(e))
+        if backend.name == "local":
+            # Its own process group, whose leftovers the watchdog kills should amb-record be killed.
+            lock.note("agent", {"pgid": backend.pid(handle)})
         exit_, status, reason = _supervise(backend, handle, spec, budget)
         end_ns = time.time_ns()
         exit_code = TIMEOUT_EXIT_CODE if status == "timeout" else exit_.code
@@ -394,25 +413,6 @@ def _warn_what_the_agent_sees(backend: Backend, view: AgentView, keys: list[str]
         lines.append(local_warning(keys, guarded, isolated=isolated))
     for line in filter(None, lines):
         print(f"amb-record: warning: {line}", file=sys.stderr, flush=True)
-
-
-def _sweep_stale_tempdirs() -> None:
-    """Remove the temp dirs (per-run CA key included) of amb-record processes that were killed.
-
-    A SIGKILLed amb-record cannot clean up after itself; the next one does, for dirs whose
-    recorded pid is no longer alive.
-    """
-    for path in Path(tempfile.gettempdir()).glob("amb-*-*"):
-        try:
-            pid = int((path / "pid").read_text())
-        except (OSError, ValueError):
-            continue
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(path, ignore_errors=True)
-        except PermissionError:
-            pass  # alive, someone else's
 
 
 def _supervise(

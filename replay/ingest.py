@@ -36,7 +36,6 @@ from copies of its complete frames (``_load``).
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -54,6 +53,7 @@ from schemas.codec import GENESIS, ID_RE, current_version, decode_body
 from schemas.errors import AmbError, IngestConflict, SchemaError, SpoolError
 from schemas.events import KINDS
 from schemas.frames import MAGIC, MAX_BODY, Tail, scan, tail_of
+from schemas.tempdirs import tempdir
 
 BATCH_FILES = 3000
 """Spool files per DuckDB statement (about a million events for typical runs)."""
@@ -389,11 +389,11 @@ def _load(store: Store, files: list[_Spool], blob_marks: dict[str, int]) -> int:
     try:
         return _load_once(store, files, blob_marks)
     except _Changed:
-        with tempfile.TemporaryDirectory(prefix="amb-ingest-copies-") as tmp:
+        with tempdir("amb-ingest-copies-") as tmp:
             copies = []
             for f in files:
                 try:
-                    copy = _prepare(Path(f.readable), f.key, Path(tmp), copy=True) if f.in_place else f
+                    copy = _prepare(Path(f.readable), f.key, tmp, copy=True) if f.in_place else f
                 except FileNotFoundError as e:
                     raise SpoolError(f"{f.key}: removed while it was being ingested") from e
                 if copy is not None:
@@ -555,7 +555,7 @@ def ingest(
                 failures.append((batch[0].key, e))
                 return []
 
-        with tempfile.TemporaryDirectory(prefix="amb-ingest-") as tmp:
+        with tempdir("amb-ingest-") as tmp:
             batch: list[_Spool] = []
             for i, path in enumerate(paths):
                 if progress and i % 100 == 0:
@@ -566,7 +566,7 @@ def ingest(
                         key != path.relative_to(st.root).as_posix() or known[key] == path.stat().st_size
                     ):
                         continue  # unchanged since loaded (a compressed spool is made only after that)
-                    spool = _prepare(path, key, Path(tmp))
+                    spool = _prepare(path, key, tmp)
                 except FileNotFoundError:
                     continue
                 except AmbError as e:

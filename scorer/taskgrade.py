@@ -15,7 +15,6 @@ least one exists), and has_valid_results means some case scored above 0.
 from __future__ import annotations
 
 import hashlib
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import msgspec
 
 from schemas.errors import AmbError
 from schemas.ostext import NotOsText, os_str
+from schemas.tempdirs import tempdir
 from scorer.trajectory import BlobGetter, Trajectory
 
 _enc = msgspec.json.Encoder(order="sorted")
@@ -167,17 +167,17 @@ def grade_run(
     key = grade_key(traj.task, msgspec.json.encode(spec), files, reference_fingerprint(ref), key_options)
     if cache is not None and key in cache:
         return cache[key], key
-    with tempfile.TemporaryDirectory(prefix="amb-sub-") as tmp:
+    with tempdir("amb-sub-") as tmp:
         missing: list[str] = []
         if traj.submission is not None:
-            missing = materialise(traj, get_blob, Path(tmp))
+            missing = materialise(traj, get_blob, tmp)
         if missing:
             summary = unscored(
                 "submission not gradable: " + "; ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
             )
         else:
             try:
-                result = grade(spec, Path(tmp), ref, options_from_table(metrics))
+                result = grade(spec, tmp, ref, options_from_table(metrics))
             except AmbError as e:
                 return unscored(f"grader: {e}"), None
             summary = summarise(result)

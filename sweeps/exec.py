@@ -24,7 +24,6 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -41,6 +40,7 @@ from schemas.codec import decode_event
 from schemas.errors import SpoolError
 from schemas.events import RunFinished
 from schemas.frames import scan
+from schemas.tempdirs import make_tempdir, remove_tempdir
 from sweeps.shard import EXEC_FILE, Layout, ShardInfo, file_sizes, new_token, place, write_atomic
 from sweeps.spec import RunSpec, SpecError, load
 
@@ -242,7 +242,9 @@ def execute(spec_path: Path, *, out: TextIO | None = None) -> int:
         raise _Stopped(signal.Signals(signum).name)
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-    workspace = Path(tempfile.mkdtemp(prefix=f"amb-ws-{run_id}-"))
+    # Named in this process's lock file: if the exec is killed, its recorder's watchdog or `amb gc`
+    # removes it (a `finally` is not reached by SIGKILL).
+    workspace = make_tempdir(f"amb-ws-{run_id}-")
     server = None
     status, exit_code, reason = "recorder_error", 1, None
     run_s: float | None = None
@@ -348,6 +350,6 @@ def execute(spec_path: Path, *, out: TextIO | None = None) -> int:
     finally:
         if server is not None:
             server.stop()
-        shutil.rmtree(workspace, ignore_errors=True)
+        remove_tempdir(workspace)
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -3,7 +3,8 @@
 - ``fake``: the fake model provider on loopback (``tests/fakes/upstream.py``), one per test module;
 - ``make_twin``: synthetic task twins, each made once per session;
 - ``synthetic_store``: a new store of synthetic runs, ingested;
-- the container tests' setup: a reachable dockerd and the agent and grader images (built once).
+- the container tests' setup: a reachable dockerd and the agent and grader images (built once);
+- a temp dir of the session's own, which must hold no amb entry when the session ends.
 
 These tests never skip: CI starts dockerd first (.ci/dockerd.sh). Without a daemon they fail
 with a message that says so. The image is found by content tag, so it is built only when the
@@ -15,6 +16,7 @@ at the image step through one lock file, so an image is built once and the other
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ import pytest
 from amb.images import ImageError, docker_client, ensure_images
 from recorder.synthetic import generate_run
 from replay.ingest import ingest
+from schemas.tempdirs import make_tempdir, remove_tempdir
 from tasks.registry import load_spec
 from tasks.synth import synth
 from tests.fakes.upstream import FakeUpstream
@@ -34,6 +37,44 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "long(minutes): a test file that takes minutes; the longest are started first"
     )
+    if not hasattr(config, "workerinput"):  # the controller of the test processes, or the only one
+        config.stash[SESSION_TMP] = _session_temp_dir()
+
+
+SESSION_TMP = pytest.StashKey[Path]()
+
+
+def _session_temp_dir() -> Path:
+    """A temp dir of this test session's own, for every process of it (the test processes inherit
+    TMPDIR, and so do the recorders, execs and clusters they start): what the suite leaves behind
+    is found there, apart from what other sessions on the machine make meanwhile in its temp dir.
+    pytest's own folders (tmp_path) stay in the machine's temp dir, and kept."""
+    base = tempfile.gettempdir()
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", base)
+    # Named in this process's lock: should the session be killed, `amb gc` removes it.
+    session_tmp = make_tempdir("amb-tests-")
+    session_tmp.chmod(0o1777)  # like the machine's: some tests run amb as another user (nobody)
+    os.environ["TMPDIR"] = str(session_tmp)
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    return session_tmp
+
+
+@pytest.hookimpl(trylast=True)  # after xdist has stopped the test processes
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The suite leaves no amb entry in the temp dir: whatever a test or the product left in the
+    session's temp dir (a killed run's workspace, a lock file) fails the session, by name."""
+    session_tmp = session.config.stash.get(SESSION_TMP, None)
+    if session_tmp is None:
+        return
+    left = sorted(p.name for p in session_tmp.iterdir() if p.name.startswith("amb"))
+    remove_tempdir(session_tmp)
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = f"the tests left {len(left)} amb entries in the temp dir: {', '.join(left)}"
+        if reporter is not None:
+            reporter.write("\n")
+            reporter.write_line(f"FAILED (temp dir): {message}", red=True, bold=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

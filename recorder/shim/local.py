@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 from recorder.shim.receiver import ShimReceiver
 from recorder.shim.shim import DEFAULT_CAP
 from schemas.blobstore import BlobStore
+from schemas.tempdirs import tempdir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,9 +79,9 @@ def run_local(
     private_dir: str | None = None,
 ) -> LocalResult:
     workspace.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="amb-shim-sock-") as sock_dir:
+    with tempdir("amb-shim-sock-") as sock_dir:
         receiver = ShimReceiver(
-            store, run_id, Path(sock_dir), blobs=BlobStore(Path(store) / "blobs"), content_cap=content_cap
+            store, run_id, sock_dir, blobs=BlobStore(Path(store) / "blobs"), content_cap=content_cap
         ).start()
         full_env = dict(os.environ if env is None else env)
         # The shim imports only recorder.shim (stdlib + msgspec); make it importable from here.

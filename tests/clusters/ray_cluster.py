@@ -27,9 +27,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from schemas.tempdirs import make_tempdir, remove_tempdir
 
 HEAD_PORT = 6390
 DASHBOARD_PORT = 8265
@@ -56,8 +57,9 @@ class RayCluster:
     so it runs beside them, and ``c.address`` is the GCS address to give it."""
 
     def __init__(self, ray_bin: Path | None = None, dashboard: bool = True) -> None:
-        # Short: Ray puts unix sockets under its temp dir (107 characters at most).
-        self.root = Path(tempfile.mkdtemp(prefix="ambray-", dir="/tmp"))
+        # Short: Ray puts unix sockets under its temp dir (107 characters at most), so /tmp itself
+        # rather than the session's temp dir; named as amb's own, so `amb gc` knows it there.
+        self.root = make_tempdir("ambray-", Path("/tmp"))
         self.real_bin = ray_bin or Path(sys.executable).parent
         self.bin = self._venv_view()
         self.dashboard = dashboard
@@ -247,7 +249,7 @@ class RayCluster:
             self.keeper.kill()
             self.keeper.wait()
             self.keeper = None
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_tempdir(self.root)
 
     def __enter__(self) -> RayCluster:
         return self.start()

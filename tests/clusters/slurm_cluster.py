@@ -3,8 +3,9 @@
 One controller and two compute nodes (``slurmd -N n1`` / ``-N n2``, each on its own port), with a fake
 GPU on n1: a gres whose ``File=`` is a character device made with mknod (SLURM drops a gres without a
 file). No cgroups (``proctrack/linuxproc``, ``task/none``), no accounting database (``jobcomp/filetxt``
-records each job's final state). Everything lives under one throwaway directory with its own munge key
-and socket; nothing under /etc is read or written. SLURM cannot start in a loopback-only network
+records each job's final state). ``amb gc`` is the job epilog, as docs/scale-out.md shows it for a real
+cluster. Everything lives under one throwaway directory with its own munge key and socket; nothing
+under /etc is read or written. SLURM cannot start in a loopback-only network
 namespace (its name lookups fail there), so it runs in the host namespace and is configured to dial
 127.0.0.1 only. Every daemon is started in its own session and stopped by its PID.
 
@@ -18,9 +19,12 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+from schemas.tempdirs import make_tempdir, remove_tempdir
 
 NODES = ("n1", "n2")
 GPU_NODE = "n1"
@@ -47,8 +51,10 @@ class SlurmCluster:
     """``with SlurmCluster() as c:`` brings the cluster up; ``c.env`` points SLURM's clients at it."""
 
     def __init__(self, time_limit_min: int = 10) -> None:
-        # Short: munge's socket path must fit a unix socket address.
-        self.root = Path(tempfile.mkdtemp(prefix="ambslurm-", dir="/tmp"))
+        # In the temp dir the jobs use, as amb's own (`amb gc` knows it). Short: munge's socket path
+        # must fit a unix socket address.
+        self.tmp = Path(tempfile.gettempdir())
+        self.root = make_tempdir("ambslurm-")
         self.conf = self.root / "slurm.conf"
         self.time_limit_min = time_limit_min
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -62,6 +68,12 @@ class SlurmCluster:
     @property
     def jobcomp(self) -> Path:
         return self.root / "log" / "jobcomp.txt"
+
+    @property
+    def epilog_log(self) -> Path:
+        """What the job epilog said after each job: ``amb gc --json``'s answer, then
+        ``epilog: job ID: amb gc exited STATUS``."""
+        return self.root / "log" / "epilog.log"
 
     # ---- up -------------------------------------------------------------------------------------
 
@@ -146,11 +158,22 @@ MinJobAge=300
 SlurmdTimeout=5
 MessageTimeout=5
 KillWait=30
+Epilog={r}/epilog.sh
 {nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime={self.time_limit_min} State=UP
 """,
             encoding="utf-8",
         )
+        # `amb gc` as the job epilog, as docs/scale-out.md shows it, in the temp dir the jobs use (they
+        # inherit this process's environment; the epilog gets almost none).
+        epilog = r / "epilog.sh"
+        amb = Path(sys.executable).parent / "amb"
+        epilog.write_text(
+            f"#!/bin/sh\nTMPDIR={self.tmp} {amb} gc --json >>{self.epilog_log} 2>&1\nstatus=$?\n"
+            f'echo "epilog: job $SLURM_JOB_ID: amb gc exited $status" >>{self.epilog_log}\nexit $status\n',
+            encoding="utf-8",
+        )
+        epilog.chmod(0o755)
         (r / "gres.conf").write_text(f"NodeName={GPU_NODE} Name=gpu File={r}/dev/nvidia0\n", encoding="utf-8")
 
     def _daemon(self, name: str, argv: list[str]) -> None:
@@ -230,7 +253,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime={self.time_limit_min} State=UP
                 p.wait()
         self.procs.clear()
         _kill_sessions(self._job_sessions())
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_tempdir(self.root)
 
     def __enter__(self) -> SlurmCluster:
         return self.start()

@@ -5,18 +5,24 @@ backend) runs on the cluster; part-way, compute node n2 dies (``kill -9`` of its
 job it ran); the sweep is interrupted, n2 comes back, and the same command resumes it. The store must
 equal the local executor's cell for cell (scores, event counts per kind), with no cell lost, no mixed
 attempt, no container left running; the GPU cell ran on n1 and its container got GPU id 0.
-``amb sweep cancel`` stops every container of a running sweep within 10 s.
+``amb sweep cancel`` stops every container of a running sweep within 10 s. A job killed outright
+(SIGKILL to its batch script: ``scancel --batch --signal=KILL``) is cleaned up after by the cluster's
+job epilog, ``amb gc``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
+from schemas.tempdirs import lock_dir
 from tests.clusters import sweep_kit as kit
 from tests.clusters.slurm_cluster import GPU_NODE, SlurmCluster
 
@@ -135,3 +141,85 @@ def test_amb_sweep_cancel_stops_every_container_within_10s(tmp_path, slurm_clust
     while slurm_cluster.run(["squeue", "-h", "-o", "%i"]).stdout.strip() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert slurm_cluster.run(["squeue", "-h", "-o", "%i %T"]).stdout.strip() == ""
+
+
+def test_amb_gc_as_the_job_epilog_cleans_up_after_a_killed_job(
+    tmp_path, slurm_cluster, agent_image, docker_cli
+):
+    """A job killed outright, its amb-record with everything else of it (recorder, watchdog and agent
+    at once, as a cgroup's kill or an OOM kill of the job does): the epilog's ``amb gc`` removes the
+    run's container, network, firewall rules and temp dirs, and says so in its log.
+
+    A plain ``scancel`` sends SIGTERM first, on which amb-record closes the run itself; so SIGKILL goes
+    to the batch script (amb-record). This cluster tracks a job's processes by their parents, not by a
+    cgroup, and the watchdog is in a session of its own: SLURM's kill would leave it, to clean up by
+    itself. It is killed here first, as a cgroup's kill would."""
+    run_id = f"epilog-{os.getpid()}"
+    store = tmp_path / "store"
+    job = tmp_path / "job.sh"
+    job.write_text(
+        f"#!/bin/sh\nexec {kit.BIN / 'amb-record'} --store {store} --backend docker --run-id {run_id} "
+        "-- sleep 600\n"
+    )
+    env = {**_env(slurm_cluster), "AMB_AGENT_IMAGE": agent_image}
+    submit = subprocess.run(
+        ["sbatch", "--parsable", f"--output={tmp_path / 'job.out'}", f"--chdir={tmp_path}", str(job)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
+    assert submit.returncode == 0, submit.stderr
+    job_id = submit.stdout.strip().split(";")[0]
+    lock = lock_dir() / f"{run_id}.lock"
+    deadline = time.monotonic() + 180
+    while not _run_left(docker_cli, run_id)["running"]:
+        assert time.monotonic() < deadline, (tmp_path / "job.out").read_text(errors="replace")
+        time.sleep(0.3)
+    watchdog = json.loads(lock.read_text())["watchdog"]
+    before = _run_left(docker_cli, run_id)
+    assert before["containers"] and before["networks"] and before["paths"], before
+
+    os.kill(watchdog, signal.SIGKILL)
+    slurm_cluster.run(["scancel", "--batch", "--signal=KILL", job_id])
+    deadline = time.monotonic() + 120
+    while (
+        any(_run_left(docker_cli, run_id).values()) or lock.exists() or job_id not in _epilogs(slurm_cluster)
+    ):
+        assert time.monotonic() < deadline, (_run_left(docker_cli, run_id), _epilogs(slurm_cluster))
+        time.sleep(0.5)
+    status, said = _epilogs(slurm_cluster)[job_id]
+    assert status == "0", (said, (tmp_path / "job.out").read_text(errors="replace"))
+    removed = json.loads(said)["removed"]
+    named = {r["name"] for r in removed if r["run_id"] == run_id}
+    assert set(before["containers"] + before["networks"] + before["paths"]) <= named, removed
+    assert len([r for r in removed if r["run_id"] == run_id and r["kind"] == "firewall_rule"]) == len(
+        before["rules"]
+    ), removed
+
+
+def _run_left(client, run_id: str) -> dict[str, list[str]]:
+    containers = client.containers.list(all=True, filters={"label": f"org.amb.run={run_id}"})
+    rules = subprocess.run(["iptables", "-w", "-S", "INPUT"], capture_output=True, text=True).stdout
+    return {
+        "containers": sorted(c.name for c in containers),
+        "running": [c.name for c in containers if c.status == "running"],
+        "networks": sorted(n.name for n in client.networks.list(filters={"label": f"org.amb.run={run_id}"})),
+        "rules": [line for line in rules.splitlines() if f"amb-run:{run_id}" in line],
+        "paths": sorted(str(p) for p in Path(tempfile.gettempdir()).glob(f"amb-*{run_id}-*")),
+    }
+
+
+def _epilogs(cluster: SlurmCluster) -> dict[str, tuple[str, str]]:
+    """By job id: the epilog's exit status and what ``amb gc --json`` said before it."""
+    text = cluster.epilog_log.read_text(errors="replace") if cluster.epilog_log.exists() else ""
+    out: dict[str, tuple[str, str]] = {}
+    said: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("epilog: job "):
+            job, _, status = line.removeprefix("epilog: job ").partition(": amb gc exited ")
+            out[job] = (status, "\n".join(said))
+            said = []
+        else:
+            said.append(line)
+    return out

@@ -69,17 +69,33 @@ def test_store_and_private_files_inside_the_workspace_are_not_sealed(tmp_path, f
     assert sealed.skipped == ["amb-store/: amb-record's own files"]
 
 
-def test_temp_dirs_of_killed_recorders_are_swept(tmp_path, fake):
+def test_temp_dirs_of_killed_amb_processes_are_swept(tmp_path, fake, monkeypatch):
+    # A process that made a temp dir the way amb does (named in its lock) and was killed before it
+    # could remove it: the next recording removes it, in this test's own temp dir.
     import subprocess
     import tempfile
 
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    stale = Path(tempfile.mkdtemp(prefix="amb-stale-run-"))
-    (stale / "pid").write_text(str(dead.pid))
-    (stale / "ca").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    made = subprocess.run(
+        [sys.executable, "-c", MAKE_AND_DIE, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert made.returncode == -signal.SIGKILL, made.stderr
+    stale = Path(made.stdout.strip())
+    assert stale.is_dir() and stale.parent == tmp_path
     run(tmp_path, fake, ["true"])
     assert not stale.exists()
+    assert not (tmp_path / "amb-runs").exists()  # its lock went with it, and the directory with the last
+
+
+MAKE_AND_DIE = """
+import os, signal, sys
+from pathlib import Path
+from schemas.tempdirs import make_tempdir
+path = make_tempdir("amb-stale-run-", Path(sys.argv[1]))
+(path / "ca").mkdir()
+print(path, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
 
 
 def test_run_id_cannot_be_reused(tmp_path, fake):
