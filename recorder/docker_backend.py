@@ -80,10 +80,14 @@ class Limits:
     cpus: float | None = 2.0
     memory: str | None = "8g"
     pids: int | None = 4096
-    tmp_size: str = "2g"
-    """Of /tmp and of /home/agent each (tmpfs: charged to the container's memory)."""
+    tmp_size: str | None = None
+    """Of /tmp and of /home/agent each (tmpfs: charged to the container's memory). By default 2g, or
+    a quarter of the memory limit when that is less, so that both mounts and /dev/shm fit in it."""
 
     def __post_init__(self) -> None:
+        if self.tmp_size is None:
+            fits = _size(self.memory) // 4 if self.memory else DEFAULT_TMP_SIZE
+            self.tmp_size = f"{min(DEFAULT_TMP_SIZE, fits) >> 20}m"
         # What an agent leaves in a tmpfs stays charged to the container when its processes are
         # killed: with the tmpfs mounts above the memory limit, the OOM killer would find nothing to
         # free, and the shim could wait for memory forever.
@@ -549,6 +553,7 @@ class DockerBackend:
 
 SHM_SIZE = 64 << 20
 """Docker's /dev/shm (a tmpfs, charged to the container's memory like /tmp)."""
+DEFAULT_TMP_SIZE = 2 << 30
 
 
 def _size(text: str) -> int:

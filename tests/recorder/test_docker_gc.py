@@ -344,8 +344,10 @@ def test_the_watchdog_cleans_up_after_a_killed_local_recorder(tmp_path: Path, sh
     # A background child of the agent: the parent-death signal reaches the agent alone, not it.
     agent = ["sh", "-c", "sleep 600 & echo $! > bg.pid; exec sleep 601"]
     proc = subprocess.Popen(
-        [str(BIN / "amb-record"), "--store", str(store), "--run-id", run_id, *(["--shim"] if shim else [])]
-        + ["--", *agent],
+        # Not isolated: the group kill is what the watchdog does for an agent sharing the host's
+        # processes (an isolated agent's namespace ends with amb-record: test_local_isolation.py).
+        [str(BIN / "amb-record"), "--store", str(store), "--run-id", run_id, "--isolation", "off"]
+        + [*(["--shim"] if shim else []), "--", *agent],
         cwd=ws,
         env={**os.environ, "TMPDIR": str(tmp)},
         stdout=subprocess.DEVNULL,

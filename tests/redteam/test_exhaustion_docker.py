@@ -167,3 +167,6 @@ def test_tmpfs_mounts_beyond_the_memory_limit_are_refused() -> None:
     with pytest.raises(DockerBackendError, match="do not fit in the memory limit of 1g"):
         Limits(memory="1g", tmp_size="512m")
     Limits(memory="1g", tmp_size="256m")
+    # Unless given, the mounts take a quarter of a limit below 8g each: a 1g container starts.
+    assert Limits(memory="1g").tmp_size == "256m" and Limits(memory="16g").tmp_size == "2048m"
+    assert Limits(memory=None).tmp_size == "2048m"

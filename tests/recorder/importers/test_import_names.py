@@ -15,10 +15,11 @@ def test_an_inspect_command_and_path_keep_their_backslashes() -> None:
     run = SimpleNamespace(
         action="exec", cmd=r"bash -c 'printf a\\xff > /da\ta'", output="", result=0, completed=None
     )
-    # No output: nothing for a run builder to store (hence None for it).
-    ((_, proc),) = _sandbox(None, run, 1)  # type: ignore[arg-type]
+    # No output: nothing for a run builder to store; it only names the input in messages.
+    builder = SimpleNamespace(origin="log.eval")
+    ((_, proc),) = _sandbox(builder, run, 1)  # type: ignore[arg-type]
     assert isinstance(proc, ProcessExited)
     assert [os_bytes(a) for a in proc.argv] == [b"bash", b"-c", rb"printf a\\xff > /da\ta"]
     read = SimpleNamespace(action="read_file", file=r"C:\data\x41.txt", completed=None)
-    ((_, acc),) = _sandbox(None, read, 1)  # type: ignore[arg-type]
+    ((_, acc),) = _sandbox(builder, read, 1)  # type: ignore[arg-type]
     assert isinstance(acc, FileAccessed) and os_bytes(acc.path) == rb"C:\data\x41.txt"
