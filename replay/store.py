@@ -132,20 +132,26 @@ def first(cursor: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
 
 
 def open_sql(store: str | os.PathLike[str] | None = None) -> duckdb.DuckDBPyConnection:
-    """A connection for user SQL: read-only, no file or network access, configuration locked.
+    """A connection for user SQL: read-only, no file or network access at all, configuration locked.
 
-    DuckDB then refuses INSERT/UPDATE/DELETE/CREATE (read-only), COPY ... TO and read_csv /
-    read_parquet / ATTACH of any file (external access off), and any attempt to turn those back on
-    (configuration locked). Extensions are neither installed nor auto-loaded.
+    DuckDB then refuses INSERT/UPDATE/DELETE/CREATE (read-only), and every statement that would open
+    a file: COPY ... TO, read_csv / read_text / read_blob / glob, ATTACH, INSTALL, EXPORT. External
+    access off is not enough by itself: DuckDB still allows its own files (the database, its WAL)
+    and its temp directory, so the local file system is switched off once the database is open (the
+    open file is read through the handle it already holds), and nothing spills to a temp directory
+    (a query that does not fit in memory fails instead). Extensions are neither installed nor
+    auto-loaded, and the locked configuration refuses any attempt to turn these back on.
     """
     root = resolve(store)
     db = _require(root)
     config = {
         "enable_external_access": False,
+        "temp_directory": "",
         "autoinstall_known_extensions": False,
         "autoload_known_extensions": False,
         "allow_community_extensions": False,
     }
     con = _connect(db, read_only=True, config=config, lock_timeout_s=30.0)
+    con.execute("SET disabled_filesystems = 'LocalFileSystem'")
     con.execute("SET lock_configuration = true")
     return con
