@@ -94,6 +94,8 @@ class AgentView:
     """Path of the CA bundle as the agent sees it."""
     workspace: str
     """The agent's working directory as it sees it (recorded in ``run.started``)."""
+    data: str | None = None
+    """Where the task's inputs are as the agent sees them (with ``--data``), given to it as ``AMB_DATA``."""
 
 
 @dataclass(frozen=True)

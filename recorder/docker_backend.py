@@ -242,6 +242,7 @@ class DockerBackend:
             proxy_host=self._gateway,
             ca_bundle=f"{CONTAINER_CA_DIR}/bundle.pem",
             workspace=CONTAINER_WORKSPACE,
+            data=CONTAINER_DATA if self._data_mount is not None else None,
         )
 
     def _public_view(self, public: Path) -> Path:

@@ -318,10 +318,8 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
             env["AMB_TASK"] = spec.task
         if spec.tier:
             env["AMB_TIER"] = spec.tier
-        if spec.data_dir is not None and backend.name == "local":
-            # Locally there is no isolation: the agent is simply told where the public inputs are.
-            public = spec.data_dir / "public"
-            env["AMB_DATA"] = str((public if public.is_dir() else spec.data_dir).resolve())
+        if view.data is not None:
+            env["AMB_DATA"] = view.data
         log.append(
             RunStarted(
                 task=spec.task,
