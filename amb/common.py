@@ -7,6 +7,10 @@ from collections.abc import Callable
 
 import click
 
+from replay.read import check_run_id, require_runs
+from replay.store import DB_NAME, Store, resolve
+from schemas.errors import NotFound, quoted
+
 store_option = click.option(
     "--store",
     envvar="AMB_STORE",
@@ -35,3 +39,16 @@ def progress(label: str) -> Callable[[int, int], None]:
                 state["bar"] = None
 
     return update
+
+
+def stored_only(store: str, runs: tuple[str, ...]) -> set[str]:
+    """Of the RUNs named, those with no spool directory in the store, held by its database alone; a
+    run neither place holds is ``NotFound`` (a string that cannot be a run id is ``BadInput``)."""
+    root = resolve(store)
+    absent = [r for r in dict.fromkeys(runs) if not (root / "spool" / check_run_id(r)).is_dir()]
+    if absent and not (root / DB_NAME).exists():
+        raise NotFound(f"no run {quoted(absent[0])} at {root}: no spools of it and no store (see `amb runs`)")
+    if absent:
+        with Store.open(root, read_only=True) as st:
+            require_runs(st.con, absent, root)
+    return set(absent)

@@ -249,19 +249,18 @@ def import_atif(
 
 
 def _resolve_runs(store: str, runs: tuple[str, ...], all_runs: bool) -> list[str]:
-    from replay.read import run_ids
-    from replay.store import open_sql
+    from replay.read import require_runs, run_ids
+    from replay.store import open_sql, resolve
 
     con = open_sql(store)
-    known = run_ids(con)
-    if all_runs:
-        return known
-    if not runs:
-        raise UsageError("name the runs to export (or --all)")
-    missing = [r for r in runs if r not in set(known)]
-    if missing:
-        raise AmbError(f"no run {missing[0]!r} in the store (see `amb runs`)")
-    return list(runs)
+    try:
+        if all_runs:
+            return run_ids(con)
+        if not runs:
+            raise UsageError("name the runs to export (or --all)")
+        return require_runs(con, runs, resolve(store))
+    finally:
+        con.close()
 
 
 @export_group.command("atif")

@@ -11,7 +11,7 @@ import click
 
 from amb.common import progress, store_option
 from amb.output import table
-from replay.read import iter_events
+from replay.read import iter_events, require_runs
 from replay.store import Store, open_sql
 from schemas.errors import UsageError
 from scorer import audit as auditor
@@ -237,7 +237,7 @@ def score(
                     _fmt(r["medal"]),
                     _fmt(r["rating"]),
                     _fmt(r["codes"]),
-                    _fmt(r["cost_usd"]),
+                    "unknown" if r["cost_usd"] is None else f"{r['cost_usd']:.6g}",
                     # Tokens stand where a cost is unknown (a model missing from the price table).
                     (r["tokens_in"] or 0) + (r["tokens_out"] or 0),
                 ]
@@ -488,12 +488,11 @@ def audit(store: str, run: str, profile: str | None, as_json: bool) -> None:
     loaded = load_profile(profile)
     st = Store.open(store, read_only=True)
     try:
+        require_runs(st.con, [run], st.root)
         events = list(iter_events(st.con, run))
         traj = fold(run, events, st.blobs.get)
     finally:
         st.close()
-    if not events:
-        raise UsageError(f"no run {run!r} in the store (see `amb runs`)")
     _, forbidden = task_info(traj.task)
     result = auditor.audit(traj, loaded.profile.audit, list(forbidden))
     if as_json:

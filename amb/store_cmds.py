@@ -11,18 +11,18 @@ import click
 import duckdb
 import msgspec
 
-from amb.common import progress, store_option
+from amb.common import progress, store_option, stored_only
 from amb.output import emit
 from recorder.synthetic import generate_run
 from replay import manifest as manifests
 from replay import spools as spool_modes
 from replay import views
 from replay.ingest import ingest as ingest_store
-from replay.read import iter_events
-from replay.store import Store, first, open_sql
+from replay.read import iter_events, require_runs
+from replay.store import DB_NAME, Store, first, open_sql, resolve
 from replay.verify import verify as verify_store
 from schemas.blobpack import SUFFIX
-from schemas.errors import AmbError, UsageError
+from schemas.errors import AmbError, NotFound, UsageError
 from schemas.events import AnyPayload
 
 
@@ -62,6 +62,7 @@ def ingest(store: str, spools: str, runs: tuple[str, ...], sources: tuple[str, .
         from amb.shard_ingest import ingest_from
 
         sys.exit(ingest_from(store, [Path(s) for s in sources], as_json=as_json, spool_mode=spools))
+    _check_ingest_input(store, runs)
     try:
         report = ingest_store(store, list(runs) or None, progress=progress("ingest"), spool_mode=spools)
     except AmbError as e:
@@ -73,6 +74,15 @@ def ingest(store: str, spools: str, runs: tuple[str, ...], sources: tuple[str, .
             click.echo(f"amb: error: {path}: not loaded: {why}", err=True)
         sys.exit(e.exit_code)
     _say_ingested(report)
+
+
+def _check_ingest_input(store: str, runs: tuple[str, ...]) -> None:
+    """Something to ingest, or a store already there: a mistyped --store is not made a new, empty
+    store, and a RUN with neither spools nor events is not found."""
+    root = resolve(store)
+    if not (root / DB_NAME).exists() and not (root / "spool").is_dir():
+        raise NotFound(f"no store and no spools at {root}: nothing to ingest (check --store or AMB_STORE)")
+    stored_only(store, runs)
 
 
 def _say_ingested(report) -> None:
@@ -124,8 +134,7 @@ def runs(store: str, as_json: bool) -> None:
 
 def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
     row = first(con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id]))
-    if row is None:
-        raise AmbError(f"no run {run_id!r} in the store (see `amb runs`)")
+    assert row is not None, "show checked that the run is there"
     info = dict(zip([d[0] for d in con.description], row, strict=False))
     info["labels"] = json.loads(info["labels"]) if info.get("labels") else {}
     (tokens,) = con.execute(
@@ -225,6 +234,7 @@ def render_summary(s: dict) -> str:
 def show(store: str, run: str, as_json: bool, with_events: bool) -> None:
     """A readable summary of one run."""
     con = open_sql(store)
+    require_runs(con, [run], resolve(store))
     summary = summarize(con, run)
     if with_events:
         events = list(iter_events(con, run))
@@ -271,11 +281,14 @@ def verify(store: str, runs: tuple[str, ...], manifest_file: str | None, as_json
     """Re-derive every hash and check chains, manifests and blobs; exit 1 on any problem."""
     anchored = _read_manifests(manifest_file) if manifest_file else None
     with Store.open(store, read_only=True) as st:
-        run_ids = list(runs) or None
-        if anchored is not None and run_ids is None:
-            run_ids = None
+        run_ids = require_runs(st.con, runs, st.root) or None
         problems = verify_store(st.con, st.blobs, run_ids, anchored, progress("verify blobs"))
-        n_events = st.con.execute("SELECT count(*) FROM events").fetchall()[0][0]
+        # What was verified: the runs named (each once), else every run.
+        (n_runs, n_events), *_ = st.con.execute(
+            "SELECT count(DISTINCT run_id), count(*) FROM events"
+            + (" WHERE run_id IN (SELECT unnest(?))" if run_ids else ""),
+            [run_ids] if run_ids else [],
+        ).fetchall()
     if as_json:
         click.echo(json.dumps([p._asdict() | {"message": str(p)} for p in problems], indent=2))
     if problems:
@@ -287,7 +300,7 @@ def verify(store: str, runs: tuple[str, ...], manifest_file: str | None, as_json
                 click.echo(f"     … {len(problems) - 10} more problems")
         raise SystemExit(1)
     if not as_json:
-        click.echo(f"OK {n_events} events verified" + (f" in {len(runs)} runs" if runs else ""))
+        click.echo(f"OK {n_events} events verified in {n_runs} run{'' if n_runs == 1 else 's'}")
 
 
 def _read_manifests(path: str) -> list[dict]:
@@ -308,13 +321,10 @@ def _read_manifests(path: str) -> list[dict]:
 def manifest(store: str, run: str) -> None:
     """Print a finished run's manifest, to anchor outside the store."""
     con = open_sql(store)
+    require_runs(con, [run], resolve(store))
     m = manifests.stored(con, run)
     if m is None:
-        exists = first(con.execute("SELECT 1 FROM events WHERE run_id = ? LIMIT 1", [run]))
-        raise AmbError(
-            f"run {run!r} "
-            + ("has not finished (no run.finished event yet)" if exists else "is not in the store")
-        )
+        raise AmbError(f"run {run!r} has not finished (no run.finished event yet)")
     click.echo(json.dumps(m, sort_keys=True))
 
 

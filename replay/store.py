@@ -24,7 +24,7 @@ import duckdb
 
 from replay import migrations as mig
 from schemas.blobstore import BlobStore
-from schemas.errors import StoreError
+from schemas.errors import NotFound, StoreError
 
 DEFAULT_STORE = "amb-store"
 DB_NAME = "amb.duckdb"
@@ -40,7 +40,7 @@ def _require(root: Path) -> Path:
     a mistyped ``--store`` is not answered with an empty (and silently created) store."""
     db = root / DB_NAME
     if not db.exists():
-        raise StoreError(
+        raise NotFound(
             f"no store at {root}: nothing was recorded or ingested there (check --store or AMB_STORE)"
         )
     return db
@@ -89,10 +89,13 @@ class Store:
         read_only: bool = False,
         extra_migrations: list[mig.Migration] | None = None,
         lock_timeout_s: float = 120.0,
+        create: bool = True,
     ) -> Store:
+        """``create=False``: a writer of a store that must already exist (``amb score``), which a
+        mistyped path must not create."""
         root = resolve(store)
         db = root / DB_NAME
-        if read_only:
+        if read_only or not create:
             _require(root)
         if read_only:
             return cls(root, _connect(db, read_only=True, config=None, lock_timeout_s=lock_timeout_s), True)

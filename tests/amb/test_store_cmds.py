@@ -44,8 +44,9 @@ def test_show(cli_store):
     assert data["events"] == len(data["event_list"])
     missing = amb("show", "nope", store=cli_store, check=False)
     assert (
-        missing.returncode == 1
-        and missing.stderr.strip() == "amb: error: no run 'nope' in the store (see `amb runs`)"
+        missing.returncode == 3
+        and missing.stderr.strip()
+        == f"amb: error: no run 'nope' in the store at {cli_store} (see `amb runs`)"
     )
 
 
@@ -96,6 +97,24 @@ def test_verify_and_manifest(cli_store, tmp_path):
     )
 
 
+def test_verify_counts_what_it_verified(cli_store):
+    rows = json.loads(
+        amb(
+            "sql", "SELECT run_id, count(*) AS n FROM events GROUP BY 1", "--format", "json", store=cli_store
+        ).stdout
+    )
+    per_run = {r["run_id"]: r["n"] for r in rows}
+    one = amb("verify", "synth-0000", store=cli_store).stdout.strip()
+    assert one == f"OK {per_run['synth-0000']} events verified in 1 run"
+    assert amb("verify", "synth-0000", "synth-0000", store=cli_store).stdout.strip() == one
+    both = amb("verify", "synth-0001", "synth-0000", store=cli_store).stdout.strip()
+    assert both == f"OK {sum(per_run.values())} events verified in 2 runs"
+    assert amb("verify", store=cli_store).stdout.strip() == both
+    missing = amb("verify", "synth-0000", "nope", store=cli_store, check=False)
+    assert missing.returncode == 3 and missing.stdout == ""
+    assert missing.stderr == f"amb: error: no run 'nope' in the store at {cli_store} (see `amb runs`)\n"
+
+
 def test_verify_names_the_first_bad_event(tmp_path):
     store = tmp_path / "s"
     amb("generate", "--runs", "1", "--calls", "4", store=store)
@@ -138,12 +157,39 @@ def test_bad_manifest_file_is_a_usage_error(cli_store, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "command", [["runs"], ["show", "x"], ["sql", "SELECT 1"], ["verify"], ["manifest", "x"]]
+    "command",
+    [
+        ["runs"],
+        ["show", "x"],
+        ["sql", "SELECT 1"],
+        ["verify"],
+        ["manifest", "x"],
+        ["ingest"],
+        ["ingest", "x"],
+        ["score", "--all"],
+        ["score", "x"],
+        ["report"],
+        ["audit", "x"],
+        ["export", "atif", "--all", "--out", "{tmp}/atif"],
+        ["export", "otel", "--all"],
+        ["export", "parquet", "{tmp}/parquet"],
+        ["gc", "--blobs"],
+        ["blobs", "migrate"],
+        ["store", "stats"],
+        ["files", "x"],
+        ["checkout", "x", "{tmp}/co"],
+        ["watch", "x", "--once"],
+        ["replay", "serve", "x"],
+        ["serve", "--port", "0"],
+    ],
+    ids=" ".join,
 )
 def test_reading_a_store_that_does_not_exist_is_an_error(tmp_path, command):
+    # A command that reads a store, or writes one that must exist, never creates one at a mistyped path.
     missing = tmp_path / "typo-store"
-    proc = amb(*command, store=missing, check=False)
-    assert proc.returncode == 1 and proc.stderr.startswith(f"amb: error: no store at {missing}")
+    proc = amb(*(c.format(tmp=tmp_path) for c in command), store=missing, check=False)
+    assert proc.returncode == 3 and proc.stderr.startswith("amb: error: no ")
+    assert str(missing) in proc.stderr and proc.stderr.count("\n") == 1
     assert "Traceback" not in proc.stderr and not missing.exists()
 
 
