@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import click
 
-from amb.common import progress, store_option
+from amb.common import output_path, progress, store_option
 from amb.output import emit
 from recorder.importers.common import Limits, Rejected, RunBuilder, Staged, already_imported, publish, stage
 from replay.export.parquet import EVENTS_PER_FILE
@@ -286,6 +286,7 @@ def export_atif(
     from replay.export.atif import export_run
     from replay.store import Store
 
+    output_path(out, "--out", folder=True)
     ids = _resolve_runs(store, runs, all_runs)
     tick = progress("export atif")
     written = []
@@ -322,6 +323,7 @@ def export_parquet(
     from replay.export.parquet import export
     from replay.store import Store
 
+    output_path(out, "OUT", folder=True)
     ids = _resolve_runs(store, runs, not runs)
     with Store.open(store, read_only=True) as st:
         written = export(
@@ -350,6 +352,8 @@ def export_otel(store: str, runs: tuple[str, ...], all_runs: bool, out: str) -> 
     from replay.read import iter_events
     from replay.store import Store
 
+    if out != "-":
+        output_path(out, "--out")
     ids = _resolve_runs(store, runs, all_runs)
     tick = progress("export otel")
     stream = sys.stdout if out == "-" else open(out, "w", encoding="utf-8")

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from amb.common import store_option, stored_only
+from amb.common import output_path, store_option, stored_only
 from amb.output import emit
 from replay.live import Pricer, RunFollower, SpoolTail
 from replay.read import check_run_id
@@ -344,6 +344,7 @@ def checkout_cmd(
     store: str,
 ) -> None:
     """Write RUN's workspace as it was at a moment into DIRECTORY (new or empty), every byte verified."""
+    output_path(directory, "DIRECTORY", folder=True)
     events, blobs, from_spools = _run_events(store, run)
     ws = _workspace(store, run, _moment_spec(at, step, before_submit, when), events, from_spools)
     report = checkout(ws, blobs, directory)

@@ -8,10 +8,10 @@ libraries or the openai client. Each module exposes ``commands``, a list of clic
 from __future__ import annotations
 
 import importlib
-import sys
 
 import click
 
+from amb.common import fail
 from schemas.errors import AmbError
 
 COMMANDS: dict[str, str] = {
@@ -63,12 +63,19 @@ class AmbGroup(click.Group):
                 return command
         raise RuntimeError(f"{module_name} does not define the command {name!r}")
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as e:  # the group's own options
+            fail("amb", e)
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except AmbError as e:
-            click.echo(f"amb: error: {e}", err=True)
-            sys.exit(e.exit_code)
+            fail("amb", e)
+        except click.ClickException as e:  # a command's arguments, as click parsed them
+            fail("amb", e)
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

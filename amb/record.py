@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from amb.common import fail
 from recorder.budget import DEFAULT_PRICE_TABLE, Budget, Limits
 from recorder.run import (
     DEFAULT_GRACE_S,
@@ -28,7 +29,7 @@ from recorder.run import (
     parse_upstreams,
     record,
 )
-from schemas.errors import AmbError, UsageError
+from schemas.errors import AmbError, BadInput, UsageError, quoted
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,40 @@ class RecordArgs:
             max_calls=self.max_calls,
             price_table=self.price_table,
         )
+
+
+TEXT_OPTIONS = (
+    "task",
+    "run_id",
+    "labels",
+    "agent_name",
+    "model",
+    "upstreams",
+    "allow_hosts",
+    "gpus",
+    "replay_run",
+)
+"""The options recorded as text (``run.started``): each must be UTF-8. Paths (--store, --data,
+--price-table) are the file system's bytes, and the command's argv is recorded whatever its bytes."""
+
+
+def _check_text(args: RecordArgs) -> None:
+    """Refuse an option that is not text before anything is created: a byte that is not UTF-8 would
+    fail only when run.started is written, after the run's spool has claimed its id."""
+    flags = {p.name: p.opts[-1] for p in record_cmd.params if isinstance(p, click.Option)}
+    for name in TEXT_OPTIONS:
+        value = getattr(args, name)
+        for v in value if isinstance(value, tuple) else (value,):
+            if isinstance(v, str) and not _is_utf8(v):
+                raise BadInput(f"{flags[name]} {quoted(v)}: not UTF-8 text")
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: an argv byte that is not UTF-8
+        return False
+    return True
 
 
 def _backend(name: str, gpus: str | None, shim: bool = False):
@@ -215,6 +250,7 @@ def _backend(name: str, gpus: str | None, shim: bool = False):
 def record_cmd(**params: Any) -> None:
     """Record COMMAND (after --) as an agent run."""
     args = RecordArgs(**params)
+    _check_text(args)
     if args.time_limit is not None and args.time_limit <= 0:
         raise UsageError("--time-limit must be a positive number of seconds")
     budget = args.budget()
@@ -300,9 +336,5 @@ def main() -> None:
         record_cmd.main(standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):
         sys.exit(130)
-    except click.ClickException as e:
-        e.show()
-        sys.exit(2)
-    except AmbError as e:
-        click.echo(f"amb-record: error: {e}", err=True)
-        sys.exit(e.exit_code)
+    except (click.ClickException, AmbError) as e:
+        fail("amb-record", e)

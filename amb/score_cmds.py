@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from amb.common import progress, store_option
+from amb.common import output_path, progress, store_option
 from amb.output import table
 from replay.read import iter_events, require_runs
 from replay.store import Store, open_sql
@@ -320,6 +320,8 @@ def report(
 ) -> None:
     """The paper's views (leaderboard, medals, tracks, tiers, stages, codes, recovery, cost); or, with
     --diff-profiles A B, which options changed which numbers between two profiles."""
+    if html_file:
+        output_path(html_file, "--html")
     if diff_profiles:
         _report_diff(store, diff_profiles, judge_label, as_json)
         return

@@ -259,6 +259,8 @@ def sql(store: str, query: str, fmt: str) -> None:
     con = open_sql(store)
     try:
         cur = con.execute(query)
+        if cur is None:  # nothing but blanks, comments or semicolons
+            raise UsageError('no statement in the query: give one, e.g. amb sql "SELECT count(*) FROM runs"')
         columns = [d[0] for d in cur.description] if cur.description else []
         rows = cur.fetchall() if columns else []
     except duckdb.Error as e:

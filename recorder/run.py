@@ -142,6 +142,8 @@ def parse_labels(values: list[str]) -> dict[str, str]:
         key, sep, val = value.partition("=")
         if not sep or not key:
             raise UsageError(f"--label {value!r}: expected K=V")
+        if key in labels:
+            raise UsageError(f"--label {value!r}: {key!r} is given twice (once as {labels[key]!r})")
         labels[key] = val
     return labels
 

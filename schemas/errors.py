@@ -74,7 +74,7 @@ class RunExists(BadInput):
     """A run id the store (or its spools) already holds: runs are never merged or reused in place."""
 
 
-def quoted(value: object, limit: int = 80) -> str:
+def quoted(value: object, limit: int = 240) -> str:
     """``value`` as a message shows it: ``repr`` (so control characters and bytes that are not UTF-8
     stay visible and harmless on a terminal), cut to ``limit`` characters (a 1 MB name stays one
     readable line)."""

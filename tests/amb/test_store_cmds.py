@@ -220,3 +220,35 @@ def test_show_a_run_with_no_model_calls(tmp_path):
     data = json.loads(amb("show", run, "--json", store=store).stdout)
     assert data["model_calls"] == {"count": 0, "failed": 0, "models": []}
     assert data["files_written"] == [] or all("out.txt" in f["path"] for f in data["files_written"])
+
+
+@pytest.mark.parametrize("query", ["", "   ", " ; -- nothing"])
+def test_sql_without_a_statement_is_one_line(cli_store, query):
+    proc = amb("sql", query, store=cli_store, check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("amb: error: no statement in the query") and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("command", "code", "message"),
+    [
+        (["checkout", "synth-0000", "{file}/sub"], 2, "DIRECTORY '{file}/sub': '{file}' is not a folder"),
+        (["checkout", "synth-0000", "/proc/x"], 2, "DIRECTORY '/proc/x': cannot write in '/proc'"),
+        (["export", "otel", "synth-0000", "--out", "{tmp}"], 2, "--out '{tmp}': is a folder"),
+        (["export", "otel", "synth-0000", "--out", "/missing/x"], 3, "there is no folder '/missing'"),
+        (["export", "parquet", "/proc/x"], 2, "OUT '/proc/x': cannot write in '/proc'"),
+        (["export", "atif", "synth-0000", "--out", "/proc/y"], 2, "--out '/proc/y': cannot write in '/proc'"),
+        (["report", "--html", "/missing/x.html"], 3, "--html '/missing/x.html': there is no folder"),
+        (["report", "--html", "{tmp}"], 2, "Invalid value for '--html': File '{tmp}' is a directory"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
+def test_where_a_command_writes_is_checked_before_its_work(cli_store, tmp_path, command, code, message):
+    amb("score", "--all", store=cli_store)  # so that amb report has a whole report to print first
+    file = tmp_path / "a-file"
+    file.write_text("x")
+    fill = {"file": file, "tmp": tmp_path}
+    proc = amb(*(c.format(**fill) for c in command), store=cli_store, check=False)
+    assert proc.returncode == code and proc.stdout == "", proc.stdout[-300:] + proc.stderr[-2000:]
+    assert proc.stderr.startswith("amb: error: ") and message.format(**fill) in proc.stderr
+    assert proc.stderr.count("\n") == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
