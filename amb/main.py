@@ -76,6 +76,15 @@ class AmbGroup(click.Group):
             fail("amb", e)
         except click.ClickException as e:  # a command's arguments, as click parsed them
             fail("amb", e)
+        except Exception as e:
+            # A damaged database found mid-query (a block whose checksum fails) says what to do; any
+            # other exception is a bug, and surfaces as one.
+            from replay.store import damage
+
+            found = damage(e)
+            if found is None:
+                raise
+            fail("amb", found)
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

@@ -19,7 +19,7 @@ from replay import spools as spool_modes
 from replay import views
 from replay.ingest import ingest as ingest_store
 from replay.read import iter_events, require_runs
-from replay.store import DB_NAME, Store, first, open_sql, resolve
+from replay.store import DB_NAME, Store, first, open_sql, resolve, waiting_runs
 from replay.verify import verify as verify_store
 from schemas.blobpack import SUFFIX
 from schemas.errors import AmbError, NotFound, UsageError
@@ -124,12 +124,21 @@ RUN_COLUMNS = [
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def runs(store: str, as_json: bool) -> None:
-    """List the runs in the store."""
+    """List the runs in the store (and say how many recorded runs wait for `amb ingest`)."""
     con = open_sql(store)
     rows = con.execute(
         f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_ns NULLS LAST, run_id"
     ).fetchall()
+    held = {r[0] for r in con.execute("SELECT DISTINCT run_id FROM events").fetchall()}
     emit(RUN_COLUMNS, rows, "json" if as_json else "table")
+    waiting = waiting_runs(resolve(store), held)
+    if waiting:
+        some = ", ".join(waiting[:3]) + (", …" if len(waiting) > 3 else "")
+        click.echo(
+            f"amb: {len(waiting)} more recorded run(s) wait in {resolve(store) / 'spool'} ({some}); "
+            "run `amb ingest` to list them",
+            err=True,
+        )
 
 
 def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:

@@ -17,6 +17,7 @@ import fcntl
 import os
 import random
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,9 @@ import duckdb
 
 from replay import migrations as mig
 from schemas.blobstore import BlobStore
+from schemas.codec import ID_RE
 from schemas.errors import NotFound, StoreError
+from schemas.frames import COMPRESSED_SUFFIX
 
 DEFAULT_STORE = "amb-store"
 DB_NAME = "amb.duckdb"
@@ -35,15 +38,62 @@ def resolve(store: str | os.PathLike[str] | None) -> Path:
     return Path(store or os.environ.get("AMB_STORE") or DEFAULT_STORE)
 
 
+def waiting_runs(root: Path, held: Iterable[str] = ()) -> list[str]:
+    """Runs with a spool in the store's directory that are not among ``held`` (the database's): recorded,
+    not ingested yet (``amb-record --no-ingest``, an ingest that failed)."""
+    held = set(held)
+    try:
+        return sorted(
+            d.name
+            for d in os.scandir(root / "spool")
+            if d.name not in held
+            and ID_RE.match(d.name)
+            and d.is_dir(follow_symlinks=False)
+            and any(n.endswith((".spool", ".spool" + COMPRESSED_SUFFIX)) for n in os.listdir(d.path))
+        )
+    except OSError:  # no spool directory (or one this user cannot read): nothing known to wait
+        return []
+
+
 def _require(root: Path) -> Path:
     """The database of an existing store; reading a store that does not exist is an error, so that
     a mistyped ``--store`` is not answered with an empty (and silently created) store."""
     db = root / DB_NAME
     if not db.exists():
+        waiting = waiting_runs(root)
+        if waiting:
+            raise NotFound(
+                f"no database at {root} yet: {len(waiting)} recorded run(s) wait in {root / 'spool'}; "
+                "run `amb ingest`"
+            )
         raise NotFound(
             f"no store at {root}: nothing was recorded or ingested there (check --store or AMB_STORE)"
         )
     return db
+
+
+DAMAGE_SIGNS = (
+    "Could not read enough bytes",  # cut short
+    "not a valid DuckDB database file",  # a header that is not DuckDB's
+    "Corrupt database file",  # a block whose checksum fails
+)
+
+
+def damage(e: BaseException, db: Path | None = None) -> StoreError | None:
+    """The error to give when ``e`` says the database file is damaged (else None): what to do about
+    it. The events are rebuilt from the spools by ``amb ingest`` into a new file; what only the
+    database held (score rows, judge answers, the events of spools dropped after ingest) is not."""
+    if not isinstance(e, duckdb.Error) or not any(sign in str(e) for sign in DAMAGE_SIGNS):
+        return None
+    where = str(db) if db is not None else f"the store's {DB_NAME}"
+    dropped = len(list(db.parent.glob("spool/*/*.spool.dropped"))) if db is not None else 0
+    lost = (
+        f"; {dropped} spools were dropped after ingest and their events are lost with it" if dropped else ""
+    )
+    return StoreError(
+        f"{where} is damaged ({str(e).splitlines()[0]}): move it aside and run `amb ingest`, which "
+        f"rebuilds it from the spools (then `amb score` again: scores live in the database only){lost}"
+    )
 
 
 def _is_lock_error(e: Exception) -> bool:
@@ -61,11 +111,11 @@ def _connect(
             return duckdb.connect(str(path), read_only=read_only, config=config or {})
         except duckdb.IOException as e:
             if not _is_lock_error(e) or time.monotonic() > deadline:
-                raise StoreError(f"cannot open {path}: {e}") from e
+                raise damage(e, path) or StoreError(f"cannot open {path}: {e}") from e
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 1.0)
         except duckdb.Error as e:
-            raise StoreError(f"cannot open {path}: {e}") from e
+            raise damage(e, path) or StoreError(f"cannot open {path}: {e}") from e
 
 
 class Store:

@@ -252,3 +252,21 @@ def test_where_a_command_writes_is_checked_before_its_work(cli_store, tmp_path, 
     assert proc.returncode == code and proc.stdout == "", proc.stdout[-300:] + proc.stderr[-2000:]
     assert proc.stderr.startswith("amb: error: ") and message.format(**fill) in proc.stderr
     assert proc.stderr.count("\n") == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_runs_says_what_waits_for_ingest(tmp_path):
+    store = tmp_path / "s"
+    amb("generate", "--runs", "2", "--calls", "3", store=store)
+    nothing = amb("runs", store=store, check=False)
+    assert nothing.returncode == 3 and nothing.stderr == (
+        f"amb: error: no database at {store} yet: 2 recorded run(s) wait in {store / 'spool'}; "
+        "run `amb ingest`\n"
+    )
+    amb("ingest", "synth-0000", store=store)
+    listed = amb("runs", "--json", store=store)
+    assert [r["run_id"] for r in json.loads(listed.stdout)] == ["synth-0000"]
+    assert listed.stderr == (
+        f"amb: 1 more recorded run(s) wait in {store / 'spool'} (synth-0001); run `amb ingest` to list them\n"
+    )
+    amb("ingest", store=store)
+    assert amb("runs", store=store).stderr == ""
