@@ -12,6 +12,7 @@ because ``recorder`` may not import ``replay``.
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,6 +30,7 @@ from recorder.run import (
     parse_upstreams,
     record,
 )
+from replay.read import check_run_id
 from schemas.errors import AmbError, BadInput, UsageError, quoted
 
 
@@ -108,14 +110,11 @@ def _is_utf8(text: str) -> bool:
 
 
 def _backend(name: str, gpus: str | None, shim: bool = False):
+    """The backend, its options checked (``_check``)."""
     if name == "local":
-        if gpus:
-            raise UsageError("--gpus needs --backend docker")
         from recorder.local_backend import LocalBackend
 
         return LocalBackend(shim=shim)
-    if shim:
-        raise UsageError("--shim is for the local backend (the docker backend always runs the shim)")
     try:
         from recorder.docker_backend import DockerBackend
     except ImportError as e:
@@ -250,14 +249,7 @@ def _backend(name: str, gpus: str | None, shim: bool = False):
 def record_cmd(**params: Any) -> None:
     """Record COMMAND (after --) as an agent run."""
     args = RecordArgs(**params)
-    _check_text(args)
-    if args.time_limit is not None and args.time_limit <= 0:
-        raise UsageError("--time-limit must be a positive number of seconds")
-    budget = args.budget()
-    if budget.max_cost_usd is not None:
-        Budget(
-            budget, run_model=args.model
-        )  # the price table and the model's price, checked before anything starts
+    _check(args)
     if args.replay_run is None:
         _record(args)
         return
@@ -293,8 +285,29 @@ def record_cmd(**params: Any) -> None:
             )
 
 
-def _record(args: RecordArgs) -> None:
-    spec = RunSpec(
+def _check(args: RecordArgs) -> None:
+    """Every option, checked before anything is made or looked up (a spool, a replayed run)."""
+    _check_text(args)
+    if args.run_id is not None:
+        check_run_id(args.run_id)
+    if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):
+        raise UsageError(f"--time-limit {args.time_limit}: must be a positive number of seconds")
+    if not (math.isfinite(args.grace) and args.grace >= 0):
+        raise UsageError(f"--grace {args.grace}: must be a number of seconds, 0 or more")
+    if args.max_cost is not None and not math.isfinite(args.max_cost):
+        raise UsageError(f"--max-cost {args.max_cost}: must be a finite amount of USD")
+    if args.gpus and args.backend != "docker":
+        raise UsageError("--gpus needs --backend docker")
+    if args.shim and args.backend != "local":
+        raise UsageError("--shim is for the local backend (the docker backend always runs the shim)")
+    budget = args.budget()
+    if budget.max_cost_usd is not None:
+        Budget(budget, run_model=args.model)  # the price table and the model's price
+    _spec(args)  # labels, upstreams, allowed hosts
+
+
+def _spec(args: RecordArgs) -> RunSpec:
+    return RunSpec(
         argv=list(args.command),
         store=Path(args.store),
         run_id=args.run_id,
@@ -310,6 +323,10 @@ def _record(args: RecordArgs) -> None:
         allow_hosts=parse_allow_hosts(list(args.allow_hosts)),
         budget=args.budget(),
     )
+
+
+def _record(args: RecordArgs) -> None:
+    spec = _spec(args)
     outcome = record(spec, _backend(args.backend, args.gpus, args.shim))
     calls = outcome.counts.get("proxy:model_call.completed", 0)
     click.echo(
@@ -331,9 +348,10 @@ def _record(args: RecordArgs) -> None:
         sys.exit(outcome.exit_code)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """The ``amb-record`` command (``argv``: its arguments, else the process's)."""
     try:
-        record_cmd.main(standalone_mode=False)
+        record_cmd.main(args=argv, prog_name="amb-record", standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):
         sys.exit(130)
     except (click.ClickException, AmbError) as e:
