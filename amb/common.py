@@ -24,6 +24,15 @@ store_option = click.option(
 )
 
 
+def escape_output() -> None:
+    """Print text that is not UTF-8 (a path's bytes, which Python holds as surrogate escapes) as
+    ``\\udcXX`` escapes instead of failing in the middle of the output."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+
+
 def fail(prog: str, e: AmbError | click.ClickException) -> NoReturn:
     """The CLI contract for a failure: one line on stderr, ``<prog>: error: ...``, and the error's exit
     code (1 failed, 2 bad input, 3 not found; click's own usage errors are bad input, and its

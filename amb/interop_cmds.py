@@ -23,7 +23,7 @@ from amb.output import emit
 from recorder.importers.common import Limits, Rejected, RunBuilder, Staged, already_imported, publish, stage
 from replay.export.parquet import EVENTS_PER_FILE
 from replay.ingest import ingest as ingest_store
-from schemas.errors import AmbError, UsageError
+from schemas.errors import AmbError, BadInput, UsageError, quoted
 
 
 class Outcome(NamedTuple):
@@ -323,6 +323,10 @@ def export_parquet(
     from replay.export.parquet import export
     from replay.store import Store
 
+    try:
+        out.encode("utf-8")
+    except UnicodeEncodeError:  # a name holding bytes that are not UTF-8 (surrogate escapes)
+        raise BadInput(f"OUT {quoted(out)}: DuckDB writes Parquet under names of UTF-8 text only") from None
     output_path(out, "OUT", folder=True)
     ids = _resolve_runs(store, runs, not runs)
     with Store.open(store, read_only=True) as st:

@@ -7,12 +7,13 @@ libraries or the openai client. Each module exposes ``commands``, a list of clic
 
 from __future__ import annotations
 
+import errno
 import importlib
 
 import click
 
-from amb.common import fail
-from schemas.errors import AmbError
+from amb.common import escape_output, fail
+from schemas.errors import AmbError, BadInput, quoted
 
 COMMANDS: dict[str, str] = {
     "ingest": "amb.store_cmds",
@@ -70,12 +71,19 @@ class AmbGroup(click.Group):
             fail("amb", e)
 
     def invoke(self, ctx: click.Context):
+        escape_output()
         try:
             return super().invoke(ctx)
         except AmbError as e:
             fail("amb", e)
         except click.ClickException as e:  # a command's arguments, as click parsed them
             fail("amb", e)
+        except OSError as e:
+            if e.errno != errno.ENAMETOOLONG:
+                raise
+            # Only a name the user gave can be too long for the file system: said once, here,
+            # rather than before every use of a path.
+            fail("amb", BadInput(f"{quoted(e.filename)}: {e.strerror}"))
         except Exception as e:
             # A damaged database found mid-query (a block whose checksum fails) says what to do; any
             # other exception is a bug, and surfaces as one.

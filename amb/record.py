@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from amb.common import fail
+from amb.common import escape_output, fail
 from recorder.budget import DEFAULT_PRICE_TABLE, Budget, Limits
 from recorder.run import (
     DEFAULT_GRACE_S,
@@ -350,6 +350,7 @@ def _record(args: RecordArgs) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """The ``amb-record`` command (``argv``: its arguments, else the process's)."""
+    escape_output()
     try:
         record_cmd.main(args=argv, prog_name="amb-record", standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):

@@ -13,7 +13,7 @@ from amb.common import output_path, progress, store_option
 from amb.output import table
 from replay.read import iter_events, require_runs
 from replay.store import Store, open_sql
-from schemas.errors import UsageError
+from schemas.errors import BadInput, UsageError, quoted
 from scorer import audit as auditor
 from scorer import ledger, profile_diff
 from scorer import report as reports
@@ -152,6 +152,9 @@ def score(
     """Score RUNS (or --all) under a profile; rows are appended to the ledger, never overwritten."""
     if bool(runs) == all_runs:
         raise UsageError("give RUN ids or --all (not both)")
+    if references is not None and not references.isprintable():
+        # The ledger keeps the batch's arguments as text: a path it could not write back is refused.
+        raise BadInput(f"--references {quoted(references)}: give a path of printable UTF-8 text")
     loaded = load_profile(profile)
     with open_store(store) as st:
         ids = None if all_runs else list(dict.fromkeys(runs))

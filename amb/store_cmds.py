@@ -24,6 +24,7 @@ from replay.verify import verify as verify_store
 from schemas.blobpack import SUFFIX
 from schemas.errors import AmbError, NotFound, UsageError
 from schemas.events import AnyPayload
+from schemas.userfile import read_text
 
 
 @click.command()
@@ -125,20 +126,20 @@ RUN_COLUMNS = [
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def runs(store: str, as_json: bool) -> None:
     """List the runs in the store (and say how many recorded runs wait for `amb ingest`)."""
-    con = open_sql(store)
-    rows = con.execute(
-        f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_ns NULLS LAST, run_id"
-    ).fetchall()
-    held = {r[0] for r in con.execute("SELECT DISTINCT run_id FROM events").fetchall()}
-    emit(RUN_COLUMNS, rows, "json" if as_json else "table")
-    waiting = waiting_runs(resolve(store), held)
-    if waiting:
-        some = ", ".join(waiting[:3]) + (", …" if len(waiting) > 3 else "")
-        click.echo(
-            f"amb: {len(waiting)} more recorded run(s) wait in {resolve(store) / 'spool'} ({some}); "
-            "run `amb ingest` to list them",
-            err=True,
-        )
+    with open_sql(store) as con:
+        rows = con.execute(
+            f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_ns NULLS LAST, run_id"
+        ).fetchall()
+        held = {r[0] for r in con.execute("SELECT DISTINCT run_id FROM events").fetchall()}
+        emit(RUN_COLUMNS, rows, "json" if as_json else "table")
+        waiting = waiting_runs(resolve(store), held)
+        if waiting:
+            some = ", ".join(waiting[:3]) + (", …" if len(waiting) > 3 else "")
+            click.echo(
+                f"amb: {len(waiting)} more recorded run(s) wait in {resolve(store) / 'spool'} ({some}); "
+                "run `amb ingest` to list them",
+                err=True,
+            )
 
 
 def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
@@ -242,19 +243,19 @@ def render_summary(s: dict) -> str:
 )
 def show(store: str, run: str, as_json: bool, with_events: bool) -> None:
     """A readable summary of one run."""
-    con = open_sql(store)
-    require_runs(con, [run], resolve(store))
-    summary = summarize(con, run)
-    if with_events:
-        events = list(iter_events(con, run))
+    with open_sql(store) as con:
+        require_runs(con, [run], resolve(store))
+        summary = summarize(con, run)
+        if with_events:
+            events = list(iter_events(con, run))
+            if as_json:
+                summary["event_list"] = [msgspec.to_builtins(e) for e in events]
         if as_json:
-            summary["event_list"] = [msgspec.to_builtins(e) for e in events]
-    if as_json:
-        click.echo(json.dumps(summary, indent=2))
-        return
-    click.echo(render_summary(summary))
-    if with_events:
-        emit(["source", "seq", "kind", "ts_ns"], [(e.source, e.seq, e.kind, e.ts_ns) for e in events])
+            click.echo(json.dumps(summary, indent=2))
+            return
+        click.echo(render_summary(summary))
+        if with_events:
+            emit(["source", "seq", "kind", "ts_ns"], [(e.source, e.seq, e.kind, e.ts_ns) for e in events])
 
 
 @click.command()
@@ -265,17 +266,19 @@ def show(store: str, run: str, as_json: bool, with_events: bool) -> None:
 )
 def sql(store: str, query: str, fmt: str) -> None:
     """Run a read-only SQL query (no writes, no file or network access)."""
-    con = open_sql(store)
-    try:
-        cur = con.execute(query)
-        if cur is None:  # nothing but blanks, comments or semicolons
-            raise UsageError('no statement in the query: give one, e.g. amb sql "SELECT count(*) FROM runs"')
-        columns = [d[0] for d in cur.description] if cur.description else []
-        rows = cur.fetchall() if columns else []
-    except duckdb.Error as e:
-        first = str(e).splitlines()[0]
-        raise AmbError(f"query refused or failed: {first}") from e
-    emit(columns, rows, fmt)
+    with open_sql(store) as con:
+        try:
+            cur = con.execute(query)
+            if cur is None:  # nothing but blanks, comments or semicolons
+                raise UsageError(
+                    'no statement in the query: give one, e.g. amb sql "SELECT count(*) FROM runs"'
+                )
+            columns = [d[0] for d in cur.description] if cur.description else []
+            rows = cur.fetchall() if columns else []
+        except duckdb.Error as e:
+            first = str(e).splitlines()[0]
+            raise AmbError(f"query refused or failed: {first}") from e
+        emit(columns, rows, fmt)
 
 
 @click.command()
@@ -315,7 +318,7 @@ def verify(store: str, runs: tuple[str, ...], manifest_file: str | None, as_json
 
 
 def _read_manifests(path: str) -> list[dict]:
-    text = open(path, encoding="utf-8").read().strip()
+    text = read_text(Path(path), "--manifest").strip()
     try:
         data = json.loads(text)
         return data if isinstance(data, list) else [data]
@@ -331,12 +334,12 @@ def _read_manifests(path: str) -> list[dict]:
 @click.argument("run")
 def manifest(store: str, run: str) -> None:
     """Print a finished run's manifest, to anchor outside the store."""
-    con = open_sql(store)
-    require_runs(con, [run], resolve(store))
-    m = manifests.stored(con, run)
-    if m is None:
-        raise AmbError(f"run {run!r} has not finished (no run.finished event yet)")
-    click.echo(json.dumps(m, sort_keys=True))
+    with open_sql(store) as con:
+        require_runs(con, [run], resolve(store))
+        m = manifests.stored(con, run)
+        if m is None:
+            raise AmbError(f"run {run!r} has not finished (no run.finished event yet)")
+        click.echo(json.dumps(m, sort_keys=True))
 
 
 @click.command()

@@ -205,6 +205,13 @@ def open_sql(store: str | os.PathLike[str] | None = None) -> duckdb.DuckDBPyConn
         "allow_community_extensions": False,
     }
     con = _connect(db, read_only=True, config=config, lock_timeout_s=30.0)
-    con.execute("SET disabled_filesystems = 'LocalFileSystem'")
-    con.execute("SET lock_configuration = true")
-    return con
+    # A second connection in this process shares the first one's database, already locked down.
+    if not first(con.execute("SELECT current_setting('lock_configuration')"))[0]:  # type: ignore[index]
+        con.execute("SET disabled_filesystems = 'LocalFileSystem'")
+        con.execute("SET lock_configuration = true")
+    try:  # the sandbox holds (current_setting does not show disabled_filesystems): a file is refused
+        con.execute("SELECT count(*) FROM glob('/*')").fetchall()
+    except duckdb.PermissionException:
+        return con
+    con.close()
+    raise StoreError(f"{db} is open in this process without the SQL sandbox; close it first")

@@ -165,7 +165,7 @@ def test_grader_image_entry_point_runs_without_amb(kidney, tmp_path, amb):
         timeout=120,
     )
     assert (
-        bad.returncode == 1
+        bad.returncode == 3
         and bad.stderr.startswith("amb: error: unknown task")
         and bad.stderr.count("\n") == 1
     )

@@ -128,3 +128,13 @@ def test_the_viewer_reads_through_the_same_sandbox(store):
                 cur.execute(f"SELECT * FROM read_blob('{store / DB_NAME}')")
     finally:
         reader.close()
+
+
+def test_a_second_connection_in_one_process_keeps_the_sandbox(store):
+    # DuckDB shares one database between the connections of a process: the second finds the
+    # configuration already locked, and the sandbox in place.
+    first, second = open_sql(store), open_sql(store)
+    for con in (first, second):
+        with pytest.raises(duckdb.Error, match="disabled"):
+            con.execute(f"SELECT * FROM read_blob('{store / DB_NAME}')")
+        assert con.execute("SELECT count(*) FROM runs").fetchall() == [(3,)]
