@@ -184,6 +184,14 @@ def _table(views: list[dict[str, Any]]) -> Any:
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: a run's state each time it changes.")
 @click.option("--once", is_flag=True, help="Show the current state once and exit.")
 @click.option("--interval", type=float, default=0.25, show_default=True, help="Seconds between reads.")
+@click.option(
+    "--wait-start",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    metavar="SEC",
+    help="Without --once: how long a RUN that has not started yet is waited for (then: not found).",
+)
 @click.option("--price-table", default=None, help="Price table (default: the default profile's).")
 @store_option
 def watch_cmd(
@@ -193,6 +201,7 @@ def watch_cmd(
     as_json: bool,
     once: bool,
     interval: float,
+    wait_start: float,
     price_table: str | None,
     store: str,
 ) -> None:
@@ -205,7 +214,7 @@ def watch_cmd(
         raise UsageError(f"--interval {interval}: must be a positive number of seconds")
     if sweep is not None and not sweep.is_dir():
         raise NotFound(f"--sweep {sweep}: no such directory")
-    only_stored = stored_only(store, runs)
+    only_stored = _started(store, runs, 0.0 if once else wait_start, interval)
     spool = resolve(store) / "spool"
     price = make_pricer(price_table)
     followers: dict[str, RunFollower] = {}
@@ -400,3 +409,21 @@ def files_cmd(run: str, at: str, between: tuple[str, str] | None, as_json: bool,
 
 
 commands = [watch_cmd, checkout_cmd, files_cmd]
+
+
+def _started(store: str, runs: tuple[str, ...], wait_s: float, interval: float) -> set[str]:
+    """``stored_only`` once every RUN has started: a live watch may begin before the run it watches
+    (``amb watch ID`` beside ``amb-record --run-id ID``), so an unknown run is waited for up to
+    ``wait_s`` seconds before it is not found."""
+    deadline = time.monotonic() + wait_s
+    said = False
+    while True:
+        try:
+            return stored_only(store, runs)
+        except NotFound:
+            if time.monotonic() >= deadline:
+                raise
+            if not said:
+                click.echo(f"amb watch: waiting up to {wait_s:g} s for {', '.join(runs)} to start", err=True)
+                said = True
+            time.sleep(min(interval, max(deadline - time.monotonic(), 0.0)))

@@ -300,7 +300,10 @@ def cancel_cmd(sweep_dir: str, wait_s: float) -> None:
 
     if not (math.isfinite(wait_s) and wait_s >= 0):
         raise UsageError(f"--wait {wait_s}: must be a number of seconds, 0 or more")
-    read_plan(Layout(Path(sweep_dir)))  # a sweep's directory, or one clear line
+    layout = Layout(Path(sweep_dir))
+    if not (layout.root / "executor").is_dir():
+        # No executor state: a sweep's directory only if it holds a plan (else one clear line).
+        read_plan(layout)
     report = cancel(Path(sweep_dir), wait_s=wait_s)
     for line in report:
         click.echo(f"amb sweep cancel: {line}", err=True)

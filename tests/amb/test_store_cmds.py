@@ -143,7 +143,7 @@ def test_schema_outputs():
     kinds = {
         d["properties"]["kind"]["enum"][0]
         for d in schema["$defs"].values()
-        if "kind" in d.get("properties", {})
+        if "enum" in d.get("properties", {}).get("kind", {})  # tagged: an event payload
     }
     assert {"run.started", "model_call.completed", "submission.sealed", "note"} <= kinds
     ddl = amb("schema", "--format", "ddl").stdout
