@@ -190,7 +190,8 @@ def test_the_installed_package_runs_the_main_job(wheel_installed):
 
     version = inst.amb("--version")
     assert version.returncode == 0 and version.stdout.startswith("amb 0.1.0 (amb-recorder"), version.stderr
-    assert re.search(r"events: writes v\d+ ", version.stdout) and "store: migration level core." in version.stdout
+    assert re.search(r"events: writes v\d+ ", version.stdout), version.stdout
+    assert "store: migration level core." in version.stdout
 
     t = time.monotonic()
     doctor = inst.amb("doctor", "--json", timeout=60)
