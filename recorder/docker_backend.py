@@ -475,10 +475,6 @@ class DockerBackend:
         return out
 
     @property
-    def shim_receiver(self) -> ShimReceiver | None:
-        return self._receiver
-
-    @property
     def workspace(self) -> Path | None:
         return self._workspace
 

@@ -46,8 +46,6 @@ from schemas.run_claim import require_free
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from recorder.proxy.server import ProxyServer
-    from recorder.proxy.sink import Sink
 
 __all__ = [
     "AgentView",
@@ -277,9 +275,11 @@ def _collect_garbage(backend: Backend) -> None:
 
 
 class _Recording:
-    """One run from the proxy's start to ``run.finished``. Setting it up starts nothing (an error
-    there is the caller's); ``record`` then takes it through its steps, and whatever happens after
-    the run started, ends it with a ``run.finished`` that says how."""
+    """One run from the proxy's start to ``run.finished``: the recorder's spool, the proxy and its
+    sink, the backend (and the agent's handle once it started), the temp dir. Setting it up starts
+    nothing (an error there is the caller's); ``record`` then takes it through its steps, and
+    whatever happens after the run started, ends it with a ``run.finished`` that says how, and
+    takes down all it set up."""
 
     def __init__(self, spec: RunSpec, backend: Backend, run_id: str, lock: RunLock):
         from recorder.proxy.custody import Custody
@@ -292,56 +292,57 @@ class _Recording:
         self.budget = Budget(self.limits, run_model=spec.model) if self.limits is not None else None
         spec.store.mkdir(parents=True, exist_ok=True)
         self.blobs = BlobStore(spec.store / "blobs")
-        log = _RecorderLog(spec.store, run_id)
+        self.log = _RecorderLog(spec.store, run_id)
         env_source = os.environ if spec.env is None else spec.env
         self.upstreams = upstreams_mod.resolve(spec.upstreams)
         self.custody = Custody.from_env(dict(env_source), self.upstreams)
         # Whoever holds a real key is closed to the agent's reads (/proc environ and mem, ptrace).
         self.guarded = guard_this_process() if self.custody.real else False
-        tmp = lock.make_tempdir(f"amb-{run_id}-")
-        sink = Sink(spec.store, run_id, self.custody, budget=self.budget)
+        self.tmp = lock.make_tempdir(f"amb-{run_id}-")
+        self.sink = Sink(spec.store, run_id, self.custody, budget=self.budget)
         upstream_ca = env_source.get("AMB_UPSTREAM_CA")
-        proxy = ProxyServer(
-            sink,
+        self.proxy = ProxyServer(
+            self.sink,
             upstreams=self.upstreams,
-            confdir=tmp / "ca",
+            confdir=self.tmp / "ca",
             listen_host=backend.proxy_listen_host(),
             upstream_ca=Path(upstream_ca) if upstream_ca else None,
             allow_hosts=spec.allow_hosts,
         )
-        self.parts = _RunParts(log, proxy, sink, backend, tmp, remove_confdir)
+        self.remove_confdir = remove_confdir
+        self.handle: object | None = None
+        self.t0 = time.monotonic()
         self.status, self.exit_code = "recorder_error", 1
         self.reason: str | None = None
 
     def record(self, on_ready: Callable[..., object] | None) -> Outcome:
-        parts = self.parts
         started = False
         try:
-            parts.proxy.start()
+            self.proxy.start()
             view, env = self._prepare_agent()
-            parts.log.append(self._run_started(view))
+            self.log.append(self._run_started(view))
             started = True
             if on_ready is not None:
-                on_ready(dict(parts.proxy.ports), env)
+                on_ready(dict(self.proxy.ports), env)
             self._run_agent(view, env)
         except AmbError as e:
             if not started:
-                parts.cleanup()
+                self.cleanup()
                 raise
             self.status, self.reason = "recorder_error", str(e)
         except BaseException as e:  # stopped, or a recorder bug: close the run properly, then surface it
             if not started:
-                parts.cleanup()
+                self.cleanup()
                 raise
-            parts.finish(*_ended_by(e))
+            self.finish(*_ended_by(e))
             raise
-        return parts.finish(self.status, self.exit_code, self.reason)
+        return self.finish(self.status, self.exit_code, self.reason)
 
     def _prepare_agent(self) -> tuple[AgentView, dict[str, str]]:
         """The backend prepared for the run, and the agent's environment."""
         from recorder.proxy.server import ca_bundle
 
-        spec, backend, proxy = self.spec, self.backend, self.parts.proxy
+        spec, backend, proxy = self.spec, self.backend, self.proxy
         ctx = RunContext(
             run_id=self.run_id,
             store=spec.store,
@@ -352,7 +353,7 @@ class _Recording:
             tier=spec.tier,
             time_limit_s=spec.time_limit_s,
             ca_cert=proxy.ca_cert,
-            ca_bundle=ca_bundle(proxy.ca_cert, self.parts.tmp / "ca-bundle.pem"),
+            ca_bundle=ca_bundle(proxy.ca_cert, self.tmp / "ca-bundle.pem"),
             proxy_ports=dict(proxy.ports),
         )
         view = backend.prepare(ctx)
@@ -390,7 +391,7 @@ class _Recording:
         spec, backend = self.spec, self.backend
         start_ns = time.time_ns()
         try:
-            self.parts.handle = handle = backend.start(list(spec.argv), env)
+            self.handle = handle = backend.start(list(spec.argv), env)
         except AmbError as e:  # like a shell: the command could not be run, exit 127
             self.status, self.exit_code, self.reason = "failed", 127, str(e)
             return
@@ -402,7 +403,7 @@ class _Recording:
         )
         end_ns = time.time_ns()
         self.exit_code = TIMEOUT_EXIT_CODE if self.status == "timeout" else exit_.code
-        self.parts.log.append(
+        self.log.append(
             ProcessExited(
                 pid=backend.pid(handle) or 0,
                 ppid=os.getpid(),
@@ -415,43 +416,6 @@ class _Recording:
                 tracer="recorder",
             )
         )
-
-
-def _ended_by(e: BaseException) -> tuple[str, int, str]:
-    """How a started run ends when the recorder is stopped, or fails, outside the agent's time."""
-    if isinstance(e, (Stopped, KeyboardInterrupt)):  # stopped before the agent started or after it ended
-        name = str(e) if isinstance(e, Stopped) else "SIGINT"
-        signum = signal.Signals.__members__.get(name, signal.SIGTERM)
-        return "killed", 128 + signum, f"amb-record was stopped by {name} while no agent was running"
-    return "recorder_error", 1, f"{type(e).__name__}: {e}"  # a recorder bug
-
-
-def _warn_what_the_agent_sees(backend: Backend, view: AgentView, keys: list[str], guarded: bool) -> None:
-    """At the start of a local run: one line if the agent is not isolated from the user's other
-    processes (and nobody asked for that), one if real keys stay within its reach."""
-    if backend.name != "local":
-        return
-    lines = [unprotected_warning(view.isolation)] if view.isolation is not None else []
-    if keys:
-        isolated = view.isolation is not None and view.isolation.kind != "none"
-        lines.append(local_warning(keys, guarded, isolated=isolated))
-    for line in filter(None, lines):
-        print(f"amb-record: warning: {line}", file=sys.stderr, flush=True)
-
-
-@dataclass
-class _RunParts:
-    """What one run set up and must take down again, whatever happened: the recorder's spool, the
-    proxy and its sink, the backend (and the agent's handle once it started), the temp dir."""
-
-    log: _RecorderLog
-    proxy: ProxyServer
-    sink: Sink
-    backend: Backend
-    tmp: Path
-    remove_confdir: Callable[[Path], None]
-    handle: object | None = None
-    t0: float = field(default_factory=time.monotonic)
 
     def cleanup(self) -> None:
         """Take everything down when the run never started (nothing is written)."""
@@ -513,3 +477,25 @@ class _RunParts:
             counts=counts,
             reason=reason,
         )
+
+
+def _ended_by(e: BaseException) -> tuple[str, int, str]:
+    """How a started run ends when the recorder is stopped, or fails, outside the agent's time."""
+    if isinstance(e, (Stopped, KeyboardInterrupt)):  # stopped before the agent started or after it ended
+        name = str(e) if isinstance(e, Stopped) else "SIGINT"
+        signum = signal.Signals.__members__.get(name, signal.SIGTERM)
+        return "killed", 128 + signum, f"amb-record was stopped by {name} while no agent was running"
+    return "recorder_error", 1, f"{type(e).__name__}: {e}"  # a recorder bug
+
+
+def _warn_what_the_agent_sees(backend: Backend, view: AgentView, keys: list[str], guarded: bool) -> None:
+    """At the start of a local run: one line if the agent is not isolated from the user's other
+    processes (and nobody asked for that), one if real keys stay within its reach."""
+    if backend.name != "local":
+        return
+    lines = [unprotected_warning(view.isolation)] if view.isolation is not None else []
+    if keys:
+        isolated = view.isolation is not None and view.isolation.kind != "none"
+        lines.append(local_warning(keys, guarded, isolated=isolated))
+    for line in filter(None, lines):
+        print(f"amb-record: warning: {line}", file=sys.stderr, flush=True)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -208,15 +207,6 @@ def _media_type(path: str) -> str:
         if lower.endswith(suffix):
             return media
     return "application/octet-stream"
-
-
-def wait_connected(receiver: ShimReceiver, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if receiver.connected.is_set():
-            return True
-        time.sleep(0.01)
-    return receiver.connected.is_set()
 
 
 def _bind_neutral(sock: socket.socket, path: Path) -> None:
