@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from recorder.backend import Backend, Exit
 from recorder.budget import Budget
 
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-"""What amb-record passes on to the agent while it runs."""
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Passed on to the agent while it runs; held while a run closes."""
 POLL_S = 0.05
 
 
@@ -44,7 +43,7 @@ def supervise(
 
     main = threading.current_thread() is threading.main_thread()
     if main:
-        for sig in FORWARDED:
+        for sig in STOP_SIGNALS:
             previous[sig] = signal.signal(sig, forward)
     try:
         exit_, stops = _wait(backend, handle, time_limit_s, grace_s, budget)

@@ -16,10 +16,8 @@ where there is something to record:
   ``/proc`` too. When a seized process dies, the tracer learns its exit status, code or signal.
   A seized process also stops for each signal delivered to it (a shell's ``SIGCHLD``), which is
   passed straight on.
-- A ``connect`` to an IPv4 or IPv6 address is performed by the shim on the caller's own socket
-  (a duplicate from ``pidfd_getfd``: the same open socket, same flags, same namespace), and its
-  result is returned as the syscall's: so the record has the outcome as well as the address
-  (``recorder.shim.connects``).
+- A ``connect`` to an IPv4 or IPv6 address is performed by the shim on the caller's own socket,
+  and its result returned as the syscall's (``recorder.shim.connects``).
 
 Needs: Linux >= 5.9 (pidfd_getfd, ``SECCOMP_USER_NOTIF_FLAG_CONTINUE``), x86_64 or aarch64, the
 right to install a filter (no_new_privs, which the container sets, or CAP_SYS_ADMIN), and
