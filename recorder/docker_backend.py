@@ -25,7 +25,6 @@ import atexit
 import os
 import secrets
 import shutil
-import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -33,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from recorder.backend import AgentView, Exit, RunContext, seal_directory
+from recorder.data_view import public_view
+from recorder.host_firewall import HostFirewall
 from recorder.runlock import RunLock
 from recorder.shim.receiver import ShimReceiver
 from recorder.shim.shim import DEFAULT_CAP
@@ -135,7 +136,7 @@ class DockerBackend:
         """Put on the container beside amb's own (a sweep finds and stops its containers by them)."""
         self._client = client
         self._want_firewall = host_firewall
-        self._firewall: list[list[str]] = []
+        self._firewall = HostFirewall()
         self._network: Any = None  # a docker SDK Network, once created
         self._gateway: str | None = None
         self._ctx: RunContext | None = None
@@ -241,7 +242,7 @@ class DockerBackend:
             for path in [self._workspace, *self._workspace.iterdir()]:
                 os.chown(path, self._uid, self._gid)
         if ctx.data_dir is not None:
-            self._data_mount = self._public_view(Path(ctx.data_dir) / "public")
+            self._data_mount, self._data_view = public_view(Path(ctx.data_dir) / "public", self._tmp)
         ca_dir = self._tmp / "ca"
         ca_dir.mkdir()
         # The container trusts the per-run CA and nothing else: everything it can reach is the proxy.
@@ -262,22 +263,6 @@ class DockerBackend:
             data=CONTAINER_DATA if self._data_mount is not None else None,
         )
 
-    def _public_view(self, public: Path) -> Path:
-        """What is mounted at /data/public: a tree of hard links to ``public`` inside the run's temp
-        directory, so the container's /proc/self/mountinfo names that directory and not where the
-        data lives on the host. Where links cannot be made (another filesystem, files of another
-        user without root) the folder itself is mounted, and ``tool_versions.data_view`` says so."""
-        assert self._tmp is not None
-        view = self._tmp / "public"
-        try:
-            _link_tree(public.resolve(), view)
-            self._data_view = "linked"
-            return view
-        except OSError as e:
-            shutil.rmtree(view, ignore_errors=True)
-            self._data_view = f"bind (its host path shows in the container's mountinfo: {e.strerror or e})"
-            return public.resolve()
-
     def _brief_text(self, ctx: RunContext) -> str | None:
         if self.brief is not None:
             return self.brief
@@ -289,10 +274,25 @@ class DockerBackend:
 
     def start(self, argv: list[str], env: dict[str, str]) -> _Handle:
         import docker.errors
-        import docker.types
 
         assert self._ctx is not None and self._tmp is not None, "prepare() first"
-        ctx = self._ctx
+        # Named before it exists: a stop signal that lands while dockerd creates it still finds it.
+        self._container_name = f"amb-{self._ctx.run_id}-{self._token}"[:63]
+        options = self._container_options(argv, env)
+        try:
+            container = self._container = self.client.containers.create(**options)
+            handle = _Handle(container)
+            container.start()
+        except docker.errors.APIError as e:
+            raise DockerBackendError(f"cannot start the agent container: {e.explanation or e}") from None
+        if self.stream_output:
+            handle.streamer = threading.Thread(target=_stream_output, args=(container,), daemon=True)
+            handle.streamer.start()
+        threading.Thread(target=self._wait_exit, args=(handle,), daemon=True).start()
+        return handle
+
+    def _shim_command(self, argv: list[str]) -> list[str]:
+        """The container's command: the shim, as root, running ``argv`` as the agent's uid."""
         command = [
             "/opt/venv/bin/python",
             "-I",
@@ -321,7 +321,11 @@ class DockerBackend:
             command += ["--outside", path]
         # Docker's API holds UTF-8 text: an argument that is not (any bytes are a Linux argument)
         # would reach the container changed. As hex, each reaches the shim as the bytes it is.
-        command += ["--hex-command", "--", *(os.fsencode(a).hex() for a in argv)]
+        return command + ["--hex-command", "--", *(os.fsencode(a).hex() for a in argv)]
+
+    def _container_options(self, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+        """What the container is created with: its mounts, its confinement and its resources."""
+        assert self._ctx is not None and self._tmp is not None
         volumes = {
             str(self._workspace): {"bind": CONTAINER_WORKSPACE, "mode": "rw"},
             str(self._tmp / "ca"): {"bind": CONTAINER_CA_DIR, "mode": "ro"},
@@ -329,11 +333,9 @@ class DockerBackend:
         }
         if self._data_mount is not None:
             volumes[str(self._data_mount)] = {"bind": CONTAINER_DATA, "mode": "ro"}
-        # Named before it exists: a stop signal that lands while dockerd creates it still finds it.
-        self._container_name = f"amb-{ctx.run_id}-{self._token}"[:63]
-        kwargs: dict = dict(
+        kwargs: dict[str, Any] = dict(
             image=self.image,
-            command=command,
+            command=self._shim_command(argv),
             environment=dict(env),
             network=self._network.name,
             volumes=volumes,
@@ -349,7 +351,7 @@ class DockerBackend:
                 "/home/agent": f"size={self.limits.tmp_size},mode=1777",
                 CONTAINER_SHIM_DIR: "size=16m,mode=0700",
             },
-            labels={**self.extra_labels, "org.amb.run": ctx.run_id, **self._labels},
+            labels={**self.extra_labels, "org.amb.run": self._ctx.run_id, **self._labels},
             name=self._container_name,
             user="0:0",
         )
@@ -361,17 +363,7 @@ class DockerBackend:
             kwargs["pids_limit"] = self.limits.pids
         if self.gpus:
             kwargs["device_requests"] = [_gpu_request(self.gpus)]
-        try:
-            container = self._container = self.client.containers.create(**kwargs)
-            handle = _Handle(container)
-            container.start()
-        except docker.errors.APIError as e:
-            raise DockerBackendError(f"cannot start the agent container: {e.explanation or e}") from None
-        if self.stream_output:
-            handle.streamer = threading.Thread(target=_stream_output, args=(container,), daemon=True)
-            handle.streamer.start()
-        threading.Thread(target=self._wait_exit, args=(handle,), daemon=True).start()
-        return handle
+        return kwargs
 
     def _wait_exit(self, handle: _Handle) -> None:
         try:
@@ -463,13 +455,13 @@ class DockerBackend:
             if self._receiver is not None:
                 self._receiver.close(timeout=5)
         finally:
-            self._remove_firewall()
+            self._firewall.remove()
             self._drop_network()
             if self._tmp is not None:
                 remove_tempdir(self._tmp)
 
     def tool_versions(self) -> dict[str, str]:
-        out = {"image": self.image, "host_firewall": "on" if self._firewall else "off"}
+        out = {"image": self.image, "host_firewall": "on" if self._firewall.rules else "off"}
         out["data_view"] = self._data_view
         if self._gateway and self._ctx is not None:
             # The only address the container may connect to: the auditor calls any other connect the
@@ -484,10 +476,6 @@ class DockerBackend:
         return out
 
     @property
-    def shim_receiver(self) -> ShimReceiver | None:
-        return self._receiver
-
-    @property
     def workspace(self) -> Path | None:
         return self._workspace
 
@@ -499,49 +487,17 @@ class DockerBackend:
     # ---- host firewall ----------------------------------------------------------------------------------
 
     def _apply_firewall(self, ctx: RunContext) -> None:
-        """Refuse whatever the container sends to the host, except to the proxy's ports."""
+        """Refuse whatever the container sends to the host, except to the proxy's ports
+        (``recorder.host_firewall``): when asked to, or by default as root with iptables."""
         want = self._want_firewall
         if want is None:
             want = os.geteuid() == 0 and shutil.which("iptables") is not None
         if not want:
             return
-        bridge = self._network.name
         ports = sorted(set(ctx.proxy_ports.values()))
-        # The comment names the run, so `amb gc` can find the rules of a recorder that was killed.
-        tag = ["-m", "comment", "--comment", f"amb-run:{ctx.run_id}"]
-        # REJECT rather than DROP: a probe gets "connection refused" at once instead of hanging.
-        rules = [["INPUT", "-i", bridge, *tag, "-j", "REJECT"]]
-        rules += [
-            ["INPUT", "-i", bridge, "-p", "tcp", "--dport", str(p), *tag, "-j", "ACCEPT"] for p in ports
-        ]
-        rules.append(
-            [
-                "INPUT",
-                "-i",
-                bridge,
-                "-m",
-                "conntrack",
-                "--ctstate",
-                "ESTABLISHED,RELATED",
-                *tag,
-                "-j",
-                "ACCEPT",
-            ]
-        )
-        for rule in rules:  # each is inserted at the top, so the last inserted is checked first
-            proc = subprocess.run(["iptables", "-w", "-I", *rule], capture_output=True, text=True)
-            if proc.returncode != 0:
-                if self._want_firewall:
-                    self._remove_firewall()
-                    raise DockerBackendError(f"cannot install the host firewall rule: {proc.stderr.strip()}")
-                self._remove_firewall()
-                return
-            self._firewall.append(rule)
-
-    def _remove_firewall(self) -> None:
-        for rule in reversed(self._firewall):
-            subprocess.run(["iptables", "-w", "-D", *rule], capture_output=True)
-        self._firewall.clear()
+        failed = self._firewall.install(self._network.name, ports, ctx.run_id)
+        if failed is not None and self._want_firewall:
+            raise DockerBackendError(f"cannot install the host firewall rule: {failed}")
 
     def _drop_network(self) -> None:
         if self._network is not None:
@@ -564,26 +520,6 @@ def _size(text: str) -> int:
     if text[-1:] in units:
         return int(float(text[:-1]) * units[text[-1]])
     return int(text)
-
-
-def _link_tree(src: Path, dst: Path) -> None:
-    """Recreate ``src`` at ``dst``: directories made, files hard-linked, symbolic links copied as
-    links (they are resolved inside the container, where they cannot reach the host)."""
-    dst.mkdir()
-    for dirpath, dirnames, filenames in os.walk(src):
-        rel = Path(dirpath).relative_to(src)
-        for name in dirnames:
-            s, d = Path(dirpath) / name, dst / rel / name
-            if s.is_symlink():
-                os.symlink(os.readlink(s), d)
-            else:
-                d.mkdir()
-        for name in filenames:
-            s, d = Path(dirpath) / name, dst / rel / name
-            if s.is_symlink():
-                os.symlink(os.readlink(s), d)
-            else:
-                os.link(s, d, follow_symlinks=False)
 
 
 def _gpu_request(spec: str):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recorder.host_firewall import FIREWALL_COMMENT
 from recorder.runlock import owner_alive
 from schemas.tempdirs import (
     ENTRY_PREFIX,
@@ -34,8 +35,6 @@ from schemas.tempdirs import (
     remove_free_lock_file,
     remove_if_empty,
 )
-
-FIREWALL_COMMENT = "amb-run:"
 
 
 @dataclass(frozen=True)

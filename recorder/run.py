@@ -18,11 +18,9 @@ import platform
 import secrets
 import signal
 import sys
-import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,6 +34,7 @@ from recorder.proxy import upstreams as upstreams_mod
 from recorder.proxy.upstreams import Upstream
 from recorder.runlock import RunLock
 from recorder.spool import SpoolWriter, spool_path
+from recorder.supervise import stop_signals_held, supervise
 from recorder.watchdog import Watchdog
 from schemas.blobstore import BlobStore
 from schemas.codec import check_id
@@ -47,8 +46,6 @@ from schemas.run_claim import require_free
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from recorder.proxy.server import ProxyServer
-    from recorder.proxy.sink import Sink
 
 __all__ = [
     "AgentView",
@@ -65,18 +62,16 @@ __all__ = [
 ]
 
 TIMEOUT_EXIT_CODE = 124
+"""What ``timeout(1)`` returns; scripts already know it."""
+
+DEFAULT_GRACE_S = 5.0
+"""Between the time limit's SIGTERM and SIGKILL."""
 
 
 class Stopped(BaseException):
     """A stop signal turned into an exception by whoever runs the recorder (``amb sweep exec``) while
     no agent was running to forward it to: the run is closed as ``killed``, like a run whose agent
     was stopped, not as a recorder failure. The argument is the signal's name."""
-
-
-"""What ``timeout(1)`` returns; scripts already know it."""
-
-DEFAULT_GRACE_S = 5.0
-"""Between the time limit's SIGTERM and SIGKILL."""
 
 
 @dataclass
@@ -240,7 +235,7 @@ def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> O
         claim(lock)
     watchdog = _start_watchdog(lock)
     try:
-        return _record(spec, backend, run_id, lock, on_ready)
+        return _Recording(spec, backend, run_id, lock).record(on_ready)
     finally:
         try:
             lock.release()
@@ -281,93 +276,134 @@ def _collect_garbage(backend: Backend) -> None:
         print(f"amb-record: removed what {whose}: {', '.join(what)}", file=sys.stderr, flush=True)
 
 
-def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_ready) -> Outcome:
-    from recorder.proxy.custody import Custody
-    from recorder.proxy.server import ProxyServer, ca_bundle, remove_confdir
-    from recorder.proxy.sink import Sink
+class _Recording:
+    """One run from the proxy's start to ``run.finished``: the recorder's spool, the proxy and its
+    sink, the backend (and the agent's handle once it started), the temp dir. Setting it up starts
+    nothing (an error there is the caller's); ``record`` then takes it through its steps, and
+    whatever happens after the run started, ends it with a ``run.finished`` that says how, and
+    takes down all it set up."""
 
-    store = spec.store
-    limits = spec.budget if spec.budget is not None and spec.budget.any else None
-    budget = Budget(limits, run_model=spec.model) if limits is not None else None  # (checks the prices)
-    store.mkdir(parents=True, exist_ok=True)
-    blobs = BlobStore(store / "blobs")
-    log = _RecorderLog(store, run_id)
-    env_source = os.environ if spec.env is None else spec.env
-    upstreams = upstreams_mod.resolve(spec.upstreams)
-    custody = Custody.from_env(dict(env_source), upstreams)
-    # Whoever holds a real key is closed to the agent's reads (/proc environ and mem, ptrace).
-    guarded = guard_this_process() if custody.real else False
-    tmp = lock.make_tempdir(f"amb-{run_id}-")
-    confdir = tmp / "ca"
-    sink = Sink(store, run_id, custody, budget=budget)
-    upstream_ca = env_source.get("AMB_UPSTREAM_CA")
-    proxy = ProxyServer(
-        sink,
-        upstreams=upstreams,
-        confdir=confdir,
-        listen_host=backend.proxy_listen_host(),
-        upstream_ca=Path(upstream_ca) if upstream_ca else None,
-        allow_hosts=spec.allow_hosts,
-    )
-    parts = _RunParts(log, proxy, sink, backend, tmp, remove_confdir)
-    status, exit_code, reason = "recorder_error", 1, None
-    started = False
-    try:
-        proxy.start()
-        bundle = ca_bundle(proxy.ca_cert, tmp / "ca-bundle.pem")
+    def __init__(self, spec: RunSpec, backend: Backend, run_id: str, lock: RunLock):
+        from recorder.proxy.custody import Custody
+        from recorder.proxy.server import ProxyServer, remove_confdir
+        from recorder.proxy.sink import Sink
+
+        self.spec, self.backend, self.run_id, self.lock = spec, backend, run_id, lock
+        self.limits = spec.budget if spec.budget is not None and spec.budget.any else None
+        # (Budget checks the prices.)
+        self.budget = Budget(self.limits, run_model=spec.model) if self.limits is not None else None
+        spec.store.mkdir(parents=True, exist_ok=True)
+        self.blobs = BlobStore(spec.store / "blobs")
+        self.log = _RecorderLog(spec.store, run_id)
+        env_source = os.environ if spec.env is None else spec.env
+        self.upstreams = upstreams_mod.resolve(spec.upstreams)
+        self.custody = Custody.from_env(dict(env_source), self.upstreams)
+        # Whoever holds a real key is closed to the agent's reads (/proc environ and mem, ptrace).
+        self.guarded = guard_this_process() if self.custody.real else False
+        self.tmp = lock.make_tempdir(f"amb-{run_id}-")
+        self.sink = Sink(spec.store, run_id, self.custody, budget=self.budget)
+        upstream_ca = env_source.get("AMB_UPSTREAM_CA")
+        self.proxy = ProxyServer(
+            self.sink,
+            upstreams=self.upstreams,
+            confdir=self.tmp / "ca",
+            listen_host=backend.proxy_listen_host(),
+            upstream_ca=Path(upstream_ca) if upstream_ca else None,
+            allow_hosts=spec.allow_hosts,
+        )
+        self.remove_confdir = remove_confdir
+        self.handle: object | None = None
+        self.t0 = time.monotonic()
+        self.status, self.exit_code = "recorder_error", 1
+        self.reason: str | None = None
+
+    def record(self, on_ready: Callable[..., object] | None) -> Outcome:
+        started = False
+        try:
+            self.proxy.start()
+            view, env = self._prepare_agent()
+            self.log.append(self._run_started(view))
+            started = True
+            if on_ready is not None:
+                on_ready(dict(self.proxy.ports), env)
+            self._run_agent(view, env)
+        except AmbError as e:
+            if not started:
+                self.cleanup()
+                raise
+            self.status, self.reason = "recorder_error", str(e)
+        except BaseException as e:  # stopped, or a recorder bug: close the run properly, then surface it
+            if not started:
+                self.cleanup()
+                raise
+            self.finish(*_ended_by(e))
+            raise
+        return self.finish(self.status, self.exit_code, self.reason)
+
+    def _prepare_agent(self) -> tuple[AgentView, dict[str, str]]:
+        """The backend prepared for the run, and the agent's environment."""
+        from recorder.proxy.server import ca_bundle
+
+        spec, backend, proxy = self.spec, self.backend, self.proxy
         ctx = RunContext(
-            run_id=run_id,
-            store=store,
-            blobs=blobs,
+            run_id=self.run_id,
+            store=spec.store,
+            blobs=self.blobs,
             workspace=(spec.workspace or Path.cwd()).resolve(),
             data_dir=spec.data_dir,
             task=spec.task,
             tier=spec.tier,
             time_limit_s=spec.time_limit_s,
             ca_cert=proxy.ca_cert,
-            ca_bundle=bundle,
+            ca_bundle=ca_bundle(proxy.ca_cert, self.tmp / "ca-bundle.pem"),
             proxy_ports=dict(proxy.ports),
         )
         view = backend.prepare(ctx)
-        _warn_what_the_agent_sees(backend, view, list(custody.real.values()), guarded)
-        env = agent_env(view, proxy.ports, custody.placeholders, run_id, upstreams)
+        _warn_what_the_agent_sees(backend, view, list(self.custody.real.values()), self.guarded)
+        env = agent_env(view, proxy.ports, self.custody.placeholders, self.run_id, self.upstreams)
         if spec.task:
             env["AMB_TASK"] = spec.task
         if spec.tier:
             env["AMB_TIER"] = spec.tier
         if view.data is not None:
             env["AMB_DATA"] = view.data
-        log.append(
-            RunStarted(
-                task=spec.task,
-                tier=spec.tier,
-                agent=spec.agent or os_text(os.path.basename(spec.argv[0])),
-                model=spec.model,
-                command=[os_text(a) for a in spec.argv],
-                backend=backend.name,
-                workspace=os_text(view.workspace),
-                time_limit_s=spec.time_limit_s,
-                labels=dict(spec.labels),
-                tool_versions={**tool_versions(), **backend.tool_versions()},
-                budget=limits.record() if limits is not None else None,
-                isolation=view.isolation,
-            )
+        return view, env
+
+    def _run_started(self, view: AgentView) -> RunStarted:
+        spec, backend = self.spec, self.backend
+        return RunStarted(
+            task=spec.task,
+            tier=spec.tier,
+            agent=spec.agent or os_text(os.path.basename(spec.argv[0])),
+            model=spec.model,
+            command=[os_text(a) for a in spec.argv],
+            backend=backend.name,
+            workspace=os_text(view.workspace),
+            time_limit_s=spec.time_limit_s,
+            labels=dict(spec.labels),
+            tool_versions={**tool_versions(), **backend.tool_versions()},
+            budget=self.limits.record() if self.limits is not None else None,
+            isolation=view.isolation,
         )
-        started = True
-        if on_ready is not None:
-            on_ready(dict(proxy.ports), env)
+
+    def _run_agent(self, view: AgentView, env: dict[str, str]) -> None:
+        """Start the agent, supervise it to its end and record that end (the recorder's own view)."""
+        spec, backend = self.spec, self.backend
         start_ns = time.time_ns()
         try:
-            parts.handle = handle = backend.start(list(spec.argv), env)
+            self.handle = handle = backend.start(list(spec.argv), env)
         except AmbError as e:  # like a shell: the command could not be run, exit 127
-            return parts.finish("failed", 127, str(e))
+            self.status, self.exit_code, self.reason = "failed", 127, str(e)
+            return
         if backend.name == "local":
             # Its own process group, whose leftovers the watchdog kills should amb-record be killed.
-            lock.note("agent", {"pgid": backend.pid(handle)})
-        exit_, status, reason = _supervise(backend, handle, spec, budget)
+            self.lock.note("agent", {"pgid": backend.pid(handle)})
+        exit_, self.status, self.reason = supervise(
+            backend, handle, spec.time_limit_s, spec.grace_s, self.budget
+        )
         end_ns = time.time_ns()
-        exit_code = TIMEOUT_EXIT_CODE if status == "timeout" else exit_.code
-        log.append(
+        self.exit_code = TIMEOUT_EXIT_CODE if self.status == "timeout" else exit_.code
+        self.log.append(
             ProcessExited(
                 pid=backend.pid(handle) or 0,
                 ppid=os.getpid(),
@@ -380,152 +416,6 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
                 tracer="recorder",
             )
         )
-    except AmbError as e:
-        if not started:
-            parts.cleanup()
-            raise
-        status, reason = "recorder_error", str(e)
-    except (Stopped, KeyboardInterrupt) as e:  # stopped before the agent started or after it ended
-        if not started:
-            parts.cleanup()
-            raise
-        name = str(e) if isinstance(e, Stopped) else "SIGINT"
-        signum = signal.Signals.__members__.get(name, signal.SIGTERM)
-        parts.finish("killed", 128 + signum, f"amb-record was stopped by {name} while no agent was running")
-        raise
-    except BaseException as e:  # a recorder bug: still close the run properly, then surface it
-        if not started:
-            parts.cleanup()
-            raise
-        parts.finish("recorder_error", 1, f"{type(e).__name__}: {e}")
-        raise
-    return parts.finish(status, exit_code, reason)
-
-
-def _warn_what_the_agent_sees(backend: Backend, view: AgentView, keys: list[str], guarded: bool) -> None:
-    """At the start of a local run: one line if the agent is not isolated from the user's other
-    processes (and nobody asked for that), one if real keys stay within its reach."""
-    if backend.name != "local":
-        return
-    lines = [unprotected_warning(view.isolation)] if view.isolation is not None else []
-    if keys:
-        isolated = view.isolation is not None and view.isolation.kind != "none"
-        lines.append(local_warning(keys, guarded, isolated=isolated))
-    for line in filter(None, lines):
-        print(f"amb-record: warning: {line}", file=sys.stderr, flush=True)
-
-
-def _supervise(
-    backend: Backend, handle: object, spec: RunSpec, budget: Budget | None = None
-) -> tuple[Exit, str, str | None]:
-    """Wait for the agent; forward SIGINT/SIGTERM; enforce the time limit; stop an agent that goes on
-    after its budget refused a call (``--grace`` seconds after the first refusal, as at a time limit)."""
-    received: list[int] = []
-    forwardable = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {}
-
-    def forward(signum: int, _frame: object) -> None:
-        received.append(signum)
-        backend.send_signal(handle, signum)
-
-    main = threading.current_thread() is threading.main_thread()
-    if main:
-        for sig in forwardable:
-            previous[sig] = signal.signal(sig, forward)
-    try:
-        deadline = None if spec.time_limit_s is None else time.monotonic() + spec.time_limit_s
-        timed_out_at: float | None = None
-        budget_stop_at: float | None = None
-        while True:
-            step = 0.05
-            if deadline is not None and timed_out_at is None:
-                step = max(0.0, min(step, deadline - time.monotonic()))
-            exit_ = backend.wait(handle, step)
-            if exit_ is not None:
-                break
-            now = time.monotonic()
-            stopping = timed_out_at if timed_out_at is not None else budget_stop_at
-            refused_at = budget.first_refusal if budget is not None else None
-            if deadline is not None and stopping is None and now >= deadline:
-                timed_out_at = now
-                backend.send_signal(handle, signal.SIGTERM)
-            elif stopping is None and refused_at is not None and now >= refused_at + spec.grace_s:
-                budget_stop_at = now
-                backend.send_signal(handle, signal.SIGTERM)
-            elif stopping is not None and now >= stopping + spec.grace_s:
-                backend.kill(handle)
-                exit_ = backend.wait(handle, None)
-                assert exit_ is not None
-                break
-    finally:
-        if main:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-    how = "SIGKILL after the grace period" if exit_.signal == signal.SIGKILL else "SIGTERM"
-    if timed_out_at is not None:
-        return exit_, "timeout", f"time limit of {spec.time_limit_s:g}s reached; stopped by {how}"
-    if budget_stop_at is not None:
-        return (
-            exit_,
-            "budget_exceeded",
-            f"the agent was still running {spec.grace_s:g}s after its first refused call; stopped by {how}",
-        )
-    if received:
-        names = ", ".join(signal.Signals(s).name for s in received)
-        return exit_, "killed", f"amb-record received {names} and forwarded it to the agent"
-    if exit_.failure is not None:  # the agent's environment ended it (its container ran out of memory)
-        return exit_, "failed", exit_.failure
-    if exit_.lost is not None:  # the backend's record of the agent ended first (its shim died)
-        return exit_, "recorder_error", exit_.lost
-    if exit_.signal is not None:
-        return exit_, "killed", f"the agent was killed by {signal.Signals(exit_.signal).name}"
-    return exit_, ("completed" if exit_.code == 0 else "failed"), None
-
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-@contextmanager
-def _stop_signals_held() -> Iterator[None]:
-    """Stop signals landing inside are held, then delivered to the handlers of before, each once.
-
-    Closing a run takes seconds (the proxy drains, the container is stopped and removed, the
-    submission sealed), and a second stop signal often lands then: a Ray task's cancel forwards
-    SIGTERM, and its worker's death moments later sends another (the stand-in's parent-death
-    signal). Raised inside the close (``amb sweep exec`` turns it into ``Stopped``), it left the
-    run without its ``run.finished``: an unfinished attempt. Python runs signal handlers in the
-    main thread only, so only there can they be replaced; elsewhere nothing is held."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held: list[int] = []
-
-    def hold(signum: int, _frame: object) -> None:
-        held.append(signum)
-
-    previous = {sig: signal.signal(sig, hold) for sig in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-        for signum in dict.fromkeys(held):
-            signal.raise_signal(signum)
-
-
-@dataclass
-class _RunParts:
-    """What one run set up and must take down again, whatever happened: the recorder's spool, the
-    proxy and its sink, the backend (and the agent's handle once it started), the temp dir."""
-
-    log: _RecorderLog
-    proxy: ProxyServer
-    sink: Sink
-    backend: Backend
-    tmp: Path
-    remove_confdir: Callable[[Path], None]
-    handle: object | None = None
-    t0: float = field(default_factory=time.monotonic)
 
     def cleanup(self) -> None:
         """Take everything down when the run never started (nothing is written)."""
@@ -540,8 +430,8 @@ class _RunParts:
 
     def finish(self, status: str, exit_code: int, reason: str | None) -> Outcome:
         """Stop the proxy, seal the submission, take the rest down and write ``run.finished``; a
-        stop signal that lands meanwhile is held until that is done (``_stop_signals_held``)."""
-        with _stop_signals_held():
+        stop signal that lands meanwhile is held until that is done (``supervise.stop_signals_held``)."""
+        with stop_signals_held():
             return self._finish(status, exit_code, reason)
 
     def _finish(self, status: str, exit_code: int, reason: str | None) -> Outcome:
@@ -587,3 +477,25 @@ class _RunParts:
             counts=counts,
             reason=reason,
         )
+
+
+def _ended_by(e: BaseException) -> tuple[str, int, str]:
+    """How a started run ends when the recorder is stopped, or fails, outside the agent's time."""
+    if isinstance(e, (Stopped, KeyboardInterrupt)):  # stopped before the agent started or after it ended
+        name = str(e) if isinstance(e, Stopped) else "SIGINT"
+        signum = signal.Signals.__members__.get(name, signal.SIGTERM)
+        return "killed", 128 + signum, f"amb-record was stopped by {name} while no agent was running"
+    return "recorder_error", 1, f"{type(e).__name__}: {e}"  # a recorder bug
+
+
+def _warn_what_the_agent_sees(backend: Backend, view: AgentView, keys: list[str], guarded: bool) -> None:
+    """At the start of a local run: one line if the agent is not isolated from the user's other
+    processes (and nobody asked for that), one if real keys stay within its reach."""
+    if backend.name != "local":
+        return
+    lines = [unprotected_warning(view.isolation)] if view.isolation is not None else []
+    if keys:
+        isolated = view.isolation is not None and view.isolation.kind != "none"
+        lines.append(local_warning(keys, guarded, isolated=isolated))
+    for line in filter(None, lines):
+        print(f"amb-record: warning: {line}", file=sys.stderr, flush=True)

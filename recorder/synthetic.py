@@ -25,6 +25,7 @@ from schemas.events import (
     FileWritten,
     ModelCallCompleted,
     NetworkRequest,
+    Payload,
     ProcessExited,
     RunFinished,
     RunStarted,
@@ -92,6 +93,20 @@ STEPS = (
 )
 
 
+REPLIES = [
+    "",
+    "Let me check the data first.",
+    "The pilot looks right; running all cases.",
+    "Fixing the import error.",
+]
+"""What the model says beside its tool call (one drawn per call)."""
+FAILED_OUTPUT = (
+    'Traceback (most recent call last):\n  File "<stdin>", line 1\n'
+    "ModuleNotFoundError: No module named 'monai'\n"
+)
+PLAN = b"# Plan\n1. Inspect data\n2. Set up model\n3. Pilot on one case\n4. Full inference\n5. Submit\n"
+
+
 FIRST_START_NS = 1_780_000_000_000_000_000
 """When the run of seed 0 starts (2026-05-28); run ``seed`` starts two hours per seed later."""
 SEED_STEP_NS = 7_200_000_000_000
@@ -145,58 +160,83 @@ def generate_run(
 def _write_run(
     store: str | os.PathLike[str], run_id: str, seed: int, calls: int, processes_per_call: int, sync: bool
 ) -> Generated:
-    rng = random.Random(seed)
-    root = Path(store)
-    blobs = BlobStore(root / "blobs")
-    task = TASKS[seed % len(TASKS)]
-    model = MODELS[seed % len(MODELS)]
-    tier = "lite" if seed % 2 == 0 else "standard"
-    tick = _clock(rng, FIRST_START_NS + seed * SEED_STEP_NS)
-    writers = {
-        s: SpoolWriter(spool_path(root, run_id, s), run_id, s, sync=sync)
-        for s in ("recorder", "proxy", "shim")
-    }
-    counts = {"events": 0, "blobs": 0}
+    run = _Run(store, run_id, seed, processes_per_call, sync)
+    started = run.tick()
+    run.emit("recorder", run.run_started(), ts=started)
+    run.cases = [f"case_{i:05d}" for i in range(run.rng.randint(3, 8))]
+    for turn in range(calls):
+        last = turn == calls - 1
+        tool_call_id, language, code = run.model_call(turn, last)
+        if last:
+            break
+        run.execution(turn, tool_call_id, language, code)
+    run.finish(started)
+    return Generated(run_id, run.events, run.blob_count)
 
-    def put(data: bytes, media_type: str, base: BlobRef | None = None) -> BlobRef:
-        counts["blobs"] += 1
-        return blobs.put(data, media_type, sync=sync, base=base)
 
-    def emit(source: str, payload, ts: int | None = None) -> None:
-        writers[source].append(payload, ts_ns=tick() if ts is None else ts)
-        counts["events"] += 1
+class _Run:
+    """One synthetic run being written: its spools and blobs, its clock, and the conversation so
+    far. Every random draw comes from one generator in a fixed order, so a seed gives the same run
+    (content and timestamps) every time."""
 
-    started = tick()
-    emit(
-        "recorder",
-        RunStarted(
-            task=task,
-            tier=tier,
+    def __init__(
+        self, store: str | os.PathLike[str], run_id: str, seed: int, processes_per_call: int, sync: bool
+    ):
+        root = Path(store)
+        self.run_id, self.seed, self.processes_per_call, self.sync = run_id, seed, processes_per_call, sync
+        self.rng = random.Random(seed)
+        self.blobs = BlobStore(root / "blobs")
+        self.task = TASKS[seed % len(TASKS)]
+        self.model = MODELS[seed % len(MODELS)]
+        self.tier = "lite" if seed % 2 == 0 else "standard"
+        self.tick = _clock(self.rng, FIRST_START_NS + seed * SEED_STEP_NS)
+        self.writers = {
+            s: SpoolWriter(spool_path(root, run_id, s), run_id, s, sync=sync)
+            for s in ("recorder", "proxy", "shim")
+        }
+        self.events = self.blob_count = 0
+        brief = f"# Task {self.task} ({self.tier})\n" + (
+            "Segment the organ and lesion for every case; write agents_outputs/<case>/... " * 20
+        )
+        self.messages: list[dict] = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": brief},
+        ]
+        self.pending_results: list[tuple[str, str]] = []
+        self.request_ref: BlobRef | None = None
+        self.response_ref: BlobRef | None = None
+        self.cases: list[str] = []
+        self.written: dict[str, tuple[int, str]] = {}
+        self.pid = 100
+
+    def put(self, data: bytes, media_type: str, base: BlobRef | None = None) -> BlobRef:
+        self.blob_count += 1
+        return self.blobs.put(data, media_type, sync=self.sync, base=base)
+
+    def emit(self, source: str, payload: Payload, ts: int | None = None) -> None:
+        self.writers[source].append(payload, ts_ns=self.tick() if ts is None else ts)
+        self.events += 1
+
+    def run_started(self) -> RunStarted:
+        return RunStarted(
+            task=self.task,
+            tier=self.tier,
             agent="synthetic-agent",
-            model=model,
-            command=["amb-agent", "--model", model],
+            model=self.model,
+            command=["amb-agent", "--model", self.model],
             backend="synthetic",
             workspace="/workspace",
             time_limit_s=3600.0,
-            labels={"repeat": str(seed % 3), "generator": "synthetic"},
+            labels={"repeat": str(self.seed % 3), "generator": "synthetic"},
             tool_versions={"amb": "0.1.0"},
-        ),
-        ts=started,
-    )
-    brief = f"# Task {task} ({tier})\n" + (
-        "Segment the organ and lesion for every case; write agents_outputs/<case>/... " * 20
-    )
-    messages: list[dict] = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": brief}]
-    pending_results: list[tuple[str, str]] = []
-    request_ref: BlobRef | None = None
-    response_ref: BlobRef | None = None
-    cases = [f"case_{i:05d}" for i in range(rng.randint(3, 8))]
-    written: dict[str, tuple[int, str]] = {}
-    pid = 100
-    for turn in range(calls):
-        call_id = f"{run_id}-c{turn:03d}"
-        for tool_call_id, output in pending_results:
-            emit(
+        )
+
+    def model_call(self, turn: int, last: bool) -> tuple[str, str, str]:
+        """The results of the last turn's tool call, then one model call asking for the next (the
+        last one submits); returns the tool call's id, language and code."""
+        call_id = f"{self.run_id}-c{turn:03d}"
+        for tool_call_id, output in self.pending_results:
+            self.emit(
                 "proxy",
                 ToolCallResult(
                     tool_call_id=tool_call_id,
@@ -206,75 +246,36 @@ def _write_run(
                     is_error="Traceback" in output,
                 ),
             )
-        pending_results = []
-        request = json.dumps(
-            {
-                "model": model,
-                "messages": messages,
-                "tools": [
-                    {"type": "function", "function": {"name": "execute_code"}},
-                    {"type": "function", "function": {"name": "submit_results"}},
-                ],
-            }
-        ).encode()
-        last = turn == calls - 1
+        self.pending_results = []
+        request = _request_body(self.model, self.messages)
         language, code = STEPS[turn % len(STEPS)]
         code = code + f"\n# step {turn}"
-        tool_call_id = f"call_{seed}_{turn}"
+        tool_call_id = f"call_{self.seed}_{turn}"
         name = "submit_results" if last else "execute_code"
         arguments = json.dumps({} if last else {"language": language, "code": code})
-        text = rng.choice(
-            [
-                "",
-                "Let me check the data first.",
-                "The pilot looks right; running all cases.",
-                "Fixing the import error.",
-            ]
-        )
-        response = json.dumps(
-            {
-                "id": call_id,
-                "object": "chat.completion",
-                "model": model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "finish_reason": "tool_calls",
-                        "message": {
-                            "role": "assistant",
-                            "content": text or None,
-                            "tool_calls": [
-                                {
-                                    "id": tool_call_id,
-                                    "type": "function",
-                                    "function": {"name": name, "arguments": arguments},
-                                }
-                            ],
-                        },
-                    }
-                ],
-            }
-        ).encode()
+        text = self.rng.choice(REPLIES)
+        response = _response_body(call_id, self.model, text, tool_call_id, name, arguments)
         # Each request extends the one before, and responses look alike: stored as deltas against
         # the previous of each, as the proxy stores them.
-        request_ref = put(request, "application/json", base=request_ref)
+        self.request_ref = self.put(request, "application/json", base=self.request_ref)
         input_tokens = len(request) // 4
-        cached = input_tokens - rng.randint(200, 900) if turn else 0
-        output_tokens = rng.randint(40, 600)
-        t0 = tick(1, 5)
-        emit(
+        cached = input_tokens - self.rng.randint(200, 900) if turn else 0
+        output_tokens = self.rng.randint(40, 600)
+        t0 = self.tick(1, 5)
+        self.response_ref = self.put(response, "application/json", base=self.response_ref)
+        self.emit(
             "proxy",
             ModelCallCompleted(
                 call_id=call_id,
                 provider="openai",
                 api="chat.completions",
-                model=model,
+                model=self.model,
                 stream=turn % 2 == 0,
                 url="https://api.openai.com/v1/chat/completions",
                 status=200,
                 ok=True,
-                request=request_ref,
-                response=(response_ref := put(response, "application/json", base=response_ref)),
+                request=self.request_ref,
+                response=self.response_ref,
                 message=AssistantMessage(
                     text=text, tool_calls=[ToolCallPart(id=tool_call_id, name=name, arguments=arguments)]
                 ),
@@ -286,77 +287,35 @@ def _write_run(
                     reasoning=output_tokens // 3,
                 ),
                 started_ns=t0,
-                ttfb_ms=rng.uniform(200, 1500),
-                latency_ms=rng.uniform(1500, 20000),
+                ttfb_ms=self.rng.uniform(200, 1500),
+                latency_ms=self.rng.uniform(1500, 20000),
             ),
         )
-        emit(
+        self.emit(
             "proxy",
             ToolCallRequested(
                 tool_call_id=tool_call_id, name=name, arguments=arguments, model_call_id=call_id
             ),
         )
-        messages.append(
+        self.messages.append(
             {
                 "role": "assistant",
                 "content": text,
                 "tool_calls": [{"id": tool_call_id, "function": {"name": name, "arguments": arguments}}],
             }
         )
-        if last:
-            break
-        # The execution the shim sees: the interpreter, plus helpers it spawns.
-        failed = rng.random() < 0.12
-        output = (
-            (
-                'Traceback (most recent call last):\n  File "<stdin>", line 1\nModuleNotFoundError: No '
-                "module named 'monai'\n"
-            )
-            if failed
-            else f"ok step {turn}\n" + "x" * rng.randint(10, 1500)
-        )
-        parent = pid
-        for k in range(processes_per_call):
-            pid += 1
-            start = tick(1, 20)
-            argv = (
-                ["python3", "-c", code]
-                if (k == 0 and language == "python")
-                else ["bash", "-lc", code]
-                if k == 0
-                else ["python3", "-c", f"import sys; sys.exit({int(failed and k == 1)})"]
-            )
-            emit(
-                "shim",
-                ProcessExited(
-                    pid=pid,
-                    ppid=parent if k else 1,
-                    argv=[os_text(a) for a in argv],
-                    cwd="/workspace",
-                    start_ns=start,
-                    end_ns=tick(5, 3000),
-                    exit_code=1 if failed and k == 0 else 0,
-                    tracer="synthetic",
-                ),
-            )
+        return tool_call_id, language, code
+
+    def execution(self, turn: int, tool_call_id: str, language: str, code: str) -> None:
+        """What the shim sees of one tool call: the interpreter and the helpers it spawns, the
+        files it writes, a download; its output becomes the next request's tool result."""
+        failed = self.rng.random() < 0.12
+        output = FAILED_OUTPUT if failed else f"ok step {turn}\n" + "x" * self.rng.randint(10, 1500)
+        self._processes(language, code, failed)
         if "plan/plan.md" in code:
-            content = (
-                b"# Plan\n1. Inspect data\n2. Set up model\n3. Pilot on one case\n4. Full inference\n5. "
-                b"Submit\n"
-            )
-            emit(
-                "shim",
-                FileWritten(
-                    path="plan/plan.md",
-                    op="created",
-                    size=len(content),
-                    sha256=digest(content),
-                    content=put(content, "text/markdown"),
-                ),
-            )
-            written["plan/plan.md"] = (len(content), digest(content))
+            self._file("plan/plan.md", PLAN, "text/markdown", op="created")  # (rewritten whole)
         if "pip install" in code:
-            emit(
+            self.emit(
                 "shim",
                 NetworkRequest(
                     method="GET",
@@ -365,44 +324,112 @@ def _write_run(
                     port=443,
                     path="/simple/monai/",
                     status=200,
-                    response_bytes=rng.randint(2000, 90000),
-                    duration_ms=rng.uniform(20, 300),
+                    response_bytes=self.rng.randint(2000, 90000),
+                    duration_ms=self.rng.uniform(20, 300),
                 ),
             )
         if "run_case" in code:
-            for case in cases[: 1 if "pilot" in code else None]:
+            for case in self.cases[: 1 if "pilot" in code else None]:
                 for part in ("organ", "lesion"):
-                    path = f"agents_outputs/{case}/{part}.nii.gz"
-                    content = rng.randbytes(rng.randint(300, 3000))
-                    op = "modified" if path in written else "created"
-                    emit(
-                        "shim",
-                        FileWritten(
-                            path=path,
-                            op=op,
-                            size=len(content),
-                            sha256=digest(content),
-                            content=put(content, "application/gzip"),
-                        ),
-                    )
-                    written[path] = (len(content), digest(content))
-            if rng.random() < 0.3:
-                emit("shim", FileDeleted(path="agents_outputs/tmp.log"))
-        messages.append({"role": "tool", "tool_call_id": tool_call_id, "content": output})
-        pending_results.append((tool_call_id, output))
-    files = [SealedFile(path=p, size=s, sha256=d) for p, (s, d) in sorted(written.items())]
-    emit("recorder", SubmissionSealed(root="/workspace", files=files))
-    finished = tick()
-    emit(
-        "recorder",
-        RunFinished(
-            status="completed",
-            exit_code=0,
-            duration_s=(finished - started) / 1e9,
-            counts={s: w.next_seq for s, w in writers.items()},
-        ),
-        ts=finished,
-    )
-    for w in writers.values():
-        w.close()
-    return Generated(run_id, counts["events"], counts["blobs"])
+                    content = self.rng.randbytes(self.rng.randint(300, 3000))
+                    self._file(f"agents_outputs/{case}/{part}.nii.gz", content, "application/gzip")
+            if self.rng.random() < 0.3:
+                self.emit("shim", FileDeleted(path="agents_outputs/tmp.log"))
+        self.messages.append({"role": "tool", "tool_call_id": tool_call_id, "content": output})
+        self.pending_results.append((tool_call_id, output))
+
+    def _processes(self, language: str, code: str, failed: bool) -> None:
+        parent = self.pid
+        for k in range(self.processes_per_call):
+            self.pid += 1
+            start = self.tick(1, 20)
+            argv = (
+                ["python3", "-c", code]
+                if (k == 0 and language == "python")
+                else ["bash", "-lc", code]
+                if k == 0
+                else ["python3", "-c", f"import sys; sys.exit({int(failed and k == 1)})"]
+            )
+            self.emit(
+                "shim",
+                ProcessExited(
+                    pid=self.pid,
+                    ppid=parent if k else 1,
+                    argv=[os_text(a) for a in argv],
+                    cwd="/workspace",
+                    start_ns=start,
+                    end_ns=self.tick(5, 3000),
+                    exit_code=1 if failed and k == 0 else 0,
+                    tracer="synthetic",
+                ),
+            )
+
+    def _file(self, path: str, content: bytes, media_type: str, op: str | None = None) -> None:
+        op = op or ("modified" if path in self.written else "created")
+        sha = digest(content)
+        self.emit(
+            "shim",
+            FileWritten(
+                path=path, op=op, size=len(content), sha256=sha, content=self.put(content, media_type)
+            ),
+        )
+        self.written[path] = (len(content), sha)
+
+    def finish(self, started: int) -> None:
+        files = [SealedFile(path=p, size=s, sha256=d) for p, (s, d) in sorted(self.written.items())]
+        self.emit("recorder", SubmissionSealed(root="/workspace", files=files))
+        finished = self.tick()
+        self.emit(
+            "recorder",
+            RunFinished(
+                status="completed",
+                exit_code=0,
+                duration_s=(finished - started) / 1e9,
+                counts={s: w.next_seq for s, w in self.writers.items()},
+            ),
+            ts=finished,
+        )
+        for w in self.writers.values():
+            w.close()
+
+
+def _request_body(model: str, messages: list[dict]) -> bytes:
+    return json.dumps(
+        {
+            "model": model,
+            "messages": messages,
+            "tools": [
+                {"type": "function", "function": {"name": "execute_code"}},
+                {"type": "function", "function": {"name": "submit_results"}},
+            ],
+        }
+    ).encode()
+
+
+def _response_body(
+    call_id: str, model: str, text: str, tool_call_id: str, name: str, arguments: str
+) -> bytes:
+    return json.dumps(
+        {
+            "id": call_id,
+            "object": "chat.completion",
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {
+                        "role": "assistant",
+                        "content": text or None,
+                        "tool_calls": [
+                            {
+                                "id": tool_call_id,
+                                "type": "function",
+                                "function": {"name": name, "arguments": arguments},
+                            }
+                        ],
+                    },
+                }
+            ],
+        }
+    ).encode()

@@ -1,8 +1,8 @@
 """The blob pass of ``amb verify``, started before the database has found which blobs it must check.
 
-The pass (``BlobStore.verified_records``: every pack streamed, each record decompressed and
+The pass (``schemas.blobverify.verified_records``: every pack streamed, each record decompressed and
 re-hashed) does not need the list of referenced blobs, only the judging after it does
-(``BlobStore.judge``: each referenced blob passes if the record a read would use passed). So it
+(``blobverify.judge``: each referenced blob passes if the record a read would use passed). So it
 starts at once, beside the database's scan of the events that finds the references, and is handed
 them when they are known (``BlobPass.result``).
 
@@ -34,7 +34,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
 
-from schemas.blobstore import BlobStore, VerifiedRecords
+from schemas import blobverify
+from schemas.blobstore import BlobStore
+from schemas.blobverify import VerifiedRecords
 
 Progress = Callable[[int, int], None]
 
@@ -56,17 +58,19 @@ class BlobPass:
                 _read_child, self._child, progress
             )
         else:
-            self._records: Future[VerifiedRecords] = self._pool.submit(blobs.verified_records, progress)
+            self._records: Future[VerifiedRecords] = self._pool.submit(
+                blobverify.verified_records, blobs, progress
+            )
 
     def result(self, addresses: list[str]) -> dict[str, str]:
         """The reason for each of ``addresses`` that is missing or damaged."""
         try:
             if self._child is None:
-                return self.blobs.judge(addresses, self._records.result())
+                return blobverify.judge(self.blobs, addresses, self._records.result())
             assert self._child.stdin is not None  # a pipe
             _feed(self._child.stdin, addresses)
             found = self._answer.result()
-            return self.blobs.verify_many(addresses, self.progress) if found is None else found
+            return blobverify.verify_many(self.blobs, addresses, self.progress) if found is None else found
         finally:
             self.cancel()
 
@@ -115,7 +119,7 @@ def _read_child(child: subprocess.Popen[bytes], progress: Progress | None) -> di
 
 
 def verify_apart(blobs: BlobStore, addresses: list[str], progress: Progress | None = None) -> dict[str, str]:
-    """``blobs.verify_many(addresses, progress)``, computed in a child process."""
+    """``blobverify.verify_many(blobs, addresses, progress)``, computed in a child process."""
     return BlobPass(blobs, progress, apart=True).result(addresses)
 
 
@@ -135,8 +139,8 @@ def main(root: str) -> None:
         out.flush()
 
     blobs = BlobStore(root)
-    records = blobs.verified_records(report)
-    problems = blobs.judge(sys.stdin.read().split(), records)
+    records = blobverify.verified_records(blobs, report)
+    problems = blobverify.judge(blobs, sys.stdin.read().split(), records)
     out.write(json.dumps({"problems": problems}) + "\n")
     out.flush()
 

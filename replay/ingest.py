@@ -4,10 +4,11 @@ The spool format (``schemas.frames``) is one ``LENGTH TAB SHA256 TAB BODY`` line
 DuckDB's CSV reader can stream every changed spool in one pass and the checks run vectorised,
 never one event at a time in Python:
 
-- per event, inside the streaming ``INSERT ... SELECT`` (a failed check raises through DuckDB's
-  ``error()``): the length prefix and the sha256 checksum of the body; the body is exactly the
-  canonical body rebuilt from the columns being stored (its prefix and suffix are compared with
-  the rebuilt ones; the payload is the substring between them); run and source match the file;
+- per event, inside the streaming ``INSERT ... SELECT`` (``replay.ingest_sql``; a failed check
+  raises through DuckDB's ``error()``): the length prefix and the sha256 checksum of the body;
+  the body is exactly the canonical body rebuilt from the columns being stored (its prefix and
+  suffix are compared with the rebuilt ones; the payload is the substring between them); run
+  and source match the file;
   the kind is known and its version not newer than this amb reads; an event already stored under
   the same ``(run_id, source, seq)`` with another hash is a conflict (a forked or edited spool);
 - per (run, source), after the insert and in the same transaction: seqs run 0, 1, 2, ... with no
@@ -45,14 +46,13 @@ import duckdb
 import pyarrow as pa
 import zstandard
 
-from replay import hot, spools
+from replay import ingest_sql, spools
 from replay.manifest import BLOB_MARK, write_manifests
 from replay.store import Store, first
 from schemas.blobpack import materialise, packs_in
-from schemas.codec import GENESIS, ID_RE, current_version, decode_body
+from schemas.codec import ID_RE, current_version, decode_body
 from schemas.errors import AmbError, IngestConflict, SchemaError, SpoolError
-from schemas.events import KINDS
-from schemas.frames import MAGIC, MAX_BODY, Tail, scan, tail_of
+from schemas.frames import MAGIC, Tail, scan, tail_of
 from schemas.tempdirs import tempdir
 
 BATCH_FILES = 3000
@@ -189,100 +189,6 @@ def _materialise_packs(store: Store, run_dirs: set[Path]) -> tuple[int, list[Fil
     return created, torn
 
 
-def _kinds_sql() -> str:
-    """Each known kind, the newest version this amb reads, and how its canonical body begins."""
-    return ", ".join(
-        f"""('{kind}', {cls.VERSION}, '{{"kind":"{kind}","payload":')"""
-        for kind, cls in sorted(KINDS.items())
-    )
-
-
-_HOT_NAMES = ", ".join(c.name for c in hot.HOT_COLUMNS)
-_HOT_FROM_BODY = "".join(f", {hot.cast(f'x[{8 + i}]', c)} AS {c.name}" for i, c in enumerate(hot.HOT_COLUMNS))
-"""The hot columns, from the same parse of each body that reads its envelope (``replay.hot``)."""
-
-_INSERT = f"""
-INSERT INTO events (run_id, source, seq, kind, v, ts_ns, payload, prev_hash, hash, {_HOT_NAMES})
-SELECT run_id, source, seq, kind, v, ts_ns, payload, prev_hash,
-       CASE WHEN bad IS NOT NULL
-                THEN error(concat('spool ', $keys[file + 1], ': seq ', coalesce(seq_text, '?'), ': ', bad))
-            WHEN stored IS NOT NULL AND stored <> hash
-                THEN error(concat('CONFLICT spool ', $keys[file + 1], ': seq ', seq_text,
-                     ': the spool differs from the event already stored under this key',
-                     ' (forked or edited spool)'))
-            ELSE hash END,
-       {_HOT_NAMES}
-FROM (
-    SELECT p.*, {{stored_hash}} AS stored,
-           CASE WHEN strlen(p.body) <> p.len THEN 'frame length mismatch'
-                WHEN sha256(p.body) <> p.digest THEN 'checksum mismatch'
-                WHEN p.run_id IS DISTINCT FROM $runs[p.file + 1]
-                  OR p.source IS DISTINCT FROM $sources[p.file + 1]
-                    THEN 'event belongs to ' || coalesce(p.run_id, '?') || '/' || coalesce(p.source, '?')
-                WHEN k.max_v IS NULL THEN 'UNKNOWN unknown event kind ' || coalesce(p.kind, '?')
-                WHEN p.v > k.max_v
-                    THEN 'NEWER ' || p.kind || ' v' || p.v || ' is newer than this amb (v' || k.max_v
-                         || '); upgrade amb'
-                WHEN NOT starts_with(p.body, k.body_start)
-                  OR NOT ends_with(p.body, p.tail_text) THEN 'not a canonical event body'
-           END AS bad
-    FROM (
-        SELECT t.*,
-               substr(t.body, length(t.kind) + 22,
-                      length(t.body) - length(t.kind) - 21 - length(t.tail_text)) AS payload
-        FROM (
-            SELECT c.file, c.len, c.digest, c.body,
-                   x[1] AS kind, x[2] AS prev_hash, x[3] AS run_id, x[4] AS seq_text,
-                   TRY_CAST(x[4] AS BIGINT) AS seq,
-                   x[5] AS source, TRY_CAST(x[6] AS BIGINT) AS ts_ns, TRY_CAST(x[7] AS INTEGER) AS v,
-                   concat('sha256:', c.digest) AS hash{_HOT_FROM_BODY},
-                   concat(',"prev_hash":"', x[2], '","run_id":"', x[3], '","seq":', TRY_CAST(x[4] AS BIGINT),
-                          ',"source":"', x[5], '","ts_ns":', TRY_CAST(x[6] AS BIGINT),
-                          ',"v":', TRY_CAST(x[7] AS INTEGER), '}}') AS tail_text
-            FROM (
-                SELECT CAST(file_index AS BIGINT) AS file, len, digest, body,
-                       json_extract_string(
-                           body,
-                           ['$.kind', '$.prev_hash', '$.run_id', '$.seq', '$.source', '$.ts_ns', '$.v',
-                            {", ".join(repr(p) for p in hot.body_paths())}]
-                       ) AS x
-                FROM read_csv($files, delim = '\t', quote = '', escape = '', header = false, skip = 1,
-                              auto_detect = false, max_line_size = {2 * MAX_BODY},
-                              columns = {{'len': 'BIGINT', 'digest': 'VARCHAR', 'body': 'VARCHAR'}})
-            ) AS c
-        ) AS t
-    ) AS p
-    LEFT JOIN (VALUES {_kinds_sql()}) AS k(kind, max_v, body_start) ON k.kind = p.kind
-    {{stored_join}}
-) AS checked
-WHERE stored IS NULL OR stored <> hash
-"""
-
-_STORED_JOIN = """LEFT JOIN (
-               SELECT run_id, source, seq, hash FROM events WHERE run_id IN (SELECT run_id FROM _amb_files)
-           ) AS e ON e.run_id = p.run_id AND e.source = p.source AND e.seq = p.seq"""
-"""Events already stored for the batch's runs: skipped if identical, a conflict if not. Left out
-when none of the batch's runs has stored events (the usual first ingest), which saves a join."""
-
-_SEQUENCE_CHECK = """
-SELECT run_id, source, n, n_distinct, lo, hi FROM (
-    SELECT e.run_id, e.source, count(*) AS n, count(DISTINCT e.seq) AS n_distinct,
-           min(e.seq) AS lo, max(e.seq) AS hi
-    FROM events e SEMI JOIN _amb_files f ON f.run_id = e.run_id AND f.source = e.source
-    GROUP BY ALL
-) WHERE n <> n_distinct OR lo <> 0 OR hi <> n - 1
-ORDER BY run_id, source LIMIT 1
-"""
-
-_CHAIN_CHECK = f"""
-SELECT s.run_id, s.source, s.seq FROM events s
-SEMI JOIN _amb_files f ON f.run_id = s.run_id AND f.source = s.source
-LEFT JOIN events p ON p.run_id = s.run_id AND p.source = s.source AND p.seq = s.seq - 1
-WHERE s.prev_hash <> coalesce(p.hash, '{GENESIS}')
-ORDER BY s.run_id, s.source, s.seq LIMIT 1
-"""
-
-
 def _explain(files: list[_Spool], error: duckdb.Error) -> AmbError:
     """Turn a failed bulk statement into one precise error, re-reading the batch in Python."""
     text = str(error)
@@ -402,20 +308,11 @@ def _load(store: Store, files: list[_Spool], blob_marks: dict[str, int]) -> int:
 
 
 def _load_once(store: Store, files: list[_Spool], blob_marks: dict[str, int]) -> int:
+    """One transaction: the bulk insert of the readable spools, the checks of what it stored, and
+    the record of every spool in ``spool_files``. Returns how many events were added."""
     con = store.con
     readable = [f for f in files if f.readable]
-    con.register(
-        "_amb_files_arrow",
-        pa.table(
-            {
-                "idx": pa.array(range(len(readable)), pa.int64()),
-                "key": [f.key for f in readable],
-                "readable": [f.readable for f in readable],
-                "run_id": [f.run_id for f in readable],
-                "source": [f.source for f in readable],
-            }
-        ),
-    )
+    con.register("_amb_files_arrow", _files_table(readable))
     # Row order in the table carries no meaning (seq does), so let DuckDB load in parallel freely.
     con.execute("SET preserve_insertion_order = false")
     con.execute("BEGIN TRANSACTION")
@@ -423,68 +320,9 @@ def _load_once(store: Store, files: list[_Spool], blob_marks: dict[str, int]) ->
         con.execute("CREATE OR REPLACE TEMP TABLE _amb_files AS SELECT * FROM _amb_files_arrow")
         added = 0
         if readable:
-            try:
-                seen = first(
-                    con.execute(
-                        "SELECT 1 FROM events WHERE run_id IN (SELECT run_id FROM _amb_files) LIMIT 1"
-                    )
-                )
-                sql = _INSERT.replace("{stored_join}", _STORED_JOIN if seen else "").replace(
-                    "{stored_hash}", "e.hash" if seen else "NULL::VARCHAR"
-                )
-                with ThreadPoolExecutor(1) as counting:
-                    marks = counting.submit(_blob_marks, readable)
-                    added = _insert(con, sql, readable)
-                    blob_marks.update(marks.result())
-            except duckdb.Error as e:
-                changed = _changed(readable)
-                if changed:
-                    raise _Changed(", ".join(changed)) from e
-                raise _explain(readable, e) from e
-            changed = _changed(readable)
-            if changed:  # what was loaded (and counted) of them may not be what _prepare saw
-                raise _Changed(", ".join(changed))
-            bad = first(con.execute(_SEQUENCE_CHECK))
-            if bad:
-                run_id, source, n, distinct, lo, hi = bad
-                what = (
-                    "duplicate seq"
-                    if n != distinct
-                    else f"seq starts at {lo}"
-                    if lo
-                    else f"sequence gap ({n} events, last seq {hi})"
-                )
-                raise SpoolError(f"spool {run_id}/{source}: {what}")
-            bad = first(con.execute(_CHAIN_CHECK))
-            if bad:
-                raise SpoolError(
-                    f"spool {bad[0]}/{bad[1]}: seq {bad[2]}: broken chain (prev_hash is not the hash "
-                    f"of seq {bad[2] - 1})"
-                )
-        con.register(
-            "_amb_all_files",
-            pa.table(
-                {
-                    "key": [f.key for f in files],
-                    "run_id": [f.run_id for f in files],
-                    "source": [f.source for f in files],
-                    "size": pa.array([f.size for f in files], pa.int64()),
-                    "torn": pa.array([f.tail.length if f.tail else 0 for f in files], pa.int64()),
-                }
-            ),
-        )
-        con.execute(
-            """
-            INSERT OR REPLACE INTO spool_files
-            SELECT f.key, f.run_id, f.source, f.size, coalesce(s.n, 0), s.last_hash, f.torn, now()
-            FROM _amb_all_files f
-            LEFT JOIN (SELECT e.run_id, e.source, count(*) AS n, arg_max(e.hash, e.seq) AS last_hash
-                       FROM events e SEMI JOIN _amb_all_files a ON a.run_id = e.run_id AND a.source = e.source
-                       GROUP BY ALL) s
-              ON s.run_id = f.run_id AND s.source = f.source
-            """
-        )
-        con.unregister("_amb_all_files")
+            added = _insert_checked(con, readable, blob_marks)
+            _check_sequences(con)
+        _record_files(con, files)
         con.execute("COMMIT")
         return added
     except BaseException:
@@ -492,6 +330,83 @@ def _load_once(store: Store, files: list[_Spool], blob_marks: dict[str, int]) ->
         raise
     finally:
         con.unregister("_amb_files_arrow")
+
+
+def _files_table(readable: list[_Spool]) -> pa.Table:
+    return pa.table(
+        {
+            "idx": pa.array(range(len(readable)), pa.int64()),
+            "key": [f.key for f in readable],
+            "readable": [f.readable for f in readable],
+            "run_id": [f.run_id for f in readable],
+            "source": [f.source for f in readable],
+        }
+    )
+
+
+def _insert_checked(
+    con: duckdb.DuckDBPyConnection, readable: list[_Spool], blob_marks: dict[str, int]
+) -> int:
+    """The bulk insert, with each spool's blob references counted beside it; ``_Changed`` if a
+    spool read in place changed meanwhile, else the precise error of a failed check."""
+    try:
+        seen = first(
+            con.execute("SELECT 1 FROM events WHERE run_id IN (SELECT run_id FROM _amb_files) LIMIT 1")
+        )
+        with ThreadPoolExecutor(1) as counting:
+            marks = counting.submit(_blob_marks, readable)
+            added = _insert(con, ingest_sql.insert_sql(bool(seen)), readable)
+            blob_marks.update(marks.result())
+    except duckdb.Error as e:
+        changed = _changed(readable)
+        if changed:
+            raise _Changed(", ".join(changed)) from e
+        raise _explain(readable, e) from e
+    changed = _changed(readable)
+    if changed:  # what was loaded (and counted) of them may not be what _prepare saw
+        raise _Changed(", ".join(changed))
+    return added
+
+
+def _check_sequences(con: duckdb.DuckDBPyConnection) -> None:
+    """Per (run, source) of the batch: seqs 0, 1, 2, ... with no gap or duplicate, and every
+    ``prev_hash`` the hash of the event before it."""
+    bad = first(con.execute(ingest_sql.SEQUENCE_CHECK))
+    if bad:
+        run_id, source, n, distinct, lo, hi = bad
+        what = (
+            "duplicate seq"
+            if n != distinct
+            else f"seq starts at {lo}"
+            if lo
+            else f"sequence gap ({n} events, last seq {hi})"
+        )
+        raise SpoolError(f"spool {run_id}/{source}: {what}")
+    bad = first(con.execute(ingest_sql.CHAIN_CHECK))
+    if bad:
+        raise SpoolError(
+            f"spool {bad[0]}/{bad[1]}: seq {bad[2]}: broken chain (prev_hash is not the hash "
+            f"of seq {bad[2] - 1})"
+        )
+
+
+def _record_files(con: duckdb.DuckDBPyConnection, files: list[_Spool]) -> None:
+    """Each spool's size, frames, last hash and torn bytes in ``spool_files`` (the next ingest
+    skips a spool of the same size)."""
+    con.register(
+        "_amb_all_files",
+        pa.table(
+            {
+                "key": [f.key for f in files],
+                "run_id": [f.run_id for f in files],
+                "source": [f.source for f in files],
+                "size": pa.array([f.size for f in files], pa.int64()),
+                "torn": pa.array([f.tail.length if f.tail else 0 for f in files], pa.int64()),
+            }
+        ),
+    )
+    con.execute(ingest_sql.RECORD_FILES)
+    con.unregister("_amb_all_files")
 
 
 def _runs_not_stored(store: Store, run_ids: set[str]) -> set[str]:
@@ -519,69 +434,95 @@ def ingest(
     st = store or Store.open(store_dir)
     try:
         paths = spool_files(st.root, run_ids)
-        known = dict(st.con.execute("SELECT path, size FROM spool_files").fetchall())
-        loaded: list[_Spool] = []
-        added = materialised = 0
-        torn_packs: list[FileReport] = []
-
-        failures: list[tuple[str, AmbError]] = []
-        blob_marks: dict[str, int] = {}
-        new_runs = _runs_not_stored(st, {p.parent.name for p in paths})
-
-        def load_one_by_one(batch: list[_Spool]) -> list[_Spool]:
-            nonlocal materialised, added
-            created, torn = _materialise_packs(st, {(st.root / s.key).parent for s in batch})
-            materialised += created
-            torn_packs.extend(torn)
-            try:
-                added += _load(st, batch, blob_marks)
-                return batch
-            except AmbError:
-                if len(batch) == 1:
-                    raise
-            good = []
-            for spool in batch:  # rolled back: find the bad ones, keep the rest
-                try:
-                    added += _load(st, [spool], blob_marks)
-                    good.append(spool)
-                except AmbError as e:
-                    failures.append((spool.key, e))
-            return good
-
-        def load(batch: list[_Spool]) -> list[_Spool]:
-            try:
-                return load_one_by_one(batch)
-            except AmbError as e:
-                failures.append((batch[0].key, e))
-                return []
-
+        batches = _Batches(st)
         with tempdir("amb-ingest-") as tmp:
-            batch: list[_Spool] = []
-            for i, path in enumerate(paths):
-                if progress and i % 100 == 0:
-                    progress(i, len(paths))
-                key = spool_key(st.root, path)
-                try:
-                    if key in known and (
-                        key != path.relative_to(st.root).as_posix() or known[key] == path.stat().st_size
-                    ):
-                        continue  # unchanged since loaded (a compressed spool is made only after that)
-                    spool = _prepare(path, key, tmp)
-                except FileNotFoundError:
-                    continue
-                except AmbError as e:
-                    failures.append((key, e))
-                    continue
-                if spool is None:
-                    continue
-                batch.append(spool)
-                if len(batch) >= BATCH_FILES:
-                    loaded += load(batch)
-                    batch = []
-            if batch:
-                loaded += load(batch)
+            batches.load_changed(paths, tmp, progress)
         if progress:
             progress(len(paths), len(paths))
+        report = batches.report(len(paths))
+        if batches.failures:
+            raise _first_failure(batches.failures, report)
+        return report._replace(settled=spools.settle(st, how))
+    finally:
+        if own:
+            st.close()
+
+
+class _Batches:
+    """The spools of one ingest, loaded in batches of ``BATCH_FILES``: what was loaded, what failed,
+    and what the report and the manifests need of them."""
+
+    def __init__(self, st: Store):
+        self.st = st
+        self.known = dict(st.con.execute("SELECT path, size FROM spool_files").fetchall())
+        """Each spool loaded before, by key: the size it had."""
+        self.loaded: list[_Spool] = []
+        self.added = self.materialised = 0
+        self.torn_packs: list[FileReport] = []
+        self.failures: list[tuple[str, AmbError]] = []
+        self.blob_marks: dict[str, int] = {}
+        self.new_runs: set[str] = set()
+
+    def load_changed(self, paths: list[Path], tmp: Path, progress: Callable[[int, int], None] | None) -> None:
+        """Every spool of ``paths`` that changed since it was loaded, prepared (in ``tmp`` where it
+        must be copied) and loaded batch by batch."""
+        st = self.st
+        self.new_runs = _runs_not_stored(st, {p.parent.name for p in paths})
+        batch: list[_Spool] = []
+        for i, path in enumerate(paths):
+            if progress and i % 100 == 0:
+                progress(i, len(paths))
+            key = spool_key(st.root, path)
+            try:
+                if key in self.known and (
+                    key != path.relative_to(st.root).as_posix() or self.known[key] == path.stat().st_size
+                ):
+                    continue  # unchanged since loaded (a compressed spool is made only after that)
+                spool = _prepare(path, key, tmp)
+            except FileNotFoundError:
+                continue
+            except AmbError as e:
+                self.failures.append((key, e))
+                continue
+            if spool is None:
+                continue
+            batch.append(spool)
+            if len(batch) >= BATCH_FILES:
+                self.loaded += self._load(batch)
+                batch = []
+        if batch:
+            self.loaded += self._load(batch)
+
+    def _load(self, batch: list[_Spool]) -> list[_Spool]:
+        """The batch's blob packs, then its spools in one transaction; if that fails, each spool on
+        its own, keeping the good ones. Returns those loaded."""
+        st = self.st
+        try:
+            created, torn = _materialise_packs(st, {(st.root / s.key).parent for s in batch})
+        except AmbError as e:
+            self.failures.append((batch[0].key, e))
+            return []
+        self.materialised += created
+        self.torn_packs.extend(torn)
+        try:
+            self.added += _load(st, batch, self.blob_marks)
+            return batch
+        except AmbError as e:
+            if len(batch) == 1:
+                self.failures.append((batch[0].key, e))
+                return []
+        good = []
+        for spool in batch:  # rolled back: find the bad ones, keep the rest
+            try:
+                self.added += _load(st, [spool], self.blob_marks)
+                good.append(spool)
+            except AmbError as e:
+                self.failures.append((spool.key, e))
+        return good
+
+    def report(self, seen: int) -> IngestReport:
+        """What was loaded, with the manifests of its runs written first (``replay.manifest``)."""
+        st, loaded = self.st, self.loaded
         runs = sorted({s.run_id for s in loaded})
         frames = dict(
             ((r, s), n)
@@ -594,23 +535,11 @@ def ingest(
         ]
         blob_refs: dict[str, int] = {}
         for spool in loaded:  # a run new to the store holds exactly what this ingest loaded of it
-            if spool.run_id in new_runs:
-                blob_refs[spool.run_id] = blob_refs.get(spool.run_id, 0) + blob_marks.get(spool.key, 0)
+            if spool.run_id in self.new_runs:
+                blob_refs[spool.run_id] = blob_refs.get(spool.run_id, 0) + self.blob_marks.get(spool.key, 0)
         write_manifests(st, runs, blob_refs)
         read = sum(frames.get((s.run_id, s.source), 0) for s in loaded)
-        report = IngestReport(
-            len(paths),
-            len(loaded),
-            read,
-            added,
-            torn + torn_packs,
-            runs,
-            materialised,
-            [(key, str(e)) for key, e in failures],
+        failed = [(key, str(e)) for key, e in self.failures]
+        return IngestReport(
+            seen, len(loaded), read, self.added, torn + self.torn_packs, runs, self.materialised, failed
         )
-        if failures:
-            raise _first_failure(failures, report)
-        return report._replace(settled=spools.settle(st, how))
-    finally:
-        if own:
-            st.close()

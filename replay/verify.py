@@ -39,6 +39,7 @@ from replay import blob_pass, hot
 from replay import manifest as manifests
 from schemas.blob import HASH_PREFIX
 from schemas.blobstore import BlobStore
+from schemas.blobverify import verify_many
 from schemas.codec import GENESIS
 
 BODY_SQL = (
@@ -374,12 +375,6 @@ def _differences(
     return problems
 
 
-def check_manifests(con: duckdb.DuckDBPyConnection, run_ids: list[str] | None = None) -> list[Problem]:
-    where, params = _run_filter(run_ids)
-    stored = con.execute(f"SELECT run_id, manifest FROM manifests {where} ORDER BY run_id", params).fetchall()
-    return check_against(con, [json.loads(text) for _, text in stored], "its stored manifest")
-
-
 def check_against(
     con: duckdb.DuckDBPyConnection, anchored: list[dict[str, Any]], what: str = "the anchored manifest"
 ) -> list[Problem]:
@@ -419,7 +414,7 @@ def check_blobs(
     progress: Callable[[int, int], None] | None = None,
 ) -> list[Problem]:
     refs = _blob_refs(con, run_ids)
-    return _blob_problems(refs, blobs.verify_many([r[0] for r in refs], progress))
+    return _blob_problems(refs, verify_many(blobs, [r[0] for r in refs], progress))
 
 
 BLOB_PROCESS_MIN = 16 << 20
@@ -461,7 +456,7 @@ def verify(
     # scan of the events: in a child process for a big store, so that it and the events' hashing
     # (both Python work) each have a core; else in a thread (DuckDB releases the GIL while it
     # works). Verifying named runs, the references come first: a few runs of a big store read
-    # just their blobs (``BlobStore.verify_many``). The database's checks stay on ``con``, so
+    # just their blobs (``blobverify.verify_many``). The database's checks stay on ``con``, so
     # they see what it sees (an uncommitted edit, in the tamper tests).
     early = None
     if not run_ids:
@@ -479,7 +474,7 @@ def verify(
     elif blob_process:
         bad = blob_pass.verify_apart(blobs, addresses, progress)
     else:
-        bad = blobs.verify_many(addresses, progress)
+        bad = verify_many(blobs, addresses, progress)
     current = manifests.assemble([(r, s, n, hi, h) for r, s, n, _, hi, h, _ in scanned.stats], scanned.marks)
     problems = [scanned.problems[k] for k in sorted(scanned.problems)]
     problems += _manifest_problems(con, run_ids, current)

@@ -8,7 +8,8 @@ chunk list), which are still read and which ``amb blobs migrate`` moves into pac
 
 A stored blob is either its content, compressed to fit (``schemas.blobcodec``: zstd, or raw for
 already compressed media), or, above ``CHUNK_ABOVE`` bytes, a chunk list: ``CHUNK_MAGIC`` then one
-chunk address per line; each chunk is itself a blob (never itself a list).
+chunk address per line; each chunk is itself a blob (never itself a list). Where the chunks are cut
+is ``schemas.blobchunks``'s.
 
 A blob put with a ``base`` (the previous request of the same run) may instead be stored as a delta
 against it (``blobcodec.DELTA``): a zstd frame that uses the base's content as its dictionary, so a
@@ -16,12 +17,6 @@ conversation's requests cost their new messages, not the whole conversation agai
 writer makes chains at most ``DELTA_DEPTH`` long (then stores the body whole or chunked again, which
 bounds a read to that many decompressions); a read refuses a chain deeper than ``DELTA_READ_DEPTH``
 (a hostile record naming itself, or a loop, is an error, not a hang).
-
-Chunking is what makes dedup work for agent traffic: every model request resends the whole
-conversation so far, so request *n* is request *n-1* plus a few messages. Chunk boundaries are
-content-defined (at a message or line delimiter whose preceding bytes hash to a chosen residue,
-between a minimum and a maximum size), hence the same for the same prefix: a growing conversation
-stores each part once, and so do system prompts and briefs shared by many runs.
 
 Blobs are write-once: a record is appended, never rewritten, and a blob already stored (in the
 index this process has read, or as a loose file) is not stored again. Two processes storing the
@@ -40,27 +35,22 @@ import fcntl
 import hashlib
 import os
 import threading
-import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from schemas import blobcodec, packstore
 from schemas.blob import DIGEST_RE, HASH_PREFIX, BlobRef
+from schemas.blobchunks import CHUNK_ABOVE, chunk_bounds
 from schemas.errors import BlobError
 
 COMPRESSION_LEVEL = 3
 """zlib level 3 (loose files and the recorder's run packs): most of level 9's ratio on JSON and
 text, at a fraction of the time."""
 
-CHUNK_ABOVE = 32 * 1024
-"""Blobs larger than this are stored as chunk lists."""
-MIN_CHUNK = 8 * 1024
-MAX_CHUNK = 256 * 1024
 CHUNK_MAGIC = b"AMBCHUNKS 1\n"
-_RESIDUES = 4
-"""About one candidate in four (by a hash of the 32 bytes before it) is a boundary."""
+"""The first line of a chunk list (``schemas.blobchunks`` says where the chunks are cut)."""
 DELTA_DEPTH = 16
 """A delta's base is at most this many deltas deep; past it the body is stored whole (or chunked)."""
 DELTA_READ_DEPTH = 64
@@ -69,68 +59,6 @@ DELTA_MAX = 4 * 1024 * 1024
 BASES_KEPT = 32
 BASES_BYTES = 16 * 1024 * 1024
 """How many recently stored contents (and bytes of them) a ``BlobStore`` keeps as delta bases."""
-
-
-def chunk_bounds(data: bytes) -> list[int]:
-    """End offsets of the chunks of ``data`` (the last one is ``len(data)``).
-
-    Candidates (a newline, or ``},{`` / ``}, {``) are found left to right without overlap with
-    ``bytes.find``, which runs at memchr speed: a regex scan took ~18 ms on a 5 MB body while
-    holding the GIL, stalling the proxy's event loop. A candidate becomes a cut when the chunk so
-    far is at least MIN_CHUNK and the crc32 of the 32 bytes before it is 0 mod _RESIDUES; a chunk
-    never exceeds MAX_CHUNK. tests/schemas/test_blobstore.py checks this against a regex
-    formulation of the same rule.
-    """
-    bounds: list[int] = []
-    last = 0
-    crc32 = zlib.crc32
-    find = data.find
-    nl = find(b"\n")
-    br_start, br_end = _next_brace(data, 0)
-    while nl != -1 or br_start != -1:
-        if br_start == -1 or (nl != -1 and nl < br_start):
-            cut = nl + 1
-            nl = find(b"\n", cut)
-        else:
-            cut = br_end
-            br_start, br_end = _next_brace(data, cut)
-        size = cut - last
-        while size > MAX_CHUNK:
-            last += MAX_CHUNK
-            bounds.append(last)
-            size = cut - last
-        if size >= MIN_CHUNK and crc32(data[cut - 32 : cut]) % _RESIDUES == 0:
-            bounds.append(cut)
-            last = cut
-    while len(data) - last > MAX_CHUNK:
-        last += MAX_CHUNK
-        bounds.append(last)
-    if last < len(data):
-        bounds.append(len(data))
-    return bounds
-
-
-def _next_brace(data: bytes, pos: int) -> tuple[int, int]:
-    """Start and end of the next ``},{`` or ``}, {`` at or after ``pos``; (-1, -1) if none.
-
-    Jumps to the next ``}`` with a one-byte find (memchr, many GB/s) before looking for ``},``:
-    a two-byte find crawls through a long brace-free run (a base64 image) at ~1 GB/s while holding
-    the GIL, which on the proxy's event loop stalled every stream for ~4 ms per 5 MB body."""
-    find = data.find
-    while True:
-        i = find(b"}", pos)
-        if i == -1:
-            return -1, -1
-        i = find(b"},", i)
-        if i == -1:
-            return -1, -1
-        if data[i + 2 : i + 3] == b"{":
-            return i, i + 3
-        if data[i + 2 : i + 4] == b" {":
-            return i, i + 4
-        pos = i + 1
-
-
 DECODE_LIMIT = 64 * 1024 * 1024
 """No stored record may expand to more than this (a chunk is at most MAX_CHUNK; old stores kept
 some whole blobs above CHUNK_ABOVE): a hostile record cannot make a read allocate more."""
@@ -305,10 +233,6 @@ class DeltaBases(RecentContents):
             return None
         stored = blobcodec.encode_delta(data, base_hex, kept[0])
         return None if stored is None else (stored, kept[1] + 1)
-
-
-VerifiedRecords = dict[tuple[str, int], tuple[int, int, str]]
-"""(pack, offset) -> (length, codec, hex address) of each pack record whose content matched its address."""
 
 
 class BlobStore:
@@ -607,137 +531,6 @@ class BlobStore:
         u = self.usage()
         return u.pack_bytes + u.index_bytes + u.loose_bytes
 
-    def verify_many(
-        self, addresses: list[str], progress: Callable[[int, int], None] | None = None
-    ) -> dict[str, str]:
-        """Check many blobs at once; returns the reason for each one that is missing or damaged.
-
-        Every pack is read front to back once (sequential reads, no per-blob open or seek) and
-        each record's content re-hashed; a chunk list is hashed from the content of its chunks
-        kept from the same pass (a list follows its new chunks in a pack, and a conversation's
-        older chunks are not far behind; ``VERIFY_CACHE`` bytes are kept). A blob then passes if
-        the index entry a read would use lands exactly on a record that passed. Loose files and
-        anything that did not pass are checked by an ordinary read, which also words the error."""
-        state = self._state
-        state.refresh()
-        if len(addresses) * 20 < len(state.index):  # a few runs of a big store: read just those
-            found = {a: self.check(a) for a in addresses}
-            return {a: r for a, r in found.items() if r}
-        return self.judge(addresses, self.verified_records(progress))
-
-    def verified_records(self, progress: Callable[[int, int], None] | None = None) -> VerifiedRecords:
-        """``verify_many``'s pass over every pack, before it knows which blobs are asked about (so
-        that ``amb verify`` can start it while the database is still finding them)."""
-        state = self._state
-        state.refresh()
-        packs = self.pack_files()
-        total = sum(p.stat().st_size for p in packs) or 1
-        good: VerifiedRecords = {}
-        chunks = _ContentCache(VERIFY_CACHE)
-        done = 0
-        for path in packs:
-            pack = path.name[: -len(packstore.PACK_SUFFIX)]
-            try:
-                for rec in packstore.scan(path):
-                    if rec.codec == blobcodec.CHUNKS:
-                        ok = self._list_hash(rec.stored, chunks) == rec.hexd
-                    else:
-                        try:
-                            data = self._decode_seen(rec, chunks)
-                        except BlobError:
-                            continue
-                        ok = hashlib.sha256(data).hexdigest() == rec.hexd
-                        indexed = state.index.get(rec.hexd)
-                        if (
-                            ok
-                            and indexed is not None
-                            and (indexed.pack, indexed.offset) == (pack, rec.offset)
-                        ):
-                            # Only the copy a read would use stands for the chunk: a sound second
-                            # copy must not vouch for lists whose reads go to a damaged one.
-                            chunks.put(rec.hexd, data)
-                    if ok:
-                        good[(pack, rec.offset)] = (rec.length, rec.codec, rec.hexd)
-                    if progress and rec.offset >> 23 != (rec.offset - rec.length) >> 23:
-                        progress(min(done + rec.offset, total), total)  # every 8 MiB
-            except (BlobError, FileNotFoundError):
-                pass  # a malformed or vanished pack: its blobs fail the reads below, by name
-            done += path.stat().st_size if path.exists() else 0
-            if progress:
-                progress(min(done, total), total)
-        return good
-
-    def judge(self, addresses: list[str], good: VerifiedRecords) -> dict[str, str]:
-        """The problem with each of ``addresses`` that the pass did not vouch for: a blob passes if
-        the index entry a read would use lands exactly on a record that passed."""
-        state = self._state
-        problems: dict[str, str] = {}
-        for address in addresses:
-            hexd = address[len(HASH_PREFIX) :]
-            e = state.index.get(hexd)
-            if e is not None and good.get((e.pack, e.offset)) == (e.length, e.codec, hexd):
-                continue
-            reason = self.check(address)
-            if reason:
-                problems[address] = reason
-        return problems
-
-    def _decode_seen(self, rec: packstore.Record, seen: _ContentCache) -> bytes:
-        """A record's content during ``verify_many``'s pass. A delta is built on its base's
-        content, verified earlier in the pass, or else read (and re-hashed) now and kept for the
-        deltas that follow (a base that is a chunk list is hashed in the pass, not kept whole)."""
-        if rec.codec != blobcodec.DELTA:
-            return blobcodec.decode(rec.codec, rec.stored, DECODE_LIMIT, rec.hexd)
-        base_hex = blobcodec.delta_base(rec.stored, rec.hexd)
-        base = seen.get(base_hex)
-        if base is None:
-            base = self._get(HASH_PREFIX + base_hex, allow_list=True)
-            seen.put(base_hex, base)
-        return blobcodec.decode_delta(rec.stored, base, DECODE_LIMIT, rec.hexd)
-
-    @staticmethod
-    def _list_hash(listing: bytes, chunks: _ContentCache) -> str | None:
-        """The sha256 of a chunk list's content from chunks verified earlier in this pass (None if
-        one is not at hand: the list is then checked by an ordinary read).
-
-        The lists of one conversation share their leading chunks (each request resends the one
-        before it), so the hash state after each prefix of a list is kept (``chunks.states``) and
-        a later list with the same leading lines goes on from the longest one kept, instead of
-        hashing the whole conversation again: linear in the chunks, not quadratic."""
-        if not listing.startswith(CHUNK_MAGIC):
-            return None
-        ends, pos = [], len(CHUNK_MAGIC)
-        while pos < len(listing):
-            nl = listing.find(b"\n", pos)
-            pos = len(listing) if nl == -1 else nl + 1
-            ends.append(pos)
-        # The longest prefix (whole lines) already hashed: prefixes are kept for every line of
-        # every list, so the set kept is closed under shorter prefixes (bar evictions) and a
-        # binary search finds it.
-        lo, hi = 0, len(ends) - 1  # ends[lo - 1] is known, ends[hi + 1] is not
-        states = chunks.states
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            if listing[: ends[mid]] in states:
-                lo = mid + 1
-            else:
-                hi = mid - 1
-        if lo:
-            sha = states[listing[: ends[lo - 1]]].copy()
-            start = ends[lo - 1]
-        else:
-            sha, start = hashlib.sha256(), len(CHUNK_MAGIC)
-        for end in ends[lo:]:
-            line = listing[start:end].rstrip(b"\n")
-            if line:
-                data = chunks.get(line[len(HASH_PREFIX) :].decode(errors="replace"))
-                if data is None:
-                    return None
-                sha.update(data)
-            chunks.keep_state(listing[:end], sha)
-            start = end
-        return str(sha.hexdigest())
-
 
 def loose_codec(raw: bytes | memoryview) -> int:
     """The codec of a blob stored as a loose file or a run pack's record (no codec byte): a chunk
@@ -748,49 +541,3 @@ def loose_codec(raw: bytes | memoryview) -> int:
     if head.startswith(blobcodec.DELTA_MAGIC):
         return blobcodec.DELTA
     return blobcodec.ZLIB
-
-
-VERIFY_CACHE = 256 * 1024 * 1024
-"""Bytes of verified chunk content ``verify_many`` keeps to hash the chunk lists that follow."""
-
-
-STATE_COST = 256
-"""What one kept hash state is counted as (a sha256 object, roughly)."""
-
-
-class _ContentCache:
-    """Verified contents by address, least recently used dropped first past ``limit`` bytes."""
-
-    def __init__(self, limit: int):
-        self.limit = limit
-        self.size = 0
-        self._data: OrderedDict[str, bytes] = OrderedDict()
-        self.states: OrderedDict[bytes, Any] = OrderedDict()
-        """sha256 states after a prefix of a chunk list (by the prefix's bytes), least recent first."""
-
-    def keep_state(self, prefix: bytes, sha: Any) -> None:
-        if prefix not in self.states:
-            self.states[prefix] = sha.copy()
-            self.size += len(prefix) + STATE_COST
-            self._evict()
-
-    def _evict(self) -> None:
-        while self.size > self.limit and (self._data or self.states):
-            if self.states and (not self._data or len(self.states) > len(self._data)):
-                old, _ = self.states.popitem(last=False)
-                self.size -= len(old) + STATE_COST
-            else:
-                self.size -= len(self._data.popitem(last=False)[1])
-
-    def put(self, hexd: str, data: bytes) -> None:
-        if hexd in self._data:
-            return
-        self._data[hexd] = data
-        self.size += len(data)
-        self._evict()
-
-    def get(self, hexd: str) -> bytes | None:
-        data = self._data.get(hexd)
-        if data is not None:
-            self._data.move_to_end(hexd)
-        return data

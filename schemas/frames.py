@@ -22,7 +22,6 @@ not a torn tail, and is an error.
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 from typing import NamedTuple
 
 from schemas.errors import SpoolError
@@ -36,18 +35,6 @@ COMPRESSED_SUFFIX = ".zst"
 """``<source>.spool.zst``: the spool compressed (zstd) after its run was ingested (``replay.spools``)."""
 DROPPED_SUFFIX = ".dropped"
 """``<source>.spool.dropped``: the empty marker a spool dropped after ingest leaves."""
-
-
-def spool_exists(path: Path) -> bool:
-    """Whether the spool at ``path`` was ever written: as is, compressed, or dropped after ingest."""
-    return any(
-        p.exists()
-        for p in (
-            path,
-            path.with_name(path.name + COMPRESSED_SUFFIX),
-            path.with_name(path.name + DROPPED_SUFFIX),
-        )
-    )
 
 
 def encode_frame(body: bytes, hexdigest: str) -> bytes:

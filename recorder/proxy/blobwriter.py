@@ -27,8 +27,9 @@ from collections import OrderedDict
 from pathlib import Path
 
 from schemas.blob import HASH_PREFIX, BlobRef
+from schemas.blobchunks import CHUNK_ABOVE, chunk_bounds
 from schemas.blobpack import MAGIC, materialise, record_header
-from schemas.blobstore import CHUNK_ABOVE, CHUNK_MAGIC, COMPRESSION_LEVEL, BlobStore, DeltaBases, chunk_bounds
+from schemas.blobstore import CHUNK_MAGIC, COMPRESSION_LEVEL, BlobStore, DeltaBases
 from schemas.errors import BlobError
 
 KNOWN_MAX = 1 << 16

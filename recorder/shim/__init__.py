@@ -14,7 +14,8 @@ Events leave as they happen, over a unix socket, to ``recorder.shim.receiver`` o
 appends them to the run's ``shim`` spool and stores contents as blobs. The agent therefore cannot
 edit or delete what was already recorded.
 
-Container-side modules (``wire``, ``seccomp``, ``notify``, ``strace``, ``watch``, ``procpoll``, ``shim``,
-``__main__``) use the standard library and msgspec only: they are copied into the agent image on their own.
+Container-side modules (``wire``, ``seccomp``, ``notify``, ``launch``, ``kernel``, ``connects``, ``strace``,
+``watch``, ``procpoll``, ``oomwatch``, ``shim``, ``__main__``) use the standard library and msgspec only:
+they are copied into the agent image on their own (``amb.images.SHIM_FILES``).
 ``receiver`` and ``local`` run on the host and may import ``schemas`` and ``recorder``.
 """

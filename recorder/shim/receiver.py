@@ -17,8 +17,9 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -33,6 +34,7 @@ from schemas.events import (
     FileWritten,
     NetworkRequest,
     Note,
+    Payload,
     ProcessExited,
 )
 from schemas.ostext import os_text
@@ -169,87 +171,14 @@ class ShimReceiver:
                 ts_ns=getattr(msg, "ts_ns", 0) or None,
             )
 
-    def _handle(self, msg) -> None:
-        ts = getattr(msg, "ts_ns", 0) or None
-        if isinstance(msg, wire.Proc):
-            self._append(
-                ProcessExited(
-                    pid=msg.pid,
-                    ppid=msg.ppid,
-                    argv=[os_text(a) for a in msg.argv],
-                    cwd=os_text(msg.cwd) if msg.cwd is not None else None,
-                    start_ns=msg.start_ns,
-                    end_ns=msg.end_ns,
-                    exit_code=msg.exit_code,
-                    signal=msg.signal,
-                    tracer=msg.tracer,
-                ),
-                ts_ns=msg.end_ns or ts,
-            )
-        elif isinstance(msg, wire.Write):
-            path = os_text(msg.path)
-            ref = None
-            sha = msg.sha256
-            if msg.content is not None:
-                ref = self.blobs.put(msg.content, _media_type(path), sync=False)
-                sha = ref.blob  # the digest we computed, not the one we were told
-            changed = _changed(msg.changed_ns, ts)
-            self._append(
-                FileWritten(path=path, op=msg.op, size=msg.size, sha256=sha, content=ref, changed_ns=changed),
-                ts_ns=ts,
-            )
-        elif isinstance(msg, wire.Delete):
-            self._append(
-                FileDeleted(path=os_text(msg.path), changed_ns=_changed(msg.changed_ns, ts)), ts_ns=ts
-            )
-        elif isinstance(msg, wire.Rename):
-            self._append(
-                FileRenamed(
-                    src=os_text(msg.src), dst=os_text(msg.dst), changed_ns=_changed(msg.changed_ns, ts)
-                ),
-                ts_ns=ts,
-            )
-        elif isinstance(msg, wire.Access):
-            self._append(FileAccessed(path=os_text(msg.path), mode=msg.mode, pid=msg.pid), ts_ns=ts)
-        elif isinstance(msg, wire.Connect):
-            scheme = msg.family.partition("/")[2]
-            self._append(
-                NetworkRequest(
-                    scheme=scheme,
-                    host=msg.host,
-                    port=msg.port,
-                    started_ns=msg.ts_ns,
-                    error=msg.error,
-                    via="shim",
-                    method="CONNECT",
-                ),
-                ts_ns=ts,
-            )
-        elif isinstance(msg, wire.Hello):
+    def _handle(self, msg: wire.Msg) -> None:
+        if isinstance(msg, wire.Hello):
             self.hello = msg
-            self._append(
-                Note(
-                    text="shim started",
-                    data={
-                        "tracer": msg.tracer,
-                        "fallback": msg.tracer == "proc-poll",
-                        "detail": msg.detail,
-                        "workspace": os_text(msg.workspace),
-                        "content_cap": msg.content_cap,
-                        "watched": [os_text(w) for w in msg.watched],
-                        "protocol": msg.protocol,
-                    },
-                ),
-                ts_ns=ts,
-            )
-        elif isinstance(msg, wire.NoteMsg):
-            data = {**msg.data, **{k: os_text(v) for k, v in msg.names.items()}}
-            self._append(Note(text=msg.text, data=data), ts_ns=ts)
         elif isinstance(msg, wire.Bye):
             self.bye = msg
-            self._append(
-                Note(text="shim finished", data={"exit_code": msg.exit_code, **msg.counts}), ts_ns=ts
-            )
+        ts = getattr(msg, "ts_ns", 0) or None
+        payload, at = _EVENT_OF[type(msg)](msg, ts, self.blobs)
+        self._append(payload, ts_ns=at)
 
     # ---- ending -------------------------------------------------------------------------------------
 
@@ -280,15 +209,6 @@ def _media_type(path: str) -> str:
     return "application/octet-stream"
 
 
-def wait_connected(receiver: ShimReceiver, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if receiver.connected.is_set():
-            return True
-        time.sleep(0.01)
-    return receiver.connected.is_set()
-
-
 def _bind_neutral(sock: socket.socket, path: Path) -> None:
     """Bind ``sock`` at ``path`` under a name that does not say where ``path`` is.
 
@@ -315,3 +235,95 @@ def _changed(changed_ns: int | None, ts_ns: int | None) -> int | None:
     if changed_ns is None or changed_ns <= 0:
         return None
     return min(changed_ns, ts_ns) if ts_ns else changed_ns
+
+
+# ---- each message as the event it becomes, and when -----------------------------------------------
+# (``ts`` is the message's time, None when it has none; a file's content goes to ``blobs``.)
+
+
+def _proc(msg: wire.Proc, ts: int | None, blobs: BlobStore) -> tuple[Payload, int | None]:
+    event = ProcessExited(
+        pid=msg.pid,
+        ppid=msg.ppid,
+        argv=[os_text(a) for a in msg.argv],
+        cwd=os_text(msg.cwd) if msg.cwd is not None else None,
+        start_ns=msg.start_ns,
+        end_ns=msg.end_ns,
+        exit_code=msg.exit_code,
+        signal=msg.signal,
+        tracer=msg.tracer,
+    )
+    return event, msg.end_ns or ts
+
+
+def _write(msg: wire.Write, ts: int | None, blobs: BlobStore) -> tuple[Payload, int | None]:
+    path = os_text(msg.path)
+    ref = None
+    sha = msg.sha256
+    if msg.content is not None:
+        ref = blobs.put(msg.content, _media_type(path), sync=False)
+        sha = ref.blob  # the digest we computed, not the one we were told
+    changed = _changed(msg.changed_ns, ts)
+    return FileWritten(path=path, op=msg.op, size=msg.size, sha256=sha, content=ref, changed_ns=changed), ts
+
+
+def _delete(msg: wire.Delete, ts: int | None, blobs: BlobStore) -> tuple[Payload, int | None]:
+    return FileDeleted(path=os_text(msg.path), changed_ns=_changed(msg.changed_ns, ts)), ts
+
+
+def _rename(msg: wire.Rename, ts: int | None, blobs: BlobStore) -> tuple[Payload, int | None]:
+    changed = _changed(msg.changed_ns, ts)
+    return FileRenamed(src=os_text(msg.src), dst=os_text(msg.dst), changed_ns=changed), ts
+
+
+def _access(msg: wire.Access, ts: int | None, blobs: BlobStore) -> tuple[Payload, int | None]:
+    return FileAccessed(path=os_text(msg.path), mode=msg.mode, pid=msg.pid), ts
+
+
+def _connect(msg: wire.Connect, ts: int | None, blobs: BlobStore) -> tuple[Payload, int | None]:
+    scheme = msg.family.partition("/")[2]
+    event = NetworkRequest(
+        scheme=scheme,
+        host=msg.host,
+        port=msg.port,
+        started_ns=msg.ts_ns,
+        error=msg.error,
+        via="shim",
+        method="CONNECT",
+    )
+    return event, ts
+
+
+def _hello(msg: wire.Hello, ts: int | None, blobs: BlobStore) -> tuple[Payload, int | None]:
+    data = {
+        "tracer": msg.tracer,
+        "fallback": msg.tracer == "proc-poll",
+        "detail": msg.detail,
+        "workspace": os_text(msg.workspace),
+        "content_cap": msg.content_cap,
+        "watched": [os_text(w) for w in msg.watched],
+        "protocol": msg.protocol,
+    }
+    return Note(text="shim started", data=data), ts
+
+
+def _note(msg: wire.NoteMsg, ts: int | None, blobs: BlobStore) -> tuple[Payload, int | None]:
+    data = {**msg.data, **{k: os_text(v) for k, v in msg.names.items()}}
+    return Note(text=msg.text, data=data), ts
+
+
+def _bye(msg: wire.Bye, ts: int | None, blobs: BlobStore) -> tuple[Payload, int | None]:
+    return Note(text="shim finished", data={"exit_code": msg.exit_code, **msg.counts}), ts
+
+
+_EVENT_OF: dict[type, Callable[[Any, int | None, BlobStore], tuple[Payload, int | None]]] = {
+    wire.Proc: _proc,
+    wire.Write: _write,
+    wire.Delete: _delete,
+    wire.Rename: _rename,
+    wire.Access: _access,
+    wire.Connect: _connect,
+    wire.Hello: _hello,
+    wire.NoteMsg: _note,
+    wire.Bye: _bye,
+}

@@ -14,6 +14,7 @@ from recorder.proxy.blobwriter import BlobWriter
 from schemas import blobcodec, packstore
 from schemas.blob import BlobRef, digest
 from schemas.blobstore import DELTA_DEPTH, DELTA_READ_DEPTH, BlobStore
+from schemas.blobverify import verify_many
 from schemas.errors import BlobError
 
 
@@ -71,7 +72,7 @@ def test_a_conversation_costs_its_new_content_and_reads_back(tmp_path):
     depths = [depth_of(fresh, r.blob[7:]) for r in refs]
     assert max(depths) == DELTA_DEPTH and depths[0] == 0  # chains are cut at DELTA_DEPTH
     assert sum(d > 0 for d in depths) > 50
-    assert fresh.verify_many([r.blob for r in refs]) == {}
+    assert verify_many(fresh, [r.blob for r in refs]) == {}
 
 
 def test_no_delta_where_it_does_not_pay_or_without_a_known_base(tmp_path):
@@ -118,7 +119,7 @@ def test_a_damaged_or_missing_base_fails_the_delta_by_name(tmp_path):
     with pytest.raises(BlobError, match="delta base failed") as e:
         blobs.get(last)
     assert base_hex in str(e.value)
-    problems = blobs.verify_many([r.blob for r in refs])
+    problems = verify_many(blobs, [r.blob for r in refs])
     assert set(problems) == {r.blob for r in refs}  # the base, and every delta built on it
 
     def rename_base(data: bytearray, entry: packstore.Entry) -> None:  # its record now names another blob
@@ -173,7 +174,7 @@ def test_the_proxy_writer_stores_deltas_that_the_store_reads(tmp_path: Path):
     blobs.forget()
     assert [blobs.get(r) for r in refs] == bodies
     assert sum(codec_of(blobs, r) == blobcodec.DELTA for r in refs) > 15
-    assert blobs.verify_many([r.blob for r in refs]) == {}
+    assert verify_many(blobs, [r.blob for r in refs]) == {}
 
 
 def _plain_delta(stored: bytes, base: bytes, size: int) -> bytes:

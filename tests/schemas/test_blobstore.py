@@ -12,15 +12,8 @@ import zlib
 import pytest
 
 from schemas import packstore
-from schemas.blobstore import (
-    _RESIDUES,
-    CHUNK_ABOVE,
-    CHUNK_MAGIC,
-    MAX_CHUNK,
-    MIN_CHUNK,
-    BlobStore,
-    chunk_bounds,
-)
+from schemas.blobchunks import _RESIDUES, CHUNK_ABOVE, MAX_CHUNK, MIN_CHUNK, chunk_bounds
+from schemas.blobstore import CHUNK_MAGIC, BlobStore
 from schemas.errors import BlobError
 from tests.fakes.blob_tamper import remove_blob
 
@@ -153,7 +146,7 @@ def test_chunk_bounds_match_a_regex_formulation_of_the_rule():
     import json
     import random
 
-    from schemas.blobstore import chunk_bounds as fast
+    from schemas.blobchunks import chunk_bounds as fast
 
     rng = random.Random(7)
     cases = [b"", b"A" * (5 * 1024 * 1024), b"\n" * 300_000, b"},{" * 100_000, b"}, {" * 90_000]

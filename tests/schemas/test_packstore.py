@@ -18,6 +18,7 @@ import zstandard
 from schemas import blobcodec, packstore
 from schemas.blob import HASH_PREFIX
 from schemas.blobstore import BlobStore
+from schemas.blobverify import verify_many
 from schemas.errors import BlobError
 from tests.fakes.blob_tamper import replace_blob, set_entry
 
@@ -101,7 +102,7 @@ def test_torn_pack_and_index_tails_are_ignored(tmp_path):
     reader.forget()
     assert all(reader.check(r.blob) is None for r in kept)
     assert len(list(packstore.scan(pack))) == 20
-    assert reader.verify_many([r.blob for r in kept]) == {}
+    assert verify_many(reader, [r.blob for r in kept]) == {}
 
 
 def test_writers_in_two_processes_write_their_own_packs(tmp_path):
@@ -120,7 +121,7 @@ def test_writers_in_two_processes_write_their_own_packs(tmp_path):
     assert all(p.returncode == 0 for p in procs)
     store = BlobStore(tmp_path)
     assert len(store.pack_files()) == 2
-    assert store.verify_many(sorted(set(outs[0] + outs[1]))) == {}
+    assert verify_many(store, sorted(set(outs[0] + outs[1]))) == {}
 
 
 def test_killed_packer_loses_nothing_it_acknowledged(tmp_path):
@@ -140,7 +141,7 @@ def test_killed_packer_loses_nothing_it_acknowledged(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     store = BlobStore(tmp_path)
-    assert store.verify_many(acknowledged) == {}
+    assert verify_many(store, acknowledged) == {}
 
 
 @pytest.fixture
@@ -195,7 +196,7 @@ def test_records_with_a_hash_mismatch_or_a_bomb(packed):
     replace_blob(store, refs[5].blob, zbomb, blobcodec.ZLIB)
     with pytest.raises(BlobError, match=f"blob {refs[5].blob} is corrupted .*expands too far"):
         store.get(refs[5])
-    bad = store.verify_many([r.blob for r in refs])
+    bad = verify_many(store, [r.blob for r in refs])
     assert set(bad) == {refs[1].blob, refs[2].blob, refs[5].blob}
 
 
@@ -252,11 +253,11 @@ def test_verify_of_a_growing_conversation_and_a_damaged_shared_chunk(tmp_path):
     assert all(x.startswith(b"AMBCHUNKS 1\n") for x in listings)
     firsts = {x.split(b"\n")[1] for x in listings}
     assert len(firsts) == 1  # one shared leading chunk
-    assert store.verify_many([r.blob for r in refs]) == {}
+    assert verify_many(store, [r.blob for r in refs]) == {}
     assert [hashlib.sha256(store.get(r)).hexdigest() for r in refs] == [r.blob[7:] for r in refs]
     shared = firsts.pop().decode()
     replace_blob(store, shared, zstandard.ZstdCompressor().compress(b"other"), blobcodec.ZSTD)
-    bad = store.verify_many([r.blob for r in refs])
+    bad = verify_many(store, [r.blob for r in refs])
     assert set(bad) == {r.blob for r in refs}
     assert all("a chunk failed" in reason for reason in bad.values())
     with pytest.raises(BlobError, match="a chunk failed"):

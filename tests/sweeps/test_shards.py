@@ -16,7 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from amb.main import cli
-from replay.shards import ShardError, check_shard, load_shards
+from replay.shard_check import ShardError, check_shard
+from replay.shards import load_shards
 from replay.spools import compressed_path
 from replay.spools import read_bytes as read_spool
 from replay.store import Store

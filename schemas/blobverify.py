@@ -1,0 +1,197 @@
+"""Checking many blobs at once: one sequential pass over every pack of a blob store.
+
+Every pack is read front to back once (sequential reads, no per-blob open or seek) and each
+record's content re-hashed; a chunk list is hashed from the content of its chunks kept from the
+same pass (a list follows its new chunks in a pack, and a conversation's older chunks are not far
+behind; ``VERIFY_CACHE`` bytes are kept). A blob then passes if the index entry a read would use
+lands exactly on a record that passed. Loose files and anything that did not pass are checked by
+an ordinary read (``BlobStore.check``), which also words the error.
+
+The pass (``verified_records``) does not need to know which blobs are asked about; only the
+judging after it (``judge``) does, so ``amb verify`` starts the pass while the database is still
+finding them (``replay.blob_pass``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from schemas import blobcodec, packstore
+from schemas.blob import HASH_PREFIX
+from schemas.blobstore import CHUNK_MAGIC, DECODE_LIMIT, BlobStore
+from schemas.errors import BlobError
+
+VerifiedRecords = dict[tuple[str, int], tuple[int, int, str]]
+"""(pack, offset) -> (length, codec, hex address) of each pack record whose content matched its address."""
+
+VERIFY_CACHE = 256 * 1024 * 1024
+"""Bytes of verified chunk content the pass keeps to hash the chunk lists that follow."""
+
+STATE_COST = 256
+"""What one kept hash state is counted as (a sha256 object, roughly)."""
+
+
+def verify_many(
+    blobs: BlobStore, addresses: list[str], progress: Callable[[int, int], None] | None = None
+) -> dict[str, str]:
+    """The reason for each of ``addresses`` that is missing or damaged: by the pass over every
+    pack, or, for a few blobs of a big store, by reading just those."""
+    if len(addresses) * 20 < len(blobs.addresses()):  # (addresses() reads the index first)
+        found = {a: blobs.check(a) for a in addresses}
+        return {a: r for a, r in found.items() if r}
+    return judge(blobs, addresses, verified_records(blobs, progress))
+
+
+def verified_records(blobs: BlobStore, progress: Callable[[int, int], None] | None = None) -> VerifiedRecords:
+    """The pass over every pack, before it is known which blobs are asked about."""
+    blobs.refresh()
+    packs = blobs.pack_files()
+    total = sum(p.stat().st_size for p in packs) or 1
+    good: VerifiedRecords = {}
+    chunks = _ContentCache(VERIFY_CACHE)
+    done = 0
+    for path in packs:
+        pack = path.name[: -len(packstore.PACK_SUFFIX)]
+        try:
+            for rec in packstore.scan(path):
+                if _record_passes(blobs, pack, rec, chunks):
+                    good[(pack, rec.offset)] = (rec.length, rec.codec, rec.hexd)
+                if progress and rec.offset >> 23 != (rec.offset - rec.length) >> 23:
+                    progress(min(done + rec.offset, total), total)  # every 8 MiB
+        except (BlobError, FileNotFoundError):
+            pass  # a malformed or vanished pack: its blobs fail the reads below, by name
+        done += path.stat().st_size if path.exists() else 0
+        if progress:
+            progress(min(done, total), total)
+    return good
+
+
+def _record_passes(blobs: BlobStore, pack: str, rec: packstore.Record, chunks: _ContentCache) -> bool:
+    """Whether one pack record's content matches its address; a sound chunk is kept for the lists
+    that follow."""
+    if rec.codec == blobcodec.CHUNKS:
+        return _list_hash(rec.stored, chunks) == rec.hexd
+    try:
+        data = _decode_seen(blobs, rec, chunks)
+    except BlobError:
+        return False
+    ok = hashlib.sha256(data).hexdigest() == rec.hexd
+    indexed = blobs.entry(rec.hexd)
+    if ok and indexed is not None and (indexed.pack, indexed.offset) == (pack, rec.offset):
+        # Only the copy a read would use stands for the chunk: a sound second copy must not vouch
+        # for lists whose reads go to a damaged one.
+        chunks.put(rec.hexd, data)
+    return ok
+
+
+def judge(blobs: BlobStore, addresses: list[str], good: VerifiedRecords) -> dict[str, str]:
+    """The problem with each of ``addresses`` that the pass did not vouch for: a blob passes if
+    the index entry a read would use lands exactly on a record that passed."""
+    problems: dict[str, str] = {}
+    for address in addresses:
+        hexd = address[len(HASH_PREFIX) :]
+        e = blobs.entry(hexd)
+        if e is not None and good.get((e.pack, e.offset)) == (e.length, e.codec, hexd):
+            continue
+        reason = blobs.check(address)
+        if reason:
+            problems[address] = reason
+    return problems
+
+
+def _decode_seen(blobs: BlobStore, rec: packstore.Record, seen: _ContentCache) -> bytes:
+    """A record's content during the pass. A delta is built on its base's content, verified
+    earlier in the pass, or else read (and re-hashed) now and kept for the deltas that follow (a
+    base that is a chunk list is hashed in the pass, not kept whole)."""
+    if rec.codec != blobcodec.DELTA:
+        return blobcodec.decode(rec.codec, rec.stored, DECODE_LIMIT, rec.hexd)
+    base_hex = blobcodec.delta_base(rec.stored, rec.hexd)
+    base = seen.get(base_hex)
+    if base is None:
+        base = blobs.get(HASH_PREFIX + base_hex)
+        seen.put(base_hex, base)
+    return blobcodec.decode_delta(rec.stored, base, DECODE_LIMIT, rec.hexd)
+
+
+def _list_hash(listing: bytes, chunks: _ContentCache) -> str | None:
+    """The sha256 of a chunk list's content from chunks verified earlier in this pass (None if
+    one is not at hand: the list is then checked by an ordinary read).
+
+    The lists of one conversation share their leading chunks (each request resends the one
+    before it), so the hash state after each prefix of a list is kept (``chunks.states``) and
+    a later list with the same leading lines goes on from the longest one kept, instead of
+    hashing the whole conversation again: linear in the chunks, not quadratic."""
+    if not listing.startswith(CHUNK_MAGIC):
+        return None
+    ends, pos = [], len(CHUNK_MAGIC)
+    while pos < len(listing):
+        nl = listing.find(b"\n", pos)
+        pos = len(listing) if nl == -1 else nl + 1
+        ends.append(pos)
+    # The longest prefix (whole lines) already hashed: prefixes are kept for every line of
+    # every list, so the set kept is closed under shorter prefixes (bar evictions) and a
+    # binary search finds it.
+    lo, hi = 0, len(ends) - 1  # ends[lo - 1] is known, ends[hi + 1] is not
+    states = chunks.states
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if listing[: ends[mid]] in states:
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    if lo:
+        sha = states[listing[: ends[lo - 1]]].copy()
+        start = ends[lo - 1]
+    else:
+        sha, start = hashlib.sha256(), len(CHUNK_MAGIC)
+    for end in ends[lo:]:
+        line = listing[start:end].rstrip(b"\n")
+        if line:
+            data = chunks.get(line[len(HASH_PREFIX) :].decode(errors="replace"))
+            if data is None:
+                return None
+            sha.update(data)
+        chunks.keep_state(listing[:end], sha)
+        start = end
+    return str(sha.hexdigest())
+
+
+class _ContentCache:
+    """Verified contents by address, least recently used dropped first past ``limit`` bytes."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.size = 0
+        self._data: OrderedDict[str, bytes] = OrderedDict()
+        self.states: OrderedDict[bytes, Any] = OrderedDict()
+        """sha256 states after a prefix of a chunk list (by the prefix's bytes), least recent first."""
+
+    def keep_state(self, prefix: bytes, sha: Any) -> None:
+        if prefix not in self.states:
+            self.states[prefix] = sha.copy()
+            self.size += len(prefix) + STATE_COST
+            self._evict()
+
+    def _evict(self) -> None:
+        while self.size > self.limit and (self._data or self.states):
+            if self.states and (not self._data or len(self.states) > len(self._data)):
+                old, _ = self.states.popitem(last=False)
+                self.size -= len(old) + STATE_COST
+            else:
+                self.size -= len(self._data.popitem(last=False)[1])
+
+    def put(self, hexd: str, data: bytes) -> None:
+        if hexd in self._data:
+            return
+        self._data[hexd] = data
+        self.size += len(data)
+        self._evict()
+
+    def get(self, hexd: str) -> bytes | None:
+        data = self._data.get(hexd)
+        if data is not None:
+            self._data.move_to_end(hexd)
+        return data
