@@ -24,7 +24,7 @@ import duckdb
 
 from amb.common import progress, store_option
 from amb.output import emit
-from recorder.importers.common import Limits, Rejected, RunBuilder, Staged, publish, spool_bytes, stage
+from recorder.importers.common import ImportCaps, Rejected, RunBuilder, Staged, publish, spool_bytes, stage
 from recorder.importers.values import printable, shown
 from replay import spools
 from replay.export.parquet import EVENTS_PER_FILE
@@ -269,14 +269,14 @@ limit_options = [
     click.option(
         "--max-line-bytes",
         type=click.IntRange(min=1),
-        default=Limits().max_line_bytes,
+        default=ImportCaps().max_line_bytes,
         show_default=True,
         help="Longest JSON line accepted.",
     ),
     click.option(
         "--max-file-bytes",
         type=click.IntRange(min=1),
-        default=Limits().max_file_bytes,
+        default=ImportCaps().max_file_bytes,
         show_default=True,
         help="Largest file accepted.",
     ),
@@ -301,7 +301,7 @@ def _task_helpers() -> tuple[Callable[[str], str], Callable[[str, str], str | No
     return canonical_id, brief_for
 
 
-FileParser = Callable[[Path, Limits], list[RunBuilder]]
+FileParser = Callable[[Path, ImportCaps], list[RunBuilder]]
 """Reads one input file (or folder) into its runs, nothing written."""
 
 
@@ -354,7 +354,7 @@ def import_automedbench(
     resolve, brief_for = _task_helpers()
     amb_version = _amb_version()
 
-    def parse(folder: Path, limits: Limits) -> list[RunBuilder]:
+    def parse(folder: Path, limits: ImportCaps) -> list[RunBuilder]:
         return [
             automedbench.parse(
                 folder, resolve_task=resolve, brief_for=brief_for, limits=limits, amb_version=amb_version
@@ -377,7 +377,7 @@ def import_inputs(
 ) -> None:
     """Import every input (a file or folder named as given) with ``parse``; report; exit 2 if any
     was rejected."""
-    limits = Limits(max_line_bytes, max_file_bytes)
+    limits = ImportCaps(max_line_bytes, max_file_bytes)
     renaming = Renaming.of(new_run_id, id_suffix, len(names))
 
     def parser(name: str) -> Callable[[], list[RunBuilder]]:

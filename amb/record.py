@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from recorder.budget import DEFAULT_PRICE_TABLE, Budget, Limits
+from recorder.budget import DEFAULT_PRICE_TABLE, Budget, checked
 from recorder.run import (
     DEFAULT_GRACE_S,
     RunSpec,
@@ -30,6 +30,7 @@ from recorder.run import (
     record,
 )
 from schemas.errors import AmbError, UsageError
+from schemas.events import BudgetLimits
 
 
 @dataclass(frozen=True)
@@ -64,13 +65,15 @@ class RecordArgs:
     price_table: str
     command: tuple[str, ...]
 
-    def budget(self) -> Limits:
-        """--max-tokens / --max-cost / --max-calls as the recorder takes them (checked on creation)."""
-        return Limits(
-            max_tokens=self.max_tokens,
-            max_cost_usd=self.max_cost,
-            max_calls=self.max_calls,
-            price_table=self.price_table,
+    def budget(self) -> BudgetLimits:
+        """--max-tokens / --max-cost / --max-calls as the recorder takes them (checked here)."""
+        return checked(
+            BudgetLimits(
+                max_tokens=self.max_tokens,
+                max_cost_usd=self.max_cost,
+                max_calls=self.max_calls,
+                price_table=self.price_table,
+            )
         )
 
 

@@ -56,14 +56,17 @@ TaskResolver = Callable[[str], str]
 """Maps a foreign task name (``kidney-seg-task``, ``kidney``) to the project's task id."""
 
 
-class Limits(NamedTuple):
+class ImportCaps(NamedTuple):
+    """How much of a foreign file an importer reads at the most (``amb import --max-line-bytes``,
+    ``--max-file-bytes``): a hostile input cannot make it hold more."""
+
     max_line_bytes: int = 64 << 20
     """Longest JSON line read from a .jsonl file."""
     max_file_bytes: int = 1 << 30
     """Largest single file read (a JSON document, a submission file)."""
 
 
-DEFAULT_LIMITS = Limits()
+DEFAULT_CAPS = ImportCaps()
 
 
 def inside(root: Path, path: Path) -> bool:
@@ -96,7 +99,7 @@ def inside(root: Path, path: Path) -> bool:
     return True
 
 
-def check_file(root: Path, path: Path, limits: Limits) -> int:
+def check_file(root: Path, path: Path, limits: ImportCaps) -> int:
     """The size of ``path`` once it is known to be a regular file inside ``root`` under the cap."""
     rel = _rel(root, path)
     if not inside(root, path):
@@ -114,12 +117,12 @@ def _rel(root: Path, path: Path) -> str:
     return shown(path)
 
 
-def read_bytes(root: Path, path: Path, limits: Limits) -> bytes:
+def read_bytes(root: Path, path: Path, limits: ImportCaps) -> bytes:
     check_file(root, path, limits)
     return path.read_bytes()
 
 
-def read_text(root: Path, path: Path, limits: Limits) -> str:
+def read_text(root: Path, path: Path, limits: ImportCaps) -> str:
     data = read_bytes(root, path, limits)
     try:
         return data.decode("utf-8")
@@ -127,7 +130,7 @@ def read_text(root: Path, path: Path, limits: Limits) -> str:
         raise Rejected(f"{_rel(root, path)}: not UTF-8 text ({e.reason} at byte {e.start})") from e
 
 
-def read_json(root: Path, path: Path, limits: Limits) -> Any:
+def read_json(root: Path, path: Path, limits: ImportCaps) -> Any:
     text = read_text(root, path, limits)
     try:
         doc = loads_untrusted(text)
@@ -137,7 +140,7 @@ def read_json(root: Path, path: Path, limits: Limits) -> Any:
     return doc
 
 
-def read_jsonl(root: Path, path: Path, limits: Limits) -> list[dict[str, Any]]:
+def read_jsonl(root: Path, path: Path, limits: ImportCaps) -> list[dict[str, Any]]:
     """Every line of a JSON-lines file as an object; a long, non-JSON or non-object line rejects it.
 
     A last line cut mid-write (no newline, not JSON) is what a killed harness leaves behind: it is
@@ -168,7 +171,7 @@ def read_jsonl(root: Path, path: Path, limits: Limits) -> list[dict[str, Any]]:
     return out
 
 
-def walk_files(root: Path, top: Path, limits: Limits) -> Iterator[tuple[str, Path]]:
+def walk_files(root: Path, top: Path, limits: ImportCaps) -> Iterator[tuple[str, Path]]:
     """(path relative to ``top``, path) of every file below ``top``, sorted; symlinks leading out
     of ``root`` and oversized files reject the whole input."""
     if not top.is_dir():

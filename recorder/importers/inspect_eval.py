@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from recorder.importers.common import (
-    DEFAULT_LIMITS,
+    DEFAULT_CAPS,
     ORIGIN_SCORES,
     SYNTHETIC_JSON,
-    Limits,
+    ImportCaps,
     Rejected,
     RunBuilder,
     TaskResolver,
@@ -120,7 +120,7 @@ def _expanded_bytes(path: Path) -> int | None:
         return None  # Inspect's reader words what is wrong with it
 
 
-def _samples(path: Path, limits: Limits) -> tuple[Any, list[Any]]:
+def _samples(path: Path, limits: ImportCaps) -> tuple[Any, list[Any]]:
     from inspect_ai.log import read_eval_log
 
     # A .eval log is a zip: a few kilobytes can expand to gigabytes, all of which the reader would
@@ -141,7 +141,7 @@ def _samples(path: Path, limits: Limits) -> tuple[Any, list[Any]]:
 
 
 def parse(
-    path: Path, *, resolve_task: TaskResolver = lambda t: t, limits: Limits = DEFAULT_LIMITS
+    path: Path, *, resolve_task: TaskResolver = lambda t: t, limits: ImportCaps = DEFAULT_CAPS
 ) -> list[RunBuilder]:
     """One in-memory run per sample and epoch of the log (nothing is written)."""
     path = Path(path).resolve()
