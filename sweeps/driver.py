@@ -23,11 +23,12 @@ from typing import Any, TextIO
 
 import msgspec
 
+from schemas.durable import write_durably
 from schemas.errors import UsageError
 from sweeps.executor import Executor, ExecutorName, attach, open_executor
 from sweeps.plan import SweepSpec
 from sweeps.progress import Progress
-from sweeps.shard import Layout, write_atomic, write_spec
+from sweeps.shard import Layout, write_spec
 from sweeps.spec import Backend, CellLimits, RunSpec
 from sweeps.state import INTERRUPTED, CellState, TaskRef, cell_dict, next_attempt, read_cell
 
@@ -296,7 +297,7 @@ def _write_plan(layout: Layout, spec: SweepSpec, cells: list[CellState], executo
         cells=[c.cell for c in cells],
         executor=executor,
     )
-    write_atomic(layout.root / PLAN_FILE, msgspec.json.encode(plan))
+    write_durably(layout.root / PLAN_FILE, msgspec.json.encode(plan))
 
 
 def _submit(ex: Executor, planned: list[tuple[str, CellState, Path]], inflight: dict[str, CellState]) -> None:

@@ -36,11 +36,12 @@ import msgspec
 from recorder.run import RunSpec as RecordSpec
 from recorder.run import Stopped, parse_upstreams, record
 from schemas.codec import decode_event
+from schemas.durable import write_durably
 from schemas.errors import SpoolError
 from schemas.events import RunFinished
 from schemas.frames import scan
 from schemas.tempdirs import make_tempdir, remove_tempdir
-from sweeps.shard import EXEC_FILE, Layout, ShardInfo, file_sizes, new_token, place, write_atomic
+from sweeps.shard import EXEC_FILE, Layout, ShardInfo, file_sizes, new_token, place
 from sweeps.spec import RunSpec, SpecError, load
 
 STOP_GRACE_S = 5.0
@@ -227,7 +228,7 @@ def execute(spec_path: Path, *, out: TextIO | None = None) -> int:
     started_ns = time.time_ns()
     host = token.rsplit("-", 2)[0]
     who = {"host": host, "pid": os.getpid(), "token": token, "started_ns": started_ns}
-    write_atomic(attempt_dir / EXEC_FILE, msgspec.json.encode(who))
+    write_durably(attempt_dir / EXEC_FILE, msgspec.json.encode(who))
 
     def stop(signum: int, _frame: object) -> None:
         raise _Stopped(signal.Signals(signum).name)

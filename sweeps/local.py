@@ -22,6 +22,7 @@ from typing import IO, Any
 
 import msgspec
 
+from schemas.durable import write_durably
 from sweeps.executor import (
     ExecutorConfig,
     JobState,
@@ -30,7 +31,7 @@ from sweeps.executor import (
     save_name,
 )
 from sweeps.forkserver import ExecServer, Forked
-from sweeps.shard import Layout, write_atomic
+from sweeps.shard import Layout
 from sweeps.standin import term_with_parent
 
 
@@ -161,7 +162,7 @@ class LocalExecutor(QueuedExecutor):
             self.server = None
 
     def _save(self) -> None:
-        write_atomic(self._dir / "local.json", msgspec.json.encode(self._state))
+        write_durably(self._dir / "local.json", msgspec.json.encode(self._state))
 
 
 class _Attached:

@@ -38,6 +38,7 @@ from typing import Any
 
 import msgspec
 
+from schemas.durable import write_durably
 from schemas.errors import UsageError
 from sweeps import standin
 from sweeps.executor import (
@@ -47,7 +48,7 @@ from sweeps.executor import (
     exec_command,
     save_name,
 )
-from sweeps.shard import Layout, write_atomic
+from sweeps.shard import Layout
 from sweeps.spec import load
 
 TASK_RETRIES = 2
@@ -106,7 +107,7 @@ def execute_on_node(spec_file: str) -> dict[str, Any]:
     placements = Path(spec.shard_root) / "executor" / TASK_PLACEMENTS
     placements.mkdir(parents=True, exist_ok=True)
     mine = placements / f"{spec.run_id}.json"
-    write_atomic(mine, msgspec.json.encode(Placement(node_id=node_id, gpu_ids=gpu_ids)))
+    write_durably(mine, msgspec.json.encode(Placement(node_id=node_id, gpu_ids=gpu_ids)))
     env = dict(os.environ)
     if gpu_ids:
         env["AMB_GPU_IDS"] = ",".join(gpu_ids)
@@ -130,7 +131,7 @@ def execute_on_node(spec_file: str) -> dict[str, Any]:
             proc.kill()
             proc.wait()
         raise
-    write_atomic(mine, msgspec.json.encode(Placement(node_id=node_id, gpu_ids=gpu_ids, exit_code=code)))
+    write_durably(mine, msgspec.json.encode(Placement(node_id=node_id, gpu_ids=gpu_ids, exit_code=code)))
     return {"node_id": node_id, "gpu_ids": gpu_ids, "exit_code": code}
 
 
@@ -251,7 +252,7 @@ class RayExecutor(QueuedExecutor):
 
     def _save(self) -> None:
         _merge_task_placements(self._state, self.layout)
-        write_atomic(self._dir / "ray.json", msgspec.json.encode(self._state))
+        write_durably(self._dir / "ray.json", msgspec.json.encode(self._state))
 
 
 class _Attached:

@@ -39,9 +39,10 @@ from typing import Any
 
 import msgspec
 
+from schemas.durable import write_durably
 from schemas.errors import UsageError
 from sweeps.executor import ExecutorConfig, JobState, SlurmOptions, exec_command, save_name
-from sweeps.shard import Layout, write_atomic
+from sweeps.shard import Layout
 from sweeps.spec import load
 
 TERM_BEFORE_LIMIT_S = 60
@@ -168,7 +169,7 @@ class SlurmExecutor:
             n = len(self._state.batches)
             cls = resource_class(gpus)
             list_file = self._scripts / f"batch-{n:04d}-{cls}.list"
-            write_atomic(list_file, "".join(f"{p.resolve()}\n" for p in paths).encode())
+            write_durably(list_file, "".join(f"{p.resolve()}\n" for p in paths).encode())
             script = sbatch_script(
                 name=f"amb-{self.layout.root.name}-{cls}"[:60],
                 list_file=list_file,
@@ -182,7 +183,7 @@ class SlurmExecutor:
                 amb=exec_command(Path("x"))[0],
             )
             script_file = self._scripts / f"batch-{n:04d}-{cls}.sbatch"
-            write_atomic(script_file, script.encode())
+            write_durably(script_file, script.encode())
             out = _slurm(["sbatch", "--parsable", str(script_file)], cwd=self.layout.root)
             job_id = out.strip().split(";")[0]
             now = time.time()
@@ -224,7 +225,7 @@ class SlurmExecutor:
         return describe(self._state)
 
     def _save(self) -> None:
-        write_atomic(self._dir / "slurm.json", msgspec.json.encode(self._state))
+        write_durably(self._dir / "slurm.json", msgspec.json.encode(self._state))
 
 
 class _Attached:

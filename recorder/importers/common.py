@@ -33,6 +33,7 @@ from recorder.spool import spool_path
 from schemas.blob import BlobRef, digest
 from schemas.blobstore import BlobStore
 from schemas.codec import GENESIS, encode_payload, hash_body, make_body
+from schemas.durable import fsync_dir
 from schemas.errors import SpoolError
 from schemas.events import Note, Payload, RunStarted, kind_of
 from schemas.frames import MAGIC, encode_frame
@@ -433,11 +434,7 @@ def publish(store: str | os.PathLike[str], staged: list[Staged]) -> list[Staged]
     for s in lost:
         s.partial.unlink(missing_ok=True)
     for d in sorted(dirs):
-        fd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(d)
     return lost
 
 
