@@ -33,7 +33,7 @@ import msgspec
 
 from replay.read import iter_events
 from schemas.blob import BlobRef
-from schemas.codec import Event, encode_payload
+from schemas.codec import Event, canonical_json, encode_payload
 from schemas.errors import AmbError
 from schemas.events import (
     ModelCallCompleted,
@@ -349,7 +349,7 @@ def export_run(
     )
     with open(folder / SIDECAR, "w", encoding="utf-8") as f:
         for line in exported.sidecar:
-            f.write(json.dumps(line, ensure_ascii=False, sort_keys=True, separators=(",", ":")) + "\n")
+            f.write(canonical_json(line).decode() + "\n")
     for ref in exported.blobs:
         target = folder / BLOB_DIR / ref.removeprefix("sha256:")
         if not target.exists():

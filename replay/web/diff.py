@@ -18,6 +18,7 @@ from typing import Any
 
 import duckdb
 
+from schemas.codec import canonical_json
 from schemas.untrusted_json import loads_untrusted
 
 ARG_CAP = 2000
@@ -59,8 +60,8 @@ def normalise_arguments(raw: str | None) -> str:
     if raw is None:
         return ""
     try:
-        return json.dumps(loads_untrusted(raw), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    except ValueError:
+        return canonical_json(loads_untrusted(raw)).decode()
+    except ValueError:  # not JSON, or JSON whose text is not Unicode (a lone surrogate)
         return raw.strip()
 
 
