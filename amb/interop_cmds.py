@@ -25,12 +25,13 @@ import duckdb
 from amb.common import progress, store_option
 from amb.output import emit
 from recorder.importers.common import ImportCaps, Rejected, RunBuilder, Staged, publish, spool_bytes, stage
-from recorder.importers.values import printable, shown
+from recorder.importers.values import shown
 from replay import spools
 from replay.export.parquet import EVENTS_PER_FILE
 from replay.ingest import ingest as ingest_store
 from replay.store import DB_NAME, Store
 from schemas.codec import ID_RE
+from schemas.display import for_message
 from schemas.errors import AmbError, BadInput, RunExists, UsageError
 from schemas.run_claim import held_spools, taken_message
 
@@ -73,7 +74,7 @@ class Renaming(NamedTuple):
             raise UsageError("give --run-id or --id-suffix, not both")
         if run_id is not None and (inputs != 1 or not ID_RE.match(run_id)):
             raise UsageError(
-                f"--run-id {printable(run_id, 140)!r}: "
+                f"--run-id {for_message(run_id, 140)!r}: "
                 + (
                     "names the one run of one input (for several, use --id-suffix)"
                     if inputs != 1
@@ -82,7 +83,7 @@ class Renaming(NamedTuple):
             )
         if suffix is not None and not ID_RE.match("x" + suffix):
             raise UsageError(
-                f"--id-suffix {printable(suffix, 140)!r}: use letters, digits, '.', '_', ':', '-' only"
+                f"--id-suffix {for_message(suffix, 140)!r}: use letters, digits, '.', '_', ':', '-' only"
             )
         return cls(run_id, suffix)
 
@@ -97,7 +98,7 @@ class Renaming(NamedTuple):
         new = {r.run_id: self.run_id or r.run_id + (self.suffix or "") for r in runs}
         for old, run_id in new.items():
             if not ID_RE.match(run_id):
-                raise Rejected(f"{where}: run {old} renamed is {printable(run_id, 140)!r}, not a run id")
+                raise Rejected(f"{where}: run {old} renamed is {for_message(run_id, 140)!r}, not a run id")
         for r in runs:
             r.rename(new[r.run_id], new)
 
@@ -183,7 +184,7 @@ def run_imports(
         except (Rejected, RunExists) as e:
             return [(Outcome(where, "rejected", None, str(e)), None)]
         except (OSError, RecursionError) as e:
-            return [(Outcome(where, "rejected", None, f"{where}: cannot read: {printable(str(e))}"), None)]
+            return [(Outcome(where, "rejected", None, f"{where}: cannot read: {for_message(str(e))}"), None)]
         out: list[tuple[Outcome, Staged | None]] = []
         for (run, data), new in zip(built, write, strict=True):
             if not new:

@@ -27,6 +27,7 @@ from replay.workspace import (
 )
 from schemas.blobstore import BlobStore
 from schemas.codec import Event, check_id
+from schemas.display import one_line
 from schemas.errors import AmbError, UsageError
 from schemas.events import ModelCallCompleted
 
@@ -114,10 +115,10 @@ def _running_runs(spool: Path, followers: dict[str, RunFollower], finished: set[
 
 def _safe(text: object) -> Any:
     """Agent-written text as a rich Text: never read as markup, control characters (a terminal's
-    escape sequences) shown as U+FFFD."""
+    escape sequences) shown escaped (``schemas.display.one_line``)."""
     from rich.text import Text
 
-    return Text("".join(c if c.isprintable() else "\ufffd" for c in str(text)))
+    return Text(one_line(str(text)))
 
 
 def _line(call: dict[str, Any] | None, what: str) -> str:

@@ -12,7 +12,11 @@ import sys
 
 import click
 
+from schemas.display import for_message
 from schemas.errors import AmbError
+
+MESSAGE_MAX = 8192
+"""Characters of an error message shown (a longer one says how long it was)."""
 
 COMMANDS: dict[str, str] = {
     "ingest": "amb.store_cmds",
@@ -67,7 +71,9 @@ class AmbGroup(click.Group):
         try:
             return super().invoke(ctx)
         except AmbError as e:
-            click.echo(f"amb: error: {e}", err=True)
+            # One line whatever the message quotes (a file name, an agent's text): nothing in it can
+            # break the line or reach the terminal as an escape sequence.
+            click.echo(f"amb: error: {for_message(str(e), MESSAGE_MAX)}", err=True)
             sys.exit(e.exit_code)
 
 

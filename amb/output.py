@@ -10,14 +10,15 @@ from typing import Any
 
 import click
 
+from schemas.display import clip, one_line
+
 
 def _cell(value: Any, width: int = 60) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
         return f"{value:.4g}"
-    text = str(value).replace("\n", "\\n")
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return clip(one_line(str(value)), width)  # agent-written text: no escape reaches the terminal
 
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

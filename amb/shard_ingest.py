@@ -11,8 +11,8 @@ from typing import Any
 import click
 
 from amb.common import progress
-from recorder.importers.values import printable
 from replay.shards import LoadReport, load_shards, merge_store
+from schemas.display import for_message
 from sweeps.collect import is_sweep_root, select
 from sweeps.shard import SHARD_FILE, Layout
 
@@ -47,7 +47,7 @@ def ingest_from(
             )
         else:
             click.echo(
-                f"amb: error: {printable(str(source), 4096)}: not a sweep directory (shards/), a shard "
+                f"amb: error: {for_message(str(source), 4096)}: not a sweep directory (shards/), a shard "
                 "(shard.json) or a store (spool/)",
                 err=True,
             )
@@ -64,9 +64,11 @@ def ingest_from(
         for s in out:
             for path, why in s["refused"]:
                 # Names come from the directories loaded: escaped, so that each refusal stays one line.
-                click.echo(f"amb: error: {printable(path, 4096)}: refused: {printable(why, 8192)}", err=True)
+                click.echo(
+                    f"amb: error: {for_message(path, 4096)}: refused: {for_message(why, 8192)}", err=True
+                )
             click.echo(
-                f"{printable(s['source'], 4096)} ({s['kind']}): {len(s['loaded'])} run(s) loaded, "
+                f"{for_message(s['source'], 4096)} ({s['kind']}): {len(s['loaded'])} run(s) loaded, "
                 f"{s['events_added']} new events, "
                 f"{s['spools_copied']} spool(s) and {s['blobs_copied']} blob(s) copied; "
                 f"{len(s['duplicates'])} duplicate(s) kept aside, {len(s['refused'])} refused"

@@ -14,7 +14,6 @@ import msgspec
 
 from amb.common import progress, store_option
 from amb.output import emit
-from recorder.importers.values import printable
 from recorder.synthetic import MAX_CALLS, MAX_SEED, generate_run
 from replay import manifest as manifests
 from replay import spools as spool_modes
@@ -25,6 +24,7 @@ from replay.store import Store, first, open_sql
 from replay.verify import verify as verify_store
 from schemas.blobpack import SUFFIX
 from schemas.codec import ID_RE
+from schemas.display import for_message
 from schemas.errors import AmbError, UsageError
 from schemas.events import AnyPayload
 from schemas.run_claim import require_free
@@ -382,8 +382,8 @@ def generate(store: str, n_runs: int, calls: int, seed: int, prefix: str, proces
     for run_id in (ids[0], ids[-1]):
         if not ID_RE.match(run_id):
             raise UsageError(
-                f"--prefix {printable(prefix, 140)!r} makes the run id {printable(run_id, 160)!r}: use 1-128 "
-                "of letters, digits, '.', '_', ':', '-'"
+                f"--prefix {for_message(prefix, 140)!r} makes the run id {for_message(run_id, 160)!r}: "
+                "use 1-128 of letters, digits, '.', '_', ':', '-'"
             )
     way_out = "pick other ids with --seed or --prefix"
     for run_id in ids:  # all of them before the first is written

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas.codec import Event, decode_event
+from schemas.display import clip
 from schemas.errors import AmbError, SpoolError
 from schemas.events import (
     FileDeleted,
@@ -91,8 +92,7 @@ class SpoolTail:
 
 
 def _cut(text: str, n: int = SHOWN) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
+    return clip(" ".join(text.split()), n)
 
 
 Pricer = Callable[[ModelCallCompleted, str | None], tuple[float | None, str | None]]

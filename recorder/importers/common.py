@@ -24,7 +24,6 @@ from recorder.importers.values import (
     Rejected,
     check_text,
     not_unicode,
-    printable,
     shown,
     when,
 )
@@ -33,6 +32,7 @@ from recorder.spool import spool_path
 from schemas.blob import BlobRef, digest
 from schemas.blobstore import BlobStore
 from schemas.codec import GENESIS, encode_payload, hash_body, make_body
+from schemas.display import for_message
 from schemas.durable import fsync_dir
 from schemas.errors import SpoolError
 from schemas.events import Note, Payload, RunStarted, kind_of
@@ -378,10 +378,10 @@ def _check_numbers(origin: str, kind: str, payload: Payload) -> None:
         value, at = stack.pop()
         if isinstance(value, int) and not isinstance(value, bool) and not -(1 << 63) <= value <= TS_MAX:
             raise Rejected(
-                f"{origin}: a {kind} event: {at.lstrip('.')} is {printable(str(value), 40)}, beyond 64 bits"
+                f"{origin}: a {kind} event: {at.lstrip('.')} is {for_message(str(value), 40)}, beyond 64 bits"
             )
         if isinstance(value, dict):
-            stack.extend((v, f"{at}.{printable(str(k), 80)}") for k, v in value.items())
+            stack.extend((v, f"{at}.{for_message(str(k), 80)}") for k, v in value.items())
         elif isinstance(value, list):
             stack.extend((v, f"{at}[{i}]") for i, v in enumerate(value))
 

@@ -34,8 +34,9 @@ from recorder.importers.common import (
     TaskResolver,
     check_file,
 )
-from recorder.importers.values import count, datetime_ns, printable, seconds, shown, whole
+from recorder.importers.values import count, datetime_ns, seconds, shown, whole
 from schemas.blob import digest
+from schemas.display import for_message
 from schemas.events import (
     AssistantMessage,
     FileAccessed,
@@ -135,7 +136,7 @@ def _samples(path: Path, limits: ImportCaps) -> tuple[Any, list[Any]]:
         log = read_eval_log(str(path), resolve_attachments="full")
     except Exception as e:  # the reader raises many types for a file that is not a log
         raise Rejected(
-            f"{shown(path)}: not an Inspect eval log ({type(e).__name__}: {printable(str(e))})"
+            f"{shown(path)}: not an Inspect eval log ({type(e).__name__}: {for_message(str(e))})"
         ) from e
     return log, list(log.samples or [])
 
@@ -155,7 +156,7 @@ def parse(
 def _sample(log: Any, sample: Any, resolve_task: TaskResolver, file: str) -> RunBuilder:
     spec = log.eval
     h = hashlib.sha256(f"{spec.eval_id}\0{sample.id}\0{sample.epoch}".encode())
-    where = f"{file}: sample {printable(str(sample.id), 80)} epoch {sample.epoch}"
+    where = f"{file}: sample {for_message(str(sample.id), 80)} epoch {sample.epoch}"
     b = RunBuilder("inspect-" + h.hexdigest()[:16], origin=where)
     start = _ns(sample.started_at, f"{where}: started_at") or _ns(spec.created, f"{file}: eval.created") or 0
     out: list[tuple[int, Payload]] = []

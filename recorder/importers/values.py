@@ -22,6 +22,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from schemas.display import brief, for_message
 from schemas.errors import AmbError
 
 TS_MAX = (1 << 63) - 1
@@ -56,25 +57,7 @@ def shown(path: str | os.PathLike[str]) -> str:
         text = rel if not rel.startswith("..") else os.path.abspath(text)
     except (OSError, ValueError):
         pass
-    return printable(text, _NAME_MAX)
-
-
-def printable(text: str, limit: int = 200) -> str:
-    """``text`` as one printable line: bytes that are not UTF-8 (``surrogateescape``) as ``\\xNN``,
-    other surrogates and control characters as Python escapes, cut to ``limit`` characters."""
-    out = []
-    for c in text[:limit]:
-        if "\udc80" <= c <= "\udcff":
-            out.append(f"\\x{ord(c) - 0xDC00:02x}")
-        else:
-            out.append(c if c.isprintable() else repr(c)[1:-1])
-    clean = "".join(out)
-    return clean if len(text) <= limit else f"{clean}… ({len(text)} characters)"
-
-
-def brief(value: Any) -> str:
-    """A foreign value for a message: its ``repr``, cut, one line."""
-    return printable(repr(value), 60)
+    return for_message(text, _NAME_MAX)
 
 
 def count(value: Any, where: str, default: int = 0) -> int:
@@ -177,7 +160,7 @@ def not_unicode(value: Any) -> str:
     at, text = found
     raw = all("\udc80" <= c <= "\udcff" for c in _SURROGATE.findall(text))
     why = "bytes that are not UTF-8" if raw else "a lone surrogate"
-    return f"{at.lstrip('.') or 'a string'} '{printable(text, 200)}': text that is not Unicode ({why})"
+    return f"{at.lstrip('.') or 'a string'} '{for_message(text, 200)}': text that is not Unicode ({why})"
 
 
 def _first_surrogate(value: Any, path: str) -> tuple[str, str] | None:
@@ -189,7 +172,7 @@ def _first_surrogate(value: Any, path: str) -> tuple[str, str] | None:
                 return at or "the document", item
         elif isinstance(item, dict):
             for key in reversed(list(item)):
-                name = f"{at}.{printable(str(key), 80)}"
+                name = f"{at}.{for_message(str(key), 80)}"
                 if isinstance(key, str) and _SURROGATE.search(key):
                     return name, key
                 stack.append((item[key], name))

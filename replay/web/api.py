@@ -29,6 +29,7 @@ from replay.store import first
 from replay.verify import verify as verify_store
 from schemas.blob import DIGEST_RE
 from schemas.blobstore import BlobStore
+from schemas.display import clip
 from schemas.errors import AmbError, BlobError
 from schemas.untrusted_json import loads_untrusted
 
@@ -135,10 +136,7 @@ def summarize_event(kind: str, p: dict[str, Any]) -> tuple[str, float | None, bo
 
 
 def _clip(text: str | None, n: int = SUMMARY_CHARS) -> str:
-    if not text:
-        return ""
-    text = text.replace("\n", " ⏎ ")
-    return text if len(text) <= n else text[: n - 1] + "…"
+    return clip((text or "").replace("\n", " ⏎ "), n)
 
 
 def encode_cursor(value: Any) -> str:

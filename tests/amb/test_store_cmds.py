@@ -218,3 +218,21 @@ def test_generate_refuses_bad_numbers_and_names(tmp_path, args):
     proc = amb("generate", "--calls", "1", *args, store=store, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "wrote" not in proc.stdout and not store.exists()
+
+
+def test_an_error_line_quoting_a_hostile_name_stays_one_printable_line(cli_store, tmp_path):
+    """An error message quotes what it was given (here a file's name; elsewhere an agent's text):
+    a newline or a terminal escape in it is shown escaped, never obeyed."""
+    hostile = tmp_path / "anchor\x1b[2J\nforged.json"
+    hostile.write_text("not json at all")
+    proc = amb("verify", "--manifest", str(hostile), store=cli_store, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "\x1b" not in proc.stderr
+    assert "anchor\\x1b[2J\\nforged.json: not a manifest" in proc.stderr
+
+
+def test_a_table_cell_shows_control_characters_escaped(cli_store):
+    """`amb sql` tables show what agents wrote (model output, tool arguments): an escape sequence in a
+    cell is shown, not sent to the terminal."""
+    out = amb("sql", "SELECT chr(27) || '[2Jcleared' || chr(9) || 'x' AS t", store=cli_store).stdout
+    assert "\x1b" not in out and "\\x1b[2Jcleared\\tx" in out

@@ -1,0 +1,44 @@
+"""Text for a person to read: clipped to a length, and made safe to print in a message.
+
+This is DISPLAY, the opposite end from ``schemas.ostext``, which is how OS bytes are RECORDED (in
+events, byte for byte, reversibly). What these functions return is for a terminal, an error line
+or a viewer page only: it loses characters, escapes what a terminal would obey (a newline, an
+escape sequence an agent wrote) and is never stored, hashed or read back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ELLIPSIS = "…"
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` when it has at most ``limit`` characters, else its first ``limit - 1`` and ``…``."""
+    return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS
+
+
+def one_line(text: str) -> str:
+    """``text`` as one printable line: each byte that is not UTF-8 (Python's ``surrogateescape``
+    form of an OS string) as ``\\xNN``, other surrogates and control characters (a newline, a tab, a
+    terminal's ESC) as Python escapes; every other character as it is."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c
+        if c.isprintable()
+        else (f"\\x{ord(c) - 0xDC00:02x}" if "\udc80" <= c <= "\udcff" else repr(c)[1:-1])
+        for c in text
+    )
+
+
+def for_message(text: str, limit: int = 200) -> str:
+    """``text`` for an error or warning line: ``one_line`` of its first ``limit`` characters, and
+    how long it was when it was longer."""
+    shown = one_line(text[:limit])
+    return shown if len(text) <= limit else f"{shown}{ELLIPSIS} ({len(text)} characters)"
+
+
+def brief(value: Any) -> str:
+    """A foreign value for a message: its ``repr``, cut, one line."""
+    return for_message(repr(value), 60)
