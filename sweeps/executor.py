@@ -28,15 +28,19 @@ Rules for implementers (``sweeps/<engine>.py``, registered in ``EXECUTORS``):
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
+import signal
+import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import msgspec
 
-from schemas.errors import UsageError
+from schemas.durable import write_durably
+from schemas.errors import AmbError, UsageError
 from sweeps.shard import Layout
 
 JobState = Literal["queued", "running", "ended"]
@@ -169,6 +173,76 @@ def attach(layout: Layout) -> Executor | None:
         return None
     executor: Executor = executor_class(name).attach(layout)
     return executor
+
+
+StateT = TypeVar("StateT", bound=msgspec.Struct)
+
+
+def state_file(layout: Layout, name: str) -> Path:
+    """Where executor ``name`` keeps what ``cancel`` needs from another process."""
+    return layout.root / "executor" / f"{name}.json"
+
+
+def save_state(layout: Layout, name: str, state: msgspec.Struct) -> None:
+    write_durably(state_file(layout, name), msgspec.json.encode(state))
+
+
+def load_state(
+    layout: Layout,
+    name: str,
+    kind: type[StateT],
+    broken: Callable[[str], AmbError] | None = None,
+    title: str = "",
+) -> StateT:
+    """An executor's saved state; a new one when none was saved. One that cannot be read is the
+    error ``broken`` makes of the message (None: a new state, for an executor whose state only
+    helps). ``title`` names the executor in the message (default: ``name``)."""
+    path = state_file(layout, name)
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=kind)
+    except FileNotFoundError:
+        return kind()
+    except (OSError, msgspec.DecodeError) as e:
+        if broken is None:
+            return kind()
+        raise broken(f"{path}: cannot read the {title or name} executor's state: {e}") from None
+
+
+class Attached:
+    """An executor's sweep seen from another process (``amb sweep status`` / ``cancel``): what its
+    saved state says. It submits nothing; each executor says how it lists and cancels."""
+
+    name = ""
+    title = ""
+    """The executor's name in messages."""
+
+    def __init__(self, layout: Layout):
+        self.layout = layout
+
+    def submit(self, specs: Sequence[Path]) -> None:
+        raise NotImplementedError(f"an attached {self.title} executor only reads and cancels")
+
+    def poll(self) -> dict[str, JobState]:
+        return {}
+
+    def cancel(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def describe(self) -> dict[str, Any]:
+        return {"executor": self.name}
+
+
+def stop_driver(pid: int | None, host: str | None) -> None:
+    """SIGTERM to a sweep's driver when it runs on this machine (it cancels its runs itself, and
+    submits nothing more); nothing when it has gone."""
+    if pid and host == socket.gethostname():
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
 
 
 def save_name(layout: Layout, name: str) -> Path:

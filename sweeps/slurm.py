@@ -29,7 +29,6 @@ import math
 import os
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -41,7 +40,17 @@ import msgspec
 
 from schemas.durable import write_durably
 from schemas.errors import UsageError
-from sweeps.executor import ExecutorConfig, JobState, SlurmOptions, exec_command, save_name
+from sweeps.executor import (
+    Attached,
+    ExecutorConfig,
+    JobState,
+    SlurmOptions,
+    exec_command,
+    load_state,
+    save_name,
+    save_state,
+    stop_driver,
+)
 from sweeps.shard import Layout
 from sweeps.spec import load
 
@@ -225,48 +234,31 @@ class SlurmExecutor:
         return describe(self._state)
 
     def _save(self) -> None:
-        write_durably(self._dir / "slurm.json", msgspec.json.encode(self._state))
+        save_state(self.layout, self.name, self._state)
 
 
-class _Attached:
+class _Attached(Attached):
     """A SLURM sweep seen from another process (``amb sweep status`` / ``cancel``)."""
 
-    name = "slurm"
+    name, title = "slurm", "SLURM"
 
     def __init__(self, layout: Layout):
-        self.layout = layout
+        super().__init__(layout)
         self._state = _load(layout)
-
-    def submit(self, specs: Sequence[Path]) -> None:
-        raise NotImplementedError("an attached SLURM executor only reads and cancels")
 
     def poll(self) -> dict[str, JobState]:
         return job_states(self._state)
 
     def cancel(self) -> None:
-        s = self._state
-        if s.driver_pid and s.driver_host == socket.gethostname():
-            try:
-                os.kill(s.driver_pid, signal.SIGTERM)  # the driver cancels too, and submits nothing more
-            except ProcessLookupError:
-                pass
-        cancel_jobs(s)
-
-    def close(self) -> None:
-        pass
+        stop_driver(self._state.driver_pid, self._state.driver_host)
+        cancel_jobs(self._state)
 
     def describe(self) -> dict[str, Any]:
         return describe(self._state)
 
 
 def _load(layout: Layout) -> _State:
-    path = layout.root / "executor" / "slurm.json"
-    try:
-        return msgspec.json.decode(path.read_bytes(), type=_State)
-    except FileNotFoundError:
-        return _State()
-    except (OSError, msgspec.DecodeError) as e:
-        raise SlurmError(f"{path}: cannot read the SLURM executor's state: {e}") from None
+    return load_state(layout, "slurm", _State, SlurmError, "SLURM")
 
 
 def job_states(state: _State) -> dict[str, JobState]:
