@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from replay import views
 from replay.ingest import ingest as ingest_store
 from replay.read import iter_events
 from replay.store import Store, first, open_sql
+from replay.summary import summaries, summary
 from replay.verify import verify as verify_store
 from schemas.blobpack import SUFFIX
 from schemas.codec import ID_RE
@@ -119,37 +119,35 @@ RUN_COLUMNS = [
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def runs(store: str, as_json: bool) -> None:
     """List the runs in the store."""
-    con = open_sql(store)
-    rows = con.execute(
-        f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_ns NULLS LAST, run_id"
-    ).fetchall()
+    rows = [
+        (
+            s.run_id,
+            s.task,
+            s.tier,
+            s.agent,
+            s.model,
+            s.status,
+            s.duration_s,
+            s.model_calls,
+            s.tool_calls,
+            s.events,
+        )
+        for s in summaries(open_sql(store))
+    ]
     emit(RUN_COLUMNS, rows, "json" if as_json else "table")
 
 
 def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
-    row = first(con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id]))
-    if row is None:
-        raise AmbError(f"no run {run_id!r} in the store (see `amb runs`)")
-    info = dict(zip([d[0] for d in con.description], row, strict=False))
-    info["labels"] = json.loads(info["labels"]) if info.get("labels") else {}
-    (tokens,) = con.execute(
-        """SELECT count(*), count(*) FILTER (WHERE NOT ok), coalesce(sum(input_tokens), 0),
-                coalesce(sum(cache_read_tokens), 0),
-                  coalesce(sum(output_tokens), 0), coalesce(sum(reasoning_tokens), 0), list(DISTINCT model)
-           FROM model_calls WHERE run_id = ?""",
-        [run_id],
-    ).fetchall()
-    tools = Counter(
-        dict(
-            con.execute(
-                "SELECT name, count(*) FROM tool_calls WHERE run_id = ? GROUP BY name", [run_id]
-            ).fetchall()
-        )
+    """``amb show``'s summary: the run's summary (``replay.summary``) and what it did in detail."""
+    s = summary(con, run_id)
+    tools = dict(
+        con.execute(
+            "SELECT name, count(*) FROM tool_calls WHERE run_id = ? GROUP BY name", [run_id]
+        ).fetchall()
     )
-    (procs,) = con.execute(
-        "SELECT count(*), count(*) FILTER (WHERE exit_code <> 0) FROM processes WHERE run_id = ?",
-        [run_id],
-    ).fetchall()
+    (nonzero,) = first(
+        con.execute("SELECT count(*) FROM processes WHERE run_id = ? AND exit_code <> 0", [run_id])
+    ) or (0,)
     files = con.execute(
         "SELECT path, arg_max(size, seq) FROM file_writes WHERE run_id = ? GROUP BY path ORDER BY path",
         [run_id],
@@ -163,27 +161,15 @@ def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
         [run_id],
     ).fetchall()
     return {
-        "run_id": run_id,
-        "task": info["task"],
-        "tier": info["tier"],
-        "agent": info["agent"],
-        "model": info["model"],
-        "backend": info["backend"],
-        "status": info["status"],
-        "exit_code": info["exit_code"],
-        "duration_s": info["duration_s"],
-        "labels": info["labels"],
-        "events": info["n_events"],
-        "model_calls": {
-            "count": tokens[0],
-            "failed": tokens[1],
-            # list() of no rows is NULL: a run without model calls names no model.
-            "models": sorted(m for m in tokens[6] or [] if m),
-        },
-        "tokens": {"input": tokens[2], "cache_read": tokens[3], "output": tokens[4], "reasoning": tokens[5]},
+        **s.header(),
+        "duration_s": s.duration_s,
+        "labels": s.labels,
+        "events": s.events,
+        "model_calls": {"count": s.model_calls, "failed": s.failed_calls, "models": s.models},
+        "tokens": s.tokens.shown(),
         "tool_calls": dict(sorted(tools.items())),
-        "processes": {"count": procs[0], "nonzero_exit": procs[1]},
-        "files_written": [{"path": p, "size": s} for p, s in files],
+        "processes": {"count": s.processes, "nonzero_exit": nonzero},
+        "files_written": [{"path": p, "size": size} for p, size in files],
         "network_requests": net,
         "limitations": [{"limitation": k, "text": t} for k, t in limitations],
     }

@@ -26,6 +26,7 @@ import duckdb
 from replay import manifest as manifests
 from replay import search
 from replay.store import first
+from replay.summary import summaries
 from replay.verify import verify as verify_store
 from schemas.blob import DIGEST_RE
 from schemas.blobstore import BlobStore
@@ -229,42 +230,28 @@ class RunIndexCache:
 
 
 def build_run_index(con: duckdb.DuckDBPyConnection, generation: tuple[int, int, int]) -> RunIndex:
-    cur = con.execute(
-        """
-        SELECT r.run_id, r.task, r.tier, r.agent, r.model, r.backend, r.status, r.exit_code, r.started_ns,
-               r.duration_s, CAST(r.labels AS VARCHAR), r.n_events, r.n_model_calls, r.n_tool_calls,
-               t.tok_in, t.tok_out
-        FROM runs r LEFT JOIN (
-            SELECT run_id, sum(input_tokens) AS tok_in, sum(output_tokens) AS tok_out
-            FROM model_calls GROUP BY run_id
-        ) t USING (run_id)
-        """
-    )
-    cols = [d[0] for d in cur.description]
     rows: list[dict[str, Any]] = []
     by_id: dict[str, dict[str, Any]] = {}
-    for values in cur.fetchall():
-        r = dict(zip(cols, values, strict=True))
-        labels = json.loads(r.pop("CAST(r.labels AS VARCHAR)") or "{}")
-        tok_in, tok_out = int(r.pop("tok_in") or 0), int(r.pop("tok_out") or 0)
-        row = {
-            **r,
-            "labels": labels if isinstance(labels, dict) else {},
-            "tokens_in": tok_in,
-            "tokens_out": tok_out,
-            "tokens": tok_in + tok_out,
+    for s in summaries(con):
+        row: dict[str, Any] = {
+            **s.header(),
+            "started_ns": s.started_ns,
+            "duration_s": s.duration_s,
+            "labels": s.labels,
+            "n_events": s.events,
+            "n_model_calls": s.model_calls,
+            "n_tool_calls": s.tool_calls,
+            "tokens_in": s.tokens.input,
+            "tokens_out": s.tokens.output,
+            "tokens": s.tokens.input + s.tokens.output,
             "track": None,
-            "cost_usd": None,
+            "cost_usd": s.cost_usd,
             "scores": {},
         }
-        row["started_ns"] = int(row["started_ns"]) if row["started_ns"] is not None else None
+        if s.first_ns is not None and s.last_ns is not None:
+            row["span_ns"] = (s.first_ns, s.last_ns)
         rows.append(row)
-        by_id[row["run_id"]] = row
-    for run_id, lo, hi in con.execute(
-        "SELECT run_id, min(ts_ns), max(ts_ns) FROM events GROUP BY run_id"
-    ).fetchall():
-        if run_id in by_id:
-            by_id[run_id]["span_ns"] = (int(lo), int(hi))
+        by_id[s.run_id] = row
     profiles: set[str] = set()
     if has_scores(con):
         for run_id, profile, judge, overall, agentic, task_score, track, cost, status, codes in con.execute(

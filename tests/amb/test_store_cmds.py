@@ -46,7 +46,7 @@ def test_show(cli_store):
     assert data["events"] == len(data["event_list"])
     missing = amb("show", "nope", store=cli_store, check=False)
     assert (
-        missing.returncode == 1
+        missing.returncode == 3  # not found (schemas/errors.py)
         and missing.stderr.strip() == "amb: error: no run 'nope' in the store (see `amb runs`)"
     )
 

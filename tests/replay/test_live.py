@@ -111,6 +111,16 @@ def test_watch_follows_a_run_as_its_spools_grow_and_never_writes(tmp_path):
     assert not (store / "amb.duckdb").exists()
 
 
+def test_a_cost_nobody_priced_reads_unknown_not_zero(tmp_path):
+    store = tmp_path / "store"
+    with SpoolWriter(spool_path(store, "free", "proxy"), "free", "proxy") as w:
+        w.append(_call(1))
+    unpriced = RunFollower(store / "spool" / "free")  # no price table given
+    assert unpriced.poll() and unpriced.state.view()["cost_usd"] is None
+    priced = RunFollower(store / "spool" / "free", price=lambda call, model: (0.25, None))
+    assert priced.poll() and priced.state.view()["cost_usd"] == 0.25
+
+
 def test_watch_usage_errors(tmp_path):
     for args, code, message in [
         ([], 2, "give RUN ids, --sweep DIR or --all-running"),

@@ -1,0 +1,183 @@
+"""A run's summary: what ran, how it ended, and what it used. One definition, read two ways:
+
+- ``summaries(con)``, ``summary(con, run_id)``: runs in the store (``amb runs``, ``amb show``, the
+  viewer's run list and run page), one query whatever their number;
+- ``RunSummary.add(event)``: the same figures folded from a run's events as they are read, for a run
+  still recording (``amb watch`` follows its spools, ``replay.live``).
+
+Both give the same summary of the same events (a test holds them to it). A cost is unknown (None)
+until something priced every call: a run nobody priced reads unknown, never 0.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import duckdb
+import msgspec
+
+from schemas.codec import Event
+from schemas.errors import NotFound
+from schemas.events import ModelCallCompleted, RunFinished, RunStarted, Usage
+
+UNFINISHED = "unfinished"
+"""The status of a run with no ``run.finished`` (the ``runs`` view's word)."""
+
+HEADER = ("run_id", "task", "tier", "agent", "model", "backend", "status", "exit_code")
+
+_COUNTED = {
+    "tool_call.requested": "tool_calls",
+    "process.exited": "processes",
+    "file.written": "file_writes",
+}
+
+
+class Tokens(msgspec.Struct, kw_only=True):
+    """What model calls used, summed (each call's ``schemas.events.Usage``)."""
+
+    input: int = 0
+    """Cached input included."""
+    cache_read: int = 0
+    cache_write: int = 0
+    output: int = 0
+    """Reasoning included."""
+    reasoning: int = 0
+
+    def add(self, u: Usage) -> None:
+        self.input, self.cache_read = self.input + u.input_total, self.cache_read + u.cache_read
+        self.cache_write, self.output = self.cache_write + u.cache_write, self.output + u.output
+        self.reasoning += u.reasoning
+
+    def shown(self) -> dict[str, int]:
+        """The figures ``amb show`` and ``amb watch`` print (cache writes are part of the input)."""
+        return {
+            "input": self.input,
+            "cache_read": self.cache_read,
+            "output": self.output,
+            "reasoning": self.reasoning,
+        }
+
+
+class RunSummary(msgspec.Struct, kw_only=True):
+    run_id: str
+    task: str | None = None
+    tier: str | None = None
+    agent: str | None = None
+    model: str | None = None
+    """The model named when the run started (``models``: what its calls were served by)."""
+    backend: str | None = None
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    status: str = UNFINISHED
+    exit_code: int | None = None
+    duration_s: float | None = None
+    started_ns: int | None = None
+    """``run.started``'s time."""
+    first_ns: int | None = None
+    last_ns: int | None = None
+    """The earliest and latest time of any of its events."""
+    events: int = 0
+    model_calls: int = 0
+    failed_calls: int = 0
+    models: list[str] = msgspec.field(default_factory=list)
+    tokens: Tokens = msgspec.field(default_factory=Tokens)
+    tool_calls: int = 0
+    """Tool calls the model asked for."""
+    processes: int = 0
+    """Processes that exited."""
+    file_writes: int = 0
+    cost_usd: float | None = None
+    """USD, rounded to 6 places as ``amb score`` rounds; None: unknown (not priced, or a call could
+    not be priced)."""
+
+    def header(self) -> dict[str, Any]:
+        """What ran and how it ended, as JSON's first fields (``amb show --json``, the viewer's rows)."""
+        return {name: getattr(self, name) for name in HEADER}
+
+    def add(self, ev: Event) -> None:
+        """Fold one more event of the run into the summary (any order across sources)."""
+        self.events += 1
+        self.first_ns = ev.ts_ns if self.first_ns is None else min(self.first_ns, ev.ts_ns)
+        self.last_ns = ev.ts_ns if self.last_ns is None else max(self.last_ns, ev.ts_ns)
+        p = ev.payload
+        if isinstance(p, ModelCallCompleted):
+            self.model_calls += 1
+            self.failed_calls += not p.ok
+            self.tokens.add(p.usage)
+            if p.model and p.model not in self.models:
+                self.models = sorted([*self.models, p.model])
+        elif isinstance(p, RunStarted):
+            self.task, self.tier, self.agent, self.model = p.task, p.tier, p.agent, p.model
+            self.backend, self.labels, self.started_ns = p.backend, dict(p.labels), ev.ts_ns
+        elif isinstance(p, RunFinished):
+            self.status, self.exit_code, self.duration_s = p.status, p.exit_code, p.duration_s
+        elif ev.kind in _COUNTED:
+            name = _COUNTED[ev.kind]
+            setattr(self, name, getattr(self, name) + 1)
+
+
+_SUMMARIES = """
+SELECT r.run_id, r.task, r.tier, r.agent, r.model, r.backend, CAST(r.labels AS VARCHAR), r.status,
+       r.exit_code, r.duration_s, r.started_ns, e.first_ns, e.last_ns, r.n_events, r.n_model_calls,
+       coalesce(m.failed, 0), m.models, coalesce(m.input, 0), coalesce(m.cache_read, 0),
+       coalesce(m.cache_write, 0), coalesce(m.output, 0), coalesce(m.reasoning, 0), r.n_tool_calls,
+       r.n_processes, r.n_file_writes
+FROM runs r
+LEFT JOIN (
+    SELECT run_id, count(*) FILTER (WHERE NOT ok) AS failed, list(DISTINCT model) AS models,
+           sum(input_tokens) AS input, sum(cache_read_tokens) AS cache_read,
+           sum(cache_write_tokens) AS cache_write, sum(output_tokens) AS output,
+           sum(reasoning_tokens) AS reasoning
+    FROM model_calls {where} GROUP BY run_id
+) m USING (run_id)
+LEFT JOIN (SELECT run_id, min(ts_ns) AS first_ns, max(ts_ns) AS last_ns FROM events {where} GROUP BY run_id) e
+    USING (run_id)
+{where_r}
+ORDER BY r.started_ns NULLS LAST, r.run_id
+"""
+
+
+def summaries(con: duckdb.DuckDBPyConnection) -> list[RunSummary]:
+    """Every run's summary, ordered by start (runs that never started last), then id."""
+    return [_summary(row) for row in con.execute(_SUMMARIES.format(where="", where_r="")).fetchall()]
+
+
+def summary(con: duckdb.DuckDBPyConnection, run_id: str) -> RunSummary:
+    """One run's summary; ``NotFound`` when the store has no such run."""
+    sql = _SUMMARIES.format(where="WHERE run_id = $run", where_r="WHERE r.run_id = $run")
+    row = con.execute(sql, {"run": run_id}).fetchone()
+    if row is None:
+        raise NotFound(f"no run {run_id!r} in the store (see `amb runs`)")
+    return _summary(row)
+
+
+def _summary(row: tuple[Any, ...]) -> RunSummary:
+    (run_id, task, tier, agent, model, backend, labels, status, exit_code, duration_s, started_ns) = row[:11]
+    first_ns, last_ns, events, calls, failed, models = row[11:17]
+    tokens = Tokens(**{name: int(n) for name, n in zip(Tokens.__struct_fields__, row[17:22], strict=True)})
+    tools, procs, writes = row[22:]
+    parsed = json.loads(labels) if labels else {}
+    return RunSummary(
+        run_id=run_id,
+        task=task,
+        tier=tier,
+        agent=agent,
+        model=model,
+        backend=backend,
+        labels=parsed if isinstance(parsed, dict) else {},
+        status=status,
+        exit_code=exit_code,
+        duration_s=duration_s,
+        started_ns=None if started_ns is None else int(started_ns),
+        first_ns=None if first_ns is None else int(first_ns),
+        last_ns=None if last_ns is None else int(last_ns),
+        events=events,
+        model_calls=calls,
+        failed_calls=failed,
+        # list() of no rows is NULL: a run without model calls names no model.
+        models=sorted(m for m in models or [] if m),
+        tokens=tokens,
+        tool_calls=tools,
+        processes=procs,
+        file_writes=writes,
+    )
