@@ -1,0 +1,30 @@
+"""A task's case files as the converters and the synthetic generators lay them out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from schemas.task_spec import TaskSpec
+
+
+def write_json(path: Path, obj: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def write_report_case(
+    out: Path, spec: TaskSpec, case: str, images: list[str], reference: str, mode: str, source: dict[str, Any]
+) -> None:
+    """A report case's files beside its images (``public/<case>/``): the public manifest, the
+    reference report and the private manifest, which says what the case was made from (``source``)
+    and which part of the report the reference holds (``mode``: ``full_report`` or ``findings_only``)."""
+    assert spec.report is not None
+    public = {"case_id": case, "task_id": spec.id, "image_count": len(images), "image_files": images}
+    write_json(out / "public" / case / spec.report.manifest_file, public)
+    (out / "private" / case).mkdir(parents=True, exist_ok=True)
+    (out / "private" / case / spec.report.output_file).write_text(reference + "\n", encoding="utf-8")
+    private = {"case_id": case, "task_id": spec.id, **source, "image_count": len(images)}
+    private |= {"reference_text_mode": mode, "report_char_count": len(reference)}
+    write_json(out / "private" / case / "manifest.json", private)
