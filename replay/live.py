@@ -15,7 +15,6 @@ unknown.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -39,7 +38,7 @@ from schemas.events import (
     ToolCallRequested,
     ToolCallResult,
 )
-from schemas.frames import MAGIC
+from schemas.frames import MAGIC, complete_end, frames
 
 SHOWN = 100
 """Characters of a text (tool arguments, model output) shown on a one-line summary."""
@@ -54,6 +53,8 @@ class SpoolTail:
         """Where the next complete frame starts (just after the last one read)."""
         self.torn = 0
         """Bytes after the last complete frame at the last poll (a frame still being written)."""
+        self.frames = 0
+        """Complete frames read so far."""
 
     def poll(self, max_bytes: int = 64 << 20) -> list[Event]:
         try:
@@ -72,26 +73,12 @@ class SpoolTail:
             if not data.startswith(MAGIC):
                 raise SpoolError(f"{self.path}: not a spool file (bad magic)")
             start = len(MAGIC)
-        end = data.rfind(b"\n") + 1
-        if end <= start:
-            self.offset += start
-            self.torn = len(data) - start
-            return []
-        events: list[Event] = []
-        pos = start
-        sha256 = hashlib.sha256
-        for line in data[start : end - 1].split(b"\n"):
-            parts = line.split(b"\t", 2)
-            if len(parts) != 3 or not parts[0].isdigit() or int(parts[0]) != len(parts[2]):
-                raise SpoolError(f"{self.path}: corrupt frame at byte {self.offset + pos}")
-            digest = sha256(parts[2]).hexdigest()
-            if digest.encode() != parts[1]:
-                raise SpoolError(f"{self.path}: checksum mismatch in the frame at byte {self.offset + pos}")
-            events.append(decode_event(parts[2], "sha256:" + digest))
-            pos += len(line) + 1
+        end = max(complete_end(data), start)
+        bodies = frames(data, start, end, str(self.path), number=self.frames, at=self.offset)
+        self.frames += len(bodies)
         self.offset += end
         self.torn = len(data) - end
-        return events
+        return [decode_event(body) for body in bodies]
 
 
 def _cut(text: str, n: int = SHOWN) -> str:
