@@ -117,14 +117,18 @@ class RunSummary(msgspec.Struct, kw_only=True):
 
 
 _SUMMARIES = """
-SELECT r.run_id, r.task, r.tier, r.agent, r.model, r.backend, CAST(r.labels AS VARCHAR), r.status,
-       r.exit_code, r.duration_s, r.started_ns, e.first_ns, e.last_ns, r.n_events, r.n_model_calls,
-       coalesce(m.failed, 0), m.models, coalesce(m.input, 0), coalesce(m.cache_read, 0),
-       coalesce(m.cache_write, 0), coalesce(m.output, 0), coalesce(m.reasoning, 0), r.n_tool_calls,
-       r.n_processes, r.n_file_writes
+SELECT r.run_id, r.task, r.tier, r.agent, r.model, r.backend, CAST(r.labels AS VARCHAR) AS labels,
+       r.status, r.exit_code, r.duration_s, r.started_ns, e.first_ns, e.last_ns, r.n_events AS events,
+       r.n_model_calls AS model_calls, coalesce(m.failed, 0) AS failed_calls,
+       list_sort(coalesce(m.models, [])) AS models,
+       struct_pack(input := coalesce(m.input, 0), cache_read := coalesce(m.cache_read, 0),
+                   cache_write := coalesce(m.cache_write, 0), output := coalesce(m.output, 0),
+                   reasoning := coalesce(m.reasoning, 0)) AS tokens,
+       r.n_tool_calls AS tool_calls, r.n_processes AS processes, r.n_file_writes AS file_writes
 FROM runs r
 LEFT JOIN (
-    SELECT run_id, count(*) FILTER (WHERE NOT ok) AS failed, list(DISTINCT model) AS models,
+    SELECT run_id, count(*) FILTER (WHERE NOT ok) AS failed,
+           list(DISTINCT model) FILTER (model <> '') AS models,
            sum(input_tokens) AS input, sum(cache_read_tokens) AS cache_read,
            sum(cache_write_tokens) AS cache_write, sum(output_tokens) AS output,
            sum(reasoning_tokens) AS reasoning
@@ -137,47 +141,25 @@ ORDER BY r.started_ns NULLS LAST, r.run_id
 """
 
 
-def summaries(con: duckdb.DuckDBPyConnection) -> list[RunSummary]:
-    """Every run's summary, ordered by start (runs that never started last), then id."""
-    return [_summary(row) for row in con.execute(_SUMMARIES.format(where="", where_r="")).fetchall()]
+def summaries(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list[RunSummary]:
+    """Every run's summary (or only ``run_id``'s), ordered by start (runs that never started last),
+    then id."""
+    where = ("WHERE run_id = $run", "WHERE r.run_id = $run") if run_id is not None else ("", "")
+    cur = con.execute(_SUMMARIES.format(where=where[0], where_r=where[1]), {"run": run_id} if run_id else {})
+    names = [d[0] for d in cur.description]
+    out = []
+    for row in cur.fetchall():
+        fields = dict(zip(names, row, strict=True))
+        labels = json.loads(fields["labels"] or "{}")
+        out.append(
+            msgspec.convert(fields | {"labels": labels if isinstance(labels, dict) else {}}, RunSummary)
+        )
+    return out
 
 
 def summary(con: duckdb.DuckDBPyConnection, run_id: str) -> RunSummary:
     """One run's summary; ``NotFound`` when the store has no such run."""
-    sql = _SUMMARIES.format(where="WHERE run_id = $run", where_r="WHERE r.run_id = $run")
-    row = con.execute(sql, {"run": run_id}).fetchone()
-    if row is None:
+    found = summaries(con, run_id)
+    if not found:
         raise NotFound(f"no run {run_id!r} in the store (see `amb runs`)")
-    return _summary(row)
-
-
-def _summary(row: tuple[Any, ...]) -> RunSummary:
-    (run_id, task, tier, agent, model, backend, labels, status, exit_code, duration_s, started_ns) = row[:11]
-    first_ns, last_ns, events, calls, failed, models = row[11:17]
-    tokens = Tokens(**{name: int(n) for name, n in zip(Tokens.__struct_fields__, row[17:22], strict=True)})
-    tools, procs, writes = row[22:]
-    parsed = json.loads(labels) if labels else {}
-    return RunSummary(
-        run_id=run_id,
-        task=task,
-        tier=tier,
-        agent=agent,
-        model=model,
-        backend=backend,
-        labels=parsed if isinstance(parsed, dict) else {},
-        status=status,
-        exit_code=exit_code,
-        duration_s=duration_s,
-        started_ns=None if started_ns is None else int(started_ns),
-        first_ns=None if first_ns is None else int(first_ns),
-        last_ns=None if last_ns is None else int(last_ns),
-        events=events,
-        model_calls=calls,
-        failed_calls=failed,
-        # list() of no rows is NULL: a run without model calls names no model.
-        models=sorted(m for m in models or [] if m),
-        tokens=tokens,
-        tool_calls=tools,
-        processes=procs,
-        file_writes=writes,
-    )
+    return found[0]

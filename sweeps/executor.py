@@ -33,7 +33,7 @@ import shutil
 import signal
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -178,26 +178,17 @@ def attach(layout: Layout) -> Executor | None:
 StateT = TypeVar("StateT", bound=msgspec.Struct)
 
 
-def state_file(layout: Layout, name: str) -> Path:
-    """Where executor ``name`` keeps what ``cancel`` needs from another process."""
-    return layout.root / "executor" / f"{name}.json"
-
-
 def save_state(layout: Layout, name: str, state: msgspec.Struct) -> None:
-    write_durably(state_file(layout, name), msgspec.json.encode(state))
+    """What executor ``name`` needs to cancel from another process (``attach``), on disk."""
+    write_durably(layout.root / "executor" / f"{name}.json", msgspec.json.encode(state))
 
 
 def load_state(
-    layout: Layout,
-    name: str,
-    kind: type[StateT],
-    broken: Callable[[str], AmbError] | None = None,
-    title: str = "",
+    layout: Layout, name: str, kind: type[StateT], broken: type[AmbError] | None = None, title: str = ""
 ) -> StateT:
-    """An executor's saved state; a new one when none was saved. One that cannot be read is the
-    error ``broken`` makes of the message (None: a new state, for an executor whose state only
-    helps). ``title`` names the executor in the message (default: ``name``)."""
-    path = state_file(layout, name)
+    """An executor's saved state; a new one when none was saved. One that cannot be read is a
+    ``broken`` error naming the executor (``title``) or, with no ``broken``, a new state."""
+    path = layout.root / "executor" / f"{name}.json"
     try:
         return msgspec.json.decode(path.read_bytes(), type=kind)
     except FileNotFoundError:
@@ -212,9 +203,7 @@ class Attached:
     """An executor's sweep seen from another process (``amb sweep status`` / ``cancel``): what its
     saved state says. It submits nothing; each executor says how it lists and cancels."""
 
-    name = ""
-    title = ""
-    """The executor's name in messages."""
+    name = title = ""
 
     def __init__(self, layout: Layout):
         self.layout = layout
@@ -225,19 +214,13 @@ class Attached:
     def poll(self) -> dict[str, JobState]:
         return {}
 
-    def cancel(self) -> None:
-        raise NotImplementedError
-
     def close(self) -> None:
         pass
 
-    def describe(self) -> dict[str, Any]:
-        return {"executor": self.name}
-
 
 def stop_driver(pid: int | None, host: str | None) -> None:
-    """SIGTERM to a sweep's driver when it runs on this machine (it cancels its runs itself, and
-    submits nothing more); nothing when it has gone."""
+    """SIGTERM to a sweep's driver running on this machine (it cancels its runs and submits nothing
+    more); nothing when it has gone."""
     if pid and host == socket.gethostname():
         try:
             os.kill(pid, signal.SIGTERM)
