@@ -26,11 +26,7 @@ UNFINISHED = "unfinished"
 
 HEADER = ("run_id", "task", "tier", "agent", "model", "backend", "status", "exit_code")
 
-_COUNTED = {
-    "tool_call.requested": "tool_calls",
-    "process.exited": "processes",
-    "file.written": "file_writes",
-}
+_COUNTED = {"tool_call.requested": "tool_calls", "process.exited": "processes", "file.written": "file_writes"}
 
 
 class Tokens(msgspec.Struct, kw_only=True):
@@ -51,12 +47,7 @@ class Tokens(msgspec.Struct, kw_only=True):
 
     def shown(self) -> dict[str, int]:
         """The figures ``amb show`` and ``amb watch`` print (cache writes are part of the input)."""
-        return {
-            "input": self.input,
-            "cache_read": self.cache_read,
-            "output": self.output,
-            "reasoning": self.reasoning,
-        }
+        return {name: getattr(self, name) for name in ("input", "cache_read", "output", "reasoning")}
 
 
 class RunSummary(msgspec.Struct, kw_only=True):

@@ -8,6 +8,7 @@ escape sequence an agent wrote) and is never stored, hashed or read back.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 ELLIPSIS = "…"
@@ -42,3 +43,25 @@ def for_message(text: str, limit: int = 200) -> str:
 def brief(value: Any) -> str:
     """A foreign value for a message: its ``repr``, cut, one line."""
     return for_message(repr(value), 60)
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], width: int | None = 60) -> str:
+    """Rows as aligned columns under a header and a rule. A cell is its value on one line
+    (``one_line``: agents' text reaches no terminal as an escape), clipped to ``width``; a float
+    with 4 significant digits; nothing for None."""
+
+    def cell(value: Any) -> str:
+        if value is None:
+            return ""
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        text = one_line(str(value))
+        return text if width is None else clip(text, width)
+
+    cells = [[cell(v) for v in row] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+
+    def line(vals: Sequence[str]) -> str:
+        return "  ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True)).rstrip()
+
+    return "\n".join([line(columns), line(["-" * w for w in widths]), *(line(r) for r in cells)])

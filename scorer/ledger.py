@@ -188,17 +188,8 @@ def append_batch(
         amb_version = "unknown"
     con.execute(
         "INSERT INTO score_batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            batch_id,
-            loaded.id,
-            judge,
-            started,
-            now(),
-            runs,
-            requests,
-            amb_version,
-            canonical_json(args).decode(),
-        ],
+        [batch_id, loaded.id, judge, started, now(), runs, requests, amb_version]
+        + [canonical_json(args).decode()],
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from schemas.display import brief, clip, for_message, one_line
+from schemas.display import brief, clip, for_message, one_line, table
 
 
 def test_clip_keeps_short_text_and_marks_a_cut():
@@ -32,3 +32,14 @@ def test_a_message_says_how_long_a_cut_text_was():
     assert for_message("x" * 10, 4) == "xxxx… (10 characters)"
     assert for_message("a\nb") == "a\\nb"
     assert brief({"k": "\x1b"}) == "{'k': '\\x1b'}"
+
+
+def test_a_table_aligns_one_line_cells():
+    rows = [["a\x1b[2J", 1.23456, None], ["long text here", 2, "x\ny"]]
+    assert table(["name", "n", "note"], rows, width=6).splitlines() == [
+        "name    n      note",
+        "------  -----  ----",
+        "a\\x1b…  1.235",
+        "long …  2      x\\ny",
+    ]
+    assert "long text here" in table(["name"], [["long text here"]], width=None)
