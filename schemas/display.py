@@ -3,7 +3,8 @@
 This is DISPLAY, the opposite end from ``schemas.ostext``, which is how OS bytes are RECORDED (in
 events, byte for byte, reversibly). What these functions return is for a terminal, an error line
 or a viewer page only: it loses characters, escapes what a terminal would obey (a newline, an
-escape sequence an agent wrote) and is never stored, hashed or read back.
+escape sequence an agent wrote) and is never stored, hashed or read back. A value quoted in a
+message (its ``repr``, clipped) is ``schemas.errors.quoted``.
 """
 
 from __future__ import annotations
@@ -38,11 +39,6 @@ def for_message(text: str, limit: int = 200) -> str:
     how long it was when it was longer."""
     shown = one_line(text[:limit])
     return shown if len(text) <= limit else f"{shown}{ELLIPSIS} ({len(text)} characters)"
-
-
-def brief(value: Any) -> str:
-    """A foreign value for a message: its ``repr``, cut, one line."""
-    return for_message(repr(value), 60)
 
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], width: int | None = 60) -> str:

@@ -22,8 +22,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas.display import brief, for_message
-from schemas.errors import AmbError
+from schemas.display import for_message
+from schemas.errors import AmbError, quoted
 
 TS_MAX = (1 << 63) - 1
 """The latest time an event can carry: nanoseconds since 1970 in a signed 64-bit integer
@@ -73,11 +73,11 @@ def whole(value: Any, where: str, low: int = -(1 << 63), high: int = TS_MAX) -> 
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise Rejected(f"{where} is {brief(value)}, not a whole number")
+        raise Rejected(f"{where} is {quoted(value, 60)}, not a whole number")
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-        raise Rejected(f"{where} is {brief(value)}, not a whole number")
+        raise Rejected(f"{where} is {quoted(value, 60)}, not a whole number")
     if not low <= value <= high:
-        raise Rejected(f"{where} is {brief(value)}, outside {low}..{high}")
+        raise Rejected(f"{where} is {quoted(value, 60)}, outside {low}..{high}")
     return int(value)
 
 
@@ -87,9 +87,9 @@ def seconds(value: Any, where: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise Rejected(f"{where} is {brief(value)}, not a duration")
+        raise Rejected(f"{where} is {quoted(value, 60)}, not a duration")
     if not (math.isfinite(value) and 0 <= value <= SECONDS_MAX):
-        raise Rejected(f"{where} is {brief(value)}, not a duration (0 to {SECONDS_MAX:.0f})")
+        raise Rejected(f"{where} is {quoted(value, 60)}, not a duration (0 to {SECONDS_MAX:.0f})")
     return float(value)
 
 
@@ -99,7 +99,7 @@ def time_ns(value: Any, where: str, default: int) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise Rejected(f"{where} is {brief(value)}, not a time in nanoseconds")
+        raise Rejected(f"{where} is {quoted(value, 60)}, not a time in nanoseconds")
     check_ns(value, where)
     return value
 

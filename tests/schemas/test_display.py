@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 
-from schemas.display import brief, clip, for_message, one_line, table
+from schemas.display import clip, for_message, one_line, table
+from schemas.errors import quoted
 
 
 def test_clip_keeps_short_text_and_marks_a_cut():
@@ -31,7 +32,7 @@ def test_one_line_shows_bytes_that_are_not_utf8_as_their_value():
 def test_a_message_says_how_long_a_cut_text_was():
     assert for_message("x" * 10, 4) == "xxxx… (10 characters)"
     assert for_message("a\nb") == "a\\nb"
-    assert brief({"k": "\x1b"}) == "{'k': '\\x1b'}"
+    assert quoted({"k": "\x1b"}) == "{'k': '\\x1b'}" and quoted("x" * 300, 10) == "'xxxxxxxx…"
 
 
 def test_a_table_aligns_one_line_cells():
