@@ -15,7 +15,7 @@ import click
 
 from amb.common import output_path, store_option, stored_only
 from amb.output import emit
-from replay.live import Pricer, RunFollower, SpoolTail
+from replay.live import RunFollower, SpoolTail
 from replay.read import check_run_id
 from replay.store import resolve
 from replay.workspace import (
@@ -31,26 +31,9 @@ from schemas.blobstore import BlobStore
 from schemas.codec import Event, check_id
 from schemas.display import one_line
 from schemas.errors import AmbError, NotFound, UsageError, quoted
-from schemas.events import ModelCallCompleted
+from schemas.prices import load_table
 
 # ---- amb watch ----------------------------------------------------------------------------------
-
-
-def make_pricer(table_ref: str | None) -> Pricer:
-    """Each call priced as ``amb score`` prices it (``scorer.cost``), once: a long run is not
-    re-priced on every read."""
-    from schemas.prices import call_cost, load_table
-    from scorer.profile import load
-
-    table = load_table(table_ref or load(None).profile.cost.price_table)
-
-    def price(call: ModelCallCompleted, model: str | None) -> tuple[float | None, str | None]:
-        priced = call_cost(call, table, model)
-        if priced is None:
-            return None, f"not in price table {table.table.name}: {call.model or model or '(unknown model)'}"
-        return priced[0], None
-
-    return price
 
 
 def _sweep_runs(sweep: Path) -> dict[str, Path]:
@@ -208,7 +191,9 @@ def watch_cmd(
         raise NotFound(f"--sweep {sweep}: no such directory")
     only_stored = stored_only(store, runs)
     spool = resolve(store) / "spool"
-    price = make_pricer(price_table)
+    from scorer.profile import load
+
+    prices = load_table(price_table or load(None).profile.cost.price_table)
     followers: dict[str, RunFollower] = {}
     finished: set[str] = set()
     open_ended = bool(sweep or all_running)
@@ -225,7 +210,7 @@ def watch_cmd(
         for run_id, run_dir in sorted(targets().items()):
             # A sweep's attempt moves (attempts/ -> shards/) when complete: follow it where it is now.
             if run_id not in followers or followers[run_id].dir != run_dir:
-                followers[run_id] = RunFollower(run_dir, price, stored=run_id in only_stored)
+                followers[run_id] = RunFollower(run_dir, prices, stored=run_id in only_stored)
                 changed.append(run_id)
             if followers[run_id].poll() and run_id not in changed:
                 changed.append(run_id)

@@ -10,15 +10,14 @@ copy; only a spool dropped after ingest sends the watcher to the store (read-onl
 ``LiveRun`` folds one run's events (from all of its sources) into its summary (``replay.summary``,
 the same figures ``amb show`` gives once the run is stored) and what a person watching wants
 besides: the last model call, tool call, process and file, and the time left. Pricing is the
-caller's (``price``): the scorer's price tables live above this layer; without one the cost is
-unknown.
+caller's (a ``PriceTable``, as ``amb score`` prices); without one the cost is unknown.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from schemas.events import (
     ToolCallResult,
 )
 from schemas.frames import COMPRESSED_SUFFIX, DROPPED_SUFFIX, MAGIC, complete_end, frames
+from schemas.prices import PriceTable, call_cost
 
 SHOWN = 100
 """Characters of a text (tool arguments, model output) shown on a one-line summary."""
@@ -110,18 +110,15 @@ def _cut(text: str, n: int = SHOWN) -> str:
     return clip(" ".join(text.split()), n)
 
 
-Pricer = Callable[[ModelCallCompleted, str | None], tuple[float | None, str | None]]
-"""(a call, the run's model) -> (its cost in USD, unrounded, or None with the reason it could not
-be priced). The run's total is rounded once, as ``amb score`` rounds it."""
-
-
 @dataclass
 class LiveRun:
     """What is known of one run so far, from the events seen: its summary (``replay.summary``, the
     figures ``amb show`` gives once it is stored) and what a person watching it wants besides."""
 
     run_id: str
-    price: Pricer | None = None
+    prices: PriceTable | None = None
+    """Each call is priced as ``amb score`` prices it (``schemas.prices.call_cost``); the run's total
+    is rounded once, as ``amb score`` rounds it. None: the cost is unknown."""
     summary: RunSummary = field(init=False)
     time_limit_s: float | None = None
     finished_ns: int | None = None
@@ -143,7 +140,7 @@ class LiveRun:
 
     def __post_init__(self) -> None:
         self.summary = RunSummary(run_id=self.run_id)
-        if self.price is not None:
+        if self.prices is not None:
             self._cost = self.summary.cost_usd = 0.0  # priced from the first call: nothing spent yet
 
     def apply(self, events: Iterable[Event]) -> None:
@@ -189,12 +186,14 @@ class LiveRun:
                 self.submitted_files = len(p.files)
 
     def _model_call(self, p: ModelCallCompleted, where: str, ts_ns: int) -> None:
-        if self.price is not None:
-            cost, why = self.price(p, self.summary.model)
-            if cost is None:
-                self._cost, self.cost_reason = None, why
+        if self.prices is not None:
+            priced = call_cost(p, self.prices, self.summary.model)
+            if priced is None:
+                self._cost = None
+                model = p.model or self.summary.model or "(unknown model)"
+                self.cost_reason = f"not in price table {self.prices.table.name}: {model}"
             elif self._cost is not None:
-                self._cost += cost
+                self._cost += priced[0]
             self.summary.cost_usd = None if self._cost is None else round(self._cost, 6)
         self.last_model_call = {
             "event": where,
@@ -268,9 +267,9 @@ class RunFollower:
     and so is every source of a run with no spool directory there (``stored``: a run that came into
     the store from elsewhere, ``amb ingest --from`` or an import)."""
 
-    def __init__(self, run_dir: Path, price: Pricer | None = None, stored: bool = False):
+    def __init__(self, run_dir: Path, prices: PriceTable | None = None, stored: bool = False):
         self.dir = run_dir
-        self.state = LiveRun(run_dir.name, price=price)
+        self.state = LiveRun(run_dir.name, prices=prices)
         self.tails: dict[str, SpoolTail] = {}
         self.stored = stored
         self.from_store: set[str] = set()

@@ -166,7 +166,7 @@ class RayExecutor(QueuedExecutor):
                 raise RayExecutorError(f"cannot connect to the Ray cluster at {address}: {e}") from None
         self._remote = self.ray.remote(execute_on_node)
         self._dir = save_name(layout, self.name)
-        self._state = _load(layout)
+        self._state = load_state(layout, "ray", _State, RayExecutorError, "Ray")
         self._state.address = address
         self._state.driver_host = socket.gethostname()
         self._state.driver_pid = os.getpid()
@@ -266,7 +266,7 @@ class _Attached(Attached):
 
     def __init__(self, layout: Layout):
         super().__init__(layout)
-        self._state = _load(layout)
+        self._state = load_state(layout, "ray", _State, RayExecutorError, "Ray")
         _merge_task_placements(self._state, layout)
 
     def cancel(self) -> None:
@@ -327,7 +327,3 @@ def _merge_task_placements(state: _State, layout: Layout) -> None:
             exit_code=own.exit_code,
             error=known.error if known is not None else None,
         )
-
-
-def _load(layout: Layout) -> _State:
-    return load_state(layout, "ray", _State, RayExecutorError, "Ray")

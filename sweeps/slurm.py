@@ -156,7 +156,7 @@ class SlurmExecutor:
         self._dir = save_name(layout, self.name)
         self._scripts = self._dir / "slurm"
         self._scripts.mkdir(parents=True, exist_ok=True)
-        self._state = _load(layout)
+        self._state = load_state(layout, "slurm", _State, SlurmError, "SLURM")
         self._state.driver_host = socket.gethostname()
         self._state.driver_pid = os.getpid()
         self.submitted: dict[str, float] = {}
@@ -244,7 +244,7 @@ class _Attached(Attached):
 
     def __init__(self, layout: Layout):
         super().__init__(layout)
-        self._state = _load(layout)
+        self._state = load_state(layout, "slurm", _State, SlurmError, "SLURM")
 
     def poll(self) -> dict[str, JobState]:
         return job_states(self._state)
@@ -255,10 +255,6 @@ class _Attached(Attached):
 
     def describe(self) -> dict[str, Any]:
         return describe(self._state)
-
-
-def _load(layout: Layout) -> _State:
-    return load_state(layout, "slurm", _State, SlurmError, "SLURM")
 
 
 def job_states(state: _State) -> dict[str, JobState]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
 
-from schemas.task_spec import TaskSpec
+import numpy as np
+
+from schemas.task_spec import TaskError, TaskSpec
 
 
 def write_json(path: Path, obj: dict[str, Any]) -> None:
@@ -28,3 +31,29 @@ def write_report_case(
     private = {"case_id": case, "task_id": spec.id, **source, "image_count": len(images)}
     private |= {"reference_text_mode": mode, "report_char_count": len(reference)}
     write_json(out / "private" / case / "manifest.json", private)
+
+
+def grey_jpeg(image: Path) -> bytes:
+    """An image re-encoded as the benchmark hands it to agents: greyscale baseline JPEG, quality 95."""
+    from PIL import Image
+
+    try:
+        with Image.open(image) as im:
+            buf = io.BytesIO()
+            im.convert("L").save(buf, format="JPEG", quality=95)
+    except OSError as e:
+        raise TaskError(f"{image}: not a readable image: {e}") from e
+    return buf.getvalue()
+
+
+def write_enhancement_case(out: Path, spec: TaskSpec, case: str, inp: np.ndarray, ref: np.ndarray) -> float:
+    """An enhancement case: its input (public) and reference (private) arrays; returns the
+    reference's data range (max - min), which the case's SSIM is computed under."""
+    assert spec.enh is not None
+    pub = out / "public" / spec.public.case_dir.format(case=case)
+    priv = out / "private" / spec.private.case_dir.format(case=case)
+    pub.mkdir(parents=True, exist_ok=True)
+    priv.mkdir(parents=True, exist_ok=True)
+    np.save(pub / spec.enh.input_file, inp)
+    np.save(priv / spec.enh.reference_file, ref)
+    return float(ref.max()) - float(ref.min())

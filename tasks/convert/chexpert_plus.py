@@ -17,14 +17,11 @@ full report). PNG images are re-encoded as greyscale JPEG (quality 95); JPEGs ar
 from __future__ import annotations
 
 import csv
-import io
 from collections.abc import Callable
 from pathlib import Path
 
-from PIL import Image
-
 from schemas.task_spec import TaskError, TaskSpec
-from tasks.case_files import write_report_case
+from tasks.case_files import grey_jpeg, write_report_case
 from tasks.report_text import submittable
 
 csv.field_size_limit(1 << 24)
@@ -86,16 +83,7 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
         index += 1
         dest = out / "public" / case / spec.report.images_dir / "01.jpg"
         dest.parent.mkdir(parents=True, exist_ok=True)
-        if reencode:
-            try:
-                with Image.open(image) as im:
-                    buf = io.BytesIO()
-                    im.convert("L").save(buf, format="JPEG", quality=95)
-            except OSError as e:
-                raise TaskError(f"{image}: not a readable image: {e}") from e
-            dest.write_bytes(buf.getvalue())
-        else:
-            dest.write_bytes(image.read_bytes())
+        dest.write_bytes(grey_jpeg(image) if reencode else image.read_bytes())
         origin = {"source_study": study, "source_image": r["path_to_image"]}
         write_report_case(out, spec, case, ["01.jpg"], reference, "full_report", origin)
         if progress is not None:

@@ -14,15 +14,12 @@ benchmark hands the agent JPEGs; ``XXXX`` de-identification tokens are kept as t
 
 from __future__ import annotations
 
-import io
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 
-from PIL import Image
-
 from schemas.task_spec import TaskError, TaskSpec
-from tasks.case_files import write_report_case
+from tasks.case_files import grey_jpeg, write_report_case
 from tasks.report_text import submittable
 
 
@@ -62,13 +59,7 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
         image_dir = out / "public" / case / spec.report.images_dir
         image_dir.mkdir(parents=True, exist_ok=True)
         for name, png in zip(names, views, strict=False):
-            try:
-                with Image.open(png) as im:
-                    buf = io.BytesIO()
-                    im.convert("L").save(buf, format="JPEG", quality=95)
-            except OSError as e:
-                raise TaskError(f"{png}: not a readable image: {e}") from e
-            (image_dir / name).write_bytes(buf.getvalue())
+            (image_dir / name).write_bytes(grey_jpeg(png))
         origin = {"source_report": xml_path.name, "source_images": [p.name for p in views]}
         write_report_case(out, spec, case, names, reference, "full_report", origin)
         if progress is not None:

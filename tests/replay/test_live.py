@@ -24,6 +24,7 @@ from schemas.events import (
     ToolCallResult,
     Usage,
 )
+from schemas.prices import load_table
 
 
 def _call(i: int, model: str = "z-ai/glm-5") -> ModelCallCompleted:
@@ -121,8 +122,8 @@ def test_a_cost_nobody_priced_reads_unknown_not_zero(tmp_path):
         w.append(_call(1))
     unpriced = RunFollower(store / "spool" / "free")  # no price table given
     assert unpriced.poll() and unpriced.state.view()["cost_usd"] is None
-    priced = RunFollower(store / "spool" / "free", price=lambda call, model: (0.25, None))
-    assert priced.poll() and priced.state.view()["cost_usd"] == 0.25
+    priced = RunFollower(store / "spool" / "free", prices=load_table("openrouter-2026-05-28"))
+    assert priced.poll() and priced.state.view()["cost_usd"] == round((1000 * 0.72 + 10 * 2.30) / 1e6, 6)
 
 
 def test_watch_usage_errors(tmp_path):
