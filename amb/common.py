@@ -15,9 +15,6 @@ import click
 from schemas.display import for_message
 from schemas.errors import AmbError, BadInput, NotFound, quoted
 
-MESSAGE_MAX = 8192
-"""Characters of an error message shown (a longer one says how long it was)."""
-
 store_option = click.option(
     "--store",
     envvar="AMB_STORE",
@@ -48,10 +45,14 @@ def fail(prog: str, e: AmbError | click.ClickException) -> NoReturn:
             text += f" (see `{ctx.command_path} --help`)"
     else:
         text = str(e)
-    # One line whatever the message quotes (a file name, an agent's text): its white space folded,
-    # and nothing left in it that a terminal would obey (an escape sequence).
-    click.echo(f"{prog}: error: {for_message(' '.join(text.split()), MESSAGE_MAX)}", err=True)
+    say_error(text, prog)
     sys.exit(e.exit_code)
+
+
+def say_error(text: str, prog: str = "amb") -> None:
+    """``<prog>: error: <text>`` on stderr, one line whatever the text quotes (a file name, an
+    agent's text): its white space folded, and nothing left that a terminal would obey."""
+    click.echo(f"{prog}: error: {for_message(' '.join(text.split()), 8192)}", err=True)
 
 
 def progress(label: str) -> Callable[[int, int], None]:

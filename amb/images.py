@@ -68,8 +68,7 @@ GRADER_PACKAGES = ("schemas", "scorer", "tasks")
 """Pure-Python packages the grader runs (copied as sources; the image has no amb CLI deps)."""
 
 GRADER_REPLAY_FILES = ("__init__.py", "arrays.py")
-"""The part of ``replay`` the grader runs: the array readers it shares with the viewer's previews
-(the rest of ``replay`` is the store's, which the grader never imports)."""
+"""The part of ``replay`` the grader runs: the array readers it shares with the viewer's previews."""
 
 SHIPPED_SUFFIXES = frozenset({".py", ".toml", ".md", ".json", ".sql", ".txt", ".html"})
 """The files of a package that go into the grader image: the sources and the package data that

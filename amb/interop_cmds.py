@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import click
 import duckdb
 
-from amb.common import output_path, progress, store_option
+from amb.common import output_path, progress, say_error, store_option
 from amb.output import emit
 from recorder.importers.common import ImportCaps, Rejected, RunBuilder, Staged, publish, spool_bytes, stage
 from recorder.importers.values import shown
@@ -246,7 +246,7 @@ def report(outcomes: list[Outcome], as_json: bool) -> None:
         click.echo(", ".join(f"{n} {s}" for s, n in counts.items()), err=True)
     rejected = [o for o in outcomes if o.status == "rejected"]
     for o in rejected:
-        click.echo(f"amb: error: {o.detail}", err=True)
+        say_error(o.detail)
     if rejected:
         sys.exit(BadInput.exit_code)
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from amb.common import escape_output, fail
+from amb.common import escape_output, fail, store_option
 from recorder.budget import DEFAULT_PRICE_TABLE, Budget, checked
 from recorder.run import (
     DEFAULT_GRACE_S,
@@ -128,14 +128,7 @@ def _backend(name: str, gpus: str | None, shim: bool = False, isolation: str | N
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--store",
-    envvar="AMB_STORE",
-    default="amb-store",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="Store directory. Env: AMB_STORE.",
-)
+@store_option
 @click.option("--task", default=None, help="Task id (recorded in run.started).")
 @click.option("--tier", type=click.Choice(["lite", "standard"]), default=None, help="Brief tier.")
 @click.option(

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from amb.common import progress
+from amb.common import progress, say_error
 from replay.shards import LoadReport, load_shards, merge_store
 from schemas.display import for_message
 from sweeps.collect import is_sweep_root, select
@@ -46,11 +46,7 @@ def ingest_from(
                 store, source, progress=progress(f"runs of {source.name}"), spool_mode=spool_mode
             )
         else:
-            click.echo(
-                f"amb: error: {for_message(str(source), 4096)}: not a sweep directory (shards/), a shard "
-                "(shard.json) or a store (spool/)",
-                err=True,
-            )
+            say_error(f"{source}: not a sweep directory (shards/), a shard (shard.json) or a store (spool/)")
             failed = True
             continue
         taken = taken or bool(report.taken)
@@ -63,10 +59,7 @@ def ingest_from(
     else:
         for s in out:
             for path, why in s["refused"]:
-                # Names come from the directories loaded: escaped, so that each refusal stays one line.
-                click.echo(
-                    f"amb: error: {for_message(path, 4096)}: refused: {for_message(why, 8192)}", err=True
-                )
+                say_error(f"{path}: refused: {why}")  # names from the directories loaded: escaped
             click.echo(
                 f"{for_message(s['source'], 4096)} ({s['kind']}): {len(s['loaded'])} run(s) loaded, "
                 f"{s['events_added']} new events, "

@@ -11,7 +11,7 @@ import click
 import duckdb
 import msgspec
 
-from amb.common import progress, store_option, stored_only
+from amb.common import progress, say_error, store_option, stored_only
 from amb.output import emit
 from recorder.synthetic import MAX_CALLS, MAX_SEED, generate_run
 from replay import manifest as manifests
@@ -76,7 +76,7 @@ def ingest(store: str, spools: str, runs: tuple[str, ...], sources: tuple[str, .
             raise
         _say_ingested(partial)
         for path, why in partial.failed:
-            click.echo(f"amb: error: {path}: not loaded: {why}", err=True)
+            say_error(f"{path}: not loaded: {why}")
         sys.exit(e.exit_code)
     _say_ingested(report)
 

@@ -1,11 +1,6 @@
-"""Arrays a run wrote, read defensively: NIfTI-1 and NIfTI-2 volumes (gzip-compressed or not) and
-``.npy`` arrays.
-
-The grader (``scorer.grader``) scores submissions and the viewer previews a run's files through
-these readers, so a file one of them reads the other reads too. What a header claims is known
-before any data is read, so a caller can refuse a shape, a type or a size first and a hostile header
-cannot make it allocate what it claims; pickled ``.npy`` data is never unpickled.
-"""
+"""Arrays a run wrote, read defensively (NIfTI-1 and NIfTI-2, gzip or not; ``.npy``), by the grader
+and the viewer's previews alike. A header is read before any data, so a caller refuses a shape, a
+type or a size first (a hostile header allocates nothing); pickled data is never unpickled."""
 
 from __future__ import annotations
 

@@ -211,8 +211,7 @@ class LiveRun:
 
     @property
     def status(self) -> str:
-        """The status of ``run.finished``; before it, ``running`` once the run has started, else
-        ``waiting`` (no event yet)."""
+        """``run.finished``'s status; before it ``running``, or ``waiting`` (no event yet)."""
         s = self.summary
         if self.finished_ns is not None:
             return s.status

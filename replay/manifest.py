@@ -83,10 +83,8 @@ def assemble(
         m["events"] += n
     for run_id, m in out.items():
         m["blob_refs"] = int(blob_refs.get(run_id) or 0)
-        # A manifest holds only whole numbers and strings that JSON writes without escapes (ids,
-        # hex digests, the format name), on which the codec's canonical JSON is byte for byte the
-        # ``json.dumps(sort_keys=True, separators=(",", ":"))`` that hashed the manifests stored so
-        # far: their hashes still verify (tests/replay/test_manifest.py).
+        # Ids, hex digests and whole numbers only: the same bytes as the json.dumps(sort_keys=True)
+        # form that hashed the manifests stored so far (tests/replay/test_verify.py checks it).
         m["manifest_hash"] = canonical_digest(m)
     return out
 

@@ -1,13 +1,7 @@
-"""A run's summary: what ran, how it ended, and what it used. One definition, read two ways:
-
-- ``summaries(con)``, ``summary(con, run_id)``: runs in the store (``amb runs``, ``amb show``, the
-  viewer's run list and run page), one query whatever their number;
-- ``RunSummary.add(event)``: the same figures folded from a run's events as they are read, for a run
-  still recording (``amb watch`` follows its spools, ``replay.live``).
-
-Both give the same summary of the same events (a test holds them to it). A cost is unknown (None)
-until something priced every call: a run nobody priced reads unknown, never 0.
-"""
+"""A run's summary (what ran, how it ended, what it used), read from the store by one query
+(``summaries``: ``amb runs``, ``amb show``, the viewer) or folded from events as they are read
+(``RunSummary.add``: ``amb watch``); a test holds both to the same summary of the same events. A
+cost nobody priced is unknown (None), never 0."""
 
 from __future__ import annotations
 
@@ -63,7 +57,6 @@ class RunSummary(msgspec.Struct, kw_only=True):
     exit_code: int | None = None
     duration_s: float | None = None
     started_ns: int | None = None
-    """``run.started``'s time."""
     first_ns: int | None = None
     last_ns: int | None = None
     """The earliest and latest time of any of its events."""
@@ -73,13 +66,11 @@ class RunSummary(msgspec.Struct, kw_only=True):
     models: list[str] = msgspec.field(default_factory=list)
     tokens: Tokens = msgspec.field(default_factory=Tokens)
     tool_calls: int = 0
-    """Tool calls the model asked for."""
+    """Tool calls the model asked for (``processes``: processes that exited)."""
     processes: int = 0
-    """Processes that exited."""
     file_writes: int = 0
     cost_usd: float | None = None
-    """USD, rounded to 6 places as ``amb score`` rounds; None: unknown (not priced, or a call could
-    not be priced)."""
+    """USD, rounded as ``amb score`` rounds; None: unknown (not priced, or a call had no price)."""
 
     def header(self) -> dict[str, Any]:
         """What ran and how it ended, as JSON's first fields (``amb show --json``, the viewer's rows)."""

@@ -374,12 +374,6 @@ def _differences(
     return problems
 
 
-def check_manifests(con: duckdb.DuckDBPyConnection, run_ids: list[str] | None = None) -> list[Problem]:
-    where, params = _run_filter(run_ids)
-    stored = con.execute(f"SELECT run_id, manifest FROM manifests {where} ORDER BY run_id", params).fetchall()
-    return check_against(con, [json.loads(text) for _, text in stored], "its stored manifest")
-
-
 def check_against(
     con: duckdb.DuckDBPyConnection, anchored: list[dict[str, Any]], what: str = "the anchored manifest"
 ) -> list[Problem]:

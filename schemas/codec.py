@@ -95,11 +95,9 @@ def encode_payload(payload: Payload) -> bytes:
 
 
 def canonical_json(value: Any) -> bytes:
-    """The canonical JSON of any value, as payloads are encoded (keys sorted at every level, no
-    whitespace, UTF-8 kept as it is). Every digest of a value (a profile's id, a score's fingerprint,
-    a judge or grade cache key, a run's manifest) is taken over these bytes, so they are part of this
-    contract too. Raises ``TypeError`` for what JSON cannot hold (a key that is not a string) and
-    ``UnicodeEncodeError`` (a ``ValueError``) for text that is not Unicode (a lone surrogate)."""
+    """The canonical JSON of any value, as payloads are encoded; every digest of a value (profile
+    ids, score fingerprints, judge and grade cache keys, manifests) is taken over it, so it is part
+    of this contract too. ``UnicodeEncodeError`` (a ``ValueError``) for a lone surrogate."""
     return _encoder.encode(value)
 
 

@@ -1,11 +1,7 @@
-"""Text for a person to read: clipped to a length, and made safe to print in a message.
-
-This is DISPLAY, the opposite end from ``schemas.ostext``, which is how OS bytes are RECORDED (in
-events, byte for byte, reversibly). What these functions return is for a terminal, an error line
-or a viewer page only: it loses characters, escapes what a terminal would obey (a newline, an
-escape sequence an agent wrote) and is never stored, hashed or read back. A value quoted in a
-message (its ``repr``, clipped) is ``schemas.errors.quoted``.
-"""
+"""Text for a person to read (DISPLAY: a terminal, an error line, a viewer page), clipped and with
+nothing a terminal would obey; it loses characters and is never stored or hashed. How OS bytes are
+RECORDED, byte for byte, is ``schemas.ostext``; a value quoted in a message is
+``schemas.errors.quoted``."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Durable writes: a file's new bytes are either all on disk under its name, or its old state is.
-
-``write_durably`` writes beside the target (a hidden name of this process's), fsyncs that file,
-renames it over the target and fsyncs the directory, so a crash or a power loss leaves the old file
-or the new one, never a part of either, and a caller that goes on (to remove what the file replaces,
-to say it is done) does so only once the new name itself is on disk. ``fsync_dir`` is the last step
-alone, for callers that rename or remove files themselves.
-"""
+"""Durable writes: after a crash or a power loss a file holds its old bytes or all of its new ones,
+and a caller goes on (removes what the file replaces, says it is done) only once the new name
+itself is on disk."""
 
 from __future__ import annotations
 

@@ -35,10 +35,6 @@ class SpoolError(AmbError):
     """A spool file cannot be written or read."""
 
 
-class TornTail(SpoolError):
-    """A spool ends in an incomplete frame (the writer died mid-write)."""
-
-
 class BlobError(AmbError):
     """A blob is missing, or its content does not match its address."""
 
@@ -49,10 +45,6 @@ class StoreError(AmbError):
 
 class IngestConflict(StoreError):
     """A spool disagrees with events already stored under the same key."""
-
-
-class VerifyFailure(AmbError):
-    """``amb verify`` found a tampered, missing or out-of-order event or blob."""
 
 
 class BadInput(AmbError):

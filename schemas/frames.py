@@ -22,7 +22,6 @@ not a torn tail, and is an error.
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 from typing import NamedTuple
 
 from schemas.errors import SpoolError
@@ -36,18 +35,6 @@ COMPRESSED_SUFFIX = ".zst"
 """``<source>.spool.zst``: the spool compressed (zstd) after its run was ingested (``replay.spools``)."""
 DROPPED_SUFFIX = ".dropped"
 """``<source>.spool.dropped``: the empty marker a spool dropped after ingest leaves."""
-
-
-def spool_exists(path: Path) -> bool:
-    """Whether the spool at ``path`` was ever written: as is, compressed, or dropped after ingest."""
-    return any(
-        p.exists()
-        for p in (
-            path,
-            path.with_name(path.name + COMPRESSED_SUFFIX),
-            path.with_name(path.name + DROPPED_SUFFIX),
-        )
-    )
 
 
 def encode_frame(body: bytes, hexdigest: str) -> bytes:
@@ -103,9 +90,8 @@ def scan(data: bytes, name: str = "spool") -> Scan:
 
 
 def frames(data: bytes, start: int, end: int, name: str, *, number: int = 0, at: int = 0) -> list[bytes]:
-    """The bodies of the frames in ``data[start:end]`` (``end`` just after a LF), every length and
-    checksum checked. ``number`` and ``at`` place ``data`` in its file for the messages: the number
-    of the frame at ``start``, and the file's offset of ``data[0]``."""
+    """The bodies of the frames in ``data[start:end]`` (``end`` just after a LF), each checked; for the
+    messages, ``number`` is the frame at ``start``'s number and ``at`` the file offset of ``data[0]``."""
     bodies: list[bytes] = []
     pos = start
     sha256 = hashlib.sha256

@@ -219,8 +219,7 @@ class Attached:
 
 
 def stop_driver(pid: int | None, host: str | None) -> None:
-    """SIGTERM to a sweep's driver running on this machine (it cancels its runs and submits nothing
-    more); nothing when it has gone."""
+    """SIGTERM to a sweep's driver running on this machine (it cancels its runs, submits no more)."""
     if pid and host == socket.gethostname():
         try:
             os.kill(pid, signal.SIGTERM)

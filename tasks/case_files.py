@@ -20,9 +20,8 @@ def write_json(path: Path, obj: dict[str, Any]) -> None:
 def write_report_case(
     out: Path, spec: TaskSpec, case: str, images: list[str], reference: str, mode: str, source: dict[str, Any]
 ) -> None:
-    """A report case's files beside its images (``public/<case>/``): the public manifest, the
-    reference report and the private manifest, which says what the case was made from (``source``)
-    and which part of the report the reference holds (``mode``: ``full_report`` or ``findings_only``)."""
+    """A report case's manifests and reference report beside its images; ``source`` says what it was
+    made from, ``mode`` what the reference holds (``full_report`` or ``findings_only``)."""
     assert spec.report is not None
     public = {"case_id": case, "task_id": spec.id, "image_count": len(images), "image_files": images}
     write_json(out / "public" / case / spec.report.manifest_file, public)

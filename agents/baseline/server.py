@@ -52,9 +52,8 @@ def completion(body: dict, default_flaw: str | None = None) -> tuple[dict, Decis
     if not isinstance(messages, list) or not messages:
         raise PolicyError("'messages' must be a non-empty list")
     decision = decide(messages, flaw_of(model, default_flaw))
-    # Seeds the tool-call ids, not a digest anything stores or compares: any stable text of the
-    # messages does, and json.dumps takes whatever a client sends (the codec's canonical JSON refuses
-    # a lone surrogate). Kept as it is so that the baseline's ids stay those of runs already recorded.
+    # Seeds tool-call ids (not a stored digest): json.dumps takes whatever a client sends, which
+    # the codec's canonical JSON may refuse (a lone surrogate), and keeps the ids of recorded runs.
     digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
     turn = sum(1 for m in messages if m.get("role") == "assistant")
     calls: list[dict[str, Any]] = [

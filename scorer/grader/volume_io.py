@@ -51,15 +51,6 @@ class VolumeError(Exception):
         """``missing``, ``unreadable``, ``shape``, ``dtype`` or ``values``."""
 
 
-def header_shape(path: Path) -> tuple[int, ...]:
-    """The shape a NIfTI header declares (reads the header only)."""
-    try:
-        with open(path, "rb") as f:
-            return tuple(int(n) for n in load_nifti(f).shape)
-    except _READ_ERRORS as e:
-        raise VolumeError(f"{path.name}: not a readable NIfTI file ({_brief(e)})") from e
-
-
 def read_volume(
     source: Path | BinaryIO, expected_shape: tuple[int, ...] | None, name: str = ""
 ) -> np.ndarray:
