@@ -46,22 +46,22 @@ class Tokens(msgspec.Struct, kw_only=True):
 
 class RunSummary(msgspec.Struct, kw_only=True):
     run_id: str
+    status: str = UNFINISHED
     task: str | None = None
     tier: str | None = None
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
     agent: str | None = None
     model: str | None = None
     """The model named when the run started (``models``: what its calls were served by)."""
+    events: int = 0
     backend: str | None = None
-    labels: dict[str, str] = msgspec.field(default_factory=dict)
-    status: str = UNFINISHED
     exit_code: int | None = None
     duration_s: float | None = None
+    model_calls: int = 0
     started_ns: int | None = None
     first_ns: int | None = None
     last_ns: int | None = None
     """The earliest and latest time of any of its events."""
-    events: int = 0
-    model_calls: int = 0
     failed_calls: int = 0
     models: list[str] = msgspec.field(default_factory=list)
     tokens: Tokens = msgspec.field(default_factory=Tokens)
