@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from schemas.durable import write_durably
 from schemas.errors import UsageError
 
 
@@ -46,9 +47,7 @@ def serve(host: str, port: int, flaw: str | None, url_file: str | None) -> None:
         raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     server.start()
     if url_file:
-        tmp = Path(url_file + ".tmp")
-        tmp.write_text(server.url + "\n")
-        tmp.replace(url_file)
+        write_durably(Path(url_file), (server.url + "\n").encode())
     click.echo(
         f"baseline: serving on {server.url}/v1 (models: {', '.join(model_names())}"
         + (f"; default flaw {flaw}" if flaw else "")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from amb.common import progress, store_option
+from amb.common import progress, say_error, store_option
 from replay.store import resolve
 from schemas.blobstore import BlobStore
 from schemas.errors import NotFound
@@ -39,7 +39,7 @@ def migrate(store: str, as_json: bool) -> None:
             f"{usage.packs} packs, {usage.loose_files} loose files left"
         )
     for line in done.bad:
-        click.echo(f"amb: error: {line}", err=True)
+        say_error(line)
     if done.bad:
         raise SystemExit(1)
 

@@ -12,6 +12,7 @@ from typing import NoReturn
 
 import click
 
+from schemas.display import for_message
 from schemas.errors import AmbError, BadInput, NotFound, quoted
 
 store_option = click.option(
@@ -44,8 +45,14 @@ def fail(prog: str, e: AmbError | click.ClickException) -> NoReturn:
             text += f" (see `{ctx.command_path} --help`)"
     else:
         text = str(e)
-    click.echo(f"{prog}: error: {' '.join(text.split())}", err=True)
+    say_error(text, prog)
     sys.exit(e.exit_code)
+
+
+def say_error(text: str, prog: str = "amb") -> None:
+    """``<prog>: error: <text>`` on stderr, one line whatever the text quotes (a file name, an
+    agent's text): its white space folded, and nothing left that a terminal would obey."""
+    click.echo(f"{prog}: error: {for_message(' '.join(text.split()), 8192)}", err=True)
 
 
 def progress(label: str) -> Callable[[int, int], None]:

@@ -10,7 +10,7 @@ import json
 
 import click
 
-from amb.common import store_option
+from amb.common import say_error, store_option
 from amb.output import emit
 from schemas.blobstore import BlobStore
 
@@ -60,7 +60,7 @@ def _gc_blobs(store: str, wait_s: float, as_json: bool) -> None:
             f"addresses kept; packs {done.packs_before} -> {done.packs_after}"
         )
     for problem in done.problems:
-        click.echo(f"amb: error: {problem}", err=True)
+        say_error(problem)
     if done.problems:
         raise SystemExit(1)
 

@@ -70,6 +70,9 @@ SHIM_FILES = (
 GRADER_PACKAGES = ("schemas", "scorer", "tasks")
 """Pure-Python packages the grader runs (copied as sources; the image has no amb CLI deps)."""
 
+GRADER_REPLAY_FILES = ("__init__.py", "arrays.py")
+"""The part of ``replay`` the grader runs: the array readers it shares with the viewer's previews."""
+
 SHIPPED_SUFFIXES = frozenset({".py", ".toml", ".md", ".json", ".sql", ".txt", ".html"})
 """The files of a package that go into the grader image: the sources and the package data that
 pyproject.toml ships. Choosing by suffix (not "whatever is in the folder") keeps a checkout's
@@ -156,6 +159,8 @@ def _context_files(role: str) -> dict[str, bytes]:
             for path in sorted(root.rglob("*")):
                 if path.is_file() and "__pycache__" not in path.parts and path.suffix in SHIPPED_SUFFIXES:
                     files[f"src/{package}/{path.relative_to(root).as_posix()}"] = path.read_bytes()
+        for name in GRADER_REPLAY_FILES:
+            files[f"src/replay/{name}"] = (_package_root("replay") / name).read_bytes()
     return files
 
 

@@ -22,15 +22,16 @@ from typing import Any, NamedTuple
 import click
 import duckdb
 
-from amb.common import output_path, progress, store_option
+from amb.common import output_path, progress, say_error, store_option
 from amb.output import emit
-from recorder.importers.common import Limits, Rejected, RunBuilder, Staged, publish, spool_bytes, stage
-from recorder.importers.values import printable, shown
+from recorder.importers.common import ImportCaps, Rejected, RunBuilder, Staged, publish, spool_bytes, stage
+from recorder.importers.values import shown
 from replay import spools
 from replay.export.parquet import EVENTS_PER_FILE
 from replay.ingest import ingest as ingest_store
 from replay.store import DB_NAME, Store
 from schemas.codec import ID_RE
+from schemas.display import for_message
 from schemas.errors import AmbError, BadInput, RunExists, UsageError, quoted
 from schemas.run_claim import held_spools, taken_message
 
@@ -73,7 +74,7 @@ class Renaming(NamedTuple):
             raise UsageError("give --run-id or --id-suffix, not both")
         if run_id is not None and (inputs != 1 or not ID_RE.match(run_id)):
             raise UsageError(
-                f"--run-id {printable(run_id, 140)!r}: "
+                f"--run-id {for_message(run_id, 140)!r}: "
                 + (
                     "names the one run of one input (for several, use --id-suffix)"
                     if inputs != 1
@@ -82,7 +83,7 @@ class Renaming(NamedTuple):
             )
         if suffix is not None and not ID_RE.match("x" + suffix):
             raise UsageError(
-                f"--id-suffix {printable(suffix, 140)!r}: use letters, digits, '.', '_', ':', '-' only"
+                f"--id-suffix {for_message(suffix, 140)!r}: use letters, digits, '.', '_', ':', '-' only"
             )
         return cls(run_id, suffix)
 
@@ -97,7 +98,7 @@ class Renaming(NamedTuple):
         new = {r.run_id: self.run_id or r.run_id + (self.suffix or "") for r in runs}
         for old, run_id in new.items():
             if not ID_RE.match(run_id):
-                raise Rejected(f"{where}: run {old} renamed is {printable(run_id, 140)!r}, not a run id")
+                raise Rejected(f"{where}: run {old} renamed is {for_message(run_id, 140)!r}, not a run id")
         for r in runs:
             r.rename(new[r.run_id], new)
 
@@ -183,7 +184,7 @@ def run_imports(
         except (Rejected, RunExists) as e:
             return [(Outcome(where, "rejected", None, str(e)), None)]
         except (OSError, RecursionError) as e:
-            return [(Outcome(where, "rejected", None, f"{where}: cannot read: {printable(str(e))}"), None)]
+            return [(Outcome(where, "rejected", None, f"{where}: cannot read: {for_message(str(e))}"), None)]
         out: list[tuple[Outcome, Staged | None]] = []
         for (run, data), new in zip(built, write, strict=True):
             if not new:
@@ -245,7 +246,7 @@ def report(outcomes: list[Outcome], as_json: bool) -> None:
         click.echo(", ".join(f"{n} {s}" for s, n in counts.items()), err=True)
     rejected = [o for o in outcomes if o.status == "rejected"]
     for o in rejected:
-        click.echo(f"amb: error: {o.detail}", err=True)
+        say_error(o.detail)
     if rejected:
         sys.exit(BadInput.exit_code)
 
@@ -269,14 +270,14 @@ limit_options = [
     click.option(
         "--max-line-bytes",
         type=click.IntRange(min=1),
-        default=Limits().max_line_bytes,
+        default=ImportCaps().max_line_bytes,
         show_default=True,
         help="Longest JSON line accepted.",
     ),
     click.option(
         "--max-file-bytes",
         type=click.IntRange(min=1),
-        default=Limits().max_file_bytes,
+        default=ImportCaps().max_file_bytes,
         show_default=True,
         help="Largest file accepted.",
     ),
@@ -301,7 +302,7 @@ def _task_helpers() -> tuple[Callable[[str], str], Callable[[str, str], str | No
     return canonical_id, brief_for
 
 
-FileParser = Callable[[Path, Limits], list[RunBuilder]]
+FileParser = Callable[[Path, ImportCaps], list[RunBuilder]]
 """Reads one input file (or folder) into its runs, nothing written."""
 
 
@@ -354,7 +355,7 @@ def import_automedbench(
     resolve, brief_for = _task_helpers()
     amb_version = _amb_version()
 
-    def parse(folder: Path, limits: Limits) -> list[RunBuilder]:
+    def parse(folder: Path, limits: ImportCaps) -> list[RunBuilder]:
         return [
             automedbench.parse(
                 folder, resolve_task=resolve, brief_for=brief_for, limits=limits, amb_version=amb_version
@@ -377,7 +378,7 @@ def import_inputs(
 ) -> None:
     """Import every input (a file or folder named as given) with ``parse``; report; exit 2 if any
     was rejected."""
-    limits = Limits(max_line_bytes, max_file_bytes)
+    limits = ImportCaps(max_line_bytes, max_file_bytes)
     renaming = Renaming.of(new_run_id, id_suffix, len(names))
 
     def parser(name: str) -> Callable[[], list[RunBuilder]]:

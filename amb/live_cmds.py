@@ -15,7 +15,7 @@ import click
 
 from amb.common import output_path, store_option, stored_only
 from amb.output import emit
-from replay.live import Pricer, RunFollower, SpoolTail
+from replay.live import RunFollower, SpoolTail
 from replay.read import check_run_id
 from replay.store import resolve
 from replay.workspace import (
@@ -29,27 +29,11 @@ from replay.workspace import (
 )
 from schemas.blobstore import BlobStore
 from schemas.codec import Event, check_id
+from schemas.display import one_line
 from schemas.errors import AmbError, NotFound, UsageError, quoted
-from schemas.events import ModelCallCompleted
+from schemas.prices import load_table
 
 # ---- amb watch ----------------------------------------------------------------------------------
-
-
-def make_pricer(table_ref: str | None) -> Pricer:
-    """Each call priced as ``amb score`` prices it (``scorer.cost``), once: a long run is not
-    re-priced on every read."""
-    from schemas.prices import call_cost, load_table
-    from scorer.profile import load
-
-    table = load_table(table_ref or load(None).profile.cost.price_table)
-
-    def price(call: ModelCallCompleted, model: str | None) -> tuple[float | None, str | None]:
-        priced = call_cost(call, table, model)
-        if priced is None:
-            return None, f"not in price table {table.table.name}: {call.model or model or '(unknown model)'}"
-        return priced[0], None
-
-    return price
 
 
 def _sweep_runs(sweep: Path) -> dict[str, Path]:
@@ -116,10 +100,10 @@ def _running_runs(spool: Path, followers: dict[str, RunFollower], finished: set[
 
 def _safe(text: object) -> Any:
     """Agent-written text as a rich Text: never read as markup, control characters (a terminal's
-    escape sequences) shown as U+FFFD."""
+    escape sequences) shown escaped (``schemas.display.one_line``)."""
     from rich.text import Text
 
-    return Text("".join(c if c.isprintable() else "\ufffd" for c in str(text)))
+    return Text(one_line(str(text)))
 
 
 def _line(call: dict[str, Any] | None, what: str) -> str:
@@ -216,7 +200,9 @@ def watch_cmd(
         raise NotFound(f"--sweep {sweep}: no such directory")
     only_stored = _started(store, runs, 0.0 if once else wait_start, interval)
     spool = resolve(store) / "spool"
-    price = make_pricer(price_table)
+    from scorer.profile import load
+
+    prices = load_table(price_table or load(None).profile.cost.price_table)
     followers: dict[str, RunFollower] = {}
     finished: set[str] = set()
     open_ended = bool(sweep or all_running)
@@ -233,7 +219,7 @@ def watch_cmd(
         for run_id, run_dir in sorted(targets().items()):
             # A sweep's attempt moves (attempts/ -> shards/) when complete: follow it where it is now.
             if run_id not in followers or followers[run_id].dir != run_dir:
-                followers[run_id] = RunFollower(run_dir, price, stored=run_id in only_stored)
+                followers[run_id] = RunFollower(run_dir, prices, stored=run_id in only_stored)
                 changed.append(run_id)
             if followers[run_id].poll() and run_id not in changed:
                 changed.append(run_id)

@@ -10,26 +10,9 @@ from typing import Any
 
 import click
 
+from schemas.display import table
 
-def _cell(value: Any, width: int = 60) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    text = str(value).replace("\n", "\\n")
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[_cell(v) for v in row] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-
-    def line(vals: Sequence[str]) -> str:
-        return "  ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True)).rstrip()
-
-    out = [line(columns), line(["-" * w for w in widths])]
-    out += [line(r) for r in cells]
-    return "\n".join(out)
+__all__ = ["emit", "table", "to_jsonable"]
 
 
 def to_jsonable(value: Any) -> Any:

@@ -21,8 +21,8 @@ from typing import Any
 
 import click
 
-from amb.common import escape_output, fail
-from recorder.budget import DEFAULT_PRICE_TABLE, Budget, Limits
+from amb.common import escape_output, fail, store_option
+from recorder.budget import DEFAULT_PRICE_TABLE, Budget, checked
 from recorder.run import (
     DEFAULT_GRACE_S,
     RunSpec,
@@ -33,6 +33,7 @@ from recorder.run import (
 )
 from replay.read import check_run_id
 from schemas.errors import AmbError, BadInput, UsageError, quoted
+from schemas.events import BudgetLimits
 
 
 @dataclass(frozen=True)
@@ -67,13 +68,15 @@ class RecordArgs:
     price_table: str
     command: tuple[str, ...]
 
-    def budget(self) -> Limits:
-        """--max-tokens / --max-cost / --max-calls as the recorder takes them (checked on creation)."""
-        return Limits(
-            max_tokens=self.max_tokens,
-            max_cost_usd=self.max_cost,
-            max_calls=self.max_calls,
-            price_table=self.price_table,
+    def budget(self) -> BudgetLimits:
+        """--max-tokens / --max-cost / --max-calls as the recorder takes them (checked here)."""
+        return checked(
+            BudgetLimits(
+                max_tokens=self.max_tokens,
+                max_cost_usd=self.max_cost,
+                max_calls=self.max_calls,
+                price_table=self.price_table,
+            )
         )
 
 
@@ -125,14 +128,7 @@ def _backend(name: str, gpus: str | None, shim: bool = False, isolation: str | N
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--store",
-    envvar="AMB_STORE",
-    default="amb-store",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="Store directory. Env: AMB_STORE.",
-)
+@store_option
 @click.option("--task", default=None, help="Task id (recorded in run.started).")
 @click.option("--tier", type=click.Choice(["lite", "standard"]), default=None, help="Brief tier.")
 @click.option(

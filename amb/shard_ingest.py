@@ -10,9 +10,9 @@ from typing import Any
 
 import click
 
-from amb.common import progress
-from recorder.importers.values import printable
+from amb.common import progress, say_error
 from replay.shards import LoadReport, load_shards, merge_store
+from schemas.display import for_message
 from sweeps.collect import is_sweep_root, select
 from sweeps.shard import SHARD_FILE, Layout
 
@@ -46,11 +46,7 @@ def ingest_from(
                 store, source, progress=progress(f"runs of {source.name}"), spool_mode=spool_mode
             )
         else:
-            click.echo(
-                f"amb: error: {printable(str(source), 4096)}: not a sweep directory (shards/), a shard "
-                "(shard.json) or a store (spool/)",
-                err=True,
-            )
+            say_error(f"{source}: not a sweep directory (shards/), a shard (shard.json) or a store (spool/)")
             failed = True
             continue
         taken = taken or bool(report.taken)
@@ -63,10 +59,9 @@ def ingest_from(
     else:
         for s in out:
             for path, why in s["refused"]:
-                # Names come from the directories loaded: escaped, so that each refusal stays one line.
-                click.echo(f"amb: error: {printable(path, 4096)}: refused: {printable(why, 8192)}", err=True)
+                say_error(f"{path}: refused: {why}")  # names from the directories loaded: escaped
             click.echo(
-                f"{printable(s['source'], 4096)} ({s['kind']}): {len(s['loaded'])} run(s) loaded, "
+                f"{for_message(s['source'], 4096)} ({s['kind']}): {len(s['loaded'])} run(s) loaded, "
                 f"{s['events_added']} new events, "
                 f"{s['spools_copied']} spool(s) and {s['blobs_copied']} blob(s) copied; "
                 f"{len(s['duplicates'])} duplicate(s) kept aside, {len(s['refused'])} refused"

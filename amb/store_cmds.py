@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +11,8 @@ import click
 import duckdb
 import msgspec
 
-from amb.common import progress, store_option, stored_only
+from amb.common import progress, say_error, store_option, stored_only
 from amb.output import emit
-from recorder.importers.values import printable
 from recorder.synthetic import MAX_CALLS, MAX_SEED, generate_run
 from replay import manifest as manifests
 from replay import spools as spool_modes
@@ -22,9 +20,11 @@ from replay import views
 from replay.ingest import ingest as ingest_store
 from replay.read import iter_events, require_runs
 from replay.store import DB_NAME, Store, first, open_sql, resolve, waiting_runs
+from replay.summary import summaries, summary
 from replay.verify import verify as verify_store
 from schemas.blobpack import SUFFIX
 from schemas.codec import ID_RE
+from schemas.display import for_message
 from schemas.errors import AmbError, NotFound, UsageError
 from schemas.events import AnyPayload
 from schemas.run_claim import require_free
@@ -76,7 +76,7 @@ def ingest(store: str, spools: str, runs: tuple[str, ...], sources: tuple[str, .
             raise
         _say_ingested(partial)
         for path, why in partial.failed:
-            click.echo(f"amb: error: {path}: not loaded: {why}", err=True)
+            say_error(f"{path}: not loaded: {why}")
         sys.exit(e.exit_code)
     _say_ingested(report)
 
@@ -131,12 +131,14 @@ RUN_COLUMNS = [
 def runs(store: str, as_json: bool) -> None:
     """List the runs in the store (and say how many recorded runs wait for `amb ingest`)."""
     with open_sql(store) as con:
-        rows = con.execute(
-            f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_ns NULLS LAST, run_id"
-        ).fetchall()
-        held = {r[0] for r in con.execute("SELECT DISTINCT run_id FROM events").fetchall()}
+        listed = summaries(con)
+        rows = [
+            (s.run_id, s.task, s.tier, s.agent, s.model, s.status, s.duration_s)
+            + (s.model_calls, s.tool_calls, s.events)
+            for s in listed
+        ]
         emit(RUN_COLUMNS, rows, "json" if as_json else "table")
-        waiting = waiting_runs(resolve(store), held)
+        waiting = waiting_runs(resolve(store), {s.run_id for s in listed})
         if waiting:
             some = ", ".join(waiting[:3]) + (", …" if len(waiting) > 3 else "")
             click.echo(
@@ -147,28 +149,16 @@ def runs(store: str, as_json: bool) -> None:
 
 
 def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
-    row = first(con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id]))
-    assert row is not None, "show checked that the run is there"
-    info = dict(zip([d[0] for d in con.description], row, strict=False))
-    info["labels"] = json.loads(info["labels"]) if info.get("labels") else {}
-    (tokens,) = con.execute(
-        """SELECT count(*), count(*) FILTER (WHERE NOT ok), coalesce(sum(input_tokens), 0),
-                coalesce(sum(cache_read_tokens), 0),
-                  coalesce(sum(output_tokens), 0), coalesce(sum(reasoning_tokens), 0), list(DISTINCT model)
-           FROM model_calls WHERE run_id = ?""",
-        [run_id],
-    ).fetchall()
-    tools = Counter(
-        dict(
-            con.execute(
-                "SELECT name, count(*) FROM tool_calls WHERE run_id = ? GROUP BY name", [run_id]
-            ).fetchall()
-        )
+    """``amb show``'s summary: the run's summary (``replay.summary``) and what it did in detail."""
+    s = summary(con, run_id)
+    tools = dict(
+        con.execute(
+            "SELECT name, count(*) FROM tool_calls WHERE run_id = ? GROUP BY name", [run_id]
+        ).fetchall()
     )
-    (procs,) = con.execute(
-        "SELECT count(*), count(*) FILTER (WHERE exit_code <> 0) FROM processes WHERE run_id = ?",
-        [run_id],
-    ).fetchall()
+    (nonzero,) = first(
+        con.execute("SELECT count(*) FROM processes WHERE run_id = ? AND exit_code <> 0", [run_id])
+    ) or (0,)
     files = con.execute(
         "SELECT path, arg_max(size, seq) FROM file_writes WHERE run_id = ? GROUP BY path ORDER BY path",
         [run_id],
@@ -182,27 +172,15 @@ def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
         [run_id],
     ).fetchall()
     return {
-        "run_id": run_id,
-        "task": info["task"],
-        "tier": info["tier"],
-        "agent": info["agent"],
-        "model": info["model"],
-        "backend": info["backend"],
-        "status": info["status"],
-        "exit_code": info["exit_code"],
-        "duration_s": info["duration_s"],
-        "labels": info["labels"],
-        "events": info["n_events"],
-        "model_calls": {
-            "count": tokens[0],
-            "failed": tokens[1],
-            # list() of no rows is NULL: a run without model calls names no model.
-            "models": sorted(m for m in tokens[6] or [] if m),
-        },
-        "tokens": {"input": tokens[2], "cache_read": tokens[3], "output": tokens[4], "reasoning": tokens[5]},
+        **s.header(),
+        "duration_s": s.duration_s,
+        "labels": s.labels,
+        "events": s.events,
+        "model_calls": {"count": s.model_calls, "failed": s.failed_calls, "models": s.models},
+        "tokens": s.tokens.shown(),
         "tool_calls": dict(sorted(tools.items())),
-        "processes": {"count": procs[0], "nonzero_exit": procs[1]},
-        "files_written": [{"path": p, "size": s} for p, s in files],
+        "processes": {"count": s.processes, "nonzero_exit": nonzero},
+        "files_written": [{"path": p, "size": size} for p, size in files],
         "network_requests": net,
         "limitations": [{"limitation": k, "text": t} for k, t in limitations],
     }
@@ -249,15 +227,15 @@ def show(store: str, run: str, as_json: bool, with_events: bool) -> None:
     """A readable summary of one run."""
     with open_sql(store) as con:
         require_runs(con, [run], resolve(store))
-        summary = summarize(con, run)
+        shown = summarize(con, run)
         if with_events:
             events = list(iter_events(con, run))
             if as_json:
-                summary["event_list"] = [msgspec.to_builtins(e) for e in events]
+                shown["event_list"] = [msgspec.to_builtins(e) for e in events]
         if as_json:
-            click.echo(json.dumps(summary, indent=2))
+            click.echo(json.dumps(shown, indent=2))
             return
-        click.echo(render_summary(summary))
+        click.echo(render_summary(shown))
         if with_events:
             emit(["source", "seq", "kind", "ts_ns"], [(e.source, e.seq, e.kind, e.ts_ns) for e in events])
 
@@ -406,8 +384,8 @@ def generate(store: str, n_runs: int, calls: int, seed: int, prefix: str, proces
     for run_id in (ids[0], ids[-1]):
         if not ID_RE.match(run_id):
             raise UsageError(
-                f"--prefix {printable(prefix, 140)!r} makes the run id {printable(run_id, 160)!r}: use 1-128 "
-                "of letters, digits, '.', '_', ':', '-'"
+                f"--prefix {for_message(prefix, 140)!r} makes the run id {for_message(run_id, 160)!r}: "
+                "use 1-128 of letters, digits, '.', '_', ':', '-'"
             )
     way_out = "pick other ids with --seed or --prefix"
     for run_id in ids:  # all of them before the first is written

@@ -29,6 +29,8 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
+
 from schemas.errors import UsageError
 from schemas.events import BudgetLimits, BudgetSpent, ModelCallCompleted
 from schemas.prices import PriceTable, call_cost, call_tokens, load_table
@@ -45,33 +47,30 @@ _FLAG: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class Limits:
-    max_tokens: int | None = None
-    max_cost_usd: float | None = None
-    max_calls: int | None = None
-    price_table: str = DEFAULT_PRICE_TABLE
+def checked(limits: BudgetLimits) -> BudgetLimits:
+    """The limits as the recorder keeps them: each one above 0 (else ``UsageError`` naming its
+    ``amb-record`` flag), the price table named (``DEFAULT_PRICE_TABLE`` when none is)."""
+    for flag, value in (
+        ("--max-tokens", limits.max_tokens),
+        ("--max-cost", limits.max_cost_usd),
+        ("--max-calls", limits.max_calls),
+    ):
+        if value is not None and not value > 0:
+            raise UsageError(f"{flag} {value}: must be greater than 0")
+    return msgspec.structs.replace(limits, price_table=limits.price_table or DEFAULT_PRICE_TABLE)
 
-    def __post_init__(self) -> None:
-        for flag, value in (
-            ("--max-tokens", self.max_tokens),
-            ("--max-cost", self.max_cost_usd),
-            ("--max-calls", self.max_calls),
-        ):
-            if value is not None and not value > 0:
-                raise UsageError(f"{flag} {value}: must be greater than 0")
 
-    @property
-    def any(self) -> bool:
-        return self.max_tokens is not None or self.max_cost_usd is not None or self.max_calls is not None
+def limited(limits: BudgetLimits | None) -> bool:
+    """True when ``limits`` sets any limit (a price table alone limits nothing)."""
+    return limits is not None and (
+        limits.max_tokens is not None or limits.max_cost_usd is not None or limits.max_calls is not None
+    )
 
-    def record(self) -> BudgetLimits:
-        return BudgetLimits(
-            max_tokens=self.max_tokens,
-            max_cost_usd=self.max_cost_usd,
-            max_calls=self.max_calls,
-            price_table=self.price_table if self.max_cost_usd is not None else None,
-        )
+
+def recorded(limits: BudgetLimits) -> BudgetLimits:
+    """The limits as ``run.started`` records them: the price table only when a cost limit uses it."""
+    table = (limits.price_table or DEFAULT_PRICE_TABLE) if limits.max_cost_usd is not None else None
+    return msgspec.structs.replace(limits, price_table=table)
 
 
 @dataclass(frozen=True)
@@ -87,11 +86,13 @@ WAIT = "wait"
 class Budget:
     """Thread-safe: admission runs on the proxy's event loop, settling on the sink's threads."""
 
-    def __init__(self, limits: Limits, *, run_model: str | None = None, table: PriceTable | None = None):
-        self.limits = limits
+    def __init__(
+        self, limits: BudgetLimits, *, run_model: str | None = None, table: PriceTable | None = None
+    ):
+        self.limits = limits = checked(limits)
         self.run_model = run_model
         if table is None and limits.max_cost_usd is not None:
-            table = load_table(limits.price_table)
+            table = load_table(limits.price_table or DEFAULT_PRICE_TABLE)
         if table is not None and run_model and table.find(run_model) is None:
             raise UsageError(
                 f"--max-cost: model {run_model!r} has no price in table {table.table.name} "

@@ -77,7 +77,9 @@ class DockerBackendError(AmbError):
 
 
 @dataclass
-class Limits:
+class ContainerResources:
+    """What the agent's container may use: CPUs, memory, processes and the size of its tmpfs mounts."""
+
     cpus: float | None = 2.0
     memory: str | None = "8g"
     pids: int | None = 4096
@@ -115,7 +117,7 @@ class DockerBackend:
         self,
         image: str | None = None,
         *,
-        limits: Limits | None = None,
+        resources: ContainerResources | None = None,
         gpus: str | None = None,
         content_cap: int = DEFAULT_CAP,
         brief: str | None = None,
@@ -126,7 +128,7 @@ class DockerBackend:
         labels: dict[str, str] | None = None,
     ):
         self.image = image or os.environ.get("AMB_AGENT_IMAGE") or DEFAULT_IMAGE
-        self.limits = limits or Limits()
+        self.resources = resources or ContainerResources()
         self.gpus = gpus if gpus is not None else (os.environ.get("AMB_GPUS") or None)
         self.content_cap = content_cap
         self.brief = brief
@@ -347,20 +349,20 @@ class DockerBackend:
             cap_add=CAPS,
             read_only=True,
             tmpfs={
-                "/tmp": f"size={self.limits.tmp_size},mode=1777",
-                "/home/agent": f"size={self.limits.tmp_size},mode=1777",
+                "/tmp": f"size={self.resources.tmp_size},mode=1777",
+                "/home/agent": f"size={self.resources.tmp_size},mode=1777",
                 CONTAINER_SHIM_DIR: "size=16m,mode=0700",
             },
             labels={**self.extra_labels, "org.amb.run": self._ctx.run_id, **self._labels},
             name=self._container_name,
             user="0:0",
         )
-        if self.limits.cpus:
-            kwargs["nano_cpus"] = int(self.limits.cpus * 1e9)
-        if self.limits.memory:
-            kwargs["mem_limit"] = self.limits.memory
-        if self.limits.pids:
-            kwargs["pids_limit"] = self.limits.pids
+        if self.resources.cpus:
+            kwargs["nano_cpus"] = int(self.resources.cpus * 1e9)
+        if self.resources.memory:
+            kwargs["mem_limit"] = self.resources.memory
+        if self.resources.pids:
+            kwargs["pids_limit"] = self.resources.pids
         if self.gpus:
             kwargs["device_requests"] = [_gpu_request(self.gpus)]
         return kwargs
@@ -394,8 +396,8 @@ class DockerBackend:
         if not oom:
             return None
         return (
-            f"the container ran out of memory (limit {self.limits.memory}): the kernel's OOM killer killed "
-            "a process, and the run was stopped there (the recorder shares that limit)"
+            f"the container ran out of memory (limit {self.resources.memory}): the kernel's OOM killer "
+            "killed a process, and the run was stopped there (the recorder shares that limit)"
         )
 
     def _shim_lost(self) -> str | None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recorder.backend import AgentView, Backend, Exit, RunContext, seal_directory
-from recorder.budget import Budget, Limits
+from recorder.budget import Budget, limited, recorded
 from recorder.isolation import unprotected_warning
 from recorder.keyguard import guard_this_process, local_warning
 from recorder.local_backend import LocalBackend
@@ -39,7 +39,7 @@ from recorder.watchdog import Watchdog
 from schemas.blobstore import BlobStore
 from schemas.codec import check_id
 from schemas.errors import AmbError, SchemaError, UsageError
-from schemas.events import Payload, ProcessExited, RunFinished, RunStarted, kind_of
+from schemas.events import BudgetLimits, Payload, ProcessExited, RunFinished, RunStarted, kind_of
 from schemas.ostext import os_text, quoting
 from schemas.run_claim import require_free
 
@@ -97,7 +97,7 @@ class RunSpec:
     """Where the real keys are read from (default: this process's environment)."""
     allow_hosts: list[tuple[str, int]] = field(default_factory=list)
     """Destinations the proxy may reach although they are loopback or private (--allow-host)."""
-    budget: Limits | None = None
+    budget: BudgetLimits | None = None
     """--max-tokens / --max-cost / --max-calls (``recorder.budget``)."""
 
 
@@ -289,7 +289,7 @@ class _Recording:
         from recorder.proxy.sink import Sink
 
         self.spec, self.backend, self.run_id, self.lock = spec, backend, run_id, lock
-        self.limits = spec.budget if spec.budget is not None and spec.budget.any else None
+        self.limits = spec.budget if limited(spec.budget) else None
         # (Budget checks the prices.)
         self.budget = Budget(self.limits, run_model=spec.model) if self.limits is not None else None
         spec.store.mkdir(parents=True, exist_ok=True)
@@ -382,7 +382,7 @@ class _Recording:
             time_limit_s=spec.time_limit_s,
             labels=dict(spec.labels),
             tool_versions={**tool_versions(), **backend.tool_versions()},
-            budget=self.limits.record() if self.limits is not None else None,
+            budget=recorded(self.limits) if self.limits is not None else None,
             isolation=view.isolation,
         )
 

@@ -7,17 +7,17 @@ read-only and takes no lock, so the recorder never waits for a watcher: a watche
 nothing but the page cache it already shares. After ingest a spool is read from its compressed
 copy; only a spool dropped after ingest sends the watcher to the store (read-only, once).
 
-``LiveRun`` folds one run's events (from all of its sources) into what a person watching wants:
-its step, the last model call and tool call, tokens, files, processes, times and status. Pricing
-is the caller's (``price``): the scorer's price tables live above this layer.
+``LiveRun`` folds one run's events (from all of its sources) into its summary (``replay.summary``,
+the same figures ``amb show`` gives once the run is stored) and what a person watching wants
+besides: the last model call, tool call, process and file, and the time left. Pricing is the
+caller's (a ``PriceTable``, as ``amb score`` prices); without one the cost is unknown.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,9 @@ import zstandard
 from replay.read import iter_events
 from replay.spools import read_bytes
 from replay.store import DB_NAME, Store
+from replay.summary import RunSummary
 from schemas.codec import Event, decode_event
+from schemas.display import clip
 from schemas.errors import AmbError, SpoolError
 from schemas.events import (
     FileDeleted,
@@ -41,7 +43,8 @@ from schemas.events import (
     ToolCallRequested,
     ToolCallResult,
 )
-from schemas.frames import COMPRESSED_SUFFIX, DROPPED_SUFFIX, MAGIC
+from schemas.frames import COMPRESSED_SUFFIX, DROPPED_SUFFIX, MAGIC, complete_end, frames
+from schemas.prices import PriceTable, call_cost
 
 SHOWN = 100
 """Characters of a text (tool arguments, model output) shown on a one-line summary."""
@@ -61,6 +64,8 @@ class SpoolTail:
         """Bytes after the last complete frame at the last poll (a frame still being written)."""
         self.final = False
         """Read from the compressed copy, which no longer grows: nothing more will come."""
+        self.frames = 0
+        """Complete frames read so far."""
 
     def _read(self, max_bytes: int) -> bytes:
         if self.final:
@@ -93,97 +98,63 @@ class SpoolTail:
             if not data.startswith(MAGIC):
                 raise SpoolError(f"{self.path}: not a spool file (bad magic)")
             start = len(MAGIC)
-        end = data.rfind(b"\n") + 1
-        if end <= start:
-            self.offset += start
-            self.torn = len(data) - start
-            return []
-        events: list[Event] = []
-        pos = start
-        sha256 = hashlib.sha256
-        for line in data[start : end - 1].split(b"\n"):
-            parts = line.split(b"\t", 2)
-            if len(parts) != 3 or not parts[0].isdigit() or int(parts[0]) != len(parts[2]):
-                raise SpoolError(f"{self.path}: corrupt frame at byte {self.offset + pos}")
-            digest = sha256(parts[2]).hexdigest()
-            if digest.encode() != parts[1]:
-                raise SpoolError(f"{self.path}: checksum mismatch in the frame at byte {self.offset + pos}")
-            events.append(decode_event(parts[2], "sha256:" + digest))
-            pos += len(line) + 1
+        end = max(complete_end(data), start)
+        bodies = frames(data, start, end, str(self.path), number=self.frames, at=self.offset)
+        self.frames += len(bodies)
         self.offset += end
         self.torn = len(data) - end
-        return events
+        return [decode_event(body) for body in bodies]
 
 
 def _cut(text: str, n: int = SHOWN) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
-Pricer = Callable[[ModelCallCompleted, str | None], tuple[float | None, str | None]]
-"""(a call, the run's model) -> (its cost in USD, unrounded, or None with the reason it could not
-be priced). The run's total is rounded once, as ``amb score`` rounds it."""
+    return clip(" ".join(text.split()), n)
 
 
 @dataclass
 class LiveRun:
-    """What is known of one run so far, from the events seen."""
+    """What is known of one run so far, from the events seen: its summary (``replay.summary``, the
+    figures ``amb show`` gives once it is stored) and what a person watching it wants besides."""
 
     run_id: str
-    price: Pricer | None = None
-    task: str | None = None
-    agent: str | None = None
-    model: str | None = None
-    backend: str | None = None
-    started_ns: int | None = None
-    finished_ns: int | None = None
+    prices: PriceTable | None = None
+    """Each call is priced as ``amb score`` prices it (``schemas.prices.call_cost``); the run's total
+    is rounded once, as ``amb score`` rounds it. None: the cost is unknown."""
+    summary: RunSummary = field(init=False)
     time_limit_s: float | None = None
-    status: str = "waiting"
-    """``waiting`` (no event yet), ``running``, or the status of ``run.finished``."""
+    finished_ns: int | None = None
     reason: str | None = None
-    model_calls: int = 0
-    failed_calls: int = 0
-    tokens: dict[str, int] = field(
-        default_factory=lambda: {"input": 0, "cache_read": 0, "output": 0, "reasoning": 0}
-    )
-    cost_usd: float | None = 0.0
     cost_reason: str | None = None
     last_model_call: dict[str, Any] | None = None
-    tool_calls: int = 0
     tool_results: int = 0
     last_tool_call: dict[str, Any] | None = None
-    processes_exited: int = 0
     last_process: dict[str, Any] | None = None
-    files_written: int = 0
     files_deleted: int = 0
     files_renamed: int = 0
     last_file: dict[str, Any] | None = None
     submitted_files: int | None = None
-    events: int = 0
-    last_event_ns: int | None = None
     error: str | None = None
     """Why this run's spools could not be followed further (corruption, an unknown event kind)."""
     _tools: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
-    _cost: float | None = field(default=0.0, repr=False)
-    """The unrounded sum (``cost_usd`` is it rounded to 6 places, as ``amb score`` rounds)."""
+    _cost: float | None = field(default=None, repr=False)
+    """The unrounded sum (the summary's cost is it rounded to 6 places, as ``amb score`` rounds)."""
+
+    def __post_init__(self) -> None:
+        self.summary = RunSummary(run_id=self.run_id)
+        if self.prices is not None:
+            self._cost = self.summary.cost_usd = 0.0  # priced from the first call: nothing spent yet
 
     def apply(self, events: Iterable[Event]) -> None:
         for ev in events:
-            self.events += 1
-            self.last_event_ns = max(self.last_event_ns or 0, ev.ts_ns)
+            self.summary.add(ev)
             p = ev.payload
             where = f"{ev.source}:{ev.seq}"
             if isinstance(p, RunStarted):
-                self.task, self.agent, self.model, self.backend = p.task, p.agent, p.model, p.backend
-                self.started_ns, self.time_limit_s = ev.ts_ns, p.time_limit_s
-                if self.status == "waiting":
-                    self.status = "running"
+                self.time_limit_s = p.time_limit_s
             elif isinstance(p, RunFinished):
-                self.status, self.reason, self.finished_ns = p.status, p.reason, ev.ts_ns
+                self.reason, self.finished_ns = p.reason, ev.ts_ns
             elif isinstance(p, ModelCallCompleted):
                 self._model_call(p, where, ev.ts_ns)
             elif isinstance(p, ToolCallRequested):
-                self.tool_calls += 1
                 call = {
                     "event": where,
                     "ts_ns": ev.ts_ns,
@@ -202,10 +173,8 @@ class LiveRun:
                 else:
                     self.last_tool_call = {"event": where, "name": p.name, "arguments": "", "result": result}
             elif isinstance(p, ProcessExited):
-                self.processes_exited += 1
                 self.last_process = {"event": where, "cmd": _cut(" ".join(p.argv)), "exit_code": p.exit_code}
             elif isinstance(p, FileWritten):
-                self.files_written += 1
                 self.last_file = {"event": where, "op": p.op, "path": p.path, "size": p.size}
             elif isinstance(p, FileDeleted):
                 self.files_deleted += 1
@@ -217,21 +186,15 @@ class LiveRun:
                 self.submitted_files = len(p.files)
 
     def _model_call(self, p: ModelCallCompleted, where: str, ts_ns: int) -> None:
-        self.model_calls += 1
-        self.failed_calls += not p.ok
-        u = p.usage
-        self.tokens["input"] += u.input_total
-        self.tokens["cache_read"] += u.cache_read
-        self.tokens["output"] += u.output
-        self.tokens["reasoning"] += u.reasoning
-        if self.price is not None:
-            cost, why = self.price(p, self.model)
-            if cost is None:
-                self._cost, self.cost_reason = None, why
+        if self.prices is not None:
+            priced = call_cost(p, self.prices, self.summary.model)
+            if priced is None:
+                self._cost = None
+                model = p.model or self.summary.model or "(unknown model)"
+                self.cost_reason = f"not in price table {self.prices.table.name}: {model}"
             elif self._cost is not None:
-                self._cost += cost
-            self.cost_usd = None if self._cost is None else round(self._cost, 6)
-        tools = [t.name for t in p.message.tool_calls]
+                self._cost += priced[0]
+            self.summary.cost_usd = None if self._cost is None else round(self._cost, 6)
         self.last_model_call = {
             "event": where,
             "ts_ns": ts_ns,
@@ -239,49 +202,58 @@ class LiveRun:
             "ok": p.ok,
             "error": p.error,
             "stop_reason": p.stop_reason,
-            "input_tokens": u.input_total,
-            "output_tokens": u.output,
+            "input_tokens": p.usage.input_total,
+            "output_tokens": p.usage.output,
             "latency_ms": p.latency_ms,
-            "tool_calls": tools,
+            "tool_calls": [t.name for t in p.message.tool_calls],
             "text": _cut(p.message.text),
         }
 
+    @property
+    def status(self) -> str:
+        """``run.finished``'s status; before it ``running``, or ``waiting`` (no event yet)."""
+        s = self.summary
+        if self.finished_ns is not None:
+            return s.status
+        return "running" if s.started_ns is not None else "waiting"
+
     def view(self, now_ns: int | None = None) -> dict[str, Any]:
         """The run as one JSON object (what ``amb watch --json`` prints)."""
+        s = self.summary
         now = time.time_ns() if now_ns is None else now_ns
         elapsed = remaining = None
-        if self.started_ns is not None:
-            elapsed = round(((self.finished_ns or now) - self.started_ns) / 1e9, 1)
+        if s.started_ns is not None:
+            elapsed = round(((self.finished_ns or now) - s.started_ns) / 1e9, 1)
             if self.time_limit_s is not None and self.finished_ns is None:
                 remaining = round(max(self.time_limit_s - elapsed, 0.0), 1)
         return {
             "run_id": self.run_id,
             "status": self.status,
             "reason": self.reason,
-            "task": self.task,
-            "agent": self.agent,
-            "model": self.model,
-            "step": self.model_calls,
-            "model_calls": self.model_calls,
-            "failed_calls": self.failed_calls,
-            "tokens": dict(self.tokens),
-            "cost_usd": self.cost_usd,
+            "task": s.task,
+            "agent": s.agent,
+            "model": s.model,
+            "step": s.model_calls,
+            "model_calls": s.model_calls,
+            "failed_calls": s.failed_calls,
+            "tokens": s.tokens.shown(),
+            "cost_usd": s.cost_usd,
             "cost_reason": self.cost_reason,
             "last_model_call": self.last_model_call,
-            "tool_calls": self.tool_calls,
+            "tool_calls": s.tool_calls,
             "tool_results": self.tool_results,
             "last_tool_call": self.last_tool_call,
-            "processes_exited": self.processes_exited,
+            "processes_exited": s.processes,
             "last_process": self.last_process,
-            "files_written": self.files_written,
+            "files_written": s.file_writes,
             "files_deleted": self.files_deleted,
             "files_renamed": self.files_renamed,
             "last_file": self.last_file,
             "submitted_files": self.submitted_files,
             "elapsed_s": elapsed,
             "remaining_s": remaining,
-            "events": self.events,
-            "last_event_ns": self.last_event_ns,
+            "events": s.events,
+            "last_event_ns": s.last_ns,
             "error": self.error,
         }
 
@@ -294,9 +266,9 @@ class RunFollower:
     and so is every source of a run with no spool directory there (``stored``: a run that came into
     the store from elsewhere, ``amb ingest --from`` or an import)."""
 
-    def __init__(self, run_dir: Path, price: Pricer | None = None, stored: bool = False):
+    def __init__(self, run_dir: Path, prices: PriceTable | None = None, stored: bool = False):
         self.dir = run_dir
-        self.state = LiveRun(run_dir.name, price=price)
+        self.state = LiveRun(run_dir.name, prices=prices)
         self.tails: dict[str, SpoolTail] = {}
         self.stored = stored
         self.from_store: set[str] = set()

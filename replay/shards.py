@@ -27,6 +27,7 @@ from replay.shard_check import SPOOL_RE, Checked, ShardError, ShardSizes, check_
 from replay.store import Store
 from schemas.blobstore import BlobStore
 from schemas.codec import ID_RE
+from schemas.durable import write_durably
 from schemas.errors import AmbError, BlobError, RunExists, SpoolError
 from schemas.run_claim import held_spools, taken_message
 
@@ -121,9 +122,7 @@ def _copy_batch(
         for path, data in contents.items():
             target = target_dir / path.name
             if not there or spools.held_bytes(target) is None:
-                tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-                tmp.write_bytes(data)
-                os.replace(tmp, target)
+                write_durably(target, data)
                 report.spools_copied += 1
     return refused
 

@@ -39,6 +39,7 @@ import zstandard
 
 from replay.store import Store
 from schemas.codec import hash_body
+from schemas.durable import fsync_dir, write_durably
 from schemas.errors import SpoolError, UsageError
 from schemas.frames import COMPRESSED_SUFFIX, DROPPED_SUFFIX, scan
 
@@ -143,40 +144,23 @@ def differs(
     return None
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _compress(spool: Path, data: bytes) -> None:
     target = compressed_path(spool)
-    aside = target.with_name(target.name + ".partial")
     packed = zstandard.ZstdCompressor(level=LEVEL, write_checksum=True).compress(data)
     if (
         hashlib.sha256(zstandard.ZstdDecompressor().decompress(packed)).digest()
         != hashlib.sha256(data).digest()
     ):
         raise OSError(f"{spool}: the compressed copy does not read back the same bytes")
-    with open(aside, "wb") as f:
-        f.write(packed)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(aside, target)
-    _fsync_dir(spool.parent)
+    write_durably(target, packed)
     spool.unlink()
-    _fsync_dir(spool.parent)
+    fsync_dir(spool.parent)
 
 
 def _drop(spool: Path) -> None:
-    marker = dropped_path(spool)
-    with open(marker, "wb") as f:
-        os.fsync(f.fileno())
-    _fsync_dir(spool.parent)
+    write_durably(dropped_path(spool), b"")
     spool.unlink()
-    _fsync_dir(spool.parent)
+    fsync_dir(spool.parent)
 
 
 def settle(store: Store, how: str, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:

@@ -41,7 +41,7 @@ GENESIS = HASH_PREFIX + "0" * 64
 SOURCES = ("recorder", "proxy", "shim", "import", "synthetic")
 """Known producers. Each owns one spool file per run."""
 
-_payload_encoder = msgspec.json.Encoder(order="sorted")
+_encoder = msgspec.json.Encoder(order="sorted")
 _payload_decoder = msgspec.json.Decoder(AnyPayload)
 
 
@@ -84,7 +84,7 @@ def check_id(what: str, value: str) -> str:
 def encode_payload(payload: Payload) -> bytes:
     """Canonical JSON of a payload (sorted keys, includes the ``kind`` tag)."""
     try:
-        return _payload_encoder.encode(payload)
+        return _encoder.encode(payload)
     except UnicodeEncodeError as e:
         # A lone surrogate: Python's form of an OS string's undecodable byte (``os.fsdecode``), which
         # UTF-8 cannot hold. OS strings are recorded through ``schemas.ostext.os_text``.
@@ -92,6 +92,18 @@ def encode_payload(payload: Payload) -> bytes:
             f"a {kind_of(type(payload))} payload holds text that is not UTF-8 "
             f"({e.object[e.start : e.end]!r}); OS strings are recorded with schemas.ostext.os_text"
         ) from None
+
+
+def canonical_json(value: Any) -> bytes:
+    """The canonical JSON of any value, as payloads are encoded; every digest of a value (profile
+    ids, score fingerprints, judge and grade cache keys, manifests) is taken over it, so it is part
+    of this contract too. ``UnicodeEncodeError`` (a ``ValueError``) for a lone surrogate."""
+    return _encoder.encode(value)
+
+
+def canonical_digest(value: Any) -> str:
+    """``sha256:`` and the hex sha256 of ``canonical_json(value)``."""
+    return HASH_PREFIX + hashlib.sha256(_encoder.encode(value)).hexdigest()
 
 
 def make_body(

@@ -10,6 +10,8 @@ Anything that is not an ``AmbError`` is our bug and is allowed to surface loudly
 
 from __future__ import annotations
 
+from schemas.display import clip
+
 
 class AmbError(Exception):
     """Base class: a clear, user-facing failure."""
@@ -70,5 +72,4 @@ def quoted(value: object, limit: int = 240) -> str:
     """``value`` as a message shows it: ``repr`` (so control characters and bytes that are not UTF-8
     stay visible and harmless on a terminal), cut to ``limit`` characters (a 1 MB name stays one
     readable line)."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 1]}…"
+    return clip(repr(value), limit)

@@ -86,20 +86,25 @@ def scan(data: bytes, name: str = "spool") -> Scan:
         raise SpoolError(f"{name}: not a spool file (bad magic)")
     tail = tail_of(data)
     end = tail.offset if tail else len(data)
+    return Scan(frames(data, len(MAGIC), end, name), end, tail)
+
+
+def frames(data: bytes, start: int, end: int, name: str, *, number: int = 0, at: int = 0) -> list[bytes]:
+    """The bodies of the frames in ``data[start:end]`` (``end`` just after a LF), each checked; for the
+    messages, ``number`` is the frame at ``start``'s number and ``at`` the file offset of ``data[0]``."""
     bodies: list[bytes] = []
-    pos = len(MAGIC)
+    pos = start
     sha256 = hashlib.sha256
-    for number, line in enumerate(data[pos:end].split(b"\n")[:-1]):
+    for line in data[start:end].split(b"\n")[:-1]:
+        where = f"{name}: corrupt frame {number + len(bodies)} at byte {at + pos}"
         parts = line.split(b"\t", 2)
         if len(parts) != 3 or not parts[0].isdigit():
-            raise SpoolError(f"{name}: corrupt frame {number} at byte {pos} (not LENGTH TAB DIGEST TAB BODY)")
+            raise SpoolError(f"{where} (not LENGTH TAB DIGEST TAB BODY)")
         length, digest, body = parts
         if int(length) != len(body):
-            raise SpoolError(
-                f"{name}: corrupt frame {number} at byte {pos} (length {int(length)}, body has {len(body)})"
-            )
+            raise SpoolError(f"{where} (length {int(length)}, body has {len(body)})")
         if sha256(body).hexdigest().encode() != digest:
-            raise SpoolError(f"{name}: corrupt frame {number} at byte {pos} (checksum mismatch)")
+            raise SpoolError(f"{where} (checksum mismatch)")
         bodies.append(body)
         pos += len(line) + 1
-    return Scan(bodies, end, tail)
+    return bodies

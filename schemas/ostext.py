@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import re
 
-from schemas.errors import SchemaError
+from schemas.errors import SchemaError, quoted
 
 _ESCAPE = re.compile(r"\\(\\|x[0-9a-fA-F]{2})?")
 
@@ -39,7 +39,7 @@ def os_text(raw: bytes | str) -> str:
     try:
         data = raw if isinstance(raw, bytes) else os.fsencode(raw)
     except UnicodeEncodeError:
-        raise NotOsText(f"{_shown(str(raw))} is not an OS string: it holds a lone surrogate") from None
+        raise NotOsText(f"{quoted(str(raw))} is not an OS string: it holds a lone surrogate") from None
     # A backslash byte (0x5c) is never part of a multi-byte UTF-8 sequence: doubling it in the bytes
     # doubles exactly the name's own backslashes; Python's "backslashreplace" then writes every byte
     # that is not valid UTF-8 as \xhh.
@@ -51,7 +51,7 @@ def os_bytes(text: str) -> bytes:
     try:
         plain = text.encode("utf-8")
     except UnicodeEncodeError:
-        raise NotOsText(f"{_shown(text)} is not a recorded OS string: it holds a lone surrogate") from None
+        raise NotOsText(f"{quoted(text)} is not a recorded OS string: it holds a lone surrogate") from None
     if b"\\" not in plain:
         return plain
     out = bytearray()
@@ -59,14 +59,14 @@ def os_bytes(text: str) -> bytes:
     for m in _ESCAPE.finditer(text):
         esc = m.group(1)
         if esc is None:
-            raise NotOsText(f"{_shown(text)} is not a recorded OS string: a backslash that escapes nothing")
+            raise NotOsText(f"{quoted(text)} is not a recorded OS string: a backslash that escapes nothing")
         out += text[at : m.start()].encode("utf-8")
         out += b"\\" if esc == "\\" else bytes([int(esc[1:], 16)])
         at = m.end()
     out += text[at:].encode("utf-8")
     data = bytes(out)
     if os_text(data) != text:  # \x41 for "A", \xc3\xa9 for "é", \xFF: the same name spelled otherwise
-        raise NotOsText(f"{_shown(text)} is not a recorded OS string: an escape of bytes that need none")
+        raise NotOsText(f"{quoted(text)} is not a recorded OS string: an escape of bytes that need none")
     return data
 
 
@@ -78,10 +78,6 @@ def quoting(text: str) -> str:
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:  # a surrogate no OS string gives
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _shown(text: str) -> str:
-    return repr(text if len(text) <= 200 else text[:200] + "...")
 
 
 def os_str(text: str) -> str:

@@ -42,6 +42,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from schemas.durable import fsync_dir
 from schemas.errors import BlobError
 
 PACK_MAGIC = b"AMBPACK 1\n"
@@ -191,7 +192,7 @@ class PackWriter:
         os.close(self._idx)
         os.close(self._pack)  # releases the flock: the pack is sealed
         self._pack = self._idx = -1
-        _fsync_dir(self.pack_path.parent)
+        fsync_dir(self.pack_path.parent)
 
 
 def _write_all(fd: int, data: bytes, path: Path) -> None:
@@ -201,14 +202,6 @@ def _write_all(fd: int, data: bytes, path: Path) -> None:
         raise BlobError(f"cannot write to {path.name}: {e}") from e
     if written != len(data):  # a short write to a regular file: the disk is full
         raise BlobError(f"cannot write to {path.name}: short write (disk full?)")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def is_open(pack: Path) -> bool:

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+from replay.summary import Tokens
 from schemas.prices import ModelPrice, PriceTable, TableMeta, call_cost, load_table, normalise
 from scorer.trajectory import Trajectory
 
@@ -23,19 +26,14 @@ __all__ = ["ModelPrice", "PriceTable", "TableMeta", "load_table", "normalise", "
 
 def price_run(traj: Trajectory, table: PriceTable) -> dict[str, Any]:
     """Token totals and the cost of a run's model calls under ``table``."""
-    tok = {"input": 0, "cache_read": 0, "cache_write": 0, "output": 0, "reasoning": 0}
+    tok = Tokens()
     estimated = False
     cost = 0.0
     unpriced: set[str] = set()
     by_table = by_report = 0
     for _, call in traj.model_calls:
-        u = call.usage
-        tok["input"] += u.input_total
-        tok["cache_read"] += u.cache_read
-        tok["cache_write"] += u.cache_write
-        tok["output"] += u.output
-        tok["reasoning"] += u.reasoning
-        estimated |= not u.reported
+        tok.add(call.usage)
+        estimated |= not call.usage.reported
         priced = call_cost(call, table, traj.model)
         if priced is None:
             unpriced.add(call.model or traj.model or "(unknown model)")
@@ -46,7 +44,7 @@ def price_run(traj: Trajectory, table: PriceTable) -> dict[str, Any]:
         else:
             by_table += 1
     return {
-        "tokens": tok,
+        "tokens": msgspec.to_builtins(tok),
         "cost": None if unpriced else round(cost, 6),
         "cost_reason": f"not in price table {table.table.name}: {', '.join(sorted(unpriced))}"
         if unpriced

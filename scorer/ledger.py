@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import duckdb
-import msgspec
 import pyarrow as pa
 
+from schemas.codec import canonical_json
 from scorer.judge.cache import CallRecord, JudgeCache
 from scorer.profile import LoadedProfile
 from scorer.row import COLUMNS, JSON_COLUMNS, ScoreRow, column_types
@@ -29,7 +29,6 @@ _ARROW = {
     "VARCHAR[]": pa.list_(pa.string()),
 }
 _TYPES = column_types()
-_enc = msgspec.json.Encoder(order="sorted")
 
 
 def new_batch_id() -> str:
@@ -92,22 +91,22 @@ def append_judge_calls(con: duckdb.DuckDBPyConnection, records: list[CallRecord]
         {
             "key": [r.key for r in records],
             "model": [r.model for r in records],
-            "settings": [_enc.encode(r.settings).decode() for r in records],
+            "settings": [canonical_json(r.settings).decode() for r in records],
             "item": [r.item for r in records],
             "run_id": [r.run_id for r in records],
             "evidence_sha256": [r.evidence_sha256 for r in records],
-            "request": [_enc.encode(r.request).decode() for r in records],
+            "request": [canonical_json(r.request).decode() for r in records],
             "response": [r.response for r in records],
             "reply_text": [r.reply_text for r in records],
             "value": pa.array([r.value for r in records], pa.float64()),
             "reason": [r.reason for r in records],
-            "cited": [_enc.encode(r.cited).decode() for r in records],
+            "cited": [canonical_json(r.cited).decode() for r in records],
             "unscored_reason": pa.array([r.unscored_reason for r in records], pa.string()),
             "cacheable": [r.cacheable for r in records],
             "latency_ms": [r.latency_ms for r in records],
             "created_at": pa.array([ts] * len(records), pa.timestamp("us")),
             "codes": pa.array(
-                [None if r.codes is None else _enc.encode(r.codes).decode() for r in records], pa.string()
+                [None if r.codes is None else canonical_json(r.codes).decode() for r in records], pa.string()
             ),
         }
     )
@@ -132,7 +131,7 @@ def append_grades(con: duckdb.DuckDBPyConnection, entries: dict[str, dict[str, A
     table = pa.table(
         {
             "key": keys,
-            "summary": [_enc.encode(entries[k]).decode() for k in keys],
+            "summary": [canonical_json(entries[k]).decode() for k in keys],
             "created_at": pa.array([now()] * len(keys), pa.timestamp("us")),
         }
     )
@@ -160,7 +159,7 @@ def append_rows(
     for c in COLUMNS:
         values = [getattr(r, c) for r in rows]
         if c in JSON_COLUMNS:
-            cols[c] = [_enc.encode(v).decode() for v in values]
+            cols[c] = [canonical_json(v).decode() for v in values]
         else:
             cols[c] = pa.array(values, _ARROW.get(_TYPES[c], pa.string()))
     con.register("_amb_new_scores", pa.table(cols))
@@ -189,7 +188,8 @@ def append_batch(
         amb_version = "unknown"
     con.execute(
         "INSERT INTO score_batches VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [batch_id, loaded.id, judge, started, now(), runs, requests, amb_version, _enc.encode(args).decode()],
+        [batch_id, loaded.id, judge, started, now(), runs, requests, amb_version]
+        + [canonical_json(args).decode()],
     )
 
 

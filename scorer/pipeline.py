@@ -9,14 +9,13 @@ reproduce (not when or in which batch it was computed), which is what the rescor
 
 from __future__ import annotations
 
-import hashlib
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from schemas.codec import Event
+from schemas.codec import Event, canonical_digest
 from scorer import audit as auditor
 from scorer import codes as error_codes
 from scorer import evidence as ev
@@ -26,8 +25,6 @@ from scorer.judge.base import Judge
 from scorer.profile import LoadedProfile
 from scorer.row import Cost, Grade, ScoreRow
 from scorer.trajectory import BlobGetter, Trajectory, fold
-
-_enc = msgspec.json.Encoder(order="sorted")
 
 
 @lru_cache(maxsize=256)
@@ -219,7 +216,7 @@ class RunScorer:
 
 def fingerprint(row: ScoreRow) -> str:
     body = {k: v for k, v in row.as_dict().items() if k != "fingerprint"}
-    return "sha256:" + hashlib.sha256(_enc.encode(body)).hexdigest()
+    return canonical_digest(body)
 
 
 def _grade_facts(grade: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,6 @@ The identity is taken after the merge, so it does not depend on how the file was
 
 from __future__ import annotations
 
-import hashlib
 import re
 import tomllib
 from importlib import resources
@@ -22,6 +21,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from schemas.blob import digest
+from schemas.codec import canonical_json
 from schemas.errors import UsageError, quoted
 from schemas.userfile import is_file, read_text
 
@@ -256,9 +257,6 @@ class LoadedProfile(msgspec.Struct, frozen=True, kw_only=True):
         return self.id.split(":", 1)[1][:12]
 
 
-_encoder = msgspec.json.Encoder(order="sorted")
-
-
 def builtin_dir() -> Path:
     return Path(str(resources.files("scorer").joinpath("profiles")))
 
@@ -326,10 +324,8 @@ def from_dict(data: dict[str, Any], *, source: str = "profile") -> LoadedProfile
     except msgspec.ValidationError as e:
         raise UsageError(f"{source}: {e}") from e
     _check(profile, source)
-    canonical = _encoder.encode(profile)
-    return LoadedProfile(
-        profile=profile, id="sha256:" + hashlib.sha256(canonical).hexdigest(), canonical=canonical
-    )
+    canonical = canonical_json(profile)
+    return LoadedProfile(profile=profile, id=digest(canonical), canonical=canonical)
 
 
 def _check(p: Profile, source: str) -> None:

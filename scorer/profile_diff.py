@@ -11,11 +11,11 @@ with ``(unexplained)``, which would point at a rescore with a different grade or
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import msgspec
 
+from schemas.codec import canonical_digest
 from scorer.profile import Profile
 
 FIELDS = (
@@ -75,7 +75,7 @@ def _metric_applies(key: str, track: str | None) -> bool:
 
 
 def _digest(value: Any) -> str:
-    return hashlib.sha256(msgspec.json.encode(value, order="sorted")).hexdigest()[:12]
+    return canonical_digest(value).removeprefix("sha256:")[:12]
 
 
 def options(p: Profile, track: str | None) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from replay.summary import Tokens
+
 Medal = Literal["good", "okay", "fail"]
 Rating = Literal["A", "B", "C", "F"]
 
@@ -61,14 +63,6 @@ class Grade(msgspec.Struct, kw_only=True, omit_defaults=True):
         """From a stored summary (older summaries lack the newer keys; unknown keys are ignored)."""
         known = {k: v for k, v in summary.items() if k in cls.__struct_fields__}
         return msgspec.convert(known, cls)
-
-
-class Tokens(msgspec.Struct, kw_only=True):
-    input: int = 0
-    output: int = 0
-    cache_read: int = 0
-    cache_write: int = 0
-    reasoning: int = 0
 
 
 class Cost(msgspec.Struct, kw_only=True):

@@ -20,12 +20,12 @@ from typing import Any
 
 import msgspec
 
+from schemas.codec import canonical_digest
 from schemas.errors import AmbError
 from schemas.ostext import NotOsText, os_str
 from schemas.tempdirs import tempdir
 from scorer.trajectory import BlobGetter, Trajectory
 
-_enc = msgspec.json.Encoder(order="sorted")
 _ref_fingerprints: dict[str, str] = {}
 
 
@@ -56,7 +56,7 @@ def reference_fingerprint(ref: Path) -> str:
 def grade_key(
     task: str, spec_json: bytes, files: list[tuple[str, str]], ref_fp: str, options: dict[str, Any]
 ) -> str:
-    body = _enc.encode(
+    return canonical_digest(
         {
             "task": task,
             "spec": hashlib.sha256(spec_json).hexdigest(),
@@ -65,7 +65,6 @@ def grade_key(
             "options": options,
         }
     )
-    return "sha256:" + hashlib.sha256(body).hexdigest()
 
 
 def _relative(path: str, root: str) -> str:

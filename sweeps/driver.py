@@ -23,12 +23,13 @@ from typing import Any, TextIO
 
 import msgspec
 
+from schemas.durable import write_durably
 from schemas.errors import UsageError
 from sweeps.executor import Executor, ExecutorName, attach, open_executor
 from sweeps.plan import SweepSpec
 from sweeps.progress import Progress
-from sweeps.shard import Layout, write_atomic, write_spec
-from sweeps.spec import Backend, Limits, RunSpec
+from sweeps.shard import Layout, write_spec
+from sweeps.spec import Backend, CellLimits, RunSpec
 from sweeps.state import INTERRUPTED, CellState, TaskRef, cell_dict, next_attempt, read_cell
 
 LOST_AFTER_S = 5.0
@@ -138,7 +139,7 @@ def prepare_data(spec: SweepSpec, log: Callable[[str], None]) -> dict[str, Path]
     return roots
 
 
-def limits_for(spec: SweepSpec, cell: CellState) -> Limits:
+def limits_for(spec: SweepSpec, cell: CellState) -> CellLimits:
     """The sweep's defaults, then every ``[[resources]]`` rule matching the cell, in order."""
     cpus, memory, gpus, limit = spec.cpus, spec.memory, spec.gpus, spec.time_limit_s
     for r in spec.resources:
@@ -154,7 +155,7 @@ def limits_for(spec: SweepSpec, cell: CellState) -> Limits:
         from tasks.registry import load_spec
 
         limit = float(load_spec(cell.task.id).time_limit_s)
-    return Limits(time_limit_s=float(limit), cpus=cpus, memory=memory, gpus=gpus, budget=spec.budget)
+    return CellLimits(time_limit_s=float(limit), cpus=cpus, memory=memory, gpus=gpus, budget=spec.budget)
 
 
 def run_spec_for(spec: SweepSpec, cell: CellState, attempt: int, backend: Backend) -> RunSpec:
@@ -296,7 +297,7 @@ def _write_plan(layout: Layout, spec: SweepSpec, cells: list[CellState], executo
         cells=[c.cell for c in cells],
         executor=executor,
     )
-    write_atomic(layout.root / PLAN_FILE, msgspec.json.encode(plan))
+    write_durably(layout.root / PLAN_FILE, msgspec.json.encode(plan))
 
 
 def _submit(ex: Executor, planned: list[tuple[str, CellState, Path]], inflight: dict[str, CellState]) -> None:

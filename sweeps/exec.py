@@ -33,15 +33,15 @@ from typing import Any, TextIO
 
 import msgspec
 
-from recorder.budget import Limits as BudgetLimits
 from recorder.run import RunSpec as RecordSpec
 from recorder.run import Stopped, parse_upstreams, record
 from schemas.codec import decode_event
+from schemas.durable import write_durably
 from schemas.errors import SpoolError
 from schemas.events import RunFinished
 from schemas.frames import scan
 from schemas.tempdirs import make_tempdir, remove_tempdir
-from sweeps.shard import EXEC_FILE, Layout, ShardInfo, file_sizes, new_token, place, write_atomic
+from sweeps.shard import EXEC_FILE, Layout, ShardInfo, file_sizes, new_token, place
 from sweeps.spec import RunSpec, SpecError, load
 
 STOP_GRACE_S = 5.0
@@ -178,28 +178,20 @@ class _StopsItsContainer:
         self._backend.close(handle)
 
 
-def _budget(spec: RunSpec) -> BudgetLimits | None:
-    b = spec.limits.budget
-    if b is None:
-        return None
-    extra = {"price_table": b.price_table} if b.price_table else {}
-    return BudgetLimits(max_tokens=b.max_tokens, max_cost_usd=b.max_cost_usd, max_calls=b.max_calls, **extra)
-
-
 def _backend(spec: RunSpec, alloc: Allocation) -> Any:
     if spec.backend == "local":
         from recorder.local_backend import LocalBackend
 
         return LocalBackend(shim=True)
-    from recorder.docker_backend import DockerBackend, Limits
+    from recorder.docker_backend import ContainerResources, DockerBackend
 
-    defaults = Limits()
-    limits = Limits(cpus=alloc.cpus or defaults.cpus, memory=alloc.memory or defaults.memory)
+    defaults = ContainerResources()
+    resources = ContainerResources(cpus=alloc.cpus or defaults.cpus, memory=alloc.memory or defaults.memory)
     gpus = f"device={','.join(alloc.gpu_ids)}" if alloc.gpu_ids and spec.gpu_mode == "nvidia" else None
     labels = {SWEEP_ROOT_LABEL: spec.shard_root, "org.amb.sweep": spec.cell.sweep}
     if alloc.gpu_ids:
         labels["org.amb.gpus"] = ",".join(alloc.gpu_ids)
-    backend = DockerBackend(limits=limits, gpus=gpus, labels=labels)
+    backend = DockerBackend(resources=resources, gpus=gpus, labels=labels)
     if alloc.gpu_ids and spec.gpu_mode == "env":
         return _WithGpuEnv(backend, ",".join(alloc.gpu_ids))
     return backend
@@ -236,7 +228,7 @@ def execute(spec_path: Path, *, out: TextIO | None = None) -> int:
     started_ns = time.time_ns()
     host = token.rsplit("-", 2)[0]
     who = {"host": host, "pid": os.getpid(), "token": token, "started_ns": started_ns}
-    write_atomic(attempt_dir / EXEC_FILE, msgspec.json.encode(who))
+    write_durably(attempt_dir / EXEC_FILE, msgspec.json.encode(who))
 
     def stop(signum: int, _frame: object) -> None:
         raise _Stopped(signal.Signals(signum).name)
@@ -303,7 +295,7 @@ def execute(spec_path: Path, *, out: TextIO | None = None) -> int:
                     upstreams=parse_upstreams(upstreams),
                     workspace=workspace,
                     env={**os.environ, **spec.agent.env},
-                    budget=_budget(spec),
+                    budget=spec.limits.budget,
                 ),
                 backend,
             )

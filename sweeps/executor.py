@@ -28,15 +28,19 @@ Rules for implementers (``sweeps/<engine>.py``, registered in ``EXECUTORS``):
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
+import signal
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import msgspec
 
-from schemas.errors import UsageError
+from schemas.durable import write_durably
+from schemas.errors import AmbError, UsageError
 from sweeps.shard import Layout
 
 JobState = Literal["queued", "running", "ended"]
@@ -169,6 +173,58 @@ def attach(layout: Layout) -> Executor | None:
         return None
     executor: Executor = executor_class(name).attach(layout)
     return executor
+
+
+StateT = TypeVar("StateT", bound=msgspec.Struct)
+
+
+def save_state(layout: Layout, name: str, state: msgspec.Struct) -> None:
+    """What executor ``name`` needs to cancel from another process (``attach``), on disk."""
+    write_durably(layout.root / "executor" / f"{name}.json", msgspec.json.encode(state))
+
+
+def load_state(
+    layout: Layout, name: str, kind: type[StateT], broken: type[AmbError] | None = None, title: str = ""
+) -> StateT:
+    """An executor's saved state; a new one when none was saved. One that cannot be read is a
+    ``broken`` error naming the executor (``title``) or, with no ``broken``, a new state."""
+    path = layout.root / "executor" / f"{name}.json"
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=kind)
+    except FileNotFoundError:
+        return kind()
+    except (OSError, msgspec.DecodeError) as e:
+        if broken is None:
+            return kind()
+        raise broken(f"{path}: cannot read the {title or name} executor's state: {e}") from None
+
+
+class Attached:
+    """An executor's sweep seen from another process (``amb sweep status`` / ``cancel``): what its
+    saved state says. It submits nothing; each executor says how it lists and cancels."""
+
+    name = title = ""
+
+    def __init__(self, layout: Layout):
+        self.layout = layout
+
+    def submit(self, specs: Sequence[Path]) -> None:
+        raise NotImplementedError(f"an attached {self.title} executor only reads and cancels")
+
+    def poll(self) -> dict[str, JobState]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def stop_driver(pid: int | None, host: str | None) -> None:
+    """SIGTERM to a sweep's driver running on this machine (it cancels its runs, submits no more)."""
+    if pid and host == socket.gethostname():
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
 
 
 def save_name(layout: Layout, name: str) -> Path:

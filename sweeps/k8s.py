@@ -24,7 +24,7 @@ from sweeps.driver import limits_for, plan_cells, prepare_data, run_spec_for
 from sweeps.executor import K8sOptions
 from sweeps.plan import SweepSpec
 from sweeps.shard import Layout, write_spec
-from sweeps.spec import Limits
+from sweeps.spec import CellLimits
 
 GRACE_S = 30
 """Pod termination grace: the exec forwards SIGTERM to the agent and closes the run in well under it."""
@@ -46,7 +46,7 @@ def _quantity_memory(memory: str) -> str:
 
 
 def job_manifest(
-    name: str, spec: SweepSpec, opts: K8sOptions, limits: Limits, run_ids: list[str]
+    name: str, spec: SweepSpec, opts: K8sOptions, limits: CellLimits, run_ids: list[str]
 ) -> dict[str, Any]:
     root = str(spec.work)
     # POSIX sh: the index picks one run id from the positional parameters (ids are [A-Za-z0-9._:-]).
@@ -118,7 +118,7 @@ def emit(spec: SweepSpec, out_dir: Path) -> list[Path]:
     layout.make()
     prepare_data(spec, lambda _text: None)
     opts = spec.executor.k8s
-    classes: dict[Limits, list[str]] = {}
+    classes: dict[CellLimits, list[str]] = {}
     for cell in plan_cells(spec, layout):
         if cell.state != "pending":
             continue

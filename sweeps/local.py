@@ -16,21 +16,23 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import msgspec
 
 from sweeps.executor import (
+    Attached,
     ExecutorConfig,
     JobState,
     QueuedExecutor,
     exec_command,
+    load_state,
     save_name,
+    save_state,
 )
 from sweeps.forkserver import ExecServer, Forked
-from sweeps.shard import Layout, write_atomic
+from sweeps.shard import Layout
 from sweeps.standin import term_with_parent
 
 
@@ -161,25 +163,17 @@ class LocalExecutor(QueuedExecutor):
             self.server = None
 
     def _save(self) -> None:
-        write_atomic(self._dir / "local.json", msgspec.json.encode(self._state))
+        save_state(self.layout, self.name, self._state)
 
 
-class _Attached:
+class _Attached(Attached):
     """A local sweep seen from another process: it can stop the driver and the execs it started."""
 
-    name = "local"
+    name = title = "local"
 
     def __init__(self, layout: Layout):
-        self.layout = layout
-        try:
-            self.state = msgspec.json.decode(
-                (layout.root / "executor" / "local.json").read_bytes(), type=_State
-            )
-        except (OSError, msgspec.DecodeError):
-            self.state = _State()
-
-    def submit(self, specs: Sequence[Path]) -> None:
-        raise NotImplementedError("an attached local executor only cancels")
+        super().__init__(layout)
+        self.state = load_state(layout, self.name, _State)
 
     def poll(self) -> dict[str, JobState]:
         return {r: "running" for r, pid in self.state.pids.items() if _is_exec(pid)}
@@ -197,9 +191,6 @@ class _Attached:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-
-    def close(self) -> None:
-        pass
 
     def describe(self) -> dict[str, Any]:
         return {"executor": self.name, "driver": self.state.driver, "running": sorted(self.poll())}

@@ -48,8 +48,9 @@ import msgspec
 
 from schemas.codec import check_id
 from schemas.errors import AmbError, SchemaError, UsageError
+from schemas.events import BudgetLimits
 from sweeps.executor import ExecutorConfig
-from sweeps.spec import TIERS, Budget, GpuMode, Tier
+from sweeps.spec import TIERS, GpuMode, Tier
 from sweeps.spec import Agent as AgentDef
 
 
@@ -147,7 +148,7 @@ class SweepSpec:
     gpu_mode: GpuMode = "nvidia"
     resources: list[ResourceRule] = field(default_factory=list)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
-    budget: Budget | None = None
+    budget: BudgetLimits | None = None
     """Per run: amb-record's --max-tokens/--max-cost/--max-calls (the sweep file's keys)."""
 
 
@@ -279,7 +280,7 @@ def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
             raise fail([key], "must be greater than 0")
     budget = None
     if raw.max_tokens is not None or raw.max_cost is not None or raw.max_calls is not None:
-        budget = Budget(
+        budget = BudgetLimits(
             max_tokens=raw.max_tokens,
             max_cost_usd=raw.max_cost,
             max_calls=raw.max_calls,

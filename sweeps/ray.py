@@ -32,22 +32,26 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from schemas.durable import write_durably
 from schemas.errors import UsageError
 from sweeps import standin
 from sweeps.executor import (
+    Attached,
     ExecutorConfig,
     JobState,
     QueuedExecutor,
     exec_command,
+    load_state,
     save_name,
+    save_state,
+    stop_driver,
 )
-from sweeps.shard import Layout, write_atomic
+from sweeps.shard import Layout
 from sweeps.spec import load
 
 TASK_RETRIES = 2
@@ -106,7 +110,7 @@ def execute_on_node(spec_file: str) -> dict[str, Any]:
     placements = Path(spec.shard_root) / "executor" / TASK_PLACEMENTS
     placements.mkdir(parents=True, exist_ok=True)
     mine = placements / f"{spec.run_id}.json"
-    write_atomic(mine, msgspec.json.encode(Placement(node_id=node_id, gpu_ids=gpu_ids)))
+    write_durably(mine, msgspec.json.encode(Placement(node_id=node_id, gpu_ids=gpu_ids)))
     env = dict(os.environ)
     if gpu_ids:
         env["AMB_GPU_IDS"] = ",".join(gpu_ids)
@@ -130,7 +134,7 @@ def execute_on_node(spec_file: str) -> dict[str, Any]:
             proc.kill()
             proc.wait()
         raise
-    write_atomic(mine, msgspec.json.encode(Placement(node_id=node_id, gpu_ids=gpu_ids, exit_code=code)))
+    write_durably(mine, msgspec.json.encode(Placement(node_id=node_id, gpu_ids=gpu_ids, exit_code=code)))
     return {"node_id": node_id, "gpu_ids": gpu_ids, "exit_code": code}
 
 
@@ -162,7 +166,7 @@ class RayExecutor(QueuedExecutor):
                 raise RayExecutorError(f"cannot connect to the Ray cluster at {address}: {e}") from None
         self._remote = self.ray.remote(execute_on_node)
         self._dir = save_name(layout, self.name)
-        self._state = _load(layout)
+        self._state = load_state(layout, "ray", _State, RayExecutorError, "Ray")
         self._state.address = address
         self._state.driver_host = socket.gethostname()
         self._state.driver_pid = os.getpid()
@@ -251,39 +255,27 @@ class RayExecutor(QueuedExecutor):
 
     def _save(self) -> None:
         _merge_task_placements(self._state, self.layout)
-        write_atomic(self._dir / "ray.json", msgspec.json.encode(self._state))
+        save_state(self.layout, self.name, self._state)
 
 
-class _Attached:
+class _Attached(Attached):
     """A Ray sweep seen from another process: ``amb sweep cancel`` stops its driver (the Ray Job, or
     the driver process on this machine), whose own cancel then interrupts every task."""
 
-    name = "ray"
+    name, title = "ray", "Ray"
 
     def __init__(self, layout: Layout):
-        self.layout = layout
-        self._state = _load(layout)
+        super().__init__(layout)
+        self._state = load_state(layout, "ray", _State, RayExecutorError, "Ray")
         _merge_task_placements(self._state, layout)
-
-    def submit(self, specs: Sequence[Path]) -> None:
-        raise NotImplementedError("an attached Ray executor only cancels")
-
-    def poll(self) -> dict[str, JobState]:
-        return {}
 
     def cancel(self) -> None:
         s = self._state
         if s.job_submission_id:
             dashboard = os.environ.get("RAY_DASHBOARD_ADDRESS") or "http://127.0.0.1:8265"
             stop_job(dashboard, s.job_submission_id)
-        elif s.driver_pid and s.driver_host == socket.gethostname():
-            try:
-                os.kill(s.driver_pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-
-    def close(self) -> None:
-        pass
+        else:
+            stop_driver(s.driver_pid, s.driver_host)
 
     def describe(self) -> dict[str, Any]:
         s = self._state
@@ -335,13 +327,3 @@ def _merge_task_placements(state: _State, layout: Layout) -> None:
             exit_code=own.exit_code,
             error=known.error if known is not None else None,
         )
-
-
-def _load(layout: Layout) -> _State:
-    path = layout.root / "executor" / "ray.json"
-    try:
-        return msgspec.json.decode(path.read_bytes(), type=_State)
-    except FileNotFoundError:
-        return _State()
-    except (OSError, msgspec.DecodeError) as e:
-        raise RayExecutorError(f"{path}: cannot read the Ray executor's state: {e}") from None

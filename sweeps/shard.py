@@ -28,6 +28,7 @@ from pathlib import Path
 
 import msgspec
 
+from schemas.durable import fsync_dir, write_durably
 from sweeps.spec import RunSpec
 
 SHARD_FILE = "shard.json"
@@ -110,21 +111,11 @@ def new_token() -> str:
     return f"{host}-{os.getpid()}-{time.time_ns():x}"
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file, fsync'd, then renamed into place."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def write_spec(layout: Layout, spec: RunSpec) -> Path:
     from sweeps.spec import encode
 
     path = layout.spec_file(spec.run_id)
-    write_atomic(path, encode(spec))
+    write_durably(path, encode(spec))
     return path
 
 
@@ -148,11 +139,7 @@ def _fsync_tree(root: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        fd = os.open(dirpath, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(Path(dirpath))
 
 
 def place(layout: Layout, attempt_dir: Path, info: ShardInfo) -> tuple[Path, bool]:
@@ -162,7 +149,7 @@ def place(layout: Layout, attempt_dir: Path, info: ShardInfo) -> tuple[Path, boo
     execution of the same spec got there first; this one went to ``duplicates/``). A completed run
     that is the first of its cell also claims the cell.
     """
-    write_atomic(attempt_dir / SHARD_FILE, msgspec.json.encode(info))
+    write_durably(attempt_dir / SHARD_FILE, msgspec.json.encode(info))
     _fsync_tree(attempt_dir)
     target = layout.shard(info.run_id)
     try:

@@ -29,7 +29,6 @@ import math
 import os
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -39,9 +38,20 @@ from typing import Any
 
 import msgspec
 
+from schemas.durable import write_durably
 from schemas.errors import UsageError
-from sweeps.executor import ExecutorConfig, JobState, SlurmOptions, exec_command, save_name
-from sweeps.shard import Layout, write_atomic
+from sweeps.executor import (
+    Attached,
+    ExecutorConfig,
+    JobState,
+    SlurmOptions,
+    exec_command,
+    load_state,
+    save_name,
+    save_state,
+    stop_driver,
+)
+from sweeps.shard import Layout
 from sweeps.spec import load
 
 TERM_BEFORE_LIMIT_S = 60
@@ -146,7 +156,7 @@ class SlurmExecutor:
         self._dir = save_name(layout, self.name)
         self._scripts = self._dir / "slurm"
         self._scripts.mkdir(parents=True, exist_ok=True)
-        self._state = _load(layout)
+        self._state = load_state(layout, "slurm", _State, SlurmError, "SLURM")
         self._state.driver_host = socket.gethostname()
         self._state.driver_pid = os.getpid()
         self.submitted: dict[str, float] = {}
@@ -168,7 +178,7 @@ class SlurmExecutor:
             n = len(self._state.batches)
             cls = resource_class(gpus)
             list_file = self._scripts / f"batch-{n:04d}-{cls}.list"
-            write_atomic(list_file, "".join(f"{p.resolve()}\n" for p in paths).encode())
+            write_durably(list_file, "".join(f"{p.resolve()}\n" for p in paths).encode())
             script = sbatch_script(
                 name=f"amb-{self.layout.root.name}-{cls}"[:60],
                 list_file=list_file,
@@ -182,7 +192,7 @@ class SlurmExecutor:
                 amb=exec_command(Path("x"))[0],
             )
             script_file = self._scripts / f"batch-{n:04d}-{cls}.sbatch"
-            write_atomic(script_file, script.encode())
+            write_durably(script_file, script.encode())
             out = _slurm(["sbatch", "--parsable", str(script_file)], cwd=self.layout.root)
             job_id = out.strip().split(";")[0]
             now = time.time()
@@ -224,48 +234,27 @@ class SlurmExecutor:
         return describe(self._state)
 
     def _save(self) -> None:
-        write_atomic(self._dir / "slurm.json", msgspec.json.encode(self._state))
+        save_state(self.layout, self.name, self._state)
 
 
-class _Attached:
+class _Attached(Attached):
     """A SLURM sweep seen from another process (``amb sweep status`` / ``cancel``)."""
 
-    name = "slurm"
+    name, title = "slurm", "SLURM"
 
     def __init__(self, layout: Layout):
-        self.layout = layout
-        self._state = _load(layout)
-
-    def submit(self, specs: Sequence[Path]) -> None:
-        raise NotImplementedError("an attached SLURM executor only reads and cancels")
+        super().__init__(layout)
+        self._state = load_state(layout, "slurm", _State, SlurmError, "SLURM")
 
     def poll(self) -> dict[str, JobState]:
         return job_states(self._state)
 
     def cancel(self) -> None:
-        s = self._state
-        if s.driver_pid and s.driver_host == socket.gethostname():
-            try:
-                os.kill(s.driver_pid, signal.SIGTERM)  # the driver cancels too, and submits nothing more
-            except ProcessLookupError:
-                pass
-        cancel_jobs(s)
-
-    def close(self) -> None:
-        pass
+        stop_driver(self._state.driver_pid, self._state.driver_host)
+        cancel_jobs(self._state)
 
     def describe(self) -> dict[str, Any]:
         return describe(self._state)
-
-
-def _load(layout: Layout) -> _State:
-    path = layout.root / "executor" / "slurm.json"
-    try:
-        return msgspec.json.decode(path.read_bytes(), type=_State)
-    except FileNotFoundError:
-        return _State()
-    except (OSError, msgspec.DecodeError) as e:
-        raise SlurmError(f"{path}: cannot read the SLURM executor's state: {e}") from None
 
 
 def job_states(state: _State) -> dict[str, JobState]:

@@ -21,6 +21,7 @@ import msgspec
 
 from schemas.codec import check_id
 from schemas.errors import SchemaError, UsageError
+from schemas.events import BudgetLimits
 
 SPEC_VERSION = 1
 TIERS = ("lite", "standard")
@@ -60,10 +61,11 @@ class Agent(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Set in the recorder's environment (real API keys go here: the agent gets placeholders)."""
 
 
-class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """What the run may use. The executor asks its engine for the same; ``amb sweep exec`` passes
-    the allocation's values to ``docker run`` (the engine's own cgroups do not reach a container,
-    which is a child of dockerd, not of the job)."""
+class CellLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What a cell's run may use: time, the container's resources, GPUs and the budget. The
+    executor asks its engine for the same; ``amb sweep exec`` passes the allocation's values to
+    ``docker run`` (the engine's own cgroups do not reach a container, which is a child of dockerd,
+    not of the job)."""
 
     time_limit_s: float
     cpus: float | None = None
@@ -72,17 +74,9 @@ class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Docker ``--memory`` (``8g``, ``512m``); None: the backend's default (8g)."""
     gpus: int = 0
     """How many GPUs the run needs; their ids come from the allocation (see ``sweeps.exec``)."""
-    budget: Budget | None = None
-    """What the run's model calls may spend, enforced by its recording proxy (``amb-record --max-*``)."""
-
-
-class Budget(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """amb-record's ``--max-tokens``, ``--max-cost``, ``--max-calls`` and ``--price-table``."""
-
-    max_tokens: int | None = None
-    max_cost_usd: float | None = None
-    max_calls: int | None = None
-    price_table: str | None = None
+    budget: BudgetLimits | None = None
+    """What the run's model calls may spend, enforced by its recording proxy (``amb-record --max-*``;
+    no price table: the recorder's default)."""
 
 
 class RunSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -91,7 +85,7 @@ class RunSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     cell: Cell
     attempt: int
     agent: Agent
-    limits: Limits
+    limits: CellLimits
     backend: Backend
     data: str
     """The task's data root (with ``public/``; ``private/`` never reaches the agent), absolute."""

@@ -52,6 +52,8 @@ def completion(body: dict, default_flaw: str | None = None) -> tuple[dict, Decis
     if not isinstance(messages, list) or not messages:
         raise PolicyError("'messages' must be a non-empty list")
     decision = decide(messages, flaw_of(model, default_flaw))
+    # Seeds tool-call ids (not a stored digest): json.dumps takes whatever a client sends, which
+    # the codec's canonical JSON may refuse (a lone surrogate), and keeps the ids of recorded runs.
     digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
     turn = sum(1 for m in messages if m.get("role") == "assistant")
     calls: list[dict[str, Any]] = [

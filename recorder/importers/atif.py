@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from recorder.importers.common import (
-    DEFAULT_LIMITS,
+    DEFAULT_CAPS,
     LIMITATION,
     SYNTHETIC_JSON,
-    Limits,
+    ImportCaps,
     Rejected,
     RunBuilder,
     as_dict,
@@ -99,7 +99,7 @@ def _ns(stamp: Any, where: str) -> int | None:
     return datetime_ns(dt, f"{where}: timestamp")
 
 
-def _sidecar(root: Path, limits: Limits, b: RunBuilder) -> list[tuple[int, Payload]]:
+def _sidecar(root: Path, limits: ImportCaps, b: RunBuilder) -> list[tuple[int, Payload]]:
     out: list[tuple[int, Payload]] = []
     where = shown(root / SIDECAR)
     for n, line in enumerate(read_jsonl(root, root / SIDECAR, limits), 1):
@@ -128,7 +128,7 @@ BLOB_REF = re.compile(rb'"blob":"(sha256:[0-9a-f]{64})"')
 """Every blob reference in a canonical payload, as ``amb verify`` finds them."""
 
 
-def parse(path: Path, limits: Limits = DEFAULT_LIMITS) -> list[RunBuilder]:
+def parse(path: Path, limits: ImportCaps = DEFAULT_CAPS) -> list[RunBuilder]:
     """One run per trajectory (and per embedded sub-agent trajectory); nothing is written."""
     path = Path(path)
     file = path / TRAJECTORY if path.is_dir() else path
@@ -143,7 +143,7 @@ def parse(path: Path, limits: Limits = DEFAULT_LIMITS) -> list[RunBuilder]:
 
 
 def _trajectory(
-    doc: Any, root: Path, limits: Limits, file_sha: str, parent: str | None, mtime_ns: int, origin: str
+    doc: Any, root: Path, limits: ImportCaps, file_sha: str, parent: str | None, mtime_ns: int, origin: str
 ) -> list[RunBuilder]:
     where = origin if parent is None else f"{origin} (sub-agent of {parent})"
     if not isinstance(doc, dict):

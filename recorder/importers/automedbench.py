@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from recorder.importers.common import (
-    DEFAULT_LIMITS,
+    DEFAULT_CAPS,
     ORIGIN_SCORES,
-    Limits,
+    ImportCaps,
     Rejected,
     RunBuilder,
     TaskResolver,
@@ -97,7 +97,7 @@ class Folder:
         return self.process / name
 
 
-def detect(root: Path, limits: Limits) -> str:
+def detect(root: Path, limits: ImportCaps) -> str:
     """The branch that wrote ``root``; ``Rejected`` (unknown layout) if none did."""
     f = Folder(root)
     if f.p("api_responses.jsonl").is_file():
@@ -220,13 +220,13 @@ def _turn(rec: dict[str, Any], where: str) -> int | None:
     return whole(rec.get("turn"), f"{where}: turn", 0, COUNT_MAX)
 
 
-def _records(root: Path, path: Path, limits: Limits) -> list[tuple[str, dict[str, Any]]]:
+def _records(root: Path, path: Path, limits: ImportCaps) -> list[tuple[str, dict[str, Any]]]:
     """The records of a JSON-lines file, each with where it is (``FILE: record N``) for messages."""
     where = shown(path)
     return [(f"{where}: record {i}", rec) for i, rec in enumerate(read_jsonl(root, path, limits), 1)]
 
 
-def _calls(branch: str, root: Path, f: Folder, limits: Limits) -> list[_Call]:
+def _calls(branch: str, root: Path, f: Folder, limits: ImportCaps) -> list[_Call]:
     trace = _records(root, f.p("trace.jsonl"), limits) if f.p("trace.jsonl").is_file() else []
     if branch == "report":
         out = []
@@ -298,7 +298,9 @@ def _messages_without_conversation(
     return messages
 
 
-def _system_prompt(branch: str, root: Path, f: Folder, conv: dict[str, Any], limits: Limits) -> str | None:
+def _system_prompt(
+    branch: str, root: Path, f: Folder, conv: dict[str, Any], limits: ImportCaps
+) -> str | None:
     if isinstance(conv.get("system_prompt"), str):
         return conv["system_prompt"]
     for candidate in (f.p("system_prompt.md"), root / "process" / "system_prompt.md"):
@@ -327,7 +329,7 @@ def parse(
     *,
     resolve_task: TaskResolver = lambda t: t,
     brief_for: BriefFor = lambda task, tier: None,
-    limits: Limits = DEFAULT_LIMITS,
+    limits: ImportCaps = DEFAULT_CAPS,
     amb_version: str = "",
 ) -> RunBuilder:
     """Read one run folder into an in-memory run (nothing is written)."""
@@ -718,7 +720,7 @@ def _emit_trace_notes(b: RunBuilder, trace: list[dict[str, Any]], anchor: int) -
             b.note("submit check by the source harness", "submit_check", check=rec)
 
 
-def _emit_origin_scores(b: RunBuilder, root: Path, limits: Limits, paths: list[Path]) -> None:
+def _emit_origin_scores(b: RunBuilder, root: Path, limits: ImportCaps, paths: list[Path]) -> None:
     for path in paths:
         if not path.is_file():
             continue
@@ -749,7 +751,7 @@ def _emit_origin_scores(b: RunBuilder, root: Path, limits: Limits, paths: list[P
         )
 
 
-def _emit_submission(b: RunBuilder, root: Path, f: Folder, branch: str, limits: Limits) -> None:
+def _emit_submission(b: RunBuilder, root: Path, f: Folder, branch: str, limits: ImportCaps) -> None:
     ws = f.workspace
     files: list[tuple[str, Path]] = []
     for sub in SUBMISSION_DIRS:

@@ -24,7 +24,6 @@ from recorder.importers.values import (
     Rejected,
     check_text,
     not_unicode,
-    printable,
     shown,
     when,
 )
@@ -33,6 +32,8 @@ from recorder.spool import spool_path
 from schemas.blob import BlobRef, digest
 from schemas.blobstore import BlobStore
 from schemas.codec import GENESIS, encode_payload, hash_body, make_body
+from schemas.display import for_message
+from schemas.durable import fsync_dir
 from schemas.errors import SpoolError
 from schemas.events import Note, Payload, RunStarted, kind_of
 from schemas.frames import MAGIC, encode_frame
@@ -56,14 +57,17 @@ TaskResolver = Callable[[str], str]
 """Maps a foreign task name (``kidney-seg-task``, ``kidney``) to the project's task id."""
 
 
-class Limits(NamedTuple):
+class ImportCaps(NamedTuple):
+    """How much of a foreign file an importer reads at the most (``amb import --max-line-bytes``,
+    ``--max-file-bytes``): a hostile input cannot make it hold more."""
+
     max_line_bytes: int = 64 << 20
     """Longest JSON line read from a .jsonl file."""
     max_file_bytes: int = 1 << 30
     """Largest single file read (a JSON document, a submission file)."""
 
 
-DEFAULT_LIMITS = Limits()
+DEFAULT_CAPS = ImportCaps()
 
 
 def inside(root: Path, path: Path) -> bool:
@@ -96,7 +100,7 @@ def inside(root: Path, path: Path) -> bool:
     return True
 
 
-def check_file(root: Path, path: Path, limits: Limits) -> int:
+def check_file(root: Path, path: Path, limits: ImportCaps) -> int:
     """The size of ``path`` once it is known to be a regular file inside ``root`` under the cap."""
     rel = _rel(root, path)
     if not inside(root, path):
@@ -114,12 +118,12 @@ def _rel(root: Path, path: Path) -> str:
     return shown(path)
 
 
-def read_bytes(root: Path, path: Path, limits: Limits) -> bytes:
+def read_bytes(root: Path, path: Path, limits: ImportCaps) -> bytes:
     check_file(root, path, limits)
     return path.read_bytes()
 
 
-def read_text(root: Path, path: Path, limits: Limits) -> str:
+def read_text(root: Path, path: Path, limits: ImportCaps) -> str:
     data = read_bytes(root, path, limits)
     try:
         return data.decode("utf-8")
@@ -127,7 +131,7 @@ def read_text(root: Path, path: Path, limits: Limits) -> str:
         raise Rejected(f"{_rel(root, path)}: not UTF-8 text ({e.reason} at byte {e.start})") from e
 
 
-def read_json(root: Path, path: Path, limits: Limits) -> Any:
+def read_json(root: Path, path: Path, limits: ImportCaps) -> Any:
     text = read_text(root, path, limits)
     try:
         doc = loads_untrusted(text)
@@ -137,7 +141,7 @@ def read_json(root: Path, path: Path, limits: Limits) -> Any:
     return doc
 
 
-def read_jsonl(root: Path, path: Path, limits: Limits) -> list[dict[str, Any]]:
+def read_jsonl(root: Path, path: Path, limits: ImportCaps) -> list[dict[str, Any]]:
     """Every line of a JSON-lines file as an object; a long, non-JSON or non-object line rejects it.
 
     A last line cut mid-write (no newline, not JSON) is what a killed harness leaves behind: it is
@@ -168,7 +172,7 @@ def read_jsonl(root: Path, path: Path, limits: Limits) -> list[dict[str, Any]]:
     return out
 
 
-def walk_files(root: Path, top: Path, limits: Limits) -> Iterator[tuple[str, Path]]:
+def walk_files(root: Path, top: Path, limits: ImportCaps) -> Iterator[tuple[str, Path]]:
     """(path relative to ``top``, path) of every file below ``top``, sorted; symlinks leading out
     of ``root`` and oversized files reject the whole input."""
     if not top.is_dir():
@@ -374,10 +378,10 @@ def _check_numbers(origin: str, kind: str, payload: Payload) -> None:
         value, at = stack.pop()
         if isinstance(value, int) and not isinstance(value, bool) and not -(1 << 63) <= value <= TS_MAX:
             raise Rejected(
-                f"{origin}: a {kind} event: {at.lstrip('.')} is {printable(str(value), 40)}, beyond 64 bits"
+                f"{origin}: a {kind} event: {at.lstrip('.')} is {for_message(str(value), 40)}, beyond 64 bits"
             )
         if isinstance(value, dict):
-            stack.extend((v, f"{at}.{printable(str(k), 80)}") for k, v in value.items())
+            stack.extend((v, f"{at}.{for_message(str(k), 80)}") for k, v in value.items())
         elif isinstance(value, list):
             stack.extend((v, f"{at}[{i}]") for i, v in enumerate(value))
 
@@ -430,11 +434,7 @@ def publish(store: str | os.PathLike[str], staged: list[Staged]) -> list[Staged]
     for s in lost:
         s.partial.unlink(missing_ok=True)
     for d in sorted(dirs):
-        fd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(d)
     return lost
 
 

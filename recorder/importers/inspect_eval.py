@@ -25,17 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from recorder.importers.common import (
-    DEFAULT_LIMITS,
+    DEFAULT_CAPS,
     ORIGIN_SCORES,
     SYNTHETIC_JSON,
-    Limits,
+    ImportCaps,
     Rejected,
     RunBuilder,
     TaskResolver,
     check_file,
 )
-from recorder.importers.values import count, datetime_ns, printable, seconds, shown, whole
+from recorder.importers.values import count, datetime_ns, seconds, shown, whole
 from schemas.blob import digest
+from schemas.display import for_message
 from schemas.events import (
     AssistantMessage,
     FileAccessed,
@@ -120,7 +121,7 @@ def _expanded_bytes(path: Path) -> int | None:
         return None  # Inspect's reader words what is wrong with it
 
 
-def _samples(path: Path, limits: Limits) -> tuple[Any, list[Any]]:
+def _samples(path: Path, limits: ImportCaps) -> tuple[Any, list[Any]]:
     from inspect_ai.log import read_eval_log
 
     # A .eval log is a zip: a few kilobytes can expand to gigabytes, all of which the reader would
@@ -135,13 +136,13 @@ def _samples(path: Path, limits: Limits) -> tuple[Any, list[Any]]:
         log = read_eval_log(str(path), resolve_attachments="full")
     except Exception as e:  # the reader raises many types for a file that is not a log
         raise Rejected(
-            f"{shown(path)}: not an Inspect eval log ({type(e).__name__}: {printable(str(e))})"
+            f"{shown(path)}: not an Inspect eval log ({type(e).__name__}: {for_message(str(e))})"
         ) from e
     return log, list(log.samples or [])
 
 
 def parse(
-    path: Path, *, resolve_task: TaskResolver = lambda t: t, limits: Limits = DEFAULT_LIMITS
+    path: Path, *, resolve_task: TaskResolver = lambda t: t, limits: ImportCaps = DEFAULT_CAPS
 ) -> list[RunBuilder]:
     """One in-memory run per sample and epoch of the log (nothing is written)."""
     path = Path(path).resolve()
@@ -155,7 +156,7 @@ def parse(
 def _sample(log: Any, sample: Any, resolve_task: TaskResolver, file: str) -> RunBuilder:
     spec = log.eval
     h = hashlib.sha256(f"{spec.eval_id}\0{sample.id}\0{sample.epoch}".encode())
-    where = f"{file}: sample {printable(str(sample.id), 80)} epoch {sample.epoch}"
+    where = f"{file}: sample {for_message(str(sample.id), 80)} epoch {sample.epoch}"
     b = RunBuilder("inspect-" + h.hexdigest()[:16], origin=where)
     start = _ns(sample.started_at, f"{where}: started_at") or _ns(spec.created, f"{file}: eval.created") or 0
     out: list[tuple[int, Payload]] = []

@@ -22,7 +22,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas.errors import AmbError
+from schemas.display import for_message
+from schemas.errors import AmbError, quoted
 
 TS_MAX = (1 << 63) - 1
 """The latest time an event can carry: nanoseconds since 1970 in a signed 64-bit integer
@@ -56,25 +57,7 @@ def shown(path: str | os.PathLike[str]) -> str:
         text = rel if not rel.startswith("..") else os.path.abspath(text)
     except (OSError, ValueError):
         pass
-    return printable(text, _NAME_MAX)
-
-
-def printable(text: str, limit: int = 200) -> str:
-    """``text`` as one printable line: bytes that are not UTF-8 (``surrogateescape``) as ``\\xNN``,
-    other surrogates and control characters as Python escapes, cut to ``limit`` characters."""
-    out = []
-    for c in text[:limit]:
-        if "\udc80" <= c <= "\udcff":
-            out.append(f"\\x{ord(c) - 0xDC00:02x}")
-        else:
-            out.append(c if c.isprintable() else repr(c)[1:-1])
-    clean = "".join(out)
-    return clean if len(text) <= limit else f"{clean}… ({len(text)} characters)"
-
-
-def brief(value: Any) -> str:
-    """A foreign value for a message: its ``repr``, cut, one line."""
-    return printable(repr(value), 60)
+    return for_message(text, _NAME_MAX)
 
 
 def count(value: Any, where: str, default: int = 0) -> int:
@@ -90,11 +73,11 @@ def whole(value: Any, where: str, low: int = -(1 << 63), high: int = TS_MAX) -> 
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise Rejected(f"{where} is {brief(value)}, not a whole number")
+        raise Rejected(f"{where} is {quoted(value, 60)}, not a whole number")
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-        raise Rejected(f"{where} is {brief(value)}, not a whole number")
+        raise Rejected(f"{where} is {quoted(value, 60)}, not a whole number")
     if not low <= value <= high:
-        raise Rejected(f"{where} is {brief(value)}, outside {low}..{high}")
+        raise Rejected(f"{where} is {quoted(value, 60)}, outside {low}..{high}")
     return int(value)
 
 
@@ -104,9 +87,9 @@ def seconds(value: Any, where: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise Rejected(f"{where} is {brief(value)}, not a duration")
+        raise Rejected(f"{where} is {quoted(value, 60)}, not a duration")
     if not (math.isfinite(value) and 0 <= value <= SECONDS_MAX):
-        raise Rejected(f"{where} is {brief(value)}, not a duration (0 to {SECONDS_MAX:.0f})")
+        raise Rejected(f"{where} is {quoted(value, 60)}, not a duration (0 to {SECONDS_MAX:.0f})")
     return float(value)
 
 
@@ -116,7 +99,7 @@ def time_ns(value: Any, where: str, default: int) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise Rejected(f"{where} is {brief(value)}, not a time in nanoseconds")
+        raise Rejected(f"{where} is {quoted(value, 60)}, not a time in nanoseconds")
     check_ns(value, where)
     return value
 
@@ -177,7 +160,7 @@ def not_unicode(value: Any) -> str:
     at, text = found
     raw = all("\udc80" <= c <= "\udcff" for c in _SURROGATE.findall(text))
     why = "bytes that are not UTF-8" if raw else "a lone surrogate"
-    return f"{at.lstrip('.') or 'a string'} '{printable(text, 200)}': text that is not Unicode ({why})"
+    return f"{at.lstrip('.') or 'a string'} '{for_message(text, 200)}': text that is not Unicode ({why})"
 
 
 def _first_surrogate(value: Any, path: str) -> tuple[str, str] | None:
@@ -189,7 +172,7 @@ def _first_surrogate(value: Any, path: str) -> tuple[str, str] | None:
                 return at or "the document", item
         elif isinstance(item, dict):
             for key in reversed(list(item)):
-                name = f"{at}.{printable(str(key), 80)}"
+                name = f"{at}.{for_message(str(key), 80)}"
                 if isinstance(key, str) and _SURROGATE.search(key):
                     return name, key
                 stack.append((item[key], name))

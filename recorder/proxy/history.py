@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 from recorder.proxy.skim import CARRIERS, MIN_SPAN
+from schemas.codec import canonical_json
 
 SEED = 0
 """``chain[0]``: no item yet."""
@@ -38,12 +39,9 @@ Sig = tuple[tuple[str, int], ...]
 """A model turn's tool calls as ``(name, digest of the arguments)``, in order."""
 
 
-_encoder = msgspec.json.Encoder(order="sorted")
-
-
 def _encode(obj: Any) -> bytes:
     try:
-        return _encoder.encode(obj)
+        return canonical_json(obj)
     except (TypeError, ValueError, OverflowError, RecursionError):
         return repr(type(obj)).encode()
 

@@ -32,8 +32,9 @@ import duckdb
 import msgspec
 
 from replay.read import iter_events
+from replay.summary import Tokens
 from schemas.blob import BlobRef
-from schemas.codec import Event, encode_payload
+from schemas.codec import Event, canonical_json, encode_payload
 from schemas.errors import AmbError
 from schemas.events import (
     ModelCallCompleted,
@@ -186,7 +187,7 @@ def build(events: list[Event], read_blob: BlobReader, version: str = "1.8") -> E
     step_of_call: dict[str, dict[str, Any]] = {}
     step_of_tool: dict[str, dict[str, Any]] = {}
     first_request = True
-    totals = {"prompt": 0, "completion": 0, "cached": 0}
+    totals = Tokens()
     counts = {"failed_model_calls": 0, "processes": 0, "file_writes": 0, "network_requests": 0}
 
     def add(step: dict[str, Any]) -> dict[str, Any]:
@@ -242,9 +243,7 @@ def build(events: list[Event], read_blob: BlobReader, version: str = "1.8") -> E
                     "reported": u.reported,
                 },
             }
-            totals["prompt"] += u.input_total
-            totals["completion"] += u.output
-            totals["cached"] += u.cache_read
+            totals.add(u)
             if version == "1.8":
                 step["llm_call_count"] = 1
             amb: dict[str, Any] = {"call_id": p.call_id, "ts_ns": e.ts_ns, "call": call}
@@ -309,9 +308,9 @@ def build(events: list[Event], read_blob: BlobReader, version: str = "1.8") -> E
     if notes:
         trajectory["notes"] = "; ".join(notes)
     trajectory["final_metrics"] = {
-        "total_prompt_tokens": totals["prompt"],
-        "total_completion_tokens": totals["completion"],
-        "total_cached_tokens": totals["cached"],
+        "total_prompt_tokens": totals.input,
+        "total_completion_tokens": totals.output,
+        "total_cached_tokens": totals.cache_read,
         "total_steps": len(steps),
         "extra": {**counts, "sidecar_events": len(sidecar_events)},
     }
@@ -349,7 +348,7 @@ def export_run(
     )
     with open(folder / SIDECAR, "w", encoding="utf-8") as f:
         for line in exported.sidecar:
-            f.write(json.dumps(line, ensure_ascii=False, sort_keys=True, separators=(",", ":")) + "\n")
+            f.write(canonical_json(line).decode() + "\n")
     for ref in exported.blobs:
         target = folder / BLOB_DIR / ref.removeprefix("sha256:")
         if not target.exists():

@@ -19,7 +19,6 @@ first in first out, as mitmproxy's server replay does).
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import threading
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from typing import Any
 import duckdb
 
 from replay.read import require_runs
+from schemas.codec import canonical_json
 from schemas.errors import AmbError
 from schemas.untrusted_json import loads_untrusted
 
@@ -80,11 +80,11 @@ def canonical_text(body: bytes) -> str:
     """Sorted-key compact JSON without the volatile fields; the raw text when it is not JSON."""
     try:
         obj = loads_untrusted(body)
-    except ValueError:
+        if isinstance(obj, dict):
+            obj = {k: v for k, v in obj.items() if k not in VOLATILE}
+        return canonical_json(obj).decode()
+    except ValueError:  # not JSON, or JSON whose text is not Unicode (a lone surrogate)
         return body.decode("utf-8", "replace")
-    if isinstance(obj, dict):
-        obj = {k: v for k, v in obj.items() if k not in VOLATILE}
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def lenient_text(canonical: str) -> str:

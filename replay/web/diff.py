@@ -18,6 +18,8 @@ from typing import Any
 
 import duckdb
 
+from schemas.codec import canonical_json
+from schemas.display import clip
 from schemas.untrusted_json import loads_untrusted
 
 ARG_CAP = 2000
@@ -59,8 +61,8 @@ def normalise_arguments(raw: str | None) -> str:
     if raw is None:
         return ""
     try:
-        return json.dumps(loads_untrusted(raw), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    except ValueError:
+        return canonical_json(loads_untrusted(raw)).decode()
+    except ValueError:  # not JSON, or JSON whose text is not Unicode (a lone surrogate)
         return raw.strip()
 
 
@@ -100,8 +102,8 @@ def _json_changes(a: str, b: str) -> list[dict[str, Any]]:
             if ja.get(k) != jb.get(k) or (k in ja) != (k in jb):
                 change: dict[str, Any] = {
                     "field": k,
-                    "a": None if k not in ja else _cap(json.dumps(ja[k], ensure_ascii=False)),
-                    "b": None if k not in jb else _cap(json.dumps(jb[k], ensure_ascii=False)),
+                    "a": None if k not in ja else clip(json.dumps(ja[k], ensure_ascii=False), ARG_CAP),
+                    "b": None if k not in jb else clip(json.dumps(jb[k], ensure_ascii=False), ARG_CAP),
                 }
                 va, vb = ja.get(k), jb.get(k)
                 if isinstance(va, str) and isinstance(vb, str) and ("\n" in va or "\n" in vb):
@@ -109,14 +111,10 @@ def _json_changes(a: str, b: str) -> list[dict[str, Any]]:
                     lines = list(
                         difflib.unified_diff(va.splitlines(), vb.splitlines(), "a", "b", n=1, lineterm="")
                     )
-                    change["lines"] = [_cap(line) for line in lines[2:LINES_CAP]]
+                    change["lines"] = [clip(line, ARG_CAP) for line in lines[2:LINES_CAP]]
                 out.append(change)
         return out
-    return [{"field": None, "a": _cap(a), "b": _cap(b)}]
-
-
-def _cap(text: str) -> str:
-    return text if len(text) <= ARG_CAP else text[: ARG_CAP - 1] + "…"
+    return [{"field": None, "a": clip(a, ARG_CAP), "b": clip(b, ARG_CAP)}]
 
 
 def _side(s: Step) -> dict[str, Any]:
@@ -128,7 +126,7 @@ def _side(s: Step) -> dict[str, Any]:
         "error": s.error,
         "tokens": [s.tokens_in, s.tokens_out],
         "latency_ms": s.latency_ms,
-        "text": _cap(s.text[:200]),
+        "text": clip(s.text[:200], ARG_CAP),
     }
 
 

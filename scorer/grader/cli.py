@@ -13,18 +13,10 @@ from pathlib import Path
 import click
 import msgspec
 
+from schemas.display import table
 from scorer.grader import grade as grade_submission
 from scorer.grader.options import load_options
 from tasks.registry import load_spec
-
-
-def _table(rows: list[list[str]], columns: list[str]) -> str:
-    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
-
-    def line(vals: list[str]) -> str:
-        return "  ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True)).rstrip()
-
-    return "\n".join([line(columns), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
 @click.command()
@@ -48,7 +40,7 @@ def grade(task_id: str, submission: str, reference: str, profile: str | None, as
         click.echo(json.dumps(data, indent=2))
         return
     rows = [[c.case, f"{c.score:.4g}", c.status, c.reason or ""] for c in result.cases]
-    click.echo(_table(rows, ["case", "score", "status", "reason"]))
+    click.echo(table(["case", "score", "status", "reason"], rows, width=None))
     checks = result.checks
     click.echo(
         f"\n{result.task}: {result.metric} = {result.score:.4f}  "

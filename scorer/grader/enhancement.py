@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -22,6 +21,7 @@ from typing import Any, BinaryIO
 import msgspec
 import numpy as np
 
+from replay.arrays import ArrayError, npy_header, read_npy
 from schemas.task_spec import TaskError, TaskSpec
 from scorer.grader.gate import gated_score, mean_score
 from scorer.grader.options import EnhWindow, GradeOptions
@@ -41,33 +41,17 @@ def load_npy(f: BinaryIO, name: str, shape: tuple[int, ...], dtype: str = "float
     """Load a submitted ``.npy`` from a file the grader opened and checked: shape and dtype are
     checked on the header first, so a header that claims a huge array costs nothing, and pickled
     data is never unpickled."""
-    fmt = np.lib.format
     try:
-        magic = f.read(6)
-        f.seek(0)
-        if magic.startswith(b"PK\x03\x04"):
-            raise BadArray(f"{name} is an .npz archive, not a single .npy array")
-        version = fmt.read_magic(f)
-        header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
-        got_shape, _, got_dtype = header(f)
-        has = os.fstat(f.fileno()).st_size - f.tell()
-    except BadArray:
-        raise
-    except Exception as e:  # numpy raises ValueError, OSError, EOFError, SyntaxError, ...
-        raise BadArray(f"{name} is not a readable .npy array ({type(e).__name__}: {e})") from None
-    if got_dtype.hasobject:
-        raise BadArray(f"{name} is not a readable .npy array (it holds pickled objects, never unpickled)")
-    claims = math.prod(got_shape) * got_dtype.itemsize
-    if has < claims:  # checked before anything is read: a header may claim a huge array
-        raise BadArray(f"{name} is not a readable .npy array (truncated: {has} of {claims} data bytes)")
+        got_shape, got_dtype, _ = npy_header(f)
+    except ArrayError as e:
+        raise BadArray(f"{name} is {e}") from None
     if got_shape != shape:
         raise BadArray(f"{name} has shape {got_shape}, expected {shape}")
     want = np.dtype(dtype)
     if got_dtype.kind != want.kind or got_dtype.itemsize != want.itemsize:
         raise BadArray(f"{name} has dtype {got_dtype}, expected {dtype}")
     try:
-        f.seek(0)
-        arr = fmt.read_array(f, allow_pickle=False)
+        arr = read_npy(f)
         out = np.array(arr, dtype=want.newbyteorder("="))
     except Exception as e:
         raise BadArray(f"{name} cannot be read ({type(e).__name__}: {e})") from None

@@ -1,10 +1,11 @@
 """Reading a submitted NIfTI volume defensively: every way it can be wrong becomes a one-line reason.
 
-The header is checked before any voxel is read: a wrong shape or an unsupported dtype is rejected
-without decompressing anything, so a huge or hostile file cannot exhaust memory, and the size of
-what is read is bounded by the reference's shape. Voxels are read with ``np.asanyarray(dataobj)``,
-which keeps integer label maps in their integer dtype (``get_fdata`` would make a float64 copy 8×
-the size of a uint8 map).
+The file is read by ``replay.arrays.load_nifti`` (NIfTI-1 and NIfTI-2, gzip or not), the reader the
+viewer's previews use too. The header is checked before any voxel is read: a wrong shape or an
+unsupported dtype is rejected without decompressing anything, so a huge or hostile file cannot
+exhaust memory, and the size of what is read is bounded by the reference's shape. Voxels are read
+with ``np.asanyarray(dataobj)``, which keeps integer label maps in their integer dtype
+(``get_fdata`` would make a float64 copy 8× the size of a uint8 map).
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO
 
-import nibabel as nib
 import numpy as np
 from nibabel.filebasedimages import ImageFileError
 from nibabel.spatialimages import HeaderDataError
 from nibabel.wrapstruct import WrapStructError
+
+from replay.arrays import load_nifti
 
 # What nibabel, gzip and numpy raise on truncated, corrupt or nonsensical files.
 _READ_ERRORS = (
@@ -49,32 +51,6 @@ class VolumeError(Exception):
         """``missing``, ``unreadable``, ``shape``, ``dtype`` or ``values``."""
 
 
-def load_image(f: BinaryIO) -> nib.Nifti1Image | nib.Nifti2Image:
-    """A NIfTI-1 or NIfTI-2 image read from an open file (gzip-compressed or not, told by its bytes).
-
-    Submitted files are read from a descriptor the grader opened and checked itself
-    (``scorer.grader.submitted``), never reopened by name, so the format is sniffed, not taken from
-    the file name. Voxels are read lazily from ``f``, which must stay open while they are used."""
-    compressed = f.read(2) == b"\x1f\x8b"
-    f.seek(0)
-    src: BinaryIO = gzip.GzipFile(fileobj=f, mode="rb") if compressed else f  # type: ignore[assignment]  # a GzipFile is a binary file
-    head = src.read(4)
-    src.seek(0)
-    # sizeof_hdr, the first field, is 348 for NIfTI-1 and 540 for NIfTI-2 (in either byte order).
-    sizes = (struct.unpack("<i", head)[0], struct.unpack(">i", head)[0]) if len(head) == 4 else (0, 0)
-    klass = nib.Nifti2Image if 540 in sizes else nib.Nifti1Image
-    return klass.from_stream(src)  # type: ignore[arg-type]  # any binary file object works here
-
-
-def header_shape(path: Path) -> tuple[int, ...]:
-    """The shape a NIfTI header declares (reads the header only)."""
-    try:
-        with open(path, "rb") as f:
-            return tuple(int(n) for n in load_image(f).shape)
-    except _READ_ERRORS as e:
-        raise VolumeError(f"{path.name}: not a readable NIfTI file ({_brief(e)})") from e
-
-
 def read_volume(
     source: Path | BinaryIO, expected_shape: tuple[int, ...] | None, name: str = ""
 ) -> np.ndarray:
@@ -94,7 +70,7 @@ def read_volume(
 
 def _read_volume(f: BinaryIO, expected_shape: tuple[int, ...] | None, name: str) -> np.ndarray:
     try:
-        img = load_image(f)
+        img = load_nifti(f)
         shape = tuple(int(n) for n in img.shape)
         dtype = img.get_data_dtype()
     except _READ_ERRORS as e:

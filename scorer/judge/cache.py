@@ -13,13 +13,12 @@ a lock, shared by the scoring threads.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from typing import Any
 
 import msgspec
 
-_enc = msgspec.json.Encoder(order="sorted")
+from schemas.codec import canonical_digest
 
 
 class CallRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -46,8 +45,7 @@ class CallRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def call_key(messages: list[dict[str, Any]], model: str, settings: dict[str, Any]) -> str:
-    body = _enc.encode({"messages": messages, "model": model, "settings": settings})
-    return "sha256:" + hashlib.sha256(body).hexdigest()
+    return canonical_digest({"messages": messages, "model": model, "settings": settings})
 
 
 def slim(record: CallRecord) -> CallRecord:

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from schemas.task_spec import TaskError, TaskSpec
+from tasks.case_files import write_enhancement_case
 
 
 def _grid(h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
@@ -170,13 +171,7 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
     for i in range(cases):
         case = spec.case_id(i)
         inp, ref = make_case(spec, seed, i)
-        pub = out / "public" / spec.public.case_dir.format(case=case)
-        priv = out / "private" / spec.private.case_dir.format(case=case)
-        pub.mkdir(parents=True, exist_ok=True)
-        priv.mkdir(parents=True, exist_ok=True)
-        np.save(pub / spec.enh.input_file, inp)
-        np.save(priv / spec.enh.reference_file, ref)
-        ranges[case] = float(ref.max()) - float(ref.min())
+        ranges[case] = write_enhancement_case(out, spec, case, inp, ref)
     write_ranges(out / "private" / spec.enh.ranges_file, ranges)
 
 

@@ -314,3 +314,21 @@ def test_runs_says_what_waits_for_ingest(tmp_path):
     )
     amb("ingest", store=store)
     assert amb("runs", store=store).stderr == ""
+
+
+def test_an_error_line_quoting_a_hostile_name_stays_one_printable_line(cli_store, tmp_path):
+    """An error message quotes what it was given (here a file's name; elsewhere an agent's text):
+    a newline breaks no line and a terminal escape is shown escaped, never obeyed."""
+    hostile = tmp_path / "anchor\x1b[2J\nforged.json"
+    hostile.write_text("not json at all")
+    proc = amb("verify", "--manifest", str(hostile), store=cli_store, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "\x1b" not in proc.stderr
+    assert "anchor\\x1b[2J forged.json" in proc.stderr  # white space folded, the escape shown
+
+
+def test_a_table_cell_shows_control_characters_escaped(cli_store):
+    """`amb sql` tables show what agents wrote (model output, tool arguments): an escape sequence in a
+    cell is shown, not sent to the terminal."""
+    out = amb("sql", "SELECT chr(27) || '[2Jcleared' || chr(9) || 'x' AS t", store=cli_store).stdout
+    assert "\x1b" not in out and "\\x1b[2Jcleared\\tx" in out

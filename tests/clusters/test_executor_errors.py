@@ -3,6 +3,7 @@ traceback. No cluster needed: these fail before any engine is reached."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -16,11 +17,18 @@ def _amb(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     return subprocess.run([str(kit.BIN / "amb"), *args], capture_output=True, text=True, env=env, timeout=120)
 
 
+def _a_sweep(root: Path, executor: str) -> None:
+    """The plan a sweep's driver writes first (``amb sweep cancel`` refuses a folder without one)."""
+    plan = {"name": "x", "max_attempts": 1, "agents": {}, "cells": [], "executor": executor}
+    (root / "sweep.json").write_text(json.dumps(plan))
+
+
 @pytest.mark.parametrize(
     ("name", "garbage"),
     [("slurm", b"{not json"), ("ray", b'{"placements": 7}'), ("slurm", b'{"batches": [{"job_id": 1}]}')],
 )
 def test_a_damaged_executor_state_is_named(tmp_path: Path, name: str, garbage: bytes) -> None:
+    _a_sweep(tmp_path, name)
     state = tmp_path / "executor"
     state.mkdir()
     (state / "name").write_text(name + "\n")
@@ -67,6 +75,7 @@ def _dashboard_answering(status: int, body: bytes):
 
 
 def test_cancel_of_a_ray_job_the_dashboard_refuses_or_that_none_answers_is_named(tmp_path: Path) -> None:
+    _a_sweep(tmp_path, "ray")
     state = tmp_path / "executor"
     state.mkdir()
     (state / "name").write_text("ray\n")

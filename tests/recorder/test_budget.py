@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from recorder.budget import DEFAULT_PRICE_TABLE, WAIT, Budget, Limits, Refusal
+from recorder.budget import DEFAULT_PRICE_TABLE, WAIT, Budget, Refusal, checked
 from schemas.errors import UsageError
-from schemas.events import ModelCallCompleted, Usage
+from schemas.events import BudgetLimits, ModelCallCompleted, Usage
 from schemas.prices import load_table
 from scorer import profile
 from scorer.cost import price_run
@@ -68,7 +68,7 @@ def test_tokens_hold_exactly_under_concurrency(seed):
     per_call = rng.randint(50, 300)
     limit = rng.randint(1, 3000)
     usages = [per_call] * 40
-    budget = Budget(Limits(max_tokens=limit))
+    budget = Budget(BudgetLimits(max_tokens=limit))
     admitted = asyncio.run(race(budget, usages, seed))
     assert len(admitted) == sequential(usages, limit)  # all calls the same size: any order
     assert budget.calls == len(admitted) and budget.refused == 40 - len(admitted)
@@ -76,7 +76,7 @@ def test_tokens_hold_exactly_under_concurrency(seed):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_calls_hold_exactly_and_never_wait(seed):
-    budget = Budget(Limits(max_calls=7))
+    budget = Budget(BudgetLimits(max_calls=7))
     admitted = asyncio.run(race(budget, [10] * 30, seed))
     assert len(admitted) == 7 and budget.refused == 23
 
@@ -85,11 +85,11 @@ def test_shrinking_calls_stay_exact_and_a_growing_one_is_the_documented_bound():
     # Calls no bigger than the first are decided exactly (``race`` checks it, in the order decided).
     usages = [300, 200, 200, 100, 100, 100, 50, 50, 50, 50]
     for seed in range(4):
-        budget = Budget(Limits(max_tokens=1000))
+        budget = Budget(BudgetLimits(max_tokens=1000))
         asyncio.run(race(budget, usages, seed, stagger=True))
     # A call bigger than every earlier one can let calls admitted beside it through: what the module
     # says. Here every call is admitted beside a small first one and the spend ends above the limit.
-    b = Budget(Limits(max_tokens=100))
+    b = Budget(BudgetLimits(max_tokens=100))
     assert b.try_admit("a") is None
     b.settle("a", call("a", 10, 0), 0)
     assert b.try_admit("b") is None  # 10 spent, nothing in flight
@@ -100,7 +100,7 @@ def test_shrinking_calls_stay_exact_and_a_growing_one_is_the_documented_bound():
 
 
 def test_waiting_and_refusing_are_told_apart():
-    b = Budget(Limits(max_tokens=100))
+    b = Budget(BudgetLimits(max_tokens=100))
     assert b.try_admit("a") is None
     assert b.try_admit("b") == WAIT  # nothing is known of a call's size before the first settles
     b.settle("a", call("a", 60, 40), 0)
@@ -111,7 +111,7 @@ def test_waiting_and_refusing_are_told_apart():
 
 
 def test_an_unsettled_call_never_blocks_the_rest_and_unknown_usage_fails_closed():
-    b = Budget(Limits(max_tokens=1000))
+    b = Budget(BudgetLimits(max_tokens=1000))
     assert b.try_admit("a") is None
     b.settle("a", None, -1)  # its record could not be written: what it used is unknown
     assert isinstance(b.try_admit("b"), Refusal)
@@ -122,7 +122,7 @@ def test_an_unsettled_call_never_blocks_the_rest_and_unknown_usage_fails_closed(
 def test_live_cost_equals_the_scorers_cost():
     rng = random.Random(3)
     table = load_table(DEFAULT_PRICE_TABLE)
-    b = Budget(Limits(max_cost_usd=1e9))
+    b = Budget(BudgetLimits(max_cost_usd=1e9))
     events = []
     for i in range(200):
         model = rng.choice(["gpt-5.4", "claude-opus-4.6", "glm-5"])
@@ -160,13 +160,13 @@ def test_the_default_price_table_is_the_default_profiles():
 )
 def test_bad_limits(limits, needle):
     with pytest.raises(UsageError, match=needle):
-        Limits(**limits)
+        checked(BudgetLimits(**limits))
 
 
 def test_an_unpriced_model_cannot_have_a_cost_budget():
     with pytest.raises(UsageError, match="model 'mystery' has no price in table openrouter-2026-05-28"):
-        Budget(Limits(max_cost_usd=1.0), run_model="mystery")
-    b = Budget(Limits(max_cost_usd=1.0))
+        Budget(BudgetLimits(max_cost_usd=1.0), run_model="mystery")
+    b = Budget(BudgetLimits(max_cost_usd=1.0))
     assert b.try_admit("a") is None
     b.settle("a", call("a", 10, 10, model="mystery"), 0)
     refusal = b.try_admit("b")

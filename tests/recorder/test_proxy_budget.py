@@ -7,8 +7,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from recorder.budget import Budget, Limits
-from schemas.events import ModelCallCompleted
+from recorder.budget import Budget
+from schemas.events import BudgetLimits, ModelCallCompleted
 from tests.fakes.harness import Recording
 from tests.fakes.upstream import FakeUpstream
 from tests.recorder.test_proxy_websocket import WsClient
@@ -17,7 +17,7 @@ from tests.recorder.test_proxy_websocket import WsClient
 @pytest.fixture
 def rec(tmp_path):
     with FakeUpstream() as fake:
-        r = Recording(tmp_path, fake.url, budget=Budget(Limits(max_calls=1))).start()
+        r = Recording(tmp_path, fake.url, budget=Budget(BudgetLimits(max_calls=1))).start()
         r.fake = fake  # type: ignore[attr-defined]  # the tests count what reached the upstream
         yield r
         r.stop()

@@ -14,7 +14,7 @@ killer kills one. The OOM killer takes the largest process, and that may be the 
 one of the agent's, by a few megabytes, depending on the moment: so the first OOM kill ends the
 run, whichever it took, and the run says so in the same words each time.
 
-Limits are smaller than the defaults so that a run takes seconds. Needs dockerd; never skipped.
+ContainerResources are smaller than the defaults so that a run takes seconds. Needs dockerd; never skipped.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from recorder.docker_backend import DockerBackend, DockerBackendError, Limits
+from recorder.docker_backend import ContainerResources, DockerBackend, DockerBackendError
 from recorder.run import Outcome, RunSpec, record
 from replay.ingest import ingest
 from replay.store import Store
@@ -40,8 +40,8 @@ pytestmark = pytest.mark.long(minutes=4)  # minutes: seven docker runs that fill
 
 AGENT = Path(__file__).with_name("exhaust_agent.py")
 AMB = [str(Path(sys.executable).parent / "amb")]
-WORK_LIMITS = Limits(cpus=2.0, memory="4g", pids=1024, tmp_size="512m")
-MEMORY_LIMITS = Limits(cpus=2.0, memory="2g", pids=512, tmp_size="256m")
+WORK_LIMITS = ContainerResources(cpus=2.0, memory="4g", pids=1024, tmp_size="512m")
+MEMORY_LIMITS = ContainerResources(cpus=2.0, memory="2g", pids=512, tmp_size="256m")
 """The tmpfs mounts (/tmp, /home/agent, /dev/shm) stay well under the memory limit: what the agent
 leaves in them is not freed by killing it."""
 OUT_OF_MEMORY = (
@@ -50,7 +50,9 @@ OUT_OF_MEMORY = (
 )
 
 
-def _record(tmp: Path, store: Path, run_id: str, limits: Limits, image: str, *mode: str) -> Outcome:
+def _record(
+    tmp: Path, store: Path, run_id: str, limits: ContainerResources, image: str, *mode: str
+) -> Outcome:
     data = tmp / "data"
     if not data.exists():
         (data / "public").mkdir(parents=True)
@@ -66,7 +68,7 @@ def _record(tmp: Path, store: Path, run_id: str, limits: Limits, image: str, *mo
             upstreams={"openai": upstream.url},
             env={"OPENAI_API_KEY": "sk-real-exhaust-" + "3c" * 16},
         )
-        return record(spec, DockerBackend(image, limits=limits, stream_output=False))
+        return record(spec, DockerBackend(image, resources=limits, stream_output=False))
 
 
 def _verified(store: Path) -> None:
@@ -165,8 +167,11 @@ def test_a_shim_that_dies_ends_the_run_as_a_recorder_error(tmp_path: Path, agent
 def test_tmpfs_mounts_beyond_the_memory_limit_are_refused() -> None:
     # An agent's files there outlive its processes: the OOM killer would find nothing to free.
     with pytest.raises(DockerBackendError, match="do not fit in the memory limit of 1g"):
-        Limits(memory="1g", tmp_size="512m")
-    Limits(memory="1g", tmp_size="256m")
+        ContainerResources(memory="1g", tmp_size="512m")
+    ContainerResources(memory="1g", tmp_size="256m")
     # Unless given, the mounts take a quarter of a limit below 8g each: a 1g container starts.
-    assert Limits(memory="1g").tmp_size == "256m" and Limits(memory="16g").tmp_size == "2048m"
-    assert Limits(memory=None).tmp_size == "2048m"
+    assert (
+        ContainerResources(memory="1g").tmp_size == "256m"
+        and ContainerResources(memory="16g").tmp_size == "2048m"
+    )
+    assert ContainerResources(memory=None).tmp_size == "2048m"

@@ -24,6 +24,7 @@ from schemas.events import (
     ToolCallResult,
     Usage,
 )
+from schemas.prices import load_table
 
 
 def _call(i: int, model: str = "z-ai/glm-5") -> ModelCallCompleted:
@@ -113,6 +114,16 @@ def test_watch_follows_a_run_as_its_spools_grow_and_never_writes(tmp_path):
     assert result.exit_code == 0 and "completed" in result.output and "plan/plan.md" in result.output
     assert (sorted(os.listdir(store)), sorted(os.listdir(store / "spool" / "live"))) == before
     assert not (store / "amb.duckdb").exists()
+
+
+def test_a_cost_nobody_priced_reads_unknown_not_zero(tmp_path):
+    store = tmp_path / "store"
+    with SpoolWriter(spool_path(store, "free", "proxy"), "free", "proxy") as w:
+        w.append(_call(1))
+    unpriced = RunFollower(store / "spool" / "free")  # no price table given
+    assert unpriced.poll() and unpriced.state.view()["cost_usd"] is None
+    priced = RunFollower(store / "spool" / "free", prices=load_table("openrouter-2026-05-28"))
+    assert priced.poll() and priced.state.view()["cost_usd"] == round((1000 * 0.72 + 10 * 2.30) / 1e6, 6)
 
 
 def test_watch_usage_errors(tmp_path):

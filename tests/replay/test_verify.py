@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zlib
 
@@ -177,3 +178,17 @@ def test_manifest_is_stable_json(store):
         assert m is not None and m == manifests.compute(st.con, "run-0")
     assert set(m) == {"format", "run_id", "sources", "events", "blob_refs", "manifest_hash"}
     assert json.loads(json.dumps(m)) == m
+
+
+def test_a_manifests_hash_is_the_one_stored_manifests_carry():
+    """Manifests stored before their hash was the codec's canonical digest were hashed over
+    ``json.dumps(sort_keys=True, separators=(",", ":"))``; on what a manifest holds (ids, hex
+    digests, whole numbers) both are the same bytes, so those stored hashes still verify."""
+    rows = [
+        ("run-0.a2", "proxy", 7, 6, "sha256:" + "ab" * 32),
+        ("run-0.a2", "recorder", 2, 1, "sha256:" + "cd" * 32),
+    ]
+    m = manifests.assemble(rows, {"run-0.a2": 4})["run-0.a2"]
+    body = {k: v for k, v in m.items() if k != "manifest_hash"}
+    legacy = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    assert m["manifest_hash"] == "sha256:" + hashlib.sha256(legacy).hexdigest()

@@ -45,6 +45,8 @@ def server(tmp_path_factory):
     huge[: len(header.binaryblock)] = header.binaryblock
     files = {
         "out/ct.nii.gz": nifti_gz(vol),
+        "out/ct2.nii": nib.Nifti2Image(vol, np.eye(4)).to_bytes(),
+        "out/ct2.nii.gz": gzip.compress(nib.Nifti2Image(vol, np.eye(4)).to_bytes()),
         "out/mask.npy": npy(np.arange(12 * 10, dtype=np.float32).reshape(12, 10)),
         "out/broken.nii.gz": b"\x1f\x8b not really gzip",
         "out/huge.nii": bytes(huge),
@@ -89,6 +91,15 @@ def test_nifti_middle_slice(server):
     img = np.asarray(Image.open(io.BytesIO(body)))
     assert img.shape == (16, 20)  # rows = y, columns = x, the z = 4 slice
     assert img.max() == 255 and img.min() == 0 and (img == 255).sum() == 10 * 8
+
+
+@pytest.mark.parametrize("path", ["out/ct2.nii", "out/ct2.nii.gz"])
+def test_a_nifti2_volume_previews_as_the_grader_reads_it(server, path):
+    """NIfTI-2 (a 540-byte header, 64-bit dimensions) is read by the grader's reader, and so here."""
+    status, ctype, body = fetch(server, preview_url(server, path))
+    assert status == 200 and ctype == "image/png", body
+    img = np.asarray(Image.open(io.BytesIO(body)))
+    assert img.shape == (16, 20) and (img == 255).sum() == 10 * 8
 
 
 def test_npy_preview(server):

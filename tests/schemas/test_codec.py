@@ -12,6 +12,8 @@ import pytest
 from schemas.blob import BlobRef
 from schemas.codec import (
     GENESIS,
+    canonical_digest,
+    canonical_json,
     check_id,
     decode_body,
     decode_event,
@@ -130,6 +132,16 @@ def test_body_is_canonical_json(payload):
     )
     assert msgspec.json.encode(msgspec.json.decode(body), order="sorted") == body
     assert json.loads(body)["payload"]["kind"] == kind_of(type(payload))
+
+
+@pytest.mark.parametrize("payload", SAMPLES[:3], ids=lambda p: kind_of(type(p)))
+def test_a_values_canonical_json_is_its_payload_encoding(payload):
+    """One canonical form: a payload's stored bytes, and what every digest of a value is taken over
+    (sorted keys at every level, no whitespace, UTF-8 as it is)."""
+    assert canonical_json(payload) == encode_payload(payload)
+    value = {"b": [1.5, {"z": None, "é": "ü"}], "a": True}
+    assert canonical_json(value) == '{"a":true,"b":[1.5,{"z":null,"é":"ü"}]}'.encode()
+    assert canonical_digest(value) == "sha256:" + hashlib.sha256(canonical_json(value)).hexdigest()
 
 
 def test_payloads_are_immutable():

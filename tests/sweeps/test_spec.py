@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from sweeps.exec import allocation
-from sweeps.spec import Agent, Cell, Limits, RunSpec, SpecError, decode, encode
+from sweeps.spec import Agent, Cell, CellLimits, RunSpec, SpecError, decode, encode
 
 SPEC = RunSpec(
     cell=Cell("s", "a", "bccd-det", "lite", 2),
     attempt=3,
     agent=Agent("a", ["amb-agent", "--model", "{model}"], "baseline", ["openai={baseline}"]),
-    limits=Limits(time_limit_s=60, cpus=2, memory="4g", gpus=2),
+    limits=CellLimits(time_limit_s=60, cpus=2, memory="4g", gpus=2),
     backend="docker",
     data="/shared/data/bccd-det",
     shard_root="/shared/sweep",

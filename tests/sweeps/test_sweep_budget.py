@@ -7,20 +7,20 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from recorder.budget import Limits as RecorderLimits
-from sweeps.exec import _budget
+from recorder.budget import DEFAULT_PRICE_TABLE, Budget
+from schemas.events import BudgetLimits
 from sweeps.plan import SweepError, load_sweep
-from sweeps.spec import Agent, Budget, Cell, Limits, RunSpec
+from sweeps.spec import Agent, Cell, CellLimits, RunSpec
 
 BASE = 'name = "x"\ntasks = ["kidney-seg"]\nagents = [{name = "a", command = ["true"]}]\n'
 
 
-def _run_spec(budget: Budget | None) -> RunSpec:
+def _run_spec(budget: BudgetLimits | None) -> RunSpec:
     return RunSpec(
         cell=Cell(sweep="x", agent="a", task="kidney-seg", tier="lite", repeat=1),
         attempt=1,
         agent=Agent(name="a", command=["true"]),
-        limits=Limits(time_limit_s=60, budget=budget),
+        limits=CellLimits(time_limit_s=60, budget=budget),
         backend="local",
         data="/nonexistent",
         shard_root="/nonexistent",
@@ -32,18 +32,20 @@ def test_budget_keys_reach_amb_record(tmp_path: Path):
         BASE + 'max_calls = 40\nmax_tokens = 200000\nmax_cost = 2.5\nprice_table = "harness-2026-04"\n'
     )
     budget = load_sweep(tmp_path / "s.toml").budget
-    assert budget == Budget(max_tokens=200000, max_cost_usd=2.5, max_calls=40, price_table="harness-2026-04")
-    # Through the run spec's JSON, as an executor on another node reads it.
-    spec = msgspec.json.decode(msgspec.json.encode(_run_spec(budget)), type=RunSpec)
-    assert _budget(spec) == RecorderLimits(
+    assert budget == BudgetLimits(
         max_tokens=200000, max_cost_usd=2.5, max_calls=40, price_table="harness-2026-04"
     )
+    # Through the run spec's JSON, as an executor on another node reads it: the same limits, which
+    # the exec hands to the recorder as they are.
+    spec = msgspec.json.decode(msgspec.json.encode(_run_spec(budget)), type=RunSpec)
+    assert spec.limits.budget == budget
+    assert Budget(budget).limits.price_table == "harness-2026-04"
     (tmp_path / "s.toml").write_text(BASE + "max_calls = 3\n")
     only_calls = load_sweep(tmp_path / "s.toml").budget
-    assert _budget(_run_spec(only_calls)) == RecorderLimits(max_calls=3)  # the default price table
+    assert only_calls == BudgetLimits(max_calls=3)
+    assert Budget(only_calls).limits.price_table == DEFAULT_PRICE_TABLE  # the recorder's default
     (tmp_path / "s.toml").write_text(BASE)
     assert load_sweep(tmp_path / "s.toml").budget is None
-    assert _budget(_run_spec(None)) is None
 
 
 @pytest.mark.parametrize(
