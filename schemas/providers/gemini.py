@@ -11,20 +11,36 @@ itself) is input.
 
 Function calls usually come without ids, and a client then makes up its own for the next request
 (the Gemini CLI sends ``write_file_<time>_0``): the ids calls are recorded under, and which call a
-function response answers, are the tool-call ledger's (``recorder.proxy.ledger``). This parser
-gives it the conversation (``contents``, item by item) and, for each function response, the call it
-answers among the request's own model turns (``result.Pairing``).
+function response answers, are the proxy's tool-call ledger's. This parser gives it the
+conversation (``contents``, item by item) and, for each function response, the call it answers
+among the request's own model turns (``result.Pairing``).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import msgspec
 
-from recorder.proxy.result import Pairing, Reassembled, RequestInfo, as_int, error_text, loads, text_of
-from recorder.proxy.wire import iter_sse
 from schemas.events import Usage
+from schemas.providers.conversation import Conversation, Kind, Message, Part, Reply, Tool, args_object
+from schemas.providers.result import Pairing, Reassembled, RequestInfo, as_int, error_text, loads, text_of
+from schemas.providers.wire import array_elements, iter_sse
+
+PROVIDER = "gemini"
+VOLATILE: tuple[str, ...] = ()
+METHODS = ("generateContent", "streamGenerateContent", "countTokens")
+PATH = re.compile(r"/(?:tunedM|m)odels/([^/:]+):(\w+)$")
+"""``…/models/MODEL:method`` (also Vertex AI's ``…/publishers/google/models/…`` and tuned models)."""
+STATUS = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED"}
+"""Google's status names by HTTP status (anything else is ``INTERNAL``)."""
+
+
+def api_for(path: str) -> str | None:
+    m = PATH.search(path)
+    return m.group(2) if m and m.group(2) in METHODS else None
 
 
 def _get(obj: dict[str, Any], camel: str, snake: str) -> Any:
@@ -32,12 +48,17 @@ def _get(obj: dict[str, Any], camel: str, snake: str) -> Any:
     return obj.get(snake) if value is None else value
 
 
+def _unwrap(body: dict[str, Any]) -> dict[str, Any]:
+    """The request a ``countTokens`` body may wrap whole."""
+    inner = body.get("generateContentRequest")
+    return inner if isinstance(inner, dict) else body
+
+
 def parse_request(body: Any) -> RequestInfo:
     info = RequestInfo()
     if not isinstance(body, dict):
         return info
-    if isinstance(body.get("generateContentRequest"), dict):  # countTokens may wrap a whole request
-        body = body["generateContentRequest"]
+    body = _unwrap(body)
     info.model = body.get("model") if isinstance(body.get("model"), str) else None
     system = _get(body, "systemInstruction", "system_instruction")
     if isinstance(system, dict):
@@ -182,7 +203,9 @@ class _Fold:
 
 
 def parse_json(body: Any, raw: bytes = b"") -> Reassembled:
-    """A whole body: one response, or the JSON-array stream of them."""
+    """A whole body: one response, or the JSON-array stream of them (cut off: ``body`` is None)."""
+    if body is None and raw.lstrip()[:1] == b"[":
+        return parse_array_stream(raw)
     fold = _Fold()
     if isinstance(body, list):
         raws: list[_Chunk] = []
@@ -202,13 +225,10 @@ def parse_json(body: Any, raw: bytes = b"") -> Reassembled:
     return fold.r
 
 
-def parse_array_stream(text: str) -> Reassembled:
-    """A JSON-array stream that may be cut off: the elements that arrived whole."""
-    body = loads(text)
-    if isinstance(body, list):
-        return parse_json(body, text.encode())
+def parse_array_stream(body: bytes) -> Reassembled:
+    """A JSON-array stream cut off: the elements that arrived whole."""
     fold = _Fold()
-    for element in _complete_elements(text):
+    for element in array_elements(body):
         try:
             raw_args = _raw_args(_raw_decoder.decode(element))
         except msgspec.DecodeError:
@@ -218,34 +238,9 @@ def parse_array_stream(text: str) -> Reassembled:
     return fold.r
 
 
-def _complete_elements(text: str) -> list[str]:
-    """The top-level objects of a truncated JSON array, found by bracket depth outside strings."""
-    out: list[str] = []
-    depth, start, in_str, esc = 0, -1, False, False
-    for i, ch in enumerate(text):
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch == "{":
-            if depth == 0:
-                start = i
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0 and start >= 0:
-                out.append(text[start : i + 1])
-    return out
-
-
-def parse_stream(text: str) -> Reassembled:
+def parse_stream(body: bytes) -> Reassembled:
     fold = _Fold()
-    for _event, data in iter_sse(text):
+    for _event, data in iter_sse(body):
         chunk = loads(data)
         try:
             raw_args = _raw_args(_raw_decoder.decode(data))
@@ -253,3 +248,133 @@ def parse_stream(text: str) -> Reassembled:
             raw_args = []
         fold.feed(chunk, raw_args)
     return fold.r
+
+
+def conversation(body: dict[str, Any]) -> Conversation:
+    body = _unwrap(body)
+    conv = Conversation(tools=_tools(body.get("tools")))
+    system = _get(body, "systemInstruction", "system_instruction")
+    if isinstance(system, dict):
+        conv.messages.append(Message("system", _parts(system.get("parts"))))
+    for content in body.get("contents") or []:
+        if isinstance(content, dict):
+            parts = _parts(content.get("parts"))
+            conv.messages.append(Message(_role(content.get("role"), parts), parts))
+    return conv
+
+
+def _tools(tools: Any) -> list[Tool]:
+    """The functions the request declares (``parametersJsonSchema``, else the OpenAPI subset)."""
+    declared: list[Any] = []
+    for tool in tools if isinstance(tools, list) else []:
+        found = (
+            _get(tool, "functionDeclarations", "function_declarations") if isinstance(tool, dict) else None
+        )
+        declared += found if isinstance(found, list) else []
+    return Tool.listed(
+        [
+            {**f, "schema": f.get("parametersJsonSchema", f.get("parameters"))}
+            for f in declared
+            if isinstance(f, dict)
+        ],
+        "schema",
+    )
+
+
+def _role(role: Any, parts: list[Part]) -> str:
+    """``model`` is the assistant; a client's turn of nothing but function responses is the tools'."""
+    if role == "model":
+        return "assistant"
+    if parts and all(p.kind == Kind.TOOL_RESULT for p in parts):
+        return "tool"
+    return str(role or "user")
+
+
+def _parts(parts: Any) -> list[Part]:
+    return [_part(p) for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+
+
+def _part(p: dict[str, Any]) -> Part:
+    """One part: text or a thought, a function call or response, inline data or a file by URI."""
+    fc = _get(p, "functionCall", "function_call")
+    fr = _get(p, "functionResponse", "function_response")
+    inline = _get(p, "inlineData", "inline_data")
+    linked = _get(p, "fileData", "file_data")
+    if isinstance(p.get("text"), str):
+        return Part(Kind.REASONING if p.get("thought") is True else Kind.TEXT, p["text"])
+    if isinstance(fc, dict):
+        return Part.call(fc.get("id"), fc.get("name"), fc.get("args"))
+    if isinstance(fr, dict):
+        response = fr.get("response")
+        return Part.result(_response_text(response), fr.get("id"), fr.get("name"), _is_error(response))
+    if isinstance(inline, dict) and isinstance(inline.get("data"), str):
+        media, data = str(_get(inline, "mimeType", "mime_type") or ""), inline["data"]
+        if media.startswith("image/"):
+            return Part.image(None, data, media)
+        return Part(Kind.OTHER, f"[{media or 'inline data'}, {len(data)} base64 characters]")
+    if isinstance(linked, dict):
+        media = str(_get(linked, "mimeType", "mime_type") or "")
+        uri = str(_get(linked, "fileUri", "file_uri") or "")
+        return (
+            Part(Kind.IMAGE, url=uri) if media.startswith("image/") else Part(Kind.OTHER, f"[{media}] {uri}")
+        )
+    return Part(Kind.OTHER, json.dumps(p))
+
+
+def wire_usage(u: Usage) -> dict[str, Any]:
+    return {
+        "promptTokenCount": u.input_total,
+        "cachedContentTokenCount": u.cache_read,
+        "candidatesTokenCount": u.output - u.reasoning,
+        "thoughtsTokenCount": u.reasoning,
+        "totalTokenCount": u.input_total + u.output,
+    }
+
+
+def _chunk(reply: Reply, parts: list[dict[str, Any]], last: bool) -> dict[str, Any]:
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+    out: dict[str, Any] = {"candidates": [candidate]}
+    if last:
+        if reply.stop_reason:
+            candidate["finishReason"] = reply.stop_reason
+        if reply.usage is not None:
+            out["usageMetadata"] = wire_usage(reply.usage)
+    out["modelVersion"] = reply.model
+    out["responseId"] = reply.id
+    return out
+
+
+def _call(t: Any) -> dict[str, Any]:
+    call: dict[str, Any] = {"name": t.name, "args": args_object(t.arguments)[0]}
+    if t.id:
+        call["id"] = t.id
+    return {"functionCall": call}
+
+
+def build_response(reply: Reply) -> dict[str, Any]:
+    msg = reply.message
+    parts: list[dict[str, Any]] = [{"text": msg.reasoning, "thought": True}] if msg.reasoning else []
+    parts += [{"text": msg.text}] if msg.text else []
+    return _chunk(reply, parts + [_call(t) for t in msg.tool_calls], True)
+
+
+def _chunks(reply: Reply) -> list[dict[str, Any]]:
+    """The answer as the API streams it: the thoughts, the text, then the function calls with the
+    finish reason and the usage."""
+    msg = reply.message
+    chunks = [_chunk(reply, [{"text": msg.reasoning, "thought": True}], False)] if msg.reasoning else []
+    chunks += [_chunk(reply, [{"text": msg.text}], False)] if msg.text else []
+    chunks.append(_chunk(reply, [_call(t) for t in msg.tool_calls], True))
+    return chunks
+
+
+def build_stream(reply: Reply, path: str = "") -> bytes:
+    """The stream as SSE (``?alt=sse``, what the SDKs ask for), or as one JSON array when ``path``
+    asks for none."""
+    if path and "alt=sse" not in path:
+        return b"[" + b",\r\n".join(json.dumps(c).encode() for c in _chunks(reply)) + b"]"
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in _chunks(reply))
+
+
+def error_body(status: int, message: str, kind: str) -> dict[str, Any]:
+    return {"error": {"code": status, "message": message, "status": STATUS.get(status, "INTERNAL")}}

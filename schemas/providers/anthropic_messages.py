@@ -1,4 +1,4 @@
-"""Anthropic Messages (``POST /v1/messages``), JSON and SSE.
+"""Anthropic Messages (``POST …/messages``), JSON and SSE.
 
 Usage containment: Anthropic reports ``input_tokens`` WITHOUT the cached part, beside
 ``cache_read_input_tokens`` and ``cache_creation_input_tokens``; ``input_total`` is their sum.
@@ -7,21 +7,29 @@ Thinking tokens are not reported separately (they are inside ``output_tokens``):
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import msgspec
 
-from recorder.proxy.result import Pairing, Reassembled, RequestInfo, as_int, error_text, loads, text_of
-from recorder.proxy.wire import iter_sse
 from schemas.events import Usage
+from schemas.providers.conversation import Conversation, Kind, Message, Part, Reply, Tool, args_object
+from schemas.providers.result import Pairing, Reassembled, RequestInfo, as_int, error_text, loads, text_of
+from schemas.providers.wire import iter_sse
+
+PROVIDER = "anthropic"
+VOLATILE = ("cache_control",)
+"""Keys clients move between a conversation's items without changing it (onto the newest turn)."""
+
+
+def api_for(path: str) -> str | None:
+    return "messages" if path.endswith("/messages") else None  # not /messages/count_tokens, /batches
 
 
 def parse_request(body: Any) -> RequestInfo:
-    info = RequestInfo()
+    info = RequestInfo.of(body)
     if not isinstance(body, dict):
         return info
-    info.model = body.get("model") if isinstance(body.get("model"), str) else None
-    info.stream = body.get("stream") is True
     info.chars += len(text_of(body.get("system")))
     messages: Any = body.get("messages")
     pairing = Pairing.of(info, messages)
@@ -95,12 +103,9 @@ _raw_decoder = msgspec.json.Decoder(_Body)
 
 
 def parse_json(body: Any, raw: bytes = b"") -> Reassembled:
-    r = Reassembled(complete=True)
+    r = Reassembled.whole(body, usage)
     if not isinstance(body, dict):
         return r
-    r.error = error_text(body)
-    r.model = body.get("model")
-    r.usage = usage(body.get("usage"))
     r.stop_reason = body.get("stop_reason")
     raw_inputs: list[bytes] = []
     try:  # the tool input exactly as the bytes on the wire, not a re-encoding of it
@@ -123,9 +128,9 @@ def parse_json(body: Any, raw: bytes = b"") -> Reassembled:
     return r
 
 
-def parse_stream(text: str) -> Reassembled:
+def parse_stream(body: bytes) -> Reassembled:
     r = Reassembled()
-    for _event, data in iter_sse(text):
+    for _event, data in iter_sse(body):
         ev = loads(data)
         if not isinstance(ev, dict):
             continue
@@ -164,3 +169,118 @@ def parse_stream(text: str) -> Reassembled:
         if not t["args"]:
             t["args"].append("{}")
     return r
+
+
+def conversation(body: dict[str, Any]) -> Conversation:
+    conv = Conversation(tools=Tool.listed(body.get("tools"), "input_schema"))
+    if body.get("system") is not None:
+        conv.messages.append(Message("system", _blocks(body["system"])))
+    for m in body.get("messages") or []:
+        if isinstance(m, dict):
+            conv.messages.append(Message(str(m.get("role") or "?"), _blocks(m.get("content"))))
+    return conv
+
+
+def _blocks(content: Any) -> list[Part]:
+    if isinstance(content, str):
+        return Part.texts(content)
+    parts: list[Part] = []
+    for b in content if isinstance(content, list) else []:
+        if not isinstance(b, dict):
+            continue
+        kind = b.get("type")
+        if isinstance(b.get("text"), str):
+            parts.append(Part(Kind.TEXT, b["text"]))
+        elif kind == "thinking":
+            parts.append(Part(Kind.REASONING, str(b.get("thinking") or "")))
+        elif kind == "image" and isinstance(b.get("source"), dict):
+            src = b["source"]
+            parts.append(Part.image(src.get("url"), src.get("data"), src.get("media_type")))
+        elif kind in ("tool_use", "server_tool_use"):
+            parts.append(Part.call(b.get("id"), b.get("name"), b.get("input")))
+        elif kind == "tool_result":
+            parts.append(Part.result(text_of(b.get("content")), b.get("tool_use_id"), "", b.get("is_error")))
+        else:
+            parts.append(Part(Kind.OTHER, json.dumps(b)))
+    return parts
+
+
+def wire_usage(u: Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": u.input_total - u.cache_read - u.cache_write,
+        "cache_read_input_tokens": u.cache_read,
+        "cache_creation_input_tokens": u.cache_write,
+        "output_tokens": u.output,
+    }
+
+
+def _content(reply: Reply) -> list[dict[str, Any]]:
+    msg = reply.message
+    out: list[dict[str, Any]] = []
+    if msg.reasoning:
+        out.append({"type": "thinking", "thinking": msg.reasoning, "signature": ""})
+    if msg.text:
+        out.append({"type": "text", "text": msg.text})
+    out += [
+        {"type": "tool_use", "id": t.id, "name": t.name, "input": args_object(t.arguments)[0]}
+        for t in msg.tool_calls
+    ]
+    return out
+
+
+def build_response(reply: Reply) -> dict[str, Any]:
+    return {
+        "id": reply.id,
+        "type": "message",
+        "role": "assistant",
+        "model": reply.model,
+        "content": _content(reply),
+        "stop_reason": reply.stop_reason,
+        "stop_sequence": None,
+        "usage": wire_usage(reply.usage or Usage()),
+    }
+
+
+def build_stream(reply: Reply, path: str = "") -> bytes:
+    """The answer as the API streams it: ``message_start``, each block's start, delta and stop,
+    ``message_delta`` with the stop reason and output tokens, ``message_stop``."""
+    whole = build_response(reply)
+    start = {**whole, "content": [], "stop_reason": None, "usage": {**whole["usage"], "output_tokens": 0}}
+    events: list[dict[str, Any]] = [{"type": "message_start", "message": start}]
+    calls = iter(reply.message.tool_calls)
+    for i, block in enumerate(whole["content"]):
+        args = args_object(next(calls).arguments)[1] if block["type"] == "tool_use" else ""
+        events += _block_events(i, block, args)
+    delta = {"stop_reason": reply.stop_reason, "stop_sequence": None}
+    events.append(
+        {"type": "message_delta", "delta": delta, "usage": {"output_tokens": whole["usage"]["output_tokens"]}}
+    )
+    events.append({"type": "message_stop"})
+    return b"".join(f"event: {e['type']}\ndata: ".encode() + json.dumps(e).encode() + b"\n\n" for e in events)
+
+
+def _block_events(i: int, block: dict[str, Any], args: str) -> list[dict[str, Any]]:
+    kind = block["type"]
+    if kind == "thinking":
+        empty, delta = {**block, "thinking": ""}, {"type": "thinking_delta", "thinking": block["thinking"]}
+    elif kind == "text":
+        empty, delta = {**block, "text": ""}, {"type": "text_delta", "text": block["text"]}
+    else:
+        empty, delta = {**block, "input": {}}, {"type": "input_json_delta", "partial_json": args}
+    return [
+        {"type": "content_block_start", "index": i, "content_block": empty},
+        {"type": "content_block_delta", "index": i, "delta": delta},
+        {"type": "content_block_stop", "index": i},
+    ]
+
+
+ERROR_TYPES = {
+    "quota": "rate_limit_error",
+    "invalid_request": "invalid_request_error",
+    "not_found": "not_found_error",
+}
+"""Anthropic's names of the errors amb answers with (others keep their own)."""
+
+
+def error_body(status: int, message: str, kind: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": ERROR_TYPES.get(kind, kind), "message": message}}
