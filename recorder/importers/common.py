@@ -36,13 +36,14 @@ from schemas.codec import GENESIS, encode_payload, hash_body, make_body
 from schemas.errors import SpoolError
 from schemas.events import Note, Payload, RunStarted, kind_of
 from schemas.frames import MAGIC, encode_frame
+from schemas.providers import SYNTHETIC_MEDIA
 from schemas.run_claim import claiming, held_spools, require_free
 from schemas.untrusted_json import loads_untrusted
 
 SOURCE = "import"
 """The spool source of every imported event."""
 
-SYNTHETIC_JSON = "application/vnd.amb.synthetic+json"
+SYNTHETIC_JSON = SYNTHETIC_MEDIA
 """Media type of request and response bodies an importer rebuilt (never seen on the wire)."""
 
 LIMITATION = "import.limitation"

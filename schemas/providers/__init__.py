@@ -122,13 +122,19 @@ def wants_stream(api: Api, body: Any) -> bool:
 
 
 def conversation(api_name: str, body: Any) -> Conversation:
-    """A request's conversation (empty for an API the project does not know, a body of another shape)."""
-    api = APIS.get(api_name)
-    if api is None or not isinstance(body, dict):
+    """A request's conversation (empty for a body that is no JSON object). A body of an API the
+    project does not know (an import's: Inspect keeps its own) is read by the shape it has."""
+    if not isinstance(body, dict):
         return Conversation()
+    api = APIS.get(api_name) or _by_shape(body)
     conv: Conversation = api.module.conversation(body)
     conv.model = body.get("model") if isinstance(body.get("model"), str) else None
     return conv
+
+
+def _by_shape(body: dict[str, Any]) -> Api:
+    """The API whose conversation key the body has (``contents``, ``input``, else ``messages``)."""
+    return GENERATE if "contents" in body else RESPONSES if "input" in body else CHAT
 
 
 def build_response(api: Api, reply: Reply, stream: bool = False, path: str = "") -> bytes:

@@ -284,3 +284,42 @@ ERROR_TYPES = {
 
 def error_body(status: int, message: str, kind: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": ERROR_TYPES.get(kind, kind), "message": message}}
+
+
+def build_request(conv: Conversation, stream: bool = False) -> dict[str, Any]:
+    """A request carrying ``conv`` (an importer's synthetic request). A tool's results are the
+    user's turn, as the API wants them."""
+    body: dict[str, Any] = {"model": conv.model}
+    if conv.system() is not None:
+        body["system"] = conv.system()
+    body["messages"] = [
+        {
+            "role": "assistant" if m.role == "assistant" else "user",
+            "content": [_wire_block(p) for p in m.parts],
+        }
+        for m in conv.rest()
+    ]
+    body["tools"] = [
+        {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in conv.tools
+    ]
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def _wire_block(p: Part) -> dict[str, Any]:
+    if p.kind == Kind.REASONING:
+        return {"type": "thinking", "thinking": p.text, "signature": ""}
+    if p.kind == Kind.IMAGE and p.data_url:
+        media, b64 = p.inline()
+        return {"type": "image", "source": {"type": "base64", "media_type": media, "data": b64}}
+    if p.kind == Kind.IMAGE:
+        return {"type": "image", "source": {"type": "url", "url": p.url}}
+    if p.kind == Kind.TOOL_CALL:
+        return {"type": "tool_use", "id": p.id, "name": p.name, "input": args_object(p.arguments)[0]}
+    if p.kind == Kind.TOOL_RESULT:
+        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": p.id, "content": p.text}
+        if p.is_error is not None:
+            result["is_error"] = p.is_error
+        return result
+    return {"type": "text", "text": p.text}

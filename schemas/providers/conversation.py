@@ -63,6 +63,11 @@ class Part:
         error = is_error if isinstance(is_error, bool) else None
         return cls(Kind.TOOL_RESULT, output, id=str(call_id or ""), name=str(name or ""), is_error=error)
 
+    def inline(self) -> tuple[str, str]:
+        """An inline image's media type and base64 (empty for an image by reference)."""
+        head, _, b64 = self.data_url.partition(",")
+        return head.removeprefix("data:").split(";", 1)[0], b64
+
     @classmethod
     def image(cls, url: Any, b64: Any = None, media_type: Any = None) -> Part:
         """An image given as a URL (a ``data:`` one is inline) or as base64 with its media type."""
@@ -115,6 +120,10 @@ class Conversation:
         if self.messages and self.messages[0].role in ("system", "developer"):
             return self.messages[0].text
         return None
+
+    def rest(self) -> list[Message]:
+        """The messages after the system prompt."""
+        return self.messages[1:] if self.system() is not None else self.messages
 
 
 @dataclass

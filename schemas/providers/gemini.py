@@ -378,3 +378,37 @@ def build_stream(reply: Reply, path: str = "") -> bytes:
 
 def error_body(status: int, message: str, kind: str) -> dict[str, Any]:
     return {"error": {"code": status, "message": message, "status": STATUS.get(status, "INTERNAL")}}
+
+
+def build_request(conv: Conversation, stream: bool = False) -> dict[str, Any]:
+    """A request carrying ``conv`` (an importer's synthetic request; the model and whether it
+    streams are the path's, not the body's)."""
+    body: dict[str, Any] = {}
+    if conv.system() is not None:
+        body["systemInstruction"] = {"parts": [{"text": conv.system()}]}
+    body["contents"] = [
+        {"role": "model" if m.role == "assistant" else "user", "parts": [_wire_part(p) for p in m.parts]}
+        for m in conv.rest()
+    ]
+    declared = [
+        {"name": t.name, "description": t.description, "parametersJsonSchema": t.parameters}
+        for t in conv.tools
+    ]
+    body["tools"] = [{"functionDeclarations": declared}] if declared else []
+    return body
+
+
+def _wire_part(p: Part) -> dict[str, Any]:
+    if p.kind == Kind.REASONING:
+        return {"text": p.text, "thought": True}
+    if p.kind == Kind.IMAGE and p.data_url:
+        media, b64 = p.inline()
+        return {"inlineData": {"mimeType": media, "data": b64}}
+    if p.kind == Kind.IMAGE:
+        return {"fileData": {"mimeType": "image/*", "fileUri": p.url}}
+    if p.kind == Kind.TOOL_CALL:
+        return _call(p)
+    if p.kind == Kind.TOOL_RESULT:
+        response: dict[str, Any] = {"name": p.name, "response": {"error" if p.is_error else "output": p.text}}
+        return {"functionResponse": {**response, "id": p.id} if p.id else response}
+    return {"text": p.text}

@@ -161,9 +161,16 @@ def parse_stream(body: bytes) -> Reassembled:
 
 
 def conversation(body: dict[str, Any]) -> Conversation:
-    functions = [t.get("function") for t in body.get("tools") or [] if isinstance(t, dict)]
     messages = [_message(m) for m in body.get("messages") or [] if isinstance(m, dict)]
-    return Conversation(messages, Tool.listed(functions, "parameters"))
+    return Conversation(messages, tools_of(body.get("tools")))
+
+
+def tools_of(entries: Any) -> list[Tool]:
+    """Tools in OpenAI's function-calling shape (``{"type": "function", "function": {...}}``)."""
+    functions = (
+        [t.get("function") for t in entries if isinstance(t, dict)] if isinstance(entries, list) else []
+    )
+    return Tool.listed(functions, "parameters")
 
 
 def _message(m: dict[str, Any]) -> Message:
@@ -208,7 +215,7 @@ def build_request(conv: Conversation, stream: bool = False) -> dict[str, Any]:
         "model": conv.model,
         "messages": [m for msg in conv.messages for m in _wire_messages(msg)],
     }
-    body["tools"] = [_wire_tool(t) for t in conv.tools]
+    body["tools"] = [tool_entry(t) for t in conv.tools]
     if stream:
         body["stream"] = True
     return body
@@ -247,7 +254,8 @@ def _wire_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def _wire_tool(t: Tool) -> dict[str, Any]:
+def tool_entry(t: Tool) -> dict[str, Any]:
+    """A tool as Chat Completions offers it (OpenAI's function-calling shape, also ATIF's)."""
     fn: dict[str, Any] = {"name": t.name}
     if t.description:
         fn["description"] = t.description

@@ -354,3 +354,43 @@ def _item_events(i: int, item: dict[str, Any]) -> list[dict[str, Any]]:
 def error_event(status: int, message: str, kind: str) -> dict[str, Any]:
     """The error event a Responses WebSocket sends for a request that failed."""
     return {"type": "error", "status": status, **error_body(status, message, kind)}
+
+
+def build_request(conv: Conversation, stream: bool = False) -> dict[str, Any]:
+    """A request carrying ``conv`` (an importer's synthetic request)."""
+    body: dict[str, Any] = {"model": conv.model}
+    if conv.system() is not None:
+        body["instructions"] = conv.system()
+    body["input"] = [item for m in conv.rest() for item in _input_items(m)]
+    body["tools"] = [
+        {"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters}
+        for t in conv.tools
+    ]
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def _input_items(m: Message) -> list[dict[str, Any]]:
+    """One message as input items: its reasoning, its text and images, its calls, its results."""
+    said = "output_text" if m.role == "assistant" else "input_text"
+    content = [
+        {"type": said, "text": p.text}
+        if p.kind == Kind.TEXT
+        else {"type": "input_image", "image_url": p.data_url or p.url}
+        for p in m.parts
+        if p.kind in (Kind.TEXT, Kind.IMAGE)
+    ]
+    items: list[dict[str, Any]] = [
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": p.text}]}
+        for p in m.parts
+        if p.kind == Kind.REASONING
+    ]
+    if content or not m.parts:
+        items.append({"type": "message", "role": m.role, "content": content})
+    for p in m.parts:
+        if p.kind == Kind.TOOL_CALL:
+            items.append({"type": "function_call", "call_id": p.id, "name": p.name, "arguments": p.arguments})
+        elif p.kind == Kind.TOOL_RESULT:
+            items.append({"type": "function_call_output", "call_id": p.id, "output": p.text})
+    return items
