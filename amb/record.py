@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from recorder.budget import DEFAULT_PRICE_TABLE, Budget, Limits
+from recorder.proxy.upstreams import DEFAULT_KINDS
 from recorder.run import (
     DEFAULT_GRACE_S,
     RunSpec,
@@ -254,7 +255,7 @@ def record_cmd(**params: Any) -> None:
         replaying = replace(
             args,
             labels=(*args.labels, f"replay_of={args.replay_run}", f"replay_match={args.replay_match}"),
-            upstreams=(f"openai={server.url}", f"anthropic={server.url}"),
+            upstreams=tuple(f"{kind}={server.url}" for kind in DEFAULT_KINDS),
         )
         try:
             _record(replaying)
