@@ -294,6 +294,11 @@ def _parts(parts: Any) -> list[Part]:
     return [_part(p) for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
 
 
+_STANDARD_BASE64 = str.maketrans("-_", "+/")
+"""Inline data may come in base64's URL-safe alphabet (google-genai sends it so; the API takes both):
+a ``data:`` URL wants the standard one."""
+
+
 def _part(p: dict[str, Any]) -> Part:
     """One part: text or a thought, a function call or response, inline data or a file by URI."""
     fc = _get(p, "functionCall", "function_call")
@@ -310,7 +315,7 @@ def _part(p: dict[str, Any]) -> Part:
     if isinstance(inline, dict) and isinstance(inline.get("data"), str):
         media, data = str(_get(inline, "mimeType", "mime_type") or ""), inline["data"]
         if media.startswith("image/"):
-            return Part.image(None, data, media)
+            return Part.image(None, data.translate(_STANDARD_BASE64), media)
         return Part(Kind.OTHER, f"[{media or 'inline data'}, {len(data)} base64 characters]")
     if isinstance(linked, dict):
         media = str(_get(linked, "mimeType", "mime_type") or "")

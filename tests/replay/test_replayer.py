@@ -244,3 +244,75 @@ def test_original_timing_paces_a_stream_as_recorded(tmp_path, fake):
             assert t_first >= 0.9 * paced.ttfb_ms / 1000 and total >= 0.9 * paced.latency_ms / 1000
         else:
             assert total < 0.9 * paced.latency_ms / 1000
+
+
+def sealed_files(store: Path, run_id: str) -> dict[str, str]:
+    with Store.open(store, read_only=True) as st:
+        files = st.con.execute(
+            "SELECT CAST(payload->'$.files' AS VARCHAR) FROM events "
+            "WHERE run_id = ? AND kind = 'submission.sealed'",
+            [run_id],
+        ).fetchall()[0][0]
+    return {f["path"]: f["sha256"] for f in json.loads(files)}
+
+
+def test_a_google_genai_run_replays_unchanged_under_strict(tmp_path, genai_run, monkeypatch):
+    """The Gemini API served back: generateContent and streamGenerateContent (SSE, and the JSON
+    array of a raw HTTP client), countTokens, a function call answered in the next request. Every
+    request is the recorded one byte for byte, the agent receives what it received, and the
+    replayed run's submission is the original's."""
+    store = tmp_path / "store"
+    shutil.copytree(genai_run.store, store)
+    n_upstream = len(genai_run.fake.requests)
+    monkeypatch.setenv("GENAI_KEY_OUT", str(tmp_path / "key"))
+    again, run_b = record(
+        store,
+        tmp_path / "ws",
+        [str(agents_python()), str(AGENTS / "genai_agent.py")],
+        "--replay",
+        genai_run.run_id,
+        "--replay-match",
+        "strict",
+    )
+    assert again.returncode == 0, again.stderr
+    assert "(strict): 7 of 7 recorded calls served, 0 unmatched request(s)" in again.stderr
+    assert len(genai_run.fake.requests) == n_upstream  # nothing reached the provider
+    assert json.loads((tmp_path / "ws" / "client.json").read_text()) == genai_run.client
+    original = sealed_files(store, genai_run.run_id)
+    assert "client.json" in original and sealed_files(store, run_b) == original
+    assert labels_of(store, run_b) == {"replay_of": genai_run.run_id, "replay_match": "strict"}
+    with Store.open(store, read_only=True) as st:
+        apis = st.con.execute(
+            "SELECT api, stream FROM model_calls WHERE run_id = ? ORDER BY seq", [run_b]
+        ).fetchall()
+    assert {a for a, _ in apis} == {"generateContent", "streamGenerateContent", "countTokens"}
+    assert any(s for _, s in apis) and not all(s for _, s in apis)
+
+
+def test_gemini_streams_are_sent_again_byte_for_byte(genai_run):
+    """Each recorded Gemini stream (SSE with CRLF line ends, and the JSON array) comes back with its
+    bytes and media type as recorded, and a whole response as a whole one."""
+    replayer = open_replayer(genai_run.store, genai_run.run_id, "sequence", "fast")
+    with Store.open(genai_run.store, read_only=True) as st:
+        urls = dict(
+            st.con.execute(
+                "SELECT e.payload->>'$.call_id', e.payload->>'$.url' FROM events e "
+                "WHERE e.run_id = ? AND e.kind = 'model_call.completed'",
+                [genai_run.run_id],
+            ).fetchall()
+        )
+    seen = set()
+    with ReplayServer(replayer) as server:
+        con = http.client.HTTPConnection("127.0.0.1", server.server.server_port, timeout=30)
+        for call in replayer.matcher.calls:
+            path = "/" + urls[call.call_id].split("/", 3)[3].removeprefix("google/")
+            con.request("POST", path, body=call.body, headers={"content-type": "application/json"})
+            r = con.getresponse()
+            got = r.read()
+            assert call.response_blob is not None
+            assert r.status == call.status and got == replayer.blobs.get(call.response_blob)
+            assert r.getheader("content-type") == call.response_media
+            seen.add((call.api, call.response_media, r.getheader("transfer-encoding")))
+    assert ("streamGenerateContent", "text/event-stream", "chunked") in seen
+    assert ("streamGenerateContent", "application/json", "chunked") in seen
+    assert ("generateContent", "application/json", None) in seen
