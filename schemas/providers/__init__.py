@@ -63,6 +63,9 @@ MODULES: dict[str, ModuleType] = {}
 for _api in APIS.values():
     MODULES.setdefault(_api.provider, _api.module)
 
+CONVERSATION_KEYS = tuple(dict.fromkeys(a.module.ITEMS for a in APIS.values()))
+"""Every key a request body may hold its conversation under."""
+
 _AZURE_DEPLOYMENT = re.compile(r"/openai/deployments/([^/?]+)/")
 
 
@@ -126,15 +129,24 @@ def conversation(api_name: str, body: Any) -> Conversation:
     project does not know (an import's: Inspect keeps its own) is read by the shape it has."""
     if not isinstance(body, dict):
         return Conversation()
-    api = APIS.get(api_name) or _by_shape(body)
+    api = APIS.get(api_name) or by_shape(body) or CHAT
     conv: Conversation = api.module.conversation(body)
     conv.model = body.get("model") if isinstance(body.get("model"), str) else None
     return conv
 
 
-def _by_shape(body: dict[str, Any]) -> Api:
-    """The API whose conversation key the body has (``contents``, ``input``, else ``messages``)."""
-    return GENERATE if "contents" in body else RESPONSES if "input" in body else CHAT
+def by_shape(body: Any) -> Api | None:
+    """The API a request body looks like it speaks, for a body kept without its path (an import's):
+    by the key that holds its conversation, and Anthropic's top-level ``system``."""
+    if not isinstance(body, dict):
+        return None
+    if "contents" in body:
+        return GENERATE
+    if "input" in body and "messages" not in body:
+        return RESPONSES
+    if "messages" in body:
+        return MESSAGES if "system" in body or "anthropic_version" in body else CHAT
+    return None
 
 
 def build_response(api: Api, reply: Reply, stream: bool = False, path: str = "") -> bytes:

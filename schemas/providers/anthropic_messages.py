@@ -18,6 +18,8 @@ from schemas.providers.result import Pairing, Reassembled, RequestInfo, as_int, 
 from schemas.providers.wire import iter_sse
 
 PROVIDER = "anthropic"
+ITEMS = "messages"
+"""The key that holds a request's conversation, item by item."""
 VOLATILE = ("cache_control",)
 """Keys clients move between a conversation's items without changing it (onto the newest turn)."""
 

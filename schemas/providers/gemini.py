@@ -30,6 +30,8 @@ from schemas.providers.result import Pairing, Reassembled, RequestInfo, as_int, 
 from schemas.providers.wire import array_elements, iter_sse
 
 PROVIDER = "gemini"
+ITEMS = "contents"
+"""The key that holds a request's conversation, item by item."""
 VOLATILE: tuple[str, ...] = ()
 METHODS = ("generateContent", "streamGenerateContent", "countTokens")
 PATH = re.compile(r"/(?:tunedM|m)odels/([^/:]+):(\w+)$")

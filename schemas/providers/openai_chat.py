@@ -16,6 +16,8 @@ from schemas.providers.result import Pairing, Reassembled, RequestInfo, as_int, 
 from schemas.providers.wire import iter_sse
 
 PROVIDER = "openai"
+ITEMS = "messages"
+"""The key that holds a request's conversation, item by item."""
 VOLATILE: tuple[str, ...] = ()
 STREAM_PIECE = 40
 """Characters of text per chunk of a built stream (the real API sends a few tokens a chunk)."""

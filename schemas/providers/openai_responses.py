@@ -16,6 +16,8 @@ from schemas.providers.result import Pairing, Reassembled, RequestInfo, error_te
 from schemas.providers.wire import iter_sse
 
 PROVIDER = "openai"
+ITEMS = "input"
+"""The key that holds a request's conversation, item by item."""
 VOLATILE: tuple[str, ...] = ()
 __all__ = ["error_body"]  # the OpenAI error shape, as Chat Completions has it
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from replay.replayer import recorded
 from replay.replayer.server import ReplayServer, open_replayer
 from replay.store import Store
 from replay.web import diff as diffs
@@ -316,3 +317,19 @@ def test_gemini_streams_are_sent_again_byte_for_byte(genai_run):
     assert ("streamGenerateContent", "text/event-stream", "chunked") in seen
     assert ("streamGenerateContent", "application/json", "chunked") in seen
     assert ("generateContent", "application/json", None) in seen
+
+
+def test_a_gemini_request_is_compared_item_by_item():
+    """The lenient matcher and the miss message look into a Gemini body's ``contents`` as they do
+    into ``messages`` and ``input``: a request that differs in its last turn is close, and the
+    miss names that turn."""
+    turn = [{"role": "user", "parts": [{"text": f"step {i}"}]} for i in range(3)]
+    a = json.dumps({"contents": turn, "generationConfig": {"temperature": 0}})
+    b = json.dumps(
+        {
+            "contents": turn[:2] + [{"role": "user", "parts": [{"text": "other"}]}],
+            "generationConfig": {"temperature": 0},
+        }
+    )
+    assert recorded.similarity(a, b) == pytest.approx(2 / 3)
+    assert recorded.first_difference(a.encode(), b.encode()) == "contents[2] differs"
