@@ -94,10 +94,6 @@ def model_in_path(url: str) -> str | None:
     return m.group(1) if m else None
 
 
-def by_name(api: str) -> Api | None:
-    return APIS.get(api)
-
-
 def parse_request(api: Api, body: Any) -> RequestInfo:
     """The request's facts from its decoded JSON (what the API's path adds to the body included)."""
     info: RequestInfo = api.module.parse_request(body)

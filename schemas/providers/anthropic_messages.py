@@ -15,7 +15,7 @@ import msgspec
 from schemas.events import Usage
 from schemas.providers.conversation import Conversation, Kind, Message, Part, Reply, Tool, args_object
 from schemas.providers.result import Pairing, Reassembled, RequestInfo, as_int, error_text, loads, text_of
-from schemas.providers.wire import iter_sse
+from schemas.providers.wire import iter_sse, sse_body
 
 PROVIDER = "anthropic"
 ITEMS = "messages"
@@ -216,27 +216,13 @@ def wire_usage(u: Usage) -> dict[str, Any]:
     }
 
 
-def _content(reply: Reply) -> list[dict[str, Any]]:
-    msg = reply.message
-    out: list[dict[str, Any]] = []
-    if msg.reasoning:
-        out.append({"type": "thinking", "thinking": msg.reasoning, "signature": ""})
-    if msg.text:
-        out.append({"type": "text", "text": msg.text})
-    out += [
-        {"type": "tool_use", "id": t.id, "name": t.name, "input": args_object(t.arguments)[0]}
-        for t in msg.tool_calls
-    ]
-    return out
-
-
 def build_response(reply: Reply) -> dict[str, Any]:
     return {
         "id": reply.id,
         "type": "message",
         "role": "assistant",
         "model": reply.model,
-        "content": _content(reply),
+        "content": [_wire_block(p) for p in reply.parts()],
         "stop_reason": reply.stop_reason,
         "stop_sequence": None,
         "usage": wire_usage(reply.usage or Usage()),
@@ -258,7 +244,7 @@ def build_stream(reply: Reply, path: str = "") -> bytes:
         {"type": "message_delta", "delta": delta, "usage": {"output_tokens": whole["usage"]["output_tokens"]}}
     )
     events.append({"type": "message_stop"})
-    return b"".join(f"event: {e['type']}\ndata: ".encode() + json.dumps(e).encode() + b"\n\n" for e in events)
+    return sse_body(events, named=True)
 
 
 def _block_events(i: int, block: dict[str, Any], args: str) -> list[dict[str, Any]]:

@@ -136,6 +136,13 @@ class Reply:
     usage: Usage | None = None
     id: str = ""
 
+    def parts(self) -> list[Part]:
+        """The answer as a message's parts: its reasoning, its text, its calls."""
+        m = self.message
+        out = [Part(Kind.REASONING, m.reasoning)] if m.reasoning else []
+        out += [Part(Kind.TEXT, m.text)] if m.text else []
+        return out + [Part.call(t.id, t.name, t.arguments) for t in m.tool_calls]
+
 
 def json_text(value: Any) -> str:
     """Arguments (or any value) as the JSON text a tool call carries; a string stays as it is."""

@@ -27,7 +27,7 @@ import msgspec
 from schemas.events import Usage
 from schemas.providers.conversation import Conversation, Kind, Message, Part, Reply, Tool, args_object
 from schemas.providers.result import Pairing, Reassembled, RequestInfo, as_int, error_text, loads, text_of
-from schemas.providers.wire import array_elements, iter_sse
+from schemas.providers.wire import array_elements, iter_sse, sse_body
 
 PROVIDER = "gemini"
 ITEMS = "contents"
@@ -359,20 +359,15 @@ def _call(t: Any) -> dict[str, Any]:
 
 
 def build_response(reply: Reply) -> dict[str, Any]:
-    msg = reply.message
-    parts: list[dict[str, Any]] = [{"text": msg.reasoning, "thought": True}] if msg.reasoning else []
-    parts += [{"text": msg.text}] if msg.text else []
-    return _chunk(reply, parts + [_call(t) for t in msg.tool_calls], True)
+    return _chunk(reply, [_wire_part(p) for p in reply.parts()], True)
 
 
 def _chunks(reply: Reply) -> list[dict[str, Any]]:
     """The answer as the API streams it: the thoughts, the text, then the function calls with the
     finish reason and the usage."""
-    msg = reply.message
-    chunks = [_chunk(reply, [{"text": msg.reasoning, "thought": True}], False)] if msg.reasoning else []
-    chunks += [_chunk(reply, [{"text": msg.text}], False)] if msg.text else []
-    chunks.append(_chunk(reply, [_call(t) for t in msg.tool_calls], True))
-    return chunks
+    parts = reply.parts()
+    said = [_chunk(reply, [_wire_part(p)], False) for p in parts if p.kind != Kind.TOOL_CALL]
+    return said + [_chunk(reply, [_wire_part(p) for p in parts if p.kind == Kind.TOOL_CALL], True)]
 
 
 def build_stream(reply: Reply, path: str = "") -> bytes:
@@ -380,7 +375,7 @@ def build_stream(reply: Reply, path: str = "") -> bytes:
     asks for none."""
     if path and "alt=sse" not in path:
         return b"[" + b",\r\n".join(json.dumps(c).encode() for c in _chunks(reply)) + b"]"
-    return b"".join(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in _chunks(reply))
+    return sse_body(_chunks(reply), end=b"\r\n\r\n")
 
 
 def error_body(status: int, message: str, kind: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any
 from schemas.events import Usage
 from schemas.providers.conversation import Conversation, Kind, Message, Part, Reply, Tool
 from schemas.providers.result import Pairing, Reassembled, RequestInfo, as_int, error_text, loads, text_of
-from schemas.providers.wire import iter_sse
+from schemas.providers.wire import iter_sse, sse_body
 
 PROVIDER = "openai"
 ITEMS = "messages"
@@ -227,22 +227,24 @@ def _wire_messages(msg: Message) -> list[dict[str, Any]]:
     """One message as Chat Completions messages (each tool result is a message of its own)."""
     results = [p for p in msg.parts if p.kind == Kind.TOOL_RESULT]
     out: list[dict[str, Any]] = [{"role": "tool", "tool_call_id": p.id, "content": p.text} for p in results]
-    rest = [p for p in msg.parts if p.kind != Kind.TOOL_RESULT]
-    if rest or not results:
-        calls = [p for p in rest if p.kind == Kind.TOOL_CALL]
-        out.insert(0, _wire_message(msg.role, [p for p in rest if p.kind != Kind.TOOL_CALL], calls))
+    if len(results) < len(msg.parts) or not results:
+        out.insert(0, _wire_message(msg.role, msg.parts))
     return out
 
 
-def _wire_message(role: str, parts: list[Part], calls: list[Part]) -> dict[str, Any]:
-    content: Any
-    if all(p.kind == Kind.TEXT for p in parts):
-        content = "\n".join(p.text for p in parts) or (None if role == "assistant" else "")
-    else:
-        content = [_wire_part(p) for p in parts if p.kind != Kind.REASONING]
+def _wire_message(role: str, parts: list[Part]) -> dict[str, Any]:
+    """A message's text and images as its content, its reasoning and its calls beside them."""
+    shown = [p for p in parts if p.kind in (Kind.TEXT, Kind.IMAGE)]
+    content: Any = [_wire_part(p) for p in shown]
+    if all(p.kind == Kind.TEXT for p in shown):
+        content = "\n".join(p.text for p in shown) or (None if role == "assistant" else "")
     out: dict[str, Any] = {"role": role, "content": content}
+    reasoning = "".join(p.text for p in parts if p.kind == Kind.REASONING)
+    if reasoning:
+        out["reasoning_content"] = reasoning
+    calls = [_wire_call(p.id, p.name, p.arguments) for p in parts if p.kind == Kind.TOOL_CALL]
     if calls:
-        out["tool_calls"] = [_wire_call(p.id, p.name, p.arguments) for p in calls]
+        out["tool_calls"] = calls
     return out
 
 
@@ -276,18 +278,13 @@ def wire_usage(u: Usage) -> dict[str, Any]:
 
 
 def build_response(reply: Reply) -> dict[str, Any]:
-    msg = reply.message
-    message: dict[str, Any] = {"role": "assistant", "content": msg.text or None}
-    if msg.tool_calls:
-        message["tool_calls"] = [_wire_call(t.id, t.name, t.arguments) for t in msg.tool_calls]
+    message = _wire_message("assistant", reply.parts())
     body: dict[str, Any] = {
         "id": reply.id,
         "object": "chat.completion",
         "model": reply.model,
         "choices": [{"index": 0, "finish_reason": reply.stop_reason, "message": message}],
     }
-    if msg.reasoning:
-        message["reasoning_content"] = msg.reasoning
     if reply.usage is not None:
         body["usage"] = wire_usage(reply.usage)
     return body
@@ -314,7 +311,7 @@ def build_stream(reply: Reply, path: str = "") -> bytes:
     chunks.append(chunk({}, reply.stop_reason))
     if reply.usage is not None:
         chunks.append({**base, "choices": [], "usage": wire_usage(reply.usage)})
-    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    return sse_body(chunks) + b"data: [DONE]\n\n"
 
 
 def _pieces(text: str) -> list[str]:

@@ -13,7 +13,7 @@ from schemas.events import Usage
 from schemas.providers.conversation import Conversation, Kind, Message, Part, Reply, Tool
 from schemas.providers.openai_chat import error_body, openai_usage, reported_cost
 from schemas.providers.result import Pairing, Reassembled, RequestInfo, error_text, loads, text_of
-from schemas.providers.wire import iter_sse
+from schemas.providers.wire import iter_sse, sse_body
 
 PROVIDER = "openai"
 ITEMS = "input"
@@ -252,41 +252,6 @@ def wire_usage(u: Usage) -> dict[str, Any]:
     }
 
 
-def _output(reply: Reply) -> list[dict[str, Any]]:
-    msg, out = reply.message, []
-    if msg.reasoning:
-        out.append(
-            {
-                "type": "reasoning",
-                "id": f"rs_{reply.id}",
-                "summary": [{"type": "summary_text", "text": msg.reasoning}],
-            }
-        )
-    if msg.text:
-        text = {"type": "output_text", "text": msg.text, "annotations": []}
-        out.append(
-            {
-                "type": "message",
-                "id": f"msg_{reply.id}",
-                "status": "completed",
-                "role": "assistant",
-                "content": [text],
-            }
-        )
-    for t in msg.tool_calls:
-        out.append(
-            {
-                "type": "function_call",
-                "id": f"fc_{t.id}",
-                "call_id": t.id,
-                "name": t.name,
-                "arguments": t.arguments,
-                "status": "completed",
-            }
-        )
-    return out
-
-
 def build_response(reply: Reply) -> dict[str, Any]:
     done = reply.stop_reason in (None, "completed")
     return {
@@ -295,7 +260,7 @@ def build_response(reply: Reply) -> dict[str, Any]:
         "status": "completed" if done else "incomplete",
         "incomplete_details": None if done else {"reason": reply.stop_reason},
         "model": reply.model,
-        "output": _output(reply),
+        "output": _input_items(Message("assistant", reply.parts())),
         "usage": wire_usage(reply.usage) if reply.usage is not None else None,
     }
 
@@ -314,10 +279,7 @@ def build_stream(reply: Reply, path: str = "") -> bytes:
         events += _item_events(i, item)
     end = "response.completed" if whole["status"] == "completed" else "response.incomplete"
     events.append({"type": end, "response": whole})
-    return b"".join(
-        f"event: {e['type']}\ndata: ".encode() + json.dumps({**e, "sequence_number": n}).encode() + b"\n\n"
-        for n, e in enumerate(events)
-    )
+    return sse_body([{**e, "sequence_number": n} for n, e in enumerate(events)], named=True)
 
 
 def _item_events(i: int, item: dict[str, Any]) -> list[dict[str, Any]]:

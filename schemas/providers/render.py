@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from schemas.events import AssistantMessage
-from schemas.providers.conversation import Conversation, Kind, Message, Part
+from schemas.providers.conversation import Conversation, Kind, Message, Part, Reply
 
 Clip = Callable[[str, int], str]
 """How the viewer cuts a text to a length for the screen."""
@@ -91,10 +91,7 @@ def _semconv_part(p: Part) -> dict[str, Any]:
 
 def semconv_reply(message: AssistantMessage, stop_reason: str | None) -> list[dict[str, Any]]:
     """A call's answer as ``gen_ai.output.messages``."""
-    parts = [Part(Kind.REASONING, message.reasoning)] if message.reasoning else []
-    parts += [Part(Kind.TEXT, message.text)] if message.text else []
-    parts += [Part.call(t.id, t.name, t.arguments) for t in message.tool_calls]
-    (out,) = semconv([Message("assistant", parts)])
+    (out,) = semconv([Message("assistant", Reply(message).parts())])
     out["finish_reason"] = stop_reason or ""
     return [out]
 

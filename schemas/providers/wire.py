@@ -18,6 +18,7 @@ Everything here runs once per call on the whole (or cut-off) body, never on the 
 
 from __future__ import annotations
 
+import json
 import re
 import zlib
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ SSE_MEDIA = "text/event-stream"
 
 
 def decode_content(raw: bytes, encoding: str | None, brotli: Any = None) -> tuple[bytes, str | None]:
-    """The body without its Content-Encoding (one of ``ENCODINGS`` or a chain of them).
+    """The body without its Content-Encoding (gzip, deflate, br, zstd, or a chain of them).
 
     Returns ``(decoded, error)``; on a truncated or corrupt body ``decoded`` holds everything that
     could be decoded and ``error`` says why it stopped. ``brotli`` is the brotli module (``br``).
@@ -107,7 +108,6 @@ def _zstd(data: bytes, _: Any) -> bytes:
 
 
 _DECODERS = {"gzip": _gzip, "x-gzip": _gzip, "deflate": _deflate, "br": _br, "zstd": _zstd}
-ENCODINGS = tuple(_DECODERS)
 
 
 _EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n)")
@@ -156,6 +156,15 @@ def iter_sse(body: bytes) -> Iterator[tuple[str, str]]:
         event = sse_event(frame)
         if event is not None:
             yield event
+
+
+def sse_body(events: list[dict[str, Any]], named: bool = False, end: bytes = b"\n\n") -> bytes:
+    """Events as an SSE stream: a ``data:`` line each (after an ``event:`` line naming its
+    ``type`` when ``named``), ending in ``end``."""
+    return b"".join(
+        (f"event: {e['type']}\n".encode() if named else b"") + b"data: " + json.dumps(e).encode() + end
+        for e in events
+    )
 
 
 _ARRAY_TOKEN = re.compile(rb'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)|[{}]', re.DOTALL)

@@ -125,17 +125,23 @@ def test_newest_sdks_replay_unchanged_under_strict(tmp_path, fake):
     assert 0 < streamed[0] < streamed[1]  # both kinds went through the replay
 
 
+def sealed_files(store: Path, run_id: str) -> dict[str, str]:
+    with Store.open(store, read_only=True) as st:
+        files = st.con.execute(
+            "SELECT CAST(payload->'$.files' AS VARCHAR) FROM events "
+            "WHERE run_id = ? AND kind = 'submission.sealed'",
+            [run_id],
+        ).fetchall()[0][0]
+    return {f["path"]: f["sha256"] for f in json.loads(files)}
+
+
 def test_baseline_replay_reproduces_every_call_and_the_submission(viewer_store, tmp_path):
     """The demo's baseline agent, replayed in its own workspace: the same calls, the same files."""
     # A copy of the session's store: the other tests count its runs.
     store, ws = tmp_path / "store", viewer_store.workspace / "clean"
     shutil.copytree(viewer_store.root, store)
+    files_a = sealed_files(store, viewer_store.clean)
     with Store.open(store, read_only=True) as st:
-        sealed = st.con.execute(
-            "SELECT CAST(payload->'$.files' AS VARCHAR) FROM events "
-            "WHERE run_id = ? AND kind = 'submission.sealed'",
-            [viewer_store.clean],
-        ).fetchall()[0][0]
         n_calls = st.con.execute(
             "SELECT count(*) FROM model_calls WHERE run_id = ?", [viewer_store.clean]
         ).fetchall()[0][0]
@@ -173,14 +179,8 @@ def test_baseline_replay_reproduces_every_call_and_the_submission(viewer_store, 
     assert proc.returncode == 0, proc.stderr
     assert f"(strict): {n_calls} of {n_calls} recorded calls served, 0 unmatched request(s)" in proc.stderr
     with Store.open(store, read_only=True) as st:
-        sealed_b = st.con.execute(
-            "SELECT CAST(payload->'$.files' AS VARCHAR) FROM events "
-            "WHERE run_id = ? AND kind = 'submission.sealed'",
-            [run_b],
-        ).fetchall()[0][0]
         a, b = diffs.load_steps(st.con, viewer_store.clean), diffs.load_steps(st.con, run_b)
-    files_a = {f["path"]: f["sha256"] for f in json.loads(sealed)}
-    files_b = {f["path"]: f["sha256"] for f in json.loads(sealed_b)}
+    files_b = sealed_files(store, run_b)
     assert any(p.startswith("agents_outputs/") for p in files_a)
     assert files_b == files_a  # the same submission: every sealed file, byte for byte
     assert diffs.summarize(diffs.align(a, b), a, b)["identical"]  # the same tool calls, in order
@@ -245,16 +245,6 @@ def test_original_timing_paces_a_stream_as_recorded(tmp_path, fake):
             assert t_first >= 0.9 * paced.ttfb_ms / 1000 and total >= 0.9 * paced.latency_ms / 1000
         else:
             assert total < 0.9 * paced.latency_ms / 1000
-
-
-def sealed_files(store: Path, run_id: str) -> dict[str, str]:
-    with Store.open(store, read_only=True) as st:
-        files = st.con.execute(
-            "SELECT CAST(payload->'$.files' AS VARCHAR) FROM events "
-            "WHERE run_id = ? AND kind = 'submission.sealed'",
-            [run_id],
-        ).fetchall()[0][0]
-    return {f["path"]: f["sha256"] for f in json.loads(files)}
 
 
 def test_a_google_genai_run_replays_unchanged_under_strict(tmp_path, genai_run, monkeypatch):
