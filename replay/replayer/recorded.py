@@ -38,6 +38,7 @@ LENIENT_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?"), "<time>"),
     (re.compile(r"/tmp/[\w./-]+"), "<tmp>"),
     (re.compile(r"\b(?:call|toolu|fc)_[A-Za-z0-9_-]+"), "<tool-id>"),
+    (re.compile(r"\b[a-z][a-z0-9_]*?_\d{13}_\d+\b"), "<tool-id>"),  # a client's own: the Gemini CLI's
     (re.compile(r"(\\?\"elapsed_s\\?\":\s*)[0-9.]+"), r"\1<n>"),
     (
         re.compile(r"\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\s+\d{1,2}\s+\d{1,2}:\d{2}\b"),
