@@ -110,50 +110,59 @@ def _zstd(data: bytes, _: Any) -> bytes:
 _DECODERS = {"gzip": _gzip, "x-gzip": _gzip, "deflate": _deflate, "br": _br, "zstd": _zstd}
 
 
-_EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n)")
-"""A line's end followed by an empty line: where an event ends. Lines end in CRLF, LF or CR (a CR
-right before an LF is half of a CRLF, not a line end of its own)."""
-_LINE_END = re.compile(rb"\r\n|\r|\n")
+def _events(body: bytes, ends: bool = False) -> Iterator[tuple[int, list[bytes]]]:
+    """Each event's lines, and where it ends in ``body`` when ``ends`` (-1 otherwise). Lines end in
+    CRLF, LF or CR (``splitlines`` on bytes splits at exactly those); an empty line after a line of
+    content ends an event, and a last event with no empty line (a reset stream) ends with the body."""
+    end, lines = -1, []
+    for line in body.splitlines(keepends=ends):
+        if ends:
+            end += len(line)
+            line = line.rstrip(b"\r\n")
+        if line:
+            lines.append(line)
+        elif lines:
+            yield end + ends, lines
+            lines = []
+    if lines:
+        yield len(body), lines
 
 
 def sse_frames(body: bytes) -> list[bytes]:
-    """The stream cut after each event's blank line; a last event with no blank line (a reset
-    stream) is the last piece. ``b"".join(sse_frames(body)) == body``."""
-    out: list[bytes] = []
-    start = 0
-    for m in _EVENT_END.finditer(body):
-        out.append(body[start : m.end()])
-        start = m.end()
+    """The stream cut after each event's empty line. ``b"".join(sse_frames(body)) == body``."""
+    out, start = [], 0
+    for end, _ in _events(body, ends=True):
+        out.append(body[start:end])
+        start = end
     if start < len(body):
-        out.append(body[start:])
+        out[-1:] = [out[-1] + body[start:]] if out else [body[start:]]
     return out
 
 
-def sse_event(frame: bytes) -> tuple[str, str] | None:
-    """``(event, data)`` of one frame, None when it holds no ``data`` line.
+def sse_event(lines: list[bytes]) -> tuple[str, str] | None:
+    """``(event, data)`` of one event's lines, None when it holds no ``data`` line.
 
-    The HTML spec's reading: ``data:`` lines join with ``\\n``; one space after the colon is
+    The HTML spec's reading: ``data:`` lines join with ``\n``; one space after the colon is
     dropped; comments (``:``) are ignored; an event without ``event:`` is ``message``."""
-    event = ""
-    data: list[str] = []
-    for line in _LINE_END.split(frame):
-        if not line or line.startswith(b":"):
-            continue
+    event, data = b"", []
+    for line in lines:
         name, sep, value = line.partition(b":")
-        if sep and value.startswith(b" "):
+        if value[:1] == b" ":
             value = value[1:]
         if name == b"data":
-            data.append(value.decode("utf-8", "replace"))
+            data.append(value)
         elif name == b"event":
-            event = value.decode("utf-8", "replace")
-    return (event or "message", "\n".join(data)) if data else None
+            event = value
+    if not data:
+        return None
+    return event.decode("utf-8", "replace") or "message", b"\n".join(data).decode("utf-8", "replace")
 
 
 def iter_sse(body: bytes) -> Iterator[tuple[str, str]]:
     """``(event, data)`` for every event of an SSE body, a cut-off last one included (its data may
     be complete)."""
-    for frame in sse_frames(body):
-        event = sse_event(frame)
+    for _, lines in _events(body):
+        event = sse_event(lines)
         if event is not None:
             yield event
 
