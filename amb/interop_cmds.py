@@ -529,7 +529,14 @@ def export_parquet(
 @click.argument("runs", nargs=-1)
 @click.option("--all", "all_runs", is_flag=True, help="Export every run.")
 @click.option("--out", "out", default="-", show_default=True, help="OTLP JSON lines file ('-': stdout).")
-def export_otel(store: str, runs: tuple[str, ...], all_runs: bool, out: str) -> None:
+@click.option(
+    "--messages",
+    "with_messages",
+    is_flag=True,
+    help="Also give each model call's span its messages (gen_ai.input.messages, gen_ai.output.messages;"
+    " every call repeats its conversation, so the file grows with its square).",
+)
+def export_otel(store: str, runs: tuple[str, ...], all_runs: bool, out: str, with_messages: bool) -> None:
     """Export runs as OpenTelemetry GenAI spans (OTLP JSON lines, one line per run)."""
     from replay.export.otel import line
     from replay.read import iter_events
@@ -544,7 +551,8 @@ def export_otel(store: str, runs: tuple[str, ...], all_runs: bool, out: str) -> 
         with Store.open(store, read_only=True) as st:
             for i, run in enumerate(ids):
                 tick(i, len(ids))
-                stream.write(line(iter_events(st.con, run), _amb_version()) + "\n")
+                reader = st.blobs.get if with_messages else None
+                stream.write(line(iter_events(st.con, run), _amb_version(), reader) + "\n")
     finally:
         if stream is not sys.stdout:
             stream.close()

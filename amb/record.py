@@ -23,6 +23,7 @@ import click
 
 from amb.common import escape_output, fail, store_option
 from recorder.budget import DEFAULT_PRICE_TABLE, Budget, checked
+from recorder.proxy.upstreams import DEFAULT_KINDS
 from recorder.run import (
     DEFAULT_GRACE_S,
     RunSpec,
@@ -276,7 +277,7 @@ def record_cmd(**params: Any) -> None:
         replaying = replace(
             args,
             labels=(*args.labels, f"replay_of={args.replay_run}", f"replay_match={args.replay_match}"),
-            upstreams=(f"openai={server.url}", f"anthropic={server.url}"),
+            upstreams=tuple(f"{kind}={server.url}" for kind in DEFAULT_KINDS),
         )
         try:
             _record(replaying)

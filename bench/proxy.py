@@ -228,7 +228,9 @@ def start_targets(
     if against is not None:  # the same command from another checkout, its packages first on the path
         # A checkout from before Gemini support takes no gemini upstream: its Gemini calls go to its
         # OpenAI endpoint, which forwards them as they are (recorded as traffic).
-        has_gemini = (against / "recorder/proxy/gemini.py").is_file()
+        has_gemini = any(
+            (against / p).is_file() for p in ("schemas/providers/gemini.py", "recorder/proxy/gemini.py")
+        )
         prev = _start_recorder(
             [PY, "-c", "import sys; from amb.record import main; sys.exit(main())"],
             tmp / "store-prev",

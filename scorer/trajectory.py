@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from schemas import providers
 from schemas.codec import Event
 from schemas.errors import BlobError
 from schemas.events import (
@@ -35,6 +36,7 @@ from schemas.events import (
     ToolCallRequested,
     ToolCallResult,
 )
+from schemas.providers import render
 from schemas.untrusted_json import loads_untrusted
 
 BlobGetter = Callable[[Any], bytes]
@@ -178,49 +180,13 @@ def _parse_result(text: str) -> tuple[int | None, str, str]:
     return None, text, ""
 
 
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, dict):
-                if isinstance(part.get("text"), str):
-                    parts.append(part["text"])
-                elif part.get("type") in ("image_url", "image", "input_image"):
-                    parts.append("[image]")
-            elif isinstance(part, str):
-                parts.append(part)
-        return "\n".join(parts)
-    return ""
-
-
-def _initial_messages(body: bytes) -> list[tuple[str, str]]:
+def _initial_messages(api: str, body: bytes) -> list[tuple[str, str]]:
     """System and user messages that precede the first assistant turn of a request body."""
     try:
         req = loads_untrusted(body)
     except ValueError:
         return []
-    if not isinstance(req, dict):
-        return []
-    out: list[tuple[str, str]] = []
-    system = req.get("system") or req.get("instructions")
-    if system:
-        out.append(("system", _content_text(system) if not isinstance(system, str) else system))
-    msgs = req.get("messages")
-    if msgs is None and isinstance(req.get("input"), list):
-        msgs = req["input"]
-    elif msgs is None and isinstance(req.get("input"), str):
-        msgs = [{"role": "user", "content": req["input"]}]
-    for m in msgs or []:
-        if not isinstance(m, dict):
-            continue
-        role = str(m.get("role") or "")
-        if role == "assistant":
-            break
-        if role in ("system", "developer", "user"):
-            out.append((role, _content_text(m.get("content"))))
-    return out
+    return render.opening(providers.conversation(api, req))
 
 
 def fold(run_id: str, events: list[Event], get_blob: BlobGetter) -> Trajectory:
@@ -244,7 +210,7 @@ def fold(run_id: str, events: list[Event], get_blob: BlobGetter) -> Trajectory:
             if not first_request_done and p.request is not None:
                 first_request_done = True
                 body = _text(get_blob, p.request, t).encode()
-                for role, text in _initial_messages(body):
+                for role, text in _initial_messages(p.api, body):
                     messages.append(Message(id=i, role=role, text=text))
             if p.message.text or p.message.reasoning:
                 messages.append(Message(id=i, role="assistant", text=p.message.text))

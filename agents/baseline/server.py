@@ -16,11 +16,14 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 from agents.baseline.policy import FLAWS, Decision, PolicyError, decide
+from schemas.events import AssistantMessage, ToolCallPart, Usage
+from schemas.providers import openai_chat
+from schemas.providers.conversation import Reply
+from schemas.providers.result import INVALID, NOT_FOUND
+from schemas.providers.wire import sse_frames
 
 MODEL = "baseline"
 
@@ -45,8 +48,8 @@ def _tokens(text: str) -> int:
     return max(1, (len(text) + 3) // 4)
 
 
-def completion(body: dict, default_flaw: str | None = None) -> tuple[dict, Decision]:
-    """The non-streaming response object for a request body."""
+def completion(body: dict, default_flaw: str | None = None) -> tuple[Reply, Decision]:
+    """The answer to a request body (built into the API's response by ``schemas.providers``)."""
     model = str(body.get("model") or "")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -56,76 +59,17 @@ def completion(body: dict, default_flaw: str | None = None) -> tuple[dict, Decis
     # the codec's canonical JSON may refuse (a lone surrogate), and keeps the ids of recorded runs.
     digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
     turn = sum(1 for m in messages if m.get("role") == "assistant")
-    calls: list[dict[str, Any]] = [
-        {
-            "id": f"call_{digest[:10]}_{turn}_{k}",
-            "type": "function",
-            "function": {"name": tc.name, "arguments": json.dumps(tc.arguments)},
-        }
+    calls = [
+        ToolCallPart(id=f"call_{digest[:10]}_{turn}_{k}", name=tc.name, arguments=json.dumps(tc.arguments))
         for k, tc in enumerate(decision.tool_calls)
     ]
-    message: dict = {"role": "assistant", "content": decision.content}
-    if calls:
-        message["tool_calls"] = calls
     prompt = _tokens(json.dumps(messages)) + (
         _tokens(json.dumps(body.get("tools"))) if body.get("tools") else 0
     )
-    out = _tokens(decision.content + "".join(c["function"]["arguments"] for c in calls))
-    return {
-        "id": f"chatcmpl-{digest[:24]}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "system_fingerprint": "amb-baseline-1",
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "logprobs": None,
-                "finish_reason": "tool_calls" if calls else "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out},
-    }, decision
-
-
-def stream_chunks(resp: dict, include_usage: bool, piece: int = 256):
-    """The response as ``chat.completion.chunk`` objects, the way the real API streams it."""
-    base = {
-        "id": resp["id"],
-        "object": "chat.completion.chunk",
-        "created": resp["created"],
-        "model": resp["model"],
-        "system_fingerprint": resp["system_fingerprint"],
-    }
-    msg = resp["choices"][0]["message"]
-
-    def chunk(delta: dict, finish=None) -> dict:
-        return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
-
-    yield chunk({"role": "assistant", "content": ""})
-    text = msg.get("content") or ""
-    for i in range(0, len(text), 40):
-        yield chunk({"content": text[i : i + 40]})
-    for k, call in enumerate(msg.get("tool_calls") or []):
-        yield chunk(
-            {
-                "tool_calls": [
-                    {
-                        "index": k,
-                        "id": call["id"],
-                        "type": "function",
-                        "function": {"name": call["function"]["name"], "arguments": ""},
-                    }
-                ]
-            }
-        )
-        args = call["function"]["arguments"]
-        for i in range(0, len(args), piece):
-            yield chunk({"tool_calls": [{"index": k, "function": {"arguments": args[i : i + piece]}}]})
-    yield chunk({}, resp["choices"][0]["finish_reason"])
-    if include_usage:
-        yield {**base, "choices": [], "usage": resp["usage"]}
+    usage = Usage(input_total=prompt, output=_tokens(decision.content + "".join(c.arguments for c in calls)))
+    message = AssistantMessage(text=decision.content, tool_calls=calls)
+    stop = "tool_calls" if calls else "stop"
+    return Reply(message, model, stop, usage, f"chatcmpl-{digest[:24]}"), decision
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -143,8 +87,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _error(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
-        self._json(status, {"error": {"message": message, "type": kind, "param": None, "code": None}})
+    def _error(self, status: int, message: str, kind: str = INVALID) -> None:
+        self._json(status, openai_chat.error_body(status, message, kind))
 
     def do_GET(self) -> None:
         if self.path.rstrip("/") in ("/v1/models", "/models"):
@@ -160,11 +104,11 @@ class _Handler(BaseHTTPRequestHandler):
         elif self.path == "/health":
             self._json(200, {"ok": True})
         else:
-            self._error(404, f"no route {self.path}", "not_found")
+            self._error(404, f"no route {self.path}", NOT_FOUND)
 
     def do_POST(self) -> None:
         if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
-            self._error(404, f"no route {self.path} (this server speaks /v1/chat/completions)", "not_found")
+            self._error(404, f"no route {self.path} (this server speaks /v1/chat/completions)", NOT_FOUND)
             return
         try:
             length = int(self.headers.get("Content-Length") or 0)
@@ -176,22 +120,22 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             # Why the ignore[attr-defined] below: the flaw rides on the server object (set in __init__ below).
-            resp, _ = completion(body, self.server.default_flaw)  # type: ignore[attr-defined]
+            reply, _ = completion(body, self.server.default_flaw)  # type: ignore[attr-defined]
         except PolicyError as e:
             self._error(400, str(e))
             return
         if not body.get("stream"):
-            self._json(200, resp)
+            self._json(200, openai_chat.build_response(reply))
             return
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if not (body.get("stream_options") or {}).get("include_usage"):
+            reply.usage = None
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        for obj in stream_chunks(resp, include_usage):
-            self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
-        self._chunk(b"data: [DONE]\n\n")
+        for event in sse_frames(openai_chat.build_stream(reply)):
+            self._chunk(event)
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 

@@ -38,6 +38,7 @@ from recorder.importers.common import (
     read_jsonl,
 )
 from recorder.importers.values import count, datetime_ns, seconds, shown, time_ns
+from schemas import providers
 from schemas.blob import digest
 from schemas.codec import ID_RE, decode_payload, encode_payload
 from schemas.errors import SchemaError
@@ -54,6 +55,8 @@ from schemas.events import (
     ToolCallResult,
     Usage,
 )
+from schemas.providers import openai_chat
+from schemas.providers.conversation import Conversation, Message, Part, Reply
 
 TRAJECTORY = "trajectory.json"
 SIDECAR = "events.jsonl"
@@ -171,8 +174,8 @@ def _trajectory(
         side = _sidecar(root, limits, b)
     pending: list[tuple[int, Payload]] = []
     model = agent.get("model_name") if isinstance(agent.get("model_name"), str) else None
-    tools = [t for t in agent.get("tool_definitions") or [] if isinstance(t, dict)]
-    history: list[dict[str, Any]] = []
+    tools = openai_chat.tools_of(agent.get("tool_definitions"))
+    history: list[Message] = []
     system: str | None = None
     approx = False
     call_ids: list[str | None] = []
@@ -199,7 +202,7 @@ def _trajectory(
             ts = (base_ts if base_ts is not None else mtime_ns) + i * 1_000_000
         base_ts = base_ts if base_ts is not None else ts
         if step.get("is_copied_context"):
-            history.append({"role": "assistant" if source == "agent" else source, "content": text})
+            history.append(Message("assistant" if source == "agent" else source, Part.texts(text)))
             continue
         if source == "system":
             if system is None and not history:
@@ -219,7 +222,7 @@ def _trajectory(
                 )
             continue
         if source == "user":
-            history.append({"role": "user", "content": text})
+            history.append(Message("user", Part.texts(text)))
             continue
         amb = (
             step["extra"]["amb"]
@@ -259,22 +262,15 @@ def _trajectory(
         reasoning = step.get("reasoning_content") if isinstance(step.get("reasoning_content"), str) else ""
         llm_calls = step.get("llm_call_count")
         stop = call.get("stop_reason")
+        message = AssistantMessage(text=text, reasoning=reasoning, tool_calls=parts)
         if llm_calls != 0:
-            head = [{"role": "system", "content": system}] if system is not None else []
-            request = {"model": step_model, "messages": head + list(history), "tools": tools}
-            reply: dict[str, Any] = {"role": "assistant", "content": text or None}
-            if parts:
-                reply["tool_calls"] = [
-                    {"id": t.id, "type": "function", "function": {"name": t.name, "arguments": t.arguments}}
-                    for t in parts
-                ]
-            response = {
-                "id": f"{run_id}-{call_id}",
-                "object": "chat.completion",
-                "model": step_model,
-                "choices": [{"index": 0, "finish_reason": stop, "message": reply}],
-                "usage": {"prompt_tokens": usage.input_total, "completion_tokens": usage.output},
-            }
+            api = providers.APIS.get(str(call.get("api"))) or providers.CHAT  # the body's shape
+            head = [Message("system", Part.texts(system))] if system is not None else []
+            request = api.module.build_request(Conversation(head + history, tools, step_model))
+            stop_reason = stop if isinstance(stop, str) else None
+            response = api.module.build_response(
+                Reply(message, step_model, stop_reason, usage, f"{run_id}-{call_id}")
+            )
             pending.append(
                 (
                     at,
@@ -290,8 +286,8 @@ def _trajectory(
                         error=call.get("error") if isinstance(call.get("error"), str) else None,
                         request=b.json_blob(request, SYNTHETIC_JSON),
                         response=b.json_blob(response, SYNTHETIC_JSON),
-                        message=AssistantMessage(text=text, reasoning=reasoning, tool_calls=parts),
-                        stop_reason=stop if isinstance(stop, str) else None,
+                        message=message,
+                        stop_reason=stop_reason,
                         usage=usage,
                         started_ns=time_ns(
                             call.get("started_ns"), f"{swhere}: extra.amb.call.started_ns", ts
@@ -330,24 +326,7 @@ def _trajectory(
                     )
                 )
         history.append(
-            {
-                "role": "assistant",
-                "content": text or None,
-                **(
-                    {
-                        "tool_calls": [
-                            {
-                                "id": t.id,
-                                "type": "function",
-                                "function": {"name": t.name, "arguments": t.arguments},
-                            }
-                            for t in parts
-                        ]
-                    }
-                    if parts
-                    else {}
-                ),
-            }
+            Message("assistant", Part.texts(text) + [Part.call(t.id, t.name, t.arguments) for t in parts])
         )
         next_call = next((c for c in call_ids[i + 1 :] if c), call_id)
         obs = as_dict(step.get("observation"))
@@ -387,7 +366,7 @@ def _trajectory(
                     ),
                 )
             )
-            history.append({"role": "tool", "tool_call_id": str(source_id), "content": content})
+            history.append(Message("tool", [Part.result(content, source_id)]))
     # The run starts at its earliest step: a step dated before the first one is not put before it.
     start_ts = min([ts for ts, _ in pending], default=base_ts if base_ts is not None else mtime_ns)
     if base_ts is not None:

@@ -66,6 +66,8 @@ from schemas.events import (
     Usage,
 )
 from schemas.ostext import os_text
+from schemas.providers import openai_chat
+from schemas.providers.conversation import Conversation, Message, Part, Reply, Tool
 from schemas.untrusted_json import loads_untrusted
 
 BRANCHES = ("seg", "det2d", "vqa", "report", "enhancement")
@@ -525,8 +527,8 @@ def _emit_calls(
             if isinstance(tc, dict) and isinstance(tc.get("function"), dict)
         }
     )
-    tools = [{"type": "function", "function": {"name": name}} for name in tool_names]
-    head = [{"role": "system", "content": system}] if system is not None else []
+    tools = [Tool(name) for name in tool_names]
+    head = [Message("system", Part.texts(system))] if system is not None else []
     rows_by_turn: dict[int, list[dict[str, Any]]] = {}
     for row in tool_rows:
         turn = row.get("turn")  # a whole number or None: checked when read (parse)
@@ -572,22 +574,15 @@ def _emit_calls(
                 )
             )
         finish = call.finish if call is not None and isinstance(call.finish, str) else None
-        request = {"model": model, "messages": head + history, "tools": tools}
-        response_msg: dict[str, Any] = {"role": "assistant", "content": text or None}
-        if tcs:
-            response_msg["tool_calls"] = [
-                {"id": t.id, "type": "function", "function": {"name": t.name, "arguments": t.arguments}}
-                for t in tcs
-            ]
-        usage_known = call is not None and call.input is not None
-        response: dict[str, Any] = {
-            "id": f"{b.run_id}-{call_id}",
-            "object": "chat.completion",
-            "model": model,
-            "choices": [{"index": 0, "finish_reason": finish, "message": response_msg}],
-        }
-        if usage_known and call is not None:
-            response["usage"] = {"prompt_tokens": call.input, "completion_tokens": call.output or 0}
+        said = openai_chat.conversation({"messages": history}).messages  # the source's are Chat's
+        request = openai_chat.build_request(Conversation(head + said, tools, model))
+        message = AssistantMessage(text=text, reasoning=reasoning, tool_calls=tcs)
+        usage = Usage(
+            input_total=(call.input or 0) if call else 0,
+            output=(call.output or 0) if call else 0,
+            reported=call is not None and call.input is not None,
+        )
+        reply = Reply(message, model, finish, usage if usage.reported else None, f"{b.run_id}-{call_id}")
         last_ts = b.emit(
             ModelCallCompleted(
                 call_id=call_id,
@@ -599,14 +594,10 @@ def _emit_calls(
                 status=200,
                 ok=True,
                 request=b.json_blob(request),
-                response=b.json_blob(response),
-                message=AssistantMessage(text=text, reasoning=reasoning, tool_calls=tcs),
+                response=b.json_blob(openai_chat.build_response(reply)),
+                message=message,
                 stop_reason=finish,
-                usage=Usage(
-                    input_total=(call.input or 0) if call else 0,
-                    output=(call.output or 0) if call else 0,
-                    reported=usage_known,
-                ),
+                usage=usage,
                 started_ns=started,
                 latency_ms=latency,
                 partial=msg is None,

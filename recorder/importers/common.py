@@ -37,13 +37,14 @@ from schemas.durable import fsync_dir
 from schemas.errors import SpoolError
 from schemas.events import Note, Payload, RunStarted, kind_of
 from schemas.frames import MAGIC, encode_frame
+from schemas.providers import SYNTHETIC_MEDIA
 from schemas.run_claim import claiming, held_spools, require_free
 from schemas.untrusted_json import loads_untrusted
 
 SOURCE = "import"
 """The spool source of every imported event."""
 
-SYNTHETIC_JSON = "application/vnd.amb.synthetic+json"
+SYNTHETIC_JSON = SYNTHETIC_MEDIA
 """Media type of request and response bodies an importer rebuilt (never seen on the wire)."""
 
 LIMITATION = "import.limitation"

@@ -35,6 +35,7 @@ from recorder.importers.common import (
     check_file,
 )
 from recorder.importers.values import count, datetime_ns, seconds, shown, whole
+from schemas import providers
 from schemas.blob import digest
 from schemas.display import for_message
 from schemas.events import (
@@ -99,14 +100,8 @@ def _dump(obj: Any) -> Any:
 
 def _wire(request: Any) -> tuple[str, str]:
     """(provider, api) told by the shape of the raw request Inspect kept."""
-    if isinstance(request, dict):
-        if "input" in request and "messages" not in request:
-            return "openai", "responses"
-        if "messages" in request and ("system" in request or "anthropic_version" in request):
-            return "anthropic", "messages"
-        if "messages" in request:
-            return "openai", "chat.completions"
-    return "inspect", "generate"
+    api = providers.by_shape(request)
+    return (api.provider, api.api) if api is not None else ("inspect", "generate")
 
 
 def _expanded_bytes(path: Path) -> int | None:

@@ -33,9 +33,9 @@ from recorder.proxy import refusal as refusal_mod
 from recorder.proxy import sink as sink_mod
 from recorder.proxy.custody import REDACTED
 from recorder.proxy.gate import BLOCKED_KEY, BLOCKED_MARK
-from recorder.proxy.result import loads
 from recorder.proxy.sink import NETWORK_BODY_CAP, CallFacts, NetFacts, Sink
 from recorder.proxy.upstreams import Upstream
+from schemas.providers.result import loads
 
 log = logging.getLogger(__name__)
 KEY = "amb"

@@ -9,7 +9,8 @@ extends another when the other's last link is among its own. The digests are Pyt
 within the proxy that made them and never stored.
 
 What a client may change between two requests without changing the conversation is left out:
-Anthropic's ``cache_control`` markers (clients move them to the newest turn: ``calls.VOLATILE``),
+Anthropic's ``cache_control`` markers (clients move them to the newest turn: each provider module's
+``VOLATILE``),
 and inline binary data, because a large request's parse has it skimmed out
 (``recorder.proxy.skim``, whose marker is new in every body): a skimmed string, or one long enough
 to have been, under one of the skimmer's keys counts as one placeholder. Most items hold none of
@@ -87,6 +88,11 @@ def _holds(raw: bytes, clues: list[bytes]) -> bool:
         if clue in raw:
             return True
     return False
+
+
+def signature(calls: list[tuple[str, str, Any]]) -> Sig:
+    """A model turn's calls, given as (id, name, arguments), as the ledger compares them."""
+    return tuple((name, args_digest(args)) for _, name, args in calls)
 
 
 def args_digest(args: Any) -> int:

@@ -47,8 +47,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from recorder.proxy.history import Sig, args_digest
-from recorder.proxy.result import Reassembled, RequestInfo, ToolResult
+from recorder.proxy.history import Sig, args_digest, signature
+from schemas.providers.result import Reassembled, RequestInfo, ToolResult
 
 MAX_HEADS = 16_384
 """Heads kept per run (a few hundred bytes each)."""
@@ -94,7 +94,7 @@ _Shown = tuple[frozenset[str], Sig]
 
 def _shown(info: RequestInfo, position: int) -> _Shown:
     turn = info.model_turns.get(position)
-    return (turn.ids, turn.sig) if turn is not None else (frozenset(), ())
+    return (turn.ids, signature(turn.calls)) if turn is not None else (frozenset(), ())
 
 
 def _pick(calls: list[_Call], r: ToolResult) -> _Call | None:

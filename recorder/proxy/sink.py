@@ -30,7 +30,6 @@ from recorder.proxy import calls
 from recorder.proxy.blobwriter import BlobWriter
 from recorder.proxy.custody import Custody
 from recorder.proxy.ledger import Ledger
-from recorder.proxy.result import Reassembled, RequestInfo, ToolResult
 from recorder.spool import SpoolWriter, spool_path
 from schemas.blob import BlobRef
 from schemas.blobpack import pack_path
@@ -44,6 +43,7 @@ from schemas.events import (
     Usage,
     kind_of,
 )
+from schemas.providers.result import Reassembled, RequestInfo, ToolResult
 
 TOOL_OUTPUT_INLINE = 16 * 1024
 """Tool results longer than this go to a blob (``output_blob``) with the first part inline."""
@@ -261,10 +261,8 @@ class Sink:
         return self.blobs.put(self.custody.scrub(data), media_type)
 
     def _prepare(self, args: tuple[calls.Api, bytes, str | None]) -> PreparedRequest:
-        from recorder.proxy.wire import decode_content
-
         api, raw, encoding = args
-        body, _ = decode_content(raw, encoding)
+        body, _ = calls.decode(raw, encoding)
         body = self.custody.scrub(body)
         # The blob first, the parse second: decoding a large body's JSON holds the GIL, and by the
         # time the blob is written mitmproxy has usually finished forwarding the request upstream.

@@ -33,6 +33,7 @@ import msgspec
 
 from replay.read import iter_events
 from replay.summary import Tokens
+from schemas import providers
 from schemas.blob import BlobRef
 from schemas.codec import Event, canonical_json, encode_payload
 from schemas.errors import AmbError
@@ -44,6 +45,8 @@ from schemas.events import (
     ToolCallRequested,
     ToolCallResult,
 )
+from schemas.providers import openai_chat
+from schemas.providers.conversation import Message
 from schemas.untrusted_json import loads_untrusted
 
 VERSIONS = {"1.8": "ATIF-v1.8", "1.6": "ATIF-v1.6"}
@@ -82,73 +85,29 @@ def iso(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, UTC).isoformat().replace("+00:00", "Z")
 
 
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for p in content:
-            if isinstance(p, dict) and p.get("type") in ("text", "input_text", "output_text"):
-                parts.append(str(p.get("text") or ""))
-            elif isinstance(p, str):
-                parts.append(p)
-        return "\n".join(parts)
-    return ""
-
-
-def _request(body: bytes) -> tuple[str | None, list[dict[str, Any]], list[dict[str, Any]]]:
-    """(system prompt, messages without it, tools) of a request body of any supported wire format."""
+def _request(api: str, body: bytes) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
+    """(system prompt, messages without it, tool definitions in OpenAI's function shape, as ATIF
+    has them) of a request body of any supported API."""
     try:
-        req = loads_untrusted(body)
+        conv = providers.conversation(api, loads_untrusted(body))
     except ValueError:
         return None, [], []
-    if not isinstance(req, dict):
-        return None, [], []
-    system: str | None = None
-    raw = req.get("system") if req.get("system") is not None else req.get("instructions")
-    if raw is not None:
-        system = _content_text(raw)
-    msgs = req.get("messages")
-    if msgs is None:
-        inp = req.get("input")
-        msgs = [{"role": "user", "content": inp}] if isinstance(inp, str) else inp
-    messages = [m for m in msgs or [] if isinstance(m, dict)]
-    if system is None and messages and messages[0].get("role") in ("system", "developer"):
-        system = _content_text(messages[0].get("content"))
-        messages = messages[1:]
-    tools = [t for t in req.get("tools") or [] if isinstance(t, dict)]
-    return system, messages, tools
+    system = conv.system()
+    messages = conv.messages[1:] if system is not None else conv.messages
+    return system, messages, [openai_chat.tool_entry(t) for t in conv.tools]
 
 
-def _tool_definition(tool: dict[str, Any]) -> dict[str, Any] | None:
-    """An OpenAI function-calling definition from any wire format's tool entry."""
-    fn = tool.get("function")
-    if isinstance(fn, dict) and fn.get("name"):
-        return {"type": "function", "function": fn}
-    if tool.get("name"):
-        out: dict[str, Any] = {"name": tool["name"]}
-        if tool.get("description"):
-            out["description"] = tool["description"]
-        params = tool.get("input_schema") or tool.get("parameters")
-        if params is not None:
-            out["parameters"] = params
-        return {"type": "function", "function": out}
-    return None
-
-
-def _new_user_messages(messages: list[dict[str, Any]], first: bool) -> list[str]:
+def _new_user_messages(messages: list[Message], first: bool) -> list[str]:
     """User text a request adds: all of it before the first answer, else what follows the last one."""
     if not first:
-        last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+        last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
         messages = messages[last + 1 :]
     out = []
     for m in messages:
-        if m.get("role") == "assistant":
+        if m.role == "assistant":
             break
-        if m.get("role") in ("user", "developer"):
-            text = _content_text(m.get("content"))
-            if text:
-                out.append(text)
+        if m.role in ("user", "developer") and m.text:
+            out.append(m.text)
     return out
 
 
@@ -199,13 +158,13 @@ def build(events: list[Event], read_blob: BlobReader, version: str = "1.8") -> E
         p: Payload = e.payload
         if isinstance(p, ModelCallCompleted) and p.ok:
             if p.request is not None:
-                system, messages, tools = _request(read_blob(p.request))
+                system, messages, tools = _request(p.api, read_blob(p.request))
                 if first_request:
                     if system:
                         add(
                             {"timestamp": iso(p.started_ns or e.ts_ns), "source": "system", "message": system}
                         )
-                    tool_definitions = [d for d in map(_tool_definition, tools) if d is not None]
+                    tool_definitions = tools
                 for text in _new_user_messages(messages, first_request):
                     add({"timestamp": iso(p.started_ns or e.ts_ns), "source": "user", "message": text})
                 first_request = False

@@ -11,7 +11,9 @@ Spans (ids are deterministic: trace id = first 16 bytes of sha256(run id), span 
 of sha256(``run|source|seq``) of the event that opens the span, so re-exports are identical):
 
 - ``invoke_agent {agent}`` (INTERNAL), the root: run.started → run.finished (or the last event);
-- ``chat {model}`` (CLIENT) per model call: started_ns → started_ns + latency;
+- ``chat {model}`` (CLIENT) per model call: started_ns → started_ns + latency; with ``messages``, its
+  conversation as the conventions' opt-in ``gen_ai.system_instructions``, ``gen_ai.input.messages``
+  and ``gen_ai.output.messages`` (JSON text), read from the request body by the provider layer;
 - ``execute_tool {name}`` (INTERNAL) per tool call: from the call that asked to the request that
   carried the result (the agent's side of it; the true execution interval is not observed);
 - ``{argv0}`` (INTERNAL) per process, ``{METHOD}`` (CLIENT) per network request;
@@ -25,11 +27,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+from schemas import providers
+from schemas.blob import BlobRef
 from schemas.codec import Event
+from schemas.errors import BlobError
 from schemas.events import (
     UNKNOWN_ENDING,
     FileAccessed,
@@ -47,6 +52,8 @@ from schemas.events import (
     ToolCallRequested,
     ToolCallResult,
 )
+from schemas.providers import render
+from schemas.untrusted_json import loads_untrusted
 
 SEMCONV_VERSION = "1.44.0"
 SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
@@ -106,8 +113,36 @@ def _span(
     return span
 
 
-def run_to_traces(events: Iterable[Event], scope_version: str = "") -> dict[str, Any]:
-    """One run's ``TracesData`` (OTLP JSON) from its events."""
+BlobReader = Callable[[BlobRef | str], bytes]
+
+
+def messages(p: ModelCallCompleted, read_blob: BlobReader) -> dict[str, Any]:
+    """A model call's conversation and answer as the GenAI conventions' message attributes (the
+    input left out when its request body cannot be read)."""
+    out: dict[str, Any] = {
+        "gen_ai.output.messages": _json(render.semconv_reply(p.message, p.stop_reason)),
+    }
+    try:
+        body = loads_untrusted(read_blob(p.request)) if p.request is not None else None
+    except (BlobError, ValueError):
+        return out
+    conv = providers.conversation(p.api, body)
+    system = conv.system()
+    if system is not None:
+        out["gen_ai.system_instructions"] = _json([{"type": "text", "content": system}])
+    out["gen_ai.input.messages"] = _json(render.semconv(conv.rest()))
+    return out
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def run_to_traces(
+    events: Iterable[Event], scope_version: str = "", read_blob: BlobReader | None = None
+) -> dict[str, Any]:
+    """One run's ``TracesData`` (OTLP JSON) from its events (``read_blob``: with each model call's
+    messages)."""
     evs = sorted(events, key=lambda e: (e.ts_ns, e.source, e.seq))
     if not evs:
         raise ValueError("no events")
@@ -150,6 +185,8 @@ def run_to_traces(events: Iterable[Event], scope_version: str = "") -> dict[str,
                 "amb.partial": True if p.partial else None,
                 "amb.timing": "unknown" if p.latency_ms is None else None,
             }
+            if read_blob is not None:
+                a.update(messages(p, read_blob))
             error = None
             if not p.ok or p.partial:
                 error = p.error or (f"{p.status}" if p.status else "partial")
@@ -276,6 +313,6 @@ def run_to_traces(events: Iterable[Event], scope_version: str = "") -> dict[str,
     }
 
 
-def line(events: Iterable[Event], scope_version: str = "") -> str:
+def line(events: Iterable[Event], scope_version: str = "", read_blob: BlobReader | None = None) -> str:
     """One OTLP JSON line (no newline)."""
-    return json.dumps(run_to_traces(events, scope_version), separators=(",", ":"), ensure_ascii=False)
+    return _json(run_to_traces(events, scope_version, read_blob))

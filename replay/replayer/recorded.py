@@ -29,6 +29,7 @@ import duckdb
 from replay.read import require_runs
 from schemas.codec import canonical_json
 from schemas.errors import AmbError
+from schemas.providers import CONVERSATION_KEYS
 from schemas.untrusted_json import loads_untrusted
 
 MODES = ("strict", "canonical", "sequence", "lenient")
@@ -38,6 +39,7 @@ LENIENT_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?"), "<time>"),
     (re.compile(r"/tmp/[\w./-]+"), "<tmp>"),
     (re.compile(r"\b(?:call|toolu|fc)_[A-Za-z0-9_-]+"), "<tool-id>"),
+    (re.compile(r"\b[a-z][a-z0-9_]*?_\d{13}_\d+\b"), "<tool-id>"),  # a client's own: the Gemini CLI's
     (re.compile(r"(\\?\"elapsed_s\\?\":\s*)[0-9.]+"), r"\1<n>"),
     (
         re.compile(r"\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\s+\d{1,2}\s+\d{1,2}:\d{2}\b"),
@@ -216,22 +218,23 @@ class Matcher:
 
 
 def similarity(a: str, b: str) -> float:
-    """How alike two masked request bodies are: the share of their messages (or input items) that
-    are equal, position by position; for bodies that are not JSON, whether they are equal. Cheap
-    on purpose: a character-level ratio over 100 KB conversations would take seconds per request."""
+    """How alike two masked request bodies are: the share of their conversation's items (messages,
+    input items, contents) that are equal, position by position; for bodies that are not JSON,
+    whether they are equal. Cheap on purpose: a character-level ratio over 100 KB conversations
+    would take seconds per request."""
     try:
         ja, jb = loads_untrusted(a), loads_untrusted(b)
     except ValueError:
         return 1.0 if a == b else 0.0
     if not (isinstance(ja, dict) and isinstance(jb, dict)):
         return 1.0 if ja == jb else 0.0
-    la = ja.get("messages", ja.get("input"))
-    lb = jb.get("messages", jb.get("input"))
+    key = next((k for k in CONVERSATION_KEYS if k in ja), "")
+    la, lb = ja.get(key), jb.get(key)
     if not (isinstance(la, list) and isinstance(lb, list)) or not (la or lb):
         return 1.0 if ja == jb else 0.0
     same = sum(1 for x, y in zip(la, lb, strict=False) if x == y)
-    rest_a = {k: v for k, v in ja.items() if k not in ("messages", "input")}
-    rest_b = {k: v for k, v in jb.items() if k not in ("messages", "input")}
+    rest_a = {k: v for k, v in ja.items() if k != key}
+    rest_b = {k: v for k, v in jb.items() if k != key}
     return same / max(len(la), len(lb)) * (1.0 if rest_a == rest_b else 0.9)
 
 
@@ -245,7 +248,7 @@ def first_difference(recorded: bytes, live: bytes) -> str:
         for k in sorted(set(a) | set(b)):
             if a.get(k) == b.get(k):
                 continue
-            if k in ("messages", "input") and isinstance(a.get(k), list) and isinstance(b.get(k), list):
+            if k in CONVERSATION_KEYS and isinstance(a.get(k), list) and isinstance(b.get(k), list):
                 la, lb = a[k], b[k]
                 for i, (x, y) in enumerate(zip(la, lb, strict=False)):
                     if x != y:

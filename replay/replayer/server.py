@@ -1,10 +1,14 @@
 """The replay endpoint: answers model API requests with a recorded run's responses.
 
-It speaks the paths the agent's SDK uses (``.../chat/completions``, ``.../responses``,
-``.../messages``, and ``.../models``), accepts any key (none is needed: nothing goes upstream), and
-answers each request with the recorded response chosen by the matcher:
+It speaks every model API of ``schemas.providers`` on the paths the agent's SDK uses
+(``.../chat/completions``, ``.../responses``, ``.../messages``, Gemini's
+``.../models/MODEL:generateContent`` and ``:streamGenerateContent``, and ``GET .../models``),
+accepts any key (none is needed: nothing goes upstream), and answers each request with the recorded
+response chosen by the matcher:
 
-- the recorded status and body; a stream is re-emitted event by event (one chunk per SSE event),
+- the recorded status and body; a stream is re-emitted piece by piece as it was framed (one chunk
+  per SSE event, or per element of Gemini's JSON-array stream; an imported call, which kept no
+  stream, as the stream its provider sends for its answer),
   with ``--timing original`` paced as recorded: the first event after the recorded time to first
   byte, the rest spread evenly over the remaining latency (the proxy records those two times, not
   each chunk's); ``--timing fast`` sends at once;
@@ -17,71 +21,28 @@ answers each request with the recorded response chosen by the matcher:
 
 from __future__ import annotations
 
-import gzip
 import json
 import socket
 import sys
 import threading
 import time
-import zlib
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import brotli
+
 from replay.replayer.recorded import Matcher, RecordedCall, ReplayError, load_calls
 from replay.store import Store
+from schemas import providers
 from schemas.blobstore import BlobStore
+from schemas.providers.result import INVALID, NOT_FOUND, REPLAY_MISS
+from schemas.providers.wire import decode_content, frames
 from schemas.untrusted_json import loads_untrusted
 
 TIMINGS = ("original", "fast")
 MAX_BODY = 256 * 1024 * 1024
-
-
-def api_of(path: str) -> str | None:
-    p = path.split("?", 1)[0].rstrip("/")
-    if p.endswith("/chat/completions"):
-        return "chat.completions"
-    if p.endswith("/responses"):
-        return "responses"
-    if p.endswith("/messages"):
-        return "messages"
-    return None
-
-
-def decode_body(raw: bytes, encoding: str | None) -> bytes:
-    """The request body as the SDK meant it (the recorded request blobs are decoded bodies)."""
-    for enc in reversed([e.strip().lower() for e in (encoding or "").split(",") if e.strip()]):
-        if enc == "gzip":
-            raw = gzip.decompress(raw)
-        elif enc == "deflate":
-            raw = zlib.decompress(raw)
-        elif enc == "br":
-            import brotli
-
-            raw = brotli.decompress(raw)
-        elif enc == "zstd":
-            import zstandard
-
-            raw = zstandard.ZstdDecompressor().decompressobj().decompress(raw)
-        elif enc != "identity":
-            raise ValueError(f"unknown content-encoding {enc!r}")
-    return raw
-
-
-def sse_events(body: bytes) -> list[bytes]:
-    """A recorded stream cut into its events (each with its blank-line terminator)."""
-    out: list[bytes] = []
-    start = 0
-    body = body.replace(b"\r\n", b"\n")
-    while True:
-        end = body.find(b"\n\n", start)
-        if end < 0:
-            if start < len(body):
-                out.append(body[start:])
-            return out
-        out.append(body[start : end + 2])
-        start = end + 2
 
 
 class Replayer:
@@ -124,50 +85,47 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _error(self, api: str | None, status: int, message: str, code: str) -> None:
-        if api == "messages":
-            body: dict[str, Any] = {"type": "error", "error": {"type": code, "message": message}}
-        else:
-            body = {"error": {"message": message, "type": code, "code": code, "param": None}}
+    def _error(self, api: providers.Api | None, status: int, message: str, kind: str) -> None:
+        body = providers.error_body(api.provider if api else "openai", status, message, kind)
         self._send_json(status, body, {"x-amb-replay": "miss"})
 
     def do_GET(self) -> None:
         if self.path.split("?", 1)[0].rstrip("/").endswith("/models"):
             self._send_json(200, {"object": "list", "data": []})
             return
-        self._error(None, 404, f"the replay endpoint has no route {self.path[:200]}", "not_found")
+        self._error(None, 404, f"the replay endpoint has no route {self.path[:200]}", NOT_FOUND)
 
     def do_POST(self) -> None:
-        api = api_of(self.path)
+        api = providers.classify("POST", self.path)
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             length = -1
         if length < 0 or length > MAX_BODY:
-            self._error(api, 400, "the request needs a Content-Length below 256 MiB", "invalid_request_error")
+            self._error(api, 400, "the request needs a Content-Length below 256 MiB", INVALID)
             return
         raw = self.rfile.read(length)
         if api is None:
-            self._error(None, 404, f"the replay endpoint has no route {self.path[:200]}", "not_found")
+            self._error(None, 404, f"the replay endpoint has no route {self.path[:200]}", NOT_FOUND)
+            return
+        # The recorded request blobs are decoded bodies: so is what they are matched with.
+        body, err = decode_content(raw, self.headers.get("Content-Encoding"), brotli)
+        if err is not None:
+            self._error(api, 400, f"cannot decode the request body: {err}", INVALID)
             return
         try:
-            body = decode_body(raw, self.headers.get("Content-Encoding"))
-        except (ValueError, OSError, zlib.error) as e:
-            self._error(api, 400, f"cannot decode the request body: {e}", "invalid_request_error")
-            return
-        try:
-            stream = bool(loads_untrusted(body).get("stream"))
-        except (ValueError, AttributeError):
-            stream = False
+            stream = providers.wants_stream(api, loads_untrusted(body))
+        except ValueError:
+            stream = api.streams_by_path
         r = self.replayer
-        out = r.matcher.take(api, body, stream)
+        out = r.matcher.take(api.api, body, stream)
         n = len(r.matcher.log)
         if out.call is None:
-            r.report(f"request {n} ({api}): no match: {out.why}")
-            self._error(api, 400, f"amb replay: {out.why}", "replay_miss")
+            r.report(f"request {n} ({api.api}): no match: {out.why}")
+            self._error(api, 400, f"amb replay: {out.why}", REPLAY_MISS)
             return
         call = out.call
-        r.report(f"request {n} ({api}): served {call.key} ({out.how}{', ' + out.why if out.why else ''})")
+        r.report(f"request {n} ({api.api}): served {call.key} ({out.how}{', ' + out.why if out.why else ''})")
         self._serve(call, out.how)
 
     def _serve(self, call: RecordedCall, how: str) -> None:
@@ -180,20 +138,23 @@ class Handler(BaseHTTPRequestHandler):
         headers = {"x-amb-replay": how, "x-amb-replay-call": call.key}
         ttfb = (call.ttfb_ms or 0) / 1000 if r.timing == "original" else 0.0
         total = max((call.latency_ms or 0) / 1000, ttfb) if r.timing == "original" else 0.0
-        if not call.stream or call.status >= 400 and not data.startswith(b"data:") and b"\ndata:" not in data:
+        media, events = call.response_media, [data]
+        if call.stream:
+            media, data = providers.as_recorded_stream(call.api, media, data, self.path)
+            events = frames(data, media)
+        if len(events) <= 1 and (not call.stream or call.status >= 400):
             time.sleep(total)
             self.send_response(call.status)
-            self.send_header("Content-Type", call.response_media)
+            self.send_header("Content-Type", media)
             self.send_header("Content-Length", str(len(data)))
             for k, v in headers.items():
                 self.send_header(k, v)
             self.end_headers()
             self.wfile.write(data)
             return
-        events = sse_events(data)
         time.sleep(ttfb)
         self.send_response(call.status)
-        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Type", media)
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         for k, v in headers.items():

@@ -28,10 +28,12 @@ from replay import search
 from replay.store import first
 from replay.summary import summaries
 from replay.verify import verify as verify_store
+from schemas import providers
 from schemas.blob import DIGEST_RE
 from schemas.blobstore import BlobStore
 from schemas.display import clip
 from schemas.errors import AmbError, BlobError
+from schemas.providers import render
 from schemas.untrusted_json import loads_untrusted
 
 
@@ -649,113 +651,9 @@ def event_detail(con: duckdb.DuckDBPyConnection, run_id: str, source: str, seq: 
 # ---------------------------------------------------------------- model calls
 
 
-def _text_of(content: Any, images: list[str]) -> tuple[str, list[dict[str, Any]]]:
-    """A message's text, and its non-text parts (images are listed, never inlined)."""
-    if content is None:
-        return "", []
-    if isinstance(content, str):
-        return content, []
-    parts: list[dict[str, Any]] = []
-    texts: list[str] = []
-    items = content if isinstance(content, list) else [content]
-    for item in items:
-        if isinstance(item, str):
-            texts.append(item)
-            continue
-        if not isinstance(item, dict):
-            continue
-        t = item.get("type")
-        if isinstance(item.get("text"), str):
-            texts.append(item["text"])
-        elif t in ("image_url", "input_image", "image"):
-            url = item.get("image_url")
-            url = url.get("url") if isinstance(url, dict) else url
-            source = item.get("source")
-            src: dict[str, Any] = source if isinstance(source, dict) else {}
-            if isinstance(url, str) and url.startswith("data:"):
-                images.append(url)
-                parts.append({"type": "image", "index": len(images) - 1, "chars": len(url)})
-            elif src.get("type") == "base64" and isinstance(src.get("data"), str):
-                images.append(f"data:{src.get('media_type', 'image/png')};base64,{src['data']}")
-                parts.append({"type": "image", "index": len(images) - 1, "chars": len(src["data"])})
-            else:
-                parts.append({"type": "image", "url": _clip(str(url or src.get("url") or ""), 300)})
-        elif t in ("tool_use", "function_call"):
-            args = item.get("input", item.get("arguments"))
-            parts.append(
-                {
-                    "type": "tool_call",
-                    "id": item.get("id") or item.get("call_id"),
-                    "name": item.get("name"),
-                    "arguments": _clip(args if isinstance(args, str) else json.dumps(args), TEXT_CAP),
-                }
-            )
-        elif t in ("tool_result", "function_call_output"):
-            inner, _ = _text_of(item.get("content", item.get("output")), images)
-            parts.append(
-                {
-                    "type": "tool_result",
-                    "id": item.get("tool_use_id") or item.get("call_id"),
-                    "text": inner[:TEXT_CAP],
-                    "truncated": len(inner) > TEXT_CAP,
-                }
-            )
-        else:
-            parts.append({"type": str(t), "json": _clip(json.dumps(item), 300)})
-    return "\n".join(texts), parts
-
-
 def request_messages(api: str, body: Any) -> tuple[list[dict[str, Any]], list[str]]:
     """The conversation a request carried, one entry per message, texts capped; and its inline images."""
-    images: list[str] = []
-    msgs: list[dict[str, Any]] = []
-    if not isinstance(body, dict):
-        return msgs, images
-
-    def add(role: str, content: Any, extra: dict[str, Any] | None = None) -> None:
-        text, parts = _text_of(content, images)
-        m: dict[str, Any] = {"role": role, "text": text[:TEXT_CAP], "truncated": len(text) > TEXT_CAP}
-        if parts:
-            m["parts"] = parts
-        if extra:
-            m.update(extra)
-        msgs.append(m)
-
-    if api == "messages" and body.get("system") is not None:
-        add("system", body["system"])
-    if api == "responses":
-        if body.get("instructions"):
-            add("system", body["instructions"])
-        items = body.get("input")
-        if isinstance(items, str):
-            add("user", items)
-        for item in items if isinstance(items, list) else []:
-            if not isinstance(item, dict):
-                continue
-            if item.get("type") in ("function_call", "function_call_output"):
-                add("tool" if item["type"].endswith("output") else "assistant", [item])
-            else:
-                add(str(item.get("role", item.get("type", "?"))), item.get("content"))
-        return msgs, images
-    for m in body.get("messages") or []:
-        if not isinstance(m, dict):
-            continue
-        extra: dict[str, Any] = {}
-        calls = m.get("tool_calls")
-        if isinstance(calls, list):
-            extra["tool_calls"] = [
-                {
-                    "id": c.get("id"),
-                    "name": (c.get("function") or {}).get("name"),
-                    "arguments": _clip((c.get("function") or {}).get("arguments"), TEXT_CAP),
-                }
-                for c in calls
-                if isinstance(c, dict)
-            ]
-        if m.get("tool_call_id"):
-            extra["tool_call_id"] = m["tool_call_id"]
-        add(str(m.get("role", "?")), m.get("content"), extra)
-    return msgs, images
+    return render.for_person(providers.conversation(api, body), TEXT_CAP, _clip)
 
 
 def _raw(blobs: BlobStore, ref: dict[str, Any] | None) -> tuple[bytes | None, dict[str, Any] | None]:

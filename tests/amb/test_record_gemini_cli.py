@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,23 +42,14 @@ def test_gemini_cli_writes_a_file_and_every_call_is_recorded(tmp_path, gemini):
         "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
     }
     (home / ".gemini" / "settings.json").write_text(json.dumps(settings))
+    shutil.copytree(home, tmp_path / "home-before")
     target = ws / "hello.txt"
     script = [{"name": "write_file", "args": {"file_path": str(target), "content": CONTENT}}]
-    with FakeUpstream(host="127.0.0.1", gemini_script=script) as fake:
-        res = subprocess.run(
-            [
-                str(BIN / "amb-record"),
-                "--store",
-                str(store),
-                "--upstream",
-                f"gemini={fake.url}",
-                "--",
-                str(gemini),
-                "-p",
-                "Write hello.txt with a greeting",
-                "--yolo",
-                "--skip-trust",
-            ],
+    cli = [str(gemini), "-p", "Write hello.txt with a greeting", "--yolo", "--skip-trust"]
+
+    def record(*options: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(BIN / "amb-record"), "--store", str(store), *options, "--", *cli],
             cwd=ws,
             env={**os.environ, **REAL_KEYS, "HOME": str(home)},
             stdin=subprocess.DEVNULL,
@@ -65,6 +57,9 @@ def test_gemini_cli_writes_a_file_and_every_call_is_recorded(tmp_path, gemini):
             text=True,
             timeout=240,
         )
+
+    with FakeUpstream(host="127.0.0.1", gemini_script=script) as fake:
+        res = record("--upstream", f"gemini={fake.url}")
         seen = list(fake.requests)
     assert res.returncode == 0, res.stderr[-3000:]
     assert target.read_text() == CONTENT
@@ -106,3 +101,16 @@ def test_gemini_cli_writes_a_file_and_every_call_is_recorded(tmp_path, gemini):
     assert sealed == [{"path": "hello.txt"}]
     assert_no_key_bytes(store)
     assert amb(store, "verify").returncode == 0
+
+    # Replayed from the same folder and home: the CLI writes the file again with nothing upstream.
+    # Its own call ids carry the time (write_file_<ms>_0), so a request differs from the recorded
+    # one only there, which lenient matching masks: every call is served by its masked body.
+    target.unlink()
+    shutil.rmtree(home)
+    shutil.copytree(tmp_path / "home-before", home)
+    again = record("--replay", run_id, "--replay-match", "lenient")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert target.read_text() == CONTENT
+    n = len(calls)
+    assert f"(lenient): {n} of {n} recorded calls served, 0 unmatched request(s)" in again.stderr
+    assert again.stderr.count("(lenient)\n") == n  # each by its masked body, none only the closest

@@ -8,6 +8,7 @@ keys only upstream, and no key in the store."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import subprocess
@@ -132,9 +133,9 @@ def test_google_genai_sdk_is_fully_recorded(tmp_path, agents_py):
     )
     assert pairs[1]["requested_in"] == rows[2]["call_id"] and pairs[1]["answered_in"] is None
     # The inline image is in the request blob, as sent (the SDK uses the URL-safe alphabet).
-    image = base64.urlsafe_b64encode(bytes(range(256)) * 1024)  # as the SDK sends it
     ref = BlobRef(blob=rows[4]["request_blob"], size=0)
-    assert image in BlobStore(store / "blobs").get(ref)
+    sent = json.loads(BlobStore(store / "blobs").get(ref))["contents"][0]["parts"][0]["inlineData"]["data"]
+    assert hashlib.sha256(base64.urlsafe_b64decode(sent)).hexdigest() == client["image_sha256"]
 
 
 def test_openai_sdk_on_gateways_and_anthropic_behind_a_prefix(tmp_path, agents_py):

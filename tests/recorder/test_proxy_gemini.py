@@ -10,13 +10,14 @@ import httpx
 import pytest
 from mitmproxy.http import Headers
 
-from recorder.proxy import calls, gemini, history, openai_chat
+from recorder.proxy import calls, history
 from recorder.proxy.custody import Custody
 from recorder.proxy.ledger import Ledger
 from recorder.proxy.skim import MIN_SPAN
 from recorder.proxy.upstreams import parse, resolve
 from schemas.errors import UsageError
 from schemas.events import ModelCallCompleted, ToolCallRequested, ToolCallResult, Usage
+from schemas.providers import CHAT, COUNT_TOKENS, GENERATE, RESPONSES, STREAM_GENERATE, gemini, openai_chat
 from tests.fakes.harness import REAL_KEYS, Recording
 from tests.fakes.upstream import GEMINI_THOUGHT, TEXT, TOOL_ARGS, FakeUpstream
 
@@ -45,16 +46,16 @@ def chunk(parts: list, finish: str | None = None, usage: dict | None = None) -> 
 @pytest.mark.parametrize(
     ("path", "api"),
     [
-        ("/v1beta/models/gemini-2.5-flash:generateContent", calls.GENERATE),
-        ("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", calls.STREAM_GENERATE),
-        ("/gw/google/v1/models/g:countTokens", calls.COUNT_TOKENS),
-        ("/v1/projects/p/locations/l/publishers/google/models/g:generateContent", calls.GENERATE),
-        ("/v1beta/tunedModels/mine:generateContent", calls.GENERATE),
+        ("/v1beta/models/gemini-2.5-flash:generateContent", GENERATE),
+        ("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", STREAM_GENERATE),
+        ("/gw/google/v1/models/g:countTokens", COUNT_TOKENS),
+        ("/v1/projects/p/locations/l/publishers/google/models/g:generateContent", GENERATE),
+        ("/v1beta/tunedModels/mine:generateContent", GENERATE),
         ("/v1beta/models/g:embedContent", None),
         ("/v1beta/models/g", None),
-        ("/openai/deployments/gpt4o/chat/completions?api-version=2024-10-21", calls.CHAT),
-        ("/api/paas/v4/chat/completions", calls.CHAT),
-        ("/openai/v1/responses", calls.RESPONSES),
+        ("/openai/deployments/gpt4o/chat/completions?api-version=2024-10-21", CHAT),
+        ("/api/paas/v4/chat/completions", CHAT),
+        ("/openai/v1/responses", RESPONSES),
     ],
 )
 def test_classify(path, api):
@@ -86,7 +87,7 @@ def test_json_response_with_thought_text_and_function_call_raw_args():
         '"finishReason": "STOP", "index": 0}], "usageMetadata": ' + json.dumps(USAGE) + ","
         '"modelVersion": "gemini-test-001"}'
     ).encode()
-    result, _, err = calls.parse_response(calls.GENERATE, body, None, "application/json")
+    result, _, err = calls.parse_response(GENERATE, body, None, "application/json")
     assert err is None and result.complete
     msg = result.message()
     assert (msg.text, msg.reasoning) == ("Hello there", "hmm")
@@ -109,7 +110,7 @@ STREAM = [
 
 
 def test_sse_stream():
-    result, _, _ = calls.parse_response(calls.STREAM_GENERATE, sse(STREAM), None, "text/event-stream")
+    result, _, _ = calls.parse_response(STREAM_GENERATE, sse(STREAM), None, "text/event-stream")
     msg = result.message()
     assert (msg.text, msg.reasoning, result.complete) == ("Hello", "thinking", True)
     assert [(t.name, t.arguments) for t in msg.tool_calls] == [("a", '{"x": 1}'), ("b", "{}")]
@@ -118,22 +119,22 @@ def test_sse_stream():
 
 def test_json_array_stream_whole_and_cut_off():
     whole = ("[" + ",\r\n".join(json.dumps(c) for c in STREAM) + "]").encode()
-    result, _, _ = calls.parse_response(calls.STREAM_GENERATE, whole, None, "application/json")
+    result, _, _ = calls.parse_response(STREAM_GENERATE, whole, None, "application/json")
     assert result.complete and result.message().text == "Hello" and len(result.tool_calls) == 2
     cut = whole[: whole.index(b'"lo"') + 10]  # inside the third element
-    result, _, _ = calls.parse_response(calls.STREAM_GENERATE, cut, None, "application/json")
+    result, _, _ = calls.parse_response(STREAM_GENERATE, cut, None, "application/json")
     assert not result.complete and result.message().text == "Hel"
 
 
 def test_error_body():
     body = b'{"error": {"code": 400, "message": "API key not valid.", "status": "INVALID_ARGUMENT"}}'
-    result, _, _ = calls.parse_response(calls.GENERATE, body, None, "application/json")
+    result, _, _ = calls.parse_response(GENERATE, body, None, "application/json")
     assert result.error == "API key not valid."
 
 
 def test_a_blocked_prompt_is_the_stop_reason():
     body = b'{"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": {"promptTokenCount": 9}}'
-    result, _, _ = calls.parse_response(calls.GENERATE, body, None, "application/json")
+    result, _, _ = calls.parse_response(GENERATE, body, None, "application/json")
     assert (result.stop_reason, result.usage, result.message().text) == (
         "prompt_blocked: SAFETY",
         Usage(input_total=9),
@@ -145,9 +146,9 @@ def test_count_tokens_is_a_call_that_generated_nothing_and_answers_no_tool():
     req = {
         "contents": [{"role": "user", "parts": [{"functionResponse": {"name": "a", "response": {"o": 1}}}]}]
     }
-    info = calls.parse_request(calls.COUNT_TOKENS, json.dumps(req).encode())
+    info = calls.parse_request(COUNT_TOKENS, json.dumps(req).encode())
     assert info.tool_results == []
-    result, _, _ = calls.parse_response(calls.COUNT_TOKENS, b'{"totalTokens": 42}', None, "application/json")
+    result, _, _ = calls.parse_response(COUNT_TOKENS, b'{"totalTokens": 42}', None, "application/json")
     assert result.usage == Usage() and result.complete
 
 
@@ -190,9 +191,9 @@ FIRST_ANSWER = chunk(
 def gemini_call(ledger: Ledger, contents: list, answer: dict | None = None) -> tuple[list, list]:
     """One generateContent call through the parser and the ledger: (the ids its function calls
     are recorded under, the function responses recorded with it as (id, name, output, is_error))."""
-    info = calls.parse_request(calls.GENERATE, json.dumps({"contents": contents}).encode())
+    info = calls.parse_request(GENERATE, json.dumps({"contents": contents}).encode())
     result, _, _ = calls.parse_response(
-        calls.GENERATE,
+        GENERATE,
         json.dumps(answer or chunk([{"text": "done"}], "STOP")).encode(),
         None,
         "application/json",
@@ -600,7 +601,7 @@ HOSTILE: list[Any] = [
 @pytest.mark.parametrize("body", HOSTILE)
 def test_hostile_bodies_never_raise(body):
     raw = json.dumps(body).encode()
-    for api in (calls.GENERATE, calls.STREAM_GENERATE, calls.COUNT_TOKENS):
+    for api in (GENERATE, STREAM_GENERATE, COUNT_TOKENS):
         calls.parse_request(api, raw)
         for ctype in ("application/json", "text/event-stream"):
             result, _, _ = calls.parse_response(api, raw, None, ctype)
@@ -622,7 +623,7 @@ def test_hostile_streams_never_raise():
     ]
     for raw in junk:
         for ctype in ("application/json", "text/event-stream"):
-            result, _, _ = calls.parse_response(calls.STREAM_GENERATE, raw, None, ctype)
+            result, _, _ = calls.parse_response(STREAM_GENERATE, raw, None, ctype)
             assert not result.complete
 
 

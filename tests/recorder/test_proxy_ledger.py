@@ -23,6 +23,7 @@ from recorder.spool import spool_path
 from schemas.codec import decode_event
 from schemas.events import ToolCallRequested, ToolCallResult
 from schemas.frames import scan
+from schemas.providers import CHAT, GENERATE, MESSAGES, RESPONSES, Api
 
 Call = tuple[str | None, str, dict[str, Any]]
 """A tool call as the model makes it: (the provider's id or None, name, arguments)."""
@@ -31,7 +32,7 @@ Call = tuple[str | None, str, dict[str, Any]]
 class Dialect:
     """One API's wire format for a conversation's items, requests and answers."""
 
-    api: calls.Api
+    api: Api
     ctype = "application/json"
 
     def user(self, text: str) -> dict[str, Any]:
@@ -54,7 +55,7 @@ class Dialect:
 
 
 class Gemini(Dialect):
-    api = calls.GENERATE
+    api = GENERATE
 
     def user(self, text: str) -> dict[str, Any]:
         return {"role": "user", "parts": [{"text": text}]}
@@ -81,7 +82,7 @@ class Gemini(Dialect):
 
 
 class Chat(Dialect):
-    api = calls.CHAT
+    api = CHAT
 
     def _message(self, asked: list[Call]) -> dict[str, Any]:
         return {
@@ -114,7 +115,7 @@ class Chat(Dialect):
 
 
 class Messages(Dialect):
-    api = calls.MESSAGES
+    api = MESSAGES
 
     def _blocks(self, asked: list[Call]) -> list[dict[str, Any]]:
         return [
@@ -136,7 +137,7 @@ class Messages(Dialect):
 
 
 class Responses(Dialect):
-    api = calls.RESPONSES
+    api = RESPONSES
 
     def request(self, items, previous=None):
         return {"model": "m", "input": items, **({"previous_response_id": previous} if previous else {})}
@@ -435,17 +436,17 @@ def test_a_record_waits_for_the_record_of_the_call_it_answers(tmp_path):
 
         def facts(call_id: str, request: Future, answer: dict) -> CallFacts:
             body = json.dumps(answer).encode()
-            return CallFacts(call_id, calls.GENERATE, url, request, 0, 200, [body], None, "application/json")
+            return CallFacts(call_id, GENERATE, url, request, 0, 200, [body], None, "application/json")
 
         held: Future = Future()  # the first call's record is busy (held at its request's parse)
         first = facts("first", held, d.answer(asked, 1))
         sink.record_call(first)
         second_body = json.dumps(d.request([*opening, *d.echo(asked), *d.results(asked, ["done"])])).encode()
-        second = facts("second", sink.prepare_request(calls.GENERATE, second_body, None), d.answer([], 2))
+        second = facts("second", sink.prepare_request(GENERATE, second_body, None), d.answer([], 2))
         second.request.result(5)
         assert sink.writing_before(second) == [first.written]
         held.set_result(
-            sink.prepare_request(calls.GENERATE, json.dumps(d.request(opening)).encode(), None).result()
+            sink.prepare_request(GENERATE, json.dumps(d.request(opening)).encode(), None).result()
         )
         first.written.result(5)
         assert sink.writing_before(second) == []

@@ -12,21 +12,21 @@ import msgspec
 import pytest
 
 from recorder.proxy import calls
-from recorder.proxy.calls import CHAT, GENERATE, MESSAGES, RESPONSES
 from recorder.proxy.skim import MIN_SPAN, STRIDE, skim
+from schemas.providers import CHAT, GENERATE, MESSAGES, RESPONSES, Api, parse_request
 
 
 def b64(n: int, seed: int = 0) -> str:
     return base64.b64encode(random.Random(seed).randbytes(n * 3 // 4 + 3)).decode()[:n]
 
 
-def full_parse(api: calls.Api, body: bytes):
+def full_parse(api: Api, body: bytes):
     """The reference: the whole body decoded, no skimming (its conversation chained as a whole)."""
     try:
         doc = msgspec.json.decode(body)
     except msgspec.DecodeError:
         doc = None
-    return calls.chain_conversation(api, api.parser.parse_request(doc), None)
+    return calls.chain_conversation(api, parse_request(api, doc), None)
 
 
 def test_the_cut_is_the_payload_and_nothing_else():
@@ -123,7 +123,7 @@ def test_invalid_json_is_parsed_whole():
     assert calls.parse_request(CHAT, body) == full_parse(CHAT, body)
 
 
-def _random_request(rng: random.Random, api: calls.Api) -> dict:
+def _random_request(rng: random.Random, api: Api) -> dict:
     def image() -> dict:
         n = rng.choice([1_000, MIN_SPAN - 1, MIN_SPAN + 1, rng.randrange(MIN_SPAN, 400_000)])
         data = b64(n, rng.randrange(1 << 30))

@@ -58,3 +58,43 @@ def viewer(viewer_store):
 
     with Running(viewer_store.root) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def genai_run(tmp_path_factory):
+    """The google-genai agent (tests/fakes/agents/genai_agent.py, the newest SDK: function calls
+    streamed and not, countTokens, an inline PNG) recorded by amb-record against the fake Gemini API,
+    which stays up for the session (so a test can tell that nothing more reached it)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from tests.fakes.agents import agents_python
+    from tests.fakes.harness import REAL_KEYS
+    from tests.fakes.upstream import FakeUpstream
+
+    root = tmp_path_factory.mktemp("genai")
+    store, ws = root / "store", root / "ws"
+    ws.mkdir()
+    agent = Path(__file__).parents[1] / "fakes" / "agents" / "genai_agent.py"
+    with FakeUpstream(prefix="/google") as fake:
+        proc = subprocess.run(
+            [str(Path(sys.executable).parent / "amb-record"), "--store", str(store)]
+            + ["--upstream", f"gemini={fake.url}/google", "--", str(agents_python()), str(agent)],
+            cwd=ws,
+            env={**os.environ, **REAL_KEYS, "GENAI_KEY_OUT": str(root / "key")},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr
+        yield SimpleNamespace(
+            store=store,
+            run_id=proc.stdout.strip().splitlines()[-1],
+            workspace=ws,
+            client=json.loads((ws / "client.json").read_text()),
+            fake=fake,
+        )

@@ -364,3 +364,20 @@ def test_anthropic_and_responses_requests_map_to_atif(tmp_path):
     assert doc["steps"][2]["metrics"]["cached_tokens"] == 60
     v = harbor_validator_class()()
     assert v.validate(str(out / "anthropic-1" / "trajectory.json")), v.get_errors()
+
+
+def test_a_gemini_run_maps_to_atif(tmp_path, genai_run):
+    """A google-genai run's Gemini calls: the user's turns from ``contents``, the declared functions
+    from ``functionDeclarations``, each function call with its response as the observation."""
+    out = tmp_path / "out"
+    r = amb("export", "atif", "--store", str(genai_run.store), genai_run.run_id, "--out", str(out))
+    assert r.exit_code == 0, r.output
+    doc = json.loads((out / genai_run.run_id / "trajectory.json").read_text())
+    assert [t["function"]["name"] for t in doc["agent"]["tool_definitions"]] == ["read_file"]
+    users = [s["message"] for s in doc["steps"] if s["source"] == "user"]
+    assert users[:2] == ["read notes.md", "list the files"]
+    first = next(s for s in doc["steps"] if s.get("tool_calls"))
+    assert first["tool_calls"][0]["function_name"] == "read_file"
+    assert first["observation"]["results"][0]["content"] == "notes: ok"
+    v = harbor_validator_class()()
+    assert v.validate(str(out / genai_run.run_id / "trajectory.json")), v.get_errors()

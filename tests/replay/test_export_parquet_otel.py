@@ -259,3 +259,35 @@ KNOWN_GEN_AI: set[str] = set()
 @pytest.fixture(autouse=True, scope="module")
 def _load_known():
     KNOWN_GEN_AI.update(_known_gen_ai())
+
+
+def test_otel_messages_of_a_gemini_run(tmp_path, genai_run):
+    """``--messages``: each chat span carries its call's conversation and answer in the GenAI
+    conventions' shape, a Gemini call's function call and function response included."""
+    out = tmp_path / "t.jsonl"
+    r = amb(
+        "export", "otel", "--store", str(genai_run.store), genai_run.run_id, "--messages", "--out", str(out)
+    )
+    assert r.exit_code == 0, r.output
+    spans = json.loads(out.read_text())["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    chats = [{a["key"]: a["value"] for a in s["attributes"]} for s in spans if s["name"].startswith("chat")]
+    assert len(chats) == 7 and all("gen_ai.output.messages" in c for c in chats)
+    second = json.loads(chats[1]["gen_ai.input.messages"]["stringValue"])
+    assert [m["role"] for m in second] == ["user", "assistant", "tool"]
+    parts = [p for m in second for p in m["parts"]]
+    assert {"type": "text", "content": "read notes.md"} in parts
+    call = next(p for p in parts if p["type"] == "tool_call")
+    assert call["name"] == "read_file" and call["arguments"]["path"] == 'notes "draft".md'
+    assert {"type": "tool_call_response", "id": "", "response": "notes: ok"} in parts
+    answer = json.loads(chats[0]["gen_ai.output.messages"]["stringValue"])
+    assert answer[0]["role"] == "assistant" and answer[0]["finish_reason"] == "STOP"
+    assert [p["type"] for p in answer[0]["parts"]] == ["reasoning", "text", "tool_call"]
+    # Without --messages the spans carry none (the file stays small).
+    plain = tmp_path / "p.jsonl"
+    assert (
+        amb(
+            "export", "otel", "--store", str(genai_run.store), genai_run.run_id, "--out", str(plain)
+        ).exit_code
+        == 0
+    )
+    assert "gen_ai.input.messages" not in plain.read_text()

@@ -28,5 +28,5 @@ def test_the_viewers_diff_shows_deep_arguments_as_text() -> None:
 
 
 def test_the_atif_export_keeps_deep_arguments_out_of_its_objects() -> None:
-    assert atif._request(DEEP_BODY) == (None, [], [])
+    assert atif._request("chat.completions", DEEP_BODY) == (None, [], [])
     assert atif._arguments(DEEP) == ({}, False)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from replay.replayer import recorded
 from replay.replayer.server import ReplayServer, open_replayer
 from replay.store import Store
 from replay.web import diff as diffs
@@ -124,17 +125,23 @@ def test_newest_sdks_replay_unchanged_under_strict(tmp_path, fake):
     assert 0 < streamed[0] < streamed[1]  # both kinds went through the replay
 
 
+def sealed_files(store: Path, run_id: str) -> dict[str, str]:
+    with Store.open(store, read_only=True) as st:
+        files = st.con.execute(
+            "SELECT CAST(payload->'$.files' AS VARCHAR) FROM events "
+            "WHERE run_id = ? AND kind = 'submission.sealed'",
+            [run_id],
+        ).fetchall()[0][0]
+    return {f["path"]: f["sha256"] for f in json.loads(files)}
+
+
 def test_baseline_replay_reproduces_every_call_and_the_submission(viewer_store, tmp_path):
     """The demo's baseline agent, replayed in its own workspace: the same calls, the same files."""
     # A copy of the session's store: the other tests count its runs.
     store, ws = tmp_path / "store", viewer_store.workspace / "clean"
     shutil.copytree(viewer_store.root, store)
+    files_a = sealed_files(store, viewer_store.clean)
     with Store.open(store, read_only=True) as st:
-        sealed = st.con.execute(
-            "SELECT CAST(payload->'$.files' AS VARCHAR) FROM events "
-            "WHERE run_id = ? AND kind = 'submission.sealed'",
-            [viewer_store.clean],
-        ).fetchall()[0][0]
         n_calls = st.con.execute(
             "SELECT count(*) FROM model_calls WHERE run_id = ?", [viewer_store.clean]
         ).fetchall()[0][0]
@@ -172,14 +179,8 @@ def test_baseline_replay_reproduces_every_call_and_the_submission(viewer_store, 
     assert proc.returncode == 0, proc.stderr
     assert f"(strict): {n_calls} of {n_calls} recorded calls served, 0 unmatched request(s)" in proc.stderr
     with Store.open(store, read_only=True) as st:
-        sealed_b = st.con.execute(
-            "SELECT CAST(payload->'$.files' AS VARCHAR) FROM events "
-            "WHERE run_id = ? AND kind = 'submission.sealed'",
-            [run_b],
-        ).fetchall()[0][0]
         a, b = diffs.load_steps(st.con, viewer_store.clean), diffs.load_steps(st.con, run_b)
-    files_a = {f["path"]: f["sha256"] for f in json.loads(sealed)}
-    files_b = {f["path"]: f["sha256"] for f in json.loads(sealed_b)}
+    files_b = sealed_files(store, run_b)
     assert any(p.startswith("agents_outputs/") for p in files_a)
     assert files_b == files_a  # the same submission: every sealed file, byte for byte
     assert diffs.summarize(diffs.align(a, b), a, b)["identical"]  # the same tool calls, in order
@@ -244,3 +245,81 @@ def test_original_timing_paces_a_stream_as_recorded(tmp_path, fake):
             assert t_first >= 0.9 * paced.ttfb_ms / 1000 and total >= 0.9 * paced.latency_ms / 1000
         else:
             assert total < 0.9 * paced.latency_ms / 1000
+
+
+def test_a_google_genai_run_replays_unchanged_under_strict(tmp_path, genai_run, monkeypatch):
+    """The Gemini API served back: generateContent and streamGenerateContent (SSE, and the JSON
+    array of a raw HTTP client), countTokens, a function call answered in the next request. Every
+    request is the recorded one byte for byte, the agent receives what it received, and the
+    replayed run's submission is the original's."""
+    store = tmp_path / "store"
+    shutil.copytree(genai_run.store, store)
+    n_upstream = len(genai_run.fake.requests)
+    monkeypatch.setenv("GENAI_KEY_OUT", str(tmp_path / "key"))
+    again, run_b = record(
+        store,
+        tmp_path / "ws",
+        [str(agents_python()), str(AGENTS / "genai_agent.py")],
+        "--replay",
+        genai_run.run_id,
+        "--replay-match",
+        "strict",
+    )
+    assert again.returncode == 0, again.stderr
+    assert "(strict): 7 of 7 recorded calls served, 0 unmatched request(s)" in again.stderr
+    assert len(genai_run.fake.requests) == n_upstream  # nothing reached the provider
+    assert json.loads((tmp_path / "ws" / "client.json").read_text()) == genai_run.client
+    original = sealed_files(store, genai_run.run_id)
+    assert "client.json" in original and sealed_files(store, run_b) == original
+    assert labels_of(store, run_b) == {"replay_of": genai_run.run_id, "replay_match": "strict"}
+    with Store.open(store, read_only=True) as st:
+        apis = st.con.execute(
+            "SELECT api, stream FROM model_calls WHERE run_id = ? ORDER BY seq", [run_b]
+        ).fetchall()
+    assert {a for a, _ in apis} == {"generateContent", "streamGenerateContent", "countTokens"}
+    assert any(s for _, s in apis) and not all(s for _, s in apis)
+
+
+def test_gemini_streams_are_sent_again_byte_for_byte(genai_run):
+    """Each recorded Gemini stream (SSE with CRLF line ends, and the JSON array) comes back with its
+    bytes and media type as recorded, and a whole response as a whole one."""
+    replayer = open_replayer(genai_run.store, genai_run.run_id, "sequence", "fast")
+    with Store.open(genai_run.store, read_only=True) as st:
+        urls = dict(
+            st.con.execute(
+                "SELECT e.payload->>'$.call_id', e.payload->>'$.url' FROM events e "
+                "WHERE e.run_id = ? AND e.kind = 'model_call.completed'",
+                [genai_run.run_id],
+            ).fetchall()
+        )
+    seen = set()
+    with ReplayServer(replayer) as server:
+        con = http.client.HTTPConnection("127.0.0.1", server.server.server_port, timeout=30)
+        for call in replayer.matcher.calls:
+            path = "/" + urls[call.call_id].split("/", 3)[3].removeprefix("google/")
+            con.request("POST", path, body=call.body, headers={"content-type": "application/json"})
+            r = con.getresponse()
+            got = r.read()
+            assert call.response_blob is not None
+            assert r.status == call.status and got == replayer.blobs.get(call.response_blob)
+            assert r.getheader("content-type") == call.response_media
+            seen.add((call.api, call.response_media, r.getheader("transfer-encoding")))
+    assert ("streamGenerateContent", "text/event-stream", "chunked") in seen
+    assert ("streamGenerateContent", "application/json", "chunked") in seen
+    assert ("generateContent", "application/json", None) in seen
+
+
+def test_a_gemini_request_is_compared_item_by_item():
+    """The lenient matcher and the miss message look into a Gemini body's ``contents`` as they do
+    into ``messages`` and ``input``: a request that differs in its last turn is close, and the
+    miss names that turn."""
+    turn = [{"role": "user", "parts": [{"text": f"step {i}"}]} for i in range(3)]
+    a = json.dumps({"contents": turn, "generationConfig": {"temperature": 0}})
+    b = json.dumps(
+        {
+            "contents": turn[:2] + [{"role": "user", "parts": [{"text": "other"}]}],
+            "generationConfig": {"temperature": 0},
+        }
+    )
+    assert recorded.similarity(a, b) == pytest.approx(2 / 3)
+    assert recorded.first_difference(a.encode(), b.encode()) == "contents[2] differs"

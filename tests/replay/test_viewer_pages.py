@@ -6,9 +6,12 @@ ran as script (``window.__pwned``) and that the page logged no error.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
 import re
 import tarfile
+from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
@@ -26,8 +29,8 @@ def browser():
         b.close()
 
 
-@pytest.fixture
-def page(browser, viewer):
+@contextlib.contextmanager
+def checked_page(browser) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1300, "height": 900})
     pg = context.new_page()
     pg.set_default_timeout(TIMEOUT_MS)
@@ -38,6 +41,12 @@ def page(browser, viewer):
     assert pg.evaluate("window.__pwned") is None, "hostile content ran as script"
     assert not errors, errors
     context.close()
+
+
+@pytest.fixture
+def page(browser, viewer):
+    with checked_page(browser) as pg:
+        yield pg
 
 
 def test_runs_list_filters_and_pages(page: Page, viewer, viewer_store):
@@ -190,3 +199,30 @@ def test_an_unknown_cost_reads_unknown_never_zero(page: Page, viewer, viewer_sto
     expect(row).to_have_count(1)
     headers = page.locator("thead th").all_inner_texts()
     expect(row.locator("td").nth(headers.index("cost $"))).to_have_text("unknown")
+
+
+def test_a_gemini_calls_messages_function_calls_and_image_render(browser, genai_run):
+    """A call of the google-genai agent: its user turn, the model's turn with its function call,
+    the function response, and the reply; and the inline PNG of another call, served decoded."""
+    from replay.web.server import Running
+
+    with Running(genai_run.store) as viewer, checked_page(browser) as page:
+        page.goto(viewer.url + f"/runs/{genai_run.run_id}")
+        calls = page.locator(".ev[data-kind='model_call.completed']")
+        expect(calls).to_have_count(7)
+        calls.nth(1).click()  # the second request: it carries the first turn's function call and its answer
+        detail = page.locator(".detail").first
+        roles = detail.locator(".messages .msg .role")
+        expect(roles).to_have_text(["user", "assistant", "tool"])
+        expect(detail.locator(".messages .msg").first).to_contain_text("read notes.md")
+        expect(detail.locator(".messages .tool-call")).to_contain_text('read_file({"path"')
+        expect(detail.locator(".messages .tool-result")).to_contain_text("notes: ok")
+        expect(detail.locator(".reply .reply-text")).to_contain_text("Hello from the fake upstream")
+        calls.nth(4).click()  # the call with the inline image
+        image = page.locator(".detail img.preview").first
+        expect(image).to_be_visible()
+        page.wait_for_function("i => i.complete && i.naturalWidth > 0", arg=image.element_handle())
+        assert image.evaluate("i => i.naturalWidth") == 160
+        served = page.request.get(viewer.url + (image.get_attribute("src") or ""))
+        assert served.headers["content-type"] == "image/png"
+        assert hashlib.sha256(served.body()).hexdigest() == genai_run.client["image_sha256"]  # as sent

@@ -2,11 +2,15 @@
 (GOOGLE_GEMINI_BASE_URL, a placeholder GEMINI_API_KEY). Function calling (not streamed, then
 streamed over SSE), countTokens, an inline image, and two raw HTTP calls the SDK does not make: the
 key as ``?key=`` and the JSON-array stream (no ``alt=sse``). Writes what it received to client.json
-so the test can compare it with the record."""
+so the test can compare it with the record; the key it was given goes there too, or to the file
+``GENAI_KEY_OUT`` names (outside the workspace: a replay's workspace then holds the same files)."""
 
+import hashlib
 import json
 import os
+import struct
 import urllib.request
+import zlib
 
 from google import genai
 from google.genai import types
@@ -54,8 +58,26 @@ record("streamGenerateContent", "".join(text), stream_calls)
 n = client.models.count_tokens(model=MODEL, contents="how many tokens is this").total_tokens
 calls.append({"api": "countTokens", "total": n})
 
-# 5. An inline image (large enough for the request parse to skim it out).
-image = types.Part.from_bytes(data=bytes(range(256)) * 1024, mime_type="image/png")
+
+# 5. An inline image: a real PNG, stored uncompressed, large enough for the request parse to skim it
+# out (the SDK sends it in base64's URL-safe alphabet).
+def png(side):
+    rows = b"".join(b"\0" + bytes((x * 7 + y * 13) % 256 for x in range(side * 4)) for y in range(side))
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    head = struct.pack(">IIBBBBB", side, side, 8, 6, 0, 0, 0)  # RGBA, 8 bits a channel
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", head)
+        + chunk(b"IDAT", zlib.compress(rows, 0))
+        + chunk(b"IEND", b"")
+    )
+
+
+picture = png(160)
+image = types.Part.from_bytes(data=picture, mime_type="image/png")
 r5 = client.models.generate_content(model=MODEL, contents=[image, "describe"])
 record("generateContent", r5.text, [])
 
@@ -88,4 +110,9 @@ record(
     [],
 )
 
-json.dump({"calls": calls, "key": key, "sdk": genai.__version__}, open("client.json", "w"))
+facts = {"calls": calls, "image_sha256": hashlib.sha256(picture).hexdigest(), "sdk": genai.__version__}
+if os.environ.get("GENAI_KEY_OUT"):
+    open(os.environ["GENAI_KEY_OUT"], "w").write(key)
+else:
+    facts["key"] = key
+json.dump(facts, open("client.json", "w"))

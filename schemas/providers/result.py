@@ -1,14 +1,20 @@
-"""What a provider parser recovers from one call's request and response."""
+"""What a provider parser recovers from one call's request and response, and the helpers the
+parsers share (lenient JSON, text of a content, error bodies, OpenAI-style usage)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
-from recorder.proxy.history import Sig, args_digest
 from schemas.events import AssistantMessage, ToolCallPart, Usage
+
+QUOTA, INVALID, NOT_FOUND, REPLAY_MISS = "quota", "invalid_request", "not_found", "replay_miss"
+"""The errors amb itself answers a model call with (a budget refusal, a request the replay endpoint
+cannot read, a path it does not serve, a request no recorded call matches), each provider module
+naming them in its own error body (``error_body(status, message, kind)``)."""
 
 
 @dataclass
@@ -16,7 +22,7 @@ class ToolResult:
     """A tool result the agent sent back to the model inside a request."""
 
     tool_call_id: str
-    """The recorded id of the call it answers (set by ``recorder.proxy.ledger``; empty until then)."""
+    """The recorded id of the call it answers (set by the proxy's tool-call ledger; empty until then)."""
     output: str
     name: str | None = None
     is_error: bool | None = None
@@ -39,10 +45,6 @@ class ModelTurn:
     """(id, name, arguments) of each call."""
 
     @property
-    def sig(self) -> Sig:
-        return tuple((name, args_digest(args)) for _, name, args in self.calls)
-
-    @property
     def ids(self) -> frozenset[str]:
         """The ids it gives its calls (the provider's, or the client's own), empty ones left out."""
         return frozenset(w for w, _, _ in self.calls if w)
@@ -56,16 +58,25 @@ class RequestInfo:
     chars: int = 0
     """Characters of prompt-ish content, for the usage estimate when none is reported."""
     chain: list[int] = field(default_factory=list)
-    """The conversation the request carries, chained item by item (``recorder.proxy.history``);
+    """The conversation the request carries, chained item by item (by the proxy's history digests);
     empty when it carries none (``countTokens``, a body that is not the API's)."""
     items: list[Any] | None = None
-    """The conversation's items as the parser found them, until ``calls.parse_request`` chains
-    them (it knows whether the body was skimmed) and lets them go."""
+    """The conversation's items as the parser found them, until the proxy chains them (it knows
+    whether the body was skimmed) and lets them go."""
     model_turns: dict[int, ModelTurn] = field(default_factory=dict)
     """The model turns in that conversation that asked for tools: item index → their calls."""
     previous: str | None = None
     """The response the request continues, when the API keeps the history (Responses'
     ``previous_response_id``)."""
+
+    @classmethod
+    def of(cls, body: Any) -> RequestInfo:
+        """The facts every request body gives the same way: its ``model`` and ``stream`` flag."""
+        info = cls()
+        if isinstance(body, dict):
+            info.model = body.get("model") if isinstance(body.get("model"), str) else None
+            info.stream = body.get("stream") is True
+        return info
 
 
 @dataclass
@@ -87,6 +98,14 @@ class Reassembled:
     """The cost the provider or gateway reported (OpenRouter's ``usage.cost``), if any."""
     response_id: str | None = None
     """The provider's id of the response, when a later request can name it (Responses)."""
+
+    @classmethod
+    def whole(cls, body: Any, usage: Callable[[Any], Usage | None]) -> Reassembled:
+        """What every whole JSON body says the same way: its error, model and ``usage`` object."""
+        r = cls(complete=True)
+        if isinstance(body, dict):
+            r.error, r.model, r.usage = error_text(body), body.get("model"), usage(body.get("usage"))
+        return r
 
     def tool(self, key: Any) -> dict[str, Any]:
         return self.tool_calls.setdefault(key, {"id": "", "name": "", "args": []})
@@ -146,47 +165,6 @@ def error_text(body: Any) -> str | None:
     return None
 
 
-CACHE_READ_SPELLINGS = ("prompt_cache_hit_tokens", "cached_tokens", "cache_read_input_tokens")
-"""Where OpenAI-compatible providers put cached input outside ``*_tokens_details.cached_tokens``:
-DeepSeek, Moonshot, and gateways that pass Anthropic's name through. All inside the prompt total."""
-
-
-def _first_int(*sources: tuple[Any, str]) -> int:
-    for obj, key in sources:
-        if isinstance(obj, dict) and key in obj:
-            return as_int(obj[key])
-    return 0
-
-
-def openai_usage(u: Any, prefix: tuple[str, str], input_name: str, output_name: str) -> Usage | None:
-    """OpenAI usage in the containment convention (cached inside input, reasoning inside output).
-
-    Chat Completions says ``prompt``/``completion`` where Responses says ``input``/``output``:
-    ``prefix`` picks the ``*_tokens_details`` objects, the names pick the totals. Cached tokens are
-    read under every spelling OpenAI-compatible providers use (``CACHE_READ_SPELLINGS``); cache
-    writes where OpenRouter reports them (``prompt_tokens_details.cache_write_tokens``)."""
-    if not isinstance(u, dict):
-        return None
-    idt = u.get(f"{prefix[0]}_tokens_details")
-    odt = u.get(f"{prefix[1]}_tokens_details")
-    return Usage(
-        input_total=as_int(u.get(input_name)),
-        cache_read=_first_int((idt, "cached_tokens"), *((u, k) for k in CACHE_READ_SPELLINGS)),
-        cache_write=_first_int((idt, "cache_write_tokens"), (u, "cache_creation_input_tokens")),
-        output=as_int(u.get(output_name)),
-        reasoning=_first_int((odt, "reasoning_tokens"), (u, "reasoning_tokens")),
-    )
-
-
-def reported_cost(u: Any) -> float | None:
-    """The call's cost as a gateway reports it in the usage object (OpenRouter: ``cost``, USD)."""
-    if isinstance(u, dict):
-        cost = u.get("cost")
-        if isinstance(cost, int | float) and not isinstance(cost, bool):
-            return float(cost)
-    return None
-
-
 class Pairing:
     """Reads the model turns of a request's conversation, and finds the call each tool result
     answers among them: the call with the id the result names (the provider's, or one the client
@@ -201,8 +179,8 @@ class Pairing:
 
     @classmethod
     def of(cls, info: RequestInfo, items: Any) -> Pairing | None:
-        """The pairing of a request whose conversation is ``items`` (kept in ``info.items`` for
-        ``calls.parse_request`` to chain); None when ``items`` is no list (no conversation)."""
+        """The pairing of a request whose conversation is ``items`` (kept in ``info.items`` for the
+        proxy to chain); None when ``items`` is no list (no conversation)."""
         if not isinstance(items, list):
             return None
         info.items = items

@@ -5,15 +5,24 @@ from __future__ import annotations
 
 import json
 
-from recorder.proxy import anthropic_messages, openai_chat, openai_responses
-from recorder.proxy.calls import CHAT, MESSAGES, RESPONSES, classify, classify_websocket, estimate_usage
+from schemas.providers import (
+    CHAT,
+    MESSAGES,
+    RESPONSES,
+    anthropic_messages,
+    classify,
+    classify_websocket,
+    estimate_usage,
+    openai_chat,
+    openai_responses,
+)
 
 
-def sse(*events: dict, named: bool = False) -> str:
+def sse(*events: dict, named: bool = False) -> bytes:
     out = []
     for e in events:
         out.append((f"event: {e.get('type')}\n" if named else "") + "data: " + json.dumps(e) + "\n\n")
-    return "".join(out)
+    return "".join(out).encode()
 
 
 def test_classify_by_path():

@@ -1,0 +1,222 @@
+"""The bytes of a model call on the wire: Content-Encoding, and how a stream is framed.
+
+- **Content-Encoding.** The proxy undoes it on every recorded request and response (the blobs hold
+  what the client's SDK meant and read), the replay endpoint on every request it matches (its
+  requests are compared with those blobs). gzip, deflate (zlib-wrapped by the spec, raw in practice
+  from some servers), zstd, and br, the only one needing a package outside ``schemas``: its module
+  is handed in by the caller (``brotli=``). A truncated body (a stream reset mid-way) decodes as far
+  as it can, with a note saying why it stopped.
+- **Server-Sent Events** (Chat Completions, Responses, Messages, Gemini's ``?alt=sse``): one
+  framing, the HTML spec's. ``sse_frames`` cuts a stream after each event's blank line, the pieces
+  joining back to the bytes as they were (the replay endpoint re-sends them one by one);
+  ``iter_sse`` reads each frame's fields.
+- **Gemini's JSON-array stream** (``streamGenerateContent`` without ``alt``): one JSON array, its
+  elements sent as they are made. ``array_frames`` cuts it after each top-level element.
+
+Everything here runs once per call on the whole (or cut-off) body, never on the live stream.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import zstandard
+
+SSE_MEDIA = "text/event-stream"
+
+
+def decode_content(raw: bytes, encoding: str | None, brotli: Any = None) -> tuple[bytes, str | None]:
+    """The body without its Content-Encoding (gzip, deflate, br, zstd, or a chain of them).
+
+    Returns ``(decoded, error)``; on a truncated or corrupt body ``decoded`` holds everything that
+    could be decoded and ``error`` says why it stopped. ``brotli`` is the brotli module (``br``).
+    """
+    if not encoding:
+        return raw, None
+    data = raw
+    # Encodings are listed in the order they were applied; undo them in reverse.
+    for coding in reversed([c.strip().lower() for c in encoding.split(",") if c.strip()]):
+        if coding in ("identity", ""):
+            continue
+        decoder = _DECODERS.get(coding)
+        if decoder is None or (coding == "br" and brotli is None):
+            return data, f"unknown content-encoding {coding!r}"
+        try:
+            data = decoder(data, brotli)
+        except _Partial as p:
+            return p.data, f"{coding} body truncated or corrupt: {p.why}"
+    return data, None
+
+
+class _Partial(Exception):
+    def __init__(self, data: bytes, why: str):
+        self.data, self.why = data, why
+
+
+def _gzip(data: bytes, _: Any) -> bytes:
+    out = bytearray()
+    rest = data
+    while rest:  # concatenated gzip members are legal
+        d = zlib.decompressobj(wbits=47)
+        try:
+            out += d.decompress(rest)
+        except zlib.error as e:
+            raise _Partial(bytes(out), str(e)) from None
+        if not d.eof:
+            raise _Partial(bytes(out), "incomplete gzip stream")
+        rest = d.unused_data
+    return bytes(out)
+
+
+def _deflate(data: bytes, _: Any) -> bytes:
+    for wbits in (15, -15):
+        d = zlib.decompressobj(wbits=wbits)
+        try:
+            out = d.decompress(data)
+        except zlib.error:
+            continue
+        if not d.eof:
+            raise _Partial(out, "incomplete deflate stream")
+        return out
+    raise _Partial(b"", "not a deflate stream")
+
+
+def _br(data: bytes, brotli: Any) -> bytes:
+    d = brotli.Decompressor()
+    try:
+        out: bytes = d.process(data)
+    except brotli.error as e:
+        raise _Partial(b"", str(e)) from None
+    if not d.is_finished():
+        raise _Partial(out, "incomplete brotli stream")
+    return out
+
+
+def _zstd(data: bytes, _: Any) -> bytes:
+    d = zstandard.ZstdDecompressor().decompressobj()
+    try:
+        out = d.decompress(data)
+    except zstandard.ZstdError as e:
+        raise _Partial(b"", str(e)) from None
+    if not d.eof:
+        raise _Partial(out, "incomplete zstd stream")
+    return out
+
+
+_DECODERS = {"gzip": _gzip, "x-gzip": _gzip, "deflate": _deflate, "br": _br, "zstd": _zstd}
+
+
+def _events(body: bytes, ends: bool = False) -> Iterator[tuple[int, list[bytes]]]:
+    """Each event's lines, and where it ends in ``body`` when ``ends`` (-1 otherwise). Lines end in
+    CRLF, LF or CR (``splitlines`` on bytes splits at exactly those); an empty line after a line of
+    content ends an event, and a last event with no empty line (a reset stream) ends with the body."""
+    end, lines = -1, []
+    for line in body.splitlines(keepends=ends):
+        if ends:
+            end += len(line)
+            line = line.rstrip(b"\r\n")
+        if line:
+            lines.append(line)
+        elif lines:
+            yield end + ends, lines
+            lines = []
+    if lines:
+        yield len(body), lines
+
+
+def sse_frames(body: bytes) -> list[bytes]:
+    """The stream cut after each event's empty line. ``b"".join(sse_frames(body)) == body``."""
+    out, start = [], 0
+    for end, _ in _events(body, ends=True):
+        out.append(body[start:end])
+        start = end
+    if start < len(body):
+        out[-1:] = [out[-1] + body[start:]] if out else [body[start:]]
+    return out
+
+
+def sse_event(lines: list[bytes]) -> tuple[str, str] | None:
+    """``(event, data)`` of one event's lines, None when it holds no ``data`` line.
+
+    The HTML spec's reading: ``data:`` lines join with ``\n``; one space after the colon is
+    dropped; comments (``:``) are ignored; an event without ``event:`` is ``message``."""
+    event, data = b"", []
+    for line in lines:
+        name, sep, value = line.partition(b":")
+        if value[:1] == b" ":
+            value = value[1:]
+        if name == b"data":
+            data.append(value)
+        elif name == b"event":
+            event = value
+    if not data:
+        return None
+    return event.decode("utf-8", "replace") or "message", b"\n".join(data).decode("utf-8", "replace")
+
+
+def iter_sse(body: bytes) -> Iterator[tuple[str, str]]:
+    """``(event, data)`` for every event of an SSE body, a cut-off last one included (its data may
+    be complete)."""
+    for _, lines in _events(body):
+        event = sse_event(lines)
+        if event is not None:
+            yield event
+
+
+def sse_body(events: list[dict[str, Any]], named: bool = False, end: bytes = b"\n\n") -> bytes:
+    """Events as an SSE stream: a ``data:`` line each (after an ``event:`` line naming its
+    ``type`` when ``named``), ending in ``end``."""
+    return b"".join(
+        (f"event: {e['type']}\n".encode() if named else b"") + b"data: " + json.dumps(e).encode() + end
+        for e in events
+    )
+
+
+_ARRAY_TOKEN = re.compile(rb'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)|[{}]', re.DOTALL)
+"""A JSON string (skipped whole, so braces inside it do not count) or a brace."""
+
+
+def array_frames(body: bytes) -> list[bytes]:
+    """A JSON-array stream cut after each top-level object (the array's ``]`` goes with the last
+    piece). ``b"".join(array_frames(body)) == body``."""
+    out: list[bytes] = []
+    depth, start = 0, 0
+    for m in _ARRAY_TOKEN.finditer(body):
+        token = m.group()
+        if token == b"{":
+            depth += 1
+        elif token == b"}":
+            depth -= 1
+            if depth == 0:
+                out.append(body[start : m.end()])
+                start = m.end()
+    if start < len(body):
+        if out and not body[start:].strip(b" \t\r\n,]"):
+            out[-1] += body[start:]
+        else:
+            out.append(body[start:])
+    return out
+
+
+def array_elements(body: bytes) -> list[bytes]:
+    """The top-level objects of a JSON-array stream that arrived whole (the stream may be cut off)."""
+    out = []
+    for frame in array_frames(body):
+        element = frame.lstrip(b"[, \t\r\n").rstrip(b"] \t\r\n")
+        if element.startswith(b"{") and element.endswith(b"}"):
+            out.append(element)
+    return out
+
+
+def frames(body: bytes, media_type: str) -> list[bytes]:
+    """A recorded stream cut into the pieces it was sent as: SSE events, else the JSON array's
+    elements (Gemini), else the whole body."""
+    if SSE_MEDIA in media_type:
+        return sse_frames(body)
+    if body.lstrip()[:1] == b"[":
+        return array_frames(body)
+    return [body] if body else []
