@@ -15,7 +15,7 @@ from replay.read import iter_events
 from replay.store import Store, open_sql
 from schemas.errors import UsageError
 from scorer import audit as auditor
-from scorer import ledger, profile_diff
+from scorer import ledger, profile_diff, report_html
 from scorer import report as reports
 from scorer.batch import open_store, score_runs
 from scorer.pipeline import task_info
@@ -360,7 +360,7 @@ def report(
         }
     if html_file:
         Path(html_file).write_text(
-            reports.html_page(data, runs=rows, viewer_url=viewer_url or None), encoding="utf-8"
+            report_html.html_page(data, runs=rows, viewer_url=viewer_url or None), encoding="utf-8"
         )
     if as_json:
         click.echo(json.dumps({k: v for k, v in data.items() if k != "scatter"}, indent=2))
