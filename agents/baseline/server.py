@@ -20,7 +20,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from agents.baseline.policy import FLAWS, Decision, PolicyError, decide
+from agents.baseline.context import Decision
+from agents.baseline.policy import FLAWS, PolicyError, decide
 
 MODEL = "baseline"
 
