@@ -17,6 +17,11 @@ KIT_SOURCE = Path(__file__).with_name("kit.py")
 KIT_LIB_SOURCE = Path(__file__).with_name("kit_lib.py")
 """File formats, methods and configuration (shipped as ``amb_kit_lib.py``; alone, as ``amb_kit.py``,
 for the agent that types its answers in: it can read and write files but has no pipeline)."""
+_CASES = f"""import json, os
+import {KIT_MODULE}
+cfg = {KIT_MODULE}.load_config()
+cases = {KIT_MODULE}.case_ids(cfg)"""
+"""The start of a script that works through every case with the kit."""
 PLAN_FLOW = ["input", "load", "method", "postprocess", "save", "check", "submit"]
 """The boxes of the standard tier's pipeline diagram (``plan/plan.png``)."""
 
@@ -302,10 +307,7 @@ for i, case in enumerate(cases):{skip}
         _py(
             f"S4 {'batch_retry' if retry else 'batch'}: run the pipeline on {what}",
             f"""
-import json, os
-import {KIT_MODULE}
-cfg = {KIT_MODULE}.load_config()
-cases = {KIT_MODULE}.case_ids(cfg)
+{_CASES}
 done, failed = [], {{}}
 {loop.strip()}
 print("RESULT " + json.dumps({{"done": done, "failed": failed, "n": len(cases)}}))
@@ -367,10 +369,7 @@ def handwrite(ctx: Context) -> Decision:
         _py(
             "S4 handwrite: write the answers for every case",
             f"""
-import json, os
-import {KIT_MODULE}
-cfg = {KIT_MODULE}.load_config()
-cases = {KIT_MODULE}.case_ids(cfg)
+{_CASES}
 for case in cases:
 {body.rstrip()}
 print("wrote answers for", len(cases), "cases")
@@ -389,10 +388,7 @@ def verify(ctx: Context) -> Decision:
             _py(
                 "S5 verify: every case has its output files",
                 f"""
-import json, os
-import {KIT_MODULE}
-cfg = {KIT_MODULE}.load_config()
-cases = {KIT_MODULE}.case_ids(cfg)
+{_CASES}
 bad = [c for c in cases if not all(os.path.exists(p) for p in {KIT_MODULE}.output_paths(cfg, c))]
 print("VERIFY " + json.dumps({{"n": len(cases), "ok": len(cases) - len(bad), "bad": bad}}))
 """,
