@@ -4,7 +4,6 @@ side, and ``ground_truth.csv``. The converters only map their dataset's records 
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import msgspec
 
 from schemas.task_spec import TaskError, TaskSpec
+from tasks.case_files import write_json
 
 _YES_NO = {"yes", "no"}
 
@@ -81,8 +81,8 @@ def write_questions(
         if q.options is not None:
             question["options"] = q.options
             gold["options"] = q.options
-        _write_json(public / q.qid / spec.vqa.question_file, question)
-        _write_json(private / q.qid / spec.vqa.answer_file, gold)
+        write_json(public / q.qid / spec.vqa.question_file, question, ensure_ascii=False)
+        write_json(private / q.qid / spec.vqa.answer_file, gold, ensure_ascii=False)
         rows.append(
             {
                 "question_id": q.qid,
@@ -98,8 +98,3 @@ def write_questions(
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-
-
-def _write_json(path: Path, obj: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -17,15 +17,11 @@ full report). PNG images are re-encoded as greyscale JPEG (quality 95); JPEGs ar
 from __future__ import annotations
 
 import csv
-import io
-import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-from PIL import Image
 
 from schemas.task_spec import TaskError, TaskSpec
+from tasks.case_files import grey_jpeg, write_report_case
 from tasks.report_text import submittable
 
 csv.field_size_limit(1 << 24)
@@ -85,49 +81,12 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
         image, reencode = found
         case = spec.case_id(index)
         index += 1
-        dest = out / "public" / case / spec.report.images_dir / "01.jpg"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if reencode:
-            try:
-                with Image.open(image) as im:
-                    buf = io.BytesIO()
-                    im.convert("L").save(buf, format="JPEG", quality=95)
-            except OSError as e:
-                raise TaskError(f"{image}: not a readable image: {e}") from e
-            dest.write_bytes(buf.getvalue())
-        else:
-            dest.write_bytes(image.read_bytes())
-        _write_json(
-            out / "public" / case / spec.report.manifest_file,
-            {
-                "case_id": case,
-                "task_id": spec.id,
-                "image_count": 1,
-                "image_files": ["01.jpg"],
-            },
-        )
-        (out / "private" / case).mkdir(parents=True, exist_ok=True)
-        (out / "private" / case / spec.report.output_file).write_text(reference + "\n", encoding="utf-8")
-        _write_json(
-            out / "private" / case / "manifest.json",
-            {
-                "case_id": case,
-                "task_id": spec.id,
-                "source_study": study,
-                "source_image": r["path_to_image"],
-                "image_count": 1,
-                "reference_text_mode": "full_report",
-                "report_char_count": len(reference),
-            },
-        )
+        jpeg = grey_jpeg(image) if reencode else image.read_bytes()
+        source_files = {"source_study": study, "source_image": r["path_to_image"]}
+        write_report_case(out, spec, case, [jpeg], reference, "full_report", source_files)
         if progress is not None:
             progress(case)
     if index == 0:
         raise TaskError(
             f"{source}: no study with a frontal image on disk and a findings or impression section"
         )
-
-
-def _write_json(path: Path, obj: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")

@@ -14,16 +14,12 @@ benchmark hands the agent JPEGs; ``XXXX`` de-identification tokens are kept as t
 
 from __future__ import annotations
 
-import io
-import json
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-from PIL import Image
 
 from schemas.task_spec import TaskError, TaskSpec
+from tasks.case_files import grey_jpeg, write_report_case
 from tasks.report_text import submittable
 
 
@@ -59,46 +55,10 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
             continue
         case = spec.case_id(index)
         index += 1
-        names = [f"{k + 1:02d}.jpg" for k in range(len(views))]
-        image_dir = out / "public" / case / spec.report.images_dir
-        image_dir.mkdir(parents=True, exist_ok=True)
-        for name, png in zip(names, views, strict=False):
-            try:
-                with Image.open(png) as im:
-                    buf = io.BytesIO()
-                    im.convert("L").save(buf, format="JPEG", quality=95)
-            except OSError as e:
-                raise TaskError(f"{png}: not a readable image: {e}") from e
-            (image_dir / name).write_bytes(buf.getvalue())
-        _write_json(
-            out / "public" / case / spec.report.manifest_file,
-            {
-                "case_id": case,
-                "task_id": spec.id,
-                "image_count": len(names),
-                "image_files": names,
-            },
-        )
-        (out / "private" / case).mkdir(parents=True, exist_ok=True)
-        (out / "private" / case / spec.report.output_file).write_text(reference + "\n", encoding="utf-8")
-        _write_json(
-            out / "private" / case / "manifest.json",
-            {
-                "case_id": case,
-                "task_id": spec.id,
-                "source_report": xml_path.name,
-                "source_images": [p.name for p in views],
-                "image_count": len(names),
-                "reference_text_mode": "full_report",
-                "report_char_count": len(reference),
-            },
-        )
+        source_files = {"source_report": xml_path.name, "source_images": [p.name for p in views]}
+        jpegs = [grey_jpeg(png) for png in views]
+        write_report_case(out, spec, case, jpegs, reference, "full_report", source_files)
         if progress is not None:
             progress(case)
     if index == 0:
         raise TaskError(f"{source}: no report has both FINDINGS text and an image found under the source")
-
-
-def _write_json(path: Path, obj: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")

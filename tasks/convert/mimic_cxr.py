@@ -21,14 +21,12 @@ from __future__ import annotations
 import csv
 import gzip
 import io
-import json
 import re
-import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from schemas.task_spec import TaskError, TaskSpec
+from tasks.case_files import write_report_case
 from tasks.report_text import split_sections, submittable
 
 _STUDY = re.compile(r"^s\d+$")
@@ -89,37 +87,15 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
             continue
         case = spec.case_id(index)
         index += 1
-        names = [f"{k + 1:02d}.jpg" for k in range(len(images))]
-        image_dir = out / "public" / case / spec.report.images_dir
-        image_dir.mkdir(parents=True, exist_ok=True)
-        for name, src in zip(names, images, strict=False):
-            shutil.copyfile(src, image_dir / name)
-        _write_json(
-            out / "public" / case / spec.report.manifest_file,
-            {
-                "case_id": case,
-                "task_id": spec.id,
-                "image_count": len(names),
-                "image_files": names,
-            },
-        )
-        (out / "private" / case).mkdir(parents=True, exist_ok=True)
-        (out / "private" / case / spec.report.output_file).write_text(findings + "\n", encoding="utf-8")
-        _write_json(
-            out / "private" / case / "manifest.json",
-            {
-                "case_id": case,
-                "task_id": spec.id,
-                "raw_study_id": study,
-                "subject_id": report.parent.name,
-                "source_report": str(report.relative_to(source)),
-                "source_image_files": [p.name for p in images],
-                "image_count": len(names),
-                "reference_text_mode": "findings_only",
-                "report_char_count": len(findings),
-            },
-        )
-        rows.append({"case_id": case, "raw_study_id": study, "image_count": len(names)})
+        source_files = {
+            "raw_study_id": study,
+            "subject_id": report.parent.name,
+            "source_report": str(report.relative_to(source)),
+            "source_image_files": [p.name for p in images],
+        }
+        jpegs = [p.read_bytes() for p in images]
+        write_report_case(out, spec, case, jpegs, findings, "findings_only", source_files)
+        rows.append({"case_id": case, "raw_study_id": study, "image_count": len(images)})
         if progress is not None:
             progress(case)
     if not rows:
@@ -128,8 +104,3 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-
-
-def _write_json(path: Path, obj: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")

@@ -18,15 +18,14 @@ the process and its grade, matching the H&E patch.
 
 from __future__ import annotations
 
-import json
 import shutil
 import zlib
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from schemas.task_spec import TaskError, TaskSpec
+from tasks.case_files import write_report_case
 from tasks.synth import medimg
 
 
@@ -182,30 +181,7 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
     for i in range(cases):
         case = spec.case_id(i)
         images, text = _case(spec, seed, i)
-        names = [f"{k + 1:02d}.jpg" for k in range(len(images))]
-        for name, img in zip(names, images, strict=False):
-            medimg.write_jpeg(public / case / spec.report.images_dir / name, img)
-        _write_json(
-            public / case / spec.report.manifest_file,
-            {
-                "case_id": case,
-                "task_id": spec.id,
-                "image_count": len(names),
-                "image_files": names,
-            },
-        )
-        (private / case).mkdir(parents=True, exist_ok=True)
-        (private / case / spec.report.output_file).write_text(text + "\n", encoding="utf-8")
-        _write_json(
-            private / case / "manifest.json",
-            {
-                "case_id": case,
-                "task_id": spec.id,
-                "image_count": len(names),
-                "reference_text_mode": mode,
-                "report_char_count": len(text),
-            },
-        )
+        write_report_case(out, spec, case, [medimg.jpeg_bytes(img) for img in images], text, mode)
 
 
 def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:
@@ -216,8 +192,3 @@ def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:
         dest = root / path.parent.name / spec.report.output_file
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(path.read_bytes())
-
-
-def _write_json(path: Path, obj: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")

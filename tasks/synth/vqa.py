@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from schemas.task_spec import TaskError, TaskSpec
+from tasks.case_files import write_json
 from tasks.synth import medimg
 
 LABELS = ("A", "B", "C", "D", "E")
@@ -278,7 +279,7 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
         }
         if "options" in q:
             question["options"] = q["options"]
-        _write_json(public / qid / spec.vqa.question_file, question)
+        write_json(public / qid / spec.vqa.question_file, question, ensure_ascii=False)
         answer = {
             "question_id": qid,
             "answer_label": q["answer_label"],
@@ -287,7 +288,7 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
         }
         if "options" in q:
             answer["options"] = q["options"]
-        _write_json(private / qid / spec.vqa.answer_file, answer)
+        write_json(private / qid / spec.vqa.answer_file, answer, ensure_ascii=False)
         rows.append(
             {
                 "question_id": qid,
@@ -311,7 +312,7 @@ def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:
         gold = json.loads(path.read_text(encoding="utf-8"))
         qid = gold["question_id"]
         text = gold["answer_text"]
-        _write_json(
+        write_json(
             root / qid / spec.vqa.answer_file,
             {
                 "question_id": qid,
@@ -321,9 +322,5 @@ def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:
                 "model_name": "reference-oracle",
                 "runtime_s": 0.0,
             },
+            ensure_ascii=False,
         )
-
-
-def _write_json(path: Path, obj: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
