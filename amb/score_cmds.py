@@ -316,12 +316,7 @@ def report(
         _report_diff(store, diff_profiles, judge_label, as_json)
         return
     loaded = load_profile(profile)
-    con = open_sql(store)
-    try:
-        _require_scores(con)
-        rows = ledger.current(con, profile_id=loaded.id)
-    finally:
-        con.close()
+    [rows] = _current_rows(store, loaded)
     if not rows:
         raise UsageError(
             f"no scores under profile {loaded.name} ({loaded.short_id}) yet: run `amb score --all "
@@ -406,23 +401,21 @@ def stability_text(stability: dict[str, Any], repeats: list) -> str:
     return "\n".join(out)
 
 
-def _require_scores(con) -> None:
-    exists = con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'scores_current'").fetchone()[
-        0
-    ]
-    if not exists:
-        raise UsageError("no scores in this store yet: run `amb score --all` first")
+def _current_rows(store: str, *profiles: LoadedProfile) -> list[list[dict[str, Any]]]:
+    """The current score rows under each profile; a store that was never scored is refused."""
+    con = open_sql(store)
+    try:
+        views = con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'scores_current'")
+        if not views.fetchall()[0][0]:
+            raise UsageError("no scores in this store yet: run `amb score --all` first")
+        return [ledger.current(con, profile_id=p.id) for p in profiles]
+    finally:
+        con.close()
 
 
 def _report_diff(store: str, refs: tuple[str, str], judge_label: str | None, as_json: bool) -> None:
     a, b = load_profile(refs[0]), load_profile(refs[1])
-    con = open_sql(store)
-    try:
-        _require_scores(con)
-        rows_a = ledger.current(con, profile_id=a.id)
-        rows_b = ledger.current(con, profile_id=b.id)
-    finally:
-        con.close()
+    rows_a, rows_b = _current_rows(store, a, b)
     for ref, loaded, rows in ((refs[0], a, rows_a), (refs[1], b, rows_b)):
         if not rows:
             raise UsageError(
@@ -522,12 +515,7 @@ def judge_compare(store: str, judge_a: str, judge_b: str, profile: str | None, a
     from scorer import judge_stability
 
     loaded = load_profile(profile)
-    con = open_sql(store)
-    try:
-        _require_scores(con)
-        rows = ledger.current(con, profile_id=loaded.id)
-    finally:
-        con.close()
+    [rows] = _current_rows(store, loaded)
     labels = sorted({r["judge"] for r in rows})
     for j in (judge_a, judge_b):
         if j not in labels:
