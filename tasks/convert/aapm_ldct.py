@@ -23,7 +23,7 @@ import numpy as np
 import SimpleITK as sitk
 
 from schemas.task_spec import TaskError, TaskSpec
-from tasks.synth.enhancement import write_ranges
+from tasks.synth.enhancement import write_case, write_ranges
 
 THICKNESSES = ("3mm", "1mm")
 DICOM_SUFFIXES = {".ima", ".dcm"}
@@ -89,13 +89,7 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
             if ref.shape != inp.shape:
                 raise TaskError(f"{fpath} and {qpath}: shapes {ref.shape} and {inp.shape} differ")
             case = f"{patient.name}_{n:04d}"
-            pub = out / "public" / spec.public.case_dir.format(case=case)
-            priv = out / "private" / spec.private.case_dir.format(case=case)
-            pub.mkdir(parents=True, exist_ok=True)
-            priv.mkdir(parents=True, exist_ok=True)
-            np.save(pub / spec.enh.input_file, inp)
-            np.save(priv / spec.enh.reference_file, ref)
-            ranges[case] = float(ref.max()) - float(ref.min())
+            ranges[case] = write_case(spec, out, case, inp, ref)
             if progress:
                 progress(case)
     write_ranges(out / "private" / spec.enh.ranges_file, ranges)
