@@ -66,15 +66,6 @@ def load_image(f: BinaryIO) -> nib.Nifti1Image | nib.Nifti2Image:
     return klass.from_stream(src)  # type: ignore[arg-type]  # any binary file object works here
 
 
-def header_shape(path: Path) -> tuple[int, ...]:
-    """The shape a NIfTI header declares (reads the header only)."""
-    try:
-        with open(path, "rb") as f:
-            return tuple(int(n) for n in load_image(f).shape)
-    except _READ_ERRORS as e:
-        raise VolumeError(f"{path.name}: not a readable NIfTI file ({_brief(e)})") from e
-
-
 def read_volume(
     source: Path | BinaryIO, expected_shape: tuple[int, ...] | None, name: str = ""
 ) -> np.ndarray:

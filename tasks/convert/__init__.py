@@ -39,8 +39,3 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
         module.prepare(spec, source, Path(out))
     else:
         module.prepare(spec, source, Path(out), progress=progress)
-
-
-def converter_of(spec: TaskSpec) -> str | None:
-    """The converter's module name, or None."""
-    return spec.converter or None
