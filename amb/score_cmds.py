@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,13 +13,15 @@ import click
 from amb.common import output_path, progress, store_option
 from amb.output import table
 from replay.read import iter_events, require_runs
+from replay.read import run_ids as all_run_ids
 from replay.store import Store, open_sql
 from schemas.errors import BadInput, UsageError, quoted
 from scorer import audit as auditor
-from scorer import ledger, profile_diff
+from scorer import ledger, profile_diff, report_html
 from scorer import report as reports
-from scorer.batch import open_store, score_runs
+from scorer.batch import BatchResult, open_store, score_runs
 from scorer.pipeline import task_info
+from scorer.profile import LoadedProfile
 from scorer.profile import load as load_profile
 from scorer.trajectory import fold
 
@@ -158,19 +161,6 @@ def score(
     loaded = load_profile(profile)
     with open_store(store) as st:
         ids = None if all_runs else list(dict.fromkeys(runs))
-        total = len(ids) if ids is not None else None
-        bar = progress("score")
-        done = [0]
-
-        def tick(n: int) -> None:
-            done[0] += n
-            bar(done[0], total or max(done[0], 1))
-
-        if total is None:
-            from replay.read import run_ids
-
-            total = len(run_ids(st.con))
-        total *= repeat
         result = score_runs(
             st,
             loaded,
@@ -178,7 +168,7 @@ def score(
             judge=judge,
             references=Path(references) if references else None,
             jobs=jobs,
-            progress=tick,
+            progress=_score_progress(st, ids, repeat),
             args={
                 "runs": list(runs),
                 "all": all_runs,
@@ -190,64 +180,13 @@ def score(
         )
         diffs = _compare(st.con, result.rows, compare_ref) if compare_ref else None
     if as_json:
-        out = {
-            "batch_id": result.batch_id,
-            "profile": {"name": loaded.name, "id": loaded.id},
-            "judge": result.judge,
-            "judge_requests": result.judge_requests,
-            "rows": result.rows,
-        }
-        if diffs is not None:
-            out["compare"] = {"against": compare_ref, "changes": diffs}
-        if result.stability is not None:
-            out["judge_requests"] = result.judge_requests + sum(r.judge_requests for r in result.repeats)
-            out["stability"] = result.stability
-        click.echo(json.dumps(out, indent=2, default=str))
+        click.echo(json.dumps(_score_json(loaded, result, diffs, compare_ref), indent=2, default=str))
         return
     click.echo(
         f"profile: {loaded.name} ({loaded.short_id})  {_judge_line(result.judge)}  judge requests: "
         f"{result.judge_requests}"
     )
-    cols = [
-        "run_id",
-        "task",
-        "tier",
-        "S1",
-        "S2",
-        "S3",
-        "S4",
-        "S5",
-        "AGENTIC",
-        "TASK",
-        "OVERALL",
-        "status",
-        "medal",
-        "rating",
-        "codes",
-        "cost_usd",
-        "tokens",
-    ]
-    click.echo(
-        table(
-            cols,
-            [
-                [
-                    r["run_id"],
-                    r["task"],
-                    r["tier"],
-                    *(_fmt(r[k]) for k in SHOW),
-                    r["status"],
-                    _fmt(r["medal"]),
-                    _fmt(r["rating"]),
-                    _fmt(r["codes"]),
-                    "unknown" if r["cost_usd"] is None else f"{r['cost_usd']:.6g}",
-                    # Tokens stand where a cost is unknown (a model missing from the price table).
-                    (r["tokens_in"] or 0) + (r["tokens_out"] or 0),
-                ]
-                for r in result.rows
-            ],
-        )
-    )
+    click.echo(table(SCORE_COLUMNS, [_score_cells(r) for r in result.rows]))
     unscored = sum(1 for r in result.rows if r["overall"] is None)
     if unscored:
         click.echo(
@@ -274,6 +213,59 @@ def score(
                     ],
                 )
             )
+
+
+def _score_progress(st: Store, ids: list[str] | None, repeat: int) -> Callable[[int], None]:
+    """The progress callback of a scoring batch: runs scored of the runs asked for, times the repeats."""
+    total = (len(ids) if ids is not None else len(all_run_ids(st.con))) * repeat
+    bar = progress("score")
+    done = [0]
+
+    def tick(n: int) -> None:
+        done[0] += n
+        bar(done[0], total or max(done[0], 1))
+
+    return tick
+
+
+def _score_json(
+    loaded: LoadedProfile, result: BatchResult, diffs: list[dict[str, Any]] | None, compare_ref: str | None
+) -> dict[str, Any]:
+    out = {
+        "batch_id": result.batch_id,
+        "profile": {"name": loaded.name, "id": loaded.id},
+        "judge": result.judge,
+        "judge_requests": result.judge_requests,
+        "rows": result.rows,
+    }
+    if diffs is not None:
+        out["compare"] = {"against": compare_ref, "changes": diffs}
+    if result.stability is not None:
+        out["judge_requests"] = result.judge_requests + sum(r.judge_requests for r in result.repeats)
+        out["stability"] = result.stability
+    return out
+
+
+SCORE_COLUMNS = (
+    "run_id task tier S1 S2 S3 S4 S5 AGENTIC TASK OVERALL status medal rating codes cost_usd tokens".split()
+)
+
+
+def _score_cells(r: dict[str, Any]) -> list[Any]:
+    """A scored row's cells under SCORE_COLUMNS."""
+    return [
+        r["run_id"],
+        r["task"],
+        r["tier"],
+        *(_fmt(r[k]) for k in SHOW),
+        r["status"],
+        _fmt(r["medal"]),
+        _fmt(r["rating"]),
+        _fmt(r["codes"]),
+        "unknown" if r["cost_usd"] is None else f"{r['cost_usd']:.6g}",
+        # Tokens stand where a cost is unknown (a model missing from the price table).
+        (r["tokens_in"] or 0) + (r["tokens_out"] or 0),
+    ]
 
 
 @click.command()
@@ -329,12 +321,7 @@ def report(
         _report_diff(store, diff_profiles, judge_label, as_json)
         return
     loaded = load_profile(profile)
-    con = open_sql(store)
-    try:
-        _require_scores(con)
-        rows = ledger.current(con, profile_id=loaded.id)
-    finally:
-        con.close()
+    [rows] = _current_rows(store, loaded)
     if not rows:
         raise UsageError(
             f"no scores under profile {loaded.name} ({loaded.short_id}) yet: run `amb score --all "
@@ -365,7 +352,7 @@ def report(
         }
     if html_file:
         Path(html_file).write_text(
-            reports.html_page(data, runs=rows, viewer_url=viewer_url or None), encoding="utf-8"
+            report_html.html_page(data, runs=rows, viewer_url=viewer_url or None), encoding="utf-8"
         )
     if as_json:
         click.echo(json.dumps({k: v for k, v in data.items() if k != "scatter"}, indent=2))
@@ -419,23 +406,21 @@ def stability_text(stability: dict[str, Any], repeats: list) -> str:
     return "\n".join(out)
 
 
-def _require_scores(con) -> None:
-    exists = con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'scores_current'").fetchone()[
-        0
-    ]
-    if not exists:
-        raise UsageError("no scores in this store yet: run `amb score --all` first")
+def _current_rows(store: str, *profiles: LoadedProfile) -> list[list[dict[str, Any]]]:
+    """The current score rows under each profile; a store that was never scored is refused."""
+    con = open_sql(store)
+    try:
+        views = con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'scores_current'")
+        if not views.fetchall()[0][0]:
+            raise UsageError("no scores in this store yet: run `amb score --all` first")
+        return [ledger.current(con, profile_id=p.id) for p in profiles]
+    finally:
+        con.close()
 
 
 def _report_diff(store: str, refs: tuple[str, str], judge_label: str | None, as_json: bool) -> None:
     a, b = load_profile(refs[0]), load_profile(refs[1])
-    con = open_sql(store)
-    try:
-        _require_scores(con)
-        rows_a = ledger.current(con, profile_id=a.id)
-        rows_b = ledger.current(con, profile_id=b.id)
-    finally:
-        con.close()
+    rows_a, rows_b = _current_rows(store, a, b)
     for ref, loaded, rows in ((refs[0], a, rows_a), (refs[1], b, rows_b)):
         if not rows:
             raise UsageError(
@@ -534,12 +519,7 @@ def judge_compare(store: str, judge_a: str, judge_b: str, profile: str | None, a
     from scorer import judge_stability
 
     loaded = load_profile(profile)
-    con = open_sql(store)
-    try:
-        _require_scores(con)
-        rows = ledger.current(con, profile_id=loaded.id)
-    finally:
-        con.close()
+    [rows] = _current_rows(store, loaded)
     labels = sorted({r["judge"] for r in rows})
     for j in (judge_a, judge_b):
         if j not in labels:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -149,6 +150,133 @@ def _exec_line(ex: Exec, r: EvidenceRules) -> str:
     )
 
 
+class _View:
+    """The evidence view while its sections are written: lines, the event ids they show, images."""
+
+    def __init__(
+        self,
+        traj: Trajectory,
+        rules: EvidenceRules,
+        get_blob: BlobGetter,
+        track: str | None,
+        grade: dict[str, Any] | None,
+    ):
+        self.traj, self.rules, self.get_blob, self.track, self.grade = traj, rules, get_blob, track, grade
+        self.out: list[str] = []
+        self.ids: set[str] = set()
+        self.images: list[Image] = []
+
+
+def _task(v: _View) -> None:
+    traj = v.traj
+    v.out.append("## Task")
+    v.out.append(f"task: {traj.task or '-'}  track: {v.track or '-'}  tier: {traj.tier or '-'}")
+    v.out.append(
+        f"run status: {traj.status or 'no run.finished event'}  model calls: {len(traj.model_calls)}  "
+        f"code executions: {len(traj.execs)}"
+    )
+
+
+def _conversation(v: _View) -> None:
+    lines = _message_lines(v.traj, v.rules)
+    v.out.append(f"## Conversation ({len(lines)} messages)")
+    v.out += budget_lines(lines, v.rules)
+
+
+def _code_executions(v: _View) -> None:
+    all_execs = v.traj.execs
+    execs = select_execs(all_execs, v.rules)
+    v.out.append(
+        f"## Code executions ({len(all_execs)} total, {sum(1 for e in all_execs if e.ok is False)} "
+        f"failed; {len(execs)} shown)"
+    )
+    for ex in execs:
+        v.out.append(_exec_line(ex, v.rules))
+        v.ids.add(ex.id)
+
+
+def _files_written(v: _View) -> None:
+    v.out.append("## Files written")
+    last: dict[str, tuple[str, Any]] = {}
+    for ev_id, _, w in v.traj.writes:
+        last[w.path] = (ev_id, w)
+    for path in sorted(last):
+        ev_id, w = last[path]
+        v.ids.add(ev_id)
+        v.out.append(f"[{ev_id}] {path} ({w.size} bytes, {w.sha256[:19] or 'no digest'})")
+
+
+def _plan(v: _View) -> None:
+    plan = v.traj.last_write("plan.md")
+    if plan is None or plan[1].content is None:
+        return
+    try:
+        text = v.get_blob(plan[1].content).decode("utf-8", "replace")
+    except Exception as e:  # a missing blob is stated, not fatal: the view stays deterministic
+        text = f"[plan content unavailable: {type(e).__name__}]"
+    v.ids.add(plan[0])
+    v.out.append(f"## plan.md [{plan[0]}]")
+    v.out.append(cut(text, v.rules.plan_chars))
+
+
+def _plan_png(v: _View) -> None:
+    png = v.traj.last_write("plan.png")
+    if png is None:
+        return
+    data = b""
+    if png[1].content is not None:
+        try:
+            data = v.get_blob(png[1].content)
+        except Exception:
+            data = b""
+    is_png, attach = data.startswith(PNG_MAGIC), v.rules.images
+    v.ids.add(png[0])
+    v.out.append(
+        f"## plan.png [{png[0]}] {'valid PNG' if is_png else 'not a readable PNG'}, {png[1].size} bytes"
+        + ("; attached as an image" if is_png and attach else "")
+    )
+    if is_png and attach:
+        v.images.append(Image(path=png[1].path, event_id=png[0], media_type="image/png", data=data))
+
+
+def _submission(v: _View) -> None:
+    traj, grade = v.traj, v.grade
+    v.out.append("## Submission check")
+    if traj.submission is None:
+        v.out.append("no submission.sealed event: nothing was submitted")
+    else:
+        v.ids.add(traj.submission_id or "")
+        v.out.append(
+            f"[{traj.submission_id}] sealed {len(traj.submission.files)} files, "
+            f"{len(traj.submission.skipped)} skipped"
+        )
+    if grade is not None:
+        for key in sorted(grade):
+            v.out.append(f"{key}: {grade[key]}")
+
+
+def _task_metric(v: _View) -> None:
+    grade = v.grade
+    v.out.append("## Task metric")
+    if grade is not None and grade.get("task_score") is not None:
+        v.out.append(f"{grade.get('metric', 'metric')}: {grade['task_score']:.4f}")
+    else:
+        v.out.append(f"unscored: {grade.get('reason') if grade else 'no grade'}")
+
+
+SECTIONS: tuple[Callable[[_View], None], ...] = (
+    _task,
+    _conversation,
+    _code_executions,
+    _files_written,
+    _plan,
+    _plan_png,
+    _submission,
+    _task_metric,
+)
+"""The view's sections in order (the module docstring's layout)."""
+
+
 def build(
     traj: Trajectory,
     rules: EvidenceRules,
@@ -158,87 +286,14 @@ def build(
     grade: dict[str, Any] | None,
 ) -> Evidence:
     """The evidence view of a run. ``grade`` is the task-metric summary (``scorer.taskgrade``)."""
-    out: list[str] = []
-    ids: set[str] = set()
-    out.append("## Task")
-    out.append(f"task: {traj.task or '-'}  track: {track or '-'}  tier: {traj.tier or '-'}")
-    out.append(
-        f"run status: {traj.status or 'no run.finished event'}  model calls: {len(traj.model_calls)}  "
-        f"code executions: {len(traj.execs)}"
-    )
-
-    lines = _message_lines(traj, rules)
-    out.append(f"## Conversation ({len(lines)} messages)")
-    shown = budget_lines(lines, rules)
-    out += shown
-
-    execs = select_execs(traj.execs, rules)
-    out.append(
-        f"## Code executions ({len(traj.execs)} total, {sum(1 for e in traj.execs if e.ok is False)} "
-        f"failed; {len(execs)} shown)"
-    )
-    for ex in execs:
-        out.append(_exec_line(ex, rules))
-        ids.add(ex.id)
-
-    out.append("## Files written")
-    last: dict[str, tuple[str, Any]] = {}
-    for ev_id, _, w in traj.writes:
-        last[w.path] = (ev_id, w)
-    for path in sorted(last):
-        ev_id, w = last[path]
-        ids.add(ev_id)
-        out.append(f"[{ev_id}] {path} ({w.size} bytes, {w.sha256[:19] or 'no digest'})")
-    images: list[Image] = []
-    plan = traj.last_write("plan.md")
-    if plan is not None and plan[1].content is not None:
-        try:
-            text = get_blob(plan[1].content).decode("utf-8", "replace")
-        except Exception as e:  # a missing blob is stated, not fatal: the view stays deterministic
-            text = f"[plan content unavailable: {type(e).__name__}]"
-        ids.add(plan[0])
-        out.append(f"## plan.md [{plan[0]}]")
-        out.append(cut(text, rules.plan_chars))
-    png = traj.last_write("plan.png")
-    if png is not None:
-        data = b""
-        if png[1].content is not None:
-            try:
-                data = get_blob(png[1].content)
-            except Exception:
-                data = b""
-        is_png = data.startswith(PNG_MAGIC)
-        ids.add(png[0])
-        out.append(
-            f"## plan.png [{png[0]}] {'valid PNG' if is_png else 'not a readable PNG'}, {png[1].size} bytes"
-            + ("; attached as an image" if is_png and rules.images else "")
-        )
-        if is_png and rules.images:
-            images.append(Image(path=png[1].path, event_id=png[0], media_type="image/png", data=data))
-
-    out.append("## Submission check")
-    if traj.submission is None:
-        out.append("no submission.sealed event: nothing was submitted")
-    else:
-        ids.add(traj.submission_id or "")
-        out.append(
-            f"[{traj.submission_id}] sealed {len(traj.submission.files)} files, "
-            f"{len(traj.submission.skipped)} skipped"
-        )
-    if grade is not None:
-        for key in sorted(grade):
-            out.append(f"{key}: {grade[key]}")
-    out.append("## Task metric")
-    if grade is not None and grade.get("task_score") is not None:
-        out.append(f"{grade.get('metric', 'metric')}: {grade['task_score']:.4f}")
-    else:
-        out.append(f"unscored: {grade.get('reason') if grade else 'no grade'}")
-
-    text = "\n".join(out) + "\n"
-    ids.update(_ID_RE.findall(text))
+    v = _View(traj, rules, get_blob, track, grade)
+    for section in SECTIONS:
+        section(v)
+    text = "\n".join(v.out) + "\n"
+    ids = v.ids | set(_ID_RE.findall(text))
     h = hashlib.sha256(text.encode())
-    for img in images:
+    for img in v.images:
         h.update(hashlib.sha256(img.data).digest())
     return Evidence(
-        text=text, sha256="sha256:" + h.hexdigest(), images=images, cited_ids=sorted(i for i in ids if i)
+        text=text, sha256="sha256:" + h.hexdigest(), images=v.images, cited_ids=sorted(i for i in ids if i)
     )

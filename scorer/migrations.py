@@ -10,23 +10,27 @@ import duckdb
 
 from replay.migrations import Migration
 
+# "Current" = the latest row per (run, profile, judge).
+_CURRENT_VIEW = """VIEW scores_current AS
+        SELECT * FROM scores
+        QUALIFY row_number() OVER (
+            PARTITION BY run_id, profile_id, judge ORDER BY scored_at DESC, batch_id DESC, seq DESC
+        ) = 1
+        """
 
-def _m001_tables(con: duckdb.DuckDBPyConnection) -> None:
+_M001_STATEMENTS = (
     # One row per distinct profile content ever used; the id is the sha256 of the canonical content,
     # so the same rules loaded from two files are one profile.
-    con.execute(
-        """
+    """
         CREATE TABLE score_profiles (
             profile_id  VARCHAR PRIMARY KEY,
             name        VARCHAR NOT NULL,
             content     JSON NOT NULL,
             first_used  TIMESTAMP NOT NULL
         )
-        """
-    )
+        """,
     # One row per `amb score` invocation that wrote rows: what was asked, by which code version.
-    con.execute(
-        """
+    """
         CREATE TABLE score_batches (
             batch_id     VARCHAR PRIMARY KEY,
             profile_id   VARCHAR NOT NULL,
@@ -38,13 +42,11 @@ def _m001_tables(con: duckdb.DuckDBPyConnection) -> None:
             amb_version  VARCHAR NOT NULL,
             args         JSON NOT NULL
         )
-        """
-    )
+        """,
     # The ledger: one row per (run, profile, judge) per scoring batch. No primary key on purpose:
     # rescoring appends; `scores_current` picks the latest. Unscored values are NULL with the reason
     # in `reasons`, never 0.
-    con.execute(
-        """
+    """
         CREATE TABLE scores (
             batch_id VARCHAR NOT NULL, seq INTEGER NOT NULL, scored_at TIMESTAMP NOT NULL,
             run_id VARCHAR NOT NULL, profile_id VARCHAR NOT NULL, profile_name VARCHAR NOT NULL,
@@ -59,14 +61,12 @@ def _m001_tables(con: duckdb.DuckDBPyConnection) -> None:
             codes VARCHAR[], n_violations INTEGER, reasons JSON, details JSON,
             evidence_sha256 VARCHAR, fingerprint VARCHAR NOT NULL
         )
-        """
-    )
+        """,
     # Every LLM judge exchange. The request stores the evidence by digest (the evidence text is a
     # blob); `cacheable` is false for transport failures, which are kept for the record but never
     # served as a cached verdict. Not unique by key: a retried timeout adds a second row. `codes` is
     # set on the per-run error-code call (item `codes`), NULL on rubric-item calls.
-    con.execute(
-        """
+    """
         CREATE TABLE judge_calls (
             key VARCHAR NOT NULL, model VARCHAR NOT NULL, settings JSON NOT NULL, item VARCHAR NOT NULL,
             run_id VARCHAR NOT NULL, evidence_sha256 VARCHAR NOT NULL, request JSON NOT NULL,
@@ -74,27 +74,21 @@ def _m001_tables(con: duckdb.DuckDBPyConnection) -> None:
             cited JSON, unscored_reason VARCHAR, cacheable BOOLEAN NOT NULL, latency_ms DOUBLE,
             created_at TIMESTAMP NOT NULL, codes JSON
         )
-        """
-    )
+        """,
     # Grades are pure functions of (spec, submission digests, reference digest, metric options);
     # keyed by the hash of those so a rescore never re-reads a mask it has graded.
-    con.execute(
-        """
+    """
         CREATE TABLE grade_cache (
             key VARCHAR PRIMARY KEY, summary JSON NOT NULL, created_at TIMESTAMP NOT NULL
         )
-        """
-    )
-    # "Current" = the latest row per (run, profile, judge).
-    con.execute(
-        """
-        CREATE VIEW scores_current AS
-        SELECT * FROM scores
-        QUALIFY row_number() OVER (
-            PARTITION BY run_id, profile_id, judge ORDER BY scored_at DESC, batch_id DESC, seq DESC
-        ) = 1
-        """
-    )
+        """,
+    "CREATE " + _CURRENT_VIEW,
+)
+
+
+def _m001_tables(con: duckdb.DuckDBPyConnection) -> None:
+    for statement in _M001_STATEMENTS:
+        con.execute(statement)
 
 
 def _m002_medal_rating(con: duckdb.DuckDBPyConnection) -> None:
@@ -103,15 +97,7 @@ def _m002_medal_rating(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE scores ADD COLUMN medal VARCHAR")
     con.execute("ALTER TABLE scores ADD COLUMN rating VARCHAR")
     # Rebind the view so `SELECT *` carries the new columns.
-    con.execute(
-        """
-        CREATE OR REPLACE VIEW scores_current AS
-        SELECT * FROM scores
-        QUALIFY row_number() OVER (
-            PARTITION BY run_id, profile_id, judge ORDER BY scored_at DESC, batch_id DESC, seq DESC
-        ) = 1
-        """
-    )
+    con.execute("CREATE OR REPLACE " + _CURRENT_VIEW)
 
 
 MIGRATIONS: list[Migration] = [

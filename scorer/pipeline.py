@@ -9,6 +9,7 @@ reproduce (not when or in which batch it was computed), which is what the rescor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,12 @@ from scorer import audit as auditor
 from scorer import codes as error_codes
 from scorer import evidence as ev
 from scorer import medal, stages, taskgrade
+from scorer.audit import AuditResult
 from scorer.cost import PriceTable, price_run
 from scorer.judge.base import Judge
-from scorer.profile import LoadedProfile
+from scorer.profile import LoadedProfile, StageRules
 from scorer.row import Cost, Grade, ScoreRow
+from scorer.stages import ItemScore
 from scorer.trajectory import BlobGetter, Trajectory, fold
 
 
@@ -39,6 +42,38 @@ def task_info(task: str | None) -> tuple[str | None, tuple[str, ...]]:
     except Exception:  # an unknown task is reported in the row (TASK unscored), not raised
         return None, ()
     return spec.track, tuple(spec.forbidden_paths)
+
+
+class Scoring:
+    """One run part-way through ``STAGES``: each stage reads what the ones before it set. ``reasons``
+    is filled in stage order (a later stage may overwrite an earlier one's reason)."""
+
+    rules: StageRules
+    audit: AuditResult
+    summary: dict[str, Any]
+    grade_key: str | None
+    grade: Grade
+    evidence: ev.Evidence
+    scores: list[ItemScore]
+    stage_values: dict[str, float | None]
+    combined: dict[str, Any]
+    assessed: medal.MedalResult
+    fired: list[error_codes.Code]
+    suppressed: bool
+    cost: Cost
+
+    def __init__(self, traj: Trajectory):
+        self.traj = traj
+        self.track, self.forbidden = task_info(traj.task)
+        self.reasons: dict[str, str] = {}
+
+    @property
+    def no_data(self) -> bool:
+        return self.audit.status == "no_data"
+
+    @property
+    def breach(self) -> bool:
+        return self.audit.status == "violation"
 
 
 class RunScorer:
@@ -65,105 +100,116 @@ class RunScorer:
         return self.score_trajectory(traj)
 
     def score_trajectory(self, traj: Trajectory) -> ScoreRow:
-        p = self.p
-        track, forbidden = task_info(traj.task)
-        rules = p.stage_rules(track)
-        audit = auditor.audit(traj, p.audit, list(forbidden))
-        reasons: dict[str, str] = {}
-        if audit.status == "no_data":
-            summary: dict[str, Any] = taskgrade.unscored("no events recorded for this run")
-            grade_key = None
+        s = Scoring(traj)
+        for stage in STAGES:
+            stage(self, s)
+        row = self._row(s)
+        row.fingerprint = fingerprint(row)
+        return row
+
+    def _audit(self, s: Scoring) -> None:
+        s.rules = self.p.stage_rules(s.track)
+        s.audit = auditor.audit(s.traj, self.p.audit, list(s.forbidden))
+
+    def _grade(self, s: Scoring) -> None:
+        if s.no_data:
+            s.summary, s.grade_key = taskgrade.unscored("no events recorded for this run"), None
         else:
-            summary, grade_key = taskgrade.grade_run(
-                traj,
+            s.summary, s.grade_key = taskgrade.grade_run(
+                s.traj,
                 self.get_blob,
                 references=self.references,
-                metrics=p.metrics_for(track),
+                metrics=self.p.metrics_for(s.track),
                 cache=self.grade_cache,
             )
-        grade = Grade.of(summary)
-        evidence = ev.build(traj, p.evidence, self.get_blob, track=track, grade=_grade_facts(summary))
-        items = p.items_for(track, traj.tier)
-        if audit.status == "no_data":
-            verdicts = {}
-        else:
-            verdicts = self.judge.judge(
-                traj,
-                evidence,
-                [i for i in items if not (traj.tier and traj.tier in i.auto_credit)],
-                track=track,
-            )
-        scores = stages.item_scores(items, verdicts, traj.tier)
-        judged = stages.judged_stages(scores, rules)
-        s4, s5, s45_reason = taskgrade.s4_s5(summary, rules)
-        stage_values: dict[str, float | None] = {s: v for s, (v, _) in judged.items()}
-        stage_values["S4"], stage_values["S5"] = s4, s5
-        for s, (_, why) in judged.items():
-            if why:
-                reasons[s] = why
+        s.grade = Grade.of(s.summary)
+
+    def _judge(self, s: Scoring) -> None:
+        traj, track = s.traj, s.track
+        facts = _grade_facts(s.summary)
+        s.evidence = ev.build(traj, self.p.evidence, self.get_blob, track=track, grade=facts)
+        items = self.p.items_for(track, traj.tier)
+        verdicts = {}
+        if not s.no_data:
+            judged = [i for i in items if not (traj.tier and traj.tier in i.auto_credit)]
+            verdicts = self.judge.judge(traj, s.evidence, judged, track=track)
+        s.scores = stages.item_scores(items, verdicts, traj.tier)
+
+    def _stages(self, s: Scoring) -> None:
+        judged = stages.judged_stages(s.scores, s.rules)
+        s4, s5, s45_reason = taskgrade.s4_s5(s.summary, s.rules)
+        s.stage_values = {st: v for st, (v, _) in judged.items()} | {"S4": s4, "S5": s5}
+        s.reasons.update({st: why for st, (_, why) in judged.items() if why})
         if s45_reason:
-            reasons["S4"] = reasons["S5"] = s45_reason
-        task = grade.task_score
-        if task is None:
-            reasons["TASK"] = grade.reason or "unscored"
-        breach = audit.status == "violation"
-        if breach:
-            stage_values = {s: 0.0 for s in stage_values}
-            task = None
-            reasons = {"S1-S5": "zeroed: rule violation", "TASK": "excluded: rule violation"}
-            combined: dict[str, Any] = {"agentic": 0.0, "overall": 0.0, "agentic_reason": None, "task": None}
-        elif traj.status == "budget_exceeded" and p.budget.exceeded != "score":
-            # The profile's rule for a run whose budget ran out (see scorer.profile.BudgetRules).
-            if p.budget.exceeded == "zero":
-                stage_values = {s: 0.0 for s in stage_values}
-                task = 0.0
-                reasons = {"S1-S5": "zeroed: budget exceeded", "TASK": "zeroed: budget exceeded"}
-                combined = {"agentic": 0.0, "overall": 0.0, "agentic_reason": None, "task": 0.0}
-            else:
-                stage_values = {s: None for s in stage_values}
-                task = None
-                why = "excluded: budget exceeded"
-                reasons = {"S1-S5": why, "TASK": why, "AGENTIC": why, "OVERALL": why}
-                combined = {"agentic": None, "overall": None, "agentic_reason": why, "task": None}
+            s.reasons["S4"] = s.reasons["S5"] = s45_reason
+        if s.grade.task_score is None:
+            s.reasons["TASK"] = s.grade.reason or "unscored"
+
+    def _combine(self, s: Scoring) -> None:
+        """AGENTIC, TASK and OVERALL: a violation zeroes the stages and excludes TASK; a run over its
+        budget follows the profile's rule (see scorer.profile.BudgetRules); else the paper's
+        combination."""
+        rule = self.p.budget.exceeded
+        over_budget = s.traj.status == "budget_exceeded" and rule != "score"
+        if s.breach:
+            s.stage_values = dict.fromkeys(s.stage_values, 0.0)
+            s.reasons = {"S1-S5": "zeroed: rule violation", "TASK": "excluded: rule violation"}
+            s.combined = {"agentic": 0.0, "overall": 0.0, "agentic_reason": None, "task": None}
+        elif over_budget and rule == "zero":
+            s.stage_values = dict.fromkeys(s.stage_values, 0.0)
+            s.reasons = {"S1-S5": "zeroed: budget exceeded", "TASK": "zeroed: budget exceeded"}
+            s.combined = {"agentic": 0.0, "overall": 0.0, "agentic_reason": None, "task": 0.0}
+        elif over_budget:
+            why = "excluded: budget exceeded"
+            s.stage_values = dict.fromkeys(s.stage_values)
+            s.reasons = {"S1-S5": why, "TASK": why, "AGENTIC": why, "OVERALL": why}
+            s.combined = {"agentic": None, "overall": None, "agentic_reason": why, "task": None}
         else:
-            combined = stages.combine(
-                stage_values,
-                task,
-                p.weights,
-                rules.null_policy,
-                all_unscored=rules.all_unscored,
-                round_digits=rules.round_digits,
+            r = s.rules
+            s.combined = stages.combine(
+                s.stage_values,
+                s.grade.task_score,
+                self.p.weights,
+                r.null_policy,
+                all_unscored=r.all_unscored,
+                round_digits=r.round_digits,
             )
-            if combined["agentic_reason"]:
-                reasons["AGENTIC"] = combined["agentic_reason"]
-        assessed = medal.assess(grade, traj.task, p.medals.get(track or ""), breach=breach)
-        if assessed.reason and not breach:
-            reasons["rating"] = assessed.reason
-        fired = error_codes.detect(traj, summary if task is not None or not breach else None)
+            if s.combined["agentic_reason"]:
+                s.reasons["AGENTIC"] = s.combined["agentic_reason"]
+
+    def _medal(self, s: Scoring) -> None:
+        s.assessed = medal.assess(s.grade, s.traj.task, self.p.medals.get(s.track or ""), breach=s.breach)
+        if s.assessed.reason and not s.breach:
+            s.reasons["rating"] = s.assessed.reason
+
+    def _codes(self, s: Scoring) -> None:
+        """Error codes from the rules and, when the judge gives them, the judge's; suppressed for a
+        valid submission with a good or okay medal where the profile says so."""
+        s.fired = error_codes.detect(s.traj, None if s.breach else s.summary)
         judge_codes = getattr(self.judge, "codes", None)
-        if judge_codes is not None and audit.status != "no_data":
-            found, why = judge_codes(traj, evidence)
+        if judge_codes is not None and not s.no_data:
+            found, why = judge_codes(s.traj, s.evidence)
             if why:
-                reasons["codes"] = f"judge codes unscored: {why}"
-            fired = error_codes.merge(
-                fired,
-                [
-                    error_codes.Code(code=c["code"], reason=c["reason"], events=c["events"], source="judge")
-                    for c in found
-                ],
-            )
-        suppressed = (
-            p.codes.suppress_when_valid_and_okay
-            and assessed.valid
-            and assessed.medal in ("good", "okay")
-            and bool(fired)
-        )
-        if suppressed:
-            reasons["codes"] = f"suppressed: valid submission with medal {assessed.medal}"
-        cost = Cost.of(price_run(traj, self.prices))
-        if cost.cost_reason:
-            reasons["cost"] = cost.cost_reason
-        row = ScoreRow(
+                s.reasons["codes"] = f"judge codes unscored: {why}"
+            keys = ("code", "reason", "events")
+            judged = [error_codes.Code(**{k: c[k] for k in keys}, source="judge") for c in found]
+            s.fired = error_codes.merge(s.fired, judged)
+        medal_ok = s.assessed.valid and s.assessed.medal in ("good", "okay")
+        s.suppressed = self.p.codes.suppress_when_valid_and_okay and medal_ok and bool(s.fired)
+        if s.suppressed:
+            s.reasons["codes"] = f"suppressed: valid submission with medal {s.assessed.medal}"
+
+    def _cost(self, s: Scoring) -> None:
+        s.cost = Cost.of(price_run(s.traj, self.prices))
+        if s.cost.cost_reason:
+            s.reasons["cost"] = s.cost.cost_reason
+
+    def _row(self, s: Scoring) -> ScoreRow:
+        traj, track, audit, summary = s.traj, s.track, s.audit, s.summary
+        stage_values, combined, assessed = s.stage_values, s.combined, s.assessed
+        fired, suppressed, scores, grade_key = s.fired, s.suppressed, s.scores, s.grade_key
+        cost, reasons, evidence, p = s.cost, s.reasons, s.evidence, self.p
+        return ScoreRow(
             run_id=traj.run_id,
             profile_id=self.loaded.id,
             profile_name=self.loaded.name,
@@ -210,8 +256,19 @@ class RunScorer:
             medal=assessed.medal,
             rating=assessed.rating,
         )
-        row.fingerprint = fingerprint(row)
-        return row
+
+
+STAGES: tuple[Callable[[RunScorer, Scoring], None], ...] = (
+    RunScorer._audit,
+    RunScorer._grade,
+    RunScorer._judge,
+    RunScorer._stages,
+    RunScorer._combine,
+    RunScorer._medal,
+    RunScorer._codes,
+    RunScorer._cost,
+)
+"""The scoring stages, in the order of the module's docstring."""
 
 
 def fingerprint(row: ScoreRow) -> str:

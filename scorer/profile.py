@@ -374,7 +374,3 @@ def load(ref: str | None = None) -> LoadedProfile:
     """A profile by built-in name or TOML path (default: ``paper-2026-06``)."""
     path = _locate(ref or DEFAULT_PROFILE, None)
     return from_dict(_read(path, ()), source=f"profile {ref or DEFAULT_PROFILE!r}")
-
-
-def to_dict(loaded: LoadedProfile) -> dict[str, Any]:
-    return msgspec.json.decode(loaded.canonical)

@@ -138,10 +138,6 @@ def exec_cases(ex: Exec, roots: Outputs) -> set[str]:
     return {c for c in (roots.case_of(p) for p in ex.files) if c}
 
 
-def setup_execs(traj: Trajectory) -> list[Exec]:
-    return [ex for ex in traj.execs if SETUP_RE.search(ex.code)]
-
-
 def setup_failures(traj: Trajectory) -> list[Exec]:
     """Executions that failed on installing or loading something (packages, checkpoints, GPU)."""
     out = []

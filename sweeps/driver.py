@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -227,9 +227,7 @@ def run_sweep(
     _write_plan(layout, spec, cells, config.name)
     adopted, previous_ex = _adopt(layout, config.name, cells)
     ex: Executor = open_executor(config, layout, concurrency=spec.concurrency)
-    # An executor whose "ended" is final (a local child has exited: its shard is placed or never
-    # will be) says so with lost_after_s = 0; on a shared filesystem a rename may show up later.
-    lost_after = float(getattr(ex, "lost_after_s", LOST_AFTER_S))
+    flight = _InFlight(spec, layout, backend, progress, ex, previous_ex, adopted)
     stop = threading.Event()
     previous: dict[signal.Signals, Any] = {}
 
@@ -239,46 +237,22 @@ def run_sweep(
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, on_signal)
-    inflight: dict[str, CellState] = {}
-    ended_at: dict[str, float] = {}
+    ingest = ingest_into_store or (lambda _store, _landed: None)
     try:
-        for rid, cell in adopted.items():
-            inflight[rid] = cell
-            cell.state = "running"
-        waiting = [c for c in cells if c.state == "pending"]
-        _submit(ex, write_specs(spec, waiting, layout, backend), inflight)
+        flight.adopt()
+        flight.submit([c for c in cells if c.state == "pending"])
         progress.start(cells)
-        while inflight and not stop.is_set():
-            states = _poll(ex, previous_ex, set(adopted))
-            landed, retry = _collect(
-                layout, spec, inflight, states, ended_at, progress, lost_after_s=lost_after
-            )
-            if landed and ingest_into_store is not None:
-                ingest_into_store(store, landed)
-            if retry:
-                _submit(ex, write_specs(spec, retry, layout, backend), inflight)
+        while flight.cells and not stop.is_set():
+            landed, retry = flight.collect()
+            if landed:
+                ingest(store, landed)
+            flight.submit(retry)
             progress.update(cells)
             time.sleep(0.2)
     finally:
-        if inflight:
-            progress.line(f"stopping {len(inflight)} running cell(s)")
-            ex.cancel()
-            if previous_ex is not None:
-                previous_ex.cancel()
-            # Their execs closed the runs as killed and placed the shards: read them back.
-            deadline = time.monotonic() + 10
-            while inflight and time.monotonic() < deadline:
-                states = _poll(ex, previous_ex, set(adopted))
-                landed, _ = _collect(layout, spec, inflight, states, ended_at, progress, final=True)
-                if landed and ingest_into_store is not None:
-                    ingest_into_store(store, landed)
-                time.sleep(0.1)
-            for cell in inflight.values():
-                read_cell(layout, cell, spec.max_attempts)
-        dispatch = dict(getattr(ex, "dispatched", {}) or {})
-        ex.close()
-        if previous_ex is not None:
-            previous_ex.close()
+        if flight.cells:
+            flight.wind_down(lambda landed: ingest(store, landed))
+        dispatch = flight.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         progress.stop(cells)
@@ -298,14 +272,6 @@ def _write_plan(layout: Layout, spec: SweepSpec, cells: list[CellState], executo
         executor=executor,
     )
     write_durably(layout.root / PLAN_FILE, msgspec.json.encode(plan))
-
-
-def _submit(ex: Executor, planned: list[tuple[str, CellState, Path]], inflight: dict[str, CellState]) -> None:
-    for rid, cell, _path in planned:
-        inflight[rid] = cell
-        cell.state = "running"
-    if planned:
-        ex.submit([path for _rid, _cell, path in planned])
 
 
 def _adopt(layout: Layout, name: str, cells: list[CellState]) -> tuple[dict[str, CellState], Executor | None]:
@@ -332,52 +298,104 @@ def _adopt(layout: Layout, name: str, cells: list[CellState]) -> tuple[dict[str,
     return out, previous
 
 
-def _poll(ex: Executor, previous: Executor | None, adopted: set[str]) -> dict[str, str]:
-    """The engine's view of every attempt in flight: adopted ones from the previous executor (one it
-    no longer lists has ended), the rest from this one."""
-    states: dict[str, str] = dict(ex.poll())
-    if previous is not None and adopted:
-        before = previous.poll()
-        for rid in adopted:
-            states.setdefault(rid, before.get(rid, "ended"))
-    return states
+class _InFlight:
+    """The attempts a sweep has in flight: submitted to its executor, or adopted from the previous
+    executor of the root (which still runs them)."""
 
+    def __init__(
+        self,
+        spec: SweepSpec,
+        layout: Layout,
+        backend: Backend,
+        progress: Progress,
+        ex: Executor,
+        previous: Executor | None,
+        adopted: dict[str, CellState],
+    ):
+        self.spec, self.layout, self.backend, self.progress = spec, layout, backend, progress
+        self.ex, self.previous, self.adopted = ex, previous, adopted
+        self.cells: dict[str, CellState] = {}
+        """Run id -> its cell, for every attempt in flight."""
+        self.ended_at: dict[str, float] = {}
+        # An executor whose "ended" is final (a local child has exited: its shard is placed or never
+        # will be) says so with lost_after_s = 0; on a shared filesystem a rename may show up later.
+        self.lost_after_s = float(getattr(ex, "lost_after_s", LOST_AFTER_S))
 
-def _collect(
-    layout: Layout,
-    spec: SweepSpec,
-    inflight: dict[str, CellState],
-    states: Mapping[str, str],
-    ended_at: dict[str, float],
-    progress: Progress,
-    final: bool = False,
-    lost_after_s: float = LOST_AFTER_S,
-) -> tuple[list[Path], list[CellState]]:
-    """Shards that landed since the last call, and the cells that need another attempt."""
-    from sweeps.state import shard_outcome
+    def adopt(self) -> None:
+        for rid, cell in self.adopted.items():
+            self.cells[rid] = cell
+            cell.state = "running"
 
-    landed: list[Path] = []
-    retry: list[CellState] = []
-    now = time.monotonic()
-    for rid, cell in list(inflight.items()):
-        outcome = shard_outcome(layout, rid)
-        if outcome in (None, "unfinished"):
-            if states.get(rid) != "ended":
-                continue
-            first = ended_at.setdefault(rid, now)
-            if now - first < (0.0 if final else lost_after_s):
-                continue
-            outcome = "lost"
-        else:
-            landed.append(layout.shard(rid))
-        del inflight[rid]
-        read_cell(layout, cell, spec.max_attempts)
-        if outcome == "lost" and (not cell.attempts or cell.attempts[-1][0] != rid):
-            cell.attempts.append((rid, "lost"))
-        progress.event(rid, outcome)
-        if cell.state == "pending" and not final:
-            # A failure counts against max_attempts (read_cell said there are attempts left); an
-            # interrupted or lost attempt does not. Either way the cell gets a new attempt.
-            cell.state = "pending" if outcome in INTERRUPTED else "failed"
-            retry.append(cell)
-    return landed, retry
+    def submit(self, cells: list[CellState]) -> None:
+        """The next attempt of each cell that needs one, its spec written and handed to the executor."""
+        planned = write_specs(self.spec, cells, self.layout, self.backend)
+        for rid, cell, _path in planned:
+            self.cells[rid] = cell
+            cell.state = "running"
+        if planned:
+            self.ex.submit([path for _rid, _cell, path in planned])
+
+    def poll(self) -> dict[str, str]:
+        """The engine's view of every attempt in flight: adopted ones from the previous executor (one
+        it no longer lists has ended), the rest from this one."""
+        states: dict[str, str] = dict(self.ex.poll())
+        if self.previous is not None and self.adopted:
+            before = self.previous.poll()
+            for rid in self.adopted:
+                states.setdefault(rid, before.get(rid, "ended"))
+        return states
+
+    def collect(self, final: bool = False) -> tuple[list[Path], list[CellState]]:
+        """Shards that landed since the last call, and the cells that need another attempt."""
+        from sweeps.state import shard_outcome
+
+        layout, states = self.layout, self.poll()
+        landed: list[Path] = []
+        retry: list[CellState] = []
+        now = time.monotonic()
+        for rid, cell in list(self.cells.items()):
+            outcome = shard_outcome(layout, rid)
+            if outcome in (None, "unfinished"):
+                if states.get(rid) != "ended":
+                    continue
+                first = self.ended_at.setdefault(rid, now)
+                if now - first < (0.0 if final else self.lost_after_s):
+                    continue
+                outcome = "lost"
+            else:
+                landed.append(layout.shard(rid))
+            del self.cells[rid]
+            read_cell(layout, cell, self.spec.max_attempts)
+            if outcome == "lost" and (not cell.attempts or cell.attempts[-1][0] != rid):
+                cell.attempts.append((rid, "lost"))
+            self.progress.event(rid, outcome)
+            if cell.state == "pending" and not final:
+                # A failure counts against max_attempts (read_cell said there are attempts left); an
+                # interrupted or lost attempt does not. Either way the cell gets a new attempt.
+                cell.state = "pending" if outcome in INTERRUPTED else "failed"
+                retry.append(cell)
+        return landed, retry
+
+    def wind_down(self, ingest: Callable[[list[Path]], None]) -> None:
+        """Cancel what is in flight and read back the shards its execs place as they stop."""
+        self.progress.line(f"stopping {len(self.cells)} running cell(s)")
+        self.ex.cancel()
+        if self.previous is not None:
+            self.previous.cancel()
+        # Their execs closed the runs as killed and placed the shards: read them back.
+        deadline = time.monotonic() + 10
+        while self.cells and time.monotonic() < deadline:
+            landed, _ = self.collect(final=True)
+            if landed:
+                ingest(landed)
+            time.sleep(0.1)
+        for cell in self.cells.values():
+            read_cell(self.layout, cell, self.spec.max_attempts)
+
+    def close(self) -> dict[str, float]:
+        """Close the executors; returns when each attempt was dispatched, where the executor knows."""
+        dispatch = dict(getattr(self.ex, "dispatched", {}) or {})
+        self.ex.close()
+        if self.previous is not None:
+            self.previous.close()
+        return dispatch

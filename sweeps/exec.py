@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 import msgspec
 
@@ -211,6 +211,128 @@ class _WithGpuEnv:
         return self._backend.start(argv, {**env, "NVIDIA_VISIBLE_DEVICES": self._ids})
 
 
+class _Ended(NamedTuple):
+    """How the recording of the run ended, for its ``shard.json``."""
+
+    status: str
+    exit_code: int
+    reason: str | None
+    run_s: float | None
+    """The recorder's own time (None when the run was stopped outside it)."""
+
+
+class _Attempt(NamedTuple):
+    """One execution's own directory, ``attempts/<run id>/<token>/``, and who made it."""
+
+    dir: Path
+    token: str
+    host: str
+    started_ns: int
+
+    @classmethod
+    def begin(cls, layout: Layout, run_id: str) -> _Attempt:
+        layout.make()
+        token = new_token()
+        attempt_dir = layout.attempts / run_id / token
+        attempt_dir.mkdir(parents=True)
+        started_ns = time.time_ns()
+        host = token.rsplit("-", 2)[0]
+        who = {"host": host, "pid": os.getpid(), "token": token, "started_ns": started_ns}
+        write_durably(attempt_dir / EXEC_FILE, msgspec.json.encode(who))
+        return cls(attempt_dir, token, host, started_ns)
+
+
+def _shard_info(
+    spec: RunSpec, alloc: Allocation, attempt: _Attempt, ended: _Ended, ended_ns: int
+) -> ShardInfo:
+    run_id, (attempt_dir, token, host, started_ns) = spec.run_id, attempt
+    status, exit_code, reason, run_s = ended
+    return ShardInfo(
+        run_id=run_id,
+        cell=spec.cell.key,
+        attempt=spec.attempt,
+        status=status,
+        exit_code=exit_code,
+        host=host,
+        pid=os.getpid(),
+        token=token,
+        started_ns=started_ns,
+        ended_ns=ended_ns,
+        run_s=run_s if run_s is not None else (ended_ns - started_ns) / 1e9,
+        gpu_ids=alloc.gpu_ids,
+        cpus=alloc.cpus,
+        memory=alloc.memory,
+        files=file_sizes(attempt_dir),
+        reason=reason,
+    )
+
+
+def _placeholders(spec: RunSpec, workspace: Path) -> dict[str, str]:
+    """The agent command's placeholder values, with the workspace and data where the agent sees them."""
+    if spec.backend == "local":
+        from tasks.registry import brief
+
+        # The docker backend places the brief itself; locally the workspace is the cwd.
+        (workspace / "tier_prompt.txt").write_text(brief(spec.cell.task, spec.cell.tier), encoding="utf-8")
+        seen_ws, seen_data = str(workspace), str(Path(spec.data) / "public")
+    else:
+        seen_ws, seen_data = "/workspace", "/data/public"
+    return {
+        "model": spec.agent.model,
+        "workspace": seen_ws,
+        "data": seen_data,
+        "task": spec.cell.task,
+        "tier": spec.cell.tier,
+        "repeat": str(spec.cell.repeat),
+        "run_id": spec.run_id,
+    }
+
+
+def _labels(spec: RunSpec, alloc: Allocation) -> dict[str, str]:
+    return {
+        "sweep": spec.cell.sweep,
+        "agent": spec.agent.name,
+        "repeat": str(spec.cell.repeat),
+        "attempt": str(spec.attempt),
+        # Where it ran, in the run's own record (the store keeps the run, not its shard, whose host
+        # is a name made safe for a file name).
+        "host": socket.gethostname(),
+        **({"model": spec.agent.model} if spec.agent.model else {}),
+        **({"gpus": ",".join(alloc.gpu_ids)} if alloc.gpu_ids else {}),
+        **spec.labels,
+    }
+
+
+def _record(
+    spec: RunSpec, alloc: Allocation, attempt_dir: Path, workspace: Path, baseline_url: str
+) -> _Ended:
+    """Record the run into the attempt's directory."""
+    upstreams = [u.replace("{baseline}", baseline_url) for u in spec.agent.upstream]
+    argv, labels = agent_argv(spec, _placeholders(spec, workspace)), _labels(spec, alloc)
+    backend = _StopsItsContainer(_backend(spec, alloc), STOP_GRACE_S)
+    recording = time.monotonic()
+    outcome = record(
+        RecordSpec(
+            argv=argv,
+            store=attempt_dir,
+            run_id=spec.run_id,
+            task=spec.cell.task,
+            tier=spec.cell.tier,
+            data_dir=Path(spec.data),
+            time_limit_s=spec.limits.time_limit_s,
+            labels=labels,
+            agent=spec.agent.name,
+            model=spec.agent.model or None,
+            upstreams=parse_upstreams(upstreams),
+            workspace=workspace,
+            env={**os.environ, **spec.agent.env},
+            budget=spec.limits.budget,
+        ),
+        backend,
+    )
+    return _Ended(outcome.status, outcome.exit_code, outcome.reason, time.monotonic() - recording)
+
+
 def execute(spec_path: Path, *, out: TextIO | None = None) -> int:
     """Execute one spec; returns the exit status (see the module's docstring)."""
     out = out or sys.stderr
@@ -221,14 +343,7 @@ def execute(spec_path: Path, *, out: TextIO | None = None) -> int:
         print(f"amb sweep exec: {run_id} already has its shard; nothing to do", file=out, flush=True)
         return ALREADY_COMPLETE
     alloc = allocation(spec, os.environ)
-    layout.make()
-    token = new_token()
-    attempt_dir = layout.attempts / run_id / token
-    attempt_dir.mkdir(parents=True)
-    started_ns = time.time_ns()
-    host = token.rsplit("-", 2)[0]
-    who = {"host": host, "pid": os.getpid(), "token": token, "started_ns": started_ns}
-    write_durably(attempt_dir / EXEC_FILE, msgspec.json.encode(who))
+    attempt = _Attempt.begin(layout, run_id)
 
     def stop(signum: int, _frame: object) -> None:
         raise _Stopped(signal.Signals(signum).name)
@@ -238,106 +353,32 @@ def execute(spec_path: Path, *, out: TextIO | None = None) -> int:
     # removes it (a `finally` is not reached by SIGKILL).
     workspace = make_tempdir(f"amb-ws-{run_id}-")
     server = None
-    status, exit_code, reason = "recorder_error", 1, None
-    run_s: float | None = None
     try:
         try:
             if any("{baseline}" in u for u in spec.agent.upstream):
                 from agents.baseline.server import BaselineServer
 
                 server = BaselineServer().start()
-            upstreams = [u.replace("{baseline}", server.url if server else "") for u in spec.agent.upstream]
-            if spec.backend == "local":
-                from tasks.registry import brief
-
-                # The docker backend places the brief itself; locally the workspace is the cwd.
-                (workspace / "tier_prompt.txt").write_text(
-                    brief(spec.cell.task, spec.cell.tier), encoding="utf-8"
-                )
-                seen_ws, seen_data = str(workspace), str(Path(spec.data) / "public")
-            else:
-                seen_ws, seen_data = "/workspace", "/data/public"
-            values = {
-                "model": spec.agent.model,
-                "workspace": seen_ws,
-                "data": seen_data,
-                "task": spec.cell.task,
-                "tier": spec.cell.tier,
-                "repeat": str(spec.cell.repeat),
-                "run_id": run_id,
-            }
-            labels = {
-                "sweep": spec.cell.sweep,
-                "agent": spec.agent.name,
-                "repeat": str(spec.cell.repeat),
-                "attempt": str(spec.attempt),
-                # Where it ran, in the run's own record (the store keeps the run, not its shard,
-                # whose host is a name made safe for a file name).
-                "host": socket.gethostname(),
-                **({"model": spec.agent.model} if spec.agent.model else {}),
-                **({"gpus": ",".join(alloc.gpu_ids)} if alloc.gpu_ids else {}),
-                **spec.labels,
-            }
-            backend = _StopsItsContainer(_backend(spec, alloc), STOP_GRACE_S)
-            recording = time.monotonic()
-            outcome = record(
-                RecordSpec(
-                    argv=agent_argv(spec, values),
-                    store=attempt_dir,
-                    run_id=run_id,
-                    task=spec.cell.task,
-                    tier=spec.cell.tier,
-                    data_dir=Path(spec.data),
-                    time_limit_s=spec.limits.time_limit_s,
-                    labels=labels,
-                    agent=spec.agent.name,
-                    model=spec.agent.model or None,
-                    upstreams=parse_upstreams(upstreams),
-                    workspace=workspace,
-                    env={**os.environ, **spec.agent.env},
-                    budget=spec.limits.budget,
-                ),
-                backend,
-            )
-            status, exit_code, reason = outcome.status, outcome.exit_code, outcome.reason
-            run_s = time.monotonic() - recording
+            ended = _record(spec, alloc, attempt.dir, workspace, server.url if server else "")
         except _Stopped as e:
             # Stopped outside the agent's lifetime: the recorder closed the run if it had started.
-            recorded = run_status(attempt_dir, run_id)
+            recorded = run_status(attempt.dir, run_id)
             if recorded is None:
-                shutil.rmtree(attempt_dir, ignore_errors=True)
+                shutil.rmtree(attempt.dir, ignore_errors=True)
                 print(f"amb sweep exec: {run_id}: stopped by {e} before the run started", file=out)
                 return 128 + signal.SIGTERM
-            status, exit_code, reason = recorded, 128 + signal.SIGTERM, f"stopped by {e}"
+            ended = _Ended(recorded, 128 + signal.SIGTERM, f"stopped by {e}", None)
         ended_ns = time.time_ns()
         # From here on a stop signal must not leave a half-placed shard behind.
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)
-        info = ShardInfo(
-            run_id=run_id,
-            cell=spec.cell.key,
-            attempt=spec.attempt,
-            status=status,
-            exit_code=exit_code,
-            host=host,
-            pid=os.getpid(),
-            token=token,
-            started_ns=started_ns,
-            ended_ns=ended_ns,
-            run_s=run_s if run_s is not None else (ended_ns - started_ns) / 1e9,
-            gpu_ids=alloc.gpu_ids,
-            cpus=alloc.cpus,
-            memory=alloc.memory,
-            files=file_sizes(attempt_dir),
-            reason=reason,
-        )
-        where, first = place(layout, attempt_dir, info)
+        where, first = place(layout, attempt.dir, _shard_info(spec, alloc, attempt, ended, ended_ns))
         try:
             (layout.attempts / run_id).rmdir()  # only when no other execution of it is under way
         except OSError:
             pass
         note = "" if first else " (a duplicate: another execution of this attempt finished first)"
-        print(f"amb sweep exec: {run_id}: {status}; shard {where}{note}", file=out, flush=True)
+        print(f"amb sweep exec: {run_id}: {ended.status}; shard {where}{note}", file=out, flush=True)
         return 0
     finally:
         if server is not None:

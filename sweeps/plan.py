@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -215,14 +216,19 @@ def _error(where: str, text: str, path: list[str | int], message: str) -> SweepE
     return SweepError(f"{at}: {field_name or 'sweep file'}: {message}")
 
 
-def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
+Fail = Callable[[list[str | int], str], SweepError]
+"""Makes the error for a field of the sweep file (its path in the file, the message)."""
+
+
+def _decode(path: Path) -> tuple[str, SweepFile]:
+    """The file's text and its typed content; an error names the line of a field that is wrong."""
     where = str(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise SweepError(f"{where}: cannot read: {e.strerror or e}") from None
     try:
-        raw = msgspec.toml.decode(text.encode("utf-8"), type=SweepFile)
+        return text, msgspec.toml.decode(text.encode("utf-8"), type=SweepFile)
     except msgspec.ValidationError as e:
         msg = str(e)
         short = re.sub(r"\s*-\s*at `\$[^`]*`", "", msg)
@@ -230,13 +236,8 @@ def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
     except msgspec.DecodeError as e:
         raise SweepError(f"{where}: not valid TOML: {e}") from None
 
-    def fail(fpath: list[str | int], message: str) -> SweepError:
-        return _error(where, text, fpath, message)
 
-    try:
-        check_id("sweep name", raw.name)
-    except SchemaError as e:
-        raise fail(["name"], str(e)) from None
+def _agents(raw: SweepFile, fail: Fail) -> list[AgentDef]:
     agents = []
     for i, a in enumerate(raw.agents):
         cmd = shlex.split(a.command) if isinstance(a.command, str) else list(a.command)
@@ -250,6 +251,11 @@ def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
         raise fail(["agents"], "is empty")
     if len({a.name for a in agents}) != len(agents):
         raise fail(["agents"], "agent names must be unique")
+    return agents
+
+
+def _tasks(raw: SweepFile, folder: Path, fail: Fail) -> list[TaskDef]:
+    """The tasks, each known to the registry; prepared data is resolved against the file's folder."""
     from tasks.registry import load_spec
 
     tasks = []
@@ -261,12 +267,17 @@ def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
             raise fail(["tasks", i], str(e)) from None
         data = None
         if entry.data:
-            data = (path.parent / entry.data).resolve()
+            data = (folder / entry.data).resolve()
             if not (data / "public").is_dir():
                 raise fail(["tasks", i, "data"], f"data {data} has no public/ folder")
         tasks.append(TaskDef(entry.id, data))
     if not tasks:
         raise fail(["tasks"], "is empty")
+    return tasks
+
+
+def _check_numbers(raw: SweepFile, fail: Fail) -> None:
+    """Tiers, counts, the time limit and the budget's limits."""
     if not raw.tiers:
         raise fail(["tiers"], f"must list {' and/or '.join(TIERS)}")
     for key in ("repeats", "concurrency", "max_attempts", "cases", "score_jobs", "judge_repeat"):
@@ -278,16 +289,24 @@ def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
         value = getattr(raw, key)
         if value is not None and value <= 0:
             raise fail([key], "must be greater than 0")
-    budget = None
+
+
+def _budget(raw: SweepFile, fail: Fail) -> BudgetLimits | None:
+    """Each run's budget (None: none), from the file's max_* keys and its price table."""
     if raw.max_tokens is not None or raw.max_cost is not None or raw.max_calls is not None:
-        budget = BudgetLimits(
+        return BudgetLimits(
             max_tokens=raw.max_tokens,
             max_cost_usd=raw.max_cost,
             max_calls=raw.max_calls,
             price_table=raw.price_table,
         )
-    elif raw.price_table is not None:
+    if raw.price_table is not None:
         raise fail(["price_table"], "prices a budget: set max_cost (or max_tokens, max_calls) too")
+    return None
+
+
+def _check_resources(raw: SweepFile, agents: list[AgentDef], tasks: list[TaskDef], fail: Fail) -> None:
+    """The sweep's CPUs and GPUs, and each resource rule's: positive, naming agents and tasks it has."""
     if raw.gpus < 0 or (raw.cpus is not None and raw.cpus <= 0):
         raise fail(["gpus" if raw.gpus < 0 else "cpus"], "must be positive")
     names = {a.name for a in agents}
@@ -299,14 +318,37 @@ def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
             raise fail(["resources", i, "task"], f"task {r.task!r} is not in tasks")
         if (r.gpus or 0) < 0 or (r.cpus is not None and r.cpus <= 0):
             raise fail(["resources", i], "cpus and gpus must be positive")
-    if work is None:
-        work = (path.parent / raw.work).resolve() if raw.work else Path.cwd() / f"sweep-{raw.name}"
+
+
+def _baseline(raw: SweepFile, agents: list[AgentDef], fail: Fail) -> bool:
+    """Whether the sweep runs the offline baseline server: as the file says, else when an agent's
+    upstream names ``{baseline}``."""
     uses_baseline = [i for i, a in enumerate(agents) if any("{baseline}" in u for u in a.upstream)]
     if raw.baseline is False and uses_baseline:
         raise fail(
             ["agents", uses_baseline[0], "upstream"], "names {baseline}, but the sweep says baseline = false"
         )
-    baseline = bool(uses_baseline) if raw.baseline is None else raw.baseline
+    return bool(uses_baseline) if raw.baseline is None else raw.baseline
+
+
+def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
+    text, raw = _decode(path)
+
+    def fail(fpath: list[str | int], message: str) -> SweepError:
+        return _error(str(path), text, fpath, message)
+
+    try:
+        check_id("sweep name", raw.name)
+    except SchemaError as e:
+        raise fail(["name"], str(e)) from None
+    agents = _agents(raw, fail)
+    tasks = _tasks(raw, path.parent, fail)
+    _check_numbers(raw, fail)
+    budget = _budget(raw, fail)
+    _check_resources(raw, agents, tasks, fail)
+    if work is None:
+        work = (path.parent / raw.work).resolve() if raw.work else Path.cwd() / f"sweep-{raw.name}"
+    baseline = _baseline(raw, agents, fail)
     return SweepSpec(
         name=raw.name,
         agents=agents,

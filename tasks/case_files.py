@@ -1,4 +1,5 @@
-"""A task's case files as the converters and the synthetic generators lay them out."""
+"""The files every synthesiser and converter writes into a task's ``public/`` and ``private/`` folders:
+JSON files, and a whole report-generation case."""
 
 from __future__ import annotations
 
@@ -7,52 +8,56 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from schemas.task_spec import TaskError, TaskSpec
 
 
-def write_json(path: Path, obj: dict[str, Any]) -> None:
+def write_json(path: Path, obj: dict[str, Any], *, ensure_ascii: bool = True) -> None:
+    """``obj`` as indented JSON with a final newline, its folder made first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(obj, indent=2, ensure_ascii=ensure_ascii) + "\n", encoding="utf-8")
 
 
-def write_report_case(
-    out: Path, spec: TaskSpec, case: str, images: list[str], reference: str, mode: str, source: dict[str, Any]
-) -> None:
-    """A report case's manifests and reference report beside its images; ``source`` says what it was
-    made from, ``mode`` what the reference holds (``full_report`` or ``findings_only``)."""
-    assert spec.report is not None
-    public = {"case_id": case, "task_id": spec.id, "image_count": len(images), "image_files": images}
-    write_json(out / "public" / case / spec.report.manifest_file, public)
-    (out / "private" / case).mkdir(parents=True, exist_ok=True)
-    (out / "private" / case / spec.report.output_file).write_text(reference + "\n", encoding="utf-8")
-    private = {"case_id": case, "task_id": spec.id, **source, "image_count": len(images)}
-    private |= {"reference_text_mode": mode, "report_char_count": len(reference)}
-    write_json(out / "private" / case / "manifest.json", private)
-
-
-def grey_jpeg(image: Path) -> bytes:
-    """An image re-encoded as the benchmark hands it to agents: greyscale baseline JPEG, quality 95."""
+def grey_jpeg(path: Path) -> bytes:
+    """An image file re-encoded as a greyscale baseline JPEG (quality 95), as the benchmark hands
+    report images to the agent."""
     from PIL import Image
 
     try:
-        with Image.open(image) as im:
+        with Image.open(path) as im:
             buf = io.BytesIO()
             im.convert("L").save(buf, format="JPEG", quality=95)
     except OSError as e:
-        raise TaskError(f"{image}: not a readable image: {e}") from e
+        raise TaskError(f"{path}: not a readable image: {e}") from e
     return buf.getvalue()
 
 
-def write_enhancement_case(out: Path, spec: TaskSpec, case: str, inp: np.ndarray, ref: np.ndarray) -> float:
-    """An enhancement case: its input (public) and reference (private) arrays; returns the
-    reference's data range (max - min), which the case's SSIM is computed under."""
-    assert spec.enh is not None
-    pub = out / "public" / spec.public.case_dir.format(case=case)
-    priv = out / "private" / spec.private.case_dir.format(case=case)
-    pub.mkdir(parents=True, exist_ok=True)
-    priv.mkdir(parents=True, exist_ok=True)
-    np.save(pub / spec.enh.input_file, inp)
-    np.save(priv / spec.enh.reference_file, ref)
-    return float(ref.max()) - float(ref.min())
+def write_report_case(
+    out: Path,
+    spec: TaskSpec,
+    case: str,
+    images: list[bytes],
+    reference: str,
+    mode: str,
+    source: dict[str, Any] | None = None,
+) -> None:
+    """One report case: its JPEG views (``01.jpg``, ...) and manifest under ``public/``, its reference
+    report and a manifest (``source`` says where it came from) under ``private/``."""
+    assert spec.report is not None
+    names = [f"{k + 1:02d}.jpg" for k in range(len(images))]
+    image_dir = out / "public" / case / spec.report.images_dir
+    image_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in zip(names, images, strict=True):
+        (image_dir / name).write_bytes(data)
+    public = {"case_id": case, "task_id": spec.id, "image_count": len(names), "image_files": names}
+    write_json(out / "public" / case / spec.report.manifest_file, public)
+    (out / "private" / case).mkdir(parents=True, exist_ok=True)
+    (out / "private" / case / spec.report.output_file).write_text(reference + "\n", encoding="utf-8")
+    private = {
+        "case_id": case,
+        "task_id": spec.id,
+        **(source or {}),
+        "image_count": len(names),
+        "reference_text_mode": mode,
+        "report_char_count": len(reference),
+    }
+    write_json(out / "private" / case / "manifest.json", private)

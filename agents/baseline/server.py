@@ -18,7 +18,8 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from agents.baseline.policy import FLAWS, Decision, PolicyError, decide
+from agents.baseline.context import Decision
+from agents.baseline.policy import FLAWS, PolicyError, decide
 from schemas.events import AssistantMessage, ToolCallPart, Usage
 from schemas.providers import openai_chat
 from schemas.providers.conversation import Reply

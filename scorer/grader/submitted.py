@@ -120,8 +120,3 @@ def open_submitted(submission: Path, rel: str | PurePosixPath) -> BinaryIO:
     except BaseException:
         os.close(file_fd)
         raise
-
-
-def check_submitted(submission: Path, rel: str | PurePosixPath) -> None:
-    """Raise ``Rejected`` unless ``submission/rel`` could be opened by ``open_submitted``."""
-    open_submitted(submission, rel).close()

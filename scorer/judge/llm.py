@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import openai
 
@@ -166,67 +166,15 @@ class LLMJudge:
             kwargs["seed"] = self.seed
         if self.settings.json_mode:
             kwargs["response_format"] = {"type": "json_object"}
-        stored_request = dict(kwargs)
-        stored_request["messages"] = stored_msgs
         with self._count:
             self.requests += 1
         t0 = time.perf_counter()
-        response, text, cacheable, codes = "", "", True, None
-        cited: list[str]
         try:
             completion = self.client.chat.completions.create(**kwargs)
-        except openai.APITimeoutError as e:
-            value, reason, cited, unscored, cacheable, response = (
-                None,
-                f"judge call timed out: {e}",
-                [],
-                "timeout",
-                False,
-                str(e),
-            )
-        except openai.APIConnectionError as e:
-            value, reason, cited, unscored, cacheable, response = (
-                None,
-                f"cannot reach the judge: {e}",
-                [],
-                "connection_error",
-                False,
-                str(e),
-            )
-        except openai.APIStatusError as e:
-            value, reason, cited, unscored, cacheable = (
-                None,
-                f"judge endpoint answered HTTP {e.status_code}",
-                [],
-                f"http_{e.status_code}",
-                False,
-            )
-            response = e.response.text if e.response is not None else str(e)
         except (openai.OpenAIError, ValueError) as e:
-            # A 200 whose body is not a chat completion (a proxy's HTML page, a truncated body).
-            value, reason, cited, unscored, cacheable, response = (
-                None,
-                f"unreadable judge response: {type(e).__name__}: {e}",
-                [],
-                "bad_response",
-                False,
-                str(e),
-            )
+            a = _failure(e)
         else:
-            response = completion.model_dump_json()
-            choice = completion.choices[0] if completion.choices else None
-            msg = choice.message if choice else None
-            text = (msg.content or "") if msg else ""
-            refusal = getattr(msg, "refusal", None) if msg else None
-            if refusal or (choice is not None and choice.finish_reason == "content_filter"):
-                value, reason, cited, unscored = (
-                    None,
-                    f"the judge refused: {refusal or 'content_filter'}",
-                    [],
-                    "refusal",
-                )
-            else:
-                value, reason, cited, unscored, codes = parse(text)
+            a = _answer(completion, parse)
         return CallRecord(
             key=key,
             model=self.model,
@@ -234,14 +182,58 @@ class LLMJudge:
             item=item_id,
             run_id=traj.run_id,
             evidence_sha256=evidence.sha256,
-            request=stored_request,
-            response=response,
-            reply_text=text,
-            value=value,
-            reason=reason,
-            cited=cited,
-            unscored_reason=unscored,
-            cacheable=cacheable,
+            request=kwargs | {"messages": stored_msgs},
+            response=a.response,
+            reply_text=a.text,
+            value=a.value,
+            reason=a.reason,
+            cited=a.cited,
+            unscored_reason=a.unscored,
+            cacheable=a.cacheable,
             latency_ms=(time.perf_counter() - t0) * 1000,
-            codes=codes,
+            codes=a.codes,
         )
+
+
+class _Answer(NamedTuple):
+    """What one judge call came to: a verdict (or codes), or why it is unscored."""
+
+    value: float | None
+    reason: str
+    cited: list[str]
+    unscored: str | None
+    response: str
+    """The endpoint's reply as it came (the completion's JSON, an error body or message)."""
+    text: str = ""
+    codes: list[dict[str, Any]] | None = None
+    cacheable: bool = True
+
+
+def _failure(e: Exception) -> _Answer:
+    """A call that got no completion: unscored, and not cached (the next rescore asks again)."""
+    if isinstance(e, openai.APITimeoutError):
+        return _Answer(None, f"judge call timed out: {e}", [], "timeout", str(e), cacheable=False)
+    if isinstance(e, openai.APIConnectionError):
+        return _Answer(None, f"cannot reach the judge: {e}", [], "connection_error", str(e), cacheable=False)
+    if isinstance(e, openai.APIStatusError):
+        body = e.response.text if e.response is not None else str(e)
+        why = f"judge endpoint answered HTTP {e.status_code}"
+        return _Answer(None, why, [], f"http_{e.status_code}", body, cacheable=False)
+    # A 200 whose body is not a chat completion (a proxy's HTML page, a truncated body).
+    why = f"unreadable judge response: {type(e).__name__}: {e}"
+    return _Answer(None, why, [], "bad_response", str(e), cacheable=False)
+
+
+def _answer(completion: Any, parse: Callable[[str], tuple]) -> _Answer:
+    """A completion's reply parsed by ``parse``, or unscored when the judge refused."""
+    response = completion.model_dump_json()
+    choice = completion.choices[0] if completion.choices else None
+    msg = choice.message if choice else None
+    text = (msg.content or "") if msg else ""
+    refusal = getattr(msg, "refusal", None) if msg else None
+    if refusal or (choice is not None and choice.finish_reason == "content_filter"):
+        return _Answer(
+            None, f"the judge refused: {refusal or 'content_filter'}", [], "refusal", response, text
+        )
+    value, reason, cited, unscored, codes = parse(text)
+    return _Answer(value, reason, cited, unscored, response, text, codes)

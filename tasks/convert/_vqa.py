@@ -81,8 +81,8 @@ def write_questions(
         if q.options is not None:
             question["options"] = q.options
             gold["options"] = q.options
-        write_json(public / q.qid / spec.vqa.question_file, question)
-        write_json(private / q.qid / spec.vqa.answer_file, gold)
+        write_json(public / q.qid / spec.vqa.question_file, question, ensure_ascii=False)
+        write_json(private / q.qid / spec.vqa.answer_file, gold, ensure_ascii=False)
         rows.append(
             {
                 "question_id": q.qid,

@@ -23,8 +23,7 @@ import numpy as np
 import SimpleITK as sitk
 
 from schemas.task_spec import TaskError, TaskSpec
-from tasks.case_files import write_enhancement_case
-from tasks.synth.enhancement import write_ranges
+from tasks.synth.enhancement import write_case, write_ranges
 
 THICKNESSES = ("3mm", "1mm")
 DICOM_SUFFIXES = {".ima", ".dcm"}
@@ -90,7 +89,7 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
             if ref.shape != inp.shape:
                 raise TaskError(f"{fpath} and {qpath}: shapes {ref.shape} and {inp.shape} differ")
             case = f"{patient.name}_{n:04d}"
-            ranges[case] = write_enhancement_case(out, spec, case, inp, ref)
+            ranges[case] = write_case(spec, out, case, inp, ref)
             if progress:
                 progress(case)
     write_ranges(out / "private" / spec.enh.ranges_file, ranges)

@@ -81,11 +81,9 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
         image, reencode = found
         case = spec.case_id(index)
         index += 1
-        dest = out / "public" / case / spec.report.images_dir / "01.jpg"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(grey_jpeg(image) if reencode else image.read_bytes())
-        origin = {"source_study": study, "source_image": r["path_to_image"]}
-        write_report_case(out, spec, case, ["01.jpg"], reference, "full_report", origin)
+        jpeg = grey_jpeg(image) if reencode else image.read_bytes()
+        source_files = {"source_study": study, "source_image": r["path_to_image"]}
+        write_report_case(out, spec, case, [jpeg], reference, "full_report", source_files)
         if progress is not None:
             progress(case)
     if index == 0:

@@ -55,13 +55,9 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
             continue
         case = spec.case_id(index)
         index += 1
-        names = [f"{k + 1:02d}.jpg" for k in range(len(views))]
-        image_dir = out / "public" / case / spec.report.images_dir
-        image_dir.mkdir(parents=True, exist_ok=True)
-        for name, png in zip(names, views, strict=False):
-            (image_dir / name).write_bytes(grey_jpeg(png))
-        origin = {"source_report": xml_path.name, "source_images": [p.name for p in views]}
-        write_report_case(out, spec, case, names, reference, "full_report", origin)
+        source_files = {"source_report": xml_path.name, "source_images": [p.name for p in views]}
+        jpegs = [grey_jpeg(png) for png in views]
+        write_report_case(out, spec, case, jpegs, reference, "full_report", source_files)
         if progress is not None:
             progress(case)
     if index == 0:

@@ -22,7 +22,6 @@ import csv
 import gzip
 import io
 import re
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -88,19 +87,15 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
             continue
         case = spec.case_id(index)
         index += 1
-        names = [f"{k + 1:02d}.jpg" for k in range(len(images))]
-        image_dir = out / "public" / case / spec.report.images_dir
-        image_dir.mkdir(parents=True, exist_ok=True)
-        for name, src in zip(names, images, strict=False):
-            shutil.copyfile(src, image_dir / name)
-        origin = {
+        source_files = {
             "raw_study_id": study,
             "subject_id": report.parent.name,
             "source_report": str(report.relative_to(source)),
             "source_image_files": [p.name for p in images],
         }
-        write_report_case(out, spec, case, names, findings, "findings_only", origin)
-        rows.append({"case_id": case, "raw_study_id": study, "image_count": len(names)})
+        jpegs = [p.read_bytes() for p in images]
+        write_report_case(out, spec, case, jpegs, findings, "findings_only", source_files)
+        rows.append({"case_id": case, "raw_study_id": study, "image_count": len(images)})
         if progress is not None:
             progress(case)
     if not rows:

@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 
 from schemas.task_spec import TaskError, TaskSpec
-from tasks.case_files import write_enhancement_case
 
 
 def _grid(h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
@@ -164,6 +163,18 @@ def write_ranges(path: Path, ranges: dict[str, float]) -> None:
             out.writerow([case, repr(float(dr))])
 
 
+def write_case(spec: TaskSpec, out: Path, case: str, inp: np.ndarray, ref: np.ndarray) -> float:
+    """One case's input under ``public/`` and reference under ``private/``; returns its data range."""
+    assert spec.enh is not None
+    pub = out / "public" / spec.public.case_dir.format(case=case)
+    priv = out / "private" / spec.private.case_dir.format(case=case)
+    pub.mkdir(parents=True, exist_ok=True)
+    priv.mkdir(parents=True, exist_ok=True)
+    np.save(pub / spec.enh.input_file, inp)
+    np.save(priv / spec.enh.reference_file, ref)
+    return float(ref.max()) - float(ref.min())
+
+
 def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
     if spec.enh is None:
         raise TaskError(f"task {spec.id}: no [enh] table")
@@ -171,7 +182,7 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
     for i in range(cases):
         case = spec.case_id(i)
         inp, ref = make_case(spec, seed, i)
-        ranges[case] = write_enhancement_case(out, spec, case, inp, ref)
+        ranges[case] = write_case(spec, out, case, inp, ref)
     write_ranges(out / "private" / spec.enh.ranges_file, ranges)
 
 

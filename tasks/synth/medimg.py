@@ -220,9 +220,13 @@ def video_frames(
     return frames
 
 
-def write_jpeg(path: Path, img: np.ndarray, quality: int = 90) -> None:
-    """Write a uint8 grey or RGB array as a baseline JPEG (deterministic for one Pillow build)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def jpeg_bytes(img: np.ndarray, quality: int = 90) -> bytes:
+    """A uint8 grey or RGB array as a baseline JPEG (deterministic for one Pillow build)."""
     buf = io.BytesIO()
     Image.fromarray(img).save(buf, format="JPEG", quality=quality, optimize=False)
-    path.write_bytes(buf.getvalue())
+    return buf.getvalue()
+
+
+def write_jpeg(path: Path, img: np.ndarray, quality: int = 90) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(jpeg_bytes(img, quality))

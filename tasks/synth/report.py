@@ -181,10 +181,7 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
     for i in range(cases):
         case = spec.case_id(i)
         images, text = _case(spec, seed, i)
-        names = [f"{k + 1:02d}.jpg" for k in range(len(images))]
-        for name, img in zip(names, images, strict=False):
-            medimg.write_jpeg(public / case / spec.report.images_dir / name, img)
-        write_report_case(out, spec, case, names, text, mode, {})
+        write_report_case(out, spec, case, [medimg.jpeg_bytes(img) for img in images], text, mode)
 
 
 def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:

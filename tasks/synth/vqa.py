@@ -279,7 +279,7 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
         }
         if "options" in q:
             question["options"] = q["options"]
-        write_json(public / qid / spec.vqa.question_file, question)
+        write_json(public / qid / spec.vqa.question_file, question, ensure_ascii=False)
         answer = {
             "question_id": qid,
             "answer_label": q["answer_label"],
@@ -288,7 +288,7 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
         }
         if "options" in q:
             answer["options"] = q["options"]
-        write_json(private / qid / spec.vqa.answer_file, answer)
+        write_json(private / qid / spec.vqa.answer_file, answer, ensure_ascii=False)
         rows.append(
             {
                 "question_id": qid,
@@ -322,4 +322,5 @@ def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:
                 "model_name": "reference-oracle",
                 "runtime_s": 0.0,
             },
+            ensure_ascii=False,
         )

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from agents import amb_agent
-from agents.baseline import kit, kit_lib, policy
+from agents.baseline import kit, kit_lib, steps
 
 ALLOWED = {"amb_agent.py": {"openai"}, "kit_lib.py": set(), "kit.py": {"amb_kit_lib", "agents"}}
 """kit.py imports the library under its shipped name, and in this repository under its own."""
@@ -50,8 +50,8 @@ def test_agent_source_runs_as_a_dash_c_program(tmp_path):
 def test_the_kit_runs_as_shipped_without_this_project(tmp_path):
     # As the baseline's setup step writes it: the pipeline and its library, side by side, imported
     # by a Python that cannot see this repository (no environment, no site-packages: -E -s -S).
-    (tmp_path / "amb_kit_lib.py").write_text(policy.KIT_LIB_SOURCE.read_text(encoding="utf-8"))
-    (tmp_path / "amb_kit.py").write_text(policy.KIT_SOURCE.read_text(encoding="utf-8"))
+    (tmp_path / "amb_kit_lib.py").write_text(steps.KIT_LIB_SOURCE.read_text(encoding="utf-8"))
+    (tmp_path / "amb_kit.py").write_text(steps.KIT_SOURCE.read_text(encoding="utf-8"))
     probe = (
         "import amb_kit, amb_kit_lib, sys; "
         "assert 'agents' not in sys.modules; "

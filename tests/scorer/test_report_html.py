@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from scorer import report
+from scorer import report, report_html
 
 CHROME_FLAGS = [
     "--headless",
@@ -133,7 +133,7 @@ def test_html_opens_in_headless_chromium(tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "headless Chromium is required: run .ci/chromium.sh"
     page = tmp_path / "report.html"
-    page.write_text(report.html_page(_with_stability(report.build(_rows()))), encoding="utf-8")
+    page.write_text(report_html.html_page(_with_stability(report.build(_rows()))), encoding="utf-8")
     assert "http://" not in page.read_text().replace("http://www.w3.org/2000/svg", "")  # no network assets
     flags = CHROME_FLAGS + [f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run(
@@ -180,7 +180,7 @@ def test_unknown_cost_shows_tokens_and_why():
     ]
     text = report.terminal(data, lambda cols, rs: "\n".join(" | ".join(r) for r in [cols, *rs]))
     assert "Why a cost is unknown" in text and "not in price table openrouter-2026-05-28: glm-5" in text
-    page = report.html_page(data)
+    page = report_html.html_page(data)
     assert "not in price table openrouter-2026-05-28: glm-5" in page and "cost vs OVERALL" in page
 
     # No run has a cost (nothing priced): the plots show tokens against OVERALL instead of nothing.
@@ -188,7 +188,7 @@ def test_unknown_cost_shows_tokens_and_why():
         r["cost_usd"] = None
     data = report.build(rows)
     assert all(c["cost_per_run"] is None and c["tokens_per_run"] for c in data["cost_correlation"])
-    page = report.html_page(data)
+    page = report_html.html_page(data)
     assert "tokens vs OVERALL" in page and "cost vs OVERALL" not in page
     scored = [(1010 * (i + 1), r["overall"]) for i, r in enumerate(rows) if r["overall"] is not None]
     assert sum(len(p) for p in data["scatter_tokens"].values()) == len(scored)

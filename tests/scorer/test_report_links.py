@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scorer import report
+from scorer import report, report_html
 
 
 def test_runs_link_into_the_viewer_escaped():
@@ -17,7 +17,7 @@ def test_runs_link_into_the_viewer_escaped():
             "codes": ["E4"],
         },
     ]
-    page = report.html_page(
+    page = report_html.html_page(
         report.build(
             [
                 {
@@ -43,5 +43,5 @@ def test_runs_link_into_the_viewer_escaped():
     )
     assert 'href="http://127.0.0.1:8765/runs/r%22%3Cb%3E1"' in page
     assert "r&quot;&lt;b&gt;1</a>" in page and "<b>1" not in page
-    bare = report.html_page(report.build([]), runs=rows)
+    bare = report_html.html_page(report.build([]), runs=rows)
     assert "<a " not in bare.split('id="runs"')[1]
