@@ -1,6 +1,6 @@
 """bench/blobs: blobs in packs vs one loose file per blob, on the same runs, side by side.
 
-Builds the issue's 200-run set (``amb generate --runs 200 --calls 50``, then ingest) once, keeps
+Builds the store's reference 200-run set (``amb generate --runs 200 --calls 50``, then ingest) once, keeps
 a second copy whose blobs are laid out as before packs (one zlib file per blob, ``blobs/ab/cd...``),
 and prints for both, alternating --rounds rounds (medians), everything in the page cache:
 

@@ -7,8 +7,8 @@ Prints:
   Ours is the best of 3 runs (the machine is shared); the slow baseline runs once.
   Targets: ≤ 0.6 s and ≤ 1 GB for each label count, i.e. independent of the label count;
 - one whole case graded from .nii.gz files (read, checks, Dice) with TotalSegmentator's 117 labels;
-- SSIM on 100 512×512 slices and mAP on 1,000 images (helper C, ``bench/grader_enh_det.py``);
-- the report score on 500 reports (helper B: marked place below).
+- SSIM on 100 512×512 slices and mAP on 1,000 images (``bench/grader_enh_det.py``);
+- the report score on 500 reports (``bench/grader_report.py``).
 
 Run: ./just bench grader [--shape 512 512 300] [--labels 2 14 117] [--skip-baseline] [--only dice]
 """
@@ -161,7 +161,7 @@ def main() -> None:
         bench_dice(shape, args.labels, not args.skip_baseline)
         bench_grade_case(shape)
 
-    # --- enhancement and detection (helper C: bench/grader_enh_det.py) ----------------------------
+    # --- enhancement and detection (bench/grader_enh_det.py) ---------------------------------------
     if args.only in (None, "ssim", "map"):
         from grader_enh_det import bench_map, bench_ssim
 
@@ -170,16 +170,11 @@ def main() -> None:
         if args.only in (None, "map"):
             bench_map(args.images)
 
-    # --- report score (helper B) ------------------------------------------------------------------
-    # B: put `bench_report(n_reports) -> dict` in bench/grader_report.py (report score on N reports
-    # beside pycocoevalcap / rouge-score measured in this process); it is picked up here.
+    # --- report score (bench/grader_report.py) ------------------------------------------------------
     if args.only in (None, "report"):
-        try:
-            from grader_report import bench_report
-        except ImportError:
-            print("report score: bench/grader_report.py not present yet")
-        else:
-            bench_report(args.reports)
+        from grader_report import bench_report
+
+        bench_report(args.reports)
 
     print(f"process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
 

@@ -8,7 +8,7 @@ Prints, each measured in this process on the same inputs:
   pycocotools' COCOeval (one IoU threshold, k/100 recall thresholds); times and the difference.
 
 Run: ./just bench grader_enh_det [--slices 100] [--images 1000]
-(helper C's part of bench/grader; ``bench_ssim`` and ``bench_map`` are importable from there.)
+(part of bench/grader, which imports ``bench_ssim`` and ``bench_map`` from here.)
 """
 
 from __future__ import annotations

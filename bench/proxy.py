@@ -12,7 +12,7 @@ Prints, per target: sequential non-streaming latency (p50/p99, added over direct
 chunk of a 50-chunk stream (and client reads per stream; Chat Completions, and the Gemini API's
 SSE stream), calls per second with 16 concurrent
 clients, the cost of a 5 MB request, and the longest inter-chunk gap of a paced stream while
-5 MB requests go through beside it. Then the issue's targets as ratios. Rounds interleave the
+5 MB requests go through beside it. Then the proxy's targets as ratios. Rounds interleave the
 targets so machine-load drift hits all alike.
 
 With ``--watch``, target ``amb-watched`` is a second ``amb-record`` whose store an ``amb watch
@@ -525,7 +525,7 @@ def main() -> None:
     a_ttfc = pct(ttfb["amb"][0], 50)
     big_ratio = (pct(big["amb"], 50) - b50) / max(1e-9, pct(big["mitm"], 50) - b50)
     gap_ratio = gaps["amb"][1] / gaps["mitm_stream"][1]
-    print("\ntargets (issue 3)")
+    print("\ntargets")
     checks = [
         ("recording cost over bare mitmproxy, p50", f"{a50 - m50:+.2f} ms", a50 - m50 <= 0.3, "<= 0.3 ms"),
         ("added p99 over direct", f"{a99 - d99:.2f} ms", a99 - d99 <= 5, "<= 5 ms"),
