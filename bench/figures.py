@@ -160,6 +160,10 @@ class Figures:
         )
         self.rows.append(row)
 
+    def adopt(self, path: Path) -> None:
+        """Take the rows a child process of this bench wrote to ``path``, under this run's command."""
+        self.rows += [msgspec.structs.replace(row, command=self.command) for row in read(path)]
+
     def write(self) -> None:
         """Merge this run's rows into the results file (nothing when the run measured nothing)."""
         self._stop.set()
