@@ -201,6 +201,20 @@ def find_brief(workspace: Path, given: str | None) -> str:
     raise SystemExit(f"amb-agent: error: no brief: give --brief FILE or put {BRIEF_NAMES[0]} in {workspace}")
 
 
+def find_data(given: str | None) -> str:
+    """The task's input folder: --data, else $AMB_DATA (set by ``amb-record --data``), else the
+    container's /data/public. A folder that is not there ends the run before its first call: an
+    agent that cannot see its inputs has nothing to do, and must not end as if it had done it."""
+    data = given or os.environ.get("AMB_DATA") or DEFAULT_DATA
+    if not Path(data).is_dir():
+        where = "--data" if given else ("$AMB_DATA" if os.environ.get("AMB_DATA") else "the default")
+        raise SystemExit(
+            f"amb-agent: error: no task data at {data} ({where}): give --data DIR, or record with "
+            "amb-record --data DIR (it sets AMB_DATA)"
+        )
+    return data
+
+
 def run(args) -> int:
     import openai
 
@@ -208,7 +222,7 @@ def run(args) -> int:
     if not workspace.is_dir():
         raise SystemExit(f"amb-agent: error: --task-dir {args.task_dir}: not a directory")
     brief = find_brief(workspace, args.brief)
-    data = args.data or os.environ.get("AMB_DATA_DIR") or DEFAULT_DATA
+    data = find_data(args.data)
     tier = args.tier or os.environ.get("AMB_TIER")
     messages: list[dict] = [
         {"role": "system", "content": system_prompt(brief, str(workspace), data, tier)},
@@ -283,7 +297,7 @@ def parser() -> argparse.ArgumentParser:
         "--task-dir", required=True, help="The workspace: code runs here, outputs are written here."
     )
     p.add_argument("--brief", default=None, help="The brief (default: tier_prompt.txt in the workspace).")
-    p.add_argument("--data", default=None, help=f"Task inputs (default: $AMB_DATA_DIR or {DEFAULT_DATA}).")
+    p.add_argument("--data", default=None, help=f"Task inputs (default: $AMB_DATA or {DEFAULT_DATA}).")
     p.add_argument(
         "--tier",
         choices=["lite", "standard"],

@@ -10,7 +10,7 @@ import click
 from amb.common import progress, store_option
 from replay.store import resolve
 from schemas.blobstore import BlobStore
-from schemas.errors import StoreError
+from schemas.errors import NotFound
 
 
 @click.group()
@@ -27,7 +27,7 @@ def migrate(store: str, as_json: bool) -> None:
 
     root = resolve(store)
     if not (root / "amb.duckdb").exists() and not (root / "blobs").is_dir():
-        raise StoreError(f"no store at {root} (check --store or AMB_STORE)")
+        raise NotFound(f"no store at {root}: no database and no blobs there (check --store or AMB_STORE)")
     store_blobs = BlobStore(Path(root) / "blobs")
     done = run(store_blobs, progress("migrate blobs"))
     usage = store_blobs.usage()

@@ -1,11 +1,18 @@
-"""Options shared by every command."""
+"""What every command shares: the --store option, progress bars, the one-line failure, checks of
+the runs and paths a command is given."""
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
 
 import click
+
+from schemas.errors import AmbError, BadInput, NotFound, quoted
 
 store_option = click.option(
     "--store",
@@ -15,6 +22,30 @@ store_option = click.option(
     type=click.Path(file_okay=False),
     help="Store directory (DuckDB file, blobs, spools). Env: AMB_STORE.",
 )
+
+
+def escape_output() -> None:
+    """Print text that is not UTF-8 (a path's bytes, which Python holds as surrogate escapes) as
+    ``\\udcXX`` escapes instead of failing in the middle of the output."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+
+
+def fail(prog: str, e: AmbError | click.ClickException) -> NoReturn:
+    """The CLI contract for a failure: one line on stderr, ``<prog>: error: ...``, and the error's exit
+    code (1 failed, 2 bad input, 3 not found; click's own usage errors are bad input, and its
+    several lines of usage become a pointer to ``--help``)."""
+    if isinstance(e, click.ClickException):
+        text = e.format_message()
+        ctx = getattr(e, "ctx", None)
+        if isinstance(e, click.UsageError) and ctx is not None:
+            text += f" (see `{ctx.command_path} --help`)"
+    else:
+        text = str(e)
+    click.echo(f"{prog}: error: {' '.join(text.split())}", err=True)
+    sys.exit(e.exit_code)
 
 
 def progress(label: str) -> Callable[[int, int], None]:
@@ -35,3 +66,62 @@ def progress(label: str) -> Callable[[int, int], None]:
                 state["bar"] = None
 
     return update
+
+
+def stored_only(store: str, runs: tuple[str, ...]) -> set[str]:
+    """Of the RUNs named, those with no spool directory in the store, held by its database alone; a
+    run neither place holds is ``NotFound`` (a string that cannot be a run id is ``BadInput``)."""
+    from replay.read import check_run_id, require_runs  # (the store's libraries only when needed)
+    from replay.store import DB_NAME, Store, resolve
+
+    root = resolve(store)
+    absent = [r for r in dict.fromkeys(runs) if not (root / "spool" / check_run_id(r)).is_dir()]
+    if absent and not (root / DB_NAME).exists():
+        raise NotFound(f"no run {quoted(absent[0])} at {root}: no spools of it and no store (see `amb runs`)")
+    if absent:
+        with Store.open(root, read_only=True) as st:
+            require_runs(st.con, absent, root)
+    return set(absent)
+
+
+def _can_write_in(folder: Path, shown: str) -> None:
+    """A file made and removed in ``folder``: permission bits do not say it (root passes them all,
+    /proc refuses root too)."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".amb-probe-", dir=folder)
+    except OSError as e:
+        raise BadInput(f"{shown}: cannot write in {quoted(str(folder))}: {e.strerror or e}") from None
+    os.close(fd)
+    os.unlink(name)
+
+
+def output_path(path: str | os.PathLike[str], what: str, *, folder: bool = False) -> Path:
+    """Where a command will write ``what`` (an option's name), checked before it does any work, so a
+    bad path is one line and not a traceback after the work is done. A file's folder must exist; a
+    folder may be new (its parents are made) but what exists of its path must be folders. Neither
+    may stand where the other is needed, and the nearest existing folder must take a new file."""
+    p = Path(path)
+    shown = f"{what} {quoted(str(p))}"
+    try:
+        if folder:
+            if p.exists() and not p.is_dir():
+                raise BadInput(f"{shown}: exists and is not a folder")
+            probe = p
+            while not probe.exists() and probe != probe.parent:
+                probe = probe.parent
+            if not probe.is_dir():
+                raise BadInput(f"{shown}: {quoted(str(probe))} is not a folder")
+        else:
+            if p.is_dir():
+                raise BadInput(f"{shown}: is a folder; give a file name")
+            probe = p.parent
+            if not probe.is_dir():
+                if probe.exists():
+                    raise BadInput(f"{shown}: {quoted(str(probe))} is not a folder")
+                raise NotFound(f"{shown}: there is no folder {quoted(str(probe))} to write it in")
+        _can_write_in(probe, shown)
+    except OSError as e:  # a name too long for the file system, a loop of links, ...
+        raise BadInput(f"{shown}: {e.strerror or e}") from None
+    except ValueError as e:  # a NUL byte
+        raise BadInput(f"{shown}: {e}") from None
+    return p

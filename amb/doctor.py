@@ -305,6 +305,31 @@ def _check_store(store: Path, fix: str) -> Check:
     return Check("store", "ok", f"{store} {exists}, writable, {gib:.1f} GiB free")
 
 
+def check_database(store: Path) -> Check:
+    """Does the store's database open (when there is one)? A damaged file fails every command."""
+    from replay.store import DB_NAME, Store, damage
+
+    db = store / DB_NAME
+    try:
+        if not db.exists():
+            return Check("database", "skip", f"no {db} yet (the first `amb ingest` or amb-record makes it)")
+    except OSError as e:  # the store check says why
+        return Check("database", "skip", f"cannot reach {db}: {e.strerror or e}")
+    try:
+        with Store.open(store, read_only=True, lock_timeout_s=2.0) as st:
+            (runs,) = st.con.execute("SELECT count(DISTINCT run_id) FROM events").fetchall()[0]
+    except Exception as e:  # damaged at its opening (an AmbError), or a block the query met
+        cause = e.__cause__ if isinstance(e, AmbError) else e
+        found = damage(cause, db) if cause is not None else None
+        if found is None and isinstance(e, AmbError):  # busy (a writer holds it), unreadable
+            return Check("database", "warn", f"{db} cannot be opened now: {e}", "run amb doctor again")
+        if found is None:
+            raise
+        detail, _, fix = str(found).partition(": move it aside and ")
+        return Check("database", "fail", detail, "move it aside and " + fix)
+    return Check("database", "ok", f"{db} opens and holds {runs} runs")
+
+
 def check_chromium() -> Check:
     for name in CHROMIUM_NAMES:
         path = shutil.which(name)
@@ -446,6 +471,7 @@ def run_checks(store: Path, judge: str) -> list[Check]:
     checks += [
         check_ca_bundle(),
         check_store(store),
+        check_database(store),
         check_isolation(),
         chromium.result(),
         check_judge(judge),

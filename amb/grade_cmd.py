@@ -16,6 +16,7 @@ import click
 
 from schemas.errors import AmbError
 from scorer.grader.cli import grade as local_grade
+from scorer.grader.options import load_options
 
 
 def _image() -> str:
@@ -56,9 +57,14 @@ def grade_in_container(
         "--reference",
         "/reference",
     ]
+    if profile:
+        load_options(profile)  # a bad profile is one line here, before a container starts
     if profile and Path(profile).is_file():
-        volumes[str(Path(profile).resolve())] = {"bind": "/profile.toml", "mode": "ro"}
-        argv += ["--profile", "/profile.toml"]
+        # Its folder, so that an `extends` of a file beside it resolves in the container too.
+        # (A folder already mounted, the submission's or the references', is reused where it is.)
+        path = Path(profile).resolve()
+        mount = volumes.setdefault(str(path.parent), {"bind": "/profile", "mode": "ro"})
+        argv += ["--profile", f"{mount['bind']}/{path.name}"]
     elif profile:
         argv += ["--profile", profile]
     if as_json:

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import click
 import duckdb
 
-from amb.common import progress, store_option
+from amb.common import output_path, progress, store_option
 from amb.output import emit
 from recorder.importers.common import Limits, Rejected, RunBuilder, Staged, publish, spool_bytes, stage
 from recorder.importers.values import printable, shown
@@ -31,7 +31,7 @@ from replay.export.parquet import EVENTS_PER_FILE
 from replay.ingest import ingest as ingest_store
 from replay.store import DB_NAME, Store
 from schemas.codec import ID_RE
-from schemas.errors import AmbError, BadInput, RunExists, UsageError
+from schemas.errors import AmbError, BadInput, RunExists, UsageError, quoted
 from schemas.run_claim import held_spools, taken_message
 
 
@@ -427,19 +427,18 @@ import_atif = files_command(
 
 
 def _resolve_runs(store: str, runs: tuple[str, ...], all_runs: bool) -> list[str]:
-    from replay.read import run_ids
-    from replay.store import open_sql
+    from replay.read import require_runs, run_ids
+    from replay.store import open_sql, resolve
 
     con = open_sql(store)
-    known = run_ids(con)
-    if all_runs:
-        return known
-    if not runs:
-        raise UsageError("name the runs to export (or --all)")
-    missing = [r for r in runs if r not in set(known)]
-    if missing:
-        raise AmbError(f"no run {missing[0]!r} in the store (see `amb runs`)")
-    return list(runs)
+    try:
+        if all_runs:
+            return run_ids(con)
+        if not runs:
+            raise UsageError("name the runs to export (or --all)")
+        return require_runs(con, runs, resolve(store))
+    finally:
+        con.close()
 
 
 @export_group.command("atif")
@@ -465,6 +464,7 @@ def export_atif(
     from replay.export.atif import export_run
     from replay.store import Store
 
+    output_path(out, "--out", folder=True)
     ids = _resolve_runs(store, runs, all_runs)
     tick = progress("export atif")
     written = []
@@ -501,6 +501,11 @@ def export_parquet(
     from replay.export.parquet import export
     from replay.store import Store
 
+    try:
+        out.encode("utf-8")
+    except UnicodeEncodeError:  # a name holding bytes that are not UTF-8 (surrogate escapes)
+        raise BadInput(f"OUT {quoted(out)}: DuckDB writes Parquet under names of UTF-8 text only") from None
+    output_path(out, "OUT", folder=True)
     ids = _resolve_runs(store, runs, not runs)
     with Store.open(store, read_only=True) as st:
         written = export(
@@ -529,6 +534,8 @@ def export_otel(store: str, runs: tuple[str, ...], all_runs: bool, out: str) -> 
     from replay.read import iter_events
     from replay.store import Store
 
+    if out != "-":
+        output_path(out, "--out")
     ids = _resolve_runs(store, runs, all_runs)
     tick = progress("export otel")
     stream = sys.stdout if out == "-" else open(out, "w", encoding="utf-8")

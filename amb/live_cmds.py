@@ -4,6 +4,7 @@ workspace at any moment of a run, from its file events and blobs)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -12,9 +13,10 @@ from typing import Any
 
 import click
 
-from amb.common import store_option
+from amb.common import output_path, store_option, stored_only
 from amb.output import emit
 from replay.live import Pricer, RunFollower, SpoolTail
+from replay.read import check_run_id
 from replay.store import resolve
 from replay.workspace import (
     FILE_KINDS,
@@ -27,7 +29,7 @@ from replay.workspace import (
 )
 from schemas.blobstore import BlobStore
 from schemas.codec import Event, check_id
-from schemas.errors import AmbError, UsageError
+from schemas.errors import AmbError, NotFound, UsageError, quoted
 from schemas.events import ModelCallCompleted
 
 # ---- amb watch ----------------------------------------------------------------------------------
@@ -149,7 +151,7 @@ def _table(views: list[dict[str, Any]]) -> Any:
     for col in ("procs", "time", "left"):
         t.add_column(col)
     for v in views:
-        cost = "?" if v["cost_usd"] is None else f"{v['cost_usd']:.4f}"
+        cost = "unknown" if v["cost_usd"] is None else f"{v['cost_usd']:.4f}"
         cells = [
             v["run_id"],
             v["status"] + (f" ({v['error']})" if v["error"] else ""),
@@ -199,12 +201,11 @@ def watch_cmd(
     Exits when every watched run has finished (with --all-running or --sweep: on Ctrl-C)."""
     if sum(bool(x) for x in (runs, sweep, all_running)) != 1:
         raise UsageError("watch: give RUN ids, --sweep DIR or --all-running (one of them)")
-    if interval <= 0:
-        raise UsageError("--interval must be positive")
-    for r in runs:
-        check_id("run id", r)
+    if not (math.isfinite(interval) and interval > 0):
+        raise UsageError(f"--interval {interval}: must be a positive number of seconds")
     if sweep is not None and not sweep.is_dir():
-        raise UsageError(f"--sweep {sweep}: no such directory")
+        raise NotFound(f"--sweep {sweep}: no such directory")
+    only_stored = stored_only(store, runs)
     spool = resolve(store) / "spool"
     price = make_pricer(price_table)
     followers: dict[str, RunFollower] = {}
@@ -223,7 +224,7 @@ def watch_cmd(
         for run_id, run_dir in sorted(targets().items()):
             # A sweep's attempt moves (attempts/ -> shards/) when complete: follow it where it is now.
             if run_id not in followers or followers[run_id].dir != run_dir:
-                followers[run_id] = RunFollower(run_dir, price)
+                followers[run_id] = RunFollower(run_dir, price, stored=run_id in only_stored)
                 changed.append(run_id)
             if followers[run_id].poll() and run_id not in changed:
                 changed.append(run_id)
@@ -272,7 +273,7 @@ def _run_events(store: str, run_id: str) -> tuple[list[Event], BlobStore, bool]:
     (then True: a ``SOURCE:SEQ`` of another kind cannot be looked up)."""
     from replay.store import DB_NAME, Store
 
-    check_id("run id", run_id)
+    check_run_id(run_id)
     root = resolve(store)
     events: list[Event] = []
     if (root / DB_NAME).exists():
@@ -282,7 +283,7 @@ def _run_events(store: str, run_id: str) -> tuple[list[Event], BlobStore, bool]:
         return events, BlobStore(root / "blobs"), False
     spool_dir = root / "spool" / run_id
     if not spool_dir.is_dir():
-        raise UsageError(f"run {run_id!r}: not in the store at {root} (see `amb runs`)")
+        raise NotFound(f"no run {quoted(run_id)} in the store at {root} (see `amb runs`)")
     for path in sorted(spool_dir.glob("*.spool")):
         events += [e for e in SpoolTail(path).poll() if e.kind in FILE_KINDS + MOMENT_KINDS]
     return events, BlobStore(root / "blobs"), True
@@ -343,6 +344,7 @@ def checkout_cmd(
     store: str,
 ) -> None:
     """Write RUN's workspace as it was at a moment into DIRECTORY (new or empty), every byte verified."""
+    output_path(directory, "DIRECTORY", folder=True)
     events, blobs, from_spools = _run_events(store, run)
     ws = _workspace(store, run, _moment_spec(at, step, before_submit, when), events, from_spools)
     report = checkout(ws, blobs, directory)

@@ -7,12 +7,13 @@ libraries or the openai client. Each module exposes ``commands``, a list of clic
 
 from __future__ import annotations
 
+import errno
 import importlib
-import sys
 
 import click
 
-from schemas.errors import AmbError
+from amb.common import escape_output, fail
+from schemas.errors import AmbError, BadInput, quoted
 
 COMMANDS: dict[str, str] = {
     "ingest": "amb.store_cmds",
@@ -63,12 +64,35 @@ class AmbGroup(click.Group):
                 return command
         raise RuntimeError(f"{module_name} does not define the command {name!r}")
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as e:  # the group's own options
+            fail("amb", e)
+
     def invoke(self, ctx: click.Context):
+        escape_output()
         try:
             return super().invoke(ctx)
         except AmbError as e:
-            click.echo(f"amb: error: {e}", err=True)
-            sys.exit(e.exit_code)
+            fail("amb", e)
+        except click.ClickException as e:  # a command's arguments, as click parsed them
+            fail("amb", e)
+        except OSError as e:
+            if e.errno != errno.ENAMETOOLONG:
+                raise
+            # Only a name the user gave can be too long for the file system: said once, here,
+            # rather than before every use of a path.
+            fail("amb", BadInput(f"{quoted(e.filename)}: {e.strerror}"))
+        except Exception as e:
+            # A damaged database found mid-query (a block whose checksum fails) says what to do; any
+            # other exception is a bug, and surfaces as one.
+            from replay.store import damage
+
+            found = damage(e)
+            if found is None:
+                raise
+            fail("amb", found)
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

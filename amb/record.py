@@ -13,6 +13,7 @@ because ``recorder`` may not import ``replay``.
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 
 import click
 
+from amb.common import escape_output, fail
 from recorder.budget import DEFAULT_PRICE_TABLE, Budget, Limits
 from recorder.run import (
     DEFAULT_GRACE_S,
@@ -29,7 +31,8 @@ from recorder.run import (
     parse_upstreams,
     record,
 )
-from schemas.errors import AmbError, UsageError
+from replay.read import check_run_id
+from schemas.errors import AmbError, BadInput, UsageError, quoted
 
 
 @dataclass(frozen=True)
@@ -74,17 +77,46 @@ class RecordArgs:
         )
 
 
+TEXT_OPTIONS = (
+    "task",
+    "run_id",
+    "labels",
+    "agent_name",
+    "model",
+    "upstreams",
+    "allow_hosts",
+    "gpus",
+    "replay_run",
+)
+"""The options recorded as text (``run.started``): each must be UTF-8. Paths (--store, --data,
+--price-table) are the file system's bytes, and the command's argv is recorded whatever its bytes."""
+
+
+def _check_text(args: RecordArgs) -> None:
+    """Refuse an option that is not text before anything is created: a byte that is not UTF-8 would
+    fail only when run.started is written, after the run's spool has claimed its id."""
+    flags = {p.name: p.opts[-1] for p in record_cmd.params if isinstance(p, click.Option)}
+    for name in TEXT_OPTIONS:
+        value = getattr(args, name)
+        for v in value if isinstance(value, tuple) else (value,):
+            if isinstance(v, str) and not _is_utf8(v):
+                raise BadInput(f"{flags[name]} {quoted(v)}: not UTF-8 text")
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: an argv byte that is not UTF-8
+        return False
+    return True
+
+
 def _backend(name: str, gpus: str | None, shim: bool = False, isolation: str | None = None):
+    """The backend, its options checked (``_check``)."""
     if name == "local":
-        if gpus:
-            raise UsageError("--gpus needs --backend docker")
         from recorder.local_backend import LocalBackend
 
         return LocalBackend(shim=shim) if isolation is None else LocalBackend(shim=shim, isolation=isolation)
-    if shim:
-        raise UsageError("--shim is for the local backend (the docker backend always runs the shim)")
-    if isolation is not None:
-        raise UsageError("--isolation is for the local backend (a container always isolates the agent)")
     try:
         from recorder.docker_backend import DockerBackend
     except ImportError as e:
@@ -227,13 +259,7 @@ def _backend(name: str, gpus: str | None, shim: bool = False, isolation: str | N
 def record_cmd(**params: Any) -> None:
     """Record COMMAND (after --) as an agent run."""
     args = RecordArgs(**params)
-    if args.time_limit is not None and args.time_limit <= 0:
-        raise UsageError("--time-limit must be a positive number of seconds")
-    budget = args.budget()
-    if budget.max_cost_usd is not None:
-        Budget(
-            budget, run_model=args.model
-        )  # the price table and the model's price, checked before anything starts
+    _check(args)
     if args.replay_run is None:
         _record(args)
         return
@@ -269,8 +295,31 @@ def record_cmd(**params: Any) -> None:
             )
 
 
-def _record(args: RecordArgs) -> None:
-    spec = RunSpec(
+def _check(args: RecordArgs) -> None:
+    """Every option, checked before anything is made or looked up (a spool, a replayed run)."""
+    _check_text(args)
+    if args.run_id is not None:
+        check_run_id(args.run_id)
+    if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):
+        raise UsageError(f"--time-limit {args.time_limit}: must be a positive number of seconds")
+    if not (math.isfinite(args.grace) and args.grace >= 0):
+        raise UsageError(f"--grace {args.grace}: must be a number of seconds, 0 or more")
+    if args.max_cost is not None and not math.isfinite(args.max_cost):
+        raise UsageError(f"--max-cost {args.max_cost}: must be a finite amount of USD")
+    if args.gpus and args.backend != "docker":
+        raise UsageError("--gpus needs --backend docker")
+    if args.shim and args.backend != "local":
+        raise UsageError("--shim is for the local backend (the docker backend always runs the shim)")
+    if args.isolation is not None and args.backend != "local":
+        raise UsageError("--isolation is for the local backend (a container always isolates the agent)")
+    budget = args.budget()
+    if budget.max_cost_usd is not None:
+        Budget(budget, run_model=args.model)  # the price table and the model's price
+    _spec(args)  # labels, upstreams, allowed hosts
+
+
+def _spec(args: RecordArgs) -> RunSpec:
+    return RunSpec(
         argv=list(args.command),
         store=Path(args.store),
         run_id=args.run_id,
@@ -286,6 +335,10 @@ def _record(args: RecordArgs) -> None:
         allow_hosts=parse_allow_hosts(list(args.allow_hosts)),
         budget=args.budget(),
     )
+
+
+def _record(args: RecordArgs) -> None:
+    spec = _spec(args)
     outcome = record(spec, _backend(args.backend, args.gpus, args.shim, args.isolation))
     calls = outcome.counts.get("proxy:model_call.completed", 0)
     click.echo(
@@ -307,14 +360,12 @@ def _record(args: RecordArgs) -> None:
         sys.exit(outcome.exit_code)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """The ``amb-record`` command (``argv``: its arguments, else the process's)."""
+    escape_output()
     try:
-        record_cmd.main(standalone_mode=False)
+        record_cmd.main(args=argv, prog_name="amb-record", standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):
         sys.exit(130)
-    except click.ClickException as e:
-        e.show()
-        sys.exit(2)
-    except AmbError as e:
-        click.echo(f"amb-record: error: {e}", err=True)
-        sys.exit(e.exit_code)
+    except (click.ClickException, AmbError) as e:
+        fail("amb-record", e)

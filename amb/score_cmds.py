@@ -9,11 +9,11 @@ from typing import Any
 
 import click
 
-from amb.common import progress, store_option
+from amb.common import output_path, progress, store_option
 from amb.output import table
-from replay.read import iter_events
+from replay.read import iter_events, require_runs
 from replay.store import Store, open_sql
-from schemas.errors import UsageError
+from schemas.errors import BadInput, UsageError, quoted
 from scorer import audit as auditor
 from scorer import ledger, profile_diff
 from scorer import report as reports
@@ -152,6 +152,9 @@ def score(
     """Score RUNS (or --all) under a profile; rows are appended to the ledger, never overwritten."""
     if bool(runs) == all_runs:
         raise UsageError("give RUN ids or --all (not both)")
+    if references is not None and not references.isprintable():
+        # The ledger keeps the batch's arguments as text: a path it could not write back is refused.
+        raise BadInput(f"--references {quoted(references)}: give a path of printable UTF-8 text")
     loaded = load_profile(profile)
     with open_store(store) as st:
         ids = None if all_runs else list(dict.fromkeys(runs))
@@ -237,7 +240,7 @@ def score(
                     _fmt(r["medal"]),
                     _fmt(r["rating"]),
                     _fmt(r["codes"]),
-                    _fmt(r["cost_usd"]),
+                    "unknown" if r["cost_usd"] is None else f"{r['cost_usd']:.6g}",
                     # Tokens stand where a cost is unknown (a model missing from the price table).
                     (r["tokens_in"] or 0) + (r["tokens_out"] or 0),
                 ]
@@ -320,6 +323,8 @@ def report(
 ) -> None:
     """The paper's views (leaderboard, medals, tracks, tiers, stages, codes, recovery, cost); or, with
     --diff-profiles A B, which options changed which numbers between two profiles."""
+    if html_file:
+        output_path(html_file, "--html")
     if diff_profiles:
         _report_diff(store, diff_profiles, judge_label, as_json)
         return
@@ -488,12 +493,11 @@ def audit(store: str, run: str, profile: str | None, as_json: bool) -> None:
     loaded = load_profile(profile)
     st = Store.open(store, read_only=True)
     try:
+        require_runs(st.con, [run], st.root)
         events = list(iter_events(st.con, run))
         traj = fold(run, events, st.blobs.get)
     finally:
         st.close()
-    if not events:
-        raise UsageError(f"no run {run!r} in the store (see `amb runs`)")
     _, forbidden = task_info(traj.task)
     result = auditor.audit(traj, loaded.profile.audit, list(forbidden))
     if as_json:

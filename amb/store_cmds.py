@@ -12,7 +12,7 @@ import click
 import duckdb
 import msgspec
 
-from amb.common import progress, store_option
+from amb.common import progress, store_option, stored_only
 from amb.output import emit
 from recorder.importers.values import printable
 from recorder.synthetic import MAX_CALLS, MAX_SEED, generate_run
@@ -20,14 +20,15 @@ from replay import manifest as manifests
 from replay import spools as spool_modes
 from replay import views
 from replay.ingest import ingest as ingest_store
-from replay.read import iter_events
-from replay.store import Store, first, open_sql
+from replay.read import iter_events, require_runs
+from replay.store import DB_NAME, Store, first, open_sql, resolve, waiting_runs
 from replay.verify import verify as verify_store
 from schemas.blobpack import SUFFIX
 from schemas.codec import ID_RE
-from schemas.errors import AmbError, UsageError
+from schemas.errors import AmbError, NotFound, UsageError
 from schemas.events import AnyPayload
 from schemas.run_claim import require_free
+from schemas.userfile import read_text
 
 
 @click.command()
@@ -66,6 +67,7 @@ def ingest(store: str, spools: str, runs: tuple[str, ...], sources: tuple[str, .
         from amb.shard_ingest import ingest_from
 
         sys.exit(ingest_from(store, [Path(s) for s in sources], as_json=as_json, spool_mode=spools))
+    _check_ingest_input(store, runs)
     try:
         report = ingest_store(store, list(runs) or None, progress=progress("ingest"), spool_mode=spools)
     except AmbError as e:
@@ -77,6 +79,15 @@ def ingest(store: str, spools: str, runs: tuple[str, ...], sources: tuple[str, .
             click.echo(f"amb: error: {path}: not loaded: {why}", err=True)
         sys.exit(e.exit_code)
     _say_ingested(report)
+
+
+def _check_ingest_input(store: str, runs: tuple[str, ...]) -> None:
+    """Something to ingest, or a store already there: a mistyped --store is not made a new, empty
+    store, and a RUN with neither spools nor events is not found."""
+    root = resolve(store)
+    if not (root / DB_NAME).exists() and not (root / "spool").is_dir():
+        raise NotFound(f"no store and no spools at {root}: nothing to ingest (check --store or AMB_STORE)")
+    stored_only(store, runs)
 
 
 def _say_ingested(report) -> None:
@@ -118,18 +129,26 @@ RUN_COLUMNS = [
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def runs(store: str, as_json: bool) -> None:
-    """List the runs in the store."""
-    con = open_sql(store)
-    rows = con.execute(
-        f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_ns NULLS LAST, run_id"
-    ).fetchall()
-    emit(RUN_COLUMNS, rows, "json" if as_json else "table")
+    """List the runs in the store (and say how many recorded runs wait for `amb ingest`)."""
+    with open_sql(store) as con:
+        rows = con.execute(
+            f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_ns NULLS LAST, run_id"
+        ).fetchall()
+        held = {r[0] for r in con.execute("SELECT DISTINCT run_id FROM events").fetchall()}
+        emit(RUN_COLUMNS, rows, "json" if as_json else "table")
+        waiting = waiting_runs(resolve(store), held)
+        if waiting:
+            some = ", ".join(waiting[:3]) + (", …" if len(waiting) > 3 else "")
+            click.echo(
+                f"amb: {len(waiting)} more recorded run(s) wait in {resolve(store) / 'spool'} ({some}); "
+                "run `amb ingest` to list them",
+                err=True,
+            )
 
 
 def summarize(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
     row = first(con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id]))
-    if row is None:
-        raise AmbError(f"no run {run_id!r} in the store (see `amb runs`)")
+    assert row is not None, "show checked that the run is there"
     info = dict(zip([d[0] for d in con.description], row, strict=False))
     info["labels"] = json.loads(info["labels"]) if info.get("labels") else {}
     (tokens,) = con.execute(
@@ -228,18 +247,19 @@ def render_summary(s: dict) -> str:
 )
 def show(store: str, run: str, as_json: bool, with_events: bool) -> None:
     """A readable summary of one run."""
-    con = open_sql(store)
-    summary = summarize(con, run)
-    if with_events:
-        events = list(iter_events(con, run))
+    with open_sql(store) as con:
+        require_runs(con, [run], resolve(store))
+        summary = summarize(con, run)
+        if with_events:
+            events = list(iter_events(con, run))
+            if as_json:
+                summary["event_list"] = [msgspec.to_builtins(e) for e in events]
         if as_json:
-            summary["event_list"] = [msgspec.to_builtins(e) for e in events]
-    if as_json:
-        click.echo(json.dumps(summary, indent=2))
-        return
-    click.echo(render_summary(summary))
-    if with_events:
-        emit(["source", "seq", "kind", "ts_ns"], [(e.source, e.seq, e.kind, e.ts_ns) for e in events])
+            click.echo(json.dumps(summary, indent=2))
+            return
+        click.echo(render_summary(summary))
+        if with_events:
+            emit(["source", "seq", "kind", "ts_ns"], [(e.source, e.seq, e.kind, e.ts_ns) for e in events])
 
 
 @click.command()
@@ -250,15 +270,19 @@ def show(store: str, run: str, as_json: bool, with_events: bool) -> None:
 )
 def sql(store: str, query: str, fmt: str) -> None:
     """Run a read-only SQL query (no writes, no file or network access)."""
-    con = open_sql(store)
-    try:
-        cur = con.execute(query)
-        columns = [d[0] for d in cur.description] if cur.description else []
-        rows = cur.fetchall() if columns else []
-    except duckdb.Error as e:
-        first = str(e).splitlines()[0]
-        raise AmbError(f"query refused or failed: {first}") from e
-    emit(columns, rows, fmt)
+    with open_sql(store) as con:
+        try:
+            cur = con.execute(query)
+            if cur is None:  # nothing but blanks, comments or semicolons
+                raise UsageError(
+                    'no statement in the query: give one, e.g. amb sql "SELECT count(*) FROM runs"'
+                )
+            columns = [d[0] for d in cur.description] if cur.description else []
+            rows = cur.fetchall() if columns else []
+        except duckdb.Error as e:
+            first = str(e).splitlines()[0]
+            raise AmbError(f"query refused or failed: {first}") from e
+        emit(columns, rows, fmt)
 
 
 @click.command()
@@ -275,11 +299,14 @@ def verify(store: str, runs: tuple[str, ...], manifest_file: str | None, as_json
     """Re-derive every hash and check chains, manifests and blobs; exit 1 on any problem."""
     anchored = _read_manifests(manifest_file) if manifest_file else None
     with Store.open(store, read_only=True) as st:
-        run_ids = list(runs) or None
-        if anchored is not None and run_ids is None:
-            run_ids = None
+        run_ids = require_runs(st.con, runs, st.root) or None
         problems = verify_store(st.con, st.blobs, run_ids, anchored, progress("verify blobs"))
-        n_events = st.con.execute("SELECT count(*) FROM events").fetchall()[0][0]
+        # What was verified: the runs named (each once), else every run.
+        (n_runs, n_events), *_ = st.con.execute(
+            "SELECT count(DISTINCT run_id), count(*) FROM events"
+            + (" WHERE run_id IN (SELECT unnest(?))" if run_ids else ""),
+            [run_ids] if run_ids else [],
+        ).fetchall()
     if as_json:
         click.echo(json.dumps([p._asdict() | {"message": str(p)} for p in problems], indent=2))
     if problems:
@@ -291,11 +318,11 @@ def verify(store: str, runs: tuple[str, ...], manifest_file: str | None, as_json
                 click.echo(f"     … {len(problems) - 10} more problems")
         raise SystemExit(1)
     if not as_json:
-        click.echo(f"OK {n_events} events verified" + (f" in {len(runs)} runs" if runs else ""))
+        click.echo(f"OK {n_events} events verified in {n_runs} run{'' if n_runs == 1 else 's'}")
 
 
 def _read_manifests(path: str) -> list[dict]:
-    text = open(path, encoding="utf-8").read().strip()
+    text = read_text(Path(path), "--manifest").strip()
     try:
         data = json.loads(text)
         return data if isinstance(data, list) else [data]
@@ -311,15 +338,12 @@ def _read_manifests(path: str) -> list[dict]:
 @click.argument("run")
 def manifest(store: str, run: str) -> None:
     """Print a finished run's manifest, to anchor outside the store."""
-    con = open_sql(store)
-    m = manifests.stored(con, run)
-    if m is None:
-        exists = first(con.execute("SELECT 1 FROM events WHERE run_id = ? LIMIT 1", [run]))
-        raise AmbError(
-            f"run {run!r} "
-            + ("has not finished (no run.finished event yet)" if exists else "is not in the store")
-        )
-    click.echo(json.dumps(m, sort_keys=True))
+    with open_sql(store) as con:
+        require_runs(con, [run], resolve(store))
+        m = manifests.stored(con, run)
+        if m is None:
+            raise AmbError(f"run {run!r} has not finished (no run.finished event yet)")
+        click.echo(json.dumps(m, sort_keys=True))
 
 
 @click.command()

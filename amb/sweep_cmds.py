@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -294,7 +295,12 @@ def cancel_cmd(sweep_dir: str, wait_s: float) -> None:
     """Stop the sweep whose shared directory is DIR: its driver, its runs, and (on this machine's
     Docker engine) any container of it still running after --wait seconds."""
     from sweeps.cancel import cancel
+    from sweeps.shard import Layout
+    from sweeps.status import read_plan
 
+    if not (math.isfinite(wait_s) and wait_s >= 0):
+        raise UsageError(f"--wait {wait_s}: must be a number of seconds, 0 or more")
+    read_plan(Layout(Path(sweep_dir)))  # a sweep's directory, or one clear line
     report = cancel(Path(sweep_dir), wait_s=wait_s)
     for line in report:
         click.echo(f"amb sweep cancel: {line}", err=True)

@@ -100,6 +100,8 @@ class AgentView:
     """The agent's working directory as it sees it (recorded in ``run.started``)."""
     isolation: Isolation | None = None
     """What keeps the agent from the machine's other processes (recorded in ``run.started``)."""
+    data: str | None = None
+    """Where the task's inputs are as the agent sees them (with ``--data``), given to it as ``AMB_DATA``."""
 
 
 @dataclass(frozen=True)

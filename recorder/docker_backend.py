@@ -259,6 +259,7 @@ class DockerBackend:
             ca_bundle=f"{CONTAINER_CA_DIR}/bundle.pem",
             workspace=CONTAINER_WORKSPACE,
             isolation=Isolation(kind="container"),
+            data=CONTAINER_DATA if self._data_mount is not None else None,
         )
 
     def _public_view(self, public: Path) -> Path:

@@ -79,12 +79,18 @@ class LocalBackend:
     def prepare(self, ctx: RunContext) -> AgentView:
         self._ctx = ctx
         ctx.workspace.mkdir(parents=True, exist_ok=True)
+        data = None
+        if ctx.data_dir is not None:
+            # No isolation here: the agent is simply told where the public inputs are.
+            public = Path(ctx.data_dir) / "public"
+            data = str((public if public.is_dir() else Path(ctx.data_dir)).resolve())
         self.isolation = decide(self.isolation_mode)
         return AgentView(
             proxy_host="127.0.0.1",
             ca_bundle=str(ctx.ca_bundle) if ctx.ca_bundle else "",
             workspace=str(ctx.workspace),
             isolation=self.isolation,
+            data=data,
         )
 
     def start(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:

@@ -144,6 +144,8 @@ def parse_labels(values: list[str]) -> dict[str, str]:
         key, sep, val = value.partition("=")
         if not sep or not key:
             raise UsageError(f"--label {value!r}: expected K=V")
+        if key in labels:
+            raise UsageError(f"--label {value!r}: {key!r} is given twice (once as {labels[key]!r})")
         labels[key] = val
     return labels
 
@@ -333,10 +335,8 @@ def _record(spec: RunSpec, backend: Backend, run_id: str, lock: RunLock, on_read
             env["AMB_TASK"] = spec.task
         if spec.tier:
             env["AMB_TIER"] = spec.tier
-        if spec.data_dir is not None and backend.name == "local":
-            # Locally the private data is not hidden: the agent is simply told where the public inputs are.
-            public = spec.data_dir / "public"
-            env["AMB_DATA"] = str((public if public.is_dir() else spec.data_dir).resolve())
+        if view.data is not None:
+            env["AMB_DATA"] = view.data
         log.append(
             RunStarted(
                 task=spec.task,

@@ -1,10 +1,11 @@
-"""The live view of runs as they record: their spools followed as they grow, never the store.
+"""The live view of runs as they record: their spools followed as they grow.
 
 A ``SpoolTail`` remembers where it stopped in one spool file and, on each ``poll``, reads only the
 bytes appended since, keeps the complete frames (each length and checksum checked, as ``amb
 ingest`` would) and leaves a partially written last frame for the next poll. It opens the file
 read-only and takes no lock, so the recorder never waits for a watcher: a watcher costs it
-nothing but the page cache it already shares.
+nothing but the page cache it already shares. After ingest a spool is read from its compressed
+copy; only a spool dropped after ingest sends the watcher to the store (read-only, once).
 
 ``LiveRun`` folds one run's events (from all of its sources) into what a person watching wants:
 its step, the last model call and tool call, tokens, files, processes, times and status. Pricing
@@ -21,6 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import zstandard
+
+from replay.read import iter_events
+from replay.spools import read_bytes
+from replay.store import DB_NAME, Store
 from schemas.codec import Event, decode_event
 from schemas.errors import AmbError, SpoolError
 from schemas.events import (
@@ -35,14 +41,17 @@ from schemas.events import (
     ToolCallRequested,
     ToolCallResult,
 )
-from schemas.frames import MAGIC
+from schemas.frames import COMPRESSED_SUFFIX, DROPPED_SUFFIX, MAGIC
 
 SHOWN = 100
 """Characters of a text (tool arguments, model output) shown on a one-line summary."""
 
 
 class SpoolTail:
-    """Follows one spool file from its start: each ``poll`` returns the events appended since."""
+    """Follows one spool file from its start: each ``poll`` returns the events appended since.
+
+    Once its run is ingested the spool may be replaced by its zstd copy (``<source>.spool.zst``,
+    ``replay.spools``), the same bytes: the tail goes on reading there, from where it was."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -50,16 +59,32 @@ class SpoolTail:
         """Where the next complete frame starts (just after the last one read)."""
         self.torn = 0
         """Bytes after the last complete frame at the last poll (a frame still being written)."""
+        self.final = False
+        """Read from the compressed copy, which no longer grows: nothing more will come."""
 
-    def poll(self, max_bytes: int = 64 << 20) -> list[Event]:
+    def _read(self, max_bytes: int) -> bytes:
+        if self.final:
+            return b""
         try:
             with open(self.path, "rb") as f:
                 f.seek(self.offset)
-                data = f.read(max_bytes)
+                return f.read(max_bytes)
         except FileNotFoundError:
-            return []
+            pass
         except OSError as e:
             raise SpoolError(f"cannot read {self.path}: {e}") from e
+        packed = self.path.with_name(self.path.name + COMPRESSED_SUFFIX)
+        try:
+            data = read_bytes(packed)
+        except FileNotFoundError:
+            return b""
+        except (OSError, zstandard.ZstdError) as e:
+            raise SpoolError(f"cannot read {packed}: {e}") from e
+        self.final = True
+        return data[self.offset :]
+
+    def poll(self, max_bytes: int = 64 << 20) -> list[Event]:
+        data = self._read(max_bytes)
         start = 0
         if self.offset == 0:
             if len(data) < len(MAGIC):
@@ -262,34 +287,70 @@ class LiveRun:
 
 
 class RunFollower:
-    """Follows every spool of one run directory (a source's spool may appear at any time)."""
+    """Follows every spool of one run directory (a source's spool may appear at any time).
 
-    def __init__(self, run_dir: Path, price: Pricer | None = None):
+    A spool read as written, or compressed after ingest; one dropped after ingest (only an empty
+    marker left) is read once from the store that holds the run (``<root>/spool/<run>``'s root),
+    and so is every source of a run with no spool directory there (``stored``: a run that came into
+    the store from elsewhere, ``amb ingest --from`` or an import)."""
+
+    def __init__(self, run_dir: Path, price: Pricer | None = None, stored: bool = False):
         self.dir = run_dir
         self.state = LiveRun(run_dir.name, price=price)
         self.tails: dict[str, SpoolTail] = {}
+        self.stored = stored
+        self.from_store: set[str] = set()
+        """Dropped spools whose events were read from the store."""
+
+    def _sources(self) -> tuple[list[str], list[str] | None]:
+        """The spool names (``<source>.spool``) to tail, and those dropped after ingest."""
+        tailed, dropped = set(), set()
+        for n in os.listdir(self.dir):
+            if n.endswith(".spool") or n.endswith(".spool" + COMPRESSED_SUFFIX):
+                tailed.add(n.removesuffix(COMPRESSED_SUFFIX))
+            elif n.endswith(".spool" + DROPPED_SUFFIX):
+                dropped.add(n.removesuffix(DROPPED_SUFFIX))
+        return sorted(tailed), sorted(dropped - tailed - self.from_store)
+
+    def _stored(self, names: list[str] | None) -> list[Event]:
+        """The events of these spools (None: of every source) from the store."""
+        root = self.dir.parent.parent
+        if not (root / DB_NAME).exists():
+            what = f"{self.dir / names[0]} was dropped after ingest" if names else f"no spools at {self.dir}"
+            raise SpoolError(f"{what} and there is no store at {root}")
+        sources = None if names is None else {n.removesuffix(".spool") for n in names}
+        with Store.open(root, read_only=True) as st:
+            events = [
+                e for e in iter_events(st.con, self.state.run_id) if sources is None or e.source in sources
+            ]
+        self.from_store.update(names or ["*"])
+        return events
 
     def poll(self) -> bool:
         """Read what was appended; True if anything new was seen."""
         if self.state.error is not None:
             return False
         try:
-            names = sorted(n for n in os.listdir(self.dir) if n.endswith(".spool"))
+            names, dropped = self._sources()
         except FileNotFoundError:
-            return False
+            if not self.stored or self.from_store:
+                return False
+            names, dropped = [], None  # every source, from the store
         except OSError as e:
             self.state.error = f"cannot list {self.dir}: {e}"
             return True
         new: list[Event] = []
-        for name in names:
-            tail = self.tails.get(name)
-            if tail is None:
-                tail = self.tails[name] = SpoolTail(self.dir / name)
-            try:
+        try:
+            for name in names:
+                tail = self.tails.get(name)
+                if tail is None:
+                    tail = self.tails[name] = SpoolTail(self.dir / name)
                 new += tail.poll()
-            except AmbError as e:
-                self.state.error = str(e)
-                return True
+            if dropped is None or dropped:
+                new += self._stored(dropped)
+        except AmbError as e:
+            self.state.error = str(e)
+            return True
         # Across sources, in time order (each source's own order is its seq, kept by the sort's
         # stability within a poll).
         new.sort(key=lambda e: e.ts_ns)

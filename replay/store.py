@@ -17,6 +17,7 @@ import fcntl
 import os
 import random
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,9 @@ import duckdb
 
 from replay import migrations as mig
 from schemas.blobstore import BlobStore
-from schemas.errors import StoreError
+from schemas.codec import ID_RE
+from schemas.errors import NotFound, StoreError
+from schemas.frames import COMPRESSED_SUFFIX
 
 DEFAULT_STORE = "amb-store"
 DB_NAME = "amb.duckdb"
@@ -35,15 +38,62 @@ def resolve(store: str | os.PathLike[str] | None) -> Path:
     return Path(store or os.environ.get("AMB_STORE") or DEFAULT_STORE)
 
 
+def waiting_runs(root: Path, held: Iterable[str] = ()) -> list[str]:
+    """Runs with a spool in the store's directory that are not among ``held`` (the database's): recorded,
+    not ingested yet (``amb-record --no-ingest``, an ingest that failed)."""
+    held = set(held)
+    try:
+        return sorted(
+            d.name
+            for d in os.scandir(root / "spool")
+            if d.name not in held
+            and ID_RE.match(d.name)
+            and d.is_dir(follow_symlinks=False)
+            and any(n.endswith((".spool", ".spool" + COMPRESSED_SUFFIX)) for n in os.listdir(d.path))
+        )
+    except OSError:  # no spool directory (or one this user cannot read): nothing known to wait
+        return []
+
+
 def _require(root: Path) -> Path:
     """The database of an existing store; reading a store that does not exist is an error, so that
     a mistyped ``--store`` is not answered with an empty (and silently created) store."""
     db = root / DB_NAME
     if not db.exists():
-        raise StoreError(
+        waiting = waiting_runs(root)
+        if waiting:
+            raise NotFound(
+                f"no database at {root} yet: {len(waiting)} recorded run(s) wait in {root / 'spool'}; "
+                "run `amb ingest`"
+            )
+        raise NotFound(
             f"no store at {root}: nothing was recorded or ingested there (check --store or AMB_STORE)"
         )
     return db
+
+
+DAMAGE_SIGNS = (
+    "Could not read enough bytes",  # cut short
+    "not a valid DuckDB database file",  # a header that is not DuckDB's
+    "Corrupt database file",  # a block whose checksum fails
+)
+
+
+def damage(e: BaseException, db: Path | None = None) -> StoreError | None:
+    """The error to give when ``e`` says the database file is damaged (else None): what to do about
+    it. The events are rebuilt from the spools by ``amb ingest`` into a new file; what only the
+    database held (score rows, judge answers, the events of spools dropped after ingest) is not."""
+    if not isinstance(e, duckdb.Error) or not any(sign in str(e) for sign in DAMAGE_SIGNS):
+        return None
+    where = str(db) if db is not None else f"the store's {DB_NAME}"
+    dropped = len(list(db.parent.glob("spool/*/*.spool.dropped"))) if db is not None else 0
+    lost = (
+        f"; {dropped} spools were dropped after ingest and their events are lost with it" if dropped else ""
+    )
+    return StoreError(
+        f"{where} is damaged ({str(e).splitlines()[0]}): move it aside and run `amb ingest`, which "
+        f"rebuilds it from the spools (then `amb score` again: scores live in the database only){lost}"
+    )
 
 
 def _is_lock_error(e: Exception) -> bool:
@@ -61,11 +111,11 @@ def _connect(
             return duckdb.connect(str(path), read_only=read_only, config=config or {})
         except duckdb.IOException as e:
             if not _is_lock_error(e) or time.monotonic() > deadline:
-                raise StoreError(f"cannot open {path}: {e}") from e
+                raise damage(e, path) or StoreError(f"cannot open {path}: {e}") from e
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 1.0)
         except duckdb.Error as e:
-            raise StoreError(f"cannot open {path}: {e}") from e
+            raise damage(e, path) or StoreError(f"cannot open {path}: {e}") from e
 
 
 class Store:
@@ -89,10 +139,13 @@ class Store:
         read_only: bool = False,
         extra_migrations: list[mig.Migration] | None = None,
         lock_timeout_s: float = 120.0,
+        create: bool = True,
     ) -> Store:
+        """``create=False``: a writer of a store that must already exist (``amb score``), which a
+        mistyped path must not create."""
         root = resolve(store)
         db = root / DB_NAME
-        if read_only:
+        if read_only or not create:
             _require(root)
         if read_only:
             return cls(root, _connect(db, read_only=True, config=None, lock_timeout_s=lock_timeout_s), True)
@@ -132,20 +185,33 @@ def first(cursor: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
 
 
 def open_sql(store: str | os.PathLike[str] | None = None) -> duckdb.DuckDBPyConnection:
-    """A connection for user SQL: read-only, no file or network access, configuration locked.
+    """A connection for user SQL: read-only, no file or network access at all, configuration locked.
 
-    DuckDB then refuses INSERT/UPDATE/DELETE/CREATE (read-only), COPY ... TO and read_csv /
-    read_parquet / ATTACH of any file (external access off), and any attempt to turn those back on
-    (configuration locked). Extensions are neither installed nor auto-loaded.
+    DuckDB then refuses INSERT/UPDATE/DELETE/CREATE (read-only), and every statement that would open
+    a file: COPY ... TO, read_csv / read_text / read_blob / glob, ATTACH, INSTALL, EXPORT. External
+    access off is not enough by itself: DuckDB still allows its own files (the database, its WAL)
+    and its temp directory, so the local file system is switched off once the database is open (the
+    open file is read through the handle it already holds), and nothing spills to a temp directory
+    (a query that does not fit in memory fails instead). Extensions are neither installed nor
+    auto-loaded, and the locked configuration refuses any attempt to turn these back on.
     """
     root = resolve(store)
     db = _require(root)
     config = {
         "enable_external_access": False,
+        "temp_directory": "",
         "autoinstall_known_extensions": False,
         "autoload_known_extensions": False,
         "allow_community_extensions": False,
     }
     con = _connect(db, read_only=True, config=config, lock_timeout_s=30.0)
-    con.execute("SET lock_configuration = true")
-    return con
+    # A second connection in this process shares the first one's database, already locked down.
+    if not first(con.execute("SELECT current_setting('lock_configuration')"))[0]:  # type: ignore[index]
+        con.execute("SET disabled_filesystems = 'LocalFileSystem'")
+        con.execute("SET lock_configuration = true")
+    try:  # the sandbox holds (current_setting does not show disabled_filesystems): a file is refused
+        con.execute("SELECT count(*) FROM glob('/*')").fetchall()
+    except duckdb.PermissionException:
+        return con
+    con.close()
+    raise StoreError(f"{db} is open in this process without the SQL sandbox; close it first")

@@ -37,7 +37,7 @@ from typing import Any
 
 from schemas.blobstore import BlobStore
 from schemas.codec import Event
-from schemas.errors import AmbError, BlobError, UsageError
+from schemas.errors import AmbError, BadInput, BlobError, UsageError
 from schemas.events import (
     FileDeleted,
     FileRenamed,
@@ -370,10 +370,13 @@ def checkout(ws: Workspace, blobs: BlobStore, target: Path) -> dict[str, Any]:
             raise WorkspaceError(f"{target}: exists and is not a directory")
         if any(target.iterdir()):
             raise WorkspaceError(f"{target}: not empty; checkout writes into a new or empty directory")
-    parent = target.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    staging = parent / f".{target.name}.amb-checkout-{os.getpid()}-{os.urandom(4).hex()}"
-    os.mkdir(staging, 0o755)
+    try:
+        parent = target.resolve().parent
+        parent.mkdir(parents=True, exist_ok=True)
+        staging = parent / f".{target.name}.amb-checkout-{os.getpid()}-{os.urandom(4).hex()}"
+        os.mkdir(staging, 0o755)
+    except OSError as e:
+        raise BadInput(f"{target}: cannot make a folder there: {e.strerror or e}") from None
     written: list[dict[str, Any]] = []
     not_kept: list[dict[str, Any]] = []
     refused = list(ws.refused)
@@ -395,9 +398,12 @@ def checkout(ws: Workspace, blobs: BlobStore, target: Path) -> dict[str, Any]:
                 written.append({"path": path, "size": len(data), "sha256": f.sha256, "event": f.event})
         finally:
             os.close(root)
-        if target.exists():
-            target.rmdir()  # empty (checked above): the finished tree takes its place
-        os.rename(staging, target)
+        try:
+            if target.exists():
+                target.rmdir()  # empty (checked above): the finished tree takes its place
+            os.rename(staging, target)
+        except OSError as e:
+            raise BadInput(f"{target}: cannot put the checkout there: {e.strerror or e}") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -72,3 +72,11 @@ class NotFound(AmbError):
 
 class RunExists(BadInput):
     """A run id the store (or its spools) already holds: runs are never merged or reused in place."""
+
+
+def quoted(value: object, limit: int = 240) -> str:
+    """``value`` as a message shows it: ``repr`` (so control characters and bytes that are not UTF-8
+    stay visible and harmless on a terminal), cut to ``limit`` characters (a 1 MB name stays one
+    readable line)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"

@@ -25,8 +25,9 @@ from typing import Literal
 
 import msgspec
 
-from schemas.errors import UsageError
+from schemas.errors import UsageError, quoted
 from schemas.events import ModelCallCompleted
+from schemas.userfile import is_file, read_text
 
 
 class _Cfg(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -79,12 +80,12 @@ def builtin_dir() -> Path:
 def load_table(ref: str) -> PriceTable:
     """A price table by built-in name (``openrouter-2026-05-28``) or TOML path."""
     path = Path(ref)
-    if not path.is_file():
+    if not is_file(path):
         path = builtin_dir() / f"{ref}.toml"
-    if not path.is_file():
-        raise UsageError(f"price table {ref!r}: no such file and no built-in table of that name")
+    if not is_file(path):
+        raise UsageError(f"price table {quoted(ref)}: no such file and no built-in table of that name")
     try:
-        return msgspec.convert(tomllib.loads(path.read_text(encoding="utf-8")), PriceTable)
+        return msgspec.convert(tomllib.loads(read_text(path, "price table")), PriceTable)
     except (tomllib.TOMLDecodeError, msgspec.ValidationError) as e:
         raise UsageError(f"price table {ref!r}: {e}") from e
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from schemas.errors import AmbError
+from schemas.errors import AmbError, NotFound
 
 Track = Literal["segmentation", "enhancement", "vqa", "report", "detection"]
 TRACKS: tuple[str, ...] = ("segmentation", "enhancement", "vqa", "report", "detection")
@@ -28,6 +28,10 @@ TIERS: tuple[str, ...] = ("lite", "standard")
 
 class TaskError(AmbError):
     """A task id, spec file, data directory or converter source is wrong."""
+
+
+class UnknownTask(TaskError, NotFound):
+    """No task of that id (exit code 3, as every thing a command names that is not there)."""
 
 
 class _Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

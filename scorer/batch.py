@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from replay.read import iter_events
+from replay.read import iter_events, require_runs
 from replay.read import run_ids as all_run_ids
 from replay.store import Store
 from schemas.errors import UsageError
@@ -43,8 +43,9 @@ class BatchResult(NamedTuple):
 
 
 def open_store(store: str | Path | None) -> Store:
-    """The store, read-write, with the scorer's tables migrated."""
-    return Store.open(store, extra_migrations=MIGRATIONS)
+    """The store, read-write, with the scorer's tables migrated; it must exist (runs are scored
+    once ingested, and a mistyped path is not made a new, empty store)."""
+    return Store.open(store, extra_migrations=MIGRATIONS, create=False)
 
 
 def default_judge(profile: LoadedProfile) -> str:
@@ -138,13 +139,7 @@ def _score_once(
     repeat_index: int,
 ) -> BatchResult:
     con = st.con
-    known = all_run_ids(con)
-    if run_ids is None:
-        run_ids = known
-    else:
-        unknown = sorted(set(run_ids) - set(known))
-        if unknown:
-            raise UsageError(f"no such run: {', '.join(unknown[:5])}" + (" ..." if len(unknown) > 5 else ""))
+    run_ids = all_run_ids(con) if run_ids is None else require_runs(con, run_ids, st.root)
     cache = None
     if kind == "llm":
         ep = endpoint(profile.profile.judge)

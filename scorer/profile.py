@@ -22,7 +22,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from schemas.errors import UsageError
+from schemas.errors import UsageError, quoted
+from schemas.userfile import is_file, read_text
 
 DEFAULT_PROFILE = "paper-2026-06"
 STAGES = ("S1", "S2", "S3", "S4", "S5")
@@ -268,15 +269,15 @@ def builtin_names() -> list[str]:
 
 def _locate(ref: str, base: Path | None) -> Path:
     path = Path(ref)
-    if not path.is_absolute() and base is not None and (base / path).is_file():
+    if not path.is_absolute() and base is not None and is_file(base / path):
         return base / path
-    if path.is_file():
+    if is_file(path):
         return path
     builtin = builtin_dir() / f"{ref}.toml"
-    if builtin.is_file():
+    if is_file(builtin):
         return builtin
     raise UsageError(
-        f"profile {ref!r}: no such file and no built-in profile of that name "
+        f"profile {quoted(ref)}: no such file and no built-in profile of that name "
         f"(built-in: {', '.join(builtin_names())})"
     )
 
@@ -306,8 +307,8 @@ def _read(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     if path.resolve() in seen:
         raise UsageError(f"profile {path}: 'extends' loops back to itself")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        data = tomllib.loads(read_text(path, "profile"))
+    except tomllib.TOMLDecodeError as e:
         raise UsageError(f"profile {path}: cannot read: {e}") from e
     parent_ref = data.pop("extends", None)
     if parent_ref is None:

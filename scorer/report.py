@@ -81,7 +81,7 @@ def build(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "overall": _x100(_mean(r["overall"] for r in rs)),
                 "agentic": _x100(_mean(r["agentic"] for r in rs)),
                 "task": _x100(_mean(r["task_score"] for r in rs)),
-                "cost_per_run": _round(_mean(r["cost_usd"] for r in rs), 2),
+                "cost_per_run": _cost_per_run([r["cost_usd"] for r in rs]),
                 "tokens_per_run": _round(_mean(_tokens(r) for r in rs), 0),
                 "turns": _round(_mean(r["turns"] for r in rs), 1),
                 "breaches": sum(1 for r in rs if r["status"] == "breach"),
@@ -157,8 +157,8 @@ def build(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "track": t,
                 "points": len(pts),
                 "pearson_r": _round(r_, 3),
-                "cost_per_run": _round(
-                    _mean(r["cost_usd"] for r in rows if (r["track"] or "(unknown)") == t), 2
+                "cost_per_run": _cost_per_run(
+                    [r["cost_usd"] for r in rows if (r["track"] or "(unknown)") == t]
                 ),
                 "tokens_per_run": _round(
                     _mean(_tokens(r) for r in rows if (r["track"] or "(unknown)") == t), 0
@@ -226,6 +226,15 @@ def _round(v: float | None, nd: int) -> float | None:
     return None if v is None else round(v, nd)
 
 
+def _cost_per_run(costs: list[float | None]) -> float | None:
+    """The mean cost of these runs; unknown (None) when any of their costs is: a mean over the
+    priced runs alone would pass for all of them. Three significant digits, so that a cheap run's
+    cost is not rounded to 0."""
+    if not costs or any(c is None for c in costs):
+        return None
+    return float(f"{_mean(costs):.3g}")
+
+
 SECTIONS = (
     ("Leaderboard per model (×100)", "leaderboard"),
     ("Medal tiers and ratings per model (resolved = rating A or B)", "medals"),
@@ -240,9 +249,9 @@ SECTIONS = (
 )
 
 
-def _cell(v: Any) -> str:
+def _cell(v: Any, column: str = "") -> str:
     if v is None:
-        return "—"
+        return "unknown" if column.startswith("cost") else "—"
     if isinstance(v, float):
         return f"{v:g}"
     return str(v)
@@ -261,7 +270,7 @@ def terminal(report: dict[str, Any], render) -> str:
         cols = list(rows[0].keys())
         out.append("")
         out.append(title)
-        out.append(render(cols, [[_cell(r.get(c)) for c in cols] for r in rows]))
+        out.append(render(cols, [[_cell(r.get(c), c) for c in cols] for r in rows]))
     return "\n".join(out)
 
 
@@ -368,7 +377,7 @@ def _html_table(rows: list[dict[str, Any]], table_id: str) -> str:
     cols = list(rows[0].keys())
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c)))}</td>" for c in cols) + "</tr>" for r in rows
+        "<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c), c))}</td>" for c in cols) + "</tr>" for r in rows
     )
     return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 

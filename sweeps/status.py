@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from schemas.errors import UsageError
+from schemas.errors import NotFound, UsageError
 from sweeps.executor import attach
 from sweeps.shard import Layout
 from sweeps.spec import Agent, Cell
@@ -31,7 +31,7 @@ def read_plan(layout: Layout) -> Plan:
     try:
         return msgspec.json.decode(path.read_bytes(), type=Plan)
     except FileNotFoundError:
-        raise UsageError(f"{layout.root}: not a sweep's directory (no {PLAN_FILE})") from None
+        raise NotFound(f"{layout.root}: not a sweep's directory (no {PLAN_FILE})") from None
     except (OSError, msgspec.DecodeError, msgspec.ValidationError) as e:
         raise UsageError(f"{path}: unreadable: {e}") from None
 

@@ -11,7 +11,8 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from schemas.task_spec import TIERS, TaskError, TaskSpec, decode_spec
+from schemas.errors import quoted
+from schemas.task_spec import TIERS, TaskError, TaskSpec, UnknownTask, decode_spec
 
 
 def tasks_root() -> Path:
@@ -56,10 +57,10 @@ def load_spec(task_id: str) -> TaskSpec:
 
 @cache
 def _load_spec(task_id: str) -> TaskSpec:
-    path = tasks_root() / task_id / "spec.toml"
-    if not path.is_file():
+    if task_id not in _known_ids():  # (never a path: an id is one of the task folders)
         known = ", ".join(task_ids()) or "none"
-        raise TaskError(f"unknown task {task_id!r} (known: {known})")
+        raise UnknownTask(f"unknown task {quoted(task_id)} (known: {known})")
+    path = tasks_root() / task_id / "spec.toml"
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:

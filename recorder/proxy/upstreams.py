@@ -137,7 +137,10 @@ def make(name: str, kind_name: str, url: str, where: str = "") -> Upstream:
         )
     if name in KINDS and name != kind_name:
         raise UsageError(f"--upstream {where!r}: {name!r} is a kind; name another upstream differently")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as e:  # an unclosed IPv6 bracket
+        raise UsageError(f"--upstream {where!r}: not a URL ({e})") from None
     try:
         port = parts.port
     except ValueError:

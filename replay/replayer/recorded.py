@@ -27,6 +27,7 @@ from typing import Any
 
 import duckdb
 
+from replay.read import require_runs
 from schemas.errors import AmbError
 from schemas.untrusted_json import loads_untrusted
 
@@ -94,6 +95,7 @@ def lenient_text(canonical: str) -> str:
 
 def load_calls(con: duckdb.DuckDBPyConnection, blobs: Any, run_id: str) -> list[RecordedCall]:
     """Every model call of ``run_id`` in recorded order, with its request body read from the blobs."""
+    require_runs(con, [run_id])
     rows = con.execute(
         """SELECT source, seq, payload->>'$.call_id', payload->>'$.api', payload->>'$.provider',
                   coalesce((payload->>'$.stream')::BOOLEAN, false), (payload->>'$.status')::INTEGER,
@@ -107,9 +109,6 @@ def load_calls(con: duckdb.DuckDBPyConnection, blobs: Any, run_id: str) -> list[
         [run_id],
     ).fetchall()
     if not rows:
-        known = con.execute("SELECT count(*) FROM events WHERE run_id = ?", [run_id]).fetchall()[0][0]
-        if not known:
-            raise ReplayError(f"no run {run_id!r} in the store (see `amb runs`)")
         raise ReplayError(f"run {run_id!r} made no model calls: there is nothing to replay")
     calls = []
     for i, r in enumerate(rows):

@@ -29,6 +29,7 @@ from replay.web import diff as diffs
 from replay.web.db import SharedReader
 from schemas.blobstore import BlobStore
 from schemas.errors import AmbError, StoreError
+from schemas.errors import NotFound as StoreMissing
 
 STATIC = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
 
@@ -253,7 +254,7 @@ class Handler(BaseHTTPRequestHandler):
             self._refuse(404, str(e))
         except api.BadRequest as e:
             self._refuse(400, str(e))
-        except StoreError as e:
+        except (StoreError, StoreMissing) as e:
             self._refuse(503, f"the store is busy or unreadable: {e}")
         except AmbError as e:
             self._refuse(500, str(e))

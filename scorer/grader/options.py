@@ -9,9 +9,6 @@ Each track owns its fields; add new ones with a default, at the end of the track
 
 from __future__ import annotations
 
-import tomllib
-from importlib import resources
-from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
@@ -94,30 +91,17 @@ def options_from_table(table: dict[str, Any], *, source: str = "profile") -> Gra
 
 
 def load_options(profile: str | None, track: str | None = None) -> tuple[GradeOptions, str]:
-    """Resolve ``--profile``: None (defaults), a TOML file, or the name of a built-in profile.
-    ``[tracks.<track>.metrics]`` of the file overrides single ``[metrics]`` keys for that track.
+    """Resolve ``--profile``: None (the defaults above), or a profile read by the scoring profiles'
+    own loader (``scorer.profile.load``: a built-in name or a TOML file, ``extends`` followed, every
+    key and value checked), so ``amb grade`` and ``amb score`` read one file the same way. The
+    options are the profile's ``[metrics]`` with ``[tracks.<track>.metrics]`` applied.
 
     Returns the options and the profile's name (recorded next to the score).
     """
     if profile is None:
         return GradeOptions(), "default"
-    path = Path(profile)
-    if not path.is_file():
-        builtin = resources.files("scorer").joinpath("profiles", f"{profile}.toml")
-        if not builtin.is_file():
-            raise UsageError(f"profile {profile!r}: no such file and no built-in profile of that name")
-        path = Path(str(builtin))
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise UsageError(f"profile {profile!r}: cannot read {path}: {e}") from e
-    table = data.get("metrics", {})
-    if not isinstance(table, dict):
-        raise UsageError(f"profile {profile!r}: [metrics] must be a table")
-    tracks = data.get("tracks", {})
-    override = tracks.get(track, {}).get("metrics", {}) if isinstance(tracks, dict) and track else {}
-    if isinstance(override, dict) and override:
-        table = {**table, **override}
-    header = data.get("profile", {})
-    name = header.get("name") if isinstance(header, dict) else None
-    return options_from_table(table, source=f"profile {profile!r}"), str(name or path.stem)
+    from scorer.profile import load
+
+    loaded = load(profile)
+    options = options_from_table(loaded.profile.metrics_for(track), source=f"profile {profile!r}")
+    return options, loaded.name

@@ -113,7 +113,7 @@ def test_reply_without_tool_call_stops(tmp_path):
     with FakeUpstream() as fake:
         env = dict(os.environ, OPENAI_BASE_URL=fake.url + "/v1", OPENAI_API_KEY="k")
         proc = subprocess.run(
-            [str(BIN / "amb-agent"), "--model", "m", "--task-dir", str(ws)],
+            [str(BIN / "amb-agent"), "--model", "m", "--task-dir", str(ws), "--data", str(tmp_path)],
             env=env,
             capture_output=True,
             text=True,
@@ -122,6 +122,53 @@ def test_reply_without_tool_call_stops(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "turn 1: read_file" in proc.stderr  # the fake's tool is not one of ours: answered, not run
     assert "replied without a tool call" in proc.stderr
+
+
+def _record_without_agent_data(tmp_path, server, run_id, *record_args):
+    """amb-record [record_args] -- amb-agent, the agent given no --data of its own."""
+    ws = tmp_path / f"ws-{run_id}"
+    ws.mkdir()
+    (ws / "tier_prompt.txt").write_text(brief("bccd-det", "lite"))
+    store = tmp_path / "store"
+    proc = subprocess.run(
+        [
+            str(BIN / "amb-record"),
+            *("--store", str(store), "--run-id", run_id, "--upstream", f"openai={server.url}"),
+            *record_args,
+            "--",
+            *(str(BIN / "amb-agent"), "--model", "baseline", "--task-dir", ".", "--max-turns", "1"),
+        ],
+        cwd=ws,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    with Store.open(store, read_only=True) as st:
+        events = list(iter_events(st.con, run_id))
+        status = st.con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchall()[0][0]
+    return proc, events, status
+
+
+def test_the_agent_finds_the_data_amb_record_gives_it(tmp_path, server, twin):
+    # amb-record --data exports AMB_DATA; the reference agent reads that very name.
+    _, events, _ = _record_without_agent_data(tmp_path, server, "agent-data", "--data", str(twin))
+    first = next(e.payload for e in events if isinstance(e.payload, ModelCallCompleted))
+    assert first.request is not None
+    system = json.loads(BlobStore(tmp_path / "store" / "blobs").get(first.request))["messages"][0]["content"]
+    assert f"Task data (read-only): {(twin / 'public').resolve()}\n" in system
+
+
+def test_an_agent_without_data_fails_loudly(tmp_path, server):
+    # No --data anywhere and no /data/public on this machine: the agent says what it looked for and
+    # the run ends failed, before a single model call.
+    assert not Path("/data/public").exists()
+    proc, events, status = _record_without_agent_data(tmp_path, server, "agent-nodata")
+    assert proc.returncode == 1 and status == "failed"
+    assert (
+        "amb-agent: error: no task data at /data/public (the default): give --data DIR, or record with "
+        "amb-record --data DIR (it sets AMB_DATA)"
+    ) in proc.stderr
+    assert not any(isinstance(e.payload, ModelCallCompleted) for e in events)
 
 
 def test_missing_brief_is_one_clear_error(tmp_path):

@@ -180,3 +180,35 @@ def test_text_output_says_what_to_do(tmp_path):
     line = next(li for li in proc.stdout.splitlines() if "docker engine" in li)
     assert line.startswith("FAIL")
     assert "-> start one" in proc.stdout and "1 check failed" in proc.stdout
+
+
+def test_a_damaged_database_is_named_with_the_way_back(tmp_path):
+    # A cut-short amb.duckdb fails every command; doctor says so, and so does each command, with the
+    # way back, which must work: the file moved aside, `amb ingest` rebuilds it from the spools.
+    from recorder.synthetic import generate_run
+    from replay.ingest import ingest
+
+    store = tmp_path / "store"
+    for i in range(2):
+        generate_run(store, f"run-{i}", seed=i, calls=4)
+    ingest(store)
+    runs = subprocess.run([AMB, "runs", "--json", "--store", str(store)], capture_output=True, text=True)
+    code, checks = doctor(tmp_path, PATH=tool_dir(tmp_path, without="nothing"))
+    assert checks["database"]["status"] == "ok" and "holds 2 runs" in checks["database"]["detail"]
+    db = store / "amb.duckdb"
+    os.truncate(db, 100_000)  # its header whole, the blocks it points at cut off
+    code, checks = doctor(tmp_path, PATH=tool_dir(tmp_path, without="nothing"))
+    assert code == 1 and {name for name, c in checks.items() if c["status"] == "fail"} == {"database"}
+    assert checks["database"]["detail"].startswith(f"{db} is damaged (")
+    assert checks["database"]["fix"].startswith("move it aside and run `amb ingest`, which rebuilds it")
+    for command in (["runs"], ["show", "run-0"], ["verify"], ["ingest"], ["score", "--all"]):
+        proc = subprocess.run([AMB, *command, "--store", str(store)], capture_output=True, text=True)
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+        assert proc.stderr.startswith(f"amb: error: {db} is damaged (") and "run `amb ingest`" in proc.stderr
+    db.rename(tmp_path / "damaged.duckdb")
+    rebuilt = subprocess.run([AMB, "ingest", "--store", str(store)], capture_output=True, text=True)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    again = subprocess.run([AMB, "runs", "--json", "--store", str(store)], capture_output=True, text=True)
+    assert again.stdout == runs.stdout and json.loads(again.stdout)
+    verified = subprocess.run([AMB, "verify", "--store", str(store)], capture_output=True, text=True)
+    assert verified.returncode == 0 and verified.stdout.startswith("OK ")

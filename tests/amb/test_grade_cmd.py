@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from schemas.errors import UsageError
 from tasks import synth
 from tasks.registry import load_spec
 
@@ -56,7 +58,9 @@ def test_json_output(kidney, amb):
 
 def test_profile_switches_the_gate(kidney, tmp_path, amb):
     profile = tmp_path / "strict.toml"
-    profile.write_text('[profile]\nname = "strict"\n\n[metrics]\ncompleteness = "all_or_nothing"\n')
+    profile.write_text(
+        'extends = "paper-2026-06"\n[profile]\nname = "strict"\n[metrics]\ncompleteness = "all_or_nothing"\n'
+    )
     out = amb(
         *grade_kidney(kidney),
         "--profile",
@@ -64,6 +68,50 @@ def test_profile_switches_the_gate(kidney, tmp_path, amb):
     )
     assert "macro_dice = 0.0000" in out.stdout and "gate all_or_nothing, profile strict" in out.stdout
     assert "case_00001" in out.stdout and "invalid" in out.stdout
+
+
+def test_a_profile_file_is_read_as_amb_score_reads_it(kidney, tmp_path, amb):
+    # One loader for every command: a file that extends a built-in profile grades as that profile
+    # does (its [metrics] and [tracks.*.metrics] followed through `extends`).
+    import shutil
+
+    # One case not submitted at all: code-2026-04's segmentation gate zeroes the TASK, the defaults do not.
+    partial = tmp_path / "partial"
+    shutil.copytree(kidney, partial)
+    shutil.rmtree(partial / "ws" / "agents_outputs" / "case_00002")
+    child = tmp_path / "child.toml"
+    child.write_text('extends = "code-2026-04"\n\n[profile]\nname = "child"\n')
+    by_name = json.loads(amb(*grade_kidney(partial), "--json", "--profile", "code-2026-04").stdout)
+    by_file = json.loads(amb(*grade_kidney(partial), "--json", "--profile", str(child)).stdout)
+    default = json.loads(amb(*grade_kidney(partial), "--json").stdout)
+    assert by_name["score"] == 0.0 and default["score"] > 0.0
+    assert by_file["score"] == by_name["score"] and by_file["params"] == by_name["params"]
+    assert by_file["profile"] == "child"
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("", "missing required field `profile`"),
+        ('extends = "code-2026-04"\nunknown_key = 1\n', "unknown field `unknown_key`"),
+        ('extends = "code-2026-04"\n[metrics]\nseg_formula = "70_30"\n', "seg_formula"),
+        ('extends = "code-2026-04"\n[metrics]\ntypo = "x"\n', "unknown field `typo`"),
+        ('extends = "no-such-parent"\n', "no such file and no built-in profile"),
+        ('extends = "code-2026-04"\n[weights]\nS1 = 0.9\n', "stage weights must sum to 1"),
+        ("[metrics\n", "cannot read"),
+    ],
+)
+def test_a_bad_profile_file_is_refused(kidney, tmp_path, amb, text, needle):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text)
+    proc = amb(*grade_kidney(kidney), "--profile", str(bad), check=False)
+    assert proc.returncode == 2 and proc.stdout == "", proc
+    assert proc.stderr.startswith("amb: error: ") and needle in proc.stderr and proc.stderr.count("\n") == 1
+    # amb score reads it with the same loader, so it refuses it with the same words.
+    from scorer.profile import load
+
+    with pytest.raises(UsageError, match=re.escape(needle)):
+        load(str(bad))
 
 
 @pytest.mark.parametrize(
@@ -117,7 +165,7 @@ def test_grader_image_entry_point_runs_without_amb(kidney, tmp_path, amb):
         timeout=120,
     )
     assert (
-        bad.returncode == 1
+        bad.returncode == 3
         and bad.stderr.startswith("amb: error: unknown task")
         and bad.stderr.count("\n") == 1
     )

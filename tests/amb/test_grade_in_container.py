@@ -99,3 +99,32 @@ def test_a_built_grader_image_is_used_without_asking_a_registry(tmp_path, grader
     )
     assert proc.returncode == 0 and "pull" not in proc.stderr, proc.stderr
     assert json.loads(proc.stdout)["score"] == 1.0
+
+
+def test_a_profile_file_extending_its_neighbour_grades_alike_in_the_image(tmp_path, grader_image):
+    spec = load_spec("kidney-seg")
+    data, work = tmp_path / "data", tmp_path / "work"
+    synth(spec, data, cases=2, seed=3)
+    perfect_submission(spec, data, work)
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "base.toml").write_text('extends = "code-2026-04"\n[profile]\nname = "base"\n')
+    child = tmp_path / "profiles" / "child.toml"
+    child.write_text('extends = "base.toml"\n[profile]\nname = "child"\n')
+    args = [AMB, "grade", "kidney-seg", "--submission", str(work), "--reference", str(data / "private")]
+    args += ["--json", "--profile", str(child)]
+    env = os.environ | {"AMB_GRADER_IMAGE": grader_image}
+    local = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    inside = subprocess.run(args + ["--in-container"], capture_output=True, text=True, env=env, timeout=300)
+    assert local.returncode == inside.returncode == 0, inside.stderr
+    a, b = json.loads(local.stdout), json.loads(inside.stdout)
+    assert a["profile"] == b["profile"] == "child" and a["params"] == b["params"]
+    assert a["params"]["completeness"] == "all_or_nothing_missing"  # code-2026-04's segmentation gate
+    bad = subprocess.run(
+        [*args[:-1], str(tmp_path / "profiles" / "missing.toml"), "--in-container"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith("amb: error: profile ")
+    assert bad.stderr.count("\n") == 1

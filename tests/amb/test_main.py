@@ -22,3 +22,18 @@ def test_every_command_is_in_the_table():
             assert COMMANDS.get(command.name) == module_name, (
                 f"{command.name} ({module_name}) missing from COMMANDS"
             )
+
+
+def test_a_usage_error_is_one_line(amb):
+    # click's own errors (an unknown command, a value of the wrong type) keep the CLI contract too.
+    for args, message in [
+        (["nope"], "amb: error: No such command 'nope'. (see `amb --help`)"),
+        (
+            ["score", "--jobs", "abc", "--all"],
+            "amb: error: Invalid value for '--jobs' / '-j': 'abc' is not a valid integer range. "
+            "(see `amb score --help`)",
+        ),
+        (["sql"], "amb: error: Missing argument 'QUERY'. (see `amb sql --help`)"),
+    ]:
+        proc = amb(*args, check=False)
+        assert proc.returncode == 2 and proc.stdout == "" and proc.stderr == message + "\n", proc.stderr

@@ -354,7 +354,15 @@ def test_concurrent_runs_share_one_store(tmp_path, fake, agents_py):
         (["--upstream", "openai=http://x/v1?k=1", "--", "true"], "no query, fragment or credentials"),
         (["--upstream", "helper=nokind:http://x", "--", "true"], "unknown kind 'nokind'"),
         (["--label", "novalue", "--", "true"], "expected K=V"),
-        (["--time-limit", "-1", "--", "true"], "--time-limit must be a positive"),
+        (["--time-limit", "-1", "--", "true"], "--time-limit -1.0: must be a positive"),
+        (["--time-limit", "nan", "--", "true"], "--time-limit nan: must be a positive"),
+        (["--max-cost", "inf", "--", "true"], "--max-cost inf: must be a finite"),
+        (["--run-id", "../x", "--replay", "r", "--", "true"], "'../x' is not a run id"),
+        (["--upstream", "openai=http://[::1:1/v1", "--", "true"], "not a URL (Invalid IPv6 URL)"),
+        (["--label", "a=1", "--label", "a=2", "--", "true"], "--label 'a=2': 'a' is given twice"),
+        (["--run-id", "r1", "--label", b"k=a\xff", "--", "true"], "--label 'k=a\\udcff': not UTF-8 text"),
+        (["--model", b"m\xfe", "--", "true"], "--model 'm\\udcfe': not UTF-8 text"),
+        (["--tier", "x", "--", "true"], "Invalid value for '--tier'"),
     ],
 )
 def test_bad_input_is_one_clear_line(tmp_path, args, message):
@@ -366,3 +374,4 @@ def test_bad_input_is_one_clear_line(tmp_path, args, message):
     )
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and message in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "s").exists()  # refused before anything was made: no spool claims the id

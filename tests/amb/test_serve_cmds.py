@@ -57,7 +57,7 @@ def test_serve_and_replay_name_what_is_missing(tmp_path):
     assert r.returncode != 0 and "no store at" in r.stderr and "Traceback" not in r.stderr
     root = small_store(tmp_path)
     r = amb("replay", "serve", "no-such-run", "--store", str(root))
-    assert r.returncode != 0 and "no run 'no-such-run'" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 3 and "no run 'no-such-run'" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_replay_serve_answers_until_stopped(tmp_path):

@@ -46,8 +46,9 @@ def test_show(cli_store):
     assert data["events"] == len(data["event_list"])
     missing = amb("show", "nope", store=cli_store, check=False)
     assert (
-        missing.returncode == 1
-        and missing.stderr.strip() == "amb: error: no run 'nope' in the store (see `amb runs`)"
+        missing.returncode == 3
+        and missing.stderr.strip()
+        == f"amb: error: no run 'nope' in the store at {cli_store} (see `amb runs`)"
     )
 
 
@@ -98,6 +99,24 @@ def test_verify_and_manifest(cli_store, tmp_path):
     )
 
 
+def test_verify_counts_what_it_verified(cli_store):
+    rows = json.loads(
+        amb(
+            "sql", "SELECT run_id, count(*) AS n FROM events GROUP BY 1", "--format", "json", store=cli_store
+        ).stdout
+    )
+    per_run = {r["run_id"]: r["n"] for r in rows}
+    one = amb("verify", "synth-0000", store=cli_store).stdout.strip()
+    assert one == f"OK {per_run['synth-0000']} events verified in 1 run"
+    assert amb("verify", "synth-0000", "synth-0000", store=cli_store).stdout.strip() == one
+    both = amb("verify", "synth-0001", "synth-0000", store=cli_store).stdout.strip()
+    assert both == f"OK {sum(per_run.values())} events verified in 2 runs"
+    assert amb("verify", store=cli_store).stdout.strip() == both
+    missing = amb("verify", "synth-0000", "nope", store=cli_store, check=False)
+    assert missing.returncode == 3 and missing.stdout == ""
+    assert missing.stderr == f"amb: error: no run 'nope' in the store at {cli_store} (see `amb runs`)\n"
+
+
 def test_verify_names_the_first_bad_event(tmp_path):
     store = tmp_path / "s"
     amb("generate", "--runs", "1", "--calls", "4", store=store)
@@ -140,12 +159,39 @@ def test_bad_manifest_file_is_a_usage_error(cli_store, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "command", [["runs"], ["show", "x"], ["sql", "SELECT 1"], ["verify"], ["manifest", "x"]]
+    "command",
+    [
+        ["runs"],
+        ["show", "x"],
+        ["sql", "SELECT 1"],
+        ["verify"],
+        ["manifest", "x"],
+        ["ingest"],
+        ["ingest", "x"],
+        ["score", "--all"],
+        ["score", "x"],
+        ["report"],
+        ["audit", "x"],
+        ["export", "atif", "--all", "--out", "{tmp}/atif"],
+        ["export", "otel", "--all"],
+        ["export", "parquet", "{tmp}/parquet"],
+        ["gc", "--blobs"],
+        ["blobs", "migrate"],
+        ["store", "stats"],
+        ["files", "x"],
+        ["checkout", "x", "{tmp}/co"],
+        ["watch", "x", "--once"],
+        ["replay", "serve", "x"],
+        ["serve", "--port", "0"],
+    ],
+    ids=" ".join,
 )
 def test_reading_a_store_that_does_not_exist_is_an_error(tmp_path, command):
+    # A command that reads a store, or writes one that must exist, never creates one at a mistyped path.
     missing = tmp_path / "typo-store"
-    proc = amb(*command, store=missing, check=False)
-    assert proc.returncode == 1 and proc.stderr.startswith(f"amb: error: no store at {missing}")
+    proc = amb(*(c.format(tmp=tmp_path) for c in command), store=missing, check=False)
+    assert proc.returncode == 3 and proc.stderr.startswith("amb: error: no ")
+    assert str(missing) in proc.stderr and proc.stderr.count("\n") == 1
     assert "Traceback" not in proc.stderr and not missing.exists()
 
 
@@ -218,3 +264,53 @@ def test_generate_refuses_bad_numbers_and_names(tmp_path, args):
     proc = amb("generate", "--calls", "1", *args, store=store, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "wrote" not in proc.stdout and not store.exists()
+
+
+@pytest.mark.parametrize("query", ["", "   ", " ; -- nothing"])
+def test_sql_without_a_statement_is_one_line(cli_store, query):
+    proc = amb("sql", query, store=cli_store, check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("amb: error: no statement in the query") and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("command", "code", "message"),
+    [
+        (["checkout", "synth-0000", "{file}/sub"], 2, "DIRECTORY '{file}/sub': '{file}' is not a folder"),
+        (["checkout", "synth-0000", "/proc/x"], 2, "DIRECTORY '/proc/x': cannot write in '/proc'"),
+        (["export", "otel", "synth-0000", "--out", "{tmp}"], 2, "--out '{tmp}': is a folder"),
+        (["export", "otel", "synth-0000", "--out", "/missing/x"], 3, "there is no folder '/missing'"),
+        (["export", "parquet", "/proc/x"], 2, "OUT '/proc/x': cannot write in '/proc'"),
+        (["export", "atif", "synth-0000", "--out", "/proc/y"], 2, "--out '/proc/y': cannot write in '/proc'"),
+        (["report", "--html", "/missing/x.html"], 3, "--html '/missing/x.html': there is no folder"),
+        (["report", "--html", "{tmp}"], 2, "Invalid value for '--html': File '{tmp}' is a directory"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
+def test_where_a_command_writes_is_checked_before_its_work(cli_store, tmp_path, command, code, message):
+    amb("score", "--all", store=cli_store)  # so that amb report has a whole report to print first
+    file = tmp_path / "a-file"
+    file.write_text("x")
+    fill = {"file": file, "tmp": tmp_path}
+    proc = amb(*(c.format(**fill) for c in command), store=cli_store, check=False)
+    assert proc.returncode == code and proc.stdout == "", proc.stdout[-300:] + proc.stderr[-2000:]
+    assert proc.stderr.startswith("amb: error: ") and message.format(**fill) in proc.stderr
+    assert proc.stderr.count("\n") == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_runs_says_what_waits_for_ingest(tmp_path):
+    store = tmp_path / "s"
+    amb("generate", "--runs", "2", "--calls", "3", store=store)
+    nothing = amb("runs", store=store, check=False)
+    assert nothing.returncode == 3 and nothing.stderr == (
+        f"amb: error: no database at {store} yet: 2 recorded run(s) wait in {store / 'spool'}; "
+        "run `amb ingest`\n"
+    )
+    amb("ingest", "synth-0000", store=store)
+    listed = amb("runs", "--json", store=store)
+    assert [r["run_id"] for r in json.loads(listed.stdout)] == ["synth-0000"]
+    assert listed.stderr == (
+        f"amb: 1 more recorded run(s) wait in {store / 'spool'} (synth-0001); run `amb ingest` to list them\n"
+    )
+    amb("ingest", store=store)
+    assert amb("runs", store=store).stderr == ""

@@ -47,6 +47,9 @@ def test_synth_then_prepare_errors_are_one_line(tmp_path, amb):
     assert again.returncode == 2 and again.stderr.count("\n") == 1 and "already exists" in again.stderr
     assert amb("task", "synth", "pancreas-seg", "--out", str(out), "--force").returncode == 0
 
+    unknown = amb("task", "show", "../tasks/kidney-seg", check=False)  # an id, never a path
+    assert unknown.returncode == 3
+    assert unknown.stderr.startswith("amb: error: unknown task '../tasks/kidney-seg'")
     for args, needle in [
         (("task", "show", "no-such-task"), "unknown task 'no-such-task'"),
         (

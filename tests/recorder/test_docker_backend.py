@@ -48,7 +48,8 @@ AGENT = textwrap.dedent("""
     sh("echo cached > /tmp/outside.txt")   # outside the workspace: recorded too, by absolute path
     facts = {"r1": r1.choices[0].message.content, "streamed": streamed,
              "key": os.environ.get("OPENAI_API_KEY"), "uid": os.getuid(),
-             "brief": open("tier_prompt.txt").read()[:40], "cwd": os.getcwd()}
+             "brief": open("tier_prompt.txt").read()[:40], "cwd": os.getcwd(),
+             "data": os.environ.get("AMB_DATA")}
     with open("out/facts.json", "w") as f:
         json.dump(facts, f)
 """)
@@ -162,6 +163,7 @@ def test_docker_run_recorded_against_ground_truth(tmp_path: Path, agent_image: s
         assert facts["r1"] == TEXT and facts["streamed"] == TEXT
         assert facts["key"] != REAL_KEY and REAL_KEY not in json.dumps(facts)
         assert facts["uid"] != 0 and facts["cwd"] == "/workspace"
+        assert facts["data"] == "/data/public"  # the name amb-record gives on every backend
         assert (
             facts["brief"]
             == (Path(__file__).resolve().parents[2] / "tasks/kidney-seg/lite.md").read_text()[:40]

@@ -118,7 +118,7 @@ def test_cli_migrate_then_verify(old_store):
     verified = amb("verify", "--store", str(old_store))
     assert verified.returncode == 0 and verified.stdout.startswith("OK"), verified.stdout
     missing = amb("blobs", "migrate", "--store", str(old_store / "nope"))
-    assert missing.returncode == 1 and missing.stderr.startswith("amb: error: no store at")
+    assert missing.returncode == 3 and missing.stderr.startswith("amb: error: no store at")
 
 
 def test_gc_drops_only_unreferenced_blobs(store):

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
+import pytest
 from click.testing import CliRunner
 
 from amb.main import cli
 from recorder.spool import SpoolWriter, spool_path
+from recorder.synthetic import generate_run
+from replay.ingest import ingest
 from replay.live import RunFollower, SpoolTail
 from schemas.events import (
     FileWritten,
@@ -115,8 +119,10 @@ def test_watch_usage_errors(tmp_path):
     for args, code, message in [
         ([], 2, "give RUN ids, --sweep DIR or --all-running"),
         (["r", "--all-running"], 2, "give RUN ids, --sweep DIR or --all-running"),
-        (["../etc"], 1, "amb: error: invalid run id '../etc'"),
-        (["--sweep", str(tmp_path / "nope")], 2, "no such directory"),
+        (["../etc"], 2, "amb: error: '../etc' is not a run id"),
+        (["nope"], 3, f"amb: error: no run 'nope' at {tmp_path}: no spools of it and no store"),
+        (["nope", "--interval", "nan"], 2, "--interval nan: must be a positive number of seconds"),
+        (["--sweep", str(tmp_path / "nope")], 3, "no such directory"),
     ]:
         result = CliRunner().invoke(cli, ["watch", *args, "--store", str(tmp_path)])
         assert result.exit_code == code and message in result.output, (args, result.output)
@@ -175,3 +181,36 @@ def test_all_running_and_a_sweep(tmp_path):
     assert set(views) == {"cell-1", "cell-2", "cell-3"}
     assert views["cell-1"]["status"] == "completed"
     assert views["cell-3"]["status"] == "running" and views["cell-2"]["status"] == "waiting"
+
+
+def _watch_json(store) -> dict:
+    result = CliRunner().invoke(cli, ["watch", "gen", "--json", "--once", "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+@pytest.mark.parametrize("how", ["compress", "drop", "no-spools"])
+def test_watch_reads_an_ingested_run_as_it_read_it_recording(tmp_path, how):
+    # ingest compresses (or drops) a finished run's spools: the watcher reads them there, or the store.
+    store = tmp_path / "store"
+    generate_run(store, "gen", seed=1, calls=6)
+    live = _watch_json(store)
+    assert live["status"] == "completed" and live["model_calls"] == 6 and live["tokens"]["input"] > 0
+    ingest(store, spool_mode="keep" if how == "no-spools" else how)
+    if how == "no-spools":  # a run that came in by `amb ingest --from` or an import: no spool here
+        shutil.rmtree(store / "spool" / "gen")
+    else:
+        assert not list((store / "spool" / "gen").glob("proxy.spool"))
+    assert _watch_json(store) == live
+
+
+def test_an_unknown_price_is_shown_as_unknown(tmp_path):
+    store = tmp_path / "store"
+    generate_run(store, "gen", seed=1, calls=3)  # its models are not in the default price table
+    line = _watch_json(store)
+    assert line["cost_usd"] is None and line["cost_reason"].startswith("not in price table ")
+    args = ["watch", "gen", "--once", "--store", str(store)]
+    result = CliRunner().invoke(cli, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    row = next(x for x in result.output.splitlines() if x.strip().startswith("gen "))
+    assert "unknown" in row.split() and "0.0000" not in row

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 import pytest
 
-from replay.store import open_sql
+from replay.store import DB_NAME, open_sql
+from tests.tasks.helpers import digest_tree
 
 
 @pytest.mark.parametrize(
@@ -32,6 +35,67 @@ def test_refused(store, query):
     assert not (store / "out.csv").exists()
 
 
+def _leave_a_wal(store: Path) -> None:
+    """A write that stays in the WAL (no checkpoint on close), as a killed writer leaves it."""
+    con = duckdb.connect(str(store / DB_NAME))
+    con.execute("SET wal_autocheckpoint = '1TB'")
+    con.execute("PRAGMA disable_checkpoint_on_shutdown")
+    con.execute("CREATE TABLE wal_witness AS SELECT 42 AS answer")
+    con.close()
+
+
+# DuckDB with external access off still allows its own files (the database and its WAL) and its temp
+# directory: each of these must be refused as well.
+HOSTILE = [
+    "COPY (SELECT 1) TO '{tmp}/x.csv'",
+    "COPY (SELECT 1) TO '{store}/x.csv'",
+    "SELECT * FROM read_text('{db}.wal')",
+    "SELECT * FROM read_blob('{db}.wal')",
+    "SELECT * FROM read_blob('{db}')",
+    "SELECT * FROM read_text('{tmp}/planted.csv')",
+    "SELECT * FROM read_csv('{tmp}/planted.csv')",
+    "SELECT * FROM read_text('/etc/passwd')",
+    "SELECT * FROM read_blob('file:///etc/passwd')",
+    "SELECT * FROM glob('{store}/*')",
+    "SELECT * FROM glob('{tmp}/*')",
+    "ATTACH '{tmp}/other.duckdb' AS o",
+    "ATTACH '{db}' AS again (READ_ONLY)",
+    "EXPORT DATABASE '{tmp}/export'",
+    "INSTALL httpfs",
+    "LOAD httpfs",
+    "LOAD '{tmp}/x.duckdb_extension'",
+    "SET enable_external_access = true",
+    "SET allowed_directories = ['/']",
+    "SET allowed_paths = ['/etc/passwd']",
+    "SET temp_directory = '{tmp}'",
+    "SET disabled_filesystems = ''",
+    "SET lock_configuration = false",
+    "PRAGMA enable_profiling = 'json'",
+    "PRAGMA profiling_output = '{tmp}/profile.json'",
+    "CALL enable_logging(storage = 'file', storage_config = {{'path': '{tmp}/log'}})",
+    "SELECT * FROM duckdb_extensions()",
+]
+
+
+@pytest.mark.parametrize("query", HOSTILE)
+def test_no_file_access_at_all(store, query):
+    _leave_a_wal(store)
+    tmp = store / (DB_NAME + ".tmp")  # DuckDB's default temp directory, made as a spilling query makes it
+    tmp.mkdir()
+    (tmp / "planted.csv").write_text("a,b\n1,2\n")
+    before = digest_tree(store)
+    con = open_sql(store)
+    assert con.execute("SELECT answer FROM wal_witness").fetchall() == [(42,)]  # the WAL was replayed
+    with pytest.raises(duckdb.Error):
+        con.execute(query.format(store=store, db=store / DB_NAME, tmp=tmp))
+    # The sandbox holds on other cursors of the same connection (the viewer's) too.
+    with pytest.raises(duckdb.Error):
+        con.cursor().execute("SELECT * FROM read_text('/etc/passwd')")
+    assert con.execute("SELECT count(*) FROM runs").fetchall() == [(3,)]
+    con.close()
+    assert digest_tree(store) == before
+
+
 def test_views_answer_questions(store):
     con = open_sql(store)
     rows = con.execute(
@@ -51,3 +115,26 @@ def test_views_answer_questions(store):
         0
     ][0]
     assert plan_writes == plan_procs >= 3
+
+
+def test_the_viewer_reads_through_the_same_sandbox(store):
+    from replay.web.db import SharedReader
+
+    reader = SharedReader(store)
+    try:
+        with reader.cursor() as cur:
+            assert cur.execute("SELECT count(*) FROM runs").fetchall() == [(3,)]
+            with pytest.raises(duckdb.Error, match="disabled"):
+                cur.execute(f"SELECT * FROM read_blob('{store / DB_NAME}')")
+    finally:
+        reader.close()
+
+
+def test_a_second_connection_in_one_process_keeps_the_sandbox(store):
+    # DuckDB shares one database between the connections of a process: the second finds the
+    # configuration already locked, and the sandbox in place.
+    first, second = open_sql(store), open_sql(store)
+    for con in (first, second):
+        with pytest.raises(duckdb.Error, match="disabled"):
+            con.execute(f"SELECT * FROM read_blob('{store / DB_NAME}')")
+        assert con.execute("SELECT count(*) FROM runs").fetchall() == [(3,)]

@@ -178,3 +178,15 @@ def _read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
     f = tar.extractfile(member)
     assert f is not None, f"{member.name} is not a regular file"
     return f.read()
+
+
+def test_an_unknown_cost_reads_unknown_never_zero(page: Page, viewer, viewer_store):
+    # The baseline's model is in no price table: its cost is unknown, in the list and on its page.
+    page.goto(viewer.url + f"/runs/{viewer_store.clean}")
+    cost = page.locator("span", has=page.locator("b", has_text=re.compile("^cost$")))
+    expect(cost).to_have_text("costunknown")
+    page.goto(viewer.url + "/?limit=10")
+    row = page.locator(f"tr.run-row[data-run='{viewer_store.clean}']")
+    expect(row).to_have_count(1)
+    headers = page.locator("thead th").all_inner_texts()
+    expect(row.locator("td").nth(headers.index("cost $"))).to_have_text("unknown")

@@ -300,4 +300,4 @@ def test_bad_moments_are_one_clear_error(tmp_path):
         code, text = _amb("checkout", "r6", str(tmp_path / "o"), *args, "--store", str(root))
         assert code == 2 and message in text and "Traceback" not in text, (args, text)
     code, text = _amb("checkout", "nope", str(tmp_path / "o"), "--store", str(root))
-    assert code == 2 and "run 'nope': not in the store" in text
+    assert code == 3 and f"no run 'nope' in the store at {root}" in text

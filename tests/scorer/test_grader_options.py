@@ -37,11 +37,14 @@ def test_code_profile_switches():
 
 def test_profile_file_and_errors(tmp_path):
     good = tmp_path / "mine.toml"
-    good.write_text('[metrics]\nseg_formula = "organ_lesion_25_75"\n')
+    good.write_text(
+        'extends = "paper-2026-06"\n[profile]\nname = "mine"\n[metrics]\nseg_formula = "organ_lesion_25_75"\n'
+    )
     options, name = load_options(str(good))
     assert options.seg_formula == "organ_lesion_25_75" and name == "mine"
+    assert options.completeness == "per_case_zero"  # the rest from the parent
     bad_value = tmp_path / "bad.toml"
-    bad_value.write_text('[metrics]\nseg_formula = "70_30"\n')
+    bad_value.write_text('extends = "paper-2026-06"\n[metrics]\nseg_formula = "70_30"\n')
     with pytest.raises(UsageError, match="seg_formula"):
         load_options(str(bad_value))
     broken = tmp_path / "broken.toml"
@@ -49,8 +52,8 @@ def test_profile_file_and_errors(tmp_path):
     with pytest.raises(UsageError, match="cannot read"):
         load_options(str(broken))
     not_table = tmp_path / "nt.toml"
-    not_table.write_text('metrics = "x"\n')
-    with pytest.raises(UsageError, match="must be a table"):
+    not_table.write_text('extends = "paper-2026-06"\nmetrics = "x"\n')
+    with pytest.raises(UsageError, match="metrics"):
         load_options(str(not_table))
     with pytest.raises(UsageError, match="unknown field `nope`"):
         options_from_table({"nope": 1})

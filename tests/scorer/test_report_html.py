@@ -193,3 +193,27 @@ def test_unknown_cost_shows_tokens_and_why():
     scored = [(1010 * (i + 1), r["overall"]) for i, r in enumerate(rows) if r["overall"] is not None]
     assert sum(len(p) for p in data["scatter_tokens"].values()) == len(scored)
     assert data["leaderboard"][0]["cost_per_run"] is None
+
+
+def test_a_cost_known_for_some_runs_only_is_unknown_and_a_small_one_is_not_zero():
+    rows = _rows(n=12, seed=5)
+    for r in rows:
+        r["reasons"] = {}
+        if r["model"] == "glm-5":
+            r["cost_usd"] = 0.00042  # a cheap model: a fraction of a cent per run
+        if r["run_id"] == "r0":  # one run of opus-4.6 through a model the table does not list
+            r["cost_usd"] = None
+            r["reasons"] = {"cost": "not in price table openrouter-2026-05-28: opus-x"}
+    data = report.build(rows)
+    by_model = {r["model"]: r for r in data["leaderboard"]}
+    assert by_model["opus-4.6"]["cost_per_run"] is None  # not the mean of its priced runs alone
+    assert by_model["glm-5"]["cost_per_run"] == 0.00042
+    assert by_model["gpt-5.4"]["cost_per_run"] > 0
+    track_r0 = rows[0]["track"]
+    assert next(c for c in data["cost_correlation"] if c["track"] == track_r0)["cost_per_run"] is None
+    text = report.terminal(data, lambda cols, rs: "\n".join(" | ".join(r) for r in [cols, *rs]))
+    opus = next(line for line in text.splitlines() if line.startswith("opus-4.6 | ") and "unknown" in line)
+    assert opus.split(" | ")[list(by_model["opus-4.6"]).index("cost_per_run")] == "unknown"
+    glm = next(line for line in text.splitlines() if line.startswith("glm-5 | "))
+    assert "0.00042" in glm.split(" | ")
+    assert "<td>unknown</td>" in report.html_page(data)

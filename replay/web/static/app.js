@@ -51,6 +51,10 @@ function fmtMs(ms) {
   return `${Math.floor(ms / 3600000)} h ${Math.floor((ms % 3600000) / 60000)} m`;
 }
 const fmtNum = (n) => (n === null || n === undefined ? "" : Number(n).toLocaleString("en-US"));
+// An unknown cost (a model missing from the price table, a run not scored yet) is never shown as 0,
+// and neither is a known one below a tenth of a cent.
+const fmtCost = (v) =>
+  v === null || v === undefined ? "unknown" : v !== 0 && Math.abs(v) < 0.001 ? v.toPrecision(2) : v.toFixed(3);
 const fmtScore = (v) => (v === null || v === undefined ? "–" : (100 * v).toFixed(1));
 const runLink = (id, key) => `/runs/${encodeURIComponent(id)}${key ? "#" + key : ""}`;
 
@@ -144,7 +148,7 @@ async function runsPage() {
         el("td", { class: "num" }, r.duration_s === null ? "" : fmtMs(r.duration_s * 1000)),
         el("td", { class: "num" }, fmtNum(r.n_events)),
         el("td", { class: "num" }, fmtNum(r.tokens)),
-        el("td", { class: "num" }, r.cost_usd === null ? "" : r.cost_usd.toFixed(3)),
+        el("td", { class: "num" }, fmtCost(r.cost_usd)),
         profiles.map((p) => el("td", { class: "num" }, r.scores[p] ? fmtScore(r.scores[p].overall) : "")),
         el("td", {}, [...codes].sort().join(" ")),
       ));
@@ -213,7 +217,7 @@ function runPage(runId) {
         el("span", {}, el("b", {}, "events"), fmtNum(run.n_events)),
         el("span", {}, el("b", {}, "model calls"), fmtNum(run.n_model_calls)),
         el("span", {}, el("b", {}, "tokens in/out"), `${fmtNum(run.tokens_in)} / ${fmtNum(run.tokens_out)}`),
-        el("span", {}, el("b", {}, "cost"), run.cost_usd === null ? "–" : `$${run.cost_usd.toFixed(3)}`),
+        el("span", {}, el("b", {}, "cost"), run.cost_usd === null ? "unknown" : `$${fmtCost(run.cost_usd)}`),
         el("span", {}, el("b", {}, "chain"), verifyBadge)),
       el("div", { class: "kv muted" },
         Object.entries(run.labels).map(([k, v]) => el("span", {}, el("b", {}, k), v))),
