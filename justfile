@@ -20,6 +20,6 @@ lint:
 bench name *args:
     python bench/{{name}}.py {{args}}
 
-# Rewrite the README's generated blocks (the SQL views' columns) from the code
+# Rewrite the generated parts of the docs: the README's views and performance tables, docs/cli.md
 docs:
     python scripts/docs.py

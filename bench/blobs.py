@@ -1,6 +1,6 @@
 """bench/blobs: blobs in packs vs one loose file per blob, on the same runs, side by side.
 
-Builds the issue's 200-run set (``amb generate --runs 200 --calls 50``, then ingest) once, keeps
+Builds the store's reference 200-run set (``amb generate --runs 200 --calls 50``, then ingest) once, keeps
 a second copy whose blobs are laid out as before packs (one zlib file per blob, ``blobs/ab/cd...``),
 and prints for both, alternating --rounds rounds (medians), everything in the page cache:
 
@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 
 import zstandard
 
+from bench import figures
 from recorder.synthetic import generate_run
 from replay.blob_migrate import migrate
 from replay.ingest import ingest
@@ -107,7 +108,8 @@ def du(root: Path) -> tuple[int, int]:
     return disk, files
 
 
-def codecs(root: Path, refs: list[str]) -> None:
+def codecs(root: Path, refs: list[str]) -> dict[str, tuple[float, float, float]]:
+    """Each codec's stored share of the content and its compress and decompress seconds."""
     blobs = BlobStore(root / "blobs")
     bodies: list[bytes | bytearray | memoryview] = [
         b for b in (blobs.get(r) for r in refs) if len(b) <= 32 * 1024 and not blobcodec.looks_compressed(b)
@@ -129,6 +131,7 @@ def codecs(root: Path, refs: list[str]) -> None:
         f"codecs on {len(test):,} small bodies ({content:,} bytes; "
         f"dictionary trained on {len(train):,} others):"
     )
+    measured: dict[str, tuple[float, float, float]] = {}
     for name, comp, decomp in rows:
         t0 = time.perf_counter()
         stored = [comp(b) for b in test]
@@ -142,6 +145,8 @@ def codecs(root: Path, refs: list[str]) -> None:
             f"  {name:28s} {size:>12,} bytes ({size / content:.3f} of content)  compress {c * 1e3:6.0f} ms"
             f"  decompress {d * 1e3:5.0f} ms"
         )
+        measured[name] = (size / content, c, d)
+    return measured
 
 
 def main() -> None:
@@ -149,8 +154,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--keep", help="keep the two stores in this directory (reused next time)")
+    ap.add_argument("--keep", metavar="DIR", help="keep the two stores in this directory (reused next time)")
+    figures.add_argument(ap, "blobs")
     args = ap.parse_args()
+    figs = figures.Figures(ap, args)
     work = Path(args.keep or tempfile.mkdtemp(prefix="amb-bench-blobs-"))
     packed, loose = work / "packed", work / "loose"
     if not (packed / "amb.duckdb").exists():
@@ -212,8 +219,44 @@ def main() -> None:
         f"amb blobs migrate of the loose copy: {n_loose:,} files in {migrate_s:.1f} s "
         f"({n_loose / migrate_s:,.0f}/s)"
     )
-    codecs(packed, refs)
+    codec = codecs(packed, refs)
     print(f"load average {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} {os.getloadavg()[2]:.1f}")
+    loose_, packs = med["loose"], med["packs"]
+    figs.add(
+        "verify",
+        f"`amb verify`, {args.runs} runs × {args.calls} calls ({events:,} events, "
+        f"{len(refs):,} blobs) in packs",
+        f"{packs['verify']:.2f} s (its blob check {packs['verify_blobs']:.2f} s), median of {args.rounds}",
+        f"one file per blob: {loose_['verify']:.2f} s ({figures.faster(packs['verify'], loose_['verify'])})",
+    )
+    figs.add(
+        "read",
+        "a blob read from packs (random referenced blobs), p50 / p99",
+        f"{packs['p50']:.0f} / {packs['p99']:.0f} µs",
+        f"one file per blob: {loose_['p50']:.0f} / {loose_['p99']:.0f} µs",
+    )
+    figs.add(
+        "disk",
+        "blobs on disk in packs (allocated blocks)",
+        f"{pd / events:,.0f} bytes per event ({pd / 1e6:.1f} MB in {pf:,} files)",
+        f"one file per blob: {ld / events:,.0f} ({ld / 1e6:.1f} MB in {lf:,} files): {ld / pd:.1f}×",
+    )
+    figs.add(
+        "migrate",
+        "`amb blobs migrate` of the one-file-per-blob copy",
+        f"{n_loose / migrate_s:,.0f} blobs/s ({n_loose:,} files in {migrate_s:.1f} s)",
+    )
+    share, comp_s, decomp_s = codec["zstd-3"]
+    zlib_, dict_ = codec["zlib-3"], codec["zstd-3 + 64 KiB dictionary"]
+    figs.add(
+        "codec",
+        "zstd level 3 on the store's small bodies "
+        "([codecs](docs/blob-packs.md#compression-that-fits-the-content))",
+        f"{share:.3f} of the content; {comp_s:.2f} s to compress, {decomp_s:.2f} s to decompress",
+        f"zlib-3: {zlib_[0]:.3f}, {zlib_[1]:.2f} s, {zlib_[2]:.2f} s; with a trained dictionary: "
+        f"{dict_[0]:.3f}, {dict_[1]:.2f} s, {dict_[2]:.2f} s",
+    )
+    figs.write()
     if not args.keep:
         shutil.rmtree(work)
 

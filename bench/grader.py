@@ -7,8 +7,8 @@ Prints:
   Ours is the best of 3 runs (the machine is shared); the slow baseline runs once.
   Targets: ≤ 0.6 s and ≤ 1 GB for each label count, i.e. independent of the label count;
 - one whole case graded from .nii.gz files (read, checks, Dice) with TotalSegmentator's 117 labels;
-- SSIM on 100 512×512 slices and mAP on 1,000 images (helper C, ``bench/grader_enh_det.py``);
-- the report score on 500 reports (helper B: marked place below).
+- SSIM on 100 512×512 slices and mAP on 1,000 images (``bench/grader_enh_det.py``);
+- the report score on 500 reports (``bench/grader_report.py``).
 
 Run: ./just bench grader [--shape 512 512 300] [--labels 2 14 117] [--skip-baseline] [--only dice]
 """
@@ -29,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import numpy as np
 
+from bench import figures
+from bench.figures import NONE
 from scorer.metrics.dice import binary_counts, binary_dice, multiclass_dice
 
 
@@ -145,6 +147,23 @@ def bench_grade_case(shape: tuple[int, int, int]) -> dict:
     return {"seconds": seconds, "peak_bytes": peak, "score": result.score}
 
 
+def dice_row(results: list[dict], shape: tuple[int, int, int]) -> tuple[str, str, str, str, str]:
+    """The README's row of ``bench_dice``'s results: id, measure, figure, baseline, target."""
+    nvox = int(np.prod(shape))
+    ok = all(r["ours_s"] <= 0.6 and r["ours_peak_bytes"] + 2 * nvox <= 2**30 for r in results)
+    base = " / ".join(f"{r['masks_s']:.2f}" for r in results if "masks_s" in r)
+    return (
+        "dice",
+        f"Dice, {'×'.join(map(str, shape))} label volumes, "
+        + " / ".join(str(r["labels"]) for r in results)
+        + " labels",
+        " / ".join(f"{r['ours_s']:.2f}" for r in results)
+        + f" s, at most {max(r['ours_peak_bytes'] for r in results) / 2**20:.0f} MiB beyond the inputs",
+        f"one mask pair per label: {base} s" if base else NONE,
+        f"≤ 0.6 s, ≤ 1 GiB ({figures.met(ok)})",
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", type=int, nargs=3, default=[512, 512, 300])
@@ -154,34 +173,32 @@ def main() -> None:
     ap.add_argument("--slices", type=int, default=100)
     ap.add_argument("--images", type=int, default=1000)
     ap.add_argument("--reports", type=int, default=500)
+    figures.add_argument(ap, "grader")
     args = ap.parse_args()
+    figs = figures.Figures(ap, args)
     shape = tuple(args.shape)
 
     if args.only in (None, "dice"):
-        bench_dice(shape, args.labels, not args.skip_baseline)
+        figs.add(*dice_row(bench_dice(shape, args.labels, not args.skip_baseline), shape))
         bench_grade_case(shape)
 
-    # --- enhancement and detection (helper C: bench/grader_enh_det.py) ----------------------------
+    # --- enhancement and detection (bench/grader_enh_det.py) ---------------------------------------
     if args.only in (None, "ssim", "map"):
-        from grader_enh_det import bench_map, bench_ssim
+        from grader_enh_det import bench_map, bench_ssim, map_row, ssim_row
 
         if args.only in (None, "ssim"):
-            bench_ssim(args.slices)
+            figs.add(*ssim_row(bench_ssim(args.slices)))
         if args.only in (None, "map"):
-            bench_map(args.images)
+            figs.add(*map_row(bench_map(args.images)))
 
-    # --- report score (helper B) ------------------------------------------------------------------
-    # B: put `bench_report(n_reports) -> dict` in bench/grader_report.py (report score on N reports
-    # beside pycocoevalcap / rouge-score measured in this process); it is picked up here.
+    # --- report score (bench/grader_report.py) ------------------------------------------------------
     if args.only in (None, "report"):
-        try:
-            from grader_report import bench_report
-        except ImportError:
-            print("report score: bench/grader_report.py not present yet")
-        else:
-            bench_report(args.reports)
+        from grader_report import bench_report, report_row
+
+        figs.add(*report_row(bench_report(args.reports)))
 
     print(f"process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
+    figs.write()
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ Prints, each measured in this process on the same inputs:
   pycocotools' COCOeval (one IoU threshold, k/100 recall thresholds); times and the difference.
 
 Run: ./just bench grader_enh_det [--slices 100] [--images 1000]
-(helper C's part of bench/grader; ``bench_ssim`` and ``bench_map`` are importable from there.)
+(part of bench/grader, which imports ``bench_ssim`` and ``bench_map`` from here.)
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 
 import numpy as np
 
+from bench import figures
 from scorer.metrics.coco_reference import coco_ap
 from scorer.metrics.detection import Boxes, DetParams, mean_average_precision
 from scorer.metrics.ssim import reference_data_range, ssim
@@ -137,13 +138,37 @@ def bench_map(n_images: int = 1000) -> dict:
     return res
 
 
+def ssim_row(res: dict) -> tuple[str, str, str, str]:
+    """The README's row of ``bench_ssim``'s result: id, measure, figure, baseline."""
+    return (
+        "ssim",
+        f"SSIM on {res['slices']} {res['size']}×{res['size']} slices",
+        f"{res['ours_s']:.2f} s",
+        f"skimage's `structural_similarity` (float64): {res['skimage_f64_s']:.2f} s; "
+        f"largest difference {res['max_diff_vs_skimage_f64']:.1e}",
+    )
+
+
+def map_row(res: dict) -> tuple[str, str, str, str]:
+    """The README's row of ``bench_map``'s result: id, measure, figure, baseline."""
+    return (
+        "map",
+        f"mAP@0.5 on {res['images']:,} images ({res['boxes']:,} boxes), 101-point",
+        f"{res['ours_101_s']:.2f} s",
+        f"pycocotools' COCOeval: {res['pycocotools_s']:.2f} s; difference {res['abs_diff']:.1e}",
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--slices", type=int, default=100)
     ap.add_argument("--images", type=int, default=1000)
+    figures.add_argument(ap, "grader")
     args = ap.parse_args()
-    bench_ssim(args.slices)
-    bench_map(args.images)
+    figs = figures.Figures(ap, args)
+    figs.add(*ssim_row(bench_ssim(args.slices)))
+    figs.add(*map_row(bench_map(args.images)))
+    figs.write()
 
 
 if __name__ == "__main__":

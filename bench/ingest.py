@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 
 import duckdb
 
+from bench import figures
 from recorder.synthetic import generate_run
 from replay import spools
 from replay.ingest import ingest, spool_files
@@ -169,9 +170,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--per-run", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3, help="alternating baseline/ingest rounds (medians)")
-    ap.add_argument("--keep", help="keep the generated spools and blobs in this directory (reused next time)")
-    ap.add_argument("--against", help="a previous build's checkout: its ingest runs in each round too")
+    ap.add_argument("--keep", metavar="DIR", help="keep the generated spools and blobs here (reused later)")
+    ap.add_argument(
+        "--against", metavar="CHECKOUT", help="another build's checkout: its ingest runs in each round too"
+    )
+    figures.add_argument(ap, "ingest")
     args = ap.parse_args()
+    figs = figures.Figures(ap, args)
     work = Path(args.keep or tempfile.mkdtemp(prefix="amb-bench-ingest-"))
     root = work / "store"
     for old in (root / "amb.duckdb", root / "amb.duckdb.wal", work / "plain.duckdb", work / "events.ndjson"):
@@ -299,6 +304,32 @@ def main() -> None:
         f"bytes per event, without dedup {(db_bytes + no_dedup) / total:,.0f} (each of the "
         f"{len(refs):,} references stored whole: {no_dedup / 1e6:,.0f} MB)"
     )
+    against = ""
+    if args.against:
+        against = f"; `--against` build: {total / statistics.median(against_times):,.0f} events/s"
+    figs.add(
+        "rate",
+        f"ingest with verification, {total:,} events in {args.runs:,} runs "
+        "([reading it](docs/storage.md#amb-ingest))",
+        f"**{ours:,.0f} events/s** ({ingest_s:.2f} s, CPU {statistics.median(ingest_cpu):.1f} s), "
+        f"median of {args.rounds}",
+        f"DuckDB's `read_ndjson` of the same events: {theirs:,.0f} events/s; "
+        f"**{ours / theirs:.2f}×**{against}",
+        f"≥ 100,000 events/s ({figures.met(ours >= 100_000)}); ≥ 0.5× ({figures.met(ours >= theirs / 2)})",
+    )
+    figs.add("verify", f"`amb verify` of that store ({len(blob_sizes):,} blobs)", f"{verify_s:.1f} s")
+    figs.add(
+        "aggregate",
+        "aggregate query (tokens per model per run) over those events",
+        f"{statistics.median(times) * 1000:.0f} ms median",
+        target=f"< 1 s ({figures.met(statistics.median(times) < 1)})",
+    )
+    figs.add(
+        "bytes",
+        "content bytes per event: DuckDB only / with blobs / with blobs, no dedup",
+        " / ".join(f"{n / total:,.0f}" for n in (db_bytes, db_bytes + blob_bytes, db_bytes + no_dedup)),
+    )
+    figs.write()
     if not args.keep:
         shutil.rmtree(work)
 

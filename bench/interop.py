@@ -1,8 +1,8 @@
 """bench/interop: export and import rates, each beside a baseline measured in the same process.
 
 - Parquet export of a store's events (``amb export parquet``'s layout: a file per group of runs,
-  replay/export/parquet.py) in events/s, wall and per CPU-second, beside the layout before it
-  (one file per run, measured in the same process, rounds in rotating order) and DuckDB's plain,
+  replay/export/parquet.py) in events/s, wall and per CPU-second, beside one file per run
+  (measured in the same process, rounds in rotating order) and DuckDB's plain,
   unpartitioned ``COPY events TO x.parquet``; then the export of everything (events, every view,
   scores). Target: >= 500k events/s. ``--check`` reads every exported table back and compares it
   with the store, row for row and value for value. The store is built like bench/ingest's
@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 
 import duckdb
 
+from bench import figures
 from recorder.importers import automedbench
 from recorder.synthetic import generate_run
 from replay.export.atif import export_run
@@ -78,8 +79,8 @@ def _bytes(path: Path) -> int:
     )
 
 
-def previous_layout(con: duckdb.DuckDBPyConnection, out: Path) -> None:
-    """The layout before run groups, as main wrote it: one file per run, snappy."""
+def file_per_run(con: duckdb.DuckDBPyConnection, out: Path) -> None:
+    """One file per run, snappy: the layout the run groups are measured against."""
     con.execute("SET preserve_insertion_order = false")
     con.execute(f"COPY events TO '{out}' (FORMAT parquet, PARTITION_BY (run_id), COMPRESSION snappy)")
     con.execute("SET preserve_insertion_order = true")
@@ -110,7 +111,7 @@ def parquet_round(
             export(st.con, work / "groups", only=["events"], events_per_file=per_file)
 
         def by_run() -> None:
-            previous_layout(st.con, work / "by_run")
+            file_per_run(st.con, work / "by_run")
 
         def plain() -> None:
             st.con.execute(f"COPY events TO '{work / 'plain.parquet'}' (FORMAT parquet, COMPRESSION snappy)")
@@ -213,13 +214,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--per-run", type=int, default=1000)
-    ap.add_argument("--store", help="an existing store to export (skips building one)")
+    ap.add_argument("--store", metavar="DIR", help="an existing store to export (skips building one)")
     ap.add_argument("--folders", type=int, default=100, help="AutoMedBench run folders to import")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--events-per-file", type=int, default=EVENTS_PER_FILE, help="the export's run groups")
     ap.add_argument("--check", action="store_true", help="also read every exported table back and compare")
     ap.add_argument("--only", choices=["parquet", "import"], help="run only this part")
+    figures.add_argument(ap, "interop")
     args = ap.parse_args()
+    figs = figures.Figures(ap, args)
     print(f"load average at start: {os.getloadavg()}")
     with tempfile.TemporaryDirectory(prefix="amb-bench-interop-") as tmp_s:
         tmp = Path(tmp_s)
@@ -227,13 +230,14 @@ def main() -> None:
         if not args.store:
             build_store(root, args.runs, args.per_run)
         if args.only != "import":
-            parquet(root, tmp, args)
+            parquet(root, tmp, args, figs)
         if args.only != "parquet":
-            others(root, tmp, args)
+            others(root, tmp, args, figs)
     print(f"load average at end: {os.getloadavg()}")
+    figs.write()
 
 
-def parquet(root: Path, tmp: Path, args: argparse.Namespace) -> None:
+def parquet(root: Path, tmp: Path, args: argparse.Namespace, figs: figures.Figures) -> None:
     ways = {k: Measured(k) for k in ("groups", "by_run", "plain", "full")}
     n, written = 0, list[Written]()
     for i in range(args.rounds):
@@ -242,7 +246,7 @@ def parquet(root: Path, tmp: Path, args: argparse.Namespace) -> None:
     files = next(w.rows for w in written if w.name == INDEX)
     label = {
         "groups": f"run groups of >= {args.events_per_file:,} events (amb export parquet, events only)",
-        "by_run": "one file per run (the previous layout)",
+        "by_run": "one file per run",
         "plain": "DuckDB's plain COPY events, one file (no partitioning)",
         "full": "amb export parquet of everything (events, every view, scores)",
     }
@@ -263,11 +267,26 @@ def parquet(root: Path, tmp: Path, args: argparse.Namespace) -> None:
         f"  upper bound with all {cores} cores and nothing else running: {n / g.cpu() * cores:,.0f} "
         f"events/s (the export is CPU-bound; it got {g.cpu() / g.wall():.2f} cores here)"
     )
+    figs.add(
+        "parquet",
+        f"Parquet export of {n:,} events in {files:,} runs, a file per group of runs, "
+        f"medians of {args.rounds} ([layout](docs/interop.md#parquet))",
+        f"**{n / g.wall():,.0f} events/s** ({g.wall():.2f} s on {g.cpu() / g.wall():.2f} cores)",
+        f"a file per run: {n / b.wall():,.0f} (groups {figures.faster(g.wall(), b.wall())}); "
+        f"DuckDB's one-file `COPY`: {n / p.wall():,.0f}",
+        f"≥ 500,000 events/s ({figures.met(n / g.wall() >= 500_000)})",
+    )
+    full = ways["full"]
+    figs.add(
+        "parquet-all",
+        "Parquet export of everything (events, every view and score table)",
+        f"{n / full.wall():,.0f} events/s ({full.wall():.2f} s)",
+    )
     if args.check:
         check_readback(root, tmp, args.events_per_file)
 
 
-def others(root: Path, tmp: Path, args: argparse.Namespace) -> None:
+def others(root: Path, tmp: Path, args: argparse.Namespace, figs: figures.Figures) -> None:
     with Store.open(root, read_only=True) as st:
         ids = run_ids(st.con)[:50]
         t0 = time.perf_counter()
@@ -278,11 +297,19 @@ def others(root: Path, tmp: Path, args: argparse.Namespace) -> None:
             line(evs)
         dt = time.perf_counter() - t0
         print(f"otel export, {len(ids)} runs, {n_ev:,} events: {n_ev / dt:,.0f} events/s")
+        figs.add(
+            "otel", f"OpenTelemetry export of {len(ids)} runs ({n_ev:,} events)", f"{n_ev / dt:,.0f} events/s"
+        )
         t0 = time.perf_counter()
         for r in ids:
             export_run(st.con, st.blobs.get, r, tmp / "atif")
         dt = time.perf_counter() - t0
         print(f"atif export, {len(ids)} runs: {len(ids) / dt:,.1f} runs/s")
+        figs.add(
+            "atif",
+            f"ATIF export of {len(ids)} runs (every request body read)",
+            f"{len(ids) / dt:,.1f} runs/s",
+        )
     folders = import_folders(tmp / "amb", args.folders)
     imp, gen = [], []
     events = 0
@@ -299,6 +326,14 @@ def others(root: Path, tmp: Path, args: argparse.Namespace) -> None:
     )
     per_run = ic * 1000 / len(folders)
     print(f"  CPU: {per_run:.1f} ms per run = {len(folders) / ic:,.1f} runs per CPU-second")
+    figs.add(
+        "import",
+        f"`amb import automedbench` of {len(folders)} seg run folders ({events:,} events): parse, write, "
+        f"ingest; medians of {args.rounds}",
+        f"**{len(folders) / i:,.1f} runs/s** ({len(folders) / ic:,.0f} per CPU-second)",
+        f"`amb generate` + ingest of as many runs and events: {g:.2f} s (import {figures.faster(i, g)})",
+        f"≥ 20 runs/s ({figures.met(len(folders) / i >= 20)})",
+    )
 
 
 if __name__ == "__main__":

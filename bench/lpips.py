@@ -12,13 +12,17 @@ difference between the two LPIPS values is printed, with the ratio of the two ru
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).parents[1]))
+
 import numpy as np
 
+from bench import figures
 from scorer.metrics.lpips import CONVS, SCALE, SHIFT, Lpips, expected_shapes
 
 
@@ -65,9 +69,24 @@ def torch_lpips(w: dict[str, np.ndarray], a: np.ndarray, b: np.ndarray) -> float
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--weights", type=Path, default=None)
+    ap.add_argument("--weights", type=Path, metavar="FILE", default=None)
     ap.add_argument("--pairs", type=int, default=5)
+    figures.add_argument(ap, "lpips")
     args = ap.parse_args()
+    figs = figures.Figures(ap, args)
+    seconds, beside = measure(args)
+    weights = "trained" if args.weights else "generated"
+    figs.add(
+        "pair",
+        f"LPIPS in numpy on 512×512 pairs ({args.pairs}, {weights} weights)",
+        f"{seconds * 1000:.0f} ms per pair",
+        beside,
+    )
+    figs.write()
+
+
+def measure(args: argparse.Namespace) -> tuple[float, str]:
+    """Seconds per pair in numpy, and the torch float32 baseline (or why there is none)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = args.weights or Path(tmp) / "alex.npz"
         if args.weights is None:
@@ -86,7 +105,7 @@ def main() -> None:
             import torch  # noqa: F401  (F401: only probing whether the optional parity check can run)
         except ImportError:
             print("torch not importable: parity check skipped (install torch in this environment to run it)")
-            return
+            return t_np, "torch not installed: not measured"
         t0 = time.perf_counter()
         ref = [torch_lpips(net.w, p, r) for p, r in pairs]
         t_t = (time.perf_counter() - t0) / len(pairs)
@@ -95,6 +114,7 @@ def main() -> None:
         print(f"torch float32 LPIPS: {t_t * 1000:.0f} ms per pair; numpy/torch time ratio {t_np / t_t:.2f}")
         lo, hi = min(ref), max(ref)
         print(f"largest |numpy - torch| = {diff:.3g} (relative {rel:.3g}) over values {lo:.4f}..{hi:.4f}")
+    return t_np, f"torch float32: {t_t * 1000:.0f} ms per pair; largest difference {diff:.1e}"
 
 
 if __name__ == "__main__":

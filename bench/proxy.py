@@ -12,7 +12,7 @@ Prints, per target: sequential non-streaming latency (p50/p99, added over direct
 chunk of a 50-chunk stream (and client reads per stream; Chat Completions, and the Gemini API's
 SSE stream), calls per second with 16 concurrent
 clients, the cost of a 5 MB request, and the longest inter-chunk gap of a paced stream while
-5 MB requests go through beside it. Then the issue's targets as ratios. Rounds interleave the
+5 MB requests go through beside it. Then the proxy's targets as ratios. Rounds interleave the
 targets so machine-load drift hits all alike.
 
 With ``--watch``, target ``amb-watched`` is a second ``amb-record`` whose store an ``amb watch
@@ -39,6 +39,11 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import figures
+from bench.figures import NONE
+
 PY = sys.executable
 BIN = Path(PY).parent
 
@@ -451,7 +456,9 @@ def main() -> None:
         help="record the amb target under a budget that never bites (amb-record --max-calls, "
         "--max-tokens): what keeping a budget costs each call",
     )
+    figures.add_argument(ap, "proxy")
     args = ap.parse_args()
+    figs = figures.Figures(ap, args)
     if args.against is not None and not (args.against / "amb" / "record.py").is_file():
         raise SystemExit(f"bench: {args.against} is not a checkout of this project (no amb/record.py)")
     q = args.quick
@@ -527,7 +534,7 @@ def main() -> None:
     a_ttfc = pct(ttfb["amb"][0], 50)
     big_ratio = (pct(big["amb"], 50) - b50) / max(1e-9, pct(big["mitm"], 50) - b50)
     gap_ratio = gaps["amb"][1] / gaps["mitm_stream"][1]
-    print("\ntargets (issue 3)")
+    print("\ntargets")
     checks = [
         ("recording cost over bare mitmproxy, p50", f"{a50 - m50:+.2f} ms", a50 - m50 <= 0.3, "<= 0.3 ms"),
         ("added p99 over direct", f"{a99 - d99:.2f} ms", a99 - d99 <= 5, "<= 5 ms"),
@@ -562,6 +569,8 @@ def main() -> None:
     ]
     for what, value, ok, target in checks:
         print(f"  [{'ok' if ok else 'MISS'}] {what}: {value} (target {target})")
+    keys = ["p50", "p99", "ttfc", "gemini", "reads", "big", "gap", "calls"]
+    checked = dict(zip(keys, ((v, ok, target) for _, v, ok, target in checks), strict=True))
     if "amb-prev" in seq:
         print(
             f"  amb-prev ({args.against}), same rounds: p50 cost {pct(seq['amb-prev'], 50) - m50:+.2f} ms; "
@@ -593,6 +602,117 @@ def main() -> None:
         f"{pct(seq['floor'], 50) - d50:+.2f} ms; 5 MB vs mitm_stream {big_vs_stream:.2f}x. Bare "
         "mitmproxy and mitm_stream differ only in streaming SSE, so their spread shows the run's noise.)"
     )
+    if args.budget:  # the amb target kept a budget: its figures are this row's, not the plain rows'
+        beside = NONE
+        if "amb-prev" in seq:
+            beside = f"{figures.build_name(args.against)} without: p50 {pct(seq['amb-prev'], 50):.1f} ms"
+        figs.add(
+            "budget",
+            "`amb-record` with a budget set and never reached (`--max-calls`, `--max-tokens`)",
+            f"p50 {a50:.1f} ms, p99 {a99:.0f} ms, calls/s {tput['amb']:.0f}, "
+            f"5 MB {big_ratio:.2f}× bare mitmproxy",
+            beside,
+            "no regression",
+        )
+    else:
+        prev = {}
+        m_big = pct(big["mitm"], 50) - b50
+        if "amb-prev" in seq:
+            name = figures.build_name(args.against)
+            prev = {
+                "p50": f"; {name}: {pct(seq['amb-prev'], 50) - m50:+.2f} ms",
+                "big": f"; {name}: {(pct(big['amb-prev'], 50) - b50) / max(1e-9, m_big):.2f}×",
+                "calls": f"; {name}: {tput['amb-prev'] / max(tput['mitm'], 1e-9):.2f}×",
+            }
+        for row in proxy_rows(checked, seq, ttfb, gem, tput, big, gaps, prev):
+            figs.add(*row)
+    if "amb-watched" in seq:
+        w = "amb-watched"
+        watcher_cpu = next(t.sidecar_cpu_s for t in targets if t.name == w) or 0.0
+        figs.add(
+            "watched",
+            "`amb-record` followed by `amb watch --all-running --json` (`--watch`)",
+            f"calls/s {tput[w] / max(tput['amb'], 1e-9):.2f}×, p50 {pct(seq[w], 50):.2f} ms; "
+            f"the watcher's CPU {watcher_cpu:.1f} s in {time.monotonic() - started:.0f} s",
+            f"unwatched, same rounds: p50 {a50:.2f} ms",
+            "no regression",
+        )
+    figs.write()
+
+
+def proxy_rows(
+    checked: dict[str, tuple[str, bool, str]],
+    seq: dict[str, list[float]],
+    ttfb: dict[str, tuple[list[float], list[int]]],
+    gem: dict[str, tuple[list[float], list[int]]],
+    tput: dict[str, float],
+    big: dict[str, list[float]],
+    gaps: dict[str, tuple[float, float]],
+    prev: dict[str, str],
+) -> list[tuple[str, str, str, str, str]]:
+    """The README's rows (id, measure, figure, baseline, target) from the targets' checks."""
+
+    def value(key: str) -> str:
+        return checked[key][0].replace("x", "×")
+
+    def target(key: str) -> str:
+        text, ok = checked[key][2], checked[key][1]
+        return f"{text.replace('<=', '≤').replace('>=', '≥').replace('x', '×')} ({figures.met(ok)})"
+
+    reads = {name: statistics.median(ttfb[name][1]) for name in ("amb", "direct")}
+    gem_reads = {name: statistics.median(gem[name][1]) for name in ("amb", "direct")}
+    mitm_big = pct(big["mitm"], 50) - pct(big["direct"], 50)
+    return [
+        (
+            "recording-p50",
+            "recording cost over bare mitmproxy, non-streaming p50 ([overhead](docs/recording.md#overhead))",
+            value("p50"),
+            f"bare mitmproxy (`mitmdump`): p50 {pct(seq['mitm'], 50):.2f} ms{prev.get('p50', '')}",
+            target("p50"),
+        ),
+        (
+            "p99",
+            "added p99 over direct calls",
+            value("p99"),
+            f"direct: {pct(seq['direct'], 99):.2f} ms",
+            target("p99"),
+        ),
+        (
+            "ttfc",
+            "added time to first chunk of a 50-chunk stream; client reads per stream",
+            f"{value('ttfc')}; {reads['amb']:.0f} reads",
+            f"direct: {reads['direct']:.0f} reads (one per upstream chunk)",
+            f"{target('ttfc')}; as many reads ({figures.met(checked['reads'][1])})",
+        ),
+        (
+            "gemini-ttfc",
+            "Gemini stream (`streamGenerateContent`, SSE): added time to first chunk; reads",
+            f"{pct(gem['amb'][0], 50) - pct(gem['direct'][0], 50):.2f} ms; {gem_reads['amb']:.0f} reads",
+            f"direct: {gem_reads['direct']:.0f} reads",
+            target("gemini"),
+        ),
+        (
+            "big",
+            "a 5 MB request: time added over direct",
+            f"{value('big')} bare mitmproxy's",
+            f"bare mitmproxy: +{mitm_big:.1f} ms{prev.get('big', '')}",
+            target("big"),
+        ),
+        (
+            "gap",
+            "a stream's longest gap between chunks beside 5 MB uploads",
+            f"{value('gap')} streaming mitmproxy's",
+            f"mitmproxy, streaming only: {gaps['mitm_stream'][1]:.1f} ms",
+            target("gap"),
+        ),
+        (
+            "calls",
+            "calls/s, 16 concurrent clients, median of 3 rounds",
+            f"{value('calls')} bare mitmproxy's ({tput['amb']:.0f}/s)",
+            f"bare mitmproxy: {tput['mitm']:.0f}/s{prev.get('calls', '')}",
+            target("calls"),
+        ),
+    ]
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import figures
 from recorder.synthetic import generate_run
 from replay.ingest import ingest
 from replay.read import iter_events, run_ids
@@ -48,14 +49,28 @@ def timed_score(st, profile, judge: str, jobs: int, label: str) -> tuple[float, 
     return dt, samples, result.judge_requests
 
 
+def add_row(figs: figures.Figures, id: str, what: str, seconds: float, base: float, rss: list[float]) -> None:
+    figs.add(
+        id,
+        what,
+        f"{seconds:.1f} s; memory {rss[0]:.0f} MB after the first 100 runs, {rss[-1]:.0f} MB after the last",
+        f"reading every run's events back: {base:.1f} s",
+        f"< 60 s ({figures.met(seconds < 60)})",
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--calls", type=int, default=35, help="model calls per synthetic run")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--store", default=None, help="reuse/keep this store (default: a temp dir)")
+    ap.add_argument(
+        "--store", default=None, metavar="DIR", help="reuse/keep this store (default: a temp dir)"
+    )
     ap.add_argument("--skip-llm", action="store_true")
+    figures.add_argument(ap, "rescore")
     args = ap.parse_args()
+    figs = figures.Figures(ap, args)
 
     tmp = None
     store = (
@@ -95,6 +110,7 @@ def main() -> None:
             f"({dt:.1f} s; {dt / base:.1f}x the baseline); "
             f"RSS after first chunk {rss[0]:.0f} MB, after last {rss[-1]:.0f} MB, peak {max(rss):.0f} MB"
         )
+        add_row(figs, "offline", f"rescoring {len(ids):,} runs, offline judge", dt, base, rss)
 
         if not args.skip_llm:
             from tests.fakes import judge_server as fake
@@ -115,11 +131,20 @@ def main() -> None:
                     f"RSS after first chunk {rss[0]:.0f} MB, after last {rss[-1]:.0f} MB, peak "
                     f"{max(rss):.0f} MB"
                 )
+                add_row(
+                    figs,
+                    "llm-cached",
+                    f"rescoring {len(ids):,} runs, LLM judge, every verdict cached",
+                    dt,
+                    base,
+                    rss,
+                )
     print(
         "peak RSS of this process: "
         f"{__import__('resource').getrusage(__import__('resource').RUSAGE_SELF).ru_maxrss / 1024:.0f} "
         "MB"
     )
+    figs.write()
     if tmp:
         import shutil
 

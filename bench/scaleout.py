@@ -38,7 +38,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from recorder.synthetic import generate_run  # noqa: E402 - after the path set-up above
+from bench import figures  # noqa: E402 - after the path set-up above
+from recorder.synthetic import generate_run  # noqa: E402
 from replay.ingest import ingest  # noqa: E402
 from replay.shards import load_shards  # noqa: E402
 from sweeps.collect import select  # noqa: E402
@@ -148,7 +149,7 @@ def make_shards(root: Path, n: int) -> Layout:
     return layout
 
 
-def ingest_rate(n: int, tmp: Path) -> None:
+def ingest_rate(n: int, tmp: Path, figs: figures.Figures) -> None:
     t0 = time.perf_counter()
     layout = make_shards(tmp / "shards", n)
     print(f"  made {n} shards in {time.perf_counter() - t0:.1f}s")
@@ -182,6 +183,31 @@ def ingest_rate(n: int, tmp: Path) -> None:
     )
     print(f"  again (idempotent, no change): {t_again:6.2f}s  {n / t_again:7.1f} shards/s")
     print(f"  events: {plain.events_added}")
+    figs.add(
+        "shard-ingest",
+        f"`amb ingest --from` of {n:,} shards (each checked, then one bulk ingest)",
+        f"**{n / t_shards:.1f} shards/s** ({t_shards:.1f} s); "
+        f"again: {n / t_again:.0f} shards/s, nothing added",
+        f"plain `amb ingest` of the same runs: {n / t_plain:.1f} runs/s "
+        f"(`--from` {figures.faster(t_shards, t_plain)})",
+        f"≥ 50 shards/s ({figures.met(n / t_shards >= 50)})",
+    )
+
+
+TARGET_S = {"local": 1.0, "ray": 1.0, "slurm": 2.0}
+"""The most a run may cost each executor beyond its own time."""
+
+
+def add_overhead(figs: figures.Figures, name: str, r: dict[str, float], args: argparse.Namespace) -> None:
+    warm = f"; its warm exec starts in {r['warm']:.1f} s, once per sweep" if "warm" in r else ""
+    figs.add(
+        f"overhead-{name}",
+        f"sweep executor overhead per run, {name}: {args.runs} tiny runs, concurrency {args.concurrency} "
+        "([what it is](docs/scale-out.md#measured))",
+        f"median **{r['median']:.2f} s**, p90 {r['p90']:.2f} s{warm}",
+        f"the run's own time: {r['run_s']:.2f} s",
+        f"< {TARGET_S[name]:.0f} s ({figures.met(r['median'] < TARGET_S[name])})",
+    )
 
 
 def main() -> None:
@@ -192,7 +218,9 @@ def main() -> None:
     parser.add_argument("--executors", nargs="+", default=["local"])
     parser.add_argument("--only", choices=["overhead", "ingest"], default=None)
     parser.add_argument("--quiet-header", action="store_true", help=argparse.SUPPRESS)
+    figures.add_argument(parser, "scaleout")
     args = parser.parse_args()
+    figs = figures.Figures(parser, args)
     if not args.quiet_header:
         print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory(prefix="amb-bench-scaleout-") as tmpdir, contextlib.ExitStack() as stack:
@@ -206,11 +234,15 @@ def main() -> None:
 
                     os.environ.update(stack.enter_context(SlurmCluster()).env)
                 if name == "ray" and not os.environ.get("RAY_ADDRESS"):
-                    _ray_in_its_namespace(stack, args)
+                    _ray_in_its_namespace(stack, args, tmp / "ray.json")
+                    figs.adopt(tmp / "ray.json")
                     continue
+                warm = None
                 if name == "local":
-                    print(f"  local  warm exec ready in {warm_exec_start(tmp):.2f}s (once per sweep)")
+                    warm = warm_exec_start(tmp)
+                    print(f"  local  warm exec ready in {warm:.2f}s (once per sweep)")
                 r = overhead(name, args.runs, args.concurrency, tmp)
+                add_overhead(figs, name, r if warm is None else {**r, "warm": warm}, args)
                 print(
                     f"  {name:6s} median {r['median']:.3f}s  p90 {r['p90']:.3f}s  mean {r['mean']:.3f}s "
                     f"(run's own time {r['run_s']:.2f}s; sweep wall {r['wall']:.1f}s; "
@@ -218,14 +250,15 @@ def main() -> None:
                 )
         if args.only in (None, "ingest"):
             print(f"shard ingest ({args.shards} shards):")
-            ingest_rate(args.shards, tmp)
+            ingest_rate(args.shards, tmp, figs)
+        figs.write()
     if not args.quiet_header:
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
-def _ray_in_its_namespace(stack: contextlib.ExitStack, args: argparse.Namespace) -> None:
+def _ray_in_its_namespace(stack: contextlib.ExitStack, args: argparse.Namespace, rows: Path) -> None:
     """The Ray measurement, in a child process inside the test cluster's network namespace (Ray
-    would dial the machine's primary address from outside it)."""
+    would dial the machine's primary address from outside it), its figures written to ``rows``."""
     from tests.clusters.ray_cluster import RayCluster
 
     cluster = stack.enter_context(RayCluster(dashboard=False))
@@ -237,6 +270,8 @@ def _ray_in_its_namespace(stack: contextlib.ExitStack, args: argparse.Namespace)
         "--executors",
         "ray",
         "--quiet-header",
+        "--json",
+        str(rows),
     ]
     argv += ["--runs", str(args.runs), "--concurrency", str(args.concurrency)]
     proc = subprocess.run(cluster.netns(argv), env=cluster.env, capture_output=True, text=True)

@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from amb.images import ensure_images
+from bench import figures
 from recorder.docker_backend import CAPS, SHIM_ENTRY
 from recorder.shim.receiver import ShimReceiver
 from recorder.spool import spool_path
@@ -65,7 +66,9 @@ def main() -> int:
         choices=("auto", "seccomp-notify", "strace", "proc-poll"),
         help="the shim's process tracer (auto: what the docker backend gets)",
     )
+    figures.add_argument(p, "shim")
     args = p.parse_args()
+    figs = figures.Figures(p, args)
     block = max(1, args.n // (2 * args.rounds))
 
     import docker
@@ -186,7 +189,22 @@ def main() -> int:
             f"warning: load average {load:.1f} on {os.cpu_count()} cores: the wall ratio is not meaningful, "
             "judge by the CPU ratio"
         )
-    return 0 if all(n == block for n in recorded) else 1
+    all_recorded = all(n == block for n in recorded)
+    cpu_ratio = f" (container CPU {cpu_shim / cpu_plain:.3f}×)" if cpu_plain > 0 else ""
+    env = "AMB_BASE_FROM_ROOTFS=1 " if os.environ.get("AMB_BASE_FROM_ROOTFS") == "1" else ""
+    figs.add(
+        "strace" if args.tracer == "strace" else "overhead",
+        f"{2 * block * args.rounds:,} `python -c` runs in a container under the shim"
+        + (" (`--tracer strace`)" if args.tracer == "strace" else "")
+        + " ([how](docs/containers.md#what-the-shim-records-and-how))",
+        f"**{ratio:.3f}×** wall{cpu_ratio}; {sum(recorded):,} of {block * len(recorded):,} recorded; "
+        f"{sum(cpu) / max(1, sum(recorded)):.2f} ms of shim CPU each",
+        "the same runs without the shim, in ABBA blocks",
+        f"≤ 1.05× ({figures.met(ratio <= 1.05)}); every process recorded ({figures.met(all_recorded)})",
+        command=env + figs.command,
+    )
+    figs.write()
+    return 0 if all_recorded else 1
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -358,7 +359,93 @@ def report(name: str, results: dict[str, dict[str, Any]]) -> None:
         print(f"  {b}: on-disk bytes/event by area: {areas}")
 
 
-def verify_again(builds: dict[str, Path], work: Path, sets: list[str], rounds: int) -> None:
+DESCRIBED = {
+    "tiny": "10 runs × 10 calls",
+    "small": "200 runs × 50 calls",
+    "ingest": "1,000 runs of `bench/ingest.py`",
+}
+
+
+def by_area(result: dict[str, Any]) -> str:
+    areas = result["areas_per_event"]
+    database = sum(v for k, v in areas.items() if k.startswith("amb.duckdb"))
+    blobs, spools = areas.get("blobs", 0), areas.get("spool", 0)
+    return f"database {database:,.0f}, blobs {blobs:,.0f}, spools {spools:,.0f}"
+
+
+def add_figures(figs: Any, name: str, results: dict[str, dict[str, Any]], names: dict[str, str]) -> None:
+    """The README's rows for one data set: this build, beside the first ``--against`` build if any."""
+    from bench.figures import NONE, met
+
+    ours = results["this"]
+    other = next((label for label in results if label != "this"), None)
+
+    def beside(text: Callable[[dict[str, Any]], str]) -> str:
+        return NONE if other is None else f"{names[other]}: {text(results[other])}"
+
+    def verify_beside(key: str) -> tuple[str, float] | None:
+        return None if other is None else (names[other], results[other][key])
+
+    per_event = ours["disk_per_event"]
+    figs.add(
+        f"{name}-bytes",
+        f"store on disk, {DESCRIBED[name]} ({ours['events']:,} events) "
+        "([where the bytes are](docs/storage.md#where-the-bytes-are))",
+        f"**{per_event:,.0f} bytes per event** ({by_area(ours)})",
+        beside(lambda r: f"{r['disk_per_event']:,.0f} ({per_event / r['disk_per_event']:.2f}×)"),
+        f"≤ 600 ({met(per_event <= 600)})",
+    )
+    figs.add(
+        f"{name}-ingest",
+        "ingest of that store beside DuckDB's `read_ndjson` of its events",
+        f"{ours['ingest_vs_ndjson']:.2f}× `read_ndjson`'s rate ({ours['ingest_rate']:,.0f} events/s)",
+        beside(lambda r: f"{r['ingest_vs_ndjson']:.2f}×"),
+        f"≥ 0.5× ({met(ours['ingest_vs_ndjson'] >= 0.5)})",
+    )
+    add_verify(figs, name, "warm", ours["verify_s"], ours["verify_cpu_s"], verify_beside("verify_s"))
+    if ours["verify_cold_s"] == ours["verify_cold_s"]:  # not NaN: the page cache could be dropped
+        add_verify(figs, name, "cold", ours["verify_cold_s"], None, verify_beside("verify_cold_s"))
+    figs.add(
+        f"{name}-aggregate",
+        "aggregate query (tokens per model per run) on that store, warm / cold",
+        f"**{ours['query_warm_ms']:.1f} ms** / {ours['query_cold_ms']:.0f} ms",
+        beside(lambda r: f"{r['query_warm_ms']:.1f} / {r['query_cold_ms']:.0f} ms"),
+        f"warm ≤ 10 ms ({met(ours['query_warm_ms'] <= 10)})",
+    )
+    figs.add(
+        f"{name}-blob-read",
+        "a blob read on that store (random referenced blobs), p50 / p99",
+        f"{ours['blob_p50_ms']:.3f} / {ours['blob_p99_ms']:.2f} ms",
+        beside(lambda r: f"{r['blob_p50_ms']:.3f} / {r['blob_p99_ms']:.2f} ms"),
+    )
+
+
+def add_verify(
+    figs: Any,
+    name: str,
+    cache: str,
+    seconds: float,
+    cpu: float | None,
+    theirs: tuple[str, float] | None,
+    rounds: int = 1,
+) -> None:
+    """The row of one ``amb verify`` figure, beside ``theirs`` (the other build's name and seconds)."""
+    from bench.figures import NONE, faster
+
+    what = "page cache warm" if cache == "warm" else "page cache dropped first (needs root)"
+    figs.add(
+        f"{name}-verify-{cache}",
+        f"`amb verify` of that store, {what}",
+        f"**{seconds:.2f} s**"
+        + (f" (CPU {cpu:.2f} s)" if cpu is not None else "")
+        + (f", median of {rounds} alternating rounds" if rounds > 1 else ""),
+        NONE if theirs is None else f"{theirs[0]}: {theirs[1]:.2f} s ({faster(seconds, theirs[1])})",
+    )
+
+
+def verify_again(
+    builds: dict[str, Path], work: Path, sets: list[str], rounds: int, figs: Any, names: dict[str, str]
+) -> None:
     """``amb verify`` of each build on its own kept store, builds alternating round by round: with
     the page cache warm, then (where it can be dropped) cold."""
     for name in sets:
@@ -396,6 +483,9 @@ def verify_again(builds: dict[str, Path], work: Path, sets: list[str], rounds: i
                     f"  {label:16} {med:8.2f} s   (rounds {rounds_s})   this/{label} {first / med:.2f}x"
                     f"   CPU {med_cpu:.2f} s, this/{label} {first_cpu / med_cpu:.2f}x"
                 )
+            other = next((label for label in builds if label != "this"), None)
+            theirs = None if other is None else (names[other], statistics.median(times[(cache, other)]))
+            add_verify(figs, name, cache, first, first_cpu, theirs, rounds)
 
 
 def main() -> None:
@@ -405,10 +495,11 @@ def main() -> None:
         type=Path,
         action="append",
         default=[],
-        help="a checkout of a previous build to measure beside this one (may be given more than once)",
+        metavar="CHECKOUT",
+        help="a checkout of another build to measure beside this one (may be given more than once)",
     )
     ap.add_argument("--sets", default="small,ingest", help="data sets: small (200 runs), ingest (1,000 runs)")
-    ap.add_argument("--keep", type=Path, help="keep the measured stores in this directory")
+    ap.add_argument("--keep", type=Path, metavar="DIR", help="keep the measured stores in this directory")
     ap.add_argument("--blob-sample", type=int, default=2000)
     ap.add_argument(
         "--verify-again",
@@ -416,16 +507,23 @@ def main() -> None:
         metavar="ROUNDS",
         help="only time amb verify again on the stores a run with --keep left, builds alternating",
     )
+    sys.path.insert(0, str(HERE))
+    from bench import figures
+
+    figures.add_argument(ap, "storage")
     args = ap.parse_args()
+    figs = figures.Figures(ap, args)
     builds = {"this": HERE}
     for against in args.against:
         if not (against / "replay" / "ingest.py").is_file():
             raise SystemExit(f"bench: {against} is not a checkout of this project (no replay/ingest.py)")
         builds[against.resolve().name] = against.resolve()
+    names = {label: figures.build_name(path) for label, path in builds.items()}
     if args.verify_again:
         if args.keep is None:
             raise SystemExit("bench: --verify-again needs --keep DIR (the stores of an earlier run)")
-        verify_again(builds, args.keep, args.sets.split(","), args.verify_again)
+        verify_again(builds, args.keep, args.sets.split(","), int(args.verify_again), figs, names)
+        figs.write()
         return
     work = args.keep or Path(tempfile.mkdtemp(prefix="amb-bench-storage-"))
     try:
@@ -438,6 +536,8 @@ def main() -> None:
                 store = work / f"{name}-{label}"
                 results[label] = measure(build, store, runs, kwargs, args.blob_sample)
             report(name, results)
+            add_figures(figs, name, results, names)
+        figs.write()
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)

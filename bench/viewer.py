@@ -36,6 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
+from bench import figures
 from recorder.synthetic import generate_run
 from replay import search
 from replay.ingest import ingest
@@ -78,7 +79,7 @@ def timed(fn, repeat: int) -> float:  # a bench helper over callables
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--store", default="out/bench-viewer-store")
+    ap.add_argument("--store", metavar="DIR", default="out/bench-viewer-store")
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--repeat", type=int, default=15)
@@ -88,9 +89,12 @@ def main() -> None:
     ap.add_argument(
         "--against",
         type=Path,
+        metavar="CHECKOUT",
         help="another checkout of amb (e.g. an export of main): its viewer's first paint beside this one's",
     )
+    figures.add_argument(ap, "viewer")
     args = ap.parse_args()
+    figs = figures.Figures(ap, args)
     root = Path(args.store)
     if args.rebuild and root.exists():
         shutil.rmtree(root)
@@ -99,12 +103,13 @@ def main() -> None:
         build(root, args.runs)
     print(f"load average {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} {os.getloadavg()[2]:.1f}")
     if args.only != "paint":
-        api_pages(root, args.repeat)
+        api_pages(root, args.repeat, figs)
     if args.only != "api":
-        first_paint(root, args.repeat, args.against)
+        first_paint(root, args.repeat, args.against, figs)
+    figs.write()
 
 
-def api_pages(root: Path, repeat: int) -> None:
+def api_pages(root: Path, repeat: int, figs: figures.Figures) -> None:
     with Running(root) as viewer:
         base = viewer.url
         first_runs = fetch(base + "/api/runs")[0]  # builds the run index once
@@ -139,7 +144,7 @@ def api_pages(root: Path, repeat: int) -> None:
             f"{first_runs * 1000:.0f} ms"
         )
         print(f"\n{'API page':44} {'median':>9} {'size':>9}   targets < 100 ms, < 200 KB")
-        worst = 0.0
+        worst, medians, largest = 0.0, {}, 0
         for name, path in pages.items():
             times, sizes = [], []
             for _ in range(repeat):
@@ -148,6 +153,7 @@ def api_pages(root: Path, repeat: int) -> None:
                 sizes.append(n)
             med = statistics.median(times) * 1000
             worst = max(worst, med)
+            medians[name], largest = med, max(largest, *sizes)
             ok = "ok" if med < 100 and max(sizes) < 200_000 else "MISSED"
             print(f"{name:44} {med:7.1f} ms {max(sizes) / 1024:7.1f} KB   {ok}")
 
@@ -176,7 +182,7 @@ def api_pages(root: Path, repeat: int) -> None:
             f"(slowest page above: {worst:.1f} ms, {worst / 1000 / all_events:.3f}x); the runs view "
             f"aggregated per page {runs_view * 1000:.0f} ms"
         )
-        print(searches)
+        print(searches[0])
         t_diff, size_diff = fetch(f"{base}/api/diff?a={DIFF_A}&b={DIFF_B}")
         t_diff2, _ = fetch(f"{base}/api/diff?a={DIFF_A}&b={DIFF_B}")
         print(
@@ -185,11 +191,34 @@ def api_pages(root: Path, repeat: int) -> None:
             f"cached {t_diff2 * 1000:.0f} ms; "
             f"steps loaded in {load * 1000:.0f} ms, aligned in {align * 1000:.0f} ms"
         )
+    slowest = max(medians, key=medians.__getitem__)
+    figs.add(
+        "api",
+        f"viewer API pages, {n_runs:,} runs with one of {n_big:,} events, medians of {repeat} "
+        "([benchmark](docs/viewer.md#benchmark))",
+        f"{min(medians.values()):.1f}–{worst:.1f} ms (slowest: {slowest}), at most {largest / 1024:.1f} KB",
+        f"the whole 100k run in one answer: {all_events * 1000:.0f} ms",
+        f"< 100 ms, < 200 KB ({figures.met(worst < 100 and largest < 200_000)})",
+    )
+    cpu, lowering = searches[1]
+    figs.add(
+        "search",
+        f"payload search in the run of {n_big:,} events, CPU, median of {repeat}",
+        f"{cpu:.0f} ms",
+        f"lowering every payload: {lowering:.0f} ms ({cpu / lowering:.2f}×)",
+    )
+    figs.add(
+        "diff",
+        f"diff of two runs of {n_a:,} and {n_b:,} events, first answer",
+        f"**{t_diff * 1000:.0f} ms** ({size_diff / 1024:.0f} KB); cached {t_diff2 * 1000:.0f} ms",
+        f"their alignment alone: {align * 1000:.0f} ms",
+        f"< 1 s ({figures.met(t_diff < 1)})",
+    )
 
 
-def search_baseline(con: Any, repeat: int) -> str:
+def search_baseline(con: Any, repeat: int) -> tuple[str, tuple[float, float]]:
     """The payload search of the 100k run as the viewer runs it (replay.search: one pattern, no
-    lowering) beside the search as it was (every payload lowered at each search), alternating."""
+    lowering) beside the naive search that lowers every payload at each search, alternating."""
     q = "SYS.exit(1)"
     sql = "SELECT source, seq FROM events WHERE run_id = ? AND kind NOT IN ('file.accessed') AND "
     condition, arg = search.matches(con, q)
@@ -204,12 +233,13 @@ def search_baseline(con: Any, repeat: int) -> str:
     assert answers["pattern"] == answers["lowering every payload"], "the two searches differ"
     wall = {n: statistics.median(t[0] for t in ts) * 1000 for n, ts in times.items()}
     cpu = {n: statistics.median(t[1] for t in ts) * 1000 for n, ts in times.items()}
-    return (
+    text = (
         f"payload search in the 100k run ({len(answers['pattern'])} hits, the same rows both ways): "
         f"pattern {wall['pattern']:.0f} ms wall, {cpu['pattern']:.0f} ms CPU; lowering every payload "
         f"{wall['lowering every payload']:.0f} ms wall, {cpu['lowering every payload']:.0f} ms CPU "
         f"({cpu['pattern'] / cpu['lowering every payload']:.2f}x the CPU; medians of {repeat})"
     )
+    return text, (cpu["pattern"], cpu["lowering every payload"])
 
 
 # Marks the deep-linked row for the browser's Element Timing as soon as it enters the page (a
@@ -282,7 +312,7 @@ class Serve:
         self.proc.wait(timeout=30)
 
 
-def first_paint(root: Path, repeat: int, against: Path | None) -> None:
+def first_paint(root: Path, repeat: int, against: Path | None, figs: figures.Figures) -> None:
     """A deep link into the middle of the 100k run, opened in a fresh page each time: how long until
     Chromium painted the linked row, beside a one-line page in the same browser; with ``against``,
     that checkout's viewer on the same store, alternating with this one."""
@@ -361,6 +391,18 @@ def first_paint(root: Path, repeat: int, against: Path | None) -> None:
             f"events asked {med(rows, 'events_sent'):.0f} ms and answered {med(rows, 'events_done'):.0f} ms, "
             f"linked row painted {med(rows, 'painted'):.0f} ms"
         )
+    ours = got["this checkout"]
+    other = ""
+    if against is not None:
+        other = f"; {figures.build_name(against)}: painted {med(got[f'against {against}'], 'painted'):.0f} ms"
+    figs.add(
+        "paint",
+        f"first paint of a run page at a deep link into the 100k run (Chromium, {repeat} fresh pages)",
+        f"seen at **{med(ours, 'wall'):.0f} ms** (max {max(r['wall'] for r in ours):.0f}), painted at "
+        f"{med(ours, 'painted'):.0f} ms; server CPU {med(ours, 'cpu'):.0f} ms",
+        f"a one-line page: {statistics.median(blank) * 1000:.0f} ms{other}",
+        f"< 1 s ({figures.met(med(ours, 'wall') < 1000)})",
+    )
     print(
         "  (seen by the client: from navigation until Playwright saw the row; painted: the page's own "
         "Element Timing of the linked row from navigation start; events asked/answered: the events "

@@ -1,7 +1,7 @@
 """Typed hot columns: payload fields that queries read most, stored beside the payload at ingest.
 
-The SQL views used to extract every field from the JSON payload of every event, at every query
-(~38 ms for an aggregate over 200 runs). The fields below are the ones the views aggregate, join
+Extracting every field from the JSON payload of every event at every query costs ~38 ms for an
+aggregate over 200 runs. The fields below are the ones the views aggregate, join
 and filter on: model, token counts, latency, tool name and id, HTTP status, path, exit code. Ingest
 stores them as typed columns of ``events`` from the same JSON parse that already reads each event's
 envelope, and migration ``core.m005_i22_hot_columns`` backfills older stores.

@@ -1,8 +1,10 @@
-"""Tripwires: the dependency direction of DESIGN.md section 2, and stored-event hygiene."""
+"""Tripwires: the layers' import rules (docs/architecture.md, which must agree with ``ALLOWED``),
+stored-event hygiene, and a test file for every module of 150 lines or more."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -68,3 +70,314 @@ def test_no_omit_defaults_on_events():
     for path in sources("schemas"):
         text = path.read_text(encoding="utf-8")
         assert "omit_defaults=True" not in text, f"{path}: stored events must keep every field"
+
+
+def test_architecture_doc_states_these_rules():
+    """docs/architecture.md's rules table is ``ALLOWED``, row for row."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    block = re.search(r"<!-- rules: begin[^\n]*-->\n(.*?)<!-- rules: end -->", doc, re.S)
+    assert block, (
+        "docs/architecture.md has no rules block (<!-- rules: begin ... --> ... <!-- rules: end -->)"
+    )
+    stated = {}
+    for package, allowed in re.findall(r"^\| `(\w+)` \| (.+?) \|$", block.group(1), re.M):
+        names = set(re.findall(r"`(\w+)`", allowed))
+        stated[package] = set(PACKAGES) - {package} if allowed == "every other package" else names
+    assert stated == ALLOWED, (
+        "docs/architecture.md's rules table differs from ALLOWED: update the one that is wrong"
+    )
+
+
+# --- a test file for every module of MIN_LINES lines or more ----------------------------------------
+
+MIN_LINES = 150
+
+COVERED_BY: dict[str, tuple[tuple[str, ...], str]] = {
+    # module: (the test files that cover it, why they and not a file named after it)
+    "schemas/blobcodec.py": (
+        ("tests/schemas/test_blob_delta.py", "tests/schemas/test_packstore.py"),
+        "the codecs are read and written through the blob store: delta records, pack records, hostile frames",
+    ),
+    "schemas/tempdirs.py": (
+        ("tests/recorder/test_gc_entries.py", "tests/recorder/test_docker_gc.py"),
+        "temp entries are named and owned here so that `amb gc` can find them: tested by what gc removes",
+    ),
+    "recorder/backend.py": (
+        ("tests/recorder/test_backend_contract.py",),
+        "the Backend protocol: the contract suite runs every backend through it",
+    ),
+    "recorder/gc.py": (
+        ("tests/recorder/test_gc_entries.py", "tests/recorder/test_docker_gc.py"),
+        "`amb gc` against every kind of leftover, with live and dead owners",
+    ),
+    "recorder/importers/atif.py": (
+        ("tests/replay/test_export_atif.py", "tests/recorder/importers/test_run_ids.py"),
+        "ATIF import is tested as the round trip with the export, and by the importers' shared id rules",
+    ),
+    "recorder/importers/inspect_eval.py": (
+        ("tests/recorder/importers/test_inspect.py", "tests/recorder/importers/test_import_names.py"),
+        "named after the format (Inspect logs), not the module",
+    ),
+    "recorder/importers/values.py": (
+        ("tests/recorder/importers/test_foreign_values.py", "tests/hostile/test_hostile_imports.py"),
+        "the checks of foreign values, through every importer",
+    ),
+    "recorder/isolation.py": (
+        ("tests/recorder/test_local_isolation.py", "tests/isolation/test_isolation.py"),
+        "the agent's namespaces, tested on a real local run",
+    ),
+    "recorder/local_backend.py": (
+        ("tests/recorder/test_backend_contract.py", "tests/recorder/test_run_local.py"),
+        "the contract suite and the local runs",
+    ),
+    "recorder/proxy/addon.py": (
+        (
+            "tests/recorder/test_proxy_failures.py",
+            "tests/recorder/test_proxy_calls.py",
+            "tests/amb/test_record_providers.py",
+        ),
+        "the addon is the proxy's hooks: tested through a real proxy with real SDK clients",
+    ),
+    "recorder/proxy/anthropic_messages.py": (
+        ("tests/recorder/test_proxy_parsers.py",),
+        "one test file for the provider parsers",
+    ),
+    "recorder/proxy/openai_responses.py": (
+        ("tests/recorder/test_proxy_parsers.py",),
+        "one test file for the provider parsers",
+    ),
+    "recorder/proxy/result.py": (
+        ("tests/recorder/test_proxy_calls.py", "tests/recorder/test_proxy_failures.py"),
+        "a call's result is tested as the events a proxied call records",
+    ),
+    "recorder/proxy/server.py": (
+        ("tests/recorder/test_proxy_failures.py", "tests/recorder/test_proxy_websocket.py"),
+        "the mitmproxy master, started by tests/fakes/harness.py for every proxy test",
+    ),
+    "recorder/proxy/sink.py": (
+        ("tests/recorder/test_proxy_ledger.py", "tests/recorder/test_proxy_blobwriter.py"),
+        "the sink writes what the ledger and the blob writer decide: tested with them",
+    ),
+    "recorder/proxy/upstreams.py": (
+        ("tests/recorder/test_proxy_gemini.py", "tests/recorder/test_proxy_gemini_elsewhere.py"),
+        "upstream routing, tested with every provider's path prefixes",
+    ),
+    "recorder/run.py": (
+        ("tests/recorder/test_run_local.py", "tests/recorder/test_docker_backend.py"),
+        "the orchestration of a run, tested as whole runs on each backend",
+    ),
+    "recorder/shim/shim.py": (
+        ("tests/recorder/test_shim.py", "tests/recorder/test_docker_backend.py"),
+        "the shim's main loop, tested in a container",
+    ),
+    "recorder/synthetic.py": (
+        ("tests/replay/test_ingest.py", "tests/amb/test_store_cmds.py"),
+        "synthetic runs are the input of the store's tests; `amb generate` is tested as a command",
+    ),
+    "replay/blob_gc.py": (
+        ("tests/replay/test_blob_maintenance.py",),
+        "one test file for the blob store's maintenance: gc and migration",
+    ),
+    "replay/export/otel.py": (
+        ("tests/replay/test_export_parquet_otel.py",),
+        "one test file for the OpenTelemetry and Parquet exports",
+    ),
+    "replay/export/parquet.py": (
+        ("tests/replay/test_export_parquet_otel.py",),
+        "one test file for the OpenTelemetry and Parquet exports",
+    ),
+    "replay/manifest.py": (
+        ("tests/replay/test_verify.py", "tests/replay/test_ingest_fast_paths.py"),
+        "manifests are made by ingest and checked by verify",
+    ),
+    "replay/migrations.py": (
+        ("tests/replay/test_hot_columns.py", "tests/replay/test_payload_zstd.py", "tests/amb/test_about.py"),
+        "each migration is tested with what it adds; the level with `amb --version`",
+    ),
+    "replay/replayer/recorded.py": (
+        ("tests/replay/test_replayer.py",),
+        "the replay endpoint's tests: matching, serving, hostile recordings",
+    ),
+    "replay/replayer/server.py": (
+        ("tests/replay/test_replayer.py",),
+        "the replay endpoint's tests: matching, serving, hostile recordings",
+    ),
+    "replay/shards.py": (
+        ("tests/sweeps/test_shards.py", "tests/sweeps/test_shard_ingest_crash.py"),
+        "shards are a sweep's; their tests are with the sweeps",
+    ),
+    "replay/spools.py": (
+        ("tests/replay/test_spools_after_ingest.py",),
+        "named after what it does with spools",
+    ),
+    "replay/stats.py": (
+        ("tests/amb/test_store_stats.py",),
+        "`amb store stats`, tested as the command",
+    ),
+    "replay/store.py": (
+        ("tests/replay/test_sql.py", "tests/replay/test_ingest.py"),
+        "opening the store is in every store test; its read-only SQL in test_sql",
+    ),
+    "replay/views.py": (
+        ("tests/replay/test_hot_columns.py", "tests/replay/test_sql.py"),
+        "the views, tested through SQL and against their JSON definitions",
+    ),
+    "replay/web/api.py": (
+        ("tests/replay/test_viewer_api.py", "tests/replay/test_payload_search.py"),
+        "the viewer's JSON API",
+    ),
+    "replay/web/diff.py": (
+        ("tests/replay/test_viewer_diff.py",),
+        "the viewer's diff of two runs",
+    ),
+    "replay/web/server.py": (
+        ("tests/replay/test_viewer_pages.py", "tests/replay/test_viewer_api.py"),
+        "the viewer's HTTP server, tested through its pages and API",
+    ),
+    "scorer/audit_paths.py": (
+        ("tests/scorer/test_audit_facts.py", "tests/scorer/test_audit.py"),
+        "the audit's path rules, tested with the audit",
+    ),
+    "scorer/batch.py": (
+        ("tests/scorer/test_rescore.py", "tests/scorer/test_pipeline.py"),
+        "scoring many runs: the rescoring tests",
+    ),
+    "scorer/evidence.py": (
+        ("tests/scorer/test_judge_llm.py", "tests/scorer/test_audit.py"),
+        "the evidence view is what judges read: tested with them",
+    ),
+    "scorer/judge/offline.py": (
+        ("tests/scorer/test_stages.py", "tests/scorer/test_audit.py"),
+        "the offline judge's verdicts are the stage scores",
+    ),
+    "scorer/ledger.py": (
+        ("tests/scorer/test_rescore.py", "tests/scorer/test_judge_stability.py"),
+        "the append-only score tables, tested by rescoring",
+    ),
+    "scorer/metrics/detection.py": (
+        ("tests/scorer/test_metric_detection.py",),
+        "tests/scorer/test_metric_<name>.py",
+    ),
+    "scorer/metrics/lpips.py": (("tests/scorer/test_metric_lpips.py",), "tests/scorer/test_metric_<name>.py"),
+    "scorer/metrics/meteor.py": (
+        ("tests/scorer/test_metric_text.py",),
+        "one test file for the report score's parts",
+    ),
+    "scorer/metrics/radgraph_proxy.py": (
+        ("tests/scorer/test_metric_text.py",),
+        "one test file for the report score's parts",
+    ),
+    "scorer/metrics/text.py": (("tests/scorer/test_metric_text.py",), "tests/scorer/test_metric_<name>.py"),
+    "scorer/metrics/vqa.py": (("tests/scorer/test_metric_vqa.py",), "tests/scorer/test_metric_<name>.py"),
+    "scorer/profile_diff.py": (
+        ("tests/amb/test_diff_profiles.py",),
+        "`amb report --diff-profiles`, as the command",
+    ),
+    "scorer/report.py": (
+        ("tests/scorer/test_report_html.py", "tests/scorer/test_report_links.py"),
+        "the report, tested as the HTML it writes",
+    ),
+    "scorer/row.py": (
+        ("tests/scorer/test_pipeline.py", "tests/scorer/test_medal.py"),
+        "a score row, built by the pipeline",
+    ),
+    "scorer/taskgrade.py": (("tests/scorer/test_taskgrade_names.py",), "named after what it checks"),
+    "scorer/trajectory.py": (
+        ("tests/scorer/test_stages.py", "tests/scorer/test_signals.py"),
+        "the trajectory fold is the input of stages and signals",
+    ),
+    "tasks/synth/medimg.py": (
+        ("tests/tasks/test_synth_report.py", "tests/tasks/test_synth_vqa.py"),
+        "the image writer of the report and VQA twins",
+    ),
+    "agents/baseline/kit.py": (
+        ("tests/agents/test_kit.py", "tests/agents/test_shippable.py"),
+        "tests/agents/ is flat",
+    ),
+    "agents/baseline/kit_lib.py": (("tests/agents/test_kit.py",), "the kit's library, tested with the kit"),
+    "agents/baseline/policy.py": (("tests/agents/test_policy.py",), "tests/agents/ is flat"),
+    "agents/baseline/server.py": (("tests/agents/test_server.py",), "tests/agents/ is flat"),
+    "sweeps/driver.py": (
+        ("tests/sweeps/test_sweep_local.py", "tests/clusters/test_slurm.py"),
+        "the driver, tested as whole sweeps",
+    ),
+    "sweeps/exec.py": (
+        ("tests/sweeps/test_sweep_local.py", "tests/sweeps/test_spec.py"),
+        "`amb sweep exec`, tested by the sweeps that run it",
+    ),
+    "sweeps/executor.py": (
+        ("tests/clusters/test_executor_errors.py", "tests/sweeps/test_sweep_local.py"),
+        "the executor protocol, tested through every executor",
+    ),
+    "sweeps/local.py": (("tests/sweeps/test_sweep_local.py",), "the local executor's sweeps"),
+    "sweeps/plan.py": (
+        ("tests/sweeps/test_sweep_local.py", "tests/sweeps/test_sweep_budget.py"),
+        "the sweep file, tested by the sweeps it plans",
+    ),
+    "sweeps/ray.py": (("tests/clusters/test_ray.py",), "tested on a real Ray cluster (tests/clusters/)"),
+    "sweeps/shard.py": (
+        ("tests/sweeps/test_shards.py", "tests/sweeps/test_shard_ingest_crash.py"),
+        "one test file for shards",
+    ),
+    "sweeps/slurm.py": (
+        ("tests/clusters/test_slurm.py",),
+        "tested on a real SLURM cluster (tests/clusters/)",
+    ),
+    "amb/images.py": (
+        ("tests/recorder/test_docker_images.py",),
+        "the images, tested where the docker backend is",
+    ),
+    "amb/interop_cmds.py": (
+        ("tests/recorder/importers/test_automedbench.py", "tests/replay/test_export_atif.py"),
+        "`amb import` and `amb export`, tested with each format",
+    ),
+    "amb/live_cmds.py": (("tests/amb/test_watch_checkout.py",), "named after its commands"),
+    "amb/record.py": (("tests/amb/test_record_cli.py",), "named after the command (`amb-record`)"),
+    "amb/sweep_cmds.py": (
+        ("tests/sweeps/test_sweep_local.py", "tests/clusters/test_slurm.py"),
+        "`amb sweep`, tested with the sweeps",
+    ),
+}
+"""Modules whose tests are not in a file named after them; every one must still be tested."""
+
+
+def named_tests(module: Path) -> list[Path]:
+    """The test files named after ``module``: ``tests/<its package path>/test_<name>.py``, or, in
+    its top package's test folder, ``test_<sub-package>_<name>.py`` (``tests/recorder/test_proxy_gate.py``
+    for ``recorder/proxy/gate.py``)."""
+    parts = module.relative_to(ROOT).with_suffix("").parts
+    found = [ROOT / "tests" / Path(*parts[:-1]) / f"test_{parts[-1]}.py"]
+    if len(parts) > 2:
+        found.append(ROOT / "tests" / parts[0] / ("test_" + "_".join(parts[1:]) + ".py"))
+    return found
+
+
+def test_every_big_module_has_a_test_file():
+    missing, redundant = [], []
+    for package in PACKAGES:
+        for path in sources(package):
+            if len(path.read_text(encoding="utf-8").splitlines()) < MIN_LINES:
+                continue
+            rel = str(path.relative_to(ROOT))
+            named = any(t.is_file() for t in named_tests(path))
+            if not named and rel not in COVERED_BY:
+                missing.append(rel)
+            elif named and rel in COVERED_BY:
+                redundant.append(rel)
+    assert not missing, (
+        f"modules of {MIN_LINES}+ lines with no test file named after them and no COVERED_BY entry: {missing}"
+    )
+    assert not redundant, (
+        f"modules with a test file named after them: drop their COVERED_BY entry: {redundant}"
+    )
+
+
+def test_covered_by_names_what_exists():
+    stale = []
+    for module, (tests, why) in COVERED_BY.items():
+        if not (ROOT / module).is_file():
+            stale.append(f"{module}: no such module (moved or split? update its entry)")
+        stale += [f"{module}: {t} does not exist" for t in tests if not (ROOT / t).is_file()]
+        if not tests or not why.strip():
+            stale.append(f"{module}: name the test files and say why")
+    assert not stale, "\n".join(stale)

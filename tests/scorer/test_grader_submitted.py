@@ -84,7 +84,7 @@ def test_every_linked_or_special_file_is_invalid_and_the_honest_case_scores(tmp_
 
 
 def test_a_symlink_to_the_reference_itself_scores_nothing(tmp_path):
-    """The issue's attack: organ.nii.gz -> the private reference scored 1.0."""
+    """A symlink organ.nii.gz -> the private reference must not score 1.0."""
     spec = load_spec("kidney-seg")
     data, work = tmp_path / "data", tmp_path / "work"
     synth.synth(spec, data, cases=2, seed=2)

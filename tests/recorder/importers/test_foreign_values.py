@@ -2,8 +2,8 @@
 
 A value that cannot be a fact refuses the whole input: exit 2, one line on stderr naming the file
 as given, the step or record, the field and the value; the store stays byte for byte as it was and
-the next `amb ingest` works (a year-9999 timestamp used to leave a spool no ingest could load; a
-year-1 one put a model call before run.started; NaN tokens, a lone surrogate and 1e308 tokens ended
+the next `amb ingest` works (unchecked, a year-9999 timestamp leaves a spool no ingest can load; a
+year-1 one puts a model call before run.started; NaN tokens, a lone surrogate and 1e308 tokens end
 in a traceback, the last one only later, in `amb score`). In-range times earlier than the first
 step start the run earlier: nothing precedes run.started.
 """
