@@ -216,4 +216,4 @@ def test_a_cost_known_for_some_runs_only_is_unknown_and_a_small_one_is_not_zero(
     assert opus.split(" | ")[list(by_model["opus-4.6"]).index("cost_per_run")] == "unknown"
     glm = next(line for line in text.splitlines() if line.startswith("glm-5 | "))
     assert "0.00042" in glm.split(" | ")
-    assert "<td>unknown</td>" in report.html_page(data)
+    assert "<td>unknown</td>" in report_html.html_page(data)
