@@ -22,13 +22,11 @@ from typing import Any, Self
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
-    quiet = True
     always: dict[str, str] = {}
     """Headers every answer of this server carries."""
 
     def log_message(self, format: str, *args: Any) -> None:
-        if not self.quiet:
-            super().log_message(format, *args)
+        pass
 
     def _head(self, status: int, ctype: str, headers: dict[str, str] | None) -> None:
         self.send_response(status)
@@ -50,18 +48,11 @@ class Handler(BaseHTTPRequestHandler):
         self.send(status, json.dumps(obj).encode(), "application/json", headers)
 
     def send_chunks(
-        self,
-        status: int,
-        ctype: str,
-        chunks: Iterable[bytes],
-        headers: dict[str, str] | None = None,
-        gap_s: float = 0,
+        self, status: int, ctype: str, chunks: Iterable[bytes], headers: dict[str, str], gap_s: float = 0
     ) -> None:
         """A chunked answer, each chunk flushed as it is written, ``gap_s`` apart; the closing chunk
         is left to the caller (``end_chunks``), which may instead cut the stream (``abort``)."""
-        self._head(
-            status, ctype, {"Cache-Control": "no-cache", "Transfer-Encoding": "chunked", **(headers or {})}
-        )
+        self._head(status, ctype, {"Cache-Control": "no-cache", "Transfer-Encoding": "chunked", **headers})
         self.end_headers()
         for i, chunk in enumerate(chunks):
             if i and gap_s:

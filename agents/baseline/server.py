@@ -105,7 +105,7 @@ class _Handler(httpbase.Handler):
             return
         if not (body.get("stream_options") or {}).get("include_usage"):
             reply.usage = None
-        self.send_chunks(200, "text/event-stream", sse_frames(openai_chat.build_stream(reply)))
+        self.send_chunks(200, "text/event-stream", sse_frames(openai_chat.build_stream(reply)), {})
         self.end_chunks()
 
 

@@ -117,15 +117,10 @@ def summarize_event(kind: str, p: dict[str, Any]) -> tuple[str, float | None, bo
 class EventsQuery(Query, frozen=True):
     limit: Limit = 100
     kinds: str = ""
-    """Only these kinds (comma-separated)."""
     hide: str = ""
-    """Not these kinds (comma-separated)."""
     q: str = ""
-    """A substring of the payload's JSON text, case-insensitive."""
     around: str | None = None
-    """Open the page around this event (``SOURCE:SEQ``)."""
     at_ms: float | None = None
-    """Open the page at this time from the run's start."""
     after: str | None = None
     before: str | None = None
 

@@ -41,7 +41,7 @@ RAW_CAP = 64 * 1024
 IMAGE_CAP = 8 * 1024 * 1024
 """Largest image the viewer serves for display (bigger ones are downloads)."""
 
-Limit = Annotated[int, msgspec.Meta(ge=1, le=PAGE_MAX, description=f"page size, 1 to {PAGE_MAX}")]
+Limit = Annotated[int, msgspec.Meta(ge=1, le=PAGE_MAX)]
 Seq = Annotated[int, msgspec.Meta(ge=0)]
 
 

@@ -1,14 +1,17 @@
 """The viewer's API as a route table: each path under ``/api/`` → the resource that answers it,
-with its query parameters as a Struct (docs/viewer.md's API section lists them)."""
+with its query parameters as a Struct (docs/viewer.md's API section is generated from them)."""
 
 from __future__ import annotations
 
+import re
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec.inspect
+
 from replay.web import calls, events, files, runs, scores, timeline, workspace
-from replay.web.resource import IMAGE_CAP, RAW_CAP, Body, Limit, NotFound, Query, Route, parse_query
+from replay.web.resource import IMAGE_CAP, RAW_CAP, Body, Limit, NotFound, Query, Route, Seq, parse_query
 
 if TYPE_CHECKING:
     from replay.web.server import Viewer
@@ -33,10 +36,6 @@ class Ask:
         return str(self.args["run"])
 
 
-class NoQuery(Query, frozen=True):
-    pass
-
-
 class DiffQuery(Query, frozen=True):
     a: str
     b: str
@@ -51,12 +50,12 @@ class BlobQuery(Query, frozen=True):
 
 class FileQuery(Query, frozen=True):
     path: str
-    seq: int | None = None
+    seq: Seq | None = None
 
 
 class PreviewQuery(Query, frozen=True):
     path: str
-    seq: int
+    seq: Seq
 
 
 class MomentQuery(Query, frozen=True):
@@ -95,7 +94,7 @@ def run_events(ask: Ask, q: events.EventsQuery) -> events.EventsPage:
     return events.events_page(ask.con, ask.run, q, first_ns, spacing)
 
 
-def call_image(ask: Ask, q: NoQuery) -> Body:
+def call_image(ask: Ask, q: Query) -> Body:
     a = ask.args
     data, media = calls.call_image(ask.con, ask.viewer.blobs, ask.run, a["source"], a["seq"], a["n"])
     return Body(data, media, {"Content-Security-Policy": BLOB_CSP})
@@ -129,7 +128,7 @@ ROUTES = [
         "runs/{run}/calls/{source}/{seq:int}",
         lambda a, q: calls.model_call(a.con, a.viewer.blobs, a.run, **_key(a)),
     ),
-    Route("runs/{run}/calls/{source}/{seq:int}/images/{n:int}", call_image, NoQuery),
+    Route("runs/{run}/calls/{source}/{seq:int}/images/{n:int}", call_image, Query),
     Route(
         "runs/{run}/files",
         lambda a, q: files.file_versions(a.con, a.viewer.blobs, a.run, q.path, q.seq),
@@ -162,3 +161,28 @@ def answer(viewer: Viewer, parts: list[str], params: dict[str, str]) -> Any:
         with viewer.reader.cursor() if "run" in args else nullcontext() as con:
             return route.handler(Ask(viewer, index, args, con), q)
     raise NotFound("no such API endpoint (see docs/viewer.md)")
+
+
+def markdown() -> str:
+    """The routes and their query parameters as a table (docs/viewer.md's ``api`` block)."""
+    rows = ["| endpoint | query parameters: type, default |", "|---|---|"]
+    for route in ROUTES:
+        path = re.sub(r"\{(\w+)(:int)?\}", lambda m: m[1].upper(), route.pattern)
+        fields = msgspec.inspect.type_info(route.query).fields  # type: ignore[attr-defined]
+        params = [f"`{f.name}` {_kind(f.type)}{_default(f)}" for f in fields]
+        rows.append(f"| `GET /api/{path}` | {', '.join(params) or '–'} |")
+    return "\n".join(rows)
+
+
+def _default(f: msgspec.inspect.Field) -> str:
+    return " (required)" if f.required else "" if f.default in (None, "") else f" = `{f.default}`"
+
+
+def _kind(t: msgspec.inspect.Type) -> str:
+    if isinstance(t, msgspec.inspect.UnionType):
+        return " or ".join(_kind(x) for x in t.types if not isinstance(x, msgspec.inspect.NoneType))
+    if isinstance(t, msgspec.inspect.LiteralType):
+        return " \\| ".join(f"`{v}`" for v in t.values)
+    if isinstance(t, msgspec.inspect.IntType) and t.ge is not None:
+        return f"int {t.ge}–{t.le}" if t.le is not None else f"int ≥ {t.ge}"
+    return type(t).__name__.removesuffix("Type").lower()

@@ -8,26 +8,18 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import duckdb
 
 from replay.summary import summaries
 from replay.web.resource import BadRequest, Limit, NotFound, Query, decode_cursor, encode_cursor, has_scores
 
-RUN_SORTS = {
-    "started": "started_ns",
-    "duration": "duration_s",
-    "tokens": "tokens",
-    "cost": "cost_usd",
-    "score": "score",
-    "run": "run_id",
-    "task": "task",
-    "agent": "agent",
-    "model": "model",
-    "status": "status",
-    "events": "n_events",
-}
+Sort = Literal[
+    "started", "duration", "tokens", "cost", "score", "run", "task", "agent", "model", "status", "events"
+]
+_COLUMNS = "started_ns duration_s tokens cost_usd score run_id task agent model status n_events".split()
+RUN_SORTS = dict(zip(get_args(Sort), _COLUMNS, strict=True))
 _NUMERIC_SORTS = {"started_ns", "duration_s", "tokens", "cost_usd", "score", "n_events"}
 RUN_FILTERS = ("task", "track", "tier", "agent", "model", "status")
 Generation = tuple[int, int, int]
@@ -35,9 +27,7 @@ Generation = tuple[int, int, int]
 
 class RunsQuery(Query, frozen=True):
     limit: Limit = 50
-    sort: Literal[
-        "started", "duration", "tokens", "cost", "score", "run", "task", "agent", "model", "status", "events"
-    ] = "started"
+    sort: Sort = "started"
     order: Literal["asc", "desc"] = "desc"
     profile: str | None = None
     score_min: float | None = None

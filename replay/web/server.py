@@ -16,10 +16,11 @@ import hashlib
 import ipaddress
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import msgspec
@@ -34,6 +35,7 @@ from schemas.blobstore import BlobStore
 from schemas.errors import AmbError, StoreError
 from schemas.errors import NotFound as StoreMissing
 
+T = TypeVar("T")
 STATIC = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
 
 
@@ -78,7 +80,8 @@ def is_loopback(host: str) -> bool:
 
 
 class Viewer:
-    """The state shared by request threads: the store, its reader, the run index, cached diffs."""
+    """The state shared by request threads: the store, its reader, the run index, kept answers
+    (diffs and verifications)."""
 
     def __init__(self, store: Path, idle_s: float = 2.0):
         _require(store)
@@ -86,9 +89,8 @@ class Viewer:
         self.reader = SharedReader(store, idle_s=idle_s)
         self.blobs = BlobStore(store / "blobs")
         self.index_cache = runs.RunIndexCache(self._build_index)
-        self._diffs: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-        self._diff_lock = threading.Lock()
-        self._verified: dict[tuple[str, tuple[int, int, int]], dict[str, Any]] = {}
+        self._kept_answers: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._lock = threading.Lock()
         self.static = {
             name: (resources.files("replay.web") / "static" / name).read_bytes() for name in STATIC
         }
@@ -101,34 +103,34 @@ class Viewer:
     def index(self) -> runs.RunIndex:
         return self.index_cache.get(self.reader.generation())
 
+    def _kept(self, key: tuple[Any, ...], make: Callable[[], T]) -> T:
+        """``make()``, computed once per key and kept (the last 16 keys)."""
+        with self._lock:
+            hit: T | None = self._kept_answers.get(key)
+        if hit is None:
+            hit = make()
+            with self._lock:
+                self._kept_answers[key] = hit
+                while len(self._kept_answers) > 16:
+                    self._kept_answers.popitem(last=False)
+        return hit
+
     def diff(self, q: routes.DiffQuery) -> dict[str, Any]:
         index = self.index()
         a, b = index.row(q.a)["run_id"], index.row(q.b)["run_id"]
-        key = (a, b, index.generation)
-        with self._diff_lock:
-            cached = self._diffs.get(key)
-        if cached is None:
+
+        def compare() -> diffs.Compared:
             with self.reader.cursor() as con:
-                cached = diffs.compare(con, a, b, {r: index.by_id[r]["scores"] for r in (a, b)})
-            with self._diff_lock:
-                self._diffs[key] = cached
-                while len(self._diffs) > 16:
-                    self._diffs.popitem(last=False)
-        return diffs.page(cached, q.limit, q.cursor, q.at == "first") | {
-            "a": runs.run_row(index.by_id[a]),
-            "b": runs.run_row(index.by_id[b]),
-        }
+                return diffs.compare(con, a, b, {r: index.by_id[r]["scores"] for r in (a, b)})
+
+        page = diffs.page(
+            self._kept(("diff", a, b, index.generation), compare), q.limit, q.cursor, q.at == "first"
+        )
+        return page | {"a": runs.run_row(index.by_id[a]), "b": runs.run_row(index.by_id[b])}
 
     def verified(self, con: Any, run_id: str, generation: tuple[int, int, int]) -> dict[str, Any]:
         """``amb verify RUN`` re-reads every blob of the run: done once per run and store state."""
-        key = (run_id, generation)
-        with self._diff_lock:
-            hit = self._verified.get(key)
-        if hit is None:
-            hit = scores.run_verify(con, self.blobs, run_id)
-            with self._diff_lock:
-                self._verified[key] = hit
-        return hit
+        return self._kept(("verify", run_id, generation), lambda: scores.run_verify(con, self.blobs, run_id))
 
     def close(self) -> None:
         self.reader.close()
