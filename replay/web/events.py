@@ -23,6 +23,7 @@ from replay.web.resource import (
     SUMMARY_CHARS,
     BadRequest,
     Limit,
+    Millis,
     NotFound,
     Query,
     decode_cursor,
@@ -120,7 +121,7 @@ class EventsQuery(Query, frozen=True):
     hide: str = ""
     q: str = ""
     around: str | None = None
-    at_ms: float | None = None
+    at_ms: Millis | None = None
     after: str | None = None
     before: str | None = None
 

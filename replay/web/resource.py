@@ -43,6 +43,8 @@ IMAGE_CAP = 8 * 1024 * 1024
 
 Limit = Annotated[int, msgspec.Meta(ge=1, le=PAGE_MAX)]
 Seq = Annotated[int, msgspec.Meta(ge=0)]
+Millis = Annotated[float, msgspec.Meta(ge=-1e12, le=1e12)]
+"""Milliseconds from a run's start: finite, within about 30 years either way."""
 
 
 class Query(msgspec.Struct, frozen=True):

@@ -9,7 +9,7 @@ import duckdb
 
 from replay.store import first
 from replay.web.events import LANES
-from replay.web.resource import Limit, NotFound, Query
+from replay.web.resource import Limit, Millis, NotFound, Query
 
 _SPAN_SQL = """
   CASE kind
@@ -31,8 +31,8 @@ _LANE_SQL = "CASE kind " + " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in LANES.i
 
 
 class TimelineQuery(Query, frozen=True):
-    from_ms: float | None = None
-    to_ms: float | None = None
+    from_ms: Millis | None = None
+    to_ms: Millis | None = None
     max: Limit = 1500
     """Above this many events in the window, counts per bin instead of spans."""
 

@@ -81,8 +81,16 @@ def test_runs_filters_and_search(viewer, viewer_store):
     assert "E4" in flawed["scores"][profile]["codes"]
 
 
-def test_bad_parameters_are_400_with_a_reason(viewer):
+def test_bad_parameters_are_400_with_a_reason(viewer, viewer_store):
+    run = f"/api/runs/{viewer_store.clean}"
     for path in (
+        # times that are not finite numbers of milliseconds (they once broke the connection)
+        f"{run}/events?at_ms=nan",
+        f"{run}/events?at_ms=inf",
+        f"{run}/timeline?from_ms=-inf",
+        f"{run}/timeline?to_ms=1e300",
+        f"{run}/files?path=a&seq=-1",
+        f"{run}/events?limit=501",
         "/api/runs?limit=0",
         "/api/runs?sort=nope",
         "/api/runs?cursor=%%%",
