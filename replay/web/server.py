@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import ipaddress
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -144,6 +145,15 @@ def _host_name(header: str) -> str:
     return header.rsplit(":", 1)[0]
 
 
+def json_body(reply: Any) -> bytes:
+    """An answer as JSON in UTF-8; with a lone surrogate (which an agent can send escaped in its
+    JSON, and UTF-8 cannot carry), as ASCII JSON that escapes it again."""
+    try:
+        return msgspec.json.encode(reply, enc_hook=str)
+    except UnicodeEncodeError:
+        return json.dumps(msgspec.to_builtins(reply, enc_hook=str)).encode()
+
+
 class Handler(httpbase.Handler):
     server_version = "amb-serve"
     # Keep-alive: the page's static files and API calls reuse a connection (and its thread) instead
@@ -205,7 +215,7 @@ class Handler(httpbase.Handler):
         if isinstance(reply, Body):
             self.send(200, reply.data, reply.media_type, reply.headers)
         else:
-            self.send(200, msgspec.json.encode(reply, enc_hook=str), "application/json; charset=utf-8")
+            self.send(200, json_body(reply), "application/json; charset=utf-8")
 
 
 def make_server(

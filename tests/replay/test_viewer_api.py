@@ -300,3 +300,12 @@ def test_grid_of_one_task(viewer, viewer_store):
     g = get(viewer, "/api/grid", task="bccd-det")
     runs = {x["run_id"] for row in g["rows"] for x in row["runs"]}
     assert {viewer_store.clean, viewer_store.flawed, viewer_store.hostile} <= runs
+
+
+def test_answers_carry_lone_surrogates_escaped():
+    """JSON an agent sent may escape a lone surrogate (valid JSON, not encodable as UTF-8): the
+    viewer sends it escaped again instead of failing the request."""
+    from replay.web.server import json_body
+
+    assert json.loads(json_body({"text": "look \ud800", "n": 1})) == {"text": "look \ud800", "n": 1}
+    assert json_body({"text": "é"}) == '{"text":"é"}'.encode()
