@@ -62,9 +62,13 @@ def parse_query(params: dict[str, str], kind: type[Q]) -> Q:
         raise BadRequest(f"bad parameter: {e}") from None
 
 
+BLOB_CSP = "default-src 'none'; sandbox"
+"""Bytes an agent wrote are never a page: no script, no style, a sandbox of their own."""
+
+
 @dataclass
 class Body:
-    """An answer that is not JSON: bytes, their type and extra headers."""
+    """An answer that is not JSON: bytes, their type and extra headers; sent under ``BLOB_CSP``."""
 
     data: bytes
     media_type: str

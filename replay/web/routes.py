@@ -16,9 +16,6 @@ from replay.web.resource import IMAGE_CAP, RAW_CAP, Body, Limit, NotFound, Query
 if TYPE_CHECKING:
     from replay.web.server import Viewer
 
-BLOB_CSP = "default-src 'none'; sandbox"
-"""Bytes an agent wrote are never a page: no script, no style, a sandbox of their own."""
-
 
 @dataclass
 class Ask:
@@ -72,7 +69,7 @@ def download(data: bytes, name: str, media_type: str, headers: dict[str, str] | 
     # The name came from the agent: only safe characters reach the header.
     safe = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in name)[:120] or "file"
     disposition = {"Content-Disposition": f'attachment; filename="{safe}"'}
-    return Body(data, media_type, {**disposition, "Content-Security-Policy": BLOB_CSP, **(headers or {})})
+    return Body(data, media_type, {**disposition, **(headers or {})})
 
 
 def blob(ask: Ask, q: BlobQuery) -> Body:
@@ -81,10 +78,10 @@ def blob(ask: Ask, q: BlobQuery) -> Body:
     data = files.blob_bytes(ask.viewer.blobs, sha)
     media = None if q.download == "1" else calls.sniff_image(data)
     if media is not None and len(data) <= IMAGE_CAP:
-        return Body(data, media, {"Content-Security-Policy": BLOB_CSP})
+        return Body(data, media)
     if q.download == "1":
         return download(data, sha.replace(":", "-"), "application/octet-stream")
-    return Body(data[:RAW_CAP], "text/plain; charset=utf-8", {"Content-Security-Policy": BLOB_CSP})
+    return Body(data[:RAW_CAP], "text/plain; charset=utf-8")
 
 
 def run_events(ask: Ask, q: events.EventsQuery) -> events.EventsPage:
@@ -97,12 +94,12 @@ def run_events(ask: Ask, q: events.EventsQuery) -> events.EventsPage:
 def call_image(ask: Ask, q: Query) -> Body:
     a = ask.args
     data, media = calls.call_image(ask.con, ask.viewer.blobs, ask.run, a["source"], a["seq"], a["n"])
-    return Body(data, media, {"Content-Security-Policy": BLOB_CSP})
+    return Body(data, media)
 
 
 def preview(ask: Ask, q: PreviewQuery) -> Body:
     png = files.file_preview(ask.con, ask.viewer.blobs, ask.run, q.path, q.seq)
-    return Body(png, "image/png", {"Content-Security-Policy": BLOB_CSP})
+    return Body(png, "image/png")
 
 
 def workspace_tar(ask: Ask, q: MomentQuery) -> Body:

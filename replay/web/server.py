@@ -30,7 +30,7 @@ from replay.store import _require
 from replay.web import diff as diffs
 from replay.web import routes, runs, scores
 from replay.web.db import SharedReader
-from replay.web.resource import BadRequest, Body, NotFound
+from replay.web.resource import BLOB_CSP, BadRequest, Body, NotFound
 from schemas import httpbase
 from schemas.blobstore import BlobStore
 from schemas.errors import AmbError, StoreError
@@ -213,7 +213,9 @@ class Handler(httpbase.Handler):
 
     def _answer(self, reply: Any) -> None:
         if isinstance(reply, Body):
-            self.send(200, reply.data, reply.media_type, reply.headers)
+            self.send(
+                200, reply.data, reply.media_type, {"Content-Security-Policy": BLOB_CSP, **reply.headers}
+            )
         else:
             self.send(200, json_body(reply), "application/json; charset=utf-8")
 
