@@ -3,7 +3,8 @@
 - README.md, block ``views``: ``amb schema --format md`` (the SQL views' columns, ``replay/views.py``);
 - README.md, block ``figures``: the performance table, one row per measure, from the benches'
   results (``bench/results/*.json``, written by each bench: ``bench/figures.py``);
-- docs/cli.md: the ``--help`` of every command and subcommand of ``amb`` and ``amb-record``.
+- docs/cli.md: the ``--help`` of every command and subcommand of ``amb`` and ``amb-record``;
+- docs/viewer.md, block ``api``: the viewer API's routes and query parameters (``replay/web/routes.py``).
 
 A block sits between ``<!-- NAME: begin ... -->`` and ``<!-- NAME: end -->``. tests/test_docs.py
 fails when any of these differs from what this script writes.
@@ -25,9 +26,11 @@ if str(ROOT) not in sys.path:  # `python scripts/docs.py` puts scripts/ first, n
 
 from bench import figures  # noqa: E402 - after the checkout is on the path
 from replay import views  # noqa: E402
+from replay.web import routes  # noqa: E402
 
 README = ROOT / "README.md"
 CLI_DOC = ROOT / "docs" / "cli.md"
+VIEWER_DOC = ROOT / "docs" / "viewer.md"
 
 BENCH_ORDER = ["ingest", "storage", "blobs", "proxy", "shim", "grader", "rescore", "viewer", "interop"]
 BENCH_ORDER += ["scaleout", "lpips", "wall"]
@@ -113,9 +116,18 @@ def cli_doc() -> str:
     return "\n".join(parts)
 
 
+def viewer_doc() -> str:
+    """docs/viewer.md with its ``api`` block as the route table makes it."""
+    text = VIEWER_DOC.read_text()
+    m = block_pattern("api").search(text)
+    if m is None:
+        raise SystemExit(f"{VIEWER_DOC}: no api block (<!-- api: begin ... --> ... <!-- api: end -->)")
+    return text[: m.start(2)] + "\n" + routes.markdown() + "\n" + text[m.end(2) :]
+
+
 def expected() -> dict[Path, str]:
     """Each generated file and the text it should hold."""
-    return {README: readme(), CLI_DOC: cli_doc()}
+    return {README: readme(), CLI_DOC: cli_doc(), VIEWER_DOC: viewer_doc()}
 
 
 def main() -> int:

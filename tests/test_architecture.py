@@ -258,10 +258,23 @@ COVERED_BY: dict[str, tuple[tuple[str, ...], str]] = {
         ("tests/replay/test_hot_columns.py", "tests/replay/test_sql.py"),
         "the views, tested through SQL and against their JSON definitions",
     ),
-    "replay/web/api.py": (
-        ("tests/replay/test_viewer_api.py", "tests/replay/test_payload_search.py"),
-        "the viewer's JSON API",
+    "replay/web/calls.py": (
+        ("tests/replay/test_viewer_api.py",),
+        "the viewer's JSON API, through its server",
     ),
+    "replay/web/events.py": (
+        ("tests/replay/test_viewer_api.py", "tests/replay/test_payload_search.py"),
+        "the viewer's JSON API, through its server; the payload search against lowering",
+    ),
+    "replay/web/files.py": (
+        ("tests/replay/test_viewer_api.py", "tests/replay/test_viewer_preview.py"),
+        "the viewer's JSON API, through its server; the array previews",
+    ),
+    "replay/web/routes.py": (
+        ("tests/replay/test_viewer_api.py",),
+        "the viewer's JSON API, through its server",
+    ),
+    "replay/web/runs.py": (("tests/replay/test_viewer_api.py",), "the viewer's JSON API, through its server"),
     "replay/web/diff.py": (
         ("tests/replay/test_viewer_diff.py",),
         "the viewer's diff of two runs",

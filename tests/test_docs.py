@@ -54,6 +54,12 @@ def test_cli_doc_is_every_commands_help():
     assert docs.CLI_DOC.read_text() == docs.cli_doc(), "docs/cli.md is stale: run `./just docs`"
 
 
+def test_viewer_api_block_is_the_route_table():
+    assert docs.VIEWER_DOC.read_text() == docs.viewer_doc(), (
+        "docs/viewer.md's api block is stale: run `./just docs`"
+    )
+
+
 def table_cells(block: str) -> list[str]:
     """The cells of a markdown table's rows (a ``\\|`` inside a cell is part of the cell)."""
     rows = [line for line in block.splitlines() if line.startswith("| ") and not line.startswith("|---")]

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from agents.baseline.context import Decision
 from agents.baseline.policy import FLAWS, PolicyError, decide
+from schemas import httpbase
 from schemas.events import AssistantMessage, ToolCallPart, Usage
 from schemas.providers import openai_chat
 from schemas.providers.conversation import Reply
@@ -73,37 +72,19 @@ def completion(body: dict, default_flaw: str | None = None) -> tuple[Reply, Deci
     return Reply(message, model, stop, usage, f"chatcmpl-{digest[:24]}"), decision
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(httpbase.Handler):
     server_version = "amb-baseline/1"
-
-    def log_message(self, format: str, *args) -> None:  # quiet: the recorder is the log
-        pass
-
-    def _json(self, status: int, obj: dict) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+    default_flaw: str | None = None
 
     def _error(self, status: int, message: str, kind: str = INVALID) -> None:
-        self._json(status, openai_chat.error_body(status, message, kind))
+        self.send_json(status, openai_chat.error_body(status, message, kind))
 
     def do_GET(self) -> None:
         if self.path.rstrip("/") in ("/v1/models", "/models"):
-            self._json(
-                200,
-                {
-                    "object": "list",
-                    "data": [
-                        {"id": m, "object": "model", "created": 0, "owned_by": "amb"} for m in model_names()
-                    ],
-                },
-            )
+            models = [{"id": m, "object": "model", "created": 0, "owned_by": "amb"} for m in model_names()]
+            self.send_json(200, {"object": "list", "data": models})
         elif self.path == "/health":
-            self._json(200, {"ok": True})
+            self.send_json(200, {"ok": True})
         else:
             self._error(404, f"no route {self.path}", NOT_FOUND)
 
@@ -112,74 +93,27 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(404, f"no route {self.path} (this server speaks /v1/chat/completions)", NOT_FOUND)
             return
         try:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length) or b"{}")
+            body = json.loads(self.read_body(1 << 30) or b"{}")
             if not isinstance(body, dict):
                 raise ValueError("the body must be a JSON object")
-        except ValueError as e:
-            self._error(400, f"bad request body: {e}")
-            return
-        try:
-            # Why the ignore[attr-defined] below: the flaw rides on the server object (set in __init__ below).
-            reply, _ = completion(body, self.server.default_flaw)  # type: ignore[attr-defined]
-        except PolicyError as e:
-            self._error(400, str(e))
+            reply, _ = completion(body, self.default_flaw)
+        except (ValueError, PolicyError) as e:
+            self._error(400, str(e) if isinstance(e, PolicyError) else f"bad request body: {e}")
             return
         if not body.get("stream"):
-            self._json(200, openai_chat.build_response(reply))
+            self.send_json(200, openai_chat.build_response(reply))
             return
         if not (body.get("stream_options") or {}).get("include_usage"):
             reply.usage = None
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        for event in sse_frames(openai_chat.build_stream(reply)):
-            self._chunk(event)
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
-
-    def _chunk(self, data: bytes) -> None:
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.wfile.flush()
+        self.send_chunks(200, "text/event-stream", sse_frames(openai_chat.build_stream(reply)), {})
+        self.end_chunks()
 
 
-class BaselineServer:
-    """The server on ``host:port`` (port 0 picks a free one) in a background thread."""
+class BaselineServer(httpbase.Serving):
+    """The server on ``host:port`` (port 0 picks a free one) in a background thread; its ``url``
+    (scheme://host:port) is what ``amb-record --upstream openai=URL`` takes."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, flaw: str | None = None):
         if flaw is not None and flaw not in FLAWS:
             raise PolicyError(f"unknown flaw {flaw!r} (known: {', '.join(FLAWS)})")
-        self.httpd = ThreadingHTTPServer((host, port), _Handler)
-        self.httpd.daemon_threads = True
-        # Why the ignore[attr-defined] below: the handler reads it from its server (see do_POST).
-        self.httpd.default_flaw = flaw  # type: ignore[attr-defined]
-        self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        return self.httpd.server_address[1]
-
-    @property
-    def url(self) -> str:
-        """scheme://host:port, what ``amb-record --upstream openai=URL`` takes."""
-        host = self.httpd.server_address[0]
-        return f"http://{host!s}:{self.port}"
-
-    def start(self) -> BaselineServer:
-        self._thread = threading.Thread(
-            target=self.httpd.serve_forever, args=(STOP_POLL_S,), name="amb-baseline", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    def __enter__(self) -> BaselineServer:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        super().__init__(_Handler, host, port, STOP_POLL_S, default_flaw=flaw)

@@ -21,21 +21,16 @@ response chosen by the matcher:
 
 from __future__ import annotations
 
-import json
-import socket
 import sys
-import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import brotli
 
 from replay.replayer.recorded import Matcher, RecordedCall, ReplayError, load_calls
 from replay.store import Store
-from schemas import providers
+from schemas import httpbase, providers
 from schemas.blobstore import BlobStore
 from schemas.providers.result import INVALID, NOT_FOUND, REPLAY_MISS
 from schemas.providers.wire import decode_content, frames
@@ -65,46 +60,26 @@ class Replayer:
         self.models = sorted({c.provider for c in calls})
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class Handler(httpbase.Handler):
     server_version = "amb-replay"
-    # A stream is re-emitted one small event per write: each must leave when written.
-    disable_nagle_algorithm = True
     replayer: Replayer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def _send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
-        body = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(body)
 
     def _error(self, api: providers.Api | None, status: int, message: str, kind: str) -> None:
         body = providers.error_body(api.provider if api else "openai", status, message, kind)
-        self._send_json(status, body, {"x-amb-replay": "miss"})
+        self.send_json(status, body, {"x-amb-replay": "miss"})
 
     def do_GET(self) -> None:
         if self.path.split("?", 1)[0].rstrip("/").endswith("/models"):
-            self._send_json(200, {"object": "list", "data": []})
+            self.send_json(200, {"object": "list", "data": []})
             return
         self._error(None, 404, f"the replay endpoint has no route {self.path[:200]}", NOT_FOUND)
 
     def do_POST(self) -> None:
         api = providers.classify("POST", self.path)
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if length < 0 or length > MAX_BODY:
+        raw = self.read_body(MAX_BODY)
+        if raw is None:
             self._error(api, 400, "the request needs a Content-Length below 256 MiB", INVALID)
             return
-        raw = self.rfile.read(length)
         if api is None:
             self._error(None, 404, f"the replay endpoint has no route {self.path[:200]}", NOT_FOUND)
             return
@@ -132,7 +107,7 @@ class Handler(BaseHTTPRequestHandler):
         r = self.replayer
         if call.status is None:
             # The recorded call got no response at all (reset, unreachable): neither does this one.
-            self._abort()
+            self.abort()
             return
         data = r.blobs.get(call.response_blob) if call.response_blob else b""
         headers = {"x-amb-replay": how, "x-amb-replay-call": call.key}
@@ -144,64 +119,22 @@ class Handler(BaseHTTPRequestHandler):
             events = frames(data, media)
         if len(events) <= 1 and (not call.stream or call.status >= 400):
             time.sleep(total)
-            self.send_response(call.status)
-            self.send_header("Content-Type", media)
-            self.send_header("Content-Length", str(len(data)))
-            for k, v in headers.items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(data)
+            self.send(call.status, data, media, headers)
             return
         time.sleep(ttfb)
-        self.send_response(call.status)
-        self.send_header("Content-Type", media)
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.end_headers()
-        gap = (total - ttfb) / max(len(events) - 1, 1)
-        for i, ev in enumerate(events):
-            if i:
-                time.sleep(gap)
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(ev), ev))
-            self.wfile.flush()
+        self.send_chunks(call.status, media, events, headers, (total - ttfb) / max(len(events) - 1, 1))
         if call.partial:
-            self._abort()
-            return
-        self.wfile.write(b"0\r\n\r\n")
-
-    def _abort(self) -> None:
-        self.close_connection = True
-        try:
-            self.wfile.flush()
-            self.connection.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+            self.abort()
+        else:
+            self.end_chunks()
 
 
-class ReplayServer:
+class ReplayServer(httpbase.Serving):
     """The replay endpoint on a thread, on loopback: ``with ReplayServer(...) as s: s.url``."""
 
     def __init__(self, replayer: Replayer, host: str = "127.0.0.1", port: int = 0):
         self.replayer = replayer
-        self.host = host
-        handler = type("ReplayHandler", (Handler,), {"replayer": replayer})
-        self.server = ThreadingHTTPServer((host, port), handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, name="amb-replay", daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.server.server_port}"
-
-    def __enter__(self) -> ReplayServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler, host, port, replayer=replayer)
 
 
 def open_replayer(

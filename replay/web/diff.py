@@ -18,6 +18,7 @@ from typing import Any
 
 import duckdb
 
+from replay.web.resource import BadRequest, decode_cursor, encode_cursor
 from schemas.codec import canonical_json
 from schemas.display import clip
 from schemas.untrusted_json import loads_untrusted
@@ -215,4 +216,39 @@ def outcomes(
     return {
         "submission": {"a_sealed": sub_a is not None, "b_sealed": sub_b is not None, "files": files},
         "scores": [{"profile": p, "a": scores_a.get(p), "b": scores_b.get(p)} for p in profiles],
+    }
+
+
+Compared = tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]
+"""The aligned rows of two runs, their summary, and their outcomes."""
+
+
+def compare(con: duckdb.DuckDBPyConnection, a: str, b: str, scores: dict[str, dict[str, Any]]) -> Compared:
+    """Runs ``a`` and ``b`` aligned step by step; ``scores``: each run's scores per profile."""
+    sa, sb = load_steps(con, a), load_steps(con, b)
+    rows = align(sa, sb)
+    outcome = outcomes(submission(con, a), submission(con, b), scores[a], scores[b])
+    return rows, summarize(rows, sa, sb), outcome
+
+
+def page(compared: Compared, limit: int, cursor: str | None, at_first: bool) -> dict[str, Any]:
+    """``GET /api/diff``: one page of rows. A row number names the aligned pair: rows are computed
+    once per pair of runs and kept, so the cursor is the next page's first row."""
+    rows, summary, outcome = compared
+    start = 0
+    if cursor:
+        start = decode_cursor(cursor)
+        if not isinstance(start, int) or start < 0:
+            raise BadRequest("bad diff cursor")
+    if at_first and summary["first_divergence"] is not None:
+        start = max(summary["first_divergence"]["row"] - 5, 0)
+    shown = [{**row, "row": start + i} for i, row in enumerate(rows[start : start + limit])]
+    return {
+        "summary": summary,
+        "outcomes": outcome,
+        "rows": shown,
+        "from_row": start,
+        "next": encode_cursor(start + limit) if start + limit < len(rows) else None,
+        "prev": encode_cursor(max(start - limit, 0)) if start > 0 else None,
+        "total_rows": len(rows),
     }

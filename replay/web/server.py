@@ -1,11 +1,12 @@
-"""``amb serve``: the viewer's HTTP server (standard library ``ThreadingHTTPServer``).
+"""``amb serve``: the viewer's HTTP server (on the project's HTTP layer, ``schemas.httpbase``).
 
-GET only. ``/api/...`` answers JSON (``replay.web.api``); every other path is one of the pages,
-which are the same static HTML shell (the script routes on the path). Everything an agent wrote is
-hostile: the pages put it into the DOM as text only, the HTML carries a Content-Security-Policy
-that allows no inline script and nothing from elsewhere, blobs are served as plain text or as
-images whose type was sniffed from their bytes (never as HTML), and a Host header that is not the
-address the server listens on is refused (a web page cannot reach the viewer by DNS rebinding).
+GET only. ``/api/...`` answers from the route table (``replay.web.routes``); every other path is
+one of the pages, which are the same static HTML shell (the script routes on the path). Everything
+an agent wrote is hostile: the pages put it into the DOM as text only, the HTML carries a
+Content-Security-Policy that allows no inline script and nothing from elsewhere, blobs are served
+as plain text or as images whose type was sniffed from their bytes (never as HTML), and a Host
+header that is not the address the server listens on is refused (a web page cannot reach the
+viewer by DNS rebinding).
 """
 
 from __future__ import annotations
@@ -15,22 +16,27 @@ import hashlib
 import ipaddress
 import json
 import threading
-import time
 from collections import OrderedDict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
+from http.server import ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+import msgspec
+
 from replay.store import _require
-from replay.web import api, workspace
 from replay.web import diff as diffs
+from replay.web import routes, runs, scores
 from replay.web.db import SharedReader
+from replay.web.resource import BLOB_CSP, BadRequest, Body, NotFound
+from schemas import httpbase
 from schemas.blobstore import BlobStore
 from schemas.errors import AmbError, StoreError
 from schemas.errors import NotFound as StoreMissing
 
+T = TypeVar("T")
 STATIC = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
 
 
@@ -65,9 +71,6 @@ def build_page() -> tuple[bytes, str]:
     return html.encode(), csp
 
 
-BLOB_CSP = "default-src 'none'; sandbox"
-
-
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -78,87 +81,57 @@ def is_loopback(host: str) -> bool:
 
 
 class Viewer:
-    """The state shared by request threads: the store, its reader, the run index, cached diffs."""
+    """The state shared by request threads: the store, its reader, the run index, kept answers
+    (diffs and verifications)."""
 
     def __init__(self, store: Path, idle_s: float = 2.0):
         _require(store)
         self.root = store
         self.reader = SharedReader(store, idle_s=idle_s)
         self.blobs = BlobStore(store / "blobs")
-        self.index_cache = api.RunIndexCache(self._build_index)
-        self._diffs: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-        self._diff_lock = threading.Lock()
-        self._verified: dict[tuple[str, tuple[int, int, int]], dict[str, Any]] = {}
+        self.index_cache = runs.RunIndexCache(self._build_index)
+        self._kept_answers: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._lock = threading.Lock()
         self.static = {
             name: (resources.files("replay.web") / "static" / name).read_bytes() for name in STATIC
         }
         self.page, self.page_csp = build_page()
 
-    def _build_index(self) -> api.RunIndex:
+    def _build_index(self) -> runs.RunIndex:
         with self.reader.cursor() as con:
-            return api.build_run_index(con, self.reader.generation())
+            return runs.build_run_index(con, self.reader.generation())
 
-    def index(self) -> api.RunIndex:
+    def index(self) -> runs.RunIndex:
         return self.index_cache.get(self.reader.generation())
 
-    def diff(self, a: str, b: str, params: dict[str, str]) -> dict[str, Any]:
+    def _kept(self, key: tuple[Any, ...], make: Callable[[], T]) -> T:
+        """``make()``, computed once per key and kept (the last 16 keys)."""
+        with self._lock:
+            hit: T | None = self._kept_answers.get(key)
+        if hit is None:
+            hit = make()
+            with self._lock:
+                self._kept_answers[key] = hit
+                while len(self._kept_answers) > 16:
+                    self._kept_answers.popitem(last=False)
+        return hit
+
+    def diff(self, q: routes.DiffQuery) -> dict[str, Any]:
         index = self.index()
-        for r in (a, b):
-            if r not in index.by_id:
-                raise api.NotFound(f"no run {r!r} in the store")
-        key = (a, b, index.generation)
-        with self._diff_lock:
-            cached = self._diffs.get(key)
-        if cached is None:
+        a, b = index.row(q.a)["run_id"], index.row(q.b)["run_id"]
+
+        def compare() -> diffs.Compared:
             with self.reader.cursor() as con:
-                sa, sb = diffs.load_steps(con, a), diffs.load_steps(con, b)
-                rows = diffs.align(sa, sb)
-                summary = diffs.summarize(rows, sa, sb)
-                scores = {r: {p: s for p, s in index.by_id[r]["scores"].items()} for r in (a, b)}
-                outcome = diffs.outcomes(
-                    diffs.submission(con, a), diffs.submission(con, b), scores[a], scores[b]
-                )
-            cached = (rows, summary, outcome)
-            with self._diff_lock:
-                self._diffs[key] = cached
-                while len(self._diffs) > 16:
-                    self._diffs.popitem(last=False)
-        rows, summary, outcome = cached
-        limit = api._limit(params.get("limit"), 200)
-        start = 0
-        if params.get("cursor"):
-            mark = api.decode_cursor(params["cursor"])
-            if not isinstance(mark, int) or mark < 0:
-                raise api.BadRequest("bad diff cursor")
-            start = mark
-        if params.get("at") == "first" and summary["first_divergence"] is not None:
-            start = max(summary["first_divergence"]["row"] - 5, 0)
-        page = rows[start : start + limit]
-        for i, row in enumerate(page):
-            row["row"] = start + i
-        return {
-            "a": api._run_row(index.by_id[a]),
-            "b": api._run_row(index.by_id[b]),
-            "summary": summary,
-            "outcomes": outcome,
-            "rows": page,
-            "from_row": start,
-            # A row number names the aligned pair: rows are computed once per pair of runs and kept.
-            "next": api.encode_cursor(start + limit) if start + limit < len(rows) else None,
-            "prev": api.encode_cursor(max(start - limit, 0)) if start > 0 else None,
-            "total_rows": len(rows),
-        }
+                return diffs.compare(con, a, b, {r: index.by_id[r]["scores"] for r in (a, b)})
+
+        page = diffs.page(
+            self._kept(("diff", a, b, index.generation), compare), q.limit, q.cursor, q.at == "first"
+        )
+        return page | {"a": runs.run_row(index.by_id[a]), "b": runs.run_row(index.by_id[b])}
 
     def verified(self, con: Any, run_id: str, generation: tuple[int, int, int]) -> dict[str, Any]:
         """``amb verify RUN`` re-reads every blob of the run: done once per run and store state."""
-        key = (run_id, generation)
-        with self._diff_lock:
-            hit = self._verified.get(key)
-        if hit is None:
-            hit = api.run_verify(con, self.blobs, run_id)
-            with self._diff_lock:
-                self._verified[key] = hit
-        return hit
+        return self._kept(("verify", run_id, generation), lambda: scores.run_verify(con, self.blobs, run_id))
 
     def close(self) -> None:
         self.reader.close()
@@ -172,57 +145,39 @@ def _host_name(header: str) -> str:
     return header.rsplit(":", 1)[0]
 
 
-def _segments(path: str) -> list[str]:
-    return [unquote(s) for s in path.split("/") if s]
+def json_body(reply: Any) -> bytes:
+    """An answer as JSON in UTF-8; with a lone surrogate (which an agent can send escaped in its
+    JSON, and UTF-8 cannot carry), as ASCII JSON that escapes it again."""
+    try:
+        return msgspec.json.encode(reply, enc_hook=str)
+    except UnicodeEncodeError:
+        return json.dumps(msgspec.to_builtins(reply, enc_hook=str)).encode()
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(httpbase.Handler):
     server_version = "amb-serve"
-    # Headers and body go out in separate writes: without TCP_NODELAY the body waits for the
-    # client's delayed ACK (~40 ms per response, measured on the page's static files).
-    disable_nagle_algorithm = True
     # Keep-alive: the page's static files and API calls reuse a connection (and its thread) instead
     # of opening one per request; an idle connection is closed after `timeout` seconds.
-    protocol_version = "HTTP/1.1"
     timeout = 30
+    always = {
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-store",
+    }
     viewer: Viewer
     allowed_hosts: set[str]
-    quiet = True
-
-    def log_message(self, format: str, *args: Any) -> None:
-        if not self.quiet:
-            super().log_message(format, *args)
 
     def do_HEAD(self) -> None:
         self.do_GET()
 
     def _refuse(self, status: int, why: str) -> None:
-        self._send(status, json.dumps({"error": why}).encode(), "application/json")
+        self.send(status, msgspec.json.encode({"error": why}), "application/json")
 
     def do_POST(self) -> None:
         self.close_connection = True  # its body is not read: the connection cannot carry another request
         self._refuse(405, "the viewer is read-only: GET only")
 
     do_PUT = do_DELETE = do_PATCH = do_POST
-
-    def _send(self, status: int, body: bytes, ctype: str, headers: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("Referrer-Policy", "no-referrer")
-        self.send_header("Cache-Control", "no-store")
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def _json(self, data: Any, status: int = 200) -> None:
-        body = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str).encode()
-        self._send(status, body, "application/json; charset=utf-8")
 
     def do_GET(self) -> None:
         if self.headers.get("Transfer-Encoding") or self.headers.get("Content-Length", "0") != "0":
@@ -231,28 +186,23 @@ class Handler(BaseHTTPRequestHandler):
             self._refuse(421, f"this server answers for {', '.join(sorted(self.allowed_hosts))} only")
             return
         url = urlsplit(self.path)
-        params = dict(parse_qsl(url.query, keep_blank_values=True))
-        parts = _segments(url.path)
+        parts = [unquote(s) for s in url.path.split("/") if s]
         try:
             if parts and parts[0] == "api":
-                self._api(parts[1:], params)
+                self._answer(routes.answer(self.viewer, parts[1:], dict(parse_qsl(url.query, True))))
             elif parts[:1] == ["static"] and len(parts) == 2 and parts[1] in STATIC:
-                self._send(200, self.viewer.static[parts[1]], STATIC[parts[1]])
+                self.send(200, self.viewer.static[parts[1]], STATIC[parts[1]])
             elif parts == ["favicon.ico"]:
-                self._send(204, b"", "image/x-icon")
+                self.send(204, b"", "image/x-icon")
             elif not parts or parts[0] in ("runs", "diff", "grid"):
                 self.viewer.reader.warm()
-                self._send(
-                    200,
-                    self.viewer.page,
-                    "text/html; charset=utf-8",
-                    {"Content-Security-Policy": self.viewer.page_csp},
-                )
+                csp = {"Content-Security-Policy": self.viewer.page_csp}
+                self.send(200, self.viewer.page, "text/html; charset=utf-8", csp)
             else:
                 self._refuse(404, "no such page")
-        except api.NotFound as e:
+        except NotFound as e:
             self._refuse(404, str(e))
-        except api.BadRequest as e:
+        except BadRequest as e:
             self._refuse(400, str(e))
         except (StoreError, StoreMissing) as e:
             self._refuse(503, f"the store is busy or unreadable: {e}")
@@ -261,157 +211,38 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
 
-    def _api(self, parts: list[str], params: dict[str, str]) -> None:
-        v = self.viewer
-        if parts == ["runs"]:
-            self._json(api.list_runs(v.index(), params))
-        elif parts == ["diff"]:
-            a, b = params.get("a"), params.get("b")
-            if not a or not b:
-                raise api.BadRequest("diff needs two runs: ?a=RUN&b=RUN")
-            self._json(v.diff(a, b, params))
-        elif parts == ["grid"]:
-            if not params.get("task"):
-                raise api.BadRequest("grid needs a task: ?task=ID")
-            self._json(api.grid(v.index(), params["task"], params.get("profile") or None))
-        elif len(parts) == 2 and parts[0] == "blobs":
-            data = api.blob_bytes(v.blobs, parts[1])
-            self._blob(data, parts[1], params.get("download") == "1")
-        elif len(parts) >= 2 and parts[0] == "runs":
-            self._run(parts[1], parts[2:], params)
-        else:
-            raise api.NotFound("no such API endpoint (see docs/viewer.md)")
-
-    def _run(self, run_id: str, rest: list[str], params: dict[str, str]) -> None:
-        v = self.viewer
-        index = v.index()
-        if run_id not in index.by_id:
-            raise api.NotFound(f"no run {run_id!r} in the store")
-        with v.reader.cursor() as con:
-            if not rest:
-                self._json(api.run_summary(con, index, run_id))
-            elif rest == ["events"]:
-                row = index.by_id[run_id]
-                first_ns, last_ns = row["span_ns"]
-                spacing = (last_ns - first_ns) / max(row["n_events"] - 1, 1)
-                self._json(api.events_page(con, run_id, params, first_ns, spacing))
-            elif len(rest) == 3 and rest[0] == "events" and rest[2].isdigit():
-                self._json(api.event_detail(con, run_id, rest[1], int(rest[2])))
-            elif len(rest) == 3 and rest[0] == "calls" and rest[2].isdigit():
-                self._json(api.model_call(con, v.blobs, run_id, rest[1], int(rest[2])))
-            elif (
-                len(rest) == 5
-                and rest[0] == "calls"
-                and rest[3] == "images"
-                and rest[2].isdigit()
-                and rest[4].isdigit()
-            ):
-                data, media = api.call_image(con, v.blobs, run_id, rest[1], int(rest[2]), int(rest[4]))
-                self._send(200, data, media, {"Content-Security-Policy": BLOB_CSP})
-            elif rest == ["files"]:
-                if not params.get("path"):
-                    raise api.BadRequest("files needs ?path=PATH")
-                seq = params.get("seq")
-                if seq is not None and not seq.isdigit():
-                    raise api.BadRequest("seq must be a whole number")
-                self._json(api.file_versions(con, v.blobs, run_id, params["path"], int(seq) if seq else None))
-            elif rest == ["files", "preview"]:
-                seq = params.get("seq") or ""
-                if not params.get("path") or not seq.isdigit():
-                    raise api.BadRequest("a preview needs ?path=PATH&seq=N")
-                png = api.file_preview(con, v.blobs, run_id, params["path"], int(seq))
-                self._send(200, png, "image/png", {"Content-Security-Policy": BLOB_CSP})
-            elif rest == ["workspace"]:
-                self._json(workspace.files_at(con, run_id, params.get("at") or "end"))
-            elif rest == ["workspace.tar"]:
-                at = params.get("at") or "end"
-                data, not_kept = workspace.tar_at(con, v.blobs, run_id, at)
-                name = f"{run_id}-{at.replace(':', '-')}.tar"
-                self._download(data, name, "application/x-tar", {"X-Amb-Not-Kept": str(not_kept)})
-            elif rest == ["workspace", "file"]:
-                if not params.get("path"):
-                    raise api.BadRequest("a file needs ?path=PATH (and ?at=MOMENT)")
-                data, _ = workspace.file_at(con, v.blobs, run_id, params.get("at") or "end", params["path"])
-                self._download(data, params["path"].rsplit("/", 1)[-1], "application/octet-stream")
-            elif rest == ["verify"]:
-                self._json(v.verified(con, run_id, index.generation))
-            elif rest == ["scores"]:
-                self._json(api.run_scores(con, run_id))
-            elif rest == ["timeline"]:
-                self._json(api.timeline(con, run_id, params))
-            else:
-                raise api.NotFound("no such API endpoint (see docs/viewer.md)")
-
-    def _download(self, data: bytes, name: str, ctype: str, headers: dict[str, str] | None = None) -> None:
-        # The name came from the agent: only safe characters reach the header.
-        safe = (
-            "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in name)[:120] or "file"
-        )
-        self._send(
-            200,
-            data,
-            ctype,
-            {
-                "Content-Disposition": f'attachment; filename="{safe}"',
-                "Content-Security-Policy": BLOB_CSP,
-                **(headers or {}),
-            },
-        )
-
-    def _blob(self, data: bytes, sha: str, download: bool) -> None:
-        media = None if download else api.sniff_image(data)
-        if media is not None and len(data) <= api.IMAGE_CAP:
-            self._send(200, data, media, {"Content-Security-Policy": BLOB_CSP})
-            return
-        if download:
-            name = sha.replace(":", "-")
-            self._send(
-                200,
-                data,
-                "application/octet-stream",
-                {
-                    "Content-Disposition": f'attachment; filename="{name}"',
-                    "Content-Security-Policy": BLOB_CSP,
-                },
+    def _answer(self, reply: Any) -> None:
+        if isinstance(reply, Body):
+            self.send(
+                200, reply.data, reply.media_type, {"Content-Security-Policy": BLOB_CSP, **reply.headers}
             )
-            return
-        self._send(
-            200, data[: api.RAW_CAP], "text/plain; charset=utf-8", {"Content-Security-Policy": BLOB_CSP}
-        )
+        else:
+            self.send(200, json_body(reply), "application/json; charset=utf-8")
 
 
 def make_server(
     store: Path, host: str = "127.0.0.1", port: int = 0, idle_s: float = 2.0
 ) -> tuple[ThreadingHTTPServer, Viewer]:
     """A bound (not yet serving) server over ``store``; port 0 picks a free one."""
-    viewer = Viewer(store, idle_s=idle_s)
-    # Bound to loopback, only loopback names are answered (no DNS rebinding); a deliberate
-    # non-loopback bind answers any name it is reached by.
-    names = {host.lower(), "localhost", "127.0.0.1", "[::1]"} if is_loopback(host) else set()
-    handler = type("ViewerHandler", (Handler,), {"viewer": viewer, "allowed_hosts": names})
-    server = ThreadingHTTPServer((host, port), handler)
-    server.daemon_threads = True
-    return server, viewer
+    running = Running(store, host, port, idle_s)
+    return running.server, running.viewer
 
 
-class Running:
-    """A viewer serving on a thread (for tests, benchmarks and ``amb report``'s links)."""
+class Running(httpbase.Serving):
+    """The viewer: ``serve_forever()`` in the foreground (``amb serve``), or on a thread as a context
+    manager (tests, benchmarks, ``amb report``'s links)."""
 
-    def __init__(self, store: Path, host: str = "127.0.0.1", port: int = 0):
-        self.host = host
-        self.server, self.viewer = make_server(store, host, port)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+    def __init__(self, store: Path, host: str = "127.0.0.1", port: int = 0, idle_s: float = 2.0):
+        self.viewer = Viewer(store, idle_s=idle_s)
+        # Bound to loopback, only loopback names are answered (no DNS rebinding); a deliberate
+        # non-loopback bind answers any name it is reached by.
+        names = {host.lower(), "localhost", "127.0.0.1", "[::1]"} if is_loopback(host) else set()
+        try:
+            super().__init__(Handler, host, port, 0.5, viewer=self.viewer, allowed_hosts=names)
+        except BaseException:
+            self.viewer.close()
+            raise
 
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.server.server_port}"
-
-    def __enter__(self) -> Running:
-        self.thread.start()
-        time.sleep(0)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def stop(self) -> None:
+        super().stop()
         self.viewer.close()

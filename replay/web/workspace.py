@@ -13,7 +13,7 @@ from typing import Any
 
 import duckdb
 
-from replay.web.api import BadRequest, NotFound
+from replay.web.resource import BadRequest, NotFound
 from replay.workspace import Workspace, at_moment, content_of, run_events
 from schemas.blobstore import BlobStore
 from schemas.errors import UsageError

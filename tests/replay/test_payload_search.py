@@ -11,7 +11,7 @@ from recorder.synthetic import generate_run
 from replay import search
 from replay.ingest import ingest
 from replay.store import open_sql
-from replay.web import api
+from replay.web import events
 from schemas.events import Note, RunFinished, RunStarted, ToolCallRequested
 
 # Texts an agent could write: LIKE and regular-expression syntax, quotes, backslashes and JSON
@@ -123,9 +123,9 @@ def _old(con, run_id: str, q: str) -> list[str]:
 
 
 def _viewer(con, run_id: str, q: str) -> list[str]:
-    page = api.events_page(con, run_id, {"q": q, "limit": "500"})
-    assert page["next"] is None
-    return [e["key"] for e in page["events"]]
+    page = events.events_page(con, run_id, events.EventsQuery(limit=500, q=q))
+    assert page.next is None
+    return [e.key for e in page.events]
 
 
 def test_search_finds_what_lowering_every_payload_found(con):

@@ -81,8 +81,16 @@ def test_runs_filters_and_search(viewer, viewer_store):
     assert "E4" in flawed["scores"][profile]["codes"]
 
 
-def test_bad_parameters_are_400_with_a_reason(viewer):
+def test_bad_parameters_are_400_with_a_reason(viewer, viewer_store):
+    run = f"/api/runs/{viewer_store.clean}"
     for path in (
+        # times that are not finite numbers of milliseconds (they once broke the connection)
+        f"{run}/events?at_ms=nan",
+        f"{run}/events?at_ms=inf",
+        f"{run}/timeline?from_ms=-inf",
+        f"{run}/timeline?to_ms=1e300",
+        f"{run}/files?path=a&seq=-1",
+        f"{run}/events?limit=501",
         "/api/runs?limit=0",
         "/api/runs?sort=nope",
         "/api/runs?cursor=%%%",
@@ -292,3 +300,12 @@ def test_grid_of_one_task(viewer, viewer_store):
     g = get(viewer, "/api/grid", task="bccd-det")
     runs = {x["run_id"] for row in g["rows"] for x in row["runs"]}
     assert {viewer_store.clean, viewer_store.flawed, viewer_store.hostile} <= runs
+
+
+def test_answers_carry_lone_surrogates_escaped():
+    """JSON an agent sent may escape a lone surrogate (valid JSON, not encodable as UTF-8): the
+    viewer sends it escaped again instead of failing the request."""
+    from replay.web.server import json_body
+
+    assert json.loads(json_body({"text": "look \ud800", "n": 1})) == {"text": "look \ud800", "n": 1}
+    assert json_body({"text": "é"}) == '{"text":"é"}'.encode()

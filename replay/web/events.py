@@ -1,0 +1,385 @@
+"""A run's events: pages of one-line rows (``/api/runs/RUN/events``) and one event in full
+(``/api/runs/RUN/events/SOURCE/SEQ``).
+
+Events are ordered by ``(ts_ns, source, seq)`` (clocks of different producers may disagree a
+little; within a source seq is the order), and a page can be opened around any event (a deep link)
+or any time (a click on the timeline). Rows carry only one-line summaries; bodies are fetched one
+at a time, on expand, and capped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import msgspec
+
+from replay import search
+from replay.store import first
+from replay.web.resource import (
+    RAW_CAP,
+    SUMMARY_CHARS,
+    BadRequest,
+    Limit,
+    Millis,
+    NotFound,
+    Query,
+    decode_cursor,
+    encode_cursor,
+    one_line,
+    parse_key,
+)
+
+PAYLOAD_CAP = 64 * 1024
+"""Payloads up to this size are summarised from their JSON; a bigger one by its first characters."""
+
+LANES = {
+    "model_call.completed": "model",
+    "tool_call.requested": "tool",
+    "tool_call.result": "tool",
+    "process.exited": "process",
+    "file.written": "file",
+    "file.deleted": "file",
+    "file.renamed": "file",
+    "file.accessed": "file",
+    "network.request": "network",
+}
+"""Timeline lane of each kind; every other kind (run boundaries, notes, submission) is ``run``."""
+
+
+def summarize_event(kind: str, p: dict[str, Any]) -> tuple[str, float | None, bool, list[int] | None]:
+    """One line for the event list, its duration, whether it failed, and (model calls) its tokens.
+
+    Done in Python on purpose: the same CASE over JSON paths in SQL costs DuckDB ~80 ms of
+    planning per query, whatever the number of rows."""
+
+    def g(key: str, default: Any = None) -> Any:
+        v = p.get(key, default)
+        return default if v is None else v
+
+    dur: float | None = None
+    bad = False
+    tokens = None
+    if kind == "model_call.completed":
+        msg = g("message", {})
+        tools = [t.get("name", "?") for t in msg.get("tool_calls") or [] if isinstance(t, dict)]
+        parts = [f"{g('model', '?')} · {g('api', '')}"]
+        if not g("ok", True):
+            bad = True
+            parts.append(f"FAILED {g('error', '')}")
+        if msg.get("text"):
+            parts.append(str(msg["text"])[:SUMMARY_CHARS])
+        text = " · ".join(parts) + (f" → {', '.join(tools)}" if tools else "")
+        dur = p.get("latency_ms")
+        usage = g("usage", {})
+        tokens = [usage.get("input_total", 0), usage.get("output", 0)]
+    elif kind == "tool_call.requested":
+        text = f"{g('name', '?')}({str(g('arguments', ''))[:SUMMARY_CHARS]})"
+    elif kind == "tool_call.result":
+        text = f"{g('name', 'result')} → {str(g('output', ''))[:SUMMARY_CHARS]}"
+        bad = bool(g("is_error", False))
+    elif kind == "process.exited":
+        argv = " ".join(str(a) for a in g("argv", []))[:SUMMARY_CHARS]
+        code = p.get("exit_code")
+        text = f"{argv} → " + (f"exit {code}" if code is not None else f"signal {g('signal', '?')}")
+        bad = code != 0
+        if p.get("end_ns") and p.get("start_ns"):
+            dur = (p["end_ns"] - p["start_ns"]) / 1e6
+    elif kind == "file.written":
+        text = f"{g('op', '')} {str(g('path', ''))[:SUMMARY_CHARS]} ({g('size', 0)} B)"
+    elif kind == "file.deleted":
+        text = f"deleted {str(g('path', ''))[:SUMMARY_CHARS]}"
+    elif kind == "file.renamed":
+        text = f"{str(g('src', ''))[:100]} → {str(g('dst', ''))[:100]}"
+    elif kind == "file.accessed":
+        text = f"opened ({g('mode', '')}) {str(g('path', ''))[:SUMMARY_CHARS]}"
+    elif kind == "network.request":
+        outcome = p.get("status") if p.get("status") is not None else g("error", "?")
+        text = f"{g('method', '')} {g('host', '')}{str(g('path', ''))[:120]} → {outcome} via {g('via', '')}"
+        dur = p.get("duration_ms")
+        bad = p.get("error") is not None
+    elif kind == "note":
+        text = str(g("text", ""))
+    elif kind == "run.started":
+        text = f"{g('agent', '?')} on {g('task', '-')} ({g('model', '?')})"
+    elif kind == "run.finished":
+        text = f"{g('status', '?')}, exit {g('exit_code', '-')}" + (
+            f": {p['reason']}" if p.get("reason") else ""
+        )
+    elif kind == "submission.sealed":
+        text = f"{len(g('files', []))} files sealed"
+    else:
+        text = json.dumps(p)[:SUMMARY_CHARS]
+    return text, (float(dur) if isinstance(dur, (int, float)) else None), bad, tokens
+
+
+class EventsQuery(Query, frozen=True):
+    limit: Limit = 100
+    kinds: str = ""
+    hide: str = ""
+    q: str = ""
+    around: str | None = None
+    at_ms: Millis | None = None
+    after: str | None = None
+    before: str | None = None
+
+
+class EventRow(msgspec.Struct, omit_defaults=True):
+    key: str
+    source: str
+    seq: int
+    ts_ns: str
+    t_ms: float
+    kind: str
+    lane: str
+    summary: str
+    dur_ms: float | None = None
+    flagged: bool = False
+    tokens: list[int] | None = None
+
+
+class EventsPage(msgspec.Struct):
+    events: list[EventRow]
+    next: str | None
+    prev: str | None
+    start_ns: str
+    target: str | None = None
+
+
+class EventDetail(msgspec.Struct):
+    key: str
+    source: str
+    seq: int
+    kind: str
+    v: int
+    ts_ns: str
+    payload: Any
+    payload_bytes: int
+    prev_hash: str | None
+    hash: str
+
+
+def _event_row(source: str, seq: int, ts_ns: int, kind: str, payload: Any, start_ns: int) -> EventRow:
+    if isinstance(payload, dict):
+        summary, dur_ms, flagged, tokens = summarize_event(kind, payload)
+    else:  # too big to parse for one line: its first characters
+        summary, dur_ms, flagged, tokens = str(payload), None, False, None
+    return EventRow(
+        f"{source}:{seq}",
+        source,
+        seq,
+        str(ts_ns),
+        round((ts_ns - start_ns) / 1e6, 3),
+        kind,
+        LANES.get(kind, "run"),
+        one_line(summary),
+        None if dur_ms is None else round(dur_ms, 3),
+        flagged,
+        tokens,
+    )
+
+
+Mark = tuple[int, str, int]
+"""A position in the run's order: ``(ts_ns, source, seq)``."""
+
+
+@dataclass
+class _Keys:
+    """Finds the keys of the events after or before a mark, under the page's filters."""
+
+    con: duckdb.DuckDBPyConnection
+    base: str
+    args: list[Any]
+    spacing_ns: float | None
+    """The run's mean time between events, when nothing filters them (else None)."""
+
+    def top(self, mark: Mark, forward: bool, n: int, bound: int | None) -> list[Any]:
+        order, op, far = ("ASC", ">=", "<=") if forward else ("DESC", "<=", ">=")
+        within = f"AND ts_ns {far} ?" if bound is not None else ""
+        return self.con.execute(
+            f"{self.base} AND ts_ns {op} ? {within} "
+            f"ORDER BY ts_ns {order}, source {order}, seq {order} LIMIT {n}",
+            [*self.args, mark[0], *([] if bound is None else [bound])],
+        ).fetchall()
+
+    def __call__(self, mark: Mark, forward: bool, inclusive: bool, n: int) -> list[tuple[str, int]]:
+        # Keys first (a top-N on the run's ordering), summaries second, for those rows only. The
+        # SQL bound is on ts_ns alone (a plain range DuckDB can prune storage blocks with); rows
+        # tied on ts_ns are put in order here, and the full keyset condition is used only when
+        # more than a few of them share the mark's time.
+        slack = 32
+        rows = None
+        if self.spacing_ns:
+            # A top-N from the mark to the run's end reads every row in between (half the run, for a
+            # deep link into its middle). Asked first within a window that should hold four times
+            # the rows wanted at the run's mean rate: when it holds enough, they are the same first
+            # rows (every row past the window sorts after every row in it); else the whole rest.
+            reach = int(self.spacing_ns * (n + slack) * 4) + 1
+            rows = self.top(mark, forward, n + slack, mark[0] + (reach if forward else -reach))
+            if len(rows) < n + slack:
+                rows = None
+        if rows is None:
+            rows = self.top(mark, forward, n + slack, None)
+        if forward:
+            keep = [(s, q) for s, q, ts in rows if (ts, s, q) > mark or (inclusive and (ts, s, q) == mark)]
+        else:
+            keep = [(s, q) for s, q, ts in rows if (ts, s, q) < mark]
+        if len(rows) == n + slack and len(keep) < n:
+            keep = self.exact(mark, forward, inclusive, n)
+        return keep[:n]
+
+    def exact(self, mark: Mark, forward: bool, inclusive: bool, n: int) -> list[tuple[str, int]]:
+        """The full keyset condition, for marks whose time many rows share."""
+        if forward:
+            op, order = (">=" if inclusive else ">"), "ASC"
+            cond = f"(ts_ns > ? OR (ts_ns = ? AND (source > ? OR (source = ? AND seq {op} ?))))"
+        else:
+            order = "DESC"
+            cond = "(ts_ns < ? OR (ts_ns = ? AND (source < ? OR (source = ? AND seq < ?))))"
+        rows = self.con.execute(
+            f"{self.base} AND {cond} ORDER BY ts_ns {order}, source {order}, seq {order} LIMIT {n}",
+            [*self.args, mark[0], mark[0], mark[1], mark[1], mark[2]],
+        ).fetchall()
+        return [(src, seq) for src, seq, _ in rows]
+
+
+def _finder(con: duckdb.DuckDBPyConnection, run_id: str, q: EventsQuery, spacing_ns: float | None) -> _Keys:
+    where = ["run_id = ?"]
+    args: list[Any] = [run_id]
+    for names, op in ((q.kinds, "IN"), (q.hide, "NOT IN")):
+        kinds = [k for k in names.split(",") if k]
+        if kinds:
+            where.append(f"kind {op} ({', '.join('?' for _ in kinds)})")
+            args += kinds
+    if q.q:
+        condition, arg = search.matches(con, q.q)
+        where.append(condition)
+        args.append(arg)
+    base = "SELECT source, seq, ts_ns FROM events WHERE " + " AND ".join(where)
+    return _Keys(con, base, args, None if q.kinds or q.q else spacing_ns)
+
+
+def events_page(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    q: EventsQuery,
+    start_ns: int | None = None,
+    spacing_ns: float | None = None,
+) -> EventsPage:
+    """``GET /api/runs/RUN/events``: one page, opened ``around`` an event (``SOURCE:SEQ``) or a time
+    (``at_ms`` from the run's start), or continued ``after``/``before`` a cursor. ``start_ns``: the
+    run's first event time, and ``spacing_ns``, the mean time between its events, when the caller
+    knows them (the run index does)."""
+    if start_ns is None:
+        row = first(con.execute("SELECT min(ts_ns) FROM events WHERE run_id = ?", [run_id]))
+        if row is None or row[0] is None:
+            raise NotFound(f"no run {run_id!r} in the store")
+        start_ns = int(row[0])
+    keys = _finder(con, run_id, q, spacing_ns)
+    if q.after or q.before:
+        forward = bool(q.after)
+        mark = decode_cursor(q.after or q.before or "")
+        if not (isinstance(mark, list) and len(mark) == 3):
+            raise BadRequest("bad events cursor")
+        got = keys((int(mark[0]), str(mark[1]), int(mark[2])), forward, False, q.limit + 1)
+        more = len(got) > q.limit
+        got = got[: q.limit]
+        if not forward:
+            got.reverse()
+        rows = _summaries(con, run_id, got, start_ns)
+        return EventsPage(
+            rows,
+            _cursor(rows[-1]) if forward and more and rows else None,
+            _cursor(rows[0]) if not forward and more and rows else None,
+            str(start_ns),
+        )
+    target, mark = _opening(con, run_id, q, start_ns)
+    # Opened at the run's start nothing comes before: the whole page follows, and no query for it.
+    half = max(q.limit // 2, 1) if mark[0] >= start_ns else 0
+    after = keys(mark, True, True, q.limit - half + 1)
+    before = keys(mark, False, False, half + 1) if half else []
+    more_after, more_before = len(after) > q.limit - half, len(before) > half
+    after, before = after[: q.limit - half], before[:half]
+    before.reverse()
+    rows = _summaries(con, run_id, before + after, start_ns)
+    return EventsPage(
+        rows,
+        _cursor(rows[-1]) if more_after and rows else None,
+        _cursor(rows[0]) if more_before and rows else None,
+        str(start_ns),
+        target,
+    )
+
+
+def _opening(
+    con: duckdb.DuckDBPyConnection, run_id: str, q: EventsQuery, start_ns: int
+) -> tuple[str | None, Mark]:
+    """Where a fresh page opens: at the event asked for (its key is the target), a time, or the start."""
+    if q.around:
+        source, seq = parse_key(q.around)
+        hit = first(
+            con.execute(
+                "SELECT ts_ns FROM events WHERE run_id = ? AND source = ? AND seq = ?", [run_id, source, seq]
+            )
+        )
+        if hit is None:
+            raise NotFound(f"no event {source}:{seq} in run {run_id!r}")
+        return f"{source}:{seq}", (int(hit[0]), source, seq)
+    if q.at_ms is not None:
+        return None, (start_ns + int(q.at_ms * 1e6), "", -1)
+    return None, (start_ns - 1, "", -1)
+
+
+def _summaries(
+    con: duckdb.DuckDBPyConnection, run_id: str, keys: list[tuple[str, int]], start_ns: int
+) -> list[EventRow]:
+    """The list rows of ``keys``, in the order given."""
+    if not keys:
+        return []
+    by_source: dict[str, list[int]] = {}
+    for src, seq in keys:
+        by_source.setdefault(src, []).append(seq)
+    # Per source, a seq range (DuckDB skips storage blocks by their min/max) and the seqs themselves,
+    # one SELECT each: conditions joined by OR are not pushed into the scan, which then read the
+    # payload of every event of the run (180 ms for a page holding three sources); and scattered
+    # keys (search hits, one kind) span most of a source, whose every payload in the range was read.
+    one = f"""SELECT source, seq, ts_ns, kind,
+                     CASE WHEN strlen(CAST(payload AS VARCHAR)) <= {PAYLOAD_CAP}
+                          THEN CAST(payload AS VARCHAR) END,
+                     left(CAST(payload AS VARCHAR), {SUMMARY_CHARS})
+              FROM events WHERE run_id = ? AND source = ? AND seq BETWEEN ? AND ? AND seq IN ({{}})"""
+    selects, cargs = [], []
+    for src, seqs in by_source.items():
+        selects.append(one.format(", ".join("?" for _ in seqs)))
+        cargs += [run_id, src, min(seqs), max(seqs), *seqs]
+    wanted = set(keys)
+    rows = con.execute(" UNION ALL ".join(selects), cargs).fetchall()
+    found = {
+        (src, seq): _event_row(src, seq, ts, kind, json.loads(full) if full is not None else prefix, start_ns)
+        for src, seq, ts, kind, full, prefix in rows
+        if (src, seq) in wanted
+    }
+    return [found[k] for k in keys if k in found]
+
+
+def _cursor(row: EventRow) -> str:
+    return encode_cursor([row.ts_ns, row.source, row.seq])
+
+
+def event_detail(con: duckdb.DuckDBPyConnection, run_id: str, source: str, seq: int) -> EventDetail:
+    """``GET /api/runs/RUN/events/SOURCE/SEQ``: one event in full (its payload and envelope)."""
+    row = first(
+        con.execute(
+            """SELECT kind, v, ts_ns, CAST(payload AS VARCHAR), prev_hash, hash,
+                      strlen(CAST(payload AS VARCHAR))
+               FROM events WHERE run_id = ? AND source = ? AND seq = ?""",
+            [run_id, source, seq],
+        )
+    )
+    if row is None:
+        raise NotFound(f"no event {source}:{seq} in run {run_id!r}")
+    kind, v, ts_ns, payload, prev_hash, hash_, size = row
+    body: Any = json.loads(payload) if size <= 4 * RAW_CAP else {"_truncated": payload[: 4 * RAW_CAP]}
+    return EventDetail(f"{source}:{seq}", source, seq, kind, v, str(ts_ns), body, size, prev_hash, hash_)

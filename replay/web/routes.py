@@ -1,0 +1,185 @@
+"""The viewer's API as a route table: each path under ``/api/`` → the resource that answers it,
+with its query parameters as a Struct (docs/viewer.md's API section is generated from them)."""
+
+from __future__ import annotations
+
+import re
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec.inspect
+
+from replay.web import calls, events, files, runs, scores, timeline, workspace
+from replay.web.resource import IMAGE_CAP, RAW_CAP, Body, Limit, NotFound, Query, Route, Seq, parse_query
+
+if TYPE_CHECKING:
+    from replay.web.server import Viewer
+
+
+@dataclass
+class Ask:
+    """One request, as its handler sees it: the viewer, the run index, the path's values, and a
+    cursor on the store for a request about one run (the others are answered without one)."""
+
+    viewer: Viewer
+    index: runs.RunIndex
+    args: dict[str, Any]
+    con: Any
+    """A ``duckdb.DuckDBPyConnection`` when the path names a run, else None."""
+
+    @property
+    def run(self) -> str:
+        return str(self.args["run"])
+
+
+class DiffQuery(Query, frozen=True):
+    a: str
+    b: str
+    limit: Limit = 200
+    cursor: str | None = None
+    at: Literal["first"] | None = None
+
+
+class BlobQuery(Query, frozen=True):
+    download: Literal["0", "1"] = "0"
+
+
+class FileQuery(Query, frozen=True):
+    path: str
+    seq: Seq | None = None
+
+
+class PreviewQuery(Query, frozen=True):
+    path: str
+    seq: Seq
+
+
+class MomentQuery(Query, frozen=True):
+    at: str = "end"
+    """A moment of the run: ``end``, ``step:N``, ``SOURCE:SEQ`` (the moments of ``amb files``)."""
+
+
+class WorkspaceFileQuery(Query, frozen=True):
+    path: str
+    at: str = "end"
+
+
+def download(data: bytes, name: str, media_type: str, headers: dict[str, str] | None = None) -> Body:
+    # The name came from the agent: only safe characters reach the header.
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in name)[:120] or "file"
+    disposition = {"Content-Disposition": f'attachment; filename="{safe}"'}
+    return Body(data, media_type, {**disposition, **(headers or {})})
+
+
+def blob(ask: Ask, q: BlobQuery) -> Body:
+    """An image as itself, anything else as its first bytes in plain text, or all of it as a download."""
+    sha = str(ask.args["sha"])
+    data = files.blob_bytes(ask.viewer.blobs, sha)
+    media = None if q.download == "1" else calls.sniff_image(data)
+    if media is not None and len(data) <= IMAGE_CAP:
+        return Body(data, media)
+    if q.download == "1":
+        return download(data, sha.replace(":", "-"), "application/octet-stream")
+    return Body(data[:RAW_CAP], "text/plain; charset=utf-8")
+
+
+def run_events(ask: Ask, q: events.EventsQuery) -> events.EventsPage:
+    row = ask.index.row(ask.run)
+    first_ns, last_ns = row["span_ns"]
+    spacing = (last_ns - first_ns) / max(row["n_events"] - 1, 1)
+    return events.events_page(ask.con, ask.run, q, first_ns, spacing)
+
+
+def call_image(ask: Ask, q: Query) -> Body:
+    a = ask.args
+    data, media = calls.call_image(ask.con, ask.viewer.blobs, ask.run, a["source"], a["seq"], a["n"])
+    return Body(data, media)
+
+
+def preview(ask: Ask, q: PreviewQuery) -> Body:
+    png = files.file_preview(ask.con, ask.viewer.blobs, ask.run, q.path, q.seq)
+    return Body(png, "image/png")
+
+
+def workspace_tar(ask: Ask, q: MomentQuery) -> Body:
+    data, not_kept = workspace.tar_at(ask.con, ask.viewer.blobs, ask.run, q.at)
+    name = f"{ask.run}-{q.at.replace(':', '-')}.tar"
+    return download(data, name, "application/x-tar", {"X-Amb-Not-Kept": str(not_kept)})
+
+
+def workspace_file(ask: Ask, q: WorkspaceFileQuery) -> Body:
+    data, _ = workspace.file_at(ask.con, ask.viewer.blobs, ask.run, q.at, q.path)
+    return download(data, q.path.rsplit("/", 1)[-1], "application/octet-stream")
+
+
+ROUTES = [
+    Route("runs", lambda ask, q: runs.list_runs(ask.index, q), runs.RunsQuery),
+    Route("diff", lambda ask, q: ask.viewer.diff(q), DiffQuery),
+    Route("grid", lambda ask, q: runs.grid(ask.index, q), runs.GridQuery),
+    Route("blobs/{sha}", blob, BlobQuery),
+    Route("runs/{run}", lambda ask, q: runs.run_summary(ask.con, ask.index, ask.run)),
+    Route("runs/{run}/events", run_events, events.EventsQuery),
+    Route("runs/{run}/events/{source}/{seq:int}", lambda a, q: events.event_detail(a.con, a.run, **_key(a))),
+    Route(
+        "runs/{run}/calls/{source}/{seq:int}",
+        lambda a, q: calls.model_call(a.con, a.viewer.blobs, a.run, **_key(a)),
+    ),
+    Route("runs/{run}/calls/{source}/{seq:int}/images/{n:int}", call_image, Query),
+    Route(
+        "runs/{run}/files",
+        lambda a, q: files.file_versions(a.con, a.viewer.blobs, a.run, q.path, q.seq),
+        FileQuery,
+    ),
+    Route("runs/{run}/files/preview", preview, PreviewQuery),
+    Route("runs/{run}/workspace", lambda a, q: workspace.files_at(a.con, a.run, q.at), MomentQuery),
+    Route("runs/{run}/workspace.tar", workspace_tar, MomentQuery),
+    Route("runs/{run}/workspace/file", workspace_file, WorkspaceFileQuery),
+    Route("runs/{run}/verify", lambda a, q: a.viewer.verified(a.con, a.run, a.index.generation)),
+    Route("runs/{run}/scores", lambda a, q: scores.run_scores(a.con, a.run)),
+    Route("runs/{run}/timeline", lambda a, q: timeline.timeline(a.con, a.run, q), timeline.TimelineQuery),
+]
+
+
+def _key(ask: Ask) -> dict[str, Any]:
+    return {"source": ask.args["source"], "seq": ask.args["seq"]}
+
+
+def answer(viewer: Viewer, parts: list[str], params: dict[str, str]) -> Any:
+    """The answer to ``/api/`` + ``parts``: the first route whose pattern matches."""
+    for route in ROUTES:
+        args = route.match(parts)
+        if args is None:
+            continue
+        q = parse_query(params, route.query)
+        index = viewer.index()
+        if "run" in args:
+            index.row(args["run"])  # an unknown run is a 404 before any query on it
+        with viewer.reader.cursor() if "run" in args else nullcontext() as con:
+            return route.handler(Ask(viewer, index, args, con), q)
+    raise NotFound("no such API endpoint (see docs/viewer.md)")
+
+
+def markdown() -> str:
+    """The routes and their query parameters as a table (docs/viewer.md's ``api`` block)."""
+    rows = ["| endpoint | query parameters: type, default |", "|---|---|"]
+    for route in ROUTES:
+        path = re.sub(r"\{(\w+)(:int)?\}", lambda m: m[1].upper(), route.pattern)
+        fields = msgspec.inspect.type_info(route.query).fields  # type: ignore[attr-defined]
+        params = [f"`{f.name}` {_kind(f.type)}{_default(f)}" for f in fields]
+        rows.append(f"| `GET /api/{path}` | {', '.join(params) or '–'} |")
+    return "\n".join(rows)
+
+
+def _default(f: msgspec.inspect.Field) -> str:
+    return " (required)" if f.required else "" if f.default in (None, "") else f" = `{f.default}`"
+
+
+def _kind(t: msgspec.inspect.Type) -> str:
+    if isinstance(t, msgspec.inspect.UnionType):
+        return " or ".join(_kind(x) for x in t.types if not isinstance(x, msgspec.inspect.NoneType))
+    if isinstance(t, msgspec.inspect.LiteralType):
+        return " \\| ".join(f"`{v}`" for v in t.values)
+    if isinstance(t, msgspec.inspect.IntType) and t.ge is not None:
+        return f"int {t.ge}–{t.le}" if t.le is not None else f"int ≥ {t.ge}"
+    return type(t).__name__.removesuffix("Type").lower()
