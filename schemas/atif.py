@@ -10,12 +10,37 @@ step, the field and the value. Fields this model does not name are ignored on im
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
+from schemas.codec import encode_payload
+from schemas.events import Payload
+
 SCHEMA_PREFIX = "ATIF-v1."
 """Every ATIF version this model reads starts so (v1.0 to v1.8)."""
+VERSIONS = {"1.8": "ATIF-v1.8", "1.6": "ATIF-v1.6"}
+"""The versions ``amb export atif --version`` writes."""
+
+TRAJECTORY = "trajectory.json"
+SIDECAR = "events.jsonl"
+"""Beside the trajectory: the events ATIF has no slot for, verbatim (their blobs in ``BLOB_DIR``)."""
+BLOB_DIR = "blobs"
+
+_BLOB_REF = re.compile(rb'"blob":"(sha256:[0-9a-f]{64})"')
+
+
+def blob_refs(payload: Payload) -> list[str]:
+    """Every stored blob a payload refers to, as ``amb verify`` finds them (a BlobRef, or a note's
+    data that names a blob): the blobs a sidecar line needs beside it."""
+    return [m.decode() for m in _BLOB_REF.findall(encode_payload(payload))]
+
+
+def timestamp(ns: int) -> str:
+    """A step's ISO 8601 timestamp (UTC, ``Z``) of a time in ns since 1970."""
+    return datetime.fromtimestamp(ns / 1e9, UTC).isoformat().replace("+00:00", "Z")
 
 
 class _Doc(msgspec.Struct, omit_defaults=True):

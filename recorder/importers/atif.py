@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -43,7 +42,7 @@ from recorder.importers.common import (
 from recorder.importers.values import count, datetime_ns, seconds, shown, time_ns
 from schemas import atif, providers
 from schemas.blob import digest
-from schemas.codec import ID_RE, decode_payload, encode_payload
+from schemas.codec import ID_RE, decode_payload
 from schemas.errors import SchemaError
 from schemas.events import (
     UNKNOWN_ENDING,
@@ -59,11 +58,8 @@ from schemas.events import (
     Usage,
 )
 from schemas.providers import openai_chat
-from schemas.providers.conversation import Conversation, Message, Part, Reply
+from schemas.providers.conversation import Conversation, Message, Part, Reply, json_text
 
-TRAJECTORY = "trajectory.json"
-SIDECAR = "events.jsonl"
-BLOB_DIR = "blobs"
 NO_SIDE_EVENTS = "ATIF has no processes, file changes, network requests or submission: TASK cannot be graded"
 
 
@@ -101,8 +97,8 @@ def _ns(stamp: str | None, where: str) -> int | None:
 
 def _sidecar(root: Path, limits: ImportCaps, b: RunBuilder) -> list[tuple[int, Payload]]:
     out: list[tuple[int, Payload]] = []
-    where = shown(root / SIDECAR)
-    for n, line in enumerate(read_jsonl(root, root / SIDECAR, limits), 1):
+    where = shown(root / atif.SIDECAR)
+    for n, line in enumerate(read_jsonl(root, root / atif.SIDECAR, limits), 1):
         kind, v, payload, ts = line.get("kind"), line.get("v"), line.get("payload"), line.get("ts_ns")
         if not isinstance(kind, str) or not isinstance(v, int) or not isinstance(ts, int):
             raise Rejected(f"{where}: line {n}: needs kind, v and ts_ns")
@@ -111,10 +107,10 @@ def _sidecar(root: Path, limits: ImportCaps, b: RunBuilder) -> list[tuple[int, P
             decoded = decode_payload(kind, v, json.dumps(payload, allow_nan=False).encode())
         except (SchemaError, ValueError) as e:
             raise Rejected(f"{where}: line {n}: {e}") from e
-        for ref in (m.decode() for m in BLOB_REF.findall(encode_payload(decoded))):
-            path = root / BLOB_DIR / ref.removeprefix("sha256:")
+        for ref in atif.blob_refs(decoded):
+            path = root / atif.BLOB_DIR / ref.removeprefix("sha256:")
             if not path.exists():
-                raise Rejected(f"{where}: line {n}: blob {ref} is not in {shown(root / BLOB_DIR)}/")
+                raise Rejected(f"{where}: line {n}: blob {ref} is not in {shown(root / atif.BLOB_DIR)}/")
             data = read_bytes(root, path, limits)
             if digest(data) != ref:
                 raise Rejected(f"{shown(path)}: content does not match its name")
@@ -123,14 +119,10 @@ def _sidecar(root: Path, limits: ImportCaps, b: RunBuilder) -> list[tuple[int, P
     return out
 
 
-BLOB_REF = re.compile(rb'"blob":"(sha256:[0-9a-f]{64})"')
-"""Every blob reference in a canonical payload, as ``amb verify`` finds them."""
-
-
 def parse(path: Path, limits: ImportCaps = DEFAULT_CAPS) -> list[RunBuilder]:
     """One run per trajectory (and per embedded sub-agent trajectory); nothing is written."""
     path = Path(path)
-    file = path / TRAJECTORY if path.is_dir() else path
+    file = path / atif.TRAJECTORY if path.is_dir() else path
     root = file.parent.resolve()
     file = root / file.name
     check_file(root, file, limits)
@@ -159,7 +151,7 @@ def _runs(doc: atif.Trajectory, source: _Source, parent: str | None) -> list[Run
     if not doc.steps or doc.agent is None:
         raise Rejected(f"{where}: needs an agent object and at least one step")
     run = _Run(doc, doc.agent, source, _run_id(doc, source, parent), where)
-    if parent is None and _amb(doc.extra).get("sidecar") and (source.root / SIDECAR).exists():
+    if parent is None and _amb(doc.extra).get("sidecar") and (source.root / atif.SIDECAR).exists():
         run.side = _sidecar(source.root, source.limits, run.b)
     for i, step in enumerate(doc.steps):
         run.step(i, step)
@@ -310,9 +302,7 @@ class _Run:
                 when = time_ns(
                     as_dict(requested[t.id]).get("ts_ns"), f"{where}: extra.amb.requested.ts_ns", at
                 )
-            asked = ToolCallRequested(
-                tool_call_id=t.id, name=t.name, arguments=t.arguments, model_call_id=call_id
-            )
+            asked = ToolCallRequested(t.id, t.name, t.arguments, model_call_id=call_id)
             self.pending.append((when, asked))
 
     def observations(
@@ -378,11 +368,8 @@ class _Run:
 
     def start(self, version: str, parent: str | None) -> list[Payload]:
         """The run's start and the limitations of a trajectory that was not exported by AMB."""
-        labels = {
-            "origin": "atif",
-            "schema_version": version,
-            "time_base": "approx" if self.approx else "exact",
-        }
+        time_base = "approx" if self.approx else "exact"
+        labels = {"origin": "atif", "schema_version": version, "time_base": time_base}
         if self.doc.session_id:
             labels["atif_session_id"] = self.doc.session_id
         if parent:
@@ -420,11 +407,7 @@ def _tool_calls(step: atif.Step, call_id: str, raw_args: dict[str, Any], where: 
     for j, tc in enumerate(step.tool_calls or []):
         tc_id = tc.tool_call_id or f"{call_id}_{j}"
         raw = raw_args.get(tc_id)
-        args = (
-            raw
-            if isinstance(raw, str)
-            else json.dumps(tc.arguments or {}, separators=(",", ":"), ensure_ascii=False)
-        )
+        args = json_text(raw if isinstance(raw, str) else tc.arguments)
         parts.append(ToolCallPart(id=tc_id, name=tc.function_name or "", arguments=args))
     return parts
 

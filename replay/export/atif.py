@@ -22,9 +22,7 @@ consumers on v1.6 models reject unknown fields.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -35,11 +33,10 @@ from replay.read import iter_events
 from replay.summary import Tokens
 from schemas import atif, providers
 from schemas.blob import BlobRef
-from schemas.codec import Event, canonical_json, encode_payload
+from schemas.codec import Event, canonical_json
 from schemas.errors import AmbError
 from schemas.events import (
     ModelCallCompleted,
-    Payload,
     RunFinished,
     RunStarted,
     ToolCallRequested,
@@ -47,28 +44,11 @@ from schemas.events import (
     Usage,
 )
 from schemas.providers import openai_chat
-from schemas.providers.conversation import Message
+from schemas.providers.conversation import Message, json_text
 from schemas.untrusted_json import loads_untrusted
 
-VERSIONS = {"1.8": "ATIF-v1.8", "1.6": "ATIF-v1.6"}
-SIDECAR = "events.jsonl"
-TRAJECTORY = "trajectory.json"
-BLOB_DIR = "blobs"
-
 CALL_FIELDS = (
-    "provider",
-    "api",
-    "stream",
-    "url",
-    "status",
-    "ok",
-    "error",
-    "stop_reason",
-    "started_ns",
-    "ttfb_ms",
-    "latency_ms",
-    "retries",
-    "partial",
+    "provider api stream url status ok error stop_reason started_ns ttfb_ms latency_ms retries partial"
 )
 """Model-call facts ATIF has no field for, kept in ``step.extra.amb.call``."""
 
@@ -82,10 +62,6 @@ class Exported(NamedTuple):
     """Every blob the sidecar refers to (copied beside it so an import elsewhere has them)."""
 
 
-def iso(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, UTC).isoformat().replace("+00:00", "Z")
-
-
 def _request(api: str, body: bytes) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
     """(system prompt, messages without it, tool definitions in OpenAI's function shape, as ATIF
     has them) of a request body of any supported API."""
@@ -93,9 +69,7 @@ def _request(api: str, body: bytes) -> tuple[str | None, list[Message], list[dic
         conv = providers.conversation(api, loads_untrusted(body))
     except ValueError:
         return None, [], []
-    system = conv.system()
-    messages = conv.messages[1:] if system is not None else conv.messages
-    return system, messages, [openai_chat.tool_entry(t) for t in conv.tools]
+    return conv.system(), conv.rest(), [openai_chat.tool_entry(t) for t in conv.tools]
 
 
 def _new_user_messages(messages: list[Message], first: bool) -> list[str]:
@@ -120,16 +94,7 @@ def _arguments(raw: str) -> tuple[dict[str, Any], bool]:
         return {}, False
     if not isinstance(value, dict):
         return {}, False
-    return value, json.dumps(value, separators=(",", ":"), ensure_ascii=False) == raw
-
-
-BLOB_REF = re.compile(rb'"blob":"(sha256:[0-9a-f]{64})"')
-"""Every stored blob reference in a canonical payload, as ``amb verify`` finds them (a BlobRef, or
-a note's data that names a blob)."""
-
-
-def blob_refs(payload: Payload) -> list[str]:
-    return [m.decode() for m in BLOB_REF.findall(encode_payload(payload))]
+    return value, json_text(value) == raw
 
 
 class _Export:
@@ -163,7 +128,7 @@ class _Export:
             self.aside(e)
 
     def model_call(self, e: Event, p: ModelCallCompleted) -> None:
-        when = iso(p.started_ns or e.ts_ns)
+        when = atif.timestamp(p.started_ns or e.ts_ns)
         if p.request is not None:
             self.request_steps(p.api, self.read_blob(p.request), when)
         step = atif.Step(
@@ -178,7 +143,7 @@ class _Export:
         amb: dict[str, Any] = {
             "call_id": p.call_id,
             "ts_ns": e.ts_ns,
-            "call": {k: getattr(p, k) for k in CALL_FIELDS},
+            "call": {k: getattr(p, k) for k in CALL_FIELDS.split()},
         }
         raw_args = self.tool_calls(step, p)
         if raw_args:
@@ -260,7 +225,7 @@ class _Export:
             )
         labels = dict(started.labels) if started else {}
         return atif.Trajectory(
-            schema_version=VERSIONS[self.version],
+            schema_version=atif.VERSIONS[self.version],
             session_id=labels.get("atif_session_id") or run_id,
             agent=_agent(started, self.tool_definitions),
             steps=self.steps,
@@ -279,7 +244,7 @@ class _Export:
                     "tier": started.tier if started else None,
                     "backend": started.backend if started else None,
                     "status": finished.status if finished else "unfinished",
-                    "sidecar": SIDECAR,
+                    "sidecar": atif.SIDECAR,
                 }
             },
         )
@@ -313,8 +278,8 @@ def _agent(started: RunStarted | None, tool_definitions: list[dict[str, Any]]) -
 
 def build(events: list[Event], read_blob: BlobReader, version: str = "1.8") -> Exported:
     """The ATIF document, sidecar lines and sidecar blobs of one run's events."""
-    if version not in VERSIONS:
-        raise AmbError(f"unknown ATIF version {version!r} (use {' or '.join(VERSIONS)})")
+    if version not in atif.VERSIONS:
+        raise AmbError(f"unknown ATIF version {version!r} (use {' or '.join(atif.VERSIONS)})")
     run_id = events[0].run_id if events else ""
     evs = sorted(events, key=lambda e: (e.ts_ns, e.source, e.seq))
     started: RunStarted | None = next((e.payload for e in evs if isinstance(e.payload, RunStarted)), None)
@@ -327,7 +292,7 @@ def build(events: list[Event], read_blob: BlobReader, version: str = "1.8") -> E
         {"ts_ns": e.ts_ns, "kind": e.kind, "v": e.v, "payload": msgspec.to_builtins(e.payload)}
         for e in export.sidecar
     ]
-    unique = sorted({ref for e in export.sidecar for ref in blob_refs(e.payload)})
+    unique = sorted({ref for e in export.sidecar for ref in atif.blob_refs(e.payload)})
     return Exported(trajectory, sidecar, unique)
 
 
@@ -340,16 +305,16 @@ def export_run(
         raise AmbError(f"no run {run_id!r} in the store (see `amb runs`)")
     exported = build(events, read_blob, version)
     folder = out / run_id
-    (folder / BLOB_DIR).mkdir(parents=True, exist_ok=True)
-    (folder / TRAJECTORY).write_text(
+    (folder / atif.BLOB_DIR).mkdir(parents=True, exist_ok=True)
+    (folder / atif.TRAJECTORY).write_text(
         json.dumps(exported.trajectory, indent=2, ensure_ascii=False, sort_keys=False) + "\n",
         encoding="utf-8",
     )
-    with open(folder / SIDECAR, "w", encoding="utf-8") as f:
+    with open(folder / atif.SIDECAR, "w", encoding="utf-8") as f:
         for line in exported.sidecar:
             f.write(canonical_json(line).decode() + "\n")
     for ref in exported.blobs:
-        target = folder / BLOB_DIR / ref.removeprefix("sha256:")
+        target = folder / atif.BLOB_DIR / ref.removeprefix("sha256:")
         if not target.exists():
             target.write_bytes(read_blob(ref))
     return folder
