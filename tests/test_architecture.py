@@ -66,8 +66,14 @@ def test_schemas_is_pure():
         )
 
 
+OMITS_DEFAULTS = {"schemas/atif.py"}
+"""A foreign format's model, never stored: ATIF writers leave out the fields a step does not have."""
+
+
 def test_no_omit_defaults_on_events():
     for path in sources("schemas"):
+        if path.relative_to(ROOT).as_posix() in OMITS_DEFAULTS:
+            continue
         text = path.read_text(encoding="utf-8")
         assert "omit_defaults=True" not in text, f"{path}: stored events must keep every field"
 

@@ -22,9 +22,7 @@ consumers on v1.6 models reject unknown fields.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -33,41 +31,24 @@ import msgspec
 
 from replay.read import iter_events
 from replay.summary import Tokens
-from schemas import providers
+from schemas import atif, providers
 from schemas.blob import BlobRef
-from schemas.codec import Event, canonical_json, encode_payload
+from schemas.codec import Event, canonical_json
 from schemas.errors import AmbError
 from schemas.events import (
     ModelCallCompleted,
-    Payload,
     RunFinished,
     RunStarted,
     ToolCallRequested,
     ToolCallResult,
+    Usage,
 )
 from schemas.providers import openai_chat
-from schemas.providers.conversation import Message
+from schemas.providers.conversation import Message, json_text
 from schemas.untrusted_json import loads_untrusted
 
-VERSIONS = {"1.8": "ATIF-v1.8", "1.6": "ATIF-v1.6"}
-SIDECAR = "events.jsonl"
-TRAJECTORY = "trajectory.json"
-BLOB_DIR = "blobs"
-
 CALL_FIELDS = (
-    "provider",
-    "api",
-    "stream",
-    "url",
-    "status",
-    "ok",
-    "error",
-    "stop_reason",
-    "started_ns",
-    "ttfb_ms",
-    "latency_ms",
-    "retries",
-    "partial",
+    "provider api stream url status ok error stop_reason started_ns ttfb_ms latency_ms retries partial"
 )
 """Model-call facts ATIF has no field for, kept in ``step.extra.amb.call``."""
 
@@ -81,10 +62,6 @@ class Exported(NamedTuple):
     """Every blob the sidecar refers to (copied beside it so an import elsewhere has them)."""
 
 
-def iso(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, UTC).isoformat().replace("+00:00", "Z")
-
-
 def _request(api: str, body: bytes) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
     """(system prompt, messages without it, tool definitions in OpenAI's function shape, as ATIF
     has them) of a request body of any supported API."""
@@ -92,9 +69,7 @@ def _request(api: str, body: bytes) -> tuple[str | None, list[Message], list[dic
         conv = providers.conversation(api, loads_untrusted(body))
     except ValueError:
         return None, [], []
-    system = conv.system()
-    messages = conv.messages[1:] if system is not None else conv.messages
-    return system, messages, [openai_chat.tool_entry(t) for t in conv.tools]
+    return conv.system(), conv.rest(), [openai_chat.tool_entry(t) for t in conv.tools]
 
 
 def _new_user_messages(messages: list[Message], first: bool) -> list[str]:
@@ -119,175 +94,205 @@ def _arguments(raw: str) -> tuple[dict[str, Any], bool]:
         return {}, False
     if not isinstance(value, dict):
         return {}, False
-    return value, json.dumps(value, separators=(",", ":"), ensure_ascii=False) == raw
+    return value, json_text(value) == raw
 
 
-BLOB_REF = re.compile(rb'"blob":"(sha256:[0-9a-f]{64})"')
-"""Every stored blob reference in a canonical payload, as ``amb verify`` finds them (a BlobRef, or
-a note's data that names a blob)."""
+class _Export:
+    """One run's export in progress: the steps so far, what goes to the sidecar, and where each
+    model call's and tool call's step is (later events add to it)."""
+
+    def __init__(self, read_blob: BlobReader, version: str) -> None:
+        self.read_blob, self.version = read_blob, version
+        self.steps: list[atif.Step] = []
+        self.sidecar: list[Event] = []
+        self.notes: list[str] = []
+        self.tool_definitions: list[dict[str, Any]] = []
+        self.step_of_call: dict[str, atif.Step] = {}
+        self.step_of_tool: dict[str, atif.Step] = {}
+        self.first_request = True
+        self.totals = Tokens()
+        self.counts = {"failed_model_calls": 0, "processes": 0, "file_writes": 0, "network_requests": 0}
+
+    def add(self, step: atif.Step) -> atif.Step:
+        step.step_id = len(self.steps) + 1
+        self.steps.append(step)
+        return step
+
+    def event(self, e: Event) -> None:
+        p = e.payload
+        if isinstance(p, ModelCallCompleted) and p.ok:
+            self.model_call(e, p)
+        elif not (isinstance(p, ToolCallRequested) and self.requested(e, p)) and not (
+            isinstance(p, ToolCallResult) and self.result(e, p)
+        ):
+            self.aside(e)
+
+    def model_call(self, e: Event, p: ModelCallCompleted) -> None:
+        when = atif.timestamp(p.started_ns or e.ts_ns)
+        if p.request is not None:
+            self.request_steps(p.api, self.read_blob(p.request), when)
+        step = atif.Step(
+            timestamp=when,
+            source="agent",
+            message=p.message.text,
+            model_name=p.model or None,
+            reasoning_content=p.message.reasoning or None,
+            metrics=_metrics(p.usage),
+            llm_call_count=1 if self.version == "1.8" else None,
+        )
+        amb: dict[str, Any] = {
+            "call_id": p.call_id,
+            "ts_ns": e.ts_ns,
+            "call": {k: getattr(p, k) for k in CALL_FIELDS.split()},
+        }
+        raw_args = self.tool_calls(step, p)
+        if raw_args:
+            amb["raw_arguments"] = raw_args
+        step.extra = {"amb": amb}
+        self.totals.add(p.usage)
+        self.step_of_call[p.call_id] = self.add(step)
+
+    def request_steps(self, api: str, body: bytes, when: str) -> None:
+        """The system and user steps a request adds (the first one: its system prompt and tools)."""
+        system, messages, tools = _request(api, body)
+        if self.first_request:
+            if system:
+                self.add(atif.Step(timestamp=when, source="system", message=system))
+            self.tool_definitions = tools
+        for text in _new_user_messages(messages, self.first_request):
+            self.add(atif.Step(timestamp=when, source="user", message=text))
+        self.first_request = False
+
+    def tool_calls(self, step: atif.Step, p: ModelCallCompleted) -> dict[str, str]:
+        """Fill the step's tool calls (arguments as objects); the raw argument strings an object
+        does not spell exactly, by tool call id."""
+        raw_args: dict[str, str] = {}
+        calls: list[atif.ToolCall] = []
+        for tc in p.message.tool_calls:
+            args, exact = _arguments(tc.arguments)
+            if not exact:
+                raw_args[tc.id] = tc.arguments
+                if not args and tc.arguments.strip() not in ("", "{}"):
+                    self.notes.append(
+                        f"step {len(self.steps) + 1}: arguments of {tc.id} are not a JSON object"
+                    )
+            calls.append(atif.ToolCall(tool_call_id=tc.id, function_name=tc.name, arguments=args))
+            self.step_of_tool[tc.id] = step
+        step.tool_calls = calls or None
+        return raw_args
+
+    def requested(self, e: Event, p: ToolCallRequested) -> bool:
+        """Note when a tool call of a step was asked for; False when no step holds it."""
+        owner = self.step_of_call.get(p.model_call_id)
+        if owner is None or not any(t.tool_call_id == p.tool_call_id for t in owner.tool_calls or []):
+            return False
+        _amb(owner).setdefault("requested", {})[p.tool_call_id] = {"ts_ns": e.ts_ns}
+        return True
+
+    def result(self, e: Event, p: ToolCallResult) -> bool:
+        """A tool result into its step's observation (in full); False when no step holds its call."""
+        owner = self.step_of_tool.get(p.tool_call_id)
+        if owner is None:
+            return False
+        text = p.output if p.output_blob is None else self.read_blob(p.output_blob).decode("utf-8", "replace")
+        owner.observation = owner.observation or atif.Observation()
+        owner.observation.results.append(atif.ObservationResult(source_call_id=p.tool_call_id, content=text))
+        facts: dict[str, Any] = {
+            "ts_ns": e.ts_ns,
+            "model_call_id": p.model_call_id,
+            "name": p.name,
+            "is_error": p.is_error,
+        }
+        if p.output_blob is not None:
+            facts["inline_chars"] = len(p.output)
+        _amb(owner).setdefault("results", []).append(facts)
+        return True
+
+    def aside(self, e: Event) -> None:
+        """An event ATIF has no slot for: to the sidecar, counted."""
+        self.counts["failed_model_calls"] += isinstance(e.payload, ModelCallCompleted)
+        self.counts["processes"] += e.kind == "process.exited"
+        self.counts["file_writes"] += e.kind == "file.written"
+        self.counts["network_requests"] += e.kind == "network.request"
+        self.sidecar.append(e)
+
+    def trajectory(
+        self, run_id: str, started: RunStarted | None, finished: RunFinished | None
+    ) -> atif.Trajectory:
+        if not self.steps:
+            self.add(
+                atif.Step(source="system", message="", extra={"amb": {"note": "the run has no model calls"}})
+            )
+        labels = dict(started.labels) if started else {}
+        return atif.Trajectory(
+            schema_version=atif.VERSIONS[self.version],
+            session_id=labels.get("atif_session_id") or run_id,
+            agent=_agent(started, self.tool_definitions),
+            steps=self.steps,
+            notes="; ".join(self.notes) or None,
+            final_metrics=atif.FinalMetrics(
+                total_prompt_tokens=self.totals.input,
+                total_completion_tokens=self.totals.output,
+                total_cached_tokens=self.totals.cache_read,
+                total_steps=len(self.steps),
+                extra={**self.counts, "sidecar_events": len(self.sidecar)},
+            ),
+            extra={
+                "amb": {
+                    "run_id": run_id,
+                    "task": started.task if started else None,
+                    "tier": started.tier if started else None,
+                    "backend": started.backend if started else None,
+                    "status": finished.status if finished else "unfinished",
+                    "sidecar": atif.SIDECAR,
+                }
+            },
+        )
 
 
-def blob_refs(payload: Payload) -> list[str]:
-    return [m.decode() for m in BLOB_REF.findall(encode_payload(payload))]
+def _amb(step: atif.Step) -> dict[str, Any]:
+    assert step.extra is not None  # every agent step an export made carries extra.amb
+    amb: dict[str, Any] = step.extra["amb"]
+    return amb
+
+
+def _metrics(u: Usage) -> atif.Metrics:
+    return atif.Metrics(
+        prompt_tokens=u.input_total,
+        completion_tokens=u.output,
+        cached_tokens=u.cache_read,
+        extra={"cache_write_tokens": u.cache_write, "reasoning_tokens": u.reasoning, "reported": u.reported},
+    )
+
+
+def _agent(started: RunStarted | None, tool_definitions: list[dict[str, Any]]) -> atif.Agent:
+    name = (started.agent if started else None) or "unknown"
+    versions = dict(started.tool_versions) if started else {}
+    return atif.Agent(
+        name=name,
+        version=versions.get(name) or versions.get("amb") or "unknown",
+        model_name=(started.model if started else None) or None,
+        tool_definitions=tool_definitions or None,
+    )
 
 
 def build(events: list[Event], read_blob: BlobReader, version: str = "1.8") -> Exported:
     """The ATIF document, sidecar lines and sidecar blobs of one run's events."""
-    if version not in VERSIONS:
-        raise AmbError(f"unknown ATIF version {version!r} (use {' or '.join(VERSIONS)})")
+    if version not in atif.VERSIONS:
+        raise AmbError(f"unknown ATIF version {version!r} (use {' or '.join(atif.VERSIONS)})")
     run_id = events[0].run_id if events else ""
     evs = sorted(events, key=lambda e: (e.ts_ns, e.source, e.seq))
     started: RunStarted | None = next((e.payload for e in evs if isinstance(e.payload, RunStarted)), None)
     finished: RunFinished | None = next((e.payload for e in evs if isinstance(e.payload, RunFinished)), None)
-    steps: list[dict[str, Any]] = []
-    sidecar_events: list[Event] = []
-    notes: list[str] = []
-    tool_definitions: list[dict[str, Any]] = []
-    step_of_call: dict[str, dict[str, Any]] = {}
-    step_of_tool: dict[str, dict[str, Any]] = {}
-    first_request = True
-    totals = Tokens()
-    counts = {"failed_model_calls": 0, "processes": 0, "file_writes": 0, "network_requests": 0}
-
-    def add(step: dict[str, Any]) -> dict[str, Any]:
-        step["step_id"] = len(steps) + 1
-        steps.append(step)
-        return step
-
+    export = _Export(read_blob, version)
     for e in evs:
-        p: Payload = e.payload
-        if isinstance(p, ModelCallCompleted) and p.ok:
-            if p.request is not None:
-                system, messages, tools = _request(p.api, read_blob(p.request))
-                if first_request:
-                    if system:
-                        add(
-                            {"timestamp": iso(p.started_ns or e.ts_ns), "source": "system", "message": system}
-                        )
-                    tool_definitions = tools
-                for text in _new_user_messages(messages, first_request):
-                    add({"timestamp": iso(p.started_ns or e.ts_ns), "source": "user", "message": text})
-                first_request = False
-            call: dict[str, Any] = {k: getattr(p, k) for k in CALL_FIELDS}
-            step: dict[str, Any] = {
-                "timestamp": iso(p.started_ns or e.ts_ns),
-                "source": "agent",
-                "message": p.message.text,
-            }
-            if p.model:
-                step["model_name"] = p.model
-            if p.message.reasoning:
-                step["reasoning_content"] = p.message.reasoning
-            raw_args: dict[str, str] = {}
-            if p.message.tool_calls:
-                step["tool_calls"] = []
-                for tc in p.message.tool_calls:
-                    args, exact = _arguments(tc.arguments)
-                    if not exact:
-                        raw_args[tc.id] = tc.arguments
-                        if not args and tc.arguments.strip() not in ("", "{}"):
-                            notes.append(f"step {len(steps) + 1}: arguments of {tc.id} are not a JSON object")
-                    step["tool_calls"].append(
-                        {"tool_call_id": tc.id, "function_name": tc.name, "arguments": args}
-                    )
-                    step_of_tool[tc.id] = step
-            u = p.usage
-            step["metrics"] = {
-                "prompt_tokens": u.input_total,
-                "completion_tokens": u.output,
-                "cached_tokens": u.cache_read,
-                "extra": {
-                    "cache_write_tokens": u.cache_write,
-                    "reasoning_tokens": u.reasoning,
-                    "reported": u.reported,
-                },
-            }
-            totals.add(u)
-            if version == "1.8":
-                step["llm_call_count"] = 1
-            amb: dict[str, Any] = {"call_id": p.call_id, "ts_ns": e.ts_ns, "call": call}
-            if raw_args:
-                amb["raw_arguments"] = raw_args
-            step["extra"] = {"amb": amb}
-            add(step)
-            step_of_call[p.call_id] = step
-            continue
-        if isinstance(p, ToolCallRequested):
-            owner = step_of_call.get(p.model_call_id)
-            if owner is not None and any(
-                t["tool_call_id"] == p.tool_call_id for t in owner.get("tool_calls", [])
-            ):
-                owner["extra"]["amb"].setdefault("requested", {})[p.tool_call_id] = {"ts_ns": e.ts_ns}
-                continue
-        if isinstance(p, ToolCallResult):
-            owner = step_of_tool.get(p.tool_call_id)
-            if owner is not None:
-                text = (
-                    p.output if p.output_blob is None else read_blob(p.output_blob).decode("utf-8", "replace")
-                )
-                results = owner.setdefault("observation", {"results": []})["results"]
-                results.append({"source_call_id": p.tool_call_id, "content": text})
-                facts: dict[str, Any] = {
-                    "ts_ns": e.ts_ns,
-                    "model_call_id": p.model_call_id,
-                    "name": p.name,
-                    "is_error": p.is_error,
-                }
-                if p.output_blob is not None:
-                    facts["inline_chars"] = len(p.output)
-                owner["extra"]["amb"].setdefault("results", []).append(facts)
-                continue
-        if isinstance(p, ModelCallCompleted):
-            counts["failed_model_calls"] += 1
-        kind = e.kind
-        counts["processes"] += kind == "process.exited"
-        counts["file_writes"] += kind == "file.written"
-        counts["network_requests"] += kind == "network.request"
-        sidecar_events.append(e)
-
-    if not steps:
-        add({"source": "system", "message": "", "extra": {"amb": {"note": "the run has no model calls"}}})
-    labels = dict(started.labels) if started else {}
-    agent_name = (started.agent if started else None) or "unknown"
-    versions = dict(started.tool_versions) if started else {}
-    agent: dict[str, Any] = {
-        "name": agent_name,
-        "version": versions.get(agent_name) or versions.get("amb") or "unknown",
-    }
-    if started and started.model:
-        agent["model_name"] = started.model
-    if tool_definitions:
-        agent["tool_definitions"] = tool_definitions
-    trajectory: dict[str, Any] = {
-        "schema_version": VERSIONS[version],
-        "session_id": labels.get("atif_session_id") or run_id,
-        "agent": agent,
-        "steps": steps,
-    }
-    if notes:
-        trajectory["notes"] = "; ".join(notes)
-    trajectory["final_metrics"] = {
-        "total_prompt_tokens": totals.input,
-        "total_completion_tokens": totals.output,
-        "total_cached_tokens": totals.cache_read,
-        "total_steps": len(steps),
-        "extra": {**counts, "sidecar_events": len(sidecar_events)},
-    }
-    trajectory["extra"] = {
-        "amb": {
-            "run_id": run_id,
-            "task": started.task if started else None,
-            "tier": started.tier if started else None,
-            "backend": started.backend if started else None,
-            "status": finished.status if finished else "unfinished",
-            "sidecar": SIDECAR,
-        }
-    }
+        export.event(e)
+    trajectory = msgspec.to_builtins(export.trajectory(run_id, started, finished))
     sidecar = [
         {"ts_ns": e.ts_ns, "kind": e.kind, "v": e.v, "payload": msgspec.to_builtins(e.payload)}
-        for e in sidecar_events
+        for e in export.sidecar
     ]
-    unique = sorted({ref for e in sidecar_events for ref in blob_refs(e.payload)})
+    unique = sorted({ref for e in export.sidecar for ref in atif.blob_refs(e.payload)})
     return Exported(trajectory, sidecar, unique)
 
 
@@ -300,16 +305,16 @@ def export_run(
         raise AmbError(f"no run {run_id!r} in the store (see `amb runs`)")
     exported = build(events, read_blob, version)
     folder = out / run_id
-    (folder / BLOB_DIR).mkdir(parents=True, exist_ok=True)
-    (folder / TRAJECTORY).write_text(
+    (folder / atif.BLOB_DIR).mkdir(parents=True, exist_ok=True)
+    (folder / atif.TRAJECTORY).write_text(
         json.dumps(exported.trajectory, indent=2, ensure_ascii=False, sort_keys=False) + "\n",
         encoding="utf-8",
     )
-    with open(folder / SIDECAR, "w", encoding="utf-8") as f:
+    with open(folder / atif.SIDECAR, "w", encoding="utf-8") as f:
         for line in exported.sidecar:
             f.write(canonical_json(line).decode() + "\n")
     for ref in exported.blobs:
-        target = folder / BLOB_DIR / ref.removeprefix("sha256:")
+        target = folder / atif.BLOB_DIR / ref.removeprefix("sha256:")
         if not target.exists():
             target.write_bytes(read_blob(ref))
     return folder

@@ -249,7 +249,7 @@ HOSTILE = {
                 ],
             }
         ),
-        "needs an arguments object",
+        "steps[0].tool_calls[0].arguments: Expected `object | null`, got `str`",
     ),
 }
 
