@@ -14,7 +14,7 @@ import re
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
@@ -53,6 +53,8 @@ LIMITATION = "import.limitation"
 ORIGIN_SCORES = "origin_scores"
 """``note.data.kind`` of a note that points at the source harness's own scores (kept, never used)."""
 
+
+T = TypeVar("T")
 
 TaskResolver = Callable[[str], str]
 """Maps a foreign task name (``kidney-seg-task``, ``kidney``) to the project's task id."""
@@ -171,6 +173,17 @@ def read_jsonl(root: Path, path: Path, limits: ImportCaps) -> list[dict[str, Any
             check_text(line, record, f"{rel}: line {n}")
             out.append(record)
     return out
+
+
+def convert(doc: Any, into: type[T], where: str) -> T:
+    """A decoded JSON document as the Structs of its format (``msgspec.convert``, strict): a part
+    of the wrong shape refuses the input, naming where in the document it is."""
+    try:
+        return msgspec.convert(doc, into)
+    except msgspec.ValidationError as e:
+        what, _, at = str(e).partition(" - at `$")
+        at = at.removesuffix("`").lstrip(".")
+        raise Rejected(f"{where}: {at + ': ' if at else ''}{what}") from None
 
 
 def walk_files(root: Path, top: Path, limits: ImportCaps) -> Iterator[tuple[str, Path]]:
