@@ -168,6 +168,10 @@ COVERED_BY: dict[str, tuple[tuple[str, ...], str]] = {
         ("tests/replay/test_export_atif.py", "tests/recorder/importers/test_run_ids.py"),
         "ATIF import is tested as the round trip with the export, and by the importers' shared id rules",
     ),
+    "recorder/importers/automedbench_calls.py": (
+        ("tests/recorder/importers/test_automedbench.py", "tests/hostile/test_hostile_imports.py"),
+        "the model calls of an AutoMedBench import, tested with every branch's run folder",
+    ),
     "recorder/importers/inspect_eval.py": (
         ("tests/recorder/importers/test_inspect.py", "tests/recorder/importers/test_import_names.py"),
         "named after the format (Inspect logs), not the module",

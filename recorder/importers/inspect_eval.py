@@ -154,110 +154,100 @@ def _sample(log: Any, sample: Any, resolve_task: TaskResolver, file: str) -> Run
     where = f"{file}: sample {for_message(str(sample.id), 80)} epoch {sample.epoch}"
     b = RunBuilder("inspect-" + h.hexdigest()[:16], origin=where)
     start = _ns(sample.started_at, f"{where}: started_at") or _ns(spec.created, f"{file}: eval.created") or 0
-    out: list[tuple[int, Payload]] = []
-    events = list(_flatten(sample.events or []))
-    model_ids = [(i, e.uuid or f"m{i:04d}") for i, e in enumerate(events) if e.event == "model"]
-    status, reason = "completed", None
-    for i, ev in enumerate(events):
-        ts = _ns(ev.timestamp, f"{where}: event {i + 1} ({ev.event}): timestamp") or start
-        kind = ev.event
-        if kind == "model":
-            call_id = next(c for j, c in model_ids if j == i)
-            out += _model(b, ev, call_id, ts)
-        elif kind == "tool":
-            carried = next((c for j, c in model_ids if j > i), None)
-            asked = next((c for j, c in reversed(model_ids) if j < i), "")
-            text, _ = _content(ev.result)
-            end = _ns(ev.completed, f"{where}: event {i + 1} (tool): completed") or ts
-            out.append(
-                (
-                    end,
-                    ToolCallResult(
-                        tool_call_id=str(ev.id),
-                        model_call_id=carried or asked,
-                        name=ev.function,
-                        output=text,
-                        is_error=ev.error is not None or bool(getattr(ev, "failed", False)),
-                    ),
-                )
-            )
-        elif kind == "sandbox":
-            out += _sandbox(b, ev, ts)
-        elif kind == "sample_limit":
-            status = "timeout" if ev.type in ("time", "working") else "failed"
-            reason = f"{ev.type} limit: {ev.message}"
-            out.append((ts, Note(text=reason, data={"kind": "inspect.sample_limit", "type": ev.type})))
-        elif kind == "error":
-            status, reason = "failed", str(getattr(ev.error, "message", ev.error))
-            out.append((ts, Note(text=reason[:4000], data={"kind": "inspect.error"})))
-        elif kind == "score":
-            score = _dump(ev.score)
-            out.append(
-                (
-                    ts,
-                    Note(
-                        text="the source's own score (kept for comparison, never scored)",
-                        data={"kind": ORIGIN_SCORES, "scorer": getattr(ev, "scorer", None), "score": score},
-                    ),
-                )
-            )
-        elif kind in NOTE_EVENTS:
-            data = {
-                k: v
-                for k, v in _dump(ev).items()
-                if k not in ("uuid", "span_id", "timestamp", "working_start")
-            }
-            out.append(
-                (ts, Note(text=f"inspect {kind} event", data={"kind": f"inspect.{kind}", "event": data}))
-            )
+    events = _Events(b, where, start)
+    events.read(list(_flatten(sample.events or [])))
+    status, reason = events.status, events.reason
     if sample.error is not None:
         status, reason = "failed", str(getattr(sample.error, "message", sample.error))[:4000]
     for name, score in (sample.scores or {}).items():
-        out.append(
-            (
-                start,
-                Note(
-                    text=f"the source's own score {name} (kept for comparison, never scored)",
-                    data={"kind": ORIGIN_SCORES, "scorer": name, "score": _dump(score)},
-                ),
-            )
+        text = f"the source's own score {name} (kept for comparison, never scored)"
+        events.out.append(
+            (start, Note(text=text, data={"kind": ORIGIN_SCORES, "scorer": name, "score": _dump(score)}))
         )
-    task = resolve_task(spec.task) if spec.task else None
-    config = spec.config
-    b.emit(
-        RunStarted(
-            task=task,
-            agent=spec.solver or "inspect",
-            model=spec.model,
-            command=[],
-            backend="import",
-            time_limit_s=seconds(
-                getattr(config, "time_limit", None) or None, f"{file}: eval.config.time_limit"
-            ),
-            labels={
-                k: str(v)
-                for k, v in {
-                    "origin": "inspect",
-                    "inspect_eval_id": spec.eval_id,
-                    "inspect_run_id": spec.run_id,
-                    "eval_set_id": spec.eval_set_id,
-                    "inspect_task": spec.task,
-                    "sample_id": sample.id,
-                    "sample_uuid": sample.uuid,
-                    "epoch": sample.epoch,
-                }.items()
-                if v is not None
-            },
-        ),
-        start,
+    labels = {
+        "origin": "inspect",
+        "inspect_eval_id": spec.eval_id,
+        "inspect_run_id": spec.run_id,
+        "eval_set_id": spec.eval_set_id,
+        "inspect_task": spec.task,
+        "sample_id": sample.id,
+        "sample_uuid": sample.uuid,
+        "epoch": sample.epoch,
+    }
+    time_limit = getattr(spec.config, "time_limit", None) or None
+    started = RunStarted(
+        task=resolve_task(spec.task) if spec.task else None,
+        agent=spec.solver or "inspect",
+        model=spec.model,
+        command=[],
+        backend="import",
+        time_limit_s=seconds(time_limit, f"{file}: eval.config.time_limit"),
+        labels={k: str(v) for k, v in labels.items() if v is not None},
     )
-    for ts, payload in sorted(out, key=lambda tp: tp[0]):
+    b.emit(started, start)
+    for ts, payload in sorted(events.out, key=lambda tp: tp[0]):
         b.emit(payload, ts)
     end = _ns(sample.completed_at, f"{where}: completed_at") or b.last_ts
     total = seconds(sample.total_time, f"{where}: total_time")
     b.emit(RunFinished(status=status, duration_s=total or (end - start) / 1e9, reason=reason), end)
     b.note_clamps()
     return b
+
+
+class _Events:
+    """A sample's events (flattened) as timed payloads, and how the sample ended."""
+
+    def __init__(self, b: RunBuilder, where: str, start: int):
+        self.b, self.where, self.start = b, where, start
+        self.out: list[tuple[int, Payload]] = []
+        self.status: str = "completed"
+        self.reason: str | None = None
+
+    def read(self, events: list[Any]) -> None:
+        model_ids = [(i, e.uuid or f"m{i:04d}") for i, e in enumerate(events) if e.event == "model"]
+        for i, ev in enumerate(events):
+            ts = _ns(ev.timestamp, f"{self.where}: event {i + 1} ({ev.event}): timestamp") or self.start
+            kind = ev.event
+            if kind == "model":
+                self.out += _model(self.b, ev, next(c for j, c in model_ids if j == i), ts)
+            elif kind == "tool":
+                carried = next((c for j, c in model_ids if j > i), None)
+                asked = next((c for j, c in reversed(model_ids) if j < i), "")
+                self.tool(ev, carried or asked, ts, f"{self.where}: event {i + 1} (tool): completed")
+            elif kind == "sandbox":
+                self.out += _sandbox(self.b, ev, ts)
+            else:
+                self.note(ev, kind, ts)
+
+    def tool(self, ev: Any, carried_by: str, ts: int, where: str) -> None:
+        text, _ = _content(ev.result)
+        result = ToolCallResult(
+            tool_call_id=str(ev.id),
+            model_call_id=carried_by,
+            name=ev.function,
+            output=text,
+            is_error=ev.error is not None or bool(getattr(ev, "failed", False)),
+        )
+        self.out.append((_ns(ev.completed, where) or ts, result))
+
+    def note(self, ev: Any, kind: str, ts: int) -> None:
+        """Limits, errors, scores (the source's own), info, logger, input and approval events."""
+        if kind == "sample_limit":
+            reason = f"{ev.type} limit: {ev.message}"
+            self.status, self.reason = ("timeout" if ev.type in ("time", "working") else "failed"), reason
+            self.out.append((ts, Note(text=reason, data={"kind": "inspect.sample_limit", "type": ev.type})))
+        elif kind == "error":
+            reason = str(getattr(ev.error, "message", ev.error))
+            self.status, self.reason = "failed", reason
+            self.out.append((ts, Note(text=reason[:4000], data={"kind": "inspect.error"})))
+        elif kind == "score":
+            text = "the source's own score (kept for comparison, never scored)"
+            data = {"kind": ORIGIN_SCORES, "scorer": getattr(ev, "scorer", None), "score": _dump(ev.score)}
+            self.out.append((ts, Note(text=text, data=data)))
+        elif kind in NOTE_EVENTS:
+            skip = ("uuid", "span_id", "timestamp", "working_start")
+            data = {"kind": f"inspect.{kind}", "event": {k: v for k, v in _dump(ev).items() if k not in skip}}
+            self.out.append((ts, Note(text=f"inspect {kind} event", data=data)))
 
 
 def _flatten(events: list[Any]) -> Any:

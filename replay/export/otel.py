@@ -138,104 +138,76 @@ def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def run_to_traces(
-    events: Iterable[Event], scope_version: str = "", read_blob: BlobReader | None = None
-) -> dict[str, Any]:
-    """One run's ``TracesData`` (OTLP JSON) from its events (``read_blob``: with each model call's
-    messages)."""
-    evs = sorted(events, key=lambda e: (e.ts_ns, e.source, e.seq))
-    if not evs:
-        raise ValueError("no events")
-    run_id = evs[0].run_id
-    start_ev = next((e for e in evs if isinstance(e.payload, RunStarted)), evs[0])
-    first: Payload = start_ev.payload
-    started = first if isinstance(first, RunStarted) else RunStarted()
-    finish_ev = next((e for e in evs if isinstance(e.payload, RunFinished)), None)
-    root_id = span_id(run_id, start_ev.source, start_ev.seq)
-    spans: list[dict[str, Any]] = []
-    root_events: list[dict[str, Any]] = []
-    asked: dict[str, tuple[Event, ToolCallRequested]] = {}
-    calls_started: dict[str, int] = {}
-    for e in evs:
+def _call_attrs(p: ModelCallCompleted, run_id: str) -> dict[str, Any]:
+    """A model call's span attributes, the GenAI conventions' names first."""
+    url = urlsplit(p.url) if p.url else None
+    u = p.usage
+    return {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": p.provider,
+        "gen_ai.conversation.id": run_id,
+        "gen_ai.request.model": p.model,
+        "gen_ai.request.stream": True if p.stream else None,
+        "gen_ai.response.finish_reasons": [p.stop_reason] if p.stop_reason else None,
+        "gen_ai.usage.input_tokens": u.input_total,
+        "gen_ai.usage.output_tokens": u.output,
+        "gen_ai.usage.cache_read.input_tokens": u.cache_read,
+        "gen_ai.usage.cache_creation.input_tokens": u.cache_write,
+        "gen_ai.usage.reasoning.output_tokens": u.reasoning,
+        "gen_ai.response.time_to_first_chunk": p.ttfb_ms / 1000 if p.ttfb_ms is not None else None,
+        "server.address": url.hostname if url and url.hostname else None,
+        "server.port": url.port or (443 if url.scheme == "https" else 80) if url and url.hostname else None,
+        "amb.call_id": p.call_id,
+        "amb.usage_reported": u.reported,
+        "amb.partial": True if p.partial else None,
+        "amb.timing": "unknown" if p.latency_ms is None else None,
+    }
+
+
+def _root_event_attrs(p: Payload) -> dict[str, Any]:
+    """What a file change, the sealed submission or a note says as an event on the root span."""
+    if isinstance(p, FileWritten):
+        return {"amb.path": p.path, "amb.size": p.size, "amb.sha256": p.sha256}
+    if isinstance(p, FileDeleted | FileAccessed):
+        return {"amb.path": p.path}
+    if isinstance(p, FileRenamed):
+        return {"amb.path": p.dst, "amb.src": p.src}
+    if isinstance(p, SubmissionSealed):
+        return {"amb.files": len(p.files)}
+    assert isinstance(p, Note)
+    return {"amb.note": p.text[:4096], "amb.note_kind": str(p.data.get("kind", ""))}
+
+
+ROOT_EVENTS = (FileWritten, FileDeleted, FileAccessed, FileRenamed, SubmissionSealed, Note)
+"""Payloads that become events on the root span rather than spans of their own."""
+
+
+class _Spans:
+    """The spans of one run under its root, built event by event: a tool call's span waits for
+    its result, and ends when the model call that carried the result started."""
+
+    def __init__(self, run_id: str, root_id: str, read_blob: BlobReader | None):
+        self.run_id, self.root_id, self.read_blob = run_id, root_id, read_blob
+        self.spans: list[dict[str, Any]] = []
+        self.root_events: list[dict[str, Any]] = []
+        self.asked: dict[str, tuple[Event, ToolCallRequested]] = {}
+        self.calls_started: dict[str, int] = {}
+
+    def child(
+        self, e: Event, name: str, kind: int, start: int, end: int, a: dict[str, Any], error: str | None
+    ) -> None:
+        self.spans.append(_span(self.run_id, e, name, kind, start, end, a, self.root_id, error))
+
+    def add(self, e: Event) -> None:
         p: Payload = e.payload
         if isinstance(p, ModelCallCompleted):
-            begin = p.started_ns or e.ts_ns
-            calls_started[p.call_id] = begin
-            end = begin + int(p.latency_ms * 1e6) if p.latency_ms is not None else begin
-            url = urlsplit(p.url) if p.url else None
-            a: dict[str, Any] = {
-                "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": p.provider,
-                "gen_ai.conversation.id": run_id,
-                "gen_ai.request.model": p.model,
-                "gen_ai.request.stream": True if p.stream else None,
-                "gen_ai.response.finish_reasons": [p.stop_reason] if p.stop_reason else None,
-                "gen_ai.usage.input_tokens": p.usage.input_total,
-                "gen_ai.usage.output_tokens": p.usage.output,
-                "gen_ai.usage.cache_read.input_tokens": p.usage.cache_read,
-                "gen_ai.usage.cache_creation.input_tokens": p.usage.cache_write,
-                "gen_ai.usage.reasoning.output_tokens": p.usage.reasoning,
-                "gen_ai.response.time_to_first_chunk": p.ttfb_ms / 1000 if p.ttfb_ms is not None else None,
-                "server.address": url.hostname if url and url.hostname else None,
-                "server.port": url.port or (443 if url.scheme == "https" else 80)
-                if url and url.hostname
-                else None,
-                "amb.call_id": p.call_id,
-                "amb.usage_reported": p.usage.reported,
-                "amb.partial": True if p.partial else None,
-                "amb.timing": "unknown" if p.latency_ms is None else None,
-            }
-            if read_blob is not None:
-                a.update(messages(p, read_blob))
-            error = None
-            if not p.ok or p.partial:
-                error = p.error or (f"{p.status}" if p.status else "partial")
-                a["error.type"] = error
-            spans.append(
-                _span(run_id, e, f"chat {p.model or ''}".strip(), CLIENT, begin, end, a, root_id, error)
-            )
+            self.model_call(e, p)
         elif isinstance(p, ToolCallRequested):
-            asked[p.tool_call_id] = (e, p)
+            self.asked[p.tool_call_id] = (e, p)
         elif isinstance(p, ToolCallResult):
-            pair = asked.pop(p.tool_call_id, None)
-            if pair is None:
-                continue
-            req_ev, req = pair
-            end = calls_started.get(p.model_call_id, e.ts_ns)
-            a = {
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": req.name,
-                "gen_ai.tool.call.id": req.tool_call_id,
-                "gen_ai.tool.type": "function",
-                "error.type": "tool_error" if p.is_error else None,
-            }
-            spans.append(
-                _span(
-                    run_id,
-                    req_ev,
-                    f"execute_tool {req.name}",
-                    INTERNAL,
-                    req_ev.ts_ns,
-                    max(end, req_ev.ts_ns),
-                    a,
-                    root_id,
-                    "tool_error" if p.is_error else None,
-                )
-            )
+            self.tool_result(e, p)
         elif isinstance(p, ProcessExited):
-            a = {
-                "process.pid": p.pid,
-                "process.parent_pid": p.ppid,
-                "process.command_args": list(p.argv),
-                "process.exit.code": p.exit_code,
-                "amb.signal": p.signal,
-                "amb.tracer": p.tracer,
-            }
-            name = os.path.basename(p.argv[0]) if p.argv else "process"
-            err = f"exit {p.exit_code}" if p.exit_code not in (0, None) else None
-            spans.append(
-                _span(run_id, e, name, INTERNAL, p.start_ns or e.ts_ns, p.end_ns or e.ts_ns, a, root_id, err)
-            )
+            self.process(e, p)
         elif isinstance(p, NetworkRequest):
             begin = p.started_ns or e.ts_ns
             end = begin + int(p.duration_ms * 1e6) if p.duration_ms is not None else begin
@@ -249,66 +221,101 @@ def run_to_traces(
                 "error.type": p.error,
                 "amb.via": p.via,
             }
-            spans.append(_span(run_id, e, p.method or "request", CLIENT, begin, end, a, root_id, p.error))
-        elif isinstance(p, FileWritten | FileDeleted | FileAccessed | FileRenamed | SubmissionSealed | Note):
-            ev_attrs: dict[str, Any] = {}
-            if isinstance(p, FileWritten):
-                ev_attrs = {"amb.path": p.path, "amb.size": p.size, "amb.sha256": p.sha256}
-            elif isinstance(p, FileDeleted | FileAccessed):
-                ev_attrs = {"amb.path": p.path}
-            elif isinstance(p, FileRenamed):
-                ev_attrs = {"amb.path": p.dst, "amb.src": p.src}
-            elif isinstance(p, SubmissionSealed):
-                ev_attrs = {"amb.files": len(p.files)}
-            else:
-                ev_attrs = {"amb.note": p.text[:4096], "amb.note_kind": str(p.data.get("kind", ""))}
-            root_events.append({"timeUnixNano": str(e.ts_ns), "name": e.kind, "attributes": attrs(ev_attrs)})
+            self.child(e, p.method or "request", CLIENT, begin, end, a, p.error)
+        elif isinstance(p, ROOT_EVENTS):
+            event = {"timeUnixNano": str(e.ts_ns), "name": e.kind, "attributes": attrs(_root_event_attrs(p))}
+            self.root_events.append(event)
+
+    def model_call(self, e: Event, p: ModelCallCompleted) -> None:
+        begin = p.started_ns or e.ts_ns
+        self.calls_started[p.call_id] = begin
+        end = begin + int(p.latency_ms * 1e6) if p.latency_ms is not None else begin
+        a = _call_attrs(p, self.run_id)
+        if self.read_blob is not None:
+            a.update(messages(p, self.read_blob))
+        error = None
+        if not p.ok or p.partial:
+            error = p.error or (f"{p.status}" if p.status else "partial")
+            a["error.type"] = error
+        self.child(e, f"chat {p.model or ''}".strip(), CLIENT, begin, end, a, error)
+
+    def tool_result(self, e: Event, p: ToolCallResult) -> None:
+        pair = self.asked.pop(p.tool_call_id, None)
+        if pair is None:
+            return
+        req_ev, req = pair
+        end = self.calls_started.get(p.model_call_id, e.ts_ns)
+        a = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": req.name,
+            "gen_ai.tool.call.id": req.tool_call_id,
+            "gen_ai.tool.type": "function",
+            "error.type": "tool_error" if p.is_error else None,
+        }
+        error = "tool_error" if p.is_error else None
+        self.child(
+            req_ev, f"execute_tool {req.name}", INTERNAL, req_ev.ts_ns, max(end, req_ev.ts_ns), a, error
+        )
+
+    def process(self, e: Event, p: ProcessExited) -> None:
+        a = {
+            "process.pid": p.pid,
+            "process.parent_pid": p.ppid,
+            "process.command_args": list(p.argv),
+            "process.exit.code": p.exit_code,
+            "amb.signal": p.signal,
+            "amb.tracer": p.tracer,
+        }
+        name = os.path.basename(p.argv[0]) if p.argv else "process"
+        err = f"exit {p.exit_code}" if p.exit_code not in (0, None) else None
+        self.child(e, name, INTERNAL, p.start_ns or e.ts_ns, p.end_ns or e.ts_ns, a, err)
+
+
+def run_to_traces(
+    events: Iterable[Event], scope_version: str = "", read_blob: BlobReader | None = None
+) -> dict[str, Any]:
+    """One run's ``TracesData`` (OTLP JSON) from its events (``read_blob``: with each model call's
+    messages)."""
+    evs = sorted(events, key=lambda e: (e.ts_ns, e.source, e.seq))
+    if not evs:
+        raise ValueError("no events")
+    run_id = evs[0].run_id
+    start_ev = next((e for e in evs if isinstance(e.payload, RunStarted)), evs[0])
+    first: Payload = start_ev.payload
+    started = first if isinstance(first, RunStarted) else RunStarted()
+    finish_ev = next((e for e in evs if isinstance(e.payload, RunFinished)), None)
+    children = _Spans(run_id, span_id(run_id, start_ev.source, start_ev.seq), read_blob)
+    for e in evs:
+        children.add(e)
     last: Payload | None = finish_ev.payload if finish_ev is not None else None
     finished = last if isinstance(last, RunFinished) else None
     status = finished.status if finished else "unfinished"
     agent = started.agent or "amb-agent"
-    root = _span(
-        run_id,
-        start_ev,
-        f"invoke_agent {agent}",
-        INTERNAL,
-        start_ev.ts_ns,
-        (finish_ev or evs[-1]).ts_ns,
-        {
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": agent,
-            "gen_ai.conversation.id": run_id,
-            "gen_ai.request.model": started.model,
-            "amb.status": status,
-            "amb.exit_code": finished.exit_code if finished else None,
-        },
-        None,
-        None if status in ("completed", UNKNOWN_ENDING) else status,
-    )
-    root["events"] = root_events
-    resource = attrs(
-        {
-            "service.name": agent,
-            "amb.run_id": run_id,
-            "amb.task": started.task,
-            "amb.tier": started.tier,
-            "amb.backend": started.backend,
-            "amb.semconv.genai": SEMCONV_VERSION,
-        }
-    )
+    a = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": agent,
+        "gen_ai.conversation.id": run_id,
+        "gen_ai.request.model": started.model,
+        "amb.status": status,
+        "amb.exit_code": finished.exit_code if finished else None,
+    }
+    error = None if status in ("completed", UNKNOWN_ENDING) else status
+    end = (finish_ev or evs[-1]).ts_ns
+    root = _span(run_id, start_ev, f"invoke_agent {agent}", INTERNAL, start_ev.ts_ns, end, a, None, error)
+    root["events"] = children.root_events
+    resource = {
+        "service.name": agent,
+        "amb.run_id": run_id,
+        "amb.task": started.task,
+        "amb.tier": started.tier,
+        "amb.backend": started.backend,
+        "amb.semconv.genai": SEMCONV_VERSION,
+    }
+    scope = {"name": SCOPE, "version": scope_version}
+    spans = {"scope": scope, "spans": [root, *children.spans], "schemaUrl": SCHEMA_URL}
     return {
         "resourceSpans": [
-            {
-                "resource": {"attributes": resource},
-                "scopeSpans": [
-                    {
-                        "scope": {"name": SCOPE, "version": scope_version},
-                        "spans": [root, *spans],
-                        "schemaUrl": SCHEMA_URL,
-                    }
-                ],
-                "schemaUrl": SCHEMA_URL,
-            }
+            {"resource": {"attributes": attrs(resource)}, "scopeSpans": [spans], "schemaUrl": SCHEMA_URL}
         ]
     }
 

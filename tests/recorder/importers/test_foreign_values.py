@@ -177,6 +177,42 @@ def test_automedbench_values_that_are_no_facts_refuse_the_folder(store, tmp_path
     _refused(store, ["automedbench", str(run)], expect)
 
 
+def _json_field(name: str, key: str, value: Any):
+    def edit(run: Path) -> None:
+        path = run / name
+        doc = json.loads(path.read_text())
+        doc[key] = value
+        path.write_text(json.dumps(doc))
+
+    return edit
+
+
+WRONG_TYPES = {
+    "conversation-model": (
+        "process/conversation.json",
+        "model",
+        7,
+        "conversation.json: model: Expected `str | null`",
+    ),
+    "conversation-messages": ("process/conversation.json", "messages", "hi", "messages: Expected `array"),
+    "report-header": (
+        "detail_report.json",
+        "header",
+        [1],
+        "detail_report.json: header: Expected `object | null`",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(WRONG_TYPES))
+def test_automedbench_files_of_the_wrong_shape_refuse_the_folder(store, tmp_path, kind):
+    """A run folder's JSON file whose field has the wrong type is refused in one line naming the
+    file and the field, not read as if the field were absent."""
+    name, key, value, expect = WRONG_TYPES[kind]
+    run = _seg(tmp_path, _json_field(name, key, value))
+    _refused(store, ["automedbench", str(run)], expect)
+
+
 def test_an_atif_run_without_sidecar_lasts_its_steps_and_its_ending_is_unknown(tmp_path):
     """ATIF keeps no ending: the run lasted as long as its steps span (0.78 s here, not 0.0 s), its
     status is ``unknown`` (not ``completed``), and every reader agrees: the runs view, the
