@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 import zstandard
 
 from bench import figures
+from bench.measure import read_through
 from recorder.synthetic import generate_run
 from replay.blob_migrate import migrate
 from replay.ingest import ingest
@@ -52,14 +53,6 @@ def build(root: Path, runs: int, calls: int) -> None:
     BlobStore(root / "blobs").close()
     ingest(root)
     print(f"  built {runs} runs in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-
-
-def warm(root: Path) -> None:
-    for path in (root / "blobs").rglob("*"):
-        if path.is_file():
-            with open(path, "rb") as f:
-                while f.read(1 << 24):
-                    pass
 
 
 def timed_verify(root: Path) -> tuple[float, float, int]:
@@ -173,7 +166,7 @@ def main() -> None:
     migrated = work / "migrated"
     shutil.rmtree(migrated, ignore_errors=True)
     shutil.copytree(loose, migrated)
-    warm(migrated)
+    read_through((migrated / "blobs").rglob("*"))
     mblobs = BlobStore(migrated / "blobs")
     n_loose = len(list(mblobs.loose_files()))
     t0 = time.perf_counter()
@@ -189,7 +182,7 @@ def main() -> None:
     events = 0
     for i in range(args.rounds):
         for name, root in (("loose", loose), ("packs", packed)):
-            warm(root)
+            read_through((root / "blobs").rglob("*"))
             whole, blobs_only, events = timed_verify(root)
             p50, p99 = read_latency(root, sample)
             r = results[name]

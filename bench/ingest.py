@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -32,10 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-import duckdb
 
 from bench import figures
-from recorder.synthetic import generate_run
+from bench.measure import cpu_seconds, generate_runs, plain_load, read_through, tree_bytes
 from replay import spools
 from replay.ingest import ingest, spool_files
 from replay.store import Store
@@ -47,21 +45,6 @@ AGGREGATE = """
 SELECT run_id, model, sum(input_tokens) AS tokens_in, sum(output_tokens) AS tokens_out, count(*) AS calls
 FROM model_calls GROUP BY run_id, model ORDER BY run_id
 """
-
-
-def generate(root: Path, runs: int, per_run: int) -> int:
-    # ~35 model calls per run, the rest shim process events, so that a run has about per_run events.
-    procs = max(1, round((per_run - 110) / 34))
-    total = 0
-    t0 = time.perf_counter()
-    for i in range(runs):
-        total += generate_run(root, f"bench-{i:05d}", seed=i, calls=35, processes_per_call=procs).events
-        if i % 50 == 49:
-            print(
-                f"  generated {i + 1}/{runs} runs ({total:,} events, {time.perf_counter() - t0:.0f} s)",
-                file=sys.stderr,
-            )
-    return total
 
 
 def write_ndjson(root: Path, out: Path) -> int:
@@ -76,22 +59,6 @@ def write_ndjson(root: Path, out: Path) -> int:
     return n
 
 
-def read_ndjson_load(ndjson: Path) -> float:
-    """DuckDB's own load of the same events into a plain table, timed up to the closed database."""
-    db = ndjson.parent / "plain.duckdb"
-    db.unlink(missing_ok=True)
-    t0 = time.perf_counter()
-    con = duckdb.connect(str(db))
-    con.execute(
-        """CREATE TABLE plain AS SELECT * FROM read_ndjson(?, columns = {
-               kind: 'VARCHAR', payload: 'JSON', prev_hash: 'VARCHAR', run_id: 'VARCHAR',
-               seq: 'BIGINT', source: 'VARCHAR', ts_ns: 'BIGINT', v: 'INTEGER'})""",
-        [str(ndjson)],
-    )
-    con.close()
-    return time.perf_counter() - t0
-
-
 def amb_ingest(root: Path, total: int) -> float:
     """``amb ingest`` of every spool into a new store, timed up to the closed database."""
     for old in (root / "amb.duckdb", root / "amb.duckdb.wal"):
@@ -103,11 +70,6 @@ def amb_ingest(root: Path, total: int) -> float:
     elapsed = time.perf_counter() - t0
     assert report.events_added == total, (report.events_added, total)
     return elapsed
-
-
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 AGAINST = """
@@ -140,15 +102,6 @@ def against_ingest(checkout: Path, root: Path, total: int) -> tuple[float, float
     return float(wall), float(cpu)
 
 
-def warm(paths: list[Path]) -> None:
-    """Flush pending writes and read every input once, so neither side pays for the other's I/O."""
-    os.sync()
-    for path in paths:
-        with open(path, "rb") as f:
-            while f.read(1 << 24):
-                pass
-
-
 def stored_size(blobs, blob: str) -> int:
     """Bytes this blob would take stored on its own: its pack record, or its record plus all its chunks'."""
     hexd = blob[len("sha256:") :]
@@ -159,10 +112,6 @@ def stored_size(blobs, blob: str) -> int:
     listing = bytes(blobs.read_record(hexd, entry)[1])
     chunks = listing[len(CHUNK_MAGIC) :].decode().split()
     return entry.length + sum(blobs.entry(c[len("sha256:") :]).length for c in chunks)
-
-
-def dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def main() -> None:
@@ -191,18 +140,19 @@ def main() -> None:
             file=sys.stderr,
         )
         t0 = time.perf_counter()
-        total = generate(root, args.runs, args.per_run)
+        total = generate_runs(root, args.runs, args.per_run)
         gen_s = time.perf_counter() - t0
 
     ndjson = work / "events.ndjson"
     write_ndjson(root, ndjson)
-    warm([ndjson, *spool_files(root)])
+    os.sync()  # flush pending writes, so that neither side pays for the other's I/O
+    read_through([ndjson, *spool_files(root)])
     base_times, ingest_times, against_times = [], [], []
     base_cpu, ingest_cpu, against_cpu, loads = [], [], [], []
     for i in range(args.rounds):
         loads.append(os.getloadavg()[0])
         cpu = cpu_seconds()
-        base_times.append(read_ndjson_load(ndjson))
+        base_times.append(plain_load(ndjson, ndjson.parent / "plain.duckdb"))
         base_cpu.append(cpu_seconds() - cpu)
         cpu = cpu_seconds()
         ingest_times.append(amb_ingest(root, total))
@@ -252,7 +202,7 @@ def main() -> None:
                 path.with_name(path.name.removesuffix(spools.COMPRESSED)).write_bytes(spools.read_bytes(path))
                 path.unlink()
     db_bytes = (root / "amb.duckdb").stat().st_size
-    blob_bytes = dir_bytes(root / "blobs")
+    blob_bytes = tree_bytes(root / "blobs")
 
     ours = total / ingest_s
     theirs = total / base_s
