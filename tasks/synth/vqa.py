@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 import zlib
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ import numpy as np
 
 from schemas.task_spec import TaskError, TaskSpec
 from tasks.case_files import write_json
-from tasks.synth import medimg
+from tasks.synth import fresh_sides, medimg
 
 LABELS = ("A", "B", "C", "D", "E")
 NUMBER_WORDS = {1: "one", 2: "two", 3: "three"}
@@ -253,11 +252,7 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
     """Write ``cases`` questions of ``spec``'s task into ``out/public`` and ``out/private``."""
     if spec.vqa is None:
         raise TaskError(f"task {spec.id}: not a VQA task")
-    public, private = out / "public", out / "private"
-    for side in (public, private):
-        if side.exists():
-            shutil.rmtree(side)
-        side.mkdir(parents=True)
+    public, private = fresh_sides(out)
     rows = []
     for i in range(cases):
         qid = spec.case_id(i)
