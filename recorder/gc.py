@@ -167,7 +167,7 @@ def _docker(client: Any, dead: dict[str, dict], scope: _Scope) -> list[Removed]:
 
         client = docker.from_env(timeout=30)
     out: list[Removed] = []
-    for container in client.containers.list(all=True, filters={"label": "org.amb.lock"}):
+    for container in client.containers.list(all=True, filters={"label": "org.amb.lock"}, ignore_removed=True):
         labels = container.labels or {}
         run_id = labels.get("org.amb.run", "?")
         if not scope.covers(labels):

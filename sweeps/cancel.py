@@ -21,7 +21,9 @@ def containers(root: Path) -> list:
         import docker
 
         client = docker.from_env(timeout=5)
-        return list(client.containers.list(filters={"label": f"{SWEEP_ROOT_LABEL}={root}"}))
+        return list(
+            client.containers.list(filters={"label": f"{SWEEP_ROOT_LABEL}={root}"}, ignore_removed=True)
+        )
     except Exception:  # no engine here: nothing of the sweep runs in it
         return []
 

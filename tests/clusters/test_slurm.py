@@ -199,7 +199,9 @@ def test_amb_gc_as_the_job_epilog_cleans_up_after_a_killed_job(
 
 
 def _run_left(client, run_id: str) -> dict[str, list[str]]:
-    containers = client.containers.list(all=True, filters={"label": f"org.amb.run={run_id}"})
+    containers = client.containers.list(
+        all=True, filters={"label": f"org.amb.run={run_id}"}, ignore_removed=True
+    )
     rules = subprocess.run(["iptables", "-w", "-S", "INPUT"], capture_output=True, text=True).stdout
     return {
         "containers": sorted(c.name for c in containers),

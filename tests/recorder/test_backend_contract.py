@@ -378,7 +378,12 @@ class TestDockerBackend(BackendContract):
 
     def leftovers(self, backend: Any, run_id: str) -> list[str]:
         client = backend.client
-        left = [c.name for c in client.containers.list(all=True, filters={"label": f"org.amb.run={run_id}"})]
+        left = [
+            c.name
+            for c in client.containers.list(
+                all=True, filters={"label": f"org.amb.run={run_id}"}, ignore_removed=True
+            )
+        ]
         left += [n.name for n in client.networks.list(names=[backend.network_name])]
         left += [str(p) for p in Path(tempfile.gettempdir()).glob(f"amb-docker-{run_id}-*")]
         if shutil.which("iptables"):

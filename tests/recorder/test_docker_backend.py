@@ -221,7 +221,9 @@ def test_time_limit_stops_the_container_and_keeps_the_record(tmp_path: Path, age
     assert len(sleeps) == 1 and sleeps[0].signal == 15  # the SIGTERM reached the agent's own process
     # Everything of the run is gone from docker.
     client = backend.client
-    assert not client.containers.list(all=True, filters={"label": f"org.amb.run={run_id}"})
+    assert not client.containers.list(
+        all=True, filters={"label": f"org.amb.run={run_id}"}, ignore_removed=True
+    )
     assert not [n for n in client.networks.list() if n.name == backend.network_name]
 
 
@@ -249,5 +251,7 @@ def test_a_stop_signal_while_dockerd_creates_the_container_leaves_no_container(
     with pytest.raises(Stopped):
         record(RunSpec(argv=["true"], store=tmp_path / "store", run_id=run_id), backend)
     client = backend.client
-    assert not client.containers.list(all=True, filters={"label": f"org.amb.run={run_id}"})
+    assert not client.containers.list(
+        all=True, filters={"label": f"org.amb.run={run_id}"}, ignore_removed=True
+    )
     assert not [n for n in client.networks.list() if n.name == backend.network_name]

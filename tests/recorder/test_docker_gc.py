@@ -48,7 +48,9 @@ def _start(store: Path, run_id: str, upstream: str, tmp: Path) -> subprocess.Pop
 
 
 def _resources(client, run_id: str, tmp: Path) -> dict:
-    containers = client.containers.list(all=True, filters={"label": f"org.amb.run={run_id}"})
+    containers = client.containers.list(
+        all=True, filters={"label": f"org.amb.run={run_id}"}, ignore_removed=True
+    )
     networks = client.networks.list(filters={"label": f"org.amb.run={run_id}"})
     rules = subprocess.run(["iptables", "-w", "-S", "INPUT"], capture_output=True, text=True).stdout
     return {
@@ -259,9 +261,13 @@ def test_a_recorder_starting_cleans_up_only_after_recorders_of_its_own_temp_dir(
         removed, problems = collect(docker=True, client=docker_cli, everywhere=True)
         assert not problems
         assert ("container", f"amb-{run_id}") in {(r.kind, r.name) for r in removed if r.run_id == run_id}
-        assert not docker_cli.containers.list(all=True, filters={"label": f"org.amb.run={run_id}"})
+        assert not docker_cli.containers.list(
+            all=True, filters={"label": f"org.amb.run={run_id}"}, ignore_removed=True
+        )
     finally:
-        for c in docker_cli.containers.list(all=True, filters={"label": f"org.amb.run={run_id}"}):
+        for c in docker_cli.containers.list(
+            all=True, filters={"label": f"org.amb.run={run_id}"}, ignore_removed=True
+        ):
             c.remove(force=True)
 
 
