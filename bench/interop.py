@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 import duckdb
 
 from bench import figures
-from bench.measure import generate_runs, tree_bytes
+from bench.measure import generate_runs, timed, tree_bytes
 from recorder.importers import automedbench
 from recorder.synthetic import generate_run
 from replay.export.atif import export_run
@@ -284,10 +284,7 @@ def others(root: Path, tmp: Path, args: argparse.Namespace, figs: figures.Figure
         figs.add(
             "otel", f"OpenTelemetry export of {len(ids)} runs ({n_ev:,} events)", f"{n_ev / dt:,.0f} events/s"
         )
-        t0 = time.perf_counter()
-        for r in ids:
-            export_run(st.con, st.blobs.get, r, tmp / "atif")
-        dt = time.perf_counter() - t0
+        _, dt = timed(lambda: [export_run(st.con, st.blobs.get, r, tmp / "atif") for r in ids])
         print(f"atif export, {len(ids)} runs: {len(ids) / dt:,.1f} runs/s")
         figs.add(
             "atif",

@@ -5,9 +5,12 @@ storage benches compare with)."""
 from __future__ import annotations
 
 import resource
+import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -23,12 +26,38 @@ def timed(fn: Callable[[], T]) -> tuple[T, float]:
     return out, time.perf_counter() - t0
 
 
+def repeat(fn: Callable[[], object], times: int) -> list[float]:
+    """The wall seconds of each of ``times`` calls of ``fn``."""
+    return [timed(fn)[1] for _ in range(times)]
+
+
+@contextmanager
+def workdir(keep: str | Path | None, prefix: str) -> Iterator[Path]:
+    """The bench's work folder: ``keep`` (left in place for the next run to reuse), else a new
+    temporary folder, removed at the end."""
+    if keep:
+        yield Path(keep)
+        return
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def cpu_seconds(children: bool = False) -> float:
     """User and system CPU time of this process (and, with ``children``, of its children that have
     ended). On a shared machine the wall time of a CPU-bound step mostly says how busy the others
     were; its CPU time says what it cost."""
     kinds = [resource.RUSAGE_SELF, *([resource.RUSAGE_CHILDREN] if children else [])]
     return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, kinds))
+
+
+def costed(fn: Callable[[], object]) -> tuple[float, float]:
+    """The wall and the CPU seconds (``cpu_seconds``) of a call of ``fn``."""
+    cpu = cpu_seconds()
+    _, wall = timed(fn)
+    return wall, cpu_seconds() - cpu
 
 
 def tree_bytes(path: Path) -> int:
