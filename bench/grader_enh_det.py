@@ -7,13 +7,12 @@ Prints, each measured in this process on the same inputs:
 - mAP@0.5 over 1,000 images (3 classes, ~10 boxes each): ours (101-point and VOC all-point) vs
   pycocotools' COCOeval (one IoU threshold, k/100 recall thresholds); times and the difference.
 
-Run: ./just bench grader_enh_det [--slices 100] [--images 1000]
-(part of bench/grader, which imports ``bench_ssim`` and ``bench_map`` from here.)
+Run: ./just bench grader --only ssim [--slices 100] or --only map [--images 1000] (bench/grader
+imports ``bench_ssim`` and ``bench_map`` from here).
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -21,7 +20,6 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 
 import numpy as np
 
-from bench import figures
 from bench.measure import timed
 from scorer.metrics.coco_reference import coco_ap
 from scorer.metrics.detection import Boxes, DetParams, mean_average_precision
@@ -151,19 +149,3 @@ def map_row(res: dict) -> tuple[str, str, str, str]:
         f"{res['ours_101_s']:.2f} s",
         f"pycocotools' COCOeval: {res['pycocotools_s']:.2f} s; difference {res['abs_diff']:.1e}",
     )
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--slices", type=int, default=100)
-    ap.add_argument("--images", type=int, default=1000)
-    figures.add_argument(ap, "grader")
-    args = ap.parse_args()
-    figs = figures.Figures(ap, args)
-    figs.add(*ssim_row(bench_ssim(args.slices)))
-    figs.add(*map_row(bench_map(args.images)))
-    figs.write()
-
-
-if __name__ == "__main__":
-    main()

@@ -12,12 +12,11 @@ Measured in this process, on the same prepared text (MLRG's ``'.' -> ' .'``):
   the three NLG parts, plus rouge-score's ``rougeL``;
 - the largest difference between our BLEU-1..4 / METEOR / ROUGE-L and pycocoevalcap's.
 
-Run: ./just bench grader --only report [--reports 500] (or ./just bench grader_report [--reports 500])
+Run: ./just bench grader --only report [--reports 500]
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from functools import partial
@@ -25,7 +24,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from bench import figures
 from bench.measure import timed
 from scorer.metrics import meteor as _meteor
 from scorer.metrics import text
@@ -114,17 +112,3 @@ def report_row(res: dict) -> tuple[str, str, str, str]:
         f"(+ {res['jvm_start_s']:.0f} s to start METEOR's JVM, once)",
         f"pycocoevalcap's BLEU, METEOR and ROUGE-L alone: {res['pycocoevalcap_s']:.1f} s",
     )
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reports", type=int, default=500)
-    figures.add_argument(ap, "grader")
-    args = ap.parse_args()
-    figs = figures.Figures(ap, args)
-    figs.add(*report_row(bench_report(args.reports)))
-    figs.write()
-
-
-if __name__ == "__main__":
-    main()
