@@ -51,7 +51,7 @@ from schemas.codec import check_id
 from schemas.errors import AmbError, SchemaError, UsageError
 from schemas.events import BudgetLimits
 from sweeps.executor import ExecutorConfig
-from sweeps.spec import TIERS, GpuMode, Tier
+from sweeps.spec import TIERS, GpuMode, TaskRef, Tier
 from sweeps.spec import Agent as AgentDef
 
 
@@ -114,19 +114,13 @@ class SweepFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     executor: ExecutorConfig = msgspec.field(default_factory=ExecutorConfig)
 
 
-@dataclass(frozen=True)
-class TaskDef:
-    id: str
-    data: Path | None = None
-
-
 @dataclass
 class SweepSpec:
     """A validated sweep file, its paths resolved."""
 
     name: str
     agents: list[AgentDef]
-    tasks: list[TaskDef]
+    tasks: list[TaskRef]
     tiers: list[Tier]
     repeats: int
     concurrency: int
@@ -254,7 +248,7 @@ def _agents(raw: SweepFile, fail: Fail) -> list[AgentDef]:
     return agents
 
 
-def _tasks(raw: SweepFile, folder: Path, fail: Fail) -> list[TaskDef]:
+def _tasks(raw: SweepFile, folder: Path, fail: Fail) -> list[TaskRef]:
     """The tasks, each known to the registry; prepared data is resolved against the file's folder."""
     from tasks.registry import load_spec
 
@@ -270,7 +264,7 @@ def _tasks(raw: SweepFile, folder: Path, fail: Fail) -> list[TaskDef]:
             data = (folder / entry.data).resolve()
             if not (data / "public").is_dir():
                 raise fail(["tasks", i, "data"], f"data {data} has no public/ folder")
-        tasks.append(TaskDef(entry.id, data))
+        tasks.append(TaskRef(entry.id, data))
     if not tasks:
         raise fail(["tasks"], "is empty")
     return tasks
@@ -305,7 +299,7 @@ def _budget(raw: SweepFile, fail: Fail) -> BudgetLimits | None:
     return None
 
 
-def _check_resources(raw: SweepFile, agents: list[AgentDef], tasks: list[TaskDef], fail: Fail) -> None:
+def _check_resources(raw: SweepFile, agents: list[AgentDef], tasks: list[TaskRef], fail: Fail) -> None:
     """The sweep's CPUs and GPUs, and each resource rule's: positive, naming agents and tasks it has."""
     if raw.gpus < 0 or (raw.cpus is not None and raw.cpus <= 0):
         raise fail(["gpus" if raw.gpus < 0 else "cpus"], "must be positive")
