@@ -262,37 +262,23 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
             rel = f"images/{qid}-{chr(ord('a') + k)}.jpg"
             medimg.write_jpeg(public / qid / rel, img)
             paths.append(rel)
+        options = {"options": q["options"]} if "options" in q else {}
         question = {
             "question_id": qid,
             "dataset": spec.dataset.split(" (")[0].split(",")[0],
             "question": q["question"],
             "image_paths": paths,
             "split": "test",
-            "medical_task": q["medical_task"],
-            "body_system": q["body_system"],
-            "question_type": q["question_type"],
+            **{key: q[key] for key in ("medical_task", "body_system", "question_type")},
+            **options,
         }
-        if "options" in q:
-            question["options"] = q["options"]
         write_json(public / qid / spec.vqa.question_file, question, ensure_ascii=False)
         answer = {
             "question_id": qid,
-            "answer_label": q["answer_label"],
-            "answer_text": q["answer_text"],
-            "answer_type": q["answer_type"],
+            **{key: q[key] for key in ("answer_label", "answer_text", "answer_type")},
         }
-        if "options" in q:
-            answer["options"] = q["options"]
-        write_json(private / qid / spec.vqa.answer_file, answer, ensure_ascii=False)
-        rows.append(
-            {
-                "question_id": qid,
-                "answer_label": q["answer_label"],
-                "answer_text": q["answer_text"],
-                "answer_type": q["answer_type"],
-                "question_type": q["question_type"],
-            }
-        )
+        write_json(private / qid / spec.vqa.answer_file, {**answer, **options}, ensure_ascii=False)
+        rows.append({**answer, "question_type": q["question_type"]})
     with open(private / "ground_truth.csv", "w", encoding="utf-8", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
