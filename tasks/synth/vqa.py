@@ -18,7 +18,6 @@ small twin exercises every matching rule (strict yes/no, normalised exact match,
 
 from __future__ import annotations
 
-import csv
 import json
 import zlib
 from pathlib import Path
@@ -28,6 +27,7 @@ import numpy as np
 
 from schemas.task_spec import TaskError, TaskSpec
 from tasks.case_files import write_json
+from tasks.convert._vqa import Question, write_questions
 from tasks.synth import fresh_sides, medimg
 
 LABELS = ("A", "B", "C", "D", "E")
@@ -249,40 +249,18 @@ def _case(spec: TaskSpec, seed: int, i: int) -> tuple[list[np.ndarray], dict[str
 
 
 def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
-    """Write ``cases`` questions of ``spec``'s task into ``out/public`` and ``out/private``."""
+    """Write ``cases`` questions of ``spec``'s task into ``out/public`` and ``out/private``, as the
+    converters write a real dataset's."""
     if spec.vqa is None:
         raise TaskError(f"task {spec.id}: not a VQA task")
-    public, private = fresh_sides(out)
-    rows = []
+    fresh_sides(out)
+    dataset = spec.dataset.split(" (")[0].split(",")[0]
+    questions = []
     for i in range(cases):
-        qid = spec.case_id(i)
         images, q = _case(spec, seed, i)
-        paths = []
-        for k, img in enumerate(images):
-            rel = f"images/{qid}-{chr(ord('a') + k)}.jpg"
-            medimg.write_jpeg(public / qid / rel, img)
-            paths.append(rel)
-        options = {"options": q["options"]} if "options" in q else {}
-        question = {
-            "question_id": qid,
-            "dataset": spec.dataset.split(" (")[0].split(",")[0],
-            "question": q["question"],
-            "image_paths": paths,
-            "split": "test",
-            **{key: q[key] for key in ("medical_task", "body_system", "question_type")},
-            **options,
-        }
-        write_json(public / qid / spec.vqa.question_file, question, ensure_ascii=False)
-        answer = {
-            "question_id": qid,
-            **{key: q[key] for key in ("answer_label", "answer_text", "answer_type")},
-        }
-        write_json(private / qid / spec.vqa.answer_file, {**answer, **options}, ensure_ascii=False)
-        rows.append({**answer, "question_type": q["question_type"]})
-    with open(private / "ground_truth.csv", "w", encoding="utf-8", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+        jpegs = [(".jpg", medimg.jpeg_bytes(img)) for img in images]
+        questions.append(Question(qid=spec.case_id(i), images=jpegs, dataset=dataset, **q))
+    write_questions(spec, questions, out, out)
 
 
 def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:
