@@ -25,6 +25,7 @@ library and ``openai``, so the file can be shipped into a bare agent container a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -142,10 +143,8 @@ def run_code(
             "stderr": (e.stderr or b"").decode("utf-8", "replace") + f"\nTIMEOUT: killed after {timeout:g}s",
         }
     finally:
-        try:
+        with contextlib.suppress(OSError):
             script.unlink()
-        except OSError:
-            pass
     out["stdout"] = truncate_tail(out["stdout"], STDOUT_KEEP)
     out["stderr"] = truncate_tail(out["stderr"], STDERR_KEEP)
     if report_elapsed:

@@ -152,11 +152,7 @@ def check_base(client) -> tuple[list[Check], str | None]:
     )
     if client is None:
         return [Check("base image", "skip", "no engine to ask"), tools], None
-    if want_rootfs:
-        order = [rootfs, public]
-    else:
-        order = [public, rootfs]
-    for ref in order:
+    for ref in [rootfs, public] if want_rootfs else [public, rootfs]:
         if _has_image(client, ref) is not None:
             how = "a debootstrapped Debian" if ref == rootfs else "a registry's image"
             return [Check("base image", "ok", f"{ref} is here ({how}); no download needed"), tools], ref

@@ -23,10 +23,10 @@ import random
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 import zlib
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 import zstandard
 
 from bench import figures
+from bench.measure import read_through, timed, workdir
 from recorder.synthetic import generate_run
 from replay.blob_migrate import migrate
 from replay.ingest import ingest
@@ -46,33 +47,19 @@ from tests.fakes.old_store import explode
 
 
 def build(root: Path, runs: int, calls: int) -> None:
-    t0 = time.perf_counter()
     for i in range(runs):
         generate_run(root, f"run-{i:04d}", seed=i, calls=calls)
     BlobStore(root / "blobs").close()
     ingest(root)
-    print(f"  built {runs} runs in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-
-
-def warm(root: Path) -> None:
-    for path in (root / "blobs").rglob("*"):
-        if path.is_file():
-            with open(path, "rb") as f:
-                while f.read(1 << 24):
-                    pass
 
 
 def timed_verify(root: Path) -> tuple[float, float, int]:
     with Store.open(root, read_only=True) as st:
         st.blobs.forget()
-        t0 = time.perf_counter()
-        problems = verify(st.con, st.blobs)
-        whole = time.perf_counter() - t0
+        problems, whole = timed(lambda: verify(st.con, st.blobs))
         assert not problems, problems[:3]
         st.blobs.forget()
-        t0 = time.perf_counter()
-        check_blobs(st.con, st.blobs)
-        blobs_only = time.perf_counter() - t0
+        _, blobs_only = timed(lambda: check_blobs(st.con, st.blobs))
         n = st.con.execute("SELECT count(*) FROM events").fetchall()[0][0]
     return whole, blobs_only, n
 
@@ -90,12 +77,7 @@ def read_latency(root: Path, sample: list[str]) -> tuple[float, float]:
     blobs = BlobStore(root / "blobs")
     blobs.forget()
     blobs.get(sample[0])  # the index is read once per process, not per blob
-    times = []
-    for address in sample:
-        t0 = time.perf_counter()
-        blobs.get(address)
-        times.append(time.perf_counter() - t0)
-    times.sort()
+    times = sorted(timed(partial(blobs.get, address))[1] for address in sample)
     return times[len(times) // 2] * 1e6, times[int(len(times) * 0.99)] * 1e6
 
 
@@ -158,12 +140,18 @@ def main() -> None:
     figures.add_argument(ap, "blobs")
     args = ap.parse_args()
     figs = figures.Figures(ap, args)
-    work = Path(args.keep or tempfile.mkdtemp(prefix="amb-bench-blobs-"))
+    with workdir(args.keep, "amb-bench-blobs-") as work:
+        measure(args, work, figs)
+    figs.write()
+
+
+def measure(args: argparse.Namespace, work: Path, figs: figures.Figures) -> None:
     packed, loose = work / "packed", work / "loose"
     if not (packed / "amb.duckdb").exists():
         shutil.rmtree(packed, ignore_errors=True)
         print(f"generating {args.runs} runs of {args.calls} calls ...", file=sys.stderr)
-        build(packed, args.runs, args.calls)
+        _, build_s = timed(lambda: build(packed, args.runs, args.calls))
+        print(f"  built {args.runs} runs in {build_s:.0f} s", file=sys.stderr)
     if not (loose / "amb.duckdb").exists():
         shutil.rmtree(loose, ignore_errors=True)
         shutil.copytree(packed, loose)
@@ -173,12 +161,10 @@ def main() -> None:
     migrated = work / "migrated"
     shutil.rmtree(migrated, ignore_errors=True)
     shutil.copytree(loose, migrated)
-    warm(migrated)
+    read_through((migrated / "blobs").rglob("*"))
     mblobs = BlobStore(migrated / "blobs")
     n_loose = len(list(mblobs.loose_files()))
-    t0 = time.perf_counter()
-    done = migrate(mblobs)
-    migrate_s = time.perf_counter() - t0
+    done, migrate_s = timed(lambda: migrate(mblobs))
     assert not done.bad, done.bad[:3]
     mblobs.close()
     shutil.rmtree(migrated)
@@ -189,7 +175,7 @@ def main() -> None:
     events = 0
     for i in range(args.rounds):
         for name, root in (("loose", loose), ("packs", packed)):
-            warm(root)
+            read_through((root / "blobs").rglob("*"))
             whole, blobs_only, events = timed_verify(root)
             p50, p99 = read_latency(root, sample)
             r = results[name]
@@ -256,9 +242,6 @@ def main() -> None:
         f"zlib-3: {zlib_[0]:.3f}, {zlib_[1]:.2f} s, {zlib_[2]:.2f} s; with a trained dictionary: "
         f"{dict_[0]:.3f}, {dict_[1]:.2f} s, {dict_[2]:.2f} s",
     )
-    figs.write()
-    if not args.keep:
-        shutil.rmtree(work)
 
 
 if __name__ == "__main__":

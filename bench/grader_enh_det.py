@@ -7,32 +7,24 @@ Prints, each measured in this process on the same inputs:
 - mAP@0.5 over 1,000 images (3 classes, ~10 boxes each): ours (101-point and VOC all-point) vs
   pycocotools' COCOeval (one IoU threshold, k/100 recall thresholds); times and the difference.
 
-Run: ./just bench grader_enh_det [--slices 100] [--images 1000]
-(part of bench/grader, which imports ``bench_ssim`` and ``bench_map`` from here.)
+Run: ./just bench grader --only ssim [--slices 100] or --only map [--images 1000] (bench/grader
+imports ``bench_ssim`` and ``bench_map`` from here).
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
 import numpy as np
 
-from bench import figures
+from bench.measure import timed
 from scorer.metrics.coco_reference import coco_ap
 from scorer.metrics.detection import Boxes, DetParams, mean_average_precision
 from scorer.metrics.ssim import reference_data_range, ssim
 from tasks.synth.enhancement import ct_slice, low_dose_noise
-
-
-def _timed(fn):
-    t0 = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t0
 
 
 def bench_ssim(n_slices: int = 100, size: int = 512) -> dict:
@@ -44,14 +36,14 @@ def bench_ssim(n_slices: int = 100, size: int = 512) -> dict:
         ref = ct_slice(rng, (size, size))
         pairs.append((ref.astype(np.float32), (ref + low_dose_noise(rng, ref, 30.0)).astype(np.float32)))
     ranges = [reference_data_range(r) for r, _ in pairs]
-    ours, t_ours = _timed(lambda: [ssim(r, p, dr) for (r, p), dr in zip(pairs, ranges, strict=False)])
-    sk32, t_sk32 = _timed(
+    ours, t_ours = timed(lambda: [ssim(r, p, dr) for (r, p), dr in zip(pairs, ranges, strict=False)])
+    sk32, t_sk32 = timed(
         lambda: [
             structural_similarity(r, p, data_range=dr, gaussian_weights=True, use_sample_covariance=False)
             for (r, p), dr in zip(pairs, ranges, strict=False)
         ]
     )
-    sk64, t_sk64 = _timed(
+    sk64, t_sk64 = timed(
         lambda: [
             structural_similarity(
                 r.astype(np.float64),
@@ -113,9 +105,9 @@ def bench_map(n_images: int = 1000) -> dict:
     n_boxes = sum(len(r.labels) for r in refs) + sum(len(p.labels) for p in preds)
     p101 = DetParams(interpolation="coco_101", class_set="with_gt", wildcard=None)
     pvoc = DetParams(interpolation="voc_all_point", class_set="with_gt", wildcard=None)
-    ours, t_ours = _timed(lambda: mean_average_precision(refs, preds, p101))
-    voc, t_voc = _timed(lambda: mean_average_precision(refs, preds, pvoc))
-    theirs, t_coco = _timed(lambda: coco_ap(refs, preds, rec_thrs=np.arange(101) / 100))
+    ours, t_ours = timed(lambda: mean_average_precision(refs, preds, p101))
+    voc, t_voc = timed(lambda: mean_average_precision(refs, preds, pvoc))
+    theirs, t_coco = timed(lambda: coco_ap(refs, preds, rec_thrs=np.arange(101) / 100))
     coco_map = float(np.mean([v for v in theirs.values() if v is not None]))
     res = {
         "images": n_images,
@@ -157,19 +149,3 @@ def map_row(res: dict) -> tuple[str, str, str, str]:
         f"{res['ours_101_s']:.2f} s",
         f"pycocotools' COCOeval: {res['pycocotools_s']:.2f} s; difference {res['abs_diff']:.1e}",
     )
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--slices", type=int, default=100)
-    ap.add_argument("--images", type=int, default=1000)
-    figures.add_argument(ap, "grader")
-    args = ap.parse_args()
-    figs = figures.Figures(ap, args)
-    figs.add(*ssim_row(bench_ssim(args.slices)))
-    figs.add(*map_row(bench_map(args.images)))
-    figs.write()
-
-
-if __name__ == "__main__":
-    main()

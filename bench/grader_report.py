@@ -12,21 +12,19 @@ Measured in this process, on the same prepared text (MLRG's ``'.' -> ' .'``):
   the three NLG parts, plus rouge-score's ``rougeL``;
 - the largest difference between our BLEU-1..4 / METEOR / ROUGE-L and pycocoevalcap's.
 
-Run: ./just bench grader --only report [--reports 500] (or ./just bench grader_report [--reports 500])
+Run: ./just bench grader --only report [--reports 500]
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
-import time
 from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from bench import figures
+from bench.measure import timed
 from scorer.metrics import meteor as _meteor
 from scorer.metrics import text
 from tasks import synth
@@ -43,12 +41,6 @@ def report_pairs(n: int) -> tuple[list[str], list[str]]:
     return hyps, refs
 
 
-def _timed(fn):
-    t0 = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t0
-
-
 def bench_report(n_reports: int = 500) -> dict:
     hyps, refs = report_pairs(n_reports)
     words = sum(len(h.split()) + len(r.split()) for h, r in zip(hyps, refs, strict=False)) / (2 * n_reports)
@@ -57,9 +49,9 @@ def bench_report(n_reports: int = 500) -> dict:
         "on average):"
     )
 
-    _, t_jvm = _timed(lambda: _meteor.meteor(["warm up"], [["warm up"]]))
-    corpus, t_corpus = _timed(lambda: text.report_score(hyps, refs, level="corpus"))
-    case, t_case = _timed(lambda: text.report_score(hyps, refs, level="case"))
+    _, t_jvm = timed(lambda: _meteor.meteor(["warm up"], [["warm up"]]))
+    corpus, t_corpus = timed(lambda: text.report_score(hyps, refs, level="corpus"))
+    case, t_case = timed(lambda: text.report_score(hyps, refs, level="case"))
     print(
         f"  ours, corpus level  {t_corpus:6.2f} s  score {corpus.score:.4f}  "
         f"({', '.join(f'{k} {v:.3f}' for k, v in corpus.components.items())})"
@@ -74,15 +66,15 @@ def bench_report(n_reports: int = 500) -> dict:
 
     gts = {i: [text.prepare(r)] for i, r in enumerate(refs)}
     res = {i: [text.prepare(h)] for i, h in enumerate(hyps)}
-    (bleu_ref, _), t_bleu = _timed(lambda: Bleu(4).compute_score(gts, res, verbose=0))
+    (bleu_ref, _), t_bleu = timed(lambda: Bleu(4).compute_score(gts, res, verbose=0))
     meteor_lib = Meteor()
     # Its JVM loads lazily on the first request: time that warm-up apart, as for ours.
-    _, t_meteor_start = _timed(partial(meteor_lib.compute_score, {0: ["warm up"]}, {0: ["warm up"]}))
-    (meteor_ref, _), t_meteor = _timed(partial(meteor_lib.compute_score, gts, res))
+    _, t_meteor_start = timed(partial(meteor_lib.compute_score, {0: ["warm up"]}, {0: ["warm up"]}))
+    (meteor_ref, _), t_meteor = timed(partial(meteor_lib.compute_score, gts, res))
     del meteor_lib
-    (rouge_ref, _), t_rouge = _timed(lambda: Rouge().compute_score(gts, res))
+    (rouge_ref, _), t_rouge = timed(lambda: Rouge().compute_score(gts, res))
     scorer = rouge_scorer.RougeScorer(["rougeL"])
-    _, t_rs = _timed(lambda: [scorer.score(r, h) for h, r in zip(hyps, refs, strict=False)])
+    _, t_rs = timed(lambda: [scorer.score(r, h) for h, r in zip(hyps, refs, strict=False)])
     t_lib = t_bleu + t_meteor + t_rouge
     print(
         f"  pycocoevalcap BLEU {t_bleu:.2f} s + METEOR {t_meteor:.2f} s (+ {t_meteor_start:.1f} s JVM start) "
@@ -120,17 +112,3 @@ def report_row(res: dict) -> tuple[str, str, str, str]:
         f"(+ {res['jvm_start_s']:.0f} s to start METEOR's JVM, once)",
         f"pycocoevalcap's BLEU, METEOR and ROUGE-L alone: {res['pycocoevalcap_s']:.1f} s",
     )
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reports", type=int, default=500)
-    figures.add_argument(ap, "grader")
-    args = ap.parse_args()
-    figs = figures.Figures(ap, args)
-    figs.add(*report_row(bench_report(args.reports)))
-    figs.write()
-
-
-if __name__ == "__main__":
-    main()

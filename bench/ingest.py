@@ -21,21 +21,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-import duckdb
 
 from bench import figures
-from recorder.synthetic import generate_run
+from bench.measure import costed, generate_runs, plain_load, read_through, repeat, timed, tree_bytes, workdir
 from replay import spools
 from replay.ingest import ingest, spool_files
 from replay.store import Store
@@ -47,21 +44,6 @@ AGGREGATE = """
 SELECT run_id, model, sum(input_tokens) AS tokens_in, sum(output_tokens) AS tokens_out, count(*) AS calls
 FROM model_calls GROUP BY run_id, model ORDER BY run_id
 """
-
-
-def generate(root: Path, runs: int, per_run: int) -> int:
-    # ~35 model calls per run, the rest shim process events, so that a run has about per_run events.
-    procs = max(1, round((per_run - 110) / 34))
-    total = 0
-    t0 = time.perf_counter()
-    for i in range(runs):
-        total += generate_run(root, f"bench-{i:05d}", seed=i, calls=35, processes_per_call=procs).events
-        if i % 50 == 49:
-            print(
-                f"  generated {i + 1}/{runs} runs ({total:,} events, {time.perf_counter() - t0:.0f} s)",
-                file=sys.stderr,
-            )
-    return total
 
 
 def write_ndjson(root: Path, out: Path) -> int:
@@ -76,38 +58,15 @@ def write_ndjson(root: Path, out: Path) -> int:
     return n
 
 
-def read_ndjson_load(ndjson: Path) -> float:
-    """DuckDB's own load of the same events into a plain table, timed up to the closed database."""
-    db = ndjson.parent / "plain.duckdb"
-    db.unlink(missing_ok=True)
-    t0 = time.perf_counter()
-    con = duckdb.connect(str(db))
-    con.execute(
-        """CREATE TABLE plain AS SELECT * FROM read_ndjson(?, columns = {
-               kind: 'VARCHAR', payload: 'JSON', prev_hash: 'VARCHAR', run_id: 'VARCHAR',
-               seq: 'BIGINT', source: 'VARCHAR', ts_ns: 'BIGINT', v: 'INTEGER'})""",
-        [str(ndjson)],
-    )
-    con.close()
-    return time.perf_counter() - t0
-
-
 def amb_ingest(root: Path, total: int) -> float:
     """``amb ingest`` of every spool into a new store, timed up to the closed database."""
     for old in (root / "amb.duckdb", root / "amb.duckdb.wal"):
         old.unlink(missing_ok=True)
-    t0 = time.perf_counter()
     # The spools stay as written here, so that every round loads the same files; what compressing
     # them after ingest (amb ingest's default) costs is measured once, after the rounds.
-    report = ingest(root, spool_mode="keep")
-    elapsed = time.perf_counter() - t0
+    report, elapsed = timed(lambda: ingest(root, spool_mode="keep"))
     assert report.events_added == total, (report.events_added, total)
     return elapsed
-
-
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 AGAINST = """
@@ -140,15 +99,6 @@ def against_ingest(checkout: Path, root: Path, total: int) -> tuple[float, float
     return float(wall), float(cpu)
 
 
-def warm(paths: list[Path]) -> None:
-    """Flush pending writes and read every input once, so neither side pays for the other's I/O."""
-    os.sync()
-    for path in paths:
-        with open(path, "rb") as f:
-            while f.read(1 << 24):
-                pass
-
-
 def stored_size(blobs, blob: str) -> int:
     """Bytes this blob would take stored on its own: its pack record, or its record plus all its chunks'."""
     hexd = blob[len("sha256:") :]
@@ -159,10 +109,6 @@ def stored_size(blobs, blob: str) -> int:
     listing = bytes(blobs.read_record(hexd, entry)[1])
     chunks = listing[len(CHUNK_MAGIC) :].decode().split()
     return entry.length + sum(blobs.entry(c[len("sha256:") :]).length for c in chunks)
-
-
-def dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def main() -> None:
@@ -177,7 +123,12 @@ def main() -> None:
     figures.add_argument(ap, "ingest")
     args = ap.parse_args()
     figs = figures.Figures(ap, args)
-    work = Path(args.keep or tempfile.mkdtemp(prefix="amb-bench-ingest-"))
+    with workdir(args.keep, "amb-bench-ingest-") as work:
+        measure(args, work, figs)
+    figs.write()
+
+
+def measure(args: argparse.Namespace, work: Path, figs: figures.Figures) -> None:
     root = work / "store"
     for old in (root / "amb.duckdb", root / "amb.duckdb.wal", work / "plain.duckdb", work / "events.ndjson"):
         old.unlink(missing_ok=True)
@@ -190,46 +141,38 @@ def main() -> None:
             f"generating {args.runs} runs of ~{args.per_run} events (through the real spool writer)...",
             file=sys.stderr,
         )
-        t0 = time.perf_counter()
-        total = generate(root, args.runs, args.per_run)
-        gen_s = time.perf_counter() - t0
+        total, gen_s = timed(lambda: generate_runs(root, args.runs, args.per_run))
 
     ndjson = work / "events.ndjson"
     write_ndjson(root, ndjson)
-    warm([ndjson, *spool_files(root)])
-    base_times, ingest_times, against_times = [], [], []
-    base_cpu, ingest_cpu, against_cpu, loads = [], [], [], []
+    os.sync()  # flush pending writes, so that neither side pays for the other's I/O
+    read_through([ndjson, *spool_files(root)])
+    contenders: dict[str, Callable[[], tuple[float, float]]] = {
+        "read_ndjson": lambda: costed(lambda: plain_load(ndjson, work / "plain.duckdb")),
+        "amb ingest": lambda: costed(lambda: amb_ingest(root, total)),
+    }
+    if args.against:
+        contenders["--against ingest"] = lambda: against_ingest(Path(args.against), root, total)
+    wall: dict[str, list[float]] = {name: [] for name in contenders}
+    cpu: dict[str, list[float]] = {name: [] for name in contenders}
+    loads = []
     for i in range(args.rounds):
         loads.append(os.getloadavg()[0])
-        cpu = cpu_seconds()
-        base_times.append(read_ndjson_load(ndjson))
-        base_cpu.append(cpu_seconds() - cpu)
-        cpu = cpu_seconds()
-        ingest_times.append(amb_ingest(root, total))
-        ingest_cpu.append(cpu_seconds() - cpu)
-        line = (
-            f"  round {i + 1}/{args.rounds}: read_ndjson {base_times[-1]:.2f} s ({base_cpu[-1]:.1f} CPU s), "
-            f"amb ingest {ingest_times[-1]:.2f} s ({ingest_cpu[-1]:.1f} CPU s)"
-        )
-        if args.against:
-            wall, cpu_s = against_ingest(Path(args.against), root, total)
-            against_times.append(wall)
-            against_cpu.append(cpu_s)
-            line += f", --against ingest {wall:.2f} s ({cpu_s:.1f} CPU s)"
+        for name, run in contenders.items():
+            w, c = run()
+            wall[name].append(w)
+            cpu[name].append(c)
         loads.append(os.getloadavg()[0])
-        print(line + f", load {loads[-2]:.1f}-{loads[-1]:.1f}", file=sys.stderr)
-    base_s, ingest_s = statistics.median(base_times), statistics.median(ingest_times)
+        done = ", ".join(f"{n} {wall[n][-1]:.2f} s ({cpu[n][-1]:.1f} CPU s)" for n in contenders)
+        print(f"  round {i + 1}/{args.rounds}: {done}, load {loads[-2]:.1f}-{loads[-1]:.1f}", file=sys.stderr)
+    med_wall = {n: statistics.median(v) for n, v in wall.items()}
+    med_cpu = {n: statistics.median(v) for n, v in cpu.items()}
+    base_s, ingest_s = med_wall["read_ndjson"], med_wall["amb ingest"]
 
     with Store.open(root, read_only=True) as st:
-        t0 = time.perf_counter()
-        problems = verify(st.con, st.blobs)
-        verify_s = time.perf_counter() - t0
+        problems, verify_s = timed(lambda: verify(st.con, st.blobs))
         assert not problems, problems[:3]
-        times = []
-        for _ in range(7):
-            t0 = time.perf_counter()
-            st.con.execute(AGGREGATE).fetchall()
-            times.append(time.perf_counter() - t0)
+        times = repeat(lambda: st.con.execute(AGGREGATE).fetchall(), 7)
         refs = st.con.execute(
             r"""SELECT unnest(regexp_extract_all(payload, '"blob":"(sha256:[0-9a-f]{64})"', 1)) FROM events"""
         ).fetchall()
@@ -242,9 +185,7 @@ def main() -> None:
             no_dedup += size
     spool_bytes = sum(p.stat().st_size for p in spool_files(root))
     with Store.open(root) as st:
-        t0 = time.perf_counter()
-        settled = spools.settle(st, "compress")
-        settle_s = time.perf_counter() - t0
+        settled, settle_s = timed(lambda: spools.settle(st, "compress"))
     packed_bytes = sum(p.stat().st_size for p in spool_files(root))
     if args.keep:  # put the spools back as written, for the next run to reuse
         for path in spool_files(root):
@@ -252,7 +193,7 @@ def main() -> None:
                 path.with_name(path.name.removesuffix(spools.COMPRESSED)).write_bytes(spools.read_bytes(path))
                 path.unlink()
     db_bytes = (root / "amb.duckdb").stat().st_size
-    blob_bytes = dir_bytes(root / "blobs")
+    blob_bytes = tree_bytes(root / "blobs")
 
     ours = total / ingest_s
     theirs = total / base_s
@@ -263,36 +204,41 @@ def main() -> None:
         f"ratio ingest / read_ndjson     {ours / theirs:.2f}   (target >= 0.5; rate target >= 100,000 "
         "events/s)"
     )
-    # On a shared machine read_ndjson's wall time moves most (its close() waits on the disk), so
-    # also: the ratio in each round (the two loads side by side), the fastest rounds', and CPU's.
-    per_round = statistics.median(b / i for b, i in zip(base_times, ingest_times, strict=True))
-    print(
-        f"  same, per round (median)     {per_round:.2f}; fastest rounds "
-        f"{min(base_times) / min(ingest_times):.2f}; CPU seconds "
-        f"{statistics.median(base_cpu) / statistics.median(ingest_cpu):.2f}"
-    )
-    print(
-        f"CPU seconds (medians)          read_ndjson {statistics.median(base_cpu):.1f}, amb ingest "
-        f"{statistics.median(ingest_cpu):.1f}; load average {min(loads):.1f}-{max(loads):.1f} in the rounds"
-    )
-    if args.against:
-        prev = total / statistics.median(against_times)
-        prev_round = statistics.median(b / a for b, a in zip(base_times, against_times, strict=True))
-        print(
-            f"--against {args.against}: amb ingest {statistics.median(against_times):.2f} s  {prev:,.0f} "
-            f"events/s, ratio to read_ndjson {prev / theirs:.2f} (per round {prev_round:.2f}, fastest rounds "
-            f"{min(base_times) / min(against_times):.2f}, CPU seconds "
-            f"{statistics.median(base_cpu) / statistics.median(against_cpu):.2f}; "
-            f"CPU {statistics.median(against_cpu):.1f} s); this build / that one: {ours / prev:.2f}x the rate"
+
+    def beside(name: str) -> str:
+        """On a shared machine read_ndjson's wall time moves most (its close() waits on the disk), so
+        besides the medians' ratio: the ratio in each round (the two loads side by side), the fastest
+        rounds', and CPU's."""
+        per_round = statistics.median(b / o for b, o in zip(wall["read_ndjson"], wall[name], strict=True))
+        return (
+            f"per round (median) {per_round:.2f}; fastest rounds "
+            f"{min(wall['read_ndjson']) / min(wall[name]):.2f}; "
+            f"CPU seconds {med_cpu['read_ndjson'] / med_cpu[name]:.2f}"
         )
+
+    print(f"  same,                        {beside('amb ingest')}")
+    print(
+        f"CPU seconds (medians)          read_ndjson {med_cpu['read_ndjson']:.1f}, amb ingest "
+        f"{med_cpu['amb ingest']:.1f}; load average {min(loads):.1f}-{max(loads):.1f} in the rounds"
+    )
+    against = ""
+    if args.against:
+        prev = total / med_wall["--against ingest"]
+        print(
+            f"--against {args.against}: amb ingest {med_wall['--against ingest']:.2f} s  {prev:,.0f} "
+            f"events/s, ratio to read_ndjson {prev / theirs:.2f} ({beside('--against ingest')}; "
+            f"CPU {med_cpu['--against ingest']:.1f} s); this build / that one: {ours / prev:.2f}x the rate"
+        )
+        against = f"; `--against` build: {prev:,.0f} events/s"
     print(f"amb verify (hashes, chains, manifests, {len(blob_sizes):,} blobs)  {verify_s:.2f} s")
     print(
         f"spools compressed after ingest {settle_s:.2f} s for {settled['compressed']:,} spools "
         f"({spool_bytes / 1e6:,.0f} MB -> {packed_bytes / 1e6:,.0f} MB; amb ingest's default, "
         "not in the rate above)"
     )
+    aggregate_s = statistics.median(times)
     print(
-        f"aggregate query median         {statistics.median(times) * 1000:.0f} ms   (tokens per model "
+        f"aggregate query median         {aggregate_s * 1000:.0f} ms   (tokens per model "
         "per run; target < 1 s)"
     )
     print(f"bytes per event, DuckDB only   {db_bytes / total:,.0f}")
@@ -304,14 +250,11 @@ def main() -> None:
         f"bytes per event, without dedup {(db_bytes + no_dedup) / total:,.0f} (each of the "
         f"{len(refs):,} references stored whole: {no_dedup / 1e6:,.0f} MB)"
     )
-    against = ""
-    if args.against:
-        against = f"; `--against` build: {total / statistics.median(against_times):,.0f} events/s"
     figs.add(
         "rate",
         f"ingest with verification, {total:,} events in {args.runs:,} runs "
         "([reading it](docs/storage.md#amb-ingest))",
-        f"**{ours:,.0f} events/s** ({ingest_s:.2f} s, CPU {statistics.median(ingest_cpu):.1f} s), "
+        f"**{ours:,.0f} events/s** ({ingest_s:.2f} s, CPU {med_cpu['amb ingest']:.1f} s), "
         f"median of {args.rounds}",
         f"DuckDB's `read_ndjson` of the same events: {theirs:,.0f} events/s; "
         f"**{ours / theirs:.2f}×**{against}",
@@ -321,17 +264,14 @@ def main() -> None:
     figs.add(
         "aggregate",
         "aggregate query (tokens per model per run) over those events",
-        f"{statistics.median(times) * 1000:.0f} ms median",
-        target=f"< 1 s ({figures.met(statistics.median(times) < 1)})",
+        f"{aggregate_s * 1000:.0f} ms median",
+        target=f"< 1 s ({figures.met(aggregate_s < 1)})",
     )
     figs.add(
         "bytes",
         "content bytes per event: DuckDB only / with blobs / with blobs, no dedup",
         " / ".join(f"{n / total:,.0f}" for n in (db_bytes, db_bytes + blob_bytes, db_bytes + no_dedup)),
     )
-    figs.write()
-    if not args.keep:
-        shutil.rmtree(work)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 import duckdb
 
 from bench import figures
+from bench.measure import generate_runs, timed, tree_bytes
 from recorder.importers import automedbench
 from recorder.synthetic import generate_run
 from replay.export.atif import export_run
@@ -43,16 +44,6 @@ from replay.export.parquet import EVENTS_PER_FILE, INDEX, Written, export, read_
 from replay.ingest import ingest
 from replay.read import iter_events, run_ids
 from replay.store import Store
-
-
-def build_store(root: Path, runs: int, per_run: int) -> None:
-    procs = max(1, round((per_run - 110) / 34))
-    t0 = time.perf_counter()
-    for i in range(runs):
-        generate_run(root, f"bench-{i:05d}", seed=i, calls=35, processes_per_call=procs)
-        if i % 100 == 99:
-            print(f"  generated {i + 1}/{runs} runs ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
-    ingest(root)
 
 
 class Timed:
@@ -69,14 +60,6 @@ class Timed:
     def __exit__(self, *exc: object) -> None:
         self.wall = time.perf_counter() - self.wall
         self.cpu = time.process_time() - self.cpu
-
-
-def _bytes(path: Path) -> int:
-    return (
-        sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-        if path.is_dir()
-        else path.stat().st_size
-    )
 
 
 def file_per_run(con: duckdb.DuckDBPyConnection, out: Path) -> None:
@@ -125,7 +108,7 @@ def parquet_round(
             with Timed() as t:
                 fn()
             ways[name].times.append(t)
-            ways[name].bytes = _bytes(path)
+            ways[name].bytes = tree_bytes(path)
             glob = globs.get(name, str(path))
             back = duckdb.execute(f"SELECT count(*) FROM read_parquet('{glob}')").fetchall()[0][0]
             assert back == n, (name, back, n)
@@ -133,7 +116,7 @@ def parquet_round(
         with Timed() as t:
             written = export(st.con, work / "full", events_per_file=per_file)
         ways["full"].times.append(t)
-        ways["full"].bytes = _bytes(work / "full")
+        ways["full"].bytes = tree_bytes(work / "full")
         shutil.rmtree(work / "full")
     return n, written
 
@@ -228,7 +211,8 @@ def main() -> None:
         tmp = Path(tmp_s)
         root = Path(args.store) if args.store else tmp / "store"
         if not args.store:
-            build_store(root, args.runs, args.per_run)
+            generate_runs(root, args.runs, args.per_run, report_every=100)
+            ingest(root)
         if args.only != "import":
             parquet(root, tmp, args, figs)
         if args.only != "parquet":
@@ -300,10 +284,7 @@ def others(root: Path, tmp: Path, args: argparse.Namespace, figs: figures.Figure
         figs.add(
             "otel", f"OpenTelemetry export of {len(ids)} runs ({n_ev:,} events)", f"{n_ev / dt:,.0f} events/s"
         )
-        t0 = time.perf_counter()
-        for r in ids:
-            export_run(st.con, st.blobs.get, r, tmp / "atif")
-        dt = time.perf_counter() - t0
+        _, dt = timed(lambda: [export_run(st.con, st.blobs.get, r, tmp / "atif") for r in ids])
         print(f"atif export, {len(ids)} runs: {len(ids) / dt:,.1f} runs/s")
         figs.add(
             "atif",

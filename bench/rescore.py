@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import figures
+from bench.measure import timed, workdir
 from recorder.synthetic import generate_run
 from replay.ingest import ingest
 from replay.read import iter_events, run_ids
@@ -39,13 +40,13 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def timed_score(st, profile, judge: str, jobs: int, label: str) -> tuple[float, list[float], int]:
+def timed_score(st, profile, judge: str, jobs: int) -> tuple[float, list[float], int]:
     samples: list[float] = []
-    t0 = time.perf_counter()
-    result = score_runs(
-        st, profile, judge=judge, jobs=jobs, keep_rows=False, progress=lambda n: samples.append(rss_mb())
+    result, dt = timed(
+        lambda: score_runs(
+            st, profile, judge=judge, jobs=jobs, keep_rows=False, progress=lambda n: samples.append(rss_mb())
+        )
     )
-    dt = time.perf_counter() - t0
     return dt, samples, result.judge_requests
 
 
@@ -72,12 +73,12 @@ def main() -> None:
     args = ap.parse_args()
     figs = figures.Figures(ap, args)
 
-    tmp = None
-    store = (
-        Path(args.store)
-        if args.store
-        else Path(tmp := tempfile.mkdtemp(prefix="amb-bench-rescore-")) / "store"
-    )
+    with workdir(args.store, "amb-bench-rescore-") as work:
+        measure(args, work if args.store else work / "store", figs)
+    figs.write()
+
+
+def measure(args: argparse.Namespace, store: Path, figs: figures.Figures) -> None:
     t0 = time.perf_counter()
     existing = set()
     if (store / "amb.duckdb").exists():
@@ -96,15 +97,13 @@ def main() -> None:
     profile = load("paper-2026-06")
     with open_store(store) as st:
         ids = run_ids(st.con)[: args.runs]
-        t0 = time.perf_counter()
-        n_events = sum(1 for rid in ids for _ in iter_events(st.con, rid))
-        base = time.perf_counter() - t0
+        n_events, base = timed(lambda: sum(1 for rid in ids for _ in iter_events(st.con, rid)))
         print(
             f"baseline (read every run's events back): {len(ids) / base:8.1f} runs/s  ({n_events} "
             f"events, {base:.1f} s)"
         )
 
-        dt, rss, _ = timed_score(st, profile, "offline", args.jobs, "offline")
+        dt, rss, _ = timed_score(st, profile, "offline", args.jobs)
         print(
             f"offline judge:                           {len(ids) / dt:8.1f} runs/s  "
             f"({dt:.1f} s; {dt / base:.1f}x the baseline); "
@@ -118,13 +117,13 @@ def main() -> None:
             with fake.JudgeServer(fake.default_policy, keep_requests=False) as server:
                 os.environ["AMB_JUDGE_BASE_URL"] = server.base_url
                 os.environ["AMB_JUDGE_MODEL"] = "fake-judge"
-                dt, rss, n = timed_score(st, profile, "llm", max(args.jobs, 4), "llm-cold")
+                dt, rss, n = timed_score(st, profile, "llm", max(args.jobs, 4))
                 print(
                     f"LLM judge, cold (fills the cache):       {len(ids) / dt:8.1f} runs/s  ({dt:.1f} "
                     f"s; {n} requests to the loopback judge); "
                     f"RSS after first chunk {rss[0]:.0f} MB, after last {rss[-1]:.0f} MB"
                 )
-                dt, rss, n = timed_score(st, profile, "llm", args.jobs, "llm-cached")
+                dt, rss, n = timed_score(st, profile, "llm", args.jobs)
                 print(
                     f"LLM judge, cached:                       {len(ids) / dt:8.1f} runs/s  ({dt:.1f} "
                     f"s; {dt / base:.1f}x the baseline; {n} requests); "
@@ -139,16 +138,7 @@ def main() -> None:
                     base,
                     rss,
                 )
-    print(
-        "peak RSS of this process: "
-        f"{__import__('resource').getrusage(__import__('resource').RUSAGE_SELF).ru_maxrss / 1024:.0f} "
-        "MB"
-    )
-    figs.write()
-    if tmp:
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 
 if __name__ == "__main__":

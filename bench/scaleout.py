@@ -33,12 +33,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
 from bench import figures  # noqa: E402 - after the path set-up above
+from bench.measure import timed  # noqa: E402
 from recorder.synthetic import generate_run  # noqa: E402
 from replay.ingest import ingest  # noqa: E402
 from replay.shards import load_shards  # noqa: E402
@@ -150,9 +150,8 @@ def make_shards(root: Path, n: int) -> Layout:
 
 
 def ingest_rate(n: int, tmp: Path, figs: figures.Figures) -> None:
-    t0 = time.perf_counter()
-    layout = make_shards(tmp / "shards", n)
-    print(f"  made {n} shards in {time.perf_counter() - t0:.1f}s")
+    layout, made_s = timed(lambda: make_shards(tmp / "shards", n))
+    print(f"  made {n} shards in {made_s:.1f}s")
     sel = select(layout)
     assert len(sel.take) == n, len(sel.take)
 
@@ -161,19 +160,12 @@ def ingest_rate(n: int, tmp: Path, figs: figures.Figures) -> None:
     for shard, rid in sel.take:
         shutil.copytree(shard / "spool" / rid, base / "spool" / rid)
         shutil.copytree(shard / "blobs", base / "blobs", dirs_exist_ok=True)
-    t0 = time.perf_counter()
-    plain = ingest(base)
-    t_plain = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    report = load_shards(tmp / "store", select(layout).take)
-    t_shards = time.perf_counter() - t0
+    plain, t_plain = timed(lambda: ingest(base))
+    report, t_shards = timed(lambda: load_shards(tmp / "store", select(layout).take))
     assert len(report.loaded) == n and not report.refused, report.refused
     assert report.ingest is not None and report.ingest.events_added == plain.events_added
 
-    t0 = time.perf_counter()
-    again = load_shards(tmp / "store", select(layout).take)
-    t_again = time.perf_counter() - t0
+    again, t_again = timed(lambda: load_shards(tmp / "store", select(layout).take))
     assert again.ingest is not None and again.ingest.events_added == 0
 
     print(f"  amb ingest --from (checked):   {t_shards:6.2f}s  {n / t_shards:7.1f} shards/s  (target >= 50)")

@@ -253,11 +253,9 @@ def drop_page_cache() -> bool:
 
 def warm_page_cache(store: Path) -> None:
     """Read every file of the store once, so that a warm measurement does not follow a drop."""
-    for path in sorted(store.rglob("*")):
-        if path.is_file() and not path.is_symlink():
-            with open(path, "rb") as f:
-                while f.read(8 << 20):
-                    pass
+    from bench.measure import read_through
+
+    read_through(sorted(store.rglob("*")))
 
 
 def cold_verify(build: Path, store: Path) -> dict[str, Any] | None:

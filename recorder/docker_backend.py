@@ -22,6 +22,7 @@ read-only, with tmpfs for ``/tmp`` and the agent's home; cpus, memory and pids a
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import secrets
 import shutil
@@ -414,17 +415,13 @@ class DockerBackend:
 
     def send_signal(self, handle: _Handle, sig: int) -> None:
         # PID 1 is docker's init: it forwards to the shim, which forwards to the agent.
-        try:
+        with contextlib.suppress(Exception):
             handle.container.kill(signal=int(sig))
-        except Exception:
-            pass
 
     def kill(self, handle: _Handle) -> None:
         handle.killed = True
-        try:
+        with contextlib.suppress(Exception):
             handle.container.kill()
-        except Exception:
-            pass
 
     def pid(self, handle: _Handle) -> int | None:
         try:
@@ -503,10 +500,8 @@ class DockerBackend:
 
     def _drop_network(self) -> None:
         if self._network is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self._network.remove()
-            except Exception:
-                pass
             self._network = None
 
 

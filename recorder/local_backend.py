@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
@@ -171,10 +172,8 @@ class LocalBackend:
             # The agent's background children may outlive it; the run ends with all of them (as a
             # container's does). The group outlives its leader while any member is alive.
             self._signal_group(handle, signal.SIGKILL)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 handle.wait(5)
-            except subprocess.TimeoutExpired:
-                pass
         if self._namespaced is not None:
             self._namespaced.close()
             self._namespaced = None
@@ -195,7 +194,5 @@ class LocalBackend:
         except ProcessLookupError:
             pass
         except PermissionError:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 handle.send_signal(sig)
-            except ProcessLookupError:
-                pass

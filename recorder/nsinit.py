@@ -25,6 +25,7 @@ It is run by path with ``-I`` and imports only the standard library: the agent's
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -58,10 +59,8 @@ def main(argv: list[str]) -> int:
     os.set_inheritable(status_fd, False)
 
     def say(line: str) -> None:
-        try:
+        with contextlib.suppress(OSError):  # amb-record is gone: the kernel ends this namespace with it
             os.write(status_fd, line.encode() + b"\n")
-        except OSError:
-            pass  # amb-record is gone: the kernel ends this namespace with it
 
     try:
         agent = subprocess.Popen(command)

@@ -37,6 +37,8 @@ from schemas.events import (
     Usage,
 )
 from schemas.ostext import os_text
+from schemas.providers import CHAT, build_response
+from schemas.providers.conversation import Reply
 from schemas.run_claim import claiming, require_free
 
 TASKS = ("kidney-seg", "ldct-denoising", "vqa-rad", "mimic-cxr-report", "bccd-det")
@@ -254,7 +256,11 @@ class _Run:
         name = "submit_results" if last else "execute_code"
         arguments = json.dumps({} if last else {"language": language, "code": code})
         text = self.rng.choice(REPLIES)
-        response = _response_body(call_id, self.model, text, tool_call_id, name, arguments)
+        message = AssistantMessage(
+            text=text, tool_calls=[ToolCallPart(id=tool_call_id, name=name, arguments=arguments)]
+        )
+        reply = Reply(message=message, model=self.model, stop_reason="tool_calls", id=call_id)
+        response = build_response(CHAT, reply)
         # Each request extends the one before, and responses look alike: stored as deltas against
         # the previous of each, as the proxy stores them.
         self.request_ref = self.put(request, "application/json", base=self.request_ref)
@@ -276,9 +282,7 @@ class _Run:
                 ok=True,
                 request=self.request_ref,
                 response=self.response_ref,
-                message=AssistantMessage(
-                    text=text, tool_calls=[ToolCallPart(id=tool_call_id, name=name, arguments=arguments)]
-                ),
+                message=message,
                 stop_reason="tool_calls",
                 usage=Usage(
                     input_total=input_tokens,
@@ -401,35 +405,6 @@ def _request_body(model: str, messages: list[dict]) -> bytes:
             "tools": [
                 {"type": "function", "function": {"name": "execute_code"}},
                 {"type": "function", "function": {"name": "submit_results"}},
-            ],
-        }
-    ).encode()
-
-
-def _response_body(
-    call_id: str, model: str, text: str, tool_call_id: str, name: str, arguments: str
-) -> bytes:
-    return json.dumps(
-        {
-            "id": call_id,
-            "object": "chat.completion",
-            "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "finish_reason": "tool_calls",
-                    "message": {
-                        "role": "assistant",
-                        "content": text or None,
-                        "tool_calls": [
-                            {
-                                "id": tool_call_id,
-                                "type": "function",
-                                "function": {"name": name, "arguments": arguments},
-                            }
-                        ],
-                    },
-                }
             ],
         }
     ).encode()

@@ -21,6 +21,7 @@ Run as ``python -m recorder.watchdog --lock RUNLOCK --pid PID --start START``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -123,14 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     done = watch(args.lock, args.pid, args.start or None)
     if done:
         run_id = args.lock.name.removesuffix(".lock")
-        try:
+        with contextlib.suppress(OSError):  # nobody is reading any more
             print(
                 f"amb-record: watchdog: run {run_id}'s amb-record is gone; removed {', '.join(done)}",
                 file=sys.stderr,
                 flush=True,
             )
-        except OSError:
-            pass  # nobody is reading any more
     return 0
 
 

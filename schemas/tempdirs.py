@@ -89,10 +89,8 @@ class UntrustedLockDir(AmbError):
 
 def remove_if_empty(directory: Path) -> None:
     """The lock directory goes with its last file (whoever makes one next makes it again)."""
-    try:
+    with contextlib.suppress(OSError):  # not empty, gone already, or someone else's
         directory.rmdir()
-    except OSError:
-        pass  # not empty, gone already, or someone else's
 
 
 class OwnerLock:
@@ -153,10 +151,8 @@ class OwnerLock:
     def release(self) -> None:
         if self._fd < 0:
             return
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
-        except FileNotFoundError:
-            pass
         self.close()
         remove_if_empty(self.path.parent)
 

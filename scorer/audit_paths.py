@@ -213,7 +213,7 @@ def arg_paths(argv: Iterable[str], cwd: str | None) -> list[str]:
     for arg in argv:
         for token in path_tokens(arg):
             out.setdefault(normalise(token, cwd))
-        if "/" in arg and not arg.startswith(("/", "-")) and not any(c.isspace() for c in arg):
-            if "://" not in arg:
-                out.setdefault(normalise(arg, cwd))
+        relative = "/" in arg and not arg.startswith(("/", "-")) and "://" not in arg
+        if relative and not any(c.isspace() for c in arg):
+            out.setdefault(normalise(arg, cwd))
     return list(out)

@@ -21,14 +21,6 @@ import msgspec
 from scorer.signals import bulk_index, output_root, pilot_evidence, setup_failures, traceback_execs
 from scorer.trajectory import Trajectory
 
-CODE_NAMES = {
-    "E1": "understanding",
-    "E2": "data/model setup",
-    "E3": "verification/recovery",
-    "E4": "implementation/execution",
-    "E5": "deliverable/submission",
-}
-
 
 class Code(msgspec.Struct, frozen=True, kw_only=True):
     code: str

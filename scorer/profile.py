@@ -28,7 +28,6 @@ from schemas.userfile import is_file, read_text
 
 DEFAULT_PROFILE = "paper-2026-06"
 STAGES = ("S1", "S2", "S3", "S4", "S5")
-JUDGED_STAGES = ("S1", "S2", "S3")
 
 
 class _Cfg(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

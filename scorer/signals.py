@@ -140,11 +140,11 @@ def exec_cases(ex: Exec, roots: Outputs) -> set[str]:
 
 def setup_failures(traj: Trajectory) -> list[Exec]:
     """Executions that failed on installing or loading something (packages, checkpoints, GPU)."""
-    out = []
-    for ex in traj.execs:
-        if ex.ok is False and (SETUP_RE.search(ex.code) or SETUP_FAIL_RE.search(ex.stderr or ex.output)):
-            out.append(ex)
-    return out
+    return [
+        ex
+        for ex in traj.execs
+        if ex.ok is False and (SETUP_RE.search(ex.code) or SETUP_FAIL_RE.search(ex.stderr or ex.output))
+    ]
 
 
 def traceback_execs(traj: Trajectory) -> list[Exec]:

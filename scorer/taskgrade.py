@@ -96,7 +96,7 @@ def materialise(traj: Trajectory, get_blob: BlobGetter, into: Path) -> list[str]
     return missing
 
 
-def summarise(result: Any, spec_cases: int | None = None) -> dict[str, Any]:
+def summarise(result: Any) -> dict[str, Any]:
     """The grade facts the scorer keeps: counts, flags and the TASK score."""
     cases = result.cases
     n = len(cases)

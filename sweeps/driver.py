@@ -30,7 +30,7 @@ from sweeps.plan import SweepSpec
 from sweeps.progress import Progress
 from sweeps.shard import Layout, write_spec
 from sweeps.spec import Backend, CellLimits, RunSpec
-from sweeps.state import INTERRUPTED, CellState, TaskRef, cell_dict, next_attempt, read_cell
+from sweeps.state import INTERRUPTED, CellState, cell_dict, next_attempt, read_cell
 
 LOST_AFTER_S = 5.0
 """An attempt the engine says has ended but whose shard is not there this long after is lost (a
@@ -89,7 +89,7 @@ def plan_cells(spec: SweepSpec, layout: Layout) -> list[CellState]:
         for task in spec.tasks:
             for tier in spec.tiers:
                 for k in range(1, spec.repeats + 1):
-                    cell = CellState(spec.name, agent, TaskRef(task.id, task.data), tier, k)
+                    cell = CellState(spec.name, agent, task, tier, k)
                     read_cell(layout, cell, spec.max_attempts)
                     cell.skipped = cell.state == "completed"
                     check_id("run id", cell.attempt_id(next_attempt(cell)))

@@ -19,6 +19,7 @@ when the attempt was already complete, and 2 (``amb: error: ...``) when it could
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -373,10 +374,8 @@ def execute(spec_path: Path, *, out: TextIO | None = None) -> int:
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)
         where, first = place(layout, attempt.dir, _shard_info(spec, alloc, attempt, ended, ended_ns))
-        try:
+        with contextlib.suppress(OSError):
             (layout.attempts / run_id).rmdir()  # only when no other execution of it is under way
-        except OSError:
-            pass
         note = "" if first else " (a duplicate: another execution of this attempt finished first)"
         print(f"amb sweep exec: {run_id}: {ended.status}; shard {where}{note}", file=out, flush=True)
         return 0

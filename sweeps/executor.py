@@ -27,6 +27,7 @@ Rules for implementers (``sweeps/<engine>.py``, registered in ``EXECUTORS``):
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import shutil
@@ -221,10 +222,8 @@ class Attached:
 def stop_driver(pid: int | None, host: str | None) -> None:
     """SIGTERM to a sweep's driver running on this machine (it cancels its runs, submits no more)."""
     if pid and host == socket.gethostname():
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
 
 
 def save_name(layout: Layout, name: str) -> Path:

@@ -22,6 +22,7 @@ with nothing half-locked.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -118,10 +119,8 @@ def serve(stdin: int = 0, stdout: int = 1) -> int:
 
 def _signal_all(children: set[int], sig: int) -> None:
     for pid in children:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, sig)  # each child leads its own session
-        except ProcessLookupError:
-            pass
 
 
 def _say(out: Any, message: dict[str, Any]) -> None:
@@ -274,16 +273,12 @@ class ExecServer:
     def close(self) -> None:
         """No more specs: the server exits once its children have."""
         if self.proc.stdin is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self.proc.stdin.close()
-            except OSError:
-                pass
         if self.proc.poll() is None and not self.ready:
             self.proc.kill()  # never got going (a failed start): nothing of it to wait for
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(5)  # at once when its children are done; else they go on, and so does it
-        except subprocess.TimeoutExpired:
-            pass
 
 
 class Forked:

@@ -12,6 +12,7 @@ attempt. The children's pids are saved under ``<root>/executor/local.json`` so t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -81,10 +82,8 @@ class LocalExecutor(QueuedExecutor):
             if self.states[run_id] == "queued":
                 self.states[run_id] = "ended"
         for proc, _log in self.running.values():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)  # the exec stops its container and closes the run
-            except ProcessLookupError:
-                pass
         deadline = time.monotonic() + 30
         for run_id, (proc, log) in list(self.running.items()):
             try:
@@ -187,10 +186,8 @@ class _Attached(Attached):
             pid for pid in self.state.pids.values() if _is_exec(pid)
         ]
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
 
     def describe(self) -> dict[str, Any]:
         return {"executor": self.name, "driver": self.state.driver, "running": sorted(self.poll())}

@@ -41,7 +41,6 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -51,7 +50,7 @@ from schemas.codec import check_id
 from schemas.errors import AmbError, SchemaError, UsageError
 from schemas.events import BudgetLimits
 from sweeps.executor import ExecutorConfig
-from sweeps.spec import TIERS, GpuMode, Tier
+from sweeps.spec import TIERS, GpuMode, TaskRef, Tier
 from sweeps.spec import Agent as AgentDef
 
 
@@ -84,28 +83,22 @@ class ResourceRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     time_limit_s: float | None = None
 
 
-class SweepFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    name: str
-    agents: list[AgentEntry]
-    tasks: list[str | TaskEntry]
+class SweepSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The sweep file's keys that a loaded sweep keeps as they are written."""
+
     tiers: list[Tier] = msgspec.field(default_factory=lambda: ["lite"])
     repeats: int = 1
     concurrency: int = 1
     time_limit_s: float | None = None
-    max_tokens: int | None = None
-    max_cost: float | None = None
-    max_calls: int | None = None
-    price_table: str | None = None
     max_attempts: int = 2
     backend: Literal["local", "docker", "auto"] = "local"
     cases: int = 3
     seed: int = 0
-    baseline: bool | None = None
-    work: str | None = None
     profile: str | None = None
     judge: str | None = None
     score_jobs: int = 2
     judge_repeat: int = 1
+    """With ``judge = "llm"``: ask every rubric item this many times (the report shows its stability)."""
     cpus: float | None = None
     memory: str | None = None
     gpus: int = 0
@@ -114,41 +107,29 @@ class SweepFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     executor: ExecutorConfig = msgspec.field(default_factory=ExecutorConfig)
 
 
-@dataclass(frozen=True)
-class TaskDef:
-    id: str
-    data: Path | None = None
+class SweepFile(SweepSettings, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A sweep file as written."""
+
+    name: str
+    agents: list[AgentEntry]
+    tasks: list[str | TaskEntry]
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    max_calls: int | None = None
+    price_table: str | None = None
+    baseline: bool | None = None
+    work: str | None = None
 
 
-@dataclass
-class SweepSpec:
+class SweepSpec(SweepSettings, frozen=True, kw_only=True):
     """A validated sweep file, its paths resolved."""
 
     name: str
     agents: list[AgentDef]
-    tasks: list[TaskDef]
-    tiers: list[Tier]
-    repeats: int
-    concurrency: int
-    time_limit_s: float | None
-    max_attempts: int
-    backend: Literal["local", "docker", "auto"]
-    cases: int
-    seed: int
+    tasks: list[TaskRef]
     baseline: bool
     work: Path
-    profile: str | None = None
-    judge: str | None = None
-    score_jobs: int = 2
     source: Path | None = None
-    judge_repeat: int = 1
-    """With ``judge = "llm"``: ask every rubric item this many times (the report shows its stability)."""
-    cpus: float | None = None
-    memory: str | None = None
-    gpus: int = 0
-    gpu_mode: GpuMode = "nvidia"
-    resources: list[ResourceRule] = field(default_factory=list)
-    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     budget: BudgetLimits | None = None
     """Per run: amb-record's --max-tokens/--max-cost/--max-calls (the sweep file's keys)."""
 
@@ -254,7 +235,7 @@ def _agents(raw: SweepFile, fail: Fail) -> list[AgentDef]:
     return agents
 
 
-def _tasks(raw: SweepFile, folder: Path, fail: Fail) -> list[TaskDef]:
+def _tasks(raw: SweepFile, folder: Path, fail: Fail) -> list[TaskRef]:
     """The tasks, each known to the registry; prepared data is resolved against the file's folder."""
     from tasks.registry import load_spec
 
@@ -270,7 +251,7 @@ def _tasks(raw: SweepFile, folder: Path, fail: Fail) -> list[TaskDef]:
             data = (folder / entry.data).resolve()
             if not (data / "public").is_dir():
                 raise fail(["tasks", i, "data"], f"data {data} has no public/ folder")
-        tasks.append(TaskDef(entry.id, data))
+        tasks.append(TaskRef(entry.id, data))
     if not tasks:
         raise fail(["tasks"], "is empty")
     return tasks
@@ -305,7 +286,7 @@ def _budget(raw: SweepFile, fail: Fail) -> BudgetLimits | None:
     return None
 
 
-def _check_resources(raw: SweepFile, agents: list[AgentDef], tasks: list[TaskDef], fail: Fail) -> None:
+def _check_resources(raw: SweepFile, agents: list[AgentDef], tasks: list[TaskRef], fail: Fail) -> None:
     """The sweep's CPUs and GPUs, and each resource rule's: positive, naming agents and tasks it has."""
     if raw.gpus < 0 or (raw.cpus is not None and raw.cpus <= 0):
         raise fail(["gpus" if raw.gpus < 0 else "cpus"], "must be positive")
@@ -350,29 +331,12 @@ def load_sweep(path: Path, work: Path | None = None) -> SweepSpec:
         work = (path.parent / raw.work).resolve() if raw.work else Path.cwd() / f"sweep-{raw.name}"
     baseline = _baseline(raw, agents, fail)
     return SweepSpec(
+        **{key: getattr(raw, key) for key in SweepSettings.__struct_fields__},
         name=raw.name,
         agents=agents,
         tasks=tasks,
-        tiers=list(raw.tiers),
-        repeats=raw.repeats,
-        concurrency=raw.concurrency,
-        time_limit_s=raw.time_limit_s,
-        max_attempts=raw.max_attempts,
-        backend=raw.backend,
-        cases=raw.cases,
-        seed=raw.seed,
         baseline=baseline,
         work=Path(work).resolve(),
-        profile=raw.profile,
-        judge=raw.judge,
-        score_jobs=raw.score_jobs,
         source=path,
-        judge_repeat=raw.judge_repeat,
-        cpus=raw.cpus,
-        memory=raw.memory,
-        gpus=raw.gpus,
-        gpu_mode=raw.gpu_mode,
-        resources=list(raw.resources),
-        executor=raw.executor,
         budget=budget,
     )

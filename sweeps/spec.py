@@ -49,6 +49,13 @@ class Cell(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return f"{slug(self.sweep)}-{slug(self.agent)}-{self.task}-{self.tier}-r{self.repeat}"
 
 
+class TaskRef(msgspec.Struct, frozen=True):
+    """A sweep's task: its id, and the folder of its real data (None: its synthetic twin)."""
+
+    id: str
+    data: Path | None = None
+
+
 class Agent(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """What to run: the command (placeholders still in it), the model, upstreams, environment."""
 

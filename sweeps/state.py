@@ -10,22 +10,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from sweeps.shard import Layout, claim_cell, claimed, read_info
-from sweeps.spec import Agent, Cell, Tier, run_id
+from sweeps.spec import Agent, Cell, TaskRef, Tier, run_id
 
 INTERRUPTED = ("killed", "unfinished", "lost")
 """Attempt outcomes that say the sweep, the engine or the machine stopped the run, not the agent."""
-
-
-@dataclass(frozen=True)
-class TaskRef:
-    id: str
-    data: Path | None = None
 
 
 @dataclass

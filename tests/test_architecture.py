@@ -1,5 +1,6 @@
 """Tripwires: the layers' import rules (docs/architecture.md, which must agree with ``ALLOWED``),
-stored-event hygiene, and a test file for every module of 150 lines or more."""
+stored-event hygiene, the size of modules and functions, and a test file for every module of 150
+lines or more."""
 
 from __future__ import annotations
 
@@ -92,6 +93,35 @@ def test_architecture_doc_states_these_rules():
     assert stated == ALLOWED, (
         "docs/architecture.md's rules table differs from ALLOWED: update the one that is wrong"
     )
+
+
+# --- rooms of a livable size ------------------------------------------------------------------------
+
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
+SIZED = [*PACKAGES, "scripts"]
+"""Every source folder but bench/ and tests/: benches are scripts read top to bottom and tests are
+lists of cases, so neither is held to the limits."""
+
+
+def test_modules_and_functions_stay_small():
+    """No source module over ``MAX_MODULE_LINES`` lines and no function over ``MAX_FUNCTION_LINES``
+    (from its ``def`` to its last line), measured with ``ast`` on every Python file of ``SIZED``."""
+    too_big = []
+    for path in sorted(p for folder in SIZED for p in (ROOT / folder).rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        text = path.read_text(encoding="utf-8")
+        lines = len(text.splitlines())
+        if lines > MAX_MODULE_LINES:
+            too_big.append(f"{rel}: {lines} lines (at most {MAX_MODULE_LINES})")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_big.append(
+                        f"{rel}:{node.lineno} {node.name}: {length} lines (at most {MAX_FUNCTION_LINES})"
+                    )
+    assert not too_big, "split these into smaller pieces:\n" + "\n".join(too_big)
 
 
 # --- a test file for every module of MIN_LINES lines or more ----------------------------------------

@@ -17,6 +17,7 @@ goes through ``getaddrinfo`` like the connection itself would, which is what tur
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import socket
@@ -71,10 +72,8 @@ def own_addresses() -> frozenset[IP]:
         lines = []
     for prev, line in zip(lines, lines[1:], strict=False):
         if line.strip() == "/32 host LOCAL":
-            try:
+            with contextlib.suppress(ValueError):
                 out.add(ipaddress.ip_address(prev.strip().lstrip("|-+ ").strip()))
-            except ValueError:
-                pass
     try:
         for line in Path("/proc/net/if_inet6").read_text().splitlines():
             hexaddr = line.split()[0]

@@ -7,6 +7,7 @@ process, and end times are accurate to one interval. It watches the root process
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -75,10 +76,8 @@ class ProcPoller:
             old = self.alive.get(pid)
             if old is None or (argv and old.argv != argv):
                 cwd = None
-                try:
+                with contextlib.suppress(OSError):
                     cwd = os.readlink(f"/proc/{pid}/cwd".encode())
-                except OSError:
-                    pass
                 self.alive[pid] = Proc(
                     pid=pid, ppid=ppid, argv=argv, cwd=cwd, start_ns=start_ns, tracer="proc-poll"
                 )

@@ -14,6 +14,7 @@ kept. A message that cannot become an event is recorded as a note saying so, and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -59,10 +60,8 @@ class ShimReceiver:
         self.max_frame = content_cap + wire.MAX_OVERHEAD
         self.path = Path(sock_dir) / SOCKET_NAME
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
-        except FileNotFoundError:
-            pass
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         _bind_neutral(self._listener, self.path)
         os.chmod(self.path, socket_mode)
@@ -105,16 +104,12 @@ class ShimReceiver:
 
     def _stop_listening(self) -> None:
         try:
-            try:  # wakes an accept() blocked in the serving thread
+            with contextlib.suppress(OSError):  # wakes an accept() blocked in the serving thread
                 self._listener.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             self._listener.close()
         finally:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
-            except FileNotFoundError:
-                pass
 
     def _read(self, conn: socket.socket) -> None:
         buf = bytearray()
@@ -146,10 +141,8 @@ class ShimReceiver:
         if buf:
             self._append(Note(text="shim: stream ended mid-message", data={"bytes": len(buf)}))
         # Tell the shim we have it all: its close() waits for this.
-        try:
+        with contextlib.suppress(OSError):
             conn.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
 
     def _append(self, payload, ts_ns: int | None = None) -> None:
         self.writer.append(payload, ts_ns=ts_ns or None)

@@ -10,6 +10,7 @@ from then on would go unrecorded.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import resource
@@ -306,10 +307,8 @@ class _NotifyRun:
 
     def forward(self, sig: int) -> None:
         if self.tracer.root_pid is not None and self.tracer.root_status is None:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(self.tracer.root_pid, sig)
-            except OSError:
-                pass
 
     def fail_closed(self) -> None:
         self.tracer.kill_all()
@@ -339,10 +338,9 @@ class _StraceRun:
             st.strace_command(fifo, self.argv, seccomp=self.seccomp), cwd=self.opts.workspace
         )
         self.proc.wait()
-        try:  # if strace never opened the fifo (it failed to start), unblock the reader
+        # if strace never opened the fifo (it failed to start), unblock the reader
+        with contextlib.suppress(OSError):
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError:
-            pass
         reader.join(timeout=30)
         try:
             os.unlink(fifo)
@@ -364,10 +362,9 @@ class _StraceRun:
 
     def _read(self, fifo: str) -> None:
         fd = os.open(fifo, os.O_RDONLY | os.O_CLOEXEC)  # waits for strace to open it
-        try:
+        # above the system's pipe-max-size: the default buffer only means more waits
+        with contextlib.suppress(OSError):
             fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, TRACE_PIPE_SIZE)
-        except OSError:
-            pass  # above the system's pipe-max-size: the default buffer only means more waits
         try:
             while True:
                 chunk = os.read(fd, TRACE_PIPE_SIZE)
@@ -406,26 +403,20 @@ class _StraceRun:
             time.sleep(0.05)
         left = [pid for pid in list(self.tracker.procs) if pid != self.tracker.root_pid]
         for pid in left:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
         self.counts["killed_lingerers"] = len(left)
 
     def forward(self, sig: int) -> None:
         pid = self.tracker.root_pid
         if pid is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, sig)
-            except OSError:
-                pass
 
     def fail_closed(self) -> None:
         for pid in list(self.tracker.procs):
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
 
 
 class _PollRun:
@@ -444,27 +435,21 @@ class _PollRun:
         while time.monotonic() < deadline and any(p != self.proc.pid for p in self.poller.alive):
             time.sleep(0.05)
         for pid in [p for p in self.poller.alive if p != self.proc.pid]:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
         code = 128 - rc if rc < 0 else rc
         self.poller.finish(code if rc >= 0 else None, -rc if rc < 0 else None)
         return code
 
     def forward(self, sig: int) -> None:
         if self.proc is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self.proc.send_signal(sig)
-            except OSError:
-                pass
 
     def fail_closed(self) -> None:
         if self.proc is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self.proc.kill()
-            except OSError:
-                pass
 
 
 def _note_lost(sender: Sender, what: str, last_error: str) -> None:

@@ -17,6 +17,7 @@ cannot handle becomes a note saying so, and the watcher goes on with the next.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -286,10 +287,9 @@ class Watcher:
         if name:
             names["name"] = os.fsencode(name)
         text = "shim: a workspace change could not be recorded"
-        try:
+        # not even the note goes out: the count in the shim's bye says so
+        with contextlib.suppress(Exception):
             self.emit(NoteMsg(text=text, data={"error": describe(error)}, names=names, ts_ns=time.time_ns()))
-        except Exception:  # noqa: BLE001, S110 - not even the note goes out: the count in the shim's bye says so
-            pass
 
     def _flush_move(self) -> None:
         """A MOVED_FROM with no MOVED_TO: the thing left the workspace, i.e. it is gone."""

@@ -9,9 +9,8 @@ from schemas.events.base import Payload
 class FileWritten(Payload, frozen=True, tag="file.written"):
     """A file was created or modified.
 
-    Version history: v2 holds its OS strings (``path``) as recorded text
-    (``schemas.ostext``: a byte that is not UTF-8 as ``\\xhh``, a backslash doubled); v1 held them
-    as plain text (upcaster ``os_text_v1_v2`` in ``schemas.upcast``).
+    Version history: v2 holds its OS strings (``path``) as recorded text (``schemas.ostext``),
+    v1 as plain text (upcaster ``schemas.upcast.os_text_v1_v2``).
     """
 
     VERSION = 2
@@ -37,9 +36,8 @@ class FileWritten(Payload, frozen=True, tag="file.written"):
 class FileDeleted(Payload, frozen=True, tag="file.deleted"):
     """A file was deleted.
 
-    Version history: v2 holds its OS strings (``path``) as recorded text
-    (``schemas.ostext``: a byte that is not UTF-8 as ``\\xhh``, a backslash doubled); v1 held them
-    as plain text (upcaster ``os_text_v1_v2`` in ``schemas.upcast``).
+    Version history: v2 holds its OS strings (``path``) as recorded text (``schemas.ostext``),
+    v1 as plain text (upcaster ``schemas.upcast.os_text_v1_v2``).
     """
 
     VERSION = 2
@@ -53,9 +51,8 @@ class FileDeleted(Payload, frozen=True, tag="file.deleted"):
 class FileRenamed(Payload, frozen=True, tag="file.renamed"):
     """A file was renamed (``dst`` also gets a ``file.written`` if its content is new).
 
-    Version history: v2 holds its OS strings (``src``, ``dst``) as recorded text
-    (``schemas.ostext``: a byte that is not UTF-8 as ``\\xhh``, a backslash doubled); v1 held them
-    as plain text (upcaster ``os_text_v1_v2`` in ``schemas.upcast``).
+    Version history: v2 holds its OS strings (``src``, ``dst``) as recorded text (``schemas.ostext``),
+    v1 as plain text (upcaster ``schemas.upcast.os_text_v1_v2``).
     """
 
     VERSION = 2
@@ -70,9 +67,8 @@ class FileRenamed(Payload, frozen=True, tag="file.renamed"):
 class FileAccessed(Payload, frozen=True, tag="file.accessed"):
     """A watched path (e.g. one the task marks forbidden) was opened. A fact, not a verdict.
 
-    Version history: v2 holds its OS strings (``path``) as recorded text
-    (``schemas.ostext``: a byte that is not UTF-8 as ``\\xhh``, a backslash doubled); v1 held them
-    as plain text (upcaster ``os_text_v1_v2`` in ``schemas.upcast``).
+    Version history: v2 holds its OS strings (``path``) as recorded text (``schemas.ostext``),
+    v1 as plain text (upcaster ``schemas.upcast.os_text_v1_v2``).
     """
 
     VERSION = 2

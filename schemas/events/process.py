@@ -11,9 +11,8 @@ from schemas.events.base import Payload
 class ProcessExited(Payload, frozen=True, tag="process.exited"):
     """A process ran and ended (or was still running when the run ended: ``exit_code`` None).
 
-    Version history: v2 holds its OS strings (``argv``, ``cwd``) as recorded text
-    (``schemas.ostext``: a byte that is not UTF-8 as ``\\xhh``, a backslash doubled); v1 held them
-    as plain text (upcaster ``os_text_v1_v2`` in ``schemas.upcast``).
+    Version history: v2 holds its OS strings (``argv``, ``cwd``) as recorded text (``schemas.ostext``),
+    v1 as plain text (upcaster ``schemas.upcast.os_text_v1_v2``).
     """
 
     VERSION = 2

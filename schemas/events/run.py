@@ -52,8 +52,7 @@ class RunStarted(Payload, frozen=True, tag="run.started"):
     """A recorded run began.
 
     Version history: v2 holds its OS strings (``command``, ``workspace``) as recorded text
-    (``schemas.ostext``: a byte that is not UTF-8 as ``\\xhh``, a backslash doubled); v1 held them
-    as plain text (upcaster ``os_text_v1_v2`` in ``schemas.upcast``).
+    (``schemas.ostext``), v1 as plain text (upcaster ``schemas.upcast.os_text_v1_v2``).
     """
 
     VERSION = 2

@@ -7,6 +7,7 @@ Thinking tokens are not reported separately (they are inside ``output_tokens``):
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -110,10 +111,9 @@ def parse_json(body: Any, raw: bytes = b"") -> Reassembled:
         return r
     r.stop_reason = body.get("stop_reason")
     raw_inputs: list[bytes] = []
-    try:  # the tool input exactly as the bytes on the wire, not a re-encoding of it
+    # the tool input exactly as the bytes on the wire, not a re-encoding of it
+    with contextlib.suppress(msgspec.DecodeError):
         raw_inputs = [bytes(b.input) for b in _raw_decoder.decode(raw).content] if raw else []
-    except msgspec.DecodeError:
-        pass
     for i, block in enumerate(body.get("content") or []):
         if not isinstance(block, dict):
             continue

@@ -18,6 +18,7 @@ among the request's own model turns (``result.Pairing``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from typing import Any
@@ -211,10 +212,8 @@ def parse_json(body: Any, raw: bytes = b"") -> Reassembled:
     fold = _Fold()
     if isinstance(body, list):
         raws: list[_Chunk] = []
-        try:
+        with contextlib.suppress(msgspec.DecodeError):
             raws = _raw_array_decoder.decode(raw) if raw else []
-        except msgspec.DecodeError:
-            pass
         for i, chunk in enumerate(body):
             fold.feed(chunk, _raw_args(raws[i]) if i < len(raws) else [])
     else:

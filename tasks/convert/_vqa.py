@@ -28,9 +28,13 @@ class Question(msgspec.Struct, kw_only=True):
     medical_task: str = ""
     body_system: str = ""
     question_type: str = ""
+    answer_type: str = ""
+    """``yes/no``, ``open`` or ``multiple_choice``; empty: told from the answer (``answer_type``)."""
 
 
 def answer_type(q: Question) -> str:
+    if q.answer_type:
+        return q.answer_type
     if q.options is not None:
         return "multiple_choice"
     return "yes/no" if q.answer_text.strip().lower().rstrip(".") in _YES_NO else "open"

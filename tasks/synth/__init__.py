@@ -13,6 +13,7 @@ Modules are imported lazily, so one track's missing optional dependency never br
 from __future__ import annotations
 
 import importlib
+import shutil
 from pathlib import Path
 from types import ModuleType
 
@@ -44,3 +45,13 @@ def synth(spec: TaskSpec, out: Path, cases: int | None = None, seed: int = 0) ->
 def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:
     """Write the submission that reproduces the twin's references exactly."""
     track_module(spec.track).perfect_submission(spec, Path(data), Path(workspace))
+
+
+def fresh_sides(out: Path) -> tuple[Path, Path]:
+    """``out/public`` and ``out/private``, emptied: a twin is written afresh, never over an old one."""
+    sides = out / "public", out / "private"
+    for side in sides:
+        if side.exists():
+            shutil.rmtree(side)
+        side.mkdir(parents=True)
+    return sides

@@ -10,7 +10,6 @@ renderer is a function of its ``rng`` and arguments only.
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import numpy as np
 from PIL import Image
@@ -225,8 +224,3 @@ def jpeg_bytes(img: np.ndarray, quality: int = 90) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(img).save(buf, format="JPEG", quality=quality, optimize=False)
     return buf.getvalue()
-
-
-def write_jpeg(path: Path, img: np.ndarray, quality: int = 90) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(jpeg_bytes(img, quality))

@@ -18,7 +18,6 @@ the process and its grade, matching the H&E patch.
 
 from __future__ import annotations
 
-import shutil
 import zlib
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import numpy as np
 
 from schemas.task_spec import TaskError, TaskSpec
 from tasks.case_files import write_report_case
-from tasks.synth import medimg
+from tasks.synth import fresh_sides, medimg
 
 
 def _rng(spec: TaskSpec, seed: int, i: int) -> np.random.Generator:
@@ -171,11 +170,7 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
     """Write ``cases`` studies of ``spec``'s task into ``out/public`` and ``out/private``."""
     if spec.report is None:
         raise TaskError(f"task {spec.id}: not a report-generation task")
-    public, private = out / "public", out / "private"
-    for side in (public, private):
-        if side.exists():
-            shutil.rmtree(side)
-        side.mkdir(parents=True)
+    public, private = fresh_sides(out)
     findings_only = spec.report.section == "findings" and not spec.report.with_impression
     mode = "findings_only" if findings_only else "full_report"
     for i in range(cases):

@@ -18,9 +18,7 @@ small twin exercises every matching rule (strict yes/no, normalised exact match,
 
 from __future__ import annotations
 
-import csv
 import json
-import shutil
 import zlib
 from pathlib import Path
 from typing import Any
@@ -29,7 +27,8 @@ import numpy as np
 
 from schemas.task_spec import TaskError, TaskSpec
 from tasks.case_files import write_json
-from tasks.synth import medimg
+from tasks.convert._vqa import Question, write_questions
+from tasks.synth import fresh_sides, medimg
 
 LABELS = ("A", "B", "C", "D", "E")
 NUMBER_WORDS = {1: "one", 2: "two", 3: "three"}
@@ -250,58 +249,18 @@ def _case(spec: TaskSpec, seed: int, i: int) -> tuple[list[np.ndarray], dict[str
 
 
 def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
-    """Write ``cases`` questions of ``spec``'s task into ``out/public`` and ``out/private``."""
+    """Write ``cases`` questions of ``spec``'s task into ``out/public`` and ``out/private``, as the
+    converters write a real dataset's."""
     if spec.vqa is None:
         raise TaskError(f"task {spec.id}: not a VQA task")
-    public, private = out / "public", out / "private"
-    for side in (public, private):
-        if side.exists():
-            shutil.rmtree(side)
-        side.mkdir(parents=True)
-    rows = []
+    fresh_sides(out)
+    dataset = spec.dataset.split(" (")[0].split(",")[0]
+    questions = []
     for i in range(cases):
-        qid = spec.case_id(i)
         images, q = _case(spec, seed, i)
-        paths = []
-        for k, img in enumerate(images):
-            rel = f"images/{qid}-{chr(ord('a') + k)}.jpg"
-            medimg.write_jpeg(public / qid / rel, img)
-            paths.append(rel)
-        question = {
-            "question_id": qid,
-            "dataset": spec.dataset.split(" (")[0].split(",")[0],
-            "question": q["question"],
-            "image_paths": paths,
-            "split": "test",
-            "medical_task": q["medical_task"],
-            "body_system": q["body_system"],
-            "question_type": q["question_type"],
-        }
-        if "options" in q:
-            question["options"] = q["options"]
-        write_json(public / qid / spec.vqa.question_file, question, ensure_ascii=False)
-        answer = {
-            "question_id": qid,
-            "answer_label": q["answer_label"],
-            "answer_text": q["answer_text"],
-            "answer_type": q["answer_type"],
-        }
-        if "options" in q:
-            answer["options"] = q["options"]
-        write_json(private / qid / spec.vqa.answer_file, answer, ensure_ascii=False)
-        rows.append(
-            {
-                "question_id": qid,
-                "answer_label": q["answer_label"],
-                "answer_text": q["answer_text"],
-                "answer_type": q["answer_type"],
-                "question_type": q["question_type"],
-            }
-        )
-    with open(private / "ground_truth.csv", "w", encoding="utf-8", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+        jpegs = [(".jpg", medimg.jpeg_bytes(img)) for img in images]
+        questions.append(Question(qid=spec.case_id(i), images=jpegs, dataset=dataset, **q))
+    write_questions(spec, questions, out, out)
 
 
 def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:
