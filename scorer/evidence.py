@@ -289,7 +289,9 @@ def build(
     v = _View(traj, rules, get_blob, track, grade)
     for section in SECTIONS:
         section(v)
-    text = "\n".join(v.out) + "\n"
+    # An agent's JSON may escape a lone surrogate, which is no UTF-8 text: shown escaped (``\\ud800``),
+    # so that the digest and the judge's prompt can be made of it.
+    text = ("\n".join(v.out) + "\n").encode("utf-8", "backslashreplace").decode("utf-8")
     ids = v.ids | set(_ID_RE.findall(text))
     h = hashlib.sha256(text.encode())
     for img in v.images:

@@ -258,3 +258,16 @@ def test_deeply_nested_json_from_the_agent_is_text_not_a_crash():
     t = fold("r", run(START, first, call, result), lambda ref: body)
     (ex,) = t.execs
     assert ex.code == deep and ex.exit_code is None and ex.output == "{" + deep
+
+
+def test_a_lone_surrogate_from_the_agent_is_escaped_in_the_evidence():
+    """A JSON body may escape a lone surrogate (``\\ud800``), which is no UTF-8 text: the evidence
+    (and so the judge's prompt and the evidence digest) shows it escaped instead of failing."""
+    body = b'{"messages": [{"role": "user", "content": "look \\ud800 here"}]}'
+    request = BlobRef(blob="sha256:" + "0" * 64, size=len(body))
+    first = ModelCallCompleted(call_id="c", provider="openai", api="chat.completions", request=request)
+    call = ToolCallRequested(tool_call_id="t", name="execute_code", arguments='"\\udfff"', model_call_id="c")
+    t = fold("r", run(START, first, call), lambda ref: body)
+    ev = evidence.build(t, PROFILE.profile.evidence, lambda ref: body, track="segmentation", grade=None)
+    ev.text.encode("utf-8")  # valid text throughout
+    assert "look \\ud800 here" in ev.text and ev.sha256.startswith("sha256:")
