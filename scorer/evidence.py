@@ -32,7 +32,7 @@ from typing import Any
 import msgspec
 
 from scorer.profile import EvidenceRules
-from scorer.trajectory import BlobGetter, Exec, Trajectory
+from scorer.trajectory import BlobGetter, Exec, Trajectory, blob_or_empty
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _ID_RE = re.compile(r"^\[([A-Za-z0-9._-]+:\d+)\]", re.M)
@@ -223,12 +223,7 @@ def _plan_png(v: _View) -> None:
     png = v.traj.last_write("plan.png")
     if png is None:
         return
-    data = b""
-    if png[1].content is not None:
-        try:
-            data = v.get_blob(png[1].content)
-        except Exception:
-            data = b""
+    data = blob_or_empty(v.get_blob, png[1].content)
     is_png, attach = data.startswith(PNG_MAGIC), v.rules.images
     v.ids.add(png[0])
     v.out.append(

@@ -53,32 +53,32 @@ def load_judge_cache(con: duckdb.DuckDBPyConnection, model: str) -> JudgeCache:
     rows = con.execute(
         # Only the verdict columns: a cache hit needs nothing else, and 10,000 stored exchanges would
         # otherwise sit in memory for the whole batch.
-        """SELECT key, model, CAST(settings AS VARCHAR), item, run_id, evidence_sha256, '{}',
-                  '', '', value, reason, CAST(cited AS VARCHAR), unscored_reason, latency_ms,
-                  CAST(codes AS VARCHAR)
+        """SELECT key, model, CAST(settings AS VARCHAR), item, run_id, evidence_sha256, value,
+                  coalesce(reason, ''), coalesce(CAST(cited AS VARCHAR), '[]'), unscored_reason,
+                  coalesce(latency_ms, 0), CAST(codes AS VARCHAR)
            FROM judge_calls WHERE cacheable AND model = ?
            QUALIFY row_number() OVER (PARTITION BY key ORDER BY created_at) = 1""",
         [model],
     ).fetchall()
     entries = {}
-    for r in rows:
-        entries[r[0]] = CallRecord(
-            key=r[0],
-            model=r[1],
-            settings=json.loads(r[2]),
-            item=r[3],
-            run_id=r[4],
-            evidence_sha256=r[5],
-            request=json.loads(r[6]),
-            response=r[7],
-            reply_text=r[8],
-            value=r[9],
-            reason=r[10] or "",
-            cited=json.loads(r[11] or "[]"),
-            unscored_reason=r[12],
+    for key, model_, settings, item, run_id, evidence, value, reason, cited, unscored, ms, codes in rows:
+        entries[key] = CallRecord(
+            key=key,
+            model=model_,
+            settings=json.loads(settings),
+            item=item,
+            run_id=run_id,
+            evidence_sha256=evidence,
+            request={},
+            response="",
+            reply_text="",
+            value=value,
+            reason=reason,
+            cited=json.loads(cited),
+            unscored_reason=unscored,
             cacheable=True,
-            latency_ms=r[13] or 0.0,
-            codes=json.loads(r[14]) if r[14] is not None else None,
+            latency_ms=ms,
+            codes=None if codes is None else json.loads(codes),
         )
     return JudgeCache(entries)
 
@@ -110,11 +110,16 @@ def append_judge_calls(con: duckdb.DuckDBPyConnection, records: list[CallRecord]
             ),
         }
     )
-    con.register("_amb_new_calls", table)
+    _insert(con, table, "INSERT INTO judge_calls SELECT * FROM _amb_new")
+
+
+def _insert(con: duckdb.DuckDBPyConnection, table: pa.Table, sql: str) -> None:
+    """Run ``sql`` with ``table`` registered as ``_amb_new``: one bulk insert, never row by row."""
+    con.register("_amb_new", table)
     try:
-        con.execute("INSERT INTO judge_calls SELECT * FROM _amb_new_calls")
+        con.execute(sql)
     finally:
-        con.unregister("_amb_new_calls")
+        con.unregister("_amb_new")
 
 
 def load_grade_cache(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
@@ -135,14 +140,8 @@ def append_grades(con: duckdb.DuckDBPyConnection, entries: dict[str, dict[str, A
             "created_at": pa.array([now()] * len(keys), pa.timestamp("us")),
         }
     )
-    con.register("_amb_new_grades", table)
-    try:
-        con.execute(
-            "INSERT INTO grade_cache SELECT * FROM _amb_new_grades n WHERE NOT EXISTS (SELECT 1 FROM "
-            "grade_cache g WHERE g.key = n.key)"
-        )
-    finally:
-        con.unregister("_amb_new_grades")
+    skip_known = "WHERE NOT EXISTS (SELECT 1 FROM grade_cache g WHERE g.key = n.key)"
+    _insert(con, table, f"INSERT INTO grade_cache SELECT * FROM _amb_new n {skip_known}")
 
 
 def append_rows(
@@ -162,12 +161,8 @@ def append_rows(
             cols[c] = [canonical_json(v).decode() for v in values]
         else:
             cols[c] = pa.array(values, _ARROW.get(_TYPES[c], pa.string()))
-    con.register("_amb_new_scores", pa.table(cols))
-    try:
-        names = ", ".join(cols)
-        con.execute(f"INSERT INTO scores ({names}) SELECT {names} FROM _amb_new_scores")
-    finally:
-        con.unregister("_amb_new_scores")
+    names = ", ".join(cols)
+    _insert(con, pa.table(cols), f"INSERT INTO scores ({names}) SELECT {names} FROM _amb_new")
 
 
 def append_batch(

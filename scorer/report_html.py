@@ -12,16 +12,16 @@ from scorer.report import RATINGS, SECTIONS, STAGE_KEYS, cell, rounded
 PALETTE = ("#3b6ea5", "#d9822b", "#4e9a5b", "#b5464b", "#7d5ba6", "#8c6d3f", "#c05fa0", "#6b6b6b")
 
 
+def _svg(w: float, h: float, label: str, parts: list[str]) -> str:
+    """An inline plot: ``parts`` (SVG elements) on a ``w`` × ``h`` canvas; ``label`` is escaped."""
+    head = f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" '
+    return f'{head}aria-label="{html.escape(label)}">{"".join(parts)}</svg>'
+
+
 def _svg_bars(title: str, labels: list[str], values: list[float | None], vmax: float = 100.0) -> str:
     w, row_h, left = 640, 26, 190
     h = 40 + row_h * len(labels)
-    parts = [
-        (
-            f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" '
-            f'aria-label="{html.escape(title)}">'
-        ),
-        f'<text x="10" y="20" font-weight="bold">{html.escape(title)}</text>',
-    ]
+    parts = [f'<text x="10" y="20" font-weight="bold">{html.escape(title)}</text>']
     for i, (lab, v) in enumerate(zip(labels, values, strict=False)):
         y = 32 + i * row_h
         parts.append(f'<text x="{left - 8}" y="{y + 15}" text-anchor="end">{html.escape(lab[:28])}</text>')
@@ -34,8 +34,7 @@ def _svg_bars(title: str, labels: list[str], values: list[float | None], vmax: f
             f'fill="{PALETTE[i % len(PALETTE)]}"/>'
         )
         parts.append(f'<text x="{left + bw + 6:.1f}" y="{y + 15}">{v:g}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+    return _svg(w, h, title, parts)
 
 
 def _svg_stages(rows: list[dict[str, Any]]) -> str:
@@ -45,8 +44,6 @@ def _svg_stages(rows: list[dict[str, Any]]) -> str:
     group_w = (w - left - 20) / len(stages)
     bar_w = max(2.0, (group_w - 10) / max(1, len(models)))
     parts = [
-        f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" '
-        f'height="{h + 20 + 16 * len(models)}" role="img" aria-label="Stage means">',
         '<text x="10" y="16" font-weight="bold">Stage means by model (×100)</text>',
         f'<line x1="{left}" y1="{bottom}" x2="{w - 10}" y2="{bottom}" stroke="#444"/>',
     ]
@@ -69,8 +66,7 @@ def _svg_stages(rows: list[dict[str, Any]]) -> str:
             f'<rect x="{left}" y="{y - 10}" width="10" height="10" fill="{PALETTE[mi % len(PALETTE)]}"/>'
             f'<text x="{left + 16}" y="{y}">{html.escape(r["model"])}</text>'
         )
-    parts.append("</svg>")
-    return "".join(parts)
+    return _svg(w, h + 20 + 16 * len(models), "Stage means", parts)
 
 
 def _svg_scatter(track: str, pts: list[tuple[float, float]], r: float | None, unit: str = "cost") -> str:
@@ -79,10 +75,6 @@ def _svg_scatter(track: str, pts: list[tuple[float, float]], r: float | None, un
     xmax = max([p[0] for p in pts] + [1e-9])
     top = f"${xmax:.2f}" if unit == "cost" else f"{xmax:,.0f} tokens"
     parts = [
-        (
-            f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img" '
-            f'aria-label="{unit.capitalize()} vs OVERALL, {html.escape(track)}">'
-        ),
         (
             f'<text x="8" y="16" font-weight="bold">{html.escape(track)}: {unit} vs OVERALL '
             f"(r = {'—' if r is None else f'{r:.2f}'})</text>"
@@ -100,8 +92,7 @@ def _svg_scatter(track: str, pts: list[tuple[float, float]], r: float | None, un
         px = left + (w - left - 14) * x / xmax
         py = bottom - (bottom - 30) * y
         parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="#3b6ea5" fill-opacity="0.6"/>')
-    parts.append("</svg>")
-    return "".join(parts)
+    return _svg(w, h, f"{unit.capitalize()} vs OVERALL, {track}", parts)
 
 
 def _html_table(rows: list[dict[str, Any]], table_id: str) -> str:

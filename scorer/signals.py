@@ -130,10 +130,6 @@ def output_root(traj: Trajectory) -> Outputs:
     )
 
 
-def case_of(path: str, outputs: Outputs) -> str | None:
-    return outputs.case_of(path)
-
-
 def exec_cases(ex: Exec, roots: Outputs) -> set[str]:
     return {c for c in (roots.case_of(p) for p in ex.files) if c}
 

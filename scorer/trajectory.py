@@ -134,6 +134,17 @@ class Trajectory(msgspec.Struct, kw_only=True):
         return None
 
 
+def blob_or_empty(get_blob: BlobGetter, ref: Any) -> bytes:
+    """A written file's content; empty when it was not stored or cannot be read (a judge states what
+    it saw, and a missing blob must not stop the scoring)."""
+    if ref is None:
+        return b""
+    try:
+        return get_blob(ref)
+    except Exception:
+        return b""
+
+
 def _text(get_blob: BlobGetter, ref: Any, traj: Trajectory) -> str:
     if ref is None:
         return ""

@@ -1,10 +1,6 @@
-"""The grader: pure functions of a submission folder and the private references.
-
-``grade`` dispatches by track to ``scorer.grader.<track>.grade_track(spec, submission, reference,
-options)``; each track module reads only files (no store, no network), so the same code runs on a
-laptop and inside the grader image. ``submission`` is laid out like the agent's workspace (it holds
-``agents_outputs/``), ``reference`` is a data set's ``private/`` folder.
-"""
+"""The grader: pure functions of a submission folder (laid out like the agent's workspace) and a data
+set's ``private/`` folder. Each track's ``scorer.grader.<track>.grade_track`` reads only files (no
+store, no network), so the same code runs on a laptop and inside the grader image."""
 
 from __future__ import annotations
 
@@ -22,7 +18,6 @@ __all__ = ["CaseResult", "GradeOptions", "GradeResult", "grade"]
 def grade(
     spec: TaskSpec, submission: Path, reference: Path, options: GradeOptions | None = None
 ) -> GradeResult:
-    """Grade one submission of ``spec``'s task against the references."""
     submission, reference = Path(submission), Path(reference)
     if not submission.is_dir():
         raise UsageError(f"submission {submission}: not a directory")

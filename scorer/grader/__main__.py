@@ -1,8 +1,5 @@
-"""``python -m scorer.grader ID --submission DIR --reference DIR [--json] [--profile P]``.
-
-The grader image's entry point (it has no ``amb`` package): the same command as ``amb grade``, with
-the same one-line errors.
-"""
+"""``python -m scorer.grader``: the grader image's entry point (it has no ``amb`` package), the same
+command as ``amb grade`` with the same one-line errors."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The grade command itself, shared by ``amb grade`` and ``python -m scorer.grader``.
-
-The grader image carries only ``schemas``, ``scorer`` and ``tasks`` (no ``amb``), so the command
-lives here and ``amb/grade_cmd.py`` re-exports it: on a laptop and in the image it is the same code.
-A pure command of files: no store, no network.
-"""
+"""The grade command, shared by ``amb grade`` and ``python -m scorer.grader``: the grader image
+carries only ``schemas``, ``scorer`` and ``tasks`` (no ``amb``), so the command lives here."""
 
 from __future__ import annotations
 

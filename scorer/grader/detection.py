@@ -1,16 +1,9 @@
-"""Detection grader (BCCD, VinDr-CXR, GRAZPEDWRI-DX, DENTEX): mAP at IoU 0.5 over the data set.
+"""Detection grader: mAP at IoU 0.5 over the data set (``scorer.metrics.detection``).
 
-Per case: ``<submission>/agents_outputs/<case>/prediction.json`` =
-``{"boxes": [{"class", "score"?, "x1", "y1", "x2", "y2"}]}`` against ``<reference>/<case>/boxes.json``
-(which also holds the image's ``width`` and ``height``). A file that is missing, not UTF-8 JSON, not
-of that shape, or that has any bad box (missing key, non-numeric or non-finite coordinate, x2 <= x1,
-outside the image, score outside [0, 1] or NaN, empty class) makes the case score 0 with the reason,
-and the case then counts as "no predictions" in the mAP (its reference boxes are misses), as in the
-public format checker, where one bad box invalidates the file.
-
-The TASK score is the data-set mAP (``scorer.metrics.detection``), not a mean of case scores: AP
-ranks detections across all images. The case score is that image's own AP under the same rules
-(1.0 for an image with no reference box and no prediction), a diagnostic for finding bad cases.
+A prediction file with any bad box makes the case score 0 with the reason and count as "no
+predictions" in the mAP (its reference boxes are misses), as in the public format checker, where
+one bad box invalidates the file. The TASK is the data-set mAP, not a mean of case scores (AP ranks
+detections across all images); the case score is that image's own AP, a diagnostic.
 """
 
 from __future__ import annotations
@@ -29,6 +22,7 @@ from scorer.grader.options import GradeOptions
 from scorer.grader.result import CaseResult, GradeResult, invalid_case, missing_case
 from scorer.grader.submitted import Rejected, open_submitted
 from scorer.metrics.detection import EMPTY, Boxes, DetParams, mean_average_precision, norm_class
+from tasks.synth import reference_cases
 
 MAX_FILE_BYTES = 20 * 1024 * 1024
 MAX_BOXES = 10_000
@@ -126,19 +120,16 @@ def _case_ap(ref: Boxes, pred: Boxes, params: DetParams) -> tuple[float, dict[st
 
 
 def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: GradeOptions) -> GradeResult:
-    from tasks.synth.detection import reference_cases
-
+    det = spec.det
+    assert det is not None  # decode_spec guarantees it for this track
     params = det_params(spec, options)
-    ids = reference_cases(spec, reference)
+    ids = reference_cases(reference, det.reference_file)
     if not ids:
-        assert spec.det is not None
-        raise TaskError(f"reference {reference}: no <case>/{spec.det.reference_file} found")
+        raise TaskError(f"reference {reference}: no <case>/{det.reference_file} found")
     allowed = {norm_class(c) for c in spec.submission.classes}
     refs: dict[str, Boxes] = {}
     preds: dict[str, Boxes] = {}
     cases: list[CaseResult] = []
-    det = spec.det
-    assert det is not None  # decode_spec guarantees it for this track
     for case in ids:
         ref, w, h = load_reference(spec, reference, case)
         refs[case], preds[case] = ref, EMPTY

@@ -1,13 +1,9 @@
 """Enhancement grader (LDCT denoising, MRI super-resolution): mean SSIM, PSNR as a diagnostic.
 
-Per case: ``<submission>/agents_outputs/<case>/enhanced.npy`` against
-``<reference>/<case>/reference.npy``. The output must be a plain ``.npy`` (no pickle, no ``.npz``) of
-dtype float32 with exactly the reference's shape and only finite values; anything else scores 0 with
-the reason. SSIM's data range is the case's ``data_range`` in ``ground_truth.csv``, else the
-reference's max - min (AutoMedBench's rule), never the dtype's range.
-
-The case score is SSIM clipped to [0, 1] (SSIM can be negative for an anti-correlated output; every
-TASK metric is on [0, 1]); the raw SSIM and PSNR are in the case details.
+The output must be a plain ``.npy`` (no pickle) of the task's dtype, exactly the reference's shape,
+finite. SSIM's data range is the case's ``data_range`` in ``ground_truth.csv``, else the reference's
+max - min (AutoMedBench's rule), never the dtype's range. The case score is SSIM clipped to [0, 1]
+(SSIM is negative for an anti-correlated output; every TASK metric is on [0, 1]).
 """
 
 from __future__ import annotations
@@ -31,6 +27,7 @@ from scorer.metrics import lpips as lpips_metric
 from scorer.metrics import psnr as psnr_metric
 from scorer.metrics.lpips import Lpips
 from scorer.metrics.ssim import SsimParams, reference_data_range, ssim
+from tasks.synth import reference_cases
 
 
 class BadArray(ValueError):
@@ -184,12 +181,10 @@ def composite(
 
 
 def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: GradeOptions) -> GradeResult:
-    from tasks.synth.enhancement import reference_cases
-
     params = ssim_params(spec)
     assert spec.enh is not None
     ranges = read_ranges(reference / spec.enh.ranges_file)
-    ids = reference_cases(spec, reference)
+    ids = reference_cases(reference, spec.enh.reference_file)
     if not ids:
         raise TaskError(f"reference {reference}: no <case>/{spec.enh.reference_file} found")
     degraded: list[str] = []

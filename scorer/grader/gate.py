@@ -1,10 +1,5 @@
-"""The completeness gate, shared by every track.
-
-A track knows how to aggregate its case results into a TASK score (a plain mean, or the
-segmentation organ/lesion formula); the gate decides which cases that aggregate sees and what
-happens when some are missing or invalid. Tracks call ``gated_score`` instead of applying the gate
-themselves, so the three policies mean the same thing everywhere.
-"""
+"""The completeness gate, shared by every track: the track aggregates its case results into a TASK
+score, the gate decides which cases that aggregate sees, so a policy means the same everywhere."""
 
 from __future__ import annotations
 
@@ -25,18 +20,9 @@ def mean_score(cases: Sequence[CaseResult]) -> float:
 def gated_score(
     cases: Sequence[CaseResult], options: GradeOptions, aggregate: Aggregate = mean_score
 ) -> tuple[float, dict[str, Any]]:
-    """The TASK score under the completeness gate, and the ``checks`` dict that explains it.
-
-    - ``per_case_zero``: every case counts; a missing or invalid one contributes its 0.
-    - ``all_or_nothing``: any missing or invalid case zeroes the TASK.
-    - ``all_or_nothing_missing``: any missing case zeroes the TASK; invalid ones stay in the
-      aggregate (the track decides what an invalid case contributes).
-    - ``times_completion``: the aggregate over scored cases × the fraction of scored cases.
-    - ``mean_over_valid``: the aggregate over scored cases only (0 when there is none).
-
-    ``checks["gate_applied"]`` is true when the gate changed the score's basis (cases were zeroed
-    out or left out); ``checks["gate_zeroed"]`` when it forced the TASK to 0.
-    """
+    """The TASK score under ``options.completeness`` (``GradeOptions``), and the ``checks`` that
+    explain it: ``gate_applied`` when the gate changed the score's basis (cases zeroed or left
+    out), ``gate_zeroed`` when it forced the TASK to 0."""
     checks = case_counts(list(cases))
     checks["gate"] = options.completeness
     complete = checks["n_scored"] == checks["n_cases"]

@@ -2,9 +2,7 @@
 
 A scoring profile's ``[metrics]`` table maps one-to-one onto ``GradeOptions`` (unknown keys are an
 error, so a typo never falls back to a default silently). The defaults follow the paper where it is
-explicit; each alternative is named after where it comes from (see docs/tasks-and-grader.md).
-
-Each track owns its fields; add new ones with a default, at the end of the track's block.
+explicit; each alternative is named after where it comes from (docs/scoring.md).
 """
 
 from __future__ import annotations
@@ -27,7 +25,6 @@ class EnhWindow(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 class GradeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """How a submission is turned into a TASK score."""
 
-    # --- all tracks -------------------------------------------------------------------------------
     completeness: Literal[
         "per_case_zero", "all_or_nothing", "times_completion", "all_or_nothing_missing", "mean_over_valid"
     ] = "per_case_zero"
@@ -39,7 +36,6 @@ class GradeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     invalid ones left out, 0 when none is valid (eval_image_enhancement ``score_all``: NaN cases are
     dropped from the means)."""
 
-    # --- segmentation (helper A) ------------------------------------------------------------------
     seg_formula: Literal["organ_lesion_50_50", "organ_lesion_25_75", "per_case_macro"] = "organ_lesion_50_50"
     """Binary organ+lesion tasks: 0.5·organ + 0.5·lesion on dataset-level means (public code's
     ``2026-04-sub-criteria``); 0.25·organ + 0.75·lesion (the earlier rubric, matched by the paper's
@@ -53,13 +49,11 @@ class GradeOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """Multiclass: a class empty in both prediction and reference counts as Dice 1 (Full scorer), or
     (case, class) pairs with an empty reference are left out (the config text's "GT-nonempty")."""
 
-    # --- VQA and report (helper B) ----------------------------------------------------------------
     vqa_matching: Literal["exact", "em_f1"] = "exact"
     """Open-ended VQA: 0/1 exact match after normalisation (paper) or 0.5·EM + 0.5·token-F1 (code)."""
     text_level: Literal["case", "corpus"] = "case"
     """Report score: per-case metrics averaged (paper) or corpus-level metrics (public code)."""
 
-    # --- enhancement and detection (helper C) -----------------------------------------------------
     ap_interpolation: Literal["voc_all_point", "coco_101"] = "voc_all_point"
     """Detection AP: VOC all-point (paper) or the public code's 101-point interpolation."""
     det_class_set: Literal["with_gt", "union"] = "with_gt"
@@ -91,13 +85,9 @@ def options_from_table(table: dict[str, Any], *, source: str = "profile") -> Gra
 
 
 def load_options(profile: str | None, track: str | None = None) -> tuple[GradeOptions, str]:
-    """Resolve ``--profile``: None (the defaults above), or a profile read by the scoring profiles'
-    own loader (``scorer.profile.load``: a built-in name or a TOML file, ``extends`` followed, every
-    key and value checked), so ``amb grade`` and ``amb score`` read one file the same way. The
-    options are the profile's ``[metrics]`` with ``[tracks.<track>.metrics]`` applied.
-
-    Returns the options and the profile's name (recorded next to the score).
-    """
+    """``--profile`` resolved by the scoring profiles' own loader, so ``amb grade`` and ``amb score``
+    read one file the same way: the profile's ``[metrics]`` with ``[tracks.<track>.metrics]``
+    applied, and the profile's name (None: the defaults above, named ``default``)."""
     if profile is None:
         return GradeOptions(), "default"
     from scorer.profile import load

@@ -1,18 +1,10 @@
-"""The report-generation grader: one ``report.txt`` per study, scored by the 7-part report score.
+"""The report-generation grader: one ``report.txt`` per reference study, read defensively, checked
+against the task's validity rules (a broken rule makes the case ``invalid``, named in the reason),
+and the valid cases scored together by ``scorer.metrics.text.report_score`` on the scored section.
 
-Cases are the reference's study folders (``private/<case>/report.txt``). Each submitted
-``<workspace>/agent_outputs/<case>/report.txt`` is read defensively (regular file, size cap, UTF-8)
-and checked against the task's validity rules (length bounds, letters, printable ASCII where the
-task demands it); a missing file is ``missing`` and a file that breaks a rule is ``invalid``, with
-the rule in the reason. The valid cases are scored together by ``scorer.metrics.text.report_score``
-on the scored section (FINDINGS when the task says so and the report has one), at the level chosen
-by ``GradeOptions.text_level``.
-
-Aggregation: at ``case`` level the TASK score is the completeness gate over the per-case scores
-(invalid cases count as 0 under the default gate). At ``corpus`` level the corpus metrics are
-computed over the valid cases only and then go through the same gate, with the corpus value in
-place of the mean: so a missing case still costs its share (``per_case_zero`` multiplies by the
-valid fraction, as a 0 in a mean would), or zeroes the TASK (``all_or_nothing``).
+At ``corpus`` level the corpus metrics cover the valid cases only and go through the same gate as
+the per-case mean, with the corpus value in its place: so a missing case still costs its share
+(``per_case_zero`` multiplies by the valid fraction, as a 0 in a mean would).
 """
 
 from __future__ import annotations
@@ -27,7 +19,7 @@ from scorer.grader.result import CaseResult, GradeResult, invalid_case, missing_
 from scorer.grader.submitted import Rejected
 from scorer.grader.textfile import UnreadableText, read_submitted_text
 from scorer.metrics import text as t
-from tasks.report_text import rules_of as report_rules
+from tasks.report_text import rules_of
 
 
 class BadReport(Exception):
@@ -49,11 +41,6 @@ def read_report(submission: Path, rel: str, rules: t.Validity) -> str:
     return text
 
 
-def rules_of(spec: TaskSpec) -> t.Validity:
-    assert spec.report is not None
-    return report_rules(spec.report)
-
-
 def _reference_text(path: Path) -> str:
     """A reference report: read leniently (no validity rules; the references are ours)."""
     if not path.is_file():
@@ -65,10 +52,9 @@ def _reference_text(path: Path) -> str:
 
 
 def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: GradeOptions) -> GradeResult:
-    """Grade a report-generation submission against the private reference reports."""
     assert spec.report is not None, f"task {spec.id}: no [report] table"
     out_file = spec.report.output_file
-    rules = rules_of(spec)
+    rules = rules_of(spec.report)
     case_ids = sorted(p.parent.name for p in reference.glob(f"*/{out_file}"))
 
     results: dict[str, CaseResult] = {}

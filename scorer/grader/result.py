@@ -1,9 +1,6 @@
-"""What a grader returns: one score per case (with the reason when it is not a real score) and a total.
-
-Every track's ``grade_track`` returns a ``GradeResult``. A case that could not be scored keeps its
-row: ``score`` 0, ``status`` ``missing`` or ``invalid`` and a ``reason`` that names the file and what
-is wrong with it, so a zero is never silent. ``status`` is what the completeness gate counts.
-"""
+"""What a grader returns: one score per case and a total. A case that could not be scored keeps its
+row (``score`` 0, ``status`` ``missing`` or ``invalid``, a ``reason`` naming the file and what is
+wrong with it), so a zero is never silent; ``status`` is what the completeness gate counts."""
 
 from __future__ import annotations
 
@@ -17,8 +14,6 @@ CaseStatus = Literal["scored", "missing", "invalid"]
 
 
 class CaseResult(msgspec.Struct, frozen=True, kw_only=True):
-    """The score of one case."""
-
     case: str
     score: float
     """In [0, 1]; 0 for a missing or invalid case."""
@@ -31,12 +26,10 @@ class CaseResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def missing_case(case: str, reason: str, **details: Any) -> CaseResult:
-    """A case whose required output does not exist."""
     return CaseResult(case=case, score=0.0, reason=reason, details=details, status="missing")
 
 
 def invalid_case(case: str, reason: str, **details: Any) -> CaseResult:
-    """A case whose output exists but cannot be scored (corrupt, wrong shape or dtype, NaN, ...)."""
     return CaseResult(case=case, score=0.0, reason=reason, details=details, status="invalid")
 
 

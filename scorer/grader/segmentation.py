@@ -1,7 +1,4 @@
-"""The segmentation grader: macro Dice with AutoMedBench's conventions.
-
-Per case, every submitted volume is read once and all its targets are counted in one
-confusion-matrix pass (``scorer.metrics.dice``). Two modes, from the task's ``[seg]`` table:
+"""The segmentation grader: macro Dice with AutoMedBench's conventions (``scorer.metrics.dice``).
 
 - ``binary``: one mask per target (organ, lesion), binarised with ``> threshold``. Organ Dice is
   averaged over all cases, lesion Dice only over cases whose reference lesion is non-empty; the TASK
@@ -9,8 +6,7 @@ confusion-matrix pass (``scorer.metrics.dice``). Two modes, from the task's ``[s
 - ``multiclass``: one integer label map; values are rounded, every value must be 0 or an allowed
   label id; each label's Dice is averaged over cases, then the labels are macro-averaged.
 
-Both empty → 1.0, exactly one empty → 0.0. A missing, unreadable or wrong-shaped output scores 0 for
-the case, with the reason naming the file.
+Both empty → 1.0, exactly one empty → 0.0.
 """
 
 from __future__ import annotations
@@ -82,7 +78,6 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
 
 
 def reference_cases(reference: Path) -> list[str]:
-    """The case ids of a reference set: its sub-folders, sorted."""
     cases = sorted(p.name for p in reference.iterdir() if p.is_dir())
     if not cases:
         raise BadReference(f"reference {reference}: no case folders")
@@ -221,7 +216,6 @@ def _binary_aggregate(seg: SegSpec, formula: str, cases: Sequence[CaseResult]) -
 
 
 def _as_labels(data: np.ndarray) -> np.ndarray:
-    """Round to integers (the public code rounds) without changing integer arrays."""
     return np.rint(data) if data.dtype.kind == "f" else data
 
 

@@ -1,8 +1,5 @@
-"""Reading a submitted text file safely: regular files only, size-capped, UTF-8.
-
-Every grader that reads agent-written text (answers, reports) goes through here, so none of them
-can be made to hang on a FIFO or a device, or to read a huge file into memory.
-"""
+"""Reading a submitted text file safely (regular files only, size-capped, UTF-8), so no grader can be
+made to hang on a FIFO or a device, or to read a huge file into memory."""
 
 from __future__ import annotations
 
@@ -28,9 +25,8 @@ def read_text(path: Path, limit: int, too_long: str | None = None) -> str:
 
 
 def read_submitted_text(submission: Path, rel: str, limit: int, too_long: str | None = None) -> str:
-    """Like ``read_text`` for a file of a submission: opened only if it is a regular file that lives
-    inside ``submission`` (``scorer.grader.submitted``). A refusal is ``UnreadableText`` too; a file
-    that is not there at all is ``Rejected`` with kind ``missing``."""
+    """``read_text`` of a file inside ``submission``, opened by ``open_submitted``: a refusal is
+    ``UnreadableText`` too; a file that is not there at all is ``Rejected`` with kind ``missing``."""
     try:
         f = open_submitted(submission, rel)
     except Rejected as e:

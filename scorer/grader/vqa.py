@@ -1,18 +1,10 @@
-"""The VQA grader: one ``answer.json`` per question, scored by the benchmark's answer matching.
-
-Cases are the question folders of the reference (``private/<qid>/answer.json``). For each one the
-submission's ``<workspace>/<root>/<qid>/answer.json`` is read defensively (size cap, UTF-8, JSON
-object, field types) and scored with ``scorer.metrics.vqa``:
-
-- open-ended: ``predicted_answer`` against ``answer_text``; yes/no golds strictly, other golds by
-  ``GradeOptions.vqa_matching`` (``exact`` or ``em_f1``);
-- multiple choice: ``predicted_label`` (normalised to A–E) against ``answer_label``.
+"""The VQA grader: one ``answer.json`` per question of the reference, read defensively and scored
+by ``scorer.metrics.vqa`` (open-ended ``predicted_answer`` or multiple-choice ``predicted_label``).
 
 A missing file is ``missing``; unreadable or malformed JSON, a non-string answer, an A–E label that
-cannot be read, or a placeholder answer is ``invalid`` (score 0, with the reason). An honest skip
-(empty answer and empty raw output) is scored 0 with that reason. Absent bookkeeping keys
-(``model_name``, ``runtime_s``, ...) or a ``question_id`` that disagrees with its folder do not
-change the score; they are reported as warnings in the case's reason.
+cannot be read, or a placeholder answer is ``invalid``. An honest skip (empty answer and raw output)
+scores 0 with that reason. Absent bookkeeping keys or a ``question_id`` that disagrees with its
+folder do not change the score; they are warnings in the case's reason.
 """
 
 from __future__ import annotations
@@ -68,14 +60,6 @@ def read_json_object(
     return obj
 
 
-def _reference_cases(reference: Path, answer_file: str) -> list[str]:
-    return sorted(p.parent.name for p in reference.glob(f"*/{answer_file}"))
-
-
-def _gold(reference: Path, qid: str, answer_file: str) -> dict[str, Any]:
-    return read_json_object(reference / qid / answer_file)
-
-
 def _text_field(record: dict[str, Any], key: str) -> str:
     value = record.get(key)
     if value is None:
@@ -88,7 +72,6 @@ def _text_field(record: dict[str, Any], key: str) -> str:
 def grade_case(
     spec: TaskSpec, qid: str, gold: dict[str, Any], submission: Path, options: GradeOptions
 ) -> CaseResult:
-    """Score one question (see the module docstring)."""
     assert spec.vqa is not None
     rel = f"{spec.submission.root}/{qid}/{spec.vqa.answer_file}".removeprefix("./")
     try:
@@ -146,12 +129,11 @@ def _scored(
 
 
 def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: GradeOptions) -> GradeResult:
-    """Grade a VQA submission against the twin's (or the real set's) private answers."""
     assert spec.vqa is not None, f"task {spec.id}: no [vqa] table"
     cases: list[CaseResult] = []
-    for qid in _reference_cases(reference, spec.vqa.answer_file):
+    for qid in sorted(p.parent.name for p in reference.glob(f"*/{spec.vqa.answer_file}")):
         try:
-            gold = _gold(reference, qid, spec.vqa.answer_file)
+            gold = read_json_object(reference / qid / spec.vqa.answer_file)
         except BadFile as e:
             # A broken reference is not the agent's fault, but it must not be silent either.
             cases.append(invalid_case(qid, f"reference {qid}/{spec.vqa.answer_file}: {e}"))

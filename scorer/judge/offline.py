@@ -31,7 +31,7 @@ from scorer.signals import (
     pilot_evidence,
     setup_failures,
 )
-from scorer.trajectory import BlobGetter, Trajectory
+from scorer.trajectory import BlobGetter, Trajectory, blob_or_empty
 
 RULES_VERSION = "rules-v1"
 
@@ -106,12 +106,7 @@ class _Ctx:
         """(event id, text) of the last plan.md written, or None."""
         if self._plan is False:
             found = self.t.last_write("plan.md")
-            text = ""
-            if found is not None and found[1].content is not None:
-                try:
-                    text = self.get_blob(found[1].content).decode("utf-8", "replace")
-                except Exception:
-                    text = ""
+            text = blob_or_empty(self.get_blob, found[1].content).decode("utf-8", "replace") if found else ""
             self._plan = (found[0], text) if found is not None and found[1].size > 0 else None
         # Why the ignore[return-value] below: set just above; a type checker cannot see through the cache.
         return self._plan  # type: ignore[return-value]
@@ -176,13 +171,7 @@ def plot_is_diagram(c: _Ctx) -> Result:
     found = c.t.last_write("plan.png")
     if found is None:
         return 0.0, "no plan.png", []
-    data = b""
-    if found[1].content is not None:
-        try:
-            data = c.get_blob(found[1].content)
-        except Exception:
-            data = b""
-    if not data.startswith(PNG_MAGIC):
+    if not blob_or_empty(c.get_blob, found[1].content).startswith(PNG_MAGIC):
         return 0.0, "plan.png is not a readable PNG", [found[0]]
     p = c.plan()
     if p and FLOW_WORDS.search(p[1]):

@@ -54,14 +54,16 @@ def parse_verdict(
             [],
             "value_out_of_range",
         )
-    cited_raw = obj.get("evidence") or []
-    cited = (
-        sorted({c.strip("[]") for c in cited_raw if isinstance(c, str) and c.strip("[]") in allowed_ids})
-        if isinstance(cited_raw, list)
-        else []
-    )
     reason = obj.get("reason")
-    return value, reason if isinstance(reason, str) else "", cited, None
+    return value, reason if isinstance(reason, str) else "", _cited(obj, allowed_ids), None
+
+
+def _cited(obj: dict[str, Any], allowed_ids: set[str]) -> list[str]:
+    """The event ids an object cites (``evidence``) that the evidence view shows."""
+    cited = obj.get("evidence")
+    if not isinstance(cited, list):
+        return []
+    return sorted({c.strip("[]") for c in cited if isinstance(c, str) and c.strip("[]") in allowed_ids})
 
 
 CODES = ("E1", "E2", "E3", "E4", "E5")
@@ -79,12 +81,7 @@ def parse_codes(text: str, allowed_ids: set[str]) -> tuple[list[dict[str, Any]] 
     for entry in candidates[-1]["codes"]:
         if not isinstance(entry, dict) or entry.get("code") not in CODES:
             continue
-        cited = entry.get("evidence")
-        ids = (
-            sorted({c.strip("[]") for c in cited if isinstance(c, str) and c.strip("[]") in allowed_ids})
-            if isinstance(cited, list)
-            else []
-        )
+        ids = _cited(entry, allowed_ids)
         if not ids:
             continue
         reason = entry.get("reason")

@@ -47,6 +47,33 @@ def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:
     track_module(spec.track).perfect_submission(spec, Path(data), Path(workspace))
 
 
+def case_dirs(spec: TaskSpec, out: Path, case: str) -> tuple[Path, Path]:
+    """The public and private folders of ``case`` under ``out``, created."""
+    sides = (
+        out / "public" / spec.public.case_dir.format(case=case),
+        out / "private" / spec.private.case_dir.format(case=case),
+    )
+    for side in sides:
+        side.mkdir(parents=True, exist_ok=True)
+    return sides
+
+
+def reference_cases(private: Path, name: str) -> list[str]:
+    """The case folders of a ``private/`` folder that hold a file ``name``, sorted."""
+    if not private.is_dir():
+        return []
+    return sorted(p.name for p in private.iterdir() if (p / name).is_file())
+
+
+def copy_references(spec: TaskSpec, data: Path, workspace: Path, pattern: str, name: str = "") -> None:
+    """The perfect submission of a track whose outputs are its references: each private
+    ``<case>/<pattern>`` file copied to ``<workspace>/<root>/<case>/`` (renamed to ``name``)."""
+    for src in sorted((data / "private").glob(f"*/{pattern}")):
+        dest = workspace / spec.submission.root / src.parent.name / (name or src.name)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)
+
+
 def fresh_sides(out: Path) -> tuple[Path, Path]:
     """``out/public`` and ``out/private``, emptied: a twin is written afresh, never over an old one."""
     sides = out / "public", out / "private"

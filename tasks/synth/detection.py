@@ -26,6 +26,7 @@ import numpy as np
 from PIL import Image
 
 from schemas.task_spec import TaskError, TaskSpec
+from tasks.synth import case_dirs, reference_cases
 
 Box = tuple[str, float, float, float, float]
 
@@ -214,27 +215,15 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
     for i in range(cases):
         case = spec.case_id(i)
         img, boxes = make_case(spec, seed, i)
-        pub = out / "public" / spec.public.case_dir.format(case=case)
-        priv = out / "private" / spec.private.case_dir.format(case=case)
-        pub.mkdir(parents=True, exist_ok=True)
-        priv.mkdir(parents=True, exist_ok=True)
+        pub, priv = case_dirs(spec, out, case)
         Image.fromarray(img).save(pub / spec.det.image_file)
         h, w = img.shape[:2]
         (priv / spec.det.reference_file).write_text(json.dumps(boxes_json(w, h, boxes), indent=1))
 
 
-def reference_cases(spec: TaskSpec, private: Path) -> list[str]:
-    """Case ids of a ``private/`` folder: the sub-folders that hold reference boxes."""
-    private = Path(private)
-    if not private.is_dir():
-        return []
-    assert spec.det is not None
-    return sorted(p.name for p in private.iterdir() if (p / spec.det.reference_file).is_file())
-
-
 def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:
-    for case in reference_cases(spec, data / "private"):
-        assert spec.det is not None
+    assert spec.det is not None
+    for case in reference_cases(data / "private", spec.det.reference_file):
         ref = json.loads((data / "private" / case / spec.det.reference_file).read_text())
         dest = workspace / spec.submission.root / case / spec.det.output_file
         dest.parent.mkdir(parents=True, exist_ok=True)

@@ -17,24 +17,13 @@ Everything is a pure function of (task, seed, case number).
 from __future__ import annotations
 
 import csv
-import shutil
 from pathlib import Path
 
 import numpy as np
 
 from schemas.task_spec import TaskError, TaskSpec
-
-
-def _grid(h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
-    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
-    return (x - (w - 1) / 2) / (w / 2), (y - (h - 1) / 2) / (h / 2)
-
-
-def _ellipse(x, y, cx, cy, ax, ay, angle=0.0) -> np.ndarray:
-    c, s = np.cos(angle), np.sin(angle)
-    u = (x - cx) * c + (y - cy) * s
-    v = -(x - cx) * s + (y - cy) * c
-    return (u / ax) ** 2 + (v / ay) ** 2 <= 1.0
+from tasks.synth import case_dirs, copy_references
+from tasks.synth.medimg import ellipse, grid
 
 
 def _smooth_noise(rng: np.random.Generator, shape, cutoff: float) -> np.ndarray:
@@ -59,35 +48,35 @@ def _blur(img: np.ndarray, sigma_px: float) -> np.ndarray:
 def ct_slice(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
     """A clean axial CT slice in HU: chest (lungs, heart, aorta) or abdomen (liver, kidneys, gas)."""
     h, w = shape
-    x, y = _grid(h, w)
+    x, y = grid(h, w)
     img = np.full(shape, -1000.0)
     ax, ay = 0.86 + 0.06 * rng.uniform(-1, 1), 0.66 + 0.06 * rng.uniform(-1, 1)
-    body = _ellipse(x, y, 0, 0.05, ax, ay)
+    body = ellipse(x, y, 0, 0.05, ax, ay)
     img[body] = -100.0  # subcutaneous fat
-    img[_ellipse(x, y, 0, 0.05, ax - 0.07, ay - 0.07)] = 40.0  # muscle and soft tissue
+    img[ellipse(x, y, 0, 0.05, ax - 0.07, ay - 0.07)] = 40.0  # muscle and soft tissue
     if rng.random() < 0.5:  # chest
         for side in (-1, 1):
-            lung = _ellipse(x, y, side * 0.38, -0.02, 0.28 + 0.03 * rng.random(), 0.42, side * 0.15)
+            lung = ellipse(x, y, side * 0.38, -0.02, 0.28 + 0.03 * rng.random(), 0.42, side * 0.15)
             img[lung] = -860.0
             for _ in range(int(rng.integers(6, 14))):  # vessels
                 cx, cy = side * 0.38 + rng.uniform(-0.2, 0.2), rng.uniform(-0.3, 0.3)
-                img[lung & _ellipse(x, y, cx, cy, 0.015 + 0.02 * rng.random(), 0.02)] = -80.0
-        img[_ellipse(x, y, 0.06, 0.12, 0.24, 0.21, 0.3)] = 45.0  # heart
-        img[_ellipse(x, y, 0.08, 0.34, 0.06, 0.06)] = 220.0  # contrast-filled aorta
+                img[lung & ellipse(x, y, cx, cy, 0.015 + 0.02 * rng.random(), 0.02)] = -80.0
+        img[ellipse(x, y, 0.06, 0.12, 0.24, 0.21, 0.3)] = 45.0  # heart
+        img[ellipse(x, y, 0.08, 0.34, 0.06, 0.06)] = 220.0  # contrast-filled aorta
     else:  # abdomen
-        img[_ellipse(x, y, -0.33, -0.08, 0.36, 0.30, -0.2)] = 62.0  # liver
+        img[ellipse(x, y, -0.33, -0.08, 0.36, 0.30, -0.2)] = 62.0  # liver
         if rng.random() < 0.7:
-            img[_ellipse(x, y, -0.38 + 0.1 * rng.random(), -0.1, 0.06, 0.05)] = 18.0  # hypodense lesion
-        img[_ellipse(x, y, 0.48, -0.05, 0.14, 0.12)] = 52.0  # spleen
+            img[ellipse(x, y, -0.38 + 0.1 * rng.random(), -0.1, 0.06, 0.05)] = 18.0  # hypodense lesion
+        img[ellipse(x, y, 0.48, -0.05, 0.14, 0.12)] = 52.0  # spleen
         for side in (-1, 1):
-            img[_ellipse(x, y, side * 0.3, 0.28, 0.09, 0.13, side * 0.4)] = 160.0  # enhancing kidneys
+            img[ellipse(x, y, side * 0.3, 0.28, 0.09, 0.13, side * 0.4)] = 160.0  # enhancing kidneys
         for _ in range(int(rng.integers(2, 6))):  # bowel gas
             cx, cy = rng.uniform(-0.2, 0.35), rng.uniform(-0.35, 0.1)
-            img[_ellipse(x, y, cx, cy, 0.03 + 0.04 * rng.random(), 0.03)] = -920.0
-        img[_ellipse(x, y, 0.05, 0.33, 0.05, 0.05)] = 190.0  # aorta
-    vert = _ellipse(x, y, 0, 0.52, 0.11, 0.09)
+            img[ellipse(x, y, cx, cy, 0.03 + 0.04 * rng.random(), 0.03)] = -920.0
+        img[ellipse(x, y, 0.05, 0.33, 0.05, 0.05)] = 190.0  # aorta
+    vert = ellipse(x, y, 0, 0.52, 0.11, 0.09)
     img[vert] = 900.0  # cortical bone
-    img[_ellipse(x, y, 0, 0.52, 0.08, 0.065)] = 260.0  # cancellous bone
+    img[ellipse(x, y, 0, 0.52, 0.08, 0.065)] = 260.0  # cancellous bone
     img += body * 8.0 * _smooth_noise(rng, shape, 0.05)  # tissue texture
     img = _blur(img, 0.6)
     return np.clip(img, -1024.0, 3071.0)
@@ -107,7 +96,7 @@ def low_dose_noise(rng: np.random.Generator, clean_hu: np.ndarray, sigma_hu: flo
 def mri_slice(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
     """A T1-like brain slice in [0, 1] with fine cortical folding (what super-resolution must restore)."""
     h, w = shape
-    x, y = _grid(h, w)
+    x, y = grid(h, w)
     r = np.hypot(x / 0.82, y / 0.9)
     theta = np.arctan2(y, x)
     fold = sum(
@@ -120,8 +109,8 @@ def mri_slice(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
     img[r < 0.85 + fold] = 0.48  # grey matter
     img[r < 0.72 + 1.6 * fold] = 0.7  # white matter
     for side in (-1, 1):  # lateral ventricles
-        img[_ellipse(x, y, side * 0.1, -0.05, 0.06, 0.22, side * 0.25)] = 0.16
-    img[_ellipse(x, y, 0, 0.25, 0.08, 0.06)] = 0.42  # deep grey nuclei
+        img[ellipse(x, y, side * 0.1, -0.05, 0.06, 0.22, side * 0.25)] = 0.16
+    img[ellipse(x, y, 0, 0.25, 0.08, 0.06)] = 0.42  # deep grey nuclei
     img *= 1.0 + 0.12 * _smooth_noise(rng, shape, 0.01)  # coil bias field
     sigma = 0.012
     img = np.hypot(img + sigma * rng.standard_normal(shape), sigma * rng.standard_normal(shape))  # Rician
@@ -166,10 +155,7 @@ def write_ranges(path: Path, ranges: dict[str, float]) -> None:
 def write_case(spec: TaskSpec, out: Path, case: str, inp: np.ndarray, ref: np.ndarray) -> float:
     """One case's input under ``public/`` and reference under ``private/``; returns its data range."""
     assert spec.enh is not None
-    pub = out / "public" / spec.public.case_dir.format(case=case)
-    priv = out / "private" / spec.private.case_dir.format(case=case)
-    pub.mkdir(parents=True, exist_ok=True)
-    priv.mkdir(parents=True, exist_ok=True)
+    pub, priv = case_dirs(spec, out, case)
     np.save(pub / spec.enh.input_file, inp)
     np.save(priv / spec.enh.reference_file, ref)
     return float(ref.max()) - float(ref.min())
@@ -186,21 +172,6 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
     write_ranges(out / "private" / spec.enh.ranges_file, ranges)
 
 
-def reference_cases(spec: TaskSpec, private: Path) -> list[str]:
-    """Case ids of a ``private/`` folder: the sub-folders that hold a reference slice."""
-    assert spec.enh is not None
-    return (
-        sorted(p.name for p in Path(private).iterdir() if (p / spec.enh.reference_file).is_file())
-        if Path(private).is_dir()
-        else []
-    )
-
-
 def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:
-    for case in reference_cases(spec, data / "private"):
-        assert spec.enh is not None
-        dest = workspace / spec.submission.root / case / spec.enh.output_file
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(
-            data / "private" / spec.private.case_dir.format(case=case) / spec.enh.reference_file, dest
-        )
+    assert spec.enh is not None
+    copy_references(spec, data, workspace, spec.enh.reference_file, spec.enh.output_file)

@@ -18,18 +18,13 @@ the process and its grade, matching the H&E patch.
 
 from __future__ import annotations
 
-import zlib
 from pathlib import Path
 
 import numpy as np
 
 from schemas.task_spec import TaskError, TaskSpec
 from tasks.case_files import write_report_case
-from tasks.synth import fresh_sides, medimg
-
-
-def _rng(spec: TaskSpec, seed: int, i: int) -> np.random.Generator:
-    return np.random.default_rng([seed, zlib.crc32(spec.id.encode()), i])
+from tasks.synth import copy_references, fresh_sides, medimg
 
 
 def _cxr_findings(rng: np.random.Generator) -> dict[str, str]:
@@ -147,7 +142,7 @@ _TISSUES = {
 
 def _case(spec: TaskSpec, seed: int, i: int) -> tuple[list[np.ndarray], str]:
     assert spec.report is not None
-    rng = _rng(spec, seed, i)
+    rng = medimg.case_rng(spec, seed, i)
     shape = (int(spec.report.synth_shape[0]), int(spec.report.synth_shape[1]))
     if spec.report.style == "pathology":
         tissue = str(rng.choice(list(_TISSUES)))
@@ -182,8 +177,4 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
 def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:
     """Copy every reference report to ``<workspace>/agent_outputs/<case>/report.txt``."""
     assert spec.report is not None
-    root = workspace / spec.submission.root
-    for path in sorted((data / "private").glob(f"*/{spec.report.output_file}")):
-        dest = root / path.parent.name / spec.report.output_file
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(path.read_bytes())
+    copy_references(spec, data, workspace, spec.report.output_file)

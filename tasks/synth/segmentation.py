@@ -17,13 +17,13 @@ uint8. The affine is the usual scanner-converted one: voxel spacing on the diago
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import nibabel as nib
 import numpy as np
 
 from schemas.task_spec import SegSpec, TaskError, TaskSpec
+from tasks.synth import copy_references
 
 # Hounsfield units of the tissues a CT phantom uses.
 HU = {"air": -1000.0, "fat": -100.0, "soft": 40.0, "lung": -850.0, "bone": 700.0}
@@ -299,10 +299,4 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
 
 def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:
     """Copy every reference volume to where the agent must write it."""
-    private = data / "private"
-    root = workspace / spec.submission.root
-    for case_dir in sorted(p for p in private.iterdir() if p.is_dir()):
-        for f in sorted(case_dir.iterdir()):
-            dest = root / case_dir.name / f.name
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(f, dest)
+    copy_references(spec, data, workspace, "*")

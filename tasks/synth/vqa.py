@@ -19,7 +19,6 @@ small twin exercises every matching rule (strict yes/no, normalised exact match,
 from __future__ import annotations
 
 import json
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +31,6 @@ from tasks.synth import fresh_sides, medimg
 
 LABELS = ("A", "B", "C", "D", "E")
 NUMBER_WORDS = {1: "one", 2: "two", 3: "three"}
-
-
-def _rng(spec: TaskSpec, seed: int, i: int) -> np.random.Generator:
-    return np.random.default_rng([seed, zlib.crc32(spec.id.encode()), i])
 
 
 def _radiology(rng: np.random.Generator, shape, i: int) -> tuple[list[np.ndarray], dict[str, Any]]:
@@ -237,7 +232,7 @@ def _mc(
 
 def _case(spec: TaskSpec, seed: int, i: int) -> tuple[list[np.ndarray], dict[str, Any]]:
     assert spec.vqa is not None
-    rng = _rng(spec, seed, i)
+    rng = medimg.case_rng(spec, seed, i)
     shape = tuple(spec.vqa.synth_shape)
     if spec.vqa.style == "video":
         return _video(rng, shape, i, (spec.vqa.frames[0], spec.vqa.frames[-1]))
