@@ -50,36 +50,23 @@ def register_profile(con: duckdb.DuckDBPyConnection, loaded: LoadedProfile) -> N
 
 
 def load_judge_cache(con: duckdb.DuckDBPyConnection, model: str) -> JudgeCache:
-    rows = con.execute(
+    cur = con.execute(
         # Only the verdict columns: a cache hit needs nothing else, and 10,000 stored exchanges would
         # otherwise sit in memory for the whole batch.
-        """SELECT key, model, CAST(settings AS VARCHAR), item, run_id, evidence_sha256, value,
-                  coalesce(reason, ''), coalesce(CAST(cited AS VARCHAR), '[]'), unscored_reason,
-                  coalesce(latency_ms, 0), CAST(codes AS VARCHAR)
+        """SELECT key, model, CAST(settings AS VARCHAR) AS settings, item, run_id, evidence_sha256,
+                  value, coalesce(reason, '') AS reason, coalesce(CAST(cited AS VARCHAR), '[]') AS cited,
+                  unscored_reason, coalesce(latency_ms, 0) AS latency_ms, CAST(codes AS VARCHAR) AS codes
            FROM judge_calls WHERE cacheable AND model = ?
            QUALIFY row_number() OVER (PARTITION BY key ORDER BY created_at) = 1""",
         [model],
-    ).fetchall()
+    )
+    names = [d[0] for d in cur.description]
     entries = {}
-    for key, model_, settings, item, run_id, evidence, value, reason, cited, unscored, ms, codes in rows:
-        entries[key] = CallRecord(
-            key=key,
-            model=model_,
-            settings=json.loads(settings),
-            item=item,
-            run_id=run_id,
-            evidence_sha256=evidence,
-            request={},
-            response="",
-            reply_text="",
-            value=value,
-            reason=reason,
-            cited=json.loads(cited),
-            unscored_reason=unscored,
-            cacheable=True,
-            latency_ms=ms,
-            codes=None if codes is None else json.loads(codes),
-        )
+    for row in cur.fetchall():
+        r = dict(zip(names, row, strict=True))
+        for c in ("settings", "cited", "codes"):
+            r[c] = None if r[c] is None else json.loads(r[c])
+        entries[r["key"]] = CallRecord(**r, request={}, response="", reply_text="", cacheable=True)
     return JudgeCache(entries)
 
 
