@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -86,38 +86,28 @@ def _message_lines(traj: Trajectory, r: EvidenceRules) -> list[str]:
     return lines
 
 
+def _fitting(lines: Iterable[str], budget: int) -> list[str]:
+    """The leading ``lines`` whose text (one newline each) fits in ``budget`` characters."""
+    out: list[str] = []
+    used = 0
+    for line in lines:
+        if used + len(line) + 1 > budget:
+            break
+        out.append(line)
+        used += len(line) + 1
+    return out
+
+
 def budget_lines(lines: list[str], r: EvidenceRules) -> list[str]:
     """AutoMedBench's HEAD / MIDDLE / TAIL cut of the conversation to ``budget_chars``."""
     total = sum(len(line) + 1 for line in lines)
     if r.budget_chars <= 0 or total <= r.budget_chars:
         return lines
-    head_budget = int(r.budget_chars * r.head)
-    tail_budget = int(r.budget_chars * r.tail)
-    mid_budget = int(r.budget_chars * r.middle)
-    head: list[str] = []
-    used = 0
-    for line in lines:
-        if used + len(line) + 1 > head_budget:
-            break
-        head.append(line)
-        used += len(line) + 1
-    tail: list[str] = []
-    used = 0
-    for line in reversed(lines[len(head) :]):
-        if used + len(line) + 1 > tail_budget:
-            break
-        tail.append(line)
-        used += len(line) + 1
-    tail.reverse()
+    head = _fitting(lines, int(r.budget_chars * r.head))
+    tail = _fitting(reversed(lines[len(head) :]), int(r.budget_chars * r.tail))[::-1]
     rest = lines[len(head) : len(lines) - len(tail)]
     step = max(1, math.ceil(len(rest) / 20))
-    middle: list[str] = []
-    used = 0
-    for line in rest[::step]:
-        if used + len(line) + 1 > mid_budget:
-            break
-        middle.append(line)
-        used += len(line) + 1
+    middle = _fitting(rest[::step], int(r.budget_chars * r.middle))
     omitted = len(rest) - len(middle)
     marker = f"... [{omitted} of {len(lines)} messages omitted; middle sampled every {step}th] ..."
     return head + [marker] + middle + ["... [end of middle sample] ..."] + tail

@@ -78,29 +78,26 @@ def _digest(value: Any) -> str:
     return canonical_digest(value).removeprefix("sha256:")[:12]
 
 
+def _flat(prefix: str, table: Any) -> dict[str, Any]:
+    return {f"{prefix}.{k}": v for k, v in msgspec.to_builtins(table).items()}
+
+
 def options(p: Profile, track: str | None) -> dict[str, Any]:
     """The resolved options that apply to runs of ``track``, flat."""
-    out: dict[str, Any] = {}
-    for k, v in msgspec.to_builtins(p.stage_rules(track)).items():
-        out[f"stages.{k}"] = v
-    for k, v in msgspec.to_builtins(p.weights).items():
-        out[f"weights.{k}"] = v
-    for k, v in p.metrics_for(track).items():
-        if _metric_applies(k, track):  # a switch another track's grader reads cannot move this run
-            out[f"metrics.{k}"] = msgspec.to_builtins(v)
     medal = p.medals.get(track or "")
-    for k, v in (msgspec.to_builtins(medal) if medal else {}).items():
-        if k != "source":
-            out[f"medals.{k}"] = v
-    for k, v in msgspec.to_builtins(p.codes).items():
-        out[f"codes.{k}"] = v
-    out["rubric"] = _digest([msgspec.to_builtins(i) for i in p.items_for(track, None)])
-    for k, v in msgspec.to_builtins(p.judge).items():
-        out[f"judge.{k}"] = v
-    out["evidence"] = _digest(p.evidence)
-    out["cost.price_table"] = p.cost.price_table
-    out["audit"] = _digest(p.audit)
-    return out
+    return {
+        **_flat("stages", p.stage_rules(track)),
+        **_flat("weights", p.weights),
+        # A switch another track's grader reads cannot move this run.
+        **_flat("metrics", {k: v for k, v in p.metrics_for(track).items() if _metric_applies(k, track)}),
+        **{k: v for k, v in _flat("medals", medal or {}).items() if k != "medals.source"},
+        **_flat("codes", p.codes),
+        "rubric": _digest([msgspec.to_builtins(i) for i in p.items_for(track, None)]),
+        **_flat("judge", p.judge),
+        "evidence": _digest(p.evidence),
+        "cost.price_table": p.cost.price_table,
+        "audit": _digest(p.audit),
+    }
 
 
 def changed_options(a: Profile, b: Profile, track: str | None) -> dict[str, tuple[Any, Any]]:

@@ -106,12 +106,9 @@ def judged_stages(scores: list[ItemScore], rules: StageRules) -> dict[str, tuple
 def agentic(
     stages: dict[str, float | None], weights: Weights, null_policy: str, all_unscored: str = "unscored"
 ) -> tuple[float | None, str | None]:
-    """AGENTIC from S1–S5 (value or None) under ``null_policy``; (None, reason) when unscored.
-
-    With no stage scored at all, ``all_unscored = "zero"`` gives 0.0 (the branches'
-    ``compute_workflow_score`` does: the seg/det/report sum of zeros, the VQA and enhancement
-    ``if not active: return 0.0``), ``"unscored"`` gives None with the reason.
-    """
+    """AGENTIC from S1–S5 (value or None) under ``null_policy``; (None, reason) when unscored. With no
+    stage scored at all, ``all_unscored`` says 0.0 (``zero``, the branches' ``compute_workflow_score``)
+    or unscored."""
     w = {s: getattr(weights, s) for s in STAGES}
     scored = {s: v for s, v in stages.items() if v is not None}
     missing = [s for s in STAGES if stages.get(s) is None]
@@ -146,11 +143,8 @@ def combine(
     all_unscored: str = "unscored",
     round_digits: int | None = None,
 ) -> dict[str, Any]:
-    """The paper's combination, as one dict: agentic, task, overall and why any is unscored.
-
-    With ``round_digits`` AGENTIC and TASK are rounded first and OVERALL is computed from the
-    rounded parts and rounded again, as the branches' ``compute_overall_score`` does.
-    """
+    """agentic, task, overall and why AGENTIC is unscored. With ``round_digits`` OVERALL is computed
+    from the rounded parts and rounded again, as the branches' ``compute_overall_score`` does."""
     a, reason = agentic(stages, weights, null_policy, all_unscored)
     a, task = _round(a, round_digits), _round(task, round_digits)
     return {

@@ -125,11 +125,8 @@ def plan_pipeline(c: _Ctx) -> Result:
     stages = {m.group(1).lower()[:5] for m in PIPELINE_WORDS.finditer(p[1])}
     if len(steps) >= 3 and len(stages) >= 2:
         return 1.0, f"plan lists {len(steps)} steps covering {len(stages)} pipeline stages", [p[0]]
-    return (
-        0.0,
-        f"plan has {len(steps)} listed steps and {len(stages)} pipeline stage words (need 3 and 2)",
-        [p[0]],
-    )
+    why = f"plan has {len(steps)} listed steps and {len(stages)} pipeline stage words (need 3 and 2)"
+    return 0.0, why, [p[0]]
 
 
 def plan_target(c: _Ctx) -> Result:
@@ -139,12 +136,9 @@ def plan_target(c: _Ctx) -> Result:
     pattern = TARGETS.get(c.track or "")
     if pattern is None:
         return 0.0, f"no target vocabulary for track {c.track!r}", [p[0]]
-    hit = pattern.search(p[1])
-    return (
-        (1.0, f"plan names the target ({hit.group(0)!r})", [p[0]])
-        if hit
-        else (0.0, "plan never names the task's target", [p[0]])
-    )
+    if hit := pattern.search(p[1]):
+        return 1.0, f"plan names the target ({hit.group(0)!r})", [p[0]]
+    return 0.0, "plan never names the task's target", [p[0]]
 
 
 def plan_candidates(c: _Ctx) -> Result:
@@ -175,11 +169,8 @@ def plot_is_diagram(c: _Ctx) -> Result:
         return 0.0, "plan.png is not a readable PNG", [found[0]]
     p = c.plan()
     if p and FLOW_WORDS.search(p[1]):
-        return (
-            1.0,
-            "proxy: a valid PNG beside a plan that describes a flow (the offline judge cannot see images)",
-            [found[0], p[0]],
-        )
+        why = "proxy: a valid PNG beside a plan that describes a flow (the offline judge cannot see images)"
+        return 1.0, why, [found[0], p[0]]
     return 0.0, "proxy: valid PNG but the plan describes no flow", [found[0]]
 
 
@@ -224,11 +215,8 @@ def env_failures_resolved(c: _Ctx) -> Result:
     resolved = any(ex.ok for ex in c.t.execs[last_fail + 1 :])
     if len(fails) <= 5 and resolved:
         return 1.0, f"{len(fails)} environment failures, then resolved", [ex.id for ex in fails]
-    return (
-        0.0,
-        f"{len(fails)} environment failures{'' if resolved else ', never resolved'}",
-        [ex.id for ex in fails[:6]],
-    )
+    why = f"{len(fails)} environment failures{'' if resolved else ', never resolved'}"
+    return 0.0, why, [ex.id for ex in fails[:6]]
 
 
 def model_runs(c: _Ctx) -> Result:
@@ -248,12 +236,9 @@ def plan_mentions(c: _Ctx, item: RubricItem) -> Result:
     p = c.plan()
     if not p:
         return 0.0, "no plan.md", []
-    m = re.search(item.pattern, p[1])
-    return (
-        (1.0, f"plan mentions {m.group(0)!r}", [p[0]])
-        if m
-        else (0.0, f"plan does not match /{item.pattern}/", [p[0]])
-    )
+    if m := re.search(item.pattern, p[1]):
+        return 1.0, f"plan mentions {m.group(0)!r}", [p[0]]
+    return 0.0, f"plan does not match /{item.pattern}/", [p[0]]
 
 
 def code_ran(c: _Ctx, item: RubricItem) -> Result:
@@ -286,11 +271,9 @@ def rerun_after_failure(c: _Ctx) -> Result:
         return 1.0, "no failure to recover from", []
     last = failed[-1]
     later = [ex for ex in c.t.execs[last + 1 :] if ex.ok]
-    return (
-        (1.0, "re-ran successfully after the last failure", [c.t.execs[last].id, later[0].id])
-        if later
-        else (0.0, "never recovered from the last failure", [c.t.execs[last].id])
-    )
+    if later:
+        return 1.0, "re-ran successfully after the last failure", [c.t.execs[last].id, later[0].id]
+    return 0.0, "never recovered from the last failure", [c.t.execs[last].id]
 
 
 ITEM_RULES = {"plan_mentions", "code_ran", "file_written"}

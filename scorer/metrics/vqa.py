@@ -148,11 +148,8 @@ def yes_no_accuracy(pred: object, gold: object) -> float:
 
 
 def open_case_score(pred: object, gold_alternatives: list[str], matching: str = "exact") -> float:
-    """Score of one open-ended answer against its acceptable gold strings (best alternative wins).
-
-    ``matching`` is ``exact`` (0/1) or ``em_f1`` (0.5·EM + 0.5·token-F1); a yes/no gold (the first
-    alternative) is always scored strictly.
-    """
+    """Score of one open-ended answer against its acceptable gold strings (best alternative wins);
+    a yes/no gold (the first alternative) is always scored strictly."""
     if matching not in ("exact", "em_f1"):
         raise ValueError(f"unknown VQA matching {matching!r} (expected exact or em_f1)")
     golds = [g for g in gold_alternatives if normalize_answer(g)] or [""]

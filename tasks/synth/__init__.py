@@ -24,7 +24,6 @@ DEFAULT_CASES = 3
 
 
 def track_module(track: str) -> ModuleType:
-    """The synth module of ``track``."""
     name = f"tasks.synth.{track}"
     try:
         return importlib.import_module(name)

@@ -11,10 +11,6 @@ around an object of its class:
   metal, a side marker, periosteal reaction, soft-tissue swelling, ...; the dataset's 9 classes.
 - ``dental_xray`` (DENTEX): a panoramic arc of teeth; caries, deep caries, periapical lesions and
   impacted teeth.
-
-Layout, as the benchmark's: ``public/<case>/image.png``; ``private/<case>/boxes.json`` =
-``{"width", "height", "boxes": [{"class", "x1", "y1", "x2", "y2"}]}`` in pixel coordinates.
-Deterministic for (task, seed, case number).
 """
 
 from __future__ import annotations

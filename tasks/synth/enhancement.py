@@ -8,10 +8,6 @@
 - MRI super-resolution: a [0, 1] brain-like slice (scalp, skull, cortex with folded grey/white
   boundary, ventricles, a smooth bias field, Rician noise) and its ×2 low-resolution input, made as
   an MR scanner would: keep the central quarter of k-space and transform back (with its Gibbs ringing).
-
-Layout, as the benchmark's: ``public/<case>/input.npy``; ``private/<case>/reference.npy`` and
-``private/ground_truth.csv`` (``patient_id,data_range``, the range being the reference's max - min).
-Everything is a pure function of (task, seed, case number).
 """
 
 from __future__ import annotations

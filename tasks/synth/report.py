@@ -1,13 +1,5 @@
-"""Synthetic twins for the report-generation track: studies of images, reference reports on the
-private side.
-
-Layout (AutoMedBench's ``eval_report_gen`` staging):
-
-- ``public/<case>/images/01.jpg`` (``02.jpg`` ... for multi-view studies) and
-  ``public/<case>/manifest.json`` (``case_id, task_id, image_count, image_files``);
-- ``private/<case>/report.txt``: the reference report (a FINDINGS paragraph, with an IMPRESSION
-  section for the full-report tasks; a one-sentence caption for pathology) and
-  ``private/<case>/manifest.json`` (``case_id, image_count, reference_text_mode``).
+"""Synthetic twins for the report-generation track, in the layout the converters write
+(``tasks.case_files.write_report_case``).
 
 Chest X-ray reports are assembled from the findings the image was drawn with (effusion side and size,
 heart size, pneumothorax, consolidation, edema, tubes, nodules) in the phrasing radiologists use,

@@ -1,14 +1,4 @@
-"""Synthetic twins for the VQA track: question folders with images, gold answers on the private side.
-
-Layout (AutoMedBench's ``eval_vqa`` staging):
-
-- ``public/<qid>/question.json``: ``question_id, dataset, question, image_paths`` (relative to the
-  question folder), ``split, medical_task, body_system, question_type`` and, for multiple choice,
-  ``options`` (``{"A": ..., "E": ...}``);
-- ``public/<qid>/images/<qid>-a.jpg`` (``-b``, ``-c`` ... for multi-frame questions);
-- ``private/<qid>/answer.json``: ``question_id, answer_label`` (A–E, or "" for open-ended),
-  ``answer_text, answer_type`` (``yes/no``, ``open`` or ``multiple_choice``);
-- ``private/ground_truth.csv``: the same, one row per question.
+"""Synthetic twins for the VQA track, in the layout the converters write (``tasks.convert._vqa``).
 
 Questions are generated from the facts the image was drawn with (which organ holds a lesion, how
 many lesions, which modality, which tissue, where the structure moves), so every gold answer is
