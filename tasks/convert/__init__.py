@@ -18,11 +18,8 @@ from schemas.task_spec import TaskError, TaskSpec
 
 
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
-    """Convert ``source`` (the dataset as distributed) into ``out/public`` and ``out/private``.
-
-    ``progress`` (optional, called with each finished case id) is passed on only when given, so
-    converters without progress reporting keep the plain ``prepare(spec, source, out)`` signature.
-    """
+    """Convert ``source`` into ``out/public`` and ``out/private``. ``progress`` is passed on only
+    when given, so converters without progress reporting keep the plain signature."""
     if not spec.converter:
         raise TaskError(f"task {spec.id}: no converter from its public dataset yet")
     source = Path(source)

@@ -65,7 +65,11 @@ def save_labels(labels: np.ndarray, grid: nib.Nifti1Image, dest: Path) -> None:
     nib.save(img, str(dest))
 
 
-def as_mask(img: nib.Nifti1Image, path: Path) -> np.ndarray:
+def mask_on(path: Path, scan: nib.Nifti1Image) -> np.ndarray:
+    """The binary mask in ``path``, which must lie on ``scan``'s grid."""
+    img = load(path)
+    if img.shape[:3] != scan.shape[:3]:
+        raise TaskError(f"{path}: shape {img.shape} differs from the scan's {scan.shape}")
     return voxels(img, path) > 0.5
 
 

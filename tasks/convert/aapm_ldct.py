@@ -71,7 +71,6 @@ def patient_pairs(patient: Path) -> tuple[Path, Path] | None:
 
 
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
-    """Convert ``source``; ``progress`` (optional) is called with each finished case id."""
     if spec.enh is None or spec.enh.kind != "denoise":
         raise TaskError(f"task {spec.id}: the aapm_ldct converter is for the LDCT denoising task")
     patients = [

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from schemas.task_spec import TaskError, TaskSpec
-from tasks.convert._volumes import Progress, as_mask, copy_scan, load, run, save_labels
+from tasks.convert._volumes import Progress, copy_scan, load, mask_on, run, save_labels
 
 
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Progress = None) -> None:
@@ -34,11 +34,7 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Progress = None) 
         scan = load(src / f"{n}_CT_HR.nii.gz")
         labels = np.zeros(scan.shape[:3], np.uint8)
         for suffix, value in (("lungs", 1), ("airways", 2)):
-            path = src / f"{n}_CT_HR_label_{suffix}.nii.gz"
-            mask_img = load(path)
-            if mask_img.shape[:3] != labels.shape:
-                raise TaskError(f"{path}: shape {mask_img.shape} differs from the CT's {scan.shape}")
-            labels[as_mask(mask_img, path)] = value
+            labels[mask_on(src / f"{n}_CT_HR_label_{suffix}.nii.gz", scan)] = value
         copy_scan(src / f"{n}_CT_HR.nii.gz", out / "public" / case / "ct.nii.gz")
         save_labels(labels, scan, out / "private" / case / "dseg.nii.gz")
 

@@ -48,7 +48,6 @@ def _image(source: Path, rel: str) -> tuple[Path, bool] | None:
 
 
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
-    """Write CheXpert Plus studies (one frontal image, the full report) into ``out``."""
     assert spec.report is not None
     source, out = Path(source), Path(out)
     table = _table(source)

@@ -38,7 +38,6 @@ def _reports(source: Path) -> list[Path]:
 
 
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
-    """Write IU X-Ray studies with findings into ``out/public`` and ``out/private``."""
     assert spec.report is not None
     source, out = Path(source), Path(out)
     pngs = {p.stem: p for p in source.rglob("*.png")}

@@ -52,7 +52,6 @@ class _Images:
 
 
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
-    """Write MedXpertQA-MM's test questions into ``out/public`` and ``out/private``."""
     path = next(iter(sorted(p for p in source.rglob("test.jsonl") if p.parent.name == "MM")), None)
     if path is None:
         raise TaskError(f"{source}: no MM/test.jsonl found (the MedXpertQA download's MM subset)")

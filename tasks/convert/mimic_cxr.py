@@ -71,7 +71,6 @@ def _studies(source: Path) -> list[tuple[str, Path, list[Path]]]:
 
 
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
-    """Write MIMIC-CXR studies with a FINDINGS section into ``out/public`` and ``out/private``."""
     assert spec.report is not None
     source, out = Path(source), Path(out)
     wanted = _test_studies(source)

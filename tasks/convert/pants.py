@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from schemas.task_spec import TaskError, TaskSpec
-from tasks.convert._volumes import Progress, as_mask, copy_scan, load, run, save_labels
+from tasks.convert._volumes import Progress, copy_scan, load, mask_on, run, save_labels
 
 ORGAN_FILES = ("pancreas", "pancreas_head", "pancreas_body", "pancreas_tail")
 LESION_FILE = "pancreatic_lesion"
@@ -44,23 +44,17 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Progress = None) 
     def convert(case: str) -> None:
         scan_path, seg_dir = cases[case]
         scan = load(scan_path)
-        shape = scan.shape[:3]
 
         def mask(name: str) -> np.ndarray | None:
             path = seg_dir / f"{name}.nii.gz"
-            if not path.is_file():
-                return None
-            img = load(path)
-            if img.shape[:3] != shape:
-                raise TaskError(f"{path}: shape {img.shape} differs from ct.nii.gz {scan.shape}")
-            return as_mask(img, path)
+            return mask_on(path, scan) if path.is_file() else None
 
         parts = [m for m in (mask(n) for n in ORGAN_FILES) if m is not None]
         if not parts:
             raise TaskError(f"{seg_dir}: no pancreas mask ({', '.join(n + '.nii.gz' for n in ORGAN_FILES)})")
         lesion = mask(LESION_FILE)
         if lesion is None:
-            lesion = np.zeros(shape, bool)
+            lesion = np.zeros(scan.shape[:3], bool)
         organ = np.logical_or.reduce(parts) | lesion
         copy_scan(scan_path, out / "public" / case / "ct.nii.gz")
         save_labels(organ, scan, out / "private" / case / "organ.nii.gz")

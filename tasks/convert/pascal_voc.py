@@ -23,6 +23,7 @@ from pathlib import Path
 from PIL import Image, UnidentifiedImageError
 
 from schemas.task_spec import TaskError, TaskSpec
+from tasks.synth import case_dirs
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".JPG", ".JPEG", ".PNG")
 
@@ -69,7 +70,6 @@ def read_annotation(path: Path, classes: dict[str, str]) -> tuple[int, int, list
 
 
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
-    """Convert ``source``; ``progress`` (optional) is called with each finished case id."""
     if spec.det is None:
         raise TaskError(f"task {spec.id}: the pascal_voc converter is for detection tasks")
     root = find_root(Path(source))
@@ -96,10 +96,7 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
         if image is None:
             raise TaskError(f"{root / 'JPEGImages'}: no image for {stem}")
         w, h, boxes = read_annotation(xml, classes)
-        pub = out / "public" / spec.public.case_dir.format(case=stem)
-        priv = out / "private" / spec.private.case_dir.format(case=stem)
-        pub.mkdir(parents=True, exist_ok=True)
-        priv.mkdir(parents=True, exist_ok=True)
+        pub, priv = case_dirs(spec, out, stem)
         try:
             with Image.open(image) as im:
                 if im.size != (w, h):

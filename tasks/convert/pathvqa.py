@@ -26,7 +26,6 @@ def _suffix(data: bytes) -> str:
 
 
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
-    """Write PathVQA's test questions into ``out/public`` and ``out/private``."""
     import pyarrow.parquet as pq
 
     files = sorted(p for p in source.rglob("*.parquet") if p.name.startswith("test"))

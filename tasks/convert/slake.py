@@ -21,7 +21,6 @@ from tasks.convert._vqa import Question, write_questions
 
 
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
-    """Write SLAKE's English test questions into ``out/public`` and ``out/private``."""
     tests = sorted(source.rglob("test.json"))
     if not tests:
         raise TaskError(f"{source}: no test.json found (is this the Slake1.0 folder?)")

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from schemas.task_spec import TaskError, TaskSpec
-from tasks.convert._volumes import Progress, as_mask, copy_scan, load, run, save_labels
+from tasks.convert._volumes import Progress, copy_scan, load, mask_on, run, save_labels
 
 
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Progress = None) -> None:
@@ -33,10 +33,7 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Progress = None) 
         for lab in sorted(spec.seg.labels, key=lambda lab: lab.id):
             path = src / "segmentations" / f"{lab.name}.nii.gz"
             if path.is_file():
-                mask_img = load(path)
-                if mask_img.shape[:3] != labels.shape:
-                    raise TaskError(f"{path}: shape {mask_img.shape} differs from ct.nii.gz {scan.shape}")
-                labels[as_mask(mask_img, path)] = lab.id
+                labels[mask_on(path, scan)] = lab.id
         copy_scan(src / "ct.nii.gz", out / "public" / case / "ct.nii.gz")
         save_labels(labels, scan, out / "private" / case / "dseg.nii.gz")
 

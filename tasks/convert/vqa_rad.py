@@ -46,7 +46,6 @@ def _load_questions(source: Path) -> list[dict[str, Any]]:
 
 
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
-    """Write VQA-RAD's test questions into ``out/public`` and ``out/private``."""
     records = _load_questions(source)
     if any("phrase_type" in r for r in records):
         records = [r for r in records if str(r.get("phrase_type", "")).startswith("test")]
