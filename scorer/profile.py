@@ -57,11 +57,9 @@ AllUnscored = Literal["unscored", "zero"]
 class StageRules(_Cfg, frozen=True):
     null_policy: NullPolicy = "renormalise"
     all_unscored: AllUnscored = "unscored"
-    """AGENTIC when no stage is scored at all: unscored (NULL with the reason) or 0.0, which is what
-    every branch's ``compute_workflow_score`` returns then."""
+    """AGENTIC when no stage is scored at all (docs/scoring.md)."""
     round_digits: int | None = None
-    """Round AGENTIC, TASK and OVERALL to this many decimals, OVERALL from the rounded parts (the
-    branches round each to 4); None keeps full precision."""
+    """Round AGENTIC, TASK and OVERALL, OVERALL from the rounded parts; None: full precision."""
     unscored_item_policy: Literal["stage_unscored", "skip_item"] = "stage_unscored"
     s4_completion_weight: float = 0.5
     s4_format_weight: float = 0.5
@@ -108,10 +106,8 @@ class BudgetRules(_Cfg, frozen=True):
     """How a run that ended ``budget_exceeded`` (``amb-record --max-*``) is scored."""
 
     exceeded: Literal["score", "zero", "exclude"] = "score"
-    """``score``: like any run, from what it did and submitted before its calls were refused (the
-    harness's turn cap ends a run the same way); ``zero``: S1–S5, AGENTIC, TASK and OVERALL are 0, as
-    a failed run; ``exclude``: they are unscored (NULL, reason ``excluded: budget exceeded``), so the
-    run drops out of the means. The cost is kept in every case."""
+    """Scored like any run, zeroed like a failed one, or unscored (out of the means); the cost is
+    kept in every case."""
 
 
 class AuditRules(_Cfg, frozen=True):
@@ -145,18 +141,11 @@ class MedalRules(_Cfg, frozen=True):
 
     good: float = 0.0
     okay: float = 0.0
-    """Thresholds on the medal's input (``value >= good`` is good, ``>= okay`` okay, else fail);
-    unused by the ``bands`` rating."""
+    """Thresholds on the medal's input (``>= good`` is good, ``>= okay`` okay, else fail)."""
     on: Literal["primary", "task"] = "primary"
-    """The medal's input: the track's primary metric before the completeness gate, as the branches'
-    ``medal_tier.assign_tier`` reads it (lesion Dice, macro Dice, mAP; VQA and report use TASK), or
-    the TASK score itself."""
+    """The medal's input: the track's primary metric before the completeness gate, or TASK."""
     rating: Literal["medal", "medal_coverage", "bands"] = "medal"
-    """``medal``: F for an invalid or incomplete submission, else A/B/C from the medal (eval_seg,
-    eval_det2d, eval_report_gen ``assign_rating``). ``medal_coverage``: F when under half of the
-    answers are valid or present or none is, else from the medal (eval_vqa). ``bands``: F for an
-    invalid or under-half-complete submission, else A/B/C by mean PSNR and SSIM bands per task, F
-    below C (eval_image_enhancement ``assign_rating`` v3); medal good = A, okay = B."""
+    """The rating rule (``scorer.medal``)."""
     bands: dict[str, dict[str, Band]] = {}
     """``bands`` rating: task id -> level (A, B, C) -> minimum mean PSNR and SSIM."""
     source: str = ""
@@ -164,8 +153,8 @@ class MedalRules(_Cfg, frozen=True):
 
 class CodeRules(_Cfg, frozen=True):
     suppress_when_valid_and_okay: bool = False
-    """Drop the fired codes (kept in details as suppressed) when the submission is valid and the
-    medal is at least okay: the branches' ``failure_classifier.classify_failure`` success override."""
+    """Drop the fired codes (kept in details as suppressed) for a valid submission with a medal of
+    at least okay (the branches' ``failure_classifier.classify_failure``)."""
 
 
 class RubricItem(_Cfg, frozen=True):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
+from operator import itemgetter
 from typing import Any
 
 STAGE_KEYS = ("s1", "s2", "s3", "s4", "s5")
@@ -43,6 +44,9 @@ def pearson(xs: list[float], ys: list[float]) -> float | None:
     if sxx == 0 or syy == 0:
         return None
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=False)) / math.sqrt(sxx * syy)
+
+
+_cost = itemgetter("cost_usd")
 
 
 def _tokens(r: dict[str, Any]) -> int | None:
@@ -182,7 +186,7 @@ def _recovery(g: _Rows) -> list[dict[str, Any]]:
 def _cost_correlation(g: _Rows) -> list[dict[str, Any]]:
     out = []
     for t in g.tracks:
-        pts, tok_pts = _cost_points(g.all, t), _token_points(g.all, t)
+        pts, tok_pts = _points(g.all, t, _cost), _points(g.all, t, _tokens)
         mine = [r for r in g.all if _track(r) == t]
         out.append(
             {
@@ -211,8 +215,8 @@ VIEWS: tuple[tuple[str, Callable[[_Rows], Any]], ...] = (
     ("recovery", _recovery),
     ("cost_correlation", _cost_correlation),
     ("cost_unknown", lambda g: _cost_unknown(g.all)),
-    ("scatter_tokens", lambda g: {t: _token_points(g.all, t) for t in g.tracks}),
-    ("scatter", lambda g: {t: _cost_points(g.all, t) for t in g.tracks}),
+    ("scatter_tokens", lambda g: {t: _points(g.all, t, _tokens) for t in g.tracks}),
+    ("scatter", lambda g: {t: _points(g.all, t, _cost) for t in g.tracks}),
 )
 """The report's views in the order ``build`` returns them."""
 
@@ -224,19 +228,12 @@ def build(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"runs": len(rows), "judges": judges, "profiles": profiles, **{k: view(g) for k, view in VIEWS}}
 
 
-def _cost_points(rows: list[dict[str, Any]], track: str) -> list[tuple[float, float]]:
+def _points(rows: list[dict[str, Any]], track: str, x: Callable[[dict], Any]) -> list[tuple[float, float]]:
+    """(x, OVERALL) of the track's runs that have both."""
     return [
-        (r["cost_usd"], r["overall"])
+        (float(v), r["overall"])
         for r in rows
-        if _track(r) == track and r["cost_usd"] is not None and r["overall"] is not None
-    ]
-
-
-def _token_points(rows: list[dict[str, Any]], track: str) -> list[tuple[float, float]]:
-    return [
-        (float(tok), r["overall"])
-        for r in rows
-        if _track(r) == track and (tok := _tokens(r)) is not None and r["overall"] is not None
+        if _track(r) == track and (v := x(r)) is not None and r["overall"] is not None
     ]
 
 

@@ -74,10 +74,6 @@ def read_ranges(path: Path) -> dict[str, float]:
     return out
 
 
-def ssim_params(spec: TaskSpec) -> SsimParams:
-    return msgspec.convert(spec.metric.params, SsimParams)
-
-
 def grade_case(
     spec: TaskSpec,
     case: str,
@@ -181,7 +177,7 @@ def composite(
 
 
 def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: GradeOptions) -> GradeResult:
-    params = ssim_params(spec)
+    params = msgspec.convert(spec.metric.params, SsimParams)
     assert spec.enh is not None
     ranges = read_ranges(reference / spec.enh.ranges_file)
     ids = reference_cases(reference, spec.enh.reference_file)

@@ -197,14 +197,6 @@ def make_case(spec: TaskSpec, seed: int, i: int) -> tuple[np.ndarray, list[Box]]
     return _dental(rng, h, w, n, classes)
 
 
-def boxes_json(width: int, height: int, boxes: list[Box], scores: bool = False) -> dict:
-    rows = [
-        {"class": c, **({"score": 1.0} if scores else {}), "x1": x1, "y1": y1, "x2": x2, "y2": y2}
-        for c, x1, y1, x2, y2 in boxes
-    ]
-    return {"width": width, "height": height, "boxes": rows}
-
-
 def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
     if spec.det is None:
         raise TaskError(f"task {spec.id}: no [det] table")
@@ -214,7 +206,9 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
         pub, priv = case_dirs(spec, out, case)
         Image.fromarray(img).save(pub / spec.det.image_file)
         h, w = img.shape[:2]
-        (priv / spec.det.reference_file).write_text(json.dumps(boxes_json(w, h, boxes), indent=1))
+        rows = [{"class": c, "x1": x1, "y1": y1, "x2": x2, "y2": y2} for c, x1, y1, x2, y2 in boxes]
+        doc = {"width": w, "height": h, "boxes": rows}
+        (priv / spec.det.reference_file).write_text(json.dumps(doc, indent=1))
 
 
 def perfect_submission(spec: TaskSpec, data: Path, workspace: Path) -> None:

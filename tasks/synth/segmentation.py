@@ -240,10 +240,6 @@ def _save(data: np.ndarray, affine: np.ndarray, path: Path) -> None:
     nib.save(img, str(path))
 
 
-def _is_ct(spec: TaskSpec) -> bool:
-    return spec.modality.upper().startswith("CT")
-
-
 def make_case(spec: TaskSpec, i: int, seed: int) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
     """One case: the image, the reference volumes by private file name, and the affine."""
     seg = spec.seg
@@ -251,7 +247,7 @@ def make_case(spec: TaskSpec, i: int, seed: int) -> tuple[np.ndarray, dict[str, 
     rng = np.random.default_rng([seed, i])
     # Why the ignore[arg-type] below: the spec validates three numbers each (lists in TOML, tuples here).
     ph = Phantom(tuple(seg.synth_shape), tuple(seg.synth_spacing))  # type: ignore[arg-type]
-    ct = _is_ct(spec)
+    ct = spec.modality.upper().startswith("CT")
     refs: dict[str, np.ndarray] = {}
     if seg.synth_recipe == "organ_lesion":
         img, masks, tissue = organ_lesion(ph, seg, rng, i, ct)

@@ -47,8 +47,6 @@ def _radiology(rng: np.random.Generator, shape, i: int) -> tuple[list[np.ndarray
         region, modality = "chest", "x-ray"
         effusion = str(rng.choice(["left", "right", ""]))
         img = medimg.chest_xray(rng, shape, {"effusion": effusion} if effusion else {})
-        n = 0
-        organ = None
         if i % 3 == 0:
             return [img], _q(
                 f"Is there a pleural effusion on the {effusion or 'left'} side?",
