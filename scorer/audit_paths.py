@@ -105,16 +105,8 @@ def _ansi_c(text: str, i: int) -> tuple[str, int]:
             if nxt in _ANSI_C:
                 out.append(_ANSI_C[nxt])
                 i += 2
-            elif nxt == "x":
-                m = re.match(r"[0-9a-fA-F]{1,2}", text[i + 2 : i + 4])
-                if m:
-                    out.append(chr(int(m.group(0), 16)))
-                    i += 2 + len(m.group(0))
-                else:
-                    out.append("\\x")
-                    i += 2
-            elif nxt in "uU":
-                width = 4 if nxt == "u" else 8
+            elif nxt in "xuU":
+                width = {"x": 2, "u": 4, "U": 8}[nxt]
                 m = re.match(f"[0-9a-fA-F]{{1,{width}}}", text[i + 2 : i + 2 + width])
                 if m and int(m.group(0), 16) < 0x110000:
                     out.append(chr(int(m.group(0), 16)))

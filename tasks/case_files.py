@@ -1,8 +1,9 @@
 """The files every synthesiser and converter writes into a task's ``public/`` and ``private/`` folders:
-JSON files, and a whole report-generation case."""
+JSON and CSV files, and a whole report-generation case."""
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 from pathlib import Path
@@ -15,6 +16,14 @@ def write_json(path: Path, obj: dict[str, Any], *, ensure_ascii: bool = True) ->
     """``obj`` as indented JSON with a final newline, its folder made first."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj, indent=2, ensure_ascii=ensure_ascii) + "\n", encoding="utf-8")
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    """``rows`` as a CSV table, the first row's keys as its header."""
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def grey_jpeg(path: Path) -> bytes:

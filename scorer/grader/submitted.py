@@ -38,18 +38,18 @@ class Rejected(Exception):
         """``missing`` (nothing there) or ``invalid`` (something there the grader refuses)."""
 
 
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+_LINK = "a symbolic link: the grader reads only regular files inside the submission"
+
+
 def _what(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    return "not a regular file"
+    return next((name for is_kind, name in _KINDS if is_kind(mode)), "not a regular file")
 
 
 def _parts(rel: str | PurePosixPath) -> list[str]:
@@ -99,14 +99,12 @@ def open_submitted(submission: Path, rel: str | PurePosixPath) -> BinaryIO:
             st = os.stat(name, dir_fd=fd, follow_symlinks=False)
         except FileNotFoundError:
             raise Rejected("missing", "missing") from None
-        _refuse(st, "a symbolic link: the grader reads only regular files inside the submission")
+        _refuse(st, _LINK)
         try:
             file_fd = os.open(name, _FILE_FLAGS, dir_fd=fd)
         except OSError as e:
             if e.errno == errno.ELOOP:
-                raise Rejected(
-                    "a symbolic link: the grader reads only regular files inside the submission"
-                ) from None
+                raise Rejected(_LINK) from None
             raise Rejected(f"cannot open: {e.strerror}") from None
     finally:
         os.close(fd)

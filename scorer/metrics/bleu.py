@@ -81,17 +81,12 @@ def bleu_from_stats(stats: BleuStats) -> list[float]:
 def sum_stats(all_stats: Sequence[BleuStats]) -> BleuStats:
     """The corpus statistics: every count and length summed over segments."""
     n = len(all_stats[0].guess) if all_stats else 4
-    guess = [0] * n
-    correct = [0] * n
-    hyp_len = 0
-    ref_len = 0.0
-    for s in all_stats:
-        hyp_len += s.hyp_len
-        ref_len += s.ref_len
-        for k in range(n):
-            guess[k] += s.guess[k]
-            correct[k] += s.correct[k]
-    return BleuStats(hyp_len, ref_len, tuple(guess), tuple(correct))
+    return BleuStats(
+        sum(s.hyp_len for s in all_stats),
+        sum((s.ref_len for s in all_stats), 0.0),
+        tuple(sum(s.guess[k] for s in all_stats) for k in range(n)),
+        tuple(sum(s.correct[k] for s in all_stats) for k in range(n)),
+    )
 
 
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[Sequence[str]], n: int = 4) -> list[float]:

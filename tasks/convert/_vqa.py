@@ -3,7 +3,6 @@ side, and ``ground_truth.csv``. The converters only map their dataset's records 
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 import msgspec
 
 from schemas.task_spec import TaskError, TaskSpec
-from tasks.case_files import write_json
+from tasks.case_files import write_csv, write_json
 
 _YES_NO = {"yes", "no"}
 
@@ -82,23 +81,12 @@ def write_questions(
             "answer_text": q.answer_text,
             "answer_type": kind,
         }
+        rows.append({**gold, "question_type": question["question_type"]})
         if q.options is not None:
             question["options"] = q.options
             gold["options"] = q.options
         write_json(public / q.qid / spec.vqa.question_file, question, ensure_ascii=False)
         write_json(private / q.qid / spec.vqa.answer_file, gold, ensure_ascii=False)
-        rows.append(
-            {
-                "question_id": q.qid,
-                "answer_label": q.answer_label,
-                "answer_text": q.answer_text,
-                "answer_type": kind,
-                "question_type": question["question_type"],
-            }
-        )
         if progress is not None:
             progress(q.qid)
-    with open(private / "ground_truth.csv", "w", encoding="utf-8", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(private / "ground_truth.csv", rows)

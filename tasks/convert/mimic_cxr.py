@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from schemas.task_spec import TaskError, TaskSpec
-from tasks.case_files import write_report_case
+from tasks.case_files import write_csv, write_report_case
 from tasks.report_text import split_sections, submittable
 
 _STUDY = re.compile(r"^s\d+$")
@@ -99,7 +99,4 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
             progress(case)
     if not rows:
         raise TaskError(f"{source}: no study has a non-empty FINDINGS section")
-    with open(out / "private" / "manifest.csv", "w", encoding="utf-8", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(out / "private" / "manifest.csv", rows)
