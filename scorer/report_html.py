@@ -182,57 +182,42 @@ def _runs_section(runs: list[dict[str, Any]], viewer_url: str | None) -> str:
     return f"<h2>Runs</h2>{note}{table}"
 
 
+def _plots(report: dict[str, Any]) -> dict[str, str]:
+    """The plot shown under each view's table, by view (a view without one is absent)."""
+    lb, shares, by_n = report["leaderboard"], report["code_shares"], report["overall_by_code_count"]
+    plots = {
+        "leaderboard": _svg_bars(
+            "OVERALL per model (×100)", [r["model"] for r in lb], [r["overall"] for r in lb]
+        ),
+        "stage_means": _svg_stages(report["stage_means"]),
+        "code_shares": _svg_bars(
+            "Share of fired error codes (%)", [c["code"] for c in shares], [c["share_pct"] for c in shares]
+        ),
+    }
+    if report["medals"]:
+        everyone, kinds = report["medals"][-1], (*RATINGS, "unrated")
+        pct = [round(100 * everyone[k] / everyone["runs"], 1) if everyone["runs"] else None for k in kinds]
+        plots["medals"] = _svg_bars("Ratings, all runs (% of runs)", list(kinds), pct)
+    if by_n:
+        labels, values = [f"{c['codes']} codes" for c in by_n], [c["overall"] for c in by_n]
+        plots["overall_by_code_count"] = _svg_bars("OVERALL by number of codes (×100)", labels, values)
+    if scatters := "".join(_scatter(report, c) for c in report["cost_correlation"]):
+        plots["cost_correlation"] = f'<div class="row">{scatters}</div>'
+    return plots
+
+
 def html_page(
     report: dict[str, Any],
     title: str = "AMB score report",
     runs: list[dict[str, Any]] | None = None,
     viewer_url: str | None = None,
 ) -> str:
-    lb = report["leaderboard"]
-    plots = [
-        _svg_bars("OVERALL per model (×100)", [r["model"] for r in lb], [r["overall"] for r in lb]),
-        _svg_stages(report["stage_means"]),
+    plots = _plots(report)
+    sections = [
+        f"<h2>{html.escape(name)}</h2>{_html_table(report[key], key)}{plots.get(key, '')}"
+        for name, key in SECTIONS
+        if key != "cost_unknown" or report[key]
     ]
-    scatters = "".join(_scatter(report, c) for c in report["cost_correlation"])
-    sections = []
-    for name, key in SECTIONS:
-        if key == "cost_unknown" and not report[key]:
-            continue
-        sections.append(f"<h2>{html.escape(name)}</h2>{_html_table(report[key], key)}")
-        if key == "leaderboard":
-            sections.append(plots[0])
-        if key == "stage_means":
-            sections.append(plots[1])
-        if key == "medals" and report["medals"]:
-            everyone = report["medals"][-1]
-            sections.append(
-                _svg_bars(
-                    "Ratings, all runs (% of runs)",
-                    [*RATINGS, "unrated"],
-                    [
-                        round(100 * everyone[k] / everyone["runs"], 1) if everyone["runs"] else None
-                        for k in (*RATINGS, "unrated")
-                    ],
-                )
-            )
-        if key == "code_shares":
-            sections.append(
-                _svg_bars(
-                    "Share of fired error codes (%)",
-                    [c["code"] for c in report["code_shares"]],
-                    [c["share_pct"] for c in report["code_shares"]],
-                )
-            )
-        if key == "overall_by_code_count" and report["overall_by_code_count"]:
-            sections.append(
-                _svg_bars(
-                    "OVERALL by number of codes (×100)",
-                    [f"{c['codes']} codes" for c in report["overall_by_code_count"]],
-                    [c["overall"] for c in report["overall_by_code_count"]],
-                )
-            )
-        if key == "cost_correlation" and scatters:
-            sections.append(f'<div class="row">{scatters}</div>')
     stability = report.get("judge_stability")
     if stability:
         sections.append(_stability_html(stability))

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from scorer.grader.options import GradeOptions
-from scorer.grader.result import CaseResult, case_counts
+from scorer.grader.result import CaseResult
 
 Aggregate = Callable[[Sequence[CaseResult]], float]
 
@@ -23,10 +23,17 @@ def gated_score(
     """The TASK score under ``options.completeness`` (``GradeOptions``), and the ``checks`` that
     explain it: ``gate_applied`` when the gate changed the score's basis (cases zeroed or left
     out), ``gate_zeroed`` when it forced the TASK to 0."""
-    checks = case_counts(list(cases))
-    checks["gate"] = options.completeness
-    complete = checks["n_scored"] == checks["n_cases"]
     scored = [c for c in cases if c.status == "scored"]
+    n = len(cases)
+    checks: dict[str, Any] = {
+        "n_cases": n,
+        "n_scored": len(scored),
+        "n_missing": sum(1 for c in cases if c.status == "missing"),
+        "n_invalid": sum(1 for c in cases if c.status == "invalid"),
+        "completion": (len(scored) / n) if n else 0.0,
+        "gate": options.completeness,
+    }
+    complete = len(scored) == n
     zeroed = False
     mode = options.completeness
     if not cases:

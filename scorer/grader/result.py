@@ -52,18 +52,5 @@ class GradeResult(msgspec.Struct, frozen=True, kw_only=True):
         return msgspec.json.encode(self)
 
 
-def case_counts(cases: list[CaseResult]) -> dict[str, Any]:
-    """The standard ``checks`` counts of a list of case results."""
-    n = len(cases)
-    scored = sum(1 for c in cases if c.status == "scored")
-    return {
-        "n_cases": n,
-        "n_scored": scored,
-        "n_missing": sum(1 for c in cases if c.status == "missing"),
-        "n_invalid": sum(1 for c in cases if c.status == "invalid"),
-        "completion": (scored / n) if n else 0.0,
-    }
-
-
 class BadReference(AmbError):
     """The private references themselves are missing or unreadable: no score is meaningful."""
