@@ -116,16 +116,9 @@ class Trajectory(msgspec.Struct, kw_only=True):
     @property
     def activity(self) -> int:
         """How many agent-side facts exist (0 = nothing to judge: audit says ``no_data``)."""
-        return (
-            len(self.model_calls)
-            + len(self.execs)
-            + len(self.processes)
-            + len(self.writes)
-            + len(self.accesses)
-            + len(self.renames)
-            + len(self.deletes)
-            + len(self.network)
-        )
+        agent = (self.model_calls, self.execs, self.processes, self.network)
+        files = (self.writes, self.accesses, self.renames, self.deletes)
+        return sum(len(facts) for facts in (*agent, *files))
 
     def last_write(self, suffix: str) -> tuple[str, FileWritten] | None:
         for ev_id, _, w in reversed(self.writes):

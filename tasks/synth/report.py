@@ -86,13 +86,12 @@ def _cxr_text(rng: np.random.Generator, f: dict[str, str]) -> tuple[str, str]:
     if "pneumothorax" in f:
         s.append(f"A small {f['pneumothorax']} apical pneumothorax is present.")
         imp.append(f"Small {f['pneumothorax']} pneumothorax.")
-    negatives = []
-    if "consolidation" not in f:
-        negatives.append("focal consolidation")
-    if "effusion" not in f:
-        negatives.append("pleural effusion")
-    if "pneumothorax" not in f:
-        negatives.append("pneumothorax")
+    absent = (
+        ("consolidation", "focal consolidation"),
+        ("effusion", "pleural effusion"),
+        ("pneumothorax", "pneumothorax"),
+    )
+    negatives = [name for fact, name in absent if fact not in f]
     if negatives:
         listed = negatives[0] if len(negatives) == 1 else ", ".join(negatives[:-1]) + " or " + negatives[-1]
         s.append(f"There is no {listed}.")
