@@ -18,7 +18,8 @@ from tasks.convert._volumes import Progress, copy_scan, load, mask_on, run, save
 
 
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Progress = None) -> None:
-    assert spec.seg is not None
+    seg = spec.seg
+    assert seg is not None
     subjects = sorted(p.name for p in source.glob("s[0-9]*") if (p / "segmentations").is_dir())
     if not subjects:
         raise TaskError(
@@ -29,8 +30,7 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Progress = None) 
         src = source / case
         scan = load(src / "ct.nii.gz")
         labels = np.zeros(scan.shape[:3], np.uint8)
-        assert spec.seg is not None
-        for lab in sorted(spec.seg.labels, key=lambda lab: lab.id):
+        for lab in sorted(seg.labels, key=lambda lab: lab.id):
             path = src / "segmentations" / f"{lab.name}.nii.gz"
             if path.is_file():
                 labels[mask_on(path, scan)] = lab.id
