@@ -32,69 +32,44 @@ class Code(msgspec.Struct, frozen=True, kw_only=True):
 
 def detect(traj: Trajectory, grade: dict[str, Any] | None) -> list[Code]:
     out: list[Code] = []
+
+    def fire(code: str, reason: str, events: list[str]) -> None:
+        out.append(Code(code=code, reason=reason, events=events))
+
     roots = output_root(traj)
     end = [traj.finished_id] if traj.finished_id else []
-
+    g = grade or {}
+    graded = g.get("task_score") is not None
     if traj.submission is None:
-        out.append(Code(code="E5", reason="no submission was sealed", events=end))
+        fire("E5", "no submission was sealed", end)
     else:
         outputs = [f.path for f in traj.submission.files if roots.is_output(f.path)]
         seal = [traj.submission_id] if traj.submission_id else []
         if not outputs:
-            out.append(Code(code="E5", reason="the sealed submission has no output files", events=seal))
-        elif (
-            grade
-            and grade.get("task_score") is not None
-            and (grade.get("n_missing") or grade.get("n_invalid"))
-        ):
-            out.append(
-                Code(
-                    code="E5",
-                    reason=(
-                        f"{grade.get('n_missing', 0)} missing and {grade.get('n_invalid', 0)} malformed "
-                        f"cases of {grade.get('n_cases')}"
-                    ),
-                    events=seal,
-                )
-            )
+            fire("E5", "the sealed submission has no output files", seal)
+        elif graded and (g.get("n_missing") or g.get("n_invalid")):
+            n_missing, n_invalid = g.get("n_missing", 0), g.get("n_invalid", 0)
+            fire("E5", f"{n_missing} missing and {n_invalid} malformed cases of {g.get('n_cases')}", seal)
 
     setup = setup_failures(traj)
     if len(setup) >= 2:
-        out.append(
-            Code(
-                code="E2",
-                reason=f"{len(setup)} failed install/load attempts",
-                events=[e.id for e in setup][:10],
-            )
-        )
-
+        fire("E2", f"{len(setup)} failed install/load attempts", [e.id for e in setup][:10])
     setup_ids = {e.id for e in setup}
-    tb = [e for e in traceback_execs(traj) if e.id not in setup_ids]
-    if tb:
-        out.append(
-            Code(
-                code="E4", reason=f"{len(tb)} executions ended in a traceback", events=[e.id for e in tb][:10]
-            )
-        )
+    if tb := [e for e in traceback_execs(traj) if e.id not in setup_ids]:
+        fire("E4", f"{len(tb)} executions ended in a traceback", [e.id for e in tb][:10])
 
     value, why, ids = pilot_evidence(traj, roots)
     if value == 0.0 and bulk_index(traj, roots) is not None:
-        out.append(Code(code="E3", reason=why, events=ids))
+        fire("E3", why, ids)
     elif (
-        grade
-        and grade.get("task_score") is not None
+        graded
         and traj.status == "completed"
-        and grade.get("n_cases")
-        and not grade.get("has_valid_results")
-        and grade.get("n_missing", 0) < grade["n_cases"]
+        and g.get("n_cases")
+        and not g.get("has_valid_results")
+        and g.get("n_missing", 0) < g["n_cases"]
     ):
-        out.append(
-            Code(
-                code="E3",
-                reason="outputs that all score 0 were accepted and submitted",
-                events=[traj.submission_id] if traj.submission_id else end,
-            )
-        )
+        seal_or_end = [traj.submission_id] if traj.submission_id else end
+        fire("E3", "outputs that all score 0 were accepted and submitted", seal_or_end)
     return sorted(out, key=lambda c: c.code)
 
 
