@@ -29,6 +29,12 @@ _ARROW = {
     "VARCHAR[]": pa.list_(pa.string()),
 }
 _TYPES = column_types()
+_CALL_JSON = frozenset({"settings", "request", "cited", "codes"})
+_CALL_TYPES = {
+    "value": pa.float64(),
+    "unscored_reason": pa.string(),
+    **dict.fromkeys(_CALL_JSON, pa.string()),
+}
 
 
 def new_batch_id() -> str:
@@ -73,31 +79,14 @@ def load_judge_cache(con: duckdb.DuckDBPyConnection, model: str) -> JudgeCache:
 def append_judge_calls(con: duckdb.DuckDBPyConnection, records: list[CallRecord]) -> None:
     if not records:
         return
-    ts = now()
-    table = pa.table(
-        {
-            "key": [r.key for r in records],
-            "model": [r.model for r in records],
-            "settings": [canonical_json(r.settings).decode() for r in records],
-            "item": [r.item for r in records],
-            "run_id": [r.run_id for r in records],
-            "evidence_sha256": [r.evidence_sha256 for r in records],
-            "request": [canonical_json(r.request).decode() for r in records],
-            "response": [r.response for r in records],
-            "reply_text": [r.reply_text for r in records],
-            "value": pa.array([r.value for r in records], pa.float64()),
-            "reason": [r.reason for r in records],
-            "cited": [canonical_json(r.cited).decode() for r in records],
-            "unscored_reason": pa.array([r.unscored_reason for r in records], pa.string()),
-            "cacheable": [r.cacheable for r in records],
-            "latency_ms": [r.latency_ms for r in records],
-            "created_at": pa.array([ts] * len(records), pa.timestamp("us")),
-            "codes": pa.array(
-                [None if r.codes is None else canonical_json(r.codes).decode() for r in records], pa.string()
-            ),
-        }
-    )
-    _insert(con, table, "INSERT INTO judge_calls SELECT * FROM _amb_new")
+    cols: dict[str, Any] = {"created_at": pa.array([now()] * len(records), pa.timestamp("us"))}
+    for f in CallRecord.__struct_fields__:
+        values = [getattr(r, f) for r in records]
+        if f in _CALL_JSON:
+            values = [None if v is None else canonical_json(v).decode() for v in values]
+        cols[f] = pa.array(values, _CALL_TYPES.get(f))
+    names = ", ".join(cols)
+    _insert(con, pa.table(cols), f"INSERT INTO judge_calls ({names}) SELECT {names} FROM _amb_new")
 
 
 def _insert(con: duckdb.DuckDBPyConnection, table: pa.Table, sql: str) -> None:

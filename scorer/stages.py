@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -38,37 +39,24 @@ def item_scores(items: list[RubricItem], verdicts: dict[str, Verdict], tier: str
     """Final item values: judge verdicts with the auto-credit and dependency rules applied."""
     out: dict[str, ItemScore] = {}
     for item in items:
-        if tier and tier in item.auto_credit:
-            out[item.id] = ItemScore(
-                id=item.id,
-                stage=item.stage,
-                value=max(item.values),
-                source="auto_credit",
-                reason=f"credited automatically at tier {tier}",
-            )
-            continue
+        score = partial(ItemScore, id=item.id, stage=item.stage)
         v = verdicts.get(item.id)
-        if v is None:
-            out[item.id] = ItemScore(
-                id=item.id,
-                stage=item.stage,
-                value=None,
+        if tier and tier in item.auto_credit:
+            why = f"credited automatically at tier {tier}"
+            out[item.id] = score(value=max(item.values), source="auto_credit", reason=why)
+        elif v is None:
+            why = "the judge returned no verdict"
+            out[item.id] = score(value=None, source="judge", unscored_reason="no_verdict", reason=why)
+        else:
+            out[item.id] = score(
+                value=v.value,
                 source="judge",
-                unscored_reason="no_verdict",
-                reason="the judge returned no verdict",
+                judge=v.judge,
+                reason=v.reason,
+                cited=list(v.cited),
+                unscored_reason=v.unscored_reason,
+                call_key=v.call_key,
             )
-            continue
-        out[item.id] = ItemScore(
-            id=item.id,
-            stage=item.stage,
-            value=v.value,
-            source="judge",
-            judge=v.judge,
-            reason=v.reason,
-            cited=list(v.cited),
-            unscored_reason=v.unscored_reason,
-            call_key=v.call_key,
-        )
     for item in items:
         dep = out.get(item.requires) if item.requires else None
         if dep is not None and dep.value == 0 and out[item.id].source != "auto_credit":
