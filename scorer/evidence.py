@@ -140,21 +140,17 @@ def _exec_line(ex: Exec, r: EvidenceRules) -> str:
     )
 
 
-class _View:
+class _View(msgspec.Struct):
     """The evidence view while its sections are written: lines, the event ids they show, images."""
 
-    def __init__(
-        self,
-        traj: Trajectory,
-        rules: EvidenceRules,
-        get_blob: BlobGetter,
-        track: str | None,
-        grade: dict[str, Any] | None,
-    ):
-        self.traj, self.rules, self.get_blob, self.track, self.grade = traj, rules, get_blob, track, grade
-        self.out: list[str] = []
-        self.ids: set[str] = set()
-        self.images: list[Image] = []
+    traj: Trajectory
+    rules: EvidenceRules
+    get_blob: BlobGetter
+    track: str | None
+    grade: dict[str, Any] | None
+    out: list[str] = []
+    ids: set[str] = set()
+    images: list[Image] = []
 
 
 def _task(v: _View) -> None:
