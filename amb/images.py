@@ -32,7 +32,6 @@ import os
 import shutil
 import ssl
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -240,9 +239,7 @@ def _import_rootfs(client, tag: str, log=None) -> None:
 def ensure_public_base(client, base: str, log=None) -> str:
     import docker.errors
 
-    try:
-        client.images.get(base)
-    except docker.errors.ImageNotFound:
+    if find_image(client, base) is None:
         _say(log, f"pulling {base}")
         try:
             client.images.pull(base)
@@ -282,22 +279,22 @@ def build_lock(log=None) -> Iterator[None]:
 def ensure_tagged(client, tag: str, make: Callable[[str], None], log=None) -> str:
     """``tag`` exists when this returns: found, or made by ``make(tag)`` under the build lock once
     the lock shows that no other process made it while this one waited."""
-    if not _exists(client, tag):
+    if find_image(client, tag) is None:
         with build_lock(log):
-            if not _exists(client, tag):
+            if find_image(client, tag) is None:
                 make(tag)
                 client.images.get(tag)  # not found here: ``make`` did not make it (a bug, not a race)
     return tag
 
 
-def _exists(client, tag: str) -> bool:
+def find_image(client, ref: str):
+    """The image ``ref`` names on this engine, or None."""
     import docker.errors
 
     try:
-        client.images.get(tag)
-        return True
+        return client.images.get(ref)
     except docker.errors.ImageNotFound:
-        return False
+        return None
 
 
 # ---- builds ---------------------------------------------------------------------------------------------
@@ -436,7 +433,3 @@ def build(base_from_rootfs: bool, base: str | None, only: tuple[str, ...], as_js
 
 
 commands = [images]
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(images())
