@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 
+from amb.common import nearest_existing
 from schemas.errors import AmbError
 
 MIN_DOCKER = (20, 10)
@@ -264,11 +265,7 @@ def check_store(store: Path) -> Check:
 def _check_store(store: Path, fix: str) -> Check:
     if store.exists() and not store.is_dir():
         return Check("store", "fail", f"{store} exists and is not a directory", fix)
-    probe_dir = store
-    while not probe_dir.exists():
-        if probe_dir.parent == probe_dir:
-            break
-        probe_dir = probe_dir.parent
+    probe_dir = nearest_existing(store)
     if not probe_dir.is_dir():
         return Check("store", "fail", f"{probe_dir} (on the way to {store}) is not a directory", fix)
     try:

@@ -196,12 +196,8 @@ def rootfs_tag() -> str:
     return f"amb-base:rootfs-{h.hexdigest()[:16]}"
 
 
-def ensure_rootfs_base(client, log=None) -> str:
-    """Debootstrap a minimal Debian with python3 and strace, import it; cached by its tag."""
-    return ensure_tagged(client, rootfs_tag(), lambda tag: _import_rootfs(client, tag, log), log)
-
-
 def _import_rootfs(client, tag: str, log=None) -> None:
+    """Debootstrap a minimal Debian with python3 and strace, import it as ``tag``."""
     if shutil.which("debootstrap") is None:
         raise ImageError("--base-from-rootfs needs debootstrap (apt-get install debootstrap)")
     if os.geteuid() != 0:
@@ -386,7 +382,7 @@ def ensure_images(
     if from_rootfs is None:
         from_rootfs = os.environ.get("AMB_BASE_FROM_ROOTFS", "") not in ("", "0") and base is None
     if from_rootfs:
-        base_ref = ensure_rootfs_base(client, log)
+        base_ref = ensure_tagged(client, rootfs_tag(), lambda tag: _import_rootfs(client, tag, log), log)
     else:
         base_ref = ensure_public_base(client, base or os.environ.get("AMB_BASE_IMAGE") or DEFAULT_BASE, log)
     return {role: ensure_image(client, role, base_ref, log=log) for role in roles}

@@ -7,9 +7,9 @@ shard), ``status`` and ``cancel`` (of a sweep's shared directory, from any machi
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -194,6 +194,8 @@ def _score_and_report(
     from amb.score_cmds import report, score
 
     html = html_file or str(spec.work / "report.html")
+    # With --json, stdout holds the sweep's JSON alone: the tables of score and report go nowhere.
+    silenced = (lambda: contextlib.redirect_stdout(io.StringIO())) if quiet else contextlib.nullcontext
     for references, runs in outcome.runs_by_references().items():
         args: dict[str, Any] = dict(
             store=store,
@@ -207,20 +209,11 @@ def _score_and_report(
             repeat=spec.judge_repeat,
             as_json=False,
         )
-        with _quiet(quiet):
+        with silenced():
             ctx.invoke(score, **args)
-    with _quiet(quiet):
+    with silenced():
         ctx.invoke(report, store=store, profile=spec.profile, judge_label=None, html_file=html, as_json=False)
     click.echo(f"amb sweep: report written to {html}", err=True)
-
-
-@contextlib.contextmanager
-def _quiet(on: bool):
-    if not on:
-        yield
-        return
-    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
-        yield
 
 
 @sweep.command("exec")
