@@ -91,6 +91,13 @@ def stored_only(store: str, runs: tuple[str, ...]) -> set[str]:
     return set(absent)
 
 
+def nearest_existing(path: Path) -> Path:
+    """``path`` or the nearest of its parents that exists (the root at the least)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
 def _can_write_in(folder: Path, shown: str) -> None:
     """A file made and removed in ``folder``: permission bits do not say it (root passes them all,
     /proc refuses root too)."""
@@ -113,9 +120,7 @@ def output_path(path: str | os.PathLike[str], what: str, *, folder: bool = False
         if folder:
             if p.exists() and not p.is_dir():
                 raise BadInput(f"{shown}: exists and is not a folder")
-            probe = p
-            while not probe.exists() and probe != probe.parent:
-                probe = probe.parent
+            probe = nearest_existing(p)
             if not probe.is_dir():
                 raise BadInput(f"{shown}: {quoted(str(probe))} is not a folder")
         else:

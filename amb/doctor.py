@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 
+from amb.common import nearest_existing
 from schemas.errors import AmbError
 
 MIN_DOCKER = (20, 10)
@@ -114,15 +115,6 @@ def check_docker() -> tuple[list[Check], Any]:
     return [engine, Check("docker permission", "ok", "this user may use the engine")], client
 
 
-def _has_image(client, ref: str):
-    import docker.errors
-
-    try:
-        return client.images.get(ref)
-    except docker.errors.ImageNotFound:
-        return None
-
-
 def _debootstrap_ready() -> tuple[bool, str]:
     if shutil.which("debootstrap") is None:
         return False, "debootstrap is not on PATH"
@@ -138,7 +130,7 @@ def check_base(client) -> tuple[list[Check], str | None]:
 
     Returns the checks and the base image the next ``amb images build`` / ``amb demo`` would use
     (None when there is none yet)."""
-    from amb.images import DEFAULT_BASE, rootfs_tag
+    from amb.images import DEFAULT_BASE, find_image, rootfs_tag
 
     ready, why = _debootstrap_ready()
     want_rootfs = os.environ.get("AMB_BASE_FROM_ROOTFS", "") not in ("", "0")
@@ -153,7 +145,7 @@ def check_base(client) -> tuple[list[Check], str | None]:
     if client is None:
         return [Check("base image", "skip", "no engine to ask"), tools], None
     for ref in [rootfs, public] if want_rootfs else [public, rootfs]:
-        if _has_image(client, ref) is not None:
+        if find_image(client, ref) is not None:
             how = "a debootstrapped Debian" if ref == rootfs else "a registry's image"
             return [Check("base image", "ok", f"{ref} is here ({how}); no download needed"), tools], ref
     if want_rootfs or not _registry_answers(client, public):
@@ -194,7 +186,7 @@ def _registry_answers(client, ref: str) -> bool:
 
 
 def check_images(client, base: str | None) -> list[Check]:
-    from amb.images import ROLES, content_hash
+    from amb.images import ROLES, content_hash, find_image
 
     if client is None:
         return [Check(f"{role} image", "skip", "no engine to ask") for role in ROLES]
@@ -213,7 +205,7 @@ def check_images(client, base: str | None) -> list[Check]:
     checks = []
     for role in ROLES:
         tag = f"amb-{role}:c-{content_hash(role, base_id)}"
-        current = _has_image(client, tag)
+        current = find_image(client, tag)
         if current is None:
             checks.append(
                 Check(
@@ -224,7 +216,7 @@ def check_images(client, base: str | None) -> list[Check]:
                 )
             )
             continue
-        latest = _has_image(client, f"amb-{role}:latest")
+        latest = find_image(client, f"amb-{role}:latest")
         if latest is None or latest.id != current.id:
             checks.append(
                 Check(
@@ -273,11 +265,7 @@ def check_store(store: Path) -> Check:
 def _check_store(store: Path, fix: str) -> Check:
     if store.exists() and not store.is_dir():
         return Check("store", "fail", f"{store} exists and is not a directory", fix)
-    probe_dir = store
-    while not probe_dir.exists():
-        if probe_dir.parent == probe_dir:
-            break
-        probe_dir = probe_dir.parent
+    probe_dir = nearest_existing(store)
     if not probe_dir.is_dir():
         return Check("store", "fail", f"{probe_dir} (on the way to {store}) is not a directory", fix)
     try:

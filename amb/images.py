@@ -32,7 +32,6 @@ import os
 import shutil
 import ssl
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -197,12 +196,8 @@ def rootfs_tag() -> str:
     return f"amb-base:rootfs-{h.hexdigest()[:16]}"
 
 
-def ensure_rootfs_base(client, log=None) -> str:
-    """Debootstrap a minimal Debian with python3 and strace, import it; cached by its tag."""
-    return ensure_tagged(client, rootfs_tag(), lambda tag: _import_rootfs(client, tag, log), log)
-
-
 def _import_rootfs(client, tag: str, log=None) -> None:
+    """Debootstrap a minimal Debian with python3 and strace, import it as ``tag``."""
     if shutil.which("debootstrap") is None:
         raise ImageError("--base-from-rootfs needs debootstrap (apt-get install debootstrap)")
     if os.geteuid() != 0:
@@ -240,9 +235,7 @@ def _import_rootfs(client, tag: str, log=None) -> None:
 def ensure_public_base(client, base: str, log=None) -> str:
     import docker.errors
 
-    try:
-        client.images.get(base)
-    except docker.errors.ImageNotFound:
+    if find_image(client, base) is None:
         _say(log, f"pulling {base}")
         try:
             client.images.pull(base)
@@ -282,22 +275,22 @@ def build_lock(log=None) -> Iterator[None]:
 def ensure_tagged(client, tag: str, make: Callable[[str], None], log=None) -> str:
     """``tag`` exists when this returns: found, or made by ``make(tag)`` under the build lock once
     the lock shows that no other process made it while this one waited."""
-    if not _exists(client, tag):
+    if find_image(client, tag) is None:
         with build_lock(log):
-            if not _exists(client, tag):
+            if find_image(client, tag) is None:
                 make(tag)
                 client.images.get(tag)  # not found here: ``make`` did not make it (a bug, not a race)
     return tag
 
 
-def _exists(client, tag: str) -> bool:
+def find_image(client, ref: str):
+    """The image ``ref`` names on this engine, or None."""
     import docker.errors
 
     try:
-        client.images.get(tag)
-        return True
+        return client.images.get(ref)
     except docker.errors.ImageNotFound:
-        return False
+        return None
 
 
 # ---- builds ---------------------------------------------------------------------------------------------
@@ -389,7 +382,7 @@ def ensure_images(
     if from_rootfs is None:
         from_rootfs = os.environ.get("AMB_BASE_FROM_ROOTFS", "") not in ("", "0") and base is None
     if from_rootfs:
-        base_ref = ensure_rootfs_base(client, log)
+        base_ref = ensure_tagged(client, rootfs_tag(), lambda tag: _import_rootfs(client, tag, log), log)
     else:
         base_ref = ensure_public_base(client, base or os.environ.get("AMB_BASE_IMAGE") or DEFAULT_BASE, log)
     return {role: ensure_image(client, role, base_ref, log=log) for role in roles}
@@ -436,7 +429,3 @@ def build(base_from_rootfs: bool, base: str | None, only: tuple[str, ...], as_js
 
 
 commands = [images]
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(images())

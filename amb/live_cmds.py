@@ -28,10 +28,11 @@ from replay.workspace import (
     run_events,
 )
 from schemas.blobstore import BlobStore
-from schemas.codec import Event, check_id
+from schemas.codec import ID_RE, Event
 from schemas.display import one_line
 from schemas.errors import AmbError, NotFound, UsageError, quoted
 from schemas.prices import load_table
+from sweeps.shard import Layout
 
 # ---- amb watch ----------------------------------------------------------------------------------
 
@@ -42,36 +43,27 @@ def _sweep_runs(sweep: Path) -> dict[str, Path]:
     spec written, nothing started yet) where it will be. Names that are not run ids are ignored: the
     directory is shared with whatever the engine's nodes write there."""
     found: dict[str, Path] = {}
+    layout = Layout(sweep)
 
-    def ids(sub: str, suffix: str = "") -> list[str]:
+    def ids(folder: Path, suffix: str = "") -> list[str]:
         try:
-            names = os.listdir(sweep / sub)
+            rids = [n.removesuffix(suffix) for n in os.listdir(folder) if n.endswith(suffix)]
         except FileNotFoundError:
             return []
-        out = []
-        for name in names:
-            if not name.endswith(suffix):
-                continue
-            rid = name.removesuffix(suffix) if suffix else name
-            try:
-                check_id("run id", rid)
-            except AmbError:
-                continue
-            out.append(rid)
-        return out
+        return [rid for rid in rids if ID_RE.match(rid)]
 
-    for rid in ids("specs", ".json"):
-        found[rid] = sweep / "attempts" / rid / "(not started)" / "spool" / rid
-    for rid in ids("attempts"):
+    for rid in ids(layout.specs, ".json"):
+        found[rid] = layout.attempts / rid / "(not started)" / "spool" / rid
+    for rid in ids(layout.attempts):
         try:
-            tokens = [t for t in os.scandir(sweep / "attempts" / rid) if t.is_dir(follow_symlinks=False)]
+            tokens = [t for t in os.scandir(layout.attempts / rid) if t.is_dir(follow_symlinks=False)]
         except (FileNotFoundError, NotADirectoryError):
             continue
         if tokens:
             newest = max(tokens, key=lambda t: t.stat(follow_symlinks=False).st_mtime_ns)
             found[rid] = Path(newest.path) / "spool" / rid
-    for rid in ids("shards"):
-        found[rid] = sweep / "shards" / rid / "spool" / rid
+    for rid in ids(layout.shards):
+        found[rid] = layout.shard(rid) / "spool" / rid
     return found
 
 

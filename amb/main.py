@@ -15,37 +15,25 @@ import click
 from amb.common import escape_output, fail
 from schemas.errors import AmbError, BadInput, quoted
 
-COMMANDS: dict[str, str] = {
-    "ingest": "amb.store_cmds",
-    "runs": "amb.store_cmds",
-    "show": "amb.store_cmds",
-    "sql": "amb.store_cmds",
-    "verify": "amb.store_cmds",
-    "manifest": "amb.store_cmds",
-    "schema": "amb.store_cmds",
-    "generate": "amb.store_cmds",
-    "task": "amb.task_cmds",
-    "grade": "amb.grade_cmd",
-    "score": "amb.score_cmds",
-    "report": "amb.score_cmds",
-    "audit": "amb.score_cmds",
-    "judge": "amb.score_cmds",
-    "images": "amb.images",
-    "baseline": "amb.agent_cmds",
-    "sweep": "amb.sweep_cmds",
-    "gc": "amb.gc_cmd",
-    "blobs": "amb.blobs_cmd",
-    "demo": "amb.demo",
-    "doctor": "amb.doctor",
-    "serve": "amb.serve_cmds",
-    "replay": "amb.serve_cmds",
-    "import": "amb.interop_cmds",
-    "export": "amb.interop_cmds",
-    "watch": "amb.live_cmds",
-    "checkout": "amb.live_cmds",
-    "files": "amb.live_cmds",
-    "store": "amb.storage_cmds",
+MODULES: dict[str, tuple[str, ...]] = {
+    "amb.store_cmds": ("ingest", "runs", "show", "sql", "verify", "manifest", "schema", "generate"),
+    "amb.task_cmds": ("task",),
+    "amb.grade_cmd": ("grade",),
+    "amb.score_cmds": ("score", "report", "audit", "judge"),
+    "amb.images": ("images",),
+    "amb.agent_cmds": ("baseline",),
+    "amb.sweep_cmds": ("sweep",),
+    "amb.gc_cmd": ("gc",),
+    "amb.blobs_cmd": ("blobs",),
+    "amb.demo": ("demo",),
+    "amb.doctor": ("doctor",),
+    "amb.serve_cmds": ("serve", "replay"),
+    "amb.interop_cmds": ("import", "export"),
+    "amb.live_cmds": ("watch", "checkout", "files"),
+    "amb.storage_cmds": ("store",),
 }
+COMMANDS = {name: module for module, names in MODULES.items() for name in names}
+"""Command name -> the module that defines it."""
 
 
 class AmbGroup(click.Group):

@@ -38,15 +38,9 @@ def stats(store: str, as_json: bool, no_runs: bool) -> None:
         f"store {store}: {found['events']:,} events, {_mb(total['disk_bytes'])} on disk "
         f"({total['disk_bytes_per_event'] or 0:,.0f} bytes per event), {_mb(total['content_bytes'])} content"
     )
-    rows = [
-        [
-            "database",
-            found["database"]["files"],
-            found["database"]["disk_bytes"],
-            found["database"]["content_bytes"],
-        ]
-    ]
-    for table, t in found["database"]["tables"].items():
+    db = found["database"]
+    rows = [["database", db["files"], db["disk_bytes"], db["content_bytes"]]]
+    for table, t in db["tables"].items():
         rows.append([f"  table {table} ({t['rows']:,} rows)", "", t["disk_bytes"], t["content_bytes"]])
     for area in ("blobs", "spools"):
         a = found[area]

@@ -7,9 +7,9 @@ shard), ``status`` and ``cancel`` (of a sweep's shared directory, from any machi
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -153,38 +153,39 @@ def run_cmd(
 def _catch_up(store: str, root: Path) -> None:
     """Load every shard of the sweep the store does not hold yet (runs that landed while no sweep
     was watching: a killed sweep's stopped attempts, shards placed after it gave up waiting)."""
-    from replay.shards import load_shards
     from sweeps.collect import select
     from sweeps.shard import Layout
 
     if not (root / "shards").is_dir():
         return
     sel = select(Layout(root))
-    for path, why in sel.refused:
-        click.echo(f"amb sweep: warning: shard {path} not loaded: {why}", err=True)
-    if sel.take:
-        report = load_shards(store, sel.take)
-        for path, why in report.refused:
-            click.echo(f"amb sweep: warning: shard {path} not loaded: {why}", err=True)
+    _say_not_loaded(sel.refused)
+    _load(store, sel.take)
 
 
 def _ingest_landed(root: Path):
     """Bring each landed shard into the store, unless it is a duplicate of its cell's result."""
-    from replay.shards import load_shards
     from sweeps.collect import takes
     from sweeps.shard import Layout
 
     layout = Layout(root)
 
     def load(store: Path, shards: list[Path]) -> None:
-        wanted = [(d, d.name) for d in shards if takes(layout, d)]
-        if not wanted:
-            return
-        report = load_shards(store, wanted)
-        for path, why in report.refused:
-            click.echo(f"amb sweep: warning: shard {path} not loaded: {why}", err=True)
+        _load(store, [(d, d.name) for d in shards if takes(layout, d)])
 
     return load
+
+
+def _load(store: str | Path, shards: list[tuple[Path, str]]) -> None:
+    from replay.shards import load_shards
+
+    if shards:
+        _say_not_loaded(load_shards(store, shards).refused)
+
+
+def _say_not_loaded(refused: list[tuple[str, str]]) -> None:
+    for path, why in refused:
+        click.echo(f"amb sweep: warning: shard {path} not loaded: {why}", err=True)
 
 
 def _score_and_report(
@@ -194,6 +195,8 @@ def _score_and_report(
     from amb.score_cmds import report, score
 
     html = html_file or str(spec.work / "report.html")
+    # With --json, stdout holds the sweep's JSON alone: the tables of score and report go nowhere.
+    silenced = (lambda: contextlib.redirect_stdout(io.StringIO())) if quiet else contextlib.nullcontext
     for references, runs in outcome.runs_by_references().items():
         args: dict[str, Any] = dict(
             store=store,
@@ -207,20 +210,11 @@ def _score_and_report(
             repeat=spec.judge_repeat,
             as_json=False,
         )
-        with _quiet(quiet):
+        with silenced():
             ctx.invoke(score, **args)
-    with _quiet(quiet):
+    with silenced():
         ctx.invoke(report, store=store, profile=spec.profile, judge_label=None, html_file=html, as_json=False)
     click.echo(f"amb sweep: report written to {html}", err=True)
-
-
-@contextlib.contextmanager
-def _quiet(on: bool):
-    if not on:
-        yield
-        return
-    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
-        yield
 
 
 @sweep.command("exec")

@@ -88,19 +88,23 @@ def _clear(out: Path, force: bool) -> None:
         shutil.rmtree(path)
 
 
-@task.command("synth")
-@click.argument("task_id")
-@click.option(
+out_option = click.option(
     "--out",
     required=True,
     type=click.Path(file_okay=False),
     help="Folder to write public/ and private/ into.",
 )
+force_option = click.option("--force", is_flag=True, help="Replace existing public/ and private/ folders.")
+
+
+@task.command("synth")
+@click.argument("task_id")
+@out_option
 @click.option(
     "--cases", type=click.IntRange(min=1), default=None, help=f"Case count (default {synth.DEFAULT_CASES})."
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed (same seed, same bytes).")
-@click.option("--force", is_flag=True, help="Replace existing public/ and private/ folders.")
+@force_option
 def synth_cmd(task_id: str, out: str, cases: int | None, seed: int, force: bool) -> None:
     """Write a task's synthetic twin (public inputs and private references) into --out."""
     spec = load_spec(task_id)
@@ -114,13 +118,8 @@ def synth_cmd(task_id: str, out: str, cases: int | None, seed: int, force: bool)
 @task.command()
 @click.argument("task_id")
 @click.option("--source", required=True, type=click.Path(file_okay=False), help="The dataset as distributed.")
-@click.option(
-    "--out",
-    required=True,
-    type=click.Path(file_okay=False),
-    help="Folder to write public/ and private/ into.",
-)
-@click.option("--force", is_flag=True, help="Replace existing public/ and private/ folders.")
+@out_option
+@force_option
 def prepare(task_id: str, source: str, out: str, force: bool) -> None:
     """Convert a real public dataset into the task's layout."""
     spec = load_spec(task_id)

@@ -260,14 +260,7 @@ def decode_spec(data: dict[str, Any], *, source: str = "spec") -> TaskSpec:
         spec = msgspec.convert(data, TaskSpec)
     except msgspec.ValidationError as e:
         raise TaskError(f"{source}: {e}") from e
-    if spec.track == "segmentation" and spec.seg is None:
-        raise TaskError(f"{source}: segmentation task without a [seg] table")
-    if spec.track == "enhancement" and spec.enh is None:
-        raise TaskError(f"{source}: enhancement task without an [enh] table")
-    if spec.track == "detection" and spec.det is None:
-        raise TaskError(f"{source}: detection task without a [det] table")
-    if spec.track == "vqa" and spec.vqa is None:
-        raise TaskError(f"{source}: VQA task without a [vqa] table")
-    if spec.track == "report" and spec.report is None:
-        raise TaskError(f"{source}: report task without a [report] table")
+    table = {"segmentation": "seg", "enhancement": "enh", "detection": "det"}.get(spec.track, spec.track)
+    if getattr(spec, table) is None:
+        raise TaskError(f"{source}: {spec.track} task without a [{table}] table")
     return spec

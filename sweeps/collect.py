@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 
 from schemas.codec import ID_RE
-from sweeps.shard import Layout, claim_cell, claimed, read_info
+from sweeps.shard import Layout, claimed, claimed_or_first, read_info
 from sweeps.spec import parse_run_id
 
 
@@ -50,7 +50,6 @@ def select(layout: Layout) -> Selection:
     except OSError:
         names = []
     completed: dict[str, list[tuple[int, str]]] = {}
-    infos = {}
     for name in names:
         path = layout.shards / name
         if not ID_RE.match(name):
@@ -73,17 +72,12 @@ def select(layout: Layout) -> Selection:
                 )
             )
             continue
-        infos[name] = info
         if info.status == "completed":
             completed.setdefault(info.cell, []).append((attempt, name))
         else:
             sel.take.append((path, name))
     for cell, runs in sorted(completed.items()):
-        chosen = claimed(layout, cell)
-        if chosen is None:
-            # The exec that completed it died before claiming: the first completed attempt claims.
-            claim_cell(layout, cell, min(runs)[1])
-            chosen = claimed(layout, cell)
+        chosen = claimed_or_first(layout, cell, min(runs)[1])
         for _attempt, name in sorted(runs):
             if name == chosen:
                 sel.take.append((layout.shards / name, name))

@@ -260,8 +260,6 @@ def run_sweep(
 
 
 def _write_plan(layout: Layout, spec: SweepSpec, cells: list[CellState], executor: str) -> None:
-    import msgspec
-
     from sweeps.status import PLAN_FILE, Plan
 
     plan = Plan(

@@ -44,6 +44,7 @@ from schemas.frames import scan
 from schemas.tempdirs import make_tempdir, remove_tempdir
 from sweeps.shard import EXEC_FILE, Layout, ShardInfo, file_sizes, new_token, place
 from sweeps.spec import RunSpec, SpecError, load
+from sweeps.standin import STOP_SIGNALS
 
 STOP_GRACE_S = 5.0
 """Between forwarding a stop signal to the agent's container and killing it."""
@@ -349,7 +350,7 @@ def execute(spec_path: Path, *, out: TextIO | None = None) -> int:
     def stop(signum: int, _frame: object) -> None:
         raise _Stopped(signal.Signals(signum).name)
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
     # Named in this process's lock file: if the exec is killed, its recorder's watchdog or `amb gc`
     # removes it (a `finally` is not reached by SIGKILL).
     workspace = make_tempdir(f"amb-ws-{run_id}-")

@@ -144,6 +144,11 @@ class QueuedExecutor:
         """Start queued specs while the engine has room."""
         raise NotImplementedError
 
+    def _drop_queued(self) -> None:
+        """On cancel: the specs not started yet never will be."""
+        self.queue.clear()
+        self.states.update({r: "ended" for r, s in self.states.items() if s == "queued"})
+
 
 def executor_class(name: str) -> Any:
     try:

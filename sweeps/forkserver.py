@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeps.executor import exec_command
-from sweeps.standin import term_with_parent
+from sweeps.standin import STOP_SIGNALS, term_with_parent
 
 WAIT_S = 0.05
 """How often the server looks for exited children while no request arrives."""
@@ -56,7 +56,6 @@ def preload() -> None:
     import tasks.registry  # noqa: F401
 
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 STOP_WAIT_S = 60.0
 """After a stop signal, how long the server waits for its children to stop their containers."""
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import msgspec
 
-from sweeps.driver import limits_for, plan_cells, prepare_data, run_spec_for
+from sweeps.driver import limits_for, plan_cells, prepare_data, write_specs
 from sweeps.executor import K8sOptions
 from sweeps.plan import SweepSpec
-from sweeps.shard import Layout, write_spec
+from sweeps.shard import Layout
 from sweeps.spec import CellLimits
 
 GRACE_S = 30
@@ -119,13 +119,8 @@ def emit(spec: SweepSpec, out_dir: Path) -> list[Path]:
     prepare_data(spec, lambda _text: None)
     opts = spec.executor.k8s
     classes: dict[CellLimits, list[str]] = {}
-    for cell in plan_cells(spec, layout):
-        if cell.state != "pending":
-            continue
-        n = len(cell.attempts) + 1
-        run = run_spec_for(spec, cell, n, "local")
-        write_spec(layout, run)
-        classes.setdefault(limits_for(spec, cell), []).append(run.run_id)
+    for run_id, cell, _path in write_specs(spec, plan_cells(spec, layout), layout, "local"):
+        classes.setdefault(limits_for(spec, cell), []).append(run_id)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for i, (limits, run_ids) in enumerate(sorted(classes.items(), key=lambda kv: kv[1][0])):

@@ -22,6 +22,7 @@ from typing import IO, Any
 
 import msgspec
 
+from schemas.tempdirs import process_start
 from sweeps.executor import (
     Attached,
     ExecutorConfig,
@@ -77,10 +78,7 @@ class LocalExecutor(QueuedExecutor):
         return dict(self.states)
 
     def cancel(self) -> None:
-        self.queue.clear()
-        for run_id in list(self.states):
-            if self.states[run_id] == "queued":
-                self.states[run_id] = "ended"
+        self._drop_queued()
         for proc, _log in self.running.values():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)  # the exec stops its container and closes the run
@@ -194,23 +192,14 @@ class _Attached(Attached):
 
 
 def _start_time(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: count fields after its last ")".
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    start = process_start(pid)
+    return None if start is None else int(start)
 
 
-def _runs(pid: int, *words: bytes) -> bool:
-    """Whether ``pid`` is alive and its command line holds every one of ``words`` (not a pid that was
-    recycled for something else)."""
+def _is_exec(pid: int) -> bool:
+    """Whether ``pid`` is alive and an ``amb sweep exec`` (not a pid recycled for something else)."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return all(w in argv for w in words)
-
-
-def _is_exec(pid: int) -> bool:
-    return _runs(pid, b"sweep", b"exec")
+    return b"sweep" in argv and b"exec" in argv

@@ -203,10 +203,7 @@ class RayExecutor(QueuedExecutor):
             self._save()
 
     def cancel(self) -> None:
-        self.queue.clear()
-        for run_id, state in self.states.items():
-            if state == "queued":
-                self.states[run_id] = "ended"
+        self._drop_queued()
         for ref in self.in_flight:
             self.ray.cancel(ref, force=False)  # KeyboardInterrupt in the task: SIGTERM to its exec
         deadline = time.monotonic() + 30

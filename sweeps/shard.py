@@ -66,30 +66,12 @@ class Layout:
 
     def __init__(self, root: Path):
         self.root = Path(root)
-
-    @property
-    def specs(self) -> Path:
-        return self.root / "specs"
-
-    @property
-    def attempts(self) -> Path:
-        return self.root / "attempts"
-
-    @property
-    def shards(self) -> Path:
-        return self.root / "shards"
-
-    @property
-    def duplicates(self) -> Path:
-        return self.root / "duplicates"
-
-    @property
-    def cells(self) -> Path:
-        return self.root / "cells"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
+        self.specs = self.root / "specs"
+        self.attempts = self.root / "attempts"
+        self.shards = self.root / "shards"
+        self.duplicates = self.root / "duplicates"
+        self.cells = self.root / "cells"
+        self.logs = self.root / "logs"
 
     def spec_file(self, run_id: str) -> Path:
         return self.specs / f"{run_id}.json"
@@ -178,6 +160,16 @@ def claim_cell(layout: Layout, cell_key: str, run_id: str) -> bool:
         return False
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def claimed_or_first(layout: Layout, cell_key: str, first: str | None) -> str | None:
+    """The run id that holds the cell; when none does, ``first`` (its first completed attempt) claims
+    it: the exec that completed it died between placing its shard and claiming the cell."""
+    chosen = claimed(layout, cell_key)
+    if chosen is None and first is not None:
+        claim_cell(layout, cell_key, first)
+        chosen = claimed(layout, cell_key)
+    return chosen
 
 
 def claimed(layout: Layout, cell_key: str) -> str | None:

@@ -32,6 +32,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -289,15 +290,12 @@ def cancel_jobs(state: _State) -> None:
 
 
 def describe(state: _State) -> dict[str, Any]:
-    counts: dict[str, int] = {}
-    for s in job_states(state).values():
-        counts[s] = counts.get(s, 0) + 1
     return {
         "executor": "slurm",
         "jobs": [
             {"job_id": b.job_id, "class": b.resource_class, "tasks": len(b.run_ids)} for b in state.batches
         ],
-        "states": counts,
+        "states": dict(Counter(job_states(state).values())),
     }
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from sweeps.shard import Layout, claim_cell, claimed, read_info
+from sweeps.shard import Layout, claimed_or_first, read_info
 from sweeps.spec import Agent, Cell, TaskRef, Tier, run_id
 
 INTERRUPTED = ("killed", "unfinished", "lost")
@@ -98,13 +98,8 @@ def read_cell(layout: Layout, cell: CellState, max_attempts: int) -> None:
             break
         cell.attempts.append((rid, outcome or "lost"))
         n += 1
-    chosen = claimed(layout, cell.base_id)
-    if chosen is None:
-        # The exec that completed the cell died between placing its shard and claiming the cell.
-        first = next((r for r, o in cell.attempts if o == "completed"), None)
-        if first is not None:
-            claim_cell(layout, cell.base_id, first)
-            chosen = claimed(layout, cell.base_id)
+    first = next((r for r, o in cell.attempts if o == "completed"), None)
+    chosen = claimed_or_first(layout, cell.base_id, first)
     cell.chosen = chosen
     cell.duplicates = [f"shards/{r}" for r, o in cell.attempts if o == "completed" and r != chosen]
     for rid, _ in cell.attempts:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -66,16 +67,13 @@ def sweep_status(root: Path) -> dict[str, Any]:
         ):
             state.state = "running"
         cells.append(state)
-    out = [cell_dict(c) for c in cells]
     lost = sum(
         1 for c in cells for _, o in c.attempts if o in ("lost", "unfinished") and c.state != "running"
     )
+    states = Counter(c.state for c in cells)
     totals = {
         "cells": len(cells),
-        "completed": sum(1 for c in cells if c.state == "completed"),
-        "running": sum(1 for c in cells if c.state == "running"),
-        "pending": sum(1 for c in cells if c.state == "pending"),
-        "gave_up": sum(1 for c in cells if c.state == "gave_up"),
+        **{s: states[s] for s in ("completed", "running", "pending", "gave_up")},
         "lost_attempts": lost,
         "duplicates": sum(len(c.duplicates) for c in cells),
         "cells_without_result": sum(1 for c in cells if c.state != "completed"),
@@ -85,5 +83,5 @@ def sweep_status(root: Path) -> dict[str, Any]:
         "sweep": plan.name,
         "totals": totals,
         "executor": executor,
-        "cells": out,
+        "cells": [cell_dict(c) for c in cells],
     }

@@ -6,7 +6,9 @@ Stored payloads never use ``omit_defaults`` (an observed value must stay on disk
 later changes) nor ``forbid_unknown_fields`` (an older reader must skip fields it does not know).
 
 Evolution is additive: a new field gets a default and goes at the end. Anything else bumps the
-kind's ``VERSION`` and adds an upcaster in ``schemas.upcast``.
+kind's ``VERSION`` and adds an upcaster in ``schemas.upcast``. The kinds that hold OS strings (file
+names, argv, cwd: ``schemas.upcast.OS_FIELDS``) hold them as recorded text (``schemas.ostext``) since
+their v2; their v1 held plain text.
 """
 
 from __future__ import annotations

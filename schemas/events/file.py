@@ -7,11 +7,7 @@ from schemas.events.base import Payload
 
 
 class FileWritten(Payload, frozen=True, tag="file.written"):
-    """A file was created or modified.
-
-    Version history: v2 holds its OS strings (``path``) as recorded text (``schemas.ostext``),
-    v1 as plain text (upcaster ``schemas.upcast.os_text_v1_v2``).
-    """
+    """A file was created or modified."""
 
     VERSION = 2
 
@@ -34,11 +30,7 @@ class FileWritten(Payload, frozen=True, tag="file.written"):
 
 
 class FileDeleted(Payload, frozen=True, tag="file.deleted"):
-    """A file was deleted.
-
-    Version history: v2 holds its OS strings (``path``) as recorded text (``schemas.ostext``),
-    v1 as plain text (upcaster ``schemas.upcast.os_text_v1_v2``).
-    """
+    """A file was deleted."""
 
     VERSION = 2
 
@@ -49,11 +41,7 @@ class FileDeleted(Payload, frozen=True, tag="file.deleted"):
 
 
 class FileRenamed(Payload, frozen=True, tag="file.renamed"):
-    """A file was renamed (``dst`` also gets a ``file.written`` if its content is new).
-
-    Version history: v2 holds its OS strings (``src``, ``dst``) as recorded text (``schemas.ostext``),
-    v1 as plain text (upcaster ``schemas.upcast.os_text_v1_v2``).
-    """
+    """A file was renamed (``dst`` also gets a ``file.written`` if its content is new)."""
 
     VERSION = 2
 
@@ -65,11 +53,7 @@ class FileRenamed(Payload, frozen=True, tag="file.renamed"):
 
 
 class FileAccessed(Payload, frozen=True, tag="file.accessed"):
-    """A watched path (e.g. one the task marks forbidden) was opened. A fact, not a verdict.
-
-    Version history: v2 holds its OS strings (``path``) as recorded text (``schemas.ostext``),
-    v1 as plain text (upcaster ``schemas.upcast.os_text_v1_v2``).
-    """
+    """A watched path (e.g. one the task marks forbidden) was opened. A fact, not a verdict."""
 
     VERSION = 2
 

@@ -9,11 +9,7 @@ from schemas.events.base import Payload
 
 
 class ProcessExited(Payload, frozen=True, tag="process.exited"):
-    """A process ran and ended (or was still running when the run ended: ``exit_code`` None).
-
-    Version history: v2 holds its OS strings (``argv``, ``cwd``) as recorded text (``schemas.ostext``),
-    v1 as plain text (upcaster ``schemas.upcast.os_text_v1_v2``).
-    """
+    """A process ran and ended (or was still running when the run ended: ``exit_code`` None)."""
 
     VERSION = 2
 

@@ -49,11 +49,7 @@ class Isolation(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RunStarted(Payload, frozen=True, tag="run.started"):
-    """A recorded run began.
-
-    Version history: v2 holds its OS strings (``command``, ``workspace``) as recorded text
-    (``schemas.ostext``), v1 as plain text (upcaster ``schemas.upcast.os_text_v1_v2``).
-    """
+    """A recorded run began."""
 
     VERSION = 2
 

@@ -17,12 +17,7 @@ class SealedFile(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class SubmissionSealed(Payload, frozen=True, tag="submission.sealed"):
-    """Every file of the submission, content-addressed, as it was when the run ended.
-
-    Version history: v2 holds its OS strings (``root``, each file's ``path``, ``skipped``) as
-    recorded text (``schemas.ostext``: a byte that is not UTF-8 as ``\\xhh``, a backslash doubled);
-    v1 held them as plain text (upcaster ``os_text_v1_v2`` in ``schemas.upcast``).
-    """
+    """Every file of the submission, content-addressed, as it was when the run ended."""
 
     VERSION = 2
 
