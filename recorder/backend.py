@@ -211,7 +211,7 @@ def seal_directory(
             size = path.stat().st_size
             if size <= file_cap and stored + size <= total_cap:
                 data = path.read_bytes()
-                ref = blobs.put(data, _media_type(path.name), sync=False)
+                ref = blobs.put(data, media_type(path.name), sync=False)
                 stored += len(data)
                 files.append(SealedFile(path=rel, size=len(data), sha256=ref.blob, content=ref))
             else:
@@ -243,7 +243,8 @@ def _hash_file(path: Path) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def _media_type(name: str) -> str:
+def media_type(name: str) -> str:
+    """The media type a stored file's content is recorded with, from its name."""
     lower = name.lower()
     for suffix, media in (
         (".json", "application/json"),
@@ -251,8 +252,8 @@ def _media_type(name: str) -> str:
         (".txt", "text/plain"),
         (".csv", "text/csv"),
         (".py", "text/x-python"),
+        (".sh", "text/x-shellscript"),
         (".png", "image/png"),
-        (".nii.gz", "application/gzip"),
         (".gz", "application/gzip"),
     ):
         if lower.endswith(suffix):

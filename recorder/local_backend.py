@@ -123,7 +123,7 @@ class LocalBackend:
         return handle
 
     def _start_shim(self, argv: list[str], env: dict[str, str]) -> list[str]:
-        from recorder.shim.local import REPO_ROOT, shim_argv
+        from recorder.shim.local import importable, shim_argv
         from recorder.shim.receiver import ShimReceiver
 
         ctx = self._ctx
@@ -131,8 +131,7 @@ class LocalBackend:
         self._sock_dir = str(make_tempdir("amb-shim-sock-"))
         receiver = ShimReceiver(ctx.store, ctx.run_id, Path(self._sock_dir), blobs=ctx.blobs).start()
         self._receiver = receiver
-        # The shim imports only recorder.shim (stdlib + msgspec).
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        importable(env)
         return shim_argv(str(receiver.path), str(ctx.workspace), argv)
 
     def wait(self, handle: subprocess.Popen[bytes], timeout: float | None) -> Exit | None:

@@ -33,8 +33,9 @@ from recorder.proxy import refusal as refusal_mod
 from recorder.proxy import sink as sink_mod
 from recorder.proxy.custody import REDACTED
 from recorder.proxy.gate import BLOCKED_KEY, BLOCKED_MARK
-from recorder.proxy.sink import NETWORK_BODY_CAP, CallFacts, NetFacts, Sink
+from recorder.proxy.sink import NETWORK_BODY_CAP, CallFacts, Sink
 from recorder.proxy.upstreams import Upstream
+from schemas.events import NetworkRequest
 from schemas.providers.result import loads
 
 log = logging.getLogger(__name__)
@@ -192,17 +193,16 @@ class Recorder:
         if blocked is None:
             return
         req = flow.request
-        facts = NetFacts(
+        status = flow.response.status_code if flow.response else None
+        seen = NetworkRequest(
             method=req.method,
-            scheme="",
             host=req.host,
             port=req.port,
-            path="",
             started_ns=time.time_ns(),
-            status=flow.response.status_code if flow.response else None,
+            status=status,
             blocked=blocked,
         )
-        self.sink.record_network(facts)
+        self.sink.record_network(seen)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         st: _Flow | None = flow.metadata.get(KEY)
@@ -257,7 +257,7 @@ class Recorder:
                 await self._answered_calls_first(facts)
                 await _settled(self.sink.record_call(facts))
             else:
-                await _settled(self.sink.record_network(self._net_facts(flow, st)))
+                await _settled(self.sink.record_network(*self._net_facts(flow, st)))
         except Exception as e:  # fail closed: the client must not get an unrecorded answer
             log.error("amb-record: cannot persist %s: %s", flow.request.pretty_url, e)
             if st.streamed:
@@ -284,7 +284,7 @@ class Recorder:
                 await self._answered_calls_first(facts)
                 await asyncio.wrap_future(self.sink.record_call(facts))
             else:
-                await asyncio.wrap_future(self.sink.record_network(self._net_facts(flow, st, reason)))
+                await asyncio.wrap_future(self.sink.record_network(*self._net_facts(flow, st, reason)))
         except Exception as e:
             log.error("amb-record: cannot persist failed flow %s: %s", flow.request.pretty_url, e)
         finally:
@@ -414,7 +414,7 @@ class Recorder:
                 if st.api is not None:
                     self.sink.record_call_now(self._call_facts(flow, st, "recorder_shutdown"))
                 else:
-                    self.sink.record_network(self._net_facts(flow, st, "recorder_shutdown")).result()
+                    self.sink.record_network(*self._net_facts(flow, st, "recorder_shutdown")).result()
             except Exception as e:
                 log.error("amb-record: cannot persist in-flight flow at shutdown: %s", e)
         self.live.clear()
@@ -470,32 +470,37 @@ class Recorder:
                 facts.ttfb_ms = (first - st.t0) * 1000
         return facts
 
-    def _net_facts(self, flow: http.HTTPFlow, st: _Flow, error: str | None = None) -> NetFacts:
+    def _net_facts(
+        self, flow: http.HTTPFlow, st: _Flow, error: str | None = None
+    ) -> tuple[NetworkRequest, bytes, bytes | None]:
+        """The request as seen, its body, and its response's body (None when over the cap)."""
         req, resp = flow.request, flow.response
-        facts = NetFacts(
+        status = sha = kept = None
+        size = 0
+        if resp is not None:
+            status = resp.status_code
+            if st.sha is not None:
+                size, sha = st.size, st.sha.hexdigest()
+                kept = bytes(st.kept) if st.kept is not None else None
+            else:
+                body = resp.raw_content or b""
+                size, sha = len(body), hashlib.sha256(body).hexdigest()
+                kept = body if len(body) <= NETWORK_BODY_CAP else None
+        seen = NetworkRequest(
             method=req.method,
             scheme=req.scheme,
             host=req.pretty_host,
             port=req.port,
             path=req.path,
+            status=status,
+            response_bytes=size,
             started_ns=st.started_ns,
-            request_body=req.raw_content or b"",
             duration_ms=(time.time() - st.t0) * 1000,
+            response_sha256="sha256:" + sha if sha else None,
             error=error,
             blocked=st.blocked,
         )
-        if resp is not None:
-            facts.status = resp.status_code
-            if st.sha is not None:
-                facts.response_bytes = st.size
-                facts.response_sha256 = "sha256:" + st.sha.hexdigest()
-                facts.response_kept = bytes(st.kept) if st.kept is not None else None
-            else:
-                body = resp.raw_content or b""
-                facts.response_bytes = len(body)
-                facts.response_sha256 = "sha256:" + hashlib.sha256(body).hexdigest()
-                facts.response_kept = body if len(body) <= NETWORK_BODY_CAP else None
-        return facts
+        return seen, req.raw_content or b"", kept
 
 
 async def _settled(fut: Any) -> Any:

@@ -25,13 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from recorder.budget import Budget
 from recorder.proxy import calls
 from recorder.proxy.blobwriter import BlobWriter
 from recorder.proxy.custody import Custody
 from recorder.proxy.ledger import Ledger
 from recorder.spool import SpoolWriter, spool_path
-from schemas.blob import BlobRef
+from schemas.blob import BlobRef, digest
 from schemas.blobpack import pack_path
 from schemas.errors import AmbError
 from schemas.events import (
@@ -106,25 +108,6 @@ def _now(fn: Any, *args: Any) -> Future[Any]:
 class PreparedRequest:
     info: RequestInfo
     ref: BlobRef | None
-
-
-@dataclass
-class NetFacts:
-    method: str
-    scheme: str
-    host: str
-    port: int
-    path: str
-    started_ns: int
-    status: int | None = None
-    request_body: bytes = b""
-    response_kept: bytes | None = None
-    """The response body if it stayed under the cap, else None (only hash and size)."""
-    response_bytes: int = 0
-    response_sha256: str | None = None
-    duration_ms: float | None = None
-    error: str | None = None
-    blocked: str | None = None
 
 
 class Sink:
@@ -214,8 +197,11 @@ class Sink:
             waits.append(other.written)
         return waits
 
-    def record_network(self, facts: NetFacts) -> Future[NetworkRequest]:
-        return self.pool.submit(self._guard, self._write_network, facts)
+    def record_network(
+        self, seen: NetworkRequest, request: bytes = b"", response: bytes | None = None
+    ) -> Future[NetworkRequest]:
+        """Record a request as ``seen`` (bodies apart); ``response`` is None when over the cap."""
+        return self.pool.submit(self._guard, self._write_network, (seen, request, response))
 
     def record_call_now(self, facts: CallFacts) -> None:
         """Synchronously (shutdown path: the pool may already be draining)."""
@@ -400,34 +386,16 @@ class Sink:
                 )
             )
 
-    def _write_network(self, f: NetFacts) -> NetworkRequest:
-        from schemas.blob import digest
-
-        req_ref = None
-        req_sha = digest(f.request_body) if f.request_body else None
-        if f.request_body and len(f.request_body) <= NETWORK_BODY_CAP:
-            req_ref = self._blob(f.request_body, "application/octet-stream")
-        resp_ref = None
-        if f.response_kept is not None and f.response_kept:
-            resp_ref = self._blob(f.response_kept, "application/octet-stream")
-        event = NetworkRequest(
-            method=f.method,
-            scheme=f.scheme,
-            host=f.host,
-            port=f.port,
-            path=self.custody.scrub_text(f.path),
-            status=f.status,
-            request_bytes=len(f.request_body),
-            response_bytes=f.response_bytes,
-            started_ns=f.started_ns,
-            duration_ms=f.duration_ms,
-            request_sha256=req_sha,
-            response_sha256=f.response_sha256,
-            request_body=req_ref,
-            response_body=resp_ref,
-            error=f.error,
-            blocked=f.blocked,
-            via="proxy",
+    def _write_network(self, args: tuple[NetworkRequest, bytes, bytes | None]) -> NetworkRequest:
+        seen, request, response = args
+        small = request and len(request) <= NETWORK_BODY_CAP
+        event = msgspec.structs.replace(
+            seen,
+            path=self.custody.scrub_text(seen.path),
+            request_bytes=len(request),
+            request_sha256=digest(request) if request else None,
+            request_body=self._blob(request, "application/octet-stream") if small else None,
+            response_body=self._blob(response, "application/octet-stream") if response else None,
         )
         self._append(event)
         return event

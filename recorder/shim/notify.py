@@ -414,10 +414,7 @@ class NotifyTracer:
         e.ppid = kernel.ppid(tid)
         if e.unconfirmed:
             e.tgid = kernel.tgid(tid)
-        try:
-            e.cwd = os.readlink(f"/proc/{tid}/cwd".encode())
-        except OSError:
-            e.cwd = None
+        e.cwd = kernel.cwd(tid)
         if e.unconfirmed and self.pending.get(tid) is e:
             del self.pending[tid]
             self._commit(e.tgid, e)

@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 
+from recorder.backend import media_type
 from recorder.shim import wire
 from recorder.spool import SpoolWriter, spool_path
 from schemas.blobstore import BlobStore
@@ -187,21 +188,6 @@ class ShimReceiver:
         self.writer.close()
 
 
-def _media_type(path: str) -> str:
-    lower = path.lower()
-    for suffix, media in (
-        (".json", "application/json"),
-        (".txt", "text/plain"),
-        (".md", "text/markdown"),
-        (".py", "text/x-python"),
-        (".csv", "text/csv"),
-        (".sh", "text/x-shellscript"),
-    ):
-        if lower.endswith(suffix):
-            return media
-    return "application/octet-stream"
-
-
 def _bind_neutral(sock: socket.socket, path: Path) -> None:
     """Bind ``sock`` at ``path`` under a name that does not say where ``path`` is.
 
@@ -254,7 +240,7 @@ def _write(msg: wire.Write, ts: int | None, blobs: BlobStore) -> tuple[Payload, 
     ref = None
     sha = msg.sha256
     if msg.content is not None:
-        ref = blobs.put(msg.content, _media_type(path), sync=False)
+        ref = blobs.put(msg.content, media_type(path), sync=False)
         sha = ref.blob  # the digest we computed, not the one we were told
     changed = _changed(msg.changed_ns, ts)
     return FileWritten(path=path, op=msg.op, size=msg.size, sha256=sha, content=ref, changed_ns=changed), ts

@@ -13,12 +13,15 @@ children and the workspace.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass, field
 
+from recorder.shim import kernel
 from recorder.shim.wire import Connect, Proc
 
 TRACED = "execve,execveat,clone,clone3,fork,vfork,chdir,fchdir,connect"
@@ -73,32 +76,6 @@ _RESUMED = re.compile(r"^<\.\.\. (\w+) resumed>(.*)$")
 _RESULT = re.compile(r"\)\s+=\s+(-?\d+|\?)(?:\s+(E[A-Z0-9]+))?")
 _EXITED = re.compile(r"^\+\+\+ exited with (\d+) \+\+\+$")
 _KILLED = re.compile(r"^\+\+\+ killed by (SIG\w+)(?: \(core dumped\))? \+\+\+$")
-_SIGNALS = {
-    name: int(num)
-    for name, num in (
-        ("SIGHUP", 1),
-        ("SIGINT", 2),
-        ("SIGQUIT", 3),
-        ("SIGILL", 4),
-        ("SIGTRAP", 5),
-        ("SIGABRT", 6),
-        ("SIGBUS", 7),
-        ("SIGFPE", 8),
-        ("SIGKILL", 9),
-        ("SIGUSR1", 10),
-        ("SIGSEGV", 11),
-        ("SIGUSR2", 12),
-        ("SIGPIPE", 13),
-        ("SIGALRM", 14),
-        ("SIGTERM", 15),
-        ("SIGXCPU", 24),
-        ("SIGXFSZ", 25),
-        ("SIGSYS", 31),
-    )
-}
-
-_SIGNAL_NAMES = {num: name for name, num in _SIGNALS.items()}
-
 _ESCAPES = {"n": 10, "t": 9, "r": 13, "v": 11, "f": 12, "a": 7, "b": 8, "\\": 92, '"': 34, "'": 39}
 
 
@@ -370,7 +347,10 @@ class Tracker:
         if not (m or k):
             return []  # "+++ superseded by execve +++" and the like
         code = int(m.group(1)) if m else None
-        sig = _SIGNALS.get(k.group(1)) if k else None
+        member = signal.Signals.__members__.get(k.group(1)) if k else None
+        return self._end(tid, ts_ns, code, int(member) if member else None)
+
+    def _end(self, tid: int, ts_ns: int, code: int | None, sig: int | None) -> list:
         p = self.procs.pop(tid, None)
         if tid == self.root_pid:
             self.root_exit = code if code is not None else 128 + (sig or 0)
@@ -386,7 +366,7 @@ class Tracker:
         ``+++ killed by +++``) can be lost with it: end the root process from strace's status."""
         if self.root_pid is None or self.root_exit is not None:
             return []
-        return self._exit(self.root_pid, end_ns, f"+++ killed by {_SIGNAL_NAMES.get(sig, 'SIG?')} +++")
+        return self._end(self.root_pid, end_ns, None, sig)
 
     def unfinished(self, end_ns: int) -> list:
         """Processes still alive when tracing stopped (reported with no exit code), and those ended
@@ -399,18 +379,11 @@ class Tracker:
 
 
 def _read_cmdline(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    if not raw:
-        return None
-    return [a.decode("utf-8", "surrogateescape") for a in raw.rstrip(b"\0").split(b"\0")]
+    with contextlib.suppress(OSError):
+        return [os.fsdecode(a) for a in kernel.read_cmdline(pid)] or None
+    return None
 
 
 def _read_cwd(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        return None
+    cwd = kernel.cwd(pid)
+    return os.fsdecode(cwd) if cwd is not None else None
