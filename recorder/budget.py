@@ -50,11 +50,8 @@ _FLAG: dict[str, str] = {
 def checked(limits: BudgetLimits) -> BudgetLimits:
     """The limits as the recorder keeps them: each one above 0 (else ``UsageError`` naming its
     ``amb-record`` flag), the price table named (``DEFAULT_PRICE_TABLE`` when none is)."""
-    for flag, value in (
-        ("--max-tokens", limits.max_tokens),
-        ("--max-cost", limits.max_cost_usd),
-        ("--max-calls", limits.max_calls),
-    ):
+    for name, flag in _FLAG.items():
+        value = getattr(limits, name)
         if value is not None and not value > 0:
             raise UsageError(f"{flag} {value}: must be greater than 0")
     return msgspec.structs.replace(limits, price_table=limits.price_table or DEFAULT_PRICE_TABLE)

@@ -510,15 +510,11 @@ def _gpu_request(spec: str):
     read as a count), as ``docker run --gpus`` takes them."""
     import docker.types
 
-    if spec.startswith("device="):
-        return docker.types.DeviceRequest(
-            device_ids=spec[len("device=") :].split(","), capabilities=[["gpu"]]
-        )
-    if spec == "all":
-        return docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])
-    if spec.isdigit():
-        return docker.types.DeviceRequest(count=int(spec), capabilities=[["gpu"]])
-    return docker.types.DeviceRequest(device_ids=spec.split(","), capabilities=[["gpu"]])
+    if spec == "all" or spec.isdigit():
+        return docker.types.DeviceRequest(count=-1 if spec == "all" else int(spec), capabilities=[["gpu"]])
+    return docker.types.DeviceRequest(
+        device_ids=spec.removeprefix("device=").split(","), capabilities=[["gpu"]]
+    )
 
 
 def _stream_output(container) -> None:

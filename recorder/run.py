@@ -1,10 +1,8 @@
 """Run orchestration for ``amb-record``: proxy, agent environment, backend, signals, time limit.
 
-The backend seam (what ``--backend local|docker`` plugs into) is defined in ``recorder.backend``
-and re-exported here: ``Backend``, ``RunContext``, ``AgentView``, ``Exit``, ``seal_directory``;
-``LocalBackend`` is the local implementation. ``record(spec, backend)`` runs one agent and returns
-its outcome; ingesting into DuckDB is the CLI's job (``amb.record``), since ``recorder`` may not
-import ``replay``.
+``record(spec, backend)`` runs one agent and returns its outcome (the backend seam is
+``recorder.backend``); ingesting into DuckDB is the CLI's job (``amb.record``), since ``recorder``
+may not import ``replay``.
 
 Ordering matters: the proxy starts before the agent and stops only after the agent has exited
 (mitmproxy cuts streams still in flight when it stops); ``run.finished`` is always the last
@@ -25,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from recorder.backend import AgentView, Backend, Exit, RunContext, seal_directory
+from recorder.backend import AgentView, Backend, RunContext
 from recorder.budget import Budget, limited, recorded
 from recorder.isolation import unprotected_warning
 from recorder.keyguard import guard_this_process, local_warning
@@ -46,20 +44,6 @@ from schemas.run_claim import require_free
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-
-__all__ = [
-    "AgentView",
-    "Backend",
-    "Exit",
-    "LocalBackend",
-    "Outcome",
-    "RunContext",
-    "RunSpec",
-    "agent_env",
-    "new_run_id",
-    "record",
-    "seal_directory",
-]
 
 TIMEOUT_EXIT_CODE = 124
 """What ``timeout(1)`` returns; scripts already know it."""
@@ -210,13 +194,10 @@ class _RecorderLog:
 def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> Outcome:
     """Record one run of ``spec.argv``; returns when the agent has ended and everything is on disk.
 
-    ``on_ready(ports)`` (tests) is called once the proxy listens, before the agent starts.
-    Raises ``AmbError`` for problems found before the agent started (bad arguments, proxy could
-    not start); after that, failures end the run with status ``recorder_error``.
-
-    First it removes what dead recorders left behind (``recorder.gc``), then holds the run's lock
-    (``recorder.runlock``) for as long as it records, so a later ``amb gc`` leaves this run alone.
-    """
+    ``on_ready(ports, env)`` (tests) is called once the proxy listens, before the agent starts.
+    Raises ``AmbError`` for problems found before the agent started; after that, failures end the
+    run with status ``recorder_error``. The run's lock (``recorder.runlock``) is held throughout,
+    so ``amb gc`` leaves this run alone."""
     if not spec.argv:
         raise UsageError("no command given: amb-record [options] -- COMMAND ARGS...")
     backend = backend or LocalBackend()
@@ -277,11 +258,8 @@ def _collect_garbage(backend: Backend) -> None:
 
 
 class _Recording:
-    """One run from the proxy's start to ``run.finished``: the recorder's spool, the proxy and its
-    sink, the backend (and the agent's handle once it started), the temp dir. Setting it up starts
-    nothing (an error there is the caller's); ``record`` then takes it through its steps, and
-    whatever happens after the run started, ends it with a ``run.finished`` that says how, and
-    takes down all it set up."""
+    """One run from the proxy's start to ``run.finished``. Setting it up starts nothing; once the
+    run has started, whatever happens ends it with a ``run.finished`` that says how."""
 
     def __init__(self, spec: RunSpec, backend: Backend, run_id: str, lock: RunLock):
         from recorder.proxy.custody import Custody
@@ -290,7 +268,6 @@ class _Recording:
 
         self.spec, self.backend, self.run_id, self.lock = spec, backend, run_id, lock
         self.limits = spec.budget if limited(spec.budget) else None
-        # (Budget checks the prices.)
         self.budget = Budget(self.limits, run_model=spec.model) if self.limits is not None else None
         spec.store.mkdir(parents=True, exist_ok=True)
         self.blobs = BlobStore(spec.store / "blobs")

@@ -244,6 +244,27 @@ class Recorder:
             flow.response.stream = net_tee
 
     async def response(self, flow: http.HTTPFlow) -> None:
+        try:
+            await self._persist(flow, None)
+        except Exception as e:  # fail closed: the client must not get an unrecorded answer
+            log.error("amb-record: cannot persist %s: %s", flow.request.pretty_url, e)
+            if flow.metadata[KEY].streamed:
+                flow.kill()  # the stream ends without its terminator: the client sees an error
+            else:
+                flow.response = _error_response(502, f"amb-record could not persist this call: {e}")
+
+    async def error(self, flow: http.HTTPFlow) -> None:
+        msg = flow.error.msg if flow.error else "unknown error"
+        st: _Flow | None = flow.metadata.get(KEY)
+        if st is not None and BLOCKED_MARK in msg:  # the gate refused the connection itself (server_connect)
+            st.blocked = msg.split(BLOCKED_MARK, 1)[1]
+        try:
+            await self._persist(flow, _classify_error(msg, flow.response is not None))
+        except Exception as e:
+            log.error("amb-record: cannot persist failed flow %s: %s", flow.request.pretty_url, e)
+
+    async def _persist(self, flow: http.HTTPFlow, error: str | None) -> None:
+        """Record a flow that ended (once); returns when its record is written."""
         st: _Flow | None = flow.metadata.get(KEY)
         self.live.pop(flow.id, None)
         if st is None or st.recorded:
@@ -252,41 +273,12 @@ class Recorder:
         self.persisting += 1
         try:
             if st.api is not None:
-                facts = self._call_facts(flow, st)
+                facts = self._call_facts(flow, st, error)
                 # Wait for the request's worker here, then write inline: one hand-off, not two.
                 await self._answered_calls_first(facts)
                 await _settled(self.sink.record_call(facts))
             else:
-                await _settled(self.sink.record_network(*self._net_facts(flow, st)))
-        except Exception as e:  # fail closed: the client must not get an unrecorded answer
-            log.error("amb-record: cannot persist %s: %s", flow.request.pretty_url, e)
-            if st.streamed:
-                flow.kill()  # the stream ends without its terminator: the client sees an error
-            else:
-                flow.response = _error_response(502, f"amb-record could not persist this call: {e}")
-        finally:
-            self.persisting -= 1
-
-    async def error(self, flow: http.HTTPFlow) -> None:
-        st: _Flow | None = flow.metadata.get(KEY)
-        self.live.pop(flow.id, None)
-        if st is None or st.recorded:
-            return
-        st.recorded = True
-        msg = flow.error.msg if flow.error else "unknown error"
-        reason = _classify_error(msg, flow.response is not None)
-        if BLOCKED_MARK in msg:  # the gate refused the connection itself (server_connect)
-            st.blocked = msg.split(BLOCKED_MARK, 1)[1]
-        self.persisting += 1
-        try:
-            if st.api is not None:
-                facts = self._call_facts(flow, st, reason)
-                await self._answered_calls_first(facts)
-                await asyncio.wrap_future(self.sink.record_call(facts))
-            else:
-                await asyncio.wrap_future(self.sink.record_network(*self._net_facts(flow, st, reason)))
-        except Exception as e:
-            log.error("amb-record: cannot persist failed flow %s: %s", flow.request.pretty_url, e)
+                await _settled(self.sink.record_network(*self._net_facts(flow, st, error)))
         finally:
             self.persisting -= 1
 

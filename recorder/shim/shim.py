@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from recorder.shim import notify as nt
@@ -283,13 +284,9 @@ class _NotifyRun:
             return 125
         while not self.tracer.root_done.wait(0.5):  # (a timed wait lets forwarded signals through)
             pass
-        deadline = time.monotonic() + self.opts.linger
-        while time.monotonic() < deadline and self.tracer.others_alive():
-            time.sleep(0.05)
+        _wait_while(self.tracer.others_alive, self.opts.linger)
         killed = self.tracer.kill_all()
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and self.tracer.others_alive():
-            time.sleep(0.02)  # their deaths, with the signal, are recorded
+        _wait_while(self.tracer.others_alive, 5)  # their deaths, with the signal, are recorded
         self.tracer.stop()
         if self.tracer.failed:
             self.sender.send(
@@ -307,8 +304,7 @@ class _NotifyRun:
 
     def forward(self, sig: int) -> None:
         if self.tracer.root_pid is not None and self.tracer.root_status is None:
-            with contextlib.suppress(OSError):
-                os.kill(self.tracer.root_pid, sig)
+            _kill([self.tracer.root_pid], sig)
 
     def fail_closed(self) -> None:
         self.tracer.kill_all()
@@ -402,21 +398,15 @@ class _StraceRun:
             self._sample_cpu()
             time.sleep(0.05)
         left = [pid for pid in list(self.tracker.procs) if pid != self.tracker.root_pid]
-        for pid in left:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        _kill(left)
         self.counts["killed_lingerers"] = len(left)
 
     def forward(self, sig: int) -> None:
-        pid = self.tracker.root_pid
-        if pid is not None:
-            with contextlib.suppress(OSError):
-                os.kill(pid, sig)
+        if self.tracker.root_pid is not None:
+            _kill([self.tracker.root_pid], sig)
 
     def fail_closed(self) -> None:
-        for pid in list(self.tracker.procs):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        _kill(list(self.tracker.procs))
 
 
 class _PollRun:
@@ -430,13 +420,10 @@ class _PollRun:
         self.proc = subprocess.Popen(self.argv, cwd=self.opts.workspace)
         self.poller = ProcPoller(self.proc.pid, self.sender.send)
         self.poller.start()
-        rc = self.proc.wait()
-        deadline = time.monotonic() + self.opts.linger
-        while time.monotonic() < deadline and any(p != self.proc.pid for p in self.poller.alive):
-            time.sleep(0.05)
-        for pid in [p for p in self.poller.alive if p != self.proc.pid]:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        rc, root = self.proc.wait(), self.proc.pid
+        poller = self.poller
+        _wait_while(lambda: any(p != root for p in poller.alive), self.opts.linger)
+        _kill([p for p in poller.alive if p != root])
         code = 128 - rc if rc < 0 else rc
         self.poller.finish(code if rc >= 0 else None, -rc if rc < 0 else None)
         return code
@@ -450,6 +437,18 @@ class _PollRun:
         if self.proc is not None:
             with contextlib.suppress(OSError):
                 self.proc.kill()
+
+
+def _kill(pids: list[int], sig: int = signal.SIGKILL) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, sig)
+
+
+def _wait_while(busy: Callable[[], bool], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and busy():
+        time.sleep(0.02)
 
 
 def _note_lost(sender: Sender, what: str, last_error: str) -> None:
