@@ -40,6 +40,7 @@ from schemas.errors import AmbError, SchemaError, UsageError
 from schemas.events import BudgetLimits, Payload, ProcessExited, RunFinished, RunStarted, kind_of
 from schemas.ostext import os_text, quoting
 from schemas.run_claim import require_free
+from schemas.tempdirs import remove_tempdir
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -263,7 +264,7 @@ class _Recording:
 
     def __init__(self, spec: RunSpec, backend: Backend, run_id: str, lock: RunLock):
         from recorder.proxy.custody import Custody
-        from recorder.proxy.server import ProxyServer, remove_confdir
+        from recorder.proxy.server import ProxyServer
         from recorder.proxy.sink import Sink
 
         self.spec, self.backend, self.run_id, self.lock = spec, backend, run_id, lock
@@ -288,7 +289,6 @@ class _Recording:
             upstream_ca=Path(upstream_ca) if upstream_ca else None,
             allow_hosts=spec.allow_hosts,
         )
-        self.remove_confdir = remove_confdir
         self.handle: object | None = None
         self.t0 = time.monotonic()
         self.status, self.exit_code = "recorder_error", 1
@@ -403,7 +403,7 @@ class _Recording:
                 self.sink.close()
             finally:
                 self.backend.close(self.handle)  # also when the agent never started: networks, sockets
-                self.remove_confdir(self.tmp)
+                remove_tempdir(self.tmp)  # the CA's private key must not outlive the run
 
     def finish(self, status: str, exit_code: int, reason: str | None) -> Outcome:
         """Stop the proxy, seal the submission, take the rest down and write ``run.finished``; a
@@ -431,7 +431,7 @@ class _Recording:
             status, reason = "recorder_error", f"cannot seal the submission: {why}"
         finally:
             backend.close(self.handle)
-            self.remove_confdir(self.tmp)
+            remove_tempdir(self.tmp)
         counts = {f"proxy:{k}": v for k, v in sink.counts.items()}
         counts.update({f"recorder:{k}": v for k, v in log.counts.items()})
         duration = time.monotonic() - self.t0

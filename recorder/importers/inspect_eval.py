@@ -20,7 +20,6 @@ import hashlib
 import json
 import shlex
 import zipfile
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from recorder.importers.common import (
     TaskResolver,
     check_file,
 )
-from recorder.importers.values import count, datetime_ns, seconds, shown, whole
+from recorder.importers.values import count, iso_ns, seconds, shown, whole
 from schemas import providers
 from schemas.blob import digest
 from schemas.display import for_message
@@ -56,20 +55,6 @@ from schemas.events import (
 from schemas.ostext import os_text
 
 NOTE_EVENTS = ("info", "logger", "input", "approval")
-
-
-def _ns(value: Any, where: str) -> int | None:
-    """A time of the log in ns since 1970 (None: it has none); refused outside what a run holds."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return None
-    if isinstance(value, datetime):
-        return datetime_ns(value, where)
-    return None
 
 
 def _content(value: Any) -> tuple[str, str]:
@@ -153,7 +138,11 @@ def _sample(log: Any, sample: Any, resolve_task: TaskResolver, file: str) -> Run
     h = hashlib.sha256(f"{spec.eval_id}\0{sample.id}\0{sample.epoch}".encode())
     where = f"{file}: sample {for_message(str(sample.id), 80)} epoch {sample.epoch}"
     b = RunBuilder("inspect-" + h.hexdigest()[:16], origin=where)
-    start = _ns(sample.started_at, f"{where}: started_at") or _ns(spec.created, f"{file}: eval.created") or 0
+    start = (
+        iso_ns(sample.started_at, f"{where}: started_at")
+        or iso_ns(spec.created, f"{file}: eval.created")
+        or 0
+    )
     events = _Events(b, where, start)
     events.read(list(_flatten(sample.events or [])))
     status, reason = events.status, events.reason
@@ -187,7 +176,7 @@ def _sample(log: Any, sample: Any, resolve_task: TaskResolver, file: str) -> Run
     b.emit(started, start)
     for ts, payload in sorted(events.out, key=lambda tp: tp[0]):
         b.emit(payload, ts)
-    end = _ns(sample.completed_at, f"{where}: completed_at") or b.last_ts
+    end = iso_ns(sample.completed_at, f"{where}: completed_at") or b.last_ts
     total = seconds(sample.total_time, f"{where}: total_time")
     b.emit(RunFinished(status=status, duration_s=total or (end - start) / 1e9, reason=reason), end)
     b.note_clamps()
@@ -206,7 +195,7 @@ class _Events:
     def read(self, events: list[Any]) -> None:
         model_ids = [(i, e.uuid or f"m{i:04d}") for i, e in enumerate(events) if e.event == "model"]
         for i, ev in enumerate(events):
-            ts = _ns(ev.timestamp, f"{self.where}: event {i + 1} ({ev.event}): timestamp") or self.start
+            ts = iso_ns(ev.timestamp, f"{self.where}: event {i + 1} ({ev.event}): timestamp") or self.start
             kind = ev.event
             if kind == "model":
                 self.out += _model(self.b, ev, next(c for j, c in model_ids if j == i), ts)
@@ -228,7 +217,7 @@ class _Events:
             output=text,
             is_error=ev.error is not None or bool(getattr(ev, "failed", False)),
         )
-        self.out.append((_ns(ev.completed, where) or ts, result))
+        self.out.append((iso_ns(ev.completed, where) or ts, result))
 
     def note(self, ev: Any, kind: str, ts: int) -> None:
         """Limits, errors, scores (the source's own), info, logger, input and approval events."""
@@ -290,7 +279,7 @@ def _model(b: RunBuilder, ev: Any, call_id: str, ts: int) -> list[tuple[int, Pay
     where = f"{b.origin}: model event {call_id}"
     u = out.usage if out is not None else None
     usage = _usage(u, f"{where}: usage") if u is not None else Usage(reported=False)
-    completed = _ns(ev.completed, f"{where}: completed")
+    completed = iso_ns(ev.completed, f"{where}: completed")
     payloads: list[tuple[int, Payload]] = [
         (
             completed or ts,
@@ -350,7 +339,7 @@ def _usage(u: Any, where: str) -> Usage:
 
 def _sandbox(b: RunBuilder, ev: Any, ts: int) -> list[tuple[int, Payload]]:
     where = f"{b.origin}: sandbox event"
-    end = _ns(ev.completed, f"{where}: completed") or ts
+    end = iso_ns(ev.completed, f"{where}: completed") or ts
     if ev.action == "exec":
         try:
             argv = shlex.split(ev.cmd or "")

@@ -119,6 +119,19 @@ def datetime_ns(dt: datetime, where: str) -> int:
     return check_ns(seconds * 1_000_000_000 + dt.microsecond * 1000, where)
 
 
+def iso_ns(value: Any, where: str) -> int | None:
+    """A time given as ISO 8601 text or a datetime, in ns since 1970; None when it has none the clock
+    can place (absent, not a time, no time zone); refused when it is outside what a run holds."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        return None
+    return datetime_ns(value, where)
+
+
 def when(ns: int) -> str:
     """A time in nanoseconds for a message: ISO 8601 (UTC) where a datetime holds it."""
     try:

@@ -210,7 +210,7 @@ class Recorder:
             return
         ctype = st.content_type = flow.response.headers.get("content-type", "")
         if st.api is not None:
-            if "text/event-stream" in ctype or calls.streams_json(st.api):
+            if "text/event-stream" in ctype or st.api.streams_by_path:
                 st.streamed = True
                 chunks = st.chunks
 

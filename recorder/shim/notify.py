@@ -30,6 +30,7 @@ its pid been reused) before the shim acted on it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import platform
@@ -167,14 +168,10 @@ class NotifyTracer:
         (one that forked without exec'ing is not traced)."""
         n = 0
         roots = {p for p in (self.root_pid, *list(self.procs)) if p is not None}
-        for pid in kernel.descendants(roots) | set(self.procs):
-            if pid == self.root_pid:
-                continue
-            try:
+        for pid in (kernel.descendants(roots) | set(self.procs)) - {self.root_pid}:
+            with contextlib.suppress(OSError):
                 os.kill(pid, sig)
                 n += 1
-            except OSError:
-                pass
         return n
 
     def others_alive(self) -> bool:
@@ -183,15 +180,11 @@ class NotifyTracer:
     def _fail_closed(self) -> None:
         """Kill the command and everything traced, and reap the command (on the tracer thread)."""
         for pid in [p for p in (self.root_pid, *list(self.procs)) if p is not None]:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except (OSError, TypeError):
-                pass
         if self.root_status is None and self.root_pid is not None:
-            try:
+            with contextlib.suppress(ChildProcessError):
                 _pid, self.root_status = os.waitpid(self.root_pid, kernel.WALL)
-            except ChildProcessError:
-                pass
 
     # -- the tracer thread --
 
@@ -279,16 +272,12 @@ class NotifyTracer:
                 elif fd == sigfd:
                     # SIGCHLDs coalesce: one read clears them all, and any state change after it
                     # raises a new one, so reaping until nothing is left misses nothing.
-                    try:
+                    with contextlib.suppress(BlockingIOError):
                         os.read(sigfd, 4096)
-                    except BlockingIOError:
-                        pass
                     self._reap(proc)
                 else:
-                    try:
+                    with contextlib.suppress(BlockingIOError):
                         os.read(self._wake_r, 64)
-                    except BlockingIOError:
-                        pass
             self._flush()
         self._reap(proc)
         self._finish()
