@@ -17,7 +17,6 @@ includes it, so ``input_total = input_tokens + cache_read + cache_write``.
 from __future__ import annotations
 
 import hashlib
-import json
 import shlex
 import zipfile
 from pathlib import Path
@@ -53,6 +52,7 @@ from schemas.events import (
     Usage,
 )
 from schemas.ostext import os_text
+from schemas.providers.conversation import json_text
 
 NOTE_EVENTS = ("info", "logger", "input", "approval")
 
@@ -252,11 +252,7 @@ def _model(b: RunBuilder, ev: Any, call_id: str, ts: int) -> list[tuple[int, Pay
     msg = choice.message if choice is not None else None
     text, reasoning = _content(msg.content) if msg is not None else ("", "")
     tool_calls = [
-        ToolCallPart(
-            id=str(tc.id),
-            name=str(tc.function),
-            arguments=json.dumps(tc.arguments, separators=(",", ":"), ensure_ascii=False),
-        )
+        ToolCallPart(id=str(tc.id), name=str(tc.function), arguments=json_text(tc.arguments))
         for tc in (msg.tool_calls or [] if msg is not None else [])
     ]
     call = ev.call
@@ -280,9 +276,10 @@ def _model(b: RunBuilder, ev: Any, call_id: str, ts: int) -> list[tuple[int, Pay
     u = out.usage if out is not None else None
     usage = _usage(u, f"{where}: usage") if u is not None else Usage(reported=False)
     completed = iso_ns(ev.completed, f"{where}: completed")
+    at = completed or ts
     payloads: list[tuple[int, Payload]] = [
         (
-            completed or ts,
+            at,
             ModelCallCompleted(
                 call_id=call_id,
                 provider=provider,
@@ -302,25 +299,12 @@ def _model(b: RunBuilder, ev: Any, call_id: str, ts: int) -> list[tuple[int, Pay
             ),
         )
     ]
-    for tc in tool_calls:
-        payloads.append(
-            (
-                completed or ts,
-                ToolCallRequested(
-                    tool_call_id=tc.id, name=tc.name, arguments=tc.arguments, model_call_id=call_id
-                ),
-            )
-        )
+    payloads += [
+        (at, ToolCallRequested(t.id, t.name, t.arguments, model_call_id=call_id)) for t in tool_calls
+    ]
     if ev.cache == "read":
-        payloads.append(
-            (
-                completed or ts,
-                Note(
-                    text="served from Inspect's cache (no upstream call)",
-                    data={"kind": "inspect.cache_read", "call_id": call_id},
-                ),
-            )
-        )
+        text = "served from Inspect's cache (no upstream call)"
+        payloads.append((at, Note(text=text, data={"kind": "inspect.cache_read", "call_id": call_id})))
     return payloads
 
 

@@ -45,6 +45,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+import msgspec
+
 from recorder.shim import kernel, launch, seccomp
 from recorder.shim.connects import Connector
 from recorder.shim.wire import Proc
@@ -54,30 +56,6 @@ LABEL = "seccomp-notify"
 
 _FLUSH_AFTER = 0.05
 """Seconds records may wait to be sent together (one wakeup of the receiver per batch)."""
-
-
-@dataclass
-class _Proc:
-    pid: int
-    ppid: int | None
-    argv: list[bytes]
-    cwd: bytes | None
-    start_ns: int
-
-    def ended(self, end_ns: int, exit_code: int | None = None, sig: int | None = None) -> Proc:
-        """The record of this program ended at ``end_ns`` (no exit code: replaced by an exec, or
-        still running when tracing stopped)."""
-        return Proc(
-            pid=self.pid,
-            ppid=self.ppid,
-            argv=self.argv,
-            cwd=self.cwd,
-            start_ns=self.start_ns,
-            end_ns=end_ns,
-            exit_code=exit_code,
-            signal=sig,
-            tracer=LABEL,
-        )
 
 
 @dataclass
@@ -107,7 +85,7 @@ class NotifyTracer:
         self.uid = -1 if agent_uid is None else agent_uid
         self.gid = self.uid if agent_gid is None else agent_gid
         self.kinds = seccomp.traced()
-        self.procs: dict[int, _Proc] = {}
+        self.procs: dict[int, Proc] = {}
         """Processes that exec'd a program and have not ended, by pid."""
         self.pending: dict[int, _Exec] = {}
         """Execs seen at entry, by the calling thread's id."""
@@ -303,7 +281,7 @@ class NotifyTracer:
             if p is not None:
                 code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
                 sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-                self._queue(p.ended(now, code, sig))
+                self._queue(_ended(p, now, code, sig))
             if pid == self.root_pid:
                 self._flush(force=True)
                 self.root_done.set()
@@ -345,8 +323,10 @@ class NotifyTracer:
         if old is not None:
             # The process replaces its program (a shell exec'ing its last command): the old program
             # ends there, with no exit code of its own.
-            self._queue(old.ended(e.ts_ns))
-        self.procs[pid] = _Proc(pid, e.ppid, e.argv or [], e.cwd, e.ts_ns)
+            self._queue(_ended(old, e.ts_ns))
+        self.procs[pid] = Proc(
+            pid=pid, ppid=e.ppid, argv=e.argv or [], cwd=e.cwd, start_ns=e.ts_ns, tracer=LABEL
+        )
         self.counts["execs"] += 1
 
     def _notification(self) -> None:
@@ -429,9 +409,15 @@ class NotifyTracer:
         """Tracing stops: whatever still runs is reported without an exit code."""
         now = time.time_ns()
         for p in self.procs.values():
-            self._queue(p.ended(now))
+            self._queue(_ended(p, now))
         self.procs.clear()
         self._flush(force=True)
+
+
+def _ended(p: Proc, end_ns: int, exit_code: int | None = None, sig: int | None = None) -> Proc:
+    """The record of a program that ended at ``end_ns`` (no exit code: replaced by an exec, or still
+    running when tracing stopped)."""
+    return msgspec.structs.replace(p, end_ns=end_ns, exit_code=exit_code, signal=sig)
 
 
 def block_sigchld() -> None:
