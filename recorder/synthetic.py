@@ -52,15 +52,11 @@ SYSTEM_PROMPT = (
     "submit_results. Never read private data or modify the grader.\n"
 ) * 12
 
+PLAN = b"# Plan\n1. Inspect data\n2. Set up model\n3. Pilot on one case\n4. Full inference\n5. Submit\n"
+
 STEPS = (
     ("bash", "ls -la /data/public && cat brief.md | head -50"),
-    (
-        "bash",
-        (
-            "mkdir -p plan && cat > plan/plan.md <<'EOF'\n# Plan\n1. Inspect data\n2. Set up model\n3. "
-            "Pilot on one case\n4. Full inference\n5. Submit\nEOF"
-        ),
-    ),
+    ("bash", f"mkdir -p plan && cat > plan/plan.md <<'EOF'\n{PLAN.decode()}EOF"),
     ("bash", "nvidia-smi || true; python3 -c 'import torch; print(torch.__version__)'"),
     ("bash", "pip install --quiet monai nibabel"),
     (
@@ -108,7 +104,6 @@ FAILED_OUTPUT = (
     "ModuleNotFoundError: No module named 'monai'\n"
 )
 TOOLS = [Tool("execute_code"), Tool("submit_results")]
-PLAN = b"# Plan\n1. Inspect data\n2. Set up model\n3. Pilot on one case\n4. Full inference\n5. Submit\n"
 
 
 FIRST_START_NS = 1_780_000_000_000_000_000

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import json
 import logging
 import re
 import time
@@ -43,6 +42,7 @@ KEY = "amb"
 WS_KEY = "amb-ws"
 TERMINAL_TYPES = ("response.completed", "response.failed", "response.incomplete", "error")
 TERMINAL_WS = tuple(t.encode() for t in TERMINAL_TYPES)
+RECORDER_ERROR = "amb_recorder_error"
 ANSWERED_WAIT_S = 10.0
 """The longest a call's record waits for the records of the calls its request may answer."""
 
@@ -109,10 +109,11 @@ class Recorder:
             self.live[flow.id] = flow
             return None
         if self.sink.broken:
-            flow.response = _error_response(
+            flow.response = refusal_mod.amb_error(
                 503,
                 f"amb-record cannot persist the recording ({self.sink.broken}); "
                 "refusing to forward unrecorded traffic",
+                RECORDER_ERROR,
             )
             flow.metadata[KEY].recorded = True
             return None
@@ -251,7 +252,9 @@ class Recorder:
             if flow.metadata[KEY].streamed:
                 flow.kill()  # the stream ends without its terminator: the client sees an error
             else:
-                flow.response = _error_response(502, f"amb-record could not persist this call: {e}")
+                flow.response = refusal_mod.amb_error(
+                    502, f"amb-record could not persist this call: {e}", RECORDER_ERROR
+                )
 
     async def error(self, flow: http.HTTPFlow) -> None:
         msg = flow.error.msg if flow.error else "unknown error"
@@ -554,10 +557,3 @@ def _int(value: str | None) -> int:
         return int(value) if value else 0
     except ValueError:
         return 0
-
-
-def _error_response(status: int, message: str) -> http.Response:
-    body = json.dumps(
-        {"error": {"message": message, "type": "amb_recorder_error", "code": "amb_recorder_error"}}
-    )
-    return http.Response.make(status, body.encode(), {"content-type": "application/json"})
