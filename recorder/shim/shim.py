@@ -147,8 +147,7 @@ def run(opts: Options) -> int:
     sender = Sender(opts.socket)
     tracer, detail, seccomp = _choose_tracer(opts)
     if tracer is None:
-        sender.send(NoteMsg(text=f"shim: {detail}", ts_ns=time.time_ns()))
-        sys.stderr.write(f"amb-shim: {detail}\n")
+        _say(sender, detail)
         return 125
     watcher = Watcher(opts.workspace, sender.send, content_cap=opts.content_cap, watched=opts.watched)
     outside = [
@@ -278,8 +277,7 @@ class _NotifyRun:
         try:
             self.tracer.start(list(self.opts.argv), self.opts.workspace)
         except OSError as e:
-            self.sender.send(NoteMsg(text=f"shim: {e}", ts_ns=time.time_ns()))
-            sys.stderr.write(f"amb-shim: {e}\n")
+            _say(self.sender, str(e))
             self.tracer.stop()
             return 125
         while not self.tracer.root_done.wait(0.5):  # (a timed wait lets forwarded signals through)
@@ -289,10 +287,7 @@ class _NotifyRun:
         _wait_while(self.tracer.others_alive, 5)  # their deaths, with the signal, are recorded
         self.tracer.stop()
         if self.tracer.failed:
-            self.sender.send(
-                NoteMsg(text=f"shim: {self.tracer.failed}; the agent was stopped", ts_ns=time.time_ns())
-            )
-            sys.stderr.write(f"amb-shim: {self.tracer.failed}; the agent was stopped\n")
+            _say(self.sender, f"{self.tracer.failed}; the agent was stopped")
         self.counts.update(self.tracer.counts)
         self.counts["killed_lingerers"] = killed
         if self.tracer.last_error:
@@ -449,6 +444,12 @@ def _wait_while(busy: Callable[[], bool], seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and busy():
         time.sleep(0.02)
+
+
+def _say(sender: Sender, problem: str) -> None:
+    """A problem of the shim's, in the record and on stderr."""
+    sender.send(NoteMsg(text=f"shim: {problem}", ts_ns=time.time_ns()))
+    sys.stderr.write(f"amb-shim: {problem}\n")
 
 
 def _note_lost(sender: Sender, what: str, last_error: str) -> None:
