@@ -324,41 +324,30 @@ def _usage(u: Any, where: str) -> Usage:
 def _sandbox(b: RunBuilder, ev: Any, ts: int) -> list[tuple[int, Payload]]:
     where = f"{b.origin}: sandbox event"
     end = iso_ns(ev.completed, f"{where}: completed") or ts
+    event: Payload
     if ev.action == "exec":
         try:
             argv = shlex.split(ev.cmd or "")
         except ValueError:
             argv = [ev.cmd or ""]
         output = ev.output or ""
-        return [
-            (
-                end,
-                ProcessExited(
-                    pid=0,
-                    argv=[os_text(a) for a in argv],
-                    start_ns=ts,
-                    end_ns=end,
-                    exit_code=whole(ev.result, f"{where}: result", -(1 << 31), (1 << 31) - 1)
-                    if isinstance(ev.result, int)
-                    else None,
-                    tracer="inspect-sandbox",
-                    stdout=b.blob(output.encode(), "text/plain") if output else None,
-                ),
-            )
-        ]
-    if ev.action == "read_file":
-        return [(end, FileAccessed(path=os_text(str(ev.file or ""))))]
-    if ev.action == "write_file":
+        event = ProcessExited(
+            pid=0,
+            argv=[os_text(a) for a in argv],
+            start_ns=ts,
+            end_ns=end,
+            exit_code=whole(ev.result, f"{where}: result", -(1 << 31), (1 << 31) - 1)
+            if isinstance(ev.result, int)
+            else None,
+            tracer="inspect-sandbox",
+            stdout=b.blob(output.encode(), "text/plain") if output else None,
+        )
+    elif ev.action == "read_file":
+        event = FileAccessed(path=os_text(str(ev.file or "")))
+    elif ev.action == "write_file":
         data = (ev.input or "").encode()
-        return [
-            (
-                end,
-                FileWritten(
-                    path=os_text(str(ev.file or "")),
-                    size=len(data),
-                    sha256=digest(data),
-                    content=b.blob(data, "application/octet-stream"),
-                ),
-            )
-        ]
-    return []
+        path, content = os_text(str(ev.file or "")), b.blob(data, "application/octet-stream")
+        event = FileWritten(path=path, size=len(data), sha256=digest(data), content=content)
+    else:
+        return []
+    return [(end, event)]
