@@ -332,8 +332,7 @@ class _Run:
         """Emit every event in time order between the run's start and its (unknown) end."""
         # The run starts at its earliest step: a step dated before the first one is not put before it.
         base = self.base_ts if self.base_ts is not None else self.source.mtime_ns
-        start_ts = min([ts for ts, _ in self.pending], default=base)
-        start_ts = min(start_ts, base)
+        start_ts = min([base] + [ts for ts, _ in self.pending])
         if not any(isinstance(p, RunStarted) for _, p in self.side):
             self.side += [(start_ts, p) for p in self.start(version, parent)]
         everything = sorted(

@@ -212,11 +212,10 @@ def run(opts: Options) -> int:
     counts["messages"] = sender.sent
     counts["unsendable"] = sender.unsendable
     sender.send(Bye(exit_code=code, counts=counts, ts_ns=time.time_ns()))
+    sender.close()
     if sender.broken is not None:
         sys.stderr.write(f"amb-shim: lost the recorder ({sender.broken}); the agent was stopped\n")
-        sender.close()
         return 125
-    sender.close()
     return code
 
 
