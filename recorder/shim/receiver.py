@@ -218,20 +218,10 @@ def _event(msg: wire.Msg, ts: int | None, blobs: BlobStore) -> tuple[Payload, in
     """The event a message becomes, and its time (``ts``: the message's, None when it has none);
     a file's content goes to ``blobs``."""
     match msg:
-        case wire.Proc():
-            argv, cwd = [os_text(a) for a in msg.argv], os_text(msg.cwd) if msg.cwd is not None else None
-            event = ProcessExited(
-                pid=msg.pid,
-                ppid=msg.ppid,
-                argv=argv,
-                cwd=cwd,
-                start_ns=msg.start_ns,
-                end_ns=msg.end_ns,
-                exit_code=msg.exit_code,
-                signal=msg.signal,
-                tracer=msg.tracer,
-            )
-            return event, msg.end_ns or ts
+        case wire.Proc():  # the same fields, OS strings as the recorded text
+            cwd = os_text(msg.cwd) if msg.cwd is not None else None
+            seen = msgspec.structs.asdict(msg) | {"argv": [os_text(a) for a in msg.argv], "cwd": cwd}
+            return ProcessExited(**seen), msg.end_ns or ts
         case wire.Write():
             path, ref, sha = os_text(msg.path), None, msg.sha256
             if msg.content is not None:

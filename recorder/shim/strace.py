@@ -141,12 +141,11 @@ def parse_string_array(text: str, i: int) -> tuple[list[str] | None, int]:
 class _Proc:
     pid: int
     ppid: int | None = None
-    argv: list[str] | None = None
-    cwd: str | None = None
+    argv: list[bytes] | None = None
+    cwd: bytes | None = None
     start_ns: int = 0
     execd: bool = False
     hidden: bool = False
-    needs_cmdline: bool = False
 
 
 @dataclass
@@ -198,7 +197,7 @@ class Tracker:
         rest = m.group(4)
         if self.root_pid is None:
             self.root_pid = tid
-            self.procs[tid] = _Proc(tid, cwd=self.root_cwd, start_ns=ts_ns)
+            self.procs[tid] = _Proc(tid, cwd=os.fsencode(self.root_cwd), start_ns=ts_ns)
         if rest.endswith("<unfinished ...>"):
             self.pending[tid] = rest[: -len("<unfinished ...>")].rstrip()
             return []
@@ -230,8 +229,8 @@ class Tracker:
         return Proc(
             pid=p.pid,
             ppid=p.ppid,
-            argv=[os.fsencode(a) for a in p.argv or []],
-            cwd=os.fsencode(p.cwd) if p.cwd is not None else None,
+            argv=p.argv or [],
+            cwd=p.cwd,
             start_ns=p.start_ns,
             end_ns=end_ns,
             exit_code=exit_code,
@@ -264,19 +263,15 @@ class Tracker:
                 arg_at = rest.index(", ", arg_at) + 2
             _path, j = parse_string(rest, arg_at) if rest[arg_at] == '"' else (None, rest.index(", ", arg_at))
             argv, _ = parse_string_array(rest, j + 2)
-            p.argv = argv
             # A process that had just changed uid cannot be read by its tracer until the exec
-            # completes: take its argv from /proc instead.
-            p.needs_cmdline = argv is None
-            if p.needs_cmdline:
-                p.argv = _read_cmdline(pid)
-                p.needs_cmdline = p.argv is None
+            # completes: its argv is taken from /proc instead.
+            p.argv = [os.fsencode(a) for a in argv] if argv is not None else _read_cmdline(pid)
             p.execd = True
             p.start_ns = ts_ns
             # The shim's own privilege-dropping step is plumbing, not something the agent ran.
-            p.hidden = bool(self.hide_marker) and self.hide_marker in (p.argv or [])
+            p.hidden = bool(self.hide_marker) and os.fsencode(self.hide_marker) in (p.argv or [])
             if p.cwd is None:
-                p.cwd = _read_cwd(pid)
+                p.cwd = kernel.cwd(pid)
             return out
         if name in ("clone", "clone3", "fork", "vfork"):
             if value in ("?",) or int(value) <= 0:
@@ -306,10 +301,10 @@ class Tracker:
             p = self._get(self._pid(tid), ts_ns)
             if name == "chdir":
                 target, _ = parse_string(rest, rest.index("(") + 1)
-                p.cwd = os.path.normpath(os.path.join(p.cwd or "/", target))
+                p.cwd = os.path.normpath(os.path.join(p.cwd or b"/", os.fsencode(target)))
             else:  # fchdir(3</the/dir>): -yy prints the path with C escapes (and '>' escaped)
                 lt = rest.find("<")
-                p.cwd = _unescape(rest, lt + 1, ">")[0] if lt > 0 else _read_cwd(p.pid)
+                p.cwd = os.fsencode(_unescape(rest, lt + 1, ">")[0]) if lt > 0 else kernel.cwd(p.pid)
             return []
         if name == "connect":
             return self._connect(self._pid(tid), ts_ns, rest, value, errno)
@@ -378,12 +373,7 @@ class Tracker:
         return out
 
 
-def _read_cmdline(pid: int) -> list[str] | None:
+def _read_cmdline(pid: int) -> list[bytes] | None:
     with contextlib.suppress(OSError):
-        return [os.fsdecode(a) for a in kernel.read_cmdline(pid)] or None
+        return kernel.read_cmdline(pid) or None
     return None
-
-
-def _read_cwd(pid: int) -> str | None:
-    cwd = kernel.cwd(pid)
-    return os.fsdecode(cwd) if cwd is not None else None
