@@ -153,7 +153,6 @@ class Tracker:
     """Folds strace lines into process records. Feed lines; collect ``Proc``/``Connect`` messages."""
 
     root_cwd: str
-    tracer: str = "strace"
     hide_marker: str = ""
     """An argv element that marks the shim's own exec (the uid drop); such images are not reported."""
     procs: dict[int, _Proc] = field(default_factory=dict)
@@ -235,7 +234,6 @@ class Tracker:
             end_ns=end_ns,
             exit_code=exit_code,
             signal=sig,
-            tracer=self.tracer,
         )
 
     def _event(self, tid: int, ts_ns: int, rest: str) -> list:
