@@ -15,25 +15,11 @@ in this order::
     sealed = backend.seal_submission(handle)    # after the agent has ended; a SubmissionSealed
     backend.close(handle)                       # always called, even after errors
 
-Rules for implementers:
-
-- ``amb-record --backend NAME`` builds the backend with no arguments (``LocalBackend()``, and
-  ``recorder.docker_backend.DockerBackend()`` for docker); everything about the run arrives in
-  ``prepare(ctx)``.
-
-- ``env`` holds only amb's variables (``OPENAI_BASE_URL``, ``HTTPS_PROXY``, ``SSL_CERT_FILE``,
-  placeholder keys, ``AMB_RUN_ID``, ...). The local backend layers it over its own environment with
-  the real keys removed; a container backend passes it (and nothing of the host's) into the
-  container. Paths in it are the ones ``prepare`` returned, i.e. as the agent sees them.
-- A backend never sees the real API keys: they stay in the recorder process, which injects them
-  upstream.
-- ``wait`` must not block longer than ``timeout`` (seconds; None = until exit): the orchestrator
-  polls it to enforce the time limit and to forward signals.
-- ``Exit.code`` follows the shell convention: the exit status, or 128+N when killed by signal N.
-- ``seal_submission`` returns the files under the workspace (relative paths, sha256, content
-  stored in ``ctx.blobs`` under a size cap); use ``seal_directory`` unless the files live elsewhere.
-- Extra event sources (the in-container shim's ``shim`` spool) are the backend's business: it gets
-  ``ctx.store`` and ``ctx.run_id`` and may write ``spool/<run_id>/<source>.spool`` itself.
+Everything about the run arrives in ``prepare(ctx)``. ``env`` holds only amb's variables (base
+URLs, proxies, CA paths, placeholder keys, ``AMB_RUN_ID``), with paths as the agent sees them: the
+local backend layers it over its own environment with the real keys removed, a container backend
+passes it (and nothing of the host's) into the container. A backend never sees the real API keys.
+Extra event sources (the shim's ``shim`` spool) are the backend's business.
 """
 
 from __future__ import annotations
@@ -71,19 +57,17 @@ class RunContext:
 
     run_id: str
     store: Path
-    """The store directory (``spool/``, ``blobs/``, ``amb.duckdb`` live under it)."""
     blobs: BlobStore
     workspace: Path
-    """The workspace on the host: the agent's working directory and what gets sealed."""
+    """On the host: the agent's working directory and what gets sealed."""
     data_dir: Path | None = None
     """Task inputs (``--data``), to be offered read-only."""
     task: str | None = None
     tier: str | None = None
     time_limit_s: float | None = None
     ca_cert: Path | None = None
-    """The per-run proxy CA certificate (PEM), host path."""
     ca_bundle: Path | None = None
-    """System CAs + the per-run CA (PEM), host path: what SSL_CERT_FILE & co. point at."""
+    """System CAs + the per-run CA (PEM): what SSL_CERT_FILE & co. point at."""
     proxy_ports: dict[str, int] = field(default_factory=dict)
     """``openai`` / ``anthropic`` (reverse endpoints) and ``regular`` (HTTP(S) proxy) ports."""
 
@@ -93,21 +77,18 @@ class AgentView:
     """How the agent sees the recorder's pieces (host paths for local, container paths for docker)."""
 
     proxy_host: str
-    """Host name or address the agent uses to reach the proxy's ports."""
     ca_bundle: str
-    """Path of the CA bundle as the agent sees it."""
     workspace: str
-    """The agent's working directory as it sees it (recorded in ``run.started``)."""
     isolation: Isolation | None = None
     """What keeps the agent from the machine's other processes (recorded in ``run.started``)."""
     data: str | None = None
-    """Where the task's inputs are as the agent sees them (with ``--data``), given to it as ``AMB_DATA``."""
+    """The task's inputs (``--data``), given to the agent as ``AMB_DATA``."""
 
 
 @dataclass(frozen=True)
 class Exit:
     code: int
-    """Exit status, or 128+N when the process was killed by signal N."""
+    """The shell's convention: the exit status, or 128+N when killed by signal N."""
     signal: int | None = None
     failure: str | None = None
     """Set when the agent's environment ended it (its container ran out of memory): the run is then
@@ -135,7 +116,7 @@ class Backend(Protocol):
         ...
 
     def wait(self, handle: Any, timeout: float | None) -> Exit | None:
-        """The agent's exit, or None if it is still running after ``timeout`` seconds."""
+        """The agent's exit, or None if it still runs after ``timeout`` seconds (polled: never longer)."""
         ...
 
     def send_signal(self, handle: Any, sig: int) -> None:
@@ -155,7 +136,7 @@ class Backend(Protocol):
         ...
 
     def close(self, handle: Any) -> None:
-        """Release everything (containers, networks, temp files). Idempotent."""
+        """Release everything (containers, networks, temp files), even after errors. Idempotent."""
         ...
 
     def tool_versions(self) -> dict[str, str]:
@@ -175,11 +156,8 @@ def seal_directory(
 ) -> SubmissionSealed:
     """Hash every regular file under ``root``; store content under the caps.
 
-    Symlinks are recorded as skipped (following one could seal a file outside the workspace).
-    Directories in ``exclude`` (the store itself, amb-record's private files such as the per-run
-    CA key, when they happen to lie inside the workspace) are left out and listed as skipped.
-    Every name is recorded as the text ``schemas.ostext.os_text`` makes of its bytes, whatever they are.
-    """
+    Symlinks are skipped (following one could seal a file outside the workspace), and so are the
+    directories in ``exclude`` (the store, the per-run CA key, when they lie inside the workspace)."""
     files: list[SealedFile] = []
     skipped: list[str] = []
     stored = 0
@@ -211,7 +189,7 @@ def seal_directory(
             size = path.stat().st_size
             if size <= file_cap and stored + size <= total_cap:
                 data = path.read_bytes()
-                ref = blobs.put(data, _media_type(path.name), sync=False)
+                ref = blobs.put(data, media_type(path.name), sync=False)
                 stored += len(data)
                 files.append(SealedFile(path=rel, size=len(data), sha256=ref.blob, content=ref))
             else:
@@ -225,9 +203,8 @@ def seal_directory(
 
 
 def _beyond_limit(rels: list[str], max_files: int) -> set[str]:
-    """The files a seal of more than ``max_files`` leaves out: those of the most crowded directories
-    (ties by path), so that thousands of files dumped in one directory cannot push the few files of
-    another (the agent's deliverables) out of the submission."""
+    """The files a seal of more than ``max_files`` leaves out: those of the most crowded directories,
+    so that files dumped in one directory cannot push the deliverables out of the submission."""
     if len(rels) <= max_files:
         return set()
     per_dir = Counter(posixpath.dirname(rel) for rel in rels)
@@ -236,14 +213,12 @@ def _beyond_limit(rels: list[str], max_files: int) -> set[str]:
 
 
 def _hash_file(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return "sha256:" + h.hexdigest()
+        return "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _media_type(name: str) -> str:
+def media_type(name: str) -> str:
+    """The media type a stored file's content is recorded with, from its name."""
     lower = name.lower()
     for suffix, media in (
         (".json", "application/json"),
@@ -251,8 +226,8 @@ def _media_type(name: str) -> str:
         (".txt", "text/plain"),
         (".csv", "text/csv"),
         (".py", "text/x-python"),
+        (".sh", "text/x-shellscript"),
         (".png", "image/png"),
-        (".nii.gz", "application/gzip"),
         (".gz", "application/gzip"),
     ):
         if lower.endswith(suffix):

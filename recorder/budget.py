@@ -50,11 +50,8 @@ _FLAG: dict[str, str] = {
 def checked(limits: BudgetLimits) -> BudgetLimits:
     """The limits as the recorder keeps them: each one above 0 (else ``UsageError`` naming its
     ``amb-record`` flag), the price table named (``DEFAULT_PRICE_TABLE`` when none is)."""
-    for flag, value in (
-        ("--max-tokens", limits.max_tokens),
-        ("--max-cost", limits.max_cost_usd),
-        ("--max-calls", limits.max_calls),
-    ):
+    for name, flag in _FLAG.items():
+        value = getattr(limits, name)
         if value is not None and not value > 0:
             raise UsageError(f"{flag} {value}: must be greater than 0")
     return msgspec.structs.replace(limits, price_table=limits.price_table or DEFAULT_PRICE_TABLE)
@@ -225,17 +222,11 @@ class Budget:
 
     def exceeded(self) -> bool:
         """A call was refused, or the spend went past a limit (the call that crossed it completed)."""
-        lim = self.limits
         with self._lock:
-            if self.refused:
-                return True
-            over_tokens = lim.max_tokens is not None and self.tokens > lim.max_tokens
-            over_cost = (
-                lim.max_cost_usd is not None and self.table is not None and self._cost() > lim.max_cost_usd
-            )
-            return over_tokens or over_cost
+            return self.limit_hit() is not None
 
     def limit_hit(self) -> LimitName | None:
+        """The limit that refused a call, else one the spend went past, else None."""
         if self.stopped_by is not None:
             return self.stopped_by
         lim = self.limits

@@ -36,6 +36,7 @@ from recorder.backend import AgentView, Exit, RunContext, seal_directory
 from recorder.data_view import public_view
 from recorder.host_firewall import HostFirewall
 from recorder.runlock import RunLock
+from recorder.shim.local import shim_argv
 from recorder.shim.receiver import ShimReceiver
 from recorder.shim.shim import DEFAULT_CAP
 from schemas.errors import AmbError
@@ -296,35 +297,20 @@ class DockerBackend:
 
     def _shim_command(self, argv: list[str]) -> list[str]:
         """The container's command: the shim, as root, running ``argv`` as the agent's uid."""
-        command = [
-            "/opt/venv/bin/python",
-            "-I",
-            "-c",
-            SHIM_ENTRY,
-            "run",
-            "--socket",
+        ids = ["--agent-uid", str(self._uid), "--agent-gid", str(self._gid)]
+        return shim_argv(
             f"{CONTAINER_SOCK_DIR}/shim.sock",
-            "--workspace",
             CONTAINER_WORKSPACE,
-            "--agent-uid",
-            str(self._uid),
-            "--agent-gid",
-            str(self._gid),
-            "--content-cap",
-            str(self.content_cap),
-            "--linger",
-            str(self.linger),
-            "--private-dir",
-            CONTAINER_SHIM_DIR,
-            "--stop-on-oom",
-        ]
-        for path in FORBIDDEN_WATCH:
-            command += ["--watch", path]
-        for path in OUTSIDE_WRITES:
-            command += ["--outside", path]
-        # Docker's API holds UTF-8 text: an argument that is not (any bytes are a Linux argument)
-        # would reach the container changed. As hex, each reaches the shim as the bytes it is.
-        return command + ["--hex-command", "--", *(os.fsencode(a).hex() for a in argv)]
+            # Docker's API holds UTF-8 text: an argument that is not (any bytes are a Linux argument)
+            # would reach the container changed. As hex, each reaches the shim as the bytes it is.
+            [os.fsencode(a).hex() for a in argv],
+            entry=("/opt/venv/bin/python", "-I", "-c", SHIM_ENTRY),
+            content_cap=self.content_cap,
+            watched=FORBIDDEN_WATCH,
+            outside=OUTSIDE_WRITES,
+            private_dir=CONTAINER_SHIM_DIR,
+            flags=[*ids, "--linger", str(self.linger), "--stop-on-oom", "--hex-command"],
+        )
 
     def _container_options(self, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
         """What the container is created with: its mounts, its confinement and its resources."""
@@ -524,15 +510,11 @@ def _gpu_request(spec: str):
     read as a count), as ``docker run --gpus`` takes them."""
     import docker.types
 
-    if spec.startswith("device="):
-        return docker.types.DeviceRequest(
-            device_ids=spec[len("device=") :].split(","), capabilities=[["gpu"]]
-        )
-    if spec == "all":
-        return docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])
-    if spec.isdigit():
-        return docker.types.DeviceRequest(count=int(spec), capabilities=[["gpu"]])
-    return docker.types.DeviceRequest(device_ids=spec.split(","), capabilities=[["gpu"]])
+    if spec == "all" or spec.isdigit():
+        return docker.types.DeviceRequest(count=-1 if spec == "all" else int(spec), capabilities=[["gpu"]])
+    return docker.types.DeviceRequest(
+        device_ids=spec.removeprefix("device=").split(","), capabilities=[["gpu"]]
+    )
 
 
 def _stream_output(container) -> None:

@@ -167,25 +167,21 @@ def _docker(client: Any, dead: dict[str, dict], scope: _Scope) -> list[Removed]:
 
         client = docker.from_env(timeout=30)
     out: list[Removed] = []
-    for container in client.containers.list(all=True, filters={"label": "org.amb.lock"}, ignore_removed=True):
-        labels = container.labels or {}
-        run_id = labels.get("org.amb.run", "?")
-        if not scope.covers(labels):
-            continue
-        if run_id in dead or not owner_alive(labels):
-            dead.setdefault(run_id, {"paths": [], "lock": Path(labels["org.amb.lock"])})
-            container.remove(force=True)
-            out.append(Removed(run_id, "container", container.name))
-    for network in client.networks.list(filters={"label": "org.amb.lock"}):
+    containers = client.containers.list(all=True, filters={"label": "org.amb.lock"}, ignore_removed=True)
+    networks = client.networks.list(filters={"label": "org.amb.lock"})
+    for network in networks:
         network.reload()
-        labels = network.attrs.get("Labels") or {}
+    # Containers first: a network is removed once the dead run's containers on it are gone.
+    found = [("container", c, c.labels or {}) for c in containers]
+    found += [("network", n, n.attrs.get("Labels") or {}) for n in networks]
+    for kind, thing, labels in found:
         run_id = labels.get("org.amb.run", "?")
         if not scope.covers(labels):
             continue
         if run_id in dead or not owner_alive(labels):
             dead.setdefault(run_id, {"paths": [], "lock": Path(labels["org.amb.lock"])})
-            network.remove()  # its containers (the dead run's) were removed above
-            out.append(Removed(run_id, "network", network.name))
+            thing.remove(**({"force": True} if kind == "container" else {}))
+            out.append(Removed(run_id, kind, thing.name))
     return out
 
 

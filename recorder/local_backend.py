@@ -47,19 +47,9 @@ def _cannot_run(name: str, code: int | None, detail: str | None = None) -> AmbEr
 
 
 class LocalBackend:
-    """Runs the command as a child in its own process group, the workspace as its cwd.
-
-    With ``isolation`` ``best-effort`` (the default) or ``required``, the command runs in user, PID
-    and mount namespaces of its own (``recorder.isolation``): it sees its own processes only. Where
-    this system does not allow that, ``best-effort`` runs it as it is and ``required`` refuses (in
-    ``prepare``); ``off`` never isolates. What the run had is ``isolation`` once prepared, and is
-    recorded in ``run.started``.
-
-    With ``shim=True`` the command runs under the shim (``recorder/shim``), as in a container: every
-    process and every workspace file change is recorded to the run's ``shim`` spool. The shim
-    forwards signals to the agent and exits with its exit code. Without ``strace`` on the host the
-    shim falls back to polling ``/proc`` (labelled ``proc-poll``; short processes may be missed).
-    """
+    """Runs the command as a child in its own process group, the workspace as its cwd: in namespaces
+    of its own as ``isolation`` says (``recorder.isolation``; what the run had is ``isolation`` once
+    prepared), and with ``shim=True`` under the shim, as in a container (``recorder/shim``)."""
 
     name = "local"
 
@@ -123,7 +113,7 @@ class LocalBackend:
         return handle
 
     def _start_shim(self, argv: list[str], env: dict[str, str]) -> list[str]:
-        from recorder.shim.local import REPO_ROOT, shim_argv
+        from recorder.shim.local import importable, shim_argv
         from recorder.shim.receiver import ShimReceiver
 
         ctx = self._ctx
@@ -131,8 +121,7 @@ class LocalBackend:
         self._sock_dir = str(make_tempdir("amb-shim-sock-"))
         receiver = ShimReceiver(ctx.store, ctx.run_id, Path(self._sock_dir), blobs=ctx.blobs).start()
         self._receiver = receiver
-        # The shim imports only recorder.shim (stdlib + msgspec).
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        importable(env)
         return shim_argv(str(receiver.path), str(ctx.workspace), argv)
 
     def wait(self, handle: subprocess.Popen[bytes], timeout: float | None) -> Exit | None:

@@ -1,10 +1,8 @@
 """Run orchestration for ``amb-record``: proxy, agent environment, backend, signals, time limit.
 
-The backend seam (what ``--backend local|docker`` plugs into) is defined in ``recorder.backend``
-and re-exported here: ``Backend``, ``RunContext``, ``AgentView``, ``Exit``, ``seal_directory``;
-``LocalBackend`` is the local implementation. ``record(spec, backend)`` runs one agent and returns
-its outcome; ingesting into DuckDB is the CLI's job (``amb.record``), since ``recorder`` may not
-import ``replay``.
+``record(spec, backend)`` runs one agent and returns its outcome (the backend seam is
+``recorder.backend``); ingesting into DuckDB is the CLI's job (``amb.record``), since ``recorder``
+may not import ``replay``.
 
 Ordering matters: the proxy starts before the agent and stops only after the agent has exited
 (mitmproxy cuts streams still in flight when it stops); ``run.finished`` is always the last
@@ -25,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from recorder.backend import AgentView, Backend, Exit, RunContext, seal_directory
+from recorder.backend import AgentView, Backend, RunContext
 from recorder.budget import Budget, limited, recorded
 from recorder.isolation import unprotected_warning
 from recorder.keyguard import guard_this_process, local_warning
@@ -42,24 +40,11 @@ from schemas.errors import AmbError, SchemaError, UsageError
 from schemas.events import BudgetLimits, Payload, ProcessExited, RunFinished, RunStarted, kind_of
 from schemas.ostext import os_text, quoting
 from schemas.run_claim import require_free
+from schemas.tempdirs import remove_tempdir
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-
-__all__ = [
-    "AgentView",
-    "Backend",
-    "Exit",
-    "LocalBackend",
-    "Outcome",
-    "RunContext",
-    "RunSpec",
-    "agent_env",
-    "new_run_id",
-    "record",
-    "seal_directory",
-]
 
 TIMEOUT_EXIT_CODE = 124
 """What ``timeout(1)`` returns; scripts already know it."""
@@ -210,13 +195,10 @@ class _RecorderLog:
 def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> Outcome:
     """Record one run of ``spec.argv``; returns when the agent has ended and everything is on disk.
 
-    ``on_ready(ports)`` (tests) is called once the proxy listens, before the agent starts.
-    Raises ``AmbError`` for problems found before the agent started (bad arguments, proxy could
-    not start); after that, failures end the run with status ``recorder_error``.
-
-    First it removes what dead recorders left behind (``recorder.gc``), then holds the run's lock
-    (``recorder.runlock``) for as long as it records, so a later ``amb gc`` leaves this run alone.
-    """
+    ``on_ready(ports, env)`` (tests) is called once the proxy listens, before the agent starts.
+    Raises ``AmbError`` for problems found before the agent started; after that, failures end the
+    run with status ``recorder_error``. The run's lock (``recorder.runlock``) is held throughout,
+    so ``amb gc`` leaves this run alone."""
     if not spec.argv:
         raise UsageError("no command given: amb-record [options] -- COMMAND ARGS...")
     backend = backend or LocalBackend()
@@ -277,20 +259,16 @@ def _collect_garbage(backend: Backend) -> None:
 
 
 class _Recording:
-    """One run from the proxy's start to ``run.finished``: the recorder's spool, the proxy and its
-    sink, the backend (and the agent's handle once it started), the temp dir. Setting it up starts
-    nothing (an error there is the caller's); ``record`` then takes it through its steps, and
-    whatever happens after the run started, ends it with a ``run.finished`` that says how, and
-    takes down all it set up."""
+    """One run from the proxy's start to ``run.finished``. Setting it up starts nothing; once the
+    run has started, whatever happens ends it with a ``run.finished`` that says how."""
 
     def __init__(self, spec: RunSpec, backend: Backend, run_id: str, lock: RunLock):
         from recorder.proxy.custody import Custody
-        from recorder.proxy.server import ProxyServer, remove_confdir
+        from recorder.proxy.server import ProxyServer
         from recorder.proxy.sink import Sink
 
         self.spec, self.backend, self.run_id, self.lock = spec, backend, run_id, lock
         self.limits = spec.budget if limited(spec.budget) else None
-        # (Budget checks the prices.)
         self.budget = Budget(self.limits, run_model=spec.model) if self.limits is not None else None
         spec.store.mkdir(parents=True, exist_ok=True)
         self.blobs = BlobStore(spec.store / "blobs")
@@ -311,7 +289,6 @@ class _Recording:
             upstream_ca=Path(upstream_ca) if upstream_ca else None,
             allow_hosts=spec.allow_hosts,
         )
-        self.remove_confdir = remove_confdir
         self.handle: object | None = None
         self.t0 = time.monotonic()
         self.status, self.exit_code = "recorder_error", 1
@@ -426,7 +403,7 @@ class _Recording:
                 self.sink.close()
             finally:
                 self.backend.close(self.handle)  # also when the agent never started: networks, sockets
-                self.remove_confdir(self.tmp)
+                remove_tempdir(self.tmp)  # the CA's private key must not outlive the run
 
     def finish(self, status: str, exit_code: int, reason: str | None) -> Outcome:
         """Stop the proxy, seal the submission, take the rest down and write ``run.finished``; a
@@ -454,7 +431,7 @@ class _Recording:
             status, reason = "recorder_error", f"cannot seal the submission: {why}"
         finally:
             backend.close(self.handle)
-            self.remove_confdir(self.tmp)
+            remove_tempdir(self.tmp)
         counts = {f"proxy:{k}": v for k, v in sink.counts.items()}
         counts.update({f"recorder:{k}": v for k, v in log.counts.items()})
         duration = time.monotonic() - self.t0

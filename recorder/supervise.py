@@ -8,9 +8,10 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from recorder.backend import Backend, Exit
 from recorder.budget import Budget
@@ -35,22 +36,13 @@ def supervise(
     after its budget refused a call (``grace_s`` seconds after the first refusal, as at a time limit).
     Returns its exit, the run's status and the reason for it."""
     received: list[int] = []
-    previous = {}
 
     def forward(signum: int, _frame: object) -> None:
         received.append(signum)
         backend.send_signal(handle, signum)
 
-    main = threading.current_thread() is threading.main_thread()
-    if main:
-        for sig in STOP_SIGNALS:
-            previous[sig] = signal.signal(sig, forward)
-    try:
+    with _handled_by(forward):
         exit_, stops = _wait(backend, handle, time_limit_s, grace_s, budget)
-    finally:
-        if main:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
     return (exit_, *_status(exit_, stops, received, time_limit_s, grace_s))
 
 
@@ -118,19 +110,24 @@ def stop_signals_held() -> Iterator[None]:
     signal). Raised inside the close (``amb sweep exec`` turns it into ``Stopped``), it left the
     run without its ``run.finished``: an unfinished attempt. Python runs signal handlers in the
     main thread only, so only there can they be replaced; elsewhere nothing is held."""
+    held: list[int] = []
+    try:
+        with _handled_by(lambda signum, _frame: held.append(signum)):
+            yield
+    finally:
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)
+
+
+@contextmanager
+def _handled_by(handler: Callable[[int, Any], object]) -> Iterator[None]:
+    """``STOP_SIGNALS`` go to ``handler`` inside (in the main thread: elsewhere nothing changes)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held: list[int] = []
-
-    def hold(signum: int, _frame: object) -> None:
-        held.append(signum)
-
-    previous = {sig: signal.signal(sig, hold) for sig in STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-        for signum in dict.fromkeys(held):
-            signal.raise_signal(signum)
+        for sig, before in previous.items():
+            signal.signal(sig, signal.SIG_DFL if before is None else before)

@@ -38,7 +38,8 @@ from schemas.events import (
 )
 from schemas.ostext import os_text
 from schemas.providers import CHAT, build_response
-from schemas.providers.conversation import Reply
+from schemas.providers.conversation import Conversation, Message, Part, Reply, Tool
+from schemas.providers.openai_chat import build_request
 from schemas.run_claim import claiming, require_free
 
 TASKS = ("kidney-seg", "ldct-denoising", "vqa-rad", "mimic-cxr-report", "bccd-det")
@@ -51,15 +52,11 @@ SYSTEM_PROMPT = (
     "submit_results. Never read private data or modify the grader.\n"
 ) * 12
 
+PLAN = b"# Plan\n1. Inspect data\n2. Set up model\n3. Pilot on one case\n4. Full inference\n5. Submit\n"
+
 STEPS = (
     ("bash", "ls -la /data/public && cat brief.md | head -50"),
-    (
-        "bash",
-        (
-            "mkdir -p plan && cat > plan/plan.md <<'EOF'\n# Plan\n1. Inspect data\n2. Set up model\n3. "
-            "Pilot on one case\n4. Full inference\n5. Submit\nEOF"
-        ),
-    ),
+    ("bash", f"mkdir -p plan && cat > plan/plan.md <<'EOF'\n{PLAN.decode()}EOF"),
     ("bash", "nvidia-smi || true; python3 -c 'import torch; print(torch.__version__)'"),
     ("bash", "pip install --quiet monai nibabel"),
     (
@@ -106,7 +103,7 @@ FAILED_OUTPUT = (
     'Traceback (most recent call last):\n  File "<stdin>", line 1\n'
     "ModuleNotFoundError: No module named 'monai'\n"
 )
-PLAN = b"# Plan\n1. Inspect data\n2. Set up model\n3. Pilot on one case\n4. Full inference\n5. Submit\n"
+TOOLS = [Tool("execute_code"), Tool("submit_results")]
 
 
 FIRST_START_NS = 1_780_000_000_000_000_000
@@ -200,10 +197,7 @@ class _Run:
         brief = f"# Task {self.task} ({self.tier})\n" + (
             "Segment the organ and lesion for every case; write agents_outputs/<case>/... " * 20
         )
-        self.messages: list[dict] = [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": brief},
-        ]
+        self.history = [Message("system", Part.texts(SYSTEM_PROMPT)), Message("user", Part.texts(brief))]
         self.pending_results: list[tuple[str, str]] = []
         self.request_ref: BlobRef | None = None
         self.response_ref: BlobRef | None = None
@@ -249,7 +243,7 @@ class _Run:
                 ),
             )
         self.pending_results = []
-        request = _request_body(self.model, self.messages)
+        request = json.dumps(build_request(Conversation(self.history, TOOLS, self.model))).encode()
         language, code = STEPS[turn % len(STEPS)]
         code = code + f"\n# step {turn}"
         tool_call_id = f"call_{self.seed}_{turn}"
@@ -301,13 +295,7 @@ class _Run:
                 tool_call_id=tool_call_id, name=name, arguments=arguments, model_call_id=call_id
             ),
         )
-        self.messages.append(
-            {
-                "role": "assistant",
-                "content": text,
-                "tool_calls": [{"id": tool_call_id, "function": {"name": name, "arguments": arguments}}],
-            }
-        )
+        self.history.append(Message("assistant", reply.parts()))
         return tool_call_id, language, code
 
     def execution(self, turn: int, tool_call_id: str, language: str, code: str) -> None:
@@ -339,7 +327,7 @@ class _Run:
                     self._file(f"agents_outputs/{case}/{part}.nii.gz", content, "application/gzip")
             if self.rng.random() < 0.3:
                 self.emit("shim", FileDeleted(path="agents_outputs/tmp.log"))
-        self.messages.append({"role": "tool", "tool_call_id": tool_call_id, "content": output})
+        self.history.append(Message("tool", [Part.result(output, tool_call_id)]))
         self.pending_results.append((tool_call_id, output))
 
     def _processes(self, language: str, code: str, failed: bool) -> None:
@@ -395,16 +383,3 @@ class _Run:
         )
         for w in self.writers.values():
             w.close()
-
-
-def _request_body(model: str, messages: list[dict]) -> bytes:
-    return json.dumps(
-        {
-            "model": model,
-            "messages": messages,
-            "tools": [
-                {"type": "function", "function": {"name": "execute_code"}},
-                {"type": "function", "function": {"name": "submit_results"}},
-            ],
-        }
-    ).encode()

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -39,7 +38,7 @@ from recorder.importers.common import (
     read_json,
     read_jsonl,
 )
-from recorder.importers.values import count, datetime_ns, seconds, shown, time_ns
+from recorder.importers.values import count, iso_ns, seconds, shown, time_ns
 from schemas import atif, providers
 from schemas.blob import digest
 from schemas.codec import ID_RE, decode_payload
@@ -79,20 +78,6 @@ def _text(content: atif.Content, where: str) -> str:
                 raise Rejected(f"{where}: content path {path[:120]!r} leaves the trajectory's folder")
         out.append(f"[{part.type}]")
     return "\n".join(out)
-
-
-def _ns(stamp: str | None, where: str) -> int | None:
-    """A step's ISO 8601 timestamp in ns since 1970; None when it has none the clock can place
-    (absent, not a time, no time zone); refused when it is a time outside what a run holds."""
-    if stamp is None:
-        return None
-    try:
-        dt = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if dt.tzinfo is None:
-        return None
-    return datetime_ns(dt, f"{where}: timestamp")
 
 
 def _sidecar(root: Path, limits: ImportCaps, b: RunBuilder) -> list[tuple[int, Payload]]:
@@ -198,7 +183,7 @@ class _Run:
         if step.source not in ("system", "user", "agent"):
             raise Rejected(f"{where}: source {str(step.source)[:20]!r} is not system, user or agent")
         text = _text(step.message, where)
-        ts = _ns(step.timestamp, where)
+        ts = iso_ns(step.timestamp, f"{where}: timestamp")
         if ts is None:
             self.approx = True
             ts = (self.base_ts if self.base_ts is not None else self.source.mtime_ns) + i * 1_000_000
@@ -347,8 +332,7 @@ class _Run:
         """Emit every event in time order between the run's start and its (unknown) end."""
         # The run starts at its earliest step: a step dated before the first one is not put before it.
         base = self.base_ts if self.base_ts is not None else self.source.mtime_ns
-        start_ts = min([ts for ts, _ in self.pending], default=base)
-        start_ts = min(start_ts, base)
+        start_ts = min([base] + [ts for ts, _ in self.pending])
         if not any(isinstance(p, RunStarted) for _, p in self.side):
             self.side += [(start_ts, p) for p in self.start(version, parent)]
         everything = sorted(

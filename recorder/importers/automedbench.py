@@ -68,8 +68,6 @@ from schemas.events import FileWritten, RunFinished, RunStarted, SealedFile, Sub
 from schemas.ostext import os_text
 from schemas.untrusted_json import loads_untrusted
 
-BRANCHES = ("seg", "det2d", "vqa", "report", "enhancement")
-
 OUTPUT_CUT = {"seg": (3000, 2000), "det2d": (3000, 2000), "enhancement": (3000, 2000), "vqa": (6000, 4000)}
 """Characters of stdout and stderr each branch's executor keeps (the last ones); report keeps all."""
 

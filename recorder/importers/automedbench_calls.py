@@ -302,12 +302,7 @@ class CallEmitter:
         )
         self.last_ts = self.b.emit(completed, ts)
         for t in tcs:
-            self.b.emit(
-                ToolCallRequested(
-                    tool_call_id=t.id, name=t.name, arguments=t.arguments, model_call_id=call_id
-                ),
-                ts,
-            )
+            self.b.emit(ToolCallRequested(t.id, t.name, t.arguments, model_call_id=call_id), ts)
             self.names[t.id] = t.name
         if at is not None:
             j = at + 1

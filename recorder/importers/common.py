@@ -45,7 +45,6 @@ SOURCE = "import"
 """The spool source of every imported event."""
 
 SYNTHETIC_JSON = SYNTHETIC_MEDIA
-"""Media type of request and response bodies an importer rebuilt (never seen on the wire)."""
 
 LIMITATION = "import.limitation"
 """``note.data.kind`` of a note that states what the source did not keep."""
@@ -105,7 +104,7 @@ def inside(root: Path, path: Path) -> bool:
 
 def check_file(root: Path, path: Path, limits: ImportCaps) -> int:
     """The size of ``path`` once it is known to be a regular file inside ``root`` under the cap."""
-    rel = _rel(root, path)
+    rel = shown(path)
     if not inside(root, path):
         raise Rejected(f"{rel}: links outside the folder being imported")
     if not path.is_file():
@@ -114,11 +113,6 @@ def check_file(root: Path, path: Path, limits: ImportCaps) -> int:
     if size > limits.max_file_bytes:
         raise Rejected(f"{rel}: {size} bytes, over the {limits.max_file_bytes}-byte cap")
     return size
-
-
-def _rel(root: Path, path: Path) -> str:
-    """``path`` named for a message (``values.shown``): the file itself, not its place in ``root``."""
-    return shown(path)
 
 
 def read_bytes(root: Path, path: Path, limits: ImportCaps) -> bytes:
@@ -131,7 +125,7 @@ def read_text(root: Path, path: Path, limits: ImportCaps) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise Rejected(f"{_rel(root, path)}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+        raise Rejected(f"{shown(path)}: not UTF-8 text ({e.reason} at byte {e.start})") from e
 
 
 def read_json(root: Path, path: Path, limits: ImportCaps) -> Any:
@@ -139,8 +133,8 @@ def read_json(root: Path, path: Path, limits: ImportCaps) -> Any:
     try:
         doc = loads_untrusted(text)
     except ValueError as e:
-        raise Rejected(f"{_rel(root, path)}: not JSON ({e})") from e
-    check_text(text, doc, _rel(root, path))
+        raise Rejected(f"{shown(path)}: not JSON ({e})") from e
+    check_text(text, doc, shown(path))
     return doc
 
 
@@ -151,7 +145,7 @@ def read_jsonl(root: Path, path: Path, limits: ImportCaps) -> list[dict[str, Any
     refused too, because its record cannot be trusted (the caller may state that as a limitation
     once it exists in the field; nothing the writers here do produces it)."""
     check_file(root, path, limits)
-    rel = _rel(root, path)
+    rel = shown(path)
     out: list[dict[str, Any]] = []
     with open(path, "rb") as f:
         n = 0
@@ -198,7 +192,7 @@ def walk_files(root: Path, top: Path, limits: ImportCaps) -> Iterator[tuple[str,
             if (d / name).is_symlink():
                 # A linked directory is not walked; one that leads out of the folder is refused.
                 if not inside(root, d / name):
-                    raise Rejected(f"{_rel(root, d / name)}: links outside the folder being imported")
+                    raise Rejected(f"{shown(d / name)}: links outside the folder being imported")
                 dirnames.remove(name)
         for name in filenames:
             p = d / name

@@ -17,10 +17,8 @@ includes it, so ``input_total = input_tokens + cache_read + cache_write``.
 from __future__ import annotations
 
 import hashlib
-import json
 import shlex
 import zipfile
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +32,7 @@ from recorder.importers.common import (
     TaskResolver,
     check_file,
 )
-from recorder.importers.values import count, datetime_ns, seconds, shown, whole
+from recorder.importers.values import count, iso_ns, seconds, shown, whole
 from schemas import providers
 from schemas.blob import digest
 from schemas.display import for_message
@@ -54,22 +52,9 @@ from schemas.events import (
     Usage,
 )
 from schemas.ostext import os_text
+from schemas.providers.conversation import json_text
 
 NOTE_EVENTS = ("info", "logger", "input", "approval")
-
-
-def _ns(value: Any, where: str) -> int | None:
-    """A time of the log in ns since 1970 (None: it has none); refused outside what a run holds."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return None
-    if isinstance(value, datetime):
-        return datetime_ns(value, where)
-    return None
 
 
 def _content(value: Any) -> tuple[str, str]:
@@ -153,7 +138,11 @@ def _sample(log: Any, sample: Any, resolve_task: TaskResolver, file: str) -> Run
     h = hashlib.sha256(f"{spec.eval_id}\0{sample.id}\0{sample.epoch}".encode())
     where = f"{file}: sample {for_message(str(sample.id), 80)} epoch {sample.epoch}"
     b = RunBuilder("inspect-" + h.hexdigest()[:16], origin=where)
-    start = _ns(sample.started_at, f"{where}: started_at") or _ns(spec.created, f"{file}: eval.created") or 0
+    start = (
+        iso_ns(sample.started_at, f"{where}: started_at")
+        or iso_ns(spec.created, f"{file}: eval.created")
+        or 0
+    )
     events = _Events(b, where, start)
     events.read(list(_flatten(sample.events or [])))
     status, reason = events.status, events.reason
@@ -187,7 +176,7 @@ def _sample(log: Any, sample: Any, resolve_task: TaskResolver, file: str) -> Run
     b.emit(started, start)
     for ts, payload in sorted(events.out, key=lambda tp: tp[0]):
         b.emit(payload, ts)
-    end = _ns(sample.completed_at, f"{where}: completed_at") or b.last_ts
+    end = iso_ns(sample.completed_at, f"{where}: completed_at") or b.last_ts
     total = seconds(sample.total_time, f"{where}: total_time")
     b.emit(RunFinished(status=status, duration_s=total or (end - start) / 1e9, reason=reason), end)
     b.note_clamps()
@@ -206,7 +195,7 @@ class _Events:
     def read(self, events: list[Any]) -> None:
         model_ids = [(i, e.uuid or f"m{i:04d}") for i, e in enumerate(events) if e.event == "model"]
         for i, ev in enumerate(events):
-            ts = _ns(ev.timestamp, f"{self.where}: event {i + 1} ({ev.event}): timestamp") or self.start
+            ts = iso_ns(ev.timestamp, f"{self.where}: event {i + 1} ({ev.event}): timestamp") or self.start
             kind = ev.event
             if kind == "model":
                 self.out += _model(self.b, ev, next(c for j, c in model_ids if j == i), ts)
@@ -228,7 +217,7 @@ class _Events:
             output=text,
             is_error=ev.error is not None or bool(getattr(ev, "failed", False)),
         )
-        self.out.append((_ns(ev.completed, where) or ts, result))
+        self.out.append((iso_ns(ev.completed, where) or ts, result))
 
     def note(self, ev: Any, kind: str, ts: int) -> None:
         """Limits, errors, scores (the source's own), info, logger, input and approval events."""
@@ -263,11 +252,7 @@ def _model(b: RunBuilder, ev: Any, call_id: str, ts: int) -> list[tuple[int, Pay
     msg = choice.message if choice is not None else None
     text, reasoning = _content(msg.content) if msg is not None else ("", "")
     tool_calls = [
-        ToolCallPart(
-            id=str(tc.id),
-            name=str(tc.function),
-            arguments=json.dumps(tc.arguments, separators=(",", ":"), ensure_ascii=False),
-        )
+        ToolCallPart(id=str(tc.id), name=str(tc.function), arguments=json_text(tc.arguments))
         for tc in (msg.tool_calls or [] if msg is not None else [])
     ]
     call = ev.call
@@ -290,10 +275,11 @@ def _model(b: RunBuilder, ev: Any, call_id: str, ts: int) -> list[tuple[int, Pay
     where = f"{b.origin}: model event {call_id}"
     u = out.usage if out is not None else None
     usage = _usage(u, f"{where}: usage") if u is not None else Usage(reported=False)
-    completed = _ns(ev.completed, f"{where}: completed")
+    completed = iso_ns(ev.completed, f"{where}: completed")
+    at = completed or ts
     payloads: list[tuple[int, Payload]] = [
         (
-            completed or ts,
+            at,
             ModelCallCompleted(
                 call_id=call_id,
                 provider=provider,
@@ -313,25 +299,12 @@ def _model(b: RunBuilder, ev: Any, call_id: str, ts: int) -> list[tuple[int, Pay
             ),
         )
     ]
-    for tc in tool_calls:
-        payloads.append(
-            (
-                completed or ts,
-                ToolCallRequested(
-                    tool_call_id=tc.id, name=tc.name, arguments=tc.arguments, model_call_id=call_id
-                ),
-            )
-        )
+    payloads += [
+        (at, ToolCallRequested(t.id, t.name, t.arguments, model_call_id=call_id)) for t in tool_calls
+    ]
     if ev.cache == "read":
-        payloads.append(
-            (
-                completed or ts,
-                Note(
-                    text="served from Inspect's cache (no upstream call)",
-                    data={"kind": "inspect.cache_read", "call_id": call_id},
-                ),
-            )
-        )
+        text = "served from Inspect's cache (no upstream call)"
+        payloads.append((at, Note(text=text, data={"kind": "inspect.cache_read", "call_id": call_id})))
     return payloads
 
 
@@ -350,42 +323,31 @@ def _usage(u: Any, where: str) -> Usage:
 
 def _sandbox(b: RunBuilder, ev: Any, ts: int) -> list[tuple[int, Payload]]:
     where = f"{b.origin}: sandbox event"
-    end = _ns(ev.completed, f"{where}: completed") or ts
+    end = iso_ns(ev.completed, f"{where}: completed") or ts
+    event: Payload
     if ev.action == "exec":
         try:
             argv = shlex.split(ev.cmd or "")
         except ValueError:
             argv = [ev.cmd or ""]
         output = ev.output or ""
-        return [
-            (
-                end,
-                ProcessExited(
-                    pid=0,
-                    argv=[os_text(a) for a in argv],
-                    start_ns=ts,
-                    end_ns=end,
-                    exit_code=whole(ev.result, f"{where}: result", -(1 << 31), (1 << 31) - 1)
-                    if isinstance(ev.result, int)
-                    else None,
-                    tracer="inspect-sandbox",
-                    stdout=b.blob(output.encode(), "text/plain") if output else None,
-                ),
-            )
-        ]
-    if ev.action == "read_file":
-        return [(end, FileAccessed(path=os_text(str(ev.file or ""))))]
-    if ev.action == "write_file":
+        event = ProcessExited(
+            pid=0,
+            argv=[os_text(a) for a in argv],
+            start_ns=ts,
+            end_ns=end,
+            exit_code=whole(ev.result, f"{where}: result", -(1 << 31), (1 << 31) - 1)
+            if isinstance(ev.result, int)
+            else None,
+            tracer="inspect-sandbox",
+            stdout=b.blob(output.encode(), "text/plain") if output else None,
+        )
+    elif ev.action == "read_file":
+        event = FileAccessed(path=os_text(str(ev.file or "")))
+    elif ev.action == "write_file":
         data = (ev.input or "").encode()
-        return [
-            (
-                end,
-                FileWritten(
-                    path=os_text(str(ev.file or "")),
-                    size=len(data),
-                    sha256=digest(data),
-                    content=b.blob(data, "application/octet-stream"),
-                ),
-            )
-        ]
-    return []
+        path, content = os_text(str(ev.file or "")), b.blob(data, "application/octet-stream")
+        event = FileWritten(path=path, size=len(data), sha256=digest(data), content=content)
+    else:
+        return []
+    return [(end, event)]

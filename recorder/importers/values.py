@@ -119,6 +119,19 @@ def datetime_ns(dt: datetime, where: str) -> int:
     return check_ns(seconds * 1_000_000_000 + dt.microsecond * 1000, where)
 
 
+def iso_ns(value: Any, where: str) -> int | None:
+    """A time given as ISO 8601 text or a datetime, in ns since 1970; None when it has none the clock
+    can place (absent, not a time, no time zone); refused when it is outside what a run holds."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        return None
+    return datetime_ns(value, where)
+
+
 def when(ns: int) -> str:
     """A time in nanoseconds for a message: ISO 8601 (UTC) where a datetime holds it."""
     try:
@@ -139,16 +152,10 @@ def check_text(raw: str | bytes, doc: Any, where: str) -> None:
     probe = raw.decode("latin-1") if isinstance(raw, bytes) else raw
     if not _SURROGATE_ESCAPE.search(probe):
         return
-    path = lone_surrogate(doc)
-    if path is not None:
-        raise Rejected(f"{where}: {path.lstrip('.')}: {NOT_UNICODE} (a JSON escape of half a character)")
-
-
-def lone_surrogate(value: Any, path: str = "") -> str | None:
-    """The JSON path (``.steps[3].message``) of the first string or key in ``value`` that holds a
-    surrogate; None when none does. Iterative: documents are nested up to 200 levels."""
-    found = _first_surrogate(value, path)
-    return found[0] if found else None
+    found = _first_surrogate(doc, "")
+    if found is not None:
+        at = found[0].lstrip(".")
+        raise Rejected(f"{where}: {at}: {NOT_UNICODE} (a JSON escape of half a character)")
 
 
 def not_unicode(value: Any) -> str:
@@ -164,6 +171,8 @@ def not_unicode(value: Any) -> str:
 
 
 def _first_surrogate(value: Any, path: str) -> tuple[str, str] | None:
+    """(JSON path, text) of the first string or key in ``value`` holding a surrogate (iterative:
+    documents nest up to 200 levels)."""
     stack: list[tuple[Any, str]] = [(value, path)]
     while stack:
         item, at = stack.pop()

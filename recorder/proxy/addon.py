@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import json
 import logging
 import re
 import time
@@ -33,8 +32,9 @@ from recorder.proxy import refusal as refusal_mod
 from recorder.proxy import sink as sink_mod
 from recorder.proxy.custody import REDACTED
 from recorder.proxy.gate import BLOCKED_KEY, BLOCKED_MARK
-from recorder.proxy.sink import NETWORK_BODY_CAP, CallFacts, NetFacts, Sink
+from recorder.proxy.sink import NETWORK_BODY_CAP, CallFacts, Sink
 from recorder.proxy.upstreams import Upstream
+from schemas.events import NetworkRequest
 from schemas.providers.result import loads
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ KEY = "amb"
 WS_KEY = "amb-ws"
 TERMINAL_TYPES = ("response.completed", "response.failed", "response.incomplete", "error")
 TERMINAL_WS = tuple(t.encode() for t in TERMINAL_TYPES)
+RECORDER_ERROR = "amb_recorder_error"
 ANSWERED_WAIT_S = 10.0
 """The longest a call's record waits for the records of the calls its request may answer."""
 
@@ -108,10 +109,11 @@ class Recorder:
             self.live[flow.id] = flow
             return None
         if self.sink.broken:
-            flow.response = _error_response(
+            flow.response = refusal_mod.amb_error(
                 503,
                 f"amb-record cannot persist the recording ({self.sink.broken}); "
                 "refusing to forward unrecorded traffic",
+                RECORDER_ERROR,
             )
             flow.metadata[KEY].recorded = True
             return None
@@ -192,17 +194,16 @@ class Recorder:
         if blocked is None:
             return
         req = flow.request
-        facts = NetFacts(
+        status = flow.response.status_code if flow.response else None
+        seen = NetworkRequest(
             method=req.method,
-            scheme="",
             host=req.host,
             port=req.port,
-            path="",
             started_ns=time.time_ns(),
-            status=flow.response.status_code if flow.response else None,
+            status=status,
             blocked=blocked,
         )
-        self.sink.record_network(facts)
+        self.sink.record_network(seen)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         st: _Flow | None = flow.metadata.get(KEY)
@@ -210,7 +211,7 @@ class Recorder:
             return
         ctype = st.content_type = flow.response.headers.get("content-type", "")
         if st.api is not None:
-            if "text/event-stream" in ctype or calls.streams_json(st.api):
+            if "text/event-stream" in ctype or st.api.streams_by_path:
                 st.streamed = True
                 chunks = st.chunks
 
@@ -244,6 +245,29 @@ class Recorder:
             flow.response.stream = net_tee
 
     async def response(self, flow: http.HTTPFlow) -> None:
+        try:
+            await self._persist(flow, None)
+        except Exception as e:  # fail closed: the client must not get an unrecorded answer
+            log.error("amb-record: cannot persist %s: %s", flow.request.pretty_url, e)
+            if flow.metadata[KEY].streamed:
+                flow.kill()  # the stream ends without its terminator: the client sees an error
+            else:
+                flow.response = refusal_mod.amb_error(
+                    502, f"amb-record could not persist this call: {e}", RECORDER_ERROR
+                )
+
+    async def error(self, flow: http.HTTPFlow) -> None:
+        msg = flow.error.msg if flow.error else "unknown error"
+        st: _Flow | None = flow.metadata.get(KEY)
+        if st is not None and BLOCKED_MARK in msg:  # the gate refused the connection itself (server_connect)
+            st.blocked = msg.split(BLOCKED_MARK, 1)[1]
+        try:
+            await self._persist(flow, _classify_error(msg, flow.response is not None))
+        except Exception as e:
+            log.error("amb-record: cannot persist failed flow %s: %s", flow.request.pretty_url, e)
+
+    async def _persist(self, flow: http.HTTPFlow, error: str | None) -> None:
+        """Record a flow that ended (once); returns when its record is written."""
         st: _Flow | None = flow.metadata.get(KEY)
         self.live.pop(flow.id, None)
         if st is None or st.recorded:
@@ -252,41 +276,12 @@ class Recorder:
         self.persisting += 1
         try:
             if st.api is not None:
-                facts = self._call_facts(flow, st)
+                facts = self._call_facts(flow, st, error)
                 # Wait for the request's worker here, then write inline: one hand-off, not two.
                 await self._answered_calls_first(facts)
                 await _settled(self.sink.record_call(facts))
             else:
-                await _settled(self.sink.record_network(self._net_facts(flow, st)))
-        except Exception as e:  # fail closed: the client must not get an unrecorded answer
-            log.error("amb-record: cannot persist %s: %s", flow.request.pretty_url, e)
-            if st.streamed:
-                flow.kill()  # the stream ends without its terminator: the client sees an error
-            else:
-                flow.response = _error_response(502, f"amb-record could not persist this call: {e}")
-        finally:
-            self.persisting -= 1
-
-    async def error(self, flow: http.HTTPFlow) -> None:
-        st: _Flow | None = flow.metadata.get(KEY)
-        self.live.pop(flow.id, None)
-        if st is None or st.recorded:
-            return
-        st.recorded = True
-        msg = flow.error.msg if flow.error else "unknown error"
-        reason = _classify_error(msg, flow.response is not None)
-        if BLOCKED_MARK in msg:  # the gate refused the connection itself (server_connect)
-            st.blocked = msg.split(BLOCKED_MARK, 1)[1]
-        self.persisting += 1
-        try:
-            if st.api is not None:
-                facts = self._call_facts(flow, st, reason)
-                await self._answered_calls_first(facts)
-                await asyncio.wrap_future(self.sink.record_call(facts))
-            else:
-                await asyncio.wrap_future(self.sink.record_network(self._net_facts(flow, st, reason)))
-        except Exception as e:
-            log.error("amb-record: cannot persist failed flow %s: %s", flow.request.pretty_url, e)
+                await _settled(self.sink.record_network(*self._net_facts(flow, st, error)))
         finally:
             self.persisting -= 1
 
@@ -414,7 +409,7 @@ class Recorder:
                 if st.api is not None:
                     self.sink.record_call_now(self._call_facts(flow, st, "recorder_shutdown"))
                 else:
-                    self.sink.record_network(self._net_facts(flow, st, "recorder_shutdown")).result()
+                    self.sink.record_network(*self._net_facts(flow, st, "recorder_shutdown")).result()
             except Exception as e:
                 log.error("amb-record: cannot persist in-flight flow at shutdown: %s", e)
         self.live.clear()
@@ -470,32 +465,37 @@ class Recorder:
                 facts.ttfb_ms = (first - st.t0) * 1000
         return facts
 
-    def _net_facts(self, flow: http.HTTPFlow, st: _Flow, error: str | None = None) -> NetFacts:
+    def _net_facts(
+        self, flow: http.HTTPFlow, st: _Flow, error: str | None = None
+    ) -> tuple[NetworkRequest, bytes, bytes | None]:
+        """The request as seen, its body, and its response's body (None when over the cap)."""
         req, resp = flow.request, flow.response
-        facts = NetFacts(
+        status = sha = kept = None
+        size = 0
+        if resp is not None:
+            status = resp.status_code
+            if st.sha is not None:
+                size, sha = st.size, st.sha.hexdigest()
+                kept = bytes(st.kept) if st.kept is not None else None
+            else:
+                body = resp.raw_content or b""
+                size, sha = len(body), hashlib.sha256(body).hexdigest()
+                kept = body if len(body) <= NETWORK_BODY_CAP else None
+        seen = NetworkRequest(
             method=req.method,
             scheme=req.scheme,
             host=req.pretty_host,
             port=req.port,
             path=req.path,
+            status=status,
+            response_bytes=size,
             started_ns=st.started_ns,
-            request_body=req.raw_content or b"",
             duration_ms=(time.time() - st.t0) * 1000,
+            response_sha256="sha256:" + sha if sha else None,
             error=error,
             blocked=st.blocked,
         )
-        if resp is not None:
-            facts.status = resp.status_code
-            if st.sha is not None:
-                facts.response_bytes = st.size
-                facts.response_sha256 = "sha256:" + st.sha.hexdigest()
-                facts.response_kept = bytes(st.kept) if st.kept is not None else None
-            else:
-                body = resp.raw_content or b""
-                facts.response_bytes = len(body)
-                facts.response_sha256 = "sha256:" + hashlib.sha256(body).hexdigest()
-                facts.response_kept = body if len(body) <= NETWORK_BODY_CAP else None
-        return facts
+        return seen, req.raw_content or b"", kept
 
 
 async def _settled(fut: Any) -> Any:
@@ -557,10 +557,3 @@ def _int(value: str | None) -> int:
         return int(value) if value else 0
     except ValueError:
         return 0
-
-
-def _error_response(status: int, message: str) -> http.Response:
-    body = json.dumps(
-        {"error": {"message": message, "type": "amb_recorder_error", "code": "amb_recorder_error"}}
-    )
-    return http.Response.make(status, body.encode(), {"content-type": "application/json"})

@@ -54,8 +54,3 @@ def parse_response(
     """Reassemble a response from its wire bytes; returns (result, decoded body, decode error)."""
     body, err = decode(raw, encoding)
     return parse_response_body(api, body, content_type), body, err
-
-
-def streams_json(api: Api) -> bool:
-    """Whether the API streams a JSON body (Gemini's array stream) that must be passed on live."""
-    return api.streams_by_path

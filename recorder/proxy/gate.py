@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import json
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -229,15 +228,14 @@ def _regular(flow: Any) -> bool:
 def _answer(flow: Any, verdict: Verdict) -> None:
     if verdict.blocked is None:
         return
-    from mitmproxy import http
+    from recorder.proxy.refusal import amb_error
 
     message = (
         f"amb-record refused to connect to {flow.request.host}:{flow.request.port}: {verdict.blocked}. "
         "The recording proxy carries traffic only to the outside world and the configured upstreams "
         "(amb-record --allow-host HOST:PORT opens a destination)."
     )
-    body = json.dumps({"error": {"message": message, "type": "amb_blocked", "code": "amb_blocked"}})
-    flow.response = http.Response.make(403, body.encode(), {"content-type": "application/json"})
+    flow.response = amb_error(403, message, "amb_blocked")
     flow.metadata[BLOCKED_KEY] = verdict.blocked
 
 

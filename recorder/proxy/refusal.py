@@ -1,10 +1,11 @@
-"""The answer to a model call refused for the run's budget: each provider's own error for an exhausted
-quota (``schemas.providers``, kind ``quota``), so the agent's SDK raises the error it raises for the
-real thing, with amb's message in it: OpenAI's ``insufficient_quota``, Anthropic's
-``rate_limit_error``, Google's ``RESOURCE_EXHAUSTED``, all with status 429.
+"""Answers the proxy gives itself. A model call refused for the run's budget gets each provider's
+own error for an exhausted quota (``schemas.providers``, kind ``quota``), so the agent's SDK raises
+the error it raises for the real thing, with amb's message in it: OpenAI's ``insufficient_quota``,
+Anthropic's ``rate_limit_error``, Google's ``RESOURCE_EXHAUSTED``, all with status 429. Every such
+answer carries ``x-should-retry: false``, which the openai and anthropic SDKs obey: a refused call
+is raised at once instead of being retried with back-off (a retry would be refused anyway).
 
-Every answer carries ``x-should-retry: false``, which the openai and anthropic SDKs obey: a refused
-call is raised at once instead of being retried with back-off (a retry would be refused anyway).
+Whatever else amb refuses (a blocked destination, a recording it cannot persist) is ``amb_error``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ def response(provider: str, message: str) -> http.Response:
         data,
         {"content-type": "application/json", "x-should-retry": "false", "amb-budget": "exhausted"},
     )
+
+
+def amb_error(status: int, message: str, code: str) -> http.Response:
+    """An answer of amb's own (not a provider's): ``{"error": {"message", "type", "code"}}``."""
+    body = json.dumps({"error": {"message": message, "type": code, "code": code}})
+    return http.Response.make(status, body.encode(), {"content-type": "application/json"})
 
 
 def websocket_error(message: str) -> bytes:

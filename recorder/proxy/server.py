@@ -14,7 +14,6 @@ import gc
 import importlib
 import logging
 import os
-import shutil
 import ssl
 import sys
 import threading
@@ -258,8 +257,3 @@ def ca_bundle(ca_cert: Path, out: Path) -> Path:
     parts.append(ca_cert.read_bytes())
     out.write_bytes(b"\n".join(p.rstrip(b"\n") + b"\n" for p in parts))
     return out
-
-
-def remove_confdir(confdir: Path) -> None:
-    """The CA's private key must not outlive the run."""
-    shutil.rmtree(confdir, ignore_errors=True)

@@ -2,11 +2,9 @@
 
 Parsing, hashing, compressing and writing a multi-MB body takes tens of ms; doing it inside a
 mitmproxy hook would stall every other stream, so large bodies go to worker threads (hashing and
-compression release the GIL). Small calls are cheaper to record on the event loop than to hand to
-a thread: the addon has a small request prepared in the loop's turn after its ``request`` hook
-(``prepare_into``, overlapping the upstream's work) and a small response recorded inline by
-``record_call``. The response hook awaits ``record_call`` before the client gets the answer
-(failing closed).
+compression release the GIL), while small ones are cheaper to record on the event loop
+(``EAGER_PREPARE_MIN``, ``INLINE_MAX``). The response hook awaits ``record_call`` before the client
+gets the answer (failing closed).
 
 Durability: a call is acknowledged once its blobs and event are written to the OS (they survive
 a crash or ``kill -9`` of amb-record); a flusher thread fsyncs the run's blob pack and then the
@@ -25,13 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from recorder.budget import Budget
 from recorder.proxy import calls
 from recorder.proxy.blobwriter import BlobWriter
 from recorder.proxy.custody import Custody
 from recorder.proxy.ledger import Ledger
 from recorder.spool import SpoolWriter, spool_path
-from schemas.blob import BlobRef
+from schemas.blob import BlobRef, digest
 from schemas.blobpack import pack_path
 from schemas.errors import AmbError
 from schemas.events import (
@@ -56,10 +56,9 @@ EAGER_PREPARE_MIN = 64 * 1024
 event loop in its next turn, while the upstream works (no thread hand-off on the common path)."""
 
 INLINE_MAX = 64 * 1024
-"""A finished call whose response is at most this big (and whose request blob is already written)
-is recorded on the caller's thread (the proxy's event loop): a few syscalls and a small parse cost
-less than two thread hand-offs under the GIL. Larger ones go to the worker threads, so a 5 MB body
-never stalls other streams. Requests are always prepared on a worker, overlapping the upstream."""
+"""A finished call whose response is at most this big (and whose request is prepared) is recorded
+on the event loop: a few syscalls and a small parse cost less than two thread hand-offs under the
+GIL. Larger ones go to the worker threads, so a 5 MB body never stalls other streams."""
 
 FLUSH_INTERVAL_S = 0.02
 """How often the spool is fsync'd (the bound on what a power loss, not a crash, can take)."""
@@ -108,25 +107,6 @@ class PreparedRequest:
     ref: BlobRef | None
 
 
-@dataclass
-class NetFacts:
-    method: str
-    scheme: str
-    host: str
-    port: int
-    path: str
-    started_ns: int
-    status: int | None = None
-    request_body: bytes = b""
-    response_kept: bytes | None = None
-    """The response body if it stayed under the cap, else None (only hash and size)."""
-    response_bytes: int = 0
-    response_sha256: str | None = None
-    duration_ms: float | None = None
-    error: str | None = None
-    blocked: str | None = None
-
-
 class Sink:
     """One run's proxy spool + the shared blob store + the tool-call ledger."""
 
@@ -141,7 +121,6 @@ class Sink:
         self._last_request: BlobRef | None = None
         """The run's latest request body: the next one is stored as a delta against it."""
         self._last_response: BlobRef | None = None
-        """The run's budget (``--max-*``): the addon asks it before forwarding, a written call settles."""
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="amb-sink")
         self.counts: Counter[str] = Counter()
         self.broken: str | None = None
@@ -214,18 +193,18 @@ class Sink:
             waits.append(other.written)
         return waits
 
-    def record_network(self, facts: NetFacts) -> Future[NetworkRequest]:
-        return self.pool.submit(self._guard, self._write_network, facts)
+    def record_network(
+        self, seen: NetworkRequest, request: bytes = b"", response: bytes | None = None
+    ) -> Future[NetworkRequest]:
+        """Record a request as ``seen`` (bodies apart); ``response`` is None when over the cap."""
+        return self.pool.submit(self._guard, self._write_network, (seen, request, response))
 
     def record_call_now(self, facts: CallFacts) -> None:
-        """Synchronously (shutdown path: the pool may already be draining)."""
+        """Synchronously (at shutdown the pool may already be draining)."""
         self._guard(self._write_call, facts)
 
     def wait_idle(self, timeout: float) -> bool:
-        """Wait until no write is in progress (so every event of a call seen started is written).
-
-        False if writes were still going on after ``timeout`` seconds.
-        """
+        """Wait until no write is in progress; False if one still was after ``timeout`` seconds."""
         with self._settled:
             return self._settled.wait_for(lambda: self._busy == 0, timeout)
 
@@ -394,40 +373,18 @@ class Sink:
                 )
             )
         for t in requested:
-            self._append(
-                ToolCallRequested(
-                    tool_call_id=t.id, name=t.name, arguments=t.arguments, model_call_id=call_id
-                )
-            )
+            self._append(ToolCallRequested(t.id, t.name, t.arguments, model_call_id=call_id))
 
-    def _write_network(self, f: NetFacts) -> NetworkRequest:
-        from schemas.blob import digest
-
-        req_ref = None
-        req_sha = digest(f.request_body) if f.request_body else None
-        if f.request_body and len(f.request_body) <= NETWORK_BODY_CAP:
-            req_ref = self._blob(f.request_body, "application/octet-stream")
-        resp_ref = None
-        if f.response_kept is not None and f.response_kept:
-            resp_ref = self._blob(f.response_kept, "application/octet-stream")
-        event = NetworkRequest(
-            method=f.method,
-            scheme=f.scheme,
-            host=f.host,
-            port=f.port,
-            path=self.custody.scrub_text(f.path),
-            status=f.status,
-            request_bytes=len(f.request_body),
-            response_bytes=f.response_bytes,
-            started_ns=f.started_ns,
-            duration_ms=f.duration_ms,
-            request_sha256=req_sha,
-            response_sha256=f.response_sha256,
-            request_body=req_ref,
-            response_body=resp_ref,
-            error=f.error,
-            blocked=f.blocked,
-            via="proxy",
+    def _write_network(self, args: tuple[NetworkRequest, bytes, bytes | None]) -> NetworkRequest:
+        seen, request, response = args
+        small = request and len(request) <= NETWORK_BODY_CAP
+        event = msgspec.structs.replace(
+            seen,
+            path=self.custody.scrub_text(seen.path),
+            request_bytes=len(request),
+            request_sha256=digest(request) if request else None,
+            request_body=self._blob(request, "application/octet-stream") if small else None,
+            response_body=self._blob(response, "application/octet-stream") if response else None,
         )
         self._append(event)
         return event

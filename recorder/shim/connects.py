@@ -75,17 +75,22 @@ class Connector:
         tgid = kernel.tgid(tid)
         family, host, port = target
         ts = time.time_ns()
+
+        def record(error: str | None, proto: str = "") -> None:
+            kind = family + (f"/{proto}" if proto else "")
+            self.record(Connect(family=kind, host=host, port=port, error=error, pid=tgid, ts_ns=ts))
+
         dup, err = _duplicate(tgid, fd)
         if dup is None:
             return False  # the caller is gone
         if dup < 0:
             if err == errno.EBADF:  # what the connect itself would have answered
                 self.listener.respond(nid, error=-err)
-                self.record(Connect(family=family, host=host, port=port, error="EBADF", pid=tgid, ts_ns=ts))
+                record("EBADF")
                 return True
             # The socket cannot be had (an old kernel, a policy): the connect goes ahead unobserved.
             self.failed("connect", OSError(err, f"pidfd_getfd: {os.strerror(err)}"))
-            self.record(Connect(family=family, host=host, port=port, error=UNOBSERVED, pid=tgid, ts_ns=ts))
+            record(UNOBSERVED)
             return False
         if not self.listener.valid(nid):
             os.close(dup)
@@ -101,16 +106,7 @@ class Connector:
             finally:
                 os.close(dup)
             self.listener.respond(nid, error=-err)
-            self.record(
-                Connect(
-                    family=family + (f"/{proto}" if proto else ""),
-                    host=host,
-                    port=port,
-                    error=kernel.errno_name(err) if err else None,
-                    pid=tgid,
-                    ts_ns=ts,
-                )
-            )
+            record(kernel.errno_name(err) if err else None, proto)
 
         if kernel.fcntl_flags(dup) & os.O_NONBLOCK or stype != socket.SOCK_STREAM:
             perform()  # answers at once

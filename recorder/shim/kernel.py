@@ -103,6 +103,13 @@ def read_cmdline(pid: int) -> list[bytes]:
     return raw[:-1].split(b"\0") if raw else []
 
 
+def cwd(pid: int) -> bytes | None:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd".encode())
+    except OSError:
+        return None
+
+
 def ppid(tid: int) -> int:
     """The parent of a thread's process, from /proc (``stat`` is far cheaper to produce than ``status``)."""
     with open(f"/proc/{tid}/stat", "rb") as f:

@@ -21,6 +21,12 @@ from schemas.tempdirs import tempdir
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def importable(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with this tree on ``PYTHONPATH``: the shim imports only recorder.shim (stdlib + msgspec)."""
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
 @dataclass(frozen=True)
 class LocalResult:
     exit_code: int
@@ -34,27 +40,17 @@ def shim_argv(
     workspace: str,
     argv: list[str],
     *,
+    entry: Sequence[str] = (sys.executable, "-m", "recorder.shim"),
     content_cap: int = DEFAULT_CAP,
     watched: Sequence[str] = (),
     outside: Sequence[str] = (),
     tracer: str = "auto",
-    python: str = sys.executable,
     private_dir: str | None = None,
+    flags: Sequence[str] = (),
 ) -> list[str]:
-    cmd = [
-        python,
-        "-m",
-        "recorder.shim",
-        "run",
-        "--socket",
-        socket_path,
-        "--workspace",
-        workspace,
-        "--content-cap",
-        str(content_cap),
-        "--tracer",
-        tracer,
-    ]
+    """The command that runs ``argv`` under the shim (``entry`` starts its ``__main__``)."""
+    cmd = [*entry, "run", "--socket", socket_path, "--workspace", workspace]
+    cmd += ["--content-cap", str(content_cap), "--tracer", tracer, *flags]
     for w in watched:
         cmd += ["--watch", w]
     for d in outside:
@@ -83,9 +79,6 @@ def run_local(
         receiver = ShimReceiver(
             store, run_id, sock_dir, blobs=BlobStore(Path(store) / "blobs"), content_cap=content_cap
         ).start()
-        full_env = dict(os.environ if env is None else env)
-        # The shim imports only recorder.shim (stdlib + msgspec); make it importable from here.
-        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
         try:
             proc = subprocess.run(
                 shim_argv(
@@ -98,7 +91,7 @@ def run_local(
                     tracer=tracer,
                     private_dir=private_dir,
                 ),
-                env=full_env,
+                env=importable(dict(os.environ if env is None else env)),
                 timeout=timeout,
             )
             code = proc.returncode

@@ -30,6 +30,7 @@ its pid been reused) before the shim acted on it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import platform
@@ -44,6 +45,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+import msgspec
+
 from recorder.shim import kernel, launch, seccomp
 from recorder.shim.connects import Connector
 from recorder.shim.wire import Proc
@@ -53,30 +56,6 @@ LABEL = "seccomp-notify"
 
 _FLUSH_AFTER = 0.05
 """Seconds records may wait to be sent together (one wakeup of the receiver per batch)."""
-
-
-@dataclass
-class _Proc:
-    pid: int
-    ppid: int | None
-    argv: list[bytes]
-    cwd: bytes | None
-    start_ns: int
-
-    def ended(self, end_ns: int, exit_code: int | None = None, sig: int | None = None) -> Proc:
-        """The record of this program ended at ``end_ns`` (no exit code: replaced by an exec, or
-        still running when tracing stopped)."""
-        return Proc(
-            pid=self.pid,
-            ppid=self.ppid,
-            argv=self.argv,
-            cwd=self.cwd,
-            start_ns=self.start_ns,
-            end_ns=end_ns,
-            exit_code=exit_code,
-            signal=sig,
-            tracer=LABEL,
-        )
 
 
 @dataclass
@@ -106,7 +85,7 @@ class NotifyTracer:
         self.uid = -1 if agent_uid is None else agent_uid
         self.gid = self.uid if agent_gid is None else agent_gid
         self.kinds = seccomp.traced()
-        self.procs: dict[int, _Proc] = {}
+        self.procs: dict[int, Proc] = {}
         """Processes that exec'd a program and have not ended, by pid."""
         self.pending: dict[int, _Exec] = {}
         """Execs seen at entry, by the calling thread's id."""
@@ -167,14 +146,10 @@ class NotifyTracer:
         (one that forked without exec'ing is not traced)."""
         n = 0
         roots = {p for p in (self.root_pid, *list(self.procs)) if p is not None}
-        for pid in kernel.descendants(roots) | set(self.procs):
-            if pid == self.root_pid:
-                continue
-            try:
+        for pid in (kernel.descendants(roots) | set(self.procs)) - {self.root_pid}:
+            with contextlib.suppress(OSError):
                 os.kill(pid, sig)
                 n += 1
-            except OSError:
-                pass
         return n
 
     def others_alive(self) -> bool:
@@ -183,15 +158,11 @@ class NotifyTracer:
     def _fail_closed(self) -> None:
         """Kill the command and everything traced, and reap the command (on the tracer thread)."""
         for pid in [p for p in (self.root_pid, *list(self.procs)) if p is not None]:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except (OSError, TypeError):
-                pass
         if self.root_status is None and self.root_pid is not None:
-            try:
+            with contextlib.suppress(ChildProcessError):
                 _pid, self.root_status = os.waitpid(self.root_pid, kernel.WALL)
-            except ChildProcessError:
-                pass
 
     # -- the tracer thread --
 
@@ -279,16 +250,12 @@ class NotifyTracer:
                 elif fd == sigfd:
                     # SIGCHLDs coalesce: one read clears them all, and any state change after it
                     # raises a new one, so reaping until nothing is left misses nothing.
-                    try:
+                    with contextlib.suppress(BlockingIOError):
                         os.read(sigfd, 4096)
-                    except BlockingIOError:
-                        pass
                     self._reap(proc)
                 else:
-                    try:
+                    with contextlib.suppress(BlockingIOError):
                         os.read(self._wake_r, 64)
-                    except BlockingIOError:
-                        pass
             self._flush()
         self._reap(proc)
         self._finish()
@@ -314,7 +281,7 @@ class NotifyTracer:
             if p is not None:
                 code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
                 sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-                self._queue(p.ended(now, code, sig))
+                self._queue(_ended(p, now, code, sig))
             if pid == self.root_pid:
                 self._flush(force=True)
                 self.root_done.set()
@@ -356,8 +323,10 @@ class NotifyTracer:
         if old is not None:
             # The process replaces its program (a shell exec'ing its last command): the old program
             # ends there, with no exit code of its own.
-            self._queue(old.ended(e.ts_ns))
-        self.procs[pid] = _Proc(pid, e.ppid, e.argv or [], e.cwd, e.ts_ns)
+            self._queue(_ended(old, e.ts_ns))
+        self.procs[pid] = Proc(
+            pid=pid, ppid=e.ppid, argv=e.argv or [], cwd=e.cwd, start_ns=e.ts_ns, tracer=LABEL
+        )
         self.counts["execs"] += 1
 
     def _notification(self) -> None:
@@ -414,10 +383,7 @@ class NotifyTracer:
         e.ppid = kernel.ppid(tid)
         if e.unconfirmed:
             e.tgid = kernel.tgid(tid)
-        try:
-            e.cwd = os.readlink(f"/proc/{tid}/cwd".encode())
-        except OSError:
-            e.cwd = None
+        e.cwd = kernel.cwd(tid)
         if e.unconfirmed and self.pending.get(tid) is e:
             del self.pending[tid]
             self._commit(e.tgid, e)
@@ -443,9 +409,15 @@ class NotifyTracer:
         """Tracing stops: whatever still runs is reported without an exit code."""
         now = time.time_ns()
         for p in self.procs.values():
-            self._queue(p.ended(now))
+            self._queue(_ended(p, now))
         self.procs.clear()
         self._flush(force=True)
+
+
+def _ended(p: Proc, end_ns: int, exit_code: int | None = None, sig: int | None = None) -> Proc:
+    """The record of a program that ended at ``end_ns`` (no exit code: replaced by an exec, or still
+    running when tracing stopped)."""
+    return msgspec.structs.replace(p, end_ns=end_ns, exit_code=exit_code, signal=sig)
 
 
 def block_sigchld() -> None:

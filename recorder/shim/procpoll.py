@@ -7,11 +7,11 @@ process, and end times are accurate to one interval. It watches the root process
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
 
+from recorder.shim import kernel
 from recorder.shim.wire import Proc
 
 _CLK = os.sysconf("SC_CLK_TCK")
@@ -39,35 +39,19 @@ class ProcPoller:
         self._thread.start()
 
     def _snapshot(self) -> dict[int, tuple[int, list[bytes], int]]:
-        """pid -> (ppid, argv, start_ns) for every process under the root."""
+        """pid -> (ppid, argv, start_ns) for the root and every process under it."""
         table: dict[int, tuple[int, list[bytes], int]] = {}
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            pid = int(name)
+        for pid in {self.root_pid} | kernel.descendants({self.root_pid}):
             try:
                 with open(f"/proc/{pid}/stat", "rb") as f:
                     stat = f.read()
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    raw = f.read()
+                argv = kernel.read_cmdline(pid)
             except OSError:
                 continue
             fields = stat[stat.rfind(b")") + 2 :].split()
-            ppid = int(fields[1])
             start_ns = self.boot_ns + int(fields[19]) * 1_000_000_000 // _CLK
-            argv = raw.rstrip(b"\0").split(b"\0") if raw else []
-            table[pid] = (ppid, argv, start_ns)
-        keep: dict[int, tuple[int, list[bytes], int]] = {}
-        frontier = {self.root_pid}
-        while frontier:
-            nxt = set()
-            for pid, row in table.items():
-                if pid in frontier and pid not in keep:
-                    keep[pid] = row
-                if row[0] in frontier and pid not in keep:
-                    nxt.add(pid)
-            frontier = nxt - set(keep)
-        return keep
+            table[pid] = (int(fields[1]), argv, start_ns)
+        return table
 
     def poll_once(self) -> None:
         now = time.time_ns()
@@ -75,11 +59,8 @@ class ProcPoller:
         for pid, (ppid, argv, start_ns) in snap.items():
             old = self.alive.get(pid)
             if old is None or (argv and old.argv != argv):
-                cwd = None
-                with contextlib.suppress(OSError):
-                    cwd = os.readlink(f"/proc/{pid}/cwd".encode())
                 self.alive[pid] = Proc(
-                    pid=pid, ppid=ppid, argv=argv, cwd=cwd, start_ns=start_ns, tracer="proc-poll"
+                    pid=pid, ppid=ppid, argv=argv, cwd=kernel.cwd(pid), start_ns=start_ns, tracer="proc-poll"
                 )
         for pid in [p for p in self.alive if p not in snap and p != self.root_pid]:
             rec = self.alive.pop(pid)

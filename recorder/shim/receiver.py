@@ -18,12 +18,11 @@ import contextlib
 import os
 import socket
 import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
+from recorder.backend import media_type
 from recorder.shim import wire
 from recorder.spool import SpoolWriter, spool_path
 from schemas.blobstore import BlobStore
@@ -170,7 +169,7 @@ class ShimReceiver:
         elif isinstance(msg, wire.Bye):
             self.bye = msg
         ts = getattr(msg, "ts_ns", 0) or None
-        payload, at = _EVENT_OF[type(msg)](msg, ts, self.blobs)
+        payload, at = _event(msg, ts, self.blobs)
         self._append(payload, ts_ns=at)
 
     # ---- ending -------------------------------------------------------------------------------------
@@ -185,21 +184,6 @@ class ShimReceiver:
             self._stop_listening()
         self.done.wait(timeout)
         self.writer.close()
-
-
-def _media_type(path: str) -> str:
-    lower = path.lower()
-    for suffix, media in (
-        (".json", "application/json"),
-        (".txt", "text/plain"),
-        (".md", "text/markdown"),
-        (".py", "text/x-python"),
-        (".csv", "text/csv"),
-        (".sh", "text/x-shellscript"),
-    ):
-        if lower.endswith(suffix):
-            return media
-    return "application/octet-stream"
 
 
 def _bind_neutral(sock: socket.socket, path: Path) -> None:
@@ -230,93 +214,55 @@ def _changed(changed_ns: int | None, ts_ns: int | None) -> int | None:
     return min(changed_ns, ts_ns) if ts_ns else changed_ns
 
 
-# ---- each message as the event it becomes, and when -----------------------------------------------
-# (``ts`` is the message's time, None when it has none; a file's content goes to ``blobs``.)
-
-
-def _proc(msg: wire.Proc, ts: int | None, blobs: BlobStore) -> tuple[Payload, int | None]:
-    event = ProcessExited(
-        pid=msg.pid,
-        ppid=msg.ppid,
-        argv=[os_text(a) for a in msg.argv],
-        cwd=os_text(msg.cwd) if msg.cwd is not None else None,
-        start_ns=msg.start_ns,
-        end_ns=msg.end_ns,
-        exit_code=msg.exit_code,
-        signal=msg.signal,
-        tracer=msg.tracer,
-    )
-    return event, msg.end_ns or ts
-
-
-def _write(msg: wire.Write, ts: int | None, blobs: BlobStore) -> tuple[Payload, int | None]:
-    path = os_text(msg.path)
-    ref = None
-    sha = msg.sha256
-    if msg.content is not None:
-        ref = blobs.put(msg.content, _media_type(path), sync=False)
-        sha = ref.blob  # the digest we computed, not the one we were told
-    changed = _changed(msg.changed_ns, ts)
-    return FileWritten(path=path, op=msg.op, size=msg.size, sha256=sha, content=ref, changed_ns=changed), ts
-
-
-def _delete(msg: wire.Delete, ts: int | None, blobs: BlobStore) -> tuple[Payload, int | None]:
-    return FileDeleted(path=os_text(msg.path), changed_ns=_changed(msg.changed_ns, ts)), ts
-
-
-def _rename(msg: wire.Rename, ts: int | None, blobs: BlobStore) -> tuple[Payload, int | None]:
-    changed = _changed(msg.changed_ns, ts)
-    return FileRenamed(src=os_text(msg.src), dst=os_text(msg.dst), changed_ns=changed), ts
-
-
-def _access(msg: wire.Access, ts: int | None, blobs: BlobStore) -> tuple[Payload, int | None]:
-    return FileAccessed(path=os_text(msg.path), mode=msg.mode, pid=msg.pid), ts
-
-
-def _connect(msg: wire.Connect, ts: int | None, blobs: BlobStore) -> tuple[Payload, int | None]:
-    scheme = msg.family.partition("/")[2]
-    event = NetworkRequest(
-        scheme=scheme,
-        host=msg.host,
-        port=msg.port,
-        started_ns=msg.ts_ns,
-        error=msg.error,
-        via="shim",
-        method="CONNECT",
-    )
-    return event, ts
-
-
-def _hello(msg: wire.Hello, ts: int | None, blobs: BlobStore) -> tuple[Payload, int | None]:
-    data = {
-        "tracer": msg.tracer,
-        "fallback": msg.tracer == "proc-poll",
-        "detail": msg.detail,
-        "workspace": os_text(msg.workspace),
-        "content_cap": msg.content_cap,
-        "watched": [os_text(w) for w in msg.watched],
-        "protocol": msg.protocol,
-    }
-    return Note(text="shim started", data=data), ts
-
-
-def _note(msg: wire.NoteMsg, ts: int | None, blobs: BlobStore) -> tuple[Payload, int | None]:
-    data = {**msg.data, **{k: os_text(v) for k, v in msg.names.items()}}
-    return Note(text=msg.text, data=data), ts
-
-
-def _bye(msg: wire.Bye, ts: int | None, blobs: BlobStore) -> tuple[Payload, int | None]:
-    return Note(text="shim finished", data={"exit_code": msg.exit_code, **msg.counts}), ts
-
-
-_EVENT_OF: dict[type, Callable[[Any, int | None, BlobStore], tuple[Payload, int | None]]] = {
-    wire.Proc: _proc,
-    wire.Write: _write,
-    wire.Delete: _delete,
-    wire.Rename: _rename,
-    wire.Access: _access,
-    wire.Connect: _connect,
-    wire.Hello: _hello,
-    wire.NoteMsg: _note,
-    wire.Bye: _bye,
-}
+def _event(msg: wire.Msg, ts: int | None, blobs: BlobStore) -> tuple[Payload, int | None]:
+    """The event a message becomes, and its time (``ts``: the message's, None when it has none);
+    a file's content goes to ``blobs``."""
+    match msg:
+        case wire.Proc():  # the same fields, OS strings as the recorded text
+            cwd = os_text(msg.cwd) if msg.cwd is not None else None
+            seen = msgspec.structs.asdict(msg) | {"argv": [os_text(a) for a in msg.argv], "cwd": cwd}
+            return ProcessExited(**seen), msg.end_ns or ts
+        case wire.Write():
+            path, ref, sha = os_text(msg.path), None, msg.sha256
+            if msg.content is not None:
+                ref = blobs.put(msg.content, media_type(path), sync=False)
+                sha = ref.blob  # the digest we computed, not the one we were told
+            changed = _changed(msg.changed_ns, ts)
+            return FileWritten(
+                path=path, op=msg.op, size=msg.size, sha256=sha, content=ref, changed_ns=changed
+            ), ts
+        case wire.Delete():
+            return FileDeleted(path=os_text(msg.path), changed_ns=_changed(msg.changed_ns, ts)), ts
+        case wire.Rename():
+            changed = _changed(msg.changed_ns, ts)
+            return FileRenamed(src=os_text(msg.src), dst=os_text(msg.dst), changed_ns=changed), ts
+        case wire.Access():
+            return FileAccessed(path=os_text(msg.path), mode=msg.mode, pid=msg.pid), ts
+        case wire.Connect():
+            scheme = msg.family.partition("/")[2]
+            attempt = NetworkRequest(
+                scheme=scheme,
+                host=msg.host,
+                port=msg.port,
+                started_ns=msg.ts_ns,
+                error=msg.error,
+                via="shim",
+                method="CONNECT",
+            )
+            return attempt, ts
+        case wire.Hello():
+            data = {
+                "tracer": msg.tracer,
+                "fallback": msg.tracer == "proc-poll",
+                "detail": msg.detail,
+                "workspace": os_text(msg.workspace),
+                "content_cap": msg.content_cap,
+                "watched": [os_text(w) for w in msg.watched],
+                "protocol": msg.protocol,
+            }
+            return Note(text="shim started", data=data), ts
+        case wire.NoteMsg():
+            data = {**msg.data, **{k: os_text(v) for k, v in msg.names.items()}}
+            return Note(text=msg.text, data=data), ts
+        case wire.Bye():
+            return Note(text="shim finished", data={"exit_code": msg.exit_code, **msg.counts}), ts

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from recorder.shim import notify as nt
@@ -146,8 +147,7 @@ def run(opts: Options) -> int:
     sender = Sender(opts.socket)
     tracer, detail, seccomp = _choose_tracer(opts)
     if tracer is None:
-        sender.send(NoteMsg(text=f"shim: {detail}", ts_ns=time.time_ns()))
-        sys.stderr.write(f"amb-shim: {detail}\n")
+        _say(sender, detail)
         return 125
     watcher = Watcher(opts.workspace, sender.send, content_cap=opts.content_cap, watched=opts.watched)
     outside = [
@@ -212,11 +212,10 @@ def run(opts: Options) -> int:
     counts["messages"] = sender.sent
     counts["unsendable"] = sender.unsendable
     sender.send(Bye(exit_code=code, counts=counts, ts_ns=time.time_ns()))
+    sender.close()
     if sender.broken is not None:
         sys.stderr.write(f"amb-shim: lost the recorder ({sender.broken}); the agent was stopped\n")
-        sender.close()
         return 125
-    sender.close()
     return code
 
 
@@ -277,25 +276,17 @@ class _NotifyRun:
         try:
             self.tracer.start(list(self.opts.argv), self.opts.workspace)
         except OSError as e:
-            self.sender.send(NoteMsg(text=f"shim: {e}", ts_ns=time.time_ns()))
-            sys.stderr.write(f"amb-shim: {e}\n")
+            _say(self.sender, str(e))
             self.tracer.stop()
             return 125
         while not self.tracer.root_done.wait(0.5):  # (a timed wait lets forwarded signals through)
             pass
-        deadline = time.monotonic() + self.opts.linger
-        while time.monotonic() < deadline and self.tracer.others_alive():
-            time.sleep(0.05)
+        _wait_while(self.tracer.others_alive, self.opts.linger)
         killed = self.tracer.kill_all()
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and self.tracer.others_alive():
-            time.sleep(0.02)  # their deaths, with the signal, are recorded
+        _wait_while(self.tracer.others_alive, 5)  # their deaths, with the signal, are recorded
         self.tracer.stop()
         if self.tracer.failed:
-            self.sender.send(
-                NoteMsg(text=f"shim: {self.tracer.failed}; the agent was stopped", ts_ns=time.time_ns())
-            )
-            sys.stderr.write(f"amb-shim: {self.tracer.failed}; the agent was stopped\n")
+            _say(self.sender, f"{self.tracer.failed}; the agent was stopped")
         self.counts.update(self.tracer.counts)
         self.counts["killed_lingerers"] = killed
         if self.tracer.last_error:
@@ -307,8 +298,7 @@ class _NotifyRun:
 
     def forward(self, sig: int) -> None:
         if self.tracer.root_pid is not None and self.tracer.root_status is None:
-            with contextlib.suppress(OSError):
-                os.kill(self.tracer.root_pid, sig)
+            _kill([self.tracer.root_pid], sig)
 
     def fail_closed(self) -> None:
         self.tracer.kill_all()
@@ -402,21 +392,15 @@ class _StraceRun:
             self._sample_cpu()
             time.sleep(0.05)
         left = [pid for pid in list(self.tracker.procs) if pid != self.tracker.root_pid]
-        for pid in left:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        _kill(left)
         self.counts["killed_lingerers"] = len(left)
 
     def forward(self, sig: int) -> None:
-        pid = self.tracker.root_pid
-        if pid is not None:
-            with contextlib.suppress(OSError):
-                os.kill(pid, sig)
+        if self.tracker.root_pid is not None:
+            _kill([self.tracker.root_pid], sig)
 
     def fail_closed(self) -> None:
-        for pid in list(self.tracker.procs):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        _kill(list(self.tracker.procs))
 
 
 class _PollRun:
@@ -430,13 +414,10 @@ class _PollRun:
         self.proc = subprocess.Popen(self.argv, cwd=self.opts.workspace)
         self.poller = ProcPoller(self.proc.pid, self.sender.send)
         self.poller.start()
-        rc = self.proc.wait()
-        deadline = time.monotonic() + self.opts.linger
-        while time.monotonic() < deadline and any(p != self.proc.pid for p in self.poller.alive):
-            time.sleep(0.05)
-        for pid in [p for p in self.poller.alive if p != self.proc.pid]:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        rc, root = self.proc.wait(), self.proc.pid
+        poller = self.poller
+        _wait_while(lambda: any(p != root for p in poller.alive), self.opts.linger)
+        _kill([p for p in poller.alive if p != root])
         code = 128 - rc if rc < 0 else rc
         self.poller.finish(code if rc >= 0 else None, -rc if rc < 0 else None)
         return code
@@ -450,6 +431,24 @@ class _PollRun:
         if self.proc is not None:
             with contextlib.suppress(OSError):
                 self.proc.kill()
+
+
+def _kill(pids: list[int], sig: int = signal.SIGKILL) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, sig)
+
+
+def _wait_while(busy: Callable[[], bool], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and busy():
+        time.sleep(0.02)
+
+
+def _say(sender: Sender, problem: str) -> None:
+    """A problem of the shim's, in the record and on stderr."""
+    sender.send(NoteMsg(text=f"shim: {problem}", ts_ns=time.time_ns()))
+    sys.stderr.write(f"amb-shim: {problem}\n")
 
 
 def _note_lost(sender: Sender, what: str, last_error: str) -> None:

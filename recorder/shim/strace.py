@@ -13,12 +13,15 @@ children and the workspace.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass, field
 
+from recorder.shim import kernel
 from recorder.shim.wire import Connect, Proc
 
 TRACED = "execve,execveat,clone,clone3,fork,vfork,chdir,fchdir,connect"
@@ -73,32 +76,6 @@ _RESUMED = re.compile(r"^<\.\.\. (\w+) resumed>(.*)$")
 _RESULT = re.compile(r"\)\s+=\s+(-?\d+|\?)(?:\s+(E[A-Z0-9]+))?")
 _EXITED = re.compile(r"^\+\+\+ exited with (\d+) \+\+\+$")
 _KILLED = re.compile(r"^\+\+\+ killed by (SIG\w+)(?: \(core dumped\))? \+\+\+$")
-_SIGNALS = {
-    name: int(num)
-    for name, num in (
-        ("SIGHUP", 1),
-        ("SIGINT", 2),
-        ("SIGQUIT", 3),
-        ("SIGILL", 4),
-        ("SIGTRAP", 5),
-        ("SIGABRT", 6),
-        ("SIGBUS", 7),
-        ("SIGFPE", 8),
-        ("SIGKILL", 9),
-        ("SIGUSR1", 10),
-        ("SIGSEGV", 11),
-        ("SIGUSR2", 12),
-        ("SIGPIPE", 13),
-        ("SIGALRM", 14),
-        ("SIGTERM", 15),
-        ("SIGXCPU", 24),
-        ("SIGXFSZ", 25),
-        ("SIGSYS", 31),
-    )
-}
-
-_SIGNAL_NAMES = {num: name for name, num in _SIGNALS.items()}
-
 _ESCAPES = {"n": 10, "t": 9, "r": 13, "v": 11, "f": 12, "a": 7, "b": 8, "\\": 92, '"': 34, "'": 39}
 
 
@@ -164,12 +141,11 @@ def parse_string_array(text: str, i: int) -> tuple[list[str] | None, int]:
 class _Proc:
     pid: int
     ppid: int | None = None
-    argv: list[str] | None = None
-    cwd: str | None = None
+    argv: list[bytes] | None = None
+    cwd: bytes | None = None
     start_ns: int = 0
     execd: bool = False
     hidden: bool = False
-    needs_cmdline: bool = False
 
 
 @dataclass
@@ -177,7 +153,6 @@ class Tracker:
     """Folds strace lines into process records. Feed lines; collect ``Proc``/``Connect`` messages."""
 
     root_cwd: str
-    tracer: str = "strace"
     hide_marker: str = ""
     """An argv element that marks the shim's own exec (the uid drop); such images are not reported."""
     procs: dict[int, _Proc] = field(default_factory=dict)
@@ -221,7 +196,7 @@ class Tracker:
         rest = m.group(4)
         if self.root_pid is None:
             self.root_pid = tid
-            self.procs[tid] = _Proc(tid, cwd=self.root_cwd, start_ns=ts_ns)
+            self.procs[tid] = _Proc(tid, cwd=os.fsencode(self.root_cwd), start_ns=ts_ns)
         if rest.endswith("<unfinished ...>"):
             self.pending[tid] = rest[: -len("<unfinished ...>")].rstrip()
             return []
@@ -253,13 +228,12 @@ class Tracker:
         return Proc(
             pid=p.pid,
             ppid=p.ppid,
-            argv=[os.fsencode(a) for a in p.argv or []],
-            cwd=os.fsencode(p.cwd) if p.cwd is not None else None,
+            argv=p.argv or [],
+            cwd=p.cwd,
             start_ns=p.start_ns,
             end_ns=end_ns,
             exit_code=exit_code,
             signal=sig,
-            tracer=self.tracer,
         )
 
     def _event(self, tid: int, ts_ns: int, rest: str) -> list:
@@ -287,19 +261,15 @@ class Tracker:
                 arg_at = rest.index(", ", arg_at) + 2
             _path, j = parse_string(rest, arg_at) if rest[arg_at] == '"' else (None, rest.index(", ", arg_at))
             argv, _ = parse_string_array(rest, j + 2)
-            p.argv = argv
             # A process that had just changed uid cannot be read by its tracer until the exec
-            # completes: take its argv from /proc instead.
-            p.needs_cmdline = argv is None
-            if p.needs_cmdline:
-                p.argv = _read_cmdline(pid)
-                p.needs_cmdline = p.argv is None
+            # completes: its argv is taken from /proc instead.
+            p.argv = [os.fsencode(a) for a in argv] if argv is not None else _read_cmdline(pid)
             p.execd = True
             p.start_ns = ts_ns
             # The shim's own privilege-dropping step is plumbing, not something the agent ran.
-            p.hidden = bool(self.hide_marker) and self.hide_marker in (p.argv or [])
+            p.hidden = bool(self.hide_marker) and os.fsencode(self.hide_marker) in (p.argv or [])
             if p.cwd is None:
-                p.cwd = _read_cwd(pid)
+                p.cwd = kernel.cwd(pid)
             return out
         if name in ("clone", "clone3", "fork", "vfork"):
             if value in ("?",) or int(value) <= 0:
@@ -329,10 +299,10 @@ class Tracker:
             p = self._get(self._pid(tid), ts_ns)
             if name == "chdir":
                 target, _ = parse_string(rest, rest.index("(") + 1)
-                p.cwd = os.path.normpath(os.path.join(p.cwd or "/", target))
+                p.cwd = os.path.normpath(os.path.join(p.cwd or b"/", os.fsencode(target)))
             else:  # fchdir(3</the/dir>): -yy prints the path with C escapes (and '>' escaped)
                 lt = rest.find("<")
-                p.cwd = _unescape(rest, lt + 1, ">")[0] if lt > 0 else _read_cwd(p.pid)
+                p.cwd = os.fsencode(_unescape(rest, lt + 1, ">")[0]) if lt > 0 else kernel.cwd(p.pid)
             return []
         if name == "connect":
             return self._connect(self._pid(tid), ts_ns, rest, value, errno)
@@ -370,7 +340,10 @@ class Tracker:
         if not (m or k):
             return []  # "+++ superseded by execve +++" and the like
         code = int(m.group(1)) if m else None
-        sig = _SIGNALS.get(k.group(1)) if k else None
+        member = signal.Signals.__members__.get(k.group(1)) if k else None
+        return self._end(tid, ts_ns, code, int(member) if member else None)
+
+    def _end(self, tid: int, ts_ns: int, code: int | None, sig: int | None) -> list:
         p = self.procs.pop(tid, None)
         if tid == self.root_pid:
             self.root_exit = code if code is not None else 128 + (sig or 0)
@@ -386,7 +359,7 @@ class Tracker:
         ``+++ killed by +++``) can be lost with it: end the root process from strace's status."""
         if self.root_pid is None or self.root_exit is not None:
             return []
-        return self._exit(self.root_pid, end_ns, f"+++ killed by {_SIGNAL_NAMES.get(sig, 'SIG?')} +++")
+        return self._end(self.root_pid, end_ns, None, sig)
 
     def unfinished(self, end_ns: int) -> list:
         """Processes still alive when tracing stopped (reported with no exit code), and those ended
@@ -398,19 +371,7 @@ class Tracker:
         return out
 
 
-def _read_cmdline(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    if not raw:
-        return None
-    return [a.decode("utf-8", "surrogateescape") for a in raw.rstrip(b"\0").split(b"\0")]
-
-
-def _read_cwd(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        return None
+def _read_cmdline(pid: int) -> list[bytes] | None:
+    with contextlib.suppress(OSError):
+        return kernel.read_cmdline(pid) or None
+    return None

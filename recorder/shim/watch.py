@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
-import errno
 import hashlib
 import os
 import select
@@ -32,7 +31,6 @@ from collections.abc import Callable, Sequence
 
 from recorder.shim.wire import Access, Delete, NoteMsg, Rename, Write, describe
 
-IN_ACCESS = 0x1
 IN_MODIFY = 0x2
 IN_CLOSE_WRITE = 0x8
 IN_OPEN = 0x20
@@ -40,8 +38,6 @@ IN_MOVED_FROM = 0x40
 IN_MOVED_TO = 0x80
 IN_CREATE = 0x100
 IN_DELETE = 0x200
-IN_DELETE_SELF = 0x400
-IN_MOVE_SELF = 0x800
 IN_Q_OVERFLOW = 0x4000
 IN_IGNORED = 0x8000
 IN_ISDIR = 0x40000000
@@ -59,19 +55,14 @@ _EVENT = struct.Struct("iIII")
 Emit = Callable[[object], None]
 
 
-class InotifyUnavailable(OSError):
-    pass
-
-
 class _Inotify:
     def __init__(self) -> None:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
         self._add = libc.inotify_add_watch
         self._add.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-        self._rm = libc.inotify_rm_watch
         self.fd = libc.inotify_init1(IN_CLOEXEC | IN_NONBLOCK)
         if self.fd < 0:
-            raise InotifyUnavailable(ctypes.get_errno(), "inotify_init1 failed")
+            raise OSError(ctypes.get_errno(), "inotify_init1 failed")
 
     def add(self, path: str, mask: int) -> int:
         wd = self._add(self.fd, os.fsencode(path), mask)
@@ -311,13 +302,7 @@ class Watcher:
         del self._arrivals[dst]
         self._unread.discard(src)
         self.known.pop(src)
-        self.counts["renamed"] += 1
-        now = time.time_ns()
-        self.emit(
-            Rename(
-                src=self._shown(src), dst=self._shown(dst), ts_ns=now, changed_ns=_ctime(self._abs(dst), now)
-            )
-        )
+        self._emit_rename(src, dst)
 
     # ---- reports -------------------------------------------------------------------------------------
 
@@ -365,8 +350,13 @@ class Watcher:
         changed = _ctime(os.path.dirname(self._abs(rel)), now)
         self.emit(Delete(path=self._shown(rel), ts_ns=now, changed_ns=changed))
 
-    def _renamed(self, src: str, dst: str, isdir: bool) -> None:
+    def _emit_rename(self, src: str, dst: str) -> None:
+        self.counts["renamed"] += 1
         now = time.time_ns()
+        changed = _ctime(self._abs(dst), now)
+        self.emit(Rename(src=self._shown(src), dst=self._shown(dst), ts_ns=now, changed_ns=changed))
+
+    def _renamed(self, src: str, dst: str, isdir: bool) -> None:
         if isdir:
             for wd, rel in list(self.dirs.items()):
                 if rel == src or rel.startswith(src + "/"):
@@ -374,15 +364,7 @@ class Watcher:
             moved = [p for p in self.known if p.startswith(src + "/")]
             for p in moved:
                 self.known[dst + p[len(src) :]] = self.known.pop(p)
-            self.counts["renamed"] += 1
-            self.emit(
-                Rename(
-                    src=self._shown(src),
-                    dst=self._shown(dst),
-                    ts_ns=now,
-                    changed_ns=_ctime(self._abs(dst), now),
-                )
-            )
+            self._emit_rename(src, dst)
             return
         if src in self._unread:
             # Written, closed and renamed before the close was handled (the watcher lagged): the
@@ -396,12 +378,7 @@ class Watcher:
             self._report_file(dst)  # src was never seen (made and renamed within one batch)
             return
         self.known[dst] = entry
-        self.counts["renamed"] += 1
-        self.emit(
-            Rename(
-                src=self._shown(src), dst=self._shown(dst), ts_ns=now, changed_ns=_ctime(self._abs(dst), now)
-            )
-        )
+        self._emit_rename(src, dst)
         try:  # a rename of a file still being written: report the content it has now
             st = os.lstat(self._abs(dst))
             if (st.st_size, st.st_mtime_ns) != entry[:2]:
@@ -496,6 +473,3 @@ def _hash_path(path: str, cap: int = 1 << 62) -> tuple[bytes | None, str]:
     finally:
         os.close(fd)
     return (b"".join(chunks) if chunks is not None else None), "sha256:" + h.hexdigest()
-
-
-__all__ = ["InotifyUnavailable", "Watcher", "errno"]

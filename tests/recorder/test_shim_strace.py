@@ -194,3 +194,25 @@ def test_a_line_that_breaks_the_parser_is_counted_and_tracing_goes_on() -> None:
     )
     assert [p.argv for p in out] == [[b"sh"]]
     assert t.unparsed == 1 and t.last_error is not None and "unterminated" in t.last_error
+
+
+def test_a_signal_of_any_name_ends_a_process_with_its_number() -> None:
+    # SIGPROF, SIGVTALRM, SIGWINCH... kill a process as surely as SIGKILL: the record says which one,
+    # and the command's exit is 128 + its number (not 128 + 0).
+    t = Tracker(root_cwd="/ws")
+    out = feed(
+        t,
+        r"""
+        5 1700000000.000001 execve("/bin/sh", ["sh"], 0x1 /* 1 vars */) = 0
+        5 1700000000.000002 +++ killed by SIGPROF +++
+    """,
+    )
+    assert [(p.exit_code, p.signal) for p in out] == [(None, 27)]
+    assert t.root_exit == 128 + 27
+
+
+def test_the_root_killed_by_a_signal_strace_did_not_name() -> None:
+    t = Tracker(root_cwd="/ws")
+    feed(t, r'5 1700000000.000001 execve("/bin/sh", ["sh"], 0x1 /* 1 vars */) = 0')
+    out = t.root_killed(40, 1700000000000002000)  # a real-time signal: it has no name of its own
+    assert [(p.exit_code, p.signal) for p in out] == [(None, 40)] and t.root_exit == 128 + 40
