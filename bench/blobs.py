@@ -2,7 +2,7 @@
 
 Builds the store's reference 200-run set (``amb generate --runs 200 --calls 50``, then ingest) once, keeps
 a second copy whose blobs are laid out as before packs (one zlib file per blob, ``blobs/ab/cd...``),
-and prints for both, alternating --rounds rounds (medians), everything in the page cache:
+and measures both, alternating --rounds rounds (medians), everything in the page cache:
 
 - ``amb verify`` (events, chains, manifests and every referenced blob) and its blob part alone;
 - a blob read (random referenced blobs, one ``get`` each: p50 and p99);
@@ -18,12 +18,10 @@ Run: ./just bench blobs [--runs 200] [--calls 50] [--rounds 3] [--keep DIR]
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import shutil
 import statistics
 import sys
-import time
 import zlib
 from collections.abc import Callable
 from functools import partial
@@ -35,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 import zstandard
 
 from bench import figures
-from bench.measure import read_through, timed, workdir
+from bench.measure import BLOB_REFS, alternate, disk_bytes, percentile, read_through, timed, workdir
 from recorder.synthetic import generate_run
 from replay.blob_migrate import migrate
 from replay.ingest import ingest
@@ -53,41 +51,29 @@ def build(root: Path, runs: int, calls: int) -> None:
     ingest(root)
 
 
-def timed_verify(root: Path) -> tuple[float, float, int]:
+def timed_verify(root: Path) -> dict[str, float]:
+    """``amb verify`` of the store, and its blob check alone, each from a cold blob index."""
+    read_through((root / "blobs").rglob("*"))
     with Store.open(root, read_only=True) as st:
         st.blobs.forget()
         problems, whole = timed(lambda: verify(st.con, st.blobs))
         assert not problems, problems[:3]
         st.blobs.forget()
         _, blobs_only = timed(lambda: check_blobs(st.con, st.blobs))
-        n = st.con.execute("SELECT count(*) FROM events").fetchall()[0][0]
-    return whole, blobs_only, n
+    return {"verify": whole, "verify_blobs": blobs_only}
 
 
-def referenced(root: Path) -> list[str]:
-    with Store.open(root, read_only=True) as st:
-        rows = st.con.execute(
-            r"""SELECT DISTINCT unnest(regexp_extract_all(payload, '"blob":"(sha256:[0-9a-f]{64})"', 1))
-                FROM events"""
-        ).fetchall()
-    return sorted(r[0] for r in rows)
+def store_round(root: Path, sample: list[str]) -> dict[str, float]:
+    return timed_verify(root) | read_latency(root, sample)
 
 
-def read_latency(root: Path, sample: list[str]) -> tuple[float, float]:
+def read_latency(root: Path, sample: list[str]) -> dict[str, float]:
+    """A blob read's p50 and p99 (µs) over ``sample``."""
     blobs = BlobStore(root / "blobs")
     blobs.forget()
     blobs.get(sample[0])  # the index is read once per process, not per blob
-    times = sorted(timed(partial(blobs.get, address))[1] for address in sample)
-    return times[len(times) // 2] * 1e6, times[int(len(times) * 0.99)] * 1e6
-
-
-def du(root: Path) -> tuple[int, int]:
-    disk = files = 0
-    for path in (root / "blobs").rglob("*"):
-        if path.is_file():
-            disk += path.stat().st_blocks * 512
-            files += 1
-    return disk, files
+    times = [timed(partial(blobs.get, address))[1] * 1e6 for address in sample]
+    return {"p50": percentile(times, 50), "p99": percentile(times, 99)}
 
 
 def codecs(root: Path, refs: list[str]) -> dict[str, tuple[float, float, float]]:
@@ -96,39 +82,25 @@ def codecs(root: Path, refs: list[str]) -> dict[str, tuple[float, float, float]]
     bodies: list[bytes | bytearray | memoryview] = [
         b for b in (blobs.get(r) for r in refs) if len(b) <= 32 * 1024 and not blobcodec.looks_compressed(b)
     ]
-    rng = random.Random(0)
-    rng.shuffle(bodies)
+    random.Random(0).shuffle(bodies)
     train, test = bodies[: len(bodies) // 5], bodies[len(bodies) // 5 :]
     content = sum(len(b) for b in test)
     dictionary = zstandard.train_dictionary(64 * 1024, train)
     plain = zstandard.ZstdCompressor(level=3)
     with_dict = zstandard.ZstdCompressor(level=3, dict_data=dictionary)
     d_plain, d_dict = zstandard.ZstdDecompressor(), zstandard.ZstdDecompressor(dict_data=dictionary)
-    rows: list[tuple[str, Callable[[Any], bytes], Callable[[bytes], bytes]]] = [
+    ways: list[tuple[str, Callable[[Any], bytes], Callable[[bytes], bytes]]] = [
         ("zlib-3", lambda b: zlib.compress(b, 3), zlib.decompress),
         ("zstd-3", plain.compress, d_plain.decompress),
         ("zstd-3 + 64 KiB dictionary", with_dict.compress, d_dict.decompress),
     ]
-    print(
-        f"codecs on {len(test):,} small bodies ({content:,} bytes; "
-        f"dictionary trained on {len(train):,} others):"
-    )
-    measured: dict[str, tuple[float, float, float]] = {}
-    for name, comp, decomp in rows:
-        t0 = time.perf_counter()
-        stored = [comp(b) for b in test]
-        c = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for s in stored:
-            decomp(s)
-        d = time.perf_counter() - t0
-        size = sum(len(s) for s in stored)
-        print(
-            f"  {name:28s} {size:>12,} bytes ({size / content:.3f} of content)  compress {c * 1e3:6.0f} ms"
-            f"  decompress {d * 1e3:5.0f} ms"
-        )
-        measured[name] = (size / content, c, d)
-    return measured
+
+    def costs(comp: Callable[[Any], bytes], decomp: Callable[[bytes], bytes]) -> tuple[float, float, float]:
+        stored, c = timed(lambda: [comp(b) for b in test])
+        _, d = timed(lambda: [decomp(s) for s in stored])
+        return sum(len(s) for s in stored) / content, c, d
+
+    return {name: costs(comp, decomp) for name, comp, decomp in ways}
 
 
 def main() -> None:
@@ -141,73 +113,48 @@ def main() -> None:
     args = ap.parse_args()
     figs = figures.Figures(ap, args)
     with workdir(args.keep, "amb-bench-blobs-") as work:
-        measure(args, work, figs)
+        run(args, work, figs)
     figs.write()
 
 
-def measure(args: argparse.Namespace, work: Path, figs: figures.Figures) -> None:
+def migrated(loose: Path, work: Path) -> tuple[int, float]:
+    """``amb blobs migrate`` of a copy of the loose store: the files it packed, and its seconds."""
+    copy = work / "migrated"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(loose, copy)
+    read_through((copy / "blobs").rglob("*"))
+    blobs = BlobStore(copy / "blobs")
+    n_loose = len(list(blobs.loose_files()))
+    done, seconds = timed(lambda: migrate(blobs))
+    assert not done.bad, done.bad[:3]
+    blobs.close()
+    shutil.rmtree(copy)
+    return n_loose, seconds
+
+
+def run(args: argparse.Namespace, work: Path, figs: figures.Figures) -> None:
     packed, loose = work / "packed", work / "loose"
     if not (packed / "amb.duckdb").exists():
         shutil.rmtree(packed, ignore_errors=True)
         print(f"generating {args.runs} runs of {args.calls} calls ...", file=sys.stderr)
-        _, build_s = timed(lambda: build(packed, args.runs, args.calls))
-        print(f"  built {args.runs} runs in {build_s:.0f} s", file=sys.stderr)
+        build(packed, args.runs, args.calls)
     if not (loose / "amb.duckdb").exists():
         shutil.rmtree(loose, ignore_errors=True)
         shutil.copytree(packed, loose)
         explode(BlobStore(loose / "blobs"))
-    print(f"load average {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} {os.getloadavg()[2]:.1f}")
-
-    migrated = work / "migrated"
-    shutil.rmtree(migrated, ignore_errors=True)
-    shutil.copytree(loose, migrated)
-    read_through((migrated / "blobs").rglob("*"))
-    mblobs = BlobStore(migrated / "blobs")
-    n_loose = len(list(mblobs.loose_files()))
-    done, migrate_s = timed(lambda: migrate(mblobs))
-    assert not done.bad, done.bad[:3]
-    mblobs.close()
-    shutil.rmtree(migrated)
-
-    refs = referenced(packed)
+    n_loose, migrate_s = migrated(loose, work)
+    with Store.open(packed, read_only=True) as st:
+        refs = sorted({r[0] for r in st.con.execute(BLOB_REFS).fetchall()})
+        events = st.con.execute("SELECT count(*) FROM events").fetchall()[0][0]
     sample = random.Random(1).sample(refs, min(2000, len(refs)))
-    results: dict[str, dict[str, list[float]]] = {"loose": {}, "packs": {}}
-    events = 0
-    for i in range(args.rounds):
-        for name, root in (("loose", loose), ("packs", packed)):
-            read_through((root / "blobs").rglob("*"))
-            whole, blobs_only, events = timed_verify(root)
-            p50, p99 = read_latency(root, sample)
-            r = results[name]
-            for key, value in (("verify", whole), ("verify_blobs", blobs_only), ("p50", p50), ("p99", p99)):
-                r.setdefault(key, []).append(value)
-        print(
-            f"  round {i + 1}/{args.rounds}: verify loose {results['loose']['verify'][-1]:.2f} s, "
-            f"packs {results['packs']['verify'][-1]:.2f} s",
-            file=sys.stderr,
-        )
-    med = {n: {k: statistics.median(v) for k, v in r.items()} for n, r in results.items()}
-    (ld, lf), (pd, pf) = du(loose), du(packed)
-    print(f"store: {args.runs} runs, {events:,} events, {len(refs):,} referenced blobs")
-    print(f"{'':34s}{'loose files':>14s}{'packs':>14s}{'ratio':>9s}")
-
-    def row(label: str, a: float, b: float, unit: str, fmt: str = "{:.2f}") -> None:
-        print(f"{label:34s}{fmt.format(a) + unit:>14s}{fmt.format(b) + unit:>14s}{a / b:>8.1f}x")
-
-    row("amb verify (median)", med["loose"]["verify"], med["packs"]["verify"], " s")
-    row("  of which blobs", med["loose"]["verify_blobs"], med["packs"]["verify_blobs"], " s")
-    row("blob read p50", med["loose"]["p50"], med["packs"]["p50"], " us", "{:.0f}")
-    row("blob read p99", med["loose"]["p99"], med["packs"]["p99"], " us", "{:.0f}")
-    row("blobs on disk", ld / 1e6, pd / 1e6, " MB", "{:.1f}")
-    row("blob files", lf, pf, "", "{:,.0f}")
-    row("on-disk blob bytes per event", ld / events, pd / events, "", "{:,.0f}")
-    print(
-        f"amb blobs migrate of the loose copy: {n_loose:,} files in {migrate_s:.1f} s "
-        f"({n_loose / migrate_s:,.0f}/s)"
+    stores = {"loose": loose, "packs": packed}
+    rounds = alternate(
+        {name: partial(store_round, root, sample) for name, root in stores.items()}, args.rounds
     )
-    codec = codecs(packed, refs)
-    print(f"load average {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} {os.getloadavg()[2]:.1f}")
-    loose_, packs = med["loose"], med["packs"]
+    loose_, packs = (
+        {k: statistics.median(r[k] for r in rounds[name]) for k in rounds[name][0]} for name in stores
+    )
+    (ld, lf), (pd, pf) = (blob_files(root) for root in (loose, packed))
     figs.add(
         "verify",
         f"`amb verify`, {args.runs} runs × {args.calls} calls ({events:,} events, "
@@ -232,6 +179,7 @@ def measure(args: argparse.Namespace, work: Path, figs: figures.Figures) -> None
         "`amb blobs migrate` of the one-file-per-blob copy",
         f"{n_loose / migrate_s:,.0f} blobs/s ({n_loose:,} files in {migrate_s:.1f} s)",
     )
+    codec = codecs(packed, refs)
     share, comp_s, decomp_s = codec["zstd-3"]
     zlib_, dict_ = codec["zlib-3"], codec["zstd-3 + 64 KiB dictionary"]
     figs.add(
@@ -242,6 +190,11 @@ def measure(args: argparse.Namespace, work: Path, figs: figures.Figures) -> None
         f"zlib-3: {zlib_[0]:.3f}, {zlib_[1]:.2f} s, {zlib_[2]:.2f} s; with a trained dictionary: "
         f"{dict_[0]:.3f}, {dict_[1]:.2f} s, {dict_[2]:.2f} s",
     )
+
+
+def blob_files(root: Path) -> tuple[int, int]:
+    """The bytes the store's blobs take on disk, and their files."""
+    return disk_bytes(root / "blobs"), sum(1 for p in (root / "blobs").rglob("*") if p.is_file())
 
 
 if __name__ == "__main__":

@@ -164,10 +164,21 @@ class Figures:
         """Take the rows a child process of this bench wrote to ``path``, under this run's command."""
         self.rows += [msgspec.structs.replace(row, command=self.command) for row in read(path)]
 
+    def show(self) -> None:
+        """This run's rows as its report: each measure, then its figure, baseline and target."""
+        for row in self.rows:
+            print(f"\n{row.measure}\n  {row.figure}")
+            for name, cell in (("compared with", row.compared_with), ("target", row.target)):
+                if cell != NONE:
+                    print(f"  {name}: {cell}")
+        print(f"\nload average {self.load()}")
+
     def write(self) -> None:
-        """Merge this run's rows into the results file (nothing when the run measured nothing)."""
+        """Print this run's rows and merge them into the results file (nothing when the run measured
+        nothing)."""
         self._stop.set()
         if self.rows:
+            self.show()
             write(self.path, self.rows)
             print(f"bench: {len(self.rows)} figures written to {self.path}", file=sys.stderr)
 

@@ -1,6 +1,6 @@
 """bench/grader_enh_det: the enhancement and detection metrics beside their reference libraries.
 
-Prints, each measured in this process on the same inputs:
+Measures, each in this process on the same inputs:
 - SSIM over 100 slices of 512x512 (LDCT-like, HU): ours (float64) vs skimage's structural_similarity
   with the benchmark's settings, on float32 input (what the public code does) and on float64 input;
   times, and the largest difference from each;
@@ -8,7 +8,7 @@ Prints, each measured in this process on the same inputs:
   pycocotools' COCOeval (one IoU threshold, k/100 recall thresholds); times and the difference.
 
 Run: ./just bench grader --only ssim [--slices 100] or --only map [--images 1000] (bench/grader
-imports ``bench_ssim`` and ``bench_map`` from here).
+imports ``bench_ssim`` and ``bench_map`` from here, which add their rows to its figures).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 
 import numpy as np
 
+from bench import figures
 from bench.measure import timed
 from scorer.metrics.coco_reference import coco_ap
 from scorer.metrics.detection import Boxes, DetParams, mean_average_precision
@@ -27,7 +28,7 @@ from scorer.metrics.ssim import reference_data_range, ssim
 from tasks.synth.enhancement import ct_slice, low_dose_noise
 
 
-def bench_ssim(n_slices: int = 100, size: int = 512) -> dict:
+def bench_ssim(figs: figures.Figures, n_slices: int = 100, size: int = 512) -> None:
     from skimage.metrics import structural_similarity
 
     rng = np.random.default_rng(0)
@@ -37,45 +38,29 @@ def bench_ssim(n_slices: int = 100, size: int = 512) -> dict:
         pairs.append((ref.astype(np.float32), (ref + low_dose_noise(rng, ref, 30.0)).astype(np.float32)))
     ranges = [reference_data_range(r) for r, _ in pairs]
     ours, t_ours = timed(lambda: [ssim(r, p, dr) for (r, p), dr in zip(pairs, ranges, strict=False)])
-    sk32, t_sk32 = timed(
-        lambda: [
-            structural_similarity(r, p, data_range=dr, gaussian_weights=True, use_sample_covariance=False)
-            for (r, p), dr in zip(pairs, ranges, strict=False)
-        ]
-    )
-    sk64, t_sk64 = timed(
-        lambda: [
+
+    def skimage(dtype: type) -> list[float]:
+        return [
             structural_similarity(
-                r.astype(np.float64),
-                p.astype(np.float64),
+                r.astype(dtype, copy=False),
+                p.astype(dtype, copy=False),
                 data_range=dr,
                 gaussian_weights=True,
                 use_sample_covariance=False,
             )
-            for (r, p), dr in zip(pairs, ranges, strict=False)
+            for (r, p), dr in zip(pairs, ranges, strict=True)
         ]
+
+    sk32, t_sk32 = timed(lambda: skimage(np.float32))
+    sk64, t_sk64 = timed(lambda: skimage(np.float64))
+    figs.add(
+        "ssim",
+        f"SSIM on {n_slices} {size}×{size} slices",
+        f"{t_ours:.2f} s",
+        f"skimage's `structural_similarity` (float64): {t_sk64:.2f} s; largest difference "
+        f"{np.max(np.abs(np.subtract(ours, sk64))):.1e} (on float32 input: {t_sk32:.2f} s, "
+        f"{np.max(np.abs(np.subtract(ours, sk32))):.1e})",
     )
-    res = {
-        "slices": n_slices,
-        "size": size,
-        "ours_s": t_ours,
-        "skimage_f32_s": t_sk32,
-        "skimage_f64_s": t_sk64,
-        "max_diff_vs_skimage_f64": float(np.max(np.abs(np.subtract(ours, sk64)))),
-        "max_diff_vs_skimage_f32": float(np.max(np.abs(np.subtract(ours, sk32)))),
-        "mean_ssim": float(np.mean(ours)),
-    }
-    print(f"SSIM, {n_slices} slices {size}x{size} float32 HU (mean SSIM {res['mean_ssim']:.4f}):")
-    print(f"  ours (float64)            {t_ours:7.3f} s")
-    print(
-        f"  skimage on float32 input  {t_sk32:7.3f} s   ratio ours/skimage {t_ours / t_sk32:.2f}"
-        f"   max |diff| {res['max_diff_vs_skimage_f32']:.2e} (skimage's float32 cancellation)"
-    )
-    print(
-        f"  skimage on float64 input  {t_sk64:7.3f} s   ratio ours/skimage {t_ours / t_sk64:.2f}"
-        f"   max |diff| {res['max_diff_vs_skimage_f64']:.2e}"
-    )
-    return res
 
 
 def detection_set(n_images: int, seed: int = 0, classes=("rbc", "wbc", "platelets")):
@@ -100,7 +85,7 @@ def detection_set(n_images: int, seed: int = 0, classes=("rbc", "wbc", "platelet
     return refs, preds
 
 
-def bench_map(n_images: int = 1000) -> dict:
+def bench_map(figs: figures.Figures, n_images: int = 1000) -> None:
     refs, preds = detection_set(n_images)
     n_boxes = sum(len(r.labels) for r in refs) + sum(len(p.labels) for p in preds)
     p101 = DetParams(interpolation="coco_101", class_set="with_gt", wildcard=None)
@@ -109,43 +94,9 @@ def bench_map(n_images: int = 1000) -> dict:
     voc, t_voc = timed(lambda: mean_average_precision(refs, preds, pvoc))
     theirs, t_coco = timed(lambda: coco_ap(refs, preds, rec_thrs=np.arange(101) / 100))
     coco_map = float(np.mean([v for v in theirs.values() if v is not None]))
-    res = {
-        "images": n_images,
-        "boxes": n_boxes,
-        "ours_101_s": t_ours,
-        "ours_voc_s": t_voc,
-        "pycocotools_s": t_coco,
-        "map_101": ours.map,
-        "map_voc": voc.map,
-        "map_pycocotools": coco_map,
-        "abs_diff": abs(ours.map - coco_map),
-    }
-    print(f"mAP@0.5, {n_images} images, {n_boxes} boxes (references + detections), 3 classes:")
-    print(f"  ours 101-point            {t_ours:7.3f} s   mAP {ours.map:.6f}")
-    print(f"  ours VOC all-point        {t_voc:7.3f} s   mAP {voc.map:.6f}")
-    print(
-        f"  pycocotools COCOeval      {t_coco:7.3f} s   mAP {coco_map:.6f}   ratio ours/pycocotools "
-        f"{t_ours / t_coco:.2f}   |diff| {res['abs_diff']:.1e}"
-    )
-    return res
-
-
-def ssim_row(res: dict) -> tuple[str, str, str, str]:
-    """The README's row of ``bench_ssim``'s result: id, measure, figure, baseline."""
-    return (
-        "ssim",
-        f"SSIM on {res['slices']} {res['size']}×{res['size']} slices",
-        f"{res['ours_s']:.2f} s",
-        f"skimage's `structural_similarity` (float64): {res['skimage_f64_s']:.2f} s; "
-        f"largest difference {res['max_diff_vs_skimage_f64']:.1e}",
-    )
-
-
-def map_row(res: dict) -> tuple[str, str, str, str]:
-    """The README's row of ``bench_map``'s result: id, measure, figure, baseline."""
-    return (
+    figs.add(
         "map",
-        f"mAP@0.5 on {res['images']:,} images ({res['boxes']:,} boxes), 101-point",
-        f"{res['ours_101_s']:.2f} s",
-        f"pycocotools' COCOeval: {res['pycocotools_s']:.2f} s; difference {res['abs_diff']:.1e}",
+        f"mAP@0.5 on {n_images:,} images ({n_boxes:,} boxes), 101-point",
+        f"{t_ours:.2f} s (VOC all-point {t_voc:.2f} s)",
+        f"pycocotools' COCOeval: {t_coco:.2f} s; difference {abs(ours.map - coco_map):.1e}",
     )

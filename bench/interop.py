@@ -21,12 +21,10 @@ Run: ./just bench interop [--runs 200] [--per-run 1000] [--store DIR] [--folders
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import sys
 import tempfile
-import time
 from functools import partial
 from pathlib import Path
 
@@ -35,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 import duckdb
 
 from bench import figures
-from bench.measure import generate_runs, timed, tree_bytes
+from bench.measure import costed, generate_runs, spent, timed, tree_bytes
 from recorder.importers import automedbench
 from recorder.synthetic import generate_run
 from replay.export.atif import export_run
@@ -46,22 +44,6 @@ from replay.read import iter_events, run_ids
 from replay.store import Store
 
 
-class Timed:
-    """Wall and CPU seconds of a block (CPU: every thread of this process, DuckDB's included).
-
-    On a shared machine the wall time mostly measures how much of a core the process was given;
-    CPU seconds measure the work, and events per CPU-second times the cores it can use is what
-    a quiet machine would read."""
-
-    def __enter__(self) -> Timed:
-        self.wall, self.cpu = time.perf_counter(), time.process_time()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.wall = time.perf_counter() - self.wall
-        self.cpu = time.process_time() - self.cpu
-
-
 def file_per_run(con: duckdb.DuckDBPyConnection, out: Path) -> None:
     """One file per run, snappy: the layout the run groups are measured against."""
     con.execute("SET preserve_insertion_order = false")
@@ -70,17 +52,22 @@ def file_per_run(con: duckdb.DuckDBPyConnection, out: Path) -> None:
 
 
 class Measured:
-    """Wall, CPU and bytes of every round of one way to write the events."""
+    """Wall and CPU seconds (every thread of this process, DuckDB's included) of every round of one
+    way to write the events, and the bytes it wrote.
 
-    def __init__(self, label: str) -> None:
-        self.label, self.bytes = label, 0
-        self.times: list[Timed] = []
+    On a shared machine the wall time mostly measures how much of a core the process was given;
+    CPU seconds measure the work, and events per CPU-second times the cores it can use is what
+    a quiet machine would read."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.times: list[tuple[float, float]] = []
 
     def wall(self) -> float:
-        return statistics.median(t.wall for t in self.times)
+        return statistics.median(w for w, _ in self.times)
 
     def cpu(self) -> float:
-        return statistics.median(t.cpu for t in self.times)
+        return statistics.median(c for _, c in self.times)
 
 
 def parquet_round(
@@ -105,17 +92,14 @@ def parquet_round(
         names = list(jobs)
         for name in names[order % len(names) :] + names[: order % len(names)]:
             fn, path = jobs[name]
-            with Timed() as t:
-                fn()
-            ways[name].times.append(t)
+            ways[name].times.append(costed(fn))
             ways[name].bytes = tree_bytes(path)
             glob = globs.get(name, str(path))
             back = duckdb.execute(f"SELECT count(*) FROM read_parquet('{glob}')").fetchall()[0][0]
             assert back == n, (name, back, n)
             shutil.rmtree(path) if path.is_dir() else path.unlink()
-        with Timed() as t:
-            written = export(st.con, work / "full", events_per_file=per_file)
-        ways["full"].times.append(t)
+        written, wall, cpu = spent(lambda: export(st.con, work / "full", events_per_file=per_file))
+        ways["full"].times.append((wall, cpu))
         ways["full"].bytes = tree_bytes(work / "full")
         shutil.rmtree(work / "full")
     return n, written
@@ -124,9 +108,8 @@ def parquet_round(
 def check_readback(root: Path, work: Path, per_file: int) -> None:
     """Every table of a full export read back: the same rows with the same values, both ways."""
     out = work / "check"
-    with Store.open(root, read_only=True) as st, Timed() as t:
-        written = export(st.con, out, events_per_file=per_file)
-        for w in written:
+    with Store.open(root, read_only=True) as st:
+        for w in export(st.con, out, events_per_file=per_file):
             if w.name == INDEX:
                 continue
             cols = [r[0] for r in st.con.execute(f'DESCRIBE SELECT * FROM "{w.name}"').fetchall()]
@@ -143,7 +126,6 @@ def check_readback(root: Path, work: Path, per_file: int) -> None:
             assert counts[0] == counts[1] == w.rows and diffs == [0, 0], (w, counts, diffs)
             print(f"  {w.name}: {w.rows:,} rows read back identical")
     shutil.rmtree(out)
-    print(f"  read back and compared in {t.wall:.1f} s")
 
 
 def import_folders(tmp: Path, count: int) -> list[Path]:
@@ -164,33 +146,30 @@ def _parse_one(folder: Path) -> list:
     return [automedbench.parse(folder, resolve_task=canonical_id)]
 
 
-def import_round(folders: list[Path], store: Path) -> tuple[Timed, int]:
-    """``amb import automedbench`` as the command runs it (threads, write, ingest), timed."""
+def import_round(folders: list[Path], store: Path) -> tuple[int, float, float]:
+    """``amb import automedbench`` as the command runs it (threads, write, ingest): the events it
+    imported, and its wall and CPU seconds."""
     from amb.interop_cmds import run_imports
 
     shutil.rmtree(store, ignore_errors=True)
     store.mkdir(parents=True)
-    with Timed() as t:
-        outcomes = run_imports(
-            str(store),
-            ((str(f), partial(_parse_one, f)) for f in folders),
-            len(folders),
-            "import",
-        )
+    jobs = ((str(f), partial(_parse_one, f)) for f in folders)
+    outcomes, wall, cpu = spent(lambda: run_imports(str(store), jobs, len(folders), "import"))
     assert all(o.status == "imported" for o in outcomes), outcomes[:3]
-    events = sum(int(o.detail.split()[0]) for o in outcomes)
-    return t, events
+    return sum(int(o.detail.split()[0]) for o in outcomes), wall, cpu
 
 
-def generate_round(store: Path, runs: int, events_per_run: int) -> Timed:
+def generate_round(store: Path, runs: int, events_per_run: int) -> float:
     """Baseline: the synthetic writer through the same spool path, about as many events, then ingest."""
     shutil.rmtree(store, ignore_errors=True)
     calls = max(1, round(events_per_run / 4))
-    with Timed() as t:
+
+    def generate() -> None:
         for i in range(runs):
             generate_run(store, f"g-{i:05d}", seed=i, calls=calls, sync=True)
         ingest(store)
-    return t
+
+    return timed(generate)[1]
 
 
 def main() -> None:
@@ -206,7 +185,6 @@ def main() -> None:
     figures.add_argument(ap, "interop")
     args = ap.parse_args()
     figs = figures.Figures(ap, args)
-    print(f"load average at start: {os.getloadavg()}")
     with tempfile.TemporaryDirectory(prefix="amb-bench-interop-") as tmp_s:
         tmp = Path(tmp_s)
         root = Path(args.store) if args.store else tmp / "store"
@@ -217,40 +195,18 @@ def main() -> None:
             parquet(root, tmp, args, figs)
         if args.only != "parquet":
             others(root, tmp, args, figs)
-    print(f"load average at end: {os.getloadavg()}")
     figs.write()
 
 
 def parquet(root: Path, tmp: Path, args: argparse.Namespace, figs: figures.Figures) -> None:
-    ways = {k: Measured(k) for k in ("groups", "by_run", "plain", "full")}
+    ways = {k: Measured() for k in ("groups", "by_run", "plain", "full")}
     n, written = 0, list[Written]()
     for i in range(args.rounds):
         n, written = parquet_round(root, tmp, args.events_per_file, ways, i)
-        print(f"  round {i + 1}/{args.rounds} done, load average {os.getloadavg()[0]:.1f}", file=sys.stderr)
     files = next(w.rows for w in written if w.name == INDEX)
-    label = {
-        "groups": f"run groups of >= {args.events_per_file:,} events (amb export parquet, events only)",
-        "by_run": "one file per run",
-        "plain": "DuckDB's plain COPY events, one file (no partitioning)",
-        "full": "amb export parquet of everything (events, every view, scores)",
-    }
-    print(f"parquet export of {n:,} events, {files:,} runs, medians of {args.rounds} rounds (order rotated):")
-    for k, m in ways.items():
-        print(
-            f"  {label[k]}: {m.wall():.2f} s = {n / m.wall():,.0f} events/s wall; "
-            f"CPU {m.cpu():.2f} s = {n / m.cpu():,.0f} events per CPU-second; "
-            f"{m.bytes / 1e6:,.1f} MB; {m.cpu() / m.wall():.2f} cores"
-        )
+    # The export is CPU-bound: on a shared machine its CPU seconds say more than its wall time.
+    print("CPU seconds (medians): " + ", ".join(f"{k} {m.cpu():.2f}" for k, m in ways.items()))
     g, b, p = ways["groups"], ways["by_run"], ways["plain"]
-    print(
-        f"  run groups vs one file per run: {b.wall() / g.wall():.2f}x wall, {b.cpu() / g.cpu():.2f}x CPU; "
-        f"vs the plain COPY: {p.wall() / g.wall():.2f}x wall, {p.cpu() / g.cpu():.2f}x CPU"
-    )
-    cores = os.cpu_count() or 1
-    print(
-        f"  upper bound with all {cores} cores and nothing else running: {n / g.cpu() * cores:,.0f} "
-        f"events/s (the export is CPU-bound; it got {g.cpu() / g.wall():.2f} cores here)"
-    )
     figs.add(
         "parquet",
         f"Parquet export of {n:,} events in {files:,} runs, a file per group of runs, "
@@ -270,22 +226,20 @@ def parquet(root: Path, tmp: Path, args: argparse.Namespace, figs: figures.Figur
         check_readback(root, tmp, args.events_per_file)
 
 
+def otel_export(events: list) -> int:
+    """A run's OTLP line, made and dropped; its events."""
+    line(events)
+    return len(events)
+
+
 def others(root: Path, tmp: Path, args: argparse.Namespace, figs: figures.Figures) -> None:
     with Store.open(root, read_only=True) as st:
         ids = run_ids(st.con)[:50]
-        t0 = time.perf_counter()
-        n_ev = 0
-        for r in ids:
-            evs = list(iter_events(st.con, r))
-            n_ev += len(evs)
-            line(evs)
-        dt = time.perf_counter() - t0
-        print(f"otel export, {len(ids)} runs, {n_ev:,} events: {n_ev / dt:,.0f} events/s")
+        n_ev, dt = timed(lambda: sum(otel_export(list(iter_events(st.con, r))) for r in ids))
         figs.add(
             "otel", f"OpenTelemetry export of {len(ids)} runs ({n_ev:,} events)", f"{n_ev / dt:,.0f} events/s"
         )
         _, dt = timed(lambda: [export_run(st.con, st.blobs.get, r, tmp / "atif") for r in ids])
-        print(f"atif export, {len(ids)} runs: {len(ids) / dt:,.1f} runs/s")
         figs.add(
             "atif",
             f"ATIF export of {len(ids)} runs (every request body read)",
@@ -293,20 +247,12 @@ def others(root: Path, tmp: Path, args: argparse.Namespace, figs: figures.Figure
         )
     folders = import_folders(tmp / "amb", args.folders)
     imp, gen = [], []
-    events = 0
     for _ in range(args.rounds):
-        t, events = import_round(folders, tmp / "imported")
-        imp.append(t)
+        events, wall, cpu = import_round(folders, tmp / "imported")
+        imp.append((wall, cpu))
         gen.append(generate_round(tmp / "generated", len(folders), events // len(folders)))
-    i, g = statistics.median(x.wall for x in imp), statistics.median(x.wall for x in gen)
-    ic = statistics.median(x.cpu for x in imp)
-    print(
-        f"import automedbench, {len(folders)} seg folders ({events:,} events): {i:.2f} s = "
-        f"{len(folders) / i:,.1f} runs/s; generate+ingest of as many runs and events: {g:.2f} s; "
-        f"ratio {g / i:.2f}x (medians of {args.rounds})"
-    )
-    per_run = ic * 1000 / len(folders)
-    print(f"  CPU: {per_run:.1f} ms per run = {len(folders) / ic:,.1f} runs per CPU-second")
+    i, ic = (statistics.median(x) for x in zip(*imp, strict=True))
+    g = statistics.median(gen)
     figs.add(
         "import",
         f"`amb import automedbench` of {len(folders)} seg run folders ({events:,} events): parse, write, "

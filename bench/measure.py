@@ -1,9 +1,11 @@
-"""What several benches measure the same way: timing a call, CPU seconds, bytes on disk, a warm page
-cache, a synthetic store of a given size, and DuckDB's plain load of the events (the baseline the
-storage benches compare with)."""
+"""What several benches measure the same way: timing a call, alternating rounds, percentiles, CPU
+seconds and memory, bytes on disk, a warm page cache, a synthetic store of a given size, the store's
+referenced blobs and aggregate query, and DuckDB's plain load of the events (the baseline the storage
+benches compare with)."""
 
 from __future__ import annotations
 
+import os
 import resource
 import shutil
 import sys
@@ -18,6 +20,15 @@ import duckdb
 
 T = TypeVar("T")
 
+AGGREGATE = """
+SELECT run_id, model, sum(input_tokens) AS tokens_in, sum(output_tokens) AS tokens_out, count(*) AS calls
+FROM model_calls GROUP BY run_id, model ORDER BY run_id
+"""
+"""The aggregate query the storage benches time: tokens per model per run."""
+
+BLOB_REFS = r"""SELECT unnest(regexp_extract_all(payload, '"blob":"(sha256:[0-9a-f]{64})"', 1)) FROM events"""
+"""Every blob reference of every event, one row each (a blob referred to twice is two rows)."""
+
 
 def timed(fn: Callable[[], T]) -> tuple[T, float]:
     """``fn()`` and the wall seconds it took."""
@@ -29,6 +40,27 @@ def timed(fn: Callable[[], T]) -> tuple[T, float]:
 def repeat(fn: Callable[[], object], times: int) -> list[float]:
     """The wall seconds of each of ``times`` calls of ``fn``."""
     return [timed(fn)[1] for _ in range(times)]
+
+
+def alternate(
+    contenders: dict[str, Callable[[], T]], rounds: int, rotate: bool = False
+) -> dict[str, list[T]]:
+    """Each contender's results of ``rounds`` rounds, the contenders taking turns within a round (with
+    ``rotate``, each round starting one further along), so that load from elsewhere on the machine
+    falls on all of them alike."""
+    out: dict[str, list[T]] = {name: [] for name in contenders}
+    names = list(contenders)
+    for i in range(rounds):
+        start = i % len(names) if rotate else 0
+        for name in names[start:] + names[:start]:
+            out[name].append(contenders[name]())
+    return out
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """The ``q``-th percentile (0 to 100) of ``values``: the nearest of them, no interpolation."""
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
 
 
 @contextmanager
@@ -53,11 +85,37 @@ def cpu_seconds(children: bool = False) -> float:
     return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, kinds))
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """User and system CPU time of another live process (from /proc), None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb() -> float:
+    """This process's resident set size now, in MiB."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_rss_mb() -> float:
+    """The largest resident set size this process has had, in MiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def spent(fn: Callable[[], T]) -> tuple[T, float, float]:
+    """``fn()``, and the wall and the CPU seconds (``cpu_seconds``) the call took."""
+    cpu = cpu_seconds()
+    out, wall = timed(fn)
+    return out, wall, cpu_seconds() - cpu
+
+
 def costed(fn: Callable[[], object]) -> tuple[float, float]:
     """The wall and the CPU seconds (``cpu_seconds``) of a call of ``fn``."""
-    cpu = cpu_seconds()
-    _, wall = timed(fn)
-    return wall, cpu_seconds() - cpu
+    _, wall, cpu = spent(fn)
+    return wall, cpu
 
 
 def tree_bytes(path: Path) -> int:
@@ -65,6 +123,14 @@ def tree_bytes(path: Path) -> int:
     if not path.is_dir():
         return path.stat().st_size
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def disk_bytes(path: Path) -> int:
+    """The bytes a file, or a folder and everything below it, takes on disk: its allocated blocks
+    (what ``du`` counts), not its content's length."""
+    if not path.is_dir():
+        return os.lstat(path).st_blocks * 512
+    return sum(os.lstat(p).st_blocks * 512 for p in [path, *path.rglob("*")])
 
 
 def read_through(paths: Iterable[Path]) -> None:
@@ -92,6 +158,21 @@ def generate_runs(root: Path, runs: int, per_run: int, report_every: int = 50) -
                 file=sys.stderr,
             )
     return total
+
+
+def events_ndjson(root: Path, out: Path) -> int:
+    """Every event body of ``root``'s spools, a line each, into ``out`` (``plain_load``'s input); the
+    events written."""
+    from replay.ingest import spool_files
+    from schemas.frames import scan
+
+    n = 0
+    with open(out, "wb") as f:
+        for path in spool_files(root):
+            bodies = scan(path.read_bytes()).bodies
+            f.writelines(body + b"\n" for body in bodies)
+            n += len(bodies)
+    return n
 
 
 def plain_load(ndjson: Path, db: Path) -> float:

@@ -8,12 +8,11 @@ Targets, each a separate process (so the load generator, here, does not share th
 - ``amb``: ``amb-record``'s proxy, recording into a fresh store (started by ``amb-record`` itself,
   around a placeholder agent that just waits).
 
-Prints, per target: sequential non-streaming latency (p50/p99, added over direct), time to first
-chunk of a 50-chunk stream (and client reads per stream; Chat Completions, and the Gemini API's
-SSE stream), calls per second with 16 concurrent
-clients, the cost of a 5 MB request, and the longest inter-chunk gap of a paced stream while
-5 MB requests go through beside it. Then the proxy's targets as ratios. Rounds interleave the
-targets so machine-load drift hits all alike.
+Measures, per target: sequential non-streaming latency (p50/p99), time to first chunk of a 50-chunk
+stream and client reads per stream (Chat Completions, and the Gemini API's SSE stream), calls per
+second with 16 concurrent clients, the cost of a 5 MB request, and the longest inter-chunk gap of a
+paced stream while 5 MB requests go through beside it; prints and writes ``amb``'s figures beside
+direct calls and bare mitmproxy. Rounds interleave the targets so machine-load drift hits all alike.
 
 With ``--watch``, target ``amb-watched`` is a second ``amb-record`` whose store an ``amb watch
 --all-running --json`` follows the whole time (every 0.1 s, its JSON lines read and dropped): what a
@@ -34,6 +33,8 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -43,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import figures
 from bench.figures import NONE
+from bench.measure import alternate, percentile, process_cpu_seconds
 
 PY = sys.executable
 BIN = Path(PY).parent
@@ -109,33 +111,25 @@ class Target:
         """Where Gemini calls go (amb-record has a reverse endpoint per upstream)."""
         self.sidecar: subprocess.Popen | None = None
         """A process that goes with the target (``amb watch`` beside ``amb-watched``)."""
-
         self.sidecar_cpu_s: float | None = None
         """The sidecar's CPU time (user + system) when it was stopped."""
 
     def stop(self) -> None:
         if self.sidecar is not None and self.sidecar.poll() is None:
-            self.sidecar_cpu_s = _cpu_seconds(self.sidecar.pid)
-            self.sidecar.send_signal(signal.SIGINT)
-            try:
-                self.sidecar.wait(10)
-            except subprocess.TimeoutExpired:
-                self.sidecar.kill()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+            self.sidecar_cpu_s = process_cpu_seconds(self.sidecar.pid)
+            _end(self.sidecar, signal.SIGINT, 10)
+        if self.proc is not None:
+            _end(self.proc, signal.SIGTERM, 30)
 
 
-def _cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a live process, from /proc."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _end(proc: subprocess.Popen, sig: int, wait_s: float) -> None:
+    """Stop ``proc`` with ``sig``, killed if it has not ended within ``wait_s``."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def _first_line(proc: subprocess.Popen, what: str) -> str:
@@ -262,11 +256,6 @@ def _start_recorder(command: list[str], store: Path, options: list[str], **env: 
 def _amb_target(name: str, proc: subprocess.Popen, what: str) -> Target:
     openai_base, _, gemini = _first_line(proc, what).partition(" ")
     return Target(name, openai_base.removesuffix("/v1"), proc, gemini.strip() or None)
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
 
 
 # -- measurements ----------------------------------------------------------------------------------
@@ -435,6 +424,164 @@ def stall(target: Target, streams: int, with_uploads: bool) -> float:
 # -- report ----------------------------------------------------------------------------------------
 
 
+@dataclass
+class Results:
+    """Every target's measurements, by target name (ms unless named otherwise)."""
+
+    seq: dict[str, list[float]]
+    ttfc: dict[str, tuple[list[float], list[int]]]
+    """Chat Completions streams: times to the first chunk, and the client's reads per stream."""
+    gem: dict[str, tuple[list[float], list[int]]]
+    """The same for the Gemini API's stream."""
+    tput: dict[str, float]
+    """Calls per second with 16 clients."""
+    big: dict[str, list[float]]
+    gaps: dict[str, tuple[float, float]]
+    """A paced stream's longest gap: alone, and beside 5 MB uploads."""
+
+    def p50(self, name: str) -> float:
+        return percentile(self.seq[name], 50)
+
+    def p99(self, name: str) -> float:
+        return percentile(self.seq[name], 99)
+
+    def big_added(self, name: str) -> float:
+        """What a 5 MB request through ``name`` takes beyond one sent directly (p50)."""
+        return percentile(self.big[name], 50) - percentile(self.big["direct"], 50)
+
+    def big_ratio(self, name: str) -> float:
+        return self.big_added(name) / max(1e-9, self.big_added("mitm"))
+
+    def calls_ratio(self, name: str) -> float:
+        return self.tput[name] / max(self.tput["mitm"], 1e-9)
+
+    def gap_ratio(self, name: str) -> float:
+        return self.gaps[name][1] / self.gaps["mitm_stream"][1]
+
+
+def first_chunk_added(streams: dict[str, tuple[list[float], list[int]]], name: str) -> float:
+    return percentile(streams[name][0], 50) - percentile(streams["direct"][0], 50)
+
+
+def reads(streams: dict[str, tuple[list[float], list[int]]], name: str) -> float:
+    return statistics.median(streams[name][1])
+
+
+def target(text: str, ok: bool) -> str:
+    return f"{text} ({figures.met(ok)})"
+
+
+def add_rows(figs: figures.Figures, r: Results, against: Path | None) -> None:
+    """The README's rows: ``amb-record`` beside direct calls and bare mitmproxy, in the same rounds
+    (and beside ``--against``'s build where it ran)."""
+    cost, p99 = r.p50("amb") - r.p50("mitm"), r.p99("amb") - r.p99("direct")
+    ttfc, gem = first_chunk_added(r.ttfc, "amb"), first_chunk_added(r.gem, "amb")
+    prev = {}
+    if "amb-prev" in r.seq:
+        name = figures.build_name(against) if against else "amb-prev"
+        prev = {
+            "p50": f"; {name}: {r.p50('amb-prev') - r.p50('mitm'):+.2f} ms",
+            "big": f"; {name}: {r.big_ratio('amb-prev'):.2f}×",
+            "calls": f"; {name}: {r.calls_ratio('amb-prev'):.2f}×",
+        }
+    figs.add(
+        "recording-p50",
+        "recording cost over bare mitmproxy, non-streaming p50 ([overhead](docs/recording.md#overhead))",
+        f"{cost:+.2f} ms",
+        f"bare mitmproxy (`mitmdump`): p50 {r.p50('mitm'):.2f} ms{prev.get('p50', '')}",
+        target("≤ 0.3 ms", cost <= 0.3),
+    )
+    figs.add(
+        "p99",
+        "added p99 over direct calls",
+        f"{p99:.2f} ms",
+        f"direct: {r.p99('direct'):.2f} ms",
+        target("≤ 5 ms", p99 <= 5),
+    )
+    figs.add(
+        "ttfc",
+        "added time to first chunk of a 50-chunk stream; client reads per stream",
+        f"{ttfc:.2f} ms; {reads(r.ttfc, 'amb'):.0f} reads",
+        f"direct: {reads(r.ttfc, 'direct'):.0f} reads (one per upstream chunk)",
+        f"{target('≤ 1.5 ms', ttfc <= 1.5)}; "
+        + target("as many reads", reads(r.ttfc, "amb") >= 0.9 * reads(r.ttfc, "direct")),
+    )
+    figs.add(
+        "gemini-ttfc",
+        "Gemini stream (`streamGenerateContent`, SSE): added time to first chunk; reads",
+        f"{gem:.2f} ms; {reads(r.gem, 'amb'):.0f} reads",
+        f"direct: {reads(r.gem, 'direct'):.0f} reads",
+        target("≤ 1.5 ms, as many reads", gem <= 1.5 and reads(r.gem, "amb") >= 0.9 * reads(r.gem, "direct")),
+    )
+    figs.add(
+        "big",
+        "a 5 MB request: time added over direct",
+        f"{r.big_ratio('amb'):.2f}× bare mitmproxy's",
+        f"bare mitmproxy: +{r.big_added('mitm'):.1f} ms{prev.get('big', '')}",
+        target("≤ 1.2×", r.big_ratio("amb") <= 1.2),
+    )
+    figs.add(
+        "gap",
+        "a stream's longest gap between chunks beside 5 MB uploads",
+        f"{r.gap_ratio('amb'):.2f}× streaming mitmproxy's",
+        f"mitmproxy, streaming only: {r.gaps['mitm_stream'][1]:.1f} ms",
+        target("≤ 1.5×", r.gap_ratio("amb") <= 1.5),
+    )
+    figs.add(
+        "calls",
+        "calls/s, 16 concurrent clients, median of 3 rounds",
+        f"{r.calls_ratio('amb'):.2f}× bare mitmproxy's ({r.tput['amb']:.0f}/s)",
+        f"bare mitmproxy: {r.tput['mitm']:.0f}/s{prev.get('calls', '')}",
+        target("≥ 0.9×", r.calls_ratio("amb") >= 0.9),
+    )
+
+
+def add_budget_row(figs: figures.Figures, r: Results, against: Path | None) -> None:
+    """``--budget``: the amb target kept a budget, so its figures are this row's, not the plain rows'."""
+    beside = NONE
+    if "amb-prev" in r.seq and against is not None:
+        beside = f"{figures.build_name(against)} without: p50 {r.p50('amb-prev'):.1f} ms"
+    figs.add(
+        "budget",
+        "`amb-record` with a budget set and never reached (`--max-calls`, `--max-tokens`)",
+        f"p50 {r.p50('amb'):.1f} ms, p99 {r.p99('amb'):.0f} ms, calls/s {r.tput['amb']:.0f}, "
+        f"5 MB {r.big_ratio('amb'):.2f}× bare mitmproxy",
+        beside,
+        "no regression",
+    )
+
+
+def add_watched_row(figs: figures.Figures, r: Results, watcher_cpu: float, seconds: float) -> None:
+    w = "amb-watched"
+    figs.add(
+        "watched",
+        "`amb-record` followed by `amb watch --all-running --json` (`--watch`)",
+        f"calls/s {r.tput[w] / max(r.tput['amb'], 1e-9):.2f}×, p50 {r.p50(w):.2f} ms; "
+        f"the watcher's CPU {watcher_cpu:.1f} s in {seconds:.0f} s",
+        f"unwatched, same rounds: p50 {r.p50('amb'):.2f} ms",
+        "no regression",
+    )
+
+
+def measure(targets: list[Target], quick: bool) -> Results:
+    n_seq, n_stream, n_big, secs, n_stall = (120, 30, 6, 2.0, 3) if quick else (600, 90, 120, 6.0, 8)
+    # Interleaved rounds (the median of each target's rounds): a single back-to-back window per
+    # target let a burst of load elsewhere on the machine land on one target only.
+    rounds = alternate({t.name: partial(throughput, t, 16, secs / 3) for t in targets}, 3)
+    return Results(
+        seq=sequential(targets, n_seq, 6),
+        ttfc=streaming(targets, n_stream, 3, 0),
+        gem=gemini_streaming(targets, n_stream, 3),
+        tput={name: statistics.median(r) for name, r in rounds.items()},
+        big=big_requests(targets, n_big),
+        gaps={
+            t.name: (stall(t, n_stall, False), stall(t, n_stall, True))
+            for t in targets
+            if t.name in ("direct", "mitm_stream", "amb", "amb-prev", "amb-watched")
+        },
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run, noisier)")
@@ -461,258 +608,23 @@ def main() -> None:
     figs = figures.Figures(ap, args)
     if args.against is not None and not (args.against / "amb" / "record.py").is_file():
         raise SystemExit(f"bench: {args.against} is not a checkout of this project (no amb/record.py)")
-    q = args.quick
-    n_seq, n_stream, n_big, secs, n_stall = (120, 30, 6, 2.0, 3) if q else (600, 90, 120, 6.0, 8)
-
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="amb-bench-") as tmpdir:
         targets = start_targets(Path(tmpdir), args.against, args.watch, args.budget)
-        names = [t.name for t in targets]
         try:
-            print(
-                f"targets: {', '.join(names)}; load average {os.getloadavg()[0]:.1f} on "
-                f"{os.cpu_count()} cores"
-            )
-            seq = sequential(targets, n_seq, 6)
-            ttfb = streaming(targets, n_stream, 3, 0)
-            gem = gemini_streaming(targets, n_stream, 3)
-            # Interleaved rounds (the median of each target's rounds): a single back-to-back window
-            # per target let a burst of load elsewhere on the machine land on one target only.
-            rounds: dict[str, list[float]] = {t.name: [] for t in targets}
-            for _ in range(3):
-                for t in targets:
-                    rounds[t.name].append(throughput(t, 16, secs / 3))
-            tput = {name: statistics.median(r) for name, r in rounds.items()}
-            big = big_requests(targets, n_big)
-            gaps = {
-                t.name: (stall(t, n_stall, False), stall(t, n_stall, True))
-                for t in targets
-                if t.name in ("direct", "mitm_stream", "amb", "amb-prev", "amb-watched")
-            }
+            print(f"targets: {', '.join(t.name for t in targets)}", file=sys.stderr)
+            results = measure(targets, args.quick)
         finally:
             for t in reversed(targets):
                 t.stop()
-
-    d50, d99 = pct(seq["direct"], 50), pct(seq["direct"], 99)
-    t50 = pct(ttfb["direct"][0], 50)
-    b50 = pct(big["direct"], 50)
-    print("\nnon-streaming chat completion, sequential, keep-alive (ms)")
-    print(f"{'target':12} {'p50':>7} {'p99':>7} {'+p50':>7} {'+p99':>7}")
-    for name in names:
-        p50, p99 = pct(seq[name], 50), pct(seq[name], 99)
-        print(f"{name:12} {p50:7.2f} {p99:7.2f} {p50 - d50:7.2f} {p99 - d99:7.2f}")
-    print("\nstream of 50 chunks, unpaced: time to first chunk (ms) and client reads per stream")
-    print(f"{'target':12} {'ttfc p50':>9} {'added':>7} {'reads':>6}")
-    for name in names:
-        f50 = pct(ttfb[name][0], 50)
-        print(f"{name:12} {f50:9.2f} {f50 - t50:7.2f} {statistics.median(ttfb[name][1]):6.0f}")
-    print(
-        "\nGemini stream of 50 chunks (streamGenerateContent, SSE), unpaced: time to first chunk (ms), reads"
-    )
-    g50 = pct(gem["direct"][0], 50)
-    print(f"{'target':12} {'ttfc p50':>9} {'added':>7} {'reads':>6}")
-    for name in names:
-        f50 = pct(gem[name][0], 50)
-        print(f"{name:12} {f50:9.2f} {f50 - g50:7.2f} {statistics.median(gem[name][1]):6.0f}")
-    print("\n16 concurrent clients, non-streaming: calls per second (median of 3 interleaved rounds)")
-    for name in names:
-        print(f"{name:12} {tput[name]:9.0f}")
-    print("\n5 MB request body, sequential (ms)")
-    for name in names:
-        p50 = pct(big[name], 50)
-        print(f"{name:12} {p50:8.1f}  added {p50 - b50:6.1f}")
-    print("\nlongest gap between chunks of a 50 x 10 ms stream, median of streams (ms)")
-    for name, (alone, loaded) in gaps.items():
-        print(
-            f"{name:12} alone {alone:6.1f}   beside 5 MB uploads {loaded:6.1f}   "
-            f"stretch {loaded / alone:4.2f}x"
-        )
-
-    m50, a50 = pct(seq["mitm"], 50), pct(seq["amb"], 50)
-    a99 = pct(seq["amb"], 99)
-    ms_ttfc = pct(ttfb["mitm_stream"][0], 50)
-    a_ttfc = pct(ttfb["amb"][0], 50)
-    big_ratio = (pct(big["amb"], 50) - b50) / max(1e-9, pct(big["mitm"], 50) - b50)
-    gap_ratio = gaps["amb"][1] / gaps["mitm_stream"][1]
-    print("\ntargets")
-    checks = [
-        ("recording cost over bare mitmproxy, p50", f"{a50 - m50:+.2f} ms", a50 - m50 <= 0.3, "<= 0.3 ms"),
-        ("added p99 over direct", f"{a99 - d99:.2f} ms", a99 - d99 <= 5, "<= 5 ms"),
-        ("added time to first chunk over direct", f"{a_ttfc - t50:.2f} ms", a_ttfc - t50 <= 1.5, "<= 1.5 ms"),
-        (
-            "Gemini stream: added time to first chunk over direct, reads vs direct",
-            f"{pct(gem['amb'][0], 50) - g50:.2f} ms, "
-            f"{statistics.median(gem['amb'][1]):.0f} vs {statistics.median(gem['direct'][1]):.0f}",
-            pct(gem["amb"][0], 50) - g50 <= 1.5
-            and statistics.median(gem["amb"][1]) >= 0.9 * statistics.median(gem["direct"][1]),
-            "<= 1.5 ms, as many reads",
-        ),
-        (
-            "client reads per 50-chunk stream vs direct",
-            f"{statistics.median(ttfb['amb'][1]):.0f} vs {statistics.median(ttfb['direct'][1]):.0f}",
-            statistics.median(ttfb["amb"][1]) >= 0.9 * statistics.median(ttfb["direct"][1]),
-            "as many as direct: one per upstream chunk, nothing buffered",
-        ),
-        ("5 MB request, added time vs bare mitmproxy's", f"{big_ratio:.2f}x", big_ratio <= 1.2, "<= 1.2x"),
-        (
-            "stream's longest gap beside 5 MB uploads vs mitm_stream",
-            f"{gap_ratio:.2f}x",
-            gap_ratio <= 1.5,
-            "<= 1.5x",
-        ),
-        (
-            "calls/s at 16 clients vs bare mitmproxy",
-            f"{tput['amb'] / max(tput['mitm'], 1e-9):.2f}x",
-            tput["amb"] / max(tput["mitm"], 1e-9) >= 0.9,
-            ">= 0.9x",
-        ),
-    ]
-    for what, value, ok, target in checks:
-        print(f"  [{'ok' if ok else 'MISS'}] {what}: {value} (target {target})")
-    keys = ["p50", "p99", "ttfc", "gemini", "reads", "big", "gap", "calls"]
-    checked = dict(zip(keys, ((v, ok, target) for _, v, ok, target in checks), strict=True))
-    if "amb-prev" in seq:
-        print(
-            f"  amb-prev ({args.against}), same rounds: p50 cost {pct(seq['amb-prev'], 50) - m50:+.2f} ms; "
-            f"5 MB {(pct(big['amb-prev'], 50) - b50) / max(1e-9, pct(big['mitm'], 50) - b50):.2f}x; "
-            f"gap {gaps['amb-prev'][1] / gaps['mitm_stream'][1]:.2f}x; "
-            f"calls/s {tput['amb-prev'] / max(tput['mitm'], 1e-9):.2f}x; "
-            f"TTFC {pct(ttfb['amb-prev'][0], 50) - t50:+.2f} ms, "
-            f"Gemini TTFC {pct(gem['amb-prev'][0], 50) - g50:+.2f} ms"
-        )
-    if "amb-watched" in seq:
-        w = "amb-watched"
-        watcher_cpu = next(t.sidecar_cpu_s for t in targets if t.name == w)
-        if watcher_cpu is not None:
-            print(
-                f"  amb watch used {watcher_cpu:.1f} s of CPU in {time.monotonic() - started:.0f} s "
-                "(following every call the benchmark made to amb-watched)"
-            )
-        print(
-            f"  amb-watched (amb watch following its spools) beside amb, same rounds: "
-            f"p50 {pct(seq[w], 50):.2f} vs {a50:.2f} ms; p99 {pct(seq[w], 99):.2f} vs {a99:.2f} ms; "
-            f"TTFC {pct(ttfb[w][0], 50):.2f} vs {a_ttfc:.2f} ms; "
-            f"5 MB {pct(big[w], 50):.1f} vs {pct(big['amb'], 50):.1f} ms; "
-            f"calls/s {tput[w]:.0f} vs {tput['amb']:.0f} ({tput[w] / max(tput['amb'], 1e-9):.2f}x); "
-            f"gap beside uploads {gaps[w][1]:.1f} vs {gaps['amb'][1]:.1f} ms"
-        )
-    big_vs_stream = (pct(big["amb"], 50) - b50) / max(1e-9, pct(big["mitm_stream"], 50) - b50)
-    print(
-        f"  (reference: mitm_stream TTFC {ms_ttfc - t50:+.2f} ms over direct; floor p50 "
-        f"{pct(seq['floor'], 50) - d50:+.2f} ms; 5 MB vs mitm_stream {big_vs_stream:.2f}x. Bare "
-        "mitmproxy and mitm_stream differ only in streaming SSE, so their spread shows the run's noise.)"
-    )
-    if args.budget:  # the amb target kept a budget: its figures are this row's, not the plain rows'
-        beside = NONE
-        if "amb-prev" in seq:
-            beside = f"{figures.build_name(args.against)} without: p50 {pct(seq['amb-prev'], 50):.1f} ms"
-        figs.add(
-            "budget",
-            "`amb-record` with a budget set and never reached (`--max-calls`, `--max-tokens`)",
-            f"p50 {a50:.1f} ms, p99 {a99:.0f} ms, calls/s {tput['amb']:.0f}, "
-            f"5 MB {big_ratio:.2f}× bare mitmproxy",
-            beside,
-            "no regression",
-        )
+    if args.budget:
+        add_budget_row(figs, results, args.against)
     else:
-        prev = {}
-        m_big = pct(big["mitm"], 50) - b50
-        if "amb-prev" in seq:
-            name = figures.build_name(args.against)
-            prev = {
-                "p50": f"; {name}: {pct(seq['amb-prev'], 50) - m50:+.2f} ms",
-                "big": f"; {name}: {(pct(big['amb-prev'], 50) - b50) / max(1e-9, m_big):.2f}×",
-                "calls": f"; {name}: {tput['amb-prev'] / max(tput['mitm'], 1e-9):.2f}×",
-            }
-        for row in proxy_rows(checked, seq, ttfb, gem, tput, big, gaps, prev):
-            figs.add(*row)
-    if "amb-watched" in seq:
-        w = "amb-watched"
-        watcher_cpu = next(t.sidecar_cpu_s for t in targets if t.name == w) or 0.0
-        figs.add(
-            "watched",
-            "`amb-record` followed by `amb watch --all-running --json` (`--watch`)",
-            f"calls/s {tput[w] / max(tput['amb'], 1e-9):.2f}×, p50 {pct(seq[w], 50):.2f} ms; "
-            f"the watcher's CPU {watcher_cpu:.1f} s in {time.monotonic() - started:.0f} s",
-            f"unwatched, same rounds: p50 {a50:.2f} ms",
-            "no regression",
-        )
+        add_rows(figs, results, args.against)
+    if args.watch:
+        watcher_cpu = next(t.sidecar_cpu_s for t in targets if t.name == "amb-watched") or 0.0
+        add_watched_row(figs, results, watcher_cpu, time.monotonic() - started)
     figs.write()
-
-
-def proxy_rows(
-    checked: dict[str, tuple[str, bool, str]],
-    seq: dict[str, list[float]],
-    ttfb: dict[str, tuple[list[float], list[int]]],
-    gem: dict[str, tuple[list[float], list[int]]],
-    tput: dict[str, float],
-    big: dict[str, list[float]],
-    gaps: dict[str, tuple[float, float]],
-    prev: dict[str, str],
-) -> list[tuple[str, str, str, str, str]]:
-    """The README's rows (id, measure, figure, baseline, target) from the targets' checks."""
-
-    def value(key: str) -> str:
-        return checked[key][0].replace("x", "×")
-
-    def target(key: str) -> str:
-        text, ok = checked[key][2], checked[key][1]
-        return f"{text.replace('<=', '≤').replace('>=', '≥').replace('x', '×')} ({figures.met(ok)})"
-
-    reads = {name: statistics.median(ttfb[name][1]) for name in ("amb", "direct")}
-    gem_reads = {name: statistics.median(gem[name][1]) for name in ("amb", "direct")}
-    mitm_big = pct(big["mitm"], 50) - pct(big["direct"], 50)
-    return [
-        (
-            "recording-p50",
-            "recording cost over bare mitmproxy, non-streaming p50 ([overhead](docs/recording.md#overhead))",
-            value("p50"),
-            f"bare mitmproxy (`mitmdump`): p50 {pct(seq['mitm'], 50):.2f} ms{prev.get('p50', '')}",
-            target("p50"),
-        ),
-        (
-            "p99",
-            "added p99 over direct calls",
-            value("p99"),
-            f"direct: {pct(seq['direct'], 99):.2f} ms",
-            target("p99"),
-        ),
-        (
-            "ttfc",
-            "added time to first chunk of a 50-chunk stream; client reads per stream",
-            f"{value('ttfc')}; {reads['amb']:.0f} reads",
-            f"direct: {reads['direct']:.0f} reads (one per upstream chunk)",
-            f"{target('ttfc')}; as many reads ({figures.met(checked['reads'][1])})",
-        ),
-        (
-            "gemini-ttfc",
-            "Gemini stream (`streamGenerateContent`, SSE): added time to first chunk; reads",
-            f"{pct(gem['amb'][0], 50) - pct(gem['direct'][0], 50):.2f} ms; {gem_reads['amb']:.0f} reads",
-            f"direct: {gem_reads['direct']:.0f} reads",
-            target("gemini"),
-        ),
-        (
-            "big",
-            "a 5 MB request: time added over direct",
-            f"{value('big')} bare mitmproxy's",
-            f"bare mitmproxy: +{mitm_big:.1f} ms{prev.get('big', '')}",
-            target("big"),
-        ),
-        (
-            "gap",
-            "a stream's longest gap between chunks beside 5 MB uploads",
-            f"{value('gap')} streaming mitmproxy's",
-            f"mitmproxy, streaming only: {gaps['mitm_stream'][1]:.1f} ms",
-            target("gap"),
-        ),
-        (
-            "calls",
-            "calls/s, 16 concurrent clients, median of 3 rounds",
-            f"{value('calls')} bare mitmproxy's ({tput['amb']:.0f}/s)",
-            f"bare mitmproxy: {tput['mitm']:.0f}/s{prev.get('calls', '')}",
-            target("calls"),
-        ),
-    ]
 
 
 if __name__ == "__main__":

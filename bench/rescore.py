@@ -6,7 +6,7 @@ Generates N synthetic runs through the real spool → ingest path (not timed), t
 
 - baseline: reading every run's events back (``replay.read.iter_events``), the floor for any rescore;
 - offline judge: ``score_runs`` over all runs (evidence, rules, codes, audit, cost, ledger append);
-- LLM judge, cold: every item asked once of a loopback fake judge (fills the cache; reported, not the target);
+- LLM judge, cold: every item asked once of a loopback fake judge (fills the cache; not reported);
 - LLM judge, cached: the same again, all verdicts from the cache (0 requests expected).
 
 Memory: resident set size sampled after every chunk of 100 runs; "flat" means the RSS after the last
@@ -18,26 +18,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import figures
-from bench.measure import timed, workdir
+from bench.measure import peak_rss_mb, rss_mb, timed, workdir
 from recorder.synthetic import generate_run
 from replay.ingest import ingest
 from replay.read import iter_events, run_ids
 from scorer.batch import open_store, score_runs
 from scorer.profile import load
-
-
-def rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def timed_score(st, profile, judge: str, jobs: int) -> tuple[float, list[float], int]:
@@ -74,71 +67,38 @@ def main() -> None:
     figs = figures.Figures(ap, args)
 
     with workdir(args.store, "amb-bench-rescore-") as work:
-        measure(args, work if args.store else work / "store", figs)
+        run(args, work if args.store else work / "store", figs)
     figs.write()
 
 
-def measure(args: argparse.Namespace, store: Path, figs: figures.Figures) -> None:
-    t0 = time.perf_counter()
+def run(args: argparse.Namespace, store: Path, figs: figures.Figures) -> None:
     existing = set()
     if (store / "amb.duckdb").exists():
         with open_store(store) as st:
             existing = set(run_ids(st.con))
     for i in range(args.runs):
-        rid = f"bench-{i:05d}"
-        if rid not in existing:
-            generate_run(store, rid, seed=i, calls=args.calls)
+        if f"bench-{i:05d}" not in existing:
+            generate_run(store, f"bench-{i:05d}", seed=i, calls=args.calls)
     ingest(store)
-    print(
-        f"setup: {args.runs} synthetic runs ({args.calls} model calls each) generated and ingested in "
-        f"{time.perf_counter() - t0:.1f} s"
-    )
 
     profile = load("paper-2026-06")
     with open_store(store) as st:
         ids = run_ids(st.con)[: args.runs]
-        n_events, base = timed(lambda: sum(1 for rid in ids for _ in iter_events(st.con, rid)))
-        print(
-            f"baseline (read every run's events back): {len(ids) / base:8.1f} runs/s  ({n_events} "
-            f"events, {base:.1f} s)"
-        )
-
+        _, base = timed(lambda: sum(1 for rid in ids for _ in iter_events(st.con, rid)))
         dt, rss, _ = timed_score(st, profile, "offline", args.jobs)
-        print(
-            f"offline judge:                           {len(ids) / dt:8.1f} runs/s  "
-            f"({dt:.1f} s; {dt / base:.1f}x the baseline); "
-            f"RSS after first chunk {rss[0]:.0f} MB, after last {rss[-1]:.0f} MB, peak {max(rss):.0f} MB"
-        )
         add_row(figs, "offline", f"rescoring {len(ids):,} runs, offline judge", dt, base, rss)
-
         if not args.skip_llm:
             from tests.fakes import judge_server as fake
 
             with fake.JudgeServer(fake.default_policy, keep_requests=False) as server:
                 os.environ["AMB_JUDGE_BASE_URL"] = server.base_url
                 os.environ["AMB_JUDGE_MODEL"] = "fake-judge"
-                dt, rss, n = timed_score(st, profile, "llm", max(args.jobs, 4))
-                print(
-                    f"LLM judge, cold (fills the cache):       {len(ids) / dt:8.1f} runs/s  ({dt:.1f} "
-                    f"s; {n} requests to the loopback judge); "
-                    f"RSS after first chunk {rss[0]:.0f} MB, after last {rss[-1]:.0f} MB"
-                )
+                timed_score(st, profile, "llm", max(args.jobs, 4))  # fills the cache
                 dt, rss, n = timed_score(st, profile, "llm", args.jobs)
-                print(
-                    f"LLM judge, cached:                       {len(ids) / dt:8.1f} runs/s  ({dt:.1f} "
-                    f"s; {dt / base:.1f}x the baseline; {n} requests); "
-                    f"RSS after first chunk {rss[0]:.0f} MB, after last {rss[-1]:.0f} MB, peak "
-                    f"{max(rss):.0f} MB"
-                )
-                add_row(
-                    figs,
-                    "llm-cached",
-                    f"rescoring {len(ids):,} runs, LLM judge, every verdict cached",
-                    dt,
-                    base,
-                    rss,
-                )
-    print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+            print(f"LLM judge, cached: {n} requests to the judge", file=sys.stderr)
+            what = f"rescoring {len(ids):,} runs, LLM judge, every verdict cached"
+            add_row(figs, "llm-cached", what, dt, base, rss)
+    print(f"peak RSS of this process: {peak_rss_mb():.0f} MB")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,14 @@
 """bench/scaleout: what a sweep's executor and the shards' trip home cost.
 
-Prints:
+Measures:
 - **executor overhead per run**: 40 tiny runs (the agent is ``true``, local backend, recorded under
   the shim) swept by each executor; per run, the time from its dispatch (the executor started its
   ``amb sweep exec``) to its shard being complete (renamed into ``shards/``), minus the run's own
   time (``shard.json``'s ``run_s``: the exec's call of the recorder, from its imports and proxy start
   to the closed run). What remains is the executor's and the exec's own cost: starting (local, Ray:
   forking from a warm ``amb sweep exec --serve``; SLURM: a new interpreter importing amb), reading
-  the spec, sealing and renaming the shard. Median, p90 and mean; for local also the warm exec's
-  own start, paid once per sweep.
+  the spec, sealing and renaming the shard. Median and p90, and the slot time a run costs with
+  every slot kept busy; for local also the warm exec's own start, paid once per sweep.
   Targets: under 1 s on local and Ray, under 2 s on SLURM. ``--executors local slurm ray``: for
   ``slurm`` (unless ``SLURM_CONF`` names a cluster) and ``ray`` (unless ``RAY_ADDRESS`` does) the
   benchmark brings up the tests' real clusters (tests/clusters/: a controller with two compute
@@ -37,14 +37,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from bench import figures  # noqa: E402 - after the path set-up above
-from bench.measure import timed  # noqa: E402
-from recorder.synthetic import generate_run  # noqa: E402
-from replay.ingest import ingest  # noqa: E402
-from replay.shards import load_shards  # noqa: E402
-from sweeps.collect import select  # noqa: E402
-from sweeps.shard import Layout, ShardInfo, file_sizes, new_token, place, read_info  # noqa: E402
-from sweeps.spec import Cell, run_id  # noqa: E402
+from bench import figures
+from bench.measure import percentile, timed
+from recorder.synthetic import generate_run
+from replay.ingest import ingest
+from replay.shards import load_shards
+from sweeps.collect import select
+from sweeps.shard import Layout, ShardInfo, file_sizes, new_token, place, read_info
+from sweeps.spec import Cell, run_id
 
 SWEEP = """
 name = "bench"
@@ -87,19 +87,14 @@ def overhead(executor: str, runs: int, concurrency: int, tmp: Path) -> dict[str,
         samples.append(complete - dispatch[rid] - read_info(shard).run_s)
     if len(samples) < runs:
         raise SystemExit(f"{executor}: only {len(samples)} of {runs} runs have a shard and a dispatch time")
-    samples.sort()
     run_times = [read_info(layout.shard(c.final_run)).run_s for c in outcome.cells if c.final_run]
     return {
         "median": statistics.median(samples),
-        "p90": samples[int(0.9 * (len(samples) - 1))],
-        "mean": statistics.fmean(samples),
-        "wall": outcome.wall_s,
+        "p90": percentile(samples, 90),
         # The cost per run with every slot kept busy: slot-seconds used beyond the runs' own time
         # (SLURM's gap between one task's end and the next one's start on a slot counts here).
         "slot": (outcome.wall_s * concurrency - sum(run_times)) / len(run_times),
-        "run_s": statistics.fmean(
-            read_info(layout.shard(c.final_run)).run_s for c in outcome.cells if c.final_run
-        ),
+        "run_s": statistics.fmean(run_times),
     }
 
 
@@ -150,8 +145,7 @@ def make_shards(root: Path, n: int) -> Layout:
 
 
 def ingest_rate(n: int, tmp: Path, figs: figures.Figures) -> None:
-    layout, made_s = timed(lambda: make_shards(tmp / "shards", n))
-    print(f"  made {n} shards in {made_s:.1f}s")
+    layout = make_shards(tmp / "shards", n)
     sel = select(layout)
     assert len(sel.take) == n, len(sel.take)
 
@@ -168,13 +162,6 @@ def ingest_rate(n: int, tmp: Path, figs: figures.Figures) -> None:
     again, t_again = timed(lambda: load_shards(tmp / "store", select(layout).take))
     assert again.ingest is not None and again.ingest.events_added == 0
 
-    print(f"  amb ingest --from (checked):   {t_shards:6.2f}s  {n / t_shards:7.1f} shards/s  (target >= 50)")
-    print(
-        f"  plain ingest (baseline):       {t_plain:6.2f}s  {n / t_plain:7.1f} runs/s   "
-        f"ratio {t_shards / t_plain:.2f}x"
-    )
-    print(f"  again (idempotent, no change): {t_again:6.2f}s  {n / t_again:7.1f} shards/s")
-    print(f"  events: {plain.events_added}")
     figs.add(
         "shard-ingest",
         f"`amb ingest --from` of {n:,} shards (each checked, then one bulk ingest)",
@@ -196,7 +183,8 @@ def add_overhead(figs: figures.Figures, name: str, r: dict[str, float], args: ar
         f"overhead-{name}",
         f"sweep executor overhead per run, {name}: {args.runs} tiny runs, concurrency {args.concurrency} "
         "([what it is](docs/scale-out.md#measured))",
-        f"median **{r['median']:.2f} s**, p90 {r['p90']:.2f} s{warm}",
+        f"median **{r['median']:.2f} s**, p90 {r['p90']:.2f} s; {r['slot']:.2f} s of slot time with every "
+        f"slot busy{warm}",
         f"the run's own time: {r['run_s']:.2f} s",
         f"< {TARGET_S[name]:.0f} s ({figures.met(r['median'] < TARGET_S[name])})",
     )
@@ -209,43 +197,25 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=1000)
     parser.add_argument("--executors", nargs="+", default=["local"])
     parser.add_argument("--only", choices=["overhead", "ingest"], default=None)
-    parser.add_argument("--quiet-header", action="store_true", help=argparse.SUPPRESS)
     figures.add_argument(parser, "scaleout")
     args = parser.parse_args()
     figs = figures.Figures(parser, args)
-    if not args.quiet_header:
-        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory(prefix="amb-bench-scaleout-") as tmpdir, contextlib.ExitStack() as stack:
         tmp = Path(tmpdir)
-        if args.only in (None, "overhead"):
-            if not args.quiet_header:
-                print(f"executor overhead per run ({args.runs} tiny runs, concurrency {args.concurrency}):")
-            for name in args.executors:
-                if name == "slurm" and not os.environ.get("SLURM_CONF"):
-                    from tests.clusters.slurm_cluster import SlurmCluster
+        for name in args.executors if args.only in (None, "overhead") else []:
+            if name == "slurm" and not os.environ.get("SLURM_CONF"):
+                from tests.clusters.slurm_cluster import SlurmCluster
 
-                    os.environ.update(stack.enter_context(SlurmCluster()).env)
-                if name == "ray" and not os.environ.get("RAY_ADDRESS"):
-                    _ray_in_its_namespace(stack, args, tmp / "ray.json")
-                    figs.adopt(tmp / "ray.json")
-                    continue
-                warm = None
-                if name == "local":
-                    warm = warm_exec_start(tmp)
-                    print(f"  local  warm exec ready in {warm:.2f}s (once per sweep)")
-                r = overhead(name, args.runs, args.concurrency, tmp)
-                add_overhead(figs, name, r if warm is None else {**r, "warm": warm}, args)
-                print(
-                    f"  {name:6s} median {r['median']:.3f}s  p90 {r['p90']:.3f}s  mean {r['mean']:.3f}s "
-                    f"(run's own time {r['run_s']:.2f}s; sweep wall {r['wall']:.1f}s; "
-                    f"per run with {args.concurrency} slots busy {r['slot']:.2f}s)"
-                )
+                os.environ.update(stack.enter_context(SlurmCluster()).env)
+            if name == "ray" and not os.environ.get("RAY_ADDRESS"):
+                _ray_in_its_namespace(stack, args, tmp / "ray.json")
+                figs.adopt(tmp / "ray.json")
+                continue
+            warm = {"warm": warm_exec_start(tmp)} if name == "local" else {}
+            add_overhead(figs, name, overhead(name, args.runs, args.concurrency, tmp) | warm, args)
         if args.only in (None, "ingest"):
-            print(f"shard ingest ({args.shards} shards):")
             ingest_rate(args.shards, tmp, figs)
         figs.write()
-    if not args.quiet_header:
-        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 def _ray_in_its_namespace(stack: contextlib.ExitStack, args: argparse.Namespace, rows: Path) -> None:
@@ -261,7 +231,6 @@ def _ray_in_its_namespace(stack: contextlib.ExitStack, args: argparse.Namespace,
         "overhead",
         "--executors",
         "ray",
-        "--quiet-header",
         "--json",
         str(rows),
     ]
@@ -269,7 +238,6 @@ def _ray_in_its_namespace(stack: contextlib.ExitStack, args: argparse.Namespace,
     proc = subprocess.run(cluster.netns(argv), env=cluster.env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"ray: the measurement failed:\n{proc.stderr[-3000:]}")
-    print(proc.stdout, end="")
 
 
 if __name__ == "__main__":

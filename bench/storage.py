@@ -6,7 +6,7 @@ same synthetic runs through its own write path into its own store, ingests them 
 
 - on-disk bytes per event: every file of the store (database, blob area, spools) by its allocated
   blocks (``st_blocks * 512``, what ``du`` counts), so the layout a build has is what is measured:
-  loose blob files, pack files, compressed or dropped spools. Content bytes (file sizes) beside;
+  loose blob files, pack files, compressed or dropped spools;
 - blob read latency: a sample of the referenced blobs read back through the build's blob store,
   in a fresh process (p50, p99);
 - ``amb verify`` time (every hash, chain, manifest and blob), with the page cache warm (the store
@@ -15,8 +15,8 @@ same synthetic runs through its own write path into its own store, ingests them 
   filesystem, where opening many small files is the cost;
 - the aggregate query (tokens per model per run, over ``model_calls``): cold (the first query of a
   fresh process and connection) and warm (median of the next ten);
-- ingest time and rate, and its ratio to DuckDB's own ``read_ndjson`` load of the same event
-  bodies into a plain table (timed in the same run, before the build's ingest).
+- ingest rate, and its ratio to DuckDB's own ``read_ndjson`` load of the same event bodies into a
+  plain table (timed in the same run, before the build's ingest).
 
 Every measurement of a build runs in its own process, with the build's packages first on the path
 (as ``bench/proxy.py --against`` does), and the two builds alternate data set by data set.
@@ -39,51 +39,33 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(HERE))
 
-AGGREGATE = """
-SELECT run_id, model, sum(input_tokens) AS tokens_in, sum(output_tokens) AS tokens_out, count(*) AS calls
-FROM model_calls GROUP BY run_id, model ORDER BY run_id
-"""
+# This checkout's harness, also in a worker measuring another build (imported before that build's
+# packages go first on the path).
+from bench import figures, measure
+from bench.figures import NONE, faster, met
 
 SETS = {
-    # name: (runs, generate_run keyword arguments)
-    "tiny": (10, {"calls": 10}),  # a smoke test of the bench itself
-    "small": (200, {"calls": 50}),
-    "ingest": (1000, {"calls": 35, "processes_per_call": 26}),
+    # name: (runs, generate_run keyword arguments, as a row describes the set)
+    "tiny": (10, {"calls": 10}, "10 runs × 10 calls"),  # a smoke test of the bench itself
+    "small": (200, {"calls": 50}, "200 runs × 50 calls"),
+    "ingest": (1000, {"calls": 35, "processes_per_call": 26}, "1,000 runs of `bench/ingest.py`"),
 }
 
 # ---- the worker: runs inside a build's own process ------------------------------------------------
 
 
-def _du(root: Path) -> tuple[int, int, dict[str, int]]:
-    disk = content = 0
-    areas: dict[str, int] = {}
-    for dirpath, _, files in os.walk(root):
-        st = os.lstat(dirpath)
-        disk += st.st_blocks * 512
-        for name in files:
-            st = os.lstat(os.path.join(dirpath, name))
-            disk += st.st_blocks * 512
-            content += st.st_size
-            rel = Path(dirpath).relative_to(root).parts
-            area = rel[0] if rel else name
-            areas[area] = areas.get(area, 0) + st.st_blocks * 512
-    return disk, content, areas
-
-
 def work_generate(root: Path, runs: int, kwargs: dict[str, Any]) -> dict[str, Any]:
     from recorder.synthetic import generate_run
 
-    t0 = time.perf_counter()
-    events = sum(generate_run(root, f"bench-{i:05d}", seed=i, **kwargs).events for i in range(runs))
-    return {"events": events, "seconds": time.perf_counter() - t0}
+    return {"events": sum(generate_run(root, f"bench-{i:05d}", seed=i, **kwargs).events for i in range(runs))}
 
 
 def work_ingest(root: Path) -> dict[str, Any]:
@@ -95,62 +77,26 @@ def work_ingest(root: Path) -> dict[str, Any]:
 
     os.sync()
     settles = "spool_mode" in inspect.signature(ingest).parameters
-    t0 = time.perf_counter()
-    report = ingest(root, spool_mode="keep") if settles else ingest(root)
-    seconds = time.perf_counter() - t0
-    settle_s = 0.0
+    report, seconds = measure.timed(lambda: ingest(root, spool_mode="keep") if settles else ingest(root))
     if settles:
         from replay import spools
         from replay.store import Store
 
         with Store.open(root) as st:
-            t0 = time.perf_counter()
             spools.settle(st, spools.mode())
-            settle_s = time.perf_counter() - t0
     os.sync()
-    disk, content, areas = _du(root)
-    return {
-        "seconds": seconds,
-        "settle_s": settle_s,
-        "events": report.events_added,
-        "disk": disk,
-        "content": content,
-        "areas": areas,
-    }
+    return {"seconds": seconds, "events": report.events_added}
 
 
 def work_ndjson(root: Path) -> dict[str, Any]:
     """DuckDB's own ``read_ndjson`` load of the same event bodies into a plain table (the ingest
     rate's yardstick, as in bench/ingest.py), from the spools as written, before any ingest."""
-    import duckdb
-
-    work = Path(tempfile.mkdtemp(prefix="amb-bench-ndjson-"))
-    try:
-        ndjson, n = work / "events.ndjson", 0
-        with open(ndjson, "wb") as out:
-            for spool in sorted(root.glob("spool/*/*.spool")):
-                lines = spool.read_bytes().split(b"\n")[1:]  # the first is the spool's magic
-                for line in lines:
-                    if line:
-                        out.write(line.split(b"\t", 2)[2] + b"\n")
-                        n += 1
+    with measure.workdir(None, "amb-bench-ndjson-") as work:
+        n = measure.events_ndjson(root, work / "events.ndjson")
         os.sync()
-        times = []
-        for _ in range(3):  # the median of three: one load under a noisy machine says little
-            (work / "plain.duckdb").unlink(missing_ok=True)
-            t0 = time.perf_counter()
-            con = duckdb.connect(str(work / "plain.duckdb"))
-            con.execute(
-                """CREATE TABLE plain AS SELECT * FROM read_ndjson(?, columns = {
-                       kind: 'VARCHAR', payload: 'JSON', prev_hash: 'VARCHAR', run_id: 'VARCHAR',
-                       seq: 'BIGINT', source: 'VARCHAR', ts_ns: 'BIGINT', v: 'INTEGER'})""",
-                [str(ndjson)],
-            )
-            con.close()
-            times.append(time.perf_counter() - t0)
-        return {"seconds": statistics.median(times), "events": n}
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        # The median of three: one load under a noisy machine says little.
+        times = [measure.plain_load(work / "events.ndjson", work / "plain.duckdb") for _ in range(3)]
+    return {"seconds": statistics.median(times), "events": n}
 
 
 def work_verify(root: Path) -> dict[str, Any]:
@@ -158,37 +104,19 @@ def work_verify(root: Path) -> dict[str, Any]:
     from replay.verify import verify
 
     with Store.open(root, read_only=True) as st:
-        cpu0 = _cpu_seconds()
-        t0 = time.perf_counter()
-        problems = verify(st.con, st.blobs)
-        seconds = time.perf_counter() - t0
-        cpu = _cpu_seconds() - cpu0
+        cpu0 = measure.cpu_seconds(children=True)  # a build's verify may work in a child process
+        problems, seconds = measure.timed(lambda: verify(st.con, st.blobs))
+        cpu = measure.cpu_seconds(children=True) - cpu0
     return {"seconds": seconds, "cpu_s": cpu, "problems": len(problems)}
-
-
-def _cpu_seconds() -> float:
-    """User and system CPU time of this process and of its children that have ended (a build's
-    verify may run part of its work in a child process). On a shared machine the wall time of a
-    CPU-bound step mostly says how busy the others were; its CPU time says what it cost."""
-    import resource
-
-    mine, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return mine.ru_utime + mine.ru_stime + children.ru_utime + children.ru_stime
 
 
 def work_query(root: Path) -> dict[str, Any]:
     from replay.store import open_sql
 
-    t0 = time.perf_counter()
-    con = open_sql(root)
-    con.execute(AGGREGATE).fetchall()
-    cold = time.perf_counter() - t0
-    warm = []
-    for _ in range(10):
-        t0 = time.perf_counter()
-        con.execute(AGGREGATE).fetchall()
-        warm.append(time.perf_counter() - t0)
-    return {"cold_s": cold, "warm_s": statistics.median(warm)}
+    con, opened = measure.timed(lambda: open_sql(root))
+    _, cold = measure.timed(lambda: con.execute(measure.AGGREGATE).fetchall())
+    warm = measure.repeat(lambda: con.execute(measure.AGGREGATE).fetchall(), 10)
+    return {"cold_s": opened + cold, "warm_s": statistics.median(warm)}
 
 
 def work_blobs(root: Path, sample: int) -> dict[str, Any]:
@@ -197,44 +125,20 @@ def work_blobs(root: Path, sample: int) -> dict[str, Any]:
     from replay.store import Store
 
     with Store.open(root, read_only=True) as st:
-        refs = [
-            r[0]
-            for r in st.con.execute(
-                r"""SELECT DISTINCT unnest(regexp_extract_all(payload, '"blob":"(sha256:[0-9a-f]{64})"', 1))
-                    FROM events ORDER BY 1"""
-            ).fetchall()
-        ]
+        refs = sorted({r[0] for r in st.con.execute(measure.BLOB_REFS).fetchall()})
         picked = random.Random(0).sample(refs, min(sample, len(refs)))
-        times = []
-        for ref in picked:
-            t0 = time.perf_counter()
-            st.blobs.get(ref)
-            times.append(time.perf_counter() - t0)
-    times.sort()
-    return {
-        "n": len(times),
-        "p50_ms": times[len(times) // 2] * 1000,
-        "p99_ms": times[min(len(times) - 1, int(len(times) * 0.99))] * 1000,
-    }
+        times = [measure.timed(partial(st.blobs.get, ref))[1] * 1000 for ref in picked]
+    return {"p50_ms": measure.percentile(times, 50), "p99_ms": measure.percentile(times, 99)}
 
 
-def worker(argv: list[str]) -> None:
-    what, root = argv[0], Path(argv[1])
-    if what == "generate":
-        out = work_generate(root, int(argv[2]), json.loads(argv[3]))
-    elif what == "ingest":
-        out = work_ingest(root)
-    elif what == "verify":
-        out = work_verify(root)
-    elif what == "ndjson":
-        out = work_ndjson(root)
-    elif what == "query":
-        out = work_query(root)
-    elif what == "blobs":
-        out = work_blobs(root, int(argv[2]))
-    else:
-        raise SystemExit(f"unknown worker step {what}")
-    print(json.dumps(out))
+WORK: dict[str, Callable[..., dict[str, Any]]] = {
+    "generate": work_generate,
+    "ingest": work_ingest,
+    "ndjson": work_ndjson,
+    "verify": work_verify,
+    "query": work_query,
+    "blobs": work_blobs,
+}
 
 
 # ---- the driver ----------------------------------------------------------------------------------
@@ -251,65 +155,53 @@ def drop_page_cache() -> bool:
     return True
 
 
-def warm_page_cache(store: Path) -> None:
-    """Read every file of the store once, so that a warm measurement does not follow a drop."""
-    from bench.measure import read_through
-
-    read_through(sorted(store.rglob("*")))
-
-
-def cold_verify(build: Path, store: Path) -> dict[str, Any] | None:
-    """``amb verify`` in a fresh process right after the page cache is dropped (None if it cannot be)."""
-    if not drop_page_cache():
-        return None
-    out = run_step(build, "verify", str(store))
+def verified(build: Path, store: Path) -> dict[str, Any]:
+    """``amb verify`` of ``store`` by ``build``, in a fresh process; an error if it found problems."""
+    out = run_step(build, "verify", store)
     if out["problems"]:
         raise SystemExit(f"bench: {build}: amb verify found {out['problems']} problems")
     return out
 
 
-def run_step(build: Path, *args: str) -> dict[str, Any]:
+def cold_verify(build: Path, store: Path) -> dict[str, Any] | None:
+    """``amb verify`` right after the page cache is dropped (None if it cannot be)."""
+    return verified(build, store) if drop_page_cache() else None
+
+
+def run_step(build: Path, what: str, store: Path, *extra: object) -> dict[str, Any]:
+    """A worker step in a process of its own, ``build``'s packages first on its path."""
     env = {**os.environ, "PYTHONPATH": str(build), "PYTHONHASHSEED": "0"}
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--worker", *args],
-        env=env,
-        cwd=build,
-        capture_output=True,
-        text=True,
-    )
+    argv = [sys.executable, __file__, "--worker", what, str(store), *map(json.dumps, extra)]
+    done = subprocess.run(argv, env=env, cwd=build, capture_output=True, text=True)
     if done.returncode != 0:
-        raise SystemExit(f"bench: step {args[0]} of {build} failed:\n{done.stderr[-3000:]}")
+        raise SystemExit(f"bench: step {what} of {build} failed:\n{done.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
-def measure(build: Path, store: Path, runs: int, kwargs: dict[str, Any], sample: int) -> dict[str, Any]:
+def areas(store: Path) -> dict[str, int]:
+    """The store's bytes on disk by its top-level entries (database, blobs, spools)."""
+    return {p.name: measure.disk_bytes(p) for p in store.iterdir()}
+
+
+def measured(build: Path, store: Path, runs: int, kwargs: dict[str, Any], sample: int) -> dict[str, Any]:
     shutil.rmtree(store, ignore_errors=True)
     print(f"  {build}: generating {runs} runs...", file=sys.stderr)
-    gen = run_step(build, "generate", str(store), str(runs), json.dumps(kwargs))
-    print(f"  {build}: {gen['events']:,} events in {gen['seconds']:.0f} s", file=sys.stderr)
-    before_disk, before_content, _ = _du(store)
-    ndjson = run_step(HERE, "ndjson", str(store))  # DuckDB's, the same whatever the build
-    ingest = run_step(build, "ingest", str(store))
-    verify = run_step(build, "verify", str(store))
-    if verify["problems"]:
-        raise SystemExit(f"bench: {build}: amb verify found {verify['problems']} problems")
+    run_step(build, "generate", store, runs, kwargs)
+    ndjson = run_step(HERE, "ndjson", store)  # DuckDB's, the same whatever the build
+    ingest = run_step(build, "ingest", store)
+    verify = verified(build, store)
     cold = cold_verify(build, store)
-    warm_page_cache(store)  # the steps below are measured warm, as before the cold row existed
-    query = run_step(build, "query", str(store))
-    blobs = run_step(build, "blobs", str(store), str(sample))
+    measure.read_through(sorted(store.rglob("*")))  # the steps below are measured warm
+    query = run_step(build, "query", store)
+    blobs = run_step(build, "blobs", store, sample)
     n = ingest["events"]
     return {
         "events": n,
-        "before_ingest_disk_per_event": before_disk / n,
-        "disk_per_event": ingest["disk"] / n,
-        "content_per_event": ingest["content"] / n,
-        "areas_per_event": {k: v / n for k, v in sorted(ingest["areas"].items())},
-        "ingest_s": ingest["seconds"],
+        "disk_per_event": sum(areas(store).values()) / n,
+        "areas_per_event": {k: v / n for k, v in sorted(areas(store).items())},
         "ingest_rate": n / ingest["seconds"],
-        "ndjson_rate": ndjson["events"] / ndjson["seconds"],
         "ingest_vs_ndjson": (n / ingest["seconds"]) / (ndjson["events"] / ndjson["seconds"]),
-        "settle_s": ingest["settle_s"],
         "verify_s": verify["seconds"],
         "verify_cpu_s": verify["cpu_s"],
         "verify_cold_s": cold["seconds"] if cold else float("nan"),
@@ -318,50 +210,6 @@ def measure(build: Path, store: Path, runs: int, kwargs: dict[str, Any], sample:
         "query_cold_ms": query["cold_s"] * 1000,
         "query_warm_ms": query["warm_s"] * 1000,
     }
-
-
-ROWS = [
-    ("on-disk bytes/event after ingest (du)", "disk_per_event", "{:,.0f}"),
-    ("content bytes/event (file sizes)", "content_per_event", "{:,.0f}"),
-    ("on-disk bytes/event before ingest", "before_ingest_disk_per_event", "{:,.0f}"),
-    ("ingest time (s)", "ingest_s", "{:.2f}"),
-    ("ingest rate (events/s)", "ingest_rate", "{:,.0f}"),
-    ("read_ndjson of the same events (events/s)", "ndjson_rate", "{:,.0f}"),
-    ("ingest rate / read_ndjson rate", "ingest_vs_ndjson", "{:.2f}"),
-    ("spools compressed/dropped after ingest (s)", "settle_s", "{:.2f}"),
-    ("amb verify (s)", "verify_s", "{:.2f}"),
-    ("amb verify CPU, user + system (s)", "verify_cpu_s", "{:.2f}"),
-    ("amb verify, page cache dropped (s)", "verify_cold_s", "{:.2f}"),
-    ("blob read p50 (ms)", "blob_p50_ms", "{:.3f}"),
-    ("blob read p99 (ms)", "blob_p99_ms", "{:.3f}"),
-    ("aggregate query cold (ms)", "query_cold_ms", "{:.1f}"),
-    ("aggregate query warm (ms)", "query_warm_ms", "{:.1f}"),
-]
-
-
-def report(name: str, results: dict[str, dict[str, Any]]) -> None:
-    builds = list(results)
-    first = results[builds[0]]
-    others = builds[1:]
-    print(f"\n{name}: {first['events']:,} events  (load average {os.getloadavg()[0]:.1f})")
-    header = f"{'':44}" + "".join(f"{b:>16}" for b in builds) + "".join(f"{'this/' + b:>18}" for b in others)
-    print(header)
-    for label, key, fmt in ROWS:
-        cells = "".join(f"{fmt.format(results[b][key]):>16}" for b in builds)
-        ratios = "".join(
-            f"{(first[key] / results[b][key]) if results[b][key] else float('nan'):>17.2f}x" for b in others
-        )
-        print(f"{label:44}{cells}{ratios}")
-    for b in builds:
-        areas = ", ".join(f"{k} {v:,.0f}" for k, v in results[b]["areas_per_event"].items())
-        print(f"  {b}: on-disk bytes/event by area: {areas}")
-
-
-DESCRIBED = {
-    "tiny": "10 runs × 10 calls",
-    "small": "200 runs × 50 calls",
-    "ingest": "1,000 runs of `bench/ingest.py`",
-}
 
 
 def by_area(result: dict[str, Any]) -> str:
@@ -373,8 +221,6 @@ def by_area(result: dict[str, Any]) -> str:
 
 def add_figures(figs: Any, name: str, results: dict[str, dict[str, Any]], names: dict[str, str]) -> None:
     """The README's rows for one data set: this build, beside the first ``--against`` build if any."""
-    from bench.figures import NONE, met
-
     ours = results["this"]
     other = next((label for label in results if label != "this"), None)
 
@@ -387,7 +233,7 @@ def add_figures(figs: Any, name: str, results: dict[str, dict[str, Any]], names:
     per_event = ours["disk_per_event"]
     figs.add(
         f"{name}-bytes",
-        f"store on disk, {DESCRIBED[name]} ({ours['events']:,} events) "
+        f"store on disk, {SETS[name][2]} ({ours['events']:,} events) "
         "([where the bytes are](docs/storage.md#where-the-bytes-are))",
         f"**{per_event:,.0f} bytes per event** ({by_area(ours)})",
         beside(lambda r: f"{r['disk_per_event']:,.0f} ({per_event / r['disk_per_event']:.2f}×)"),
@@ -428,8 +274,6 @@ def add_verify(
     rounds: int = 1,
 ) -> None:
     """The row of one ``amb verify`` figure, beside ``theirs`` (the other build's name and seconds)."""
-    from bench.figures import NONE, faster
-
     what = "page cache warm" if cache == "warm" else "page cache dropped first (needs root)"
     figs.add(
         f"{name}-verify-{cache}",
@@ -449,41 +293,22 @@ def verify_again(
     for name in sets:
         times: dict[tuple[str, str], list[float]] = {}
         cpu: dict[tuple[str, str], list[float]] = {}
-        loads = []
         for _ in range(rounds):
             for label, build in builds.items():
                 store = work / f"{name}-{label}"
-                warm_page_cache(store)  # the round before dropped it
-                warm = run_step(build, "verify", str(store))
-                if warm["problems"]:
-                    raise SystemExit(f"bench: {label}: amb verify found {warm['problems']} problems")
-                for cache, out in (("warm", warm), ("cold", cold_verify(build, store))):
+                measure.read_through(sorted(store.rglob("*")))  # the round before dropped it
+                for cache, out in (("warm", verified(build, store)), ("cold", cold_verify(build, store))):
                     if out is not None:
                         times.setdefault((cache, label), []).append(out["seconds"])
                         cpu.setdefault((cache, label), []).append(out["cpu_s"])
-                loads.append(os.getloadavg()[0])
+        other = next((label for label in builds if label != "this"), None)
         for cache in ("warm", "cold"):
             if (cache, "this") not in times:
-                print(f"\n{name}: amb verify, page cache dropped: not measured (needs root)")
+                print(f"{name}: amb verify, page cache dropped: not measured (needs root)", file=sys.stderr)
                 continue
-            first = statistics.median(times[(cache, "this")])
-            first_cpu = statistics.median(cpu[(cache, "this")])
-            what = "page cache warm" if cache == "warm" else "page cache dropped before each"
-            print(
-                f"\n{name}: amb verify ({what}), median of {rounds} alternating rounds "
-                f"(load average {min(loads):.1f}-{max(loads):.1f})"
-            )
-            for label in builds:
-                ts, med_cpu = times[(cache, label)], statistics.median(cpu[(cache, label)])
-                med = statistics.median(ts)
-                rounds_s = ", ".join(f"{t:.2f}" for t in ts)
-                print(
-                    f"  {label:16} {med:8.2f} s   (rounds {rounds_s})   this/{label} {first / med:.2f}x"
-                    f"   CPU {med_cpu:.2f} s, this/{label} {first_cpu / med_cpu:.2f}x"
-                )
-            other = next((label for label in builds if label != "this"), None)
             theirs = None if other is None else (names[other], statistics.median(times[(cache, other)]))
-            add_verify(figs, name, cache, first, first_cpu, theirs, rounds)
+            ours = statistics.median(times[(cache, "this")])
+            add_verify(figs, name, cache, ours, statistics.median(cpu[(cache, "this")]), theirs, rounds)
 
 
 def main() -> None:
@@ -496,7 +321,9 @@ def main() -> None:
         metavar="CHECKOUT",
         help="a checkout of another build to measure beside this one (may be given more than once)",
     )
-    ap.add_argument("--sets", default="small,ingest", help="data sets: small (200 runs), ingest (1,000 runs)")
+    ap.add_argument(
+        "--sets", default="small,ingest", help="data sets: small (200 runs), ingest (1,000 runs), tiny (10)"
+    )
     ap.add_argument("--keep", type=Path, metavar="DIR", help="keep the measured stores in this directory")
     ap.add_argument("--blob-sample", type=int, default=2000)
     ap.add_argument(
@@ -505,9 +332,6 @@ def main() -> None:
         metavar="ROUNDS",
         help="only time amb verify again on the stores a run with --keep left, builds alternating",
     )
-    sys.path.insert(0, str(HERE))
-    from bench import figures
-
     figures.add_argument(ap, "storage")
     args = ap.parse_args()
     figs = figures.Figures(ap, args)
@@ -517,33 +341,30 @@ def main() -> None:
             raise SystemExit(f"bench: {against} is not a checkout of this project (no replay/ingest.py)")
         builds[against.resolve().name] = against.resolve()
     names = {label: figures.build_name(path) for label, path in builds.items()}
+    sets = args.sets.split(",")
+    unknown = set(sets) - set(SETS)
+    if unknown:
+        raise SystemExit(f"bench: unknown data set {', '.join(sorted(unknown))} (known: {', '.join(SETS)})")
     if args.verify_again:
         if args.keep is None:
             raise SystemExit("bench: --verify-again needs --keep DIR (the stores of an earlier run)")
-        verify_again(builds, args.keep, args.sets.split(","), int(args.verify_again), figs, names)
-        figs.write()
-        return
-    work = args.keep or Path(tempfile.mkdtemp(prefix="amb-bench-storage-"))
-    try:
-        for name in args.sets.split(","):
-            if name not in SETS:
-                raise SystemExit(f"bench: unknown data set {name!r} (small, ingest)")
-            runs, kwargs = SETS[name]
-            results = {}
-            for label, build in builds.items():
-                store = work / f"{name}-{label}"
-                results[label] = measure(build, store, runs, kwargs, args.blob_sample)
-            report(name, results)
-            add_figures(figs, name, results, names)
-        figs.write()
-    finally:
-        if args.keep is None:
-            shutil.rmtree(work, ignore_errors=True)
+        verify_again(builds, args.keep, sets, int(args.verify_again), figs, names)
+    else:
+        with measure.workdir(args.keep, "amb-bench-storage-") as work:
+            for name in sets:
+                runs, kwargs, _ = SETS[name]
+                results = {
+                    label: measured(build, work / f"{name}-{label}", runs, kwargs, args.blob_sample)
+                    for label, build in builds.items()
+                }
+                add_figures(figs, name, results, names)
+    figs.write()
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        sys.path.insert(0, os.environ.get("PYTHONPATH", str(HERE)))
-        worker(sys.argv[2:])
+        sys.path.insert(0, os.environ["PYTHONPATH"])  # the measured build's packages
+        what, root, *extra = sys.argv[2:]
+        print(json.dumps(WORK[what](Path(root), *map(json.loads, extra))))
     else:
         main()

@@ -31,12 +31,14 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from bench import figures
+from bench import figures, measure
+from bench.measure import process_cpu_seconds
 from recorder.synthetic import generate_run
 from replay import search
 from replay.ingest import ingest
@@ -68,13 +70,13 @@ def fetch(url: str) -> tuple[float, int]:
     return time.perf_counter() - t0, len(body)
 
 
-def timed(fn, repeat: int) -> float:  # a bench helper over callables
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def median_s(fn: Callable[[], object], times: int) -> float:
+    return statistics.median(measure.repeat(fn, times))
 
 
 def main() -> None:
@@ -101,7 +103,6 @@ def main() -> None:
     if not (root / "amb.duckdb").exists():
         print(f"building the store in {root} (once)", file=sys.stderr)
         build(root, args.runs)
-    print(f"load average {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} {os.getloadavg()[2]:.1f}")
     if args.only != "paint":
         api_pages(root, args.repeat, figs)
     if args.only != "api":
@@ -113,14 +114,11 @@ def api_pages(root: Path, repeat: int, figs: figures.Figures) -> None:
     with Running(root) as viewer:
         base = viewer.url
         first_runs = fetch(base + "/api/runs")[0]  # builds the run index once
-        page1 = json.loads(urllib.request.urlopen(base + "/api/runs?limit=50").read())
-        n_runs = page1["total"]
-        around = json.loads(urllib.request.urlopen(f"{base}/api/runs/{BIG}/events?around=shim:50000").read())
-        call = json.loads(
-            urllib.request.urlopen(f"{base}/api/runs/{BIG}/events?kinds=model_call.completed&limit=60").read()
-        )["events"][20]
-        n_big = json.loads(urllib.request.urlopen(f"{base}/api/runs/{BIG}").read())["n_events"]
-        tl = json.loads(urllib.request.urlopen(f"{base}/api/runs/{BIG}/timeline").read())
+        page1 = get_json(base + "/api/runs?limit=50")
+        around = get_json(f"{base}/api/runs/{BIG}/events?around=shim:50000")
+        call = get_json(f"{base}/api/runs/{BIG}/events?kinds=model_call.completed&limit=60")["events"][20]
+        n_runs, n_big = page1["total"], get_json(f"{base}/api/runs/{BIG}")["n_events"]
+        tl = get_json(f"{base}/api/runs/{BIG}/timeline")
         mid = tl["to_ms"] / 2
         pages = {
             "runs list": "/api/runs",
@@ -139,28 +137,17 @@ def api_pages(root: Path, repeat: int, figs: figures.Figures) -> None:
             "one event (100k)": f"/api/runs/{BIG}/events/shim/50000",
             "grid of one task": "/api/grid?task=vqa-rad",
         }
-        print(
-            f"\nstore: {n_runs} runs; big run {n_big:,} events; first /api/runs (builds the index): "
-            f"{first_runs * 1000:.0f} ms"
-        )
-        print(f"\n{'API page':44} {'median':>9} {'size':>9}   targets < 100 ms, < 200 KB")
-        worst, medians, largest = 0.0, {}, 0
+        print(f"first /api/runs (builds the index): {first_runs * 1000:.0f} ms", file=sys.stderr)
+        medians, largest = {}, 0
         for name, path in pages.items():
-            times, sizes = [], []
-            for _ in range(repeat):
-                t, n = fetch(base + path)
-                times.append(t)
-                sizes.append(n)
-            med = statistics.median(times) * 1000
-            worst = max(worst, med)
-            medians[name], largest = med, max(largest, *sizes)
-            ok = "ok" if med < 100 and max(sizes) < 200_000 else "MISSED"
-            print(f"{name:44} {med:7.1f} ms {max(sizes) / 1024:7.1f} KB   {ok}")
+            times, sizes = zip(*(fetch(base + path) for _ in range(repeat)), strict=True)
+            medians[name], largest = statistics.median(times) * 1000, max(largest, *sizes)
+        worst = max(medians.values())
 
         # Baselines in the same process: what a viewer without paging or an index would do.
         # (The server's own read-only connection: DuckDB allows one configuration per file and process.)
         with viewer.viewer.reader.cursor() as con:
-            all_events = timed(
+            all_events = median_s(
                 lambda: con.execute(
                     "SELECT source, seq, ts_ns, kind, CAST(payload AS VARCHAR) FROM events WHERE run_id = ? "
                     "ORDER BY ts_ns, source, seq",
@@ -168,29 +155,13 @@ def api_pages(root: Path, repeat: int, figs: figures.Figures) -> None:
                 ).fetchall(),
                 3,
             )
-            runs_view = timed(lambda: con.execute("SELECT * FROM runs").fetchall(), 3)
             searches = search_baseline(con, repeat)
-            t0 = time.perf_counter()
             a, b = diffs.load_steps(con, DIFF_A), diffs.load_steps(con, DIFF_B)
-            load = time.perf_counter() - t0
             n_a = con.execute("SELECT count(*) FROM events WHERE run_id = ?", [DIFF_A]).fetchall()[0][0]
             n_b = con.execute("SELECT count(*) FROM events WHERE run_id = ?", [DIFF_B]).fetchall()[0][0]
-        align = timed(lambda: diffs.align(a, b), 3)
-        print(
-            "\nbaselines (same process): every event of the 100k run in one answer "
-            f"{all_events * 1000:.0f} ms "
-            f"(slowest page above: {worst:.1f} ms, {worst / 1000 / all_events:.3f}x); the runs view "
-            f"aggregated per page {runs_view * 1000:.0f} ms"
-        )
-        print(searches[0])
+        align = median_s(lambda: diffs.align(a, b), 3)
         t_diff, size_diff = fetch(f"{base}/api/diff?a={DIFF_A}&b={DIFF_B}")
         t_diff2, _ = fetch(f"{base}/api/diff?a={DIFF_A}&b={DIFF_B}")
-        print(
-            f"diff of two runs of {n_a:,} and {n_b:,} events ({len(a)} and {len(b)} steps): first answer "
-            f"{t_diff * 1000:.0f} ms ({size_diff / 1024:.0f} KB; target < 1 s), "
-            f"cached {t_diff2 * 1000:.0f} ms; "
-            f"steps loaded in {load * 1000:.0f} ms, aligned in {align * 1000:.0f} ms"
-        )
     slowest = max(medians, key=medians.__getitem__)
     figs.add(
         "api",
@@ -200,7 +171,7 @@ def api_pages(root: Path, repeat: int, figs: figures.Figures) -> None:
         f"the whole 100k run in one answer: {all_events * 1000:.0f} ms",
         f"< 100 ms, < 200 KB ({figures.met(worst < 100 and largest < 200_000)})",
     )
-    cpu, lowering = searches[1]
+    cpu, lowering = searches
     figs.add(
         "search",
         f"payload search in the run of {n_big:,} events, CPU, median of {repeat}",
@@ -216,30 +187,23 @@ def api_pages(root: Path, repeat: int, figs: figures.Figures) -> None:
     )
 
 
-def search_baseline(con: Any, repeat: int) -> tuple[str, tuple[float, float]]:
+def search_baseline(con: Any, repeat: int) -> tuple[float, float]:
     """The payload search of the 100k run as the viewer runs it (replay.search: one pattern, no
-    lowering) beside the naive search that lowers every payload at each search, alternating."""
+    lowering) beside the naive search that lowers every payload at each search, alternating: the
+    median CPU ms of each."""
     q = "SYS.exit(1)"
     sql = "SELECT source, seq FROM events WHERE run_id = ? AND kind NOT IN ('file.accessed') AND "
     condition, arg = search.matches(con, q)
     ways = {"pattern": (sql + condition, arg), "lowering every payload": (sql + search.FALLBACK, q)}
-    times: dict[str, list[tuple[float, float]]] = {name: [] for name in ways}
+    cpu: dict[str, list[float]] = {name: [] for name in ways}
     answers = {}
     for _ in range(repeat):
         for name, (query, value) in ways.items():
-            t0, c0 = time.perf_counter(), time.process_time()
+            c0 = time.process_time()
             answers[name] = sorted(con.execute(query, [BIG, value]).fetchall())
-            times[name].append((time.perf_counter() - t0, time.process_time() - c0))
+            cpu[name].append((time.process_time() - c0) * 1000)
     assert answers["pattern"] == answers["lowering every payload"], "the two searches differ"
-    wall = {n: statistics.median(t[0] for t in ts) * 1000 for n, ts in times.items()}
-    cpu = {n: statistics.median(t[1] for t in ts) * 1000 for n, ts in times.items()}
-    text = (
-        f"payload search in the 100k run ({len(answers['pattern'])} hits, the same rows both ways): "
-        f"pattern {wall['pattern']:.0f} ms wall, {cpu['pattern']:.0f} ms CPU; lowering every payload "
-        f"{wall['lowering every payload']:.0f} ms wall, {cpu['lowering every payload']:.0f} ms CPU "
-        f"({cpu['pattern'] / cpu['lowering every payload']:.2f}x the CPU; medians of {repeat})"
-    )
-    return text, (cpu["pattern"], cpu["lowering every payload"])
+    return statistics.median(cpu["pattern"]), statistics.median(cpu["lowering every payload"])
 
 
 # Marks the deep-linked row for the browser's Element Timing as soon as it enters the page (a
@@ -304,8 +268,7 @@ class Serve:
         self.url = found.group(1)
 
     def cpu_s(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_seconds(self.proc.pid) or 0.0
 
     def close(self) -> None:
         self.proc.terminate()
@@ -337,7 +300,6 @@ def first_paint(root: Path, repeat: int, against: Path | None, figs: figures.Fig
                 blank.append(time.perf_counter() - t0)
                 page.close()
             got: dict[str, list[dict[str, float]]] = {name: [] for name in servers}
-            loads = []
             for i in range(repeat):
                 key = f"shim:{40000 + 997 * i}"
                 for name, s in servers.items():
@@ -361,35 +323,18 @@ def first_paint(root: Path, repeat: int, against: Path | None, figs: figures.Fig
                         }
                     )
                     page.close()
-                loads.append(os.getloadavg()[0])
             browser.close()
     finally:
         for s in servers.values():
             s.close()
     med = lambda rows, k: statistics.median(r[k] for r in rows)  # noqa: E731 - a bench one-liner
-    print(
-        f"\nfirst paint of a run page at a deep link into the 100k run, Chromium, {repeat} fresh pages each "
-        f"(load average {min(loads):.1f}-{max(loads):.1f}); a one-line page in the same browser: "
-        f"median {statistics.median(blank) * 1000:.0f} ms"
-    )
-    print(
-        f"{'viewer':34} {'seen by the client':>18} {'painted (page)':>14} {'events asked':>12} "
-        f"{'answered':>9} {'server CPU':>10}   target < 1 s"
-    )
     for name, rows in got.items():
         print(
-            f"{name[:34]:34} {med(rows, 'wall'):15.0f} ms {med(rows, 'painted'):11.0f} ms "
-            f"{med(rows, 'events_sent'):9.0f} ms {med(rows, 'events_done'):6.0f} ms "
-            f"{med(rows, 'cpu'):7.0f} ms"
-            f"   max {max(r['wall'] for r in rows):.0f} ms; before the events request: "
-            f"{rows[0]['requests_before']} requests, {rows[0]['bytes_before'] / 1024:.1f} KB"
-        )
-    for name, rows in got.items():
-        print(
-            f"  {name[:34]}: medians from navigation start: page answered {med(rows, 'html'):.0f} ms, "
+            f"{name}: medians from navigation start: page answered {med(rows, 'html'):.0f} ms, "
             f"its script ran {med(rows, 'scripts'):.0f} ms, first paint {med(rows, 'fcp'):.0f} ms, "
             f"events asked {med(rows, 'events_sent'):.0f} ms and answered {med(rows, 'events_done'):.0f} ms, "
-            f"linked row painted {med(rows, 'painted'):.0f} ms"
+            f"linked row painted {med(rows, 'painted'):.0f} ms; before the events request: "
+            f"{rows[0]['requests_before']} requests, {rows[0]['bytes_before'] / 1024:.1f} KB"
         )
     ours = got["this checkout"]
     other = ""
@@ -402,11 +347,6 @@ def first_paint(root: Path, repeat: int, against: Path | None, figs: figures.Fig
         f"{med(ours, 'painted'):.0f} ms; server CPU {med(ours, 'cpu'):.0f} ms",
         f"a one-line page: {statistics.median(blank) * 1000:.0f} ms{other}",
         f"< 1 s ({figures.met(med(ours, 'wall') < 1000)})",
-    )
-    print(
-        "  (seen by the client: from navigation until Playwright saw the row; painted: the page's own "
-        "Element Timing of the linked row from navigation start; events asked/answered: the events "
-        "request, from navigation start; server CPU: the amb serve process, whole page load)"
     )
 
 

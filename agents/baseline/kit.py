@@ -18,46 +18,11 @@ if __package__:  # imported from this repository, as agents.baseline.kit
 else:  # amb_kit.py in the agent's workspace, beside amb_kit_lib.py
     import amb_kit_lib as lib  # type: ignore[no-redef]  # kit_lib under its shipped name (a file there)
 
-# The library's names the agent's code calls on amb_kit, and those the pipeline uses.
-VERSION = lib.VERSION
-case_ids = lib.case_ids
-detect_blobs = lib.detect_blobs
-flowchart_png = lib.flowchart_png
-load_config = lib.load_config
-output_paths = lib.output_paths
-read_nifti = lib.read_nifti
-read_npy = lib.read_npy
-read_png_gray = lib.read_png_gray
-report_template = lib.report_template
-segment_binary = lib.segment_binary
-segment_multiclass = lib.segment_multiclass
-smooth = lib.smooth
-upsample = lib.upsample
-vqa_prior = lib.vqa_prior
-write_nifti = lib.write_nifti
-write_npy = lib.write_npy
 
-__all__ = [
-    "VERSION",
-    "case_ids",
-    "check_case",
-    "detect_blobs",
-    "flowchart_png",
-    "load_config",
-    "output_paths",
-    "read_nifti",
-    "read_npy",
-    "read_png_gray",
-    "report_template",
-    "run_case",
-    "segment_binary",
-    "segment_multiclass",
-    "smooth",
-    "upsample",
-    "vqa_prior",
-    "write_nifti",
-    "write_npy",
-]
+def __getattr__(name: str):
+    """``amb_kit.X`` is the library's X for every name the pipeline does not define itself: the
+    agent's code calls the readers, writers and configuration helpers on the one module."""
+    return getattr(lib, name)
 
 
 def check_case(cfg, case):
@@ -69,14 +34,14 @@ def check_case(cfg, case):
         report["ok"] = False
         report["problems"].append(msg)
 
-    for path in output_paths(cfg, case):
+    for path in lib.output_paths(cfg, case):
         if not os.path.isfile(path):
             bad("missing " + path)
             continue
         track = cfg["track"]
         if track == "segmentation":
-            ref = read_nifti(os.path.join(src, cfg["input_file"]))
-            out = read_nifti(path)
+            ref = lib.read_nifti(os.path.join(src, cfg["input_file"]))
+            out = lib.read_nifti(path)
             labels = sorted(set(out.values))
             report[os.path.basename(path)] = {
                 "shape": list(out.shape),
@@ -89,8 +54,8 @@ def check_case(cfg, case):
             if not set(labels) <= allowed:
                 bad(f"{path}: unexpected labels {labels}")
         elif track == "enhancement":
-            shape, values = read_npy(path)
-            in_shape, _ = read_npy(os.path.join(src, cfg["input_file"]))
+            shape, values = lib.read_npy(path)
+            in_shape, _ = lib.read_npy(os.path.join(src, cfg["input_file"]))
             want = tuple(s * cfg.get("scale", 1) for s in in_shape)
             finite = all(math.isfinite(v) for v in values)
             report[os.path.basename(path)] = {
@@ -139,44 +104,32 @@ def check_case(cfg, case):
     return report
 
 
-def _write_json(path, obj):
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=1)
-
-
-def _write_text(path, text):
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as f:
-        f.write(text)
-
-
 def run_case(cfg, case):
     """Run the track's method on one case; returns the files written."""
     src = os.path.join(cfg["data"], case)
-    outs = output_paths(cfg, case)
+    outs = lib.output_paths(cfg, case)
     track = cfg["track"]
     t0 = time.time()
     if track == "segmentation":
-        vol = read_nifti(os.path.join(src, cfg["input_file"]))
+        vol = lib.read_nifti(os.path.join(src, cfg["input_file"]))
         if cfg["mode"] == "binary":
             window = cfg.get("window")
-            organ, lesion = segment_binary(vol, tuple(window) if window else None, cfg.get("keep", 1))
+            organ, lesion = lib.segment_binary(vol, tuple(window) if window else None, cfg.get("keep", 1))
             for path, kind in zip(outs, cfg["kinds"], strict=False):
-                write_nifti(path, vol, lesion if kind == "lesion" else organ)
+                lib.write_nifti(path, vol, lesion if kind == "lesion" else organ)
         else:
-            write_nifti(outs[0], vol, segment_multiclass(vol, cfg["label_ids"]))
+            lib.write_nifti(outs[0], vol, lib.segment_multiclass(vol, cfg["label_ids"]))
     elif track == "enhancement":
-        shape, values = read_npy(os.path.join(src, cfg["input_file"]))
+        shape, values = lib.read_npy(os.path.join(src, cfg["input_file"]))
         if cfg["kind"] == "super_resolution":
-            shape, values = upsample(shape, values, cfg["scale"])
+            shape, values = lib.upsample(shape, values, cfg["scale"])
         else:
-            values = smooth(shape, values, passes=cfg.get("passes", 1))
-        write_npy(outs[0], shape, values)
+            values = lib.smooth(shape, values, passes=cfg.get("passes", 1))
+        lib.write_npy(outs[0], shape, values)
     elif track == "vqa":
         with open(os.path.join(src, cfg["question_file"])) as f:
             question = json.load(f)
-        label, answer = vqa_prior(question)
+        label, answer = lib.vqa_prior(question)
         record = {
             "question_id": question.get("question_id", case),
             "predicted_label": label,
@@ -184,19 +137,19 @@ def run_case(cfg, case):
             "raw_model_output": "answer prior for {} questions: {}".format(
                 question.get("question_type") or "these", label or answer
             ),
-            "model_name": VERSION + " answer prior",
+            "model_name": lib.VERSION + " answer prior",
             # At 0.1 s (a table lookup reads 0.0): the answer file is then the same on every run,
             # so a replayed run seals the same submission.
             "runtime_s": round(time.time() - t0, 1),
         }
-        _write_json(outs[0], record)
+        lib.write_file(outs[0], record)
     elif track == "report":
         with open(os.path.join(src, cfg["manifest_file"])) as f:
             manifest = json.load(f)
-        _write_text(outs[0], report_template(manifest, cfg["style"], cfg["section"]))
+        lib.write_file(outs[0], lib.report_template(manifest, cfg["style"], cfg["section"]))
     elif track == "detection":
-        width, height, gray = read_png_gray(os.path.join(src, cfg["input_file"]))
-        _write_json(outs[0], {"boxes": detect_blobs(width, height, gray, cfg["classes"])})
+        width, height, gray = lib.read_png_gray(os.path.join(src, cfg["input_file"]))
+        lib.write_file(outs[0], {"boxes": lib.detect_blobs(width, height, gray, cfg["classes"])})
     else:
         raise ValueError(f"unknown track {track!r}")
     return outs

@@ -92,11 +92,9 @@ def write_nifti(path, like, values):
     struct.pack_into(e + "ff", hdr, 112, 1.0, 0.0)  # scl_slope, scl_inter
     struct.pack_into(e + "ff", hdr, 124, 0.0, 0.0)  # cal_max, cal_min
     body = bytes(hdr) + b"\0\0\0\0" + array.array("B", values).tobytes()
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "wb") as f:
-        # mtime=0: gzip would stamp the time of writing into the header, so the same mask written
-        # twice (a replayed run) would not be the same file.
-        f.write(gzip.compress(body, compresslevel=6, mtime=0))
+    # mtime=0: gzip would stamp the time of writing into the header, so the same mask written
+    # twice (a replayed run) would not be the same file.
+    write_file(path, gzip.compress(body, compresslevel=6, mtime=0))
 
 
 def components(mask, shape, min_size=1):
@@ -263,11 +261,9 @@ def write_npy(path, shape, values):
     data = array.array("f", values)
     if sys.byteorder == "big":
         data.byteswap()
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(
-            b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode("latin1") + data.tobytes()
-        )
+    write_file(
+        path, b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode("latin1") + data.tobytes()
+    )
 
 
 def smooth(shape, values, passes=1):
@@ -390,14 +386,13 @@ def write_png_gray(path, width, height, pixels):
             + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
         )
 
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(
-            b"\x89PNG\r\n\x1a\n"
-            + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(rows))
-            + chunk(b"IEND", b"")
-        )
+    write_file(
+        path,
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b""),
+    )
 
 
 def flowchart_png(path, steps, width=640, box_h=40, gap=24):
@@ -539,6 +534,15 @@ def load_config(path="pipeline.json"):
 
 def case_ids(cfg):
     return sorted(d for d in os.listdir(cfg["data"]) if os.path.isdir(os.path.join(cfg["data"], d)))
+
+
+def write_file(path, data):
+    """Write ``data`` (bytes, text, or anything else as JSON) to ``path``, making its folder first."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    if not isinstance(data, (bytes, str)):
+        data = json.dumps(data, indent=1)
+    with open(path, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
 
 
 def output_paths(cfg, case):

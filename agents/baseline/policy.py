@@ -26,6 +26,8 @@ import re
 
 from agents.baseline.context import Context, Decision, Step, json_line
 from agents.baseline.steps import STEPS
+from schemas.providers import openai_chat
+from schemas.providers.conversation import Conversation, Kind, args_object
 from schemas.task_spec import TaskSpec
 
 FLAWS = ("no-pilot", "wrong-filename", "crash-mid-batch", "hand-written", "private-path")
@@ -39,14 +41,6 @@ class PolicyError(ValueError):
 
 
 # ---- reading the conversation ---------------------------------------------------------------------
-
-
-def _text(content) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return ""
 
 
 def identify_task(system: str, data: str) -> tuple[TaskSpec, str | None]:
@@ -75,34 +69,23 @@ def identify_task(system: str, data: str) -> tuple[TaskSpec, str | None]:
     raise PolicyError("the system prompt carries no task brief this baseline knows")
 
 
-def _history(messages: list[dict]) -> list[Step]:
-    results = {m.get("tool_call_id"): _text(m.get("content")) for m in messages if m.get("role") == "tool"}
+def _history(conv: Conversation) -> list[Step]:
+    results = {p.id: p.text for m in conv.messages if m.role == "tool" for p in m.parts}
+    calls = [p for m in conv.messages if m.role == "assistant" for p in m.parts if p.kind == Kind.TOOL_CALL]
     steps = []
-    for m in messages:
-        if m.get("role") != "assistant":
-            continue
-        for tc in m.get("tool_calls") or []:
-            fn = tc.get("function") or {}
-            name = fn.get("name", "")
+    for call in calls:
+        match = STEP_RE.match(str(args_object(call.arguments)[0].get("code", "")).lstrip())
+        step = "submit" if call.name == "submit_results" else match.group(2) if match else "other"
+        raw = results.get(call.id)
+        code, out = None, raw or ""
+        if raw is not None:
             try:
-                args = json.loads(fn.get("arguments") or "{}")
-            except ValueError:
-                args = {}
-            if name == "submit_results":
-                step = "submit"
-            else:
-                match = STEP_RE.match(str(args.get("code", "")).lstrip())
-                step = match.group(2) if match else "other"
-            raw = results.get(tc.get("id"))
-            code, out = None, raw or ""
-            if raw is not None:
-                try:
-                    parsed = json.loads(raw)
-                    code = parsed.get("exit_code")
-                    out = (parsed.get("stdout") or "") + "\n" + (parsed.get("stderr") or "")
-                except (ValueError, AttributeError):
-                    code = 0 if "ACCEPTED" in raw else None
-            steps.append(Step(step, code, out))
+                parsed = json.loads(raw)
+                code = parsed.get("exit_code")
+                out = (parsed.get("stdout") or "") + "\n" + (parsed.get("stderr") or "")
+            except (ValueError, AttributeError):
+                code = 0 if "ACCEPTED" in raw else None
+        steps.append(Step(step, code, out))
     return steps
 
 
@@ -123,15 +106,16 @@ def _sequence(flaw: str | None) -> list[str]:
 def decide(messages: list[dict], flaw: str | None = None) -> Decision:
     if flaw is not None and flaw not in FLAWS:
         raise PolicyError(f"unknown flaw {flaw!r} (known: {', '.join(FLAWS)})")
-    system = "\n".join(_text(m.get("content")) for m in messages if m.get("role") == "system")
-    if not system:
-        system = _text(messages[0].get("content")) if messages else ""
+    conv = openai_chat.conversation({"messages": messages})
+    system = "\n".join(m.text for m in conv.messages if m.role == "system")
+    if not system and conv.messages:
+        system = conv.messages[0].text
     data_m = DATA_RE.search(system)
     data = (data_m.group(1) if data_m else "/data/public").rstrip("/")
     spec, brief_tier = identify_task(system, data)
     tier_m = TIER_RE.search(system)
     tier = tier_m.group(1) if tier_m else (brief_tier or "lite")
-    steps = _history(messages)
+    steps = _history(conv)
     ctx = Context(spec, data, tier, flaw, steps)
     if steps and steps[-1].name == "submit":
         return Decision("The results are submitted; the task is complete.")

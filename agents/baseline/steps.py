@@ -341,28 +341,16 @@ def handwrite(ctx: Context) -> Decision:
     shape = tuple(s * cfg["scale"] for s in shape)
     {KIT_MODULE}.write_npy({KIT_MODULE}.output_paths(cfg, case)[0], shape, [0.0] * (shape[0] * shape[1]))
 """
-    elif t == "vqa":
-        body = f"""
-    path = {KIT_MODULE}.output_paths(cfg, case)[0]
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump({{"question_id": case, "predicted_label": "A", "predicted_answer": "yes",
-                   "raw_model_output": "yes", "model_name": "typed by hand", "runtime_s": 0.0}}, f)
-"""
-    elif t == "report":
-        body = f"""
-    path = {KIT_MODULE}.output_paths(cfg, case)[0]
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write("Normal study. Nothing to report here at all.")
-"""
     else:
+        answer = {  # as the agent's code spells it
+            "vqa": '{"question_id": case, "predicted_label": "A", "predicted_answer": "yes", '
+            '"raw_model_output": "yes", "model_name": "typed by hand", "runtime_s": 0.0}',
+            "report": '"Normal study. Nothing to report here at all."',
+            "detection": '{"boxes": [{"class": cfg["classes"][0], "score": 0.5, '
+            '"x1": 10.0, "y1": 10.0, "x2": 60.0, "y2": 60.0}]}',
+        }[t]
         body = f"""
-    path = {KIT_MODULE}.output_paths(cfg, case)[0]
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        box = {{"class": cfg["classes"][0], "score": 0.5, "x1": 10.0, "y1": 10.0, "x2": 60.0, "y2": 60.0}}
-        json.dump({{"boxes": [box]}}, f)
+    {KIT_MODULE}.write_file({KIT_MODULE}.output_paths(cfg, case)[0], {answer})
 """
     return ctx.call(
         "Writing the answers for every case directly.",
