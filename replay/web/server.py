@@ -28,7 +28,7 @@ import msgspec
 
 from replay.store import _require
 from replay.web import diff as diffs
-from replay.web import routes, runs, scores
+from replay.web import routes, runs
 from replay.web.db import SharedReader
 from replay.web.resource import BLOB_CSP, BadRequest, Body, NotFound
 from schemas import httpbase
@@ -116,22 +116,20 @@ class Viewer:
                     self._kept_answers.popitem(last=False)
         return hit
 
-    def diff(self, q: routes.DiffQuery) -> dict[str, Any]:
+    def diff(self, q: routes.DiffQuery) -> diffs.DiffPage:
         index = self.index()
-        a, b = index.row(q.a)["run_id"], index.row(q.b)["run_id"]
+        a, b = index.row(q.a), index.row(q.b)
 
         def compare() -> diffs.Compared:
             with self.reader.cursor() as con:
-                return diffs.compare(con, a, b, {r: index.by_id[r]["scores"] for r in (a, b)})
+                return diffs.compare(con, a, b)
 
-        page = diffs.page(
-            self._kept(("diff", a, b, index.generation), compare), q.limit, q.cursor, q.at == "first"
-        )
-        return page | {"a": runs.run_row(index.by_id[a]), "b": runs.run_row(index.by_id[b])}
+        compared = self._kept(("diff", a.run_id, b.run_id, index.generation), compare)
+        return diffs.page(compared, a, b, q.limit, q.cursor, q.at == "first")
 
-    def verified(self, con: Any, run_id: str, generation: tuple[int, int, int]) -> dict[str, Any]:
+    def verified(self, con: Any, run_id: str, generation: tuple[int, int, int]) -> runs.Verified:
         """``amb verify RUN`` re-reads every blob of the run: done once per run and store state."""
-        return self._kept(("verify", run_id, generation), lambda: scores.run_verify(con, self.blobs, run_id))
+        return self._kept(("verify", run_id, generation), lambda: runs.run_verify(con, self.blobs, run_id))
 
     def close(self) -> None:
         self.reader.close()
