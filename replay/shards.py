@@ -1,13 +1,10 @@
-"""Bringing runs home: shards (one run's spools and blobs, ``sweeps.shard``) and other stores, loaded
-into one store in bulk, idempotently, with verification.
-
-Each shard is checked before one byte of it is copied (``replay.shard_check``); a refused shard is
-named with its reason and nothing of it is copied. Then its spools are copied into
-``spool/<run id>/`` of the store, its blobs into ``blobs/`` (write-once), and one
-``replay.ingest.ingest`` call loads every new spool with the store's own checks (hash chains,
-sequences, known kinds). A run id the store already holds (``schemas.run_claim``) is loaded only if
-the store holds this very run, spool for spool (re-loading adds nothing); a different run under
-that id is refused as ``RunExists`` (runs are never merged or reused in place)."""
+"""Bringing runs home: shards (``sweeps.shard``) and other stores, loaded into one store in bulk,
+idempotently, each checked before one byte of it is copied (``replay.shard_check``; a refused one
+is named with its reason). Spools go to ``spool/<run id>/``, blobs to ``blobs/``, then one
+``replay.ingest.ingest`` loads every new spool with the store's own checks. A run id the store holds
+already is loaded only if it is this very run, spool for spool; another run under that id is
+refused as ``RunExists`` (runs are never merged or reused in place).
+"""
 
 from __future__ import annotations
 

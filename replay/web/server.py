@@ -45,12 +45,9 @@ def _digest(text: str) -> str:
 
 
 def build_page() -> tuple[bytes, str]:
-    """The pages' one HTML shell with its script and style inside it, and the Content-Security-Policy
-    that lets exactly those two run (by their hashes) and nothing else inline.
-
-    Inside the page, a deep link's first paint waits for one request less: the browser asks for the
-    events as soon as the page is parsed instead of after fetching app.js and app.css (one more round
-    trip on a busy machine). The files stay under /static/ too."""
+    """The pages' one HTML shell with its script and style inside it (a deep link's first paint then
+    waits for one round trip less), and the Content-Security-Policy that lets exactly those two run
+    (by their hashes) and nothing else inline."""
     static = resources.files("replay.web") / "static"
     html = (static / "index.html").read_text()
     css, js = (static / "app.css").read_text(), (static / "app.js").read_text()

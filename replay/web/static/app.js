@@ -306,29 +306,23 @@ function runPage(runId) {
     busy = false;
   };
   const reload = () => open({});
+  // The next page past the list's end (forward) or its start, the rows in view kept where they are.
+  const extend = async (forward) => {
+    busy = true;
+    try {
+      const edge = forward ? { after: next } : { before: prev };
+      const page = await getJSON(`${api}/events?${qs({ ...params(), ...edge, limit: 150 })}`);
+      const height = list.scrollHeight;
+      if (forward) { list.append(...page.events.map(rowOf)); next = page.next; }
+      else { list.prepend(...page.events.map(rowOf)); list.scrollTop += list.scrollHeight - height; prev = page.prev; }
+      trim(forward);
+    } catch (e) { list.append(error(e)); }
+    busy = false;
+  };
   list.addEventListener("scroll", async () => {
     if (busy) return;
-    if (next && list.scrollTop + list.clientHeight > list.scrollHeight - 400) {
-      busy = true;
-      try {
-        const page = await getJSON(`${api}/events?${qs({ ...params(), after: next, limit: 150 })}`);
-        list.append(...page.events.map(rowOf));
-        next = page.next;
-        trim(true);
-      } catch (e) { list.append(error(e)); }
-      busy = false;
-    } else if (prev && list.scrollTop < 400) {
-      busy = true;
-      try {
-        const page = await getJSON(`${api}/events?${qs({ ...params(), before: prev, limit: 150 })}`);
-        const before = list.scrollHeight;
-        list.prepend(...page.events.map(rowOf));
-        list.scrollTop += list.scrollHeight - before;
-        prev = page.prev;
-        trim(false);
-      } catch (e) { list.append(error(e)); }
-      busy = false;
-    }
+    if (next && list.scrollTop + list.clientHeight > list.scrollHeight - 400) await extend(true);
+    else if (prev && list.scrollTop < 400) await extend(false);
     drawViewport();
   });
 
@@ -492,6 +486,8 @@ function renderFile(f) {
   return el("div", { class: "file" }, el("b", {}, f.path), versions, body);
 }
 
+const toolCall = (t) => el("pre", { class: "tool-call" }, `${t.name}(${t.arguments})`);
+
 function renderCall(api, c) {
   const msgs = el("div", { class: "messages" });
   for (const m of c.messages) {
@@ -499,10 +495,10 @@ function renderCall(api, c) {
     for (const p of m.parts || []) {
       if (p.type === "image" && p.index !== undefined) parts.push(el("img", { class: "preview", src: `${api}/calls/${encodeURIComponent(c.key.split(":")[0])}/${c.key.split(":")[1]}/images/${p.index}`, alt: "image from the request" }));
       else if (p.type === "tool_result") parts.push(el("pre", { class: "tool-result" }, `[result ${p.id}] ${p.text}`));
-      else if (p.type === "tool_call") parts.push(el("pre", { class: "tool-call" }, `${p.name}(${p.arguments})`));
+      else if (p.type === "tool_call") parts.push(toolCall(p));
       else parts.push(el("pre", {}, `[${p.type}] ${p.url || p.json || ""}`));
     }
-    for (const t of m.tool_calls || []) parts.push(el("pre", { class: "tool-call" }, `${t.name}(${t.arguments})`));
+    for (const t of m.tool_calls || []) parts.push(toolCall(t));
     msgs.append(el("div", { class: "msg" },
       el("div", { class: "role" }, m.role, m.tool_call_id ? ` · ${m.tool_call_id}` : "", m.truncated ? " · cut, see raw" : ""),
       m.text ? el("pre", { class: "msg-text" }, m.text) : "", parts));
@@ -510,7 +506,7 @@ function renderCall(api, c) {
   const reply = el("div", { class: "msg reply" }, el("div", { class: "role" }, "reply", c.stop_reason ? ` · ${c.stop_reason}` : ""),
     c.reply.reasoning ? el("pre", { class: "muted" }, c.reply.reasoning) : "",
     c.reply.text ? el("pre", { class: "reply-text" }, c.reply.text) : "",
-    c.reply.tool_calls.map((t) => el("pre", { class: "tool-call" }, `${t.name}(${t.arguments})`)));
+    c.reply.tool_calls.map(toolCall));
   const raw = (r) => r ? el("div", {},
     el("div", { class: "muted" }, `${fmtNum(r.size)} bytes · ${r.media_type || ""} · `, el("a", { href: `/api/blobs/${r.blob}?download=1` }, "download")),
     el("pre", { class: "raw" }, r.text !== undefined ? r.text + (r.truncated ? "\n[… cut; download for the rest]" : "") : r.error)) : el("p", { class: "muted" }, "no body");
@@ -552,8 +548,7 @@ async function diffPage() {
     el("div", { class: "kv" },
       el("span", {}, el("b", {}, "a"), el("a", { href: runLink(a) }, a), ` (${d.a.labels.agent || d.a.agent || "?"}, ${s.steps_a} steps)`),
       el("span", {}, el("b", {}, "b"), el("a", { href: runLink(b) }, b), ` (${d.b.labels.agent || d.b.agent || "?"}, ${s.steps_b} steps)`),
-      el("span", {}, el("b", {}, "same"), s.counts.same), el("span", {}, el("b", {}, "changed"), s.counts.changed),
-      el("span", {}, el("b", {}, "deleted"), s.counts.deleted), el("span", {}, el("b", {}, "inserted"), s.counts.inserted),
+      Object.entries(s.counts).map(([op, n]) => el("span", {}, el("b", {}, op), n)),
       el("span", {}, el("b", {}, "tokens a"), `${fmtNum(s.tokens_a[0])} / ${fmtNum(s.tokens_a[1])}`),
       el("span", {}, el("b", {}, "tokens b"), `${fmtNum(s.tokens_b[0])} / ${fmtNum(s.tokens_b[1])}`),
       el("span", {}, el("b", {}, "model time a / b"), `${fmtMs(s.latency_ms_a)} / ${fmtMs(s.latency_ms_b)}`)),
