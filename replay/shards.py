@@ -47,13 +47,6 @@ class LoadReport:
             self.taken.append(where)
 
 
-def _copy_in(store_root: Path, shard: Checked, report: LoadReport, stored: Stored) -> None:
-    """One checked shard into the store (see :func:`_copy_batch`); raises ``ShardError``."""
-    refused = _copy_batch(store_root, [shard], report, stored)
-    if refused:
-        raise refused[0][1]
-
-
 Stored = Callable[[str], spools.Head | None]
 """The ``Head`` of a spool the store loaded, by key (``replay.spools.stored_head``)."""
 
@@ -257,15 +250,6 @@ def _ingest(st: Store, report: LoadReport, spool_mode: str | None) -> None:
                 report.loaded.remove(run_id)
 
 
-def store_runs(source: Path) -> list[tuple[Path, str]]:
-    """Every run of another store as a (pseudo-)shard: the store's root and the run id. The runs
-    share the source's ``blobs/``, so each is checked against all of them (see ``merge_store``)."""
-    spool = source / "spool"
-    if not spool.is_dir() or spool.is_symlink():
-        raise ShardError(f"{source}: not a store (no spool/ folder)")
-    return [(source, p.name) for p in sorted(spool.iterdir())]
-
-
 def merge_store(
     store_dir: str | os.PathLike[str],
     source: Path,
@@ -278,15 +262,21 @@ def merge_store(
     source = Path(source)
     if Path(store_dir).resolve() == source.resolve():
         raise ShardError(f"{source}: is the store itself")
-    runs = store_runs(source)
+    spool = source / "spool"
+    if not spool.is_dir() or spool.is_symlink():
+        raise ShardError(f"{source}: not a store (no spool/ folder)")
+    runs = [p.name for p in sorted(spool.iterdir())]
     st = Store.open(store_dir)
     stored = _stored_heads(st)
     try:
         blobs_done = False
-        for i, (_root, run_id) in enumerate(runs):
+        for i, run_id in enumerate(runs):
             try:
+                # The runs share the source's blobs/: checked (and copied) with the first run.
                 checked = check_store_run(source, run_id, with_blobs=not blobs_done)
-                _copy_in(st.root, checked, report, stored)
+                refused = _copy_batch(st.root, [checked], report, stored)
+                if refused:
+                    raise refused[0][1]
                 blobs_done = True
             except ShardError as e:
                 report.refuse(f"{source}/spool/{run_id}", e, source)

@@ -184,7 +184,8 @@ def markdown() -> str:
     for route in ROUTES:
         path = re.sub(r"\{(\w+)(:int)?\}", lambda m: m[1].upper(), route.pattern)
         fields = msgspec.inspect.type_info(route.query).fields  # type: ignore[attr-defined]
-        params = [f"`{f.name}` {_kind(f.type)}{_default(f)}" for f in fields]
+        # (a parameter that may be null is one that may be left out)
+        params = [f"`{f.name}` {_shape(f.type, []).removesuffix(' or null')}{_default(f)}" for f in fields]
         answer = "bytes" if route.answer is Body else f"`{route.answer.__name__}`"
         rows.append(f"| `GET /api/{path}` | {', '.join(params) or '–'} | {answer} |")
     rows += ["", "| answer | fields (`?`: left out when it does not apply) |", "|---|---|"]
@@ -207,7 +208,7 @@ def markdown() -> str:
 
 
 def _shape(t: msgspec.inspect.Type, structs: list[msgspec.inspect.StructType]) -> str:
-    """How an answer's field looks in JSON; the Structs it names are added to ``structs``."""
+    """How a parameter or an answer's field looks; the Structs it names are added to ``structs``."""
     i = msgspec.inspect
     if isinstance(t, i.StructType):
         structs.append(t)
@@ -222,18 +223,10 @@ def _shape(t: msgspec.inspect.Type, structs: list[msgspec.inspect.StructType]) -
         return f"{{{_shape(t.key_type, structs)}: {_shape(t.value_type, structs)}}}"
     if isinstance(t, i.LiteralType):
         return " \\| ".join(f"`{v}`" for v in t.values)
+    if isinstance(t, i.IntType) and t.ge is not None:
+        return f"int {t.ge}–{t.le}" if t.le is not None else f"int ≥ {t.ge}"
     return type(t).__name__.removesuffix("Type").lower().replace("none", "null")
 
 
 def _default(f: msgspec.inspect.Field) -> str:
     return " (required)" if f.required else "" if f.default in (None, "") else f" = `{f.default}`"
-
-
-def _kind(t: msgspec.inspect.Type) -> str:
-    if isinstance(t, msgspec.inspect.UnionType):
-        return " or ".join(_kind(x) for x in t.types if not isinstance(x, msgspec.inspect.NoneType))
-    if isinstance(t, msgspec.inspect.LiteralType):
-        return " \\| ".join(f"`{v}`" for v in t.values)
-    if isinstance(t, msgspec.inspect.IntType) and t.ge is not None:
-        return f"int {t.ge}–{t.le}" if t.le is not None else f"int ≥ {t.ge}"
-    return type(t).__name__.removesuffix("Type").lower()
