@@ -438,11 +438,10 @@ class Timeline(msgspec.Struct):
     bins: Bins | UnsetType = UNSET
 
 
-def timeline(con: duckdb.DuckDBPyConnection, run_id: str, q: TimelineQuery) -> Timeline:
-    span = first(con.execute("SELECT min(ts_ns), max(ts_ns) FROM events WHERE run_id = ?", [run_id]))
-    if span is None or span[0] is None:
-        raise NotFound(f"no run {run_id!r} in the store")
-    start_ns, end_ns = int(span[0]), int(span[1])
+def timeline(
+    con: duckdb.DuckDBPyConnection, run_id: str, q: TimelineQuery, start_ns: int, end_ns: int
+) -> Timeline:
+    """``start_ns``, ``end_ns``: the times of the run's first and last events."""
     a_ns = start_ns + int(q.from_ms * 1e6) if q.from_ms is not None else start_ns
     b_ns = start_ns + int(q.to_ms * 1e6) if q.to_ms is not None else end_ns
     b_ns = max(b_ns, a_ns + 1)

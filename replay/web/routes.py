@@ -151,7 +151,7 @@ ROUTES = [
     Route("runs/{run}/scores", lambda a, q: runs.run_scores(a.con, a.run), runs.RunScores),
     Route(
         "runs/{run}/timeline",
-        lambda a, q: events.timeline(a.con, a.run, q),
+        lambda a, q: events.timeline(a.con, a.run, q, *a.index.spans[a.run]),
         events.Timeline,
         events.TimelineQuery,
     ),

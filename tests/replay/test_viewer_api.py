@@ -309,3 +309,11 @@ def test_answers_carry_lone_surrogates_escaped():
 
     assert json.loads(json_body({"text": "look \ud800", "n": 1})) == {"text": "look \ud800", "n": 1}
     assert json_body({"text": "é"}) == '{"text":"é"}'.encode()
+    # Escaped again, an answer keeps its shape: a field that does not apply is still left out.
+    from replay.web.calls import RawBody
+
+    assert json.loads(json_body(RawBody("sha256:x", 3, error="bad \ud800"))) == {
+        "blob": "sha256:x",
+        "size": 3,
+        "error": "bad \ud800",
+    }

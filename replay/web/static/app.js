@@ -71,9 +71,10 @@ async function runsPage() {
   const url = new URL(location.href);
   const state = Object.fromEntries(url.searchParams.entries());
   app.replaceChildren(el("p", { class: "muted" }, "Loading runs…"));
+  const runs = (cursor) => getJSON(`/api/runs?${qs({ ...state, limit: state.limit || 50, cursor })}`);
   let first;
   try {
-    first = await getJSON(`/api/runs?${qs({ ...state, limit: state.limit || 50 })}`);
+    first = await runs(state.cursor);
   } catch (e) {
     app.replaceChildren(error(e));
     return;
@@ -160,7 +161,7 @@ async function runsPage() {
   };
   more.addEventListener("click", async () => {
     more.disabled = true;
-    try { addPage(await getJSON(`/api/runs?${qs({ ...state, limit: state.limit || 50, cursor: next })}`)); }
+    try { addPage(await runs(next)); }
     catch (e) { app.append(error(e)); }
     more.disabled = false;
   });
