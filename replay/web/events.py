@@ -458,7 +458,7 @@ def timeline(
         (a_ns - start_ns) / 1e6,
         (b_ns - start_ns) / 1e6,
         n,
-        ["model", "tool", "process", "file", "network", "run"],
+        [*dict.fromkeys(LANES.values()), "run"],
     )
     if n <= q.max:
         # An event is recorded when its activity ends, so a span reaching into the window from its

@@ -6,7 +6,6 @@ a run's checks (``/api/runs/RUN/verify``) and scores (``/api/runs/RUN/scores``).
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -156,19 +155,6 @@ class RunIndex:
         if found is None:
             raise NotFound(f"no run {run_id!r} in the store")
         return found
-
-
-@dataclass
-class RunIndexCache:
-    build: Callable[[], RunIndex]
-    current: RunIndex | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def get(self, generation: Generation) -> RunIndex:
-        with self.lock:
-            if self.current is None or self.current.generation != generation:
-                self.current = self.build()
-            return self.current
 
 
 def build_run_index(con: duckdb.DuckDBPyConnection, generation: Generation) -> RunIndex:

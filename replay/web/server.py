@@ -86,7 +86,8 @@ class Viewer:
         self.root = store
         self.reader = SharedReader(store, idle_s=idle_s)
         self.blobs = BlobStore(store / "blobs")
-        self.index_cache = runs.RunIndexCache(self._build_index)
+        self._index: runs.RunIndex | None = None
+        self._index_lock = threading.Lock()
         self._kept_answers: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._lock = threading.Lock()
         self.static = {
@@ -94,12 +95,14 @@ class Viewer:
         }
         self.page, self.page_csp = build_page()
 
-    def _build_index(self) -> runs.RunIndex:
-        with self.reader.cursor() as con:
-            return runs.build_run_index(con, self.reader.generation())
-
     def index(self) -> runs.RunIndex:
-        return self.index_cache.get(self.reader.generation())
+        """The run index as of the store's current state (built again when a writer changed it)."""
+        generation = self.reader.generation()
+        with self._index_lock:
+            if self._index is None or self._index.generation != generation:
+                with self.reader.cursor() as con:
+                    self._index = runs.build_run_index(con, generation)
+            return self._index
 
     def _kept(self, key: tuple[Any, ...], make: Callable[[], T]) -> T:
         """``make()``, computed once per key and kept (the last 16 keys)."""
