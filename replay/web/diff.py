@@ -113,7 +113,7 @@ class ToolChange(msgspec.Struct):
     fields: list[Change]
 
 
-class Side(msgspec.Struct):
+class DiffSide(msgspec.Struct):
     index: int
     key: str
     tools: str
@@ -128,14 +128,14 @@ Op = Literal["same", "changed", "deleted", "inserted"]
 State = Literal["same", "differs", "only_a", "only_b"]
 
 
-class Row(msgspec.Struct):
+class DiffRow(msgspec.Struct):
     """An aligned pair of steps: ``same``, ``changed`` (same step, other arguments or tools),
     ``deleted`` (only in a), ``inserted`` (only in b)."""
 
     row: int
     op: Op
-    a: Side | None
-    b: Side | None
+    a: DiffSide | None
+    b: DiffSide | None
     d_tokens_in: int | UnsetType = UNSET
     d_tokens_out: int | UnsetType = UNSET
     d_latency_ms: float | UnsetType = UNSET
@@ -143,12 +143,12 @@ class Row(msgspec.Struct):
     text_changed: bool | UnsetType = UNSET
 
 
-class Summary(msgspec.Struct):
+class DiffSummary(msgspec.Struct):
     steps_a: int
     steps_b: int
     counts: dict[str, int]
     identical: bool
-    first_divergence: Row | None
+    first_divergence: DiffRow | None
     tokens_a: tuple[int, int]
     tokens_b: tuple[int, int]
     latency_ms_a: float
@@ -182,9 +182,9 @@ class Outcomes(msgspec.Struct):
 class DiffPage(msgspec.Struct):
     """``GET /api/diff``: the summary, the outcomes and one page of aligned rows of runs a and b."""
 
-    summary: Summary
+    summary: DiffSummary
     outcomes: Outcomes
-    rows: list[Row]
+    rows: list[DiffRow]
     from_row: int
     next: str | None
     prev: str | None
@@ -218,15 +218,15 @@ def _shown(args: dict[str, Any], k: str) -> str | None:
     return None if k not in args else clip(json.dumps(args[k], ensure_ascii=False), ARG_CAP)
 
 
-def _side(s: Step | None) -> Side | None:
+def _side(s: Step | None) -> DiffSide | None:
     if s is None:
         return None
     tokens = (s.tokens_in, s.tokens_out)
-    return Side(s.index, s.key, s.names, s.ok, s.error, tokens, s.latency_ms, clip(s.text[:200], ARG_CAP))
+    return DiffSide(s.index, s.key, s.names, s.ok, s.error, tokens, s.latency_ms, clip(s.text[:200], ARG_CAP))
 
 
-def _pair(op: Op, a: Step | None, b: Step | None) -> Row:
-    row = Row(0, op, _side(a), _side(b))
+def _pair(op: Op, a: Step | None, b: Step | None) -> DiffRow:
+    row = DiffRow(0, op, _side(a), _side(b))
     if a and b:
         row.d_tokens_in = b.tokens_in - a.tokens_in
         row.d_tokens_out = b.tokens_out - a.tokens_out
@@ -243,9 +243,9 @@ def _pair(op: Op, a: Step | None, b: Step | None) -> Row:
     return row
 
 
-def align(a: list[Step], b: list[Step]) -> list[Row]:
+def align(a: list[Step], b: list[Step]) -> list[DiffRow]:
     """The rows of the alignment, numbered."""
-    rows: list[Row] = []
+    rows: list[DiffRow] = []
     sm = difflib.SequenceMatcher(None, [s.match_key for s in a], [s.match_key for s in b], autojunk=False)
     for tag, i1, i2, j1, j2 in sm.get_opcodes():
         if tag == "equal":
@@ -267,12 +267,12 @@ def align(a: list[Step], b: list[Step]) -> list[Row]:
     return rows
 
 
-def summarize(rows: list[Row], a: list[Step], b: list[Step]) -> Summary:
+def summarize(rows: list[DiffRow], a: list[Step], b: list[Step]) -> DiffSummary:
     counts = dict.fromkeys(("same", "changed", "deleted", "inserted"), 0)
     for r in rows:
         counts[r.op] += 1
     first = next((r for r in rows if r.op != "same" or r.text_changed is True), None)
-    return Summary(
+    return DiffSummary(
         len(a),
         len(b),
         counts,
@@ -316,7 +316,7 @@ def outcomes(
     )
 
 
-Compared = tuple[list[Row], Summary, Outcomes]
+Compared = tuple[list[DiffRow], DiffSummary, Outcomes]
 """The aligned rows of two runs, their summary, and their outcomes."""
 
 
