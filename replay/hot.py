@@ -25,11 +25,12 @@ class HotColumn(NamedTuple):
 
 HOT_COLUMNS: list[HotColumn] = [
     HotColumn("model", "VARCHAR", "model", "model_call.completed and run.started: the model."),
-    HotColumn("input_tokens", "BIGINT", "usage.input_total", "Model call: input tokens (cached included)."),
-    HotColumn("cache_read_tokens", "BIGINT", "usage.cache_read", "Model call: input read from cache."),
-    HotColumn("cache_write_tokens", "BIGINT", "usage.cache_write", "Model call: input written to cache."),
-    HotColumn("output_tokens", "BIGINT", "usage.output", "Model call: output tokens."),
-    HotColumn("reasoning_tokens", "BIGINT", "usage.reasoning", "Model call: reasoning tokens."),
+    # (the token columns' docs are also those of the model_calls view's columns)
+    HotColumn("input_tokens", "BIGINT", "usage.input_total", "Input tokens, cached ones included."),
+    HotColumn("cache_read_tokens", "BIGINT", "usage.cache_read", "Part of input read from cache."),
+    HotColumn("cache_write_tokens", "BIGINT", "usage.cache_write", "Part of input written to cache."),
+    HotColumn("output_tokens", "BIGINT", "usage.output", "Output tokens, reasoning included."),
+    HotColumn("reasoning_tokens", "BIGINT", "usage.reasoning", "Part of output spent on reasoning."),
     HotColumn("latency_ms", "DOUBLE", "latency_ms", "Model call: total latency."),
     HotColumn("tool_name", "VARCHAR", "name", "tool_call.requested: the tool's name."),
     HotColumn("tool_call_id", "VARCHAR", "tool_call_id", "tool_call.requested / .result: the pairing id."),

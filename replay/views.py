@@ -129,11 +129,12 @@ VIEWS: list[View] = [
             _field("ok", "ok", "False for failures (see error).", "BOOLEAN"),
             _field("error", "error", "Why it failed."),
             _field("stop_reason", "stop_reason", "finish_reason / stop_reason as sent."),
-            _field("input_tokens", "usage.input_total", "Input tokens, cached ones included.", "BIGINT"),
-            _field("cache_read_tokens", "usage.cache_read", "Part of input read from cache.", "BIGINT"),
-            _field("cache_write_tokens", "usage.cache_write", "Part of input written to cache.", "BIGINT"),
-            _field("output_tokens", "usage.output", "Output tokens, reasoning included.", "BIGINT"),
-            _field("reasoning_tokens", "usage.reasoning", "Part of output spent on reasoning.", "BIGINT"),
+            # input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, reasoning_tokens
+            *(
+                _field(c.name, c.path, c.doc, c.sql_type)
+                for c in hot.HOT_COLUMNS
+                if c.name.endswith("_tokens")
+            ),
             _field("usage_reported", "usage.reported", "False: usage estimated.", "BOOLEAN"),
             _field(
                 "reported_cost_usd", "cost_usd", "Cost the provider/gateway reported (NULL: none).", "DOUBLE"
