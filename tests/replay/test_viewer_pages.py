@@ -108,6 +108,10 @@ def test_deep_link_opens_at_an_event_deep_in_a_big_run(page: Page, viewer, viewe
     last_before = page.locator(".ev").last.get_attribute("data-key")
     page.locator("#events").evaluate("e => e.scrollTop = e.scrollHeight")
     expect(page.locator(".ev").last).not_to_have_attribute("data-key", last_before or "")
+    # And scrolling up pages earlier ones in before it.
+    first_before = page.locator(".ev").first.get_attribute("data-key")
+    page.locator("#events").evaluate("e => e.scrollTop = 0")
+    expect(page.locator(".ev").first).not_to_have_attribute("data-key", first_before or "")
     # The timeline marks where the list is.
     expect(page.locator("#timeline-info")).to_contain_text("events from")
 
