@@ -156,6 +156,14 @@ def test_diff_of_clean_and_flawed_shows_first_divergence(page: Page, viewer, vie
     expect(page.locator("#diff-outcomes")).to_contain_text(re.compile("differs|only_a|only_b"))
 
 
+def test_grid_of_a_task_links_each_run(page: Page, viewer, viewer_store):
+    page.goto(viewer.url + "/grid?task=bccd-det")
+    grid = page.locator("#grid")
+    expect(grid.locator("th").first).to_have_text("agent · model")
+    expect(grid.locator("th").nth(1)).to_have_text("run 1")
+    expect(grid.locator(f"a.cell[href='/runs/{viewer_store.flawed}']")).to_have_count(1)
+
+
 def test_the_workspace_and_a_file_at_an_event_download(page: Page, viewer, viewer_store):
     """The run page offers the workspace at an event (a tar) and a file's version then: the same
     query as `amb checkout` / `amb files`, every byte checked, hostile names kept out of headers."""

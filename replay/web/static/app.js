@@ -58,6 +58,9 @@ const fmtCost = (v) =>
 const fmtScore = (v) => (v === null || v === undefined ? "–" : (100 * v).toFixed(1));
 const runLink = (id, key) => `/runs/${encodeURIComponent(id)}${key ? "#" + key : ""}`;
 
+// Header cells of one class ("num": a column of numbers, aligned right).
+const th = (names, cls) => names.map((n) => el("th", { class: cls }, n));
+
 function error(e) {
   return el("p", { class: "bad" }, String(e.message || e));
 }
@@ -115,10 +118,8 @@ async function runsPage() {
   form.addEventListener("change", (ev) => { if (ev.target.tagName === "SELECT") form.requestSubmit(); });
 
   const profiles = first.profiles;
-  const head = el("tr", {}, el("th", {}, ""), el("th", {}, "run"), el("th", {}, "task"), el("th", {}, "track"),
-    el("th", {}, "tier"), el("th", {}, "agent"), el("th", {}, "model"), el("th", {}, "status"),
-    el("th", { class: "num" }, "duration"), el("th", { class: "num" }, "events"), el("th", { class: "num" }, "tokens"),
-    el("th", { class: "num" }, "cost $"), profiles.map((p) => el("th", { class: "num" }, p)), el("th", {}, "codes"));
+  const head = el("tr", {}, th(["", "run", "task", "track", "tier", "agent", "model", "status"]),
+    th(["duration", "events", "tokens", "cost $", ...profiles], "num"), th(["codes"]));
   const body = el("tbody", { id: "runs-body" });
   const table = el("table", { id: "runs-table" }, el("thead", {}, head), body);
   const picked = new Set();
@@ -565,8 +566,8 @@ async function diffPage() {
   const fileRows = oc.submission.files.map((f) => el("tr", { class: f.state === "same" ? "op-same" : "op-changed" },
     el("td", { class: "wrap" }, f.path), el("td", {}, f.state), el("td", {}, (f.a || "–").slice(0, 19)), el("td", {}, (f.b || "–").slice(0, 19))));
   const outPanel = el("div", { class: "panel split", id: "diff-outcomes" },
-    el("div", {}, el("h3", {}, "Scores (OVERALL ×100)"), el("table", {}, el("tr", {}, el("th", {}, "profile"), el("th", {}, "a"), el("th", {}, "b"), el("th", {}, "codes a"), el("th", {}, "codes b")), scoreRows)),
-    el("div", {}, el("h3", {}, "Submission files by hash"), oc.submission.files.length ? el("table", {}, el("tr", {}, el("th", {}, "path"), el("th", {}, "state"), el("th", {}, "a"), el("th", {}, "b")), fileRows) : el("p", { class: "muted" }, "no sealed files")));
+    el("div", {}, el("h3", {}, "Scores (OVERALL ×100)"), el("table", {}, el("tr", {}, th(["profile", "a", "b", "codes a", "codes b"])), scoreRows)),
+    el("div", {}, el("h3", {}, "Submission files by hash"), oc.submission.files.length ? el("table", {}, el("tr", {}, th(["path", "state", "a", "b"])), fileRows) : el("p", { class: "muted" }, "no sealed files")));
   const body = el("tbody", { id: "diff-rows" });
   const more = el("button", { id: "diff-more" }, "More steps");
   let next = d.next;
@@ -593,8 +594,8 @@ async function diffPage() {
   };
   more.addEventListener("click", async () => { add(await getJSON(`/api/diff?${qs({ a, b, cursor: next })}`)); });
   add(d);
-  const table = el("table", { id: "diff-table" }, el("thead", {}, el("tr", {}, el("th", {}, "#"), el("th", {}, "step"),
-    el("th", {}, "a"), el("th", {}, "b"), el("th", { class: "num" }, "Δ tokens in/out"), el("th", { class: "num" }, "Δ latency"), el("th", {}, "changed arguments"))), body);
+  const head = el("tr", {}, th(["#", "step", "a", "b"]), th(["Δ tokens in/out", "Δ latency"], "num"), th(["changed arguments"]));
+  const table = el("table", { id: "diff-table" }, el("thead", {}, head), body);
   app.replaceChildren(sumPanel, outPanel, d.from_row ? el("p", { class: "muted" }, `steps from row ${d.from_row}`) : "", table, el("p", {}, more));
 }
 
@@ -607,7 +608,7 @@ async function gridPage() {
   let g;
   try { g = await getJSON(`/api/grid?${qs({ task, profile: p.get("profile") || "" })}`); }
   catch (e) { app.replaceChildren(error(e)); return; }
-  const head = el("tr", {}, el("th", {}, "agent · model"), Array.from({ length: g.repeats }, (_, i) => el("th", {}, `run ${i + 1}`)));
+  const head = el("tr", {}, th(["agent · model", ...Array.from({ length: g.repeats }, (_, i) => `run ${i + 1}`)]));
   const rows = g.rows.map((r) => el("tr", {}, el("td", {}, r.agent), r.runs.map((x) => el("td", {},
     el("a", { class: `cell ${["completed", "failed", "breach"].includes(x.score_status || x.status) ? (x.score_status || x.status) : "other"}`, href: runLink(x.run_id) },
       el("div", {}, fmtScore(x.overall), " ", x.score_status || x.status), el("div", { class: "muted" }, `${x.tier || ""} ${x.codes.join(" ")}`))))));
