@@ -61,6 +61,9 @@ const runLink = (id, key) => `/runs/${encodeURIComponent(id)}${key ? "#" + key :
 // Header cells of one class ("num": a column of numbers, aligned right).
 const th = (names, cls) => names.map((n) => el("th", { class: cls }, n));
 
+// A labelled value: the label in bold, then the value's parts.
+const kv = (label, ...value) => el("span", {}, el("b", {}, label), ...value);
+
 function error(e) {
   return el("p", { class: "bad" }, String(e.message || e));
 }
@@ -211,18 +214,18 @@ function runPage(runId) {
   const loadHeader = () => getJSON(api).then((run) => {
     header.replaceChildren(
       el("div", { class: "kv" },
-        el("span", {}, el("b", {}, "task"), run.task || "–", " ", run.tier || ""),
-        el("span", {}, el("b", {}, "agent"), run.labels.agent || run.agent || "–"),
-        el("span", {}, el("b", {}, "model"), run.model || "–"),
-        el("span", {}, el("b", {}, "status"), run.status, run.reason ? ` (${run.reason})` : ""),
-        el("span", {}, el("b", {}, "duration"), run.duration_s === null ? "–" : fmtMs(run.duration_s * 1000)),
-        el("span", {}, el("b", {}, "events"), fmtNum(run.n_events)),
-        el("span", {}, el("b", {}, "model calls"), fmtNum(run.n_model_calls)),
-        el("span", {}, el("b", {}, "tokens in/out"), `${fmtNum(run.tokens_in)} / ${fmtNum(run.tokens_out)}`),
-        el("span", {}, el("b", {}, "cost"), run.cost_usd === null ? "unknown" : `$${fmtCost(run.cost_usd)}`),
-        el("span", {}, el("b", {}, "chain"), verifyBadge)),
+        kv("task", run.task || "–", " ", run.tier || ""),
+        kv("agent", run.labels.agent || run.agent || "–"),
+        kv("model", run.model || "–"),
+        kv("status", run.status, run.reason ? ` (${run.reason})` : ""),
+        kv("duration", run.duration_s === null ? "–" : fmtMs(run.duration_s * 1000)),
+        kv("events", fmtNum(run.n_events)),
+        kv("model calls", fmtNum(run.n_model_calls)),
+        kv("tokens in/out", `${fmtNum(run.tokens_in)} / ${fmtNum(run.tokens_out)}`),
+        kv("cost", run.cost_usd === null ? "unknown" : `$${fmtCost(run.cost_usd)}`),
+        kv("chain", verifyBadge)),
       el("div", { class: "kv muted" },
-        Object.entries(run.labels).map(([k, v]) => el("span", {}, el("b", {}, k), v))),
+        Object.entries(run.labels).map(([k, v]) => kv(k, v))),
       manifest);
     kindBoxes.replaceChildren(...Object.keys(run.kinds).sort().map((k) => {
       const box = el("input", { type: "checkbox", checked: !hidden.has(k), "data-kind": k });
@@ -432,13 +435,11 @@ function renderScores(panel, data) {
   const evLinks = (keys) => (keys || []).map((k) => [el("a", { href: `#${k}`, class: "cite" }, k), " "]);
   for (const s of data.scores) {
     panel.append(el("div", { class: "kv" },
-      el("span", {}, el("b", {}, "profile"), s.profile_name),
-      el("span", {}, el("b", {}, "judge"), s.judge),
-      ["s1", "s2", "s3", "s4", "s5"].map((k) => el("span", {}, el("b", {}, k.toUpperCase()), fmtScore(s[k]))),
-      el("span", {}, el("b", {}, "AGENTIC"), fmtScore(s.agentic)),
-      el("span", {}, el("b", {}, "TASK"), fmtScore(s.task_score)),
-      el("span", {}, el("b", {}, "OVERALL"), fmtScore(s.overall)),
-      el("span", {}, el("b", {}, "status"), s.status, " / audit ", s.audit_status)));
+      kv("profile", s.profile_name),
+      kv("judge", s.judge),
+      ["s1", "s2", "s3", "s4", "s5", "agentic", "task_score", "overall"]
+        .map((k) => kv(k.replace("_score", "").toUpperCase(), fmtScore(s[k]))),
+      kv("status", s.status, " / audit ", s.audit_status)));
     const ul = el("ul", { class: "findings" });
     for (const c of s.codes) ul.append(el("li", { class: "code" }, el("b", {}, c.code), ` ${c.reason} `, evLinks(c.events)));
     for (const v of s.violations) ul.append(el("li", { class: "violation bad" }, el("b", {}, v.rule), ` ${v.detail} `, evLinks(v.events)));
@@ -548,12 +549,12 @@ async function diffPage() {
   const fd = s.first_divergence;
   const sumPanel = el("div", { class: "panel", id: "diff-summary" },
     el("div", { class: "kv" },
-      el("span", {}, el("b", {}, "a"), el("a", { href: runLink(a) }, a), ` (${d.a.labels.agent || d.a.agent || "?"}, ${s.steps_a} steps)`),
-      el("span", {}, el("b", {}, "b"), el("a", { href: runLink(b) }, b), ` (${d.b.labels.agent || d.b.agent || "?"}, ${s.steps_b} steps)`),
-      Object.entries(s.counts).map(([op, n]) => el("span", {}, el("b", {}, op), n)),
-      el("span", {}, el("b", {}, "tokens a"), `${fmtNum(s.tokens_a[0])} / ${fmtNum(s.tokens_a[1])}`),
-      el("span", {}, el("b", {}, "tokens b"), `${fmtNum(s.tokens_b[0])} / ${fmtNum(s.tokens_b[1])}`),
-      el("span", {}, el("b", {}, "model time a / b"), `${fmtMs(s.latency_ms_a)} / ${fmtMs(s.latency_ms_b)}`)),
+      kv("a", el("a", { href: runLink(a) }, a), ` (${d.a.labels.agent || d.a.agent || "?"}, ${s.steps_a} steps)`),
+      kv("b", el("a", { href: runLink(b) }, b), ` (${d.b.labels.agent || d.b.agent || "?"}, ${s.steps_b} steps)`),
+      Object.entries(s.counts).map(([op, n]) => kv(op, n)),
+      kv("tokens a", `${fmtNum(s.tokens_a[0])} / ${fmtNum(s.tokens_a[1])}`),
+      kv("tokens b", `${fmtNum(s.tokens_b[0])} / ${fmtNum(s.tokens_b[1])}`),
+      kv("model time a / b", `${fmtMs(s.latency_ms_a)} / ${fmtMs(s.latency_ms_b)}`)),
     el("p", { id: "divergence", class: s.identical ? "good" : "bad" }, s.identical ? "The two runs take identical steps." :
       ["First divergence at step row ", String(fd.row), ": ", fd.op, " — a: ",
         fd.a ? el("a", { href: runLink(a, fd.a.key) }, `${fd.a.key} ${fd.a.tools}`) : "(none)", "  b: ",
