@@ -1,25 +1,16 @@
 """``amb gc --blobs``: drop the blobs nothing refers to, by rewriting (repacking) packs.
 
-What is kept (the *live* set), conservatively:
+Kept (the *live* set), conservatively: every ``sha256:<hex>`` anywhere in a file under ``spool/``,
+read *before* the database (an ingest that commits and then drops its spools in between is seen on
+one side or the other); every one in an event payload or any text column of another table; and
+every chunk of a live chunk list and base of a live delta, in turn. Nothing is guessed. Writers hold
+the store's writers' lock shared while they rely on a stored blob; gc holds it exclusively (waiting
+up to ``wait_s``).
 
-- every ``sha256:<hex>`` written anywhere in a spool under ``spool/`` (events recorded but not yet
-  ingested, or kept after ingest), read *before* the database, so that an ingest that commits
-  and then drops its spools in between is seen on one side or the other;
-- every ``sha256:<hex>`` in an event payload and in any text column of any other table (manifests,
-  judge caches, score tables);
-- every chunk of a live chunk list and the base of a live delta (and theirs in turn).
-
-Nothing else is looked at and nothing is guessed: a blob whose address appears nowhere is
-unreferenced. Writers (recorders, ingest, import, migration, the scorer) hold the store's writers'
-lock shared while they may rely on a stored blob; gc holds it exclusively for its whole run, so
-it waits for them (up to ``wait_s``, then fails saying so) and they wait for it.
-
-Repacking: a pack holding an unreferenced record or a second copy of a blob, and packs below
-``SMALL_PACK`` when there are several, are rewritten into a new pack: every record kept is
-re-hashed first, the new pack and its index are fsync'd, and only then the old index and pack are
-removed (a crash in between leaves duplicates, which the next gc drops). A pack holding a
-damaged copy of a live blob is left as it is and named (the damaged copy never counts as the one
-kept, so an intact copy elsewhere stays). Unreferenced loose files are removed.
+A pack holding an unreferenced record or a second copy, and packs below ``SMALL_PACK`` when there
+are several, are rewritten: every kept record re-hashed, the new pack and index fsync'd, then the
+old index and pack removed (a crash between leaves duplicates for the next gc). A pack holding a
+damaged copy of a live blob is left as it is and named. Unreferenced loose files are removed.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
-"""``amb blobs migrate``: move a store's loose blob files into packs, every hash checked.
+"""``amb blobs migrate``: move a store's loose blob files (``blobs/ab/cdef...``) into packs.
 
-A store written before packs holds one file per blob (``blobs/ab/cdef...``). Each file is read,
-its content rebuilt (decompressed, or its chunks joined) and re-hashed against its address; an
-intact blob is appended to this process's pack, re-encoded as new blobs are
-(``schemas.blobcodec``); a chunk list is copied as it is. Loose files are removed only in
-batches, after the records that replace them are fsync'd (pack first, then its index): a
-migration killed at any point leaves every blob either loose or packed (or both), and running it
-again resumes (a blob already packed is checked in its pack, then its loose file goes). A file
-that fails its check is left where it is and named; nothing is dropped.
+Each file's content is rebuilt (decompressed, or its chunks joined) and re-hashed against its
+address; an intact blob is appended to this process's pack as new blobs are encoded
+(``schemas.blobcodec``), a chunk list as it is. Loose files are removed in batches, only after the
+records that replace them are fsync'd (pack, then index): a migration killed at any point leaves
+every blob loose or packed (or both), and running it again resumes. A file that fails its check is
+left where it is and named.
 """
 
 from __future__ import annotations

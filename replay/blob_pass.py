@@ -1,26 +1,15 @@
 """The blob pass of ``amb verify``, started before the database has found which blobs it must check.
 
-The pass (``schemas.blobverify.verified_records``: every pack streamed, each record decompressed and
-re-hashed) does not need the list of referenced blobs, only the judging after it does
-(``blobverify.judge``: each referenced blob passes if the record a read would use passed). So it
-starts at once, beside the database's scan of the events that finds the references, and is handed
-them when they are known (``BlobPass.result``).
+The pass (``schemas.blobverify.verified_records``: every pack streamed, each record re-hashed) needs
+no list of referenced blobs; only the judging after it does (``blobverify.judge``). So it starts at
+once, beside the database's scan of the events, and is handed the references when they are known.
 
-It is Python work that holds the GIL for most of its time, and so is the events' hash check
-(``replay.verify``): in one process the two take turns. For a big store it runs in a child process
-instead, on the other core. The child reads only the blob files, which another process sees
-exactly as this one does (the database's checks, which must see the caller's open transaction,
-stay on the caller's connection).
-
-The child is a plain ``python -m replay.blob_pass ROOT``, not a ``multiprocessing`` process: this
-process has DuckDB's threads running (a fork would copy them mid-flight), and a spawned
-``multiprocessing`` child runs the caller's main script again, which a script without a
-``__main__`` guard cannot survive. It makes its pass at once, reporting progress on stdout as JSON
-lines, then reads the addresses from stdin (one per line, until end of input) and writes the
-problems as a last JSON line.
-
-If the child cannot start or does not finish with a result (killed, out of memory), the pass runs
-again here: a verify never passes for want of a blob pass.
+It holds the GIL for most of its time, and so does the events' hash check: for a big store it runs
+in a child process on the other core (the database's checks, which must see the caller's open
+transaction, stay here). The child is ``python -m replay.blob_pass ROOT``, not ``multiprocessing``:
+a fork would copy DuckDB's running threads, and a spawned child runs the caller's main script
+again. It reports progress on stdout as JSON lines, reads the addresses from stdin, and writes the
+problems as a last JSON line. A child that gives no result is replaced by the pass run here.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Typed hot columns: payload fields that queries read most, stored beside the payload at ingest.
 
-Extracting every field from the JSON payload of every event at every query costs ~38 ms for an
-aggregate over 200 runs. The fields below are the ones the views aggregate, join
-and filter on: model, token counts, latency, tool name and id, HTTP status, path, exit code. Ingest
-stores them as typed columns of ``events`` from the same JSON parse that already reads each event's
-envelope, and migration ``core.m005_i22_hot_columns`` backfills older stores.
-
-They are derived data, not part of the hash: the canonical body (and so every hash and manifest)
-is unchanged. A column can therefore be edited without touching the payload, so ``amb verify``
-re-derives every hot column from the payload and reports an event whose column differs.
-
-Each column is the payload field at its path, cast with ``TRY_CAST`` to its type, for every kind
-that has that field (a field of another type, such as ``run.finished``'s textual ``status``, gives
-NULL). The views then read exactly what they extracted before: ``tests/replay/test_hot_columns.py``
-compares them with the JSON-extracting definitions on the same data.
+Extracting the fields the views aggregate, join and filter on from every JSON payload cost ~38 ms
+for an aggregate over 200 runs; ingest stores them as typed columns of ``events`` from the JSON
+parse it already makes (migration ``core.m005_i22_hot_columns`` backfills older stores). They are
+not part of the hash, so a column could be edited alone: ``amb verify`` re-derives each from the
+payload. Each is the field at its path, ``TRY_CAST`` to its type (a field of another type gives
+NULL), so the views read what they extracted before (``tests/replay/test_hot_columns.py``).
 """
 
 from __future__ import annotations
@@ -33,11 +25,12 @@ class HotColumn(NamedTuple):
 
 HOT_COLUMNS: list[HotColumn] = [
     HotColumn("model", "VARCHAR", "model", "model_call.completed and run.started: the model."),
-    HotColumn("input_tokens", "BIGINT", "usage.input_total", "Model call: input tokens (cached included)."),
-    HotColumn("cache_read_tokens", "BIGINT", "usage.cache_read", "Model call: input read from cache."),
-    HotColumn("cache_write_tokens", "BIGINT", "usage.cache_write", "Model call: input written to cache."),
-    HotColumn("output_tokens", "BIGINT", "usage.output", "Model call: output tokens."),
-    HotColumn("reasoning_tokens", "BIGINT", "usage.reasoning", "Model call: reasoning tokens."),
+    # (the token columns' docs are also those of the model_calls view's columns)
+    HotColumn("input_tokens", "BIGINT", "usage.input_total", "Input tokens, cached ones included."),
+    HotColumn("cache_read_tokens", "BIGINT", "usage.cache_read", "Part of input read from cache."),
+    HotColumn("cache_write_tokens", "BIGINT", "usage.cache_write", "Part of input written to cache."),
+    HotColumn("output_tokens", "BIGINT", "usage.output", "Output tokens, reasoning included."),
+    HotColumn("reasoning_tokens", "BIGINT", "usage.reasoning", "Part of output spent on reasoning."),
     HotColumn("latency_ms", "DOUBLE", "latency_ms", "Model call: total latency."),
     HotColumn("tool_name", "VARCHAR", "name", "tool_call.requested: the tool's name."),
     HotColumn("tool_call_id", "VARCHAR", "tool_call_id", "tool_call.requested / .result: the pairing id."),

@@ -1,16 +1,10 @@
 """The live view of runs as they record: their spools followed as they grow.
 
-A ``SpoolTail`` remembers where it stopped in one spool file and, on each ``poll``, reads only the
-bytes appended since, keeps the complete frames (each length and checksum checked, as ``amb
-ingest`` would) and leaves a partially written last frame for the next poll. It opens the file
-read-only and takes no lock, so the recorder never waits for a watcher: a watcher costs it
-nothing but the page cache it already shares. After ingest a spool is read from its compressed
-copy; only a spool dropped after ingest sends the watcher to the store (read-only, once).
-
-``LiveRun`` folds one run's events (from all of its sources) into its summary (``replay.summary``,
-the same figures ``amb show`` gives once the run is stored) and what a person watching wants
-besides: the last model call, tool call, process and file, and the time left. Pricing is the
-caller's (a ``PriceTable``, as ``amb score`` prices); without one the cost is unknown.
+A ``SpoolTail`` reads only the bytes appended to one spool since its last poll, keeps the complete
+frames (length and checksum checked, as ``amb ingest`` would) and leaves a partial last frame for
+the next poll. It opens the file read-only and takes no lock: the recorder never waits for a
+watcher. ``LiveRun`` folds one run's events into its summary (``replay.summary``) and what a person
+watching wants besides: the last model call, tool call, process and file, and the time left.
 """
 
 from __future__ import annotations

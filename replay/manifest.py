@@ -1,14 +1,11 @@
 """Run manifests: a small summary of a finished run to anchor outside the store.
 
-A hash chain proves order and content only to someone who trusts the last link: whoever can write
-the DuckDB file can rebuild a chain after editing it. So each finished run gets a manifest (last
-hash, last seq and event count per source, and the number of blob references) that
-``amb manifest RUN`` prints for keeping elsewhere (a ticket, a signed commit, a second machine),
-and ``amb verify --manifest FILE`` checks the store against that anchored copy.
-
-The last hash of a source commits to every one of its events, payloads included, so to every blob
-*reference*; blob *contents* are checked against their addresses by ``amb verify``. The manifest
-therefore needs no digest over blob addresses, only their count as a cross-check.
+Whoever can write the DuckDB file can rebuild a hash chain after editing it, so a chain proves only
+as much as its last link is trusted. Each finished run gets a manifest (last hash, last seq and
+event count per source, the number of blob references) that ``amb manifest RUN`` prints for keeping
+elsewhere, and ``amb verify --manifest FILE`` checks the store against that copy. A source's last
+hash commits to every blob *reference*; blob *contents* are checked against their addresses by
+``amb verify``, so the manifest needs only the references' count, as a cross-check.
 """
 
 from __future__ import annotations

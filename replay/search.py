@@ -1,26 +1,14 @@
 """Case-insensitive search in payloads without lowering them: one pattern that matches what
-``lower`` would have matched.
-
-The viewer's search inside a run's events is a case-insensitive substring match over each payload's
-JSON text, ``contains(lower(payload), lower(q))``. Three quarters of its CPU went into ``lower``:
-every payload of the run converted, and a new string allocated, at every search (~120 ms of CPU per
-100,000 events, against ~35 ms for the scan itself).
+``lower`` would have matched (``lower`` over every payload was three quarters of a search's CPU).
 
 DuckDB's ``lower`` maps each code point to one code point, so ``lower(p)`` contains ``lower(q)``
 exactly when ``p`` holds, at consecutive code points, any of the characters that ``lower`` turns into
-each character of ``lower(q)`` in turn. That is a regular expression of one character class per
-character (``k`` becomes ``[Kk\u212a]``: the Kelvin sign lowers to ``k`` too), which RE2 runs over
-the payloads as they are, with no copy. The classes are read from DuckDB's own ``lower`` (every
-code point it changes, once per process), so the search finds the same rows as before by
-construction; ``tests/replay/test_payload_search.py`` compares both on hostile strings, and checks
-the assumptions (one code point in, one out; nothing cased above U+1FFFF). A query the pattern cannot
-express (very long) falls back to lowering.
-
-The alternatives measured: a lower-cased copy of each payload kept at ingest searched in ~0.35x the
-CPU but added ~70 % to the events table on the demo's recorded runs (4.0 to 6.7 MiB for 1,713
-events), against the store's bytes-per-event target; DuckDB's full-text search extension is not in
-the Python wheel (it would be downloaded at run time, impossible offline) and matches stemmed
-words, not substrings.
+each character of ``lower(q)`` in turn: one character class per character (``k`` becomes
+``[Kk\u212a]``, the Kelvin sign), which RE2 runs over the payloads as they are. The classes are read
+from DuckDB's own ``lower`` once per process, so the rows found are the same by construction
+(``tests/replay/test_payload_search.py`` checks it on hostile strings). A query the pattern cannot
+express (very long) falls back to lowering. Not a lower-cased copy kept at ingest (~70 % more event
+bytes), nor DuckDB's full-text search (not in the wheel; it matches stemmed words, not substrings).
 """
 
 from __future__ import annotations

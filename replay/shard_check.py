@@ -1,13 +1,11 @@
 """Checking a shard (one run's spools and blobs, ``sweeps.shard``), or a run of another store,
 before one byte of it is copied into a store (``replay.shards``).
 
-A shard directory comes from a shared filesystem that anything on the cluster could have written,
-so it is checked whole: no symlinks or special files anywhere; only the layout
-``spool/<run id>/<source>.spool``, ``blobs/<2 hex>/<62 hex>``, ``shard.json``/``exec.json``; one
-run, the expected one (the directory's name, its ``shard.json``, its spool folder and every event's
-envelope agree); every file exactly the size ``shard.json`` recorded (a truncated spool or blob is
-refused, not loaded as a torn tail); every frame's length and checksum, and every blob's content
-against its address. A refused shard is named with its reason (``ShardError``).
+A shard comes from a shared filesystem anything on the cluster could have written, so it is checked
+whole: no symlinks or special files; only ``spool/<run>/<source>.spool``, ``blobs/``, ``shard.json``
+and ``exec.json``; one run, the expected one (folder, ``shard.json``, spool folder and every
+envelope agree); every file exactly the size ``shard.json`` lists (a truncated file is refused, not
+loaded as a torn tail); every frame's length and checksum, and every blob against its address.
 """
 
 from __future__ import annotations

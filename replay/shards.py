@@ -1,13 +1,10 @@
-"""Bringing runs home: shards (one run's spools and blobs, ``sweeps.shard``) and other stores, loaded
-into one store in bulk, idempotently, with verification.
-
-Each shard is checked before one byte of it is copied (``replay.shard_check``); a refused shard is
-named with its reason and nothing of it is copied. Then its spools are copied into
-``spool/<run id>/`` of the store, its blobs into ``blobs/`` (write-once), and one
-``replay.ingest.ingest`` call loads every new spool with the store's own checks (hash chains,
-sequences, known kinds). A run id the store already holds (``schemas.run_claim``) is loaded only if
-the store holds this very run, spool for spool (re-loading adds nothing); a different run under
-that id is refused as ``RunExists`` (runs are never merged or reused in place)."""
+"""Bringing runs home: shards (``sweeps.shard``) and other stores, loaded into one store in bulk,
+idempotently, each checked before one byte of it is copied (``replay.shard_check``; a refused one
+is named with its reason). Spools go to ``spool/<run id>/``, blobs to ``blobs/``, then one
+``replay.ingest.ingest`` loads every new spool with the store's own checks. A run id the store holds
+already is loaded only if it is this very run, spool for spool; another run under that id is
+refused as ``RunExists`` (runs are never merged or reused in place).
+"""
 
 from __future__ import annotations
 
@@ -48,13 +45,6 @@ class LoadReport:
         self.refused.append((where, _without(str(error), root)))
         if isinstance(error, RunExists):
             self.taken.append(where)
-
-
-def _copy_in(store_root: Path, shard: Checked, report: LoadReport, stored: Stored) -> None:
-    """One checked shard into the store (see :func:`_copy_batch`); raises ``ShardError``."""
-    refused = _copy_batch(store_root, [shard], report, stored)
-    if refused:
-        raise refused[0][1]
 
 
 Stored = Callable[[str], spools.Head | None]
@@ -260,15 +250,6 @@ def _ingest(st: Store, report: LoadReport, spool_mode: str | None) -> None:
                 report.loaded.remove(run_id)
 
 
-def store_runs(source: Path) -> list[tuple[Path, str]]:
-    """Every run of another store as a (pseudo-)shard: the store's root and the run id. The runs
-    share the source's ``blobs/``, so each is checked against all of them (see ``merge_store``)."""
-    spool = source / "spool"
-    if not spool.is_dir() or spool.is_symlink():
-        raise ShardError(f"{source}: not a store (no spool/ folder)")
-    return [(source, p.name) for p in sorted(spool.iterdir())]
-
-
 def merge_store(
     store_dir: str | os.PathLike[str],
     source: Path,
@@ -281,15 +262,21 @@ def merge_store(
     source = Path(source)
     if Path(store_dir).resolve() == source.resolve():
         raise ShardError(f"{source}: is the store itself")
-    runs = store_runs(source)
+    spool = source / "spool"
+    if not spool.is_dir() or spool.is_symlink():
+        raise ShardError(f"{source}: not a store (no spool/ folder)")
+    runs = [p.name for p in sorted(spool.iterdir())]
     st = Store.open(store_dir)
     stored = _stored_heads(st)
     try:
         blobs_done = False
-        for i, (_root, run_id) in enumerate(runs):
+        for i, run_id in enumerate(runs):
             try:
+                # The runs share the source's blobs/: checked (and copied) with the first run.
                 checked = check_store_run(source, run_id, with_blobs=not blobs_done)
-                _copy_in(st.root, checked, report, stored)
+                refused = _copy_batch(st.root, [checked], report, stored)
+                if refused:
+                    raise refused[0][1]
                 blobs_done = True
             except ShardError as e:
                 report.refuse(f"{source}/spool/{run_id}", e, source)

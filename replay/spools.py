@@ -1,27 +1,18 @@
 """Spools after ingest: compressed with zstd, dropped, or kept as written (``AMB_SPOOLS``).
 
-A spool is the producer's crash-safe log; once its run has finished and every frame of it is in
-the store (checked frame by frame on the way in: length, checksum, canonical bytes, chain, seqs),
-DuckDB holds every byte needed to rebuild it, and keeping it as written doubles the disk a run
-takes. So, after each ingest, the spools of finished, ingested runs are:
+Once a finished run's every frame is in the store (checked on the way in), DuckDB holds every byte
+needed to rebuild its spools, and keeping them as written doubles its disk. So, after each ingest:
 
-- ``compress`` (the default): rewritten as ``<source>.spool.zst`` (zstd, its frame checksum on),
-  decompressed and compared byte for byte before the plain file is removed. ``amb ingest`` reads
-  them back like plain spools, so a store whose database is lost is rebuilt from them.
-- ``drop``: removed, leaving an empty ``<source>.spool.dropped`` marker (no data block; it keeps the
-  run id claimed for ``amb-record`` and the importers). The store is then the only copy, anchored
-  by the run's manifest. A spool with a torn tail is compressed instead (the torn bytes stay for a
-  person to look at).
+- ``compress`` (the default): rewritten as ``<source>.spool.zst`` and compared byte for byte before
+  the plain file goes; ``amb ingest`` reads them back, so a lost database is rebuilt from them.
+- ``drop``: removed, leaving an empty ``<source>.spool.dropped`` marker (it keeps the run id claimed);
+  the store, anchored by the manifest, is the only copy. A spool with a torn tail is compressed.
 - ``keep``: left as written.
 
-The ``recorder`` source's spool is always kept as written: it is a run's claim and outcome, a few
-events read without the store by ``amb sweep`` (is this attempt done?) and by ``amb-record`` (is
-this run id taken?).
-
-Only a spool whose size is what ingest recorded and whose last frame's hash is the last hash the
-store holds for its (run, source) is touched; anything else is left for the next ingest to load
-(or to report). Steps are crash-safe: the compressed copy is written aside, fsync'd and renamed
-into place before the plain file goes; if both exist, ingest reads the plain one.
+The ``recorder`` spool is always kept: ``amb sweep`` and ``amb-record`` read its claim and outcome
+without the store. Only a spool whose size is what ingest recorded and whose last hash is the
+store's last hash for its (run, source) is touched. The compressed copy is fsync'd and renamed into
+place before the plain file goes; when both exist, ingest reads the plain one.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """``amb store stats``: what a store takes on disk, and what it holds, per area, table and run.
 
-Two figures everywhere:
-
-- **on disk**: the blocks the file system gave each file (``st_blocks * 512``, what ``du`` counts),
-  so a 1 KB blob in its own file counts the 4 KB block it occupies;
-- **content**: the bytes the files hold (``st_size``), and for tables the bytes of their values
-  written as text.
-
-Files are measured by walking the store's areas generically (the DuckDB file and its WAL,
-``blobs/``, ``spool/``), grouped by what their names end with, so any layout of the blob area (one
-file per blob, pack files and their index, ...) is counted as it is, without knowing it.
-
-Per table, DuckDB does not say how many bytes a table takes in its file; the figure given is the
-number of distinct storage blocks holding the table's column segments times the block size (small
-segments of different tables can share a block, so these may add up to more than the file).
-Per run: its events (count and canonical bytes), its spools (exact), and its distinct blob
-references with their uncompressed sizes; blobs are shared between runs and may be packed, so
-their on-disk bytes are given for the store as a whole.
+Two figures everywhere: **on disk**, the blocks the file system gave each file (``st_blocks * 512``,
+as ``du`` counts), and **content**, the bytes the files hold (``st_size``; for tables, their values
+as text). Files are measured by walking each area and grouped by suffix, whatever the blob layout.
+A table's disk figure is its distinct storage blocks times the block size (small segments can share
+a block, so tables may add up to more than the file). Blobs are shared between runs and may be
+packed, so their on-disk bytes are given for the store as a whole.
 """
 
 from __future__ import annotations

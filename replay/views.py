@@ -40,6 +40,14 @@ def _p(path: str, cast: str | None = None) -> str:
     return f"({expr})::{cast}" if cast else expr
 
 
+_HOT = {c.path: c.name for c in hot.HOT_COLUMNS}
+
+
+def _field(name: str, path: str, doc: str, cast: str | None = None) -> Column:
+    """A payload field of ``events``, read from its hot column when it has one."""
+    return Column(name, _p(path, cast), doc, _HOT.get(path))
+
+
 _ENV = [
     Column("run_id", "run_id", "The run."),
     Column("seq", "seq", "Position in its source's chain."),
@@ -101,77 +109,44 @@ VIEWS: list[View] = [
         "events WHERE kind = 'model_call.completed'",
         _ENV
         + [
-            Column("call_id", _p("call_id"), "Call id (unique within the run)."),
-            Column("provider", _p("provider"), "openai, anthropic or gemini (wire format)."),
-            Column(
+            _field("call_id", "call_id", "Call id (unique within the run)."),
+            _field("provider", "provider", "openai, anthropic or gemini (wire format)."),
+            _field(
                 "api",
-                _p("api"),
+                "api",
                 "chat.completions, responses, messages, generateContent, streamGenerateContent, countTokens.",
             ),
-            Column(
-                "model",
-                _p("model"),
-                "Model that served the call if the response says, else the one asked for.",
-                "model",
+            _field(
+                "model", "model", "Model that served the call if the response says, else the one asked for."
             ),
-            Column(
-                "requested_model",
-                _p("requested_model"),
-                "Model named in the request (body, path, deployment).",
+            _field(
+                "requested_model", "requested_model", "Model named in the request (body, path, deployment)."
             ),
-            Column("served_model", _p("served_model"), "Model the response names (a gateway may differ)."),
-            Column(
-                "upstream", _p("upstream"), "The --upstream it went to (openai, gemini, azure, a named one)."
+            _field("served_model", "served_model", "Model the response names (a gateway may differ)."),
+            _field("upstream", "upstream", "The --upstream it went to (openai, gemini, azure, a named one)."),
+            _field("stream", "stream", "Streaming call?", "BOOLEAN"),
+            _field("status", "status", "Upstream HTTP status (NULL: no response).", "INTEGER"),
+            _field("ok", "ok", "False for failures (see error).", "BOOLEAN"),
+            _field("error", "error", "Why it failed."),
+            _field("stop_reason", "stop_reason", "finish_reason / stop_reason as sent."),
+            # input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, reasoning_tokens
+            *(
+                _field(c.name, c.path, c.doc, c.sql_type)
+                for c in hot.HOT_COLUMNS
+                if c.name.endswith("_tokens")
             ),
-            Column("stream", _p("stream", "BOOLEAN"), "Streaming call?"),
-            Column("status", _p("status", "INTEGER"), "Upstream HTTP status (NULL: no response).", "status"),
-            Column("ok", _p("ok", "BOOLEAN"), "False for failures (see error)."),
-            Column("error", _p("error"), "Why it failed."),
-            Column("stop_reason", _p("stop_reason"), "finish_reason / stop_reason as sent."),
-            Column(
-                "input_tokens",
-                _p("usage.input_total", "BIGINT"),
-                "Input tokens, cached ones included.",
-                "input_tokens",
-            ),
-            Column(
-                "cache_read_tokens",
-                _p("usage.cache_read", "BIGINT"),
-                "Part of input read from cache.",
-                "cache_read_tokens",
-            ),
-            Column(
-                "cache_write_tokens",
-                _p("usage.cache_write", "BIGINT"),
-                "Part of input written to cache.",
-                "cache_write_tokens",
-            ),
-            Column(
-                "output_tokens",
-                _p("usage.output", "BIGINT"),
-                "Output tokens, reasoning included.",
-                "output_tokens",
-            ),
-            Column(
-                "reasoning_tokens",
-                _p("usage.reasoning", "BIGINT"),
-                "Part of output spent on reasoning.",
-                "reasoning_tokens",
-            ),
-            Column("usage_reported", _p("usage.reported", "BOOLEAN"), "False: usage estimated."),
-            Column(
-                "reported_cost_usd",
-                _p("cost_usd", "DOUBLE"),
-                "Cost the provider/gateway reported (NULL: none).",
+            _field("usage_reported", "usage.reported", "False: usage estimated.", "BOOLEAN"),
+            _field(
+                "reported_cost_usd", "cost_usd", "Cost the provider/gateway reported (NULL: none).", "DOUBLE"
             ),
             Column(
                 "n_tool_calls", "json_array_length(payload->'$.message.tool_calls')", "Tool calls asked for."
             ),
-            Column("text", _p("message.text"), "Reassembled assistant text."),
-            Column("ttfb_ms", _p("ttfb_ms", "DOUBLE"), "Time to first byte."),
-            Column("latency_ms", _p("latency_ms", "DOUBLE"), "Total latency.", "latency_ms"),
-            Column("request_blob", _p("request.blob"), "Request body blob."),
-            Column("response_blob", _p("response.blob"), "Response body blob."),
+            _field("text", "message.text", "Reassembled assistant text."),
+            _field("ttfb_ms", "ttfb_ms", "Time to first byte.", "DOUBLE"),
+            _field("latency_ms", "latency_ms", "Total latency.", "DOUBLE"),
+            _field("request_blob", "request.blob", "Request body blob."),
+            _field("response_blob", "response.blob", "Response body blob."),
         ],
     ),
     View(
@@ -212,30 +187,25 @@ VIEWS: list[View] = [
         "events WHERE kind = 'process.exited'",
         _ENV
         + [
-            Column("pid", _p("pid", "BIGINT"), "Process id (in its namespace)."),
-            Column("ppid", _p("ppid", "BIGINT"), "Parent pid."),
+            _field("pid", "pid", "Process id (in its namespace).", "BIGINT"),
+            _field("ppid", "ppid", "Parent pid.", "BIGINT"),
             Column("argv", "payload->'argv'", "JSON array of arguments (recorded text: see OS strings)."),
             Column(
                 "cmd", "array_to_string(CAST(payload->'argv' AS VARCHAR[]), ' ')", "argv joined by spaces."
             ),
-            Column("cwd", _p("cwd"), "Working directory (recorded text)."),
-            Column("start_ns", _p("start_ns", "BIGINT"), "Start time."),
-            Column("end_ns", _p("end_ns", "BIGINT"), "End time."),
+            _field("cwd", "cwd", "Working directory (recorded text)."),
+            _field("start_ns", "start_ns", "Start time.", "BIGINT"),
+            _field("end_ns", "end_ns", "End time.", "BIGINT"),
             Column(
                 "duration_ms",
                 "((payload->>'end_ns')::BIGINT - (payload->>'start_ns')::BIGINT) / 1e6",
                 "Run time.",
             ),
-            Column(
-                "exit_code",
-                _p("exit_code", "INTEGER"),
-                "Exit code (NULL: killed or still running).",
-                "exit_code",
-            ),
-            Column("signal", _p("signal", "INTEGER"), "Terminating signal."),
-            Column(
+            _field("exit_code", "exit_code", "Exit code (NULL: killed or still running).", "INTEGER"),
+            _field("signal", "signal", "Terminating signal.", "INTEGER"),
+            _field(
                 "tracer",
-                _p("tracer"),
+                "tracer",
                 "seccomp-notify, strace (its fallback), proc-poll (the last fallback, labelled), "
                 "recorder or synthetic.",
             ),
@@ -247,11 +217,11 @@ VIEWS: list[View] = [
         "events WHERE kind = 'file.written'",
         _ENV
         + [
-            Column("path", _p("path"), "Path relative to the workspace (recorded text).", "path"),
-            Column("op", _p("op"), "created or modified."),
-            Column("size", _p("size", "BIGINT"), "Size in bytes."),
-            Column("sha256", _p("sha256"), "Content digest."),
-            Column("content_blob", _p("content.blob"), "Content blob (NULL above the size cap)."),
+            _field("path", "path", "Path relative to the workspace (recorded text)."),
+            _field("op", "op", "created or modified."),
+            _field("size", "size", "Size in bytes.", "BIGINT"),
+            _field("sha256", "sha256", "Content digest."),
+            _field("content_blob", "content.blob", "Content blob (NULL above the size cap)."),
         ],
     ),
     View(
@@ -260,18 +230,18 @@ VIEWS: list[View] = [
         "events WHERE kind = 'network.request'",
         _ENV
         + [
-            Column("method", _p("method"), "HTTP method."),
-            Column("scheme", _p("scheme"), "http or https."),
-            Column("host", _p("host"), "Host name."),
-            Column("port", _p("port", "INTEGER"), "Port."),
-            Column("path", _p("path"), "Path and query.", "path"),
-            Column("status", _p("status", "INTEGER"), "HTTP status (NULL: failed).", "status"),
-            Column("request_bytes", _p("request_bytes", "BIGINT"), "Request body size."),
-            Column("response_bytes", _p("response_bytes", "BIGINT"), "Response body size."),
-            Column("duration_ms", _p("duration_ms", "DOUBLE"), "Duration."),
-            Column("error", _p("error"), "Error, if it failed or was blocked."),
-            Column("via", _p("via"), "proxy, or shim for a direct attempt."),
-            Column("blocked", _p("blocked"), "Why the proxy refused it (NULL: it was carried)."),
+            _field("method", "method", "HTTP method."),
+            _field("scheme", "scheme", "http or https."),
+            _field("host", "host", "Host name."),
+            _field("port", "port", "Port.", "INTEGER"),
+            _field("path", "path", "Path and query."),
+            _field("status", "status", "HTTP status (NULL: failed).", "INTEGER"),
+            _field("request_bytes", "request_bytes", "Request body size.", "BIGINT"),
+            _field("response_bytes", "response_bytes", "Response body size.", "BIGINT"),
+            _field("duration_ms", "duration_ms", "Duration.", "DOUBLE"),
+            _field("error", "error", "Error, if it failed or was blocked."),
+            _field("via", "via", "proxy, or shim for a direct attempt."),
+            _field("blocked", "blocked", "Why the proxy refused it (NULL: it was carried)."),
         ],
     ),
 ]

@@ -1,30 +1,23 @@
 """The agent's workspace at any moment of a run, rebuilt from its file events and blobs.
 
-A run's ``file.written``, ``file.deleted`` and ``file.renamed`` events are replayed in order up to
-a moment. Each event is placed in time by ``changed_ns`` (when the kernel dated the change) when
-the shim recorded it, else by ``ts_ns`` (when it was observed); within a source the order is its
-seq, so a moment always sees a prefix of each source's changes: a state that existed.
+A run's ``file.written``, ``file.deleted`` and ``file.renamed`` events are replayed in order up to a
+moment, each placed at ``changed_ns`` (the kernel's date) when the shim recorded it, else ``ts_ns``;
+within a source the order is its seq, so a moment always sees a prefix of each source's changes.
+Moments: ``end``, ``start``, ``before-submit``, ``step:N`` (when the N-th tool result was sent to the
+model: the start of the call that carried it), ``time:ISO`` and ``SOURCE:SEQ``. Paths are the
+recorded text of names (``schemas.ostext``); a checkout creates each under its exact bytes.
 
-Moments (``parse_moment``): ``end`` (everything), ``start`` (nothing yet), ``before-submit`` (when
-the submission was sealed), ``step:N`` (when the N-th tool call result was sent to the model: the
-start of the model call that carried it, while the agent waited for the answer), ``time:ISO`` and
-``SOURCE:SEQ`` (an event of the run).
-
-Paths are the events' recorded text (``schemas.ostext``), and so are the keys and paths of
-everything listed here; a checkout creates each file under the exact bytes of its name
-(``os_bytes``), whatever they are.
-
-Materialising (``checkout``) trusts nothing in the events: every path is checked (the recorded
-text of a name, relative, no ``..``, no empty or ``.`` part; an absolute path is a file outside the
-workspace, listed, never written), files are created with ``O_EXCL | O_NOFOLLOW`` under
-directories opened with ``O_NOFOLLOW`` into a fresh directory that only this process writes, and
-every byte is checked against the hash the event recorded; a blob that fails makes the checkout
-fail naming the event, and nothing is left behind. A file above the shim's content size cap has
-only its hash recorded: it is listed as not kept, never silently left out.
+A checkout trusts nothing in the events: each path is checked (relative, no ``..``, ``.`` or empty
+part; an absolute path is a file outside the workspace, listed, never written), files are created
+``O_EXCL | O_NOFOLLOW`` under directories opened ``O_NOFOLLOW`` in a fresh directory only this
+process writes, and every byte is checked against its recorded hash (a blob that fails makes the
+checkout fail naming the event, leaving nothing behind). A file above the shim's size cap is
+listed as not kept, never silently left out.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import os
@@ -264,29 +257,14 @@ def _apply(ws: Workspace, e: Event) -> None:
         dst_target = _place(ws, p.dst, where)
         if src_target is None or dst_target is None:
             return
-        if p.src in src_target:
-            moved = src_target.pop(p.src)
-            dst_target[p.dst] = FileState(
-                p.dst, moved.size, moved.sha256, moved.blob, moved.event, moved.note
-            )
-            return
-        inner = [k for k in src_target if k.startswith(p.src + "/")]
-        if inner:  # a directory
-            for k in inner:
-                moved = src_target.pop(k)
-                new = p.dst + k[len(p.src) :]
-                dst_target[new] = FileState(
-                    new, moved.size, moved.sha256, moved.blob, moved.event, moved.note
-                )
-            return
-        dst_target[p.dst] = FileState(
-            p.dst,
-            None,
-            None,
-            None,
-            where,
-            f"renamed from {p.src}, which existed before the run: not recorded",
-        )
+        # The file itself, else every file under it (a directory).
+        moved = [p.src] if p.src in src_target else [k for k in src_target if k.startswith(p.src + "/")]
+        for k in moved:
+            new = p.dst + k[len(p.src) :]
+            dst_target[new] = dataclasses.replace(src_target.pop(k), path=new)
+        if not moved:
+            why = f"renamed from {p.src}, which existed before the run: not recorded"
+            dst_target[p.dst] = FileState(p.dst, None, None, None, where, why)
 
 
 def _place(ws: Workspace, path: str, where: str) -> dict[str, FileState] | None:

@@ -1,22 +1,16 @@
 """A stored run as an ATIF trajectory (Harbor's Agent Trajectory Interchange Format, v1.8 or v1.6).
 
-One ATIF agent step per successful model call: its text, reasoning, tool calls (arguments as
-objects), the results of those tool calls as the step's observation (full text, from the blob when
-the event kept only a prefix) and its token counts. System and user steps come from the request
-bodies: the first request's system prompt and user messages, then every user message a later
-request adds after the last assistant turn (harness injections show up this way).
+One agent step per successful model call: its text, reasoning, tool calls (arguments as objects),
+their results as the step's observation (in full, from the blob when the event kept a prefix) and
+its tokens. System and user steps come from the request bodies: the first request's system prompt
+and user messages, then every user message a later request adds after the last assistant turn.
 
-ATIF has no place for processes, file changes, network requests, the sealed submission, notes,
-failed model calls or the run's start and end; inventing steps for them would mislead the SFT and RL
-consumers ATIF is for. They go, verbatim, to a sidecar ``events.jsonl`` beside ``trajectory.json``
-(with the blobs they reference under ``blobs/``), and ``step.extra.amb`` keeps the call's envelope
-facts (timestamps, provider, status, latency, raw argument strings). ``amb import atif`` reads both,
-so export → import → export gives the same files, and the imported run scores as the original.
-What does not survive: the raw request and response bodies (the import rebuilds them from the
-steps, marked synthetic) and the event sources and hashes (an import is one ``import`` chain).
-
-``--version 1.6`` leaves out every field added in v1.7 and later (``llm_call_count``), since
-consumers on v1.6 models reject unknown fields.
+ATIF has no place for processes, file changes, network requests, the submission, notes, failed
+calls or the run's start and end (invented steps would mislead its SFT and RL consumers): they go
+verbatim to a sidecar ``events.jsonl`` (their blobs under ``blobs/``), and ``step.extra.amb`` keeps
+each call's envelope facts. ``amb import atif`` reads both, so export → import → export gives the
+same files; lost are the raw bodies (rebuilt from the steps, marked synthetic) and the event sources
+and hashes. ``--version 1.6`` leaves out the fields v1.7 added, which v1.6 consumers reject.
 """
 
 from __future__ import annotations

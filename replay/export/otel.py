@@ -1,25 +1,23 @@
 """A stored run as OpenTelemetry spans: OTLP JSON lines (the OTLP file exporter's format), one line
 (one ``TracesData``) per run, with GenAI semantic-convention attributes.
 
-Conventions pinned: OpenTelemetry semantic conventions **1.44.0** (``SCHEMA_URL``; the GenAI names
-as the ``opentelemetry-semantic-conventions`` 0.66b2 package lists them: ``gen_ai.provider.name``,
-not the older ``gen_ai.system``; ``gen_ai.usage.input_tokens`` including cached tokens). The
-version also goes on the resource as ``amb.semconv.genai``. GenAI conventions are at Development
-stability upstream, so a consumer on other names needs a different pin, not a guess.
+Pinned to semantic conventions **1.44.0** (``SCHEMA_URL``, also ``amb.semconv.genai`` on the
+resource): ``gen_ai.provider.name``, ``gen_ai.usage.input_tokens`` including cached tokens. The GenAI
+conventions are at Development stability upstream: a consumer on other names needs another pin.
 
-Spans (ids are deterministic: trace id = first 16 bytes of sha256(run id), span id = first 8 bytes
-of sha256(``run|source|seq``) of the event that opens the span, so re-exports are identical):
+Span ids are deterministic (trace id: sha256(run id)[:16 bytes]; span id: sha256(``run|source|seq``)
+of the opening event, [:8 bytes]), so re-exports are identical:
 
 - ``invoke_agent {agent}`` (INTERNAL), the root: run.started → run.finished (or the last event);
-- ``chat {model}`` (CLIENT) per model call: started_ns → started_ns + latency; with ``messages``, its
-  conversation as the conventions' opt-in ``gen_ai.system_instructions``, ``gen_ai.input.messages``
-  and ``gen_ai.output.messages`` (JSON text), read from the request body by the provider layer;
+- ``chat {model}`` (CLIENT) per model call, started_ns for its latency; with ``messages``, its
+  conversation as the opt-in ``gen_ai.system_instructions``, ``gen_ai.input.messages`` and
+  ``gen_ai.output.messages`` (read from the request body by the provider layer);
 - ``execute_tool {name}`` (INTERNAL) per tool call: from the call that asked to the request that
-  carried the result (the agent's side of it; the true execution interval is not observed);
+  carried the result (the execution interval itself is not observed);
 - ``{argv0}`` (INTERNAL) per process, ``{METHOD}`` (CLIENT) per network request;
 - file changes, the sealed submission and notes as span events on the root.
 
-OTLP JSON differs from protobuf JSON in one way that matters: trace and span ids are hex.
+Trace and span ids are hex (OTLP JSON, unlike protobuf JSON).
 """
 
 from __future__ import annotations

@@ -7,28 +7,17 @@ Layout::
     runs.parquet, model_calls.parquet...  every view and score table, one file each
 
 ``events`` is hive-partitioned by *run group*: the runs, in run-id order, are cut into groups of
-at least ``events_per_file`` events (65,536 by default; a run is never split), each group one
-file. So every file holds a contiguous range of run ids, and a reader prunes by run three ways:
-the Parquet min/max statistics of ``run_id`` in each file's footer (DuckDB, Spark, polars and
-pyarrow skip the files whose range excludes the run, without being told anything), the
-``event_groups`` index (the one file to open), or the group folder. One file per run, the layout
-before, cost ~3.5 ms of CPU per run (a file, its footer and row groups each): as much as writing
-1,000 events, and half the export's time on the 1,000-run benchmark store.
+at least ``events_per_file`` events (a run is never split), each group one file. So every file
+holds a contiguous range of run ids, and a reader prunes by run three ways: the ``run_id`` min/max
+statistics in each file's footer, the ``event_groups`` index, or the group folder. (A file per run
+cost ~3.5 ms of CPU each: as much as writing 1,000 events.)
 
-Each group is one ``COPY (SELECT ... WHERE run_id BETWEEN first AND last) TO file``: the store
-keeps a run's events together, so DuckDB reads only that range's row groups. Measured against
-the alternatives (``bench/interop.py`` and docs/interop.md): one ``COPY ... PARTITION_BY
-(run_group)`` over a join costs ~40 % more CPU than the plain COPY, these per-group COPYs cost the
-same as it. They run on as many cursors at once as DuckDB has threads (one group is too small for
-DuckDB to spread over its threads), and so do the views and score tables.
-
-Compression: zstd at level 1. It costs about what snappy costs in CPU here (within the noise of
-this machine) and writes half the bytes (the two 71-character hex hash columns are two thirds of
-the data: snappy barely shrinks hex, zstd's entropy coder halves it), and at 500k events/s the
-write itself is a real share of the time. Every current Parquet reader has zstd.
-
-Rows inside a file are in whatever order DuckDB writes fastest: readers sort by run, source, seq.
-Nothing passes through Python rows.
+Each group is one ``COPY (SELECT ... WHERE run_id BETWEEN first AND last) TO file`` (the store keeps
+a run's events together, so DuckDB reads only that range's row groups; ``PARTITION_BY`` over a join
+cost ~40 % more CPU, ``bench/interop.py``), on as many cursors at once as DuckDB has threads. Zstd
+level 1 costs what snappy costs here and writes half the bytes (snappy barely shrinks the hex hash
+columns). Rows inside a file are in whatever order DuckDB writes fastest: readers sort by run,
+source, seq.
 
 Left out on purpose: the store's bookkeeping (``spool_files``, ``_amb_migrations``) and the grade
 cache, which are not facts about runs. Blobs stay in the blob store; their addresses are in the

@@ -1,22 +1,16 @@
 """The replay endpoint: answers model API requests with a recorded run's responses.
 
-It speaks every model API of ``schemas.providers`` on the paths the agent's SDK uses
-(``.../chat/completions``, ``.../responses``, ``.../messages``, Gemini's
-``.../models/MODEL:generateContent`` and ``:streamGenerateContent``, and ``GET .../models``),
-accepts any key (none is needed: nothing goes upstream), and answers each request with the recorded
-response chosen by the matcher:
+It speaks every API of ``schemas.providers`` on the paths SDKs use (and ``GET .../models``), accepts
+any key (nothing goes upstream), and answers each request with the call the matcher chose:
 
-- the recorded status and body; a stream is re-emitted piece by piece as it was framed (one chunk
-  per SSE event, or per element of Gemini's JSON-array stream; an imported call, which kept no
-  stream, as the stream its provider sends for its answer),
-  with ``--timing original`` paced as recorded: the first event after the recorded time to first
-  byte, the rest spread evenly over the remaining latency (the proxy records those two times, not
-  each chunk's); ``--timing fast`` sends at once;
-- a recorded failure is replayed as one: an HTTP error with its recorded body, a stream cut short
-  (``partial``) is cut at the same byte, and a call that got no response at all is answered by
-  closing the connection;
+- its recorded status and body; a stream re-emitted as it was framed (an imported call, which kept
+  no stream, as the stream its provider sends), paced with ``--timing original`` (the first event at
+  the recorded time to first byte, the rest spread over the remaining latency: the proxy records
+  those two times, not each chunk's) or all at once with ``--timing fast``;
+- a recorded failure as one: its HTTP error, a stream cut at the same byte (``partial``), or a
+  closed connection for a call that got no response;
 - a request that matches nothing gets a 400 in the API's own error shape (``replay_miss``, naming
-  the recorded call that was expected and where the request differs), and is reported.
+  the expected call and where the request differs), and is reported.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ import json
 from typing import Any
 
 import duckdb
+import msgspec
+from msgspec import UNSET, UnsetType
 
 from replay.store import first
 from replay.web.resource import IMAGE_CAP, RAW_CAP, TEXT_CAP, BadRequest, NotFound, one_line
@@ -26,20 +28,71 @@ def request_messages(api: str, body: Any) -> tuple[list[dict[str, Any]], list[st
     return render.for_person(providers.conversation(api, body), TEXT_CAP, one_line)
 
 
-def _raw(blobs: BlobStore, ref: dict[str, Any] | None) -> tuple[bytes | None, dict[str, Any] | None]:
+CALL_FACTS = "call_id provider api model stream status ok error stop_reason usage ttfb_ms latency_ms".split()
+"""The payload's fields a call's detail repeats as they are."""
+
+
+class RawBody(msgspec.Struct):
+    """A request or response body: its first bytes as text, or why it cannot be read."""
+
+    blob: str
+    size: int | None
+    media_type: str | None | UnsetType = UNSET
+    text: str | UnsetType = UNSET
+    """The first 64 KiB, decoded as UTF-8 (undecodable bytes replaced)."""
+    truncated: bool | UnsetType = UNSET
+    error: str | UnsetType = UNSET
+
+
+class ToolCallShown(msgspec.Struct):
+    id: str | None
+    name: str | None
+    arguments: str
+
+
+class Reply(msgspec.Struct):
+    text: str
+    reasoning: str
+    tool_calls: list[ToolCallShown]
+
+
+class CallDetail(msgspec.Struct):
+    """``GET /api/runs/RUN/calls/SOURCE/SEQ``: a model call's messages (as the provider layer reads
+    them from the request), its reply, and its raw bodies (capped)."""
+
+    key: str
+    call_id: str | None
+    provider: str | None
+    api: str | None
+    model: str | None
+    stream: bool | None
+    status: int | None
+    ok: bool | None
+    error: str | None
+    stop_reason: str | None
+    usage: dict[str, Any] | None
+    ttfb_ms: float | None
+    latency_ms: float | None
+    messages: list[dict[str, Any]]
+    """Role, text (capped), its other parts (tool calls and results, images by index)."""
+    messages_elided: int
+    images: int
+    """Inline images of the request (``…/images/N``)."""
+    reply: Reply
+    request_raw: RawBody | None
+    response_raw: RawBody | None
+    parse_error: str | None
+
+
+def _raw(blobs: BlobStore, ref: dict[str, Any] | None) -> tuple[bytes | None, RawBody | None]:
     if not ref:
         return None, None
     try:
         data = blobs.get(ref["blob"])
     except BlobError as e:
-        return None, {"blob": ref["blob"], "size": ref.get("size"), "error": str(e)}
-    return data, {
-        "blob": ref["blob"],
-        "size": len(data),
-        "media_type": ref.get("media_type"),
-        "text": data[:RAW_CAP].decode("utf-8", "replace"),
-        "truncated": len(data) > RAW_CAP,
-    }
+        return None, RawBody(ref["blob"], ref.get("size"), error=str(e))
+    text = data[:RAW_CAP].decode("utf-8", "replace")
+    return data, RawBody(ref["blob"], len(data), ref.get("media_type"), text, len(data) > RAW_CAP)
 
 
 def _call_payload(con: duckdb.DuckDBPyConnection, run_id: str, source: str, seq: int) -> dict[str, Any]:
@@ -59,8 +112,7 @@ def _call_payload(con: duckdb.DuckDBPyConnection, run_id: str, source: str, seq:
 
 def model_call(
     con: duckdb.DuckDBPyConnection, blobs: BlobStore, run_id: str, source: str, seq: int
-) -> dict[str, Any]:
-    """``GET /api/runs/RUN/calls/SOURCE/SEQ``: a model call's messages, reply and raw bytes (capped)."""
+) -> CallDetail:
     p = _call_payload(con, run_id, source, seq)
     req, request_raw = _raw(blobs, p.get("request"))
     _, response_raw = _raw(blobs, p.get("response"))
@@ -79,39 +131,22 @@ def model_call(
             messages[:20] + [{"role": "elided", "text": f"{elided} messages not shown"}] + messages[-280:]
         )
     msg = p.get("message") or {}
-    return {
-        "key": f"{source}:{seq}",
-        "call_id": p.get("call_id"),
-        "provider": p.get("provider"),
-        "api": p.get("api"),
-        "model": p.get("model"),
-        "stream": p.get("stream"),
-        "status": p.get("status"),
-        "ok": p.get("ok"),
-        "error": p.get("error"),
-        "stop_reason": p.get("stop_reason"),
-        "usage": p.get("usage"),
-        "ttfb_ms": p.get("ttfb_ms"),
-        "latency_ms": p.get("latency_ms"),
-        "messages": messages,
-        "messages_elided": elided,
-        "images": len(images),
-        "reply": {
-            "text": (msg.get("text") or "")[:TEXT_CAP],
-            "reasoning": (msg.get("reasoning") or "")[:TEXT_CAP],
-            "tool_calls": [
-                {
-                    "id": t.get("id"),
-                    "name": t.get("name"),
-                    "arguments": one_line(t.get("arguments"), TEXT_CAP),
-                }
-                for t in msg.get("tool_calls") or []
-            ],
-        },
-        "request_raw": request_raw,
-        "response_raw": response_raw,
-        "parse_error": parse_error,
-    }
+    tool_calls = [
+        ToolCallShown(t.get("id"), t.get("name"), one_line(t.get("arguments"), TEXT_CAP))
+        for t in msg.get("tool_calls") or []
+    ]
+    reply = Reply((msg.get("text") or "")[:TEXT_CAP], (msg.get("reasoning") or "")[:TEXT_CAP], tool_calls)
+    return CallDetail(
+        f"{source}:{seq}",
+        **{k: p.get(k) for k in CALL_FACTS},
+        messages=messages,
+        messages_elided=elided,
+        images=len(images),
+        reply=reply,
+        request_raw=request_raw,
+        response_raw=response_raw,
+        parse_error=parse_error,
+    )
 
 
 _IMAGE_MAGIC = (

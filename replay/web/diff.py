@@ -14,11 +14,14 @@ import difflib
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import duckdb
+import msgspec
+from msgspec import UNSET, UnsetType
 
 from replay.web.resource import BadRequest, decode_cursor, encode_cursor
+from replay.web.runs import RunRow, Score
 from schemas.codec import canonical_json
 from schemas.display import clip
 from schemas.untrusted_json import loads_untrusted
@@ -91,68 +94,158 @@ def load_steps(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Step]:
     return steps
 
 
-def _json_changes(a: str, b: str) -> list[dict[str, Any]]:
+class Change(msgspec.Struct):
+    """A top-level argument field that differs (None: the arguments are not both JSON objects)."""
+
+    field: str | None
+    a: str | None
+    """Its JSON text in run a (capped); None where it is absent."""
+    b: str | None
+    lines: list[str] | UnsetType = UNSET
+    """Multi-line text (code): the changed lines, as a unified diff."""
+
+
+class ToolChange(msgspec.Struct):
+    tool: int
+    """Its place in the reply's tool calls."""
+    name_a: str
+    name_b: str
+    fields: list[Change]
+
+
+class DiffSide(msgspec.Struct):
+    index: int
+    key: str
+    tools: str
+    ok: bool
+    error: str | None
+    tokens: tuple[int, int]
+    latency_ms: float | None
+    text: str
+
+
+Op = Literal["same", "changed", "deleted", "inserted"]
+State = Literal["same", "differs", "only_a", "only_b"]
+
+
+class DiffRow(msgspec.Struct):
+    """An aligned pair of steps: ``same``, ``changed`` (same step, other arguments or tools),
+    ``deleted`` (only in a), ``inserted`` (only in b)."""
+
+    row: int
+    op: Op
+    a: DiffSide | None
+    b: DiffSide | None
+    d_tokens_in: int | UnsetType = UNSET
+    d_tokens_out: int | UnsetType = UNSET
+    d_latency_ms: float | UnsetType = UNSET
+    changes: list[ToolChange] | UnsetType = UNSET
+    text_changed: bool | UnsetType = UNSET
+
+
+class DiffSummary(msgspec.Struct):
+    steps_a: int
+    steps_b: int
+    counts: dict[str, int]
+    identical: bool
+    first_divergence: DiffRow | None
+    tokens_a: tuple[int, int]
+    tokens_b: tuple[int, int]
+    latency_ms_a: float
+    latency_ms_b: float
+
+
+class SealedFile(msgspec.Struct):
+    path: str
+    a: str | None
+    b: str | None
+    state: State
+
+
+class Submission(msgspec.Struct):
+    a_sealed: bool
+    b_sealed: bool
+    files: list[SealedFile]
+
+
+class ScorePair(msgspec.Struct):
+    profile: str
+    a: Score | None
+    b: Score | None
+
+
+class Outcomes(msgspec.Struct):
+    submission: Submission
+    scores: list[ScorePair]
+
+
+class DiffPage(msgspec.Struct):
+    """``GET /api/diff``: the summary, the outcomes and one page of aligned rows of runs a and b."""
+
+    summary: DiffSummary
+    outcomes: Outcomes
+    rows: list[DiffRow]
+    from_row: int
+    next: str | None
+    prev: str | None
+    total_rows: int
+    a: RunRow
+    b: RunRow
+
+
+def _json_changes(a: str, b: str) -> list[Change]:
     """Which top-level argument fields differ (both sides capped), or the whole strings."""
     try:
         ja, jb = loads_untrusted(a), loads_untrusted(b)
     except ValueError:
         ja = jb = None
-    if isinstance(ja, dict) and isinstance(jb, dict):
-        out = []
-        for k in sorted(set(ja) | set(jb)):
-            if ja.get(k) != jb.get(k) or (k in ja) != (k in jb):
-                change: dict[str, Any] = {
-                    "field": k,
-                    "a": None if k not in ja else clip(json.dumps(ja[k], ensure_ascii=False), ARG_CAP),
-                    "b": None if k not in jb else clip(json.dumps(jb[k], ensure_ascii=False), ARG_CAP),
-                }
-                va, vb = ja.get(k), jb.get(k)
-                if isinstance(va, str) and isinstance(vb, str) and ("\n" in va or "\n" in vb):
-                    # Code and other multi-line text: the changed lines, as a unified diff.
-                    lines = list(
-                        difflib.unified_diff(va.splitlines(), vb.splitlines(), "a", "b", n=1, lineterm="")
-                    )
-                    change["lines"] = [clip(line, ARG_CAP) for line in lines[2:LINES_CAP]]
-                out.append(change)
-        return out
-    return [{"field": None, "a": clip(a, ARG_CAP), "b": clip(b, ARG_CAP)}]
+    if not (isinstance(ja, dict) and isinstance(jb, dict)):
+        return [Change(None, clip(a, ARG_CAP), clip(b, ARG_CAP))]
+    out = []
+    for k in sorted(set(ja) | set(jb)):
+        if ja.get(k) == jb.get(k) and (k in ja) == (k in jb):
+            continue
+        change = Change(k, _shown(ja, k), _shown(jb, k))
+        va, vb = ja.get(k), jb.get(k)
+        if isinstance(va, str) and isinstance(vb, str) and ("\n" in va or "\n" in vb):
+            lines = list(difflib.unified_diff(va.splitlines(), vb.splitlines(), "a", "b", n=1, lineterm=""))
+            change.lines = [clip(line, ARG_CAP) for line in lines[2:LINES_CAP]]
+        out.append(change)
+    return out
 
 
-def _side(s: Step) -> dict[str, Any]:
-    return {
-        "index": s.index,
-        "key": s.key,
-        "tools": s.names,
-        "ok": s.ok,
-        "error": s.error,
-        "tokens": [s.tokens_in, s.tokens_out],
-        "latency_ms": s.latency_ms,
-        "text": clip(s.text[:200], ARG_CAP),
-    }
+def _shown(args: dict[str, Any], k: str) -> str | None:
+    return None if k not in args else clip(json.dumps(args[k], ensure_ascii=False), ARG_CAP)
 
 
-def _pair(op: str, a: Step | None, b: Step | None) -> dict[str, Any]:
-    row: dict[str, Any] = {"op": op, "a": _side(a) if a else None, "b": _side(b) if b else None}
+def _side(s: Step | None) -> DiffSide | None:
+    if s is None:
+        return None
+    tokens = (s.tokens_in, s.tokens_out)
+    return DiffSide(s.index, s.key, s.names, s.ok, s.error, tokens, s.latency_ms, clip(s.text[:200], ARG_CAP))
+
+
+def _pair(op: Op, a: Step | None, b: Step | None) -> DiffRow:
+    row = DiffRow(0, op, _side(a), _side(b))
     if a and b:
-        row["d_tokens_in"] = b.tokens_in - a.tokens_in
-        row["d_tokens_out"] = b.tokens_out - a.tokens_out
+        row.d_tokens_in = b.tokens_in - a.tokens_in
+        row.d_tokens_out = b.tokens_out - a.tokens_out
         if a.latency_ms is not None and b.latency_ms is not None:
-            row["d_latency_ms"] = round(b.latency_ms - a.latency_ms, 3)
+            row.d_latency_ms = round(b.latency_ms - a.latency_ms, 3)
         if op == "changed":
-            changes = []
-            for i, ((na, aa), (nb, ab)) in enumerate(zip(a.tools, b.tools, strict=False)):
-                if na != nb or aa != ab:
-                    changes.append({"tool": i, "name_a": na, "name_b": nb, "fields": _json_changes(aa, ab)})
-            row["changes"] = changes
+            row.changes = [
+                ToolChange(i, na, nb, _json_changes(aa, ab))
+                for i, ((na, aa), (nb, ab)) in enumerate(zip(a.tools, b.tools, strict=False))
+                if na != nb or aa != ab
+            ]
             if a.text != b.text:
-                row["text_changed"] = True
+                row.text_changed = True
     return row
 
 
-def align(a: list[Step], b: list[Step]) -> list[dict[str, Any]]:
-    """Rows of the alignment: ``same``, ``changed`` (same step, other arguments or tools),
-    ``deleted`` (only in a), ``inserted`` (only in b)."""
-    rows: list[dict[str, Any]] = []
+def align(a: list[Step], b: list[Step]) -> list[DiffRow]:
+    """The rows of the alignment, numbered."""
+    rows: list[DiffRow] = []
     sm = difflib.SequenceMatcher(None, [s.match_key for s in a], [s.match_key for s in b], autojunk=False)
     for tag, i1, i2, j1, j2 in sm.get_opcodes():
         if tag == "equal":
@@ -169,25 +262,27 @@ def align(a: list[Step], b: list[Step]) -> list[dict[str, Any]]:
             rows += [_pair("changed", xa[k], xb[k]) for k in range(paired)]
             rows += [_pair("deleted", x, None) for x in xa[paired:]]
             rows += [_pair("inserted", None, y) for y in xb[paired:]]
+    for i, row in enumerate(rows):
+        row.row = i
     return rows
 
 
-def summarize(rows: list[dict[str, Any]], a: list[Step], b: list[Step]) -> dict[str, Any]:
-    counts = {op: 0 for op in ("same", "changed", "deleted", "inserted")}
+def summarize(rows: list[DiffRow], a: list[Step], b: list[Step]) -> DiffSummary:
+    counts = dict.fromkeys(("same", "changed", "deleted", "inserted"), 0)
     for r in rows:
-        counts[r["op"]] += 1
-    first = next((i for i, r in enumerate(rows) if r["op"] != "same" or r.get("text_changed")), None)
-    return {
-        "steps_a": len(a),
-        "steps_b": len(b),
-        "counts": counts,
-        "identical": first is None,
-        "first_divergence": None if first is None else {"row": first, **rows[first]},
-        "tokens_a": [sum(s.tokens_in for s in a), sum(s.tokens_out for s in a)],
-        "tokens_b": [sum(s.tokens_in for s in b), sum(s.tokens_out for s in b)],
-        "latency_ms_a": round(sum(s.latency_ms or 0 for s in a), 3),
-        "latency_ms_b": round(sum(s.latency_ms or 0 for s in b), 3),
-    }
+        counts[r.op] += 1
+    first = next((r for r in rows if r.op != "same" or r.text_changed is True), None)
+    return DiffSummary(
+        len(a),
+        len(b),
+        counts,
+        first is None,
+        first,
+        (sum(s.tokens_in for s in a), sum(s.tokens_out for s in a)),
+        (sum(s.tokens_in for s in b), sum(s.tokens_out for s in b)),
+        round(sum(s.latency_ms or 0 for s in a), 3),
+        round(sum(s.latency_ms or 0 for s in b), 3),
+    )
 
 
 def submission(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, str] | None:
@@ -204,51 +299,56 @@ def submission(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, str] | 
 def outcomes(
     sub_a: dict[str, str] | None,
     sub_b: dict[str, str] | None,
-    scores_a: dict[str, Any],
-    scores_b: dict[str, Any],
-) -> dict[str, Any]:
+    scores_a: dict[str, Score],
+    scores_b: dict[str, Score],
+) -> Outcomes:
     files = []
     for path in sorted(set(sub_a or {}) | set(sub_b or {})):
         ha, hb = (sub_a or {}).get(path), (sub_b or {}).get(path)
-        state = "same" if ha == hb else "only_a" if hb is None else "only_b" if ha is None else "differs"
-        files.append({"path": path, "a": ha, "b": hb, "state": state})
+        state: State = (
+            "same" if ha == hb else "only_a" if hb is None else "only_b" if ha is None else "differs"
+        )
+        files.append(SealedFile(path, ha, hb, state))
     profiles = sorted(set(scores_a) | set(scores_b))
-    return {
-        "submission": {"a_sealed": sub_a is not None, "b_sealed": sub_b is not None, "files": files},
-        "scores": [{"profile": p, "a": scores_a.get(p), "b": scores_b.get(p)} for p in profiles],
-    }
+    return Outcomes(
+        Submission(sub_a is not None, sub_b is not None, files),
+        [ScorePair(p, scores_a.get(p), scores_b.get(p)) for p in profiles],
+    )
 
 
-Compared = tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]
+Compared = tuple[list[DiffRow], DiffSummary, Outcomes]
 """The aligned rows of two runs, their summary, and their outcomes."""
 
 
-def compare(con: duckdb.DuckDBPyConnection, a: str, b: str, scores: dict[str, dict[str, Any]]) -> Compared:
-    """Runs ``a`` and ``b`` aligned step by step; ``scores``: each run's scores per profile."""
-    sa, sb = load_steps(con, a), load_steps(con, b)
+def compare(con: duckdb.DuckDBPyConnection, a: RunRow, b: RunRow) -> Compared:
+    """Runs ``a`` and ``b`` aligned step by step."""
+    sa, sb = load_steps(con, a.run_id), load_steps(con, b.run_id)
     rows = align(sa, sb)
-    outcome = outcomes(submission(con, a), submission(con, b), scores[a], scores[b])
+    outcome = outcomes(submission(con, a.run_id), submission(con, b.run_id), a.scores, b.scores)
     return rows, summarize(rows, sa, sb), outcome
 
 
-def page(compared: Compared, limit: int, cursor: str | None, at_first: bool) -> dict[str, Any]:
-    """``GET /api/diff``: one page of rows. A row number names the aligned pair: rows are computed
-    once per pair of runs and kept, so the cursor is the next page's first row."""
+def page(
+    compared: Compared, a: RunRow, b: RunRow, limit: int, cursor: str | None, at_first: bool
+) -> DiffPage:
+    """One page of rows. A row number names the aligned pair: rows are computed once per pair of runs
+    and kept, so the cursor is the next page's first row."""
     rows, summary, outcome = compared
     start = 0
     if cursor:
         start = decode_cursor(cursor)
         if not isinstance(start, int) or start < 0:
             raise BadRequest("bad diff cursor")
-    if at_first and summary["first_divergence"] is not None:
-        start = max(summary["first_divergence"]["row"] - 5, 0)
-    shown = [{**row, "row": start + i} for i, row in enumerate(rows[start : start + limit])]
-    return {
-        "summary": summary,
-        "outcomes": outcome,
-        "rows": shown,
-        "from_row": start,
-        "next": encode_cursor(start + limit) if start + limit < len(rows) else None,
-        "prev": encode_cursor(max(start - limit, 0)) if start > 0 else None,
-        "total_rows": len(rows),
-    }
+    if at_first and summary.first_divergence is not None:
+        start = max(summary.first_divergence.row - 5, 0)
+    return DiffPage(
+        summary,
+        outcome,
+        rows[start : start + limit],
+        start,
+        encode_cursor(start + limit) if start + limit < len(rows) else None,
+        encode_cursor(max(start - limit, 0)) if start > 0 else None,
+        len(rows),
+        a,
+        b,
+    )

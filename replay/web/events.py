@@ -1,5 +1,6 @@
-"""A run's events: pages of one-line rows (``/api/runs/RUN/events``) and one event in full
-(``/api/runs/RUN/events/SOURCE/SEQ``).
+"""A run's events: pages of one-line rows (``/api/runs/RUN/events``), one event in full
+(``/api/runs/RUN/events/SOURCE/SEQ``) and the timeline (``/api/runs/RUN/timeline``): each event's
+span on its lane, or counts per lane and bin when a window holds too many.
 
 Events are ordered by ``(ts_ns, source, seq)`` (clocks of different producers may disagree a
 little; within a source seq is the order), and a page can be opened around any event (a deep link)
@@ -15,6 +16,7 @@ from typing import Any
 
 import duckdb
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from replay import search
 from replay.store import first
@@ -383,3 +385,102 @@ def event_detail(con: duckdb.DuckDBPyConnection, run_id: str, source: str, seq: 
     kind, v, ts_ns, payload, prev_hash, hash_, size = row
     body: Any = json.loads(payload) if size <= 4 * RAW_CAP else {"_truncated": payload[: 4 * RAW_CAP]}
     return EventDetail(f"{source}:{seq}", source, seq, kind, v, str(ts_ns), body, size, prev_hash, hash_)
+
+
+_SPAN_SQL = """
+  CASE kind
+    WHEN 'model_call.completed' THEN coalesce(nullif((payload->>'$.started_ns')::BIGINT, 0),
+        ts_ns - CAST(coalesce((payload->>'$.latency_ms')::DOUBLE, 0) * 1e6 AS BIGINT))
+    WHEN 'process.exited' THEN coalesce(nullif((payload->>'$.start_ns')::BIGINT, 0), ts_ns)
+    WHEN 'network.request' THEN ts_ns - CAST(coalesce((payload->>'$.duration_ms')::DOUBLE, 0) * 1e6 AS BIGINT)
+    ELSE ts_ns END AS s,
+  CASE kind
+    WHEN 'model_call.completed' THEN coalesce(nullif((payload->>'$.started_ns')::BIGINT, 0), ts_ns)
+        + CAST(coalesce((payload->>'$.latency_ms')::DOUBLE, 0) * 1e6 AS BIGINT)
+    WHEN 'process.exited' THEN greatest(coalesce((payload->>'$.end_ns')::BIGINT, ts_ns), ts_ns)
+    ELSE ts_ns END AS e
+"""
+"""When each event's activity started and ended: a model call from its start for its latency, a
+process from its start to its exit, a network request for its duration; others are instants."""
+
+_LANE_SQL = "CASE kind " + " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in LANES.items()) + " ELSE 'run' END"
+BINS = 400
+
+
+class TimelineQuery(Query, frozen=True):
+    from_ms: Millis | None = None
+    to_ms: Millis | None = None
+    max: Limit = 1500
+    """Above this many events in the window, counts per bin instead of spans."""
+
+
+class Bins(msgspec.Struct):
+    n: int
+    width_ms: float
+    rows: list[tuple[str, int, int]]
+    """[lane, bin, count]"""
+
+
+class Timeline(msgspec.Struct):
+    """``GET /api/runs/RUN/timeline``: between ``from_ms`` and ``to_ms``, each event's span on its lane
+    with its real duration; when more than ``max`` events fall in the window, their counts per lane
+    and bin instead (binned by when they were recorded, which needs no payload parsing)."""
+
+    start_ns: str
+    run_from_ms: float
+    run_to_ms: float
+    from_ms: float
+    to_ms: float
+    count: int
+    lanes: list[str]
+    spans: list[tuple[str, float, float, str, str]] | UnsetType = UNSET
+    """[lane, start_ms, duration_ms, key, kind]"""
+    bins: Bins | UnsetType = UNSET
+
+
+def timeline(
+    con: duckdb.DuckDBPyConnection, run_id: str, q: TimelineQuery, start_ns: int, end_ns: int
+) -> Timeline:
+    """``start_ns``, ``end_ns``: the times of the run's first and last events."""
+    a_ns = start_ns + int(q.from_ms * 1e6) if q.from_ms is not None else start_ns
+    b_ns = start_ns + int(q.to_ms * 1e6) if q.to_ms is not None else end_ns
+    b_ns = max(b_ns, a_ns + 1)
+    count = first(
+        con.execute(
+            "SELECT count(*) FROM events WHERE run_id = ? AND ts_ns BETWEEN ? AND ?", [run_id, a_ns, b_ns]
+        )
+    )
+    n = int(count[0]) if count else 0
+    out = Timeline(
+        str(start_ns),
+        0.0,
+        (end_ns - start_ns) / 1e6,
+        (a_ns - start_ns) / 1e6,
+        (b_ns - start_ns) / 1e6,
+        n,
+        [*dict.fromkeys(LANES.values()), "run"],
+    )
+    if n <= q.max:
+        # An event is recorded when its activity ends, so a span reaching into the window from its
+        # right is found by looking one window further on.
+        rows = con.execute(
+            f"""SELECT source, seq, kind, {_LANE_SQL}, * EXCLUDE (source, seq, kind) FROM (
+                  SELECT source, seq, kind, {_SPAN_SQL} FROM events
+                  WHERE run_id = ? AND ts_ns BETWEEN ? AND ?)
+                WHERE e >= ? AND s <= ? ORDER BY s, source, seq LIMIT {q.max}""",
+            [run_id, a_ns, b_ns + (b_ns - a_ns), a_ns, b_ns],
+        ).fetchall()
+        out.spans = [
+            (lane, round((s - start_ns) / 1e6, 3), round((e - s) / 1e6, 3), f"{src}:{seq}", kind)
+            for src, seq, kind, lane, s, e in rows
+        ]
+        return out
+    width = (b_ns - a_ns) / BINS
+    rows = con.execute(
+        f"""SELECT {_LANE_SQL} AS lane,
+                   least(CAST(floor((ts_ns - ?) / ?) AS BIGINT), {BINS - 1}) AS b, count(*)
+            FROM events WHERE run_id = ? AND ts_ns BETWEEN ? AND ? GROUP BY ALL ORDER BY lane, b""",
+        [a_ns, width, run_id, a_ns, b_ns],
+    ).fetchall()
+    out.bins = Bins(BINS, width / 1e6, rows)
+    return out

@@ -3,10 +3,12 @@ arrays as images, and blobs by address (``/api/blobs/sha256:HEX``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 import duckdb
+import msgspec
+from msgspec import UNSET, UnsetType
 
 from replay.store import first
 from replay.web.calls import sniff_image
@@ -16,11 +18,44 @@ from schemas.blobstore import BlobStore
 from schemas.errors import BlobError
 
 
+class FileVersion(msgspec.Struct):
+    key: str
+    """The event that wrote it (``SOURCE:SEQ``)."""
+    seq: int
+    ts_ns: str
+    op: str
+    size: int | None
+    sha256: str | None
+    blob: str | None
+
+
+class FileContent(msgspec.Struct):
+    """One version's content, by ``kind``: ``text`` (the first 64 KiB), ``image`` (a blob URL),
+    ``volume`` (a preview URL), ``binary`` (a download URL), ``error`` (why it cannot be read) or
+    ``none`` (not stored: above the size cap)."""
+
+    kind: Literal["text", "image", "volume", "binary", "error", "none"]
+    text: str | UnsetType = UNSET
+    truncated: bool | UnsetType = UNSET
+    media_type: str | UnsetType = UNSET
+    size: int | UnsetType = UNSET
+    url: str | UnsetType = UNSET
+    error: str | UnsetType = UNSET
+
+
+class FileVersions(msgspec.Struct):
+    """``GET /api/runs/RUN/files?path=P[&seq=N]``: every version of a file the run wrote, and the
+    content of one (the last, or the one at ``seq``)."""
+
+    path: str
+    versions: list[FileVersion]
+    shown: int
+    content: FileContent
+
+
 def file_versions(
     con: duckdb.DuckDBPyConnection, blobs: BlobStore, run_id: str, path: str, version: int | None
-) -> dict[str, Any]:
-    """``GET /api/runs/RUN/files?path=P[&seq=N]``: every version of a file the run wrote, and one
-    version's content (text capped, image by blob link, anything else as its size and digest)."""
+) -> FileVersions:
     rows = con.execute(
         """SELECT seq, ts_ns, op, size, sha256, content_blob FROM file_writes
            WHERE run_id = ? AND path = ? ORDER BY ts_ns, seq""",
@@ -28,52 +63,42 @@ def file_versions(
     ).fetchall()
     if not rows:
         raise NotFound(f"run {run_id!r} wrote no file {path[:200]!r}")
-    versions = [
-        {"key": f"shim:{s}", "seq": s, "ts_ns": str(t), "op": op, "size": size, "sha256": sha, "blob": blob}
-        for s, t, op, size, sha, blob in rows
-    ]
-    chosen = versions[-1] if version is None else next((v for v in versions if v["seq"] == version), None)
-    if chosen is None:
-        raise NotFound(f"no version at seq {version} of {path[:200]!r}")
-    content: dict[str, Any] = {"kind": "none"}
-    if chosen["blob"]:
-        try:
-            data = blobs.get(chosen["blob"])
-        except BlobError as e:
-            content = {"kind": "error", "error": str(e)}
-        else:
-            media = sniff_image(data)
-            if is_volume(path):
-                content = {
-                    "kind": "volume",
-                    "size": len(data),
-                    "url": f"/api/runs/{quote(run_id, safe='')}/files/preview?path={quote(path, safe='')}"
-                    f"&seq={chosen['seq']}",
-                }
-            elif media and len(data) <= IMAGE_CAP:
-                content = {"kind": "image", "media_type": media, "url": f"/api/blobs/{chosen['blob']}"}
-            else:
-                try:
-                    text = data[:RAW_CAP].decode("utf-8")
-                    content = {"kind": "text", "text": text, "truncated": len(data) > RAW_CAP}
-                except UnicodeDecodeError:
-                    content = {
-                        "kind": "binary",
-                        "size": len(data),
-                        "url": f"/api/blobs/{chosen['blob']}?download=1",
-                    }
     # file.written rows carry their source in the key (the shim writes them), except synthetic
     # or imported runs; look the real source up so links land on the event.
-    keys = dict(
+    sources = dict(
         con.execute(
             "SELECT seq, source FROM events WHERE run_id = ? AND kind = 'file.written' "
             "AND payload->>'$.path' = ?",
             [run_id, path],
         ).fetchall()
     )
-    for v in versions:
-        v["key"] = f"{keys.get(v['seq'], 'shim')}:{v['seq']}"
-    return {"path": path, "versions": versions, "shown": chosen["seq"], "content": content}
+    versions = [
+        FileVersion(f"{sources.get(s, 'shim')}:{s}", s, str(t), op, size, sha, blob)
+        for s, t, op, size, sha, blob in rows
+    ]
+    chosen = versions[-1] if version is None else next((v for v in versions if v.seq == version), None)
+    if chosen is None:
+        raise NotFound(f"no version at seq {version} of {path[:200]!r}")
+    return FileVersions(path, versions, chosen.seq, _content(blobs, run_id, path, chosen))
+
+
+def _content(blobs: BlobStore, run_id: str, path: str, chosen: FileVersion) -> FileContent:
+    if not chosen.blob:
+        return FileContent("none")
+    try:
+        data = blobs.get(chosen.blob)
+    except BlobError as e:
+        return FileContent("error", error=str(e))
+    media = sniff_image(data)
+    if is_volume(path):
+        url = f"/api/runs/{quote(run_id, safe='')}/files/preview?path={quote(path, safe='')}&seq={chosen.seq}"
+        return FileContent("volume", size=len(data), url=url)
+    if media and len(data) <= IMAGE_CAP:
+        return FileContent("image", media_type=media, url=f"/api/blobs/{chosen.blob}")
+    try:
+        return FileContent("text", text=data[:RAW_CAP].decode("utf-8"), truncated=len(data) > RAW_CAP)
+    except UnicodeDecodeError:
+        return FileContent("binary", size=len(data), url=f"/api/blobs/{chosen.blob}?download=1")
 
 
 VOLUME_SUFFIXES = (".nii", ".nii.gz", ".npy")

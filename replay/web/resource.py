@@ -78,10 +78,11 @@ class Body:
 @dataclass(frozen=True)
 class Route:
     """``pattern``: the path's segments after ``/api/``; ``{name}`` takes one segment, ``{name:int}``
-    a whole number. ``handler`` answers with a Struct or dict (sent as JSON) or a ``Body``."""
+    a whole number. ``handler`` answers with the Struct ``answer`` (sent as JSON) or a ``Body``."""
 
     pattern: str
     handler: Callable[..., Any]
+    answer: type
     query: type[Query] = Query
 
     def match(self, parts: list[str]) -> dict[str, Any] | None:

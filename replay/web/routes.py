@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec.inspect
 
-from replay.web import calls, events, files, runs, scores, timeline, workspace
+from replay.web import calls, diff, events, files, runs, workspace
 from replay.web.resource import IMAGE_CAP, RAW_CAP, Body, Limit, NotFound, Query, Route, Seq, parse_query
 
 if TYPE_CHECKING:
@@ -85,9 +85,8 @@ def blob(ask: Ask, q: BlobQuery) -> Body:
 
 
 def run_events(ask: Ask, q: events.EventsQuery) -> events.EventsPage:
-    row = ask.index.row(ask.run)
-    first_ns, last_ns = row["span_ns"]
-    spacing = (last_ns - first_ns) / max(row["n_events"] - 1, 1)
+    first_ns, last_ns = ask.index.spans[ask.run]
+    spacing = (last_ns - first_ns) / max(ask.index.row(ask.run).n_events - 1, 1)
     return events.events_page(ask.con, ask.run, q, first_ns, spacing)
 
 
@@ -114,30 +113,48 @@ def workspace_file(ask: Ask, q: WorkspaceFileQuery) -> Body:
 
 
 ROUTES = [
-    Route("runs", lambda ask, q: runs.list_runs(ask.index, q), runs.RunsQuery),
-    Route("diff", lambda ask, q: ask.viewer.diff(q), DiffQuery),
-    Route("grid", lambda ask, q: runs.grid(ask.index, q), runs.GridQuery),
-    Route("blobs/{sha}", blob, BlobQuery),
-    Route("runs/{run}", lambda ask, q: runs.run_summary(ask.con, ask.index, ask.run)),
-    Route("runs/{run}/events", run_events, events.EventsQuery),
-    Route("runs/{run}/events/{source}/{seq:int}", lambda a, q: events.event_detail(a.con, a.run, **_key(a))),
+    Route("runs", lambda ask, q: runs.list_runs(ask.index, q), runs.RunsPage, runs.RunsQuery),
+    Route("diff", lambda ask, q: ask.viewer.diff(q), diff.DiffPage, DiffQuery),
+    Route("grid", lambda ask, q: runs.grid(ask.index, q), runs.Grid, runs.GridQuery),
+    Route("blobs/{sha}", blob, Body, BlobQuery),
+    Route("runs/{run}", lambda a, q: runs.run_detail(a.con, a.index, a.run), runs.RunDetail),
+    Route("runs/{run}/events", run_events, events.EventsPage, events.EventsQuery),
+    Route(
+        "runs/{run}/events/{source}/{seq:int}",
+        lambda a, q: events.event_detail(a.con, a.run, **_key(a)),
+        events.EventDetail,
+    ),
     Route(
         "runs/{run}/calls/{source}/{seq:int}",
         lambda a, q: calls.model_call(a.con, a.viewer.blobs, a.run, **_key(a)),
+        calls.CallDetail,
     ),
-    Route("runs/{run}/calls/{source}/{seq:int}/images/{n:int}", call_image, Query),
+    Route("runs/{run}/calls/{source}/{seq:int}/images/{n:int}", call_image, Body),
     Route(
         "runs/{run}/files",
         lambda a, q: files.file_versions(a.con, a.viewer.blobs, a.run, q.path, q.seq),
+        files.FileVersions,
         FileQuery,
     ),
-    Route("runs/{run}/files/preview", preview, PreviewQuery),
-    Route("runs/{run}/workspace", lambda a, q: workspace.files_at(a.con, a.run, q.at), MomentQuery),
-    Route("runs/{run}/workspace.tar", workspace_tar, MomentQuery),
-    Route("runs/{run}/workspace/file", workspace_file, WorkspaceFileQuery),
-    Route("runs/{run}/verify", lambda a, q: a.viewer.verified(a.con, a.run, a.index.generation)),
-    Route("runs/{run}/scores", lambda a, q: scores.run_scores(a.con, a.run)),
-    Route("runs/{run}/timeline", lambda a, q: timeline.timeline(a.con, a.run, q), timeline.TimelineQuery),
+    Route("runs/{run}/files/preview", preview, Body, PreviewQuery),
+    Route(
+        "runs/{run}/workspace",
+        lambda a, q: workspace.files_at(a.con, a.run, q.at),
+        workspace.WorkspaceFiles,
+        MomentQuery,
+    ),
+    Route("runs/{run}/workspace.tar", workspace_tar, Body, MomentQuery),
+    Route("runs/{run}/workspace/file", workspace_file, Body, WorkspaceFileQuery),
+    Route(
+        "runs/{run}/verify", lambda a, q: a.viewer.verified(a.con, a.run, a.index.generation), runs.Verified
+    ),
+    Route("runs/{run}/scores", lambda a, q: runs.run_scores(a.con, a.run), runs.RunScores),
+    Route(
+        "runs/{run}/timeline",
+        lambda a, q: events.timeline(a.con, a.run, q, *a.index.spans[a.run]),
+        events.Timeline,
+        events.TimelineQuery,
+    ),
 ]
 
 
@@ -161,25 +178,55 @@ def answer(viewer: Viewer, parts: list[str], params: dict[str, str]) -> Any:
 
 
 def markdown() -> str:
-    """The routes and their query parameters as a table (docs/viewer.md's ``api`` block)."""
-    rows = ["| endpoint | query parameters: type, default |", "|---|---|"]
+    """The routes with their query parameters and answers, then every answer's fields (the tables of
+    docs/viewer.md's ``api`` block)."""
+    rows = ["| endpoint | query parameters: type, default | answer |", "|---|---|---|"]
     for route in ROUTES:
         path = re.sub(r"\{(\w+)(:int)?\}", lambda m: m[1].upper(), route.pattern)
         fields = msgspec.inspect.type_info(route.query).fields  # type: ignore[attr-defined]
-        params = [f"`{f.name}` {_kind(f.type)}{_default(f)}" for f in fields]
-        rows.append(f"| `GET /api/{path}` | {', '.join(params) or '–'} |")
+        # (a parameter that may be null is one that may be left out)
+        params = [f"`{f.name}` {_shape(f.type, []).removesuffix(' or null')}{_default(f)}" for f in fields]
+        answer = "bytes" if route.answer is Body else f"`{route.answer.__name__}`"
+        rows.append(f"| `GET /api/{path}` | {', '.join(params) or '–'} | {answer} |")
+    rows += ["", "| answer | fields (`?`: left out when it does not apply) |", "|---|---|"]
+    infos = msgspec.inspect.multi_type_info([r.answer for r in ROUTES if r.answer is not Body])
+    seen: set[type] = set()
+    todo = [t for t in infos if isinstance(t, msgspec.inspect.StructType)]
+    while todo:
+        struct = todo.pop(0)
+        if struct.cls in seen:
+            continue
+        seen.add(struct.cls)
+        shown = []
+        omits = struct.cls.__struct_config__.omit_defaults
+        for f in struct.fields:
+            # (msgspec shows a field whose default is UNSET as having no default)
+            optional = not f.required and (omits or f.default is f.default_factory is msgspec.NODEFAULT)
+            shown.append(f"`{f.name}`{'?' if optional else ''} {_shape(f.type, todo)}")
+        rows.append(f"| `{struct.cls.__name__}` | {', '.join(shown)} |")
     return "\n".join(rows)
+
+
+def _shape(t: msgspec.inspect.Type, structs: list[msgspec.inspect.StructType]) -> str:
+    """How a parameter or an answer's field looks; the Structs it names are added to ``structs``."""
+    i = msgspec.inspect
+    if isinstance(t, i.StructType):
+        structs.append(t)
+        return t.cls.__name__
+    if isinstance(t, i.UnionType):
+        return " or ".join(_shape(x, structs) for x in t.types)
+    if isinstance(t, i.ListType):
+        return f"[{_shape(t.item_type, structs)}]"
+    if isinstance(t, i.TupleType):
+        return "[" + ", ".join(_shape(x, structs) for x in t.item_types) + "]"
+    if isinstance(t, i.DictType):
+        return f"{{{_shape(t.key_type, structs)}: {_shape(t.value_type, structs)}}}"
+    if isinstance(t, i.LiteralType):
+        return " \\| ".join(f"`{v}`" for v in t.values)
+    if isinstance(t, i.IntType) and t.ge is not None:
+        return f"int {t.ge}–{t.le}" if t.le is not None else f"int ≥ {t.ge}"
+    return type(t).__name__.removesuffix("Type").lower().replace("none", "null")
 
 
 def _default(f: msgspec.inspect.Field) -> str:
     return " (required)" if f.required else "" if f.default in (None, "") else f" = `{f.default}`"
-
-
-def _kind(t: msgspec.inspect.Type) -> str:
-    if isinstance(t, msgspec.inspect.UnionType):
-        return " or ".join(_kind(x) for x in t.types if not isinstance(x, msgspec.inspect.NoneType))
-    if isinstance(t, msgspec.inspect.LiteralType):
-        return " \\| ".join(f"`{v}`" for v in t.values)
-    if isinstance(t, msgspec.inspect.IntType) and t.ge is not None:
-        return f"int {t.ge}–{t.le}" if t.le is not None else f"int ≥ {t.ge}"
-    return type(t).__name__.removesuffix("Type").lower()

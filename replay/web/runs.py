@@ -1,19 +1,24 @@
 """The runs: the list (``/api/runs``), one run's header (``/api/runs/RUN``) and a task's grid
 (``/api/grid``), all read from one index of every run, built in one pass over the store and kept
-until the store changes (the runs view aggregates every event; a page must not pay for that)."""
+until the store changes (the runs view aggregates every event; a page must not pay for that); and
+a run's checks (``/api/runs/RUN/verify``) and scores (``/api/runs/RUN/scores``)."""
 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 import duckdb
+import msgspec
+from msgspec import UNSET, UnsetType
 
+from replay import manifest as manifests
 from replay.summary import summaries
+from replay.verify import verify as verify_store
 from replay.web.resource import BadRequest, Limit, NotFound, Query, decode_cursor, encode_cursor, has_scores
+from schemas.blobstore import BlobStore
 
 Sort = Literal[
     "started", "duration", "tokens", "cost", "score", "run", "task", "agent", "model", "status", "events"
@@ -48,61 +53,139 @@ class GridQuery(Query, frozen=True):
     profile: str | None = None
 
 
+class Score(msgspec.Struct):
+    """A run's current score under one profile."""
+
+    judge: str
+    overall: float | None
+    agentic: float | None
+    task: float | None
+    status: str
+    codes: list[str]
+
+
+class RunRow(msgspec.Struct):
+    """A run as the list shows it (``GET /api/runs``)."""
+
+    run_id: str
+    task: str | None
+    tier: str | None
+    agent: str | None
+    model: str | None
+    backend: str | None
+    status: str
+    exit_code: int | None
+    started_ns: str | None
+    duration_s: float | None
+    labels: dict[str, str]
+    n_events: int
+    n_model_calls: int
+    n_tool_calls: int
+    tokens_in: int
+    tokens_out: int
+    tokens: int
+    track: str | None
+    cost_usd: float | None
+    scores: dict[str, Score]
+
+
+class RunsPage(msgspec.Struct):
+    runs: list[RunRow]
+    next: str | None
+    remaining: int
+    total: int
+    profiles: list[str]
+    facets: dict[str, list[str]]
+    """The values each filter can take."""
+
+
+class RunDetail(RunRow):
+    """``GET /api/runs/RUN``: the list row, the run's time span, counts per kind and source, and how
+    it started and ended."""
+
+    first_ns: str
+    last_ns: str
+    span_ms: float
+    kinds: dict[str, int]
+    sources: dict[str, int]
+    workspace: str | None
+    command: list[str]
+    reason: str | None
+
+
+class GridCell(msgspec.Struct):
+    run_id: str
+    repeat: str | None
+    tier: str | None
+    status: str
+    overall: float | None
+    score_status: str | None
+    codes: list[str]
+
+
+class GridRow(msgspec.Struct):
+    agent: str
+    """``AGENT · MODEL``."""
+    runs: list[GridCell]
+
+
+class Grid(msgspec.Struct):
+    task: str
+    profile: str | None
+    rows: list[GridRow]
+    repeats: int
+
+
 @dataclass
 class RunIndex:
-    """Every run's list row, and the scoring profiles seen, as of one state of the store."""
+    """Every run's list row, its span of event times, and the scoring profiles seen, as of one state
+    of the store."""
 
     generation: Generation
-    rows: list[dict[str, Any]]
-    by_id: dict[str, dict[str, Any]]
+    rows: list[RunRow]
+    spans: dict[str, tuple[int, int]]
     profiles: list[str]
+    by_id: dict[str, RunRow] = field(init=False)
 
-    def row(self, run_id: str) -> dict[str, Any]:
+    def __post_init__(self) -> None:
+        self.by_id = {r.run_id: r for r in self.rows}
+
+    def row(self, run_id: str) -> RunRow:
         found = self.by_id.get(run_id)
         if found is None:
             raise NotFound(f"no run {run_id!r} in the store")
         return found
 
 
-@dataclass
-class RunIndexCache:
-    build: Callable[[], RunIndex]
-    current: RunIndex | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def get(self, generation: Generation) -> RunIndex:
-        with self.lock:
-            if self.current is None or self.current.generation != generation:
-                self.current = self.build()
-            return self.current
-
-
 def build_run_index(con: duckdb.DuckDBPyConnection, generation: Generation) -> RunIndex:
-    rows: list[dict[str, Any]] = []
+    rows: list[RunRow] = []
+    spans: dict[str, tuple[int, int]] = {}
     for s in summaries(con):
-        row: dict[str, Any] = {
-            **s.header(),
-            "started_ns": s.started_ns,
-            "duration_s": s.duration_s,
-            "labels": s.labels,
-            "n_events": s.events,
-            "n_model_calls": s.model_calls,
-            "n_tool_calls": s.tool_calls,
-            "tokens_in": s.tokens.input,
-            "tokens_out": s.tokens.output,
-            "tokens": s.tokens.input + s.tokens.output,
-            "track": None,
-            "cost_usd": s.cost_usd,
-            "scores": {},
-        }
+        rows.append(
+            RunRow(
+                **s.header(),
+                started_ns=None if s.started_ns is None else str(s.started_ns),
+                duration_s=s.duration_s,
+                labels=s.labels,
+                n_events=s.events,
+                n_model_calls=s.model_calls,
+                n_tool_calls=s.tool_calls,
+                tokens_in=s.tokens.input,
+                tokens_out=s.tokens.output,
+                tokens=s.tokens.input + s.tokens.output,
+                track=None,
+                cost_usd=s.cost_usd,
+                scores={},
+            )
+        )
         if s.first_ns is not None and s.last_ns is not None:
-            row["span_ns"] = (s.first_ns, s.last_ns)
-        rows.append(row)
-    by_id = {r["run_id"]: r for r in rows}
-    return RunIndex(generation, rows, by_id, _add_scores(con, by_id))
+            spans[s.run_id] = (s.first_ns, s.last_ns)
+    index = RunIndex(generation, rows, spans, [])
+    index.profiles = _add_scores(con, index.by_id)
+    return index
 
 
-def _add_scores(con: duckdb.DuckDBPyConnection, by_id: dict[str, dict[str, Any]]) -> list[str]:
+def _add_scores(con: duckdb.DuckDBPyConnection, by_id: dict[str, RunRow]) -> list[str]:
     """Each run's current score per profile into its row; the profiles seen."""
     profiles: set[str] = set()
     if not has_scores(con):
@@ -116,41 +199,33 @@ def _add_scores(con: duckdb.DuckDBPyConnection, by_id: dict[str, dict[str, Any]]
         if scored is None:
             continue
         profiles.add(profile)
-        scored["scores"][profile] = {
-            "judge": judge,
-            "overall": overall,
-            "agentic": agentic,
-            "task": task_score,
-            "status": status,
-            "codes": list(codes or []),
-        }
-        scored["track"] = track or scored["track"]
-        scored["cost_usd"] = cost if cost is not None else scored["cost_usd"]
+        scored.scores[profile] = Score(judge, overall, agentic, task_score, status, list(codes or []))
+        scored.track = track or scored.track
+        scored.cost_usd = cost if cost is not None else scored.cost_usd
     return sorted(profiles)
 
 
-def _run_score(row: dict[str, Any], profile: str | None) -> float | None:
-    scores = row["scores"]
+def _run_score(row: RunRow, profile: str | None) -> float | None:
     if profile is not None:
-        s = scores.get(profile)
-        return None if s is None else s["overall"]
-    values = [s["overall"] for s in scores.values() if s["overall"] is not None]
+        s = row.scores.get(profile)
+        return None if s is None else s.overall
+    values = [s.overall for s in row.scores.values() if s.overall is not None]
     return max(values) if values else None
 
 
-def _keeps(q: RunsQuery) -> Callable[[dict[str, Any]], bool]:
+def _keeps(q: RunsQuery) -> Callable[[RunRow], bool]:
     """Whether a row passes the query's filters, score range, label and search."""
     if q.label is not None and "=" not in q.label:
         raise BadRequest("label must be KEY=VALUE")
     wanted = {name: getattr(q, name) for name in RUN_FILTERS if getattr(q, name)}
     text = q.q.strip().lower()
 
-    def keep(r: dict[str, Any]) -> bool:
-        if any((r.get(name) or "") != want for name, want in wanted.items()):
+    def keep(r: RunRow) -> bool:
+        if any((getattr(r, name) or "") != want for name, want in wanted.items()):
             return False
         if q.label is not None:
             k, _, v = q.label.partition("=")
-            if r["labels"].get(k) != v:
+            if r.labels.get(k) != v:
                 return False
         if q.score_min is not None or q.score_max is not None:
             s = _run_score(r, q.profile)
@@ -159,9 +234,9 @@ def _keeps(q: RunsQuery) -> Callable[[dict[str, Any]], bool]:
             if q.score_max is not None and s > q.score_max:
                 return False
         if text:
-            fields = (r["run_id"], r["task"], r["agent"], r["model"], r["status"], r["track"], r["tier"])
+            fields = (r.run_id, r.task, r.agent, r.model, r.status, r.track, r.tier)
             hay = " ".join(str(x or "") for x in fields)
-            hay += " " + " ".join(f"{k}={v}" for k, v in r["labels"].items())
+            hay += " " + " ".join(f"{k}={v}" for k, v in r.labels.items())
             if text not in hay.lower():
                 return False
         return True
@@ -169,24 +244,26 @@ def _keeps(q: RunsQuery) -> Callable[[dict[str, Any]], bool]:
     return keep
 
 
-def _sort_key(q: RunsQuery) -> Callable[[dict[str, Any]], list[Any]]:
+def _sort_key(q: RunsQuery) -> Callable[[RunRow], list[Any]]:
     column = RUN_SORTS[q.sort]
     numeric = column in _NUMERIC_SORTS
 
-    def key(r: dict[str, Any]) -> list[Any]:
-        v = _run_score(r, q.profile) if column == "score" else r.get(column)
+    def key(r: RunRow) -> list[Any]:
+        v = _run_score(r, q.profile) if column == "score" else getattr(r, column)
+        if column == "started_ns" and v is not None:
+            v = int(v)
         present = v is not None
         # Missing values sort last in both directions.
         return [
             present if q.order == "desc" else not present,
             (v if present else 0) if numeric else str(v or ""),
-            r["run_id"],
+            r.run_id,
         ]
 
     return key
 
 
-def list_runs(index: RunIndex, q: RunsQuery) -> dict[str, Any]:
+def list_runs(index: RunIndex, q: RunsQuery) -> RunsPage:
     """``GET /api/runs``: filtered, searched, sorted, one keyset page."""
     key = _sort_key(q)
     matched = sorted(filter(_keeps(q), index.rows), key=key, reverse=q.order == "desc")
@@ -197,26 +274,13 @@ def list_runs(index: RunIndex, q: RunsQuery) -> dict[str, Any]:
         matched = [r for r in matched if (key(r) < mark if q.order == "desc" else key(r) > mark)]
     page = matched[: q.limit]
     more = len(matched) > q.limit
-    facets = {name: sorted({str(r[name]) for r in index.rows if r.get(name)}) for name in RUN_FILTERS}
-    return {
-        "runs": [run_row(r) for r in page],
-        "next": encode_cursor(key(page[-1])) if more and page else None,
-        "remaining": len(matched),
-        "total": len(index.rows),
-        "profiles": index.profiles,
-        "facets": facets,
-    }
+    facets = {name: sorted({str(v) for r in index.rows if (v := getattr(r, name))}) for name in RUN_FILTERS}
+    next_page = encode_cursor(key(page[-1])) if more and page else None
+    return RunsPage(page, next_page, len(matched), len(index.rows), index.profiles, facets)
 
 
-def run_row(r: dict[str, Any]) -> dict[str, Any]:
-    """A row as the API sends it (its start as a string, its span left out)."""
-    out = {k: v for k, v in r.items() if k not in ("started_ns", "span_ns")}
-    out["started_ns"] = None if r["started_ns"] is None else str(r["started_ns"])
-    return out
-
-
-def run_summary(con: duckdb.DuckDBPyConnection, index: RunIndex, run_id: str) -> dict[str, Any]:
-    """``GET /api/runs/RUN``: the list row plus the run's header, time span and counts per kind."""
+def run_detail(con: duckdb.DuckDBPyConnection, index: RunIndex, run_id: str) -> RunDetail:
+    """``GET /api/runs/RUN``."""
     row = index.row(run_id)
     # Two queries: counts per kind and source in one pass, then the header and the ending.
     kinds: dict[str, int] = {}
@@ -226,7 +290,7 @@ def run_summary(con: duckdb.DuckDBPyConnection, index: RunIndex, run_id: str) ->
     ).fetchall():
         kinds[kind] = kinds.get(kind, 0) + n
         sources[source] = sources.get(source, 0) + n
-    header = reason = None
+    workspace = command = reason = None
     # Keys first, payloads second: asked in one query, DuckDB read the payload column of the whole run
     # to extract three fields from two events (about 3x the time of the two small queries).
     ends = con.execute(
@@ -235,53 +299,171 @@ def run_summary(con: duckdb.DuckDBPyConnection, index: RunIndex, run_id: str) ->
         [run_id],
     ).fetchall()
     picked = " OR ".join("(source = ? AND seq = ?)" for _ in ends) or "false"
-    for kind, workspace, command, why in con.execute(
+    for kind, ws, cmd, why in con.execute(
         f"""SELECT kind, payload->>'$.workspace', CAST(payload->'$.command' AS VARCHAR), payload->>'$.reason'
             FROM events WHERE run_id = ? AND ({picked})""",
         [run_id, *(x for key in ends for x in key)],
     ).fetchall():
         if kind == "run.started":
-            header = (workspace, command)
+            workspace, command = ws, cmd
         else:
-            reason = (why,)
-    start_ns, end_ns = row["span_ns"]
-    return {
-        **run_row(row),
-        "first_ns": str(start_ns),
-        "last_ns": str(end_ns),
-        "span_ms": (end_ns - start_ns) / 1e6,
-        "kinds": kinds,
-        "sources": dict(sorted(sources.items())),
-        "workspace": header[0] if header else None,
-        "command": json.loads(header[1]) if header and header[1] else [],
-        "reason": reason[0] if reason else None,
-    }
+            reason = why
+    start_ns, end_ns = index.spans[run_id]
+    return RunDetail(
+        **msgspec.structs.asdict(row),
+        first_ns=str(start_ns),
+        last_ns=str(end_ns),
+        span_ms=(end_ns - start_ns) / 1e6,
+        kinds=kinds,
+        sources=dict(sorted(sources.items())),
+        workspace=workspace,
+        command=json.loads(command) if command else [],
+        reason=reason,
+    )
 
 
-def grid(index: RunIndex, q: GridQuery) -> dict[str, Any]:
+def grid(index: RunIndex, q: GridQuery) -> Grid:
     """``GET /api/grid?task=T``: every run of one task, agents × repeats, with each run's outcome."""
-    runs = [r for r in index.rows if r["task"] == q.task]
+    runs = [r for r in index.rows if r.task == q.task]
     if not runs:
         raise NotFound(f"no runs of task {q.task!r}")
     profile = q.profile or (index.profiles[0] if index.profiles else None)
-    cells: dict[str, list[dict[str, Any]]] = {}
-    for r in sorted(runs, key=lambda r: (r["started_ns"] or 0, r["run_id"])):
-        agent = r["labels"].get("agent") or r["agent"] or "?"
-        s = r["scores"].get(profile) if profile else None
-        cells.setdefault(f"{agent} · {r['model'] or '?'}", []).append(
-            {
-                "run_id": r["run_id"],
-                "repeat": r["labels"].get("repeat"),
-                "tier": r["tier"],
-                "status": r["status"],
-                "overall": s["overall"] if s else None,
-                "score_status": s["status"] if s else None,
-                "codes": s["codes"] if s else [],
-            }
+    cells: dict[str, list[GridCell]] = {}
+    for r in sorted(runs, key=lambda r: (int(r.started_ns or 0), r.run_id)):
+        agent = r.labels.get("agent") or r.agent or "?"
+        s = r.scores.get(profile) if profile else None
+        cells.setdefault(f"{agent} · {r.model or '?'}", []).append(
+            GridCell(
+                r.run_id,
+                r.labels.get("repeat"),
+                r.tier,
+                r.status,
+                s.overall if s else None,
+                s.status if s else None,
+                s.codes if s else [],
+            )
         )
-    return {
-        "task": q.task,
-        "profile": profile,
-        "rows": [{"agent": k, "runs": v} for k, v in sorted(cells.items())],
-        "repeats": max(len(v) for v in cells.values()),
-    }
+    rows = [GridRow(k, v) for k, v in sorted(cells.items())]
+    return Grid(q.task, profile, rows, max(len(v) for v in cells.values()))
+
+
+class Problem(msgspec.Struct):
+    source: str | None
+    seq: int | None
+    kind: str | None
+    what: str
+    key: str | None
+    """``SOURCE:SEQ`` of the event, when the problem has one."""
+
+
+class Verified(msgspec.Struct):
+    """``GET /api/runs/RUN/verify``: the checks of ``amb verify RUN`` and the run's manifest."""
+
+    ok: bool
+    problems: list[Problem]
+    """The first 100."""
+    n_problems: int
+    manifest: dict[str, Any] | None
+    stored_manifest: dict[str, Any] | None
+
+
+def run_verify(con: duckdb.DuckDBPyConnection, blobs: BlobStore, run_id: str) -> Verified:
+    found = verify_store(con, blobs, [run_id])
+    problems = [
+        Problem(
+            p.source,
+            p.seq,
+            p.kind,
+            p.what,
+            None if p.source is None or p.seq is None else f"{p.source}:{p.seq}",
+        )
+        for p in found[:100]
+    ]
+    return Verified(
+        not found, problems, len(found), manifests.compute(con, run_id), manifests.stored(con, run_id)
+    )
+
+
+class Grade(msgspec.Struct):
+    """What the task's grader reported (the fields it gave)."""
+
+    metric: str | UnsetType = UNSET
+    n_cases: int | UnsetType = UNSET
+    n_missing: int | UnsetType = UNSET
+    task_score: float | None | UnsetType = UNSET
+    reason: str | None | UnsetType = UNSET
+
+
+class _Details(msgspec.Struct):
+    codes: list[Any] = []
+    violations: list[Any] = []
+    items: list[Any] = []
+    grade: Grade | None = None
+
+
+class RunScore(msgspec.Struct):
+    """A run's current score under one (profile, judge), stage by stage; its error codes and audit
+    findings with the events they cite (``SOURCE:SEQ``)."""
+
+    profile_name: str
+    profile_id: str
+    judge: str
+    scored_at: str
+    s1: float | None
+    s2: float | None
+    s3: float | None
+    s4: float | None
+    s5: float | None
+    agentic: float | None
+    task_score: float | None
+    overall: float | None
+    status: str
+    audit_status: str
+    turns: int | None
+    wall_s: float | None
+    tokens_in: int | None
+    tokens_out: int | None
+    cost_usd: float | None
+    reasons: dict[str, Any]
+    codes: list[Any]
+    violations: list[Any]
+    items: list[Any]
+    """The rubric's items."""
+    grade: Grade
+
+
+class RunScores(msgspec.Struct):
+    scores: list[RunScore]
+    reason: str | UnsetType = UNSET
+    """Why there are none."""
+
+
+_SCORE_COLUMNS = """profile_name, profile_id, judge, scored_at, s1, s2, s3, s4, s5, agentic, task_score,
+    overall, status, audit_status, turns, wall_s, tokens_in, tokens_out, cost_usd"""
+
+
+def run_scores(con: duckdb.DuckDBPyConnection, run_id: str) -> RunScores:
+    """``GET /api/runs/RUN/scores``: the current score per (profile, judge)."""
+    if not has_scores(con):
+        return RunScores([], "nothing in this store has been scored (amb score)")
+    cur = con.execute(
+        f"""SELECT {_SCORE_COLUMNS}, CAST(reasons AS VARCHAR), CAST(details AS VARCHAR)
+            FROM scores_current WHERE run_id = ? ORDER BY profile_name, judge""",
+        [run_id],
+    )
+    out = []
+    for *values, reasons, details in cur.fetchall():
+        d = msgspec.json.decode(details or "{}", type=_Details)
+        fields = dict(zip(_SCORE_COLUMNS.replace(",", " ").split(), values, strict=True))
+        fields["scored_at"] = str(fields["scored_at"])
+        out.append(
+            RunScore(
+                **fields,
+                reasons=json.loads(reasons or "{}"),
+                codes=d.codes,
+                violations=d.violations,
+                items=d.items,
+                grade=d.grade or Grade(),
+            )
+        )
+    return RunScores(out)

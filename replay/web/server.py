@@ -28,7 +28,7 @@ import msgspec
 
 from replay.store import _require
 from replay.web import diff as diffs
-from replay.web import routes, runs, scores
+from replay.web import routes, runs
 from replay.web.db import SharedReader
 from replay.web.resource import BLOB_CSP, BadRequest, Body, NotFound
 from schemas import httpbase
@@ -45,12 +45,9 @@ def _digest(text: str) -> str:
 
 
 def build_page() -> tuple[bytes, str]:
-    """The pages' one HTML shell with its script and style inside it, and the Content-Security-Policy
-    that lets exactly those two run (by their hashes) and nothing else inline.
-
-    Inside the page, a deep link's first paint waits for one request less: the browser asks for the
-    events as soon as the page is parsed instead of after fetching app.js and app.css (one more round
-    trip on a busy machine). The files stay under /static/ too."""
+    """The pages' one HTML shell with its script and style inside it (a deep link's first paint then
+    waits for one round trip less), and the Content-Security-Policy that lets exactly those two run
+    (by their hashes) and nothing else inline."""
     static = resources.files("replay.web") / "static"
     html = (static / "index.html").read_text()
     css, js = (static / "app.css").read_text(), (static / "app.js").read_text()
@@ -89,7 +86,8 @@ class Viewer:
         self.root = store
         self.reader = SharedReader(store, idle_s=idle_s)
         self.blobs = BlobStore(store / "blobs")
-        self.index_cache = runs.RunIndexCache(self._build_index)
+        self._index: runs.RunIndex | None = None
+        self._index_lock = threading.Lock()
         self._kept_answers: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._lock = threading.Lock()
         self.static = {
@@ -97,12 +95,14 @@ class Viewer:
         }
         self.page, self.page_csp = build_page()
 
-    def _build_index(self) -> runs.RunIndex:
-        with self.reader.cursor() as con:
-            return runs.build_run_index(con, self.reader.generation())
-
     def index(self) -> runs.RunIndex:
-        return self.index_cache.get(self.reader.generation())
+        """The run index as of the store's current state (built again when a writer changed it)."""
+        generation = self.reader.generation()
+        with self._index_lock:
+            if self._index is None or self._index.generation != generation:
+                with self.reader.cursor() as con:
+                    self._index = runs.build_run_index(con, generation)
+            return self._index
 
     def _kept(self, key: tuple[Any, ...], make: Callable[[], T]) -> T:
         """``make()``, computed once per key and kept (the last 16 keys)."""
@@ -116,22 +116,20 @@ class Viewer:
                     self._kept_answers.popitem(last=False)
         return hit
 
-    def diff(self, q: routes.DiffQuery) -> dict[str, Any]:
+    def diff(self, q: routes.DiffQuery) -> diffs.DiffPage:
         index = self.index()
-        a, b = index.row(q.a)["run_id"], index.row(q.b)["run_id"]
+        a, b = index.row(q.a), index.row(q.b)
 
         def compare() -> diffs.Compared:
             with self.reader.cursor() as con:
-                return diffs.compare(con, a, b, {r: index.by_id[r]["scores"] for r in (a, b)})
+                return diffs.compare(con, a, b)
 
-        page = diffs.page(
-            self._kept(("diff", a, b, index.generation), compare), q.limit, q.cursor, q.at == "first"
-        )
-        return page | {"a": runs.run_row(index.by_id[a]), "b": runs.run_row(index.by_id[b])}
+        compared = self._kept(("diff", a.run_id, b.run_id, index.generation), compare)
+        return diffs.page(compared, a, b, q.limit, q.cursor, q.at == "first")
 
-    def verified(self, con: Any, run_id: str, generation: tuple[int, int, int]) -> dict[str, Any]:
+    def verified(self, con: Any, run_id: str, generation: tuple[int, int, int]) -> runs.Verified:
         """``amb verify RUN`` re-reads every blob of the run: done once per run and store state."""
-        return self._kept(("verify", run_id, generation), lambda: scores.run_verify(con, self.blobs, run_id))
+        return self._kept(("verify", run_id, generation), lambda: runs.run_verify(con, self.blobs, run_id))
 
     def close(self) -> None:
         self.reader.close()

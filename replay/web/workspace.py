@@ -12,6 +12,7 @@ import tarfile
 from typing import Any
 
 import duckdb
+import msgspec
 
 from replay.web.resource import BadRequest, NotFound
 from replay.workspace import Workspace, at_moment, content_of, run_events
@@ -30,14 +31,22 @@ def _at(con: duckdb.DuckDBPyConnection, run_id: str, at: str) -> Workspace:
         raise BadRequest(str(e)) from None
 
 
-def files_at(con: duckdb.DuckDBPyConnection, run_id: str, at: str) -> dict[str, Any]:
+class WorkspaceFiles(msgspec.Struct):
+    """``GET /api/runs/RUN/workspace?at=MOMENT``: what ``amb files RUN --at MOMENT --json`` prints."""
+
+    moment: str
+    files: list[dict[str, Any]]
+    """Each file's path, size, sha256, whether its content is kept, the event that wrote it."""
+    outside: list[dict[str, Any]]
+    """Files outside the workspace (absolute paths)."""
+    refused: list[dict[str, str]]
+    """Events whose paths can never be inside a workspace, and why."""
+
+
+def files_at(con: duckdb.DuckDBPyConnection, run_id: str, at: str) -> WorkspaceFiles:
     ws = _at(con, run_id, at)
-    return {
-        "moment": ws.moment.label,
-        "files": [f.row() for _, f in sorted(ws.files.items())],
-        "outside": [f.row() for f in ws.outside.values()],
-        "refused": ws.refused,
-    }
+    files = [f.row() for _, f in sorted(ws.files.items())]
+    return WorkspaceFiles(ws.moment.label, files, [f.row() for f in ws.outside.values()], ws.refused)
 
 
 def tar_at(con: duckdb.DuckDBPyConnection, blobs: BlobStore, run_id: str, at: str) -> tuple[bytes, int]:

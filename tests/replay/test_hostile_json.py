@@ -24,7 +24,7 @@ def test_the_replayer_matches_a_deep_body_as_text() -> None:
 def test_the_viewers_diff_shows_deep_arguments_as_text() -> None:
     assert diff.normalise_arguments(DEEP) == DEEP
     changes = diff._json_changes(DEEP, '{"a": 1}')
-    assert changes and all(isinstance(c, dict) for c in changes)
+    assert changes and all(isinstance(c, diff.Change) for c in changes)
 
 
 def test_the_atif_export_keeps_deep_arguments_out_of_its_objects() -> None:

@@ -121,7 +121,7 @@ def test_newest_sdks_replay_unchanged_under_strict(tmp_path, fake):
             "SELECT count(*) FILTER (WHERE stream), count(*) FROM model_calls WHERE run_id = ?", [run_b]
         ).fetchall()[0]
     rows = diffs.align(a, b)
-    assert diffs.summarize(rows, a, b)["identical"] and len(rows) == 8
+    assert diffs.summarize(rows, a, b).identical and len(rows) == 8
     assert 0 < streamed[0] < streamed[1]  # both kinds went through the replay
 
 
@@ -183,7 +183,7 @@ def test_baseline_replay_reproduces_every_call_and_the_submission(viewer_store, 
     files_b = sealed_files(store, run_b)
     assert any(p.startswith("agents_outputs/") for p in files_a)
     assert files_b == files_a  # the same submission: every sealed file, byte for byte
-    assert diffs.summarize(diffs.align(a, b), a, b)["identical"]  # the same tool calls, in order
+    assert diffs.summarize(diffs.align(a, b), a, b).identical  # the same tool calls, in order
 
 
 def test_failures_are_replayed_as_failures_and_misses_are_explained(tmp_path, fake):

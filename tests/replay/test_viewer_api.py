@@ -11,7 +11,7 @@ from urllib.request import urlopen
 
 import pytest
 
-from tests.replay.viewer_store import HOSTILE_PATH, XSS, png
+from tests.replay.viewer_store import HOSTILE_PATH, XSS, amb, png
 
 
 def get(viewer, endpoint: str, **params):
@@ -309,3 +309,26 @@ def test_answers_carry_lone_surrogates_escaped():
 
     assert json.loads(json_body({"text": "look \ud800", "n": 1})) == {"text": "look \ud800", "n": 1}
     assert json_body({"text": "é"}) == '{"text":"é"}'.encode()
+    # Escaped again, an answer keeps its shape: a field that does not apply is still left out.
+    from replay.web.calls import RawBody
+
+    assert json.loads(json_body(RawBody("sha256:x", 3, error="bad \ud800"))) == {
+        "blob": "sha256:x",
+        "size": 3,
+        "error": "bad \ud800",
+    }
+
+
+def test_a_run_ingested_while_the_viewer_runs_is_listed(tmp_path):
+    """The run index is kept until the store changes: the next request after an ingest sees the run."""
+    from recorder.synthetic import generate_run
+    from replay.web.server import Running
+
+    generate_run(tmp_path, "first", seed=1, calls=2)
+    amb(tmp_path, "ingest")
+    with Running(tmp_path, idle_s=0.1) as viewer:
+        assert [r["run_id"] for r in get(viewer, "/api/runs")["runs"]] == ["first"]
+        generate_run(tmp_path, "second", seed=2, calls=2)
+        amb(tmp_path, "ingest")  # (it waits for the viewer, idle, to let go of the database)
+        assert sorted(r["run_id"] for r in get(viewer, "/api/runs")["runs"]) == ["first", "second"]
+        assert get(viewer, "/api/runs/second")["n_events"] > 0

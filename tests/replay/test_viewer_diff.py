@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from replay.web.diff import Step, align, normalise_arguments, outcomes, summarize
+from replay.web.runs import Score
 
 
 def step(i: int, *tools: tuple[str, str], tokens: tuple[int, int] = (10, 5), latency: float = 100.0) -> Step:
@@ -27,7 +30,7 @@ SUBMIT = ("submit", "{}")
 
 
 def ops(rows):
-    return [(r["op"], r["a"]["index"] if r["a"] else None, r["b"]["index"] if r["b"] else None) for r in rows]
+    return [(r.op, r.a.index if r.a else None, r.b.index if r.b else None) for r in rows]
 
 
 def test_arguments_are_normalised_before_matching():
@@ -42,7 +45,7 @@ def test_identical_runs_are_all_same():
     rows = align(a, a)
     s = summarize(rows, a, a)
     assert ops(rows) == [("same", 0, 0), ("same", 1, 1), ("same", 2, 2)]
-    assert s["identical"] and s["first_divergence"] is None
+    assert s.identical and s.first_divergence is None
 
 
 def test_insertion_deletion_and_changed_arguments():
@@ -60,14 +63,15 @@ def test_insertion_deletion_and_changed_arguments():
         ("same", 3, 3),
     ]
     s = summarize(rows, a, b)
-    assert s["counts"] == {"same": 3, "changed": 0, "deleted": 1, "inserted": 1}
-    assert s["first_divergence"]["row"] == 1 and s["first_divergence"]["op"] == "inserted"
+    assert s.counts == {"same": 3, "changed": 0, "deleted": 1, "inserted": 1}
+    assert s.first_divergence is not None
+    assert s.first_divergence.row == 1 and s.first_divergence.op == "inserted"
     # Same place, same tool, other arguments: one changed step, with the field that changed.
     a = [step(0, LS), step(1, PY), step(2, SUBMIT)]
     b = [step(0, LS), step(1, ("python", '{"code": "print(2)"}')), step(2, SUBMIT)]
     rows = align(a, b)
     assert ops(rows) == [("same", 0, 0), ("changed", 1, 1), ("same", 2, 2)]
-    assert rows[1]["changes"] == [
+    assert msgspec.to_builtins(rows[1].changes) == [
         {
             "tool": 0,
             "name_a": "python",
@@ -75,7 +79,8 @@ def test_insertion_deletion_and_changed_arguments():
             "fields": [{"field": "code", "a": '"print(1)"', "b": '"print(2)"'}],
         }
     ]
-    assert summarize(rows, a, b)["first_divergence"]["row"] == 1
+    first = summarize(rows, a, b).first_divergence
+    assert first is not None and first.row == 1
 
 
 def test_unmatched_stretches_fall_back_to_order_with_deltas():
@@ -83,21 +88,20 @@ def test_unmatched_stretches_fall_back_to_order_with_deltas():
     b = [step(0, PY, tokens=(130, 4), latency=80.5)]
     rows = align(a, b)
     assert ops(rows) == [("changed", 0, 0), ("deleted", 1, None)]
-    assert rows[0]["d_tokens_in"] == 30 and rows[0]["d_tokens_out"] == -6 and rows[0]["d_latency_ms"] == 30.5
-    assert rows[0]["changes"][0]["name_a"] == "bash" and rows[0]["changes"][0]["name_b"] == "python"
+    assert rows[0].d_tokens_in == 30 and rows[0].d_tokens_out == -6 and rows[0].d_latency_ms == 30.5
+    changes = msgspec.to_builtins(rows[0].changes)
+    assert changes[0]["name_a"] == "bash" and changes[0]["name_b"] == "python"
 
 
 def test_outcomes_by_hash():
+    score = Score("offline", 1.0, None, None, "completed", [])
     o = outcomes(
-        {"a.txt": "h1", "b.txt": "h2"},
-        {"a.txt": "h1", "b.txt": "h3", "c.txt": "h4"},
-        {"p": {"overall": 1}},
-        {},
+        {"a.txt": "h1", "b.txt": "h2"}, {"a.txt": "h1", "b.txt": "h3", "c.txt": "h4"}, {"p": score}, {}
     )
-    assert [(f["path"], f["state"]) for f in o["submission"]["files"]] == [
+    assert [(f.path, f.state) for f in o.submission.files] == [
         ("a.txt", "same"),
         ("b.txt", "differs"),
         ("c.txt", "only_b"),
     ]
-    assert o["scores"] == [{"profile": "p", "a": {"overall": 1}, "b": None}]
-    assert outcomes(None, {}, {}, {})["submission"]["a_sealed"] is False
+    assert [(s.profile, s.a, s.b) for s in o.scores] == [("p", score, None)]
+    assert outcomes(None, {}, {}, {}).submission.a_sealed is False

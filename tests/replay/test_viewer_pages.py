@@ -108,6 +108,10 @@ def test_deep_link_opens_at_an_event_deep_in_a_big_run(page: Page, viewer, viewe
     last_before = page.locator(".ev").last.get_attribute("data-key")
     page.locator("#events").evaluate("e => e.scrollTop = e.scrollHeight")
     expect(page.locator(".ev").last).not_to_have_attribute("data-key", last_before or "")
+    # And scrolling up pages earlier ones in before it.
+    first_before = page.locator(".ev").first.get_attribute("data-key")
+    page.locator("#events").evaluate("e => e.scrollTop = 0")
+    expect(page.locator(".ev").first).not_to_have_attribute("data-key", first_before or "")
     # The timeline marks where the list is.
     expect(page.locator("#timeline-info")).to_contain_text("events from")
 
@@ -150,6 +154,14 @@ def test_diff_of_clean_and_flawed_shows_first_divergence(page: Page, viewer, vie
     expect(first).to_have_attribute("data-op", "changed")
     expect(first).to_contain_text("code")  # the changed argument
     expect(page.locator("#diff-outcomes")).to_contain_text(re.compile("differs|only_a|only_b"))
+
+
+def test_grid_of_a_task_links_each_run(page: Page, viewer, viewer_store):
+    page.goto(viewer.url + "/grid?task=bccd-det")
+    grid = page.locator("#grid")
+    expect(grid.locator("th").first).to_have_text("agent · model")
+    expect(grid.locator("th").nth(1)).to_have_text("run 1")
+    expect(grid.locator(f"a.cell[href='/runs/{viewer_store.flawed}']")).to_have_count(1)
 
 
 def test_the_workspace_and_a_file_at_an_event_download(page: Page, viewer, viewer_store):

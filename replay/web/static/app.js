@@ -58,6 +58,12 @@ const fmtCost = (v) =>
 const fmtScore = (v) => (v === null || v === undefined ? "–" : (100 * v).toFixed(1));
 const runLink = (id, key) => `/runs/${encodeURIComponent(id)}${key ? "#" + key : ""}`;
 
+// Header cells of one class ("num": a column of numbers, aligned right).
+const th = (names, cls) => names.map((n) => el("th", { class: cls }, n));
+
+// A labelled value: the label in bold, then the value's parts.
+const kv = (label, ...value) => el("span", {}, el("b", {}, label), ...value);
+
 function error(e) {
   return el("p", { class: "bad" }, String(e.message || e));
 }
@@ -71,9 +77,10 @@ async function runsPage() {
   const url = new URL(location.href);
   const state = Object.fromEntries(url.searchParams.entries());
   app.replaceChildren(el("p", { class: "muted" }, "Loading runs…"));
+  const runs = (cursor) => getJSON(`/api/runs?${qs({ ...state, limit: state.limit || 50, cursor })}`);
   let first;
   try {
-    first = await getJSON(`/api/runs?${qs({ ...state, limit: state.limit || 50 })}`);
+    first = await runs(state.cursor);
   } catch (e) {
     app.replaceChildren(error(e));
     return;
@@ -114,10 +121,8 @@ async function runsPage() {
   form.addEventListener("change", (ev) => { if (ev.target.tagName === "SELECT") form.requestSubmit(); });
 
   const profiles = first.profiles;
-  const head = el("tr", {}, el("th", {}, ""), el("th", {}, "run"), el("th", {}, "task"), el("th", {}, "track"),
-    el("th", {}, "tier"), el("th", {}, "agent"), el("th", {}, "model"), el("th", {}, "status"),
-    el("th", { class: "num" }, "duration"), el("th", { class: "num" }, "events"), el("th", { class: "num" }, "tokens"),
-    el("th", { class: "num" }, "cost $"), profiles.map((p) => el("th", { class: "num" }, p)), el("th", {}, "codes"));
+  const head = el("tr", {}, th(["", "run", "task", "track", "tier", "agent", "model", "status"]),
+    th(["duration", "events", "tokens", "cost $", ...profiles], "num"), th(["codes"]));
   const body = el("tbody", { id: "runs-body" });
   const table = el("table", { id: "runs-table" }, el("thead", {}, head), body);
   const picked = new Set();
@@ -160,7 +165,7 @@ async function runsPage() {
   };
   more.addEventListener("click", async () => {
     more.disabled = true;
-    try { addPage(await getJSON(`/api/runs?${qs({ ...state, limit: state.limit || 50, cursor: next })}`)); }
+    try { addPage(await runs(next)); }
     catch (e) { app.append(error(e)); }
     more.disabled = false;
   });
@@ -209,18 +214,18 @@ function runPage(runId) {
   const loadHeader = () => getJSON(api).then((run) => {
     header.replaceChildren(
       el("div", { class: "kv" },
-        el("span", {}, el("b", {}, "task"), run.task || "–", " ", run.tier || ""),
-        el("span", {}, el("b", {}, "agent"), run.labels.agent || run.agent || "–"),
-        el("span", {}, el("b", {}, "model"), run.model || "–"),
-        el("span", {}, el("b", {}, "status"), run.status, run.reason ? ` (${run.reason})` : ""),
-        el("span", {}, el("b", {}, "duration"), run.duration_s === null ? "–" : fmtMs(run.duration_s * 1000)),
-        el("span", {}, el("b", {}, "events"), fmtNum(run.n_events)),
-        el("span", {}, el("b", {}, "model calls"), fmtNum(run.n_model_calls)),
-        el("span", {}, el("b", {}, "tokens in/out"), `${fmtNum(run.tokens_in)} / ${fmtNum(run.tokens_out)}`),
-        el("span", {}, el("b", {}, "cost"), run.cost_usd === null ? "unknown" : `$${fmtCost(run.cost_usd)}`),
-        el("span", {}, el("b", {}, "chain"), verifyBadge)),
+        kv("task", run.task || "–", " ", run.tier || ""),
+        kv("agent", run.labels.agent || run.agent || "–"),
+        kv("model", run.model || "–"),
+        kv("status", run.status, run.reason ? ` (${run.reason})` : ""),
+        kv("duration", run.duration_s === null ? "–" : fmtMs(run.duration_s * 1000)),
+        kv("events", fmtNum(run.n_events)),
+        kv("model calls", fmtNum(run.n_model_calls)),
+        kv("tokens in/out", `${fmtNum(run.tokens_in)} / ${fmtNum(run.tokens_out)}`),
+        kv("cost", run.cost_usd === null ? "unknown" : `$${fmtCost(run.cost_usd)}`),
+        kv("chain", verifyBadge)),
       el("div", { class: "kv muted" },
-        Object.entries(run.labels).map(([k, v]) => el("span", {}, el("b", {}, k), v))),
+        Object.entries(run.labels).map(([k, v]) => kv(k, v))),
       manifest);
     kindBoxes.replaceChildren(...Object.keys(run.kinds).sort().map((k) => {
       const box = el("input", { type: "checkbox", checked: !hidden.has(k), "data-kind": k });
@@ -306,29 +311,23 @@ function runPage(runId) {
     busy = false;
   };
   const reload = () => open({});
+  // The next page past the list's end (forward) or its start, the rows in view kept where they are.
+  const extend = async (forward) => {
+    busy = true;
+    try {
+      const edge = forward ? { after: next } : { before: prev };
+      const page = await getJSON(`${api}/events?${qs({ ...params(), ...edge, limit: 150 })}`);
+      const height = list.scrollHeight;
+      if (forward) { list.append(...page.events.map(rowOf)); next = page.next; }
+      else { list.prepend(...page.events.map(rowOf)); list.scrollTop += list.scrollHeight - height; prev = page.prev; }
+      trim(forward);
+    } catch (e) { list.append(error(e)); }
+    busy = false;
+  };
   list.addEventListener("scroll", async () => {
     if (busy) return;
-    if (next && list.scrollTop + list.clientHeight > list.scrollHeight - 400) {
-      busy = true;
-      try {
-        const page = await getJSON(`${api}/events?${qs({ ...params(), after: next, limit: 150 })}`);
-        list.append(...page.events.map(rowOf));
-        next = page.next;
-        trim(true);
-      } catch (e) { list.append(error(e)); }
-      busy = false;
-    } else if (prev && list.scrollTop < 400) {
-      busy = true;
-      try {
-        const page = await getJSON(`${api}/events?${qs({ ...params(), before: prev, limit: 150 })}`);
-        const before = list.scrollHeight;
-        list.prepend(...page.events.map(rowOf));
-        list.scrollTop += list.scrollHeight - before;
-        prev = page.prev;
-        trim(false);
-      } catch (e) { list.append(error(e)); }
-      busy = false;
-    }
+    if (next && list.scrollTop + list.clientHeight > list.scrollHeight - 400) await extend(true);
+    else if (prev && list.scrollTop < 400) await extend(false);
     drawViewport();
   });
 
@@ -436,13 +435,11 @@ function renderScores(panel, data) {
   const evLinks = (keys) => (keys || []).map((k) => [el("a", { href: `#${k}`, class: "cite" }, k), " "]);
   for (const s of data.scores) {
     panel.append(el("div", { class: "kv" },
-      el("span", {}, el("b", {}, "profile"), s.profile_name),
-      el("span", {}, el("b", {}, "judge"), s.judge),
-      ["s1", "s2", "s3", "s4", "s5"].map((k) => el("span", {}, el("b", {}, k.toUpperCase()), fmtScore(s[k]))),
-      el("span", {}, el("b", {}, "AGENTIC"), fmtScore(s.agentic)),
-      el("span", {}, el("b", {}, "TASK"), fmtScore(s.task_score)),
-      el("span", {}, el("b", {}, "OVERALL"), fmtScore(s.overall)),
-      el("span", {}, el("b", {}, "status"), s.status, " / audit ", s.audit_status)));
+      kv("profile", s.profile_name),
+      kv("judge", s.judge),
+      ["s1", "s2", "s3", "s4", "s5", "agentic", "task_score", "overall"]
+        .map((k) => kv(k.replace("_score", "").toUpperCase(), fmtScore(s[k]))),
+      kv("status", s.status, " / audit ", s.audit_status)));
     const ul = el("ul", { class: "findings" });
     for (const c of s.codes) ul.append(el("li", { class: "code" }, el("b", {}, c.code), ` ${c.reason} `, evLinks(c.events)));
     for (const v of s.violations) ul.append(el("li", { class: "violation bad" }, el("b", {}, v.rule), ` ${v.detail} `, evLinks(v.events)));
@@ -492,6 +489,8 @@ function renderFile(f) {
   return el("div", { class: "file" }, el("b", {}, f.path), versions, body);
 }
 
+const toolCall = (t) => el("pre", { class: "tool-call" }, `${t.name}(${t.arguments})`);
+
 function renderCall(api, c) {
   const msgs = el("div", { class: "messages" });
   for (const m of c.messages) {
@@ -499,10 +498,10 @@ function renderCall(api, c) {
     for (const p of m.parts || []) {
       if (p.type === "image" && p.index !== undefined) parts.push(el("img", { class: "preview", src: `${api}/calls/${encodeURIComponent(c.key.split(":")[0])}/${c.key.split(":")[1]}/images/${p.index}`, alt: "image from the request" }));
       else if (p.type === "tool_result") parts.push(el("pre", { class: "tool-result" }, `[result ${p.id}] ${p.text}`));
-      else if (p.type === "tool_call") parts.push(el("pre", { class: "tool-call" }, `${p.name}(${p.arguments})`));
+      else if (p.type === "tool_call") parts.push(toolCall(p));
       else parts.push(el("pre", {}, `[${p.type}] ${p.url || p.json || ""}`));
     }
-    for (const t of m.tool_calls || []) parts.push(el("pre", { class: "tool-call" }, `${t.name}(${t.arguments})`));
+    for (const t of m.tool_calls || []) parts.push(toolCall(t));
     msgs.append(el("div", { class: "msg" },
       el("div", { class: "role" }, m.role, m.tool_call_id ? ` · ${m.tool_call_id}` : "", m.truncated ? " · cut, see raw" : ""),
       m.text ? el("pre", { class: "msg-text" }, m.text) : "", parts));
@@ -510,7 +509,7 @@ function renderCall(api, c) {
   const reply = el("div", { class: "msg reply" }, el("div", { class: "role" }, "reply", c.stop_reason ? ` · ${c.stop_reason}` : ""),
     c.reply.reasoning ? el("pre", { class: "muted" }, c.reply.reasoning) : "",
     c.reply.text ? el("pre", { class: "reply-text" }, c.reply.text) : "",
-    c.reply.tool_calls.map((t) => el("pre", { class: "tool-call" }, `${t.name}(${t.arguments})`)));
+    c.reply.tool_calls.map(toolCall));
   const raw = (r) => r ? el("div", {},
     el("div", { class: "muted" }, `${fmtNum(r.size)} bytes · ${r.media_type || ""} · `, el("a", { href: `/api/blobs/${r.blob}?download=1` }, "download")),
     el("pre", { class: "raw" }, r.text !== undefined ? r.text + (r.truncated ? "\n[… cut; download for the rest]" : "") : r.error)) : el("p", { class: "muted" }, "no body");
@@ -550,13 +549,12 @@ async function diffPage() {
   const fd = s.first_divergence;
   const sumPanel = el("div", { class: "panel", id: "diff-summary" },
     el("div", { class: "kv" },
-      el("span", {}, el("b", {}, "a"), el("a", { href: runLink(a) }, a), ` (${d.a.labels.agent || d.a.agent || "?"}, ${s.steps_a} steps)`),
-      el("span", {}, el("b", {}, "b"), el("a", { href: runLink(b) }, b), ` (${d.b.labels.agent || d.b.agent || "?"}, ${s.steps_b} steps)`),
-      el("span", {}, el("b", {}, "same"), s.counts.same), el("span", {}, el("b", {}, "changed"), s.counts.changed),
-      el("span", {}, el("b", {}, "deleted"), s.counts.deleted), el("span", {}, el("b", {}, "inserted"), s.counts.inserted),
-      el("span", {}, el("b", {}, "tokens a"), `${fmtNum(s.tokens_a[0])} / ${fmtNum(s.tokens_a[1])}`),
-      el("span", {}, el("b", {}, "tokens b"), `${fmtNum(s.tokens_b[0])} / ${fmtNum(s.tokens_b[1])}`),
-      el("span", {}, el("b", {}, "model time a / b"), `${fmtMs(s.latency_ms_a)} / ${fmtMs(s.latency_ms_b)}`)),
+      kv("a", el("a", { href: runLink(a) }, a), ` (${d.a.labels.agent || d.a.agent || "?"}, ${s.steps_a} steps)`),
+      kv("b", el("a", { href: runLink(b) }, b), ` (${d.b.labels.agent || d.b.agent || "?"}, ${s.steps_b} steps)`),
+      Object.entries(s.counts).map(([op, n]) => kv(op, n)),
+      kv("tokens a", `${fmtNum(s.tokens_a[0])} / ${fmtNum(s.tokens_a[1])}`),
+      kv("tokens b", `${fmtNum(s.tokens_b[0])} / ${fmtNum(s.tokens_b[1])}`),
+      kv("model time a / b", `${fmtMs(s.latency_ms_a)} / ${fmtMs(s.latency_ms_b)}`)),
     el("p", { id: "divergence", class: s.identical ? "good" : "bad" }, s.identical ? "The two runs take identical steps." :
       ["First divergence at step row ", String(fd.row), ": ", fd.op, " — a: ",
         fd.a ? el("a", { href: runLink(a, fd.a.key) }, `${fd.a.key} ${fd.a.tools}`) : "(none)", "  b: ",
@@ -569,8 +567,8 @@ async function diffPage() {
   const fileRows = oc.submission.files.map((f) => el("tr", { class: f.state === "same" ? "op-same" : "op-changed" },
     el("td", { class: "wrap" }, f.path), el("td", {}, f.state), el("td", {}, (f.a || "–").slice(0, 19)), el("td", {}, (f.b || "–").slice(0, 19))));
   const outPanel = el("div", { class: "panel split", id: "diff-outcomes" },
-    el("div", {}, el("h3", {}, "Scores (OVERALL ×100)"), el("table", {}, el("tr", {}, el("th", {}, "profile"), el("th", {}, "a"), el("th", {}, "b"), el("th", {}, "codes a"), el("th", {}, "codes b")), scoreRows)),
-    el("div", {}, el("h3", {}, "Submission files by hash"), oc.submission.files.length ? el("table", {}, el("tr", {}, el("th", {}, "path"), el("th", {}, "state"), el("th", {}, "a"), el("th", {}, "b")), fileRows) : el("p", { class: "muted" }, "no sealed files")));
+    el("div", {}, el("h3", {}, "Scores (OVERALL ×100)"), el("table", {}, el("tr", {}, th(["profile", "a", "b", "codes a", "codes b"])), scoreRows)),
+    el("div", {}, el("h3", {}, "Submission files by hash"), oc.submission.files.length ? el("table", {}, el("tr", {}, th(["path", "state", "a", "b"])), fileRows) : el("p", { class: "muted" }, "no sealed files")));
   const body = el("tbody", { id: "diff-rows" });
   const more = el("button", { id: "diff-more" }, "More steps");
   let next = d.next;
@@ -597,8 +595,8 @@ async function diffPage() {
   };
   more.addEventListener("click", async () => { add(await getJSON(`/api/diff?${qs({ a, b, cursor: next })}`)); });
   add(d);
-  const table = el("table", { id: "diff-table" }, el("thead", {}, el("tr", {}, el("th", {}, "#"), el("th", {}, "step"),
-    el("th", {}, "a"), el("th", {}, "b"), el("th", { class: "num" }, "Δ tokens in/out"), el("th", { class: "num" }, "Δ latency"), el("th", {}, "changed arguments"))), body);
+  const head = el("tr", {}, th(["#", "step", "a", "b"]), th(["Δ tokens in/out", "Δ latency"], "num"), th(["changed arguments"]));
+  const table = el("table", { id: "diff-table" }, el("thead", {}, head), body);
   app.replaceChildren(sumPanel, outPanel, d.from_row ? el("p", { class: "muted" }, `steps from row ${d.from_row}`) : "", table, el("p", {}, more));
 }
 
@@ -611,7 +609,7 @@ async function gridPage() {
   let g;
   try { g = await getJSON(`/api/grid?${qs({ task, profile: p.get("profile") || "" })}`); }
   catch (e) { app.replaceChildren(error(e)); return; }
-  const head = el("tr", {}, el("th", {}, "agent · model"), Array.from({ length: g.repeats }, (_, i) => el("th", {}, `run ${i + 1}`)));
+  const head = el("tr", {}, th(["agent · model", ...Array.from({ length: g.repeats }, (_, i) => `run ${i + 1}`)]));
   const rows = g.rows.map((r) => el("tr", {}, el("td", {}, r.agent), r.runs.map((x) => el("td", {},
     el("a", { class: `cell ${["completed", "failed", "breach"].includes(x.score_status || x.status) ? (x.score_status || x.status) : "other"}`, href: runLink(x.run_id) },
       el("div", {}, fmtScore(x.overall), " ", x.score_status || x.status), el("div", { class: "muted" }, `${x.tier || ""} ${x.codes.join(" ")}`))))));
