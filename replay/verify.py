@@ -374,18 +374,49 @@ def _parts(
             yield _part(pending.result())
 
 
+class Digests:
+    """Distinct blob addresses kept as 32-byte digests (a set of the address strings takes about
+    five times the memory: a store of 10,000 runs refers to a million blobs). Iterated in order,
+    as addresses."""
+
+    def __init__(self) -> None:
+        self._parts: list[np.ndarray] = []
+        self._held = 0
+
+    def update(self, addresses: list[str]) -> None:
+        if not addresses:
+            return
+        hexes = "".join(a[len(HASH_PREFIX) :] for a in addresses)  # (BLOB_REF_SQL: all sha256:HEX)
+        self._parts.append(np.frombuffer(bytes.fromhex(hexes), dtype="V32"))
+        self._held += len(self._parts[-1])
+        if len(self._parts) > 16 and self._held > 2 * len(self._parts[0]):
+            self._parts = [self._unique()]
+            self._held = len(self._parts[0])
+
+    def _unique(self) -> np.ndarray:
+        return np.unique(np.concatenate(self._parts)) if self._parts else np.empty(0, dtype="V32")
+
+    def __len__(self) -> int:
+        self._parts = [self._unique()]
+        return len(self._parts[0])
+
+    def __iter__(self) -> Iterator[str]:
+        self._parts = [self._unique()]
+        return (HASH_PREFIX + d.tobytes().hex() for d in self._parts[0])
+
+
 class _Scanned(NamedTuple):
     """Every chunk's findings together (for the checks of events alone, and the tests)."""
 
     problems: dict[tuple[str, str, int], Problem]
     current: dict[str, dict[str, Any]]
-    addresses: set[str]
+    addresses: Digests
 
 
 def _scan(
     con: duckdb.DuckDBPyConnection, run_ids: list[str] | None = None, batch: int = HASH_BATCH
 ) -> _Scanned:
-    scanned = _Scanned({}, {}, set())
+    scanned = _Scanned({}, {}, Digests())
     for part in _parts(con, run_ids, batch):
         scanned.problems.update(part.problems)
         scanned.current.update(part.current)
@@ -520,7 +551,7 @@ def verify(
         early = blob_pass.BlobPass(blobs, progress, apart)
     events: dict[tuple[str, str, int], Problem] = {}
     stored: list[Problem] = []
-    referenced: set[str] = set()
+    referenced = Digests()
     try:
         # A chunk of runs at a time (``_parts``): what is kept across chunks is what was found
         # wrong and the distinct blob addresses, which the blob pass needs.
@@ -534,14 +565,12 @@ def verify(
         if early is not None:
             early.cancel()
         raise
-    addresses = sorted(referenced)
-    del referenced
     if early is not None:
-        bad = early.result(addresses)
+        bad = early.result(referenced)
     elif blob_process:
-        bad = blob_pass.verify_apart(blobs, addresses, progress)
+        bad = blob_pass.verify_apart(blobs, referenced, progress)
     else:
-        bad = verify_many(blobs, addresses, progress)
+        bad = verify_many(blobs, list(referenced), progress)
     problems = [events[k] for k in sorted(events)]
     problems += sorted(stored, key=lambda p: p.run_id)  # (stable: each run's in the order found)
     if anchored is not None:

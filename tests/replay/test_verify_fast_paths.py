@@ -224,7 +224,7 @@ ADD_REFERENCE = (
 
 def _scanned_manifests(con, batch: int) -> tuple[set[str], dict]:
     scanned = _scan(con, None, batch)
-    return scanned.addresses, scanned.current
+    return set(scanned.addresses), scanned.current
 
 
 def test_blob_references_and_manifests_from_the_scan(store):
