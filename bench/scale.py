@@ -169,12 +169,18 @@ def cached_llm_score(build: Build, store: Store, judge_url: str) -> Usage:
     return amb(build, "score", "--all", "--judge", "llm", "--store", store.root, env=env)
 
 
+def cold_sql(build: Build, store: Store) -> Usage:
+    """The aggregate with the database file dropped from the page cache first."""
+    evict([store.root / "amb.duckdb"])
+    return amb(build, "sql", AGGREGATE, "--store", store.root)
+
+
 COMMANDS: dict[str, Callable[[Build, Store], Usage]] = {
     "ingest": lambda b, s: amb(b, "ingest", "--spools", "keep", "--store", s.root),
     "verify": lambda b, s: amb(b, "verify", "--store", s.root),
     "score offline": lambda b, s: amb(b, "score", "--all", "--judge", "offline", "--store", s.root),
     "report": lambda b, s: amb(b, "report", "--json", "--store", s.root),
-    "sql cold": lambda b, s: (evict([s.root / "amb.duckdb"]), amb(b, "sql", AGGREGATE, "--store", s.root))[1],
+    "sql cold": lambda b, s: cold_sql(b, s),
     "sql warm": lambda b, s: amb(b, "sql", AGGREGATE, "--store", s.root),
     "viewer": lambda b, s: viewer_session(b, s, f"synth-{s.runs // 2:04d}"),
     "export parquet": lambda b, s: amb(
@@ -299,8 +305,9 @@ def main() -> None:
     ):
         stores = [generate(work / f"gen-{n}", n) for n in (args.small, args.large)]
         got = [measure_store(builds, st, work, only, judge.base_url) for st in stores]
-    print("\n".join(table_lines(*stores, got, builds)))
-    add_rows(figs, *stores, got, builds[0].name, builds[1].name if args.against else None)
+    small, large = stores
+    print("\n".join(table_lines(small, large, got, builds)))
+    add_rows(figs, small, large, got, builds[0].name, builds[1].name if args.against else None)
     figs.write()
 
 
