@@ -84,10 +84,11 @@ STORED_HEX = (
 ROW_GROUP = 122_880
 """DuckDB's rows per row group: a query's scan runs one thread per row group."""
 
-HASH_BATCH = 2 * ROW_GROUP
-"""Events per batch of the scan: two whole row groups, so that DuckDB builds a batch on both cores
-(one batch of 131,072 rows was one row group and a sliver: one thread). A batch (~130 MB of bodies
-here) is built while the one before is hashed."""
+HASH_BATCH = ROW_GROUP // 4
+"""Events per chunk of the scan (whole runs: a bigger run is a chunk of its own). A chunk is built
+by the database while the one before is hashed here, so the two cores are busy with chunks this
+small too, and the two chunks in memory (~30 MB of bodies each for the synthetic runs) stay far
+below the rest of the process, whatever the size of the store."""
 
 
 def _string_slices(array: pa.Array) -> tuple[memoryview, list[int]]:
