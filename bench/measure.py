@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import duckdb
 
@@ -189,3 +189,46 @@ def plain_load(ndjson: Path, db: Path) -> float:
     )
     con.close()
     return time.perf_counter() - t0
+
+
+class Usage(NamedTuple):
+    """What a child process cost: wall seconds, CPU seconds (user and system), peak resident bytes."""
+
+    wall: float
+    cpu: float
+    rss: int
+
+    def __str__(self) -> str:
+        return f"{self.wall:.2f} s wall, {self.cpu:.2f} s CPU, {self.rss / 2**20:,.0f} MB peak"
+
+
+def run_measured(argv: list[object], env: dict[str, str] | None = None) -> Usage:
+    """Run a command to its end (its output discarded; a failure ends the bench with its stderr) and
+    measure it: ``wait4`` gives the child's own CPU time and peak memory, not the bench's."""
+    import os
+    import subprocess
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.DEVNULL, stderr=err, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, by wait4, for its usage
+        if proc.returncode:
+            err.seek(0)
+            raise SystemExit(f"{' '.join(map(str, argv))} failed ({proc.returncode}):\n{err.read().decode()}")
+    return Usage(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024)
+
+
+def evict(paths: Iterable[Path]) -> None:
+    """Drop files from the page cache (what can be dropped without root: their clean pages), so that
+    the next read of them is a cold one."""
+    import os
+
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)

@@ -18,7 +18,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
@@ -51,15 +51,17 @@ class BlobPass:
                 blobverify.verified_records, blobs, progress
             )
 
-    def result(self, addresses: list[str]) -> dict[str, str]:
+    def result(self, addresses: Iterable[str]) -> dict[str, str]:
         """The reason for each of ``addresses`` that is missing or damaged."""
         try:
             if self._child is None:
-                return blobverify.judge(self.blobs, addresses, self._records.result())
+                return blobverify.judge(self.blobs, list(addresses), self._records.result())
             assert self._child.stdin is not None  # a pipe
             _feed(self._child.stdin, addresses)
             found = self._answer.result()
-            return blobverify.verify_many(self.blobs, addresses, self.progress) if found is None else found
+            if found is None:
+                return blobverify.verify_many(self.blobs, list(addresses), self.progress)
+            return found
         finally:
             self.cancel()
 
@@ -107,14 +109,19 @@ def _read_child(child: subprocess.Popen[bytes], progress: Progress | None) -> di
     return result if child.returncode == 0 else None
 
 
-def verify_apart(blobs: BlobStore, addresses: list[str], progress: Progress | None = None) -> dict[str, str]:
+def verify_apart(
+    blobs: BlobStore, addresses: Iterable[str], progress: Progress | None = None
+) -> dict[str, str]:
     """``blobverify.verify_many(blobs, addresses, progress)``, computed in a child process."""
     return BlobPass(blobs, progress, apart=True).result(addresses)
 
 
-def _feed(pipe: IO[bytes], addresses: list[str]) -> None:
+def _feed(pipe: IO[bytes], addresses: Iterable[str]) -> None:
+    """The addresses to the child, a line each, written as they come (a million of them are not
+    made one string first)."""
     try:
-        pipe.write("".join(a + "\n" for a in addresses).encode())
+        for a in addresses:
+            pipe.write(f"{a}\n".encode())
         pipe.close()
     except (BrokenPipeError, OSError):
         pass  # the child died: its missing result says so

@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple
 
@@ -85,10 +84,11 @@ STORED_HEX = (
 ROW_GROUP = 122_880
 """DuckDB's rows per row group: a query's scan runs one thread per row group."""
 
-HASH_BATCH = 2 * ROW_GROUP
-"""Events per batch of the scan: two whole row groups, so that DuckDB builds a batch on both cores
-(one batch of 131,072 rows was one row group and a sliver: one thread). A batch (~130 MB of bodies
-here) is built while the one before is hashed."""
+HASH_BATCH = ROW_GROUP // 4
+"""Events per chunk of the scan (whole runs: a bigger run is a chunk of its own). A chunk is built
+by the database while the one before is hashed here, so the two cores are busy with chunks this
+small too, and the two chunks in memory (~30 MB of bodies each for the synthetic runs) stay far
+below the rest of the process, whatever the size of the store."""
 
 
 def _string_slices(array: pa.Array) -> tuple[memoryview, list[int]]:
@@ -123,12 +123,13 @@ def _rehash_failures(batch: pa.Table) -> list[int]:
 
 
 def _chain_problems(
-    con: duckdb.DuckDBPyConnection, chains: list[tuple[str, str]]
+    con: duckdb.DuckDBPyConnection, chains: list[tuple[str, str]], cond: str, params: list[Any]
 ) -> dict[tuple[str, str, int], tuple[str, str]]:
     """Gaps and broken links in these (unsound) chains, by event: (kind, what). A gap says more
-    than a broken link. The window that words them runs over these chains only. Two events that
-    claim one seq are ordered by their hashes, so that the same store is always worded the same
-    way (by seq alone, which of them came first followed the rows' order on disk)."""
+    than a broken link. The window that words them runs over these chains only (of the events that
+    ``cond`` keeps). Two events that claim one seq are ordered by their hashes, so that the same
+    store is always worded the same way (by seq alone, which of them came first followed the rows'
+    order on disk)."""
     if not chains:
         return {}
     con.register(
@@ -142,7 +143,7 @@ def _chain_problems(
                        lag(hash) OVER w AS prev_stored,
                        row_number() OVER w - 1 AS expected_seq
                 FROM (SELECT run_id, source, seq, kind, hash, prev_hash FROM events
-                      SEMI JOIN _amb_unsound USING (run_id, source)) AS events
+                      SEMI JOIN _amb_unsound USING (run_id, source) WHERE {cond}) AS events
                 WINDOW w AS (PARTITION BY run_id, source ORDER BY seq, hash)
             )
             SELECT run_id, source, seq, kind,
@@ -150,15 +151,16 @@ def _chain_problems(
                    END AS gap
             FROM e
             WHERE seq <> expected_seq OR prev_hash <> coalesce(prev_stored, '{GENESIS}')
-            """
+            """,
+            params,
         ).fetchall()
     finally:
         con.unregister("_amb_unsound")
     return {(r[0], r[1], r[2]): (r[3], r[4] or BROKEN_LINK) for r in rows}
 
 
-def _scan_sql(where: str, with_hot: bool) -> str:
-    """The one query over a batch of events (``lo <= rowid < hi``) that reads the payloads.
+def _scan_sql(cond: str, with_hot: bool) -> str:
+    """The one query over a chunk of events (those ``cond`` keeps) that reads the payloads.
 
     Per event: the canonical body and stored hash (``hex``); ``hot``, the 1-based position in
     ``hot.HOT_COLUMNS`` of the first hot column that differs from the payload, else NULL; and for a
@@ -166,7 +168,6 @@ def _scan_sql(where: str, with_hot: bool) -> str:
     marks (``marks``, what a manifest counts). The hot columns' fields are extracted with one JSON
     parse per event into a list; ``list_position`` over the comparisons reads that list without
     a CASE, whose branches DuckDB would each parse again."""
-    cond = f"{where} AND" if where else "WHERE"
     if with_hot:
         paths = ", ".join(f"'$.{c.path}'" for c in hot.HOT_COLUMNS)
         extract = f", json_extract_string(payload, [{paths}]) AS hx"
@@ -178,29 +179,89 @@ def _scan_sql(where: str, with_hot: bool) -> str:
         extract, hot_sql = "", "NULL::INTEGER"
     mark = manifests.BLOB_MARK
     return f"""
-        SELECT rid AS rowid, {BODY_SQL} AS body, {STORED_HEX} AS hex, run_id, source, seq, kind,
+        SELECT {BODY_SQL} AS body, {STORED_HEX} AS hex, run_id, source, seq, kind,
                {hot_sql} AS hot,
                CASE WHEN has_ref THEN {manifests.BLOB_REF_SQL} END AS refs,
                CASE WHEN has_ref THEN (strlen(payload) - strlen(replace(payload, '{mark}', '')))
                                       // {len(mark)} END AS marks
-        FROM (SELECT rowid AS rid, *, {manifests.HAS_BLOB_SQL} AS has_ref{extract}
-              FROM events {cond} rowid >= ? AND rowid < ?)
+        FROM (SELECT *, {manifests.HAS_BLOB_SQL} AS has_ref{extract} FROM events WHERE {cond})
         """
 
 
-class _Scanned(NamedTuple):
-    """What the scan of the events found: one problem per event (by key), each (run, source)'s
-    count, first and last seq and last hash (``_chain_stats``), the blob references with the
-    first event that makes each, and each run's number of reference marks."""
+class _Chunk(NamedTuple):
+    """Whole runs, consecutive in the table, scanned together: their ids and the row ids they span."""
+
+    runs: list[str]
+    lo: int
+    hi: int
+
+
+def _chunks(con: duckdb.DuckDBPyConnection, where: str, params: list[Any], batch: int) -> list[_Chunk]:
+    """The runs (those ``where`` keeps) in chunks of about ``batch`` events, in the order of their
+    rows: a run is never split (its chains are checked whole), so the largest run sets the size of
+    the largest chunk, whatever the number of runs. Row ids can be sparse (deleted rows, or rows
+    inserted by the caller's open transaction, numbered from 2^62): a chunk's range may hold other
+    runs' rows too, which its run list leaves out."""
+    rows = con.execute(
+        f"SELECT run_id, min(rowid), max(rowid), count(*) FROM events {where} GROUP BY run_id ORDER BY 2, 1",
+        params,
+    ).fetchall()
+    chunks: list[_Chunk] = []
+    held = 0
+    for run_id, lo, hi, count in rows:
+        if chunks and held + count <= batch:
+            last = chunks[-1]
+            chunks[-1] = _Chunk([*last.runs, run_id], min(last.lo, lo), max(last.hi, hi))
+            held += count
+        else:
+            chunks.append(_Chunk([run_id], lo, hi))
+            held = count
+    return chunks
+
+
+def _chunk_filter(where: str, params: list[Any], chunk: _Chunk) -> tuple[str, list[Any]]:
+    """The condition that keeps a chunk's events (the row id range first: it prunes the scan)."""
+    cond = "rowid >= ? AND rowid <= ? AND run_id IN (SELECT unnest(?::VARCHAR[]))"
+    extra = f" AND {where.removeprefix('WHERE ')}" if where else ""
+    return cond + extra, [chunk.lo, chunk.hi, chunk.runs, *params]
+
+
+class _Fetched(NamedTuple):
+    """The database's work on one chunk: the scan of its events, its chains' statistics and the
+    gaps and broken links of those that are not sound, and its runs' stored manifests."""
+
+    table: pa.Table
+    stats: list[tuple[str, str, int, int, int, str, bool]]
+    chain_problems: dict[tuple[str, str, int], tuple[str, str]]
+    stored: list[tuple[str, str]]
+
+
+def _fetch(
+    con: duckdb.DuckDBPyConnection, sql: str, cond: str, params: list[Any], runs: list[str]
+) -> _Fetched:
+    table = con.sql(sql, params=params).to_arrow_table()
+    stats = _chain_stats(con, cond, params)
+    unsound = _unsound(stats, _broken_links(con, cond, params))
+    stored = con.execute(
+        "SELECT run_id, manifest FROM manifests WHERE run_id IN (SELECT unnest(?::VARCHAR[])) "
+        "ORDER BY run_id",
+        [runs],
+    ).fetchall()
+    return _Fetched(table, stats, _chain_problems(con, unsound, cond, params), [tuple(r) for r in stored])
+
+
+class _Part(NamedTuple):
+    """What the scan found in one chunk of runs: one problem per event (by key), the runs' manifests
+    as the store holds them now and their stored ones, and the blobs the chunk refers to."""
 
     problems: dict[tuple[str, str, int], Problem]
-    stats: list[tuple[str, str, int, int, int, str, bool]]
-    refs: list[tuple[str, str, str, int, str]]
-    marks: dict[str, int]
+    current: dict[str, dict[str, Any]]
+    stored: list[tuple[str, str]]
+    addresses: list[str]
 
 
 def _chain_stats(
-    con: duckdb.DuckDBPyConnection, where: str, params: list[Any]
+    con: duckdb.DuckDBPyConnection, cond: str, params: list[Any]
 ) -> list[tuple[str, str, int, int, int, str, bool]]:
     """(run, source, count, min seq, max seq, hash at the max seq, seq 0 not on ``GENESIS``) of each
     chain: the manifests' counts, and half of the chain check (no payload read, nothing sorted)."""
@@ -208,25 +269,24 @@ def _chain_stats(
         f"""
         SELECT run_id, source, count(*), min(seq), max(seq), arg_max(hash, seq),
                bool_or(seq = 0 AND prev_hash <> '{GENESIS}')
-        FROM events {where} GROUP BY ALL ORDER BY 1, 2
+        FROM events WHERE {cond} GROUP BY ALL ORDER BY 1, 2
         """,
         params,
     ).fetchall()
     return [tuple(r) for r in rows]
 
 
-def _broken_links(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) -> list[tuple[str, str]]:
+def _broken_links(con: duckdb.DuckDBPyConnection, cond: str, params: list[Any]) -> list[tuple[str, str]]:
     """The chains with an event at seq > 0 whose ``prev_hash`` is not the hash of an event at seq - 1
-    of the same chain (an anti-join: no sort)."""
-    and_ = f"{where} AND" if where else "WHERE"
+    of the same chain (an anti-join: no sort), among the events ``cond`` keeps."""
     rows = con.execute(
         f"""
         SELECT DISTINCT e.run_id, e.source
-        FROM (SELECT run_id, source, seq, prev_hash FROM events {and_} seq > 0) AS e
-        ANTI JOIN events AS p
+        FROM (SELECT run_id, source, seq, prev_hash FROM events WHERE {cond} AND seq > 0) AS e
+        ANTI JOIN (SELECT run_id, source, seq, hash FROM events WHERE {cond}) AS p
           ON p.run_id = e.run_id AND p.source = e.source AND p.seq = e.seq - 1 AND p.hash = e.prev_hash
         """,
-        params,
+        params + params,
     ).fetchall()
     return [(r[0], r[1]) for r in rows]
 
@@ -242,29 +302,6 @@ def _unsound(
     return sorted(bad | set(broken))
 
 
-def _first_refs(con: duckdb.DuckDBPyConnection, found: pa.Table) -> list[tuple[str, str, str, int, str]]:
-    """Every referenced blob with the first event (by run, source, seq) that refers to it, in
-    that event order. A struct's minimum compares its fields in order: a grouping, not a sort per
-    blob (a window here took half as long again)."""
-    if found.num_rows == 0:
-        return []
-    con.register("_amb_refs", found.select(["run_id", "source", "seq", "kind", "refs"]))
-    try:
-        rows = con.execute(
-            """
-            SELECT b, first.run_id, first.source, first.seq, first.kind
-            FROM (SELECT b, min({'run_id': run_id, 'source': source, 'seq': seq, 'kind': kind}) AS first
-                  FROM (SELECT unnest(refs) AS b, run_id, source, seq, kind FROM _amb_refs
-                        WHERE refs IS NOT NULL)
-                  GROUP BY b)
-            ORDER BY 2, 3, 4, 1
-            """
-        ).fetchall()
-    finally:
-        con.unregister("_amb_refs")
-    return [tuple(r) for r in rows]
-
-
 def _marks_by_run(found: pa.Table) -> dict[str, int]:
     if found.num_rows == 0:
         return {}
@@ -278,73 +315,114 @@ def _hot_problem(position: int) -> str:
     return f"hot column {hot.HOT_COLUMNS[position - 1].name} differs from the payload (edited after ingest)"
 
 
-_FOUND = ["run_id", "source", "seq", "kind", "hot", "refs", "marks"]
-"""The columns of a batch kept past its hashing, for the events with a hot difference or a blob."""
+def _part(fetched: _Fetched) -> _Part:
+    """One chunk's problems, in the order of the checks' precedence (a gap, then a hash that does
+    not match, then a broken link; a hot column that differs says the least), its manifests and its
+    blob references."""
+    table = fetched.table
+    failed = _rehash_failures(table)
+    found = table.select(["run_id", "source", "seq", "kind", "hot", "refs", "marks"]).filter(
+        pc.or_(pc.is_valid(table.column("hot")), pc.is_valid(table.column("refs")))
+    )
+    problems: dict[tuple[str, str, int], Problem] = {}
+    with_hot = found.filter(pc.is_valid(found.column("hot")))
+    for run_id, source, seq, kind, position in zip(
+        *(with_hot.column(c).to_pylist() for c in ["run_id", "source", "seq", "kind", "hot"]), strict=True
+    ):
+        problems[(run_id, source, seq)] = Problem(run_id, source, seq, kind, _hot_problem(position))
+    for (run_id, source, seq), (kind, what) in fetched.chain_problems.items():
+        problems[(run_id, source, seq)] = Problem(run_id, source, seq, kind, what)
+    edited = table.select(["run_id", "source", "seq", "kind"]).take(pa.array(failed, pa.int64()))
+    for run_id, source, seq, kind in zip(*(edited.column(i).to_pylist() for i in range(4)), strict=True):
+        key = (run_id, source, seq)
+        if key in problems and problems[key].what.startswith("sequence gap"):
+            continue
+        problems[key] = Problem(run_id, source, seq, kind, HASH_MISMATCH)
+    refs = found.column("refs")
+    addresses = pc.unique(pc.list_flatten(refs)).to_pylist() if found.num_rows else []
+    current = manifests.assemble(
+        [(r, s, n, hi, h) for r, s, n, _, hi, h, _ in fetched.stats], _marks_by_run(found)
+    )
+    return _Part(problems, current, fetched.stored, addresses)
+
+
+def _parts(
+    con: duckdb.DuckDBPyConnection, run_ids: list[str] | None = None, batch: int = HASH_BATCH
+) -> Iterator[_Part]:
+    """The store's events checked a chunk of runs at a time (``_chunks``): every event's hash
+    re-derived, its hot columns and blob references read, every chain checked.
+
+    The database's work runs on one thread (one connection runs one query at a time, and every
+    query stays on ``con`` so it sees what the caller sees) one chunk ahead of this thread, which
+    hashes the chunk before: at most two chunks in memory, whatever the size of the store."""
+    where, params = _run_filter(run_ids)
+    sql_of = _scan_sql
+    with_hot = hot.present(con)
+    chunks = _chunks(con, where, params, batch)
+
+    def fetch(chunk: _Chunk) -> _Fetched:
+        cond, values = _chunk_filter(where, params, chunk)
+        return _fetch(con, sql_of(cond, with_hot), cond, values, chunk.runs)
+
+    with ThreadPoolExecutor(1) as database:
+        pending: Future[_Fetched] | None = None
+        for chunk in chunks:
+            ahead = database.submit(fetch, chunk)
+            if pending is not None:
+                yield _part(pending.result())
+            pending = ahead
+        if pending is not None:
+            yield _part(pending.result())
+
+
+class Digests:
+    """Distinct blob addresses kept as 32-byte digests (a set of the address strings takes about
+    five times the memory: a store of 10,000 runs refers to a million blobs). Iterated in order,
+    as addresses."""
+
+    def __init__(self) -> None:
+        self._parts: list[np.ndarray] = []
+        self._held = 0
+
+    def update(self, addresses: list[str]) -> None:
+        if not addresses:
+            return
+        hexes = "".join(a[len(HASH_PREFIX) :] for a in addresses)  # (BLOB_REF_SQL: all sha256:HEX)
+        self._parts.append(np.frombuffer(bytes.fromhex(hexes), dtype="V32"))
+        self._held += len(self._parts[-1])
+        if len(self._parts) > 16 and self._held > 2 * len(self._parts[0]):
+            self._parts = [self._unique()]
+            self._held = len(self._parts[0])
+
+    def _unique(self) -> np.ndarray:
+        return np.unique(np.concatenate(self._parts)) if self._parts else np.empty(0, dtype="V32")
+
+    def __len__(self) -> int:
+        self._parts = [self._unique()]
+        return len(self._parts[0])
+
+    def __iter__(self) -> Iterator[str]:
+        self._parts = [self._unique()]
+        return (HASH_PREFIX + d.tobytes().hex() for d in self._parts[0])
+
+
+class _Scanned(NamedTuple):
+    """Every chunk's findings together (for the checks of events alone, and the tests)."""
+
+    problems: dict[tuple[str, str, int], Problem]
+    current: dict[str, dict[str, Any]]
+    addresses: Digests
 
 
 def _scan(
     con: duckdb.DuckDBPyConnection, run_ids: list[str] | None = None, batch: int = HASH_BATCH
 ) -> _Scanned:
-    """Every event's hash re-derived, its hot columns and blob references read, every chain checked.
-
-    The database's work runs on one thread in a queue (one connection runs one query at a time,
-    and every query stays on ``con`` so it sees what the caller sees): the batches, with the chain
-    statistics and the anti-join queued behind the first two, while this thread hashes the batches
-    already fetched."""
-    where, params = _run_filter(run_ids)
-    # Batches by row id, over the ranges that hold rows (row ids can be sparse: deleted rows, or
-    # rows inserted by the caller's open transaction, which are numbered from 2^62).
-    buckets = con.execute(
-        f"SELECT DISTINCT rowid // {batch} FROM events {where} ORDER BY 1", params
-    ).fetchall()
-    sql = _scan_sql(where, hot.present(con))
-    rehashed: list[pa.Table] = []
-    found: list[pa.Table] = []
-
-    def take(table: pa.Table) -> None:
-        failed = _rehash_failures(table)
-        if failed:
-            rehashed.append(table.select(["run_id", "source", "seq", "kind"]).take(failed))
-        keep = pc.or_(pc.is_valid(table.column("hot")), pc.is_valid(table.column("refs")))
-        found.append(table.select(_FOUND).filter(keep))
-
-    def fetch(lo: int) -> pa.Table:
-        return con.sql(sql, params=[*params, lo, lo + batch]).to_arrow_table()
-
-    with ThreadPoolExecutor(1) as database:
-        pending: deque[Future[pa.Table]] = deque()
-        chains: list[Future[Any]] = []
-        for i, (bucket,) in enumerate(buckets):
-            if len(pending) >= 2:  # at most two batches in memory besides the one being hashed
-                take(pending.popleft().result())
-            pending.append(database.submit(fetch, bucket * batch))
-            if i == 1:  # queued behind the first two batches: the database works while they are hashed
-                chains = [database.submit(_chain_stats, con, where, params)]
-                chains.append(database.submit(_broken_links, con, where, params))
-        if not chains:
-            chains = [database.submit(_chain_stats, con, where, params)]
-            chains.append(database.submit(_broken_links, con, where, params))
-        while pending:
-            take(pending.popleft().result())
-        stats, broken = chains[0].result(), chains[1].result()
-    every = pa.concat_tables(found) if found else pa.table({c: [] for c in _FOUND})
-    # One problem per event, in the order of the checks' precedence: a gap, then a hash that does
-    # not match, then a broken link; a hot column that differs says the least.
-    problems: dict[tuple[str, str, int], Problem] = {}
-    with_hot = every.filter(pc.is_valid(every.column("hot")))
-    for run_id, source, seq, kind, position in zip(
-        *(with_hot.column(c).to_pylist() for c in ["run_id", "source", "seq", "kind", "hot"]), strict=True
-    ):
-        problems[(run_id, source, seq)] = Problem(run_id, source, seq, kind, _hot_problem(position))
-    for (run_id, source, seq), (kind, what) in _chain_problems(con, _unsound(stats, broken)).items():
-        problems[(run_id, source, seq)] = Problem(run_id, source, seq, kind, what)
-    for table in rehashed:
-        for run_id, source, seq, kind in zip(*(table.column(i).to_pylist() for i in range(4)), strict=True):
-            key = (run_id, source, seq)
-            if key in problems and problems[key].what.startswith("sequence gap"):
-                continue
-            problems[key] = Problem(run_id, source, seq, kind, HASH_MISMATCH)
-    return _Scanned(problems, stats, _first_refs(con, every), _marks_by_run(every))
+    scanned = _Scanned({}, {}, Digests())
+    for part in _parts(con, run_ids, batch):
+        scanned.problems.update(part.problems)
+        scanned.current.update(part.current)
+        scanned.addresses.update(part.addresses)
+    return scanned
 
 
 def check_events(
@@ -355,13 +433,18 @@ def check_events(
     return [problems[k] for k in sorted(problems)]
 
 
-def _manifest_problems(
-    con: duckdb.DuckDBPyConnection, run_ids: list[str] | None, current: dict[str, dict[str, Any]]
-) -> list[Problem]:
-    """Each stored manifest compared with the store's current state (``current``)."""
-    where, params = _run_filter(run_ids)
-    stored = con.execute(f"SELECT run_id, manifest FROM manifests {where} ORDER BY run_id", params).fetchall()
+def _manifest_problems(stored: list[tuple[str, str]], current: dict[str, dict[str, Any]]) -> list[Problem]:
+    """Stored manifests (run id, text) compared with the store's current state (``current``)."""
     return _differences([json.loads(text) for _, text in stored], current, "its stored manifest")
+
+
+def _orphan_manifests(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
+    """The stored manifests of runs that have no events left in the store."""
+    rows = con.execute(
+        "SELECT run_id, manifest FROM manifests "
+        "ANTI JOIN (SELECT DISTINCT run_id FROM events) USING (run_id) ORDER BY run_id"
+    ).fetchall()
+    return [tuple(r) for r in rows]
 
 
 def _differences(
@@ -383,19 +466,22 @@ def check_against(
 
 
 def _blob_refs(
-    con: duckdb.DuckDBPyConnection, run_ids: list[str] | None
+    con: duckdb.DuckDBPyConnection, run_ids: list[str] | None, only: list[str] | None = None
 ) -> list[tuple[str, str, str, int, str]]:
-    """Every referenced blob, with the first event (by run, source, seq) that refers to it."""
+    """Every referenced blob (of ``only``, if given), with the first event (by run, source, seq)
+    that refers to it."""
     where, params = _run_filter(run_ids)
+    among = "WHERE b IN (SELECT unnest(?::VARCHAR[]))" if only is not None else ""
     return con.execute(
         f"""
         SELECT b, run_id, source, seq, kind
         FROM (SELECT run_id, source, seq, kind, unnest({manifests.BLOB_REF_SQL}) AS b FROM events
               {where + " AND " if where else "WHERE "}{manifests.HAS_BLOB_SQL})
+        {among}
         QUALIFY row_number() OVER (PARTITION BY b ORDER BY run_id, source, seq) = 1
         ORDER BY run_id, source, seq, b
         """,
-        params,
+        [*params, *([only] if only is not None else [])],
     ).fetchall()
 
 
@@ -440,11 +526,13 @@ def verify(
     anchored: list[dict[str, Any]] | None = None,
     progress: Callable[[int, int], None] | None = None,
     blob_process: bool | None = None,
+    batch: int = HASH_BATCH,
 ) -> list[Problem]:
     """Every problem found, in a stable order: events, manifests, anchored manifests, blobs.
 
     ``blob_process`` runs the blob pass in a child process (True), in a thread of this one (False),
-    or by the number of blobs (None: from ``BLOB_PROCESS_MIN``)."""
+    or by the number of blobs (None: from ``BLOB_PROCESS_MIN``). The events are read a chunk of
+    about ``batch`` events (whole runs) at a time."""
     if run_ids:
         known = {r[0] for r in con.execute("SELECT DISTINCT run_id FROM events").fetchall()}
         missing = [
@@ -462,22 +550,30 @@ def verify(
     if not run_ids:
         apart = _pack_bytes(blobs) >= BLOB_PROCESS_MIN if blob_process is None else blob_process
         early = blob_pass.BlobPass(blobs, progress, apart)
+    events: dict[tuple[str, str, int], Problem] = {}
+    stored: list[Problem] = []
+    referenced = Digests()
     try:
-        scanned = _scan(con, run_ids)
+        # A chunk of runs at a time (``_parts``): what is kept across chunks is what was found
+        # wrong and the distinct blob addresses, which the blob pass needs.
+        for part in _parts(con, run_ids, batch):
+            events.update(part.problems)
+            stored += _manifest_problems(part.stored, part.current)
+            referenced.update(part.addresses)
+        if not run_ids:
+            stored += _manifest_problems(_orphan_manifests(con), {})
     except BaseException:
         if early is not None:
             early.cancel()
         raise
-    addresses = [r[0] for r in scanned.refs]
     if early is not None:
-        bad = early.result(addresses)
+        bad = early.result(referenced)
     elif blob_process:
-        bad = blob_pass.verify_apart(blobs, addresses, progress)
+        bad = blob_pass.verify_apart(blobs, referenced, progress)
     else:
-        bad = verify_many(blobs, addresses, progress)
-    current = manifests.assemble([(r, s, n, hi, h) for r, s, n, _, hi, h, _ in scanned.stats], scanned.marks)
-    problems = [scanned.problems[k] for k in sorted(scanned.problems)]
-    problems += _manifest_problems(con, run_ids, current)
+        bad = verify_many(blobs, list(referenced), progress)
+    problems = [events[k] for k in sorted(events)]
+    problems += sorted(stored, key=lambda p: p.run_id)  # (stable: each run's in the order found)
     if anchored is not None:
         problems += check_against(con, anchored)
-    return problems + _blob_problems(scanned.refs, bad)
+    return problems + (_blob_problems(_blob_refs(con, run_ids, sorted(bad)), bad) if bad else [])

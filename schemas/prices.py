@@ -19,6 +19,7 @@ the public harness's prices) or any path; users add their own.
 from __future__ import annotations
 
 import tomllib
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -69,6 +70,7 @@ class PriceTable(_Cfg, frozen=True):
         return None
 
 
+@lru_cache(maxsize=4096)  # a table's few names, compared for every model call of every run
 def normalise(name: str) -> str:
     return name.strip().lower().replace("_", "-").replace(" ", "-")
 

@@ -43,6 +43,7 @@ import fnmatch
 import posixpath
 import re
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 import msgspec
@@ -66,6 +67,13 @@ class AuditResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _match(path: str, patterns: list[str]) -> str | None:
+    return _first_match(path, tuple(patterns))
+
+
+@lru_cache(maxsize=1 << 16)
+def _first_match(path: str, patterns: tuple[str, ...]) -> str | None:
+    """The first of ``patterns`` that ``path`` matches. Cached: a run names the same few paths many
+    times over (its events, its code, its processes' argv), and so do the runs of a sweep."""
     for pat in patterns:
         if fnmatch.fnmatchcase(path, pat) or fnmatch.fnmatchcase(path.rstrip("/") + "/", pat):
             return pat

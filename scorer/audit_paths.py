@@ -22,6 +22,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 
 # A path token in code: an absolute path after a quote, space, '=', '(' or ',' (or at a line start).
 _PATH_TOKEN = re.compile(r"""(?:(?<=['"\s=(,])|^)(/[^\s'"(),;|&<>`]+)""", re.M)
@@ -58,6 +59,7 @@ def _alias(stack: list[str], cwd: str | None) -> list[str] | None:
     return None
 
 
+@lru_cache(maxsize=1 << 16)  # a run names the same few paths many times over
 def normalise(path: str, cwd: str | None = None) -> str:
     """``path`` as the file it names: relative to ``cwd``, ``.``/``..``/``//`` resolved left to right
     as the kernel walks it, known link prefixes replaced by their targets.

@@ -192,3 +192,35 @@ def test_a_manifests_hash_is_the_one_stored_manifests_carry():
     body = {k: v for k, v in m.items() if k != "manifest_hash"}
     legacy = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     assert m["manifest_hash"] == "sha256:" + hashlib.sha256(legacy).hexdigest()
+
+
+def test_a_run_deleted_whole_is_named_by_its_stored_manifest(store):
+    """Every event of a run deleted: no chunk of the scan holds it, and its stored manifest still says so."""
+    tamper(store, "DELETE FROM events WHERE run_id = 'run-1'")
+    found = problems(store)
+    assert [(p.run_id, p.what) for p in found] == [
+        ("run-1", "differs from its stored manifest: run run-1 has no events in the store")
+    ]
+
+
+def test_chunks_of_one_run_find_what_one_chunk_finds(store):
+    """Faults of every kind in several runs at once: read a run at a time (a batch of 5 events is
+    smaller than any run) the store gives the same problems, in the same order, as read whole."""
+    with Store.open(store, read_only=True) as st:
+        blob = st.con.execute(
+            "SELECT request_blob FROM model_calls WHERE run_id = 'run-2' ORDER BY seq LIMIT 1 OFFSET 1"
+        ).fetchall()[0][0]
+        remove_blob(st.blobs, blob)
+    tamper(
+        store,
+        "UPDATE events SET ts_ns = ts_ns + 1 WHERE run_id = 'run-0' AND source = 'shim' AND seq = 3",
+        "DELETE FROM events WHERE run_id = 'run-2' AND source = 'proxy' AND seq = 5",
+        (
+            "DELETE FROM events WHERE run_id = 'run-1' AND source = 'recorder' AND seq = (SELECT max(seq) "
+            "FROM events WHERE run_id = 'run-1' AND source = 'recorder')"
+        ),
+    )
+    whole = problems(store, batch=10**9)
+    assert problems(store, batch=5) == whole
+    assert {p.run_id for p in whole} == {"run-0", "run-1", "run-2"}
+    assert any(blob in p.what for p in whole)
