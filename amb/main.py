@@ -30,6 +30,8 @@ COMMANDS: dict[str, str] = {
     "report": "amb.score_cmds",
     "audit": "amb.score_cmds",
     "judge": "amb.score_cmds",
+    "scan": "amb.scan_cmds",
+    "labels": "amb.scan_cmds",
     "images": "amb.images",
     "baseline": "amb.agent_cmds",
     "sweep": "amb.sweep_cmds",
