@@ -223,16 +223,9 @@ def labels_import(store: str, file: str, name: str) -> None:
 )
 @VIEWER
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def labels_validate(
-    store: str,
-    name: str,
-    scanner_name: str | None,
-    judge_label: str | None,
-    profile: str | None,
-    viewer_url: str,
-    as_json: bool,
-) -> None:
+def labels_validate(store: str, name: str, **o: Any) -> None:
     """Agreement, precision, recall, F1, kappa, alpha, confusion and intervals against label set NAME."""
+    scanner_name, judge_label, viewer_url = o["scanner_name"], o["judge_label"], o["viewer_url"]
     if (scanner_name is None) == (judge_label is None):
         raise UsageError("give --scanner S or --judge LABEL (one of them)")
     con = open_sql(store)
@@ -245,7 +238,7 @@ def labels_validate(
         else:
             rows = [
                 r
-                for r in ledger.current(con, profile_id=load_profile(profile).id)
+                for r in ledger.current(con, profile_id=load_profile(o["profile"]).id)
                 if r["judge"] == judge_label
             ]
             if not rows:
@@ -253,7 +246,7 @@ def labels_validate(
             results = lab.validate_judge(rows, have, viewer_url)
     finally:
         con.close()
-    if as_json:
+    if o["as_json"]:
         click.echo(json.dumps({"labels": name, "results": results}, indent=2))
         return
     click.echo(validation_text(results))

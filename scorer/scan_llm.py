@@ -24,7 +24,7 @@ from scorer import ledger
 from scorer.batch import make_judge
 from scorer.judge.cache import call_key
 from scorer.judge.llm import endpoint
-from scorer.judge.parse import json_objects
+from scorer.judge.parse import cited_ids, json_objects
 from scorer.judge.prompt import EVIDENCE_PLACEHOLDER
 from scorer.pipeline import task_info
 from scorer.profile import LoadedProfile
@@ -74,14 +74,8 @@ def parse(text: str, answer: Any, allowed: set[str]) -> tuple[Any, str, list[str
     )
     if not ok:
         return None, "", [], f"value_out_of_range: {str(v)[:80]!r} is not a {answer} answer"
-    cited = obj.get("evidence")
-    ids = (
-        sorted({c.strip("[]") for c in cited if isinstance(c, str) and c.strip("[]") in allowed})
-        if isinstance(cited, list)
-        else []
-    )
     why = obj.get("explanation")
-    return v, why if isinstance(why, str) else "", ids, None
+    return v, why if isinstance(why, str) else "", cited_ids(obj.get("evidence"), allowed), None
 
 
 class Asker:

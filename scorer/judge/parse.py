@@ -54,14 +54,15 @@ def parse_verdict(
             [],
             "value_out_of_range",
         )
-    cited_raw = obj.get("evidence") or []
-    cited = (
-        sorted({c.strip("[]") for c in cited_raw if isinstance(c, str) and c.strip("[]") in allowed_ids})
-        if isinstance(cited_raw, list)
-        else []
-    )
     reason = obj.get("reason")
-    return value, reason if isinstance(reason, str) else "", cited, None
+    return value, reason if isinstance(reason, str) else "", cited_ids(obj.get("evidence"), allowed_ids), None
+
+
+def cited_ids(cited: Any, allowed_ids: set[str]) -> list[str]:
+    """The event ids a reply cites (``proxy:12`` or ``[proxy:12]``) that the evidence shows, sorted."""
+    if not isinstance(cited, list):
+        return []
+    return sorted({c.strip("[]") for c in cited if isinstance(c, str) and c.strip("[]") in allowed_ids})
 
 
 CODES = ("E1", "E2", "E3", "E4", "E5")
@@ -79,12 +80,7 @@ def parse_codes(text: str, allowed_ids: set[str]) -> tuple[list[dict[str, Any]] 
     for entry in candidates[-1]["codes"]:
         if not isinstance(entry, dict) or entry.get("code") not in CODES:
             continue
-        cited = entry.get("evidence")
-        ids = (
-            sorted({c.strip("[]") for c in cited if isinstance(c, str) and c.strip("[]") in allowed_ids})
-            if isinstance(cited, list)
-            else []
-        )
+        ids = cited_ids(entry.get("evidence"), allowed_ids)
         if not ids:
             continue
         reason = entry.get("reason")
