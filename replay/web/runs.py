@@ -41,6 +41,9 @@ class RunsQuery(Query, frozen=True):
     agent: str | None = None
     model: str | None = None
     status: str | None = None
+    scanner: str | None = None
+    """Runs the scanner flagged, or with ``scan_value``, runs whose current value it is."""
+    scan_value: str | None = None
 
 
 class GridQuery(Query, frozen=True):
@@ -56,6 +59,7 @@ class RunIndex:
     rows: list[dict[str, Any]]
     by_id: dict[str, dict[str, Any]]
     profiles: list[str]
+    scanners: list[str] = field(default_factory=list)
 
     def row(self, run_id: str) -> dict[str, Any]:
         found = self.by_id.get(run_id)
@@ -94,12 +98,22 @@ def build_run_index(con: duckdb.DuckDBPyConnection, generation: Generation) -> R
             "track": None,
             "cost_usd": s.cost_usd,
             "scores": {},
+            "scans": {},
         }
         if s.first_ns is not None and s.last_ns is not None:
             row["span_ns"] = (s.first_ns, s.last_ns)
         rows.append(row)
     by_id = {r["run_id"]: r for r in rows}
-    return RunIndex(generation, rows, by_id, _add_scores(con, by_id))
+    index = RunIndex(generation, rows, by_id, _add_scores(con, by_id))
+    if has_scores(con, "scan_results_current"):
+        query = "SELECT run_id, scanner, n_findings, CAST(value AS VARCHAR), error FROM scan_results_current"
+        for run_id, scanner, n, value, error in con.execute(query).fetchall():
+            v = None if value is None else json.loads(value)
+            if run_id in by_id:
+                flagged = bool(n) and v not in (False, None, 0, "")
+                by_id[run_id]["scans"][scanner] = {"flagged": flagged, "value": v, "error": error is not None}
+        index.scanners = sorted({s for r in rows for s in r["scans"]})
+    return index
 
 
 def _add_scores(con: duckdb.DuckDBPyConnection, by_id: dict[str, dict[str, Any]]) -> list[str]:
@@ -158,6 +172,10 @@ def _keeps(q: RunsQuery) -> Callable[[dict[str, Any]], bool]:
                 return False
             if q.score_max is not None and s > q.score_max:
                 return False
+        if q.scanner is not None:
+            s = r["scans"].get(q.scanner)
+            if s is None or not (s["flagged"] if q.scan_value is None else _text(s["value"]) == q.scan_value):
+                return False
         if text:
             fields = (r["run_id"], r["task"], r["agent"], r["model"], r["status"], r["track"], r["tier"])
             hay = " ".join(str(x or "") for x in fields)
@@ -167,6 +185,10 @@ def _keeps(q: RunsQuery) -> Callable[[dict[str, Any]], bool]:
         return True
 
     return keep
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _sort_key(q: RunsQuery) -> Callable[[dict[str, Any]], list[Any]]:
@@ -204,6 +226,7 @@ def list_runs(index: RunIndex, q: RunsQuery) -> dict[str, Any]:
         "remaining": len(matched),
         "total": len(index.rows),
         "profiles": index.profiles,
+        "scanners": index.scanners,
         "facets": facets,
     }
 

@@ -38,8 +38,13 @@ def run_verify(con: duckdb.DuckDBPyConnection, blobs: BlobStore, run_id: str) ->
 def run_scores(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
     """``GET /api/runs/RUN/scores``: the current score per (profile, judge), stage by stage, with
     each error code and audit finding and the events they cite."""
+    found = run_findings(con, run_id)
     if not has_scores(con):
-        return {"scores": [], "reason": "nothing in this store has been scored (amb score)"}
+        return {
+            "scores": [],
+            "reason": "nothing in this store has been scored (amb score)",
+            "findings": found,
+        }
     cur = con.execute(
         """SELECT profile_name, profile_id, judge, scored_at, s1, s2, s3, s4, s5, agentic, task_score,
                   overall,
@@ -63,4 +68,25 @@ def run_scores(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
             k: grade.get(k) for k in ("metric", "n_cases", "n_missing", "task_score", "reason") if k in grade
         }
         out.append(r)
-    return {"scores": out}
+    return {"scores": out, "findings": found}
+
+
+def run_findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]]:
+    """The run's current result per scanner (``amb scan``): its findings, each citing its events."""
+    if not has_scores(con, "scan_results_current"):
+        return []
+    rows = con.execute(
+        """SELECT scanner, scanner_id, CAST(scanned_at AS VARCHAR), CAST(findings AS VARCHAR), error
+           FROM scan_results_current WHERE run_id = ? ORDER BY scanner""",
+        [run_id],
+    ).fetchall()
+    return [
+        {
+            "scanner": s,
+            "version": v.removeprefix("sha256:")[:12],
+            "scanned_at": at,
+            "findings": json.loads(f),
+            "error": e,
+        }
+        for s, v, at, f, e in rows
+    ]
