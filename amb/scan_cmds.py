@@ -195,6 +195,33 @@ def _print_errors(store: str, as_json: bool) -> None:
     )
 
 
+def scan_report(store: str, rows: list[dict[str, Any]], viewer_url: str) -> dict[str, Any]:
+    """``amb report``'s scan part: each scanner's share of runs flagged per model and track, and each
+    label set's validation of the reported judge (empty when the store has neither)."""
+    con = open_sql(store)
+    try:
+        tables = {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        if "scan_results" not in tables:
+            return {}
+        sets = [s for (s,) in con.execute("SELECT DISTINCT label_set FROM labels ORDER BY 1").fetchall()]
+        checks = {s: lab.validate_judge(rows, lab.current(con, s), viewer_url) for s in sets}
+        return {"scanners": scanning.shares(con, rows), "judge_validation": checks}
+    finally:
+        con.close()
+
+
+def scan_report_text(data: dict[str, Any]) -> str:
+    out = []
+    if data.get("scanners"):
+        cols = ["scanner", "by", "group", "runs", "flagged", "share", "unscanned"]
+        cells = [[str(s[c]) if c != "share" else _f(s[c]) for c in cols] for s in data["scanners"]]
+        out.append("\nscanners: share of runs flagged\n" + table(cols, cells))
+    for name, results in (data.get("judge_validation") or {}).items():
+        if results:
+            out.append(f"\njudge against labels {name}:\n" + validation_text(results))
+    return "\n".join(out)
+
+
 @click.group()
 def labels() -> None:
     """A person's labels (append-only), and validation of scanners and judges against them."""

@@ -11,6 +11,7 @@ of ``amb sql``; Python scanners see typed values only; only this module writes.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -310,6 +311,30 @@ def _scan_per_run(
             record(rows)
             if progress:
                 progress(start + len(part), len(order))
+
+
+def shares(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per scanner, the share of the scored ``rows``' runs it flagged, per model and per track (runs
+    it has not scanned, or failed on, are left out of the share and counted as ``unscanned``)."""
+    got: dict[str, dict[str, bool]] = {}
+    query = "SELECT scanner, run_id, n_findings, CAST(value AS VARCHAR), error FROM scan_results_current"
+    for scanner, run, n, value, error in con.execute(query).fetchall():
+        if error is None:
+            got.setdefault(scanner, {})[run] = bool(n) and json.loads(value) not in (False, None, 0, "")
+    out = []
+    for scanner, flags in sorted(got.items()):
+        for by in ("model", "track"):
+            groups: dict[str, list[bool | None]] = {}
+            for r in rows:
+                groups.setdefault(r.get(by) or "?", []).append(flags.get(r["run_id"]))
+            for group, fs in sorted(groups.items()):
+                seen = [f for f in fs if f is not None]
+                share = sum(seen) / len(seen) if seen else None
+                out.append(
+                    {"scanner": scanner, "by": by, "group": group, "runs": len(seen), "flagged": sum(seen)}
+                    | {"share": share, "unscanned": len(fs) - len(seen)}
+                )
+    return out
 
 
 def errors(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:

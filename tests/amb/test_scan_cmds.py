@@ -95,6 +95,17 @@ def test_labels_validate_both_judges_and_a_scanner(demo, tmp_path):
     llm = amb("labels", "validate", "pilot", "--judge", "llm:fake-judge", "--store", str(demo))
     assert llm.returncode == 0, llm.stderr
     assert "code:E4" in llm.stdout and "item:s3" in llm.stdout
+    report = amb("report", "--judge", "llm:fake-judge", "--store", str(demo), "--json")
+    assert report.returncode == 0, report.stderr
+    data = json.loads(report.stdout)
+    shares = [s for s in data["scanners"] if s["scanner"] == "claims_success" and s["by"] == "model"]
+    assert {s["group"]: (s["runs"], s["flagged"], s["share"]) for s in shares} == {
+        "baseline": (1, 0, 0.0),
+        "baseline+crash-mid-batch": (1, 0, 0.0),
+    }
+    assert {r["target"] for r in data["judge_validation"]["pilot"]} >= {"code:E4", "item:s3"}
+    text = amb("report", "--judge", "llm:fake-judge", "--store", str(demo))
+    assert "scanners: share of runs flagged" in text.stdout and "judge against labels pilot" in text.stdout
 
 
 @pytest.mark.parametrize(
