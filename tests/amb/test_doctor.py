@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.recorder.ordinary_user import require_reachable_checkout
+
 AMB = str(Path(sys.executable).parent / "amb")
 
 
@@ -72,6 +74,7 @@ def test_no_dockerd(tmp_path):
 def test_no_docker_permission(tmp_path):
     # Root may use any socket, so the user without the permission is a real one: nobody, who is
     # not in the docker group, asks the engine this machine runs.
+    require_reachable_checkout()
     setpriv = shutil.which("setpriv")
     assert setpriv, "this test needs setpriv (util-linux)"
     tmp_path.chmod(0o777)

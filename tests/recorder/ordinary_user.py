@@ -39,9 +39,24 @@ def closed_ancestor(path: Path) -> Path | None:
     return None
 
 
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def require_reachable_checkout() -> None:
+    """Fail in one line when ``nobody`` cannot enter this checkout (its .venv, its agents): a clone
+    under a 0700 directory (``mktemp -d``) otherwise fails later as Permission denied or bad JSON."""
+    closed = closed_ancestor(CHECKOUT / "x")
+    if closed is not None:
+        raise AssertionError(
+            f"the checkout {CHECKOUT} is not readable by an ordinary user: {closed} is closed to others "
+            f"(mode {closed.stat().st_mode & 0o777:o}); clone it under a directory others may enter"
+        )
+
+
 def as_nobody(argv: list[str], stage: Path) -> list[str]:
     """``argv`` run as ``nobody`` (no capabilities, no groups), with amb's interpreter reachable;
     ``stage``: an empty directory this may mount on (in its own mount namespace only)."""
+    require_reachable_checkout()
     drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all"]
     prefix = Path(sys.base_prefix).resolve()
     closed = closed_ancestor(prefix)

@@ -22,6 +22,7 @@ import pytest
 
 from tests.fakes.harness import REAL_KEYS
 from tests.fakes.upstream import FakeUpstream
+from tests.recorder.ordinary_user import require_reachable_checkout
 
 BIN = Path(sys.executable).parent
 NOBODY = 65534
@@ -118,6 +119,7 @@ def nobody_dir():
 
 
 def test_a_same_user_agent_cannot_read_the_real_key(nobody_dir):
+    require_reachable_checkout()
     store, ws, home = nobody_dir / "store", nobody_dir / "ws", nobody_dir / "home"
     for d in (ws, home):
         d.mkdir()
