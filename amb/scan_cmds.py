@@ -175,8 +175,19 @@ def _audit_rules(loaded: Any) -> dict[str, Any]:
     return msgspec.to_builtins(loaded.profile.audit)
 
 
-def _print_errors(store: str, as_json: bool) -> None:
+def _scanned(store: str) -> Any:
+    """The store's read-only connection, once its scan tables exist (else one line saying what to do)."""
     con = open_sql(store)
+    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'scan_results'").fetchall()[
+        0
+    ][0]:
+        con.close()
+        raise UsageError("nothing in this store has been scanned or labelled yet: run `amb scan` first")
+    return con
+
+
+def _print_errors(store: str, as_json: bool) -> None:
+    con = _scanned(store)
     try:
         rows = scanning.errors(con)
     finally:
@@ -255,7 +266,7 @@ def labels_validate(store: str, name: str, **o: Any) -> None:
     scanner_name, judge_label, viewer_url = o["scanner_name"], o["judge_label"], o["viewer_url"]
     if (scanner_name is None) == (judge_label is None):
         raise UsageError("give --scanner S or --judge LABEL (one of them)")
-    con = open_sql(store)
+    con = _scanned(store)
     try:
         have = lab.current(con, name)
         if not have:

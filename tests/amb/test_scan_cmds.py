@@ -108,6 +108,17 @@ def test_labels_validate_both_judges_and_a_scanner(demo, tmp_path):
     assert "scanners: share of runs flagged" in text.stdout and "judge against labels pilot" in text.stdout
 
 
+def test_a_store_never_scanned_says_so_in_one_line(tmp_path):
+    store = tmp_path / "store"
+    assert amb("generate", "--runs", "1", "--calls", "1", "--store", str(store)).returncode == 0
+    assert amb("ingest", "--store", str(store)).returncode == 0
+    for args in (("scan", "--errors"), ("labels", "validate", "x", "--scanner", "s")):
+        done = amb(*args, "--store", str(store))
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and "amb scan" in done.stderr, (
+            done.stderr
+        )
+
+
 @pytest.mark.parametrize(
     ("args", "content", "code", "says"),
     [
