@@ -20,6 +20,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "amb.task_cmds": ("task",),
     "amb.grade_cmd": ("grade",),
     "amb.score_cmds": ("score", "report", "audit", "judge"),
+    "amb.scan_cmds": ("scan", "labels"),
     "amb.images": ("images",),
     "amb.agent_cmds": ("baseline",),
     "amb.sweep_cmds": ("sweep",),

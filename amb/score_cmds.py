@@ -350,6 +350,9 @@ def report(
             **judge_stability.agreement_table(coders),
             "spread": judge_stability.spread(coders),
         }
+    from amb.scan_cmds import scan_report, scan_report_text
+
+    data.update(scan_report(store, rows, viewer_url))
     if html_file:
         Path(html_file).write_text(
             report_html.html_page(data, runs=rows, viewer_url=viewer_url or None), encoding="utf-8"
@@ -360,6 +363,8 @@ def report(
     click.echo(reports.terminal(data, table))
     if data.get("judge_stability"):
         click.echo(stability_text(data["judge_stability"], []))
+    if scans := scan_report_text(data):
+        click.echo(scans)
     if html_file:
         click.echo(f"\nwrote {html_file}", err=True)
 

@@ -100,7 +100,32 @@ def _m002_medal_rating(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("CREATE OR REPLACE " + _CURRENT_VIEW)
 
 
+_M003_STATEMENTS = (
+    # Scanners as profiles are kept: one row per distinct content (the id is its sha256).
+    """CREATE TABLE scanners (scanner_id VARCHAR PRIMARY KEY, name VARCHAR NOT NULL, kind VARCHAR NOT NULL,
+        content JSON NOT NULL, first_used TIMESTAMP NOT NULL)""",
+    # One row per (run, scanner version) per scan; a run already scanned by a version is skipped, so a
+    # rerun adds nothing. `error` is set (and the findings empty) when the scanner failed on that run.
+    """CREATE TABLE scan_results (scan_id VARCHAR NOT NULL, scanner_id VARCHAR NOT NULL,
+        scanner VARCHAR NOT NULL, run_id VARCHAR NOT NULL, scanned_at TIMESTAMP NOT NULL,
+        n_findings INTEGER NOT NULL, value JSON, findings JSON NOT NULL, error VARCHAR)""",
+    # "Current" = the latest row per (run, scanner name), whichever version wrote it.
+    """CREATE VIEW scan_results_current AS SELECT * FROM scan_results QUALIFY row_number() OVER (
+        PARTITION BY run_id, scanner ORDER BY scanned_at DESC, scan_id DESC) = 1""",
+    # A person's judgements, append-only: `target` is `scanner:<name>`, `codes` or `item:<rubric id>`.
+    """CREATE TABLE labels (label_set VARCHAR NOT NULL, run_id VARCHAR NOT NULL, target VARCHAR NOT NULL,
+        value JSON NOT NULL, annotator VARCHAR, source_sha256 VARCHAR NOT NULL,
+        imported_at TIMESTAMP NOT NULL)""",
+)
+
+
+def _m003_scans(con: duckdb.DuckDBPyConnection) -> None:
+    for statement in _M003_STATEMENTS:
+        con.execute(statement)
+
+
 MIGRATIONS: list[Migration] = [
     Migration("scorer.m001_tables", _m001_tables),
     Migration("scorer.m002_medal_rating", _m002_medal_rating),
+    Migration("scorer.m003_scans", _m003_scans),
 ]

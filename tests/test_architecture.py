@@ -166,6 +166,10 @@ COVERED_BY: dict[str, tuple[tuple[str, ...], str]] = {
         ("tests/recorder/test_shim_notify.py", "tests/recorder/test_shim_seccomp.py"),
         "the kernel calls are the notify tracer's; they are tested through it",
     ),
+    "scorer/scanners.py": (
+        ("tests/scorer/test_scan.py", "tests/amb/test_scan_cmds.py"),
+        "scanners are loaded and identified as a scan runs them: tested by the scans they make",
+    ),
     "replay/shard_check.py": (
         ("tests/sweeps/test_shards.py",),
         "a shard's checks are tested as the shards a sweep loads",

@@ -126,6 +126,7 @@ def parse_key(text: str) -> tuple[str, int]:
     return source, int(seq)
 
 
-def has_scores(con: duckdb.DuckDBPyConnection) -> bool:
-    row = first(con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'scores_current'"))
+def has_scores(con: duckdb.DuckDBPyConnection, view: str = "scores_current") -> bool:
+    """Whether the store has the scorer's ``view`` (``scan_results_current``: it was ever scanned)."""
+    row = first(con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = ?", [view]))
     return bool(row and row[0])

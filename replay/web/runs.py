@@ -19,6 +19,7 @@ from replay.summary import summaries
 from replay.verify import verify as verify_store
 from replay.web.resource import BadRequest, Limit, NotFound, Query, decode_cursor, encode_cursor, has_scores
 from schemas.blobstore import BlobStore
+from schemas.finding import Finding
 
 Sort = Literal[
     "started", "duration", "tokens", "cost", "score", "run", "task", "agent", "model", "status", "events"
@@ -46,6 +47,9 @@ class RunsQuery(Query, frozen=True):
     agent: str | None = None
     model: str | None = None
     status: str | None = None
+    scanner: str | None = None
+    """Runs the scanner flagged, or with ``scan_value``, runs whose current value it is."""
+    scan_value: str | None = None
 
 
 class GridQuery(Query, frozen=True):
@@ -62,6 +66,14 @@ class Score(msgspec.Struct):
     task: float | None
     status: str
     codes: list[str]
+
+
+class ScanMark(msgspec.Struct):
+    """A scanner's current result for a run, as the list filters on it."""
+
+    flagged: bool
+    value: Any
+    error: bool
 
 
 class RunRow(msgspec.Struct):
@@ -87,6 +99,8 @@ class RunRow(msgspec.Struct):
     track: str | None
     cost_usd: float | None
     scores: dict[str, Score]
+    scans: dict[str, ScanMark]
+    """The current result of each scanner that looked at the run (``amb scan``)."""
 
 
 class RunsPage(msgspec.Struct):
@@ -95,6 +109,8 @@ class RunsPage(msgspec.Struct):
     remaining: int
     total: int
     profiles: list[str]
+    scanners: list[str]
+    """The scanners whose results the store holds."""
     facets: dict[str, list[str]]
     """The values each filter can take."""
 
@@ -146,6 +162,7 @@ class RunIndex:
     spans: dict[str, tuple[int, int]]
     profiles: list[str]
     by_id: dict[str, RunRow] = field(init=False)
+    scanners: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.by_id = {r.run_id: r for r in self.rows}
@@ -176,12 +193,21 @@ def build_run_index(con: duckdb.DuckDBPyConnection, generation: Generation) -> R
                 track=None,
                 cost_usd=s.cost_usd,
                 scores={},
+                scans={},
             )
         )
         if s.first_ns is not None and s.last_ns is not None:
             spans[s.run_id] = (s.first_ns, s.last_ns)
     index = RunIndex(generation, rows, spans, [])
     index.profiles = _add_scores(con, index.by_id)
+    if has_scores(con, "scan_results_current"):
+        query = "SELECT run_id, scanner, n_findings, CAST(value AS VARCHAR), error FROM scan_results_current"
+        for run_id, scanner, n, value, error in con.execute(query).fetchall():
+            v = None if value is None else json.loads(value)
+            if (scanned := index.by_id.get(run_id)) is not None:
+                flagged = bool(n) and v not in (False, None, 0, "")
+                scanned.scans[scanner] = ScanMark(flagged, v, error is not None)
+        index.scanners = sorted({s for r in rows for s in r.scans})
     return index
 
 
@@ -233,6 +259,12 @@ def _keeps(q: RunsQuery) -> Callable[[RunRow], bool]:
                 return False
             if q.score_max is not None and s > q.score_max:
                 return False
+        if q.scanner is not None:
+            mark = r.scans.get(q.scanner)
+            if mark is None or not (
+                mark.flagged if q.scan_value is None else _text(mark.value) == q.scan_value
+            ):
+                return False
         if text:
             fields = (r.run_id, r.task, r.agent, r.model, r.status, r.track, r.tier)
             hay = " ".join(str(x or "") for x in fields)
@@ -242,6 +274,10 @@ def _keeps(q: RunsQuery) -> Callable[[RunRow], bool]:
         return True
 
     return keep
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _sort_key(q: RunsQuery) -> Callable[[RunRow], list[Any]]:
@@ -276,7 +312,7 @@ def list_runs(index: RunIndex, q: RunsQuery) -> RunsPage:
     more = len(matched) > q.limit
     facets = {name: sorted({str(v) for r in index.rows if (v := getattr(r, name))}) for name in RUN_FILTERS}
     next_page = encode_cursor(key(page[-1])) if more and page else None
-    return RunsPage(page, next_page, len(matched), len(index.rows), index.profiles, facets)
+    return RunsPage(page, next_page, len(matched), len(index.rows), index.profiles, index.scanners, facets)
 
 
 def run_detail(con: duckdb.DuckDBPyConnection, index: RunIndex, run_id: str) -> RunDetail:
@@ -432,10 +468,22 @@ class RunScore(msgspec.Struct):
     grade: Grade
 
 
+class ScanResult(msgspec.Struct):
+    """A scanner's current result for the run (``amb scan``)."""
+
+    scanner: str
+    version: str
+    """The first 12 hex digits of the scanner's identity (its code or query)."""
+    scanned_at: str
+    findings: list[Finding]
+    error: str | None
+
+
 class RunScores(msgspec.Struct):
     scores: list[RunScore]
+    findings: list[ScanResult]
     reason: str | UnsetType = UNSET
-    """Why there are none."""
+    """Why there are no scores."""
 
 
 _SCORE_COLUMNS = """profile_name, profile_id, judge, scored_at, s1, s2, s3, s4, s5, agentic, task_score,
@@ -444,8 +492,9 @@ _SCORE_COLUMNS = """profile_name, profile_id, judge, scored_at, s1, s2, s3, s4, 
 
 def run_scores(con: duckdb.DuckDBPyConnection, run_id: str) -> RunScores:
     """``GET /api/runs/RUN/scores``: the current score per (profile, judge)."""
+    found = run_findings(con, run_id)
     if not has_scores(con):
-        return RunScores([], "nothing in this store has been scored (amb score)")
+        return RunScores([], found, "nothing in this store has been scored (amb score)")
     cur = con.execute(
         f"""SELECT {_SCORE_COLUMNS}, CAST(reasons AS VARCHAR), CAST(details AS VARCHAR)
             FROM scores_current WHERE run_id = ? ORDER BY profile_name, judge""",
@@ -466,4 +515,19 @@ def run_scores(con: duckdb.DuckDBPyConnection, run_id: str) -> RunScores:
                 grade=d.grade or Grade(),
             )
         )
-    return RunScores(out)
+    return RunScores(out, found)
+
+
+def run_findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[ScanResult]:
+    """The run's current result per scanner: its findings, each citing its events."""
+    if not has_scores(con, "scan_results_current"):
+        return []
+    rows = con.execute(
+        """SELECT scanner, scanner_id, CAST(scanned_at AS VARCHAR), CAST(findings AS VARCHAR), error
+           FROM scan_results_current WHERE run_id = ? ORDER BY scanner""",
+        [run_id],
+    ).fetchall()
+    return [
+        ScanResult(s, v.removeprefix("sha256:")[:12], at, msgspec.json.decode(f, type=list[Finding]), e)
+        for s, v, at, f, e in rows
+    ]

@@ -55,12 +55,11 @@ def parse_verdict(
             "value_out_of_range",
         )
     reason = obj.get("reason")
-    return value, reason if isinstance(reason, str) else "", _cited(obj, allowed_ids), None
+    return value, reason if isinstance(reason, str) else "", cited_ids(obj.get("evidence"), allowed_ids), None
 
 
-def _cited(obj: dict[str, Any], allowed_ids: set[str]) -> list[str]:
-    """The event ids an object cites (``evidence``) that the evidence view shows."""
-    cited = obj.get("evidence")
+def cited_ids(cited: Any, allowed_ids: set[str]) -> list[str]:
+    """The event ids a reply cites (``proxy:12`` or ``[proxy:12]``) that the evidence shows, sorted."""
     if not isinstance(cited, list):
         return []
     return sorted({c.strip("[]") for c in cited if isinstance(c, str) and c.strip("[]") in allowed_ids})
@@ -81,7 +80,7 @@ def parse_codes(text: str, allowed_ids: set[str]) -> tuple[list[dict[str, Any]] 
     for entry in candidates[-1]["codes"]:
         if not isinstance(entry, dict) or entry.get("code") not in CODES:
             continue
-        ids = _cited(entry, allowed_ids)
+        ids = cited_ids(entry.get("evidence"), allowed_ids)
         if not ids:
             continue
         reason = entry.get("reason")

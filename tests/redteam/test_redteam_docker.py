@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from replay.store import Store
+from tests.scan_checks import assert_audit_scan_agrees
 
 RUN = "redteam-docker"
 REPO = Path(__file__).resolve().parents[2]
@@ -166,3 +167,7 @@ def test_the_container_does_not_learn_host_paths(redteam_run):
     assert all(
         line.split()[4] in ("/workspace", "/data/public", "/run/amb/sock", "/etc/amb/ca") for line in own
     ), own
+
+
+def test_the_audit_scanner_finds_what_amb_audit_finds(redteam_run):
+    assert_audit_scan_agrees(redteam_run["tmp"] / "store", [RUN])

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import duckdb
 
+from tests.scan_checks import assert_audit_scan_agrees
+
 BIN = Path(sys.executable).parent
 
 SCRIPT = r"""
@@ -61,6 +63,7 @@ def test_local_attacks_are_recorded_and_audited(tmp_path):
     )
     assert audit.returncode == 0, audit.stderr
     violations = json.loads(audit.stdout)["violations"]
+    assert_audit_scan_agrees(store, [run])  # the built-in audit scanner finds the same
     con = duckdb.connect(str(store / "amb.duckdb"), read_only=True)
     procs = con.execute(
         "SELECT source || ':' || seq, payload FROM events WHERE run_id = ? AND kind = 'process.exited'", [run]

@@ -126,6 +126,30 @@ def test_audit_finding_link_lands_on_the_cited_event(page: Page, viewer, viewer_
     expect(target).to_contain_text("/data/private/")
 
 
+def test_a_scanners_finding_links_to_its_event_and_the_runs_filter_by_scanner(
+    page: Page, viewer, viewer_store
+):
+    page.goto(viewer.url + f"/runs/{viewer_store.hostile}")
+    scan = page.locator("#scores .scan[data-scanner='audit']")
+    expect(scan).to_contain_text("private_access")
+    link = scan.locator("li.finding a.cite").first
+    expect(link).to_have_text(viewer_store.hostile_private_key)
+    link.click()
+    target = page.locator(f"[id='ev-{viewer_store.hostile_private_key}']")
+    expect(target).to_have_class(re.compile("target"))
+    page.goto(viewer.url + "/")
+    page.select_option("select[name=scanner]", "audit")
+    expect(page).to_have_url(re.compile(r"scanner=audit"))
+    expect(page.locator("tr.run-row")).to_have_count(1)
+    expect(page.locator("tr.run-row a.run-link")).to_have_text(viewer_store.hostile)
+    page.fill("input[name=scan_value]", "private_access")
+    page.click("button[type=submit]")
+    expect(page.locator("tr.run-row")).to_have_count(1)
+    page.fill("input[name=scan_value]", "no-such-value")
+    page.click("button[type=submit]")
+    expect(page.locator("tr.run-row")).to_have_count(0)
+
+
 def test_hostile_strings_render_as_text(page: Page, viewer, viewer_store):
     page.goto(viewer.url + f"/runs/{viewer_store.hostile}")
     expect(page.locator(".ev").first).to_be_visible()

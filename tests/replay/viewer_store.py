@@ -7,7 +7,8 @@
 - a hostile run written through the real spool path: HTML and script in model text, tool
   arguments and file names, a 3 MB file, an image, a request with an inline image, and a read of
   a private path, which the auditor reports (a finding whose link must land on its event);
-- scores for the recorded and hostile runs (``amb score``).
+- scores for the recorded and hostile runs (``amb score``), and the audit scanner's findings
+  (``amb scan audit``).
 """
 
 from __future__ import annotations
@@ -248,6 +249,7 @@ def build(base: Path) -> ViewerStore:
     private_key = write_hostile_run(root, "hostile-run")
     amb(root, "ingest")
     amb(root, "score", clean, flawed, "hostile-run", "--references", str(twin.parent))
+    amb(root, "scan", "audit", clean, flawed, "hostile-run")
     return ViewerStore(root, clean, flawed, "big-run", "hostile-run", private_key, synthetic, twin, ws)
 
 

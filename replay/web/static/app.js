@@ -94,6 +94,8 @@ async function runsPage() {
   const input = (name, ph, size) => el("input", { name, placeholder: ph, size, value: state[name] || "" });
   const profile = el("select", { name: "profile" }, el("option", { value: "" }, "best of any"));
   for (const p of first.profiles) profile.append(el("option", { value: p, selected: state.profile === p }, p));
+  const scanner = el("select", { name: "scanner" }, el("option", { value: "" }, "any"));
+  for (const s of first.scanners || []) scanner.append(el("option", { value: s, selected: state.scanner === s }, s));
   const sort = el("select", { name: "sort" });
   for (const s of ["started", "duration", "tokens", "cost", "score", "run", "task", "agent", "model", "status", "events"])
     sort.append(el("option", { value: s, selected: (state.sort || "started") === s }, s));
@@ -105,6 +107,8 @@ async function runsPage() {
     el("label", {}, "score profile", profile),
     el("label", {}, "score ≥", input("score_min", "0–1", 4)),
     el("label", {}, "score ≤", input("score_max", "0–1", 4)),
+    el("label", {}, "flagged by", scanner),
+    el("label", {}, "scan value", input("scan_value", "flagged", 8)),
     el("label", {}, "search", input("q", "id, task, agent, label…", 18)),
     el("label", {}, "sort", sort),
     el("label", {}, "order", order),
@@ -431,8 +435,14 @@ function runPage(runId) {
 
 function renderScores(panel, data) {
   panel.replaceChildren(el("h3", {}, "Scores"));
-  if (!data.scores.length) { panel.append(el("p", { class: "muted" }, data.reason || "not scored yet (amb score)")); return; }
   const evLinks = (keys) => (keys || []).map((k) => [el("a", { href: `#${k}`, class: "cite" }, k), " "]);
+  for (const f of data.findings || []) {
+    const ul = el("ul", { class: "findings" }, f.error ? el("li", { class: "bad" }, `error: ${f.error}`) : "");
+    for (const x of f.findings) ul.append(el("li", { class: "finding" }, el("b", {}, JSON.stringify(x.value)), ` ${x.explanation} `, evLinks(x.events)));
+    panel.append(el("div", { class: "scan", "data-scanner": f.scanner }, el("b", {}, `scanner ${f.scanner}`),
+      ` (${f.version}) ${f.findings.length} finding(s)`, ul));
+  }
+  if (!data.scores.length) { panel.append(el("p", { class: "muted" }, data.reason || "not scored yet (amb score)")); return; }
   for (const s of data.scores) {
     panel.append(el("div", { class: "kv" },
       kv("profile", s.profile_name),

@@ -1,0 +1,178 @@
+"""Scanners: checks a team writes over stored runs, each identified by the hash of what it is.
+
+Four kinds, one contract: given a run, give its findings (a value, an explanation and the events
+that show it, ``source:seq``).
+
+- **Python**: a function in a ``.py`` file under ``@scanner`` (public as ``amb.scan``). It receives
+  the run's ``Trajectory`` (the scorer's read-back: typed values, never the store); with
+  ``kinds=[...]`` the trajectory is folded from those event kinds only, a cheaper read.
+- **SQL**: a ``.sql`` file whose query over the store's views returns ``run_id, value, explanation,
+  events`` (one row per finding). It runs on the locked read-only connection of ``amb sql``.
+- **LLM**: a ``.toml`` file with a ``prompt`` and an ``answer`` type (``boolean``, ``number``,
+  ``text`` or a list of labels), asked over the run's evidence view through the judge's endpoint.
+- **Built-in** ``audit``: the auditor's rules (``scorer.audit``) under the profile's ``[audit]``,
+  one finding per violation whose value is the rule's name.
+
+A scanner's id is the sha256 of the canonical JSON of its kind, name and content (the whole file's
+text for Python, the query, the prompt and answer type and model, the audit rules), as a scoring
+profile is identified: editing a scanner makes a new version whose results stand beside the old.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from schemas.codec import canonical_digest
+from schemas.errors import BadInput, NotFound, quoted
+from schemas.finding import Finding
+from scorer.trajectory import Trajectory
+
+
+class Malformed(Exception):
+    """A scanner returned something that is not findings (recorded as that run's error)."""
+
+
+class Scanner(msgspec.Struct, kw_only=True):
+    name: str
+    kind: str
+    """``python``, ``sql``, ``llm`` or ``builtin``."""
+    content: dict[str, Any]
+    """What the id is the hash of."""
+    fn: Callable[..., Any] | None = None
+    kinds: list[str] | None = None
+    timeout_s: float = 60.0
+
+    @property
+    def id(self) -> str:
+        return canonical_digest({"kind": self.kind, "name": self.name, "content": self.content})
+
+    @property
+    def short_id(self) -> str:
+        return self.id.removeprefix("sha256:")[:12]
+
+
+_registered: list[Scanner] = []
+
+
+def scanner(
+    fn: Callable[[Trajectory], Any] | None = None,
+    *,
+    name: str | None = None,
+    kinds: list[str] | None = None,
+    timeout: float = 60.0,
+) -> Any:
+    """Register a Python scanner: ``@scanner`` or ``@scanner(name=..., kinds=[...], timeout=...)``.
+
+    The function takes a ``Trajectory`` and returns None, a ``Finding`` or a list of them."""
+
+    def register(f: Callable[[Trajectory], Any]) -> Callable[[Trajectory], Any]:
+        options = {"function": f.__name__, "kinds": sorted(kinds) if kinds else None, "timeout": timeout}
+        source = Path(inspect.getfile(f)).read_text(encoding="utf-8")
+        s = Scanner(
+            name=name or f.__name__,
+            kind="python",
+            content={"source": source, **options},
+            fn=f,
+            kinds=list(kinds) if kinds else None,
+            timeout_s=timeout,
+        )
+        _registered.append(s)
+        return f
+
+    return register(fn) if fn is not None else register
+
+
+def findings(result: Any, event_ids: set[str] | None) -> list[Finding]:
+    """A scanner's return value as findings; ``Malformed`` when it is anything else, or when a
+    finding cites an event the run does not have (``event_ids``; None: not checked here)."""
+    if result is None:
+        return []
+    items = [result] if isinstance(result, Finding) else result
+    if not isinstance(items, list | tuple) or not all(isinstance(f, Finding) for f in items):
+        raise Malformed(f"returned {type(result).__name__}, not None, a Finding or a list of Findings")
+    for f in items:
+        if not isinstance(f.value, bool | int | float | str | type(None)):
+            raise Malformed(f"a finding's value is {type(f.value).__name__}, not bool, number, text or None")
+        if not isinstance(f.explanation, str):
+            raise Malformed("a finding's explanation is not text")
+        if not isinstance(f.events, list) or not all(isinstance(e, str) for e in f.events):
+            raise Malformed("a finding's events are not a list of 'source:seq' ids")
+        missing = [e for e in f.events if event_ids is not None and e not in event_ids]
+        if missing:
+            raise Malformed(f"a finding cites {missing[0]!r}, which is not an event of this run")
+    return list(items)
+
+
+def _python(path: Path, only: str | None) -> list[Scanner]:
+    module_name = "amb_scanner_" + canonical_digest(str(path.resolve())).removeprefix("sha256:")[:16]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise BadInput(f"{quoted(str(path))}: not a Python file that can be imported")
+    module = importlib.util.module_from_spec(spec)
+    del _registered[:]
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        raise BadInput(f"scanner file {quoted(str(path))} fails to import: {type(e).__name__}: {e}") from e
+    found = [s for s in _registered if only is None or s.name == only]
+    del _registered[:]
+    if not found:
+        what = f"no scanner named {only!r}" if only else "no @scanner function"
+        raise BadInput(f"{quoted(str(path))} has {what} (decorate one with amb.scan.scanner)")
+    return found
+
+
+def _sql(path: Path) -> Scanner:
+    query = path.read_text(encoding="utf-8").strip().rstrip(";")
+    if not query:
+        raise BadInput(
+            f"{quoted(str(path))} is empty: write a query returning run_id, value, explanation, events"
+        )
+    return Scanner(name=path.stem, kind="sql", content={"query": query})
+
+
+ANSWERS = ("boolean", "number", "text")
+
+
+def _llm(path: Path, model: str | None) -> Scanner:
+    try:
+        spec = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise BadInput(f"{quoted(str(path))} is not TOML: {e}") from e
+    prompt, answer = spec.get("prompt"), spec.get("answer", "boolean")
+    labels_ok = isinstance(answer, list) and answer and all(isinstance(a, str) for a in answer)
+    if not isinstance(prompt, str) or not prompt.strip() or not (answer in ANSWERS or labels_ok):
+        raise BadInput(
+            f'{quoted(str(path))}: an LLM scanner needs prompt = "..." and answer = one of '
+            f"{', '.join(ANSWERS)} or a list of labels"
+        )
+    name = spec.get("name") or path.stem
+    return Scanner(name=str(name), kind="llm", content={"prompt": prompt, "answer": answer, "model": model})
+
+
+def load(spec: str, *, model: str | None = None, audit_rules: dict[str, Any] | None = None) -> list[Scanner]:
+    """The scanners ``spec`` names: ``file.py`` (each one in it), ``file.py:name``, ``file.sql``,
+    ``file.toml`` (an LLM scanner), or ``audit`` (the built-in rules; ``audit_rules`` from the profile)."""
+    if spec == "audit":
+        return [Scanner(name="audit", kind="builtin", content={"rules": audit_rules or {}})]
+    file, _, only = spec.partition(":") if spec.split(":", 1)[0].endswith(".py") else (spec, "", "")
+    path = Path(file)
+    if not path.is_file():
+        raise NotFound(f"no scanner file {quoted(file)} (give a .py, .sql or .toml file, or 'audit')")
+    suffix = path.suffix.lower()
+    if suffix == ".py":
+        return _python(path, only or None)
+    if suffix == ".sql":
+        return [_sql(path)]
+    if suffix == ".toml":
+        return [_llm(path, model)]
+    raise BadInput(f"{quoted(file)}: a scanner is a .py, .sql or .toml file, or 'audit'")
