@@ -3,9 +3,10 @@
 SLURM decides only where: every array task runs ``amb sweep exec SPEC.json`` (the same command as
 every executor) for the spec on line ``$SLURM_ARRAY_TASK_ID`` of the batch's list file, as the batch
 step's own process, so that ``scancel`` and ``--signal`` reach the exec, which stops its container.
-What the generated script asks for, and why, is in docs/scale-out.md (On a SLURM cluster). The job
-ids and each array index's run id are saved under ``<root>/executor/slurm.json``, so ``amb sweep
-status`` and ``amb sweep cancel`` work from any machine that sees the shard root.
+Runs needing GPUs and runs needing none are separate arrays, so a CPU run never waits for, or
+holds, a GPU. What the generated script asks for, and why, is in docs/scale-out.md (On a SLURM
+cluster). The job ids and each array index's run id are saved under ``<root>/executor/slurm.json``,
+so ``amb sweep status`` and ``amb sweep cancel`` work from any machine that sees the shard root.
 """
 
 from __future__ import annotations
