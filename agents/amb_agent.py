@@ -3,18 +3,10 @@
     amb-agent --model M --task-dir WORKSPACE [--brief FILE] [--data DIR] [--max-turns N]
               [--exec-timeout SEC] [--time-limit SEC] [--tier lite|standard]
 
-The harness of the benchmark (reference section 5.1), rebuilt: a system prompt made of a fixed
-preamble, the environment and the task brief; tools ``execute_code {language, code}`` and
-``submit_results {summary}``; ``tool_choice=auto``, temperature 0, ``max_tokens`` 4096. Each turn is
-one API call; every tool call in it is run and answered with a ``role: tool`` message holding
-``{"exit_code", "stdout", "stderr"}``, stdout cut to its last 3000 characters and stderr to its last
-2000 (``--report-elapsed`` adds ``elapsed_s``, the wall time of the execution, as the enhancement
-branch's harness does; it is off by default so that every request depends only on what the model
-said and what the programs printed, and a strict replay can match it byte for byte). The loop
-stops on ``submit_results``, on a reply without tool calls (after a cut-off reply it asks the model
-to continue instead), at the turn cap, or at the time limit. A failed API call is
-retried once after a pause. Exit status: 0 when the results were submitted, 2 when the loop ended
-without a submission, 1 when the API failed.
+The harness of the benchmark (reference section 5.1), rebuilt: its prompt, its two tools
+``execute_code {language, code}`` and ``submit_results {summary}``, its output cuts and its stop
+rules, as docs/agents-and-sweeps.md describes. Exit status: 0 when the results were submitted, 2
+when the loop ended without a submission, 1 when the API failed.
 
 The endpoint and key come from the environment (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``), as for any
 agent ``amb-record`` wraps; this program knows nothing of the recorder. It imports only the standard

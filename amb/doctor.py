@@ -50,10 +50,6 @@ class Check:
 # ---- docker ---------------------------------------------------------------------------------------
 
 
-def _docker_host() -> str:
-    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-
-
 def _permission_denied(error: BaseException) -> bool:
     seen: BaseException | None = error
     for _ in range(10):
@@ -67,7 +63,7 @@ def _permission_denied(error: BaseException) -> bool:
 
 def check_docker() -> tuple[list[Check], Any]:
     """The engine and the permission to use it; returns the client when both are fine."""
-    host = _docker_host()
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     try:
         import docker
 
@@ -126,10 +122,8 @@ def _debootstrap_ready() -> tuple[bool, str]:
 
 
 def check_base(client) -> tuple[list[Check], str | None]:
-    """Where the images' base comes from: a registry's Python image, or a debootstrapped Debian.
-
-    Returns the checks and the base image the next ``amb images build`` / ``amb demo`` would use
-    (None when there is none yet)."""
+    """Where the images' base comes from (a registry's Python image, or a debootstrapped Debian), and
+    the base image the next ``amb images build`` / ``amb demo`` would use (None when there is none yet)."""
     from amb.images import DEFAULT_BASE, find_image, rootfs_tag
 
     ready, why = _debootstrap_ready()
@@ -148,33 +142,27 @@ def check_base(client) -> tuple[list[Check], str | None]:
         if find_image(client, ref) is not None:
             how = "a debootstrapped Debian" if ref == rootfs else "a registry's image"
             return [Check("base image", "ok", f"{ref} is here ({how}); no download needed"), tools], ref
-    if want_rootfs or not _registry_answers(client, public):
-        if ready:
-            return [
-                Check(
-                    "base image",
-                    "ok",
-                    f"no base image yet ({'AMB_BASE_FROM_ROOTFS is set' if want_rootfs else 'no registry'}): "
-                    f"`amb images build --base-from-rootfs` debootstraps {rootfs} (a minute)",
-                ),
-                tools,
-            ], None
+    if not want_rootfs and _registry_answers(client, public):
+        base = Check("base image", "ok", f"a registry answers for {public}; `amb images build` pulls it")
+    elif ready:
+        source = "AMB_BASE_FROM_ROOTFS is set" if want_rootfs else "no registry"
+        base = Check(
+            "base image",
+            "ok",
+            f"no base image yet ({source}): "
+            f"`amb images build --base-from-rootfs` debootstraps {rootfs} (a minute)",
+        )
+    else:
         tools.status = "fail"
-        return [
-            Check(
-                "base image",
-                "fail",
-                f"no base image here, no registry answers for {public}, and {why}",
-                "install debootstrap and run as root (then `amb images build --base-from-rootfs`), or "
-                "make a registry reachable (or `docker load` a Python 3.11 Debian image and set "
-                "AMB_BASE_IMAGE)",
-            ),
-            tools,
-        ], None
-    return [
-        Check("base image", "ok", f"a registry answers for {public}; `amb images build` pulls it"),
-        tools,
-    ], None
+        base = Check(
+            "base image",
+            "fail",
+            f"no base image here, no registry answers for {public}, and {why}",
+            "install debootstrap and run as root (then `amb images build --base-from-rootfs`), or "
+            "make a registry reachable (or `docker load` a Python 3.11 Debian image and set "
+            "AMB_BASE_IMAGE)",
+        )
+    return [base, tools], None
 
 
 def _registry_answers(client, ref: str) -> bool:
@@ -206,29 +194,24 @@ def check_images(client, base: str | None) -> list[Check]:
     for role in ROLES:
         tag = f"amb-{role}:c-{content_hash(role, base_id)}"
         current = find_image(client, tag)
+        latest = find_image(client, f"amb-{role}:latest") if current is not None else None
         if current is None:
-            checks.append(
-                Check(
-                    f"{role} image",
-                    "warn",
-                    f"no {tag}: this amb's {role} image is not built on {base} (an older one may exist)",
-                    f"`amb images build{flag}` (a few minutes; `amb demo` builds the agent image itself)",
-                )
+            check = Check(
+                f"{role} image",
+                "warn",
+                f"no {tag}: this amb's {role} image is not built on {base} (an older one may exist)",
+                f"`amb images build{flag}` (a few minutes; `amb demo` builds the agent image itself)",
             )
-            continue
-        latest = find_image(client, f"amb-{role}:latest")
-        if latest is None or latest.id != current.id:
-            checks.append(
-                Check(
-                    f"{role} image",
-                    "warn",
-                    f"{tag} is current, but amb-{role}:latest is another build "
-                    "(another amb version or checkout)",
-                    f"`amb images build{flag}` points amb-{role}:latest at it (nothing is rebuilt)",
-                )
+        elif latest is None or latest.id != current.id:
+            check = Check(
+                f"{role} image",
+                "warn",
+                f"{tag} is current, but amb-{role}:latest is another build (another amb version or checkout)",
+                f"`amb images build{flag}` points amb-{role}:latest at it (nothing is rebuilt)",
             )
-            continue
-        checks.append(Check(f"{role} image", "ok", f"{tag} is current (content tag; amb-{role}:latest)"))
+        else:
+            check = Check(f"{role} image", "ok", f"{tag} is current (content tag; amb-{role}:latest)")
+        checks.append(check)
     return checks
 
 

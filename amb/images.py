@@ -1,26 +1,9 @@
 """``amb images build``: the agent and grader images, built with the docker SDK, tagged by content.
 
 Every image is tagged ``amb-<role>:c-<hash>`` where the hash covers everything that goes into it
-(Dockerfile, requirements, copied sources, the base image's id). A rebuild with nothing changed
-finds the tag and does nothing; ``amb-<role>:latest`` always points at the newest build.
-
-The base is a build argument. A normal user builds from a public Python image (``--base``);
-where no registry is reachable (air-gapped clusters, CI machines without Docker Hub)
-``--base-from-rootfs`` debootstraps a Debian root filesystem and imports it as the base.
-
-The build files come from the ``images`` package (package data, so an installed amb builds the
-same images as a checkout, with the same tags); the shim and the grader's sources come from the
-installed ``recorder``, ``schemas``, ``scorer`` and ``tasks`` packages.
-
-Package installs inside the builds need the build machine's CA bundle (a site's egress may
-re-sign TLS); it is handed to the throwaway ``deps`` stage only, never to the final image.
-
-Two amb processes on one machine (two `amb-record`s, the test processes) can find the same image
-missing at once. Builds and the rootfs import are made under one lock per user and machine
-(``build_lock``), and each looks for its tag again once it holds it: without that, two
-debootstraps imported two bases under one tag, and an image's content tag named the base it
-looked up while its build took whatever the tag pointed at by then. Builds also name their base
-by id, so the tag's hash and the image's base are always the same image.
+(Dockerfile, requirements, copied sources, the base image's id); ``amb-<role>:latest`` points at the
+newest build. The build files come from the ``images`` package (package data, so an installed amb
+builds the same images as a checkout). Bases, the build lock and the CA bundle: docs/containers.md.
 """
 
 from __future__ import annotations

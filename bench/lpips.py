@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 import numpy as np
 
 from bench import figures
+from bench.measure import timed
 from scorer.metrics.lpips import CONVS, SCALE, SHIFT, Lpips, expected_shapes
 
 
@@ -97,18 +97,16 @@ def measure(args: argparse.Namespace) -> tuple[float, str]:
         for _ in range(args.pairs):
             a = rng.normal(0, 1, (512, 512)).cumsum(axis=0).cumsum(axis=1)
             pairs.append((a + rng.normal(0, 20, a.shape), a))
-        t0 = time.perf_counter()
-        ours = [net.distance(p, r) for p, r in pairs]
-        t_np = (time.perf_counter() - t0) / len(pairs)
+        ours, t_np = timed(lambda: [net.distance(p, r) for p, r in pairs])
+        t_np /= len(pairs)
         print(f"numpy LPIPS: {t_np * 1000:.0f} ms per 512x512 pair ({len(pairs)} pairs)")
         try:
             import torch  # noqa: F401  (F401: only probing whether the optional parity check can run)
         except ImportError:
             print("torch not importable: parity check skipped (install torch in this environment to run it)")
             return t_np, "torch not installed: not measured"
-        t0 = time.perf_counter()
-        ref = [torch_lpips(net.w, p, r) for p, r in pairs]
-        t_t = (time.perf_counter() - t0) / len(pairs)
+        ref, t_t = timed(lambda: [torch_lpips(net.w, p, r) for p, r in pairs])
+        t_t /= len(pairs)
         diff = max(abs(x - y) for x, y in zip(ours, ref, strict=True))
         rel = max(abs(x - y) / abs(y) for x, y in zip(ours, ref, strict=True))
         print(f"torch float32 LPIPS: {t_t * 1000:.0f} ms per pair; numpy/torch time ratio {t_np / t_t:.2f}")

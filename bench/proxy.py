@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import figures
 from bench.figures import NONE
-from bench.measure import alternate, percentile, process_cpu_seconds
+from bench.measure import alternate, percentile, process_cpu_seconds, timed
 
 PY = sys.executable
 BIN = Path(PY).parent
@@ -271,9 +271,8 @@ def sequential(targets: list[Target], n: int, rounds: int) -> dict[str, list[flo
         for t in targets:
             c = clients[t.name]
             for _ in range(n // rounds):
-                t0 = time.perf_counter()
-                r = c.post("/v1/chat/completions", json=CHAT)
-                out[t.name].append((time.perf_counter() - t0) * 1000)
+                r, seconds = timed(partial(c.post, "/v1/chat/completions", json=CHAT))
+                out[t.name].append(seconds * 1000)
                 assert r.status_code == 200, (t.name, r.status_code)
     for c in clients.values():
         c.close()
@@ -365,6 +364,7 @@ BIG = {
     ],
 }
 BIG_BYTES = json.dumps(BIG).encode()
+JSON_BODY = {"content-type": "application/json"}
 
 
 def big_requests(targets: list[Target], n: int) -> dict[str, list[float]]:
@@ -375,11 +375,9 @@ def big_requests(targets: list[Target], n: int) -> dict[str, list[float]]:
         # always land on the same next target.
         for t in targets[i % len(targets) :] + targets[: i % len(targets)]:
             body = BIG_BYTES.replace(b"what is this", f"what is {i:04d}".encode())  # a new blob each time
-            t0 = time.perf_counter()
-            r = clients[t.name].post(
-                "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
-            )
-            out[t.name].append((time.perf_counter() - t0) * 1000)
+            post = partial(clients[t.name].post, "/v1/chat/completions", content=body, headers=JSON_BODY)
+            r, seconds = timed(post)
+            out[t.name].append(seconds * 1000)
             assert r.status_code == 200
     for c in clients.values():
         c.close()
@@ -397,7 +395,7 @@ def stall(target: Target, streams: int, with_uploads: bool) -> float:
             while not stop.is_set():
                 i += 1
                 body = BIG_BYTES.replace(b"what is this", f"stall {i:06d}".encode())
-                c.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+                c.post("/v1/chat/completions", content=body, headers=JSON_BODY)
 
     up = threading.Thread(target=uploader)
     if with_uploads:

@@ -1,23 +1,14 @@
 """bench/scaleout: what a sweep's executor and the shards' trip home cost.
 
-Measures:
-- **executor overhead per run**: 40 tiny runs (the agent is ``true``, local backend, recorded under
-  the shim) swept by each executor; per run, the time from its dispatch (the executor started its
-  ``amb sweep exec``) to its shard being complete (renamed into ``shards/``), minus the run's own
-  time (``shard.json``'s ``run_s``: the exec's call of the recorder, from its imports and proxy start
-  to the closed run). What remains is the executor's and the exec's own cost: starting (local, Ray:
-  forking from a warm ``amb sweep exec --serve``; SLURM: a new interpreter importing amb), reading
-  the spec, sealing and renaming the shard. Median and p90, and the slot time a run costs with
-  every slot kept busy; for local also the warm exec's own start, paid once per sweep.
-  Targets: under 1 s on local and Ray, under 2 s on SLURM. ``--executors local slurm ray``: for
-  ``slurm`` (unless ``SLURM_CONF`` names a cluster) and ``ray`` (unless ``RAY_ADDRESS`` does) the
-  benchmark brings up the tests' real clusters (tests/clusters/: a controller with two compute
-  nodes; a Ray head and a worker in a loopback-only network namespace, where the Ray measurement
-  runs in a child process of this benchmark).
-- **shard ingest rate**: 1,000 shards of synthetic runs (the real spool writer and blob store,
-  2 model calls each) loaded into an empty store by ``amb ingest --from`` (every shard checked:
-  layout, sizes, frames, envelopes, blobs; then one bulk ingest), beside the baseline of the same
-  runs' spools already in the store loaded by plain ``amb ingest``; then the same load again
+Measures (what each figure means, and where the time goes: docs/scale-out.md, Measured):
+- **executor overhead per run**: 40 tiny runs (the agent is ``true``, local backend, under the shim)
+  swept by each executor; per run, the time from its dispatch to its shard in place, minus the run's
+  own time (``shard.json``'s ``run_s``). Median and p90, and the slot time a run costs with every
+  slot kept busy; for local also the warm exec's own start. Targets: under 1 s on local and Ray,
+  under 2 s on SLURM. For ``slurm`` (unless ``SLURM_CONF`` names a cluster) and ``ray`` (unless
+  ``RAY_ADDRESS`` does) the benchmark brings up the tests' real clusters (tests/clusters/).
+- **shard ingest rate**: 1,000 shards of synthetic runs loaded into an empty store by ``amb ingest
+  --from``, beside plain ``amb ingest`` of the same runs' spools; then the same load again
   (idempotent: nothing copied, nothing added). Target: at least 50 shards/s.
 
 Run: ./just bench scaleout [--runs 40] [--shards 1000] [--executors local] [--only overhead|ingest]

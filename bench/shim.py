@@ -8,17 +8,9 @@ gets, seccomp-notify, unless ``--tracer`` says otherwise; inotify on the workspa
 streamed to a real receiver writing a real spool). The runs are cut into blocks interleaved ABBA
 (plain, shim, shim, plain) per round, so that load from anything else on the machine falls on
 both sides alike. Measures the ratio shim/plain of the total wall times (target <= 1.05), the same
-ratio for the CPU the container used (the container's cgroup, so the shim's and strace's CPU
-count against it; the host-side receiver does not), and checks that every process run under the
-shim was recorded. On a loaded machine trust the CPU ratio: wall time then depends on how the
-scheduler shares the cores, and a traced workload (more runnable tasks) can even get a larger
-share. Each block's loop times itself, so the shim's start-up is not in the wall figures.
-
-Where the overhead goes: with seccomp-notify each process waits for the shim at its exec (argv
-read, seize), at its exec-event stop and, for its parent, at its death; a shell also at each
-SIGCHLD. With strace (``--tracer strace``), following children with ptrace stops every new
-process several times whatever is traced (fork event, the child's first stop, exec event,
-exit): bare ``strace -f -e trace=none`` alone cost about 1.06x on the 2-core CI VM.
+ratio for the CPU the container used, and checks that every process run under the shim was
+recorded. Each block's loop times itself, so the shim's start-up is not in the wall figures. What
+the figures mean, and where the overhead goes: docs/containers.md.
 """
 
 from __future__ import annotations

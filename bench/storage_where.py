@@ -20,29 +20,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import zstandard  # noqa: E402 (after the path is set, as the checkout's packages are)
+import zstandard
 
-from schemas import blobcodec, packstore  # noqa: E402 (the checkout's packages, after the path is set)
+from bench.measure import disk_bytes
+from schemas import blobcodec, blobstore, packstore
 
 DICTIONARY_BYTES = 64 * 1024
 DICTIONARY_WAYS = ("content", "stored now", "zstd-3", "zstd-3 + dictionary")
 
 _REF = re.compile(r'"(\w+)":\{"blob":"sha256:([0-9a-f]{64})","media_type":"([^"]*)"')
 _CHUNK = re.compile(rb"sha256:([0-9a-f]{64})")
-
-
-def _disk(path: Path) -> int:
-    return os.lstat(path).st_blocks * 512
 
 
 def first_value(con: Any, sql: str) -> Any:
@@ -82,7 +77,7 @@ def where(store: Path) -> dict[str, Any]:
     con.close()
 
     area: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    packs = store / "blobs" / packstore.PACKS if hasattr(packstore, "PACKS") else store / "blobs" / "packs"
+    packs = store / "blobs" / blobstore.PACKS
     records: dict[str, tuple[int, int, int]] = {}  # hexd -> (codec, stored, header)
     listing: dict[str, list[str]] = {}
     for pack in sorted(packs.glob("*" + packstore.PACK_SUFFIX)):
@@ -109,13 +104,12 @@ def where(store: Path) -> dict[str, Any]:
     for path in (store / "spool").rglob("*"):
         if path.is_file():
             suffix = "".join(path.suffixes) or path.name
-            spools[suffix] += _disk(path)
-    blob_disk = sum(_disk(p) for p in (store / "blobs").rglob("*") if p.is_file())
+            spools[suffix] += disk_bytes(path)
     return {
         "events": events,
-        "db_disk": _disk(store / "amb.duckdb"),
+        "db_disk": disk_bytes(store / "amb.duckdb"),
         "db_columns": dict(columns),
-        "blob_disk": blob_disk,
+        "blob_disk": disk_bytes(store / "blobs"),
         "blobs": {k: dict(v) for k, v in sorted(area.items())},
         "spools": dict(spools),
     }

@@ -4,18 +4,8 @@ Same events, same profile, same bytes, always: the view is built from the folded
 (no clock, no environment, no dict-order dependence), and its sha256 is part of every judge call's
 cache key. So changing the evidence rules (the budget, say) re-asks the judge; nothing else does.
 
-Layout (AutoMedBench's ``llm_judge.py`` summariser, with event ids added so a verdict can cite them):
-
-1. the task line (task, track, tier);
-2. the conversation, one line per message ``[<event id>] role: text`` with per-role cuts; when
-   longer than ``budget_chars`` it keeps the HEAD (``head`` share of the budget, first messages),
-   a MIDDLE sample (every ceil(n/20)-th message of the rest, ``middle`` share) and the TAIL
-   (``tail`` share, last messages), with a marker line saying what was left out;
-3. code executions: the first ``exec_head``, up to ``exec_middle_failed`` failed ones from the
-   middle, the last ``exec_tail``; each with language, OK/FAIL(exit code), code and output excerpts;
-4. the files the agent wrote (path, size, digest) and the plan's text; ``plan.png`` is passed as an
-   image to judges that take images;
-5. the submission check (files, cases, format) and the task metric, stated as facts.
+Layout: AutoMedBench's ``llm_judge.py`` summariser, with event ids added so a verdict can cite
+them; docs/scoring.md (Evidence view) lists its parts and cuts, which ``EvidenceRules`` sets.
 
 Model-supplied text is defanged (``neutralise``) so a transcript cannot fake a section header or a
 verdict in the judge's prompt.

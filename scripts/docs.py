@@ -43,10 +43,6 @@ WIDTH = 100
 """The help text's width in docs/cli.md (click otherwise takes the terminal's)."""
 
 
-def block_pattern(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(<!-- {name}: begin[^\n]*-->\n)(.*?)(\n<!-- {name}: end -->)", re.S)
-
-
 def views_block() -> str:
     return "\n" + views.markdown().strip() + "\n"
 
@@ -71,24 +67,24 @@ def figures_block() -> str:
 BLOCKS: dict[str, Callable[[], str]] = {"views": views_block, "figures": figures_block}
 
 
-def found(text: str, name: str) -> re.Match[str]:
-    """Block ``name`` of the README (an error naming the markers if it has none)."""
-    m = block_pattern(name).search(text)
+def found(path: Path, text: str, name: str) -> re.Match[str]:
+    """Block ``name`` of ``path``'s ``text`` (an error naming the markers if it has none)."""
+    m = re.search(rf"(<!-- {name}: begin[^\n]*-->\n)(.*?)(\n<!-- {name}: end -->)", text, re.S)
     if m is None:
-        raise SystemExit(f"{README}: no {name} block (<!-- {name}: begin ... --> ... <!-- {name}: end -->)")
+        raise SystemExit(f"{path}: no {name} block (<!-- {name}: begin ... --> ... <!-- {name}: end -->)")
     return m
 
 
 def current(text: str, name: str) -> str:
     """What the README holds in block ``name``."""
-    return found(text, name).group(2)
+    return found(README, text, name).group(2)
 
 
-def readme() -> str:
-    """README.md with every block as this script writes it."""
-    text = README.read_text()
-    for name, make in BLOCKS.items():
-        m = found(text, name)
+def rewritten(path: Path, blocks: dict[str, Callable[[], str]]) -> str:
+    """``path``'s text with each of ``blocks`` as its function writes it."""
+    text = path.read_text()
+    for name, make in blocks.items():
+        m = found(path, text, name)
         text = text[: m.start(2)] + make() + text[m.end(2) :]
     return text
 
@@ -118,16 +114,12 @@ def cli_doc() -> str:
 
 def viewer_doc() -> str:
     """docs/viewer.md with its ``api`` block as the route table makes it."""
-    text = VIEWER_DOC.read_text()
-    m = block_pattern("api").search(text)
-    if m is None:
-        raise SystemExit(f"{VIEWER_DOC}: no api block (<!-- api: begin ... --> ... <!-- api: end -->)")
-    return text[: m.start(2)] + "\n" + routes.markdown() + "\n" + text[m.end(2) :]
+    return rewritten(VIEWER_DOC, {"api": lambda: "\n" + routes.markdown() + "\n"})
 
 
 def expected() -> dict[Path, str]:
     """Each generated file and the text it should hold."""
-    return {README: readme(), CLI_DOC: cli_doc(), VIEWER_DOC: viewer_doc()}
+    return {README: rewritten(README, BLOCKS), CLI_DOC: cli_doc(), VIEWER_DOC: viewer_doc()}
 
 
 def main() -> int:

@@ -1,20 +1,12 @@
 """``amb sweep exec SPEC.json``: execute one run spec and record one run into a shard.
 
 The one command every executor runs (locally as a child process, in a SLURM array task, in a Ray
-task, in a Kubernetes pod). It
-
-1. returns at once if the attempt already has a shard (engines execute at least once);
-2. records the run with ``recorder.run.record`` into its own attempt directory
-   ``attempts/<run id>/<token>/`` (a store layout: ``spool/``, ``blobs/``), never into a shared store;
-3. passes the allocation's CPU, memory and GPU limits to ``docker run`` (:func:`allocation`), because
-   the container is a child of dockerd and the engine's cgroups do not reach it;
-4. stops its own container on SIGTERM/SIGINT/SIGHUP (forwarded to the agent, then killed after
-   ``STOP_GRACE_S``), so ``scancel``, ``ray.cancel`` and ``amb sweep cancel`` leave none running;
-5. writes ``shard.json``, fsyncs, and renames the attempt directory into ``shards/<run id>`` in one
-   step (or into ``duplicates/`` when another execution of the same spec got there first).
-
-It exits 0 when a shard was placed (whatever the run's own status, which ``shard.json`` holds), 3
-when the attempt was already complete, and 2 (``amb: error: ...``) when it could not run.
+task, in a Kubernetes pod). It records the run into its own attempt directory, never into a shared
+store, passes the allocation's limits to ``docker run`` (:func:`allocation`: the container is a
+child of dockerd, out of the engine's cgroups' reach), stops its container on a stop signal, and
+places its shard in one rename; docs/scale-out.md (The command) has each step. It exits 0 when a
+shard was placed (whatever the run's own status, which ``shard.json`` holds), 3 when the attempt was
+already complete, and 2 (``amb: error: ...``) when it could not run.
 """
 
 from __future__ import annotations

@@ -3,26 +3,7 @@
 An executor never records anything itself and never decides what a cell's outcome is: the shard
 root is the one source of truth (``sweeps.shard``). It is told which spec files to execute, says
 what its engine knows about each (queued, running, ended), and can cancel everything it submitted.
-The sweep driver calls, in this order::
-
-    ex = open_executor(config, layout)        # a new sweep, or a resumed one
-    ex.submit([spec files])                   # any number of times (retries come later)
-    ex.poll()  -> {run id: "queued" | "running" | "ended"}   (often; never blocks long)
-    ex.cancel()                               # on Ctrl-C / SIGTERM / amb sweep cancel
-    ex.close()
-
-Rules for implementers (``sweeps/<engine>.py``, registered in ``EXECUTORS``):
-
-- Run exactly ``exec_command(spec_file)`` for each spec, in an environment that sees the shard root
-  under the same absolute path; pass GPU ids in ``AMB_GPU_IDS`` when the engine knows them in some
-  other way than ``SLURM_JOB_GPUS`` / ``CUDA_VISIBLE_DEVICES``.
-- Deliver SIGTERM (not SIGKILL first) to the exec on cancel or preemption: it stops its container.
-- ``poll`` reports ``ended`` once the engine considers the execution over, whatever its outcome; an
-  ended spec with no shard is a lost attempt, which the driver retries as a new attempt.
-- Save what ``cancel`` needs (job ids, pids, addresses) under ``layout.root / "executor"`` so that
-  ``attach(layout)`` rebuilds the executor in another process (``amb sweep cancel DIR``). Its
-  ``poll`` lists the specs the engine still holds (queued or running): a resumed sweep adopts those
-  attempts instead of submitting new ones, and takes one that is no longer listed as ended.
+The protocol and the rules for implementers are in docs/scale-out.md (The executor protocol).
 """
 
 from __future__ import annotations

@@ -1,39 +1,7 @@
 """The sweep file: a typed schema (msgspec), validated with errors that name the field and the line.
 
-A sweep file (TOML)::
-
-    name = "nightly"                 # run ids are <name>-<agent>-<task>-<tier>-r<k> (retries: .a2, .a3)
-    tasks = ["kidney-seg", "bccd-det"]   # or [{id = "kidney-seg", data = "DIR"}] for prepared data
-    tiers = ["lite", "standard"]
-    repeats = 2
-    concurrency = 2                  # runs at the same time (local; the default window elsewhere)
-    time_limit_s = 600               # per run (default: the task's own limit)
-    max_calls = 200                  # per run budget, as amb-record --max-calls/--max-tokens/--max-cost
-    max_attempts = 2                 # a failed cell is retried until it has used this many attempts
-    backend = "local"                # or "docker", or "auto" (docker when an engine answers)
-    cases = 3                        # twins synthesised for tasks without data (amb task synth)
-    seed = 0
-    baseline = true                  # "{baseline}" in upstream is the offline baseline server
-    cpus = 2                         # per run (docker --cpus); memory = "8g"; gpus = 0
-    # gpu_mode = "nvidia"            # or "env" (NVIDIA_VISIBLE_DEVICES only)
-
-    [[agents]]
-    name = "baseline"
-    command = ["amb-agent", "--model", "{model}", "--task-dir", "{workspace}", "--data", "{data}"]
-    model = "baseline"
-    upstream = "openai={baseline}"   # optional: where the recording proxy forwards model calls
-
-    [[resources]]                    # optional: cells that need more (later rules win)
-    task = "kidney-seg"              # any of agent, task, tier; omitted = every
-    gpus = 1
-
-    [executor]                       # optional; `amb sweep --executor NAME` overrides the name
-    name = "slurm"
-    [executor.slurm]
-    partition = "gpu"
-    array_cap = 8
-
-Placeholders in commands: ``{model} {workspace} {data} {task} {tier} {repeat} {run_id}``.
+The file's keys, with an example, are in docs/agents-and-sweeps.md (cells, agents, budgets) and
+docs/scale-out.md (resources and executors).
 """
 
 from __future__ import annotations

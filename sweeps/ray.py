@@ -1,22 +1,9 @@
 """The Ray executor: one Ray task per run spec, each running ``amb sweep exec SPEC.json`` on its node.
 
-Ray decides only where: the task runs the same command as every executor, on a node that has a free
-``docker`` slot (a custom resource each node advertises, e.g. ``ray start --resources='{"docker": 2}'``:
-how many containers it runs at once) and, for a run that needs GPUs, ``num_gpus``. The GPU ids Ray
-assigns (``ray.get_gpu_ids()``) reach the exec as ``AMB_GPU_IDS``, which passes them to ``docker run``
-itself: a container is dockerd's child, outside anything Ray limits.
-
-- A bounded in-flight window (``max_in_flight``, default the sweep's ``concurrency``): at most that many
-  tasks are submitted and not ended, so a sweep's API-rate budget holds whatever the cluster's size.
-- Cancel: ``ray.cancel`` interrupts each task, which sends SIGTERM to its exec (the exec stops its
-  container and closes the run). The exec also gets SIGTERM when its Ray worker dies for any other
-  reason (``ray.cancel(force=True)``, the driver's exit, however abrupt): it runs behind a stand-in
-  (``sweeps/standin.py``), whose death sends it SIGTERM, because Ray SIGKILLs a dying worker's direct
-  children. A dead node's tasks are re-run elsewhere by Ray (at least once); the shard root makes
-  that exactly once in effect.
-- Run the sweep itself as a Ray Job (``ray job submit -- amb sweep SWEEP.toml --executor ray``) and the
-  driver lives on the head node: the submitting laptop can go away, and ``amb sweep cancel`` (or
-  ``ray job stop``) stops it and its tasks.
+Ray decides only where: a node with a free ``docker`` slot (a custom resource each node advertises)
+and, for a run that needs GPUs, ``num_gpus``; the GPU ids Ray assigns reach the exec as
+``AMB_GPU_IDS``. At most ``max_in_flight`` tasks are out at once. How cancel, a dead node and a
+stopped Ray Job are handled is in docs/scale-out.md (On a Ray cluster).
 
 Ray is an optional extra (``pip install amb-recorder[ray]``); this module imports it when used.
 """

@@ -10,12 +10,10 @@ Layout of a shard root (a sweep's work directory, on a filesystem every node see
     cells/<cell key>                    the run id of the cell's first completed attempt (O_EXCL)
     logs/<run id>.log                   what the exec printed (local executor; engines keep their own)
 
-Exactly once in effect: engines execute at least once (a node's death re-runs a task elsewhere while
-the first copy may still finish). Each execution writes only inside its own attempt directory; the
-rename into ``shards/`` is atomic and fails if the attempt already has a shard, so a second
-execution becomes a *duplicate* and two executions' events are never mixed. The first attempt to
-complete a cell claims it by creating ``cells/<cell key>`` exclusively; ingest takes exactly that
-attempt for the cell and keeps every other as a recorded duplicate.
+Exactly once in effect (docs/scale-out.md): each execution writes only inside its own attempt
+directory and is renamed into ``shards/`` in one step that fails if the attempt already has a shard
+(a second execution becomes a duplicate); the first attempt to complete a cell claims it by creating
+``cells/<cell key>`` exclusively.
 """
 
 from __future__ import annotations

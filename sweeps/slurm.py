@@ -1,26 +1,12 @@
 """The SLURM executor: each batch of run specs becomes one ``sbatch --array`` per resource class.
 
 SLURM decides only where: every array task runs ``amb sweep exec SPEC.json`` (the same command as
-every executor) for the spec on line ``$SLURM_ARRAY_TASK_ID`` of the batch's list file. The shard
-root must be on a filesystem every compute node sees under the same path (the cluster norm).
-
-What the generated script does, and why:
-
-- ``--array=0-(N-1)%K``: one task per spec; ``%K`` (``array_cap``) caps how many run at once, which
-  is also a sweep's API-rate limit. Runs needing GPUs and runs needing none are separate arrays
-  (a resource class each), so a CPU run never waits for, or holds, a GPU.
-- ``--gres=gpu:N`` for a GPU class: SLURM's physical GPU ids reach the exec as ``SLURM_JOB_GPUS``,
-  which it passes to ``docker run`` itself (dockerd's containers are outside the job's cgroups).
-- ``exec amb sweep exec``: the exec *is* the batch step's process, so ``scancel`` and
-  ``--signal=B:TERM@60`` (sent a minute before the time limit) reach it directly, once, and it stops
-  its container; SLURM's own kill would not reach a container (a child of dockerd).
-- ``--no-requeue``: SLURM does not silently re-run a task whose node failed; the sweep driver sees
-  the task end without a shard and submits a new attempt (``amb sweep`` on resume submits only the
-  specs that have no shard, so a resumed array holds only the missing indexes).
-
-The job ids and each array index's run id are saved under ``<root>/executor/slurm.json``, so
-``amb sweep status`` and ``amb sweep cancel`` work from any machine that sees the shard root and
-can reach the controller.
+every executor) for the spec on line ``$SLURM_ARRAY_TASK_ID`` of the batch's list file, as the batch
+step's own process, so that ``scancel`` and ``--signal`` reach the exec, which stops its container.
+Runs needing GPUs and runs needing none are separate arrays, so a CPU run never waits for, or
+holds, a GPU. What the generated script asks for, and why, is in docs/scale-out.md (On a SLURM
+cluster). The job ids and each array index's run id are saved under ``<root>/executor/slurm.json``,
+so ``amb sweep status`` and ``amb sweep cancel`` work from any machine that sees the shard root.
 """
 
 from __future__ import annotations

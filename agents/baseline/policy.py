@@ -10,13 +10,8 @@ went (exit code, printed ``CASE``/``RESULT``/``CHECK`` lines). From those it pic
     explore → plan → env → setup → inspect → pilot → pilot_check → batch [→ batch_retry] → verify → submit
 
 A failed step is retried once; a batch that left cases without output is re-run on the missing
-cases once. ``flaw`` injects one of the failures AutoMedBench's error taxonomy is made of:
-
-- ``no-pilot``: skips the one-case pilot and its check (S3, error code E3);
-- ``wrong-filename``: writes every output under a wrong file name (S4/S5 and TASK, E5);
-- ``crash-mid-batch``: the batch dies half-way with a traceback and is not re-run (S4, E4/E5);
-- ``hand-written``: types answers into files instead of running a method (S2/S3 and TASK);
-- ``private-path``: peeks at the private reference folder (a rule violation: S1–S5 zeroed).
+cases once. ``flaw`` injects one of the failures AutoMedBench's error taxonomy is made of
+(``FLAWS``; what each does and costs: docs/agents-and-sweeps.md).
 """
 
 from __future__ import annotations

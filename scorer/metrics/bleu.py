@@ -1,7 +1,7 @@
 """BLEU-1..4 as the COCO caption toolkit computes it (what the report-score reference code calls).
 
 Why not sacrebleu or NLTK: the three common implementations disagree by several points on the same
-input (metrics-offline.md §2), and AutoMedBench's report score goes through ``pycocoevalcap``'s
+input, and AutoMedBench's report score goes through ``pycocoevalcap``'s
 ``Bleu(4)``. This module re-implements that definition (and is cross-checked against it in the tests):
 
 - tokens are whitespace-split (the caller does any preprocessing);

@@ -1,25 +1,11 @@
 """mAP at one IoU threshold for 2-D box detection, our own implementation (numpy).
 
-Conventions, each pinned in ``DetParams`` and echoed with the score:
-
-- Boxes are ``(x1, y1, x2, y2)`` in continuous pixel coordinates; area is ``w·h`` (no VOC "+1").
-- Class names are compared after ``strip().lower()``. A prediction without a score has score 1.0.
-- Matching (the public AutoMedBench code, also COCO's rule): per image and class, predictions in
-  descending score order each take the unmatched reference box of highest IoU, if that IoU is
-  ``>= iou_threshold``; otherwise they are false positives. Ties keep input order (stable sorts),
-  across images in image order.
-- Wildcard: a box labelled ``wildcard`` (``abnormality``) matches every class, on both sides, and
-  takes part in every class's AP, as in the public code.
-- Which classes enter the mean: ``union`` (public code: every class named by a reference or a
-  prediction; a class with no reference box has AP 0, so spurious class names lower the mAP) or
-  ``with_gt`` (only classes with at least one reference box; the Full-package brief, and COCO).
-  No class at all gives mAP 0.
-- Interpolation: ``voc_all_point`` (PASCAL VOC 2010+: area under the precision envelope at every
-  recall step) or ``coco_101`` (public code and COCO: mean of the envelope at recall 0, 0.01, ..., 1).
-  The 101 thresholds are compared exactly in integers (``100·tp >= k·n_gt``). pycocotools compares
-  against ``np.linspace(0, 1, 101)``, whose points 35, 41, 47, 57, 69, 70, 82, 83, 94 and 95 lie one
-  ulp above k/100, so recall 0.7 exactly misses threshold 70 there; the public code (``k / 100.0``)
-  agrees with us.
+Its conventions (box area, class names, matching, wildcard, the classes in the mean, interpolation)
+are each pinned in ``DetParams``, echoed with the score, and described in
+docs/enhancement-and-detection.md. The 101 recall thresholds of ``coco_101`` are compared exactly in
+integers (``100·tp >= k·n_gt``): pycocotools' ``np.linspace(0, 1, 101)`` puts ten of them one ulp
+above k/100, so recall 0.7 exactly misses threshold 70 there; the public code (``k / 100.0``) agrees
+with us.
 """
 
 from __future__ import annotations

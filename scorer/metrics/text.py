@@ -1,22 +1,10 @@
 """The 7-part report score, FINDINGS extraction and the report validity rules.
 
-Report score (paper Table 1, public code's ``mlrg`` backend, weights 1/7 each):
-``BLEU`` (mean of BLEU-1..4), ``METEOR``, ``ROUGE_L``, ``F1RadGraph`` (partial reward) and CheXbert's
-micro ``precision``, ``recall`` and ``F1`` over 14 labels.
-
-- Text preparation follows the reference code (MLRG's ``compute_nlg_scores``): ``.`` becomes ``" ."``
-  and runs of spaces collapse (we also fold newlines and tabs into spaces and strip the ends, which
-  the reference's whitespace tokenisation treats the same way); no lower-casing (BLEU and ROUGE-L are
-  case-sensitive there; METEOR's ``-norm`` folds case itself).
-- Level (``GradeOptions.text_level``): ``case`` (paper: the 7 values per case, their mean per case,
-  then the mean over cases) or ``corpus`` (public code: corpus BLEU and METEOR from pooled
-  statistics, mean ROUGE-L and RadGraph reward, CheXbert micro P/R/F1 pooled over all cases, then
-  the mean of the 7).
-- Model-based parts: F1RadGraph and CheXbert run only when their weights are on disk
-  (``AMB_RADGRAPH_MODEL_DIR``; ``AMB_CHEXBERT_PATH`` + ``AMB_BERT_PATH``) and their packages import;
-  the hub is never contacted (``HF_HUB_OFFLINE=1``, ``TRANSFORMERS_OFFLINE=1`` are set first).
-  Otherwise the rule-based substitutes in ``radgraph_proxy`` and ``chexpert_rules`` run and each
-  substitution is listed in ``degraded``, so nobody compares the number with published ones.
+The parts, the text preparation (MLRG's ``compute_nlg_scores``; we also fold newlines and tabs into
+spaces and strip the ends, which the reference's whitespace tokenisation treats the same way), the
+two levels (``GradeOptions.text_level``) and the model-based parts' substitutes (each listed in
+``degraded``, so nobody compares the number with published ones) are described in
+docs/vqa-and-report.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
 """VQA answer matching: the benchmark's normalisation, exact match, token F1, A–E labels, placeholders.
 
 Pure functions of strings (no files, no JSON): the grader (``scorer.grader.vqa``) parses the answer
-files and calls these. The rules follow AutoMedBench's public VQA scorer so a score here means the
-same thing as there:
-
-- ``normalize_answer``: lower-case, drop ASCII punctuation, collapse whitespace; a whole answer that
-  is a yes/no synonym becomes ``yes``/``no``; otherwise each token is mapped through the number words
-  (``two`` → ``2``, ``none`` → ``0``) and then the medical abbreviations (``ivc`` →
-  ``inferior vena cava``; a standalone ``r``/``l`` → ``right``/``left``). Abbreviations are expanded
-  per token, so ``lv`` inside a word is never touched.
-- open-ended case score: a yes/no gold answer is scored strictly (the normalised prediction must be
-  exactly ``yes``/``no`` and equal the gold), whatever the matching mode, so "yes, the cyst ..."
-  earns nothing. Other gold answers: ``exact`` (paper: 0/1 after normalisation) or ``em_f1``
-  (public code: 0.5·EM + 0.5·token-F1).
-- multiple choice: the predicted label is normalised to one of A–E (a bare letter, or the first
-  standalone A–E token in the text); correct iff it equals the gold label.
-- placeholders: an answer that claims something without a real model output (empty raw output with a
-  non-empty answer, a generic raw output such as ``unknown``/``n/a``, or a raw output starting with
-  ``heuristic:``/``fallback:``/``placeholder:``/``mock:``/``dummy:``/``stub:``) is invalid and scores 0.
-  Both empty is an honest skip: not a placeholder, but still no answer, so also 0.
+files and calls these. The rules follow AutoMedBench's public VQA scorer, so a score here means the
+same thing as there; docs/vqa-and-report.md lists them.
 """
 
 from __future__ import annotations
