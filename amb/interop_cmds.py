@@ -9,11 +9,12 @@ written into (``schemas.run_claim``): ``--run-id``/``--id-suffix`` import under 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import version
 from pathlib import Path
@@ -106,6 +107,27 @@ class Renaming(NamedTuple):
 NO_RENAMING = Renaming()
 
 
+class _InOrder:
+    """Lets input ``i`` take its claims only after every earlier input has: of two inputs making one
+    run, the first given is the one written (or skipped), whichever thread finished reading first.
+    Never blocks for ever: the pool starts inputs in order, so every earlier input is already running."""
+
+    def __init__(self) -> None:
+        self._next = 0
+        self._turns = threading.Condition()
+
+    @contextlib.contextmanager
+    def turn(self, i: int) -> Iterator[None]:
+        with self._turns:
+            self._turns.wait_for(lambda: self._next == i)
+        try:
+            yield
+        finally:
+            with self._turns:
+                self._next += 1
+                self._turns.notify_all()
+
+
 class _Claims:
     """Which runs of an import are written: a run id the store does not hold, once (an input given
     twice, or two inputs making one run, are written once). A run id the store holds is skipped when
@@ -172,15 +194,25 @@ def run_imports(
     one file-system sync per batch instead of an fsync per blob."""
     tick = progress(label)
     claims = _Claims(store)
+    order = _InOrder()
 
-    def handle(item: tuple[str, Callable[[], list[RunBuilder]]]) -> list[tuple[Outcome, Staged | None]]:
-        name, parse = item
+    def handle(
+        item: tuple[int, tuple[str, Callable[[], list[RunBuilder]]]],
+    ) -> list[tuple[Outcome, Staged | None]]:
+        i, (name, parse) = item
         where = shown(name)
         try:
-            runs = parse()
-            renaming.apply(runs, where)
-            built = [(run, spool_bytes(run)) for run in runs]
-            write = claims.take(where, built)
+            built: list[tuple[RunBuilder, bytes]] | BaseException
+            try:
+                runs = parse()
+                renaming.apply(runs, where)
+                built = [(run, spool_bytes(run)) for run in runs]
+            except BaseException as e:  # raised below, once this input's turn has passed
+                built = e
+            with order.turn(i):
+                if isinstance(built, BaseException):
+                    raise built
+                write = claims.take(where, built)
         except (Rejected, RunExists) as e:
             return [(Outcome(where, "rejected", None, str(e)), None)]
         except (OSError, RecursionError) as e:
@@ -201,7 +233,7 @@ def run_imports(
     lost: list[Staged] = []
     try:
         with ThreadPoolExecutor(max_workers=IMPORT_THREADS) as pool:
-            for i, done in enumerate(pool.map(handle, inputs)):
+            for i, done in enumerate(pool.map(handle, enumerate(inputs))):
                 tick(i, total)
                 for outcome, staged in done:
                     outcomes.append(outcome)

@@ -85,7 +85,24 @@ def test_another_input_under_an_imported_id_is_refused(exported, tmp_path):
     assert "another import spool" in r.stderr and files(store) == before
     # The same input twice in one command, and again later: written once, then skipped.
     twice = amb("import", "atif", "--store", str(tmp_path / "twice"), "--json", str(folder), str(folder))
-    assert sorted(x["status"] for x in json.loads(twice.stdout)) == ["imported", "skipped"]
+    assert [x["status"] for x in json.loads(twice.stdout)] == ["imported", "skipped"]
+
+
+def test_of_two_inputs_making_one_run_the_first_given_is_written(exported, tmp_path):
+    """Inputs are read by several threads; the first input wins even when it takes longest to read."""
+    _, folder = exported
+    slow = shutil.copytree(folder, tmp_path / "slow")
+    doc = json.loads((slow / "trajectory.json").read_text())
+    filler = [dict(doc["steps"][0], step_id=len(doc["steps"]) + 1 + i) for i in range(3000)]
+    doc["steps"] += filler
+    (slow / "trajectory.json").write_text(json.dumps(doc))
+    quick = _changed(folder, tmp_path / "quick")
+    store = tmp_path / "fresh"
+    r = amb("import", "atif", "--store", str(store), "--json", str(slow), str(quick))
+    assert r.exit_code == 2, r.output
+    assert [x["status"] for x in json.loads(r.stdout)] == ["imported", "rejected"], r.stdout
+    assert "also made, with other content, by another input" in r.stderr and "quick" in r.stderr
+    assert len(event_hashes(store)["rec-1"]) > 3000
 
 
 def test_id_suffix_renames_every_run_and_its_sub_agents(tmp_path):
