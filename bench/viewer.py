@@ -177,7 +177,7 @@ def beside(builds: list[Build], ours: float, theirs: dict[str, float], shown: di
     if len(builds) < 2:
         return figures.NONE
     name = builds[1].name
-    return f"{name}: {shown[name]} ({figures.faster(ours, theirs[name])})"
+    return f"{name}: {shown[name]} ({figures.faster(ours, theirs[name], 2)})"
 
 
 def api_pages(builds: list[Build], repeat: int, figs: figures.Figures) -> None:
