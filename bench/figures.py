@@ -195,8 +195,9 @@ def build_name(checkout: Path) -> str:
     return f"commit `{done.stdout.strip()}`" if done.returncode == 0 else f"`{checkout.resolve().name}`"
 
 
-def faster(ours: float, theirs: float) -> str:
-    """How our time compares with theirs: ``2.1× faster`` or ``1.3× slower``."""
+def faster(ours: float, theirs: float, digits: int = 1) -> str:
+    """How our time compares with theirs: ``2.1× faster`` or ``1.3× slower`` (``digits`` after the
+    point: two say whether a figure close to another held)."""
     if ours <= 0 or theirs <= 0:
         return "not comparable"
-    return f"{theirs / ours:.1f}× faster" if theirs >= ours else f"{ours / theirs:.1f}× slower"
+    return f"{theirs / ours:.{digits}f}× faster" if theirs >= ours else f"{ours / theirs:.{digits}f}× slower"

@@ -1,22 +1,27 @@
 """bench/viewer: the viewer's API pages, a run page's first paint, and the diff of two big runs.
 
 On a store with 1,000 runs, one run of about 100,000 events and two runs of about 10,000 events
-(built once and kept in --store, default out/bench-viewer-store), prints:
+(built once and kept in --store, default out/bench-viewer-store), with ``amb serve`` in its own
+process, prints:
 
 - for each API page: median time over --repeat requests through the HTTP server, and its size
-  (targets: < 100 ms median, < 200 KB), beside a baseline measured in the same process: what a
-  viewer without paging would do for the same view (every event of the run, or the runs view
-  aggregated again for every page);
+  (targets: < 100 ms median, < 200 KB), beside what a viewer without paging would do for the same
+  view: every event of the run in one answer;
 - the payload search of the 100k run (replay.search's pattern) beside lowering every payload, CPU;
-- the diff of the two 10k-event runs: the first (uncached) /api/diff answer (target < 1 s), and
-  the alignment alone;
-- the first paint of a run page in headless Chromium (Playwright, /usr/bin/chromium) with
-  ``amb serve`` in its own process, opened by a deep link in the middle of the 100k-event run in a
-  fresh page: when the client saw the linked event marked, and when the page painted it (its own
-  Element Timing), target < 1 s, beside a one-line page in the same browser; with --against, another
-  checkout's viewer alternating with this one.
+- the diff of the two 10k-event runs: the first (uncached) /api/diff answer of a fresh server
+  (target < 1 s), and the alignment alone;
+- the first paint of a run page in headless Chromium (Playwright, /usr/bin/chromium), opened by a
+  deep link in the middle of the 100k-event run in a fresh page: when the client saw the linked
+  event marked, and when the page painted it (its own Element Timing), target < 1 s, beside a
+  one-line page in the same browser.
 
-Run: ./just bench viewer [--store DIR] [--rebuild] [--repeat 15] [--only api|paint] [--against CHECKOUT]
+With ``--against CHECKOUT``, that checkout's ``amb serve`` (run by its own .venv's Python, on
+``--against-store``, which its own bench built) is measured in the same rounds, the two builds
+taking turns request by request, page by page and server by server, so that load from elsewhere
+on the machine falls on both alike; each row then shows both figures and their ratio.
+
+Run: ./just bench viewer [--store DIR] [--rebuild] [--repeat 15] [--only api|paint]
+     [--against CHECKOUT [--against-store DIR]]
 """
 
 from __future__ import annotations
@@ -31,9 +36,11 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import closing
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
@@ -42,8 +49,8 @@ from bench.measure import process_cpu_seconds
 from recorder.synthetic import generate_run
 from replay import search
 from replay.ingest import ingest
+from replay.store import open_sql
 from replay.web import diff as diffs
-from replay.web.server import Running
 from tests.replay.viewer_store import CHROMIUM, chromium_flags
 
 BIG, DIFF_A, DIFF_B = "big-100k", "diff-10k-a", "diff-10k-b"
@@ -79,6 +86,18 @@ def median_s(fn: Callable[[], object], times: int) -> float:
     return statistics.median(measure.repeat(fn, times))
 
 
+class Build(NamedTuple):
+    """One build of the viewer under measure: its name in the rows, its store and its checkout (None:
+    this one)."""
+
+    name: str
+    store: Path
+    checkout: Path | None = None
+
+
+THIS = "this build"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--store", metavar="DIR", default="out/bench-viewer-store")
@@ -92,7 +111,13 @@ def main() -> None:
         "--against",
         type=Path,
         metavar="CHECKOUT",
-        help="another checkout of amb (e.g. an export of main): its viewer's first paint beside this one's",
+        help="another checkout of amb (with its .venv): its viewer measured in the same rounds as this one",
+    )
+    ap.add_argument(
+        "--against-store",
+        type=Path,
+        metavar="DIR",
+        help="the store --against serves, built by that checkout's own bench (default: --store)",
     )
     figures.add_argument(ap, "viewer")
     args = ap.parse_args()
@@ -103,87 +128,181 @@ def main() -> None:
     if not (root / "amb.duckdb").exists():
         print(f"building the store in {root} (once)", file=sys.stderr)
         build(root, args.runs)
+    builds = [Build(THIS, root)]
+    if args.against is not None:
+        other = args.against_store or root
+        if not (other / "amb.duckdb").exists():
+            raise SystemExit(f"bench: no store in {other}: build one with that checkout's bench/viewer.py")
+        builds.append(Build(figures.build_name(args.against), other, args.against))
     if args.only != "paint":
-        api_pages(root, args.repeat, figs)
+        api_pages(builds, args.repeat, figs)
+        fresh_servers(builds, args.repeat, figs)
     if args.only != "api":
-        first_paint(root, args.repeat, args.against, figs)
+        first_paint(builds, args.repeat, figs)
     figs.write()
 
 
-def api_pages(root: Path, repeat: int, figs: figures.Figures) -> None:
-    with Running(root) as viewer:
-        base = viewer.url
-        first_runs = fetch(base + "/api/runs")[0]  # builds the run index once
-        page1 = get_json(base + "/api/runs?limit=50")
-        around = get_json(f"{base}/api/runs/{BIG}/events?around=shim:50000")
-        call = get_json(f"{base}/api/runs/{BIG}/events?kinds=model_call.completed&limit=60")["events"][20]
-        n_runs, n_big = page1["total"], get_json(f"{base}/api/runs/{BIG}")["n_events"]
-        tl = get_json(f"{base}/api/runs/{BIG}/timeline")
-        mid = tl["to_ms"] / 2
-        pages = {
-            "runs list": "/api/runs",
-            "runs list, filtered and sorted": "/api/runs?task=vqa-rad&tier=lite&sort=tokens&order=asc",
-            "runs list, next page": f"/api/runs?cursor={page1['next']}",
-            "runs list, search": "/api/runs?q=claude",
-            "run summary (100k)": f"/api/runs/{BIG}",
-            "events, first page (100k)": f"/api/runs/{BIG}/events",
-            "events around a deep link (100k)": f"/api/runs/{BIG}/events?around=shim:50000",
-            "events, next page (100k)": f"/api/runs/{BIG}/events?after={around['next']}",
-            "events, one kind (100k)": f"/api/runs/{BIG}/events?kinds=model_call.completed",
-            "events, search in payloads (100k)": f"/api/runs/{BIG}/events?q=sys.exit(1)",
-            "timeline, whole run (100k)": f"/api/runs/{BIG}/timeline",
-            "timeline, zoomed (100k)": f"/api/runs/{BIG}/timeline?from_ms={mid}&to_ms={mid + 300_000}",
-            "model call on expand (100k)": f"/api/runs/{BIG}/calls/{call['source']}/{call['seq']}",
-            "one event (100k)": f"/api/runs/{BIG}/events/shim/50000",
-            "grid of one task": "/api/grid?task=vqa-rad",
-        }
-        print(f"first /api/runs (builds the index): {first_runs * 1000:.0f} ms", file=sys.stderr)
-        medians, largest = {}, 0
-        for name, path in pages.items():
-            times, sizes = zip(*(fetch(base + path) for _ in range(repeat)), strict=True)
-            medians[name], largest = statistics.median(times) * 1000, max(largest, *sizes)
-        worst = max(medians.values())
+def pages_of(base: str) -> dict[str, str]:
+    """The API pages the bench measures, each a path on the server at ``base`` (the cursors and the
+    expanded call are taken from that server's own answers)."""
+    page1 = get_json(base + "/api/runs?limit=50")
+    around = get_json(f"{base}/api/runs/{BIG}/events?around=shim:50000")
+    call = get_json(f"{base}/api/runs/{BIG}/events?kinds=model_call.completed&limit=60")["events"][20]
+    mid = get_json(f"{base}/api/runs/{BIG}/timeline")["to_ms"] / 2
+    return {
+        "runs list": "/api/runs",
+        "runs list, filtered and sorted": "/api/runs?task=vqa-rad&tier=lite&sort=tokens&order=asc",
+        "runs list, next page": f"/api/runs?cursor={page1['next']}",
+        "runs list, search": "/api/runs?q=claude",
+        "run summary (100k)": f"/api/runs/{BIG}",
+        "events, first page (100k)": f"/api/runs/{BIG}/events",
+        "events around a deep link (100k)": f"/api/runs/{BIG}/events?around=shim:50000",
+        "events, next page (100k)": f"/api/runs/{BIG}/events?after={around['next']}",
+        "events, one kind (100k)": f"/api/runs/{BIG}/events?kinds=model_call.completed",
+        "events, search in payloads (100k)": f"/api/runs/{BIG}/events?q=sys.exit(1)",
+        "timeline, whole run (100k)": f"/api/runs/{BIG}/timeline",
+        "timeline, zoomed (100k)": f"/api/runs/{BIG}/timeline?from_ms={mid}&to_ms={mid + 300_000}",
+        "model call on expand (100k)": f"/api/runs/{BIG}/calls/{call['source']}/{call['seq']}",
+        "one event (100k)": f"/api/runs/{BIG}/events/shim/50000",
+        "grid of one task": "/api/grid?task=vqa-rad",
+    }
 
-        # Baselines in the same process: what a viewer without paging or an index would do.
-        # (The server's own read-only connection: DuckDB allows one configuration per file and process.)
-        with viewer.viewer.reader.cursor() as con:
-            all_events = median_s(
-                lambda: con.execute(
-                    "SELECT source, seq, ts_ns, kind, CAST(payload AS VARCHAR) FROM events WHERE run_id = ? "
-                    "ORDER BY ts_ns, source, seq",
-                    [BIG],
-                ).fetchall(),
-                3,
+
+def slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def beside(builds: list[Build], ours: float, theirs: dict[str, float], shown: dict[str, str]) -> str:
+    """The other build's figure (``shown[name]``) and how ours compares with its time, or ``—``."""
+    if len(builds) < 2:
+        return figures.NONE
+    name = builds[1].name
+    return f"{name}: {shown[name]} ({figures.faster(ours, theirs[name], 2)})"
+
+
+def api_pages(builds: list[Build], repeat: int, figs: figures.Figures) -> None:
+    """Every API page, each build's server asked in turn, ``repeat`` rounds per page; a row per page,
+    and one for the whole 100k run in one answer (this build's store, the bench's own connection)."""
+    servers = {b.name: Serve(b.store, b.checkout) for b in builds}
+    try:
+        for name, s in servers.items():
+            t = fetch(s.url + "/api/runs")[0]  # builds the run index once
+            print(f"{name}: first /api/runs (builds the index): {t * 1000:.0f} ms", file=sys.stderr)
+        paths = {name: pages_of(s.url) for name, s in servers.items()}
+        n_runs = get_json(servers[THIS].url + "/api/runs?limit=1")["total"]
+        got: dict[str, dict[str, list[tuple[float, int, float]]]] = {}
+        for page in paths[THIS]:
+            got[page] = measure.alternate(
+                {n: partial(servers[n].get, paths[n][page]) for n in servers},
+                repeat,
+                rotate=True,
             )
-            searches = search_baseline(con, repeat)
-            a, b = diffs.load_steps(con, DIFF_A), diffs.load_steps(con, DIFF_B)
-            n_a = con.execute("SELECT count(*) FROM events WHERE run_id = ?", [DIFF_A]).fetchall()[0][0]
-            n_b = con.execute("SELECT count(*) FROM events WHERE run_id = ?", [DIFF_B]).fetchall()[0][0]
-        align = median_s(lambda: diffs.align(a, b), 3)
-        t_diff, size_diff = fetch(f"{base}/api/diff?a={DIFF_A}&b={DIFF_B}")
-        t_diff2, _ = fetch(f"{base}/api/diff?a={DIFF_A}&b={DIFF_B}")
-    slowest = max(medians, key=medians.__getitem__)
+    finally:
+        for s in servers.values():
+            s.close()
+    ms = {p: {n: statistics.median(r[0] for r in rs) * 1000 for n, rs in by.items()} for p, by in got.items()}
+    kb = {p: {n: max(r[1] for r in rs) / 1024 for n, rs in by.items()} for p, by in got.items()}
+    cpu = {p: {n: statistics.mean(r[2] for r in rs) * 1000 for n, rs in by.items()} for p, by in got.items()}
+    shown = {
+        p: {n: f"{ms[p][n]:.1f} ms, {kb[p][n]:.1f} KB, CPU {cpu[p][n]:.0f} ms" for n in ms[p]} for p in ms
+    }
+    for page in got:
+        ours, size = ms[page][THIS], kb[page][THIS]
+        figs.add(
+            f"api-{slug(page)}",
+            f"viewer API: {page}, {n_runs:,} runs, median of {repeat} (CPU: the server's mean)",
+            shown[page][THIS].replace(f"{ours:.1f} ms", f"**{ours:.1f} ms**", 1),
+            beside(builds, ours, ms[page], shown[page]),
+            f"< 100 ms, < 200 KB ({figures.met(ours < 100 and size < 200)})",
+        )
+    with closing(open_sql(builds[0].store)) as con:
+        n_big = con.execute("SELECT count(*) FROM events WHERE run_id = ?", [BIG]).fetchall()[0][0]
+        all_events = median_s(
+            lambda: con.execute(
+                "SELECT source, seq, ts_ns, kind, CAST(payload AS VARCHAR) FROM events WHERE run_id = ? "
+                "ORDER BY ts_ns, source, seq",
+                [BIG],
+            ).fetchall(),
+            3,
+        )
+        search_cpu, lowering = search_baseline(con, repeat)
+    worst = max(ms, key=lambda p: ms[p][THIS])
     figs.add(
         "api",
-        f"viewer API pages, {n_runs:,} runs with one of {n_big:,} events, medians of {repeat} "
+        f"viewer API pages, {n_runs:,} runs with one of {n_big:,} events "
         "([benchmark](docs/viewer.md#benchmark))",
-        f"{min(medians.values()):.1f}–{worst:.1f} ms (slowest: {slowest}), at most {largest / 1024:.1f} KB",
+        f"slowest {ms[worst][THIS]:.1f} ms ({worst}), largest {max(k[THIS] for k in kb.values()):.1f} KB",
         f"the whole 100k run in one answer: {all_events * 1000:.0f} ms",
-        f"< 100 ms, < 200 KB ({figures.met(worst < 100 and largest < 200_000)})",
     )
-    cpu, lowering = searches
     figs.add(
         "search",
         f"payload search in the run of {n_big:,} events, CPU, median of {repeat}",
-        f"{cpu:.0f} ms",
-        f"lowering every payload: {lowering:.0f} ms ({cpu / lowering:.2f}×)",
+        f"{search_cpu:.0f} ms",
+        f"lowering every payload: {lowering:.0f} ms ({search_cpu / lowering:.2f}×)",
     )
+
+
+def fresh_server(b: Build) -> dict[str, float]:
+    """What a person waits for from a server just started (ms, and the server's CPU meanwhile): the
+    runs list (it builds the run index), then the diff of the two 10k-event runs (nothing kept yet),
+    then that diff again (kept)."""
+    s = Serve(b.store, b.checkout)
+    try:
+        index, _, index_cpu = s.get("/api/runs")
+        diff, size, diff_cpu = s.get(f"/api/diff?a={DIFF_A}&b={DIFF_B}")
+        kept = s.get(f"/api/diff?a={DIFF_A}&b={DIFF_B}")[0]
+    finally:
+        s.close()
+    ms = {"index": index, "index_cpu": index_cpu, "diff": diff, "diff_cpu": diff_cpu, "kept": kept}
+    return {k: v * 1000 for k, v in ms.items()} | {"size": size}
+
+
+def fresh_servers(builds: list[Build], rounds: int, figs: figures.Figures) -> None:
+    """``rounds`` fresh servers per build, taking turns (``fresh_server``): a row for the first runs
+    list, one for the first diff."""
+    got = measure.alternate({b.name: partial(fresh_server, b) for b in builds}, rounds, rotate=True)
+    med = {n: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for n, rows in got.items()}
+    cpu = {
+        n: {k: statistics.mean(r[k] for r in rows) for k in ("index_cpu", "diff_cpu")}
+        for n, rows in got.items()
+    }
+    with closing(open_sql(builds[0].store)) as con:
+        a, b = diffs.load_steps(con, DIFF_A), diffs.load_steps(con, DIFF_B)
+        n_a, n_b = (
+            con.execute("SELECT count(*) FROM events WHERE run_id = ?", [r]).fetchall()[0][0]
+            for r in (DIFF_A, DIFF_B)
+        )
+    align = median_s(lambda: diffs.align(a, b), 3)
+    index = {n: m["index"] for n, m in med.items()}
+    figs.add(
+        "index",
+        f"viewer API: runs list, first answer of a fresh server (builds the run index), median of {rounds}",
+        f"**{index[THIS]:.0f} ms**, CPU {cpu[THIS]['index_cpu']:.0f} ms",
+        beside(
+            builds,
+            index[THIS],
+            index,
+            {n: f"{index[n]:.0f} ms, CPU {cpu[n]['index_cpu']:.0f} ms" for n in med},
+        ),
+    )
+    diff = {n: m["diff"] for n, m in med.items()}
     figs.add(
         "diff",
-        f"diff of two runs of {n_a:,} and {n_b:,} events, first answer",
-        f"**{t_diff * 1000:.0f} ms** ({size_diff / 1024:.0f} KB); cached {t_diff2 * 1000:.0f} ms",
-        f"their alignment alone: {align * 1000:.0f} ms",
-        f"< 1 s ({figures.met(t_diff < 1)})",
+        f"diff of two runs of {n_a:,} and {n_b:,} events, first answer of a fresh server, median of {rounds} "
+        "(CPU: the server's mean)",
+        f"**{diff[THIS]:.0f} ms** (max {max(r['diff'] for r in got[THIS]):.0f}), "
+        f"CPU {cpu[THIS]['diff_cpu']:.0f} ms, {med[THIS]['size'] / 1024:.0f} KB; "
+        f"kept {med[THIS]['kept']:.0f} ms; alignment alone {align * 1000:.0f} ms",
+        beside(
+            builds,
+            diff[THIS],
+            diff,
+            {
+                n: f"{diff[n]:.0f} ms, CPU {cpu[n]['diff_cpu']:.0f} ms, kept {med[n]['kept']:.0f} ms"
+                for n in med
+            },
+        ),
+        f"< 1 s ({figures.met(diff[THIS] < 1000)})",
     )
 
 
@@ -243,17 +362,19 @@ TIMING = """() => {
 
 class Serve:
     """``amb serve`` in its own process, as a person runs it (the bench's client stays apart from it),
-    from this checkout or from another one (``--against``)."""
+    from this checkout or from another one, by that checkout's own .venv when it has one."""
 
     def __init__(self, root: Path, checkout: Path | None = None):
         env = dict(os.environ)
-        cwd = None
+        cwd, python = None, sys.executable
         if checkout is not None:
-            env["PYTHONPATH"] = str(checkout)
+            env["PYTHONPATH"] = str(checkout.resolve())
             cwd = str(checkout)
+            own = checkout / ".venv" / "bin" / "python"
+            python = str(own) if own.exists() else python
         code = "import sys; from amb.main import cli; sys.exit(cli())"
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, "serve", "--store", str(root.resolve()), "--port", "0"],
+            [python, "-c", code, "serve", "--store", str(root.resolve()), "--port", "0"],
             stderr=subprocess.PIPE,
             text=True,
             env=env,
@@ -270,59 +391,38 @@ class Serve:
     def cpu_s(self) -> float:
         return process_cpu_seconds(self.proc.pid) or 0.0
 
+    def get(self, path: str) -> tuple[float, int, float]:
+        """``path`` fetched: the wall seconds, the body's bytes, and the server's CPU seconds meanwhile
+        (counted in clock ticks: only a sum over many requests says much)."""
+        c0 = self.cpu_s()
+        wall, size = fetch(self.url + path)
+        return wall, size, self.cpu_s() - c0
+
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=30)
 
 
-def first_paint(root: Path, repeat: int, against: Path | None, figs: figures.Figures) -> None:
+def first_paint(builds: list[Build], repeat: int, figs: figures.Figures) -> None:
     """A deep link into the middle of the 100k run, opened in a fresh page each time: how long until
-    Chromium painted the linked row, beside a one-line page in the same browser; with ``against``,
-    that checkout's viewer on the same store, alternating with this one."""
+    Chromium painted the linked row, beside a one-line page in the same browser; each build's viewer
+    in turn."""
     from playwright.sync_api import sync_playwright
 
-    servers = {"this checkout": Serve(root)}
-    if against is not None:
-        servers[f"against {against}"] = Serve(root, against)
+    servers = {b.name: Serve(b.store, b.checkout) for b in builds}
     try:
         for s in servers.values():  # the run index is built once per server, before any timing
             fetch(s.url + "/api/runs")
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=chromium_flags())
-            # Baseline in the same browser: a page that paints one line and fetches nothing.
-            blank = []
-            for _ in range(repeat):
-                page = browser.new_page(viewport={"width": 1300, "height": 900})
-                t0 = time.perf_counter()
-                page.goto(f"{servers['this checkout'].url}/static/app.css", wait_until="commit")
-                page.set_content("<p id=x>x</p>")
-                page.wait_for_selector("#x", timeout=30_000)
-                blank.append(time.perf_counter() - t0)
-                page.close()
-            got: dict[str, list[dict[str, float]]] = {name: [] for name in servers}
-            for i in range(repeat):
-                key = f"shim:{40000 + 997 * i}"
-                for name, s in servers.items():
-                    page = browser.new_page(viewport={"width": 1300, "height": 900})
-                    page.add_init_script(MARK_TARGET)
-                    c0 = s.cpu_s()
-                    t0 = time.perf_counter()
-                    page.goto(f"{s.url}/runs/{BIG}#{key}", wait_until="commit")
-                    page.wait_for_selector(f"[id='ev-{key}'].target", timeout=30_000)
-                    wall = time.perf_counter() - t0
-                    painted = page.evaluate(PAINTED)
-                    timing = page.evaluate(TIMING)
-                    # Everything else the page asks for, after the paint, before the server's CPU is read.
-                    page.wait_for_load_state("networkidle")
-                    got[name].append(
-                        {
-                            "wall": wall * 1000,
-                            "painted": painted or float("nan"),
-                            **timing,
-                            "cpu": (s.cpu_s() - c0) * 1000,
-                        }
-                    )
-                    page.close()
+            blank = measure.repeat(lambda: one_line_page(browser, servers[THIS].url), repeat)
+            # Each round links one event, the same for every build, a different one each round.
+            keys = iter(f"shim:{40000 + 997 * (i // len(servers))}" for i in range(repeat * len(servers)))
+            got = measure.alternate(
+                {n: partial(deep_link, browser, s, keys) for n, s in servers.items()},
+                repeat,
+                rotate=True,
+            )
             browser.close()
     finally:
         for s in servers.values():
@@ -336,18 +436,48 @@ def first_paint(root: Path, repeat: int, against: Path | None, figs: figures.Fig
             f"linked row painted {med(rows, 'painted'):.0f} ms; before the events request: "
             f"{rows[0]['requests_before']} requests, {rows[0]['bytes_before'] / 1024:.1f} KB"
         )
-    ours = got["this checkout"]
-    other = ""
-    if against is not None:
-        other = f"; {figures.build_name(against)}: painted {med(got[f'against {against}'], 'painted'):.0f} ms"
+    ours = got[THIS]
+    seen = {n: med(rows, "wall") for n, rows in got.items()}
+    painted = {n: f"seen at {seen[n]:.0f} ms, painted at {med(got[n], 'painted'):.0f} ms" for n in got}
+    other = beside(builds, seen[THIS], seen, painted)
+    other = "" if other == figures.NONE else other + "; "
     figs.add(
         "paint",
         f"first paint of a run page at a deep link into the 100k run (Chromium, {repeat} fresh pages)",
-        f"seen at **{med(ours, 'wall'):.0f} ms** (max {max(r['wall'] for r in ours):.0f}), painted at "
+        f"seen at **{seen[THIS]:.0f} ms** (max {max(r['wall'] for r in ours):.0f}), painted at "
         f"{med(ours, 'painted'):.0f} ms; server CPU {med(ours, 'cpu'):.0f} ms",
-        f"a one-line page: {statistics.median(blank) * 1000:.0f} ms{other}",
-        f"< 1 s ({figures.met(med(ours, 'wall') < 1000)})",
+        f"{other}a one-line page: {statistics.median(blank) * 1000:.0f} ms",
+        f"< 1 s ({figures.met(seen[THIS] < 1000)})",
     )
+
+
+def one_line_page(browser: Any, base: str) -> None:
+    """The baseline in the same browser: a fresh page that paints one line and fetches nothing."""
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    page.goto(f"{base}/static/app.css", wait_until="commit")
+    page.set_content("<p id=x>x</p>")
+    page.wait_for_selector("#x", timeout=30_000)
+    page.close()
+
+
+def deep_link(browser: Any, server: Serve, keys: Iterator[str]) -> dict[str, float]:
+    """A fresh page opened at the 100k run's next event of ``keys``: when the client saw the row marked, when
+    the page painted it, the page's own timings, and the server's CPU meanwhile (ms)."""
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    page.add_init_script(MARK_TARGET)
+    key = next(keys)
+    c0 = server.cpu_s()
+    t0 = time.perf_counter()
+    page.goto(f"{server.url}/runs/{BIG}#{key}", wait_until="commit")
+    page.wait_for_selector(f"[id='ev-{key}'].target", timeout=30_000)
+    wall = time.perf_counter() - t0
+    painted = page.evaluate(PAINTED)
+    timing = page.evaluate(TIMING)
+    # Everything else the page asks for, after the paint, before the server's CPU is read.
+    page.wait_for_load_state("networkidle")
+    cpu = (server.cpu_s() - c0) * 1000
+    page.close()
+    return {"wall": wall * 1000, "painted": painted or float("nan"), **timing, "cpu": cpu}
 
 
 if __name__ == "__main__":
