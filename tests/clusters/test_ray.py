@@ -166,4 +166,8 @@ def test_amb_sweep_cancel_stops_every_container_within_10s(tmp_path, ray_cluster
         assert time.monotonic() < deadline, f"attempts never closed: {left}"
         time.sleep(0.2)
     shards = [read_info(d) for d in (work / "shards").iterdir()]
-    assert shards and {s.status for s in shards} <= {"killed", "completed"}, shards
+    ended = [f"{s.run_id}: {s.status} ({s.reason})" for s in shards]
+    assert shards and {s.status for s in shards} <= {"killed", "completed"}, (
+        ended,
+        _job_logs(ray_cluster, "amb-cancel")[-3000:],
+    )
