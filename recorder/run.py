@@ -299,8 +299,12 @@ class _Recording:
         try:
             self.proxy.start()
             view, env = self._prepare_agent()
-            self.log.append(self._run_started(view))
-            started = True
+            run_started = self._run_started(view)
+            # Held while run.started is written (its fsync can take long under load): a stop
+            # landing there would leave the run started on disk but closed by nobody.
+            with stop_signals_held():
+                self.log.append(run_started)
+                started = True
             if on_ready is not None:
                 on_ready(dict(self.proxy.ports), env)
             self._run_agent(view, env)
