@@ -26,7 +26,6 @@ import msgspec
 from recorder.importers.common import (
     DEFAULT_CAPS,
     LIMITATION,
-    SYNTHETIC_JSON,
     ImportCaps,
     Rejected,
     RunBuilder,
@@ -257,8 +256,8 @@ class _Run:
             status=call.get("status") if isinstance(call.get("status"), int) else 200,
             ok=bool(call.get("ok", True)),
             error=call.get("error") if isinstance(call.get("error"), str) else None,
-            request=self.b.json_blob(request, SYNTHETIC_JSON),
-            response=self.b.json_blob(response, SYNTHETIC_JSON),
+            request=self.b.json_blob(request),
+            response=self.b.json_blob(response),
             message=message,
             stop_reason=stop,
             usage=usage,

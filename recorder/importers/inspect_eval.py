@@ -25,7 +25,6 @@ from typing import Any
 from recorder.importers.common import (
     DEFAULT_CAPS,
     ORIGIN_SCORES,
-    SYNTHETIC_JSON,
     ImportCaps,
     Rejected,
     RunBuilder,
@@ -271,7 +270,7 @@ def _model(b: RunBuilder, ev: Any, call_id: str, ts: int) -> list[tuple[int, Pay
     if call is not None and call.response is not None:
         response = b.json_blob(call.response, "application/json")
     else:
-        response = b.json_blob(_dump(out) if out is not None else {}, SYNTHETIC_JSON)
+        response = b.json_blob(_dump(out) if out is not None else {})
     where = f"{b.origin}: model event {call_id}"
     u = out.usage if out is not None else None
     usage = _usage(u, f"{where}: usage") if u is not None else Usage(reported=False)

@@ -196,12 +196,8 @@ def _route_target(name: str) -> str:
 
 def proxy_addons() -> list:
     """The mitmproxy addons a recording proxy needs: mitmdump's defaults minus the interactive and
-    traffic-rewriting ones (replay, map/modify, cookies, export, onboarding, command history...).
-
-    mitmproxy calls every hook on every addon, and that dispatch was a third of the proxy's
-    per-call CPU (profiled at 16 concurrent clients). None of the dropped addons acts unless one
-    of its options is set, and amb sets none of them.
-    """
+    traffic-rewriting ones, none of which acts unless one of its options is set: mitmproxy calls
+    every hook on every addon, and that dispatch was a third of the proxy's per-call CPU."""
     from mitmproxy.addons import (
         block,
         core,

@@ -140,10 +140,8 @@ class NotifyTracer:
             self._thread.join(timeout)
 
     def kill_all(self, sig: int = signal.SIGKILL) -> int:
-        """Signal every process under the command but its own; returns how many were signalled.
-
-        That is every traced process, and every descendant of the command or of a traced process
-        (one that forked without exec'ing is not traced)."""
+        """Signal every traced process and every descendant of the command or of a traced one (a
+        fork that never exec'd is not traced), the command's own excepted; returns how many."""
         n = 0
         roots = {p for p in (self.root_pid, *list(self.procs)) if p is not None}
         for pid in (kernel.descendants(roots) | set(self.procs)) - {self.root_pid}:

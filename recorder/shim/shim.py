@@ -38,11 +38,8 @@ DEFAULT_CAP = 8 * 1024 * 1024
 """Files up to this size are sent with their content; larger ones by hash only."""
 
 TRACE_PAUSE = 0.05
-"""Seconds the trace reader sleeps after a short read, so that strace's lines collect in the pipe.
-strace writes one line per traced event; a reader blocked on the pipe is woken for each one, and
-that wakeup (strace's pipe write, then the shim's thread) costs several times more CPU than parsing
-the line. Batching delays the records by at most this long; nothing is lost (strace waits when the
-pipe is full)."""
+"""Seconds the trace reader sleeps after a short read, so that strace's lines collect in the pipe (a
+wakeup per line costs more CPU than parsing it); nothing is lost, strace waits when the pipe is full."""
 
 TRACE_PIPE_SIZE = 1 << 20
 """Pipe buffer asked for the trace fifo (the default is 64 KiB): room for what strace writes while
