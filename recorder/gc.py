@@ -14,6 +14,7 @@ and docker resources made before run locks existed (no ``org.amb.lock`` label) a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -89,11 +90,9 @@ def collect(
         for p in _own_paths(path, info):
             shutil.rmtree(p, ignore_errors=True)
             removed.append(Removed(run_id, "path", str(p)))
-        try:
+        with contextlib.suppress(FileNotFoundError):
             path.unlink()
             removed.append(Removed(run_id, "lock", str(path)))
-        except FileNotFoundError:
-            pass
     if locks is None:
         removed += _loose_locks(directory)
     remove_if_empty(directory)

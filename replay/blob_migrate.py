@@ -10,6 +10,7 @@ left where it is and named.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 from collections.abc import Callable
@@ -108,12 +109,10 @@ def _migrate(blobs: BlobStore, progress: Callable[[int, int], None] | None) -> M
             commit()
     commit()
     for shard in blobs.root.glob("[0-9a-f][0-9a-f]"):
-        try:
+        with contextlib.suppress(OSError):  # not empty: a file that failed its check stays
             for leftover in shard.glob(".tmp-*"):  # a loose writer killed mid-write
                 leftover.unlink()
             shard.rmdir()
-        except OSError:
-            pass  # not empty: a file that failed its check stays
     if progress:
         progress(len(files), len(files))
     return Migrated(packed, already, bad)

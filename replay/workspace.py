@@ -17,6 +17,7 @@ listed as not kept, never silently left out.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import hashlib
@@ -405,10 +406,8 @@ def _write_under(root: int, path: str, data: bytes) -> str | None:
     opened: list[int] = []
     try:
         for part in parts[:-1]:
-            try:
+            with contextlib.suppress(FileExistsError):
                 os.mkdir(part, 0o755, dir_fd=fd)
-            except FileExistsError:
-                pass
             try:
                 fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             except (NotADirectoryError, OSError) as e:

@@ -31,6 +31,7 @@ exclusively, so it never runs while a writer may have relied on a blob it is abo
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -516,11 +517,9 @@ class BlobStore:
         for path in self.pack_files():
             st = path.stat()
             p, pb, pd = p + 1, pb + st.st_size, pd + st.st_blocks * 512
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 sti = path.with_suffix(packstore.IDX_SUFFIX).stat()
                 ib, idisk = ib + sti.st_size, idisk + sti.st_blocks * 512
-            except FileNotFoundError:
-                pass
         for path in self.loose_files():
             st = path.stat()
             lf, lb, ld = lf + 1, lb + st.st_size, ld + st.st_blocks * 512

@@ -68,11 +68,9 @@ def _shared_dir(directory: Path) -> Path:
     A directory anyone can create is trusted only if it is a real directory (not a link someone
     planted) owned by root or by us, or sticky like /tmp.
     """
-    try:
+    with contextlib.suppress(FileExistsError):
         directory.mkdir()
         os.chmod(directory, 0o1777)
-    except FileExistsError:
-        pass
     st = os.lstat(directory)
     trusted = stat.S_ISDIR(st.st_mode) and (st.st_uid in (0, os.geteuid()) or st.st_mode & stat.S_ISVTX)
     if not trusted or not os.access(directory, os.W_OK | os.X_OK):

@@ -8,6 +8,7 @@ replacement would put a number into the store that nobody recorded.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -43,11 +44,9 @@ def shown(path: str | os.PathLike[str]) -> str:
     """A file's name for a message, as the user can open it (relative below the working directory,
     else absolute), on one printable line whatever bytes it holds."""
     text = os.fspath(path)
-    try:
+    with contextlib.suppress(OSError, ValueError):
         rel = os.path.relpath(text)
         text = rel if not rel.startswith("..") else os.path.abspath(text)
-    except (OSError, ValueError):
-        pass
     return for_message(text, _NAME_MAX)
 
 

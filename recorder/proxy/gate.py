@@ -73,12 +73,10 @@ def own_addresses() -> frozenset[IP]:
         if line.strip() == "/32 host LOCAL":
             with contextlib.suppress(ValueError):
                 out.add(ipaddress.ip_address(prev.strip().lstrip("|-+ ").strip()))
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
         for line in Path("/proc/net/if_inet6").read_text().splitlines():
             hexaddr = line.split()[0]
             out.add(ipaddress.IPv6Address(int(hexaddr, 16)))
-    except (OSError, ValueError, IndexError):
-        pass
     return frozenset(out)
 
 
@@ -121,11 +119,9 @@ class Destinations:
             if ip is not None:
                 self.allowed_addrs.add((ip, port))
                 continue
-            try:
+            with contextlib.suppress(OSError, UnicodeError, ValueError):
                 for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
                     self.allowed_addrs.add((ipaddress.ip_address(_norm(str(info[4][0]))), port))
-            except (OSError, UnicodeError, ValueError):
-                pass
         self._cache: dict[tuple[str, int], Verdict] = {}
 
     def allowed(self, host: str, port: int) -> bool:

@@ -10,6 +10,7 @@ for everything else. All listen on ephemeral ports so several amb-record process
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import importlib
 import logging
@@ -244,12 +245,10 @@ def ca_bundle(ca_cert: Path, out: Path) -> Path:
             parts.append(Path(candidate).read_bytes())
             break
     else:
-        try:
+        with contextlib.suppress(ImportError):
             import certifi
 
             parts.append(Path(certifi.where()).read_bytes())
-        except ImportError:
-            pass
     parts.append(ca_cert.read_bytes())
     out.write_bytes(b"\n".join(p.rstrip(b"\n") + b"\n" for p in parts))
     return out

@@ -286,7 +286,7 @@ class NotifyTracer:
 
     def _stopped(self, pid: int, status: int) -> None:
         sig, event = os.WSTOPSIG(status), status >> 16
-        try:
+        with contextlib.suppress(OSError):  # it died meanwhile; its death is reported next
             if event == kernel.EVENT_EXEC:
                 e = None
                 try:
@@ -313,8 +313,6 @@ class NotifyTracer:
             else:  # a signal on its way to the process: deliver it unchanged
                 self.counts["signals_passed"] += 1
                 kernel.ptrace(kernel.PTRACE_CONT, pid, 0, sig)
-        except OSError:
-            pass  # it died meanwhile; its death is reported next
 
     def _commit(self, pid: int, e: _Exec) -> None:
         old = self.procs.get(pid)

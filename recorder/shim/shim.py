@@ -129,11 +129,9 @@ class Sender:
             self.on_broken()
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_WR)
             self.sock.recv(1)  # the receiver closes once it has everything
-        except OSError:
-            pass
         self.sock.close()
 
 
@@ -329,11 +327,9 @@ class _StraceRun:
         with contextlib.suppress(OSError):
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
         reader.join(timeout=30)
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(fifo)
             os.rmdir(tmp)
-        except OSError:
-            pass
         if self.proc.returncode < 0:
             for msg in self.tracker.root_killed(-self.proc.returncode, time.time_ns()):
                 self.sender.send(msg)

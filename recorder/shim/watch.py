@@ -379,12 +379,10 @@ class Watcher:
             return
         self.known[dst] = entry
         self._emit_rename(src, dst)
-        try:  # a rename of a file still being written: report the content it has now
+        with contextlib.suppress(OSError):  # a rename of a file still being written: its content now
             st = os.lstat(self._abs(dst))
             if (st.st_size, st.st_mtime_ns) != entry[:2]:
                 self._report_file(dst)
-        except OSError:
-            pass
 
     def _access(self, wd: int, mask: int, name: str) -> None:
         base = self.watched[wd]
