@@ -68,7 +68,7 @@ PACKS = "packs"
 
 
 class Usage(NamedTuple):
-    """What the blob store occupies: ``disk`` is what ``du`` counts (allocated blocks)."""
+    """What the blob store occupies: each ``*_disk`` is what ``du`` counts (allocated blocks)."""
 
     packs: int
     pack_bytes: int
@@ -78,10 +78,6 @@ class Usage(NamedTuple):
     loose_files: int
     loose_bytes: int
     loose_disk: int
-
-    @property
-    def disk(self) -> int:
-        return self.pack_disk + self.index_disk + self.loose_disk
 
 
 class _Shared:
@@ -391,30 +387,7 @@ class BlobStore:
         if not DIGEST_RE.match(address):
             raise BlobError(f"not a blob address: {address!r}")
         hexd = address[len(HASH_PREFIX) :]
-        state = self._state
-        entry = state.lookup(hexd)
-        raw: bytes | None = None
-        if entry is None:  # a loose file (an old store), or packed by another process since
-            try:
-                raw = (self.root / hexd[:2] / hexd[2:]).read_bytes()
-            except FileNotFoundError:
-                state.refresh()
-                entry = state.index.get(hexd)
-                if entry is None:
-                    raise BlobError(f"blob {address} is missing from {self.root}") from None
-        if raw is not None:
-            codec = loose_codec(raw)
-            stored = memoryview(raw)
-        else:
-            assert entry is not None
-            try:
-                codec, stored = self.read_record(hexd, entry)
-            except FileNotFoundError:  # repacked by gc since the index was read
-                state.refresh()
-                entry = state.index.get(hexd)
-                if entry is None:
-                    raise BlobError(f"blob {address} is missing from {self.root}") from None
-                codec, stored = self.read_record(hexd, entry)
+        codec, stored = self._stored(hexd, address)
         if codec == blobcodec.CHUNKS:
             if not allow_list:
                 raise BlobError(f"blob {address} is corrupted (a chunk is itself a chunk list)")
@@ -436,6 +409,23 @@ class BlobStore:
         if hashlib.sha256(data).hexdigest() != hexd:
             raise BlobError(f"blob {address} is corrupted (content does not match its address)")
         return data
+
+    def _stored(self, hexd: str, address: str) -> tuple[int, memoryview]:
+        """A blob's codec and stored bytes, packed or loose (an old store); the index is read again
+        when the blob was packed by another process, or repacked by gc, since this one read it."""
+        entry = self._state.lookup(hexd)
+        if entry is None:
+            with contextlib.suppress(FileNotFoundError):
+                raw = (self.root / hexd[:2] / hexd[2:]).read_bytes()
+                return loose_codec(raw), memoryview(raw)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                return self.read_record(hexd, entry)
+        self._state.refresh()
+        entry = self._state.index.get(hexd)
+        if entry is None:
+            raise BlobError(f"blob {address} is missing from {self.root}")
+        return self.read_record(hexd, entry)
 
     def _undelta(self, address: str, stored: memoryview, depth: int, *, hashed: bool) -> bytes:
         base_hex = blobcodec.delta_base(stored, address)

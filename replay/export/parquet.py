@@ -7,17 +7,14 @@ Layout::
     runs.parquet, model_calls.parquet...  every view and score table, one file each
 
 ``events`` is hive-partitioned by *run group*: the runs, in run-id order, are cut into groups of
-at least ``events_per_file`` events (a run is never split), each group one file. So every file
-holds a contiguous range of run ids, and a reader prunes by run three ways: the ``run_id`` min/max
-statistics in each file's footer, the ``event_groups`` index, or the group folder. (A file per run
-cost ~3.5 ms of CPU each: as much as writing 1,000 events.)
+at least ``events_per_file`` events (a run is never split; a file per run costs as much CPU as
+writing 1,000 events), each group one file. A reader prunes by run with the ``run_id`` statistics
+in each file's footer, the ``event_groups`` index, or the group folder.
 
-Each group is one ``COPY (SELECT ... WHERE run_id BETWEEN first AND last) TO file`` (the store keeps
-a run's events together, so DuckDB reads only that range's row groups; ``PARTITION_BY`` over a join
-cost ~40 % more CPU, ``bench/interop.py``), on as many cursors at once as DuckDB has threads. Zstd
-level 1 costs what snappy costs here and writes half the bytes (snappy barely shrinks the hex hash
-columns). Rows inside a file are in whatever order DuckDB writes fastest: readers sort by run,
-source, seq.
+Each group is one ``COPY (SELECT ... WHERE run_id BETWEEN first AND last) TO file`` (DuckDB reads
+only that range's row groups; ``bench/interop.py`` compares ``PARTITION_BY``), on as many cursors
+at once as DuckDB has threads. Zstd level 1 costs what snappy costs and writes half the bytes. Rows
+inside a file are in whatever order DuckDB writes fastest: readers sort by run, source, seq.
 
 Left out on purpose: the store's bookkeeping (``spool_files``, ``_amb_migrations``) and the grade
 cache, which are not facts about runs. Blobs stay in the blob store; their addresses are in the
