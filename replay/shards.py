@@ -42,7 +42,7 @@ class LoadReport:
     """Shards of ``refused`` whose run id the store holds for a different run (bad input)."""
 
     def refuse(self, where: str, error: ShardError, root: Path) -> None:
-        self.refused.append((where, _without(str(error), root)))
+        self.refused.append((where, str(error).removeprefix(f"{root}: ")))  # the report names the shard
         if isinstance(error, RunExists):
             self.taken.append(where)
 
@@ -121,12 +121,6 @@ def _names(directory: Path) -> set[str]:
         return set(os.listdir(directory))
     except FileNotFoundError:
         return set()
-
-
-def _without(message: str, root: Path) -> str:
-    """The reason alone: the report pairs it with the shard's path already."""
-    prefix = f"{root}: "
-    return message[len(prefix) :] if message.startswith(prefix) else message
 
 
 def _already_in(store_root: Path, shard: Path, run_id: str, stored: Stored) -> bool:
