@@ -6,19 +6,10 @@ Layout::
     event_groups.parquet                  run_id -> run_group, events, path of its file
     runs.parquet, model_calls.parquet...  every view and score table, one file each
 
-``events`` is hive-partitioned by *run group*: the runs, in run-id order, are cut into groups of
-at least ``events_per_file`` events (a run is never split; a file per run costs as much CPU as
-writing 1,000 events), each group one file. A reader prunes by run with the ``run_id`` statistics
-in each file's footer, the ``event_groups`` index, or the group folder.
-
-Each group is one ``COPY (SELECT ... WHERE run_id BETWEEN first AND last) TO file`` (DuckDB reads
-only that range's row groups; ``bench/interop.py`` compares ``PARTITION_BY``), on as many cursors
-at once as DuckDB has threads. Zstd level 1 costs what snappy costs and writes half the bytes. Rows
-inside a file are in whatever order DuckDB writes fastest: readers sort by run, source, seq.
-
-Left out on purpose: the store's bookkeeping (``spool_files``, ``_amb_migrations``) and the grade
-cache, which are not facts about runs. Blobs stay in the blob store; their addresses are in the
-payloads.
+Runs, in run-id order, are cut into groups of at least ``events_per_file`` events (a run is never
+split), each one ``COPY ... WHERE run_id BETWEEN first AND last``, on as many cursors as DuckDB has
+threads. docs/interop.md gives the reasons and the figures (groups, zstd level 1, no dictionary).
+Left out: the store's bookkeeping and the grade cache; blobs stay in the blob store.
 """
 
 from __future__ import annotations
