@@ -1,32 +1,18 @@
 """The content-addressed blob store: one directory, shared by every run. A CONTRACT.
 
 A blob's address is ``sha256:`` + the sha256 of its *whole, uncompressed* content: it never
-depends on how the blob is stored. Blobs live in packs (``schemas.packstore``: append-only files
-under ``<root>/packs/``, each written by one process, indexed by address); a store written before
-packs existed keeps *loose* files ``<root>/<hex[0:2]>/<hex[2:]>`` (zlib-compressed content, or a
-chunk list), which are still read and which ``amb blobs migrate`` moves into packs.
+depends on how the blob is stored. Blobs live in packs (``schemas.packstore``); a store written
+before packs keeps *loose* files ``<root>/<hex[0:2]>/<hex[2:]>`` (zlib, or a chunk list), still read
+and moved into packs by ``amb blobs migrate``. A stored blob is its content (``schemas.blobcodec``),
+or above ``CHUNK_ABOVE`` bytes a chunk list (``CHUNK_MAGIC``, then one chunk address per line; a
+chunk is never itself a list), or, put with a ``base``, a delta against it: a writer makes chains at
+most ``DELTA_DEPTH`` long, a read refuses one deeper than ``DELTA_READ_DEPTH`` (a hostile record
+naming itself is an error, not a hang). Reads re-hash what they return.
 
-A stored blob is either its content, compressed to fit (``schemas.blobcodec``: zstd, or raw for
-already compressed media), or, above ``CHUNK_ABOVE`` bytes, a chunk list: ``CHUNK_MAGIC`` then one
-chunk address per line; each chunk is itself a blob (never itself a list). Where the chunks are cut
-is ``schemas.blobchunks``'s.
-
-A blob put with a ``base`` (the previous request of the same run) may instead be stored as a delta
-against it (``blobcodec.DELTA``): a zstd frame that uses the base's content as its dictionary, so a
-conversation's requests cost their new messages, not the whole conversation again each time. A
-writer makes chains at most ``DELTA_DEPTH`` long (then stores the body whole or chunked again, which
-bounds a read to that many decompressions); a read refuses a chain deeper than ``DELTA_READ_DEPTH``
-(a hostile record naming itself, or a loop, is an error, not a hang).
-
-Blobs are write-once: a record is appended, never rewritten, and a blob already stored (in the
-index this process has read, or as a loose file) is not stored again. Two processes storing the
-same new blob at the same moment may both append it; reads take either copy and ``amb gc --blobs``
-keeps one. Reads re-hash what they return, so a corrupted or missing blob (or chunk) is always an
-error.
-
-Writers and ``amb gc --blobs``: a process that stores blobs holds a shared ``flock`` on
+Blobs are write-once; two processes storing the same new blob at once may both append it (a read
+takes either, ``amb gc --blobs`` keeps one). A process that stores blobs holds a shared ``flock`` on
 ``<root>/.writers.lock`` from its first write until it closes the store or exits; gc takes it
-exclusively, so it never runs while a writer may have relied on a blob it is about to drop.
+exclusively, so it never drops a blob a writer may have relied on (docs/blob-packs.md).
 """
 
 from __future__ import annotations
