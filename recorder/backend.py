@@ -193,7 +193,9 @@ def seal_directory(
                 stored += len(data)
                 files.append(SealedFile(path=rel, size=len(data), sha256=ref.blob, content=ref))
             else:
-                files.append(SealedFile(path=rel, size=size, sha256=_hash_file(path)))
+                with open(path, "rb") as f:
+                    sha = "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()
+                files.append(SealedFile(path=rel, size=size, sha256=sha))
         except OSError as e:
             skipped.append(f"{rel}: unreadable ({e.strerror or 'error ' + str(e.errno)})")
     blobs.flush()  # one fsync for every file stored, before the event that names them is written
@@ -210,11 +212,6 @@ def _beyond_limit(rels: list[str], max_files: int) -> set[str]:
     per_dir = Counter(posixpath.dirname(rel) for rel in rels)
     ranked = sorted(rels, key=lambda rel: (per_dir[posixpath.dirname(rel)], rel))
     return set(ranked[max_files:])
-
-
-def _hash_file(path: Path) -> str:
-    with open(path, "rb") as f:
-        return "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def media_type(name: str) -> str:

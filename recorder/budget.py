@@ -1,24 +1,15 @@
 """A run's budget (``amb-record --max-tokens N --max-cost USD --max-calls N``), kept by the proxy.
 
-Every model call asks for admission before it is forwarded; a call that is not admitted never
-reaches the upstream (the proxy answers it with the provider's own error, ``recorder.proxy.refusal``).
-A call settles when its record is written: the tokens it used and its cost (``schemas.prices``, the
-scorer's own computation, so the live figure is the one ``amb score`` gives).
+Every model call asks for admission before it is forwarded (one refused never reaches the upstream:
+the proxy answers it with the provider's own error, ``recorder.proxy.refusal``), and settles when
+its record is written, priced as ``amb score`` prices it (``schemas.prices``).
 
-The limits hold exactly under concurrency: the outcome is the one the calls would have had one after
-the other, in the order they were admitted, i.e. a call is forwarded only if the calls before it had
-not yet reached a limit. To know that while calls are in flight, each call in flight is reserved:
-
-- ``--max-calls``: one call each, exactly; a call that would need more than the limit is refused.
-- ``--max-tokens`` / ``--max-cost``: the largest amount any call of the run has used so far. A call is
-  admitted beside calls in flight only when what is spent plus those reservations stays under the
-  limit; otherwise it waits until the calls in flight settle, and is then decided on what they really
-  used (admitted or refused). Before the first call has settled nothing is known of a call's size, so
-  calls go one at a time until then. A call bigger than every earlier one could let calls admitted
-  beside it exceed what one-after-the-other would have allowed; everything else is exact.
-
-A call in flight when a limit is crossed completes (a stream is never cut for the budget): the last
-call may take the spend past the limit, and every call after it is refused.
+The limits hold exactly under concurrency: a call is forwarded only if the calls admitted before it
+had not yet reached a limit. Each call in flight reserves one call, and the most tokens and cost any
+call of the run has used so far; a call that could cross a limit beside them waits until they settle
+(until the first call settles, calls go one at a time). Only a call bigger than every earlier one
+can let calls admitted beside it go further (docs/recording.md, "Concurrency"). A call in flight when
+a limit is crossed completes: a stream is never cut for the budget, and every call after it is refused.
 """
 
 from __future__ import annotations

@@ -429,14 +429,12 @@ class DockerBackend:
         self._closed = True
         try:
             container = handle.container if handle is not None else self._container
-            try:
+            with contextlib.suppress(Exception):  # never created, or already gone
                 if container is None and self._container_name:
                     # Stopped while dockerd was creating it: it may exist without our knowing it.
                     container = self.client.containers.get(self._container_name)
                 if container is not None:
                     container.remove(force=True)
-            except Exception:  # never created, or already gone
-                pass
             if self._receiver is not None:
                 self._receiver.close(timeout=5)
         finally:
@@ -453,11 +451,9 @@ class DockerBackend:
             # shim saw a direct egress attempt.
             ports = ",".join(str(p) for p in sorted(set(self._ctx.proxy_ports.values())))
             out["proxy_address"] = f"{self._gateway}:{ports}"
-        try:
+        with contextlib.suppress(Exception):
             out["image_id"] = self.client.images.get(self.image).id
             out["docker"] = str(self.client.version().get("Version", ""))
-        except Exception:
-            pass
         return out
 
     @property
@@ -519,7 +515,7 @@ def _gpu_request(spec: str):
 
 def _stream_output(container) -> None:
     """The agent's stdout/stderr go to ours, as the local backend's would."""
-    try:
+    with contextlib.suppress(Exception):
         for out, err in container.attach(stdout=True, stderr=True, stream=True, logs=True, demux=True):
             if out:
                 sys.stdout.buffer.write(out)
@@ -527,5 +523,3 @@ def _stream_output(container) -> None:
             if err:
                 sys.stderr.buffer.write(err)
                 sys.stderr.flush()
-    except Exception:
-        pass

@@ -1,19 +1,16 @@
 """Remove what amb processes that are gone left behind: ``amb gc``, every amb-record at start, and a
-recorder's watchdog (``recorder.watchdog``) for its own run.
+recorder's watchdog (``recorder.watchdog``) for its own run (docs/recording.md).
 
-A recorder killed with ``kill -9`` cannot clean up: its container, its per-run network, its host
-firewall rules and its temp dirs (workspace, CA key) stay, as do the temp dirs of any amb process
-killed midway (a sweep execution's workspace, an image's build context, ingest's copies). Whatever
-amb makes in the temp dir is named in a lock file its owner holds while it lives
-(``schemas.tempdirs``): a run's (``recorder.runlock``), whose docker resources and firewall rules
-carry the run id too (docker labels ``org.amb.run`` and ``org.amb.lock``, the rules' comment
-``amb-run:<id>``), or a process's. What a free lock names is removed, then the lock; a held lock's
-never is. Only what belongs to a dead owner is removed: entries no lock names (made by anyone else)
-and docker resources made before run locks existed (no ``org.amb.lock`` label) are left alone.
+Whatever amb makes in the temp dir is named in a lock file its owner holds while it lives
+(``schemas.tempdirs``): a run's, whose docker resources and firewall rules carry the run id too
+(docker labels ``org.amb.run`` and ``org.amb.lock``, the rules' comment ``amb-run:<id>``), or a
+process's. What a free lock names is removed, then the lock; a held lock's never is. Entries no lock
+names (made by anyone else) and docker resources with no ``org.amb.lock`` label are left alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -89,11 +86,9 @@ def collect(
         for p in _own_paths(path, info):
             shutil.rmtree(p, ignore_errors=True)
             removed.append(Removed(run_id, "path", str(p)))
-        try:
+        with contextlib.suppress(FileNotFoundError):
             path.unlink()
             removed.append(Removed(run_id, "lock", str(path)))
-        except FileNotFoundError:
-            pass
     if locks is None:
         removed += _loose_locks(directory)
     remove_if_empty(directory)

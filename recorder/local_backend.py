@@ -28,12 +28,10 @@ placeholder in the agent's environment); the agent gets placeholders instead."""
 def _die_with_parent() -> None:
     # If amb-record itself is killed (SIGKILL), the agent must not run on unrecorded: the kernel
     # sends it SIGKILL when its parent dies (Linux; a no-op elsewhere).
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _die_with_parent_isolated() -> None:

@@ -39,12 +39,10 @@ and stays to report the init's end); unblocked here so the agent starts with the
 def _non_dumpable() -> None:
     # The agent runs as the same user: without this it could ptrace its init (no Yama needed),
     # make it report a false end, or keep the namespace alive after the agent's end.
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
-    except (OSError, AttributeError):
-        pass
 
 
 def main(argv: list[str]) -> int:

@@ -104,12 +104,9 @@ def _status(
 def stop_signals_held() -> Iterator[None]:
     """Stop signals landing inside are held, then delivered to the handlers of before, each once.
 
-    Closing a run takes seconds (the proxy drains, the container is stopped and removed, the
-    submission sealed), and a second stop signal often lands then: a Ray task's cancel forwards
-    SIGTERM, and its worker's death moments later sends another (the stand-in's parent-death
-    signal). Raised inside the close (``amb sweep exec`` turns it into ``Stopped``), it left the
-    run without its ``run.finished``: an unfinished attempt. Python runs signal handlers in the
-    main thread only, so only there can they be replaced; elsewhere nothing is held."""
+    Closing a run takes seconds, and a second stop signal often lands then (a Ray task's cancel,
+    then its worker's death): raised inside the close, it would leave the run without its
+    ``run.finished``. Only the main thread runs signal handlers; elsewhere nothing is held."""
     held: list[int] = []
     try:
         with _handled_by(lambda signum, _frame: held.append(signum)):

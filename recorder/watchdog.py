@@ -1,19 +1,11 @@
 """A recorder's watchdog: when amb-record dies without closing its run (``kill -9``, the OOM killer),
-it removes what the run left (its container, network, firewall rules and temp dirs, the local
-agent's process group) within seconds, with nobody having to run ``amb gc``.
+it removes what the run left within seconds, with nobody having to run ``amb gc`` (docs/recording.md).
 
-amb-record starts it (``Watchdog.start``) once it holds the run's lock, before it makes anything:
-a process of its own session, so that a signal to amb-record's process group or terminal does not
-reach it (and it is in none of the agent's). Its stdin is a pipe whose only write end amb-record
-holds. At a clean end amb-record writes ``release`` and closes it, and the watchdog exits having
-done nothing. End of file without it means amb-record is gone: the watchdog waits until it has
-ended, then kills what is left of a local agent's process group (its leader got SIGKILL with
-amb-record: ``PR_SET_PDEATHSIG``) and removes what the run's lock and amb-record's own process lock
-name (``recorder.gc``): both are free by then. The spools are the record and stay as they are:
-``amb ingest`` takes the run in as ``unfinished``.
-
-A whole job killed at once (a SLURM cancel, a cgroup kill) takes the watchdog too: then ``amb gc``
-cleans up (the cluster's job epilog, docs/scale-out.md).
+amb-record starts it (``Watchdog.start``) once it holds the run's lock, in a session of its own (a
+signal to amb-record's group or terminal does not reach it), its stdin a pipe whose only write end
+amb-record holds. A clean end writes ``release``; end of file without it means amb-record is gone:
+once it has ended, the watchdog kills what is left of a local agent's process group and removes what
+the run's lock and amb-record's process lock name (``recorder.gc``). The spools stay as they are.
 
 Run as ``python -m recorder.watchdog --lock RUNLOCK --pid PID --start START``.
 """

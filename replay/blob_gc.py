@@ -1,16 +1,11 @@
 """``amb gc --blobs``: drop the blobs nothing refers to, by rewriting (repacking) packs.
 
-Kept (the *live* set), conservatively: every ``sha256:<hex>`` anywhere in a file under ``spool/``,
-read *before* the database (an ingest that commits and then drops its spools in between is seen on
-one side or the other); every one in an event payload or any text column of another table; and
-every chunk of a live chunk list and base of a live delta, in turn. Nothing is guessed. Writers hold
-the store's writers' lock shared while they rely on a stored blob; gc holds it exclusively (waiting
-up to ``wait_s``).
-
-A pack holding an unreferenced record or a second copy, and packs below ``SMALL_PACK`` when there
-are several, are rewritten: every kept record re-hashed, the new pack and index fsync'd, then the
-old index and pack removed (a crash between leaves duplicates for the next gc). A pack holding a
-damaged copy of a live blob is left as it is and named. Unreferenced loose files are removed.
+Kept (the *live* set): every ``sha256:<hex>`` in a file under ``spool/``, read *before* the database
+(an ingest that commits and then drops its spools in between is seen on one side or the other),
+then in event payloads and every other text column, and the parts of live chunk lists and deltas.
+Writers hold the store's writers' lock shared; gc holds it exclusively (waiting up to ``wait_s``).
+A pack rewritten keeps every live record re-hashed, and goes only once the new one is fsync'd; a
+pack holding a damaged copy of a live blob is left as it is and named (docs/blob-packs.md).
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
-"""``amb blobs migrate``: move a store's loose blob files (``blobs/ab/cdef...``) into packs.
-
-Each file's content is rebuilt (decompressed, or its chunks joined) and re-hashed against its
-address; an intact blob is appended to this process's pack as new blobs are encoded
-(``schemas.blobcodec``), a chunk list as it is. Loose files are removed in batches, only after the
-records that replace them are fsync'd (pack, then index): a migration killed at any point leaves
-every blob loose or packed (or both), and running it again resumes. A file that fails its check is
-left where it is and named.
+"""``amb blobs migrate``: move a store's loose blob files (``blobs/ab/cdef...``) into packs, every
+content re-hashed; loose files go in batches, only once the records that replace them are fsync'd,
+so a killed migration resumes (docs/blob-packs.md). A file that fails its check stays and is named.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 from collections.abc import Callable
@@ -108,12 +104,10 @@ def _migrate(blobs: BlobStore, progress: Callable[[int, int], None] | None) -> M
             commit()
     commit()
     for shard in blobs.root.glob("[0-9a-f][0-9a-f]"):
-        try:
+        with contextlib.suppress(OSError):  # not empty: a file that failed its check stays
             for leftover in shard.glob(".tmp-*"):  # a loose writer killed mid-write
                 leftover.unlink()
             shard.rmdir()
-        except OSError:
-            pass  # not empty: a file that failed its check stays
     if progress:
         progress(len(files), len(files))
     return Migrated(packed, already, bad)

@@ -36,15 +36,10 @@ def _hot_columns(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _payload_zstd(con: duckdb.DuckDBPyConnection) -> None:
-    """Rebuild ``events`` with its payload column compressed by zstd.
-
-    DuckDB's default string compression (dictionary + FSST) kept the payloads at ~266 bytes per
-    event on the 200-run set; zstd over whole column segments keeps them at ~62 (the JSON of one
-    run's events repeats its keys, ids and tool outputs), which took the database from ~395 to
-    ~165 bytes per event. A column's compression is fixed when its table is created, so the table
-    is created again with every column as it is (names, types, NOT NULL, order) and the rows are
-    copied in key order. In a store that already held events, the blocks of the old table are
-    free space that later ingests reuse (DuckDB does not shrink the file)."""
+    """Rebuild ``events`` with its payload column compressed by zstd (a quarter of DuckDB's default
+    string compression on event JSON, docs/storage.md). A column's compression is fixed when its
+    table is created, so the table is created again with every column as it is and the rows copied
+    in key order; the old table's blocks are free space that later ingests reuse."""
     cols = con.execute(
         "SELECT column_name, data_type, is_nullable FROM duckdb_columns() "
         "WHERE schema_name = 'main' AND table_name = 'events' ORDER BY column_index"

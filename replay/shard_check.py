@@ -10,6 +10,7 @@ loaded as a torn tail); every frame's length and checksum, and every blob agains
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -247,11 +248,9 @@ def _verified_blob(root: Path, source: BlobStore, hexd: str, path: Path) -> byte
     except OSError as e:
         raise ShardError(f"{root}: blobs/{hexd[:2]}/{hexd[2:]}: cannot read: {e.strerror or e}") from None
     if not raw.startswith(CHUNK_MAGIC):
-        try:
+        with contextlib.suppress(zlib.error):
             if hashlib.sha256(zlib.decompress(raw)).hexdigest() == hexd:
                 return raw
-        except zlib.error:
-            pass
     reason = source.check(HASH_PREFIX + hexd)
     if reason is not None:
         raise ShardError(f"{root}: {reason}")

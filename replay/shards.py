@@ -42,7 +42,7 @@ class LoadReport:
     """Shards of ``refused`` whose run id the store holds for a different run (bad input)."""
 
     def refuse(self, where: str, error: ShardError, root: Path) -> None:
-        self.refused.append((where, _without(str(error), root)))
+        self.refused.append((where, str(error).removeprefix(f"{root}: ")))  # the report names the shard
         if isinstance(error, RunExists):
             self.taken.append(where)
 
@@ -75,11 +75,9 @@ def _taken(store_root: Path, shard: Checked, contents: dict[Path, bytes], stored
 def _copy_batch(
     store_root: Path, batch: list[Checked], report: LoadReport, stored: Stored
 ) -> list[tuple[Checked, ShardError]]:
-    """Checked shards into the store: first every shard's blobs, made durable by one flush for the
-    whole batch, then their spools. A spool exists in the store only once every blob it names is on
-    disk, so a kill at any point leaves blobs without spools (harmless: loading again finds them
-    there), never a spool without its blobs. Returns the shards refused here with the reason
-    (``ShardTaken``: the store holds their run id for a different run); nothing of those is copied."""
+    """Checked shards into the store: every shard's blobs, made durable by one flush, then their
+    spools, so a kill leaves blobs without spools, never a spool without its blobs. Returns the
+    shards refused here (``ShardTaken``), of which nothing is copied."""
     refused: list[tuple[Checked, ShardError]] = []
     ready: list[tuple[Checked, dict[Path, bytes]]] = []
     blobs = BlobStore(store_root / "blobs")
@@ -125,17 +123,10 @@ def _names(directory: Path) -> set[str]:
         return set()
 
 
-def _without(message: str, root: Path) -> str:
-    """The reason alone: the report pairs it with the shard's path already."""
-    prefix = f"{root}: "
-    return message[len(prefix) :] if message.startswith(prefix) else message
-
-
 def _already_in(store_root: Path, shard: Path, run_id: str, stored: Stored) -> bool:
-    """Whether the store already holds this shard's run, by the sizes its shard.json lists (a fast
-    path for re-loading a sweep: shards already loaded are not read again). Spools are append-only
-    and were checked when they were copied in, so equal sizes mean equal files; a spool the store
-    dropped after ingest is compared by the size ingest recorded."""
+    """Whether the store already holds this shard's run, by the sizes its shard.json lists (spools
+    are append-only and were checked when copied in, so equal sizes mean equal files; a dropped
+    spool is compared by the size ingest recorded)."""
     try:
         meta = msgspec.json.decode((shard / "shard.json").read_bytes(), type=ShardSizes)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
@@ -174,10 +165,8 @@ def load_shards(
     progress: Callable[[int, int], None] | None = None,
     spool_mode: str | None = None,
 ) -> LoadReport:
-    """Check and load ``(shard dir, run id)`` pairs into the store; refused shards are reported, the
-    others loaded. Idempotent: loading the same shards again copies and adds nothing. Shards go in
-    batches of ``BATCH_SHARDS`` (checked on ``CHECK_THREADS`` threads, copied with one flush of
-    their blobs), then one ingest loads every new spool."""
+    """Check and load ``(shard dir, run id)`` pairs into the store (idempotent); refused shards are
+    reported. Shards go in batches of ``BATCH_SHARDS``, then one ingest loads every new spool."""
     report = LoadReport()
     st = Store.open(store_dir)
     target_blobs = BlobStore(st.root / "blobs")

@@ -1,22 +1,16 @@
 """The agent's workspace at any moment of a run, rebuilt from its file events and blobs.
 
-A run's ``file.written``, ``file.deleted`` and ``file.renamed`` events are replayed in order up to a
-moment, each placed at ``changed_ns`` (the kernel's date) when the shim recorded it, else ``ts_ns``;
-within a source the order is its seq, so a moment always sees a prefix of each source's changes.
-Moments: ``end``, ``start``, ``before-submit``, ``step:N`` (when the N-th tool result was sent to the
-model: the start of the call that carried it), ``time:ISO`` and ``SOURCE:SEQ``. Paths are the
-recorded text of names (``schemas.ostext``); a checkout creates each under its exact bytes.
-
-A checkout trusts nothing in the events: each path is checked (relative, no ``..``, ``.`` or empty
-part; an absolute path is a file outside the workspace, listed, never written), files are created
-``O_EXCL | O_NOFOLLOW`` under directories opened ``O_NOFOLLOW`` in a fresh directory only this
-process writes, and every byte is checked against its recorded hash (a blob that fails makes the
-checkout fail naming the event, leaving nothing behind). A file above the shim's size cap is
-listed as not kept, never silently left out.
+A run's file events are replayed in order up to a moment (``end``, ``start``, ``before-submit``,
+``step:N``, ``time:ISO``, ``SOURCE:SEQ``), each placed at ``changed_ns`` (the kernel's date) when
+the shim recorded it, else ``ts_ns``; within a source by seq, so a moment sees a prefix of each
+source's changes. A checkout trusts nothing in the events (docs/watch-and-checkout.md): each path is
+checked, files are created ``O_EXCL | O_NOFOLLOW`` in a fresh directory, every byte is checked
+against its recorded hash, and a file whose content was not kept is listed, never silently left out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import hashlib
@@ -405,10 +399,8 @@ def _write_under(root: int, path: str, data: bytes) -> str | None:
     opened: list[int] = []
     try:
         for part in parts[:-1]:
-            try:
+            with contextlib.suppress(FileExistsError):
                 os.mkdir(part, 0o755, dir_fd=fd)
-            except FileExistsError:
-                pass
             try:
                 fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             except (NotADirectoryError, OSError) as e:

@@ -24,11 +24,9 @@ def chunk_bounds(data: bytes) -> list[int]:
     """End offsets of the chunks of ``data`` (the last one is ``len(data)``).
 
     Candidates (a newline, or ``},{`` / ``}, {``) are found left to right without overlap with
-    ``bytes.find``, which runs at memchr speed: a regex scan took ~18 ms on a 5 MB body while
-    holding the GIL, stalling the proxy's event loop. A candidate becomes a cut when the chunk so
-    far is at least MIN_CHUNK and the crc32 of the 32 bytes before it is 0 mod _RESIDUES; a chunk
-    never exceeds MAX_CHUNK. tests/schemas/test_blobstore.py checks this against a regex
-    formulation of the same rule.
+    ``bytes.find`` (memchr speed: a regex would stall the proxy's event loop). A candidate becomes a
+    cut when the chunk so far is at least MIN_CHUNK and the crc32 of the 32 bytes before it is 0 mod
+    _RESIDUES; a chunk never exceeds MAX_CHUNK.
     """
     bounds: list[int] = []
     last = 0
@@ -60,11 +58,9 @@ def chunk_bounds(data: bytes) -> list[int]:
 
 
 def _next_brace(data: bytes, pos: int) -> tuple[int, int]:
-    """Start and end of the next ``},{`` or ``}, {`` at or after ``pos``; (-1, -1) if none.
-
-    Jumps to the next ``}`` with a one-byte find (memchr, many GB/s) before looking for ``},``:
-    a two-byte find crawls through a long brace-free run (a base64 image) at ~1 GB/s while holding
-    the GIL, which on the proxy's event loop stalled every stream for ~4 ms per 5 MB body."""
+    """Start and end of the next ``},{`` or ``}, {`` at or after ``pos``; (-1, -1) if none. Jumps to
+    the next ``}`` first: a one-byte find runs at memchr speed through a long brace-free run (a
+    base64 image), where a two-byte find crawls."""
     find = data.find
     while True:
         i = find(b"}", pos)

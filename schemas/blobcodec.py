@@ -9,20 +9,13 @@ Codecs (one ASCII byte, written in the record's header and in the pack index):
 - ``d``: a delta: ``DELTA_MAGIC``, the 32-byte sha256 digest of a *base* blob, then one zstd
   frame (with its content size) compressed with the base's content as a raw-content dictionary.
 
-Deltas are what keep a conversation O(its new content): a model request resends every message so
-far, so request *n* stored as a delta against request *n-1* costs about the new messages alone
-(on the 200-run synthetic set, 59 bytes per event with record headers instead of 242 for whole
-bodies, chunks and chunk lists; docs/storage.md has the figures). ``encode_delta`` makes one;
-reading one needs its base (``BlobStore`` reads it first, bounding how deep a chain may go).
+A model request resends every message so far, so request *n* stored as a delta against request
+*n-1* costs about the new messages alone (``encode_delta``; reading one needs its base, which
+``BlobStore`` reads first, bounding how deep a chain may go).
 
-``encode`` picks one of the others. Already compressed media are recognised by their magic bytes or, failing
-that, by a sampled check: three 4 KiB samples (start, middle, end) are compressed with zlib at its
-fastest level, and if they do not shrink by ``INCOMPRESSIBLE_RATIO`` the whole blob is stored raw.
-Compressing a 5 MB PNG again costs ~100 ms of CPU to save nothing; the samples cost ~0.1 ms.
-
-zstd replaces zlib for new blobs: on the small JSON bodies these stores hold it is as small as
-zlib (0.099 vs 0.103 of the content) and about twice as fast to compress and to decompress. The
-figures, and why a trained dictionary is not used yet, are in docs/blob-packs.md.
+``encode`` picks one of the others: raw for already compressed media (by magic bytes, or three 4
+KiB samples zlib cannot shrink by ``INCOMPRESSIBLE_RATIO``), else zstd. The figures behind these
+choices are in docs/blob-packs.md.
 """
 
 from __future__ import annotations
@@ -45,8 +38,7 @@ DELTA_MAGIC = b"AMBD1"
 """Never the start of a zlib stream (its first byte is 0x78 here) nor of a chunk list, so a run pack's
 record (which has no codec byte) is told apart by it."""
 DELTA_HEAD = len(DELTA_MAGIC) + 32
-"""Bytes before a delta's zstd frame: the magic and the base's digest (binary: ~20k deltas on the
-200-run set, 39 bytes each saved over a hex line)."""
+"""Bytes before a delta's zstd frame: the magic and the base's binary digest."""
 
 ZSTD_LEVEL = 3
 INCOMPRESSIBLE_RATIO = 0.9
@@ -69,9 +61,8 @@ MEDIA_MAGIC = (
 """Formats that are compressed by construction (WebP and MP4 are caught by the samples)."""
 
 _local = threading.local()
-"""One zstd compressor and decompressor per thread: neither may be used by two threads at once (the
-scorer reads blobs from a thread pool; a shared decompressor then fails now and then with
-"Destination buffer is too small" on a sound blob)."""
+"""One zstd compressor and decompressor per thread: neither may be used by two threads at once (a
+shared decompressor fails now and then on a sound blob)."""
 
 
 def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
@@ -172,12 +163,9 @@ def _raw_frame(data: bytes) -> bytes:
 def _apply_delta(frame: bytes, base: bytes) -> bytes | None:
     """A delta's frame applied to its base with this thread's one decompressor, or None.
 
-    ``ZstdDecompressor(dict_data=...)`` makes a new zstd context per delta, which costs ~10 times
-    the decompression itself (~45 of ~50 us a delta, most of ``amb verify``'s blob pass). zstd's
-    content-dictionary chain (each frame decompressed with the one before's content as its raw
-    dictionary, on one reused context) is the same operation once the base is a frame of its own:
-    a frame of stored blocks, a copy. A base that starts like a formatted dictionary (which that
-    chain would load as one), or any error, leaves it to the plain path, which words the error."""
+    A new zstd context per delta costs ten times the decompression itself; zstd's content-dictionary
+    chain on the reused one does the same once the base is a frame of its own (of stored blocks). A
+    base that starts like a formatted dictionary, or any error, is left to the plain path."""
     if not base or base.startswith(ZSTD_DICT_MAGIC):
         return None
     try:

@@ -1,12 +1,9 @@
 """Blob packs: where a recording producer appends blobs during a run. A CONTRACT.
 
-Creating a file costs an inode, and on the file systems we run on an inode costs 30 us to over
-500 us of kernel time when other processes create and delete files (measured on the proxy under
-load: it was the whole gap to bare mitmproxy's throughput). A model call makes one to a few new
-blobs, so the proxy does not create blob files while the agent waits: it appends each stored blob
-file's exact bytes to one pack per (run, source), next to its spool, and the pack is *materialised*
-into the blob store (appended to the store's own packs, ``schemas.packstore``, skipping what is
-stored already) when the producer closes, or by ``amb ingest`` if it never closed (a crash).
+A new file costs an inode (docs/recording.md), so the proxy creates none while the agent waits: it
+appends each stored blob file's exact bytes to one pack per (run, source), next to its spool, and
+the pack is *materialised* into the blob store (``schemas.packstore``, skipping what is stored
+already) when the producer closes, or by ``amb ingest`` if it never closed (a crash).
 
 Format::
 

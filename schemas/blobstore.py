@@ -1,36 +1,23 @@
 """The content-addressed blob store: one directory, shared by every run. A CONTRACT.
 
 A blob's address is ``sha256:`` + the sha256 of its *whole, uncompressed* content: it never
-depends on how the blob is stored. Blobs live in packs (``schemas.packstore``: append-only files
-under ``<root>/packs/``, each written by one process, indexed by address); a store written before
-packs existed keeps *loose* files ``<root>/<hex[0:2]>/<hex[2:]>`` (zlib-compressed content, or a
-chunk list), which are still read and which ``amb blobs migrate`` moves into packs.
+depends on how the blob is stored. Blobs live in packs (``schemas.packstore``); a store written
+before packs keeps *loose* files ``<root>/<hex[0:2]>/<hex[2:]>`` (zlib, or a chunk list), still read
+and moved into packs by ``amb blobs migrate``. A stored blob is its content (``schemas.blobcodec``),
+or above ``CHUNK_ABOVE`` bytes a chunk list (``CHUNK_MAGIC``, then one chunk address per line; a
+chunk is never itself a list), or, put with a ``base``, a delta against it: a writer makes chains at
+most ``DELTA_DEPTH`` long, a read refuses one deeper than ``DELTA_READ_DEPTH`` (a hostile record
+naming itself is an error, not a hang). Reads re-hash what they return.
 
-A stored blob is either its content, compressed to fit (``schemas.blobcodec``: zstd, or raw for
-already compressed media), or, above ``CHUNK_ABOVE`` bytes, a chunk list: ``CHUNK_MAGIC`` then one
-chunk address per line; each chunk is itself a blob (never itself a list). Where the chunks are cut
-is ``schemas.blobchunks``'s.
-
-A blob put with a ``base`` (the previous request of the same run) may instead be stored as a delta
-against it (``blobcodec.DELTA``): a zstd frame that uses the base's content as its dictionary, so a
-conversation's requests cost their new messages, not the whole conversation again each time. A
-writer makes chains at most ``DELTA_DEPTH`` long (then stores the body whole or chunked again, which
-bounds a read to that many decompressions); a read refuses a chain deeper than ``DELTA_READ_DEPTH``
-(a hostile record naming itself, or a loop, is an error, not a hang).
-
-Blobs are write-once: a record is appended, never rewritten, and a blob already stored (in the
-index this process has read, or as a loose file) is not stored again. Two processes storing the
-same new blob at the same moment may both append it; reads take either copy and ``amb gc --blobs``
-keeps one. Reads re-hash what they return, so a corrupted or missing blob (or chunk) is always an
-error.
-
-Writers and ``amb gc --blobs``: a process that stores blobs holds a shared ``flock`` on
+Blobs are write-once; two processes storing the same new blob at once may both append it (a read
+takes either, ``amb gc --blobs`` keeps one). A process that stores blobs holds a shared ``flock`` on
 ``<root>/.writers.lock`` from its first write until it closes the store or exits; gc takes it
-exclusively, so it never runs while a writer may have relied on a blob it is about to drop.
+exclusively, so it never drops a blob a writer may have relied on (docs/blob-packs.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -67,7 +54,7 @@ PACKS = "packs"
 
 
 class Usage(NamedTuple):
-    """What the blob store occupies: ``disk`` is what ``du`` counts (allocated blocks)."""
+    """What the blob store occupies: each ``*_disk`` is what ``du`` counts (allocated blocks)."""
 
     packs: int
     pack_bytes: int
@@ -77,10 +64,6 @@ class Usage(NamedTuple):
     loose_files: int
     loose_bytes: int
     loose_disk: int
-
-    @property
-    def disk(self) -> int:
-        return self.pack_disk + self.index_disk + self.loose_disk
 
 
 class _Shared:
@@ -390,30 +373,7 @@ class BlobStore:
         if not DIGEST_RE.match(address):
             raise BlobError(f"not a blob address: {address!r}")
         hexd = address[len(HASH_PREFIX) :]
-        state = self._state
-        entry = state.lookup(hexd)
-        raw: bytes | None = None
-        if entry is None:  # a loose file (an old store), or packed by another process since
-            try:
-                raw = (self.root / hexd[:2] / hexd[2:]).read_bytes()
-            except FileNotFoundError:
-                state.refresh()
-                entry = state.index.get(hexd)
-                if entry is None:
-                    raise BlobError(f"blob {address} is missing from {self.root}") from None
-        if raw is not None:
-            codec = loose_codec(raw)
-            stored = memoryview(raw)
-        else:
-            assert entry is not None
-            try:
-                codec, stored = self.read_record(hexd, entry)
-            except FileNotFoundError:  # repacked by gc since the index was read
-                state.refresh()
-                entry = state.index.get(hexd)
-                if entry is None:
-                    raise BlobError(f"blob {address} is missing from {self.root}") from None
-                codec, stored = self.read_record(hexd, entry)
+        codec, stored = self._stored(hexd, address)
         if codec == blobcodec.CHUNKS:
             if not allow_list:
                 raise BlobError(f"blob {address} is corrupted (a chunk is itself a chunk list)")
@@ -435,6 +395,23 @@ class BlobStore:
         if hashlib.sha256(data).hexdigest() != hexd:
             raise BlobError(f"blob {address} is corrupted (content does not match its address)")
         return data
+
+    def _stored(self, hexd: str, address: str) -> tuple[int, memoryview]:
+        """A blob's codec and stored bytes, packed or loose (an old store); the index is read again
+        when the blob was packed by another process, or repacked by gc, since this one read it."""
+        entry = self._state.lookup(hexd)
+        if entry is None:
+            with contextlib.suppress(FileNotFoundError):
+                raw = (self.root / hexd[:2] / hexd[2:]).read_bytes()
+                return loose_codec(raw), memoryview(raw)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                return self.read_record(hexd, entry)
+        self._state.refresh()
+        entry = self._state.index.get(hexd)
+        if entry is None:
+            raise BlobError(f"blob {address} is missing from {self.root}")
+        return self.read_record(hexd, entry)
 
     def _undelta(self, address: str, stored: memoryview, depth: int, *, hashed: bool) -> bytes:
         base_hex = blobcodec.delta_base(stored, address)
@@ -516,11 +493,9 @@ class BlobStore:
         for path in self.pack_files():
             st = path.stat()
             p, pb, pd = p + 1, pb + st.st_size, pd + st.st_blocks * 512
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 sti = path.with_suffix(packstore.IDX_SUFFIX).stat()
                 ib, idisk = ib + sti.st_size, idisk + sti.st_blocks * 512
-            except FileNotFoundError:
-                pass
         for path in self.loose_files():
             st = path.stat()
             lf, lb, ld = lf + 1, lb + st.st_size, ld + st.st_blocks * 512

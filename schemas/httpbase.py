@@ -10,6 +10,7 @@ handler on a background thread and stops within ``poll_s``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -75,11 +76,9 @@ class Handler(BaseHTTPRequestHandler):
     def abort(self) -> None:
         """Close the connection where it stands (a recorded reset or a stream cut short)."""
         self.close_connection = True
-        try:
+        with contextlib.suppress(OSError):
             self.wfile.flush()
             self.connection.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
 
 class Serving:

@@ -2,9 +2,7 @@
 
 A store holds its blobs in ``blobs/packs/``: append-only pack files, each written by one process,
 and beside each an index that maps a blob's address to where its record lies. A blob read is one
-``pread`` of the record; ``amb verify`` streams each pack front to back; a sweep of 900 runs makes a
-few thousand files, not hundreds of thousands (each of which took a 4 KiB block and an inode for
-~1 KiB of content).
+``pread`` of the record; ``amb verify`` streams each pack front to back.
 
 Formats::
 

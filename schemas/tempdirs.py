@@ -1,18 +1,11 @@
 """amb's entries in the temp dir, each named by a live owner: what may be removed, and when.
 
-Whatever amb makes in the temp dir (a run's CA key and sockets, a docker run's workspace, a sweep
-execution's workspace, an image's build context, ingest's copies, a submission being graded) is
-named in a lock file of its owner's before it is made: a run's (``recorder.runlock``) or, for the
-rest, its process's (``make_tempdir``). The lock files sit in ``<tmp>/amb-runs/``, each held
-(``flock``) for as long as its owner lives. The kernel drops a dead process's ``flock``, so whoever
-finds such a file free (``amb gc``, an amb-record starting, a recorder's watchdog) knows that its
-owner is gone, even after ``kill -9``, with no stale pid to trust, and finds in it what to remove
-(``recorder.gc``). An owner removes its lock file when it has nothing left; the directory goes with
-the last one.
-
-amb's lock files directly in the temp dir (``LockFile``: the image build lock) are removed by their
-last holder, and by ``amb gc`` when nobody holds them: whoever gets one checks that it still is
-the file at its path.
+Whatever amb makes in the temp dir is named, before it is made, in a lock file of its owner's in
+``<tmp>/amb-runs/``: a run's (``recorder.runlock``) or its process's (``make_tempdir``), held with
+``flock`` for as long as the owner lives. The kernel drops a dead process's ``flock``, so whoever
+finds such a file free knows its owner is gone, even after ``kill -9``, with no stale pid to trust,
+and finds in it what to remove (``recorder.gc``; docs/recording.md). amb's other lock files in the
+temp dir (``LockFile``) are removed by their last holder, and by ``amb gc`` when nobody holds them.
 """
 
 from __future__ import annotations
@@ -68,11 +61,9 @@ def _shared_dir(directory: Path) -> Path:
     A directory anyone can create is trusted only if it is a real directory (not a link someone
     planted) owned by root or by us, or sticky like /tmp.
     """
-    try:
+    with contextlib.suppress(FileExistsError):
         directory.mkdir()
         os.chmod(directory, 0o1777)
-    except FileExistsError:
-        pass
     st = os.lstat(directory)
     trusted = stat.S_ISDIR(st.st_mode) and (st.st_uid in (0, os.geteuid()) or st.st_mode & stat.S_ISVTX)
     if not trusted or not os.access(directory, os.W_OK | os.X_OK):

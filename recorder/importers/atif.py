@@ -1,17 +1,10 @@
 """ATIF trajectories (Harbor's format, v1.0-v1.8) as AMB runs.
 
-Agent steps become ``model_call.completed`` (request and response bodies rebuilt from the steps,
-marked synthetic), ``tool_call.requested`` per tool call and ``tool_call.result`` per observation
-result; system and user steps become the rebuilt requests' history. A trajectory written by
-``amb export atif`` carries ``step.extra.amb`` (exact timestamps, call facts, raw argument strings)
-and a sidecar ``events.jsonl`` (everything ATIF has no slot for, with its blobs under ``blobs/``):
-both are read back, so such a run comes back as it was exported (same run id, same facts).
-
-Edge cases: ``llm_call_count == 0`` steps are deterministic dispatches (tool events, no model call);
-``llm_call_count > 1`` gives one model call and a note that its usage sums N calls; copied-context
-steps are history only; embedded sub-agent trajectories become their own runs labelled
-``parent_run``; content parts that are images are never opened (their path is refused if it leaves
-the trajectory's folder) and stand as ``[image]`` in the text.
+Agent steps become model calls (bodies rebuilt from the steps, marked synthetic), their tool calls
+and observation results tool events. What ``amb export atif`` kept (``step.extra.amb``, the sidecar
+``events.jsonl`` and its ``blobs/``) is read back, so such a run comes back as it was exported.
+Image parts are never opened (a path that leaves the trajectory's folder is refused); the other
+edge cases (``llm_call_count``, copied context, sub-agents) are in docs/interop.md.
 """
 
 from __future__ import annotations
@@ -26,7 +19,6 @@ import msgspec
 from recorder.importers.common import (
     DEFAULT_CAPS,
     LIMITATION,
-    SYNTHETIC_JSON,
     ImportCaps,
     Rejected,
     RunBuilder,
@@ -176,7 +168,7 @@ class _Run:
         self.system: str | None = None
         self.approx = False
         self.base_ts: int | None = None
-        self.call_ids = [_call_id(i, s) if _is_call(s) else None for i, s in enumerate(doc.steps)]
+        self.call_ids = [_call_id(i, s) for i, s in enumerate(doc.steps)]
 
     def step(self, i: int, step: atif.Step) -> None:
         where = f"{self.where}: step {i + 1}"
@@ -257,8 +249,8 @@ class _Run:
             status=call.get("status") if isinstance(call.get("status"), int) else 200,
             ok=bool(call.get("ok", True)),
             error=call.get("error") if isinstance(call.get("error"), str) else None,
-            request=self.b.json_blob(request, SYNTHETIC_JSON),
-            response=self.b.json_blob(response, SYNTHETIC_JSON),
+            request=self.b.json_blob(request),
+            response=self.b.json_blob(response),
             message=message,
             stop_reason=stop,
             usage=usage,
@@ -374,12 +366,11 @@ class _Run:
         return out
 
 
-def _is_call(step: atif.Step) -> bool:
-    return step.source == "agent" and not step.is_copied_context
-
-
-def _call_id(i: int, step: atif.Step) -> str:
-    """The model call id an AMB export kept for the step, else one made from its place."""
+def _call_id(i: int, step: atif.Step) -> str | None:
+    """The model call id an AMB export kept for the step, else one made from its place; None for a
+    step that is no model call."""
+    if step.source != "agent" or step.is_copied_context:
+        return None
     cid = _amb(step.extra).get("call_id")
     return str(cid) if cid else f"s{i + 1:04d}"
 

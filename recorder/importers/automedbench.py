@@ -1,28 +1,10 @@
-"""AutoMedBench run folders (the five branches' own layouts) as AMB runs.
+"""AutoMedBench run folders (the five branches' own layouts, told apart by ``detect``) as AMB runs.
 
-Layouts, told apart by their files (the writers are ``benchmark_runner.py`` of ``eval_seg``,
-``eval_det2d``, ``eval_vqa`` and ``eval_report_gen``, and ``docker/agent/agent_loop.py`` of
-``eval_seg``/``eval_det2d`` and ``eval_image_enhancement``):
-
-==============  ==========================================================================
-branch          recognised by
-==============  ==========================================================================
-report          ``process/api_responses.jsonl``
-enhancement     ``workspace/process/`` or ``process/tool_log.jsonl``
-vqa             ``outputs/run_summary.json`` or ``report.json``
-det2d           ``process/trace.jsonl`` / ``conversation.json`` whose submit check or report
-                names predictions (``missing_predictions``, ``predictions_valid``)
-seg             ``process/trace.jsonl`` or ``process/conversation.json`` otherwise
-==============  ==========================================================================
-
-What comes out: ``run.started`` (backend ``import``), one ``model_call.completed`` per API call the
-source counted (its ``api_call`` trace records; ``api_responses.jsonl`` lines in report; trace
-lines in enhancement), each with a request and a response body rebuilt from the conversation
-(media type ``application/vnd.amb.synthetic+json``); ``tool_call.requested`` / ``tool_call.result``
-per tool call; ``process.exited`` per logged code execution; ``note``s for violations, the submit
-check, harness messages and every limitation of the source (data kind ``import.limitation``); the
-source's own scores as a blob behind a ``note`` of kind ``origin_scores`` (never a score of ours);
-the output files as ``file.written`` and ``submission.sealed``; ``run.finished``.
+Each API call the source counted becomes a ``model_call.completed`` paired in order with the
+conversation's assistant messages (bodies rebuilt, marked synthetic), with its tool calls, results
+and code executions; the output files a sealed submission; the source's own scores a note, never a
+score of ours; everything the source did not keep a limitation note. docs/interop.md has the
+layouts, the mapping and the limitations.
 """
 
 from __future__ import annotations

@@ -44,8 +44,6 @@ from schemas.untrusted_json import loads_untrusted
 SOURCE = "import"
 """The spool source of every imported event."""
 
-SYNTHETIC_JSON = SYNTHETIC_MEDIA
-
 LIMITATION = "import.limitation"
 """``note.data.kind`` of a note that states what the source did not keep."""
 
@@ -73,13 +71,10 @@ DEFAULT_CAPS = ImportCaps()
 
 
 def inside(root: Path, path: Path) -> bool:
-    """True when ``path`` (after resolving every symlink) is ``root`` or below it (``root`` is
-    resolved by the caller: importers resolve the folder once).
+    """True when ``path`` (after resolving every symlink) is the resolved ``root`` or below it.
 
-    The common case is checked without resolving the whole path from ``/`` (one ``lstat`` per
-    component, which was most of an import's parse time): a path spelled below ``root`` with no
-    ``..`` whose every component below ``root`` exists and is not a symlink is inside. Anything
-    else (a link on the way, ``..``) is resolved in full."""
+    A path spelled below ``root`` with no ``..`` and no symlink below ``root`` is inside without
+    resolving it from ``/`` (that cost most of an import's parse time); anything else is resolved."""
     root_s, path_s = str(root), str(path)
     if path_s.startswith(root_s.rstrip("/") + "/") and "/../" not in path_s + "/":
         rest = path_s[len(root_s.rstrip("/")) + 1 :].split("/")
@@ -139,11 +134,8 @@ def read_json(root: Path, path: Path, limits: ImportCaps) -> Any:
 
 
 def read_jsonl(root: Path, path: Path, limits: ImportCaps) -> list[dict[str, Any]]:
-    """Every line of a JSON-lines file as an object; a long, non-JSON or non-object line rejects it.
-
-    A last line cut mid-write (no newline, not JSON) is what a killed harness leaves behind: it is
-    refused too, because its record cannot be trusted (the caller may state that as a limitation
-    once it exists in the field; nothing the writers here do produces it)."""
+    """Every line of a JSON-lines file as an object; a long, non-JSON or non-object line rejects it
+    (a last line a killed harness cut mid-write too: its record cannot be trusted)."""
     check_file(root, path, limits)
     rel = shown(path)
     out: list[dict[str, Any]] = []
@@ -237,7 +229,7 @@ class RunBuilder:
         self.blobs.setdefault(ref.blob, data)
         return ref
 
-    def json_blob(self, value: Any, media_type: str = SYNTHETIC_JSON) -> BlobRef:
+    def json_blob(self, value: Any, media_type: str = SYNTHETIC_MEDIA) -> BlobRef:
         try:
             data = json.dumps(value, ensure_ascii=False).encode()
         except UnicodeEncodeError:
@@ -299,12 +291,9 @@ id never write one file), which ingest never reads."""
 
 
 def stage(store: str | os.PathLike[str], run: RunBuilder, data: bytes) -> Staged:
-    """Blobs, then the spool ``data`` (``spool_bytes(run)``) under a temporary name that ingest never
-    reads. Nothing is fsync'd here: ``publish`` makes a whole batch durable with one file-system
-    sync before any spool of it gets its real name."""
+    """Blobs (made durable by one flush), then the spool ``data`` (``spool_bytes(run)``) under a
+    temporary name that ingest never reads; ``publish`` syncs it and gives it its real name."""
     blobs = BlobStore(Path(store) / "blobs")
-    # The blobs are appended to this process's pack and made durable by one fsync (pack, then its
-    # index) before the spool that names them exists.
     for blob in run.blobs.values():
         blobs.put(blob, sync=False)
     blobs.flush()

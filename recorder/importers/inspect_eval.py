@@ -1,17 +1,9 @@
-"""Inspect AI eval logs (``.eval`` and ``.json``) as AMB runs, read with Inspect's own reader.
+"""Inspect AI eval logs (``.eval`` and ``.json``) as AMB runs, one per (log, sample, epoch).
 
 The stable interface of Inspect logs is ``inspect_ai.log`` (the ``.eval`` zip layout is versioned
-but not frozen), so this module never opens the files itself; ``inspect_ai`` is an optional extra
-(``pip install amb-recorder[inspect]``) imported only here. (The one look inside a ``.eval`` is at
-its zip directory, to refuse one whose members expand past the file cap.)
-
-One run per (log, sample, epoch). ``ModelEvent`` → ``model_call.completed`` (the raw request and
-response Inspect kept in ``call`` when it has them, else bodies rebuilt from the event and marked
-synthetic), its tool calls → ``tool_call.requested``; ``ToolEvent`` → ``tool_call.result`` (nested
-events flattened in order); ``SandboxEvent`` → ``process.exited`` / ``file.accessed`` /
-``file.written``; limits, errors, scores, info, logger, input and approval events → notes (scores are
-the source's own: kept, never ours). Inspect's ``input_tokens`` excludes cached input; ours
-includes it, so ``input_total = input_tokens + cache_read + cache_write``.
+but not frozen), so this module never opens the files itself, except to refuse a ``.eval`` whose
+zip members expand past the file cap; ``inspect_ai`` is an optional extra imported only here.
+Inspect's ``input_tokens`` excludes cached input; ours includes it. docs/interop.md has the mapping.
 """
 
 from __future__ import annotations
@@ -25,7 +17,6 @@ from typing import Any
 from recorder.importers.common import (
     DEFAULT_CAPS,
     ORIGIN_SCORES,
-    SYNTHETIC_JSON,
     ImportCaps,
     Rejected,
     RunBuilder,
@@ -81,12 +72,6 @@ def _content(value: Any) -> tuple[str, str]:
 def _dump(obj: Any) -> Any:
     dump = getattr(obj, "model_dump", None)
     return dump(mode="json", exclude_none=True) if callable(dump) else obj
-
-
-def _wire(request: Any) -> tuple[str, str]:
-    """(provider, api) told by the shape of the raw request Inspect kept."""
-    api = providers.by_shape(request)
-    return (api.provider, api.api) if api is not None else ("inspect", "generate")
 
 
 def _expanded_bytes(path: Path) -> int | None:
@@ -256,7 +241,8 @@ def _model(b: RunBuilder, ev: Any, call_id: str, ts: int) -> list[tuple[int, Pay
         for tc in (msg.tool_calls or [] if msg is not None else [])
     ]
     call = ev.call
-    provider, api = _wire(call.request if call is not None else None)
+    wire = providers.by_shape(call.request if call is not None else None)  # the raw request's shape
+    provider, api = (wire.provider, wire.api) if wire is not None else ("inspect", "generate")
     if call is not None and isinstance(call.request, dict):
         request = b.json_blob(call.request, "application/json")
     else:
@@ -271,7 +257,7 @@ def _model(b: RunBuilder, ev: Any, call_id: str, ts: int) -> list[tuple[int, Pay
     if call is not None and call.response is not None:
         response = b.json_blob(call.response, "application/json")
     else:
-        response = b.json_blob(_dump(out) if out is not None else {}, SYNTHETIC_JSON)
+        response = b.json_blob(_dump(out) if out is not None else {})
     where = f"{b.origin}: model event {call_id}"
     u = out.usage if out is not None else None
     usage = _usage(u, f"{where}: usage") if u is not None else Usage(reported=False)

@@ -1,21 +1,14 @@
 """Foreign values checked before they become facts: counts, durations, times and text.
 
-An importer reads numbers and text a foreign harness wrote, and whatever it keeps ends up in a
-hash-chained event that is never rewritten. So every number is checked where it is read, and a value
-that cannot be a fact refuses the whole input (``Rejected``) with one line naming the file given,
-the step or line, the field and the value: a count that is negative, fractional, NaN, infinite or
-beyond ``COUNT_MAX``; a duration that is negative, NaN or infinite; a time outside what the store's
-clock holds (1970-01-01 to 2262-04-11: nanoseconds since 1970 in a signed 64-bit integer). Guessing
-a replacement would put a number into the store that nobody recorded. Text that is not Unicode (a
-JSON escape of half a surrogate pair, ``"\\ud800"``, which JSON's grammar allows) is refused the
-same way, naming where in the document it is.
-
-``shown`` is how a file is named in every such message: as the user can open it from where they ran
-the command, on one line whatever bytes its name holds.
+What an importer keeps ends up in a hash-chained event that is never rewritten, so every value is
+checked where it is read, and one that cannot be a fact refuses the whole input (``Rejected``) with
+one line naming the file (``shown``), the step or line, the field and the value. Guessing a
+replacement would put a number into the store that nobody recorded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -48,28 +41,23 @@ class Rejected(AmbError):
 
 
 def shown(path: str | os.PathLike[str]) -> str:
-    """A file's name for a message: relative to the working directory when it is below it, else
-    absolute; bytes that are not UTF-8 as ``\\xNN``, control characters escaped, so that the message
-    stays one printable line."""
+    """A file's name for a message, as the user can open it (relative below the working directory,
+    else absolute), on one printable line whatever bytes it holds."""
     text = os.fspath(path)
-    try:
+    with contextlib.suppress(OSError, ValueError):
         rel = os.path.relpath(text)
         text = rel if not rel.startswith("..") else os.path.abspath(text)
-    except (OSError, ValueError):
-        pass
     return for_message(text, _NAME_MAX)
 
 
 def count(value: Any, where: str, default: int = 0) -> int:
-    """A count from a foreign file: a whole number in 0..``COUNT_MAX`` (a float that is one, such as
-    ``12.0``, is taken); None is ``default``. Anything else is refused, naming ``where``."""
+    """A whole number in 0..``COUNT_MAX`` (``12.0`` is taken); None is ``default``."""
     n = whole(value, where, 0, COUNT_MAX)
     return default if n is None else n
 
 
 def whole(value: Any, where: str, low: int = -(1 << 63), high: int = TS_MAX) -> int | None:
-    """A whole number in ``low``..``high`` from a foreign file (an exit code, a turn); None stays
-    None. Anything else is refused, naming ``where``."""
+    """A whole number in ``low``..``high`` (an exit code, a turn); None stays None."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -82,8 +70,7 @@ def whole(value: Any, where: str, low: int = -(1 << 63), high: int = TS_MAX) -> 
 
 
 def seconds(value: Any, where: str) -> float | None:
-    """A duration (seconds, or milliseconds: the bound is generous for both) from a foreign file:
-    a finite number in 0..``SECONDS_MAX``; None stays None. Anything else is refused."""
+    """A duration (seconds or milliseconds) in 0..``SECONDS_MAX``; None stays None."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -94,8 +81,7 @@ def seconds(value: Any, where: str) -> float | None:
 
 
 def time_ns(value: Any, where: str, default: int) -> int:
-    """A time in nanoseconds since 1970 from a foreign file (an amb export's exact timestamps):
-    a whole number in 0..``TS_MAX``; None is ``default``. Anything else is refused."""
+    """A time in ns since 1970 (an amb export's exact timestamps) in 0..``TS_MAX``; None is ``default``."""
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):

@@ -157,13 +157,9 @@ class Recorder:
         self.live[flow.id] = flow
 
     def _queue_request(self, flow: http.HTTPFlow, st: _Flow) -> None:
-        """Start the request's share of the recording so it overlaps the upstream's work.
-
-        A large body goes to a worker thread (hashing and compressing it release the GIL). A small
-        one is done on the event loop, but in the loop's next turn: mitmproxy sends the request
-        upstream as soon as this hook returns, so the parse, scrub and blob write happen while the
-        upstream works rather than on the response's path, and without a thread hand-off.
-        """
+        """Start the request's share of the recording so it overlaps the upstream's work: a large
+        body on a worker thread, a small one on the event loop's next turn (mitmproxy sends the
+        request upstream as soon as this hook returns), with no thread hand-off."""
         req = flow.request
         raw = req.raw_content or b""
         encoding = req.headers.get("content-encoding")
@@ -530,12 +526,8 @@ _QUERY_KEY = re.compile(r"(?<=[?&])key=[^&]*")
 
 @functools.lru_cache(maxsize=256)
 def _url(scheme: str, authority: str | None, host: str, port: int, path: str) -> str:
-    """The URL called, as ``scheme://host:port/path?query`` (host as ``pretty_host``), with the
-    value of a ``key`` query parameter (Gemini's API key) masked.
-
-    Cached: ``pretty_host`` parses the Host header (with IDNA) on every call, and an agent talks
-    to one or two endpoints.
-    """
+    """The URL called, with the value of a ``key`` query parameter (Gemini's API key) masked.
+    Cached: ``pretty_host`` parses the Host header (with IDNA) on every call."""
     if authority:
         host = url.parse_authority(authority, check=False)[0]
     if "key=" in path:

@@ -1,14 +1,9 @@
 """The proxy's blob writer: the blob store's format, appended to a pack while the agent waits.
 
-It produces exactly what ``schemas.blobstore.BlobStore.put`` produces: the same addresses, the
-same chunking of large blobs (so a conversation resent on every turn is stored once), the same
-stored bytes. What differs is when the blob files are created. A new file is an inode, and
-allocating one cost 30 us to over 500 us of kernel time on the file systems we run on, more while
-other processes create and delete files (that was the whole gap between the recording proxy's
-throughput and bare mitmproxy's). So a blob is appended to this run's pack
-(``schemas.blobpack``: one ``writev``, no new inode) and the pack is materialised into the blob
-store when the sink closes, at the end of the run; ``amb ingest`` materialises the pack of a run
-whose recorder died before that.
+It produces exactly what ``schemas.blobstore.BlobStore.put`` produces (addresses, chunking,
+stored bytes), but appends each blob to this run's pack (``schemas.blobpack``: one ``writev``, no
+new inode, which costs 30 us to over 500 us of kernel time) and materialises the pack into the
+blob store when the sink closes; ``amb ingest`` does it for a run whose recorder died before that.
 
 Addresses already stored or appended are remembered, so a body sent again (a system prompt, a
 conversation's earlier chunks) costs a hash and a set lookup, and a chunk seen recently costs a
@@ -69,14 +64,10 @@ class BlobWriter:
     def put(
         self, data: bytes, media_type: str = "application/octet-stream", base: BlobRef | None = None
     ) -> BlobRef:
-        """Store ``data`` once (chunked above ``CHUNK_ABOVE``, or as a delta against ``base``, as
-        ``BlobStore.put`` does).
+        """Store ``data`` once, as ``BlobStore.put`` does (chunked, or a delta against ``base``).
 
-        All on the calling thread, the whole body's hash first (a body stored already then costs
-        that one hash), in pieces that give way to threads waiting for a CPU (``_sha256_yielding``).
-        Hashing the whole body on a second thread while its chunks were stored finished sooner, but
-        the machine's other core is busy carrying the request upstream (mitmproxy, the upstream): a
-        5 MB request came back later, not sooner."""
+        The whole body's hash comes first, on the calling thread (a body stored already then costs
+        that one hash): a second thread would compete with mitmproxy and the upstream for the CPU."""
         hexd = _sha256_yielding(data)
         ref = BlobRef(blob=HASH_PREFIX + hexd, size=len(data), media_type=media_type)
         if hexd in self._known or (len(data) > LOOKUP_ABOVE and self._stored(hexd)):
@@ -132,9 +123,7 @@ class BlobWriter:
         self._remember(hexd)
 
     def sync(self) -> None:
-        """Make every blob appended so far durable (before the spool events that refer to them).
-
-        Called every group commit; a pack with nothing new since the last call is not fsync'd."""
+        """Make every blob appended so far durable (before the spool events that refer to them)."""
         with self._lock:
             if not self._unsynced:
                 return
@@ -153,15 +142,9 @@ class BlobWriter:
 
 
 def _sha256_yielding(data: bytes) -> str:
-    """sha256 of ``data`` (hex), in ``YIELD_EVERY`` pieces, offering the CPU after each one.
-
-    A large request is hashed while the upstream reads it and mitmproxy finishes sending it. On a
-    machine with few cores the three compete, and a thread that just woke up (the upstream with
-    more data to read) waited for the hash's time slice to end: a 5 MB request then reached the
-    upstream ~1 ms later. ``sched_yield`` lets such a thread run first; with nobody waiting it
-    returns at once (~1 us). The address is needed only when the upstream has answered, so the
-    hash can afford to come second.
-    """
+    """sha256 of ``data`` (hex), in ``YIELD_EVERY`` pieces, offering the CPU after each one: a
+    thread woken meanwhile (the upstream reading the request) runs first instead of waiting for the
+    hash's time slice; the address is needed only once the upstream has answered."""
     if len(data) <= YIELD_EVERY:
         return hashlib.sha256(data).hexdigest()
     sha, view = hashlib.sha256(), memoryview(data)
@@ -174,11 +157,9 @@ def _sha256_yielding(data: bytes) -> str:
 class RecentChunks:
     """The chunks most recently hashed (up to ``limit`` bytes, least recently used dropped first).
 
-    An agent resends its whole conversation on every call, images and all, so most chunks of a
-    large request are chunks of the previous one. Comparing a chunk with the copy kept here runs
-    at memcmp speed (well under 0.5 ms per 5 MB); hashing it again takes 2.5 ms per 5 MB of CPU that
-    mitmproxy and the upstream need at that moment. A chunk equal byte for byte to a kept one
-    has the kept one's address.
+    An agent resends its whole conversation on every call, so most chunks of a large request are
+    chunks of the previous one: comparing one with the kept copy (memcmp speed) is five times
+    cheaper than hashing it again, and a chunk equal to a kept one has its address.
     """
 
     def __init__(self, limit: int):

@@ -105,11 +105,9 @@ ANCHOR_LIMIT = 64
 def contains(data: bytes, needle: bytes) -> bool:
     """``needle in data``, fast when ``data`` is mostly base64 and ``needle`` is an API key.
 
-    A plain search for a 100-byte key takes 0.3-0.6 ms per 5 MB while holding the GIL (nearly every
-    byte of a key is a base64 byte too, so the search can skip little). Provider keys contain ``-`` or
-    ``_``, which base64 never does: the occurrences of that byte are found at memchr speed (0.05 ms
-    per 5 MB) and the key is compared at each. A body with more than ``ANCHOR_LIMIT`` of them
-    (text, not an image) gets the plain search.
+    Provider keys contain ``-`` or ``_``, which base64 never does: the occurrences of that byte are
+    found at memchr speed and the key compared at each, ten times faster than a plain search. A
+    body with more than ``ANCHOR_LIMIT`` of them (text, not an image) gets the plain search.
     """
     for anchor in ANCHORS:
         offset = needle.find(anchor)

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import ipaddress
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,12 +73,10 @@ def own_addresses() -> frozenset[IP]:
         if line.strip() == "/32 host LOCAL":
             with contextlib.suppress(ValueError):
                 out.add(ipaddress.ip_address(prev.strip().lstrip("|-+ ").strip()))
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
         for line in Path("/proc/net/if_inet6").read_text().splitlines():
             hexaddr = line.split()[0]
             out.add(ipaddress.IPv6Address(int(hexaddr, 16)))
-    except (OSError, ValueError, IndexError):
-        pass
     return frozenset(out)
 
 
@@ -121,11 +119,9 @@ class Destinations:
             if ip is not None:
                 self.allowed_addrs.add((ip, port))
                 continue
-            try:
+            with contextlib.suppress(OSError, UnicodeError, ValueError):
                 for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
                     self.allowed_addrs.add((ipaddress.ip_address(_norm(str(info[4][0]))), port))
-            except (OSError, UnicodeError, ValueError):
-                pass
         self._cache: dict[tuple[str, int], Verdict] = {}
 
     def allowed(self, host: str, port: int) -> bool:
@@ -194,31 +190,26 @@ class Gate:
         return self._check(flow)
 
     def _check(self, flow: Any) -> Any:
-        host, port = flow.request.host, flow.request.port
-        if self.destinations.allowed(host, port):
-            return None
-        verdict = self.destinations.cached(host, port)
-        if verdict is None:
-            return self._check_resolved(flow, host, port)
-        _answer(flow, verdict)
-        return None
-
-    async def _check_resolved(self, flow: Any, host: str, port: int) -> None:
-        _answer(flow, await self.destinations.verdict(host, port))
+        return self._apply(flow.request.host, flow.request.port, lambda verdict: _answer(flow, verdict))
 
     def server_connect(self, data: Any) -> Any:
         server = data.server
         host, port = server.address[0], server.address[1]
+        return self._apply(host, port, lambda verdict: _pin(server, host, port, verdict))
+
+    def _apply(self, host: str, port: int, act: Callable[[Verdict], None]) -> Any:
+        """``act`` on the verdict for (host, port): now when it is known, else in the coroutine
+        returned, which resolves the name first."""
         if self.destinations.allowed(host, port):
             return None
         verdict = self.destinations.cached(host, port)
         if verdict is None:
-            return self._connect_resolved(server, host, port)
-        _pin(server, host, port, verdict)
+            return self._resolved(host, port, act)
+        act(verdict)
         return None
 
-    async def _connect_resolved(self, server: Any, host: str, port: int) -> None:
-        _pin(server, host, port, await self.destinations.verdict(host, port))
+    async def _resolved(self, host: str, port: int, act: Callable[[Verdict], None]) -> None:
+        act(await self.destinations.verdict(host, port))
 
 
 def _regular(flow: Any) -> bool:

@@ -19,6 +19,7 @@ these and cost one encoding and one hash.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import msgspec
@@ -75,10 +76,9 @@ def chain(items: list[Any], volatile: tuple[str, ...] = (), marker: str | None =
     for item in items:
         raw = _encode(item)
         if len(raw) >= INLINE_MIN or _holds(raw, clues):
-            try:  # only then the slower walk
+            # Only then the slower walk; nested deeper than Python recurses, compared as it is.
+            with contextlib.suppress(RecursionError):
                 raw = _encode(_clean(item, volatile, marker))
-            except RecursionError:  # nested deeper than Python recurses: compared as it is
-                pass
         links.append(hash((links[-1], raw)))
     return links
 

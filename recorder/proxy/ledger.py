@@ -1,44 +1,27 @@
 """The tool-call ledger: the id each tool call of a run is recorded under, and which call each tool
-result answers.
+result answers (the rules in full: docs/recording.md, "Tool call ids and pairing").
 
 Providers' ids cannot tell calls apart: Gemini usually sends none (a client then makes up its own
 for the next request), a gateway may send none or give every call ``call_0``, two upstreams may
-both number their calls from 1, and two conversations may be word for word the same (sub-agents
-handed one instruction, an agent restarting after a failure). So a call is known by the
-conversation it was made in, and a conversation by the history its requests carry
+both number their calls from 1, and two conversations may be word for word the same. So a call is
+known by the conversation it was made in, and a conversation by the history its requests carry
 (``recorder.proxy.history``):
 
 - **Heads.** Each recorded model call leaves a head: the history its request sent, and the calls
-  its response asked for. A request *continues* the head whose history is the longest one its own
-  history extends. Among heads with that same history (conversations that opened alike, a retried
-  request) it is the one whose calls have the ids the request shows where the answer went, else
-  the one whose calls are the calls shown there (names and arguments), else one not yet continued,
-  else the latest (an agent that started again is its latest try). A Responses request that names
-  a previous response continues that response's head.
-- **Threads.** A conversation instance is a thread of heads: a request continues its head's
-  thread, unless that head was already continued (a retry, a restart that re-sends a history
-  already sent, a second conversation with the same opening): then, as a request that continues no
-  head (a new conversation), it starts a thread of its own. Threads are numbered as they start.
+  its response asked for. A request *continues* the head whose history is the longest its own
+  extends; among heads with that history, the one whose calls the request shows (ids, else names
+  and arguments), else one not yet continued, else the latest (``_Head.rank``).
+- **Threads.** A request continues its head's thread, unless that head was already continued (a
+  retry, a restart, a second conversation with the same opening): then it starts a thread of its own.
 - **Ids.** A call keeps the provider's id unless it has none or an earlier call of the run has it;
-  then it is ``<provider>-<thread>-<step>-<index>`` (no id; step: the thread's model call, 1 for
-  its first; index: the call's place in the answer) or ``<id>~<thread>-<step>-<index>`` (an id
-  taken). Every call of every answer is a new call: identical calls stay separate events.
-- **Results.** A request's tool results inside the history of the head it continues were recorded
-  with that head's request (or before): they are not recorded again. A result after it answers one
-  of the head's own calls (by the id the request gives both, else by position, else by name). A
-  result that answers none of them (a request that continues no head, a history edited in the
-  middle) is looked up among the calls made in answer to the exact history before its model turn,
-  else to a history as long with the same first item, else by its id, the latest first: a call
-  that already has this very answer, or any answer when none is left open, means the result was
-  sent before; else it answers the first of them still open. A result whose call was never seen
-  keeps the id the request gives it (else it is ``<provider>-<thread>-<step>-r<k>``, the k-th
-  result of that model call's request) and is recorded once.
+  then it is ``<provider>-<thread>-<step>-<index>`` or ``<id>~<thread>-<step>-<index>``.
+- **Results.** Those inside the continued head's history were recorded already; one after it
+  answers one of the head's calls (by id, else position, else name), else a call made for the same
+  history (``_candidates``), else it keeps its own id and is recorded once.
 
-The ids depend only on the order in which the calls are recorded (the order of their events in the
-spool), so recording the same requests again gives the same ids. The ledger keeps the latest
-``MAX_HEADS`` heads of a run, so its memory is bounded: a conversation idle for longer starts a new
-thread, a result whose call was forgotten is recorded under an id of its own, and an id is told
-apart only from the calls it still keeps.
+The ids depend only on the order in which the calls are recorded, so recording the same requests
+again gives the same ids. The ledger keeps the latest ``MAX_HEADS`` heads of a run: its memory is
+bounded, and a conversation idle for longer starts a new thread.
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ Whatever else amb refuses (a blocked destination, a recording it cannot persist)
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from mitmproxy import http
 
@@ -21,12 +20,8 @@ from schemas.providers.result import QUOTA
 STATUS = 429
 
 
-def body(provider: str, message: str) -> dict[str, Any]:
-    return error_body(provider, STATUS, message, QUOTA)
-
-
 def response(provider: str, message: str) -> http.Response:
-    data = json.dumps(body(provider, message)).encode()
+    data = json.dumps(error_body(provider, STATUS, message, QUOTA)).encode()
     return http.Response.make(
         STATUS,
         data,

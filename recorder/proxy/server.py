@@ -10,6 +10,7 @@ for everything else. All listen on ephemeral ports so several amb-record process
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import importlib
 import logging
@@ -196,12 +197,8 @@ def _route_target(name: str) -> str:
 
 def proxy_addons() -> list:
     """The mitmproxy addons a recording proxy needs: mitmdump's defaults minus the interactive and
-    traffic-rewriting ones (replay, map/modify, cookies, export, onboarding, command history...).
-
-    mitmproxy calls every hook on every addon, and that dispatch was a third of the proxy's
-    per-call CPU (profiled at 16 concurrent clients). None of the dropped addons acts unless one
-    of its options is set, and amb sets none of them.
-    """
+    traffic-rewriting ones, none of which acts unless one of its options is set: mitmproxy calls
+    every hook on every addon, and that dispatch was a third of the proxy's per-call CPU."""
     from mitmproxy.addons import (
         block,
         core,
@@ -248,12 +245,10 @@ def ca_bundle(ca_cert: Path, out: Path) -> Path:
             parts.append(Path(candidate).read_bytes())
             break
     else:
-        try:
+        with contextlib.suppress(ImportError):
             import certifi
 
             parts.append(Path(certifi.where()).read_bytes())
-        except ImportError:
-            pass
     parts.append(ca_cert.read_bytes())
     out.write_bytes(b"\n".join(p.rstrip(b"\n") + b"\n" for p in parts))
     return out

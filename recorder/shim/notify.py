@@ -1,31 +1,23 @@
 """Process tracing without stopping every process: seccomp user notification, plus a light ptrace.
 
-strace follows every fork and stops each new process several times; on a workload of many short
-processes that alone costs ~6% of wall time on a 2-core machine. This tracer stops a process only
-where there is something to record:
+strace follows every fork and stops each new process several times; this tracer stops a process
+only where there is something to record (docs/containers.md):
 
-- A seccomp filter, installed by a small launcher (``recorder.shim.launch``) before it execs the
-  agent and inherited by all its descendants, sends ``execve``, ``execveat`` and ``connect`` to
-  the shim as notifications (``SECCOMP_RET_USER_NOTIF``). Every other syscall, fork included, runs
-  untouched. (The filter program itself is ``recorder.shim.seccomp``.)
-- On an exec the shim attaches to the caller with ``PTRACE_SEIZE`` and only
-  ``PTRACE_O_TRACEEXEC`` (unless it already has). The exec-event stop says the exec succeeded
-  (``execvp`` tries every ``PATH`` entry; only the one that worked is a program that ran) and
-  holds the new program before its first instruction, when its argv is read from
-  ``/proc/<pid>/cmdline``: exactly what the kernel copied in. Its parent and cwd come from
-  ``/proc`` too. When a seized process dies, the tracer learns its exit status, code or signal.
-  A seized process also stops for each signal delivered to it (a shell's ``SIGCHLD``), which is
-  passed straight on.
-- A ``connect`` to an IPv4 or IPv6 address is performed by the shim on the caller's own socket,
-  and its result returned as the syscall's (``recorder.shim.connects``).
+- A seccomp filter (``recorder.shim.seccomp``), installed by a small launcher
+  (``recorder.shim.launch``) before it execs the agent and inherited by all its descendants, sends
+  ``execve``, ``execveat`` and ``connect`` to the shim as notifications; every other syscall runs
+  untouched.
+- On an exec the shim seizes the caller with only ``PTRACE_O_TRACEEXEC``: the exec-event stop says
+  the exec succeeded and holds the new program before its first instruction, when its argv is read
+  from ``/proc/<pid>/cmdline``. A seized process's death gives its exit status; the signals it
+  stops for are passed straight on.
+- A ``connect`` to an IPv4 or IPv6 address is performed by the shim on the caller's own socket
+  (``recorder.shim.connects``).
 
-Needs: Linux >= 5.9 (pidfd_getfd, ``SECCOMP_USER_NOTIF_FLAG_CONTINUE``), x86_64 or aarch64, the
-right to install a filter (no_new_privs, which the container sets, or CAP_SYS_ADMIN), and
-CAP_SYS_PTRACE when the agent runs under another uid. ``probe`` checks all of it on a real run;
-the shim falls back to strace where it fails.
-
-``SECCOMP_IOCTL_NOTIF_ID_VALID`` guards every notification against the caller having died (and
-its pid been reused) before the shim acted on it.
+Needs: Linux >= 5.9, x86_64 or aarch64, the right to install a filter (no_new_privs or
+CAP_SYS_ADMIN), and CAP_SYS_PTRACE when the agent runs under another uid; ``probe`` checks it on a
+real run, and the shim falls back to strace where it fails. ``SECCOMP_IOCTL_NOTIF_ID_VALID`` guards
+every notification against the caller having died (and its pid been reused) meanwhile.
 """
 
 from __future__ import annotations
@@ -140,10 +132,8 @@ class NotifyTracer:
             self._thread.join(timeout)
 
     def kill_all(self, sig: int = signal.SIGKILL) -> int:
-        """Signal every process under the command but its own; returns how many were signalled.
-
-        That is every traced process, and every descendant of the command or of a traced process
-        (one that forked without exec'ing is not traced)."""
+        """Signal every traced process and every descendant of the command or of a traced one (a
+        fork that never exec'd is not traced), the command's own excepted; returns how many."""
         n = 0
         roots = {p for p in (self.root_pid, *list(self.procs)) if p is not None}
         for pid in (kernel.descendants(roots) | set(self.procs)) - {self.root_pid}:
@@ -288,7 +278,7 @@ class NotifyTracer:
 
     def _stopped(self, pid: int, status: int) -> None:
         sig, event = os.WSTOPSIG(status), status >> 16
-        try:
+        with contextlib.suppress(OSError):  # it died meanwhile; its death is reported next
             if event == kernel.EVENT_EXEC:
                 e = None
                 try:
@@ -315,8 +305,6 @@ class NotifyTracer:
             else:  # a signal on its way to the process: deliver it unchanged
                 self.counts["signals_passed"] += 1
                 kernel.ptrace(kernel.PTRACE_CONT, pid, 0, sig)
-        except OSError:
-            pass  # it died meanwhile; its death is reported next
 
     def _commit(self, pid: int, e: _Exec) -> None:
         old = self.procs.get(pid)

@@ -38,11 +38,8 @@ DEFAULT_CAP = 8 * 1024 * 1024
 """Files up to this size are sent with their content; larger ones by hash only."""
 
 TRACE_PAUSE = 0.05
-"""Seconds the trace reader sleeps after a short read, so that strace's lines collect in the pipe.
-strace writes one line per traced event; a reader blocked on the pipe is woken for each one, and
-that wakeup (strace's pipe write, then the shim's thread) costs several times more CPU than parsing
-the line. Batching delays the records by at most this long; nothing is lost (strace waits when the
-pipe is full)."""
+"""Seconds the trace reader sleeps after a short read, so that strace's lines collect in the pipe (a
+wakeup per line costs more CPU than parsing it); nothing is lost, strace waits when the pipe is full."""
 
 TRACE_PIPE_SIZE = 1 << 20
 """Pipe buffer asked for the trace fifo (the default is 64 KiB): room for what strace writes while
@@ -132,11 +129,9 @@ class Sender:
             self.on_broken()
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_WR)
             self.sock.recv(1)  # the receiver closes once it has everything
-        except OSError:
-            pass
         self.sock.close()
 
 
@@ -332,11 +327,9 @@ class _StraceRun:
         with contextlib.suppress(OSError):
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
         reader.join(timeout=30)
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(fifo)
             os.rmdir(tmp)
-        except OSError:
-            pass
         if self.proc.returncode < 0:
             for msg in self.tracker.root_killed(-self.proc.returncode, time.time_ns()):
                 self.sender.send(msg)

@@ -1,18 +1,12 @@
 """Workspace changes and watched-path opens, from inotify (through ctypes: stdlib only).
 
-Every directory under the workspace gets a watch. A file is reported when it is closed after
-writing (``IN_CLOSE_WRITE``): then its content is read, hashed and sent, so what is recorded is
-what the file held at that moment. Renames pair ``IN_MOVED_FROM``/``IN_MOVED_TO`` by cookie;
-a move out of the workspace is a deletion, a move in is a creation.
-
-What inotify cannot promise is made up for by scanning: a new directory is scanned right after its
-watch is added (files made before the watch existed), a queue overflow triggers a full rescan, and
-``finish`` compares the workspace against everything reported (hard links, mmap writes, files still
-open when the agent ended). Rescans report differences only, never the same content twice.
-
-Names are handled as Python's ``os.fsdecode`` gives them (a byte that is not UTF-8 as a lone
-surrogate) and sent as the bytes they are. Nothing an agent names can stop the watcher: an event it
-cannot handle becomes a note saying so, and the watcher goes on with the next.
+A file is reported when it is closed after writing (``IN_CLOSE_WRITE``), with the content it held
+then; renames pair ``IN_MOVED_FROM``/``IN_MOVED_TO`` by cookie, and a move out of the workspace is a
+deletion, a move in a creation. What inotify cannot promise is made up for by scanning: a new
+directory right after its watch is added, everything after a queue overflow, and the whole
+workspace at ``finish`` (hard links, mmap writes, files still open); rescans report differences
+only (docs/containers.md). Names are sent as the bytes they are, and nothing an agent names can stop
+the watcher: an event it cannot handle becomes a note saying so, and the watcher goes on.
 """
 
 from __future__ import annotations
@@ -379,12 +373,10 @@ class Watcher:
             return
         self.known[dst] = entry
         self._emit_rename(src, dst)
-        try:  # a rename of a file still being written: report the content it has now
+        with contextlib.suppress(OSError):  # a rename of a file still being written: its content now
             st = os.lstat(self._abs(dst))
             if (st.st_size, st.st_mtime_ns) != entry[:2]:
                 self._report_file(dst)
-        except OSError:
-            pass
 
     def _access(self, wd: int, mask: int, name: str) -> None:
         base = self.watched[wd]

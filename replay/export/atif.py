@@ -1,16 +1,10 @@
 """A stored run as an ATIF trajectory (Harbor's Agent Trajectory Interchange Format, v1.8 or v1.6).
 
-One agent step per successful model call: its text, reasoning, tool calls (arguments as objects),
-their results as the step's observation (in full, from the blob when the event kept a prefix) and
-its tokens. System and user steps come from the request bodies: the first request's system prompt
-and user messages, then every user message a later request adds after the last assistant turn.
-
-ATIF has no place for processes, file changes, network requests, the submission, notes, failed
-calls or the run's start and end (invented steps would mislead its SFT and RL consumers): they go
-verbatim to a sidecar ``events.jsonl`` (their blobs under ``blobs/``), and ``step.extra.amb`` keeps
-each call's envelope facts. ``amb import atif`` reads both, so export → import → export gives the
-same files; lost are the raw bodies (rebuilt from the steps, marked synthetic) and the event sources
-and hashes. ``--version 1.6`` leaves out the fields v1.7 added, which v1.6 consumers reject.
+One agent step per successful model call, with system and user steps from the request bodies.
+What ATIF has no place for (processes, file changes, network requests, the submission, notes, failed
+calls, the run's start and end: invented steps would mislead its SFT and RL consumers) goes verbatim
+to a sidecar ``events.jsonl`` (blobs under ``blobs/``), and ``step.extra.amb`` keeps each call's
+envelope, so ``amb import atif`` gives the run back (docs/interop.md says what is lost).
 """
 
 from __future__ import annotations

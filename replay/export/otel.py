@@ -1,23 +1,13 @@
 """A stored run as OpenTelemetry spans: OTLP JSON lines (the OTLP file exporter's format), one line
-(one ``TracesData``) per run, with GenAI semantic-convention attributes.
+(one ``TracesData``) per run, with GenAI semantic-convention attributes pinned to **1.44.0**
+(``SCHEMA_URL``, also ``amb.semconv.genai`` on the resource).
 
-Pinned to semantic conventions **1.44.0** (``SCHEMA_URL``, also ``amb.semconv.genai`` on the
-resource): ``gen_ai.provider.name``, ``gen_ai.usage.input_tokens`` including cached tokens. The GenAI
-conventions are at Development stability upstream: a consumer on other names needs another pin.
-
-Span ids are deterministic (trace id: sha256(run id)[:16 bytes]; span id: sha256(``run|source|seq``)
-of the opening event, [:8 bytes]), so re-exports are identical:
-
-- ``invoke_agent {agent}`` (INTERNAL), the root: run.started → run.finished (or the last event);
-- ``chat {model}`` (CLIENT) per model call, started_ns for its latency; with ``messages``, its
-  conversation as the opt-in ``gen_ai.system_instructions``, ``gen_ai.input.messages`` and
-  ``gen_ai.output.messages`` (read from the request body by the provider layer);
-- ``execute_tool {name}`` (INTERNAL) per tool call: from the call that asked to the request that
-  carried the result (the execution interval itself is not observed);
-- ``{argv0}`` (INTERNAL) per process, ``{METHOD}`` (CLIENT) per network request;
-- file changes, the sealed submission and notes as span events on the root.
-
-Trace and span ids are hex (OTLP JSON, unlike protobuf JSON).
+Spans: ``invoke_agent {agent}`` (the root), ``chat {model}`` per model call (with ``messages``, its
+conversation as the opt-in ``gen_ai.*.messages``), ``execute_tool {name}`` per tool call (from the
+call that asked to the request that carried the result), ``{argv0}`` per process and ``{METHOD}``
+per network request; file changes, the submission and notes are events on the root. Trace and span
+ids are hex sha256 prefixes of the run id and of ``run|source|seq``, so re-exports are identical.
+docs/interop.md has the attribute table.
 """
 
 from __future__ import annotations

@@ -6,22 +6,10 @@ Layout::
     event_groups.parquet                  run_id -> run_group, events, path of its file
     runs.parquet, model_calls.parquet...  every view and score table, one file each
 
-``events`` is hive-partitioned by *run group*: the runs, in run-id order, are cut into groups of
-at least ``events_per_file`` events (a run is never split), each group one file. So every file
-holds a contiguous range of run ids, and a reader prunes by run three ways: the ``run_id`` min/max
-statistics in each file's footer, the ``event_groups`` index, or the group folder. (A file per run
-cost ~3.5 ms of CPU each: as much as writing 1,000 events.)
-
-Each group is one ``COPY (SELECT ... WHERE run_id BETWEEN first AND last) TO file`` (the store keeps
-a run's events together, so DuckDB reads only that range's row groups; ``PARTITION_BY`` over a join
-cost ~40 % more CPU, ``bench/interop.py``), on as many cursors at once as DuckDB has threads. Zstd
-level 1 costs what snappy costs here and writes half the bytes (snappy barely shrinks the hex hash
-columns). Rows inside a file are in whatever order DuckDB writes fastest: readers sort by run,
-source, seq.
-
-Left out on purpose: the store's bookkeeping (``spool_files``, ``_amb_migrations``) and the grade
-cache, which are not facts about runs. Blobs stay in the blob store; their addresses are in the
-payloads.
+Runs, in run-id order, are cut into groups of at least ``events_per_file`` events (a run is never
+split), each one ``COPY ... WHERE run_id BETWEEN first AND last``, on as many cursors as DuckDB has
+threads. docs/interop.md gives the reasons and the figures (groups, zstd level 1, no dictionary).
+Left out: the store's bookkeeping and the grade cache; blobs stay in the blob store.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """A recorded run's model calls, and the rules that pick which one answers a new request.
 
-Match modes (``amb replay serve --match``):
-
-- ``strict``: the request body is byte for byte the body of the next call still to be served (its
-  sha256 is the recorded request blob's address), in the recorded order;
-- ``canonical``: equal as JSON once keys are sorted, whitespace dropped and volatile fields removed
-  (``stream_options``, ``user``, ``metadata``, ``service_tier``, ``store``), anywhere among the
-  calls not yet served, earliest first;
-- ``sequence``: the n-th request of an API gets its n-th recorded call, whatever the body;
-- ``lenient``: canonical after masking what changes from run to run inside message text (UUIDs,
-  timestamps, temporary paths, tool-call ids, elapsed times); failing that, the closest of the next
-  few calls not yet served, if it is close enough.
-
-Each recorded call is served once (a retry of an identical request gets the next identical call,
-first in first out, as mitmproxy's server replay does).
+Match modes (``amb replay serve --match``, docs/viewer.md): ``strict`` (byte for byte the next
+call), ``canonical`` (equal as sorted JSON without the ``VOLATILE`` fields, any call not yet
+served), ``sequence`` (the n-th request of an API gets its n-th call) and ``lenient`` (canonical
+after masking ``LENIENT_PATTERNS``, else the closest of the next ``LENIENT_WINDOW`` calls). Each
+recorded call is served once, first in first out, as mitmproxy's server replay does.
 """
 
 from __future__ import annotations

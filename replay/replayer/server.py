@@ -1,16 +1,11 @@
 """The replay endpoint: answers model API requests with a recorded run's responses.
 
 It speaks every API of ``schemas.providers`` on the paths SDKs use (and ``GET .../models``), accepts
-any key (nothing goes upstream), and answers each request with the call the matcher chose:
-
-- its recorded status and body; a stream re-emitted as it was framed (an imported call, which kept
-  no stream, as the stream its provider sends), paced with ``--timing original`` (the first event at
-  the recorded time to first byte, the rest spread over the remaining latency: the proxy records
-  those two times, not each chunk's) or all at once with ``--timing fast``;
-- a recorded failure as one: its HTTP error, a stream cut at the same byte (``partial``), or a
-  closed connection for a call that got no response;
-- a request that matches nothing gets a 400 in the API's own error shape (``replay_miss``, naming
-  the expected call and where the request differs), and is reported.
+any key (nothing goes upstream), and answers each request with the call the matcher chose: its
+recorded status and body, a stream re-emitted as it was framed (paced with ``--timing original``),
+a recorded failure as one (an HTTP error, a stream cut at the same byte, a closed connection). A
+request that matches nothing gets a 400 in the API's own error shape (``replay_miss``), and is
+reported. docs/viewer.md has the details.
 """
 
 from __future__ import annotations

@@ -26,12 +26,8 @@ class AssistantMessage(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
-    """Token usage with explicit containment.
-
-    ``input_total`` INCLUDES ``cache_read`` and ``cache_write``; ``output`` INCLUDES ``reasoning``.
-    (Providers differ: Anthropic reports cached input beside ``input_tokens``, OpenAI inside
-    ``prompt_tokens``; the proxy normalises to this one convention.)
-    """
+    """Token usage: ``input_total`` INCLUDES ``cache_read`` and ``cache_write``; ``output`` INCLUDES
+    ``reasoning`` (each provider's convention is normalised to this one)."""
 
     input_total: int = 0
     cache_read: int = 0

@@ -10,11 +10,7 @@ from schemas.events.base import Payload
 
 
 class Note(Payload, frozen=True, tag="note"):
-    """A free-form note.
-
-    Version history: v1 had one field ``message``; v2 renamed it ``text`` and added ``data``
-    (upcaster ``note_v1_v2`` in ``schemas.upcast``).
-    """
+    """A free-form note (v1's ``message`` is v2's ``text``: ``schemas.upcast.note_v1_v2``)."""
 
     VERSION = 2
     text: str

@@ -4,16 +4,10 @@
 The REST API speaks camelCase (``inlineData``, ``functionCall``); the same fields in snake_case are
 accepted too, as Google's servers do.
 
-Usage containment (``usageMetadata``): ``promptTokenCount`` includes ``cachedContentTokenCount``;
-``candidatesTokenCount`` does NOT include ``thoughtsTokenCount``, so output = candidates + thoughts
-and reasoning = thoughts; ``toolUsePromptTokenCount`` (input the model read from tools it ran
-itself) is input.
-
-Function calls usually come without ids, and a client then makes up its own for the next request
-(the Gemini CLI sends ``write_file_<time>_0``): the ids calls are recorded under, and which call a
-function response answers, are the proxy's tool-call ledger's. This parser gives it the
-conversation (``contents``, item by item) and, for each function response, the call it answers
-among the request's own model turns (``result.Pairing``).
+``candidatesTokenCount`` does NOT include ``thoughtsTokenCount`` (``usage``). Function calls
+usually come without ids (a client makes up its own for the next request): the ids are the proxy's
+tool-call ledger's, to which this parser gives the conversation and, for each function response,
+the call it answers among the request's own model turns (``result.Pairing``).
 """
 
 from __future__ import annotations

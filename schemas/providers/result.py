@@ -167,15 +167,11 @@ def error_text(body: Any) -> str | None:
 
 class Pairing:
     """Reads the model turns of a request's conversation, and finds the call each tool result
-    answers among them: the call with the id the result names (the provider's, or one the client
-    made up: the nearest earlier turn holding it), else the call in the same position among the
-    results that follow the last model turn (the APIs want one result per call, in order) if its
+    answers among them: the call with the id the result names (the nearest earlier turn holding
+    it), else the call in the same position among the results after the last model turn if its
     name agrees, else the first call of that name in that turn. A result that names no function
-    takes its call's name.
-
-    A model turn is a run of consecutive items the model produced: a client may store one answer
-    as several (google-genai keeps each streamed chunk as a content of its own; the Responses API
-    has an item per output). It is where the run starts, which is where the answer went."""
+    takes its call's name. A model turn is a run of consecutive items the model produced (a client
+    may store one answer as several), placed where the run starts."""
 
     @classmethod
     def of(cls, info: RequestInfo, items: Any) -> Pairing | None:
