@@ -16,7 +16,7 @@ import pytest
 
 from replay.store import open_sql
 from scorer import scan as scanning
-from scorer import scanners
+from scorer import scan_results, scanners
 from scorer.profile import load as load_profile
 from tests.fakes import judge_server as fake
 
@@ -57,6 +57,14 @@ def _count(store: Path, sql: str, *params) -> int:
     con = open_sql(store)
     try:
         return con.execute(sql, list(params)).fetchall()[0][0]
+    finally:
+        con.close()
+
+
+def _rows(store: Path, sql: str) -> list[tuple]:
+    con = open_sql(store)
+    try:
+        return con.execute(sql).fetchall()
     finally:
         con.close()
 
@@ -141,7 +149,7 @@ def test_a_failing_scanner_leaves_error_rows_and_the_scan_goes_on(store, tmp_pat
     assert (t.scanned, t.errors) == (8, 5)
     con = open_sql(store)
     try:
-        errors = {r["run_id"]: r["error"] for r in scanning.errors(con) if r["scanner"] == "broken"}
+        errors = {r["run_id"]: r["error"] for r in scan_results.errors(con) if r["scanner"] == "broken"}
     finally:
         con.close()
     assert sorted(errors) == [f"run-{i}" for i in range(1, 6)]
@@ -211,3 +219,12 @@ def test_an_llm_scanner_is_cached_and_parsed_fail_closed(store, tmp_path, monkey
         con.close()
     cited = [(run, e) for run, f in rows for finding in json.loads(f) for e in finding["events"]]
     assert len(rows) == 39 and cited and all(c in events for c in cited)
+    # Each exchange is stored as what it is: a question's answer, neither a verdict nor error codes.
+    calls = _rows(
+        store,
+        "SELECT CAST(answer AS VARCHAR), unscored_reason, value, codes FROM judge_calls "
+        "WHERE item = 'scan:claims-done'",
+    )
+    assert sorted(calls, key=str) == sorted(
+        [("true", None, None, None)] * 39 + [(None, "value_out_of_range", None, None)], key=str
+    )
