@@ -13,6 +13,7 @@ from amb.common import progress, store_option
 from amb.output import table
 from replay.read import require_runs
 from replay.store import open_sql
+from schemas.display import one_line
 from schemas.errors import UsageError
 from scorer import labels as lab
 from scorer import ledger, scan_results, scanners
@@ -62,9 +63,8 @@ def validation_text(results: list[dict[str, Any]]) -> str:
     lines = [table(cols, rows)]
     for r in results:
         for d in r["disagreements"][:20]:
-            lines.append(
-                f"  {r['target']} {d['run_id']}: label {d['label']!r}, got {d['predicted']!r}  {d['link']}"
-            )
+            said = f"label {d['label']!r}, got {d['predicted']!r}"
+            lines.append(one_line(f"  {r['target']} {d['run_id']}: {said}  {d['link']}"))
     return "\n".join(lines)
 
 
