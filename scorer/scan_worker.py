@@ -63,7 +63,9 @@ class Worker:
 
     def __init__(self, scanners: list[tuple[str, str, str]]):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "scorer.scan_worker"],
+            # -P: the current directory is not put on the path, so no folder of the user's there
+            # can stand in for this project's modules.
+            [sys.executable, "-P", "-m", "scorer.scan_worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,  # its own process group: a kill reaches what the scanner started
@@ -74,6 +76,7 @@ class Worker:
             self.ready = self._recv(STARTUP_S)
         except _Stopped as e:
             self.ready = Reply(error=f"the scanner's worker process did not start: {e}")
+            self.kill()
 
     def _send(self, msg: msgspec.Struct) -> None:
         body = msgspec.msgpack.encode(msg)
