@@ -13,9 +13,10 @@ from amb.common import progress, store_option
 from amb.output import table
 from replay.read import require_runs
 from replay.store import open_sql
+from schemas.display import one_line
 from schemas.errors import UsageError
 from scorer import labels as lab
-from scorer import ledger, scanners
+from scorer import ledger, scan_results, scanners
 from scorer import scan as scanning
 from scorer.batch import open_store
 from scorer.judge.llm import endpoint
@@ -62,9 +63,8 @@ def validation_text(results: list[dict[str, Any]]) -> str:
     lines = [table(cols, rows)]
     for r in results:
         for d in r["disagreements"][:20]:
-            lines.append(
-                f"  {r['target']} {d['run_id']}: label {d['label']!r}, got {d['predicted']!r}  {d['link']}"
-            )
+            said = f"label {d['label']!r}, got {d['predicted']!r}"
+            lines.append(one_line(f"  {r['target']} {d['run_id']}: {said}  {d['link']}"))
     return "\n".join(lines)
 
 
@@ -114,8 +114,8 @@ def scan(
         raise UsageError("give RUN ids, --all or --where SQL (one of them)")
     loaded = load_profile(profile)
     ep = endpoint(loaded.profile.judge)
-    rules = _audit_rules(loaded)
-    found = [s for spec in specs for s in scanners.load(spec, model=ep[2] if ep else None, audit_rules=rules)]
+    model = ep[2] if ep else None
+    found = [s for spec in specs for s in scanners.load(spec, model=model, audit_rules=loaded.profile.audit)]
     bar = progress("scan")
     scan_id, tallies, requests = scanning.scan(
         store,
@@ -169,12 +169,6 @@ def scan(
         click.echo(f"\nagainst labels {label_set}:\n" + validation_text(validation))
 
 
-def _audit_rules(loaded: Any) -> dict[str, Any]:
-    import msgspec
-
-    return msgspec.to_builtins(loaded.profile.audit)
-
-
 def _scanned(store: str) -> Any:
     """The store's read-only connection, once its scan tables exist (else one line saying what to do)."""
     con = open_sql(store)
@@ -189,7 +183,7 @@ def _scanned(store: str) -> Any:
 def _print_errors(store: str, as_json: bool) -> None:
     con = _scanned(store)
     try:
-        rows = scanning.errors(con)
+        rows = scan_results.errors(con)
     finally:
         con.close()
     if as_json:
@@ -216,7 +210,7 @@ def scan_report(store: str, rows: list[dict[str, Any]], viewer_url: str) -> dict
             return {}
         sets = [s for (s,) in con.execute("SELECT DISTINCT label_set FROM labels ORDER BY 1").fetchall()]
         checks = {s: lab.validate_judge(rows, lab.current(con, s), viewer_url) for s in sets}
-        return {"scanners": scanning.shares(con, rows), "judge_validation": checks}
+        return {"scanners": scan_results.shares(con, rows), "judge_validation": checks}
     finally:
         con.close()
 

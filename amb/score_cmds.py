@@ -20,7 +20,7 @@ from scorer import audit as auditor
 from scorer import ledger, profile_diff, report_html
 from scorer import report as reports
 from scorer.batch import BatchResult, open_store, score_runs
-from scorer.pipeline import task_info
+from scorer.pipeline import audit_run
 from scorer.profile import LoadedProfile
 from scorer.profile import load as load_profile
 from scorer.trajectory import fold
@@ -488,8 +488,7 @@ def audit(store: str, run: str, profile: str | None, as_json: bool) -> None:
         traj = fold(run, events, st.blobs.get)
     finally:
         st.close()
-    _, forbidden = task_info(traj.task)
-    result = auditor.audit(traj, loaded.profile.audit, list(forbidden))
+    result = audit_run(traj, loaded.profile.audit)
     if as_json:
         click.echo(json.dumps({"run_id": run, "profile": loaded.name, **auditor.summary(result)}, indent=2))
         return

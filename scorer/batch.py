@@ -2,6 +2,8 @@
 
 Memory stays flat: runs are scored in chunks of ``chunk`` (events of one chunk in memory at a
 time), and each chunk's rows, judge calls and new grades are appended before the next one starts.
+Each chunk also appends the built-in audit scanner's rows (``scorer.scan_results``): the run's
+violations, which are that scanner's findings, stored as ``amb scan audit`` stores them.
 Workers are threads: each reads its run's events through its own DuckDB cursor, LLM judge calls
 overlap, and numpy grading releases the GIL. The store is opened read-write once (DuckDB allows a
 single writer), so ``amb ingest`` waits for a scoring batch to finish, and vice versa.
@@ -20,6 +22,7 @@ from replay.read import run_ids as all_run_ids
 from replay.store import Store
 from schemas.errors import UsageError
 from scorer import ledger
+from scorer.audit import Violation
 from scorer.cost import load_table
 from scorer.evidence import Evidence
 from scorer.judge.cache import JudgeCache
@@ -29,6 +32,10 @@ from scorer.migrations import MIGRATIONS
 from scorer.pipeline import RunScorer
 from scorer.profile import LoadedProfile
 from scorer.row import ScoreRow
+from scorer.scan_results import Row
+from scorer.scan_results import append as append_scan
+from scorer.scan_results import register as register_scanner
+from scorer.scanners import Scanner, audit_findings, audit_scanner
 
 
 class BatchResult(NamedTuple):
@@ -124,6 +131,14 @@ def score_runs(
     return results[0]._replace(repeats=results[1:], stability=stability)
 
 
+def _audit_rows(audit: Scanner, rows: list[ScoreRow]) -> list[Row]:
+    """The audit scanner's rows for scored runs: scoring audited them with the profile's rules, and
+    its violations are the scanner's findings (``amb scan audit`` then skips these runs)."""
+    return [
+        Row(audit, r.run_id, audit_findings([Violation(**v) for v in r.details["violations"]])) for r in rows
+    ]
+
+
 def _score_once(
     st: Store,
     profile: LoadedProfile,
@@ -152,6 +167,8 @@ def _score_once(
         profile, the_judge, st.blobs.get, prices, references=references, grade_cache=grade_cache
     )
     ledger.register_profile(con, profile)
+    audit = audit_scanner(profile.profile.audit)
+    register_scanner(con, audit)
     batch_id = ledger.new_batch_id()
     started = ledger.now()
     local = threading.local()
@@ -169,6 +186,7 @@ def _score_once(
             part = run_ids[start : start + chunk]
             chunk_rows = list(pool.map(one, part))
             ledger.append_rows(con, batch_id, chunk_rows, seq)
+            append_scan(con, batch_id, _audit_rows(audit, chunk_rows))
             seq += len(chunk_rows)
             if cache is not None:
                 ledger.append_judge_calls(con, cache.drain())

@@ -20,6 +20,7 @@ import io
 import json
 import random
 import re
+import urllib.parse
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -209,7 +210,7 @@ def compare(
                 "run_id": r,
                 "label": labelled[r],
                 "predicted": predicted[r],
-                "link": f"{link}/runs/{r}" if link else "",
+                "link": f"{link.rstrip('/')}/runs/{urllib.parse.quote(r, safe='')}" if link else "",
             }
             for r in runs
             if labelled[r] != predicted[r]

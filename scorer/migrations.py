@@ -124,8 +124,15 @@ def _m003_scans(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(statement)
 
 
+def _m004_answers(con: duckdb.DuckDBPyConnection) -> None:
+    # A question's parsed answer (an LLM scanner's boolean, number, label or text), which neither the
+    # rubric verdict's DOUBLE `value` nor the error `codes` can honestly hold.
+    con.execute("ALTER TABLE judge_calls ADD COLUMN answer JSON")
+
+
 MIGRATIONS: list[Migration] = [
     Migration("scorer.m001_tables", _m001_tables),
     Migration("scorer.m002_medal_rating", _m002_medal_rating),
     Migration("scorer.m003_scans", _m003_scans),
+    Migration("scorer.m004_answers", _m004_answers),
 ]

@@ -24,7 +24,7 @@ from scorer import medal, stages, taskgrade
 from scorer.audit import AuditResult
 from scorer.cost import PriceTable, price_run
 from scorer.judge.base import Judge
-from scorer.profile import LoadedProfile, StageRules
+from scorer.profile import AuditRules, LoadedProfile, StageRules
 from scorer.row import Cost, Grade, ScoreRow
 from scorer.stages import ItemScore
 from scorer.trajectory import BlobGetter, Trajectory, fold
@@ -42,6 +42,13 @@ def task_info(task: str | None) -> tuple[str | None, tuple[str, ...]]:
     except Exception:  # an unknown task is reported in the row (TASK unscored), not raised
         return None, ()
     return spec.track, tuple(spec.forbidden_paths)
+
+
+def audit_run(traj: Trajectory, rules: AuditRules) -> AuditResult:
+    """The auditor over one run with its task's forbidden paths: the one call that scoring, ``amb
+    audit`` and the built-in audit scanner share."""
+    _, forbidden = task_info(traj.task)
+    return auditor.audit(traj, rules, list(forbidden))
 
 
 class Scoring:
@@ -64,7 +71,7 @@ class Scoring:
 
     def __init__(self, traj: Trajectory):
         self.traj = traj
-        self.track, self.forbidden = task_info(traj.task)
+        self.track = task_info(traj.task)[0]
         self.reasons: dict[str, str] = {}
 
     @property
@@ -109,7 +116,7 @@ class RunScorer:
 
     def _audit(self, s: Scoring) -> None:
         s.rules = self.p.stage_rules(s.track)
-        s.audit = auditor.audit(s.traj, self.p.audit, list(s.forbidden))
+        s.audit = audit_run(s.traj, self.p.audit)
 
     def _grade(self, s: Scoring) -> None:
         if s.no_data:

@@ -182,6 +182,43 @@ def _runs_section(runs: list[dict[str, Any]], viewer_url: str | None) -> str:
     return f"<h2>Runs</h2>{note}{table}"
 
 
+def _scans_html(report: dict[str, Any]) -> str:
+    """Each scanner's share of runs flagged per model and track, and the judge against each label
+    set (``amb report``'s scan part); every name, value and link is agents' or users' text."""
+    out = []
+    if report.get("scanners"):
+        shares = [s | {"share": rounded(s["share"], 4)} for s in report["scanners"]]
+        out.append(f"<h2>Scanners: share of runs flagged</h2>{_html_table(shares, 'scanner_shares')}")
+    for name, results in (report.get("judge_validation") or {}).items():
+        rows = [
+            {"target": r["target"], "runs": r["runs"]}
+            | {k: rounded(r.get(k), 4) for k in ("agreement", "kappa", "alpha", "precision", "recall", "f1")}
+            | {"kappa 95%": _interval(r["intervals"].get("kappa")), "disagree": len(r["disagreements"])}
+            for r in results
+        ]
+        links = "".join(
+            f"<li>{html.escape(r['target'])} {_run_link(d['run_id'], d['link'])}: label "
+            f"{html.escape(repr(d['label']))}, judge {html.escape(repr(d['predicted']))}</li>"
+            for r in results
+            for d in r["disagreements"][:20]
+        )
+        out.append(
+            f"<h2>Judge against labels {html.escape(name)}</h2>{_html_table(rows, 'judge_validation')}"
+            + (f'<ul class="disagreements">{links}</ul>' if links else "")
+        )
+    return "".join(out)
+
+
+def _interval(ci: list[float] | None) -> str:
+    return "—" if not ci else f"{ci[0]:.2f}..{ci[1]:.2f}"
+
+
+def _run_link(run_id: str, link: str) -> str:
+    """A run id, linked into the viewer when there is a viewer link (escaped either way)."""
+    rid = html.escape(run_id)
+    return f'<a href="{html.escape(link, quote=True)}">{rid}</a>' if link else rid
+
+
 def _plots(report: dict[str, Any]) -> dict[str, str]:
     """The plot shown under each view's table, by view (a view without one is absent)."""
     lb, shares, by_n = report["leaderboard"], report["code_shares"], report["overall_by_code_count"]
@@ -221,6 +258,7 @@ def html_page(
     stability = report.get("judge_stability")
     if stability:
         sections.append(_stability_html(stability))
+    sections.append(_scans_html(report))
     if runs:
         sections.append(_runs_section(runs, viewer_url))
     meta = (

@@ -2,11 +2,10 @@
 
 The evidence is the judge's (``scorer.evidence``: budgeted, model text defanged) and the call is the
 judge's (``LLMJudge``: endpoint configuration, settings, transport failures recorded and never
-cached), so a scanner's exchange is a ``judge_calls`` row whose item is ``scan:<name>``, cached by
-the hash of (messages with the prompt and the evidence, model, settings). A rerun of an unchanged
-scanner over unchanged runs makes no request. The parsed answer is kept in that row's ``codes``
-column as ``[{"value": ...}]`` (an answer may be text or a label, which the float ``value`` cannot
-hold).
+cached), asked with ``LLMJudge.ask``: a scanner's exchange is a ``judge_calls`` row whose item is
+``scan:<name>``, cached by the hash of (the prompt with the evidence's digest, model, settings), and
+whose ``answer`` column holds the parsed answer as JSON. A rerun of an unchanged scanner over
+unchanged runs makes no request.
 
 The reply is parsed fail-closed: the last JSON object with a ``value``, whose type must be the
 scanner's answer type (a boolean is not a number; a label must be one of the list); cited ids are
@@ -15,6 +14,7 @@ kept only when the evidence shows them. Anything else is that run's error.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -23,10 +23,8 @@ from schemas.finding import Finding
 from scorer import evidence as ev
 from scorer import ledger
 from scorer.batch import make_judge
-from scorer.judge.cache import call_key
 from scorer.judge.llm import endpoint
 from scorer.judge.parse import cited_ids, json_objects
-from scorer.judge.prompt import EVIDENCE_PLACEHOLDER
 from scorer.pipeline import task_info
 from scorer.profile import LoadedProfile
 from scorer.scanners import Scanner
@@ -58,10 +56,10 @@ def messages(s: Scanner, evidence_text: str) -> list[dict[str, Any]]:
 
 
 def parse(text: str, answer: Any, allowed: set[str]) -> tuple[Any, str, list[str], str | None]:
-    """(value, explanation, cited ids, unscored reason)."""
+    """(value, explanation, cited ids, unscored reason); when unscored, the explanation says why."""
     candidates = [o for o in json_objects(text or "") if "value" in o]
     if not candidates:
-        return None, "", [], "parse_failure: no JSON object with a value in the reply"
+        return None, "no JSON object with a value in the reply", [], "parse_failure"
     obj = candidates[-1]
     v = obj["value"]
     ok = (
@@ -74,7 +72,7 @@ def parse(text: str, answer: Any, allowed: set[str]) -> tuple[Any, str, list[str
         else (isinstance(v, str) and v in answer)
     )
     if not ok:
-        return None, "", [], f"value_out_of_range: {str(v)[:80]!r} is not a {answer} answer"
+        return None, f"{str(v)[:80]!r} is not a {answer} answer", [], "value_out_of_range"
     why = obj.get("explanation")
     return v, why if isinstance(why, str) else "", cited_ids(obj.get("evidence"), allowed), None
 
@@ -84,28 +82,32 @@ class Asker:
 
     def __init__(self, st: Store, profile: LoadedProfile):
         ep = endpoint(profile.profile.judge)
-        self.cache = ledger.load_judge_cache(st.con, ep[2] if ep else "")
+        model = ep[2] if ep else ""
+        self.cache = ledger.load_judge_cache(st.con, model)
+        # The ledger loads the verdict columns; the questions' answers are a column of their own.
+        self.cache.fill_answers(
+            dict(
+                st.con.execute(
+                    "SELECT key, CAST(answer AS VARCHAR) FROM judge_calls "
+                    "WHERE cacheable AND model = ? AND answer IS NOT NULL",
+                    [model],
+                ).fetchall()
+            )
+        )
         self.judge = make_judge("llm", profile, st, self.cache)
         self.profile, self.get_blob = profile, st.blobs.get
 
     def ask(self, s: Scanner, traj: Trajectory) -> tuple[list[Finding], str | None]:
         track, _ = task_info(traj.task)
         evidence = ev.build(traj, self.profile.profile.evidence, self.get_blob, track=track, grade=None)
-        msgs = messages(s, evidence.text)
-        key = call_key(msgs, self.judge.model, self.judge.key_settings)
-        record = self.cache.get(key)
-        if record is None:
-            self.judge.put_evidence(evidence)
-            allowed = set(evidence.cited_ids)
-
-            def parsed(text: str) -> tuple:
-                value, why, ids, unscored = parse(text, s.content["answer"], allowed)
-                return None, why, ids, unscored, [{"value": value}]
-
-            stored = messages(s, EVIDENCE_PLACEHOLDER % evidence.sha256)
-            record = self.judge._call(key, msgs, stored, f"scan:{s.name}", traj, evidence, parsed)
-            self.cache.add(record)
-        if record.unscored_reason is not None or not record.codes:
+        record = self.judge.ask(
+            f"scan:{s.name}",
+            lambda text: messages(s, text),
+            lambda reply, allowed: parse(reply, s.content["answer"], allowed),
+            traj,
+            evidence,
+        )
+        if record.unscored_reason is not None or record.answer is None:
             return [], f"llm: {record.unscored_reason or 'no answer'}: {record.reason}"[:500]
-        value = record.codes[0]["value"]
+        value = json.loads(record.answer)
         return [Finding(value=value, explanation=record.reason, events=list(record.cited))], None

@@ -11,7 +11,8 @@ that show it, ``source:seq``).
 - **LLM**: a ``.toml`` file with a ``prompt`` and an ``answer`` type (``boolean``, ``number``,
   ``text`` or a list of labels), asked over the run's evidence view through the judge's endpoint.
 - **Built-in** ``audit``: the auditor's rules (``scorer.audit``) under the profile's ``[audit]``,
-  one finding per violation whose value is the rule's name.
+  one finding per violation whose value is the rule's name. Scoring audits every run it scores
+  with the same rules and stores the same findings under the same version (``scorer.batch``).
 
 A scanner's id is the sha256 of the canonical JSON of its kind, name and content (the whole file's
 text for Python, the query, the prompt and answer type and model, the audit rules), as a scoring
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import re
 import sys
 import tomllib
 from collections.abc import Callable
@@ -33,7 +35,14 @@ import msgspec
 from schemas.codec import canonical_digest
 from schemas.errors import BadInput, NotFound, quoted
 from schemas.finding import Finding
+from scorer.audit import Violation
+from scorer.profile import AuditRules
 from scorer.trajectory import Trajectory
+
+DEFAULT_TIMEOUT_S = 60.0
+"""How long a Python scanner may take over one run."""
+SQL_TIMEOUT_S = 600.0
+"""How long a SQL scanner's query may take (it covers every run of the scan at once)."""
 
 
 class Malformed(Exception):
@@ -48,7 +57,9 @@ class Scanner(msgspec.Struct, kw_only=True):
     """What the id is the hash of."""
     fn: Callable[..., Any] | None = None
     kinds: list[str] | None = None
-    timeout_s: float = 60.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    path: str | None = None
+    """The file a Python scanner was loaded from (its worker process imports it again)."""
 
     @property
     def id(self) -> str:
@@ -67,7 +78,7 @@ def scanner(
     *,
     name: str | None = None,
     kinds: list[str] | None = None,
-    timeout: float = 60.0,
+    timeout: float = DEFAULT_TIMEOUT_S,
 ) -> Any:
     """Register a Python scanner: ``@scanner`` or ``@scanner(name=..., kinds=[...], timeout=...)``.
 
@@ -125,10 +136,17 @@ def _python(path: Path, only: str | None) -> list[Scanner]:
         raise BadInput(f"scanner file {quoted(str(path))} fails to import: {type(e).__name__}: {e}") from e
     found = [s for s in _registered if only is None or s.name == only]
     del _registered[:]
+    for s in found:
+        s.path = str(path.resolve())
     if not found:
         what = f"no scanner named {only!r}" if only else "no @scanner function"
         raise BadInput(f"{quoted(str(path))} has {what} (decorate one with amb.scan.scanner)")
     return found
+
+
+TIMEOUT_LINE = re.compile(r"^\s*--\s*timeout:\s*(\d+(?:\.\d+)?)\s*$", re.M)
+"""A ``.sql`` scanner's own timeout: a comment line ``-- timeout: SECONDS`` (part of its query, so of
+its id)."""
 
 
 def _sql(path: Path) -> Scanner:
@@ -137,7 +155,13 @@ def _sql(path: Path) -> Scanner:
         raise BadInput(
             f"{quoted(str(path))} is empty: write a query returning run_id, value, explanation, events"
         )
-    return Scanner(name=path.stem, kind="sql", content={"query": query})
+    timeout = TIMEOUT_LINE.search(query)
+    return Scanner(
+        name=path.stem,
+        kind="sql",
+        content={"query": query},
+        timeout_s=float(timeout.group(1)) if timeout else SQL_TIMEOUT_S,
+    )
 
 
 ANSWERS = ("boolean", "number", "text")
@@ -159,11 +183,22 @@ def _llm(path: Path, model: str | None) -> Scanner:
     return Scanner(name=str(name), kind="llm", content={"prompt": prompt, "answer": answer, "model": model})
 
 
-def load(spec: str, *, model: str | None = None, audit_rules: dict[str, Any] | None = None) -> list[Scanner]:
+def audit_scanner(rules: AuditRules) -> Scanner:
+    """The auditor's rules as a scanner: its version is the hash of the profile's ``[audit]``, so the
+    rows ``amb score`` writes for it and those ``amb scan audit`` writes are one version's rows."""
+    return Scanner(name="audit", kind="builtin", content={"rules": msgspec.to_builtins(rules)})
+
+
+def audit_findings(violations: list[Violation]) -> list[Finding]:
+    """A run's violations as the audit scanner's findings: the rule's name, its detail, its events."""
+    return [Finding(value=v.rule, explanation=v.detail, events=list(v.events)) for v in violations]
+
+
+def load(spec: str, *, model: str | None = None, audit_rules: AuditRules | None = None) -> list[Scanner]:
     """The scanners ``spec`` names: ``file.py`` (each one in it), ``file.py:name``, ``file.sql``,
     ``file.toml`` (an LLM scanner), or ``audit`` (the built-in rules; ``audit_rules`` from the profile)."""
     if spec == "audit":
-        return [Scanner(name="audit", kind="builtin", content={"rules": audit_rules or {}})]
+        return [audit_scanner(audit_rules or AuditRules())]
     file, _, only = spec.partition(":") if spec.split(":", 1)[0].endswith(".py") else (spec, "", "")
     path = Path(file)
     if not path.is_file():

@@ -27,22 +27,41 @@ def amb(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     return subprocess.run([AMB, *args], capture_output=True, text=True, timeout=600, env=env)
 
 
-def assert_audit_scan_agrees(store: Path, runs: list[str]) -> None:
-    """``amb scan audit`` over ``runs`` stores exactly the violations ``amb audit`` lists for each."""
-    scanned = amb("scan", "audit", *runs, "--store", str(store), "--json")
-    assert scanned.returncode == 0, scanned.stderr
-    query = (
-        "SELECT run_id, CAST(findings AS VARCHAR) AS f FROM scan_results_current "
-        "WHERE scanner = 'audit' AND error IS NULL"
-    )
+def _json_rows(store: Path, query: str) -> list[dict]:
     rows = amb("sql", "--store", str(store), "--format", "json", query)
     assert rows.returncode == 0, rows.stderr
-    found = {r["run_id"]: json.loads(r["f"]) for r in json.loads(rows.stdout)}
+    return json.loads(rows.stdout)
+
+
+def assert_audit_scan_agrees(store: Path, runs: list[str]) -> None:
+    """The audit is one mechanism: ``amb scan audit`` over ``runs`` stores exactly the violations
+    ``amb audit`` lists for each, ``amb score`` (offline judge; the runs are scored here when they
+    are not yet) found the same, and every audit row, whoever wrote it, is one scanner version."""
+    scanned = amb("scan", "audit", *runs, "--store", str(store), "--json")
+    assert scanned.returncode == 0, scanned.stderr
+    [audit_scanner] = json.loads(scanned.stdout)["scanners"]
+    scored = {r["run_id"] for r in _json_rows(store, "SELECT DISTINCT run_id FROM scores")}
+    if missing := [r for r in runs if r not in scored]:
+        done = amb("score", *missing, "--judge", "offline", "--store", str(store))
+        assert done.returncode == 0, done.stderr
+    found = {
+        r["run_id"]: (r["scanner_id"], json.loads(r["f"]))
+        for r in _json_rows(
+            store,
+            "SELECT run_id, scanner_id, CAST(findings AS VARCHAR) AS f FROM scan_results_current "
+            "WHERE scanner = 'audit' AND error IS NULL",
+        )
+    }
+    by_scoring = {
+        r["run_id"]: json.loads(r["v"])
+        for r in _json_rows(
+            store, "SELECT run_id, CAST(details->'violations' AS VARCHAR) AS v FROM scores_current"
+        )
+    }
     for run in runs:
         audit = amb("audit", "--store", str(store), run, "--json")
         assert audit.returncode == 0, audit.stderr
-        want = [
-            {"value": v["rule"], "explanation": v["detail"], "events": v["events"]}
-            for v in json.loads(audit.stdout)["violations"]
-        ]
-        assert found[run] == want, (run, found[run], want)
+        violations = json.loads(audit.stdout)["violations"]
+        want = [{"value": v["rule"], "explanation": v["detail"], "events": v["events"]} for v in violations]
+        assert found[run] == (audit_scanner["id"], want), (run, found[run], want)
+        assert by_scoring[run] == violations, (run, by_scoring[run], violations)

@@ -42,6 +42,9 @@ class CallRecord(msgspec.Struct, frozen=True, kw_only=True):
     latency_ms: float
     codes: list[dict[str, Any]] | None = None
     """Error codes from the per-run codes call (item ``codes``); None for rubric items."""
+    answer: str | None = None
+    """A question's parsed answer (``LLMJudge.ask``) as canonical JSON; None for rubric items and
+    codes, and when the reply gave no answer."""
 
 
 def call_key(messages: list[dict[str, Any]], model: str, settings: dict[str, Any]) -> str:
@@ -68,6 +71,13 @@ class JudgeCache:
             self._new.append(record)
             if record.cacheable:
                 self._entries[record.key] = slim(record)
+
+    def fill_answers(self, answers: dict[str, str]) -> None:
+        """Give the loaded records their stored answers (key -> the ``answer`` column)."""
+        with self._lock:
+            for key, answer in answers.items():
+                if key in self._entries:
+                    self._entries[key] = msgspec.structs.replace(self._entries[key], answer=answer)
 
     def drain(self) -> list[CallRecord]:
         """The records added since the last drain (to be written to the store)."""

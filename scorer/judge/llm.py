@@ -16,12 +16,13 @@ from typing import Any, NamedTuple
 
 import openai
 
+from schemas.codec import canonical_json
 from schemas.errors import UsageError
 from scorer.evidence import Evidence
 from scorer.judge.base import Verdict
 from scorer.judge.cache import CallRecord, JudgeCache, call_key
 from scorer.judge.parse import parse_codes, parse_verdict
-from scorer.judge.prompt import codes_messages
+from scorer.judge.prompt import EVIDENCE_PLACEHOLDER, codes_messages
 from scorer.judge.prompt import messages as build_messages
 from scorer.profile import JudgeSettings, RubricItem
 from scorer.trajectory import Trajectory
@@ -146,6 +147,38 @@ class LLMJudge:
             self.cache.add(hit)
         return list(hit.codes or []), hit.unscored_reason
 
+    def ask(
+        self,
+        item: str,
+        messages: Callable[[str], list[dict[str, Any]]],
+        parse: Callable[[str, set[str]], tuple[Any, str, list[str], str | None]],
+        traj: Trajectory,
+        evidence: Evidence,
+    ) -> CallRecord:
+        """Ask one question (not a rubric item) over one run's evidence: ``messages(text)`` is the
+        question with ``text`` where the evidence goes; ``parse(reply, citable ids)`` gives (answer,
+        explanation, cited ids, unscored reason). Cached by the question with the evidence's digest
+        in place of its text, the model and the settings: asked again over the same evidence, it
+        makes no request. The record keeps the answer as canonical JSON in ``answer`` (None when
+        unscored; ``unscored_reason`` says why) and is stored under ``item``."""
+        stored = messages(EVIDENCE_PLACEHOLDER % evidence.sha256)
+        key = call_key(stored, self.model, self.key_settings)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        self.put_evidence(evidence)
+        allowed = set(evidence.cited_ids)
+
+        def parsed(text: str) -> _Parsed:
+            answer, why, cited, unscored = parse(text, allowed)
+            return _Parsed(
+                None, why, cited, unscored, answer=None if unscored else canonical_json(answer).decode()
+            )
+
+        record = self._call(key, messages(evidence.text), stored, item, traj, evidence, parsed)
+        self.cache.add(record)
+        return record
+
     def _call(
         self,
         key: str,
@@ -192,6 +225,7 @@ class LLMJudge:
             cacheable=a.cacheable,
             latency_ms=(time.perf_counter() - t0) * 1000,
             codes=a.codes,
+            answer=a.answer,
         )
 
 
@@ -207,6 +241,18 @@ class _Answer(NamedTuple):
     text: str = ""
     codes: list[dict[str, Any]] | None = None
     cacheable: bool = True
+    answer: str | None = None
+
+
+class _Parsed(NamedTuple):
+    """What a parse made of a reply: a verdict's value, or the codes, or a question's answer."""
+
+    value: float | None
+    reason: str
+    cited: list[str]
+    unscored: str | None
+    codes: list[dict[str, Any]] | None = None
+    answer: str | None = None
 
 
 def _failure(e: Exception) -> _Answer:
@@ -235,5 +281,5 @@ def _answer(completion: Any, parse: Callable[[str], tuple]) -> _Answer:
         return _Answer(
             None, f"the judge refused: {refusal or 'content_filter'}", [], "refusal", response, text
         )
-    value, reason, cited, unscored, codes = parse(text)
-    return _Answer(value, reason, cited, unscored, response, text, codes)
+    p = _Parsed(*parse(text))
+    return _Answer(p.value, p.reason, p.cited, p.unscored, response, text, p.codes, answer=p.answer)

@@ -50,6 +50,9 @@ def test_the_documented_scanners_run_over_the_demo(demo, tmp_path):
     assert all(t["scanned"] == 2 and t["errors"] == 0 for t in tallies.values())
     again = amb("scan", *files, "--all", "--store", str(demo), "--json")
     assert all(s["scanned"] == 0 and s["skipped"] == 2 for s in json.loads(again.stdout)["scanners"])
+    # `amb score` audited the runs and stored the audit scanner's rows: scanning them again adds none.
+    audited = amb("scan", "audit", "--all", "--store", str(demo), "--json")
+    assert [(t["scanned"], t["skipped"]) for t in json.loads(audited.stdout)["scanners"]] == [(0, 2)]
     assert_audit_scan_agrees(demo, [CLEAN, FLAWED])
 
 
@@ -104,8 +107,15 @@ def test_labels_validate_both_judges_and_a_scanner(demo, tmp_path):
         "baseline+crash-mid-batch": (1, 0, 0.0),
     }
     assert {r["target"] for r in data["judge_validation"]["pilot"]} >= {"code:E4", "item:s3"}
-    text = amb("report", "--judge", "llm:fake-judge", "--store", str(demo))
+    page = tmp_path / "report.html"
+    text = amb("report", "--judge", "llm:fake-judge", "--store", str(demo), "--html", str(page))
     assert "scanners: share of runs flagged" in text.stdout and "judge against labels pilot" in text.stdout
+    html = page.read_text()
+    assert '<table id="scanner_shares">' in html and "claims_success" in html
+    assert "Judge against labels pilot" in html and '<table id="judge_validation">' in html
+    # The audit scanner's share is reported though nobody ran `amb scan audit`: scoring stored it.
+    audit = [s for s in data["scanners"] if s["scanner"] == "audit" and s["by"] == "track"]
+    assert audit and all(s["runs"] == 2 and s["unscanned"] == 0 for s in audit)
 
 
 def test_a_store_never_scanned_says_so_in_one_line(tmp_path):

@@ -35,6 +35,7 @@ from replay.ingest import ingest
 from replay.store import Store
 from tests.fakes.upstream import TEXT, FakeUpstream
 from tests.recorder.shim_helpers import payloads, shim_events
+from tests.scan_checks import assert_audit_scan_agrees
 
 pytestmark = pytest.mark.long(minutes=4)  # minutes: seven docker runs that fill disk, pids and memory
 
@@ -117,6 +118,7 @@ def test_exhaustion_then_work_ends_the_same_way_five_times(tmp_path: Path, agent
         (finished,) = [n.data for n in payloads(events, "note") if n.text == "shim finished"]
         assert finished["tracer_errors"] == 0 and finished["connects_on_reserve"] == 1, finished
         assert finished["oom_kills"] == 0, finished
+    assert_audit_scan_agrees(store, runs)  # the built-in audit scanner finds what `amb audit` finds
 
 
 def test_running_out_of_memory_ends_the_same_way(tmp_path: Path, agent_image: str) -> None:
@@ -133,6 +135,7 @@ def test_running_out_of_memory_ends_the_same_way(tmp_path: Path, agent_image: st
             assert finished[0]["oom_kills"] >= 1, finished
             assert any("ran out of memory" in n.text for n in payloads(events, "note")), run
         # (Otherwise it took the shim, whose record ends there; the run says the same.)
+    assert_audit_scan_agrees(store, runs)
 
 
 def test_a_shim_that_dies_ends_the_run_as_a_recorder_error(tmp_path: Path, agent_image: str) -> None:

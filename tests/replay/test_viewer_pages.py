@@ -137,6 +137,11 @@ def test_a_scanners_finding_links_to_its_event_and_the_runs_filter_by_scanner(
     link.click()
     target = page.locator(f"[id='ev-{viewer_store.hostile_private_key}']")
     expect(target).to_have_class(re.compile("target"))
+    # A finding that repeats the agent's markup shows it as text, and runs none of it.
+    echo = page.locator("#scores .scan[data-scanner='echo_model'] li.finding")
+    expect(echo).to_contain_text(XSS)
+    assert echo.locator("img, script").count() == 0
+    assert page.evaluate("window.__pwned") is None
     page.goto(viewer.url + "/")
     page.select_option("select[name=scanner]", "audit")
     expect(page).to_have_url(re.compile(r"scanner=audit"))

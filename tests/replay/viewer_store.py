@@ -7,8 +7,8 @@
 - a hostile run written through the real spool path: HTML and script in model text, tool
   arguments and file names, a 3 MB file, an image, a request with an inline image, and a read of
   a private path, which the auditor reports (a finding whose link must land on its event);
-- scores for the recorded and hostile runs (``amb score``), and the audit scanner's findings
-  (``amb scan audit``).
+- scores for the recorded and hostile runs (``amb score``), the audit scanner's findings
+  (``amb scan audit``), and a scanner that echoes the hostile run's model text as its finding.
 """
 
 from __future__ import annotations
@@ -250,7 +250,23 @@ def build(base: Path) -> ViewerStore:
     amb(root, "ingest")
     amb(root, "score", clean, flawed, "hostile-run", "--references", str(twin.parent))
     amb(root, "scan", "audit", clean, flawed, "hostile-run")
+    echo = base / "echo.py"
+    echo.write_text(ECHO_SCANNER)
+    amb(root, "scan", str(echo), "hostile-run")
     return ViewerStore(root, clean, flawed, "big-run", "hostile-run", private_key, synthetic, twin, ws)
+
+
+ECHO_SCANNER = """
+from amb.scan import Finding, scanner
+
+
+@scanner
+def echo_model(traj):
+    # A scanner that repeats what the agent wrote: the page must show it as text.
+    said = [m for m in traj.messages if m.role == "assistant" and m.text]
+    if said:
+        return Finding(value=said[0].text, explanation=said[0].text, events=[said[0].id])
+"""
 
 
 def chromium_flags() -> list[str]:

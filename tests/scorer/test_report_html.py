@@ -217,3 +217,47 @@ def test_a_cost_known_for_some_runs_only_is_unknown_and_a_small_one_is_not_zero(
     glm = next(line for line in text.splitlines() if line.startswith("glm-5 | "))
     assert "0.00042" in glm.split(" | ")
     assert "<td>unknown</td>" in report_html.html_page(data)
+
+
+HOSTILE = "<img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>"
+
+
+def _with_scans(data):
+    """``amb report``'s scan part, with scanner names, groups, run ids and values that are markup."""
+    from scorer import labels
+
+    data["scanners"] = [
+        {"scanner": HOSTILE, "by": "model", "group": HOSTILE, "runs": 4, "flagged": 1, "share": 0.25},
+        {"scanner": "grader_read", "by": "track", "group": "vqa", "runs": 0, "flagged": 0, "share": None},
+    ]
+    data["judge_validation"] = {
+        HOSTILE: [
+            labels.compare(
+                "code:E3",
+                {"a": True, HOSTILE: False, "c": True},
+                {"a": True, HOSTILE: True, "c": False},
+                link="http://127.0.0.1:8765/",
+            )
+        ]
+    }
+    return data
+
+
+def test_the_scan_part_renders_in_chromium_as_text(tmp_path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "headless Chromium is required: run .ci/chromium.sh"
+    page = tmp_path / "report.html"
+    page.write_text(report_html.html_page(_with_scans(report.build(_rows()))), encoding="utf-8")
+    flags = CHROME_FLAGS + [f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run(
+        [chromium, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    out = dom.stdout
+    assert '<table id="scanner_shares">' in out and "Scanners: share of runs flagged" in out
+    assert '<table id="judge_validation">' in out and "code:E3" in out
+    assert "<title>AMB score report</title>" in out  # no script ran
+    assert "<img" not in out and "<script" not in out and "&lt;img src=x" in out
+    # Each disagreeing run links into the viewer, its id escaped in the text and quoted in the link.
+    assert 'href="http://127.0.0.1:8765/runs/%3Cimg%20src%3Dx' in out
+    assert 'href="http://127.0.0.1:8765/runs/c">c</a>' in out
