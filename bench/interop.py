@@ -149,7 +149,7 @@ def _parse_one(folder: Path) -> list:
 def import_round(folders: list[Path], store: Path) -> tuple[int, float, float]:
     """``amb import automedbench`` as the command runs it (threads, write, ingest): the events it
     imported, and its wall and CPU seconds."""
-    from amb.interop_cmds import run_imports
+    from amb.imports import run_imports
 
     shutil.rmtree(store, ignore_errors=True)
     store.mkdir(parents=True)

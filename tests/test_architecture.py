@@ -420,6 +420,10 @@ COVERED_BY: dict[str, tuple[tuple[str, ...], str]] = {
         ("tests/recorder/test_docker_images.py",),
         "the images, tested where the docker backend is",
     ),
+    "amb/imports.py": (
+        ("tests/recorder/importers/test_run_ids.py", "tests/recorder/importers/test_automedbench.py"),
+        "the engine under `amb import`, tested through the command",
+    ),
     "amb/interop_cmds.py": (
         ("tests/recorder/importers/test_automedbench.py", "tests/replay/test_export_atif.py"),
         "`amb import` and `amb export`, tested with each format",
