@@ -131,6 +131,14 @@ def scan(path: Path, block: int = 8 << 20) -> Iterator[Record]:
 
 def read_index(path: Path, start: int = 0) -> tuple[list[tuple[str, int, int, int]], int]:
     """The whole entries of an index from byte ``start`` on, and the offset after the last one."""
+    data, start = index_bytes(path, start)
+    out = [(d.hex(), off, n, codec) for d, off, n, codec in ENTRY.iter_unpack(data)]
+    return out, start + len(data)
+
+
+def index_bytes(path: Path, start: int = 0) -> tuple[bytes, int]:
+    """The whole entries of an index from byte ``start`` on (``ENTRY`` after ``ENTRY``), and where
+    they start in the file."""
     with open(path, "rb") as f:
         if start == 0:
             if f.read(len(IDX_MAGIC)) != IDX_MAGIC:
@@ -139,9 +147,7 @@ def read_index(path: Path, start: int = 0) -> tuple[list[tuple[str, int, int, in
         else:
             f.seek(start)
         data = f.read()
-    whole = len(data) - len(data) % ENTRY.size
-    out = [(d.hex(), off, n, codec) for d, off, n, codec in ENTRY.iter_unpack(data[:whole])]
-    return out, start + whole
+    return data[: len(data) - len(data) % ENTRY.size], start
 
 
 class PackWriter:
