@@ -15,11 +15,13 @@ import random
 import pytest
 import zstandard
 
+from replay import bounded
 from replay import verify as verify_mod
 from replay.blob_pass import BlobPass
 from replay.blob_reads import ArrayReads
+from replay.bounded import memory_limit
 from replay.store import Store
-from replay.verify import _memory_limit, verify
+from replay.verify import verify
 from schemas import blobcodec, packstore
 from schemas.blob import HASH_PREFIX
 from schemas.blobstore import BlobStore
@@ -173,27 +175,27 @@ def test_a_chunk_that_needs_more_memory_is_fetched_again_with_more(store, monkey
     chunk is fetched again with twice the limit until it fits, a tampered event is still found,
     and the limit is DuckDB's default again afterwards."""
     limits: list[int] = []
-    grow = verify_mod._Memory.grow
+    grow = bounded.DatabaseMemory.grow
 
-    def counted(self: verify_mod._Memory) -> bool:
+    def counted(self: bounded.DatabaseMemory) -> bool:
         limits.append(self.limit)
         return grow(self)
 
-    monkeypatch.setattr(verify_mod, "DATABASE_MEMORY", 1 << 16)
-    monkeypatch.setattr(verify_mod._Memory, "grow", counted)
+    monkeypatch.setattr(bounded, "DATABASE_MEMORY", 1 << 16)
+    monkeypatch.setattr(bounded.DatabaseMemory, "grow", counted)
     with Store.open(store) as st:
-        default = _memory_limit(st.con)
+        default = memory_limit(st.con)
         st.con.execute(
             "UPDATE events SET ts_ns = ts_ns + 1 WHERE run_id = 'run-2' AND seq = 3 AND source = 'shim'"
         )
         problems = verify(st.con, st.blobs)
-        assert _memory_limit(st.con) == default
+        assert memory_limit(st.con) == default
     assert limits, "the first limit was enough: the test did not reach the retry"
     assert [(p.run_id, p.seq, p.what) for p in problems] == [("run-2", 3, verify_mod.HASH_MISMATCH)]
 
 
 def test_references_read_back_as_written():
-    refs = verify_mod.References()
+    refs = bounded.References()
     blobs = [HASH_PREFIX + hashlib.sha256(b"%d" % i).hexdigest() for i in range(70_000)]
     refs.update(blobs[:3])
     refs.update([])
