@@ -30,8 +30,7 @@ class DatabaseMemory:
         self.default = memory_limit(con)
 
     def __enter__(self) -> DatabaseMemory:
-        if self.limit < self.default:
-            self.con.execute(f"SET memory_limit = '{self.limit}B'")
+        self._apply()
         return self
 
     def grow(self) -> bool:
@@ -39,8 +38,19 @@ class DatabaseMemory:
         if self.limit >= self.default:
             return False
         self.limit *= 2
-        self.con.execute(f"SET memory_limit = '{min(self.limit, self.default)}B'")
+        self._apply()
         return True
+
+    def _apply(self) -> None:
+        """The limit set: DuckDB refuses one below what it holds and cannot drop (a writer's
+        tables in memory), and then the limit doubles until it takes."""
+        while self.limit < self.default:
+            try:
+                self.con.execute(f"SET memory_limit = '{self.limit}B'")
+                return
+            except duckdb.OutOfMemoryException:
+                self.limit *= 2
+        self.con.execute("RESET memory_limit")
 
     def __exit__(self, *exc: object) -> None:
         try:
