@@ -60,10 +60,7 @@ class PackIndex:
 
     def add(self, pack: str, entries: bytes | bytearray) -> None:
         """The whole entries of ``pack``'s index (``packstore.index_bytes``), in file order."""
-        number = self._numbers.get(pack)
-        if number is None:
-            number = self._numbers[pack] = len(self._names)
-            self._names.append(pack)
+        number = self._number(pack)
         first = len(self._packs)
         n = len(entries) // _SIZE
         self._entries += entries[: n * _SIZE]
@@ -74,7 +71,19 @@ class PackIndex:
 
     def put(self, hexd: str, entry: packstore.Entry) -> None:
         """One entry, as a writer appends it."""
-        self.add(entry.pack, _FIELDS.pack(bytes.fromhex(hexd), entry.offset, entry.length, entry.codec))
+        at = len(self._packs)
+        self._entries += _FIELDS.pack(bytes.fromhex(hexd), entry.offset, entry.length, entry.codec)
+        self._packs.append(self._number(entry.pack))
+        if 2 * (self._count + 1) > len(self._slots):
+            self._reserve(self._count + 1)
+        self._place(at)
+
+    def _number(self, pack: str) -> int:
+        number = self._numbers.get(pack)
+        if number is None:
+            number = self._numbers[pack] = len(self._names)
+            self._names.append(pack)
+        return number
 
     def drop_packs(self, gone: set[str]) -> None:
         """Forget the entries of these packs (repacked by gc: their blobs were indexed anew first)."""
