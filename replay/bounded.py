@@ -25,8 +25,8 @@ class DatabaseMemory:
     """The database's memory limit, lowered for a scan and raised again after it. The store's
     connections never set one, so raising it again is a reset to DuckDB's default."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection):
-        self.con, self.limit = con, DATABASE_MEMORY
+    def __init__(self, con: duckdb.DuckDBPyConnection, limit: int | None = None):
+        self.con, self.limit = con, limit or DATABASE_MEMORY
         self.default = memory_limit(con)
 
     def __enter__(self) -> DatabaseMemory:

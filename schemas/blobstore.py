@@ -116,14 +116,16 @@ class _Shared:
                 present.add(pack)
                 path = self.packs / name
                 start = self.read_upto.get(pack, 0)
+                end = start or len(packstore.IDX_MAGIC)
                 try:
                     if start and path.stat().st_size <= start:
                         continue
-                    entries, start = packstore.index_bytes(path, start)
+                    for entries in packstore.index_blocks(path, start):
+                        self.index.add(pack, entries)
+                        end += len(entries)
                 except FileNotFoundError:
                     continue
-                self.read_upto[pack] = start + len(entries)
-                self.index.add(pack, entries)
+                self.read_upto[pack] = end
             gone = set(self.read_upto) - present
             if gone:  # repacked by gc: forget them (their blobs were indexed in a new pack first)
                 for pack in gone:

@@ -64,7 +64,7 @@ class PackIndex:
         first = len(self._packs)
         n = len(entries) // _SIZE
         self._entries += entries[: n * _SIZE]
-        self._packs.extend([number] * n)
+        self._packs.extend(array("I", [number]) * n)
         self._reserve(self._count + n)
         for at in range(first, first + n):
             self._place(at)

@@ -170,19 +170,11 @@ def test_missing_blobs_of_the_first_and_last_chunk_are_named(store):
 
 
 @pytest.mark.parametrize("store", ["packed"], indirect=True)
-def test_a_chunk_that_needs_more_memory_is_fetched_again_with_more(store, monkeypatch):
+def test_a_chunk_that_needs_more_memory_is_fetched_again_with_more(store, monkeypatch, memory_growth):
     """The scan of a whole store starts with a database memory limit too small for a chunk: the
     chunk is fetched again with twice the limit until it fits, a tampered event is still found,
     and the limit is DuckDB's default again afterwards."""
-    limits: list[int] = []
-    grow = bounded.DatabaseMemory.grow
-
-    def counted(self: bounded.DatabaseMemory) -> bool:
-        limits.append(self.limit)
-        return grow(self)
-
     monkeypatch.setattr(bounded, "DATABASE_MEMORY", 1 << 16)
-    monkeypatch.setattr(bounded.DatabaseMemory, "grow", counted)
     with Store.open(store) as st:
         default = memory_limit(st.con)
         st.con.execute(
@@ -190,7 +182,7 @@ def test_a_chunk_that_needs_more_memory_is_fetched_again_with_more(store, monkey
         )
         problems = verify(st.con, st.blobs)
         assert memory_limit(st.con) == default
-    assert limits, "the first limit was enough: the test did not reach the retry"
+    assert memory_growth, "the first limit was enough: the test did not reach the retry"
     assert [(p.run_id, p.seq, p.what) for p in problems] == [("run-2", 3, verify_mod.HASH_MISMATCH)]
 
 

@@ -57,7 +57,7 @@ def test_offline_rescore_is_identical_and_appends(store):
     assert [_key(r) for r in current] == [_key(r) for r in sorted(b.rows, key=lambda r: r["run_id"])]
 
 
-def test_rows_handed_a_chunk_at_a_time_under_a_small_database_memory(store, monkeypatch):
+def test_rows_handed_a_chunk_at_a_time_under_a_small_database_memory(store, monkeypatch, memory_growth):
     """Scored in chunks of 3, with a database memory limit too small for a chunk at first: each
     chunk is scored again with twice the limit, every row is handed on once and in order (none
     kept: ``keep_rows=False``), the ledger holds each once, and they are the rows of a plain
@@ -68,18 +68,10 @@ def test_rows_handed_a_chunk_at_a_time_under_a_small_database_memory(store, monk
     with open_store(store) as st:
         plain = score_runs(st, prof, judge="offline", jobs=2)
         monkeypatch.setattr(bounded, "DATABASE_MEMORY", 1 << 16)
-        grew: list[int] = []
-        grow = bounded.DatabaseMemory.grow
-
-        def counted(memory: bounded.DatabaseMemory) -> bool:
-            grew.append(memory.limit)
-            return grow(memory)
-
-        monkeypatch.setattr(bounded.DatabaseMemory, "grow", counted)
         handed: list[list[dict]] = []
         small = score_runs(st, prof, judge="offline", jobs=2, chunk=3, keep_rows=False, on_rows=handed.append)
         stored = ledger.current(st.con, profile_id=prof.id)
-    assert grew, "the first limit was enough: the retry was not reached"
+    assert memory_growth, "the first limit was enough: the retry was not reached"
     assert small.rows == [] and [len(h) for h in handed] == [3] * 6 + [2]
     rows = [r for h in handed for r in h]
     assert [_key(r) for r in rows] == [_key(r) for r in plain.rows]
