@@ -33,6 +33,10 @@ from scorer.pipeline import RunScorer
 from scorer.profile import LoadedProfile
 from scorer.row import ScoreRow
 
+SCORE_MEMORY = 32 << 20
+"""The database's memory limit while runs are scored: each run's events are read once by a small
+query, so the cache of the file needs little (``replay.bounded``)."""
+
 
 class BatchResult(NamedTuple):
     batch_id: str
@@ -176,7 +180,7 @@ def _score_once(
     # The database's cache of the file kept small while the runs are read (``replay.bounded``):
     # left alone it ends holding every run's events. A chunk that runs short of memory is
     # scored again with twice the limit (nothing of it was written: its rows go in last).
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool, DatabaseMemory(con) as memory:
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool, DatabaseMemory(con, SCORE_MEMORY) as memory:
         for start in range(0, len(run_ids), chunk):
             part = run_ids[start : start + chunk]
             while True:

@@ -62,12 +62,12 @@ def test_rows_handed_a_chunk_at_a_time_under_a_small_database_memory(store, monk
     chunk is scored again with twice the limit, every row is handed on once and in order (none
     kept: ``keep_rows=False``), the ledger holds each once, and they are the rows of a plain
     scoring."""
-    from replay import bounded
+    from scorer import batch
 
     prof = load("paper-2026-06")
     with open_store(store) as st:
         plain = score_runs(st, prof, judge="offline", jobs=2)
-        monkeypatch.setattr(bounded, "DATABASE_MEMORY", 1 << 16)
+        monkeypatch.setattr(batch, "SCORE_MEMORY", 1 << 16)
         handed: list[list[dict]] = []
         small = score_runs(st, prof, judge="offline", jobs=2, chunk=3, keep_rows=False, on_rows=handed.append)
         stored = ledger.current(st.con, profile_id=prof.id)
