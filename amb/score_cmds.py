@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -161,6 +163,7 @@ def score(
     loaded = load_profile(profile)
     with open_store(store) as st:
         ids = None if all_runs else list(dict.fromkeys(runs))
+        shown = _Shown(st.con, as_json, compare_ref)
         result = score_runs(
             st,
             loaded,
@@ -177,27 +180,27 @@ def score(
                 "jobs": jobs,
             },
             repeat=repeat,
+            keep_rows=False,
+            on_rows=shown.add,
         )
-        diffs = _compare(st.con, result.rows, compare_ref) if compare_ref else None
     if as_json:
-        click.echo(json.dumps(_score_json(loaded, result, diffs, compare_ref), indent=2, default=str))
+        shown.echo_json(_score_json(loaded, result, shown.diffs, compare_ref))
         return
     click.echo(
         f"profile: {loaded.name} ({loaded.short_id})  {_judge_line(result.judge)}  judge requests: "
         f"{result.judge_requests}"
     )
-    click.echo(table(SCORE_COLUMNS, [_score_cells(r) for r in result.rows]))
-    unscored = sum(1 for r in result.rows if r["overall"] is None)
-    if unscored:
+    click.echo(table(SCORE_COLUMNS, shown.cells))
+    if shown.unscored:
         click.echo(
-            f"{unscored} of {len(result.rows)} runs have no OVERALL (unscored parts, see --json reasons)",
+            f"{shown.unscored} of {shown.count} runs have no OVERALL (unscored parts, see --json reasons)",
             err=True,
         )
     if result.stability is not None:
         click.echo(stability_text(result.stability, result.repeats))
-    if diffs is not None:
-        click.echo(f"\nchanges against {compare_ref}: {len(diffs)}")
-        if diffs:
+    if shown.diffs is not None:
+        click.echo(f"\nchanges against {compare_ref}: {len(shown.diffs)}")
+        if shown.diffs:
             click.echo(
                 table(
                     ["run_id", "field", "from", "to", "delta"],
@@ -209,10 +212,52 @@ def score(
                             _fmt(d["to"]),
                             d.get("note") or _fmt(d.get("delta")),
                         ]
-                        for d in diffs
+                        for d in shown.diffs
                     ],
                 )
             )
+
+
+class _Shown:
+    """What ``amb score`` prints of a batch's rows, taken a chunk at a time as they are scored: the
+    table's cells (or the rows' JSON, in a temporary file), the runs without an OVERALL and the
+    changes against ``--compare``. The rows themselves are not kept: 10,000 of them, with their
+    reasons and details, would make the command's memory grow with the store."""
+
+    ROWS = '"rows": null'
+    """Where the rows go in the JSON output."""
+
+    def __init__(self, con: Any, as_json: bool, compare_ref: str | None):
+        self.con, self.compare_ref = con, compare_ref
+        self.cells: list[list[Any]] = []
+        self.count = self.unscored = 0
+        self.diffs: list[dict[str, Any]] | None = [] if compare_ref else None
+        self.json = tempfile.TemporaryFile("w+", encoding="utf-8") if as_json else None
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        self.unscored += sum(1 for r in rows if r["overall"] is None)
+        if self.diffs is not None and self.compare_ref:
+            self.diffs += _compare(self.con, rows, self.compare_ref)
+        if self.json is None:
+            self.cells += [_score_cells(r) for r in rows]
+        else:
+            for r in rows:
+                self.json.write(",\n" if self.count else "\n")
+                self.json.write(textwrap.indent(json.dumps(r, indent=2, default=str), "    "))
+                self.count += 1
+            return
+        self.count += len(rows)
+
+    def echo_json(self, out: dict[str, Any]) -> None:
+        """``out`` as JSON, its ``rows`` those written to the file."""
+        assert self.json is not None
+        head, tail = json.dumps({**out, "rows": None}, indent=2, default=str).split(self.ROWS, 1)
+        click.echo(head + '"rows": [', nl=False)
+        self.json.seek(0)
+        while block := self.json.read(1 << 20):
+            click.echo(block, nl=False)
+        click.echo(("\n  ]" if self.count else "]") + tail)
+        self.json.close()
 
 
 def _score_progress(st: Store, ids: list[str] | None, repeat: int) -> Callable[[int], None]:

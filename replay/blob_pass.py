@@ -23,9 +23,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
 
+from replay.blob_reads import ArrayReads
 from schemas import blobverify
 from schemas.blobstore import BlobStore
-from schemas.blobverify import VerifiedRecords
 
 Progress = Callable[[int, int], None]
 
@@ -47,15 +47,13 @@ class BlobPass:
                 _read_child, self._child, progress
             )
         else:
-            self._records: Future[VerifiedRecords] = self._pool.submit(
-                blobverify.verified_records, blobs, progress
-            )
+            self._reads: Future[ArrayReads] = self._pool.submit(_pass, blobs, progress)
 
     def result(self, addresses: Iterable[str]) -> dict[str, str]:
         """The reason for each of ``addresses`` that is missing or damaged."""
         try:
             if self._child is None:
-                return blobverify.judge(self.blobs, list(addresses), self._records.result())
+                return blobverify.judge(self.blobs, addresses, self._reads.result())
             assert self._child.stdin is not None  # a pipe
             _feed(self._child.stdin, addresses)
             found = self._answer.result()
@@ -70,6 +68,13 @@ class BlobPass:
         if self._child is not None and self._child.poll() is None:
             self._child.kill()
         self._pool.shutdown(wait=True)
+
+
+def _pass(blobs: BlobStore, progress: Progress | None) -> ArrayReads:
+    """The pass over every pack, its bookkeeping in arrays (memory for a big store: ``blob_reads``)."""
+    reads = ArrayReads(blobs)
+    blobverify.verified_records(blobs, reads, progress)
+    return reads
 
 
 def _start_child(blobs: BlobStore) -> subprocess.Popen[bytes] | None:
@@ -135,8 +140,8 @@ def main(root: str) -> None:
         out.flush()
 
     blobs = BlobStore(root)
-    records = blobverify.verified_records(blobs, report)
-    problems = blobverify.judge(blobs, sys.stdin.read().split(), records)
+    reads = _pass(blobs, report)
+    problems = blobverify.judge(blobs, (line.strip() for line in sys.stdin), reads)
     out.write(json.dumps({"problems": problems}) + "\n")
     out.flush()
 

@@ -47,6 +47,7 @@ import pyarrow as pa
 import zstandard
 
 from replay import ingest_sql, spools
+from replay.bounded import DatabaseMemory
 from replay.manifest import BLOB_MARK, write_manifests
 from replay.store import Store, first
 from schemas.blobpack import materialise, packs_in
@@ -57,6 +58,12 @@ from schemas.tempdirs import tempdir
 
 BATCH_FILES = 3000
 """Spool files per DuckDB statement (about a million events for typical runs)."""
+
+INGEST_MEMORY = 128 << 20
+"""The database's memory limit while spools are loaded. Left alone, DuckDB keeps every block it
+wrote and read until it runs short: an ingest of 8,000 runs ended holding most of the file, and
+a batch's working memory on top. Above the limit a batch spills to the database's temporary
+directory; one that cannot is loaded again with twice the limit (``bounded.DatabaseMemory``)."""
 
 
 _BLOB_MARK = BLOB_MARK.encode()
@@ -357,6 +364,8 @@ def _insert_checked(
             marks = counting.submit(_blob_marks, readable)
             added = _insert(con, ingest_sql.insert_sql(bool(seen)), readable)
             blob_marks.update(marks.result())
+    except duckdb.OutOfMemoryException:
+        raise  # not the spools' fault: the batch is loaded again with more memory (``_Batches``)
     except duckdb.Error as e:
         changed = _changed(readable)
         if changed:
@@ -434,12 +443,13 @@ def ingest(
     st = store or Store.open(store_dir)
     try:
         paths = spool_files(st.root, run_ids)
-        batches = _Batches(st)
-        with tempdir("amb-ingest-") as tmp:
-            batches.load_changed(paths, tmp, progress)
-        if progress:
-            progress(len(paths), len(paths))
-        report = batches.report(len(paths))
+        with DatabaseMemory(st.con, INGEST_MEMORY) as memory:
+            batches = _Batches(st, memory)
+            with tempdir("amb-ingest-") as tmp:
+                batches.load_changed(paths, tmp, progress)
+            if progress:
+                progress(len(paths), len(paths))
+            report = batches.report(len(paths))
         if batches.failures:
             raise _first_failure(batches.failures, report)
         return report._replace(settled=spools.settle(st, how))
@@ -452,8 +462,8 @@ class _Batches:
     """The spools of one ingest, loaded in batches of ``BATCH_FILES``: what was loaded, what failed,
     and what the report and the manifests need of them."""
 
-    def __init__(self, st: Store):
-        self.st = st
+    def __init__(self, st: Store, memory: DatabaseMemory):
+        self.st, self.memory = st, memory
         self.known = dict(st.con.execute("SELECT path, size FROM spool_files").fetchall())
         """Each spool loaded before, by key: the size it had."""
         self.loaded: list[_Spool] = []
@@ -505,7 +515,7 @@ class _Batches:
         self.materialised += created
         self.torn_packs.extend(torn)
         try:
-            self.added += _load(st, batch, self.blob_marks)
+            self.added += self._load_spools(batch)
             return batch
         except AmbError as e:
             if len(batch) == 1:
@@ -514,11 +524,20 @@ class _Batches:
         good = []
         for spool in batch:  # rolled back: find the bad ones, keep the rest
             try:
-                self.added += _load(st, [spool], self.blob_marks)
+                self.added += self._load_spools([spool])
                 good.append(spool)
             except AmbError as e:
                 self.failures.append((spool.key, e))
         return good
+
+    def _load_spools(self, files: list[_Spool]) -> int:
+        """``_load``, again with twice the memory limit each time the database runs short."""
+        while True:
+            try:
+                return _load(self.st, files, self.blob_marks)
+            except duckdb.OutOfMemoryException:
+                if not self.memory.grow():
+                    raise
 
     def report(self, seen: int) -> IngestReport:
         """What was loaded, with the manifests of its runs written first (``replay.manifest``)."""

@@ -27,6 +27,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from typing import Any, NamedTuple
 
 import duckdb
@@ -36,6 +37,7 @@ import pyarrow.compute as pc
 
 from replay import blob_pass, hot
 from replay import manifest as manifests
+from replay.bounded import DatabaseMemory, References
 from schemas.blob import HASH_PREFIX
 from schemas.blobstore import BlobStore
 from schemas.blobverify import verify_many
@@ -359,12 +361,21 @@ def _parts(
     sql_of = _scan_sql
     with_hot = hot.present(con)
     chunks = _chunks(con, where, params, batch)
+    # The whole store: the database's cache of the file kept small (``bounded.DATABASE_MEMORY``). Named
+    # runs (the viewer's check of one run) leave the limit alone: it is the server's, shared by
+    # the queries it answers meanwhile.
+    memory = DatabaseMemory(con) if run_ids is None else None
 
     def fetch(chunk: _Chunk) -> _Fetched:
         cond, values = _chunk_filter(where, params, chunk)
-        return _fetch(con, sql_of(cond, with_hot), cond, values, chunk.runs)
+        while True:
+            try:
+                return _fetch(con, sql_of(cond, with_hot), cond, values, chunk.runs)
+            except duckdb.OutOfMemoryException:
+                if memory is None or not memory.grow():
+                    raise
 
-    with ThreadPoolExecutor(1) as database:
+    with ThreadPoolExecutor(1) as database, memory or nullcontext():
         pending: Future[_Fetched] | None = None
         for chunk in chunks:
             ahead = database.submit(fetch, chunk)
@@ -375,49 +386,18 @@ def _parts(
             yield _part(pending.result())
 
 
-class Digests:
-    """Distinct blob addresses kept as 32-byte digests (a set of the address strings takes about
-    five times the memory: a store of 10,000 runs refers to a million blobs). Iterated in order,
-    as addresses."""
-
-    def __init__(self) -> None:
-        self._parts: list[np.ndarray] = []
-        self._held = 0
-
-    def update(self, addresses: list[str]) -> None:
-        if not addresses:
-            return
-        hexes = "".join(a[len(HASH_PREFIX) :] for a in addresses)  # (BLOB_REF_SQL: all sha256:HEX)
-        self._parts.append(np.frombuffer(bytes.fromhex(hexes), dtype="V32"))
-        self._held += len(self._parts[-1])
-        if len(self._parts) > 16 and self._held > 2 * len(self._parts[0]):
-            self._parts = [self._unique()]
-            self._held = len(self._parts[0])
-
-    def _unique(self) -> np.ndarray:
-        return np.unique(np.concatenate(self._parts)) if self._parts else np.empty(0, dtype="V32")
-
-    def __len__(self) -> int:
-        self._parts = [self._unique()]
-        return len(self._parts[0])
-
-    def __iter__(self) -> Iterator[str]:
-        self._parts = [self._unique()]
-        return (HASH_PREFIX + d.tobytes().hex() for d in self._parts[0])
-
-
 class _Scanned(NamedTuple):
     """Every chunk's findings together (for the checks of events alone, and the tests)."""
 
     problems: dict[tuple[str, str, int], Problem]
     current: dict[str, dict[str, Any]]
-    addresses: Digests
+    addresses: References
 
 
 def _scan(
     con: duckdb.DuckDBPyConnection, run_ids: list[str] | None = None, batch: int = HASH_BATCH
 ) -> _Scanned:
-    scanned = _Scanned({}, {}, Digests())
+    scanned = _Scanned({}, {}, References())
     for part in _parts(con, run_ids, batch):
         scanned.problems.update(part.problems)
         scanned.current.update(part.current)
@@ -552,26 +532,28 @@ def verify(
         early = blob_pass.BlobPass(blobs, progress, apart)
     events: dict[tuple[str, str, int], Problem] = {}
     stored: list[Problem] = []
-    referenced = Digests()
+    referenced = References()
     try:
         # A chunk of runs at a time (``_parts``): what is kept across chunks is what was found
-        # wrong and the distinct blob addresses, which the blob pass needs.
+        # wrong, and the blob addresses (on disk) that the blob pass needs.
         for part in _parts(con, run_ids, batch):
             events.update(part.problems)
             stored += _manifest_problems(part.stored, part.current)
             referenced.update(part.addresses)
         if not run_ids:
             stored += _manifest_problems(_orphan_manifests(con), {})
+        if early is not None:
+            bad = early.result(referenced)
+        elif blob_process:
+            bad = blob_pass.verify_apart(blobs, referenced, progress)
+        else:
+            bad = verify_many(blobs, list(referenced), progress)
     except BaseException:
         if early is not None:
             early.cancel()
         raise
-    if early is not None:
-        bad = early.result(referenced)
-    elif blob_process:
-        bad = blob_pass.verify_apart(blobs, referenced, progress)
-    else:
-        bad = verify_many(blobs, list(referenced), progress)
+    finally:
+        referenced.close()
     problems = [events[k] for k in sorted(events)]
     problems += sorted(stored, key=lambda p: p.run_id)  # (stable: each run's in the order found)
     if anchored is not None:

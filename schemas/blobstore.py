@@ -31,6 +31,7 @@ from schemas import blobcodec, packstore
 from schemas.blob import DIGEST_RE, HASH_PREFIX, BlobRef
 from schemas.blobchunks import CHUNK_ABOVE, chunk_bounds
 from schemas.errors import BlobError
+from schemas.packindex import PackIndex
 
 COMPRESSION_LEVEL = 3
 """zlib level 3 (loose files and the recorder's run packs): most of level 9's ratio on JSON and
@@ -75,7 +76,7 @@ class _Shared:
         self.root = root
         self.packs = root / PACKS
         self.lock = threading.RLock()
-        self.index: dict[str, packstore.Entry] = {}
+        self.index = PackIndex()
         self.read_upto: dict[str, int] = {}
         self.fds: dict[str, int] = {}
         self.writer: packstore.PackWriter | None = None
@@ -98,19 +99,21 @@ class _Shared:
                 present.add(pack)
                 path = self.packs / name
                 start = self.read_upto.get(pack, 0)
+                end = start or len(packstore.IDX_MAGIC)
                 try:
                     if start and path.stat().st_size <= start:
                         continue
-                    entries, self.read_upto[pack] = packstore.read_index(path, start)
+                    for entries in packstore.index_blocks(path, start):
+                        self.index.add(pack, entries)
+                        end += len(entries)
                 except FileNotFoundError:
                     continue
-                for hexd, offset, length, codec in entries:
-                    self.index[hexd] = packstore.Entry(pack, offset, length, codec)
+                self.read_upto[pack] = end
             gone = set(self.read_upto) - present
             if gone:  # repacked by gc: forget them (their blobs were indexed in a new pack first)
                 for pack in gone:
                     self.read_upto.pop(pack)
-                self.index = {h: e for h, e in self.index.items() if e.pack not in gone}
+                self.index.drop_packs(gone)
 
     def lookup(self, hexd: str) -> packstore.Entry | None:
         if not self.loaded:
@@ -322,7 +325,7 @@ class BlobStore:
     def _append(self, hexd: str, codec: int, stored: bytes | memoryview, *, sync: bool) -> None:
         state = self._state
         entry = state.take_writer().append(hexd, codec, stored, sync=sync)
-        state.index[hexd] = entry
+        state.index.put(hexd, entry)
         state.read_upto[entry.pack] = (
             state.read_upto.get(entry.pack, len(packstore.IDX_MAGIC)) + packstore.ENTRY.size
         )

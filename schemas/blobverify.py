@@ -16,22 +16,64 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
 
 from schemas import blobcodec, packstore
 from schemas.blob import HASH_PREFIX
 from schemas.blobstore import CHUNK_MAGIC, DECODE_LIMIT, BlobStore
 from schemas.errors import BlobError
 
-VerifiedRecords = dict[tuple[str, int], tuple[int, int, str]]
-"""(pack, offset) -> (length, codec, hex address) of each pack record whose content matched its address."""
-
-VERIFY_CACHE = 256 * 1024 * 1024
-"""Bytes of verified chunk content the pass keeps to hash the chunk lists that follow."""
+VERIFY_CACHE = 128 * 1024 * 1024
+"""Bytes of verified chunk content the pass keeps to hash the chunk lists that follow (what one
+conversation's lists need is its content: the synthetic runs pass with a tenth of this)."""
 
 STATE_COST = 256
 """What one kept hash state is counted as (a sha256 object, roughly)."""
+
+
+class Reads(Protocol):
+    """Where a read of each packed blob goes, and which of those records the pass found sound: the
+    pass's bookkeeping, which a big store keeps in a compact form (``replay.blob_pass``)."""
+
+    def start(self, pack: str) -> None:
+        """The pass goes on to this pack (its records follow, in the order of their offsets)."""
+
+    def uses(self, rec: packstore.Record) -> bool:
+        """Whether a read of ``rec.hexd`` goes to this record of the pack started."""
+
+    def sound(self, rec: packstore.Record) -> None:
+        """This record of the pack started matched its address."""
+
+    def unvouched(self, addresses: Iterable[str]) -> Iterator[str]:
+        """Those of ``addresses`` whose read does not land exactly on a record the pass found sound."""
+
+
+class IndexReads:
+    """``Reads`` kept in the blob store's own index (a dict) and a dict of the sound records."""
+
+    def __init__(self, blobs: BlobStore):
+        blobs.refresh()  # the index as it is now, packs written by other processes included
+        self.blobs, self.pack = blobs, ""
+        self.good: dict[tuple[str, int], tuple[int, int, str]] = {}
+        """(pack, offset) -> (length, codec, hex address) of each sound record."""
+
+    def start(self, pack: str) -> None:
+        self.pack = pack
+
+    def uses(self, rec: packstore.Record) -> bool:
+        indexed = self.blobs.entry(rec.hexd)
+        return indexed is not None and (indexed.pack, indexed.offset) == (self.pack, rec.offset)
+
+    def sound(self, rec: packstore.Record) -> None:
+        self.good[(self.pack, rec.offset)] = (rec.length, rec.codec, rec.hexd)
+
+    def unvouched(self, addresses: Iterable[str]) -> Iterator[str]:
+        for address in addresses:
+            hexd = address[len(HASH_PREFIX) :]
+            e = self.blobs.entry(hexd)
+            if e is None or self.good.get((e.pack, e.offset)) != (e.length, e.codec, hexd):
+                yield address
 
 
 def verify_many(
@@ -42,23 +84,25 @@ def verify_many(
     if len(addresses) * 20 < len(blobs.addresses()):  # (addresses() reads the index first)
         found = {a: blobs.check(a) for a in addresses}
         return {a: r for a, r in found.items() if r}
-    return judge(blobs, addresses, verified_records(blobs, progress))
+    reads = IndexReads(blobs)
+    verified_records(blobs, reads, progress)
+    return judge(blobs, addresses, reads)
 
 
-def verified_records(blobs: BlobStore, progress: Callable[[int, int], None] | None = None) -> VerifiedRecords:
-    """The pass over every pack, before it is known which blobs are asked about."""
-    blobs.refresh()
+def verified_records(
+    blobs: BlobStore, reads: Reads, progress: Callable[[int, int], None] | None = None
+) -> None:
+    """The pass over every pack, before it is known which blobs are asked about: every sound
+    record told to ``reads``."""
     packs = blobs.pack_files()
     total = sum(p.stat().st_size for p in packs) or 1
-    good: VerifiedRecords = {}
     chunks = _ContentCache(VERIFY_CACHE)
     done = 0
     for path in packs:
-        pack = path.name[: -len(packstore.PACK_SUFFIX)]
+        reads.start(path.name[: -len(packstore.PACK_SUFFIX)])
         try:
             for rec in packstore.scan(path):
-                if _record_passes(blobs, pack, rec, chunks):
-                    good[(pack, rec.offset)] = (rec.length, rec.codec, rec.hexd)
+                _record_passes(blobs, reads, rec, chunks)
                 if progress and rec.offset >> 23 != (rec.offset - rec.length) >> 23:
                     progress(min(done + rec.offset, total), total)  # every 8 MiB
         except (BlobError, FileNotFoundError):
@@ -66,36 +110,33 @@ def verified_records(blobs: BlobStore, progress: Callable[[int, int], None] | No
         done += path.stat().st_size if path.exists() else 0
         if progress:
             progress(min(done, total), total)
-    return good
 
 
-def _record_passes(blobs: BlobStore, pack: str, rec: packstore.Record, chunks: _ContentCache) -> bool:
-    """Whether one pack record's content matches its address; a sound chunk is kept for the lists
-    that follow."""
+def _record_passes(blobs: BlobStore, reads: Reads, rec: packstore.Record, chunks: _ContentCache) -> None:
+    """Whether one pack record's content matches its address (told to ``reads``); a sound chunk is
+    kept for the lists that follow."""
     if rec.codec == blobcodec.CHUNKS:
-        return _list_hash(rec.stored, chunks) == rec.hexd
+        if _list_hash(rec.stored, chunks) == rec.hexd:
+            reads.sound(rec)
+        return
     try:
         data = _decode_seen(blobs, rec, chunks)
     except BlobError:
-        return False
-    ok = hashlib.sha256(data).hexdigest() == rec.hexd
-    indexed = blobs.entry(rec.hexd)
-    if ok and indexed is not None and (indexed.pack, indexed.offset) == (pack, rec.offset):
+        return
+    if hashlib.sha256(data).hexdigest() != rec.hexd:
+        return
+    reads.sound(rec)
+    if reads.uses(rec):
         # Only the copy a read would use stands for the chunk: a sound second copy must not vouch
         # for lists whose reads go to a damaged one.
         chunks.put(rec.hexd, data)
-    return ok
 
 
-def judge(blobs: BlobStore, addresses: list[str], good: VerifiedRecords) -> dict[str, str]:
-    """The problem with each of ``addresses`` that the pass did not vouch for: a blob passes if
-    the index entry a read would use lands exactly on a record that passed."""
+def judge(blobs: BlobStore, addresses: Iterable[str], reads: Reads) -> dict[str, str]:
+    """The problem with each of ``addresses`` that the pass did not vouch for (a blob passes if the
+    read of it lands exactly on a record that passed), worded by an ordinary read."""
     problems: dict[str, str] = {}
-    for address in addresses:
-        hexd = address[len(HASH_PREFIX) :]
-        e = blobs.entry(hexd)
-        if e is not None and good.get((e.pack, e.offset)) == (e.length, e.codec, hexd):
-            continue
+    for address in reads.unvouched(addresses):
         reason = blobs.check(address)
         if reason:
             problems[address] = reason

@@ -129,17 +129,32 @@ def scan(path: Path, block: int = 8 << 20) -> Iterator[Record]:
 
 def read_index(path: Path, start: int = 0) -> tuple[list[tuple[str, int, int, int]], int]:
     """The whole entries of an index from byte ``start`` on, and the offset after the last one."""
+    data, start = index_bytes(path, start)
+    out = [(d.hex(), off, n, codec) for d, off, n, codec in ENTRY.iter_unpack(data)]
+    return out, start + len(data)
+
+
+def index_bytes(path: Path, start: int = 0) -> tuple[bytes, int]:
+    """The whole entries of an index from byte ``start`` on (``ENTRY`` after ``ENTRY``), and where
+    they start in the file."""
+    first = start or len(IDX_MAGIC)
+    return b"".join(index_blocks(path, start)), first
+
+
+def index_blocks(path: Path, start: int = 0, block: int = ENTRY.size << 15) -> Iterator[bytes]:
+    """The whole entries of an index from byte ``start`` on (after the magic if 0), a block of
+    whole entries at a time: a reader that keeps them packed never holds the file twice."""
     with open(path, "rb") as f:
         if start == 0:
             if f.read(len(IDX_MAGIC)) != IDX_MAGIC:
                 raise BlobError(f"{path.name}: not a blob pack index (bad magic)")
-            start = len(IDX_MAGIC)
         else:
             f.seek(start)
-        data = f.read()
-    whole = len(data) - len(data) % ENTRY.size
-    out = [(d.hex(), off, n, codec) for d, off, n, codec in ENTRY.iter_unpack(data[:whole])]
-    return out, start + whole
+        while data := f.read(block):
+            whole = len(data) - len(data) % ENTRY.size
+            yield data[:whole]
+            if whole < len(data):
+                return  # a torn tail (a read comes short only at the end of the file)
 
 
 class PackWriter:

@@ -17,6 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import duckdb
+
+from replay.bounded import DatabaseMemory
 from replay.read import iter_events, require_runs
 from replay.read import run_ids as all_run_ids
 from replay.store import Store
@@ -36,6 +39,10 @@ from scorer.scan_results import Row
 from scorer.scan_results import append as append_scan
 from scorer.scan_results import register as register_scanner
 from scorer.scanners import Scanner, audit_findings, audit_scanner
+
+SCORE_MEMORY = 32 << 20
+"""The database's memory limit while runs are scored: each run's events are read once by a small
+query, so the cache of the file needs little (``replay.bounded``)."""
 
 
 class BatchResult(NamedTuple):
@@ -92,10 +99,14 @@ def score_runs(
     args: dict[str, Any] | None = None,
     keep_rows: bool = True,
     repeat: int = 1,
+    on_rows: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> BatchResult:
     """Score runs under ``profile``; with ``repeat = N > 1`` (LLM judge only) every rubric item is
     asked N times, each repeat cached and stored on its own, and the result carries the judge's
-    stability (``scorer.judge_stability``)."""
+    stability (``scorer.judge_stability``).
+
+    ``on_rows`` is handed each chunk's rows (of the first repeat) once they are in the ledger: a
+    caller that shows them as they come keeps none, with ``keep_rows=False``."""
     if repeat < 1:
         raise UsageError("--repeat must be at least 1")
     kind = judge or default_judge(profile)
@@ -114,6 +125,7 @@ def score_runs(
             args={**(args or {}), **({"repeat_index": r} if repeat > 1 else {})},
             keep_rows=keep_rows or repeat > 1,
             repeat_index=r,
+            on_rows=on_rows if r == 0 else None,
         )
         for r in range(repeat)
     ]
@@ -152,6 +164,7 @@ def _score_once(
     args: dict[str, Any],
     keep_rows: bool,
     repeat_index: int,
+    on_rows: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> BatchResult:
     con = st.con
     run_ids = all_run_ids(con) if run_ids is None else require_runs(con, run_ids, st.root)
@@ -181,11 +194,20 @@ def _score_once(
 
     rows: list[dict[str, Any]] = []
     seq = n_rows = 0
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    # The database's cache of the file kept small while the runs are read (``replay.bounded``):
+    # left alone it ends holding every run's events. A chunk that runs short of memory is
+    # scored again with twice the limit (nothing of it was written: its rows go in last).
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool, DatabaseMemory(con, SCORE_MEMORY) as memory:
         for start in range(0, len(run_ids), chunk):
             part = run_ids[start : start + chunk]
-            chunk_rows = list(pool.map(one, part))
-            ledger.append_rows(con, batch_id, chunk_rows, seq)
+            while True:
+                try:
+                    chunk_rows = list(pool.map(one, part))
+                    ledger.append_rows(con, batch_id, chunk_rows, seq)
+                    break
+                except duckdb.OutOfMemoryException:
+                    if not memory.grow():
+                        raise
             append_scan(con, batch_id, _audit_rows(audit, chunk_rows))
             seq += len(chunk_rows)
             if cache is not None:
@@ -194,8 +216,12 @@ def _score_once(
             ledger.append_grades(con, new)
             known_grades.update(new)
             n_rows += len(chunk_rows)
-            if keep_rows:
-                rows.extend(r.as_dict() for r in chunk_rows)
+            if keep_rows or on_rows:
+                as_dicts = [r.as_dict() for r in chunk_rows]
+                if keep_rows:
+                    rows += as_dicts
+                if on_rows:
+                    on_rows(as_dicts)
             if progress:
                 progress(len(part))
     requests = getattr(the_judge, "requests", 0)

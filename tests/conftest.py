@@ -163,3 +163,20 @@ def docker_cli() -> Any:
 @pytest.fixture(scope="session")
 def grader_image(tmp_path_factory: pytest.TempPathFactory) -> str:
     return _image(tmp_path_factory, "grader")
+
+
+@pytest.fixture
+def memory_growth(monkeypatch) -> list[int]:
+    """Each time a bounded database memory limit is doubled (``replay.bounded``: a query ran short
+    and is run again), the limit it had: a test that starts the limit small checks it was reached."""
+    from replay import bounded
+
+    grew: list[int] = []
+    grow = bounded.DatabaseMemory.grow
+
+    def counted(memory: bounded.DatabaseMemory) -> bool:
+        grew.append(memory.limit)
+        return grow(memory)
+
+    monkeypatch.setattr(bounded.DatabaseMemory, "grow", counted)
+    return grew

@@ -245,3 +245,23 @@ def test_blob_marks_are_counted_across_chunk_boundaries(tmp_path, chunk):
     assert counted == {
         spool_key(root, p): p.read_bytes().split(b"\n", 1)[1].count(BLOB_MARK.encode()) for p in spools
     }
+
+
+def test_a_batch_short_of_database_memory_is_loaded_again_with_more(tmp_path, monkeypatch, memory_growth):
+    """Ingest runs under a small database memory limit. Started far below what a batch needs, the
+    batch is loaded again with twice the limit until it fits: every event is stored, no spool is
+    blamed for the database running short, and the limit is DuckDB's default again afterwards."""
+    from replay import bounded
+    from replay import ingest as ingest_mod
+
+    for i in range(3):
+        generate_run(tmp_path, f"run-{i}", seed=i, calls=12)
+    monkeypatch.setattr(ingest_mod, "INGEST_MEMORY", 1 << 16)
+    with Store.open(tmp_path) as st:
+        default = bounded.memory_limit(st.con)
+        report = ingest(store=st, spool_mode="keep")
+        events = st.con.execute("SELECT count(*) FROM events").fetchall()[0][0]
+        assert bounded.memory_limit(st.con) == default
+    assert memory_growth, "the first limit was enough: the retry was not reached"
+    assert report.failed == [] and report.events_added == events > 0
+    assert sorted(report.runs) == ["run-0", "run-1", "run-2"]

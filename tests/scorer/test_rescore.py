@@ -57,6 +57,27 @@ def test_offline_rescore_is_identical_and_appends(store):
     assert [_key(r) for r in current] == [_key(r) for r in sorted(b.rows, key=lambda r: r["run_id"])]
 
 
+def test_rows_handed_a_chunk_at_a_time_under_a_small_database_memory(store, monkeypatch, memory_growth):
+    """Scored in chunks of 3, with a database memory limit too small for a chunk at first: each
+    chunk is scored again with twice the limit, every row is handed on once and in order (none
+    kept: ``keep_rows=False``), the ledger holds each once, and they are the rows of a plain
+    scoring."""
+    from scorer import batch
+
+    prof = load("paper-2026-06")
+    with open_store(store) as st:
+        plain = score_runs(st, prof, judge="offline", jobs=2)
+        monkeypatch.setattr(batch, "SCORE_MEMORY", 1 << 16)
+        handed: list[list[dict]] = []
+        small = score_runs(st, prof, judge="offline", jobs=2, chunk=3, keep_rows=False, on_rows=handed.append)
+        stored = ledger.current(st.con, profile_id=prof.id)
+    assert memory_growth, "the first limit was enough: the retry was not reached"
+    assert small.rows == [] and [len(h) for h in handed] == [3] * 6 + [2]
+    rows = [r for h in handed for r in h]
+    assert [_key(r) for r in rows] == [_key(r) for r in plain.rows]
+    assert {r["batch_id"] for r in stored} == {small.batch_id} and len(stored) == N_RUNS
+
+
 def test_a_migrated_store_scores_the_same(store, tmp_path):
     """The store as an old amb left it (one loose file per blob), moved to packs by
     ``amb blobs migrate``: every score is the one the packed store gives."""

@@ -1,0 +1,100 @@
+"""What a pass over a whole store holds, kept from growing with the store (``amb verify``): the
+database's cache of the file, under a small memory limit, and the blob references the events make,
+on disk."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+
+import duckdb
+
+from schemas.blob import HASH_PREFIX
+
+DATABASE_MEMORY = 64 << 20
+"""The database's memory limit while a whole store's events are scanned. Left alone, DuckDB keeps
+every block of the file that a query read until it runs short of memory: a scan of the whole store
+would end holding the whole file (a quarter of a gigabyte for 8,000 synthetic runs). Each chunk's
+queries read only that chunk's blocks, so a small cache costs nothing; a chunk that needs more
+(a run far bigger than a chunk) is fetched again with twice the limit (``DatabaseMemory``): outside a
+transaction, as ``amb verify`` runs, since running short aborts the transaction it ran in."""
+
+
+class DatabaseMemory:
+    """The database's memory limit, lowered for a scan and raised again after it. The store's
+    connections never set one, so raising it again is a reset to DuckDB's default."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, limit: int | None = None):
+        self.con, self.limit = con, limit or DATABASE_MEMORY
+        self.default = memory_limit(con)
+
+    def __enter__(self) -> DatabaseMemory:
+        self._apply()
+        return self
+
+    def grow(self) -> bool:
+        """Twice the limit (up to the default); False if it was the default already."""
+        if self.limit >= self.default:
+            return False
+        self.limit *= 2
+        self._apply()
+        return True
+
+    def _apply(self) -> None:
+        """The limit set: DuckDB refuses one below what it holds and cannot drop (a writer's
+        tables in memory), and then the limit doubles until it takes."""
+        while self.limit < self.default:
+            try:
+                self.con.execute(f"SET memory_limit = '{self.limit}B'")
+                return
+            except duckdb.OutOfMemoryException:
+                self.limit *= 2
+        self.con.execute("RESET memory_limit")
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.con.execute("RESET memory_limit")
+        except duckdb.TransactionException:
+            pass  # the caller's transaction was aborted (what aborted it is on its way up)
+
+
+_UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+_UNITS |= {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+
+
+def memory_limit(con: duckdb.DuckDBPyConnection) -> int:
+    """The database's memory limit in bytes (DuckDB words it: ``18.8 GiB``)."""
+    row = con.execute("SELECT current_setting('memory_limit')").fetchone()
+    number, unit = str(row[0] if row else "0 bytes").split()
+    return int(float(number) * _UNITS.get(unit, 1))
+
+
+class References:
+    """The blob addresses the events refer to, kept as 32-byte digests in an unlinked temporary file:
+    a store of 10,000 runs refers to a million blobs, which in memory (even as digests, and sorted
+    to drop repeats) would make the memory of ``amb verify`` grow with the store. Each chunk's
+    addresses are distinct; a blob two chunks refer to is kept twice (judging it twice costs less
+    than remembering every address). Iterated as addresses, in the order they came."""
+
+    READ = 32 << 16
+    """Bytes read back at a time."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile()
+
+    def update(self, addresses: list[str]) -> None:
+        if addresses:
+            # (BLOB_REF_SQL: all sha256:HEX)
+            self._file.write(bytes.fromhex("".join(a[len(HASH_PREFIX) :] for a in addresses)))
+
+    def __iter__(self) -> Iterator[str]:
+        """The addresses (read once all are in: no update meanwhile)."""
+        self._file.seek(0)
+        while block := self._file.read(self.READ):
+            hexes = block.hex()
+            yield from (HASH_PREFIX + hexes[i : i + 64] for i in range(0, len(hexes), 64))
+        self._file.seek(0, os.SEEK_END)
+
+    def close(self) -> None:
+        self._file.close()

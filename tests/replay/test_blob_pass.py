@@ -1,0 +1,208 @@
+"""The blob pass of ``amb verify`` with its bookkeeping in arrays (``replay.blob_reads``) judges
+every blob as the blob store's own index does (``schemas.blobverify.verify_many``) and as an
+ordinary read of it does: hostile index entries, damaged records, an address stored twice (the
+copy reads use is the one judged), a conversation's shared chunk damaged where reads find it. And
+``amb verify`` of a whole store keeps the database's memory small and its blob references on disk,
+and still names every problem: in the first and the last chunk, in a chunk that needs more memory
+than the limit it starts with."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+
+import pytest
+import zstandard
+
+from replay import bounded
+from replay import verify as verify_mod
+from replay.blob_pass import BlobPass
+from replay.blob_reads import ArrayReads
+from replay.bounded import memory_limit
+from replay.store import Store
+from replay.verify import verify
+from schemas import blobcodec, packstore
+from schemas.blob import HASH_PREFIX
+from schemas.blobstore import BlobStore
+from schemas.blobverify import verify_many
+from tests.fakes.blob_tamper import remove_blob, replace_blob, set_entry
+from tests.schemas import test_packstore
+
+
+def judged(store: BlobStore, addresses: list[str]) -> dict[str, str]:
+    """The problems the array pass finds, in a thread and in a child process (the same), checked
+    against the dict pass and the words of an ordinary read of each."""
+    store.forget()
+    here = BlobPass(store, apart=False).result(addresses)
+    apart = BlobPass(store, apart=True).result(addresses)
+    assert here == apart == verify_many(store, addresses)
+    assert here == {a: r for a in addresses if (r := store.check(a))}
+    return here
+
+
+def _lying_length(store: BlobStore, blob: str) -> None:
+    e = store.entry(blob[7:])
+    assert e is not None
+    set_entry(store, blob, e.offset, e.length - 1)
+
+
+def _another_record(store: BlobStore, blob: str) -> None:
+    other = store.entry(next(a for a in store.addresses() if a != blob[7:]))
+    assert other is not None
+    set_entry(store, blob, other.offset, other.length)
+
+
+def _wrong_codec(store: BlobStore, blob: str) -> None:
+    e = store.entry(blob[7:])
+    assert e is not None
+    set_entry(store, blob, e.offset, e.length, codec=ord("s") if e.codec != ord("s") else ord("z"))
+
+
+packed = test_packstore.packed  # (the fixture: 50 small blobs in one pack)
+
+ZSTD = zstandard.ZstdCompressor()
+TAMPERS = {
+    "outside the pack": lambda s, b: set_entry(s, b, s.pack_files()[0].stat().st_size + 10, 50),
+    "lying length": _lying_length,
+    "another record": _another_record,
+    "wrong codec": _wrong_codec,
+    "other content": lambda s, b: replace_blob(
+        s, b, zstandard.ZstdCompressor().compress(b"x"), blobcodec.ZSTD
+    ),
+    "removed": remove_blob,
+}
+
+
+@pytest.mark.parametrize("tamper", TAMPERS)
+def test_a_hostile_index_or_record_is_judged_as_a_read_judges_it(packed, tamper):
+    store, refs, _ = packed
+    blobs = [r.blob for r in refs]
+    assert judged(store, blobs) == {}
+    TAMPERS[tamper](store, blobs[7])
+    assert set(judged(store, blobs)) == {blobs[7]}
+
+
+def test_an_address_stored_twice_is_judged_by_the_copy_reads_use(tmp_path):
+    """The same blob in two packs: the later pack's entry is the one reads use. Its record damaged,
+    the sound earlier copy does not vouch for it; the earlier copy damaged, nothing is wrong."""
+    store = BlobStore(tmp_path)
+    first = store.put(b"the same content, twice" * 50)
+    others = [store.put(b"other %d" % i) for i in range(5)]
+    store.close()
+    writer = packstore.PackWriter(store.packs_dir)  # a second copy, in a pack of its own
+    writer.append(first.blob[7:], *store.stored_record(first.blob[7:]), sync=True)
+    writer.close()
+    store.forget()
+    packs = store.pack_files()
+    assert len(packs) == 2
+    blobs = [first.blob] + [r.blob for r in others]
+    assert judged(store, blobs) == {}
+    copies = {p: next(r for r in packstore.scan(p) if r.hexd == first.blob[7:]) for p in packs}
+    later = max(packs)
+    entry = store.entry(first.blob[7:])
+    assert entry is not None and entry.pack + packstore.PACK_SUFFIX == later.name
+    for pack, damaged in ((min(packs), {}), (later, {first.blob})):
+        rec = copies[pack]
+        original = pack.read_bytes()
+        pack.chmod(0o644)
+        with open(pack, "r+b") as f:
+            f.seek(rec.offset + rec.length - 1)
+            f.write(bytes([original[rec.offset + rec.length - 1] ^ 1]))
+        assert set(judged(store, blobs)) == set(damaged), pack
+        pack.write_bytes(original)
+
+
+def test_a_conversation_whose_shared_chunk_is_damaged_where_reads_find_it(tmp_path):
+    """Requests resending the conversation so far share their leading chunk. Damaged where reads
+    find it (a sound copy stays earlier in the pack), every list fails, as a read of it does."""
+    store = BlobStore(tmp_path)
+    rng = random.Random(1)
+    turns = [json.dumps({"role": "user", "content": rng.randbytes(3000).hex()}) for _ in range(30)]
+    refs = [store.put(("[" + ",\n".join(turns[:k]) + "]").encode()) for k in range(12, 31)]
+    store.close()
+    blobs = [r.blob for r in refs]
+    assert judged(store, blobs) == {}
+    shared = {bytes(store.stored_record(b[7:])[1]).split(b"\n")[1] for b in blobs}
+    assert len(shared) == 1
+    replace_blob(store, shared.pop().decode(), zstandard.ZstdCompressor().compress(b"other"), blobcodec.ZSTD)
+    assert set(judged(store, blobs)) == set(blobs)
+
+
+def test_addresses_that_are_not_addresses_are_read_the_ordinary_way(packed):
+    """What the child is handed is judged whatever it is: a malformed line is named, not a crash."""
+    store, refs, _ = packed
+    blobs = [r.blob for r in refs]
+    reads = ArrayReads(store)
+    assert list(reads.unvouched(["sha256:xyz", blobs[0]])) == ["sha256:xyz", blobs[0]]
+    found = BlobPass(store, apart=True).result([blobs[0], "sha256:" + "0" * 64])
+    assert list(found) == ["sha256:" + "0" * 64]
+
+
+def _first_and_last_runs_blobs(con) -> list[str]:
+    """The last response of the first run and of the last run."""
+    return [
+        con.execute(
+            "SELECT response_blob FROM model_calls WHERE run_id = ? AND response_blob IS NOT NULL "
+            "ORDER BY seq DESC LIMIT 1",
+            [run],
+        ).fetchone()[0]
+        for run in ("run-0", "run-2")
+    ]
+
+
+@pytest.mark.parametrize("store", ["packed"], indirect=True)
+def test_missing_blobs_of_the_first_and_last_chunk_are_named(store):
+    """A chunk per run: a blob of the first run and one of the last run are removed; both are
+    named, at the run that refers to them, in a thread and apart, as the scan in one chunk names
+    them (the references of every chunk went through the file they are kept in)."""
+    with Store.open(store, read_only=True) as st:
+        gone = _first_and_last_runs_blobs(st.con)
+        for blob in gone:
+            remove_blob(st.blobs, blob)
+    with Store.open(store, read_only=True) as st:
+        here = verify(st.con, st.blobs, blob_process=False, batch=1)
+        apart = verify(st.con, st.blobs, blob_process=True, batch=1)
+        whole = verify(st.con, st.blobs, blob_process=False)
+    assert here == apart == whole
+    for run, blob in zip(("run-0", "run-2"), gone, strict=True):
+        assert [p.run_id for p in here if p.what.startswith(f"blob {blob} ") and "missing" in p.what] == [run]
+
+
+@pytest.mark.parametrize("store", ["packed"], indirect=True)
+def test_a_chunk_that_needs_more_memory_is_fetched_again_with_more(store, monkeypatch, memory_growth):
+    """The scan of a whole store starts with a database memory limit too small for a chunk: the
+    chunk is fetched again with twice the limit until it fits, a tampered event is still found,
+    and the limit is DuckDB's default again afterwards."""
+    monkeypatch.setattr(bounded, "DATABASE_MEMORY", 1 << 16)
+    with Store.open(store) as st:
+        default = memory_limit(st.con)
+        st.con.execute(
+            "UPDATE events SET ts_ns = ts_ns + 1 WHERE run_id = 'run-2' AND seq = 3 AND source = 'shim'"
+        )
+        problems = verify(st.con, st.blobs)
+        assert memory_limit(st.con) == default
+    assert memory_growth, "the first limit was enough: the test did not reach the retry"
+    assert [(p.run_id, p.seq, p.what) for p in problems] == [("run-2", 3, verify_mod.HASH_MISMATCH)]
+
+
+def test_references_read_back_as_written():
+    refs = bounded.References()
+    blobs = [HASH_PREFIX + hashlib.sha256(b"%d" % i).hexdigest() for i in range(70_000)]
+    refs.update(blobs[:3])
+    refs.update([])
+    refs.update(blobs[3:])
+    assert list(refs) == blobs
+    assert list(refs) == blobs  # again, from the start
+    refs.close()
+
+
+def test_the_pass_does_not_read_the_index_into_a_dict(packed):
+    """The blob store's index as a dict costs several hundred bytes a blob (a gigabyte for a year
+    of sweeps): the pass of a sound store never reads it (only a blob that fails is read the
+    ordinary way, through it)."""
+    store, refs, _ = packed
+    blobs = [r.blob for r in refs]
+    store.forget()
+    assert BlobPass(store, apart=False).result(blobs) == {}
+    assert len(store._state.index) == 0
