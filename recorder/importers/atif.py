@@ -240,7 +240,7 @@ class _Run:
         request = api.module.build_request(Conversation(head + self.history, self.tools, model))
         reply = Reply(message, model, call.stop_reason, usage, f"{self.b.run_id}-{call_id}")
         response = api.module.build_response(reply)
-        facts = f"{where}: extra.amb.call"
+        field = f"{where}: extra.amb.call"
         completed = ModelCallCompleted(
             call_id=call_id,
             provider=call.provider,
@@ -256,10 +256,10 @@ class _Run:
             message=message,
             stop_reason=call.stop_reason,
             usage=usage,
-            started_ns=time_ns(call.started_ns, f"{facts}.started_ns", ts),
-            ttfb_ms=seconds(call.ttfb_ms, f"{facts}.ttfb_ms"),
-            latency_ms=seconds(call.latency_ms, f"{facts}.latency_ms"),
-            retries=count(call.retries, f"{facts}.retries"),
+            started_ns=time_ns(call.started_ns, f"{field}.started_ns", ts),
+            ttfb_ms=seconds(call.ttfb_ms, f"{field}.ttfb_ms"),
+            latency_ms=seconds(call.latency_ms, f"{field}.latency_ms"),
+            retries=count(call.retries, f"{field}.retries"),
             partial=call.partial,
         )
         self.pending.append((at, completed))
