@@ -134,6 +134,14 @@ COVERED_BY: dict[str, tuple[tuple[str, ...], str]] = {
         ("tests/schemas/test_packstore.py", "tests/schemas/test_blob_delta.py"),
         "the many-blob check is the blob store's verify path, tested with the packs it checks",
     ),
+    "schemas/atif.py": (
+        (
+            "tests/replay/test_export_atif.py",
+            "tests/recorder/importers/test_foreign_values.py",
+            "tests/schemas/providers/test_contract.py",
+        ),
+        "the one ATIF model is tested as the export writes it and the import reads it back or refuses it",
+    ),
     "schemas/providers/__init__.py": (
         ("tests/schemas/providers/test_contract.py", "tests/schemas/providers/test_parsers.py"),
         "the provider registry is what the contract suite runs every provider through",

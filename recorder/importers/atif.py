@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import msgspec
 
@@ -22,15 +22,13 @@ from recorder.importers.common import (
     ImportCaps,
     Rejected,
     RunBuilder,
-    as_dict,
-    as_list,
     check_file,
     convert,
     read_bytes,
     read_json,
     read_jsonl,
 )
-from recorder.importers.values import count, iso_ns, seconds, shown, time_ns
+from recorder.importers.values import COUNT_MAX, count, iso_ns, seconds, shown, time_ns, whole
 from schemas import atif, providers
 from schemas.blob import digest
 from schemas.codec import ID_RE, decode_payload
@@ -128,7 +126,7 @@ def _runs(doc: atif.Trajectory, source: _Source, parent: str | None) -> list[Run
     if not doc.steps or doc.agent is None:
         raise Rejected(f"{where}: needs an agent object and at least one step")
     run = _Run(doc, doc.agent, source, _run_id(doc, source, parent), where)
-    if parent is None and _amb(doc.extra).get("sidecar") and (source.root / atif.SIDECAR).exists():
+    if parent is None and _run_facts(doc).sidecar and (source.root / atif.SIDECAR).exists():
         run.side = _sidecar(source.root, source.limits, run.b)
     for i, step in enumerate(doc.steps):
         run.step(i, step)
@@ -141,16 +139,21 @@ def _runs(doc: atif.Trajectory, source: _Source, parent: str | None) -> list[Run
 
 def _run_id(doc: atif.Trajectory, source: _Source, parent: str | None) -> str:
     """The id an AMB export kept, else one made from the trajectory's names and the file's digest."""
-    own_id = _amb(doc.extra).get("run_id") if parent is None else None
-    if isinstance(own_id, str) and ID_RE.match(own_id):
+    own_id = _run_facts(doc).run_id if parent is None else None
+    if own_id is not None and ID_RE.match(own_id):
         return own_id
     names = f"{doc.session_id or ''}\0{doc.trajectory_id or ''}\0{source.sha}\0{parent or ''}"
     return "atif-" + hashlib.sha256(names.encode()).hexdigest()[:16]
 
 
-def _amb(extra: dict[str, Any] | None) -> dict[str, Any]:
-    """``extra.amb``: what an AMB export kept that ATIF has no field for (empty for others)."""
-    return as_dict((extra or {}).get("amb"))
+def _run_facts(doc: atif.Trajectory) -> atif.RunFacts:
+    """The trajectory's ``extra.amb``: the run an AMB export was made of (empty for others)."""
+    return (doc.extra.amb if doc.extra else None) or atif.RunFacts()
+
+
+def _step_facts(step: atif.Step) -> atif.StepFacts:
+    """A step's ``extra.amb``: what an AMB export kept of its call (empty for others)."""
+    return (step.extra.amb if step.extra else None) or atif.StepFacts()
 
 
 class _Run:
@@ -203,62 +206,61 @@ class _Run:
             self.pending.append((ts, Note(text="system step observation", data=data)))
 
     def agent_step(self, i: int, step: atif.Step, text: str, ts: int, where: str) -> None:
-        amb = _amb(step.extra)
+        facts = _step_facts(step)
         call_id = self.call_ids[i] or f"s{i + 1:04d}"
-        at = time_ns(amb.get("ts_ns"), f"{where}: extra.amb.ts_ns", ts)
-        parts = _tool_calls(step, call_id, as_dict(amb.get("raw_arguments")), where)
+        at = time_ns(facts.ts_ns, f"{where}: extra.amb.ts_ns", ts)
+        parts = _tool_calls(step, call_id, facts.raw_arguments or {})
         reasoning = step.reasoning_content or ""
         message = AssistantMessage(text=text, reasoning=reasoning, tool_calls=parts)
         if step.llm_call_count != 0:
-            self.model_call(i, step, message, amb, at, ts, where)
-        self.tool_requests(parts, amb, at, call_id, where)
+            self.model_call(i, step, message, facts.call or atif.CallFacts(), at, ts, where)
+        self.tool_requests(parts, facts.requested, at, call_id, where)
         self.history.append(
             Message("assistant", Part.texts(text) + [Part.call(t.id, t.name, t.arguments) for t in parts])
         )
         next_call = next((c for c in self.call_ids[i + 1 :] if c), call_id)
-        self.observations(i, step, parts, as_list(amb.get("results")), at, next_call)
+        self.observations(i, step, parts, facts.results or [], at, next_call)
 
     def model_call(
         self,
         i: int,
         step: atif.Step,
         message: AssistantMessage,
-        amb: dict[str, Any],
+        call: atif.CallFacts,
         at: int,
         ts: int,
         where: str,
     ) -> None:
         """The model call an agent step stands for, its request and response rebuilt (synthetic)."""
-        call = as_dict(amb.get("call"))
         call_id = self.call_ids[i] or f"s{i + 1:04d}"
         model = step.model_name if step.model_name is not None else self.agent.model_name
         usage = _usage(step.metrics, where)
-        api = providers.APIS.get(str(call.get("api"))) or providers.CHAT  # the body's shape
+        api = providers.APIS.get(call.api) or providers.CHAT  # the body's shape
         head = [Message("system", Part.texts(self.system))] if self.system is not None else []
         request = api.module.build_request(Conversation(head + self.history, self.tools, model))
-        stop = call.get("stop_reason") if isinstance(call.get("stop_reason"), str) else None
-        response = api.module.build_response(Reply(message, model, stop, usage, f"{self.b.run_id}-{call_id}"))
-        facts = f"{where}: extra.amb.call"
+        reply = Reply(message, model, call.stop_reason, usage, f"{self.b.run_id}-{call_id}")
+        response = api.module.build_response(reply)
+        field = f"{where}: extra.amb.call"
         completed = ModelCallCompleted(
             call_id=call_id,
-            provider=str(call.get("provider") or "openai"),
-            api=str(call.get("api") or "chat.completions"),
+            provider=call.provider,
+            api=call.api,
             model=model,
-            stream=bool(call.get("stream", False)),
-            url=str(call.get("url") or ""),
-            status=call.get("status") if isinstance(call.get("status"), int) else 200,
-            ok=bool(call.get("ok", True)),
-            error=call.get("error") if isinstance(call.get("error"), str) else None,
+            stream=call.stream,
+            url=call.url,
+            status=call.status,
+            ok=call.ok,
+            error=call.error,
             request=self.b.json_blob(request),
             response=self.b.json_blob(response),
             message=message,
-            stop_reason=stop,
+            stop_reason=call.stop_reason,
             usage=usage,
-            started_ns=time_ns(call.get("started_ns"), f"{facts}.started_ns", ts),
-            ttfb_ms=seconds(call.get("ttfb_ms"), f"{facts}.ttfb_ms"),
-            latency_ms=seconds(call.get("latency_ms"), f"{facts}.latency_ms"),
-            retries=count(call.get("retries"), f"{facts}.retries"),
-            partial=bool(call.get("partial", False)),
+            started_ns=time_ns(call.started_ns, f"{field}.started_ns", ts),
+            ttfb_ms=seconds(call.ttfb_ms, f"{field}.ttfb_ms"),
+            latency_ms=seconds(call.latency_ms, f"{field}.latency_ms"),
+            retries=count(call.retries, f"{field}.retries"),
+            partial=call.partial,
         )
         self.pending.append((at, completed))
         n = step.llm_call_count
@@ -267,18 +269,20 @@ class _Run:
             self.pending.append((at, Note(text=f"usage of step {i + 1} sums {n} model calls", data=data)))
 
     def tool_requests(
-        self, parts: list[ToolCallPart], amb: dict[str, Any], at: int, call_id: str, where: str
+        self,
+        parts: list[ToolCallPart],
+        requested: dict[str, atif.Requested] | None,
+        at: int,
+        call_id: str,
+        where: str,
     ) -> None:
         """A request per tool call (only those an AMB export says were requested, at their time)."""
-        requested = amb.get("requested") if isinstance(amb.get("requested"), dict) else None
         for t in parts:
             if requested is not None and t.id not in requested:
                 continue
             when = at
-            if requested:
-                when = time_ns(
-                    as_dict(requested[t.id]).get("ts_ns"), f"{where}: extra.amb.requested.ts_ns", at
-                )
+            if requested is not None:
+                when = time_ns(requested[t.id].ts_ns, f"{where}: extra.amb.requested.ts_ns", at)
             asked = ToolCallRequested(t.id, t.name, t.arguments, model_call_id=call_id)
             self.pending.append((when, asked))
 
@@ -287,7 +291,7 @@ class _Run:
         i: int,
         step: atif.Step,
         parts: list[ToolCallPart],
-        facts_list: list[Any],
+        facts_list: list[atif.ResultFacts],
         at: int,
         next_call: str,
     ) -> None:
@@ -297,25 +301,24 @@ class _Run:
         results = step.observation.results if step.observation is not None else []
         for k, res in enumerate(results):
             content = _text(res.content, f"{where} observation {k + 1}")
-            facts = as_dict(facts_list[k]) if k < len(facts_list) else {}
-            res_at = time_ns(facts.get("ts_ns"), f"{where}: extra.amb.results[{k}].ts_ns", at)
+            facts = facts_list[k] if k < len(facts_list) else atif.ResultFacts()
+            res_at = time_ns(facts.ts_ns, f"{where}: extra.amb.results[{k}].ts_ns", at)
             if res.source_call_id is None:
                 note = Note(text=content[:2000], data={"kind": "atif.observation", "step_id": i + 1})
                 self.pending.append((res_at, note))
                 continue
             source_id = str(res.source_call_id)
-            inline = facts.get("inline_chars")
+            inline = whole(facts.inline_chars, f"{where}: extra.amb.results[{k}].inline_chars", 0, COUNT_MAX)
             output, blob = content, None
-            if isinstance(inline, int):
+            if inline is not None:
                 output, blob = content[:inline], self.b.blob(content.encode(), "text/plain")
-            name = facts.get("name")
             result = ToolCallResult(
                 tool_call_id=source_id,
-                model_call_id=str(facts.get("model_call_id") or next_call),
-                name=name if isinstance(name, str) else names.get(source_id),
+                model_call_id=facts.model_call_id or next_call,
+                name=facts.name if facts.name is not None else names.get(source_id),
                 output=output,
                 output_blob=blob,
-                is_error=facts.get("is_error") if isinstance(facts.get("is_error"), bool) else None,
+                is_error=facts.is_error,
             )
             self.pending.append((res_at, result))
             self.history.append(Message("tool", [Part.result(content, source_id)]))
@@ -371,18 +374,17 @@ def _call_id(i: int, step: atif.Step) -> str | None:
     step that is no model call."""
     if step.source != "agent" or step.is_copied_context:
         return None
-    cid = _amb(step.extra).get("call_id")
-    return str(cid) if cid else f"s{i + 1:04d}"
+    return _step_facts(step).call_id or f"s{i + 1:04d}"
 
 
-def _tool_calls(step: atif.Step, call_id: str, raw_args: dict[str, Any], where: str) -> list[ToolCallPart]:
+def _tool_calls(step: atif.Step, call_id: str, raw_args: dict[str, str]) -> list[ToolCallPart]:
     """The step's tool calls, each with the raw argument string an AMB export kept, else its
     arguments object as compact JSON."""
     parts: list[ToolCallPart] = []
     for j, tc in enumerate(step.tool_calls or []):
         tc_id = tc.tool_call_id or f"{call_id}_{j}"
         raw = raw_args.get(tc_id)
-        args = json_text(raw if isinstance(raw, str) else tc.arguments)
+        args = raw if raw is not None else json_text(tc.arguments)
         parts.append(ToolCallPart(id=tc_id, name=tc.function_name or "", arguments=args))
     return parts
 
@@ -390,12 +392,12 @@ def _tool_calls(step: atif.Step, call_id: str, raw_args: dict[str, Any], where: 
 def _usage(metrics: atif.Metrics | None, where: str) -> Usage:
     """A step's token counts, each checked as a count (``values.count``) naming its field."""
     m = metrics or atif.Metrics()
-    extra = m.extra or {}
+    extra = m.extra or atif.TokenExtra()
     return Usage(
         input_total=count(m.prompt_tokens, f"{where}: metrics.prompt_tokens"),
         cache_read=count(m.cached_tokens, f"{where}: metrics.cached_tokens"),
-        cache_write=count(extra.get("cache_write_tokens"), f"{where}: metrics.extra.cache_write_tokens"),
+        cache_write=count(extra.cache_write_tokens, f"{where}: metrics.extra.cache_write_tokens"),
         output=count(m.completion_tokens, f"{where}: metrics.completion_tokens"),
-        reasoning=count(extra.get("reasoning_tokens"), f"{where}: metrics.extra.reasoning_tokens"),
-        reported=bool(extra.get("reported", metrics is not None)),
+        reasoning=count(extra.reasoning_tokens, f"{where}: metrics.extra.reasoning_tokens"),
+        reported=extra.reported if extra.reported is not None else metrics is not None,
     )

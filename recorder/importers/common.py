@@ -198,10 +198,6 @@ def as_dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
 class Imported(NamedTuple):
     run_id: str
     events: int

@@ -35,11 +35,6 @@ from schemas.providers import openai_chat
 from schemas.providers.conversation import Message, json_text
 from schemas.untrusted_json import loads_untrusted
 
-CALL_FIELDS = (
-    "provider api stream url status ok error stop_reason started_ns ttfb_ms latency_ms retries partial"
-)
-"""Model-call facts ATIF has no field for, kept in ``step.extra.amb.call``."""
-
 BlobReader = Callable[[BlobRef | str], bytes]
 
 
@@ -128,15 +123,11 @@ class _Export:
             metrics=_metrics(p.usage),
             llm_call_count=1 if self.version == "1.8" else None,
         )
-        amb: dict[str, Any] = {
-            "call_id": p.call_id,
-            "ts_ns": e.ts_ns,
-            "call": {k: getattr(p, k) for k in CALL_FIELDS.split()},
-        }
-        raw_args = self.tool_calls(step, p)
-        if raw_args:
-            amb["raw_arguments"] = raw_args
-        step.extra = {"amb": amb}
+        # The call's envelope: the fields of ModelCallCompleted that CallFacts names.
+        call = msgspec.convert(p, atif.CallFacts, from_attributes=True)
+        raw_args = self.tool_calls(step, p) or None
+        facts = atif.StepFacts(call_id=p.call_id, ts_ns=e.ts_ns, call=call, raw_arguments=raw_args)
+        step.extra = atif.StepExtra(facts)
         self.totals.add(p.usage)
         self.step_of_call[p.call_id] = self.add(step)
 
@@ -174,7 +165,9 @@ class _Export:
         owner = self.step_of_call.get(p.model_call_id)
         if owner is None or not any(t.tool_call_id == p.tool_call_id for t in owner.tool_calls or []):
             return False
-        _amb(owner).setdefault("requested", {})[p.tool_call_id] = {"ts_ns": e.ts_ns}
+        facts = _facts(owner)
+        facts.requested = facts.requested or {}
+        facts.requested[p.tool_call_id] = atif.Requested(e.ts_ns)
         return True
 
     def result(self, e: Event, p: ToolCallResult) -> bool:
@@ -185,15 +178,17 @@ class _Export:
         text = p.output if p.output_blob is None else self.read_blob(p.output_blob).decode("utf-8", "replace")
         owner.observation = owner.observation or atif.Observation()
         owner.observation.results.append(atif.ObservationResult(source_call_id=p.tool_call_id, content=text))
-        facts: dict[str, Any] = {
-            "ts_ns": e.ts_ns,
-            "model_call_id": p.model_call_id,
-            "name": p.name,
-            "is_error": p.is_error,
-        }
-        if p.output_blob is not None:
-            facts["inline_chars"] = len(p.output)
-        _amb(owner).setdefault("results", []).append(facts)
+        inline = len(p.output) if p.output_blob is not None else None
+        result = atif.ResultFacts(
+            ts_ns=e.ts_ns,
+            model_call_id=p.model_call_id,
+            name=p.name,
+            is_error=p.is_error,
+            inline_chars=inline,
+        )
+        facts = _facts(owner)
+        facts.results = facts.results or []
+        facts.results.append(result)
         return True
 
     def aside(self, e: Event) -> None:
@@ -208,9 +203,8 @@ class _Export:
         self, run_id: str, started: RunStarted | None, finished: RunFinished | None
     ) -> atif.Trajectory:
         if not self.steps:
-            self.add(
-                atif.Step(source="system", message="", extra={"amb": {"note": "the run has no model calls"}})
-            )
+            note = atif.StepFacts(note="the run has no model calls")
+            self.add(atif.Step(source="system", message="", extra=atif.StepExtra(note)))
         labels = dict(started.labels) if started else {}
         return atif.Trajectory(
             schema_version=atif.VERSIONS[self.version],
@@ -225,23 +219,23 @@ class _Export:
                 total_steps=len(self.steps),
                 extra={**self.counts, "sidecar_events": len(self.sidecar)},
             ),
-            extra={
-                "amb": {
-                    "run_id": run_id,
-                    "task": started.task if started else None,
-                    "tier": started.tier if started else None,
-                    "backend": started.backend if started else None,
-                    "status": finished.status if finished else "unfinished",
-                    "sidecar": atif.SIDECAR,
-                }
-            },
+            extra=atif.TrajectoryExtra(
+                atif.RunFacts(
+                    run_id=run_id,
+                    task=started.task if started else None,
+                    tier=started.tier if started else None,
+                    backend=started.backend if started else None,
+                    status=finished.status if finished else "unfinished",
+                    sidecar=atif.SIDECAR,
+                )
+            ),
         )
 
 
-def _amb(step: atif.Step) -> dict[str, Any]:
-    assert step.extra is not None  # every agent step an export made carries extra.amb
-    amb: dict[str, Any] = step.extra["amb"]
-    return amb
+def _facts(step: atif.Step) -> atif.StepFacts:
+    # Every agent step an export made carries extra.amb.
+    assert step.extra is not None and step.extra.amb is not None
+    return step.extra.amb
 
 
 def _metrics(u: Usage) -> atif.Metrics:
@@ -249,7 +243,9 @@ def _metrics(u: Usage) -> atif.Metrics:
         prompt_tokens=u.input_total,
         completion_tokens=u.output,
         cached_tokens=u.cache_read,
-        extra={"cache_write_tokens": u.cache_write, "reasoning_tokens": u.reasoning, "reported": u.reported},
+        extra=atif.TokenExtra(
+            cache_write_tokens=u.cache_write, reasoning_tokens=u.reasoning, reported=u.reported
+        ),
     )
 
 

@@ -86,6 +86,24 @@ ATIF: dict[str, tuple[dict[str, Any], str]] = {
         "extra.amb.call.latency_ms is nan, not a duration",
     ),
     "negative-retries": ({"extra": {"amb": {"call": {"retries": -1}}}}, "extra.amb.call.retries is -1"),
+    # extra.amb is what an AMB export wrote: a value of another type is refused, not read as a default.
+    "number-provider": (
+        {"extra": {"amb": {"call": {"provider": 7}}}},
+        "steps[1].extra.amb.call.provider: Expected `str`, got `int`",
+    ),
+    "text-amb": ({"extra": {"amb": "yes"}}, "steps[1].extra.amb: Expected `object | null`, got `str`"),
+    "number-requested": (
+        {"extra": {"amb": {"requested": {"t1": 5}}}},
+        "steps[1].extra.amb.requested[...]: Expected `object`, got `int`",
+    ),
+    "negative-inline-chars": (
+        {
+            "tool_calls": [{"tool_call_id": "t1", "function_name": "f", "arguments": {}}],
+            "observation": {"results": [{"source_call_id": "t1", "content": "abcdef"}]},
+            "extra": {"amb": {"results": [{"inline_chars": -3}]}},
+        },
+        "step 2: extra.amb.results[0].inline_chars is -3, outside 0..",
+    ),
     "surrogate-message": ({"message": "half \ud83d"}, "steps[1].message: text that is not Unicode"),
     "surrogate-key": ({"metrics": {"\udc80": 1}}, "text that is not Unicode"),
 }
@@ -99,6 +117,20 @@ def test_atif_values_that_are_no_facts_refuse_the_file(store, tmp_path, kind):
     # Python writes NaN and Infinity, as a Python harness's json.dump would; lone surrogates as \\u escapes.
     path.write_text(json.dumps(trajectory(step2)))
     _refused(store, ["atif", str(path)], f"{path}: ", expect)
+
+
+def test_a_foreign_harness_s_own_extra_keys_are_ignored(tmp_path):
+    """Keys beside ``amb`` (and ``metrics.extra`` keys AMB does not write) are the harness's own."""
+    foreign = {
+        "extra": {"harness": {"retries": "three"}, "ts_ns": "now"},
+        "metrics": {"prompt_tokens": 5, "extra": {"cost_usd": "0.1", "logprobs": [1]}},
+    }
+    doc = {**trajectory(foreign), "extra": {"harness_run": {"id": 7}}}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    r = amb("import", "atif", "--store", str(tmp_path / "s"), "--json", str(path))
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)[0]["run_id"].startswith("atif-")
 
 
 def test_a_lone_surrogate_in_the_model_name_refuses_the_file(store, tmp_path):
