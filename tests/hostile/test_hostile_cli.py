@@ -109,6 +109,7 @@ number = st.one_of(
 """What a user may type where a number goes."""
 
 run_id = st.one_of(st.sampled_from(RUNS), text)
+not_a_run = text.filter(lambda t: t not in RUNS)
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +197,8 @@ RUN_COMMANDS: list[tuple[str, tuple, Command]] = [
         (run_id, number),
         lambda r, n: ["export", "parquet", "{tmp}/pq", "--runs", r, "--events-per-file", n],
     ),
-    ("replay-serve", (text, number), lambda r, p: ["replay", "serve", r, "--port", p]),
+    # Never a stored run: with one and a free port it would rightly serve until stopped.
+    ("replay-serve", (not_a_run, number), lambda r, p: ["replay", "serve", r, "--port", p]),
     ("report", (text, text), lambda p, j: ["report", "--profile", p, "--judge", j]),
     ("report-diff", (text, text), lambda a, b: ["report", "--diff-profiles", a, b]),
     ("judge-compare", (text, text), lambda a, b: ["judge", "compare", "--a", a, "--b", b]),
