@@ -406,8 +406,10 @@ class _Recording:
             try:
                 self.sink.close()
             finally:
-                self.backend.close(self.handle)  # also when the agent never started: networks, sockets
-                remove_tempdir(self.tmp)  # the CA's private key must not outlive the run
+                try:
+                    self.backend.close(self.handle)  # also when the agent never started: networks, sockets
+                finally:
+                    remove_tempdir(self.tmp)  # the CA's private key must not outlive the run
 
     def finish(self, status: str, exit_code: int, reason: str | None) -> Outcome:
         """Stop the proxy, seal the submission, take the rest down and write ``run.finished``; a
@@ -434,8 +436,10 @@ class _Recording:
             why = str(e) if isinstance(e, (AmbError, OSError)) else f"{type(e).__name__}: {e}"
             status, reason = "recorder_error", f"cannot seal the submission: {why}"
         finally:
-            backend.close(self.handle)
-            remove_tempdir(self.tmp)
+            try:
+                backend.close(self.handle)
+            finally:
+                remove_tempdir(self.tmp)
         counts = {f"proxy:{k}": v for k, v in sink.counts.items()}
         counts.update({f"recorder:{k}": v for k, v in log.counts.items()})
         duration = time.monotonic() - self.t0

@@ -140,7 +140,16 @@ class OwnerLock:
         os.pwrite(self._fd, data, 0)
 
     def release(self) -> None:
+        """The owner's clean end: what the lock still names is removed, then the file. Should an entry
+        resist (a file its owner may not delete), the file stays, free: ``amb gc`` or the next recorder
+        finds it and tries again; an entry is never left behind unnamed."""
         if self._fd < 0:
+            return
+        left = [Path(p) for p in self.info["paths"] if os.path.lexists(p)]
+        for p in left:
+            shutil.rmtree(p, ignore_errors=True)
+        if any(os.path.lexists(p) for p in left):
+            self.close()
             return
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()

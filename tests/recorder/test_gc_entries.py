@@ -150,3 +150,44 @@ def test_a_lock_directory_of_someone_else_is_one_clear_error(tmp_path: Path) -> 
             shutil.rmtree(locks)
         else:
             locks.unlink()
+
+
+RELEASES = """
+import json, subprocess, sys
+from recorder.runlock import RunLock
+
+lock = RunLock(sys.argv[1])
+kept, stuck = lock.make_tempdir("amb-kept-"), lock.make_tempdir("amb-stuck-")
+(kept / "ca").mkdir()
+# A mount point: nothing may remove it while mounted (the mount lives in this process's namespace).
+subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(stuck)], check=True)
+lock.release()
+print(json.dumps({"kept": kept.exists(), "stuck": stuck.exists(), "lock": lock.path.exists()}))
+"""
+
+
+def test_a_run_lock_released_removes_what_it_names_or_stays_for_gc(tmp_path: Path) -> None:
+    """A run's clean end removes the temp dirs its lock names even when the recorder's own removal was
+    skipped; one that resists keeps the lock file, free, so that ``amb gc`` removes it later (an entry
+    of amb's in the temp dir is never left unnamed)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    proc = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", sys.executable, "-c", RELEASES, "rel-1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"kept": False, "stuck": True, "lock": True}
+    (stuck,) = tmp.glob("amb-stuck-*")
+    assert not list(tmp.glob("amb-kept-*"))
+    gc = subprocess.run(
+        [str(BIN / "amb"), "gc", "--json"], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert gc.returncode == 0, gc.stderr
+    removed = {(r["run_id"], r["kind"], r["name"]) for r in json.loads(gc.stdout)["removed"]}
+    assert ("rel-1", "path", str(stuck)) in removed, removed
+    assert sorted(p.name for p in tmp.iterdir()) == []
