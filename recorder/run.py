@@ -433,13 +433,17 @@ class _Recording:
             if self.handle is not None:
                 log.append(backend.seal_submission(self.handle))
         except Exception as e:  # noqa: BLE001 - whatever the agent left, the run still gets its end
-            why = str(e) if isinstance(e, (AmbError, OSError)) else f"{type(e).__name__}: {e}"
-            status, reason = "recorder_error", f"cannot seal the submission: {why}"
+            status, reason = "recorder_error", f"cannot seal the submission: {_why(e)}"
+        try:
+            backend.close(self.handle)
+        except Exception as e:  # noqa: BLE001 - the run still gets its end, saying what was not taken down
+            if status != "recorder_error":
+                status, reason = (
+                    "recorder_error",
+                    f"cannot take the run's {backend.name} resources down: {_why(e)}",
+                )
         finally:
-            try:
-                backend.close(self.handle)
-            finally:
-                remove_tempdir(self.tmp)
+            remove_tempdir(self.tmp)
         counts = {f"proxy:{k}": v for k, v in sink.counts.items()}
         counts.update({f"recorder:{k}": v for k, v in log.counts.items()})
         duration = time.monotonic() - self.t0
@@ -484,3 +488,8 @@ def _warn_what_the_agent_sees(backend: Backend, view: AgentView, keys: list[str]
         lines.append(local_warning(keys, guarded, isolated=isolated))
     for line in filter(None, lines):
         print(f"amb-record: warning: {line}", file=sys.stderr, flush=True)
+
+
+def _why(e: Exception) -> str:
+    """An error in one line: ours and the OS's say it themselves; anything else is named by its type."""
+    return str(e) if isinstance(e, (AmbError, OSError)) else f"{type(e).__name__}: {e}"
