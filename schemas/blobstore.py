@@ -76,7 +76,7 @@ class _Shared:
         self.root = root
         self.packs = root / PACKS
         self.lock = threading.RLock()
-        self.index = PackIndex()
+        self.index = PackIndex(self.packs)
         self.read_upto: dict[str, int] = {}
         self.fds: dict[str, int] = {}
         self.writer: packstore.PackWriter | None = None
