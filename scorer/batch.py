@@ -1,17 +1,17 @@
 """Scoring many runs: read events, score in parallel, append to the ledger in bulk chunks.
 
-Memory stays flat: runs are scored in chunks of ``chunk`` (events of one chunk in memory at a
-time), and each chunk's rows, judge calls and new grades are appended before the next one starts.
-Each chunk also appends the built-in audit scanner's rows (``scorer.scan_results``): the run's
-violations, which are that scanner's findings, stored as ``amb scan audit`` stores them.
-Workers are threads: each reads its run's events through its own DuckDB cursor, LLM judge calls
-overlap, and numpy grading releases the GIL. The store is opened read-write once (DuckDB allows a
-single writer), so ``amb ingest`` waits for a scoring batch to finish, and vice versa.
+Memory stays flat: runs are scored in chunks of ``chunk`` (the events of ``READ_RUNS`` of them in
+memory at a time, and the judge cache's records of the chunk's runs), and each chunk's rows, judge
+calls and new grades are appended before the next one starts. Each chunk also appends the built-in
+audit scanner's rows (``scorer.scan_results``): the run's violations, which are that scanner's
+findings, stored as ``amb scan audit`` stores them. The events are read a few runs at a time by one
+query; workers are threads that decode and score them: LLM judge calls overlap, and numpy grading
+releases the GIL. The store is opened read-write once (DuckDB allows a single writer), so ``amb
+ingest`` waits for a scoring batch to finish, and vice versa.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,7 +20,8 @@ from typing import Any, NamedTuple
 import duckdb
 
 from replay.bounded import DatabaseMemory
-from replay.read import iter_events, require_runs
+from replay.read import Row as EventRow
+from replay.read import event_of, require_runs, runs_rows
 from replay.read import run_ids as all_run_ids
 from replay.store import Store
 from schemas.errors import UsageError
@@ -41,8 +42,12 @@ from scorer.scan_results import register as register_scanner
 from scorer.scanners import Scanner, audit_findings, audit_scanner
 
 SCORE_MEMORY = 32 << 20
-"""The database's memory limit while runs are scored: each run's events are read once by a small
-query, so the cache of the file needs little (``replay.bounded``)."""
+"""The database's memory limit while runs are scored: each run's events are read once, a few runs
+by a query, so the cache of the file needs little (``replay.bounded``)."""
+
+READ_RUNS = 25
+"""Runs whose events one query reads (``replay.read.runs_rows``): a query costs a pass over the
+store's run ids, so one per run would grow with the store; a few dozen runs' events are a few MB."""
 
 
 class BatchResult(NamedTuple):
@@ -171,7 +176,7 @@ def _score_once(
     cache = None
     if kind == "llm":
         ep = endpoint(profile.profile.judge)
-        cache = ledger.load_judge_cache(con, ep[2] if ep else "")
+        cache = JudgeCache(stored=ledger.StoredCalls(con, ep[2] if ep else ""))
     the_judge = make_judge(kind, profile, st, cache, repeat_index)
     prices = load_table(profile.profile.cost.price_table)
     grade_cache = ledger.load_grade_cache(con)
@@ -184,13 +189,18 @@ def _score_once(
     register_scanner(con, audit)
     batch_id = ledger.new_batch_id()
     started = ledger.now()
-    local = threading.local()
 
-    def one(run_id: str) -> ScoreRow:
-        cur = getattr(local, "cur", None)
-        if cur is None:
-            cur = local.cur = con.cursor()
-        return scorer.score(run_id, list(iter_events(cur, run_id)))
+    def one(run: tuple[str, list[EventRow]]) -> ScoreRow:
+        return scorer.score(run[0], [event_of(row) for row in run[1]])
+
+    def score_part(part: list[str]) -> list[ScoreRow]:
+        """The rows of ``part``'s runs, read ``READ_RUNS`` at a time (a few runs' events in memory)."""
+        out: list[ScoreRow] = []
+        for at in range(0, len(part), READ_RUNS):
+            some = part[at : at + READ_RUNS]
+            stored = runs_rows(con, some)
+            out += pool.map(one, [(run_id, stored.pop(run_id, [])) for run_id in some])
+        return out
 
     rows: list[dict[str, Any]] = []
     seq = n_rows = 0
@@ -200,9 +210,11 @@ def _score_once(
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool, DatabaseMemory(con, SCORE_MEMORY) as memory:
         for start in range(0, len(run_ids), chunk):
             part = run_ids[start : start + chunk]
+            if cache is not None:
+                cache.load_runs(part)
             while True:
                 try:
-                    chunk_rows = list(pool.map(one, part))
+                    chunk_rows = score_part(part)
                     ledger.append_rows(con, batch_id, chunk_rows, seq)
                     break
                 except duckdb.OutOfMemoryException:

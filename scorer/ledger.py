@@ -17,7 +17,7 @@ import duckdb
 import pyarrow as pa
 
 from schemas.codec import canonical_json
-from scorer.judge.cache import CallRecord, JudgeCache
+from scorer.judge.cache import CallRecord, JudgeCache, KeySet
 from scorer.profile import LoadedProfile
 from scorer.row import COLUMNS, JSON_COLUMNS, ScoreRow, column_types
 
@@ -55,17 +55,20 @@ def register_profile(con: duckdb.DuckDBPyConnection, loaded: LoadedProfile) -> N
     )
 
 
+_CACHED = """SELECT key, model, CAST(settings AS VARCHAR) AS settings, item, run_id, evidence_sha256,
+       value, coalesce(reason, '') AS reason, coalesce(CAST(cited AS VARCHAR), '[]') AS cited,
+       unscored_reason, coalesce(latency_ms, 0) AS latency_ms, CAST(codes AS VARCHAR) AS codes
+   FROM judge_calls WHERE cacheable AND model = ? {where}
+   QUALIFY row_number() OVER (PARTITION BY key ORDER BY created_at) = 1"""
+"""The cached verdicts: only the verdict columns (a cache hit needs nothing else, and 10,000 stored
+exchanges would otherwise sit in memory), the first record of each key."""
+
+
 def load_judge_cache(con: duckdb.DuckDBPyConnection, model: str) -> JudgeCache:
-    cur = con.execute(
-        # Only the verdict columns: a cache hit needs nothing else, and 10,000 stored exchanges would
-        # otherwise sit in memory for the whole batch.
-        """SELECT key, model, CAST(settings AS VARCHAR) AS settings, item, run_id, evidence_sha256,
-                  value, coalesce(reason, '') AS reason, coalesce(CAST(cited AS VARCHAR), '[]') AS cited,
-                  unscored_reason, coalesce(latency_ms, 0) AS latency_ms, CAST(codes AS VARCHAR) AS codes
-           FROM judge_calls WHERE cacheable AND model = ?
-           QUALIFY row_number() OVER (PARTITION BY key ORDER BY created_at) = 1""",
-        [model],
-    )
+    return JudgeCache(_cached(con.execute(_CACHED.format(where=""), [model])))
+
+
+def _cached(cur: duckdb.DuckDBPyConnection) -> dict[str, CallRecord]:
     names = [d[0] for d in cur.description]
     entries = {}
     for row in cur.fetchall():
@@ -73,7 +76,37 @@ def load_judge_cache(con: duckdb.DuckDBPyConnection, model: str) -> JudgeCache:
         for c in ("settings", "cited", "codes"):
             r[c] = None if r[c] is None else json.loads(r[c])
         entries[r["key"]] = CallRecord(**r, request={}, response="", reply_text="", cacheable=True)
-    return JudgeCache(entries)
+    return entries
+
+
+class StoredCalls:
+    """A store's cached judge calls for one model, read a chunk of runs at a time: held whole, a
+    store of 8,000 runs' verdicts (a dozen a run) would make a scoring batch's memory grow with the
+    store. The keys are held (8 bytes each), so a key of a run outside the chunk, or a call two runs
+    share, is read when asked for, and a key the store does not hold costs no query."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, model: str):
+        self.con, self.model = con, model
+        self.keys = KeySet()
+        cur = con.execute("SELECT DISTINCT key FROM judge_calls WHERE cacheable AND model = ?", [model])
+        while rows := cur.fetchmany(1 << 14):
+            for (key,) in rows:
+                self.keys.add(key)
+            self.keys.settle()
+
+    def of_runs(self, run_ids: list[str]) -> dict[str, CallRecord]:
+        """The cached records of every key these runs' calls asked (the first of each, whichever
+        run it was made for)."""
+        if not run_ids:
+            return {}
+        marks = ", ".join("?" for _ in run_ids)
+        where = f"AND key IN (SELECT key FROM judge_calls WHERE run_id IN ({marks}))"
+        return _cached(self.con.execute(_CACHED.format(where=where), [self.model, *run_ids]))
+
+    def of_key(self, key: str) -> CallRecord | None:
+        """(From a scoring thread: on a cursor of its own.)"""
+        with self.con.cursor() as cur:
+            return _cached(cur.execute(_CACHED.format(where="AND key = ?"), [self.model, key])).get(key)
 
 
 def append_judge_calls(con: duckdb.DuckDBPyConnection, records: list[CallRecord]) -> None:

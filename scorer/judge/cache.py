@@ -13,10 +13,15 @@ a lock, shared by the scoring threads.
 
 from __future__ import annotations
 
+import hashlib
 import threading
-from typing import Any
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 import msgspec
+import numpy as np
 
 from schemas.codec import canonical_digest
 
@@ -56,21 +61,84 @@ def slim(record: CallRecord) -> CallRecord:
     return msgspec.structs.replace(record, request={}, response="", reply_text="")
 
 
+class KeySet:
+    """Cache keys, 8 bytes each (a keyed digest of the key, sorted): ``in`` never says no for a key
+    added, and says yes for one not added about once in 2**64 / size lookups."""
+
+    def __init__(self, keys: Iterable[str] = ()) -> None:
+        self._sorted = array("Q")
+        self._new: set[int] = set()
+        for key in keys:
+            self.add(key)
+        self.settle()
+
+    def add(self, key: str) -> None:
+        self._new.add(_short(key))
+
+    def settle(self) -> None:
+        """The keys added since sorted in."""
+        if self._new:
+            self._sorted.extend(self._new)
+            self._new.clear()
+            view = np.frombuffer(self._sorted, dtype=np.uint64)
+            view.sort()
+            del view  # (the array cannot grow while a view of it is held)
+
+    def __contains__(self, key: str) -> bool:
+        short = _short(key)
+        i = bisect_left(self._sorted, short)
+        return (i < len(self._sorted) and self._sorted[i] == short) or short in self._new
+
+
+def _short(key: str) -> int:
+    return int.from_bytes(hashlib.blake2b(key.encode(errors="replace"), digest_size=8).digest(), "big")
+
+
+class StoredCalls(Protocol):
+    """The cached calls a store holds, read as needed (``scorer.ledger.StoredCalls``)."""
+
+    keys: KeySet
+
+    def of_runs(self, run_ids: list[str]) -> dict[str, CallRecord]: ...
+
+    def of_key(self, key: str) -> CallRecord | None: ...
+
+
 class JudgeCache:
-    def __init__(self, entries: dict[str, CallRecord] | None = None):
+    """Cached verdicts by key. With ``stored``, the cache of a store too big to hold: the records of
+    the runs being scored are loaded (``load_runs``), and any other key the store holds is read
+    when it is asked for."""
+
+    def __init__(self, entries: dict[str, CallRecord] | None = None, stored: StoredCalls | None = None):
         self._entries = dict(entries or {})
         self._new: list[CallRecord] = []
         self._lock = threading.Lock()
+        self._stored = stored
 
     def get(self, key: str) -> CallRecord | None:
         with self._lock:
-            return self._entries.get(key)
+            hit = self._entries.get(key)
+            if hit is None and self._stored is not None and key in self._stored.keys:
+                hit = self._stored.of_key(key)
+                if hit is not None:
+                    self._entries[key] = hit
+            return hit
 
     def add(self, record: CallRecord) -> None:
         with self._lock:
             self._new.append(record)
             if record.cacheable:
                 self._entries[record.key] = slim(record)
+                if self._stored is not None:
+                    self._stored.keys.add(record.key)
+
+    def load_runs(self, run_ids: list[str]) -> None:
+        """Hold the stored records of these runs' calls in place of those held so far (records
+        added since the last ``drain`` stay: they are not in the store yet)."""
+        assert self._stored is not None
+        with self._lock:
+            self._stored.keys.settle()
+            self._entries = self._stored.of_runs(run_ids) | {r.key: slim(r) for r in self._new if r.cacheable}
 
     def fill_answers(self, answers: dict[str, str]) -> None:
         """Give the loaded records their stored answers (key -> the ``answer`` column)."""
