@@ -150,3 +150,55 @@ def test_llm_rubric_change_reasks_only_affected_pairs(store, monkeypatch, tmp_pa
         if r["s1"] != o["s1"]:
             moved.add(r["run_id"])
     assert moved == {r["run_id"] for r in affected if r["s1"] is not None}
+
+
+def test_runs_read_a_few_by_a_query_score_as_each_alone(store, monkeypatch):
+    """Runs asked in any order, with gaps, and read 4 by a query: each row is the one its run gets
+    scored alone, in the order asked."""
+    from scorer import batch
+
+    prof = load("paper-2026-06")
+    asked = [LLM_RUNS[i] for i in (13, 2, 7, 19, 0, 8, 15, 4, 11)]
+    with open_store(store) as st:
+        alone = [score_runs(st, prof, run_ids=[r], judge="offline").rows[0] for r in asked]
+        monkeypatch.setattr(batch, "READ_RUNS", 4)
+        together = score_runs(st, prof, run_ids=asked, judge="offline", jobs=2)
+    assert [r["run_id"] for r in together.rows] == asked
+    assert [_key(r) for r in together.rows] == [_key(r) for r in alone]
+
+
+def test_the_judge_cache_is_held_a_chunk_of_runs_at_a_time(store, monkeypatch):
+    """Rescoring with every verdict cached asks nothing, while the cache holds only the records of
+    the chunk's runs (not the store's); a key of a run outside the chunk is read when asked."""
+    from scorer.judge.cache import JudgeCache
+
+    runs = LLM_RUNS[:7]
+    held: list[int] = []
+    load_runs = JudgeCache.load_runs
+
+    def counted(cache: JudgeCache, run_ids: list[str]) -> None:
+        load_runs(cache, run_ids)
+        held.append(len(cache._entries))
+
+    with fake.JudgeServer(fake.default_policy) as server:
+        monkeypatch.setenv("AMB_JUDGE_BASE_URL", server.base_url)
+        monkeypatch.setenv("AMB_JUDGE_MODEL", "fake-judge")
+        prof = load("paper-2026-06")
+        with open_store(store) as st:
+            first = score_runs(st, prof, judge="llm", jobs=2, run_ids=runs)
+            monkeypatch.setattr(JudgeCache, "load_runs", counted)
+            again = score_runs(st, prof, judge="llm", jobs=2, run_ids=runs, chunk=2)
+            calls = st.con.execute(
+                "SELECT run_id, key FROM judge_calls WHERE cacheable AND model = 'fake-judge' ORDER BY run_id"
+            ).fetchall()
+            stored = ledger.StoredCalls(st.con, "fake-judge")
+            cache = JudgeCache(stored=stored)
+            cache.load_runs(runs[:1])
+            other = next(key for run, key in calls if run == runs[-1])
+            hit = cache.get(other)
+    assert first.judge_requests > 0 and again.judge_requests == 0
+    assert [_key(r) for r in again.rows] == [_key(r) for r in first.rows]
+    per_run = {run: sum(1 for r, _ in calls if r == run) for run in runs}
+    assert held and max(held) <= 2 * max(per_run.values()) < len(calls)
+    assert hit is not None and hit.key == other and hit.run_id == runs[-1]
+    assert cache.get("sha256:" + "0" * 64) is None
