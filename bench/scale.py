@@ -163,9 +163,10 @@ def fetch(url: str) -> bytes:
 
 def cached_llm_score(build: Build, store: Store, judge_url: str) -> Usage:
     """``amb score --all --judge llm`` with every verdict cached: the loopback fake judge at
-    ``judge_url`` is asked every item of every run by a first scoring (not measured)."""
+    ``judge_url`` is asked every item of every run by a first scoring (not measured; with more
+    runs at once than the default, as its time is spent waiting for the judge's answers)."""
     env = {**os.environ, "AMB_JUDGE_BASE_URL": judge_url, "AMB_JUDGE_MODEL": "fake-judge"}
-    amb(build, "score", "--all", "--judge", "llm", "--store", store.root, env=env)
+    amb(build, "score", "--all", "--judge", "llm", "--jobs", "8", "--store", store.root, env=env)
     return amb(build, "score", "--all", "--judge", "llm", "--store", store.root, env=env)
 
 

@@ -88,7 +88,8 @@ class StoredCalls:
     def __init__(self, con: duckdb.DuckDBPyConnection, model: str):
         self.con, self.model = con, model
         self.keys = KeySet()
-        cur = con.execute("SELECT DISTINCT key FROM judge_calls WHERE cacheable AND model = ?", [model])
+        # (Not DISTINCT: a key twice is kept twice, rather than the database hashing them all.)
+        cur = con.execute("SELECT key FROM judge_calls WHERE cacheable AND model = ?", [model])
         while rows := cur.fetchmany(1 << 14):
             for (key,) in rows:
                 self.keys.add(key)
