@@ -150,3 +150,22 @@ def test_llm_rubric_change_reasks_only_affected_pairs(store, monkeypatch, tmp_pa
         if r["s1"] != o["s1"]:
             moved.add(r["run_id"])
     assert moved == {r["run_id"] for r in affected if r["s1"] is not None}
+
+
+def test_the_reports_rows_hold_its_columns_only_and_each_text_once(store):
+    """``amb report`` reads the few columns its views use, not each run's rubric items (``details``,
+    ten times the rest of a row), and the texts every row repeats (model, track, judge, reasons)
+    are kept once: what it holds per run is a fraction of the full row."""
+    from scorer import report
+
+    prof = load("paper-2026-06")
+    with open_store(store) as st:
+        score_runs(st, prof, judge="offline", jobs=2)
+        full = ledger.current(st.con, profile_id=prof.id)
+        slim = ledger.current(st.con, profile_id=prof.id, columns=report.COLUMNS)
+    assert [set(r) for r in slim] == [{*report.COLUMNS, "batch_id", "scored_at"}] * N_RUNS
+    assert slim == [{k: r[k] for k in slim[0]} for r in full]
+    same_track = [r for r in slim if r["track"] == slim[0]["track"]]
+    assert len(same_track) > 1 and all(r["track"] is same_track[0]["track"] for r in same_track)
+    texts = [v for r in slim for v in (r["reasons"] or {}).values()]
+    assert len(texts) > len(set(texts)) and len({id(t) for t in texts}) == len(set(texts))
