@@ -160,9 +160,9 @@ def test_the_reports_rows_hold_its_columns_only_and_each_text_once(store):
 
     prof = load("paper-2026-06")
     with open_store(store) as st:
-        score_runs(st, prof, judge="offline", jobs=2)
-        full = ledger.current(st.con, profile_id=prof.id)
-        slim = ledger.current(st.con, profile_id=prof.id, columns=report.COLUMNS)
+        judge = score_runs(st, prof, judge="offline", jobs=2).judge
+        full = ledger.current(st.con, profile_id=prof.id, judge=judge)
+        slim = ledger.current(st.con, profile_id=prof.id, judge=judge, columns=report.COLUMNS)
     assert [set(r) for r in slim] == [{*report.COLUMNS, "batch_id", "scored_at"}] * N_RUNS
     assert slim == [{k: r[k] for k in slim[0]} for r in full]
     same_track = [r for r in slim if r["track"] == slim[0]["track"]]
