@@ -8,7 +8,7 @@ own, from ``wait4``), per event and per run, and the ratio large ÷ small. The c
 every verdict is cached (a loopback fake judge fills the cache first, not measured), ``amb report
 --json``, an ``amb sql`` aggregate cold (the database file dropped from the page cache first) and
 warm, ``amb serve`` answering the runs page and a deep-linked run page (its peak memory over the
-whole session), and ``amb export parquet``.
+whole session), ``amb export parquet``, and ``amb scan`` of a Python scanner over every run.
 
 Targets (for 8× the work): time per event within 1.15× of the small store's, peak memory within
 1.2× and under 1 GB.
@@ -175,7 +175,19 @@ def cold_sql(build: Build, store: Store) -> Usage:
     return amb(build, "sql", AGGREGATE, "--store", store.root)
 
 
-COMMANDS: dict[str, Callable[[Build, Store], Usage]] = {
+def python_scan(build: Build, store: Store) -> Usage | None:
+    """``amb scan`` of a Python scanner over every run (bench/scan.py's check), or None for a build
+    that has no ``amb scan``."""
+    from bench.scan import PY
+
+    if subprocess.run([build.amb, "scan", "--help"], capture_output=True).returncode != 0:
+        return None
+    path = store.root / "first_shell.py"
+    path.write_text(PY.format(tag=build.name))
+    return amb(build, "scan", path, "--all", "--store", store.root)
+
+
+COMMANDS: dict[str, Callable[[Build, Store], Usage | None]] = {
     "ingest": lambda b, s: amb(b, "ingest", "--spools", "keep", "--store", s.root),
     "verify": lambda b, s: amb(b, "verify", "--store", s.root),
     "score offline": lambda b, s: amb(b, "score", "--all", "--judge", "offline", "--store", s.root),
@@ -186,6 +198,7 @@ COMMANDS: dict[str, Callable[[Build, Store], Usage]] = {
     "export parquet": lambda b, s: amb(
         b, "export", "parquet", "--overwrite", "--store", s.root, s.root / "pq"
     ),
+    "scan": python_scan,
 }
 """Each measured command, in the order they run on a store (ingest first: the others read its result)."""
 
@@ -199,6 +212,7 @@ SHOWN = {
     "sql warm": "`amb sql` aggregate, warm",
     "viewer": "`amb serve`: runs page + deep-linked run page",
     "export parquet": "`amb export parquet`",
+    "scan": "`amb scan` of a Python scanner, every run",
 }
 
 
@@ -213,6 +227,9 @@ def measure_store(
             continue
         for b in builds:
             usage = command(b, copies[b.name])
+            if usage is None:
+                print(f"  {store.runs:,} runs, {b.name}: {name:16} (not in this build)", file=sys.stderr)
+                continue
             out.setdefault(name, {})[b.name] = usage
             print(f"  {store.runs:,} runs, {b.name}: {name:16} {usage}", file=sys.stderr)
         if name == "score offline" and "score llm cached" in only:
@@ -238,6 +255,8 @@ def table_lines(
     ]
     for name in got[0]:
         for b in builds:
+            if b.name not in got[0][name]:
+                continue
             s, l_ = got[0][name][b.name], got[1][name][b.name]
             lines.append(
                 f"{SHOWN[name]:52} {b.name:10} {s.wall:8.2f} {l_.wall:8.2f} {per(s, small.events, 1e6):>11} "
@@ -266,7 +285,7 @@ def add_rows(
         time_x = ratio(s.wall, small, l_.wall, large)
         ok = time_x <= TIME_RATIO and l_.rss <= MEMORY_RATIO * s.rss and l_.rss < MEMORY_CAP
         beside = "—"
-        if against:
+        if against and against in got[1][name]:
             p = got[1][name][against]
             beside = f"previous build: {p.wall:.1f} s, {p.rss / MB:,.0f} MB"
         figs.add(

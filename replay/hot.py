@@ -2,7 +2,7 @@
 
 Extracting the fields the views aggregate, join and filter on from every JSON payload cost ~38 ms
 for an aggregate over 200 runs; ingest stores them as typed columns of ``events`` from the JSON
-parse it already makes (migration ``core.m005_i22_hot_columns`` backfills older stores). They are
+parse it already makes (migration ``core.m005_hot_columns`` backfills older stores). They are
 not part of the hash, so a column could be edited alone: ``amb verify`` re-derives each from the
 payload. Each is the field at its path, ``TRY_CAST`` to its type (a field of another type gives
 NULL), so the views read what they extracted before (``tests/replay/test_hot_columns.py``).
@@ -58,7 +58,7 @@ def body_paths() -> list[str]:
 
 
 def present(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether ``events`` has the hot columns (a store migrated past ``core.m005_i22_hot_columns``)."""
+    """Whether ``events`` has the hot columns (a store migrated past ``core.m005_hot_columns``)."""
     rows = con.execute(
         "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'events' AND column_name = ?",
         [HOT_COLUMNS[-1].name],

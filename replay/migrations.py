@@ -2,7 +2,9 @@
 
 A migration is a (name, function) pair. ``apply`` runs, in order, each one whose name is not yet
 in ``_amb_migrations``, inside one transaction together with its bookkeeping row, so a failed
-migration leaves nothing behind. Names are never reused or renamed; a change is a new migration.
+migration leaves nothing behind. Names are never reused; a change is a new migration. A migration
+that is given a better name keeps its old one in ``formerly``, so stores that recorded it under the
+old name do not run it again.
 Other layers (the scorer's tables) bring their own ``Migrations`` lists; names are global, so each
 set prefixes its names.
 """
@@ -20,6 +22,7 @@ from replay import hot, views
 class Migration(NamedTuple):
     name: str
     apply: Callable[[duckdb.DuckDBPyConnection], None]
+    formerly: tuple[str, ...] = ()
 
 
 def _sql(*statements: str) -> Callable[[duckdb.DuckDBPyConnection], None]:
@@ -50,10 +53,10 @@ def _payload_zstd(con: duckdb.DuckDBPyConnection) -> None:
         + (" USING COMPRESSION zstd" if name == "payload" else "")
         for name, sql_type, nullable in cols
     )
-    con.execute(f"CREATE TABLE events_i22 ({ddl})")
-    con.execute("INSERT INTO events_i22 SELECT * FROM events ORDER BY run_id, source, seq")
+    con.execute(f"CREATE TABLE events_new ({ddl})")
+    con.execute("INSERT INTO events_new SELECT * FROM events ORDER BY run_id, source, seq")
     con.execute("DROP TABLE events")
-    con.execute("ALTER TABLE events_i22 RENAME TO events")
+    con.execute("ALTER TABLE events_new RENAME TO events")
     views.create_views(con)
 
 
@@ -112,9 +115,9 @@ CORE: list[Migration] = [
     Migration("core.m004_views_gateway_fields", views.create_views),
     # Typed hot columns (replay.hot): added to events, filled from the payloads already stored, and
     # the views re-created to read them.
-    Migration("core.m005_i22_hot_columns", _hot_columns),
+    Migration("core.m005_hot_columns", _hot_columns, formerly=("core.m005_i22_hot_columns",)),
     # The payload column compressed with zstd (the table rebuilt, rows copied; views re-created).
-    Migration("core.m006_i22_payload_zstd", _payload_zstd),
+    Migration("core.m006_payload_zstd", _payload_zstd, formerly=("core.m006_i22_payload_zstd",)),
 ]
 
 
@@ -140,7 +143,7 @@ def pending(con: duckdb.DuckDBPyConnection, migrations: list[Migration]) -> list
     names = [m.name for m in migrations]
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate migration names in {names}")
-    return [m for m in migrations if m.name not in done]
+    return [m for m in migrations if m.name not in done and done.isdisjoint(m.formerly)]
 
 
 def apply(con: duckdb.DuckDBPyConnection, migrations: list[Migration]) -> list[str]:

@@ -39,7 +39,7 @@ def explode(blobs: BlobStore) -> int:
 
 def plain_payloads(root: os.PathLike[str] | str) -> None:
     """Give a store's ``events`` the payload column of stores made before
-    ``core.m006_i22_payload_zstd`` (DuckDB's default string compression), and mark that migration
+    ``core.m006_payload_zstd`` (DuckDB's default string compression), and mark that migration
     as not applied, so the next ``Store.open`` migrates it."""
     import duckdb
 
@@ -55,7 +55,7 @@ def plain_payloads(root: os.PathLike[str] | str) -> None:
         con.execute("INSERT INTO events_plain SELECT * FROM events ORDER BY run_id, source, seq")
         con.execute("DROP TABLE events")
         con.execute("ALTER TABLE events_plain RENAME TO events")
-        con.execute("DELETE FROM _amb_migrations WHERE name = 'core.m006_i22_payload_zstd'")
+        con.execute("DELETE FROM _amb_migrations WHERE name = 'core.m006_payload_zstd'")
         con.execute("COMMIT")
         con.execute("CHECKPOINT")
     finally:

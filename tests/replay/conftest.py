@@ -37,7 +37,7 @@ def store_templates(tmp_path_factory):
 def store(tmp_path, request, store_templates):
     """A store with three synthetic runs, ingested: as written today (blobs in packs), and as an
     old store of loose blob files brought to packs by ``amb blobs migrate`` (and its events table
-    rebuilt by ``core.m006_i22_payload_zstd``)."""
+    rebuilt by ``core.m006_payload_zstd``)."""
     root = tmp_path / "store"
     shutil.copytree(store_templates[request.param], root, symlinks=True)
     return root

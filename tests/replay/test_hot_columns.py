@@ -87,7 +87,7 @@ def test_migration_backfills_an_older_store(tmp_path, mixed):
         expected = _rows(st.con, "SELECT * FROM model_calls")
         for c in hot.HOT_COLUMNS:
             st.con.execute(f"ALTER TABLE events DROP COLUMN {c.name}")
-        st.con.execute("DELETE FROM _amb_migrations WHERE name = 'core.m005_i22_hot_columns'")
+        st.con.execute("DELETE FROM _amb_migrations WHERE name = 'core.m005_hot_columns'")
         views.create_views(st.con)  # the JSON views, as such a store had
         assert not hot.present(st.con)
     with Store.open(root) as st:
@@ -97,6 +97,23 @@ def test_migration_backfills_an_older_store(tmp_path, mixed):
             st.con.execute("SELECT count(*) FROM events WHERE input_tokens IS NOT NULL").fetchall()[0][0] > 0
         )
         assert verify(st.con, st.blobs) == []
+
+
+def test_a_migration_recorded_under_its_former_name_is_not_run_again(tmp_path):
+    """Stores that applied the hot columns and the zstd payload under the migrations' former names
+    keep them as they are: opening such a store applies nothing."""
+    from replay import migrations
+
+    root = tmp_path / "store"
+    generate_run(root, "run-0", seed=0, calls=4)
+    ingest(root)
+    renamed = [m for m in migrations.CORE if m.formerly]
+    assert renamed, "no migration has a former name"
+    with Store.open(root) as st:
+        for m in renamed:
+            st.con.execute("UPDATE _amb_migrations SET name = ? WHERE name = ?", [m.formerly[0], m.name])
+        assert migrations.pending(st.con, migrations.CORE) == []
+        assert migrations.apply(st.con, migrations.CORE) == []
 
 
 def test_verify_catches_a_hot_column_edited_alone(tmp_path):

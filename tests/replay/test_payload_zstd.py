@@ -1,4 +1,4 @@
-"""The events table's payload column is compressed with zstd (``core.m006_i22_payload_zstd``): in
+"""The events table's payload column is compressed with zstd (``core.m006_payload_zstd``): in
 a new store, and in an older store that the migration rebuilds with every row and column kept."""
 
 from __future__ import annotations

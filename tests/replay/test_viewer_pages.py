@@ -163,7 +163,10 @@ def test_hostile_strings_render_as_text(page: Page, viewer, viewer_store):
     detail = page.locator(".detail").first
     expect(detail.locator("pre.reply-text")).to_have_text(XSS)
     expect(detail.locator("img.preview")).to_have_count(1)  # the request's inline image, from the server
-    assert detail.locator("img.preview").evaluate("i => i.naturalWidth") == 8
+    image = detail.locator("img.preview")
+    # Loaded asynchronously: its size is known once it is complete.
+    page.wait_for_function("i => i.complete && i.naturalWidth > 0", arg=image.element_handle())
+    assert image.evaluate("i => i.naturalWidth") == 8
     page.locator(".ev[data-kind='file.written']").first.click()
     expect(page.locator(".detail .file-text").first).to_contain_text("<script>")
     assert page.locator("script").count() == 1 and page.locator("svg").count() == 0
