@@ -61,12 +61,13 @@ from schemas.tempdirs import tempdir
 BATCH_FILES = 3000
 """Spool files per DuckDB statement (about a million events for typical runs)."""
 
-INGEST_MEMORY = 256 << 20
+INGEST_MEMORY = 192 << 20
 """The database's memory limit while spools are loaded. Left alone, DuckDB keeps every block it
 wrote and read until it runs short: an ingest of 8,000 runs ended holding most of the file, and
 a batch's working memory on top. Above the limit a batch spills to the database's temporary
 directory; one that cannot is loaded again with twice the limit (``bounded.DatabaseMemory``).
-Half this spilled part of every batch of runs with request and response bodies (a tenth more CPU)."""
+Under 128 MB part of every batch of runs with request and response bodies spilled (a tenth more
+CPU); with much more, what the database keeps grows with the number of batches."""
 
 
 class FileReport(NamedTuple):
