@@ -16,7 +16,7 @@ import click
 
 from schemas.errors import AmbError
 from scorer.grader.cli import grade as local_grade
-from scorer.grader.options import load_options
+from scorer.profile import load_options
 
 
 def _image() -> str:

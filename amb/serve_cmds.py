@@ -20,7 +20,7 @@ from schemas.errors import UsageError
 )
 def serve(store: str, host: str, port: int, allow_remote: bool) -> None:
     """Serve the trajectory viewer and its JSON API (read-only on the store)."""
-    from replay.web.server import is_loopback, make_server
+    from replay.web.server import Running, is_loopback
 
     if not is_loopback(host):
         if not allow_remote:
@@ -34,21 +34,20 @@ def serve(store: str, host: str, port: int, allow_remote: bool) -> None:
             err=True,
         )
     try:
-        server, viewer = make_server(resolve(store), host, port)
+        running = Running(resolve(store), host, port)
     except OSError as e:
         raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-    bound = server.server_address[1]
+    bound = running.port
     shown = f"[{host}]" if ":" in host else host
     click.echo(
         f"amb serve: the viewer of {resolve(store)} is at http://{shown}:{bound}/ (Ctrl-C stops it)", err=True
     )
     try:
-        server.serve_forever()
+        running.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
-        server.server_close()
-        viewer.close()
+        running.stop()
 
 
 @click.group()

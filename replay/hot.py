@@ -2,10 +2,11 @@
 
 Extracting the fields the views aggregate, join and filter on from every JSON payload cost ~38 ms
 for an aggregate over 200 runs; ingest stores them as typed columns of ``events`` from the JSON
-parse it already makes (migration ``core.m005_hot_columns`` backfills older stores). They are
-not part of the hash, so a column could be edited alone: ``amb verify`` re-derives each from the
-payload. Each is the field at its path, ``TRY_CAST`` to its type (a field of another type gives
-NULL), so the views read what they extracted before (``tests/replay/test_hot_columns.py``).
+parse it already makes (migrations ``core.m005_hot_columns`` and ``core.m007_hot_column_ok``
+backfill older stores). They are not part of the hash, so a column could be edited alone: ``amb
+verify`` re-derives each from the payload. Each is the field at its path, ``TRY_CAST`` to its type
+(a field of another type gives NULL), so the views read what they extracted before
+(``tests/replay/test_hot_columns.py``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ HOT_COLUMNS: list[HotColumn] = [
     HotColumn("status", "INTEGER", "status", "Model call, network request: the HTTP status."),
     HotColumn("path", "VARCHAR", "path", "file.*, network.request: the path."),
     HotColumn("exit_code", "INTEGER", "exit_code", "process.exited, run.finished: the exit code."),
+    # (added by core.m007_hot_column_ok; a new column goes last, and gets its own migration)
+    HotColumn("ok", "BOOLEAN", "ok", "model_call.completed: False for a failed call."),
 ]
 
 
@@ -57,18 +60,26 @@ def body_paths() -> list[str]:
     return [f"$.payload.{c.path}" for c in HOT_COLUMNS]
 
 
-def present(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether ``events`` has the hot columns (a store migrated past ``core.m005_hot_columns``)."""
+def stored(con: duckdb.DuckDBPyConnection) -> list[HotColumn]:
+    """The hot columns ``events`` has: all once migrated; fewer or none in a store an older amb made
+    that no writer has opened since (read-only commands do not migrate)."""
     rows = con.execute(
-        "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'events' AND column_name = ?",
-        [HOT_COLUMNS[-1].name],
+        "SELECT column_name FROM duckdb_columns() WHERE schema_name = 'main' AND table_name = 'events'"
     ).fetchall()
-    return bool(rows[0][0])
+    names = {r[0] for r in rows}
+    return [c for c in HOT_COLUMNS if c.name in names]
+
+
+def present(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether ``events`` has every hot column (a store migrated past the last migration adding one)."""
+    return len(stored(con)) == len(HOT_COLUMNS)
 
 
 def add_and_backfill(con: duckdb.DuckDBPyConnection) -> None:
-    """The migration: add the columns to ``events`` and fill them from the payloads already stored."""
-    for c in HOT_COLUMNS:
+    """The migrations: add the columns ``events`` lacks and fill them from the payloads already stored."""
+    have = {c.name for c in stored(con)}
+    missing = [c for c in HOT_COLUMNS if c.name not in have]
+    for c in missing:
         con.execute(f"ALTER TABLE events ADD COLUMN {c.name} {c.sql_type}")
-    sets = ", ".join(f"{c.name} = {from_payload(c)}" for c in HOT_COLUMNS)
-    con.execute(f"UPDATE events SET {sets}")
+    if missing:
+        con.execute(f"UPDATE events SET {', '.join(f'{c.name} = {from_payload(c)}' for c in missing)}")

@@ -118,6 +118,9 @@ CORE: list[Migration] = [
     Migration("core.m005_hot_columns", _hot_columns, formerly=("core.m005_i22_hot_columns",)),
     # The payload column compressed with zstd (the table rebuilt, rows copied; views re-created).
     Migration("core.m006_payload_zstd", _payload_zstd, formerly=("core.m006_i22_payload_zstd",)),
+    # The hot column ``ok`` (what the runs' failed-call counts read): added to a store already past
+    # m005 and filled; a store that m005 itself migrated has it already.
+    Migration("core.m007_hot_column_ok", _hot_columns),
 ]
 
 

@@ -111,9 +111,9 @@ FROM runs r
 LEFT JOIN (
     SELECT run_id, count(*) FILTER (WHERE NOT ok) AS failed,
            list(DISTINCT model) FILTER (model <> '') AS models,
-           sum(input_tokens) AS input, sum(cache_read_tokens) AS cache_read,
-           sum(cache_write_tokens) AS cache_write, sum(output_tokens) AS output,
-           sum(reasoning_tokens) AS reasoning
+           sum(input_tokens)::BIGINT AS input, sum(cache_read_tokens)::BIGINT AS cache_read,
+           sum(cache_write_tokens)::BIGINT AS cache_write, sum(output_tokens)::BIGINT AS output,
+           sum(reasoning_tokens)::BIGINT AS reasoning
     FROM model_calls {where} GROUP BY run_id
 ) m USING (run_id)
 LEFT JOIN (SELECT run_id, min(ts_ns) AS first_ns, max(ts_ns) AS last_ns FROM events {where} GROUP BY run_id) e
@@ -129,14 +129,11 @@ def summaries(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
     where = ("WHERE run_id = $run", "WHERE r.run_id = $run") if run_id is not None else ("", "")
     cur = con.execute(_SUMMARIES.format(where=where[0], where_r=where[1]), {"run": run_id} if run_id else {})
     names = [d[0] for d in cur.description]
-    out = []
-    for row in cur.fetchall():
-        fields = dict(zip(names, row, strict=True))
+    rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+    for fields in rows:
         labels = json.loads(fields["labels"] or "{}")
-        out.append(
-            msgspec.convert(fields | {"labels": labels if isinstance(labels, dict) else {}}, RunSummary)
-        )
-    return out
+        fields["labels"] = labels if isinstance(labels, dict) else {}
+    return msgspec.convert(rows, list[RunSummary])
 
 
 def summary(con: duckdb.DuckDBPyConnection, run_id: str) -> RunSummary:

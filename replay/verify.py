@@ -163,24 +163,25 @@ def _chain_problems(
     return {(r[0], r[1], r[2]): (r[3], r[4] or BROKEN_LINK) for r in rows}
 
 
-def _scan_sql(cond: str, with_hot: bool) -> str:
+def _scan_sql(cond: str, columns: list[hot.HotColumn]) -> str:
     """The one query over a chunk of events (those ``cond`` keeps) that reads the payloads.
 
-    Per event: the canonical body and stored hash (``hex``); ``hot``, the 1-based position in
-    ``hot.HOT_COLUMNS`` of the first hot column that differs from the payload, else NULL; and for a
+    Per event: the canonical body and stored hash (``hex``); ``hot``, the name of the first of the
+    hot ``columns`` (those the store has) that differs from the payload, else NULL; and for a
     payload that holds a blob reference, the references (``refs``) and the number of reference
     marks (``marks``, what a manifest counts). The hot columns' fields are extracted with one JSON
     parse per event into a list; ``list_position`` over the comparisons reads that list without
     a CASE, whose branches DuckDB would each parse again."""
-    if with_hot:
-        paths = ", ".join(f"'$.{c.path}'" for c in hot.HOT_COLUMNS)
+    if columns:
+        paths = ", ".join(f"'$.{c.path}'" for c in columns)
         extract = f", json_extract_string(payload, [{paths}]) AS hx"
         diffs = ", ".join(
-            f"{c.name} IS DISTINCT FROM {hot.cast(f'hx[{i + 1}]', c)}" for i, c in enumerate(hot.HOT_COLUMNS)
+            f"{c.name} IS DISTINCT FROM {hot.cast(f'hx[{i + 1}]', c)}" for i, c in enumerate(columns)
         )
-        hot_sql = f"list_position([{diffs}], true)"
+        names = ", ".join(f"'{c.name}'" for c in columns)
+        hot_sql = f"[{names}][list_position([{diffs}], true)]"
     else:  # a store from before the hot columns
-        extract, hot_sql = "", "NULL::INTEGER"
+        extract, hot_sql = "", "NULL::VARCHAR"
     mark = manifests.BLOB_MARK
     return f"""
         SELECT {BODY_SQL} AS body, {STORED_HEX} AS hex, run_id, source, seq, kind,
@@ -315,8 +316,8 @@ def _marks_by_run(found: pa.Table) -> dict[str, int]:
     }
 
 
-def _hot_problem(position: int) -> str:
-    return f"hot column {hot.HOT_COLUMNS[position - 1].name} differs from the payload (edited after ingest)"
+def _hot_problem(name: str) -> str:
+    return f"hot column {name} differs from the payload (edited after ingest)"
 
 
 def _part(fetched: _Fetched) -> _Part:
@@ -330,10 +331,10 @@ def _part(fetched: _Fetched) -> _Part:
     )
     problems: dict[tuple[str, str, int], Problem] = {}
     with_hot = found.filter(pc.is_valid(found.column("hot")))
-    for run_id, source, seq, kind, position in zip(
+    for run_id, source, seq, kind, column in zip(
         *(with_hot.column(c).to_pylist() for c in ["run_id", "source", "seq", "kind", "hot"]), strict=True
     ):
-        problems[(run_id, source, seq)] = Problem(run_id, source, seq, kind, _hot_problem(position))
+        problems[(run_id, source, seq)] = Problem(run_id, source, seq, kind, _hot_problem(column))
     for (run_id, source, seq), (kind, what) in fetched.chain_problems.items():
         problems[(run_id, source, seq)] = Problem(run_id, source, seq, kind, what)
     edited = table.select(["run_id", "source", "seq", "kind"]).take(pa.array(failed, pa.int64()))
@@ -361,7 +362,7 @@ def _parts(
     hashes the chunk before: at most two chunks in memory, whatever the size of the store."""
     where, params = _run_filter(run_ids)
     sql_of = _scan_sql
-    with_hot = hot.present(con)
+    hot_columns = hot.stored(con)
     chunks = _chunks(con, where, params, batch)
     # The whole store: the database's cache of the file kept small (``bounded.DATABASE_MEMORY``). Named
     # runs (the viewer's check of one run) leave the limit alone: it is the server's, shared by
@@ -372,7 +373,7 @@ def _parts(
         cond, values = _chunk_filter(where, params, chunk)
         while True:
             try:
-                return _fetch(con, sql_of(cond, with_hot), cond, values, chunk.runs)
+                return _fetch(con, sql_of(cond, hot_columns), cond, values, chunk.runs)
             except duckdb.OutOfMemoryException:
                 if memory is None or not memory.grow():
                     raise

@@ -24,6 +24,7 @@ from replay.read import iter_events, require_runs
 from replay.read import run_ids as all_run_ids
 from replay.store import Store
 from schemas.errors import UsageError
+from schemas.score_row import ScoreRow
 from scorer import ledger
 from scorer.audit import Violation
 from scorer.cost import load_table
@@ -34,7 +35,6 @@ from scorer.judge.offline import OfflineJudge
 from scorer.migrations import MIGRATIONS
 from scorer.pipeline import RunScorer
 from scorer.profile import LoadedProfile
-from scorer.row import ScoreRow
 from scorer.scan_results import Row
 from scorer.scan_results import append as append_scan
 from scorer.scan_results import register as register_scanner

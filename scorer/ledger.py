@@ -17,9 +17,9 @@ import duckdb
 import pyarrow as pa
 
 from schemas.codec import canonical_json
+from schemas.score_row import COLUMNS, JSON_COLUMNS, STORED_COLUMNS, ScoreRow, column_types, select_list
 from scorer.judge.cache import CallRecord, JudgeCache
 from scorer.profile import LoadedProfile
-from scorer.row import COLUMNS, JSON_COLUMNS, ScoreRow, column_types
 
 _ARROW = {
     "DOUBLE": pa.float64(),
@@ -172,15 +172,7 @@ def current(
     run_ids: Iterable[str] | None = None,
 ) -> list[dict[str, Any]]:
     """The current rows (latest per run, profile and judge), as dicts with JSON columns decoded."""
-    # A store opened read-only may predate a column (its migration runs at the next write):
-    # such a column reads as NULL, which is what the rows written before it hold anyway.
-    have = {
-        r[0]
-        for r in con.execute(
-            "SELECT column_name FROM duckdb_columns() WHERE table_name = 'scores'"
-        ).fetchall()
-    }
-    select = ", ".join(c if c in have else f"NULL AS {c}" for c in COLUMNS)
+    select = select_list({name for (name,) in con.execute(STORED_COLUMNS).fetchall()})
     sql = f"SELECT {select}, batch_id, scored_at FROM scores_current WHERE true"
     params: list[Any] = []
     if profile_id:

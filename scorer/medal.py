@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import msgspec
 
+from schemas.score_row import Medal, Rating
 from scorer.profile import MedalRules
-from scorer.row import Grade, Medal, Rating
+from scorer.row import Grade
 
 
 class MedalResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from schemas.codec import Event, canonical_digest
+from schemas.score_row import ScoreRow
 from scorer import audit as auditor
 from scorer import codes as error_codes
 from scorer import evidence as ev
@@ -25,7 +26,7 @@ from scorer.audit import AuditResult
 from scorer.cost import PriceTable, price_run
 from scorer.judge.base import Judge
 from scorer.profile import AuditRules, LoadedProfile, StageRules
-from scorer.row import Cost, Grade, ScoreRow
+from scorer.row import Cost, Grade
 from scorer.stages import ItemScore
 from scorer.trajectory import BlobGetter, Trajectory, fold
 

@@ -25,6 +25,7 @@ from schemas.blob import digest
 from schemas.codec import canonical_json
 from schemas.errors import UsageError, quoted
 from schemas.userfile import is_file, read_text
+from scorer.grader.options import GradeOptions, options_from_table
 
 DEFAULT_PROFILE = "paper-2026-06"
 STAGES = ("S1", "S2", "S3", "S4", "S5")
@@ -349,10 +350,6 @@ def _check(p: Profile, source: str) -> None:
     for item in p.rubric:
         if item.requires and item.requires not in ids:
             raise UsageError(f"{source}: rubric item {item.id!r} requires unknown item {item.requires!r}")
-    try:
-        from scorer.grader.options import options_from_table
-    except ImportError:  # the grader is optional for the rest of the scorer
-        return
     options_from_table(p.metrics, source=source)
     for track in p.tracks:
         options_from_table(p.metrics_for(track), source=f"{source}: [tracks.{track}]")
@@ -362,3 +359,14 @@ def load(ref: str | None = None) -> LoadedProfile:
     """A profile by built-in name or TOML path (default: ``paper-2026-06``)."""
     path = _locate(ref or DEFAULT_PROFILE, None)
     return from_dict(_read(path, ()), source=f"profile {ref or DEFAULT_PROFILE!r}")
+
+
+def load_options(profile: str | None, track: str | None = None) -> tuple[GradeOptions, str]:
+    """The grade options of ``--profile`` (``amb grade`` reads the file as ``amb score`` does): the
+    profile's ``[metrics]`` with ``[tracks.<track>.metrics]`` applied, and the profile's name (None:
+    ``GradeOptions``' defaults, named ``default``)."""
+    if profile is None:
+        return GradeOptions(), "default"
+    loaded = load(profile)
+    options = options_from_table(loaded.profile.metrics_for(track), source=f"profile {profile!r}")
+    return options, loaded.name

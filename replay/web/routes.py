@@ -6,15 +6,27 @@ from __future__ import annotations
 import re
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import msgspec.inspect
 
 from replay.web import calls, diff, events, files, runs, workspace
+from replay.web.db import SharedReader
 from replay.web.resource import IMAGE_CAP, RAW_CAP, Body, Limit, NotFound, Query, Route, Seq, parse_query
+from schemas.blobstore import BlobStore
 
-if TYPE_CHECKING:
-    from replay.web.server import Viewer
+
+class Viewer(Protocol):
+    """What the routes use of the server's shared state (``replay.web.server.Viewer``)."""
+
+    blobs: BlobStore
+    reader: SharedReader
+
+    def index(self) -> runs.RunIndex: ...
+
+    def diff(self, q: DiffQuery) -> diff.DiffPage: ...
+
+    def verified(self, con: Any, run_id: str, generation: runs.Generation) -> runs.Verified: ...
 
 
 @dataclass

@@ -20,6 +20,7 @@ from replay.verify import verify as verify_store
 from replay.web.resource import BadRequest, Limit, NotFound, Query, decode_cursor, encode_cursor, has_scores
 from schemas.blobstore import BlobStore
 from schemas.finding import Finding
+from schemas.score_row import JSON_COLUMNS, STORED_COLUMNS, ScoreRow, select_list
 
 Sort = Literal[
     "started", "duration", "tokens", "cost", "score", "run", "task", "agent", "model", "status", "events"
@@ -420,52 +421,12 @@ def run_verify(con: duckdb.DuckDBPyConnection, blobs: BlobStore, run_id: str) ->
     )
 
 
-class Grade(msgspec.Struct):
-    """What the task's grader reported (the fields it gave)."""
+class RunScore(ScoreRow, kw_only=True):
+    """A run's current score under one (profile, judge): its row of the ``scores`` table, whose
+    ``details`` hold its error codes and audit findings with the events they cite (``SOURCE:SEQ``),
+    and when it was scored."""
 
-    metric: str | UnsetType = UNSET
-    n_cases: int | UnsetType = UNSET
-    n_missing: int | UnsetType = UNSET
-    task_score: float | None | UnsetType = UNSET
-    reason: str | None | UnsetType = UNSET
-
-
-class _Details(msgspec.Struct):
-    codes: list[Any] = []
-    violations: list[Any] = []
-    items: list[Any] = []
-    grade: Grade | None = None
-
-
-class RunScore(msgspec.Struct):
-    """A run's current score under one (profile, judge), stage by stage; its error codes and audit
-    findings with the events they cite (``SOURCE:SEQ``)."""
-
-    profile_name: str
-    profile_id: str
-    judge: str
     scored_at: str
-    s1: float | None
-    s2: float | None
-    s3: float | None
-    s4: float | None
-    s5: float | None
-    agentic: float | None
-    task_score: float | None
-    overall: float | None
-    status: str
-    audit_status: str
-    turns: int | None
-    wall_s: float | None
-    tokens_in: int | None
-    tokens_out: int | None
-    cost_usd: float | None
-    reasons: dict[str, Any]
-    codes: list[Any]
-    violations: list[Any]
-    items: list[Any]
-    """The rubric's items."""
-    grade: Grade
 
 
 class ScanResult(msgspec.Struct):
@@ -486,36 +447,22 @@ class RunScores(msgspec.Struct):
     """Why there are no scores."""
 
 
-_SCORE_COLUMNS = """profile_name, profile_id, judge, scored_at, s1, s2, s3, s4, s5, agentic, task_score,
-    overall, status, audit_status, turns, wall_s, tokens_in, tokens_out, cost_usd"""
-
-
 def run_scores(con: duckdb.DuckDBPyConnection, run_id: str) -> RunScores:
     """``GET /api/runs/RUN/scores``: the current score per (profile, judge)."""
     found = run_findings(con, run_id)
     if not has_scores(con):
         return RunScores([], found, "nothing in this store has been scored (amb score)")
+    stored = {name for (name,) in con.execute(STORED_COLUMNS).fetchall()}
     cur = con.execute(
-        f"""SELECT {_SCORE_COLUMNS}, CAST(reasons AS VARCHAR), CAST(details AS VARCHAR)
+        f"""SELECT {select_list(stored)}, CAST(scored_at AS VARCHAR) AS scored_at
             FROM scores_current WHERE run_id = ? ORDER BY profile_name, judge""",
         [run_id],
     )
-    out = []
-    for *values, reasons, details in cur.fetchall():
-        d = msgspec.json.decode(details or "{}", type=_Details)
-        fields = dict(zip(_SCORE_COLUMNS.replace(",", " ").split(), values, strict=True))
-        fields["scored_at"] = str(fields["scored_at"])
-        out.append(
-            RunScore(
-                **fields,
-                reasons=json.loads(reasons or "{}"),
-                codes=d.codes,
-                violations=d.violations,
-                items=d.items,
-                grade=d.grade or Grade(),
-            )
-        )
-    return RunScores(out, found)
+    names = [d[0] for d in cur.description]
+    rows = [dict(zip(names, values, strict=True)) for values in cur.fetchall()]
+    for row in rows:
+        row.update({c: json.loads(row[c] or "{}") for c in JSON_COLUMNS})
+    return RunScores(msgspec.convert(rows, list[RunScore]), found)
 
 
 def run_findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[ScanResult]:

@@ -18,7 +18,6 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from http.server import ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -216,14 +215,6 @@ class Handler(httpbase.Handler):
             )
         else:
             self.send(200, json_body(reply), "application/json; charset=utf-8")
-
-
-def make_server(
-    store: Path, host: str = "127.0.0.1", port: int = 0, idle_s: float = 2.0
-) -> tuple[ThreadingHTTPServer, Viewer]:
-    """A bound (not yet serving) server over ``store``; port 0 picks a free one."""
-    running = Running(store, host, port, idle_s)
-    return running.server, running.viewer
 
 
 class Running(httpbase.Serving):

@@ -11,7 +11,7 @@ import msgspec
 
 from schemas.display import table
 from scorer.grader import grade as grade_submission
-from scorer.grader.options import load_options
+from scorer.profile import load_options
 from tasks.registry import load_spec
 
 

@@ -82,16 +82,3 @@ def options_from_table(table: dict[str, Any], *, source: str = "profile") -> Gra
         return msgspec.convert(table, GradeOptions)
     except msgspec.ValidationError as e:
         raise UsageError(f"{source}: [metrics]: {e}") from e
-
-
-def load_options(profile: str | None, track: str | None = None) -> tuple[GradeOptions, str]:
-    """``--profile`` resolved by the scoring profiles' own loader, so ``amb grade`` and ``amb score``
-    read one file the same way: the profile's ``[metrics]`` with ``[tracks.<track>.metrics]``
-    applied, and the profile's name (None: the defaults above, named ``default``)."""
-    if profile is None:
-        return GradeOptions(), "default"
-    from scorer.profile import load
-
-    loaded = load(profile)
-    options = options_from_table(loaded.profile.metrics_for(track), source=f"profile {profile!r}")
-    return options, loaded.name

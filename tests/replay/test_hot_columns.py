@@ -4,6 +4,9 @@ gave; the migration backfills an older store; verify catches a column edited apa
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +15,7 @@ from recorder.synthetic import generate_run
 from replay import hot, views
 from replay.ingest import ingest
 from replay.store import Store
+from replay.summary import summary
 from replay.verify import verify
 from schemas.events import ModelCallCompleted, NetworkRequest, RunFinished, RunStarted
 
@@ -149,3 +153,90 @@ def test_views_match_on_recorded_and_hostile_runs(viewer_store, tmp_path):
                 assert st.con.execute(f"SELECT count(*) FROM ({check})").fetchall() == [(0,)], check
             n = st.con.execute(f"SELECT count(*) FROM {view.name}").fetchall()[0][0]
             assert n == st.con.execute(f"SELECT count(*) FROM json_{view.name}").fetchall()[0][0] > 0
+
+
+def _failed_call_run(root) -> None:
+    """A run of two model calls, the second failed."""
+    rec = SpoolWriter(spool_path(root, "run-f", "recorder"), "run-f", "recorder", sync=False)
+    rec.append(RunStarted(model="m", task="t"))
+    proxy = SpoolWriter(spool_path(root, "run-f", "proxy"), "run-f", "proxy", sync=False)
+    proxy.append(ModelCallCompleted(call_id="c0", provider="openai", api="responses", model="m"))
+    proxy.append(
+        ModelCallCompleted(call_id="c1", provider="openai", api="responses", ok=False, error="http_500")
+    )
+    proxy.close()
+    rec.append(RunFinished(status="failed", exit_code=1))
+    rec.close()
+
+
+def test_ok_is_a_hot_column_that_the_failed_call_count_reads(tmp_path):
+    """The call's ``ok`` is stored as a column at ingest; the model_calls view (and so the runs'
+    failed-call count) reads that column, not the payload."""
+    root = tmp_path / "store"
+    _failed_call_run(root)
+    ingest(root)
+    with Store.open(root) as st:
+        oks = "SELECT ok FROM events WHERE kind = 'model_call.completed' ORDER BY seq"
+        assert st.con.execute(oks).fetchall() == [(True,), (False,)]
+        assert summary(st.con, "run-f").failed_calls == 1
+        st.con.execute("UPDATE events SET ok = true WHERE kind = 'model_call.completed'")
+        assert summary(st.con, "run-f").failed_calls == 0  # the column, not the payload, was read
+    assert "ok AS ok" in next(d for d in views.ddl() if "VIEW model_calls" in d)
+
+
+def _amb_verify(root) -> subprocess.CompletedProcess[str]:
+    amb = Path(sys.executable).with_name("amb")
+    return subprocess.run([amb, "verify", "--store", str(root)], capture_output=True, text=True, timeout=120)
+
+
+def test_verify_catches_an_ok_that_disagrees_with_the_payload(tmp_path):
+    """``ok`` edited alone (a failed call made to look fine), then the payload edited instead (the
+    column still says failed): ``amb verify`` fails on each, naming the event."""
+    root = tmp_path / "store"
+    _failed_call_run(root)
+    ingest(root)
+    failed = "run_id = 'run-f' AND kind = 'model_call.completed' AND NOT ok"
+    with Store.open(root) as st:
+        st.con.execute(f"UPDATE events SET ok = true WHERE {failed}")
+    got = _amb_verify(root)
+    assert got.returncode == 1
+    assert "run run-f source proxy seq 1" in got.stdout
+    assert "hot column ok differs from the payload" in got.stdout
+    with Store.open(root) as st:
+        st.con.execute("UPDATE events SET ok = false WHERE run_id = 'run-f' AND seq = 1 AND source = 'proxy'")
+        st.con.execute(
+            "UPDATE events SET payload = replace(payload, '\"ok\":false', '\"ok\":true') "
+            "WHERE run_id = 'run-f' AND seq = 1 AND source = 'proxy'"
+        )
+        assert st.con.execute(
+            "SELECT count(*) FROM events WHERE payload::VARCHAR LIKE '%\"ok\":false%'"
+        ).fetchall() == [(0,)]
+    got = _amb_verify(root)
+    assert got.returncode == 1 and "run run-f source proxy seq 1" in got.stdout
+
+
+def test_migration_adds_ok_to_a_store_past_the_first_hot_columns(tmp_path):
+    """A store that already had the first hot columns (but not ``ok``) gets ``ok`` added and filled
+    by its own migration, and the views read it."""
+    root = tmp_path / "store"
+    _failed_call_run(root)
+    generate_run(root, "run-0", seed=0, calls=6)
+    ingest(root, spool_mode="keep")
+    with Store.open(root) as st:
+        expected = _rows(st.con, "SELECT * FROM model_calls")
+        st.con.execute("ALTER TABLE events DROP COLUMN ok")
+        st.con.execute("DELETE FROM _amb_migrations WHERE name = 'core.m007_hot_column_ok'")
+        views.create_views(st.con)  # the views such a store had (no ok column to read)
+        assert [c.name for c in hot.stored(st.con)] == [c.name for c in hot.HOT_COLUMNS if c.name != "ok"]
+        assert verify(st.con, st.blobs) == []
+        # the hot columns it has are still checked (a read-only `amb verify` before any writer)
+        one_call = "run_id = 'run-f' AND source = 'proxy' AND seq = 0"
+        st.con.execute(f"UPDATE events SET output_tokens = output_tokens + 1 WHERE {one_call}")
+        (found,) = verify(st.con, st.blobs)
+        assert "hot column output_tokens differs from the payload" in found.what
+        st.con.execute(f"UPDATE events SET output_tokens = output_tokens - 1 WHERE {one_call}")
+    with Store.open(root) as st:
+        assert hot.present(st.con)
+        assert _rows(st.con, "SELECT * FROM model_calls") == expected
+        assert summary(st.con, "run-f").failed_calls == 1
+        assert verify(st.con, st.blobs) == []

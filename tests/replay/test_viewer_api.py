@@ -246,10 +246,11 @@ def test_verify_scores_and_findings_cite_events(viewer, viewer_store):
     assert v["stored_manifest"]["manifest_hash"] == v["manifest"]["manifest_hash"]
     s = get(viewer, f"/api/runs/{viewer_store.hostile}/scores")["scores"][0]
     assert s["audit_status"] == "violation"
-    cited = [e for finding in s["violations"] for e in finding["events"]]
+    cited = [e for finding in s["details"]["violations"] for e in finding["events"]]
     assert viewer_store.hostile_private_key in cited
     flawed = get(viewer, f"/api/runs/{viewer_store.flawed}/scores")["scores"][0]
-    e4 = next(c for c in flawed["codes"] if c["code"] == "E4")
+    assert "E4" in flawed["codes"]  # the row's codes; its details cite the events of each
+    e4 = next(c for c in flawed["details"]["codes"] if c["code"] == "E4")
     for key in e4["events"]:  # every cited event exists and opens
         source, seq = key.split(":")
         assert get(viewer, f"/api/runs/{viewer_store.flawed}/events/{source}/{seq}")["key"] == key

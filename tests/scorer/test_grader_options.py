@@ -6,8 +6,9 @@ import pytest
 
 from schemas.errors import UsageError
 from scorer.grader.gate import gated_score
-from scorer.grader.options import GradeOptions, load_options, options_from_table
+from scorer.grader.options import GradeOptions, options_from_table
 from scorer.grader.result import CaseResult, invalid_case, missing_case
+from scorer.profile import load_options
 
 
 def test_defaults_follow_the_paper():

@@ -192,7 +192,7 @@ def test_medal_rating_and_code_suppression(tmp_path):
     """Medal and rating land in every row under both profiles; the code profile drops the fired
     codes of a valid run with a medal of at least okay (failure_classifier.classify_failure's
     success override), keeping them in details marked suppressed."""
-    from scorer.row import COLUMNS, column_types
+    from schemas.score_row import COLUMNS, column_types
 
     spec = load_spec("kidney-seg")
     refs = tmp_path / "refs"

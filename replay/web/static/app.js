@@ -451,8 +451,8 @@ function renderScores(panel, data) {
         .map((k) => kv(k.replace("_score", "").toUpperCase(), fmtScore(s[k]))),
       kv("status", s.status, " / audit ", s.audit_status)));
     const ul = el("ul", { class: "findings" });
-    for (const c of s.codes) ul.append(el("li", { class: "code" }, el("b", {}, c.code), ` ${c.reason} `, evLinks(c.events)));
-    for (const v of s.violations) ul.append(el("li", { class: "violation bad" }, el("b", {}, v.rule), ` ${v.detail} `, evLinks(v.events)));
+    for (const c of s.details.codes || []) ul.append(el("li", { class: "code" }, el("b", {}, c.code), ` ${c.reason} `, evLinks(c.events)));
+    for (const v of s.details.violations || []) ul.append(el("li", { class: "violation bad" }, el("b", {}, v.rule), ` ${v.detail} `, evLinks(v.events)));
     for (const [k, why] of Object.entries(s.reasons || {})) ul.append(el("li", { class: "muted" }, `${k}: ${why}`));
     panel.append(ul);
   }
