@@ -366,7 +366,9 @@ def report(
         _report_diff(store, diff_profiles, judge_label, as_json)
         return
     loaded = load_profile(profile)
-    [rows] = _current_rows(store, loaded)
+    # The views read a few columns of each run's row: its details (every rubric item, ten times the
+    # rest) only the judge's stability and its validation against labels read.
+    [rows] = _current_rows(store, loaded, columns=reports.COLUMNS)
     if not rows:
         raise UsageError(
             f"no scores under profile {loaded.name} ({loaded.short_id}) yet: run `amb score --all "
@@ -382,6 +384,8 @@ def report(
         (lab for lab in labels if lab.startswith(judge_label + "#r")),
         key=lambda lab: int(lab.rsplit("#r", 1)[1]),
     )
+    if repeats or _labelled(store):
+        [rows] = _current_rows(store, loaded)
     by_label = {lab: [r for r in rows if r["judge"] == lab] for lab in [judge_label, *repeats]}
     rows = by_label[judge_label]
     data = reports.build(rows)
@@ -456,14 +460,27 @@ def stability_text(stability: dict[str, Any], repeats: list) -> str:
     return "\n".join(out)
 
 
-def _current_rows(store: str, *profiles: LoadedProfile) -> list[list[dict[str, Any]]]:
-    """The current score rows under each profile; a store that was never scored is refused."""
+def _current_rows(
+    store: str, *profiles: LoadedProfile, columns: tuple[str, ...] = ledger.COLUMNS
+) -> list[list[dict[str, Any]]]:
+    """The current score rows under each profile (their ``columns``); a store that was never scored
+    is refused."""
     con = open_sql(store)
     try:
         views = con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'scores_current'")
         if not views.fetchall()[0][0]:
             raise UsageError("no scores in this store yet: run `amb score --all` first")
-        return [ledger.current(con, profile_id=p.id) for p in profiles]
+        return [ledger.current(con, profile_id=p.id, columns=columns) for p in profiles]
+    finally:
+        con.close()
+
+
+def _labelled(store: str) -> bool:
+    """Whether the store holds labels (which the report validates the judge against)."""
+    con = open_sql(store)
+    try:
+        tables = {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        return "labels" in tables and bool(con.execute("SELECT count(*) FROM labels").fetchall()[0][0])
     finally:
         con.close()
 

@@ -299,6 +299,35 @@ def add_rows(
         )
 
 
+RATED = {"ingest": "`amb ingest`", "verify": "`amb verify`"}
+"""The commands whose rate on runs shaped like real ones is a row of its own, beside the rate the
+light set of ``bench/ingest.py`` gives (few bodies: the same runs ingest several times faster)."""
+
+
+def add_rate_rows(
+    figs: figures.Figures, large: Store, got: dict[str, dict[str, Usage]], ours: str, against: str | None
+) -> None:
+    """Events per second of ``RATED`` on the large store, beside the other build's in the same run."""
+    for name, shown in RATED.items():
+        if name not in got:
+            continue
+        u = got[name][ours]
+        beside = figures.NONE
+        if against:
+            p = got[name][against]
+            beside = (
+                f"previous build: {large.events / p.wall:,.0f} events/s, CPU {p.cpu:.1f} s "
+                f"({figures.faster(u.wall, p.wall, 2)})"
+            )
+        figs.add(
+            f"scale-{name}-rate",
+            f"{shown} of {large.runs:,} runs shaped like real ones ({large.events:,} events: 35 model "
+            "calls each, every call with its request and response bodies)",
+            f"**{large.events / u.wall:,.0f} events/s** ({u.wall:.1f} s, CPU {u.cpu:.1f} s)",
+            beside,
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--small", type=int, default=1000, help="runs in the small store")
@@ -328,6 +357,7 @@ def main() -> None:
     small, large = stores
     print("\n".join(table_lines(small, large, got, builds)))
     add_rows(figs, small, large, got, builds[0].name, builds[1].name if args.against else None)
+    add_rate_rows(figs, large, got[1], builds[0].name, builds[1].name if args.against else None)
     figs.write()
 
 

@@ -27,6 +27,9 @@ assert ENTRY.itemsize == packstore.ENTRY.size
 WALK = 1 << 16
 """Entries of a pack turned into Python values at a time while its records are walked."""
 
+_Walked = tuple[int, str, int, int, int]
+"""An entry of the pack walked: (offset, hex address, position in the table, length, codec)."""
+
 
 class ArrayReads:
     """Where a read of each packed blob goes, as the blob store resolves it (the last entry for an
@@ -54,8 +57,8 @@ class ArrayReads:
         self.table, self.pack = table[last], pack[last]
         self.ok = np.zeros(len(self.table), bool)
         self._numbers = {name[: -len(packstore.IDX_SUFFIX)]: n for n, name in enumerate(names)}
-        self._walk: Iterator[tuple[int, bytes, int]] = iter(())
-        self._next: tuple[int, bytes, int] | None = None
+        self._walk: Iterator[_Walked] = iter(())
+        self._next: _Walked | None = None
 
     def start(self, pack: str) -> None:
         number = self._numbers.get(pack)
@@ -64,33 +67,33 @@ class ArrayReads:
         self._walk = self._entries(mine)
         self._next = next(self._walk, None)
 
-    def _entries(self, positions: np.ndarray) -> Iterator[tuple[int, bytes, int]]:
-        """(offset, digest, position) of the given entries, a slice at a time."""
+    def _entries(self, positions: np.ndarray) -> Iterator[_Walked]:
+        """The given entries as Python values, a slice at a time (a record's look-up is then a
+        comparison of plain values: reading each field out of the array cost more than the rest
+        of the pass's bookkeeping)."""
         for i in range(0, len(positions), WALK):
             at = positions[i : i + WALK]
             rows = self.table[at]
+            hexes = rows["digest"].tobytes().hex()
             yield from zip(
-                rows["offset"].tolist(), [bytes(d) for d in rows["digest"]], at.tolist(), strict=True
+                rows["offset"].tolist(),
+                [hexes[j : j + 64] for j in range(0, len(hexes), 64)],
+                at.tolist(),
+                rows["length"].tolist(),
+                rows["codec"].tolist(),
+                strict=True,
             )
 
-    def _entry_at(self, rec: packstore.Record) -> int | None:
-        """The position of the entry a read of ``rec.hexd`` uses, if it is this record."""
-        while self._next is not None and self._next[0] < rec.offset:
-            self._next = next(self._walk, None)
-        if self._next is None or self._next[0] != rec.offset or self._next[1].hex() != rec.hexd:
-            return None
-        return self._next[2]
-
-    def uses(self, rec: packstore.Record) -> bool:
-        return self._entry_at(rec) is not None
-
-    def sound(self, rec: packstore.Record) -> None:
-        at = self._entry_at(rec)
-        if at is not None and (int(self.table["length"][at]), int(self.table["codec"][at])) == (
-            rec.length,
-            rec.codec,
-        ):
-            self.ok[at] = True
+    def sound(self, rec: packstore.Record) -> bool:
+        walked = self._next
+        while walked is not None and walked[0] < rec.offset:
+            walked = next(self._walk, None)
+        self._next = walked
+        if walked is None or walked[0] != rec.offset or walked[1] != rec.hexd:
+            return False  # a read of this address goes to another record
+        if walked[3] == rec.length and walked[4] == rec.codec:
+            self.ok[walked[2]] = True
+        return True
 
     def unvouched(self, addresses: Iterable[str]) -> Iterator[str]:
         batch: list[str] = []

@@ -59,6 +59,13 @@ class DatabaseMemory:
             pass  # the caller's transaction was aborted (what aborted it is on its way up)
 
 
+def drop_cache(con: duckdb.DuckDBPyConnection) -> None:
+    """Let go of every block of the file the database holds cached and nothing uses (a pass over a
+    store in parts, between two parts): the limit set to nothing and back."""
+    with DatabaseMemory(con, 1 << 20):
+        pass
+
+
 _UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 _UNITS |= {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 

@@ -1,16 +1,18 @@
 """``amb ingest``: bulk-load spools into the store, verifying them on the way in.
 
 The spool format (``schemas.frames``) is one ``LENGTH TAB SHA256 TAB BODY`` line per event, so
-DuckDB's CSV reader can stream every changed spool in one pass and the checks run vectorised,
-never one event at a time in Python:
+DuckDB's CSV reader can stream every changed spool in one pass and the checks run in bulk, never
+one event at a time through the database's Python API:
 
+- per event, in a thread that reads the same bytes beside the statement
+  (``replay.ingest_frames``): the length prefix and the sha256 checksum of the body;
 - per event, inside the streaming ``INSERT ... SELECT`` (``replay.ingest_sql``; a failed check
-  raises through DuckDB's ``error()``): the length prefix and the sha256 checksum of the body;
-  the body is exactly the canonical body rebuilt from the columns being stored (its prefix and
-  suffix are compared with the rebuilt ones; the payload is the substring between them); run
-  and source match the file;
-  the kind is known and its version not newer than this amb reads; an event already stored under
-  the same ``(run_id, source, seq)`` with another hash is a conflict (a forked or edited spool);
+  raises through DuckDB's ``error()``): the length prefix again (it ties the rows DuckDB reads to
+  the lines checked beside it); the body is exactly the canonical body rebuilt from the columns
+  being stored (its prefix and suffix are compared with the rebuilt ones; the payload is the
+  substring between them); run and source match the file; the kind is known and its version not
+  newer than this amb reads; an event already stored under the same ``(run_id, source, seq)``
+  with another hash is a conflict (a forked or edited spool);
 - per (run, source), after the insert and in the same transaction: seqs run 0, 1, 2, ... with no
   gap or duplicate, and every ``prev_hash`` is the hash of the event before it.
 
@@ -46,9 +48,9 @@ import duckdb
 import pyarrow as pa
 import zstandard
 
-from replay import ingest_sql, spools
+from replay import ingest_frames, ingest_sql, spools
 from replay.bounded import DatabaseMemory
-from replay.manifest import BLOB_MARK, write_manifests
+from replay.manifest import write_manifests
 from replay.store import Store, first
 from schemas.blobpack import materialise, packs_in
 from schemas.codec import ID_RE, current_version, decode_body
@@ -59,14 +61,13 @@ from schemas.tempdirs import tempdir
 BATCH_FILES = 3000
 """Spool files per DuckDB statement (about a million events for typical runs)."""
 
-INGEST_MEMORY = 128 << 20
+INGEST_MEMORY = 192 << 20
 """The database's memory limit while spools are loaded. Left alone, DuckDB keeps every block it
 wrote and read until it runs short: an ingest of 8,000 runs ended holding most of the file, and
 a batch's working memory on top. Above the limit a batch spills to the database's temporary
-directory; one that cannot is loaded again with twice the limit (``bounded.DatabaseMemory``)."""
-
-
-_BLOB_MARK = BLOB_MARK.encode()
+directory; one that cannot is loaded again with twice the limit (``bounded.DatabaseMemory``).
+Under 128 MB part of every batch of runs with request and response bodies spilled (a tenth more
+CPU); with much more, what the database keeps grows with the number of batches."""
 
 
 class FileReport(NamedTuple):
@@ -233,32 +234,22 @@ def _first_failure(failures: list[tuple[str, AmbError]], report: IngestReport) -
     return first_error
 
 
-MARK_CHUNK = 16 << 20
-"""Bytes of a spool read at a time to count its blob references."""
-
-
-def _blob_marks(readable: list[_Spool], chunk_bytes: int = MARK_CHUNK) -> dict[str, int]:
-    """Each spool's count of blob references in its frames (``BLOB_MARK``: only a payload can hold
-    one, since a loaded body's envelope strings hold no quote), which is the manifest's count for a
-    run loaded whole by this ingest (``replay.manifest``). Counted in the bytes DuckDB reads (the
-    header line left out), in a thread beside the bulk statement: reading the payloads back out
-    of the database and searching them again costs three times as much."""
+def _check_frames(readable: list[_Spool]) -> tuple[dict[str, int], SpoolError | None]:
+    """Each spool's count of blob references, which is the manifest's count for a run loaded whole
+    by this ingest (``replay.manifest``), and the first frame whose length or checksum is wrong
+    (``replay.ingest_frames``). Counted in the bytes DuckDB reads, in a thread beside the bulk
+    statement: reading the payloads back out of the database and searching them again costs three
+    times as much."""
     marks: dict[str, int] = {}
+    problem = None
     for spool in readable:
-        count, rest = 0, b""
         try:
-            with open(spool.readable, "rb") as src:
-                src.readline()  # the header
-                while chunk := src.read(chunk_bytes):
-                    count += chunk.count(_BLOB_MARK)
-                    if rest:  # the marks that start in the last chunk and end in this one
-                        count += (rest + chunk[: len(_BLOB_MARK) - 1]).count(_BLOB_MARK)
-                    keep = len(_BLOB_MARK) - 1  # the stream's last bytes, where a mark may begin
-                    rest = chunk[-keep:] if len(chunk) >= keep else (rest + chunk)[-keep:]
+            checked = ingest_frames.check_spool(spool.key, spool.readable)
         except OSError:
             continue  # removed meanwhile (``_changed`` says so) or unreadable (so is it to DuckDB)
-        marks[spool.key] = count
-    return marks
+        marks[spool.key] = checked.marks
+        problem = problem or checked.problem
+    return marks, problem
 
 
 def _insert(con: duckdb.DuckDBPyConnection, sql: str, readable: list[_Spool]) -> int:
@@ -360,20 +351,27 @@ def _insert_checked(
         seen = first(
             con.execute("SELECT 1 FROM events WHERE run_id IN (SELECT run_id FROM _amb_files) LIMIT 1")
         )
-        with ThreadPoolExecutor(1) as counting:
-            marks = counting.submit(_blob_marks, readable)
-            added = _insert(con, ingest_sql.insert_sql(bool(seen)), readable)
-            blob_marks.update(marks.result())
+        with ThreadPoolExecutor(1) as checking:
+            frames = checking.submit(_check_frames, readable)
+            try:
+                added = _insert(con, ingest_sql.insert_sql(bool(seen)), readable)
+            finally:
+                marks, bad_frame = frames.result()
     except duckdb.OutOfMemoryException:
         raise  # not the spools' fault: the batch is loaded again with more memory (``_Batches``)
     except duckdb.Error as e:
         changed = _changed(readable)
         if changed:
             raise _Changed(", ".join(changed)) from e
-        raise _explain(readable, e) from e
+        # A frame's length and checksum are checked first, as they were when the statement made
+        # every check: a frame that is not what its writer wrote says nothing else about it.
+        raise (bad_frame or _explain(readable, e)) from e
     changed = _changed(readable)
     if changed:  # what was loaded (and counted) of them may not be what _prepare saw
         raise _Changed(", ".join(changed))
+    if bad_frame:
+        raise bad_frame
+    blob_marks.update(marks)
     return added
 
 
@@ -450,6 +448,10 @@ def ingest(
             if progress:
                 progress(len(paths), len(paths))
             report = batches.report(len(paths))
+            if own:
+                # The checkpoint under the limit too: left to the close, after the limit is reset,
+                # it held as much again as the whole load (an eighth of the file per 1,000 runs).
+                st.con.execute("CHECKPOINT")
         if batches.failures:
             raise _first_failure(batches.failures, report)
         return report._replace(settled=spools.settle(st, how))

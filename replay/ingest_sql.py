@@ -4,9 +4,11 @@ every event of a batch of spools, and the checks that run on what it stored.
 The statement reads the spools with DuckDB's CSV reader (one ``LENGTH TAB SHA256 TAB BODY`` line per
 event, ``schemas.frames``) and checks each event inside the streaming ``INSERT ... SELECT``; a failed
 check raises through DuckDB's ``error()`` with a message ``replay.ingest`` turns into one precise
-error. Each row names its spool by ``file_index``; the spools' keys, runs and sources are list
-parameters (``$keys``, ``$runs``, ``$sources``) indexed by it. ``_amb_files`` (the batch's spools)
-is a temporary table the caller makes.
+error. Each frame's checksum is checked beside it, in Python (``replay.ingest_frames``); the
+statement keeps the length check, which ties its rows to the lines checked there. Each row names
+its spool by ``file_index``; the spools' keys, runs and sources are list parameters (``$keys``,
+``$runs``, ``$sources``) indexed by it. ``_amb_files`` (the batch's spools) is a temporary
+table the caller makes.
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ SELECT run_id, source, seq, kind, v, ts_ns, payload, prev_hash,
 FROM (
     SELECT p.*, {{stored_hash}} AS stored,
            CASE WHEN strlen(p.body) <> p.len THEN 'frame length mismatch'
-                WHEN sha256(p.body) <> p.digest THEN 'checksum mismatch'
                 WHEN p.run_id IS DISTINCT FROM $runs[p.file + 1]
                   OR p.source IS DISTINCT FROM $sources[p.file + 1]
                     THEN 'event belongs to ' || coalesce(p.run_id, '?') || '/' || coalesce(p.source, '?')

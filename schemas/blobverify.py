@@ -31,6 +31,14 @@ conversation's lists need is its content: the synthetic runs pass with a tenth o
 STATE_COST = 256
 """What one kept hash state is counted as (a sha256 object, roughly)."""
 
+HASH_TAIL = 4096
+"""Bytes at the end of a content hashed after its head state is taken (``_Head``). A delta's
+content is mostly its base's: the next request of a conversation is the one before it with a
+message added near its end (before the few closing fields, such as the tools)."""
+
+_Head = tuple[int, Any]
+"""(n, the sha256 state after a content's first n bytes): all but its last ``HASH_TAIL`` bytes."""
+
 
 class Reads(Protocol):
     """Where a read of each packed blob goes, and which of those records the pass found sound: the
@@ -39,11 +47,9 @@ class Reads(Protocol):
     def start(self, pack: str) -> None:
         """The pass goes on to this pack (its records follow, in the order of their offsets)."""
 
-    def uses(self, rec: packstore.Record) -> bool:
-        """Whether a read of ``rec.hexd`` goes to this record of the pack started."""
-
-    def sound(self, rec: packstore.Record) -> None:
-        """This record of the pack started matched its address."""
+    def sound(self, rec: packstore.Record) -> bool:
+        """This record of the pack started matched its address; returns whether a read of
+        ``rec.hexd`` goes to this record (one look-up for both: the pass asks both of every record)."""
 
     def unvouched(self, addresses: Iterable[str]) -> Iterator[str]:
         """Those of ``addresses`` whose read does not land exactly on a record the pass found sound."""
@@ -61,12 +67,10 @@ class IndexReads:
     def start(self, pack: str) -> None:
         self.pack = pack
 
-    def uses(self, rec: packstore.Record) -> bool:
+    def sound(self, rec: packstore.Record) -> bool:
+        self.good[(self.pack, rec.offset)] = (rec.length, rec.codec, rec.hexd)
         indexed = self.blobs.entry(rec.hexd)
         return indexed is not None and (indexed.pack, indexed.offset) == (self.pack, rec.offset)
-
-    def sound(self, rec: packstore.Record) -> None:
-        self.good[(self.pack, rec.offset)] = (rec.length, rec.codec, rec.hexd)
 
     def unvouched(self, addresses: Iterable[str]) -> Iterator[str]:
         for address in addresses:
@@ -120,16 +124,34 @@ def _record_passes(blobs: BlobStore, reads: Reads, rec: packstore.Record, chunks
             reads.sound(rec)
         return
     try:
-        data = _decode_seen(blobs, rec, chunks)
+        data, base_hex = _decode_seen(blobs, rec, chunks)
     except BlobError:
         return
-    if hashlib.sha256(data).hexdigest() != rec.hexd:
+    sha, head = _content_hash(data, base_hex, chunks)
+    if sha.hexdigest() != rec.hexd:
         return
-    reads.sound(rec)
-    if reads.uses(rec):
+    if reads.sound(rec):
         # Only the copy a read would use stands for the chunk: a sound second copy must not vouch
         # for lists whose reads go to a damaged one.
-        chunks.put(rec.hexd, data)
+        chunks.put(rec.hexd, data, head)
+
+
+def _content_hash(data: bytes, base_hex: str | None, chunks: _ContentCache) -> tuple[Any, _Head]:
+    """The sha256 of a record's content, and its ``_Head``. A delta whose content starts with the
+    head of its base's content (kept from the pass) is hashed on from the base's head state:
+    most of a conversation's next request is the one before it, hashed already."""
+    view = memoryview(data)
+    cut = max(len(data) - HASH_TAIL, 0)
+    base = chunks.hashed(base_hex) if base_hex else None
+    if base is not None and base[1][0] <= cut and data.startswith(memoryview(base[0])[: base[1][0]]):
+        (start, state) = base[1]
+        sha = state.copy()
+        sha.update(view[start:cut])
+    else:
+        sha = hashlib.sha256(view[:cut])
+    head = (cut, sha.copy())
+    sha.update(view[cut:])
+    return sha, head
 
 
 def judge(blobs: BlobStore, addresses: Iterable[str], reads: Reads) -> dict[str, str]:
@@ -143,18 +165,18 @@ def judge(blobs: BlobStore, addresses: Iterable[str], reads: Reads) -> dict[str,
     return problems
 
 
-def _decode_seen(blobs: BlobStore, rec: packstore.Record, seen: _ContentCache) -> bytes:
-    """A record's content during the pass. A delta is built on its base's content, verified
-    earlier in the pass, or else read (and re-hashed) now and kept for the deltas that follow (a
-    base that is a chunk list is hashed in the pass, not kept whole)."""
+def _decode_seen(blobs: BlobStore, rec: packstore.Record, seen: _ContentCache) -> tuple[bytes, str | None]:
+    """A record's content during the pass, and for a delta its base's address. A delta is built on
+    its base's content, verified earlier in the pass, or else read (and re-hashed) now and kept for
+    the deltas that follow (a base that is a chunk list is hashed in the pass, not kept whole)."""
     if rec.codec != blobcodec.DELTA:
-        return blobcodec.decode(rec.codec, rec.stored, DECODE_LIMIT, rec.hexd)
+        return blobcodec.decode(rec.codec, rec.stored, DECODE_LIMIT, rec.hexd), None
     base_hex = blobcodec.delta_base(rec.stored, rec.hexd)
     base = seen.get(base_hex)
     if base is None:
         base = blobs.get(HASH_PREFIX + base_hex)
         seen.put(base_hex, base)
-    return blobcodec.decode_delta(rec.stored, base, DECODE_LIMIT, rec.hexd)
+    return blobcodec.decode_delta(rec.stored, base, DECODE_LIMIT, rec.hexd), base_hex
 
 
 def _list_hash(listing: bytes, chunks: _ContentCache) -> str | None:
@@ -207,6 +229,8 @@ class _ContentCache:
         self.limit = limit
         self.size = 0
         self._data: OrderedDict[str, bytes] = OrderedDict()
+        self._heads: dict[str, _Head] = {}
+        """The head state of a content kept, if the pass hashed it (``_content_hash``)."""
         self.states: OrderedDict[bytes, Any] = OrderedDict()
         """sha256 states after a prefix of a chunk list (by the prefix's bytes), least recent first."""
 
@@ -222,14 +246,24 @@ class _ContentCache:
                 old, _ = self.states.popitem(last=False)
                 self.size -= len(old) + STATE_COST
             else:
-                self.size -= len(self._data.popitem(last=False)[1])
+                hexd, data = self._data.popitem(last=False)
+                self.size -= len(data) + (STATE_COST if self._heads.pop(hexd, None) else 0)
 
-    def put(self, hexd: str, data: bytes) -> None:
+    def put(self, hexd: str, data: bytes, head: _Head | None = None) -> None:
         if hexd in self._data:
             return
         self._data[hexd] = data
         self.size += len(data)
+        if head is not None:
+            self._heads[hexd] = head
+            self.size += STATE_COST
         self._evict()
+
+    def hashed(self, hexd: str) -> tuple[bytes, _Head] | None:
+        """A content kept and its head state, if the pass hashed it."""
+        head = self._heads.get(hexd)
+        data = self._data.get(hexd) if head is not None else None
+        return None if data is None or head is None else (data, head)
 
     def get(self, hexd: str) -> bytes | None:
         data = self._data.get(hexd)

@@ -94,17 +94,23 @@ def frames(data: bytes, start: int, end: int, name: str, *, number: int = 0, at:
     messages, ``number`` is the frame at ``start``'s number and ``at`` the file offset of ``data[0]``."""
     bodies: list[bytes] = []
     pos = start
-    sha256 = hashlib.sha256
     for line in data[start:end].split(b"\n")[:-1]:
-        where = f"{name}: corrupt frame {number + len(bodies)} at byte {at + pos}"
         parts = line.split(b"\t", 2)
-        if len(parts) != 3 or not parts[0].isdigit():
-            raise SpoolError(f"{where} (not LENGTH TAB DIGEST TAB BODY)")
-        length, digest, body = parts
-        if int(length) != len(body):
-            raise SpoolError(f"{where} (length {int(length)}, body has {len(body)})")
-        if sha256(body).hexdigest().encode() != digest:
-            raise SpoolError(f"{where} (checksum mismatch)")
-        bodies.append(body)
+        problem = frame_problem(parts)
+        if problem:
+            raise SpoolError(f"{name}: corrupt frame {number + len(bodies)} at byte {at + pos} ({problem})")
+        bodies.append(parts[2])
         pos += len(line) + 1
     return bodies
+
+
+def frame_problem(parts: list[bytes]) -> str | None:
+    """What is wrong with a frame (its line split at its first two TABs); None if it is sound."""
+    if len(parts) != 3 or not parts[0].isdigit():
+        return "not LENGTH TAB DIGEST TAB BODY"
+    length, digest, body = parts
+    if int(length) != len(body):
+        return f"length {int(length)}, body has {len(body)}"
+    if hashlib.sha256(body).hexdigest().encode() != digest:
+        return "checksum mismatch"
+    return None

@@ -85,11 +85,11 @@ STORED_COLUMNS = "SELECT column_name FROM duckdb_columns() WHERE table_name = 's
 """The columns a store's ``scores`` table has (what ``select_list`` is given)."""
 
 
-def select_list(stored: Collection[str]) -> str:
-    """The row's columns for a SELECT from ``scores`` (or ``scores_current``) whose columns are
-    ``stored``: a store opened read-only may predate a column (its migration runs at the next
-    write), which then reads as NULL, what the rows written before it hold anyway."""
-    return ", ".join(c if c in stored else f"NULL AS {c}" for c in COLUMNS)
+def select_list(stored: Collection[str], wanted: Collection[str] = COLUMNS) -> str:
+    """The row's columns (the ``wanted`` ones) for a SELECT from ``scores`` (or ``scores_current``)
+    whose columns are ``stored``: a store opened read-only may predate a column (its migration runs
+    at the next write), which then reads as NULL, what the rows written before it hold anyway."""
+    return ", ".join(c if c in stored else f"NULL AS {c}" for c in COLUMNS if c in wanted)
 
 
 def _base(annotation: Any) -> Any:

@@ -204,9 +204,12 @@ def current(
     profile_id: str | None = None,
     judge: str | None = None,
     run_ids: Iterable[str] | None = None,
+    columns: Iterable[str] = COLUMNS,
 ) -> list[dict[str, Any]]:
-    """The current rows (latest per run, profile and judge), as dicts with JSON columns decoded."""
-    select = select_list({name for (name,) in con.execute(STORED_COLUMNS).fetchall()})
+    """The current rows (latest per run, profile and judge), as dicts with JSON columns decoded; of
+    ``columns`` only, if given (a row's ``details``, decoded, is ten times the rest of it)."""
+    stored = {name for (name,) in con.execute(STORED_COLUMNS).fetchall()}
+    select = select_list(stored, set(columns))
     sql = f"SELECT {select}, batch_id, scored_at FROM scores_current WHERE true"
     params: list[Any] = []
     if profile_id:
@@ -221,10 +224,22 @@ def current(
         params.append(ids)
     cur = con.execute(sql + " ORDER BY run_id", params)
     names = [d[0] for d in cur.description]
+    decoded = JSON_COLUMNS.intersection(names)
+    # Rows repeat the same few texts (model, track, judge, profile, reasons): each kept once.
+    texts: dict[str, str] = {}
+
+    def once(v: Any) -> Any:
+        return texts.setdefault(v, v) if isinstance(v, str) else v
+
+    def hook(obj: dict[str, Any]) -> dict[str, Any]:
+        return {k: once(v) for k, v in obj.items()}
+
     out = []
-    for r in cur.fetchall():
-        row = dict(zip(names, r, strict=False))
-        for c in JSON_COLUMNS:
-            row[c] = json.loads(row[c]) if row[c] is not None else None
-        out.append(row)
+    # In slices, not all rows as tuples and then all again as dicts.
+    while chunk := cur.fetchmany(2048):
+        for r in chunk:
+            row = {n: once(v) for n, v in zip(names, r, strict=False)}
+            for c in decoded:
+                row[c] = None if row[c] is None else json.loads(row[c], object_hook=hook)
+            out.append(row)
     return out

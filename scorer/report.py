@@ -25,6 +25,14 @@ MEDALS = ("good", "okay", "fail")
 RATINGS = ("A", "B", "C", "F")
 
 
+COLUMNS = (
+    *("run_id", "judge", "profile_id", "profile_name", "model", "task", "track", "tier", "status"),
+    *("overall", "agentic", "task_score", *STAGE_KEYS, "cost_usd", "tokens_in", "tokens_out", "turns"),
+    *("medal", "rating", "codes", "reasons"),
+)
+"""The score columns the views, the page's table of runs and the scanners' shares read."""
+
+
 def _mean(values: Iterable[float | None]) -> float | None:
     vals = [v for v in values if v is not None]
     return sum(vals) / len(vals) if vals else None

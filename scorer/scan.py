@@ -17,19 +17,21 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import duckdb
 import pyarrow as pa
 
+from replay.bounded import DatabaseMemory
 from replay.read import iter_events, require_runs
 from replay.read import run_ids as all_run_ids
 from replay.store import Store, open_sql
 from schemas.errors import AmbError, BadInput
 from schemas.finding import Finding
 from scorer import ledger
-from scorer.batch import open_store
+from scorer.batch import SCORE_MEMORY, open_store
 from scorer.pipeline import audit_run
 from scorer.profile import LoadedProfile
 from scorer.scan_results import Row, append, done, register
@@ -195,8 +197,19 @@ def scan(
         finally:
             con.close()
     scan_id = ledger.new_batch_id()
-    with open_store(store) as st:
+    # The database's cache of the file kept small while runs are read, as scoring keeps it.
+    with open_store(store) as st, DatabaseMemory(st.con, SCORE_MEMORY) as memory:
         con = st.con
+
+        def grown(step: Callable[[], Any]) -> Any:
+            """``step``, again with twice the memory limit while it runs short (nothing of it is kept)."""
+            while True:
+                try:
+                    return step()
+                except duckdb.OutOfMemoryException:
+                    if not memory.grow():
+                        raise
+
         pending: dict[str, list[str]] = {}
         tallies: dict[str, list[int]] = {}
         for s in scanners:
@@ -211,9 +224,10 @@ def scan(
             llm = Asker(st, profile)
 
         def record(rows: list[Row]) -> None:
-            append(con, scan_id, rows)
+            grown(lambda: append(con, scan_id, rows))
             if llm is not None:
-                ledger.append_judge_calls(con, llm.cache.drain())
+                calls = llm.cache.drain()
+                grown(lambda: ledger.append_judge_calls(con, calls))
             for r in rows:
                 t = tallies[r.scanner.id]
                 t[0] += 1
@@ -229,7 +243,7 @@ def scan(
         for s in sql:
             record([Row(s, r, *_sql_row(sql_found[s.id][r])) for r in pending[s.id]])
         per_run = [s for s in scanners if s.kind != "sql"]
-        _scan_per_run(_PerRun(st, profile, per_run, llm), pending, record, jobs, chunk, progress)
+        _scan_per_run(_PerRun(st, profile, per_run, llm), pending, record, jobs, chunk, progress, grown)
     requests = llm.judge.requests if llm is not None else 0
     return scan_id, [Tally(s, *tallies[s.id]) for s in scanners], requests
 
@@ -245,6 +259,7 @@ def _scan_per_run(
     jobs: int,
     chunk: int,
     progress: Callable[[int, int], None] | None,
+    grown: Callable[[Callable[[], Any]], Any],
 ) -> None:
     todo: dict[str, list[Scanner]] = {}
     for s in reader.scanners:
@@ -255,9 +270,16 @@ def _scan_per_run(
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             for start in range(0, len(order), chunk):
                 part = order[start : start + chunk]
-                rows = [row for rs in pool.map(lambda r: reader.rows(r, todo[r]), part) for row in rs]
+                rows = grown(partial(_read, pool, reader, todo, part))
                 record(rows)
                 if progress:
                     progress(start + len(part), len(order))
     finally:
         reader.workers.close()
+
+
+def _read(
+    pool: ThreadPoolExecutor, reader: _PerRun, todo: dict[str, list[Scanner]], part: list[str]
+) -> list[Row]:
+    """The rows of a part of the runs, read side by side."""
+    return [row for rs in pool.map(lambda r: reader.rows(r, todo[r]), part) for row in rs]

@@ -8,7 +8,10 @@ Layout::
 
 Runs, in run-id order, are cut into groups of at least ``events_per_file`` events (a run is never
 split), each one ``COPY ... WHERE run_id BETWEEN first AND last``, on as many cursors as DuckDB has
-threads. docs/interop.md gives the reasons and the figures (groups, zstd level 1, no dictionary).
+threads. The views of runs are written group by group too, into pieces joined into one file at the
+end, and the database's cache of the file is emptied after each group: what the export holds is
+bounded by a group, not by the store. docs/interop.md gives the reasons and the figures (groups,
+zstd level 1, no dictionary).
 Left out: the store's bookkeeping and the grade cache; blobs stay in the blob store.
 """
 
@@ -22,6 +25,7 @@ from typing import NamedTuple
 
 import duckdb
 
+from replay.bounded import drop_cache
 from schemas.errors import AmbError
 
 PRIVATE = {"spool_files", "_amb_migrations", "grade_cache"}
@@ -32,6 +36,9 @@ EVENTS_PER_FILE = 65_536
 # wasted (~10 % of the export's CPU, measured three times); zstd packs the few repeated strings
 # (run_id, kind, source) about as well, and the run_id statistics stay.
 FORMAT = "FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1, DICTIONARY_SIZE_LIMIT 1"
+MERGED = f"{FORMAT}, ROW_GROUP_SIZE_BYTES '16MB'"
+"""A view's file, merged from its pieces: its rows grow with the store, and DuckDB holds a row group
+in memory until it writes it (by default 122,880 rows: over 100 MB of model calls)."""
 
 
 class Written(NamedTuple):
@@ -104,6 +111,8 @@ class Job(NamedTuple):
     name: str
     sql: str
     params: list[object]
+    counted: bool = True
+    """False for a piece of a view: the view's rows are counted by the merge of its pieces."""
 
 
 def export(
@@ -130,28 +139,64 @@ def export(
     # letting DuckDB write in any order made the export 1.6x faster (measured). The setting is the
     # database's, so the cursors below have it too.
     previous = con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0]
+    threads = int(con.execute("SELECT current_setting('threads')").fetchall()[0][0])
     con.execute("SET preserve_insertion_order = false")
+    # Each COPY on one of DuckDB's threads, as many at once as it has: each thread of a COPY holds
+    # its own buffers (a row group being filled, its JSON parsing), and one group's COPY is too
+    # small to gain from more than one.
+    con.execute("SET threads = 1")
     try:
-        return _export(con, out, todo, run_ids, progress, events_per_file)
+        return _export(con, out, todo, run_ids, progress, events_per_file, threads)
     finally:
         con.execute(f"SET preserve_insertion_order = {'true' if previous else 'false'}")
+        con.execute(f"SET threads = {threads}")
 
 
-def _jobs(
-    con: duckdb.DuckDBPyConnection,
+PARTS = ".parts"
+"""The folder under OUT where a view's pieces wait for their merge (removed after)."""
+
+
+def _ranges(grouped: list[Group], null_ids: bool) -> list[tuple[str, list[object]]]:
+    """A ``WHERE`` clause and its parameters per group, the groups' run-id ranges stretched to meet
+    (and, if a table may hold rows of no run id, one more for those): together they hold every row,
+    those of runs without events (a score row of a removed run) included, so that a view written
+    piece by piece keeps all its rows. Each is a filter the scan itself applies: an ``OR`` would
+    read the whole table for the last group."""
+    starts: list[object] = [g.first for g in grouped[1:]]
+    bounds: list[tuple[str, list[object]]] = [("run_id < ?", [starts[0]])]
+    bounds += [("run_id >= ? AND run_id < ?", [a, b]) for a, b in zip(starts, starts[1:], strict=False)]
+    bounds.append(("run_id >= ?", [starts[-1]]))
+    return [*bounds, ("run_id IS NULL", [])] if null_ids else bounds
+
+
+def _null_run_ids(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether a table may hold rows of no run id. The views take their run id from a row of a table
+    (the kept side of their joins), so when every table refuses NULL, so do they; and a view's pass
+    over rows of NULL run id would read all of it (the filter does not reach a join's other side)."""
+    return bool(
+        con.execute(
+            "SELECT count(*) FROM duckdb_columns() WHERE column_name = 'run_id' AND is_nullable "
+            "AND table_name IN (SELECT table_name FROM duckdb_tables())"
+        ).fetchall()[0][0]
+    )
+
+
+def _batches(
     out: Path,
     todo: list[tuple[str, bool]],
     run_ids: list[str] | None,
-    events_per_file: int,
-) -> tuple[list[Job], list[Group]]:
+    grouped: list[Group],
+    null_ids: bool,
+) -> tuple[list[list[Job]], dict[str, list[Path]]]:
+    """The COPYs to run, a batch per group of runs (a batch's COPYs in any order, at once; the tables
+    of no runs in the first), and per view written in pieces, its pieces."""
     # Run ids go in as a list parameter: a temp table would not be seen by the other cursors.
     in_subset = " AND run_id IN (SELECT unnest(?::VARCHAR[]))" if run_ids is not None else ""
-    jobs: list[Job] = []
-    grouped: list[Group] = []
+    batches: list[list[Job]] = [[] for _ in range(max(1, len(grouped)))]
+    pieces: dict[str, list[Path]] = {}
     for name, per_run in todo:
         select = f'SELECT * FROM "{name}"'
         if name in PARTITIONED:
-            grouped = groups(con, events_per_file, run_ids)
             # No runs: one empty group, so the layout (and a reader's glob) is the same.
             for g in grouped or [Group(0, "", "", [])]:
                 (out / g.path).parent.mkdir(parents=True)
@@ -159,14 +204,34 @@ def _jobs(
                 params: list[object] = [g.first, g.last] if g.runs else []
                 if g.runs and run_ids is not None:
                     params.append([r for r, _ in g.runs])
-                jobs.append(Job(name, f"COPY ({select}{where}) TO {_quote(out / g.path)} ({FORMAT})", params))
+                sql = f"COPY ({select}{where}) TO {_quote(out / g.path)} ({FORMAT})"
+                batches[g.number].append(Job(name, sql, params))
             continue
-        params = []
-        if run_ids is not None and per_run:
+        subset: list[object] = [run_ids] if run_ids is not None and per_run else []
+        if per_run and len(grouped) > 1:
+            # A view of the whole store at once (a join of all tool calls with their results, a
+            # window over all scores) holds the whole store in memory; run group by run group, it
+            # holds one group's, and the pieces are joined into one file after (``_merge``).
+            folder = out / PARTS / name
+            folder.mkdir(parents=True)
+            for i, (where, params) in enumerate(_ranges(grouped, null_ids)):
+                piece = folder / f"{i}.parquet"
+                sql = f"COPY ({select} WHERE {where}{in_subset}) TO {_quote(piece)} ({FORMAT})"
+                batches[min(i, len(grouped) - 1)].append(Job(name, sql, [*params, *subset], counted=False))
+                pieces.setdefault(name, []).append(piece)
+            continue
+        if subset:
             select += " WHERE run_id IN (SELECT unnest(?::VARCHAR[]))"
-            params = [run_ids]
-        jobs.append(Job(name, f"COPY ({select}) TO {_quote(out / f'{name}.parquet')} ({FORMAT})", params))
-    return jobs, grouped
+        sql = f"COPY ({select}) TO {_quote(out / f'{name}.parquet')} ({FORMAT})"
+        batches[0].append(Job(name, sql, subset))
+    return batches, pieces
+
+
+def _merge(name: str, out: Path, pieces: list[Path]) -> Job:
+    """The COPY that joins a view's pieces into its one file: a stream of their rows."""
+    files = ", ".join(_quote(p) for p in pieces)
+    target = _quote(out / f"{name}.parquet")
+    return Job(name, f"COPY (SELECT * FROM read_parquet([{files}])) TO {target} ({MERGED})", [])
 
 
 def _export(
@@ -176,31 +241,40 @@ def _export(
     run_ids: list[str] | None,
     progress: Callable[[int, int], None] | None,
     events_per_file: int,
+    threads: int,
 ) -> list[Written]:
-    jobs, grouped = _jobs(con, out, todo, run_ids, events_per_file)
+    grouped = groups(con, events_per_file, run_ids)
+    batches, pieces = _batches(out, todo, run_ids, grouped, _null_run_ids(con))
+    batches.append([_merge(n, out, p) for n, p in pieces.items()])
     rows = dict.fromkeys((n for n, _ in todo), 0)
-    threads = int(con.execute("SELECT current_setting('threads')").fetchall()[0][0])
+    total = sum(map(len, batches)) + 1
 
     def run(job: Job) -> int:
         # A cursor is a connection of its own to the same database: COPYs on several cursors run
-        # at once, each on DuckDB's threads.
+        # at once.
         with con.cursor() as cur:
             # COPY returns the number of rows it wrote: no second pass over a view to count them.
             return int(cur.execute(job.sql, job.params).fetchall()[0][0])
 
     done = 0
     with ThreadPoolExecutor(max(1, threads), thread_name_prefix="amb-parquet") as pool:
-        futures = {pool.submit(run, job): job for job in jobs}
-        for future in as_completed(futures):
-            rows[futures[future].name] += future.result()
-            done += 1
-            if progress:  # from this thread only: a progress bar is not thread-safe
-                progress(done, len(jobs) + 1)
+        for batch in batches:
+            futures = {pool.submit(run, job): job for job in batch}
+            for future in as_completed(futures):
+                n, job = future.result(), futures[future]
+                rows[job.name] += n if job.counted else 0
+                done += 1
+                if progress:  # from this thread only: a progress bar is not thread-safe
+                    progress(done, total)
+            # The blocks of the file this group read stay cached until memory runs short, and
+            # the next groups read others: without this, the export ends holding the whole file.
+            drop_cache(con)
+    shutil.rmtree(out / PARTS, ignore_errors=True)
     written = [Written(n, rows[n], n in PARTITIONED) for n, _ in todo]
     if any(n in PARTITIONED for n, _ in todo):
         written.insert(1, Written(INDEX, _write_index(con, out, grouped), False))
     if progress:
-        progress(len(jobs) + 1, len(jobs) + 1)
+        progress(total, total)
     return written
 
 

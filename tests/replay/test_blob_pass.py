@@ -22,12 +22,13 @@ from replay.blob_reads import ArrayReads
 from replay.bounded import memory_limit
 from replay.store import Store
 from replay.verify import verify
-from schemas import blobcodec, packstore
+from schemas import blobcodec, blobverify, packstore
 from schemas.blob import HASH_PREFIX
 from schemas.blobstore import BlobStore
 from schemas.blobverify import verify_many
 from tests.fakes.blob_tamper import remove_blob, replace_blob, set_entry
 from tests.schemas import test_packstore
+from tests.schemas.test_blob_delta import conversation
 
 
 def judged(store: BlobStore, addresses: list[str]) -> dict[str, str]:
@@ -127,6 +128,46 @@ def test_a_conversation_whose_shared_chunk_is_damaged_where_reads_find_it(tmp_pa
     assert len(shared) == 1
     replace_blob(store, shared.pop().decode(), zstandard.ZstdCompressor().compress(b"other"), blobcodec.ZSTD)
     assert set(judged(store, blobs)) == set(blobs)
+
+
+DELTA_EDITS = {
+    "at its start": lambda content, base: b"X" + content[1:],
+    "in its head": lambda content, base: content[:100] + b"X" + content[101:],
+    "in its tail": lambda content, base: content[:-2] + b"X" + content[-1:],
+    "cut to its base's head": lambda content, base: base[: len(base) - blobverify.HASH_TAIL],
+    "one byte longer": lambda content, base: content + b" ",
+}
+
+
+@pytest.mark.parametrize("edit", DELTA_EDITS)
+def test_a_delta_whose_content_is_not_its_address_fails_however_it_starts(tmp_path, edit):
+    """The pass hashes a delta on from its base's head state when its content starts with the
+    base's head (``blobverify.HASH_TAIL``): a delta record whose content is edited anywhere (in
+    the part that shortcut skips, or so that it no longer applies) still fails, as a read of it
+    does, and the requests before it pass."""
+    store = BlobStore(tmp_path)
+    ref = None
+    refs = []
+    for body in conversation(12):
+        ref = store.put(body, "application/json", sync=False, base=ref)
+        refs.append(ref)
+    store.close()
+    blobs = [r.blob for r in refs]
+    assert judged(store, blobs) == {}
+    victim = blobs[6]
+    entry = store.entry(victim[7:])
+    assert entry is not None and entry.codec == blobcodec.DELTA
+    base_hex = blobcodec.delta_base(store.stored_record(victim[7:])[1], victim)
+    base = store.get(HASH_PREFIX + base_hex)
+    edited = DELTA_EDITS[edit](store.get(victim), base)
+    assert hashlib.sha256(edited).hexdigest() != victim[7:]
+    frame = zstandard.ZstdCompressor(
+        dict_data=zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT),
+        write_content_size=True,
+    ).compress(edited)
+    replace_blob(store, victim, blobcodec.DELTA_MAGIC + bytes.fromhex(base_hex) + frame, blobcodec.DELTA)
+    bad = set(judged(store, blobs))  # (the deltas built on it fail with it, as their reads do)
+    assert victim in bad and not bad & set(blobs[:6])
 
 
 def test_addresses_that_are_not_addresses_are_read_the_ordinary_way(packed):

@@ -291,3 +291,24 @@ def test_otel_messages_of_a_gemini_run(tmp_path, genai_run):
         == 0
     )
     assert "gen_ai.input.messages" not in plain.read_text()
+
+
+def test_parquet_export_lets_go_of_the_store_group_by_group(store, tmp_path):
+    """What the export holds is bounded by a group of runs, not by the store: the views are written
+    group by group (their pieces merged, then removed) and the database's cache of the file is
+    emptied after each group, so at the end it holds a block at most (a read of every event leaves
+    the whole file cached)."""
+    from replay.export.parquet import export
+
+    con = duckdb.connect(str(store / "amb.duckdb"), read_only=True)
+    try:
+        cached = "SELECT memory_usage_bytes FROM duckdb_memory() WHERE tag = 'BASE_TABLE'"
+        threads = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
+        written = {w.name: w for w in export(con, tmp_path / "pq", events_per_file=1)}
+        assert con.execute(cached).fetchall()[0][0] <= 256 << 10
+        tool_calls = con.execute("SELECT count(*) FROM tool_calls").fetchall()[0][0]
+        assert written["tool_calls"].rows == tool_calls > 0
+        assert not (tmp_path / "pq" / ".parts").exists()
+        assert con.execute("SELECT current_setting('threads')").fetchall()[0][0] == threads
+    finally:
+        con.close()

@@ -107,6 +107,38 @@ def test_bad_checksum_in_a_new_run_is_refused(good_runs):
     refused(good_runs, "spool spool/bad/proxy.spool: seq 2: checksum mismatch")
 
 
+def _frames(bodies: list[bytes], digests: list[str]) -> bytes:
+    return b"".join(b"%d\t%s\t%s\n" % (len(b), d.encode(), b) for b, d in zip(bodies, digests, strict=True))
+
+
+def test_hostile_frames_are_refused_by_the_checks_made_beside_the_statement(good_runs):
+    """The checksums are checked in Python beside the bulk statement (``replay.ingest_frames``),
+    which must refuse what the statement's own check did: a digest in capitals (the stored hash
+    would not be the one verify derives), digests whose characters were moved between two frames
+    (each line's digest is compared, not their concatenation), and a frame whose body holds a CR
+    and, after it, what looks like a whole frame (a reader that split lines at the CR would see two
+    sound frames)."""
+    bodies = chain("bad", "proxy", 3)
+    digests = [hashlib.sha256(b).hexdigest() for b in bodies]
+    cases = {
+        "capitals": _frames(bodies, [digests[0], digests[1].upper(), digests[2]]),
+        "moved": _frames(bodies, [digests[0], digests[1][:-1], digests[1][-1] + digests[2]]),
+        "cr": _frames(bodies[:1], digests[:1])
+        + b"%d\t%s\t%s\r%s\n"
+        % (len(bodies[1]), digests[1].encode(), bodies[1], _frames(bodies[2:], digests[2:]).rstrip(b"\n")),
+    }
+    for name, frames in cases.items():
+        path = good_runs / "spool" / "bad" / "proxy.spool"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(MAGIC + frames)
+        with pytest.raises(SpoolError, match=r"spool spool/bad/proxy.spool: seq [1?]: ") as info:
+            ingest(good_runs, spool_mode="keep")
+        assert "checksum mismatch" in str(info.value) or "body has" in str(info.value), name
+        with Store.open(good_runs, read_only=True) as st:
+            stored = st.con.execute("SELECT count(*) FROM events WHERE run_id = 'bad'").fetchall()
+        assert stored == [(0,)], name
+
+
 def test_manifests_count_blob_references_as_the_store_does(good_runs):
     """A run new to the store gets its manifest's blob count from the spools ingest copied; it is
     the count the store's payloads give (what ``amb verify`` compares). A run whose spools arrive
@@ -232,19 +264,19 @@ def test_a_spool_appended_to_while_ingest_reads_it(tmp_path, what):
 
 @pytest.mark.parametrize("chunk", [1, 7, 14, 15, 16, 100, 1 << 20])
 def test_blob_marks_are_counted_across_chunk_boundaries(tmp_path, chunk):
-    """``_blob_marks`` reads a spool in chunks; a mark split between two is counted once. The count
-    is the whole file's (header line left out), whatever the chunk size."""
-    import replay.ingest as ingest_module
+    """``ingest_frames.check_spool`` reads a spool in chunks; a mark split between two is counted
+    once, and every frame is checked once. The count is the whole file's (header line left out),
+    whatever the chunk size."""
+    from replay import ingest_frames
 
     root = tmp_path / "store"
     generate_run(root, "marks", seed=3, calls=4)
     spools = [p for p in spool_files(root) if BLOB_MARK.encode() in p.read_bytes()]
     assert spools
-    readable = [ingest_module._prepare(p, spool_key(root, p), tmp_path) for p in spools]
-    counted = ingest_module._blob_marks([s for s in readable if s is not None], chunk)
-    assert counted == {
-        spool_key(root, p): p.read_bytes().split(b"\n", 1)[1].count(BLOB_MARK.encode()) for p in spools
-    }
+    for p in spools:
+        checked = ingest_frames.check_spool(spool_key(root, p), str(p), chunk)
+        assert checked.problem is None
+        assert checked.marks == p.read_bytes().split(b"\n", 1)[1].count(BLOB_MARK.encode())
 
 
 def test_a_batch_short_of_database_memory_is_loaded_again_with_more(tmp_path, monkeypatch, memory_growth):

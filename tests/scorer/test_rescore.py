@@ -202,3 +202,22 @@ def test_the_judge_cache_is_held_a_chunk_of_runs_at_a_time(store, monkeypatch):
     assert held and max(held) <= 2 * max(per_run.values()) < len(calls)
     assert hit is not None and hit.key == other and hit.run_id == runs[-1]
     assert cache.get("sha256:" + "0" * 64) is None
+
+
+def test_the_reports_rows_hold_its_columns_only_and_each_text_once(store):
+    """``amb report`` reads the few columns its views use, not each run's rubric items (``details``,
+    ten times the rest of a row), and the texts every row repeats (model, track, judge, reasons)
+    are kept once: what it holds per run is a fraction of the full row."""
+    from scorer import report
+
+    prof = load("paper-2026-06")
+    with open_store(store) as st:
+        judge = score_runs(st, prof, judge="offline", jobs=2).judge
+        full = ledger.current(st.con, profile_id=prof.id, judge=judge)
+        slim = ledger.current(st.con, profile_id=prof.id, judge=judge, columns=report.COLUMNS)
+    assert [set(r) for r in slim] == [{*report.COLUMNS, "batch_id", "scored_at"}] * N_RUNS
+    assert slim == [{k: r[k] for k in slim[0]} for r in full]
+    same_track = [r for r in slim if r["track"] == slim[0]["track"]]
+    assert len(same_track) > 1 and all(r["track"] is same_track[0]["track"] for r in same_track)
+    texts = [v for r in slim for v in (r["reasons"] or {}).values()]
+    assert len(texts) > len(set(texts)) and len({id(t) for t in texts}) == len(set(texts))

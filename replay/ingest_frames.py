@@ -1,0 +1,92 @@
+"""The part of ``amb ingest``'s per-frame checks made in Python: every frame's length prefix and
+checksum, and each spool's count of blob references, read in a thread beside the bulk statement.
+
+The thread reads every byte of the batch's spools anyway (the references are what a manifest
+counts), and hashlib's sha256 (OpenSSL's) takes a fraction of the time of DuckDB's per byte: moved
+here, the checksums cost the statement nothing, and run on the other core while it works.
+
+The lines read here are the rows DuckDB stores: both split a spool at its LF bytes, after its
+header line; a line this reader checks but DuckDB's CSV reader split otherwise (at a CR, say) fails
+the length check the statement keeps on one side or the other, since a frame's length prefix covers
+its whole body. What DuckDB stores as an event's hash is the digest field checked here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import NamedTuple
+
+from replay.manifest import BLOB_MARK
+from schemas.errors import SpoolError
+from schemas.frames import frame_problem
+
+CHUNK = 16 << 20
+"""Bytes of a spool read at a time (a longer line is read whole)."""
+
+_MARK = BLOB_MARK.encode()
+
+
+class Checked(NamedTuple):
+    marks: int
+    """Blob references in the spool's frames (``BLOB_MARK``: only a payload can hold one, since a
+    loaded body's envelope strings hold no quote)."""
+    problem: SpoolError | None
+    """The spool's first frame whose length or checksum is wrong, worded as the statement words
+    its own checks."""
+
+
+def check_spool(key: str, path: str, chunk_bytes: int = CHUNK) -> Checked:
+    """The frames of one spool (``key`` is its name in the store) checked, and its references counted."""
+    marks, number, rest = 0, 0, b""
+    with open(path, "rb") as src:
+        src.readline()  # the header (DuckDB's skip = 1)
+        while chunk := src.read(chunk_bytes):
+            block = rest + chunk if rest else chunk
+            end = block.rfind(b"\n") + 1
+            rest, block = block[end:], block[:end]
+            if not block:
+                continue
+            marks += block.count(_MARK)  # (no mark spans a LF)
+            lines = block.split(b"\n")
+            lines.pop()  # (after the last LF)
+            if not _sound(lines):
+                return Checked(marks, _first_problem(key, lines, number))
+            number += len(lines)
+    # Bytes after the last LF are no frame DuckDB loads: a spool read in place ends with a LF
+    # (``ingest._prepare``), or it changed meanwhile and the batch is loaded again from copies.
+    return Checked(marks, None)
+
+
+def _sound(lines: list[bytes]) -> bool:
+    """Every line is LENGTH TAB DIGEST TAB BODY with the body's length and lowercase hex sha256:
+    one comparison of two lists each for a sound block."""
+    sha256 = hashlib.sha256
+    try:
+        parts = [line.split(b"\t", 2) for line in lines]
+        return [sha256(p[2]).hexdigest() for p in parts] == [p[1].decode() for p in parts] and [
+            len(p[2]) for p in parts
+        ] == [int(p[0]) for p in parts]
+    except (IndexError, ValueError):  # too few fields, a length or digest that is no number or text
+        return False
+
+
+def _first_problem(key: str, lines: list[bytes], number: int) -> SpoolError | None:
+    """The first line of a block that ``_sound`` refused, worded like the statement's checks."""
+    for i, line in enumerate(lines):
+        parts = line.split(b"\t", 2)
+        problem = frame_problem(parts)
+        if problem and len(parts) == 3:
+            return SpoolError(f"spool {key}: seq {_seq_of(parts[2])}: {problem}")
+        if problem:
+            return SpoolError(f"spool {key}: frame {number + i}: {problem}")
+    return None
+
+
+def _seq_of(body: bytes) -> str:
+    """The seq a (possibly hostile) body claims, for the message; ``?`` if it claims none."""
+    try:
+        seq = json.loads(body).get("seq")
+    except (ValueError, AttributeError):
+        return "?"
+    return str(seq) if isinstance(seq, int) and not isinstance(seq, bool) else "?"
