@@ -12,7 +12,7 @@ import click
 
 from schemas.display import table
 
-__all__ = ["emit", "table", "to_jsonable"]
+__all__ = ["cell", "emit", "table", "to_jsonable"]
 
 
 def to_jsonable(value: Any) -> Any:
@@ -40,3 +40,14 @@ def emit(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "tabl
         click.echo(buf.getvalue(), nl=False)
     else:
         click.echo(table(columns, rows))
+
+
+def cell(v: Any) -> str:
+    """A value in a table cell: none as a dash, floats to 4 places, lists joined by commas."""
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:.4f}"
+    if isinstance(v, list):
+        return ",".join(v) or "-"
+    return str(v)

@@ -13,7 +13,8 @@ from typing import Any
 import click
 
 from amb.common import output_path, progress, store_option
-from amb.output import table
+from amb.judge_cmds import stability_text
+from amb.output import cell, table
 from replay.read import iter_events, require_runs
 from replay.read import run_ids as all_run_ids
 from replay.store import Store, open_sql
@@ -31,16 +32,6 @@ SHOW = ("s1", "s2", "s3", "s4", "s5", "agentic", "task_score", "overall")
 JUDGE_NOTE = {"offline": "offline rule-based judge (no LLM); S1-S3 are rule verdicts"}
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, float):
-        return f"{v:.4f}"
-    if isinstance(v, list):
-        return ",".join(v) or "-"
-    return str(v)
-
-
 def _wrap(names: list[str], width: int = 58) -> list[str]:
     """Option names joined by commas, in pieces that fit a table cell (cells are cut at 60)."""
     lines = [""]
@@ -56,7 +47,7 @@ def _wrap(names: list[str], width: int = 58) -> list[str]:
 
 def _fmt_exact(v: Any) -> str:
     """Like _fmt, with enough digits that a rounding-only change shows."""
-    return f"{v:.10g}" if isinstance(v, float) else _fmt(v)
+    return f"{v:.10g}" if isinstance(v, float) else cell(v)
 
 
 def _judge_line(label: str) -> str:
@@ -208,9 +199,9 @@ def score(
                         [
                             d["run_id"],
                             d["field"],
-                            _fmt(d["from"]),
-                            _fmt(d["to"]),
-                            d.get("note") or _fmt(d.get("delta")),
+                            cell(d["from"]),
+                            cell(d["to"]),
+                            d.get("note") or cell(d.get("delta")),
                         ]
                         for d in shown.diffs
                     ],
@@ -302,11 +293,11 @@ def _score_cells(r: dict[str, Any]) -> list[Any]:
         r["run_id"],
         r["task"],
         r["tier"],
-        *(_fmt(r[k]) for k in SHOW),
+        *(cell(r[k]) for k in SHOW),
         r["status"],
-        _fmt(r["medal"]),
-        _fmt(r["rating"]),
-        _fmt(r["codes"]),
+        cell(r["medal"]),
+        cell(r["rating"]),
+        cell(r["codes"]),
         "unknown" if r["cost_usd"] is None else f"{r['cost_usd']:.6g}",
         # Tokens stand where a cost is unknown (a model missing from the price table).
         (r["tokens_in"] or 0) + (r["tokens_out"] or 0),
@@ -368,7 +359,7 @@ def report(
     loaded = load_profile(profile)
     # The views read a few columns of each run's row: its details (every rubric item, ten times the
     # rest) only the judge's stability and its validation against labels read.
-    [rows] = _current_rows(store, loaded, columns=reports.COLUMNS)
+    [rows] = ledger.current_rows(store, loaded, columns=reports.COLUMNS)
     if not rows:
         raise UsageError(
             f"no scores under profile {loaded.name} ({loaded.short_id}) yet: run `amb score --all "
@@ -385,7 +376,7 @@ def report(
         key=lambda lab: int(lab.rsplit("#r", 1)[1]),
     )
     if repeats or _labelled(store):
-        [rows] = _current_rows(store, loaded)
+        [rows] = ledger.current_rows(store, loaded)
     by_label = {lab: [r for r in rows if r["judge"] == lab] for lab in [judge_label, *repeats]}
     rows = by_label[judge_label]
     data = reports.build(rows)
@@ -418,63 +409,6 @@ def report(
         click.echo(f"\nwrote {html_file}", err=True)
 
 
-def _alpha(v: float | None) -> str:
-    return "— (no variation)" if v is None else f"{v:.4f}"
-
-
-def agreement_text(table_data: dict[str, Any]) -> str:
-    o = table_data["overall"]
-    lines = [
-        table(
-            ["item", "units", "agreement", "alpha", "flips", "flipping runs"],
-            [
-                [
-                    i["item"],
-                    str(i["units"]),
-                    _fmt(i["agreement"]),
-                    _alpha(i["alpha"]),
-                    str(i["flips"]),
-                    ", ".join(i["flipping_runs"][:5]) + (" ..." if len(i["flipping_runs"]) > 5 else ""),
-                ]
-                for i in table_data["items"]
-            ],
-        ),
-        f"overall: {o['units']} units, agreement {_fmt(o['agreement'])}, Krippendorff's alpha "
-        f"(nominal) {_alpha(o['alpha'])}, {o['flips']} flipping (run, item) pairs",
-    ]
-    return "\n".join(lines)
-
-
-def stability_text(stability: dict[str, Any], repeats: list) -> str:
-    asked = sum(r.judge_requests for r in repeats)
-    out = [
-        f"\njudge stability over {stability['repeats']} repeats ({', '.join(stability['judges'])}); "
-        f"requests in repeats 2..N: {asked}",
-        agreement_text(stability),
-        "spread across repeats (max range / mean SD): "
-        + "; ".join(
-            f"{f.upper()} {_fmt(v['max_range'])} / {_fmt(v['mean_sd'])}"
-            for f, v in stability["spread"]["summary"].items()
-        ),
-    ]
-    return "\n".join(out)
-
-
-def _current_rows(
-    store: str, *profiles: LoadedProfile, columns: tuple[str, ...] = ledger.COLUMNS
-) -> list[list[dict[str, Any]]]:
-    """The current score rows under each profile (their ``columns``); a store that was never scored
-    is refused."""
-    con = open_sql(store)
-    try:
-        views = con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'scores_current'")
-        if not views.fetchall()[0][0]:
-            raise UsageError("no scores in this store yet: run `amb score --all` first")
-        return [ledger.current(con, profile_id=p.id, columns=columns) for p in profiles]
-    finally:
-        con.close()
-
-
 def _labelled(store: str) -> bool:
     """Whether the store holds labels (which the report validates the judge against)."""
     con = open_sql(store)
@@ -487,7 +421,7 @@ def _labelled(store: str) -> bool:
 
 def _report_diff(store: str, refs: tuple[str, str], judge_label: str | None, as_json: bool) -> None:
     a, b = load_profile(refs[0]), load_profile(refs[1])
-    rows_a, rows_b = _current_rows(store, a, b)
+    rows_a, rows_b = ledger.current_rows(store, a, b)
     for ref, loaded, rows in ((refs[0], a, rows_a), (refs[1], b, rows_b)):
         if not rows:
             raise UsageError(
@@ -567,43 +501,4 @@ def audit(store: str, run: str, profile: str | None, as_json: bool) -> None:
     sys.stdout.flush()
 
 
-@click.group()
-def judge() -> None:
-    """Measure judges: agreement between two judges on the same runs."""
-
-
-@judge.command("compare")
-@store_option
-@click.option("--a", "judge_a", required=True, help="A judge label in the ledger (e.g. offline:rules-v1).")
-@click.option("--b", "judge_b", required=True, help="Another judge label (e.g. llm:<model>).")
-@click.option(
-    "--profile", default=None, help="Profile whose current rows are compared (default paper-2026-06)."
-)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def judge_compare(store: str, judge_a: str, judge_b: str, profile: str | None, as_json: bool) -> None:
-    """Per rubric item: agreement, Krippendorff's alpha and flipping runs between judges A and B."""
-    from scorer import judge_stability
-
-    loaded = load_profile(profile)
-    [rows] = _current_rows(store, loaded)
-    labels = sorted({r["judge"] for r in rows})
-    for j in (judge_a, judge_b):
-        if j not in labels:
-            raise UsageError(
-                f"no rows from judge {j!r} under profile {loaded.name} (have: {', '.join(labels) or 'none'})"
-            )
-    a = [r for r in rows if r["judge"] == judge_a]
-    b = [r for r in rows if r["judge"] == judge_b]
-    common = {r["run_id"] for r in a} & {r["run_id"] for r in b}
-    data = judge_stability.agreement_table(
-        [[r for r in a if r["run_id"] in common], [r for r in b if r["run_id"] in common]]
-    )
-    data = {"a": judge_a, "b": judge_b, "profile": loaded.name, "runs": len(common), **data}
-    if as_json:
-        click.echo(json.dumps(data, indent=2))
-        return
-    click.echo(f"{judge_a} vs {judge_b} under {loaded.name}: {len(common)} runs scored by both")
-    click.echo(agreement_text(data))
-
-
-commands = [score, report, audit, judge]
+commands = [score, report, audit]

@@ -156,6 +156,22 @@ def _audit_rows(audit: Scanner, rows: list[ScoreRow]) -> list[Row]:
     ]
 
 
+def _score_part(
+    pool: ThreadPoolExecutor, con: duckdb.DuckDBPyConnection, scorer: RunScorer, part: list[str]
+) -> list[ScoreRow]:
+    """The rows of ``part``'s runs, read ``READ_RUNS`` at a time (a few runs' events in memory)."""
+
+    def one(run: tuple[str, list[EventRow]]) -> ScoreRow:
+        return scorer.score(run[0], [event_of(row) for row in run[1]])
+
+    out: list[ScoreRow] = []
+    for at in range(0, len(part), READ_RUNS):
+        some = part[at : at + READ_RUNS]
+        stored = runs_rows(con, some)
+        out += pool.map(one, [(run_id, stored.pop(run_id, [])) for run_id in some])
+    return out
+
+
 def _score_once(
     st: Store,
     profile: LoadedProfile,
@@ -190,18 +206,6 @@ def _score_once(
     batch_id = ledger.new_batch_id()
     started = ledger.now()
 
-    def one(run: tuple[str, list[EventRow]]) -> ScoreRow:
-        return scorer.score(run[0], [event_of(row) for row in run[1]])
-
-    def score_part(part: list[str]) -> list[ScoreRow]:
-        """The rows of ``part``'s runs, read ``READ_RUNS`` at a time (a few runs' events in memory)."""
-        out: list[ScoreRow] = []
-        for at in range(0, len(part), READ_RUNS):
-            some = part[at : at + READ_RUNS]
-            stored = runs_rows(con, some)
-            out += pool.map(one, [(run_id, stored.pop(run_id, [])) for run_id in some])
-        return out
-
     rows: list[dict[str, Any]] = []
     seq = n_rows = 0
     # The database's cache of the file kept small while the runs are read (``replay.bounded``):
@@ -214,7 +218,7 @@ def _score_once(
                 cache.load_runs(part)
             while True:
                 try:
-                    chunk_rows = score_part(part)
+                    chunk_rows = _score_part(pool, con, scorer, part)
                     ledger.append_rows(con, batch_id, chunk_rows, seq)
                     break
                 except duckdb.OutOfMemoryException:

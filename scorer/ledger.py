@@ -11,12 +11,15 @@ import json
 import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 
+from replay.store import open_sql
 from schemas.codec import canonical_json
+from schemas.errors import UsageError
 from schemas.score_row import COLUMNS, JSON_COLUMNS, STORED_COLUMNS, ScoreRow, column_types, select_list
 from scorer.judge.cache import CallRecord, JudgeCache, KeySet
 from scorer.profile import LoadedProfile
@@ -243,3 +246,18 @@ def current(
                 row[c] = None if row[c] is None else json.loads(row[c], object_hook=hook)
             out.append(row)
     return out
+
+
+def current_rows(
+    store: str | Path, *profiles: LoadedProfile, columns: Iterable[str] = COLUMNS
+) -> list[list[dict[str, Any]]]:
+    """The current score rows under each profile (of ``columns``), read from the store at ``store``;
+    a store that was never scored is refused."""
+    con = open_sql(store)
+    try:
+        views = con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'scores_current'")
+        if not views.fetchall()[0][0]:
+            raise UsageError("no scores in this store yet: run `amb score --all` first")
+        return [current(con, profile_id=p.id, columns=columns) for p in profiles]
+    finally:
+        con.close()
