@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import duckdb
 
 from schemas.blob import HASH_PREFIX
+
+T = TypeVar("T")
 
 DATABASE_MEMORY = 64 << 20
 """The database's memory limit while a whole store's events are scanned. Left alone, DuckDB keeps
@@ -40,6 +43,16 @@ class DatabaseMemory:
         self.limit *= 2
         self._apply()
         return True
+
+    def retrying(self, step: Callable[[], T]) -> T:
+        """``step``, run again with twice the limit while the database runs short of memory (a step
+        that runs short must have kept nothing of what it did)."""
+        while True:
+            try:
+                return step()
+            except duckdb.OutOfMemoryException:
+                if not self.grow():
+                    raise
 
     def _apply(self) -> None:
         """The limit set: DuckDB refuses one below what it holds and cannot drop (a writer's

@@ -534,12 +534,7 @@ class _Batches:
 
     def _load_spools(self, files: list[_Spool]) -> int:
         """``_load``, again with twice the memory limit each time the database runs short."""
-        while True:
-            try:
-                return _load(self.st, files, self.blob_marks)
-            except duckdb.OutOfMemoryException:
-                if not self.memory.grow():
-                    raise
+        return self.memory.retrying(lambda: _load(self.st, files, self.blob_marks))
 
     def report(self, seen: int) -> IngestReport:
         """What was loaded, with the manifests of its runs written first (``replay.manifest``)."""

@@ -371,12 +371,11 @@ def _parts(
 
     def fetch(chunk: _Chunk) -> _Fetched:
         cond, values = _chunk_filter(where, params, chunk)
-        while True:
-            try:
-                return _fetch(con, sql_of(cond, hot_columns), cond, values, chunk.runs)
-            except duckdb.OutOfMemoryException:
-                if memory is None or not memory.grow():
-                    raise
+
+        def step() -> _Fetched:
+            return _fetch(con, sql_of(cond, hot_columns), cond, values, chunk.runs)
+
+        return step() if memory is None else memory.retrying(step)
 
     with ThreadPoolExecutor(1) as database, memory or nullcontext():
         pending: Future[_Fetched] | None = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -172,6 +173,20 @@ def _score_part(
     return out
 
 
+def _score_and_append(
+    pool: ThreadPoolExecutor,
+    con: duckdb.DuckDBPyConnection,
+    scorer: RunScorer,
+    part: list[str],
+    batch_id: str,
+    seq: int,
+) -> list[ScoreRow]:
+    """``part``'s rows scored and written (one insert: a part that runs short of memory wrote nothing)."""
+    rows = _score_part(pool, con, scorer, part)
+    ledger.append_rows(con, batch_id, rows, seq)
+    return rows
+
+
 def _score_once(
     st: Store,
     profile: LoadedProfile,
@@ -216,14 +231,7 @@ def _score_once(
             part = run_ids[start : start + chunk]
             if cache is not None:
                 cache.load_runs(part)
-            while True:
-                try:
-                    chunk_rows = _score_part(pool, con, scorer, part)
-                    ledger.append_rows(con, batch_id, chunk_rows, seq)
-                    break
-                except duckdb.OutOfMemoryException:
-                    if not memory.grow():
-                        raise
+            chunk_rows = memory.retrying(partial(_score_and_append, pool, con, scorer, part, batch_id, seq))
             append_scan(con, batch_id, _audit_rows(audit, chunk_rows))
             seq += len(chunk_rows)
             if cache is not None:

@@ -201,15 +201,6 @@ def scan(
     with open_store(store) as st, DatabaseMemory(st.con, SCORE_MEMORY) as memory:
         con = st.con
 
-        def grown(step: Callable[[], Any]) -> Any:
-            """``step``, again with twice the memory limit while it runs short (nothing of it is kept)."""
-            while True:
-                try:
-                    return step()
-                except duckdb.OutOfMemoryException:
-                    if not memory.grow():
-                        raise
-
         pending: dict[str, list[str]] = {}
         tallies: dict[str, list[int]] = {}
         for s in scanners:
@@ -224,10 +215,10 @@ def scan(
             llm = Asker(st, profile)
 
         def record(rows: list[Row]) -> None:
-            grown(lambda: append(con, scan_id, rows))
+            memory.retrying(lambda: append(con, scan_id, rows))
             if llm is not None:
                 calls = llm.cache.drain()
-                grown(lambda: ledger.append_judge_calls(con, calls))
+                memory.retrying(lambda: ledger.append_judge_calls(con, calls))
             for r in rows:
                 t = tallies[r.scanner.id]
                 t[0] += 1
@@ -243,7 +234,7 @@ def scan(
         for s in sql:
             record([Row(s, r, *_sql_row(sql_found[s.id][r])) for r in pending[s.id]])
         per_run = [s for s in scanners if s.kind != "sql"]
-        _scan_per_run(_PerRun(st, profile, per_run, llm), pending, record, jobs, chunk, progress, grown)
+        _scan_per_run(_PerRun(st, profile, per_run, llm), pending, record, jobs, chunk, progress, memory)
     requests = llm.judge.requests if llm is not None else 0
     return scan_id, [Tally(s, *tallies[s.id]) for s in scanners], requests
 
@@ -259,7 +250,7 @@ def _scan_per_run(
     jobs: int,
     chunk: int,
     progress: Callable[[int, int], None] | None,
-    grown: Callable[[Callable[[], Any]], Any],
+    memory: DatabaseMemory,
 ) -> None:
     todo: dict[str, list[Scanner]] = {}
     for s in reader.scanners:
@@ -270,7 +261,7 @@ def _scan_per_run(
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             for start in range(0, len(order), chunk):
                 part = order[start : start + chunk]
-                rows = grown(partial(_read, pool, reader, todo, part))
+                rows = memory.retrying(partial(_read, pool, reader, todo, part))
                 record(rows)
                 if progress:
                     progress(start + len(part), len(order))
