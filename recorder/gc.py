@@ -83,9 +83,15 @@ def collect(
     removed += _firewall(runs)
     for path, info in dead:
         run_id = str(info.get("run_id") or "")
-        for p in _own_paths(path, info):
+        own = _own_paths(path, info)
+        for p in own:
             shutil.rmtree(p, ignore_errors=True)
-            removed.append(Removed(run_id, "path", str(p)))
+            if os.path.lexists(p):
+                problems.append(f"{p}: could not be removed (its owner's lock {path.name} is kept)")
+            else:
+                removed.append(Removed(run_id, "path", str(p)))
+        if any(os.path.lexists(p) for p in own):
+            continue  # still named, so that the next gc tries again
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
             removed.append(Removed(run_id, "lock", str(path)))

@@ -30,7 +30,7 @@ from recorder.keyguard import guard_this_process, local_warning
 from recorder.local_backend import LocalBackend
 from recorder.proxy import upstreams as upstreams_mod
 from recorder.proxy.upstreams import Upstream
-from recorder.runlock import RunLock
+from recorder.runlock import RunLock, StaleRunLock
 from recorder.spool import SpoolWriter, spool_path
 from recorder.supervise import stop_signals_held, supervise
 from recorder.watchdog import Watchdog
@@ -209,7 +209,7 @@ def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> O
         raise UsageError(str(e)) from None
     _collect_garbage(backend)
     try:
-        lock = RunLock(run_id)
+        lock = _take_run_lock(run_id)
     except RuntimeError as e:
         raise UsageError(str(e)) from None
     claim = getattr(backend, "claim", None)
@@ -224,6 +224,18 @@ def record(spec: RunSpec, backend: Backend | None = None, *, on_ready=None) -> O
         finally:
             if watchdog is not None:
                 watchdog.release()
+
+
+def _take_run_lock(run_id: str) -> RunLock:
+    """The run's lock; one a recorder of the same run id left when it died since ``_collect_garbage``
+    looked is cleaned up after (what it names removed) before it is taken."""
+    from recorder.gc import collect
+
+    try:
+        return RunLock(run_id)
+    except StaleRunLock as stale:
+        collect(locks=[stale.path], docker=None)
+        return RunLock(run_id)
 
 
 def _start_watchdog(lock: RunLock) -> Watchdog | None:

@@ -20,14 +20,27 @@ def lock_path(run_id: str) -> Path:
     return lock_dir() / f"{run_id}.lock"
 
 
+class StaleRunLock(RuntimeError):
+    """The run id's lock file is left by a recorder that is gone (``path``), with what it names."""
+
+    def __init__(self, path: Path):
+        super().__init__(
+            f"a recorder of this run id that is gone left {path} and what it names: run `amb gc`"
+        )
+        self.path = path
+
+
 class RunLock(OwnerLock):
     """Held by a live amb-record; ``release`` at the end of a clean run removes the file."""
 
     def __init__(self, run_id: str):
         self.run_id = run_id
         path = lock_path(run_id)
-        if path.exists() and dead_lock(path) is None:
-            raise RuntimeError(f"run {run_id} is being recorded by another amb-record")
+        if path.exists():
+            if dead_lock(path) is None:
+                raise RuntimeError(f"run {run_id} is being recorded by another amb-record")
+            # Taking it over would lose what it names: whoever cleans up does that first.
+            raise StaleRunLock(path)
         super().__init__(path, {"run_id": run_id})
 
     @property

@@ -191,3 +191,46 @@ def test_a_run_lock_released_removes_what_it_names_or_stays_for_gc(tmp_path: Pat
     removed = {(r["run_id"], r["kind"], r["name"]) for r in json.loads(gc.stdout)["removed"]}
     assert ("rel-1", "path", str(stuck)) in removed, removed
     assert sorted(p.name for p in tmp.iterdir()) == []
+
+
+DIES_MOUNTED = """
+import os, subprocess, sys
+from recorder.runlock import RunLock
+
+lock = RunLock(sys.argv[1])
+stuck = lock.make_tempdir("amb-stuck-")
+subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(stuck)], check=True)
+os._exit(9)  # gone without releasing: the lock stays, free
+"""
+
+COLLECTS = """
+import json
+from recorder.gc import collect
+
+removed, problems = collect(docker=False)
+print(json.dumps({"removed": [r.kind for r in removed], "problems": problems}))
+"""
+
+
+def test_gc_keeps_a_dead_lock_while_what_it_names_resists(tmp_path: Path) -> None:
+    """A dead owner's dir that cannot be removed (a mount point) is reported, and its lock stays so that
+    a later gc finds it again; once it can go, it goes with the lock."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    script = f"{sys.executable} -c '{DIES_MOUNTED}' gone-1; {sys.executable} -c '{COLLECTS}'"
+    proc = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    said = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert said["removed"] == [] and "could not be removed" in said["problems"][0], (said, proc.stderr)
+    assert (tmp / "amb-runs" / "gone-1.lock").exists()
+    gc = subprocess.run(
+        [str(BIN / "amb"), "gc", "--json"], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert gc.returncode == 0, gc.stderr
+    assert sorted(p.name for p in tmp.iterdir()) == []
