@@ -54,6 +54,12 @@ class DatabaseMemory:
                 if not self.grow():
                     raise
 
+    def checkpoint(self) -> None:
+        """What was written moved from the log into the file under this limit: left to the store's
+        close, the checkpoint runs with DuckDB's default limit and holds the tables it rewrites,
+        which grows with the store."""
+        self.retrying(lambda: self.con.execute("CHECKPOINT"))
+
     def _apply(self) -> None:
         """The limit set: DuckDB refuses one below what it holds and cannot drop (a writer's
         tables in memory), and then the limit doubles until it takes."""

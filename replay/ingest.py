@@ -449,9 +449,9 @@ def ingest(
                 progress(len(paths), len(paths))
             report = batches.report(len(paths))
             if own:
-                # The checkpoint under the limit too: left to the close, after the limit is reset,
-                # it held as much again as the whole load (an eighth of the file per 1,000 runs).
-                st.con.execute("CHECKPOINT")
+                # (left to the close, the checkpoint held as much again as the whole load: an
+                # eighth of the file per 1,000 runs)
+                memory.checkpoint()
         if batches.failures:
             raise _first_failure(batches.failures, report)
         return report._replace(settled=spools.settle(st, how))

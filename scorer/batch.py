@@ -248,6 +248,7 @@ def _score_once(
                     on_rows(as_dicts)
             if progress:
                 progress(len(part))
-    requests = getattr(the_judge, "requests", 0)
-    ledger.append_batch(con, batch_id, profile, the_judge.label, started, n_rows, requests, args or {})
+        requests = getattr(the_judge, "requests", 0)
+        ledger.append_batch(con, batch_id, profile, the_judge.label, started, n_rows, requests, args or {})
+        memory.checkpoint()
     return BatchResult(batch_id, rows, the_judge.label, requests)

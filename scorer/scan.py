@@ -235,6 +235,7 @@ def scan(
             record([Row(s, r, *_sql_row(sql_found[s.id][r])) for r in pending[s.id]])
         per_run = [s for s in scanners if s.kind != "sql"]
         _scan_per_run(_PerRun(st, profile, per_run, llm), pending, record, jobs, chunk, progress, memory)
+        memory.checkpoint()
     requests = llm.judge.requests if llm is not None else 0
     return scan_id, [Tally(s, *tallies[s.id]) for s in scanners], requests
 

@@ -221,3 +221,19 @@ def test_the_reports_rows_hold_its_columns_only_and_each_text_once(store):
     assert len(same_track) > 1 and all(r["track"] is same_track[0]["track"] for r in same_track)
     texts = [v for r in slim for v in (r["reasons"] or {}).values()]
     assert len(texts) > len(set(texts)) and len({id(t) for t in texts}) == len(set(texts))
+
+
+def test_a_batch_leaves_its_rows_checkpointed(store):
+    """A batch moves its rows from the write-ahead log into the file before it returns, under the
+    scoring's small memory limit: left to the store's close, that checkpoint ran with no limit."""
+    from replay.store import DB_NAME
+
+    wal = store / (DB_NAME + ".wal")
+    prof = load("paper-2026-06")
+    with open_store(store) as st:
+        score_runs(st, prof, judge="offline", jobs=2, chunk=7)
+        left = wal.stat().st_size if wal.exists() else 0
+        limit = st.con.execute("SELECT current_setting('memory_limit')").fetchone()
+        assert st.con.execute("SELECT count(*) FROM score_batches").fetchall()[0][0] >= 1
+    assert left == 0, f"{left} bytes of the batch left in the log"
+    assert limit is not None and "GiB" in limit[0]  # the limit is back to the default
