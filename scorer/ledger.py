@@ -21,7 +21,7 @@ from replay.store import open_sql
 from schemas.codec import canonical_json
 from schemas.errors import UsageError
 from schemas.score_row import COLUMNS, JSON_COLUMNS, STORED_COLUMNS, ScoreRow, column_types, select_list
-from scorer.judge.cache import CallRecord, JudgeCache, KeySet
+from scorer.judge.cache import CallRecord, KeySet
 from scorer.profile import LoadedProfile
 
 _ARROW = {
@@ -60,15 +60,12 @@ def register_profile(con: duckdb.DuckDBPyConnection, loaded: LoadedProfile) -> N
 
 _CACHED = """SELECT key, model, CAST(settings AS VARCHAR) AS settings, item, run_id, evidence_sha256,
        value, coalesce(reason, '') AS reason, coalesce(CAST(cited AS VARCHAR), '[]') AS cited,
-       unscored_reason, coalesce(latency_ms, 0) AS latency_ms, CAST(codes AS VARCHAR) AS codes
+       unscored_reason, coalesce(latency_ms, 0) AS latency_ms, CAST(codes AS VARCHAR) AS codes,
+       CAST(answer AS VARCHAR) AS answer
    FROM judge_calls WHERE cacheable AND model = ? {where}
    QUALIFY row_number() OVER (PARTITION BY key ORDER BY created_at) = 1"""
 """The cached verdicts: only the verdict columns (a cache hit needs nothing else, and 10,000 stored
 exchanges would otherwise sit in memory), the first record of each key."""
-
-
-def load_judge_cache(con: duckdb.DuckDBPyConnection, model: str) -> JudgeCache:
-    return JudgeCache(_cached(con.execute(_CACHED.format(where=""), [model])))
 
 
 def _cached(cur: duckdb.DuckDBPyConnection) -> dict[str, CallRecord]:

@@ -262,6 +262,8 @@ def _scan_per_run(
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             for start in range(0, len(order), chunk):
                 part = order[start : start + chunk]
+                if reader.llm is not None:
+                    reader.llm.cache.load_runs(part)
                 rows = memory.retrying(partial(_read, pool, reader, todo, part))
                 record(rows)
                 if progress:

@@ -23,6 +23,7 @@ from schemas.finding import Finding
 from scorer import evidence as ev
 from scorer import ledger
 from scorer.batch import make_judge
+from scorer.judge.cache import JudgeCache
 from scorer.judge.llm import endpoint
 from scorer.judge.parse import cited_ids, json_objects
 from scorer.pipeline import task_info
@@ -83,17 +84,8 @@ class Asker:
     def __init__(self, st: Store, profile: LoadedProfile):
         ep = endpoint(profile.profile.judge)
         model = ep[2] if ep else ""
-        self.cache = ledger.load_judge_cache(st.con, model)
-        # The ledger loads the verdict columns; the questions' answers are a column of their own.
-        self.cache.fill_answers(
-            dict(
-                st.con.execute(
-                    "SELECT key, CAST(answer AS VARCHAR) FROM judge_calls "
-                    "WHERE cacheable AND model = ? AND answer IS NOT NULL",
-                    [model],
-                ).fetchall()
-            )
-        )
+        # Read a chunk of runs at a time (``load_runs``), as scoring reads it.
+        self.cache = JudgeCache(stored=ledger.StoredCalls(st.con, model))
         self.judge = make_judge("llm", profile, st, self.cache)
         self.profile, self.get_blob = profile, st.blobs.get
 

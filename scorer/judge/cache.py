@@ -140,13 +140,6 @@ class JudgeCache:
             self._stored.keys.settle()
             self._entries = self._stored.of_runs(run_ids) | {r.key: slim(r) for r in self._new if r.cacheable}
 
-    def fill_answers(self, answers: dict[str, str]) -> None:
-        """Give the loaded records their stored answers (key -> the ``answer`` column)."""
-        with self._lock:
-            for key, answer in answers.items():
-                if key in self._entries:
-                    self._entries[key] = msgspec.structs.replace(self._entries[key], answer=answer)
-
     def drain(self) -> list[CallRecord]:
         """The records added since the last drain (to be written to the store)."""
         with self._lock:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from replay.store import open_sql
+from scorer import ledger, scan_results, scanners
 from scorer import scan as scanning
-from scorer import scan_results, scanners
 from scorer.profile import load as load_profile
 from tests.fakes import judge_server as fake
 
@@ -237,6 +237,14 @@ def test_an_llm_scanner_is_cached_and_parsed_fail_closed(store, tmp_path, monkey
     assert sorted(calls, key=str) == sorted(
         [("true", None, None, None)] * 39 + [(None, "value_out_of_range", None, None)], key=str
     )
+    # A later scan reads them back with their answers, a chunk of runs at a time.
+    con = open_sql(store)
+    try:
+        held = ledger.StoredCalls(con, "fake-judge").of_runs(runs)
+    finally:
+        con.close()
+    answers = [r.answer for r in held.values() if r.item == "scan:claims-done"]
+    assert sorted(answers, key=str) == sorted(["true"] * 39 + [None], key=str)
 
 
 def test_an_llm_scanners_prompt_keeps_hostile_run_text_inside_the_evidence():
