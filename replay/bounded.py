@@ -26,11 +26,14 @@ transaction, as ``amb verify`` runs, since running short aborts the transaction 
 
 class DatabaseMemory:
     """The database's memory limit, lowered for a scan and raised again after it. The store's
-    connections never set one, so raising it again is a reset to DuckDB's default."""
+    connections never set one, so raising it again is a reset to DuckDB's default; on a connection
+    that cannot reset it (the SQL sandbox: DuckDB works its default out from the system's files, cgroup
+    limits, and the sandbox has no file system), the limit seen before is set back."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, limit: int | None = None):
         self.con, self.limit = con, limit or DATABASE_MEMORY
-        self.default = memory_limit(con)
+        self.seen = _setting(con)
+        self.default = _bytes(self.seen)
 
     def __enter__(self) -> DatabaseMemory:
         self._apply()
@@ -69,11 +72,17 @@ class DatabaseMemory:
                 return
             except duckdb.OutOfMemoryException:
                 self.limit *= 2
-        self.con.execute("RESET memory_limit")
+        self._reset()
+
+    def _reset(self) -> None:
+        try:
+            self.con.execute("RESET memory_limit")
+        except duckdb.PermissionException:
+            self.con.execute(f"SET memory_limit = '{self.seen}'")
 
     def __exit__(self, *exc: object) -> None:
         try:
-            self.con.execute("RESET memory_limit")
+            self._reset()
         except duckdb.TransactionException:
             pass  # the caller's transaction was aborted (what aborted it is on its way up)
 
@@ -90,9 +99,18 @@ _UNITS |= {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 
 
 def memory_limit(con: duckdb.DuckDBPyConnection) -> int:
-    """The database's memory limit in bytes (DuckDB words it: ``18.8 GiB``)."""
+    """The database's memory limit in bytes."""
+    return _bytes(_setting(con))
+
+
+def _setting(con: duckdb.DuckDBPyConnection) -> str:
+    """The database's memory limit as DuckDB words it (``18.8 GiB``), which it also reads back."""
     row = con.execute("SELECT current_setting('memory_limit')").fetchone()
-    number, unit = str(row[0] if row else "0 bytes").split()
+    return str(row[0] if row else "0 bytes")
+
+
+def _bytes(setting: str) -> int:
+    number, unit = setting.split()
     return int(float(number) * _UNITS.get(unit, 1))
 
 

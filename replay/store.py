@@ -184,7 +184,7 @@ def first(cursor: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
     return rows[0] if rows else None
 
 
-def open_sql(store: str | os.PathLike[str] | None = None) -> duckdb.DuckDBPyConnection:
+def open_sql(store: str | os.PathLike[str] | None = None, *, lock: bool = True) -> duckdb.DuckDBPyConnection:
     """A connection for user SQL: read-only, no file or network access at all, configuration locked.
 
     DuckDB then refuses INSERT/UPDATE/DELETE/CREATE (read-only), and every statement that would open
@@ -194,6 +194,9 @@ def open_sql(store: str | os.PathLike[str] | None = None) -> duckdb.DuckDBPyConn
     open file is read through the handle it already holds), and nothing spills to a temp directory
     (a query that does not fit in memory fails instead). Extensions are neither installed nor
     auto-loaded, and the locked configuration refuses any attempt to turn these back on.
+
+    ``lock=False``: all of that but the lock, for a caller that still sets a setting of its own (a
+    memory limit) and then locks it (``lock_sql``) before any user SQL runs on it.
     """
     root = resolve(store)
     db = _require(root)
@@ -206,12 +209,24 @@ def open_sql(store: str | os.PathLike[str] | None = None) -> duckdb.DuckDBPyConn
     }
     con = _connect(db, read_only=True, config=config, lock_timeout_s=30.0)
     # A second connection in this process shares the first one's database, already locked down.
-    if not first(con.execute("SELECT current_setting('lock_configuration')"))[0]:  # type: ignore[index]
+    if not sql_locked(con):
         con.execute("SET disabled_filesystems = 'LocalFileSystem'")
-        con.execute("SET lock_configuration = true")
+        if lock:
+            lock_sql(con)
     try:  # the sandbox holds (current_setting does not show disabled_filesystems): a file is refused
         con.execute("SELECT count(*) FROM glob('/*')").fetchall()
     except duckdb.PermissionException:
         return con
     con.close()
     raise StoreError(f"{db} is open in this process without the SQL sandbox; close it first")
+
+
+def sql_locked(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the connection's configuration is locked (``lock_sql``)."""
+    return bool(first(con.execute("SELECT current_setting('lock_configuration')"))[0])  # type: ignore[index]
+
+
+def lock_sql(con: duckdb.DuckDBPyConnection) -> None:
+    """Lock the connection's configuration (its database's, shared by every cursor): nothing run on
+    it can change a setting any more, the sandbox's included."""
+    con.execute("SET lock_configuration = true")

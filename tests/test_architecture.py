@@ -331,7 +331,14 @@ COVERED_BY: dict[str, tuple[tuple[str, ...], str]] = {
         ("tests/replay/test_viewer_api.py",),
         "the viewer's JSON API, through its server",
     ),
-    "replay/web/runs.py": (("tests/replay/test_viewer_api.py",), "the viewer's JSON API, through its server"),
+    "replay/web/runs.py": (
+        ("tests/replay/test_viewer_api.py", "tests/replay/test_summary.py"),
+        "the viewer's JSON API, through its server; its run index held to the runs' summaries",
+    ),
+    "replay/web/db.py": (
+        ("tests/replay/test_sql.py", "tests/replay/test_viewer_api.py"),
+        "the viewer's connection: its sandbox and its bounded scan with amb sql's, used by the API",
+    ),
     "replay/web/diff.py": (
         ("tests/replay/test_viewer_diff.py",),
         "the viewer's diff of two runs",

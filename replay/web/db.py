@@ -6,10 +6,16 @@ read-only. A viewer that kept its connection for hours would lock ``amb-record``
 writer that finds the file busy retries with backoff (``replay.store``) and gets in then. Each
 request works on its own cursor (a DuckDB cursor is a separate connection to the same database,
 safe to use from its own thread).
+
+A pass over the whole store (the run index) reads every block of the file, and DuckDB keeps what it
+read cached until it runs short of its memory limit (most of the machine's): the viewer would end
+holding the whole file. Such a pass runs on a connection just opened, under a small limit, before its
+configuration is locked (``SharedReader.scan``).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -18,8 +24,13 @@ from pathlib import Path
 
 import duckdb
 
-from replay.store import DB_NAME, open_sql
+from replay.bounded import DatabaseMemory
+from replay.store import DB_NAME, lock_sql, open_sql, sql_locked
 from schemas.errors import AmbError
+
+SCAN_MEMORY = 4 << 20
+"""The database's memory limit per core while the whole store is scanned: the scans aggregate into a
+row per run, and every block they read is read once."""
 
 
 class SharedReader:
@@ -28,8 +39,10 @@ class SharedReader:
     def __init__(self, root: Path, idle_s: float = 2.0):
         self.root = root
         self.idle_s = idle_s
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._con: duckdb.DuckDBPyConnection | None = None
+        self._scanning = False
+        """A scan holds the connection, its configuration not locked yet: other cursors wait."""
         self._active = 0
         self._last_used = time.monotonic()
         self._closed = False
@@ -64,6 +77,7 @@ class SharedReader:
     @contextmanager
     def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
         with self._lock:
+            self._lock.wait_for(lambda: not self._scanning)
             if self._con is None:
                 self._con = open_sql(self.root)
             self._active += 1
@@ -71,19 +85,62 @@ class SharedReader:
         try:
             yield cur
         finally:
-            cur.close()
-            with self._lock:
-                self._active -= 1
-                self._last_used = time.monotonic()
+            self._release(cur)
+
+    @contextmanager
+    def scan(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor for a pass over the whole store, under a small memory limit (``SCAN_MEMORY`` per
+        core) that is lifted once it is done, so that the pass leaves little of the file cached. The
+        limit is set on a connection opened for the pass, before its configuration is locked (an
+        open connection nobody uses is closed first; one in use is scanned as it is)."""
+        with self._lock:
+            self._lock.wait_for(lambda: not self._scanning)
+            if self._active == 0:
+                self._drop()
+            if self._con is None:
+                self._con = open_sql(self.root, lock=False)
+                # (locked already when another connection of this process holds the database)
+                self._scanning = not sql_locked(self._con)
+            scanning = self._scanning
+            self._active += 1
+            cur = self._con.cursor()
+        try:
+            if not scanning:
+                yield cur
+                return
+            try:
+                with DatabaseMemory(cur, SCAN_MEMORY * (os.cpu_count() or 1)):
+                    yield cur
+            finally:
+                with self._lock:
+                    try:
+                        lock_sql(cur)
+                    except duckdb.Error:  # (closed meanwhile) never handed out unlocked
+                        self._drop()
+                    self._scanning = False
+                    self._lock.notify_all()
+        finally:
+            self._release(cur)
+
+    def _release(self, cur: duckdb.DuckDBPyConnection) -> None:
+        cur.close()
+        with self._lock:
+            self._active -= 1
+            self._last_used = time.monotonic()
 
     def _reap(self) -> None:
         while not self._closed:
             time.sleep(min(self.idle_s, 0.5))
             with self._lock:
                 idle = time.monotonic() - self._last_used
-                if self._con is not None and self._active == 0 and idle >= self.idle_s:
-                    self._con.close()
-                    self._con = None
+                if self._active == 0 and idle >= self.idle_s:
+                    self._drop()
+
+    def _drop(self) -> None:
+        """Close the connection (the lock held)."""
+        if self._con is not None:
+            self._con.close()
+            self._con = None
 
     def close(self) -> None:
         self._closed = True

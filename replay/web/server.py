@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+import duckdb
 import msgspec
 
 from replay.store import _require
@@ -99,9 +100,32 @@ class Viewer:
         generation = self.reader.generation()
         with self._index_lock:
             if self._index is None or self._index.generation != generation:
-                with self.reader.cursor() as con:
+                with self.reader.scan() as con:
                     self._index = runs.build_run_index(con, generation)
             return self._index
+
+    def prepare(self) -> None:
+        """A page was just asked for, and its API calls follow within a few hundred milliseconds:
+        every one of them needs the run index, and a run's page a connection. Whichever is missing
+        is made now, in the background, while the browser parses the page (a call that comes
+        first waits for the same build, under the index lock, and does not build it again)."""
+        if self._index_lock.locked():
+            return  # being built
+        try:
+            current = self._index is not None and self._index.generation == self.reader.generation()
+        except OSError:
+            return  # the request that follows reports why the store cannot be read
+        if current:
+            self.reader.warm()
+            return
+
+        def build() -> None:
+            try:
+                self.index()
+            except (AmbError, duckdb.Error, OSError):
+                pass  # the request that follows builds it again and reports why it cannot
+
+        threading.Thread(target=build, name="amb-serve-index", daemon=True).start()
 
     def _kept(self, key: tuple[Any, ...], make: Callable[[], T]) -> T:
         """``make()``, computed once per key and kept (the last 16 keys)."""
@@ -192,7 +216,7 @@ class Handler(httpbase.Handler):
             elif parts == ["favicon.ico"]:
                 self.send(204, b"", "image/x-icon")
             elif not parts or parts[0] in ("runs", "diff", "grid"):
-                self.viewer.reader.warm()
+                self.viewer.prepare()
                 csp = {"Content-Security-Policy": self.viewer.page_csp}
                 self.send(200, self.viewer.page, "text/html; charset=utf-8", csp)
             else:

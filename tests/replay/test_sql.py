@@ -138,3 +138,29 @@ def test_a_second_connection_in_one_process_keeps_the_sandbox(store):
         with pytest.raises(duckdb.Error, match="disabled"):
             con.execute(f"SELECT * FROM read_blob('{store / DB_NAME}')")
         assert con.execute("SELECT count(*) FROM runs").fetchall() == [(3,)]
+
+
+def test_the_viewers_scan_runs_under_a_small_limit_then_is_locked_down(store):
+    """The run index is built under a small memory limit (the pass leaves little of the file
+    cached), set before the configuration is locked; after it, the limit is back and locked."""
+    import os
+
+    from replay.bounded import memory_limit
+    from replay.web.db import SCAN_MEMORY, SharedReader
+
+    reader = SharedReader(store)
+    try:
+        with reader.cursor() as cur:
+            default = memory_limit(cur)
+        with reader.scan() as cur:  # (the idle connection is opened again for it)
+            assert memory_limit(cur) == SCAN_MEMORY * (os.cpu_count() or 1)
+            assert cur.execute("SELECT count(*) FROM runs").fetchall() == [(3,)]
+            with pytest.raises(duckdb.Error, match="disabled"):
+                cur.execute(f"SELECT * FROM read_blob('{store / DB_NAME}')")
+        with reader.cursor() as cur:
+            # (the sandbox cannot reset the limit: what it was is set back, as DuckDB rounded it)
+            assert abs(memory_limit(cur) - default) < default / 100
+            with pytest.raises(duckdb.Error, match="lock"):
+                cur.execute("SET memory_limit = '1GiB'")
+    finally:
+        reader.close()

@@ -3,18 +3,21 @@ amb show, the viewer) or it is folded from the run's events as they are read (am
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from recorder.spool import SpoolWriter, spool_path
 from replay.ingest import ingest
 from replay.read import iter_events
-from replay.store import Store
+from replay.store import Store, open_sql
 from replay.summary import RunSummary, summaries, summary
+from replay.web.runs import RunRow, build_run_index
 from schemas.errors import NotFound
 from schemas.events import (
     FileWritten,
     ModelCallCompleted,
     ProcessExited,
+    RunFinished,
     RunStarted,
     ToolCallRequested,
     Usage,
@@ -47,6 +50,21 @@ def _unfinished(root) -> None:
     shim.append(ProcessExited(pid=2, ppid=1, argv=["ls"], exit_code=1), ts_ns=11)
     shim.append(FileWritten(path="a", op="created", size=1, sha256="sha256:" + "0" * 64), ts_ns=12)
     for w in (rec, proxy, shim):
+        w.close()
+
+
+def _failed_and_unstarted(root) -> None:
+    """A run that failed with labels of its own, and one whose recorder wrote nothing (no run.started:
+    it is listed after every run that started)."""
+    rec = SpoolWriter(spool_path(root, "failed", "recorder"), "failed", "recorder", sync=False)
+    rec.append(RunStarted(task="t2", agent="b", backend="docker", labels={"repeat": "2", "x": "y"}), ts_ns=1)
+    rec.append(RunFinished(status="failed", exit_code=3, duration_s=4), ts_ns=20)
+    proxy = SpoolWriter(spool_path(root, "headless", "proxy"), "headless", "proxy", sync=False)
+    proxy.append(
+        ModelCallCompleted(call_id="c", provider="openai", api="chat.completions", model="m", ok=False),
+        ts_ns=2,
+    )
+    for w in (rec, proxy):
         w.close()
 
 
@@ -83,3 +101,59 @@ def test_an_unfinished_run_with_a_failed_call(stored):
 def test_a_run_the_store_does_not_hold_is_not_found(stored):
     with pytest.raises(NotFound, match="no run 'nope'"):
         summary(stored, "nope")
+
+
+def _listed(s: RunSummary) -> RunRow:
+    """The viewer's row of a run, from its summary (the scores and scans are added to both alike)."""
+    return RunRow(
+        **s.header(),
+        started_ns=None if s.started_ns is None else str(s.started_ns),
+        duration_s=s.duration_s,
+        labels=s.labels,
+        n_events=s.events,
+        n_model_calls=s.model_calls,
+        n_tool_calls=s.tool_calls,
+        tokens_in=s.tokens.input,
+        tokens_out=s.tokens.output,
+        tokens=s.tokens.input + s.tokens.output,
+        track=None,
+        cost_usd=s.cost_usd,
+        scores={},
+        scans={},
+    )
+
+
+def _same_rows_as_the_summaries(con) -> list[RunRow]:
+    listed = summaries(con)
+    index = build_run_index(con, (0, 0, 0))
+    bare = [msgspec.structs.replace(r, track=None, cost_usd=None, scores={}, scans={}) for r in index.rows]
+    assert bare == [_listed(s) for s in listed]  # every field, in the summaries' order
+    assert index.spans == {s.run_id: (s.first_ns, s.last_ns) for s in listed}
+    return index.rows
+
+
+def test_the_viewers_run_index_lists_the_summaries(stored, store):
+    stored.close()
+    _failed_and_unstarted(store)
+    ingest(store)
+    with Store.open(store, read_only=True) as st:
+        rows = _same_rows_as_the_summaries(st.con)
+    assert [r.run_id for r in rows][-1] == "headless" and rows[-1].started_ns is None
+    failed = next(r for r in rows if r.run_id == "failed")
+    assert (failed.status, failed.exit_code, failed.duration_s, failed.labels["repeat"]) == (
+        "failed",
+        3,
+        4.0,
+        "2",
+    )
+    live = next(r for r in rows if r.run_id == "live")
+    assert (live.status, live.n_model_calls, live.tokens) == ("unfinished", 2, 107)
+
+
+def test_the_viewers_run_index_of_recorded_hostile_and_scored_runs(viewer_store):
+    con = open_sql(viewer_store.root)
+    try:
+        rows = _same_rows_as_the_summaries(con)
+    finally:
+        con.close()
+    assert any(r.scores for r in rows)

@@ -333,3 +333,25 @@ def test_a_run_ingested_while_the_viewer_runs_is_listed(tmp_path):
         amb(tmp_path, "ingest")  # (it waits for the viewer, idle, to let go of the database)
         assert sorted(r["run_id"] for r in get(viewer, "/api/runs")["runs"]) == ["first", "second"]
         assert get(viewer, "/api/runs/second")["n_events"] > 0
+
+
+def test_the_page_starts_the_run_index_before_the_api_asks(tmp_path):
+    """Serving a page builds the run index in the background; the first ``/api/runs`` finds it."""
+    import time
+
+    from recorder.synthetic import generate_run
+    from replay.web.server import Running
+
+    generate_run(tmp_path, "only", seed=1, calls=2)
+    amb(tmp_path, "ingest")
+    with Running(tmp_path) as viewer:
+        assert viewer.viewer._index is None
+        status, _, _ = status_of(viewer, "/runs")
+        assert status == 200
+        deadline = time.monotonic() + 30
+        while viewer.viewer._index is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        built = viewer.viewer._index
+        assert built is not None and [r.run_id for r in built.rows] == ["only"]
+        assert get(viewer, "/api/runs")["total"] == 1
+        assert viewer.viewer._index is built  # not built again
