@@ -217,13 +217,23 @@ SHOWN = {
 }
 
 
+def _with_llm(judge_url: str) -> dict[str, Callable[[Build, Store], Usage | None]]:
+    """``COMMANDS`` with the cached-LLM scoring after the offline one (it needs the fake judge)."""
+    out: dict[str, Callable[[Build, Store], Usage | None]] = {}
+    for name, command in COMMANDS.items():
+        out[name] = command
+        if name == "score offline":
+            out["score llm cached"] = lambda b, s: cached_llm_score(b, s, judge_url)
+    return out
+
+
 def measure_store(
     builds: list[Build], store: Store, work: Path, only: set[str], judge_url: str
 ) -> dict[str, dict[str, Usage]]:
     """Every command of ``only`` on ``store``, for each build on its own copy: {command: {build: usage}}."""
     copies = {b.name: fresh_copy(store, work / f"{store.root.name}-{i}") for i, b in enumerate(builds)}
     out: dict[str, dict[str, Usage]] = {}
-    for name, command in COMMANDS.items():
+    for name, command in _with_llm(judge_url).items():
         if name not in only and name != "ingest":
             continue
         for b in builds:
@@ -233,11 +243,6 @@ def measure_store(
                 continue
             out.setdefault(name, {})[b.name] = usage
             print(f"  {store.runs:,} runs, {b.name}: {name:16} {usage}", file=sys.stderr)
-        if name == "score offline" and "score llm cached" in only:
-            for b in builds:
-                usage = cached_llm_score(b, copies[b.name], judge_url)
-                out.setdefault("score llm cached", {})[b.name] = usage
-                print(f"  {store.runs:,} runs, {b.name}: score llm cached {usage}", file=sys.stderr)
     for copy in copies.values():
         shutil.rmtree(copy.root, ignore_errors=True)
     return out
