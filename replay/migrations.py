@@ -121,6 +121,9 @@ CORE: list[Migration] = [
     # The hot column ``ok`` (what the runs' failed-call counts read): added to a store already past
     # m005 and filled; a store that m005 itself migrated has it already.
     Migration("core.m007_hot_column_ok", _hot_columns),
+    # The views read a typed payload field with TRY_CAST: a field of another type is NULL, not an
+    # error that stops every query of the view.
+    Migration("core.m008_views_try_cast", views.create_views),
 ]
 
 

@@ -131,9 +131,16 @@ def summaries(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
     names = [d[0] for d in cur.description]
     rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
     for fields in rows:
-        labels = json.loads(fields["labels"] or "{}")
-        fields["labels"] = labels if isinstance(labels, dict) else {}
+        fields["labels"] = labels_of(json.loads(fields["labels"] or "{}"))
     return msgspec.convert(rows, list[RunSummary])
+
+
+def labels_of(value: Any) -> dict[str, str]:
+    """A run.started payload's labels as text: the recorder writes strings, and a hostile spool's
+    other values are shown as their JSON, never dropped (and no object at all is no labels)."""
+    if not isinstance(value, dict):
+        return {}
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
 
 
 def summary(con: duckdb.DuckDBPyConnection, run_id: str) -> RunSummary:

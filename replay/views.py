@@ -2,7 +2,8 @@
 
 Each view is a list of columns (name, SQL expression, description) over a FROM clause; ``ddl()``
 renders the CREATE VIEW statements (``amb schema --format ddl``) and ``markdown()`` the column table
-in the README. Payload fields are read with DuckDB's JSON operators (``->>`` gives text), except
+in the README. Payload fields are read with DuckDB's JSON operators (``->>`` gives text; a typed field is
+``TRY_CAST``: a value of another type, which only a hostile spool holds, reads as NULL), except
 those stored as typed hot columns at ingest (``replay.hot``), which the views read directly; each
 column keeps its JSON definition beside, for stores made before the hot columns and for the test
 that both give the same rows.
@@ -37,7 +38,7 @@ class View(NamedTuple):
 
 def _p(path: str, cast: str | None = None) -> str:
     expr = f"payload->>'{path}'" if "." not in path else "payload->>'$." + path + "'"
-    return f"({expr})::{cast}" if cast else expr
+    return f"TRY_CAST({expr} AS {cast})" if cast else expr
 
 
 _HOT = {c.path: c.name for c in hot.HOT_COLUMNS}
@@ -90,10 +91,13 @@ VIEWS: list[View] = [
                 "import whose source does not say how the run ended), or unfinished (no run.finished).",
             ),
             Column(
-                "exit_code", "(f.payload->>'exit_code')::INTEGER", "The agent's exit code.", "f.exit_code"
+                "exit_code",
+                "TRY_CAST(f.payload->>'exit_code' AS INTEGER)",
+                "The agent's exit code.",
+                "f.exit_code",
             ),
             Column("started_ns", "s.ts_ns", "run.started time."),
-            Column("duration_s", "(f.payload->>'duration_s')::DOUBLE", "Wall time of the run."),
+            Column("duration_s", "TRY_CAST(f.payload->>'duration_s' AS DOUBLE)", "Wall time of the run."),
             Column("labels", "s.payload->'labels'", "JSON object of --label K=V."),
             Column("n_events", "c.n_events", "Events of all sources."),
             Column("n_model_calls", "c.n_model_calls", "model_call.completed events."),
@@ -172,7 +176,9 @@ VIEWS: list[View] = [
             ),
             Column("answered_ns", "res.ts_ns", "When the result was sent (NULL: never)."),
             Column("output", "res.payload->>'output'", "Result text (capped; see the event's output_blob)."),
-            Column("is_error", "(res.payload->>'is_error')::BOOLEAN", "Result flagged as an error."),
+            Column(
+                "is_error", "TRY_CAST(res.payload->>'is_error' AS BOOLEAN)", "Result flagged as an error."
+            ),
         ],
         """
         (SELECT * FROM events WHERE kind = 'tool_call.requested') AS r
@@ -191,14 +197,16 @@ VIEWS: list[View] = [
             _field("ppid", "ppid", "Parent pid.", "BIGINT"),
             Column("argv", "payload->'argv'", "JSON array of arguments (recorded text: see OS strings)."),
             Column(
-                "cmd", "array_to_string(CAST(payload->'argv' AS VARCHAR[]), ' ')", "argv joined by spaces."
+                "cmd",
+                "array_to_string(TRY_CAST(payload->'argv' AS VARCHAR[]), ' ')",
+                "argv joined by spaces.",
             ),
             _field("cwd", "cwd", "Working directory (recorded text)."),
             _field("start_ns", "start_ns", "Start time.", "BIGINT"),
             _field("end_ns", "end_ns", "End time.", "BIGINT"),
             Column(
                 "duration_ms",
-                "((payload->>'end_ns')::BIGINT - (payload->>'start_ns')::BIGINT) / 1e6",
+                "(TRY_CAST(payload->>'end_ns' AS BIGINT) - TRY_CAST(payload->>'start_ns' AS BIGINT)) / 1e6",
                 "Run time.",
             ),
             _field("exit_code", "exit_code", "Exit code (NULL: killed or still running).", "INTEGER"),

@@ -163,11 +163,23 @@ class EventDetail(msgspec.Struct):
     hash: str
 
 
+def _malformed(kind: str, payload: Any) -> str:
+    """The line of an event whose payload is not what its kind says (only a hostile spool holds one)."""
+    return f"malformed {kind} payload: {json.dumps(payload)[:SUMMARY_CHARS]}"
+
+
 def _event_row(source: str, seq: int, ts_ns: int, kind: str, payload: Any, start_ns: int) -> EventRow:
     if isinstance(payload, dict):
-        summary, dur_ms, flagged, tokens = summarize_event(kind, payload)
-    else:  # too big to parse for one line: its first characters
-        summary, dur_ms, flagged, tokens = str(payload), None, False, None
+        try:
+            summary, dur_ms, flagged, tokens = summarize_event(kind, payload)
+        except (TypeError, AttributeError, ValueError):  # a field of another type than its kind's
+            summary, dur_ms, flagged, tokens = _malformed(kind, payload), None, True, None
+        if tokens is not None and not all(type(t) is int for t in tokens):
+            tokens = None
+    elif isinstance(payload, str):  # too big to parse for one line: its first characters
+        summary, dur_ms, flagged, tokens = payload, None, False, None
+    else:  # no object at all
+        summary, dur_ms, flagged, tokens = _malformed(kind, payload), None, True, None
     return EventRow(
         f"{source}:{seq}",
         source,

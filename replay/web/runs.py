@@ -15,7 +15,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from replay import manifest as manifests
-from replay.summary import UNFINISHED
+from replay.summary import UNFINISHED, labels_of
 from replay.verify import verify as verify_store
 from replay.web.resource import BadRequest, Limit, NotFound, Query, decode_cursor, encode_cursor, has_scores
 from schemas.blobstore import BlobStore
@@ -201,6 +201,20 @@ class _Ends(msgspec.Struct):
     duration_s: Any = None
 
 
+def _ends_decoder() -> Callable[[str], _Ends]:
+    """A run.started or run.finished payload's fields; none of a payload that is no object (only a
+    hostile spool holds one, and the list still shows the run)."""
+    decode = msgspec.json.Decoder(_Ends).decode
+
+    def ends(payload: str) -> _Ends:
+        try:
+            return decode(payload)
+        except msgspec.ValidationError:
+            return _Ends()
+
+    return ends
+
+
 def _counted(run_id: str, n_events: int, n_model_calls: int, n_tool_calls: int) -> RunRow:
     """A run's row with its counts only (a run that neither started nor finished looks so)."""
     unknown = dict.fromkeys(("task", "tier", "agent", "model", "backend", "exit_code", "started_ns"))
@@ -238,13 +252,13 @@ def build_run_index(con: duckdb.DuckDBPyConnection, generation: Generation) -> R
         if (row := rows.get(run_id)) is not None:
             row.tokens_in, row.tokens_out = tokens_in or 0, tokens_out or 0
             row.tokens = row.tokens_in + row.tokens_out
-    decode = msgspec.json.Decoder(_Ends).decode
+    decode = _ends_decoder()
     for run_id, ts_ns, payload in con.execute(_ENDS, ["run.started"]).fetchall():
         if (row := rows.get(run_id)) is not None:
             p = decode(payload)
             row.task, row.tier, row.agent = _field(p.task), _field(p.tier), _field(p.agent)
             row.model, row.backend, row.started_ns = _field(p.model), _field(p.backend), str(ts_ns)
-            row.labels = p.labels if isinstance(p.labels, dict) else {}
+            row.labels = labels_of(p.labels)
     for run_id, _, payload in con.execute(_ENDS, ["run.finished"]).fetchall():
         if (row := rows.get(run_id)) is not None:
             p = decode(payload)

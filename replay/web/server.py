@@ -231,6 +231,8 @@ class Handler(httpbase.Handler):
             self._refuse(500, str(e))
         except (BrokenPipeError, ConnectionResetError):
             pass
+        except Exception as e:  # (a fault of the viewer's: answered, not a dropped connection)
+            self._refuse(500, f"the viewer failed on this request: {type(e).__name__}: {e}")
 
     def _answer(self, reply: Any) -> None:
         if isinstance(reply, Body):
