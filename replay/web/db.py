@@ -18,15 +18,18 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 
 from replay.bounded import DatabaseMemory
 from replay.store import DB_NAME, lock_sql, open_sql, sql_locked
 from schemas.errors import AmbError
+
+T = TypeVar("T")
 
 SCAN_MEMORY = 4 << 20
 """The database's memory limit per core while the whole store is scanned: the scans aggregate into a
@@ -87,12 +90,13 @@ class SharedReader:
         finally:
             self._release(cur)
 
-    @contextmanager
-    def scan(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A cursor for a pass over the whole store, under a small memory limit (``SCAN_MEMORY`` per
-        core) that is lifted once it is done, so that the pass leaves little of the file cached. The
-        limit is set on a connection opened for the pass, before its configuration is locked (an
-        open connection nobody uses is closed first; one in use is scanned as it is)."""
+    def scan(self, step: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        """``step`` (a pass over the whole store) on a cursor under a small memory limit
+        (``SCAN_MEMORY`` per core) that is lifted once it is done, so that the pass leaves little of
+        the file cached; run again with twice the limit while the database runs short (a read has
+        nothing to undo). The limit is set on a connection opened for the pass, before its
+        configuration is locked (an open connection nobody uses is closed first; one in use is
+        scanned as it is)."""
         with self._lock:
             self._lock.wait_for(lambda: not self._scanning)
             if self._active == 0:
@@ -106,11 +110,10 @@ class SharedReader:
             cur = self._con.cursor()
         try:
             if not scanning:
-                yield cur
-                return
+                return step(cur)
             try:
-                with DatabaseMemory(cur, SCAN_MEMORY * (os.cpu_count() or 1)):
-                    yield cur
+                with DatabaseMemory(cur, SCAN_MEMORY * (os.cpu_count() or 1)) as memory:
+                    return memory.retrying(lambda: step(cur))
             finally:
                 with self._lock:
                     try:

@@ -100,8 +100,7 @@ class Viewer:
         generation = self.reader.generation()
         with self._index_lock:
             if self._index is None or self._index.generation != generation:
-                with self.reader.scan() as con:
-                    self._index = runs.build_run_index(con, generation)
+                self._index = self.reader.scan(lambda con: runs.build_run_index(con, generation))
             return self._index
 
     def prepare(self) -> None:

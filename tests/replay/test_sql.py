@@ -152,11 +152,14 @@ def test_the_viewers_scan_runs_under_a_small_limit_then_is_locked_down(store):
     try:
         with reader.cursor() as cur:
             default = memory_limit(cur)
-        with reader.scan() as cur:  # (the idle connection is opened again for it)
+
+        def step(cur):  # (on the idle connection, opened again for it)
             assert memory_limit(cur) == SCAN_MEMORY * (os.cpu_count() or 1)
-            assert cur.execute("SELECT count(*) FROM runs").fetchall() == [(3,)]
             with pytest.raises(duckdb.Error, match="disabled"):
                 cur.execute(f"SELECT * FROM read_blob('{store / DB_NAME}')")
+            return cur.execute("SELECT count(*) FROM runs").fetchall()
+
+        assert reader.scan(step) == [(3,)]
         with reader.cursor() as cur:
             # (the sandbox cannot reset the limit: what it was is set back, as DuckDB rounded it)
             assert abs(memory_limit(cur) - default) < default / 100
@@ -164,3 +167,20 @@ def test_the_viewers_scan_runs_under_a_small_limit_then_is_locked_down(store):
                 cur.execute("SET memory_limit = '1GiB'")
     finally:
         reader.close()
+
+
+def test_the_viewers_scan_runs_again_with_more_memory_while_the_database_runs_short(
+    store, monkeypatch, memory_growth
+):
+    """A limit too small for the run index: the build runs again with twice the limit until it fits
+    (a read has nothing to undo), and the viewer gets the whole index."""
+    from replay.web import db, runs
+
+    monkeypatch.setattr(db, "SCAN_MEMORY", 1 << 12)
+    reader = db.SharedReader(store)
+    try:
+        index = reader.scan(lambda cur: runs.build_run_index(cur, reader.generation()))
+    finally:
+        reader.close()
+    assert memory_growth, "the first limit was enough: the retry was not reached"
+    assert len(index.rows) == 3
