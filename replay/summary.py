@@ -1,4 +1,4 @@
-"""A run's summary (what ran, how it ended, what it used), read from the store by one query
+"""A run's summary (what ran, how it ended, what it used), read from the store by four plain scans
 (``summaries``: ``amb runs``, ``amb show``, the viewer) or folded from events as they are read
 (``RunSummary.add``: ``amb watch``); a test holds both to the same summary of the same events. A
 cost nobody priced is unknown (None), never 0."""
@@ -6,6 +6,7 @@ cost nobody priced is unknown (None), never 0."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import duckdb
@@ -98,41 +99,94 @@ class RunSummary(msgspec.Struct, kw_only=True):
             setattr(self, name, getattr(self, name) + 1)
 
 
-_SUMMARIES = """
-SELECT r.run_id, r.task, r.tier, r.agent, r.model, r.backend, CAST(r.labels AS VARCHAR) AS labels,
-       r.status, r.exit_code, r.duration_s, r.started_ns, e.first_ns, e.last_ns, r.n_events AS events,
-       r.n_model_calls AS model_calls, coalesce(m.failed, 0) AS failed_calls,
-       list_sort(coalesce(m.models, [])) AS models,
-       struct_pack(input := coalesce(m.input, 0), cache_read := coalesce(m.cache_read, 0),
-                   cache_write := coalesce(m.cache_write, 0), output := coalesce(m.output, 0),
-                   reasoning := coalesce(m.reasoning, 0)) AS tokens,
-       r.n_tool_calls AS tool_calls, r.n_processes AS processes, r.n_file_writes AS file_writes
-FROM runs r
-LEFT JOIN (
-    SELECT run_id, count(*) FILTER (WHERE NOT ok) AS failed,
-           list(DISTINCT model) FILTER (model <> '') AS models,
-           sum(input_tokens)::BIGINT AS input, sum(cache_read_tokens)::BIGINT AS cache_read,
-           sum(cache_write_tokens)::BIGINT AS cache_write, sum(output_tokens)::BIGINT AS output,
-           sum(reasoning_tokens)::BIGINT AS reasoning
-    FROM model_calls {where} GROUP BY run_id
-) m USING (run_id)
-LEFT JOIN (SELECT run_id, min(ts_ns) AS first_ns, max(ts_ns) AS last_ns FROM events {where} GROUP BY run_id) e
-    USING (run_id)
-{where_r}
-ORDER BY r.started_ns NULLS LAST, r.run_id
-"""
+_COUNTS = """SELECT run_id, count(*), min(ts_ns), max(ts_ns),
+       count(*) FILTER (WHERE kind = 'model_call.completed'),
+       count(*) FILTER (WHERE kind = 'tool_call.requested'),
+       count(*) FILTER (WHERE kind = 'process.exited'),
+       count(*) FILTER (WHERE kind = 'file.written')
+FROM events {where} GROUP BY run_id"""
+_CALLS = """SELECT run_id, count(*) FILTER (WHERE NOT ok), list(DISTINCT model) FILTER (model <> ''),
+       sum(input_tokens)::BIGINT, sum(cache_read_tokens)::BIGINT, sum(cache_write_tokens)::BIGINT,
+       sum(output_tokens)::BIGINT, sum(reasoning_tokens)::BIGINT
+FROM model_calls {where} GROUP BY run_id"""
+_ENDS = "SELECT run_id, ts_ns, CAST(payload AS VARCHAR) FROM events WHERE kind = $kind {also}"
+"""(One kind at a time: with ``kind IN (...)`` DuckDB filters after the scan, and reads the payload
+of every event instead of the run's two.)"""
+
+
+class _Ends(msgspec.Struct):
+    """The fields of run.started and run.finished payloads a summary shows, as the JSON has them."""
+
+    task: Any = None
+    tier: Any = None
+    agent: Any = None
+    model: Any = None
+    backend: Any = None
+    labels: Any = None
+    status: Any = None
+    exit_code: Any = None
+    duration_s: Any = None
 
 
 def summaries(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list[RunSummary]:
     """Every run's summary (or only ``run_id``'s), ordered by start (runs that never started last),
-    then id."""
-    where = ("WHERE run_id = $run", "WHERE r.run_id = $run") if run_id is not None else ("", "")
-    cur = con.execute(_SUMMARIES.format(where=where[0], where_r=where[1]), {"run": run_id} if run_id else {})
-    names = [d[0] for d in cur.description]
-    rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-    for fields in rows:
-        fields["labels"] = labels_of(json.loads(fields["labels"] or "{}"))
-    return msgspec.convert(rows, list[RunSummary])
+    then id.
+
+    Four plain scans, folded here: the counts and time span per run, the model calls' aggregates,
+    the run.started and the run.finished events. One query joining the ``runs`` view to the calls'
+    aggregate made DuckDB build hash tables as big as the store; these keep a row per run."""
+    where, params = ("WHERE run_id = $run", {"run": run_id}) if run_id is not None else ("", {})
+    found: dict[str, RunSummary] = {}
+    for run, n, first_ns, last_ns, calls, tools, processes, writes in con.execute(
+        _COUNTS.format(where=where), params
+    ).fetchall():
+        found[run] = RunSummary(
+            run_id=run, events=n, first_ns=first_ns, last_ns=last_ns, model_calls=calls,
+            tool_calls=tools, processes=processes, file_writes=writes,
+        )  # fmt: skip
+    for run, failed, models, *tokens in con.execute(_CALLS.format(where=where), params).fetchall():
+        if (s := found.get(run)) is not None:
+            s.failed_calls, s.models = failed, sorted(models or [])
+            s.tokens = Tokens(**{f: t or 0 for f, t in zip(Tokens.__struct_fields__, tokens, strict=True)})
+    ends = _ends_of(con, "AND run_id = $run" if run_id is not None else "", params)
+    for run, ts_ns, p in ends("run.started"):
+        if (s := found.get(run)) is not None:
+            s.task, s.tier, s.agent, s.model = _text(p.task), _text(p.tier), _text(p.agent), _text(p.model)
+            s.backend, s.labels, s.started_ns = _text(p.backend), labels_of(p.labels), ts_ns
+    for run, _, p in ends("run.finished"):
+        if (s := found.get(run)) is not None:
+            s.status = _text(p.status) or UNFINISHED
+            s.exit_code, s.duration_s = _number(p.exit_code, int), _number(p.duration_s, float)
+    return sorted(found.values(), key=lambda s: (s.started_ns is None, s.started_ns or 0, s.run_id))
+
+
+def _ends_of(
+    con: duckdb.DuckDBPyConnection, also: str, params: dict[str, Any]
+) -> Callable[[str], Iterator[tuple[str, int, _Ends]]]:
+    """The events of one kind, each with its payload's fields (none of a payload that is no object:
+    only a hostile spool holds one, and the run is still summarised)."""
+    decode = msgspec.json.Decoder(_Ends).decode
+
+    def ends(kind: str) -> Iterator[tuple[str, int, _Ends]]:
+        for run, ts_ns, payload in con.execute(_ENDS.format(also=also), {"kind": kind, **params}).fetchall():
+            try:
+                yield run, ts_ns, decode(payload)
+            except msgspec.ValidationError:
+                yield run, ts_ns, _Ends()
+
+    return ends
+
+
+def _text(value: Any) -> str | None:
+    """A JSON value as text, as DuckDB's ``->>`` gives it (null stays None)."""
+    return value if isinstance(value, str) or value is None else json.dumps(value, separators=(",", ":"))
+
+
+def _number(value: Any, kind: type[int] | type[float]) -> Any:
+    """A JSON number as the summary's type; None when it is no number."""
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return kind(value)
 
 
 def labels_of(value: Any) -> dict[str, str]:

@@ -15,7 +15,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from replay import manifest as manifests
-from replay.summary import UNFINISHED, labels_of
+from replay.summary import summaries
 from replay.verify import verify as verify_store
 from replay.web.resource import BadRequest, Limit, NotFound, Query, decode_cursor, encode_cursor, has_scores
 from schemas.blobstore import BlobStore
@@ -175,98 +175,31 @@ class RunIndex:
         return found
 
 
-_COUNTS = """SELECT run_id, count(*), min(ts_ns), max(ts_ns),
-                     count(*) FILTER (WHERE kind = 'model_call.completed'),
-                     count(*) FILTER (WHERE kind = 'tool_call.requested')
-              FROM events GROUP BY run_id"""
-_TOKENS = (
-    "SELECT run_id, sum(input_tokens)::BIGINT, sum(output_tokens)::BIGINT FROM model_calls GROUP BY run_id"
-)
-_ENDS = "SELECT run_id, ts_ns, CAST(payload AS VARCHAR) FROM events WHERE kind = ?"
-"""(One kind at a time: with ``kind IN (...)`` DuckDB filters after the scan, and reads the payload
-of every event instead of the run's two.)"""
-
-
-class _Ends(msgspec.Struct):
-    """The fields of run.started and run.finished payloads the list shows, as the JSON has them."""
-
-    task: Any = None
-    tier: Any = None
-    agent: Any = None
-    model: Any = None
-    backend: Any = None
-    labels: Any = None
-    status: Any = None
-    exit_code: Any = None
-    duration_s: Any = None
-
-
-def _ends_decoder() -> Callable[[str], _Ends]:
-    """A run.started or run.finished payload's fields; none of a payload that is no object (only a
-    hostile spool holds one, and the list still shows the run)."""
-    decode = msgspec.json.Decoder(_Ends).decode
-
-    def ends(payload: str) -> _Ends:
-        try:
-            return decode(payload)
-        except msgspec.ValidationError:
-            return _Ends()
-
-    return ends
-
-
-def _counted(run_id: str, n_events: int, n_model_calls: int, n_tool_calls: int) -> RunRow:
-    """A run's row with its counts only (a run that neither started nor finished looks so)."""
-    unknown = dict.fromkeys(("task", "tier", "agent", "model", "backend", "exit_code", "started_ns"))
-    return RunRow(
-        **unknown,
-        run_id=run_id,
-        status=UNFINISHED,
-        duration_s=None,
-        labels={},
-        n_events=n_events,
-        n_model_calls=n_model_calls,
-        n_tool_calls=n_tool_calls,
-        tokens_in=0,
-        tokens_out=0,
-        tokens=0,
-        track=None,
-        cost_usd=None,
-        scores={},
-        scans={},
-    )
-
-
 def build_run_index(con: duckdb.DuckDBPyConnection, generation: Generation) -> RunIndex:
-    """Every run's row: what ``replay.summary.summaries`` gives, from four plain scans of the events
-    (counts and span per run, tokens per run, the run.started and the run.finished events) folded
-    here. The summaries' query joins the ``runs`` view, which aggregates every event, to two more
-    aggregates: DuckDB builds hash tables as big as the store for it, where these scans keep a row
-    per run."""
-    rows: dict[str, RunRow] = {}
+    rows: list[RunRow] = []
     spans: dict[str, tuple[int, int]] = {}
-    for run_id, n, first_ns, last_ns, calls, tools in con.execute(_COUNTS).fetchall():
-        rows[run_id] = _counted(run_id, n, calls, tools)
-        spans[run_id] = (first_ns, last_ns)
-    for run_id, tokens_in, tokens_out in con.execute(_TOKENS).fetchall():
-        if (row := rows.get(run_id)) is not None:
-            row.tokens_in, row.tokens_out = tokens_in or 0, tokens_out or 0
-            row.tokens = row.tokens_in + row.tokens_out
-    decode = _ends_decoder()
-    for run_id, ts_ns, payload in con.execute(_ENDS, ["run.started"]).fetchall():
-        if (row := rows.get(run_id)) is not None:
-            p = decode(payload)
-            row.task, row.tier, row.agent = _field(p.task), _field(p.tier), _field(p.agent)
-            row.model, row.backend, row.started_ns = _field(p.model), _field(p.backend), str(ts_ns)
-            row.labels = labels_of(p.labels)
-    for run_id, _, payload in con.execute(_ENDS, ["run.finished"]).fetchall():
-        if (row := rows.get(run_id)) is not None:
-            p = decode(payload)
-            row.status = UNFINISHED if p.status is None else _field(p.status)
-            row.exit_code, row.duration_s = _number(p.exit_code, int), _number(p.duration_s, float)
-    # (the summaries' order: by start, runs that never started last, then by id)
-    ordered = sorted(rows.values(), key=lambda r: (r.started_ns is None, int(r.started_ns or 0), r.run_id))
-    index = RunIndex(generation, ordered, spans, [])
+    for s in summaries(con):
+        rows.append(
+            RunRow(
+                **s.header(),
+                started_ns=None if s.started_ns is None else str(s.started_ns),
+                duration_s=s.duration_s,
+                labels=s.labels,
+                n_events=s.events,
+                n_model_calls=s.model_calls,
+                n_tool_calls=s.tool_calls,
+                tokens_in=s.tokens.input,
+                tokens_out=s.tokens.output,
+                tokens=s.tokens.input + s.tokens.output,
+                track=None,
+                cost_usd=s.cost_usd,
+                scores={},
+                scans={},
+            )
+        )
+        if s.first_ns is not None and s.last_ns is not None:
+            spans[s.run_id] = (s.first_ns, s.last_ns)
+    index = RunIndex(generation, rows, spans, [])
     index.profiles = _add_scores(con, index.by_id)
     if has_scores(con, "scan_results_current"):
         query = "SELECT run_id, scanner, n_findings, CAST(value AS VARCHAR), error FROM scan_results_current"
@@ -275,7 +208,7 @@ def build_run_index(con: duckdb.DuckDBPyConnection, generation: Generation) -> R
             if (scanned := index.by_id.get(run_id)) is not None:
                 flagged = bool(n) and v not in (False, None, 0, "")
                 scanned.scans[scanner] = ScanMark(flagged, v, error is not None)
-        index.scanners = sorted({s for r in ordered for s in r.scans})
+        index.scanners = sorted({s for r in rows for s in r.scans})
     return index
 
 
@@ -346,20 +279,6 @@ def _keeps(q: RunsQuery) -> Callable[[RunRow], bool]:
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
-
-
-def _field(value: Any) -> Any:
-    """A JSON value as text, as DuckDB's ``->>`` gives it (null stays None)."""
-    return value if isinstance(value, str) or value is None else json.dumps(value, separators=(",", ":"))
-
-
-def _number(value: Any, kind: type[int] | type[float]) -> Any:
-    """A JSON value cast as the ``runs`` view casts it (None when it is not a number)."""
-    return (
-        None
-        if value is None or isinstance(value, bool) or not isinstance(value, int | float)
-        else kind(value)
-    )
 
 
 def _sort_key(q: RunsQuery) -> Callable[[RunRow], list[Any]]:
