@@ -91,14 +91,15 @@ def load_calls(con: duckdb.DuckDBPyConnection, blobs: Any, run_id: str) -> list[
     require_runs(con, [run_id])
     rows = con.execute(
         """SELECT source, seq, payload->>'$.call_id', payload->>'$.api', payload->>'$.provider',
-                  coalesce((payload->>'$.stream')::BOOLEAN, false), (payload->>'$.status')::INTEGER,
-                  coalesce((payload->>'$.ok')::BOOLEAN, true), payload->>'$.error',
-                  coalesce((payload->>'$.partial')::BOOLEAN, false), payload->>'$.request.blob',
+                  coalesce(TRY_CAST(payload->>'$.stream' AS BOOLEAN), false),
+                  TRY_CAST(payload->>'$.status' AS INTEGER),
+                  coalesce(TRY_CAST(payload->>'$.ok' AS BOOLEAN), true), payload->>'$.error',
+                  coalesce(TRY_CAST(payload->>'$.partial' AS BOOLEAN), false), payload->>'$.request.blob',
                   payload->>'$.response.blob',
                   coalesce(payload->>'$.response.media_type', 'application/json'),
-                  (payload->>'$.ttfb_ms')::DOUBLE, (payload->>'$.latency_ms')::DOUBLE
+                  TRY_CAST(payload->>'$.ttfb_ms' AS DOUBLE), TRY_CAST(payload->>'$.latency_ms' AS DOUBLE)
            FROM events WHERE run_id = ? AND kind = 'model_call.completed'
-           ORDER BY coalesce((payload->>'$.started_ns')::BIGINT, ts_ns), ts_ns, source, seq""",
+           ORDER BY coalesce(TRY_CAST(payload->>'$.started_ns' AS BIGINT), ts_ns), ts_ns, source, seq""",
         [run_id],
     ).fetchall()
     if not rows:

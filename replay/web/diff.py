@@ -72,12 +72,13 @@ def normalise_arguments(raw: str | None) -> str:
 
 def load_steps(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Step]:
     rows = con.execute(
-        """SELECT source, seq, ts_ns, coalesce((payload->>'$.ok')::BOOLEAN, true), payload->>'$.error',
+        """SELECT source, seq, ts_ns, coalesce(TRY_CAST(payload->>'$.ok' AS BOOLEAN), true),
+                  payload->>'$.error',
                   CAST(coalesce(payload->'$.message.tool_calls', '[]') AS VARCHAR),
                   left(coalesce(payload->>'$.message.text', ''), 400),
-                  coalesce((payload->>'$.usage.input_total')::BIGINT, 0),
-                  coalesce((payload->>'$.usage.output')::BIGINT, 0),
-                  (payload->>'$.latency_ms')::DOUBLE
+                  coalesce(TRY_CAST(payload->>'$.usage.input_total' AS BIGINT), 0),
+                  coalesce(TRY_CAST(payload->>'$.usage.output' AS BIGINT), 0),
+                  TRY_CAST(payload->>'$.latency_ms' AS DOUBLE)
            FROM events WHERE run_id = ? AND kind = 'model_call.completed' ORDER BY ts_ns, source, seq""",
         [run_id],
     ).fetchall()

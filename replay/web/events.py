@@ -399,17 +399,29 @@ def event_detail(con: duckdb.DuckDBPyConnection, run_id: str, source: str, seq: 
     return EventDetail(f"{source}:{seq}", source, seq, kind, v, str(ts_ns), body, size, prev_hash, hash_)
 
 
-_SPAN_SQL = """
+def _ns_moved(base: str, ms_field: str, sign: str) -> str:
+    """``base`` (ns) moved by the payload's milliseconds field, in exact integers; ``base`` itself
+    where the field is no number or the sum leaves BIGINT's range (only a hostile spool holds such
+    a value, and the span is then an instant)."""
+    ms = f"coalesce(TRY_CAST(TRY_CAST(payload->>'$.{ms_field}' AS DOUBLE) * 1e6 AS BIGINT), 0)"
+    return f"coalesce(TRY_CAST(CAST({base} AS HUGEINT) {sign} {ms} AS BIGINT), {base})"
+
+
+_CALL_START = "coalesce(nullif(TRY_CAST(payload->>'$.started_ns' AS BIGINT), 0), {otherwise})"
+
+_CALL_FROM = _CALL_START.format(otherwise=_ns_moved("ts_ns", "latency_ms", "-"))
+_CALL_TO = _ns_moved(_CALL_START.format(otherwise="ts_ns"), "latency_ms", "+")
+_REQUEST_FROM = _ns_moved("ts_ns", "duration_ms", "-")
+
+_SPAN_SQL = f"""
   CASE kind
-    WHEN 'model_call.completed' THEN coalesce(nullif((payload->>'$.started_ns')::BIGINT, 0),
-        ts_ns - CAST(coalesce((payload->>'$.latency_ms')::DOUBLE, 0) * 1e6 AS BIGINT))
-    WHEN 'process.exited' THEN coalesce(nullif((payload->>'$.start_ns')::BIGINT, 0), ts_ns)
-    WHEN 'network.request' THEN ts_ns - CAST(coalesce((payload->>'$.duration_ms')::DOUBLE, 0) * 1e6 AS BIGINT)
+    WHEN 'model_call.completed' THEN {_CALL_FROM}
+    WHEN 'process.exited' THEN coalesce(nullif(TRY_CAST(payload->>'$.start_ns' AS BIGINT), 0), ts_ns)
+    WHEN 'network.request' THEN {_REQUEST_FROM}
     ELSE ts_ns END AS s,
   CASE kind
-    WHEN 'model_call.completed' THEN coalesce(nullif((payload->>'$.started_ns')::BIGINT, 0), ts_ns)
-        + CAST(coalesce((payload->>'$.latency_ms')::DOUBLE, 0) * 1e6 AS BIGINT)
-    WHEN 'process.exited' THEN greatest(coalesce((payload->>'$.end_ns')::BIGINT, ts_ns), ts_ns)
+    WHEN 'model_call.completed' THEN {_CALL_TO}
+    WHEN 'process.exited' THEN greatest(coalesce(TRY_CAST(payload->>'$.end_ns' AS BIGINT), ts_ns), ts_ns)
     ELSE ts_ns END AS e
 """
 """When each event's activity started and ended: a model call from its start for its latency, a

@@ -134,11 +134,19 @@ def test_the_viewer_lists_them_and_shows_each_run(store):
         with urllib.request.urlopen(viewer.url + "/api/runs", timeout=60) as r:
             page = json.loads(r.read())
         assert {row["run_id"] for row in page["runs"]} == set(STARTS)
-        for run in STARTS:
-            for endpoint in ("", "/events", "/scores", "/verify"):
-                try:
-                    with urllib.request.urlopen(f"{viewer.url}/api/runs/{run}{endpoint}", timeout=60) as r:
-                        assert r.status == 200
-                        json.loads(r.read())
-                except urllib.error.HTTPError as e:  # a refusal names what it refuses, as JSON
-                    assert e.code < 500, (run, endpoint, e.code, e.read()[:300])
+        asked = [
+            f"/api/runs/{run}{endpoint}"
+            for run in STARTS
+            for endpoint in ("", "/events", "/scores", "/verify", "/timeline", "/workspace")
+        ]
+        asked += [f"/api/runs/typed/events/recorder/{seq}" for seq in range(len(OTHERS) + 2)]
+        asked += ["/api/runs/typed/calls/recorder/1", "/api/diff?a=typed&b=array", "/api/grid?task=5"]
+        for path in asked:
+            try:
+                with urllib.request.urlopen(viewer.url + path, timeout=60) as r:
+                    assert r.status == 200
+                    json.loads(r.read())
+            except urllib.error.HTTPError as e:
+                # A refusal names what it refuses, as JSON; a typed reader names the malformed event.
+                why = json.loads(e.read())["error"]
+                assert e.code < 500 or ("malformed" in why and "seq" in why), (path, e.code, why)
