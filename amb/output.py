@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +17,8 @@ __all__ = ["cell", "emit", "table", "to_jsonable"]
 
 
 def to_jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # inf, -inf, nan: JSON has no such number (its text, as CSV writes it)
     if isinstance(value, (bytes, bytearray)):
         return value.decode("utf-8", "replace")
     if hasattr(value, "isoformat"):

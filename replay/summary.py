@@ -6,6 +6,7 @@ cost nobody priced is unknown (None), never 0."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -173,8 +174,7 @@ def summaries(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
 def _ends_of(
     con: duckdb.DuckDBPyConnection, also: str, params: dict[str, Any]
 ) -> Callable[[str], Iterator[tuple[str, int, _Ends]]]:
-    """The events of one kind, each with its payload's fields (none of a payload that is no object:
-    only a hostile spool holds one, and the run is still summarised)."""
+    """The events of one kind, each with its payload's fields."""
     decode = msgspec.json.Decoder(_Ends).decode
 
     def ends(kind: str) -> Iterator[tuple[str, int, _Ends]]:
@@ -182,9 +182,19 @@ def _ends_of(
             try:
                 yield run, ts_ns, decode(payload)
             except msgspec.ValidationError:
-                yield run, ts_ns, _Ends()
+                yield run, ts_ns, _leniently(payload)
 
     return ends
+
+
+def _leniently(payload: str) -> _Ends:
+    """The fields of a payload msgspec refuses: one that is no object (none), or one holding a number
+    out of any range (``1e400``, which Python reads as infinity). Only a hostile spool holds one,
+    and the run is still summarised with every field that can be read."""
+    value = json.loads(payload)
+    if not isinstance(value, dict):
+        return _Ends()
+    return _Ends(**{name: value.get(name) for name in _Ends.__struct_fields__})
 
 
 def _text(value: Any) -> str | None:
@@ -193,8 +203,11 @@ def _text(value: Any) -> str | None:
 
 
 def _number(value: Any, kind: type[int] | type[float]) -> Any:
-    """A JSON number as the summary's type; None when it is no number."""
+    """A JSON number as the summary's type, as the views' TRY_CAST reads it: None when it is no
+    number, not finite, or (an integer) outside BIGINT's range."""
     if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value) or (kind is int and not -(2**63) <= value < 2**63):
         return None
     return kind(value)
 

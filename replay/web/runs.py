@@ -1,6 +1,7 @@
 """The runs: the list (``/api/runs``), one run's header (``/api/runs/RUN``) and a task's grid
-(``/api/grid``), all read from one index of every run, built by four plain scans of the store and
-kept until the store changes (the runs view aggregates every event; a page must not pay for that); and
+(``/api/grid``), all read from one index of every run, built from the runs' summaries
+(``replay.summary``: plain scans, no aggregate of the ``runs`` view, which a page must not pay for)
+and kept until the store changes; and
 a run's checks (``/api/runs/RUN/verify``) and scores (``/api/runs/RUN/scores``)."""
 
 from __future__ import annotations

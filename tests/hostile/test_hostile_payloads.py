@@ -32,6 +32,12 @@ STARTS = {
 }
 """Each run's run.started payload."""
 
+HUGE_FINISH = '{"duration_s":1e400,"exit_code":123456789012345678901234567890,"status":"completed"}'
+"""A run.finished whose numbers are out of every range (``huge``'s)."""
+HUGE_CALL = '{"latency_ms":1e400,"started_ns":99999999999999999999,"usage":{"input_total":1e400}}'
+RUNS = [*STARTS, "huge"]
+
+
 OTHERS = [
     ("model_call.completed", '{"usage":{"input_total":"many","output":[1]},"ok":"yes","latency_ms":"slow"}'),
     ("process.exited", '{"argv":"not a list","start_ns":"then","end_ns":{"a":1},"pid":"p"}'),
@@ -65,8 +71,13 @@ def store(tmp_path_factory) -> Path:
     for run, start in STARTS.items():
         middle = OTHERS if run == "typed" else []
         _write_spool(root, run, [("run.started", start), *middle, ("run.finished", BAD_FINISH)])
+    _write_spool(
+        root,
+        "huge",
+        [("run.started", "{}"), ("model_call.completed", HUGE_CALL), ("run.finished", HUGE_FINISH)],
+    )
     report = ingest(root)
-    assert report.events_added == 2 * len(STARTS) + len(OTHERS)
+    assert report.events_added == 2 * len(STARTS) + len(OTHERS) + 3
     return root
 
 
@@ -87,24 +98,30 @@ def test_verify_keeps_them_as_recorded(store):
 def test_the_runs_list_and_show_read_a_field_of_another_type_as_nothing(store):
     code, out, _ = amb("runs", "--json", "--store", str(store))
     listed = {r["run_id"]: r for r in json.loads(out)}
-    assert code == 0 and set(listed) == set(STARTS)
+    assert code == 0 and set(listed) == set(RUNS)
     assert listed["typed"]["duration_s"] is None and listed["typed"]["status"] == "7"
     shown = {}
-    for run in STARTS:
+    for run in RUNS:
         code, out, _ = amb("show", run, "--json", "--store", str(store))
         shown[run] = json.loads(out)
         assert code == 0 and shown[run]["run_id"] == run
     typed = shown["typed"]
     assert typed["exit_code"] is None and typed["task"] == "5" and typed["tier"] == "[1]"
     assert typed["labels"] == {"a": "1", "b": "ok", "c": "[true]"} and shown["array"]["labels"] == {}
+    # Numbers out of every range: nothing, while the rest of the payload still reads.
+    huge = shown["huge"]
+    assert (huge["status"], huge["duration_s"], huge["exit_code"]) == ("completed", None, None)
 
 
 @pytest.mark.parametrize("view", ["runs", "model_calls", "processes", "tool_calls"])
 def test_every_view_reads_them(store, view):
     code, out, _ = amb("sql", f"SELECT * FROM {view}", "--format", "json", "--store", str(store))
     assert code == 0, out
-    rows = json.loads(out)
-    assert rows, f"no rows in {view}"
+    every = json.loads(out, parse_constant=_no_constant)  # strict JSON: no Infinity or NaN
+    if view == "model_calls":  # 1e400 is a DOUBLE's infinity, written as its text
+        assert [r["latency_ms"] for r in every if r["run_id"] == "huge"] == ["inf"]
+    rows = [r for r in every if r["run_id"] in ("typed", None)]
+    assert rows, f"no rows of the typed run in {view}"
     if view == "model_calls":
         assert rows[0]["input_tokens"] is None and rows[0]["latency_ms"] is None
     if view == "processes":
@@ -113,12 +130,16 @@ def test_every_view_reads_them(store, view):
         assert rows[0]["is_error"] is None and rows[0]["answered_ns"] is not None
 
 
+def _no_constant(name: str):
+    raise AssertionError(f"{name} is not JSON")
+
+
 def test_a_parquet_export_holds_every_run(store, tmp_path):
     code, out, _ = amb("export", "parquet", "--store", str(store), str(tmp_path / "pq"))
     assert code == 0, out
     import pyarrow.parquet as pq
 
-    assert pq.read_table(tmp_path / "pq" / "runs.parquet").num_rows == len(STARTS)
+    assert pq.read_table(tmp_path / "pq" / "runs.parquet").num_rows == len(RUNS)
 
 
 @pytest.mark.parametrize("command", [["score", "--all", "--judge", "offline"], ["audit", "typed"]])
@@ -133,13 +154,14 @@ def test_the_viewer_lists_them_and_shows_each_run(store):
     with Running(store) as viewer:
         with urllib.request.urlopen(viewer.url + "/api/runs", timeout=60) as r:
             page = json.loads(r.read())
-        assert {row["run_id"] for row in page["runs"]} == set(STARTS)
+        assert {row["run_id"] for row in page["runs"]} == set(RUNS)
         asked = [
             f"/api/runs/{run}{endpoint}"
-            for run in STARTS
+            for run in RUNS
             for endpoint in ("", "/events", "/scores", "/verify", "/timeline", "/workspace")
         ]
         asked += [f"/api/runs/typed/events/recorder/{seq}" for seq in range(len(OTHERS) + 2)]
+        asked += ["/api/runs/huge/events/recorder/1", "/api/runs/huge/calls/recorder/1"]
         asked += ["/api/runs/typed/calls/recorder/1", "/api/diff?a=typed&b=array", "/api/grid?task=5"]
         for path in asked:
             try:
