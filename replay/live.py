@@ -24,7 +24,7 @@ from replay.store import DB_NAME, Store
 from replay.summary import RunSummary
 from schemas.codec import Event, decode_event
 from schemas.display import clip
-from schemas.errors import AmbError, SpoolError
+from schemas.errors import AmbError, SchemaError, SpoolError
 from schemas.events import (
     FileDeleted,
     FileRenamed,
@@ -94,10 +94,17 @@ class SpoolTail:
             start = len(MAGIC)
         end = max(complete_end(data), start)
         bodies = frames(data, start, end, str(self.path), number=self.frames, at=self.offset)
+        first = self.frames
         self.frames += len(bodies)
         self.offset += end
         self.torn = len(data) - end
-        return [decode_event(body) for body in bodies]
+        return [self._decoded(body, first + i) for i, body in enumerate(bodies)]
+
+    def _decoded(self, body: bytes, frame: int) -> Event:
+        try:
+            return decode_event(body)
+        except SchemaError as e:
+            raise type(e)(f"{self.path}: frame {frame}: {e}") from e
 
 
 def _cut(text: str, n: int = SHOWN) -> str:

@@ -16,6 +16,7 @@ import msgspec
 from schemas.codec import Event
 from schemas.errors import NotFound
 from schemas.events import ModelCallCompleted, RunFinished, RunStarted, Usage
+from schemas.untrusted_json import check_json_depth
 
 UNFINISHED = "unfinished"
 """The status of a run with no ``run.finished`` (the ``runs`` view's word)."""
@@ -174,11 +175,17 @@ def summaries(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
 def _ends_of(
     con: duckdb.DuckDBPyConnection, also: str, params: dict[str, Any]
 ) -> Callable[[str], Iterator[tuple[str, int, _Ends]]]:
-    """The events of one kind, each with its payload's fields."""
+    """The events of one kind, each with its payload's fields (none of a payload nested deeper than
+    any real one, which no decoder reads without running out of stack)."""
     decode = msgspec.json.Decoder(_Ends).decode
 
     def ends(kind: str) -> Iterator[tuple[str, int, _Ends]]:
         for run, ts_ns, payload in con.execute(_ENDS.format(also=also), {"kind": kind, **params}).fetchall():
+            try:
+                check_json_depth(payload)
+            except ValueError:
+                yield run, ts_ns, _Ends()
+                continue
             try:
                 yield run, ts_ns, decode(payload)
             except msgspec.ValidationError:

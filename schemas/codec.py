@@ -141,7 +141,7 @@ def decode_body(body: bytes | memoryview) -> RawEnvelope:
     """Decode the envelope of a body; the payload stays raw bytes."""
     try:
         return _envelope_decoder.decode(body)
-    except msgspec.DecodeError as e:
+    except (msgspec.DecodeError, RecursionError) as e:  # (a body nested deeper than the stack)
         raise SchemaError(f"malformed event envelope: {e}") from e
 
 
@@ -167,7 +167,8 @@ def decode_payload(kind: str, v: int, payload: bytes | memoryview) -> Payload:
         else:
             old: dict[str, Any] = msgspec.json.decode(payload)
             decoded = msgspec.convert(upcast(kind, v, target, old), AnyPayload)
-    except (msgspec.DecodeError, msgspec.ValidationError, KeyError, UnicodeError) as e:
+    except (msgspec.DecodeError, msgspec.ValidationError, KeyError, UnicodeError, RecursionError) as e:
+        # (RecursionError: nested deeper than the decoder's stack, which only a hostile spool holds)
         raise SchemaError(f"malformed {kind} v{v} payload: {e}") from e
     if kind_of(type(decoded)) != kind:
         raise SchemaError(f"payload tag {kind_of(type(decoded))!r} does not match envelope kind {kind!r}")

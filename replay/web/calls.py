@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from typing import Any
 
 import duckdb
@@ -16,7 +15,7 @@ from replay.store import first
 from replay.web.resource import IMAGE_CAP, RAW_CAP, TEXT_CAP, BadRequest, NotFound, one_line
 from schemas import providers
 from schemas.blobstore import BlobStore
-from schemas.errors import BlobError
+from schemas.errors import BlobError, SchemaError
 from schemas.providers import render
 from schemas.untrusted_json import loads_untrusted
 
@@ -106,7 +105,12 @@ def _call_payload(con: duckdb.DuckDBPyConnection, run_id: str, source: str, seq:
         raise NotFound(f"no event {source}:{seq} in run {run_id!r}")
     if row[0] != "model_call.completed":
         raise BadRequest(f"event {source}:{seq} is a {row[0]}, not a model call")
-    payload: dict[str, Any] = json.loads(row[1])
+    try:
+        payload = loads_untrusted(row[1])
+    except ValueError as e:
+        raise SchemaError(f"event {source}:{seq}: malformed model_call.completed payload: {e}") from e
+    if not isinstance(payload, dict):
+        raise SchemaError(f"event {source}:{seq}: malformed model_call.completed payload: not an object")
     return payload
 
 

@@ -86,7 +86,7 @@ def load_steps(con: duckdb.DuckDBPyConnection, run_id: str) -> list[Step]:
     for i, (source, seq, ts, ok, error, calls, text, tin, tout, lat) in enumerate(rows):
         tools = tuple(
             (str(c.get("name", "")), normalise_arguments(c.get("arguments")))
-            for c in json.loads(calls)
+            for c in _json_list(calls)
             if isinstance(c, dict)
         )
         steps.append(
@@ -294,7 +294,18 @@ def submission(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, str] | 
     ).fetchall()
     if not row:
         return None
-    return {f["path"]: f["sha256"] for f in json.loads(row[0][0] or "[]") if isinstance(f, dict)}
+    return {
+        str(f.get("path")): str(f.get("sha256")) for f in _json_list(row[0][0] or "[]") if isinstance(f, dict)
+    }
+
+
+def _json_list(text: str) -> list[Any]:
+    """A JSON array a payload holds; empty for anything else (only a hostile spool holds another)."""
+    try:
+        value = loads_untrusted(text)
+    except ValueError:
+        return []
+    return value if isinstance(value, list) else []
 
 
 def outcomes(

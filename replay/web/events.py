@@ -33,6 +33,7 @@ from replay.web.resource import (
     one_line,
     parse_key,
 )
+from schemas.untrusted_json import loads_untrusted
 
 PAYLOAD_CAP = 64 * 1024
 """Payloads up to this size are summarised from their JSON; a bigger one by its first characters."""
@@ -161,6 +162,17 @@ class EventDetail(msgspec.Struct):
     payload_bytes: int
     prev_hash: str | None
     hash: str
+
+
+def _parsed(text: str | None, otherwise: Any) -> Any:
+    """A stored payload decoded, or ``otherwise`` when it is not given (too big) or nests deeper than
+    any decoder reads (only a hostile spool holds one)."""
+    if text is None:
+        return otherwise
+    try:
+        return loads_untrusted(text)
+    except ValueError:
+        return otherwise
 
 
 def _malformed(kind: str, payload: Any) -> str:
@@ -371,7 +383,7 @@ def _summaries(
     wanted = set(keys)
     rows = con.execute(" UNION ALL ".join(selects), cargs).fetchall()
     found = {
-        (src, seq): _event_row(src, seq, ts, kind, json.loads(full) if full is not None else prefix, start_ns)
+        (src, seq): _event_row(src, seq, ts, kind, _parsed(full, prefix), start_ns)
         for src, seq, ts, kind, full, prefix in rows
         if (src, seq) in wanted
     }
@@ -395,7 +407,7 @@ def event_detail(con: duckdb.DuckDBPyConnection, run_id: str, source: str, seq: 
     if row is None:
         raise NotFound(f"no event {source}:{seq} in run {run_id!r}")
     kind, v, ts_ns, payload, prev_hash, hash_, size = row
-    body: Any = json.loads(payload) if size <= 4 * RAW_CAP else {"_truncated": payload[: 4 * RAW_CAP]}
+    body = _parsed(payload if size <= 4 * RAW_CAP else None, {"_truncated": payload[: 4 * RAW_CAP]})
     return EventDetail(f"{source}:{seq}", source, seq, kind, v, str(ts_ns), body, size, prev_hash, hash_)
 
 

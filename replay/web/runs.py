@@ -22,6 +22,7 @@ from replay.web.resource import BadRequest, Limit, NotFound, Query, decode_curso
 from schemas.blobstore import BlobStore
 from schemas.finding import Finding
 from schemas.score_row import JSON_COLUMNS, STORED_COLUMNS, ScoreRow, select_list
+from schemas.untrusted_json import loads_untrusted
 
 Sort = Literal[
     "started", "duration", "tokens", "cost", "score", "run", "task", "agent", "model", "status", "events"
@@ -355,9 +356,18 @@ def run_detail(con: duckdb.DuckDBPyConnection, index: RunIndex, run_id: str) -> 
         kinds=kinds,
         sources=dict(sorted(sources.items())),
         workspace=workspace,
-        command=json.loads(command) if command else [],
+        command=_command(command),
         reason=reason,
     )
+
+
+def _command(text: str | None) -> list[str]:
+    """run.started's command as a list of words (none of anything else: only a hostile spool holds it)."""
+    try:
+        value = loads_untrusted(text) if text else []
+    except ValueError:
+        return []
+    return [w if isinstance(w, str) else json.dumps(w) for w in value] if isinstance(value, list) else []
 
 
 def grid(index: RunIndex, q: GridQuery) -> Grid:

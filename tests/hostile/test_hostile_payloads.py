@@ -35,7 +35,9 @@ STARTS = {
 HUGE_FINISH = '{"duration_s":1e400,"exit_code":123456789012345678901234567890,"status":"completed"}'
 """A run.finished whose numbers are out of every range (``huge``'s)."""
 HUGE_CALL = '{"latency_ms":1e400,"started_ns":99999999999999999999,"usage":{"input_total":1e400}}'
-RUNS = [*STARTS, "huge"]
+DEEP = '{"labels":' + "[" * 20_000 + "]" * 20_000 + ',"task":"t"}'
+"""A payload nested deeper than any decoder's recursion (``deep``'s run.started)."""
+RUNS = [*STARTS, "huge", "deep"]
 
 
 OTHERS = [
@@ -76,8 +78,11 @@ def store(tmp_path_factory) -> Path:
         "huge",
         [("run.started", "{}"), ("model_call.completed", HUGE_CALL), ("run.finished", HUGE_FINISH)],
     )
+    _write_spool(
+        root, "deep", [("run.started", DEEP), ("note", DEEP), ("run.finished", '{"status":"completed"}')]
+    )
     report = ingest(root)
-    assert report.events_added == 2 * len(STARTS) + len(OTHERS) + 3
+    assert report.events_added == 2 * len(STARTS) + len(OTHERS) + 6
     return root
 
 
@@ -142,10 +147,19 @@ def test_a_parquet_export_holds_every_run(store, tmp_path):
     assert pq.read_table(tmp_path / "pq" / "runs.parquet").num_rows == len(RUNS)
 
 
-@pytest.mark.parametrize("command", [["score", "--all", "--judge", "offline"], ["audit", "typed"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["score", "--all", "--judge", "offline"],
+        ["audit", "typed"],
+        ["audit", "deep"],
+        ["export", "atif", "deep"],
+        ["files", "deep"],  # (from the run's spool, which its recorder keeps)
+    ],
+)
 def test_typed_readers_name_the_malformed_event(store, command):
     code, _, err = amb(*command, "--store", str(store))
-    assert code == 1 and "malformed" in err and "seq 0" in err, err
+    assert code == 1 and "malformed" in err and ("seq 0" in err or "frame 0" in err), err
 
 
 def test_the_viewer_lists_them_and_shows_each_run(store):
@@ -162,6 +176,8 @@ def test_the_viewer_lists_them_and_shows_each_run(store):
         ]
         asked += [f"/api/runs/typed/events/recorder/{seq}" for seq in range(len(OTHERS) + 2)]
         asked += ["/api/runs/huge/events/recorder/1", "/api/runs/huge/calls/recorder/1"]
+        asked += [f"/api/runs/deep/events/recorder/{seq}" for seq in range(3)]
+        asked += ["/api/diff?a=deep&b=huge", "/api/runs?q=t"]
         asked += ["/api/runs/typed/calls/recorder/1", "/api/diff?a=typed&b=array", "/api/grid?task=5"]
         for path in asked:
             try:
