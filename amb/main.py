@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import errno
 import importlib
+import os
+import re
 
 import click
 
 from amb.common import escape_output, fail
-from schemas.errors import AmbError, BadInput, quoted
+from schemas.errors import NO_ROOM, AmbError, BadInput, StoreError, quoted
 
 MODULES: dict[str, tuple[str, ...]] = {
     "amb.store_cmds": ("ingest", "runs", "show", "sql", "verify", "manifest", "schema", "generate"),
@@ -69,20 +71,47 @@ class AmbGroup(click.Group):
         except click.ClickException as e:  # a command's arguments, as click parsed them
             fail("amb", e)
         except OSError as e:
-            if e.errno != errno.ENAMETOOLONG:
+            if e.errno == errno.ENAMETOOLONG:
+                # Only a name the user gave can be too long for the file system: said once, here,
+                # rather than before every use of a path.
+                fail("amb", BadInput(f"{quoted(e.filename)}: {e.strerror}"))
+            no_room = full_disk(e)
+            if no_room is None:
                 raise
-            # Only a name the user gave can be too long for the file system: said once, here,
-            # rather than before every use of a path.
-            fail("amb", BadInput(f"{quoted(e.filename)}: {e.strerror}"))
+            fail("amb", no_room)
         except Exception as e:
-            # A damaged database found mid-query (a block whose checksum fails) says what to do; any
-            # other exception is a bug, and surfaces as one.
+            # A damaged database found mid-query (a block whose checksum fails) or a disk that filled
+            # up says what to do; any other exception is a bug, and surfaces as one.
             from replay.store import damage
 
-            found = damage(e)
+            found = damage(e) or full_disk(e)
             if found is None:
                 raise
             fail("amb", found)
+
+
+def full_disk(e: Exception) -> AmbError | None:
+    """The one line for a write that found no room (else None), from any command: the file it
+    could not write and what to do. DuckDB reports it as its own IO error carrying the system's
+    text; its transactions leave the store as it was, so the command can simply run again."""
+    if isinstance(e, OSError):
+        if e.errno not in NO_ROOM:
+            return None
+        what = f"cannot write {quoted(e.filename)}" if e.filename else "cannot write"
+        return StoreError(f"{what}: {e.strerror}; free some space and run the command again")
+    reasons = [os.strerror(n) for n in NO_ROOM]
+    text = str(e)
+    if not any(reason in text for reason in reasons):
+        return None
+    import duckdb
+
+    if not isinstance(e, duckdb.Error):
+        return None
+    # The file's name, quoted plainly or (inside an async write's JSON detail) with escaped quotes.
+    found = re.search(r'Could not write file \\?"(.*?)\\?"', text)
+    reason = next(r for r in reasons if r in text)
+    what = f"cannot write {quoted(found.group(1))}" if found else "cannot write"
+    return StoreError(f"{what}: {reason}; free some space and run the command again")
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

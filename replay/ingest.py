@@ -52,6 +52,7 @@ from replay import ingest_frames, ingest_sql, spools
 from replay.bounded import DatabaseMemory
 from replay.manifest import write_manifests
 from replay.store import Store, first
+from replay.transaction import transaction
 from schemas.blobpack import materialise, packs_in
 from schemas.codec import ID_RE, current_version, decode_body
 from schemas.errors import AmbError, IngestConflict, SchemaError, SpoolError
@@ -313,19 +314,15 @@ def _load_once(store: Store, files: list[_Spool], blob_marks: dict[str, int]) ->
     con.register("_amb_files_arrow", _files_table(readable))
     # Row order in the table carries no meaning (seq does), so let DuckDB load in parallel freely.
     con.execute("SET preserve_insertion_order = false")
-    con.execute("BEGIN TRANSACTION")
     try:
-        con.execute("CREATE OR REPLACE TEMP TABLE _amb_files AS SELECT * FROM _amb_files_arrow")
-        added = 0
-        if readable:
-            added = _insert_checked(con, readable, blob_marks)
-            _check_sequences(con)
-        _record_files(con, files)
-        con.execute("COMMIT")
+        with transaction(con):
+            con.execute("CREATE OR REPLACE TEMP TABLE _amb_files AS SELECT * FROM _amb_files_arrow")
+            added = 0
+            if readable:
+                added = _insert_checked(con, readable, blob_marks)
+                _check_sequences(con)
+            _record_files(con, files)
         return added
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
     finally:
         con.unregister("_amb_files_arrow")
 

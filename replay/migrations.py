@@ -17,6 +17,7 @@ from typing import NamedTuple
 import duckdb
 
 from replay import hot, views
+from replay.transaction import transaction
 
 
 class Migration(NamedTuple):
@@ -156,15 +157,10 @@ def apply(con: duckdb.DuckDBPyConnection, migrations: list[Migration]) -> list[s
     """Apply what is pending, each in its own transaction; returns the names applied."""
     done = []
     for migration in pending(con, migrations):
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with transaction(con):
             migration.apply(con)
             con.execute(
                 "INSERT INTO _amb_migrations VALUES (?, now(), ?)", [migration.name, duckdb.__version__]
             )
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
         done.append(migration.name)
     return done

@@ -24,7 +24,7 @@ from typing import Any
 
 from schemas.blobstore import BlobStore
 from schemas.codec import Event
-from schemas.errors import AmbError, BadInput, BlobError, UsageError
+from schemas.errors import NO_ROOM, AmbError, BadInput, BlobError, UsageError
 from schemas.events import (
     FileDeleted,
     FileRenamed,
@@ -362,7 +362,10 @@ def checkout(ws: Workspace, blobs: BlobStore, target: Path) -> dict[str, Any]:
                     not_kept.append(f.row())
                     continue
                 data = content_of(f, blobs)
-                problem = _write_under(root, path, data)
+                try:
+                    problem = _write_under(root, path, data)
+                except OSError as e:  # no room: the checkout stops, and its staging folder goes
+                    raise OSError(e.errno, e.strerror, str(target / path)) from None
                 if problem is not None:
                     refused.append({"event": f.event, "path": path, "reason": problem})
                     continue
@@ -403,12 +406,14 @@ def _write_under(root: int, path: str, data: bytes) -> str | None:
                 os.mkdir(part, 0o755, dir_fd=fd)
             try:
                 fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            except (NotADirectoryError, OSError) as e:
+            except OSError as e:
                 return f"cannot make its directory {os_text(part)!r}: {e.strerror}"
             opened.append(fd)
         try:
             out = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=fd)
         except OSError as e:
+            if e.errno in NO_ROOM:  # not this file's fault: every later one would fail too
+                raise
             return f"cannot create it: {e.strerror}"
         try:
             view = memoryview(data)

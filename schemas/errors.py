@@ -10,7 +10,13 @@ Anything that is not an ``AmbError`` is our bug and is allowed to surface loudly
 
 from __future__ import annotations
 
+import errno
+
 from schemas.display import clip
+
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+"""Errno values of a write refused for want of room: a full file system, a quota, a file over its
+size limit. Any command can meet them; the CLI turns them into one line (``amb.main``)."""
 
 
 class AmbError(Exception):

@@ -129,10 +129,12 @@ def export(
     if events_per_file < 1:
         raise AmbError(f"events per file must be at least 1, not {events_per_file}")
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
+    made = not out.exists()
+    if not made and any(out.iterdir()):
         if not overwrite:
             raise AmbError(f"{out} is not empty (give an empty or new folder, or --overwrite)")
         shutil.rmtree(out)
+        made = True
     out.mkdir(parents=True, exist_ok=True)
     todo = [(n, r) for n, r in sources(con) if only is None or n in only]
     # Row order inside a Parquet file means nothing to its readers (they sort by run, source, seq);
@@ -147,9 +149,25 @@ def export(
     con.execute("SET threads = 1")
     try:
         return _export(con, out, todo, run_ids, progress, events_per_file, threads)
+    except BaseException:
+        # Half an export (a full disk, an interrupt) would read as a whole one: what it wrote goes,
+        # and so does the folder if it made it.
+        _empty(out, remove=made)
+        raise
     finally:
         con.execute(f"SET preserve_insertion_order = {'true' if previous else 'false'}")
         con.execute(f"SET threads = {threads}")
+
+
+def _empty(folder: Path, *, remove: bool) -> None:
+    if remove:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    for child in folder.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
 
 
 PARTS = ".parts"
