@@ -291,7 +291,7 @@ def _workspace(
 def _names_other_event(spec: str, events: list[Event]) -> bool:
     """Does ``spec`` name an event that is not among ``events`` (so the store must be asked)?"""
     source, _, seq = spec.strip().partition(":")
-    if not seq.isdigit() or source in ("step", "time"):
+    if not (seq.isascii() and seq.isdigit()) or source in ("step", "time"):
         return False
     return not any(e.source == source and e.seq == int(seq) for e in events)
 

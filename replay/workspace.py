@@ -123,7 +123,7 @@ def parse_moment(spec: str, events: list[Event]) -> Moment:
 
 
 def _step(n_text: str, events: list[Event]) -> Moment:
-    if not n_text.isdigit() or int(n_text) < 1:
+    if not (n_text.isascii() and n_text.isdigit()) or int(n_text) < 1:
         raise UsageError(f"step {n_text!r}: a step is a number from 1")
     n = int(n_text)
     results = [e for e in events if isinstance(e.payload, ToolCallResult)]

@@ -99,7 +99,7 @@ def _proxy_addresses(spec: str) -> set[tuple[str, int | None]] | None:
     host, sep, ports = spec.rpartition(":")
     if not sep or not host:
         return None
-    return {(host, int(p)) for p in ports.split(",") if p.isdigit()}
+    return {(host, int(p)) for p in ports.split(",") if p.isascii() and p.isdigit()}
 
 
 PathRules = tuple[tuple[str, list[str]], ...]

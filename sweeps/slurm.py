@@ -257,7 +257,7 @@ def job_states(state: _State) -> dict[str, JobState]:
         if len(parts) != 3 or parts[0] not in ids:
             continue
         batch, index, slurm_state = ids[parts[0]], parts[1], parts[2]
-        if not index.isdigit() or int(index) >= len(batch.run_ids):
+        if not (index.isascii() and index.isdigit()) or int(index) >= len(batch.run_ids):
             continue
         run_id = batch.run_ids[int(index)]
         if slurm_state in QUEUED:

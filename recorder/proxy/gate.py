@@ -43,7 +43,7 @@ class Verdict:
 def parse_host_port(value: str) -> tuple[str, int]:
     """``HOST:PORT`` or ``[V6]:PORT`` → (lower-case host, port); ValueError if malformed."""
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise ValueError(f"{value!r}: expected HOST:PORT")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]

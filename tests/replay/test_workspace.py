@@ -296,6 +296,10 @@ def test_bad_moments_are_one_clear_error(tmp_path):
         (["--at", "nonsense"], "moment 'nonsense': expected end, start"),
         (["--time", "yesterday"], "time 'yesterday': not an ISO 8601 time"),
         (["--step", "1", "--before-submit"], "give at most one of"),
+        # Digits of other scripts: str.isdigit says yes to them, int() to some of them only.
+        (["--at", "step:²"], "step '²': a step is a number from 1"),
+        (["--at", "step:١"], "step '١': a step is a number from 1"),
+        (["--at", "shim:²"], "moment 'shim:²': expected end, start"),
     ]:
         code, text = _amb("checkout", "r6", str(tmp_path / "o"), *args, "--store", str(root))
         assert code == 2 and message in text and "Traceback" not in text, (args, text)
