@@ -18,12 +18,16 @@ _decoder = json.JSONDecoder()
 
 
 def json_objects(text: str) -> list[dict[str, Any]]:
-    """Every top-level JSON object embedded in ``text``, in order."""
+    """Every top-level JSON object embedded in ``text``, in order; none at all when the text holds
+    JSON nested deeper than the decoder reads (fail closed: such a reply is no verdict, and reading
+    on from each bracket inside it would take time quadratic in its length)."""
     out = []
     i = text.find("{")
     while i != -1:
         try:
             obj, end = _decoder.raw_decode(text, i)
+        except RecursionError:
+            return []
         except ValueError:
             i = text.find("{", i + 1)
             continue

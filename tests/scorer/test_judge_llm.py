@@ -108,6 +108,11 @@ def test_last_verdict_wins(monkeypatch):
         (fake.Reply(content=""), "empty_reply"),
         (fake.Reply(content=None, refusal="I can't help with grading this."), "refusal"),
         (fake.Reply(content="", finish_reason="content_filter"), "refusal"),
+        (
+            fake.Reply(content='{"item": "s2b", "value": 1, "x": ' + "[" * 10**5 + "]" * 10**5 + "}"),
+            "parse_failure",
+        ),
+        (fake.Reply(content='{"item": "s2b", "value": NaN}'), "value_out_of_range"),
     ],
     ids=[
         "malformed-json",
@@ -118,6 +123,8 @@ def test_last_verdict_wins(monkeypatch):
         "empty",
         "refusal",
         "content-filter",
+        "nested-too-deep",
+        "not-a-number",
     ],
 )
 def test_bad_replies_are_unscored_not_zero(monkeypatch, reply, reason):
