@@ -15,14 +15,16 @@ least one exists), and has_valid_results means some case scored above 0.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from schemas.codec import canonical_digest
+from schemas.display import clip, one_line
 from schemas.errors import AmbError
-from schemas.ostext import NotOsText, os_str
+from schemas.ostext import NotOsText, os_bytes
 from schemas.tempdirs import tempdir
 from scorer.trajectory import BlobGetter, Trajectory
 
@@ -68,31 +70,54 @@ def grade_key(
 
 
 def _relative(path: str, root: str) -> str:
+    """``path`` relative to ``root``: a sealed path is recorded relative to it, and one under it is
+    taken as relative too. Any other absolute path stays absolute (and is refused by ``materialise``)."""
     if root and path.startswith(root.rstrip("/") + "/"):
         return path[len(root.rstrip("/")) + 1 :]
-    return path.lstrip("/")
+    return path
+
+
+def _impossible(rel: bytes) -> str | None:
+    """Why ``rel`` (a sealed name's bytes, relative to the root) names no file under a folder, or
+    None. The sealer writes a file's path relative to the root, so none of these comes from it."""
+    if rel.startswith(b"/"):
+        return "an absolute path"
+    if b"\0" in rel:
+        return "a name holding a NUL byte"
+    parts = rel.split(b"/")
+    if b".." in parts:
+        return "path escapes the submission root"
+    if b"" in parts or b"." in parts:
+        return "not a file's path (an empty or '.' part)"
+    return None
 
 
 def materialise(traj: Trajectory, get_blob: BlobGetter, into: Path) -> list[str]:
     """Write the sealed files under ``into``, each under the exact bytes of its name (paths are
-    recorded text, ``schemas.ostext``); returns the paths whose content was not stored."""
+    recorded text, ``schemas.ostext``); returns the paths that could not be written, each with why
+    (content not stored, a name that is no file under ``into``, one the file system refuses)."""
     assert traj.submission is not None
     missing = []
     for f in traj.submission.files:
-        rel = _relative(f.path, traj.submission.root)
-        if ".." in Path(rel).parts:
-            missing.append(f"{f.path}: path escapes the submission root")
+        shown = one_line(clip(f.path, 200))  # a name is the agent's: any length, any characters
+        try:
+            rel = os_bytes(_relative(f.path, traj.submission.root))
+        except NotOsText:
+            missing.append(f"{shown}: not the recorded text of a name")
+            continue
+        why = _impossible(rel)
+        if why is not None:
+            missing.append(f"{shown}: {why}")
             continue
         if f.content is None:
-            missing.append(f"{f.path}: content not stored (only its digest)")
+            missing.append(f"{shown}: content not stored (only its digest)")
             continue
+        target = into / os.fsdecode(rel)
         try:
-            target = into / os_str(rel)
-        except NotOsText:
-            missing.append(f"{f.path}: not the recorded text of a name")
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(get_blob(f.content))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(get_blob(f.content))
+        except OSError as e:  # a name over 255 bytes, a path over 4096, a file where a folder goes
+            missing.append(f"{shown}: cannot be written ({e.strerror or e})")
     return missing
 
 

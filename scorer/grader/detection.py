@@ -9,6 +9,7 @@ detections across all images); the case score is that image's own AP, a diagnost
 from __future__ import annotations
 
 import math
+import reprlib
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,15 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _as_float(v: int | float) -> float:
+    """A JSON number as a float. JSON integers decode to Python ints of any size (``10**400``),
+    which ``float()`` refuses with OverflowError: such an integer is an infinity, refused as such."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
+
+
 def parse_boxes(raw: bytes, width: float | None, height: float | None, *, with_scores: bool = True) -> Boxes:
     """Validate and convert one ``{"boxes": [...]}`` document; the first problem is the error."""
     try:
@@ -61,9 +71,9 @@ def parse_boxes(raw: bytes, width: float | None, height: float | None, *, with_s
         xy = [b[k] for k in ("x1", "y1", "x2", "y2")]
         if not all(_number(v) for v in xy):
             raise BadPrediction(f"boxes[{i}]: x1, y1, x2, y2 must be numbers")
-        x1, y1, x2, y2 = (float(v) for v in xy)
+        x1, y1, x2, y2 = (_as_float(v) for v in xy)
         if not all(math.isfinite(v) for v in (x1, y1, x2, y2)):
-            raise BadPrediction(f"boxes[{i}]: coordinates must be finite")
+            raise BadPrediction(f"boxes[{i}]: coordinates must be finite numbers (within ±1.8e308)")
         if x2 <= x1 or y2 <= y1:
             raise BadPrediction(f"boxes[{i}]: x2 <= x1 or y2 <= y1 (empty or inverted box)")
         if x1 < 0 or y1 < 0 or (width is not None and x2 > width) or (height is not None and y2 > height):
@@ -75,9 +85,10 @@ def parse_boxes(raw: bytes, width: float | None, height: float | None, *, with_s
         score = 1.0
         if with_scores and "score" in b:
             s = b["score"]
-            if not _number(s) or not math.isfinite(float(s)) or not 0.0 <= float(s) <= 1.0:
-                raise BadPrediction(f"boxes[{i}]: score must be a number in [0, 1], got {s!r}")
-            score = float(s)
+            if not _number(s) or not 0.0 <= _as_float(s) <= 1.0:  # NaN and infinities fail too
+                # reprlib: the agent's value, cut short (a 400-digit integer, a long string)
+                raise BadPrediction(f"boxes[{i}]: score must be a number in [0, 1], got {reprlib.repr(s)}")
+            score = _as_float(s)
         labels.append(b["class"])
         coords.append((x1, y1, x2, y2))
         scores.append(score)

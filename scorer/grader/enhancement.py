@@ -115,7 +115,19 @@ def grade_case(
     if not (math.isfinite(dr) and dr > 0):
         return invalid_case(case, f"reference of {case} is constant (data range {dr}); SSIM is undefined")
     if options is not None and options.ssim_dtype == "float32":
-        s, p = ssim_float32(ref, pred, dr, params), psnr_float32(ref, pred, dr)
+        # Finite float32 values can still overflow float32 arithmetic (a square above 3.4e38 from
+        # |x| > 1.8e19): such an output is invalid, not an infinite MSE, a NaN SSIM or a traceback.
+        try:
+            with np.errstate(over="raise"):
+                s, p = ssim_float32(ref, pred, dr, params), psnr_float32(ref, pred, dr)
+        except FloatingPointError:
+            s = p = math.nan
+        if not (math.isfinite(s) and math.isfinite(p)):
+            return invalid_case(
+                case,
+                f"{rel}: {enh.output_file} has values too large for SSIM and PSNR in float32 "
+                f"(largest magnitude {float(np.abs(pred).max()):.3g})",
+            )
     else:
         s, p = ssim(ref, pred, dr, params), psnr_metric.psnr(ref, pred, dr)
     details: dict[str, Any] = {"ssim": s, "psnr_db": p, "data_range": dr, "data_range_source": source}

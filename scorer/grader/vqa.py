@@ -1,7 +1,8 @@
 """The VQA grader: one ``answer.json`` per question of the reference, read defensively and scored
 by ``scorer.metrics.vqa`` (open-ended ``predicted_answer`` or multiple-choice ``predicted_label``).
 
-A missing file is ``missing``; unreadable or malformed JSON, a non-string answer, an A–E label that
+A missing file is ``missing``; unreadable or malformed JSON, a non-string answer or label (a
+multiple-choice ``predicted_label`` that is a number, list, object or null), an A–E label that
 cannot be read, or a placeholder answer is ``invalid``. An honest skip (empty answer and raw output)
 scores 0 with that reason. Absent bookkeeping keys or a ``question_id`` that disagrees with its
 folder do not change the score; they are warnings in the case's reason.
@@ -96,6 +97,12 @@ def grade_case(
         return invalid_case(qid, f"{rel}: placeholder answer ({placeholder})", placeholder=placeholder)
     details: dict[str, Any] = {"answer_type": gold.get("answer_type", "")}
     if spec.vqa.answer_mode == "multiple_choice":
+        if "predicted_label" in record and not isinstance(record["predicted_label"], str):
+            # The label is the answer. Read as text, a list or an object shows its letters ("['C']")
+            # and would match; a number, a boolean or null names no choice.
+            value = record["predicted_label"]
+            got = "null" if value is None else type(value).__name__
+            return invalid_case(qid, f"{rel}: predicted_label must be a string, got {got}")
         label = m.normalize_label(record.get("predicted_label"))
         if label is None and not answer.strip() and not raw.strip():
             return _scored(qid, 0.0, "honest skip: empty answer and raw output", details, warnings)

@@ -276,6 +276,28 @@ def test_enhancement_composite_without_lpips_weights(ldct, monkeypatch):
     assert grade(spec, empty, priv, o).score == 0.0
 
 
+def test_enhancement_values_overflowing_float32_are_invalid(ldct, monkeypatch):
+    # The profile computes SSIM and PSNR in float32: 1e20 is a float32, its square is not.
+    monkeypatch.delenv("AMB_LPIPS_WEIGHTS", raising=False)
+    spec, root = ldct
+    ws = _enh_sub(spec, root, "overflow")
+    outputs = sorted((ws / spec.submission.root).glob("*/enhanced.npy"))
+    big = np.load(outputs[0])
+    big[0, 0] = 1e20
+    np.save(outputs[0], big)
+    wide = np.load(outputs[1]).astype(np.float64)
+    wide[0, 0] = 1e39  # beyond float32 altogether: refused by its dtype before any value is read
+    np.save(outputs[1], wide)
+    r = grade(spec, ws, root / "data" / "private", opts("enhancement"))  # RuntimeWarnings are errors here
+    first, second, third = r.cases
+    assert first.status == "invalid" and first.reason == (
+        "agents_outputs/case_00000/enhanced.npy: enhanced.npy has values too large for SSIM and PSNR "
+        "in float32 (largest magnitude 1e+20)"
+    )
+    assert second.status == "invalid" and "has dtype float64, expected float32" in (second.reason or "")
+    assert third.status == "scored" and r.score == pytest.approx(1.0)  # the valid case's mean
+
+
 def test_enhancement_ssim_float32_differs_from_float64(ldct):
     spec, root = ldct
     ws = _enh_sub(spec, root, "noisy32", noise=20.0)

@@ -79,6 +79,9 @@ BAD = {
     ),
     "nan-coord": (b'{"boxes": [{"class": "x", "x1": NaN, "y1": 1, "x2": 5, "y2": 5}]}', "not valid JSON"),
     "huge-number": (b'{"boxes": [{"class": "x", "x1": 1e999, "y1": 1, "x2": 5, "y2": 5}]}', "out of range"),
+    # JSON integers have no limit and decode to Python ints, which float() refuses (OverflowError)
+    "huge-int-coord": (json.dumps({"boxes": [_box(x2=10**400)]}).encode(), "must be finite"),
+    "huge-int-score": (json.dumps({"boxes": [_box(score=10**400)]}).encode(), "score must be"),
     "score-above-one": (json.dumps({"boxes": [_box(score=1.5)]}).encode(), "score must be"),
     "score-string": (json.dumps({"boxes": [_box(score="high")]}).encode(), "score must be"),
     "deep-nesting": (b"[" * 100_000 + b"]" * 100_000, "JSON"),

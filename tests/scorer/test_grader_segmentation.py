@@ -4,12 +4,15 @@ hand-computed scores."""
 from __future__ import annotations
 
 import gzip
+import struct
+import tracemalloc
 from pathlib import Path
 
 import nibabel as nib
 import numpy as np
 import pytest
 
+from replay.arrays import MAX_VOXEL_OFFSET
 from scorer.grader import grade
 from scorer.grader.options import GradeOptions
 from scorer.grader.result import BadReference
@@ -205,6 +208,35 @@ def test_corrupt_inputs_are_invalid_with_reasons(tmp_path):
     assert "unsupported voxel type" in (reasons["rgb"] or "")
     for case in ("gzip", "truncated", "text", "empty"):
         assert str(reasons[case]).startswith(f"agents_outputs/{case}/organ.nii.gz: "), reasons[case]
+
+
+def hostile_header(path: Path, vox_offset: float, extension_size: int | None = None) -> None:
+    """Rewrite the NIfTI-1 file at ``path``: its vox_offset, and one header extension claiming
+    ``extension_size`` bytes (gzip-compressed, as a GzipFile allocates what one read asks for)."""
+    raw = bytearray(gzip.decompress(path.read_bytes()))
+    struct.pack_into("<f", raw, 108, vox_offset)
+    if extension_size is not None:
+        raw[348:352] = b"\x01\x00\x00\x00"  # "extensions follow"
+        raw[352:352] = struct.pack("<ii", extension_size, 0)
+    path.write_bytes(gzip.compress(bytes(raw)))
+
+
+def test_a_header_or_extension_claiming_gigabytes_is_invalid_and_read_within_bounds(tmp_path):
+    sub, ref = binary_set(tmp_path, {"far": CASES["A"], "ext": CASES["A"]})
+    out = sub / "agents_outputs"
+    hostile_header(out / "far" / "organ.nii.gz", 1e12)
+    hostile_header(out / "ext" / "organ.nii.gz", 4096, extension_size=2**31 - 16)
+    tracemalloc.start()
+    try:
+        r = grade(KIDNEY, sub, ref, GradeOptions())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    reasons = {c.case: c.reason for c in r.cases}
+    assert all(c.status == "invalid" for c in r.cases), reasons
+    assert f"past the {MAX_VOXEL_OFFSET} bytes a header and its extensions may take" in str(reasons["far"])
+    assert "failed to read extension content" in str(reasons["ext"])
+    assert peak < MAX_VOXEL_OFFSET, peak  # not the 2 GiB the extension claims
 
 
 def test_directory_or_fifo_instead_of_a_file(tmp_path):

@@ -145,6 +145,28 @@ def test_multiple_choice_labels(make_twin, tmp_path):
     assert result.score == pytest.approx(1 / 4)
 
 
+def test_a_multiple_choice_label_that_is_not_a_string_is_invalid(make_twin, tmp_path):
+    mc_twin = make_twin(*MEDFRAMEQA)
+    spec = load_spec("medframeqa")
+    qids = _qids(mc_twin)
+    ws = tmp_path / "ws"
+    # The list and the object hold the question's right letter: read as text, they would match.
+    labels = {
+        "list": lambda g: [g],
+        "dict": lambda g: {"label": g},
+        "int": lambda g: 3,
+        "null": lambda g: None,
+    }
+    for q, label in zip(qids, labels.values(), strict=True):
+        _write(ws, q, _answer(q, "x", label=label(_gold(mc_twin, q)["answer_label"])))
+    result = grade(spec, ws, mc_twin / "private")
+    assert [(c.status, c.reason) for c in result.cases] == [
+        ("invalid", f"{q}/answer.json: predicted_label must be a string, got {kind}")
+        for q, kind in zip(qids, labels, strict=True)
+    ]
+    assert result.score == 0.0
+
+
 def test_hostile_files(open_twin, tmp_path):
     spec = load_spec("vqa-rad")
     qids = _qids(open_twin)
