@@ -97,6 +97,9 @@ class _Handler(httpbase.Handler):
             if not isinstance(body, dict):
                 raise ValueError("the body must be a JSON object")
             reply, _ = completion(body, self.default_flaw)
+        except httpbase.BodyRefused as e:
+            self._error(e.status, str(e))
+            return
         except (ValueError, PolicyError) as e:
             self._error(400, str(e) if isinstance(e, PolicyError) else f"bad request body: {e}")
             return

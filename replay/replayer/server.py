@@ -65,12 +65,13 @@ class Handler(httpbase.Handler):
 
     def do_POST(self) -> None:
         api = providers.classify("POST", self.path)
-        raw = self.read_body(MAX_BODY)
-        if raw is None:
-            self._error(api, 400, "the request needs a Content-Length below 256 MiB", INVALID)
-            return
         if api is None:
             self._error(None, 404, f"the replay endpoint has no route {self.path[:200]}", NOT_FOUND)
+            return
+        try:
+            raw = self.read_body(MAX_BODY)
+        except httpbase.BodyRefused as e:
+            self._error(api, e.status, str(e), INVALID)
             return
         # The recorded request blobs are decoded bodies: so is what they are matched with.
         body, err = decode_content(raw, self.headers.get("Content-Encoding"), brotli)
