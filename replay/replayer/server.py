@@ -22,7 +22,7 @@ from replay.store import Store
 from schemas import httpbase, providers
 from schemas.blobstore import BlobStore
 from schemas.providers.result import INVALID, NOT_FOUND, REPLAY_MISS
-from schemas.providers.wire import decode_content, frames
+from schemas.providers.wire import ContentTooLarge, decode_content, frames
 from schemas.untrusted_json import loads_untrusted
 
 TIMINGS = ("original", "fast")
@@ -74,7 +74,11 @@ class Handler(httpbase.Handler):
             self._error(api, e.status, str(e), INVALID)
             return
         # The recorded request blobs are decoded bodies: so is what they are matched with.
-        body, err = decode_content(raw, self.headers.get("Content-Encoding"), brotli)
+        try:
+            body, err = decode_content(raw, self.headers.get("Content-Encoding"), brotli, MAX_BODY)
+        except ContentTooLarge as e:  # a compression bomb: kilobytes on the wire, gigabytes decoded
+            self._error(api, 413, f"cannot decode the request body: {e}", INVALID)
+            return
         if err is not None:
             self._error(api, 400, f"cannot decode the request body: {err}", INVALID)
             return

@@ -1,0 +1,111 @@
+"""The replay endpoint (``amb replay serve``) against requests an agent on the same machine can send,
+over loopback: a compressed body that decodes to gigabytes, a request to an API the recording never
+called, and recorded timings no wait should take. Each is answered (a 4xx naming why, or the
+recorded call), never a traceback, a dropped connection or a server asleep for hours."""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import json
+import zlib
+from pathlib import Path
+
+import brotli
+import pytest
+import zstandard
+
+from replay.replayer.recorded import RecordedCall, canonical_text, lenient_text
+from replay.replayer.server import Replayer, ReplayServer
+from schemas.blobstore import BlobStore
+
+REQUEST = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+RESPONSE = json.dumps({"id": "x", "object": "chat.completion", "choices": []}).encode()
+
+
+def chat_call(blobs: BlobStore, index: int = 0, **timing: float | None) -> RecordedCall:
+    """A recorded Chat Completions call answering ``REQUEST`` with ``RESPONSE``."""
+    return RecordedCall(
+        index=index,
+        key=f"proxy:{index}",
+        call_id=f"c{index}",
+        api="chat.completions",
+        provider="openai",
+        stream=False,
+        status=200,
+        ok=True,
+        error=None,
+        partial=False,
+        request_blob=blobs.put(REQUEST).blob,
+        response_blob=blobs.put(RESPONSE).blob,
+        response_media="application/json",
+        ttfb_ms=timing.get("ttfb_ms"),
+        latency_ms=timing.get("latency_ms"),
+        body=REQUEST,
+        canonical=canonical_text(REQUEST),
+        lenient=lenient_text(canonical_text(REQUEST)),
+    )
+
+
+def serve(tmp_path: Path, calls_of, mode: str = "canonical", timing: str = "fast", **kw) -> ReplayServer:
+    blobs = BlobStore(tmp_path / "blobs")
+    return ReplayServer(Replayer(calls_of(blobs), blobs, mode, timing, **kw))
+
+
+def post(server: ReplayServer, path: str, body: bytes, headers: dict[str, str] | None = None, timeout=30):
+    con = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
+    try:
+        con.request("POST", path, body=body, headers={"content-type": "application/json", **(headers or {})})
+        r = con.getresponse()
+        return r.status, r.read()
+    finally:
+        con.close()
+
+
+ZEROS = b"\0" * (16 << 20)
+BOMB_PIECES = 20
+"""A bomb decodes to 20 × 16 MiB = 320 MiB, past the endpoint's 256 MiB."""
+
+
+def deflate_bomb(wbits: int) -> bytes:
+    """zlib's stream of 320 MiB of zeros, made from one 16 MiB piece: after a full flush the
+    compressor forgets what it saw, so every further piece compresses to the same bytes (the
+    checksum at the end is then wrong, and a decoder that stops at its limit never reaches it)."""
+    o = zlib.compressobj(1, wbits=wbits)
+    first, again = (o.compress(ZEROS) + o.flush(zlib.Z_FULL_FLUSH) for _ in range(2))
+    return first + again * (BOMB_PIECES - 1) + o.flush()
+
+
+def brotli_bomb() -> bytes:
+    o = brotli.Compressor(quality=1)
+    return b"".join(o.process(ZEROS) for _ in range(BOMB_PIECES)) + o.finish()
+
+
+def zstd_bomb() -> bytes:
+    return zstandard.ZstdCompressor().compress(ZEROS) * BOMB_PIECES  # concatenated frames are one body
+
+
+@pytest.mark.parametrize(
+    ("encoding", "bomb"),
+    [
+        ("gzip", lambda: gzip.compress(ZEROS, 1) * BOMB_PIECES),  # concatenated members are one body
+        ("gzip", lambda: deflate_bomb(31)),
+        ("deflate", lambda: deflate_bomb(15)),
+        ("deflate", lambda: deflate_bomb(-15)),
+        ("br", brotli_bomb),
+        ("zstd", zstd_bomb),
+        ("gzip, gzip", lambda: gzip.compress(gzip.compress(ZEROS, 1) * BOMB_PIECES, 1)),
+    ],
+    ids=["gzip-members", "gzip", "deflate", "raw-deflate", "br", "zstd", "gzip-twice"],
+)
+def test_a_compression_bomb_is_refused_with_413(tmp_path, encoding, bomb):
+    """A body of kilobytes that decodes to 320 MiB: refused once its decoding passes the endpoint's
+    256 MiB, not decoded whole; the endpoint then serves the recorded call as before."""
+    raw = bomb()
+    assert len(raw) < 2 * 1024 * 1024
+    with serve(tmp_path, lambda blobs: [chat_call(blobs)]) as server:
+        status, body = post(server, "/v1/chat/completions", raw, {"Content-Encoding": encoding})
+        assert status == 413, body
+        assert "decodes to more than 268,435,456 bytes" in json.loads(body)["error"]["message"]
+        again = post(server, "/v1/chat/completions", gzip.compress(REQUEST), {"Content-Encoding": "gzip"})
+        assert again == (200, RESPONSE)
