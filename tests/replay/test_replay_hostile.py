@@ -109,3 +109,28 @@ def test_a_compression_bomb_is_refused_with_413(tmp_path, encoding, bomb):
         assert "decodes to more than 268,435,456 bytes" in json.loads(body)["error"]["message"]
         again = post(server, "/v1/chat/completions", gzip.compress(REQUEST), {"Content-Encoding": "gzip"})
         assert again == (200, RESPONSE)
+
+
+@pytest.mark.parametrize(
+    ("path", "title"),
+    [
+        ("/v1/messages", "Anthropic Messages API"),
+        ("/v1/responses", "OpenAI Responses API"),
+        ("/v1beta/models/gemini-2.5-pro:generateContent", "Gemini API's generateContent"),
+    ],
+)
+def test_a_request_to_an_api_the_recording_never_called_says_so(tmp_path, path, title):
+    """Not "no match" against a call of another API: the miss names the API the recording never
+    called, and the ones it did."""
+    with serve(tmp_path, lambda blobs: [chat_call(blobs)]) as server:
+        status, body = post(server, path, REQUEST)
+    message = json.loads(body)["error"]["message"]
+    assert status == 400
+    assert f"this recording has no calls to the {title} (it has: OpenAI Chat Completions API)" in message
+
+
+def test_a_request_past_the_recorded_calls_of_its_api_says_they_were_served(tmp_path):
+    with serve(tmp_path, lambda blobs: [chat_call(blobs)]) as server:
+        assert post(server, "/v1/chat/completions", REQUEST) == (200, RESPONSE)
+        status, body = post(server, "/v1/chat/completions", REQUEST)
+    assert status == 400 and "every recorded chat.completions call has been served already" in body.decode()
