@@ -45,6 +45,8 @@ Limit = Annotated[int, msgspec.Meta(ge=1, le=PAGE_MAX)]
 Seq = Annotated[int, msgspec.Meta(ge=0)]
 Millis = Annotated[float, msgspec.Meta(ge=-1e12, le=1e12)]
 """Milliseconds from a run's start: finite, within about 30 years either way."""
+Fraction = Annotated[float, msgspec.Meta(ge=0, le=1)]
+"""A score's bound: 0 to 1. NaN (which compares false with every score) and infinities are refused."""
 
 
 class Query(msgspec.Struct, frozen=True):

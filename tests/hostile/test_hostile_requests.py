@@ -59,3 +59,18 @@ def test_an_ascii_path_number_still_reaches_the_event(viewer):
 def test_a_workspace_step_is_ascii_digits_only(viewer, step):
     status, body = get(viewer, "/api/runs/r/workspace?at=" + quote("step:" + step))
     assert status == 400 and "ASCII digits" in body["error"], body
+
+
+@pytest.mark.parametrize("param", ["score_min", "score_max"])
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "Infinity", "1.5", "-0.1"])
+def test_a_score_bound_is_a_number_from_0_to_1(viewer, param, value):
+    """NaN compares false with every score, so ``score_min=nan`` kept every run and
+    ``score_max=nan`` none, without a word: a bound that is no number from 0 to 1 is a 400."""
+    status, body = get(viewer, f"/api/runs?{param}={quote(value)}")
+    assert status == 400 and param in body["error"], body
+
+
+def test_a_score_bound_from_0_to_1_filters(viewer):
+    status, body = get(viewer, "/api/runs?score_min=0&score_max=1")
+    assert status == 200 and body["runs"] == []  # the one run has no score
+    assert get(viewer, "/api/runs")[1]["total"] == 1
