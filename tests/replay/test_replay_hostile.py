@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
+import time
 import zlib
 from pathlib import Path
 
@@ -16,34 +17,38 @@ import pytest
 import zstandard
 
 from replay.replayer.recorded import RecordedCall, canonical_text, lenient_text
-from replay.replayer.server import Replayer, ReplayServer
+from replay.replayer.server import MAX_WAIT_S, Replayer, ReplayServer, wait_s
 from schemas.blobstore import BlobStore
 
 REQUEST = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
 RESPONSE = json.dumps({"id": "x", "object": "chat.completion", "choices": []}).encode()
+STREAM_REQUEST = json.dumps({"model": "m", "messages": [], "stream": True}).encode()
+STREAM = b'data: {"id":"x","object":"chat.completion.chunk","choices":[]}\n\n' * 3 + b"data: [DONE]\n\n"
 
 
-def chat_call(blobs: BlobStore, index: int = 0, **timing: float | None) -> RecordedCall:
-    """A recorded Chat Completions call answering ``REQUEST`` with ``RESPONSE``."""
+def chat_call(blobs: BlobStore, index: int = 0, stream: bool = False, **timing: float | None) -> RecordedCall:
+    """A recorded Chat Completions call answering ``REQUEST`` with ``RESPONSE`` (a ``stream``:
+    ``STREAM_REQUEST`` with ``STREAM``)."""
+    request, response = (STREAM_REQUEST, STREAM) if stream else (REQUEST, RESPONSE)
     return RecordedCall(
         index=index,
         key=f"proxy:{index}",
         call_id=f"c{index}",
         api="chat.completions",
         provider="openai",
-        stream=False,
+        stream=stream,
         status=200,
         ok=True,
         error=None,
         partial=False,
-        request_blob=blobs.put(REQUEST).blob,
-        response_blob=blobs.put(RESPONSE).blob,
-        response_media="application/json",
+        request_blob=blobs.put(request).blob,
+        response_blob=blobs.put(response).blob,
+        response_media="text/event-stream" if stream else "application/json",
         ttfb_ms=timing.get("ttfb_ms"),
         latency_ms=timing.get("latency_ms"),
-        body=REQUEST,
-        canonical=canonical_text(REQUEST),
-        lenient=lenient_text(canonical_text(REQUEST)),
+        body=request,
+        canonical=canonical_text(request),
+        lenient=lenient_text(canonical_text(request)),
     )
 
 
@@ -134,3 +139,39 @@ def test_a_request_past_the_recorded_calls_of_its_api_says_they_were_served(tmp_
         assert post(server, "/v1/chat/completions", REQUEST) == (200, RESPONSE)
         status, body = post(server, "/v1/chat/completions", REQUEST)
     assert status == 400 and "every recorded chat.completions call has been served already" in body.decode()
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize(
+    "timing",
+    [
+        {"latency_ms": -5000.0},
+        {"ttfb_ms": -5000.0, "latency_ms": 10.0},
+        {"latency_ms": NAN},
+        {"ttfb_ms": NAN, "latency_ms": NAN},
+        {"latency_ms": INF},
+        {"ttfb_ms": 1e15, "latency_ms": 1e15},
+    ],
+    ids=["negative", "negative-ttfb", "nan", "nan-both", "inf", "31000-years"],
+)
+def test_a_recorded_wait_is_capped_and_a_negative_or_nan_one_is_none(tmp_path, stream, timing):
+    """``--timing original`` with recorded times no replay should wait: a negative or NaN one is no
+    wait (``time.sleep`` raises on them), a huge one waits the cap (here 0.3 s; 10 minutes by
+    default), and the recorded answer comes back whole."""
+    calls = lambda blobs: [chat_call(blobs, stream=stream, **timing)]  # noqa: E731
+    with serve(tmp_path, calls, "sequence", "original", max_wait_s=0.3) as server:
+        t0 = time.monotonic()
+        got = post(server, "/v1/chat/completions", STREAM_REQUEST if stream else REQUEST, timeout=10)
+        took = time.monotonic() - t0
+    assert got == (200, STREAM if stream else RESPONSE)
+    assert took < 3
+
+
+def test_the_longest_wait_is_ten_minutes():
+    assert MAX_WAIT_S == 600
+    assert wait_s(1e15, MAX_WAIT_S) == 600 and wait_s(INF, MAX_WAIT_S) == 600
+    assert wait_s(-1, MAX_WAIT_S) == wait_s(NAN, MAX_WAIT_S) == wait_s(None, MAX_WAIT_S) == 0
+    assert wait_s(1500, MAX_WAIT_S) == 1.5
