@@ -175,3 +175,23 @@ def test_the_longest_wait_is_ten_minutes():
     assert wait_s(1e15, MAX_WAIT_S) == 600 and wait_s(INF, MAX_WAIT_S) == 600
     assert wait_s(-1, MAX_WAIT_S) == wait_s(NAN, MAX_WAIT_S) == wait_s(None, MAX_WAIT_S) == 0
     assert wait_s(1500, MAX_WAIT_S) == 1.5
+
+
+def test_a_chunked_request_is_served_and_an_oversized_one_refused(tmp_path):
+    """The endpoint reads bodies through the HTTP layer: a chunked request is matched like any
+    other; a Content-Length above 256 MiB is a 413 in the API's error shape, its body unread."""
+    with serve(tmp_path, lambda blobs: [chat_call(blobs)]) as server:
+        con = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        con.request(
+            "POST", "/v1/chat/completions", body=iter([REQUEST[:10], REQUEST[10:]]), encode_chunked=True
+        )
+        r = con.getresponse()
+        assert (r.status, r.read()) == (200, RESPONSE)
+        con.close()
+        status, body = post(server, "/v1/messages", b"", {"Content-Length": str(256 * 1024 * 1024 + 1)})
+    error = json.loads(body)
+    assert (
+        status == 413
+        and error["type"] == "error"
+        and "this server reads 256 MiB" in error["error"]["message"]
+    )
