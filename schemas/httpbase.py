@@ -148,7 +148,7 @@ class Handler(BaseHTTPRequestHandler):
                 raise BodyRefused(413, f"the chunked request body exceeds the {_size(limit)} read here")
             chunk = self.rfile.read(n)
             if len(chunk) < n or self._line("a chunk's end"):
-                raise BodyRefused(400, "bad chunked body: a chunk is shorter than its size")
+                raise BodyRefused(400, "bad chunked body: a chunk does not end where its size says")
             out += chunk
         trailers = 0
         while line := self._line("a trailer line"):  # read and dropped
