@@ -123,8 +123,9 @@ def parse_moment(spec: str, events: list[Event]) -> Moment:
 
 
 def _step(n_text: str, events: list[Event]) -> Moment:
-    if not (n_text.isascii() and n_text.isdigit()) or int(n_text) < 1:
-        raise UsageError(f"step {n_text!r}: a step is a number from 1")
+    # ASCII digits only: str.isdigit() also takes '²', which int() refuses
+    if not (n_text.isascii() and n_text.isdigit()) or len(n_text) > 18 or int(n_text) < 1:
+        raise UsageError(f"step {n_text[:40]!r}: a step is a number from 1, in ASCII digits")
     n = int(n_text)
     results = [e for e in events if isinstance(e.payload, ToolCallResult)]
     results.sort(key=lambda e: (e.source, e.seq))

@@ -6,6 +6,10 @@ leave in separate writes; without TCP_NODELAY the body waits for the client's de
 response) and quiet (the recorder and the CLI are the logs). A handler answers with ``send`` (a
 whole body), ``send_json`` or ``send_chunks`` (a stream, one chunk per write); ``Serving`` runs a
 handler on a background thread and stops within ``poll_s``.
+
+Request bodies come from an agent on the same machine, so they are hostile: ``read_body`` is the one
+reader (Content-Length or ``Transfer-Encoding: chunked``, up to a limit), and an answer sent while a
+request's body is still unread closes the connection, so its bytes are never parsed as a request.
 """
 
 from __future__ import annotations
@@ -19,28 +23,57 @@ from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
+MAX_LINE = 4096
+"""The longest chunk-size or trailer line read."""
+MAX_TRAILERS = 64 * 1024
+"""The most bytes of trailer lines read after a chunked body."""
+
+
+class BodyRefused(Exception):
+    """A request body the server does not read: ``status`` (400, 413, 501) and why."""
+
+    def __init__(self, status: int, why: str):
+        super().__init__(why)
+        self.status = status
+
+
+def _size(n: int) -> str:
+    return f"{n // (1 << 20)} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n:,} bytes"
+
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
     always: dict[str, str] = {}
     """Headers every answer of this server carries."""
+    body_unread = False
+    """The request announced a body that ``read_body`` has not read (yet)."""
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        self.body_unread = ok and (
+            "Transfer-Encoding" in self.headers
+            or any(v.strip() != "0" for v in self.headers.get_all("Content-Length") or [])
+        )
+        return ok
+
     def _head(self, status: int, ctype: str, headers: dict[str, str] | None) -> None:
+        if self.body_unread:
+            self.close_connection = True  # else the body's bytes would be read as the next request
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         for k, v in {**self.always, **(headers or {})}.items():
             self.send_header(k, v)
+        if self.close_connection:
+            self.send_header("Connection", "close")
 
     def send(self, status: int, body: bytes, ctype: str, headers: dict[str, str] | None = None) -> None:
         """One whole answer (its headers only, to a HEAD)."""
         self._head(status, ctype, headers)
         self.send_header("Content-Length", str(len(body)))
-        if self.close_connection:
-            self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
@@ -65,13 +98,64 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
-    def read_body(self, limit: int) -> bytes | None:
-        """The request's body, or None when its Content-Length is missing, bad or above ``limit``."""
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            return None
-        return self.rfile.read(length) if 0 <= length <= limit else None
+    def read_body(self, limit: int) -> bytes:
+        """The request's body (empty when it announces none), at most ``limit`` bytes, by its
+        Content-Length or chunked. ``BodyRefused`` (the connection then closes): 413 above
+        ``limit``, 400 for a Content-Length that is not one number in ASCII digits, a body shorter
+        than announced, a bad chunk or both headers at once, 501 for another Transfer-Encoding."""
+        lengths = {v.strip() for v in self.headers.get_all("Content-Length") or []}
+        coding = ",".join(self.headers.get_all("Transfer-Encoding") or []).strip().lower()
+        if coding and lengths:
+            # Read one way here and the other way by a proxy in front: refuse rather than guess.
+            raise BodyRefused(400, "the request has both Content-Length and Transfer-Encoding")
+        if coding and coding != "chunked":
+            raise BodyRefused(501, f"Transfer-Encoding {coding[:40]!r} is not read here (only chunked)")
+        body = self._chunked(limit) if coding else self._sized(lengths, limit)
+        self.body_unread = False
+        return body
+
+    def _sized(self, lengths: set[str], limit: int) -> bytes:
+        if not lengths:
+            return b""
+        text = lengths.pop()
+        # int() alone would take ' 1_0', '+5' and '١'; two different lengths are two requests' worth
+        if lengths or not (text.isascii() and text.isdigit()) or len(text) > 18:
+            raise BodyRefused(400, f"bad Content-Length {text[:40]!r}: expected one number in ASCII digits")
+        length = int(text)
+        if length > limit:
+            raise BodyRefused(413, f"the request body is {length:,} bytes; this server reads {_size(limit)}")
+        body = self.rfile.read(length)
+        if len(body) < length:
+            raise BodyRefused(400, f"the request body ended after {len(body):,} of {length:,} bytes")
+        return body
+
+    def _line(self, what: str) -> bytes:
+        line = self.rfile.readline(MAX_LINE + 1)
+        if len(line) > MAX_LINE or not line.endswith(b"\n"):
+            raise BodyRefused(400, f"bad chunked body: {what} too long or cut short")
+        return line.rstrip(b"\r\n")
+
+    def _chunked(self, limit: int) -> bytes:
+        out = bytearray()
+        while True:
+            size = self._line("a chunk-size line").split(b";", 1)[0].strip()  # (extensions ignored)
+            if not size or len(size) > 16 or size.strip(b"0123456789abcdefABCDEF"):
+                raise BodyRefused(400, f"bad chunked body: chunk size {size[:40]!r} is not hexadecimal")
+            n = int(size, 16)
+            if n == 0:
+                break
+            if len(out) + n > limit:
+                raise BodyRefused(413, f"the chunked request body exceeds the {_size(limit)} read here")
+            chunk = self.rfile.read(n)
+            if len(chunk) < n or self._line("a chunk's end"):
+                raise BodyRefused(400, "bad chunked body: a chunk does not end where its size says")
+            out += chunk
+        trailers = 0
+        while line := self._line("a trailer line"):  # read and dropped
+            trailers += len(line)
+            if trailers > MAX_TRAILERS:
+                raise BodyRefused(400, "bad chunked body: its trailer lines run on")
+        return bytes(out)
 
     def abort(self) -> None:
         """Close the connection where it stands (a recorded reset or a stream cut short)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 from agents.baseline.context import Decision
 from agents.baseline.policy import FLAWS, PolicyError, decide
@@ -24,8 +25,11 @@ from schemas.providers import openai_chat
 from schemas.providers.conversation import Reply
 from schemas.providers.result import INVALID, NOT_FOUND
 from schemas.providers.wire import sse_frames
+from schemas.untrusted_json import loads_untrusted
 
 MODEL = "baseline"
+MAX_BODY = 64 * 1024 * 1024
+"""The largest request body read: a conversation of thousands of turns fits many times over."""
 
 STOP_POLL_S = 0.02
 """How often the serving loop looks for a stop request: ``stop()`` returns within this (the
@@ -44,6 +48,11 @@ def flaw_of(model: str, default: str | None) -> str | None:
     raise PolicyError(f"unknown model {model!r} (this server offers: {', '.join(model_names())})")
 
 
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
 def _tokens(text: str) -> int:
     return max(1, (len(text) + 3) // 4)
 
@@ -54,6 +63,11 @@ def completion(body: dict, default_flaw: str | None = None) -> tuple[Reply, Deci
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise PolicyError("'messages' must be a non-empty list")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise PolicyError(f"'messages[{i}]' must be an object, not {_json_type(m)}")
+    if not isinstance(body.get("stream_options") or {}, dict):
+        raise PolicyError(f"'stream_options' must be an object, not {_json_type(body['stream_options'])}")
     decision = decide(messages, flaw_of(model, default_flaw))
     # Seeds tool-call ids (not a stored digest): json.dumps takes whatever a client sends, which
     # the codec's canonical JSON may refuse (a lone surrogate), and keeps the ids of recorded runs.
@@ -93,10 +107,14 @@ class _Handler(httpbase.Handler):
             self._error(404, f"no route {self.path} (this server speaks /v1/chat/completions)", NOT_FOUND)
             return
         try:
-            body = json.loads(self.read_body(1 << 30) or b"{}")
+            # (nested deeper than any decoder recurses: a ValueError, not a RecursionError)
+            body = loads_untrusted(self.read_body(MAX_BODY) or b"{}")
             if not isinstance(body, dict):
                 raise ValueError("the body must be a JSON object")
             reply, _ = completion(body, self.default_flaw)
+        except httpbase.BodyRefused as e:
+            self._error(e.status, str(e))
+            return
         except (ValueError, PolicyError) as e:
             self._error(400, str(e) if isinstance(e, PolicyError) else f"bad request body: {e}")
             return

@@ -20,7 +20,7 @@ import duckdb
 from replay.read import require_runs
 from schemas.codec import canonical_json
 from schemas.errors import AmbError
-from schemas.providers import CONVERSATION_KEYS
+from schemas.providers import CONVERSATION_KEYS, api_title
 from schemas.untrusted_json import loads_untrusted
 
 MODES = ("strict", "canonical", "sequence", "lenient")
@@ -160,6 +160,11 @@ class Matcher:
 
     def _match(self, api: str, body: bytes) -> Outcome:
         todo = self.pending(api)
+        if not todo and not any(c.api == api for c in self.calls):
+            has = ", ".join(sorted({api_title(c.api) for c in self.calls}))
+            return Outcome(
+                None, "miss", f"this recording has no calls to the {api_title(api)} (it has: {has})"
+            )
         if not todo:
             return Outcome(None, "miss", f"every recorded {api} call has been served already")
         if self.mode == "sequence":

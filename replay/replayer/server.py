@@ -22,11 +22,21 @@ from replay.store import Store
 from schemas import httpbase, providers
 from schemas.blobstore import BlobStore
 from schemas.providers.result import INVALID, NOT_FOUND, REPLAY_MISS
-from schemas.providers.wire import decode_content, frames
+from schemas.providers.wire import ContentTooLarge, decode_content, frames
 from schemas.untrusted_json import loads_untrusted
 
 TIMINGS = ("original", "fast")
 MAX_BODY = 256 * 1024 * 1024
+MAX_WAIT_S = 600.0
+"""The longest wait ``--timing original`` replays (a recorded time to first byte or latency): a
+recording holds whatever its events say, and an answer hours away is a hung agent, not a replay."""
+
+
+def wait_s(ms: float | None, cap: float) -> float:
+    """A recorded time in milliseconds as a wait in seconds, at most ``cap``; a negative, NaN or
+    missing one is no wait (``time.sleep`` raises on either, which dropped the connection)."""
+    s = (ms or 0.0) / 1000
+    return min(s, cap) if s > 0 else 0.0  # (NaN > 0 is false)
 
 
 class Replayer:
@@ -39,12 +49,14 @@ class Replayer:
         mode: str,
         timing: str,
         report: Callable[[str], None] | None = None,
+        max_wait_s: float = MAX_WAIT_S,
     ):
         if timing not in TIMINGS:
             raise ReplayError(f"--timing must be one of {', '.join(TIMINGS)}")
         self.matcher = Matcher(calls, mode)
         self.blobs = blobs
         self.timing = timing
+        self.max_wait_s = max_wait_s
         self.report = report or (lambda line: None)
         self.models = sorted({c.provider for c in calls})
 
@@ -65,15 +77,20 @@ class Handler(httpbase.Handler):
 
     def do_POST(self) -> None:
         api = providers.classify("POST", self.path)
-        raw = self.read_body(MAX_BODY)
-        if raw is None:
-            self._error(api, 400, "the request needs a Content-Length below 256 MiB", INVALID)
-            return
         if api is None:
             self._error(None, 404, f"the replay endpoint has no route {self.path[:200]}", NOT_FOUND)
             return
+        try:
+            raw = self.read_body(MAX_BODY)
+        except httpbase.BodyRefused as e:
+            self._error(api, e.status, str(e), INVALID)
+            return
         # The recorded request blobs are decoded bodies: so is what they are matched with.
-        body, err = decode_content(raw, self.headers.get("Content-Encoding"), brotli)
+        try:
+            body, err = decode_content(raw, self.headers.get("Content-Encoding"), brotli, MAX_BODY)
+        except ContentTooLarge as e:  # a compression bomb: kilobytes on the wire, gigabytes decoded
+            self._error(api, 413, f"cannot decode the request body: {e}", INVALID)
+            return
         if err is not None:
             self._error(api, 400, f"cannot decode the request body: {err}", INVALID)
             return
@@ -100,8 +117,10 @@ class Handler(httpbase.Handler):
             return
         data = r.blobs.get(call.response_blob) if call.response_blob else b""
         headers = {"x-amb-replay": how, "x-amb-replay-call": call.key}
-        ttfb = (call.ttfb_ms or 0) / 1000 if r.timing == "original" else 0.0
-        total = max((call.latency_ms or 0) / 1000, ttfb) if r.timing == "original" else 0.0
+        ttfb = total = 0.0
+        if r.timing == "original":
+            ttfb = wait_s(call.ttfb_ms, r.max_wait_s)
+            total = max(wait_s(call.latency_ms, r.max_wait_s), ttfb)
         media, events = call.response_media, [data]
         if call.stream:
             media, data = providers.as_recorded_stream(call.api, media, data, self.path)

@@ -45,6 +45,8 @@ Limit = Annotated[int, msgspec.Meta(ge=1, le=PAGE_MAX)]
 Seq = Annotated[int, msgspec.Meta(ge=0)]
 Millis = Annotated[float, msgspec.Meta(ge=-1e12, le=1e12)]
 """Milliseconds from a run's start: finite, within about 30 years either way."""
+Fraction = Annotated[float, msgspec.Meta(ge=0, le=1)]
+"""A score's bound: 0 to 1. NaN (which compares false with every score) and infinities are refused."""
 
 
 class Query(msgspec.Struct, frozen=True):
@@ -86,21 +88,31 @@ class Route:
     query: type[Query] = Query
 
     def match(self, parts: list[str]) -> dict[str, Any] | None:
+        """The path's arguments when its shape is this route's (a number that is none: 400)."""
         wants = self.pattern.split("/")
         if len(wants) != len(parts):
             return None
+        if any(not w.startswith("{") and w != got for w, got in zip(wants, parts, strict=True)):
+            return None
         args: dict[str, Any] = {}
         for want, got in zip(wants, parts, strict=True):
-            if not want.startswith("{"):
-                if want != got:
-                    return None
-            elif want.endswith(":int}"):
-                if not got.isdigit():
-                    return None
-                args[want[1:-5]] = int(got)
-            else:
+            if want.endswith(":int}"):
+                args[want[1:-5]] = whole_number(got, want[1:-5].upper())
+            elif want.startswith("{"):
                 args[want[1:-1]] = got
         return args
+
+
+MAX_DIGITS = 18
+"""The longest whole number a path or key carries: every one of them fits a BIGINT."""
+
+
+def whole_number(text: str, what: str) -> int:
+    """``text`` as a whole number: ASCII digits only. ``str.isdigit`` also takes '²', which ``int``
+    refuses, and '١', which ``int`` reads as 1 (another event than the one linked)."""
+    if not (text.isascii() and text.isdigit()) or len(text) > MAX_DIGITS:
+        raise BadRequest(f"bad {what} {text[:40]!r}: expected a whole number in ASCII digits (at most 18)")
+    return int(text)
 
 
 def one_line(text: str | None, n: int = SUMMARY_CHARS) -> str:
@@ -121,9 +133,9 @@ def decode_cursor(text: str) -> Any:
 def parse_key(text: str) -> tuple[str, int]:
     """``SOURCE:SEQ`` (the deep-link form, also what scores cite) into its parts."""
     source, sep, seq = text.rpartition(":")
-    if not sep or not source or not seq.isdigit():
+    if not sep or not source:
         raise BadRequest(f"bad event key {text[:60]!r}: expected SOURCE:SEQ")
-    return source, int(seq)
+    return source, whole_number(seq, f"event key {text[:60]!r}: SEQ")
 
 
 def has_scores(con: duckdb.DuckDBPyConnection, view: str = "scores_current") -> bool:

@@ -18,7 +18,16 @@ from msgspec import UNSET, UnsetType
 from replay import manifest as manifests
 from replay.summary import summaries
 from replay.verify import verify as verify_store
-from replay.web.resource import BadRequest, Limit, NotFound, Query, decode_cursor, encode_cursor, has_scores
+from replay.web.resource import (
+    BadRequest,
+    Fraction,
+    Limit,
+    NotFound,
+    Query,
+    decode_cursor,
+    encode_cursor,
+    has_scores,
+)
 from schemas.blobstore import BlobStore
 from schemas.finding import Finding
 from schemas.score_row import JSON_COLUMNS, STORED_COLUMNS, ScoreRow, select_list
@@ -39,8 +48,8 @@ class RunsQuery(Query, frozen=True):
     sort: Sort = "started"
     order: Literal["asc", "desc"] = "desc"
     profile: str | None = None
-    score_min: float | None = None
-    score_max: float | None = None
+    score_min: Fraction | None = None
+    score_max: Fraction | None = None
     label: str | None = None
     q: str = ""
     cursor: str | None = None

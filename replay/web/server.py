@@ -194,14 +194,11 @@ class Handler(httpbase.Handler):
         self.send(status, msgspec.json.encode({"error": why}), "application/json")
 
     def do_POST(self) -> None:
-        self.close_connection = True  # its body is not read: the connection cannot carry another request
         self._refuse(405, "the viewer is read-only: GET only")
 
     do_PUT = do_DELETE = do_PATCH = do_POST
 
     def do_GET(self) -> None:
-        if self.headers.get("Transfer-Encoding") or self.headers.get("Content-Length", "0") != "0":
-            self.close_connection = True  # a body the viewer never reads: no further request on it
         if self.allowed_hosts and _host_name(self.headers.get("Host") or "") not in self.allowed_hosts:
             self._refuse(421, f"this server answers for {', '.join(sorted(self.allowed_hosts))} only")
             return

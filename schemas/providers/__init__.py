@@ -48,14 +48,22 @@ class Api:
     """The method says the answer is a stream, not the body (``streamGenerateContent``)."""
     counts_tokens: bool = False
     """Nothing is generated: the history it carries is no turn of its conversation (``countTokens``)."""
+    title: str = ""
+    """Its name for people (``Anthropic Messages API``)."""
 
 
-CHAT = Api("openai", "chat.completions", openai_chat)
-RESPONSES = Api("openai", "responses", openai_responses)
-MESSAGES = Api("anthropic", "messages", anthropic_messages)
-GENERATE = Api("gemini", "generateContent", gemini)
-STREAM_GENERATE = Api("gemini", "streamGenerateContent", gemini, streams_by_path=True)
-COUNT_TOKENS = Api("gemini", "countTokens", gemini, counts_tokens=True)
+CHAT = Api("openai", "chat.completions", openai_chat, title="OpenAI Chat Completions API")
+RESPONSES = Api("openai", "responses", openai_responses, title="OpenAI Responses API")
+MESSAGES = Api("anthropic", "messages", anthropic_messages, title="Anthropic Messages API")
+GENERATE = Api("gemini", "generateContent", gemini, title="Gemini API's generateContent")
+STREAM_GENERATE = Api(
+    "gemini",
+    "streamGenerateContent",
+    gemini,
+    streams_by_path=True,
+    title="Gemini API's streamGenerateContent",
+)
+COUNT_TOKENS = Api("gemini", "countTokens", gemini, counts_tokens=True, title="Gemini API's countTokens")
 APIS = {a.api: a for a in (CHAT, RESPONSES, MESSAGES, GENERATE, STREAM_GENERATE, COUNT_TOKENS)}
 """Every API, by its recorded name."""
 MODULES: dict[str, ModuleType] = {}
@@ -67,6 +75,12 @@ CONVERSATION_KEYS = tuple(dict.fromkeys(a.module.ITEMS for a in APIS.values()))
 """Every key a request body may hold its conversation under."""
 
 _AZURE_DEPLOYMENT = re.compile(r"/openai/deployments/([^/?]+)/")
+
+
+def api_title(name: str) -> str:
+    """The name for people of the API recorded as ``name`` (the recorded name when unknown)."""
+    api = APIS.get(name)
+    return api.title if api else f"{name} API"
 
 
 def classify(method: str, path: str) -> Api | None:

@@ -5,7 +5,8 @@
   requests are compared with those blobs). gzip, deflate (zlib-wrapped by the spec, raw in practice
   from some servers), zstd, and br, the only one needing a package outside ``schemas``: its module
   is handed in by the caller (``brotli=``). A truncated body (a stream reset mid-way) decodes as far
-  as it can, with a note saying why it stopped.
+  as it can, with a note saying why it stopped. The replay endpoint, which any local agent can
+  reach, decodes with a ``limit`` (a compression bomb is refused, never decoded whole).
 - **Server-Sent Events** (Chat Completions, Responses, Messages, Gemini's ``?alt=sse``): one
   framing, the HTML spec's. ``sse_frames`` cuts a stream after each event's blank line, the pieces
   joining back to the bytes as they were (the replay endpoint re-sends them one by one);
@@ -21,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import zstandard
@@ -29,11 +30,19 @@ import zstandard
 SSE_MEDIA = "text/event-stream"
 
 
-def decode_content(raw: bytes, encoding: str | None, brotli: Any = None) -> tuple[bytes, str | None]:
+class ContentTooLarge(ValueError):
+    """The body decodes to more than the ``limit`` given to ``decode_content`` (a compression bomb)."""
+
+
+def decode_content(
+    raw: bytes, encoding: str | None, brotli: Any = None, limit: int | None = None
+) -> tuple[bytes, str | None]:
     """The body without its Content-Encoding (gzip, deflate, br, zstd, or a chain of them).
 
     Returns ``(decoded, error)``; on a truncated or corrupt body ``decoded`` holds everything that
     could be decoded and ``error`` says why it stopped. ``brotli`` is the brotli module (``br``).
+    With ``limit``, no step decodes to more than ``limit`` bytes: ``ContentTooLarge`` is raised
+    once one would (a few kilobytes of gzip expand to gigabytes), before that much is held.
     """
     if not encoding:
         return raw, None
@@ -46,7 +55,7 @@ def decode_content(raw: bytes, encoding: str | None, brotli: Any = None) -> tupl
         if decoder is None or (coding == "br" and brotli is None):
             return data, f"unknown content-encoding {coding!r}"
         try:
-            data = decoder(data, brotli)
+            data = decoder(data, brotli, limit)
         except _Partial as p:
             return p.data, f"{coding} body truncated or corrupt: {p.why}"
     return data, None
@@ -57,13 +66,46 @@ class _Partial(Exception):
         self.data, self.why = data, why
 
 
-def _gzip(data: bytes, _: Any) -> bytes:
+def _too_large(out: bytes | bytearray, limit: int | None) -> None:
+    if limit is not None and len(out) > limit:
+        raise ContentTooLarge(f"the body decodes to more than {limit:,} bytes")
+
+
+def _inflate(d: Any, data: bytes, limit: int | None, out: bytearray) -> None:
+    """``data`` through zlib's ``d`` onto ``out``, never past ``limit`` (zlib stops there itself)."""
+    if limit is None:
+        out += d.decompress(data)
+        return
+    out += d.decompress(data, max(limit - len(out), 0) + 1)
+    _too_large(out, limit)
+
+
+def _fed(
+    d: Any, process: Callable[[bytes], bytes], data: bytes, limit: int | None, ratio: int, out: bytearray
+) -> int:
+    """``data`` through a decoder ``d`` that cannot stop at an output size (brotli, zstd) onto
+    ``out``, up to the end of its stream (``d.eof``, where the decoder has one), fed in pieces
+    small enough that one cannot take ``out`` far past ``limit`` (``ratio``: the most bytes one
+    byte of input decodes to). Returns how much of ``data`` was fed."""
+    if limit is None:
+        out += process(data)
+        return len(data)
+    pos = 0
+    while pos < len(data) and not getattr(d, "eof", False):
+        step = max(1, (limit - len(out)) // ratio)
+        out += process(data[pos : pos + step])
+        pos += step
+        _too_large(out, limit)
+    return pos
+
+
+def _gzip(data: bytes, _: Any, limit: int | None) -> bytes:
     out = bytearray()
     rest = data
     while rest:  # concatenated gzip members are legal
         d = zlib.decompressobj(wbits=47)
         try:
-            out += d.decompress(rest)
+            _inflate(d, rest, limit, out)
         except zlib.error as e:
             raise _Partial(bytes(out), str(e)) from None
         if not d.eof:
@@ -72,39 +114,53 @@ def _gzip(data: bytes, _: Any) -> bytes:
     return bytes(out)
 
 
-def _deflate(data: bytes, _: Any) -> bytes:
+def _deflate(data: bytes, _: Any, limit: int | None) -> bytes:
     for wbits in (15, -15):
         d = zlib.decompressobj(wbits=wbits)
+        out = bytearray()
         try:
-            out = d.decompress(data)
+            _inflate(d, data, limit, out)
         except zlib.error:
             continue
         if not d.eof:
-            raise _Partial(out, "incomplete deflate stream")
-        return out
+            raise _Partial(bytes(out), "incomplete deflate stream")
+        return bytes(out)
     raise _Partial(b"", "not a deflate stream")
 
 
-def _br(data: bytes, brotli: Any) -> bytes:
+BROTLI_RATIO = 1 << 22
+"""Bytes one byte of brotli decodes to at most, over a piece of several: a meta-block of up to 16 MiB
+whose commands take no bits still needs a header of several bytes (so the last piece fed may
+decode one meta-block past the limit, never more)."""
+ZSTD_RATIO = 1 << 15
+"""Bytes one byte of zstd can decode to: an RLE block of 128 KiB takes 4."""
+
+
+def _br(data: bytes, brotli: Any, limit: int | None) -> bytes:
     d = brotli.Decompressor()
+    out = bytearray()
     try:
-        out: bytes = d.process(data)
+        _fed(d, d.process, data, limit, BROTLI_RATIO, out)
     except brotli.error as e:
         raise _Partial(b"", str(e)) from None
     if not d.is_finished():
-        raise _Partial(out, "incomplete brotli stream")
-    return out
+        raise _Partial(bytes(out), "incomplete brotli stream")
+    return bytes(out)
 
 
-def _zstd(data: bytes, _: Any) -> bytes:
-    d = zstandard.ZstdDecompressor().decompressobj()
-    try:
-        out = d.decompress(data)
-    except zstandard.ZstdError as e:
-        raise _Partial(b"", str(e)) from None
-    if not d.eof:
-        raise _Partial(out, "incomplete zstd stream")
-    return out
+def _zstd(data: bytes, _: Any, limit: int | None) -> bytes:
+    out = bytearray()
+    rest = data
+    while rest:  # concatenated frames are one body
+        d = zstandard.ZstdDecompressor().decompressobj()
+        try:
+            fed = _fed(d, d.decompress, rest, limit, ZSTD_RATIO, out)
+        except zstandard.ZstdError as e:
+            raise _Partial(bytes(out), str(e)) from None
+        if not d.eof:
+            raise _Partial(bytes(out), "incomplete zstd stream")
+        rest = d.unused_data + rest[fed:]  # what the decoder left of the last piece, then the rest
+    return bytes(out)
 
 
 _DECODERS = {"gzip": _gzip, "x-gzip": _gzip, "deflate": _deflate, "br": _br, "zstd": _zstd}

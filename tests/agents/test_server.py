@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -137,3 +138,41 @@ def test_serve_command_writes_its_url_and_stops_on_sigterm(tmp_path):
         [amb, "baseline", "serve", "--flaw", "lazy"], capture_output=True, text=True, timeout=30
     )
     assert bad.returncode != 0 and bad.stderr.strip().startswith("amb: error: unknown flaw 'lazy'")
+
+
+def post_raw(server, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    con = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        con.request("POST", "/v1/chat/completions", body=body, headers=headers or {})
+        r = con.getresponse()
+        return r.status, json.loads(r.read())["error"]["message"]
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b"[" * 100_000, "nested 100000 levels deep"),
+        (b'{"messages":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested 100001 levels deep"),
+        (b'{"model":"baseline","messages":[[1]]}', "'messages[0]' must be an object, not an array"),
+        (b'{"model":"baseline","messages":["hi"]}', "'messages[0]' must be an object, not a string"),
+        (
+            b'{"model":"baseline","messages":[{"role":"user"},5]}',
+            "'messages[1]' must be an object, not a number",
+        ),
+        (b'{"model":"baseline","messages":[{}],"stream_options":[1]}', "'stream_options' must be an object"),
+    ],
+    ids=["deep", "deep-messages", "array", "string", "number", "stream-options"],
+)
+def test_a_hostile_body_gets_a_400_with_its_reason(server, body, why):
+    """Nesting deeper than a decoder recurses and messages that are not objects: a 400 that says
+    why, never a RecursionError or a dropped connection; the server answers the next request."""
+    status, message = post_raw(server, body)
+    assert status == 400 and why in message, message
+    assert post_raw(server, b'{"model":"baseline","messages":[]}')[0] == 400
+
+
+def test_a_body_above_64_mib_is_refused_unread(server):
+    status, message = post_raw(server, b"", {"Content-Length": str(64 * 1024 * 1024 + 1)})
+    assert status == 413 and "this server reads 64 MiB" in message

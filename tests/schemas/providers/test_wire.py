@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.providers.wire import (
+    ContentTooLarge,
     array_elements,
     array_frames,
     decode_content,
@@ -139,3 +140,26 @@ def test_array_frames_cut_after_each_element_and_keep_the_bytes():
     cut = body[: body.index(b'"c"')]  # inside the second element
     assert [json.loads(e) for e in array_elements(cut)] == elements[:1]
     assert b"".join(array_frames(cut)) == cut
+
+
+@pytest.mark.parametrize(
+    ("encoding", "compress"),
+    [
+        ("gzip", gzip.compress),
+        ("deflate", zlib.compress),
+        ("br", brotli.compress),
+        ("zstd", lambda b: zstandard.ZstdCompressor().compress(b)),
+        (
+            "zstd",
+            lambda b: (
+                zstandard.ZstdCompressor().compress(b[:100]) + zstandard.ZstdCompressor().compress(b[100:])
+            ),
+        ),
+    ],
+    ids=["gzip", "deflate", "br", "zstd", "zstd-frames"],
+)
+def test_a_limit_decodes_up_to_it_and_refuses_past_it(encoding, compress):
+    raw = compress(BODY)
+    assert decode_content(raw, encoding, brotli, limit=len(BODY)) == decode(raw, encoding) == (BODY, None)
+    with pytest.raises(ContentTooLarge, match=f"more than {len(BODY) - 1:,} bytes"):
+        decode_content(raw, encoding, brotli, limit=len(BODY) - 1)
