@@ -15,14 +15,23 @@ from schemas.providers import Api, classify, classify_websocket, estimate_usage,
 from schemas.providers import parse_request as parse_request_body
 from schemas.providers import parse_response as parse_response_body
 from schemas.providers.result import Reassembled, RequestInfo, loads
-from schemas.providers.wire import decode_content
+from schemas.providers.wire import ContentTooLarge, decode_content
 
 __all__ = ["Api", "classify", "classify_websocket", "estimate_usage", "model_in_path"]
 
 
+MAX_DECODED = 256 * 1024 * 1024
+"""The most a body is decoded to. A compression bomb (a request an agent sends: kilobytes on the wire,
+gigabytes decoded) would otherwise be held whole by the proxy, beside every other call of the run."""
+
+
 def decode(raw: bytes, encoding: str | None) -> tuple[bytes, str | None]:
-    """A body without its Content-Encoding (``schemas.providers.wire``), brotli included."""
-    return decode_content(raw, encoding, brotli)
+    """A body without its Content-Encoding (``schemas.providers.wire``), brotli included; a body that
+    decodes to more than ``MAX_DECODED`` comes back as sent, with the reason."""
+    try:
+        return decode_content(raw, encoding, brotli, MAX_DECODED)
+    except ContentTooLarge as e:
+        return raw, f"{e}: kept as sent ({encoding})"
 
 
 def parse_request(api: Api, body: bytes) -> RequestInfo:

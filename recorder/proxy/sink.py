@@ -241,14 +241,19 @@ class Sink:
 
     def _prepare(self, args: tuple[calls.Api, bytes, str | None]) -> PreparedRequest:
         api, raw, encoding = args
-        body, _ = calls.decode(raw, encoding)
+        body, decode_err = calls.decode(raw, encoding)
+        # As for responses: a body that cannot be decoded (corrupt, or a compression bomb) is kept
+        # as the wire bytes, whole, rather than as the part that decoded.
+        media = "application/json"
+        if decode_err is not None:
+            body, media = raw, "application/octet-stream"
         body = self.custody.scrub(body)
         # The blob first, the parse second: decoding a large body's JSON holds the GIL, and by the
         # time the blob is written mitmproxy has usually finished forwarding the request upstream.
         # (Inline images and files are skimmed out of the parse: ``recorder.proxy.skim``.)
         # Stored as a delta against the run's previous request, which it usually extends (a race
         # between concurrent calls only picks another base: any base reads back right).
-        ref = self.blobs.put(body, "application/json", base=self._last_request) if body else None
+        ref = self.blobs.put(body, media, base=self._last_request) if body else None
         if ref is not None:
             self._last_request = ref
         info = calls.parse_request(api, body)

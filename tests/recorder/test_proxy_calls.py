@@ -4,6 +4,7 @@ and not, with tool calls and compressed bodies; the record must equal what the c
 from __future__ import annotations
 
 import json
+import zlib
 from typing import Any
 
 import anthropic
@@ -294,6 +295,24 @@ def test_large_request_body_is_recorded(rec):
     assert call.request is not None
     assert call.request.size > 5 * 1024 * 1024
     assert json.loads(rec.blobs.get(call.request))["messages"][0]["content"] == big
+
+
+def test_a_compression_bomb_is_recorded_as_sent(rec):
+    # An agent's request of 300 KB that gunzips to 300 MiB: the proxy keeps the bytes it forwarded,
+    # undecoded (it would otherwise hold the whole expansion), and goes on recording.
+    gz = zlib.compressobj(wbits=31)
+    bomb = gz.compress(b'{"model": "m", "messages": [' + b" " * (300 * 1024 * 1024)) + gz.flush()
+    headers = {"content-encoding": "gzip", "content-type": "application/json"}
+    with httpx.Client() as client:
+        r = client.post(rec.base + "/v1/chat/completions", content=bomb, headers=headers, timeout=60)
+    assert r.status_code == 400  # the upstream's answer to a body that is not JSON, passed through
+    calls = [p for p in rec.new_payloads("model_call.completed") if isinstance(p, ModelCallCompleted)]
+    assert len(calls) == 1 and calls[0].request is not None
+    assert calls[0].request.media_type == "application/octet-stream"
+    assert rec.blobs.get(calls[0].request) == bomb
+    oai(rec).chat.completions.create(model="m", messages=[{"role": "user", "content": "after"}])
+    call, _ = one_call(rec)
+    assert json.loads(rec.blobs.get(call.request))["messages"][0]["content"] == "after"
 
 
 def test_a_conversation_is_stored_as_deltas(rec):
