@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -44,6 +45,10 @@ def _size(n: int) -> str:
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
+    timeout = 300
+    """Seconds a connection may go without sending (a stalled request, an idle keep-alive) or taking
+    what is sent to it before it is closed: an agent that opens connections and stalls does not
+    hold a thread each for ever. Waits of the server's own (a replayed latency) do not count."""
     always: dict[str, str] = {}
     """Headers every answer of this server carries."""
     body_unread = False
@@ -165,6 +170,16 @@ class Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that resets, stops reading or goes quiet is the client's doing: the connection
+        # closes, and the server's output carries no traceback for it. Anything else is a bug in a
+        # handler and is printed as the standard library does.
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handle_error(request, client_address)
+
+
 class Serving:
     """``handler`` on ``host:port`` (port 0 picks a free one), served on a thread:
     ``with Serving(...) as s: s.url``. ``state`` becomes class attributes of the handler, which is
@@ -180,7 +195,7 @@ class Serving:
     ):
         self.host = host
         self.poll_s = poll_s
-        self.server = ThreadingHTTPServer((host, port), type(handler.__name__, (handler,), state))
+        self.server = _Server((host, port), type(handler.__name__, (handler,), state))
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.serve_forever, name=handler.__name__, daemon=True)
 

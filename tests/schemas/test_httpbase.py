@@ -10,6 +10,7 @@ import http.client
 import io
 import json
 import socket
+import time
 
 import pytest
 
@@ -153,3 +154,35 @@ def test_a_body_shorter_than_its_length_is_refused(server):
     answers = exchange(server, post(b"Content-Length: 10\r\n", b"hello"))
     assert [(a[0], a[1]["connection"]) for a in answers] == [(400, "close")]
     assert "ended after 5 of 10 bytes" in answers[0][2]["error"]
+
+
+class Failing(httpbase.Handler):
+    """Fails as a client can make a handler fail (the connection reset under it), or as a bug does."""
+
+    def do_GET(self) -> None:
+        if self.path == "/reset":
+            raise ConnectionResetError(104, "Connection reset by peer")
+        raise ValueError("a bug in the handler")
+
+
+def test_a_connection_error_is_quiet_and_a_bug_is_not(capsys):
+    with httpbase.Serving(Failing) as s:
+        for path in ("/reset", "/bug"):
+            with socket.create_connection(("127.0.0.1", s.port), timeout=5) as sock:
+                sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                assert sock.recv(100) == b""  # the server closed it, answering nothing
+            if path == "/reset":
+                assert "Traceback" not in capsys.readouterr().err
+    assert "ValueError: a bug in the handler" in capsys.readouterr().err
+
+
+def test_a_stalled_connection_is_closed_after_the_timeout():
+    # Every server has one, from this layer (the viewer's is shorter); here a short one, given as
+    # the servers' state is.
+    assert 0 < httpbase.Handler.timeout <= 300
+    with httpbase.Serving(Echo, timeout=0.5) as s:
+        with socket.create_connection(("127.0.0.1", s.port), timeout=10) as sock:
+            sock.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+            start = time.monotonic()
+            assert sock.recv(100) == b""  # no answer: the body never came
+            assert time.monotonic() - start < 5
