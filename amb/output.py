@@ -6,14 +6,14 @@ import csv
 import io
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import click
 
 from schemas.display import table
 
-__all__ = ["cell", "emit", "table", "to_jsonable"]
+__all__ = ["cell", "emit", "emit_batches", "table", "to_jsonable"]
 
 
 def to_jsonable(value: Any) -> Any:
@@ -27,22 +27,39 @@ def to_jsonable(value: Any) -> Any:
 
 
 def emit(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "table") -> None:
+    emit_batches(columns, [rows], fmt)
+
+
+def emit_batches(
+    columns: Sequence[str], batches: Iterable[Sequence[Sequence[Any]]], fmt: str = "table"
+) -> None:
+    """``emit`` of rows that arrive in batches (a query's result): CSV and JSON are written batch by
+    batch, so a result of any size takes the memory of one batch; a table needs every row first
+    (its column widths)."""
     if fmt == "json":
-        click.echo(
-            json.dumps(
-                [{c: to_jsonable(v) for c, v in zip(columns, row, strict=False)} for row in rows],
-                indent=2,
-                default=str,
-            )
-        )
+        written = 0
+        for rows in batches:
+            if not rows:
+                continue
+            objects = [{c: to_jsonable(v) for c, v in zip(columns, row, strict=False)} for row in rows]
+            # The batch's part of the text json.dumps(every_row, indent=2) is: its list without
+            # the brackets' lines.
+            inner = json.dumps(objects, indent=2, default=str)[2:-2]
+            click.echo(("[\n" if not written else ",\n") + inner, nl=False)
+            written += len(rows)
+        click.echo("\n]" if written else "[]")
     elif fmt == "csv":
-        buf = io.StringIO()
-        writer = csv.writer(buf)
-        writer.writerow(columns)
-        writer.writerows([[to_jsonable(v) for v in row] for row in rows])
-        click.echo(buf.getvalue(), nl=False)
+        click.echo(_csv_text([columns]), nl=False)
+        for rows in batches:
+            click.echo(_csv_text([[to_jsonable(v) for v in row] for row in rows]), nl=False)
     else:
-        click.echo(table(columns, rows))
+        click.echo(table(columns, [row for rows in batches for row in rows]))
+
+
+def _csv_text(rows: Iterable[Sequence[Any]]) -> str:
+    buf = io.StringIO()
+    csv.writer(buf).writerows(rows)
+    return buf.getvalue()
 
 
 def cell(v: Any) -> str:

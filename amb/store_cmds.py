@@ -12,7 +12,7 @@ import duckdb
 import msgspec
 
 from amb.common import progress, say_error, store_option, stored_only
-from amb.output import emit
+from amb.output import emit, emit_batches
 from recorder.synthetic import MAX_CALLS, MAX_SEED, generate_run
 from replay import manifest as manifests
 from replay import spools as spool_modes
@@ -240,6 +240,10 @@ def show(store: str, run: str, as_json: bool, with_events: bool) -> None:
             emit(["source", "seq", "kind", "ts_ns"], [(e.source, e.seq, e.kind, e.ts_ns) for e in events])
 
 
+SQL_BATCH = 10_000
+"""Rows fetched at a time by ``amb sql``."""
+
+
 @click.command()
 @store_option
 @click.argument("query")
@@ -256,11 +260,12 @@ def sql(store: str, query: str, fmt: str) -> None:
                     'no statement in the query: give one, e.g. amb sql "SELECT count(*) FROM runs"'
                 )
             columns = [d[0] for d in cur.description] if cur.description else []
-            rows = cur.fetchall() if columns else []
+            # Fetched as written: a result of millions of rows is never held whole (CSV, JSON).
+            batches = iter(lambda: cur.fetchmany(SQL_BATCH), []) if columns else iter([])
+            emit_batches(columns, batches, fmt)
         except duckdb.Error as e:
             first = str(e).splitlines()[0]
             raise AmbError(f"query refused or failed: {first}") from e
-        emit(columns, rows, fmt)
 
 
 @click.command()

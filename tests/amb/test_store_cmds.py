@@ -65,6 +65,26 @@ def test_sql_formats(cli_store):
     ]
 
 
+def test_sql_writes_a_large_result_as_it_comes(cli_store, tmp_path):
+    # Rows over several fetches come out as one document; and a million of them as JSON take the
+    # memory of a fetch, not of the result (held whole, they took 750 MB).
+    q = "SELECT range AS i, 'row ' || range AS s FROM range(25003)"
+    rows = json.loads(amb("sql", q, "--format", "json", store=cli_store).stdout)
+    assert rows == [{"i": i, "s": f"row {i}"} for i in range(25003)]
+    lines = amb("sql", q, "--format", "csv", store=cli_store).stdout.splitlines()
+    assert lines == ["i,s", *(f"{i},row {i}" for i in range(25003))]
+    # The peak memory of amb alone: the only child of a Python process of its own.
+    measure = (
+        "import resource, subprocess, sys; "
+        "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=True); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    big = "SELECT range AS i FROM range(1000000)"
+    argv = [sys.executable, "-c", measure, AMB, "sql", big, "--format", "json", "--store", str(cli_store)]
+    peak_kb = int(subprocess.run(argv, capture_output=True, text=True, timeout=300, check=True).stdout)
+    assert peak_kb < 400 * 1024, peak_kb
+
+
 @pytest.mark.parametrize(
     "query",
     [
