@@ -388,16 +388,9 @@ class DockerBackend:
         )
 
     def _shim_lost(self) -> str | None:
-        """Why the shim's record of the agent is incomplete, if it is: its stream ended (with the
-        container) before its final report."""
+        """Why the shim's record of the agent is incomplete, if it is."""
         receiver = self._receiver
-        if receiver is None:
-            return None
-        if not receiver.connected.is_set() or receiver.wait(timeout=15) and receiver.hello is None:
-            return "the shim never reported: nothing the agent did inside the container was recorded"
-        if receiver.bye is not None:
-            return None
-        return "the shim ended before its final report: what the agent did after its last record is missing"
+        return None if receiver is None else receiver.lost(" inside the container")
 
     def send_signal(self, handle: _Handle, sig: int) -> None:
         # PID 1 is docker's init: it forwards to the shim, which forwards to the agent.

@@ -131,11 +131,14 @@ class LocalBackend:
         # signal from an exit code of 128+N. Nothing reported: the init died too (a SIGKILL to the
         # group), and unshare dies of the init's signal.
         ended = self._namespaced.end() if self._namespaced is not None else None
+        # With --shim, the shim is the agent's parent, in its process group: an agent that kills
+        # the group (or its parent) kills the shim too, and what it did afterwards goes unseen.
+        lost = self._receiver.lost() if self._receiver is not None else None
         if ended is not None:
-            return Exit(code=ended[0], signal=ended[1])
+            return Exit(code=ended[0], signal=ended[1], lost=lost)
         if rc < 0:
-            return Exit(code=128 - rc, signal=-rc)
-        return Exit(code=rc)
+            return Exit(code=128 - rc, signal=-rc, lost=lost)
+        return Exit(code=rc, lost=lost)
 
     def send_signal(self, handle: subprocess.Popen[bytes], sig: int) -> None:
         self._signal_group(handle, sig)

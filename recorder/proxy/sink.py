@@ -16,6 +16,7 @@ A failed write or fsync marks the sink broken: from then on the proxy refuses tr
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -327,14 +328,15 @@ class Sink:
         partial: bool,
         usage: Usage,
     ) -> ModelCallCompleted:
-        requested_model = info.model or calls.model_in_path(f.url)
+        url = wire_text(f.url)
+        requested_model = info.model or calls.model_in_path(url)
         event = ModelCallCompleted(
             call_id=f.call_id,
             provider=f.api.provider,
             api=f.api.api,
             model=result.model or requested_model,
             stream=f.streamed or info.stream,
-            url=self.custody.scrub_text(f.url),
+            url=self.custody.scrub_text(url),
             status=f.status,
             ok=error is None,
             error=self.custody.scrub_text(error) if error else None,
@@ -385,7 +387,9 @@ class Sink:
         small = request and len(request) <= NETWORK_BODY_CAP
         event = msgspec.structs.replace(
             seen,
-            path=self.custody.scrub_text(seen.path),
+            method=wire_text(seen.method),
+            host=wire_text(seen.host),
+            path=self.custody.scrub_text(wire_text(seen.path)),
             request_bytes=len(request),
             request_sha256=digest(request) if request else None,
             request_body=self._blob(request, "application/octet-stream") if small else None,
@@ -393,3 +397,14 @@ class Sink:
         )
         self._append(event)
         return event
+
+
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
+
+
+def wire_text(text: str) -> str:
+    """A request line's method, host, path or URL as recordable text. mitmproxy decodes the
+    request line as UTF-8 with ``surrogateescape``, and an agent may send any byte there; an event
+    holds UTF-8 only, so each byte that is not UTF-8 is written as a URL writes bytes (``%FF``)
+    instead of making the event unwritable (which would fail the whole recording closed)."""
+    return _NOT_UTF8.sub(lambda m: f"%{ord(m[0]) - 0xDC00:02X}", text)

@@ -178,6 +178,16 @@ class ShimReceiver:
         """True once the shim's stream has ended (or it never came and we were closed)."""
         return self.done.wait(timeout)
 
+    def lost(self, where: str = "", timeout: float = 15.0) -> str | None:
+        """Why the shim's record of the agent is incomplete, if it is: it never said hello, or its
+        stream ended before its final report (the shim died, or was killed: a local agent can kill
+        its own process group, the shim included). ``where`` says where the agent ran."""
+        if not self.connected.is_set() or self.wait(timeout) and self.hello is None:
+            return f"the shim never reported: nothing the agent did{where} was recorded"
+        if self.bye is not None:
+            return None
+        return "the shim ended before its final report: what the agent did after its last record is missing"
+
     def close(self, timeout: float = 10.0) -> None:
         """Stop: wait a little for a connected shim to finish, then release everything."""
         if not self.connected.is_set():

@@ -355,6 +355,16 @@ class TestLocalBackendWithShim(BackendContract):
 
     leftovers = TestLocalBackend.leftovers
 
+    def test_an_agent_that_kills_its_process_group_and_the_shim_in_it_is_a_recorder_error(self):
+        # The shim is the agent's parent, in its process group: the agent can kill both at once,
+        # and whatever it did after that is not on the record. The run must not look complete.
+        _, ev, _, _ = self.run("echo seen > before.txt; kill -KILL 0", "killpg")
+        finished = ev["run.finished"]
+        assert (finished.status, finished.exit_code) == ("recorder_error", 137), finished
+        assert finished.reason == (
+            "the shim ended before its final report: what the agent did after its last record is missing"
+        )
+
 
 class TestDockerBackend(BackendContract):
     startup_s = 5.0

@@ -183,3 +183,34 @@ def test_a_request_body_nested_100000_deep_is_still_recorded(rec):
     call = last_call(rec)
     assert answer.status_code == 400 and (call.status, call.ok) == (400, False)
     assert call.request is not None and call.request.size == len(deep)
+
+
+def raw_exchange(port: int, request: bytes) -> bytes:
+    """Send ``request`` as bytes (no client library would send them) and read the answer to its end."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_request_line_bytes_that_are_not_utf8_are_recorded_not_fatal(rec, fake):
+    """The agent writes the request line: a byte that is not UTF-8 in a model call's query, another
+    path or the method is recorded percent-encoded, and the recording goes on."""
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+    head = b"\r\nHost: x\r\nConnection: close\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+    port = rec.proxy.ports["openai"]
+    for line in (
+        b"POST /v1/chat/completions?a=\xff",
+        b"POST /v1/chat/\xfe\xff",
+        b"PO\xffST /v1/chat/completions",
+    ):
+        answer = raw_exchange(port, line + b" HTTP/1.1" + head % len(body) + body)
+        assert not answer.startswith(b"HTTP/1.1 503"), (line, answer[:300])
+    assert rec.sink.broken is None
+    payloads = rec.new_payloads("network.request", wait_for=2)
+    calls = [p for p in payloads if isinstance(p, ModelCallCompleted)]
+    nets = {(n.method, n.path) for n in payloads if isinstance(n, NetworkRequest)}
+    assert [c.url for c in calls] == [fake.url + "/v1/chat/completions?a=%FF"]
+    assert {("POST", "/v1/chat/%FE%FF"), ("PO%FFST", "/v1/chat/completions")} <= nets
