@@ -9,8 +9,10 @@ current state, and every referenced blob is read back and re-hashed (packs strea
 
 What each tamper looks like: an edited payload byte or envelope field → hash mismatch at that
 event; a deleted event → a seq gap (or, for the last event of a source, a manifest mismatch);
-reordered events → hash mismatch (seq is inside the hash) or a broken link; a chain rebuilt by
-someone who can write the file → only an anchored manifest (``--manifest``) catches it.
+reordered events → hash mismatch (seq is inside the hash) or a broken link; a spool that ingest
+refused, or a chain's last events deleted → fewer events than the run's ``run.finished`` counts say
+the recorder wrote; a chain rebuilt by someone who can write the file → only an anchored manifest
+(``--manifest``) catches it.
 
 How the work is laid out (a million events: docs/storage.md). The payloads are read once: one
 query per batch of row ids yields each event's canonical body and stored hash, the hot columns'
@@ -42,6 +44,7 @@ from schemas.blob import HASH_PREFIX
 from schemas.blobstore import BlobStore
 from schemas.blobverify import verify_many
 from schemas.codec import GENESIS
+from schemas.untrusted_json import loads_untrusted
 
 BODY_SQL = (
     """concat('{"kind":"', kind, '","payload":', CAST(payload AS VARCHAR), ',"prev_hash":"', prev_hash,"""
@@ -239,6 +242,8 @@ class _Fetched(NamedTuple):
     stats: list[tuple[str, str, int, int, int, str, bool]]
     chain_problems: dict[tuple[str, str, int], tuple[str, str]]
     stored: list[tuple[str, str]]
+    finished: list[tuple[str, str | None]]
+    """(run, its run.finished's ``counts`` as JSON text) of each run.finished event."""
 
 
 def _fetch(
@@ -252,7 +257,18 @@ def _fetch(
         "ORDER BY run_id",
         [runs],
     ).fetchall()
-    return _Fetched(table, stats, _chain_problems(con, unsound, cond, params), [tuple(r) for r in stored])
+    finished = con.execute(
+        f"SELECT run_id, CAST(payload->'$.counts' AS VARCHAR) FROM events "
+        f"WHERE {cond} AND kind = 'run.finished'",
+        params,
+    ).fetchall()
+    return _Fetched(
+        table,
+        stats,
+        _chain_problems(con, unsound, cond, params),
+        [tuple(r) for r in stored],
+        [tuple(r) for r in finished],
+    )
 
 
 class _Part(NamedTuple):
@@ -263,6 +279,8 @@ class _Part(NamedTuple):
     current: dict[str, dict[str, Any]]
     stored: list[tuple[str, str]]
     addresses: list[str]
+    short: list[Problem]
+    """Sources holding fewer events than their run's ``run.finished`` says were written."""
 
 
 def _chain_stats(
@@ -348,7 +366,49 @@ def _part(fetched: _Fetched) -> _Part:
     current = manifests.assemble(
         [(r, s, n, hi, h) for r, s, n, _, hi, h, _ in fetched.stats], _marks_by_run(found)
     )
-    return _Part(problems, current, fetched.stored, addresses)
+    return _Part(
+        problems, current, fetched.stored, addresses, _short_sources(fetched.finished, fetched.stats)
+    )
+
+
+def _written(counts_json: str | None) -> dict[str, int]:
+    """Events written per source, from a ``run.finished``'s ``counts`` (per source, or per
+    ``source:kind`` as the recorder keeps them); what is not a count is left out."""
+    try:
+        counts = loads_untrusted(counts_json) if counts_json else None
+    except ValueError:
+        return {}
+    written: dict[str, int] = {}
+    for key, n in counts.items() if isinstance(counts, dict) else []:
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            source = key.split(":", 1)[0]
+            written[source] = written.get(source, 0) + n
+    return written
+
+
+def _short_sources(
+    finished: list[tuple[str, str | None]], stats: list[tuple[str, str, int, int, int, str, bool]]
+) -> list[Problem]:
+    """The recorder counts what each source wrote when the run ends: a source holding fewer events
+    than that lost some before the store (a spool that ingest refused, as one an agent damaged,
+    leaves its run looking whole otherwise) or after (events deleted from the end of a chain)."""
+    held = {(run_id, source): n for run_id, source, n, *_ in stats}
+    short = []
+    for run_id, counts_json in finished:
+        for source, n in sorted(_written(counts_json).items()):
+            have = held.get((run_id, source), 0)
+            if have < n:
+                short.append(
+                    Problem(
+                        run_id,
+                        source,
+                        None,
+                        None,
+                        f"holds {have} events, but the recorder wrote {n} (its run.finished counts): "
+                        "a spool was not loaded (see `amb ingest`) or events were removed",
+                    )
+                )
+    return short
 
 
 def _parts(
@@ -540,7 +600,7 @@ def verify(
         # wrong, and the blob addresses (on disk) that the blob pass needs.
         for part in _parts(con, run_ids, batch):
             events.update(part.problems)
-            stored += _manifest_problems(part.stored, part.current)
+            stored += _manifest_problems(part.stored, part.current) + part.short
             referenced.update(part.addresses)
         if not run_ids:
             stored += _manifest_problems(_orphan_manifests(con), {})

@@ -8,9 +8,12 @@ import zlib
 
 import pytest
 
+from recorder.synthetic import generate_run
 from replay import manifest as manifests
+from replay.ingest import ingest
 from replay.store import Store
 from replay.verify import verify
+from schemas.errors import AmbError
 from tests.fakes.blob_tamper import remove_blob, replace_blob
 
 
@@ -112,6 +115,12 @@ def test_rebuilt_chain_is_caught_by_an_anchored_manifest(store):
             "FROM events WHERE run_id = 'run-0' AND source = 'proxy')"
         ),
     )
+    # The recorder's count of what the proxy wrote still says one is missing...
+    assert [(p.source, p.what.split(":")[0]) for p in problems(store)] == [
+        ("proxy", "holds 34 events, but the recorder wrote 35 (its run.finished counts)")
+    ]
+    # ... until the run's end goes too (the last event of its chain).
+    tamper(store, "DELETE FROM events WHERE run_id = 'run-0' AND kind = 'run.finished'")
     assert problems(store) == []  # internally consistent now
     found = problems(store, anchored=[anchored])
     assert found and "anchored manifest" in found[0].what and "source proxy" in found[0].what
@@ -224,3 +233,34 @@ def test_chunks_of_one_run_find_what_one_chunk_finds(store):
     assert problems(store, batch=5) == whole
     assert {p.run_id for p in whole} == {"run-0", "run-1", "run-2"}
     assert any(blob in p.what for p in whole)
+
+
+def test_a_spool_ingest_refused_leaves_its_run_failing_verify(tmp_path):
+    # An agent (local backend) flips a byte of the proxy's spool: ingest loads the run's other
+    # spools and refuses that one, and the run would look whole, with no model calls; the
+    # recorder's run.finished counts say what is missing.
+    root = tmp_path / "store"
+    generate_run(root, "run-0", seed=0, calls=6)
+    spool = root / "spool" / "run-0" / "proxy.spool"
+    data = bytearray(spool.read_bytes())
+    data[len(data) // 2] ^= 1
+    spool.write_bytes(bytes(data))
+    with pytest.raises(AmbError, match="proxy.spool"):
+        ingest(root)
+    found = problems(root)
+    assert [(p.run_id, p.source) for p in found] == [("run-0", "proxy")], found
+    assert found[0].what.startswith("holds 0 events, but the recorder wrote ")
+
+
+def test_hostile_run_finished_counts_are_read_as_what_they_can_be(tmp_path):
+    root = tmp_path / "store"
+    generate_run(root, "run-0", seed=0, calls=2)
+    ingest(root)
+    for counts in ('"x"', "[1]", '{"proxy": "9"}', '{"proxy": true}', '{"proxy": 1e400}', '{"": -5}'):
+        tamper(
+            root,
+            f"UPDATE events SET payload = json_merge_patch(payload, '{{\"counts\": {counts}}}') "
+            "WHERE kind = 'run.finished'",
+        )
+        # The edit itself is a hash mismatch; nothing else is read into it, and nothing fails.
+        assert [("hash mismatch" in p.what, p.kind) for p in problems(root)] == [(True, "run.finished")]
