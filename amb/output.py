@@ -6,12 +6,13 @@ import csv
 import io
 import json
 import math
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 import click
 
-from schemas.display import table
+from schemas.display import one_line, table
 
 __all__ = ["cell", "emit", "table", "to_jsonable"]
 
@@ -39,7 +40,12 @@ def emit(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "tabl
         buf = io.StringIO()
         writer = csv.writer(buf)
         writer.writerow(columns)
-        writer.writerows([[to_jsonable(v) for v in row] for row in rows])
+        values = [[to_jsonable(v) for v in row] for row in rows]
+        if sys.stdout.isatty():
+            # On a terminal (as `ls` does) the agent's text is shown escaped, not obeyed; piped or
+            # redirected, the CSV holds every value as stored.
+            values = [[one_line(v) if isinstance(v, str) else v for v in row] for row in values]
+        writer.writerows(values)
         click.echo(buf.getvalue(), nl=False)
     else:
         click.echo(table(columns, rows))

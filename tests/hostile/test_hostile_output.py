@@ -9,8 +9,14 @@ terminal prints no character a terminal would obey; the exports stay what a stan
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import os
+import pty
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -165,3 +171,37 @@ def test_a_terminal_obeys_nothing_the_agent_wrote(store, args):
     for stream in (result.stdout, result.stderr):
         found = OBEYED.search(stream)
         assert found is None, (found, stream[max(0, found.start() - 200) : found.end() + 50])
+
+
+def on_a_terminal(args: list[str]) -> bytes:
+    """What `amb ARGS` writes to stdout when stdout is a terminal (a pseudo-terminal's other end)."""
+    parent, child = pty.openpty()
+    amb = Path(sys.executable).with_name("amb")
+    done = subprocess.run([str(amb), *args], stdout=child, stderr=subprocess.PIPE, timeout=120)
+    os.close(child)
+    assert done.returncode == 0, done.stderr
+    out = b""
+    while True:
+        try:
+            chunk = os.read(parent, 1 << 16)
+        except OSError:  # EIO: the terminal's other end is closed and everything was read
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(parent)
+    return out
+
+
+def test_sql_csv_is_escaped_on_a_terminal_and_faithful_when_piped(store):
+    query = ["sql", "SELECT output FROM tool_calls", "--format", "csv", "--store", str(store)]
+    # CSV ends its lines in CRLF, and the terminal adds a CR before each LF.
+    shown = re.sub("\r+\n", "\n", on_a_terminal(query).decode())
+    found = OBEYED.search(shown)
+    assert found is None, shown
+    assert "\\x1b]0;pwned\\x07" in shown
+    piped = invoke(query)
+    assert piped.exit_code == 0
+    # (the bytes: click's ``stdout`` folds CRLF, the agent's among them)
+    rows = list(csv.reader(io.StringIO(piped.stdout_bytes.decode(), newline="")))
+    assert rows == [["output"], [EVIL]]
