@@ -6,12 +6,13 @@ import csv
 import io
 import json
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import click
 
-from schemas.display import table
+from schemas.display import one_line, table
 
 __all__ = ["cell", "emit", "emit_batches", "table", "to_jsonable"]
 
@@ -49,9 +50,15 @@ def emit_batches(
             written += len(rows)
         click.echo("\n]" if written else "[]")
     elif fmt == "csv":
+        # On a terminal (as `ls` does) the agent's text is shown escaped, not obeyed; piped or
+        # redirected, the CSV holds every value as stored.
+        shown = one_line if sys.stdout.isatty() else None
         click.echo(_csv_text([columns]), nl=False)
         for rows in batches:
-            click.echo(_csv_text([[to_jsonable(v) for v in row] for row in rows]), nl=False)
+            values = [[to_jsonable(v) for v in row] for row in rows]
+            if shown is not None:
+                values = [[shown(v) if isinstance(v, str) else v for v in row] for row in values]
+            click.echo(_csv_text(values), nl=False)
     else:
         click.echo(table(columns, [row for rows in batches for row in rows]))
 

@@ -24,7 +24,7 @@ from replay.summary import summaries, summary
 from replay.verify import verify as verify_store
 from schemas.blobpack import SUFFIX
 from schemas.codec import ID_RE
-from schemas.display import for_message
+from schemas.display import for_message, one_line
 from schemas.errors import AmbError, NotFound, UsageError
 from schemas.events import AnyPayload
 from schemas.run_claim import require_free
@@ -213,7 +213,8 @@ def render_summary(s: dict) -> str:
         lines.append(f"limited   {lim['limitation']}: {lim['text']}")
     if s["labels"]:
         lines.append("labels    " + ", ".join(f"{k}={v}" for k, v in sorted(s["labels"].items())))
-    return "\n".join(lines)
+    # Names, paths and labels are the agent's text: each line printable, no escape for a terminal.
+    return "\n".join(one_line(line) for line in lines)
 
 
 @click.command()
