@@ -243,7 +243,7 @@ class _Fetched(NamedTuple):
     chain_problems: dict[tuple[str, str, int], tuple[str, str]]
     stored: list[tuple[str, str]]
     finished: list[tuple[str, str | None]]
-    """(run, its run.finished's ``counts`` as JSON text) of each run.finished event."""
+    """(run, its run.finished's ``counts`` as JSON text) of each run.finished the recorder wrote."""
 
 
 def _fetch(
@@ -257,9 +257,11 @@ def _fetch(
         "ORDER BY run_id",
         [runs],
     ).fetchall()
+    # The recorder's own ends only: an imported run's run.finished (source ``import``) may carry the
+    # counts of the run it was recorded as, whose sources it does not have.
     finished = con.execute(
         f"SELECT run_id, CAST(payload->'$.counts' AS VARCHAR) FROM events "
-        f"WHERE {cond} AND kind = 'run.finished'",
+        f"WHERE {cond} AND kind = 'run.finished' AND source = 'recorder'",
         params,
     ).fetchall()
     return _Fetched(
