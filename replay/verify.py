@@ -40,11 +40,11 @@ import pyarrow.compute as pc
 from replay import blob_pass, hot
 from replay import manifest as manifests
 from replay.bounded import DatabaseMemory, References
+from replay.run_counts import short_sources
 from schemas.blob import HASH_PREFIX
 from schemas.blobstore import BlobStore
 from schemas.blobverify import verify_many
 from schemas.codec import GENESIS
-from schemas.untrusted_json import loads_untrusted
 
 BODY_SQL = (
     """concat('{"kind":"', kind, '","payload":', CAST(payload AS VARCHAR), ',"prev_hash":"', prev_hash,"""
@@ -368,49 +368,9 @@ def _part(fetched: _Fetched) -> _Part:
     current = manifests.assemble(
         [(r, s, n, hi, h) for r, s, n, _, hi, h, _ in fetched.stats], _marks_by_run(found)
     )
-    return _Part(
-        problems, current, fetched.stored, addresses, _short_sources(fetched.finished, fetched.stats)
-    )
-
-
-def _written(counts_json: str | None) -> dict[str, int]:
-    """Events written per source, from a ``run.finished``'s ``counts`` (per source, or per
-    ``source:kind`` as the recorder keeps them); what is not a count is left out."""
-    try:
-        counts = loads_untrusted(counts_json) if counts_json else None
-    except ValueError:
-        return {}
-    written: dict[str, int] = {}
-    for key, n in counts.items() if isinstance(counts, dict) else []:
-        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
-            source = key.split(":", 1)[0]
-            written[source] = written.get(source, 0) + n
-    return written
-
-
-def _short_sources(
-    finished: list[tuple[str, str | None]], stats: list[tuple[str, str, int, int, int, str, bool]]
-) -> list[Problem]:
-    """The recorder counts what each source wrote when the run ends: a source holding fewer events
-    than that lost some before the store (a spool that ingest refused, as one an agent damaged,
-    leaves its run looking whole otherwise) or after (events deleted from the end of a chain)."""
-    held = {(run_id, source): n for run_id, source, n, *_ in stats}
-    short = []
-    for run_id, counts_json in finished:
-        for source, n in sorted(_written(counts_json).items()):
-            have = held.get((run_id, source), 0)
-            if have < n:
-                short.append(
-                    Problem(
-                        run_id,
-                        source,
-                        None,
-                        None,
-                        f"holds {have} events, but the recorder wrote {n} (its run.finished counts): "
-                        "a spool was not loaded (see `amb ingest`) or events were removed",
-                    )
-                )
-    return short
+    held = {(run_id, source): n for run_id, source, n, *_ in fetched.stats}
+    short = [Problem(r, src, None, None, why) for r, src, why in short_sources(fetched.finished, held)]
+    return _Part(problems, current, fetched.stored, addresses, short)
 
 
 def _parts(
