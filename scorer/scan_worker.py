@@ -38,6 +38,15 @@ STARTUP_S = 120.0
 """How long a new worker may take to import the scanner files (not part of any scanner's timeout)."""
 
 
+def _readable(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` has something to read (or its end) within ``timeout`` seconds. By poll, not
+    select: select refuses a descriptor numbered past 1,023, which a process holding many open
+    files (a long-lived server, a test session) hands out."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(timeout * 1000))
+
+
 class Init(msgspec.Struct):
     scanners: list[tuple[str, str, str]]
     """(file, function name, expected id) of each scanner the worker runs."""
@@ -92,7 +101,7 @@ class Worker:
         fd = self.proc.stdout.fileno()
         while len(self._buf) < n:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0 or not _readable(fd, left):
                 raise _Stopped(f"timeout: still running after {timeout:g} s (its worker process was killed)")
             chunk = os.read(fd, 1 << 20)
             if not chunk:

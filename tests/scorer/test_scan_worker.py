@@ -119,3 +119,20 @@ def test_a_sql_scanner_past_its_timeout_is_interrupted_and_the_scan_goes_on(stor
     assert all(e == "timeout: the query ran past 1 s and was interrupted" for e in errors.values())
     verified = subprocess.run([AMB, "verify", "--store", str(store)], capture_output=True, text=True)
     assert verified.returncode == 0, verified.stderr
+
+
+def test_a_scan_from_a_process_holding_many_open_files(store, tmp_path):
+    # Its pipes to the worker are numbered past 1,023, where select() refuses them.
+    (tmp_path / "steady.py").write_text(HANGS.format(pids=str(tmp_path)))
+    many = (
+        "import os, sys; from amb.main import cli; "
+        "held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]; "
+        "cli(sys.argv[1:])"
+    )
+    args = [sys.executable, "-c", many, "scan", f"{tmp_path / 'steady.py'}:steady", "run-0"]
+    done = subprocess.run(
+        [*args, "--store", str(store), "--json"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (tally,) = json.loads(done.stdout)["scanners"]
+    assert (tally["name"], tally["errors"]) == ("steady", 0), tally
