@@ -251,8 +251,10 @@ class ExecServer:
         """Read what the server said within ``timeout``; False once it is gone or the time is up."""
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
-        readable, _, _ = select.select([fd], [], [], max(0.0, timeout))
-        if not readable:
+        # poll, not select: the client's process may hold over 1,023 open files (select refuses those)
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        if not poller.poll(max(0.0, timeout) * 1000):
             return False
         chunk = os.read(fd, 65536)
         if not chunk:
