@@ -25,7 +25,6 @@ forbids them, no ``unshare``), ``probe`` says why in one line and the run goes o
 from __future__ import annotations
 
 import os
-import select
 import shutil
 import signal
 import subprocess
@@ -34,6 +33,7 @@ from pathlib import Path
 
 from schemas.errors import AmbError
 from schemas.events import Isolation
+from schemas.fdwait import readable
 
 MODES = ("required", "best-effort", "off")
 """``--isolation``: refuse to run without namespaces; use them where possible (the default); never."""
@@ -178,8 +178,7 @@ class Namespaced:
     def _line(self, timeout: float) -> str | None:
         """The next line from the init, waiting up to ``timeout`` seconds; None at its end."""
         while b"\n" not in self._pending:
-            ready, _, _ = select.select([self.read_fd], [], [], timeout)
-            if not ready:
+            if not readable(self.read_fd, timeout):
                 return None
             chunk = os.read(self.read_fd, 4096)
             if not chunk:

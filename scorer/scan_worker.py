@@ -17,7 +17,6 @@ the answers. A worker whose parent dies is killed with it (Linux ``PR_SET_PDEATH
 from __future__ import annotations
 
 import os
-import select
 import signal
 import struct
 import subprocess
@@ -29,6 +28,7 @@ from typing import Any
 import msgspec
 
 from schemas.errors import AmbError
+from schemas.fdwait import readable
 from schemas.finding import Finding
 from scorer.scanners import Scanner, findings, load
 from scorer.trajectory import Trajectory
@@ -36,15 +36,6 @@ from scorer.trajectory import Trajectory
 _HEADER = struct.Struct(">I")
 STARTUP_S = 120.0
 """How long a new worker may take to import the scanner files (not part of any scanner's timeout)."""
-
-
-def _readable(fd: int, timeout: float) -> bool:
-    """Whether ``fd`` has something to read (or its end) within ``timeout`` seconds. By poll, not
-    select: select refuses a descriptor numbered past 1,023, which a process holding many open
-    files (a long-lived server, a test session) hands out."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(timeout * 1000))
 
 
 class Init(msgspec.Struct):
@@ -101,7 +92,7 @@ class Worker:
         fd = self.proc.stdout.fileno()
         while len(self._buf) < n:
             left = deadline - time.monotonic()
-            if left <= 0 or not _readable(fd, left):
+            if left <= 0 or not readable(fd, left):
                 raise _Stopped(f"timeout: still running after {timeout:g} s (its worker process was killed)")
             chunk = os.read(fd, 1 << 20)
             if not chunk:

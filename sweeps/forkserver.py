@@ -35,6 +35,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from schemas.fdwait import readable
 from sweeps.executor import exec_command
 from sweeps.standin import STOP_SIGNALS, term_with_parent
 
@@ -92,13 +93,13 @@ def serve(stdin: int = 0, stdout: int = 1) -> int:
             stop(signal.SIGTERM, None)
         if stopping and time.monotonic() - stopping[0] > STOP_WAIT_S:
             _signal_all(children, signal.SIGKILL)
-        readable: list[int] = []
+        ready: list[int] = []
         if open_input and not stopping:
-            readable, _, _ = select.select([stdin], [], [], WAIT_S)
+            ready, _, _ = select.select([stdin], [], [], WAIT_S)
         else:
             time.sleep(WAIT_S)
         _reap(out, children)
-        if not readable:
+        if not ready:
             continue
         chunk = os.read(stdin, 65536)
         if not chunk:
@@ -251,10 +252,7 @@ class ExecServer:
         """Read what the server said within ``timeout``; False once it is gone or the time is up."""
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
-        # poll, not select: the client's process may hold over 1,023 open files (select refuses those)
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        if not poller.poll(max(0.0, timeout) * 1000):
+        if not readable(fd, timeout):
             return False
         chunk = os.read(fd, 65536)
         if not chunk:
