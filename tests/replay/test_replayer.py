@@ -224,6 +224,7 @@ def test_original_timing_paces_a_stream_as_recorded(tmp_path, fake):
     assert proc.returncode == 0, proc.stderr
     for timing in ("original", "fast"):
         replayer = open_replayer(store, run_a, "sequence", timing)
+        assert replayer.models == {"m": "openai"}  # what GET /v1/models lists
         paced = replayer.matcher.calls[3]
         assert paced.latency_ms is not None and paced.ttfb_ms is not None and paced.response_blob is not None
         assert paced.stream and paced.latency_ms > 400  # the fake upstream spaced its chunks 150 ms apart
