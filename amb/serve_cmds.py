@@ -20,7 +20,8 @@ from schemas.errors import UsageError
 )
 def serve(store: str, host: str, port: int, allow_remote: bool) -> None:
     """Serve the trajectory viewer and its JSON API (read-only on the store)."""
-    from replay.web.server import Running, is_loopback
+    from replay.web.server import Running
+    from schemas.httpbase import is_loopback
 
     if not is_loopback(host):
         if not allow_remote:
@@ -82,7 +83,7 @@ def replay_serve(store: str, run_id: str, mode: str, timing: str, host: str, por
     import time
 
     from replay.replayer.server import ReplayServer, open_replayer, stderr_reporter
-    from replay.web.server import is_loopback
+    from schemas.httpbase import is_loopback
 
     if not is_loopback(host):
         raise UsageError(f"--host {host}: the replay endpoint listens on loopback only")

@@ -10,11 +10,17 @@ handler on a background thread and stops within ``poll_s``.
 Request bodies come from an agent on the same machine, so they are hostile: ``read_body`` is the one
 reader (Content-Length or ``Transfer-Encoding: chunked``, up to a limit), and an answer sent while a
 request's body is still unread closes the connection, so its bytes are never parsed as a request.
+
+A server bound to loopback answers only requests whose ``Host`` is a loopback name
+(``answered_names``, ``Handler.wrong_host``), so a web page cannot reach it through DNS rebinding.
+An error the HTTP layer itself answers (a malformed request line or header, an unknown method) is
+the standard library's HTML page unless the server says otherwise (``Handler.error_json``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import socket
 import sys
@@ -38,6 +44,33 @@ class BodyRefused(Exception):
         self.status = status
 
 
+def is_loopback(host: str) -> bool:
+    """Whether a listening address (or a Host header's name) is this machine's loopback."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(header: str) -> str:
+    """The host part of a Host header, lower case (``[::1]:8765`` → ``[::1]``)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header.split("]", 1)[0] + "]"
+    return header.rsplit(":", 1)[0]
+
+
+def answered_names(host: str) -> frozenset[str]:
+    """The Host names a server listening on ``host`` answers (``Handler.allowed_hosts``). Bound to
+    loopback, only loopback names: a web page on a name that resolves to 127.0.0.1 (DNS
+    rebinding) is refused. Bound elsewhere on purpose, any name it is reached by (empty)."""
+    if not is_loopback(host):
+        return frozenset()
+    return frozenset({host.lower(), "localhost", "127.0.0.1", "[::1]"})
+
+
 def _size(n: int) -> str:
     return f"{n // (1 << 20)} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n:,} bytes"
 
@@ -53,17 +86,47 @@ class Handler(BaseHTTPRequestHandler):
     """Headers every answer of this server carries."""
     body_unread = False
     """The request announced a body that ``read_body`` has not read (yet)."""
+    allowed_hosts: frozenset[str] = frozenset()
+    """The Host names this server answers (``answered_names``); empty: any."""
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def parse_request(self) -> bool:
+        # What an earlier request on this connection left is not taken for this one's (an error in
+        # its request line is answered before its own path and headers are read).
+        for stale in ("path", "headers"):
+            self.__dict__.pop(stale, None)
         ok = super().parse_request()
         self.body_unread = ok and (
             "Transfer-Encoding" in self.headers
             or any(v.strip() != "0" for v in self.headers.get_all("Content-Length") or [])
         )
         return ok
+
+    def wrong_host(self) -> str | None:
+        """Why this request's Host is not one this server answers (None when it is)."""
+        if not self.allowed_hosts or host_name(self.headers.get("Host") or "") in self.allowed_hosts:
+            return None
+        return f"this server answers for {', '.join(sorted(self.allowed_hosts))} only"
+
+    def error_json(self, status: int, message: str) -> Any:
+        """The JSON body of an error the HTTP layer answers (``send_error``: a malformed request,
+        an unknown method); None for the standard library's HTML page. ``self.path`` and
+        ``self.headers`` are there only when the request got that far."""
+        return None
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        short = self.responses.get(code, ("",))[0]
+        body = self.error_json(code, message or short or f"HTTP {code}")
+        if body is None:
+            super().send_error(code, message, explain)
+            return
+        self.close_connection = True
+        if self.command is None:
+            # The request line could not be read: answered with a status line, not as HTTP/0.9.
+            self.request_version = "HTTP/1.1"
+        self.send_json(code, body)
 
     def _head(self, status: int, ctype: str, headers: dict[str, str] | None) -> None:
         if self.body_unread:

@@ -64,6 +64,8 @@ class RecordedCall:
     response_media: str
     ttfb_ms: float | None
     latency_ms: float | None
+    model: str | None = None
+    """The model the request named (``requested_model``; the recorded ``model`` when it has none)."""
     body: bytes = b""
     canonical: str = ""
     lenient: str = ""
@@ -97,7 +99,8 @@ def load_calls(con: duckdb.DuckDBPyConnection, blobs: Any, run_id: str) -> list[
                   coalesce(TRY_CAST(payload->>'$.partial' AS BOOLEAN), false), payload->>'$.request.blob',
                   payload->>'$.response.blob',
                   coalesce(payload->>'$.response.media_type', 'application/json'),
-                  TRY_CAST(payload->>'$.ttfb_ms' AS DOUBLE), TRY_CAST(payload->>'$.latency_ms' AS DOUBLE)
+                  TRY_CAST(payload->>'$.ttfb_ms' AS DOUBLE), TRY_CAST(payload->>'$.latency_ms' AS DOUBLE),
+                  coalesce(payload->>'$.requested_model', payload->>'$.model')
            FROM events WHERE run_id = ? AND kind = 'model_call.completed'
            ORDER BY coalesce(TRY_CAST(payload->>'$.started_ns' AS BIGINT), ts_ns), ts_ns, source, seq""",
         [run_id],

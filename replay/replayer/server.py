@@ -1,19 +1,24 @@
 """The replay endpoint: answers model API requests with a recorded run's responses.
 
-It speaks every API of ``schemas.providers`` on the paths SDKs use (and ``GET .../models``), accepts
-any key (nothing goes upstream), and answers each request with the call the matcher chose: its
-recorded status and body, a stream re-emitted as it was framed (paced with ``--timing original``),
-a recorded failure as one (an HTTP error, a stream cut at the same byte, a closed connection). A
-request that matches nothing gets a 400 in the API's own error shape (``replay_miss``), and is
-reported. docs/viewer.md has the details.
+It speaks every API of ``schemas.providers`` on the paths SDKs use, accepts any key (nothing goes
+upstream), and answers each request with the call the matcher chose: its recorded status and body,
+a stream re-emitted as it was framed (paced with ``--timing original``), a recorded failure as one
+(an HTTP error, a stream cut at the same byte, a closed connection). A request that matches nothing
+gets a 400 in the API's own error shape (``replay_miss``), and is reported. ``GET .../models`` lists
+the models the recording called, in the shape of the provider whose client asks. Every error,
+down to a malformed request line, is JSON; on loopback, a request whose Host is not a loopback name
+is refused (421). docs/viewer.md has the details.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
 
 import brotli
 
@@ -30,6 +35,8 @@ MAX_BODY = 256 * 1024 * 1024
 MAX_WAIT_S = 600.0
 """The longest wait ``--timing original`` replays (a recorded time to first byte or latency): a
 recording holds whatever its events say, and an answer hours away is a hung agent, not a replay."""
+MODELS_PATH = re.compile(r"(?:^|/)models(?:/([^/]+))?$")
+"""``…/models`` (the list) and ``…/models/MODEL`` (one), under any prefix."""
 
 
 def wait_s(ms: float | None, cap: float) -> float:
@@ -58,41 +65,80 @@ class Replayer:
         self.timing = timing
         self.max_wait_s = max_wait_s
         self.report = report or (lambda line: None)
-        self.models = sorted({c.provider for c in calls})
+        self.models = models_of(calls)
+        """Every model the recording called, by name, with the provider that served it."""
+
+
+def models_of(calls: list[RecordedCall]) -> dict[str, str]:
+    named: dict[str, str] = {}
+    for c in calls:
+        if c.model:
+            named.setdefault(c.model, c.provider)
+    return dict(sorted(named.items()))
 
 
 class Handler(httpbase.Handler):
     server_version = "amb-replay"
     replayer: Replayer
 
-    def _error(self, api: providers.Api | None, status: int, message: str, kind: str) -> None:
-        body = providers.error_body(api.provider if api else "openai", status, message, kind)
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        if why := self.wrong_host():  # (a web page reached by DNS rebinding reads nothing)
+            self.send_error(421, why)
+            return False
+        return True
+
+    def error_json(self, status: int, message: str) -> Any:
+        """In the shape of the provider whose client asks, when that is known (``providers.asked_by``);
+        else a plain ``{"error": {"message", "type"}}``."""
+        headers = getattr(self, "headers", None)
+        provider = providers.asked_by(getattr(self, "path", ""), headers.keys() if headers else ())
+        if provider is None:
+            return {"error": {"message": message, "type": "invalid_request_error"}}
+        return providers.error_body(provider, status, message, INVALID)
+
+    def _error(self, provider: str | None, status: int, message: str, kind: str) -> None:
+        body = providers.error_body(provider or "openai", status, message, kind)
         self.send_json(status, body, {"x-amb-replay": "miss"})
 
     def do_GET(self) -> None:
-        if self.path.split("?", 1)[0].rstrip("/").endswith("/models"):
-            self.send_json(200, {"object": "list", "data": []})
+        provider = providers.asked_by(self.path, self.headers.keys()) or "openai"
+        route = MODELS_PATH.search(self.path.split("?", 1)[0].rstrip("/"))
+        if route is None:
+            self._error(provider, 404, f"the replay endpoint has no route {self.path[:200]}", NOT_FOUND)
             return
-        self._error(None, 404, f"the replay endpoint has no route {self.path[:200]}", NOT_FOUND)
+        models = self.replayer.models
+        if route.group(1) is None:
+            self.send_json(200, providers.model_list(provider, models))
+            return
+        name = unquote(route.group(1))
+        if name in models:
+            self.send_json(200, providers.model_entry(provider, name, models[name]))
+            return
+        called = ", ".join(models) or "none that it named"
+        message = f"model {name[:200]!r} is not in this recording (it called: {called})"
+        self._error(provider, 404, message, NOT_FOUND)
 
     def do_POST(self) -> None:
         api = providers.classify("POST", self.path)
         if api is None:
-            self._error(None, 404, f"the replay endpoint has no route {self.path[:200]}", NOT_FOUND)
+            asker = providers.asked_by(self.path, self.headers.keys())
+            self._error(asker, 404, f"the replay endpoint has no route {self.path[:200]}", NOT_FOUND)
             return
         try:
             raw = self.read_body(MAX_BODY)
         except httpbase.BodyRefused as e:
-            self._error(api, e.status, str(e), INVALID)
+            self._error(api.provider, e.status, str(e), INVALID)
             return
         # The recorded request blobs are decoded bodies: so is what they are matched with.
         try:
             body, err = decode_content(raw, self.headers.get("Content-Encoding"), brotli, MAX_BODY)
         except ContentTooLarge as e:  # a compression bomb: kilobytes on the wire, gigabytes decoded
-            self._error(api, 413, f"cannot decode the request body: {e}", INVALID)
+            self._error(api.provider, 413, f"cannot decode the request body: {e}", INVALID)
             return
         if err is not None:
-            self._error(api, 400, f"cannot decode the request body: {err}", INVALID)
+            self._error(api.provider, 400, f"cannot decode the request body: {err}", INVALID)
             return
         try:
             stream = providers.wants_stream(api, loads_untrusted(body))
@@ -103,7 +149,7 @@ class Handler(httpbase.Handler):
         n = len(r.matcher.log)
         if out.call is None:
             r.report(f"request {n} ({api.api}): no match: {out.why}")
-            self._error(api, 400, f"amb replay: {out.why}", REPLAY_MISS)
+            self._error(api.provider, 400, f"amb replay: {out.why}", REPLAY_MISS)
             return
         call = out.call
         r.report(f"request {n} ({api.api}): served {call.key} ({out.how}{', ' + out.why if out.why else ''})")
@@ -142,7 +188,8 @@ class ReplayServer(httpbase.Serving):
 
     def __init__(self, replayer: Replayer, host: str = "127.0.0.1", port: int = 0):
         self.replayer = replayer
-        super().__init__(Handler, host, port, replayer=replayer)
+        names = httpbase.answered_names(host)  # (no DNS rebinding)
+        super().__init__(Handler, host, port, replayer=replayer, allowed_hosts=names)
 
 
 def open_replayer(

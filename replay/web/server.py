@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import ipaddress
 import json
 import threading
 from collections import OrderedDict
@@ -66,15 +65,6 @@ def build_page() -> tuple[bytes, str]:
         "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
     )
     return html.encode(), csp
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class Viewer:
@@ -157,14 +147,6 @@ class Viewer:
         self.reader.close()
 
 
-def _host_name(header: str) -> str:
-    """The host part of a Host header, lower case (``[::1]:8765`` → ``[::1]``)."""
-    header = header.strip().lower()
-    if header.startswith("["):
-        return header.split("]", 1)[0] + "]"
-    return header.rsplit(":", 1)[0]
-
-
 def json_body(reply: Any) -> bytes:
     """An answer as JSON in UTF-8; with a lone surrogate (which an agent can send escaped in its
     JSON, and UTF-8 cannot carry), as ASCII JSON that escapes it again."""
@@ -185,7 +167,6 @@ class Handler(httpbase.Handler):
         "Cache-Control": "no-store",
     }
     viewer: Viewer
-    allowed_hosts: set[str]
 
     def do_HEAD(self) -> None:
         self.do_GET()
@@ -199,8 +180,8 @@ class Handler(httpbase.Handler):
     do_PUT = do_DELETE = do_PATCH = do_POST
 
     def do_GET(self) -> None:
-        if self.allowed_hosts and _host_name(self.headers.get("Host") or "") not in self.allowed_hosts:
-            self._refuse(421, f"this server answers for {', '.join(sorted(self.allowed_hosts))} only")
+        if why := self.wrong_host():
+            self._refuse(421, why)
             return
         url = urlsplit(self.path)
         parts = [unquote(s) for s in url.path.split("/") if s]
@@ -245,9 +226,7 @@ class Running(httpbase.Serving):
 
     def __init__(self, store: Path, host: str = "127.0.0.1", port: int = 0, idle_s: float = 2.0):
         self.viewer = Viewer(store, idle_s=idle_s)
-        # Bound to loopback, only loopback names are answered (no DNS rebinding); a deliberate
-        # non-loopback bind answers any name it is reached by.
-        names = {host.lower(), "localhost", "127.0.0.1", "[::1]"} if is_loopback(host) else set()
+        names = httpbase.answered_names(host)  # (no DNS rebinding)
         try:
             super().__init__(Handler, host, port, 0.5, viewer=self.viewer, allowed_hosts=names)
         except BaseException:

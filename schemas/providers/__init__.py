@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -75,6 +76,9 @@ CONVERSATION_KEYS = tuple(dict.fromkeys(a.module.ITEMS for a in APIS.values()))
 """Every key a request body may hold its conversation under."""
 
 _AZURE_DEPLOYMENT = re.compile(r"/openai/deployments/([^/?]+)/")
+_CLIENT_HEADERS = {"anthropic-version": "anthropic", "x-goog-api-key": "gemini"}
+"""Headers only one provider's clients send (its API requires them)."""
+_GEMINI_KEY = re.compile(r"[?&]key=")
 
 
 def api_title(name: str) -> str:
@@ -93,6 +97,20 @@ def classify(method: str, path: str) -> Api | None:
         if api.module.api_for(p) == api.api:
             return api
     return None
+
+
+def asked_by(path: str, header_names: Iterable[str] = ()) -> str | None:
+    """The provider whose client sent a request (whichever its method): by the API its path
+    speaks, else by a header only that provider's clients send (Anthropic's ``anthropic-version``,
+    Google's ``x-goog-api-key``) or Google's ``key`` parameter; None when nothing says."""
+    api = classify("POST", path)
+    if api is not None:
+        return api.provider
+    sent = {name.lower() for name in header_names}
+    for header, provider in _CLIENT_HEADERS.items():
+        if header in sent:
+            return provider
+    return "gemini" if _GEMINI_KEY.search(path) else None
 
 
 def classify_websocket(path: str) -> Api | None:
@@ -186,6 +204,18 @@ def as_recorded_stream(api_name: str, media: str, body: bytes, path: str) -> tup
 def error_body(provider: str, status: int, message: str, kind: str) -> dict[str, Any]:
     """An error in the provider's own shape, so its SDK raises what it raises for the real thing."""
     body: dict[str, Any] = MODULES.get(provider, openai_chat).error_body(status, message, kind)
+    return body
+
+
+def model_list(provider: str, models: dict[str, str]) -> dict[str, Any]:
+    """``GET .../models`` in the provider's shape: ``models``, each with the provider that served it."""
+    body: dict[str, Any] = MODULES.get(provider, openai_chat).model_list(models)
+    return body
+
+
+def model_entry(provider: str, model: str, owner: str) -> dict[str, Any]:
+    """``GET .../models/MODEL`` in the provider's shape."""
+    body: dict[str, Any] = MODULES.get(provider, openai_chat).model_entry(model, owner)
     return body
 
 

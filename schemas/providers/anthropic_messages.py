@@ -274,6 +274,21 @@ def error_body(status: int, message: str, kind: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": ERROR_TYPES.get(kind, kind), "message": message}}
 
 
+def model_list(models: dict[str, str]) -> dict[str, Any]:
+    """``GET /v1/models``, one page holding every model (the provider that served each is not said)."""
+    names = list(models)
+    return {
+        "data": [model_entry(m, owner) for m, owner in models.items()],
+        "has_more": False,
+        "first_id": names[0] if names else None,
+        "last_id": names[-1] if names else None,
+    }
+
+
+def model_entry(model: str, owner: str) -> dict[str, Any]:
+    return {"type": "model", "id": model, "display_name": model, "created_at": "1970-01-01T00:00:00Z"}
+
+
 def build_request(conv: Conversation, stream: bool = False) -> dict[str, Any]:
     """A request carrying ``conv`` (an importer's synthetic request). A tool's results are the
     user's turn, as the API wants them."""

@@ -375,6 +375,15 @@ def error_body(status: int, message: str, kind: str) -> dict[str, Any]:
     return {"error": {"code": status, "message": message, "status": STATUS.get(status, "INTERNAL")}}
 
 
+def model_list(models: dict[str, str]) -> dict[str, Any]:
+    """``GET /v1beta/models``, one page holding every model."""
+    return {"models": [model_entry(m, owner) for m, owner in models.items()]}
+
+
+def model_entry(model: str, owner: str) -> dict[str, Any]:
+    return {"name": f"models/{model}", "displayName": model, "supportedGenerationMethods": list(METHODS)}
+
+
 def build_request(conv: Conversation, stream: bool = False) -> dict[str, Any]:
     """A request carrying ``conv`` (an importer's synthetic request; the model and whether it
     streams are the path's, not the body's)."""

@@ -326,3 +326,12 @@ def error_body(status: int, message: str, kind: str) -> dict[str, Any]:
     """OpenAI's error body (also what OpenAI-compatible gateways send)."""
     code = ERROR_CODES.get(kind, kind)
     return {"error": {"message": message, "type": code, "param": None, "code": code}}
+
+
+def model_list(models: dict[str, str]) -> dict[str, Any]:
+    """``GET /models``: each model by name with the provider that served it."""
+    return {"object": "list", "data": [model_entry(m, owner) for m, owner in models.items()]}
+
+
+def model_entry(model: str, owner: str) -> dict[str, Any]:
+    return {"id": model, "object": "model", "created": 0, "owned_by": owner}

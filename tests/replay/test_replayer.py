@@ -6,6 +6,7 @@
   received the first time, and the new run is labelled a replay and diffs empty against the first.
 - The demo's baseline agent replayed with ``amb-record --replay``: every model call served and the
   same submission, byte for byte.
+- A client that lists the models before calling gets the recorded model under ``--replay``.
 - Recorded failures come back as failures (an HTTP 500 with its body, a stream cut short), and a
   request that matches nothing gets a clear error in the API's shape, naming what was expected.
 """
@@ -218,12 +219,45 @@ def test_failures_are_replayed_as_failures_and_misses_are_explained(tmp_path, fa
     assert len(replayer.matcher.summary()["misses"]) == 2 and "no match" in reported[0]
 
 
+# An agent that lists the models (as some clients do before their first call), then calls one.
+LISTING_AGENT = r"""
+import json, os, urllib.request
+base = os.environ["OPENAI_BASE_URL"].rstrip("/")
+auth = {"authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "content-type": "application/json"}
+got = {}
+try:
+    with urllib.request.urlopen(urllib.request.Request(base + "/models", headers=auth), timeout=30) as r:
+        got["models"] = [m["id"] for m in json.loads(r.read())["data"]]
+except Exception as e:
+    got["models"] = type(e).__name__
+body = json.dumps({"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}]}).encode()
+req = urllib.request.Request(base + "/chat/completions", data=body, headers=auth)
+with urllib.request.urlopen(req, timeout=30) as r:
+    got["status"] = r.status
+json.dump(got, open("got.json", "w"))
+"""
+
+
+def test_a_client_that_lists_the_models_first_is_answered_under_replay(tmp_path, fake):
+    """Under ``amb-record --replay``, ``GET /v1/models`` goes through the proxy to the replay
+    endpoint and lists the model the recording called; the call that follows is served."""
+    store = tmp_path / "store"
+    proc, run_a = record(store, tmp_path / "ws-a", [sys.executable, "-c", LISTING_AGENT], upstream=fake.url)
+    assert proc.returncode == 0, proc.stderr
+    again, _ = record(store, tmp_path / "ws-b", [sys.executable, "-c", LISTING_AGENT], "--replay", run_a)
+    assert again.returncode == 0, again.stderr
+    got = json.loads((tmp_path / "ws-b" / "got.json").read_text())
+    assert got == {"models": ["gpt-x"], "status": 200}
+    assert "1 of 1 recorded calls served, 0 unmatched" in again.stderr
+
+
 def test_original_timing_paces_a_stream_as_recorded(tmp_path, fake):
     store = tmp_path / "store"
     proc, run_a = record(store, tmp_path / "ws", [sys.executable, "-c", FAILING_AGENT], upstream=fake.url)
     assert proc.returncode == 0, proc.stderr
     for timing in ("original", "fast"):
         replayer = open_replayer(store, run_a, "sequence", timing)
+        assert replayer.models == {"m": "openai"}  # what GET /v1/models lists
         paced = replayer.matcher.calls[3]
         assert paced.latency_ms is not None and paced.ttfb_ms is not None and paced.response_blob is not None
         assert paced.stream and paced.latency_ms > 400  # the fake upstream spaced its chunks 150 ms apart
