@@ -292,8 +292,8 @@ class _Part(NamedTuple):
 
 
 def _chain_stats(con: duckdb.DuckDBPyConnection, cond: str, params: list[Any]) -> list[ChainStat]:
-    """Each chain's ``ChainStat``: the manifests' counts, half of the chain check, and whether the
-    recorder started the run (no payload read, nothing sorted)."""
+    """Each chain's ``ChainStat``: the manifests' counts, half of the chain check, and whether it
+    holds a ``run.started`` (no payload read, nothing sorted)."""
     rows = con.execute(
         f"""
         SELECT run_id, source, count(*), min(seq), max(seq), arg_max(hash, seq),
