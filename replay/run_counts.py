@@ -4,11 +4,24 @@ The recorder counts, when a run ends, the events each source wrote (``run.finish
 A source holding fewer lost some before the store (a spool that ingest refused, as one an agent
 damaged: the run's other spools load and it would look whole) or after (events deleted from the
 end of a chain).
+
+Those counts are in the recorder's own spool. When that spool is the one ingest refused, the run
+has no ``run.started`` and no ``run.finished`` from the recorder, nothing to compare, and its proxy
+and shim events still load: such a run is named by what it lacks (``unstarted``). The recorder
+writes its ``run.started`` before the agent starts, so a run still being recorded has it too. An
+imported run (source ``import``) is its own whole: the recorder wrote none of it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from schemas.untrusted_json import loads_untrusted
+
+RECORDER = "recorder"
+"""The source of ``run.started``, ``run.finished`` and their counts."""
+IMPORTED = "import"
+"""The one source of an imported run."""
 
 
 def written(counts_json: str | None) -> dict[str, int]:
@@ -42,3 +55,25 @@ def short_sources(
                 )
                 short.append((run_id, source, why))
     return short
+
+
+def unstarted(chains: Iterable[tuple[str, str, bool]]) -> list[tuple[str, str]]:
+    """(run, why) of each run holding events from a source other than ``import`` but no
+    ``run.started`` from the recorder (``chains``: run, source and whether that chain holds a
+    ``run.started``), in the order of their first chain."""
+    sources: dict[str, list[str]] = {}
+    started: set[str] = set()
+    for run_id, source, has_started in chains:
+        if source == RECORDER and has_started:
+            started.add(run_id)
+        elif source != IMPORTED:
+            sources.setdefault(run_id, []).append(source)
+    return [
+        (
+            run_id,
+            f"events from {', '.join(sorted(names))} but no run.started from the recorder: the recorder's "
+            "spool was not loaded (see `amb ingest`) or its events were removed",
+        )
+        for run_id, names in sources.items()
+        if run_id not in started
+    ]

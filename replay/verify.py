@@ -11,8 +11,9 @@ What each tamper looks like: an edited payload byte or envelope field → hash m
 event; a deleted event → a seq gap (or, for the last event of a source, a manifest mismatch);
 reordered events → hash mismatch (seq is inside the hash) or a broken link; a spool that ingest
 refused, or a chain's last events deleted → fewer events than the run's ``run.finished`` counts say
-the recorder wrote; a chain rebuilt by someone who can write the file → only an anchored manifest
-(``--manifest``) catches it.
+the recorder wrote; the recorder's own spool refused (or its events deleted) → a run whose proxy or
+shim events have no ``run.started`` from the recorder (``replay.run_counts``); a chain rebuilt by
+someone who can write the file → only an anchored manifest (``--manifest``) catches it.
 
 How the work is laid out (a million events: docs/storage.md). The payloads are read once: one
 query per batch of row ids yields each event's canonical body and stored hash, the hot columns'
@@ -40,7 +41,7 @@ import pyarrow.compute as pc
 from replay import blob_pass, hot
 from replay import manifest as manifests
 from replay.bounded import DatabaseMemory, References
-from replay.run_counts import short_sources
+from replay.run_counts import short_sources, unstarted
 from schemas.blob import HASH_PREFIX
 from schemas.blobstore import BlobStore
 from schemas.blobverify import verify_many
@@ -52,6 +53,10 @@ BODY_SQL = (
     """ ',"v":', v, '}')"""
 )
 """The canonical body rebuilt from the stored columns (see schemas.codec)."""
+
+ChainStat = tuple[str, str, int, int, int, str, bool, bool]
+"""(run, source, count, min seq, max seq, hash at the max seq, seq 0 not on ``GENESIS``, holds a
+``run.started``) of one chain (``_chain_stats``)."""
 
 HASH_MISMATCH = "hash mismatch: the event was edited after it was recorded"
 BROKEN_LINK = "broken chain: prev_hash is not the hash of the event before it"
@@ -239,7 +244,7 @@ class _Fetched(NamedTuple):
     gaps and broken links of those that are not sound, and its runs' stored manifests."""
 
     table: pa.Table
-    stats: list[tuple[str, str, int, int, int, str, bool]]
+    stats: list[ChainStat]
     chain_problems: dict[tuple[str, str, int], tuple[str, str]]
     stored: list[tuple[str, str]]
     finished: list[tuple[str, str | None]]
@@ -281,19 +286,18 @@ class _Part(NamedTuple):
     current: dict[str, dict[str, Any]]
     stored: list[tuple[str, str]]
     addresses: list[str]
-    short: list[Problem]
-    """Sources holding fewer events than their run's ``run.finished`` says were written."""
+    missing: list[Problem]
+    """What the recorder's own events say is missing: runs it did not start in the store (no
+    ``run.started`` of its own), sources holding fewer events than its ``run.finished`` counts."""
 
 
-def _chain_stats(
-    con: duckdb.DuckDBPyConnection, cond: str, params: list[Any]
-) -> list[tuple[str, str, int, int, int, str, bool]]:
-    """(run, source, count, min seq, max seq, hash at the max seq, seq 0 not on ``GENESIS``) of each
-    chain: the manifests' counts, and half of the chain check (no payload read, nothing sorted)."""
+def _chain_stats(con: duckdb.DuckDBPyConnection, cond: str, params: list[Any]) -> list[ChainStat]:
+    """Each chain's ``ChainStat``: the manifests' counts, half of the chain check, and whether it
+    holds a ``run.started`` (no payload read, nothing sorted)."""
     rows = con.execute(
         f"""
         SELECT run_id, source, count(*), min(seq), max(seq), arg_max(hash, seq),
-               bool_or(seq = 0 AND prev_hash <> '{GENESIS}')
+               bool_or(seq = 0 AND prev_hash <> '{GENESIS}'), bool_or(kind = 'run.started')
         FROM events WHERE {cond} GROUP BY ALL ORDER BY 1, 2
         """,
         params,
@@ -316,14 +320,12 @@ def _broken_links(con: duckdb.DuckDBPyConnection, cond: str, params: list[Any]) 
     return [(r[0], r[1]) for r in rows]
 
 
-def _unsound(
-    stats: list[tuple[str, str, int, int, int, str, bool]], broken: list[tuple[str, str]]
-) -> list[tuple[str, str]]:
+def _unsound(stats: list[ChainStat], broken: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The chains that are not sound. A chain is sound exactly when its count is its max seq + 1,
     its min seq is 0, its seq 0 is on ``GENESIS`` and no link is broken: with every seq above 0
     linked to an event at seq - 1, all of 0..max are there, and n events over max + 1 values
     leave no seq twice."""
-    bad = {(r, s) for r, s, n, lo, hi, _, off in stats if n != hi + 1 or lo != 0 or off}
+    bad = {(r, s) for r, s, n, lo, hi, _, off, _ in stats if n != hi + 1 or lo != 0 or off}
     return sorted(bad | set(broken))
 
 
@@ -366,11 +368,13 @@ def _part(fetched: _Fetched) -> _Part:
     refs = found.column("refs")
     addresses = pc.unique(pc.list_flatten(refs)).to_pylist() if found.num_rows else []
     current = manifests.assemble(
-        [(r, s, n, hi, h) for r, s, n, _, hi, h, _ in fetched.stats], _marks_by_run(found)
+        [(r, s, n, hi, h) for r, s, n, _, hi, h, *_ in fetched.stats], _marks_by_run(found)
     )
     held = {(run_id, source): n for run_id, source, n, *_ in fetched.stats}
-    short = [Problem(r, src, None, None, why) for r, src, why in short_sources(fetched.finished, held)]
-    return _Part(problems, current, fetched.stored, addresses, short)
+    chains = [(run_id, source, started) for run_id, source, *_, started in fetched.stats]
+    missing = [Problem(r, None, None, None, why) for r, why in unstarted(chains)]
+    missing += [Problem(r, src, None, None, why) for r, src, why in short_sources(fetched.finished, held)]
+    return _Part(problems, current, fetched.stored, addresses, missing)
 
 
 def _parts(
@@ -562,7 +566,7 @@ def verify(
         # wrong, and the blob addresses (on disk) that the blob pass needs.
         for part in _parts(con, run_ids, batch):
             events.update(part.problems)
-            stored += _manifest_problems(part.stored, part.current) + part.short
+            stored += _manifest_problems(part.stored, part.current) + part.missing
             referenced.update(part.addresses)
         if not run_ids:
             stored += _manifest_problems(_orphan_manifests(con), {})

@@ -21,7 +21,7 @@ from replay.read import iter_events
 from replay.summary import Tokens
 from schemas import atif, providers
 from schemas.blob import BlobRef
-from schemas.codec import Event, canonical_json
+from schemas.codec import Event, json_line
 from schemas.errors import AmbError
 from schemas.events import (
     ModelCallCompleted,
@@ -296,7 +296,7 @@ def export_run(
     )
     with open(folder / atif.SIDECAR, "w", encoding="utf-8") as f:
         for line in exported.sidecar:
-            f.write(canonical_json(line).decode() + "\n")
+            f.write(json_line(line) + "\n")
     for ref in exported.blobs:
         target = folder / atif.BLOB_DIR / ref.removeprefix("sha256:")
         if not target.exists():

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from schemas import providers
 from schemas.blob import BlobRef
-from schemas.codec import Event
+from schemas.codec import Event, json_line
 from schemas.errors import BlobError
 from schemas.events import (
     UNKNOWN_ENDING,
@@ -309,5 +309,5 @@ def run_to_traces(
 
 
 def line(events: Iterable[Event], scope_version: str = "", read_blob: BlobReader | None = None) -> str:
-    """One OTLP JSON line (no newline)."""
-    return _json(run_to_traces(events, scope_version, read_blob))
+    """One OTLP JSON line (no newline; the agent's line ends escaped: ``schemas.codec.json_line``)."""
+    return json_line(run_to_traces(events, scope_version, read_blob))

@@ -49,10 +49,6 @@ READY = "up.txt"
 class BackendContract:
     """The behaviours every backend must show. Subclasses implement ``make`` and ``leftovers``."""
 
-    startup_s = 1.0
-    """How long after ``start`` the agent's own code surely runs (a container takes longer): the
-    time limit tests give the agent this long to set its signal handlers."""
-
     def make(self) -> Backend:
         raise NotImplementedError
 
@@ -69,12 +65,15 @@ class BackendContract:
         self.ws.mkdir()
 
     def run(
-        self, agent: str | list[str], name: str, **kw: Any
+        self, agent: str | list[str], name: str, ready_first: bool = False, **kw: Any
     ) -> tuple[Outcome, dict[str, Any], list[str], Any]:
         """Record ``agent`` (a shell script, or an argv); returns the outcome, the recorder's events
-        by kind, their kinds in order, and the backend."""
+        by kind, their kinds in order, and the backend. ``ready_first``: the agent's time limit
+        counts from the moment it wrote ``READY`` (``_start_when_ready``)."""
         run_id = self.current = f"contract-{name}-{secrets.token_hex(3)}"  # unique on a shared dockerd
         backend = self.make()
+        if ready_first:
+            self._start_when_ready(backend)
         spec = RunSpec(
             argv=["sh", "-c", agent] if isinstance(agent, str) else agent,
             store=self.store,
@@ -129,14 +128,16 @@ class BackendContract:
     def test_time_limit_sends_sigterm_to_the_agent(self) -> None:
         # The agent's own handler runs: it saw the SIGTERM, and its goodbye is in the submission.
         script = f"trap 'echo term > got-term; exit 0' TERM; echo up > {READY}; sleep 60 & wait"
-        out, ev, _, _ = self.run(script, "limit", time_limit_s=self.startup_s + 0.5, grace_s=20)
+        out, ev, _, _ = self.run(script, "limit", ready_first=True, time_limit_s=0.5, grace_s=20)
         assert (out.status, out.exit_code) == ("timeout", 124)
         assert ev["run.finished"].exit_code == 124 and "SIGTERM" in ev["run.finished"].reason
         assert self.sealed(ev)["got-term"] == b"term\n"
 
     def test_time_limit_escalates_to_sigkill(self) -> None:
         script = f"trap '' TERM; echo up > {READY}; while :; do sleep 0.1; done"
-        out, ev, _, _ = self.run(script, "stubborn", time_limit_s=self.startup_s + 0.5, grace_s=0.5)
+        # The agent ignores SIGTERM from the moment the time limit starts counting (ready_first):
+        # however slowly it started, the limit's SIGTERM finds it deaf, and only the SIGKILL ends it.
+        out, ev, _, _ = self.run(script, "stubborn", ready_first=True, time_limit_s=0.5, grace_s=0.5)
         assert (out.status, out.exit_code) == ("timeout", 124)
         assert "SIGKILL" in ev["run.finished"].reason
         assert ev["process.exited"].signal == signal.SIGKILL
@@ -169,6 +170,22 @@ class BackendContract:
     def _ready(self) -> bool:
         """Whether the agent wrote ``READY`` (so it runs, with its own signal handlers set)."""
         return (self.ws / READY).exists()
+
+    def _start_when_ready(self, backend: Backend) -> None:
+        """``backend.start`` returns once the agent wrote ``READY``, so the recorder's time limit,
+        which counts from there, reaches an agent whose signal handlers are set, however long the
+        agent (or the shim, or a container) took to start on a loaded machine. An agent that never
+        gets there still ends the wait, and the test's assertions then say what it did."""
+        start = backend.start
+
+        def start_when_ready(argv: list[str], env: dict[str, str]) -> Any:
+            handle = start(argv, env)
+            deadline = time.monotonic() + 120
+            while not self._ready() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            return handle
+
+        backend.start = start_when_ready  # type: ignore[method-assign]
 
     # ---- the submission --------------------------------------------------------------------------
 
@@ -367,8 +384,6 @@ class TestLocalBackendWithShim(BackendContract):
 
 
 class TestDockerBackend(BackendContract):
-    startup_s = 5.0
-
     @pytest.fixture(autouse=True)
     def _image(self, agent_image: str) -> None:
         self.image = agent_image

@@ -21,7 +21,7 @@ from schemas import packstore
 from schemas.blobpack import MAGIC, pack_path, read_records
 from schemas.blobstore import CHUNK_MAGIC, BlobStore
 from schemas.errors import SpoolError
-from schemas.events import Note
+from schemas.events import Note, RunStarted
 
 
 def writer(root, run="r"):
@@ -154,6 +154,8 @@ def test_ingest_materialises_the_pack_of_a_recorder_that_died(tmp_path):
     store before the run's events become visible, reports a torn last record, and verify passes."""
     w = writer(tmp_path)
     kept = [w.put(b"request %d " % i * 50) for i in range(3)]
+    with SpoolWriter(spool_path(tmp_path, "r", "recorder"), "r", "recorder") as recorder:
+        recorder.append(RunStarted())  # (written before the agent starts; no run.finished came)
     with SpoolWriter(spool_path(tmp_path, "r", "proxy"), "r", "proxy") as spool:
         for ref in kept:
             spool.append(Note(text=ref.blob))
@@ -163,7 +165,7 @@ def test_ingest_materialises_the_pack_of_a_recorder_that_died(tmp_path):
     data = w.pack.read_bytes()
     w.pack.write_bytes(data[:-100])
     report = ingest(tmp_path)
-    assert report.events_added == 3 and report.blobs_materialised == 3
+    assert report.events_added == 4 and report.blobs_materialised == 3
     [torn] = report.torn
     assert torn.tail is not None
     assert (

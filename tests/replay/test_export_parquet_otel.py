@@ -293,6 +293,47 @@ def test_otel_messages_of_a_gemini_run(tmp_path, genai_run):
     assert "gen_ai.input.messages" not in plain.read_text()
 
 
+LINE_ENDS = "one\u2028two\u2029three\x85four\x1cfive\x1dsix\x1eseven"
+"""Agent text holding every character ``str.splitlines()`` ends a line at that JSON may write raw."""
+
+
+def test_jsonl_exports_keep_the_agents_line_ends_inside_their_lines(tmp_path):
+    """An agent message holding U+2028, U+2029, U+0085 and U+001C-U+001E, exported as OTLP JSON
+    lines, and a note holding them, exported in ATIF's events.jsonl (the agent's messages go to
+    trajectory.json): read back with ``splitlines()`` line by line, each line is JSON and the text
+    is the original."""
+    trajectory = {
+        "schema_version": "ATIF-v1.6",
+        "session_id": "s",
+        "agent": {"name": "a", "version": "1", "model_name": "m"},
+        "steps": [
+            {"step_id": 1, "source": "user", "message": "hi", "timestamp": "2025-01-01T00:00:00Z"},
+            {"step_id": 2, "source": "agent", "message": LINE_ENDS, "timestamp": "2025-01-01T00:00:01Z"},
+            {"step_id": 3, "source": "system", "message": LINE_ENDS, "timestamp": "2025-01-01T00:00:02Z"},
+        ],
+    }
+    given, root = tmp_path / "given.json", tmp_path / "store"
+    given.write_text(json.dumps(trajectory), encoding="utf-8")
+    r = amb("import", "atif", "--store", str(root), "--run-id", "lines", str(given))
+    assert r.exit_code == 0, r.output
+
+    otel = tmp_path / "t.jsonl"
+    r = amb("export", "otel", "--store", str(root), "lines", "--messages", "--out", str(otel))
+    assert r.exit_code == 0, r.output
+    (line,) = otel.read_text(encoding="utf-8").splitlines()
+    spans = json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    (chat,) = [{a["key"]: a["value"] for a in s["attributes"]} for s in spans if s["name"].startswith("chat")]
+    (answer,) = json.loads(chat["gen_ai.output.messages"]["stringValue"])
+    assert [p["content"] for p in answer["parts"] if p["type"] == "text"] == [LINE_ENDS]
+
+    r = amb("export", "atif", "--store", str(root), "lines", "--out", str(tmp_path / "atif"))
+    assert r.exit_code == 0, r.output
+    sidecar = tmp_path / "atif" / "lines" / "events.jsonl"
+    events = [json.loads(x) for x in sidecar.read_text(encoding="utf-8").splitlines()]
+    notes = [e["payload"] for e in events if e["kind"] == "note" and e["payload"]["data"].get("step_id") == 3]
+    assert [n["text"] for n in notes] == [LINE_ENDS]
+
+
 def test_parquet_export_lets_go_of_the_store_group_by_group(store, tmp_path):
     """What the export holds is bounded by a group of runs, not by the store: the views are written
     group by group (their pieces merged, then removed) and the database's cache of the file is

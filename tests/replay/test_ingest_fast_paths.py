@@ -228,10 +228,13 @@ def test_a_spool_appended_to_while_ingest_reads_it(tmp_path, what):
 
     root = tmp_path / "store"
     paths = _runs_with_many_spools(root)
-    # The run still records: its recorder's spool (with run.finished) comes at the end.
+    # The run still records: its recorder's spool holds the run.started written before the agent
+    # started; the rest of it (run.finished with it) comes at the end.
     recorder = root / "spool" / "live-00" / "recorder.spool"
     aside = tmp_path / "recorder-of-live-00.spool"
     recorder.rename(aside)
+    started = scan(aside.read_bytes()).bodies[0]
+    recorder.write_bytes(MAGIC + encode_frame(started, hashlib.sha256(started).hexdigest()))
     target = next(
         p for p in paths[:100] if p.parent.name == "live-00" and BLOB_MARK.encode() in p.read_bytes()
     )

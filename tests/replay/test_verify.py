@@ -7,13 +7,17 @@ import json
 import zlib
 
 import pytest
+from click.testing import CliRunner
 
+from amb.main import cli
 from recorder.synthetic import generate_run
 from replay import manifest as manifests
 from replay.ingest import ingest
 from replay.store import Store
 from replay.verify import verify
+from schemas.codec import decode_body
 from schemas.errors import AmbError
+from schemas.frames import MAGIC, encode_frame, scan
 from tests.fakes.blob_tamper import remove_blob, replace_blob
 
 
@@ -235,21 +239,95 @@ def test_chunks_of_one_run_find_what_one_chunk_finds(store):
     assert any(blob in p.what for p in whole)
 
 
-def test_a_spool_ingest_refused_leaves_its_run_failing_verify(tmp_path):
-    # An agent (local backend) flips a byte of the proxy's spool: ingest loads the run's other
-    # spools and refuses that one, and the run would look whole, with no model calls; the
-    # recorder's run.finished counts say what is missing.
+def damaged_spool_ingested(tmp_path, source):
+    """A store of one run, run-0, whose ``source`` spool had a byte flipped (as an agent of the
+    local backend can) before its ingest: ingest loads the run's other spools and refuses that one."""
     root = tmp_path / "store"
     generate_run(root, "run-0", seed=0, calls=6)
-    spool = root / "spool" / "run-0" / "proxy.spool"
+    spool = root / "spool" / "run-0" / f"{source}.spool"
     data = bytearray(spool.read_bytes())
     data[len(data) // 2] ^= 1
     spool.write_bytes(bytes(data))
-    with pytest.raises(AmbError, match="proxy.spool"):
+    with pytest.raises(AmbError, match=f"{source}.spool"):
         ingest(root)
+    return root
+
+
+def test_a_spool_ingest_refused_leaves_its_run_failing_verify(tmp_path):
+    # The proxy's spool refused: the run would look whole, with no model calls; the recorder's
+    # run.finished counts say what is missing.
+    root = damaged_spool_ingested(tmp_path, "proxy")
     found = problems(root)
     assert [(p.run_id, p.source) for p in found] == [("run-0", "proxy")], found
     assert found[0].what.startswith("holds 0 events, but the recorder wrote ")
+
+
+def test_a_recorder_spool_ingest_refused_leaves_its_run_failing_verify(tmp_path):
+    # The spool refused is the recorder's own: the proxy's and the shim's load, and the run has
+    # neither run.started nor the run.finished whose counts would say what is missing.
+    root = damaged_spool_ingested(tmp_path, "recorder")
+    with Store.open(root, read_only=True) as st:
+        assert st.con.execute("SELECT DISTINCT source FROM events ORDER BY 1").fetchall() == [
+            ("proxy",),
+            ("shim",),
+        ]
+        assert st.con.execute("SELECT status FROM runs").fetchall() == [("unfinished",)]
+    found = problems(root)
+    assert [str(p) for p in found] == [
+        "run run-0: events from proxy, shim but no run.started from the recorder: the recorder's "
+        "spool was not loaded (see `amb ingest`) or its events were removed"
+    ]
+    assert problems(root, run_ids=["run-0"]) == found
+    result = CliRunner().invoke(cli, ["verify", "--store", str(root)])
+    assert result.exit_code == 1 and "run run-0: events from proxy, shim but no run.started" in result.output
+
+
+def test_the_recorders_events_deleted_whole_are_named(store):
+    # A source's events deleted whole: the proxy's fall short of the run.finished counts; the
+    # recorder's take those counts with them, and leave the run with no run.started.
+    tamper(
+        store,
+        "DELETE FROM events WHERE run_id = 'run-1' AND source = 'recorder'",
+        "DELETE FROM events WHERE run_id = 'run-2' AND source = 'proxy'",
+    )
+    found = [(p.run_id, p.source, p.what) for p in problems(store) if "manifest" not in p.what]
+    assert [(r, src, what.split(":")[0]) for r, src, what in found] == [
+        ("run-1", None, "events from proxy, shim but no run.started from the recorder"),
+        ("run-2", "proxy", "holds 0 events, but the recorder wrote 35 (its run.finished counts)"),
+    ], found
+    assert {p.run_id for p in problems(store) if "manifest" in p.what} == {"run-1", "run-2"}
+
+
+def test_a_run_still_recording_passes_verify(tmp_path):
+    # A run ingested while it records: the recorder has written run.started (before the agent
+    # started) and not yet run.finished; the proxy and the shim have what they have.
+    root = tmp_path / "store"
+    generate_run(root, "run-0", seed=0, calls=6)
+    spool = root / "spool" / "run-0" / "recorder.spool"
+    first = scan(spool.read_bytes()).bodies[0]
+    assert decode_body(first).kind == "run.started"
+    spool.write_bytes(MAGIC + encode_frame(first, hashlib.sha256(first).hexdigest()))
+    ingest(root)
+    with Store.open(root, read_only=True) as st:
+        assert st.con.execute("SELECT status FROM runs").fetchall() == [("unfinished",)]
+    assert problems(root) == []
+
+
+def test_an_imported_run_needs_no_run_started_from_the_recorder(tmp_path):
+    recorded, imported, out = tmp_path / "recorded", tmp_path / "imported", tmp_path / "atif"
+    generate_run(recorded, "run-0", seed=0, calls=2)
+    ingest(recorded)
+    exported = CliRunner().invoke(
+        cli, ["export", "atif", "run-0", "--out", str(out), "--store", str(recorded)]
+    )
+    assert exported.exit_code == 0, exported.output
+    result = CliRunner().invoke(cli, ["import", "atif", str(out / "run-0"), "--store", str(imported)])
+    assert result.exit_code == 0, result.output
+    with Store.open(imported, read_only=True) as st:
+        assert st.con.execute("SELECT DISTINCT run_id, source FROM events").fetchall() == [
+            ("run-0", "import")
+        ]
+    assert problems(imported) == []
 
 
 def test_hostile_run_finished_counts_are_read_as_what_they_can_be(tmp_path):

@@ -20,6 +20,7 @@ from schemas.codec import (
     decode_payload,
     encode_payload,
     hash_body,
+    json_line,
     make_body,
 )
 from schemas.errors import NewerEventVersion, SchemaError, UnknownEventKind
@@ -222,3 +223,15 @@ def test_malformed_payload_is_a_schema_error():
 def test_ids_are_restricted(bad):
     with pytest.raises(SchemaError):
         check_id("run id", bad)
+
+
+@pytest.mark.parametrize("end", ["\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"])
+def test_a_json_line_escapes_what_splitlines_ends_a_line_at(end):
+    value = {"text": f"a{end}b", "list": [end, "é ✓ \U0001f600"], end: 1}
+    line = json_line(value)
+    assert line.splitlines() == [line] and f"\\u{ord(end):04x}" in line
+    assert json.loads(line) == value
+    # Only the line ends are written differently from the canonical JSON.
+    assert line.replace(f"\\u{ord(end):04x}", end) == canonical_json(value).decode().replace(
+        f"\\u{ord(end):04x}", end
+    )
