@@ -70,7 +70,7 @@ class Worker:
             stdout=subprocess.PIPE,
             start_new_session=True,  # its own process group: a kill reaches what the scanner started
         )
-        self._buf = b""
+        self._buf = bytearray()
         try:
             self._send(Init(scanners))
             self.ready = self._recv(STARTUP_S)
@@ -79,7 +79,10 @@ class Worker:
             self.kill()
 
     def _send(self, msg: msgspec.Struct) -> None:
-        body = msgspec.msgpack.encode(msg)
+        try:
+            body = msgspec.msgpack.encode(msg)
+        except UnicodeEncodeError:  # an agent's JSON escaped a lone surrogate: sent as the view shows it
+            body = msgspec.msgpack.encode(_escaped(msgspec.to_builtins(msg, builtin_types=(bytes,))))
         assert self.proc.stdin is not None
         try:
             self.proc.stdin.write(_HEADER.pack(len(body)) + body)
@@ -98,7 +101,8 @@ class Worker:
             if not chunk:
                 raise _Stopped(self._ended())
             self._buf += chunk
-        out, self._buf = self._buf[:n], self._buf[n:]
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
         return out
 
     def _recv(self, timeout: float) -> Reply:
@@ -149,6 +153,17 @@ class Worker:
                     pipe.close()
                 except OSError:  # a pipe to a killed worker may fail to flush
                     pass
+
+
+def _escaped(value: Any) -> Any:
+    """``value`` (builtins) with each lone surrogate in its text written as a ``\\udXXX`` escape."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, list):
+        return [_escaped(v) for v in value]
+    if isinstance(value, dict):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    return value
 
 
 class Workers:
@@ -231,7 +246,16 @@ def _call(fn: Any, traj: Trajectory) -> Reply:
     try:
         return Reply(found=findings(fn(traj), None))
     except BaseException as e:  # the user's code: whatever it raises is that run's error
-        return Reply(error=f"{type(e).__name__}: {str(e)[:500]}")
+        return Reply(error=f"{type(e).__name__}: {_said(e)}")
+
+
+def _said(e: BaseException) -> str:
+    """What an exception says, at most 500 characters; what went wrong when it cannot say (its own
+    ``__str__`` raises)."""
+    try:
+        return str(e)[:500]
+    except BaseException as inner:  # the user's __str__: whatever it raises
+        return f"(its message cannot be shown: its __str__ raised {type(inner).__name__})"
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import math
 import re
 import sys
 import tomllib
@@ -43,6 +44,12 @@ DEFAULT_TIMEOUT_S = 60.0
 """How long a Python scanner may take over one run."""
 SQL_TIMEOUT_S = 600.0
 """How long a SQL scanner's query may take (it covers every run of the scan at once)."""
+MAX_FINDINGS = 10_000
+"""The most findings one scanner may give for one run."""
+MAX_TEXT_CHARS = 100_000
+"""The longest text a finding's value or explanation may be."""
+MAX_EVENTS = 10_000
+"""The most events one finding may cite."""
 
 
 class Malformed(Exception):
@@ -109,17 +116,44 @@ def findings(result: Any, event_ids: set[str] | None) -> list[Finding]:
     items = [result] if isinstance(result, Finding) else result
     if not isinstance(items, list | tuple) or not all(isinstance(f, Finding) for f in items):
         raise Malformed(f"returned {type(result).__name__}, not None, a Finding or a list of Findings")
+    if len(items) > MAX_FINDINGS:
+        raise Malformed(f"returned {len(items)} findings for one run (at most {MAX_FINDINGS})")
     for f in items:
-        if not isinstance(f.value, bool | int | float | str | type(None)):
-            raise Malformed(f"a finding's value is {type(f.value).__name__}, not bool, number, text or None")
-        if not isinstance(f.explanation, str):
-            raise Malformed("a finding's explanation is not text")
-        if not isinstance(f.events, list) or not all(isinstance(e, str) for e in f.events):
-            raise Malformed("a finding's events are not a list of 'source:seq' ids")
+        _check_finding(f)
         missing = [e for e in f.events if event_ids is not None and e not in event_ids]
         if missing:
             raise Malformed(f"a finding cites {missing[0]!r}, which is not an event of this run")
     return list(items)
+
+
+def _check_finding(f: Finding) -> None:
+    """``Malformed`` unless the finding holds what the store keeps as it is: a finite number, text
+    and events of bounded size."""
+    if not isinstance(f.value, bool | int | float | str | type(None)):
+        raise Malformed(f"a finding's value is {type(f.value).__name__}, not bool, number, text or None")
+    if isinstance(f.value, float) and not math.isfinite(f.value):
+        raise Malformed(f"a finding's value is {f.value}, not a finite number")
+    if not isinstance(f.explanation, str):
+        raise Malformed("a finding's explanation is not text")
+    for what, text in (("value", f.value), ("explanation", f.explanation)):
+        if isinstance(text, str) and len(text) > MAX_TEXT_CHARS:
+            raise Malformed(f"a finding's {what} is {len(text)} characters long (at most {MAX_TEXT_CHARS})")
+    if not isinstance(f.events, list) or not all(isinstance(e, str) for e in f.events):
+        raise Malformed("a finding's events are not a list of 'source:seq' ids")
+    if len(f.events) > MAX_EVENTS:
+        raise Malformed(f"a finding cites {len(f.events)} events (at most {MAX_EVENTS})")
+    texts = [("value", f.value), ("explanation", f.explanation)] + [("events", e) for e in f.events]
+    for what, text in texts:
+        if isinstance(text, str) and not _utf8(text):
+            raise Malformed(f"a finding's {what} holds a lone surrogate, which is no UTF-8 text")
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _python(path: Path, only: str | None) -> list[Scanner]:
