@@ -90,6 +90,13 @@ def scanner(
     """Register a Python scanner: ``@scanner`` or ``@scanner(name=..., kinds=[...], timeout=...)``.
 
     The function takes a ``Trajectory`` and returns None, a ``Finding`` or a list of them."""
+    ok = isinstance(timeout, int | float) and not isinstance(timeout, bool) and 0 < timeout < math.inf
+    if not ok:
+        raise ValueError(f"@scanner(timeout={timeout!r}): give a number of seconds above 0")
+    if kinds is not None and (
+        not isinstance(kinds, list | tuple) or not all(isinstance(k, str) for k in kinds)
+    ):
+        raise ValueError(f"@scanner(kinds={kinds!r}): give a list of event kinds")
 
     def register(f: Callable[[Trajectory], Any]) -> Callable[[Trajectory], Any]:
         options = {"function": f.__name__, "kinds": sorted(kinds) if kinds else None, "timeout": timeout}
@@ -166,7 +173,7 @@ def _python(path: Path, only: str | None) -> list[Scanner]:
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # a file that calls sys.exit() at import is no scanner file
         raise BadInput(f"scanner file {quoted(str(path))} fails to import: {type(e).__name__}: {e}") from e
     found = [s for s in _registered if only is None or s.name == only]
     del _registered[:]
@@ -190,6 +197,10 @@ def _sql(path: Path) -> Scanner:
             f"{quoted(str(path))} is empty: write a query returning run_id, value, explanation, events"
         )
     timeout = TIMEOUT_LINE.search(query)
+    if timeout and not float(timeout.group(1)) > 0:
+        raise BadInput(
+            f"{quoted(str(path))}: '-- timeout: {timeout.group(1)}': give a number of seconds above 0"
+        )
     return Scanner(
         name=path.stem,
         kind="sql",

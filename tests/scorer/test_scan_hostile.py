@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from replay.store import open_sql
+from schemas.errors import BadInput
 from scorer import scan as scanning
 from scorer import scan_results, scanners
 from scorer.profile import load as load_profile
@@ -160,3 +161,34 @@ def test_a_run_whose_text_holds_a_lone_surrogate_reaches_a_python_scanner_escape
         workers.close()
     assert echoed.error is None and echoed.found[0].explanation == "look \\ud800 here"
     assert made.error == "Malformed: a finding's value holds a lone surrogate, which is no UTF-8 text"
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("import sys\nsys.exit(0)\n", "fails to import: SystemExit: 0"),
+        ("@scanner(timeout='10')\ndef s(traj):\n    return None\n", "@scanner(timeout='10'): give a number"),
+        ("@scanner(timeout=float('inf'))\ndef s(traj):\n    return None\n", "@scanner(timeout=inf): give"),
+        ("@scanner(timeout=float('nan'))\ndef s(traj):\n    return None\n", "@scanner(timeout=nan): give"),
+        ("@scanner(timeout=0)\ndef s(traj):\n    return None\n", "@scanner(timeout=0): give a number"),
+        ("@scanner(kinds='process.exited')\ndef s(traj):\n    return None\n", "give a list of event kinds"),
+    ],
+)
+def test_a_scanner_file_that_exits_or_sets_no_usable_timeout_is_refused_at_load(tmp_path, text, said):
+    """Before any run is scanned: a file that calls sys.exit() at import (which ended `amb scan`
+    with exit 0 and nothing scanned), or a timeout that is no number of seconds above 0 (a
+    traceback, or every run a timeout)."""
+    path = tmp_path / "s.py"
+    path.write_text("from amb.scan import Finding, scanner\n\n" + text)
+    with pytest.raises(BadInput) as e:
+        scanners.load(str(path))
+    assert said in str(e.value) and "s.py" in str(e.value)
+
+
+def test_a_sql_scanners_timeout_of_zero_is_refused(tmp_path):
+    path = tmp_path / "z.sql"
+    path.write_text(
+        "-- timeout: 0\nSELECT run_id, true AS value, '' AS explanation, [] AS events FROM runs\n"
+    )
+    with pytest.raises(BadInput, match="give a number of seconds above 0"):
+        scanners.load(str(path))
