@@ -54,7 +54,7 @@ def _scalar(text: str) -> Any:
 
 def _records(path: Path, raw: bytes) -> list[Any]:
     suffix = path.suffix.lower()
-    text = raw.decode("utf-8")
+    text = raw.decode("utf-8-sig")  # a spreadsheet's CSV may start with a byte order mark
     if suffix == ".csv":
         return [
             {k: _scalar(v) if k == "value" else v for k, v in r.items()}
@@ -89,7 +89,8 @@ def _record(r: Any, seen: dict[tuple[str, str], tuple[int, Any]], n: int) -> dic
         raise ValueError(f"target {target!r} is not scanner:<name>, codes or item:<id>")
     value = _codes(r.get("value")) if target == "codes" else r.get("value")
     if target != "codes" and not isinstance(value, bool | int | float | str):
-        raise ValueError(f"the value of {target} is {type(value).__name__}, not yes/no, a number or text")
+        what = "missing" if value is None else type(value).__name__
+        raise ValueError(f"the value of {target} is {what}, not yes/no, a number or text")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"the value of {target} is {value}, not a finite number")
     annotator = r.get("annotator") or None

@@ -137,3 +137,10 @@ def test_the_same_label_given_twice_is_one_judgement(tmp_path):
     path.write_text("run_id,target,value\nr1,scanner:x,true\nr1,scanner:x,yes\n")
     records, _ = labels.read(path)
     assert [r["value"] for r in records] == [True, True]
+
+
+def test_a_spreadsheets_csv_with_a_byte_order_mark_reads_as_any_csv(tmp_path):
+    path = tmp_path / "l.csv"
+    path.write_bytes(b"\xef\xbb\xbfrun_id,target,value\r\nr1,scanner:x,true\r\n")
+    records, _ = labels.read(path)
+    assert records == [{"run_id": "r1", "target": "scanner:x", "value": True, "annotator": None}]
