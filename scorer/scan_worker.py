@@ -11,7 +11,8 @@ worker for what is left. A worker that dies (``os._exit``, a crash) is that run'
 
 The worker never opens the store: it receives typed values and sends back findings, whose cited
 events the parent checks against the run. Whatever the scanner prints goes to stderr, never into
-the answers. A worker whose parent dies is killed with it (Linux ``PR_SET_PDEATHSIG``).
+the answers, a line at a time with its control characters escaped (a scanner may print the agent's
+text). A worker whose parent dies is killed with it (Linux ``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 import msgspec
 
+from schemas.display import one_line
 from schemas.errors import AmbError
 from schemas.fdwait import readable
 from schemas.finding import Finding
@@ -68,8 +70,11 @@ class Worker:
             [sys.executable, "-P", "-m", "scorer.scan_worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group: a kill reaches what the scanner started
         )
+        self._relay = threading.Thread(target=_relay, args=(self.proc.stderr,), daemon=True)
+        self._relay.start()
         self._buf = bytearray()
         try:
             self._send(Init(scanners))
@@ -147,12 +152,23 @@ class Worker:
         self._close_pipes()
 
     def _close_pipes(self) -> None:
+        self._relay.join(timeout=10)  # what the worker printed last, before the scan's own lines
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None and not pipe.closed:
                 try:
                     pipe.close()
                 except OSError:  # a pipe to a killed worker may fail to flush
                     pass
+
+
+def _relay(stream: Any) -> None:
+    """What a worker prints (its scanners' prints, a traceback), line by line to this process's
+    stderr, each line ``one_line``: a scanner may print the agent's text, which is no terminal's
+    instruction."""
+    with stream:
+        for raw in iter(lambda: stream.readline(1 << 16), b""):
+            sys.stderr.write(one_line(raw.decode("utf-8", "replace").removesuffix("\n")) + "\n")
+            sys.stderr.flush()
 
 
 def _escaped(value: Any) -> Any:

@@ -192,3 +192,13 @@ def test_a_sql_scanners_timeout_of_zero_is_refused(tmp_path):
     )
     with pytest.raises(BadInput, match="give a number of seconds above 0"):
         scanners.load(str(path))
+
+
+def test_what_a_scanner_prints_of_the_agents_text_reaches_the_terminal_escaped(store, tmp_path):
+    (tmp_path / "esc.py").write_text(
+        "from amb.scan import scanner\n\n@scanner\ndef esc(traj):\n"
+        "    print('agent says \\x1b]0;owned\\x07\\x1b[31mRED')\n    return None\n"
+    )
+    done = _amb("scan", "--store", str(store), str(tmp_path / "esc.py"), "run-0")
+    assert done.returncode == 0, done.stderr
+    assert "agent says \\x1b]0;owned\\x07\\x1b[31mRED\n" in done.stderr and "\x1b" not in done.stderr
