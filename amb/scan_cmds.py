@@ -112,9 +112,9 @@ def scan(
         raise UsageError("give at least one SCANNER (a .py, .sql or .toml file, or audit)")
     if sum((bool(runs), all_runs, where is not None)) != 1:
         raise UsageError("give RUN ids, --all or --where SQL (one of them)")
+    _require_label_set(store, label_set)
     loaded = load_profile(profile)
-    ep = endpoint(loaded.profile.judge)
-    model = ep[2] if ep else None
+    model = ep[2] if (ep := endpoint(loaded.profile.judge)) else None
     found = [s for spec in specs for s in scanners.load(spec, model=model, audit_rules=loaded.profile.audit)]
     bar = progress("scan")
     scan_id, tallies, requests = scanning.scan(
@@ -178,6 +178,19 @@ def _scanned(store: str) -> Any:
         con.close()
         raise UsageError("nothing in this store has been scanned or labelled yet: run `amb scan` first")
     return con
+
+
+def _require_label_set(store: str, name: str | None) -> None:
+    """One line, before any scanning, when a label set is named and the store holds none of it."""
+    if name is None:
+        return
+    con = open_sql(store)
+    try:
+        tables = {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        if "labels" not in tables or not lab.current(con, name):
+            raise UsageError(f"no label set {name!r} in this store: import one with `amb labels import`")
+    finally:
+        con.close()
 
 
 def _print_errors(store: str, as_json: bool) -> None:
@@ -266,8 +279,13 @@ def labels_validate(store: str, name: str, **o: Any) -> None:
         if not have:
             raise UsageError(f"no label set {name!r} in this store: import one with `amb labels import`")
         if scanner_name:
+            _require_scanner_labels(con, name, have, scanner_name)
             results = lab.validate_scanner(con, name, scanner_name, viewer_url)
         else:
+            if not any(t == "codes" or t.startswith("item:") for t in have):
+                raise UsageError(
+                    f"label set {name!r} labels no codes or item:<id> to validate a judge against"
+                )
             rows = [
                 r
                 for r in ledger.current(con, profile_id=load_profile(o["profile"]).id)
@@ -282,6 +300,21 @@ def labels_validate(store: str, name: str, **o: Any) -> None:
         click.echo(json.dumps({"labels": name, "results": results}, indent=2))
         return
     click.echo(validation_text(results))
+
+
+def _require_scanner_labels(con: Any, name: str, have: dict[str, Any], scanner_name: str) -> None:
+    """One line saying why scanner ``scanner_name`` cannot be validated against label set ``name``:
+    the set labels nothing of it, or it has no results in the store."""
+    if f"scanner:{scanner_name}" not in have:
+        labelled = sorted(t.removeprefix("scanner:") for t in have if t.startswith("scanner:"))
+        raise UsageError(
+            f"label set {name!r} has no scanner:{scanner_name} labels "
+            f"(it labels the scanners: {', '.join(labelled) or 'none'})"
+        )
+    if not lab.scanner_values(con, scanner_name, as_flag=False):
+        raise UsageError(
+            f"scanner {scanner_name!r} has no results in this store (or failed on every run): run `amb scan`"
+        )
 
 
 commands = [scan, labels]

@@ -44,7 +44,7 @@ from typing import Any
 
 import msgspec
 
-from schemas.ostext import NotOsText, os_str, os_text
+from schemas.ostext import NotOsText, os_str, os_text, quoting
 from scorer.audit_paths import RUN_ID, arg_paths, normalise, path_tokens
 from scorer.profile import AuditRules
 from scorer.trajectory import Trajectory
@@ -94,6 +94,15 @@ def _real(text: str) -> str:
         return text
 
 
+def _shown(path: str) -> str:
+    """A path as a detail shows it: its recorded text; a path that no OS gives (code's text may
+    escape a lone surrogate) with that surrogate escaped."""
+    try:
+        return os_text(path)
+    except NotOsText:
+        return quoting(path)
+
+
 def _proxy_addresses(spec: str) -> set[tuple[str, int | None]] | None:
     """``host:p1,p2`` (``run.started.tool_versions.proxy_address``) → {(host, port)}; None if absent."""
     host, sep, ports = spec.rpartition(":")
@@ -134,7 +143,7 @@ class _Audit:
         """The path rules (``rules_``, default all) against one path, and the other-run-id rule."""
         workspace = self.workspace
         path = normalise(raw, cwd or workspace)
-        shown = os_text(path) if path == raw else f"{os_text(path)} (written '{os_text(raw)}')"
+        shown = _shown(path) if path == raw else f"{_shown(path)} (written '{_shown(raw)}')"
         for rule, pats in rules_ or self.path_rules:
             pat = _match(path, pats) or (_match(raw, pats) if raw != path else None)
             if pat is None:

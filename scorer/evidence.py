@@ -25,7 +25,11 @@ from scorer.profile import EvidenceRules
 from scorer.trajectory import BlobGetter, Exec, Trajectory, blob_or_empty
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-_ID_RE = re.compile(r"^\[([A-Za-z0-9._-]+:\d+)\]", re.M)
+NAME_CHARS = 300
+"""The most characters of a name the run recorded (a file's path, a tool's name) the view shows."""
+MAX_FILES = 200
+"""The most written files the view lists (the first in path order; the rest are counted)."""
+_ID_RE = re.compile(r"^\[([A-Za-z0-9._-]+:\d+)\]")
 
 
 class Image(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,11 +49,13 @@ class Evidence(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def neutralise(text: str) -> str:
-    """Defang model text: no section headers, no fenced JSON, no fake verdict lines."""
+    """Defang model text: no section headers, no fenced JSON, no fake verdict lines, no line that
+    starts as an event's line does (``[proxy:12] ...``)."""
     return (
         text.replace("\r", "")
         .replace("```", "'''")
         .replace("\n#", "\n #")
+        .replace("\n[", "\n [")
         .replace("<<<", "< < <")
         .replace(">>>", "> > >")
     )
@@ -66,12 +72,19 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
+def _name(text: str | None, limit: int = NAME_CHARS) -> str:
+    """A name the run recorded (a file's path, a tool's name, a role) on one defanged line of at
+    most ``limit`` characters (0: any): the agent chose it, so it may be of any length and hold a
+    newline, a fence marker or a line that looks like an event's."""
+    return cut(_flat(text or ""), limit) or "-"
+
+
 def _message_lines(traj: Trajectory, r: EvidenceRules) -> list[str]:
     lines = []
     for m in traj.messages:
         limit = {"tool_call": r.arg_chars, "tool": r.tool_result_chars}.get(m.role, r.message_chars)
         text = cut(_flat(m.text), limit)
-        line = f"[{m.id}] {m.role}: {text}"
+        line = f"[{m.id}] {_name(m.role)}: {text}"
         lines.append(cut(line, r.message_chars + 40) if r.message_chars else line)
     return lines
 
@@ -124,7 +137,7 @@ def _exec_line(ex: Exec, r: EvidenceRules) -> str:
     if ex.ok is False and ex.stderr:
         out = ex.stderr
     return (
-        f"[{ex.id}] {ex.tool} {ex.language or '-'} {status}\n"
+        f"[{ex.id}] {_name(ex.tool)} {_name(ex.language)} {status}\n"
         f"    code: {cut(_flat(ex.code), r.exec_code_chars)}\n"
         f"    output: {cut(_flat(out), r.exec_output_chars)}"
     )
@@ -146,7 +159,7 @@ class _View(msgspec.Struct):
 def _task(v: _View) -> None:
     traj = v.traj
     v.out.append("## Task")
-    v.out.append(f"task: {traj.task or '-'}  track: {v.track or '-'}  tier: {traj.tier or '-'}")
+    v.out.append(f"task: {_name(traj.task)}  track: {_name(v.track)}  tier: {_name(traj.tier)}")
     v.out.append(
         f"run status: {traj.status or 'no run.finished event'}  model calls: {len(traj.model_calls)}  "
         f"code executions: {len(traj.execs)}"
@@ -156,7 +169,10 @@ def _task(v: _View) -> None:
 def _conversation(v: _View) -> None:
     lines = _message_lines(v.traj, v.rules)
     v.out.append(f"## Conversation ({len(lines)} messages)")
-    v.out += budget_lines(lines, v.rules)
+    shown = budget_lines(lines, v.rules)
+    v.out += shown
+    # Each message is one line that starts with its own id; the agent's text cannot start a line.
+    v.ids |= {i for line in shown for i in _ID_RE.findall(line)}
 
 
 def _code_executions(v: _View) -> None:
@@ -176,10 +192,13 @@ def _files_written(v: _View) -> None:
     last: dict[str, tuple[str, Any]] = {}
     for ev_id, _, w in v.traj.writes:
         last[w.path] = (ev_id, w)
-    for path in sorted(last):
+    paths = sorted(last)
+    for path in paths[:MAX_FILES]:
         ev_id, w = last[path]
         v.ids.add(ev_id)
-        v.out.append(f"[{ev_id}] {path} ({w.size} bytes, {w.sha256[:19] or 'no digest'})")
+        v.out.append(f"[{ev_id}] {_name(path)} ({w.size} bytes, {w.sha256[:19] or 'no digest'})")
+    if len(paths) > MAX_FILES:
+        v.out.append(f"... [{len(paths) - MAX_FILES} more files written, not listed] ...")
 
 
 def _plan(v: _View) -> None:
@@ -192,7 +211,8 @@ def _plan(v: _View) -> None:
         text = f"[plan content unavailable: {type(e).__name__}]"
     v.ids.add(plan[0])
     v.out.append(f"## plan.md [{plan[0]}]")
-    v.out.append(cut(text, v.rules.plan_chars))
+    shown = cut(text, v.rules.plan_chars)
+    v.out.append(" " + shown if shown.startswith("[") else shown)  # a line of its own, not an event's
 
 
 def _plan_png(v: _View) -> None:
@@ -223,7 +243,7 @@ def _submission(v: _View) -> None:
         )
     if grade is not None:
         for key in sorted(grade):
-            v.out.append(f"{key}: {grade[key]}")
+            v.out.append(f"{_name(key, 0)}: {_name(str(grade[key]), 0)}")
 
 
 def _task_metric(v: _View) -> None:
@@ -232,7 +252,7 @@ def _task_metric(v: _View) -> None:
     if grade is not None and grade.get("task_score") is not None:
         v.out.append(f"{grade.get('metric', 'metric')}: {grade['task_score']:.4f}")
     else:
-        v.out.append(f"unscored: {grade.get('reason') if grade else 'no grade'}")
+        v.out.append(f"unscored: {_name(str(grade.get('reason')), 0) if grade else 'no grade'}")
 
 
 SECTIONS: tuple[Callable[[_View], None], ...] = (
@@ -263,7 +283,7 @@ def build(
     # An agent's JSON may escape a lone surrogate, which is no UTF-8 text: shown escaped (``\\ud800``),
     # so that the digest and the judge's prompt can be made of it.
     text = ("\n".join(v.out) + "\n").encode("utf-8", "backslashreplace").decode("utf-8")
-    ids = v.ids | set(_ID_RE.findall(text))
+    ids = v.ids
     h = hashlib.sha256(text.encode())
     for img in v.images:
         h.update(hashlib.sha256(img.data).digest())

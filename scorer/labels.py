@@ -18,6 +18,7 @@ import csv
 import hashlib
 import io
 import json
+import math
 import random
 import re
 import urllib.parse
@@ -53,7 +54,7 @@ def _scalar(text: str) -> Any:
 
 def _records(path: Path, raw: bytes) -> list[Any]:
     suffix = path.suffix.lower()
-    text = raw.decode("utf-8")
+    text = raw.decode("utf-8-sig")  # a spreadsheet's CSV may start with a byte order mark
     if suffix == ".csv":
         return [
             {k: _scalar(v) if k == "value" else v for k, v in r.items()}
@@ -78,6 +79,37 @@ def _codes(value: Any) -> list[str]:
     return codes
 
 
+def _record(r: Any, seen: dict[tuple[str, str], tuple[int, Any]], n: int) -> dict[str, Any]:
+    """Record ``n`` of a label file, checked (``ValueError`` saying what is wrong); ``seen`` holds
+    the (run, target) pairs of the records before it, so one file cannot say two things of one."""
+    if not isinstance(r, dict) or not isinstance(r.get("run_id"), str) or not r["run_id"]:
+        raise ValueError("no run_id")
+    target = r.get("target")
+    if not isinstance(target, str) or not TARGET.match(target):
+        raise ValueError(f"target {target!r} is not scanner:<name>, codes or item:<id>")
+    value = _codes(r.get("value")) if target == "codes" else r.get("value")
+    if target != "codes" and not isinstance(value, bool | int | float | str):
+        what = "missing" if value is None else type(value).__name__
+        raise ValueError(f"the value of {target} is {what}, not yes/no, a number or text")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"the value of {target} is {value}, not a finite number")
+    annotator = r.get("annotator") or None
+    if annotator is not None and not isinstance(annotator, str):
+        raise ValueError(f"the annotator is {type(annotator).__name__}, not text")
+    try:
+        canonical_json([r["run_id"], value, annotator])
+    except UnicodeEncodeError:
+        raise ValueError("it holds text that is not UTF-8 (a lone surrogate escape)") from None
+    key = (r["run_id"], target)
+    if key in seen and seen[key][1] != value:
+        first, said = seen[key]
+        raise ValueError(
+            f"run {r['run_id']!r} {target} is labelled {value!r} here and {said!r} in record {first}"
+        )
+    seen.setdefault(key, (n, value))
+    return {"run_id": r["run_id"], "target": target, "value": value, "annotator": annotator}
+
+
 def read(path: Path) -> tuple[list[dict[str, Any]], str]:
     """The file's label records, checked (one bad record is refused naming its number), and its digest."""
     try:
@@ -88,20 +120,10 @@ def read(path: Path) -> tuple[list[dict[str, Any]], str]:
     except Exception as e:  # the YAML reader's own errors
         raise BadInput(f"cannot read labels from {quoted(str(path))}: {type(e).__name__}") from e
     out = []
+    seen: dict[tuple[str, str], tuple[int, Any]] = {}
     for n, r in enumerate(records, 1):
         try:
-            if not isinstance(r, dict) or not isinstance(r.get("run_id"), str) or not r["run_id"]:
-                raise ValueError("no run_id")
-            target = r.get("target")
-            if not isinstance(target, str) or not TARGET.match(target):
-                raise ValueError(f"target {target!r} is not scanner:<name>, codes or item:<id>")
-            value = _codes(r.get("value")) if target == "codes" else r.get("value")
-            if not isinstance(value, bool | int | float | str | list):
-                raise ValueError("no value")
-            annotator = r.get("annotator")
-            out.append(
-                {"run_id": r["run_id"], "target": target, "value": value, "annotator": annotator or None}
-            )
+            out.append(_record(r, seen, n))
         except ValueError as e:
             raise BadInput(f"{quoted(str(path))} record {n}: {e}") from e
     if not out:

@@ -87,7 +87,12 @@ def _sql_findings(con: duckdb.DuckDBPyConnection, s: Scanner, runs: set[str]) ->
     for run in runs:
         fs = got.get(run, [])
         bad = [e for f in fs for e in f.events if (run, e) not in existing]
-        out[run] = f"Malformed: a finding cites {bad[0]!r}, which is not an event of this run" if bad else fs
+        try:
+            out[run] = findings(fs, None)
+        except Malformed as e:
+            out[run] = f"Malformed: {e}"
+        if bad:
+            out[run] = f"Malformed: a finding cites {bad[0]!r}, which is not an event of this run"
     return out
 
 

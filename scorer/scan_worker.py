@@ -11,7 +11,8 @@ worker for what is left. A worker that dies (``os._exit``, a crash) is that run'
 
 The worker never opens the store: it receives typed values and sends back findings, whose cited
 events the parent checks against the run. Whatever the scanner prints goes to stderr, never into
-the answers. A worker whose parent dies is killed with it (Linux ``PR_SET_PDEATHSIG``).
+the answers, a line at a time with its control characters escaped (a scanner may print the agent's
+text). A worker whose parent dies is killed with it (Linux ``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 import msgspec
 
+from schemas.display import one_line
 from schemas.errors import AmbError
 from schemas.fdwait import readable
 from schemas.finding import Finding
@@ -68,9 +70,12 @@ class Worker:
             [sys.executable, "-P", "-m", "scorer.scan_worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group: a kill reaches what the scanner started
         )
-        self._buf = b""
+        self._relay = threading.Thread(target=_relay, args=(self.proc.stderr,), daemon=True)
+        self._relay.start()
+        self._buf = bytearray()
         try:
             self._send(Init(scanners))
             self.ready = self._recv(STARTUP_S)
@@ -79,7 +84,10 @@ class Worker:
             self.kill()
 
     def _send(self, msg: msgspec.Struct) -> None:
-        body = msgspec.msgpack.encode(msg)
+        try:
+            body = msgspec.msgpack.encode(msg)
+        except UnicodeEncodeError:  # an agent's JSON escaped a lone surrogate: sent as the view shows it
+            body = msgspec.msgpack.encode(_escaped(msgspec.to_builtins(msg, builtin_types=(bytes,))))
         assert self.proc.stdin is not None
         try:
             self.proc.stdin.write(_HEADER.pack(len(body)) + body)
@@ -98,7 +106,8 @@ class Worker:
             if not chunk:
                 raise _Stopped(self._ended())
             self._buf += chunk
-        out, self._buf = self._buf[:n], self._buf[n:]
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
         return out
 
     def _recv(self, timeout: float) -> Reply:
@@ -143,12 +152,34 @@ class Worker:
         self._close_pipes()
 
     def _close_pipes(self) -> None:
+        self._relay.join(timeout=10)  # what the worker printed last, before the scan's own lines
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None and not pipe.closed:
                 try:
                     pipe.close()
                 except OSError:  # a pipe to a killed worker may fail to flush
                     pass
+
+
+def _relay(stream: Any) -> None:
+    """What a worker prints (its scanners' prints, a traceback), line by line to this process's
+    stderr, each line ``one_line``: a scanner may print the agent's text, which is no terminal's
+    instruction."""
+    with stream:
+        for raw in iter(lambda: stream.readline(1 << 16), b""):
+            sys.stderr.write(one_line(raw.decode("utf-8", "replace").removesuffix("\n")) + "\n")
+            sys.stderr.flush()
+
+
+def _escaped(value: Any) -> Any:
+    """``value`` (builtins) with each lone surrogate in its text written as a ``\\udXXX`` escape."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, list):
+        return [_escaped(v) for v in value]
+    if isinstance(value, dict):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    return value
 
 
 class Workers:
@@ -231,7 +262,16 @@ def _call(fn: Any, traj: Trajectory) -> Reply:
     try:
         return Reply(found=findings(fn(traj), None))
     except BaseException as e:  # the user's code: whatever it raises is that run's error
-        return Reply(error=f"{type(e).__name__}: {str(e)[:500]}")
+        return Reply(error=f"{type(e).__name__}: {_said(e)}")
+
+
+def _said(e: BaseException) -> str:
+    """What an exception says, at most 500 characters; what went wrong when it cannot say (its own
+    ``__str__`` raises)."""
+    try:
+        return str(e)[:500]
+    except BaseException as inner:  # the user's __str__: whatever it raises
+        return f"(its message cannot be shown: its __str__ raised {type(inner).__name__})"
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import math
 import re
 import sys
 import tomllib
@@ -43,6 +44,12 @@ DEFAULT_TIMEOUT_S = 60.0
 """How long a Python scanner may take over one run."""
 SQL_TIMEOUT_S = 600.0
 """How long a SQL scanner's query may take (it covers every run of the scan at once)."""
+MAX_FINDINGS = 10_000
+"""The most findings one scanner may give for one run."""
+MAX_TEXT_CHARS = 100_000
+"""The longest text a finding's value or explanation may be."""
+MAX_EVENTS = 10_000
+"""The most events one finding may cite."""
 
 
 class Malformed(Exception):
@@ -83,6 +90,13 @@ def scanner(
     """Register a Python scanner: ``@scanner`` or ``@scanner(name=..., kinds=[...], timeout=...)``.
 
     The function takes a ``Trajectory`` and returns None, a ``Finding`` or a list of them."""
+    ok = isinstance(timeout, int | float) and not isinstance(timeout, bool) and 0 < timeout < math.inf
+    if not ok:
+        raise ValueError(f"@scanner(timeout={timeout!r}): give a number of seconds above 0")
+    if kinds is not None and (
+        not isinstance(kinds, list | tuple) or not all(isinstance(k, str) for k in kinds)
+    ):
+        raise ValueError(f"@scanner(kinds={kinds!r}): give a list of event kinds")
 
     def register(f: Callable[[Trajectory], Any]) -> Callable[[Trajectory], Any]:
         options = {"function": f.__name__, "kinds": sorted(kinds) if kinds else None, "timeout": timeout}
@@ -109,17 +123,44 @@ def findings(result: Any, event_ids: set[str] | None) -> list[Finding]:
     items = [result] if isinstance(result, Finding) else result
     if not isinstance(items, list | tuple) or not all(isinstance(f, Finding) for f in items):
         raise Malformed(f"returned {type(result).__name__}, not None, a Finding or a list of Findings")
+    if len(items) > MAX_FINDINGS:
+        raise Malformed(f"returned {len(items)} findings for one run (at most {MAX_FINDINGS})")
     for f in items:
-        if not isinstance(f.value, bool | int | float | str | type(None)):
-            raise Malformed(f"a finding's value is {type(f.value).__name__}, not bool, number, text or None")
-        if not isinstance(f.explanation, str):
-            raise Malformed("a finding's explanation is not text")
-        if not isinstance(f.events, list) or not all(isinstance(e, str) for e in f.events):
-            raise Malformed("a finding's events are not a list of 'source:seq' ids")
+        _check_finding(f)
         missing = [e for e in f.events if event_ids is not None and e not in event_ids]
         if missing:
             raise Malformed(f"a finding cites {missing[0]!r}, which is not an event of this run")
     return list(items)
+
+
+def _check_finding(f: Finding) -> None:
+    """``Malformed`` unless the finding holds what the store keeps as it is: a finite number, text
+    and events of bounded size."""
+    if not isinstance(f.value, bool | int | float | str | type(None)):
+        raise Malformed(f"a finding's value is {type(f.value).__name__}, not bool, number, text or None")
+    if isinstance(f.value, float) and not math.isfinite(f.value):
+        raise Malformed(f"a finding's value is {f.value}, not a finite number")
+    if not isinstance(f.explanation, str):
+        raise Malformed("a finding's explanation is not text")
+    for what, text in (("value", f.value), ("explanation", f.explanation)):
+        if isinstance(text, str) and len(text) > MAX_TEXT_CHARS:
+            raise Malformed(f"a finding's {what} is {len(text)} characters long (at most {MAX_TEXT_CHARS})")
+    if not isinstance(f.events, list) or not all(isinstance(e, str) for e in f.events):
+        raise Malformed("a finding's events are not a list of 'source:seq' ids")
+    if len(f.events) > MAX_EVENTS:
+        raise Malformed(f"a finding cites {len(f.events)} events (at most {MAX_EVENTS})")
+    texts = [("value", f.value), ("explanation", f.explanation)] + [("events", e) for e in f.events]
+    for what, text in texts:
+        if isinstance(text, str) and not _utf8(text):
+            raise Malformed(f"a finding's {what} holds a lone surrogate, which is no UTF-8 text")
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _python(path: Path, only: str | None) -> list[Scanner]:
@@ -132,7 +173,7 @@ def _python(path: Path, only: str | None) -> list[Scanner]:
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # a file that calls sys.exit() at import is no scanner file
         raise BadInput(f"scanner file {quoted(str(path))} fails to import: {type(e).__name__}: {e}") from e
     found = [s for s in _registered if only is None or s.name == only]
     del _registered[:]
@@ -156,6 +197,10 @@ def _sql(path: Path) -> Scanner:
             f"{quoted(str(path))} is empty: write a query returning run_id, value, explanation, events"
         )
     timeout = TIMEOUT_LINE.search(query)
+    if timeout and not float(timeout.group(1)) > 0:
+        raise BadInput(
+            f"{quoted(str(path))}: '-- timeout: {timeout.group(1)}': give a number of seconds above 0"
+        )
     return Scanner(
         name=path.stem,
         kind="sql",

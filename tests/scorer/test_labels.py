@@ -104,3 +104,43 @@ def test_hostile_label_files_are_refused(tmp_path, text):
     path.write_bytes(text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text)
     with pytest.raises(BadInput):
         labels.read(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "said"),
+    [
+        ("l.jsonl", '{"run_id": "r1", "target": "scanner:x", "value": NaN}\n', "is nan, not a finite number"),
+        ("l.jsonl", '{"run_id": "r1", "target": "item:s1", "value": 1e999}\n', "is inf, not a finite number"),
+        ("l.yaml", "- {run_id: r1, target: 'scanner:x', value: .nan}\n", "is nan, not a finite number"),
+        ("l.jsonl", '{"run_id": "r1", "target": "scanner:x", "value": [{"a": 1}]}\n', "is list, not yes/no"),
+        ("l.jsonl", '{"run_id": "r1", "target": "scanner:x", "value": true, "annotator": 7}\n', "annotator"),
+        ("l.jsonl", '{"run_id": "r1", "target": "scanner:x", "value": "\\ud800"}\n', "not UTF-8"),
+        (
+            "l.csv",
+            "run_id,target,value\nr1,scanner:x,true\nr2,scanner:x,true\nr1,scanner:x,false\n",
+            "record 3: run 'r1' scanner:x is labelled False here and True in record 1",
+        ),
+    ],
+)
+def test_label_values_the_store_cannot_compare_are_refused_naming_the_record(tmp_path, name, text, said):
+    """A label that is no finite yes/no, number or text, or a second label of a run and target that
+    says something else (which of the two would count?), refuses the file, naming the record."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(BadInput, match="record") as e:
+        labels.read(path)
+    assert said in str(e.value)
+
+
+def test_the_same_label_given_twice_is_one_judgement(tmp_path):
+    path = tmp_path / "l.csv"
+    path.write_text("run_id,target,value\nr1,scanner:x,true\nr1,scanner:x,yes\n")
+    records, _ = labels.read(path)
+    assert [r["value"] for r in records] == [True, True]
+
+
+def test_a_spreadsheets_csv_with_a_byte_order_mark_reads_as_any_csv(tmp_path):
+    path = tmp_path / "l.csv"
+    path.write_bytes(b"\xef\xbb\xbfrun_id,target,value\r\nr1,scanner:x,true\r\n")
+    records, _ = labels.read(path)
+    assert records == [{"run_id": "r1", "target": "scanner:x", "value": True, "annotator": None}]
