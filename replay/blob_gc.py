@@ -22,7 +22,7 @@ from typing import NamedTuple
 import duckdb
 
 from schemas import blobcodec, packstore
-from schemas.blobstore import CHUNK_MAGIC, DECODE_LIMIT, WRITERS_LOCK, BlobStore
+from schemas.blobstore import CHUNK_MAGIC, DECODE_LIMIT, WRITERS_LOCK, BlobStore, read_loose
 from schemas.errors import BlobError
 
 SMALL_PACK = 8 * 1024 * 1024
@@ -133,10 +133,10 @@ def _add_parts(blobs: BlobStore, live: set[str]) -> None:
             elif entry is not None and entry.codec == blobcodec.DELTA:
                 parts = [blobcodec.delta_base(blobs.read_record(hexd, entry)[1], hexd)]
             elif entry is None:
-                path = blobs.root / hexd[:2] / hexd[2:]
-                if path.exists():
-                    raw = path.read_bytes()
-                    parts = _listing_chunks(raw) if raw.startswith(CHUNK_MAGIC) else []
+                raw = read_loose(blobs.root / hexd[:2] / hexd[2:], "sha256:" + hexd)
+                parts = _listing_chunks(raw) if raw.startswith(CHUNK_MAGIC) else []
+        except FileNotFoundError:
+            parts = []
         except BlobError:
             parts = []  # damaged: verify names it; its parts are kept below by address if seen
         for part in parts:
@@ -158,9 +158,11 @@ def _collect(blobs: BlobStore, live: set[str], small_pack: int) -> Collected:
             kept.update(r.hexd for r in packstore.scan(path))
             continue
         keep: set[int] = set()
+        whole: set[tuple[int, int]] = set()
         records, end, damaged = 0, len(packstore.PACK_MAGIC), False
         for r in packstore.scan(path):
             records, end = records + 1, r.offset + r.length
+            whole.add((r.offset, r.length))
             if r.hexd in live and r.hexd not in kept:
                 try:
                     _check_record(r)  # a damaged copy never counts as the one kept
@@ -170,6 +172,10 @@ def _collect(blobs: BlobStore, live: set[str], small_pack: int) -> Collected:
                     continue
                 keep.add(r.offset)
                 kept.add(r.hexd)
+        cut = _live_entries_cut(path, whole, live, kept)
+        if cut is not None:
+            problems.append(f"{path.name} left as it is: {cut}")
+            damaged = True
         dead = records - len(keep)
         torn = path.stat().st_size > end
         # A pack without its index (a gc killed between removing the two) is invisible to readers:
@@ -201,12 +207,32 @@ def _collect(blobs: BlobStore, live: set[str], small_pack: int) -> Collected:
         hexd = path.parent.name + path.name
         if hexd in live:
             continue
-        reclaimed += path.stat().st_size
+        if path.is_dir() and not path.is_symlink():
+            problems.append(f"{hexd[:2]}/{hexd[2:]} left as it is: a folder where a blob file goes")
+            continue
+        reclaimed += path.lstat().st_size
         path.unlink()
         removed += 1
     blobs.close()
     blobs.refresh()
     return Collected(len(live), removed, reclaimed, len(packs), len(blobs.pack_files()), problems)
+
+
+def _live_entries_cut(path: Path, whole: set[tuple[int, int]], live: set[str], kept: set[str]) -> str | None:
+    """Why the pack holds a damaged copy of a live blob that no pack gave whole: an entry of its
+    index pointing where the scan found no whole record (a pack cut short, or its bytes changed).
+    A writer killed mid-record leaves a torn tail that no entry points to: never a reason here."""
+    idx = path.with_suffix(packstore.IDX_SUFFIX)
+    if not idx.exists():
+        return None
+    entries, _end = packstore.read_index(idx)
+    for hexd, offset, length, _codec in entries:
+        if hexd in live and hexd not in kept and (offset, length) not in whole:
+            return (
+                f"blob sha256:{hexd} is corrupted (its index entry, offset {offset} and length {length}, "
+                "points at no whole record of the pack)"
+            )
+    return None
 
 
 def _check_record(r: packstore.Record) -> None:
