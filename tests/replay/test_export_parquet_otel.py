@@ -261,6 +261,30 @@ def _load_known():
     KNOWN_GEN_AI.update(_known_gen_ai())
 
 
+def test_otel_export_of_a_big_run_holds_about_its_output_not_its_events(tmp_path):
+    """A run of tens of thousands of events: the export keeps each span encoded as it goes, so the
+    memory it takes is about the size of the line it writes (its events as objects, then their
+    spans as dicts, took eight times that: 3 GB for a run of 400,000 events)."""
+    import tracemalloc
+
+    root = tmp_path / "store"
+    generate_run(root, "many", seed=1, calls=2, processes_per_call=10_000)
+    ingest(root)
+    out = tmp_path / "many.jsonl"
+    tracemalloc.start()
+    try:
+        r = amb("export", "otel", "many", "--store", str(root), "--out", str(out))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert r.exit_code == 0, r.output
+    text = out.read_text(encoding="utf-8")
+    assert text.count("\n") == 1
+    spans = json.loads(text)["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    assert len(spans) > 10_000 and all(s["parentSpanId"] == spans[0]["spanId"] for s in spans[1:])
+    assert peak < 3 * len(text), (peak, len(text))
+
+
 def test_otel_messages_of_a_gemini_run(tmp_path, genai_run):
     """``--messages``: each chat span carries its call's conversation and answer in the GenAI
     conventions' shape, a Gemini call's function call and function response included."""
