@@ -16,6 +16,7 @@ from recorder.synthetic import generate_run
 from replay.export.otel import SCHEMA_URL, SEMCONV_VERSION, span_id, trace_id
 from replay.export.parquet import EVENTS_PER_FILE, read_glob, sources
 from replay.ingest import ingest
+from tests.replay.export_helpers import export_of_a_big_run
 
 
 def amb(*args: str):
@@ -265,18 +266,8 @@ def test_otel_export_of_a_big_run_holds_about_its_output_not_its_events(tmp_path
     """A run of tens of thousands of events: the export keeps each span encoded as it goes, so the
     memory it takes is about the size of the line it writes (its events as objects, then their
     spans as dicts, took eight times that: 3 GB for a run of 400,000 events)."""
-    import tracemalloc
-
-    root = tmp_path / "store"
-    generate_run(root, "many", seed=1, calls=2, processes_per_call=10_000)
-    ingest(root)
     out = tmp_path / "many.jsonl"
-    tracemalloc.start()
-    try:
-        r = amb("export", "otel", "many", "--store", str(root), "--out", str(out))
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    r, peak = export_of_a_big_run(tmp_path, "otel", "many", "--out", str(out))
     assert r.exit_code == 0, r.output
     text = out.read_text(encoding="utf-8")
     assert text.count("\n") == 1
