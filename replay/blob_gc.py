@@ -17,13 +17,15 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 import duckdb
+import zstandard
 
 from schemas import blobcodec, packstore
 from schemas.blobstore import CHUNK_MAGIC, DECODE_LIMIT, WRITERS_LOCK, BlobStore, read_loose
 from schemas.errors import BlobError
+from schemas.frames import COMPRESSED_SUFFIX
 
 SMALL_PACK = 8 * 1024 * 1024
 _ADDRESS = re.compile(rb"sha256:([0-9a-f]{64})")
@@ -42,16 +44,32 @@ class Collected(NamedTuple):
 
 
 def spool_references(spool_dir: Path) -> set[str]:
-    """Every address written in any file under ``spool/`` (spools, run packs, compacted spools)."""
+    """Every address written in any file under ``spool/`` (spools, run packs, compacted spools),
+    a compressed spool's read through its decompression: a run's spools are the record of what its
+    blobs are, whatever the database holds. A compressed spool that cannot be read stops gc."""
     live: set[str] = set()
     for path in sorted(spool_dir.rglob("*")) if spool_dir.exists() else []:
         if path.is_file() and not path.is_symlink():
             with open(path, "rb") as f:
-                while block := f.read(1 << 24):
-                    live.update(m.decode() for m in _ADDRESS.findall(block))
-                    if len(block) == 1 << 24:
-                        f.seek(-70, os.SEEK_CUR)  # an address cut by the block boundary
+                if not path.name.endswith(COMPRESSED_SUFFIX):
+                    _read_references(f, live)
+                    continue
+                try:
+                    _read_references(zstandard.ZstdDecompressor().stream_reader(f), live)
+                except zstandard.ZstdError as e:
+                    raise BlobError(
+                        f"{path}: cannot decompress ({e}); gc removes nothing while a spool's "
+                        "references cannot be read"
+                    ) from None
     return live
+
+
+def _read_references(f: BinaryIO, live: set[str]) -> None:
+    tail = b""
+    while block := f.read(1 << 24):
+        block = tail + block
+        live.update(m.decode() for m in _ADDRESS.findall(block))
+        tail = block[-70:]  # an address cut by the block boundary
 
 
 def database_references(con: duckdb.DuckDBPyConnection) -> set[str]:
@@ -62,6 +80,11 @@ def database_references(con: duckdb.DuckDBPyConnection) -> set[str]:
         "USING (table_schema, table_name) WHERE t.table_type = 'BASE TABLE' AND t.table_schema = 'main' "
         "AND (c.data_type = 'VARCHAR' OR c.data_type = 'JSON')"
     ).fetchall()
+    if ("events", "payload") not in tables:
+        raise BlobError(
+            "the store's database has no events table (it is damaged): gc removes nothing; "
+            "`amb verify` says more"
+        )
     for table, column in tables:
         if table == "events" and column != "payload":
             continue  # hash and prev_hash are event hashes, not blobs

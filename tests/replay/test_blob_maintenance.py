@@ -310,3 +310,41 @@ def test_gc_leaves_a_pack_cut_short_as_it_is_and_names_it(store):
     assert line.startswith(f"amb: error: {pack.name} left as it is: blob sha256:") and "is corrupted" in line
     assert {p: p.read_bytes() for p in before} == before
     assert problems(store) == found
+
+
+def test_gc_keeps_the_blobs_of_runs_whose_compressed_spools_wait_for_ingest(store):
+    """A damaged database moved aside and rebuilt one run at a time: the other runs' spools, which
+    ingest compressed, wait with their events in no database yet. gc reads their references
+    through the compression, so their blobs stay, and the store verifies once they are in."""
+    spools = sorted((store / "spool").glob("*/*.spool.zst"))
+    assert spools, "the store's ingest compressed its spools"
+    (store / "amb.duckdb").rename(store / "damaged.duckdb")
+    runs = sorted(p.name for p in (store / "spool").iterdir())
+    ingest(store, run_ids=runs[:1])
+    done = amb("gc", "--blobs", "--store", str(store), "--json")
+    assert done.returncode == 0, done.stderr
+    assert ingest(store).runs == runs[1:]
+    assert problems(store) == []
+    (spools[-1]).write_bytes(b"not zstd at all")  # a spool gc cannot read: it removes nothing
+    refused = amb("gc", "--blobs", "--store", str(store))
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert refused.stderr.startswith(f"amb: error: {spools[-1]}: cannot decompress"), refused.stderr
+    assert "gc removes nothing" in refused.stderr
+
+
+def test_gc_and_every_reader_name_a_database_without_its_events_table(store):
+    """A database file whose events table is gone (damaged, or made by hand): one line naming it
+    as damaged, never a traceback, and gc removes nothing."""
+    import duckdb
+
+    con = duckdb.connect(str(store / "amb.duckdb"))
+    con.execute("DROP TABLE events CASCADE")
+    con.close()
+    before = sorted(p.name for p in (store / "blobs" / "packs").iterdir())
+    done = amb("gc", "--blobs", "--store", str(store))
+    assert done.returncode == 1 and done.stderr.startswith("amb: error: the store's database has no events")
+    assert sorted(p.name for p in (store / "blobs" / "packs").iterdir()) == before
+    for args in (("runs",), ("verify",), ("files", "x"), ("export", "otel", "x")):
+        r = amb(*args, "--store", str(store))
+        assert r.returncode != 0 and "Traceback" not in r.stderr, (args, r.stderr)
+        assert r.stderr.startswith("amb: error: the store's amb.duckdb is damaged (Catalog Error: Table with")
