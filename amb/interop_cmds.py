@@ -319,7 +319,7 @@ def export_parquet(
 )
 def export_otel(store: str, runs: tuple[str, ...], all_runs: bool, out: str, with_messages: bool) -> None:
     """Export runs as OpenTelemetry GenAI spans (OTLP JSON lines, one line per run)."""
-    from replay.export.otel import line
+    from replay.export.otel import write_line
     from replay.read import iter_events
 
     if out != "-":
@@ -332,7 +332,7 @@ def export_otel(store: str, runs: tuple[str, ...], all_runs: bool, out: str, wit
             for i, run in enumerate(ids):
                 tick(i, len(ids))
                 reader = st.blobs.get if with_messages else None
-                stream.write(line(iter_events(st.con, run), _amb_version(), reader) + "\n")
+                write_line(stream, iter_events(st.con, run), _amb_version(), reader)
     finally:
         if stream is not sys.stdout:
             stream.close()

@@ -17,13 +17,15 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 import duckdb
+import zstandard
 
 from schemas import blobcodec, packstore
-from schemas.blobstore import CHUNK_MAGIC, DECODE_LIMIT, WRITERS_LOCK, BlobStore
+from schemas.blobstore import CHUNK_MAGIC, DECODE_LIMIT, WRITERS_LOCK, BlobStore, read_loose
 from schemas.errors import BlobError
+from schemas.frames import COMPRESSED_SUFFIX
 
 SMALL_PACK = 8 * 1024 * 1024
 _ADDRESS = re.compile(rb"sha256:([0-9a-f]{64})")
@@ -42,16 +44,32 @@ class Collected(NamedTuple):
 
 
 def spool_references(spool_dir: Path) -> set[str]:
-    """Every address written in any file under ``spool/`` (spools, run packs, compacted spools)."""
+    """Every address written in any file under ``spool/`` (spools, run packs, compacted spools),
+    a compressed spool's read through its decompression: a run's spools are the record of what its
+    blobs are, whatever the database holds. A compressed spool that cannot be read stops gc."""
     live: set[str] = set()
     for path in sorted(spool_dir.rglob("*")) if spool_dir.exists() else []:
         if path.is_file() and not path.is_symlink():
             with open(path, "rb") as f:
-                while block := f.read(1 << 24):
-                    live.update(m.decode() for m in _ADDRESS.findall(block))
-                    if len(block) == 1 << 24:
-                        f.seek(-70, os.SEEK_CUR)  # an address cut by the block boundary
+                if not path.name.endswith(COMPRESSED_SUFFIX):
+                    _read_references(f, live)
+                    continue
+                try:
+                    _read_references(zstandard.ZstdDecompressor().stream_reader(f), live)
+                except zstandard.ZstdError as e:
+                    raise BlobError(
+                        f"{path}: cannot decompress ({e}); gc removes nothing while a spool's "
+                        "references cannot be read"
+                    ) from None
     return live
+
+
+def _read_references(f: BinaryIO, live: set[str]) -> None:
+    tail = b""
+    while block := f.read(1 << 24):
+        block = tail + block
+        live.update(m.decode() for m in _ADDRESS.findall(block))
+        tail = block[-70:]  # an address cut by the block boundary
 
 
 def database_references(con: duckdb.DuckDBPyConnection) -> set[str]:
@@ -62,6 +80,11 @@ def database_references(con: duckdb.DuckDBPyConnection) -> set[str]:
         "USING (table_schema, table_name) WHERE t.table_type = 'BASE TABLE' AND t.table_schema = 'main' "
         "AND (c.data_type = 'VARCHAR' OR c.data_type = 'JSON')"
     ).fetchall()
+    if ("events", "payload") not in tables:
+        raise BlobError(
+            "the store's database has no events table (it is damaged): gc removes nothing; "
+            "`amb verify` says more"
+        )
     for table, column in tables:
         if table == "events" and column != "payload":
             continue  # hash and prev_hash are event hashes, not blobs
@@ -133,10 +156,10 @@ def _add_parts(blobs: BlobStore, live: set[str]) -> None:
             elif entry is not None and entry.codec == blobcodec.DELTA:
                 parts = [blobcodec.delta_base(blobs.read_record(hexd, entry)[1], hexd)]
             elif entry is None:
-                path = blobs.root / hexd[:2] / hexd[2:]
-                if path.exists():
-                    raw = path.read_bytes()
-                    parts = _listing_chunks(raw) if raw.startswith(CHUNK_MAGIC) else []
+                raw = read_loose(blobs.root / hexd[:2] / hexd[2:], "sha256:" + hexd)
+                parts = _listing_chunks(raw) if raw.startswith(CHUNK_MAGIC) else []
+        except FileNotFoundError:
+            parts = []
         except BlobError:
             parts = []  # damaged: verify names it; its parts are kept below by address if seen
         for part in parts:
@@ -158,9 +181,11 @@ def _collect(blobs: BlobStore, live: set[str], small_pack: int) -> Collected:
             kept.update(r.hexd for r in packstore.scan(path))
             continue
         keep: set[int] = set()
+        whole: set[tuple[int, int]] = set()
         records, end, damaged = 0, len(packstore.PACK_MAGIC), False
         for r in packstore.scan(path):
             records, end = records + 1, r.offset + r.length
+            whole.add((r.offset, r.length))
             if r.hexd in live and r.hexd not in kept:
                 try:
                     _check_record(r)  # a damaged copy never counts as the one kept
@@ -170,6 +195,10 @@ def _collect(blobs: BlobStore, live: set[str], small_pack: int) -> Collected:
                     continue
                 keep.add(r.offset)
                 kept.add(r.hexd)
+        cut = _live_entries_cut(path, whole, live, kept)
+        if cut is not None:
+            problems.append(f"{path.name} left as it is: {cut}")
+            damaged = True
         dead = records - len(keep)
         torn = path.stat().st_size > end
         # A pack without its index (a gc killed between removing the two) is invisible to readers:
@@ -201,12 +230,32 @@ def _collect(blobs: BlobStore, live: set[str], small_pack: int) -> Collected:
         hexd = path.parent.name + path.name
         if hexd in live:
             continue
-        reclaimed += path.stat().st_size
+        if path.is_dir() and not path.is_symlink():
+            problems.append(f"{hexd[:2]}/{hexd[2:]} left as it is: a folder where a blob file goes")
+            continue
+        reclaimed += path.lstat().st_size
         path.unlink()
         removed += 1
     blobs.close()
     blobs.refresh()
     return Collected(len(live), removed, reclaimed, len(packs), len(blobs.pack_files()), problems)
+
+
+def _live_entries_cut(path: Path, whole: set[tuple[int, int]], live: set[str], kept: set[str]) -> str | None:
+    """Why the pack holds a damaged copy of a live blob that no pack gave whole: an entry of its
+    index pointing where the scan found no whole record (a pack cut short, or its bytes changed).
+    A writer killed mid-record leaves a torn tail that no entry points to: never a reason here."""
+    idx = path.with_suffix(packstore.IDX_SUFFIX)
+    if not idx.exists():
+        return None
+    entries, _end = packstore.read_index(idx)
+    for hexd, offset, length, _codec in entries:
+        if hexd in live and hexd not in kept and (offset, length) not in whole:
+            return (
+                f"blob sha256:{hexd} is corrupted (its index entry, offset {offset} and length {length}, "
+                "points at no whole record of the pack)"
+            )
+    return None
 
 
 def _check_record(r: packstore.Record) -> None:

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from schemas import blobcodec
 from schemas.blob import HASH_PREFIX
-from schemas.blobstore import CHUNK_MAGIC, DECODE_LIMIT, BlobStore
+from schemas.blobstore import CHUNK_MAGIC, DECODE_LIMIT, BlobStore, read_loose
 from schemas.errors import BlobError
 
 BATCH_BYTES = 16 * 1024 * 1024
@@ -77,11 +77,10 @@ def _migrate(blobs: BlobStore, progress: Callable[[int, int], None] | None) -> M
         hexd = path.parent.name + path.name
         address = HASH_PREFIX + hexd
         try:
-            raw = path.read_bytes()
+            raw = read_loose(path, address)
+            data = loose_content(blobs, path, raw)
         except FileNotFoundError:
             continue
-        try:
-            data = loose_content(blobs, path, raw)
         except BlobError as e:
             bad.append(f"{path.relative_to(blobs.root)}: {e}")
             continue

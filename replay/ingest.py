@@ -39,6 +39,7 @@ from copies of its complete frames (``_load``).
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -126,6 +127,18 @@ def spool_files(store_root: Path, run_ids: list[str] | None = None) -> list[Path
     return out
 
 
+def _own_file(path: Path) -> None:
+    """``SpoolError`` unless ``path`` is a regular file in a real folder of the store: a spool or
+    run folder that is a link would have ingest read, compress and remove files outside the store,
+    and a FIFO would keep it waiting for a writer forever."""
+    for what, where in (("its run folder", path.parent), ("it", path)):
+        mode = os.lstat(where).st_mode
+        if stat.S_ISLNK(mode):
+            raise SpoolError(f"{path}: {what} is a symbolic link (a store's spools are its own files)")
+    if not stat.S_ISREG(mode):
+        raise SpoolError(f"{path}: not a regular file")
+
+
 def spool_key(store_root: Path, path: Path) -> str:
     """The spool's name in ``spool_files``: its plain path, also for a compressed one."""
     key = path.relative_to(store_root).as_posix()
@@ -138,6 +151,7 @@ def _prepare(path: Path, key: str, tmp: Path, *, copy: bool = False) -> _Spool |
     run_id, source = path.parent.name, Path(key).stem
     if not (ID_RE.match(run_id) and ID_RE.match(source)):
         raise SpoolError(f"{path}: not a spool of the store layout spool/<run>/<source>.spool")
+    _own_file(path)
     compressed = path.name.endswith(spools.COMPRESSED)
     if compressed:
         try:
@@ -148,8 +162,8 @@ def _prepare(path: Path, key: str, tmp: Path, *, copy: bool = False) -> _Spool |
         path = plain
     with open(path, "rb") as f:
         head = f.read(len(MAGIC))
-        stat = os.fstat(f.fileno())
-        size = stat.st_size
+        info = os.fstat(f.fileno())
+        size = info.st_size
         f.seek(max(size - 1, 0))
         last = f.read(1)
         if head != MAGIC:
@@ -160,7 +174,7 @@ def _prepare(path: Path, key: str, tmp: Path, *, copy: bool = False) -> _Spool |
             raise SpoolError(f"{path}: not a spool file (bad magic)")
         if last == b"\n" and not copy:
             return _Spool(
-                key, str(path), run_id, source, size, None, in_place=not compressed, mtime_ns=stat.st_mtime_ns
+                key, str(path), run_id, source, size, None, in_place=not compressed, mtime_ns=info.st_mtime_ns
             )
         f.seek(0)
         data = f.read(size)

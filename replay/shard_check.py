@@ -288,7 +288,7 @@ def check_store_run(source: Path, run_id: str, *, with_blobs: bool = True) -> Ch
         raise ShardError(f"{source}/spool/{run_id}: not a run id")
     checked = Checked(source, run_id)
     run_dir = source / "spool" / run_id
-    for rel, _st in walk(run_dir):
+    for rel, _st in _entries(run_dir):
         if rel.endswith(".spool") and "/" not in rel:
             if run_dir / rel not in checked.spools:
                 checked.spools.append(run_dir / rel)
@@ -303,12 +303,14 @@ def check_store_run(source: Path, run_id: str, *, with_blobs: bool = True) -> Ch
             )
         elif not rel.endswith(".blobs"):
             raise ShardError(f"{run_dir}: {rel} is not a spool")
+    if not checked.spools:
+        raise ShardError(f"{run_dir}: holds no spool of the run")
     for path in checked.spools:
         checked.data[path] = check_spool(source, path, run_id)
     blobs_root = source / "blobs"
     if with_blobs and blobs_root.is_dir() and not blobs_root.is_symlink():
         store = BlobStore(blobs_root)
-        for rel, _st in walk(blobs_root):
+        for rel, _st in _entries(blobs_root):
             b = BLOB_RE.match("blobs/" + rel)
             if not b:
                 continue  # a writer's temporary file

@@ -9,6 +9,7 @@ refused as ``RunExists`` (runs are never merged or reused in place).
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +23,8 @@ from replay import spools
 from replay.ingest import IngestReport, ingest
 from replay.shard_check import SPOOL_RE, Checked, ShardError, ShardSizes, check_shard, check_store_run
 from replay.store import Store
+from schemas.blob import HASH_PREFIX
+from schemas.blobpack import read_records
 from schemas.blobstore import BlobStore
 from schemas.codec import ID_RE
 from schemas.durable import write_durably
@@ -42,7 +45,8 @@ class LoadReport:
     """Shards of ``refused`` whose run id the store holds for a different run (bad input)."""
 
     def refuse(self, where: str, error: ShardError, root: Path) -> None:
-        self.refused.append((where, str(error).removeprefix(f"{root}: ")))  # the report names the shard
+        why = str(error).removeprefix(f"{where}: ").removeprefix(f"{root}: ")  # the report names it
+        self.refused.append((where, why))
         if isinstance(error, RunExists):
             self.taken.append(where)
 
@@ -87,6 +91,7 @@ def _copy_batch(
                 path: shard.data.get(path) or path.read_bytes() for path in shard.spools + shard.packs
             }
             _taken(store_root, shard, contents, stored)
+            _all_blobs_there(shard, contents, blobs)
             for hexd, path in shard.blobs:
                 raw = shard.blob_data.get(hexd)
                 if blobs.put_stored(hexd, raw if raw is not None else path.read_bytes(), sync=False):
@@ -113,6 +118,32 @@ def _copy_batch(
                 write_durably(target, data)
                 report.spools_copied += 1
     return refused
+
+
+_BLOB_REF = re.compile(rb'"blob":"sha256:([0-9a-f]{64})"')
+"""A blob reference in a spool's event (as ``replay.manifest.BLOB_REF_SQL`` finds it when stored)."""
+
+
+def _all_blobs_there(shard: Checked, contents: dict[Path, bytes], target: BlobStore) -> None:
+    """``ShardError`` naming the first blob an event of the shard refers to that neither the shard
+    (its checked blobs, the packs a recorder left beside its spools) nor the store holds: loaded,
+    the run would fail ``amb verify`` and every read of that content."""
+    there = {hexd for hexd, _path in shard.blobs} | set(shard.records)
+    for pack in shard.packs:
+        try:
+            records, _torn = read_records(contents[pack], pack.name)
+        except SpoolError as e:
+            raise ShardError(str(e)) from None
+        there.update(hexd for hexd, _stored in records)
+    for path in shard.spools:
+        for ref in dict.fromkeys(_BLOB_REF.findall(contents[path])):
+            hexd = ref.decode()
+            if hexd not in there and not target.has(hexd):
+                rel = path.relative_to(shard.root).as_posix()
+                raise ShardError(
+                    f"{shard.root}: {rel}: an event refers to blob {HASH_PREFIX}{hexd}, "
+                    "which neither it nor the store holds"
+                )
 
 
 def _names(directory: Path) -> set[str]:

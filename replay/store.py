@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import os
 import random
+import re
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -79,12 +80,18 @@ DAMAGE_SIGNS = (
 )
 
 
+_CORE_TABLE_MISSING = re.compile(r"Table with name (events|spool_files|manifests) does not exist")
+"""A table every store has since its first migration, missing: a database file damaged or made
+by hand, never a store amb wrote."""
+
+
 def damage(e: BaseException, db: Path | None = None) -> StoreError | None:
     """The error to give when ``e`` says the database file is damaged (else None): what to do about
     it. The events are rebuilt from the spools by ``amb ingest`` into a new file; what only the
     database held (score rows, judge answers, the events of spools dropped after ingest) is not."""
     if not isinstance(e, duckdb.Error) or not any(sign in str(e) for sign in DAMAGE_SIGNS):
-        return None
+        if not (isinstance(e, duckdb.CatalogException) and _CORE_TABLE_MISSING.search(str(e))):
+            return None
     where = str(db) if db is not None else f"the store's {DB_NAME}"
     dropped = len(list(db.parent.glob("spool/*/*.spool.dropped"))) if db is not None else 0
     lost = (

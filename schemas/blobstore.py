@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -405,7 +406,7 @@ class BlobStore:
         entry = self._state.lookup(hexd)
         if entry is None:
             with contextlib.suppress(FileNotFoundError):
-                raw = (self.root / hexd[:2] / hexd[2:]).read_bytes()
+                raw = read_loose(self.root / hexd[:2] / hexd[2:], address)
                 return loose_codec(raw), memoryview(raw)
         else:
             with contextlib.suppress(FileNotFoundError):
@@ -508,6 +509,26 @@ class BlobStore:
         """Bytes of stored blob data (packs, their indexes, loose files)."""
         u = self.usage()
         return u.pack_bytes + u.index_bytes + u.loose_bytes
+
+
+def read_loose(path: Path, address: str) -> bytes:
+    """The bytes of a loose blob file; ``FileNotFoundError`` when there is none, ``BlobError`` when
+    what is there is no readable regular file (a folder, a FIFO, a device, a link to one)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise BlobError(f"blob {address} is corrupted (its file cannot be read: {e.strerror})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BlobError(f"blob {address} is corrupted (its file is not a regular file)")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    except OSError as e:
+        raise BlobError(f"blob {address} is corrupted (its file cannot be read: {e.strerror})") from None
+    finally:
+        os.close(fd)
 
 
 def loose_codec(raw: bytes | memoryview) -> int:

@@ -106,21 +106,25 @@ def canonical_digest(value: Any) -> str:
     return HASH_PREFIX + hashlib.sha256(_encoder.encode(value)).hexdigest()
 
 
-_LINE_ENDS = tuple((ch.encode(), f"\\u{ord(ch):04x}".encode()) for ch in "\x1c\x1d\x1e\x85\u2028\u2029")
+_LINE_ENDS = tuple((ch, f"\\u{ord(ch):04x}") for ch in "\x1c\x1d\x1e\x85\u2028\u2029")
 """The line ends of ``str.splitlines()`` (and of JSON-lines readers that split as it does), each
 with its ``\\uXXXX`` escape, that JSON may hold raw in a string: U+0085, U+2028 and U+2029. JSON
 escapes every control character (``\\n``, ``\\r``, ``\\v``, ``\\f``, U+001C-U+001E), the last three
-listed here all the same. In UTF-8 each is a sequence no other character's bytes contain."""
+listed here all the same."""
 
 
 def json_line(value: Any) -> str:
     """``value`` as one line of a JSON-lines file (no newline): its canonical JSON with every line
     end of ``str.splitlines()`` escaped, so the line stays whole however it is split and parses to
     the same value. (Not part of any hash: the digests above take ``canonical_json``.)"""
-    data = _encoder.encode(value)
+    return escape_line_ends(_encoder.encode(value).decode())
+
+
+def escape_line_ends(text: str) -> str:
+    """JSON text with the line ends it may hold raw (``_LINE_ENDS``) escaped: the same value, one line."""
     for raw, escaped in _LINE_ENDS:
-        data = data.replace(raw, escaped)
-    return data.decode()
+        text = text.replace(raw, escaped)
+    return text
 
 
 def make_body(

@@ -10,7 +10,7 @@ envelope, so ``amb import atif`` gives the run back (docs/interop.md says what i
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -40,9 +40,12 @@ BlobReader = Callable[[BlobRef | str], bytes]
 
 class Exported(NamedTuple):
     trajectory: dict[str, Any]
-    sidecar: list[dict[str, Any]]
+    sidecar: list[bytes]
+    """Each sidecar line, encoded (``schemas.codec.json_line``), without its newline."""
     blobs: list[str]
     """Every blob the sidecar refers to (copied beside it so an import elsewhere has them)."""
+    events: int
+    """How many events it was built from."""
 
 
 def _request(api: str, body: bytes) -> tuple[str | None, list[Message], list[dict[str, Any]]]:
@@ -87,7 +90,13 @@ class _Export:
     def __init__(self, read_blob: BlobReader, version: str) -> None:
         self.read_blob, self.version = read_blob, version
         self.steps: list[atif.Step] = []
-        self.sidecar: list[Event] = []
+        self.sidecar: list[bytes] = []
+        """Encoded as they come: a run of a million events holds its sidecar's bytes, not its events."""
+        self.sidecar_blobs: set[str] = set()
+        self.run_id = ""
+        self.events = 0
+        self.started: RunStarted | None = None
+        self.finished: RunFinished | None = None
         self.notes: list[str] = []
         self.tool_definitions: list[dict[str, Any]] = []
         self.step_of_call: dict[str, atif.Step] = {}
@@ -103,6 +112,12 @@ class _Export:
 
     def event(self, e: Event) -> None:
         p = e.payload
+        self.events += 1
+        self.run_id = self.run_id or e.run_id
+        if self.started is None and isinstance(p, RunStarted):
+            self.started = p
+        if self.finished is None and isinstance(p, RunFinished):
+            self.finished = p
         if isinstance(p, ModelCallCompleted) and p.ok:
             self.model_call(e, p)
         elif not (isinstance(p, ToolCallRequested) and self.requested(e, p)) and not (
@@ -197,7 +212,9 @@ class _Export:
         self.counts["processes"] += e.kind == "process.exited"
         self.counts["file_writes"] += e.kind == "file.written"
         self.counts["network_requests"] += e.kind == "network.request"
-        self.sidecar.append(e)
+        line = {"ts_ns": e.ts_ns, "kind": e.kind, "v": e.v, "payload": msgspec.to_builtins(e.payload)}
+        self.sidecar.append(json_line(line).encode())
+        self.sidecar_blobs.update(atif.blob_refs(e.payload))
 
     def trajectory(
         self, run_id: str, started: RunStarted | None, finished: RunFinished | None
@@ -260,34 +277,28 @@ def _agent(started: RunStarted | None, tool_definitions: list[dict[str, Any]]) -
     )
 
 
-def build(events: list[Event], read_blob: BlobReader, version: str = "1.8") -> Exported:
-    """The ATIF document, sidecar lines and sidecar blobs of one run's events."""
+def build(events: Iterable[Event], read_blob: BlobReader, version: str = "1.8") -> Exported:
+    """The ATIF document, sidecar lines and sidecar blobs of one run's events, in time order (then
+    source and seq): a list is sorted so; any other iterable must come in that order, as
+    ``replay.read.iter_events`` gives it, and is taken one event at a time."""
     if version not in atif.VERSIONS:
         raise AmbError(f"unknown ATIF version {version!r} (use {' or '.join(atif.VERSIONS)})")
-    run_id = events[0].run_id if events else ""
-    evs = sorted(events, key=lambda e: (e.ts_ns, e.source, e.seq))
-    started: RunStarted | None = next((e.payload for e in evs if isinstance(e.payload, RunStarted)), None)
-    finished: RunFinished | None = next((e.payload for e in evs if isinstance(e.payload, RunFinished)), None)
+    if isinstance(events, list):
+        events = sorted(events, key=lambda e: (e.ts_ns, e.source, e.seq))
     export = _Export(read_blob, version)
-    for e in evs:
+    for e in events:
         export.event(e)
-    trajectory = msgspec.to_builtins(export.trajectory(run_id, started, finished))
-    sidecar = [
-        {"ts_ns": e.ts_ns, "kind": e.kind, "v": e.v, "payload": msgspec.to_builtins(e.payload)}
-        for e in export.sidecar
-    ]
-    unique = sorted({ref for e in export.sidecar for ref in atif.blob_refs(e.payload)})
-    return Exported(trajectory, sidecar, unique)
+    trajectory = msgspec.to_builtins(export.trajectory(export.run_id, export.started, export.finished))
+    return Exported(trajectory, export.sidecar, sorted(export.sidecar_blobs), export.events)
 
 
 def export_run(
     con: duckdb.DuckDBPyConnection, read_blob: BlobReader, run_id: str, out: Path, version: str = "1.8"
 ) -> Path:
     """Write ``out/<run>/trajectory.json``, ``events.jsonl`` and ``blobs/``; returns the folder."""
-    events = list(iter_events(con, run_id))
-    if not events:
+    exported = build(iter_events(con, run_id), read_blob, version)
+    if not exported.events:
         raise AmbError(f"no run {run_id!r} in the store (see `amb runs`)")
-    exported = build(events, read_blob, version)
     folder = out / run_id
     (folder / atif.BLOB_DIR).mkdir(parents=True, exist_ok=True)
     (folder / atif.TRAJECTORY).write_text(
@@ -296,7 +307,7 @@ def export_run(
     )
     with open(folder / atif.SIDECAR, "w", encoding="utf-8") as f:
         for line in exported.sidecar:
-            f.write(json_line(line) + "\n")
+            f.write(line.decode() + "\n")
     for ref in exported.blobs:
         target = folder / atif.BLOB_DIR / ref.removeprefix("sha256:")
         if not target.exists():

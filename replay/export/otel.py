@@ -13,15 +13,16 @@ docs/interop.md has the attribute table.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from schemas import providers
 from schemas.blob import BlobRef
-from schemas.codec import Event, json_line
+from schemas.codec import Event, escape_line_ends
 from schemas.errors import BlobError
 from schemas.events import (
     UNKNOWN_ENDING,
@@ -123,7 +124,8 @@ def messages(p: ModelCallCompleted, read_blob: BlobReader) -> dict[str, Any]:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """Compact JSON, the line ends ``str.splitlines()`` splits at escaped (the line stays one line)."""
+    return escape_line_ends(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
 
 
 def _call_attrs(p: ModelCallCompleted, run_id: str) -> dict[str, Any]:
@@ -172,19 +174,38 @@ ROOT_EVENTS = (FileWritten, FileDeleted, FileAccessed, FileRenamed, SubmissionSe
 
 class _Spans:
     """The spans of one run under its root, built event by event: a tool call's span waits for
-    its result, and ends when the model call that carried the result started."""
+    its result, and ends when the model call that carried the result started.
 
-    def __init__(self, run_id: str, root_id: str, read_blob: BlobReader | None):
-        self.run_id, self.root_id, self.read_blob = run_id, root_id, read_blob
-        self.spans: list[dict[str, Any]] = []
-        self.root_events: list[dict[str, Any]] = []
+    Each span and root event is kept encoded, its root's span id left out (the root is known once
+    every event was seen): a run of a million events holds its output, not a million objects."""
+
+    def __init__(self, run_id: str, read_blob: BlobReader | None):
+        self.run_id, self.read_blob = run_id, read_blob
+        self.spans: list[str] = []
+        """Each child span's JSON without its closing brace (``parentSpanId`` comes last)."""
+        self.root_events: list[str] = []
         self.asked: dict[str, tuple[Event, ToolCallRequested]] = {}
         self.calls_started: dict[str, int] = {}
+        self.start_ev: Event | None = None
+        self.finish_ev: Event | None = None
+        self.first_ev: Event | None = None
+        self.last_ev: Event | None = None
 
     def child(
         self, e: Event, name: str, kind: int, start: int, end: int, a: dict[str, Any], error: str | None
     ) -> None:
-        self.spans.append(_span(self.run_id, e, name, kind, start, end, a, self.root_id, error))
+        self.spans.append(_json(_span(self.run_id, e, name, kind, start, end, a, None, error))[:-1])
+
+    def see(self, e: Event) -> None:
+        """One event, in ``replay.read.iter_events``' order (time, then source and seq)."""
+        if self.first_ev is None:
+            self.first_ev = e
+        self.last_ev = e
+        if self.start_ev is None and isinstance(e.payload, RunStarted):
+            self.start_ev = e
+        if self.finish_ev is None and isinstance(e.payload, RunFinished):
+            self.finish_ev = e
+        self.add(e)
 
     def add(self, e: Event) -> None:
         p: Payload = e.payload
@@ -212,7 +233,7 @@ class _Spans:
             self.child(e, p.method or "request", CLIENT, begin, end, a, p.error)
         elif isinstance(p, ROOT_EVENTS):
             event = {"timeUnixNano": str(e.ts_ns), "name": e.kind, "attributes": attrs(_root_event_attrs(p))}
-            self.root_events.append(event)
+            self.root_events.append(_json(event))
 
     def model_call(self, e: Event, p: ModelCallCompleted) -> None:
         begin = p.started_ns or e.ts_ns
@@ -259,22 +280,24 @@ class _Spans:
         self.child(e, name, INTERNAL, p.start_ns or e.ts_ns, p.end_ns or e.ts_ns, a, err)
 
 
-def run_to_traces(
-    events: Iterable[Event], scope_version: str = "", read_blob: BlobReader | None = None
-) -> dict[str, Any]:
-    """One run's ``TracesData`` (OTLP JSON) from its events (``read_blob``: with each model call's
-    messages)."""
-    evs = sorted(events, key=lambda e: (e.ts_ns, e.source, e.seq))
-    if not evs:
+def write_line(
+    out: TextIO, events: Iterable[Event], scope_version: str = "", read_blob: BlobReader | None = None
+) -> None:
+    """One run's ``TracesData`` (OTLP JSON) as one line, from its events in ``replay.read.iter_events``'
+    order (``read_blob``: with each model call's messages). Written piece by piece: the line is the
+    same as ``json.dumps`` of the whole with compact separators."""
+    children = _Spans("", read_blob)
+    for e in events:
+        if children.first_ev is None:
+            children.run_id = e.run_id
+        children.see(e)
+    if children.first_ev is None or children.last_ev is None:
         raise ValueError("no events")
-    run_id = evs[0].run_id
-    start_ev = next((e for e in evs if isinstance(e.payload, RunStarted)), evs[0])
+    run_id = children.run_id
+    start_ev = children.start_ev or children.first_ev
     first: Payload = start_ev.payload
     started = first if isinstance(first, RunStarted) else RunStarted()
-    finish_ev = next((e for e in evs if isinstance(e.payload, RunFinished)), None)
-    children = _Spans(run_id, span_id(run_id, start_ev.source, start_ev.seq), read_blob)
-    for e in evs:
-        children.add(e)
+    finish_ev = children.finish_ev
     last: Payload | None = finish_ev.payload if finish_ev is not None else None
     finished = last if isinstance(last, RunFinished) else None
     status = finished.status if finished else "unfinished"
@@ -288,9 +311,9 @@ def run_to_traces(
         "amb.exit_code": finished.exit_code if finished else None,
     }
     error = None if status in ("completed", UNKNOWN_ENDING) else status
-    end = (finish_ev or evs[-1]).ts_ns
+    end = (finish_ev or children.last_ev).ts_ns
+    root_id = span_id(run_id, start_ev.source, start_ev.seq)
     root = _span(run_id, start_ev, f"invoke_agent {agent}", INTERNAL, start_ev.ts_ns, end, a, None, error)
-    root["events"] = children.root_events
     resource = {
         "service.name": agent,
         "amb.run_id": run_id,
@@ -299,15 +322,20 @@ def run_to_traces(
         "amb.backend": started.backend,
         "amb.semconv.genai": SEMCONV_VERSION,
     }
-    scope = {"name": SCOPE, "version": scope_version}
-    spans = {"scope": scope, "spans": [root, *children.spans], "schemaUrl": SCHEMA_URL}
-    return {
-        "resourceSpans": [
-            {"resource": {"attributes": attrs(resource)}, "scopeSpans": [spans], "schemaUrl": SCHEMA_URL}
-        ]
-    }
+    head = {"resource": {"attributes": attrs(resource)}, "scopeSpans": [{"scope": {}}]}
+    out.write('{"resourceSpans":[' + _json(head).removesuffix("{}}]}"))  # up to the scope, left open
+    out.write(_json({"name": SCOPE, "version": scope_version}) + ',"spans":[')
+    out.write(_json(root)[:-1] + ',"events":[')
+    out.write(",".join(children.root_events))
+    out.write("]}")
+    parent = f',"parentSpanId":{_json(root_id)}}}'
+    for span in children.spans:
+        out.write("," + span + parent)
+    out.write(f'],"schemaUrl":{_json(SCHEMA_URL)}}}],"schemaUrl":{_json(SCHEMA_URL)}}}]}}\n')
 
 
 def line(events: Iterable[Event], scope_version: str = "", read_blob: BlobReader | None = None) -> str:
-    """One OTLP JSON line (no newline; the agent's line ends escaped: ``schemas.codec.json_line``)."""
-    return json_line(run_to_traces(events, scope_version, read_blob))
+    """One OTLP JSON line (no newline), from events in ``replay.read.iter_events``' order."""
+    buf = io.StringIO()
+    write_line(buf, events, scope_version, read_blob)
+    return buf.getvalue().removesuffix("\n")

@@ -76,6 +76,35 @@ def test_migrate_packs_every_loose_blob_and_checks_it(old_store):
     assert blobs.usage().pack_disk < n_loose * 4096 / 2  # one file, not a 4 KiB block per blob
 
 
+def test_a_folder_or_fifo_where_a_loose_blob_goes_is_named_by_every_command(old_store):
+    """What stands where a loose blob file goes may be anything: a folder or a FIFO (whose read
+    would wait for a writer forever) is a damaged blob to `amb blobs migrate` and `amb verify`, each
+    naming it, and is kept by `amb gc --blobs`; never a traceback or a hang."""
+    blobs = BlobStore(old_store / "blobs")
+    folder, fifo = sorted(blobs.loose_files())[:2]
+    for path in (folder, fifo):
+        os.chmod(path, 0o644)
+        path.unlink()
+    folder.mkdir()
+    os.mkfifo(fifo)
+    unreferenced = blobs.root / "ab" / ("c" * 62)
+    unreferenced.mkdir(parents=True)
+    for args in (("gc", "--blobs"), ("blobs", "migrate"), ("verify",)):
+        done = subprocess.run(
+            [AMB, *args, "--store", str(old_store)], capture_output=True, text=True, timeout=120
+        )
+        out = done.stdout + done.stderr
+        assert done.returncode == 1 and "Traceback" not in out, (args, out)
+        if args[0] == "gc":  # live blobs it keeps whatever their state (verify names the damage)
+            left = f"amb: error: ab/{'c' * 62} left as it is: a folder where a blob file goes\n"
+            assert done.stderr == left
+            continue
+        for path in (folder, fifo):
+            name = path.parent.name + path.name
+            assert f"blob sha256:{name} is corrupted (its file is not a regular file)" in out, (args, out)
+    assert folder.is_dir() and unreferenced.is_dir()
+
+
 def test_killed_migration_resumes_and_loses_nothing(old_store):
     """kill -9 of the migration while it packs and removes loose files; a second run finishes it."""
     blobs = BlobStore(old_store / "blobs")
@@ -260,3 +289,62 @@ def test_gc_keeps_the_bases_of_live_deltas(store):
     done = collect(blobs, store / "spool", lambda: Store.open(store, read_only=True).con)
     assert done.removed == 3 and all("missing" in (blobs.check(r.blob) or "") for r in refs)
     assert problems(store) == []
+
+
+def test_gc_leaves_a_pack_cut_short_as_it_is_and_names_it(store):
+    """A pack cut short (a copy that stopped, a disk that lost its end) holds damaged copies of live
+    blobs its index still lists: gc neither rewrites it (which dropped those entries, turning
+    `corrupted` into `missing`) nor says all went well."""
+    blobs = BlobStore(store / "blobs")
+    blobs.close()
+    (pack,) = blobs.pack_files()
+    with open(pack, "r+b") as f:
+        f.truncate(pack.stat().st_size // 2)
+    idx = pack.with_suffix(".idx")
+    before = {p: p.read_bytes() for p in (pack, idx)}
+    found = problems(store)
+    assert found and all("is corrupted" in p for p in found), found
+    done = amb("gc", "--blobs", "--store", str(store))
+    assert done.returncode == 1, done.stdout + done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"amb: error: {pack.name} left as it is: blob sha256:") and "is corrupted" in line
+    assert {p: p.read_bytes() for p in before} == before
+    assert problems(store) == found
+
+
+def test_gc_keeps_the_blobs_of_runs_whose_compressed_spools_wait_for_ingest(store):
+    """A damaged database moved aside and rebuilt one run at a time: the other runs' spools, which
+    ingest compressed, wait with their events in no database yet. gc reads their references
+    through the compression, so their blobs stay, and the store verifies once they are in."""
+    spools = sorted((store / "spool").glob("*/*.spool.zst"))
+    assert spools, "the store's ingest compressed its spools"
+    (store / "amb.duckdb").rename(store / "damaged.duckdb")
+    runs = sorted(p.name for p in (store / "spool").iterdir())
+    ingest(store, run_ids=runs[:1])
+    done = amb("gc", "--blobs", "--store", str(store), "--json")
+    assert done.returncode == 0, done.stderr
+    assert ingest(store).runs == runs[1:]
+    assert problems(store) == []
+    (spools[-1]).write_bytes(b"not zstd at all")  # a spool gc cannot read: it removes nothing
+    refused = amb("gc", "--blobs", "--store", str(store))
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert refused.stderr.startswith(f"amb: error: {spools[-1]}: cannot decompress"), refused.stderr
+    assert "gc removes nothing" in refused.stderr
+
+
+def test_gc_and_every_reader_name_a_database_without_its_events_table(store):
+    """A database file whose events table is gone (damaged, or made by hand): one line naming it
+    as damaged, never a traceback, and gc removes nothing."""
+    import duckdb
+
+    con = duckdb.connect(str(store / "amb.duckdb"))
+    con.execute("DROP TABLE events CASCADE")
+    con.close()
+    before = sorted(p.name for p in (store / "blobs" / "packs").iterdir())
+    done = amb("gc", "--blobs", "--store", str(store))
+    assert done.returncode == 1 and done.stderr.startswith("amb: error: the store's database has no events")
+    assert sorted(p.name for p in (store / "blobs" / "packs").iterdir()) == before
+    for args in (("runs",), ("verify",), ("files", "x"), ("export", "otel", "x")):
+        r = amb(*args, "--store", str(store))
+        assert r.returncode != 0 and "Traceback" not in r.stderr, (args, r.stderr)
+        assert r.stderr.startswith("amb: error: the store's amb.duckdb is damaged (Catalog Error: Table with")

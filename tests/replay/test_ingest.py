@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -290,3 +291,36 @@ def test_amb_ingest_names_the_bad_spool_and_exits_non_zero(tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "runs: 1" in proc.stdout
     assert "amb: error: spool/broken/proxy.spool: not loaded:" in proc.stderr and "bad magic" in proc.stderr
+
+
+def test_a_linked_run_folder_or_a_fifo_spool_is_refused_and_nothing_outside_is_touched(tmp_path):
+    """A store's spool/ holding a link to a folder elsewhere (a store copied from someone else, or
+    made by hand) and a FIFO named like a spool: each is named and not loaded; ingest never
+    compresses or removes files outside the store, nor waits on the FIFO; the other run loads."""
+    from click.testing import CliRunner
+
+    from amb.main import cli
+
+    root, elsewhere = tmp_path / "store", tmp_path / "elsewhere"
+    generate_run(root, "run-home", seed=1, calls=2)
+    generate_run(elsewhere, "run-away", seed=2, calls=2)
+    outside = elsewhere / "spool" / "run-away"
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+    (root / "spool" / "run-away").symlink_to(outside)
+    r = CliRunner().invoke(cli, ["ingest", "--store", str(root), "--spools", "drop"])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    for source in sorted(before):
+        link = root / "spool" / "run-away" / source
+        assert f"{link}: its run folder is a symbolic link" in r.stderr, r.stderr
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before
+    fifo = root / "spool" / "run-home" / "extra.spool"
+    os.mkfifo(fifo)
+    r = CliRunner().invoke(cli, ["ingest", "--store", str(root), "run-home"])
+    assert r.exit_code == 1 and r.stderr.startswith(
+        f"amb: error: spool/run-home/extra.spool: not loaded: {fifo}"
+    )
+    assert f"{fifo}: not a regular file" in r.stderr
+    fifo.unlink()
+    assert ingest(root, run_ids=["run-home"]).failed == []
+    with Store.open(root, read_only=True) as st:
+        assert [r for (r,) in st.con.execute("SELECT DISTINCT run_id FROM events").fetchall()] == ["run-home"]
