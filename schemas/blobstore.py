@@ -87,7 +87,7 @@ class _Shared:
         self.writers_lock = -1
         self.loaded = False
         self.users = 0
-        """How many ``BlobStore`` objects of this root are open in this process."""
+        """How many ``BlobStore`` objects of this root the process holds, closed or not (``_let_go``)."""
 
     def refresh(self) -> None:
         """Read the index entries added since the last refresh (by any process)."""
