@@ -118,6 +118,7 @@ class ProxyServer:
         if ProxyServer._running is self:
             ProxyServer._running = None
             gc.unfreeze()  # collectable again (a test process starts many proxies)
+            _forget_master(self._master)
 
     # -- the proxy thread ----------------------------------------------------------------------
 
@@ -186,6 +187,17 @@ class ProxyServer:
             # mitmproxy's shutdown leaves its listening sockets open (mitmdump exits the process
             # then): closed here, so that a stopped proxy's ports refuse connections at once.
             await ps.servers.update([])
+
+
+def _forget_master(master: Master | None) -> None:
+    """Drop mitmproxy's process-wide references to a stopped master: they held it, its addons and
+    the run's sink (with its blob store) until the next proxy started."""
+    from mitmproxy import ctx
+
+    if master is not None and getattr(ctx, "master", None) is master:
+        for name in ("master", "options", "log"):
+            with contextlib.suppress(AttributeError):
+                delattr(ctx, name)
 
 
 def _import_mitmproxy() -> None:
