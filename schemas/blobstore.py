@@ -296,7 +296,7 @@ class BlobStore:
         ref = BlobRef(blob=HASH_PREFIX + hexd, size=len(data), media_type=media_type)
         state = self._state
         with state.lock:
-            state.take_writer()  # the writers' lock comes before trusting the index
+            state.hold()  # the writers' lock comes before trusting the index (the pack, at a write)
             if self.has(hexd):
                 return ref
             delta = self._bases.delta(data, base)
@@ -341,7 +341,7 @@ class BlobStore:
         if codec is None:
             codec = loose_codec(stored)
         with self._state.lock:
-            self._state.take_writer()
+            self._state.hold()
             if hexd in self._state.index or self._state.lookup(hexd):
                 return False
             self._append(hexd, codec, stored, sync=sync)
