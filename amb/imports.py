@@ -24,6 +24,7 @@ from recorder.importers.values import shown
 from replay import spools
 from replay.ingest import ingest as ingest_store
 from replay.store import DB_NAME, Store
+from schemas.blobstore import BlobStore
 from schemas.codec import ID_RE
 from schemas.display import for_message
 from schemas.errors import BadInput, RunExists, UsageError
@@ -180,6 +181,7 @@ def run_imports(
     one file-system sync per batch instead of an fsync per blob."""
     tick = progress(label)
     claims = _Claims(store)
+    blobs = BlobStore(Path(store) / "blobs")  # in use throughout: the runs share one pack
     order = _InOrder()
 
     def handle(
@@ -231,6 +233,7 @@ def run_imports(
         lost += publish(store, pending)
     finally:
         claims.close()
+        blobs.close()
     tick(total, total)
     outcomes = _taken_meanwhile(outcomes, {s.imported.run_id for s in lost})
     written = [o.run_id for o in outcomes if o.status == "imported" and o.run_id]

@@ -23,6 +23,7 @@ from replay.store import DB_NAME, Store, first, open_sql, resolve, waiting_runs
 from replay.summary import summaries, summary
 from replay.verify import verify as verify_store
 from schemas.blobpack import SUFFIX
+from schemas.blobstore import BlobStore
 from schemas.codec import ID_RE
 from schemas.display import for_message, one_line
 from schemas.errors import AmbError, NotFound, UsageError
@@ -397,9 +398,11 @@ def generate(store: str, n_runs: int, calls: int, seed: int, prefix: str, proces
     for run_id in ids:  # all of them before the first is written
         require_free(store, run_id, way_out)
     tick = progress("generate")
+    blobs = BlobStore(Path(store) / "blobs")  # in use throughout: the runs share one pack
     for i, run_id in enumerate(ids):
         tick(i, n_runs)
         generate_run(store, run_id, seed=seed + i, calls=calls, processes_per_call=processes_per_call)
+    blobs.close()
     tick(n_runs, n_runs)
     click.echo(f"wrote {n_runs} synthetic runs into {store}/spool")
 

@@ -139,6 +139,8 @@ class DockerBackend:
         self.extra_labels = dict(labels or {})
         """Put on the container beside amb's own (a sweep finds and stops its containers by them)."""
         self._client = client
+        self._own_client = client is None
+        """A client this backend made is closed with it (its pooled connections to dockerd)."""
         self._want_firewall = host_firewall
         self._firewall = HostFirewall()
         self._network: Any = None  # a docker SDK Network, once created
@@ -435,6 +437,10 @@ class DockerBackend:
             self._drop_network()
             if self._tmp is not None:
                 remove_tempdir(self._tmp)
+            atexit.unregister(self._release)  # (it held this backend, its client and its run, to exit)
+            if self._own_client and self._client is not None:
+                self._client.close()
+                self._client = None
 
     def tool_versions(self) -> dict[str, str]:
         out = {"image": self.image, "host_firewall": "on" if self._firewall.rules else "off"}

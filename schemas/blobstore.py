@@ -11,8 +11,11 @@ naming itself is an error, not a hang). Reads re-hash what they return.
 
 Blobs are write-once; two processes storing the same new blob at once may both append it (a read
 takes either, ``amb gc --blobs`` keeps one). A process that stores blobs holds a shared ``flock`` on
-``<root>/.writers.lock`` from its first write until it closes the store or exits; gc takes it
-exclusively, so it never drops a blob a writer may have relied on (docs/blob-packs.md).
+``<root>/.writers.lock`` from its first write until it closes the store, drops its last
+``BlobStore`` of it or exits; gc takes it exclusively, so it never drops a blob a writer may have
+relied on (docs/blob-packs.md). Closing the store or dropping its last ``BlobStore`` also seals
+the process's pack and closes every descriptor it held for the store (packs and indexes open for
+reading): a process that goes through many stores keeps none it is done with.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import hashlib
 import os
 import stat
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,6 +87,8 @@ class _Shared:
         self.writer: packstore.PackWriter | None = None
         self.writers_lock = -1
         self.loaded = False
+        self.users = 0
+        """How many ``BlobStore`` objects of this root the process holds, closed or not (``_let_go``)."""
 
     def refresh(self) -> None:
         """Read the index entries added since the last refresh (by any process)."""
@@ -166,19 +172,36 @@ class _Shared:
             for fd in self.fds.values():
                 os.close(fd)
             self.fds.clear()
+            self.index.close()
 
 
 _SHARED: dict[tuple[int, str], _Shared] = {}
-_SHARED_LOCK = threading.Lock()
+_SHARED_LOCK = threading.RLock()  # (re-entered when a collection drops a store's last user meanwhile)
 
 
-def _shared(root: Path) -> _Shared:
+def _shared(root: Path) -> tuple[tuple[int, str], _Shared]:
+    """The process's state of ``root``, with one more user."""
     key = (os.getpid(), os.path.abspath(root))  # a forked child never writes its parent's pack
     with _SHARED_LOCK:
         state = _SHARED.get(key)
         if state is None:
             state = _SHARED[key] = _Shared(Path(key[1]))
-        return state
+        state.users += 1
+        return key, state
+
+
+def _let_go(key: tuple[int, str], state: _Shared) -> None:
+    """One user of ``state`` is done: the last one seals the pack, closes every descriptor of the
+    store and forgets the index read (a process that opens many stores keeps none it is done with)."""
+    if os.getpid() != key[0]:
+        return  # a forked child's copy: the descriptors are the parent's
+    with _SHARED_LOCK:
+        state.users -= 1
+        if state.users > 0:
+            return
+        if _SHARED.get(key) is state:
+            del _SHARED[key]
+    state.release()
 
 
 class RecentContents:
@@ -225,7 +248,9 @@ class DeltaBases(RecentContents):
 class BlobStore:
     def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(root)
-        self._state = _shared(self.root)
+        key, self._state = _shared(self.root)
+        # The last one dropped closes the store's descriptors (at exit, the system does).
+        weakref.finalize(self, _let_go, key, self._state).atexit = False
         self._bases = DeltaBases()
         self._read = RecentContents()
         """Contents this object read lately (each checked against its address): reading a run's
@@ -272,7 +297,7 @@ class BlobStore:
         ref = BlobRef(blob=HASH_PREFIX + hexd, size=len(data), media_type=media_type)
         state = self._state
         with state.lock:
-            state.take_writer()  # the writers' lock comes before trusting the index
+            state.hold()  # the writers' lock comes before trusting the index (the pack, at a write)
             if self.has(hexd):
                 return ref
             delta = self._bases.delta(data, base)
@@ -317,7 +342,7 @@ class BlobStore:
         if codec is None:
             codec = loose_codec(stored)
         with self._state.lock:
-            self._state.take_writer()
+            self._state.hold()
             if hexd in self._state.index or self._state.lookup(hexd):
                 return False
             self._append(hexd, codec, stored, sync=sync)
@@ -338,7 +363,9 @@ class BlobStore:
                 self._state.writer.flush()
 
     def close(self) -> None:
-        """Seal this process's pack and release the writers' lock (exit does it too)."""
+        """Seal this process's pack, release the writers' lock and close the store's descriptors
+        (so do exit and dropping the last ``BlobStore`` of the store). This object and the others
+        of the store may go on: what they need is opened again."""
         self._state.release()
 
     def refresh(self) -> None:

@@ -118,6 +118,7 @@ class ProxyServer:
         if ProxyServer._running is self:
             ProxyServer._running = None
             gc.unfreeze()  # collectable again (a test process starts many proxies)
+            _forget_master(self._master)
 
     # -- the proxy thread ----------------------------------------------------------------------
 
@@ -167,20 +168,36 @@ class ProxyServer:
         _quiet_mitmproxy_logs()
         run = asyncio.ensure_future(master.run())
         ps = master.addons.get("proxyserver")
-        while True:
-            await asyncio.sleep(0.01)
-            if run.done():
-                run.result()
-                raise ProxyError("mitmproxy exited during startup")
-            servers = list(ps.servers)
-            if servers and all(s.listen_addrs for s in servers) and len(servers) == len(modes):
-                break
-            if time.monotonic() > self._deadline:
-                raise ProxyError("mitmproxy did not open its ports")
-        by_spec = {s.mode.full_spec: s.listen_addrs[0][1] for s in servers}
-        self.ports = {name: by_spec[spec] for name, spec in spec_of.items()}
-        self._ready.set()
-        await run
+        try:
+            while True:
+                await asyncio.sleep(0.01)
+                if run.done():
+                    run.result()
+                    raise ProxyError("mitmproxy exited during startup")
+                servers = list(ps.servers)
+                if servers and all(s.listen_addrs for s in servers) and len(servers) == len(modes):
+                    break
+                if time.monotonic() > self._deadline:
+                    raise ProxyError("mitmproxy did not open its ports")
+            by_spec = {s.mode.full_spec: s.listen_addrs[0][1] for s in servers}
+            self.ports = {name: by_spec[spec] for name, spec in spec_of.items()}
+            self._ready.set()
+            await run
+        finally:
+            # mitmproxy's shutdown leaves its listening sockets open (mitmdump exits the process
+            # then): closed here, so that a stopped proxy's ports refuse connections at once.
+            await ps.servers.update([])
+
+
+def _forget_master(master: Master | None) -> None:
+    """Drop mitmproxy's process-wide references to a stopped master: they held it, its addons and
+    the run's sink (with its blob store) until the next proxy started."""
+    from mitmproxy import ctx
+
+    if master is not None and getattr(ctx, "master", None) is master:
+        for name in ("master", "options", "log"):
+            with contextlib.suppress(AttributeError):
+                delattr(ctx, name)
 
 
 def _import_mitmproxy() -> None:

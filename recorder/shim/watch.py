@@ -57,6 +57,10 @@ class _Inotify:
         self.fd = libc.inotify_init1(IN_CLOEXEC | IN_NONBLOCK)
         if self.fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
+        # poll, not select: select refuses a descriptor numbered past 1,023 (a process holding many
+        # open files, such as the local backend's recorder, hands out such numbers).
+        self._poller = select.poll()
+        self._poller.register(self.fd, select.POLLIN)
 
     def add(self, path: str, mask: int) -> int:
         wd = self._add(self.fd, os.fsencode(path), mask)
@@ -66,8 +70,7 @@ class _Inotify:
         return wd
 
     def read(self, timeout: float) -> list[tuple[int, int, int, str]]:
-        ready, _, _ = select.select([self.fd], [], [], timeout)
-        if not ready:
+        if not self._poller.poll(max(0.0, timeout) * 1000):
             return []
         try:
             buf = os.read(self.fd, 1 << 20)

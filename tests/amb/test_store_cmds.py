@@ -263,6 +263,12 @@ def test_generate_never_writes_into_a_run_id_the_store_holds(tmp_path):
     assert amb("verify", store=store).stdout.startswith("OK")
 
 
+def test_the_runs_of_one_generate_share_one_pack(tmp_path):
+    store = tmp_path / "store"
+    amb("generate", "--runs", "3", "--calls", "2", store=store)
+    assert len(list((store / "blobs" / "packs").glob("*.pack"))) == 1
+
+
 @pytest.mark.parametrize(
     "args",
     [

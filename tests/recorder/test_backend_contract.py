@@ -10,6 +10,7 @@ to look for leftovers; the local one runs child processes here, the docker one r
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import secrets
@@ -20,6 +21,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 from urllib.request import urlopen
@@ -38,6 +40,7 @@ from schemas.blobstore import BlobStore
 from schemas.codec import decode_event
 from schemas.frames import scan
 from schemas.ostext import os_bytes, os_text
+from tests.descriptors import open_targets
 from tests.fakes.harness import REAL_KEYS
 from tests.recorder.processes import running_with
 from tests.recorder.shim_helpers import shim_events
@@ -108,6 +111,15 @@ class BackendContract:
         assert (started.task, started.tier, started.labels) == ("kidney-seg", "lite", {"sweep": "a"})
         assert started.tool_versions["mitmproxy"] == "11.0.2"
         assert started.isolation.kind == {"local": "namespaces", "docker": "container"}[backend.name]
+
+    def test_a_finished_run_holds_nothing_of_its_backend(self) -> None:
+        out, _, _, backend = self.run("true", "held")
+        assert out.status == "completed"
+        gone = weakref.ref(backend)
+        del backend
+        gc.collect()
+        assert gone() is None, "the process still holds the backend (its client, its run's store)"
+        assert [t for t in open_targets() if t.startswith(str(self.store) + os.sep)] == []
 
     def test_success(self) -> None:
         out, ev, _, _ = self.run("true", "ok")

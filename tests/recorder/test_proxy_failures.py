@@ -127,6 +127,16 @@ def test_shutdown_mid_stream_saves_a_partial_record(fake, tmp_path):
     assert call.message.text and TEXT.startswith(call.message.text)
 
 
+def test_a_stopped_proxy_closes_its_ports(fake, tmp_path):
+    rec = Recording(tmp_path, fake.url).start()
+    ports = sorted(set(rec.proxy.ports.values()))
+    assert httpx.post(rec.base + "/v1/chat/completions", json={**CHAT, "stream": False}).status_code == 200
+    rec.stop()
+    for port in ports:
+        with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+
+
 def test_fails_closed_when_the_spool_cannot_be_written(fake, tmp_path):
     rec = Recording(tmp_path, fake.url).start()
     try:

@@ -214,3 +214,20 @@ def test_a_change_that_cannot_be_recorded_is_a_note_and_the_watcher_goes_on(tmp_
     assert "the first fact cannot be sent" in str(notes[0].data["error"])
     assert [f[1] for f in _facts(seen)] == [os.fsdecode(b"x\xff"), "after.txt"]
     assert watcher.counts["watch_errors"] == 1
+
+
+def test_a_watcher_in_a_process_holding_many_open_files(tmp_path: Path) -> None:
+    # Its inotify descriptor is numbered past 1,023, where select() refuses it.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        watcher, seen = _watch(ws)
+        assert watcher.ino.fd > 1023
+        (ws / "a.txt").write_bytes(b"one\n")
+        _drain(watcher)
+        watcher.finish()
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert _facts(seen) == [("write", "a.txt", "created", b"one\n")]

@@ -184,7 +184,7 @@ def test_gc_waits_for_writers_and_never_races_an_ingest(store_templates, tmp_pat
             sys.executable,
             "-c",
             "import sys, time; from schemas.blobstore import BlobStore\n"
-            "BlobStore(sys.argv[1]).put(b'live'); print('ready', flush=True); time.sleep(60)",
+            "blobs = BlobStore(sys.argv[1]); blobs.put(b'live'); print('ready', flush=True); time.sleep(60)",
             str(store / "blobs"),
         ],
         stdout=subprocess.PIPE,

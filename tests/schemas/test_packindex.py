@@ -86,6 +86,7 @@ def test_entries_put_are_sorted_in_and_read_back_from_their_file(tmp_path):
     assert len(index._recent) < len(puts)  # most are sorted in, read back from the file
     assert all(index.get(a) == e for a, e in model.items())
     assert set(index) == set(model)
+    index.close()
 
 
 def test_addresses_that_share_their_first_bits_are_told_apart(tmp_path):
@@ -99,6 +100,7 @@ def test_addresses_that_share_their_first_bits_are_told_apart(tmp_path):
     index.add("p", raw)
     assert index.get(a) == rows[0][1] and index.get(b) == rows[1][1]
     assert index.get("ab" * 8 + "03" * 24) is None
+    index.close()
 
 
 def test_an_index_file_gone_finds_nothing(tmp_path):
@@ -127,6 +129,7 @@ def test_it_holds_a_few_bytes_an_entry(tmp_path):
         digest = raw[:32].hex()
         assert index.get(digest) is not None  # (sorted, as for any lookup)
         held = tracemalloc.get_traced_memory()[0] - before
+        index.close()
     finally:
         tracemalloc.stop()
     assert held < 12 * n, f"{held / n:.1f} bytes an entry"

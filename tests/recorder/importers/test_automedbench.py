@@ -59,6 +59,11 @@ def imported(folders, tmp_path_factory) -> tuple[Path, dict[str, dict]]:
     return store, {k: row for k, row in zip(names, rows, strict=True)}
 
 
+def test_the_runs_of_one_import_share_one_pack(imported):
+    store, _ = imported
+    assert len(list((store / "blobs" / "packs").glob("*.pack"))) == 1
+
+
 EXPECTED = {
     # name: (branch, task, model calls = the source's count of API calls, limitations)
     "seg": ("seg", "kidney-seg", 4, {"approximate_clock", "cut_tool_output"}),
