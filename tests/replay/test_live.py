@@ -131,7 +131,12 @@ def test_watch_usage_errors(tmp_path):
         ([], 2, "give RUN ids, --sweep DIR or --all-running"),
         (["r", "--all-running"], 2, "give RUN ids, --sweep DIR or --all-running"),
         (["../etc"], 2, "amb: error: '../etc' is not a run id"),
-        (["nope"], 3, f"amb: error: no run 'nope' at {tmp_path}: no spools of it and no store"),
+        # (a run not started yet is waited for; --wait-start 0 says not found at once)
+        (
+            ["nope", "--wait-start", "0"],
+            3,
+            f"amb: error: no run 'nope' at {tmp_path}: no spools of it and no store",
+        ),
         (["nope", "--interval", "nan"], 2, "--interval nan: must be a positive number of seconds"),
         (["--sweep", str(tmp_path / "nope")], 3, "no such directory"),
     ]:
