@@ -26,6 +26,7 @@ import pytest
 from amb.images import ImageError, docker_client, ensure_images
 from recorder.synthetic import generate_run
 from replay.ingest import ingest
+from schemas.blobstore import BlobStore
 from schemas.tempdirs import make_tempdir, remove_tempdir
 from tasks.registry import load_spec
 from tasks.synth import synth
@@ -128,8 +129,10 @@ def synthetic_store(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, 
 
     def make(name: str, runs: int, calls: int) -> Path:
         root = tmp_path_factory.mktemp(name) / "store"
+        blobs = BlobStore(root / "blobs")  # held throughout: the runs share one pack, as `amb generate`'s do
         for i in range(runs):
             generate_run(root, f"run-{i}", seed=i, calls=calls)
+        blobs.close()
         ingest(root)
         return root
 
