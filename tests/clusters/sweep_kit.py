@@ -1,9 +1,10 @@
 """The sweep every engine test runs, and how two stores of it are compared, cell for cell.
 
 The scripted baseline (the fastest agent there is: no model, an offline scripted server) as two agents
-(a clean one and one whose outputs are misnamed) x 2 tasks x 2 tiers, with the docker backend; one
-cell needs a GPU. ``gpu_mode = "env"``: the allocated GPU ids reach the container as
-``NVIDIA_VISIBLE_DEVICES`` (what NVIDIA's runtime reads), since this machine has no GPU driver.
+(a clean one and one whose outputs are misnamed) x 2 tasks x the tiers of ``tests.soak.SWEEP_TIERS``
+(the standard brief; both tiers under ``AMB_SOAK=1``), with the docker backend; one cell needs a
+GPU. ``gpu_mode = "env"``: the allocated GPU ids reach the container as ``NVIDIA_VISIBLE_DEVICES``
+(what NVIDIA's runtime reads), since this machine has no GPU driver.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from replay.store import Store
 from tests.fakes.sweep_agent import TWO_AGENTS
+from tests.soak import SWEEP_TIERS
 
 BIN = Path(sys.executable).parent
 GPU_CELL = ("clean", "bccd-det", "standard")
@@ -29,7 +31,7 @@ def sweep_file(name: str, *, extra: str = "") -> str:
     return f"""
 name = "{name}"
 tasks = {json.dumps(list(TASKS))}
-tiers = ["lite", "standard"]
+tiers = {json.dumps(list(SWEEP_TIERS))}
 repeats = 1
 concurrency = 2
 time_limit_s = 60
@@ -52,12 +54,7 @@ gpus = 1
 
 
 def cells(name: str) -> list[str]:
-    return [
-        f"{name}-{a}-{t}-{tier}-r1"
-        for a in ("clean", "misnamed")
-        for t in TASKS
-        for tier in ("lite", "standard")
-    ]
+    return [f"{name}-{a}-{t}-{tier}-r1" for a in ("clean", "misnamed") for t in TASKS for tier in SWEEP_TIERS]
 
 
 def gpu_cell(name: str) -> str:

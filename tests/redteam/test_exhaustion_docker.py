@@ -1,13 +1,13 @@
 """Red team, docker backend: an agent that exhausts its container ends the same way every time.
 
-The agent (``exhaust_agent.py``) writes a 1.2 GB file in the workspace, /tmp and /dev/shm, 5,200
-small files, tries to make itself immune to the OOM killer, takes every pid with a thread bomb and
-makes a blocking connect while no pid is left, then does normal work: a model call through the
-recording proxy against the loopback fake, a shell command, its submission, exit 0. Run five times,
-each run ends ``completed`` with every fact recorded: the connect made while the shim could not
-start a thread, the model call after the bombs, and the submission, which the 5,200 files must not
-push out of the sealed listing. The shim runs in the agent's container and shares its limits; it
-starts every thread it needs before the agent.
+The agent (``exhaust_agent.py``) writes a 1.2 GB file in the workspace, /tmp and /dev/shm, 5,200 small
+files, tries to make itself immune to the OOM killer, takes every pid with a thread bomb and makes a
+blocking connect while no pid is left, then does normal work: a model call through the recording proxy
+against the loopback fake, a shell command, its submission, exit 0. Run several times (twice; five times
+under ``AMB_SOAK=1``, tests/soak.py), each run ends ``completed`` with every fact recorded: the connect
+made while the shim could not start a thread, the model call after the bombs, and the submission, which
+the 5,200 files must not push out of the sealed listing. The shim runs in the agent's container and
+shares its limits; it starts every thread it needs before the agent.
 
 With ``memory`` the agent also fills the memory with many small processes until the kernel's OOM
 killer kills one. The OOM killer takes the largest process, and that may be the recorder's shim or
@@ -36,8 +36,9 @@ from replay.store import Store
 from tests.fakes.upstream import TEXT, FakeUpstream
 from tests.recorder.shim_helpers import payloads, shim_events
 from tests.scan_checks import assert_audit_scan_agrees
+from tests.soak import soak
 
-pytestmark = pytest.mark.long(minutes=4)  # minutes: seven docker runs that fill disk, pids and memory
+pytestmark = pytest.mark.long(minutes=4)  # minutes: docker runs that fill disk, pids and memory
 
 AGENT = Path(__file__).with_name("exhaust_agent.py")
 AMB = [str(Path(sys.executable).parent / "amb")]
@@ -85,9 +86,9 @@ def _sealed(st: Store, run_id: str) -> dict[str, dict]:
     return {f["path"]: f for f in json.loads(payload)["files"]}
 
 
-def test_exhaustion_then_work_ends_the_same_way_five_times(tmp_path: Path, agent_image: str) -> None:
+def test_exhaustion_then_work_ends_the_same_way_each_time(tmp_path: Path, agent_image: str) -> None:
     store = tmp_path / "store"
-    runs = [f"exhaust-{i}" for i in range(5)]
+    runs = [f"exhaust-{i}" for i in range(soak(2, 5))]
     outcomes = [_record(tmp_path, store, run, WORK_LIMITS, agent_image) for run in runs]
     assert {(o.status, o.reason, o.exit_code) for o in outcomes} == {("completed", None, 0)}, outcomes
     _verified(store)

@@ -1,8 +1,9 @@
 """The local executor end to end with the docker backend: the scripted baseline, 2 agents x 2 tasks x
-2 tiers, one cell needing a GPU. Part-way through, one run's ``amb sweep exec`` is killed with
-SIGKILL (what a node's death does to it): the sweep retries that cell as a new attempt, loses no
-cell, ingests no mixed attempt, and leaves no container behind. ``amb sweep status`` shows the loss;
-``amb sweep cancel`` stops a sweep whose agent ignores SIGTERM, container included, within 10 s.
+the engine tests' tiers (tests/soak.py), one cell needing a GPU. Part-way through, one run's ``amb sweep
+exec`` is killed with SIGKILL (what a node's death does to it): the sweep retries that cell as a new
+attempt, loses no cell, ingests no mixed attempt, and leaves no container behind. ``amb sweep status``
+shows the loss; ``amb sweep cancel`` stops a sweep whose agent ignores SIGTERM, container included,
+within 10 s.
 
 Real ``amb sweep``, real containers, real store; the GPU is an id in ``AMB_GPU_IDS`` passed with
 ``gpu_mode = "env"`` (this machine has none; ``--gpus device=`` would need NVIDIA's toolkit)."""
@@ -22,14 +23,15 @@ import pytest
 from replay.store import Store
 from sweeps.exec import SWEEP_ROOT_LABEL
 from tests.fakes.sweep_agent import TWO_AGENTS
+from tests.soak import SWEEP_TIERS
 
-pytestmark = pytest.mark.long(minutes=4)  # minutes: docker sweeps of eight cells
+pytestmark = pytest.mark.long(minutes=4)  # minutes: docker sweeps of several cells
 
 BIN = Path(sys.executable).parent
 SWEEP = f"""
 name = "d"
 tasks = ["bccd-det", "vqa-rad"]
-tiers = ["lite", "standard"]
+tiers = {json.dumps(list(SWEEP_TIERS))}
 repeats = 1
 concurrency = 3
 time_limit_s = 240
@@ -51,7 +53,7 @@ CELLS = [
     f"d-{a}-{t}-{tier}-r1"
     for a in ("clean", "misnamed")
     for t in ("bccd-det", "vqa-rad")
-    for tier in ("lite", "standard")
+    for tier in SWEEP_TIERS
 ]
 GPU_CELL = "d-clean-vqa-rad-standard-r1"
 
@@ -120,7 +122,7 @@ def test_local_executor_docker_sweep_survives_a_killed_run(tmp_path, env, docker
     assert victim is not None, "no run was seen running"
     out, err = sweep.communicate(timeout=600)
     assert sweep.returncode == 0, err
-    assert "8/8 cells completed" in err, err
+    assert f"{len(CELLS)}/{len(CELLS)} cells completed" in err, err
     assert f"{victim}: lost" in err, err
 
     with Store.open(store, read_only=True) as st:
@@ -146,7 +148,7 @@ def test_local_executor_docker_sweep_survives_a_killed_run(tmp_path, env, docker
     )
     assert status.returncode == 0, status.stderr
     st = json.loads(status.stdout)
-    assert st["totals"]["completed"] == 8 and st["totals"]["lost_attempts"] == 1
+    assert st["totals"]["completed"] == len(CELLS) and st["totals"]["lost_attempts"] == 1
     assert st["totals"]["duplicates"] == 0 and st["totals"]["cells_without_result"] == 0
     cell = next(c for c in st["cells"] if c["cell"] == victim)
     assert [a["outcome"] for a in cell["attempts"]] == ["unfinished", "completed"]
