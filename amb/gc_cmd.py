@@ -55,9 +55,11 @@ def _gc_blobs(store: str, wait_s: float, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(done._asdict(), indent=2))
     else:
+        n = done.indexes_rebuilt
+        rebuilt = f"; {n} pack(s) without their index rewritten" if n else ""
         click.echo(
             f"{done.removed} unreferenced blobs removed ({done.reclaimed} bytes); {done.live} referenced "
-            f"addresses kept; packs {done.packs_before} -> {done.packs_after}"
+            f"addresses kept; packs {done.packs_before} -> {done.packs_after}{rebuilt}"
         )
     for problem in done.problems:
         say_error(problem)

@@ -8,12 +8,14 @@ submission and the references mounted read-only and a read-only root filesystem.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from pathlib import Path
 
 import click
 
+from schemas.display import relay
 from schemas.errors import AmbError
 from scorer.grader.cli import grade as local_grade
 from scorer.profile import load_options
@@ -31,7 +33,8 @@ def _image() -> str:
 def grade_in_container(
     task_id: str, submission: str, reference: str, profile: str | None, as_json: bool
 ) -> int:
-    """Run ``python -m scorer.grader`` in the grader image; print its output; return its exit code."""
+    """Run ``python -m scorer.grader`` in the grader image; print its output, each line with nothing
+    a terminal would obey (``schemas.display.relay``); return its exit code."""
     import docker
 
     try:
@@ -82,8 +85,9 @@ def grade_in_container(
     )
     try:
         code = container.wait()["StatusCode"]
-        sys.stdout.write(container.logs(stdout=True, stderr=False).decode("utf-8", "replace"))
-        sys.stderr.write(container.logs(stdout=False, stderr=True).decode("utf-8", "replace"))
+        # What the grader prints may quote the submission (the agent's text): escaped for a terminal.
+        relay(io.BytesIO(container.logs(stdout=True, stderr=False)), sys.stdout)
+        relay(io.BytesIO(container.logs(stdout=False, stderr=True)), sys.stderr)
     finally:
         container.remove(force=True)
     return code

@@ -37,10 +37,13 @@ class Collected(NamedTuple):
     removed: int
     """Blobs (records or loose files) dropped: unreferenced or a second copy."""
     reclaimed: int
-    """Bytes freed on disk (apparent sizes)."""
+    """Bytes freed on disk (apparent sizes). A pack that had lost its index is counted with the index
+    it should have had: writing that index again repairs the store, and is no cost of collecting."""
     packs_before: int
     packs_after: int
     problems: list[str]
+    indexes_rebuilt: int = 0
+    """Packs without their index (a gc killed between removing the two) rewritten into one that has it."""
 
 
 def spool_references(spool_dir: Path) -> set[str]:
@@ -175,6 +178,7 @@ def _collect(blobs: BlobStore, live: set[str], small_pack: int) -> Collected:
     problems: list[str] = []
     kept: set[str] = set()
     plans: list[tuple[Path, set[int], int]] = []  # pack, offsets of the records it keeps, records dropped
+    lost_indexes: dict[Path, int] = {}  # a pack rewritten without its index: the size that index had
     small = {p for p in packs if p.stat().st_size < small_pack}
     for path in packs:
         if packstore.is_open(path):  # a writer's (none should be, with the lock held): untouched
@@ -206,6 +210,8 @@ def _collect(blobs: BlobStore, live: set[str], small_pack: int) -> Collected:
         unindexed = not path.with_suffix(packstore.IDX_SUFFIX).exists()
         if not damaged and (dead or torn or unindexed or (len(small) > 1 and path in small)):
             plans.append((path, keep, dead))
+            if unindexed:
+                lost_indexes[path] = len(packstore.IDX_MAGIC) + records * packstore.ENTRY.size
     writer: packstore.PackWriter | None = None
     removed = reclaimed = 0
     rewritten: list[Path] = []
@@ -223,7 +229,7 @@ def _collect(blobs: BlobStore, live: set[str], small_pack: int) -> Collected:
         reclaimed -= writer.size + writer.idx_path.stat().st_size
     for path in rewritten:
         idx = path.with_suffix(packstore.IDX_SUFFIX)
-        reclaimed += path.stat().st_size + (idx.stat().st_size if idx.exists() else 0)
+        reclaimed += path.stat().st_size + (idx.stat().st_size if idx.exists() else lost_indexes.get(path, 0))
         idx.unlink(missing_ok=True)  # the index first: no entry ever points into a removed pack
         path.unlink()
     for path in list(blobs.loose_files()):
@@ -238,7 +244,8 @@ def _collect(blobs: BlobStore, live: set[str], small_pack: int) -> Collected:
         removed += 1
     blobs.close()
     blobs.refresh()
-    return Collected(len(live), removed, reclaimed, len(packs), len(blobs.pack_files()), problems)
+    after = len(blobs.pack_files())
+    return Collected(len(live), removed, reclaimed, len(packs), after, problems, len(lost_indexes))
 
 
 def _live_entries_cut(path: Path, whole: set[tuple[int, int]], live: set[str], kept: set[str]) -> str | None:

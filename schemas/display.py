@@ -6,7 +6,7 @@ RECORDED, byte for byte, is ``schemas.ostext``; a value quoted in a message is
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, BinaryIO, TextIO
 
 ELLIPSIS = "…"
 
@@ -28,6 +28,15 @@ def one_line(text: str) -> str:
         else (f"\\x{ord(c) - 0xDC00:02x}" if "\udc80" <= c <= "\udcff" else repr(c)[1:-1])
         for c in text
     )
+
+
+def relay(stream: BinaryIO, out: TextIO) -> None:
+    """What another process printed (``stream``, read to its end), line by line to ``out``, each
+    line ``one_line``: what it prints may quote the agent's text, which is no terminal's
+    instruction."""
+    for raw in iter(lambda: stream.readline(1 << 16), b""):
+        out.write(one_line(raw.decode("utf-8", "replace").removesuffix("\n")) + "\n")
+        out.flush()
 
 
 def for_message(text: str, limit: int = 200) -> str:

@@ -12,9 +12,11 @@ reader (Content-Length or ``Transfer-Encoding: chunked``, up to a limit), and an
 request's body is still unread closes the connection, so its bytes are never parsed as a request.
 
 A server bound to loopback answers only requests whose ``Host`` is a loopback name
-(``answered_names``, ``Handler.wrong_host``), so a web page cannot reach it through DNS rebinding.
-An error the HTTP layer itself answers (a malformed request line or header, an unknown method) is
-the standard library's HTML page unless the server says otherwise (``Handler.error_json``).
+(``answered_names``, ``Handler.wrong_host``), so a web page cannot reach it through DNS rebinding:
+any other Host is answered 421 as soon as the request's headers are read, whatever its method.
+An error the HTTP layer itself answers (a malformed request line or header, an unknown method, a
+wrong Host) is the standard library's HTML page unless the server says otherwise
+(``Handler.error_json``).
 """
 
 from __future__ import annotations
@@ -102,6 +104,9 @@ class Handler(BaseHTTPRequestHandler):
             "Transfer-Encoding" in self.headers
             or any(v.strip() != "0" for v in self.headers.get_all("Content-Length") or [])
         )
+        if ok and (why := self.wrong_host()):  # before any method's handler runs
+            self.send_error(421, why)
+            return False
         return ok
 
     def wrong_host(self) -> str | None:

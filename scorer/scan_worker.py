@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from schemas.display import one_line
+from schemas.display import relay
 from schemas.errors import AmbError
 from schemas.fdwait import readable
 from schemas.finding import Finding
@@ -163,12 +163,9 @@ class Worker:
 
 def _relay(stream: Any) -> None:
     """What a worker prints (its scanners' prints, a traceback), line by line to this process's
-    stderr, each line ``one_line``: a scanner may print the agent's text, which is no terminal's
-    instruction."""
+    stderr, escaped (``relay``): a scanner may print the agent's text."""
     with stream:
-        for raw in iter(lambda: stream.readline(1 << 16), b""):
-            sys.stderr.write(one_line(raw.decode("utf-8", "replace").removesuffix("\n")) + "\n")
-            sys.stderr.flush()
+        relay(stream, sys.stderr)
 
 
 def _escaped(value: Any) -> Any:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -93,9 +92,9 @@ def serve(stdin: int = 0, stdout: int = 1) -> int:
             stop(signal.SIGTERM, None)
         if stopping and time.monotonic() - stopping[0] > STOP_WAIT_S:
             _signal_all(children, signal.SIGKILL)
-        ready: list[int] = []
+        ready = False
         if open_input and not stopping:
-            ready, _, _ = select.select([stdin], [], [], WAIT_S)
+            ready = readable(stdin, WAIT_S)
         else:
             time.sleep(WAIT_S)
         _reap(out, children)

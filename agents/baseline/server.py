@@ -7,8 +7,10 @@ lists the models. The model name picks the policy's flaw: ``baseline`` is the cl
 applies it to plain ``baseline``. Token usage is estimated (4 characters a token), as a real server
 would report it for the text it received and sent.
 
-No API key is checked: the server binds loopback only and answers whoever asks. Every answer is a
-deterministic function of the request, so a recorded run can be reproduced byte for byte.
+No API key is checked: the server binds loopback and answers whoever asks there, but only by a
+loopback name (any other Host is refused with a 421, so a web page cannot reach it through DNS
+rebinding). Every error, down to a malformed request line, is JSON in the API's shape. Every answer
+is a deterministic function of the request, so a recorded run can be reproduced byte for byte.
 """
 
 from __future__ import annotations
@@ -93,6 +95,9 @@ class _Handler(httpbase.Handler):
     def _error(self, status: int, message: str, kind: str = INVALID) -> None:
         self.send_json(status, openai_chat.error_body(status, message, kind))
 
+    def error_json(self, status: int, message: str) -> Any:
+        return openai_chat.error_body(status, message, INVALID)
+
     def do_GET(self) -> None:
         if self.path.rstrip("/") in ("/v1/models", "/models"):
             models = [{"id": m, "object": "model", "created": 0, "owned_by": "amb"} for m in model_names()]
@@ -134,4 +139,5 @@ class BaselineServer(httpbase.Serving):
     def __init__(self, host: str = "127.0.0.1", port: int = 0, flaw: str | None = None):
         if flaw is not None and flaw not in FLAWS:
             raise PolicyError(f"unknown flaw {flaw!r} (known: {', '.join(FLAWS)})")
-        super().__init__(_Handler, host, port, STOP_POLL_S, default_flaw=flaw)
+        names = httpbase.answered_names(host)  # (no DNS rebinding)
+        super().__init__(_Handler, host, port, STOP_POLL_S, default_flaw=flaw, allowed_hosts=names)

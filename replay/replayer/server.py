@@ -81,14 +81,6 @@ class Handler(httpbase.Handler):
     server_version = "amb-replay"
     replayer: Replayer
 
-    def parse_request(self) -> bool:
-        if not super().parse_request():
-            return False
-        if why := self.wrong_host():  # (a web page reached by DNS rebinding reads nothing)
-            self.send_error(421, why)
-            return False
-        return True
-
     def error_json(self, status: int, message: str) -> Any:
         """In the shape of the provider whose client asks, when that is known (``providers.asked_by``);
         else a plain ``{"error": {"message", "type"}}``."""

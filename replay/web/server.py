@@ -174,15 +174,15 @@ class Handler(httpbase.Handler):
     def _refuse(self, status: int, why: str) -> None:
         self.send(status, msgspec.json.encode({"error": why}), "application/json")
 
+    def error_json(self, status: int, message: str) -> Any:
+        return {"error": message}  # (the shape of the viewer's own refusals)
+
     def do_POST(self) -> None:
         self._refuse(405, "the viewer is read-only: GET only")
 
     do_PUT = do_DELETE = do_PATCH = do_POST
 
     def do_GET(self) -> None:
-        if why := self.wrong_host():
-            self._refuse(421, why)
-            return
         url = urlsplit(self.path)
         parts = [unquote(s) for s in url.path.split("/") if s]
         try:

@@ -6,7 +6,8 @@
   from some servers), zstd, and br, the only one needing a package outside ``schemas``: its module
   is handed in by the caller (``brotli=``). A truncated body (a stream reset mid-way) decodes as far
   as it can, with a note saying why it stopped. The replay endpoint, which any local agent can
-  reach, decodes with a ``limit`` (a compression bomb is refused, never decoded whole).
+  reach, decodes with a ``limit`` (a compression bomb is refused, never decoded whole; brotli is
+  then decoded by ``brotli_bounded``, which stops at the limit exactly).
 - **Server-Sent Events** (Chat Completions, Responses, Messages, Gemini's ``?alt=sse``): one
   framing, the HTML spec's. ``sse_frames`` cuts a stream after each event's blank line, the pieces
   joining back to the bytes as they were (the replay endpoint re-sends them one by one);
@@ -26,6 +27,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import zstandard
+
+from schemas.providers import brotli_bounded
 
 SSE_MEDIA = "text/event-stream"
 
@@ -83,7 +86,7 @@ def _inflate(d: Any, data: bytes, limit: int | None, out: bytearray) -> None:
 def _fed(
     d: Any, process: Callable[[bytes], bytes], data: bytes, limit: int | None, ratio: int, out: bytearray
 ) -> int:
-    """``data`` through a decoder ``d`` that cannot stop at an output size (brotli, zstd) onto
+    """``data`` through a decoder ``d`` that cannot stop at an output size (zstd's) onto
     ``out``, up to the end of its stream (``d.eof``, where the decoder has one), fed in pieces
     small enough that one cannot take ``out`` far past ``limit`` (``ratio``: the most bytes one
     byte of input decodes to). Returns how much of ``data`` was fed."""
@@ -128,24 +131,30 @@ def _deflate(data: bytes, _: Any, limit: int | None) -> bytes:
     raise _Partial(b"", "not a deflate stream")
 
 
-BROTLI_RATIO = 1 << 22
-"""Bytes one byte of brotli decodes to at most, over a piece of several: a meta-block of up to 16 MiB
-whose commands take no bits still needs a header of several bytes (so the last piece fed may
-decode one meta-block past the limit, never more)."""
 ZSTD_RATIO = 1 << 15
 """Bytes one byte of zstd can decode to: an RLE block of 128 KiB takes 4."""
 
 
 def _br(data: bytes, brotli: Any, limit: int | None) -> bytes:
+    if limit is not None:  # (the module's decoder has no output bound: one byte can decode to 16 MiB)
+        out = bytearray()
+        try:
+            ended = brotli_bounded.decode(data, brotli, limit, out)
+        except brotli_bounded.BrotliTooLarge as e:
+            raise ContentTooLarge(str(e)) from None
+        except brotli_bounded.BrotliError as e:
+            raise _Partial(b"", str(e)) from None
+        if not ended:
+            raise _Partial(bytes(out), "incomplete brotli stream")
+        return bytes(out)
     d = brotli.Decompressor()
-    out = bytearray()
     try:
-        _fed(d, d.process, data, limit, BROTLI_RATIO, out)
+        whole: bytes = d.process(data)
     except brotli.error as e:
         raise _Partial(b"", str(e)) from None
     if not d.is_finished():
-        raise _Partial(bytes(out), "incomplete brotli stream")
-    return bytes(out)
+        raise _Partial(whole, "incomplete brotli stream")
+    return whole
 
 
 def _zstd(data: bytes, _: Any, limit: int | None) -> bytes:

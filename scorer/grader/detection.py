@@ -95,15 +95,25 @@ def parse_boxes(raw: bytes, width: float | None, height: float | None, *, with_s
     return Boxes.of(labels, np.array(coords, dtype=np.float64).reshape(-1, 4), scores)
 
 
+def _side(doc: dict[str, Any], key: str) -> float | None:
+    """The reference's image ``width`` or ``height`` (None when it gives none: boxes are then
+    bounded by 0 only); a number that is no finite float (``10**400``, ``1e400``) is refused."""
+    v = doc.get(key)
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    side = _as_float(v)
+    if not math.isfinite(side):
+        raise BadPrediction(f"{key} must be a finite number (within ±1.8e308), got {reprlib.repr(v)}")
+    return side
+
+
 def load_reference(spec: TaskSpec, reference: Path, case: str) -> tuple[Boxes, float | None, float | None]:
     assert spec.det is not None
     path = reference / spec.private.case_dir.format(case=case) / spec.det.reference_file
     try:
         raw = path.read_bytes()
         doc = msgspec.json.decode(raw)
-        w, h = doc.get("width"), doc.get("height")
-        w = float(w) if _number(w) else None
-        h = float(h) if _number(h) else None
+        w, h = _side(doc, "width"), _side(doc, "height")
         return parse_boxes(raw, w, h, with_scores=False), w, h
     except (OSError, msgspec.DecodeError, AttributeError, BadPrediction) as e:
         raise TaskError(f"reference {path}: unreadable ({e})") from e

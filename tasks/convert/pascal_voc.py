@@ -16,6 +16,8 @@ names the file. Each image becomes ``public/<stem>/image.png`` and ``private/<st
 from __future__ import annotations
 
 import json
+import math
+import reprlib
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -37,11 +39,14 @@ def find_root(source: Path) -> Path:
 
 def _int(node: ET.Element | None, tag: str, where: str) -> float:
     el = node.find(tag) if node is not None else None
+    text = el.text if el is not None else None
     try:
-        # Why the ignore[union-attr,arg-type] below: a missing element or text is the TypeError caught below.
-        return float(el.text)  # type: ignore[union-attr,arg-type]
-    except (AttributeError, TypeError, ValueError):
+        value = float(text or "")
+    except ValueError:
         raise TaskError(f"{where}: missing or non-numeric <{tag}>") from None
+    if not math.isfinite(value):  # (a number of 400 digits reads as an infinity)
+        raise TaskError(f"{where}: <{tag}> is not a finite number ({reprlib.repr(text)})")
+    return value
 
 
 def read_annotation(path: Path, classes: dict[str, str]) -> tuple[int, int, list[dict]]:

@@ -13,6 +13,7 @@ import pytest
 from agents.amb_agent import KICKOFF, TOOLS, system_prompt
 from agents.baseline.server import BaselineServer, model_names
 from tasks.registry import brief
+from tests.replay.test_replay_http import exchange
 
 
 @pytest.fixture(scope="module")
@@ -176,3 +177,22 @@ def test_a_hostile_body_gets_a_400_with_its_reason(server, body, why):
 def test_a_body_above_64_mib_is_refused_unread(server):
     status, message = post_raw(server, b"", {"Content-Length": str(64 * 1024 * 1024 + 1)})
     assert status == 413 and "this server reads 64 MiB" in message
+
+
+@pytest.mark.parametrize("method", ["GET", "POST", "PUT", "DELETE"])
+def test_a_host_that_is_not_a_loopback_name_is_refused_in_json(server, method):
+    """A page on a rebinding domain reaches 127.0.0.1 with its own name as Host: whatever the method,
+    it gets a 421 in the API's error shape, and no answer of the policy."""
+    body = json.dumps({"model": "baseline", "messages": kickoff()}).encode()
+    raw = b"%s /v1/chat/completions HTTP/1.1\r\nHost: evil.example:80\r\nContent-Length: %d\r\n\r\n%s"
+    status, headers, answer = exchange(server, raw % (method.encode(), len(body), body))
+    assert status.startswith(b"HTTP/1.1 421 ") and headers["content-type"] == "application/json"
+    error = json.loads(answer)["error"]
+    assert error["message"] == "this server answers for 127.0.0.1, [::1], localhost only"
+    assert error["type"] == "invalid_request_error" and b"choices" not in answer
+
+
+def test_a_request_line_it_cannot_read_is_answered_in_json(server):
+    status, headers, answer = exchange(server, b"GARBAGE\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 400 ") and headers["content-type"] == "application/json"
+    assert "Bad request syntax" in json.loads(answer)["error"]["message"]

@@ -128,3 +128,28 @@ def test_a_profile_file_extending_its_neighbour_grades_alike_in_the_image(tmp_pa
     )
     assert bad.returncode == 2 and bad.stderr.startswith("amb: error: profile ")
     assert bad.stderr.count("\n") == 1
+
+
+def test_what_the_container_prints_reaches_the_terminal_escaped(tmp_path, grader_image):
+    """The grader's output may quote the submission, the agent's text: a terminal's escape sequence
+    in it (here printed by an image whose entry point does only that) is shown, not obeyed."""
+    import io
+
+    import docker
+
+    client = docker.from_env()
+    printer = (
+        "import sys; print('\\x1b]0;pwned\\x07title\\x1b[2J'); print('\\x1b[31mred\\r', file=sys.stderr)"
+    )
+    dockerfile = f"FROM {grader_image}\nENTRYPOINT {json.dumps(['python', '-c', printer])}\n"
+    tag = f"amb-test-printer:{os.getpid()}"
+    client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
+    try:
+        env = os.environ | {"AMB_GRADER_IMAGE": tag}
+        args = [AMB, "grade", "kidney-seg", "--submission", str(tmp_path), "--reference", str(tmp_path)]
+        proc = subprocess.run(args + ["--in-container"], capture_output=True, text=True, env=env, timeout=300)
+    finally:
+        client.images.remove(tag)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "\\x1b]0;pwned\\x07title\\x1b[2J\n"
+    assert proc.stderr == "\\x1b[31mred\\r\n"

@@ -172,6 +172,30 @@ def test_gc_drops_only_unreferenced_blobs(store):
     assert again.removed == 0
 
 
+def test_gc_reports_what_it_freed_when_a_pack_had_lost_its_index(store, tmp_path):
+    """A pack without its index (a gc killed between removing the two) is rewritten with one: that
+    index repairs the store and is no cost of collecting, so the bytes reported freed are those of a
+    store that had it, never a negative count."""
+    import shutil
+
+    healthy = tmp_path / "healthy"
+    shutil.copytree(store, healthy, symlinks=True)
+    blobs = BlobStore(store / "blobs")
+    blobs.close()
+    pack = min(blobs.pack_files())
+    pack.with_suffix(".idx").unlink()
+    done = amb("gc", "--blobs", "--store", str(store))
+    assert done.returncode == 0, done.stderr
+    expected = json.loads(amb("gc", "--blobs", "--store", str(healthy), "--json").stdout)
+    assert expected["reclaimed"] >= 0
+    assert done.stdout.startswith(f"0 unreferenced blobs removed ({expected['reclaimed']} bytes); ")
+    assert expected["indexes_rebuilt"] == 0
+    assert done.stdout.rstrip().endswith("; 1 pack(s) without their index rewritten"), done.stdout
+    blobs.forget()
+    assert all(p.with_suffix(".idx").exists() for p in blobs.pack_files())
+    assert problems(store) == []
+
+
 def test_gc_waits_for_writers_and_never_races_an_ingest(store_templates, tmp_path):
     """A recording writer holds the store: gc refuses (it never guesses). Then gc and an ingest of
     fresh spools race in two processes; whatever the order, every referenced blob survives."""

@@ -11,6 +11,7 @@ from urllib.request import urlopen
 
 import pytest
 
+from tests.replay.test_replay_http import exchange
 from tests.replay.viewer_store import HOSTILE_PATH, XSS, amb, png
 
 
@@ -215,6 +216,12 @@ def test_read_only_and_no_dns_rebinding(viewer):
         assert status == 405
     status, _, _ = status_of(viewer, "/api/runs", host="evil.example:80")
     assert status == 421
+    for verb in (b"POST", b"PUT", b"DELETE", b"PATCH", b"HEAD"):
+        # The Host is checked before the method: a rebinding page learns nothing from a 405 either.
+        raw = b"%s /api/runs HTTP/1.1\r\nHost: evil.example:80\r\nContent-Length: 2\r\n\r\n{}" % verb
+        status_line, headers, body = exchange(viewer, raw)
+        assert status_line.startswith(b"HTTP/1.1 421 ") and headers["content-type"] == "application/json"
+        assert verb == b"HEAD" or "answers for 127.0.0.1" in json.loads(body)["error"]
     status, headers, body = status_of(viewer, "/runs/x", host="localhost:1")
     # The page's own script and style are inside it; the policy lets exactly those run (by hash).
     csp = headers["Content-Security-Policy"]

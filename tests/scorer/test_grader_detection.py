@@ -253,3 +253,34 @@ def test_property_malformed_predictions_never_crash(tmp_path_factory, make_twin,
     for c in r.cases:
         assert 0.0 <= c.score <= 1.0
         assert (c.status == "scored") == (c.reason is None)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"width": 10**400}, "width must be a finite number (within ±1.8e308), got 1000"),
+        ({"height": -(10**400)}, "height must be a finite number"),
+        ({"boxes": [{"class": "RBC", "x1": 0, "y1": 0, "x2": 10**400, "y2": 5}]}, "boxes[0]: coordinates"),
+        ({"boxes": [{"class": 2**70, "x1": 0, "y1": 0, "x2": 5, "y2": 5}]}, "boxes[0]: class must be"),
+    ],
+    ids=["huge-width", "huge-negative-height", "huge-coordinate", "integer-class"],
+)
+def test_a_reference_with_a_huge_number_is_one_clear_error(tmp_path, change, reason):
+    """The references are the grader's input too: a number no float holds is one error line that
+    names the file and the field, with a non-zero exit, never an OverflowError's traceback."""
+    import subprocess
+    import sys
+
+    spec = load_spec("bccd-det")
+    data = tmp_path / "d"
+    synth(spec, data, 2, 0)
+    perfect_submission(spec, data, tmp_path / "ws")
+    ref = data / "private" / "case_00001" / "boxes.json"
+    ref.write_text(json.dumps({**json.loads(ref.read_text()), **change}))
+    args = ["bccd-det", "--submission", str(tmp_path / "ws"), "--reference", str(data / "private")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "scorer.grader", *args], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode != 0 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"amb: error: reference {ref}: unreadable (")
+    assert reason in proc.stderr

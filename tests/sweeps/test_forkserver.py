@@ -6,6 +6,7 @@ cannot run, the environment a request adds, and the server's end when its input 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -52,3 +53,34 @@ def test_a_request_adds_to_the_childs_environment(tmp_path):
     finally:
         server.close()
     assert "needs 2 GPU(s); the allocation has AMB_GPU_IDS='7'" in (tmp_path / "gpu.log").read_text()
+
+
+def test_the_server_reads_requests_on_a_descriptor_past_1023(tmp_path):
+    """Its input may be any descriptor (a process holding many files hands out high numbers): waiting
+    on it by poll, the server answers as on descriptor 0, where select() refused anything past 1,023."""
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"cell": 1}')
+    log = tmp_path / "bad.log"
+    server = (
+        "import os, resource, sys\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "if soft < 2048:\n"
+        "    resource.setrlimit(resource.RLIMIT_NOFILE, (min(2048, hard), hard))\n"
+        "from sweeps.forkserver import serve\n"
+        "os.dup2(0, 1500)\n"
+        "sys.exit(serve(1500, 1))\n"
+    )
+    request = json.dumps({"spec": str(bad), "log": str(log)}) + "\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", server],
+        input=request,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert proc.returncode == 0, proc.stderr
+    said = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [sorted(m) for m in said] == [["ready"], ["pid", "spec"], ["exit", "pid"]], said
+    assert said[2] == {"pid": said[1]["pid"], "exit": 2}
+    assert log.read_text().startswith("amb: error: ")

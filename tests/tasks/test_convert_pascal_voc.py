@@ -116,3 +116,23 @@ def test_not_a_voc_folder(tmp_path):
     (tmp_path / "src").mkdir()
     with pytest.raises(TaskError, match="no Annotations"):
         prepare(load_spec("bccd-det"), tmp_path / "src", tmp_path / "out")
+
+
+@pytest.mark.parametrize(
+    ("w", "box", "field"),
+    [
+        (10**400, (1, 1, 5, 5), "<width>"),
+        ("nan", (1, 1, 5, 5), "<width>"),
+        (64, (1, 1, 10**400, 5), "<xmax>"),
+        (64, (1, "-1e400", 5, 5), "<ymin>"),
+    ],
+    ids=["huge-width", "nan-width", "huge-xmax", "minus-infinite-ymin"],
+)
+def test_a_number_no_float_holds_is_one_clear_error(tmp_path, w, box, field):
+    """An annotation's number of 400 digits (an infinity as a float) or NaN: an error naming the
+    file and the element, never an OverflowError from int()."""
+    src = make_bccd(tmp_path, {"a": [("RBC", 1, 1, 5, 5)]}, test=None)
+    objects = OBJ.format(name="RBC", x1=box[0], y1=box[1], x2=box[2], y2=box[3])
+    (src / "BCCD" / "Annotations" / "a.xml").write_text(VOC_XML.format(stem="a", w=w, h=48, objects=objects))
+    with pytest.raises(TaskError, match=rf"a\.xml: {field} is not a finite number"):
+        prepare(load_spec("bccd-det"), src, tmp_path / "out")

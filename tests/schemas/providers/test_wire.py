@@ -12,6 +12,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from schemas.providers import brotli_bounded
 from schemas.providers.wire import (
     ContentTooLarge,
     array_elements,
@@ -163,3 +164,30 @@ def test_a_limit_decodes_up_to_it_and_refuses_past_it(encoding, compress):
     assert decode_content(raw, encoding, brotli, limit=len(BODY)) == decode(raw, encoding) == (BODY, None)
     with pytest.raises(ContentTooLarge, match=f"more than {len(BODY) - 1:,} bytes"):
         decode_content(raw, encoding, brotli, limit=len(BODY) - 1)
+
+
+def test_a_brotli_bomb_is_refused_holding_no_more_than_its_limit():
+    """A few dozen bytes of brotli whose commands each copy 16 MiB: decoding stops at the limit, not
+    at the end of the command that crosses it (which the brotli module's own decoder returns whole)."""
+    import tracemalloc
+
+    bomb = brotli.compress(bytes(48 << 20), quality=11, lgwin=24)
+    limit = 2 << 20
+    assert len(bomb) < 100
+    tracemalloc.start()
+    try:
+        with pytest.raises(ContentTooLarge, match=f"more than {limit:,} bytes"):
+            decode_content(bomb, "br", brotli, limit=limit)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < limit + 2 * brotli_bounded.ROOM + (1 << 20), peak
+    assert decode_content(bomb, "br", brotli, limit=48 << 20) == (bytes(48 << 20), None)
+
+
+@pytest.mark.parametrize("limit", [None, 1 << 20])
+def test_a_corrupt_or_overlong_brotli_stream_is_an_error_not_an_exception(limit):
+    data, err = decode_content(b"\xff" * 64, "br", brotli, limit=limit)
+    assert data == b"" and err is not None and err.startswith("br body truncated or corrupt")
+    data, err = decode_content(brotli.compress(BODY) + b"more", "br", brotli, limit=limit)
+    assert data == b"" and err is not None and err.startswith("br body truncated or corrupt")
