@@ -56,10 +56,21 @@ def _decoder_library(path: str | None) -> Any:
 def _library(brotli: Any) -> Any:
     """The decoder of ``brotli`` (the module): its extension's, else the system's."""
     path = getattr(getattr(brotli, "_brotli", None), "__file__", None)
+    for candidate in dict.fromkeys((path, None)):
+        try:
+            return _decoder_library(candidate)
+        except (OSError, AttributeError) as e:
+            why = e
+    raise BrotliError(f"no brotli decoder to call: {why}")
+
+
+def available(brotli: Any) -> bool:
+    """Whether a decoder that stops at a size can be called for ``brotli`` (the module)."""
     try:
-        return _decoder_library(path)
-    except (OSError, AttributeError) as e:
-        raise BrotliError(f"no brotli decoder to call: {e}") from None
+        _library(brotli)
+    except BrotliError:
+        return False
+    return True
 
 
 def decode(data: bytes, brotli: Any, limit: int, out: bytearray) -> bool:

@@ -86,7 +86,7 @@ def _inflate(d: Any, data: bytes, limit: int | None, out: bytearray) -> None:
 def _fed(
     d: Any, process: Callable[[bytes], bytes], data: bytes, limit: int | None, ratio: int, out: bytearray
 ) -> int:
-    """``data`` through a decoder ``d`` that cannot stop at an output size (zstd's) onto
+    """``data`` through a decoder ``d`` that cannot stop at an output size (zstd's, brotli's) onto
     ``out``, up to the end of its stream (``d.eof``, where the decoder has one), fed in pieces
     small enough that one cannot take ``out`` far past ``limit`` (``ratio``: the most bytes one
     byte of input decodes to). Returns how much of ``data`` was fed."""
@@ -131,12 +131,18 @@ def _deflate(data: bytes, _: Any, limit: int | None) -> bytes:
     raise _Partial(b"", "not a deflate stream")
 
 
+BROTLI_RATIO = 1 << 22
+"""Bytes one byte of brotli decodes to at most, over a piece of several (a meta-block of up to 16 MiB
+whose commands take no bits still needs a header of several bytes): where no bounded decoder can be
+called, the last piece fed may decode one meta-block past the limit, never more."""
 ZSTD_RATIO = 1 << 15
 """Bytes one byte of zstd can decode to: an RLE block of 128 KiB takes 4."""
 
 
 def _br(data: bytes, brotli: Any, limit: int | None) -> bytes:
-    if limit is not None:  # (the module's decoder has no output bound: one byte can decode to 16 MiB)
+    # The module's decoder has no output bound (one byte can decode to 16 MiB): with a limit, the
+    # bounded one, else the module's in pieces.
+    if limit is not None and brotli_bounded.available(brotli):
         out = bytearray()
         try:
             ended = brotli_bounded.decode(data, brotli, limit, out)
@@ -148,13 +154,14 @@ def _br(data: bytes, brotli: Any, limit: int | None) -> bytes:
             raise _Partial(bytes(out), "incomplete brotli stream")
         return bytes(out)
     d = brotli.Decompressor()
+    out = bytearray()
     try:
-        whole: bytes = d.process(data)
+        _fed(d, d.process, data, limit, BROTLI_RATIO, out)
     except brotli.error as e:
         raise _Partial(b"", str(e)) from None
     if not d.is_finished():
-        raise _Partial(whole, "incomplete brotli stream")
-    return whole
+        raise _Partial(bytes(out), "incomplete brotli stream")
+    return bytes(out)
 
 
 def _zstd(data: bytes, _: Any, limit: int | None) -> bytes:

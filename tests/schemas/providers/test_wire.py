@@ -191,3 +191,21 @@ def test_a_corrupt_or_overlong_brotli_stream_is_an_error_not_an_exception(limit)
     assert data == b"" and err is not None and err.startswith("br body truncated or corrupt")
     data, err = decode_content(brotli.compress(BODY) + b"more", "br", brotli, limit=limit)
     assert data == b"" and err is not None and err.startswith("br body truncated or corrupt")
+
+
+def test_brotli_decodes_to_its_limit_whichever_decoder_can_be_called(tmp_path):
+    """A brotli module whose extension carries no decoder to call (here: a file that is no library):
+    the system's decoder, or else the module's own in pieces, still decodes to the limit and no
+    further."""
+    import types
+
+    (tmp_path / "not-a-library.so").write_bytes(b"not a shared object")
+    stranger = types.SimpleNamespace(
+        Decompressor=brotli.Decompressor,
+        error=brotli.error,
+        _brotli=types.SimpleNamespace(__file__=str(tmp_path / "not-a-library.so")),
+    )
+    raw = brotli.compress(BODY)
+    assert decode_content(raw, "br", stranger, limit=len(BODY)) == (BODY, None)
+    with pytest.raises(ContentTooLarge, match=f"more than {len(BODY) - 1:,} bytes"):
+        decode_content(raw, "br", stranger, limit=len(BODY) - 1)
