@@ -32,6 +32,13 @@ def cli_store(tmp_path_factory):
     return store
 
 
+@pytest.fixture(scope="module")
+def scored_store(cli_store):
+    """The store, scored: so that `amb report` has a whole report to print first."""
+    amb("score", "--all", store=cli_store)
+    return cli_store
+
+
 def test_runs_json(cli_store):
     rows = json.loads(amb("runs", "--json", store=cli_store).stdout)
     assert [r["run_id"] for r in rows] == ["synth-0000", "synth-0001"]
@@ -313,8 +320,8 @@ def test_sql_without_a_statement_is_one_line(cli_store, query):
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else None,
 )
-def test_where_a_command_writes_is_checked_before_its_work(cli_store, tmp_path, command, code, message):
-    amb("score", "--all", store=cli_store)  # so that amb report has a whole report to print first
+def test_where_a_command_writes_is_checked_before_its_work(scored_store, tmp_path, command, code, message):
+    cli_store = scored_store
     file = tmp_path / "a-file"
     file.write_text("x")
     fill = {"file": file, "tmp": tmp_path}
