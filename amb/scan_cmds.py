@@ -254,6 +254,7 @@ def labels_import(store: str, file: str, name: str) -> None:
     records, digest = lab.read(Path(file))
     with open_store(store) as st:
         require_runs(st.con, [r["run_id"] for r in records], st.root)
+        lab.require_one_kind(st.con, name, records)
         lab.append(st.con, name, records, digest)
     click.echo(f"imported {len(records)} labels into {name}")
 

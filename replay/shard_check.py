@@ -25,6 +25,7 @@ import zstandard
 
 from replay import spools
 from schemas.blob import HASH_PREFIX
+from schemas.blobpack import read_records
 from schemas.blobstore import CHUNK_MAGIC, BlobStore
 from schemas.codec import ID_RE, SOURCES
 from schemas.errors import AmbError, BlobError, SpoolError
@@ -282,13 +283,43 @@ def check_spool(root: Path, path: Path, run_id: str) -> bytes:
     return data
 
 
+def _no_folders(run_dir: Path) -> None:
+    """A run folder holds files only: a folder in it (one named like a spool or a blob pack, or an
+    empty one, which a walk of its files would pass over) is refused, naming it."""
+    try:
+        with os.scandir(run_dir) as it:
+            inner = sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+    except OSError as e:
+        raise ShardError(f"{run_dir}: cannot read: {e.strerror or e}") from None
+    if inner:
+        raise ShardError(f"{run_dir}: {inner[0]} is a folder, not a spool or a blob pack")
+
+
+def check_pack(root: Path, path: Path) -> bytes:
+    """A blob pack's bytes (``schemas.blobpack``), checked: whole records only. A pack cut short is
+    refused as a truncated spool is; its records are checked against their addresses when loaded."""
+    rel = path.relative_to(root).as_posix()
+    try:
+        data = path.read_bytes()
+        _records, torn = read_records(data, rel)
+    except SpoolError as e:
+        raise ShardError(f"{root}: {e}") from None
+    except OSError as e:
+        raise ShardError(f"{root}: {rel}: cannot read: {e.strerror or e}") from None
+    if torn is not None:
+        raise ShardError(f"{root}: {rel} is truncated (a blob record cut short at byte {torn})")
+    return data
+
+
 def check_store_run(source: Path, run_id: str, *, with_blobs: bool = True) -> Checked:
     """One run of another store: its spool folder, and (once) the store's whole blob folder."""
     if not ID_RE.match(run_id):
         raise ShardError(f"{source}/spool/{run_id}: not a run id")
     checked = Checked(source, run_id)
     run_dir = source / "spool" / run_id
-    for rel, _st in _entries(run_dir):
+    entries = _entries(run_dir)
+    _no_folders(run_dir)
+    for rel, _st in entries:
         if rel.endswith(".spool") and "/" not in rel:
             if run_dir / rel not in checked.spools:
                 checked.spools.append(run_dir / rel)
@@ -301,12 +332,16 @@ def check_store_run(source: Path, run_id: str, *, with_blobs: bool = True) -> Ch
                 f"{run_dir}: {rel}: this store dropped the spool after ingest, so the run cannot be "
                 "merged from it (its spools are needed; ingest with --spools compress or keep)"
             )
-        elif not rel.endswith(".blobs"):
+        elif PACK_RE.match(f"spool/{run_id}/{rel}"):
+            checked.packs.append(run_dir / rel)
+        else:
             raise ShardError(f"{run_dir}: {rel} is not a spool")
     if not checked.spools:
         raise ShardError(f"{run_dir}: holds no spool of the run")
     for path in checked.spools:
         checked.data[path] = check_spool(source, path, run_id)
+    for path in checked.packs:
+        checked.data[path] = check_pack(source, path)
     blobs_root = source / "blobs"
     if with_blobs and blobs_root.is_dir() and not blobs_root.is_symlink():
         store = BlobStore(blobs_root)

@@ -121,14 +121,52 @@ def read(path: Path) -> tuple[list[dict[str, Any]], str]:
         raise BadInput(f"cannot read labels from {quoted(str(path))}: {type(e).__name__}") from e
     out = []
     seen: dict[tuple[str, str], tuple[int, Any]] = {}
+    kinds: dict[str, tuple[str, int]] = {}
     for n, r in enumerate(records, 1):
         try:
             out.append(_record(r, seen, n))
         except ValueError as e:
             raise BadInput(f"{quoted(str(path))} record {n}: {e}") from e
+        target, kind = out[-1]["target"], _kind(out[-1]["value"])
+        first = kinds.setdefault(target, (kind, n))
+        if first[0] != kind:
+            raise BadInput(
+                f"{quoted(str(path))}: target {target} mixes {first[0]} (record {first[1]}) and {kind} "
+                f"(record {n}) labels: {ONE_KIND}"
+            )
     if not out:
         raise BadInput(f"{quoted(str(path))} holds no labels (columns: run_id, target, value, annotator)")
     return out, "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+ONE_KIND = "give one kind of value (yes/no, numbers or text) per target"
+
+
+def _kind(value: Any) -> str:
+    """What a label's value is, as far as comparing it goes: yes/no, a number, text (or codes)."""
+    if isinstance(value, bool):
+        return "yes/no"
+    if isinstance(value, int | float):
+        return "number"
+    return "codes" if isinstance(value, list) else "text"
+
+
+def require_one_kind(con: duckdb.DuckDBPyConnection, name: str, records: list[dict[str, Any]]) -> None:
+    """``BadInput`` when importing ``records`` into label set ``name`` would leave one of its targets
+    with values of two kinds (yes/no beside text, numbers beside text, ...): they would be compared
+    as they are, each run's text against another's flag."""
+    held = current(con, name)
+    new: dict[str, set[str]] = {}
+    for r in records:
+        new.setdefault(r["target"], set()).add(r["run_id"])
+    for target, runs in new.items():
+        kind = _kind(next(r["value"] for r in records if r["target"] == target))
+        for run, value in sorted(held.get(target, {}).items()):
+            if run not in runs and _kind(value) != kind:
+                raise BadInput(
+                    f"label set {name!r}: target {target} holds {_kind(value)} labels (run {run!r}) and "
+                    f"this file gives {kind}: {ONE_KIND}, or import it under another --name"
+                )
 
 
 def append(con: duckdb.DuckDBPyConnection, name: str, records: list[dict[str, Any]], source: str) -> None:

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from schemas.display import for_message
 from schemas.errors import AmbError
 from scorer.grader.cli import grade
 
@@ -15,7 +16,7 @@ def main() -> None:
     try:
         grade.main(prog_name="python -m scorer.grader", standalone_mode=False)
     except AmbError as e:
-        click.echo(f"amb: error: {e}", err=True)
+        click.echo(f"amb: error: {for_message(str(e), 8192)}", err=True)  # (it may quote the agent's text)
         sys.exit(e.exit_code)
     except click.ClickException as e:
         e.show()

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 import msgspec
 
-from schemas.display import table
+from schemas.display import one_line, table
 from scorer.grader import grade as grade_submission
 from scorer.profile import load_options
 from tasks.registry import load_spec
@@ -44,4 +44,5 @@ def grade(task_id: str, submission: str, reference: str, profile: str | None, as
         f"gate {checks.get('gate', options.completeness)}, profile {profile_name})"
     )
     if result.degraded:
-        click.echo(f"degraded: {'; '.join(result.degraded)}")
+        # A note may quote an exception about the agent's text: nothing a terminal would obey.
+        click.echo(f"degraded: {one_line('; '.join(result.degraded))}")

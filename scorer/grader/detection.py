@@ -97,13 +97,16 @@ def parse_boxes(raw: bytes, width: float | None, height: float | None, *, with_s
 
 def _side(doc: dict[str, Any], key: str) -> float | None:
     """The reference's image ``width`` or ``height`` (None when it gives none: boxes are then
-    bounded by 0 only); a number that is no finite float (``10**400``, ``1e400``) is refused."""
+    bounded by 0 only); a number that is no finite float (``10**400``, ``1e400``), or zero or
+    negative (no image has no pixels: every box would be refused), is refused."""
     v = doc.get(key)
     if not isinstance(v, (int, float)) or isinstance(v, bool):
         return None
     side = _as_float(v)
     if not math.isfinite(side):
         raise BadPrediction(f"{key} must be a finite number (within ±1.8e308), got {reprlib.repr(v)}")
+    if side <= 0:
+        raise BadPrediction(f"{key} must be a positive number of pixels, got {reprlib.repr(v)}")
     return side
 
 

@@ -49,6 +49,16 @@ def _int(node: ET.Element | None, tag: str, where: str) -> float:
     return value
 
 
+def _pixels(size: ET.Element | None, tag: str, where: str) -> int:
+    """An image side of ``<size>``: a whole, positive number of pixels (``640``, ``640.0``); a
+    fraction is refused, not cut to an integer."""
+    value = _int(size, tag, where)
+    if not value.is_integer() or value <= 0:
+        text = size.findtext(tag) if size is not None else None
+        raise TaskError(f"{where}: <{tag}> is not a whole, positive number of pixels ({reprlib.repr(text)})")
+    return int(value)
+
+
 def read_annotation(path: Path, classes: dict[str, str]) -> tuple[int, int, list[dict]]:
     """(width, height, boxes) of one VOC XML file, boxes in the task's coordinates and class names."""
     try:
@@ -56,7 +66,7 @@ def read_annotation(path: Path, classes: dict[str, str]) -> tuple[int, int, list
     except (ET.ParseError, OSError) as e:
         raise TaskError(f"{path}: not readable VOC XML ({e})") from e
     size = root.find("size")
-    w, h = int(_int(size, "width", str(path))), int(_int(size, "height", str(path)))
+    w, h = _pixels(size, "width", str(path)), _pixels(size, "height", str(path))
     boxes = []
     for obj in root.iter("object"):
         name = (obj.findtext("name") or "").strip()

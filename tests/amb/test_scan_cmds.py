@@ -140,6 +140,12 @@ def test_a_store_never_scanned_says_so_in_one_line(tmp_path):
             3,
             "no run",
         ),
+        (
+            ("labels", "import", "{f}", "--name", "x"),
+            f"run_id,target,value\n{CLEAN},scanner:s,yes\n{FLAWED},scanner:s,perhaps\n",
+            2,
+            "target scanner:s mixes yes/no (record 1) and text (record 2) labels",
+        ),
         (("scan", "--all"), "", 2, "SCANNER"),
         (("scan", "missing.py", "--all"), "", 3, "no scanner file"),
         (("scan", "{f}", "--all"), "def broken(:\n", 2, "fails to import"),
@@ -152,3 +158,22 @@ def test_bad_input_is_one_line_and_an_exit_code(demo, tmp_path, args, content, c
     done = amb(*(a.replace("{f}", str(f)) for a in args), "--store", str(demo))
     assert done.returncode == code, done.stderr
     assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_label_set_whose_target_would_mix_kinds_refuses_the_import(demo, tmp_path):
+    """Labels of one target are compared as they are: text beside yes/no (or numbers) in one set
+    would compare a run's text with another's flag, so the import that would mix them is refused."""
+    first, second = tmp_path / "first.csv", tmp_path / "second.csv"
+    first.write_text(f"run_id,target,value\n{CLEAN},item:s9,1\n")
+    second.write_text(f"run_id,target,value\n{FLAWED},item:s9,looks fine\n")
+    assert amb("labels", "import", str(first), "--name", "kinds", "--store", str(demo)).returncode == 0
+    done = amb("labels", "import", str(second), "--name", "kinds", "--store", str(demo))
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert (
+        f"label set 'kinds': target item:s9 holds number labels (run '{CLEAN}') and this file gives text"
+        in (done.stderr)
+    )
+    # The same run relabelled with text replaces its number: the set then holds one kind.
+    second.write_text(f"run_id,target,value\n{CLEAN},item:s9,looks fine\n")
+    assert amb("labels", "import", str(second), "--name", "kinds", "--store", str(demo)).returncode == 0

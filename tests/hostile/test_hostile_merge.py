@@ -9,12 +9,20 @@ and the store still passes `amb verify`. Runs are made by the real spool writer
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 import msgspec
+import pytest
 
+from recorder.proxy.blobwriter import BlobWriter
+from recorder.spool import SpoolWriter, spool_path
 from recorder.synthetic import generate_run
+from replay.store import Store
+from schemas.blob import BlobRef
+from schemas.blobpack import pack_path
+from schemas.events import FileWritten, RunStarted
 from sweeps.shard import SHARD_FILE, Layout
 from sweeps.spec import Cell
 from tests.recorder.importers.store_state import amb, event_hashes, files
@@ -93,4 +101,77 @@ def test_a_shard_whose_blobs_are_missing_is_refused(tmp_path):
     assert line.startswith(f"amb: error: {shard}: refused: spool/{meta['run_id']}/"), line
     assert "an event refers to blob sha256:" in line
     assert files(home) == before_files
+    assert amb("verify", "--store", str(home)).exit_code == 0
+
+
+def _died_recorder_store(root: Path, run_id: str = "died-1") -> tuple[Path, dict[BlobRef, bytes]]:
+    """A store with one un-ingested run whose recorder died before closing: the blobs its events
+    refer to are only in the proxy's blob pack beside its spools."""
+    contents = [b"request %d " % i * 50 for i in range(3)]
+    w = BlobWriter(root / "blobs", pack_path(spool_path(root, run_id, "proxy")))
+    refs = [w.put(c) for c in contents]
+    with SpoolWriter(spool_path(root, run_id, "recorder"), run_id, "recorder") as recorder:
+        recorder.append(RunStarted())
+    with SpoolWriter(spool_path(root, run_id, "proxy"), run_id, "proxy") as spool:
+        for ref in refs:
+            spool.append(FileWritten(path="f", size=ref.size, sha256=ref.blob, content=ref))
+    w.sync()
+    os.close(w._fd)  # killed: no close(), so the pack stays beside the spools
+    return root, dict(zip(refs, contents, strict=True))
+
+
+def test_a_store_run_whose_blobs_are_in_a_recorders_pack_is_merged(tmp_path):
+    home = _store(tmp_path / "home", ("home-1", 1))
+    other, contents = _died_recorder_store(tmp_path / "other")
+    r = amb("ingest", "--store", str(home), "--from", str(other))
+    assert r.exit_code == 0, r.output
+    assert sorted(event_hashes(home)) == ["died-1", "home-1"]
+    with Store.open(home, read_only=True) as st:
+        assert {ref: st.blobs.get(ref) for ref in contents} == contents
+    assert amb("verify", "--store", str(home)).exit_code == 0
+
+
+def _as_link(pack: Path, tmp: Path) -> None:
+    outside = tmp / "outside.blobs"
+    pack.rename(outside)
+    pack.symlink_to(outside)
+
+
+def _as_folder(pack: Path, tmp: Path) -> None:
+    pack.unlink()
+    pack.mkdir()
+
+
+def _as_fifo(pack: Path, tmp: Path) -> None:
+    pack.unlink()
+    os.mkfifo(pack)
+
+
+def _truncated(pack: Path, tmp: Path) -> None:
+    pack.write_bytes(pack.read_bytes()[:-7])
+
+
+@pytest.mark.parametrize(
+    ("damage", "why"),
+    [
+        (_as_link, "proxy.blobs is a symbolic link"),
+        (_as_folder, "proxy.blobs is a folder, not a spool or a blob pack"),
+        (_as_fifo, "proxy.blobs is not a regular file or folder"),
+        (_truncated, "spool/died-1/proxy.blobs is truncated (a blob record cut short at byte "),
+    ],
+)
+def test_a_recorders_pack_that_is_not_a_whole_file_refuses_its_run(tmp_path, damage, why):
+    home = _store(tmp_path / "home", ("home-1", 1))
+    other, _contents = _died_recorder_store(tmp_path / "other")
+    _store(other, ("good-1", 2))
+    damage(other / "spool" / "died-1" / "proxy.blobs", tmp_path)
+    before = event_hashes(home)
+    r = amb("ingest", "--store", str(home), "--from", str(other))
+    assert r.exit_code == 1, r.output
+    (line,) = _refusals(r.stderr)
+    assert line.startswith(f"amb: error: {other / 'spool' / 'died-1'}: refused: "), line
+    assert why in line, line
+    assert sorted(event_hashes(home)) == ["good-1", "home-1"]
+    assert event_hashes(home)["home-1"] == before["home-1"]
+    assert not (home / "spool" / "died-1").exists()
     assert amb("verify", "--store", str(home)).exit_code == 0

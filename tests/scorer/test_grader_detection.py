@@ -262,12 +262,24 @@ def test_property_malformed_predictions_never_crash(tmp_path_factory, make_twin,
         ({"height": -(10**400)}, "height must be a finite number"),
         ({"boxes": [{"class": "RBC", "x1": 0, "y1": 0, "x2": 10**400, "y2": 5}]}, "boxes[0]: coordinates"),
         ({"boxes": [{"class": 2**70, "x1": 0, "y1": 0, "x2": 5, "y2": 5}]}, "boxes[0]: class must be"),
+        ({"width": 0}, "width must be a positive number of pixels, got 0"),
+        ({"height": -480}, "height must be a positive number of pixels, got -480"),
+        ({"width": -0.5, "boxes": []}, "width must be a positive number of pixels, got -0.5"),
     ],
-    ids=["huge-width", "huge-negative-height", "huge-coordinate", "integer-class"],
+    ids=[
+        "huge-width",
+        "huge-negative-height",
+        "huge-coordinate",
+        "integer-class",
+        "zero-width",
+        "negative-height",
+        "negative-width-no-boxes",
+    ],
 )
-def test_a_reference_with_a_huge_number_is_one_clear_error(tmp_path, change, reason):
-    """The references are the grader's input too: a number no float holds is one error line that
-    names the file and the field, with a non-zero exit, never an OverflowError's traceback."""
+def test_a_reference_with_an_unusable_number_is_one_clear_error(tmp_path, change, reason):
+    """The references are the grader's input too: a number no float holds, or an image size of zero
+    or less, is one error line that names the file and the field, with a non-zero exit, never an
+    OverflowError's traceback nor every box refused as out of the image."""
     import subprocess
     import sys
 

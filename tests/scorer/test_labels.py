@@ -144,3 +144,42 @@ def test_a_spreadsheets_csv_with_a_byte_order_mark_reads_as_any_csv(tmp_path):
     path.write_bytes(b"\xef\xbb\xbfrun_id,target,value\r\nr1,scanner:x,true\r\n")
     records, _ = labels.read(path)
     assert records == [{"run_id": "r1", "target": "scanner:x", "value": True, "annotator": None}]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "kinds"),
+    [
+        (
+            "l.csv",
+            "run_id,target,value\nr1,scanner:x,yes\nr2,scanner:x,maybe\n",
+            "yes/no (record 1) and text (record 2)",
+        ),
+        (
+            "l.csv",
+            "run_id,target,value\nr1,item:s1,1\nr2,item:s1,0\nr3,item:s1,fine\n",
+            "number (record 1) and text (record 3)",
+        ),
+        (
+            "l.jsonl",
+            '{"run_id": "r1", "target": "scanner:x", "value": 1}\n'
+            '{"run_id": "r2", "target": "scanner:x", "value": false}\n',
+            "number (record 1) and yes/no (record 2)",
+        ),
+    ],
+)
+def test_a_target_whose_labels_mix_kinds_is_refused_naming_it_and_both_kinds(tmp_path, name, text, kinds):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(BadInput) as e:
+        labels.read(path)
+    target = "item:s1" if "item:s1" in text else "scanner:x"
+    assert f"target {target} mixes {kinds} labels" in str(e.value)
+
+
+def test_targets_of_different_kinds_in_one_file_are_fine(tmp_path):
+    path = tmp_path / "l.csv"
+    path.write_text(
+        "run_id,target,value\nr1,scanner:x,yes\nr1,item:s1,2\nr1,scanner:y,why\nr2,scanner:y,no reason\n"
+    )
+    records, _ = labels.read(path)
+    assert [r["value"] for r in records] == [True, 2.0, "why", "no reason"]

@@ -136,3 +136,31 @@ def test_a_number_no_float_holds_is_one_clear_error(tmp_path, w, box, field):
     (src / "BCCD" / "Annotations" / "a.xml").write_text(VOC_XML.format(stem="a", w=w, h=48, objects=objects))
     with pytest.raises(TaskError, match=rf"a\.xml: {field} is not a finite number"):
         prepare(load_spec("bccd-det"), src, tmp_path / "out")
+
+
+@pytest.mark.parametrize(
+    ("w", "h", "field", "said"),
+    [("64.7", 48, "width", "'64.7'"), (64, "47.5", "height", "'47.5'"), (64, "0", "height", "'0'")],
+    ids=["fractional-width", "fractional-height", "zero-height"],
+)
+def test_an_image_size_that_is_no_whole_number_of_pixels_is_one_clear_error(tmp_path, w, h, field, said):
+    """A fractional <width> or <height> is refused naming the file and the element, never cut to the
+    integer below it (which an image of that size would then match)."""
+    src = make_bccd(tmp_path, {"a": [("RBC", 1, 1, 5, 5)]}, test=None)
+    objects = OBJ.format(name="RBC", x1=1, y1=1, x2=5, y2=5)
+    (src / "BCCD" / "Annotations" / "a.xml").write_text(VOC_XML.format(stem="a", w=w, h=h, objects=objects))
+    with pytest.raises(TaskError) as e:
+        prepare(load_spec("bccd-det"), src, tmp_path / "out")
+    xml = src / "BCCD" / "Annotations" / "a.xml"
+    assert str(e.value) == f"{xml}: <{field}> is not a whole, positive number of pixels ({said})"
+
+
+def test_a_size_written_with_a_zero_fraction_is_the_whole_number(tmp_path):
+    src = make_bccd(tmp_path, {"a": [("RBC", 1, 1, 5, 5)]}, test=None)
+    objects = OBJ.format(name="RBC", x1=1, y1=1, x2=5, y2=5)
+    (src / "BCCD" / "Annotations" / "a.xml").write_text(
+        VOC_XML.format(stem="a", w="64.0", h="48.0", objects=objects)
+    )
+    prepare(load_spec("bccd-det"), src, tmp_path / "out")
+    ref = json.loads((tmp_path / "out/private/a/boxes.json").read_text())
+    assert (ref["width"], ref["height"]) == (64, 48)
