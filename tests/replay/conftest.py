@@ -10,6 +10,7 @@ from replay.ingest import ingest
 from replay.store import Store
 from schemas.blobstore import BlobStore
 from tests.fakes.old_store import explode, plain_payloads
+from tests.sessions import one_worker_at_a_time, shared_tmp
 
 
 @pytest.fixture(scope="session")
@@ -45,10 +46,23 @@ def store(tmp_path, request, store_templates):
 
 @pytest.fixture(scope="session")
 def viewer_store(tmp_path_factory):
-    """Real recorded, synthetic, big and hostile runs, ingested and scored (tests/replay/viewer_store.py)."""
-    from tests.replay.viewer_store import build
+    """Real recorded, synthetic, big and hostile runs, ingested and scored (tests/replay/viewer_store.py).
 
-    return build(tmp_path_factory.mktemp("viewer"))
+    Built once per test session, in the folder its test processes share: the first process that
+    needs it builds it there, the others read what it saved. Every test reads the store as it is
+    (read-only, as the viewer does) or copies it before changing anything."""
+    from tests.replay.viewer_store import build, load, save
+
+    with one_worker_at_a_time(tmp_path_factory, "viewer-store"):
+        base = shared_tmp(tmp_path_factory) / "viewer-store"
+        saved = base / "viewer-store.json"
+        if saved.exists():
+            return load(saved)
+        shutil.rmtree(base, ignore_errors=True)  # what a build that failed in another process left
+        base.mkdir()
+        built = build(base)
+        save(built, saved)
+        return built
 
 
 @pytest.fixture(scope="session")

@@ -66,6 +66,20 @@ class ViewerStore(NamedTuple):
     workspace: Path
 
 
+PATH_FIELDS = ("root", "twin", "workspace")
+
+
+def save(store: ViewerStore, path: Path) -> None:
+    """``store`` as JSON at ``path``, for the other test processes of the session (``load``)."""
+    fields = {k: str(v) if k in PATH_FIELDS else v for k, v in store._asdict().items()}
+    path.write_text(json.dumps(fields), encoding="utf-8")
+
+
+def load(path: Path) -> ViewerStore:
+    fields = json.loads(path.read_text(encoding="utf-8"))
+    return ViewerStore(**{k: Path(v) if k in PATH_FIELDS else v for k, v in fields.items()})
+
+
 def png(width: int = 8, height: int = 8) -> bytes:
     """A small valid PNG (grey)."""
 
@@ -236,8 +250,8 @@ def build(base: Path) -> ViewerStore:
     twin = base / "twin" / TASK
     synth(load_spec(TASK), twin, cases=2, seed=11)
     ws = base / "ws"
-    # amb-record holds a run id machine-wide while it records: each test process that builds this
-    # store (pytest-xdist's workers) records its runs under ids of its own.
+    # amb-record holds a run id machine-wide while it records: the runs of a test process that builds
+    # this store (a pytest-xdist worker) have ids of its own, apart from another session's.
     worker = os.environ.get("PYTEST_XDIST_WORKER", "solo")
     clean, flawed = f"baseline-clean-{worker}", f"baseline-flawed-{worker}"
     runs = [("clean", clean, "baseline"), ("flawed", flawed, "baseline+crash-mid-batch")]
