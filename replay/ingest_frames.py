@@ -1,21 +1,23 @@
 """The part of ``amb ingest``'s per-frame checks made in Python: every frame's length prefix and
-checksum, and each spool's count of blob references, read in a thread beside the bulk statement.
+checksum, and each spool's count of blob references, read before the bulk statement, which reads
+the frames as this pass copies them.
 
-The thread reads every byte of the batch's spools anyway (the references are what a manifest
-counts), and hashlib's sha256 (OpenSSL's) takes a fraction of the time of DuckDB's per byte: moved
-here, the checksums cost the statement nothing, and run on the other core while it works.
+The pass reads every byte of the batch's spools anyway (the references are what a manifest
+counts), and hashlib's sha256 (OpenSSL's) takes a fraction of the time of DuckDB's per byte. Each
+frame checked is copied on, its line prefixed with its spool's index in the batch, to one of a few
+files the statement reads (``ingest.FRAMES_PART``) instead of the thousands of spools.
 
-The lines read here are the rows DuckDB stores: both split a spool at its LF bytes, after its
-header line; a line this reader checks but DuckDB's CSV reader split otherwise (at a CR, say) fails
-the length check the statement keeps on one side or the other, since a frame's length prefix covers
-its whole body. What DuckDB stores as an event's hash is the digest field checked here.
+The lines read here are the rows DuckDB stores: both split at LF bytes, after each spool's header
+line; a line this reader checks but DuckDB's CSV reader split otherwise (at a CR, say) fails the
+length check the statement keeps, since a frame's length prefix covers its whole body. What DuckDB
+stores as an event's hash is the digest field checked here.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 from replay.manifest import BLOB_MARK
 from schemas.errors import SpoolError
@@ -36,9 +38,13 @@ class Checked(NamedTuple):
     its own checks."""
 
 
-def check_spool(key: str, path: str, chunk_bytes: int = CHUNK) -> Checked:
-    """The frames of one spool (``key`` is its name in the store) checked, and its references counted."""
+def check_spool(
+    key: str, path: str, chunk_bytes: int = CHUNK, out: BinaryIO | None = None, index: int = 0
+) -> Checked:
+    """The frames of one spool (``key`` is its name in the store) checked, and its references
+    counted; with ``out``, each sound frame written there as ``INDEX TAB`` and the frame's line."""
     marks, number, rest = 0, 0, b""
+    prefix = b"%d\t" % index
     with open(path, "rb") as src:
         src.readline()  # the header (DuckDB's skip = 1)
         while chunk := src.read(chunk_bytes):
@@ -52,6 +58,8 @@ def check_spool(key: str, path: str, chunk_bytes: int = CHUNK) -> Checked:
             lines.pop()  # (after the last LF)
             if not _sound(lines):
                 return Checked(marks, _first_problem(key, lines, number))
+            if out is not None:
+                out.write(prefix + (b"\n" + prefix).join(lines) + b"\n")
             number += len(lines)
     # Bytes after the last LF are no frame DuckDB loads: a spool read in place ends with a LF
     # (``ingest._prepare``), or it changed meanwhile and the batch is loaded again from copies.
