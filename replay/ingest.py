@@ -70,13 +70,6 @@ directory; one that cannot is loaded again with twice the limit (``bounded.Datab
 Under 128 MB part of every batch of runs with request and response bodies spilled (a tenth more
 CPU); with much more, what the database keeps grows with the number of batches."""
 
-FRAMES_PART = 4 << 20
-"""Bytes of frames per file the bulk statement reads (``_check_frames``). DuckDB's CSV reader pays
-a fixed cost for each file it opens (about a quarter of a millisecond: more than it takes to read
-a run's typical spool), so a batch's frames are copied to a few files; but it holds more of one big
-file at once than of several small ones (a batch of 1,000 runs in one file ran short of
-``INGEST_MEMORY``)."""
-
 
 class FileReport(NamedTuple):
     path: str
@@ -255,47 +248,8 @@ def _first_failure(failures: list[tuple[str, AmbError]], report: IngestReport) -
     return first_error
 
 
-class _Frames(NamedTuple):
-    """What the Python pass over a batch's spools found, and the files it wrote for the statement."""
-
-    marks: dict[str, int]
-    """Each spool's count of blob references."""
-    problem: SpoolError | None
-    """The first frame whose length or checksum is wrong."""
-    parts: list[str]
-    """The frames checked, each line prefixed with its spool's index in the batch."""
-
-
-def _check_frames(readable: list[_Spool], tmp: Path) -> _Frames:
-    """Each spool's count of blob references, which is the manifest's count for a run loaded whole
-    by this ingest (``replay.manifest``), and the first frame whose length or checksum is wrong
-    (``replay.ingest_frames``); the frames checked are written to files in ``tmp`` of about
-    ``FRAMES_PART`` bytes each. Counted in the bytes the statement reads: reading the payloads back
-    out of the database and searching them again costs three times as much."""
-    frames = _Frames({}, None, [])
-    out = None
-    try:
-        for i, spool in enumerate(readable):
-            if out is None or out.tell() >= FRAMES_PART:
-                if out is not None:
-                    out.close()
-                frames.parts.append(str(tmp / f"frames-{len(frames.parts)}"))
-                out = open(frames.parts[-1], "wb")
-            try:
-                checked = ingest_frames.check_spool(spool.key, spool.readable, out=out, index=i)
-            except OSError:
-                continue  # removed meanwhile (``_changed`` says so) or unreadable
-            frames.marks[spool.key] = checked.marks
-            if checked.problem:
-                return frames._replace(problem=checked.problem)
-    finally:
-        if out is not None:
-            out.close()
-    return frames
-
-
 def _insert(con: duckdb.DuckDBPyConnection, sql: str, parts: list[str], readable: list[_Spool]) -> int:
-    """The bulk statement over the batch's frames files (``_check_frames``). Each row names its
+    """The bulk statement over the batch's frames files (``ingest_frames.check_batch``). Each row names its
     spool by its index in the batch;
     the spools' keys, runs and sources are list parameters indexed by it (a join on the file name
     carried every body and its parsed fields through a hash join: a quarter of the statement's
@@ -388,9 +342,9 @@ def _insert_checked(
     the bulk insert of that file; ``_Changed`` if a spool read in place changed meanwhile, else the
     precise error of a failed check. A frame's length and checksum are checked first: a frame that
     is not what its writer wrote says nothing else about it."""
-    frames = _Frames({}, None, [])
+    frames = ingest_frames.Frames({}, None, [])
     try:
-        frames = _check_frames(readable, tmp)
+        frames = ingest_frames.check_batch([(f.key, f.readable) for f in readable], tmp)
         if frames.problem:
             changed = _changed(readable)
             raise _Changed(", ".join(changed)) if changed else frames.problem

@@ -5,7 +5,7 @@ the frames as this pass copies them.
 The pass reads every byte of the batch's spools anyway (the references are what a manifest
 counts), and hashlib's sha256 (OpenSSL's) takes a fraction of the time of DuckDB's per byte. Each
 frame checked is copied on, its line prefixed with its spool's index in the batch, to one of a few
-files the statement reads (``ingest.FRAMES_PART``) instead of the thousands of spools.
+files the statement reads (``FRAMES_PART``) instead of the thousands of spools.
 
 The lines read here are the rows DuckDB stores: both split at LF bytes, after each spool's header
 line; a line this reader checks but DuckDB's CSV reader split otherwise (at a CR, say) fails the
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
 from replay.manifest import BLOB_MARK
@@ -27,6 +28,13 @@ CHUNK = 16 << 20
 """Bytes of a spool read at a time (a longer line is read whole)."""
 
 _MARK = BLOB_MARK.encode()
+
+FRAMES_PART = 4 << 20
+"""Bytes of frames per file the bulk statement reads (``check_batch``). DuckDB's CSV reader pays
+a fixed cost for each file it opens (about a quarter of a millisecond: more than it takes to read
+a run's typical spool), so a batch's frames are copied to a few files; but it holds more of one big
+file at once than of several small ones (a batch of 1,000 runs in one file ran short of
+``ingest.INGEST_MEMORY``)."""
 
 
 class Checked(NamedTuple):
@@ -64,6 +72,45 @@ def check_spool(
     # Bytes after the last LF are no frame DuckDB loads: a spool read in place ends with a LF
     # (``ingest._prepare``), or it changed meanwhile and the batch is loaded again from copies.
     return Checked(marks, None)
+
+
+class Frames(NamedTuple):
+    """What the pass over a batch's spools found, and the files it wrote for the statement."""
+
+    marks: dict[str, int]
+    """Each spool's count of blob references."""
+    problem: SpoolError | None
+    """The first frame whose length or checksum is wrong."""
+    parts: list[str]
+    """The frames checked, each line prefixed with its spool's index in the batch."""
+
+
+def check_batch(spools: list[tuple[str, str]], tmp: Path) -> Frames:
+    """Each spool's (key, path to read) count of blob references, which is the manifest's count for
+    a run loaded whole by this ingest (``replay.manifest``), and the first frame whose length or
+    checksum is wrong; the frames checked are written to files in ``tmp`` of about ``FRAMES_PART``
+    bytes each. Counted in the bytes the statement reads: reading the payloads back out of the
+    database and searching them again costs three times as much."""
+    frames = Frames({}, None, [])
+    out = None
+    try:
+        for i, (key, path) in enumerate(spools):
+            if out is None or out.tell() >= FRAMES_PART:
+                if out is not None:
+                    out.close()
+                frames.parts.append(str(tmp / f"frames-{len(frames.parts)}"))
+                out = open(frames.parts[-1], "wb")
+            try:
+                checked = check_spool(key, path, out=out, index=i)
+            except OSError:
+                continue  # removed meanwhile (``ingest._changed`` says so) or unreadable
+            frames.marks[key] = checked.marks
+            if checked.problem:
+                return frames._replace(problem=checked.problem)
+    finally:
+        if out is not None:
+            out.close()
+    return frames
 
 
 def _sound(lines: list[bytes]) -> bool:

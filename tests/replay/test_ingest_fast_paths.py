@@ -309,6 +309,7 @@ def test_a_batch_is_read_from_a_few_frames_files(tmp_path, monkeypatch):
     files. Each line is the spool's frame prefixed with the spool's index in the batch, and what is
     stored is what the spools hold, whatever the part size."""
     from replay import ingest as ingest_mod
+    from replay import ingest_frames
 
     read: list[list[str]] = []
     insert = ingest_mod._insert
@@ -324,7 +325,7 @@ def test_a_batch_is_read_from_a_few_frames_files(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ingest_mod, "_insert", recording)
     for part_bytes in (1 << 20, 1):
-        monkeypatch.setattr(ingest_mod, "FRAMES_PART", part_bytes)
+        monkeypatch.setattr(ingest_frames, "FRAMES_PART", part_bytes)
         root = tmp_path / f"store-{part_bytes}"
         for i in range(4):
             generate_run(root, f"run-{i}", seed=i, calls=3)
