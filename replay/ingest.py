@@ -4,7 +4,7 @@ The spool format (``schemas.frames``) is one ``LENGTH TAB SHA256 TAB BODY`` line
 DuckDB's CSV reader can stream every changed spool in one pass and the checks run in bulk, never
 one event at a time through the database's Python API:
 
-- per event, in Python, as the frames are copied to the one file the statement reads
+- per event, in Python, as the frames are copied to the few files the statement reads
   (``replay.ingest_frames``): the length prefix and the sha256 checksum of the body;
 - per event, inside the streaming ``INSERT ... SELECT`` (``replay.ingest_sql``; a failed check
   raises through DuckDB's ``error()``): the length prefix again (it ties the rows DuckDB reads to
@@ -31,7 +31,7 @@ store first: a recorder that died before closing leaves its run's blobs there.
 Torn tails (a writer killed mid-frame) are found in Python by looking at the end of each file;
 such a file is loaded from a temporary copy of its complete frames, and the tail is reported.
 Unchanged files (same size as when last loaded) are skipped without being read. Every other spool
-is read where it lies, into the batch file; if one changed while the batch was loaded (its
+is read where it lies, into the batch's frames files; if one changed while the batch was loaded (its
 producer still appends, and may have had half a line written when it was read), the batch is
 loaded again from copies of its complete frames (``_load``).
 """
@@ -249,11 +249,10 @@ def _first_failure(failures: list[tuple[str, AmbError]], report: IngestReport) -
 
 
 def _insert(con: duckdb.DuckDBPyConnection, sql: str, parts: list[str], readable: list[_Spool]) -> int:
-    """The bulk statement over the batch's frames files (``ingest_frames.check_batch``). Each row names its
-    spool by its index in the batch;
-    the spools' keys, runs and sources are list parameters indexed by it (a join on the file name
-    carried every body and its parsed fields through a hash join: a quarter of the statement's
-    time)."""
+    """The bulk statement over the batch's frames files (``ingest_frames.check_batch``). Each row
+    names its spool by its index in the batch; the spools' keys, runs and sources are list
+    parameters indexed by it (a join on the file name carried every body and its parsed fields
+    through a hash join: a quarter of the statement's time)."""
     params = {
         "batch": parts,
         "keys": [f.key for f in readable],
@@ -282,7 +281,7 @@ def _changed(readable: list[_Spool]) -> list[str]:
 
 
 def _load(store: Store, files: list[_Spool], blob_marks: dict[str, int], tmp: Path) -> int:
-    """Load these spools in one transaction (the batch file of their frames written in ``tmp``). A
+    """Load these spools in one transaction (the files of their frames written in ``tmp``). A
     finished spool is read where it lies. If one changed meanwhile (a producer still appending: its
     last line may be half written when read), the batch is loaded again with every spool it read
     in place copied first, as ``_prepare`` copies a torn one: then nothing it reads can change
@@ -338,10 +337,10 @@ def _files_table(readable: list[_Spool]) -> pa.Table:
 def _insert_checked(
     con: duckdb.DuckDBPyConnection, readable: list[_Spool], blob_marks: dict[str, int], tmp: Path
 ) -> int:
-    """The frames checked and copied to one batch file, each spool's blob references counted, then
-    the bulk insert of that file; ``_Changed`` if a spool read in place changed meanwhile, else the
-    precise error of a failed check. A frame's length and checksum are checked first: a frame that
-    is not what its writer wrote says nothing else about it."""
+    """The frames checked and copied to the batch's frames files, each spool's blob references
+    counted, then the bulk insert of those files; ``_Changed`` if a spool read in place changed
+    meanwhile, else the precise error of a failed check. A frame's length and checksum are checked
+    first: a frame that is not what its writer wrote says nothing else about it."""
     frames = ingest_frames.Frames({}, None, [])
     try:
         frames = ingest_frames.check_batch([(f.key, f.readable) for f in readable], tmp)
