@@ -41,6 +41,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -248,6 +249,36 @@ def _first_failure(failures: list[tuple[str, AmbError]], report: IngestReport) -
     return first_error
 
 
+class FramesAhead:
+    """Where each batch's frames files are written (``ingest_frames.check_batch``, in ``tmp``); with
+    a ``pool``, a batch's can be started ahead, while the database loads the one before it: the
+    Python pass and the database's statement each keep a core busy."""
+
+    def __init__(self, tmp: Path, pool: ThreadPoolExecutor | None):
+        self.tmp, self.pool = tmp, pool
+        self.written = 0
+        self.ahead: dict[tuple[tuple[str, str], ...], Future[ingest_frames.Frames]] = {}
+
+    def start(self, readable: list[_Spool]) -> None:
+        """These spools' frames, written by the pool's thread from now."""
+        if self.pool is not None and readable:
+            spools = tuple((f.key, f.readable) for f in readable)
+            self.ahead[spools] = self.pool.submit(ingest_frames.check_batch, list(spools), self._dir())
+
+    def frames(self, readable: list[_Spool]) -> ingest_frames.Frames:
+        """These spools' frames: those started ahead for exactly them (once), else written now."""
+        spools = tuple((f.key, f.readable) for f in readable)
+        started = self.ahead.pop(spools, None)
+        return started.result() if started else ingest_frames.check_batch(list(spools), self._dir())
+
+    def _dir(self) -> Path:
+        """A new folder for one batch's files (``_prepare`` names copies by the entries of ``tmp``)."""
+        self.written += 1
+        folder = self.tmp / "frames" / str(self.written)
+        folder.mkdir(parents=True)
+        return folder
+
+
 def _insert(con: duckdb.DuckDBPyConnection, sql: str, parts: list[str], readable: list[_Spool]) -> int:
     """The bulk statement over the batch's frames files (``ingest_frames.check_batch``). Each row
     names its spool by its index in the batch; the spools' keys, runs and sources are list
@@ -280,14 +311,14 @@ def _changed(readable: list[_Spool]) -> list[str]:
     return out
 
 
-def _load(store: Store, files: list[_Spool], blob_marks: dict[str, int], tmp: Path) -> int:
-    """Load these spools in one transaction (the files of their frames written in ``tmp``). A
+def _load(store: Store, files: list[_Spool], blob_marks: dict[str, int], frames: FramesAhead) -> int:
+    """Load these spools in one transaction (the files of their frames written by ``frames``). A
     finished spool is read where it lies. If one changed meanwhile (a producer still appending: its
     last line may be half written when read), the batch is loaded again with every spool it read
     in place copied first, as ``_prepare`` copies a torn one: then nothing it reads can change
     under it."""
     try:
-        return _load_once(store, files, blob_marks, tmp)
+        return _load_once(store, files, blob_marks, frames)
     except _Changed:
         with tempdir("amb-ingest-copies-") as aside:
             copies = []
@@ -298,10 +329,10 @@ def _load(store: Store, files: list[_Spool], blob_marks: dict[str, int], tmp: Pa
                     raise SpoolError(f"{f.key}: removed while it was being ingested") from e
                 if copy is not None:
                     copies.append(copy)
-            return _load_once(store, copies, blob_marks, aside)
+            return _load_once(store, copies, blob_marks, FramesAhead(aside, None))
 
 
-def _load_once(store: Store, files: list[_Spool], blob_marks: dict[str, int], tmp: Path) -> int:
+def _load_once(store: Store, files: list[_Spool], blob_marks: dict[str, int], frames: FramesAhead) -> int:
     """One transaction: the bulk insert of the readable spools, the checks of what it stored, and
     the record of every spool in ``spool_files``. Returns how many events were added."""
     con = store.con
@@ -314,7 +345,7 @@ def _load_once(store: Store, files: list[_Spool], blob_marks: dict[str, int], tm
             con.execute("CREATE OR REPLACE TEMP TABLE _amb_files AS SELECT * FROM _amb_files_arrow")
             added = 0
             if readable:
-                added = _insert_checked(con, readable, blob_marks, tmp)
+                added = _insert_checked(con, readable, blob_marks, frames)
                 _check_sequences(con)
             _record_files(con, files)
         return added
@@ -335,7 +366,7 @@ def _files_table(readable: list[_Spool]) -> pa.Table:
 
 
 def _insert_checked(
-    con: duckdb.DuckDBPyConnection, readable: list[_Spool], blob_marks: dict[str, int], tmp: Path
+    con: duckdb.DuckDBPyConnection, readable: list[_Spool], blob_marks: dict[str, int], ahead: FramesAhead
 ) -> int:
     """The frames checked and copied to the batch's frames files, each spool's blob references
     counted, then the bulk insert of those files; ``_Changed`` if a spool read in place changed
@@ -343,7 +374,7 @@ def _insert_checked(
     first: a frame that is not what its writer wrote says nothing else about it."""
     frames = ingest_frames.Frames({}, None, [])
     try:
-        frames = ingest_frames.check_batch([(f.key, f.readable) for f in readable], tmp)
+        frames = ahead.frames(readable)
         if frames.problem:
             changed = _changed(readable)
             raise _Changed(", ".join(changed)) if changed else frames.problem
@@ -468,15 +499,29 @@ class _Batches:
         self.failures: list[tuple[str, AmbError]] = []
         self.blob_marks: dict[str, int] = {}
         self.new_runs: set[str] = set()
-        self.tmp = Path()
-        """Where ``load_changed`` copies spools, and writes each batch's frames for the statement."""
+        self.frames = FramesAhead(Path(), None)
+        """Where each batch's frames are written for the statement (``load_changed``)."""
 
     def load_changed(self, paths: list[Path], tmp: Path, progress: Callable[[int, int], None] | None) -> None:
         """Every spool of ``paths`` that changed since it was loaded, prepared (in ``tmp`` where it
-        must be copied) and loaded batch by batch."""
-        st, self.tmp = self.st, tmp
+        must be copied) and loaded batch by batch, the next batch's frames written by a thread
+        while the database loads one (``FramesAhead``)."""
+        st = self.st
         self.new_runs = _runs_not_stored(st, {p.parent.name for p in paths})
-        batch: list[_Spool] = []
+        batches = self._prepared(paths, tmp, progress)
+        with ThreadPoolExecutor(1) as pool:
+            self.frames = FramesAhead(tmp, pool)
+            for i, batch in enumerate(batches):
+                if i + 1 < len(batches):
+                    self.frames.start([s for s in batches[i + 1] if s.readable])
+                self.loaded += self._load(batch)
+
+    def _prepared(
+        self, paths: list[Path], tmp: Path, progress: Callable[[int, int], None] | None
+    ) -> list[list[_Spool]]:
+        """The spools of ``paths`` that changed since they were loaded, prepared, in batches."""
+        st = self.st
+        batches: list[list[_Spool]] = [[]]
         for i, path in enumerate(paths):
             if progress and i % 100 == 0:
                 progress(i, len(paths))
@@ -494,12 +539,10 @@ class _Batches:
                 continue
             if spool is None:
                 continue
-            batch.append(spool)
-            if len(batch) >= BATCH_FILES:
-                self.loaded += self._load(batch)
-                batch = []
-        if batch:
-            self.loaded += self._load(batch)
+            if len(batches[-1]) >= BATCH_FILES:
+                batches.append([])
+            batches[-1].append(spool)
+        return [b for b in batches if b]
 
     def _load(self, batch: list[_Spool]) -> list[_Spool]:
         """The batch's blob packs, then its spools in one transaction; if that fails, each spool on
@@ -530,7 +573,7 @@ class _Batches:
 
     def _load_spools(self, files: list[_Spool]) -> int:
         """``_load``, again with twice the memory limit each time the database runs short."""
-        return self.memory.retrying(lambda: _load(self.st, files, self.blob_marks, self.tmp))
+        return self.memory.retrying(lambda: _load(self.st, files, self.blob_marks, self.frames))
 
     def report(self, seen: int) -> IngestReport:
         """What was loaded, with the manifests of its runs written first (``replay.manifest``)."""

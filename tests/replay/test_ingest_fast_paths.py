@@ -340,3 +340,33 @@ def test_a_batch_is_read_from_a_few_frames_files(tmp_path, monkeypatch):
             assert verify(st.con, st.blobs) == []
     assert len(read[0]) == 1  # every spool of the batch in one file
     assert len(read[1]) == len(spools)  # a part per spool once each is past the size
+
+
+def test_the_next_batch_s_frames_are_written_while_one_is_loaded(tmp_path, monkeypatch):
+    """While the database loads a batch, a thread writes the next batch's frames files
+    (``FramesAhead``): only the first batch's are written by the thread that loads, and what is
+    stored is every spool's frames, checked."""
+    import threading
+
+    from replay import ingest as ingest_mod
+    from replay import ingest_frames
+
+    on_main: list[bool] = []
+    check = ingest_frames.check_batch
+
+    def recording(spools, tmp):
+        on_main.append(threading.current_thread() is threading.main_thread())
+        return check(spools, tmp)
+
+    monkeypatch.setattr(ingest_frames, "check_batch", recording)
+    monkeypatch.setattr(ingest_mod, "BATCH_FILES", 2)
+    for i in range(3):
+        generate_run(tmp_path, f"run-{i}", seed=i, calls=2)
+    spools = spool_files(tmp_path)
+    batches = -(-len(spools) // 2)
+    report = ingest(tmp_path, spool_mode="keep")
+    assert report.files_loaded == len(spools) and batches > 2
+    assert sorted(on_main) == [False] * (batches - 1) + [True]
+    with Store.open(tmp_path, read_only=True) as st:
+        assert st.con.execute("SELECT count(*) FROM events").fetchall()[0][0] == report.events_added
+        assert verify(st.con, st.blobs) == []
