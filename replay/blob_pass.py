@@ -6,10 +6,11 @@ once, beside the database's scan of the events, and is handed the references whe
 
 It holds the GIL for most of its time, and so does the events' hash check: for a big store it runs
 in a child process on the other core (the database's checks, which must see the caller's open
-transaction, stay here). The child is ``python -m replay.blob_pass ROOT``, not ``multiprocessing``:
-a fork would copy DuckDB's running threads, and a spawned child runs the caller's main script
-again. It reports progress on stdout as JSON lines, reads the addresses from stdin, and writes the
-problems as a last JSON line. A child that gives no result is replaced by the pass run here.
+transaction, stay here). The child is ``python -P -m replay.blob_pass ROOT`` (``-P``: amb's own
+module, not one of the same name in the working directory), not ``multiprocessing``: a fork would
+copy DuckDB's running threads, and a spawned child runs the caller's main script again. It reports
+progress on stdout as JSON lines, reads the addresses from stdin, and writes the problems as a last
+JSON line. A child that gives no result is replaced by the pass run here.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def _start_child(blobs: BlobStore) -> subprocess.Popen[bytes] | None:
     }
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "replay.blob_pass", str(blobs.root)],
+            [sys.executable, "-P", "-m", "replay.blob_pass", str(blobs.root)],  # (-P: not the cwd's modules)
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,  # a child that fails is replaced by the pass run here

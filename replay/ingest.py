@@ -4,7 +4,7 @@ The spool format (``schemas.frames``) is one ``LENGTH TAB SHA256 TAB BODY`` line
 DuckDB's CSV reader can stream every changed spool in one pass and the checks run in bulk, never
 one event at a time through the database's Python API:
 
-- per event, in a thread that reads the same bytes beside the statement
+- per event, in Python, as the frames are copied to the few files the statement reads
   (``replay.ingest_frames``): the length prefix and the sha256 checksum of the body;
 - per event, inside the streaming ``INSERT ... SELECT`` (``replay.ingest_sql``; a failed check
   raises through DuckDB's ``error()``): the length prefix again (it ties the rows DuckDB reads to
@@ -31,9 +31,9 @@ store first: a recorder that died before closing leaves its run's blobs there.
 Torn tails (a writer killed mid-frame) are found in Python by looking at the end of each file;
 such a file is loaded from a temporary copy of its complete frames, and the tail is reported.
 Unchanged files (same size as when last loaded) are skipped without being read. Every other spool
-is read by DuckDB where it lies; if one changed while the batch was loaded (its producer still
-appends, and may have had half a line written when DuckDB read it), the batch is loaded again
-from copies of its complete frames (``_load``).
+is read where it lies, into the batch's frames files; if one changed while the batch was loaded (its
+producer still appends, and may have had half a line written when it was read), the batch is
+loaded again from copies of its complete frames (``_load``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -249,31 +249,43 @@ def _first_failure(failures: list[tuple[str, AmbError]], report: IngestReport) -
     return first_error
 
 
-def _check_frames(readable: list[_Spool]) -> tuple[dict[str, int], SpoolError | None]:
-    """Each spool's count of blob references, which is the manifest's count for a run loaded whole
-    by this ingest (``replay.manifest``), and the first frame whose length or checksum is wrong
-    (``replay.ingest_frames``). Counted in the bytes DuckDB reads, in a thread beside the bulk
-    statement: reading the payloads back out of the database and searching them again costs three
-    times as much."""
-    marks: dict[str, int] = {}
-    problem = None
-    for spool in readable:
-        try:
-            checked = ingest_frames.check_spool(spool.key, spool.readable)
-        except OSError:
-            continue  # removed meanwhile (``_changed`` says so) or unreadable (so is it to DuckDB)
-        marks[spool.key] = checked.marks
-        problem = problem or checked.problem
-    return marks, problem
+class FramesAhead:
+    """Where each batch's frames files are written (``ingest_frames.check_batch``, in ``tmp``); with
+    a ``pool``, a batch's can be started ahead, while the database loads the one before it: the
+    Python pass and the database's statement each keep a core busy."""
+
+    def __init__(self, tmp: Path, pool: ThreadPoolExecutor | None):
+        self.tmp, self.pool = tmp, pool
+        self.written = 0
+        self.ahead: dict[tuple[tuple[str, str], ...], Future[ingest_frames.Frames]] = {}
+
+    def start(self, readable: list[_Spool]) -> None:
+        """These spools' frames, written by the pool's thread from now."""
+        if self.pool is not None and readable:
+            spools = tuple((f.key, f.readable) for f in readable)
+            self.ahead[spools] = self.pool.submit(ingest_frames.check_batch, list(spools), self._dir())
+
+    def frames(self, readable: list[_Spool]) -> ingest_frames.Frames:
+        """These spools' frames: those started ahead for exactly them (once), else written now."""
+        spools = tuple((f.key, f.readable) for f in readable)
+        started = self.ahead.pop(spools, None)
+        return started.result() if started else ingest_frames.check_batch(list(spools), self._dir())
+
+    def _dir(self) -> Path:
+        """A new folder for one batch's files (``_prepare`` names copies by the entries of ``tmp``)."""
+        self.written += 1
+        folder = self.tmp / "frames" / str(self.written)
+        folder.mkdir(parents=True)
+        return folder
 
 
-def _insert(con: duckdb.DuckDBPyConnection, sql: str, readable: list[_Spool]) -> int:
-    """The bulk statement over the spools. Each row names its spool by ``file_index`` (DuckDB's
-    position of the file in the list read); the spools' keys, runs and sources are list parameters
-    indexed by it (a join on the file name carried every body and its parsed fields through a hash
-    join: a quarter of the statement's time)."""
+def _insert(con: duckdb.DuckDBPyConnection, sql: str, parts: list[str], readable: list[_Spool]) -> int:
+    """The bulk statement over the batch's frames files (``ingest_frames.check_batch``). Each row
+    names its spool by its index in the batch; the spools' keys, runs and sources are list
+    parameters indexed by it (a join on the file name carried every body and its parsed fields
+    through a hash join: a quarter of the statement's time)."""
     params = {
-        "files": [f.readable for f in readable],
+        "batch": parts,
         "keys": [f.key for f in readable],
         "runs": [f.run_id for f in readable],
         "sources": [f.source for f in readable],
@@ -299,28 +311,28 @@ def _changed(readable: list[_Spool]) -> list[str]:
     return out
 
 
-def _load(store: Store, files: list[_Spool], blob_marks: dict[str, int]) -> int:
-    """Load these spools in one transaction. DuckDB reads a finished spool where it lies (copying
-    every spool first cost a tenth of the ingest). If one changed meanwhile (a producer still
-    appending: its last line may be half written when read), the batch is loaded again with every
-    spool it read in place copied first, as ``_prepare`` copies a torn one: then nothing it reads
-    can change under it."""
+def _load(store: Store, files: list[_Spool], blob_marks: dict[str, int], frames: FramesAhead) -> int:
+    """Load these spools in one transaction (the files of their frames written by ``frames``). A
+    finished spool is read where it lies. If one changed meanwhile (a producer still appending: its
+    last line may be half written when read), the batch is loaded again with every spool it read
+    in place copied first, as ``_prepare`` copies a torn one: then nothing it reads can change
+    under it."""
     try:
-        return _load_once(store, files, blob_marks)
+        return _load_once(store, files, blob_marks, frames)
     except _Changed:
-        with tempdir("amb-ingest-copies-") as tmp:
+        with tempdir("amb-ingest-copies-") as aside:
             copies = []
             for f in files:
                 try:
-                    copy = _prepare(Path(f.readable), f.key, tmp, copy=True) if f.in_place else f
+                    copy = _prepare(Path(f.readable), f.key, aside, copy=True) if f.in_place else f
                 except FileNotFoundError as e:
                     raise SpoolError(f"{f.key}: removed while it was being ingested") from e
                 if copy is not None:
                     copies.append(copy)
-            return _load_once(store, copies, blob_marks)
+            return _load_once(store, copies, blob_marks, FramesAhead(aside, None))
 
 
-def _load_once(store: Store, files: list[_Spool], blob_marks: dict[str, int]) -> int:
+def _load_once(store: Store, files: list[_Spool], blob_marks: dict[str, int], frames: FramesAhead) -> int:
     """One transaction: the bulk insert of the readable spools, the checks of what it stored, and
     the record of every spool in ``spool_files``. Returns how many events were added."""
     con = store.con
@@ -333,7 +345,7 @@ def _load_once(store: Store, files: list[_Spool], blob_marks: dict[str, int]) ->
             con.execute("CREATE OR REPLACE TEMP TABLE _amb_files AS SELECT * FROM _amb_files_arrow")
             added = 0
             if readable:
-                added = _insert_checked(con, readable, blob_marks)
+                added = _insert_checked(con, readable, blob_marks, frames)
                 _check_sequences(con)
             _record_files(con, files)
         return added
@@ -354,35 +366,37 @@ def _files_table(readable: list[_Spool]) -> pa.Table:
 
 
 def _insert_checked(
-    con: duckdb.DuckDBPyConnection, readable: list[_Spool], blob_marks: dict[str, int]
+    con: duckdb.DuckDBPyConnection, readable: list[_Spool], blob_marks: dict[str, int], ahead: FramesAhead
 ) -> int:
-    """The bulk insert, with each spool's blob references counted beside it; ``_Changed`` if a
-    spool read in place changed meanwhile, else the precise error of a failed check."""
+    """The frames checked and copied to the batch's frames files, each spool's blob references
+    counted, then the bulk insert of those files; ``_Changed`` if a spool read in place changed
+    meanwhile, else the precise error of a failed check. A frame's length and checksum are checked
+    first: a frame that is not what its writer wrote says nothing else about it."""
+    frames = ingest_frames.Frames({}, None, [])
     try:
+        frames = ahead.frames(readable)
+        if frames.problem:
+            changed = _changed(readable)
+            raise _Changed(", ".join(changed)) if changed else frames.problem
         seen = first(
             con.execute("SELECT 1 FROM events WHERE run_id IN (SELECT run_id FROM _amb_files) LIMIT 1")
         )
-        with ThreadPoolExecutor(1) as checking:
-            frames = checking.submit(_check_frames, readable)
-            try:
-                added = _insert(con, ingest_sql.insert_sql(bool(seen)), readable)
-            finally:
-                marks, bad_frame = frames.result()
-    except duckdb.OutOfMemoryException:
-        raise  # not the spools' fault: the batch is loaded again with more memory (``_Batches``)
-    except duckdb.Error as e:
-        changed = _changed(readable)
-        if changed:
-            raise _Changed(", ".join(changed)) from e
-        # A frame's length and checksum are checked first, as they were when the statement made
-        # every check: a frame that is not what its writer wrote says nothing else about it.
-        raise (bad_frame or _explain(readable, e)) from e
+        try:
+            added = _insert(con, ingest_sql.insert_sql(bool(seen)), frames.parts, readable)
+        except duckdb.OutOfMemoryException:
+            raise  # not the spools' fault: the batch is loaded again with more memory (``_Batches``)
+        except duckdb.Error as e:
+            changed = _changed(readable)
+            if changed:
+                raise _Changed(", ".join(changed)) from e
+            raise _explain(readable, e) from e
+    finally:
+        for part in frames.parts:
+            Path(part).unlink(missing_ok=True)
     changed = _changed(readable)
     if changed:  # what was loaded (and counted) of them may not be what _prepare saw
         raise _Changed(", ".join(changed))
-    if bad_frame:
-        raise bad_frame
-    blob_marks.update(marks)
+    blob_marks.update(frames.marks)
     return added
 
 
@@ -485,13 +499,29 @@ class _Batches:
         self.failures: list[tuple[str, AmbError]] = []
         self.blob_marks: dict[str, int] = {}
         self.new_runs: set[str] = set()
+        self.frames = FramesAhead(Path(), None)
+        """Where each batch's frames are written for the statement (``load_changed``)."""
 
     def load_changed(self, paths: list[Path], tmp: Path, progress: Callable[[int, int], None] | None) -> None:
         """Every spool of ``paths`` that changed since it was loaded, prepared (in ``tmp`` where it
-        must be copied) and loaded batch by batch."""
+        must be copied) and loaded batch by batch, the next batch's frames written by a thread
+        while the database loads one (``FramesAhead``)."""
         st = self.st
         self.new_runs = _runs_not_stored(st, {p.parent.name for p in paths})
-        batch: list[_Spool] = []
+        batches = self._prepared(paths, tmp, progress)
+        with ThreadPoolExecutor(1) as pool:
+            self.frames = FramesAhead(tmp, pool)
+            for i, batch in enumerate(batches):
+                if i + 1 < len(batches):
+                    self.frames.start([s for s in batches[i + 1] if s.readable])
+                self.loaded += self._load(batch)
+
+    def _prepared(
+        self, paths: list[Path], tmp: Path, progress: Callable[[int, int], None] | None
+    ) -> list[list[_Spool]]:
+        """The spools of ``paths`` that changed since they were loaded, prepared, in batches."""
+        st = self.st
+        batches: list[list[_Spool]] = [[]]
         for i, path in enumerate(paths):
             if progress and i % 100 == 0:
                 progress(i, len(paths))
@@ -509,12 +539,10 @@ class _Batches:
                 continue
             if spool is None:
                 continue
-            batch.append(spool)
-            if len(batch) >= BATCH_FILES:
-                self.loaded += self._load(batch)
-                batch = []
-        if batch:
-            self.loaded += self._load(batch)
+            if len(batches[-1]) >= BATCH_FILES:
+                batches.append([])
+            batches[-1].append(spool)
+        return [b for b in batches if b]
 
     def _load(self, batch: list[_Spool]) -> list[_Spool]:
         """The batch's blob packs, then its spools in one transaction; if that fails, each spool on
@@ -545,7 +573,7 @@ class _Batches:
 
     def _load_spools(self, files: list[_Spool]) -> int:
         """``_load``, again with twice the memory limit each time the database runs short."""
-        return self.memory.retrying(lambda: _load(self.st, files, self.blob_marks))
+        return self.memory.retrying(lambda: _load(self.st, files, self.blob_marks, self.frames))
 
     def report(self, seen: int) -> IngestReport:
         """What was loaded, with the manifests of its runs written first (``replay.manifest``)."""

@@ -1,21 +1,24 @@
 """The part of ``amb ingest``'s per-frame checks made in Python: every frame's length prefix and
-checksum, and each spool's count of blob references, read in a thread beside the bulk statement.
+checksum, and each spool's count of blob references, read before the bulk statement, which reads
+the frames as this pass copies them.
 
-The thread reads every byte of the batch's spools anyway (the references are what a manifest
-counts), and hashlib's sha256 (OpenSSL's) takes a fraction of the time of DuckDB's per byte: moved
-here, the checksums cost the statement nothing, and run on the other core while it works.
+The pass reads every byte of the batch's spools anyway (the references are what a manifest
+counts), and hashlib's sha256 (OpenSSL's) takes a fraction of the time of DuckDB's per byte. Each
+frame checked is copied on, its line prefixed with its spool's index in the batch, to one of a few
+files the statement reads (``FRAMES_PART``) instead of the thousands of spools.
 
-The lines read here are the rows DuckDB stores: both split a spool at its LF bytes, after its
-header line; a line this reader checks but DuckDB's CSV reader split otherwise (at a CR, say) fails
-the length check the statement keeps on one side or the other, since a frame's length prefix covers
-its whole body. What DuckDB stores as an event's hash is the digest field checked here.
+The lines read here are the rows DuckDB stores: both split at LF bytes, after each spool's header
+line; a line this reader checks but DuckDB's CSV reader split otherwise (at a CR, say) fails the
+length check the statement keeps, since a frame's length prefix covers its whole body. What DuckDB
+stores as an event's hash is the digest field checked here.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import NamedTuple
+from pathlib import Path
+from typing import BinaryIO, NamedTuple
 
 from replay.manifest import BLOB_MARK
 from schemas.errors import SpoolError
@@ -25,6 +28,13 @@ CHUNK = 16 << 20
 """Bytes of a spool read at a time (a longer line is read whole)."""
 
 _MARK = BLOB_MARK.encode()
+
+FRAMES_PART = 4 << 20
+"""Bytes of frames per file the bulk statement reads (``check_batch``). DuckDB's CSV reader pays
+a fixed cost for each file it opens (about a quarter of a millisecond: more than it takes to read
+a run's typical spool), so a batch's frames are copied to a few files; but it holds more of one big
+file at once than of several small ones (a batch of 1,000 runs in one file ran short of
+``ingest.INGEST_MEMORY``)."""
 
 
 class Checked(NamedTuple):
@@ -36,9 +46,13 @@ class Checked(NamedTuple):
     its own checks."""
 
 
-def check_spool(key: str, path: str, chunk_bytes: int = CHUNK) -> Checked:
-    """The frames of one spool (``key`` is its name in the store) checked, and its references counted."""
+def check_spool(
+    key: str, path: str, chunk_bytes: int = CHUNK, out: BinaryIO | None = None, index: int = 0
+) -> Checked:
+    """The frames of one spool (``key`` is its name in the store) checked, and its references
+    counted; with ``out``, each sound frame written there as ``INDEX TAB`` and the frame's line."""
     marks, number, rest = 0, 0, b""
+    prefix = b"%d\t" % index
     with open(path, "rb") as src:
         src.readline()  # the header (DuckDB's skip = 1)
         while chunk := src.read(chunk_bytes):
@@ -52,10 +66,51 @@ def check_spool(key: str, path: str, chunk_bytes: int = CHUNK) -> Checked:
             lines.pop()  # (after the last LF)
             if not _sound(lines):
                 return Checked(marks, _first_problem(key, lines, number))
+            if out is not None:
+                out.write(prefix + (b"\n" + prefix).join(lines) + b"\n")
             number += len(lines)
     # Bytes after the last LF are no frame DuckDB loads: a spool read in place ends with a LF
     # (``ingest._prepare``), or it changed meanwhile and the batch is loaded again from copies.
     return Checked(marks, None)
+
+
+class Frames(NamedTuple):
+    """What the pass over a batch's spools found, and the files it wrote for the statement."""
+
+    marks: dict[str, int]
+    """Each spool's count of blob references."""
+    problem: SpoolError | None
+    """The first frame whose length or checksum is wrong."""
+    parts: list[str]
+    """The frames checked, each line prefixed with its spool's index in the batch."""
+
+
+def check_batch(spools: list[tuple[str, str]], tmp: Path) -> Frames:
+    """Each spool's (key, path to read) count of blob references, which is the manifest's count for
+    a run loaded whole by this ingest (``replay.manifest``), and the first frame whose length or
+    checksum is wrong; the frames checked are written to files in ``tmp`` of about ``FRAMES_PART``
+    bytes each. Counted in the bytes the statement reads: reading the payloads back out of the
+    database and searching them again costs three times as much."""
+    frames = Frames({}, None, [])
+    out = None
+    try:
+        for i, (key, path) in enumerate(spools):
+            if out is None or out.tell() >= FRAMES_PART:
+                if out is not None:
+                    out.close()
+                frames.parts.append(str(tmp / f"frames-{len(frames.parts)}"))
+                out = open(frames.parts[-1], "wb")
+            try:
+                checked = check_spool(key, path, out=out, index=i)
+            except OSError:
+                continue  # removed meanwhile (``ingest._changed`` says so) or unreadable
+            frames.marks[key] = checked.marks
+            if checked.problem:
+                return frames._replace(problem=checked.problem)
+    finally:
+        if out is not None:
+            out.close()
+    return frames
 
 
 def _sound(lines: list[bytes]) -> bool:

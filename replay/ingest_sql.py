@@ -1,14 +1,15 @@
 """The SQL of ``amb ingest`` (``replay.ingest``): the bulk statement that reads, checks and stores
 every event of a batch of spools, and the checks that run on what it stored.
 
-The statement reads the spools with DuckDB's CSV reader (one ``LENGTH TAB SHA256 TAB BODY`` line per
-event, ``schemas.frames``) and checks each event inside the streaming ``INSERT ... SELECT``; a failed
-check raises through DuckDB's ``error()`` with a message ``replay.ingest`` turns into one precise
-error. Each frame's checksum is checked beside it, in Python (``replay.ingest_frames``); the
-statement keeps the length check, which ties its rows to the lines checked there. Each row names
-its spool by ``file_index``; the spools' keys, runs and sources are list parameters (``$keys``,
-``$runs``, ``$sources``) indexed by it. ``_amb_files`` (the batch's spools) is a temporary
-table the caller makes.
+The statement reads the batch's frames files (``$batch``), which ``replay.ingest`` writes as it
+checks each frame's length and checksum in Python (``replay.ingest_frames``), with DuckDB's CSV
+reader: one ``INDEX TAB LENGTH TAB SHA256 TAB BODY`` line per event, a spool's line
+(``schemas.frames``) prefixed with the spool's index in the batch. It checks each event inside the
+streaming ``INSERT ... SELECT``; a failed check raises through DuckDB's ``error()`` with a message
+``replay.ingest`` turns into one precise error. The statement keeps the length check, which ties
+its rows to the lines checked in Python. Each row names its spool by that index; the spools' keys,
+runs and sources are list parameters (``$keys``, ``$runs``, ``$sources``) indexed by it.
+``_amb_files`` (the batch's spools) is a temporary table the caller makes.
 """
 
 from __future__ import annotations
@@ -69,15 +70,16 @@ FROM (
                           ',"source":"', x[5], '","ts_ns":', TRY_CAST(x[6] AS BIGINT),
                           ',"v":', TRY_CAST(x[7] AS INTEGER), '}}') AS tail_text
             FROM (
-                SELECT CAST(file_index AS BIGINT) AS file, len, digest, body,
+                SELECT file, len, digest, body,
                        json_extract_string(
                            body,
                            ['$.kind', '$.prev_hash', '$.run_id', '$.seq', '$.source', '$.ts_ns', '$.v',
                             {", ".join(repr(p) for p in hot.body_paths())}]
                        ) AS x
-                FROM read_csv($files, delim = '\t', quote = '', escape = '', header = false, skip = 1,
+                FROM read_csv($batch, delim = '\t', quote = '', escape = '', header = false,
                               auto_detect = false, max_line_size = {2 * MAX_BODY},
-                              columns = {{'len': 'BIGINT', 'digest': 'VARCHAR', 'body': 'VARCHAR'}})
+                              columns = {{'file': 'BIGINT', 'len': 'BIGINT', 'digest': 'VARCHAR',
+                                         'body': 'VARCHAR'}})
             ) AS c
         ) AS t
     ) AS p

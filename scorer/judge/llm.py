@@ -14,8 +14,6 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import openai
-
 from schemas.codec import canonical_json
 from schemas.errors import UsageError
 from scorer.evidence import Evidence
@@ -79,6 +77,8 @@ class LLMJudge:
         self.label = f"llm:{self.model}" + (f"#r{repeat}" if repeat else "")
         self.requests = 0
         self._count = threading.Lock()
+        import openai  # (here: the client takes a second to import, which the offline judge never needs)
+
         self.client = openai.OpenAI(
             base_url=self.base_url,
             api_key=api_key,
@@ -201,6 +201,8 @@ class LLMJudge:
             kwargs["response_format"] = {"type": "json_object"}
         with self._count:
             self.requests += 1
+        import openai
+
         t0 = time.perf_counter()
         try:
             completion = self.client.chat.completions.create(**kwargs)
@@ -257,6 +259,8 @@ class _Parsed(NamedTuple):
 
 def _failure(e: Exception) -> _Answer:
     """A call that got no completion: unscored, and not cached (the next rescore asks again)."""
+    import openai
+
     if isinstance(e, openai.APITimeoutError):
         return _Answer(None, f"judge call timed out: {e}", [], "timeout", str(e), cacheable=False)
     if isinstance(e, openai.APIConnectionError):

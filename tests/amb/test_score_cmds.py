@@ -126,3 +126,23 @@ def test_a_report_for_a_judge_without_rows_is_one_line(store):
     r = amb("report", "--store", store, "--profile", "code-2026-04", "--judge", "llm:x")
     assert r.exit_code == 2, r.output
     assert "no rows from judge 'llm:x'" in r.output and "Traceback" not in r.output
+
+
+def test_scoring_with_the_offline_judge_does_not_import_the_llm_client(store):
+    """`amb score --judge offline` never asks an endpoint, so it does not pay for importing the
+    OpenAI client (about a second of CPU, most of the command's start): run in a fresh interpreter,
+    the client is not among the modules it loaded."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from amb.main import cli\n"
+        "try:\n"
+        f"    cli(['score', '--all', '--judge', 'offline', '--store', {store!r}])\n"
+        "except SystemExit as e:\n"
+        "    assert not e.code, e.code\n"
+        "print('openai' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False", out.stdout + out.stderr

@@ -180,6 +180,22 @@ def test_addresses_that_are_not_addresses_are_read_the_ordinary_way(packed):
     assert list(found) == ["sha256:" + "0" * 64]
 
 
+def test_the_child_pass_runs_amb_s_own_code_whatever_the_working_directory(packed, tmp_path, monkeypatch):
+    """The child pass is amb's ``replay.blob_pass``, not a module of the same name in the folder
+    ``amb verify`` runs from (``python -m`` puts that folder first on the import path): a folder
+    holding a ``replay`` package whose pass vouches for every blob leaves a damaged blob named."""
+    store, refs, _ = packed
+    blobs = [r.blob for r in refs]
+    fake = tmp_path / "cwd" / "replay"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "blob_pass.py").write_text("print('{\"problems\": {}}')\n")
+    replace_blob(store, blobs[3], ZSTD.compress(b"other"), blobcodec.ZSTD)
+    monkeypatch.chdir(fake.parent)
+    found = BlobPass(store, apart=True).result(blobs)
+    assert list(found) == [blobs[3]]
+
+
 def _first_and_last_runs_blobs(con) -> list[str]:
     """The last response of the first run and of the last run."""
     return [

@@ -17,6 +17,7 @@ from recorder.synthetic import generate_run
 from replay.ingest import ingest, spool_files, spool_key
 from replay.manifest import BLOB_MARK
 from replay.store import Store
+from replay.verify import verify
 from schemas.codec import GENESIS, encode_payload, hash_body, make_body
 from schemas.errors import SpoolError
 from schemas.events import Note
@@ -112,7 +113,7 @@ def _frames(bodies: list[bytes], digests: list[str]) -> bytes:
 
 
 def test_hostile_frames_are_refused_by_the_checks_made_beside_the_statement(good_runs):
-    """The checksums are checked in Python beside the bulk statement (``replay.ingest_frames``),
+    """The checksums are checked in Python before the bulk statement (``replay.ingest_frames``),
     which must refuse what the statement's own check did: a digest in capitals (the stored hash
     would not be the one verify derives), digests whose characters were moved between two frames
     (each line's digest is compared, not their concatenation), and a frame whose body holds a CR
@@ -300,3 +301,72 @@ def test_a_batch_short_of_database_memory_is_loaded_again_with_more(tmp_path, mo
     assert memory_growth, "the first limit was enough: the retry was not reached"
     assert report.failed == [] and report.events_added == events > 0
     assert sorted(report.runs) == ["run-0", "run-1", "run-2"]
+
+
+def test_a_batch_is_read_from_a_few_frames_files(tmp_path, monkeypatch):
+    """The bulk statement reads the batch's frames from the files the Python pass copies them to
+    (``FRAMES_PART`` bytes or so each), not from each spool: a batch of many small spools is a few
+    files. Each line is the spool's frame prefixed with the spool's index in the batch, and what is
+    stored is what the spools hold, whatever the part size."""
+    from replay import ingest as ingest_mod
+    from replay import ingest_frames
+
+    read: list[list[str]] = []
+    insert = ingest_mod._insert
+
+    def recording(con, sql, parts, readable):
+        read.append(list(parts))
+        index = {str(i): s for i, s in enumerate(readable)}
+        for part in parts:
+            for line in open(part, "rb").read().splitlines():
+                i, frame = line.split(b"\t", 1)
+                assert frame + b"\n" in open(index[i.decode()].readable, "rb").read()
+        return insert(con, sql, parts, readable)
+
+    monkeypatch.setattr(ingest_mod, "_insert", recording)
+    for part_bytes in (1 << 20, 1):
+        monkeypatch.setattr(ingest_frames, "FRAMES_PART", part_bytes)
+        root = tmp_path / f"store-{part_bytes}"
+        for i in range(4):
+            generate_run(root, f"run-{i}", seed=i, calls=3)
+        spools = spool_files(root)
+        report = ingest(root, spool_mode="keep")
+        assert report.files_loaded == len(spools)
+        bodies = [b for p in spools for b in scan(p.read_bytes()).bodies]
+        digests = sorted(f"sha256:{hashlib.sha256(b).hexdigest()}" for b in bodies)
+        with Store.open(root, read_only=True) as st:
+            hashes = st.con.execute("SELECT hash FROM events ORDER BY hash").fetchall()
+            assert [h for (h,) in hashes] == digests
+            assert verify(st.con, st.blobs) == []
+    assert len(read[0]) == 1  # every spool of the batch in one file
+    assert len(read[1]) == len(spools)  # a part per spool once each is past the size
+
+
+def test_the_next_batch_s_frames_are_written_while_one_is_loaded(tmp_path, monkeypatch):
+    """While the database loads a batch, a thread writes the next batch's frames files
+    (``FramesAhead``): only the first batch's are written by the thread that loads, and what is
+    stored is every spool's frames, checked."""
+    import threading
+
+    from replay import ingest as ingest_mod
+    from replay import ingest_frames
+
+    on_main: list[bool] = []
+    check = ingest_frames.check_batch
+
+    def recording(spools, tmp):
+        on_main.append(threading.current_thread() is threading.main_thread())
+        return check(spools, tmp)
+
+    monkeypatch.setattr(ingest_frames, "check_batch", recording)
+    monkeypatch.setattr(ingest_mod, "BATCH_FILES", 2)
+    for i in range(3):
+        generate_run(tmp_path, f"run-{i}", seed=i, calls=2)
+    spools = spool_files(tmp_path)
+    batches = -(-len(spools) // 2)
+    report = ingest(tmp_path, spool_mode="keep")
+    assert report.files_loaded == len(spools) and batches > 2
+    assert sorted(on_main) == [False] * (batches - 1) + [True]
+    with Store.open(tmp_path, read_only=True) as st:
+        assert st.con.execute("SELECT count(*) FROM events").fetchall()[0][0] == report.events_added
+        assert verify(st.con, st.blobs) == []
