@@ -41,8 +41,9 @@ def term_with_parent() -> None:
 
 
 def command(argv: Sequence[str]) -> list[str]:
-    """``argv`` run behind a stand-in, by this Python."""
-    return [sys.executable, "-m", "sweeps.standin", "--", *argv]
+    """``argv`` run behind a stand-in, by this Python (``-P``: not a ``sweeps`` package of the
+    folder it starts in)."""
+    return [sys.executable, "-P", "-m", "sweeps.standin", "--", *argv]
 
 
 def run(argv: Sequence[str]) -> int:

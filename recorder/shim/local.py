@@ -40,7 +40,7 @@ def shim_argv(
     workspace: str,
     argv: list[str],
     *,
-    entry: Sequence[str] = (sys.executable, "-m", "recorder.shim"),
+    entry: Sequence[str] = (sys.executable, "-P", "-m", "recorder.shim"),
     content_cap: int = DEFAULT_CAP,
     watched: Sequence[str] = (),
     outside: Sequence[str] = (),
@@ -48,7 +48,9 @@ def shim_argv(
     private_dir: str | None = None,
     flags: Sequence[str] = (),
 ) -> list[str]:
-    """The command that runs ``argv`` under the shim (``entry`` starts its ``__main__``)."""
+    """The command that runs ``argv`` under the shim (``entry`` starts its ``__main__``). It starts
+    in the agent's workspace: ``-P`` keeps that folder off the import path, so a ``recorder``
+    package there (left by an agent in a workspace used again) is never the shim."""
     cmd = [*entry, "run", "--socket", socket_path, "--workspace", workspace]
     cmd += ["--content-cap", str(content_cap), "--tracer", tracer, *flags]
     for w in watched:

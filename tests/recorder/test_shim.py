@@ -254,3 +254,21 @@ def test_names_that_are_not_utf8_are_recorded_with_every_byte(tmp_path: Path, tr
     assert not [n for n in payloads(events, "note") if "could not" in n.text]
     assert result.shim_counts["unsendable"] == result.shim_counts["watch_errors"] == 0
     assert sorted(os.listdir(os.fsencode(ws))) == [b"d\xfe", b"y\xfd"]
+
+
+def test_a_recorder_package_in_the_workspace_is_never_the_shim(tmp_path: Path) -> None:
+    """The local backend starts the shim in the agent's workspace (tests/recorder/test_run_local.py):
+    a ``recorder`` package an agent left there is not what runs."""
+    import subprocess
+
+    from recorder.shim.local import importable, shim_argv
+
+    ws = tmp_path / "ws"
+    planted = ws / "recorder" / "shim"
+    planted.mkdir(parents=True)
+    (ws / "recorder" / "__init__.py").write_text("")
+    (planted / "__init__.py").write_text("")
+    (planted / "__main__.py").write_text("import pathlib; pathlib.Path('planted').write_text('ran')\n")
+    argv = shim_argv(str(tmp_path / "no-receiver.sock"), str(ws), ["true"])
+    subprocess.run(argv, cwd=ws, env=importable(dict(os.environ)), capture_output=True, timeout=60)
+    assert not (ws / "planted").exists()

@@ -105,3 +105,12 @@ def test_no_command_is_a_usage_error() -> None:
         [sys.executable, "-m", "sweeps.standin"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2 and "usage" in done.stderr
+
+
+def test_a_sweeps_package_in_the_folder_it_starts_in_is_not_the_stand_in(tmp_path):
+    planted = tmp_path / "sweeps"
+    planted.mkdir()
+    (planted / "__init__.py").write_text("")
+    (planted / "standin.py").write_text("import pathlib; pathlib.Path('planted').write_text('ran')\n")
+    done = subprocess.run(standin.command([sys.executable, "-c", "raise SystemExit(7)"]), cwd=tmp_path)
+    assert done.returncode == 7 and not (tmp_path / "planted").exists()
