@@ -259,7 +259,7 @@ class _Attached(Attached):
             dashboard = os.environ.get("RAY_DASHBOARD_ADDRESS") or "http://127.0.0.1:8265"
             stop_job(dashboard, s.job_submission_id)
         else:
-            stop_driver(s.driver_pid, s.driver_host)
+            stop_driver(self.layout, s.driver_pid, s.driver_host)
 
     def describe(self) -> dict[str, Any]:
         s = self._state

@@ -1,0 +1,152 @@
+"""A sweep's work directory is shared, and anything that can write there can write its executor's
+state: ``amb sweep cancel`` signals only the processes that are this sweep's own (its driver holds
+``executor/driver.lock`` open, each exec its run's log), never a pid the state file merely names."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from schemas.tempdirs import process_start
+
+BIN = Path(sys.executable).parent
+
+
+def _amb(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "amb"), *args], capture_output=True, text=True, timeout=120)
+
+
+def _bystander(*argv: str, holding: Path | None = None) -> subprocess.Popen[bytes]:
+    """A process of this user that is no part of the sweep (its argv may look like an exec's)."""
+    code = "import sys, time\nf = open(sys.argv[1]) if sys.argv[1] else None\ntime.sleep(300)"
+    return subprocess.Popen([sys.executable, "-c", code, str(holding or ""), *argv], start_new_session=True)
+
+
+def test_cancel_leaves_alone_the_processes_a_state_file_names_that_are_not_the_sweeps(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    for d in ("executor", "logs"):
+        (work / d).mkdir(parents=True)
+    plan = {"name": "x", "max_attempts": 1, "agents": {}, "cells": [], "executor": "local"}
+    (work / "sweep.json").write_text(json.dumps(plan))
+    (work / "executor" / "name").write_text("local\n")
+    held = tmp_path / "elsewhere.log"
+    held.write_text("")
+    driver_like = _bystander(holding=held)
+    exec_like = _bystander("sweep", "exec", holding=held)
+    linked = _bystander("sweep", "exec", holding=held)
+    bystanders = [driver_like, exec_like, linked]
+    try:
+        while process_start(linked.pid) is None or not any(
+            os.path.realpath(f"/proc/{linked.pid}/fd/{fd}") == str(held)
+            for fd in os.listdir(f"/proc/{linked.pid}/fd")
+        ):
+            time.sleep(0.05)
+        # Files planted in the work directory that lead to the bystanders' open file.
+        (work / "executor" / "driver.lock").symlink_to(held)
+        (work / "logs" / "r-sym.log").symlink_to(held)
+        os.link(held, work / "logs" / "r-hard.log")
+        state = {
+            "pids": {"r-none": exec_like.pid, "r-sym": linked.pid, "r-hard": exec_like.pid},
+            "driver": driver_like.pid,
+            "driver_start": int(process_start(driver_like.pid) or 0),
+        }
+        (work / "executor" / "local.json").write_text(json.dumps(state))
+
+        status = _amb("sweep", "status", "--json", str(work))
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["executor"]["running"] == []
+        cancel = _amb("sweep", "cancel", "--wait", "0", str(work))
+        assert cancel.returncode == 0, cancel.stderr
+        time.sleep(0.5)  # a SIGTERM would have ended them by now; none is sent
+        assert [p.poll() for p in bystanders] == [None, None, None], cancel.stderr
+    finally:
+        for p in bystanders:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.parametrize("name", ["slurm", "ray"])
+def test_cancel_leaves_alone_a_driver_pid_that_is_not_the_sweeps(tmp_path: Path, name: str) -> None:
+    (tmp_path / "executor").mkdir()
+    plan = {"name": "x", "max_attempts": 1, "agents": {}, "cells": [], "executor": name}
+    (tmp_path / "sweep.json").write_text(json.dumps(plan))
+    (tmp_path / "executor" / "name").write_text(name + "\n")
+    bystander = _bystander("sweep", "run")
+    try:
+        state = {"driver_host": socket.gethostname(), "driver_pid": bystander.pid}
+        (tmp_path / "executor" / f"{name}.json").write_text(json.dumps(state))
+        cancel = _amb("sweep", "cancel", "--wait", "0", str(tmp_path))
+        assert cancel.returncode == 0, cancel.stderr
+        time.sleep(0.5)  # a SIGTERM would have ended it by now; none is sent
+        assert bystander.poll() is None, cancel.stderr
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_a_slurm_job_id_that_is_not_digits_never_reaches_scancel(tmp_path: Path) -> None:
+    (tmp_path / "executor").mkdir()
+    plan = {"name": "x", "max_attempts": 1, "agents": {}, "cells": [], "executor": "slurm"}
+    (tmp_path / "sweep.json").write_text(json.dumps(plan))
+    (tmp_path / "executor" / "name").write_text("slurm\n")
+    batch = {"job_id": "--user=root", "resource_class": "cpu", "run_ids": [], "script": "x"}
+    state = tmp_path / "executor" / "slurm.json"
+    state.write_text(json.dumps({"batches": [batch]}))
+    cancel = _amb("sweep", "cancel", "--wait", "0", str(tmp_path))
+    assert cancel.returncode == 2, cancel.stderr
+    assert cancel.stderr.startswith(f"amb: error: {state}: cannot read the SLURM executor's state"), (
+        cancel.stderr
+    )
+    assert "job_id" in cancel.stderr and "Traceback" not in cancel.stderr
+
+
+SWEEP = """
+name = "c"
+tasks = ["bccd-det"]
+cases = 1
+backend = "local"
+time_limit_s = 600
+[[agents]]
+name = "slow"
+command = ["sleep", "500"]
+"""
+
+
+def test_cancel_stops_a_local_sweeps_driver_and_its_exec(tmp_path: Path) -> None:
+    """The real driver and exec hold their files open: cancel stops them (the sweep ends at once)."""
+    (tmp_path / "sweep.toml").write_text(SWEEP)
+    work = tmp_path / "work"
+    cmd = [str(BIN / "amb"), "sweep", "--store", str(tmp_path / "store"), "--work", str(work), "--no-score"]
+    sweep = subprocess.Popen(
+        [*cmd, str(tmp_path / "sweep.toml")], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 120
+        running: list[str] = []
+        while time.monotonic() < deadline and not running:
+            assert sweep.poll() is None, sweep.communicate()
+            status = _amb("sweep", "status", "--json", str(work))
+            if status.returncode == 0:
+                running = json.loads(status.stdout)["executor"].get("running", [])
+            time.sleep(0.3)
+        assert running == ["c-slow-bccd-det-lite-r1"], "the exec never showed as running"
+        cancel = _amb("sweep", "cancel", "--wait", "0", str(work))
+        assert cancel.returncode == 0, cancel.stderr
+        _, err = sweep.communicate(timeout=90)
+        assert sweep.returncode == 130, err
+    finally:
+        if sweep.poll() is None:
+            sweep.send_signal(signal.SIGINT)
+            sweep.communicate(timeout=60)
+    status = _amb("sweep", "status", "--json", str(work))
+    assert status.returncode == 0, status.stderr
+    st = json.loads(status.stdout)
+    assert st["executor"]["running"] == [] and st["totals"]["completed"] == 0
