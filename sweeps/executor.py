@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import msgspec
 
-from schemas.durable import write_durably
+from schemas.durable import read_small, write_durably
 from schemas.errors import AmbError, UsageError
 from sweeps.shard import Layout
 
@@ -178,7 +178,7 @@ def load_state(
     ``broken`` error naming the executor (``title``) or, with no ``broken``, a new state."""
     path = layout.root / "executor" / f"{name}.json"
     try:
-        return msgspec.json.decode(path.read_bytes(), type=kind)
+        return msgspec.json.decode(read_small(path), type=kind)
     except FileNotFoundError:
         return kind()
     except (OSError, msgspec.DecodeError) as e:

@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from schemas.durable import read_small
 from schemas.errors import NotFound, UsageError
 from sweeps.executor import attach
 from sweeps.shard import Layout
@@ -30,7 +31,7 @@ class Plan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 def read_plan(layout: Layout) -> Plan:
     path = layout.root / PLAN_FILE
     try:
-        return msgspec.json.decode(path.read_bytes(), type=Plan)
+        return msgspec.json.decode(read_small(path), type=Plan)
     except FileNotFoundError:
         raise NotFound(f"{layout.root}: not a sweep's directory (no {PLAN_FILE})") from None
     except (OSError, msgspec.DecodeError, msgspec.ValidationError) as e:

@@ -150,3 +150,59 @@ def test_cancel_stops_a_local_sweeps_driver_and_its_exec(tmp_path: Path) -> None
     assert status.returncode == 0, status.stderr
     st = json.loads(status.stdout)
     assert st["executor"]["running"] == [] and st["totals"]["completed"] == 0
+
+
+RUN = "x-a-bccd-det-lite-r1"
+
+
+def _damaged_sweep(root: Path, damaged: str, kind: str) -> Path:
+    """A one-cell sweep whose run has its shard, with one of its files replaced by ``kind``."""
+    agent = {"name": "a", "command": ["true"], "model": "", "upstream": [], "env": {}}
+    cell = {"sweep": "x", "agent": "a", "task": "bccd-det", "tier": "lite", "repeat": 1}
+    plan = {"name": "x", "max_attempts": 1, "agents": {"a": agent}, "cells": [cell], "executor": "local"}
+    for d in ("executor", "cells", f"shards/{RUN}"):
+        (root / d).mkdir(parents=True)
+    (root / "sweep.json").write_text(json.dumps(plan))
+    (root / "executor" / "name").write_text("local\n")
+    (root / "executor" / "local.json").write_text("{}")
+    (root / "cells" / RUN).write_text(RUN + "\n")
+    (root / "shards" / RUN / "shard.json").write_text("{}")
+    path = root / damaged
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "endless":
+        path.symlink_to("/dev/zero")
+    else:
+        with open(path, "wb") as f:
+            f.truncate(300 << 20)  # sparse: larger than any state file amb writes
+    return path
+
+
+@pytest.mark.parametrize("kind", ["fifo", "endless", "huge"])
+@pytest.mark.parametrize(
+    ("damaged", "said"),
+    [
+        (f"shards/{RUN}/shard.json", None),
+        ("executor/local.json", None),
+        (f"cells/{RUN}", "cannot read the cell's claim"),
+        ("sweep.json", "unreadable"),
+    ],
+)
+def test_status_of_a_sweep_whose_files_are_fifos_devices_or_huge(
+    tmp_path: Path, damaged: str, said: str | None, kind: str
+) -> None:
+    """Never a read that blocks or never ends: a damaged shard is a corrupt attempt, a damaged
+    executor state is none, and a damaged plan or claim is one error line naming the file."""
+    path = _damaged_sweep(tmp_path, damaged, kind)
+    status = _amb("sweep", "status", "--json", str(tmp_path))
+    assert "Traceback" not in status.stderr
+    if said is None:
+        assert status.returncode == 0, status.stderr
+        [cell] = json.loads(status.stdout)["cells"]
+        if damaged.startswith("shards/"):
+            assert cell["attempts"] == [{"run_id": RUN, "outcome": "corrupt"}]
+    else:
+        assert status.returncode == 2, status.stderr
+        assert status.stderr.startswith(f"amb: error: {path}: {said}"), status.stderr
+        assert len(status.stderr.splitlines()) == 1
