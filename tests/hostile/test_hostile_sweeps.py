@@ -206,3 +206,23 @@ def test_status_of_a_sweep_whose_files_are_fifos_devices_or_huge(
         assert status.returncode == 2, status.stderr
         assert status.stderr.startswith(f"amb: error: {path}: {said}"), status.stderr
         assert len(status.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("task", ["../../../outside/x", "new\nline", "long" * 40])
+def test_status_refuses_a_plan_whose_cell_is_no_plain_name(tmp_path: Path, task: str) -> None:
+    """A cell's key names its files under shards/, cells/ and attempts/: one that would lead out of
+    the work directory (or is no run id at all) is one error line naming the plan."""
+    work = tmp_path / "work"
+    _damaged_sweep(work, "executor/local.json", "huge")
+    plan = json.loads((work / "sweep.json").read_text())
+    plan["cells"][0]["task"] = task
+    (work / "sweep.json").write_text(json.dumps(plan))
+    key = f"x-a-{task}-lite-r1"
+    (work / "cells" / "x-a-..").mkdir()  # so that the key resolves, out of the work directory
+    (work / "shards" / "x-a-..").mkdir()
+    status = _amb("sweep", "status", "--json", str(work))
+    assert status.returncode == 2, status.stdout
+    said = f"amb: error: {work / 'sweep.json'}: cell {key!r} is not a run id"
+    assert status.stderr.startswith(said), status.stderr
+    assert len(status.stderr.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]
