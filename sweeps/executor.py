@@ -156,9 +156,12 @@ def attach(layout: Layout) -> Executor | None:
     """The executor that last ran this shard root, rebuilt from its saved state (None: none saved)."""
     state = layout.root / "executor" / "name"
     try:
-        name = state.read_text(encoding="utf-8").strip()
+        name = read_small(state, 256).decode("utf-8").strip()
     except FileNotFoundError:
         return None
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+        raise UsageError(f"{state}: cannot read which executor runs the sweep: {why}") from None
     executor: Executor = executor_class(name).attach(layout)
     return executor
 

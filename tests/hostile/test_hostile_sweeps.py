@@ -185,6 +185,7 @@ def _damaged_sweep(root: Path, damaged: str, kind: str) -> Path:
     [
         (f"shards/{RUN}/shard.json", None),
         ("executor/local.json", None),
+        ("executor/name", None),
         (f"cells/{RUN}", "cannot read the cell's claim"),
         ("sweep.json", "unreadable"),
     ],
@@ -199,9 +200,14 @@ def test_status_of_a_sweep_whose_files_are_fifos_devices_or_huge(
     assert "Traceback" not in status.stderr
     if said is None:
         assert status.returncode == 0, status.stderr
-        [cell] = json.loads(status.stdout)["cells"]
+        st = json.loads(status.stdout)
         if damaged.startswith("shards/"):
-            assert cell["attempts"] == [{"run_id": RUN, "outcome": "corrupt"}]
+            assert st["cells"][0]["attempts"] == [{"run_id": RUN, "outcome": "corrupt"}]
+        if damaged == "executor/name":
+            said = f"{path}: cannot read which executor runs the sweep: "
+            assert st["executor"]["error"].startswith(said), st["executor"]
+            cancel = _amb("sweep", "cancel", "--wait", "0", str(tmp_path))
+            assert cancel.returncode == 2 and cancel.stderr.startswith(f"amb: error: {said}"), cancel.stderr
     else:
         assert status.returncode == 2, status.stderr
         assert status.stderr.startswith(f"amb: error: {path}: {said}"), status.stderr
@@ -226,3 +232,15 @@ def test_status_refuses_a_plan_whose_cell_is_no_plain_name(tmp_path: Path, task:
     assert status.stderr.startswith(said), status.stderr
     assert len(status.stderr.splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]
+
+
+def test_an_executor_name_that_is_not_text_is_named_not_a_traceback(tmp_path: Path) -> None:
+    path = _damaged_sweep(tmp_path, "executor/name", "huge")
+    path.unlink()
+    path.write_bytes(b"\xff\xfe")
+    said = f"{path}: cannot read which executor runs the sweep: not UTF-8 text"
+    status = _amb("sweep", "status", "--json", str(tmp_path))
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["executor"]["error"] == said
+    cancel = _amb("sweep", "cancel", "--wait", "0", str(tmp_path))
+    assert cancel.returncode == 2 and cancel.stderr == f"amb: error: {said}\n", cancel.stderr
