@@ -19,7 +19,7 @@ from typing import Any
 import zstandard
 
 from replay.read import iter_events
-from replay.spools import read_bytes
+from replay.spools import open_spool, read_bytes
 from replay.store import DB_NAME, Store
 from replay.summary import RunSummary
 from schemas.codec import Event, decode_event
@@ -65,7 +65,7 @@ class SpoolTail:
         if self.final:
             return b""
         try:
-            with open(self.path, "rb") as f:
+            with open_spool(self.path) as f:
                 f.seek(self.offset)
                 return f.read(max_bytes)
         except FileNotFoundError:

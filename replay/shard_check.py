@@ -31,11 +31,11 @@ from schemas.codec import ID_RE, SOURCES
 from schemas.errors import AmbError, BlobError, SpoolError
 from schemas.frames import scan
 
-SPOOL_RE = re.compile(r"^spool/([^/]+)/([A-Za-z0-9._:-]+)\.spool$")
-PACK_RE = re.compile(r"^spool/([^/]+)/([A-Za-z0-9._:-]+)\.blobs$")
+SPOOL_RE = re.compile(r"^spool/([^/]+)/([A-Za-z0-9._:-]+)\.spool\Z")
+PACK_RE = re.compile(r"^spool/([^/]+)/([A-Za-z0-9._:-]+)\.blobs\Z")
 """A blob pack a recorder that died left beside its spool: ingest moves its blobs into ``blobs/``."""
-BLOB_RE = re.compile(r"^blobs/([0-9a-f]{2})/([0-9a-f]{62})$")
-PACKFILE_RE = re.compile(r"^blobs/packs/[0-9a-f]{16}-[0-9]+-[0-9a-f]{6}\.(pack|idx)$")
+BLOB_RE = re.compile(r"^blobs/([0-9a-f]{2})/([0-9a-f]{62})\Z")
+PACKFILE_RE = re.compile(r"^blobs/packs/[0-9a-f]{16}-[0-9]+-[0-9a-f]{6}\.(pack|idx)\Z")
 """The blob store's packs and their indexes (``schemas.packstore``): how a recorder stores blobs."""
 WRITERS_LOCK_REL = "blobs/.writers.lock"
 """The blob writers' (empty) lock file: part of a store's layout, never copied."""

@@ -27,7 +27,7 @@ from schemas.blob import HASH_PREFIX
 from schemas.blobpack import read_records
 from schemas.blobstore import BlobStore
 from schemas.codec import ID_RE
-from schemas.durable import write_durably
+from schemas.durable import read_small, write_durably
 from schemas.errors import AmbError, BlobError, RunExists, SpoolError
 from schemas.run_claim import held_spools, taken_message
 
@@ -159,7 +159,7 @@ def _already_in(store_root: Path, shard: Path, run_id: str, stored: Stored) -> b
     are append-only and were checked when copied in, so equal sizes mean equal files; a dropped
     spool is compared by the size ingest recorded)."""
     try:
-        meta = msgspec.json.decode((shard / "shard.json").read_bytes(), type=ShardSizes)
+        meta = msgspec.json.decode(read_small(shard / "shard.json"), type=ShardSizes)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return False
     if meta.run_id != run_id or not ID_RE.match(run_id):

@@ -11,12 +11,14 @@ before the plain file goes.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 import duckdb
 import pyarrow as pa
@@ -56,12 +58,23 @@ def dropped_path(spool: Path) -> Path:
     return spool.with_name(spool.name + DROPPED)
 
 
+def open_spool(path: Path) -> BinaryIO:
+    """A spool file opened for reading; ``OSError`` at once when it is not a regular file (a FIFO
+    or a device, or a link to one, in a folder others can write: never an open or a read that blocks
+    or never ends)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file")
+    return os.fdopen(fd, "rb")
+
+
 def read_bytes(path: Path) -> bytes:
     """A spool's bytes, from the plain file or its ``.zst``."""
-    if path.name.endswith(COMPRESSED):
-        with open(path, "rb") as f:
+    with open_spool(path) as f:
+        if path.name.endswith(COMPRESSED):
             return zstandard.ZstdDecompressor().stream_reader(f).read()
-    return path.read_bytes()
+        return f.read()
 
 
 DROPPED_HELD = b"(dropped)"

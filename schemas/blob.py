@@ -17,7 +17,7 @@ import msgspec
 HASH_PREFIX = "sha256:"
 """Every digest carries its algorithm, so a future change of algorithm is detectable."""
 
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 
 
 def digest(data: bytes) -> str:

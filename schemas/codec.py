@@ -32,7 +32,7 @@ from schemas.errors import NewerEventVersion, SchemaError, UnknownEventKind
 from schemas.events import KINDS, AnyPayload, Payload, kind_of
 from schemas.upcast import upcast
 
-ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z")
 """Run ids, source names and kind tags: no quotes, backslashes or control characters."""
 
 GENESIS = HASH_PREFIX + "0" * 64

@@ -4,7 +4,9 @@ itself is on disk."""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 
 
@@ -30,3 +32,31 @@ def write_durably(path: Path, data: bytes) -> None:
         aside.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+SMALL_FILE_MAX = 256 << 20
+"""The most ``read_small`` reads: a state or plan file larger than this is not one amb wrote."""
+
+
+def read_small(path: Path, limit: int = SMALL_FILE_MAX) -> bytes:
+    """The bytes of a state file that others may have touched (a sweep's shared directory).
+
+    It must be a regular file, not a link to one: a FIFO, a device or a link raises ``OSError``
+    at once (never a read that blocks or never ends), and so does one larger than ``limit``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a symbolic link, not a file") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1) if st.st_size <= limit else b""
+        if st.st_size > limit or len(data) > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes")
+        return data
+    finally:
+        os.close(fd)

@@ -25,7 +25,7 @@ import msgspec
 
 from schemas.durable import write_durably
 from schemas.errors import UsageError
-from sweeps.executor import Executor, ExecutorName, attach, open_executor
+from sweeps.executor import Executor, ExecutorName, attach, hold_driver_mark, open_executor
 from sweeps.plan import SweepSpec
 from sweeps.progress import Progress
 from sweeps.shard import Layout, write_spec
@@ -208,10 +208,24 @@ def run_sweep(
     ``ingest_into_store(store, shard_dirs)`` brings complete shards into the store as they land
     (the CLI passes ``replay.shards.load_shards``; None leaves them in the shard root).
     """
-    out = out or sys.stderr
-    t0 = time.monotonic()
     layout = Layout(spec.work)
     layout.make()
+    mark = hold_driver_mark(layout)  # held while this process drives the sweep (``is_driver``)
+    try:
+        return _drive(spec, store, layout, executor, out or sys.stderr, ingest_into_store)
+    finally:
+        os.close(mark)
+
+
+def _drive(
+    spec: SweepSpec,
+    store: Path,
+    layout: Layout,
+    executor: ExecutorName | None,
+    out: TextIO,
+    ingest_into_store: Callable[[Path, list[Path]], None] | None,
+) -> SweepOutcome:
+    t0 = time.monotonic()
     progress = Progress(out)
     backend = resolve_backend(spec, progress.line)
     roots = prepare_data(spec, progress.line)

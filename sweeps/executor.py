@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import msgspec
 
-from schemas.durable import write_durably
+from schemas.durable import read_small, write_durably
 from schemas.errors import AmbError, UsageError
 from sweeps.shard import Layout
 
@@ -155,9 +156,12 @@ def attach(layout: Layout) -> Executor | None:
     """The executor that last ran this shard root, rebuilt from its saved state (None: none saved)."""
     state = layout.root / "executor" / "name"
     try:
-        name = state.read_text(encoding="utf-8").strip()
+        name = read_small(state, 256).decode("utf-8").strip()
     except FileNotFoundError:
         return None
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+        raise UsageError(f"{state}: cannot read which executor runs the sweep: {why}") from None
     executor: Executor = executor_class(name).attach(layout)
     return executor
 
@@ -177,7 +181,7 @@ def load_state(
     ``broken`` error naming the executor (``title``) or, with no ``broken``, a new state."""
     path = layout.root / "executor" / f"{name}.json"
     try:
-        return msgspec.json.decode(path.read_bytes(), type=kind)
+        return msgspec.json.decode(read_small(path), type=kind)
     except FileNotFoundError:
         return kind()
     except (OSError, msgspec.DecodeError) as e:
@@ -205,9 +209,57 @@ class Attached:
         pass
 
 
-def stop_driver(pid: int | None, host: str | None) -> None:
-    """SIGTERM to a sweep's driver running on this machine (it cancels its runs, submits no more)."""
-    if pid and host == socket.gethostname():
+DRIVER_MARK = "driver.lock"
+"""``<root>/executor/driver.lock``: the file a running driver holds open (``is_driver``)."""
+
+
+def hold_driver_mark(layout: Layout) -> int:
+    """Open the root's driver mark for as long as the driver runs; returns its descriptor.
+
+    A pid saved in an executor's state is only a number someone may have written: ``amb sweep
+    cancel`` signals it only while that process holds this very file open (``is_driver``)."""
+    path = layout.root / "executor" / DRIVER_MARK
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot open the sweep's driver mark: {e.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UsageError(f"{path}: the sweep's driver mark is not a regular file")
+    return fd
+
+
+def holds_open(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` has ``path`` open, ``path`` being a regular file of this user with one
+    link: a symbolic or hard link planted in the sweep's directory names no other process's file."""
+    if pid <= 0:
+        return False
+    try:
+        mine = os.lstat(path)
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    if not stat.S_ISREG(mine.st_mode) or mine.st_nlink != 1 or mine.st_uid != os.geteuid():
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            held = os.stat(f"/proc/{pid}/fd/{fd}")
+            if (held.st_dev, held.st_ino) == (mine.st_dev, mine.st_ino):
+                return True
+    return False
+
+
+def is_driver(layout: Layout, pid: int | None) -> bool:
+    """Whether ``pid`` is the running driver of this root (it holds the root's driver mark open)."""
+    return pid is not None and holds_open(pid, layout.root / "executor" / DRIVER_MARK)
+
+
+def stop_driver(layout: Layout, pid: int | None, host: str | None) -> None:
+    """SIGTERM to the sweep's driver running on this machine (it cancels its runs, submits no more);
+    a pid that is not this root's driver (``is_driver``) is left alone."""
+    if pid and host == socket.gethostname() and is_driver(layout, pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
 

@@ -22,13 +22,14 @@ from typing import IO, Any
 
 import msgspec
 
-from schemas.tempdirs import process_start
 from sweeps.executor import (
     Attached,
     ExecutorConfig,
     JobState,
     QueuedExecutor,
     exec_command,
+    holds_open,
+    is_driver,
     load_state,
     save_name,
     save_state,
@@ -42,8 +43,7 @@ class _State(msgspec.Struct):
     pids: dict[str, int] = msgspec.field(default_factory=dict)
     """Run id -> pid of its ``amb sweep exec`` child, while it runs."""
     driver: int | None = None
-    driver_start: int | None = None
-    """The driver's start time in clock ticks since boot (/proc/PID/stat), so a recycled pid is not it."""
+    """The driver's pid; cancel signals it only while it holds the root's driver mark open."""
 
 
 class LocalExecutor(QueuedExecutor):
@@ -60,7 +60,7 @@ class LocalExecutor(QueuedExecutor):
         self.server_start_s: float | None = None
         """How long the warm exec took to be ready (once per sweep; None: not used)."""
         self._dir = save_name(layout, self.name)
-        self._state = _State(driver=os.getpid(), driver_start=_start_time(os.getpid()))
+        self._state = _State(driver=os.getpid())
         self._save()
 
     @classmethod
@@ -173,15 +173,13 @@ class _Attached(Attached):
         self.state = load_state(layout, self.name, _State)
 
     def poll(self) -> dict[str, JobState]:
-        return {r: "running" for r, pid in self.state.pids.items() if _is_exec(pid)}
+        return {r: "running" for r, pid in self.state.pids.items() if _is_exec(self.layout, r, pid)}
 
     def cancel(self) -> None:
         # The driver first, so that it does not start new runs; then every exec it started.
         driver = self.state.driver
-        started = self.state.driver_start
-        alive = driver is not None and started is not None and _start_time(driver) == started
-        pids = ([driver] if driver is not None and alive else []) + [
-            pid for pid in self.state.pids.values() if _is_exec(pid)
+        pids = ([driver] if driver is not None and is_driver(self.layout, driver) else []) + [
+            pid for r, pid in self.state.pids.items() if _is_exec(self.layout, r, pid)
         ]
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
@@ -191,15 +189,8 @@ class _Attached(Attached):
         return {"executor": self.name, "driver": self.state.driver, "running": sorted(self.poll())}
 
 
-def _start_time(pid: int) -> int | None:
-    start = process_start(pid)
-    return None if start is None else int(start)
-
-
-def _is_exec(pid: int) -> bool:
-    """Whether ``pid`` is alive and an ``amb sweep exec`` (not a pid recycled for something else)."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return b"sweep" in argv and b"exec" in argv
+def _is_exec(layout: Layout, run_id: str, pid: int) -> bool:
+    """Whether ``pid`` is this root's running exec of ``run_id``: every exec, cold or forked, has its
+    run's log under the root open (not a pid recycled for something else, nor one written into
+    ``local.json`` by someone else)."""
+    return "/" not in run_id and holds_open(pid, layout.logs / f"{run_id}.log")

@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from schemas.durable import write_durably
+from schemas.durable import read_small, write_durably
 from schemas.errors import UsageError
 from sweeps import standin
 from sweeps.executor import (
@@ -259,7 +259,7 @@ class _Attached(Attached):
             dashboard = os.environ.get("RAY_DASHBOARD_ADDRESS") or "http://127.0.0.1:8265"
             stop_job(dashboard, s.job_submission_id)
         else:
-            stop_driver(s.driver_pid, s.driver_host)
+            stop_driver(self.layout, s.driver_pid, s.driver_host)
 
     def describe(self) -> dict[str, Any]:
         s = self._state
@@ -301,7 +301,7 @@ def _merge_task_placements(state: _State, layout: Layout) -> None:
         if known is not None and known.node_id:
             continue
         try:
-            own = msgspec.json.decode(path.read_bytes(), type=Placement)
+            own = msgspec.json.decode(read_small(path), type=Placement)
         except (OSError, msgspec.DecodeError):
             continue
         # A task that failed (cancelled, its worker dead) keeps the driver's words for why.

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import msgspec
 
-from schemas.durable import fsync_dir, write_durably
+from schemas.durable import fsync_dir, read_small, write_durably
+from schemas.errors import UsageError
 from sweeps.spec import RunSpec
 
 SHARD_FILE = "shard.json"
@@ -171,12 +172,16 @@ def claimed_or_first(layout: Layout, cell_key: str, first: str | None) -> str | 
 
 
 def claimed(layout: Layout, cell_key: str) -> str | None:
+    path = layout.claim_file(cell_key)
     try:
-        return layout.claim_file(cell_key).read_text(encoding="utf-8").strip() or None
+        text = read_small(path).decode("utf-8", "replace")
     except FileNotFoundError:
         return None
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read the cell's claim: {e.strerror}") from None
+    return text.strip() or None
 
 
 def read_info(shard_dir: Path) -> ShardInfo:
     """A shard's ``shard.json`` (raises ``msgspec`` errors and ``OSError``; callers name the shard)."""
-    return msgspec.json.decode((shard_dir / SHARD_FILE).read_bytes(), type=ShardInfo)
+    return msgspec.json.decode(read_small(shard_dir / SHARD_FILE), type=ShardInfo)

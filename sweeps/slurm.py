@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -56,8 +56,9 @@ class SlurmError(UsageError):
 
 
 class Batch(msgspec.Struct):
-    job_id: str
-    """The array job's id (``sbatch --parsable``)."""
+    job_id: Annotated[str, msgspec.Meta(pattern=r"^[0-9]+$")]
+    """The array job's id (``sbatch --parsable``): digits only, so that no id read back from the state
+    file reaches ``scancel`` as an option (``--user=...``)."""
     resource_class: str
     run_ids: list[str]
     """Array index -> run id."""
@@ -182,6 +183,8 @@ class SlurmExecutor:
             write_durably(script_file, script.encode())
             out = _slurm(["sbatch", "--parsable", str(script_file)], cwd=self.layout.root)
             job_id = out.strip().split(";")[0]
+            if not (job_id.isascii() and job_id.isdigit()):
+                raise SlurmError(f"sbatch --parsable answered {out.strip()[:200]!r}, not a job id")
             now = time.time()
             run_ids = [p.stem for p in paths]
             for r in run_ids:
@@ -237,7 +240,7 @@ class _Attached(Attached):
         return job_states(self._state)
 
     def cancel(self) -> None:
-        stop_driver(self._state.driver_pid, self._state.driver_host)
+        stop_driver(self.layout, self._state.driver_pid, self._state.driver_host)
         cancel_jobs(self._state)
 
     def describe(self) -> dict[str, Any]:

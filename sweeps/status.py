@@ -8,6 +8,8 @@ from typing import Any
 
 import msgspec
 
+from schemas.codec import ID_RE
+from schemas.durable import read_small
 from schemas.errors import NotFound, UsageError
 from sweeps.executor import attach
 from sweeps.shard import Layout
@@ -30,11 +32,17 @@ class Plan(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 def read_plan(layout: Layout) -> Plan:
     path = layout.root / PLAN_FILE
     try:
-        return msgspec.json.decode(path.read_bytes(), type=Plan)
+        plan = msgspec.json.decode(read_small(path), type=Plan)
     except FileNotFoundError:
         raise NotFound(f"{layout.root}: not a sweep's directory (no {PLAN_FILE})") from None
     except (OSError, msgspec.DecodeError, msgspec.ValidationError) as e:
         raise UsageError(f"{path}: unreadable: {e}") from None
+    for c in plan.cells:
+        # A cell's key names its files (shards/, cells/, attempts/): a plain name, or no cell.
+        if not ID_RE.match(c.key):
+            rule = "1-128 of letters, digits, '.', '_', ':', '-'"
+            raise UsageError(f"{path}: cell {c.key!r} is not a run id ({rule})")
+    return plan
 
 
 def sweep_status(root: Path) -> dict[str, Any]:

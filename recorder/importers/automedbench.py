@@ -56,7 +56,7 @@ OUTPUT_CUT = {"seg": (3000, 2000), "det2d": (3000, 2000), "enhancement": (3000, 
 SUBMISSION_DIRS = ("agents_outputs", "agent_outputs", "plan")
 SUBMISSION_FILES = ("agents_decision.csv",)
 
-TASK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+TASK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
 BriefFor = Callable[[str, str], str | None]
 """The brief the project would give (task, tier), used when the source kept no system prompt."""
