@@ -19,6 +19,9 @@ from playwright.sync_api import Page, expect, sync_playwright
 from tests.replay.viewer_store import CHROMIUM, HOSTILE_PATH, XSS, chromium_flags
 
 TIMEOUT_MS = 30_000
+# Every wait of a page (actions and expectations alike) gets the same bound: a loaded machine can
+# take more than expect's own default of 5 s to answer a click with a fetched detail.
+expect.set_options(timeout=TIMEOUT_MS)
 
 
 @pytest.fixture(scope="module")

@@ -76,8 +76,10 @@ def save(store: ViewerStore, path: Path) -> None:
 
 
 def load(path: Path) -> ViewerStore:
-    fields = json.loads(path.read_text(encoding="utf-8"))
-    return ViewerStore(**{k: Path(v) if k in PATH_FIELDS else v for k, v in fields.items()})
+    fields: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    for k in PATH_FIELDS:
+        fields[k] = Path(fields[k])
+    return ViewerStore(**fields)
 
 
 def png(width: int = 8, height: int = 8) -> bytes:
