@@ -84,6 +84,7 @@ def main() -> None:
     args = ap.parse_args()
     figs = figures.Figures(ap, args)
     work = Path(tempfile.mkdtemp(prefix="amb-bench-wall-"))
+    work.chmod(0o755)  # as a clone anywhere is: some tests run amb as another user (nobody)
     try:
         if args.only in (None, "demo"):
             demo(work, figs)

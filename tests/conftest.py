@@ -82,9 +82,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Test files that take minutes (marked ``long``) run first, the longest first; the others after,
     in their order.
 
-    The full test command runs the files in two processes, each file whole in one of them
-    (scripts/test.sh). A file of minutes that starts last keeps one process busy after the other has
-    run out of files; started first, it runs while the other process works through the short ones.
+    The full test command runs the files in several processes, each file whole in one of them
+    (scripts/test.sh). A file of minutes that starts last keeps one process busy after the others
+    have run out of files; started first, it runs while the others work through the short ones.
     (xdist's own order, by number of tests, is turned off there: it put the cluster files, two tests
     each and minutes long, at the very end.) The minutes are rough, measured on a loaded machine:
     only their order matters."""
