@@ -3,7 +3,7 @@
 # Chromium); everything else (loopback upstreams, proxies, model servers) the tests start themselves.
 #
 # With no arguments it is the whole check, as CI runs it: lint (ruff) and the format check, then every
-# test, in two processes (pytest-xdist), with the type check (mypy; configuration in pyproject.toml)
+# test, in three processes (pytest-xdist), with the type check (mypy; configuration in pyproject.toml)
 # running beside them; it fails if any of them fails.
 # With arguments they go to pytest alone, in one process (`./just test tests/replay -k verify`; add
 # `-n 2` for two); `./just lint` runs the first three on their own.
@@ -23,13 +23,13 @@ if [ $# -eq 0 ]; then
     echo "lint: mypy (beside the tests; its output follows theirs)" >&2
     nice -n 19 mypy . >.lint/mypy.log 2>&1 &
     mypy_pid=$!
-    # Two test processes: much of the suite's time is spent waiting on containers, subprocesses and
-    # loopback servers, not computing. Three (AMB_TEST_WORKERS=3) finish about a third sooner on an
-    # idle machine, but load it enough that tests bounding a wait in seconds can miss. A test file stays in one process (its module fixtures: the
-    # fake upstream, a recording proxy per process). The files marked `long` go first, in the order
-    # tests/conftest.py gives them (xdist's own reorder would put them last).
+    # Three test processes on two cores: much of the suite's time is spent waiting on containers,
+    # subprocesses and loopback servers, not computing (AMB_TEST_WORKERS changes the count). A test file
+    # stays in one process (its module fixtures: the fake upstream, a recording proxy per process). The
+    # files marked `long` go first, in the order tests/conftest.py gives them (xdist's own reorder would
+    # put them last).
     tests=0
-    python -m pytest -p no:cacheprovider -n "${AMB_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
+    python -m pytest -p no:cacheprovider -n "${AMB_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder \
         || tests=$?
     mypy_status=0
     wait "$mypy_pid" || mypy_status=$?

@@ -184,9 +184,11 @@ def test_cancel_stops_a_sweep_whose_agent_ignores_sigterm(tmp_path, env, docker_
         [str(BIN / "amb"), "sweep", "cancel", str(work)], capture_output=True, text=True, timeout=60
     )
     assert cancel.returncode == 0, cancel.stderr
-    while time.monotonic() - t0 < 10 and containers_of(docker_cli, work):
+    # The agent ignores SIGTERM and sleeps 500 s: a container still there two minutes after the cancel
+    # was never killed (a tighter bound only measures how loaded the machine is).
+    while time.monotonic() - t0 < 120 and containers_of(docker_cli, work):
         time.sleep(0.2)
-    assert containers_of(docker_cli, work) == [], "a container of the sweep outlived the cancel by 10 s"
+    assert containers_of(docker_cli, work) == [], "a container of the sweep outlived the cancel"
     _, err = sweep.communicate(timeout=60)
     assert sweep.returncode == 130, err
     shard = json.loads((work / "shards" / "c-stubborn-bccd-det-lite-r1" / "shard.json").read_text())
