@@ -11,10 +11,8 @@ before the plain file goes.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
-import stat
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,6 +23,7 @@ import pyarrow as pa
 import zstandard
 
 from replay.store import Store
+from schemas import durable
 from schemas.codec import hash_body
 from schemas.durable import fsync_dir, write_durably
 from schemas.errors import SpoolError, UsageError
@@ -59,14 +58,9 @@ def dropped_path(spool: Path) -> Path:
 
 
 def open_spool(path: Path) -> BinaryIO:
-    """A spool file opened for reading; ``OSError`` at once when it is not a regular file (a FIFO
-    or a device, or a link to one, in a folder others can write: never an open or a read that blocks
-    or never ends)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(errno.EINVAL, "not a regular file")
-    return os.fdopen(fd, "rb")
+    """A spool file opened for reading; ``OSError`` at once when it is not a regular file
+    (``durable.open_regular``: a FIFO, a device, a link to one, in a folder others can write)."""
+    return os.fdopen(durable.open_regular(path), "rb")
 
 
 def read_bytes(path: Path) -> bytes:

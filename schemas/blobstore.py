@@ -21,10 +21,10 @@ reading): a process that goes through many stores keeps none it is done with.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
-import stat
 import threading
 import weakref
 from collections import OrderedDict
@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from schemas import blobcodec, packstore
+from schemas import blobcodec, durable, packstore
 from schemas.blob import DIGEST_RE, HASH_PREFIX, BlobRef
 from schemas.blobchunks import CHUNK_ABOVE, chunk_bounds
 from schemas.errors import BlobError
@@ -542,20 +542,13 @@ def read_loose(path: Path, address: str) -> bytes:
     """The bytes of a loose blob file; ``FileNotFoundError`` when there is none, ``BlobError`` when
     what is there is no readable regular file (a folder, a FIFO, a device, a link to one)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(durable.open_regular(path), "rb") as f:
+            return f.read()
     except FileNotFoundError:
         raise
     except OSError as e:
-        raise BlobError(f"blob {address} is corrupted (its file cannot be read: {e.strerror})") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise BlobError(f"blob {address} is corrupted (its file is not a regular file)")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read()
-    except OSError as e:
-        raise BlobError(f"blob {address} is corrupted (its file cannot be read: {e.strerror})") from None
-    finally:
-        os.close(fd)
+        why = "is not a regular file" if e.errno == errno.EINVAL else f"cannot be read: {e.strerror}"
+        raise BlobError(f"blob {address} is corrupted (its file {why})") from None
 
 
 def loose_codec(raw: bytes | memoryview) -> int:

@@ -38,25 +38,28 @@ SMALL_FILE_MAX = 256 << 20
 """The most ``read_small`` reads: a state or plan file larger than this is not one amb wrote."""
 
 
-def read_small(path: Path, limit: int = SMALL_FILE_MAX) -> bytes:
-    """The bytes of a state file that others may have touched (a sweep's shared directory).
-
-    It must be a regular file, not a link to one: a FIFO, a device or a link raises ``OSError``
-    at once (never a read that blocks or never ends), and so does one larger than ``limit``."""
+def open_regular(path: Path, follow_links: bool = True) -> int:
+    """A descriptor of ``path`` opened for reading, which must be a regular file: a FIFO, a device,
+    a folder (or, unless ``follow_links``, any symbolic link) raises ``OSError`` at once, never an
+    open or a read that blocks or never ends (files in a folder others can write)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, flags)
     except OSError as e:
-        if e.errno == errno.ELOOP:
+        if e.errno == errno.ELOOP and not follow_links:
             raise OSError(errno.ELOOP, "a symbolic link, not a file") from None
         raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(limit + 1) if st.st_size <= limit else b""
-        if st.st_size > limit or len(data) > limit:
-            raise OSError(errno.EFBIG, f"larger than {limit} bytes")
-        return data
-    finally:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file")
+    return fd
+
+
+def read_small(path: Path, limit: int = SMALL_FILE_MAX) -> bytes:
+    """The bytes of a state file that others may have touched (a sweep's shared directory): a
+    regular file, not a link to one (``open_regular``), and ``OSError`` if larger than ``limit``."""
+    with os.fdopen(open_regular(path, follow_links=False), "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes")
+    return data
