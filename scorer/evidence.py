@@ -25,6 +25,9 @@ from scorer.profile import EvidenceRules
 from scorer.trajectory import BlobGetter, Exec, Trajectory, blob_or_empty
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+PLAN_IMAGE_MAX = 5 << 20
+"""The largest plan.png read and shown to the judge: the providers' own limit for one image
+(Anthropic's is 5 MB). A larger one is stated by its size, not read (an agent can write any size)."""
 NAME_CHARS = 300
 """The most characters of a name the run recorded (a file's path, a tool's name) the view shows."""
 MAX_FILES = 200
@@ -219,9 +222,13 @@ def _plan_png(v: _View) -> None:
     png = v.traj.last_write("plan.png")
     if png is None:
         return
-    data = blob_or_empty(v.get_blob, png[1].content)
-    is_png, attach = data.startswith(PNG_MAGIC), v.rules.images
     v.ids.add(png[0])
+    data = b"" if png[1].size > PLAN_IMAGE_MAX else blob_or_empty(v.get_blob, png[1].content)
+    size = max(png[1].size, len(data))  # (as recorded, or the blob's if that is larger)
+    if size > PLAN_IMAGE_MAX:
+        v.out.append(f"## plan.png [{png[0]}] {size} bytes: too large to look at (over 5 MiB)")
+        return
+    is_png, attach = data.startswith(PNG_MAGIC), v.rules.images
     v.out.append(
         f"## plan.png [{png[0]}] {'valid PNG' if is_png else 'not a readable PNG'}, {png[1].size} bytes"
         + ("; attached as an image" if is_png and attach else "")

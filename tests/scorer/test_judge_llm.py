@@ -254,3 +254,29 @@ def test_plan_png_goes_to_the_figure_item_as_an_image(monkeypatch):
     parts = by_item["s1f"]["messages"][1]["content"]
     assert parts[1]["image_url"]["url"].startswith("data:image/png;base64,")
     assert out["s1f"].cited == ["shim:1"]
+
+
+def test_a_plan_png_too_large_to_look_at_is_stated_not_read_or_sent():
+    from schemas.blob import BlobRef, digest
+    from schemas.events import FileWritten
+    from scorer.evidence import PLAN_IMAGE_MAX
+
+    huge = b"\x89PNG\r\n\x1a\n" + b"\0" * PLAN_IMAGE_MAX
+    small_claim = b"\x89PNG\r\n\x1a\n" + b"\1" * PLAN_IMAGE_MAX  # its event says 10 bytes
+    prof = load("paper-2026-06").profile
+    for data, size, reads in ((huge, len(huge), 0), (small_claim, 10, 1)):
+        ref = BlobRef(blob=digest(data), size=len(data))
+        written = FileWritten(path="plan/plan.png", size=size, sha256=digest(data), content=ref)
+        evs = _events() + unsigned_events("r1", "shim", [written], start_ns=2000)
+        asked: list[str] = []
+
+        def get(ref, data=data, asked=asked):
+            asked.append(ref.blob)
+            return data
+
+        evidence = build(
+            fold("r1", evs, lambda ref: b""), prof.evidence, get, track="segmentation", grade=None
+        )
+        line = f"## plan.png [shim:0] {len(data) if reads else size} bytes: too large to look at (over 5 MiB)"
+        assert line in evidence.text and evidence.images == [], evidence.text
+        assert len(asked) == reads  # a recorded size over the limit: the blob is not even read
