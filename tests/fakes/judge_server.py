@@ -54,6 +54,13 @@ def user_text(request: dict[str, Any]) -> str:
     return content if isinstance(content, str) else content[0]["text"]
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+    """A judge asked by many threads at once on a loaded machine: the default backlog (5) can
+    overflow, and a connection that breaks is one the SDK sends again (a request counted twice)."""
+
+
 class JudgeServer:
     def __init__(self, policy: Callable[[dict[str, Any]], Reply], *, keep_requests: bool = True):
         self.policy = policy
@@ -121,8 +128,7 @@ class JudgeServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout tests)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _Server(("127.0.0.1", 0), Handler)
         # A short poll: stopping the server then takes milliseconds, not the default 0.5 s.
         self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True)
 
