@@ -35,6 +35,7 @@ from recorder.run import (
 from replay.read import check_run_id
 from schemas.errors import AmbError, BadInput, UsageError, quoted
 from schemas.events import BudgetLimits
+from schemas.ostext import is_utf8
 
 
 @dataclass(frozen=True)
@@ -103,16 +104,8 @@ def _check_text(args: RecordArgs) -> None:
     for name in TEXT_OPTIONS:
         value = getattr(args, name)
         for v in value if isinstance(value, tuple) else (value,):
-            if isinstance(v, str) and not _is_utf8(v):
+            if isinstance(v, str) and not is_utf8(v):
                 raise BadInput(f"{flags[name]} {quoted(v)}: not UTF-8 text")
-
-
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate: an argv byte that is not UTF-8
-        return False
-    return True
 
 
 def _backend(name: str, gpus: str | None, shim: bool = False, isolation: str | None = None):
