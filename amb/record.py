@@ -23,6 +23,7 @@ import click
 
 from amb.common import escape_output, fail, store_option
 from recorder.budget import DEFAULT_PRICE_TABLE, Budget, checked
+from recorder.isolation import MODES as ISOLATION_MODES
 from recorder.proxy.upstreams import DEFAULT_KINDS
 from recorder.run import (
     DEFAULT_GRACE_S,
@@ -33,6 +34,7 @@ from recorder.run import (
     record,
 )
 from replay.read import check_run_id
+from replay.replayer.recorded import MODES as MATCH_MODES
 from schemas.errors import AmbError, BadInput, UsageError, quoted
 from schemas.events import BudgetLimits
 from schemas.ostext import is_utf8
@@ -188,7 +190,7 @@ def _backend(name: str, gpus: str | None, shim: bool = False, isolation: str | N
 )
 @click.option(
     "--isolation",
-    type=click.Choice(["required", "best-effort", "off"]),
+    type=click.Choice(ISOLATION_MODES),
     default=None,
     help="Local backend: run the agent in namespaces of its own, so it sees only its own processes "
     "(best-effort, the default: without them where this system cannot, saying so; required: refuse "
@@ -205,7 +207,7 @@ def _backend(name: str, gpus: str | None, shim: bool = False, isolation: str | N
 )
 @click.option(
     "--replay-match",
-    type=click.Choice(["strict", "canonical", "sequence", "lenient"]),
+    type=click.Choice(MATCH_MODES),
     default="strict",
     show_default=True,
     help="How requests are matched to RUN's calls (see `amb replay serve --help`).",
