@@ -279,7 +279,7 @@ def find_image(client, ref: str):
 # ---- builds ---------------------------------------------------------------------------------------------
 
 
-def ensure_image(client, role: str, base: str, *, ca: Path | None = None, log=None) -> Built:
+def ensure_image(client, role: str, base: str, *, log=None) -> Built:
     """Build ``role`` on ``base`` unless an image with the same content tag exists."""
     if role not in ROLES:
         raise UsageError(f"unknown image role {role!r} (expected one of {', '.join(ROLES)})")
@@ -291,7 +291,7 @@ def ensure_image(client, role: str, base: str, *, ca: Path | None = None, log=No
     def build(tag: str) -> None:
         nonlocal built
         built = True
-        _build(client, role, tag, files, base, base_id, ca, log)
+        _build(client, role, tag, files, base, base_id, log)
 
     ensure_tagged(client, tag, build, log)
     image = client.images.get(tag)
@@ -299,11 +299,11 @@ def ensure_image(client, role: str, base: str, *, ca: Path | None = None, log=No
     return Built(role, tag, image.id, cached=not built)
 
 
-def _build(client, role: str, tag: str, files: dict[str, bytes], base: str, base_id: str, ca, log) -> None:
+def _build(client, role: str, tag: str, files: dict[str, bytes], base: str, base_id: str, log) -> None:
     import docker.errors
 
     with tempdir(f"amb-{role}-ctx-") as tmp:
-        _write_context(tmp, files, ca if ca is not None else build_ca_bundle())
+        _write_context(tmp, files, build_ca_bundle())
         _say(log, f"building {tag} on {base}")
         last: list[str] = []
         try:

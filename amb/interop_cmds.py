@@ -25,6 +25,7 @@ from recorder.importers.common import ImportCaps, RunBuilder
 from replay.export.parquet import EVENTS_PER_FILE
 from replay.store import Store
 from schemas.errors import AmbError, BadInput, UsageError, quoted
+from schemas.ostext import is_utf8
 
 
 def _amb_version() -> str:
@@ -283,10 +284,8 @@ def export_parquet(
     score tables as Parquet."""
     from replay.export.parquet import export
 
-    try:
-        out.encode("utf-8")
-    except UnicodeEncodeError:  # a name holding bytes that are not UTF-8 (surrogate escapes)
-        raise BadInput(f"OUT {quoted(out)}: DuckDB writes Parquet under names of UTF-8 text only") from None
+    if not is_utf8(out):  # a name holding bytes that are not UTF-8 (surrogate escapes)
+        raise BadInput(f"OUT {quoted(out)}: DuckDB writes Parquet under names of UTF-8 text only")
     output_path(out, "OUT", folder=True)
     ids = _resolve_runs(store, runs, not runs)
     with Store.open(store, read_only=True) as st:

@@ -66,9 +66,7 @@ class AmbGroup(click.Group):
         escape_output()
         try:
             return super().invoke(ctx)
-        except AmbError as e:
-            fail("amb", e)
-        except click.ClickException as e:  # a command's arguments, as click parsed them
+        except (AmbError, click.ClickException) as e:  # (ClickException: a command's arguments, as parsed)
             fail("amb", e)
         except OSError as e:
             if e.errno == errno.ENAMETOOLONG:

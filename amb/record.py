@@ -23,6 +23,7 @@ import click
 
 from amb.common import escape_output, fail, store_option
 from recorder.budget import DEFAULT_PRICE_TABLE, Budget, checked
+from recorder.isolation import MODES as ISOLATION_MODES
 from recorder.proxy.upstreams import DEFAULT_KINDS
 from recorder.run import (
     DEFAULT_GRACE_S,
@@ -33,8 +34,10 @@ from recorder.run import (
     record,
 )
 from replay.read import check_run_id
+from replay.replayer.recorded import MODES as MATCH_MODES
 from schemas.errors import AmbError, BadInput, UsageError, quoted
 from schemas.events import BudgetLimits
+from schemas.ostext import is_utf8
 
 
 @dataclass(frozen=True)
@@ -103,16 +106,8 @@ def _check_text(args: RecordArgs) -> None:
     for name in TEXT_OPTIONS:
         value = getattr(args, name)
         for v in value if isinstance(value, tuple) else (value,):
-            if isinstance(v, str) and not _is_utf8(v):
+            if isinstance(v, str) and not is_utf8(v):
                 raise BadInput(f"{flags[name]} {quoted(v)}: not UTF-8 text")
-
-
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate: an argv byte that is not UTF-8
-        return False
-    return True
 
 
 def _backend(name: str, gpus: str | None, shim: bool = False, isolation: str | None = None):
@@ -195,7 +190,7 @@ def _backend(name: str, gpus: str | None, shim: bool = False, isolation: str | N
 )
 @click.option(
     "--isolation",
-    type=click.Choice(["required", "best-effort", "off"]),
+    type=click.Choice(ISOLATION_MODES),
     default=None,
     help="Local backend: run the agent in namespaces of its own, so it sees only its own processes "
     "(best-effort, the default: without them where this system cannot, saying so; required: refuse "
@@ -212,7 +207,7 @@ def _backend(name: str, gpus: str | None, shim: bool = False, isolation: str | N
 )
 @click.option(
     "--replay-match",
-    type=click.Choice(["strict", "canonical", "sequence", "lenient"]),
+    type=click.Choice(MATCH_MODES),
     default="strict",
     show_default=True,
     help="How requests are matched to RUN's calls (see `amb replay serve --help`).",

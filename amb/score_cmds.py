@@ -69,24 +69,15 @@ def _compare(con, rows: list[dict[str, Any]], other_ref: str) -> list[dict[str, 
     for r in rows:
         a = base.get(r["run_id"])
         if a is None:
-            out.append(
-                {
-                    "run_id": r["run_id"],
-                    "field": "*",
-                    "from": None,
-                    "to": None,
-                    "note": (
-                        f"not scored under {other.name} with this judge (run amb score --profile "
-                        f"{other_ref} first)"
-                    ),
-                }
+            note = (
+                f"not scored under {other.name} with this judge (run amb score --profile {other_ref} first)"
             )
+            out.append({"run_id": r["run_id"], "field": "*", "from": None, "to": None, "note": note})
             continue
         for f in SHOW + ("status", "medal", "rating"):
-            if a[f] != r[f] and not (
-                isinstance(a[f], float) and isinstance(r[f], float) and abs(a[f] - r[f]) < 1e-12
-            ):
-                delta = (r[f] - a[f]) if isinstance(a[f], float) and isinstance(r[f], float) else None
+            floats = isinstance(a[f], float) and isinstance(r[f], float)
+            if a[f] != r[f] and not (floats and abs(a[f] - r[f]) < 1e-12):
+                delta = r[f] - a[f] if floats else None
                 out.append({"run_id": r["run_id"], "field": f, "from": a[f], "to": r[f], "delta": delta})
         if sorted(a["codes"] or []) != sorted(r["codes"] or []):
             out.append(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from amb.common import store_option
+from replay.replayer.recorded import MODES
 from replay.store import resolve
 from schemas.errors import UsageError
 
@@ -62,7 +63,7 @@ def replay() -> None:
 @click.option(
     "--match",
     "mode",
-    type=click.Choice(["strict", "canonical", "sequence", "lenient"]),
+    type=click.Choice(MODES),
     default="strict",
     show_default=True,
     help="strict: byte for byte, in order; canonical: equal JSON without volatile fields; "

@@ -148,9 +148,6 @@ def seal_directory(
     root: Path,
     blobs: BlobStore,
     *,
-    file_cap: int = SEAL_FILE_CAP,
-    total_cap: int = SEAL_TOTAL_CAP,
-    max_files: int = SEAL_MAX_FILES,
     shown_root: str | None = None,
     exclude: tuple[Path, ...] = (),
 ) -> SubmissionSealed:
@@ -180,14 +177,14 @@ def seal_directory(
                 skipped.append(f"{rel}: not a regular file")
             else:
                 regular.append((rel, path))
-    left_out = _beyond_limit([rel for rel, _ in regular], max_files)
+    left_out = _beyond_limit([rel for rel, _ in regular], SEAL_MAX_FILES)
     for rel, path in regular:
         if rel in left_out:
-            skipped.append(f"{rel}: over the {max_files}-file limit")
+            skipped.append(f"{rel}: over the {SEAL_MAX_FILES}-file limit")
             continue
         try:
             size = path.stat().st_size
-            if size <= file_cap and stored + size <= total_cap:
+            if size <= SEAL_FILE_CAP and stored + size <= SEAL_TOTAL_CAP:
                 data = path.read_bytes()
                 ref = blobs.put(data, media_type(path.name), sync=False)
                 stored += len(data)

@@ -42,16 +42,16 @@ def guard_this_process() -> bool:
         return False
 
 
-def exposures(keys: list[str], *, skip: set[int] | None = None) -> list[str]:
+def exposures(keys: list[str]) -> list[str]:
     """Other processes whose environment this user can read and which hold one of ``keys``:
     ``"1234 (bash)"``. An agent running as this user could read them too."""
     needles = [k.encode() for k in keys if k]
     if not needles:
         return []
-    skip = {os.getpid()} | (skip or set())
+    me = os.getpid()
     found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) in skip:
+        if not entry.name.isdigit() or int(entry.name) == me:
             continue
         try:
             env = (entry / "environ").read_bytes()

@@ -161,10 +161,8 @@ def _add_parts(blobs: BlobStore, live: set[str]) -> None:
             elif entry is None:
                 raw = read_loose(blobs.root / hexd[:2] / hexd[2:], "sha256:" + hexd)
                 parts = _listing_chunks(raw) if raw.startswith(CHUNK_MAGIC) else []
-        except FileNotFoundError:
-            parts = []
-        except BlobError:
-            parts = []  # damaged: verify names it; its parts are kept below by address if seen
+        except (FileNotFoundError, BlobError):
+            parts = []  # missing, or damaged: verify names it; its parts are kept below by address if seen
         for part in parts:
             if part not in live:
                 live.add(part)

@@ -100,23 +100,18 @@ def walk(root: Path) -> list[tuple[str, os.stat_result]]:
     return out
 
 
-def check_shard(
-    root: Path, run_id: str, *, sized: bool = True, have_blob: Callable[[str], bool] | None = None
-) -> Checked:
+def check_shard(root: Path, run_id: str, *, have_blob: Callable[[str], bool] | None = None) -> Checked:
     """Check one shard of ``run_id`` (see the module's docstring); raises ``ShardError``.
 
-    ``sized``: the shard has a ``shard.json`` listing every file's size (a sweep's shard); False for
-    a run taken from another store (whose spools may still grow; a torn tail is refused all the same).
     ``have_blob(hex)``: blobs the target store already holds are neither checked again nor copied.
     """
     if not ID_RE.match(run_id):
         raise ShardError(f"{root}: {run_id!r} is not a run id")
     entries = _entries(root)
-    sizes = _listed_sizes(root, run_id) if sized else None
+    sizes = _listed_sizes(root, run_id)
     checked = Checked(root, run_id)
     has_packs = _sort_entries(checked, entries)
-    if sizes is not None:
-        _check_sizes(root, sizes, {rel: st.st_size for rel, st in entries})
+    _check_sizes(root, sizes, {rel: st.st_size for rel, st in entries})
     if not checked.spools:
         raise ShardError(f"{root}: no spool of run {run_id!r}")
     for path in checked.spools:

@@ -192,7 +192,6 @@ def load_shards(
     store_dir: str | os.PathLike[str],
     shards: list[tuple[Path, str]],
     *,
-    sized: bool = True,
     progress: Callable[[int, int], None] | None = None,
     spool_mode: str | None = None,
 ) -> LoadReport:
@@ -211,9 +210,9 @@ def load_shards(
         """The checked shard; None when the store holds it already; why it is refused."""
         root, run_id = pair
         try:
-            if sized and _already_in(st.root, root, run_id, stored):
+            if _already_in(st.root, root, run_id, stored):
                 return None
-            return check_shard(root, run_id, sized=sized, have_blob=have_blob)
+            return check_shard(root, run_id, have_blob=have_blob)
         except ShardError as e:
             return e
         except BlobError as e:

@@ -126,10 +126,7 @@ def differs(
     for source, data in sorted(incoming.items()):
         key = f"spool/{run_id}/{source}.spool"
         have = held_bytes(store_root / key)
-        if have is DROPPED_HELD:
-            same = stored(key) == head_of(data, key)
-        else:
-            same = have == data
+        same = stored(key) == head_of(data, key) if have is DROPPED_HELD else have == data
         if not same:
             return f"the run coming in has another {source} spool"
     return None

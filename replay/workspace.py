@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
-import hashlib
 import os
 import re
 import shutil
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from schemas.blob import digest
 from schemas.blobstore import BlobStore
 from schemas.codec import Event
 from schemas.errors import NO_ROOM, AmbError, BadInput, BlobError, UsageError
@@ -324,8 +324,7 @@ def content_of(ws_file: FileState, blobs: BlobStore) -> bytes:
         data = blobs.get(ws_file.blob)
     except BlobError as e:
         raise WorkspaceError(f"event {ws_file.event} ({ws_file.path}): {e}") from None
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    if digest != ws_file.sha256 or (ws_file.size is not None and len(data) != ws_file.size):
+    if digest(data) != ws_file.sha256 or (ws_file.size is not None and len(data) != ws_file.size):
         raise WorkspaceError(
             f"event {ws_file.event} ({ws_file.path}): content does not match the recorded hash "
             f"{ws_file.sha256} and size {ws_file.size}"

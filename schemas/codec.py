@@ -196,8 +196,8 @@ def decode_payload(kind: str, v: int, payload: bytes | memoryview) -> Payload:
     return decoded
 
 
-def decode_event(body: bytes | memoryview, hash_: str | None = None) -> Event:
-    """A full typed event from its body (hash recomputed when not given)."""
+def decode_event(body: bytes | memoryview) -> Event:
+    """A full typed event from its body, its hash computed."""
     env = decode_body(body)
     return Event(
         run_id=env.run_id,
@@ -208,5 +208,5 @@ def decode_event(body: bytes | memoryview, hash_: str | None = None) -> Event:
         v=env.v,
         payload=decode_payload(env.kind, env.v, env.payload),
         prev_hash=env.prev_hash,
-        hash=hash_ or hash_body(bytes(body)),
+        hash=hash_body(bytes(body)),
     )

@@ -85,4 +85,14 @@ def os_str(text: str) -> str:
     return os.fsdecode(os_bytes(text))
 
 
-__all__ = ["NotOsText", "os_bytes", "os_str", "os_text", "quoting"]
+def is_utf8(text: str) -> bool:
+    """Whether UTF-8 can hold ``text``: False for a lone surrogate (in Python's form of an OS string,
+    a byte that is not UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+__all__ = ["NotOsText", "is_utf8", "os_bytes", "os_str", "os_text", "quoting"]

@@ -15,15 +15,15 @@ none yet may use the free-form ``params`` table until they get one.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import msgspec
 
 from schemas.errors import AmbError, NotFound
 
 Track = Literal["segmentation", "enhancement", "vqa", "report", "detection"]
-TRACKS: tuple[str, ...] = ("segmentation", "enhancement", "vqa", "report", "detection")
-TIERS: tuple[str, ...] = ("lite", "standard")
+Tier = Literal["lite", "standard"]
+TIERS: tuple[str, ...] = get_args(Tier)
 
 
 class TaskError(AmbError):

@@ -139,10 +139,10 @@ class _Audit:
     def hit(self, rule: str, detail: str, ev: str) -> None:
         self.found.setdefault((rule, detail), []).append(ev)
 
-    def check_path(self, raw: str, ev: str, how: str, cwd: str | None = None, rules_: PathRules = ()) -> None:
+    def check_path(self, raw: str, ev: str, how: str, rules_: PathRules = ()) -> None:
         """The path rules (``rules_``, default all) against one path, and the other-run-id rule."""
         workspace = self.workspace
-        path = normalise(raw, cwd or workspace)
+        path = normalise(raw, workspace)
         shown = _shown(path) if path == raw else f"{_shown(path)} (written '{_shown(raw)}')"
         for rule, pats in rules_ or self.path_rules:
             pat = _match(path, pats) or (_match(raw, pats) if raw != path else None)

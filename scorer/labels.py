@@ -15,7 +15,6 @@ resamples of the runs, seeded: the same labels give the same intervals), and the
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import math
@@ -29,6 +28,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from schemas.blob import digest
 from schemas.codec import canonical_json
 from schemas.errors import BadInput, quoted
 from schemas.untrusted_json import loads_untrusted
@@ -136,7 +136,7 @@ def read(path: Path) -> tuple[list[dict[str, Any]], str]:
             )
     if not out:
         raise BadInput(f"{quoted(str(path))} holds no labels (columns: run_id, target, value, annotator)")
-    return out, "sha256:" + hashlib.sha256(raw).hexdigest()
+    return out, digest(raw)
 
 
 ONE_KIND = "give one kind of value (yes/no, numbers or text) per target"

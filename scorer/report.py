@@ -17,12 +17,12 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from operator import itemgetter
-from typing import Any
+from typing import Any, get_args
+
+from schemas.score_row import Medal, Rating
+from scorer.judge.parse import CODES
 
 STAGE_KEYS = ("s1", "s2", "s3", "s4", "s5")
-CODES = ("E1", "E2", "E3", "E4", "E5")
-MEDALS = ("good", "okay", "fail")
-RATINGS = ("A", "B", "C", "F")
 
 
 COLUMNS = (
@@ -124,8 +124,8 @@ def _medals(g: _Rows) -> list[dict[str, Any]]:
             {
                 "model": m,
                 "runs": len(rs),
-                **{k: medal_n.get(k, 0) for k in MEDALS},
-                **{k: rating_n.get(k, 0) for k in RATINGS},
+                **{k: medal_n.get(k, 0) for k in get_args(Medal)},
+                **{k: rating_n.get(k, 0) for k in get_args(Rating)},
                 "unrated": rating_n.get(None, 0),
                 "resolved_pct": round(100 * (rating_n["A"] + rating_n["B"]) / len(rs), 1) if rs else None,
             }

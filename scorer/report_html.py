@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import html
 import urllib.parse
-from typing import Any
+from typing import Any, get_args
 
-from scorer.report import RATINGS, SECTIONS, STAGE_KEYS, cell, rounded
+from schemas.score_row import Rating
+from scorer.report import SECTIONS, STAGE_KEYS, cell, rounded
 
 PALETTE = ("#3b6ea5", "#d9822b", "#4e9a5b", "#b5464b", "#7d5ba6", "#8c6d3f", "#c05fa0", "#6b6b6b")
 
@@ -232,7 +233,7 @@ def _plots(report: dict[str, Any]) -> dict[str, str]:
         ),
     }
     if report["medals"]:
-        everyone, kinds = report["medals"][-1], (*RATINGS, "unrated")
+        everyone, kinds = report["medals"][-1], (*get_args(Rating), "unrated")
         pct = [round(100 * everyone[k] / everyone["runs"], 1) if everyone["runs"] else None for k in kinds]
         plots["medals"] = _svg_bars("Ratings, all runs (% of runs)", list(kinds), pct)
     if by_n:

@@ -17,6 +17,7 @@ text). A worker whose parent dies is killed with it (Linux ``PR_SET_PDEATHSIG``)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import struct
@@ -134,10 +135,8 @@ class Worker:
         return out, None
 
     def kill(self) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait()
         self._close_pipes()
 
@@ -155,10 +154,8 @@ class Worker:
         self._relay.join(timeout=10)  # what the worker printed last, before the scan's own lines
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None and not pipe.closed:
-                try:
+                with contextlib.suppress(OSError):  # a pipe to a killed worker may fail to flush
                     pipe.close()
-                except OSError:  # a pipe to a killed worker may fail to flush
-                    pass
 
 
 def _relay(stream: Any) -> None:

@@ -36,6 +36,7 @@ import msgspec
 from schemas.codec import canonical_digest
 from schemas.errors import BadInput, NotFound, quoted
 from schemas.finding import Finding
+from schemas.ostext import is_utf8
 from scorer.audit import Violation
 from scorer.profile import AuditRules
 from scorer.trajectory import Trajectory
@@ -151,16 +152,8 @@ def _check_finding(f: Finding) -> None:
         raise Malformed(f"a finding cites {len(f.events)} events (at most {MAX_EVENTS})")
     texts = [("value", f.value), ("explanation", f.explanation)] + [("events", e) for e in f.events]
     for what, text in texts:
-        if isinstance(text, str) and not _utf8(text):
+        if isinstance(text, str) and not is_utf8(text):
             raise Malformed(f"a finding's {what} holds a lone surrogate, which is no UTF-8 text")
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _python(path: Path, only: str | None) -> list[Scanner]:

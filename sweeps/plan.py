@@ -17,9 +17,10 @@ import msgspec
 from schemas.codec import check_id
 from schemas.errors import AmbError, SchemaError, UsageError
 from schemas.events import BudgetLimits
+from schemas.task_spec import TIERS, Tier
 from sweeps.executor import ExecutorConfig
-from sweeps.spec import TIERS, GpuMode, TaskRef, Tier
 from sweeps.spec import Agent as AgentDef
+from sweeps.spec import GpuMode, TaskRef
 
 
 class SweepError(UsageError):

@@ -22,10 +22,9 @@ import msgspec
 from schemas.codec import check_id
 from schemas.errors import SchemaError, UsageError
 from schemas.events import BudgetLimits
+from schemas.task_spec import Tier
 
 SPEC_VERSION = 1
-TIERS = ("lite", "standard")
-Tier = Literal["lite", "standard"]
 Backend = Literal["docker", "local"]
 GpuMode = Literal["nvidia", "env"]
 

@@ -14,8 +14,9 @@ from typing import Any
 
 import msgspec
 
+from schemas.task_spec import Tier
 from sweeps.shard import Layout, claimed_or_first, read_info
-from sweeps.spec import Agent, Cell, TaskRef, Tier, run_id
+from sweeps.spec import Agent, Cell, TaskRef, run_id
 
 INTERRUPTED = ("killed", "unfinished", "lost")
 """Attempt outcomes that say the sweep, the engine or the machine stopped the run, not the agent."""

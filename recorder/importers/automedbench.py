@@ -196,7 +196,7 @@ def _system_prompt(root: Path, f: Folder, conv: _Conversation, limits: ImportCap
     return None
 
 
-def run_id_for(branch: str, tag: str, root: Path, f: Folder) -> str:
+def run_id_for(branch: str, tag: str, f: Folder) -> str:
     """``amb-`` + 16 hex of sha256(branch, run tag, digest of the conversation or else the trace)."""
     h = hashlib.sha256(f"{branch}\0{tag}\0".encode())
     for name in ("conversation.json", "trace.jsonl", "tool_calls.jsonl", "tool_log.jsonl"):
@@ -301,7 +301,7 @@ def parse(
         raise Rejected(f"{shown(root)}: not a folder")
     branch = detect(root, limits)
     d = _Folder(root, branch, limits)
-    b = RunBuilder(run_id_for(branch, d.tag, root, d.f), origin=shown(root))
+    b = RunBuilder(run_id_for(branch, d.tag, d.f), origin=shown(root))
     c, s, h = d.conv, d.agent_summary, d.header
     source_task = d.source_task()
     task = resolve_task(source_task) if source_task else None
@@ -335,7 +335,7 @@ def parse(
     b.emit(started, anchor)
     _limitations(b, d, exact, system_origin)
     CallEmitter(b, branch, d.messages, system, model, anchor).emit_all(d.calls, d.tool_rows)
-    _emit_trace_notes(b, d.trace, anchor)
+    _emit_trace_notes(b, d.trace)
     reports = [root / "detail_report.json", root / "report.json", root / "detail_report_new-rubrics.json"]
     _emit_origin_scores(b, root, limits, reports)
     _emit_submission(b, root, d.f, branch, limits)
@@ -386,7 +386,7 @@ def _limitations(b: RunBuilder, d: _Folder, exact: bool, system_origin: str) -> 
         )
 
 
-def _emit_trace_notes(b: RunBuilder, trace: list[dict[str, Any]], anchor: int) -> None:
+def _emit_trace_notes(b: RunBuilder, trace: list[dict[str, Any]]) -> None:
     for rec in trace:
         kind = rec.get("type")
         if kind in ("violation_warning", "isolation_breach"):

@@ -68,7 +68,6 @@ def run_local(
     workspace: Path,
     argv: list[str],
     *,
-    env: dict[str, str] | None = None,
     content_cap: int = DEFAULT_CAP,
     watched: Sequence[str] = (),
     outside: Sequence[str] = (),
@@ -93,7 +92,7 @@ def run_local(
                     tracer=tracer,
                     private_dir=private_dir,
                 ),
-                env=importable(dict(os.environ if env is None else env)),
+                env=importable(dict(os.environ)),
                 timeout=timeout,
             )
             code = proc.returncode

@@ -9,7 +9,6 @@ recorded call is served once, first in first out, as mitmproxy's server replay d
 
 from __future__ import annotations
 
-import hashlib
 import re
 import threading
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Any
 import duckdb
 
 from replay.read import require_runs
+from schemas.blob import digest
 from schemas.codec import canonical_json
 from schemas.errors import AmbError
 from schemas.providers import CONVERSATION_KEYS, api_title
@@ -173,7 +173,7 @@ class Matcher:
         if self.mode == "sequence":
             return Outcome(todo[0], "sequence")
         if self.mode == "strict":
-            want = "sha256:" + hashlib.sha256(body).hexdigest()
+            want = digest(body)
             nxt = todo[0]
             if nxt.request_blob == want:
                 return Outcome(nxt, "exact")

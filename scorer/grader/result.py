@@ -48,9 +48,6 @@ class GradeResult(msgspec.Struct, frozen=True, kw_only=True):
     checks: dict[str, Any] = {}
     """Counts and gate outcome: n_cases, n_scored, n_missing, n_invalid, completion, gate, ..."""
 
-    def to_json(self) -> bytes:
-        return msgspec.json.encode(self)
-
 
 class BadReference(AmbError):
     """The private references themselves are missing or unreadable: no score is meaningful."""

@@ -87,17 +87,3 @@ def sum_stats(all_stats: Sequence[BleuStats]) -> BleuStats:
         tuple(sum(s.guess[k] for s in all_stats) for k in range(n)),
         tuple(sum(s.correct[k] for s in all_stats) for k in range(n)),
     )
-
-
-def corpus_bleu(hypotheses: Sequence[str], references: Sequence[Sequence[str]], n: int = 4) -> list[float]:
-    """Corpus BLEU-1..n over aligned hypotheses and reference lists."""
-    if len(hypotheses) != len(references):
-        raise ValueError("corpus_bleu: hypotheses and references differ in length")
-    return bleu_from_stats(
-        sum_stats([segment_stats(h, r, n) for h, r in zip(hypotheses, references, strict=False)])
-    )
-
-
-def sentence_bleu(hypothesis: str, references: Sequence[str], n: int = 4) -> list[float]:
-    """BLEU-1..n of one segment."""
-    return bleu_from_stats(segment_stats(hypothesis, references, n))

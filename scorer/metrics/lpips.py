@@ -17,11 +17,12 @@ project's dependencies; the arithmetic is float32, as in the branch's PyTorch fo
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
 import numpy as np
+
+from schemas.blob import digest
 
 ENV = "AMB_LPIPS_WEIGHTS"
 SHIFT = np.array([-0.030, -0.088, -0.188])
@@ -74,7 +75,7 @@ class Lpips:
                 raise LpipsUnavailable(
                     f"LPIPS weights {p}: {name} has shape {arrays[name].shape}, expected {shape}"
                 )
-        return cls(arrays, "sha256:" + hashlib.sha256(raw).hexdigest())
+        return cls(arrays, digest(raw))
 
     def features(self, img: np.ndarray) -> list[np.ndarray]:
         x = _to_input(img)

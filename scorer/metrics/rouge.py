@@ -70,10 +70,3 @@ def coco_tokens(text: str) -> list[str]:
 def rouge_l(hypothesis: str, references: Sequence[str], beta: float = COCO_BETA) -> float:
     """ROUGE-L of one segment with COCO tokenisation."""
     return lcs_f(coco_tokens(hypothesis), [coco_tokens(r) for r in references], beta)
-
-
-def corpus_rouge_l(hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> float:
-    """COCO's corpus ROUGE-L: the mean of the per-segment values."""
-    if not hypotheses:
-        return 0.0
-    return sum(rouge_l(h, r) for h, r in zip(hypotheses, references, strict=True)) / len(hypotheses)

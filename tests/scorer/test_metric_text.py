@@ -41,10 +41,22 @@ def _pairs(n: int, seed: int = 7) -> tuple[list[str], list[str]]:
 # --- BLEU ---------------------------------------------------------------------------------------------
 
 
+def sentence_bleu(hypothesis: str, references: list[str]) -> list[float]:
+    """BLEU-1..4 of one segment, as the report score computes a case's."""
+    return bleu.bleu_from_stats(bleu.segment_stats(hypothesis, references))
+
+
+def corpus_bleu(hypotheses: list[str], references: list[list[str]]) -> list[float]:
+    """Corpus BLEU-1..4, as the report score pools its cases' counts."""
+    return bleu.bleu_from_stats(
+        bleu.sum_stats([bleu.segment_stats(h, r) for h, r in zip(hypotheses, references, strict=True)])
+    )
+
+
 def test_bleu_hand_computed():
     # hyp "the cat sat on the mat" vs ref "the cat is on the mat" (equal lengths, no brevity penalty):
     # clipped matches 5/6, 3/5, 1/4, 0/3
-    b = bleu.sentence_bleu("the cat sat on the mat", ["the cat is on the mat"])
+    b = sentence_bleu("the cat sat on the mat", ["the cat is on the mat"])
     assert b[0] == pytest.approx(5 / 6, rel=1e-8)
     assert b[1] == pytest.approx(math.sqrt(5 / 6 * 3 / 5), rel=1e-8)
     assert b[2] == pytest.approx((5 / 6 * 3 / 5 * 1 / 4) ** (1 / 3), rel=1e-8)
@@ -54,9 +66,9 @@ def test_bleu_hand_computed():
 
 
 def test_bleu_brevity_penalty_and_identity():
-    b = bleu.sentence_bleu("the cat", ["the cat sat on the mat"])
+    b = sentence_bleu("the cat", ["the cat sat on the mat"])
     assert b[0] == pytest.approx(math.exp(1 - 6 / 2), rel=1e-8)
-    same = bleu.sentence_bleu("a b c d e", ["a b c d e"])
+    same = sentence_bleu("a b c d e", ["a b c d e"])
     assert all(x == pytest.approx(1.0, abs=1e-8) for x in same)
     # several references: the closest length (ties to the shorter) sets the brevity penalty
     s = bleu.segment_stats("a b c", ["a b c d e f", "a b", "a b c d"])
@@ -65,12 +77,10 @@ def test_bleu_brevity_penalty_and_identity():
 
 def test_corpus_bleu_pools_counts():
     hyps, refs = ["a b c d", "x y"], [["a b c d"], ["x z"]]
-    pooled = bleu.corpus_bleu(hyps, refs)
+    pooled = corpus_bleu(hyps, refs)
     # pooled unigrams: (4 + 1) / (4 + 2)
     assert pooled[0] == pytest.approx(5 / 6, rel=1e-8)
-    mean_of_sentences = (
-        bleu.sentence_bleu("a b c d", ["a b c d"])[0] + bleu.sentence_bleu("x y", ["x z"])[0]
-    ) / 2
+    mean_of_sentences = (sentence_bleu("a b c d", ["a b c d"])[0] + sentence_bleu("x y", ["x z"])[0]) / 2
     assert pooled[0] != pytest.approx(mean_of_sentences)
 
 
@@ -81,10 +91,10 @@ def test_bleu_matches_pycocoevalcap():
     gts = {i: [r] for i, r in enumerate(refs)}
     res = {i: [h] for i, h in enumerate(hyps)}
     ref_corpus, ref_segments = Bleu(4).compute_score(gts, res, verbose=0)
-    ours = bleu.corpus_bleu(hyps, [[r] for r in refs])
+    ours = corpus_bleu(hyps, [[r] for r in refs])
     assert ours == pytest.approx(ref_corpus, rel=1e-12)
     for i, (h, r) in enumerate(zip(hyps, refs, strict=False)):
-        assert bleu.sentence_bleu(h, [r]) == pytest.approx([ref_segments[k][i] for k in range(4)], rel=1e-12)
+        assert sentence_bleu(h, [r]) == pytest.approx([ref_segments[k][i] for k in range(4)], rel=1e-12)
 
 
 # --- ROUGE-L ------------------------------------------------------------------------------------------
@@ -110,10 +120,10 @@ def test_rouge_l_matches_pycocoevalcap():
     avg, per = Rouge().compute_score(
         {i: [r] for i, r in enumerate(refs)}, {i: [h] for i, h in enumerate(hyps)}
     )
-    assert rouge.corpus_rouge_l(hyps, [[r] for r in refs]) == pytest.approx(float(avg), rel=1e-12)
-    assert [rouge.rouge_l(h, [r]) for h, r in zip(hyps, refs, strict=False)] == pytest.approx(
-        [float(x) for x in per], rel=1e-12
-    )
+    ours = [rouge.rouge_l(h, [r]) for h, r in zip(hyps, refs, strict=False)]
+    # COCO's corpus ROUGE-L is the mean of the per-segment values
+    assert sum(ours) / len(ours) == pytest.approx(float(avg), rel=1e-12)
+    assert ours == pytest.approx([float(x) for x in per], rel=1e-12)
 
 
 def test_rouge_l_beta_one_matches_rouge_score():

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 
-from schemas.task_spec import TIERS, TRACKS, TaskError
+from schemas.task_spec import TIERS, TaskError, Track
 from tasks.registry import all_specs, brief, load_spec, task_ids
 
 SPECS = all_specs()
@@ -13,7 +15,7 @@ SEG = [s for s in SPECS if s.track == "segmentation"]
 
 def test_ids_are_unique_and_match_folders():
     assert len(task_ids()) == len({s.id for s in SPECS}) == len(SPECS)
-    assert all(s.track in TRACKS for s in SPECS)
+    assert all(s.track in get_args(Track) for s in SPECS)
 
 
 def test_the_eight_segmentation_tasks():
