@@ -22,10 +22,10 @@ import numpy as np
 
 from bench import figures
 from bench.measure import timed
+from scorer.metrics.coco_reference import coco_ap
 from scorer.metrics.detection import Boxes, DetParams, mean_average_precision
 from scorer.metrics.ssim import reference_data_range, ssim
 from tasks.synth.enhancement import ct_slice, low_dose_noise
-from tests.scorer.coco_reference import coco_ap
 
 
 def bench_ssim(figs: figures.Figures, n_slices: int = 100, size: int = 512) -> None:

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from scorer.grader import grade
 from scorer.grader.options import GradeOptions
+from scorer.metrics.coco_reference import coco_ap
 from scorer.metrics.detection import Boxes
 from tasks.registry import load_spec
 from tasks.synth import perfect_submission, synth
-from tests.scorer.coco_reference import coco_ap
 from tests.scorer.helpers import output_file
 
 TASKS = ["bccd-det", "vindr-cxr-det", "grazpedwri-det", "dentex-det"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from scorer.metrics.coco_reference import coco_ap
 from scorer.metrics.detection import (
     EMPTY,
     Boxes,
@@ -13,7 +14,6 @@ from scorer.metrics.detection import (
     iou_matrix,
     mean_average_precision,
 )
-from tests.scorer.coco_reference import coco_ap
 
 VOC = DetParams(interpolation="voc_all_point", wildcard=None)
 COCO = DetParams(interpolation="coco_101", wildcard=None)

@@ -1,4 +1,4 @@
-"""pycocotools as an independent reference for ``scorer.metrics.detection`` (the tests and the grader bench).
+"""pycocotools as an independent reference for ``scorer.metrics.detection`` (tests and bench only).
 
 pycocotools prints from ``evaluate``/``accumulate``/``summarize`` and returns positional arrays with
 -1 sentinels, so it is wrapped once here: stdout silenced, IoU threshold, recall thresholds and the
