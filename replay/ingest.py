@@ -41,7 +41,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -51,6 +51,7 @@ import zstandard
 
 from replay import ingest_frames, ingest_sql, spools
 from replay.bounded import DatabaseMemory
+from replay.ingest_frames import FramesAhead
 from replay.manifest import write_manifests
 from replay.store import Store, first
 from replay.transaction import transaction
@@ -62,6 +63,14 @@ from schemas.tempdirs import tempdir
 
 BATCH_FILES = 3000
 """Spool files per DuckDB statement (about a million events for typical runs)."""
+
+
+def first_batch(files: int) -> int:
+    """Spool files in the first batch, of batches of ``files``: its frames are written before the
+    database has anything to load (each later batch's while the one before it loads), so a small
+    first batch starts the load sooner."""
+    return max(1, files // 4)
+
 
 INGEST_MEMORY = 192 << 20
 """The database's memory limit while spools are loaded. Left alone, DuckDB keeps every block it
@@ -249,36 +258,6 @@ def _first_failure(failures: list[tuple[str, AmbError]], report: IngestReport) -
     return first_error
 
 
-class FramesAhead:
-    """Where each batch's frames files are written (``ingest_frames.check_batch``, in ``tmp``); with
-    a ``pool``, a batch's can be started ahead, while the database loads the one before it: the
-    Python pass and the database's statement each keep a core busy."""
-
-    def __init__(self, tmp: Path, pool: ThreadPoolExecutor | None):
-        self.tmp, self.pool = tmp, pool
-        self.written = 0
-        self.ahead: dict[tuple[tuple[str, str], ...], Future[ingest_frames.Frames]] = {}
-
-    def start(self, readable: list[_Spool]) -> None:
-        """These spools' frames, written by the pool's thread from now."""
-        if self.pool is not None and readable:
-            spools = tuple((f.key, f.readable) for f in readable)
-            self.ahead[spools] = self.pool.submit(ingest_frames.check_batch, list(spools), self._dir())
-
-    def frames(self, readable: list[_Spool]) -> ingest_frames.Frames:
-        """These spools' frames: those started ahead for exactly them (once), else written now."""
-        spools = tuple((f.key, f.readable) for f in readable)
-        started = self.ahead.pop(spools, None)
-        return started.result() if started else ingest_frames.check_batch(list(spools), self._dir())
-
-    def _dir(self) -> Path:
-        """A new folder for one batch's files (``_prepare`` names copies by the entries of ``tmp``)."""
-        self.written += 1
-        folder = self.tmp / "frames" / str(self.written)
-        folder.mkdir(parents=True)
-        return folder
-
-
 def _insert(con: duckdb.DuckDBPyConnection, sql: str, parts: list[str], readable: list[_Spool]) -> int:
     """The bulk statement over the batch's frames files (``ingest_frames.check_batch``). Each row
     names its spool by its index in the batch; the spools' keys, runs and sources are list
@@ -291,6 +270,11 @@ def _insert(con: duckdb.DuckDBPyConnection, sql: str, parts: list[str], readable
         "sources": [f.source for f in readable],
     }
     return int(con.execute(sql, params).fetchall()[0][0])
+
+
+def _pairs(spools: list[_Spool]) -> list[tuple[str, str]]:
+    """The (key, path to read) of the spools DuckDB reads (``ingest_frames.check_batch``)."""
+    return [(f.key, f.readable) for f in spools if f.readable]
 
 
 class _Changed(Exception):
@@ -374,7 +358,7 @@ def _insert_checked(
     first: a frame that is not what its writer wrote says nothing else about it."""
     frames = ingest_frames.Frames({}, None, [])
     try:
-        frames = ahead.frames(readable)
+        frames = ahead.frames(_pairs(readable))
         if frames.problem:
             changed = _changed(readable)
             raise _Changed(", ".join(changed)) if changed else frames.problem
@@ -512,9 +496,11 @@ class _Batches:
         with ThreadPoolExecutor(1) as pool:
             self.frames = FramesAhead(tmp, pool)
             for i, batch in enumerate(batches):
-                if i + 1 < len(batches):
-                    self.frames.start([s for s in batches[i + 1] if s.readable])
-                self.loaded += self._load(batch)
+                ahead = i + 1 < len(batches)
+                if ahead:
+                    self.frames.start(_pairs(batches[i + 1]))
+                with self.frames.sharing(st.con, ahead):
+                    self.loaded += self._load(batch)
 
     def _prepared(
         self, paths: list[Path], tmp: Path, progress: Callable[[int, int], None] | None
@@ -539,7 +525,7 @@ class _Batches:
                 continue
             if spool is None:
                 continue
-            if len(batches[-1]) >= BATCH_FILES:
+            if len(batches[-1]) >= (first_batch(BATCH_FILES) if len(batches) == 1 else BATCH_FILES):
                 batches.append([])
             batches[-1].append(spool)
         return [b for b in batches if b]

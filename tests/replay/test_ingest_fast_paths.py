@@ -363,10 +363,42 @@ def test_the_next_batch_s_frames_are_written_while_one_is_loaded(tmp_path, monke
     for i in range(3):
         generate_run(tmp_path, f"run-{i}", seed=i, calls=2)
     spools = spool_files(tmp_path)
-    batches = -(-len(spools) // 2)
+    batches = 1 + -(-(len(spools) - ingest_mod.first_batch(2)) // 2)
     report = ingest(tmp_path, spool_mode="keep")
     assert report.files_loaded == len(spools) and batches > 2
     assert sorted(on_main) == [False] * (batches - 1) + [True]
     with Store.open(tmp_path, read_only=True) as st:
         assert st.con.execute("SELECT count(*) FROM events").fetchall()[0][0] == report.events_added
         assert verify(st.con, st.blobs) == []
+
+
+def test_the_first_batch_is_smaller_and_the_database_shares_the_cores_with_the_pass(tmp_path, monkeypatch):
+    """The first batch's frames are written before the database has anything to load, so it is a
+    quarter of the others; each later one's are written while the one before it loads, and meanwhile
+    the database runs on one thread fewer (the pass keeps a core busy), set back after it. What is
+    stored is every spool's frames, checked."""
+    from replay import ingest as ingest_mod
+
+    statements: list[tuple[int, int]] = []
+    insert = ingest_mod._insert
+
+    def recording(con, sql, parts, readable):
+        threads = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
+        statements.append((len(readable), int(threads)))
+        return insert(con, sql, parts, readable)
+
+    monkeypatch.setattr(ingest_mod, "_insert", recording)
+    monkeypatch.setattr(ingest_mod, "BATCH_FILES", 8)
+    for i in range(6):
+        generate_run(tmp_path, f"run-{i}", seed=i, calls=2)
+    spools = spool_files(tmp_path)
+    assert len(spools) > 10
+    with Store.open(tmp_path) as st:
+        st.con.execute("SET threads = 3")
+        report = ingest(store=st, spool_mode="keep")
+        assert st.con.execute("SELECT current_setting('threads')").fetchall()[0][0] == 3
+        assert verify(st.con, st.blobs) == []
+    assert report.files_loaded == len(spools)
+    sizes = [n for n, _ in statements]
+    assert sizes[0] == 2 and set(sizes[1:-1]) == {8} and sum(sizes) == len(spools)
+    assert [t for _, t in statements] == [2] * (len(statements) - 1) + [3]
