@@ -373,7 +373,8 @@ def _insert_checked(
             con.execute("SELECT 1 FROM events WHERE run_id IN (SELECT run_id FROM _amb_files) LIMIT 1")
         )
         try:
-            added = _insert(con, ingest_sql.insert_sql(bool(seen)), frames.parts, readable)
+            with ahead.sharing(con):  # (the checks after it run on every thread)
+                added = _insert(con, ingest_sql.insert_sql(bool(seen)), frames.parts, readable)
         except duckdb.OutOfMemoryException:
             raise  # not the spools' fault: the batch is loaded again with more memory (``_Batches``)
         except duckdb.Error as e:
@@ -503,11 +504,9 @@ class _Batches:
         with ThreadPoolExecutor(1) as pool:
             self.frames = FramesAhead(tmp, pool)
             for i, batch in enumerate(batches):
-                ahead = i + 1 < len(batches)
-                if ahead:
+                if i + 1 < len(batches):
                     self.frames.start(_pairs(batches[i + 1]))
-                with self.frames.sharing(st.con, ahead):
-                    self.loaded += self._load(batch)
+                self.loaded += self._load(batch)
 
     def _prepared(
         self, paths: list[Path], tmp: Path, progress: Callable[[int, int], None] | None

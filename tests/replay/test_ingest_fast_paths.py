@@ -374,31 +374,57 @@ def test_the_next_batch_s_frames_are_written_while_one_is_loaded(tmp_path, monke
 
 def test_the_first_batch_is_smaller_and_the_database_shares_the_cores_with_the_pass(tmp_path, monkeypatch):
     """The first batch's frames are written before the database has anything to load, so it is a
-    quarter of the others; each later one's are written while the one before it loads, and meanwhile
-    the database runs on one thread fewer (the pass keeps a core busy), set back after it. What is
-    stored is every spool's frames, checked."""
+    quarter of the others; each later one's are written while the one before it loads, and while
+    they are, the statement runs on one database thread fewer (the pass keeps a core busy), set
+    back after it, also when a spool of that batch is refused. What is stored is every good spool's
+    frames, checked."""
+    import threading
+
     from replay import ingest as ingest_mod
+    from replay import ingest_frames
 
     statements: list[tuple[int, int]] = []
-    insert = ingest_mod._insert
+    insert, check = ingest_mod._insert, ingest_frames.check_batch
+    looked = [threading.Event() for _ in range(8)]  # by the statement of each whole batch
+    passes: list[int] = []
 
     def recording(con, sql, parts, readable):
         threads = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
         statements.append((len(readable), int(threads)))
+        if len(readable) > 1:  # (a whole batch: a spool loaded alone is one)
+            looked[sum(n > 1 for n, _ in statements) - 1].set()
         return insert(con, sql, parts, readable)
 
+    def checking(spools, tmp):
+        if threading.current_thread() is not threading.main_thread():
+            passes.append(len(passes))
+            looked[passes[-1]].wait(60)  # still writing when the statement before it starts
+        return check(spools, tmp)
+
     monkeypatch.setattr(ingest_mod, "_insert", recording)
+    monkeypatch.setattr(ingest_frames, "check_batch", checking)
     monkeypatch.setattr(ingest_mod, "BATCH_FILES", 8)
     for i in range(6):
         generate_run(tmp_path, f"run-{i}", seed=i, calls=2)
     spools = spool_files(tmp_path)
     assert len(spools) > 10
+    bad = spools[0]  # (in the first batch) an edited event: checksum sound, body not canonical
+    lines = bad.read_bytes().split(b"\n")
+    body = lines[1].split(b"\t", 2)[2].replace(b'{"kind"', b'{ "kind"', 1)
+    lines[1] = b"%d\t%s\t%s" % (len(body), hashlib.sha256(body).hexdigest().encode(), body)
+    bad.write_bytes(b"\n".join(lines))
     with Store.open(tmp_path) as st:
         st.con.execute("SET threads = 3")
-        report = ingest(store=st, spool_mode="keep")
+        with pytest.raises(SpoolError, match="not a canonical event body") as refused:
+            ingest(store=st, spool_mode="keep")
         assert st.con.execute("SELECT current_setting('threads')").fetchall()[0][0] == 3
-        assert verify(st.con, st.blobs) == []
-    assert report.files_loaded == len(spools)
+        assert {(p.run_id, p.source) for p in verify(st.con, st.blobs)} == {(bad.parent.name, bad.stem)}
+    report = refused.value.report  # type: ignore[attr-defined]  # ingest attaches its report to the error
+    assert report.files_loaded == len(spools) - 1 and [key for key, _ in report.failed] == [
+        bad.relative_to(tmp_path).as_posix()
+    ]
+    # the first batch whole, refused, then each of its spools alone; then the later batches
     sizes = [n for n, _ in statements]
-    assert sizes[0] == 2 and set(sizes[1:-1]) == {8} and sum(sizes) == len(spools)
-    assert [t for _, t in statements] == [2] * (len(statements) - 1) + [3]
+    assert sizes[:3] == [2, 1, 1] and set(sizes[3:-1]) == {8} and sum(sizes[3:]) == len(spools) - 2
+    # (a spool loaded alone after the refusal: with the next batch's pass running or done)
+    assert [t for _, t in statements[:1] + statements[3:]] == [2] * (len(statements) - 3) + [3]
