@@ -487,6 +487,8 @@ class _Batches:
         """Each spool loaded before, by key: the size it had."""
         self.loaded: list[_Spool] = []
         self.added = self.materialised = 0
+        self.with_packs: set[Path] = set()
+        """The run folders of the spools being loaded that hold blob packs (``load_changed``)."""
         self.torn_packs: list[FileReport] = []
         self.failures: list[tuple[str, AmbError]] = []
         self.blob_marks: dict[str, int] = {}
@@ -501,6 +503,11 @@ class _Batches:
         st = self.st
         self.new_runs = _runs_not_stored(st, {p.parent.name for p in paths})
         batches = self._prepared(paths, tmp, progress)
+        # The run folders with blob packs, listed before the pass starts (beside its thread, a
+        # listing per batch waited on it for the interpreter): a pack holds a blob before a frame
+        # refers to it, and the frames loaded are those the batches were prepared with.
+        folders = {(st.root / f.key).parent for b in batches for f in b}
+        self.with_packs = {d for d in folders if any(packs_in(d))}
         with ThreadPoolExecutor(1) as pool:
             self.frames = FramesAhead(tmp, pool)
             for i, batch in enumerate(batches):
@@ -541,7 +548,8 @@ class _Batches:
         its own, keeping the good ones. Returns those loaded."""
         st = self.st
         try:
-            created, torn = _materialise_packs(st, {(st.root / s.key).parent for s in batch})
+            folders = {(st.root / s.key).parent for s in batch} & self.with_packs
+            created, torn = _materialise_packs(st, folders)
         except AmbError as e:
             self.failures.append((batch[0].key, e))
             return []
