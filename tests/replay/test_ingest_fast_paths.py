@@ -344,8 +344,9 @@ def test_a_batch_is_read_from_a_few_frames_files(tmp_path, monkeypatch):
 
 def test_the_next_batch_s_frames_are_written_while_one_is_loaded(tmp_path, monkeypatch):
     """While the database loads a batch, a thread writes the next batch's frames files
-    (``FramesAhead``): only the first batch's are written by the thread that loads, and what is
-    stored is every spool's frames, checked."""
+    (``FramesAhead``), the first batch's too (written by the thread that loads, they took turns
+    with the second batch's for the interpreter), and what is stored is every spool's frames,
+    checked."""
     import threading
 
     from replay import ingest as ingest_mod
@@ -363,21 +364,20 @@ def test_the_next_batch_s_frames_are_written_while_one_is_loaded(tmp_path, monke
     for i in range(3):
         generate_run(tmp_path, f"run-{i}", seed=i, calls=2)
     spools = spool_files(tmp_path)
-    batches = 1 + -(-(len(spools) - ingest_mod.first_batch(2)) // 2)
+    batches = -(-len(spools) // 2)
     report = ingest(tmp_path, spool_mode="keep")
     assert report.files_loaded == len(spools) and batches > 2
-    assert sorted(on_main) == [False] * (batches - 1) + [True]
+    assert on_main == [False] * batches
     with Store.open(tmp_path, read_only=True) as st:
         assert st.con.execute("SELECT count(*) FROM events").fetchall()[0][0] == report.events_added
         assert verify(st.con, st.blobs) == []
 
 
-def test_the_first_batch_is_smaller_and_the_database_shares_the_cores_with_the_pass(tmp_path, monkeypatch):
-    """The first batch's frames are written before the database has anything to load, so it is a
-    quarter of the others; each later one's are written while the one before it loads, and while
-    they are, the statement runs on one database thread fewer (the pass keeps a core busy), set
-    back after it, also when a spool of that batch is refused. What is stored is every good spool's
-    frames, checked."""
+def test_the_database_shares_the_cores_with_the_pass_writing_the_next_batch(tmp_path, monkeypatch):
+    """Each batch's frames are written while the one before it loads, and while they are, the
+    statement runs on one database thread fewer (the pass keeps a core busy), set back after it,
+    also when a spool of that batch is refused. What is stored is every good spool's frames,
+    checked."""
     import threading
 
     from replay import ingest as ingest_mod
@@ -396,9 +396,10 @@ def test_the_first_batch_is_smaller_and_the_database_shares_the_cores_with_the_p
         return insert(con, sql, parts, readable)
 
     def checking(spools, tmp):
-        if threading.current_thread() is not threading.main_thread():
+        if threading.current_thread() is not threading.main_thread():  # (a spool alone: written now)
             passes.append(len(passes))
-            looked[passes[-1]].wait(60)  # still writing when the statement before it starts
+            if passes[-1]:  # (the first batch's is waited for) still writing when the one before starts
+                looked[passes[-1] - 1].wait(60)
         return check(spools, tmp)
 
     monkeypatch.setattr(ingest_mod, "_insert", recording)
@@ -425,6 +426,6 @@ def test_the_first_batch_is_smaller_and_the_database_shares_the_cores_with_the_p
     ]
     # the first batch whole, refused, then each of its spools alone; then the later batches
     sizes = [n for n, _ in statements]
-    assert sizes[:3] == [2, 1, 1] and set(sizes[3:-1]) == {8} and sum(sizes[3:]) == len(spools) - 2
+    assert sizes[:9] == [8] + [1] * 8 and set(sizes[9:-1]) == {8} and sum(sizes[9:]) == len(spools) - 8
     # (a spool loaded alone after the refusal: with the next batch's pass running or done)
-    assert [t for _, t in statements[:1] + statements[3:]] == [2] * (len(statements) - 3) + [3]
+    assert [t for _, t in statements[:1] + statements[9:]] == [2] * (len(statements) - 9) + [3]
