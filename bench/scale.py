@@ -55,14 +55,20 @@ class Store(NamedTuple):
 
 
 class Build(NamedTuple):
-    """A build of amb: its name in the table and its ``amb`` executable."""
+    """A build of amb: its name in the table, its checkout and that checkout's ``amb`` executable."""
 
     name: str
-    amb: Path
+    checkout: Path
 
+    @property
+    def amb(self) -> Path:
+        return self.checkout / ".venv" / "bin" / "amb"
 
-def amb_of(checkout: Path) -> Path:
-    return checkout / ".venv" / "bin" / "amb"
+    def env(self, env: dict[str, str] | None = None) -> dict[str, str]:
+        """``env`` (else the bench's own) with the build's checkout first on the import path: a
+        ``PYTHONPATH`` the bench was started with would otherwise have every build import that
+        code, and a venv shared with another checkout its code."""
+        return {**(env if env is not None else os.environ), "PYTHONPATH": str(self.checkout)}
 
 
 def generate(root: Path, runs: int) -> Store:
@@ -77,9 +83,8 @@ def generate(root: Path, runs: int) -> Store:
         shutil.rmtree(root)
     print(f"generating {runs:,} runs into {root}...", file=sys.stderr)
     t0 = time.perf_counter()
-    subprocess.run(
-        [amb_of(Path(__file__).parents[1]), "generate", "--store", root, "--runs", str(runs)], check=True
-    )
+    this = Build("this", Path(__file__).resolve().parents[1])
+    subprocess.run([this.amb, "generate", "--store", root, "--runs", str(runs)], check=True, env=this.env())
     events = count_spool_events(root)
     print(f"  {events:,} events in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     done.write_text(json.dumps({"runs": runs, "events": events}))
@@ -103,7 +108,7 @@ def fresh_copy(store: Store, into: Path) -> Store:
 
 def amb(build: Build, *args: object, env: dict[str, str] | None = None) -> Usage:
     """One ``amb`` command of ``build``, measured; its output is discarded (the command must succeed)."""
-    return run_measured([build.amb, *map(str, args)], env=env)
+    return run_measured([build.amb, *map(str, args)], env=build.env(env))
 
 
 def viewer_session(build: Build, store: Store, run_id: str) -> Usage:
@@ -114,7 +119,10 @@ def viewer_session(build: Build, store: Store, run_id: str) -> Usage:
     port_file = store.root / "serve.err"
     with open(port_file, "w") as err:
         proc = subprocess.Popen(
-            [build.amb, "serve", "--store", store.root, "--port", "0"], stdout=subprocess.DEVNULL, stderr=err
+            [build.amb, "serve", "--store", store.root, "--port", "0"],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=build.env(),
         )
     try:
         url = wait_for_url(port_file, proc)
@@ -181,7 +189,7 @@ def python_scan(build: Build, store: Store) -> Usage | None:
     that has no ``amb scan``."""
     from bench.scan import PY
 
-    if subprocess.run([build.amb, "scan", "--help"], capture_output=True).returncode != 0:
+    if subprocess.run([build.amb, "scan", "--help"], capture_output=True, env=build.env()).returncode != 0:
         return None
     path = store.root / "first_shell.py"
     path.write_text(PY.format(tag=build.name))
@@ -232,6 +240,8 @@ def measure_store(
 ) -> dict[str, dict[str, Usage]]:
     """Every command of ``only`` on ``store``, for each build on its own copy: {command: {build: usage}}."""
     copies = {b.name: fresh_copy(store, work / f"{store.root.name}-{i}") for i, b in enumerate(builds)}
+    # (the copies on disk first: the first build's command would otherwise wait for their writeback)
+    os.sync()
     out: dict[str, dict[str, Usage]] = {}
     for name, command in _with_llm(judge_url).items():
         if name not in only and name != "ingest":
@@ -347,9 +357,9 @@ def main() -> None:
     figures.add_argument(ap, "scale")
     args = ap.parse_args()
     figs = figures.Figures(ap, args)
-    builds = [Build("this", amb_of(Path(__file__).resolve().parents[1]))]
+    builds = [Build("this", Path(__file__).resolve().parents[1])]
     if args.against:
-        builds.append(Build("previous", amb_of(args.against.resolve())))
+        builds.append(Build("previous", args.against.resolve()))
     only = set(args.only or [*COMMANDS, "score llm cached"])
     from tests.fakes import judge_server as fake
 

@@ -279,6 +279,10 @@ COVERED_BY: dict[str, tuple[tuple[str, ...], str]] = {
         ("tests/replay/test_export_parquet_otel.py",),
         "one test file for the OpenTelemetry and Parquet exports",
     ),
+    "replay/ingest_frames.py": (
+        ("tests/replay/test_ingest_fast_paths.py", "tests/replay/test_ingest.py"),
+        "the Python part of ingest's checks and its frames files, tested through ingest's fast paths",
+    ),
     "replay/manifest.py": (
         ("tests/replay/test_verify.py", "tests/replay/test_ingest_fast_paths.py"),
         "manifests are made by ingest and checked by verify",

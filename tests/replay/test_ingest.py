@@ -324,3 +324,20 @@ def test_a_linked_run_folder_or_a_fifo_spool_is_refused_and_nothing_outside_is_t
     assert ingest(root, run_ids=["run-home"]).failed == []
     with Store.open(root, read_only=True) as st:
         assert [r for (r,) in st.con.execute("SELECT DISTINCT run_id FROM events").fetchall()] == ["run-home"]
+
+
+def test_spool_files_lists_each_run_s_spools_and_packs_by_name(tmp_path):
+    """The spools ingest reads (a compressed one only where its plain spool is gone) and the blob
+    packs beside them, by name: hidden files, other names and a RUN that is no folder are not."""
+    from schemas.blobpack import SUFFIX, packs_in
+
+    run = tmp_path / "spool" / "run-a"
+    run.mkdir(parents=True)
+    for name in ("b.spool", "a.spool", "a.spool.zst", "c.spool.zst", ".h.spool", "x.txt", "p" + SUFFIX):
+        (run / name).write_bytes(b"")
+    (tmp_path / "spool" / "run-b").write_bytes(b"")  # not a folder
+    expected = [run / "a.spool", run / "b.spool", run / "c.spool.zst"]
+    assert spool_files(tmp_path) == expected
+    assert spool_files(tmp_path, ["run-a", "run-b", "run-c"]) == expected
+    assert list(packs_in(run)) == [run / ("p" + SUFFIX)]
+    assert list(packs_in(tmp_path / "spool" / "run-c")) == []

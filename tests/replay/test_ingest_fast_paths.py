@@ -344,8 +344,9 @@ def test_a_batch_is_read_from_a_few_frames_files(tmp_path, monkeypatch):
 
 def test_the_next_batch_s_frames_are_written_while_one_is_loaded(tmp_path, monkeypatch):
     """While the database loads a batch, a thread writes the next batch's frames files
-    (``FramesAhead``): only the first batch's are written by the thread that loads, and what is
-    stored is every spool's frames, checked."""
+    (``FramesAhead``), the first batch's too (written by the thread that loads, they took turns
+    with the second batch's for the interpreter), and what is stored is every spool's frames,
+    checked."""
     import threading
 
     from replay import ingest as ingest_mod
@@ -366,7 +367,65 @@ def test_the_next_batch_s_frames_are_written_while_one_is_loaded(tmp_path, monke
     batches = -(-len(spools) // 2)
     report = ingest(tmp_path, spool_mode="keep")
     assert report.files_loaded == len(spools) and batches > 2
-    assert sorted(on_main) == [False] * (batches - 1) + [True]
+    assert on_main == [False] * batches
     with Store.open(tmp_path, read_only=True) as st:
         assert st.con.execute("SELECT count(*) FROM events").fetchall()[0][0] == report.events_added
         assert verify(st.con, st.blobs) == []
+
+
+def test_the_database_shares_the_cores_with_the_pass_writing_the_next_batch(tmp_path, monkeypatch):
+    """Each batch's frames are written while the one before it loads, and while they are, the
+    statement runs on one database thread fewer (the pass keeps a core busy), set back after it,
+    also when a spool of that batch is refused. What is stored is every good spool's frames,
+    checked."""
+    import threading
+
+    from replay import ingest as ingest_mod
+    from replay import ingest_frames
+
+    statements: list[tuple[int, int]] = []
+    insert, check = ingest_mod._insert, ingest_frames.check_batch
+    looked = [threading.Event() for _ in range(8)]  # by the statement of each whole batch
+    passes: list[int] = []
+
+    def recording(con, sql, parts, readable):
+        threads = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
+        statements.append((len(readable), int(threads)))
+        if len(readable) > 1:  # (a whole batch: a spool loaded alone is one)
+            looked[sum(n > 1 for n, _ in statements) - 1].set()
+        return insert(con, sql, parts, readable)
+
+    def checking(spools, tmp):
+        if threading.current_thread() is not threading.main_thread():  # (a spool alone: written now)
+            passes.append(len(passes))
+            if passes[-1]:  # (the first batch's is waited for) still writing when the one before starts
+                looked[passes[-1] - 1].wait(60)
+        return check(spools, tmp)
+
+    monkeypatch.setattr(ingest_mod, "_insert", recording)
+    monkeypatch.setattr(ingest_frames, "check_batch", checking)
+    monkeypatch.setattr(ingest_mod, "BATCH_FILES", 8)
+    for i in range(6):
+        generate_run(tmp_path, f"run-{i}", seed=i, calls=2)
+    spools = spool_files(tmp_path)
+    assert len(spools) > 10
+    bad = spools[0]  # (in the first batch) an edited event: checksum sound, body not canonical
+    lines = bad.read_bytes().split(b"\n")
+    body = lines[1].split(b"\t", 2)[2].replace(b'{"kind"', b'{ "kind"', 1)
+    lines[1] = b"%d\t%s\t%s" % (len(body), hashlib.sha256(body).hexdigest().encode(), body)
+    bad.write_bytes(b"\n".join(lines))
+    with Store.open(tmp_path) as st:
+        st.con.execute("SET threads = 3")
+        with pytest.raises(SpoolError, match="not a canonical event body") as refused:
+            ingest(store=st, spool_mode="keep")
+        assert st.con.execute("SELECT current_setting('threads')").fetchall()[0][0] == 3
+        assert {(p.run_id, p.source) for p in verify(st.con, st.blobs)} == {(bad.parent.name, bad.stem)}
+    report = refused.value.report  # type: ignore[attr-defined]  # ingest attaches its report to the error
+    assert report.files_loaded == len(spools) - 1 and [key for key, _ in report.failed] == [
+        bad.relative_to(tmp_path).as_posix()
+    ]
+    # the first batch whole, refused, then each of its spools alone; then the later batches
+    sizes = [n for n, _ in statements]
+    assert sizes[:9] == [8] + [1] * 8 and set(sizes[9:-1]) == {8} and sum(sizes[9:]) == len(spools) - 8
+    # (a spool loaded alone after the refusal: with the next batch's pass running or done)
+    assert [t for _, t in statements[:1] + statements[9:]] == [2] * (len(statements) - 9) + [3]
