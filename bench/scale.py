@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -288,6 +289,20 @@ def ratio(small_v: float, small: Store, large_v: float, large: Store) -> float:
     return (large_v / large.events) / (small_v / small.events)
 
 
+def row_command(figs: figures.Figures, name: str) -> str:
+    """The bench's command as it measures one command (each is measured on its own): the row says
+    how to measure that one again, and stays short whatever ``--only`` listed."""
+    words, kept = shlex.split(figs.command), []
+    while words:
+        word = words.pop(0)
+        if word == "--only":
+            while words and not words[0].startswith("--"):
+                words.pop(0)
+        else:
+            kept.append(word)
+    return shlex.join([*kept, "--only", name])
+
+
 def add_rows(
     figs: figures.Figures,
     small: Store,
@@ -311,6 +326,7 @@ def add_rows(
             f"{l_.rss / MB:,.0f} MB ({l_.rss / s.rss:.2f}×)",
             beside,
             f"≤ {TIME_RATIO}× per event, ≤ {MEMORY_RATIO}× and < 1 GB memory ({figures.met(ok)})",
+            command=row_command(figs, name),
         )
 
 
@@ -340,6 +356,7 @@ def add_rate_rows(
             "calls each, every call with its request and response bodies)",
             f"**{large.events / u.wall:,.0f} events/s** ({u.wall:.1f} s, CPU {u.cpu:.1f} s)",
             beside,
+            command=row_command(figs, name),
         )
 
 
