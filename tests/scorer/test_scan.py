@@ -176,8 +176,10 @@ def test_a_scan_killed_midway_resumes_without_duplicates(store, tmp_path):
     (tmp_path / "slow.py").write_text(
         "import time\nfrom pathlib import Path\nfrom amb.scan import Finding, scanner\n\n"
         "@scanner\ndef slow(traj):\n"
-        f"    if traj.run_id == 'run-300':\n        Path({str(marker)!r}).write_text('x')\n"
-        "    time.sleep(0.002)\n    return Finding(value=True, events=[traj.processes[0][0]])\n"
+        f"    if traj.run_id == 'run-300':  # waits there for the kill: a loaded machine cannot let\n"
+        f"        Path({str(marker)!r}).write_text('x')  # the scan outrun it\n"
+        "        time.sleep(600)\n"
+        "    return Finding(value=True, events=[traj.processes[0][0]])\n"
     )
     args = [AMB, "scan", "--store", str(store), str(tmp_path / "slow.py"), "--all", "--jobs", "1"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
