@@ -17,7 +17,11 @@ With ``--against CHECKOUT`` (a previous build, with its own ``.venv``: ``git wor
 ../prev COMMIT`` and ``./just default`` there), that build's ``amb`` runs each command too, right
 after this build's, on a copy of the same store, and the table shows both.
 
-Run: ./just bench scale [--small 1000] [--large 8000] [--work DIR] [--only CMD ...] [--against CHECKOUT]
+With ``--rounds N`` each store is measured N times (fresh copies each round) and every figure is
+the median of its rounds.
+
+Run: ./just bench scale [--small 1000] [--large 8000] [--work DIR] [--only CMD ...] [--rounds N]
+                        [--against CHECKOUT]
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import json
 import os
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -212,6 +217,9 @@ COMMANDS: dict[str, Callable[[Build, Store], Usage | None]] = {
 }
 """Each measured command, in the order they run on a store (ingest first: the others read its result)."""
 
+NEEDS = {"report": "score offline"}
+"""A command that reads what another writes: that one runs first even when not asked for."""
+
 SHOWN = {
     "ingest": "`amb ingest`",
     "verify": "`amb verify`",
@@ -236,6 +244,25 @@ def _with_llm(judge_url: str) -> dict[str, Callable[[Build, Store], Usage | None
     return out
 
 
+def measure_rounds(
+    builds: list[Build], store: Store, work: Path, only: set[str], judge_url: str, rounds: int
+) -> dict[str, dict[str, Usage]]:
+    """``measure_store`` ``rounds`` times (fresh copies each time, the builds' order turned round
+    every other round so that neither always goes first), each figure the median of its rounds:
+    one measurement of a command can swing by a third on a shared machine."""
+    got = [measure_store(builds[:: -1 if r % 2 else 1], store, work, only, judge_url) for r in range(rounds)]
+    out: dict[str, dict[str, Usage]] = {}
+    for name, per_build in got[0].items():
+        for b in per_build:
+            usages = [g[name][b] for g in got]
+            out.setdefault(name, {})[b] = Usage(
+                statistics.median(u.wall for u in usages),
+                statistics.median(u.cpu for u in usages),
+                int(statistics.median(u.rss for u in usages)),
+            )
+    return out
+
+
 def measure_store(
     builds: list[Build], store: Store, work: Path, only: set[str], judge_url: str
 ) -> dict[str, dict[str, Usage]]:
@@ -244,8 +271,9 @@ def measure_store(
     # (the copies on disk first: the first build's command would otherwise wait for their writeback)
     os.sync()
     out: dict[str, dict[str, Usage]] = {}
+    needed = {"ingest", *only, *(NEEDS[n] for n in only if n in NEEDS)}
     for name, command in _with_llm(judge_url).items():
-        if name not in only and name != "ingest":
+        if name not in needed:
             continue
         for b in builds:
             usage = command(b, copies[b.name])
@@ -369,6 +397,9 @@ def main() -> None:
         "--only", nargs="+", choices=[*COMMANDS, "score llm cached"], help="measure these commands"
     )
     ap.add_argument(
+        "--rounds", type=int, default=1, help="measure each store this many times; figures are medians"
+    )
+    ap.add_argument(
         "--against", metavar="CHECKOUT", type=Path, help="another build, measured beside this one"
     )
     figures.add_argument(ap, "scale")
@@ -385,7 +416,7 @@ def main() -> None:
         fake.JudgeServer(fake.default_policy, keep_requests=False) as judge,
     ):
         stores = [generate(work / f"gen-{n}", n) for n in (args.small, args.large)]
-        got = [measure_store(builds, st, work, only, judge.base_url) for st in stores]
+        got = [measure_rounds(builds, st, work, only, judge.base_url, max(args.rounds, 1)) for st in stores]
     small, large = stores
     print("\n".join(table_lines(small, large, got, builds)))
     add_rows(figs, small, large, got, builds[0].name, builds[1].name if args.against else None)
