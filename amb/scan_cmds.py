@@ -213,17 +213,24 @@ def _print_errors(store: str, as_json: bool) -> None:
     )
 
 
-def scan_report(store: str, rows: list[dict[str, Any]], viewer_url: str) -> dict[str, Any]:
-    """``amb report``'s scan part: each scanner's share of runs flagged per model and track, and each
-    label set's validation of the reported judge (empty when the store has neither)."""
+def scan_report(store: str, profile_id: str, judge: str, viewer_url: str) -> dict[str, Any]:
+    """``amb report``'s scan part: each scanner's share of the judge's scored runs flagged per model
+    and track, and each label set's validation of the judge (empty when the store has neither). The
+    shares fold the runs as they are read; the validation reads the labelled runs' rows."""
     con = open_sql(store)
     try:
         tables = {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
         if "scan_results" not in tables:
             return {}
         sets = [s for (s,) in con.execute("SELECT DISTINCT label_set FROM labels ORDER BY 1").fetchall()]
-        checks = {s: lab.validate_judge(rows, lab.current(con, s), viewer_url) for s in sets}
-        return {"scanners": scan_results.shares(con, rows), "judge_validation": checks}
+        checks = {}
+        for name in sets:
+            labels = lab.current(con, name)
+            labelled = sorted({run for runs in labels.values() for run in runs})
+            rows = ledger.current(con, profile_id=profile_id, judge=judge, run_ids=labelled)
+            checks[name] = lab.validate_judge(rows, labels, viewer_url)
+        runs = ledger.stream(con, profile_id=profile_id, judge=judge, columns=("run_id", "model", "track"))
+        return {"scanners": scan_results.shares(con, runs), "judge_validation": checks}
     finally:
         con.close()
 

@@ -18,6 +18,7 @@ from amb.output import cell, table
 from replay.read import iter_events, require_runs
 from replay.read import run_ids as all_run_ids
 from replay.store import Store, open_sql
+from schemas import score_row
 from schemas.errors import BadInput, UsageError, quoted
 from scorer import audit as auditor
 from scorer import ledger, profile_diff, report_html
@@ -348,42 +349,30 @@ def report(
         _report_diff(store, diff_profiles, judge_label, as_json)
         return
     loaded = load_profile(profile)
-    # The views read a few columns of each run's row: its details (every rubric item, ten times the
-    # rest) only the judge's stability and its validation against labels read.
-    [rows] = ledger.current_rows(store, loaded, columns=reports.COLUMNS)
-    if not rows:
-        raise UsageError(
-            f"no scores under profile {loaded.name} ({loaded.short_id}) yet: run `amb score --all "
-            f"--profile {profile or loaded.name}`"
+    con = open_sql(store)
+    try:
+        counts = ledger.judge_counts(con, loaded.id)
+        if not counts:
+            raise UsageError(
+                f"no scores under profile {loaded.name} ({loaded.short_id}) yet: run `amb score --all "
+                f"--profile {profile or loaded.name}`"
+            )
+        labels = sorted(counts)
+        if judge_label is None:
+            # Repeat rows (``<label>#r<i>``) measure a judge; the report shows the first asking.
+            judge_label = max(labels, key=lambda j: ("#r" not in j, counts[j], j))
+        elif judge_label not in labels:
+            raise UsageError(f"no rows from judge {judge_label!r} (have: {', '.join(labels)})")
+        repeats = sorted(
+            (lab for lab in labels if lab.startswith(judge_label + "#r")),
+            key=lambda lab: int(lab.rsplit("#r", 1)[1]),
         )
-    labels = sorted({r["judge"] for r in rows})
-    if judge_label is None:
-        # Repeat rows (``<label>#r<i>``) measure a judge; the report shows the first asking.
-        judge_label = max(labels, key=lambda j: ("#r" not in j, sum(1 for r in rows if r["judge"] == j), j))
-    elif judge_label not in labels:
-        raise UsageError(f"no rows from judge {judge_label!r} (have: {', '.join(labels)})")
-    repeats = sorted(
-        (lab for lab in labels if lab.startswith(judge_label + "#r")),
-        key=lambda lab: int(lab.rsplit("#r", 1)[1]),
-    )
-    if repeats or _labelled(store):
-        [rows] = ledger.current_rows(store, loaded)
-    by_label = {lab: [r for r in rows if r["judge"] == lab] for lab in [judge_label, *repeats]}
-    rows = by_label[judge_label]
-    data = reports.build(rows)
-    if repeats:
-        from scorer import judge_stability
-
-        coders = list(by_label.values())
-        data["judge_stability"] = {
-            "repeats": len(coders),
-            "judges": [judge_label, *repeats],
-            **judge_stability.agreement_table(coders),
-            "spread": judge_stability.spread(coders),
-        }
+        data, rows = _views(con, loaded, judge_label, repeats, runs_listed=bool(html_file))
+    finally:
+        con.close()
     from amb.scan_cmds import scan_report, scan_report_text
 
-    data.update(scan_report(store, rows, viewer_url))
+    data.update(scan_report(store, loaded.id, judge_label, viewer_url))
     if html_file:
         Path(html_file).write_text(
             report_html.html_page(data, runs=rows, viewer_url=viewer_url or None), encoding="utf-8"
@@ -400,14 +389,33 @@ def report(
         click.echo(f"\nwrote {html_file}", err=True)
 
 
-def _labelled(store: str) -> bool:
-    """Whether the store holds labels (which the report validates the judge against)."""
-    con = open_sql(store)
-    try:
-        tables = {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-        return "labels" in tables and bool(con.execute("SELECT count(*) FROM labels").fetchall()[0][0])
-    finally:
-        con.close()
+def _views(
+    con: Any, loaded: LoadedProfile, judge: str, repeats: list[str], *, runs_listed: bool
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The views of the judge's current rows, and the rows where the output lists every run (the
+    page's table of runs; the judge's repeats, for its stability). Otherwise the rows are folded as
+    they are read, a slice at a time, and none are kept: the views' memory does not grow with the
+    number of runs. Of each row, the views read a few columns: its details (every rubric item, ten
+    times the rest) only the judge's stability reads."""
+    if not repeats and not runs_listed:
+        stream = ledger.stream(con, profile_id=loaded.id, judge=judge, columns=reports.COLUMNS)
+        return reports.build(stream), []
+    # (Whole rows for the stability, the page's columns for its table.)
+    columns, labels = (score_row.COLUMNS if repeats else reports.COLUMNS), [judge, *repeats]
+    by_label = {lab: ledger.current(con, profile_id=loaded.id, judge=lab, columns=columns) for lab in labels}
+    rows = by_label[judge]
+    data = reports.build(rows)
+    if repeats:
+        from scorer import judge_stability
+
+        coders = list(by_label.values())
+        data["judge_stability"] = {
+            "repeats": len(coders),
+            "judges": [judge, *repeats],
+            **judge_stability.agreement_table(coders),
+            "spread": judge_stability.spread(coders),
+        }
+    return data, rows
 
 
 def _report_diff(store: str, refs: tuple[str, str], judge_label: str | None, as_json: bool) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -198,16 +198,14 @@ def append_batch(
     )
 
 
-def current(
+def _query(
     con: duckdb.DuckDBPyConnection,
-    *,
-    profile_id: str | None = None,
-    judge: str | None = None,
-    run_ids: Iterable[str] | None = None,
-    columns: Iterable[str] = COLUMNS,
-) -> list[dict[str, Any]]:
-    """The current rows (latest per run, profile and judge), as dicts with JSON columns decoded; of
-    ``columns`` only, if given (a row's ``details``, decoded, is ten times the rest of it)."""
+    profile_id: str | None,
+    judge: str | None,
+    run_ids: Iterable[str] | None,
+    columns: Iterable[str],
+) -> duckdb.DuckDBPyConnection:
+    """The current rows' query (latest per run, profile and judge), in run order, of ``columns``."""
     stored = {name for (name,) in con.execute(STORED_COLUMNS).fetchall()}
     select = select_list(stored, set(columns))
     sql = f"SELECT {select}, batch_id, scored_at FROM scores_current WHERE true"
@@ -222,27 +220,83 @@ def current(
     if ids is not None:
         sql += " AND list_contains(?, run_id)"
         params.append(ids)
-    cur = con.execute(sql + " ORDER BY run_id", params)
+    return con.execute(sql + " ORDER BY run_id", params)
+
+
+def _decoded(
+    cur: duckdb.DuckDBPyConnection, once: Callable[[Any], Any], size: int = 2048
+) -> Iterator[dict[str, Any]]:
+    """The query's rows as dicts with JSON columns decoded, fetched ``size`` at a time (never all
+    rows as tuples and then all again as dicts); ``once`` maps each text value (to share repeated
+    ones)."""
     names = [d[0] for d in cur.description]
     decoded = JSON_COLUMNS.intersection(names)
+
+    def hook(obj: dict[str, Any]) -> dict[str, Any]:
+        return {k: once(v) for k, v in obj.items()}
+
+    while chunk := cur.fetchmany(size):
+        for r in chunk:
+            row = {n: once(v) for n, v in zip(names, r, strict=False)}
+            for c in decoded:
+                row[c] = None if row[c] is None else json.loads(row[c], object_hook=hook)
+            yield row
+
+
+def current(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    profile_id: str | None = None,
+    judge: str | None = None,
+    run_ids: Iterable[str] | None = None,
+    columns: Iterable[str] = COLUMNS,
+) -> list[dict[str, Any]]:
+    """The current rows (latest per run, profile and judge), as dicts with JSON columns decoded; of
+    ``columns`` only, if given (a row's ``details``, decoded, is ten times the rest of it)."""
     # Rows repeat the same few texts (model, track, judge, profile, reasons): each kept once.
     texts: dict[str, str] = {}
 
     def once(v: Any) -> Any:
         return texts.setdefault(v, v) if isinstance(v, str) else v
 
-    def hook(obj: dict[str, Any]) -> dict[str, Any]:
-        return {k: once(v) for k, v in obj.items()}
+    return list(_decoded(_query(con, profile_id, judge, run_ids, columns), once))
 
-    out = []
-    # In slices, not all rows as tuples and then all again as dicts.
-    while chunk := cur.fetchmany(2048):
-        for r in chunk:
-            row = {n: once(v) for n, v in zip(names, r, strict=False)}
-            for c in decoded:
-                row[c] = None if row[c] is None else json.loads(row[c], object_hook=hook)
-            out.append(row)
-    return out
+
+_SUPERSEDED = """SELECT run_id, batch_id, seq FROM scores WHERE profile_id = ? AND judge = ?
+    QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY scored_at DESC, batch_id DESC, seq DESC) > 1"""
+"""The rows of a profile and judge that a later row of the same run replaced (as in ``scores_current``)."""
+
+
+def stream(
+    con: duckdb.DuckDBPyConnection, *, profile_id: str, judge: str, columns: Iterable[str] = COLUMNS
+) -> Iterator[dict[str, Any]]:
+    """The current rows of ``current``, one at a time as they are read, in the order the table holds
+    them (not by run): a caller that folds them (the report's views) holds a few rows, and the
+    database holds no more, where sorting the rows, or picking the latest of each run over whole
+    rows, would hold them all. The rows are read on a cursor of their own, so that queries on
+    ``con`` while they are read leave them whole."""
+    cur = con.cursor()
+    stored = {name for (name,) in cur.execute(STORED_COLUMNS).fetchall()}
+    sql = (
+        f"WITH superseded AS ({_SUPERSEDED}) SELECT {select_list(stored, set(columns))} FROM scores "
+        "ANTI JOIN superseded USING (run_id, batch_id, seq) WHERE profile_id = ? AND judge = ?"
+    )
+    cur.execute(sql, [profile_id, judge] * 2)
+    return _decoded(cur, lambda v: v, size=256)
+
+
+def require_scores(con: duckdb.DuckDBPyConnection) -> None:
+    """Refuse a store that was never scored."""
+    views = con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'scores_current'")
+    if not views.fetchall()[0][0]:
+        raise UsageError("no scores in this store yet: run `amb score --all` first")
+
+
+def judge_counts(con: duckdb.DuckDBPyConnection, profile_id: str) -> dict[str, int]:
+    """How many current rows (runs) each judge label has under the profile."""
+    require_scores(con)
+    sql = "SELECT judge, count(DISTINCT run_id) FROM scores WHERE profile_id = ? GROUP BY judge"
+    return dict(con.execute(sql, [profile_id]).fetchall())
 
 
 def current_rows(
@@ -252,9 +306,7 @@ def current_rows(
     a store that was never scored is refused."""
     con = open_sql(store)
     try:
-        views = con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'scores_current'")
-        if not views.fetchall()[0][0]:
-            raise UsageError("no scores in this store yet: run `amb score --all` first")
+        require_scores(con)
         return [current(con, profile_id=p.id, columns=columns) for p in profiles]
     finally:
         con.close()

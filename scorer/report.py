@@ -33,11 +33,6 @@ COLUMNS = (
 """The score columns the views, the page's table of runs and the scanners' shares read."""
 
 
-def _mean(values: Iterable[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return sum(vals) / len(vals) if vals else None
-
-
 def _x100(v: float | None) -> float | None:
     return None if v is None else round(100 * v, 1)
 
@@ -54,164 +49,276 @@ def pearson(xs: list[float], ys: list[float]) -> float | None:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=False)) / math.sqrt(sxx * syy)
 
 
-_cost = itemgetter("cost_usd")
-
-
 def _tokens(r: dict[str, Any]) -> int | None:
     """Input plus output tokens of a row (None when the row has no token counts)."""
     tin, tout = r.get("tokens_in"), r.get("tokens_out")
     return None if tin is None and tout is None else (tin or 0) + (tout or 0)
 
 
-def _cost_unknown(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per model whose cost is unknown for some runs: how many runs, and why (the scorer's reason)."""
-    why: dict[str, Counter] = defaultdict(Counter)
-    for r in rows:
-        if r.get("cost_usd") is None:
-            reason = (r.get("reasons") or {}).get("cost") or "no cost was recorded for this run"
-            why[r["model"] or "(unknown)"][reason] += 1
-    return [{"model": m, "runs": sum(why[m].values()), "why": "; ".join(sorted(why[m]))} for m in sorted(why)]
-
-
-class _Rows:
-    """The ledger rows grouped as the views read them: per model (best OVERALL first) and per track."""
-
-    def __init__(self, rows: list[dict[str, Any]]):
-        self.all = rows
-        self.by_model: dict[str, list[dict]] = defaultdict(list)
-        for r in rows:
-            self.by_model[r["model"] or "(unknown)"].append(r)
-        self.models = sorted(
-            self.by_model, key=lambda m: -(_mean(r["overall"] for r in self.by_model[m]) or -1)
-        )
-        self.tracks = sorted({_track(r) for r in rows})
-
-    def of(self, model: str) -> list[dict[str, Any]]:
-        """A model's rows; every row for ``(all)``."""
-        return self.all if model == "(all)" else self.by_model[model]
-
-
 def _track(r: dict[str, Any]) -> str:
     return r["track"] or "(unknown)"
 
 
-def _leaderboard(g: _Rows) -> list[dict[str, Any]]:
+def _bucket(n_codes: int) -> str:
+    return str(n_codes) if n_codes < 3 else "3+"
+
+
+class _Mean:
+    """A running mean that leaves unscored (None) values out. The total is exact (Shewchuk's
+    partials, rounded once at the end as ``math.fsum`` does), so the mean does not depend on the
+    order the rows come in."""
+
+    __slots__ = ("n", "partials")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.partials: list[float] = []
+
+    def add(self, v: float | None) -> None:
+        if v is None:
+            return
+        self.n += 1
+        x, i = float(v), 0
+        for y in self.partials:
+            if abs(x) < abs(y):
+                x, y = y, x
+            hi = x + y
+            lo = y - (hi - x)
+            if lo:
+                self.partials[i] = lo
+                i += 1
+            x = hi
+        self.partials[i:] = [x]
+
+    @property
+    def value(self) -> float | None:
+        return math.fsum(self.partials) / self.n if self.n else None
+
+
+MEANS = ("overall", "agentic", "task_score", *STAGE_KEYS, "turns", "tokens", "cost_usd")
+"""The row values whose means the views show (of a model's runs, and of all runs)."""
+
+_GROUP_MEANS = {
+    "track": ("tokens", "cost_usd"),
+    "model_track": ("overall",),
+    "model_tier": ("agentic",),
+    "codes": ("overall",),
+}
+"""The means the views show of the other groups' runs (per track, per model and track, ...)."""
+
+
+class _Stats:
+    """Running totals over a group of runs (a model's, a track's, everyone's): what the views read of
+    them, without holding the runs."""
+
+    def __init__(self, means: tuple[str, ...] = MEANS) -> None:
+        self.runs = self.scored = self.breaches = self.multi = self.recovered = 0
+        self.cost_unknown = False
+        self.means = {k: _Mean() for k in means}
+        self.medals: Counter = Counter()
+        self.ratings: Counter = Counter()
+
+    def add(self, r: dict[str, Any], tokens: int | None, n_codes: int) -> None:
+        self.runs += 1
+        self.scored += r["overall"] is not None
+        self.breaches += r["status"] == "breach"
+        self.cost_unknown = self.cost_unknown or r["cost_usd"] is None
+        for k, m in self.means.items():
+            m.add(tokens if k == "tokens" else r[k])
+        self.medals[r.get("medal")] += 1
+        self.ratings[r.get("rating")] += 1
+        if n_codes >= 2:
+            self.multi += 1
+            self.recovered += r["status"] == "completed"
+
+    def mean(self, key: str) -> float | None:
+        return self.means[key].value
+
+    def cost_per_run(self) -> float | None:
+        """The mean cost of these runs; unknown (None) when any of their costs is: a mean over the
+        priced runs alone would pass for all of them. Three significant digits, so that a cheap
+        run's cost is not rounded to 0."""
+        cost = self.mean("cost_usd")
+        return None if self.cost_unknown or cost is None else float(f"{cost:.3g}")
+
+
+class _Tally:
+    """The ledger rows folded as the views read them, one row at a time, in any order (the rows can
+    be a stream of any length): per model (best OVERALL first, then the model whose first run comes
+    first), per track, per model and track or tier, per number of fired codes, and each track's
+    (cost, OVERALL) and (tokens, OVERALL) points in run order."""
+
+    def __init__(self, rows: Iterable[dict[str, Any]]):
+        self.all = _Stats()
+        self.by_model: dict[str, _Stats] = {}
+        self.first_run: dict[str, str] = {}
+        self.by: dict[tuple[str, ...], _Stats] = {}
+        self.codes: Counter = Counter()
+        self.why_unknown: dict[str, Counter] = defaultdict(Counter)
+        points: dict[str, list[tuple[str, float, float]]] = defaultdict(list)
+        token_points: dict[str, list[tuple[str, float, float]]] = defaultdict(list)
+        self._points = (points, token_points)
+        self.judges: set[str] = set()
+        self.profiles: set[str] = set()
+        for r in rows:
+            self._add(r)
+        self.models = sorted(
+            self.by_model, key=lambda m: (-(self.by_model[m].mean("overall") or -1), self.first_run[m])
+        )
+        self.points, self.token_points = (_in_run_order(p) for p in self._points)
+        self.tracks = sorted(k[1] for k in self.by if k[0] == "track")
+
+    def _add(self, r: dict[str, Any]) -> None:
+        model, track, tokens, run = r["model"] or "(unknown)", _track(r), _tokens(r), r.get("run_id") or ""
+        self.first_run[model] = min(self.first_run.get(model, run), run)
+        codes = r["codes"] or []
+        if model not in self.by_model:
+            self.by_model[model] = _Stats()
+        keys = [("track", track), ("model_track", model, track), ("model_tier", model, r["tier"])]
+        keys.append(("codes", _bucket(len(codes))))
+        for key in keys:
+            if key not in self.by:
+                self.by[key] = _Stats(_GROUP_MEANS[key[0]])
+        for g in [self.all, self.by_model[model], *(self.by[k] for k in keys)]:
+            g.add(r, tokens, len(codes))
+        self.codes.update(codes)
+        if r["cost_usd"] is None:
+            reason = (r.get("reasons") or {}).get("cost") or "no cost was recorded for this run"
+            self.why_unknown[model][reason] += 1
+        if r["overall"] is not None:
+            if r["cost_usd"] is not None:
+                self._points[0][track].append((run, float(r["cost_usd"]), r["overall"]))
+            if tokens is not None:
+                self._points[1][track].append((run, float(tokens), r["overall"]))
+        self.judges.add(r["judge"])
+        self.profiles.add(f"{r['profile_name']} ({r['profile_id'][7:19]})")
+
+    def of(self, model: str) -> _Stats:
+        """A model's totals; everyone's for ``(all)``."""
+        return self.all if model == "(all)" else self.by_model[model]
+
+    def get(self, *key: str) -> _Stats:
+        """The totals of one group (empty when no run is in it), without adding the group."""
+        return self.by.get(key) or _Stats()
+
+
+def _in_run_order(points: dict[str, list[tuple[str, float, float]]]) -> dict[str, list[tuple[float, float]]]:
+    """Each track's (run, x, y) points as (x, y), in run order."""
+    return defaultdict(
+        list, {t: [(x, y) for _, x, y in sorted(p, key=itemgetter(0))] for t, p in points.items()}
+    )
+
+
+def _leaderboard(g: _Tally) -> list[dict[str, Any]]:
     return [
         {
             "model": m,
-            "runs": len(rs),
-            "scored": sum(1 for r in rs if r["overall"] is not None),
-            "overall": _x100(_mean(r["overall"] for r in rs)),
-            "agentic": _x100(_mean(r["agentic"] for r in rs)),
-            "task": _x100(_mean(r["task_score"] for r in rs)),
-            "cost_per_run": _cost_per_run([r["cost_usd"] for r in rs]),
-            "tokens_per_run": rounded(_mean(_tokens(r) for r in rs), 0),
-            "turns": rounded(_mean(r["turns"] for r in rs), 1),
-            "breaches": sum(1 for r in rs if r["status"] == "breach"),
+            "runs": s.runs,
+            "scored": s.scored,
+            "overall": _x100(s.mean("overall")),
+            "agentic": _x100(s.mean("agentic")),
+            "task": _x100(s.mean("task_score")),
+            "cost_per_run": s.cost_per_run(),
+            "tokens_per_run": rounded(s.mean("tokens"), 0),
+            "turns": rounded(s.mean("turns"), 1),
+            "breaches": s.breaches,
         }
         for m in g.models
-        for rs in [g.by_model[m]]
+        for s in [g.by_model[m]]
     ]
 
 
-def _medals(g: _Rows) -> list[dict[str, Any]]:
+def _medals(g: _Tally) -> list[dict[str, Any]]:
     out = []
     for m in g.models + ["(all)"]:
-        rs = g.of(m)
-        medal_n = Counter(r.get("medal") for r in rs)
-        rating_n = Counter(r.get("rating") for r in rs)
+        s = g.of(m)
         out.append(
             {
                 "model": m,
-                "runs": len(rs),
-                **{k: medal_n.get(k, 0) for k in get_args(Medal)},
-                **{k: rating_n.get(k, 0) for k in get_args(Rating)},
-                "unrated": rating_n.get(None, 0),
-                "resolved_pct": round(100 * (rating_n["A"] + rating_n["B"]) / len(rs), 1) if rs else None,
-            }
-        )
-    return out
-
-
-def _per_track(g: _Rows) -> list[dict[str, Any]]:
-    return [
-        {
-            "model": m,
-            **{t: _x100(_mean(r["overall"] for r in g.by_model[m] if _track(r) == t)) for t in g.tracks},
-        }
-        for m in g.models
-    ]
-
-
-def _tiers(g: _Rows) -> list[dict[str, Any]]:
-    out = []
-    for m in g.models:
-        lite = _mean(r["agentic"] for r in g.by_model[m] if r["tier"] == "lite")
-        std = _mean(r["agentic"] for r in g.by_model[m] if r["tier"] == "standard")
-        delta = None if lite is None or not std else round(100 * (lite - std) / std, 1)
-        out.append({"model": m, "standard": _x100(std), "lite": _x100(lite), "delta_pct": delta})
-    return out
-
-
-def _stage_means(g: _Rows) -> list[dict[str, Any]]:
-    return [
-        {"model": m, **{s.upper(): _x100(_mean(r[s] for r in g.of(m))) for s in STAGE_KEYS}}
-        for m in g.models + ["(all)"]
-    ]
-
-
-def _code_shares(g: _Rows) -> list[dict[str, Any]]:
-    tags = Counter(c for r in g.all for c in (r["codes"] or []))
-    total = sum(tags.values())
-    return [
-        {"code": c, "count": tags[c], "share_pct": round(100 * tags[c] / total, 1) if total else None}
-        for c in CODES
-    ]
-
-
-def _overall_by_code_count(g: _Rows) -> list[dict[str, Any]]:
-    by_n: dict[str, list[dict]] = defaultdict(list)
-    for r in g.all:
-        n = len(r["codes"] or [])
-        by_n[str(n) if n < 3 else "3+"].append(r)
-    return [
-        {"codes": k, "runs": len(by_n[k]), "overall": _x100(_mean(r["overall"] for r in by_n[k]))}
-        for k in ("0", "1", "2", "3+")
-        if by_n.get(k)
-    ]
-
-
-def _recovery(g: _Rows) -> list[dict[str, Any]]:
-    out = []
-    for m in g.models + ["(all)"]:
-        multi = [r for r in g.of(m) if len(r["codes"] or []) >= 2]
-        done = sum(1 for r in multi if r["status"] == "completed")
-        pct = round(100 * done / len(multi), 1) if multi else None
-        out.append({"model": m, "runs_2plus_codes": len(multi), "completed": done, "recovery_pct": pct})
-    return out
-
-
-def _cost_correlation(g: _Rows) -> list[dict[str, Any]]:
-    out = []
-    for t in g.tracks:
-        pts, tok_pts = _points(g.all, t, _cost), _points(g.all, t, _tokens)
-        mine = [r for r in g.all if _track(r) == t]
-        out.append(
-            {
-                "track": t,
-                "points": len(pts),
-                "pearson_r": rounded(pearson([p[0] for p in pts], [p[1] for p in pts]), 3),
-                "cost_per_run": _cost_per_run([r["cost_usd"] for r in mine]),
-                "tokens_per_run": rounded(_mean(_tokens(r) for r in mine), 0),
-                "pearson_r_tokens": rounded(
-                    pearson([float(p[0]) for p in tok_pts], [p[1] for p in tok_pts]), 3
+                "runs": s.runs,
+                **{k: s.medals.get(k, 0) for k in get_args(Medal)},
+                **{k: s.ratings.get(k, 0) for k in get_args(Rating)},
+                "unrated": s.ratings.get(None, 0),
+                "resolved_pct": (
+                    round(100 * (s.ratings["A"] + s.ratings["B"]) / s.runs, 1) if s.runs else None
                 ),
             }
         )
     return out
 
 
-VIEWS: tuple[tuple[str, Callable[[_Rows], Any]], ...] = (
+def _per_track(g: _Tally) -> list[dict[str, Any]]:
+    return [
+        {"model": m, **{t: _x100(g.get("model_track", m, t).mean("overall")) for t in g.tracks}}
+        for m in g.models
+    ]
+
+
+def _tiers(g: _Tally) -> list[dict[str, Any]]:
+    out = []
+    for m in g.models:
+        lite = g.get("model_tier", m, "lite").mean("agentic")
+        std = g.get("model_tier", m, "standard").mean("agentic")
+        delta = None if lite is None or not std else round(100 * (lite - std) / std, 1)
+        out.append({"model": m, "standard": _x100(std), "lite": _x100(lite), "delta_pct": delta})
+    return out
+
+
+def _stage_means(g: _Tally) -> list[dict[str, Any]]:
+    return [
+        {"model": m, **{s.upper(): _x100(g.of(m).mean(s)) for s in STAGE_KEYS}} for m in g.models + ["(all)"]
+    ]
+
+
+def _code_shares(g: _Tally) -> list[dict[str, Any]]:
+    total = sum(g.codes.values())
+    return [
+        {"code": c, "count": g.codes[c], "share_pct": round(100 * g.codes[c] / total, 1) if total else None}
+        for c in CODES
+    ]
+
+
+def _overall_by_code_count(g: _Tally) -> list[dict[str, Any]]:
+    return [
+        {"codes": k, "runs": s.runs, "overall": _x100(s.mean("overall"))}
+        for k in ("0", "1", "2", "3+")
+        if (s := g.get("codes", k)).runs
+    ]
+
+
+def _recovery(g: _Tally) -> list[dict[str, Any]]:
+    out = []
+    for m in g.models + ["(all)"]:
+        s = g.of(m)
+        pct = round(100 * s.recovered / s.multi, 1) if s.multi else None
+        out.append({"model": m, "runs_2plus_codes": s.multi, "completed": s.recovered, "recovery_pct": pct})
+    return out
+
+
+def _cost_correlation(g: _Tally) -> list[dict[str, Any]]:
+    out = []
+    for t in g.tracks:
+        pts, tok_pts, s = g.points[t], g.token_points[t], g.get("track", t)
+        out.append(
+            {
+                "track": t,
+                "points": len(pts),
+                "pearson_r": rounded(pearson([p[0] for p in pts], [p[1] for p in pts]), 3),
+                "cost_per_run": s.cost_per_run(),
+                "tokens_per_run": rounded(s.mean("tokens"), 0),
+                "pearson_r_tokens": rounded(pearson([p[0] for p in tok_pts], [p[1] for p in tok_pts]), 3),
+            }
+        )
+    return out
+
+
+def _cost_unknown(g: _Tally) -> list[dict[str, Any]]:
+    """Per model whose cost is unknown for some runs: how many runs, and why (the scorer's reason)."""
+    why = g.why_unknown
+    return [{"model": m, "runs": sum(why[m].values()), "why": "; ".join(sorted(why[m]))} for m in sorted(why)]
+
+
+VIEWS: tuple[tuple[str, Callable[[_Tally], Any]], ...] = (
     ("leaderboard", _leaderboard),
     ("medals", _medals),
     ("per_track", _per_track),
@@ -222,40 +329,23 @@ VIEWS: tuple[tuple[str, Callable[[_Rows], Any]], ...] = (
     ("overall_by_code_count", _overall_by_code_count),
     ("recovery", _recovery),
     ("cost_correlation", _cost_correlation),
-    ("cost_unknown", lambda g: _cost_unknown(g.all)),
-    ("scatter_tokens", lambda g: {t: _points(g.all, t, _tokens) for t in g.tracks}),
-    ("scatter", lambda g: {t: _points(g.all, t, _cost) for t in g.tracks}),
+    ("cost_unknown", _cost_unknown),
+    ("scatter_tokens", lambda g: {t: g.token_points[t] for t in g.tracks}),
+    ("scatter", lambda g: {t: g.points[t] for t in g.tracks}),
 )
 """The report's views in the order ``build`` returns them."""
 
 
-def build(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    g = _Rows(rows)
-    judges = sorted({r["judge"] for r in rows})
-    profiles = sorted({f"{r['profile_name']} ({r['profile_id'][7:19]})" for r in rows})
-    return {"runs": len(rows), "judges": judges, "profiles": profiles, **{k: view(g) for k, view in VIEWS}}
-
-
-def _points(rows: list[dict[str, Any]], track: str, x: Callable[[dict], Any]) -> list[tuple[float, float]]:
-    """(x, OVERALL) of the track's runs that have both."""
-    return [
-        (float(v), r["overall"])
-        for r in rows
-        if _track(r) == track and (v := x(r)) is not None and r["overall"] is not None
-    ]
+def build(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The views of these rows (read once, in order: a stream of any length is folded into running
+    totals, so that only the scatter plots' points grow with the number of runs)."""
+    g = _Tally(rows)
+    head = {"runs": g.all.runs, "judges": sorted(g.judges), "profiles": sorted(g.profiles)}
+    return {**head, **{k: view(g) for k, view in VIEWS}}
 
 
 def rounded(v: float | None, nd: int) -> float | None:
     return None if v is None else round(v, nd)
-
-
-def _cost_per_run(costs: list[float | None]) -> float | None:
-    """The mean cost of these runs; unknown (None) when any of their costs is: a mean over the
-    priced runs alone would pass for all of them. Three significant digits, so that a cheap run's
-    cost is not rounded to 0."""
-    if not costs or any(c is None for c in costs):
-        return None
-    return float(f"{_mean(costs):.3g}")
 
 
 SECTIONS = (

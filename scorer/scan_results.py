@@ -9,6 +9,7 @@ a resumed scan, two scans at once, or a scan after scoring never duplicate a row
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import duckdb
@@ -75,28 +76,34 @@ def _builtins(f: Finding) -> dict[str, Any]:
     return {"value": f.value, "explanation": f.explanation, "events": f.events}
 
 
-def shares(con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def shares(con: duckdb.DuckDBPyConnection, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per scanner, the share of the scored ``rows``' runs it flagged, per model and per track (runs
-    it has not scanned, or failed on, are left out of the share and counted as ``unscanned``)."""
+    it has not scanned, or failed on, are left out of the share and counted as ``unscanned``). The
+    rows are read once, as they come: counted, not kept."""
     got: dict[str, dict[str, bool]] = {}
     query = "SELECT scanner, run_id, n_findings, CAST(value AS VARCHAR), error FROM scan_results_current"
     for scanner, run, n, value, error in con.execute(query).fetchall():
         if error is None:
             got.setdefault(scanner, {})[run] = bool(n) and json.loads(value) not in (False, None, 0, "")
-    out = []
-    for scanner, flags in sorted(got.items()):
-        for by in ("model", "track"):
-            groups: dict[str, list[bool | None]] = {}
-            for r in rows:
-                groups.setdefault(r.get(by) or "?", []).append(flags.get(r["run_id"]))
-            for group, fs in sorted(groups.items()):
-                seen = [f for f in fs if f is not None]
-                share = sum(seen) / len(seen) if seen else None
-                out.append(
-                    {"scanner": scanner, "by": by, "group": group, "runs": len(seen), "flagged": sum(seen)}
-                    | {"share": share, "unscanned": len(fs) - len(seen)}
-                )
-    return out
+    # (scanner, by, group) -> [runs scanned, flagged, unscanned]
+    counts: dict[tuple[str, str, str], list[int]] = {}
+    for r in rows if got else ():
+        for scanner, flags in got.items():
+            flag = flags.get(r["run_id"])
+            for by in ("model", "track"):
+                c = counts.setdefault((scanner, by, r.get(by) or "?"), [0, 0, 0])
+                if flag is None:
+                    c[2] += 1
+                else:
+                    c[0] += 1
+                    c[1] += flag
+    order = sorted(counts, key=lambda k: (k[0], k[1] != "model", k[2]))
+    return [
+        {"scanner": s, "by": by, "group": group, "runs": seen, "flagged": flagged}
+        | {"share": flagged / seen if seen else None, "unscanned": unscanned}
+        for s, by, group in order
+        for seen, flagged, unscanned in [counts[s, by, group]]
+    ]
 
 
 def errors(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:

@@ -92,6 +92,42 @@ def test_medal_view():
     assert everyone["resolved_pct"] == round(100 * sum(1 for r in rows if r["rating"] in ("A", "B")) / 60, 1)
 
 
+def test_the_views_fold_rows_as_they_come_and_keep_none():
+    """``build`` reads its rows once, in any order, as a stream of any length: the views are the
+    same as over the list in run order (means, ties between models, the plots' points in run
+    order), and no row is held once folded."""
+    import gc
+    import weakref
+
+    class Row(dict):  # (a dict that a weak reference can point to)
+        pass
+
+    rows = sorted(_rows(n=300, seed=7), key=lambda r: r["run_id"])
+    for i, r in enumerate(rows):
+        r["tokens_in"], r["tokens_out"] = (None, None) if i % 5 == 0 else (1000 + i, 10 * i)
+        r["reasons"] = {"cost": "no price"} if i % 11 == 0 else {}
+        r["cost_usd"] = None if i % 11 == 0 else r["cost_usd"]
+        if r["run_id"] in ("r150", "r151"):  # two models of one mean: the one of the first run first
+            r["model"], r["overall"] = {"r150": "tied", "r151": "tied-too"}[r["run_id"]], 0.5
+    alive: list[weakref.ref] = []
+
+    def shuffled():
+        order = list(range(len(rows)))
+        random.Random(1).shuffle(order)
+        for i in order:
+            row = Row(rows[i])
+            alive.append(weakref.ref(row))
+            yield row
+
+    data = report.build(shuffled())
+    gc.collect()
+    assert data == report.build(rows) and len(alive) == 300 and all(ref() is None for ref in alive)
+    models = [m["model"] for m in data["leaderboard"]]
+    assert models.index("tied") + 1 == models.index("tied-too")
+    vqa = [r["overall"] for r in rows if r["track"] == "vqa" and None not in (r["overall"], r["cost_usd"])]
+    assert [p[1] for p in data["scatter"]["vqa"]] == vqa
+
+
 def _with_stability(data):
     from scorer.judge_stability import agreement_table, spread
 
