@@ -22,6 +22,7 @@ from schemas.codec import canonical_json
 from schemas.errors import UsageError
 from schemas.score_row import COLUMNS, JSON_COLUMNS, STORED_COLUMNS, ScoreRow, column_types, select_list
 from scorer.judge.cache import CallRecord, KeySet
+from scorer.migrations import LATEST_FIRST
 from scorer.profile import LoadedProfile
 
 _ARROW = {
@@ -262,8 +263,8 @@ def current(
     return list(_decoded(_query(con, profile_id, judge, run_ids, columns), once))
 
 
-_SUPERSEDED = """SELECT run_id, batch_id, seq FROM scores WHERE profile_id = ? AND judge = ?
-    QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY scored_at DESC, batch_id DESC, seq DESC) > 1"""
+_SUPERSEDED = f"""SELECT run_id, batch_id, seq FROM scores WHERE profile_id = ? AND judge = ?
+    QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY {LATEST_FIRST}) > 1"""
 """The rows of a profile and judge that a later row of the same run replaced (as in ``scores_current``)."""
 
 

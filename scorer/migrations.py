@@ -10,11 +10,14 @@ import duckdb
 
 from replay.migrations import Migration
 
+LATEST_FIRST = "scored_at DESC, batch_id DESC, seq DESC"
+"""The order of one run's rows under a profile and judge, the current one first."""
+
 # "Current" = the latest row per (run, profile, judge).
-_CURRENT_VIEW = """VIEW scores_current AS
+_CURRENT_VIEW = f"""VIEW scores_current AS
         SELECT * FROM scores
         QUALIFY row_number() OVER (
-            PARTITION BY run_id, profile_id, judge ORDER BY scored_at DESC, batch_id DESC, seq DESC
+            PARTITION BY run_id, profile_id, judge ORDER BY {LATEST_FIRST}
         ) = 1
         """
 
