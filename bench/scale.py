@@ -280,8 +280,9 @@ def measure_store(
             if usage is None:
                 print(f"  {store.runs:,} runs, {b.name}: {name:16} (not in this build)", file=sys.stderr)
                 continue
-            out.setdefault(name, {})[b.name] = usage
             print(f"  {store.runs:,} runs, {b.name}: {name:16} {usage}", file=sys.stderr)
+            if name in only or name == "ingest":  # (a command run only for another's sake: no row)
+                out.setdefault(name, {})[b.name] = usage
     for copy in copies.values():
         shutil.rmtree(copy.root, ignore_errors=True)
     return out
