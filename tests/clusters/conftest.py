@@ -1,4 +1,6 @@
-"""The real clusters of the scale-out tests, one of each per test session (tests/clusters/)."""
+"""The real clusters of the scale-out tests (tests/clusters/), each up for the tests of its one file
+(test_slurm.py, test_ray.py) and stopped after them: a cluster left up for the rest of the session
+spends a core's tenth on its daemons' polling while the other files run."""
 
 from __future__ import annotations
 
@@ -28,15 +30,15 @@ def _up(cluster: Any, failure: type[Exception], engine: str) -> Iterator[Any]:
         cluster.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    """Controller + n1 (with one fake GPU) + n2, up for the session, torn down by PID."""
+    """Controller + n1 (with one fake GPU) + n2, up for the file's tests, torn down by PID."""
     yield from _up(SlurmCluster(), ClusterError, "SLURM")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[RayCluster]:
-    """Head + one worker with a logical GPU, in a loopback-only network namespace, for the session."""
+    """Head + one worker with a logical GPU, in a loopback-only network namespace, for the file's tests."""
     yield from _up(RayCluster(), RayClusterError, "Ray")
 
 
