@@ -134,10 +134,15 @@ class References:
 
     def __iter__(self) -> Iterator[str]:
         """The addresses (read once all are in: no update meanwhile)."""
-        self._file.seek(0)
-        while block := self._file.read(self.READ):
+        for block in self.blocks():
             hexes = block.hex()
             yield from (HASH_PREFIX + hexes[i : i + 64] for i in range(0, len(hexes), 64))
+
+    def blocks(self) -> Iterator[bytes]:
+        """The addresses as their 32-byte digests, many at a time (read once all are in)."""
+        self._file.seek(0)
+        while block := self._file.read(self.READ):
+            yield block
         self._file.seek(0, os.SEEK_END)
 
     def close(self) -> None:

@@ -511,22 +511,6 @@ def check_blobs(
     return _blob_problems(refs, verify_many(blobs, [r[0] for r in refs], progress))
 
 
-BLOB_PROCESS_MIN = 16 << 20
-"""From this many bytes of packs the blob pass runs in a child process (``replay.blob_pass``);
-below it, starting one costs more than the pass (a few hundred milliseconds). (~20,000 blobs of
-the synthetic runs: the pass's work is the bytes it reads, decompresses and hashes.)"""
-
-
-def _pack_bytes(blobs: BlobStore) -> int:
-    total = 0
-    for path in blobs.pack_files():
-        try:
-            total += path.stat().st_size
-        except FileNotFoundError:
-            pass  # collected meanwhile: the pass says what became of its blobs
-    return total
-
-
 def verify(
     con: duckdb.DuckDBPyConnection,
     blobs: BlobStore,
@@ -538,8 +522,8 @@ def verify(
 ) -> list[Problem]:
     """Every problem found, in a stable order: events, manifests, anchored manifests, blobs.
 
-    ``blob_process`` runs the blob pass in a child process (True), in a thread of this one (False),
-    or by the number of blobs (None: from ``BLOB_PROCESS_MIN``). The events are read a chunk of
+    ``blob_process`` runs the blob pass in child processes (True), in a thread of this one (False),
+    or by the bytes of packs (None: from ``blob_pass.PART_MIN``). The events are read a chunk of
     about ``batch`` events (whole runs) at a time."""
     if run_ids:
         known = {r[0] for r in con.execute("SELECT DISTINCT run_id FROM events").fetchall()}
@@ -556,8 +540,9 @@ def verify(
     # they see what it sees (an uncommitted edit, in the tamper tests).
     early = None
     if not run_ids:
-        apart = _pack_bytes(blobs) >= BLOB_PROCESS_MIN if blob_process is None else blob_process
-        early = blob_pass.BlobPass(blobs, progress, apart)
+        children = blob_pass.children_for(blob_pass.pack_bytes(blobs))
+        apart = children > 0 if blob_process is None else blob_process
+        early = blob_pass.BlobPass(blobs, progress, apart, max(children, 1))
     events: dict[tuple[str, str, int], Problem] = {}
     stored: list[Problem] = []
     referenced = References()

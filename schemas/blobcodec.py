@@ -149,12 +149,12 @@ _RAW_BLOCK = 128 * 1024
 
 def _raw_frame(data: bytes) -> bytes:
     """``data`` as a zstd frame of raw (stored) blocks: single segment, its content size stated."""
-    parts = [b"\x28\xb5\x2f\xfd\xe0", len(data).to_bytes(8, "little")]
-    pos = 0
+    parts: list[bytes | memoryview] = [b"\x28\xb5\x2f\xfd\xe0", len(data).to_bytes(8, "little")]
+    view, pos = memoryview(data), 0  # (blocks as views: the base is copied once, by the join)
     while True:
         size = min(_RAW_BLOCK, len(data) - pos)
         last = pos + size >= len(data)
-        parts += [(size << 3 | last).to_bytes(3, "little"), data[pos : pos + size]]
+        parts += [(size << 3 | last).to_bytes(3, "little"), view[pos : pos + size]]
         pos += size
         if last:
             return b"".join(parts)

@@ -44,8 +44,9 @@ class Reads(Protocol):
     """Where a read of each packed blob goes, and which of those records the pass found sound: the
     pass's bookkeeping, which a big store keeps in a compact form (``replay.blob_pass``)."""
 
-    def start(self, pack: str) -> None:
-        """The pass goes on to this pack (its records follow, in the order of their offsets)."""
+    def start(self, pack: str, offset: int = 0) -> None:
+        """The pass goes on to this pack (its records from ``offset`` on follow, in the order of
+        their offsets)."""
 
     def sound(self, rec: packstore.Record) -> bool:
         """This record of the pack started matched its address; returns whether a read of
@@ -64,7 +65,7 @@ class IndexReads:
         self.good: dict[tuple[str, int], tuple[int, int, str]] = {}
         """(pack, offset) -> (length, codec, hex address) of each sound record."""
 
-    def start(self, pack: str) -> None:
+    def start(self, pack: str, offset: int = 0) -> None:
         self.pack = pack
 
     def sound(self, rec: packstore.Record) -> bool:
@@ -93,27 +94,50 @@ def verify_many(
     return judge(blobs, addresses, reads)
 
 
+Span = tuple[str, int, int | None]
+"""Part of a pack: (its file name, the offset its first record starts at, the offset no record of
+the span starts at or after, or None for the pack's end)."""
+
+
+def whole_packs(blobs: BlobStore) -> list[Span]:
+    return [(path.name, 0, None) for path in blobs.pack_files()]
+
+
 def verified_records(
-    blobs: BlobStore, reads: Reads, progress: Callable[[int, int], None] | None = None
+    blobs: BlobStore,
+    reads: Reads,
+    progress: Callable[[int, int], None] | None = None,
+    spans: list[Span] | None = None,
+    cache: int = VERIFY_CACHE,
 ) -> None:
-    """The pass over every pack, before it is known which blobs are asked about: every sound
-    record told to ``reads``."""
-    packs = blobs.pack_files()
-    total = sum(p.stat().st_size for p in packs) or 1
-    chunks = _ContentCache(VERIFY_CACHE)
+    """The pass over every pack (or the ``spans`` of them), before it is known which blobs are
+    asked about: every sound record told to ``reads``."""
+    spans = whole_packs(blobs) if spans is None else spans
+    sizes = [span_size(blobs, span) for span in spans]
+    total = sum(sizes) or 1
+    chunks = _ContentCache(cache)
     done = 0
-    for path in packs:
-        reads.start(path.name[: -len(packstore.PACK_SUFFIX)])
+    for (name, start, stop), size in zip(spans, sizes, strict=True):
+        reads.start(name[: -len(packstore.PACK_SUFFIX)], start)
         try:
-            for rec in packstore.scan(path):
+            for rec in packstore.scan(blobs.packs_dir / name, start=start, stop=stop):
                 _record_passes(blobs, reads, rec, chunks)
                 if progress and rec.offset >> 23 != (rec.offset - rec.length) >> 23:
-                    progress(min(done + rec.offset, total), total)  # every 8 MiB
+                    progress(min(done + rec.offset - start, total), total)  # every 8 MiB
         except (BlobError, FileNotFoundError):
             pass  # a malformed or vanished pack: its blobs fail the reads below, by name
-        done += path.stat().st_size if path.exists() else 0
+        done += size
         if progress:
             progress(min(done, total), total)
+
+
+def span_size(blobs: BlobStore, span: Span) -> int:
+    name, start, stop = span
+    try:
+        end = (blobs.packs_dir / name).stat().st_size
+    except FileNotFoundError:
+        return 0
+    return max(min(end, stop if stop is not None else end) - start, 0)
 
 
 def _record_passes(blobs: BlobStore, reads: Reads, rec: packstore.Record, chunks: _ContentCache) -> None:
@@ -127,7 +151,10 @@ def _record_passes(blobs: BlobStore, reads: Reads, rec: packstore.Record, chunks
         data, base_hex = _decode_seen(blobs, rec, chunks)
     except BlobError:
         return
-    sha, head = _content_hash(data, base_hex, chunks)
+    if len(data) <= HASH_TAIL:  # (most records: no head worth keeping)
+        sha, head = hashlib.sha256(data), None
+    else:
+        sha, head = _content_hash(data, base_hex, chunks)
     if sha.hexdigest() != rec.hexd:
         return
     if reads.sound(rec):
@@ -169,6 +196,8 @@ def _decode_seen(blobs: BlobStore, rec: packstore.Record, seen: _ContentCache) -
     """A record's content during the pass, and for a delta its base's address. A delta is built on
     its base's content, verified earlier in the pass, or else read (and re-hashed) now and kept for
     the deltas that follow (a base that is a chunk list is hashed in the pass, not kept whole)."""
+    if rec.codec == blobcodec.RAW:
+        return rec.stored, None  # (the most common record, taken first)
     if rec.codec != blobcodec.DELTA:
         return blobcodec.decode(rec.codec, rec.stored, DECODE_LIMIT, rec.hexd), None
     base_hex = blobcodec.delta_base(rec.stored, rec.hexd)
@@ -238,16 +267,21 @@ class _ContentCache:
         if prefix not in self.states:
             self.states[prefix] = sha.copy()
             self.size += len(prefix) + STATE_COST
-            self._evict()
+            if self.size > self.limit:
+                self._evict()
 
     def _evict(self) -> None:
-        while self.size > self.limit and (self._data or self.states):
-            if self.states and (not self._data or len(self.states) > len(self._data)):
-                old, _ = self.states.popitem(last=False)
-                self.size -= len(old) + STATE_COST
+        """Drop the least recent down to seven eighths of the limit (so that most puts drop none)."""
+        keep, size = self.limit - self.limit // 8, self.size
+        contents, states, heads = self._data, self.states, self._heads
+        while size > keep and (contents or states):
+            if states and (not contents or len(states) > len(contents)):
+                old, _ = states.popitem(last=False)
+                size -= len(old) + STATE_COST
             else:
-                hexd, data = self._data.popitem(last=False)
-                self.size -= len(data) + (STATE_COST if self._heads.pop(hexd, None) else 0)
+                hexd, data = contents.popitem(last=False)
+                size -= len(data) + (STATE_COST if heads.pop(hexd, None) else 0)
+        self.size = size
 
     def put(self, hexd: str, data: bytes, head: _Head | None = None) -> None:
         if hexd in self._data:
@@ -257,7 +291,8 @@ class _ContentCache:
         if head is not None:
             self._heads[hexd] = head
             self.size += STATE_COST
-        self._evict()
+        if self.size > self.limit:
+            self._evict()
 
     def hashed(self, hexd: str) -> tuple[bytes, _Head] | None:
         """A content kept and its head state, if the pass hashed it."""

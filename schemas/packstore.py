@@ -95,19 +95,25 @@ def parse_record(data: bytes | memoryview, hexd: str, where: str) -> tuple[int, 
     return m.group(2)[0], view[m.end() :]
 
 
-def scan(path: Path, block: int = 8 << 20) -> Iterator[Record]:
-    """Every complete record of a pack, in order, from one sequential pass over it.
+def scan(path: Path, block: int = 8 << 20, start: int = 0, stop: int | None = None) -> Iterator[Record]:
+    """Every complete record of a pack, in order, from one sequential pass over it; or those that
+    start from byte ``start`` (which must be where a record starts) and before byte ``stop``.
 
     Stops at a torn tail (a writer killed mid-record); a malformed header is an error."""
     with open(path, "rb") as f:
-        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        buf = f.read(max(block, len(PACK_MAGIC)))
-        if len(buf) < len(PACK_MAGIC):
-            return
-        if buf[: len(PACK_MAGIC)] != PACK_MAGIC:
-            raise BlobError(f"{path.name}: not a blob pack (bad magic)")
-        base, pos, eof = 0, len(PACK_MAGIC), False  # buf holds the pack from byte ``base``
-        while True:
+        os.posix_fadvise(f.fileno(), start, 0, os.POSIX_FADV_SEQUENTIAL)
+        if start > len(PACK_MAGIC):
+            f.seek(start)
+            buf, base, pos = f.read(block), start, 0  # buf holds the pack from byte ``base``
+        else:
+            buf = f.read(max(block, len(PACK_MAGIC)))
+            if len(buf) < len(PACK_MAGIC):
+                return
+            if buf[: len(PACK_MAGIC)] != PACK_MAGIC:
+                raise BlobError(f"{path.name}: not a blob pack (bad magic)")
+            base, pos = 0, len(PACK_MAGIC)
+        eof = False
+        while stop is None or base + pos < stop:
             m = _HEADER.match(buf, pos, pos + HEADER_MAX)
             need = m.end() + int(m.group(3)) if m else pos + HEADER_MAX
             if need > len(buf) and not eof:

@@ -135,6 +135,10 @@ COVERED_BY: dict[str, tuple[tuple[str, ...], str]] = {
         ("tests/scorer/test_rescore.py", "tests/scorer/test_judge_llm.py"),
         "the judge's cache is what makes a rescore ask nothing: tested through rescoring with an LLM judge",
     ),
+    "replay/blob_reads.py": (
+        ("tests/replay/test_blob_pass.py",),
+        "the pass's bookkeeping and its pieces are tested through the pass that keeps and cuts them",
+    ),
     "schemas/blobverify.py": (
         ("tests/schemas/test_packstore.py", "tests/schemas/test_blob_delta.py"),
         "the many-blob check is the blob store's verify path, tested with the packs it checks",

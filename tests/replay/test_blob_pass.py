@@ -11,14 +11,16 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import sys
 
+import numpy as np
 import pytest
 import zstandard
 
-from replay import bounded
+from replay import blob_pass, bounded
 from replay import verify as verify_mod
 from replay.blob_pass import BlobPass
-from replay.blob_reads import ArrayReads
+from replay.blob_reads import ArrayReads, _by_digest, split
 from replay.bounded import memory_limit
 from replay.store import Store
 from replay.verify import verify
@@ -32,14 +34,21 @@ from tests.schemas.test_blob_delta import conversation
 
 
 def judged(store: BlobStore, addresses: list[str]) -> dict[str, str]:
-    """The problems the array pass finds, in a thread and in a child process (the same), checked
-    against the dict pass and the words of an ordinary read of each."""
+    """The problems the array pass finds, in a thread, in a child process, and in pieces shared by
+    two children and this process (the same), checked against the dict pass and the words of an
+    ordinary read of each."""
     store.forget()
     here = BlobPass(store, apart=False).result(addresses)
     apart = BlobPass(store, apart=True).result(addresses)
-    assert here == apart == verify_many(store, addresses)
+    shared = BlobPass(store, apart=True, children=2, piece=_piece(store)).result(addresses)
+    assert here == apart == shared == verify_many(store, addresses)
     assert here == {a: r for a in addresses if (r := store.check(a))}
     return here
+
+
+def _piece(store: BlobStore) -> int:
+    """A piece size that cuts the store's packs into about a dozen pieces."""
+    return max(sum(p.stat().st_size for p in store.pack_files()) // 12, 1)
 
 
 def _lying_length(store: BlobStore, blob: str) -> None:
@@ -263,3 +272,89 @@ def test_the_pass_does_not_read_the_index_into_a_dict(packed):
     store.forget()
     assert BlobPass(store, apart=False).result(blobs) == {}
     assert len(store._state.index) == 0
+
+
+def test_pieces_are_cut_where_records_start_and_cover_every_pack_once(tmp_path):
+    """Three packs cut into pieces: every piece starts where a record starts (or at a pack's
+    start), the pieces follow one another without a gap or an overlap, and every record is in
+    exactly one piece."""
+    store = BlobStore(tmp_path)
+    for k in range(3):
+        for i in range(40):
+            store.put(b"pack %d blob %d " % (k, i) * (i + 1))
+        store.close()  # (the next puts go to a new pack)
+    packs = store.pack_files()
+    assert len(packs) == 3
+    records = {(p.name, r.offset) for p in packs for r in packstore.scan(p)}
+    for parts in (1, 2, 5, 17, 200):
+        pieces = split(store, parts)
+        assert len(pieces) == parts
+        seen = [
+            (p.name, r.offset)
+            for piece in pieces
+            for name, start, stop in piece
+            for p in [store.packs_dir / name]
+            for r in packstore.scan(p, start=start, stop=stop)
+        ]
+        assert sorted(seen) == sorted(records), parts
+        starts = {(name, start) for piece in pieces for name, start, _ in piece if start}
+        assert starts <= records
+
+
+def _with_pieces(count: int):
+    """``BlobPass.__init__`` with pieces of the size that cuts the store into ``count``."""
+    original = BlobPass.__init__
+
+    def init(self, blobs, progress=None, apart=False, children=1, piece=blob_pass.PIECE):
+        size = sum(p.stat().st_size for p in blobs.pack_files())
+        original(self, blobs, progress, apart, children, -(-size // count) if apart else piece)
+
+    return init
+
+
+def test_a_cut_at_an_index_offset_inside_a_record_costs_time_not_soundness(packed, monkeypatch):
+    """A damaged index can give an offset where no record starts, and a cut can land there: the
+    piece that starts there fails at once, its blobs are read the ordinary way, and every blob is
+    judged as a read judges it (sound ones pass, a damaged one is named)."""
+    store, refs, _ = packed
+    blobs = [r.blob for r in refs]
+    pack = store.pack_files()[0]
+    middle = next(r for r in packstore.scan(pack) if r.hexd == blobs[20][7:])
+    inside = middle.offset + middle.length // 2
+    with open(pack.with_suffix(packstore.IDX_SUFFIX), "ab") as idx:
+        idx.write(packstore.ENTRY.pack(b"\x01" * 32, inside, 10, ord("r")))
+    store.forget()
+    cut_there = [
+        n for n in range(2, 200) if any(start == inside for piece in split(store, n) for _, start, _ in piece)
+    ]
+    assert cut_there, "no number of pieces cuts at the damaged offset"
+    monkeypatch.setattr(BlobPass, "__init__", _with_pieces(cut_there[0]))
+    assert judged(store, blobs) == {}
+    replace_blob(store, blobs[30], ZSTD.compress(b"other"), blobcodec.ZSTD)
+    assert set(judged(store, blobs)) == {blobs[30]}
+
+
+def test_digests_that_share_their_first_bytes_are_ordered_whole():
+    """The index is ordered by the digests' first eight bytes unless two share them: then by the
+    whole digests, as a search by whole digests needs."""
+    rng = random.Random(7)
+    head = rng.randbytes(8)
+    digests = [head + rng.randbytes(24) for _ in range(50)] + [rng.randbytes(32) for _ in range(50)]
+    rng.shuffle(digests)
+    array = np.frombuffer(b"".join(digests), "V32")
+    order = _by_digest(array)
+    assert len({d[:8] for d in digests}) == 51
+    assert [bytes(d) for d in array[order]] == sorted(digests)
+
+
+def test_a_child_that_sends_no_sound_answer_leaves_the_judging_to_this_process(packed, tmp_path, monkeypatch):
+    """A child that dies mid-pass (its interpreter replaced by one that exits at once): the pass
+    is run again here, and a damaged blob is still named."""
+    store, refs, _ = packed
+    blobs = [r.blob for r in refs]
+    replace_blob(store, blobs[5], ZSTD.compress(b"other"), blobcodec.ZSTD)
+    dying = tmp_path / "python"
+    dying.write_text("#!/bin/sh\nexit 3\n")
+    dying.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(dying))
+    assert list(BlobPass(store, apart=True, children=2, piece=_piece(store)).result(blobs)) == [blobs[5]]
