@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 
 from replay import blob_pass, hot
 from replay import manifest as manifests
-from replay.bounded import DatabaseMemory, References
+from replay.bounded import DatabaseMemory, References, drop_cache
 from replay.run_counts import short_sources, unstarted
 from schemas.blob import HASH_PREFIX
 from schemas.blobstore import BlobStore
@@ -556,6 +556,8 @@ def verify(
         if not run_ids:
             stored += _manifest_problems(_orphan_manifests(con), {})
         if early is not None:
+            # The blocks the scan left cached let go first: this process joins the blob pass now.
+            drop_cache(con)
             bad = early.result(referenced)
         elif blob_process:
             bad = blob_pass.verify_apart(blobs, referenced, progress)
