@@ -61,6 +61,11 @@ piece before holds (their bases, their chunks), which are then read the ordinary
 piece."""
 
 
+OWN_CACHE = blobverify.VERIFY_CACHE // 8
+"""The content cache of this process's share: the last few pieces of the pass, taken while its
+memory still holds what the scan of the events left."""
+
+
 def children_for(pack_bytes: int) -> int:
     """How many children to start for a pass over this many bytes of packs: one per core but the
     one this process's scan takes (0: below ``PART_MIN``, the pass runs in a thread here)."""
@@ -97,8 +102,9 @@ class BlobPass:
         pieces = split(blobs, max(children + 1, -(-pack_bytes(blobs) // piece))) if apart else []
         self._pieces = deque((p, sum(blobverify.span_size(blobs, s) for s in p)) for p in pieces)
         self._total = sum(size for _, size in self._pieces)
-        self._cache = blobverify.VERIFY_CACHE // (children + 1)
-        self._children = _start_children(blobs, children, self._cache) if apart else []
+        self._children = (
+            _start_children(blobs, children, blobverify.VERIFY_CACHE // children) if apart else []
+        )
         self._pool = ThreadPoolExecutor(len(self._children) + 1)
         self._passed, self._current = 0, [0] * (len(self._children) + 1)
         self._released = [threading.Event() for _ in self._children]
@@ -120,7 +126,7 @@ class BlobPass:
             me = len(self._children)
             while (taken := self._take(me, last=True)) is not None:
                 blobverify.verified_records(
-                    self.blobs, reads, lambda d, _: self._show(me, d), taken, self._cache
+                    self.blobs, reads, lambda d, _: self._show(me, d), taken, OWN_CACHE
                 )
             for released in self._released:
                 released.wait()  # (no child is handed a piece after this: its stdin is the addresses')

@@ -47,15 +47,21 @@ class ArrayReads:
                 continue  # vanished or not an index: its blobs fail the ordinary reads, by name
             entries.append(np.frombuffer(data, ENTRY))
             packs.append(np.full(len(entries[-1]), number, np.uint32))
-        table = np.concatenate(entries) if entries else np.empty(0, ENTRY)
-        pack = np.concatenate(packs) if packs else np.empty(0, np.uint32)
+        # (one index is read where it lies: a copy of it would be the build's largest allocation)
+        table = (
+            entries[0] if len(entries) == 1 else np.concatenate(entries) if entries else np.empty(0, ENTRY)
+        )
+        pack = packs[0] if len(packs) == 1 else np.concatenate(packs) if packs else np.empty(0, np.uint32)
         del entries, packs
-        order = _by_digest(table["digest"])
-        table, pack = table[order], pack[order]
-        del order
-        last = np.ones(len(table), bool)  # the last entry for each address is the one reads use
-        last[:-1] = table["digest"][1:] != table["digest"][:-1]
-        self.table, self.pack = table[last], pack[last]
+        order, distinct = _by_digest(table)
+        if not distinct:  # the last entry for each address is the one reads use
+            ranked = table["digest"][order]
+            last = np.ones(len(order), bool)
+            last[:-1] = ranked[1:] != ranked[:-1]
+            del ranked
+            order = order[last]
+        self.table, self.pack = table[order], pack[order]
+        del table, pack, order
         self.ok = np.zeros(len(self.table), bool)
         self._numbers = {name[: -len(packstore.IDX_SUFFIX)]: n for n, name in enumerate(names)}
         self._walk: Iterator[_Walked] = iter(())
@@ -126,16 +132,20 @@ class ArrayReads:
         return (known[at] == wanted) & self.ok[at]  # type: ignore[no-any-return]
 
 
-def _by_digest(digests: np.ndarray) -> np.ndarray:
-    """The order that sorts the digests (an address's entries stay in file order): by their first
-    eight bytes, a quarter of the time of sorting whole digests, unless two share them (an address
-    stored twice, or a damaged index), when whole digests decide."""
-    first = np.frombuffer(digests.tobytes(), ">u8")[::4] if len(digests) else np.empty(0, ">u8")
+def _by_digest(records: np.ndarray) -> tuple[np.ndarray, bool]:
+    """The order that sorts records (contiguous, each starting with its digest) by digest, an
+    address's entries staying in file order, and whether the digests are all distinct: by their
+    first eight bytes, a quarter of the time of sorting whole digests, unless two share them (an
+    address stored twice, or a damaged index), when whole digests decide."""
+    digests = records["digest"] if records.dtype.names else records
+    if len(records) < 2:
+        return np.arange(len(records)), True
+    first = np.ndarray((len(records),), ">u8", records, 0, (records.itemsize,))
     order = np.argsort(first, kind="stable")
     ranked = first[order]
-    if len(ranked) > 1 and bool((ranked[1:] == ranked[:-1]).any()):
-        return np.argsort(digests, kind="stable")
-    return order
+    if bool((ranked[1:] == ranked[:-1]).any()):
+        return np.argsort(digests, kind="stable"), False
+    return order, True
 
 
 def _index_names(packs: os.PathLike[str]) -> list[str]:
