@@ -37,18 +37,40 @@ def iter_events(
         yield from map(event_of, rows)
 
 
-def runs_rows(con: duckdb.DuckDBPyConnection, run_ids: list[str], batch: int = 2048) -> dict[str, list[Row]]:
+RowSpans = dict[str, tuple[int, int]]
+"""Each run's first and last row id in the events table (``row_spans``)."""
+
+
+def row_spans(con: duckdb.DuckDBPyConnection) -> RowSpans:
+    """Where each run's rows lie in the events table: one pass over the run ids, after which a query
+    of a few runs that names their span reads only the row groups it covers."""
+    rows = con.execute("SELECT run_id, min(rowid), max(rowid) FROM events GROUP BY run_id").fetchall()
+    return {run: (lo, hi) for run, lo, hi in rows}
+
+
+def runs_rows(
+    con: duckdb.DuckDBPyConnection, run_ids: list[str], batch: int = 2048, spans: RowSpans | None = None
+) -> dict[str, list[Row]]:
     """The stored rows of several runs, read by one query, each run's in ``iter_events``' order
-    (``event_of`` makes each an ``Event``); a run with no events is absent. Each query over the
-    events reads the whole table's run ids (a run's rows are spread over it), so reading runs a
-    few dozen at a time costs a fraction of reading them one by one."""
+    (``event_of`` makes each an ``Event``); a run with no events is absent. Without ``spans`` each
+    query reads the whole table's run ids, so runs are read a few dozen at a time; with them (taken
+    since the last write to the events), only the row groups between the runs' first and last rows:
+    a run's cost no longer grows with the store when the runs read together lie together, as runs
+    ingested together do."""
+    if spans is not None:
+        known = [spans[r] for r in run_ids if r in spans]
+        if not known:
+            return {}
+        where, params = "rowid BETWEEN ? AND ? AND ", [min(k[0] for k in known), max(k[1] for k in known)]
+    else:
+        where, params = "", []
     if not run_ids:
         return {}
     marks = ", ".join("?" for _ in run_ids)
     cur = con.execute(
-        f"SELECT {_COLUMNS} FROM events WHERE run_id BETWEEN ? AND ? AND run_id IN ({marks}) "
+        f"SELECT {_COLUMNS} FROM events WHERE {where}run_id BETWEEN ? AND ? AND run_id IN ({marks}) "
         f"ORDER BY run_id, {_ORDER}",
-        [min(run_ids), max(run_ids), *run_ids],  # (the range first: cheaper to test than the list)
+        [*params, min(run_ids), max(run_ids), *run_ids],  # (the ranges first: cheaper to test than the list)
     )
     out: dict[str, list[Row]] = {}
     while rows := cur.fetchmany(batch):

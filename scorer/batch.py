@@ -22,7 +22,7 @@ import duckdb
 
 from replay.bounded import DatabaseMemory
 from replay.read import Row as EventRow
-from replay.read import event_of, require_runs, runs_rows
+from replay.read import RowSpans, event_of, require_runs, row_spans, runs_rows
 from replay.read import run_ids as all_run_ids
 from replay.store import Store
 from schemas.errors import UsageError
@@ -47,8 +47,8 @@ SCORE_MEMORY = 32 << 20
 by a query, so the cache of the file needs little (``replay.bounded``)."""
 
 READ_RUNS = 25
-"""Runs whose events one query reads (``replay.read.runs_rows``): a query costs a pass over the
-store's run ids, so one per run would grow with the store; a few dozen runs' events are a few MB."""
+"""Runs whose events one query reads (``replay.read.runs_rows``, by the row groups between their
+first and last rows); a few dozen runs' events are a few MB."""
 
 
 class BatchResult(NamedTuple):
@@ -158,7 +158,11 @@ def _audit_rows(audit: Scanner, rows: list[ScoreRow]) -> list[Row]:
 
 
 def _score_part(
-    pool: ThreadPoolExecutor, con: duckdb.DuckDBPyConnection, scorer: RunScorer, part: list[str]
+    pool: ThreadPoolExecutor,
+    con: duckdb.DuckDBPyConnection,
+    scorer: RunScorer,
+    part: list[str],
+    spans: RowSpans,
 ) -> list[ScoreRow]:
     """The rows of ``part``'s runs, read ``READ_RUNS`` at a time (a few runs' events in memory)."""
 
@@ -168,7 +172,7 @@ def _score_part(
     out: list[ScoreRow] = []
     for at in range(0, len(part), READ_RUNS):
         some = part[at : at + READ_RUNS]
-        stored = runs_rows(con, some)
+        stored = runs_rows(con, some, spans=spans)
         out += pool.map(one, [(run_id, stored.pop(run_id, [])) for run_id in some])
     return out
 
@@ -178,11 +182,12 @@ def _score_and_append(
     con: duckdb.DuckDBPyConnection,
     scorer: RunScorer,
     part: list[str],
+    spans: RowSpans,
     batch_id: str,
     seq: int,
 ) -> list[ScoreRow]:
     """``part``'s rows scored and written (one insert: a part that runs short of memory wrote nothing)."""
-    rows = _score_part(pool, con, scorer, part)
+    rows = _score_part(pool, con, scorer, part, spans)
     ledger.append_rows(con, batch_id, rows, seq)
     return rows
 
@@ -226,12 +231,15 @@ def _score_once(
     # The database's cache of the file kept small while the runs are read (``replay.bounded``):
     # left alone it ends holding every run's events. A chunk that runs short of memory is
     # scored again with twice the limit (nothing of it was written: its rows go in last).
+    spans = row_spans(con)  # (scoring writes no events: the spans hold to the end)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool, DatabaseMemory(con, SCORE_MEMORY) as memory:
         for start in range(0, len(run_ids), chunk):
             part = run_ids[start : start + chunk]
             if cache is not None:
                 cache.load_runs(part)
-            chunk_rows = memory.retrying(partial(_score_and_append, pool, con, scorer, part, batch_id, seq))
+            chunk_rows = memory.retrying(
+                partial(_score_and_append, pool, con, scorer, part, spans, batch_id, seq)
+            )
             append_scan(con, batch_id, _audit_rows(audit, chunk_rows))
             seq += len(chunk_rows)
             if cache is not None:
