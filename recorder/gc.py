@@ -77,7 +77,7 @@ def collect(
     if docker:
         scope = _Scope(directory, everywhere, None if locks is None else {str(p) for p in locks})
         try:
-            removed += _docker(client, runs, scope)
+            _docker(client, runs, scope, removed, problems)
         except Exception as e:  # noqa: BLE001 - no daemon is not an error for gc: say it and go on
             problems.append(f"docker: {type(e).__name__}: {e}")
     removed += _firewall(runs)
@@ -162,16 +162,24 @@ class _Scope:
         return self.everywhere and not os.path.lexists(lock)
 
 
-def _docker(client: Any, dead: dict[str, dict], scope: _Scope) -> list[Removed]:
+def _docker(
+    client: Any, dead: dict[str, dict], scope: _Scope, removed: list[Removed], problems: list[str]
+) -> None:
+    """Removes the dead runs' containers and networks, appending to ``removed`` as it goes: a
+    resource that fails to go is a problem and the others still go; one that vanished meanwhile
+    (its own recorder or another gc removed it) is neither."""
     if client is None:
         import docker
 
         client = docker.from_env(timeout=30)
-    out: list[Removed] = []
+    from docker.errors import NotFound
+
     containers = client.containers.list(all=True, filters={"label": "org.amb.lock"}, ignore_removed=True)
-    networks = client.networks.list(filters={"label": "org.amb.lock"})
-    for network in networks:
-        network.reload()
+    networks = []
+    for network in client.networks.list(filters={"label": "org.amb.lock"}):
+        with contextlib.suppress(NotFound):
+            network.reload()
+            networks.append(network)
     # Containers first: a network is removed once the dead run's containers on it are gone.
     found = [("container", c, c.labels or {}) for c in containers]
     found += [("network", n, n.attrs.get("Labels") or {}) for n in networks]
@@ -181,9 +189,14 @@ def _docker(client: Any, dead: dict[str, dict], scope: _Scope) -> list[Removed]:
             continue
         if run_id in dead or not owner_alive(labels):
             dead.setdefault(run_id, {"paths": [], "lock": Path(labels["org.amb.lock"])})
-            thing.remove(**({"force": True} if kind == "container" else {}))
-            out.append(Removed(run_id, kind, thing.name))
-    return out
+            try:
+                thing.remove(**({"force": True} if kind == "container" else {}))
+            except NotFound:
+                continue
+            except Exception as e:  # noqa: BLE001 - one resource that resists stops no other
+                problems.append(f"{kind} {thing.name}: could not be removed: {type(e).__name__}: {e}")
+                continue
+            removed.append(Removed(run_id, kind, thing.name))
 
 
 def _firewall(dead: dict[str, dict]) -> list[Removed]:

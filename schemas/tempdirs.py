@@ -135,9 +135,12 @@ class OwnerLock:
         self._write()
 
     def _write(self) -> None:
+        # Written over the old contents, then cut to length: the file never is empty or half a
+        # list, so whoever cleans up after a kill between the two calls still finds every entry
+        # (``read_lock_info`` reads the first JSON value and ignores an old tail).
         data = json.dumps(self.info).encode()
-        os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, data, 0)
+        os.ftruncate(self._fd, len(data))
 
     def release(self) -> None:
         """The owner's clean end: what the lock still names is removed, then the file. Should an entry
@@ -163,6 +166,16 @@ class OwnerLock:
             self._fd = -1
 
 
+def read_lock_info(raw: bytes) -> dict[str, Any]:
+    """A lock file's JSON object; what follows it (the tail of a longer earlier write, left by a
+    kill between writing and cutting) is ignored. Anything else reads as empty."""
+    try:
+        info, _ = json.JSONDecoder().raw_decode(raw.decode())
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
 def dead_lock(path: Path) -> dict[str, Any] | None:
     """The lock file's contents if its owner is gone (the lock is free), else None.
 
@@ -178,13 +191,7 @@ def dead_lock(path: Path) -> dict[str, Any] | None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return None  # alive
-        raw = os.pread(fd, 1 << 20, 0)
-        try:
-            info = json.loads(raw) if raw else {}
-        except ValueError:
-            info = {}
-        if not isinstance(info, dict):
-            info = {}
+        info = read_lock_info(os.pread(fd, 1 << 20, 0))
         info.setdefault("run_id", path.name.removesuffix(".lock"))
         info.setdefault("paths", [])
         return info

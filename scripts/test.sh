@@ -29,7 +29,7 @@ if [ $# -eq 0 ]; then
     # files marked `long` go first, in the order tests/conftest.py gives them (xdist's own reorder would
     # put them last).
     tests=0
-    python -m pytest -p no:cacheprovider -n "${AMB_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder \
+    python -m pytest -p no:cacheprovider -n "${AMB_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder --durations=15 \
         || tests=$?
     mypy_status=0
     wait "$mypy_pid" || mypy_status=$?

@@ -9,12 +9,14 @@ container within 10 s."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
 
 from sweeps.shard import read_info
@@ -91,6 +93,44 @@ def _placements(work: Path) -> dict[str, Any]:
     return data
 
 
+HOLD_S = 30.0
+"""How long the first container is held paused at most: well within the sweep's time limit (60 s),
+so that the held run, should it complete, completes as it would have."""
+
+
+def _two_at_once(cluster: RayCluster, client: Any, work: Path) -> Any:
+    """Waits until a container runs on each node (each takes one: its ``docker`` resource). The first
+    is paused meanwhile (the cgroup freezer: its agent just waits), so that a loaded machine, whose
+    other node is slow to start its task, cannot let it finish first. Returns the held container."""
+    deadline = time.monotonic() + 300
+    held: Any = None
+    since, let_go = 0.0, set[str]()
+    try:
+        while len(running := kit.running_containers(client, work)) < 2:
+            assert time.monotonic() < deadline, _job_logs(cluster, "amb-sweep-1")[-3000:]
+            fresh = [name for name in running if name not in let_go]
+            if held is None and fresh:
+                with contextlib.suppress(docker.errors.APIError):  # it ended in between: the next
+                    container = client.containers.get(fresh[0])
+                    container.pause()
+                    held, since = container, time.monotonic()
+            elif held is not None and time.monotonic() - since > HOLD_S:
+                _let_go(held)  # held long enough: its run goes on, and the next one is held
+                let_go.add(held.name)
+                held = None
+            time.sleep(0.3)
+    except BaseException:
+        _let_go(held)
+        raise
+    return held
+
+
+def _let_go(held: Any) -> None:
+    if held is not None:
+        with contextlib.suppress(docker.errors.APIError):  # gone with its node: nothing to let go
+            held.unpause()
+
+
 def test_a_ray_sweep_survives_a_dead_worker_and_equals_the_local_sweep(
     tmp_path, ray_cluster, local_reference, docker_cli
 ):
@@ -100,12 +140,10 @@ def test_a_ray_sweep_survives_a_dead_worker_and_equals_the_local_sweep(
     try:
         _submit_job(ray_cluster, "amb-sweep-1", argv)
         # The worker node dies while a run of it has its container up; the sweep's job is stopped.
-        deadline = time.monotonic() + 300
-        while len(kit.running_containers(docker_cli, work)) < 2:  # one on each node
-            assert time.monotonic() < deadline, _job_logs(ray_cluster, "amb-sweep-1")[-3000:]
-            time.sleep(0.3)
+        held = _two_at_once(ray_cluster, docker_cli, work)
         gpu_node_before = _gpu_node_id(ray_cluster)  # the worker comes back with a new node id
         ray_cluster.kill_worker()
+        _let_go(held)
         _ray(ray_cluster, "job", "stop", f"--address={ray_cluster.dashboard_url}", "amb-sweep-1")
         assert _wait_job(ray_cluster, "amb-sweep-1", timeout=120) in ("STOPPED", "FAILED")
         ray_cluster.restart_worker()

@@ -7,6 +7,7 @@ Needs dockerd (CI starts it with .ci/dockerd.sh); never skipped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -140,8 +141,8 @@ def test_gc_removes_a_killed_recorders_leftovers_and_spares_a_live_run(
             assert proc.returncode == 0, proc.stderr
             removed = json.loads(proc.stdout)["removed"]
             mine = {(r["kind"], r["name"]) for r in removed if r["run_id"] == dead_id}
-            assert {n for k, n in mine if k == "container"} == set(before["containers"])
-            assert {n for k, n in mine if k == "network"} == set(before["networks"])
+            assert {n for k, n in mine if k == "container"} == set(before["containers"]), proc.stdout
+            assert {n for k, n in mine if k == "network"} == set(before["networks"]), proc.stdout
             # The recorder's own temp dir (CA key) may already be gone: any amb-record that starts on
             # this machine also sweeps the temp dirs of dead recorders. The workspace is gc's alone.
             paths = {n for k, n in mine if k == "path"}
@@ -457,4 +458,42 @@ def test_gc_removes_a_killed_sweep_executions_workspace_and_spares_a_live_one(tm
                 p.kill()
                 p.wait(10)
         subprocess.run([str(BIN / "amb"), "gc"], capture_output=True, timeout=120, env=env)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_gc_reports_what_it_removed_and_goes_on_past_what_resists(agent_image: str, docker_cli) -> None:
+    """A dead run's network that cannot go (a container that is not amb's is still on it) is one
+    problem, named; the run's container removed before it is still reported as removed."""
+    stamp = str(os.getpid())
+    run_id = f"gc-resists-{stamp}"
+    tmp = Path(tempfile.mkdtemp(prefix="amb-gcr-"))
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    lock = tmp / "amb-runs" / f"{run_id}.lock"
+    lock.parent.mkdir(mode=0o1777)
+    # A run lock nobody holds: its recorder is gone.
+    lock.write_text(json.dumps({"run_id": run_id, "backend": "docker", "paths": []}))
+    labels = {"org.amb.run": run_id, "org.amb.lock": str(lock)}
+    network = docker_cli.networks.create(f"amb-net-{run_id}", labels=labels)
+    made = [
+        docker_cli.containers.create(agent_image, ["sleep", "300"], name=f"amb-{run_id}", labels=labels),
+        docker_cli.containers.run(
+            agent_image, ["sleep", "300"], name=f"bystander-{stamp}", network=network.name, detach=True
+        ),
+    ]
+    try:
+        proc = subprocess.run(
+            [str(BIN / "amb"), "gc", "--json"], capture_output=True, text=True, timeout=180, env=env
+        )
+        assert proc.returncode == 0, proc.stderr
+        said = json.loads(proc.stdout)
+        mine = [(r["kind"], r["name"]) for r in said["removed"] if r["run_id"] == run_id]
+        assert ("container", f"amb-{run_id}") in mine and ("network", network.name) not in mine, said
+        assert [p for p in said["problems"] if p.startswith(f"network {network.name}: could not be removed")]
+        assert docker_cli.containers.get(f"bystander-{stamp}").status == "running"
+    finally:
+        for container in made:
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+        with contextlib.suppress(Exception):
+            network.remove()
         shutil.rmtree(tmp, ignore_errors=True)

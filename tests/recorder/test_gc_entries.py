@@ -234,3 +234,42 @@ def test_gc_keeps_a_dead_lock_while_what_it_names_resists(tmp_path: Path) -> Non
     )
     assert gc.returncode == 0, gc.stderr
     assert sorted(p.name for p in tmp.iterdir()) == []
+
+
+SHRINKS_AND_DIES = """
+import os, sys
+from recorder.runlock import RunLock
+
+lock = RunLock(sys.argv[1])
+kept = lock.make_tempdir("amb-kept-")
+gone = lock.make_tempdir("amb-gone-")
+os.rmdir(gone)
+lock.forget(gone)  # a shorter rewrite of the lock file
+print(kept, flush=True)
+os._exit(9)
+"""
+
+
+def test_a_lock_rewritten_shorter_then_killed_still_names_its_entries(tmp_path: Path) -> None:
+    """A lock file is rewritten in place as its owner makes and forgets entries. After a shorter
+    rewrite the file holds exactly the new contents; a kill between writing and cutting to length
+    leaves the older, longer tail after them, and gc still reads every entry the lock names."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    proc = subprocess.run(
+        [sys.executable, "-c", SHRINKS_AND_DIES, "shrunk-1"], capture_output=True, text=True, env=env
+    )
+    kept = proc.stdout.strip()
+    lock = tmp / "amb-runs" / "shrunk-1.lock"
+    info = json.loads(lock.read_bytes())  # the whole file is one JSON value: no tail
+    assert info["paths"] == [kept], (info, proc.stderr)
+    # What a kill between the write and the cut leaves: the new contents, then an old tail.
+    lock.write_bytes(lock.read_bytes() + b', "x"]}')
+    gc = subprocess.run(
+        [str(BIN / "amb"), "gc", "--json"], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert gc.returncode == 0, gc.stderr
+    removed = {(r["run_id"], r["kind"], r["name"]) for r in json.loads(gc.stdout)["removed"]}
+    assert ("shrunk-1", "path", kept) in removed, removed
+    assert sorted(p.name for p in tmp.iterdir()) == []
