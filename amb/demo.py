@@ -158,8 +158,9 @@ def choose_backend(asked: str) -> tuple[str, str]:
 )
 def demo(out_dir: str, store: str | None, backend: str, tiers: tuple[str, ...]) -> None:
     """Record a sample agent on one task per track, score the runs, show and verify them."""
+    from amb.query_cmds import runs, sql
     from amb.score_cmds import report, score
-    from amb.store_cmds import runs, sql, verify
+    from amb.store_cmds import verify
     from amb.sweep_cmds import sweep
     from sweeps.plan import load_sweep
 

@@ -18,7 +18,8 @@ from amb.common import escape_output, fail
 from schemas.errors import NO_ROOM, AmbError, BadInput, StoreError, quoted
 
 MODULES: dict[str, tuple[str, ...]] = {
-    "amb.store_cmds": ("ingest", "runs", "show", "sql", "verify", "manifest", "schema", "generate"),
+    "amb.store_cmds": ("ingest", "verify", "generate"),
+    "amb.query_cmds": ("runs", "show", "sql", "manifest", "schema"),
     "amb.task_cmds": ("task",),
     "amb.grade_cmd": ("grade",),
     "amb.score_cmds": ("score", "report", "audit"),

@@ -14,7 +14,6 @@ import json
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 
 from schemas.codec import canonical_digest
 
@@ -40,6 +39,8 @@ def compute_many(
         return {}
     wanted = set(run_ids)
     known = {r: n for r, n in (blob_refs or {}).items() if r in wanted}
+    import pyarrow as pa  # here: the commands that import this module and list runs need no Arrow
+
     con.register("_amb_manifest_runs", pa.table({"run_id": run_ids}))
     con.register("_amb_manifest_count", pa.table({"run_id": [r for r in run_ids if r not in known]}))
     try:
@@ -95,6 +96,8 @@ def write_manifests(store: Any, run_ids: list[str], blob_refs: dict[str, int] | 
     con = store.con
     if not run_ids:
         return
+    import pyarrow as pa
+
     con.register("_amb_candidates", pa.table({"run_id": run_ids}))
     try:
         todo = [

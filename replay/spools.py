@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
 import duckdb
-import pyarrow as pa
 import zstandard
 
 from replay.store import Store
@@ -168,6 +167,8 @@ def settle(store: Store, how: str, progress: Callable[[int, int], None] | None =
     ]
     if not candidates:
         return done
+    import pyarrow as pa  # here: the commands that import this module only to read spools need no Arrow
+
     # What the store holds for each candidate (only theirs: this runs after every ingest).
     store.con.register(
         "_amb_settle", pa.table({"run_id": [r[1] for r in candidates], "source": [r[2] for r in candidates]})

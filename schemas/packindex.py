@@ -25,11 +25,13 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterator
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from schemas import packstore
 from schemas.errors import BlobError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 KEY_BITS = 34
 NUMBER_BITS = 64 - KEY_BITS
@@ -103,6 +105,8 @@ class PackIndex:
         with self._lock:
             p = self._number(pack)
             first = self._arrive(p, n)
+            import numpy as np  # here: a command that reads no blob does not pay for numpy's import
+
             rows = np.frombuffer(entries, dtype=np.uint8, count=n * _SIZE).reshape(n, _SIZE)
             keys = rows[:, :8].copy().view(">u8").ravel() >> np.uint64(NUMBER_BITS)
             keys <<= np.uint64(NUMBER_BITS)
@@ -128,6 +132,8 @@ class PackIndex:
             if not numbers:
                 return
             self._settle()
+            import numpy as np
+
             values = np.frombuffer(self._keys, dtype=np.uint64)
             packs = self._packs_of(values & np.uint64(NUMBER_MASK))
             kept = values[~np.isin(packs, list(numbers))].copy()
@@ -165,6 +171,8 @@ class PackIndex:
     def _settle(self) -> None:
         """The entries added since the last lookup sorted in (in place: no second copy)."""
         if self._dirty:
+            import numpy as np
+
             view = np.frombuffer(self._keys, dtype=np.uint64)
             view.sort()
             starts = np.arange((1 << FAN_BITS) + 1, dtype=np.uint64) << np.uint64(64 - FAN_BITS)
@@ -210,6 +218,8 @@ class PackIndex:
                 yield at + i, raw[i * _SIZE : i * _SIZE + 32]
 
     def _packs_of(self, numbers: np.ndarray) -> np.ndarray:
+        import numpy as np
+
         at = np.searchsorted(np.array(self._starts, dtype=np.uint64), numbers, side="right") - 1
         return np.array([p for p, _ in self._segments], dtype=np.int64)[at]
 

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 
 from schemas.blob import digest
 from schemas.codec import canonical_json
@@ -171,6 +170,8 @@ def require_one_kind(con: duckdb.DuckDBPyConnection, name: str, records: list[di
 
 def append(con: duckdb.DuckDBPyConnection, name: str, records: list[dict[str, Any]], source: str) -> None:
     n = len(records)
+    import pyarrow as pa  # here: the report, which reads labels, needs no Arrow
+
     table = pa.table(
         {
             "label_set": [name] * n,

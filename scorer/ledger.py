@@ -12,10 +12,9 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
 from replay.store import open_sql
 from schemas.codec import canonical_json
@@ -25,20 +24,25 @@ from scorer.judge.cache import CallRecord, KeySet
 from scorer.migrations import LATEST_FIRST
 from scorer.profile import LoadedProfile
 
-_ARROW = {
-    "DOUBLE": pa.float64(),
-    "INTEGER": pa.int32(),
-    "BIGINT": pa.int64(),
-    "BOOLEAN": pa.bool_(),
-    "VARCHAR[]": pa.list_(pa.string()),
-}
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# Arrow is imported by the writers alone: the commands that only read scores (amb report) start
+# without it.
+_ARROW = {"DOUBLE": "float64", "INTEGER": "int32", "BIGINT": "int64", "BOOLEAN": "bool_"}
+"""The Arrow type (a ``pyarrow`` factory's name) of each column type written; VARCHAR[] is a list
+of strings, and every other type a string."""
 _TYPES = column_types()
 _CALL_JSON = frozenset({"settings", "request", "cited", "codes"})
-_CALL_TYPES = {
-    "value": pa.float64(),
-    "unscored_reason": pa.string(),
-    **dict.fromkeys(_CALL_JSON, pa.string()),
-}
+_CALL_TYPES = {"value": "float64", "unscored_reason": "string", **dict.fromkeys(_CALL_JSON, "string")}
+
+
+def _arrow_type(column_type: str) -> pa.DataType:
+    import pyarrow as pa
+
+    if column_type == "VARCHAR[]":
+        return pa.list_(pa.string())
+    return getattr(pa, _ARROW.get(column_type, "string"))()
 
 
 def new_batch_id() -> str:
@@ -114,12 +118,14 @@ class StoredCalls:
 def append_judge_calls(con: duckdb.DuckDBPyConnection, records: list[CallRecord]) -> None:
     if not records:
         return
+    import pyarrow as pa
+
     cols: dict[str, Any] = {"created_at": pa.array([now()] * len(records), pa.timestamp("us"))}
     for f in CallRecord.__struct_fields__:
         values = [getattr(r, f) for r in records]
         if f in _CALL_JSON:
             values = [None if v is None else canonical_json(v).decode() for v in values]
-        cols[f] = pa.array(values, _CALL_TYPES.get(f))
+        cols[f] = pa.array(values, getattr(pa, _CALL_TYPES[f])() if f in _CALL_TYPES else None)
     names = ", ".join(cols)
     _insert(con, pa.table(cols), f"INSERT INTO judge_calls ({names}) SELECT {names} FROM _amb_new")
 
@@ -143,6 +149,8 @@ def load_grade_cache(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]
 def append_grades(con: duckdb.DuckDBPyConnection, entries: dict[str, dict[str, Any]]) -> None:
     if not entries:
         return
+    import pyarrow as pa
+
     keys = sorted(entries)
     table = pa.table(
         {
@@ -160,6 +168,8 @@ def append_rows(
 ) -> None:
     if not rows:
         return
+    import pyarrow as pa
+
     ts = now()
     cols: dict[str, Any] = {
         "batch_id": [batch_id] * len(rows),
@@ -171,7 +181,7 @@ def append_rows(
         if c in JSON_COLUMNS:
             cols[c] = [canonical_json(v).decode() for v in values]
         else:
-            cols[c] = pa.array(values, _ARROW.get(_TYPES[c], pa.string()))
+            cols[c] = pa.array(values, _arrow_type(_TYPES[c]))
     names = ", ".join(cols)
     _insert(con, pa.table(cols), f"INSERT INTO scores ({names}) SELECT {names} FROM _amb_new")
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import duckdb
-import pyarrow as pa
 
 from replay.bounded import DatabaseMemory
 from replay.read import iter_events, require_runs
@@ -114,6 +113,8 @@ def _existing(con: duckdb.DuckDBPyConnection, cited: list[tuple[str, str]]) -> s
     """Which of the cited (run, event id) pairs are events of the store."""
     if not cited:
         return set()
+    import pyarrow as pa  # here: the report, which imports this module's command group, needs no Arrow
+
     con.register("_amb_cited", pa.table({"run_id": [c[0] for c in cited], "eid": [c[1] for c in cited]}))
     return set(
         con.execute(

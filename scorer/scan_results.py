@@ -13,7 +13,6 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import duckdb
-import pyarrow as pa
 
 from schemas.codec import canonical_json
 from schemas.finding import Finding
@@ -49,6 +48,8 @@ def append(con: duckdb.DuckDBPyConnection, scan_id: str, rows: list[Row]) -> Non
     if not rows:
         return
     ts = ledger.now()
+    import pyarrow as pa  # here: reading scan results (amb report) needs no Arrow
+
     table = pa.table(
         {
             "scan_id": [scan_id] * len(rows),

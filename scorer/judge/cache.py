@@ -21,7 +21,6 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 import msgspec
-import numpy as np
 
 from schemas.codec import canonical_digest
 
@@ -80,6 +79,8 @@ class KeySet:
         if self._new:
             self._sorted.extend(self._new)
             self._new.clear()
+            import numpy as np  # here: a command that never judges does not pay for numpy's import
+
             view = np.frombuffer(self._sorted, dtype=np.uint64)
             view.sort()
             del view  # (the array cannot grow while a view of it is held)
