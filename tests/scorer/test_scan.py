@@ -176,8 +176,10 @@ def test_a_scan_killed_midway_resumes_without_duplicates(store, tmp_path):
     (tmp_path / "slow.py").write_text(
         "import time\nfrom pathlib import Path\nfrom amb.scan import Finding, scanner\n\n"
         "@scanner\ndef slow(traj):\n"
-        f"    if traj.run_id == 'run-300':  # waits there for the kill: a loaded machine cannot let\n"
-        f"        Path({str(marker)!r}).write_text('x')  # the scan outrun it\n"
+        # The first scan waits at run-300 for the kill (a loaded machine cannot let it outrun the
+        # kill); the resumed one, finding the marker, goes on (not into the scanner's time limit).
+        f"    if traj.run_id == 'run-300' and not Path({str(marker)!r}).exists():\n"
+        f"        Path({str(marker)!r}).write_text('x')\n"
         "        time.sleep(600)\n"
         "    return Finding(value=True, events=[traj.processes[0][0]])\n"
     )
@@ -193,6 +195,7 @@ def test_a_scan_killed_midway_resumes_without_duplicates(store, tmp_path):
     done = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert _count(store, "SELECT count(*) FROM scan_results WHERE scanner = 'slow'") == RUNS
+    assert _count(store, "SELECT count(*) FROM scan_results WHERE scanner = 'slow' AND error IS NULL") == RUNS
     assert _count(store, "SELECT count(DISTINCT run_id) FROM scan_results WHERE scanner = 'slow'") == RUNS
 
 
