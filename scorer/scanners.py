@@ -37,6 +37,7 @@ from schemas.codec import canonical_digest
 from schemas.errors import BadInput, NotFound, quoted
 from schemas.finding import Finding
 from schemas.ostext import is_utf8
+from schemas.userfile import read_text
 from scorer.audit import Violation
 from scorer.profile import AuditRules
 from scorer.trajectory import Trajectory
@@ -184,7 +185,7 @@ its id)."""
 
 
 def _sql(path: Path) -> Scanner:
-    query = path.read_text(encoding="utf-8").strip().rstrip(";")
+    query = read_text(path, "scanner").strip().rstrip(";")
     if not query:
         raise BadInput(
             f"{quoted(str(path))} is empty: write a query returning run_id, value, explanation, events"
@@ -207,8 +208,8 @@ ANSWERS = ("boolean", "number", "text")
 
 def _llm(path: Path, model: str | None) -> Scanner:
     try:
-        spec = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        spec = tomllib.loads(read_text(path, "scanner"))
+    except tomllib.TOMLDecodeError as e:
         raise BadInput(f"{quoted(str(path))} is not TOML: {e}") from e
     prompt, answer = spec.get("prompt"), spec.get("answer", "boolean")
     labels_ok = isinstance(answer, list) and answer and all(isinstance(a, str) for a in answer)

@@ -15,9 +15,10 @@ from typing import Literal
 import msgspec
 
 from schemas.codec import check_id
-from schemas.errors import AmbError, SchemaError, UsageError
+from schemas.errors import AmbError, BadInput, SchemaError, UsageError
 from schemas.events import BudgetLimits
 from schemas.task_spec import TIERS, Tier
+from schemas.userfile import read_text
 from sweeps.executor import ExecutorConfig
 from sweeps.spec import Agent as AgentDef
 from sweeps.spec import GpuMode, TaskRef
@@ -174,9 +175,9 @@ def _decode(path: Path) -> tuple[str, SweepFile]:
     """The file's text and its typed content; an error names the line of a field that is wrong."""
     where = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise SweepError(f"{where}: cannot read: {e.strerror or e}") from None
+        text = read_text(path, "sweep file")
+    except BadInput as e:  # unreadable, too large or not UTF-8: one usage error naming the file
+        raise SweepError(str(e)) from None
     try:
         return text, msgspec.toml.decode(text.encode("utf-8"), type=SweepFile)
     except msgspec.ValidationError as e:

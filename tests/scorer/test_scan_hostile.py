@@ -185,6 +185,15 @@ def test_a_scanner_file_that_exits_or_sets_no_usable_timeout_is_refused_at_load(
     assert said in str(e.value) and "s.py" in str(e.value)
 
 
+@pytest.mark.parametrize("name", ["q.sql", "q.toml"])
+def test_a_scanner_file_that_is_not_text_is_refused_naming_it(tmp_path, name):
+    path = tmp_path / name
+    path.write_bytes(b"SELECT '\xff'")
+    with pytest.raises(BadInput) as e:
+        scanners.load(str(path))
+    assert str(e.value) == f"scanner {str(path)!r}: not UTF-8 text (invalid start byte at byte 8)"
+
+
 def test_a_sql_scanners_timeout_of_zero_is_refused(tmp_path):
     path = tmp_path / "z.sql"
     path.write_text(

@@ -136,7 +136,7 @@ def test_the_grid_is_agents_by_tasks_by_tiers_by_repeats(tmp_path):
 
 
 def test_sweep_file_errors_are_one_line(tmp_path):
-    cases = {
+    cases: dict[str | bytes, str] = {
         (
             'name = "x"\ntasks = ["kidney-seg"]\nagents = [{name = "a", command = ["true"]}]\nrepeat = 2\n'
         ): "s.toml:4: repeat: Object contains unknown field `repeat`",
@@ -149,9 +149,10 @@ def test_sweep_file_errors_are_one_line(tmp_path):
         ): "s.toml:3: tiers[0]: Invalid enum value 'pro'",
         'name = "x"\ntasks = ["kidney-seg"]\nagents = []\n': "s.toml:3: agents: is empty",
         'name = "x"\ntasks = ["kidney-seg"\n': "not valid TOML",
+        b'name = "x\xff"\n': "s.toml': not UTF-8 text (invalid start byte at byte 9)",
     }
     for text, message in cases.items():
-        (tmp_path / "s.toml").write_text(text)
+        (tmp_path / "s.toml").write_bytes(text if isinstance(text, bytes) else text.encode())
         proc = subprocess.run(
             [str(BIN / "amb"), "sweep", "--store", str(tmp_path / "st"), str(tmp_path / "s.toml")],
             capture_output=True,
