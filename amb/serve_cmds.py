@@ -13,7 +13,9 @@ from schemas.errors import UsageError
 @click.command()
 @store_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8765, show_default=True, type=int, help="Port (0: any free port).")
+@click.option(
+    "--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free port)."
+)
 @click.option(
     "--allow-remote",
     is_flag=True,
@@ -78,7 +80,9 @@ def replay() -> None:
     help="original: wait the recorded time to first byte and latency; fast: answer at once.",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address (loopback only).")
-@click.option("--port", default=0, show_default=True, type=int, help="Port (0: any free port).")
+@click.option(
+    "--port", default=0, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free port)."
+)
 def replay_serve(store: str, run_id: str, mode: str, timing: str, host: str, port: int) -> None:
     """Answer model API requests with RUN's recorded responses, until Ctrl-C."""
     import time

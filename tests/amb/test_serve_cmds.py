@@ -85,3 +85,12 @@ def test_replay_serve_answers_until_stopped(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_port_out_of_range_is_one_usage_error(tmp_path):
+    root = small_store(tmp_path)
+    for args in (["serve", "--port", "70000"], ["replay", "serve", "r-1", "--port", "-1"]):
+        proc = amb(*args, "--store", str(root))
+        assert proc.returncode == 2, proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith("amb: error: Invalid value for '--port'") and "0<=x<=65535" in line, line
