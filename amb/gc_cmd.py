@@ -20,7 +20,12 @@ from schemas.blobstore import BlobStore
 @click.option("--blobs", "blobs", is_flag=True, help="Remove unreferenced blobs (repack) instead.")
 @store_option
 @click.option(
-    "--wait", "wait_s", type=float, default=30.0, show_default=True, help="Seconds to wait for writers."
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait for writers.",
 )
 def gc(as_json: bool, blobs: bool, store: str, wait_s: float) -> None:
     """Remove what killed amb processes left behind (runs' containers, networks, firewall rules,
