@@ -14,6 +14,7 @@ from amb.common import progress, say_error, store_option, stored_only
 from recorder.synthetic import MAX_CALLS, MAX_SEED, generate_run
 from replay import spools as spool_modes
 from replay.ingest import ingest as ingest_store
+from replay.manifest import check_anchored
 from replay.read import require_runs
 from replay.store import DB_NAME, Store, resolve
 from replay.verify import verify as verify_store
@@ -23,6 +24,7 @@ from schemas.codec import ID_RE
 from schemas.display import for_message
 from schemas.errors import AmbError, NotFound, UsageError
 from schemas.run_claim import require_free
+from schemas.untrusted_json import check_json_depth
 from schemas.userfile import read_text
 
 
@@ -145,13 +147,21 @@ def verify(store: str, runs: tuple[str, ...], manifest_file: str | None, as_json
 def _read_manifests(path: str) -> list[dict]:
     text = read_text(Path(path), "--manifest").strip()
     try:
+        check_json_depth(text)  # (a line's depth is at most the whole text's)
+    except ValueError as e:
+        raise UsageError(f"{path}: not a manifest: {e}") from None
+    try:
         data = json.loads(text)
-        return data if isinstance(data, list) else [data]
+        found = data if isinstance(data, list) else [data]
     except json.JSONDecodeError:
         try:
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
+            found = [json.loads(line) for line in text.splitlines() if line.strip()]
         except json.JSONDecodeError as e:
             raise UsageError(f"{path}: not a manifest (JSON object, list, or JSON lines): {e}") from e
+    try:
+        return check_anchored(found, path)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def _count_option(name: str, default: int, low: int, high: int | None, help_text: str) -> Any:

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 import duckdb
+import msgspec
 
 from schemas.codec import canonical_digest
 
@@ -131,6 +132,33 @@ def stored(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | None
     rows = con.execute("SELECT manifest FROM manifests WHERE run_id = ?", [run_id]).fetchall()
     row = rows[0] if rows else None
     return json.loads(row[0]) if row else None
+
+
+class _AnchoredSource(msgspec.Struct):
+    events: int
+    last_seq: int
+    last_hash: str
+
+
+class _Anchored(msgspec.Struct):
+    """What ``differences`` reads of a manifest kept elsewhere (other fields are left as they are)."""
+
+    run_id: str
+    sources: dict[str, _AnchoredSource]
+    events: int | None = None
+    blob_refs: int | None = None
+
+
+def check_anchored(manifests: list[Any], where: str) -> list[dict[str, Any]]:
+    """Manifests kept outside the store (``amb verify --manifest``), each checked to be one (an object
+    with a run id and its sources' counts and last hashes): ``ValueError`` naming the first that is
+    not, by its number in ``where``."""
+    for n, m in enumerate(manifests, 1):
+        try:
+            msgspec.convert(m, _Anchored)
+        except msgspec.ValidationError as e:
+            raise ValueError(f"{where}: manifest {n} is not a run's manifest: {e}") from None
+    return manifests
 
 
 def differences(expected: dict[str, Any], actual: dict[str, Any] | None) -> list[str]:

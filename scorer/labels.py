@@ -114,6 +114,8 @@ def read(path: Path) -> tuple[list[dict[str, Any]], str]:
     try:
         raw = path.read_bytes()
         records = _records(path, raw)
+    except BadInput:
+        raise
     except (OSError, ValueError, UnicodeDecodeError) as e:
         raise BadInput(f"cannot read labels from {quoted(str(path))}: {e}") from e
     except Exception as e:  # the YAML reader's own errors

@@ -186,6 +186,24 @@ def test_bad_manifest_file_is_a_usage_error(cli_store, tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("[1, 2]", "manifest 1 is not a run's manifest: Expected `object`, got `int`"),
+        ('{"run_id": "r", "sources": 7}', "manifest 1 is not a run's manifest: Expected `object`, got `int`"),
+        ('{"run_id": "r", "sources": {}}\n{"sources": {}}', "manifest 2 is not a run's manifest"),
+        ("[" * 100_000 + "]" * 100_000, "not a manifest: nested 100000 levels deep"),
+    ],
+)
+def test_a_manifest_file_of_the_wrong_shape_is_one_usage_error(cli_store, tmp_path, text, said):
+    f = tmp_path / "m.json"
+    f.write_text(text)
+    proc = amb("verify", "--manifest", str(f), store=cli_store, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"amb: error: {f}: {said}"), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize(
     "command",
     [
         ["runs"],

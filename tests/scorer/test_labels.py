@@ -106,6 +106,14 @@ def test_hostile_label_files_are_refused(tmp_path, text):
         labels.read(path)
 
 
+def test_a_label_file_of_another_kind_is_refused_saying_which_kinds_are_read(tmp_path):
+    path = tmp_path / "l.json"
+    path.write_text("[]")
+    with pytest.raises(BadInput) as e:
+        labels.read(path)
+    assert str(e.value) == f"{str(path)!r}: labels come as .csv, .jsonl or .yaml"
+
+
 @pytest.mark.parametrize(
     ("name", "text", "said"),
     [
