@@ -27,22 +27,25 @@ from scorer.profile import LoadedProfile
 if TYPE_CHECKING:
     import pyarrow as pa
 
-# Arrow is imported by the writers alone: the commands that only read scores (amb report) start
-# without it.
-_ARROW = {"DOUBLE": "float64", "INTEGER": "int32", "BIGINT": "int64", "BOOLEAN": "bool_"}
-"""The Arrow type (a ``pyarrow`` factory's name) of each column type written; VARCHAR[] is a list
-of strings, and every other type a string."""
 _TYPES = column_types()
 _CALL_JSON = frozenset({"settings", "request", "cited", "codes"})
-_CALL_TYPES = {"value": "float64", "unscored_reason": "string", **dict.fromkeys(_CALL_JSON, "string")}
+_CALL_TYPES = {"value": "DOUBLE", "unscored_reason": "VARCHAR", **dict.fromkeys(_CALL_JSON, "VARCHAR")}
+"""The column type of the judge call fields whose Arrow type is not inferred from their values."""
 
 
 def _arrow_type(column_type: str) -> pa.DataType:
+    """The Arrow type a column of this SQL type is written as (a string for any other type). Arrow is
+    imported by the writers alone: the commands that only read scores (amb report) start without it."""
     import pyarrow as pa
 
-    if column_type == "VARCHAR[]":
-        return pa.list_(pa.string())
-    return getattr(pa, _ARROW.get(column_type, "string"))()
+    types = {
+        "DOUBLE": pa.float64(),
+        "INTEGER": pa.int32(),
+        "BIGINT": pa.int64(),
+        "BOOLEAN": pa.bool_(),
+        "VARCHAR[]": pa.list_(pa.string()),
+    }
+    return types.get(column_type, pa.string())
 
 
 def new_batch_id() -> str:
@@ -125,7 +128,7 @@ def append_judge_calls(con: duckdb.DuckDBPyConnection, records: list[CallRecord]
         values = [getattr(r, f) for r in records]
         if f in _CALL_JSON:
             values = [None if v is None else canonical_json(v).decode() for v in values]
-        cols[f] = pa.array(values, getattr(pa, _CALL_TYPES[f])() if f in _CALL_TYPES else None)
+        cols[f] = pa.array(values, _arrow_type(_CALL_TYPES[f]) if f in _CALL_TYPES else None)
     names = ", ".join(cols)
     _insert(con, pa.table(cols), f"INSERT INTO judge_calls ({names}) SELECT {names} FROM _amb_new")
 
