@@ -32,21 +32,19 @@ time.sleep(120)
 def _start(tmp_path: Path, *, new_session: bool = False) -> subprocess.Popen[bytes]:
     argv = standin.command([sys.executable, "-c", CHILD, str(tmp_path)])
     proc = subprocess.Popen(argv, start_new_session=new_session)
-    deadline = time.monotonic() + 30
-    while not (tmp_path / "pid").exists():
-        assert proc.poll() is None, f"the stand-in ended with {proc.returncode} before its child was ready"
-        assert time.monotonic() < deadline, "the child never got ready"
-        time.sleep(0.02)
+    _wait_file(tmp_path / "pid", proc)
     return proc
 
 
-def _wait_file(path: Path, timeout: float = 30) -> str:
+def _wait_file(path: Path, proc: subprocess.Popen[bytes] | None = None, timeout: float = 30) -> str:
+    """The file's text once it has any: it is made empty, then written (one write, never empty)."""
     deadline = time.monotonic() + timeout
-    while not path.exists():
+    while not (text := path.read_text() if path.exists() else ""):
+        if proc is not None:
+            assert proc.poll() is None, f"the stand-in ended with {proc.returncode} before {path.name}"
         assert time.monotonic() < deadline, f"{path.name} never appeared"
         time.sleep(0.02)
-    time.sleep(0.05)  # written in one call; give it the moment to land whole
-    return path.read_text()
+    return text
 
 
 def _gone(pid: int, timeout: float = 30) -> bool:
