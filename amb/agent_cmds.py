@@ -45,6 +45,11 @@ def serve(host: str, port: int, flaw: str | None, url_file: str | None) -> None:
         raise UsageError(str(e)) from None
     except OSError as e:
         raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    # The handlers go in before the URL is announced: whoever reads the URL may stop the server
+    # at once, and a SIGTERM before them would kill it without closing the socket or exiting 0.
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     server.start()
     if url_file:
         write_durably(Path(url_file), (server.url + "\n").encode())
@@ -54,9 +59,6 @@ def serve(host: str, port: int, flaw: str | None, url_file: str | None) -> None:
         + "); Ctrl-C stops",
         err=True,
     )
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     server.stop()
 
