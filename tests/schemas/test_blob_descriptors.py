@@ -41,7 +41,9 @@ def test_stores_done_with_leave_no_descriptor_open(tmp_path):
     for store in stores:
         write_and_read(store)
     assert open_under(tmp_path) == []
-    assert len(os.listdir("/proc/self/fd")) == before
+    # Not more than before (a descriptor an earlier test's thread or child pipe closes meanwhile may
+    # make it fewer): none of the stores' descriptors, wherever they point, outlived them.
+    assert len(os.listdir("/proc/self/fd")) <= before
     # What was written is there for the next process (the packs were sealed, not lost).
     for store in stores:
         st = Store.open(store, read_only=True)
