@@ -69,3 +69,16 @@ def test_pip_config_is_read_from_files_and_environment_with_the_environment_winn
     settings = json.loads(out.stdout)
     assert settings["find-links"] == "/from/file"
     assert settings["default-timeout"] == "7"
+
+
+def test_the_installed_packages_carry_their_bytecode() -> None:
+    # uv leaves bytecode to the first import unless asked, and no import writes it where
+    # PYTHONDONTWRITEBYTECODE is set: every process would compile every package it imports.
+    import click
+    import duckdb
+    import mitmproxy.master
+
+    for module in (click, duckdb, mitmproxy.master):
+        assert module.__file__ is not None
+        cached = Path(importlib.util.cache_from_source(module.__file__))
+        assert cached.is_file(), f"{module.__name__}: no bytecode at {cached}"

@@ -129,3 +129,20 @@ def test_an_image_lock_that_is_not_ours_is_one_clear_error(tmp_path, monkeypatch
         with build_lock():
             pass
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_the_images_carry_the_bytecode_of_the_code_they_run(agent_image: str, grader_image: str, docker_cli):
+    # The images set PYTHONDONTWRITEBYTECODE: without bytecode made at build, each run's shim and each
+    # grading would compile every module of amb it imports.
+    missing = {}
+    for image, root in ((agent_image, "/opt/amb/lib"), (grader_image, "/opt/amb/src")):
+        script = f"""
+import importlib.util, pathlib
+print([str(p) for p in pathlib.Path({root!r}).rglob("*.py")
+       if not pathlib.Path(importlib.util.cache_from_source(str(p))).is_file()])
+"""
+        out = docker_cli.containers.run(
+            image, ["python3", "-c", script], remove=True, network_mode="none", user="root"
+        )
+        missing[image] = out.decode().strip()
+    assert missing == {agent_image: "[]", grader_image: "[]"}
