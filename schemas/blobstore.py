@@ -108,7 +108,9 @@ class _Shared:
                 start = self.read_upto.get(pack, 0)
                 end = start or len(packstore.IDX_MAGIC)
                 try:
-                    if start and path.stat().st_size <= start:
+                    # An index shorter than its magic is one another process has just created: it
+                    # is read from the start (and its magic checked) once it holds more.
+                    if path.stat().st_size <= (start or len(packstore.IDX_MAGIC) - 1):
                         continue
                     for entries in packstore.index_blocks(path, start):
                         self.index.add(pack, entries)

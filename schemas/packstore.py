@@ -152,7 +152,10 @@ def index_blocks(path: Path, start: int = 0, block: int = ENTRY.size << 15) -> I
     whole entries at a time: a reader that keeps them packed never holds the file twice."""
     with open(path, "rb") as f:
         if start == 0:
-            if f.read(len(IDX_MAGIC)) != IDX_MAGIC:
+            head = f.read(len(IDX_MAGIC))
+            if head != IDX_MAGIC:
+                if IDX_MAGIC.startswith(head):
+                    return  # its writer has just made it (or died doing so): no entries yet
                 raise BlobError(f"{path.name}: not a blob pack index (bad magic)")
         else:
             f.seek(start)

@@ -124,6 +124,29 @@ def test_writers_in_two_processes_write_their_own_packs(tmp_path):
     assert verify_many(store, sorted(set(outs[0] + outs[1]))) == {}
 
 
+def test_an_index_its_writer_has_only_just_created_holds_no_entries_yet(tmp_path):
+    # A writer creates its index, then writes the magic: another process listing the packs in
+    # between (or after a writer killed there) finds it empty or cut short, which is no entries.
+    store = BlobStore(tmp_path)
+    kept = store.put(b"kept")
+    store.close()
+    packs = store.pack_files()[0].parent
+    for n, head in enumerate((b"", packstore.IDX_MAGIC[:4])):
+        pack_id = packstore.new_pack_id() + str(n)
+        (packs / (pack_id + packstore.PACK_SUFFIX)).write_bytes(packstore.PACK_MAGIC)
+        (packs / (pack_id + packstore.IDX_SUFFIX)).write_bytes(head)
+    reader = BlobStore(tmp_path)
+    more = reader.put(b"more")
+    assert [reader.get(r) for r in (kept, more)] == [b"kept", b"more"]
+    assert verify_many(reader, [kept.blob, more.blob]) == {}
+    assert packstore.read_index(packs / (pack_id + packstore.IDX_SUFFIX)) == ([], len(packstore.IDX_MAGIC))
+    (packs / (pack_id + packstore.IDX_SUFFIX)).write_bytes(b"NOT AN INDEX")  # not one
+    fresh = BlobStore(tmp_path)
+    fresh.forget()  # what this process read of the packs: a new process reads them anew
+    with pytest.raises(BlobError, match="bad magic"):
+        fresh.put(b"third")
+
+
 def test_killed_packer_loses_nothing_it_acknowledged(tmp_path):
     """kill -9 of a process mid-write: every blob whose put returned reads back intact."""
     script = (
