@@ -4,9 +4,9 @@ It runs inside the agent container (``python3 /data/public/exhaust_agent.py [mem
 ``pid_bomb.py`` beside it). Each step is
 what a careless or hostile agent does to its container, in the places an agent would:
 
-1. a 1.2 GB file in the workspace, then as much in /tmp (a tmpfs: charged to the container's memory,
-   it stops at its size) and in /dev/shm (docker's 64 MiB);
-2. 5,200 small files in ``many/``: more than a sealed submission lists;
+1. (without ``memory``) a 1.2 GB file in the workspace, then as much in /tmp (a tmpfs: charged to
+   the container's memory, it stops at its size) and in /dev/shm (docker's 64 MiB);
+2. (without ``memory``) 5,200 small files in ``many/``: more than a sealed submission lists;
 3. tries to take itself out of the OOM killer's reach (``oom_score_adj`` -1000);
 4. with ``memory`` only, a memory bomb: processes of 8 MiB each, forked until the kernel's OOM
    killer kills one (or a fork is refused): memory spread over many small processes, so that none of
@@ -148,10 +148,11 @@ def shell():
 
 
 held: dict[str, object] = {"children": [], "release": os.open("/dev/null", os.O_RDONLY)}
-step("huge_workspace", huge, "huge.bin")
-step("huge_tmp", huge, "/tmp/huge.bin")
-step("huge_shm", huge, "/dev/shm/huge.bin")
-step("many_files", many_files)
+if not MEMORY:  # (the memory bomb needs neither; the run without it covers both)
+    step("huge_workspace", huge, "huge.bin")
+    step("huge_tmp", huge, "/tmp/huge.bin")
+    step("huge_shm", huge, "/dev/shm/huge.bin")
+    step("many_files", many_files)
 step("oom_immunity", oom_immunity)
 if MEMORY:
     step("memory_bomb", memory_bomb, held)

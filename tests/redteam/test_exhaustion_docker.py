@@ -9,10 +9,10 @@ made while the shim could not start a thread, the model call after the bombs, an
 the 5,200 files must not push out of the sealed listing. The shim runs in the agent's container and
 shares its limits; it starts every thread it needs before the agent.
 
-With ``memory`` the agent also fills the memory with many small processes until the kernel's OOM
-killer kills one. The OOM killer takes the largest process, and that may be the recorder's shim or
-one of the agent's, by a few megabytes, depending on the moment: so the first OOM kill ends the
-run, whichever it took, and the run says so in the same words each time.
+With ``memory`` the agent leaves the disk and the files alone and fills the memory with many small
+processes until the kernel's OOM killer kills one. The OOM killer takes the largest process, and that
+may be the recorder's shim or one of the agent's, by a few megabytes, depending on the moment: so the
+first OOM kill ends the run, whichever it took, and the run says so in the same words each time.
 
 ContainerResources are smaller than the defaults so that a run takes seconds. Needs dockerd; never skipped.
 """
