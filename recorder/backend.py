@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import posixpath
 import stat
 from collections import Counter
 from dataclasses import dataclass, field
@@ -47,6 +46,9 @@ SEAL_MAX_FILES = 5_000
 """A workspace with more files than this is sealed up to the limit; the rest, taken from the most
 crowded directories, are counted as skipped (an event must stay under the spool's frame limit, so
 the listing itself is bounded too)."""
+
+SEAL_MAX_DEPTH = 256
+"""Folders nested deeper than this below the workspace are left out, each named in ``skipped``."""
 
 SEAL_MAX_SKIPPED = 100
 """Skipped files listed by name; beyond this, one summary entry says how many more there were."""
@@ -159,35 +161,7 @@ def seal_directory(
     files: list[SealedFile] = []
     skipped: list[str] = []
     stored = 0
-    regular: list[tuple[str, str]] = []
-    # An agent decides how many files and folders there are: the walk costs one lstat per entry
-    # and string joins (a path object and a resolve per entry cost three times the CPU).
-    top = str(root)
-    prefix = top if top.endswith("/") else top + "/"
-    real_top = str(root.resolve())
-    excluded = {str(Path(p).resolve()) for p in exclude}
-    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
-        below = "" if dirpath == top else dirpath[len(prefix) :]  # "a/b" below the top
-        if excluded:
-            for d in list(dirnames):
-                if os.path.join(real_top, below, d) in excluded:
-                    dirnames.remove(d)
-                    skipped.append(f"{os_text(posixpath.join(below, d))}/: amb-record's own files")
-        dirnames.sort()
-        for name in sorted(filenames):
-            full = f"{dirpath}/{name}"
-            rel = os_text(f"{below}/{name}" if below else name)
-            try:
-                mode = os.lstat(full).st_mode
-            except OSError as e:
-                skipped.append(f"{rel}: unreadable ({e.strerror or 'error ' + str(e.errno)})")
-                continue
-            if stat.S_ISLNK(mode):
-                skipped.append(f"{rel}: symlink")
-            elif not stat.S_ISREG(mode):
-                skipped.append(f"{rel}: not a regular file")
-            else:
-                regular.append((rel, full))
+    regular = _workspace_files(root, exclude, skipped)
     left_out = _beyond_limit([rel for rel, _ in regular], SEAL_MAX_FILES)
     for rel, full in regular:
         if rel in left_out:
@@ -211,6 +185,53 @@ def seal_directory(
     if len(skipped) > SEAL_MAX_SKIPPED:
         skipped = skipped[:SEAL_MAX_SKIPPED] + [f"...: {len(skipped) - SEAL_MAX_SKIPPED} more files skipped"]
     return SubmissionSealed(root=os_text(shown_root or str(root)), files=files, skipped=skipped)
+
+
+def _workspace_files(root: Path, exclude: tuple[Path, ...], skipped: list[str]) -> list[tuple[str, str]]:
+    """(recorded relative path, path) of every regular file under ``root``, in sorted depth-first
+    order; what is left out is named in ``skipped``.
+
+    An agent decides how many files and folders there are and how deep they nest: the walk keeps
+    its own stack (a recursive one failed on folders nested 1,500 deep), stops at
+    ``SEAL_MAX_DEPTH``, names a folder it cannot list, and costs one lstat per file and string
+    joins (path objects and a resolve per folder cost three times the CPU)."""
+    real_top = str(root.resolve())
+    excluded = {str(Path(p).resolve()) for p in exclude}
+    regular: list[tuple[str, str]] = []
+    stack = [(str(root), "", 0)]  # (folder, its path below root, its depth)
+    while stack:
+        folder, below, depth = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it)
+        except OSError as e:
+            skipped.append(f"{os_text(below) or '.'}/: unreadable ({e.strerror or 'error ' + str(e.errno)})")
+            continue
+        subfolders = []
+        for name, is_dir in entries:
+            full, rel = f"{folder}/{name}", f"{below}/{name}" if below else name
+            if is_dir:
+                if excluded and os.path.join(real_top, rel) in excluded:
+                    skipped.append(f"{os_text(rel)}/: amb-record's own files")
+                elif depth + 1 > SEAL_MAX_DEPTH:
+                    skipped.append(f"{os_text(rel)}/: more than {SEAL_MAX_DEPTH} folders deep")
+                else:
+                    subfolders.append((full, rel, depth + 1))
+                continue
+            rel = os_text(rel)
+            try:
+                mode = os.lstat(full).st_mode
+            except OSError as e:
+                skipped.append(f"{rel}: unreadable ({e.strerror or 'error ' + str(e.errno)})")
+                continue
+            if stat.S_ISLNK(mode):
+                skipped.append(f"{rel}: symlink")
+            elif not stat.S_ISREG(mode):
+                skipped.append(f"{rel}: not a regular file")
+            else:
+                regular.append((rel, full))
+        stack += reversed(subfolders)
+    return regular
 
 
 def _beyond_limit(rels: list[str], max_files: int) -> set[str]:

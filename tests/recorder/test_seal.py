@@ -1,0 +1,55 @@
+"""``seal_directory`` on workspaces an agent shaped: folders nested deeper than any walk should
+follow, links to folders, and the listing's order against an independent walk."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from recorder.backend import SEAL_MAX_DEPTH, seal_directory
+from schemas.blobstore import BlobStore
+
+
+def _nest(where: Path, depth: int) -> None:
+    """Folders ``d/d/...`` ``depth`` deep with a file at the bottom, made one level at a time (as an
+    agent can, far past the length a whole path may have)."""
+    fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        with open(os.open("f", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as f:
+            f.write("deep")
+    finally:
+        os.close(fd)
+
+
+def test_folders_nested_thousands_deep_are_left_out_by_name(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "out").mkdir(parents=True)
+    (ws / "out" / "submission.json").write_text("{}")
+    _nest(ws, 3000)
+    sealed = seal_directory(ws, BlobStore(tmp_path / "blobs"))
+    assert [f.path for f in sealed.files] == ["out/submission.json"]
+    assert sealed.skipped == ["d/" * (SEAL_MAX_DEPTH + 1) + f": more than {SEAL_MAX_DEPTH} folders deep"]
+
+
+def test_the_listing_is_an_independent_walks_and_links_to_folders_are_named(tmp_path):
+    ws = tmp_path / "ws"
+    for rel in ("b/z.txt", "b/a/y.txt", "a.txt", "c/d/e/x.bin", "b.txt"):
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_bytes(rel.encode())
+    (ws / "c" / "up").symlink_to(tmp_path)  # a link to a folder outside: never followed
+    (ws / "c" / "f").symlink_to(ws / "a.txt")
+    expected = []
+    for dirpath, dirnames, filenames in os.walk(ws):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                expected.append(path.relative_to(ws).as_posix())
+    sealed = seal_directory(ws, BlobStore(tmp_path / "blobs"))
+    assert [f.path for f in sealed.files] == expected
+    assert sorted(sealed.skipped) == ["c/f: symlink", "c/up: symlink"]
