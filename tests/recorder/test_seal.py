@@ -3,6 +3,7 @@ follow, links to folders, and the listing's order against an independent walk.""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -26,12 +27,34 @@ def _nest(where: Path, depth: int) -> None:
         os.close(fd)
 
 
+def _unnest(where: Path) -> None:
+    """Remove what ``_nest`` made, bottom up, one level at a time (a recursive removal, pytest's
+    own among them, fails on it)."""
+    fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY)
+    depth = 0
+    while "d" in os.listdir(fd):
+        inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd, depth = inner, depth + 1
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink("f", dir_fd=fd)
+    for _ in range(depth):
+        parent = os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = parent
+        os.rmdir("d", dir_fd=fd)
+    os.close(fd)
+
+
 def test_folders_nested_thousands_deep_are_left_out_by_name(tmp_path):
     ws = tmp_path / "ws"
     (ws / "out").mkdir(parents=True)
     (ws / "out" / "submission.json").write_text("{}")
-    _nest(ws, 3000)
-    sealed = seal_directory(ws, BlobStore(tmp_path / "blobs"))
+    try:
+        _nest(ws, 1500)
+        sealed = seal_directory(ws, BlobStore(tmp_path / "blobs"))
+    finally:
+        _unnest(ws)
     assert [f.path for f in sealed.files] == ["out/submission.json"]
     assert sealed.skipped == ["d/" * (SEAL_MAX_DEPTH + 1) + f": more than {SEAL_MAX_DEPTH} folders deep"]
 
