@@ -31,6 +31,7 @@ from schemas.tempdirs import (
     process_alive,
     remove_free_lock_file,
     remove_if_empty,
+    remove_tree,
 )
 
 
@@ -85,7 +86,7 @@ def collect(
         run_id = str(info.get("run_id") or "")
         own = _own_paths(path, info)
         for p in own:
-            shutil.rmtree(p, ignore_errors=True)
+            remove_tree(p)
             if os.path.lexists(p):
                 problems.append(f"{p}: could not be removed (its owner's lock {path.name} is kept)")
             else:

@@ -17,6 +17,7 @@ import os
 import secrets
 import shutil
 import stat
+import subprocess
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -150,7 +151,7 @@ class OwnerLock:
             return
         left = [Path(p) for p in self.info["paths"] if os.path.lexists(p)]
         for p in left:
-            shutil.rmtree(p, ignore_errors=True)
+            remove_tree(p)
         if any(os.path.lexists(p) for p in left):
             self.close()
             return
@@ -219,9 +220,19 @@ def make_tempdir(prefix: str, dir: Path | None = None) -> Path:
         return owner.make_tempdir(prefix)
 
 
+def remove_tree(path: Path | str) -> None:
+    """Remove ``path`` and everything under it, as far as it can be removed (what resists stays:
+    callers check). An agent's folders may nest thousands deep, where ``shutil.rmtree`` fails with
+    ``RecursionError``: such a tree goes to ``rm -rf``, which walks it level by level."""
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except RecursionError:
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=False)
+
+
 def remove_tempdir(path: Path) -> None:
     """Remove a directory ``make_tempdir`` made (or any), and its name from this process's lock."""
-    shutil.rmtree(path, ignore_errors=True)
+    remove_tree(path)
     if os.path.lexists(path):
         return  # still named, so that `amb gc` tries again
     with _guard:

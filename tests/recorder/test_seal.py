@@ -76,3 +76,18 @@ def test_the_listing_is_an_independent_walks_and_links_to_folders_are_named(tmp_
     sealed = seal_directory(ws, BlobStore(tmp_path / "blobs"))
     assert [f.path for f in sealed.files] == expected
     assert sorted(sealed.skipped) == ["c/f: symlink", "c/up: symlink"]
+
+
+def test_a_tree_nested_thousands_deep_is_removed_with_its_temp_folder(tmp_path):
+    # The docker backend's workspace is a temp folder the agent fills: removing it must not fail
+    # where a recursive removal does.
+    from schemas.tempdirs import make_tempdir, remove_tempdir
+
+    folder = make_tempdir("amb-test-deep-", tmp_path)
+    try:
+        _nest(folder, 1500)
+        remove_tempdir(folder)
+        assert not folder.exists()
+    finally:
+        if folder.exists():
+            _unnest(folder)
