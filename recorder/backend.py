@@ -192,9 +192,9 @@ def _workspace_files(root: Path, exclude: tuple[Path, ...], skipped: list[str]) 
     order; what is left out is named in ``skipped``.
 
     An agent decides how many files and folders there are and how deep they nest: the walk keeps
-    its own stack (a recursive one failed on folders nested 1,500 deep), stops at
+    its own stack (a recursive walk fails on folders nested a thousand deep), stops at
     ``SEAL_MAX_DEPTH``, names a folder it cannot list, and costs one lstat per file and string
-    joins (path objects and a resolve per folder cost three times the CPU)."""
+    joins (path objects and a resolve per folder would cost three times the CPU)."""
     real_top = str(root.resolve())
     excluded = {str(Path(p).resolve()) for p in exclude}
     regular: list[tuple[str, str]] = []

@@ -93,7 +93,7 @@ def main(argv: list[str]) -> int:
         args, env = uv_arguments(pip_config())
         # --compile-bytecode: pip writes each module's bytecode at install, uv by default leaves it
         # to the first import, which never writes it where PYTHONDONTWRITEBYTECODE is set: there
-        # every process compiled every module it imported (1 s of amb-record's 2.6 s start-up).
+        # every process would compile every module it imports (a third of amb-record's start-up).
         command = [str(uv), "pip", "install", "-q", "--compile-bytecode", "--python", python, *args, *argv]
         if subprocess.run(command, env=os.environ | env, check=False).returncode == 0:
             return 0

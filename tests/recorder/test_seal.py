@@ -9,6 +9,7 @@ from pathlib import Path
 
 from recorder.backend import SEAL_MAX_DEPTH, seal_directory
 from schemas.blobstore import BlobStore
+from schemas.tempdirs import make_tempdir, remove_tempdir
 
 
 def _nest(where: Path, depth: int) -> None:
@@ -81,8 +82,6 @@ def test_the_listing_is_an_independent_walks_and_links_to_folders_are_named(tmp_
 def test_a_tree_nested_thousands_deep_is_removed_with_its_temp_folder(tmp_path):
     # The docker backend's workspace is a temp folder the agent fills: removing it must not fail
     # where a recursive removal does.
-    from schemas.tempdirs import make_tempdir, remove_tempdir
-
     folder = make_tempdir("amb-test-deep-", tmp_path)
     try:
         _nest(folder, 1500)
