@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -160,16 +161,39 @@ def generate_runs(root: Path, runs: int, per_run: int, report_every: int = 50) -
     return total
 
 
-def events_ndjson(root: Path, out: Path) -> int:
-    """Every event body of ``root``'s spools, a line each, into ``out`` (``plain_load``'s input); the
-    events written."""
+def synthetic_store(store: Path, runs: int, calls: int) -> None:
+    """``runs`` synthetic runs of ``calls`` model calls each in ``store``, ingested; the runs it
+    already holds (``--store`` of an earlier run) are not generated again."""
+    from recorder.synthetic import generate_run
+    from replay.ingest import ingest
+    from replay.read import run_ids
+    from replay.store import Store
+
+    existing: set[str] = set()
+    if (store / "amb.duckdb").exists():
+        with Store.open(store, read_only=True) as st:
+            existing = set(run_ids(st.con))
+    for i in range(runs):
+        if f"bench-{i:05d}" not in existing:
+            generate_run(store, f"bench-{i:05d}", seed=i, calls=calls)
+    ingest(store)
+
+
+def spool_bodies(root: Path) -> Iterator[list[bytes]]:
+    """The event bodies of each of ``root``'s spools."""
     from replay.ingest import spool_files
     from schemas.frames import scan
 
+    for path in spool_files(root):
+        yield scan(path.read_bytes()).bodies
+
+
+def events_ndjson(root: Path, out: Path) -> int:
+    """Every event body of ``root``'s spools, a line each, into ``out`` (``plain_load``'s input); the
+    events written."""
     n = 0
     with open(out, "wb") as f:
-        for path in spool_files(root):
-            bodies = scan(path.read_bytes()).bodies
+        for bodies in spool_bodies(root):
             f.writelines(body + b"\n" for body in bodies)
             n += len(bodies)
     return n
@@ -205,9 +229,6 @@ class Usage(NamedTuple):
 def run_measured(argv: list[object], env: dict[str, str] | None = None) -> Usage:
     """Run a command to its end (its output discarded; a failure ends the bench with its stderr) and
     measure it: ``wait4`` gives the child's own CPU time and peak memory, not the bench's."""
-    import os
-    import subprocess
-
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.DEVNULL, stderr=err, env=env)
@@ -223,8 +244,6 @@ def run_measured(argv: list[object], env: dict[str, str] | None = None) -> Usage
 def evict(paths: Iterable[Path]) -> None:
     """Drop files from the page cache (what can be dropped without root: their clean pages), so that
     the next read of them is a cold one."""
-    import os
-
     for path in paths:
         fd = os.open(path, os.O_RDONLY)
         try:

@@ -25,9 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import figures
-from bench.measure import peak_rss_mb, rss_mb, timed, workdir
-from recorder.synthetic import generate_run
-from replay.ingest import ingest
+from bench.measure import peak_rss_mb, rss_mb, synthetic_store, timed, workdir
 from replay.read import iter_events, run_ids
 from scorer.batch import open_store, score_runs
 from scorer.profile import load
@@ -72,15 +70,7 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace, store: Path, figs: figures.Figures) -> None:
-    existing = set()
-    if (store / "amb.duckdb").exists():
-        with open_store(store) as st:
-            existing = set(run_ids(st.con))
-    for i in range(args.runs):
-        if f"bench-{i:05d}" not in existing:
-            generate_run(store, f"bench-{i:05d}", seed=i, calls=args.calls)
-    ingest(store)
-
+    synthetic_store(store, args.runs, args.calls)
     profile = load("paper-2026-06")
     with open_store(store) as st:
         ids = run_ids(st.con)[: args.runs]

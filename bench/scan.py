@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -30,9 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import figures
-from bench.measure import timed, workdir
-from recorder.synthetic import generate_run
-from replay.ingest import ingest
+from bench.measure import synthetic_store, timed, workdir
 from replay.read import iter_events, run_ids
 from replay.store import Store
 from scorer import scan as scanning
@@ -88,16 +85,8 @@ def _scanner(work: Path, name: str, text: str) -> list[scanners.Scanner]:
 
 
 def measure(args: argparse.Namespace, store: Path, work: Path, figs: figures.Figures) -> None:
-    t0 = time.perf_counter()
-    existing: set[str] = set()
-    if (store / "amb.duckdb").exists():
-        with Store.open(store, read_only=True) as st:
-            existing = set(run_ids(st.con))
-    for i in range(args.runs):
-        if f"bench-{i:05d}" not in existing:
-            generate_run(store, f"bench-{i:05d}", seed=i, calls=args.calls)
-    ingest(store)
-    print(f"setup: {args.runs} runs generated and ingested in {time.perf_counter() - t0:.1f} s")
+    _, setup = timed(lambda: synthetic_store(store, args.runs, args.calls))
+    print(f"setup: {args.runs} runs generated and ingested in {setup:.1f} s")
     profile = load("paper-2026-06")
     with Store.open(store, read_only=True) as st:
         ids = run_ids(st.con)[: args.runs]
