@@ -1,22 +1,12 @@
 """bench/proxy: what recording costs, against the same loopback fake upstream in one run.
 
-Targets, each a separate process (so the load generator, here, does not share their GIL):
-- ``direct``: the fake upstream itself (``tests/fakes/upstream.py``);
-- ``floor``: a minimal asyncio pass-through proxy (a TCP relay: no HTTP parsing at all);
-- ``mitm``: bare mitmproxy 11.0.2 in reverse mode, no addon (note: it BUFFERS streams);
-- ``mitm_stream``: mitmproxy with a 4-line addon that only turns streaming on (no recording);
-- ``amb``: ``amb-record``'s proxy, recording into a fresh store (started by ``amb-record`` itself,
-  around a placeholder agent that just waits).
-
-Measures, per target: sequential non-streaming latency (p50/p99), time to first chunk of a 50-chunk
-stream and client reads per stream (Chat Completions, and the Gemini API's SSE stream), calls per
-second with 16 concurrent clients, the cost of a 5 MB request, and the longest inter-chunk gap of a
-paced stream while 5 MB requests go through beside it; prints and writes ``amb``'s figures beside
-direct calls and bare mitmproxy. Rounds interleave the targets so machine-load drift hits all alike.
-
-With ``--watch``, target ``amb-watched`` is a second ``amb-record`` whose store an ``amb watch
---all-running --json`` follows the whole time (every 0.1 s, its JSON lines read and dropped): what a
-live watcher costs the recording, side by side with ``amb`` in the same rounds.
+Targets, each a separate process (so the load generator, here, does not share their GIL): the fake
+upstream itself (``direct``), a minimal asyncio TCP relay (``floor``), bare mitmproxy (``mitm``; it
+buffers streams), mitmproxy with an addon that only turns streaming on (``mitm_stream``), and
+``amb-record`` recording into a fresh store around an agent that waits (``amb``). ``--watch`` adds
+``amb-watched``, followed by ``amb watch --all-running --json``; ``--against`` adds ``amb-prev``,
+another checkout's. Rounds interleave the targets so that machine-load drift hits all alike. What
+is measured and how to read it: docs/recording.md#overhead.
 
 Run: .venv/bin/python bench/proxy.py [--quick] [--against CHECKOUT] [--watch]
 """
@@ -27,6 +17,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -141,17 +132,13 @@ def _first_line(proc: subprocess.Popen, what: str) -> str:
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 def _wait_port(port: int) -> None:
-    import socket
-
-    for _ in range(3000):  # 60 s: mitmdump takes more than 6 s to start on a machine at load 17
+    for _ in range(3000):  # 60 s: mitmdump can take seconds to start on a loaded machine
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
@@ -185,18 +172,9 @@ def start_targets(
     (tmp / "stream_addon.py").write_text(STREAM_ADDON)
     for name, extra in (("mitm", []), ("mitm_stream", ["-s", str(tmp / "stream_addon.py")])):
         p = _free_port()
+        mode = ["--mode", f"reverse:{up}@127.0.0.1:{p}", "--set", "connection_strategy=lazy"]
         proc = subprocess.Popen(
-            [
-                str(BIN / "mitmdump"),
-                "-q",
-                "--set",
-                f"confdir={tmp / ('conf-' + name)}",
-                "--mode",
-                f"reverse:{up}@127.0.0.1:{p}",
-                "--set",
-                "connection_strategy=lazy",
-                *extra,
-            ],
+            [str(BIN / "mitmdump"), "-q", "--set", f"confdir={tmp / ('conf-' + name)}", *mode, *extra],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -207,19 +185,12 @@ def start_targets(
     amb = _start_recorder([str(BIN / "amb-record")], tmp / "store", [*both, *(BUDGET_ARGS if budget else [])])
     targets.append(_amb_target("amb", amb, "amb-record" + (" with a budget" if budget else "")))
     if watch:
-        watched = _start_recorder([str(BIN / "amb-record")], tmp / "store-watched", both)
+        store = tmp / "store-watched"
+        watched = _start_recorder([str(BIN / "amb-record")], store, both)
         target = _amb_target("amb-watched", watched, "amb-record (watched)")
+        follow = ["watch", "--all-running", "--json", "--interval", "0.1", "--store", str(store)]
         target.sidecar = subprocess.Popen(
-            [
-                str(BIN / "amb"),
-                "watch",
-                "--all-running",
-                "--json",
-                "--interval",
-                "0.1",
-                "--store",
-                str(tmp / "store-watched"),
-            ],
+            [str(BIN / "amb"), *follow],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -279,11 +250,11 @@ def sequential(targets: list[Target], n: int, rounds: int) -> dict[str, list[flo
     return out
 
 
-def _first_chunks(
+def first_chunks(
     bases: dict[str, str], path: str, body: dict, headers: dict[str, str], n: int, rounds: int
 ) -> dict[str, tuple[list[float], list[int]]]:
-    """Per target (name -> base URL), ``n`` streamed POSTs in ``rounds`` alternating rounds: the time to
-    the first chunk (ms) and the client's reads per stream."""
+    """Per target (name -> base URL), ``n`` streamed POSTs of 50 chunks in ``rounds`` alternating
+    rounds: the time to the first chunk (ms) and the client's reads per stream."""
     out: dict[str, tuple[list[float], list[int]]] = {name: ([], []) for name in bases}
     clients = {name: httpx.Client(base_url=base, timeout=30) for name, base in bases.items()}
     for _ in range(rounds):
@@ -304,26 +275,10 @@ def _first_chunks(
     return out
 
 
-def streaming(
-    targets: list[Target], n: int, rounds: int, delay_ms: int
-) -> dict[str, tuple[list[float], list[int]]]:
-    """Chat Completions streams of 50 chunks, ``delay_ms`` apart: time to first chunk, reads per stream."""
-    headers = {"x-fake-chunks": "50", "x-fake-delay-ms": str(delay_ms)}
-    bases = {t.name: t.base for t in targets}
-    return _first_chunks(bases, "/v1/chat/completions", {**CHAT, "stream": True}, headers, n, rounds)
-
-
-def gemini_streaming(targets: list[Target], n: int, rounds: int) -> dict[str, tuple[list[float], list[int]]]:
-    """The Gemini API's SSE stream (``streamGenerateContent?alt=sse``, 50 text chunks): time to the
-    first chunk and client reads per stream, as ``streaming`` measures Chat Completions."""
-    headers = {"x-fake-chunks": "50", "x-goog-api-key": "bench"}
-    return _first_chunks({t.name: t.gemini for t in targets}, GEMINI_STREAM, GEMINI, headers, n, rounds)
-
-
 def throughput(target: Target, clients: int, seconds: float) -> float:
     counts = [0] * clients
-    # The window opens once every client exists: making 16 clients took longer than the 2 s window
-    # at load average 27, and every target read 0 calls/s.
+    # The window opens once every client exists: on a loaded machine making them can take longer
+    # than the window itself.
     window: dict[str, float] = {}
 
     def open_window() -> None:  # run once, by the last to arrive, before anyone is released
@@ -563,13 +518,20 @@ def add_watched_row(figs: figures.Figures, r: Results, watcher_cpu: float, secon
 
 def measure(targets: list[Target], quick: bool) -> Results:
     n_seq, n_stream, n_big, secs, n_stall = (120, 30, 6, 2.0, 3) if quick else (600, 90, 120, 6.0, 8)
-    # Interleaved rounds (the median of each target's rounds): a single back-to-back window per
-    # target let a burst of load elsewhere on the machine land on one target only.
+    # Interleaved rounds (the median of each target's rounds): load elsewhere on the machine falls
+    # on every target alike.
     rounds = alternate({t.name: partial(throughput, t, 16, secs / 3) for t in targets}, 3)
+    chat_stream = {**CHAT, "stream": True}
+    chat_headers = {"x-fake-chunks": "50", "x-fake-delay-ms": "0"}
+    gemini_headers = {"x-fake-chunks": "50", "x-goog-api-key": "bench"}
     return Results(
         seq=sequential(targets, n_seq, 6),
-        ttfc=streaming(targets, n_stream, 3, 0),
-        gem=gemini_streaming(targets, n_stream, 3),
+        ttfc=first_chunks(
+            {t.name: t.base for t in targets}, "/v1/chat/completions", chat_stream, chat_headers, n_stream, 3
+        ),
+        gem=first_chunks(
+            {t.name: t.gemini for t in targets}, GEMINI_STREAM, GEMINI, gemini_headers, n_stream, 3
+        ),
         tput={name: statistics.median(r) for name, r in rounds.items()},
         big=big_requests(targets, n_big),
         gaps={
