@@ -1,16 +1,9 @@
 """bench/blobs: blobs in packs vs one loose file per blob, on the same runs, side by side.
 
-Builds the store's reference 200-run set (``amb generate --runs 200 --calls 50``, then ingest) once, keeps
-a second copy whose blobs are laid out as before packs (one zlib file per blob, ``blobs/ab/cd...``),
-and measures both, alternating --rounds rounds (medians), everything in the page cache:
-
-- ``amb verify`` (events, chains, manifests and every referenced blob) and its blob part alone;
-- a blob read (random referenced blobs, one ``get`` each: p50 and p99);
-- on-disk bytes of the blobs (allocated blocks, what ``du`` counts) and files;
-- ``amb blobs migrate`` of the loose copy (time, blobs per second);
-- codecs on the store's small JSON bodies: zlib-3 (what loose files hold), zstd-3, and zstd-3
-  with a dictionary trained on a sample of other bodies (stored bytes, compress and decompress
-  time), so the choice of codec is a measured one.
+Builds the 200-run set once, keeps a copy of it with one zlib file per blob, and measures both,
+alternating --rounds rounds (medians), everything in the page cache: ``amb verify`` and its blob
+check alone, a blob read, the blobs' bytes and files on disk, ``amb blobs migrate`` of the loose
+copy, and the codecs on the store's small bodies. How to read them: docs/blob-packs.md.
 
 Run: ./just bench blobs [--runs 200] [--calls 50] [--rounds 3] [--keep DIR]
 """

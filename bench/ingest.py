@@ -1,18 +1,11 @@
 """bench/ingest: ingest-with-verification vs DuckDB's own read_ndjson, on the same events.
 
-Prints, for N events in R runs (default 1,000,000 in 1,000):
-- ingest-with-verification rate (events/s) and its ratio to DuckDB's read_ndjson load of the same
-  events into a plain table, measured in the same process (targets: ratio >= 0.5, >= 100k events/s).
-  Both loads end with the database closed (data checkpointed to disk), both inputs are on disk and
-  in the page cache before the first timing, and the two alternate for --rounds rounds (medians), so
-  that background load and write-back fall on both sides alike;
-- amb verify time over the whole store;
-- the median time of an aggregate query (tokens per model per run; target < 1 s);
-- bytes stored per event, with and without blob dedup.
-
-With ``--against CHECKOUT`` (a previous build: ``git worktree add --detach ../prev COMMIT``), each
-round also runs that build's ``amb ingest`` of the same spools in a child process (timed inside it,
-the same way), and its rate and ratio are printed beside this build's.
+For N events in R runs (default 1,000,000 in 1,000): the ingest rate beside DuckDB's ``read_ndjson``
+load of the same events into a plain table, the two alternating for --rounds rounds (medians), both
+timed up to a closed database on inputs in the page cache (how to read it: docs/storage.md, "What
+the rate means"); ``amb verify`` of the store; the aggregate query; bytes stored per event, with and
+without blob dedup. ``--against CHECKOUT`` also runs that build's ingest of the same spools in each
+round, in a child process.
 
 Run: ./just bench ingest [--runs 1000] [--per-run 1000] [--rounds 3] [--keep DIR] [--against CHECKOUT]
 """

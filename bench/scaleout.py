@@ -1,15 +1,12 @@
 """bench/scaleout: what a sweep's executor and the shards' trip home cost.
 
-Measures (what each figure means, and where the time goes: docs/scale-out.md, Measured):
-- **executor overhead per run**: 40 tiny runs (the agent is ``true``, local backend, under the shim)
-  swept by each executor; per run, the time from its dispatch to its shard in place, minus the run's
-  own time (``shard.json``'s ``run_s``). Median and p90, and the slot time a run costs with every
-  slot kept busy; for local also the warm exec's own start. Targets: under 1 s on local and Ray,
-  under 2 s on SLURM. For ``slurm`` (unless ``SLURM_CONF`` names a cluster) and ``ray`` (unless
-  ``RAY_ADDRESS`` does) the benchmark brings up the tests' real clusters (tests/clusters/).
-- **shard ingest rate**: 1,000 shards of synthetic runs loaded into an empty store by ``amb ingest
-  --from``, beside plain ``amb ingest`` of the same runs' spools; then the same load again
-  (idempotent: nothing copied, nothing added). Target: at least 50 shards/s.
+- executor overhead per run: tiny runs swept by each executor, from dispatch to the shard in place,
+  minus the run's own time (for ``slurm`` and ``ray``, unless ``SLURM_CONF`` or ``RAY_ADDRESS``
+  names a cluster, the tests' real clusters are brought up);
+- shard ingest rate: ``amb ingest --from`` of 1,000 shards beside plain ``amb ingest`` of the same
+  runs, then the same load again (nothing added).
+
+What each figure means and where the time goes: docs/scale-out.md, Measured.
 
 Run: ./just bench scaleout [--runs 40] [--shards 1000] [--executors local] [--only overhead|ingest]
 """

@@ -1,33 +1,14 @@
 """bench/storage: what a store takes on disk and how fast it reads, this build beside a previous one.
 
-For each data set, each build (this checkout, and the one given with ``--against``) generates the
-same synthetic runs through its own write path into its own store, ingests them with its own
-``amb ingest`` (whatever it does with spools and blobs), and is then measured the same way:
-
-- on-disk bytes per event: every file of the store (database, blob area, spools) by its allocated
-  blocks (``st_blocks * 512``, what ``du`` counts), so the layout a build has is what is measured:
-  loose blob files, pack files, compressed or dropped spools;
-- blob read latency: a sample of the referenced blobs read back through the build's blob store,
-  in a fresh process (p50, p99);
-- ``amb verify`` time (every hash, chain, manifest and blob), with the page cache warm (the store
-  just written) and cold (dropped just before: ``/proc/sys/vm/drop_caches``, root only; else
-  reported as nan). Cold is what a verify meets on a store written days ago or on a cluster
-  filesystem, where opening many small files is the cost;
-- the aggregate query (tokens per model per run, over ``model_calls``): cold (the first query of a
-  fresh process and connection) and warm (median of the next ten);
-- ingest rate, and its ratio to DuckDB's own ``read_ndjson`` load of the same event bodies into a
-  plain table (timed in the same run, before the build's ingest).
-
-Every measurement of a build runs in its own process, with the build's packages first on the path
-(as ``bench/proxy.py --against`` does), and the two builds alternate data set by data set.
-
-Data sets: ``small``, 200 runs of 50 model calls (``amb generate --runs 200 --calls 50``, ~59k
-events); ``ingest``, the 1,000-run set of ``bench/ingest.py`` (~1M events). ``--sets small`` runs
-only the first.
+For each data set, each build (this checkout, and those given with ``--against``) generates the
+same synthetic runs through its own write path, ingests them with its own ``amb ingest``, and is
+measured the same way, each step in a process of its own with the build's packages first on the
+path: bytes on disk per event, blob read latency, ``amb verify`` warm and cold, the aggregate query
+cold and warm, and the ingest rate beside DuckDB's ``read_ndjson``. The data sets, the measures and
+how to read them: docs/storage.md (``./just bench storage``).
 
 Run: ./just bench storage [--against ../prev]... [--sets small,ingest] [--keep DIR]
      (each run generates its stores afresh: ingest compresses the spools it reads)
-     (``git worktree add --detach ../prev main`` makes a previous build to compare with)
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """bench/viewer: the viewer's API pages, a run page's first paint, and the diff of two big runs.
 
-On a store with 1,000 runs, one run of about 100,000 events and two runs of about 10,000 events
-(built once and kept in --store, default out/bench-viewer-store), with ``amb serve`` in its own
-process, prints:
-
-- for each API page: median time over --repeat requests through the HTTP server, and its size
-  (targets: < 100 ms median, < 200 KB), beside what a viewer without paging would do for the same
-  view: every event of the run in one answer;
-- the payload search of the 100k run (replay.search's pattern) beside lowering every payload, CPU;
-- the diff of the two 10k-event runs: the first (uncached) /api/diff answer of a fresh server
-  (target < 1 s), and the alignment alone;
-- the first paint of a run page in headless Chromium (Playwright, /usr/bin/chromium), opened by a
-  deep link in the middle of the 100k-event run in a fresh page: when the client saw the linked
-  event marked, and when the page painted it (its own Element Timing), target < 1 s, beside a
-  one-line page in the same browser.
-
-With ``--against CHECKOUT``, that checkout's ``amb serve`` (run by its own .venv's Python, on
-``--against-store``, which its own bench built) is measured in the same rounds, the two builds
-taking turns request by request, page by page and server by server, so that load from elsewhere
-on the machine falls on both alike; each row then shows both figures and their ratio.
+On a store with 1,000 runs, one of about 100,000 events and two of about 10,000 (built once and
+kept in --store), with ``amb serve`` in its own process: every API page beside the whole run in one
+answer, the payload search beside lowering every payload, a fresh server's runs list and diff, and
+a deep link's first paint in headless Chromium. ``--against CHECKOUT`` measures that checkout's
+viewer in the same rounds, the two builds taking turns. What each figure means and how to read it:
+docs/viewer.md#benchmark.
 
 Run: ./just bench viewer [--store DIR] [--rebuild] [--repeat 15] [--only api|paint]
      [--against CHECKOUT [--against-store DIR]]
