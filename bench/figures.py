@@ -47,21 +47,12 @@ class Figure(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         return [c.replace("|", "\\|") for c in cells]
 
 
-def path_of(bench: str) -> Path:
-    return RESULTS / f"{bench}.json"
-
-
 def read(path: Path) -> list[Figure]:
     """The rows of one results file (an error naming the file if it is not a list of rows)."""
     try:
         return msgspec.json.decode(path.read_bytes(), type=list[Figure])
     except msgspec.ValidationError as e:
         raise SystemExit(f"{path}: not a list of bench figures: {e}") from None
-
-
-def too_long(rows: list[Figure]) -> list[str]:
-    """``id: cell`` for every cell over ``MAX_CELL`` characters."""
-    return [f"{r.id}: {c}" for r in rows for c in r.cells() if len(c) > MAX_CELL]
 
 
 def merge(old: list[Figure], new: list[Figure]) -> list[Figure]:
@@ -72,7 +63,7 @@ def merge(old: list[Figure], new: list[Figure]) -> list[Figure]:
 
 
 def write(path: Path, rows: list[Figure]) -> None:
-    bad = too_long(rows)
+    bad = [f"{r.id}: {c}" for r in rows for c in r.cells() if len(c) > MAX_CELL]
     if bad:
         raise SystemExit(f"bench: cells over {MAX_CELL} characters:\n  " + "\n  ".join(bad))
     old = read(path) if path.is_file() else []
@@ -87,7 +78,7 @@ def add_argument(parser: argparse.ArgumentParser, bench: str) -> None:
         "--json",
         metavar="FILE",
         type=Path,
-        default=path_of(bench),
+        default=RESULTS / f"{bench}.json",
         help=f"write the figures here as JSON (default: bench/results/{bench}.json, the README's source)",
     )
 
@@ -164,21 +155,17 @@ class Figures:
         """Take the rows a child process of this bench wrote to ``path``, under this run's command."""
         self.rows += [msgspec.structs.replace(row, command=self.command) for row in read(path)]
 
-    def show(self) -> None:
-        """This run's rows as its report: each measure, then its figure, baseline and target."""
-        for row in self.rows:
-            print(f"\n{row.measure}\n  {row.figure}")
-            for name, cell in (("compared with", row.compared_with), ("target", row.target)):
-                if cell != NONE:
-                    print(f"  {name}: {cell}")
-        print(f"\nload average {self.load()}")
-
     def write(self) -> None:
-        """Print this run's rows and merge them into the results file (nothing when the run measured
-        nothing)."""
+        """Print this run's rows (each measure, then its figure, baseline and target) and merge them
+        into the results file (nothing when the run measured nothing)."""
         self._stop.set()
         if self.rows:
-            self.show()
+            for row in self.rows:
+                print(f"\n{row.measure}\n  {row.figure}")
+                for name, cell in (("compared with", row.compared_with), ("target", row.target)):
+                    if cell != NONE:
+                        print(f"  {name}: {cell}")
+            print(f"\nload average {self.load()}")
             write(self.path, self.rows)
             print(f"bench: {len(self.rows)} figures written to {self.path}", file=sys.stderr)
 

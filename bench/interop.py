@@ -44,20 +44,10 @@ from replay.read import iter_events, run_ids
 from replay.store import Store
 
 
-def file_per_run(con: duckdb.DuckDBPyConnection, out: Path) -> None:
-    """One file per run, snappy: the layout the run groups are measured against."""
-    con.execute("SET preserve_insertion_order = false")
-    con.execute(f"COPY events TO '{out}' (FORMAT parquet, PARTITION_BY (run_id), COMPRESSION snappy)")
-    con.execute("SET preserve_insertion_order = true")
-
-
 class Measured:
     """Wall and CPU seconds (every thread of this process, DuckDB's included) of every round of one
-    way to write the events, and the bytes it wrote.
-
-    On a shared machine the wall time mostly measures how much of a core the process was given;
-    CPU seconds measure the work, and events per CPU-second times the cores it can use is what
-    a quiet machine would read."""
+    way to write the events, and the bytes it wrote: on a shared machine the CPU seconds measure the
+    work, the wall time mostly how much of a core the process was given."""
 
     def __init__(self) -> None:
         self.bytes = 0
@@ -81,7 +71,11 @@ def parquet_round(
             export(st.con, work / "groups", only=["events"], events_per_file=per_file)
 
         def by_run() -> None:
-            file_per_run(st.con, work / "by_run")
+            """One file per run, snappy: the layout the run groups are measured against."""
+            st.con.execute("SET preserve_insertion_order = false")
+            options = "FORMAT parquet, PARTITION_BY (run_id), COMPRESSION snappy"
+            st.con.execute(f"COPY events TO '{work / 'by_run'}' ({options})")
+            st.con.execute("SET preserve_insertion_order = true")
 
         def plain() -> None:
             st.con.execute(f"COPY events TO '{work / 'plain.parquet'}' (FORMAT parquet, COMPRESSION snappy)")
