@@ -43,7 +43,7 @@ from typing import NamedTuple
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
 from bench import figures
-from bench.measure import Usage, evict, run_measured, workdir
+from bench.measure import Usage, evict, run_measured, spool_bodies, workdir
 
 AGGREGATE = (
     "SELECT model, count(*) AS calls, sum(input_tokens) AS tokens_in, sum(output_tokens) AS tokens_out "
@@ -91,17 +91,10 @@ def generate(root: Path, runs: int) -> Store:
     t0 = time.perf_counter()
     this = Build("this", Path(__file__).resolve().parents[1])
     subprocess.run([this.amb, "generate", "--store", root, "--runs", str(runs)], check=True, env=this.env())
-    events = count_spool_events(root)
+    events = sum(map(len, spool_bodies(root)))
     print(f"  {events:,} events in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     done.write_text(json.dumps({"runs": runs, "events": events}))
     return Store(root, runs, events)
-
-
-def count_spool_events(root: Path) -> int:
-    from replay.ingest import spool_files
-    from schemas.frames import scan
-
-    return sum(len(scan(p.read_bytes()).bodies) for p in spool_files(root))
 
 
 def fresh_copy(store: Store, into: Path) -> Store:
