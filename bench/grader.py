@@ -23,7 +23,6 @@ from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-sys.path.insert(0, str(Path(__file__).parent))
 
 import numpy as np
 
@@ -155,15 +154,15 @@ def main() -> None:
         bench_grade_case(shape)
 
     if args.only in (None, "ssim"):
-        from grader_enh_det import bench_ssim
+        from bench.grader_enh_det import bench_ssim
 
         bench_ssim(figs, args.slices)
     if args.only in (None, "map"):
-        from grader_enh_det import bench_map
+        from bench.grader_enh_det import bench_map
 
         bench_map(figs, args.images)
     if args.only in (None, "report"):
-        from grader_report import bench_report
+        from bench.grader_report import bench_report
 
         bench_report(figs, args.reports)
     print(f"process peak RSS {peak_rss_mb() / 1024:.2f} GiB")

@@ -13,11 +13,6 @@ imports ``bench_ssim`` and ``bench_map`` from here, which add their rows to its 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parents[1]))
-
 import numpy as np
 
 from bench import figures

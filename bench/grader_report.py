@@ -17,12 +17,9 @@ Run: ./just bench grader --only report [--reports 500]
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from functools import partial
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parents[1]))
 
 from bench import figures
 from bench.measure import timed
