@@ -27,6 +27,7 @@ from bench import figures, measure
 from replay.ingest import ingest, spool_files
 from replay.store import Store
 from replay.verify import verify
+from schemas import blobcodec
 from schemas.blobstore import CHUNK_MAGIC
 
 
@@ -75,7 +76,7 @@ def stored_size(blobs, blob: str) -> int:
     hexd = blob[len("sha256:") :]
     entry = blobs.entry(hexd)
     assert entry is not None, blob
-    if entry.codec != ord("c"):
+    if entry.codec != blobcodec.CHUNKS:
         return entry.length
     listing = bytes(blobs.read_record(hexd, entry)[1])
     chunks = listing[len(CHUNK_MAGIC) :].decode().split()

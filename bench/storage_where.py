@@ -63,11 +63,11 @@ def where(store: Path) -> dict[str, Any]:
     # Segment sizes: a persistent segment's bytes are not listed; its block share is. Count, per
     # column, the distinct (block_id, block_offset) pairs weighted by the segment's share.
     rows = con.execute(
-        "SELECT column_name, block_id, block_offset, segment_type, count, compression "
+        "SELECT column_name, block_id, block_offset "
         "FROM pragma_storage_info('events') WHERE persistent ORDER BY block_id, block_offset"
     ).fetchall()
     by_block: dict[int, list[tuple[int, str]]] = defaultdict(list)
-    for column, block_id, offset, _type, _count, _comp in rows:
+    for column, block_id, offset in rows:
         by_block[block_id].append((offset, column))
     for segs in by_block.values():
         segs.sort()
