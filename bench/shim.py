@@ -3,14 +3,10 @@
     python bench/shim.py [--n 2000] [--rounds 5]
 
 In one agent container (the real image, the docker backend's limits and flags), N short
-``python3 -c pass`` runs are timed without the shim and N under it (the tracer the docker backend
-gets, seccomp-notify, unless ``--tracer`` says otherwise; inotify on the workspace; events
-streamed to a real receiver writing a real spool). The runs are cut into blocks interleaved ABBA
-(plain, shim, shim, plain) per round, so that load from anything else on the machine falls on
-both sides alike. Measures the ratio shim/plain of the total wall times (target <= 1.05), the same
-ratio for the CPU the container used, and checks that every process run under the shim was
-recorded. Each block's loop times itself, so the shim's start-up is not in the wall figures. What
-the figures mean, and where the overhead goes: docs/containers.md.
+``python3 -c pass`` runs are timed without the shim and N under it (the docker backend's tracer
+unless ``--tracer`` says otherwise, events streamed to a real receiver), in blocks interleaved ABBA
+so that load from elsewhere falls on both sides alike. Each block's loop times itself, so the
+shim's start-up is not in the wall figures. What the figures mean: docs/containers.md.
 """
 
 from __future__ import annotations
@@ -47,6 +43,11 @@ echo "$1 $((e-s)) $((c1-c0))"
 """
 
 
+def as_agent(label: str, runs: int) -> str:
+    """The loop of ``runs`` runs as the agent's user, without the shim."""
+    return f'setpriv --reuid=1000 --regid=1000 --clear-groups bash -c "$AMB_LOOP" _ {label} {runs}'
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=2000, help="python -c runs per measurement")
@@ -74,9 +75,7 @@ def main() -> int:
     for _r in range(args.rounds):
         for label in ("plain", "shim", "shim", "plain"):
             if label == "plain":
-                steps.append(
-                    f'setpriv --reuid=1000 --regid=1000 --clear-groups bash -c "$AMB_LOOP" _ plain {block}'
-                )
+                steps.append(as_agent("plain", block))
                 continue
             k = len(receivers)
             sock = tmp / f"sock{k}"
@@ -89,11 +88,7 @@ def main() -> int:
                 f'"$AMB_LOOP" _ shim {block}'
             )
     # A discarded warm-up first: the first python runs in a fresh container pay for cold caches.
-    steps.insert(
-        0,
-        f"setpriv --reuid=1000 --regid=1000 --clear-groups "
-        f'bash -c "$AMB_LOOP" _ warmup {max(20, block // 2)}',
-    )
+    steps.insert(0, as_agent("warmup", max(20, block // 2)))
     script = " && ".join(steps)
     print(
         f"image {image}: {args.rounds} ABBA round(s), blocks of {block} `python3 -c pass` runs",
