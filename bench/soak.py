@@ -18,11 +18,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1]))
+HERE = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(HERE))
 
 from bench import figures
 
-HERE = Path(__file__).resolve().parents[1]
 SOAK_TESTS = (
     "tests/redteam/test_exhaustion_docker.py",
     "tests/sweeps/test_sweep_docker.py",

@@ -23,11 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1]))
+HERE = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(HERE))
 
 from bench import figures
-
-HERE = Path(__file__).resolve().parents[1]
 
 
 def clone(into: Path) -> Path:
