@@ -1,24 +1,19 @@
 """bench/scale: the same commands on a small and a large store, and how their cost grows.
 
 Makes two stores with ``amb generate``'s default run shape (35 model calls per run), default 1,000
-and 8,000 runs (``--small``, ``--large``), and measures on each, every command as its own child
-process (``amb ...``, as a user runs it): wall time, CPU time and peak resident memory (the child's
-own, from ``wait4``), per event and per run, and the ratio large ÷ small. The commands:
-``amb ingest``, ``amb verify``, ``amb score --all`` with the offline judge and with an LLM judge whose
-every verdict is cached (a loopback fake judge fills the cache first, not measured), ``amb report
---json``, an ``amb sql`` aggregate cold (the database file dropped from the page cache first) and
-warm, ``amb serve`` answering the runs page and a deep-linked run page (its peak memory over the
-whole session), ``amb export parquet``, and ``amb scan`` of a Python scanner over every run.
+and 8,000 runs (``--small``, ``--large``), and measures on each every command of ``SHOWN`` as its own
+child process (``amb ...``, as a user runs it): wall time, CPU time and peak resident memory (the
+child's own, from ``wait4``), per event, and the ratio large ÷ small. The LLM judge's verdicts are
+all cached first (by a loopback fake judge, not measured); the cold ``amb sql`` drops the database
+file from the page cache first.
 
 Targets (for 8× the work): time per event within 1.15× of the small store's, peak memory within
 1.2× and under 1 GB.
 
 With ``--against CHECKOUT`` (a previous build, with its own ``.venv``: ``git worktree add --detach
 ../prev COMMIT`` and ``./just default`` there), that build's ``amb`` runs each command too, right
-after this build's, on a copy of the same store, and the table shows both.
-
-With ``--rounds N`` each store is measured N times (fresh copies each round) and every figure is
-the median of its rounds.
+after this build's, on a copy of the same store. With ``--rounds N`` every figure is the median of
+N rounds, on fresh copies.
 
 Run: ./just bench scale [--small 1000] [--large 8000] [--work DIR] [--only CMD ...] [--rounds N]
                         [--against CHECKOUT]
@@ -352,7 +347,7 @@ def add_rows(
         )
 
 
-RATED = {"ingest": "`amb ingest`", "verify": "`amb verify`"}
+RATED = ("ingest", "verify")
 """The commands whose rate on runs shaped like real ones is a row of its own, beside the rate the
 light set of ``bench/ingest.py`` gives (few bodies: the same runs ingest several times faster)."""
 
@@ -361,7 +356,7 @@ def add_rate_rows(
     figs: figures.Figures, large: Store, got: dict[str, dict[str, Usage]], ours: str, against: str | None
 ) -> None:
     """Events per second of ``RATED`` on the large store, beside the other build's in the same run."""
-    for name, shown in RATED.items():
+    for name in RATED:
         if name not in got:
             continue
         u = got[name][ours]
@@ -374,7 +369,7 @@ def add_rate_rows(
             )
         figs.add(
             f"scale-{name}-rate",
-            f"{shown} of {large.runs:,} runs shaped like real ones ({large.events:,} events: 35 model "
+            f"{SHOWN[name]} of {large.runs:,} runs shaped like real ones ({large.events:,} events: 35 model "
             "calls each, every call with its request and response bodies)",
             f"**{large.events / u.wall:,.0f} events/s** ({u.wall:.1f} s, CPU {u.cpu:.1f} s)",
             beside,
