@@ -114,16 +114,16 @@ class Figures:
     1-minute load average sampled since the run started, and its command the bench's own command line
     (``command=`` names another, e.g. with an environment variable it needs)."""
 
-    def __init__(self, parser: argparse.ArgumentParser, args: argparse.Namespace, every_s: float = 5.0):
+    def __init__(self, parser: argparse.ArgumentParser, args: argparse.Namespace):
         self.path: Path = args.json
         self.command = command_line(parser, sys.argv[1:])
         self.rows: list[Figure] = []
         self.loads = [os.getloadavg()[0]]
         self._stop = threading.Event()
-        threading.Thread(target=self._sample, args=(every_s,), daemon=True).start()
+        threading.Thread(target=self._sample, daemon=True).start()
 
-    def _sample(self, every_s: float) -> None:
-        while not self._stop.wait(every_s):
+    def _sample(self) -> None:
+        while not self._stop.wait(5.0):
             self.loads.append(os.getloadavg()[0])
 
     def load(self) -> str:

@@ -23,13 +23,13 @@ from scorer.metrics.ssim import reference_data_range, ssim
 from tasks.synth.enhancement import ct_slice, low_dose_noise
 
 
-def bench_ssim(figs: figures.Figures, n_slices: int = 100, size: int = 512) -> None:
+def bench_ssim(figs: figures.Figures, n_slices: int) -> None:
     from skimage.metrics import structural_similarity
 
     rng = np.random.default_rng(0)
     pairs = []
     for _ in range(n_slices):
-        ref = ct_slice(rng, (size, size))
+        ref = ct_slice(rng, (512, 512))
         pairs.append((ref.astype(np.float32), (ref + low_dose_noise(rng, ref, 30.0)).astype(np.float32)))
     ranges = [reference_data_range(r) for r, _ in pairs]
     ours, t_ours = timed(lambda: [ssim(r, p, dr) for (r, p), dr in zip(pairs, ranges, strict=False)])
@@ -50,7 +50,7 @@ def bench_ssim(figs: figures.Figures, n_slices: int = 100, size: int = 512) -> N
     sk64, t_sk64 = timed(lambda: skimage(np.float64))
     figs.add(
         "ssim",
-        f"SSIM on {n_slices} {size}×{size} slices",
+        f"SSIM on {n_slices} 512×512 slices",
         f"{t_ours:.2f} s",
         f"skimage's `structural_similarity` (float64): {t_sk64:.2f} s; largest difference "
         f"{np.max(np.abs(np.subtract(ours, sk64))):.1e} (on float32 input: {t_sk32:.2f} s, "
@@ -58,8 +58,9 @@ def bench_ssim(figs: figures.Figures, n_slices: int = 100, size: int = 512) -> N
     )
 
 
-def detection_set(n_images: int, seed: int = 0, classes=("rbc", "wbc", "platelets")):
-    rng = np.random.default_rng(seed)
+def detection_set(n_images: int):
+    classes = ("rbc", "wbc", "platelets")
+    rng = np.random.default_rng(0)
     refs, preds = [], []
     for _ in range(n_images):
         n = int(rng.integers(2, 18))
@@ -80,7 +81,7 @@ def detection_set(n_images: int, seed: int = 0, classes=("rbc", "wbc", "platelet
     return refs, preds
 
 
-def bench_map(figs: figures.Figures, n_images: int = 1000) -> None:
+def bench_map(figs: figures.Figures, n_images: int) -> None:
     refs, preds = detection_set(n_images)
     n_boxes = sum(len(r.labels) for r in refs) + sum(len(p.labels) for p in preds)
     p101 = DetParams(interpolation="coco_101", class_set="with_gt", wildcard=None)

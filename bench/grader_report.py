@@ -39,7 +39,7 @@ def report_pairs(n: int) -> tuple[list[str], list[str]]:
     return hyps, refs
 
 
-def bench_report(figs: figures.Figures, n_reports: int = 500) -> None:
+def bench_report(figs: figures.Figures, n_reports: int) -> None:
     hyps, refs = report_pairs(n_reports)
     _, t_jvm = timed(lambda: _meteor.meteor(["warm up"], [["warm up"]]))
     corpus, t_corpus = timed(lambda: text.report_score(hyps, refs, level="corpus"))

@@ -151,9 +151,7 @@ BUDGET_ARGS = ["--max-calls", str(10**12), "--max-tokens", str(10**15)]
 settling (``--max-cost`` is left out: the bench's model names are in no price table)."""
 
 
-def start_targets(
-    tmp: Path, against: Path | None = None, watch: bool = False, budget: bool = False
-) -> list[Target]:
+def start_targets(tmp: Path, against: Path | None, watch: bool, budget: bool) -> list[Target]:
     fake = subprocess.Popen(
         [PY, str(ROOT / "tests" / "fakes" / "upstream.py")],
         stdout=subprocess.PIPE,
