@@ -212,17 +212,9 @@ def _ray_in_its_namespace(stack: contextlib.ExitStack, args: argparse.Namespace,
     from tests.clusters.ray_cluster import RayCluster
 
     cluster = stack.enter_context(RayCluster(dashboard=False))
-    argv = [
-        str(cluster.bin / "python"),
-        __file__,
-        "--only",
-        "overhead",
-        "--executors",
-        "ray",
-        "--json",
-        str(rows),
-    ]
-    argv += ["--runs", str(args.runs), "--concurrency", str(args.concurrency)]
+    options = ["--only", "overhead", "--executors", "ray", "--json", str(rows)]
+    options += ["--runs", str(args.runs), "--concurrency", str(args.concurrency)]
+    argv = [str(cluster.bin / "python"), __file__, *options]
     proc = subprocess.run(cluster.netns(argv), env=cluster.env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"ray: the measurement failed:\n{proc.stderr[-3000:]}")
