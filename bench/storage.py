@@ -160,11 +160,6 @@ def run_step(build: Path, what: str, store: Path, *extra: object) -> dict[str, A
     return result
 
 
-def areas(store: Path) -> dict[str, int]:
-    """The store's bytes on disk by its top-level entries (database, blobs, spools)."""
-    return {p.name: measure.disk_bytes(p) for p in store.iterdir()}
-
-
 def measured(build: Path, store: Path, runs: int, kwargs: dict[str, Any], sample: int) -> dict[str, Any]:
     shutil.rmtree(store, ignore_errors=True)
     print(f"  {build}: generating {runs} runs...", file=sys.stderr)
@@ -177,10 +172,11 @@ def measured(build: Path, store: Path, runs: int, kwargs: dict[str, Any], sample
     query = run_step(build, "query", store)
     blobs = run_step(build, "blobs", store, sample)
     n = ingest["events"]
+    areas = {p.name: measure.disk_bytes(p) for p in store.iterdir()}  # database, blobs, spools
     return {
         "events": n,
-        "disk_per_event": sum(areas(store).values()) / n,
-        "areas_per_event": {k: v / n for k, v in sorted(areas(store).items())},
+        "disk_per_event": sum(areas.values()) / n,
+        "areas_per_event": {k: v / n for k, v in sorted(areas.items())},
         "ingest_rate": n / ingest["seconds"],
         "ingest_vs_ndjson": (n / ingest["seconds"]) / (ndjson["events"] / ndjson["seconds"]),
         "verify_s": verify["seconds"],
