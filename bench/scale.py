@@ -151,7 +151,7 @@ def wait_for_url(err: Path, proc: subprocess.Popen[bytes]) -> str:
     while time.monotonic() < deadline:
         text = err.read_text()
         if "http://" in text:
-            return text.split("http://", 1)[1].split()[0].join(["http://", ""])
+            return "http://" + text.split("http://", 1)[1].split()[0]
         if proc.poll() is not None:
             raise SystemExit(f"amb serve ended before it listened:\n{text}")
         time.sleep(0.05)
