@@ -261,18 +261,17 @@ def fresh_servers(builds: list[Build], rounds: int, figs: figures.Figures) -> No
         )
     align = median_s(lambda: diffs.align(a, b), 3)
     index = {n: m["index"] for n, m in med.items()}
+    shown = {n: f"{index[n]:.0f} ms, CPU {cpu[n]['index_cpu']:.0f} ms" for n in med}
     figs.add(
         "index",
         f"viewer API: runs list, first answer of a fresh server (builds the run index), median of {rounds}",
         f"**{index[THIS]:.0f} ms**, CPU {cpu[THIS]['index_cpu']:.0f} ms",
-        beside(
-            builds,
-            index[THIS],
-            index,
-            {n: f"{index[n]:.0f} ms, CPU {cpu[n]['index_cpu']:.0f} ms" for n in med},
-        ),
+        beside(builds, index[THIS], index, shown),
     )
     diff = {n: m["diff"] for n, m in med.items()}
+    shown = {
+        n: f"{diff[n]:.0f} ms, CPU {cpu[n]['diff_cpu']:.0f} ms, kept {med[n]['kept']:.0f} ms" for n in med
+    }
     figs.add(
         "diff",
         f"diff of two runs of {n_a:,} and {n_b:,} events, first answer of a fresh server, median of {rounds} "
@@ -280,15 +279,7 @@ def fresh_servers(builds: list[Build], rounds: int, figs: figures.Figures) -> No
         f"**{diff[THIS]:.0f} ms** (max {max(r['diff'] for r in got[THIS]):.0f}), "
         f"CPU {cpu[THIS]['diff_cpu']:.0f} ms, {med[THIS]['size'] / 1024:.0f} KB; "
         f"kept {med[THIS]['kept']:.0f} ms; alignment alone {align * 1000:.0f} ms",
-        beside(
-            builds,
-            diff[THIS],
-            diff,
-            {
-                n: f"{diff[n]:.0f} ms, CPU {cpu[n]['diff_cpu']:.0f} ms, kept {med[n]['kept']:.0f} ms"
-                for n in med
-            },
-        ),
+        beside(builds, diff[THIS], diff, shown),
         f"< 1 s ({figures.met(diff[THIS] < 1000)})",
     )
 
