@@ -108,10 +108,8 @@ def check_readback(root: Path, work: Path, per_file: int) -> None:
                 continue
             cols = [r[0] for r in st.con.execute(f'DESCRIBE SELECT * FROM "{w.name}"').fetchall()]
             listed = ", ".join(f'"{c}"' for c in cols)
-            src, back = (
-                f'SELECT {listed} FROM "{w.name}"',
-                f"SELECT {listed} FROM {read_glob(out, w.name, w.partitioned)}",
-            )
+            src = f'SELECT {listed} FROM "{w.name}"'
+            back = f"SELECT {listed} FROM {read_glob(out, w.name, w.partitioned)}"
             counts = [st.con.execute(f"SELECT count(*) FROM ({q})").fetchall()[0][0] for q in (src, back)]
             diffs = [
                 st.con.execute(f"SELECT count(*) FROM ({a} EXCEPT ALL {b})").fetchall()[0][0]
