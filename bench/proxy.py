@@ -96,7 +96,7 @@ CHAT = {
 
 
 class Target:
-    def __init__(self, name: str, base: str, proc: subprocess.Popen | None, gemini: str | None = None):
+    def __init__(self, name: str, base: str, proc: subprocess.Popen, gemini: str | None = None):
         self.name, self.base, self.proc = name, base, proc
         self.gemini = gemini or base
         """Where Gemini calls go (amb-record has a reverse endpoint per upstream)."""
@@ -109,8 +109,7 @@ class Target:
         if self.sidecar is not None and self.sidecar.poll() is None:
             self.sidecar_cpu_s = process_cpu_seconds(self.sidecar.pid)
             _end(self.sidecar, signal.SIGINT, 10)
-        if self.proc is not None:
-            _end(self.proc, signal.SIGTERM, 30)
+        _end(self.proc, signal.SIGTERM, 30)
 
 
 def _end(proc: subprocess.Popen, sig: int, wait_s: float) -> None:
