@@ -1,7 +1,5 @@
-"""What several benches measure the same way: timing a call, alternating rounds, percentiles, CPU
-seconds and memory, bytes on disk, a warm page cache, a synthetic store of a given size, the store's
-referenced blobs and aggregate query, and DuckDB's plain load of the events (the baseline the storage
-benches compare with)."""
+"""What several benches measure the same way (time, CPU, memory, bytes on disk, the page cache),
+and the synthetic stores and baselines they measure it on."""
 
 from __future__ import annotations
 
