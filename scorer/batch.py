@@ -1,13 +1,9 @@
 """Scoring many runs: read events, score in parallel, append to the ledger in bulk chunks.
 
-Memory stays flat: runs are scored in chunks of ``chunk`` (the events of ``READ_RUNS`` of them in
-memory at a time, and the judge cache's records of the chunk's runs), and each chunk's rows, judge
-calls and new grades are appended before the next one starts. Each chunk also appends the built-in
-audit scanner's rows (``scorer.scan_results``): the run's violations, which are that scanner's
-findings, stored as ``amb scan audit`` stores them. The events are read a few runs at a time by one
-query; workers are threads that decode and score them: LLM judge calls overlap, and numpy grading
-releases the GIL. The store is opened read-write once (DuckDB allows a single writer), so ``amb
-ingest`` waits for a scoring batch to finish, and vice versa.
+Memory stays flat: runs are scored in chunks, and each chunk's rows, judge calls, new grades and
+built-in audit scanner rows are appended before the next one starts. Workers are threads: LLM judge
+calls overlap, and numpy grading releases the GIL. The store is opened read-write once (DuckDB
+allows a single writer), so ``amb ingest`` and a scoring batch wait for each other.
 """
 
 from __future__ import annotations

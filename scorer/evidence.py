@@ -1,14 +1,10 @@
 """The evidence view: exactly what a judge sees of a run. A deterministic function of the events.
 
-Same events, same profile, same bytes, always: the view is built from the folded trajectory only
-(no clock, no environment, no dict-order dependence), and its sha256 is part of every judge call's
-cache key. So changing the evidence rules (the budget, say) re-asks the judge; nothing else does.
-
-Layout: AutoMedBench's ``llm_judge.py`` summariser, with event ids added so a verdict can cite
-them; docs/scoring.md (Evidence view) lists its parts and cuts, which ``EvidenceRules`` sets.
-
-Model-supplied text is defanged (``neutralise``) so a transcript cannot fake a section header or a
-verdict in the judge's prompt.
+Built from the folded trajectory only (no clock, no environment, no dict-order dependence): its
+sha256 is part of every judge call's cache key, so changing the evidence rules re-asks the judge and
+nothing else does. The layout is AutoMedBench's ``llm_judge.py`` summariser with event ids added
+(docs/scoring.md, Evidence view). Model-supplied text is defanged (``neutralise``) so a transcript
+cannot fake a section header or a verdict in the judge's prompt.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """How stable a judge is: the same rubric items asked N times, and two judges on the same runs.
 
-Input is score rows (``details.items`` carries every item's value and where it came from). Only
-items a judge decided count (``source == "judge"`` with a value): auto-credited and forced items are
-rules, not judgements. For each rubric item, a *unit* is one run; its values are the item's values
-across the repeats (or across the two judges).
-
-- **agreement**: per unit, the share of pairs of values that are equal; averaged over units.
-- **Krippendorff's alpha** (nominal): 1 − (n − 1)·Σ_{c≠k} o_ck / Σ_{c≠k} n_c·n_k over the coincidence
-  matrix o of pairable values (Krippendorff 2011, "Computing Krippendorff's Alpha-Reliability");
-  None when every value is the same (no variation to explain: the expected disagreement is 0).
-- **flips**: units whose values are not all equal.
-- **spread**: per run, the range and population standard deviation of S1, S2, S3 and AGENTIC
-  across the repeats.
+Input is score rows. Only items a judge decided count (``source == "judge"`` with a value):
+auto-credited and forced items are rules, not judgements. For each rubric item, a *unit* is one run;
+its values are the item's values across the repeats (or across the two judges). Reported: pairwise
+agreement, Krippendorff's nominal alpha (Krippendorff 2011; None when every value is the same),
+flips (units whose values differ), and per run the spread of S1, S2, S3 and AGENTIC.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """One run's events → one ledger row, under one profile and one judge. No store writes here.
 
-Order: fold the events → audit → grade the sealed submission (cached) → evidence view → judge the
-rubric items → S1–S5 → AGENTIC/TASK/OVERALL → error codes → cost. A violation zeroes S1–S5 and
-AGENTIC, excludes TASK (None, reason ``excluded: violation``) and sets OVERALL to 0, and the row
-keeps its cost. The row's ``fingerprint`` is the sha256 of everything in it that a rescore must
-reproduce (not when or in which batch it was computed), which is what the rescoring tests compare.
+A violation zeroes S1–S5 and AGENTIC, excludes TASK and sets OVERALL to 0; the row keeps its cost.
+The row's ``fingerprint`` is the sha256 of everything in it that a rescore must reproduce (not when
+or in which batch it was computed), which is what the rescoring tests compare.
 """
 
 from __future__ import annotations

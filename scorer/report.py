@@ -1,14 +1,8 @@
-"""The paper's views over the ledger: as data (``build``), terminal tables, JSON and one HTML page.
+"""The paper's views over the ledger: as data (``build``), terminal tables and JSON.
 
-Views (scores ×100 as in the paper; unscored values are left out of means and counted as ``n``):
-leaderboard per model; medal tiers and ratings per model; OVERALL per model × track; AGENTIC by
-tier with Δ = (LITE − STANDARD) / STANDARD; stage means; error-code shares and mean OVERALL by
-number of fired codes; recovery rate (runs with ≥ 2 codes that still completed); cost and tokens
-per run, and the cost–score and tokens–score Pearson r per track (where a cost is unknown, a model
-missing from the price table, the tokens still stand and a view says why); and, when the ledger
-holds repeats of a judge, its stability.
-
-The HTML page is ``scorer.report_html``.
+Scores are ×100 as in the paper; unscored values are left out of means. Where a cost is unknown (a
+model missing from the price table) the tokens still stand and a view says why. The HTML page is
+``scorer.report_html``.
 """
 
 from __future__ import annotations
