@@ -157,10 +157,8 @@ def _runs_section(runs: list[dict[str, Any]], viewer_url: str | None) -> str:
     base = viewer_url.rstrip("/") if viewer_url else None
     body = []
     for r in sorted(runs, key=lambda r: (r.get("task") or "", r.get("model") or "", r["run_id"])):
-        rid = html.escape(r["run_id"])
-        if base:
-            href = html.escape(f"{base}/runs/{urllib.parse.quote(r['run_id'], safe='')}", quote=True)
-            rid = f'<a href="{href}">{rid}</a>'
+        link = f"{base}/runs/{urllib.parse.quote(r['run_id'], safe='')}" if base else ""
+        rid = _run_link(r["run_id"], link)
         cells = [
             r.get("task"),
             r.get("tier"),
