@@ -177,14 +177,10 @@ def append(con: duckdb.DuckDBPyConnection, name: str, records: list[dict[str, An
             "value": [canonical_json(r["value"]).decode() for r in records],
             "annotator": pa.array([r["annotator"] for r in records], pa.string()),
             "source_sha256": [source] * n,
-            "imported_at": pa.array([ledger.now()] * n, pa.timestamp("us")),
+            "imported_at": ledger.now_column(n),
         }
     )
-    con.register("_amb_new_labels", table)
-    try:
-        con.execute("INSERT INTO labels SELECT * FROM _amb_new_labels")
-    finally:
-        con.unregister("_amb_new_labels")
+    ledger.insert(con, table, "INSERT INTO labels SELECT * FROM _amb_new")
 
 
 def current(con: duckdb.DuckDBPyConnection, name: str) -> dict[str, dict[str, Any]]:
