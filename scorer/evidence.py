@@ -259,16 +259,10 @@ def _task_metric(v: _View) -> None:
 
 
 SECTIONS: tuple[Callable[[_View], None], ...] = (
-    _task,
-    _conversation,
-    _code_executions,
-    _files_written,
-    _plan,
-    _plan_png,
-    _submission,
-    _task_metric,
+    *(_task, _conversation, _code_executions, _files_written),
+    *(_plan, _plan_png, _submission, _task_metric),
 )
-"""The view's sections in order (the module docstring's layout)."""
+"""The view's sections in order (docs/scoring.md, Evidence view)."""
 
 
 def build(

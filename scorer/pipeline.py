@@ -254,16 +254,10 @@ class RunScorer:
 
 
 STAGES: tuple[Callable[[RunScorer, Scoring], None], ...] = (
-    RunScorer._audit,
-    RunScorer._grade,
-    RunScorer._judge,
-    RunScorer._stages,
-    RunScorer._combine,
-    RunScorer._medal,
-    RunScorer._codes,
-    RunScorer._cost,
+    *(RunScorer._audit, RunScorer._grade, RunScorer._judge, RunScorer._stages),
+    *(RunScorer._combine, RunScorer._medal, RunScorer._codes, RunScorer._cost),
 )
-"""The scoring stages, in the order of the module's docstring."""
+"""The scoring stages, in order: each reads what the ones before it set."""
 
 
 def fingerprint(row: ScoreRow) -> str:
@@ -273,15 +267,8 @@ def fingerprint(row: ScoreRow) -> str:
 
 def _grade_facts(grade: dict[str, Any]) -> dict[str, Any]:
     keep = (
-        "metric",
-        "n_cases",
-        "n_missing",
-        "n_invalid",
-        "completion",
-        "format_valid",
-        "has_valid_results",
-        "task_score",
-        "reason",
+        *("metric", "n_cases", "n_missing", "n_invalid", "completion"),
+        *("format_valid", "has_valid_results", "task_score", "reason"),
     )
     return {k: grade[k] for k in keep if k in grade}
 

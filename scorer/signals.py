@@ -48,13 +48,8 @@ FORWARD_RE = re.compile(
     r"(\.generate\(|predict|infer|inference|forward\(|model\(|run_case|sliding_window|\.run\(|pipeline\()"
 )
 HUB_HOSTS = (
-    "huggingface.co",
-    "hf.co",
-    "zenodo.org",
-    "github.com",
-    "objects.githubusercontent.com",
-    "download.pytorch.org",
-    "ngc.nvidia.com",
+    *("huggingface.co", "hf.co", "zenodo.org", "github.com", "objects.githubusercontent.com"),
+    *("download.pytorch.org", "ngc.nvidia.com"),
 )
 
 

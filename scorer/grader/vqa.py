@@ -26,12 +26,8 @@ MAX_ANSWER_BYTES = 1 << 20
 """An answer file larger than this is rejected unread (answers are a few hundred bytes)."""
 
 REQUIRED_KEYS = (
-    "question_id",
-    "predicted_label",
-    "predicted_answer",
-    "raw_model_output",
-    "model_name",
-    "runtime_s",
+    *("question_id", "predicted_label", "predicted_answer"),
+    *("raw_model_output", "model_name", "runtime_s"),
 )
 
 

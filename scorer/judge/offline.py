@@ -276,25 +276,9 @@ def rerun_after_failure(c: _Ctx) -> Result:
 
 ITEM_RULES = {"plan_mentions", "code_ran", "file_written"}
 
-RULES: dict[str, Callable[..., Result]] = {
-    f.__name__: f
-    for f in (
-        plan_exists,
-        plan_pipeline,
-        plan_target,
-        plan_candidates,
-        plot_exists,
-        plot_is_diagram,
-        weights_obtained,
-        input_checked,
-        env_ready,
-        env_failures_resolved,
-        model_runs,
-        pilot_validated,
-        plan_mentions,
-        code_ran,
-        file_written,
-        pilot_before_bulk,
-        rerun_after_failure,
-    )
-}
+_RULE_FUNCTIONS = (
+    *(plan_exists, plan_pipeline, plan_target, plan_candidates, plot_exists, plot_is_diagram),
+    *(weights_obtained, input_checked, env_ready, env_failures_resolved, model_runs, pilot_validated),
+    *(plan_mentions, code_ran, file_written, pilot_before_bulk, rerun_after_failure),
+)
+RULES: dict[str, Callable[..., Result]] = {f.__name__: f for f in _RULE_FUNCTIONS}

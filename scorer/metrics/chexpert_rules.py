@@ -22,20 +22,9 @@ import msgspec
 from scorer.metrics.negation import certainty, clauses
 
 CHEXPERT_LABELS: tuple[str, ...] = (
-    "Enlarged Cardiomediastinum",
-    "Cardiomegaly",
-    "Lung Opacity",
-    "Lung Lesion",
-    "Edema",
-    "Consolidation",
-    "Pneumonia",
-    "Atelectasis",
-    "Pneumothorax",
-    "Pleural Effusion",
-    "Pleural Other",
-    "Fracture",
-    "Support Devices",
-    "No Finding",
+    *("Enlarged Cardiomediastinum", "Cardiomegaly", "Lung Opacity", "Lung Lesion", "Edema"),
+    *("Consolidation", "Pneumonia", "Atelectasis", "Pneumothorax", "Pleural Effusion"),
+    *("Pleural Other", "Fracture", "Support Devices", "No Finding"),
 )
 
 _PHRASES: dict[str, list[str]] = {
