@@ -49,14 +49,6 @@ def _tokens(r: dict[str, Any]) -> int | None:
     return None if tin is None and tout is None else (tin or 0) + (tout or 0)
 
 
-def _track(r: dict[str, Any]) -> str:
-    return r["track"] or "(unknown)"
-
-
-def _bucket(n_codes: int) -> str:
-    return str(n_codes) if n_codes < 3 else "3+"
-
-
 class _Mean:
     """A running mean that leaves unscored (None) values out. The total is exact (Shewchuk's
     partials, rounded once at the end as ``math.fsum`` does), so the mean does not depend on the
@@ -163,13 +155,14 @@ class _Tally:
         self.tracks = sorted(k[1] for k in self.by if k[0] == "track")
 
     def _add(self, r: dict[str, Any]) -> None:
-        model, track, tokens, run = r["model"] or "(unknown)", _track(r), _tokens(r), r.get("run_id") or ""
+        model, track = r["model"] or "(unknown)", r["track"] or "(unknown)"
+        tokens, run = _tokens(r), r.get("run_id") or ""
         self.first_run[model] = min(self.first_run.get(model, run), run)
         codes = r["codes"] or []
         if model not in self.by_model:
             self.by_model[model] = _Stats()
         keys = [("track", track), ("model_track", model, track), ("model_tier", model, r["tier"])]
-        keys.append(("codes", _bucket(len(codes))))
+        keys.append(("codes", str(len(codes)) if len(codes) < 3 else "3+"))
         for key in keys:
             if key not in self.by:
                 self.by[key] = _Stats(_GROUP_MEANS[key[0]])

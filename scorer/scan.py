@@ -234,16 +234,13 @@ def scan(
                 )
 
         for s in sql:
-            record([Row(s, r, *_sql_row(sql_found[s.id][r])) for r in pending[s.id]])
+            found = {r: sql_found[s.id][r] for r in pending[s.id]}
+            record([Row(s, r, [], f) if isinstance(f, str) else Row(s, r, f) for r, f in found.items()])
         per_run = [s for s in scanners if s.kind != "sql"]
         _scan_per_run(_PerRun(st, profile, per_run, llm), pending, record, jobs, chunk, progress, memory)
         memory.checkpoint()
     requests = llm.judge.requests if llm is not None else 0
     return scan_id, [Tally(s, *tallies[s.id]) for s in scanners], requests
-
-
-def _sql_row(result: Any) -> tuple[list[Finding], str | None]:
-    return ([], result) if isinstance(result, str) else (result, None)
 
 
 def _scan_per_run(
