@@ -1,13 +1,10 @@
 """The offline judge: rubric items decided by rules over the recorded facts, no model involved.
 
-The default judge when no endpoint is configured, and labelled ``offline:<RULES_VERSION>`` in every
-output so its numbers are never mistaken for an LLM judge's. Each item names its rule in the profile
-(``rule = "plan_exists"``); a rule sees the folded trajectory and returns one of the item's offered
-values, a reason and the event ids it rests on. A rule the profile names but this module does not
-know makes that item unscored (``unknown_rule``), never 0.
-
-Rules over things the record cannot show (what an image depicts) are conservative proxies, said so
-in their reason: ``plot_is_diagram`` accepts a valid PNG written next to a plan that describes a flow.
+Labelled ``offline:<RULES_VERSION>`` in every output so its numbers are never mistaken for an LLM
+judge's (docs/scoring.md, Judges). Each item names its rule in the profile; a rule sees the folded
+trajectory and returns a value, a reason and the event ids it rests on. A rule this module does not
+know makes that item unscored (``unknown_rule``), never 0. Rules over what the record cannot show
+(what an image depicts) are conservative proxies, said so in their reason.
 """
 
 from __future__ import annotations
