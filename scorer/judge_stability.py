@@ -62,13 +62,11 @@ def pair_agreement(values: Sequence[float]) -> float | None:
 def _units(rows_by_coder: Sequence[Sequence[dict[str, Any]]]) -> dict[str, dict[str, list[float]]]:
     """item -> run -> the values of that item in that run, one per coder that decided it."""
     per_coder = [{r["run_id"]: judged_values(r) for r in rows} for rows in rows_by_coder]
-    runs = sorted(set().union(*(set(c) for c in per_coder))) if per_coder else []
     units: dict[str, dict[str, list[float]]] = defaultdict(dict)
-    for run in runs:
-        items = sorted(set().union(*(set(c.get(run, {})) for c in per_coder)))
-        for item in items:
-            vals = [c[run][item] for c in per_coder if run in c and item in c[run]]
-            units[item][run] = vals
+    for run in sorted(set().union(*per_coder)):
+        for coder in per_coder:
+            for item, value in coder.get(run, {}).items():
+                units[item].setdefault(run, []).append(value)
     return units
 
 
