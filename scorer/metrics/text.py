@@ -20,18 +20,9 @@ from scorer.metrics import bleu as _bleu
 from scorer.metrics import chexpert_rules, radgraph_proxy
 from scorer.metrics import meteor as _meteor
 from scorer.metrics import rouge as _rouge
-from tasks.report_text import Validity, split_sections, validity_errors
-
-__all__ = [
-    "COMPONENTS",
-    "ReportScore",
-    "Validity",
-    "prepare",
-    "report_score",
-    "scored_text",
-    "split_sections",
-    "validity_errors",
-]
+from tasks.report_text import Validity as Validity  # (re-exported with validity_errors)
+from tasks.report_text import split_sections
+from tasks.report_text import validity_errors as validity_errors
 
 COMPONENTS: tuple[str, ...] = (
     *("BLEU", "METEOR", "ROUGE_L", "F1RadGraph"),
