@@ -198,7 +198,7 @@ class RunScorer:
             s.reasons["codes"] = f"suppressed: valid submission with medal {s.assessed.medal}"
 
     def _cost(self, s: Scoring) -> None:
-        s.cost = Cost.of(price_run(s.traj, self.prices))
+        s.cost = msgspec.convert(price_run(s.traj, self.prices), Cost)
         if s.cost.cost_reason:
             s.reasons["cost"] = s.cost.cost_reason
 

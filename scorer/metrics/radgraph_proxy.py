@@ -108,12 +108,9 @@ def extract_graph(text: str) -> Graph:
         for k, i in enumerate(here):
             if kinds[k] == "mod":
                 nxt = i + 1
-                if nxt < len(entities) and _gap_tokens(clause, entities[i], entities[nxt]) <= 2:
-                    head_kind = kinds[k + 1]
-                    if head_kind == "anat":
-                        entities[i] = msgspec.structs.replace(entities[i], label="ANAT-DP")
-                    else:
-                        entities[i] = msgspec.structs.replace(entities[i], label=entities[nxt].label)
+                if nxt < len(entities) and len(clause[entities[i].end : entities[nxt].start].split()) <= 2:
+                    # A modifier takes its head's label (an anatomy head's is ANAT-DP).
+                    entities[i] = msgspec.structs.replace(entities[i], label=entities[nxt].label)
                     relations.append((i, "modify", nxt))
             elif kinds[k] == "obs":
                 anat = [j for j, kind in zip(here, kinds, strict=False) if kind == "anat"]
@@ -121,10 +118,6 @@ def extract_graph(text: str) -> Graph:
                     target = min(anat, key=lambda j: abs(entities[j].start - entities[i].start))
                     relations.append((i, "located_at", target))
     return Graph(entities, relations)
-
-
-def _gap_tokens(clause: str, a: Entity, b: Entity) -> int:
-    return len(clause[a.end : b.start].split())
 
 
 def partial_items(graph: Graph) -> set[tuple[str, ...]]:
