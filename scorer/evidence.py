@@ -280,10 +280,9 @@ def build(
     # An agent's JSON may escape a lone surrogate, which is no UTF-8 text: shown escaped (``\\ud800``),
     # so that the digest and the judge's prompt can be made of it.
     text = ("\n".join(v.out) + "\n").encode("utf-8", "backslashreplace").decode("utf-8")
-    ids = v.ids
     h = hashlib.sha256(text.encode())
     for img in v.images:
         h.update(hashlib.sha256(img.data).digest())
     return Evidence(
-        text=text, sha256="sha256:" + h.hexdigest(), images=v.images, cited_ids=sorted(i for i in ids if i)
+        text=text, sha256="sha256:" + h.hexdigest(), images=v.images, cited_ids=sorted(i for i in v.ids if i)
     )
