@@ -65,10 +65,8 @@ def now_column(n: int) -> pa.Array:
 
 def register_profile(con: duckdb.DuckDBPyConnection, loaded: LoadedProfile) -> None:
     con.execute(
-        (
-            "INSERT INTO score_profiles SELECT ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM score_profiles "
-            "WHERE profile_id = ?)"
-        ),
+        "INSERT INTO score_profiles SELECT ?, ?, ?, ? WHERE NOT EXISTS "
+        "(SELECT 1 FROM score_profiles WHERE profile_id = ?)",
         [loaded.id, loaded.name, loaded.canonical.decode(), now(), loaded.id],
     )
 
