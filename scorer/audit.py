@@ -1,36 +1,10 @@
-"""The auditor: rule violations found in the events, each citing the events that show it.
-
-Rules (profile ``[audit]``; the paper's section 4 policy):
-
-- ``private_access``: a private path (the task's private data, ``/reference``) was touched;
-- ``grader_access``: the grader, the rubric or the scoring profiles were touched;
-- ``other_runs``: another run's data was touched: a path matching the profile's ``other_runs``
-  globs (the recording store, spools, another run's temporary directory or workspace) that is not
-  this run's own, or any path that names another run's id (``20260101T120000-a1b2c3``);
-- ``write_outside_workspace``: a file written at an absolute path outside the run's workspace;
-- ``training``: executed code or a command line contains a training call (``.backward(``, ...);
-- ``forbidden_egress``: a network request to a forbidden host/path;
-- ``direct_egress``: a connect the shim saw to an address other than the recording proxy's (the
-  docker backend names the proxy in ``run.started.tool_versions.proxy_address``): an attempt to get
-  out around the recorder, whether or not the network let it through;
-- ``recorder_access``: the recorder's own machinery was touched (profile ``recorder_paths``: its
-  socket, the shim's private directory, spools, another process's environment or memory);
-- ``outlived_run``: a process was still running when the agent's main process had ended and the
-  shim had to kill it (a daemonised child);
-- ``blocked_destination``: the agent asked the recording proxy for a destination it refuses (the
-  host's loopback or own addresses, a private or link-local network), recorded with a ``blocked`` reason.
-
-"Touched" is judged on facts, every one the recorder has, and on normalised paths
-(``scorer.audit_paths``; docs/scoring.md lists them). Each violation cites the events
-(``source:seq``) that show it.
+"""The auditor: rule violations found in the events, each citing the events (``source:seq``) that
+show it. The rules (profile ``[audit]``) and the path normalisation are in docs/scoring.md.
 
 Rules judge the real names: the recorded text of a path, an argv or a cwd (``schemas.ostext``) is
-turned back into the name it records before it is normalised, matched or read as a shell would (a
-backslash in a ``bash -c`` argument is the shell's, not the record's). Details show every path as
-recorded text, so a name that is not UTF-8 reads as the record spells it (``x\\xff``).
-
-A violation zeroes S1–S5 and excludes TASK, but the run stays in the cost ledger (``scorer.pipeline``).
-An empty trajectory has status ``no_data``: nothing was recorded, so nothing can be called clean.
+turned back into the name it records before it is normalised, matched or read as a shell would.
+Details show every path as recorded text, so a name that is not UTF-8 reads as the record spells it.
+An empty trajectory is ``no_data``: nothing was recorded, so nothing can be called clean.
 """
 
 from __future__ import annotations
@@ -69,7 +43,7 @@ def _match(path: str, patterns: list[str]) -> str | None:
 @lru_cache(maxsize=1 << 16)
 def _first_match(path: str, patterns: tuple[str, ...]) -> str | None:
     """The first of ``patterns`` that ``path`` matches. Cached: a run names the same few paths many
-    times over (its events, its code, its processes' argv), and so do the runs of a sweep."""
+    times over, and so do the runs of a sweep."""
     for pat in patterns:
         if fnmatch.fnmatchcase(path, pat) or fnmatch.fnmatchcase(path.rstrip("/") + "/", pat):
             return pat

@@ -1,20 +1,11 @@
 """Paths as the auditor compares them: normalised, de-obfuscated, found in code and in argv.
 
 The auditor's path rules must judge the file a fact is about, not the string that named it. So a
-path is normalised before any rule sees it:
-
-- ``.``, ``..`` and repeated slashes are resolved (``/data//public/../private`` is ``/data/private``);
-- a relative path is taken relative to the directory it was used in (a process's cwd, else the
-  workspace);
-- prefixes that are symbolic links to somewhere else in every container and host the recorder
-  runs on are replaced by their target (``/proc/self/root/data`` is ``/data``, ``/proc/self/cwd/x``
-  is ``<cwd>/x``, Debian's merged ``/bin`` is ``/usr/bin``).
-
-Code and command lines are searched for paths twice: as written, and after undoing shell quoting
-(``'/da''ta/pri''vate'``, ``/da\\ta``, ``"/da"ta``, ``$'\\x2fdata'`` all spell ``/data``), which is how
-an agent hides a path from a substring check without changing what the shell opens. Paths built at
-run time (variables, string arithmetic in a program) are not followed here; what the program then
-opens is a fact the shim records (``file.accessed``, the argv of what it runs).
+path is normalised before any rule sees it (``.``, ``..``, ``//``, relative to its cwd, link prefixes
+such as ``/proc/self/root`` replaced by their targets; docs/scoring.md lists them), and code and
+command lines are searched twice: as written, and after undoing shell quoting, which is how an agent
+hides a path from a substring check without changing what the shell opens. Paths built at run time
+are not followed here; what the program then opens is a fact the shim records.
 """
 
 from __future__ import annotations

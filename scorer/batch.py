@@ -1,13 +1,9 @@
 """Scoring many runs: read events, score in parallel, append to the ledger in bulk chunks.
 
-Memory stays flat: runs are scored in chunks of ``chunk`` (the events of ``READ_RUNS`` of them in
-memory at a time, and the judge cache's records of the chunk's runs), and each chunk's rows, judge
-calls and new grades are appended before the next one starts. Each chunk also appends the built-in
-audit scanner's rows (``scorer.scan_results``): the run's violations, which are that scanner's
-findings, stored as ``amb scan audit`` stores them. The events are read a few runs at a time by one
-query; workers are threads that decode and score them: LLM judge calls overlap, and numpy grading
-releases the GIL. The store is opened read-write once (DuckDB allows a single writer), so ``amb
-ingest`` waits for a scoring batch to finish, and vice versa.
+Memory stays flat: runs are scored in chunks, and each chunk's rows, judge calls, new grades and
+built-in audit scanner rows are appended before the next one starts. Workers are threads: LLM judge
+calls overlap, and numpy grading releases the GIL. The store is opened read-write once (DuckDB
+allows a single writer), so ``amb ingest`` and a scoring batch wait for each other.
 """
 
 from __future__ import annotations
@@ -157,26 +153,6 @@ def _audit_rows(audit: Scanner, rows: list[ScoreRow]) -> list[Row]:
     ]
 
 
-def _score_part(
-    pool: ThreadPoolExecutor,
-    con: duckdb.DuckDBPyConnection,
-    scorer: RunScorer,
-    part: list[str],
-    spans: RowSpans,
-) -> list[ScoreRow]:
-    """The rows of ``part``'s runs, read ``READ_RUNS`` at a time (a few runs' events in memory)."""
-
-    def one(run: tuple[str, list[EventRow]]) -> ScoreRow:
-        return scorer.score(run[0], [event_of(row) for row in run[1]])
-
-    out: list[ScoreRow] = []
-    for at in range(0, len(part), READ_RUNS):
-        some = part[at : at + READ_RUNS]
-        stored = runs_rows(con, some, spans=spans)
-        out += pool.map(one, [(run_id, stored.pop(run_id, [])) for run_id in some])
-    return out
-
-
 def _score_and_append(
     pool: ThreadPoolExecutor,
     con: duckdb.DuckDBPyConnection,
@@ -186,8 +162,17 @@ def _score_and_append(
     batch_id: str,
     seq: int,
 ) -> list[ScoreRow]:
-    """``part``'s rows scored and written (one insert: a part that runs short of memory wrote nothing)."""
-    rows = _score_part(pool, con, scorer, part, spans)
+    """``part``'s rows scored, its runs' events read ``READ_RUNS`` at a time, and written in one
+    insert (a part that runs short of memory wrote nothing)."""
+
+    def one(run: tuple[str, list[EventRow]]) -> ScoreRow:
+        return scorer.score(run[0], [event_of(row) for row in run[1]])
+
+    rows: list[ScoreRow] = []
+    for at in range(0, len(part), READ_RUNS):
+        some = part[at : at + READ_RUNS]
+        stored = runs_rows(con, some, spans=spans)
+        rows += pool.map(one, [(run_id, stored.pop(run_id, [])) for run_id in some])
     ledger.append_rows(con, batch_id, rows, seq)
     return rows
 
@@ -227,7 +212,7 @@ def _score_once(
     started = ledger.now()
 
     rows: list[dict[str, Any]] = []
-    seq = n_rows = 0
+    seq = 0
     # The database's cache of the file kept small while the runs are read (``replay.bounded``):
     # left alone it ends holding every run's events. A chunk that runs short of memory is
     # scored again with twice the limit (nothing of it was written: its rows go in last).
@@ -247,7 +232,6 @@ def _score_once(
             new = {k: v for k, v in grade_cache.items() if k not in known_grades}
             ledger.append_grades(con, new)
             known_grades.update(new)
-            n_rows += len(chunk_rows)
             if keep_rows or on_rows:
                 as_dicts = [r.as_dict() for r in chunk_rows]
                 if keep_rows:
@@ -257,6 +241,6 @@ def _score_once(
             if progress:
                 progress(len(part))
         requests = getattr(the_judge, "requests", 0)
-        ledger.append_batch(con, batch_id, profile, the_judge.label, started, n_rows, requests, args or {})
+        ledger.append_batch(con, batch_id, profile, the_judge.label, started, seq, requests, args or {})
         memory.checkpoint()
     return BatchResult(batch_id, rows, the_judge.label, requests)

@@ -1,15 +1,8 @@
 """Error codes E1–E5 (the paper's Table 6): multi-label, diagnostic only, each citing its events.
 
-Codes never change a score; they explain one. Deterministic detectors fire where the record is
-objective; the LLM judge may add codes (``judge_codes``), also with cited events. Detectors:
-
-- E5 deliverable: nothing sealed, no output under the submission root, or the grader found missing
-  or malformed cases (cites the seal and the run end).
-- E2 setup: two or more executions failed on installing or loading packages, checkpoints or the GPU.
-- E4 execution: an execution died with a traceback that is not a setup failure.
-- E3 verification: bulk inference without any pilot check (S3 signal 0 with a bulk run), or
-  implausible outputs accepted (the run completed and sealed outputs that all score 0).
-- E1 understanding: no deterministic detector (the paper's E1 is a judgment); only from the judge.
+Codes never change a score; they explain one. Deterministic detectors (E2–E5, docs/scoring.md) fire
+where the record is objective; E1 is a judgment, so it comes only from the LLM judge
+(``judge_codes``), whose codes also cite events.
 """
 
 from __future__ import annotations

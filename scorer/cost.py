@@ -1,14 +1,9 @@
-"""Cost: recorded token usage priced offline against a named, dated price table.
+"""Cost: recorded token usage priced offline against a named, dated price table (docs/scoring.md).
 
-The price of one call (containment rules, cache prices, a gateway's reported cost) is
-``schemas.prices.call_cost``, shared with the recorder's live budget (``amb-record --max-cost``) so
-both charge a call the same. A model the table does not list leaves the run's cost *unscored* with
-the reason, never 0. Usage the provider did not report (the proxy estimated it) is flagged
-``estimated``. ``cost_source`` says what a run's cost came from: ``reported``, ``table``, or
+The price of one call is ``schemas.prices.call_cost``, shared with the recorder's live budget so both
+charge a call the same. A model the table does not list leaves the run's cost *unscored* with the
+reason, never 0. ``cost_source`` says what a run's cost came from: ``reported``, ``table``, or
 ``reported+table`` when its calls were priced both ways; ``calls_reported`` counts the former.
-
-Tables are TOML files: the built-in ones in ``schemas/prices/`` (the paper's Table 11 snapshot and
-the public harness's prices) or any path; users add their own.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The evidence view: exactly what a judge sees of a run. A deterministic function of the events.
 
-Same events, same profile, same bytes, always: the view is built from the folded trajectory only
-(no clock, no environment, no dict-order dependence), and its sha256 is part of every judge call's
-cache key. So changing the evidence rules (the budget, say) re-asks the judge; nothing else does.
-
-Layout: AutoMedBench's ``llm_judge.py`` summariser, with event ids added so a verdict can cite
-them; docs/scoring.md (Evidence view) lists its parts and cuts, which ``EvidenceRules`` sets.
-
-Model-supplied text is defanged (``neutralise``) so a transcript cannot fake a section header or a
-verdict in the judge's prompt.
+Built from the folded trajectory only (no clock, no environment, no dict-order dependence): its
+sha256 is part of every judge call's cache key, so changing the evidence rules re-asks the judge and
+nothing else does. The layout is AutoMedBench's ``llm_judge.py`` summariser with event ids added
+(docs/scoring.md, Evidence view). Model-supplied text is defanged (``neutralise``) so a transcript
+cannot fake a section header or a verdict in the judge's prompt.
 """
 
 from __future__ import annotations
@@ -263,16 +259,10 @@ def _task_metric(v: _View) -> None:
 
 
 SECTIONS: tuple[Callable[[_View], None], ...] = (
-    _task,
-    _conversation,
-    _code_executions,
-    _files_written,
-    _plan,
-    _plan_png,
-    _submission,
-    _task_metric,
+    *(_task, _conversation, _code_executions, _files_written),
+    *(_plan, _plan_png, _submission, _task_metric),
 )
-"""The view's sections in order (the module docstring's layout)."""
+"""The view's sections in order (docs/scoring.md, Evidence view)."""
 
 
 def build(
@@ -290,10 +280,9 @@ def build(
     # An agent's JSON may escape a lone surrogate, which is no UTF-8 text: shown escaped (``\\ud800``),
     # so that the digest and the judge's prompt can be made of it.
     text = ("\n".join(v.out) + "\n").encode("utf-8", "backslashreplace").decode("utf-8")
-    ids = v.ids
     h = hashlib.sha256(text.encode())
     for img in v.images:
         h.update(hashlib.sha256(img.data).digest())
     return Evidence(
-        text=text, sha256="sha256:" + h.hexdigest(), images=v.images, cited_ids=sorted(i for i in ids if i)
+        text=text, sha256="sha256:" + h.hexdigest(), images=v.images, cited_ids=sorted(i for i in v.ids if i)
     )

@@ -1,17 +1,10 @@
 """How stable a judge is: the same rubric items asked N times, and two judges on the same runs.
 
-Input is score rows (``details.items`` carries every item's value and where it came from). Only
-items a judge decided count (``source == "judge"`` with a value): auto-credited and forced items are
-rules, not judgements. For each rubric item, a *unit* is one run; its values are the item's values
-across the repeats (or across the two judges).
-
-- **agreement**: per unit, the share of pairs of values that are equal; averaged over units.
-- **Krippendorff's alpha** (nominal): 1 − (n − 1)·Σ_{c≠k} o_ck / Σ_{c≠k} n_c·n_k over the coincidence
-  matrix o of pairable values (Krippendorff 2011, "Computing Krippendorff's Alpha-Reliability");
-  None when every value is the same (no variation to explain: the expected disagreement is 0).
-- **flips**: units whose values are not all equal.
-- **spread**: per run, the range and population standard deviation of S1, S2, S3 and AGENTIC
-  across the repeats.
+Input is score rows. Only items a judge decided count (``source == "judge"`` with a value):
+auto-credited and forced items are rules, not judgements. For each rubric item, a *unit* is one run;
+its values are the item's values across the repeats (or across the two judges). Reported: pairwise
+agreement, Krippendorff's nominal alpha (Krippendorff 2011; None when every value is the same),
+flips (units whose values differ), and per run the spread of S1, S2, S3 and AGENTIC.
 """
 
 from __future__ import annotations
@@ -69,13 +62,11 @@ def pair_agreement(values: Sequence[float]) -> float | None:
 def _units(rows_by_coder: Sequence[Sequence[dict[str, Any]]]) -> dict[str, dict[str, list[float]]]:
     """item -> run -> the values of that item in that run, one per coder that decided it."""
     per_coder = [{r["run_id"]: judged_values(r) for r in rows} for rows in rows_by_coder]
-    runs = sorted(set().union(*(set(c) for c in per_coder))) if per_coder else []
     units: dict[str, dict[str, list[float]]] = defaultdict(dict)
-    for run in runs:
-        items = sorted(set().union(*(set(c.get(run, {})) for c in per_coder)))
-        for item in items:
-            vals = [c[run][item] for c in per_coder if run in c and item in c[run]]
-            units[item][run] = vals
+    for run in sorted(set().union(*per_coder)):
+        for coder in per_coder:
+            for item, value in coder.get(run, {}).items():
+                units[item].setdefault(run, []).append(value)
     return units
 
 

@@ -1,15 +1,10 @@
-"""A person's labels, and how far a scanner or a judge agrees with them.
+"""A person's labels, and how far a scanner or a judge agrees with them (docs/scanning.md).
 
-A label file (CSV, JSONL or YAML) has one record per judgement: ``run_id``, ``target`` (what is
-labelled: ``scanner:<name>``, ``codes`` for the run's error codes E1-E5, ``item:<rubric id>``),
-``value`` and optionally ``annotator``. Codes are given as a list (or text ``E3;E5``, empty for
-none). Labels are appended to the store's ``labels`` table under a set name; the latest import of a
-(set, run, target) is the one that counts.
-
-Validation, per scanner, per error code and per rubric item (``compare``): agreement, Cohen's kappa,
-Krippendorff's alpha (nominal, ``scorer.judge_stability``), a confusion table, precision, recall and
-F1 where the values are yes/no (a code present, a scanner's flag), 95 % bootstrap intervals (1,000
-resamples of the runs, seeded: the same labels give the same intervals), and the disagreeing runs.
+A label file (CSV, JSONL or YAML) has one record per judgement: ``run_id``, ``target``
+(``scanner:<name>``, ``codes``, ``item:<rubric id>``), ``value`` and optionally ``annotator``. Labels
+are appended to the store's ``labels`` table under a set name; the latest import of a (set, run,
+target) counts. ``compare`` gives agreement, Cohen's kappa, Krippendorff's alpha, yes/no confusion
+tables with precision, recall and F1, seeded bootstrap intervals and the disagreeing runs.
 """
 
 from __future__ import annotations
@@ -182,14 +177,10 @@ def append(con: duckdb.DuckDBPyConnection, name: str, records: list[dict[str, An
             "value": [canonical_json(r["value"]).decode() for r in records],
             "annotator": pa.array([r["annotator"] for r in records], pa.string()),
             "source_sha256": [source] * n,
-            "imported_at": pa.array([ledger.now()] * n, pa.timestamp("us")),
+            "imported_at": ledger.now_column(n),
         }
     )
-    con.register("_amb_new_labels", table)
-    try:
-        con.execute("INSERT INTO labels SELECT * FROM _amb_new_labels")
-    finally:
-        con.unregister("_amb_new_labels")
+    ledger.insert(con, table, "INSERT INTO labels SELECT * FROM _amb_new")
 
 
 def current(con: duckdb.DuckDBPyConnection, name: str) -> dict[str, dict[str, Any]]:

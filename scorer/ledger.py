@@ -56,12 +56,17 @@ def now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+def now_column(n: int) -> pa.Array:
+    """``now()`` ``n`` times, as the Arrow column of a table's timestamp."""
+    import pyarrow as pa
+
+    return pa.array([now()] * n, pa.timestamp("us"))
+
+
 def register_profile(con: duckdb.DuckDBPyConnection, loaded: LoadedProfile) -> None:
     con.execute(
-        (
-            "INSERT INTO score_profiles SELECT ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM score_profiles "
-            "WHERE profile_id = ?)"
-        ),
+        "INSERT INTO score_profiles SELECT ?, ?, ?, ? WHERE NOT EXISTS "
+        "(SELECT 1 FROM score_profiles WHERE profile_id = ?)",
         [loaded.id, loaded.name, loaded.canonical.decode(), now(), loaded.id],
     )
 
@@ -88,10 +93,9 @@ def _cached(cur: duckdb.DuckDBPyConnection) -> dict[str, CallRecord]:
 
 
 class StoredCalls:
-    """A store's cached judge calls for one model, read a chunk of runs at a time: held whole, a
-    store of 8,000 runs' verdicts (a dozen a run) would make a scoring batch's memory grow with the
-    store. The keys are held (8 bytes each), so a key of a run outside the chunk, or a call two runs
-    share, is read when asked for, and a key the store does not hold costs no query."""
+    """A store's cached judge calls for one model, read a chunk of runs at a time, so that a scoring
+    batch's memory does not grow with the store. The keys are held (8 bytes each): a key of a run
+    outside the chunk is read when asked for, and a key the store does not hold costs no query."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, model: str):
         self.con, self.model = con, model
@@ -123,17 +127,17 @@ def append_judge_calls(con: duckdb.DuckDBPyConnection, records: list[CallRecord]
         return
     import pyarrow as pa
 
-    cols: dict[str, Any] = {"created_at": pa.array([now()] * len(records), pa.timestamp("us"))}
+    cols: dict[str, Any] = {"created_at": now_column(len(records))}
     for f in CallRecord.__struct_fields__:
         values = [getattr(r, f) for r in records]
         if f in _CALL_JSON:
             values = [None if v is None else canonical_json(v).decode() for v in values]
         cols[f] = pa.array(values, _arrow_type(_CALL_TYPES[f]) if f in _CALL_TYPES else None)
     names = ", ".join(cols)
-    _insert(con, pa.table(cols), f"INSERT INTO judge_calls ({names}) SELECT {names} FROM _amb_new")
+    insert(con, pa.table(cols), f"INSERT INTO judge_calls ({names}) SELECT {names} FROM _amb_new")
 
 
-def _insert(con: duckdb.DuckDBPyConnection, table: pa.Table, sql: str) -> None:
+def insert(con: duckdb.DuckDBPyConnection, table: pa.Table, sql: str) -> None:
     """Run ``sql`` with ``table`` registered as ``_amb_new``: one bulk insert, never row by row."""
     con.register("_amb_new", table)
     try:
@@ -159,11 +163,11 @@ def append_grades(con: duckdb.DuckDBPyConnection, entries: dict[str, dict[str, A
         {
             "key": keys,
             "summary": [canonical_json(entries[k]).decode() for k in keys],
-            "created_at": pa.array([now()] * len(keys), pa.timestamp("us")),
+            "created_at": now_column(len(keys)),
         }
     )
     skip_known = "WHERE NOT EXISTS (SELECT 1 FROM grade_cache g WHERE g.key = n.key)"
-    _insert(con, table, f"INSERT INTO grade_cache SELECT * FROM _amb_new n {skip_known}")
+    insert(con, table, f"INSERT INTO grade_cache SELECT * FROM _amb_new n {skip_known}")
 
 
 def append_rows(
@@ -173,11 +177,10 @@ def append_rows(
         return
     import pyarrow as pa
 
-    ts = now()
     cols: dict[str, Any] = {
         "batch_id": [batch_id] * len(rows),
         "seq": list(range(start_seq, start_seq + len(rows))),
-        "scored_at": pa.array([ts] * len(rows), pa.timestamp("us")),
+        "scored_at": now_column(len(rows)),
     }
     for c in COLUMNS:
         values = [getattr(r, c) for r in rows]
@@ -186,7 +189,7 @@ def append_rows(
         else:
             cols[c] = pa.array(values, _arrow_type(_TYPES[c]))
     names = ", ".join(cols)
-    _insert(con, pa.table(cols), f"INSERT INTO scores ({names}) SELECT {names} FROM _amb_new")
+    insert(con, pa.table(cols), f"INSERT INTO scores ({names}) SELECT {names} FROM _amb_new")
 
 
 def append_batch(
@@ -212,6 +215,12 @@ def append_batch(
     )
 
 
+def _select(con: duckdb.DuckDBPyConnection, columns: Iterable[str]) -> str:
+    """The select list of ``columns`` that the store's ``scores`` table holds."""
+    stored = {name for (name,) in con.execute(STORED_COLUMNS).fetchall()}
+    return select_list(stored, set(columns))
+
+
 def _query(
     con: duckdb.DuckDBPyConnection,
     profile_id: str | None,
@@ -220,9 +229,7 @@ def _query(
     columns: Iterable[str],
 ) -> duckdb.DuckDBPyConnection:
     """The current rows' query (latest per run, profile and judge), in run order, of ``columns``."""
-    stored = {name for (name,) in con.execute(STORED_COLUMNS).fetchall()}
-    select = select_list(stored, set(columns))
-    sql = f"SELECT {select}, batch_id, scored_at FROM scores_current WHERE true"
+    sql = f"SELECT {_select(con, columns)}, batch_id, scored_at FROM scores_current WHERE true"
     params: list[Any] = []
     if profile_id:
         sql += " AND profile_id = ?"
@@ -284,15 +291,13 @@ _SUPERSEDED = f"""SELECT run_id, batch_id, seq FROM scores WHERE profile_id = ? 
 def stream(
     con: duckdb.DuckDBPyConnection, *, profile_id: str, judge: str, columns: Iterable[str] = COLUMNS
 ) -> Iterator[dict[str, Any]]:
-    """The current rows of ``current``, one at a time as they are read, in the order the table holds
-    them (not by run): a caller that folds them (the report's views) holds a few rows, and the
-    database holds no more, where sorting the rows, or picking the latest of each run over whole
-    rows, would hold them all. The rows are read on a cursor of their own, so that queries on
-    ``con`` while they are read leave them whole."""
+    """The current rows of ``current``, one at a time, in table order (not by run): a caller that
+    folds them holds a few rows, where sorting them, or picking each run's latest over whole rows,
+    would hold them all. They are read on a cursor of their own, so queries on ``con`` meanwhile
+    leave them whole."""
     cur = con.cursor()
-    stored = {name for (name,) in cur.execute(STORED_COLUMNS).fetchall()}
     sql = (
-        f"WITH superseded AS ({_SUPERSEDED}) SELECT {select_list(stored, set(columns))} FROM scores "
+        f"WITH superseded AS ({_SUPERSEDED}) SELECT {_select(cur, columns)} FROM scores "
         "ANTI JOIN superseded USING (run_id, batch_id, seq) WHERE profile_id = ? AND judge = ?"
     )
     cur.execute(sql, [profile_id, judge] * 2)

@@ -1,19 +1,8 @@
 """Medal tier (good / okay / fail) and rating (A / B / C / F) of a graded run, per track.
 
-The rules are the branches' ``medal_tier.assign_tier`` and ``aggregate.assign_rating`` (see
-docs/scoring.md for the commit and function of each), parameterised by the profile's
-``[medals.<track>]`` table:
-
-- the medal reads the track's primary metric before the completeness gate (``on = "primary"``) or
-  the TASK score (``on = "task"``), and is ``fail`` whenever the gate zeroed TASK (the branches set
-  ``medal = 0`` in their completeness gate);
-- ``medal`` rating: F for an incomplete or invalid submission, else A (good), B (okay), C (fail);
-- ``medal_coverage`` (VQA): F when fewer than half of the answers are present or valid, or none is;
-- ``bands`` (enhancement): F for an incomplete or invalid submission (``output_format_valid``) or
-  under half complete, else the first of A, B, C whose mean-PSNR and mean-SSIM minimums are met,
-  F below C; the medal is good for A, okay for B, fail otherwise.
-
-A run without a grade has neither (None, with the reason); a rule violation is rated F.
+The rules are the branches' ``medal_tier.assign_tier`` and ``aggregate.assign_rating`` (docs/scoring.md
+names the commit and function of each), parameterised by the profile's ``[medals.<track>]``. A run
+without a grade has neither (None, with the reason); a rule violation is rated F.
 """
 
 from __future__ import annotations

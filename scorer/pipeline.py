@@ -1,16 +1,13 @@
 """One run's events → one ledger row, under one profile and one judge. No store writes here.
 
-Order: fold the events → audit → grade the sealed submission (cached) → evidence view → judge the
-rubric items → S1–S5 → AGENTIC/TASK/OVERALL → error codes → cost. A violation zeroes S1–S5 and
-AGENTIC, excludes TASK (None, reason ``excluded: violation``) and sets OVERALL to 0, and the row
-keeps its cost. The row's ``fingerprint`` is the sha256 of everything in it that a rescore must
-reproduce (not when or in which batch it was computed), which is what the rescoring tests compare.
+A violation zeroes S1–S5 and AGENTIC, excludes TASK and sets OVERALL to 0; the row keeps its cost.
+The row's ``fingerprint`` is the sha256 of everything in it that a rescore must reproduce (not when
+or in which batch it was computed), which is what the rescoring tests compare.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -27,22 +24,15 @@ from scorer.cost import PriceTable, price_run
 from scorer.judge.base import Judge
 from scorer.profile import AuditRules, LoadedProfile, StageRules
 from scorer.row import Cost, Grade
+from scorer.signals import task_spec
 from scorer.stages import ItemScore
 from scorer.trajectory import BlobGetter, Trajectory, fold
 
 
-@lru_cache(maxsize=256)
 def task_info(task: str | None) -> tuple[str | None, tuple[str, ...]]:
     """(track, forbidden paths) of a task id; (None, ()) when the task is unknown."""
-    if not task:
-        return None, ()
-    try:
-        from tasks.registry import load_spec
-
-        spec = load_spec(task)
-    except Exception:  # an unknown task is reported in the row (TASK unscored), not raised
-        return None, ()
-    return spec.track, tuple(spec.forbidden_paths)
+    spec = task_spec(task)
+    return (None, ()) if spec is None else (spec.track, tuple(spec.forbidden_paths))
 
 
 def audit_run(traj: Trajectory, rules: AuditRules) -> AuditResult:
@@ -135,7 +125,7 @@ class RunScorer:
     def _judge(self, s: Scoring) -> None:
         traj, track = s.traj, s.track
         facts = _grade_facts(s.summary)
-        s.evidence = ev.build(traj, self.p.evidence, self.get_blob, track=track, grade=facts)
+        s.evidence = ev.build(traj, self.p.evidence, self.get_blob, track=s.track, grade=facts)
         items = self.p.items_for(track, traj.tier)
         verdicts = {}
         if not s.no_data:
@@ -208,15 +198,12 @@ class RunScorer:
             s.reasons["codes"] = f"suppressed: valid submission with medal {s.assessed.medal}"
 
     def _cost(self, s: Scoring) -> None:
-        s.cost = Cost.of(price_run(s.traj, self.prices))
+        s.cost = msgspec.convert(price_run(s.traj, self.prices), Cost)
         if s.cost.cost_reason:
             s.reasons["cost"] = s.cost.cost_reason
 
     def _row(self, s: Scoring) -> ScoreRow:
-        traj, track, audit, summary = s.traj, s.track, s.audit, s.summary
-        stage_values, combined, assessed = s.stage_values, s.combined, s.assessed
-        fired, suppressed, scores, grade_key = s.fired, s.suppressed, s.scores, s.grade_key
-        cost, reasons, evidence, p = s.cost, s.reasons, s.evidence, self.p
+        traj, audit, cost, p = s.traj, s.audit, s.cost, self.p
         return ScoreRow(
             run_id=traj.run_id,
             profile_id=self.loaded.id,
@@ -225,18 +212,18 @@ class RunScorer:
             agent=traj.agent,
             model=traj.model,
             task=traj.task,
-            track=track,
+            track=s.track,
             tier=traj.tier,
             repeat=_repeat(traj.labels),
-            s1=stage_values["S1"],
-            s2=stage_values["S2"],
-            s3=stage_values["S3"],
-            s4=stage_values["S4"],
-            s5=stage_values["S5"],
-            agentic=combined["agentic"],
-            task_score=combined["task"],
-            overall=combined["overall"],
-            status=_status(traj, audit.status, summary, p.budget.exceeded),
+            s1=s.stage_values["S1"],
+            s2=s.stage_values["S2"],
+            s3=s.stage_values["S3"],
+            s4=s.stage_values["S4"],
+            s5=s.stage_values["S5"],
+            agentic=s.combined["agentic"],
+            task_score=s.combined["task"],
+            overall=s.combined["overall"],
+            status=_status(traj, audit.status, s.summary, p.budget.exceeded),
             audit_status=audit.status,
             turns=len(traj.model_calls),
             wall_s=traj.duration_s,
@@ -248,35 +235,29 @@ class RunScorer:
             cost_usd=cost.cost,
             cost_estimated=cost.estimated,
             price_table=cost.price_table,
-            codes=[] if suppressed else [c.code for c in fired],
+            codes=[] if s.suppressed else [c.code for c in s.fired],
             n_violations=len(audit.violations),
-            reasons=reasons,
+            reasons=s.reasons,
             details={
-                "items": [msgspec.to_builtins(s) for s in scores],
-                "codes": [{**msgspec.to_builtins(c), "suppressed": suppressed} for c in fired],
+                "items": [msgspec.to_builtins(i) for i in s.scores],
+                "codes": [{**msgspec.to_builtins(c), "suppressed": s.suppressed} for c in s.fired],
                 "violations": [msgspec.to_builtins(v) for v in audit.violations],
-                "grade": summary,
-                "grade_key": grade_key,
+                "grade": s.summary,
+                "grade_key": s.grade_key,
                 "cost_source": cost.cost_source,
             },
-            evidence_sha256=evidence.sha256,
+            evidence_sha256=s.evidence.sha256,
             fingerprint="",
-            medal=assessed.medal,
-            rating=assessed.rating,
+            medal=s.assessed.medal,
+            rating=s.assessed.rating,
         )
 
 
 STAGES: tuple[Callable[[RunScorer, Scoring], None], ...] = (
-    RunScorer._audit,
-    RunScorer._grade,
-    RunScorer._judge,
-    RunScorer._stages,
-    RunScorer._combine,
-    RunScorer._medal,
-    RunScorer._codes,
-    RunScorer._cost,
+    *(RunScorer._audit, RunScorer._grade, RunScorer._judge, RunScorer._stages),
+    *(RunScorer._combine, RunScorer._medal, RunScorer._codes, RunScorer._cost),
 )
-"""The scoring stages, in the order of the module's docstring."""
+"""The scoring stages, in order: each reads what the ones before it set."""
 
 
 def fingerprint(row: ScoreRow) -> str:
@@ -286,15 +267,8 @@ def fingerprint(row: ScoreRow) -> str:
 
 def _grade_facts(grade: dict[str, Any]) -> dict[str, Any]:
     keep = (
-        "metric",
-        "n_cases",
-        "n_missing",
-        "n_invalid",
-        "completion",
-        "format_valid",
-        "has_valid_results",
-        "task_score",
-        "reason",
+        *("metric", "n_cases", "n_missing", "n_invalid", "completion"),
+        *("format_valid", "has_valid_results", "task_score", "reason"),
     )
     return {k: grade[k] for k in keep if k in grade}
 

@@ -1,14 +1,10 @@
 """Scoring profiles: every rule that turns a recorded run into numbers, in one versioned TOML file.
 
-A profile fixes the stage weights, the rubric items per track and tier, how unscored stages enter
-AGENTIC, the evidence budget, the grader's metric switches, the judge settings, the price table and
-the auditor's rules. Its **identity** is ``sha256:`` of the canonical JSON of its resolved content
-(sorted keys, no whitespace), so two files that say the same thing have the same id and any edit
-(one rubric word, one weight) makes a new profile. Every score row carries that id.
-
-A user profile may start with ``extends = "<name or path>"`` and override keys: tables merge key by
-key, ``[[rubric]]`` items replace the parent's item with the same ``(id, tracks)`` or are appended.
-The identity is taken after the merge, so it does not depend on how the file was written.
+Its **identity** is ``sha256:`` of the canonical JSON of its resolved content, so two files that say
+the same thing have the same id and any edit makes a new profile. A user profile may start with
+``extends = "<name or path>"`` and override keys: tables merge key by key, ``[[rubric]]`` items
+replace the parent's item with the same ``(id, tracks)`` or are appended; the identity is taken
+after the merge.
 """
 
 from __future__ import annotations

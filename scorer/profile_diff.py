@@ -19,19 +19,8 @@ from schemas.codec import canonical_digest
 from scorer.profile import Profile
 
 FIELDS = (
-    "s1",
-    "s2",
-    "s3",
-    "s4",
-    "s5",
-    "agentic",
-    "task_score",
-    "overall",
-    "medal",
-    "rating",
-    "codes",
-    "status",
-    "cost_usd",
+    *("s1", "s2", "s3", "s4", "s5", "agentic", "task_score", "overall"),
+    *("medal", "rating", "codes", "status", "cost_usd"),
 )
 _JUDGED = ("s1", "s2", "s3", "agentic", "overall", "codes", "rating", "medal")
 AFFECTS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -67,11 +56,14 @@ METRIC_TRACKS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+def _by_prefix(table: tuple[tuple[str, tuple[str, ...]], ...], key: str) -> tuple[str, ...] | None:
+    """The value of the first of ``table``'s prefixes that ``key`` starts with."""
+    return next((value for prefix, value in table if key.startswith(prefix)), None)
+
+
 def _metric_applies(key: str, track: str | None) -> bool:
-    for prefix, tracks in METRIC_TRACKS:
-        if key.startswith(prefix):
-            return track in tracks
-    return True
+    tracks = _by_prefix(METRIC_TRACKS, key)
+    return tracks is None or track in tracks
 
 
 def _digest(value: Any) -> str:
@@ -106,10 +98,7 @@ def changed_options(a: Profile, b: Profile, track: str | None) -> dict[str, tupl
 
 
 def _feeds(option: str) -> tuple[str, ...]:
-    for prefix, fields in AFFECTS:
-        if option.startswith(prefix):
-            return fields
-    return FIELDS
+    return _by_prefix(AFFECTS, option) or FIELDS
 
 
 def _differs(x: Any, y: Any) -> bool:

@@ -1,14 +1,8 @@
-"""The paper's views over the ledger: as data (``build``), terminal tables, JSON and one HTML page.
+"""The paper's views over the ledger: as data (``build``), terminal tables and JSON.
 
-Views (scores ×100 as in the paper; unscored values are left out of means and counted as ``n``):
-leaderboard per model; medal tiers and ratings per model; OVERALL per model × track; AGENTIC by
-tier with Δ = (LITE − STANDARD) / STANDARD; stage means; error-code shares and mean OVERALL by
-number of fired codes; recovery rate (runs with ≥ 2 codes that still completed); cost and tokens
-per run, and the cost–score and tokens–score Pearson r per track (where a cost is unknown, a model
-missing from the price table, the tokens still stand and a view says why); and, when the ledger
-holds repeats of a judge, its stability.
-
-The HTML page is ``scorer.report_html``.
+Scores are ×100 as in the paper; unscored values are left out of means. Where a cost is unknown (a
+model missing from the price table) the tokens still stand and a view says why. The HTML page is
+``scorer.report_html``.
 """
 
 from __future__ import annotations
@@ -53,14 +47,6 @@ def _tokens(r: dict[str, Any]) -> int | None:
     """Input plus output tokens of a row (None when the row has no token counts)."""
     tin, tout = r.get("tokens_in"), r.get("tokens_out")
     return None if tin is None and tout is None else (tin or 0) + (tout or 0)
-
-
-def _track(r: dict[str, Any]) -> str:
-    return r["track"] or "(unknown)"
-
-
-def _bucket(n_codes: int) -> str:
-    return str(n_codes) if n_codes < 3 else "3+"
 
 
 class _Mean:
@@ -169,13 +155,14 @@ class _Tally:
         self.tracks = sorted(k[1] for k in self.by if k[0] == "track")
 
     def _add(self, r: dict[str, Any]) -> None:
-        model, track, tokens, run = r["model"] or "(unknown)", _track(r), _tokens(r), r.get("run_id") or ""
+        model, track = r["model"] or "(unknown)", r["track"] or "(unknown)"
+        tokens, run = _tokens(r), r.get("run_id") or ""
         self.first_run[model] = min(self.first_run.get(model, run), run)
         codes = r["codes"] or []
         if model not in self.by_model:
             self.by_model[model] = _Stats()
         keys = [("track", track), ("model_track", model, track), ("model_tier", model, r["tier"])]
-        keys.append(("codes", _bucket(len(codes))))
+        keys.append(("codes", str(len(codes)) if len(codes) < 3 else "3+"))
         for key in keys:
             if key not in self.by:
                 self.by[key] = _Stats(_GROUP_MEANS[key[0]])

@@ -75,19 +75,13 @@ def _svg_scatter(track: str, pts: list[tuple[float, float]], r: float | None, un
     w, h, left, bottom = 300, 220, 44, 180
     xmax = max([p[0] for p in pts] + [1e-9])
     top = f"${xmax:.2f}" if unit == "cost" else f"{xmax:,.0f} tokens"
+    title = f"{html.escape(track)}: {unit} vs OVERALL (r = {'—' if r is None else f'{r:.2f}'})"
     parts = [
-        (
-            f'<text x="8" y="16" font-weight="bold">{html.escape(track)}: {unit} vs OVERALL '
-            f"(r = {'—' if r is None else f'{r:.2f}'})</text>"
-        ),
-        (
-            f'<line x1="{left}" y1="{bottom}" x2="{w - 10}" y2="{bottom}" stroke="#444"/><line x1="{left}" '
-            f'y1="28" x2="{left}" y2="{bottom}" stroke="#444"/>'
-        ),
-        (
-            f'<text x="{w - 10}" y="{bottom + 16}" text-anchor="end">{top}</text>'
-            f'<text x="{left - 4}" y="34" text-anchor="end">100</text>'
-        ),
+        f'<text x="8" y="16" font-weight="bold">{title}</text>',
+        f'<line x1="{left}" y1="{bottom}" x2="{w - 10}" y2="{bottom}" stroke="#444"/>',
+        f'<line x1="{left}" y1="28" x2="{left}" y2="{bottom}" stroke="#444"/>',
+        f'<text x="{w - 10}" y="{bottom + 16}" text-anchor="end">{top}</text>',
+        f'<text x="{left - 4}" y="34" text-anchor="end">100</text>',
     ]
     for x, y in pts:
         px = left + (w - left - 14) * x / xmax
@@ -157,10 +151,8 @@ def _runs_section(runs: list[dict[str, Any]], viewer_url: str | None) -> str:
     base = viewer_url.rstrip("/") if viewer_url else None
     body = []
     for r in sorted(runs, key=lambda r: (r.get("task") or "", r.get("model") or "", r["run_id"])):
-        rid = html.escape(r["run_id"])
-        if base:
-            href = html.escape(f"{base}/runs/{urllib.parse.quote(r['run_id'], safe='')}", quote=True)
-            rid = f'<a href="{href}">{rid}</a>'
+        link = f"{base}/runs/{urllib.parse.quote(r['run_id'], safe='')}" if base else ""
+        rid = _run_link(r["run_id"], link)
         cells = [
             r.get("task"),
             r.get("tier"),

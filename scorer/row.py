@@ -65,7 +65,3 @@ class Cost(msgspec.Struct, kw_only=True):
     cost_source: str | None = None
     """What the cost came from: ``reported`` (the provider's own figure), ``table``, both joined by
     ``+``, or None when nothing was priced (``scorer.cost.price_run``)."""
-
-    @classmethod
-    def of(cls, priced: dict[str, Any]) -> Cost:
-        return msgspec.convert(priced, cls)

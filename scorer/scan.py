@@ -1,15 +1,11 @@
 """Running scanners over stored runs: selection, skip and resume, timeouts, errors.
 
-A scan writes the rows of ``scorer.scan_results`` after every chunk of runs, so a run a scanner
-version has already scanned is skipped (a rerun adds nothing and asks no model) and a scan killed
-midway resumes where it stopped. A scanner that raises, runs past its timeout or returns anything
-but findings leaves an error row for that run, and the scan goes on (unless ``fail_on_error``).
-
-Where each kind runs: SQL scanners and the run selection on the locked read-only connection of
-``amb sql``, interrupted at the scanner's timeout (an error row for every run the query covers);
-Python scanners in worker processes that are killed at the timeout (``scorer.scan_worker``), on
-typed values only; LLM scanners through the judge (``scorer.scan_llm``); the built-in audit in the
-scorer's own call (``scorer.pipeline.audit_run``). Only this module writes.
+A scan writes its rows (``scorer.scan_results``) after every chunk of runs, so a run a scanner
+version has already scanned is skipped and a killed scan resumes where it stopped. A scanner that
+fails on a run leaves an error row for that run, and the scan goes on (unless ``fail_on_error``).
+SQL scanners and the run selection run on the locked read-only connection of ``amb sql``; Python
+scanners in worker processes (``scorer.scan_worker``); LLM scanners through the judge
+(``scorer.scan_llm``). Only this module writes.
 """
 
 from __future__ import annotations
@@ -238,16 +234,13 @@ def scan(
                 )
 
         for s in sql:
-            record([Row(s, r, *_sql_row(sql_found[s.id][r])) for r in pending[s.id]])
+            found = {r: sql_found[s.id][r] for r in pending[s.id]}
+            record([Row(s, r, [], f) if isinstance(f, str) else Row(s, r, f) for r, f in found.items()])
         per_run = [s for s in scanners if s.kind != "sql"]
         _scan_per_run(_PerRun(st, profile, per_run, llm), pending, record, jobs, chunk, progress, memory)
         memory.checkpoint()
     requests = llm.judge.requests if llm is not None else 0
     return scan_id, [Tally(s, *tallies[s.id]) for s in scanners], requests
-
-
-def _sql_row(result: Any) -> tuple[list[Finding], str | None]:
-    return ([], result) if isinstance(result, str) else (result, None)
 
 
 def _scan_per_run(

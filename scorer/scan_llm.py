@@ -1,15 +1,11 @@
 """LLM scanners: one question per run over its evidence view, asked through the judge's endpoint.
 
-The evidence is the judge's (``scorer.evidence``: budgeted, model text defanged) and the call is the
-judge's (``LLMJudge``: endpoint configuration, settings, transport failures recorded and never
-cached), asked with ``LLMJudge.ask``: a scanner's exchange is a ``judge_calls`` row whose item is
-``scan:<name>``, cached by the hash of (the prompt with the evidence's digest, model, settings), and
-whose ``answer`` column holds the parsed answer as JSON. A rerun of an unchanged scanner over
-unchanged runs makes no request.
-
-The reply is parsed fail-closed: the last JSON object with a ``value``, whose type must be the
-scanner's answer type (a boolean is not a number; a label must be one of the list); cited ids are
-kept only when the evidence shows them. Anything else is that run's error.
+The evidence and the call are the judge's (``LLMJudge.ask``): a scanner's exchange is a
+``judge_calls`` row whose item is ``scan:<name>``, cached by the hash of (the prompt with the
+evidence's digest, model, settings), so a rerun over unchanged runs makes no request. The reply is
+parsed fail-closed: the last JSON object with a ``value`` of the scanner's answer type (a boolean is
+not a number; a label must be one of the list); cited ids are kept only when the evidence shows
+them. Anything else is that run's error.
 """
 
 from __future__ import annotations

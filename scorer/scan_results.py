@@ -47,7 +47,6 @@ def append(con: duckdb.DuckDBPyConnection, scan_id: str, rows: list[Row]) -> Non
     """One insert per chunk; a (run, version) already stored is skipped."""
     if not rows:
         return
-    ts = ledger.now()
     import pyarrow as pa  # here: reading scan results (amb report) needs no Arrow
 
     table = pa.table(
@@ -56,21 +55,19 @@ def append(con: duckdb.DuckDBPyConnection, scan_id: str, rows: list[Row]) -> Non
             "scanner_id": [r.scanner.id for r in rows],
             "scanner": [r.scanner.name for r in rows],
             "run_id": [r.run_id for r in rows],
-            "scanned_at": pa.array([ts] * len(rows), pa.timestamp("us")),
+            "scanned_at": ledger.now_column(len(rows)),
             "n_findings": pa.array([len(r.found) for r in rows], pa.int32()),
             "value": [canonical_json(r.found[0].value).decode() if r.found else None for r in rows],
             "findings": [canonical_json([_builtins(f) for f in r.found]).decode() for r in rows],
             "error": pa.array([r.error for r in rows], pa.string()),
         }
     )
-    con.register("_amb_new_scan", table)
-    try:
-        con.execute(
-            "INSERT INTO scan_results SELECT n.* FROM _amb_new_scan n WHERE NOT EXISTS (SELECT 1 FROM "
-            "scan_results r WHERE r.scanner_id = n.scanner_id AND r.run_id = n.run_id AND r.error IS NULL)"
-        )
-    finally:
-        con.unregister("_amb_new_scan")
+    ledger.insert(
+        con,
+        table,
+        "INSERT INTO scan_results SELECT n.* FROM _amb_new n WHERE NOT EXISTS (SELECT 1 FROM "
+        "scan_results r WHERE r.scanner_id = n.scanner_id AND r.run_id = n.run_id AND r.error IS NULL)",
+    )
 
 
 def _builtins(f: Finding) -> dict[str, Any]:

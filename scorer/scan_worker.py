@@ -1,18 +1,15 @@
 """Python scanners run in a worker process, so that one which hangs can be stopped.
 
-A Python scanner is the user's own code. One that loops forever or sleeps cannot be stopped inside
-the scanning process (Python cannot kill a thread), and left behind it would keep a core busy, and
-keep the interpreter alive, for as long as the scan runs. So each of the scan's jobs has its own
-worker process (``python -m scorer.scan_worker``) that imports the scanner files itself and calls
-the scanners on the trajectories it is sent (the typed ``Trajectory``, as msgpack: far cheaper than
-reading the run back). The parent waits at most a scanner's timeout for each answer; past it, it
-kills the worker and its process group, records the timeout as that run's error, and starts a new
-worker for what is left. A worker that dies (``os._exit``, a crash) is that run's error too.
+A Python scanner is the user's own code, and Python cannot kill a thread: one that loops forever
+would keep a core busy, and the interpreter alive, for as long as the scan runs. So each of the
+scan's jobs has its own worker process (``python -m scorer.scan_worker``) that imports the scanner
+files itself and is sent typed ``Trajectory`` values as msgpack. Past a scanner's timeout the parent
+kills the worker and its process group and starts a new one (docs/scanning.md).
 
-The worker never opens the store: it receives typed values and sends back findings, whose cited
-events the parent checks against the run. Whatever the scanner prints goes to stderr, never into
-the answers, a line at a time with its control characters escaped (a scanner may print the agent's
-text). A worker whose parent dies is killed with it (Linux ``PR_SET_PDEATHSIG``).
+The worker never opens the store: it sends back findings, whose cited events the parent checks.
+What the scanner prints goes to stderr, never into the answers, with its control characters escaped
+(a scanner may print the agent's text). A worker whose parent dies is killed with it
+(``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations

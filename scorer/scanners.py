@@ -1,22 +1,9 @@
 """Scanners: checks a team writes over stored runs, each identified by the hash of what it is.
 
-Four kinds, one contract: given a run, give its findings (a value, an explanation and the events
-that show it, ``source:seq``).
-
-- **Python**: a function in a ``.py`` file under ``@scanner`` (public as ``amb.scan``). It receives
-  the run's ``Trajectory`` (the scorer's read-back: typed values, never the store); with
-  ``kinds=[...]`` the trajectory is folded from those event kinds only, a cheaper read.
-- **SQL**: a ``.sql`` file whose query over the store's views returns ``run_id, value, explanation,
-  events`` (one row per finding). It runs on the locked read-only connection of ``amb sql``.
-- **LLM**: a ``.toml`` file with a ``prompt`` and an ``answer`` type (``boolean``, ``number``,
-  ``text`` or a list of labels), asked over the run's evidence view through the judge's endpoint.
-- **Built-in** ``audit``: the auditor's rules (``scorer.audit``) under the profile's ``[audit]``,
-  one finding per violation whose value is the rule's name. Scoring audits every run it scores
-  with the same rules and stores the same findings under the same version (``scorer.batch``).
-
-A scanner's id is the sha256 of the canonical JSON of its kind, name and content (the whole file's
-text for Python, the query, the prompt and answer type and model, the audit rules), as a scoring
-profile is identified: editing a scanner makes a new version whose results stand beside the old.
+Four kinds, one contract (given a run, give its findings): a Python ``@scanner`` function, a SQL
+query over the store's views, an LLM prompt over the run's evidence, and the built-in ``audit``
+(docs/scanning.md). A scanner's id is the sha256 of the canonical JSON of its kind, name and
+content, so editing a scanner makes a new version whose results stand beside the old.
 """
 
 from __future__ import annotations

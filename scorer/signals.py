@@ -8,8 +8,10 @@ that cannot be established from the record is absent, not guessed.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import NamedTuple
 
+from schemas.task_spec import TaskSpec
 from scorer.trajectory import Exec, Trajectory
 
 SETUP_RE = re.compile(
@@ -46,13 +48,8 @@ FORWARD_RE = re.compile(
     r"(\.generate\(|predict|infer|inference|forward\(|model\(|run_case|sliding_window|\.run\(|pipeline\()"
 )
 HUB_HOSTS = (
-    "huggingface.co",
-    "hf.co",
-    "zenodo.org",
-    "github.com",
-    "objects.githubusercontent.com",
-    "download.pytorch.org",
-    "ngc.nvidia.com",
+    *("huggingface.co", "hf.co", "zenodo.org", "github.com", "objects.githubusercontent.com"),
+    *("download.pytorch.org", "ngc.nvidia.com"),
 )
 
 
@@ -97,15 +94,22 @@ class Outputs(NamedTuple):
 _FALLBACK_ROOTS = ("agents_outputs", "agent_outputs")
 
 
-def output_root(traj: Trajectory) -> Outputs:
-    spec = None
-    if traj.task:
-        try:
-            from tasks.registry import load_spec
+@lru_cache(maxsize=256)
+def task_spec(task: str | None) -> TaskSpec | None:
+    """The spec of a task id; None when the task is unknown or broken (its run is still scored, with
+    TASK unscored and the benchmark's usual layout)."""
+    if not task:
+        return None
+    try:
+        from tasks.registry import load_spec
 
-            spec = load_spec(traj.task)
-        except Exception:  # an unknown or broken task id: fall back to the usual layout
-            spec = None
+        return load_spec(task)
+    except Exception:
+        return None
+
+
+def output_root(traj: Trajectory) -> Outputs:
+    spec = task_spec(traj.task)
     if spec is None:
         pattern = re.compile(r"^(?:agents_outputs|agent_outputs)/(?P<case>[^/]+)/.+$")
         return Outputs(_FALLBACK_ROOTS, (), (pattern,), traj.workspace)

@@ -1,14 +1,7 @@
 """Stage scores and how they combine: S1–S3 from rubric verdicts, AGENTIC, OVERALL.
 
-- Item values come from the judge, except where the rubric says otherwise: an ``auto_credit`` tier
-  gets the item's top value without judging (the paper's Lite rule for s1d/s1e/s1f), and an item
-  whose ``requires`` item is 0 is forced to 0 (s1b/s1c without a plan, s1f without a plot).
-- A stage is the mean of its items. An unscored item makes the stage unscored
-  (``unscored_item_policy = "stage_unscored"``) or is left out (``"skip_item"``).
-- AGENTIC = Σ wᵢ·Sᵢ under the profile's ``null_policy`` for unscored stages: ``zero`` (counts 0,
-  full denominator; the public seg code), ``renormalise`` (weights renormalised over scored
-  stages), ``unscored`` (AGENTIC unscored). With no scored stage at all AGENTIC is unscored.
-- OVERALL = a·AGENTIC + t·TASK; unscored when either part is unscored (never a silent 0).
+The rules (auto-credit, ``requires``, the unscored-item and null policies) are in docs/scoring.md.
+An unscored part makes OVERALL unscored, never a silent 0.
 """
 
 from __future__ import annotations

@@ -2,14 +2,9 @@
 
 The grader is a pure function of (task spec, submission files, references, grade options), so its
 result is cached under the hash of exactly those inputs (``grade_key``): a rescore with unchanged
-metric options never re-reads a mask. Anything that prevents grading (no task, no references, a
-file whose content was not stored, no grader for the track) gives an *unscored* TASK with the
-reason, never 0.
-
-S4 and S5 are derived here too, because they are functions of the same grade (the paper's Table 7):
-S4 = w·completion + w'·format_valid, S5 = w·has_valid_results + w'·format_valid, where completion is
-the share of cases with an output, format_valid means every present output is well-formed (and at
-least one exists), and has_valid_results means some case scored above 0.
+metric options never re-reads a mask. Anything that prevents grading gives an *unscored* TASK with
+the reason, never 0. S4 and S5 are derived here too, as functions of the same grade (the paper's
+Table 7, docs/scoring.md).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Enhancement grader (LDCT denoising, MRI super-resolution): mean SSIM, PSNR as a diagnostic.
 
-The output must be a plain ``.npy`` (no pickle) of the task's dtype, exactly the reference's shape,
-finite. SSIM's data range is the case's ``data_range`` in ``ground_truth.csv``, else the reference's
-max - min (AutoMedBench's rule), never the dtype's range. The case score is SSIM clipped to [0, 1]
-(SSIM is negative for an anti-correlated output; every TASK metric is on [0, 1]).
+The output checks, the data range and the case score are in docs/enhancement-and-detection.md; the
+case score is SSIM clipped to [0, 1] (SSIM is negative for an anti-correlated output).
 """
 
 from __future__ import annotations

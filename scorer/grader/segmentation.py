@@ -1,12 +1,8 @@
 """The segmentation grader: macro Dice with AutoMedBench's conventions (``scorer.metrics.dice``).
 
-- ``binary``: one mask per target (organ, lesion), binarised with ``> threshold``. Organ Dice is
-  averaged over all cases, lesion Dice only over cases whose reference lesion is non-empty; the TASK
-  combines the two dataset-level means with the profile's ``seg_formula``.
-- ``multiclass``: one integer label map; values are rounded, every value must be 0 or an allowed
-  label id; each label's Dice is averaged over cases, then the labels are macro-averaged.
-
-Both empty → 1.0, exactly one empty → 0.0.
+``binary`` tasks have one mask per target (organ, lesion), binarised with ``> threshold``;
+``multiclass`` tasks one integer label map. How cases and labels are averaged is in
+docs/tasks-and-grader.md. Both empty → 1.0, exactly one empty → 0.0.
 """
 
 from __future__ import annotations

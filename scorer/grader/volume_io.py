@@ -25,20 +25,8 @@ from replay.arrays import load_nifti
 
 # What nibabel, gzip and numpy raise on truncated, corrupt or nonsensical files.
 _READ_ERRORS = (
-    OSError,
-    EOFError,
-    ValueError,
-    TypeError,
-    struct.error,
-    zlib.error,
-    gzip.BadGzipFile,
-    ImageFileError,
-    HeaderDataError,
-    WrapStructError,
-    MemoryError,
-    OverflowError,
-    IndexError,
-    KeyError,
+    *(OSError, EOFError, ValueError, TypeError, MemoryError, OverflowError, IndexError, KeyError),
+    *(struct.error, zlib.error, gzip.BadGzipFile, ImageFileError, HeaderDataError, WrapStructError),
 )
 
 

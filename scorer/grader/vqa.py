@@ -1,11 +1,6 @@
 """The VQA grader: one ``answer.json`` per question of the reference, read defensively and scored
-by ``scorer.metrics.vqa`` (open-ended ``predicted_answer`` or multiple-choice ``predicted_label``).
-
-A missing file is ``missing``; unreadable or malformed JSON, a non-string answer or label (a
-multiple-choice ``predicted_label`` that is a number, list, object or null), an A–E label that
-cannot be read, or a placeholder answer is ``invalid``. An honest skip (empty answer and raw output)
-scores 0 with that reason. Absent bookkeeping keys or a ``question_id`` that disagrees with its
-folder do not change the score; they are warnings in the case's reason.
+by ``scorer.metrics.vqa``. What makes an answer ``missing``, ``invalid``, an honest skip or a warning
+is in docs/vqa-and-report.md.
 """
 
 from __future__ import annotations
@@ -26,12 +21,8 @@ MAX_ANSWER_BYTES = 1 << 20
 """An answer file larger than this is rejected unread (answers are a few hundred bytes)."""
 
 REQUIRED_KEYS = (
-    "question_id",
-    "predicted_label",
-    "predicted_answer",
-    "raw_model_output",
-    "model_name",
-    "runtime_s",
+    *("question_id", "predicted_label", "predicted_answer"),
+    *("raw_model_output", "model_name", "runtime_s"),
 )
 
 

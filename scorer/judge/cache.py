@@ -1,14 +1,9 @@
 """The judge-call cache: every LLM judge exchange, keyed by the hash of its full input.
 
-key = sha256 of the canonical JSON of {messages (with the full evidence), model, settings}, where
-settings are the ones that change a reply (temperature, seed, max_tokens, JSON mode, prompt
-version). Replies that are a function of that input (a verdict, a parse failure, an out-of-range
-value, a refusal) are cached; transport failures (timeout, connection, HTTP error) are recorded but
-never served from the cache, so the next rescore asks again.
-
-The cache is loaded from the store's ``judge_calls`` table before a batch and new records are
-written back in one bulk insert after it (``scorer.ledger``); during the batch it is a dict guarded by
-a lock, shared by the scoring threads.
+key = sha256 of the canonical JSON of {messages (with the full evidence), model, settings that change
+a reply}. Replies that are a function of that input (a verdict, a parse failure, a refusal) are
+cached; transport failures are recorded but never served from the cache, so the next rescore asks
+again. Records are read from and written to the store's ``judge_calls`` table (``scorer.ledger``).
 """
 
 from __future__ import annotations

@@ -1,19 +1,17 @@
 """The offline judge: rubric items decided by rules over the recorded facts, no model involved.
 
-The default judge when no endpoint is configured, and labelled ``offline:<RULES_VERSION>`` in every
-output so its numbers are never mistaken for an LLM judge's. Each item names its rule in the profile
-(``rule = "plan_exists"``); a rule sees the folded trajectory and returns one of the item's offered
-values, a reason and the event ids it rests on. A rule the profile names but this module does not
-know makes that item unscored (``unknown_rule``), never 0.
-
-Rules over things the record cannot show (what an image depicts) are conservative proxies, said so
-in their reason: ``plot_is_diagram`` accepts a valid PNG written next to a plan that describes a flow.
+Labelled ``offline:<RULES_VERSION>`` in every output so its numbers are never mistaken for an LLM
+judge's (docs/scoring.md, Judges). Each item names its rule in the profile; a rule sees the folded
+trajectory and returns a value, a reason and the event ids it rests on. A rule this module does not
+know makes that item unscored (``unknown_rule``), never 0. Rules over what the record cannot show
+(what an image depicts) are conservative proxies, said so in their reason.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import cached_property
 
 from scorer.evidence import PNG_MAGIC, Evidence
 from scorer.judge.base import Verdict, snap
@@ -99,26 +97,23 @@ class _Ctx:
         self.t = traj
         self.track = track
         self.roots = output_root(traj)
-        self._plan: tuple[str, str] | None | bool = False
         self.get_blob = get_blob
 
+    @cached_property
     def plan(self) -> tuple[str, str] | None:
         """(event id, text) of the last plan.md written, or None."""
-        if self._plan is False:
-            found = self.t.last_write("plan.md")
-            text = blob_or_empty(self.get_blob, found[1].content).decode("utf-8", "replace") if found else ""
-            self._plan = (found[0], text) if found is not None and found[1].size > 0 else None
-        # Why the ignore[return-value] below: set just above; a type checker cannot see through the cache.
-        return self._plan  # type: ignore[return-value]
+        found = self.t.last_write("plan.md")
+        text = blob_or_empty(self.get_blob, found[1].content).decode("utf-8", "replace") if found else ""
+        return (found[0], text) if found is not None and found[1].size > 0 else None
 
 
 def plan_exists(c: _Ctx) -> Result:
-    p = c.plan()
+    p = c.plan
     return (1.0, "plan.md written", [p[0]]) if p else (0.0, "no non-empty plan.md was written", [])
 
 
 def plan_pipeline(c: _Ctx) -> Result:
-    p = c.plan()
+    p = c.plan
     if not p:
         return 0.0, "no plan.md", []
     steps = [ln for ln in p[1].splitlines() if re.match(r"\s*(\d+[.)]|[-*])\s+\S", ln)]
@@ -130,7 +125,7 @@ def plan_pipeline(c: _Ctx) -> Result:
 
 
 def plan_target(c: _Ctx) -> Result:
-    p = c.plan()
+    p = c.plan
     if not p:
         return 0.0, "no plan.md", []
     pattern = TARGETS.get(c.track or "")
@@ -142,7 +137,7 @@ def plan_target(c: _Ctx) -> Result:
 
 
 def plan_candidates(c: _Ctx) -> Result:
-    p = c.plan()
+    p = c.plan
     if not p:
         return 0.0, "no plan.md", []
     rows = [
@@ -167,7 +162,7 @@ def plot_is_diagram(c: _Ctx) -> Result:
         return 0.0, "no plan.png", []
     if not blob_or_empty(c.get_blob, found[1].content).startswith(PNG_MAGIC):
         return 0.0, "plan.png is not a readable PNG", [found[0]]
-    p = c.plan()
+    p = c.plan
     if p and FLOW_WORDS.search(p[1]):
         why = "proxy: a valid PNG beside a plan that describes a flow (the offline judge cannot see images)"
         return 1.0, why, [found[0], p[0]]
@@ -233,7 +228,7 @@ def pilot_validated(c: _Ctx) -> Result:
 
 def plan_mentions(c: _Ctx, item: RubricItem) -> Result:
     """The plan's text matches the item's pattern."""
-    p = c.plan()
+    p = c.plan
     if not p:
         return 0.0, "no plan.md", []
     if m := re.search(item.pattern, p[1]):
@@ -278,25 +273,9 @@ def rerun_after_failure(c: _Ctx) -> Result:
 
 ITEM_RULES = {"plan_mentions", "code_ran", "file_written"}
 
-RULES: dict[str, Callable[..., Result]] = {
-    f.__name__: f
-    for f in (
-        plan_exists,
-        plan_pipeline,
-        plan_target,
-        plan_candidates,
-        plot_exists,
-        plot_is_diagram,
-        weights_obtained,
-        input_checked,
-        env_ready,
-        env_failures_resolved,
-        model_runs,
-        pilot_validated,
-        plan_mentions,
-        code_ran,
-        file_written,
-        pilot_before_bulk,
-        rerun_after_failure,
-    )
-}
+_RULE_FUNCTIONS = (
+    *(plan_exists, plan_pipeline, plan_target, plan_candidates, plot_exists, plot_is_diagram),
+    *(weights_obtained, input_checked, env_ready, env_failures_resolved, model_runs, pilot_validated),
+    *(plan_mentions, code_ran, file_written, pilot_before_bulk, rerun_after_failure),
+)
+RULES: dict[str, Callable[..., Result]] = {f.__name__: f for f in _RULE_FUNCTIONS}

@@ -1,10 +1,8 @@
-"""Fail-closed parsing of an LLM judge reply into a verdict.
+"""Fail-closed parsing of an LLM judge reply into a verdict (Inspect's judge hygiene).
 
-Rules (Inspect's judge hygiene): take the LAST JSON object in the reply that has a ``value`` (so
-chain-of-thought or an injected object earlier in the text cannot win); the item id, if given,
-must be the item asked; the value must be one of the offered values (a boolean is not a number);
-cited event ids are kept only if they occur in the evidence. Anything else is *unscored* with a
-named reason: ``empty_reply``, ``parse_failure``, ``wrong_item``, ``value_out_of_range``.
+The LAST JSON object in the reply that has a ``value`` counts, so chain-of-thought or an injected
+object earlier in the text cannot win; anything docs/scoring.md (Judges) does not accept is
+*unscored* with a named reason, never a guess.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """BLEU-1..4 as the COCO caption toolkit computes it (what the report-score reference code calls).
 
-Why not sacrebleu or NLTK: the three common implementations disagree by several points on the same
-input, and AutoMedBench's report score goes through ``pycocoevalcap``'s
-``Bleu(4)``. This module re-implements that definition (and is cross-checked against it in the tests):
-
-- tokens are whitespace-split (the caller does any preprocessing);
-- clipped n-gram counts per segment, against the maximum count over the segment's references;
-- effective reference length per segment: the reference length closest to the hypothesis length
-  (ties to the shorter), or the single reference's length;
-- smoothing constants ``tiny = 1e-15`` on matches and ``small = 1e-9`` on guesses, so a hypothesis
-  without any 4-gram match scores ~0 instead of dividing by zero;
-- brevity penalty ``exp(1 - r/c)`` when the hypothesis is shorter;
-- **corpus** BLEU sums the counts over all segments before the geometric mean (not a mean of
-  sentence BLEUs); the per-segment scores are the same formula applied to one segment.
+Why not sacrebleu or NLTK: the common implementations disagree by several points on the same input,
+and AutoMedBench's report score goes through ``pycocoevalcap``'s ``Bleu(4)``. This module
+re-implements that definition (the tests cross-check it): whitespace tokens, clipped n-gram counts,
+COCO's effective reference length, its smoothing constants (so a hypothesis without any 4-gram match
+scores ~0 instead of dividing by zero) and brevity penalty. **Corpus** BLEU sums the counts over all
+segments before the geometric mean (not a mean of sentence BLEUs).
 """
 
 from __future__ import annotations

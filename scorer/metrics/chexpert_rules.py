@@ -1,21 +1,15 @@
 """A rule-based CheXpert-style labeller: the documented substitute for CheXbert.
 
 The report score's last three parts are CheXbert's micro precision, recall and F1 over the 14
-CheXpert observations. CheXbert is a BERT model whose weights are not on this machine, so when they
-are absent the grader labels both texts with these rules instead and says so (``degraded``).
+CheXpert observations. When CheXbert's weights are absent the grader labels both texts with these
+rules instead and says so (``degraded``). As in the CheXpert labeller: a finding's mention is
+positive, negative or uncertain (cues in its clause); a finding is 1 when any mention is positive
+**or uncertain** (the report-generation evaluation maps "uncertain" to 1, as f1chexbert's ``rrg``
+mode does); ``No Finding`` is 1 when no finding other than ``Support Devices`` is.
 
-Labelling follows the CheXpert labeller's conventions, which CheXbert was trained to imitate:
-
-- each of the 13 findings is mentioned via the phrases below; a mention is positive, negative
-  (negation cue in its clause) or uncertain (hedge cue);
-- a finding is labelled 1 when any mention is positive **or uncertain** (the report-generation
-  evaluation maps CheXbert's "uncertain" class to 1, as f1chexbert's ``rrg`` mode does), else 0;
-- ``No Finding`` is 1 when no finding other than ``Support Devices`` is 1.
-
-Micro P/R/F1 pool true positives, false positives and false negatives over all (report, label)
-pairs, like scikit-learn's "micro avg" row. When neither side has any positive label, P = R = F1 = 1
-(the reports agree perfectly); sklearn would print 0 there, but with ``No Finding`` every report has at
-least one positive label, so the two rules never disagree on real reports.
+Micro P/R/F1 pool the counts over all (report, label) pairs, like scikit-learn's "micro avg". When
+neither side has any positive label, P = R = F1 = 1 (the reports agree); with ``No Finding`` that
+never happens on real reports.
 """
 
 from __future__ import annotations
@@ -28,20 +22,9 @@ import msgspec
 from scorer.metrics.negation import certainty, clauses
 
 CHEXPERT_LABELS: tuple[str, ...] = (
-    "Enlarged Cardiomediastinum",
-    "Cardiomegaly",
-    "Lung Opacity",
-    "Lung Lesion",
-    "Edema",
-    "Consolidation",
-    "Pneumonia",
-    "Atelectasis",
-    "Pneumothorax",
-    "Pleural Effusion",
-    "Pleural Other",
-    "Fracture",
-    "Support Devices",
-    "No Finding",
+    *("Enlarged Cardiomediastinum", "Cardiomegaly", "Lung Opacity", "Lung Lesion", "Edema"),
+    *("Consolidation", "Pneumonia", "Atelectasis", "Pneumothorax", "Pleural Effusion"),
+    *("Pleural Other", "Fracture", "Support Devices", "No Finding"),
 )
 
 _PHRASES: dict[str, list[str]] = {

@@ -1,11 +1,8 @@
 """mAP at one IoU threshold for 2-D box detection, our own implementation (numpy).
 
-Its conventions (box area, class names, matching, wildcard, the classes in the mean, interpolation)
-are each pinned in ``DetParams``, echoed with the score, and described in
+Its conventions are each pinned in ``DetParams``, echoed with the score, and described in
 docs/enhancement-and-detection.md. The 101 recall thresholds of ``coco_101`` are compared exactly in
-integers (``100·tp >= k·n_gt``): pycocotools' ``np.linspace(0, 1, 101)`` puts ten of them one ulp
-above k/100, so recall 0.7 exactly misses threshold 70 there; the public code (``k / 100.0``) agrees
-with us.
+integers (``100·tp >= k·n_gt``): pycocotools' ``np.linspace`` puts ten of them one ulp above k/100.
 """
 
 from __future__ import annotations

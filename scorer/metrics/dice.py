@@ -1,12 +1,9 @@
 """Dice from one confusion-matrix pass over a pair of label volumes.
 
-Why a confusion matrix: building one boolean mask per label costs a full pass per label (117 passes
-for TotalSegmentator). ``np.bincount`` over ``pred * R + ref`` counts every (pred, ref) pair in a
-single pass, so the cost does not depend on the label count, and every label's TP/FP/FN falls out
-of the row and column sums. The pass runs in slabs of about one 512×512 slice, so the temporaries
-(including the intp copy ``np.bincount`` makes of its input) stay in cache: that is 2-3× faster than
-large slabs, and memory stays flat whatever the volume size. Slabs follow the array's memory order
-(NIfTI arrays are Fortran-ordered: slabs along the last axis; C-ordered arrays: along the first).
+``np.bincount`` over ``pred * R + ref`` counts every (pred, ref) pair in a single pass, so the cost
+does not depend on the label count (one mask per label would cost a pass per label). The pass runs
+in slabs of about one 512×512 slice, in the array's memory order, so the temporaries stay in cache
+and memory stays flat whatever the volume size.
 
 Conventions (AutoMedBench ``dice_scorer.py``): Dice = 2|P∩G| / (|P|+|G|); both empty → 1.0; exactly
 one empty → 0.0.

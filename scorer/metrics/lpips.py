@@ -1,18 +1,11 @@
 """LPIPS (Zhang et al. 2018, AlexNet variant, version 0.1) in numpy, from a local weights file.
 
-The enhancement branch of AutoMedBench scores LPIPS with the ``lpips`` package (``net="alex"``): each
-2-D image is min-max scaled to [-1, 1] on its own, replicated to three channels, shifted and scaled
-per channel, passed through AlexNet's five conv+ReLU stages; each stage's features are normalised
-to unit length along the channels, the squared difference is weighted per channel by a learned
-1x1 layer, averaged over the pixels, and the five stage values are summed.
-
-The network weights cannot be downloaded at run time, so they are read from a local ``.npz`` named
-by ``AMB_LPIPS_WEIGHTS`` holding the arrays under the names of the two PyTorch state dicts they come
-from: torchvision's AlexNet ``features.{0,3,6,8,10}.{weight,bias}`` and lpips's
-``lin{0..4}.model.1.weight``. Without that file the metric is unavailable and the caller says so
-(``degraded``); nothing is substituted silently. Computing in numpy keeps torch out of the
-project's dependencies; the arithmetic is float32, as in the branch's PyTorch forward pass
-(``bench/lpips.py`` measures the difference and the time).
+It reproduces the ``lpips`` package (``net="alex"``) that AutoMedBench's enhancement branch uses,
+in float32 as its PyTorch forward pass does; numpy keeps torch out of the dependencies. The weights
+cannot be downloaded at run time: they are read from the ``.npz`` named by ``AMB_LPIPS_WEIGHTS``,
+under the names of the PyTorch state dicts they come from (torchvision's AlexNet
+``features.{0,3,6,8,10}.{weight,bias}``, lpips's ``lin{0..4}.model.1.weight``). Without that file the
+metric is unavailable and the caller says so (``degraded``); nothing is substituted silently.
 """
 
 from __future__ import annotations

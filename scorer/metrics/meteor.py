@@ -1,26 +1,16 @@
-"""METEOR: the real METEOR 1.5 (Java) when it can run, a documented pure-Python fallback otherwise.
+"""METEOR: the real METEOR 1.5 (Java) when it can run, a pure-Python fallback otherwise.
 
-The report score's reference code calls ``pycocoevalcap``'s ``Meteor``, which drives
-``meteor-1.5.jar -stdio -l en -norm`` (exact, stem, synonym and paraphrase modules; the jar and its
-paraphrase table ship inside the pycocoevalcap wheel). We drive the same jar ourselves instead of
-importing that wrapper because the wrapper can block forever on a dead pipe and keeps no timeout;
-here every read has a deadline, and a failed or slow JVM falls back instead of hanging the grader.
+The reference code's ``pycocoevalcap`` ``Meteor`` drives ``meteor-1.5.jar -stdio -l en -norm`` (the
+jar ships in that wheel). We drive the same jar ourselves because that wrapper can block forever on
+a dead pipe: here every read has a deadline, and a failed or slow JVM falls back instead of hanging.
+``SCORE ||| refs... ||| hyp`` returns a line of statistics; ``EVAL ||| stats...`` one score per
+segment, then the corpus score (from the summed statistics, *not* the mean of the segments). The JVM
+takes ~6 s to start, so one process is kept and reused under a lock, restarted after any failure.
 
-Protocol (the jar's ``-stdio`` mode): ``SCORE ||| ref1 ||| ref2 ||| hyp`` returns one line of
-sufficient statistics; ``EVAL ||| stats1 ||| stats2 ...`` returns one score line per segment and
-then the corpus score (computed by METEOR from the summed statistics, so it is *not* the mean of the
-segment scores).
-
-The JVM takes ~6 s to start and load the paraphrase table, so one process is kept per Python process
-and reused (guarded by a lock); it is restarted after any failure.
-
-Fallback (``impl = "python-exact"``): when Java or the jar is missing or the JVM fails, the original
-METEOR formula (Banerjee & Lavie 2005; NLTK's defaults ``alpha=0.9, beta=3, gamma=0.5``) over
-lower-cased exact token matches with NLTK's greedy alignment:
-``Fmean = P·R / (alpha·P + (1-alpha)·R)``, ``penalty = gamma·(chunks/matches)^beta``,
-``score = Fmean·(1 - penalty)``; corpus value from the summed matches, lengths and chunks. It is a
-different scale from METEOR 1.5 (no stems, synonyms or paraphrases; identical texts score slightly
-below 1), so the caller must report it as a substitution.
+Fallback (``python-exact``): the original METEOR (Banerjee & Lavie 2005; NLTK's ``alpha=0.9, beta=3,
+gamma=0.5``) over lower-cased exact matches with NLTK's greedy alignment, the corpus value from the
+summed matches, lengths and chunks. Its scale differs from METEOR 1.5 (no stems, synonyms or
+paraphrases), so the caller must report it as a substitution.
 """
 
 from __future__ import annotations
@@ -41,6 +31,7 @@ import msgspec
 JAVA_TIMEOUT_S = 120.0
 """Deadline for the JVM's first answer (start-up plus paraphrase table); later reads reuse it."""
 
+_JVM = ("java", "-Xmx2G", "-Djava.awt.headless=true", "-Dfile.encoding=UTF-8", "-jar")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _WS = re.compile(r"\s+")
 
@@ -95,20 +86,7 @@ class _JavaMeteor:
 
     def __init__(self, jar: Path) -> None:
         self.proc = subprocess.Popen(
-            [
-                "java",
-                "-Xmx2G",
-                "-Djava.awt.headless=true",
-                "-Dfile.encoding=UTF-8",
-                "-jar",
-                str(jar),
-                "-",
-                "-",
-                "-stdio",
-                "-l",
-                "en",
-                "-norm",
-            ],
+            [*_JVM, str(jar), "-", "-", "-stdio", "-l", "en", "-norm"],
             cwd=str(jar.parent),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -207,8 +185,6 @@ def shutdown() -> None:
 
 atexit.register(shutdown)
 
-
-# --- the pure-Python fallback ----------------------------------------------------------------------
 
 FALLBACK_ALPHA, FALLBACK_BETA, FALLBACK_GAMMA = 0.9, 3.0, 0.5
 

@@ -1,9 +1,8 @@
 """PSNR, a diagnostic beside SSIM for the enhancement track (numpy only).
 
-Written by hand because ``skimage.metrics.peak_signal_noise_ratio`` pulls in ``scipy.stats``
-(about 0.7 s of import). Like SSIM, the data range comes from the reference, never from the dtype.
-AutoMedBench caps the value at 99 dB when the mean squared error is at most 1e-12 (an identical
-image would otherwise give +inf); both numbers are pinned here and echoed with the score.
+Written by hand because ``skimage.metrics.peak_signal_noise_ratio`` pulls in ``scipy.stats`` (about
+0.7 s of import). The data range comes from the reference; AutoMedBench's 99 dB cap at MSE <= 1e-12
+is pinned here and echoed with the score.
 """
 
 from __future__ import annotations

@@ -26,171 +26,44 @@ import msgspec
 
 from scorer.metrics.negation import certainty, clauses
 
-_ANATOMY = [
-    "cardiomediastinal silhouette",
-    "cardiac silhouette",
-    "mediastinal contours",
-    "hilar contours",
-    "costophrenic angles",
-    "costophrenic angle",
-    "osseous structures",
-    "soft tissues",
-    "pulmonary vasculature",
-    "hemidiaphragms",
-    "hemidiaphragm",
-    "hemithorax",
-    "mediastinum",
-    "mediastinal",
-    "cardiomediastinal",
-    "heart",
-    "cardiac",
-    "lungs",
-    "lung",
-    "lobes",
-    "lobe",
-    "bases",
-    "base",
-    "apices",
-    "apex",
-    "hila",
-    "hilar",
-    "hilum",
-    "pleural",
-    "pleura",
-    "diaphragm",
-    "aorta",
-    "aortic",
-    "trachea",
-    "spine",
-    "ribs",
-    "rib",
-    "clavicle",
-    "chest",
-    "thorax",
-    "thoracic",
-    "vasculature",
-    "bones",
-    "bony",
-    "lingula",
-    "retrocardiac",
-    "perihilar",
-    "parenchyma",
-    "airspace",
-    "interstitium",
-    "stomach",
-    "abdomen",
-    "tissue",
-    "epithelium",
-    "stroma",
-    "gland",
-    "glands",
-    "mucosa",
-    "nuclei",
-    "cells",
-    "lymph node",
-    "lymph nodes",
-]
-_OBSERVATION = [
-    "pleural effusion",
-    "pleural effusions",
-    "effusion",
-    "effusions",
-    "pneumothorax",
-    "consolidation",
-    "consolidations",
-    "opacity",
-    "opacities",
-    "opacification",
-    "edema",
-    "congestion",
-    "atelectasis",
-    "cardiomegaly",
-    "enlargement",
-    "enlarged",
-    "pneumonia",
-    "nodule",
-    "nodules",
-    "mass",
-    "masses",
-    "fracture",
-    "fractures",
-    "granuloma",
-    "granulomas",
-    "emphysema",
-    "hyperinflation",
-    "infiltrate",
-    "infiltrates",
-    "scarring",
-    "thickening",
-    "calcification",
-    "calcifications",
-    "calcified",
-    "tortuous",
-    "tortuosity",
-    "degenerative changes",
-    "tube",
-    "line",
-    "catheter",
-    "pacemaker",
-    "wires",
-    "clips",
-    "normal",
-    "clear",
-    "unremarkable",
-    "stable",
-    "widened",
-    "carcinoma",
-    "adenocarcinoma",
-    "necrosis",
-    "inflammation",
-    "fibrosis",
-    "hyperplasia",
-    "dysplasia",
-    "metastasis",
-    "tumor",
-    "lesion",
-    "lesions",
-    "infarct",
-    "hemorrhage",
-    "ulcer",
-    "inflammatory",
-    "malignant",
-    "benign",
-    "atypia",
-    "mitoses",
-]
-_MODIFIERS = [
-    "left",
-    "right",
-    "bilateral",
-    "upper",
-    "lower",
-    "middle",
-    "small",
-    "large",
-    "moderate",
-    "mild",
-    "mildly",
-    "severe",
-    "trace",
-    "minimal",
-    "focal",
-    "diffuse",
-    "multifocal",
-    "patchy",
-    "basilar",
-    "apical",
-    "retrocardiac",
-    "new",
-    "increased",
-    "decreased",
-    "chronic",
-    "acute",
-    "well-differentiated",
-    "poorly",
-    "moderately",
-    "invasive",
-]
+
+def _lexicon(text: str) -> list[str]:
+    """The comma-separated entries of a lexicon block, in order (an entry may wrap a line)."""
+    return [" ".join(w.split()) for w in text.split(",") if w.strip()]
+
+
+_ANATOMY = _lexicon(
+    """
+    cardiomediastinal silhouette, cardiac silhouette, mediastinal contours, hilar contours,
+    costophrenic angles, costophrenic angle, osseous structures, soft tissues, pulmonary
+    vasculature, hemidiaphragms, hemidiaphragm, hemithorax, mediastinum, mediastinal,
+    cardiomediastinal, heart, cardiac, lungs, lung, lobes, lobe, bases, base, apices, apex, hila,
+    hilar, hilum, pleural, pleura, diaphragm, aorta, aortic, trachea, spine, ribs, rib, clavicle,
+    chest, thorax, thoracic, vasculature, bones, bony, lingula, retrocardiac, perihilar, parenchyma,
+    airspace, interstitium, stomach, abdomen, tissue, epithelium, stroma, gland, glands, mucosa,
+    nuclei, cells, lymph node, lymph nodes
+    """
+)
+_OBSERVATION = _lexicon(
+    """
+    pleural effusion, pleural effusions, effusion, effusions, pneumothorax, consolidation,
+    consolidations, opacity, opacities, opacification, edema, congestion, atelectasis, cardiomegaly,
+    enlargement, enlarged, pneumonia, nodule, nodules, mass, masses, fracture, fractures, granuloma,
+    granulomas, emphysema, hyperinflation, infiltrate, infiltrates, scarring, thickening,
+    calcification, calcifications, calcified, tortuous, tortuosity, degenerative changes, tube,
+    line, catheter, pacemaker, wires, clips, normal, clear, unremarkable, stable, widened,
+    carcinoma, adenocarcinoma, necrosis, inflammation, fibrosis, hyperplasia, dysplasia, metastasis,
+    tumor, lesion, lesions, infarct, hemorrhage, ulcer, inflammatory, malignant, benign, atypia,
+    mitoses
+    """
+)
+_MODIFIERS = _lexicon(
+    """
+    left, right, bilateral, upper, lower, middle, small, large, moderate, mild, mildly, severe,
+    trace, minimal, focal, diffuse, multifocal, patchy, basilar, apical, retrocardiac, new,
+    increased, decreased, chronic, acute, well-differentiated, poorly, moderately, invasive
+    """
+)
 
 
 # One alternation over every lexicon entry, longest first, so "pleural effusion" wins over "pleural"
@@ -235,12 +108,9 @@ def extract_graph(text: str) -> Graph:
         for k, i in enumerate(here):
             if kinds[k] == "mod":
                 nxt = i + 1
-                if nxt < len(entities) and _gap_tokens(clause, entities[i], entities[nxt]) <= 2:
-                    head_kind = kinds[k + 1]
-                    if head_kind == "anat":
-                        entities[i] = msgspec.structs.replace(entities[i], label="ANAT-DP")
-                    else:
-                        entities[i] = msgspec.structs.replace(entities[i], label=entities[nxt].label)
+                if nxt < len(entities) and len(clause[entities[i].end : entities[nxt].start].split()) <= 2:
+                    # A modifier takes its head's label (an anatomy head's is ANAT-DP).
+                    entities[i] = msgspec.structs.replace(entities[i], label=entities[nxt].label)
                     relations.append((i, "modify", nxt))
             elif kinds[k] == "obs":
                 anat = [j for j, kind in zip(here, kinds, strict=False) if kind == "anat"]
@@ -248,10 +118,6 @@ def extract_graph(text: str) -> Graph:
                     target = min(anat, key=lambda j: abs(entities[j].start - entities[i].start))
                     relations.append((i, "located_at", target))
     return Graph(entities, relations)
-
-
-def _gap_tokens(clause: str, a: Entity, b: Entity) -> int:
-    return len(clause[a.end : b.start].split())
 
 
 def partial_items(graph: Graph) -> set[tuple[str, ...]]:

@@ -1,15 +1,9 @@
 """ROUGE-L (longest common subsequence F-measure), the COCO caption toolkit's variant by default.
 
-The report score uses ``pycocoevalcap``'s ``Rouge``: whitespace tokens (split on single spaces
-after the caller's preprocessing), LCS-based precision and recall against each reference, the
-maximum precision and maximum recall over references, and an F-measure with ``beta = 1.2``
-(recall-weighted). The corpus value is the mean of the per-segment values. ``rouge_score``'s
-``rougeL`` is the same LCS with ``beta = 1`` and its own tokenizer; ``lcs_f`` takes ``beta`` so
-both can be reproduced (the tests cross-check each).
-
-The LCS is the classic O(n·m) dynamic programme in one row of integers; for the 8000-character
-report limit (~1,500 tokens a side) that is ~2 M cell updates, fine in pure Python for one case;
-the validity rules bound every scored text, so the cost is bounded too.
+As ``pycocoevalcap``'s ``Rouge``: LCS-based precision and recall against each reference, the maximum
+of each over references, and an F-measure with ``beta = 1.2``; the corpus value is the mean of the
+per-segment values. ``rouge_score``'s ``rougeL`` is the same LCS with ``beta = 1``, so ``lcs_f``
+takes ``beta``. The validity rules bound every scored text, so the O(n·m) LCS is bounded too.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """SSIM (Wang et al. 2004) for 2-D slices, numpy only, with pinned and echoed parameters.
 
-The value depends on every parameter below, so they travel together in ``SsimParams`` and the
-grader echoes them into ``GradeResult.params``. The defaults are AutoMedBench's call
-``skimage.metrics.structural_similarity(ref, pred, data_range=dr, gaussian_weights=True,
-use_sample_covariance=False)``: an 11-tap Gaussian window (sigma 1.5, truncated at 3.5 sigma),
-K1 = 0.01, K2 = 0.03, population covariance, mean over the pixels whose window lies inside the image.
-
-``data_range`` is an argument and must come from the reference (``reference_data_range``), never
-from the dtype: for CT slices in HU a dtype-based range turns SSIM 0.54 into 0.998.
-
-Why our own code rather than skimage: skimage computes in the input's dtype (float32 here), and on
-HU-scaled slices ``E[x^2] - E[x]^2`` loses about three digits to cancellation in float32; we compute
-in float64. We also skip the reflect-padded border that skimage filters and then crops away, so
-the result equals skimage's on float64 input (the tests check this) without importing scipy.
+The defaults are AutoMedBench's ``skimage.metrics.structural_similarity(..., gaussian_weights=True,
+use_sample_covariance=False)``; they travel together in ``SsimParams`` and are echoed into
+``GradeResult.params``. ``data_range`` must come from the reference, never from the dtype. Our own
+code rather than skimage's: skimage computes in the input's dtype, and on HU slices ``E[x^2] - E[x]^2``
+loses digits in float32; we compute in float64 and skip the padded border skimage crops away, so the
+result equals skimage's on float64 input without importing scipy (docs/enhancement-and-detection.md).
 """
 
 from __future__ import annotations

@@ -20,28 +20,23 @@ from scorer.metrics import bleu as _bleu
 from scorer.metrics import chexpert_rules, radgraph_proxy
 from scorer.metrics import meteor as _meteor
 from scorer.metrics import rouge as _rouge
-from tasks.report_text import Validity, split_sections, validity_errors
-
-__all__ = [
-    "COMPONENTS",
-    "ReportScore",
-    "Validity",
-    "prepare",
-    "report_score",
-    "scored_text",
-    "split_sections",
-    "validity_errors",
-]
+from tasks.report_text import Validity as Validity  # (re-exported with validity_errors)
+from tasks.report_text import split_sections
+from tasks.report_text import validity_errors as validity_errors
 
 COMPONENTS: tuple[str, ...] = (
-    "BLEU",
-    "METEOR",
-    "ROUGE_L",
-    "F1RadGraph",
-    "micro_average_precision",
-    "micro_average_recall",
-    "micro_average_f1",
+    *("BLEU", "METEOR", "ROUGE_L", "F1RadGraph"),
+    *("micro_average_precision", "micro_average_recall", "micro_average_f1"),
 )
+
+
+def _parts(
+    bleu: float, meteor: float, rouge: float, radgraph: float, prf: chexpert_rules.MicroPRF
+) -> dict[str, float]:
+    """The 7 components by name; ``prf`` is CheXbert's micro precision, recall and F1."""
+    values = (bleu, meteor, rouge, radgraph, prf.precision, prf.recall, prf.f1)
+    return dict(zip(COMPONENTS, values, strict=True))
+
 
 # --- sections and validity ---------------------------------------------------------------------------
 
@@ -189,15 +184,7 @@ def report_score(
 
     cases = []
     for i in range(n):
-        parts = {
-            "BLEU": case_bleu[i],
-            "METEOR": met.segments[i],
-            "ROUGE_L": case_rouge[i],
-            "F1RadGraph": case_radgraph[i],
-            "micro_average_precision": case_prf[i].precision,
-            "micro_average_recall": case_prf[i].recall,
-            "micro_average_f1": case_prf[i].f1,
-        }
+        parts = _parts(case_bleu[i], met.segments[i], case_rouge[i], case_radgraph[i], case_prf[i])
         parts["score"] = sum(parts[c] for c in COMPONENTS) / len(COMPONENTS)
         cases.append(parts)
 
@@ -206,15 +193,8 @@ def report_score(
         score = sum(case["score"] for case in cases) / n
     else:
         pooled = chexpert_rules.micro_prf(hyp_labels, ref_labels)
-        components = {
-            "BLEU": sum(corpus_bleu_n) / 4,
-            "METEOR": met.corpus,
-            "ROUGE_L": sum(case_rouge) / n,
-            "F1RadGraph": sum(case_radgraph) / n,
-            "micro_average_precision": pooled.precision,
-            "micro_average_recall": pooled.recall,
-            "micro_average_f1": pooled.f1,
-        }
+        corpus_bleu = sum(corpus_bleu_n) / 4
+        components = _parts(corpus_bleu, met.corpus, sum(case_rouge) / n, sum(case_radgraph) / n, pooled)
         score = sum(components.values()) / len(COMPONENTS)
     return ReportScore(
         score=min(1.0, max(0.0, score)),

@@ -14,38 +14,12 @@ from collections import Counter
 VALID_LABELS: tuple[str, ...] = ("A", "B", "C", "D", "E")
 
 YES_NO: dict[str, str] = {
-    "yes": "yes",
-    "y": "yes",
-    "yeah": "yes",
-    "yep": "yes",
-    "true": "yes",
-    "present": "yes",
-    "positive": "yes",
-    "no": "no",
-    "n": "no",
-    "nope": "no",
-    "false": "no",
-    "absent": "no",
-    "negative": "no",
+    **dict.fromkeys(("yes", "y", "yeah", "yep", "true", "present", "positive"), "yes"),
+    **dict.fromkeys(("no", "n", "nope", "false", "absent", "negative"), "no"),
 }
 
-NUMBER_WORDS: dict[str, str] = {
-    "zero": "0",
-    "none": "0",
-    "one": "1",
-    "single": "1",
-    "two": "2",
-    "three": "3",
-    "four": "4",
-    "five": "5",
-    "six": "6",
-    "seven": "7",
-    "eight": "8",
-    "nine": "9",
-    "ten": "10",
-    "eleven": "11",
-    "twelve": "12",
-}
+_NUMERALS = "zero one two three four five six seven eight nine ten eleven twelve".split()
+NUMBER_WORDS: dict[str, str] = {**{w: str(n) for n, w in enumerate(_NUMERALS)}, "none": "0", "single": "1"}
 
 ABBREVIATIONS: dict[str, str] = {
     # direction: standalone tokens only (the per-token mapping guarantees that)
