@@ -96,7 +96,7 @@ class Recorder:
         if upstream is not None:
             _route(req, upstream)
         api = calls.classify(req.method, req.path)
-        flow.metadata[KEY] = _Flow(
+        st = flow.metadata[KEY] = _Flow(
             api=api,
             started_ns=time.time_ns(),
             t0=req.timestamp_start or time.time(),
@@ -104,7 +104,6 @@ class Recorder:
         )
         blocked = flow.metadata.get(BLOCKED_KEY)
         if blocked is not None:  # the gate answered 403: recorded as a refused network request
-            st = flow.metadata[KEY]
             st.api, st.blocked = None, blocked
             self.live[flow.id] = flow
             return None
@@ -115,9 +114,8 @@ class Recorder:
                 "refusing to forward unrecorded traffic",
                 RECORDER_ERROR,
             )
-            flow.metadata[KEY].recorded = True
+            st.recorded = True
             return None
-        st = flow.metadata[KEY]
         budget = self.sink.budget
         if api is not None and budget is not None:
             verdict = budget.try_admit(flow.id)
@@ -191,15 +189,16 @@ class Recorder:
             return
         req = flow.request
         status = flow.response.status_code if flow.response else None
-        seen = NetworkRequest(
-            method=req.method,
-            host=req.host,
-            port=req.port,
-            started_ns=time.time_ns(),
-            status=status,
-            blocked=blocked,
+        self.sink.record_network(
+            NetworkRequest(
+                method=req.method,
+                host=req.host,
+                port=req.port,
+                started_ns=time.time_ns(),
+                status=status,
+                blocked=blocked,
+            )
         )
-        self.sink.record_network(seen)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         st: _Flow | None = flow.metadata.get(KEY)
@@ -509,7 +508,7 @@ def _route(req: http.Request, upstream: Upstream) -> None:
     endpoints with the same target); the real scheme, host and port are set here, before anything
     connects (``connection_strategy`` is lazy)."""
     # Through ``req.data``: the ``host``/``port`` setters re-encode with IDNA and rewrite headers
-    # on every call (146 µs per request at load 14, against 21 µs for this).
+    # on every call, several times slower.
     data = req.data
     data.scheme = upstream.scheme.encode()
     data.host, data.port = upstream.host, upstream.port
