@@ -28,25 +28,9 @@ TRACED = "execve,execveat,clone,clone3,fork,vfork,chdir,fchdir,connect"
 
 
 def strace_command(output: str, argv: list[str], *, seccomp: bool = True) -> list[str]:
-    exe = shutil.which("strace") or "strace"
-    cmd = [
-        exe,
-        "-f",
-        "-q",
-        "-ttt",
-        "-s",
-        "65535",
-        "-yy",
-        "-e",
-        f"trace={TRACED}",
-        "-e",
-        "signal=none",
-        "-o",
-        output,
-    ]
-    if seccomp:
-        cmd.insert(2, "--seccomp-bpf")
-    return cmd + ["--", *argv]
+    filtered = ["--seccomp-bpf"] if seccomp else []
+    options = ["-q", "-ttt", "-s", "65535", "-yy", "-e", f"trace={TRACED}", "-e", "signal=none", "-o", output]
+    return [shutil.which("strace") or "strace", "-f", *filtered, *options, "--", *argv]
 
 
 def probe() -> tuple[bool, bool, str]:
@@ -272,7 +256,7 @@ class Tracker:
                 p.cwd = kernel.cwd(pid)
             return out
         if name in ("clone", "clone3", "fork", "vfork"):
-            if value in ("?",) or int(value) <= 0:
+            if value == "?" or int(value) <= 0:
                 return []
             child = int(value)
             parent = self._get(self._pid(tid), ts_ns)
@@ -284,9 +268,7 @@ class Tracker:
                 done, end_ns, code, sig = ended
                 done.ppid = parent.pid
                 return [self._ended(done, end_ns, code, sig)]
-            c = self.procs.get(child)
-            if c is None:
-                c = self.procs[child] = _Proc(child, start_ns=ts_ns)
+            c = self._get(child, ts_ns)
             c.ppid = parent.pid
             if c.cwd is None:
                 c.cwd = parent.cwd

@@ -1,12 +1,9 @@
 """Workspace changes and watched-path opens, from inotify (through ctypes: stdlib only).
 
-A file is reported when it is closed after writing (``IN_CLOSE_WRITE``), with the content it held
-then; renames pair ``IN_MOVED_FROM``/``IN_MOVED_TO`` by cookie, and a move out of the workspace is a
-deletion, a move in a creation. What inotify cannot promise is made up for by scanning: a new
-directory right after its watch is added, everything after a queue overflow, and the whole
-workspace at ``finish`` (hard links, mmap writes, files still open); rescans report differences
-only (docs/containers.md). Names are sent as the bytes they are, and nothing an agent names can stop
-the watcher: an event it cannot handle becomes a note saying so, and the watcher goes on.
+A file is reported when it is closed after writing, with the content it held then; renames pair
+``IN_MOVED_FROM``/``IN_MOVED_TO`` by cookie, and scans make up for what inotify cannot promise
+(docs/containers.md). Names are sent as the bytes they are, and nothing an agent names can stop the
+watcher: an event it cannot handle becomes a note saying so, and the watcher goes on.
 """
 
 from __future__ import annotations
@@ -115,15 +112,8 @@ class Watcher:
         self.known: dict[str, tuple[int, int, str]] = {}
         """relative path -> (size, mtime_ns, sha256) as last reported (or found at start)."""
         self.seen_access: set[tuple[str, str]] = set()
-        self.counts = {
-            "written": 0,
-            "deleted": 0,
-            "renamed": 0,
-            "accessed": 0,
-            "overflows": 0,
-            "rescans": 0,
-            "watch_errors": 0,
-        }
+        names = ("written", "deleted", "renamed", "accessed", "overflows", "rescans", "watch_errors")
+        self.counts = dict.fromkeys(names, 0)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pending_move: tuple[int, str, bool, float] | None = None
