@@ -197,8 +197,6 @@ class Budget:
         for loop, woken in waiters:
             loop.call_soon_threadsafe(_wake, woken)
 
-    # -- the run's end --------------------------------------------------------------------------
-
     def _cost(self) -> float:
         total = 0.0
         for _, cost in sorted(self._costs):

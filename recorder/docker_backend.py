@@ -163,8 +163,6 @@ class DockerBackend:
         if not self._closed:
             self.close(None)
 
-    # ---- docker ---------------------------------------------------------------------------------------
-
     @property
     def client(self):
         if self._client is None:
@@ -201,8 +199,6 @@ class DockerBackend:
             self._drop_network()
             raise DockerBackendError(f"cannot create the run's internal network: {e}") from None
         return self._gateway
-
-    # ---- the seam ---------------------------------------------------------------------------------------
 
     def prepare(self, ctx: RunContext) -> AgentView:
         import docker.errors
@@ -447,8 +443,6 @@ class DockerBackend:
     def network_name(self) -> str:
         """The run's network (and bridge) name, also after it has been removed."""
         return f"amb-{self._token}"
-
-    # ---- host firewall ----------------------------------------------------------------------------------
 
     def _apply_firewall(self, ctx: RunContext) -> None:
         """Refuse whatever the container sends to the host, except to the proxy's ports

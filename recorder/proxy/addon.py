@@ -88,8 +88,6 @@ class Recorder:
         self.persisting = 0
         """Hooks waiting for the sink right now (shutdown waits for them to finish)."""
 
-    # -- hooks ---------------------------------------------------------------------------------
-
     def request(self, flow: http.HTTPFlow) -> Coroutine[Any, Any, None] | None:
         req = flow.request
         upstream = self.routes.get(flow.client_conn.proxy_mode.full_spec)
@@ -417,8 +415,6 @@ class Recorder:
                 except Exception as e:
                     log.error("amb-record: cannot persist in-flight WebSocket call at shutdown: %s", e)
         self.ws_live.clear()
-
-    # -- facts ---------------------------------------------------------------------------------
 
     def _call_facts(self, flow: http.HTTPFlow, st: _Flow, error: str | None = None) -> CallFacts:
         req, resp = flow.request, flow.response

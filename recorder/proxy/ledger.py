@@ -130,8 +130,6 @@ class Ledger:
         self._add(place, info, result)
         return fresh
 
-    # -- which head a request continues --------------------------------------------------------
-
     def _parent(self, info: RequestInfo) -> tuple[_Head | None, int, bool]:
         """The head the request continues, the length of its history, and whether the request
         named it (a previous response) rather than carrying its history."""
@@ -145,8 +143,6 @@ class Ledger:
                 # min() keeps the first of equals: the latest (an agent restarted is its latest try).
                 return min(reversed(heads), key=lambda h: h.rank(shown)), m, False
         return None, 0, False
-
-    # -- results -------------------------------------------------------------------------------
 
     def _answer(
         self,
@@ -218,8 +214,6 @@ class Ledger:
         while rid in self._by_id:
             rid += "~"
         return rid
-
-    # -- calls ---------------------------------------------------------------------------------
 
     def _add(self, place: _Place, info: RequestInfo, result: Reassembled) -> None:
         provider, thread, step = place

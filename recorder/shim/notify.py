@@ -140,8 +140,6 @@ class NotifyTracer:
             with contextlib.suppress(ChildProcessError):
                 _pid, self.root_status = os.waitpid(self.root_pid, kernel.WALL)
 
-    # -- the tracer thread --
-
     def _main(self, argv: list[str], cwd: str, stderr) -> None:
         sigfd = -1
         try:
@@ -361,8 +359,6 @@ class NotifyTracer:
         if e.unconfirmed and self.pending.get(tid) is e:
             del self.pending[tid]
             self._commit(e.tgid, e)
-
-    # -- output --
 
     def _queue(self, msg) -> None:
         with self._out_lock:

@@ -77,8 +77,6 @@ class ShimReceiver:
         self._thread.start()
         return self
 
-    # ---- serving ----------------------------------------------------------------------------------
-
     def _serve(self) -> None:
         try:
             try:
@@ -170,8 +168,6 @@ class ShimReceiver:
         ts = getattr(msg, "ts_ns", 0) or None
         payload, at = _event(msg, ts, self.blobs)
         self._append(payload, ts_ns=at)
-
-    # ---- ending -------------------------------------------------------------------------------------
 
     def wait(self, timeout: float | None = None) -> bool:
         """True once the shim's stream has ended (or it never came and we were closed)."""

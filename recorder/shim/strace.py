@@ -53,8 +53,6 @@ def probe() -> tuple[bool, bool, str]:
     return False, False, f"strace cannot trace here: {detail}"
 
 
-# ---- parsing --------------------------------------------------------------------------------------------
-
 _LINE = re.compile(r"^(\d+)\s+(\d+)\.(\d+) (.*)$")
 _RESUMED = re.compile(r"^<\.\.\. (\w+) resumed>(.*)$")
 _RESULT = re.compile(r"\)\s+=\s+(-?\d+|\?)(?:\s+(E[A-Z0-9]+))?")

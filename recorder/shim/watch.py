@@ -128,8 +128,6 @@ class Watcher:
         for path in watched:
             self._watch_extra(path)
 
-    # ---- setup -------------------------------------------------------------------------------------
-
     def _shown(self, rel: str) -> bytes:
         """A path as it is sent: its bytes, relative to the workspace (absolute when ``absolute``)."""
         return os.fsencode(os.path.join(self.root, rel) if self.absolute else rel)
@@ -182,8 +180,6 @@ class Watcher:
                 self.watched[self.ino.add(t, WATCHED_MASK)] = t
             except OSError:
                 continue  # absent or unreadable: nothing to see there
-
-    # ---- the loop ----------------------------------------------------------------------------------
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="amb-shim-watch", daemon=True)
@@ -291,8 +287,6 @@ class Watcher:
         self.known.pop(src)
         self._emit_rename(src, dst)
 
-    # ---- reports -------------------------------------------------------------------------------------
-
     def _report_file(self, rel: str, *, read_at: str | None = None) -> None:
         """Report ``rel`` as written, with what the file holds now (read at ``read_at`` if given: the
         path it was renamed to before its close could be handled)."""
@@ -380,8 +374,6 @@ class Watcher:
         self.seen_access.add((path, mode))
         self.counts["accessed"] += 1
         self.emit(Access(path=os.fsencode(path), mode=mode, ts_ns=time.time_ns()))
-
-    # ---- reconcile -------------------------------------------------------------------------------------
 
     def rescan(self) -> None:
         """Compare the workspace with what was reported; report the differences."""
