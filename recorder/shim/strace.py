@@ -44,11 +44,8 @@ def probe() -> tuple[bool, bool, str]:
         except (OSError, subprocess.TimeoutExpired) as e:
             return False, False, f"strace did not run: {e}"
         if proc.returncode == 0:
-            return (
-                True,
-                seccomp,
-                "" if seccomp else "--seccomp-bpf unavailable; tracing every stop of the traced syscalls",
-            )
+            why = "" if seccomp else "--seccomp-bpf unavailable; tracing every stop of the traced syscalls"
+            return True, seccomp, why
         detail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
     return False, False, f"strace cannot trace here: {detail}"
 
