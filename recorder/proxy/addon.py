@@ -26,7 +26,7 @@ from typing import Any
 from mitmproxy import ctx, http
 from mitmproxy.net.http import url
 
-from recorder.budget import WAIT, Refusal
+from recorder.budget import WAIT, Budget, Refusal
 from recorder.proxy import calls
 from recorder.proxy import refusal as refusal_mod
 from recorder.proxy import sink as sink_mod
@@ -118,7 +118,7 @@ class Recorder:
         if api is not None and budget is not None:
             verdict = budget.try_admit(flow.id)
             if verdict == WAIT:  # decided once calls in flight settle: mitmproxy awaits what we return
-                return self._admit_later(flow, st)
+                return self._admit_later(flow, st, budget)
             if isinstance(verdict, Refusal):
                 self._refuse(flow, st, verdict)
                 return None
@@ -135,9 +135,8 @@ class Recorder:
             self._queue_request(flow, st)
         self.live[flow.id] = flow
 
-    async def _admit_later(self, flow: http.HTTPFlow, st: _Flow) -> None:
-        # Why the union-attr ignore: only reached with a budget (``request`` checked it).
-        refusal = await self.sink.budget.admit(flow.id)  # type: ignore[union-attr]
+    async def _admit_later(self, flow: http.HTTPFlow, st: _Flow, budget: Budget) -> None:
+        refusal = await budget.admit(flow.id)
         if refusal is None:
             self._forward(flow, st)
         else:

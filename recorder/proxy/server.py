@@ -147,8 +147,12 @@ class ProxyServer:
         from mitmproxy import options
 
         # One reverse endpoint per upstream, even when two share a host (their paths and keys differ):
-        # the target in the spec only tells the endpoints apart, the addon routes each request.
-        spec_of = {name: f"reverse:{_route_target(name)}@{self.listen_host}:0" for name in self.upstreams}
+        # the target in the spec only tells the endpoints apart and is never connected to (the addon
+        # routes each request; ``.invalid`` never resolves, should that ever fail).
+        spec_of = {
+            name: f"reverse:http://{name.replace('_', '-')}.amb-upstream.invalid:9@{self.listen_host}:0"
+            for name in self.upstreams
+        }
         self.recorder.routes = {spec_of[name]: up for name, up in self.upstreams.items()}
         spec_of["regular"] = f"regular@{self.listen_host}:0"
         modes = list(dict.fromkeys(spec_of.values()))
@@ -198,12 +202,6 @@ def _forget_master(master: Master | None) -> None:
         for name in ("master", "options", "log"):
             with contextlib.suppress(AttributeError):
                 delattr(ctx, name)
-
-
-def _route_target(name: str) -> str:
-    """A distinct placeholder target for ``name``'s reverse endpoint (never connected to: the addon
-    sets the real upstream in the request hook; ``.invalid`` never resolves, should that ever fail)."""
-    return f"http://{name.replace('_', '-')}.amb-upstream.invalid:9"
 
 
 def proxy_addons() -> list:
