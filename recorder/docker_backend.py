@@ -494,9 +494,7 @@ def _stream_output(container) -> None:
     """The agent's stdout/stderr go to ours, as the local backend's would."""
     with contextlib.suppress(Exception):
         for out, err in container.attach(stdout=True, stderr=True, stream=True, logs=True, demux=True):
-            if out:
-                sys.stdout.buffer.write(out)
-                sys.stdout.flush()
-            if err:
-                sys.stderr.buffer.write(err)
-                sys.stderr.flush()
+            for data, stream in ((out, sys.stdout), (err, sys.stderr)):
+                if data:
+                    stream.buffer.write(data)
+                    stream.flush()
