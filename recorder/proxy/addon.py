@@ -186,16 +186,15 @@ class Recorder:
             return
         req = flow.request
         status = flow.response.status_code if flow.response else None
-        self.sink.record_network(
-            NetworkRequest(
-                method=req.method,
-                host=req.host,
-                port=req.port,
-                started_ns=time.time_ns(),
-                status=status,
-                blocked=blocked,
-            )
+        seen = NetworkRequest(
+            method=req.method,
+            host=req.host,
+            port=req.port,
+            started_ns=time.time_ns(),
+            status=status,
+            blocked=blocked,
         )
+        self.sink.record_network(seen)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         st: _Flow | None = flow.metadata.get(KEY)
