@@ -108,51 +108,37 @@ class Backend(Protocol):
 
     def proxy_listen_host(self) -> str:
         """The address the proxy binds so that the agent can reach it (``127.0.0.1`` locally)."""
-        ...
 
     def prepare(self, ctx: RunContext) -> AgentView:
         """Set up the workspace (and image, network, mounts); no agent process yet."""
-        ...
 
     def start(self, argv: list[str], env: dict[str, str]) -> Any:
         """Start the agent; return an opaque handle. Raise ``AmbError`` if it cannot start."""
-        ...
 
     def wait(self, handle: Any, timeout: float | None) -> Exit | None:
         """The agent's exit, or None if it still runs after ``timeout`` seconds (polled: never longer)."""
-        ...
 
     def send_signal(self, handle: Any, sig: int) -> None:
         """Deliver ``sig`` to the agent (its process group, so its children get it too)."""
-        ...
 
     def kill(self, handle: Any) -> None:
         """SIGKILL the agent and everything it started."""
-        ...
 
     def pid(self, handle: Any) -> int | None:
         """The agent's pid as the host sees it (for ``process.exited``), if there is one."""
-        ...
 
     def seal_submission(self, handle: Any) -> SubmissionSealed:
         """The workspace's files as they are now (the agent has ended)."""
-        ...
 
     def close(self, handle: Any) -> None:
         """Release everything (containers, networks, temp files), even after errors. Idempotent."""
-        ...
 
     def tool_versions(self) -> dict[str, str]:
         """Versions worth recording in ``run.started`` (image digest, docker version, ...)."""
-        ...
 
 
 def seal_directory(
-    root: Path,
-    blobs: BlobStore,
-    *,
-    shown_root: str | None = None,
-    exclude: tuple[Path, ...] = (),
+    root: Path, blobs: BlobStore, *, shown_root: str | None = None, exclude: tuple[Path, ...] = ()
 ) -> SubmissionSealed:
     """Hash every regular file under ``root``; store content under the caps.
 
@@ -189,12 +175,9 @@ def seal_directory(
 
 def _workspace_files(root: Path, exclude: tuple[Path, ...], skipped: list[str]) -> list[tuple[str, str]]:
     """(recorded relative path, path) of every regular file under ``root``, in sorted depth-first
-    order; what is left out is named in ``skipped``.
-
-    An agent decides how many files and folders there are and how deep they nest: the walk keeps
-    its own stack (a recursive walk fails on folders nested a thousand deep), stops at
-    ``SEAL_MAX_DEPTH``, names a folder it cannot list, and costs one lstat per file and string
-    joins (path objects and a resolve per folder would cost three times the CPU)."""
+    order; what is left out is named in ``skipped``. An agent decides how many files there are and
+    how deep they nest: the walk keeps its own stack (a recursive one fails a thousand folders deep),
+    stops at ``SEAL_MAX_DEPTH``, and costs one lstat per file and string joins."""
     real_top = str(root.resolve())
     excluded = {str(Path(p).resolve()) for p in exclude}
     regular: list[tuple[str, str]] = []

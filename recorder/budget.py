@@ -2,14 +2,11 @@
 
 Every model call asks for admission before it is forwarded (one refused never reaches the upstream:
 the proxy answers it with the provider's own error, ``recorder.proxy.refusal``), and settles when
-its record is written, priced as ``amb score`` prices it (``schemas.prices``).
-
-The limits hold exactly under concurrency: a call is forwarded only if the calls admitted before it
-had not yet reached a limit. Each call in flight reserves one call, and the most tokens and cost any
-call of the run has used so far; a call that could cross a limit beside them waits until they settle
-(until the first call settles, calls go one at a time). Only a call bigger than every earlier one
-can let calls admitted beside it go further (docs/recording.md, "Concurrency"). A call in flight when
-a limit is crossed completes: a stream is never cut for the budget, and every call after it is refused.
+its record is written, priced as ``amb score`` prices it (``schemas.prices``). Each call in flight
+reserves one call, and the most tokens and cost any call of the run has used so far; a call that
+could cross a limit beside them waits until they settle, so the limits hold under concurrency
+(docs/recording.md, "Concurrency"). A call in flight when a limit is crossed completes: a stream is
+never cut for the budget, and every call after it is refused.
 """
 
 from __future__ import annotations
@@ -196,8 +193,6 @@ class Budget:
             waiters, self._waiters = self._waiters, []
         for loop, woken in waiters:
             loop.call_soon_threadsafe(_wake, woken)
-
-    # -- the run's end --------------------------------------------------------------------------
 
     def _cost(self) -> float:
         total = 0.0

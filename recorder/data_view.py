@@ -41,15 +41,11 @@ def _link_tree(src: Path, dst: Path) -> None:
     dst.mkdir()
     for dirpath, dirnames, filenames in os.walk(src):
         rel = Path(dirpath).relative_to(src)
-        for name in dirnames:
+        for name in dirnames + filenames:
             s, d = Path(dirpath) / name, dst / rel / name
             if s.is_symlink():
                 os.symlink(os.readlink(s), d)
-            else:
+            elif s.is_dir():
                 d.mkdir()
-        for name in filenames:
-            s, d = Path(dirpath) / name, dst / rel / name
-            if s.is_symlink():
-                os.symlink(os.readlink(s), d)
             else:
                 os.link(s, d, follow_symlinks=False)

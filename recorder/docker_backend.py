@@ -1,22 +1,11 @@
 """The docker backend: the agent runs in a container whose only way out is the recording proxy.
 
-Per run it creates:
-
-- an ``--internal`` bridge network. The container cannot route to the internet, but it can reach
-  ports the host listens on at that network's gateway address (and at other host addresses),
-  so the proxy binds the gateway address, nothing else of amb listens on a non-loopback address,
-  and, when we run as root with iptables, a host firewall rule refuses everything the container
-  sends to the host except the proxy's ports (``tool_versions()["host_firewall"]`` says which);
-- a fresh workspace directory (bind-mounted at ``/workspace``; the tier's brief is placed there);
-- ``DIR/public`` mounted read-only at ``/data/public``; ``DIR/private`` is never mounted;
-- the per-run proxy CA alone as the container's trust bundle (``/etc/amb/ca/bundle.pem``);
-- the shim's receiver socket (``/run/amb/sock``, read-only mount, one connection, then unlinked).
-
-The container runs ``amb-shim`` as root with almost no capabilities; the shim runs the agent
-as an unprivileged uid under strace and streams every process, file change and connect to the
-receiver, which appends them to the run's ``shim`` spool on the host. The root filesystem is
-read-only, with tmpfs for ``/tmp`` and the agent's home; cpus, memory and pids are limited;
-``no-new-privileges`` is set.
+Per run it creates an ``--internal`` bridge network, whose gateway address alone the proxy binds
+(and, as root with iptables, a host firewall rule refusing all else the container sends to the
+host), a fresh workspace at ``/workspace`` (the tier's brief in it), ``DIR/public`` read-only at
+``/data/public`` (``DIR/private`` is never mounted), the per-run CA as the only trust bundle, and
+the shim's receiver socket. The shim runs the agent as an unprivileged uid under its tracer and
+streams what it does to the receiver. What the container guarantees, and why: docs/containers.md.
 """
 
 from __future__ import annotations
@@ -149,8 +138,7 @@ class DockerBackend:
         self._tmp: Path | None = None
         self._workspace: Path | None = None
         self._receiver: ShimReceiver | None = None
-        self._uid = AGENT_UID
-        self._gid = AGENT_UID
+        self._uid = self._gid = AGENT_UID
         self._closed = False
         self._container = None
         self._container_name = ""
@@ -174,8 +162,6 @@ class DockerBackend:
     def _release(self) -> None:
         if not self._closed:
             self.close(None)
-
-    # ---- docker ---------------------------------------------------------------------------------------
 
     @property
     def client(self):
@@ -213,8 +199,6 @@ class DockerBackend:
             self._drop_network()
             raise DockerBackendError(f"cannot create the run's internal network: {e}") from None
         return self._gateway
-
-    # ---- the seam ---------------------------------------------------------------------------------------
 
     def prepare(self, ctx: RunContext) -> AgentView:
         import docker.errors
@@ -371,7 +355,8 @@ class DockerBackend:
         code = handle.status if handle.status is not None else 125
         if handle.killed and code == 137:
             return Exit(code=137, signal=9)
-        return Exit(code=code, failure=self._out_of_memory(handle), lost=self._shim_lost())
+        lost = self._receiver.lost(" inside the container") if self._receiver is not None else None
+        return Exit(code=code, failure=self._out_of_memory(handle), lost=lost)
 
     def _out_of_memory(self, handle: _Handle) -> str | None:
         """The run's reason when the kernel's OOM killer killed a process in the container. Whichever
@@ -388,11 +373,6 @@ class DockerBackend:
             f"the container ran out of memory (limit {self.resources.memory}): the kernel's OOM killer "
             "killed a process, and the run was stopped there (the recorder shares that limit)"
         )
-
-    def _shim_lost(self) -> str | None:
-        """Why the shim's record of the agent is incomplete, if it is."""
-        receiver = self._receiver
-        return None if receiver is None else receiver.lost(" inside the container")
 
     def send_signal(self, handle: _Handle, sig: int) -> None:
         # PID 1 is docker's init: it forwards to the shim, which forwards to the agent.
@@ -464,8 +444,6 @@ class DockerBackend:
         """The run's network (and bridge) name, also after it has been removed."""
         return f"amb-{self._token}"
 
-    # ---- host firewall ----------------------------------------------------------------------------------
-
     def _apply_firewall(self, ctx: RunContext) -> None:
         """Refuse whatever the container sends to the host, except to the proxy's ports
         (``recorder.host_firewall``): when asked to, or by default as root with iptables."""
@@ -516,9 +494,7 @@ def _stream_output(container) -> None:
     """The agent's stdout/stderr go to ours, as the local backend's would."""
     with contextlib.suppress(Exception):
         for out, err in container.attach(stdout=True, stderr=True, stream=True, logs=True, demux=True):
-            if out:
-                sys.stdout.buffer.write(out)
-                sys.stdout.flush()
-            if err:
-                sys.stderr.buffer.write(err)
-                sys.stderr.flush()
+            for data, stream in ((out, sys.stdout), (err, sys.stderr)):
+                if data:
+                    stream.buffer.write(data)
+                    stream.flush()

@@ -65,11 +65,7 @@ def collect(
         candidates = sorted(directory.glob("*.lock")) if directory.is_dir() else []
     else:
         candidates = sorted(locks)
-    dead: list[tuple[Path, dict]] = []
-    for path in candidates:
-        info = dead_lock(path)
-        if info is not None:
-            dead.append((path, info))
+    dead = [(path, info) for path in candidates if (info := dead_lock(path)) is not None]
     runs = {str(info["run_id"]): {**info, "lock": path} for path, info in dead if info.get("run_id")}
     removed: list[Removed] = []
     problems: list[str] = []

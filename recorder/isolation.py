@@ -1,25 +1,13 @@
 """The local agent in user, PID and mount namespaces of its own: it sees its own processes only.
 
-A local agent runs as the user who runs amb-record. Without more it sees every process of that user
-and, as the same user, reads their ``/proc/<pid>/environ`` (the real key, when a wrapper such as
-``env OPENAI_API_KEY=... timeout 3600 amb-record ...``, a job script or a make recipe holds it) and,
-without the Yama security module, their memory. ``unshare`` (util-linux) starts the agent in a new
-user namespace (the user mapped to itself: same uid and gid, no capabilities once the agent runs),
-a new PID namespace and a new mount namespace with a fresh ``/proc`` of that PID namespace: the
-agent's ``/proc`` lists its own process tree and nothing else, and no other process can be named
-from inside (``kill``, ``ptrace``, ``process_vm_readv`` and ``pidfd_open`` look pids up in the
-caller's namespace). The network namespace stays the host's (the agent reaches the recording
-proxy on loopback), and so do the files: workspace, task data, tools and the shim's socket are
-where they were.
-
-The namespace's PID 1 is ``recorder/nsinit.py``, which starts the agent and reports its end on a
-pipe. When the init ends, the kernel kills everything left in the namespace; ``unshare
---kill-child`` ends the init when ``unshare`` dies, and ``unshare`` has amb-record's parent-death
-signal: a SIGKILLed amb-record still takes the whole agent tree with it.
-
-Where the kernel refuses (unprivileged user namespaces disabled, a container whose seccomp profile
-forbids them, no ``unshare``), ``probe`` says why in one line and the run goes on without
-(``--isolation best-effort``), or is refused (``required``).
+Without them, an agent running as the user who runs amb-record sees every process of that user and
+can read their ``/proc/<pid>/environ`` (the real key, when a wrapper or a job script holds it) and,
+without Yama, their memory. ``unshare`` (util-linux) starts the agent with the user mapped to itself
+(no capabilities), a new PID namespace and a fresh ``/proc``; the network and the files stay the
+host's (docs/recording.md). The namespace's PID 1 is ``recorder/nsinit.py``, which reports the
+agent's end on a pipe; ``unshare --kill-child`` and amb-record's parent-death signal take the whole
+namespace down with a SIGKILLed amb-record. Where the kernel refuses, ``probe`` says why in one line
+and the run goes on without (``--isolation best-effort``) or is refused (``required``).
 """
 
 from __future__ import annotations

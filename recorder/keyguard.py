@@ -1,21 +1,16 @@
 """Key custody on this machine: the processes that hold a real API key are closed to the agent.
 
-A local agent runs as the same user as amb-record. Without more, it could read the real key from
-``/proc/<amb-record>/environ`` (the environment amb-record started with, whatever amb-record does
-with ``os.environ`` afterwards), from ``/proc/<amb-record>/mem``, or by attaching with ``ptrace``.
-``guard_this_process`` marks the holder non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``): the kernel
-then lets only a process with CAP_SYS_PTRACE (root) open its ``environ`` and ``mem`` (they become
-root-owned) or trace it, and it writes no core dump. The flag lasts until the process execs, and
-amb-record never does; its children inherit it across ``fork`` and lose it at their ``exec``,
+A local agent runs as the same user as amb-record and could read the real key from
+``/proc/<amb-record>/environ`` or ``mem``, or by ``ptrace``. ``guard_this_process`` marks the holder
+non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``): only root may then open those files or trace it. The
+flag lasts until the process execs, which amb-record never does; children lose it at their ``exec``,
 when the key-holding memory is gone too. ``/proc/<pid>/cmdline`` stays readable, so a key is never
-put on a command line; the agent's own environment holds placeholders only.
+put on a command line.
 
-What amb-record cannot close itself: other processes of the same user that hold the key (the
-shell that exported it, a wrapper such as ``env KEY=... timeout ...``, a job script) and files the
-user can read (a shell rc file, a ``.env``). The first kind is hidden from the agent by running it in
-namespaces of its own (``recorder.isolation``); where that is not possible, ``exposures`` finds
-them at start, so amb-record can say which ones. Only running the agent as another user (the docker
-backend) closes both.
+Other processes of the same user that hold the key (the shell that exported it, a wrapper, a job
+script) are hidden by ``recorder.isolation``; where that is not possible, ``exposures`` names them at
+start. Files the user can read (a shell rc file, a ``.env``) stay open: only the docker backend,
+where the agent runs as another user, closes both.
 """
 
 from __future__ import annotations

@@ -2,25 +2,14 @@
 
     python -I nsinit.py STATUS_FD -- ARGV...
 
-Why an init of amb's own rather than the agent as PID 1: the kernel gives a PID namespace's first
-process no default signal actions (a SIGTERM the time limit sends an agent without a handler
-would be dropped, and the agent would only die of the SIGKILL after the grace period), and every
-orphan of the namespace becomes its child, to be reaped. This init starts the agent as its child,
-in the process group amb-record signals (so amb-record's signals reach the agent directly; the init
-itself, with no handlers, does not receive them), reaps orphans, and when the agent ends reports
-how on STATUS_FD and exits. The kernel then kills whatever the agent left in the namespace,
-whatever process group or session it had moved to.
-
-Lines written on STATUS_FD (a pipe to amb-record):
-
-- ``started``: the agent runs;
-- ``error ERRNO``: it could not be started (``2``: command not found);
-- ``exit CODE`` or ``signal N``: how it ended. The init's own exit code says the same in the
-  shell's convention (128+N), but a namespace's init cannot die of a signal, so only this line
-  tells ``exit 137`` from a SIGKILL.
-
-It is run by path with ``-I`` and imports only the standard library: the agent's environment
-(``PYTHONPATH`` and the like) cannot change what it runs.
+An init of amb's own rather than the agent as PID 1: the kernel gives a namespace's first process
+no default signal actions (a SIGTERM at the time limit would be dropped), and every orphan of the
+namespace becomes its child, to be reaped. It starts the agent as its child, in the process group
+amb-record signals, reaps orphans, and reports on STATUS_FD (a pipe to amb-record): ``started``;
+``error ERRNO`` when the agent could not be started (``2``: command not found); ``exit CODE`` or
+``signal N`` when it ended (an init cannot die of a signal, so only this line tells ``exit 137``
+from a SIGKILL). Then the kernel kills whatever the agent left in the namespace. It runs with ``-I``
+and imports only the standard library: the agent's environment cannot change what it runs.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """Who is still recording: one lock file per live run, held (``flock``) by its amb-record.
 
-A run's resources (containers, networks, firewall rules, temp dirs) carry its run id. The lock
-file ``<tmp>/amb-runs/<run_id>.lock`` is held for the recorder's whole life and names the temp
-dirs the run made, so whoever finds it unlocked (``amb gc``, the next amb-record, the recorder's
-watchdog) knows that run's recorder is gone, even after ``kill -9``, and what to remove. The kernel
-drops a dead process's ``flock``, so there is no stale pid to trust; resources whose lock file is
-missing are judged by the pid and start time of their recorder, which their labels also carry.
-The lock files of runs and of processes are one mechanism (``schemas.tempdirs``).
+The lock file ``<tmp>/amb-runs/<run_id>.lock`` is held for the recorder's whole life and names the
+temp dirs the run made, so whoever finds it unlocked (``amb gc``, the next amb-record, the watchdog)
+knows that run's recorder is gone, even after ``kill -9``, and what to remove: the kernel drops a
+dead process's ``flock``, so there is no stale pid to trust. Resources whose lock file is missing
+are judged by the pid and start time of their recorder, which their labels carry
+(docs/recording.md; the mechanism is ``schemas.tempdirs``'s).
 """
 
 from __future__ import annotations

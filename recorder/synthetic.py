@@ -153,24 +153,18 @@ def generate_run(
         raise ValueError(f"seed {seed} is outside 0..{MAX_SEED}")
     with claiming(store):
         require_free(store, run_id, "pick another run id (amb generate: --seed or --prefix)")
-        return _write_run(store, run_id, seed, calls, processes_per_call, sync)
-
-
-def _write_run(
-    store: str | os.PathLike[str], run_id: str, seed: int, calls: int, processes_per_call: int, sync: bool
-) -> Generated:
-    run = _Run(store, run_id, seed, processes_per_call, sync)
-    started = run.tick()
-    run.emit("recorder", run.run_started(), ts=started)
-    run.cases = [f"case_{i:05d}" for i in range(run.rng.randint(3, 8))]
-    for turn in range(calls):
-        last = turn == calls - 1
-        tool_call_id, language, code = run.model_call(turn, last)
-        if last:
-            break
-        run.execution(turn, tool_call_id, language, code)
-    run.finish(started)
-    return Generated(run_id, run.events, run.blob_count)
+        run = _Run(store, run_id, seed, processes_per_call, sync)
+        started = run.tick()
+        run.emit("recorder", run.run_started(), ts=started)
+        run.cases = [f"case_{i:05d}" for i in range(run.rng.randint(3, 8))]
+        for turn in range(calls):
+            last = turn == calls - 1
+            tool_call_id, language, code = run.model_call(turn, last)
+            if last:
+                break
+            run.execution(turn, tool_call_id, language, code)
+        run.finish(started)
+        return Generated(run_id, run.events, run.blob_count)
 
 
 class _Run:
@@ -335,13 +329,10 @@ class _Run:
         for k in range(self.processes_per_call):
             self.pid += 1
             start = self.tick(1, 20)
-            argv = (
-                ["python3", "-c", code]
-                if (k == 0 and language == "python")
-                else ["bash", "-lc", code]
-                if k == 0
-                else ["python3", "-c", f"import sys; sys.exit({int(failed and k == 1)})"]
-            )
+            if k:
+                argv = ["python3", "-c", f"import sys; sys.exit({int(failed and k == 1)})"]
+            else:
+                argv = ["python3", "-c", code] if language == "python" else ["bash", "-lc", code]
             self.emit(
                 "shim",
                 ProcessExited(

@@ -1,13 +1,11 @@
 """A recorder's watchdog: when amb-record dies without closing its run (``kill -9``, the OOM killer),
-it removes what the run left within seconds, with nobody having to run ``amb gc`` (docs/recording.md).
+it removes what the run left within seconds (docs/recording.md, "What a killed recorder leaves").
 
-amb-record starts it (``Watchdog.start``) once it holds the run's lock, in a session of its own (a
-signal to amb-record's group or terminal does not reach it), its stdin a pipe whose only write end
-amb-record holds. A clean end writes ``release``; end of file without it means amb-record is gone:
-once it has ended, the watchdog kills what is left of a local agent's process group and removes what
-the run's lock and amb-record's process lock name (``recorder.gc``). The spools stay as they are.
-
-Run as ``python -m recorder.watchdog --lock RUNLOCK --pid PID --start START``.
+It runs in a session of its own, its stdin a pipe whose only write end amb-record holds: a clean end
+writes ``release``; end of file without it means amb-record is gone, and once it has ended the
+watchdog kills what is left of a local agent's process group and removes what the run's lock and
+amb-record's process lock name (``recorder.gc``). Run as
+``python -m recorder.watchdog --lock RUNLOCK --pid PID --start START``.
 """
 
 from __future__ import annotations

@@ -278,13 +278,12 @@ class _Run:
     ) -> None:
         """A request per tool call (only those an AMB export says were requested, at their time)."""
         for t in parts:
-            if requested is not None and t.id not in requested:
-                continue
             when = at
             if requested is not None:
+                if t.id not in requested:
+                    continue
                 when = time_ns(requested[t.id].ts_ns, f"{where}: extra.amb.requested.ts_ns", at)
-            asked = ToolCallRequested(t.id, t.name, t.arguments, model_call_id=call_id)
-            self.pending.append((when, asked))
+            self.pending.append((when, ToolCallRequested(t.id, t.name, t.arguments, model_call_id=call_id)))
 
     def observations(
         self,

@@ -9,6 +9,7 @@ layouts, the mapping and the limitations.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 from calendar import timegm
@@ -162,19 +163,14 @@ def _anchor(tag: str, date: str | None, started: str | None, where: str) -> tupl
             pass
         else:
             return datetime_ns(dt.replace(microsecond=0), f"{where}: started_at"), True
-    for pattern, fmt_len in ((r"(\d{8})[_T](\d{6})", 2), (r"^(\d{6})-[0-9a-f]{6}$", 1)):
-        m = re.search(pattern, tag)
-        if m:
-            if fmt_len == 2:
-                d, t = m.group(1), m.group(2)
-                parts = (int(d[:4]), int(d[4:6]), int(d[6:]), int(t[:2]), int(t[2:4]), int(t[4:]))
-            else:
-                d = m.group(1)
-                parts = (2000 + int(d[:2]), int(d[2:4]), int(d[4:]), 0, 0, 0)
-            try:
-                return timegm((*parts, 0, 0, 0)) * NS, False
-            except (ValueError, OverflowError):
-                break
+    parts = None
+    if full := re.search(r"(\d{4})(\d{2})(\d{2})[_T](\d{2})(\d{2})(\d{2})", tag):  # YYYYMMDD_HHMMSS
+        parts = [int(x) for x in full.groups()]
+    elif short := re.search(r"^(\d{2})(\d{2})(\d{2})-[0-9a-f]{6}$", tag):  # YYMMDD-hex
+        parts = [2000 + int(short[1]), int(short[2]), int(short[3]), 0, 0, 0]
+    if parts is not None:
+        with contextlib.suppress(ValueError, OverflowError):
+            return timegm((*parts, 0, 0, 0)) * NS, False
     m = re.match(r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2})", date or "")
     if m:
         y, mo, d, h, mi = (int(x) for x in m.groups())

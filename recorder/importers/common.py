@@ -18,15 +18,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
-from recorder.importers.values import (
-    OUTSIDE,
-    TS_MAX,
-    Rejected,
-    check_text,
-    not_unicode,
-    shown,
-    when,
-)
+from recorder.importers.values import OUTSIDE, TS_MAX, Rejected, check_text, not_unicode, shown, when
 from recorder.runlock import process_alive
 from recorder.spool import spool_path
 from schemas.blob import BlobRef, digest

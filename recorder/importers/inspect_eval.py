@@ -263,28 +263,24 @@ def _model(b: RunBuilder, ev: Any, call_id: str, ts: int) -> list[tuple[int, Pay
     usage = _usage(u, f"{where}: usage") if u is not None else Usage(reported=False)
     completed = iso_ns(ev.completed, f"{where}: completed")
     at = completed or ts
-    payloads: list[tuple[int, Payload]] = [
-        (
-            at,
-            ModelCallCompleted(
-                call_id=call_id,
-                provider=provider,
-                api=api,
-                model=(out.model if out is not None and out.model else None) or ev.model,
-                ok=ev.error is None,
-                error=str(ev.error)[:2000] if ev.error is not None else None,
-                status=200 if ev.error is None else None,
-                request=request,
-                response=response,
-                message=AssistantMessage(text=text, reasoning=reasoning, tool_calls=tool_calls),
-                stop_reason=choice.stop_reason if choice is not None else None,
-                usage=usage,
-                started_ns=ts,
-                latency_ms=(completed - ts) / 1e6 if completed else None,
-                retries=count(ev.retries, f"{where}: retries"),
-            ),
-        )
-    ]
+    completed_call = ModelCallCompleted(
+        call_id=call_id,
+        provider=provider,
+        api=api,
+        model=(out.model if out is not None and out.model else None) or ev.model,
+        ok=ev.error is None,
+        error=str(ev.error)[:2000] if ev.error is not None else None,
+        status=200 if ev.error is None else None,
+        request=request,
+        response=response,
+        message=AssistantMessage(text=text, reasoning=reasoning, tool_calls=tool_calls),
+        stop_reason=choice.stop_reason if choice is not None else None,
+        usage=usage,
+        started_ns=ts,
+        latency_ms=(completed - ts) / 1e6 if completed else None,
+        retries=count(ev.retries, f"{where}: retries"),
+    )
+    payloads: list[tuple[int, Payload]] = [(at, completed_call)]
     payloads += [
         (at, ToolCallRequested(t.id, t.name, t.arguments, model_call_id=call_id)) for t in tool_calls
     ]

@@ -1,3 +1,3 @@
-"""The recording proxy: a mitmproxy addon (``addon``) run in-process (``server``), provider parsers
-(``openai_chat``, ``openai_responses``, ``anthropic_messages``), the write side (``sink``,
-``blobwriter``) and credential custody (``custody``). See docs/recording.md."""
+"""The recording proxy: a mitmproxy addon (``addon``) run in-process (``server``), the destination
+gate (``gate``), the write side (``sink``, ``blobwriter``, ``ledger``) and credential custody
+(``custody``). See docs/recording.md."""

@@ -26,7 +26,7 @@ from typing import Any
 from mitmproxy import ctx, http
 from mitmproxy.net.http import url
 
-from recorder.budget import WAIT, Refusal
+from recorder.budget import WAIT, Budget, Refusal
 from recorder.proxy import calls
 from recorder.proxy import refusal as refusal_mod
 from recorder.proxy import sink as sink_mod
@@ -88,15 +88,13 @@ class Recorder:
         self.persisting = 0
         """Hooks waiting for the sink right now (shutdown waits for them to finish)."""
 
-    # -- hooks ---------------------------------------------------------------------------------
-
     def request(self, flow: http.HTTPFlow) -> Coroutine[Any, Any, None] | None:
         req = flow.request
         upstream = self.routes.get(flow.client_conn.proxy_mode.full_spec)
         if upstream is not None:
             _route(req, upstream)
         api = calls.classify(req.method, req.path)
-        flow.metadata[KEY] = _Flow(
+        st = flow.metadata[KEY] = _Flow(
             api=api,
             started_ns=time.time_ns(),
             t0=req.timestamp_start or time.time(),
@@ -104,7 +102,6 @@ class Recorder:
         )
         blocked = flow.metadata.get(BLOCKED_KEY)
         if blocked is not None:  # the gate answered 403: recorded as a refused network request
-            st = flow.metadata[KEY]
             st.api, st.blocked = None, blocked
             self.live[flow.id] = flow
             return None
@@ -115,14 +112,13 @@ class Recorder:
                 "refusing to forward unrecorded traffic",
                 RECORDER_ERROR,
             )
-            flow.metadata[KEY].recorded = True
+            st.recorded = True
             return None
-        st = flow.metadata[KEY]
         budget = self.sink.budget
         if api is not None and budget is not None:
             verdict = budget.try_admit(flow.id)
             if verdict == WAIT:  # decided once calls in flight settle: mitmproxy awaits what we return
-                return self._admit_later(flow, st)
+                return self._admit_later(flow, st, budget)
             if isinstance(verdict, Refusal):
                 self._refuse(flow, st, verdict)
                 return None
@@ -139,9 +135,8 @@ class Recorder:
             self._queue_request(flow, st)
         self.live[flow.id] = flow
 
-    async def _admit_later(self, flow: http.HTTPFlow, st: _Flow) -> None:
-        # Why the union-attr ignore: only reached with a budget (``request`` checked it).
-        refusal = await self.sink.budget.admit(flow.id)  # type: ignore[union-attr]
+    async def _admit_later(self, flow: http.HTTPFlow, st: _Flow, budget: Budget) -> None:
+        refusal = await budget.admit(flow.id)
         if refusal is None:
             self._forward(flow, st)
         else:
@@ -419,8 +414,6 @@ class Recorder:
                     log.error("amb-record: cannot persist in-flight WebSocket call at shutdown: %s", e)
         self.ws_live.clear()
 
-    # -- facts ---------------------------------------------------------------------------------
-
     def _call_facts(self, flow: http.HTTPFlow, st: _Flow, error: str | None = None) -> CallFacts:
         req, resp = flow.request, flow.response
         now = time.time()
@@ -509,7 +502,7 @@ def _route(req: http.Request, upstream: Upstream) -> None:
     endpoints with the same target); the real scheme, host and port are set here, before anything
     connects (``connection_strategy`` is lazy)."""
     # Through ``req.data``: the ``host``/``port`` setters re-encode with IDNA and rewrite headers
-    # on every call (146 µs per request at load 14, against 21 µs for this).
+    # on every call, several times slower.
     data = req.data
     data.scheme = upstream.scheme.encode()
     data.host, data.port = upstream.host, upstream.port

@@ -1,15 +1,11 @@
 """The proxy's blob writer: the blob store's format, appended to a pack while the agent waits.
 
-It produces exactly what ``schemas.blobstore.BlobStore.put`` produces (addresses, chunking,
-stored bytes), but appends each blob to this run's pack (``schemas.blobpack``: one ``writev``, no
-new inode, which costs 30 us to over 500 us of kernel time) and materialises the pack into the
-blob store when the sink closes; ``amb ingest`` does it for a run whose recorder died before that.
-
-Addresses already stored or appended are remembered, so a body sent again (a system prompt, a
-conversation's earlier chunks) costs a hash and a set lookup, and a chunk seen recently costs a
-comparison, not even a hash (``RecentChunks``). A small new body is not looked up in the store at
-all: compressing and appending it costs less than a ``stat``, and materialising skips what
-already exists.
+It produces exactly what ``schemas.blobstore.BlobStore.put`` produces, but appends each blob to this
+run's pack (``schemas.blobpack``: one ``writev``, no new inode, whose kernel time is the cost) and
+materialises the pack into the blob store when the sink closes (``amb ingest`` does it for a run whose
+recorder died first). Addresses already stored are remembered, so a body sent again costs a hash and
+a set lookup, and a recent chunk a comparison (``RecentChunks``); a small new body is not looked up
+in the store at all (materialising skips what already exists).
 """
 
 from __future__ import annotations
@@ -156,11 +152,8 @@ def _sha256_yielding(data: bytes) -> str:
 
 class RecentChunks:
     """The chunks most recently hashed (up to ``limit`` bytes, least recently used dropped first).
-
     An agent resends its whole conversation on every call, so most chunks of a large request are
-    chunks of the previous one: comparing one with the kept copy (memcmp speed) is five times
-    cheaper than hashing it again, and a chunk equal to a kept one has its address.
-    """
+    chunks of the previous one: comparing one with the kept copy is far cheaper than hashing it."""
 
     def __init__(self, limit: int):
         self.limit = limit

@@ -185,7 +185,7 @@ class Gate:
         return self._check(flow)
 
     def request(self, flow: Any) -> Any:
-        if flow.response is not None or not _regular(flow):
+        if flow.response is not None or getattr(flow.client_conn.proxy_mode, "type_name", "") != "regular":
             return None
         return self._check(flow)
 
@@ -210,10 +210,6 @@ class Gate:
 
     async def _resolved(self, host: str, port: int, act: Callable[[Verdict], None]) -> None:
         act(await self.destinations.verdict(host, port))
-
-
-def _regular(flow: Any) -> bool:
-    return getattr(flow.client_conn.proxy_mode, "type_name", "") == "regular"
 
 
 def _answer(flow: Any, verdict: Verdict) -> None:

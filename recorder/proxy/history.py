@@ -1,20 +1,17 @@
 """A request's conversation as the tool-call ledger compares it (``recorder.proxy.ledger``).
 
-A model API request carries its conversation so far as a list of items: Gemini's ``contents``, the
-``messages`` of Chat Completions and Anthropic Messages, the Responses API's ``input``. The items
-are chained by digest: ``chain[k]`` stands for the first ``k`` items (their JSON, keys sorted), so
-two requests open with the same ``k`` items exactly when their ``chain[k]`` agree, and a request
-extends another when the other's last link is among its own. The digests are Python's own
-``hash`` (keyed per process: an agent cannot aim for a collision): they are compared
-within the proxy that made them and never stored.
+A model API request carries its conversation so far as a list of items (Gemini's ``contents``, the
+``messages`` of Chat Completions and Anthropic Messages, the Responses API's ``input``), chained by
+digest: ``chain[k]`` stands for the first ``k`` items (their JSON, keys sorted), so two requests open
+with the same ``k`` items exactly when their ``chain[k]`` agree. The digests are Python's own
+``hash`` (keyed per process: an agent cannot aim for a collision), compared within the proxy that
+made them and never stored.
 
-What a client may change between two requests without changing the conversation is left out:
-Anthropic's ``cache_control`` markers (clients move them to the newest turn: each provider module's
-``VOLATILE``),
-and inline binary data, because a large request's parse has it skimmed out
-(``recorder.proxy.skim``, whose marker is new in every body): a skimmed string, or one long enough
-to have been, under one of the skimmer's keys counts as one placeholder. Most items hold none of
-these and cost one encoding and one hash.
+Left out is what a client may change without changing the conversation: Anthropic's
+``cache_control`` markers (each provider module's ``VOLATILE``), and inline binary data, because a
+large request's parse has it skimmed out (``recorder.proxy.skim``, whose marker is new in every
+body): a skimmed string, or one long enough to have been, under one of the skimmer's keys counts as
+one placeholder.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """The tool-call ledger: the id each tool call of a run is recorded under, and which call each tool
 result answers (the rules in full: docs/recording.md, "Tool call ids and pairing").
 
-Providers' ids cannot tell calls apart: Gemini usually sends none (a client then makes up its own
-for the next request), a gateway may send none or give every call ``call_0``, two upstreams may
-both number their calls from 1, and two conversations may be word for word the same. So a call is
-known by the conversation it was made in, and a conversation by the history its requests carry
-(``recorder.proxy.history``):
-
-- **Heads.** Each recorded model call leaves a head: the history its request sent, and the calls
-  its response asked for. A request *continues* the head whose history is the longest its own
-  extends; among heads with that history, the one whose calls the request shows (ids, else names
-  and arguments), else one not yet continued, else the latest (``_Head.rank``).
-- **Threads.** A request continues its head's thread, unless that head was already continued (a
-  retry, a restart, a second conversation with the same opening): then it starts a thread of its own.
-- **Ids.** A call keeps the provider's id unless it has none or an earlier call of the run has it;
-  then it is ``<provider>-<thread>-<step>-<index>`` or ``<id>~<thread>-<step>-<index>``.
-- **Results.** Those inside the continued head's history were recorded already; one after it
-  answers one of the head's calls (by id, else position, else name), else a call made for the same
-  history (``_candidates``), else it keeps its own id and is recorded once.
+Providers' ids cannot tell calls apart (Gemini usually sends none, a gateway may call every one
+``call_0``), so a call is known by the conversation it was made in, and a conversation by the
+history its requests carry (``recorder.proxy.history``). Each recorded model call leaves a head:
+the history its request sent and the calls its response asked for. A request continues the best
+head its history extends (``_Head.rank``), in that head's thread unless the head was continued
+already; its results are paired with the head's calls, else with ``_candidates``, else recorded
+once under their own id (``_unknown``).
 
 The ids depend only on the order in which the calls are recorded, so recording the same requests
 again gives the same ids. The ledger keeps the latest ``MAX_HEADS`` heads of a run: its memory is
@@ -140,8 +130,6 @@ class Ledger:
         self._add(place, info, result)
         return fresh
 
-    # -- which head a request continues --------------------------------------------------------
-
     def _parent(self, info: RequestInfo) -> tuple[_Head | None, int, bool]:
         """The head the request continues, the length of its history, and whether the request
         named it (a previous response) rather than carrying its history."""
@@ -155,8 +143,6 @@ class Ledger:
                 # min() keeps the first of equals: the latest (an agent restarted is its latest try).
                 return min(reversed(heads), key=lambda h: h.rank(shown)), m, False
         return None, 0, False
-
-    # -- results -------------------------------------------------------------------------------
 
     def _answer(
         self,
@@ -228,8 +214,6 @@ class Ledger:
         while rid in self._by_id:
             rid += "~"
         return rid
-
-    # -- calls ---------------------------------------------------------------------------------
 
     def _add(self, place: _Place, info: RequestInfo, result: Reassembled) -> None:
         provider, thread, step = place

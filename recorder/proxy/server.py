@@ -86,9 +86,10 @@ class ProxyServer:
         from mitmproxy import certs
 
         certs.CertStore.from_store(str(self.confdir), "mitmproxy", 2048)
-        # mitmproxy's first import takes seconds on a loaded machine: it is done here, so that the
+        # mitmproxy's first import takes seconds on a loaded machine: done here, so that the
         # deadline below measures the proxy's start alone.
-        _import_mitmproxy()
+        for module in ("mitmproxy.master", "mitmproxy.options", "mitmproxy.addons.proxyserver"):
+            importlib.import_module(module)
         # The event loop shares the GIL with the sink's workers; with CPython's default 5 ms switch
         # interval a worker parsing a body could hold a waiting stream back for up to 5 ms.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
@@ -99,9 +100,8 @@ class ProxyServer:
             self.stop()
             why = self._startup_error or f"it did not start within {timeout}s"
             raise ProxyError(f"the recording proxy could not start: {why}")
-        # What exists once the proxy is up (mitmproxy, cryptography, these modules: ~85k objects)
-        # lives as long as the proxy. Every full collection walked all of it, holding the GIL:
-        # 45-54 ms during which no stream moved; with it frozen, 6-7 ms.
+        # What exists once the proxy is up lives as long as the proxy: frozen, full collections
+        # (which hold the GIL, so no stream moves) need not walk it.
         gc.collect()
         gc.freeze()
 
@@ -147,8 +147,12 @@ class ProxyServer:
         from mitmproxy import options
 
         # One reverse endpoint per upstream, even when two share a host (their paths and keys differ):
-        # the target in the spec only tells the endpoints apart, the addon routes each request.
-        spec_of = {name: f"reverse:{_route_target(name)}@{self.listen_host}:0" for name in self.upstreams}
+        # the target in the spec only tells the endpoints apart and is never connected to (the addon
+        # routes each request; ``.invalid`` never resolves, should that ever fail).
+        spec_of = {
+            name: f"reverse:http://{name.replace('_', '-')}.amb-upstream.invalid:9@{self.listen_host}:0"
+            for name in self.upstreams
+        }
         self.recorder.routes = {spec_of[name]: up for name, up in self.upstreams.items()}
         spec_of["regular"] = f"regular@{self.listen_host}:0"
         modes = list(dict.fromkeys(spec_of.values()))
@@ -156,16 +160,16 @@ class ProxyServer:
         master = mitm_master.Master(opts, with_termlog=False)
         master.addons.add(*proxy_addons(), self.gate, self.recorder)
         # Options defined by addons exist only once the master (and its addons) does.
-        update = {
-            "connection_strategy": "lazy",  # eager: a dead upstream = silent disconnect, no record
-        }
+        update = {"connection_strategy": "lazy"}  # eager: a dead upstream = silent disconnect, no record
         if self.upstream_ca is not None:
             # The option replaces the proxy's upstream trust store: keep the system CAs in it too.
             bundle = ca_bundle(self.upstream_ca, self.confdir / "upstream-trust.pem")
             update["ssl_verify_upstream_trusted_ca"] = str(bundle)
         master.options.update(**update)
         self._master = master
-        _quiet_mitmproxy_logs()
+        # mitmproxy logs every connection through the root logger; the agent's terminal is not the place.
+        for name in ("mitmproxy", "mitmproxy.proxy.server"):
+            logging.getLogger(name).setLevel(logging.ERROR)
         run = asyncio.ensure_future(master.run())
         ps = master.addons.get("proxyserver")
         try:
@@ -200,22 +204,10 @@ def _forget_master(master: Master | None) -> None:
                 delattr(ctx, name)
 
 
-def _import_mitmproxy() -> None:
-    """Import the heavy parts of mitmproxy that the proxy thread needs (a no-op once imported)."""
-    for module in ("mitmproxy.master", "mitmproxy.options", "mitmproxy.addons.proxyserver"):
-        importlib.import_module(module)
-
-
-def _route_target(name: str) -> str:
-    """A distinct placeholder target for ``name``'s reverse endpoint (never connected to: the addon
-    sets the real upstream in the request hook; ``.invalid`` never resolves, should that ever fail)."""
-    return f"http://{name.replace('_', '-')}.amb-upstream.invalid:9"
-
-
 def proxy_addons() -> list:
     """The mitmproxy addons a recording proxy needs: mitmdump's defaults minus the interactive and
-    traffic-rewriting ones, none of which acts unless one of its options is set: mitmproxy calls
-    every hook on every addon, and that dispatch was a third of the proxy's per-call CPU."""
+    traffic-rewriting ones (idle unless their options are set, but mitmproxy calls every hook on
+    every addon, at a real cost per call)."""
     from mitmproxy.addons import (
         block,
         core,
@@ -243,18 +235,9 @@ def proxy_addons() -> list:
     ]
 
 
-def _quiet_mitmproxy_logs() -> None:
-    # mitmproxy logs every connection through the root logger; the agent's terminal is not the place.
-    for name in ("mitmproxy", "mitmproxy.proxy.server"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-
-
 def ca_bundle(ca_cert: Path, out: Path) -> Path:
-    """System trust anchors + ``ca_cert`` (the per-run CA, or an extra upstream CA) in one PEM file.
-
-    ``SSL_CERT_FILE`` *replaces* a client's trust store, so the bundle must keep the system CAs
-    too (or anything not going through the proxy would stop verifying).
-    """
+    """System trust anchors + ``ca_cert`` (the per-run CA, or an extra upstream CA) in one PEM file:
+    ``SSL_CERT_FILE`` *replaces* a client's trust store, so the system CAs must stay in it."""
     parts: list[bytes] = []
     paths = ssl.get_default_verify_paths()
     for candidate in (paths.cafile, paths.openssl_cafile, "/etc/ssl/certs/ca-certificates.crt"):

@@ -92,9 +92,8 @@ class CallFacts:
     """Settled once the call's record is written (or failed)."""
 
 
-def _now(fn: Any, *args: Any) -> Future[Any]:
-    """Run ``fn`` here and now; its result (or exception) in a completed Future."""
-    fut: Future[Any] = Future()
+def _settle(fut: Future[Any], fn: Any, *args: Any) -> Future[Any]:
+    """Run ``fn`` here and now, settling ``fut`` with its result (or exception)."""
     try:
         fut.set_result(fn(*args))
     except BaseException as e:  # noqa: BLE001 - handed to whoever awaits the Future
@@ -150,24 +149,17 @@ class Sink:
 
     def prepare_request(self, api: calls.Api, raw: bytes, encoding: str | None) -> Future[PreparedRequest]:
         """Parse and store a request body on a worker, overlapping the upstream's work."""
-        return self.pool.submit(self._guard, self._prepare, (api, raw, encoding))
+        return self.pool.submit(self._guard, self._prepare, api, raw, encoding)
 
     def prepare_into(
         self, fut: Future[PreparedRequest], api: calls.Api, raw: bytes, encoding: str | None
     ) -> None:
         """The same, here and now, settling ``fut`` (small bodies: cheaper than waking a worker)."""
-        try:
-            fut.set_result(self._guard(self._prepare, (api, raw, encoding)))
-        except BaseException as e:  # noqa: BLE001 - handed to whoever awaits the Future
-            fut.set_exception(e)
-
-    def small(self, facts: CallFacts) -> bool:
-        """Whether ``record_call`` would write this call inline (once its request is prepared)."""
-        return sum(map(len, facts.response_chunks)) <= INLINE_MAX
+        _settle(fut, self._guard, self._prepare, api, raw, encoding)
 
     def record_call(self, facts: CallFacts) -> Future[ModelCallCompleted]:
-        if self.small(facts) and facts.request.done():
-            return _now(self._guard, self._write_call, facts)
+        if sum(map(len, facts.response_chunks)) <= INLINE_MAX and facts.request.done():
+            return _settle(Future(), self._guard, self._write_call, facts)
         with self._settled:
             self._writing.append(facts)
         return self.pool.submit(self._guard, self._write_call, facts)
@@ -198,7 +190,7 @@ class Sink:
         self, seen: NetworkRequest, request: bytes = b"", response: bytes | None = None
     ) -> Future[NetworkRequest]:
         """Record a request as ``seen`` (bodies apart); ``response`` is None when over the cap."""
-        return self.pool.submit(self._guard, self._write_network, (seen, request, response))
+        return self.pool.submit(self._guard, self._write_network, seen, request, response)
 
     def record_call_now(self, facts: CallFacts) -> None:
         """Synchronously (at shutdown the pool may already be draining)."""
@@ -218,11 +210,11 @@ class Sink:
 
     # -- work (worker threads) -----------------------------------------------------------------
 
-    def _guard(self, fn: Any, facts: Any) -> Any:
+    def _guard(self, fn: Any, *args: Any) -> Any:
         with self._settled:
             self._busy += 1
         try:
-            return fn(facts)
+            return fn(*args)
         except (AmbError, OSError) as e:
             self.broken = self.broken or f"{type(e).__name__}: {e}"
             raise
@@ -240,8 +232,7 @@ class Sink:
     def _blob(self, data: bytes, media_type: str) -> BlobRef:
         return self.blobs.put(self.custody.scrub(data), media_type)
 
-    def _prepare(self, args: tuple[calls.Api, bytes, str | None]) -> PreparedRequest:
-        api, raw, encoding = args
+    def _prepare(self, api: calls.Api, raw: bytes, encoding: str | None) -> PreparedRequest:
         body, decode_err = calls.decode(raw, encoding)
         # As for responses: a body that cannot be decoded (corrupt, or a compression bomb) is kept
         # as the wire bytes, whole, rather than as the part that decoded.
@@ -282,9 +273,8 @@ class Sink:
         response_ref = None
         if raw:
             media = f.content_type.split(";")[0].strip() or "application/octet-stream"
-            # The decoded body is what the client's SDK read; if it cannot be decoded, keep the wire bytes.
-            # Against the run's previous response: they share their structure (a delta is the
-            # dictionary of what this run's responses look like).
+            # The decoded body is what the client's SDK read; if it cannot be decoded, keep the wire
+            # bytes. A delta against the run's previous response: they share their structure.
             response_ref = self.blobs.put(
                 self.custody.scrub(resp_body if decode_err is None else raw), media, base=self._last_response
             )
@@ -382,8 +372,7 @@ class Sink:
         for t in requested:
             self._append(ToolCallRequested(t.id, t.name, t.arguments, model_call_id=call_id))
 
-    def _write_network(self, args: tuple[NetworkRequest, bytes, bytes | None]) -> NetworkRequest:
-        seen, request, response = args
+    def _write_network(self, seen: NetworkRequest, request: bytes, response: bytes | None) -> NetworkRequest:
         small = request and len(request) <= NETWORK_BODY_CAP
         event = msgspec.structs.replace(
             seen,

@@ -1,19 +1,16 @@
 """A large request's JSON without its inline binary data, for the parse that feeds the record.
 
 Multimodal requests carry images, audio and files inline as base64 strings (a data URL under
-``url``/``image_url``/``file_data``, or raw base64 under ``data``): a 5 MB request is almost all
-one such string. The parsers never read those strings (they collect model, stream flag, text and
-tool results), yet decoding the JSON means scanning every byte of them while holding the GIL, ~1 ms
-per 5 MB, on the core that mitmproxy and the upstream need at that moment. The request blob is
-always stored whole; only the parse gets the skimmed document.
+``url``/``image_url``/``file_data``, or raw base64 under ``data``). The parsers never read them, yet
+decoding the JSON scans every byte while holding the GIL, on the core mitmproxy and the upstream
+need at that moment. The request blob is always stored whole; only the parse gets the skimmed one.
 
 Long strings are found with single-byte searches (memchr speed): at every ``STRIDE`` bytes the
-quotes on either side are located, so a string of at least ``MIN_SPAN`` bytes is always straddled
-and a region dense with quotes costs two short searches. A string is cut only when it is the
-value of one of the ``CARRIERS`` keys (``"key": "value"``, the quote not escaped) and contains no
-backslash; its content becomes a marker. Anything the rules misjudge leaves invalid JSON (two
-strings side by side), and ``calls.parse_request`` then parses the whole body, as it does when a
-marker turns up in a tool result's text.
+quotes on either side are located, so a string of at least ``MIN_SPAN`` bytes is always straddled.
+A string is cut only when it is the value of one of the ``CARRIERS`` keys (the quote not escaped)
+and contains no backslash; its content becomes a marker. Anything the rules misjudge leaves invalid
+JSON, and ``calls.parse_request`` then parses the whole body, as it does when a marker turns up in
+a tool result's text.
 """
 
 from __future__ import annotations

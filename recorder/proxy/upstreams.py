@@ -1,19 +1,9 @@
 """Where a run's model calls go: its upstreams (``--upstream``) and how an agent's request maps onto one.
 
 Each upstream has its own reverse endpoint on the proxy and its own variables in the agent's
-environment (a base URL and a placeholder key). Two forms::
-
-    KIND=URL          the built-in upstream of a kind: openai, anthropic, gemini, azure
-    NAME=KIND:URL     one more upstream of that kind (e.g. helper=openai:https://gw2/api/v1); the agent
-                      gets NAME_BASE_URL and NAME_API_KEY, the real key is NAME_API_KEY in amb-record's
-                      own environment
-
-``URL`` is what one would give the provider's SDK as its base URL: ``https://openrouter.ai/api/v1``,
-``https://open.bigmodel.cn/api/paas/v4``, ``https://api.anthropic.com``. The agent's base URL ends
-the way its SDK expects (``/v1`` for the OpenAI kind); a request's path has that ending replaced by
-the upstream's path, so ``/v1/chat/completions`` becomes ``/api/paas/v4/chat/completions``. A URL
-with no path means the kind's usual one (``/v1`` for OpenAI, nothing for the others), so
-``openai=http://host:8000`` forwards ``/v1/...`` as it is. Query strings pass unchanged.
+environment (a base URL and a placeholder key). ``KIND=URL`` points the built-in upstream of a kind
+elsewhere, ``NAME=KIND:URL`` adds one more of that kind; a request's path has the agent's base URL
+ending replaced by the upstream's path (docs/recording.md, "Upstreams").
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
 import queue
 import socket
@@ -106,9 +107,9 @@ class Connector:
             finally:
                 os.close(dup)
             self.listener.respond(nid, error=-err)
-            record(kernel.errno_name(err) if err else None, proto)
+            record(errno.errorcode.get(err, f"E{err}") if err else None, proto)
 
-        if kernel.fcntl_flags(dup) & os.O_NONBLOCK or stype != socket.SOCK_STREAM:
+        if fcntl.fcntl(dup, fcntl.F_GETFL) & os.O_NONBLOCK or stype != socket.SOCK_STREAM:
             perform()  # answers at once
         else:  # a blocking TCP connect can take minutes: not on the tracer's thread
             self._in_background(perform)

@@ -9,8 +9,6 @@ address a ``connect`` names, the processes below it.
 from __future__ import annotations
 
 import ctypes
-import errno
-import fcntl
 import os
 import signal
 import socket
@@ -36,10 +34,6 @@ WALL, WNOTHREAD = 0x40000000, 0x20000000
 STOP_SIGNALS = {signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}
 
 SYS_PIDFD_OPEN, SYS_PIDFD_GETFD = 434, 438  # the same on x86_64 and aarch64 (new-style numbers)
-
-
-def errno_name(err: int) -> str:
-    return errno.errorcode.get(err, f"E{err}")
 
 
 def ptrace(req: int, pid: int, addr: int = 0, data: int = 0) -> int:
@@ -164,10 +158,6 @@ def sock_type(fd: int) -> int:
         return 0
     finally:
         s.close()
-
-
-def fcntl_flags(fd: int) -> int:
-    return fcntl.fcntl(fd, fcntl.F_GETFL)
 
 
 class Listener:

@@ -1,23 +1,14 @@
 """Process tracing without stopping every process: seccomp user notification, plus a light ptrace.
 
-strace follows every fork and stops each new process several times; this tracer stops a process
-only where there is something to record (docs/containers.md):
-
-- A seccomp filter (``recorder.shim.seccomp``), installed by a small launcher
-  (``recorder.shim.launch``) before it execs the agent and inherited by all its descendants, sends
-  ``execve``, ``execveat`` and ``connect`` to the shim as notifications; every other syscall runs
-  untouched.
-- On an exec the shim seizes the caller with only ``PTRACE_O_TRACEEXEC``: the exec-event stop says
-  the exec succeeded and holds the new program before its first instruction, when its argv is read
-  from ``/proc/<pid>/cmdline``. A seized process's death gives its exit status; the signals it
-  stops for are passed straight on.
-- A ``connect`` to an IPv4 or IPv6 address is performed by the shim on the caller's own socket
-  (``recorder.shim.connects``).
-
-Needs: Linux >= 5.9, x86_64 or aarch64, the right to install a filter (no_new_privs or
-CAP_SYS_ADMIN), and CAP_SYS_PTRACE when the agent runs under another uid; ``probe`` checks it on a
-real run, and the shim falls back to strace where it fails. ``SECCOMP_IOCTL_NOTIF_ID_VALID`` guards
-every notification against the caller having died (and its pid been reused) meanwhile.
+A seccomp filter (``recorder.shim.seccomp``), installed by a launcher (``recorder.shim.launch``)
+before it execs the agent, sends ``execve``, ``execveat`` and ``connect`` to the shim; every other
+syscall runs untouched. At an exec the shim seizes the caller with ``PTRACE_O_TRACEEXEC`` only: the
+exec-event stop confirms the exec and holds the new program while its argv is read; a seized
+process's death gives its exit status. Connects are performed by the shim (``recorder.shim.connects``).
+docs/containers.md has the details. Needs Linux >= 5.9 on x86_64 or aarch64, the right to install a
+filter and, for another uid, CAP_SYS_PTRACE: ``probe`` checks it on a real run, and the shim falls
+back to strace where it fails. ``SECCOMP_IOCTL_NOTIF_ID_VALID`` guards every notification against
+the caller having died (and its pid been reused) meanwhile.
 """
 
 from __future__ import annotations
@@ -45,6 +36,8 @@ from recorder.shim.wire import Proc
 
 LABEL = "seccomp-notify"
 """The ``tracer`` name this module's records carry."""
+
+COUNTS = ("notifications", "execs", "connects", "connects_on_reserve", "signals_passed", "tracer_errors")
 
 _FLUSH_AFTER = 0.05
 """Seconds records may wait to be sent together (one wakeup of the receiver per batch)."""
@@ -89,14 +82,7 @@ class NotifyTracer:
         self.failed: str | None = None
         self.last_error: str | None = None
         """The last notification that could not be recorded, and why (the syscall went ahead)."""
-        self.counts = {
-            "notifications": 0,
-            "execs": 0,
-            "connects": 0,
-            "connects_on_reserve": 0,
-            "signals_passed": 0,
-            "tracer_errors": 0,
-        }
+        self.counts = dict.fromkeys(COUNTS, 0)
         self._out: list = []
         self._out_lock = threading.Lock()
         self._last_flush = time.monotonic()
@@ -153,8 +139,6 @@ class NotifyTracer:
         if self.root_status is None and self.root_pid is not None:
             with contextlib.suppress(ChildProcessError):
                 _pid, self.root_status = os.waitpid(self.root_pid, kernel.WALL)
-
-    # -- the tracer thread --
 
     def _main(self, argv: list[str], cwd: str, stderr) -> None:
         sigfd = -1
@@ -375,8 +359,6 @@ class NotifyTracer:
         if e.unconfirmed and self.pending.get(tid) is e:
             del self.pending[tid]
             self._commit(e.tgid, e)
-
-    # -- output --
 
     def _queue(self, msg) -> None:
         with self._out_lock:

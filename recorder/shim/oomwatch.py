@@ -1,18 +1,11 @@
 """Notice the kernel's OOM killer at work in the shim's own memory cgroup (the container's).
 
-Inside a container the shim shares the agent's memory limit. When the agent reaches it, the OOM killer
-takes the process that holds the most memory, and memory that an agent fills through a tmpfs, the
-page cache or many small processes is held by none of its processes in bulk: the shim, with its
-buffers, is then as likely a victim as any of the agent's. Which one it takes depends on the moment,
-so a run that went on after an OOM kill would end one way or another by chance. Exempting the shim
-(``oom_score_adj`` -1000) takes CAP_SYS_RESOURCE, which container hosts do not always grant. So the
-first OOM kill ends the run: the shim, if it is still there, stops the agent at once and finishes its
-record; if it was the victim, the container ends with it. Either way the recorder says the same.
-
-The kernel counts the kills per cgroup: ``oom_kill`` in ``memory.events`` (cgroup v2) or in
-``memory.oom_control`` (v1), both readable inside a container. The count is polled: one small read
-every ``POLL_S`` seconds, on a thread started before the agent (a thread needs a pid, and the agent
-may take every pid the container may have).
+The shim shares the agent's memory limit, and the OOM killer is as likely to take it as any of the
+agent's processes; exempting it (``oom_score_adj`` -1000) takes CAP_SYS_RESOURCE, which container
+hosts do not always grant. So the first OOM kill ends the run, the same way whichever process was
+taken (docs/containers.md). The kernel counts the kills per cgroup (``oom_kill`` in
+``memory.events``, v2, or ``memory.oom_control``, v1); the count is polled every ``POLL_S`` seconds
+on a thread started before the agent (a thread needs a pid, and the agent may take them all).
 """
 
 from __future__ import annotations

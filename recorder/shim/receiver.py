@@ -51,7 +51,6 @@ class ShimReceiver:
         *,
         blobs: BlobStore | None = None,
         content_cap: int = 64 * 1024 * 1024,
-        socket_mode: int = 0o600,
     ):
         self.store = Path(store)
         self.run_id = run_id
@@ -63,7 +62,7 @@ class ShimReceiver:
             self.path.unlink()
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         _bind_neutral(self._listener, self.path)
-        os.chmod(self.path, socket_mode)
+        os.chmod(self.path, 0o600)
         self._listener.listen(1)
         self.writer = SpoolWriter(spool_path(self.store, run_id, "shim"), run_id, "shim", sync=False)
         self.counts: dict[str, int] = {}
@@ -77,8 +76,6 @@ class ShimReceiver:
     def start(self) -> ShimReceiver:
         self._thread.start()
         return self
-
-    # ---- serving ----------------------------------------------------------------------------------
 
     def _serve(self) -> None:
         try:
@@ -172,8 +169,6 @@ class ShimReceiver:
         payload, at = _event(msg, ts, self.blobs)
         self._append(payload, ts_ns=at)
 
-    # ---- ending -------------------------------------------------------------------------------------
-
     def wait(self, timeout: float | None = None) -> bool:
         """True once the shim's stream has ended (or it never came and we were closed)."""
         return self.done.wait(timeout)
@@ -249,17 +244,15 @@ def _event(msg: wire.Msg, ts: int | None, blobs: BlobStore) -> tuple[Payload, in
         case wire.Access():
             return FileAccessed(path=os_text(msg.path), mode=msg.mode, pid=msg.pid), ts
         case wire.Connect():
-            scheme = msg.family.partition("/")[2]
-            attempt = NetworkRequest(
-                scheme=scheme,
+            return NetworkRequest(
+                scheme=msg.family.partition("/")[2],
                 host=msg.host,
                 port=msg.port,
                 started_ns=msg.ts_ns,
                 error=msg.error,
                 via="shim",
                 method="CONNECT",
-            )
-            return attempt, ts
+            ), ts
         case wire.Hello():
             data = {
                 "tracer": msg.tracer,

@@ -37,9 +37,7 @@ SYSCALLS: dict[str, dict[int, dict[int, Syscall]]] = {
         },
         AUDIT_ARCH["i386"]: {11: ("execve", 4), 358: ("execveat", 4), 362: ("connect", 4)},
     },
-    "aarch64": {
-        AUDIT_ARCH["aarch64"]: {221: ("execve", 8), 281: ("execveat", 8), 203: ("connect", 8)},
-    },
+    "aarch64": {AUDIT_ARCH["aarch64"]: {221: ("execve", 8), 281: ("execveat", 8), 203: ("connect", 8)}},
 }
 """Machine (``uname -m``) -> audit arch -> syscall number -> what it is."""
 
@@ -51,10 +49,7 @@ LD_W_ABS, JEQ_K, RET_K = 0x20, 0x15, 0x06
 NR_OFFSET, ARCH_OFFSET = 0, 4
 INSN = struct.Struct("HBBI")
 """One ``struct sock_filter``: code, jump-if-true, jump-if-false, constant."""
-
-
-def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
-    return INSN.pack(code, jt, jf, k)
+_insn = INSN.pack
 
 
 def machine_table(machine: str | None = None) -> dict[int, dict[int, Syscall]]:

@@ -331,10 +331,8 @@ class _StraceRun:
             os.unlink(fifo)
             os.rmdir(tmp)
         if self.proc.returncode < 0:
-            for msg in self.tracker.root_killed(-self.proc.returncode, time.time_ns()):
-                self.sender.send(msg)
-        for msg in self.tracker.unfinished(time.time_ns()):
-            self.sender.send(msg)
+            self.sender.send_many(self.tracker.root_killed(-self.proc.returncode, time.time_ns()))
+        self.sender.send_many(self.tracker.unfinished(time.time_ns()))
         self.counts["unparsed_trace_lines"] = self.tracker.unparsed
         if self.tracker.last_error:
             _note_lost(self.sender, f"{self.tracker.unparsed} trace lines", self.tracker.last_error)

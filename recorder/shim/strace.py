@@ -28,25 +28,9 @@ TRACED = "execve,execveat,clone,clone3,fork,vfork,chdir,fchdir,connect"
 
 
 def strace_command(output: str, argv: list[str], *, seccomp: bool = True) -> list[str]:
-    exe = shutil.which("strace") or "strace"
-    cmd = [
-        exe,
-        "-f",
-        "-q",
-        "-ttt",
-        "-s",
-        "65535",
-        "-yy",
-        "-e",
-        f"trace={TRACED}",
-        "-e",
-        "signal=none",
-        "-o",
-        output,
-    ]
-    if seccomp:
-        cmd.insert(2, "--seccomp-bpf")
-    return cmd + ["--", *argv]
+    filtered = ["--seccomp-bpf"] if seccomp else []
+    options = ["-q", "-ttt", "-s", "65535", "-yy", "-e", f"trace={TRACED}", "-e", "signal=none", "-o", output]
+    return [shutil.which("strace") or "strace", "-f", *filtered, *options, "--", *argv]
 
 
 def probe() -> tuple[bool, bool, str]:
@@ -60,16 +44,11 @@ def probe() -> tuple[bool, bool, str]:
         except (OSError, subprocess.TimeoutExpired) as e:
             return False, False, f"strace did not run: {e}"
         if proc.returncode == 0:
-            return (
-                True,
-                seccomp,
-                "" if seccomp else "--seccomp-bpf unavailable; tracing every stop of the traced syscalls",
-            )
+            why = "" if seccomp else "--seccomp-bpf unavailable; tracing every stop of the traced syscalls"
+            return True, seccomp, why
         detail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
     return False, False, f"strace cannot trace here: {detail}"
 
-
-# ---- parsing --------------------------------------------------------------------------------------------
 
 _LINE = re.compile(r"^(\d+)\s+(\d+)\.(\d+) (.*)$")
 _RESUMED = re.compile(r"^<\.\.\. (\w+) resumed>(.*)$")
@@ -272,7 +251,7 @@ class Tracker:
                 p.cwd = kernel.cwd(pid)
             return out
         if name in ("clone", "clone3", "fork", "vfork"):
-            if value in ("?",) or int(value) <= 0:
+            if value == "?" or int(value) <= 0:
                 return []
             child = int(value)
             parent = self._get(self._pid(tid), ts_ns)
@@ -284,9 +263,7 @@ class Tracker:
                 done, end_ns, code, sig = ended
                 done.ppid = parent.pid
                 return [self._ended(done, end_ns, code, sig)]
-            c = self.procs.get(child)
-            if c is None:
-                c = self.procs[child] = _Proc(child, start_ns=ts_ns)
+            c = self._get(child, ts_ns)
             c.ppid = parent.pid
             if c.cwd is None:
                 c.cwd = parent.cwd

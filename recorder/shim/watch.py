@@ -1,12 +1,9 @@
 """Workspace changes and watched-path opens, from inotify (through ctypes: stdlib only).
 
-A file is reported when it is closed after writing (``IN_CLOSE_WRITE``), with the content it held
-then; renames pair ``IN_MOVED_FROM``/``IN_MOVED_TO`` by cookie, and a move out of the workspace is a
-deletion, a move in a creation. What inotify cannot promise is made up for by scanning: a new
-directory right after its watch is added, everything after a queue overflow, and the whole
-workspace at ``finish`` (hard links, mmap writes, files still open); rescans report differences
-only (docs/containers.md). Names are sent as the bytes they are, and nothing an agent names can stop
-the watcher: an event it cannot handle becomes a note saying so, and the watcher goes on.
+A file is reported when it is closed after writing, with the content it held then; renames pair
+``IN_MOVED_FROM``/``IN_MOVED_TO`` by cookie, and scans make up for what inotify cannot promise
+(docs/containers.md). Names are sent as the bytes they are, and nothing an agent names can stop the
+watcher: an event it cannot handle becomes a note saying so, and the watcher goes on.
 """
 
 from __future__ import annotations
@@ -115,15 +112,8 @@ class Watcher:
         self.known: dict[str, tuple[int, int, str]] = {}
         """relative path -> (size, mtime_ns, sha256) as last reported (or found at start)."""
         self.seen_access: set[tuple[str, str]] = set()
-        self.counts = {
-            "written": 0,
-            "deleted": 0,
-            "renamed": 0,
-            "accessed": 0,
-            "overflows": 0,
-            "rescans": 0,
-            "watch_errors": 0,
-        }
+        names = ("written", "deleted", "renamed", "accessed", "overflows", "rescans", "watch_errors")
+        self.counts = dict.fromkeys(names, 0)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pending_move: tuple[int, str, bool, float] | None = None
@@ -137,8 +127,6 @@ class Watcher:
         self._add_tree("", initial=True)
         for path in watched:
             self._watch_extra(path)
-
-    # ---- setup -------------------------------------------------------------------------------------
 
     def _shown(self, rel: str) -> bytes:
         """A path as it is sent: its bytes, relative to the workspace (absolute when ``absolute``)."""
@@ -192,8 +180,6 @@ class Watcher:
                 self.watched[self.ino.add(t, WATCHED_MASK)] = t
             except OSError:
                 continue  # absent or unreadable: nothing to see there
-
-    # ---- the loop ----------------------------------------------------------------------------------
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="amb-shim-watch", daemon=True)
@@ -301,8 +287,6 @@ class Watcher:
         self.known.pop(src)
         self._emit_rename(src, dst)
 
-    # ---- reports -------------------------------------------------------------------------------------
-
     def _report_file(self, rel: str, *, read_at: str | None = None) -> None:
         """Report ``rel`` as written, with what the file holds now (read at ``read_at`` if given: the
         path it was renamed to before its close could be handled)."""
@@ -390,8 +374,6 @@ class Watcher:
         self.seen_access.add((path, mode))
         self.counts["accessed"] += 1
         self.emit(Access(path=os.fsencode(path), mode=mode, ts_ns=time.time_ns()))
-
-    # ---- reconcile -------------------------------------------------------------------------------------
 
     def rescan(self) -> None:
         """Compare the workspace with what was reported; report the differences."""
