@@ -1,12 +1,11 @@
 """Typed hot columns: payload fields that queries read most, stored beside the payload at ingest.
 
-Extracting the fields the views aggregate, join and filter on from every JSON payload cost ~38 ms
-for an aggregate over 200 runs; ingest stores them as typed columns of ``events`` from the JSON
-parse it already makes (migrations ``core.m005_hot_columns`` and ``core.m007_hot_column_ok``
-backfill older stores). They are not part of the hash, so a column could be edited alone: ``amb
-verify`` re-derives each from the payload. Each is the field at its path, ``TRY_CAST`` to its type
-(a field of another type gives NULL), so the views read what they extracted before
-(``tests/replay/test_hot_columns.py``).
+Rather than extract the fields the views aggregate, join and filter on from every JSON payload,
+ingest stores them as typed columns of ``events`` from the JSON parse it already makes
+(migrations ``core.m005_hot_columns`` and ``core.m007_hot_column_ok`` backfill older stores). They
+are not part of the hash, so a column could be edited alone: ``amb verify`` re-derives each from
+the payload. Each is the field at its path, ``TRY_CAST`` to its type (a field of another type gives
+NULL), so the views read what they extracted before (``tests/replay/test_hot_columns.py``).
 """
 
 from __future__ import annotations

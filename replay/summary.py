@@ -112,8 +112,7 @@ _CALLS = """SELECT run_id, count(*) FILTER (WHERE NOT ok),
        sum(output_tokens)::BIGINT, sum(reasoning_tokens)::BIGINT
 FROM model_calls {where} GROUP BY run_id"""
 _MODELS = "SELECT DISTINCT run_id, model FROM model_calls {where} {also} model <> ''"
-"""(Apart from the sums: a DISTINCT list per run in the same aggregate held a hash set per run,
-about a sixth more memory for the whole store.)"""
+"""(Apart from the sums: a DISTINCT list per run in the same aggregate holds a hash set per run.)"""
 _ENDS = "SELECT run_id, ts_ns, CAST(payload AS VARCHAR) FROM events WHERE kind = $kind {also}"
 """(One kind at a time: with ``kind IN (...)`` DuckDB filters after the scan, and reads the payload
 of every event instead of the run's two.)"""
