@@ -86,22 +86,17 @@ async function runsPage() {
     return;
   }
   const form = el("form", { class: "filters", id: "run-filters" });
-  for (const f of RUN_FILTERS) {
-    const sel = el("select", { name: f }, el("option", { value: "" }, "any"));
-    for (const v of first.facets[f] || []) sel.append(el("option", { value: v, selected: state[f] === v }, v));
-    form.append(el("label", {}, f, sel));
-  }
+  // A select of these values, `picked` selected; `any` (when given) first, for no value.
+  const select = (name, values, picked, any) => el("select", { name },
+    any ? el("option", { value: "" }, any) : null,
+    values.map((v) => el("option", { value: v, selected: picked === v }, v)));
+  for (const f of RUN_FILTERS) form.append(el("label", {}, f, select(f, first.facets[f] || [], state[f], "any")));
   const input = (name, ph, size) => el("input", { name, placeholder: ph, size, value: state[name] || "" });
-  const profile = el("select", { name: "profile" }, el("option", { value: "" }, "best of any"));
-  for (const p of first.profiles) profile.append(el("option", { value: p, selected: state.profile === p }, p));
-  const scanner = el("select", { name: "scanner" }, el("option", { value: "" }, "any"));
-  for (const s of first.scanners || []) scanner.append(el("option", { value: s, selected: state.scanner === s }, s));
-  const sort = el("select", { name: "sort" });
-  for (const s of ["started", "duration", "tokens", "cost", "score", "run", "task", "agent", "model", "status", "events"])
-    sort.append(el("option", { value: s, selected: (state.sort || "started") === s }, s));
-  const order = el("select", { name: "order" },
-    el("option", { value: "desc", selected: state.order !== "asc" }, "desc"),
-    el("option", { value: "asc", selected: state.order === "asc" }, "asc"));
+  const profile = select("profile", first.profiles, state.profile, "best of any");
+  const scanner = select("scanner", first.scanners || [], state.scanner, "any");
+  const sort = select("sort", ["started", "duration", "tokens", "cost", "score", "run", "task", "agent", "model", "status", "events"],
+    state.sort || "started");
+  const order = select("order", ["desc", "asc"], state.order === "asc" ? "asc" : "desc");
   form.append(
     el("label", {}, "label", input("label", "key=value", 12)),
     el("label", {}, "score profile", profile),
