@@ -54,11 +54,6 @@ def from_payload(column: HotColumn, payload: str = "payload") -> str:
     return cast(f"json_extract_string({payload}, '$.{column.path}')", column)
 
 
-def body_paths() -> list[str]:
-    """The columns' paths inside a whole canonical event body (what ingest parses)."""
-    return [f"$.payload.{c.path}" for c in HOT_COLUMNS]
-
-
 def stored(con: duckdb.DuckDBPyConnection) -> list[HotColumn]:
     """The hot columns ``events`` has: all once migrated; fewer or none in a store an older amb made
     that no writer has opened since (read-only commands do not migrate)."""
