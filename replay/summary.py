@@ -137,9 +137,8 @@ def summaries(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
     then id.
 
     Five plain scans, folded here: the counts and time span per run, the model calls' sums, the
-    models each run called, the run.started and the run.finished events. One query joining the
-    ``runs`` view to the calls' aggregate made DuckDB build hash tables as big as the store; these
-    keep a row per run."""
+    models each run called, the run.started and the run.finished events. Each keeps a row per run
+    (a join of the ``runs`` view to the calls' aggregate builds hash tables as big as the store)."""
     where, params = ("WHERE run_id = $run", {"run": run_id}) if run_id is not None else ("", {})
     found: dict[str, RunSummary] = {}
     for run, n, first_ns, last_ns, calls, tools, processes, writes in con.execute(
