@@ -78,13 +78,8 @@ async function runsPage() {
   const state = Object.fromEntries(url.searchParams.entries());
   app.replaceChildren(el("p", { class: "muted" }, "Loading runs…"));
   const runs = (cursor) => getJSON(`/api/runs?${qs({ ...state, limit: state.limit || 50, cursor })}`);
-  let first;
-  try {
-    first = await runs(state.cursor);
-  } catch (e) {
-    app.replaceChildren(error(e));
-    return;
-  }
+  const first = await runs(state.cursor).catch((e) => app.replaceChildren(error(e)));
+  if (!first) return;
   const form = el("form", { class: "filters", id: "run-filters" });
   // A select of these values, `picked` selected; `any` (when given) first, for no value.
   const select = (name, values, picked, any) => el("select", { name },
@@ -547,9 +542,8 @@ async function diffPage() {
   crumb.textContent = `diff ${a} ↔ ${b}`;
   if (!a || !b) { app.replaceChildren(el("p", {}, "Pick two runs on the runs page to diff them.")); return; }
   app.replaceChildren(el("p", { class: "muted" }, "Aligning…"));
-  let d;
-  try { d = await getJSON(`/api/diff?${qs({ a, b, at: p.get("at") || "" })}`); }
-  catch (e) { app.replaceChildren(error(e)); return; }
+  const d = await getJSON(`/api/diff?${qs({ a, b, at: p.get("at") || "" })}`).catch((e) => app.replaceChildren(error(e)));
+  if (!d) return;
   const s = d.summary;
   const fd = s.first_divergence;
   const sumPanel = el("div", { class: "panel", id: "diff-summary" },
@@ -611,9 +605,8 @@ async function gridPage() {
   const p = new URL(location.href).searchParams;
   const task = p.get("task");
   crumb.textContent = `grid ${task}`;
-  let g;
-  try { g = await getJSON(`/api/grid?${qs({ task, profile: p.get("profile") || "" })}`); }
-  catch (e) { app.replaceChildren(error(e)); return; }
+  const g = await getJSON(`/api/grid?${qs({ task, profile: p.get("profile") || "" })}`).catch((e) => app.replaceChildren(error(e)));
+  if (!g) return;
   const head = el("tr", {}, th(["agent · model", ...Array.from({ length: g.repeats }, (_, i) => `run ${i + 1}`)]));
   const rows = g.rows.map((r) => el("tr", {}, el("td", {}, r.agent), r.runs.map((x) => el("td", {},
     el("a", { class: `cell ${["completed", "failed", "breach"].includes(x.score_status || x.status) ? (x.score_status || x.status) : "other"}`, href: runLink(x.run_id) },
