@@ -426,13 +426,7 @@ class Verified(msgspec.Struct):
 def run_verify(con: duckdb.DuckDBPyConnection, blobs: BlobStore, run_id: str) -> Verified:
     found = verify_store(con, blobs, [run_id])
     problems = [
-        Problem(
-            p.source,
-            p.seq,
-            p.kind,
-            p.what,
-            None if p.source is None or p.seq is None else f"{p.source}:{p.seq}",
-        )
+        Problem(p.source, p.seq, p.kind, p.what, None if p.seq is None else f"{p.source}:{p.seq}")
         for p in found[:100]
     ]
     return Verified(
