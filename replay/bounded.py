@@ -18,7 +18,7 @@ T = TypeVar("T")
 DATABASE_MEMORY = 64 << 20
 """The database's memory limit while a whole store's events are scanned. Left alone, DuckDB keeps
 every block of the file that a query read until it runs short of memory: a scan of the whole store
-would end holding the whole file (a quarter of a gigabyte for 8,000 synthetic runs). Each chunk's
+would end holding the whole file. Each chunk's
 queries read only that chunk's blocks, so a small cache costs nothing; a chunk that needs more
 (a run far bigger than a chunk) is fetched again with twice the limit (``DatabaseMemory``): outside a
 transaction, as ``amb verify`` runs, since running short aborts the transaction it ran in."""
@@ -115,9 +115,8 @@ def _bytes(setting: str) -> int:
 
 
 class References:
-    """The blob addresses the events refer to, kept as 32-byte digests in an unlinked temporary file:
-    a store of 10,000 runs refers to a million blobs, which in memory (even as digests, and sorted
-    to drop repeats) would make the memory of ``amb verify`` grow with the store. Each chunk's
+    """The blob addresses the events refer to, kept as 32-byte digests in an unlinked temporary file
+    (in memory, they would make the memory of ``amb verify`` grow with the store). Each chunk's
     addresses are distinct; a blob two chunks refer to is kept twice (judging it twice costs less
     than remembering every address). Iterated as addresses, in the order they came."""
 

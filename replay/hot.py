@@ -1,12 +1,11 @@
 """Typed hot columns: payload fields that queries read most, stored beside the payload at ingest.
 
-Extracting the fields the views aggregate, join and filter on from every JSON payload cost ~38 ms
-for an aggregate over 200 runs; ingest stores them as typed columns of ``events`` from the JSON
-parse it already makes (migrations ``core.m005_hot_columns`` and ``core.m007_hot_column_ok``
-backfill older stores). They are not part of the hash, so a column could be edited alone: ``amb
-verify`` re-derives each from the payload. Each is the field at its path, ``TRY_CAST`` to its type
-(a field of another type gives NULL), so the views read what they extracted before
-(``tests/replay/test_hot_columns.py``).
+Rather than extract the fields the views aggregate, join and filter on from every JSON payload,
+ingest stores them as typed columns of ``events`` from the JSON parse it already makes
+(migrations ``core.m005_hot_columns`` and ``core.m007_hot_column_ok`` backfill older stores). They
+are not part of the hash, so a column could be edited alone: ``amb verify`` re-derives each from
+the payload. Each is the field at its path, ``TRY_CAST`` to its type (a field of another type gives
+NULL), so the views read what they extracted before (``tests/replay/test_hot_columns.py``).
 """
 
 from __future__ import annotations
@@ -53,11 +52,6 @@ def cast(text_expr: str, column: HotColumn) -> str:
 def from_payload(column: HotColumn, payload: str = "payload") -> str:
     """The column's value re-derived from a stored payload (the backfill and ``amb verify``)."""
     return cast(f"json_extract_string({payload}, '$.{column.path}')", column)
-
-
-def body_paths() -> list[str]:
-    """The columns' paths inside a whole canonical event body (what ingest parses)."""
-    return [f"$.payload.{c.path}" for c in HOT_COLUMNS]
 
 
 def stored(con: duckdb.DuckDBPyConnection) -> list[HotColumn]:

@@ -22,8 +22,8 @@ spool does not keep the others out. Every valid spool is loaded, then the first 
 
 ``(run_id, source, seq)`` is the key and ingest is its
 guard: events already stored are skipped (anti-join), so re-ingesting adds nothing. It is not
-declared as a DuckDB PRIMARY KEY because maintaining that index doubled the bulk-load time
-(measured, see README); ``amb verify`` checks the key too (a duplicate shows as a sequence error).
+declared as a DuckDB PRIMARY KEY because maintaining that index doubles the bulk-load time;
+``amb verify`` checks the key too (a duplicate shows as a sequence error).
 
 Blob packs (``schemas.blobpack``) beside the spools being loaded are materialised into the blob
 store first: a recorder that died before closing leaves its run's blobs there.
@@ -64,15 +64,12 @@ from schemas.tempdirs import tempdir
 BATCH_FILES = 3000
 """Spool files per DuckDB statement (about a million events for typical runs). Not fewer: a batch of
 less than a row group (122,880 events) is not written to the file as it is inserted, and its commit
-cost as much again (a first batch of a quarter of this made 1,000 realistic runs 0.6 s slower)."""
+costs as much again."""
 
 INGEST_MEMORY = 192 << 20
-"""The database's memory limit while spools are loaded. Left alone, DuckDB keeps every block it
-wrote and read until it runs short: an ingest of 8,000 runs ended holding most of the file, and
-a batch's working memory on top. Above the limit a batch spills to the database's temporary
-directory; one that cannot is loaded again with twice the limit (``bounded.DatabaseMemory``).
-Under 128 MB part of every batch of runs with request and response bodies spilled (a tenth more
-CPU); with much more, what the database keeps grows with the number of batches."""
+"""The database's memory limit while spools are loaded (left alone, DuckDB keeps every block it
+wrote and read until it runs short). Above the limit a batch spills to the database's temporary
+directory; one that cannot is loaded again with twice the limit (``bounded.DatabaseMemory``)."""
 
 
 class FileReport(NamedTuple):
@@ -126,7 +123,7 @@ def spool_files(store_root: Path, run_ids: list[str] | None = None) -> list[Path
             dirs = sorted(Path(e.path) for e in entries if e.is_dir())
     out = []
     for d in dirs:
-        try:  # (one listing matched by suffix: a third of the time of two globs)
+        try:
             names = [n for n in os.listdir(d) if not n.startswith(".")]
         except (FileNotFoundError, NotADirectoryError):
             continue
@@ -230,9 +227,9 @@ def _explain(files: list[_Spool], error: duckdb.Error) -> AmbError:
     if message:
         if message.startswith("CONFLICT "):
             return IngestConflict(message[len("CONFLICT ") :] + "; nothing was loaded")
-        for tag, cls in (("UNKNOWN ", SchemaError), ("NEWER ", SchemaError)):
+        for tag in ("UNKNOWN ", "NEWER "):
             if tag in message:
-                return cls(message.replace(tag, ""))
+                return SchemaError(message.replace(tag, ""))
         if message.startswith("spool "):
             return SpoolError(message)
     # A frame DuckDB could not even split or parse: find it with the reference reader.
@@ -262,8 +259,7 @@ def _first_failure(failures: list[tuple[str, AmbError]], report: IngestReport) -
 def _insert(con: duckdb.DuckDBPyConnection, sql: str, parts: list[str], readable: list[_Spool]) -> int:
     """The bulk statement over the batch's frames files (``ingest_frames.check_batch``). Each row
     names its spool by its index in the batch; the spools' keys, runs and sources are list
-    parameters indexed by it (a join on the file name carried every body and its parsed fields
-    through a hash join: a quarter of the statement's time)."""
+    parameters indexed by it (a join on the file name would carry every body through it)."""
     params = {
         "batch": parts,
         "keys": [f.key for f in readable],
@@ -459,9 +455,7 @@ def ingest(
             if progress:
                 progress(len(paths), len(paths))
             report = batches.report(len(paths))
-            if own:
-                # (left to the close, the checkpoint held as much again as the whole load: an
-                # eighth of the file per 1,000 runs)
+            if own:  # (under the limit: left to the close, it holds as much again as the load)
                 memory.checkpoint()
         if batches.failures:
             raise _first_failure(batches.failures, report)

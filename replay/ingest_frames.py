@@ -36,10 +36,8 @@ _MARK = BLOB_MARK.encode()
 
 FRAMES_PART = 4 << 20
 """Bytes of frames per file the bulk statement reads (``check_batch``). DuckDB's CSV reader pays
-a fixed cost for each file it opens (about a quarter of a millisecond: more than it takes to read
-a run's typical spool), so a batch's frames are copied to a few files; but it holds more of one big
-file at once than of several small ones (a batch of 1,000 runs in one file ran short of
-``ingest.INGEST_MEMORY``)."""
+a fixed cost for each file it opens (more than it takes to read a typical spool), so a batch's
+frames are copied to a few files; but it holds more of one big file at once than of several."""
 
 
 class Checked(NamedTuple):
@@ -140,10 +138,9 @@ class FramesAhead:
 
     @contextmanager
     def sharing(self, con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-        """The database on one thread fewer while the pool's thread is still writing a batch ahead:
-        on two cores, two database threads and the pass took turns on them, and one database thread
-        loads a batch for a fifth less CPU in about the same time. (Set on a cursor of its own: the
-        setting is the database's, and the caller's transaction may be aborted when it is set back.)"""
+        """The database on one thread fewer while the pool's thread is still writing a batch ahead
+        (else they take turns on the cores). Set on a cursor of its own: the setting is the
+        database's, and the caller's transaction may be aborted when it is set back."""
         with con.cursor() as settings:
             threads = int(settings.execute("SELECT current_setting('threads')").fetchall()[0][0])
             if threads < 2 or all(f.done() for f in self.ahead.values()):

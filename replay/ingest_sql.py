@@ -19,16 +19,13 @@ from schemas.codec import GENESIS
 from schemas.events import KINDS
 from schemas.frames import MAX_BODY
 
-
-def _kinds_sql() -> str:
-    """Each known kind, the newest version this amb reads, and how its canonical body begins."""
-    return ", ".join(
-        f"""('{kind}', {cls.VERSION}, '{{"kind":"{kind}","payload":')"""
-        for kind, cls in sorted(KINDS.items())
-    )
-
+_KINDS = ", ".join(
+    f"""('{kind}', {cls.VERSION}, '{{"kind":"{kind}","payload":')""" for kind, cls in sorted(KINDS.items())
+)
+"""Each known kind, the newest version this amb reads, and how its canonical body begins."""
 
 _HOT_NAMES = ", ".join(c.name for c in hot.HOT_COLUMNS)
+_HOT_PATHS = ", ".join(f"'$.payload.{c.path}'" for c in hot.HOT_COLUMNS)
 _HOT_FROM_BODY = "".join(f", {hot.cast(f'x[{8 + i}]', c)} AS {c.name}" for i, c in enumerate(hot.HOT_COLUMNS))
 """The hot columns, from the same parse of each body that reads its envelope (``replay.hot``)."""
 
@@ -74,7 +71,7 @@ FROM (
                        json_extract_string(
                            body,
                            ['$.kind', '$.prev_hash', '$.run_id', '$.seq', '$.source', '$.ts_ns', '$.v',
-                            {", ".join(repr(p) for p in hot.body_paths())}]
+                            {_HOT_PATHS}]
                        ) AS x
                 FROM read_csv($batch, delim = '\t', quote = '', escape = '', header = false,
                               auto_detect = false, max_line_size = {2 * MAX_BODY},
@@ -83,7 +80,7 @@ FROM (
             ) AS c
         ) AS t
     ) AS p
-    LEFT JOIN (VALUES {_kinds_sql()}) AS k(kind, max_v, body_start) ON k.kind = p.kind
+    LEFT JOIN (VALUES {_KINDS}) AS k(kind, max_v, body_start) ON k.kind = p.kind
     {{stored_join}}
 ) AS checked
 WHERE stored IS NULL OR stored <> hash

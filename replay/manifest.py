@@ -130,8 +130,7 @@ def write_manifests(store: Any, run_ids: list[str], blob_refs: dict[str, int] | 
 
 def stored(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | None:
     rows = con.execute("SELECT manifest FROM manifests WHERE run_id = ?", [run_id]).fetchall()
-    row = rows[0] if rows else None
-    return json.loads(row[0]) if row else None
+    return json.loads(rows[0][0]) if rows else None
 
 
 class _AnchoredSource(msgspec.Struct):

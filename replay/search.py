@@ -1,5 +1,5 @@
-"""Case-insensitive search in payloads without lowering them: one pattern that matches what
-``lower`` would have matched (``lower`` over every payload was three quarters of a search's CPU).
+"""Case-insensitive search in payloads without lowering them (the bulk of a search's CPU): one
+pattern that matches what ``lower`` would have matched.
 
 DuckDB's ``lower`` maps each code point to one code point, so ``lower(p)`` contains ``lower(q)``
 exactly when ``p`` holds, at consecutive code points, any of the characters that ``lower`` turns into
@@ -7,8 +7,7 @@ each character of ``lower(q)`` in turn: one character class per character (``k``
 ``[Kk\u212a]``, the Kelvin sign), which RE2 runs over the payloads as they are. The classes are read
 from DuckDB's own ``lower`` once per process, so the rows found are the same by construction
 (``tests/replay/test_payload_search.py`` checks it on hostile strings). A query the pattern cannot
-express (very long) falls back to lowering. Not a lower-cased copy kept at ingest (~70 % more event
-bytes), nor DuckDB's full-text search (not in the wheel; it matches stemmed words, not substrings).
+express (very long) falls back to lowering.
 """
 
 from __future__ import annotations

@@ -315,10 +315,7 @@ def check_store_run(source: Path, run_id: str, *, with_blobs: bool = True) -> Ch
     entries = _entries(run_dir)
     _no_folders(run_dir)
     for rel, _st in entries:
-        if rel.endswith(".spool") and "/" not in rel:
-            if run_dir / rel not in checked.spools:
-                checked.spools.append(run_dir / rel)
-        elif rel.endswith(".spool" + spools.COMPRESSED) and "/" not in rel:
+        if rel.endswith((".spool", ".spool" + spools.COMPRESSED)) and "/" not in rel:
             plain = run_dir / rel.removesuffix(spools.COMPRESSED)
             if plain not in checked.spools:  # (a crash between compressing and removing leaves both)
                 checked.spools.append(plain)

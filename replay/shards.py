@@ -199,11 +199,7 @@ def load_shards(
     reported. Shards go in batches of ``BATCH_SHARDS``, then one ingest loads every new spool."""
     report = LoadReport()
     st = Store.open(store_dir)
-    target_blobs = BlobStore(st.root / "blobs")
-
-    def have_blob(hexd: str) -> bool:
-        return target_blobs.has(hexd)
-
+    have_blob = BlobStore(st.root / "blobs").has
     stored = _stored_heads(st)
 
     def check_one(pair: tuple[Path, str]) -> Checked | ShardError | None:

@@ -55,12 +55,16 @@ def measure_tree(root: Path) -> dict[str, Any]:
                 _file_kind(path), {"files": 0, "disk_bytes": 0, "content_bytes": 0}
             )
             for bucket in (out, kind):
-                bucket["files"] += 1
-                bucket["disk_bytes"] += _disk(st)
-                bucket["content_bytes"] += st.st_size
+                _count(bucket, st)
         dirnames.sort()
     out["disk_bytes"] += out["dirs_disk_bytes"]
     return out
+
+
+def _count(bucket: dict[str, Any], st: os.stat_result) -> None:
+    bucket["files"] += 1
+    bucket["disk_bytes"] += _disk(st)
+    bucket["content_bytes"] += st.st_size
 
 
 def measure_database(root: Path) -> dict[str, Any]:
@@ -70,18 +74,8 @@ def measure_database(root: Path) -> dict[str, Any]:
             st = os.stat(root / name)
         except FileNotFoundError:
             continue
-        out["files"] += 1
-        out["disk_bytes"] += _disk(st)
-        out["content_bytes"] += st.st_size
+        _count(out, st)
     return out
-
-
-def _tables(con: duckdb.DuckDBPyConnection) -> list[str]:
-    rows = con.execute(
-        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
-        "AND NOT temporary ORDER BY table_name"
-    ).fetchall()
-    return [r[0] for r in rows]
 
 
 def measure_tables(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, int]]:
@@ -89,8 +83,12 @@ def measure_tables(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, int]]:
         "SELECT block_size FROM pragma_database_size() WHERE database_name = current_database()"
     ).fetchall()
     size = int(block_size[0][0]) if block_size else 262144
+    tables = con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND NOT temporary ORDER BY table_name"
+    ).fetchall()
     out = {}
-    for table in _tables(con):
+    for (table,) in tables:
         quoted = '"' + table.replace('"', '""') + '"'
         counts = con.execute(f"SELECT count(*), sum(strlen(COLUMNS(*)::VARCHAR)) FROM {quoted}").fetchall()[0]
         rows, content = counts[0], sum(int(n or 0) for n in counts[1:])

@@ -103,11 +103,6 @@ def damage(e: BaseException, db: Path | None = None) -> StoreError | None:
     )
 
 
-def _is_lock_error(e: Exception) -> bool:
-    text = str(e)
-    return "lock" in text.lower() and ("Conflicting" in text or "Could not set lock" in text)
-
-
 def _connect(
     path: Path, *, read_only: bool, config: dict[str, Any] | None, lock_timeout_s: float
 ) -> duckdb.DuckDBPyConnection:
@@ -117,7 +112,9 @@ def _connect(
         try:
             return duckdb.connect(str(path), read_only=read_only, config=config or {})
         except duckdb.IOException as e:
-            if not _is_lock_error(e) or time.monotonic() > deadline:
+            text = str(e)
+            locked = "lock" in text.lower() and ("Conflicting" in text or "Could not set lock" in text)
+            if not locked or time.monotonic() > deadline:
                 raise damage(e, path) or StoreError(f"cannot open {path}: {e}") from e
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 1.0)

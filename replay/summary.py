@@ -112,8 +112,7 @@ _CALLS = """SELECT run_id, count(*) FILTER (WHERE NOT ok),
        sum(output_tokens)::BIGINT, sum(reasoning_tokens)::BIGINT
 FROM model_calls {where} GROUP BY run_id"""
 _MODELS = "SELECT DISTINCT run_id, model FROM model_calls {where} {also} model <> ''"
-"""(Apart from the sums: a DISTINCT list per run in the same aggregate held a hash set per run,
-about a sixth more memory for the whole store.)"""
+"""(Apart from the sums: a DISTINCT list per run in the same aggregate holds a hash set per run.)"""
 _ENDS = "SELECT run_id, ts_ns, CAST(payload AS VARCHAR) FROM events WHERE kind = $kind {also}"
 """(One kind at a time: with ``kind IN (...)`` DuckDB filters after the scan, and reads the payload
 of every event instead of the run's two.)"""
@@ -138,9 +137,8 @@ def summaries(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list
     then id.
 
     Five plain scans, folded here: the counts and time span per run, the model calls' sums, the
-    models each run called, the run.started and the run.finished events. One query joining the
-    ``runs`` view to the calls' aggregate made DuckDB build hash tables as big as the store; these
-    keep a row per run."""
+    models each run called, the run.started and the run.finished events. Each keeps a row per run
+    (a join of the ``runs`` view to the calls' aggregate builds hash tables as big as the store)."""
     where, params = ("WHERE run_id = $run", {"run": run_id}) if run_id is not None else ("", {})
     found: dict[str, RunSummary] = {}
     for run, n, first_ns, last_ns, calls, tools, processes, writes in con.execute(

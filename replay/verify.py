@@ -96,11 +96,9 @@ ROW_GROUP = 122_880
 
 HASH_BATCH = ROW_GROUP // 2
 """Events per chunk of the scan (whole runs: a bigger run is a chunk of its own). A chunk is built
-by the database while the one before is hashed here; the two chunks in memory (~50 MB of bodies
-each for runs with request and response bodies) stay the same whatever the size of the store.
-Each chunk's queries decompress the row groups its row ids reach: chunks of a quarter of a row
-group decompressed every payload four times (a third of the scan's CPU on such runs); a whole row
-group saved a tenth more CPU but held a fifth more memory."""
+by the database while the one before is hashed here, so two chunks are in memory whatever the size
+of the store. Each chunk's queries decompress the row groups its row ids reach: smaller chunks
+decompress every payload several times, bigger ones hold more memory."""
 
 
 def _string_slices(array: pa.Array) -> tuple[memoryview, list[int]]:
@@ -338,10 +336,6 @@ def _marks_by_run(found: pa.Table) -> dict[str, int]:
     }
 
 
-def _hot_problem(name: str) -> str:
-    return f"hot column {name} differs from the payload (edited after ingest)"
-
-
 def _part(fetched: _Fetched) -> _Part:
     """One chunk's problems, in the order of the checks' precedence (a gap, then a hash that does
     not match, then a broken link; a hot column that differs says the least), its manifests and its
@@ -356,7 +350,9 @@ def _part(fetched: _Fetched) -> _Part:
     for run_id, source, seq, kind, column in zip(
         *(with_hot.column(c).to_pylist() for c in ["run_id", "source", "seq", "kind", "hot"]), strict=True
     ):
-        problems[(run_id, source, seq)] = Problem(run_id, source, seq, kind, _hot_problem(column))
+        problems[(run_id, source, seq)] = Problem(
+            run_id, source, seq, kind, f"hot column {column} differs from the payload (edited after ingest)"
+        )
     for (run_id, source, seq), (kind, what) in fetched.chain_problems.items():
         problems[(run_id, source, seq)] = Problem(run_id, source, seq, kind, what)
     edited = table.select(["run_id", "source", "seq", "kind"]).take(pa.array(failed, pa.int64()))
@@ -387,7 +383,6 @@ def _parts(
     query stays on ``con`` so it sees what the caller sees) one chunk ahead of this thread, which
     hashes the chunk before: at most two chunks in memory, whatever the size of the store."""
     where, params = _run_filter(run_ids)
-    sql_of = _scan_sql
     hot_columns = hot.stored(con)
     chunks = _chunks(con, where, params, batch)
     # The whole store: the database's cache of the file kept small (``bounded.DATABASE_MEMORY``). Named
@@ -399,7 +394,7 @@ def _parts(
         cond, values = _chunk_filter(where, params, chunk)
 
         def step() -> _Fetched:
-            return _fetch(con, sql_of(cond, hot_columns), cond, values, chunk.runs)
+            return _fetch(con, _scan_sql(cond, hot_columns), cond, values, chunk.runs)
 
         return step() if memory is None else memory.retrying(step)
 
@@ -464,13 +459,6 @@ def _differences(
         for diff in manifests.differences(m, current.get(run_id)):
             problems.append(Problem(run_id, None, None, None, f"differs from {what}: {diff}"))
     return problems
-
-
-def check_against(
-    con: duckdb.DuckDBPyConnection, anchored: list[dict[str, Any]], what: str = "the anchored manifest"
-) -> list[Problem]:
-    """Compare the store with manifests (stored ones, or kept elsewhere: ``--manifest FILE``)."""
-    return _differences(anchored, manifests.compute_many(con, [str(m.get("run_id")) for m in anchored]), what)
 
 
 def _blob_refs(
@@ -571,6 +559,7 @@ def verify(
         referenced.close()
     problems = [events[k] for k in sorted(events)]
     problems += sorted(stored, key=lambda p: p.run_id)  # (stable: each run's in the order found)
-    if anchored is not None:
-        problems += check_against(con, anchored)
+    if anchored is not None:  # (kept elsewhere: ``--manifest FILE``)
+        current = manifests.compute_many(con, [str(m.get("run_id")) for m in anchored])
+        problems += _differences(anchored, current, "the anchored manifest")
     return problems + (_blob_problems(_blob_refs(con, run_ids, sorted(bad)), bad) if bad else [])

@@ -36,17 +36,13 @@ class View(NamedTuple):
     """The FROM clause when the hot columns are read (when it differs from ``source``)."""
 
 
-def _p(path: str, cast: str | None = None) -> str:
-    expr = f"payload->>'{path}'" if "." not in path else "payload->>'$." + path + "'"
-    return f"TRY_CAST({expr} AS {cast})" if cast else expr
-
-
 _HOT = {c.path: c.name for c in hot.HOT_COLUMNS}
 
 
 def _field(name: str, path: str, doc: str, cast: str | None = None) -> Column:
     """A payload field of ``events``, read from its hot column when it has one."""
-    return Column(name, _p(path, cast), doc, _HOT.get(path))
+    expr = f"payload->>'{path}'" if "." not in path else "payload->>'$." + path + "'"
+    return Column(name, f"TRY_CAST({expr} AS {cast})" if cast else expr, doc, _HOT.get(path))
 
 
 _ENV = [

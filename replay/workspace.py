@@ -233,20 +233,17 @@ def state_at(changes: list[tuple[int, Event]], moment: Moment) -> Workspace:
 def _apply(ws: Workspace, e: Event) -> None:
     where = f"{e.source}:{e.seq}"
     p = e.payload
-    if isinstance(p, FileWritten):
+    if isinstance(p, FileWritten | FileDeleted):
         target = _place(ws, p.path, where)
         if target is None:
+            return
+        if isinstance(p, FileDeleted):  # the file, or every file under it (a directory)
+            for gone in [k for k in target if k == p.path or k.startswith(p.path + "/")]:
+                target.pop(gone)
             return
         note = None if p.content is not None else "above the content size cap: only its hash was recorded"
         blob = p.content.blob if p.content is not None else None
         target[p.path] = FileState(p.path, p.size, p.sha256, blob, where, note)
-    elif isinstance(p, FileDeleted):
-        target = _place(ws, p.path, where)
-        if target is None:
-            return
-        target.pop(p.path, None)
-        for under in [k for k in target if k.startswith(p.path + "/")]:
-            target.pop(under)
     elif isinstance(p, FileRenamed):
         src_target = _place(ws, p.src, where)
         dst_target = _place(ws, p.dst, where)

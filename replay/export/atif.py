@@ -216,9 +216,8 @@ class _Export:
         self.sidecar.append(json_line(line).encode())
         self.sidecar_blobs.update(atif.blob_refs(e.payload))
 
-    def trajectory(
-        self, run_id: str, started: RunStarted | None, finished: RunFinished | None
-    ) -> atif.Trajectory:
+    def trajectory(self) -> atif.Trajectory:
+        run_id, started, finished = self.run_id, self.started, self.finished
         if not self.steps:
             note = atif.StepFacts(note="the run has no model calls")
             self.add(atif.Step(source="system", message="", extra=atif.StepExtra(note)))
@@ -288,7 +287,7 @@ def build(events: Iterable[Event], read_blob: BlobReader, version: str = "1.8") 
     export = _Export(read_blob, version)
     for e in events:
         export.event(e)
-    trajectory = msgspec.to_builtins(export.trajectory(export.run_id, export.started, export.finished))
+    trajectory = msgspec.to_builtins(export.trajectory())
     return Exported(trajectory, export.sidecar, sorted(export.sidecar_blobs), export.events)
 
 

@@ -84,10 +84,10 @@ def _span(
     start: int,
     end: int,
     attributes: dict[str, Any],
-    parent: str | None,
-    error: str | None = None,
+    error: str | None,
 ) -> dict[str, Any]:
-    span: dict[str, Any] = {
+    """A span without its parent (a child's is appended once the root is known)."""
+    return {
         "traceId": trace_id(run_id),
         "spanId": span_id(run_id, e.source, e.seq),
         "name": name,
@@ -97,9 +97,6 @@ def _span(
         "attributes": attrs(attributes),
         "status": {"code": ERROR, "message": error} if error else {"code": UNSET},
     }
-    if parent:
-        span["parentSpanId"] = parent
-    return span
 
 
 BlobReader = Callable[[BlobRef | str], bytes]
@@ -194,7 +191,7 @@ class _Spans:
     def child(
         self, e: Event, name: str, kind: int, start: int, end: int, a: dict[str, Any], error: str | None
     ) -> None:
-        self.spans.append(_json(_span(self.run_id, e, name, kind, start, end, a, None, error))[:-1])
+        self.spans.append(_json(_span(self.run_id, e, name, kind, start, end, a, error))[:-1])
 
     def see(self, e: Event) -> None:
         """One event, in ``replay.read.iter_events``' order (time, then source and seq)."""
@@ -205,9 +202,6 @@ class _Spans:
             self.start_ev = e
         if self.finish_ev is None and isinstance(e.payload, RunFinished):
             self.finish_ev = e
-        self.add(e)
-
-    def add(self, e: Event) -> None:
         p: Payload = e.payload
         if isinstance(p, ModelCallCompleted):
             self.model_call(e, p)
@@ -313,7 +307,7 @@ def write_line(
     error = None if status in ("completed", UNKNOWN_ENDING) else status
     end = (finish_ev or children.last_ev).ts_ns
     root_id = span_id(run_id, start_ev.source, start_ev.seq)
-    root = _span(run_id, start_ev, f"invoke_agent {agent}", INTERNAL, start_ev.ts_ns, end, a, None, error)
+    root = _span(run_id, start_ev, f"invoke_agent {agent}", INTERNAL, start_ev.ts_ns, end, a, error)
     resource = {
         "service.name": agent,
         "amb.run_id": run_id,

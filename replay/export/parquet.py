@@ -33,8 +33,7 @@ PARTITIONED = {"events"}
 INDEX = "event_groups"
 EVENTS_PER_FILE = 65_536
 # No dictionary encoding: the hashes and payloads are unique, so building a dictionary for them is
-# wasted (~10 % of the export's CPU, measured three times); zstd packs the few repeated strings
-# (run_id, kind, source) about as well, and the run_id statistics stay.
+# wasted; zstd packs the few repeated strings (run_id, kind, source) about as well.
 FORMAT = "FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL 1, DICTIONARY_SIZE_LIMIT 1"
 MERGED = f"{FORMAT}, ROW_GROUP_SIZE_BYTES '16MB'"
 """A view's file, merged from its pieces: its rows grow with the store, and DuckDB holds a row group
@@ -137,9 +136,8 @@ def export(
         made = True
     out.mkdir(parents=True, exist_ok=True)
     todo = [(n, r) for n, r in sources(con) if only is None or n in only]
-    # Row order inside a Parquet file means nothing to its readers (they sort by run, source, seq);
-    # letting DuckDB write in any order made the export 1.6x faster (measured). The setting is the
-    # database's, so the cursors below have it too.
+    # Row order inside a Parquet file means nothing to its readers (they sort by run, source, seq),
+    # and DuckDB writes faster in any order. The setting is the database's, so the cursors have it.
     previous = con.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0]
     threads = int(con.execute("SELECT current_setting('threads')").fetchall()[0][0])
     con.execute("SET preserve_insertion_order = false")

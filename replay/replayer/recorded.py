@@ -173,21 +173,17 @@ class Matcher:
         if self.mode == "sequence":
             return Outcome(todo[0], "sequence")
         if self.mode == "strict":
-            want = digest(body)
-            nxt = todo[0]
-            if nxt.request_blob == want:
-                return Outcome(nxt, "exact")
-            return Outcome(None, "miss", self._explain(nxt, body, "byte for byte"))
+            if todo[0].request_blob == digest(body):
+                return Outcome(todo[0], "exact")
+            return Outcome(None, "miss", self._explain(todo[0], body, "byte for byte"))
         canon = canonical_text(body)
         if self.mode == "canonical":
-            for c in todo:
-                if c.canonical == canon:
-                    return Outcome(c, "canonical")
+            if same := next((c for c in todo if c.canonical == canon), None):
+                return Outcome(same, "canonical")
             return Outcome(None, "miss", self._explain(todo[0], body, "as canonical JSON"))
         loose = lenient_text(canon)
-        for c in todo:
-            if c.lenient == loose:
-                return Outcome(c, "lenient")
+        if same := next((c for c in todo if c.lenient == loose), None):
+            return Outcome(same, "lenient")
         best, ratio = None, 0.0
         for c in todo[:LENIENT_WINDOW]:
             r = similarity(c.lenient, loose)

@@ -65,16 +65,12 @@ class Replayer:
         self.timing = timing
         self.max_wait_s = max_wait_s
         self.report = report or (lambda line: None)
-        self.models = models_of(calls)
+        named: dict[str, str] = {}
+        for c in calls:
+            if c.model:
+                named.setdefault(c.model, c.provider)
+        self.models = dict(sorted(named.items()))
         """Every model the recording called, by name, with the provider that served it."""
-
-
-def models_of(calls: list[RecordedCall]) -> dict[str, str]:
-    named: dict[str, str] = {}
-    for c in calls:
-        if c.model:
-            named.setdefault(c.model, c.provider)
-    return dict(sorted(named.items()))
 
 
 class Handler(httpbase.Handler):

@@ -62,8 +62,7 @@ class SharedReader:
 
     def warm(self) -> None:
         """Open the connection in the background if it is closed: a page was just asked for, and its
-        API calls follow within a few hundred milliseconds (opening a big store takes ~40 ms of CPU,
-        then spent while the browser parses the page instead of after its first call)."""
+        API calls follow shortly (the opening is then done while the browser parses the page)."""
         with self._lock:
             if self._con is not None or self._closed:
                 return

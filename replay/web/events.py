@@ -53,10 +53,8 @@ LANES = {
 
 
 def summarize_event(kind: str, p: dict[str, Any]) -> tuple[str, float | None, bool, list[int] | None]:
-    """One line for the event list, its duration, whether it failed, and (model calls) its tokens.
-
-    Done in Python on purpose: the same CASE over JSON paths in SQL costs DuckDB ~80 ms of
-    planning per query, whatever the number of rows."""
+    """One line for the event list, its duration, whether it failed, and (model calls) its tokens
+    (in Python: the same CASE over JSON paths in SQL costs DuckDB long planning per query)."""
 
     def g(key: str, default: Any = None) -> Any:
         v = p.get(key, default)
@@ -238,10 +236,10 @@ class _Keys:
         slack = 32
         rows = None
         if self.spacing_ns:
-            # A top-N from the mark to the run's end reads every row in between (half the run, for a
-            # deep link into its middle). Asked first within a window that should hold four times
-            # the rows wanted at the run's mean rate: when it holds enough, they are the same first
-            # rows (every row past the window sorts after every row in it); else the whole rest.
+            # A top-N from the mark to the run's end reads every row in between. Asked first within
+            # a window that should hold four times the rows wanted at the run's mean rate: when it
+            # holds enough, they are the same first rows (every row past the window sorts after
+            # every row in it); else the whole rest.
             reach = int(self.spacing_ns * (n + slack) * 4) + 1
             rows = self.top(mark, forward, n + slack, mark[0] + (reach if forward else -reach))
             if len(rows) < n + slack:
@@ -368,9 +366,8 @@ def _summaries(
     for src, seq in keys:
         by_source.setdefault(src, []).append(seq)
     # Per source, a seq range (DuckDB skips storage blocks by their min/max) and the seqs themselves,
-    # one SELECT each: conditions joined by OR are not pushed into the scan, which then read the
-    # payload of every event of the run (180 ms for a page holding three sources); and scattered
-    # keys (search hits, one kind) span most of a source, whose every payload in the range was read.
+    # one SELECT each: conditions joined by OR are not pushed into the scan (which would read the
+    # payload of every event of the run), nor is a range alone enough for scattered keys.
     one = f"""SELECT source, seq, ts_ns, kind,
                      CASE WHEN strlen(CAST(payload AS VARCHAR)) <= {PAYLOAD_CAP}
                           THEN CAST(payload AS VARCHAR) END,

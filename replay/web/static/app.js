@@ -78,30 +78,20 @@ async function runsPage() {
   const state = Object.fromEntries(url.searchParams.entries());
   app.replaceChildren(el("p", { class: "muted" }, "Loading runs…"));
   const runs = (cursor) => getJSON(`/api/runs?${qs({ ...state, limit: state.limit || 50, cursor })}`);
-  let first;
-  try {
-    first = await runs(state.cursor);
-  } catch (e) {
-    app.replaceChildren(error(e));
-    return;
-  }
+  const first = await runs(state.cursor).catch((e) => app.replaceChildren(error(e)));
+  if (!first) return;
   const form = el("form", { class: "filters", id: "run-filters" });
-  for (const f of RUN_FILTERS) {
-    const sel = el("select", { name: f }, el("option", { value: "" }, "any"));
-    for (const v of first.facets[f] || []) sel.append(el("option", { value: v, selected: state[f] === v }, v));
-    form.append(el("label", {}, f, sel));
-  }
+  // A select of these values, `picked` selected; `any` (when given) first, for no value.
+  const select = (name, values, picked, any) => el("select", { name },
+    any ? el("option", { value: "" }, any) : null,
+    values.map((v) => el("option", { value: v, selected: picked === v }, v)));
+  for (const f of RUN_FILTERS) form.append(el("label", {}, f, select(f, first.facets[f] || [], state[f], "any")));
   const input = (name, ph, size) => el("input", { name, placeholder: ph, size, value: state[name] || "" });
-  const profile = el("select", { name: "profile" }, el("option", { value: "" }, "best of any"));
-  for (const p of first.profiles) profile.append(el("option", { value: p, selected: state.profile === p }, p));
-  const scanner = el("select", { name: "scanner" }, el("option", { value: "" }, "any"));
-  for (const s of first.scanners || []) scanner.append(el("option", { value: s, selected: state.scanner === s }, s));
-  const sort = el("select", { name: "sort" });
-  for (const s of ["started", "duration", "tokens", "cost", "score", "run", "task", "agent", "model", "status", "events"])
-    sort.append(el("option", { value: s, selected: (state.sort || "started") === s }, s));
-  const order = el("select", { name: "order" },
-    el("option", { value: "desc", selected: state.order !== "asc" }, "desc"),
-    el("option", { value: "asc", selected: state.order === "asc" }, "asc"));
+  const profile = select("profile", first.profiles, state.profile, "best of any");
+  const scanner = select("scanner", first.scanners || [], state.scanner, "any");
+  const sort = select("sort", ["started", "duration", "tokens", "cost", "score", "run", "task", "agent", "model", "status", "events"],
+    state.sort || "started");
+  const order = select("order", ["desc", "asc"], state.order === "asc" ? "asc" : "desc");
   form.append(
     el("label", {}, "label", input("label", "key=value", 12)),
     el("label", {}, "score profile", profile),
@@ -552,9 +542,8 @@ async function diffPage() {
   crumb.textContent = `diff ${a} ↔ ${b}`;
   if (!a || !b) { app.replaceChildren(el("p", {}, "Pick two runs on the runs page to diff them.")); return; }
   app.replaceChildren(el("p", { class: "muted" }, "Aligning…"));
-  let d;
-  try { d = await getJSON(`/api/diff?${qs({ a, b, at: p.get("at") || "" })}`); }
-  catch (e) { app.replaceChildren(error(e)); return; }
+  const d = await getJSON(`/api/diff?${qs({ a, b, at: p.get("at") || "" })}`).catch((e) => app.replaceChildren(error(e)));
+  if (!d) return;
   const s = d.summary;
   const fd = s.first_divergence;
   const sumPanel = el("div", { class: "panel", id: "diff-summary" },
@@ -616,9 +605,8 @@ async function gridPage() {
   const p = new URL(location.href).searchParams;
   const task = p.get("task");
   crumb.textContent = `grid ${task}`;
-  let g;
-  try { g = await getJSON(`/api/grid?${qs({ task, profile: p.get("profile") || "" })}`); }
-  catch (e) { app.replaceChildren(error(e)); return; }
+  const g = await getJSON(`/api/grid?${qs({ task, profile: p.get("profile") || "" })}`).catch((e) => app.replaceChildren(error(e)));
+  if (!g) return;
   const head = el("tr", {}, th(["agent · model", ...Array.from({ length: g.repeats }, (_, i) => `run ${i + 1}`)]));
   const rows = g.rows.map((r) => el("tr", {}, el("td", {}, r.agent), r.runs.map((x) => el("td", {},
     el("a", { class: `cell ${["completed", "failed", "breach"].includes(x.score_status || x.status) ? (x.score_status || x.status) : "other"}`, href: runLink(x.run_id) },
