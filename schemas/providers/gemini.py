@@ -155,6 +155,14 @@ def _raw_args(chunk: _Chunk) -> list[bytes]:
     return [bytes(p.function_call.args) for p in chunk.candidates[0].content.parts if p.function_call]
 
 
+def _wire_args(data: bytes | str) -> list[bytes]:
+    """``_raw_args`` of one encoded chunk (none when it does not decode)."""
+    try:
+        return _raw_args(_raw_decoder.decode(data))
+    except msgspec.DecodeError:
+        return []
+
+
 class _Fold:
     """Folds response chunks (one whole body, SSE events, or the JSON array's elements)."""
 
@@ -207,15 +215,11 @@ def parse_json(body: Any, raw: bytes = b"") -> Reassembled:
     if isinstance(body, list):
         raws: list[_Chunk] = []
         with contextlib.suppress(msgspec.DecodeError):
-            raws = _raw_array_decoder.decode(raw) if raw else []
+            raws = _raw_array_decoder.decode(raw)
         for i, chunk in enumerate(body):
             fold.feed(chunk, _raw_args(raws[i]) if i < len(raws) else [])
     else:
-        try:
-            raw_args = _raw_args(_raw_decoder.decode(raw)) if raw else []
-        except msgspec.DecodeError:
-            raw_args = []
-        fold.feed(body, raw_args)
+        fold.feed(body, _wire_args(raw))
         fold.r.complete = body is not None
     return fold.r
 
@@ -224,11 +228,7 @@ def parse_array_stream(body: bytes) -> Reassembled:
     """A JSON-array stream cut off: the elements that arrived whole."""
     fold = _Fold()
     for element in array_elements(body):
-        try:
-            raw_args = _raw_args(_raw_decoder.decode(element))
-        except msgspec.DecodeError:
-            raw_args = []
-        fold.feed(loads(element), raw_args)
+        fold.feed(loads(element), _wire_args(element))
     fold.r.complete = False
     return fold.r
 
@@ -236,12 +236,7 @@ def parse_array_stream(body: bytes) -> Reassembled:
 def parse_stream(body: bytes) -> Reassembled:
     fold = _Fold()
     for _event, data in iter_sse(body):
-        chunk = loads(data)
-        try:
-            raw_args = _raw_args(_raw_decoder.decode(data))
-        except msgspec.DecodeError:
-            raw_args = []
-        fold.feed(chunk, raw_args)
+        fold.feed(loads(data), _wire_args(data))
     return fold.r
 
 
