@@ -1,20 +1,14 @@
 """A process's view of the packs' indexes: blob address -> where its record lies, in 8 bytes a blob.
 
-Every command that reads blobs (scoring, the viewer, verify) looks addresses up in the index of
-every pack; a store of 8,000 synthetic runs holds a million blobs. Held whole in memory, even packed
-as the index files hold them (``packstore.ENTRY``, 45 bytes), the index made such a command's memory
-and start-up time grow with the store. Here the process keeps one sorted 64-bit number an entry:
-the first ``KEY_BITS`` bits of the address above the entry's arrival number (``NUMBER_BITS``). An
-arrival number names the pack and the entry's place in its index file, so a lookup finds the
-entries whose addresses start the same by bisection and reads each back from its index file (one
-``pread`` of 45 bytes, from the page cache) to compare the whole address. The files are the ones
-on disk, unchanged.
+The process keeps one sorted 64-bit number an entry: the first ``KEY_BITS`` bits of the address
+above the entry's arrival number (``NUMBER_BITS``), which names the pack and the entry's place in
+its index file. A lookup bisects to the entries whose addresses start the same and reads each back
+from its index file (one ``pread`` of 45 bytes) to compare the whole address (docs/blob-packs.md).
 
 As with a dict of the entries, a later entry for an address wins (packs are read in the order of
-their names, each index front to back): of the entries for an address, the one that arrived last.
-Entries this process appends (``put``) are kept whole in a small dict until there are enough of
-them to sort in. Addresses made to share their first bits cost their maker about 2**KEY_BITS
-hashes each, and a lookup of them one extra read each.
+their names, each index front to back). Entries this process appends (``put``) are kept whole in a
+small dict until there are enough of them to sort in. Addresses made to share their first bits
+cost their maker about 2**KEY_BITS hashes each, and a lookup of them one extra read each.
 """
 
 from __future__ import annotations
