@@ -127,31 +127,15 @@ def escape_line_ends(text: str) -> str:
     return text
 
 
+_BODY = b'{"kind":"%s","payload":%s,"prev_hash":"%s","run_id":"%s","seq":%d,"source":"%s","ts_ns":%d,"v":%d}'
+
+
 def make_body(
     *, run_id: str, source: str, seq: int, ts_ns: int, kind: str, v: int, payload: bytes, prev_hash: str
 ) -> bytes:
     """Assemble the canonical body. ``payload`` must already be canonical JSON."""
-    return b"".join(
-        (
-            b'{"kind":"',
-            kind.encode(),
-            b'","payload":',
-            payload,
-            b',"prev_hash":"',
-            prev_hash.encode(),
-            b'","run_id":"',
-            run_id.encode(),
-            b'","seq":',
-            str(seq).encode(),
-            b',"source":"',
-            source.encode(),
-            b'","ts_ns":',
-            str(ts_ns).encode(),
-            b',"v":',
-            str(v).encode(),
-            b"}",
-        )
-    )
+    fields = (kind.encode(), payload, prev_hash.encode(), run_id.encode(), seq, source.encode(), ts_ns, v)
+    return _BODY % fields
 
 
 def hash_body(body: bytes) -> str:
