@@ -282,37 +282,31 @@ def build_stream(reply: Reply, path: str = "") -> bytes:
     return sse_body([{**e, "sequence_number": n} for n, e in enumerate(events)], named=True)
 
 
+_TEXT_DELTAS = {
+    "reasoning": ("summary", "response.reasoning_summary_text.delta", "summary_index"),
+    "message": ("content", "response.output_text.delta", "content_index"),
+}
+"""By output item type: the key of its texts, its delta event, the key that says which text."""
+
+
 def _item_events(i: int, item: dict[str, Any]) -> list[dict[str, Any]]:
     kind = item["type"]
-    empty = (
-        {**item, "summary": []}
-        if kind == "reasoning"
-        else {**item, "content": []}
-        if kind == "message"
-        else {**item, "arguments": ""}
-    )
-    events = [{"type": "response.output_item.added", "output_index": i, "item": empty}]
-    if kind == "reasoning":
-        text = item["summary"][0]["text"]
-        events.append(
-            {
-                "type": "response.reasoning_summary_text.delta",
-                "output_index": i,
-                "summary_index": 0,
-                "delta": text,
-            }
-        )
-    elif kind == "message":
-        text = item["content"][0]["text"]
-        events.append(
-            {"type": "response.output_text.delta", "output_index": i, "content_index": 0, "delta": text}
-        )
+    if kind in _TEXT_DELTAS:
+        key, delta, index = _TEXT_DELTAS[kind]
+        empty = {**item, key: []}
+        deltas = [{"type": delta, "output_index": i, index: 0, "delta": item[key][0]["text"]}]
     else:
         args = item["arguments"]
-        events.append({"type": "response.function_call_arguments.delta", "output_index": i, "delta": args})
-        events.append({"type": "response.function_call_arguments.done", "output_index": i, "arguments": args})
-    events.append({"type": "response.output_item.done", "output_index": i, "item": item})
-    return events
+        empty = {**item, "arguments": ""}
+        deltas = [
+            {"type": "response.function_call_arguments.delta", "output_index": i, "delta": args},
+            {"type": "response.function_call_arguments.done", "output_index": i, "arguments": args},
+        ]
+    return [
+        {"type": "response.output_item.added", "output_index": i, "item": empty},
+        *deltas,
+        {"type": "response.output_item.done", "output_index": i, "item": item},
+    ]
 
 
 def error_event(status: int, message: str, kind: str) -> dict[str, Any]:
