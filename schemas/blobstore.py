@@ -31,7 +31,7 @@ from schemas import blobcodec, durable, packstore
 from schemas.blob import DIGEST_RE, HASH_PREFIX, BlobRef
 from schemas.blobchunks import CHUNK_ABOVE, chunk_bounds
 from schemas.errors import BlobError
-from schemas.packindex import PackIndex
+from schemas.packindex import PackIndex, cached_fd, close_all
 
 COMPRESSION_LEVEL = 3
 """zlib level 3 (loose files and the recorder's run packs): most of level 9's ratio on JSON and
@@ -125,14 +125,7 @@ class _Shared:
 
     def fd(self, pack: str) -> int:
         with self.lock:
-            fd = self.fds.get(pack)
-            if fd is None:
-                if len(self.fds) >= 64:  # keep few descriptors open
-                    for old in list(self.fds)[:16]:
-                        os.close(self.fds.pop(old))
-                fd = os.open(self.packs / (pack + packstore.PACK_SUFFIX), os.O_RDONLY | os.O_CLOEXEC)
-                self.fds[pack] = fd
-            return fd
+            return cached_fd(self.fds, pack, self.packs / (pack + packstore.PACK_SUFFIX))
 
     def take_writer(self) -> packstore.PackWriter:
         """The process's pack writer, opened (and the writers' lock taken) on first use."""
@@ -165,9 +158,7 @@ class _Shared:
             if self.writers_lock >= 0:
                 os.close(self.writers_lock)
                 self.writers_lock = -1
-            for fd in self.fds.values():
-                os.close(fd)
-            self.fds.clear()
+            close_all(self.fds)
             self.index.close()
 
 

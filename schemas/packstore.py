@@ -174,14 +174,11 @@ class PackWriter:
         self.id = new_pack_id()
         self.pack_path = packs / (self.id + PACK_SUFFIX)
         self.idx_path = packs / (self.id + IDX_SUFFIX)
-        self._pack = os.open(
-            self.pack_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o444
-        )
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+        self._pack = os.open(self.pack_path, flags, 0o444)
         fcntl.flock(self._pack, fcntl.LOCK_EX)  # "open": gc --blobs leaves it alone
         os.write(self._pack, PACK_MAGIC)
-        self._idx = os.open(
-            self.idx_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o444
-        )
+        self._idx = os.open(self.idx_path, flags, 0o444)
         os.write(self._idx, IDX_MAGIC)
         self.size = len(PACK_MAGIC)
         self._dirty = False
