@@ -21,13 +21,12 @@ before any payload decoding happens.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import Any
 
 import msgspec
 
-from schemas.blob import HASH_PREFIX
+from schemas.blob import HASH_PREFIX, digest
 from schemas.errors import NewerEventVersion, SchemaError, UnknownEventKind
 from schemas.events import KINDS, AnyPayload, Payload, kind_of
 from schemas.upcast import upcast
@@ -103,7 +102,7 @@ def canonical_json(value: Any) -> bytes:
 
 def canonical_digest(value: Any) -> str:
     """``sha256:`` and the hex sha256 of ``canonical_json(value)``."""
-    return HASH_PREFIX + hashlib.sha256(_encoder.encode(value)).hexdigest()
+    return digest(_encoder.encode(value))
 
 
 _LINE_ENDS = tuple((ch, f"\\u{ord(ch):04x}") for ch in "\x1c\x1d\x1e\x85\u2028\u2029")
@@ -139,7 +138,7 @@ def make_body(
 
 
 def hash_body(body: bytes) -> str:
-    return HASH_PREFIX + hashlib.sha256(body).hexdigest()
+    return digest(body)
 
 
 def decode_body(body: bytes | memoryview) -> RawEnvelope:
