@@ -5,8 +5,9 @@ The proxy, the replay endpoint, the viewer, the importers, the exports and the j
 read and build provider bodies through here, and nowhere else. Each module (``openai_chat``,
 ``openai_responses``, ``anthropic_messages``, ``gemini``) has the same parts:
 
-- ``PROVIDER``, ``VOLATILE`` (keys a client changes in a conversation's earlier items without
-  changing it), ``api_for(path)`` (the API a request path speaks);
+- ``ITEMS`` (the key that holds a request's conversation, item by item), ``VOLATILE`` (keys a
+  client changes in a conversation's earlier items without changing it), ``api_for(path)`` (the
+  API a request path speaks);
 - ``parse_request(body)`` → ``RequestInfo`` (model, stream flag, tool results, the conversation's
   items and model turns), ``parse_json(body, raw)`` and ``parse_stream(body)`` → ``Reassembled``
   (text, reasoning, tool calls, usage, stop reason), ``usage(obj)``;

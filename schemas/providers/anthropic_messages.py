@@ -18,9 +18,7 @@ from schemas.providers.conversation import Conversation, Kind, Message, Part, Re
 from schemas.providers.result import Pairing, Reassembled, RequestInfo, as_int, error_text, loads, text_of
 from schemas.providers.wire import iter_sse, sse_body
 
-PROVIDER = "anthropic"
 ITEMS = "messages"
-"""The key that holds a request's conversation, item by item."""
 VOLATILE = ("cache_control",)
 """Keys clients move between a conversation's items without changing it (onto the newest turn)."""
 

@@ -24,9 +24,7 @@ from schemas.providers.conversation import Conversation, Kind, Message, Part, Re
 from schemas.providers.result import Pairing, Reassembled, RequestInfo, as_int, error_text, loads, text_of
 from schemas.providers.wire import array_elements, iter_sse, sse_body
 
-PROVIDER = "gemini"
 ITEMS = "contents"
-"""The key that holds a request's conversation, item by item."""
 VOLATILE: tuple[str, ...] = ()
 METHODS = ("generateContent", "streamGenerateContent", "countTokens")
 PATH = re.compile(r"/(?:tunedM|m)odels/([^/:]+):(\w+)$")

@@ -15,9 +15,7 @@ from schemas.providers.conversation import Conversation, Kind, Message, Part, Re
 from schemas.providers.result import Pairing, Reassembled, RequestInfo, as_int, error_text, loads, text_of
 from schemas.providers.wire import iter_sse, sse_body
 
-PROVIDER = "openai"
 ITEMS = "messages"
-"""The key that holds a request's conversation, item by item."""
 VOLATILE: tuple[str, ...] = ()
 STREAM_PIECE = 40
 """Characters of text per chunk of a built stream (the real API sends a few tokens a chunk)."""

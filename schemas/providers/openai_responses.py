@@ -15,9 +15,7 @@ from schemas.providers.openai_chat import error_body, openai_usage, reported_cos
 from schemas.providers.result import Pairing, Reassembled, RequestInfo, error_text, loads, text_of
 from schemas.providers.wire import iter_sse, sse_body
 
-PROVIDER = "openai"
 ITEMS = "input"
-"""The key that holds a request's conversation, item by item."""
 VOLATILE: tuple[str, ...] = ()
 __all__ = ["error_body"]  # the OpenAI error shape, as Chat Completions has it
 
