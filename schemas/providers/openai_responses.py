@@ -87,7 +87,7 @@ def parse_request(body: Any) -> RequestInfo:
 
 
 def usage(u: Any) -> Usage | None:
-    return openai_usage(u, ("input", "output"), "input_tokens", "output_tokens")
+    return openai_usage(u, "input", "output")
 
 
 def _response_id(resp: Any) -> str | None:
