@@ -86,8 +86,7 @@ def remove_if_empty(directory: Path) -> None:
 
 
 class OwnerLock:
-    """A lock file held by its owner for as long as it lives; it names the temp entries the owner
-    made, so that whoever finds it free removes them. ``release`` at a clean end removes the file."""
+    """An owner's lock file, naming the temp entries it made; ``release`` at a clean end removes it."""
 
     def __init__(self, path: Path, info: dict[str, Any]):
         self.path = path
@@ -112,8 +111,7 @@ class OwnerLock:
         os.replace(aside, path)
 
     def make_tempdir(self, prefix: str) -> Path:
-        """A new directory ``<prefix><random>`` in the temp dir, named in this lock before it exists
-        (so none is ever made unnamed)."""
+        """A new directory ``<prefix><random>`` in the temp dir, named in this lock before it exists."""
         assert prefix.startswith(ENTRY_PREFIX), prefix
         tmp = self.path.parent.parent
         while True:

@@ -98,6 +98,10 @@ def usage(u: Any) -> Usage | None:
     return openai_usage(u, "prompt", "completion")
 
 
+_REASONING = ("reasoning_content", "reasoning")
+"""Where OpenAI-compatible providers put a message's reasoning text (DeepSeek, OpenRouter)."""
+
+
 def parse_json(body: Any, raw: bytes = b"") -> Reassembled:
     r = Reassembled.whole(body, usage)
     if not isinstance(body, dict):
@@ -108,9 +112,7 @@ def parse_json(body: Any, raw: bytes = b"") -> Reassembled:
         choice = choices[0]
         msg = choice.get("message") or {}
         r.text.append(text_of(msg.get("content")))
-        for key in ("reasoning_content", "reasoning"):
-            if isinstance(msg.get(key), str):
-                r.reasoning.append(msg[key])
+        r.reasoning += [msg[k] for k in _REASONING if isinstance(msg.get(k), str)]
         for i, call in enumerate(msg.get("tool_calls") or []):
             fn = call.get("function") or {}
             t = r.tool(i)
@@ -141,9 +143,7 @@ def parse_stream(body: bytes) -> Reassembled:
             delta = choice.get("delta") or {}
             if isinstance(delta.get("content"), str):
                 r.text.append(delta["content"])
-            for key in ("reasoning_content", "reasoning"):
-                if isinstance(delta.get(key), str):
-                    r.reasoning.append(delta[key])
+            r.reasoning += [delta[k] for k in _REASONING if isinstance(delta.get(k), str)]
             for call in delta.get("tool_calls") or []:
                 t = r.tool(call.get("index", 0))
                 if call.get("id"):
