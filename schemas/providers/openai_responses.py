@@ -113,13 +113,17 @@ def _add_output(r: Reassembled, output: Any) -> None:
                 if isinstance(part, dict) and part.get("type") in ("output_text", "refusal"):
                     r.text.append(str(part.get("text") or part.get("refusal") or ""))
         elif kind == "reasoning":
-            for part in (item.get("summary") or []) + (item.get("content") or []):
-                if isinstance(part, dict) and isinstance(part.get("text"), str):
-                    r.reasoning.append(part["text"])
+            r.reasoning += _reasoning_texts(item)
         elif kind in TOOL_CALL_TYPES:
             t = r.tool(i)
             t["id"], t["name"] = str(item.get("call_id", "")), str(item.get("name", ""))
             t["args"].append(str(item.get("arguments", item.get("input", ""))))
+
+
+def _reasoning_texts(item: dict[str, Any]) -> list[str]:
+    """A reasoning item's texts: its summary's, then its content's."""
+    parts = (item.get("summary") or []) + (item.get("content") or [])
+    return [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
 
 
 def parse_json(body: Any, raw: bytes = b"") -> Reassembled:
@@ -214,12 +218,7 @@ def _item(item: dict[str, Any]) -> Message:
     if kind in TOOL_OUTPUT_TYPES:
         return Message("tool", [Part.result(text_of(item.get("output")), item.get("call_id"))])
     if kind == "reasoning":
-        texts = [
-            p.get("text")
-            for p in (item.get("summary") or []) + (item.get("content") or [])
-            if isinstance(p, dict)
-        ]
-        return Message("assistant", [Part(Kind.REASONING, t) for t in texts if isinstance(t, str)])
+        return Message("assistant", [Part(Kind.REASONING, t) for t in _reasoning_texts(item)])
     if kind in (None, "message"):
         return Message(str(item.get("role") or "user"), _content(item.get("content")))
     return Message("assistant" if not _from_client(item) else "user", [Part(Kind.OTHER, json.dumps(item))])

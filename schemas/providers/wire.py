@@ -269,12 +269,8 @@ def array_frames(body: bytes) -> list[bytes]:
 
 def array_elements(body: bytes) -> list[bytes]:
     """The top-level objects of a JSON-array stream that arrived whole (the stream may be cut off)."""
-    out = []
-    for frame in array_frames(body):
-        element = frame.lstrip(b"[, \t\r\n").rstrip(b"] \t\r\n")
-        if element.startswith(b"{") and element.endswith(b"}"):
-            out.append(element)
-    return out
+    elements = [frame.lstrip(b"[, \t\r\n").rstrip(b"] \t\r\n") for frame in array_frames(body)]
+    return [e for e in elements if e.startswith(b"{") and e.endswith(b"}")]
 
 
 def frames(body: bytes, media_type: str) -> list[bytes]:
