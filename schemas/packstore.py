@@ -21,12 +21,10 @@ range, a length that lies, an entry pointing at another record) fails with an er
 blob and the pack, and nothing is read outside the pack (every range is checked against the
 pack's size before the read). The content is always re-hashed against the address.
 
-Write order: the record is written to the pack, then its entry to the index (with ``sync``, each
-fsync'd in that order), so an entry never points at bytes that were not written. A writer killed
-mid-record leaves a torn tail no entry points to; a torn index entry (a size that is not a whole
-number of entries) is ignored. Packs are never appended to by anyone but their writer, which holds
-an exclusive ``flock`` on the pack while it is open; ``amb gc --blobs`` only rewrites packs nobody
-holds.
+Write order: the record, then its index entry (with ``sync``, each fsync'd), so an entry never
+points at bytes that were not written; a torn tail or a torn index entry is ignored. Only a pack's
+writer appends to it, holding an exclusive ``flock`` while it is open (``amb gc --blobs`` rewrites
+only packs nobody holds).
 """
 
 from __future__ import annotations
