@@ -108,10 +108,8 @@ def asked_by(path: str, header_names: Iterable[str] = ()) -> str | None:
     if api is not None:
         return api.provider
     sent = {name.lower() for name in header_names}
-    for header, provider in _CLIENT_HEADERS.items():
-        if header in sent:
-            return provider
-    return "gemini" if _GEMINI_KEY.search(path) else None
+    by_header = next((p for header, p in _CLIENT_HEADERS.items() if header in sent), None)
+    return by_header or ("gemini" if _GEMINI_KEY.search(path) else None)
 
 
 def classify_websocket(path: str) -> Api | None:

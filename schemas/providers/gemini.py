@@ -187,7 +187,7 @@ class _Fold:
         if not candidates or not isinstance(candidates[0], dict):
             return
         cand = candidates[0]
-        n_raw = 0
+        raws = iter(raw_args)
         for part in (cand.get("content") or {}).get("parts") or []:
             if not isinstance(part, dict):
                 continue
@@ -195,8 +195,7 @@ class _Fold:
             if isinstance(fc, dict):
                 t = r.tool(len(r.tool_calls))
                 t["id"], t["name"] = str(fc.get("id") or ""), str(fc.get("name", ""))
-                raw = raw_args[n_raw] if n_raw < len(raw_args) else b""
-                n_raw += 1
+                raw = next(raws, b"")
                 t["args"].append(raw.decode() if raw else msgspec.json.encode(fc.get("args", {})).decode())
             elif isinstance(part.get("text"), str):
                 (r.reasoning if part.get("thought") is True else r.text).append(part["text"])
