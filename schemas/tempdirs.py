@@ -150,13 +150,10 @@ class OwnerLock:
         left = [Path(p) for p in self.info["paths"] if os.path.lexists(p)]
         for p in left:
             remove_tree(p)
-        if any(os.path.lexists(p) for p in left):
-            self.close()
-            return
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+        if not any(os.path.lexists(p) for p in left):
+            self.path.unlink(missing_ok=True)
+            remove_if_empty(self.path.parent)
         self.close()
-        remove_if_empty(self.path.parent)
 
     def close(self) -> None:
         """Let go of the file descriptor only (a forked child's copy: the parent still holds it)."""
@@ -305,8 +302,7 @@ class LockFile:
     def release(self) -> None:
         if self._fd < 0:
             return
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+        self.path.unlink(missing_ok=True)
         os.close(self._fd)
         self._fd = -1
 
