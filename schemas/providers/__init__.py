@@ -114,8 +114,7 @@ def asked_by(path: str, header_names: Iterable[str] = ()) -> str | None:
 
 def classify_websocket(path: str) -> Api | None:
     """A WebSocket carrying a model API (the Responses API's realtime-style carriage)."""
-    p = path.split("?", 1)[0].rstrip("/")
-    return RESPONSES if RESPONSES.module.api_for(p) else None
+    return RESPONSES if classify("POST", path) is RESPONSES else None
 
 
 def model_in_path(url: str) -> str | None:
