@@ -10,12 +10,8 @@ Codecs (one ASCII byte, written in the record's header and in the pack index):
   frame (with its content size) compressed with the base's content as a raw-content dictionary.
 
 A model request resends every message so far, so request *n* stored as a delta against request
-*n-1* costs about the new messages alone (``encode_delta``; reading one needs its base, which
-``BlobStore`` reads first, bounding how deep a chain may go).
-
-``encode`` picks one of the others: raw for already compressed media (by magic bytes, or three 4
-KiB samples zlib cannot shrink by ``INCOMPRESSIBLE_RATIO``), else zstd. The figures behind these
-choices are in docs/blob-packs.md.
+*n-1* costs about the new messages alone. The figures behind these choices are in
+docs/blob-packs.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
-"""The content-addressed blob store: one directory, shared by every run. A CONTRACT.
+"""The content-addressed blob store: one directory, shared by every run. A CONTRACT
+(docs/blob-packs.md).
 
-A blob's address is ``sha256:`` + the sha256 of its *whole, uncompressed* content: it never
-depends on how the blob is stored. Blobs live in packs (``schemas.packstore``); a store written
-before packs keeps *loose* files ``<root>/<hex[0:2]>/<hex[2:]>`` (zlib, or a chunk list), still read
-and moved into packs by ``amb blobs migrate``. A stored blob is its content (``schemas.blobcodec``),
-or above ``CHUNK_ABOVE`` bytes a chunk list (``CHUNK_MAGIC``, then one chunk address per line; a
-chunk is never itself a list), or, put with a ``base``, a delta against it: a writer makes chains at
-most ``DELTA_DEPTH`` long, a read refuses one deeper than ``DELTA_READ_DEPTH`` (a hostile record
-naming itself is an error, not a hang). Reads re-hash what they return.
+A blob's address is ``sha256:`` + the sha256 of its whole, uncompressed content, however it is
+stored: in packs (``schemas.packstore``), or as loose files ``<root>/<hex[0:2]>/<hex[2:]>`` of a
+store written before packs (moved into packs by ``amb blobs migrate``). A stored blob is its content
+(``schemas.blobcodec``), a chunk list (above ``CHUNK_ABOVE``) or a delta against a ``base``; reads
+re-hash what they return, and refuse a delta chain deeper than ``DELTA_READ_DEPTH`` (a hostile
+record naming itself is an error, not a hang).
 
-Blobs are write-once; two processes storing the same new blob at once may both append it (a read
-takes either, ``amb gc --blobs`` keeps one). A process that stores blobs holds a shared ``flock`` on
-``<root>/.writers.lock`` from its first write until it closes the store, drops its last
-``BlobStore`` of it or exits; gc takes it exclusively, so it never drops a blob a writer may have
-relied on (docs/blob-packs.md). Closing the store or dropping its last ``BlobStore`` also seals
-the process's pack and closes every descriptor it held for the store (packs and indexes open for
-reading): a process that goes through many stores keeps none it is done with.
+A process that stores blobs holds a shared ``flock`` on ``<root>/.writers.lock`` from its first
+write until it closes the store, drops its last ``BlobStore`` of it or exits; ``amb gc --blobs``
+takes it exclusively, so it never drops a blob a writer may have relied on.
 """
 
 from __future__ import annotations
@@ -36,7 +31,7 @@ from schemas import blobcodec, durable, packstore
 from schemas.blob import DIGEST_RE, HASH_PREFIX, BlobRef
 from schemas.blobchunks import CHUNK_ABOVE, chunk_bounds
 from schemas.errors import BlobError
-from schemas.packindex import PackIndex
+from schemas.packindex import PackIndex, cached_fd, close_all
 
 COMPRESSION_LEVEL = 3
 """zlib level 3 (loose files and the recorder's run packs): most of level 9's ratio on JSON and
@@ -73,9 +68,8 @@ class Usage(NamedTuple):
 
 
 class _Shared:
-    """The state of one store root in one process: the index read so far, open pack descriptors
-    and the process's pack writer. Shared by every ``BlobStore`` of that root, so a process that
-    makes many ``BlobStore`` objects (one per synthetic run) still writes one pack."""
+    """One store root's state in one process (the index read so far, open pack descriptors, the
+    pack writer), shared by its every ``BlobStore`` so that the process writes one pack."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -88,7 +82,7 @@ class _Shared:
         self.writers_lock = -1
         self.loaded = False
         self.users = 0
-        """How many ``BlobStore`` objects of this root the process holds, closed or not (``_let_go``)."""
+        """``BlobStore`` objects of this root the process holds, closed or not (``_let_go``)."""
 
     def refresh(self) -> None:
         """Read the index entries added since the last refresh (by any process)."""
@@ -131,14 +125,7 @@ class _Shared:
 
     def fd(self, pack: str) -> int:
         with self.lock:
-            fd = self.fds.get(pack)
-            if fd is None:
-                if len(self.fds) >= 64:  # keep few descriptors open
-                    for old in list(self.fds)[:16]:
-                        os.close(self.fds.pop(old))
-                fd = os.open(self.packs / (pack + packstore.PACK_SUFFIX), os.O_RDONLY | os.O_CLOEXEC)
-                self.fds[pack] = fd
-            return fd
+            return cached_fd(self.fds, pack, self.packs / (pack + packstore.PACK_SUFFIX))
 
     def take_writer(self) -> packstore.PackWriter:
         """The process's pack writer, opened (and the writers' lock taken) on first use."""
@@ -171,9 +158,7 @@ class _Shared:
             if self.writers_lock >= 0:
                 os.close(self.writers_lock)
                 self.writers_lock = -1
-            for fd in self.fds.values():
-                os.close(fd)
-            self.fds.clear()
+            close_all(self.fds)
             self.index.close()
 
 
@@ -359,15 +344,14 @@ class BlobStore:
         )
 
     def flush(self) -> None:
-        """Make every blob this process stored durable (after ``put(..., sync=False)`` calls)."""
+        """Make every blob this process stored durable (after ``put(..., sync=False)``)."""
         with self._state.lock:
             if self._state.writer is not None:
                 self._state.writer.flush()
 
     def close(self) -> None:
-        """Seal this process's pack, release the writers' lock and close the store's descriptors
-        (so do exit and dropping the last ``BlobStore`` of the store). This object and the others
-        of the store may go on: what they need is opened again."""
+        """Seal this process's pack, release the writers' lock and close the store's descriptors.
+        This object and the others of the store may go on: what they need is opened again."""
         self._state.release()
 
     def refresh(self) -> None:

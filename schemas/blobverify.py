@@ -25,8 +25,7 @@ from schemas.blobstore import CHUNK_MAGIC, DECODE_LIMIT, BlobStore
 from schemas.errors import BlobError
 
 VERIFY_CACHE = 128 * 1024 * 1024
-"""Bytes of verified chunk content the pass keeps to hash the chunk lists that follow (what one
-conversation's lists need is its content: the synthetic runs pass with a tenth of this)."""
+"""Bytes of verified chunk content the pass keeps to hash the chunk lists that follow."""
 
 STATE_COST = 256
 """What one kept hash state is counted as (a sha256 object, roughly)."""
@@ -57,7 +56,7 @@ class Reads(Protocol):
 
 
 class IndexReads:
-    """``Reads`` kept in the blob store's own index (a dict) and a dict of the sound records."""
+    """``Reads`` kept in the blob store's own index and a dict of the sound records."""
 
     def __init__(self, blobs: BlobStore):
         blobs.refresh()  # the index as it is now, packs written by other processes included
@@ -87,8 +86,7 @@ def verify_many(
     """The reason for each of ``addresses`` that is missing or damaged: by the pass over every
     pack, or, for a few blobs of a big store, by reading just those."""
     if len(addresses) * 20 < len(blobs.addresses()):  # (addresses() reads the index first)
-        found = {a: blobs.check(a) for a in addresses}
-        return {a: r for a, r in found.items() if r}
+        return _problems(blobs, addresses)
     reads = IndexReads(blobs)
     verified_records(blobs, reads, progress)
     return judge(blobs, addresses, reads)
@@ -97,10 +95,6 @@ def verify_many(
 Span = tuple[str, int, int | None]
 """Part of a pack: (its file name, the offset its first record starts at, the offset no record of
 the span starts at or after, or None for the pack's end)."""
-
-
-def whole_packs(blobs: BlobStore) -> list[Span]:
-    return [(path.name, 0, None) for path in blobs.pack_files()]
 
 
 def verified_records(
@@ -112,7 +106,8 @@ def verified_records(
 ) -> None:
     """The pass over every pack (or the ``spans`` of them), before it is known which blobs are
     asked about: every sound record told to ``reads``."""
-    spans = whole_packs(blobs) if spans is None else spans
+    if spans is None:
+        spans = [(path.name, 0, None) for path in blobs.pack_files()]
     sizes = [span_size(blobs, span) for span in spans]
     total = sum(sizes) or 1
     chunks = _ContentCache(cache)
@@ -184,12 +179,12 @@ def _content_hash(data: bytes, base_hex: str | None, chunks: _ContentCache) -> t
 def judge(blobs: BlobStore, addresses: Iterable[str], reads: Reads) -> dict[str, str]:
     """The problem with each of ``addresses`` that the pass did not vouch for (a blob passes if the
     read of it lands exactly on a record that passed), worded by an ordinary read."""
-    problems: dict[str, str] = {}
-    for address in reads.unvouched(addresses):
-        reason = blobs.check(address)
-        if reason:
-            problems[address] = reason
-    return problems
+    return _problems(blobs, reads.unvouched(addresses))
+
+
+def _problems(blobs: BlobStore, addresses: Iterable[str]) -> dict[str, str]:
+    found = {a: blobs.check(a) for a in addresses}
+    return {a: r for a, r in found.items() if r}
 
 
 def _decode_seen(blobs: BlobStore, rec: packstore.Record, seen: _ContentCache) -> tuple[bytes, str | None]:

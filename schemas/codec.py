@@ -21,13 +21,12 @@ before any payload decoding happens.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import Any
 
 import msgspec
 
-from schemas.blob import HASH_PREFIX
+from schemas.blob import HASH_PREFIX, digest
 from schemas.errors import NewerEventVersion, SchemaError, UnknownEventKind
 from schemas.events import KINDS, AnyPayload, Payload, kind_of
 from schemas.upcast import upcast
@@ -103,7 +102,7 @@ def canonical_json(value: Any) -> bytes:
 
 def canonical_digest(value: Any) -> str:
     """``sha256:`` and the hex sha256 of ``canonical_json(value)``."""
-    return HASH_PREFIX + hashlib.sha256(_encoder.encode(value)).hexdigest()
+    return digest(_encoder.encode(value))
 
 
 _LINE_ENDS = tuple((ch, f"\\u{ord(ch):04x}") for ch in "\x1c\x1d\x1e\x85\u2028\u2029")
@@ -127,35 +126,19 @@ def escape_line_ends(text: str) -> str:
     return text
 
 
+_BODY = b'{"kind":"%s","payload":%s,"prev_hash":"%s","run_id":"%s","seq":%d,"source":"%s","ts_ns":%d,"v":%d}'
+
+
 def make_body(
     *, run_id: str, source: str, seq: int, ts_ns: int, kind: str, v: int, payload: bytes, prev_hash: str
 ) -> bytes:
     """Assemble the canonical body. ``payload`` must already be canonical JSON."""
-    return b"".join(
-        (
-            b'{"kind":"',
-            kind.encode(),
-            b'","payload":',
-            payload,
-            b',"prev_hash":"',
-            prev_hash.encode(),
-            b'","run_id":"',
-            run_id.encode(),
-            b'","seq":',
-            str(seq).encode(),
-            b',"source":"',
-            source.encode(),
-            b'","ts_ns":',
-            str(ts_ns).encode(),
-            b',"v":',
-            str(v).encode(),
-            b"}",
-        )
-    )
+    fields = (kind.encode(), payload, prev_hash.encode(), run_id.encode(), seq, source.encode(), ts_ns, v)
+    return _BODY % fields
 
 
 def hash_body(body: bytes) -> str:
-    return HASH_PREFIX + hashlib.sha256(body).hexdigest()
+    return digest(body)
 
 
 def decode_body(body: bytes | memoryview) -> RawEnvelope:

@@ -3,20 +3,12 @@
 
 The standard library's threading server, kept alive (HTTP/1.1), with Nagle off (headers and body
 leave in separate writes; without TCP_NODELAY the body waits for the client's delayed ACK, ~40 ms a
-response) and quiet (the recorder and the CLI are the logs). A handler answers with ``send`` (a
-whole body), ``send_json`` or ``send_chunks`` (a stream, one chunk per write); ``Serving`` runs a
-handler on a background thread and stops within ``poll_s``.
+response) and quiet (the recorder and the CLI are the logs).
 
 Request bodies come from an agent on the same machine, so they are hostile: ``read_body`` is the one
-reader (Content-Length or ``Transfer-Encoding: chunked``, up to a limit), and an answer sent while a
-request's body is still unread closes the connection, so its bytes are never parsed as a request.
-
-A server bound to loopback answers only requests whose ``Host`` is a loopback name
-(``answered_names``, ``Handler.wrong_host``), so a web page cannot reach it through DNS rebinding:
-any other Host is answered 421 as soon as the request's headers are read, whatever its method.
-An error the HTTP layer itself answers (a malformed request line or header, an unknown method, a
-wrong Host) is the standard library's HTML page unless the server says otherwise
-(``Handler.error_json``).
+reader, up to a limit, and an answer sent while a request's body is still unread closes the
+connection, so its bytes are never parsed as a request. A server bound to loopback answers only a
+loopback ``Host`` (``answered_names``), so a web page cannot reach it through DNS rebinding.
 """
 
 from __future__ import annotations

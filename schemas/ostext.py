@@ -93,6 +93,3 @@ def is_utf8(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-__all__ = ["NotOsText", "is_utf8", "os_bytes", "os_str", "os_text", "quoting"]

@@ -1,20 +1,14 @@
 """A process's view of the packs' indexes: blob address -> where its record lies, in 8 bytes a blob.
 
-Every command that reads blobs (scoring, the viewer, verify) looks addresses up in the index of
-every pack; a store of 8,000 synthetic runs holds a million blobs. Held whole in memory, even packed
-as the index files hold them (``packstore.ENTRY``, 45 bytes), the index made such a command's memory
-and start-up time grow with the store. Here the process keeps one sorted 64-bit number an entry:
-the first ``KEY_BITS`` bits of the address above the entry's arrival number (``NUMBER_BITS``). An
-arrival number names the pack and the entry's place in its index file, so a lookup finds the
-entries whose addresses start the same by bisection and reads each back from its index file (one
-``pread`` of 45 bytes, from the page cache) to compare the whole address. The files are the ones
-on disk, unchanged.
+The process keeps one sorted 64-bit number an entry: the first ``KEY_BITS`` bits of the address
+above the entry's arrival number (``NUMBER_BITS``), which names the pack and the entry's place in
+its index file. A lookup bisects to the entries whose addresses start the same and reads each back
+from its index file (one ``pread`` of 45 bytes) to compare the whole address (docs/blob-packs.md).
 
 As with a dict of the entries, a later entry for an address wins (packs are read in the order of
-their names, each index front to back): of the entries for an address, the one that arrived last.
-Entries this process appends (``put``) are kept whole in a small dict until there are enough of
-them to sort in. Addresses made to share their first bits cost their maker about 2**KEY_BITS
-hashes each, and a lookup of them one extra read each.
+their names, each index front to back). Entries this process appends (``put``) are kept whole in a
+small dict until there are enough of them to sort in. Addresses made to share their first bits
+cost their maker about 2**KEY_BITS hashes each, and a lookup of them one extra read each.
 """
 
 from __future__ import annotations
@@ -25,7 +19,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from schemas import packstore
 from schemas.errors import BlobError
@@ -41,7 +35,7 @@ FAN_BITS = 16
 """The sorted keys are found through a table of where each value of their first 16 bits starts
 (256 KB): a bisection then spans a few entries, not the whole index."""
 FDS_KEPT = 64
-"""Index files kept open for reading back entries (the least recently opened closed first)."""
+"""Files ``cached_fd`` keeps open (the least recently opened closed first)."""
 _SIZE = packstore.ENTRY.size
 _HEAD = len(packstore.IDX_MAGIC)
 
@@ -58,7 +52,7 @@ class PackIndex:
 
     def clear(self) -> None:
         with self._lock:
-            self._close_fds()
+            close_all(self._fds)
             self._keys = array("Q")  # key << NUMBER_BITS | arrival number; sorted unless _dirty
             self._dirty = False
             self._fan = array("I", bytes(4 * ((1 << FAN_BITS) + 1)))
@@ -148,7 +142,7 @@ class PackIndex:
 
     def close(self) -> None:
         with self._lock:
-            self._close_fds()
+            close_all(self._fds)
 
     def _find(self, digest: bytes) -> tuple[int, packstore.Entry] | None:
         """The arrival number and entry of the last entry for ``digest``, or None."""
@@ -194,16 +188,10 @@ class PackIndex:
         return packstore.Entry(self._names[p], offset, length, codec)
 
     def _pread(self, p: int, at: int, size: int = _SIZE) -> bytes:
-        fd = self._fds.get(p)
-        if fd is None:
-            if len(self._fds) >= FDS_KEPT:
-                for old in list(self._fds)[: FDS_KEPT // 4]:
-                    os.close(self._fds.pop(old))
-            try:
-                fd = os.open(self.packs / (self._names[p] + packstore.IDX_SUFFIX), os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                return b""
-            self._fds[p] = fd
+        try:
+            fd = cached_fd(self._fds, p, self.packs / (self._names[p] + packstore.IDX_SUFFIX))
+        except FileNotFoundError:
+            return b""
         return os.pread(fd, size, at)
 
     def _segment_entries(self, s: int) -> Iterator[tuple[int, bytes]]:
@@ -244,10 +232,23 @@ class PackIndex:
         self._seen[p] += n
         return first
 
-    def _close_fds(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+
+def cached_fd(fds: dict[Any, int], key: Any, path: Path) -> int:
+    """``path`` opened for reading, kept in ``fds`` under ``key``: a process that reads many packs
+    keeps few descriptors."""
+    fd = fds.get(key)
+    if fd is None:
+        if len(fds) >= FDS_KEPT:
+            for old in list(fds)[: FDS_KEPT // 4]:
+                os.close(fds.pop(old))
+        fd = fds[key] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    return fd
+
+
+def close_all(fds: dict[Any, int]) -> None:
+    for fd in fds.values():
+        os.close(fd)
+    fds.clear()
 
 
 def _key(digest: bytes) -> int:

@@ -21,12 +21,10 @@ range, a length that lies, an entry pointing at another record) fails with an er
 blob and the pack, and nothing is read outside the pack (every range is checked against the
 pack's size before the read). The content is always re-hashed against the address.
 
-Write order: the record is written to the pack, then its entry to the index (with ``sync``, each
-fsync'd in that order), so an entry never points at bytes that were not written. A writer killed
-mid-record leaves a torn tail no entry points to; a torn index entry (a size that is not a whole
-number of entries) is ignored. Packs are never appended to by anyone but their writer, which holds
-an exclusive ``flock`` on the pack while it is open; ``amb gc --blobs`` only rewrites packs nobody
-holds.
+Write order: the record, then its index entry (with ``sync``, each fsync'd), so an entry never
+points at bytes that were not written; a torn tail or a torn index entry is ignored. Only a pack's
+writer appends to it, holding an exclusive ``flock`` while it is open (``amb gc --blobs`` rewrites
+only packs nobody holds).
 """
 
 from __future__ import annotations
@@ -174,14 +172,11 @@ class PackWriter:
         self.id = new_pack_id()
         self.pack_path = packs / (self.id + PACK_SUFFIX)
         self.idx_path = packs / (self.id + IDX_SUFFIX)
-        self._pack = os.open(
-            self.pack_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o444
-        )
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+        self._pack = os.open(self.pack_path, flags, 0o444)
         fcntl.flock(self._pack, fcntl.LOCK_EX)  # "open": gc --blobs leaves it alone
         os.write(self._pack, PACK_MAGIC)
-        self._idx = os.open(
-            self.idx_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o444
-        )
+        self._idx = os.open(self.idx_path, flags, 0o444)
         os.write(self._idx, IDX_MAGIC)
         self.size = len(PACK_MAGIC)
         self._dirty = False

@@ -112,12 +112,8 @@ def column_types() -> dict[str, str]:
             out[name] = "JSON"
         elif typing.get_origin(t) is list:
             out[name] = "VARCHAR[]"
-        elif t is bool:
-            out[name] = "BOOLEAN"
         elif t is int:
             out[name] = "INTEGER" if name in _INTS_32 else "BIGINT"
-        elif t is float:
-            out[name] = "DOUBLE"
         else:
-            out[name] = "VARCHAR"
+            out[name] = {bool: "BOOLEAN", float: "DOUBLE"}.get(t, "VARCHAR")
     return out

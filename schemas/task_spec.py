@@ -4,10 +4,6 @@ One ``tasks/<task-id>/spec.toml`` per task is decoded into ``TaskSpec``. Specs a
 stored history, so every Struct here rejects unknown fields: a typo in a spec file is an error at
 load time (``tasks.registry.load_spec``), never a silently ignored key.
 
-Paths inside a spec are patterns relative to a root: ``{case}`` is the case id. The public side
-is what the agent sees (``<data>/public``), the private side holds the references the grader reads
-(``<data>/private``), and the submission is laid out under the agent's workspace.
-
 Adding a field: give it a default and put it last in its Struct (other helpers' specs must still
 load). Track-specific settings go in a typed sub-struct (``seg`` for segmentation); tracks that have
 none yet may use the free-form ``params`` table until they get one.

@@ -86,8 +86,7 @@ def remove_if_empty(directory: Path) -> None:
 
 
 class OwnerLock:
-    """A lock file held by its owner for as long as it lives; it names the temp entries the owner
-    made, so that whoever finds it free removes them. ``release`` at a clean end removes the file."""
+    """An owner's lock file, naming the temp entries it made; ``release`` at a clean end removes it."""
 
     def __init__(self, path: Path, info: dict[str, Any]):
         self.path = path
@@ -112,8 +111,7 @@ class OwnerLock:
         os.replace(aside, path)
 
     def make_tempdir(self, prefix: str) -> Path:
-        """A new directory ``<prefix><random>`` in the temp dir, named in this lock before it exists
-        (so none is ever made unnamed)."""
+        """A new directory ``<prefix><random>`` in the temp dir, named in this lock before it exists."""
         assert prefix.startswith(ENTRY_PREFIX), prefix
         tmp = self.path.parent.parent
         while True:
@@ -152,13 +150,10 @@ class OwnerLock:
         left = [Path(p) for p in self.info["paths"] if os.path.lexists(p)]
         for p in left:
             remove_tree(p)
-        if any(os.path.lexists(p) for p in left):
-            self.close()
-            return
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+        if not any(os.path.lexists(p) for p in left):
+            self.path.unlink(missing_ok=True)
+            remove_if_empty(self.path.parent)
         self.close()
-        remove_if_empty(self.path.parent)
 
     def close(self) -> None:
         """Let go of the file descriptor only (a forked child's copy: the parent still holds it)."""
@@ -307,8 +302,7 @@ class LockFile:
     def release(self) -> None:
         if self._fd < 0:
             return
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+        self.path.unlink(missing_ok=True)
         os.close(self._fd)
         self._fd = -1
 

@@ -5,8 +5,9 @@ The proxy, the replay endpoint, the viewer, the importers, the exports and the j
 read and build provider bodies through here, and nowhere else. Each module (``openai_chat``,
 ``openai_responses``, ``anthropic_messages``, ``gemini``) has the same parts:
 
-- ``PROVIDER``, ``VOLATILE`` (keys a client changes in a conversation's earlier items without
-  changing it), ``api_for(path)`` (the API a request path speaks);
+- ``ITEMS`` (the key that holds a request's conversation, item by item), ``VOLATILE`` (keys a
+  client changes in a conversation's earlier items without changing it), ``api_for(path)`` (the
+  API a request path speaks);
 - ``parse_request(body)`` → ``RequestInfo`` (model, stream flag, tool results, the conversation's
   items and model turns), ``parse_json(body, raw)`` and ``parse_stream(body)`` → ``Reassembled``
   (text, reasoning, tool calls, usage, stop reason), ``usage(obj)``;
@@ -107,16 +108,13 @@ def asked_by(path: str, header_names: Iterable[str] = ()) -> str | None:
     if api is not None:
         return api.provider
     sent = {name.lower() for name in header_names}
-    for header, provider in _CLIENT_HEADERS.items():
-        if header in sent:
-            return provider
-    return "gemini" if _GEMINI_KEY.search(path) else None
+    by_header = next((p for header, p in _CLIENT_HEADERS.items() if header in sent), None)
+    return by_header or ("gemini" if _GEMINI_KEY.search(path) else None)
 
 
 def classify_websocket(path: str) -> Api | None:
     """A WebSocket carrying a model API (the Responses API's realtime-style carriage)."""
-    p = path.split("?", 1)[0].rstrip("/")
-    return RESPONSES if RESPONSES.module.api_for(p) else None
+    return RESPONSES if classify("POST", path) is RESPONSES else None
 
 
 def model_in_path(url: str) -> str | None:

@@ -18,9 +18,7 @@ from schemas.providers.conversation import Conversation, Kind, Message, Part, Re
 from schemas.providers.result import Pairing, Reassembled, RequestInfo, as_int, error_text, loads, text_of
 from schemas.providers.wire import iter_sse, sse_body
 
-PROVIDER = "anthropic"
 ITEMS = "messages"
-"""The key that holds a request's conversation, item by item."""
 VOLATILE = ("cache_control",)
 """Keys clients move between a conversation's items without changing it (onto the newest turn)."""
 
@@ -75,21 +73,17 @@ def usage(u: Any, prior: Usage | None = None) -> Usage | None:
     """Normalise; ``prior`` carries message_start's input counts into message_delta's update."""
     if not isinstance(u, dict):
         return prior
-    cache_read = (
-        as_int(u.get("cache_read_input_tokens"))
-        if "cache_read_input_tokens" in u
-        else (prior.cache_read if prior else 0)
-    )
-    cache_write = (
-        as_int(u.get("cache_creation_input_tokens"))
-        if "cache_creation_input_tokens" in u
-        else (prior.cache_write if prior else 0)
-    )
+    old = prior or Usage()
+
+    def count(key: str, before: int) -> int:
+        return as_int(u.get(key)) if key in u else before
+
+    cache_read = count("cache_read_input_tokens", old.cache_read)
+    cache_write = count("cache_creation_input_tokens", old.cache_write)
+    input_total = old.input_total
     if "input_tokens" in u:
-        input_total = as_int(u.get("input_tokens")) + cache_read + cache_write
-    else:
-        input_total = prior.input_total if prior else 0
-    output = as_int(u.get("output_tokens")) if "output_tokens" in u else (prior.output if prior else 0)
+        input_total = as_int(u["input_tokens"]) + cache_read + cache_write
+    output = count("output_tokens", old.output)
     return Usage(input_total=input_total, cache_read=cache_read, cache_write=cache_write, output=output)
 
 
@@ -113,7 +107,7 @@ def parse_json(body: Any, raw: bytes = b"") -> Reassembled:
     raw_inputs: list[bytes] = []
     # the tool input exactly as the bytes on the wire, not a re-encoding of it
     with contextlib.suppress(msgspec.DecodeError):
-        raw_inputs = [bytes(b.input) for b in _raw_decoder.decode(raw).content] if raw else []
+        raw_inputs = [bytes(b.input) for b in _raw_decoder.decode(raw).content]
     for i, block in enumerate(body.get("content") or []):
         if not isinstance(block, dict):
             continue

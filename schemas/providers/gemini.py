@@ -24,9 +24,7 @@ from schemas.providers.conversation import Conversation, Kind, Message, Part, Re
 from schemas.providers.result import Pairing, Reassembled, RequestInfo, as_int, error_text, loads, text_of
 from schemas.providers.wire import array_elements, iter_sse, sse_body
 
-PROVIDER = "gemini"
 ITEMS = "contents"
-"""The key that holds a request's conversation, item by item."""
 VOLATILE: tuple[str, ...] = ()
 METHODS = ("generateContent", "streamGenerateContent", "countTokens")
 PATH = re.compile(r"/(?:tunedM|m)odels/([^/:]+):(\w+)$")
@@ -155,6 +153,14 @@ def _raw_args(chunk: _Chunk) -> list[bytes]:
     return [bytes(p.function_call.args) for p in chunk.candidates[0].content.parts if p.function_call]
 
 
+def _wire_args(data: bytes | str) -> list[bytes]:
+    """``_raw_args`` of one encoded chunk (none when it does not decode)."""
+    try:
+        return _raw_args(_raw_decoder.decode(data))
+    except msgspec.DecodeError:
+        return []
+
+
 class _Fold:
     """Folds response chunks (one whole body, SSE events, or the JSON array's elements)."""
 
@@ -181,7 +187,7 @@ class _Fold:
         if not candidates or not isinstance(candidates[0], dict):
             return
         cand = candidates[0]
-        n_raw = 0
+        raws = iter(raw_args)
         for part in (cand.get("content") or {}).get("parts") or []:
             if not isinstance(part, dict):
                 continue
@@ -189,8 +195,7 @@ class _Fold:
             if isinstance(fc, dict):
                 t = r.tool(len(r.tool_calls))
                 t["id"], t["name"] = str(fc.get("id") or ""), str(fc.get("name", ""))
-                raw = raw_args[n_raw] if n_raw < len(raw_args) else b""
-                n_raw += 1
+                raw = next(raws, b"")
                 t["args"].append(raw.decode() if raw else msgspec.json.encode(fc.get("args", {})).decode())
             elif isinstance(part.get("text"), str):
                 (r.reasoning if part.get("thought") is True else r.text).append(part["text"])
@@ -207,15 +212,11 @@ def parse_json(body: Any, raw: bytes = b"") -> Reassembled:
     if isinstance(body, list):
         raws: list[_Chunk] = []
         with contextlib.suppress(msgspec.DecodeError):
-            raws = _raw_array_decoder.decode(raw) if raw else []
+            raws = _raw_array_decoder.decode(raw)
         for i, chunk in enumerate(body):
             fold.feed(chunk, _raw_args(raws[i]) if i < len(raws) else [])
     else:
-        try:
-            raw_args = _raw_args(_raw_decoder.decode(raw)) if raw else []
-        except msgspec.DecodeError:
-            raw_args = []
-        fold.feed(body, raw_args)
+        fold.feed(body, _wire_args(raw))
         fold.r.complete = body is not None
     return fold.r
 
@@ -224,11 +225,7 @@ def parse_array_stream(body: bytes) -> Reassembled:
     """A JSON-array stream cut off: the elements that arrived whole."""
     fold = _Fold()
     for element in array_elements(body):
-        try:
-            raw_args = _raw_args(_raw_decoder.decode(element))
-        except msgspec.DecodeError:
-            raw_args = []
-        fold.feed(loads(element), raw_args)
+        fold.feed(loads(element), _wire_args(element))
     fold.r.complete = False
     return fold.r
 
@@ -236,12 +233,7 @@ def parse_array_stream(body: bytes) -> Reassembled:
 def parse_stream(body: bytes) -> Reassembled:
     fold = _Fold()
     for _event, data in iter_sse(body):
-        chunk = loads(data)
-        try:
-            raw_args = _raw_args(_raw_decoder.decode(data))
-        except msgspec.DecodeError:
-            raw_args = []
-        fold.feed(chunk, raw_args)
+        fold.feed(loads(data), _wire_args(data))
     return fold.r
 
 

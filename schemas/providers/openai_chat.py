@@ -15,9 +15,7 @@ from schemas.providers.conversation import Conversation, Kind, Message, Part, Re
 from schemas.providers.result import Pairing, Reassembled, RequestInfo, as_int, error_text, loads, text_of
 from schemas.providers.wire import iter_sse, sse_body
 
-PROVIDER = "openai"
 ITEMS = "messages"
-"""The key that holds a request's conversation, item by item."""
 VOLATILE: tuple[str, ...] = ()
 STREAM_PIECE = 40
 """Characters of text per chunk of a built stream (the real API sends a few tokens a chunk)."""
@@ -39,22 +37,20 @@ def _first_int(*sources: tuple[Any, str]) -> int:
     return 0
 
 
-def openai_usage(u: Any, prefix: tuple[str, str], input_name: str, output_name: str) -> Usage | None:
-    """OpenAI usage in the containment convention (cached inside input, reasoning inside output).
-
-    Chat Completions says ``prompt``/``completion`` where Responses says ``input``/``output``:
-    ``prefix`` picks the ``*_tokens_details`` objects, the names pick the totals. Cached tokens are
-    read under every spelling OpenAI-compatible providers use (``CACHE_READ_SPELLINGS``); cache
-    writes where OpenRouter reports them (``prompt_tokens_details.cache_write_tokens``)."""
+def openai_usage(u: Any, inputs: str, outputs: str) -> Usage | None:
+    """OpenAI usage in the containment convention (cached inside input, reasoning inside output),
+    its counts named ``{inputs}_tokens`` and ``{outputs}_tokens`` (Chat Completions says ``prompt``
+    and ``completion`` where Responses says ``input`` and ``output``). Cached tokens are read under
+    every spelling OpenAI-compatible providers use; cache writes where OpenRouter reports them."""
     if not isinstance(u, dict):
         return None
-    idt = u.get(f"{prefix[0]}_tokens_details")
-    odt = u.get(f"{prefix[1]}_tokens_details")
+    idt = u.get(f"{inputs}_tokens_details")
+    odt = u.get(f"{outputs}_tokens_details")
     return Usage(
-        input_total=as_int(u.get(input_name)),
+        input_total=as_int(u.get(f"{inputs}_tokens")),
         cache_read=_first_int((idt, "cached_tokens"), *((u, k) for k in CACHE_READ_SPELLINGS)),
         cache_write=_first_int((idt, "cache_write_tokens"), (u, "cache_creation_input_tokens")),
-        output=as_int(u.get(output_name)),
+        output=as_int(u.get(f"{outputs}_tokens")),
         reasoning=_first_int((odt, "reasoning_tokens"), (u, "reasoning_tokens")),
     )
 
@@ -99,7 +95,11 @@ def parse_request(body: Any) -> RequestInfo:
 
 
 def usage(u: Any) -> Usage | None:
-    return openai_usage(u, ("prompt", "completion"), "prompt_tokens", "completion_tokens")
+    return openai_usage(u, "prompt", "completion")
+
+
+_REASONING = ("reasoning_content", "reasoning")
+"""Where OpenAI-compatible providers put a message's reasoning text (DeepSeek, OpenRouter)."""
 
 
 def parse_json(body: Any, raw: bytes = b"") -> Reassembled:
@@ -112,9 +112,7 @@ def parse_json(body: Any, raw: bytes = b"") -> Reassembled:
         choice = choices[0]
         msg = choice.get("message") or {}
         r.text.append(text_of(msg.get("content")))
-        for key in ("reasoning_content", "reasoning"):
-            if isinstance(msg.get(key), str):
-                r.reasoning.append(msg[key])
+        r.reasoning += [msg[k] for k in _REASONING if isinstance(msg.get(k), str)]
         for i, call in enumerate(msg.get("tool_calls") or []):
             fn = call.get("function") or {}
             t = r.tool(i)
@@ -145,9 +143,7 @@ def parse_stream(body: bytes) -> Reassembled:
             delta = choice.get("delta") or {}
             if isinstance(delta.get("content"), str):
                 r.text.append(delta["content"])
-            for key in ("reasoning_content", "reasoning"):
-                if isinstance(delta.get(key), str):
-                    r.reasoning.append(delta[key])
+            r.reasoning += [delta[k] for k in _REASONING if isinstance(delta.get(k), str)]
             for call in delta.get("tool_calls") or []:
                 t = r.tool(call.get("index", 0))
                 if call.get("id"):
@@ -242,7 +238,11 @@ def _wire_message(role: str, parts: list[Part]) -> dict[str, Any]:
     reasoning = "".join(p.text for p in parts if p.kind == Kind.REASONING)
     if reasoning:
         out["reasoning_content"] = reasoning
-    calls = [_wire_call(p.id, p.name, p.arguments) for p in parts if p.kind == Kind.TOOL_CALL]
+    calls = [
+        {"id": p.id, "type": "function", "function": {"name": p.name, "arguments": p.arguments}}
+        for p in parts
+        if p.kind == Kind.TOOL_CALL
+    ]
     if calls:
         out["tool_calls"] = calls
     return out
@@ -252,10 +252,6 @@ def _wire_part(p: Part) -> dict[str, Any]:
     if p.kind == Kind.IMAGE:
         return {"type": "image_url", "image_url": {"url": p.data_url or p.url}}
     return {"type": "text", "text": p.text}
-
-
-def _wire_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
 def tool_entry(t: Tool) -> dict[str, Any]:

@@ -15,9 +15,7 @@ from schemas.providers.openai_chat import error_body, openai_usage, reported_cos
 from schemas.providers.result import Pairing, Reassembled, RequestInfo, error_text, loads, text_of
 from schemas.providers.wire import iter_sse, sse_body
 
-PROVIDER = "openai"
 ITEMS = "input"
-"""The key that holds a request's conversation, item by item."""
 VOLATILE: tuple[str, ...] = ()
 __all__ = ["error_body"]  # the OpenAI error shape, as Chat Completions has it
 
@@ -89,7 +87,7 @@ def parse_request(body: Any) -> RequestInfo:
 
 
 def usage(u: Any) -> Usage | None:
-    return openai_usage(u, ("input", "output"), "input_tokens", "output_tokens")
+    return openai_usage(u, "input", "output")
 
 
 def _response_id(resp: Any) -> str | None:
@@ -115,13 +113,17 @@ def _add_output(r: Reassembled, output: Any) -> None:
                 if isinstance(part, dict) and part.get("type") in ("output_text", "refusal"):
                     r.text.append(str(part.get("text") or part.get("refusal") or ""))
         elif kind == "reasoning":
-            for part in (item.get("summary") or []) + (item.get("content") or []):
-                if isinstance(part, dict) and isinstance(part.get("text"), str):
-                    r.reasoning.append(part["text"])
+            r.reasoning += _reasoning_texts(item)
         elif kind in TOOL_CALL_TYPES:
             t = r.tool(i)
             t["id"], t["name"] = str(item.get("call_id", "")), str(item.get("name", ""))
             t["args"].append(str(item.get("arguments", item.get("input", ""))))
+
+
+def _reasoning_texts(item: dict[str, Any]) -> list[str]:
+    """A reasoning item's texts: its summary's, then its content's."""
+    parts = (item.get("summary") or []) + (item.get("content") or [])
+    return [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
 
 
 def parse_json(body: Any, raw: bytes = b"") -> Reassembled:
@@ -216,12 +218,7 @@ def _item(item: dict[str, Any]) -> Message:
     if kind in TOOL_OUTPUT_TYPES:
         return Message("tool", [Part.result(text_of(item.get("output")), item.get("call_id"))])
     if kind == "reasoning":
-        texts = [
-            p.get("text")
-            for p in (item.get("summary") or []) + (item.get("content") or [])
-            if isinstance(p, dict)
-        ]
-        return Message("assistant", [Part(Kind.REASONING, t) for t in texts if isinstance(t, str)])
+        return Message("assistant", [Part(Kind.REASONING, t) for t in _reasoning_texts(item)])
     if kind in (None, "message"):
         return Message(str(item.get("role") or "user"), _content(item.get("content")))
     return Message("assistant" if not _from_client(item) else "user", [Part(Kind.OTHER, json.dumps(item))])
@@ -282,37 +279,31 @@ def build_stream(reply: Reply, path: str = "") -> bytes:
     return sse_body([{**e, "sequence_number": n} for n, e in enumerate(events)], named=True)
 
 
+_TEXT_DELTAS = {
+    "reasoning": ("summary", "response.reasoning_summary_text.delta", "summary_index"),
+    "message": ("content", "response.output_text.delta", "content_index"),
+}
+"""By output item type: the key of its texts, its delta event, the key that says which text."""
+
+
 def _item_events(i: int, item: dict[str, Any]) -> list[dict[str, Any]]:
     kind = item["type"]
-    empty = (
-        {**item, "summary": []}
-        if kind == "reasoning"
-        else {**item, "content": []}
-        if kind == "message"
-        else {**item, "arguments": ""}
-    )
-    events = [{"type": "response.output_item.added", "output_index": i, "item": empty}]
-    if kind == "reasoning":
-        text = item["summary"][0]["text"]
-        events.append(
-            {
-                "type": "response.reasoning_summary_text.delta",
-                "output_index": i,
-                "summary_index": 0,
-                "delta": text,
-            }
-        )
-    elif kind == "message":
-        text = item["content"][0]["text"]
-        events.append(
-            {"type": "response.output_text.delta", "output_index": i, "content_index": 0, "delta": text}
-        )
+    if kind in _TEXT_DELTAS:
+        key, delta, index = _TEXT_DELTAS[kind]
+        empty = {**item, key: []}
+        deltas = [{"type": delta, "output_index": i, index: 0, "delta": item[key][0]["text"]}]
     else:
         args = item["arguments"]
-        events.append({"type": "response.function_call_arguments.delta", "output_index": i, "delta": args})
-        events.append({"type": "response.function_call_arguments.done", "output_index": i, "arguments": args})
-    events.append({"type": "response.output_item.done", "output_index": i, "item": item})
-    return events
+        empty = {**item, "arguments": ""}
+        deltas = [
+            {"type": "response.function_call_arguments.delta", "output_index": i, "delta": args},
+            {"type": "response.function_call_arguments.done", "output_index": i, "arguments": args},
+        ]
+    return [
+        {"type": "response.output_item.added", "output_index": i, "item": empty},
+        *deltas,
+        {"type": "response.output_item.done", "output_index": i, "item": item},
+    ]
 
 
 def error_event(status: int, message: str, kind: str) -> dict[str, Any]:

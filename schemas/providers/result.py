@@ -139,15 +139,8 @@ def text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        out = []
-        for part in content:
-            if isinstance(part, str):
-                out.append(part)
-            elif isinstance(part, dict):
-                t = part.get("text")
-                if isinstance(t, str):
-                    out.append(t)
-        return "".join(out)
+        texts = [part.get("text") if isinstance(part, dict) else part for part in content]
+        return "".join(t for t in texts if isinstance(t, str))
     if content is None:
         return ""
     return msgspec.json.encode(content).decode()

@@ -1,19 +1,12 @@
 """The bytes of a model call on the wire: Content-Encoding, and how a stream is framed.
 
-- **Content-Encoding.** The proxy undoes it on every recorded request and response (the blobs hold
-  what the client's SDK meant and read), the replay endpoint on every request it matches (its
-  requests are compared with those blobs). gzip, deflate (zlib-wrapped by the spec, raw in practice
-  from some servers), zstd, and br, the only one needing a package outside ``schemas``: its module
-  is handed in by the caller (``brotli=``). A truncated body (a stream reset mid-way) decodes as far
-  as it can, with a note saying why it stopped. The replay endpoint, which any local agent can
-  reach, decodes with a ``limit`` (a compression bomb is refused, never decoded whole; brotli is
-  then decoded by ``brotli_bounded``, which stops at the limit exactly).
-- **Server-Sent Events** (Chat Completions, Responses, Messages, Gemini's ``?alt=sse``): one
-  framing, the HTML spec's. ``sse_frames`` cuts a stream after each event's blank line, the pieces
-  joining back to the bytes as they were (the replay endpoint re-sends them one by one);
-  ``iter_sse`` reads each frame's fields.
-- **Gemini's JSON-array stream** (``streamGenerateContent`` without ``alt``): one JSON array, its
-  elements sent as they are made. ``array_frames`` cuts it after each top-level element.
+- **Content-Encoding** (gzip, deflate, zstd, br) is undone by the proxy on every recorded request
+  and response, and by the replay endpoint on every request it matches. The replay endpoint, which
+  any local agent can reach, decodes with a ``limit``: a compression bomb is refused, never decoded
+  whole. brotli, the one package outside ``schemas``, is handed in by the caller (``brotli=``).
+- **Server-Sent Events** (Chat Completions, Responses, Messages, Gemini's ``?alt=sse``) follow the
+  HTML spec's framing; **Gemini's JSON-array stream** (no ``alt``) is one array whose elements are
+  sent as they are made.
 
 Everything here runs once per call on the whole (or cut-off) body, never on the live stream.
 """
@@ -118,7 +111,7 @@ def _gzip(data: bytes, _: Any, limit: int | None) -> bytes:
 
 
 def _deflate(data: bytes, _: Any, limit: int | None) -> bytes:
-    for wbits in (15, -15):
+    for wbits in (15, -15):  # zlib-wrapped, as the spec says; raw, as some servers send it
         d = zlib.decompressobj(wbits=wbits)
         out = bytearray()
         try:
@@ -276,12 +269,8 @@ def array_frames(body: bytes) -> list[bytes]:
 
 def array_elements(body: bytes) -> list[bytes]:
     """The top-level objects of a JSON-array stream that arrived whole (the stream may be cut off)."""
-    out = []
-    for frame in array_frames(body):
-        element = frame.lstrip(b"[, \t\r\n").rstrip(b"] \t\r\n")
-        if element.startswith(b"{") and element.endswith(b"}"):
-            out.append(element)
-    return out
+    elements = [frame.lstrip(b"[, \t\r\n").rstrip(b"] \t\r\n") for frame in array_frames(body)]
+    return [e for e in elements if e.startswith(b"{") and e.endswith(b"}")]
 
 
 def frames(body: bytes, media_type: str) -> list[bytes]:
