@@ -10,10 +10,7 @@ Layout of a shard root (a sweep's work directory, on a filesystem every node see
     cells/<cell key>                    the run id of the cell's first completed attempt (O_EXCL)
     logs/<run id>.log                   what the exec printed (local executor; engines keep their own)
 
-Exactly once in effect (docs/scale-out.md): each execution writes only inside its own attempt
-directory and is renamed into ``shards/`` in one step that fails if the attempt already has a shard
-(a second execution becomes a duplicate); the first attempt to complete a cell claims it by creating
-``cells/<cell key>`` exclusively.
+How these make every attempt count once is in docs/scale-out.md (Exactly once in effect).
 """
 
 from __future__ import annotations
@@ -49,9 +46,8 @@ class ShardInfo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     started_ns: int
     ended_ns: int
     run_s: float
-    """The run's own time: the exec's call of the recorder (its proxy's start and imports, the agent,
-    closing the run), i.e. what any way of recording this run would take; the executor's overhead is
-    the rest of the time from dispatch to the shard's rename."""
+    """The exec's call of the recorder, what any way of recording this run would take (the executor's
+    overhead is the rest of the time from dispatch to the shard's rename)."""
     gpu_ids: list[str]
     cpus: float | None
     memory: str | None
@@ -124,12 +120,9 @@ def _fsync_tree(root: Path) -> None:
 
 
 def place(layout: Layout, attempt_dir: Path, info: ShardInfo) -> tuple[Path, bool]:
-    """Seal ``attempt_dir`` (shard.json, fsync) and rename it into ``shards/<run id>``.
-
-    Returns the shard's final path and whether it is *the* shard of its attempt (False: another
-    execution of the same spec got there first; this one went to ``duplicates/``). A completed run
-    that is the first of its cell also claims the cell.
-    """
+    """Seal ``attempt_dir`` (shard.json, fsync) and rename it into ``shards/<run id>``, or into
+    ``duplicates/`` when another execution got there first (then False); a completed run that is the
+    first of its cell also claims the cell."""
     write_durably(attempt_dir / SHARD_FILE, msgspec.json.encode(info))
     _fsync_tree(attempt_dir)
     target = layout.shard(info.run_id)

@@ -1,9 +1,5 @@
-"""A sweep's state, read from its shard root alone (any machine that sees the directory can read it).
-
-Per cell: every attempt that was planned (``specs/``), how each ended (its shard's ``shard.json``;
-``unfinished`` while an attempt directory has no shard; ``lost`` when neither exists), which attempt
-the cell's result is (``cells/<cell key>``), the recorded duplicates (complete attempts that are not
-the result, and re-executions of an attempt in ``duplicates/``).
+"""A sweep's state, read from its shard root alone (any machine that sees the directory can read it):
+per cell, every planned attempt and how it ended, the cell's result and its recorded duplicates.
 """
 
 from __future__ import annotations
