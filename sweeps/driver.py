@@ -374,7 +374,7 @@ class _InFlight:
             read_cell(layout, cell, self.spec.max_attempts)
             if outcome == "lost" and (not cell.attempts or cell.attempts[-1][0] != rid):
                 cell.attempts.append((rid, "lost"))
-            self.progress.event(rid, outcome)
+            self.progress.line(f"{rid}: {outcome}")
             if cell.state == "pending" and not final:
                 # A failure counts against max_attempts (read_cell said there are attempts left); an
                 # interrupted or lost attempt does not. Either way the cell gets a new attempt.

@@ -74,9 +74,6 @@ class Layout:
     def shard(self, run_id: str) -> Path:
         return self.shards / run_id
 
-    def claim_file(self, cell_key: str) -> Path:
-        return self.cells / cell_key
-
     def make(self) -> None:
         for d in (self.specs, self.attempts, self.shards, self.duplicates, self.cells, self.logs):
             d.mkdir(parents=True, exist_ok=True)
@@ -142,7 +139,7 @@ def place(layout: Layout, attempt_dir: Path, info: ShardInfo) -> tuple[Path, boo
 
 def claim_cell(layout: Layout, cell_key: str, run_id: str) -> bool:
     """Create ``cells/<cell key>`` holding ``run_id`` unless it exists; True when this call made it."""
-    path = layout.claim_file(cell_key)
+    path = layout.cells / cell_key
     tmp = path.with_name(f".{cell_key}.{run_id}.{os.getpid()}.tmp")
     tmp.write_text(run_id + "\n", encoding="utf-8")
     try:
@@ -165,7 +162,7 @@ def claimed_or_first(layout: Layout, cell_key: str, first: str | None) -> str | 
 
 
 def claimed(layout: Layout, cell_key: str) -> str | None:
-    path = layout.claim_file(cell_key)
+    path = layout.cells / cell_key
     try:
         text = read_small(path).decode("utf-8", "replace")
     except FileNotFoundError:
