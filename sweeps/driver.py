@@ -247,7 +247,6 @@ def _drive(
             previous[sig] = signal.signal(sig, on_signal)
     ingest = ingest_into_store or (lambda _store, _landed: None)
     try:
-        flight.adopt()
         flight.submit([c for c in cells if c.state == "pending"])
         progress.start(cells)
         while flight.cells and not stop.is_set():
@@ -320,17 +319,14 @@ class _InFlight:
     ):
         self.spec, self.layout, self.backend, self.progress = spec, layout, backend, progress
         self.ex, self.previous, self.adopted = ex, previous, adopted
-        self.cells: dict[str, CellState] = {}
+        self.cells: dict[str, CellState] = dict(adopted)
         """Run id -> its cell, for every attempt in flight."""
+        for cell in adopted.values():
+            cell.state = "running"
         self.ended_at: dict[str, float] = {}
         # An executor whose "ended" is final (a local child has exited: its shard is placed or never
         # will be) says so with lost_after_s = 0; on a shared filesystem a rename may show up later.
         self.lost_after_s = float(getattr(ex, "lost_after_s", LOST_AFTER_S))
-
-    def adopt(self) -> None:
-        for rid, cell in self.adopted.items():
-            self.cells[rid] = cell
-            cell.state = "running"
 
     def submit(self, cells: list[CellState]) -> None:
         """The next attempt of each cell that needs one, its spec written and handed to the executor."""

@@ -283,6 +283,7 @@ def _record(
 ) -> _Ended:
     upstreams = [u.replace("{baseline}", baseline_url) for u in spec.agent.upstream]
     argv, labels = agent_argv(spec, _placeholders(spec, workspace)), _labels(spec, alloc)
+    backend = _backend(spec, alloc)
     recording = time.monotonic()
     outcome = record(
         RecordSpec(
@@ -301,7 +302,7 @@ def _record(
             env={**os.environ, **spec.agent.env},
             budget=spec.limits.budget,
         ),
-        _backend(spec, alloc),
+        backend,
     )
     return _Ended(outcome.status, outcome.exit_code, outcome.reason, time.monotonic() - recording)
 
