@@ -56,7 +56,7 @@ class LocalExecutor(QueuedExecutor):
         self.server: ExecServer | None = ExecServer(layout.logs / "exec-server.log")
         self.server_start_s: float | None = None
         """How long the warm exec took to be ready (once per sweep; None: not used)."""
-        self._dir = save_name(layout, self.name)
+        save_name(layout, self.name)
         self._state = _State(driver=os.getpid())
         self._save()
 

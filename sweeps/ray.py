@@ -149,7 +149,7 @@ class RayExecutor(QueuedExecutor):
             except Exception as e:  # noqa: BLE001 - Ray's connection errors have no common base
                 raise RayExecutorError(f"cannot connect to the Ray cluster at {address}: {e}") from None
         self._remote = self.ray.remote(execute_on_node)
-        self._dir = save_name(layout, self.name)
+        save_name(layout, self.name)
         self._state = load_state(layout, "ray", _State, RayExecutorError, "Ray")
         self._state.address = address
         self._state.driver_host = socket.gethostname()
