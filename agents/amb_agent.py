@@ -159,8 +159,7 @@ def _assistant_message(msg) -> dict:
 
 
 def _call(client, args, messages, retry_delay: float):
-    last = None
-    for attempt in range(2):
+    for attempt in (1, 2):
         try:
             return client.chat.completions.create(
                 model=args.model,
@@ -171,12 +170,10 @@ def _call(client, args, messages, retry_delay: float):
                 max_tokens=args.max_tokens,
             )
         except Exception as e:  # the benchmark's harness retries any API error once
-            last = e
-            if attempt == 0:
-                log(f"API error ({type(e).__name__}: {e}); retrying in {retry_delay:g}s")
-                time.sleep(retry_delay)
-    # Why the ignore[misc] below: the loop ran at least once and ends by returning or keeping an error.
-    raise last  # type: ignore[misc]
+            if attempt == 2:
+                raise
+            log(f"API error ({type(e).__name__}: {e}); retrying in {retry_delay:g}s")
+            time.sleep(retry_delay)
 
 
 def log(text: str) -> None:

@@ -1,11 +1,9 @@
 """Running a sweep: plan the cells, write each attempt's run spec, hand the specs to an executor, watch
 the shard root, retry failed and lost attempts, bring complete shards into the store.
 
-Resuming: a cell's state is read from the shard root (``sweeps.state``), not from a side file, so a
-sweep stopped at any point (Ctrl-C, ``kill -9``, a dead node) is resumed by running it again:
-completed cells are skipped, failed cells get a new attempt (``<run id>.a2``, ...) until
-``max_attempts`` failures, and interrupted or lost attempts do not count against that limit. An
-attempt that the previous executor still runs (``attach``) is adopted, not submitted again.
+A cell's state is read from the shard root (``sweeps.state``), not from a side file, so a sweep
+stopped at any point (Ctrl-C, ``kill -9``, a dead node) is resumed by running it again; the rules
+are in docs/scale-out.md (Exactly once in effect).
 """
 
 from __future__ import annotations
@@ -98,7 +96,6 @@ def plan_cells(spec: SweepSpec, layout: Layout) -> list[CellState]:
 
 
 def docker_ready() -> tuple[bool, str]:
-    """Whether the docker backend can run here: an engine answers and the agent image exists."""
     image = os.environ.get("AMB_AGENT_IMAGE") or "amb-agent:latest"
     try:
         import docker
@@ -158,20 +155,6 @@ def limits_for(spec: SweepSpec, cell: CellState) -> CellLimits:
     return CellLimits(time_limit_s=float(limit), cpus=cpus, memory=memory, gpus=gpus, budget=spec.budget)
 
 
-def run_spec_for(spec: SweepSpec, cell: CellState, attempt: int, backend: Backend) -> RunSpec:
-    data = cell.task.data or spec.work / "data" / cell.task.id
-    return RunSpec(
-        cell=cell.cell,
-        attempt=attempt,
-        agent=cell.agent,
-        limits=limits_for(spec, cell),
-        backend=backend,
-        data=str(Path(data).resolve()),
-        shard_root=str(spec.work),
-        gpu_mode=spec.gpu_mode,
-    )
-
-
 def resolve_backend(spec: SweepSpec, log: Callable[[str], None]) -> Backend:
     if spec.backend != "auto":
         return spec.backend
@@ -191,7 +174,18 @@ def write_specs(
         if cell.state not in ("pending", "failed"):
             continue
         n = next_attempt(cell)
-        out.append((cell.attempt_id(n), cell, write_spec(layout, run_spec_for(spec, cell, n, backend))))
+        data = cell.task.data or spec.work / "data" / cell.task.id
+        run = RunSpec(
+            cell=cell.cell,
+            attempt=n,
+            agent=cell.agent,
+            limits=limits_for(spec, cell),
+            backend=backend,
+            data=str(Path(data).resolve()),
+            shard_root=str(spec.work),
+            gpu_mode=spec.gpu_mode,
+        )
+        out.append((cell.attempt_id(n), cell, write_spec(layout, run)))
     return out
 
 
@@ -253,7 +247,6 @@ def _drive(
             previous[sig] = signal.signal(sig, on_signal)
     ingest = ingest_into_store or (lambda _store, _landed: None)
     try:
-        flight.adopt()
         flight.submit([c for c in cells if c.state == "pending"])
         progress.start(cells)
         while flight.cells and not stop.is_set():
@@ -326,17 +319,14 @@ class _InFlight:
     ):
         self.spec, self.layout, self.backend, self.progress = spec, layout, backend, progress
         self.ex, self.previous, self.adopted = ex, previous, adopted
-        self.cells: dict[str, CellState] = {}
+        self.cells: dict[str, CellState] = dict(adopted)
         """Run id -> its cell, for every attempt in flight."""
+        for cell in adopted.values():
+            cell.state = "running"
         self.ended_at: dict[str, float] = {}
         # An executor whose "ended" is final (a local child has exited: its shard is placed or never
         # will be) says so with lost_after_s = 0; on a shared filesystem a rename may show up later.
         self.lost_after_s = float(getattr(ex, "lost_after_s", LOST_AFTER_S))
-
-    def adopt(self) -> None:
-        for rid, cell in self.adopted.items():
-            self.cells[rid] = cell
-            cell.state = "running"
 
     def submit(self, cells: list[CellState]) -> None:
         """The next attempt of each cell that needs one, its spec written and handed to the executor."""
@@ -380,7 +370,7 @@ class _InFlight:
             read_cell(layout, cell, self.spec.max_attempts)
             if outcome == "lost" and (not cell.attempts or cell.attempts[-1][0] != rid):
                 cell.attempts.append((rid, "lost"))
-            self.progress.event(rid, outcome)
+            self.progress.line(f"{rid}: {outcome}")
             if cell.state == "pending" and not final:
                 # A failure counts against max_attempts (read_cell said there are attempts left); an
                 # interrupted or lost attempt does not. Either way the cell gets a new attempt.

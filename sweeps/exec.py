@@ -1,12 +1,7 @@
 """``amb sweep exec SPEC.json``: execute one run spec and record one run into a shard.
 
-The one command every executor runs (locally as a child process, in a SLURM array task, in a Ray
-task, in a Kubernetes pod). It records the run into its own attempt directory, never into a shared
-store, passes the allocation's limits to ``docker run`` (:func:`allocation`: the container is a
-child of dockerd, out of the engine's cgroups' reach), stops its container on a stop signal, and
-places its shard in one rename; docs/scale-out.md (The command) has each step. It exits 0 when a
-shard was placed (whatever the run's own status, which ``shard.json`` holds), 3 when the attempt was
-already complete, and 2 (``amb: error: ...``) when it could not run.
+The one command every executor runs; docs/scale-out.md (The command) has each step and its exit
+statuses: 0 when a shard was placed, 3 when the attempt was already complete, 2 when it could not run.
 """
 
 from __future__ import annotations
@@ -65,13 +60,8 @@ class Allocation:
 
 
 def allocation(spec: RunSpec, env: Mapping[str, str]) -> Allocation:
-    """CPU, memory and GPU ids for ``docker run``.
-
-    GPU ids, in this order: ``AMB_GPU_IDS`` (set by an executor that knows them, e.g. Ray's
-    ``ray.get_gpu_ids()``), ``SLURM_JOB_GPUS`` (SLURM's physical ids), ``CUDA_VISIBLE_DEVICES``.
-    CPUs: ``AMB_CPUS``, ``SLURM_CPUS_PER_TASK``, the spec. Memory: ``AMB_MEMORY``,
-    ``SLURM_MEM_PER_NODE`` (MB), the spec.
-    """
+    """CPU, memory and GPU ids for ``docker run``, each from the first variable set (the order is in
+    docs/scale-out.md, The command), else the spec."""
     cpus = spec.limits.cpus
     for var in ("AMB_CPUS", "SLURM_CPUS_PER_TASK"):
         if env.get(var):
@@ -149,19 +139,25 @@ def run_status(store_dir: Path, run_id: str) -> str | None:
 
 class _StopsItsContainer:
     """The backend, except that a stop signal forwarded to the agent also arms a kill after
-    ``STOP_GRACE_S``: an agent that ignores SIGTERM cannot keep its container running."""
+    ``STOP_GRACE_S`` (an agent that ignores SIGTERM cannot keep its container running), and that
+    with ``gpu_mode = "env"`` the container gets ``NVIDIA_VISIBLE_DEVICES``."""
 
-    def __init__(self, backend: Any, grace_s: float):
+    def __init__(self, backend: Any, gpu_env: str | None = None):
         self._backend = backend
-        self._grace_s = grace_s
+        self._gpu_env = gpu_env
         self._timers: list[threading.Timer] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._backend, name)
 
+    def start(self, argv: list[str], env: dict[str, str]) -> Any:
+        if self._gpu_env:
+            env = {**env, "NVIDIA_VISIBLE_DEVICES": self._gpu_env}
+        return self._backend.start(argv, env)
+
     def send_signal(self, handle: object, sig: int) -> None:
         self._backend.send_signal(handle, sig)
-        timer = threading.Timer(self._grace_s, self._backend.kill, (handle,))
+        timer = threading.Timer(STOP_GRACE_S, self._backend.kill, (handle,))
         timer.daemon = True
         timer.start()
         self._timers.append(timer)
@@ -172,37 +168,22 @@ class _StopsItsContainer:
         self._backend.close(handle)
 
 
-def _backend(spec: RunSpec, alloc: Allocation) -> Any:
+def _backend(spec: RunSpec, alloc: Allocation) -> _StopsItsContainer:
     if spec.backend == "local":
         from recorder.local_backend import LocalBackend
 
-        return LocalBackend(shim=True)
+        return _StopsItsContainer(LocalBackend(shim=True))
     from recorder.docker_backend import ContainerResources, DockerBackend
 
     defaults = ContainerResources()
     resources = ContainerResources(cpus=alloc.cpus or defaults.cpus, memory=alloc.memory or defaults.memory)
-    gpus = f"device={','.join(alloc.gpu_ids)}" if alloc.gpu_ids and spec.gpu_mode == "nvidia" else None
+    ids = ",".join(alloc.gpu_ids)
+    gpus = f"device={ids}" if ids and spec.gpu_mode == "nvidia" else None
     labels = {SWEEP_ROOT_LABEL: spec.shard_root, "org.amb.sweep": spec.cell.sweep}
-    if alloc.gpu_ids:
-        labels["org.amb.gpus"] = ",".join(alloc.gpu_ids)
+    if ids:
+        labels["org.amb.gpus"] = ids
     backend = DockerBackend(resources=resources, gpus=gpus, labels=labels)
-    if alloc.gpu_ids and spec.gpu_mode == "env":
-        return _WithGpuEnv(backend, ",".join(alloc.gpu_ids))
-    return backend
-
-
-class _WithGpuEnv:
-    """Puts ``NVIDIA_VISIBLE_DEVICES`` into the container (``gpu_mode = "env"``)."""
-
-    def __init__(self, backend: Any, ids: str):
-        self._backend = backend
-        self._ids = ids
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._backend, name)
-
-    def start(self, argv: list[str], env: dict[str, str]) -> Any:
-        return self._backend.start(argv, {**env, "NVIDIA_VISIBLE_DEVICES": self._ids})
+    return _StopsItsContainer(backend, ids if spec.gpu_mode == "env" else None)
 
 
 class _Ended(NamedTuple):
@@ -300,10 +281,9 @@ def _labels(spec: RunSpec, alloc: Allocation) -> dict[str, str]:
 def _record(
     spec: RunSpec, alloc: Allocation, attempt_dir: Path, workspace: Path, baseline_url: str
 ) -> _Ended:
-    """Record the run into the attempt's directory."""
     upstreams = [u.replace("{baseline}", baseline_url) for u in spec.agent.upstream]
     argv, labels = agent_argv(spec, _placeholders(spec, workspace)), _labels(spec, alloc)
-    backend = _StopsItsContainer(_backend(spec, alloc), STOP_GRACE_S)
+    backend = _backend(spec, alloc)
     recording = time.monotonic()
     outcome = record(
         RecordSpec(

@@ -1,9 +1,6 @@
-"""The executor seam: an engine that decides *where* ``amb sweep exec SPEC.json`` runs.
-
-An executor never records anything itself and never decides what a cell's outcome is: the shard
-root is the one source of truth (``sweeps.shard``). It is told which spec files to execute, says
-what its engine knows about each (queued, running, ended), and can cancel everything it submitted.
-The protocol and the rules for implementers are in docs/scale-out.md (The executor protocol).
+"""The executor seam: an engine that decides *where* ``amb sweep exec SPEC.json`` runs. It never
+records anything nor decides a cell's outcome (the shard root does, ``sweeps.shard``); the protocol
+and the rules for implementers are in docs/scale-out.md (The executor protocol).
 """
 
 from __future__ import annotations
@@ -123,7 +120,6 @@ class QueuedExecutor:
         self._start_queued()
 
     def _start_queued(self) -> None:
-        """Start queued specs while the engine has room."""
         raise NotImplementedError
 
     def _drop_queued(self) -> None:
@@ -145,7 +141,6 @@ def executor_class(name: str) -> Any:
 
 
 def open_executor(config: ExecutorConfig, layout: Layout, *, concurrency: int) -> Executor:
-    """A new executor for a sweep (or a resumed one) of this shard root."""
     if config.name == "k8s":
         raise UsageError("the k8s executor only writes manifests: use `amb sweep --executor k8s --emit DIR`")
     executor: Executor = executor_class(config.name)(config, layout, concurrency=concurrency)
@@ -252,7 +247,6 @@ def holds_open(pid: int, path: Path) -> bool:
 
 
 def is_driver(layout: Layout, pid: int | None) -> bool:
-    """Whether ``pid`` is the running driver of this root (it holds the root's driver mark open)."""
     return pid is not None and holds_open(pid, layout.root / "executor" / DRIVER_MARK)
 
 
@@ -272,12 +266,9 @@ def save_name(layout: Layout, name: str) -> Path:
     return d
 
 
-def amb_exe() -> str:
-    """The ``amb`` beside this interpreter (a virtual environment's), else the one on PATH."""
+def exec_command(spec_file: Path) -> list[str]:
+    """The one command every executor runs for a spec, by the ``amb`` beside this interpreter (a
+    virtual environment's), else the one on PATH."""
     exe = Path(sys.executable).with_name("amb")
-    return str(exe) if exe.exists() else (shutil.which("amb") or "amb")
-
-
-def exec_command(spec_file: Path, amb: str | None = None) -> list[str]:
-    """The one command every executor runs for a spec."""
-    return [amb or amb_exe(), "sweep", "exec", str(spec_file)]
+    amb = str(exe) if exe.exists() else (shutil.which("amb") or "amb")
+    return [amb, "sweep", "exec", str(spec_file)]

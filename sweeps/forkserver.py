@@ -1,14 +1,12 @@
 """A warm ``amb sweep exec``: one process that imports the exec's code once and forks a child per spec.
 
-A cold ``amb sweep exec`` spends most of its own time (besides the run) starting an interpreter and
-importing amb, the recorder and mitmproxy; on a busy machine that is seconds per run. The local
-executor instead starts ``amb sweep exec --serve`` once per sweep (``ExecServer`` below is its
-client side): it imports everything a run needs
-(:func:`preload`), then reads requests on stdin and answers on stdout, one JSON object a line:
+A cold exec spends seconds of a busy machine starting an interpreter and importing amb, the
+recorder and mitmproxy. The local executor starts ``amb sweep exec --serve`` once per sweep
+(``ExecServer`` is its client): it imports what a run needs, then reads requests on stdin and
+answers on stdout, one JSON object a line:
 
 - in: ``{"spec": "/abs/spec.json", "log": "/abs/log", "env": {...}}`` (``env``: added to the
-  child's environment); out: ``{"spec": ..., "pid": N}`` once the
-  child is forked;
+  child's environment); out: ``{"spec": ..., "pid": N}`` once the child is forked;
 - out: ``{"pid": N, "exit": CODE}`` when a child has exited (its exit status, as the cold command's);
 - out first: ``{"ready": PID}`` once the imports are done.
 
@@ -45,8 +43,7 @@ START_S = 300.0
 
 
 def preload() -> None:
-    """Import what every run imports (the exec, the recorder, the proxy and mitmproxy, the local
-    backend, the baseline server, the task registry), so that a forked child has it already."""
+    """Import what every run imports, so that a forked child has it already."""
     import agents.baseline.server  # noqa: F401 - imported for its side effect: loaded before fork
     import recorder.local_backend  # noqa: F401
     import recorder.proxy.custody  # noqa: F401
@@ -208,11 +205,11 @@ def _exit(code: int) -> None:
 class ExecServer:
     """``amb sweep exec --serve`` (``sweeps.forkserver``), seen from the executor."""
 
-    def __init__(self, log_file: Path, amb: str | None = None):
+    def __init__(self, log_file: Path):
         self.t0 = time.monotonic()
         with open(log_file, "ab") as log:
             self.proc = subprocess.Popen(
-                [*exec_command(Path("-"), amb=amb)[:-1], "--serve"],
+                [*exec_command(Path("-"))[:-1], "--serve"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
@@ -224,9 +221,9 @@ class ExecServer:
         self.exits: dict[int, int] = {}
         self.started: dict[str, int] = {}
 
-    def wait_ready(self, timeout: float = START_S) -> float | None:
-        """Seconds the server took to be ready; None if it was not within ``timeout`` (or died)."""
-        deadline = time.monotonic() + timeout
+    def wait_ready(self) -> float | None:
+        """Seconds the server took to be ready; None if it was not within ``START_S`` (or died)."""
+        deadline = time.monotonic() + START_S
         while not self.ready and self.pump(deadline - time.monotonic()):
             pass
         return time.monotonic() - self.t0 if self.ready else None

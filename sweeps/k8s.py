@@ -1,15 +1,10 @@
 """``amb sweep --executor k8s --emit DIR``: Kubernetes Indexed Job manifests for a sweep (not run).
 
-One Job per resource class (CPUs, memory, GPUs, time limit), ``completionMode: Indexed``: pod *i*
-runs ``amb sweep exec`` on the *i*-th run spec of its class. A pod holds one run: the agent runs
-under the shim inside the pod (the specs use the local backend; there is no Docker engine in a
-pod), and the shard lands on a ReadWriteMany volume mounted at the sweep's work path in every pod,
-from which ``amb ingest --from`` loads it. ``backoffLimitPerIndex`` retries a failed pod once per
-index; a retried pod whose attempt already has its shard finds it and exits 0 (the exec's exit 3,
-"already complete", is turned into success by the pod's command).
-
-The manifests are validated offline against the schemas of a current Kubernetes (tests run
-``kubernetes-validate --strict``); they have not been run against a live cluster.
+One Job per resource class, ``completionMode: Indexed``: pod *i* runs ``amb sweep exec`` on the
+*i*-th run spec of its class, under the shim (local backend: no Docker engine in a pod), and its
+shard lands on a ReadWriteMany volume mounted at the sweep's work path. A retried pod whose attempt
+already has its shard exits 0 (the exec's exit 3 is turned into success). The manifests are
+validated offline (``kubernetes-validate --strict``), not run against a live cluster.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The local executor: ``amb sweep exec`` as child processes of the sweep, ``concurrency`` at a time.
 
-The execs are forked by one warm ``amb sweep exec --serve`` (``sweeps.forkserver``), started once per
-sweep, so a run does not pay for starting an interpreter and importing amb, the recorder and
-mitmproxy; should that server fail, each spec gets a cold ``amb sweep exec SPEC.json`` instead.
-Each child runs in its own session (so a terminal's Ctrl-C reaches the sweep, which stops the
-children in order) with SIGTERM as its parent-death signal: if the sweep itself is killed hard, its
-children stop their containers and close their runs, and a resumed sweep never races a leftover
-attempt. The children's pids are saved under ``<root>/executor/local.json`` so that
-``amb sweep cancel DIR`` can stop them from another process.
+The execs are forked by one warm ``amb sweep exec --serve`` (``sweeps.forkserver``); should that
+server fail, each spec gets a cold ``amb sweep exec SPEC.json`` instead. Each child runs in its own
+session (a terminal's Ctrl-C reaches the sweep, which stops the children in order) with SIGTERM as
+its parent-death signal, so a sweep killed hard never leaves a run for a resumed sweep to race.
+The children's pids are saved under ``<root>/executor/local.json`` for ``amb sweep cancel DIR``.
 """
 
 from __future__ import annotations
@@ -59,7 +56,7 @@ class LocalExecutor(QueuedExecutor):
         self.server: ExecServer | None = ExecServer(layout.logs / "exec-server.log")
         self.server_start_s: float | None = None
         """How long the warm exec took to be ready (once per sweep; None: not used)."""
-        self._dir = save_name(layout, self.name)
+        save_name(layout, self.name)
         self._state = _State(driver=os.getpid())
         self._save()
 

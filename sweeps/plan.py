@@ -116,14 +116,12 @@ def line_of(text: str, path: list[str | int]) -> int | None:
         m = header_re.match(line)
         if m:
             name = m.group(1).replace('"', "").replace(" ", "")
+            index = 0
             if line.strip().startswith("[["):
-                counts[name] = counts.get(name, -1) + 1
-                sections.append((name, counts[name], i))
-            else:
-                sections.append((name, 0, i))
+                index = counts[name] = counts.get(name, -1) + 1
+            sections.append((name, index, i))
     found: int | None = None
-    table = ""
-    index = 0
+    table, index = "", 0
     for part in path:
         if isinstance(part, int):
             index = part

@@ -38,9 +38,6 @@ class Progress:
     def line(self, text: str) -> None:
         self.console.print(f"amb sweep: {text}", markup=False)
 
-    def event(self, run_id: str, outcome: str) -> None:
-        self.line(f"{run_id}: {outcome}")
-
     def start(self, cells: list[CellState]) -> None:
         if self.console.is_terminal:
             self.live = Live(cell_table(cells), console=self.console, refresh_per_second=4, transient=True)

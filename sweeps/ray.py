@@ -2,10 +2,8 @@
 
 Ray decides only where: a node with a free ``docker`` slot (a custom resource each node advertises)
 and, for a run that needs GPUs, ``num_gpus``; the GPU ids Ray assigns reach the exec as
-``AMB_GPU_IDS``. At most ``max_in_flight`` tasks are out at once. How cancel, a dead node and a
-stopped Ray Job are handled is in docs/scale-out.md (On a Ray cluster).
-
-Ray is an optional extra (``pip install amb-recorder[ray]``); this module imports it when used.
+``AMB_GPU_IDS``. Cancel, a dead node and a stopped Ray Job are in docs/scale-out.md (On a Ray
+cluster). Ray is an optional extra, imported when used.
 """
 
 from __future__ import annotations
@@ -87,9 +85,8 @@ TASK_PLACEMENTS = "ray-tasks"
 def execute_on_node(spec_file: str) -> dict[str, Any]:
     """The body of every Ray task: run the exec for one spec on this node, with this task's GPUs.
 
-    The task writes its placement into the shard root itself, before the exec starts and again
-    with its exit code: the driver learns it from the task's return, which never reaches a driver
-    stopped meanwhile (a run that completed while its sweep's job was being stopped had none)."""
+    The task writes its placement into the shard root itself, before the exec and again with its
+    exit code: the task's return never reaches a driver stopped meanwhile."""
     ray = _ray()
     gpu_ids = [str(g) for g in ray.get_gpu_ids()]
     node_id = ray.get_runtime_context().get_node_id()
@@ -152,7 +149,7 @@ class RayExecutor(QueuedExecutor):
             except Exception as e:  # noqa: BLE001 - Ray's connection errors have no common base
                 raise RayExecutorError(f"cannot connect to the Ray cluster at {address}: {e}") from None
         self._remote = self.ray.remote(execute_on_node)
-        self._dir = save_name(layout, self.name)
+        save_name(layout, self.name)
         self._state = load_state(layout, "ray", _State, RayExecutorError, "Ray")
         self._state.address = address
         self._state.driver_host = socket.gethostname()

@@ -10,10 +10,7 @@ Layout of a shard root (a sweep's work directory, on a filesystem every node see
     cells/<cell key>                    the run id of the cell's first completed attempt (O_EXCL)
     logs/<run id>.log                   what the exec printed (local executor; engines keep their own)
 
-Exactly once in effect (docs/scale-out.md): each execution writes only inside its own attempt
-directory and is renamed into ``shards/`` in one step that fails if the attempt already has a shard
-(a second execution becomes a duplicate); the first attempt to complete a cell claims it by creating
-``cells/<cell key>`` exclusively.
+How these make every attempt count once is in docs/scale-out.md (Exactly once in effect).
 """
 
 from __future__ import annotations
@@ -49,9 +46,8 @@ class ShardInfo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     started_ns: int
     ended_ns: int
     run_s: float
-    """The run's own time: the exec's call of the recorder (its proxy's start and imports, the agent,
-    closing the run), i.e. what any way of recording this run would take; the executor's overhead is
-    the rest of the time from dispatch to the shard's rename."""
+    """The exec's call of the recorder, what any way of recording this run would take (the executor's
+    overhead is the rest of the time from dispatch to the shard's rename)."""
     gpu_ids: list[str]
     cpus: float | None
     memory: str | None
@@ -77,9 +73,6 @@ class Layout:
 
     def shard(self, run_id: str) -> Path:
         return self.shards / run_id
-
-    def claim_file(self, cell_key: str) -> Path:
-        return self.cells / cell_key
 
     def make(self) -> None:
         for d in (self.specs, self.attempts, self.shards, self.duplicates, self.cells, self.logs):
@@ -124,12 +117,9 @@ def _fsync_tree(root: Path) -> None:
 
 
 def place(layout: Layout, attempt_dir: Path, info: ShardInfo) -> tuple[Path, bool]:
-    """Seal ``attempt_dir`` (shard.json, fsync) and rename it into ``shards/<run id>``.
-
-    Returns the shard's final path and whether it is *the* shard of its attempt (False: another
-    execution of the same spec got there first; this one went to ``duplicates/``). A completed run
-    that is the first of its cell also claims the cell.
-    """
+    """Seal ``attempt_dir`` (shard.json, fsync) and rename it into ``shards/<run id>``, or into
+    ``duplicates/`` when another execution got there first (then False); a completed run that is the
+    first of its cell also claims the cell."""
     write_durably(attempt_dir / SHARD_FILE, msgspec.json.encode(info))
     _fsync_tree(attempt_dir)
     target = layout.shard(info.run_id)
@@ -149,7 +139,7 @@ def place(layout: Layout, attempt_dir: Path, info: ShardInfo) -> tuple[Path, boo
 
 def claim_cell(layout: Layout, cell_key: str, run_id: str) -> bool:
     """Create ``cells/<cell key>`` holding ``run_id`` unless it exists; True when this call made it."""
-    path = layout.claim_file(cell_key)
+    path = layout.cells / cell_key
     tmp = path.with_name(f".{cell_key}.{run_id}.{os.getpid()}.tmp")
     tmp.write_text(run_id + "\n", encoding="utf-8")
     try:
@@ -172,7 +162,7 @@ def claimed_or_first(layout: Layout, cell_key: str, first: str | None) -> str | 
 
 
 def claimed(layout: Layout, cell_key: str) -> str | None:
-    path = layout.claim_file(cell_key)
+    path = layout.cells / cell_key
     try:
         text = read_small(path).decode("utf-8", "replace")
     except FileNotFoundError:

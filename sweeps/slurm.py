@@ -1,12 +1,11 @@
 """The SLURM executor: each batch of run specs becomes one ``sbatch --array`` per resource class.
 
-SLURM decides only where: every array task runs ``amb sweep exec SPEC.json`` (the same command as
-every executor) for the spec on line ``$SLURM_ARRAY_TASK_ID`` of the batch's list file, as the batch
-step's own process, so that ``scancel`` and ``--signal`` reach the exec, which stops its container.
-Runs needing GPUs and runs needing none are separate arrays, so a CPU run never waits for, or
-holds, a GPU. What the generated script asks for, and why, is in docs/scale-out.md (On a SLURM
-cluster). The job ids and each array index's run id are saved under ``<root>/executor/slurm.json``,
-so ``amb sweep status`` and ``amb sweep cancel`` work from any machine that sees the shard root.
+Every array task runs ``amb sweep exec SPEC.json`` for the spec on line ``$SLURM_ARRAY_TASK_ID`` of
+the batch's list file, as the batch step's own process, so that ``scancel`` and ``--signal`` reach
+the exec, which stops its container. GPU and CPU runs are separate arrays, so a CPU run never waits
+for, or holds, a GPU. The generated script is explained in docs/scale-out.md (On a SLURM cluster).
+Job ids and each array index's run id are saved under ``<root>/executor/slurm.json``, so status and
+cancel work from any machine that sees the shard root.
 """
 
 from __future__ import annotations
@@ -88,7 +87,6 @@ def sbatch_script(
     memory: str | None,
     options: SlurmOptions,
     log_dir: Path,
-    amb: str,
 ) -> str:
     """The batch script of one array: ``count`` specs listed in ``list_file``, one per line."""
     cap = f"%{options.array_cap}" if options.array_cap else ""
@@ -122,7 +120,7 @@ def sbatch_script(
         'echo "amb-slurm: start=$(date +%s.%N) job=${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}'
         ' node=${SLURMD_NODENAME:-?} gpus=${SLURM_JOB_GPUS:-} spec=$spec"',
         "# exec: scancel's and --signal's TERM reach the exec itself, which stops its container.",
-        f'exec {shlex.join(exec_command(Path("-"), amb=amb)[:-1])} "$spec"',
+        f'exec {shlex.join(exec_command(Path("-"))[:-1])} "$spec"',
         "",
     ]
     return "\n".join(lines)
@@ -177,7 +175,6 @@ class SlurmExecutor:
                 memory=memory,
                 options=self.options,
                 log_dir=self.layout.logs,
-                amb=exec_command(Path("x"))[0],
             )
             script_file = self._scripts / f"batch-{n:04d}-{cls}.sbatch"
             write_durably(script_file, script.encode())

@@ -1,14 +1,7 @@
-"""The run spec: one unit of work of a sweep, the same for every executor.
-
-A run spec names one *cell* of a sweep (agent, task, tier, repeat), which *attempt* at that cell it
-is, what to run (the agent's command, model, upstreams, environment), the limits it runs under, the
-backend, where the task's data is and where its shard goes. It is written as a JSON file
-(``<shard root>/specs/<run id>.json``) and executed by ``amb sweep exec SPEC.json`` wherever an
-executor (local, SLURM, Ray, a Kubernetes pod) decides.
-
-The run id is a pure function of the cell and the attempt (:func:`run_id`), so every executor, every
-resume and every machine names the same attempt the same way, and a re-run of the same spec (an
-engine that executes at least once) is recognisably the same attempt.
+"""The run spec: one attempt at one cell of a sweep, the same for every executor, written as
+``<shard root>/specs/<run id>.json`` and executed by ``amb sweep exec SPEC.json`` (docs/scale-out.md,
+The run spec). The run id is a pure function of the cell and the attempt, so every executor, resume
+and machine names the same attempt the same way.
 """
 
 from __future__ import annotations
@@ -70,8 +63,7 @@ class Agent(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class CellLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """What a cell's run may use: time, the container's resources, GPUs and the budget. The
     executor asks its engine for the same; ``amb sweep exec`` passes the allocation's values to
-    ``docker run`` (the engine's own cgroups do not reach a container, which is a child of dockerd,
-    not of the job)."""
+    ``docker run`` (the engine's cgroups do not reach a container, a child of dockerd)."""
 
     time_limit_s: float
     cpus: float | None = None
@@ -81,8 +73,7 @@ class CellLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     gpus: int = 0
     """How many GPUs the run needs; their ids come from the allocation (see ``sweeps.exec``)."""
     budget: BudgetLimits | None = None
-    """What the run's model calls may spend, enforced by its recording proxy (``amb-record --max-*``;
-    no price table: the recorder's default)."""
+    """What the run's model calls may spend, enforced by its recording proxy (``amb-record --max-*``)."""
 
 
 class RunSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -98,9 +89,8 @@ class RunSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     shard_root: str
     """The sweep's shared directory, absolute: the shard lands in ``<shard_root>/shards/<run id>``."""
     gpu_mode: GpuMode = "nvidia"
-    """``nvidia``: the GPU ids go to ``docker run --gpus device=IDS`` (NVIDIA container toolkit).
-    ``env``: they go into the container as ``NVIDIA_VISIBLE_DEVICES`` only, for engines whose default
-    runtime is NVIDIA's (it reads that variable), and for machines without GPUs (tests)."""
+    """``nvidia``: the GPU ids go to ``docker run --gpus device=IDS``; ``env``: into the container's
+    ``NVIDIA_VISIBLE_DEVICES`` only (an engine whose default runtime is NVIDIA's, a machine without GPUs)."""
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     """Extra run labels (the exec adds sweep, agent, repeat, attempt, model)."""
     v: int = SPEC_VERSION

@@ -26,12 +26,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def term_with_parent() -> None:
-    """Ask the kernel to send this process SIGTERM when its parent dies (Linux; a no-op elsewhere).
-
-    Every exec runs with it (as a ``preexec_fn``, or in a forked child): when the sweep, the warm
-    exec or the stand-in that started it is killed, even with kill -9, the exec still stops its
-    container and closes its run instead of running on unwatched.
-    """
+    """Ask the kernel to send this process SIGTERM when its parent dies (Linux; a no-op elsewhere):
+    an exec whose starter is killed, even with kill -9, still stops its container and closes its run."""
     try:
         import ctypes
 

@@ -1,9 +1,5 @@
-"""A sweep's state, read from its shard root alone (any machine that sees the directory can read it).
-
-Per cell: every attempt that was planned (``specs/``), how each ended (its shard's ``shard.json``;
-``unfinished`` while an attempt directory has no shard; ``lost`` when neither exists), which attempt
-the cell's result is (``cells/<cell key>``), the recorded duplicates (complete attempts that are not
-the result, and re-executions of an attempt in ``duplicates/``).
+"""A sweep's state, read from its shard root alone (any machine that sees the directory can read it):
+per cell, every planned attempt and how it ended, the cell's result and its recorded duplicates.
 """
 
 from __future__ import annotations
@@ -43,10 +39,6 @@ class CellState:
     @property
     def cell(self) -> Cell:
         return Cell(self.sweep, self.agent.name, self.task.id, self.tier, self.repeat)
-
-    @property
-    def base_id(self) -> str:
-        return self.cell.key
 
     def attempt_id(self, n: int) -> str:
         return run_id(self.cell, n)
@@ -100,7 +92,7 @@ def read_cell(layout: Layout, cell: CellState, max_attempts: int) -> None:
         cell.attempts.append((rid, outcome or "lost"))
         n += 1
     first = next((r for r, o in cell.attempts if o == "completed"), None)
-    chosen = claimed_or_first(layout, cell.base_id, first)
+    chosen = claimed_or_first(layout, cell.cell.key, first)
     cell.chosen = chosen
     cell.duplicates = [f"shards/{r}" for r, o in cell.attempts if o == "completed" and r != chosen]
     for rid, _ in cell.attempts:
@@ -124,7 +116,7 @@ def next_attempt(cell: CellState) -> int:
 def cell_dict(c: CellState) -> dict[str, Any]:
     """A cell as `amb sweep status --json` and the driver's summary show it."""
     return {
-        "cell": c.base_id,
+        "cell": c.cell.key,
         "agent": c.agent.name,
         "model": c.agent.model,
         "task": c.task.id,

@@ -1,11 +1,8 @@
 """amb_kit: the baseline kit's pipeline: run a track's method on a case, and check what it wrote.
 
-The scripted baseline policy writes this file into the agent's workspace (as ``amb_kit.py``) beside
-the library it builds on (``kit_lib.py``, shipped as ``amb_kit_lib.py``), then drives both through
-``execute_code``: ``amb_kit`` offers the library's readers, writers and configuration helpers
-under its own name, so the agent's code imports one module. Standard library only, like the
-library. The flawed policy that types its answers in by hand ships the library alone (as
-``amb_kit.py``): it has readers and writers, but no pipeline to run.
+The scripted baseline policy writes this file into the agent's workspace as ``amb_kit.py``, beside
+the library it builds on (``kit_lib.py``, shipped as ``amb_kit_lib.py``), whose names it also offers,
+so the agent's code imports one module. Standard library only, like the library.
 """
 
 import json

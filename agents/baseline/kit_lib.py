@@ -1,17 +1,10 @@
 """amb_kit_lib: the baseline kit's library: file formats, classical methods and the pipeline
-configuration, in the Python standard library only.
+configuration (``pipeline.json``), in the Python standard library only.
 
-The scripted baseline policy writes this file into the agent's workspace (as ``amb_kit_lib.py``,
-beside ``amb_kit.py``, the pipeline that uses it; see ``kit.py``), the way an agent writes its own
-helper modules. It must run anywhere the agent's code runs, including a bare agent container that
-has Python and nothing else, so it reads and writes NIfTI-1, ``.npy`` and PNG itself instead of
-importing numpy.
-
-The methods are deliberately classical and weak, and honest: every output is computed from the
-case's public input (thresholding and connected components for segmentation, a smoothing filter or
-bilinear upsampling for enhancement, a blob detector for detection, an answer prior for VQA, a
-findings template for reports). The pipeline configuration (``pipeline.json``) says where the
-inputs are and which files to write.
+The scripted baseline policy writes this file into the agent's workspace as ``amb_kit_lib.py``
+(see ``kit.py``). It must run in a bare agent container that has Python and nothing else, so it
+reads and writes NIfTI-1, ``.npy`` and PNG itself instead of importing numpy. The methods are
+deliberately classical and weak, and honest: every output is computed from the case's public input.
 """
 
 import array

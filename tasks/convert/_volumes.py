@@ -73,12 +73,9 @@ def mask_on(path: Path, scan: nib.Nifti1Image) -> np.ndarray:
     return voxels(img, path) > 0.5
 
 
-def run(cases: Iterable[str], convert: Callable[[str], None], progress: Progress) -> int:
-    """Convert every case, reporting each to ``progress``; at least one case is required."""
-    n = 0
+def run(cases: Iterable[str], convert: Callable[[str], None], progress: Progress) -> None:
+    """Convert every case, reporting each to ``progress``."""
     for case in cases:
         convert(case)
-        n += 1
         if progress is not None:
             progress(case)
-    return n

@@ -31,6 +31,23 @@ class Question(msgspec.Struct, kw_only=True):
     """``yes/no``, ``open`` or ``multiple_choice``; empty: told from the answer (``answer_type``)."""
 
 
+def closed_or_open(
+    record: dict[str, Any], qid: str, image: Path, dataset: str, task: str, body: str
+) -> Question:
+    """A SLAKE or VQA-RAD record (its ``task`` and ``body`` keys lower-cased): ``answer_type``
+    ``CLOSED`` is a binary question, anything else an open one."""
+    return Question(
+        qid=qid,
+        question=str(record["question"]).strip(),
+        images=[(image.suffix, image.read_bytes())],
+        answer_text=str(record["answer"]).strip(),
+        dataset=dataset,
+        medical_task=str(record.get(task, "")).lower(),
+        body_system=str(record.get(body, "")).lower(),
+        question_type="binary" if str(record.get("answer_type", "")).upper() == "CLOSED" else "open",
+    )
+
+
 def answer_type(q: Question) -> str:
     if q.answer_type:
         return q.answer_type

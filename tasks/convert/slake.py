@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from schemas.task_spec import TaskError, TaskSpec
-from tasks.convert._vqa import Question, write_questions
+from tasks.convert._vqa import closed_or_open, write_questions
 
 
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
@@ -42,15 +42,6 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
         if not image.is_file():
             raise TaskError(f"{path}: image imgs/{r['img_name']} of question {r['qid']} not found")
         questions.append(
-            Question(
-                qid=f"slake_{r['qid']}",
-                question=str(r["question"]).strip(),
-                images=[(image.suffix, image.read_bytes())],
-                answer_text=str(r["answer"]).strip(),
-                dataset="SLAKE-EN",
-                medical_task=str(r.get("content_type", "")).lower(),
-                body_system=str(r.get("location", "")).lower(),
-                question_type="binary" if str(r.get("answer_type", "")).upper() == "CLOSED" else "open",
-            )
+            closed_or_open(r, f"slake_{r['qid']}", image, "SLAKE-EN", "content_type", "location")
         )
     write_questions(spec, questions, out, source, progress)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas.task_spec import TaskError, TaskSpec
-from tasks.convert._vqa import Question, write_questions
+from tasks.convert._vqa import closed_or_open, write_questions
 
 REQUIRED = ("qid", "image_name", "question", "answer")
 
@@ -60,15 +60,6 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
         if image is None:
             raise TaskError(f"{source}: image {r['image_name']!r} of question {r['qid']} not found")
         questions.append(
-            Question(
-                qid=f"vqarad_{r['qid']}",
-                question=str(r["question"]).strip(),
-                images=[(image.suffix, image.read_bytes())],
-                answer_text=str(r["answer"]).strip(),
-                dataset="VQA-RAD",
-                medical_task=str(r.get("question_type", "")).lower(),
-                body_system=str(r.get("image_organ", "")).lower(),
-                question_type="binary" if str(r.get("answer_type", "")).upper() == "CLOSED" else "open",
-            )
+            closed_or_open(r, f"vqarad_{r['qid']}", image, "VQA-RAD", "question_type", "image_organ")
         )
     write_questions(spec, questions, out, source, progress)

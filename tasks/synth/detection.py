@@ -44,11 +44,11 @@ class Canvas:
         self.img[m] = (1 - alpha) * self.img[m] + alpha * np.asarray(color, dtype=np.float64)
         return m
 
-    def box_of(self, cls: str, mask: np.ndarray) -> Box | None:
+    def keep_box(self, boxes: list[Box], cls: str, mask: np.ndarray) -> None:
+        """Append the tight box of ``mask`` unless its object fell (almost) outside the image."""
         ys, xs = np.nonzero(mask)
-        if len(xs) < 4:
-            return None
-        return (cls, float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1))
+        if len(xs) >= 4:
+            boxes.append((cls, float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1)))
 
     def finish(self, rng, noise: float, blur_passes: int = 1) -> np.ndarray:
         img: np.ndarray = self.img
@@ -63,12 +63,6 @@ class Canvas:
         return out[..., 0] if out.shape[2] == 1 else out
 
 
-def _keep(boxes: list[Box], box: Box | None) -> None:
-    """Append a box unless its object fell (almost) outside the image."""
-    if box is not None:
-        boxes.append(box)
-
-
 def _smear(rng, h, w, n) -> tuple[np.ndarray, list[Box]]:
     cv = Canvas(h, w, 3, (0.93, 0.84, 0.86))
     boxes: list[Box] = []
@@ -79,7 +73,7 @@ def _smear(rng, h, w, n) -> tuple[np.ndarray, list[Box]]:
         cx, cy, rr = rng.uniform(0, w), rng.uniform(0, h), r * rng.uniform(0.85, 1.15)
         m = cv.ellipse(cx, cy, rr, rr * rng.uniform(0.85, 1.0), (0.86, 0.55, 0.56), rng.uniform(0, 3))
         cv.ellipse(cx, cy, rr * 0.45, rr * 0.45, (0.9, 0.7, 0.72), alpha=0.6)  # central pallor
-        _keep(boxes, cv.box_of("RBC", m))
+        cv.keep_box(boxes, "RBC", m)
     for _ in range(n_wbc):
         cx, cy, rr = rng.uniform(r, w - r), rng.uniform(r, h - r), r * 1.35
         m = cv.ellipse(cx, cy, rr, rr, (0.82, 0.75, 0.88))
@@ -92,11 +86,11 @@ def _smear(rng, h, w, n) -> tuple[np.ndarray, list[Box]]:
                 (0.42, 0.22, 0.55),
                 rng.uniform(0, 3),
             )
-        _keep(boxes, cv.box_of("WBC", m))
+        cv.keep_box(boxes, "WBC", m)
     for _ in range(n_plt):
         cx, cy = rng.uniform(5, w - 5), rng.uniform(5, h - 5)
-        _keep(boxes, cv.box_of("Platelets", cv.ellipse(cx, cy, r * 0.25, r * 0.2, (0.55, 0.35, 0.62))))
-    return cv.finish(rng, 0.02), [b for b in boxes if b]
+        cv.keep_box(boxes, "Platelets", cv.ellipse(cx, cy, r * 0.25, r * 0.2, (0.55, 0.35, 0.62)))
+    return cv.finish(rng, 0.02), boxes
 
 
 def _chest(rng, h, w, n) -> tuple[np.ndarray, list[Box]]:
@@ -118,8 +112,8 @@ def _chest(rng, h, w, n) -> tuple[np.ndarray, list[Box]]:
         big = rng.random() < 0.4
         ax = w * (rng.uniform(0.05, 0.09) if big else rng.uniform(0.015, 0.03))
         m = cv.ellipse(xs[j], ys[j], ax, ax * rng.uniform(0.7, 1.3), 0.5, rng.uniform(0, 3), alpha=0.7)
-        _keep(boxes, cv.box_of("abnormality", m))
-    return cv.finish(rng, 0.025), [b for b in boxes if b]
+        cv.keep_box(boxes, "abnormality", m)
+    return cv.finish(rng, 0.025), boxes
 
 
 def _wrist(rng, h, w, n, classes) -> tuple[np.ndarray, list[Box]]:
@@ -148,8 +142,8 @@ def _wrist(rng, h, w, n, classes) -> tuple[np.ndarray, list[Box]]:
             m = cv.ellipse(cx, cy, w * 0.015, h * 0.08, 0.85)
         else:  # boneanomaly, bonelesion, pronatorsign: a lucent or sclerotic focus
             m = cv.ellipse(cx, cy, w * 0.04, h * 0.03, 0.45 if rng.random() < 0.5 else 0.9, alpha=0.8)
-        _keep(boxes, cv.box_of(cls, m))
-    return cv.finish(rng, 0.02), [b for b in boxes if b]
+        cv.keep_box(boxes, cls, m)
+    return cv.finish(rng, 0.02), boxes
 
 
 def _dental(rng, h, w, n, classes) -> tuple[np.ndarray, list[Box]]:
@@ -177,8 +171,8 @@ def _dental(rng, h, w, n, classes) -> tuple[np.ndarray, list[Box]]:
             m = cv.ellipse(cx, apex, w * 0.02, h * 0.04, 0.18)
         else:  # Impacted: a tilted tooth under the arc
             m = tooth | cv.ellipse(cx, cy + (-1 if jaw == 0 else 1) * h * 0.1, w * 0.02, h * 0.09, 0.85, 1.2)
-        _keep(boxes, cv.box_of(cls, m))
-    return cv.finish(rng, 0.02), [b for b in boxes if b]
+        cv.keep_box(boxes, cls, m)
+    return cv.finish(rng, 0.02), boxes
 
 
 def make_case(spec: TaskSpec, seed: int, i: int) -> tuple[np.ndarray, list[Box]]:
