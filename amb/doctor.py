@@ -41,8 +41,7 @@ DOCKER_TIMEOUT_S = 3
 @dataclass
 class Check:
     name: str
-    status: str
-    """ok, warn, fail or skip."""
+    status: str  # ok, warn, fail or skip
     detail: str
     fix: str | None = None
 
@@ -374,16 +373,6 @@ def check_judge(judge: str) -> Check:
     return Check("judge endpoint", "ok", f"{os.environ['AMB_JUDGE_MODEL']} at {url} (key set)")
 
 
-def _package_dir(spec) -> Path | None:
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0])
-
-
-def _is_file(root: Path | None, rel: str) -> bool:
-    return root is not None and (root / rel).is_file()
-
-
 def check_installation() -> Check:
     """The data files the commands read are in this installation (a partial install names them)."""
     from importlib.util import find_spec
@@ -401,9 +390,13 @@ def check_installation() -> Check:
     wanted += [("schemas", "prices/openrouter-2026-05-28.toml"), ("tasks", "kidney-seg/spec.toml")]
     # The report grader's METEOR 1.5 jar comes with the pycocoevalcap dependency.
     wanted += [("pycocoevalcap", "meteor/meteor-1.5.jar")]
-    # Located without importing the packages (importing scorer or tasks is not free).
-    roots = {pkg: _package_dir(find_spec(pkg)) for pkg in {pkg for pkg, _ in wanted}}
-    missing = [f"{pkg}/{rel}" for pkg, rel in wanted if not _is_file(roots[pkg], rel)]
+
+    def present(pkg: str, rel: str) -> bool:
+        spec = find_spec(pkg)  # located, not imported (importing scorer or tasks is not free)
+        places = list(spec.submodule_search_locations or []) if spec else []
+        return bool(places) and Path(places[0], rel).is_file()
+
+    missing = [f"{pkg}/{rel}" for pkg, rel in wanted if not present(pkg, rel)]
     from amb.about import package_version
 
     where = Path(__file__).resolve().parent.parent

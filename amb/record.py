@@ -84,17 +84,7 @@ class RecordArgs:
         )
 
 
-TEXT_OPTIONS = (
-    "task",
-    "run_id",
-    "labels",
-    "agent_name",
-    "model",
-    "upstreams",
-    "allow_hosts",
-    "gpus",
-    "replay_run",
-)
+TEXT_OPTIONS = "task run_id labels agent_name model upstreams allow_hosts gpus replay_run".split()
 """The options recorded as text (``run.started``): each must be UTF-8. Paths (--store, --data,
 --price-table) are the file system's bytes, and the command's argv is recorded whatever its bytes."""
 

@@ -169,12 +169,14 @@ def scan(
         click.echo(f"\nagainst labels {label_set}:\n" + validation_text(validation))
 
 
+def _tables(con: Any) -> set[str]:
+    return {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+
+
 def _scanned(store: str) -> Any:
     """The store's read-only connection, once its scan tables exist (else one line saying what to do)."""
     con = open_sql(store)
-    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'scan_results'").fetchall()[
-        0
-    ][0]:
+    if "scan_results" not in _tables(con):
         con.close()
         raise UsageError("nothing in this store has been scanned or labelled yet: run `amb scan` first")
     return con
@@ -186,8 +188,7 @@ def _require_label_set(store: str, name: str | None) -> None:
         return
     con = open_sql(store)
     try:
-        tables = {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-        if "labels" not in tables or not lab.current(con, name):
+        if "labels" not in _tables(con) or not lab.current(con, name):
             raise UsageError(f"no label set {name!r} in this store: import one with `amb labels import`")
     finally:
         con.close()
@@ -219,8 +220,7 @@ def scan_report(store: str, profile_id: str, judge: str, viewer_url: str) -> dic
     shares fold the runs as they are read; the validation reads the labelled runs' rows."""
     con = open_sql(store)
     try:
-        tables = {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-        if "scan_results" not in tables:
+        if "scan_results" not in _tables(con):
             return {}
         sets = [s for (s,) in con.execute("SELECT DISTINCT label_set FROM labels ORDER BY 1").fetchall()]
         checks = {}

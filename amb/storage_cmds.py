@@ -50,15 +50,9 @@ def stats(store: str, as_json: bool, no_runs: bool) -> None:
     emit(["what", "files", "disk_bytes", "content_bytes"], rows)
     if not no_runs:
         click.echo("")
-        columns = [
-            "run_id",
-            "events",
-            "event_bytes",
-            "spool_disk_bytes",
-            "spool_content_bytes",
-            "blob_refs",
-            "blob_bytes",
-        ]
+        columns = (
+            "run_id events event_bytes spool_disk_bytes spool_content_bytes blob_refs blob_bytes".split()
+        )
         emit(columns, [[r[c] for c in columns] for r in found["runs"]])
 
 
