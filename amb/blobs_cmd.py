@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from amb.common import progress, say_error, store_option
+from amb.common import exit_on, progress, store_option
 from replay.store import resolve
 from schemas.blobstore import BlobStore
 from schemas.errors import NotFound
@@ -38,10 +38,7 @@ def migrate(store: str, as_json: bool) -> None:
             f"{done.packed} loose blobs packed, {done.already} packed by an earlier run; "
             f"{usage.packs} packs, {usage.loose_files} loose files left"
         )
-    for line in done.bad:
-        say_error(line)
-    if done.bad:
-        raise SystemExit(1)
+    exit_on(done.bad)
 
 
 commands = [blobs]

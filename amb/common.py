@@ -55,6 +55,14 @@ def say_error(text: str, prog: str = "amb") -> None:
     click.echo(f"{prog}: error: {for_message(' '.join(text.split()), 8192)}", err=True)
 
 
+def exit_on(problems: list[str], code: int = 1) -> None:
+    """Each problem as an error line on stderr; then exit ``code`` if there was any."""
+    for problem in problems:
+        say_error(problem)
+    if problems:
+        sys.exit(code)
+
+
 def progress(label: str) -> Callable[[int, int], None]:
     """A progress callback that draws a bar on stderr when it is a terminal."""
     state: dict = {}

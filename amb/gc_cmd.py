@@ -10,7 +10,7 @@ import json
 
 import click
 
-from amb.common import say_error, store_option
+from amb.common import exit_on, store_option
 from amb.output import emit
 from schemas.blobstore import BlobStore
 
@@ -66,10 +66,7 @@ def _gc_blobs(store: str, wait_s: float, as_json: bool) -> None:
             f"{done.removed} unreferenced blobs removed ({done.reclaimed} bytes); {done.live} referenced "
             f"addresses kept; packs {done.packs_before} -> {done.packs_after}{rebuilt}"
         )
-    for problem in done.problems:
-        say_error(problem)
-    if done.problems:
-        raise SystemExit(1)
+    exit_on(done.problems)
 
 
 commands = [gc]

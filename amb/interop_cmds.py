@@ -1,10 +1,7 @@
 """``amb import`` and ``amb export``: runs in from other harnesses, runs out to other tools' formats.
 
-Import writes through the normal spool path (source ``import``), then ingests what it wrote. Each
-input gets one line: imported, skipped (the store holds this very run already) or rejected (one
-reason, also on stderr in full). A rejected input leaves the store untouched; the command then
-exits 2 (bad input) after importing the rest. A run id the store holds for another run is never
-written into (``schemas.run_claim``): ``--run-id``/``--id-suffix`` import under a new id.
+The import engine is ``amb.imports``; a rejected input leaves the store untouched, and the command
+then exits 2 (bad input) after importing the rest.
 """
 
 from __future__ import annotations
@@ -52,19 +49,13 @@ renaming_options = [
 
 limit_options = [
     click.option(
-        "--max-line-bytes",
+        f"--max-{unit}-bytes",
         type=click.IntRange(min=1),
-        default=ImportCaps().max_line_bytes,
+        default=getattr(ImportCaps(), f"max_{unit}_bytes"),
         show_default=True,
-        help="Longest JSON line accepted.",
-    ),
-    click.option(
-        "--max-file-bytes",
-        type=click.IntRange(min=1),
-        default=ImportCaps().max_file_bytes,
-        show_default=True,
-        help="Largest file accepted.",
-    ),
+        help=help_text,
+    )
+    for unit, help_text in (("line", "Longest JSON line accepted."), ("file", "Largest file accepted."))
 ]
 
 

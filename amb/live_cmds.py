@@ -297,18 +297,16 @@ def _names_other_event(spec: str, events: list[Event]) -> bool:
 
 
 def _moment_spec(at: str | None, step: int | None, before_submit: bool, when: str | None) -> str:
-    given = [x for x in (at, step, before_submit or None, when) if x is not None]
-    if len(given) > 1:
+    given = [
+        at,
+        None if step is None else f"step:{step}",
+        "before-submit" if before_submit else None,
+        None if when is None else f"time:{when}",
+    ]
+    moments = [m for m in given if m is not None]
+    if len(moments) > 1:
         raise UsageError("checkout: give at most one of --at, --step, --before-submit, --time")
-    if at is not None:
-        return at
-    if step is not None:
-        return f"step:{step}"
-    if before_submit:
-        return "before-submit"
-    if when is not None:
-        return f"time:{when}"
-    return "end"
+    return moments[0] if moments else "end"
 
 
 @click.command("checkout")

@@ -96,20 +96,18 @@ def full_disk(e: Exception) -> AmbError | None:
     if isinstance(e, OSError):
         if e.errno not in NO_ROOM:
             return None
-        what = f"cannot write {quoted(e.filename)}" if e.filename else "cannot write"
-        return StoreError(f"{what}: {e.strerror}; free some space and run the command again")
-    reasons = [os.strerror(n) for n in NO_ROOM]
-    text = str(e)
-    if not any(reason in text for reason in reasons):
-        return None
-    import duckdb
+        name, reason = e.filename, e.strerror
+    else:
+        text = str(e)
+        reason = next((os.strerror(n) for n in NO_ROOM if os.strerror(n) in text), None)
+        import duckdb
 
-    if not isinstance(e, duckdb.Error):
-        return None
-    # The file's name, quoted plainly or (inside an async write's JSON detail) with escaped quotes.
-    found = re.search(r'Could not write file \\?"(.*?)\\?"', text)
-    reason = next(r for r in reasons if r in text)
-    what = f"cannot write {quoted(found.group(1))}" if found else "cannot write"
+        if reason is None or not isinstance(e, duckdb.Error):
+            return None
+        # The file's name, quoted plainly or (inside an async write's JSON detail) with escaped quotes.
+        found = re.search(r'Could not write file \\?"(.*?)\\?"', text)
+        name = found.group(1) if found else None
+    what = f"cannot write {quoted(name)}" if name else "cannot write"
     return StoreError(f"{what}: {reason}; free some space and run the command again")
 
 
