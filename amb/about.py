@@ -1,9 +1,6 @@
-"""``amb --version``: the package version, the event versions it reads and writes, the store level.
-
-A user holding a store written by another amb (or a spool from another machine) needs to know,
-before anything fails, whether this amb can read it: events carry a kind version ``v`` (older
-ones are upcast on read, newer ones are refused) and a store records the migrations applied to it.
-"""
+"""``amb --version``: the package version, the event versions it reads and writes, the store level,
+so that a user can tell whether this amb reads a store or spool another amb wrote (older event
+versions are upcast on read, newer ones refused)."""
 
 from __future__ import annotations
 

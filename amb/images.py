@@ -75,10 +75,8 @@ class Built:
 
 def docker_client():
     """A docker SDK client, or one clear error saying how to get a daemon."""
-    try:
-        import docker
-    except ImportError as e:  # pragma: no cover - docker is a declared dependency
-        raise ImageError("the docker SDK is not installed (pip install docker)") from e
+    import docker
+
     try:
         client = docker.from_env(timeout=600)
         client.ping()
@@ -332,12 +330,8 @@ def _build(client, role: str, tag: str, files: dict[str, bytes], base: str, base
 
 
 def find_built(role: str) -> Built | None:
-    """An image of ``role`` built from the current sources on a base that is already here, if any.
-
-    No pull and no build: the grader's content is the same on either base (the debootstrapped one
-    or a registry one), so a user who built it once with ``--base-from-rootfs`` is not sent to a
-    registry for the other base just to learn the tag.
-    """
+    """An image of ``role`` built from the current sources on a base that is already here, if any:
+    no pull and no build, so an image built on either base serves without asking a registry."""
     import docker.errors
 
     client = docker_client()
@@ -356,11 +350,8 @@ def find_built(role: str) -> Built | None:
 def ensure_images(
     roles: tuple[str, ...] = ROLES, *, base: str | None = None, from_rootfs: bool | None = None, log=None
 ) -> dict[str, Built]:
-    """Make sure the images exist; return them by role. Used by the CLI and by amb-record.
-
-    Without an explicit choice the base comes from the rootfs when ``AMB_BASE_FROM_ROOTFS=1``
-    (our CI), else from ``AMB_BASE_IMAGE`` or the public default.
-    """
+    """Make sure the images exist; return them by role. Without an explicit choice the base comes
+    from the rootfs when ``AMB_BASE_FROM_ROOTFS=1``, else from ``AMB_BASE_IMAGE`` or the default."""
     client = docker_client()
     if from_rootfs is None:
         from_rootfs = os.environ.get("AMB_BASE_FROM_ROOTFS", "") not in ("", "0") and base is None
