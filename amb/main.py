@@ -26,16 +26,13 @@ MODULES: dict[str, tuple[str, ...]] = {
     "amb.judge_cmds": ("judge",),
     "amb.scan_cmds": ("scan", "labels"),
     "amb.images": ("images",),
-    "amb.agent_cmds": ("baseline",),
     "amb.sweep_cmds": ("sweep",),
-    "amb.gc_cmd": ("gc",),
-    "amb.blobs_cmd": ("blobs",),
     "amb.demo": ("demo",),
     "amb.doctor": ("doctor",),
-    "amb.serve_cmds": ("serve", "replay"),
+    "amb.serve_cmds": ("serve", "replay", "baseline"),
     "amb.interop_cmds": ("import", "export"),
     "amb.live_cmds": ("watch", "checkout", "files"),
-    "amb.storage_cmds": ("store",),
+    "amb.storage_cmds": ("store", "blobs", "gc"),
 }
 COMMANDS = {name: module for module, names in MODULES.items() for name in names}
 """Command name -> the module that defines it."""
