@@ -106,17 +106,6 @@ def nearest_existing(path: Path) -> Path:
     return path
 
 
-def _can_write_in(folder: Path, shown: str) -> None:
-    """A file made and removed in ``folder``: permission bits do not say it (root passes them all,
-    /proc refuses root too)."""
-    try:
-        fd, name = tempfile.mkstemp(prefix=".amb-probe-", dir=folder)
-    except OSError as e:
-        raise BadInput(f"{shown}: cannot write in {quoted(str(folder))}: {e.strerror or e}") from None
-    os.close(fd)
-    os.unlink(name)
-
-
 def output_path(path: str | os.PathLike[str], what: str, *, folder: bool = False) -> Path:
     """Where a command will write ``what`` (an option's name), checked before it does any work, so a
     bad path is one line and not a traceback after the work is done. A file's folder must exist; a
@@ -139,7 +128,14 @@ def output_path(path: str | os.PathLike[str], what: str, *, folder: bool = False
                 if probe.exists():
                     raise BadInput(f"{shown}: {quoted(str(probe))} is not a folder")
                 raise NotFound(f"{shown}: there is no folder {quoted(str(probe))} to write it in")
-        _can_write_in(probe, shown)
+        # A file made and removed: permission bits do not say it (root passes them all, /proc
+        # refuses root too).
+        try:
+            fd, name = tempfile.mkstemp(prefix=".amb-probe-", dir=probe)
+        except OSError as e:
+            raise BadInput(f"{shown}: cannot write in {quoted(str(probe))}: {e.strerror or e}") from None
+        os.close(fd)
+        os.unlink(name)
     except OSError as e:  # a name too long for the file system, a loop of links, ...
         raise BadInput(f"{shown}: {e.strerror or e}") from None
     except ValueError as e:  # a NUL byte

@@ -46,9 +46,6 @@ class Check:
     fix: str | None = None
 
 
-# ---- docker ---------------------------------------------------------------------------------------
-
-
 def _permission_denied(error: BaseException) -> bool:
     seen: BaseException | None = error
     for _ in range(10):
@@ -212,9 +209,6 @@ def check_images(client, base: str | None) -> list[Check]:
             check = Check(f"{role} image", "ok", f"{tag} is current (content tag; amb-{role}:latest)")
         checks.append(check)
     return checks
-
-
-# ---- the machine -------------------------------------------------------------------------------------
 
 
 def check_ca_bundle() -> Check:
@@ -408,9 +402,6 @@ def check_installation() -> Check:
             "reinstall amb-recorder (`pip install --force-reinstall amb-recorder`)",
         )
     return Check("installation", "ok", f"amb {package_version()} at {where}, its data files present")
-
-
-# ---- the command -------------------------------------------------------------------------------------
 
 
 def run_checks(store: Path, judge: str) -> list[Check]:

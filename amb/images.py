@@ -98,9 +98,6 @@ def build_ca_bundle() -> Path | None:
     return Path(cafile) if cafile and Path(cafile).is_file() else None
 
 
-# ---- build contexts -------------------------------------------------------------------------------
-
-
 def _package_root(package: str) -> Path:
     return Path(str(resources.files(package)))
 
@@ -162,9 +159,6 @@ def _write_context(dest: Path, files: dict[str, bytes], ca: Path | None) -> None
     # An empty bundle makes pip fall back to failing loudly on TLS, which is the honest outcome
     # when the machine has no CA bundle at all.
     (dest / "build-ca.pem").write_bytes(ca.read_bytes() if ca else b"")
-
-
-# ---- base images ------------------------------------------------------------------------------------
 
 
 def _rootfs_packages() -> list[str]:
@@ -274,9 +268,6 @@ def find_image(client, ref: str):
         return None
 
 
-# ---- builds ---------------------------------------------------------------------------------------------
-
-
 def ensure_image(client, role: str, base: str, *, log=None) -> Built:
     """Build ``role`` on ``base`` unless an image with the same content tag exists."""
     if role not in ROLES:
@@ -365,9 +356,6 @@ def ensure_images(
 def _say(log, message: str) -> None:
     if log is not None:
         log(message)
-
-
-# ---- CLI -----------------------------------------------------------------------------------------------
 
 
 @click.group("images")

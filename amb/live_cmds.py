@@ -34,8 +34,6 @@ from schemas.errors import AmbError, NotFound, UsageError, quoted
 from schemas.prices import load_table
 from sweeps.shard import Layout
 
-# ---- amb watch ----------------------------------------------------------------------------------
-
 
 def _sweep_runs(sweep: Path) -> dict[str, Path]:
     """The attempts of a sweep's work directory (its shard root), each with the spool directory it
@@ -250,9 +248,6 @@ def watch_cmd(
     except BrokenPipeError:
         sys.stderr.close()  # the reader went away (| head): nothing more to say
         return
-
-
-# ---- the workspace at a moment ------------------------------------------------------------------
 
 
 def _run_events(store: str, run_id: str) -> tuple[list[Event], BlobStore, bool]:
