@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from importlib import resources
 from pathlib import Path
 
@@ -378,10 +379,7 @@ def build(base_from_rootfs: bool, base: str | None, only: tuple[str, ...], as_js
     """Build (or find, by content tag) the agent and grader images."""
     if base_from_rootfs and base:
         raise UsageError("--base and --base-from-rootfs exclude each other")
-
-    def log(m: str) -> None:
-        click.echo(m, err=True)
-
+    log = partial(click.echo, err=True)
     built = ensure_images(only or ROLES, base=base, from_rootfs=base_from_rootfs or None, log=log)
     if as_json:
         click.echo(json.dumps({r: b.__dict__ for r, b in built.items()}, indent=2))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -93,15 +94,10 @@ def _run_folders(paths: tuple[str, ...], recursive: bool) -> list[Path]:
     out: list[Path] = []
     for p in map(Path, paths):
         if recursive and p.is_dir() and not any((p / m).exists() for m in RUN_MARKERS):
-            found = sorted(
-                {
-                    q.parent.parent
-                    for m in ("trace.jsonl", "conversation.json")
-                    for q in p.rglob(f"process/{m}")
-                }
-            )
-            found = [q.parent if q.name == "workspace" else q for q in found]
-            out += sorted(set(found)) or [p]
+            found = {
+                q.parent.parent for m in ("trace.jsonl", "conversation.json") for q in p.rglob(f"process/{m}")
+            }
+            out += sorted({q.parent if q.name == "workspace" else q for q in found}) or [p]
         else:
             out.append(p)
     return out
@@ -155,11 +151,8 @@ def import_inputs(
     was rejected."""
     limits = ImportCaps(max_line_bytes, max_file_bytes)
     renaming = Renaming.of(new_run_id, id_suffix, len(names))
-
-    def parser(name: str) -> Callable[[], list[RunBuilder]]:
-        return lambda: parse(Path(name), limits)
-
-    report(run_imports(store, ((n, parser(n)) for n in names), len(names), "import", renaming), as_json)
+    inputs = ((n, partial(parse, Path(n), limits)) for n in names)
+    report(run_imports(store, inputs, len(names), "import", renaming), as_json)
 
 
 @click.group("export")

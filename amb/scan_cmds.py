@@ -30,6 +30,8 @@ VIEWER = click.option(
     help="Base URL of `amb serve`: each disagreeing run links there.",
 )
 
+TALLIES = ("scanned", "skipped", "flagged", "errors")
+
 
 def _is_scanner(arg: str) -> bool:
     return arg == "audit" or arg.split(":", 1)[0].lower().endswith((".py", ".sql", ".toml"))
@@ -143,25 +145,17 @@ def scan(
             "model_requests": requests,
             "scanners": [
                 {"name": t.scanner.name, "id": t.scanner.id, "kind": t.scanner.kind}
-                | {k: getattr(t, k) for k in ("scanned", "skipped", "flagged", "errors")}
+                | {k: getattr(t, k) for k in TALLIES}
                 for t in tallies
             ],
         }
         click.echo(json.dumps(out | ({"validation": validation} if validation is not None else {}), indent=2))
         return
     rows = [
-        [
-            t.scanner.name,
-            t.scanner.short_id,
-            t.scanner.kind,
-            str(t.scanned),
-            str(t.skipped),
-            str(t.flagged),
-            str(t.errors),
-        ]
+        [t.scanner.name, t.scanner.short_id, t.scanner.kind, *(str(getattr(t, k)) for k in TALLIES)]
         for t in tallies
     ]
-    click.echo(table(["scanner", "version", "kind", "scanned", "skipped", "flagged", "errors"], rows))
+    click.echo(table(["scanner", "version", "kind", *TALLIES], rows))
     click.echo(f"scan {scan_id}: model requests {requests}")
     if any(t.errors for t in tallies):
         click.echo("some runs failed a scanner: see `amb scan --errors`", err=True)
