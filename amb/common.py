@@ -8,7 +8,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -23,6 +23,13 @@ store_option = click.option(
     type=click.Path(file_okay=False),
     help="Store directory (DuckDB file, blobs, spools). Env: AMB_STORE.",
 )
+
+
+def int_option(name: str, default: int, low: int, high: int | None, help_text: str) -> Any:
+    """An option taking a whole number from ``low`` to ``high`` (None: no limit), its default shown."""
+    return click.option(
+        name, default=default, show_default=True, type=click.IntRange(low, high), help=help_text
+    )
 
 
 def escape_output() -> None:

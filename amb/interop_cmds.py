@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from amb.common import output_path, progress, store_option
+from amb.common import int_option, output_path, progress, store_option
 from amb.imports import Renaming, report, run_imports
 from amb.output import emit
 from recorder.importers.common import ImportCaps, RunBuilder
@@ -49,13 +49,7 @@ renaming_options = [
 ]
 
 limit_options = [
-    click.option(
-        f"--max-{unit}-bytes",
-        type=click.IntRange(min=1),
-        default=getattr(ImportCaps(), f"max_{unit}_bytes"),
-        show_default=True,
-        help=help_text,
-    )
+    int_option(f"--max-{unit}-bytes", getattr(ImportCaps(), f"max_{unit}_bytes"), 1, None, help_text)
     for unit, help_text in (("line", "Longest JSON line accepted."), ("file", "Largest file accepted."))
 ]
 
@@ -252,12 +246,12 @@ def export_atif(
 @store_option
 @click.argument("out", type=click.Path(file_okay=False))
 @click.option("--runs", "runs", multiple=True, help="Export only this run (repeatable). Default: every run.")
-@click.option(
+@int_option(
     "--events-per-file",
-    type=click.IntRange(min=1),
-    default=EVENTS_PER_FILE,
-    show_default=True,
-    help="Runs (in run-id order) are grouped into files of events of at least this many events.",
+    EVENTS_PER_FILE,
+    1,
+    None,
+    "Runs (in run-id order) are grouped into files of events of at least this many events.",
 )
 @click.option("--overwrite", is_flag=True, help="Replace what OUT holds.")
 @click.option("--json", "as_json", is_flag=True, help="Print rows per table as JSON.")

@@ -9,23 +9,17 @@ from pathlib import Path
 
 import click
 
-from amb.common import store_option
+from amb.common import int_option, store_option
 from replay.replayer.recorded import MODES
 from replay.store import resolve
 from schemas.durable import write_durably
 from schemas.errors import UsageError
 
 
-def _port_option(default: int, help_text: str):
-    return click.option(
-        "--port", default=default, show_default=True, type=click.IntRange(0, 65535), help=help_text
-    )
-
-
 @click.command()
 @store_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@_port_option(8765, "Port (0: any free port).")
+@int_option("--port", 8765, 0, 65535, "Port (0: any free port).")
 @click.option(
     "--allow-remote",
     is_flag=True,
@@ -90,7 +84,7 @@ def replay() -> None:
     help="original: wait the recorded time to first byte and latency; fast: answer at once.",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address (loopback only).")
-@_port_option(0, "Port (0: any free port).")
+@int_option("--port", 0, 0, 65535, "Port (0: any free port).")
 def replay_serve(store: str, run_id: str, mode: str, timing: str, host: str, port: int) -> None:
     """Answer model API requests with RUN's recorded responses, until Ctrl-C."""
     import time
@@ -131,7 +125,7 @@ def baseline() -> None:
 
 @baseline.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (keep it on loopback).")
-@_port_option(0, "Port (0: any free one).")
+@int_option("--port", 0, 0, 65535, "Port (0: any free one).")
 @click.option(
     "--flaw",
     default=None,

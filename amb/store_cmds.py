@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from amb.common import progress, say_error, store_option, stored_only
+from amb.common import int_option, progress, say_error, store_option, stored_only
 from recorder.synthetic import MAX_CALLS, MAX_SEED, generate_run
 from replay import spools as spool_modes
 from replay.ingest import ingest as ingest_store
@@ -232,34 +232,28 @@ def _read_manifests(path: str) -> list[dict]:
         raise UsageError(str(e)) from None
 
 
-def _count_option(name: str, default: int, low: int, high: int | None, help_text: str) -> Any:
-    return click.option(
-        name, default=default, show_default=True, type=click.IntRange(low, high), help=help_text
-    )
-
-
 @click.command()
 @store_option
 @click.option(
     "--runs", "n_runs", default=5, show_default=True, type=click.IntRange(min=1), help="How many runs."
 )
-@_count_option(
+@int_option(
     "--calls",
     35,
     1,
     MAX_CALLS,
     "Model calls per run (each request carries the whole conversation so far: it grows as calls²).",
 )
-@_count_option(
+@int_option(
     "--seed", 0, 0, MAX_SEED, "Seed of the first run (run i uses seed+i; it also sets the run's clock)."
 )
 @click.option("--prefix", default="synth", show_default=True, help="Run id prefix (ids are PREFIX-SEED).")
-@click.option(
+@int_option(
     "--processes-per-call",
-    default=1,
-    show_default=True,
-    type=click.IntRange(1, 100_000),
-    help="Processes the shim sees per tool call (a big run without a quadratic conversation).",
+    1,
+    1,
+    100_000,
+    "Processes the shim sees per tool call (a big run without a quadratic conversation).",
 )
 def generate(store: str, n_runs: int, calls: int, seed: int, prefix: str, processes_per_call: int) -> None:
     """Write synthetic runs through the real spool path (then run `amb ingest`).
