@@ -33,8 +33,7 @@ def int_option(name: str, default: int, low: int, high: int | None, help_text: s
 
 
 def escape_output() -> None:
-    """Print text that is not UTF-8 (a path's bytes, which Python holds as surrogate escapes) as
-    ``\\udcXX`` escapes instead of failing in the middle of the output."""
+    """Print what is not UTF-8 (a path's bytes, held as surrogates) as ``\\udcXX``, not fail mid-output."""
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:

@@ -20,8 +20,9 @@ from amb.common import int_option, output_path, progress, store_option
 from amb.imports import Renaming, report, run_imports
 from amb.output import emit
 from recorder.importers.common import ImportCaps, RunBuilder
-from replay.export.parquet import EVENTS_PER_FILE
-from replay.store import Store
+from replay.export.parquet import EVENTS_PER_FILE, export
+from replay.read import iter_events, require_runs, run_ids
+from replay.store import Store, open_sql, resolve
 from schemas.errors import AmbError, BadInput, UsageError, quoted
 from schemas.ostext import is_utf8
 
@@ -190,9 +191,6 @@ import_atif = files_command(
 
 
 def _resolve_runs(store: str, runs: tuple[str, ...], all_runs: bool) -> list[str]:
-    from replay.read import require_runs, run_ids
-    from replay.store import open_sql, resolve
-
     con = open_sql(store)
     try:
         if all_runs:
@@ -260,8 +258,6 @@ def export_parquet(
 ) -> None:
     """Export events (hive-partitioned by run group, indexed by event_groups), every view and the
     score tables as Parquet."""
-    from replay.export.parquet import export
-
     if not is_utf8(out):  # a name holding bytes that are not UTF-8 (surrogate escapes)
         raise BadInput(f"OUT {quoted(out)}: DuckDB writes Parquet under names of UTF-8 text only")
     output_path(out, "OUT", folder=True)
@@ -297,7 +293,6 @@ def export_parquet(
 def export_otel(store: str, runs: tuple[str, ...], all_runs: bool, out: str, with_messages: bool) -> None:
     """Export runs as OpenTelemetry GenAI spans (OTLP JSON lines, one line per run)."""
     from replay.export.otel import write_line
-    from replay.read import iter_events
 
     if out != "-":
         output_path(out, "--out")

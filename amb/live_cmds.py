@@ -17,7 +17,7 @@ from amb.common import output_path, store_option, stored_only
 from amb.output import emit
 from replay.live import RunFollower, SpoolTail
 from replay.read import check_run_id
-from replay.store import resolve
+from replay.store import DB_NAME, Store, resolve
 from replay.workspace import (
     FILE_KINDS,
     MOMENT_KINDS,
@@ -253,8 +253,6 @@ def watch_cmd(
 def _run_events(store: str, run_id: str) -> tuple[list[Event], BlobStore, bool]:
     """The run's file and moment events: from the store when ingested, else from its spools
     (then True: a ``SOURCE:SEQ`` of another kind cannot be looked up)."""
-    from replay.store import DB_NAME, Store
-
     check_run_id(run_id)
     root = resolve(store)
     events: list[Event] = []
@@ -274,8 +272,6 @@ def _run_events(store: str, run_id: str) -> tuple[list[Event], BlobStore, bool]:
 def _workspace(
     store: str, run_id: str, spec: str, events: list[Event], from_spools: bool = False
 ) -> Workspace:
-    from replay.store import DB_NAME, Store
-
     root = resolve(store)
     if from_spools or not (root / DB_NAME).exists() or not _names_other_event(spec, events):
         return at_moment(None, run_id, spec, events)
