@@ -49,9 +49,7 @@ def version_text() -> str:
         f"{', '.join(kinds)} v{v}" for v, kinds in sorted(writes.items()) if v != common
     ]
     upcast = [f"{kind} v{lo}-v{hi}" for kind, (lo, hi) in versions.items() if lo < hi]
-    levels: dict[str, str] = {}
-    for name in store_migrations():
-        levels[name.split(".", 1)[0]] = name
+    levels = {name.split(".", 1)[0]: name for name in store_migrations()}  # the last of each set
     return "\n".join(
         [
             f"amb {package_version()} ({PACKAGE}, Python {sys.version.split()[0]})",
