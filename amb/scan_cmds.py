@@ -197,15 +197,10 @@ def _print_errors(store: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
         return
-    click.echo(
-        table(
-            ["scanner", "version", "run_id", "error"],
-            [
-                [r["scanner"], r["scanner_id"].removeprefix("sha256:")[:12], r["run_id"], r["error"]]
-                for r in rows
-            ],
-        )
-    )
+    cells = [
+        [r["scanner"], r["scanner_id"].removeprefix("sha256:")[:12], r["run_id"], r["error"]] for r in rows
+    ]
+    click.echo(table(["scanner", "version", "run_id", "error"], cells))
 
 
 def scan_report(store: str, profile_id: str, judge: str, viewer_url: str) -> dict[str, Any]:

@@ -187,22 +187,12 @@ def score(
         click.echo(stability_text(result.stability, result.repeats))
     if shown.diffs is not None:
         click.echo(f"\nchanges against {compare_ref}: {len(shown.diffs)}")
-        if shown.diffs:
-            click.echo(
-                table(
-                    ["run_id", "field", "from", "to", "delta"],
-                    [
-                        [
-                            d["run_id"],
-                            d["field"],
-                            cell(d["from"]),
-                            cell(d["to"]),
-                            d.get("note") or cell(d.get("delta")),
-                        ]
-                        for d in shown.diffs
-                    ],
-                )
-            )
+        rows = [
+            [d["run_id"], d["field"], cell(d["from"]), cell(d["to"]), d.get("note") or cell(d.get("delta"))]
+            for d in shown.diffs
+        ]
+        if rows:
+            click.echo(table(["run_id", "field", "from", "to", "delta"], rows))
 
 
 class _Shown:
@@ -484,12 +474,8 @@ def audit(store: str, run: str, profile: str | None, as_json: bool) -> None:
         f"{run}: {result.status}" + (f" ({len(result.violations)} violations)" if result.violations else "")
     )
     if result.violations:
-        click.echo(
-            table(
-                ["rule", "detail", "events"],
-                [[v.rule, v.detail, ", ".join(v.events)] for v in result.violations],
-            )
-        )
+        rows = [[v.rule, v.detail, ", ".join(v.events)] for v in result.violations]
+        click.echo(table(["rule", "detail", "events"], rows))
     sys.stdout.flush()
 
 
