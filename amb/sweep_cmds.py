@@ -254,19 +254,13 @@ def status_cmd(sweep_dir: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(st, indent=2))
         return
-    rows = [
-        [
-            c["cell"],
-            c["state"],
-            c["chosen"] or "",
-            " ".join(
-                f"{a['run_id'].rsplit('.', 1)[-1] if '.a' in a['run_id'] else 'a1'}:{a['outcome']}"
-                for a in c["attempts"]
-            ),
-            len(c["duplicates"]),
+    rows = []
+    for c in st["cells"]:
+        attempts = [
+            f"{a['run_id'].rsplit('.', 1)[-1] if '.a' in a['run_id'] else 'a1'}:{a['outcome']}"
+            for a in c["attempts"]
         ]
-        for c in st["cells"]
-    ]
+        rows.append([c["cell"], c["state"], c["chosen"] or "", " ".join(attempts), len(c["duplicates"])])
     click.echo(table(["cell", "state", "result", "attempts", "duplicates"], rows))
     t = st["totals"]
     click.echo(
