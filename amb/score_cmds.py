@@ -431,19 +431,15 @@ def _report_diff(store: str, refs: tuple[str, str], judge_label: str | None, as_
     )
     if data["runs_in_one_only"]:
         click.echo(f"scored under one profile only: {', '.join(data['runs_in_one_only'])}", err=True)
-    if data["changes"]:
-        click.echo(
-            table(
-                ["run_id", "track", "field", a.name, b.name, "options"],
-                [
-                    [c["run_id"], c["track"] or "-", c["field"], _fmt_exact(c["a"]), _fmt_exact(c["b"]), part]
-                    if i == 0
-                    else ["", "", "", "", "", part]
-                    for c in data["changes"]
-                    for i, part in enumerate(_wrap(c["options"]))
-                ],
-            )
+    cells = []
+    for c in data["changes"]:
+        first, *more = _wrap(c["options"])
+        cells.append(
+            [c["run_id"], c["track"] or "-", c["field"], _fmt_exact(c["a"]), _fmt_exact(c["b"]), first]
         )
+        cells += [["", "", "", "", "", part] for part in more]
+    if cells:
+        click.echo(table(["run_id", "track", "field", a.name, b.name, "options"], cells))
     if data["runs_touched_by_option"]:
         click.echo("\nruns whose numbers each differing option feeds:")
         click.echo(
