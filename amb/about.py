@@ -1,9 +1,6 @@
-"""``amb --version``: the package version, the event versions it reads and writes, the store level.
-
-A user holding a store written by another amb (or a spool from another machine) needs to know,
-before anything fails, whether this amb can read it: events carry a kind version ``v`` (older
-ones are upcast on read, newer ones are refused) and a store records the migrations applied to it.
-"""
+"""``amb --version``: the package version, the event versions it reads and writes, the store level,
+so that a user can tell whether this amb reads a store or spool another amb wrote (older event
+versions are upcast on read, newer ones refused)."""
 
 from __future__ import annotations
 
@@ -52,9 +49,7 @@ def version_text() -> str:
         f"{', '.join(kinds)} v{v}" for v, kinds in sorted(writes.items()) if v != common
     ]
     upcast = [f"{kind} v{lo}-v{hi}" for kind, (lo, hi) in versions.items() if lo < hi]
-    levels: dict[str, str] = {}
-    for name in store_migrations():
-        levels[name.split(".", 1)[0]] = name
+    levels = {name.split(".", 1)[0]: name for name in store_migrations()}  # the last of each set
     return "\n".join(
         [
             f"amb {package_version()} ({PACKAGE}, Python {sys.version.split()[0]})",

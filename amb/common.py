@@ -8,7 +8,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -25,9 +25,15 @@ store_option = click.option(
 )
 
 
+def int_option(name: str, default: int, low: int, high: int | None, help_text: str) -> Any:
+    """An option taking a whole number from ``low`` to ``high`` (None: no limit), its default shown."""
+    return click.option(
+        name, default=default, show_default=True, type=click.IntRange(low, high), help=help_text
+    )
+
+
 def escape_output() -> None:
-    """Print text that is not UTF-8 (a path's bytes, which Python holds as surrogate escapes) as
-    ``\\udcXX`` escapes instead of failing in the middle of the output."""
+    """Print what is not UTF-8 (a path's bytes, held as surrogates) as ``\\udcXX``, not fail mid-output."""
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
@@ -53,6 +59,14 @@ def say_error(text: str, prog: str = "amb") -> None:
     """``<prog>: error: <text>`` on stderr, one line whatever the text quotes (a file name, an
     agent's text): its white space folded, and nothing left that a terminal would obey."""
     click.echo(f"{prog}: error: {for_message(' '.join(text.split()), 8192)}", err=True)
+
+
+def exit_on(problems: list[str], code: int = 1) -> None:
+    """Each problem as an error line on stderr; then exit ``code`` if there was any."""
+    for problem in problems:
+        say_error(problem)
+    if problems:
+        sys.exit(code)
 
 
 def progress(label: str) -> Callable[[int, int], None]:
@@ -98,17 +112,6 @@ def nearest_existing(path: Path) -> Path:
     return path
 
 
-def _can_write_in(folder: Path, shown: str) -> None:
-    """A file made and removed in ``folder``: permission bits do not say it (root passes them all,
-    /proc refuses root too)."""
-    try:
-        fd, name = tempfile.mkstemp(prefix=".amb-probe-", dir=folder)
-    except OSError as e:
-        raise BadInput(f"{shown}: cannot write in {quoted(str(folder))}: {e.strerror or e}") from None
-    os.close(fd)
-    os.unlink(name)
-
-
 def output_path(path: str | os.PathLike[str], what: str, *, folder: bool = False) -> Path:
     """Where a command will write ``what`` (an option's name), checked before it does any work, so a
     bad path is one line and not a traceback after the work is done. A file's folder must exist; a
@@ -131,7 +134,14 @@ def output_path(path: str | os.PathLike[str], what: str, *, folder: bool = False
                 if probe.exists():
                     raise BadInput(f"{shown}: {quoted(str(probe))} is not a folder")
                 raise NotFound(f"{shown}: there is no folder {quoted(str(probe))} to write it in")
-        _can_write_in(probe, shown)
+        # A file made and removed: permission bits do not say it (root passes them all, /proc
+        # refuses root too).
+        try:
+            fd, name = tempfile.mkstemp(prefix=".amb-probe-", dir=probe)
+        except OSError as e:
+            raise BadInput(f"{shown}: cannot write in {quoted(str(probe))}: {e.strerror or e}") from None
+        os.close(fd)
+        os.unlink(name)
     except OSError as e:  # a name too long for the file system, a loop of links, ...
         raise BadInput(f"{shown}: {e.strerror or e}") from None
     except ValueError as e:  # a NUL byte

@@ -1,15 +1,9 @@
 """``amb demo``: the main job, from an installed amb (``./just demo`` runs it in a checkout).
 
 It records the offline baseline agent (and the same baseline with an injected flaw) on one
-synthetic task per track, both tiers (``--tier`` picks one: half the runs), scores the runs, prints
-the leaderboard, writes the HTML report; then lists, verifies and queries the runs. No API key and
-no download: the "model" is a scripted policy served on loopback (amb baseline). Everything goes
-under ``--out`` (default ``./out``): ``demo-report.html``, ``demo-store/``, ``demo/`` (twins,
-workspaces, logs) and the sweep file it ran, ``demo-sweep.toml``.
-
-The backend: docker when a Docker engine answers and the agent image can be built (from a public
-Python base, or, where no registry answers, from a Debian root filesystem), else local; the demo
-says which and why.
+synthetic task per track, scores the runs, writes the HTML report, then lists, verifies and queries
+the runs, all under ``--out``. No API key and no download: the "model" is a scripted policy served
+on loopback (amb baseline).
 """
 
 from __future__ import annotations
@@ -78,10 +72,8 @@ def _engine_answers() -> bool:
 def build_agent_image() -> str:
     """The current agent image's tag: found by content tag, or built (the first run only).
 
-    The base is the one ``amb images build`` would use (a public Python image, pulled). Where no
-    registry answers, the base is made from a Debian root filesystem instead: directly when that
-    base is already here and the public one is not (no pull to wait for), else after the pull failed.
-    """
+    The base is the one ``amb images build`` would use, or, where no registry answers, one made from
+    a Debian root filesystem: directly when that base is here and the public one is not."""
     from amb.images import DEFAULT_BASE, ImageError, docker_client, ensure_images, rootfs_tag
 
     log = _say

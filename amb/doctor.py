@@ -41,13 +41,9 @@ DOCKER_TIMEOUT_S = 3
 @dataclass
 class Check:
     name: str
-    status: str
-    """ok, warn, fail or skip."""
+    status: str  # ok, warn, fail or skip
     detail: str
     fix: str | None = None
-
-
-# ---- docker ---------------------------------------------------------------------------------------
 
 
 def _permission_denied(error: BaseException) -> bool:
@@ -215,9 +211,6 @@ def check_images(client, base: str | None) -> list[Check]:
     return checks
 
 
-# ---- the machine -------------------------------------------------------------------------------------
-
-
 def check_ca_bundle() -> Check:
     from amb.images import build_ca_bundle
 
@@ -374,16 +367,6 @@ def check_judge(judge: str) -> Check:
     return Check("judge endpoint", "ok", f"{os.environ['AMB_JUDGE_MODEL']} at {url} (key set)")
 
 
-def _package_dir(spec) -> Path | None:
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0])
-
-
-def _is_file(root: Path | None, rel: str) -> bool:
-    return root is not None and (root / rel).is_file()
-
-
 def check_installation() -> Check:
     """The data files the commands read are in this installation (a partial install names them)."""
     from importlib.util import find_spec
@@ -401,9 +384,13 @@ def check_installation() -> Check:
     wanted += [("schemas", "prices/openrouter-2026-05-28.toml"), ("tasks", "kidney-seg/spec.toml")]
     # The report grader's METEOR 1.5 jar comes with the pycocoevalcap dependency.
     wanted += [("pycocoevalcap", "meteor/meteor-1.5.jar")]
-    # Located without importing the packages (importing scorer or tasks is not free).
-    roots = {pkg: _package_dir(find_spec(pkg)) for pkg in {pkg for pkg, _ in wanted}}
-    missing = [f"{pkg}/{rel}" for pkg, rel in wanted if not _is_file(roots[pkg], rel)]
+
+    def present(pkg: str, rel: str) -> bool:
+        spec = find_spec(pkg)  # located, not imported (importing scorer or tasks is not free)
+        places = list(spec.submodule_search_locations or []) if spec else []
+        return bool(places) and Path(places[0], rel).is_file()
+
+    missing = [f"{pkg}/{rel}" for pkg, rel in wanted if not present(pkg, rel)]
     from amb.about import package_version
 
     where = Path(__file__).resolve().parent.parent
@@ -415,9 +402,6 @@ def check_installation() -> Check:
             "reinstall amb-recorder (`pip install --force-reinstall amb-recorder`)",
         )
     return Check("installation", "ok", f"amb {package_version()} at {where}, its data files present")
-
-
-# ---- the command -------------------------------------------------------------------------------------
 
 
 def run_checks(store: Path, judge: str) -> list[Check]:

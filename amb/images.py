@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from importlib import resources
 from pathlib import Path
 
@@ -75,10 +76,8 @@ class Built:
 
 def docker_client():
     """A docker SDK client, or one clear error saying how to get a daemon."""
-    try:
-        import docker
-    except ImportError as e:  # pragma: no cover - docker is a declared dependency
-        raise ImageError("the docker SDK is not installed (pip install docker)") from e
+    import docker
+
     try:
         client = docker.from_env(timeout=600)
         client.ping()
@@ -98,9 +97,6 @@ def build_ca_bundle() -> Path | None:
             return Path(value)
     cafile = ssl.get_default_verify_paths().cafile
     return Path(cafile) if cafile and Path(cafile).is_file() else None
-
-
-# ---- build contexts -------------------------------------------------------------------------------
 
 
 def _package_root(package: str) -> Path:
@@ -164,9 +160,6 @@ def _write_context(dest: Path, files: dict[str, bytes], ca: Path | None) -> None
     # An empty bundle makes pip fall back to failing loudly on TLS, which is the honest outcome
     # when the machine has no CA bundle at all.
     (dest / "build-ca.pem").write_bytes(ca.read_bytes() if ca else b"")
-
-
-# ---- base images ------------------------------------------------------------------------------------
 
 
 def _rootfs_packages() -> list[str]:
@@ -276,9 +269,6 @@ def find_image(client, ref: str):
         return None
 
 
-# ---- builds ---------------------------------------------------------------------------------------------
-
-
 def ensure_image(client, role: str, base: str, *, log=None) -> Built:
     """Build ``role`` on ``base`` unless an image with the same content tag exists."""
     if role not in ROLES:
@@ -332,12 +322,8 @@ def _build(client, role: str, tag: str, files: dict[str, bytes], base: str, base
 
 
 def find_built(role: str) -> Built | None:
-    """An image of ``role`` built from the current sources on a base that is already here, if any.
-
-    No pull and no build: the grader's content is the same on either base (the debootstrapped one
-    or a registry one), so a user who built it once with ``--base-from-rootfs`` is not sent to a
-    registry for the other base just to learn the tag.
-    """
+    """An image of ``role`` built from the current sources on a base that is already here, if any:
+    no pull and no build, so an image built on either base serves without asking a registry."""
     import docker.errors
 
     client = docker_client()
@@ -356,11 +342,8 @@ def find_built(role: str) -> Built | None:
 def ensure_images(
     roles: tuple[str, ...] = ROLES, *, base: str | None = None, from_rootfs: bool | None = None, log=None
 ) -> dict[str, Built]:
-    """Make sure the images exist; return them by role. Used by the CLI and by amb-record.
-
-    Without an explicit choice the base comes from the rootfs when ``AMB_BASE_FROM_ROOTFS=1``
-    (our CI), else from ``AMB_BASE_IMAGE`` or the public default.
-    """
+    """Make sure the images exist; return them by role. Without an explicit choice the base comes
+    from the rootfs when ``AMB_BASE_FROM_ROOTFS=1``, else from ``AMB_BASE_IMAGE`` or the default."""
     client = docker_client()
     if from_rootfs is None:
         from_rootfs = os.environ.get("AMB_BASE_FROM_ROOTFS", "") not in ("", "0") and base is None
@@ -374,9 +357,6 @@ def ensure_images(
 def _say(log, message: str) -> None:
     if log is not None:
         log(message)
-
-
-# ---- CLI -----------------------------------------------------------------------------------------------
 
 
 @click.group("images")
@@ -399,10 +379,7 @@ def build(base_from_rootfs: bool, base: str | None, only: tuple[str, ...], as_js
     """Build (or find, by content tag) the agent and grader images."""
     if base_from_rootfs and base:
         raise UsageError("--base and --base-from-rootfs exclude each other")
-
-    def log(m: str) -> None:
-        click.echo(m, err=True)
-
+    log = partial(click.echo, err=True)
     built = ensure_images(only or ROLES, base=base, from_rootfs=base_from_rootfs or None, log=log)
     if as_json:
         click.echo(json.dumps({r: b.__dict__ for r, b in built.items()}, indent=2))

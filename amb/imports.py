@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +16,7 @@ from typing import NamedTuple
 import click
 import duckdb
 
-from amb.common import progress, say_error
+from amb.common import exit_on, progress
 from amb.output import emit
 from recorder.importers.common import Rejected, RunBuilder, Staged, publish, spool_bytes, stage
 from recorder.importers.values import shown
@@ -265,8 +264,4 @@ def report(outcomes: list[Outcome], as_json: bool) -> None:
         emit(["input", "status", "run_id", "detail"], [tuple(o) for o in outcomes], "table")
         counts = {s: sum(1 for o in outcomes if o.status == s) for s in ("imported", "skipped", "rejected")}
         click.echo(", ".join(f"{n} {s}" for s, n in counts.items()), err=True)
-    rejected = [o for o in outcomes if o.status == "rejected"]
-    for o in rejected:
-        say_error(o.detail)
-    if rejected:
-        sys.exit(BadInput.exit_code)
+    exit_on([o.detail for o in outcomes if o.status == "rejected"], BadInput.exit_code)

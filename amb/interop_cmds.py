@@ -1,10 +1,7 @@
 """``amb import`` and ``amb export``: runs in from other harnesses, runs out to other tools' formats.
 
-Import writes through the normal spool path (source ``import``), then ingests what it wrote. Each
-input gets one line: imported, skipped (the store holds this very run already) or rejected (one
-reason, also on stderr in full). A rejected input leaves the store untouched; the command then
-exits 2 (bad input) after importing the rest. A run id the store holds for another run is never
-written into (``schemas.run_claim``): ``--run-id``/``--id-suffix`` import under a new id.
+The import engine is ``amb.imports``; a rejected input leaves the store untouched, and the command
+then exits 2 (bad input) after importing the rest.
 """
 
 from __future__ import annotations
@@ -12,18 +9,20 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import click
 
-from amb.common import output_path, progress, store_option
+from amb.common import int_option, output_path, progress, store_option
 from amb.imports import Renaming, report, run_imports
 from amb.output import emit
 from recorder.importers.common import ImportCaps, RunBuilder
-from replay.export.parquet import EVENTS_PER_FILE
-from replay.store import Store
+from replay.export.parquet import EVENTS_PER_FILE, export
+from replay.read import iter_events, require_runs, run_ids
+from replay.store import Store, open_sql, resolve
 from schemas.errors import AmbError, BadInput, UsageError, quoted
 from schemas.ostext import is_utf8
 
@@ -51,20 +50,8 @@ renaming_options = [
 ]
 
 limit_options = [
-    click.option(
-        "--max-line-bytes",
-        type=click.IntRange(min=1),
-        default=ImportCaps().max_line_bytes,
-        show_default=True,
-        help="Longest JSON line accepted.",
-    ),
-    click.option(
-        "--max-file-bytes",
-        type=click.IntRange(min=1),
-        default=ImportCaps().max_file_bytes,
-        show_default=True,
-        help="Largest file accepted.",
-    ),
+    int_option(f"--max-{unit}-bytes", getattr(ImportCaps(), f"max_{unit}_bytes"), 1, None, help_text)
+    for unit, help_text in (("line", "Longest JSON line accepted."), ("file", "Largest file accepted."))
 ]
 
 
@@ -102,15 +89,10 @@ def _run_folders(paths: tuple[str, ...], recursive: bool) -> list[Path]:
     out: list[Path] = []
     for p in map(Path, paths):
         if recursive and p.is_dir() and not any((p / m).exists() for m in RUN_MARKERS):
-            found = sorted(
-                {
-                    q.parent.parent
-                    for m in ("trace.jsonl", "conversation.json")
-                    for q in p.rglob(f"process/{m}")
-                }
-            )
-            found = [q.parent if q.name == "workspace" else q for q in found]
-            out += sorted(set(found)) or [p]
+            found = {
+                q.parent.parent for m in ("trace.jsonl", "conversation.json") for q in p.rglob(f"process/{m}")
+            }
+            out += sorted({q.parent if q.name == "workspace" else q for q in found}) or [p]
         else:
             out.append(p)
     return out
@@ -164,11 +146,8 @@ def import_inputs(
     was rejected."""
     limits = ImportCaps(max_line_bytes, max_file_bytes)
     renaming = Renaming.of(new_run_id, id_suffix, len(names))
-
-    def parser(name: str) -> Callable[[], list[RunBuilder]]:
-        return lambda: parse(Path(name), limits)
-
-    report(run_imports(store, ((n, parser(n)) for n in names), len(names), "import", renaming), as_json)
+    inputs = ((n, partial(parse, Path(n), limits)) for n in names)
+    report(run_imports(store, inputs, len(names), "import", renaming), as_json)
 
 
 @click.group("export")
@@ -212,9 +191,6 @@ import_atif = files_command(
 
 
 def _resolve_runs(store: str, runs: tuple[str, ...], all_runs: bool) -> list[str]:
-    from replay.read import require_runs, run_ids
-    from replay.store import open_sql, resolve
-
     con = open_sql(store)
     try:
         if all_runs:
@@ -268,12 +244,12 @@ def export_atif(
 @store_option
 @click.argument("out", type=click.Path(file_okay=False))
 @click.option("--runs", "runs", multiple=True, help="Export only this run (repeatable). Default: every run.")
-@click.option(
+@int_option(
     "--events-per-file",
-    type=click.IntRange(min=1),
-    default=EVENTS_PER_FILE,
-    show_default=True,
-    help="Runs (in run-id order) are grouped into files of events of at least this many events.",
+    EVENTS_PER_FILE,
+    1,
+    None,
+    "Runs (in run-id order) are grouped into files of events of at least this many events.",
 )
 @click.option("--overwrite", is_flag=True, help="Replace what OUT holds.")
 @click.option("--json", "as_json", is_flag=True, help="Print rows per table as JSON.")
@@ -282,8 +258,6 @@ def export_parquet(
 ) -> None:
     """Export events (hive-partitioned by run group, indexed by event_groups), every view and the
     score tables as Parquet."""
-    from replay.export.parquet import export
-
     if not is_utf8(out):  # a name holding bytes that are not UTF-8 (surrogate escapes)
         raise BadInput(f"OUT {quoted(out)}: DuckDB writes Parquet under names of UTF-8 text only")
     output_path(out, "OUT", folder=True)
@@ -319,7 +293,6 @@ def export_parquet(
 def export_otel(store: str, runs: tuple[str, ...], all_runs: bool, out: str, with_messages: bool) -> None:
     """Export runs as OpenTelemetry GenAI spans (OTLP JSON lines, one line per run)."""
     from replay.export.otel import write_line
-    from replay.read import iter_events
 
     if out != "-":
         output_path(out, "--out")

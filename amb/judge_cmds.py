@@ -19,26 +19,18 @@ def _alpha(v: float | None) -> str:
 
 
 def agreement_text(table_data: dict[str, Any]) -> str:
+    rows = []
+    for i in table_data["items"]:
+        runs = ", ".join(i["flipping_runs"][:5]) + (" ..." if len(i["flipping_runs"]) > 5 else "")
+        rows.append(
+            [i["item"], str(i["units"]), cell(i["agreement"]), _alpha(i["alpha"]), str(i["flips"]), runs]
+        )
     o = table_data["overall"]
-    lines = [
-        table(
-            ["item", "units", "agreement", "alpha", "flips", "flipping runs"],
-            [
-                [
-                    i["item"],
-                    str(i["units"]),
-                    cell(i["agreement"]),
-                    _alpha(i["alpha"]),
-                    str(i["flips"]),
-                    ", ".join(i["flipping_runs"][:5]) + (" ..." if len(i["flipping_runs"]) > 5 else ""),
-                ]
-                for i in table_data["items"]
-            ],
-        ),
-        f"overall: {o['units']} units, agreement {cell(o['agreement'])}, Krippendorff's alpha "
-        f"(nominal) {_alpha(o['alpha'])}, {o['flips']} flipping (run, item) pairs",
-    ]
-    return "\n".join(lines)
+    return (
+        table(["item", "units", "agreement", "alpha", "flips", "flipping runs"], rows)
+        + f"\noverall: {o['units']} units, agreement {cell(o['agreement'])}, Krippendorff's alpha "
+        f"(nominal) {_alpha(o['alpha'])}, {o['flips']} flipping (run, item) pairs"
+    )
 
 
 def stability_text(stability: dict[str, Any], repeats: list) -> str:

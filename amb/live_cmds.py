@@ -17,7 +17,7 @@ from amb.common import output_path, store_option, stored_only
 from amb.output import emit
 from replay.live import RunFollower, SpoolTail
 from replay.read import check_run_id
-from replay.store import resolve
+from replay.store import DB_NAME, Store, resolve
 from replay.workspace import (
     FILE_KINDS,
     MOMENT_KINDS,
@@ -33,8 +33,6 @@ from schemas.display import one_line
 from schemas.errors import AmbError, NotFound, UsageError, quoted
 from schemas.prices import load_table
 from sweeps.shard import Layout
-
-# ---- amb watch ----------------------------------------------------------------------------------
 
 
 def _sweep_runs(sweep: Path) -> dict[str, Path]:
@@ -252,14 +250,9 @@ def watch_cmd(
         return
 
 
-# ---- the workspace at a moment ------------------------------------------------------------------
-
-
 def _run_events(store: str, run_id: str) -> tuple[list[Event], BlobStore, bool]:
     """The run's file and moment events: from the store when ingested, else from its spools
     (then True: a ``SOURCE:SEQ`` of another kind cannot be looked up)."""
-    from replay.store import DB_NAME, Store
-
     check_run_id(run_id)
     root = resolve(store)
     events: list[Event] = []
@@ -279,8 +272,6 @@ def _run_events(store: str, run_id: str) -> tuple[list[Event], BlobStore, bool]:
 def _workspace(
     store: str, run_id: str, spec: str, events: list[Event], from_spools: bool = False
 ) -> Workspace:
-    from replay.store import DB_NAME, Store
-
     root = resolve(store)
     if from_spools or not (root / DB_NAME).exists() or not _names_other_event(spec, events):
         return at_moment(None, run_id, spec, events)
@@ -297,18 +288,16 @@ def _names_other_event(spec: str, events: list[Event]) -> bool:
 
 
 def _moment_spec(at: str | None, step: int | None, before_submit: bool, when: str | None) -> str:
-    given = [x for x in (at, step, before_submit or None, when) if x is not None]
-    if len(given) > 1:
+    given = [
+        at,
+        None if step is None else f"step:{step}",
+        "before-submit" if before_submit else None,
+        None if when is None else f"time:{when}",
+    ]
+    moments = [m for m in given if m is not None]
+    if len(moments) > 1:
         raise UsageError("checkout: give at most one of --at, --step, --before-submit, --time")
-    if at is not None:
-        return at
-    if step is not None:
-        return f"step:{step}"
-    if before_submit:
-        return "before-submit"
-    if when is not None:
-        return f"time:{when}"
-    return "end"
+    return moments[0] if moments else "end"
 
 
 @click.command("checkout")

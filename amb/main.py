@@ -26,16 +26,13 @@ MODULES: dict[str, tuple[str, ...]] = {
     "amb.judge_cmds": ("judge",),
     "amb.scan_cmds": ("scan", "labels"),
     "amb.images": ("images",),
-    "amb.agent_cmds": ("baseline",),
     "amb.sweep_cmds": ("sweep",),
-    "amb.gc_cmd": ("gc",),
-    "amb.blobs_cmd": ("blobs",),
     "amb.demo": ("demo",),
     "amb.doctor": ("doctor",),
-    "amb.serve_cmds": ("serve", "replay"),
+    "amb.serve_cmds": ("serve", "replay", "baseline"),
     "amb.interop_cmds": ("import", "export"),
     "amb.live_cmds": ("watch", "checkout", "files"),
-    "amb.storage_cmds": ("store",),
+    "amb.storage_cmds": ("store", "blobs", "gc"),
 }
 COMMANDS = {name: module for module, names in MODULES.items() for name in names}
 """Command name -> the module that defines it."""
@@ -96,20 +93,18 @@ def full_disk(e: Exception) -> AmbError | None:
     if isinstance(e, OSError):
         if e.errno not in NO_ROOM:
             return None
-        what = f"cannot write {quoted(e.filename)}" if e.filename else "cannot write"
-        return StoreError(f"{what}: {e.strerror}; free some space and run the command again")
-    reasons = [os.strerror(n) for n in NO_ROOM]
-    text = str(e)
-    if not any(reason in text for reason in reasons):
-        return None
-    import duckdb
+        name, reason = e.filename, e.strerror
+    else:
+        text = str(e)
+        reason = next((os.strerror(n) for n in NO_ROOM if os.strerror(n) in text), None)
+        import duckdb
 
-    if not isinstance(e, duckdb.Error):
-        return None
-    # The file's name, quoted plainly or (inside an async write's JSON detail) with escaped quotes.
-    found = re.search(r'Could not write file \\?"(.*?)\\?"', text)
-    reason = next(r for r in reasons if r in text)
-    what = f"cannot write {quoted(found.group(1))}" if found else "cannot write"
+        if reason is None or not isinstance(e, duckdb.Error):
+            return None
+        # The file's name, quoted plainly or (inside an async write's JSON detail) with escaped quotes.
+        found = re.search(r'Could not write file \\?"(.*?)\\?"', text)
+        name = found.group(1) if found else None
+    what = f"cannot write {quoted(name)}" if name else "cannot write"
     return StoreError(f"{what}: {reason}; free some space and run the command again")
 
 

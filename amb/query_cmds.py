@@ -22,18 +22,7 @@ from schemas.display import one_line
 from schemas.errors import AmbError, UsageError
 from schemas.events import AnyPayload
 
-RUN_COLUMNS = [
-    "run_id",
-    "task",
-    "tier",
-    "agent",
-    "model",
-    "status",
-    "duration_s",
-    "n_model_calls",
-    "n_tool_calls",
-    "n_events",
-]
+RUN_COLUMNS = "run_id task tier agent model status duration_s n_model_calls n_tool_calls n_events".split()
 
 
 @click.command()

@@ -1,14 +1,8 @@
 """``amb-record``: run any agent with every model call and network request on the record.
 
-    amb-record [--store DIR] [--task ID --tier lite|standard --data DIR] [--backend local|docker]
-               [--time-limit SEC] [--run-id ID] [--label K=V]... [--agent NAME] [--model NAME]
-               [--upstream KIND=URL | NAME=KIND:URL]... [--allow-host HOST:PORT]...
-               [--shim] [--isolation required|best-effort|off]
-               [--max-tokens N] [--max-cost USD [--price-table T]] [--max-calls N] -- CMD ARGS...
-
-Exits with the agent's exit code (124 when the time limit was hit). The run id and outcome are
-printed on stderr (stdout belongs to the agent). Ingest into DuckDB happens here, at the end,
-because ``recorder`` may not import ``replay``.
+Exits with the agent's exit code (124 when the time limit was hit). The outcome is printed on
+stderr (stdout belongs to the agent, then the run id). Ingest into DuckDB happens here, at the
+end, because ``recorder`` may not import ``replay``.
 """
 
 from __future__ import annotations
@@ -42,9 +36,7 @@ from schemas.ostext import is_utf8
 
 @dataclass(frozen=True)
 class RecordArgs:
-    """The command line of ``amb-record``, as click parsed it: one field per option, named like the
-    option's parameter, so ``record_cmd`` builds it from its keyword arguments in one step and a
-    replay changes only the labels and upstreams it adds."""
+    """The command line of ``amb-record``, as click parsed it: one field per option's parameter."""
 
     store: str
     task: str | None
@@ -84,19 +76,9 @@ class RecordArgs:
         )
 
 
-TEXT_OPTIONS = (
-    "task",
-    "run_id",
-    "labels",
-    "agent_name",
-    "model",
-    "upstreams",
-    "allow_hosts",
-    "gpus",
-    "replay_run",
-)
-"""The options recorded as text (``run.started``): each must be UTF-8. Paths (--store, --data,
---price-table) are the file system's bytes, and the command's argv is recorded whatever its bytes."""
+TEXT_OPTIONS = "task run_id labels agent_name model upstreams allow_hosts gpus replay_run".split()
+"""The options recorded as text (``run.started``): each must be UTF-8. Paths and the command's argv
+are recorded whatever their bytes."""
 
 
 def _check_text(args: RecordArgs) -> None:
@@ -110,8 +92,7 @@ def _check_text(args: RecordArgs) -> None:
                 raise BadInput(f"{flags[name]} {quoted(v)}: not UTF-8 text")
 
 
-def _backend(name: str, gpus: str | None, shim: bool = False, isolation: str | None = None):
-    """The backend, its options checked (``_check``)."""
+def _backend(name: str, gpus: str | None, shim: bool, isolation: str | None):
     if name == "local":
         from recorder.local_backend import LocalBackend
 

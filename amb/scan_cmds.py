@@ -30,6 +30,8 @@ VIEWER = click.option(
     help="Base URL of `amb serve`: each disagreeing run links there.",
 )
 
+TALLIES = ("scanned", "skipped", "flagged", "errors")
+
 
 def _is_scanner(arg: str) -> bool:
     return arg == "audit" or arg.split(":", 1)[0].lower().endswith((".py", ".sql", ".toml"))
@@ -143,25 +145,17 @@ def scan(
             "model_requests": requests,
             "scanners": [
                 {"name": t.scanner.name, "id": t.scanner.id, "kind": t.scanner.kind}
-                | {k: getattr(t, k) for k in ("scanned", "skipped", "flagged", "errors")}
+                | {k: getattr(t, k) for k in TALLIES}
                 for t in tallies
             ],
         }
         click.echo(json.dumps(out | ({"validation": validation} if validation is not None else {}), indent=2))
         return
     rows = [
-        [
-            t.scanner.name,
-            t.scanner.short_id,
-            t.scanner.kind,
-            str(t.scanned),
-            str(t.skipped),
-            str(t.flagged),
-            str(t.errors),
-        ]
+        [t.scanner.name, t.scanner.short_id, t.scanner.kind, *(str(getattr(t, k)) for k in TALLIES)]
         for t in tallies
     ]
-    click.echo(table(["scanner", "version", "kind", "scanned", "skipped", "flagged", "errors"], rows))
+    click.echo(table(["scanner", "version", "kind", *TALLIES], rows))
     click.echo(f"scan {scan_id}: model requests {requests}")
     if any(t.errors for t in tallies):
         click.echo("some runs failed a scanner: see `amb scan --errors`", err=True)
@@ -169,12 +163,14 @@ def scan(
         click.echo(f"\nagainst labels {label_set}:\n" + validation_text(validation))
 
 
+def _tables(con: Any) -> set[str]:
+    return {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+
+
 def _scanned(store: str) -> Any:
     """The store's read-only connection, once its scan tables exist (else one line saying what to do)."""
     con = open_sql(store)
-    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'scan_results'").fetchall()[
-        0
-    ][0]:
+    if "scan_results" not in _tables(con):
         con.close()
         raise UsageError("nothing in this store has been scanned or labelled yet: run `amb scan` first")
     return con
@@ -186,8 +182,7 @@ def _require_label_set(store: str, name: str | None) -> None:
         return
     con = open_sql(store)
     try:
-        tables = {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-        if "labels" not in tables or not lab.current(con, name):
+        if "labels" not in _tables(con) or not lab.current(con, name):
             raise UsageError(f"no label set {name!r} in this store: import one with `amb labels import`")
     finally:
         con.close()
@@ -202,15 +197,10 @@ def _print_errors(store: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
         return
-    click.echo(
-        table(
-            ["scanner", "version", "run_id", "error"],
-            [
-                [r["scanner"], r["scanner_id"].removeprefix("sha256:")[:12], r["run_id"], r["error"]]
-                for r in rows
-            ],
-        )
-    )
+    cells = [
+        [r["scanner"], r["scanner_id"].removeprefix("sha256:")[:12], r["run_id"], r["error"]] for r in rows
+    ]
+    click.echo(table(["scanner", "version", "run_id", "error"], cells))
 
 
 def scan_report(store: str, profile_id: str, judge: str, viewer_url: str) -> dict[str, Any]:
@@ -219,8 +209,7 @@ def scan_report(store: str, profile_id: str, judge: str, viewer_url: str) -> dic
     shares fold the runs as they are read; the validation reads the labelled runs' rows."""
     con = open_sql(store)
     try:
-        tables = {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-        if "scan_results" not in tables:
+        if "scan_results" not in _tables(con):
             return {}
         sets = [s for (s,) in con.execute("SELECT DISTINCT label_set FROM labels ORDER BY 1").fetchall()]
         checks = {}

@@ -47,13 +47,15 @@ def _wrap(names: list[str], width: int = 58) -> list[str]:
 
 
 def _fmt_exact(v: Any) -> str:
-    """Like _fmt, with enough digits that a rounding-only change shows."""
+    """Like ``cell``, with enough digits that a rounding-only change shows."""
     return f"{v:.10g}" if isinstance(v, float) else cell(v)
 
 
-def _judge_line(label: str) -> str:
-    kind = label.split(":", 1)[0]
-    return f"judge: {label}" + (f" ({JUDGE_NOTE[kind]})" if kind in JUDGE_NOTE else "")
+def _no_scores(loaded: LoadedProfile, ref: str) -> UsageError:
+    return UsageError(
+        f"no scores under profile {loaded.name} ({loaded.short_id}) yet: "
+        f"run `amb score --all --profile {ref}`"
+    )
 
 
 def _compare(con, rows: list[dict[str, Any]], other_ref: str) -> list[dict[str, Any]]:
@@ -169,8 +171,10 @@ def score(
     if as_json:
         shown.echo_json(_score_json(loaded, result, shown.diffs, compare_ref))
         return
+    kind = result.judge.split(":", 1)[0]
+    note = f" ({JUDGE_NOTE[kind]})" if kind in JUDGE_NOTE else ""
     click.echo(
-        f"profile: {loaded.name} ({loaded.short_id})  {_judge_line(result.judge)}  judge requests: "
+        f"profile: {loaded.name} ({loaded.short_id})  judge: {result.judge}{note}  judge requests: "
         f"{result.judge_requests}"
     )
     click.echo(table(SCORE_COLUMNS, shown.cells))
@@ -183,32 +187,21 @@ def score(
         click.echo(stability_text(result.stability, result.repeats))
     if shown.diffs is not None:
         click.echo(f"\nchanges against {compare_ref}: {len(shown.diffs)}")
-        if shown.diffs:
-            click.echo(
-                table(
-                    ["run_id", "field", "from", "to", "delta"],
-                    [
-                        [
-                            d["run_id"],
-                            d["field"],
-                            cell(d["from"]),
-                            cell(d["to"]),
-                            d.get("note") or cell(d.get("delta")),
-                        ]
-                        for d in shown.diffs
-                    ],
-                )
-            )
+        rows = [
+            [d["run_id"], d["field"], cell(d["from"]), cell(d["to"]), d.get("note") or cell(d.get("delta"))]
+            for d in shown.diffs
+        ]
+        if rows:
+            click.echo(table(["run_id", "field", "from", "to", "delta"], rows))
 
 
 class _Shown:
     """What ``amb score`` prints of a batch's rows, taken a chunk at a time as they are scored: the
     table's cells (or the rows' JSON, in a temporary file), the runs without an OVERALL and the
-    changes against ``--compare``. The rows themselves are not kept: 10,000 of them, with their
-    reasons and details, would make the command's memory grow with the store."""
+    changes against ``--compare``. The rows themselves are not kept, so memory does not grow with
+    the store."""
 
-    ROWS = '"rows": null'
-    """Where the rows go in the JSON output."""
+    ROWS = '"rows": null'  # where the rows go in the JSON output
 
     def __init__(self, con: Any, as_json: bool, compare_ref: str | None):
         self.con, self.compare_ref = con, compare_ref
@@ -221,15 +214,13 @@ class _Shown:
         self.unscored += sum(1 for r in rows if r["overall"] is None)
         if self.diffs is not None and self.compare_ref:
             self.diffs += _compare(self.con, rows, self.compare_ref)
-        if self.json is None:
-            self.cells += [_score_cells(r) for r in rows]
-        else:
-            for r in rows:
+        for r in rows:
+            if self.json is None:
+                self.cells.append(_score_cells(r))
+            else:
                 self.json.write(",\n" if self.count else "\n")
                 self.json.write(textwrap.indent(json.dumps(r, indent=2, default=str), "    "))
-                self.count += 1
-            return
-        self.count += len(rows)
+            self.count += 1
 
     def echo_json(self, out: dict[str, Any]) -> None:
         """``out`` as JSON, its ``rows`` those written to the file."""
@@ -244,7 +235,7 @@ class _Shown:
 
 
 def _score_progress(st: Store, ids: list[str] | None, repeat: int) -> Callable[[int], None]:
-    """The progress callback of a scoring batch: runs scored of the runs asked for, times the repeats."""
+    """Runs scored of the runs asked for, times the repeats."""
     total = (len(ids) if ids is not None else len(all_run_ids(st.con))) * repeat
     bar = progress("score")
     done = [0]
@@ -353,10 +344,7 @@ def report(
     try:
         counts = ledger.judge_counts(con, loaded.id)
         if not counts:
-            raise UsageError(
-                f"no scores under profile {loaded.name} ({loaded.short_id}) yet: run `amb score --all "
-                f"--profile {profile or loaded.name}`"
-            )
+            raise _no_scores(loaded, profile or loaded.name)
         labels = sorted(counts)
         if judge_label is None:
             # Repeat rows (``<label>#r<i>``) measure a judge; the report shows the first asking.
@@ -394,13 +382,11 @@ def _views(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The views of the judge's current rows, and the rows where the output lists every run (the
     page's table of runs; the judge's repeats, for its stability). Otherwise the rows are folded as
-    they are read, a slice at a time, and none are kept: the views' memory does not grow with the
-    number of runs. Of each row, the views read a few columns: its details (every rubric item, ten
-    times the rest) only the judge's stability reads."""
+    they are read and none are kept, so memory does not grow with the number of runs. Only the
+    judge's stability reads whole rows (their details are most of a row)."""
     if not repeats and not runs_listed:
         stream = ledger.stream(con, profile_id=loaded.id, judge=judge, columns=reports.COLUMNS)
         return reports.build(stream), []
-    # (Whole rows for the stability, the page's columns for its table.)
     columns, labels = (score_row.COLUMNS if repeats else reports.COLUMNS), [judge, *repeats]
     by_label = {lab: ledger.current(con, profile_id=loaded.id, judge=lab, columns=columns) for lab in labels}
     rows = by_label[judge]
@@ -423,10 +409,7 @@ def _report_diff(store: str, refs: tuple[str, str], judge_label: str | None, as_
     rows_a, rows_b = ledger.current_rows(store, a, b)
     for ref, loaded, rows in ((refs[0], a, rows_a), (refs[1], b, rows_b)):
         if not rows:
-            raise UsageError(
-                f"no scores under profile {loaded.name} ({loaded.short_id}) yet: "
-                f"run `amb score --all --profile {ref}`"
-            )
+            raise _no_scores(loaded, ref)
     if judge_label is None:
         labels = sorted({r["judge"] for r in rows_a} & {r["judge"] for r in rows_b})
         if not labels:
@@ -448,19 +431,15 @@ def _report_diff(store: str, refs: tuple[str, str], judge_label: str | None, as_
     )
     if data["runs_in_one_only"]:
         click.echo(f"scored under one profile only: {', '.join(data['runs_in_one_only'])}", err=True)
-    if data["changes"]:
-        click.echo(
-            table(
-                ["run_id", "track", "field", a.name, b.name, "options"],
-                [
-                    [c["run_id"], c["track"] or "-", c["field"], _fmt_exact(c["a"]), _fmt_exact(c["b"]), part]
-                    if i == 0
-                    else ["", "", "", "", "", part]
-                    for c in data["changes"]
-                    for i, part in enumerate(_wrap(c["options"]))
-                ],
-            )
+    cells = []
+    for c in data["changes"]:
+        first, *more = _wrap(c["options"])
+        cells.append(
+            [c["run_id"], c["track"] or "-", c["field"], _fmt_exact(c["a"]), _fmt_exact(c["b"]), first]
         )
+        cells += [["", "", "", "", "", part] for part in more]
+    if cells:
+        click.echo(table(["run_id", "track", "field", a.name, b.name, "options"], cells))
     if data["runs_touched_by_option"]:
         click.echo("\nruns whose numbers each differing option feeds:")
         click.echo(
@@ -491,12 +470,8 @@ def audit(store: str, run: str, profile: str | None, as_json: bool) -> None:
         f"{run}: {result.status}" + (f" ({len(result.violations)} violations)" if result.violations else "")
     )
     if result.violations:
-        click.echo(
-            table(
-                ["rule", "detail", "events"],
-                [[v.rule, v.detail, ", ".join(v.events)] for v in result.violations],
-            )
-        )
+        rows = [[v.rule, v.detail, ", ".join(v.events)] for v in result.violations]
+        click.echo(table(["rule", "detail", "events"], rows))
     sys.stdout.flush()
 
 

@@ -1,21 +1,25 @@
-"""``amb serve`` (the trajectory viewer) and ``amb replay serve`` (recorded model calls served back)."""
+"""``amb serve`` (the trajectory viewer), ``amb replay serve`` (recorded model calls served back) and
+``amb baseline serve`` (the offline scripted model server)."""
 
 from __future__ import annotations
 
+import signal
+import threading
+from pathlib import Path
+
 import click
 
-from amb.common import store_option
+from amb.common import int_option, store_option
 from replay.replayer.recorded import MODES
 from replay.store import resolve
+from schemas.durable import write_durably
 from schemas.errors import UsageError
 
 
 @click.command()
 @store_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option(
-    "--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free port)."
-)
+@int_option("--port", 8765, 0, 65535, "Port (0: any free port).")
 @click.option(
     "--allow-remote",
     is_flag=True,
@@ -80,9 +84,7 @@ def replay() -> None:
     help="original: wait the recorded time to first byte and latency; fast: answer at once.",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address (loopback only).")
-@click.option(
-    "--port", default=0, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free port)."
-)
+@int_option("--port", 0, 0, 65535, "Port (0: any free port).")
 def replay_serve(store: str, run_id: str, mode: str, timing: str, host: str, port: int) -> None:
     """Answer model API requests with RUN's recorded responses, until Ctrl-C."""
     import time
@@ -116,4 +118,53 @@ def replay_serve(store: str, run_id: str, mode: str, timing: str, host: str, por
     )
 
 
-commands = [serve, replay]
+@click.group()
+def baseline() -> None:
+    """The offline baseline: an OpenAI-compatible server whose model is a scripted policy."""
+
+
+@baseline.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (keep it on loopback).")
+@int_option("--port", 0, 0, 65535, "Port (0: any free one).")
+@click.option(
+    "--flaw",
+    default=None,
+    help="Default flaw for model 'baseline': no-pilot, wrong-filename, "
+    "crash-mid-batch, hand-written or private-path (model 'baseline+<flaw>' picks one per request).",
+)
+@click.option(
+    "--url-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the server's URL (scheme://host:port) to this file once it listens.",
+)
+def baseline_serve(host: str, port: int, flaw: str | None, url_file: str | None) -> None:
+    """Serve the baseline policy on /v1/chat/completions until interrupted."""
+    from agents.baseline.policy import PolicyError
+    from agents.baseline.server import BaselineServer, model_names
+
+    try:
+        server = BaselineServer(host, port, flaw)
+    except PolicyError as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    # The handlers go in before the URL is announced: whoever reads the URL may stop the server
+    # at once, and a SIGTERM before them would kill it without closing the socket or exiting 0.
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    server.start()
+    if url_file:
+        write_durably(Path(url_file), (server.url + "\n").encode())
+    click.echo(
+        f"baseline: serving on {server.url}/v1 (models: {', '.join(model_names())}"
+        + (f"; default flaw {flaw}" if flaw else "")
+        + "); Ctrl-C stops",
+        err=True,
+    )
+    stop.wait()
+    server.stop()
+
+
+commands = [serve, replay, baseline]

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import click
 
-from amb.common import progress, say_error, store_option, stored_only
+from amb.common import int_option, progress, say_error, store_option, stored_only
 from recorder.synthetic import MAX_CALLS, MAX_SEED, generate_run
 from replay import spools as spool_modes
 from replay.ingest import ingest as ingest_store
@@ -61,9 +62,7 @@ def ingest(store: str, spools: str, runs: tuple[str, ...], sources: tuple[str, .
     if sources:
         if runs:
             raise UsageError("give RUNS or --from DIR, not both")
-        from amb.shard_ingest import ingest_from
-
-        sys.exit(ingest_from(store, [Path(s) for s in sources], as_json=as_json, spool_mode=spools))
+        sys.exit(_ingest_from(store, [Path(s) for s in sources], as_json=as_json, spool_mode=spools))
     _check_ingest_input(store, runs)
     try:
         report = ingest_store(store, list(runs) or None, progress=progress("ingest"), spool_mode=spools)
@@ -76,6 +75,75 @@ def ingest(store: str, spools: str, runs: tuple[str, ...], sources: tuple[str, .
             say_error(f"{path}: not loaded: {why}")
         sys.exit(e.exit_code)
     _say_ingested(report)
+
+
+def _ingest_from(store: str, sources: list[Path], *, as_json: bool, spool_mode: str) -> int:
+    """``amb ingest --from``: shards and other stores into this store (``replay.shards``), with the
+    sweep's rule of one result per cell (``sweeps.collect``). Returns the exit status: 1 when
+    anything was refused, 2 when all that was refused is a run whose id the store holds for a
+    different run (bad input, as ``RunExists``)."""
+    from replay.shards import load_shards, merge_store
+    from sweeps.collect import is_sweep_root, select
+    from sweeps.shard import SHARD_FILE, Layout
+
+    t0 = time.monotonic()
+    out: list[dict[str, Any]] = []
+    failed = taken = False
+    for source in sources:
+        source = source.resolve()
+        duplicates: list[str] = []
+        refused: list[tuple[str, str]] = []
+        if is_sweep_root(source):
+            kind = "sweep"
+            sel = select(Layout(source))
+            duplicates = [str(p) for p in sel.duplicates]
+            refused = list(sel.refused)
+            report = load_shards(
+                store, sel.take, progress=progress(f"shards of {source.name}"), spool_mode=spool_mode
+            )
+        elif (source / SHARD_FILE).is_file():
+            kind = "shard"
+            report = load_shards(store, [(source, source.name)], spool_mode=spool_mode)
+        elif (source / "spool").is_dir():
+            kind = "store"
+            report = merge_store(
+                store, source, progress=progress(f"runs of {source.name}"), spool_mode=spool_mode
+            )
+        else:
+            say_error(f"{source}: not a sweep directory (shards/), a shard (shard.json) or a store (spool/)")
+            failed = True
+            continue
+        taken = taken or bool(report.taken)
+        failed = failed or bool(refused) or len(report.refused) > len(report.taken)
+        refused += report.refused
+        ing = report.ingest
+        out.append(
+            {
+                "source": str(source),
+                "kind": kind,
+                "loaded": report.loaded,
+                "events_added": ing.events_added if ing else 0,
+                "spools_copied": report.spools_copied,
+                "blobs_copied": report.blobs_copied,
+                "duplicates": duplicates,
+                "refused": [list(r) for r in refused],
+                "ingest_failed": [list(f) for f in (ing.failed if ing else [])],
+            }
+        )
+    took = time.monotonic() - t0
+    if as_json:
+        click.echo(json.dumps({"sources": out, "seconds": round(took, 3)}, indent=2))
+    else:
+        for s in out:
+            for path, why in s["refused"]:
+                say_error(f"{path}: refused: {why}")  # names from the directories loaded: escaped
+            click.echo(
+                f"{for_message(s['source'], 4096)} ({s['kind']}): {len(s['loaded'])} run(s) loaded, "
+                f"{s['events_added']} new events, "
+                f"{s['spools_copied']} spool(s) and {s['blobs_copied']} blob(s) copied; "
+                f"{len(s['duplicates'])} duplicate(s) kept aside, {len(s['refused'])} refused"
+            )
+    return 1 if failed else 2 if taken else 0
 
 
 def _check_ingest_input(store: str, runs: tuple[str, ...]) -> None:
@@ -164,34 +232,28 @@ def _read_manifests(path: str) -> list[dict]:
         raise UsageError(str(e)) from None
 
 
-def _count_option(name: str, default: int, low: int, high: int | None, help_text: str) -> Any:
-    return click.option(
-        name, default=default, show_default=True, type=click.IntRange(low, high), help=help_text
-    )
-
-
 @click.command()
 @store_option
 @click.option(
     "--runs", "n_runs", default=5, show_default=True, type=click.IntRange(min=1), help="How many runs."
 )
-@_count_option(
+@int_option(
     "--calls",
     35,
     1,
     MAX_CALLS,
     "Model calls per run (each request carries the whole conversation so far: it grows as calls²).",
 )
-@_count_option(
+@int_option(
     "--seed", 0, 0, MAX_SEED, "Seed of the first run (run i uses seed+i; it also sets the run's clock)."
 )
 @click.option("--prefix", default="synth", show_default=True, help="Run id prefix (ids are PREFIX-SEED).")
-@click.option(
+@int_option(
     "--processes-per-call",
-    default=1,
-    show_default=True,
-    type=click.IntRange(1, 100_000),
-    help="Processes the shim sees per tool call (a big run without a quadratic conversation).",
+    1,
+    1,
+    100_000,
+    "Processes the shim sees per tool call (a big run without a quadratic conversation).",
 )
 def generate(store: str, n_runs: int, calls: int, seed: int, prefix: str, processes_per_call: int) -> None:
     """Write synthetic runs through the real spool path (then run `amb ingest`).

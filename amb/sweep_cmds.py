@@ -12,7 +12,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import cast, get_args
 
 import click
 
@@ -20,8 +20,6 @@ from amb.common import store_option
 from amb.output import table
 from schemas.errors import UsageError
 from sweeps.executor import ExecutorName
-
-_EXECUTOR_NAMES: dict[str, ExecutorName] = {"local": "local", "slurm": "slurm", "ray": "ray", "k8s": "k8s"}
 
 
 class SweepGroup(click.Group):
@@ -55,7 +53,7 @@ def sweep() -> None:
 )
 @click.option(
     "--executor",
-    type=click.Choice(list(_EXECUTOR_NAMES)),
+    type=click.Choice(get_args(ExecutorName)),
     default=None,
     help="Where the runs execute (default: the sweep file's [executor] name, else local).",
 )
@@ -97,9 +95,7 @@ def run_cmd(
     # its local agents run as the same user (recorder/keyguard.py).
     guard_this_process()
     spec = load_sweep(Path(sweepfile), work=Path(work_dir) if work_dir else None)
-    name: ExecutorName = spec.executor.name
-    if executor is not None:
-        name = _EXECUTOR_NAMES[executor]
+    name = spec.executor.name if executor is None else cast(ExecutorName, executor)
     if emit_dir is not None or name == "k8s":
         if name != "k8s" or emit_dir is None:
             raise UsageError("--emit DIR goes with --executor k8s (which only writes manifests)")
@@ -198,20 +194,20 @@ def _score_and_report(
     # With --json, stdout holds the sweep's JSON alone: the tables of score and report go nowhere.
     silenced = (lambda: contextlib.redirect_stdout(io.StringIO())) if quiet else contextlib.nullcontext
     for references, runs in outcome.runs_by_references().items():
-        args: dict[str, Any] = dict(
-            store=store,
-            runs=tuple(runs),
-            all_runs=False,
-            profile=spec.profile,
-            judge=spec.judge,
-            references=str(references),
-            jobs=spec.score_jobs,
-            compare_ref=None,
-            repeat=spec.judge_repeat,
-            as_json=False,
-        )
         with silenced():
-            ctx.invoke(score, **args)
+            ctx.invoke(
+                score,
+                store=store,
+                runs=tuple(runs),
+                all_runs=False,
+                profile=spec.profile,
+                judge=spec.judge,
+                references=str(references),
+                jobs=spec.score_jobs,
+                compare_ref=None,
+                repeat=spec.judge_repeat,
+                as_json=False,
+            )
     with silenced():
         ctx.invoke(report, store=store, profile=spec.profile, judge_label=None, html_file=html, as_json=False)
     click.echo(f"amb sweep: report written to {html}", err=True)
@@ -258,19 +254,13 @@ def status_cmd(sweep_dir: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(st, indent=2))
         return
-    rows = [
-        [
-            c["cell"],
-            c["state"],
-            c["chosen"] or "",
-            " ".join(
-                f"{a['run_id'].rsplit('.', 1)[-1] if '.a' in a['run_id'] else 'a1'}:{a['outcome']}"
-                for a in c["attempts"]
-            ),
-            len(c["duplicates"]),
+    rows = []
+    for c in st["cells"]:
+        attempts = [
+            f"{a['run_id'].rsplit('.', 1)[-1] if '.a' in a['run_id'] else 'a1'}:{a['outcome']}"
+            for a in c["attempts"]
         ]
-        for c in st["cells"]
-    ]
+        rows.append([c["cell"], c["state"], c["chosen"] or "", " ".join(attempts), len(c["duplicates"])])
     click.echo(table(["cell", "state", "result", "attempts", "duplicates"], rows))
     t = st["totals"]
     click.echo(

@@ -43,15 +43,6 @@ WIDTH = 100
 """The help text's width in docs/cli.md (click otherwise takes the terminal's)."""
 
 
-def views_block() -> str:
-    return "\n" + views.markdown().strip() + "\n"
-
-
-def results_files() -> list[Path]:
-    found = {p.stem: p for p in figures.RESULTS.glob("*.json")}
-    return [found.pop(n) for n in BENCH_ORDER if n in found] + [found[n] for n in sorted(found)]
-
-
 def figures_block() -> str:
     """The performance table: every bench's rows, in ``BENCH_ORDER``."""
     lines = [
@@ -59,12 +50,17 @@ def figures_block() -> str:
         "| measure | figure | compared with | target | load | command |",
         "|---|---|---|---|---|---|",
     ]
-    for path in results_files():
+    found = {p.stem: p for p in figures.RESULTS.glob("*.json")}
+    ordered = [found.pop(n) for n in BENCH_ORDER if n in found]
+    for path in ordered + [found[n] for n in sorted(found)]:
         lines += ["| " + " | ".join(row.cells()) + " |" for row in figures.read(path)]
     return "\n".join(lines) + "\n"
 
 
-BLOCKS: dict[str, Callable[[], str]] = {"views": views_block, "figures": figures_block}
+BLOCKS: dict[str, Callable[[], str]] = {
+    "views": lambda: "\n" + views.markdown().strip() + "\n",
+    "figures": figures_block,
+}
 
 
 def found(path: Path, text: str, name: str) -> re.Match[str]:
