@@ -97,9 +97,11 @@ def full_disk(e: Exception) -> AmbError | None:
     else:
         text = str(e)
         reason = next((os.strerror(n) for n in NO_ROOM if os.strerror(n) in text), None)
-        import duckdb
+        if reason is None:
+            return None
+        import duckdb  # (here: only an error whose text says the disk is full needs it)
 
-        if reason is None or not isinstance(e, duckdb.Error):
+        if not isinstance(e, duckdb.Error):
             return None
         # The file's name, quoted plainly or (inside an async write's JSON detail) with escaped quotes.
         found = re.search(r'Could not write file \\?"(.*?)\\?"', text)
