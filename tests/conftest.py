@@ -158,6 +158,16 @@ def agent_image(tmp_path_factory: pytest.TempPathFactory) -> str:
     return _image(tmp_path_factory, "agent")
 
 
+@pytest.fixture
+def gc_alone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Held for the test: ``amb gc`` removes every dead run's container on the engine whose lock file
+    is gone, another test's included. The tests that run it, or that leave a dead run's container for
+    their own gc to find, hold this lock (shared by the session's workers) so that no other test's gc
+    takes what they are about to look for."""
+    with one_worker_at_a_time(tmp_path_factory, "amb-gc"):
+        yield
+
+
 @pytest.fixture(scope="session")
 def docker_cli() -> Any:
     return require_docker()

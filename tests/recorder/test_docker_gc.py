@@ -24,6 +24,8 @@ from tests.fakes.upstream import FakeUpstream
 
 BIN = Path(sys.executable).parent
 
+pytestmark = pytest.mark.usefixtures("gc_alone")  # no other test's `amb gc` meanwhile (tests/conftest.py)
+
 
 def _start(store: Path, run_id: str, upstream: str, tmp: Path) -> subprocess.Popen:
     return subprocess.Popen(

@@ -15,6 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from tests.test_architecture import PACKAGES, ROOT, sources
 
 BIN = Path(sys.executable).parent
@@ -47,6 +49,8 @@ if how == "dies":
 print(json.dumps(made), flush=True)
 sys.stdin.read()  # lives until its input closes
 """
+
+pytestmark = pytest.mark.usefixtures("gc_alone")  # no other test's `amb gc` meanwhile (tests/conftest.py)
 
 
 def test_gc_removes_every_kind_of_dead_entry_and_no_live_one(tmp_path: Path, monkeypatch) -> None:

@@ -295,7 +295,7 @@ def test_stdin_and_a_terminal_reach_the_isolated_agent(tmp_path):
     assert (ws / "tty.txt").read_text() == "True"
 
 
-def test_a_killed_recorder_takes_the_whole_agent_tree_with_it(tmp_path):
+def test_a_killed_recorder_takes_the_whole_agent_tree_with_it(tmp_path, gc_alone):
     # A child that left the agent's session (setsid) is out of reach of its process group and of
     # the parent-death signal; the end of the PID namespace still takes it.
     nap = f"1000.{secrets.randbelow(10**9)}"
