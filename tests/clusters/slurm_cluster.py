@@ -20,7 +20,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -51,10 +50,13 @@ class SlurmCluster:
     """``with SlurmCluster() as c:`` brings the cluster up; ``c.env`` points SLURM's clients at it."""
 
     def __init__(self, time_limit_min: int = 10) -> None:
-        # In the temp dir the jobs use, as amb's own (`amb gc` knows it). Short: munge's socket path
-        # must fit a unix socket address.
-        self.tmp = Path(tempfile.gettempdir())
+        # In the temp dir, as amb's own (`amb gc` knows it). Short: munge's socket path must fit a
+        # unix socket address.
         self.root = make_tempdir("ambslurm-")
+        self.tmp = self.root / "tmp"
+        """The jobs' temp dir (``env``), and so their lock dir: the epilog's ``amb gc`` is the only
+        one to clean up after a killed job, not every recorder the other tests start meanwhile
+        (each cleans up after the dead recorders of its own lock dir)."""
         self.conf = self.root / "slurm.conf"
         self.time_limit_min = time_limit_min
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -63,7 +65,7 @@ class SlurmCluster:
 
     @property
     def env(self) -> dict[str, str]:
-        return {"SLURM_CONF": str(self.conf)}
+        return {"SLURM_CONF": str(self.conf), "TMPDIR": str(self.tmp)}
 
     @property
     def jobcomp(self) -> Path:
@@ -80,6 +82,8 @@ class SlurmCluster:
     def start(self) -> SlurmCluster:
         for d in ("munge", "state", "log", "run", "dev", "spool"):
             (self.root / d).mkdir(mode=0o700)
+        self.tmp.mkdir()
+        self.tmp.chmod(0o1777)  # like the machine's
         for tool in ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo"):
             if not shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin"):
                 raise ClusterError(f"{tool} is not installed (bash .ci/clusters.sh installs SLURM and munge)")

@@ -15,13 +15,11 @@ import json
 import os
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from schemas.tempdirs import lock_dir
 from tests.clusters import sweep_kit as kit
 from tests.clusters.slurm_cluster import GPU_NODE, SlurmCluster
 
@@ -171,22 +169,24 @@ def test_amb_gc_as_the_job_epilog_cleans_up_after_a_killed_job(
     )
     assert submit.returncode == 0, submit.stderr
     job_id = submit.stdout.strip().split(";")[0]
-    lock = lock_dir() / f"{run_id}.lock"
+    lock = slurm_cluster.tmp / "amb-runs" / f"{run_id}.lock"
     deadline = time.monotonic() + 180
-    while not _run_left(docker_cli, run_id)["running"]:
+    while not _run_left(docker_cli, run_id, slurm_cluster.tmp)["running"]:
         assert time.monotonic() < deadline, (tmp_path / "job.out").read_text(errors="replace")
         time.sleep(0.3)
     watchdog = json.loads(lock.read_text())["watchdog"]
-    before = _run_left(docker_cli, run_id)
+    before = _run_left(docker_cli, run_id, slurm_cluster.tmp)
     assert before["containers"] and before["networks"] and before["paths"], before
 
     os.kill(watchdog, signal.SIGKILL)
     slurm_cluster.run(["scancel", "--batch", "--signal=KILL", job_id])
     deadline = time.monotonic() + 120
     while (
-        any(_run_left(docker_cli, run_id).values()) or lock.exists() or job_id not in _epilogs(slurm_cluster)
+        any((left := _run_left(docker_cli, run_id, slurm_cluster.tmp)).values())
+        or lock.exists()
+        or (job_id not in _epilogs(slurm_cluster))
     ):
-        assert time.monotonic() < deadline, (_run_left(docker_cli, run_id), _epilogs(slurm_cluster))
+        assert time.monotonic() < deadline, (left, _epilogs(slurm_cluster))
         time.sleep(0.5)
     status, said = _epilogs(slurm_cluster)[job_id]
     assert status == "0", (said, (tmp_path / "job.out").read_text(errors="replace"))
@@ -198,7 +198,7 @@ def test_amb_gc_as_the_job_epilog_cleans_up_after_a_killed_job(
     ), removed
 
 
-def _run_left(client, run_id: str) -> dict[str, list[str]]:
+def _run_left(client, run_id: str, tmp: Path) -> dict[str, list[str]]:
     containers = client.containers.list(
         all=True, filters={"label": f"org.amb.run={run_id}"}, ignore_removed=True
     )
@@ -208,7 +208,7 @@ def _run_left(client, run_id: str) -> dict[str, list[str]]:
         "running": [c.name for c in containers if c.status == "running"],
         "networks": sorted(n.name for n in client.networks.list(filters={"label": f"org.amb.run={run_id}"})),
         "rules": [line for line in rules.splitlines() if f"amb-run:{run_id}" in line],
-        "paths": sorted(str(p) for p in Path(tempfile.gettempdir()).glob(f"amb-*{run_id}-*")),
+        "paths": sorted(str(p) for p in tmp.glob(f"amb-*{run_id}-*")),
     }
 
 

@@ -306,10 +306,11 @@ def test_a_killed_recorder_takes_the_whole_agent_tree_with_it(tmp_path, gc_alone
     argv = [AMB_RECORD, "--store", str(store), "--no-ingest", "--", "sh", "-c", agent]
     proc = subprocess.Popen(argv, cwd=ws, env={**os.environ, "TMPDIR": str(tmp)}, stderr=subprocess.DEVNULL)
     try:
+        # up.txt is written once both are forked; each is a sleep once it has exec'd.
         deadline = time.monotonic() + 60
-        while not (ws / "up.txt").exists() and time.monotonic() < deadline:
+        while len(running_with(f"sleep\0{nap}".encode())) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(running_with(f"sleep\0{nap}".encode())) == 2
+        assert (ws / "up.txt").exists() and len(running_with(f"sleep\0{nap}".encode())) == 2
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         deadline = time.monotonic() + 10
