@@ -318,6 +318,9 @@ def test_a_killed_recorder_takes_the_whole_agent_tree_with_it(tmp_path, gc_alone
             time.sleep(0.05)
         assert running_with(f"sleep\0{nap}".encode()) == []
     finally:
+        if proc.poll() is None:  # (a failed check above: the recorder is not left running)
+            proc.kill()
+            proc.wait()
         for pid in running_with(f"sleep\0{nap}".encode()):
             os.kill(pid, signal.SIGKILL)
         subprocess.run([str(BIN / "amb"), "gc"], env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True)
