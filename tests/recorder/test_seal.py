@@ -1,15 +1,20 @@
 """``seal_directory`` on workspaces an agent shaped: folders nested deeper than any walk should
-follow, links to folders, and the listing's order against an independent walk."""
+follow, links to folders, folders and files it may not read, and the listing's order against an
+independent walk."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from recorder.backend import SEAL_MAX_DEPTH, seal_directory
 from schemas.blobstore import BlobStore
 from schemas.tempdirs import make_tempdir, remove_tempdir
+from tests.recorder.ordinary_user import CHECKOUT, NOBODY, as_nobody, nobody_dir
 
 
 def _nest(where: Path, depth: int) -> None:
@@ -90,3 +95,43 @@ def test_a_tree_nested_thousands_deep_is_removed_with_its_temp_folder(tmp_path):
     finally:
         if folder.exists():
             _unnest(folder)
+
+
+SEAL = """
+import json, sys
+from pathlib import Path
+from recorder.backend import seal_directory
+from schemas.blobstore import BlobStore
+home = Path(sys.argv[1])
+sealed = seal_directory(home / "ws", BlobStore(home / "blobs"))
+print(json.dumps({"files": [f.path for f in sealed.files], "skipped": sealed.skipped}))
+"""
+
+
+def test_folders_and_files_the_recorder_may_not_read_are_named_and_the_rest_sealed(tmp_path):
+    # Root reads everything: the seal runs as an ordinary user, over a workspace that user owns, in
+    # which the agent closed a folder and a file to its owner.
+    with nobody_dir("amb-seal-") as home:
+        ws = home / "ws"
+        for rel in ("out/submission.json", "closed/x.txt", "secret.txt"):
+            (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+            (ws / rel).write_text(rel)
+        stage = tmp_path / "stage"
+        stage.mkdir()
+        for path in (ws, *ws.rglob("*"), stage):
+            os.chown(path, NOBODY, NOBODY)
+        (ws / "closed").chmod(0)
+        (ws / "secret.txt").chmod(0)
+        proc = subprocess.run(
+            as_nobody([sys.executable, "-c", SEAL, str(home)], stage),
+            capture_output=True,
+            text=True,
+            env={"PATH": os.environ["PATH"], "PYTHONPATH": str(CHECKOUT)},
+            timeout=120,
+        )
+    assert proc.returncode == 0, proc.stderr
+    sealed = json.loads(proc.stdout)
+    assert sealed == {
+        "files": ["out/submission.json"],
+        "skipped": ["closed/: unreadable (Permission denied)", "secret.txt: unreadable (Permission denied)"],
+    }
