@@ -1,4 +1,4 @@
-"""Scanners over a 1,000-run synthetic store: Python, SQL and LLM (a loopback scripted judge), results
+"""Scanners over a 400-run synthetic store: Python, SQL and LLM (a loopback scripted judge), results
 append-only and versioned, reruns skipped, a killed scan resumed, failures kept as error rows."""
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from scorer.profile import load as load_profile
 from tests.fakes import judge_server as fake
 
 AMB = str(Path(sys.executable).parent / "amb")
-RUNS = 1000
+RUNS = 400
+"""Enough runs for several of a scan's chunks (100 runs) before and after the killed scan's stop
+(at ``run-300``, the 226th in the scan's order)."""
 
 PY = """
 from amb.scan import Finding, scanner
@@ -50,7 +52,7 @@ answer = "boolean"
 
 @pytest.fixture(scope="module")
 def store(synthetic_store) -> Path:
-    return synthetic_store("scan1000", RUNS, 2)
+    return synthetic_store("scan400", RUNS, 2)
 
 
 def _count(store: Path, sql: str, *params) -> int:
