@@ -265,11 +265,9 @@ def _check_unchanged(readable: list[_Spool]) -> None:
 
 
 def _load(store: Store, files: list[_Spool], blob_marks: dict[str, int], frames: FramesAhead) -> int:
-    """Load these spools in one transaction (the files of their frames written by ``frames``). A
-    finished spool is read where it lies. If one changed meanwhile (a producer still appending: its
-    last line may be half written when read), the batch is loaded again with every spool it read
-    in place copied first, as ``_prepare`` copies a torn one: then nothing it reads can change
-    under it."""
+    """Load these spools in one transaction (their frames files written by ``frames``). If one read in
+    place changed meanwhile (a producer still appending), the batch is loaded again from copies of
+    the spools it read in place, which nothing can change under it."""
     try:
         return _load_once(store, files, blob_marks, frames)
     except _Changed:
@@ -321,10 +319,9 @@ def _files_table(readable: list[_Spool]) -> pa.Table:
 def _insert_checked(
     con: duckdb.DuckDBPyConnection, readable: list[_Spool], blob_marks: dict[str, int], ahead: FramesAhead
 ) -> int:
-    """The frames checked and copied to the batch's frames files, each spool's blob references
-    counted, then the bulk insert of those files; ``_Changed`` if a spool read in place changed
-    meanwhile, else the precise error of a failed check. A frame's length and checksum are checked
-    first: a frame that is not what its writer wrote says nothing else about it."""
+    """The frames checked (length and checksum first) and copied to the batch's frames files, blob
+    references counted, then the bulk insert of those files; ``_Changed`` if a spool read in place
+    changed meanwhile, else the precise error of a failed check."""
     frames = ingest_frames.Frames({}, None, [])
     try:
         frames = ahead.frames(_pairs(readable))

@@ -16,12 +16,12 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
+from replay.export import BlobReader
 from schemas import providers
-from schemas.blob import BlobRef
 from schemas.codec import Event, escape_line_ends
 from schemas.errors import BlobError
 from schemas.events import (
@@ -97,9 +97,6 @@ def _span(
         "attributes": attrs(attributes),
         "status": {"code": ERROR, "message": error} if error else {"code": UNSET},
     }
-
-
-BlobReader = Callable[[BlobRef | str], bytes]
 
 
 def messages(p: ModelCallCompleted, read_blob: BlobReader) -> dict[str, Any]:
