@@ -260,12 +260,10 @@ class LiveRun:
 
 
 class RunFollower:
-    """Follows every spool of one run directory (a source's spool may appear at any time).
-
-    A spool read as written, or compressed after ingest; one dropped after ingest (only an empty
-    marker left) is read once from the store that holds the run (``<root>/spool/<run>``'s root),
-    and so is every source of a run with no spool directory there (``stored``: a run that came into
-    the store from elsewhere, ``amb ingest --from`` or an import)."""
+    """Follows every spool of one run directory (a source's spool may appear at any time), as written
+    or compressed after ingest. A spool dropped after ingest is read once from the store that holds
+    the run, and so is every source of a ``stored`` run with no spool directory (one that came into
+    the store from elsewhere: ``amb ingest --from``, an import)."""
 
     def __init__(self, run_dir: Path, prices: PriceTable | None = None, stored: bool = False):
         self.dir = run_dir
