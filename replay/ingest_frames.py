@@ -97,7 +97,7 @@ def check_batch(spools: list[tuple[str, str]], tmp: Path) -> Frames:
             try:
                 checked = check_spool(key, path, out=out, index=i)
             except OSError:
-                continue  # removed meanwhile (``ingest._changed`` says so) or unreadable
+                continue  # removed meanwhile (``ingest._check_unchanged`` says so) or unreadable
             frames.marks[key] = checked.marks
             if checked.problem:
                 return frames._replace(problem=checked.problem)
