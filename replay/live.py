@@ -1,10 +1,8 @@
-"""The live view of runs as they record: their spools followed as they grow.
+"""The live view of runs as they record (``amb watch``): their spools followed as they grow.
 
-A ``SpoolTail`` reads only the bytes appended to one spool since its last poll, keeps the complete
-frames (length and checksum checked, as ``amb ingest`` would) and leaves a partial last frame for
-the next poll. It opens the file read-only and takes no lock: the recorder never waits for a
-watcher. ``LiveRun`` folds one run's events into its summary (``replay.summary``) and what a person
-watching wants besides: the last model call, tool call, process and file, and the time left.
+A ``SpoolTail`` reads only what was appended since its last poll, keeps the complete frames (checked
+as ``amb ingest`` checks them) and leaves a partial last frame for the next poll. It opens the file
+read-only and takes no lock: the recorder never waits for a watcher.
 """
 
 from __future__ import annotations
