@@ -16,19 +16,15 @@ from schemas.blob import HASH_PREFIX
 T = TypeVar("T")
 
 DATABASE_MEMORY = 64 << 20
-"""The database's memory limit while a whole store's events are scanned. Left alone, DuckDB keeps
-every block of the file that a query read until it runs short of memory: a scan of the whole store
-would end holding the whole file. Each chunk's
-queries read only that chunk's blocks, so a small cache costs nothing; a chunk that needs more
-(a run far bigger than a chunk) is fetched again with twice the limit (``DatabaseMemory``): outside a
-transaction, as ``amb verify`` runs, since running short aborts the transaction it ran in."""
+"""The database's memory limit while a whole store's events are scanned (left alone, DuckDB keeps
+every block it read cached: the scan would end holding the whole file). A chunk that needs more is
+fetched again with twice the limit (``DatabaseMemory``), outside a transaction: running short
+aborts the transaction it ran in."""
 
 
 class DatabaseMemory:
-    """The database's memory limit, lowered for a scan and raised again after it. The store's
-    connections never set one, so raising it again is a reset to DuckDB's default; on a connection
-    that cannot reset it (the SQL sandbox: DuckDB works its default out from the system's files, cgroup
-    limits, and the sandbox has no file system), the limit seen before is set back."""
+    """The database's memory limit, lowered for a scan and reset to DuckDB's default after it (on the
+    SQL sandbox, which cannot work the default out without a file system, set back to what it was)."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, limit: int | None = None):
         self.con, self.limit = con, limit or DATABASE_MEMORY
@@ -58,9 +54,8 @@ class DatabaseMemory:
                     raise
 
     def checkpoint(self) -> None:
-        """What was written moved from the log into the file under this limit: left to the store's
-        close, the checkpoint runs with DuckDB's default limit and holds the tables it rewrites,
-        which grows with the store."""
+        """What was written moved from the log into the file under this limit (left to the store's
+        close, the checkpoint would hold the tables it rewrites under DuckDB's default limit)."""
         self.retrying(lambda: self.con.execute("CHECKPOINT"))
 
     def _apply(self) -> None:
@@ -116,9 +111,8 @@ def _bytes(setting: str) -> int:
 
 class References:
     """The blob addresses the events refer to, kept as 32-byte digests in an unlinked temporary file
-    (in memory, they would make the memory of ``amb verify`` grow with the store). Each chunk's
-    addresses are distinct; a blob two chunks refer to is kept twice (judging it twice costs less
-    than remembering every address). Iterated as addresses, in the order they came."""
+    (so that the memory of ``amb verify`` does not grow with the store), iterated in the order they
+    came. A blob two chunks refer to is kept twice (cheaper than remembering every address)."""
 
     READ = 32 << 16
     """Bytes read back at a time."""

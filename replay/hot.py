@@ -1,11 +1,6 @@
-"""Typed hot columns: payload fields that queries read most, stored beside the payload at ingest.
-
-Rather than extract the fields the views aggregate, join and filter on from every JSON payload,
-ingest stores them as typed columns of ``events`` from the JSON parse it already makes
-(migrations ``core.m005_hot_columns`` and ``core.m007_hot_column_ok`` backfill older stores). They
-are not part of the hash, so a column could be edited alone: ``amb verify`` re-derives each from
-the payload. Each is the field at its path, ``TRY_CAST`` to its type (a field of another type gives
-NULL), so the views read what they extracted before (``tests/replay/test_hot_columns.py``).
+"""Typed hot columns: payload fields that queries read most, stored beside the payload at ingest
+from the JSON parse it already makes, each ``TRY_CAST`` to its type (docs/storage.md). They are
+outside the hash: ``amb verify`` re-derives each from the payload.
 """
 
 from __future__ import annotations

@@ -1,39 +1,10 @@
 """``amb ingest``: bulk-load spools into the store, verifying them on the way in.
 
-The spool format (``schemas.frames``) is one ``LENGTH TAB SHA256 TAB BODY`` line per event, so
-DuckDB's CSV reader can stream every changed spool in one pass and the checks run in bulk, never
-one event at a time through the database's Python API:
-
-- per event, in Python, as the frames are copied to the few files the statement reads
-  (``replay.ingest_frames``): the length prefix and the sha256 checksum of the body;
-- per event, inside the streaming ``INSERT ... SELECT`` (``replay.ingest_sql``; a failed check
-  raises through DuckDB's ``error()``): the length prefix again (it ties the rows DuckDB reads to
-  the lines checked beside it); the body is exactly the canonical body rebuilt from the columns
-  being stored (its prefix and suffix are compared with the rebuilt ones; the payload is the
-  substring between them); run and source match the file; the kind is known and its version not
-  newer than this amb reads; an event already stored under the same ``(run_id, source, seq)``
-  with another hash is a conflict (a forked or edited spool);
-- per (run, source), after the insert and in the same transaction: seqs run 0, 1, 2, ... with no
-  gap or duplicate, and every ``prev_hash`` is the hash of the event before it.
-
-Any failure rolls the whole batch back; the batch is then loaded again file by file, so one bad
-spool does not keep the others out. Every valid spool is loaded, then the first failure is raised
-(naming the other bad spools too), with the report of what was loaded on it as ``.report``.
-
-``(run_id, source, seq)`` is the key and ingest is its
-guard: events already stored are skipped (anti-join), so re-ingesting adds nothing. It is not
-declared as a DuckDB PRIMARY KEY because maintaining that index doubles the bulk-load time;
-``amb verify`` checks the key too (a duplicate shows as a sequence error).
-
-Blob packs (``schemas.blobpack``) beside the spools being loaded are materialised into the blob
-store first: a recorder that died before closing leaves its run's blobs there.
-
-Torn tails (a writer killed mid-frame) are found in Python by looking at the end of each file;
-such a file is loaded from a temporary copy of its complete frames, and the tail is reported.
-Unchanged files (same size as when last loaded) are skipped without being read. Every other spool
-is read where it lies, into the batch's frames files; if one changed while the batch was loaded (its
-producer still appends, and may have had half a line written when it was read), the batch is
-loaded again from copies of its complete frames (``_load``).
+Every changed spool is checked frame by frame in Python (length, checksum: ``replay.ingest_frames``)
+and loaded in one streaming ``INSERT ... SELECT`` per batch that checks each body against the
+columns stored (``replay.ingest_sql``); then each (run, source)'s seqs and chain are checked in the
+same transaction. A failed batch is rolled back and loaded again file by file, so one bad spool
+does not keep the others out. ``docs/storage.md`` says how and why in full.
 """
 
 from __future__ import annotations
@@ -278,26 +249,25 @@ class _Changed(Exception):
     """Spools read in place changed while the statement read them (their producer appends)."""
 
 
-def _changed(readable: list[_Spool]) -> list[str]:
-    """The spools read in place whose file is no longer as ``_prepare`` saw it (size, mtime)."""
-    out = []
+def _check_unchanged(readable: list[_Spool]) -> None:
+    """``_Changed`` naming the spools read in place that are no longer as ``_prepare`` saw them."""
+    changed = []
     for spool in readable:
         if spool.in_place:
             try:
                 st = os.stat(spool.readable)
                 if (st.st_size, st.st_mtime_ns) != (spool.size, spool.mtime_ns):
-                    out.append(spool.key)
+                    changed.append(spool.key)
             except FileNotFoundError:
-                out.append(spool.key)
-    return out
+                changed.append(spool.key)
+    if changed:
+        raise _Changed(", ".join(changed))
 
 
 def _load(store: Store, files: list[_Spool], blob_marks: dict[str, int], frames: FramesAhead) -> int:
-    """Load these spools in one transaction (the files of their frames written by ``frames``). A
-    finished spool is read where it lies. If one changed meanwhile (a producer still appending: its
-    last line may be half written when read), the batch is loaded again with every spool it read
-    in place copied first, as ``_prepare`` copies a torn one: then nothing it reads can change
-    under it."""
+    """Load these spools in one transaction (their frames files written by ``frames``). If one read in
+    place changed meanwhile (a producer still appending), the batch is loaded again from copies of
+    the spools it read in place, which nothing can change under it."""
     try:
         return _load_once(store, files, blob_marks, frames)
     except _Changed:
@@ -349,16 +319,15 @@ def _files_table(readable: list[_Spool]) -> pa.Table:
 def _insert_checked(
     con: duckdb.DuckDBPyConnection, readable: list[_Spool], blob_marks: dict[str, int], ahead: FramesAhead
 ) -> int:
-    """The frames checked and copied to the batch's frames files, each spool's blob references
-    counted, then the bulk insert of those files; ``_Changed`` if a spool read in place changed
-    meanwhile, else the precise error of a failed check. A frame's length and checksum are checked
-    first: a frame that is not what its writer wrote says nothing else about it."""
+    """The frames checked (length and checksum first) and copied to the batch's frames files, blob
+    references counted, then the bulk insert of those files; ``_Changed`` if a spool read in place
+    changed meanwhile, else the precise error of a failed check."""
     frames = ingest_frames.Frames({}, None, [])
     try:
         frames = ahead.frames(_pairs(readable))
         if frames.problem:
-            changed = _changed(readable)
-            raise _Changed(", ".join(changed)) if changed else frames.problem
+            _check_unchanged(readable)
+            raise frames.problem
         seen = first(
             con.execute("SELECT 1 FROM events WHERE run_id IN (SELECT run_id FROM _amb_files) LIMIT 1")
         )
@@ -368,16 +337,12 @@ def _insert_checked(
         except duckdb.OutOfMemoryException:
             raise  # not the spools' fault: the batch is loaded again with more memory (``_Batches``)
         except duckdb.Error as e:
-            changed = _changed(readable)
-            if changed:
-                raise _Changed(", ".join(changed)) from e
+            _check_unchanged(readable)
             raise _explain(readable, e) from e
     finally:
         for part in frames.parts:
             Path(part).unlink(missing_ok=True)
-    changed = _changed(readable)
-    if changed:  # what was loaded (and counted) of them may not be what _prepare saw
-        raise _Changed(", ".join(changed))
+    _check_unchanged(readable)  # what was loaded (and counted) of them may not be what _prepare saw
     blob_marks.update(frames.marks)
     return added
 
@@ -567,10 +532,10 @@ class _Batches:
         """What was loaded, with the manifests of its runs written first (``replay.manifest``)."""
         st, loaded = self.st, self.loaded
         runs = sorted({s.run_id for s in loaded})
-        frames = dict(
-            ((r, s), n)
+        frames = {
+            (r, s): n
             for r, s, n in st.con.execute("SELECT run_id, source, frames FROM spool_files").fetchall()
-        )
+        }
         torn = [
             FileReport(s.key, s.run_id, s.source, frames.get((s.run_id, s.source), 0), s.tail)
             for s in loaded

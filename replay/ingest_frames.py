@@ -1,16 +1,10 @@
-"""The part of ``amb ingest``'s per-frame checks made in Python: every frame's length prefix and
-checksum, and each spool's count of blob references, read before the bulk statement, which reads
-the frames as this pass copies them.
+"""The part of ``amb ingest``'s per-frame checks made in Python (hashlib's sha256 is much faster
+than DuckDB's): every frame's length prefix and checksum, and each spool's count of blob
+references. Each frame checked is copied, prefixed with its spool's index in the batch, to the few
+files the bulk statement reads (``docs/storage.md``).
 
-The pass reads every byte of the batch's spools anyway (the references are what a manifest
-counts), and hashlib's sha256 (OpenSSL's) takes a fraction of the time of DuckDB's per byte. Each
-frame checked is copied on, its line prefixed with its spool's index in the batch, to one of a few
-files the statement reads (``FRAMES_PART``) instead of the thousands of spools.
-
-The lines read here are the rows DuckDB stores: both split at LF bytes, after each spool's header
-line; a line this reader checks but DuckDB's CSV reader split otherwise (at a CR, say) fails the
-length check the statement keeps, since a frame's length prefix covers its whole body. What DuckDB
-stores as an event's hash is the digest field checked here.
+Both this reader and DuckDB's split lines at LF bytes after the header line; a line DuckDB split
+otherwise (at a CR, say) fails the length check the statement keeps.
 """
 
 from __future__ import annotations
@@ -35,9 +29,8 @@ CHUNK = 16 << 20
 _MARK = BLOB_MARK.encode()
 
 FRAMES_PART = 4 << 20
-"""Bytes of frames per file the bulk statement reads (``check_batch``). DuckDB's CSV reader pays
-a fixed cost for each file it opens (more than it takes to read a typical spool), so a batch's
-frames are copied to a few files; but it holds more of one big file at once than of several."""
+"""Bytes of frames per file the bulk statement reads (``check_batch``): DuckDB pays a fixed cost per
+file it opens, but holds more of one big file at once than of several."""
 
 
 class Checked(NamedTuple):
@@ -89,11 +82,9 @@ class Frames(NamedTuple):
 
 
 def check_batch(spools: list[tuple[str, str]], tmp: Path) -> Frames:
-    """Each spool's (key, path to read) count of blob references, which is the manifest's count for
-    a run loaded whole by this ingest (``replay.manifest``), and the first frame whose length or
-    checksum is wrong; the frames checked are written to files in ``tmp`` of about ``FRAMES_PART``
-    bytes each. Counted in the bytes the statement reads: reading the payloads back out of the
-    database and searching them again costs three times as much."""
+    """Each spool's (key, path to read) count of blob references (a new run's manifest count:
+    ``replay.manifest``) and the first frame whose length or checksum is wrong; the frames checked
+    are written to files in ``tmp`` of about ``FRAMES_PART`` bytes each."""
     frames = Frames({}, None, [])
     out = None
     try:
@@ -106,7 +97,7 @@ def check_batch(spools: list[tuple[str, str]], tmp: Path) -> Frames:
             try:
                 checked = check_spool(key, path, out=out, index=i)
             except OSError:
-                continue  # removed meanwhile (``ingest._changed`` says so) or unreadable
+                continue  # removed meanwhile (``ingest._check_unchanged`` says so) or unreadable
             frames.marks[key] = checked.marks
             if checked.problem:
                 return frames._replace(problem=checked.problem)

@@ -1,15 +1,11 @@
 """The SQL of ``amb ingest`` (``replay.ingest``): the bulk statement that reads, checks and stores
 every event of a batch of spools, and the checks that run on what it stored.
 
-The statement reads the batch's frames files (``$batch``), which ``replay.ingest`` writes as it
-checks each frame's length and checksum in Python (``replay.ingest_frames``), with DuckDB's CSV
-reader: one ``INDEX TAB LENGTH TAB SHA256 TAB BODY`` line per event, a spool's line
-(``schemas.frames``) prefixed with the spool's index in the batch. It checks each event inside the
-streaming ``INSERT ... SELECT``; a failed check raises through DuckDB's ``error()`` with a message
-``replay.ingest`` turns into one precise error. The statement keeps the length check, which ties
-its rows to the lines checked in Python. Each row names its spool by that index; the spools' keys,
-runs and sources are list parameters (``$keys``, ``$runs``, ``$sources``) indexed by it.
-``_amb_files`` (the batch's spools) is a temporary table the caller makes.
+The statement reads the batch's frames files (``$batch``: one ``INDEX TAB LENGTH TAB SHA256 TAB
+BODY`` line per event, written by ``replay.ingest_frames``) with DuckDB's CSV reader and checks each
+event in the streaming ``INSERT ... SELECT``; a failed check raises through DuckDB's ``error()``.
+The spools' keys, runs and sources are list parameters (``$keys``, ``$runs``, ``$sources``) indexed
+by INDEX; ``_amb_files`` (the batch's spools) is a temporary table the caller makes.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""The live view of runs as they record: their spools followed as they grow.
+"""The live view of runs as they record (``amb watch``): their spools followed as they grow.
 
-A ``SpoolTail`` reads only the bytes appended to one spool since its last poll, keeps the complete
-frames (length and checksum checked, as ``amb ingest`` would) and leaves a partial last frame for
-the next poll. It opens the file read-only and takes no lock: the recorder never waits for a
-watcher. ``LiveRun`` folds one run's events into its summary (``replay.summary``) and what a person
-watching wants besides: the last model call, tool call, process and file, and the time left.
+A ``SpoolTail`` reads only what was appended since its last poll, keeps the complete frames (checked
+as ``amb ingest`` checks them) and leaves a partial last frame for the next poll. It opens the file
+read-only and takes no lock: the recorder never waits for a watcher.
 """
 
 from __future__ import annotations
@@ -260,12 +258,10 @@ class LiveRun:
 
 
 class RunFollower:
-    """Follows every spool of one run directory (a source's spool may appear at any time).
-
-    A spool read as written, or compressed after ingest; one dropped after ingest (only an empty
-    marker left) is read once from the store that holds the run (``<root>/spool/<run>``'s root),
-    and so is every source of a run with no spool directory there (``stored``: a run that came into
-    the store from elsewhere, ``amb ingest --from`` or an import)."""
+    """Follows every spool of one run directory (a source's spool may appear at any time), as written
+    or compressed after ingest. A spool dropped after ingest is read once from the store that holds
+    the run, and so is every source of a ``stored`` run with no spool directory (one that came into
+    the store from elsewhere: ``amb ingest --from``, an import)."""
 
     def __init__(self, run_dir: Path, prices: PriceTable | None = None, stored: bool = False):
         self.dir = run_dir

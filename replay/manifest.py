@@ -1,11 +1,9 @@
 """Run manifests: a small summary of a finished run to anchor outside the store.
 
-Whoever can write the DuckDB file can rebuild a hash chain after editing it, so a chain proves only
-as much as its last link is trusted. Each finished run gets a manifest (last hash, last seq and
-event count per source, the number of blob references) that ``amb manifest RUN`` prints for keeping
-elsewhere, and ``amb verify --manifest FILE`` checks the store against that copy. A source's last
-hash commits to every blob *reference*; blob *contents* are checked against their addresses by
-``amb verify``, so the manifest needs only the references' count, as a cross-check.
+Whoever can write the DuckDB file can rebuild a hash chain after editing it, so each finished run
+gets a manifest (last hash, last seq and event count per source, the number of blob references)
+that ``amb manifest RUN`` prints for keeping elsewhere and ``amb verify --manifest FILE`` checks.
+A source's last hash commits to every blob reference, so the references' count is a cross-check.
 """
 
 from __future__ import annotations

@@ -40,10 +40,9 @@ def _hot_columns(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _payload_zstd(con: duckdb.DuckDBPyConnection) -> None:
-    """Rebuild ``events`` with its payload column compressed by zstd (a quarter of DuckDB's default
-    string compression on event JSON, docs/storage.md). A column's compression is fixed when its
-    table is created, so the table is created again with every column as it is and the rows copied
-    in key order; the old table's blocks are free space that later ingests reuse."""
+    """Rebuild ``events`` with its payload column compressed by zstd (docs/storage.md): a column's
+    compression is fixed when its table is created, so the rows are copied, in key order, to a new
+    table with every column as it is."""
     cols = con.execute(
         "SELECT column_name, data_type, is_nullable FROM duckdb_columns() "
         "WHERE schema_name = 'main' AND table_name = 'events' ORDER BY column_index"
@@ -65,12 +64,9 @@ CORE: list[Migration] = [
     Migration(
         "core.m001_events",
         _sql(
-            # The raw, immutable log. (run_id, source, seq) is the key; ingest guards it with an
-            # anti-join (re-ingesting inserts nothing; a different event under the same key is a
-            # conflict) and verify checks it. It is deliberately not a declared PRIMARY KEY: the
-            # index doubled bulk-load time (bench/ingest).
-            # payload keeps the canonical JSON text byte for byte (DuckDB's JSON type stores the
-            # text as given), which is what lets verify re-derive every hash in SQL.
+            # The raw, immutable log. (run_id, source, seq) is the key, guarded by ingest and checked
+            # by verify, not declared (the index doubles bulk-load time: docs/storage.md). payload
+            # keeps the canonical JSON text byte for byte, so verify re-derives every hash in SQL.
             """
             CREATE TABLE events (
                 run_id    VARCHAR NOT NULL,

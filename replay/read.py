@@ -52,11 +52,9 @@ def runs_rows(
     con: duckdb.DuckDBPyConnection, run_ids: list[str], batch: int = 2048, spans: RowSpans | None = None
 ) -> dict[str, list[Row]]:
     """The stored rows of several runs, read by one query, each run's in ``iter_events``' order
-    (``event_of`` makes each an ``Event``); a run with no events is absent. Without ``spans`` each
-    query reads the whole table's run ids, so runs are read a few dozen at a time; with them (taken
-    since the last write to the events), only the row groups between the runs' first and last rows:
-    a run's cost no longer grows with the store when the runs read together lie together, as runs
-    ingested together do."""
+    (``event_of`` makes each an ``Event``); a run with no events is absent. With ``spans`` (taken
+    since the last write to the events) only the row groups between the runs' first and last rows
+    are read, so a run's cost does not grow with the store when the runs lie together."""
     if spans is not None:
         known = [spans[r] for r in run_ids if r in spans]
         if not known:

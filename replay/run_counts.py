@@ -1,15 +1,10 @@
 """What the recorder says each source of a run wrote, against what the store holds (``amb verify``).
 
-The recorder counts, when a run ends, the events each source wrote (``run.finished``'s ``counts``).
-A source holding fewer lost some before the store (a spool that ingest refused, as one an agent
-damaged: the run's other spools load and it would look whole) or after (events deleted from the
-end of a chain).
-
-Those counts are in the recorder's own spool. When that spool is the one ingest refused, the run
-has no ``run.started`` and no ``run.finished`` from the recorder, nothing to compare, and its proxy
-and shim events still load: such a run is named by what it lacks (``unstarted``). The recorder
-writes its ``run.started`` before the agent starts, so a run still being recorded has it too. An
-imported run (source ``import``) is its own whole: the recorder wrote none of it.
+A source holding fewer events than ``run.finished``'s ``counts`` lost some before the store (a
+spool ingest refused) or after (events deleted from the end of a chain). When the refused spool is
+the recorder's own, the run has no ``run.started`` from the recorder (written before the agent
+starts) and is named by that lack (``unstarted``). An imported run (source ``import``) is its own
+whole: the recorder wrote none of it.
 """
 
 from __future__ import annotations

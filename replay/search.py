@@ -1,13 +1,10 @@
 """Case-insensitive search in payloads without lowering them (the bulk of a search's CPU): one
 pattern that matches what ``lower`` would have matched.
 
-DuckDB's ``lower`` maps each code point to one code point, so ``lower(p)`` contains ``lower(q)``
-exactly when ``p`` holds, at consecutive code points, any of the characters that ``lower`` turns into
-each character of ``lower(q)`` in turn: one character class per character (``k`` becomes
-``[Kk\u212a]``, the Kelvin sign), which RE2 runs over the payloads as they are. The classes are read
-from DuckDB's own ``lower`` once per process, so the rows found are the same by construction
-(``tests/replay/test_payload_search.py`` checks it on hostile strings). A query the pattern cannot
-express (very long) falls back to lowering.
+DuckDB's ``lower`` maps each code point to one code point, so each character of ``lower(q)`` becomes
+the class of every character ``lower`` turns into it (``k``: ``[Kk\u212a]``, the Kelvin sign), read
+from DuckDB's own ``lower`` once per process: the rows found are the same by construction. A query
+the pattern cannot express (very long) falls back to lowering.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Bringing runs home: shards (``sweeps.shard``) and other stores, loaded into one store in bulk,
-idempotently, each checked before one byte of it is copied (``replay.shard_check``; a refused one
-is named with its reason). Spools go to ``spool/<run id>/``, blobs to ``blobs/``, then one
-``replay.ingest.ingest`` loads every new spool with the store's own checks. A run id the store holds
-already is loaded only if it is this very run, spool for spool; another run under that id is
-refused as ``RunExists`` (runs are never merged or reused in place).
+idempotently, each checked before one byte of it is copied (``replay.shard_check``), then loaded by
+one ``replay.ingest.ingest``. A run id the store holds already is loaded only if it is this very
+run, spool for spool; another run under that id is refused as ``RunExists``.
 """
 
 from __future__ import annotations

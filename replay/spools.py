@@ -1,12 +1,9 @@
 """Spools after ingest: compressed with zstd, dropped, or kept as written (``AMB_SPOOLS``).
 
-Once a finished run's every frame is in the store, DuckDB holds every byte needed to rebuild its
-spools, and keeping them as written doubles its disk: ``compress`` (the default) rewrites each as
-``<source>.spool.zst``, compared byte for byte before the plain file goes; ``drop`` leaves an empty
-``<source>.spool.dropped`` marker (it keeps the run id claimed; a torn spool is compressed instead);
-``keep`` leaves it (docs/storage.md). The ``recorder`` spool is always kept, and only a spool whose
-size and last hash are what ingest stored is touched; the copy is fsync'd and renamed into place
-before the plain file goes.
+``compress`` (the default) rewrites a spool as ``<source>.spool.zst``; ``drop`` leaves an empty
+``<source>.spool.dropped`` marker (a torn spool is compressed instead); ``keep`` leaves it. Only the
+spools of finished runs whose size and last hash are what ingest stored are touched, never the
+``recorder`` spool, and each step is crash-safe (docs/storage.md).
 """
 
 from __future__ import annotations

@@ -109,9 +109,9 @@ def measure_runs(con: duckdb.DuckDBPyConnection, root: Path) -> list[dict[str, A
         """
     ).fetchall()
     # A BlobRef's canonical JSON is {"blob":"sha256:...","media_type":"...","size":N}.
-    blobs = dict(
-        (r[0], (r[1], r[2]))
-        for r in con.execute(
+    blobs = {
+        run: (n, size)
+        for run, n, size in con.execute(
             f"""
             SELECT run_id, count(*), coalesce(sum(size), 0) FROM (
                 SELECT DISTINCT run_id, regexp_extract(m, 'sha256:[0-9a-f]{{64}}') AS b,
@@ -121,7 +121,7 @@ def measure_runs(con: duckdb.DuckDBPyConnection, root: Path) -> list[dict[str, A
             GROUP BY run_id
             """
         ).fetchall()
-    )
+    }
     out = []
     for run_id, n, body_bytes in events:
         spool = measure_tree(root / "spool" / run_id)

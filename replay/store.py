@@ -191,13 +191,10 @@ def first(cursor: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
 def open_sql(store: str | os.PathLike[str] | None = None, *, lock: bool = True) -> duckdb.DuckDBPyConnection:
     """A connection for user SQL: read-only, no file or network access at all, configuration locked.
 
-    DuckDB then refuses INSERT/UPDATE/DELETE/CREATE (read-only), and every statement that would open
-    a file: COPY ... TO, read_csv / read_text / read_blob / glob, ATTACH, INSTALL, EXPORT. External
-    access off is not enough by itself: DuckDB still allows its own files (the database, its WAL)
-    and its temp directory, so the local file system is switched off once the database is open (the
-    open file is read through the handle it already holds), and nothing spills to a temp directory
-    (a query that does not fit in memory fails instead). Extensions are neither installed nor
-    auto-loaded, and the locked configuration refuses any attempt to turn these back on.
+    External access off still allows DuckDB's own files and its temp directory, so the local file
+    system is switched off once the database is open (the open file is read through its handle) and
+    nothing spills to a temp directory. Extensions are neither installed nor auto-loaded, and the
+    locked configuration refuses any attempt to turn these back on.
 
     ``lock=False``: all of that but the lock, for a caller that still sets a setting of its own (a
     memory limit) and then locks it (``lock_sql``) before any user SQL runs on it.

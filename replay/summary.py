@@ -134,11 +134,8 @@ class _Ends(msgspec.Struct):
 
 def summaries(con: duckdb.DuckDBPyConnection, run_id: str | None = None) -> list[RunSummary]:
     """Every run's summary (or only ``run_id``'s), ordered by start (runs that never started last),
-    then id.
-
-    Five plain scans, folded here: the counts and time span per run, the model calls' sums, the
-    models each run called, the run.started and the run.finished events. Each keeps a row per run
-    (a join of the ``runs`` view to the calls' aggregate builds hash tables as big as the store)."""
+    then id: five plain scans folded here, each keeping a row per run (a join of the ``runs`` view
+    to the calls' aggregate builds hash tables as big as the store)."""
     where, params = ("WHERE run_id = $run", {"run": run_id}) if run_id is not None else ("", {})
     found: dict[str, RunSummary] = {}
     for run, n, first_ns, last_ns, calls, tools, processes, writes in con.execute(

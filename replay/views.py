@@ -2,11 +2,9 @@
 
 Each view is a list of columns (name, SQL expression, description) over a FROM clause; ``ddl()``
 renders the CREATE VIEW statements (``amb schema --format ddl``) and ``markdown()`` the column table
-in the README. Payload fields are read with DuckDB's JSON operators (``->>`` gives text; a typed field is
-``TRY_CAST``: a value of another type, which only a hostile spool holds, reads as NULL), except
-those stored as typed hot columns at ingest (``replay.hot``), which the views read directly; each
-column keeps its JSON definition beside, for stores made before the hot columns and for the test
-that both give the same rows.
+in the README. Payload fields are read with DuckDB's JSON operators (a typed field ``TRY_CAST``: a
+value of another type reads as NULL), or from their typed hot column (``replay.hot``) when the store
+has it.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The agent's workspace at any moment of a run, rebuilt from its file events and blobs.
 
-A run's file events are replayed in order up to a moment (``end``, ``start``, ``before-submit``,
-``step:N``, ``time:ISO``, ``SOURCE:SEQ``), each placed at ``changed_ns`` (the kernel's date) when
-the shim recorded it, else ``ts_ns``; within a source by seq, so a moment sees a prefix of each
-source's changes. A checkout trusts nothing in the events (docs/watch-and-checkout.md): each path is
-checked, files are created ``O_EXCL | O_NOFOLLOW`` in a fresh directory, every byte is checked
-against its recorded hash, and a file whose content was not kept is listed, never silently left out.
+A run's file events are replayed in order up to a moment (``parse_moment``), so a moment sees a
+prefix of each source's changes (``placed``). A checkout trusts nothing in the events
+(docs/watch-and-checkout.md): paths are checked, files created ``O_EXCL | O_NOFOLLOW`` in a fresh
+directory, every byte checked against its recorded hash; a file whose content was not kept is listed.
 """
 
 from __future__ import annotations
@@ -179,10 +177,9 @@ def at_moment(con: Any | None, run_id: str, spec: str, events: list[Event]) -> W
 
 
 def placed(events: Iterable[Event]) -> list[tuple[int, Event]]:
-    """File events with the time each is placed at, in the order they are applied.
-
-    Each source's times are made non-decreasing in seq order (a running maximum), so that the
-    changes a moment includes are always a prefix of each source's."""
+    """File events with the time each is placed at (``changed_ns``, the kernel's date, when the shim
+    recorded it, else ``ts_ns``), in the order they are applied. Each source's times are a running
+    maximum in seq order, so the changes a moment includes are always a prefix of each source's."""
     by_source: dict[str, list[Event]] = {}
     for e in events:
         if e.kind in FILE_KINDS:

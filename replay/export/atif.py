@@ -10,17 +10,17 @@ envelope, so ``amb import atif`` gives the run back (docs/interop.md says what i
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import duckdb
 import msgspec
 
+from replay.export import BlobReader
 from replay.read import iter_events
 from replay.summary import Tokens
 from schemas import atif, providers
-from schemas.blob import BlobRef
 from schemas.codec import Event, json_line
 from schemas.errors import AmbError
 from schemas.events import (
@@ -34,8 +34,6 @@ from schemas.events import (
 from schemas.providers import openai_chat
 from schemas.providers.conversation import Message, json_text
 from schemas.untrusted_json import loads_untrusted
-
-BlobReader = Callable[[BlobRef | str], bytes]
 
 
 class Exported(NamedTuple):

@@ -2,12 +2,9 @@
 (one ``TracesData``) per run, with GenAI semantic-convention attributes pinned to **1.44.0**
 (``SCHEMA_URL``, also ``amb.semconv.genai`` on the resource).
 
-Spans: ``invoke_agent {agent}`` (the root), ``chat {model}`` per model call (with ``messages``, its
-conversation as the opt-in ``gen_ai.*.messages``), ``execute_tool {name}`` per tool call (from the
-call that asked to the request that carried the result), ``{argv0}`` per process and ``{METHOD}``
-per network request; file changes, the submission and notes are events on the root. Trace and span
-ids are hex sha256 prefixes of the run id and of ``run|source|seq``, so re-exports are identical.
-docs/interop.md has the attribute table.
+Spans: the root ``invoke_agent``, one per model call, tool call, process and network request; file
+changes, the submission and notes are events on the root (docs/interop.md has the table). Trace and
+span ids are sha256 prefixes of the run id and of ``run|source|seq``, so re-exports are identical.
 """
 
 from __future__ import annotations
@@ -16,12 +13,12 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
+from replay.export import BlobReader
 from schemas import providers
-from schemas.blob import BlobRef
 from schemas.codec import Event, escape_line_ends
 from schemas.errors import BlobError
 from schemas.events import (
@@ -97,9 +94,6 @@ def _span(
         "attributes": attrs(attributes),
         "status": {"code": ERROR, "message": error} if error else {"code": UNSET},
     }
-
-
-BlobReader = Callable[[BlobRef | str], bytes]
 
 
 def messages(p: ModelCallCompleted, read_blob: BlobReader) -> dict[str, Any]:

@@ -6,12 +6,9 @@ Layout::
     event_groups.parquet                  run_id -> run_group, events, path of its file
     runs.parquet, model_calls.parquet...  every view and score table, one file each
 
-Runs, in run-id order, are cut into groups of at least ``events_per_file`` events (a run is never
-split), each one ``COPY ... WHERE run_id BETWEEN first AND last``, on as many cursors as DuckDB has
-threads. The views of runs are written group by group too, into pieces joined into one file at the
-end, and the database's cache of the file is emptied after each group: what the export holds is
-bounded by a group, not by the store. docs/interop.md gives the reasons and the figures (groups,
-zstd level 1, no dictionary).
+Each group (runs in run-id order, at least ``events_per_file`` events, a run never split) is one
+``COPY``, on as many cursors as DuckDB has threads; the views of runs are written group by group
+too and joined at the end, so what the export holds is bounded by a group (docs/interop.md).
 Left out: the store's bookkeeping and the grade cache; blobs stay in the blob store.
 """
 
@@ -174,10 +171,8 @@ PARTS = ".parts"
 
 def _ranges(grouped: list[Group], null_ids: bool) -> list[tuple[str, list[object]]]:
     """A ``WHERE`` clause and its parameters per group, the groups' run-id ranges stretched to meet
-    (and, if a table may hold rows of no run id, one more for those): together they hold every row,
-    those of runs without events (a score row of a removed run) included, so that a view written
-    piece by piece keeps all its rows. Each is a filter the scan itself applies: an ``OR`` would
-    read the whole table for the last group."""
+    (and one for rows of no run id, if a table may hold them): together they hold every row, those
+    of runs without events included. Each is a filter the scan itself applies (an ``OR`` is not)."""
     starts: list[object] = [g.first for g in grouped[1:]]
     bounds: list[tuple[str, list[object]]] = [("run_id < ?", [starts[0]])]
     bounds += [("run_id >= ? AND run_id < ?", [a, b]) for a, b in zip(starts, starts[1:], strict=False)]

@@ -1,13 +1,9 @@
 """The replay endpoint: answers model API requests with a recorded run's responses.
 
-It speaks every API of ``schemas.providers`` on the paths SDKs use, accepts any key (nothing goes
-upstream), and answers each request with the call the matcher chose: its recorded status and body,
-a stream re-emitted as it was framed (paced with ``--timing original``), a recorded failure as one
-(an HTTP error, a stream cut at the same byte, a closed connection). A request that matches nothing
-gets a 400 in the API's own error shape (``replay_miss``), and is reported. ``GET .../models`` lists
-the models the recording called, in the shape of the provider whose client asks. Every error,
-down to a malformed request line, is JSON; on loopback, a request whose Host is not a loopback name
-is refused (421). docs/viewer.md has the details.
+Every API of ``schemas.providers``, on the paths SDKs use, with any key (nothing goes upstream):
+each request gets the call the matcher chose, as recorded (a stream as it was framed, a failure as
+the same failure); a miss gets a 400 in the API's own error shape (``replay_miss``) and is
+reported. Every error is JSON. docs/viewer.md has the details.
 """
 
 from __future__ import annotations

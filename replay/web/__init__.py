@@ -2,5 +2,5 @@
 
 Read side only: every query runs on a read-only DuckDB connection (``replay.web.db``); the pages
 are plain HTML, JS and CSS shipped in this package (``static/``), with no CDN and no build step.
-``api`` answers the queries, ``diff`` aligns two runs step by step, ``server`` routes HTTP.
+``routes`` maps each API path to the module that answers it, ``server`` serves HTTP.
 """

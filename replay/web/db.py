@@ -1,16 +1,10 @@
 """A read-only connection to the store that lets writers in.
 
-DuckDB lets one process write a database file only while no other process holds it open, even
-read-only. A viewer that kept its connection for hours would lock ``amb-record``'s ingest and
-``amb score`` out, so the connection is opened on demand and closed after a short idle spell; a
-writer that finds the file busy retries with backoff (``replay.store``) and gets in then. Each
-request works on its own cursor (a DuckDB cursor is a separate connection to the same database,
-safe to use from its own thread).
-
-A pass over the whole store (the run index) reads every block of the file, and DuckDB keeps what it
-read cached until it runs short of its memory limit (most of the machine's): the viewer would end
-holding the whole file. Such a pass runs on a connection just opened, under a small limit, before its
-configuration is locked (``SharedReader.scan``).
+DuckDB lets a process write the file only while no other process holds it open, even read-only, so
+the viewer opens its connection on demand and closes it after a short idle spell (a writer retries
+with backoff meanwhile: ``replay.store``). Each request works on its own cursor. A pass over the
+whole store runs under a small memory limit, so that the viewer does not end holding the whole file
+cached (``SharedReader.scan``).
 """
 
 from __future__ import annotations
@@ -90,12 +84,10 @@ class SharedReader:
             self._release(cur)
 
     def scan(self, step: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
-        """``step`` (a pass over the whole store) on a cursor under a small memory limit
-        (``SCAN_MEMORY`` per core) that is lifted once it is done, so that the pass leaves little of
-        the file cached; run again with twice the limit while the database runs short (a read has
-        nothing to undo). The limit is set on a connection opened for the pass, before its
-        configuration is locked (an open connection nobody uses is closed first; one in use is
-        scanned as it is)."""
+        """``step`` (a pass over the whole store) on a cursor under ``SCAN_MEMORY`` per core, doubled
+        while the database runs short, lifted once it is done. The limit is set on a connection
+        opened for the pass, before its configuration is locked (an idle open one is closed first;
+        one in use is scanned as it is)."""
         with self._lock:
             self._lock.wait_for(lambda: not self._scanning)
             if self._active == 0:

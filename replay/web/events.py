@@ -2,10 +2,8 @@
 (``/api/runs/RUN/events/SOURCE/SEQ``) and the timeline (``/api/runs/RUN/timeline``): each event's
 span on its lane, or counts per lane and bin when a window holds too many.
 
-Events are ordered by ``(ts_ns, source, seq)`` (clocks of different producers may disagree a
-little; within a source seq is the order), and a page can be opened around any event (a deep link)
-or any time (a click on the timeline). Rows carry only one-line summaries; bodies are fetched one
-at a time, on expand, and capped.
+Events are ordered by ``(ts_ns, source, seq)``; a page can be opened around any event (a deep link)
+or any time (a click on the timeline). Rows carry one-line summaries; bodies are fetched on expand, capped.
 """
 
 from __future__ import annotations

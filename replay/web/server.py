@@ -94,10 +94,8 @@ class Viewer:
             return self._index
 
     def prepare(self) -> None:
-        """A page was just asked for, and its API calls follow within a few hundred milliseconds:
-        every one of them needs the run index, and a run's page a connection. Whichever is missing
-        is made now, in the background, while the browser parses the page (a call that comes
-        first waits for the same build, under the index lock, and does not build it again)."""
+        """A page was just asked for: the run index (or, if current, a connection) its API calls will
+        need is made now, in the background, while the browser parses the page."""
         if self._index_lock.locked():
             return  # being built
         try:
@@ -172,7 +170,7 @@ class Handler(httpbase.Handler):
         self.do_GET()
 
     def _refuse(self, status: int, why: str) -> None:
-        self.send(status, msgspec.json.encode({"error": why}), "application/json")
+        self.send(status, msgspec.json.encode(self.error_json(status, why)), "application/json")
 
     def error_json(self, status: int, message: str) -> Any:
         return {"error": message}  # (the shape of the viewer's own refusals)
