@@ -28,11 +28,7 @@ DEFAULT_PRICE_TABLE = "openrouter-2026-05-28"
 budget in dollars means what the default score's cost means."""
 
 LimitName = Literal["max_calls", "max_tokens", "max_cost_usd"]
-_FLAG: dict[str, str] = {
-    "max_calls": "--max-calls",
-    "max_tokens": "--max-tokens",
-    "max_cost_usd": "--max-cost",
-}
+_FLAG = {"max_calls": "--max-calls", "max_tokens": "--max-tokens", "max_cost_usd": "--max-cost"}
 
 
 def checked(limits: BudgetLimits) -> BudgetLimits:
