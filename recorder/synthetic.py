@@ -274,12 +274,7 @@ class _Run:
                 latency_ms=self.rng.uniform(1500, 20000),
             ),
         )
-        self.emit(
-            "proxy",
-            ToolCallRequested(
-                tool_call_id=tool_call_id, name=name, arguments=arguments, model_call_id=call_id
-            ),
-        )
+        self.emit("proxy", ToolCallRequested(tool_call_id, name, arguments, model_call_id=call_id))
         self.history.append(Message("assistant", reply.parts()))
         return tool_call_id, language, code
 
