@@ -70,11 +70,9 @@ def local_warning(keys: list[str], guarded: bool, *, isolated: bool = False) -> 
             "the local agent runs as root, like amb-record, and root can read the real key from "
             "amb-record's memory; use --backend docker (the agent runs as an unprivileged user there)"
         )
-    closed = (
-        "amb-record's environment and memory are closed to it"
-        if guarded
-        else ("this system does not let amb-record close its own environment and memory to it")
-    )
+    closed = "amb-record's environment and memory are closed to it"
+    if not guarded:
+        closed = "this system does not let amb-record close its own environment and memory to it"
     if isolated:
         return (
             "the local agent runs as your user: your other processes are hidden from it, but it can "
