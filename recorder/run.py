@@ -436,11 +436,9 @@ class _Recording:
         try:
             backend.close(self.handle)
         except Exception as e:  # noqa: BLE001 - the run still gets its end, saying what was not taken down
+            why = f"cannot take the run's {backend.name} resources down: {_why(e)}"
             if status != "recorder_error":
-                status, reason = (
-                    "recorder_error",
-                    f"cannot take the run's {backend.name} resources down: {_why(e)}",
-                )
+                status, reason = "recorder_error", why
         finally:
             remove_tempdir(self.tmp)
         counts = {f"proxy:{k}": v for k, v in sink.counts.items()}
