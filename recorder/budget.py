@@ -1,12 +1,8 @@
 """A run's budget (``amb-record --max-tokens N --max-cost USD --max-calls N``), kept by the proxy.
 
-Every model call asks for admission before it is forwarded (one refused never reaches the upstream:
-the proxy answers it with the provider's own error, ``recorder.proxy.refusal``), and settles when
-its record is written, priced as ``amb score`` prices it (``schemas.prices``). Each call in flight
-reserves one call, and the most tokens and cost any call of the run has used so far; a call that
-could cross a limit beside them waits until they settle, so the limits hold under concurrency
-(docs/recording.md, "Concurrency"). A call in flight when a limit is crossed completes: a stream is
-never cut for the budget, and every call after it is refused.
+Every model call asks for admission before it is forwarded (a refused one never reaches the
+upstream: ``recorder.proxy.refusal``) and settles when its record is written, priced as ``amb score``
+prices it (``schemas.prices``). The rules under concurrency: docs/recording.md, "Budgets".
 """
 
 from __future__ import annotations
@@ -28,11 +24,7 @@ DEFAULT_PRICE_TABLE = "openrouter-2026-05-28"
 budget in dollars means what the default score's cost means."""
 
 LimitName = Literal["max_calls", "max_tokens", "max_cost_usd"]
-_FLAG: dict[str, str] = {
-    "max_calls": "--max-calls",
-    "max_tokens": "--max-tokens",
-    "max_cost_usd": "--max-cost",
-}
+_FLAG = {"max_calls": "--max-calls", "max_tokens": "--max-tokens", "max_cost_usd": "--max-cost"}
 
 
 def checked(limits: BudgetLimits) -> BudgetLimits:

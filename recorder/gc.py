@@ -128,10 +128,8 @@ def _own_paths(lock: Path, info: dict) -> list[Path]:
 def _loose_locks(directory: Path) -> list[Removed]:
     """Lock files no owner holds: amb's lock files in the temp dir (``schemas.tempdirs.LockFile``),
     and owner locks a process was making when it died (``.<name>.<pid>.new``, before the rename)."""
-    out = []
-    for path in sorted(directory.parent.glob(f"{ENTRY_PREFIX}-*.lock")):
-        if remove_free_lock_file(path):
-            out.append(Removed("", "lock", str(path)))
+    locks = sorted(directory.parent.glob(f"{ENTRY_PREFIX}-*.lock"))
+    out = [Removed("", "lock", str(path)) for path in locks if remove_free_lock_file(path)]
     for path in sorted(directory.glob(".*.new")) if directory.is_dir() else []:
         pid = path.name.rsplit(".", 2)[-2]
         try:

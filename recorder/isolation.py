@@ -1,13 +1,10 @@
-"""The local agent in user, PID and mount namespaces of its own: it sees its own processes only.
+"""The local agent in user, PID and mount namespaces of its own: it sees its own processes only, not
+the other processes of its user, whose environments may hold the real key (docs/recording.md).
 
-Without them, an agent running as the user who runs amb-record sees every process of that user and
-can read their ``/proc/<pid>/environ`` (the real key, when a wrapper or a job script holds it) and,
-without Yama, their memory. ``unshare`` (util-linux) starts the agent with the user mapped to itself
-(no capabilities), a new PID namespace and a fresh ``/proc``; the network and the files stay the
-host's (docs/recording.md). The namespace's PID 1 is ``recorder/nsinit.py``, which reports the
-agent's end on a pipe; ``unshare --kill-child`` and amb-record's parent-death signal take the whole
-namespace down with a SIGKILLed amb-record. Where the kernel refuses, ``probe`` says why in one line
-and the run goes on without (``--isolation best-effort``) or is refused (``required``).
+``unshare`` (util-linux) starts the agent with the user mapped to itself (no capabilities), a new PID
+namespace and a fresh ``/proc``; the namespace's PID 1 is ``recorder/nsinit.py``, which reports the
+agent's end on a pipe. ``unshare --kill-child`` and amb-record's parent-death signal take the whole
+namespace down with a SIGKILLed amb-record. Where the kernel refuses, ``probe`` says why in one line.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Key custody on this machine: the processes that hold a real API key are closed to the agent.
 
-A local agent runs as the same user as amb-record and could read the real key from
-``/proc/<amb-record>/environ`` or ``mem``, or by ``ptrace``. ``guard_this_process`` marks the holder
-non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``): only root may then open those files or trace it. The
-flag lasts until the process execs, which amb-record never does; children lose it at their ``exec``,
-when the key-holding memory is gone too. ``/proc/<pid>/cmdline`` stays readable, so a key is never
-put on a command line.
-
-Other processes of the same user that hold the key (the shell that exported it, a wrapper, a job
-script) are hidden by ``recorder.isolation``; where that is not possible, ``exposures`` names them at
-start. Files the user can read (a shell rc file, a ``.env``) stay open: only the docker backend,
-where the agent runs as another user, closes both.
+``guard_this_process`` marks amb-record non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``): an agent of the
+same user can then neither read its ``/proc/<pid>/environ`` or ``mem`` nor trace it (docs/recording.md,
+"Credentials"). The flag lasts until the process execs, which amb-record never does; its
+``/proc/<pid>/cmdline`` stays readable, so a key is never put on a command line. Other processes that
+hold the key are hidden by ``recorder.isolation``; where they cannot be, ``exposures`` names them.
 """
 
 from __future__ import annotations
@@ -70,11 +64,9 @@ def local_warning(keys: list[str], guarded: bool, *, isolated: bool = False) -> 
             "the local agent runs as root, like amb-record, and root can read the real key from "
             "amb-record's memory; use --backend docker (the agent runs as an unprivileged user there)"
         )
-    closed = (
-        "amb-record's environment and memory are closed to it"
-        if guarded
-        else ("this system does not let amb-record close its own environment and memory to it")
-    )
+    closed = "amb-record's environment and memory are closed to it"
+    if not guarded:
+        closed = "this system does not let amb-record close its own environment and memory to it"
     if isolated:
         return (
             "the local agent runs as your user: your other processes are hidden from it, but it can "

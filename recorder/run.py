@@ -100,9 +100,7 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
-def parse_upstreams(values: list[str]) -> dict[str, Upstream]:
-    """``--upstream`` values (``KIND=URL``, ``NAME=KIND:URL``) → the run's upstreams by name."""
-    return upstreams_mod.parse(values)
+parse_upstreams = upstreams_mod.parse
 
 
 def parse_allow_hosts(values: list[str]) -> list[tuple[str, int]]:
@@ -149,20 +147,14 @@ def agent_env(
         first, *others = up.key_vars
         env[first] = placeholders[name]
         env.update(dict.fromkeys(others, ""))
-    env |= {
-        "HTTP_PROXY": proxy,
-        "HTTPS_PROXY": proxy,
-        "http_proxy": proxy,
-        "https_proxy": proxy,
-        # The reverse endpoints are on the proxy host itself: going through the regular proxy as
-        # well would record every call twice.
-        "NO_PROXY": no_proxy,
-        "no_proxy": no_proxy,
-        "AMB_RUN_ID": run_id,
-    }
+    env |= dict.fromkeys(("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"), proxy)
+    # The reverse endpoints are on the proxy host itself: going through the regular proxy as well
+    # would record every call twice.
+    env |= {"NO_PROXY": no_proxy, "no_proxy": no_proxy, "AMB_RUN_ID": run_id}
     if view.ca_bundle:
-        for var in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"):
-            env[var] = view.ca_bundle
+        env |= dict.fromkeys(
+            ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"), view.ca_bundle
+        )
     return env
 
 
@@ -354,13 +346,8 @@ class _Recording:
         view = backend.prepare(ctx)
         _warn_what_the_agent_sees(backend, view, list(self.custody.real.values()), self.guarded)
         env = agent_env(view, proxy.ports, self.custody.placeholders, self.run_id, self.upstreams)
-        if spec.task:
-            env["AMB_TASK"] = spec.task
-        if spec.tier:
-            env["AMB_TIER"] = spec.tier
-        if view.data is not None:
-            env["AMB_DATA"] = view.data
-        return view, env
+        more = {"AMB_TASK": spec.task, "AMB_TIER": spec.tier, "AMB_DATA": view.data}
+        return view, env | {k: v for k, v in more.items() if v}
 
     def _run_started(self, view: AgentView) -> RunStarted:
         spec, backend = self.spec, self.backend
@@ -449,11 +436,9 @@ class _Recording:
         try:
             backend.close(self.handle)
         except Exception as e:  # noqa: BLE001 - the run still gets its end, saying what was not taken down
+            why = f"cannot take the run's {backend.name} resources down: {_why(e)}"
             if status != "recorder_error":
-                status, reason = (
-                    "recorder_error",
-                    f"cannot take the run's {backend.name} resources down: {_why(e)}",
-                )
+                status, reason = "recorder_error", why
         finally:
             remove_tempdir(self.tmp)
         counts = {f"proxy:{k}": v for k, v in sink.counts.items()}

@@ -1,10 +1,8 @@
-"""Who is still recording: one lock file per live run, held (``flock``) by its amb-record.
-
-The lock file ``<tmp>/amb-runs/<run_id>.lock`` is held for the recorder's whole life and names the
-temp dirs the run made, so whoever finds it unlocked (``amb gc``, the next amb-record, the watchdog)
-knows that run's recorder is gone, even after ``kill -9``, and what to remove: the kernel drops a
-dead process's ``flock``, so there is no stale pid to trust. Resources whose lock file is missing
-are judged by the pid and start time of their recorder, which their labels carry
+"""Who is still recording: one lock file per live run, ``<tmp>/amb-runs/<run_id>.lock``, held
+(``flock``) by its amb-record for its whole life and naming the temp dirs the run made. The kernel
+drops a dead process's ``flock``, so whoever finds the file unlocked (``amb gc``, the next
+amb-record, the watchdog) knows the recorder is gone, even after ``kill -9``. Resources whose lock
+file is missing are judged by their recorder's pid and start time, which their labels carry
 (docs/recording.md; the mechanism is ``schemas.tempdirs``'s).
 """
 

@@ -61,33 +61,24 @@ STEPS = (
     ("bash", "pip install --quiet monai nibabel"),
     (
         "python",
-        (
-            "import nibabel as nib\nimg = nib.load('/data/public/case_00000/ct.nii.gz')\nprint(img.shape, "
-            "img.header.get_zooms())"
-        ),
+        "import nibabel as nib\nimg = nib.load('/data/public/case_00000/ct.nii.gz')\n"
+        "print(img.shape, img.header.get_zooms())",
     ),
     (
         "python",
-        (
-            "from pipeline import run_case\nrun_case('case_00000', "
-            "out='agents_outputs/case_00000')\nprint('pilot done')"
-        ),
+        "from pipeline import run_case\nrun_case('case_00000', out='agents_outputs/case_00000')\n"
+        "print('pilot done')",
     ),
     (
         "python",
-        (
-            "import numpy as np, nibabel as nib\nm = "
-            "nib.load('agents_outputs/case_00000/organ.nii.gz').get_fdata()\nprint('voxels', int(m.sum()), "
-            "'labels', np.unique(m))"
-        ),
+        "import numpy as np, nibabel as nib\n"
+        "m = nib.load('agents_outputs/case_00000/organ.nii.gz').get_fdata()\n"
+        "print('voxels', int(m.sum()), 'labels', np.unique(m))",
     ),
     (
         "python",
-        (
-            "from pipeline import run_case\nimport glob\nfor c in "
-            "sorted(glob.glob('/data/public/*')):\n    run_case(c.split('/')[-1], out='agents_outputs/' + "
-            "c.split('/')[-1])"
-        ),
+        "from pipeline import run_case\nimport glob\nfor c in sorted(glob.glob('/data/public/*')):\n"
+        "    run_case(c.split('/')[-1], out='agents_outputs/' + c.split('/')[-1])",
     ),
 )
 
@@ -283,12 +274,7 @@ class _Run:
                 latency_ms=self.rng.uniform(1500, 20000),
             ),
         )
-        self.emit(
-            "proxy",
-            ToolCallRequested(
-                tool_call_id=tool_call_id, name=name, arguments=arguments, model_call_id=call_id
-            ),
-        )
+        self.emit("proxy", ToolCallRequested(tool_call_id, name, arguments, model_call_id=call_id))
         self.history.append(Message("assistant", reply.parts()))
         return tool_call_id, language, code
 

@@ -257,14 +257,8 @@ class _Folder:
         """The task as the source names it (checked to be a task id)."""
         c, s, r, h = self.conv, self.agent_summary, self.report, self.header
         parent = self.root.parent.name
-        task = _pick(
-            c.task,
-            s.task,
-            r.task,
-            self.vqa_report.task,
-            h.task,
-            parent if self.branch != "enhancement" else None,
-        )
+        by_path = parent if self.branch != "enhancement" else None
+        task = _pick(c.task, s.task, r.task, self.vqa_report.task, h.task, by_path)
         if (
             task
             and self.branch in ("seg", "det2d")

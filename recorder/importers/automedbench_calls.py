@@ -82,12 +82,9 @@ def read_calls(branch: str, root: Path, process: Path, limits: ImportCaps) -> li
         out = []
         for where, line in records(root, process / "api_responses.jsonl", limits):
             resp, where = as_dict(line.get("response")), f"{where}: response"
-            tokens_in, tokens_out = (
-                _tokens(resp, "input_tokens", where),
-                _tokens(resp, "output_tokens", where),
-            )
+            tokens = _tokens(resp, "input_tokens", where), _tokens(resp, "output_tokens", where)
             rec = {"finish_reason": resp.get("finish_reason"), "content": resp.get("content")}
-            out.append(_call(rec, where, None, tokens_in, tokens_out))
+            out.append(_call(rec, where, None, *tokens))
         return out
     if branch == "enhancement":
         out, prev_in, prev_out = [], 0, 0

@@ -202,38 +202,33 @@ class Recorder:
             return
         ctype = st.content_type = flow.response.headers.get("content-type", "")
         if st.api is not None:
-            if "text/event-stream" in ctype or st.api.streams_by_path:
-                st.streamed = True
-                chunks = st.chunks
+            if not ("text/event-stream" in ctype or st.api.streams_by_path):
+                return
+        elif flow.response.status_code == 101:
+            return
+        else:
+            st.sha, st.kept = hashlib.sha256(), bytearray()
+        st.streamed = True
 
-                def tee(chunk: bytes) -> bytes:
-                    # Runs once per upstream chunk: keep a reference, pass the bytes on unchanged.
-                    if chunk:
-                        if st.first_byte is None:
-                            st.first_byte = time.time()
-                        chunks.append(chunk)
+        def tee(chunk: bytes) -> bytes:
+            # Runs once per upstream chunk: a model call keeps a reference, other traffic a hash and
+            # the body while under the cap; the bytes pass on unchanged.
+            if chunk:
+                if st.first_byte is None:
+                    st.first_byte = time.time()
+                if st.sha is None:
+                    st.chunks.append(chunk)
                     return chunk
+                st.sha.update(chunk)
+                st.size += len(chunk)
+                if st.kept is not None:
+                    if len(st.kept) + len(chunk) <= NETWORK_BODY_CAP:
+                        st.kept += chunk
+                    else:
+                        st.kept = None
+            return chunk
 
-                flow.response.stream = tee
-        elif flow.response.status_code != 101:
-            st.streamed = True
-            st.sha = hashlib.sha256()
-            st.kept = bytearray()
-
-            def net_tee(chunk: bytes) -> bytes:
-                if chunk:
-                    if st.first_byte is None:
-                        st.first_byte = time.time()
-                    st.sha.update(chunk)
-                    st.size += len(chunk)
-                    if st.kept is not None:
-                        if len(st.kept) + len(chunk) <= NETWORK_BODY_CAP:
-                            st.kept += chunk
-                        else:
-                            st.kept = None
-                return chunk
-
-            flow.response.stream = net_tee
+        flow.response.stream = tee
 
     async def response(self, flow: http.HTTPFlow) -> None:
         try:
@@ -532,9 +527,7 @@ def _classify_error(msg: str, had_response: bool) -> str:
     low = msg.lower()
     if "client disconnected" in low or "client closed" in low:
         return "client_disconnected"
-    if had_response:
-        return f"upstream_reset: {msg}"
-    return f"upstream_unreachable: {msg}"
+    return f"{'upstream_reset' if had_response else 'upstream_unreachable'}: {msg}"
 
 
 def _int(value: str | None) -> int:

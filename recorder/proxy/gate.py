@@ -1,17 +1,11 @@
-"""Where the proxy may connect: the outside world and the configured upstreams, nothing else.
+"""Where the proxy may connect: the outside world and the configured upstreams, nothing else
+(the proxy connects from the host: docs/recording.md, "The proxy's destinations").
 
-The proxy makes its connections from the host, so without this gate any agent could reach what
-listens on the host's loopback, the container network's gateway, the host's other addresses or
-the private networks around it (a Docker TCP API, a notebook server, another run's proxy), by
-asking the regular proxy for ``http://127.0.0.1:PORT/`` or one of its many other spellings.
-
-A destination is allowed if it is a configured upstream or an ``--allow-host`` entry (matched by
-name and port, or by address and port), or if every address it resolves to is globally routable
-and none is one of this host's own addresses. A name is resolved once per run and the connection is
-made to the address that was checked (``server_connect`` pins it), so a DNS answer that changes
-between the check and the connection (rebinding) cannot send the proxy anywhere else. Resolution
-goes through ``getaddrinfo`` like the connection itself would, which is what turns ``127.1``,
-``2130706433``, ``0x7f.1`` or ``0177.0.0.1`` into 127.0.0.1 before it is judged.
+A destination is allowed if it is a configured upstream or an ``--allow-host`` entry (by name and
+port, or by address and port), or if every address it resolves to is globally routable and none is
+this host's own. A name is resolved once per run, through ``getaddrinfo`` as the connection would
+be (so ``127.1`` or ``0x7f.1`` is judged as 127.0.0.1), and ``server_connect`` pins the connection to
+the address that was checked, so DNS rebinding cannot send the proxy anywhere else.
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
 
 from recorder.proxy.history import Sig, args_digest, signature
 from schemas.providers.result import Reassembled, RequestInfo, ToolResult
@@ -101,15 +100,8 @@ class Ledger:
     def footprint(self) -> int:
         """Entries held: heads, calls and results without a call, each under every index (the
         capacity bounds it: a few per head)."""
-        indexes: tuple[dict[Any, Any], ...] = (
-            self._by_key,
-            self._by_opening,
-            self._by_response,
-            self._by_id,
-            self._by_wire,
-            self._dangling,
-        )
-        return len(self._heads) + sum(len(i) for i in indexes)
+        held = len(self._by_key) + len(self._by_opening) + len(self._by_response) + len(self._by_id)
+        return len(self._heads) + held + len(self._by_wire) + len(self._dangling)
 
     def record(self, provider: str, info: RequestInfo, result: Reassembled) -> list[ToolResult]:
         """One model call, in the order the calls are recorded: gives the response's tool calls

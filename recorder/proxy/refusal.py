@@ -1,10 +1,6 @@
-"""Answers the proxy gives itself. A model call refused for the run's budget gets each provider's
-own error for an exhausted quota (``schemas.providers``, kind ``quota``), so the agent's SDK raises
-the error it raises for the real thing, with amb's message in it: OpenAI's ``insufficient_quota``,
-Anthropic's ``rate_limit_error``, Google's ``RESOURCE_EXHAUSTED``, all with status 429. Every such
-answer carries ``x-should-retry: false``, which the openai and anthropic SDKs obey: a refused call
-is raised at once instead of being retried with back-off (a retry would be refused anyway).
-
+"""Answers the proxy gives itself. A model call refused for the run's budget gets its provider's
+own error for an exhausted quota (``schemas.providers``, kind ``quota``, status 429) with
+``x-should-retry: false``, so the agent's SDK raises it at once (docs/recording.md, "Budgets").
 Whatever else amb refuses (a blocked destination, a recording it cannot persist) is ``amb_error``.
 """
 

@@ -1,17 +1,11 @@
 """The proxy's write side: request and response blobs, spool appends, the tool-call ledger.
 
-Parsing, hashing, compressing and writing a multi-MB body takes tens of ms; doing it inside a
-mitmproxy hook would stall every other stream, so large bodies go to worker threads (hashing and
-compression release the GIL), while small ones are cheaper to record on the event loop
-(``EAGER_PREPARE_MIN``, ``INLINE_MAX``). The response hook awaits ``record_call`` before the client
-gets the answer (failing closed).
-
-Durability: a call is acknowledged once its blobs and event are written to the OS (they survive
-a crash or ``kill -9`` of amb-record); a flusher thread fsyncs the run's blob pack and then the
-spool every ``FLUSH_INTERVAL_S`` and at close, so an fsync is not on every call's path. Blobs go
-to the pack, not to new files, while the run lasts (``BlobWriter``); closing the sink moves them
-into the shared blob store.
-A failed write or fsync marks the sink broken: from then on the proxy refuses traffic.
+A multi-MB body takes tens of ms to parse, hash, compress and write: inside a mitmproxy hook that
+would stall every other stream, so large bodies go to worker threads (hashing and compression
+release the GIL) and small ones are recorded on the event loop (``EAGER_PREPARE_MIN``, ``INLINE_MAX``).
+A call is acknowledged once its blobs and event are written to the OS; a flusher thread fsyncs the
+run's blob pack (``BlobWriter``), then the spool, every ``FLUSH_INTERVAL_S``. A failed write or fsync
+marks the sink broken: the proxy refuses traffic from then on (docs/recording.md, "Failing closed").
 """
 
 from __future__ import annotations
