@@ -124,12 +124,7 @@ def import_folders(tmp: Path, count: int) -> list[Path]:
     from tests.recorder.importers import amb_fixtures as fx
 
     first = fx.seg_local(tmp / "src", "kidney-seg", "kidney", tmp)
-    folders = [first]
-    for i in range(1, count):
-        dest = first.parent / f"260412-{i:06x}"
-        shutil.copytree(first, dest)
-        folders.append(dest)
-    return folders
+    return [first, *(shutil.copytree(first, first.parent / f"260412-{i:06x}") for i in range(1, count))]
 
 
 def _parse_one(folder: Path) -> list:
