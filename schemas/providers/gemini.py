@@ -329,9 +329,7 @@ def _chunk(reply: Reply, parts: list[dict[str, Any]], last: bool) -> dict[str, A
             candidate["finishReason"] = reply.stop_reason
         if reply.usage is not None:
             out["usageMetadata"] = wire_usage(reply.usage)
-    out["modelVersion"] = reply.model
-    out["responseId"] = reply.id
-    return out
+    return {**out, "modelVersion": reply.model, "responseId": reply.id}
 
 
 def build_response(reply: Reply) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Any
 import zstandard
 
 from schemas.providers import brotli_bounded
+from schemas.untrusted_json import JSON_STRING
 
 SSE_MEDIA = "text/event-stream"
 
@@ -241,7 +242,7 @@ def sse_body(events: list[dict[str, Any]], named: bool = False, end: bytes = b"\
     )
 
 
-_ARRAY_TOKEN = re.compile(rb'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)|[{}]', re.DOTALL)
+_ARRAY_TOKEN = re.compile(JSON_STRING.pattern + rb"|[{}]", re.DOTALL)
 """A JSON string (skipped whole, so braces inside it do not count) or a brace."""
 
 
