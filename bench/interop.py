@@ -13,9 +13,6 @@
 - ``amb import automedbench`` of N seg run folders (built from the writer code, as in the tests),
   parse + write + ingest, in runs/s (target: >= 20 runs/s), and its ratio to ``amb generate`` +
   ingest of the same number of events through the same spool path.
-
-Run: ./just bench interop [--runs 200] [--per-run 1000] [--store DIR] [--folders 100] [--rounds 3]
-     [--events-per-file N] [--check] [--only parquet|import]
 """
 
 from __future__ import annotations

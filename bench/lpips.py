@@ -1,7 +1,5 @@
 """LPIPS in numpy (scorer/metrics/lpips.py): time per 512x512 pair, and parity with PyTorch.
 
-    python bench/lpips.py [--weights FILE.npz] [--pairs N]
-
 Without ``--weights`` a weights file of the right names and shapes is generated (seeded), so the
 figure measures the arithmetic, not a trained network. When ``torch`` is importable (it is not a
 dependency of the project: ``pip install torch`` in a separate environment), the same forward pass

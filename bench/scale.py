@@ -14,9 +14,6 @@ With ``--against CHECKOUT`` (a previous build, with its own ``.venv``: ``git wor
 ../prev COMMIT`` and ``./just default`` there), that build's ``amb`` runs each command too, right
 after this build's, on a copy of the same store. With ``--rounds N`` every figure is the median of
 N rounds, on fresh copies.
-
-Run: ./just bench scale [--small 1000] [--large 8000] [--work DIR] [--only CMD ...] [--rounds N]
-                        [--against CHECKOUT]
 """
 
 from __future__ import annotations

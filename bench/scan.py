@@ -1,8 +1,6 @@
 """Scanning throughput: one check over N synthetic runs as a Python scanner, as SQL, and as a cached
 LLM scanner.
 
-    python bench/scan.py [--runs 1000] [--calls 35] [--jobs 2] [--store DIR]
-
 Generates N synthetic runs through the real spool → ingest path (not timed), then times:
 
 - baseline: reading every run's events back and folding them (``iter_events`` + ``fold``), what any
