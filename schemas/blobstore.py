@@ -240,9 +240,7 @@ class BlobStore:
 
     def has(self, hexd: str) -> bool:
         """True if the blob is stored (packed, as far as this process has read the index, or loose)."""
-        if hexd in self._state.index or (not self._state.loaded and self._state.lookup(hexd)):
-            return True
-        return (self.root / hexd[:2] / hexd[2:]).exists()
+        return self.packed(hexd) or (self.root / hexd[:2] / hexd[2:]).exists()
 
     def packed(self, hexd: str) -> bool:
         """True if a pack holds the blob (as far as this process has read the index)."""
