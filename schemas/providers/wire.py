@@ -34,13 +34,11 @@ class ContentTooLarge(ValueError):
 def decode_content(
     raw: bytes, encoding: str | None, brotli: Any = None, limit: int | None = None
 ) -> tuple[bytes, str | None]:
-    """The body without its Content-Encoding (gzip, deflate, br, zstd, or a chain of them).
-
-    Returns ``(decoded, error)``; on a truncated or corrupt body ``decoded`` holds everything that
-    could be decoded and ``error`` says why it stopped. ``brotli`` is the brotli module (``br``).
-    With ``limit``, no step decodes to more than ``limit`` bytes: ``ContentTooLarge`` is raised
-    once one would (a few kilobytes of gzip expand to gigabytes), before that much is held.
-    """
+    """``(decoded, error)``: the body without its Content-Encoding (gzip, deflate, br, zstd, or a
+    chain of them) and None, or, for a truncated or corrupt body, all that could be decoded and why
+    it stopped. ``brotli`` is the brotli module (``br``). With ``limit``, no step decodes to more
+    than ``limit`` bytes: ``ContentTooLarge`` is raised once one would (a few kilobytes of gzip
+    expand to gigabytes), before that much is held."""
     if not encoding:
         return raw, None
     data = raw
