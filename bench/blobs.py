@@ -4,8 +4,6 @@ Builds the 200-run set once, keeps a copy of it with one zlib file per blob, and
 alternating --rounds rounds (medians), everything in the page cache: ``amb verify`` and its blob
 check alone, a blob read, the blobs' bytes and files on disk, ``amb blobs migrate`` of the loose
 copy, and the codecs on the store's small bodies. How to read them: docs/blob-packs.md.
-
-Run: ./just bench blobs [--runs 200] [--calls 50] [--rounds 3] [--keep DIR]
 """
 
 from __future__ import annotations

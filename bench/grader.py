@@ -9,8 +9,6 @@ Measures:
 - one whole case graded from .nii.gz files (read, checks, Dice) with TotalSegmentator's 117 labels;
 - SSIM on 100 512×512 slices and mAP on 1,000 images (``bench/grader_enh_det.py``);
 - the report score on 500 reports (``bench/grader_report.py``).
-
-Run: ./just bench grader [--shape 512 512 300] [--labels 2 14 117] [--skip-baseline] [--only dice]
 """
 
 from __future__ import annotations

@@ -34,8 +34,10 @@ def report_pairs(n: int) -> tuple[list[str], list[str]]:
     with tempfile.TemporaryDirectory() as tmp:
         synth.synth(spec, Path(tmp) / "ref", n, seed=0)
         synth.synth(spec, Path(tmp) / "hyp", n, seed=1)
-        refs = [(Path(tmp) / "ref/private" / spec.case_id(i) / "report.txt").read_text() for i in range(n)]
-        hyps = [(Path(tmp) / "hyp/private" / spec.case_id(i) / "report.txt").read_text() for i in range(n)]
+        hyps, refs = (
+            [(Path(tmp) / side / "private" / spec.case_id(i) / "report.txt").read_text() for i in range(n)]
+            for side in ("hyp", "ref")
+        )
     return hyps, refs
 
 

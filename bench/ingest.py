@@ -6,8 +6,6 @@ timed up to a closed database on inputs in the page cache (how to read it: docs/
 the rate means"); ``amb verify`` of the store; the aggregate query; bytes stored per event, with and
 without blob dedup. ``--against CHECKOUT`` also runs that build's ingest of the same spools in each
 round, in a child process.
-
-Run: ./just bench ingest [--runs 1000] [--per-run 1000] [--rounds 3] [--keep DIR] [--against CHECKOUT]
 """
 
 from __future__ import annotations

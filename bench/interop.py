@@ -13,9 +13,6 @@
 - ``amb import automedbench`` of N seg run folders (built from the writer code, as in the tests),
   parse + write + ingest, in runs/s (target: >= 20 runs/s), and its ratio to ``amb generate`` +
   ingest of the same number of events through the same spool path.
-
-Run: ./just bench interop [--runs 200] [--per-run 1000] [--store DIR] [--folders 100] [--rounds 3]
-     [--events-per-file N] [--check] [--only parquet|import]
 """
 
 from __future__ import annotations
@@ -124,12 +121,7 @@ def import_folders(tmp: Path, count: int) -> list[Path]:
     from tests.recorder.importers import amb_fixtures as fx
 
     first = fx.seg_local(tmp / "src", "kidney-seg", "kidney", tmp)
-    folders = [first]
-    for i in range(1, count):
-        dest = first.parent / f"260412-{i:06x}"
-        shutil.copytree(first, dest)
-        folders.append(dest)
-    return folders
+    return [first, *(shutil.copytree(first, first.parent / f"260412-{i:06x}") for i in range(1, count))]
 
 
 def _parse_one(folder: Path) -> list:

@@ -1,7 +1,5 @@
 """LPIPS in numpy (scorer/metrics/lpips.py): time per 512x512 pair, and parity with PyTorch.
 
-    python bench/lpips.py [--weights FILE.npz] [--pairs N]
-
 Without ``--weights`` a weights file of the right names and shapes is generated (seeded), so the
 figure measures the arithmetic, not a trained network. When ``torch`` is importable (it is not a
 dependency of the project: ``pip install torch`` in a separate environment), the same forward pass
@@ -93,10 +91,8 @@ def measure(args: argparse.Namespace) -> tuple[float, str]:
             make_weights(path)
         net = Lpips.load(path)
         rng = np.random.default_rng(1)
-        pairs = []
-        for _ in range(args.pairs):
-            a = rng.normal(0, 1, (512, 512)).cumsum(axis=0).cumsum(axis=1)
-            pairs.append((a + rng.normal(0, 20, a.shape), a))
+        walks = (rng.normal(0, 1, (512, 512)).cumsum(axis=0).cumsum(axis=1) for _ in range(args.pairs))
+        pairs = [(a + rng.normal(0, 20, a.shape), a) for a in walks]
         ours, t_np = timed(lambda: [net.distance(p, r) for p, r in pairs])
         t_np /= len(pairs)
         print(f"numpy LPIPS: {t_np * 1000:.0f} ms per 512x512 pair ({len(pairs)} pairs)")

@@ -7,8 +7,6 @@ buffers streams), mitmproxy with an addon that only turns streaming on (``mitm_s
 ``amb-watched``, followed by ``amb watch --all-running --json``; ``--against`` adds ``amb-prev``,
 another checkout's. Rounds interleave the targets so that machine-load drift hits all alike. What
 is measured and how to read it: docs/recording.md#overhead.
-
-Run: .venv/bin/python bench/proxy.py [--quick] [--against CHECKOUT] [--watch]
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """Rescoring throughput: N synthetic runs scored with the offline judge and with a cached LLM judge.
 
-    python bench/rescore.py [--runs 1000] [--calls 35] [--jobs 2] [--store DIR]
-
 Generates N synthetic runs through the real spool → ingest path (not timed), then times:
 
 - baseline: reading every run's events back (``replay.read.iter_events``), the floor for any rescore;

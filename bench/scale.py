@@ -7,16 +7,10 @@ child's own, from ``wait4``), per event, and the ratio large ÷ small. The LLM j
 all cached first (by a loopback fake judge, not measured); the cold ``amb sql`` drops the database
 file from the page cache first.
 
-Targets (for 8× the work): time per event within 1.15× of the small store's, peak memory within
-1.2× and under 1 GB.
-
 With ``--against CHECKOUT`` (a previous build, with its own ``.venv``: ``git worktree add --detach
 ../prev COMMIT`` and ``./just default`` there), that build's ``amb`` runs each command too, right
 after this build's, on a copy of the same store. With ``--rounds N`` every figure is the median of
 N rounds, on fresh copies.
-
-Run: ./just bench scale [--small 1000] [--large 8000] [--work DIR] [--only CMD ...] [--rounds N]
-                        [--against CHECKOUT]
 """
 
 from __future__ import annotations
@@ -47,6 +41,7 @@ AGGREGATE = (
 
 MB = 1 << 20
 TIME_RATIO, MEMORY_RATIO, MEMORY_CAP = 1.15, 1.2, 1 << 30
+"""The targets, for 8× the work: time per event and peak memory large ÷ small, peak memory."""
 
 
 class Store(NamedTuple):

@@ -7,8 +7,6 @@
   runs, then the same load again (nothing added).
 
 What each figure means and where the time goes: docs/scale-out.md, Measured.
-
-Run: ./just bench scaleout [--runs 40] [--shards 1000] [--executors local] [--only overhead|ingest]
 """
 
 from __future__ import annotations

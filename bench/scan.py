@@ -1,8 +1,6 @@
 """Scanning throughput: one check over N synthetic runs as a Python scanner, as SQL, and as a cached
 LLM scanner.
 
-    python bench/scan.py [--runs 1000] [--calls 35] [--jobs 2] [--store DIR]
-
 Generates N synthetic runs through the real spool → ingest path (not timed), then times:
 
 - baseline: reading every run's events back and folding them (``iter_events`` + ``fold``), what any
@@ -63,12 +61,9 @@ answer = "boolean"
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    for flag, default, what in (
-        ("--runs", 1000, "runs"),
-        ("--calls", 35, "model calls a run"),
-        ("--jobs", 2, ""),
-    ):
-        ap.add_argument(flag, type=int, default=default, help=what)
+    ap.add_argument("--runs", type=int, default=1000, help="runs")
+    ap.add_argument("--calls", type=int, default=35, help="model calls a run")
+    ap.add_argument("--jobs", type=int, default=2, help="")
     ap.add_argument("--store", metavar="DIR", help="reuse/keep this store (default: a temp dir)")
     figures.add_argument(ap, "scan")
     args = ap.parse_args()

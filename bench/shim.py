@@ -1,7 +1,5 @@
 """bench/shim: the shim's wall-time overhead on a process-heavy workload, inside one container.
 
-    python bench/shim.py [--n 2000] [--rounds 5]
-
 In one agent container (the real image, the docker backend's limits and flags), N short
 ``python3 -c pass`` runs are timed without the shim and N under it (the docker backend's tracer
 unless ``--tracer`` says otherwise, events streamed to a real receiver), in blocks interleaved ABBA

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
@@ -156,8 +156,7 @@ def run_step(build: Path, what: str, store: Path, *extra: object) -> dict[str, A
     done = subprocess.run(argv, env=env, cwd=build, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"bench: step {what} of {build} failed:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return cast(dict[str, Any], json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def measured(build: Path, store: Path, runs: int, kwargs: dict[str, Any], sample: int) -> dict[str, Any]:

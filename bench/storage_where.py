@@ -76,7 +76,7 @@ def where(store: Path) -> dict[str, Any]:
             columns[column] += end - offset
     con.close()
 
-    area: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    area: dict[str, Counter[str]] = defaultdict(Counter)
     packs = store / "blobs" / blobstore.PACKS
     records: dict[str, tuple[int, int, int]] = {}  # hexd -> (codec, stored, header)
     listing: dict[str, list[str]] = {}
@@ -90,16 +90,11 @@ def where(store: Path) -> dict[str, Any]:
         for c in chunks:
             if hexd in owner:
                 owner.setdefault(c, owner[hexd] + " [chunk]")
-    index_entry = packstore.ENTRY.size
     for hexd, (codec, stored, header) in records.items():
         what = owner.get(hexd, "unreferenced")
         if codec == blobcodec.CHUNKS:
             what += " [list]"
-        a = area[what]
-        a["records"] += 1
-        a["stored"] += stored
-        a["headers"] += header
-        a["index"] += index_entry
+        area[what].update(records=1, stored=stored, headers=header, index=packstore.ENTRY.size)
     spools: dict[str, int] = defaultdict(int)
     for path in (store / "spool").rglob("*"):
         if path.is_file():

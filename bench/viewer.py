@@ -6,9 +6,6 @@ answer, the payload search beside lowering every payload, a fresh server's runs 
 a deep link's first paint in headless Chromium. ``--against CHECKOUT`` measures that checkout's
 viewer in the same rounds, the two builds taking turns. What each figure means and how to read it:
 docs/viewer.md#benchmark.
-
-Run: ./just bench viewer [--store DIR] [--rebuild] [--repeat 15] [--only api|paint]
-     [--against CHECKOUT [--against-store DIR]]
 """
 
 from __future__ import annotations

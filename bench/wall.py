@@ -8,8 +8,6 @@
 
 The clone is ``git clone --local`` of this checkout's HEAD (committed work only), in a temporary
 directory removed afterwards. The end of a command's output is shown if it fails.
-
-Run: ./just bench wall [--only demo|ci]
 """
 
 from __future__ import annotations

@@ -21,13 +21,11 @@ _RESIDUES = 4
 
 
 def chunk_bounds(data: bytes) -> list[int]:
-    """End offsets of the chunks of ``data`` (the last one is ``len(data)``).
-
-    Candidates (a newline, or ``},{`` / ``}, {``) are found left to right without overlap with
-    ``bytes.find`` (memchr speed: a regex would stall the proxy's event loop). A candidate becomes a
-    cut when the chunk so far is at least MIN_CHUNK and the crc32 of the 32 bytes before it is 0 mod
-    _RESIDUES; a chunk never exceeds MAX_CHUNK.
-    """
+    """End offsets of the chunks of ``data`` (the last one is ``len(data)``). Candidates (a newline,
+    or ``},{`` / ``}, {``) are found left to right without overlap with ``bytes.find`` (memchr speed:
+    a regex would stall the proxy's event loop). A candidate becomes a cut when the chunk so far is
+    at least MIN_CHUNK and the crc32 of the 32 bytes before it is 0 mod _RESIDUES; a chunk never
+    exceeds MAX_CHUNK."""
     bounds: list[int] = []
     last = 0
     crc32 = zlib.crc32

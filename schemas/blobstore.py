@@ -127,17 +127,6 @@ class _Shared:
         with self.lock:
             return cached_fd(self.fds, pack, self.packs / (pack + packstore.PACK_SUFFIX))
 
-    def take_writer(self) -> packstore.PackWriter:
-        """The process's pack writer, opened (and the writers' lock taken) on first use."""
-        if self.writer is not None and self.writer.size < packstore.PACK_LIMIT:
-            return self.writer
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
-        self.hold()
-        self.writer = packstore.PackWriter(self.packs)
-        return self.writer
-
     def hold(self) -> None:
         """Take the writers' lock (shared; waits while gc --blobs runs), then re-read the index:
         from here on, a blob this process finds stored stays stored until it lets go."""
@@ -164,17 +153,6 @@ class _Shared:
 
 _SHARED: dict[tuple[int, str], _Shared] = {}
 _SHARED_LOCK = threading.RLock()  # (re-entered when a collection drops a store's last user meanwhile)
-
-
-def _shared(root: Path) -> tuple[tuple[int, str], _Shared]:
-    """The process's state of ``root``, with one more user."""
-    key = (os.getpid(), os.path.abspath(root))  # a forked child never writes its parent's pack
-    with _SHARED_LOCK:
-        state = _SHARED.get(key)
-        if state is None:
-            state = _SHARED[key] = _Shared(Path(key[1]))
-        state.users += 1
-        return key, state
 
 
 def _let_go(key: tuple[int, str], state: _Shared) -> None:
@@ -235,7 +213,12 @@ class DeltaBases(RecentContents):
 class BlobStore:
     def __init__(self, root: str | os.PathLike[str]):
         self.root = Path(root)
-        key, self._state = _shared(self.root)
+        key = (os.getpid(), os.path.abspath(root))  # a forked child never writes its parent's pack
+        with _SHARED_LOCK:
+            if key not in _SHARED:
+                _SHARED[key] = _Shared(Path(key[1]))
+            self._state = _SHARED[key]
+            self._state.users += 1
         # The last one dropped closes the store's descriptors (at exit, the system does).
         weakref.finalize(self, _let_go, key, self._state).atexit = False
         self._bases = DeltaBases()
@@ -257,9 +240,7 @@ class BlobStore:
 
     def has(self, hexd: str) -> bool:
         """True if the blob is stored (packed, as far as this process has read the index, or loose)."""
-        if hexd in self._state.index or (not self._state.loaded and self._state.lookup(hexd)):
-            return True
-        return (self.root / hexd[:2] / hexd[2:]).exists()
+        return self.packed(hexd) or (self.root / hexd[:2] / hexd[2:]).exists()
 
     def packed(self, hexd: str) -> bool:
         """True if a pack holds the blob (as far as this process has read the index)."""
@@ -337,7 +318,13 @@ class BlobStore:
 
     def _append(self, hexd: str, codec: int, stored: bytes | memoryview, *, sync: bool) -> None:
         state = self._state
-        entry = state.take_writer().append(hexd, codec, stored, sync=sync)
+        if state.writer is not None and state.writer.size >= packstore.PACK_LIMIT:
+            state.writer.close()
+            state.writer = None
+        if state.writer is None:  # opened (and the writers' lock taken) on first use
+            state.hold()
+            state.writer = packstore.PackWriter(state.packs)
+        entry = state.writer.append(hexd, codec, stored, sync=sync)
         state.index.put(hexd, entry)
         state.read_upto[entry.pack] = (
             state.read_upto.get(entry.pack, len(packstore.IDX_MAGIC)) + packstore.ENTRY.size

@@ -96,16 +96,11 @@ class Handler(BaseHTTPRequestHandler):
             "Transfer-Encoding" in self.headers
             or any(v.strip() != "0" for v in self.headers.get_all("Content-Length") or [])
         )
-        if ok and (why := self.wrong_host()):  # before any method's handler runs
-            self.send_error(421, why)
+        allowed = self.allowed_hosts  # checked before any method's handler runs
+        if ok and allowed and host_name(self.headers.get("Host") or "") not in allowed:
+            self.send_error(421, f"this server answers for {', '.join(sorted(allowed))} only")
             return False
         return ok
-
-    def wrong_host(self) -> str | None:
-        """Why this request's Host is not one this server answers (None when it is)."""
-        if not self.allowed_hosts or host_name(self.headers.get("Host") or "") in self.allowed_hosts:
-            return None
-        return f"this server answers for {', '.join(sorted(self.allowed_hosts))} only"
 
     def error_json(self, status: int, message: str) -> Any:
         """The JSON body of an error the HTTP layer answers (``send_error``: a malformed request,

@@ -99,10 +99,8 @@ def call_cost(
     call: ModelCallCompleted, table: PriceTable, run_model: str | None
 ) -> tuple[float, Source] | None:
     """What one call costs and where the figure comes from; None when the table has no price for it.
-
     The model is looked up as the call served it, then as it was asked for, then as the run named it
-    (``--model``); a cost the gateway reported wins over the table.
-    """
+    (``--model``); a cost the gateway reported wins over the table."""
     if call.cost_usd is not None:
         return call.cost_usd, "reported"
     price = table.find(call.model) or table.find(call.requested_model) or table.find(call.model or run_model)

@@ -95,8 +95,7 @@ def select_list(stored: Collection[str], wanted: Collection[str] = COLUMNS) -> s
 def _base(annotation: Any) -> Any:
     """``X | None`` -> X; a Literal of strings -> str."""
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        annotation = args[0]
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
     if typing.get_origin(annotation) is Literal:
         return str
     return annotation

@@ -57,11 +57,9 @@ def process_lock_path(directory: Path, pid: int, start: str | None) -> Path:
 
 
 def _shared_dir(directory: Path) -> Path:
-    """The lock directory, shared by every user's owners like /tmp itself (mode 1777).
-
-    A directory anyone can create is trusted only if it is a real directory (not a link someone
-    planted) owned by root or by us, or sticky like /tmp.
-    """
+    """The lock directory, shared by every user's owners like /tmp itself (mode 1777). A directory
+    anyone can create is trusted only if it is a real directory (not a link someone planted) owned
+    by root or by us, or sticky like /tmp."""
     with contextlib.suppress(FileExistsError):
         directory.mkdir()
         os.chmod(directory, 0o1777)
@@ -173,11 +171,9 @@ def read_lock_info(raw: bytes) -> dict[str, Any]:
 
 
 def dead_lock(path: Path) -> dict[str, Any] | None:
-    """The lock file's contents if its owner is gone (the lock is free), else None.
-
-    The lock is not kept: the caller removes the file once it has cleaned up, and no owner takes a
-    free lock back (a process's is named after it; ``RunLock`` refuses a run id whose spool exists).
-    """
+    """The lock file's contents if its owner is gone (the lock is free), else None. The lock is not
+    kept: the caller removes the file once it has cleaned up, and no owner takes a free lock back (a
+    process's is named after it; ``RunLock`` refuses a run id whose spool exists)."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError:

@@ -20,7 +20,7 @@ MAX_JSON_DEPTH = 200
 prediction is 3 levels deep, a request body with tool schemas a few dozen), far shallower than
 Python's recursion limit (1,000), which a decoder otherwise reaches."""
 
-_JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)', re.DOTALL)
+JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)', re.DOTALL)
 """A JSON string, escapes included, or an unterminated one to the end of the input: possessive, and
 every quote starts a match that succeeds, so the blanking is linear whatever the input."""
 _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
@@ -32,7 +32,7 @@ def json_depth(raw: bytes | str) -> int:
     strings blanked, then a running count of brackets. Exact for valid JSON; for invalid JSON, at
     least the depth a decoder reaches before the first error (both read strings the same way)."""
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
-    brackets = _JSON_STRING.sub(b'""', data).translate(None, _NOT_BRACKETS)
+    brackets = JSON_STRING.sub(b'""', data).translate(None, _NOT_BRACKETS)
     return max(accumulate((_STEP[b] for b in brackets), initial=0))
 
 

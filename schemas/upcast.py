@@ -17,10 +17,7 @@ Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
 def note_v1_v2(old: dict[str, Any]) -> dict[str, Any]:
     """note v1 ``{"message"}`` → v2 ``{"text", "data"}``."""
-    new = {k: v for k, v in old.items() if k != "message"}
-    new["text"] = old.get("message", "")
-    new.setdefault("data", {})
-    return new
+    return {"data": {}, **{k: v for k, v in old.items() if k != "message"}, "text": old.get("message", "")}
 
 
 def os_text_v1_v2(fields: tuple[str, ...], old: dict[str, Any]) -> dict[str, Any]:

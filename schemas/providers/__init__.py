@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from schemas.events import Usage
 from schemas.providers import anthropic_messages, gemini, openai_chat, openai_responses
@@ -137,10 +137,9 @@ def parse_request(api: Api, body: Any) -> RequestInfo:
 def parse_response(api: Api, body: bytes, media_type: str) -> Reassembled:
     """The response reassembled from its decoded body: a stream of events, or one JSON body."""
     if SSE_MEDIA in media_type:
-        result: Reassembled = api.module.parse_stream(body)
-        return result
+        return cast(Reassembled, api.module.parse_stream(body))
     parsed = loads(body)
-    result = api.module.parse_json(parsed, body)
+    result: Reassembled = api.module.parse_json(parsed, body)
     result.complete = parsed is not None
     return result
 
@@ -178,8 +177,7 @@ def by_shape(body: Any) -> Api | None:
 def build_response(api: Api, reply: Reply, stream: bool = False, path: str = "") -> bytes:
     """The body a provider answers ``reply`` with, whole or as its stream (as ``path`` asks)."""
     if stream:
-        data: bytes = api.module.build_stream(reply, path)
-        return data
+        return cast(bytes, api.module.build_stream(reply, path))
     return json.dumps(api.module.build_response(reply), ensure_ascii=False).encode()
 
 
@@ -201,20 +199,17 @@ def as_recorded_stream(api_name: str, media: str, body: bytes, path: str) -> tup
 
 def error_body(provider: str, status: int, message: str, kind: str) -> dict[str, Any]:
     """An error in the provider's own shape, so its SDK raises what it raises for the real thing."""
-    body: dict[str, Any] = MODULES.get(provider, openai_chat).error_body(status, message, kind)
-    return body
+    return cast(dict[str, Any], MODULES.get(provider, openai_chat).error_body(status, message, kind))
 
 
 def model_list(provider: str, models: dict[str, str]) -> dict[str, Any]:
     """``GET .../models`` in the provider's shape: ``models``, each with the provider that served it."""
-    body: dict[str, Any] = MODULES.get(provider, openai_chat).model_list(models)
-    return body
+    return cast(dict[str, Any], MODULES.get(provider, openai_chat).model_list(models))
 
 
 def model_entry(provider: str, model: str, owner: str) -> dict[str, Any]:
     """``GET .../models/MODEL`` in the provider's shape."""
-    body: dict[str, Any] = MODULES.get(provider, openai_chat).model_entry(model, owner)
-    return body
+    return cast(dict[str, Any], MODULES.get(provider, openai_chat).model_entry(model, owner))
 
 
 def estimate_usage(req: RequestInfo, result: Reassembled) -> Usage:

@@ -38,14 +38,8 @@ def _decoder_library(path: str | None) -> Any:
     lib.BrotliDecoderCreateInstance.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     lib.BrotliDecoderDestroyInstance.argtypes = [ctypes.c_void_p]
     lib.BrotliDecoderDecompressStream.restype = ctypes.c_int
-    lib.BrotliDecoderDecompressStream.argtypes = [
-        ctypes.c_void_p,
-        _sizep,
-        ctypes.POINTER(_u8p),
-        _sizep,
-        ctypes.POINTER(_u8p),
-        _sizep,
-    ]
+    sized = (_sizep, ctypes.POINTER(_u8p))  # (bytes available, next byte): the input's, the output's
+    lib.BrotliDecoderDecompressStream.argtypes = [ctypes.c_void_p, *sized, *sized, _sizep]
     lib.BrotliDecoderGetErrorCode.restype = ctypes.c_int
     lib.BrotliDecoderGetErrorCode.argtypes = [ctypes.c_void_p]
     lib.BrotliDecoderErrorString.restype = ctypes.c_char_p
@@ -90,12 +84,7 @@ def decode(data: bytes, brotli: Any, limit: int, out: bytearray) -> bool:
             want = min(ROOM, limit + 1 - len(out))
             next_out, available_out = ctypes.cast(room, _u8p), ctypes.c_size_t(want)
             result = lib.BrotliDecoderDecompressStream(
-                state,
-                ctypes.byref(available_in),
-                ctypes.byref(next_in),
-                ctypes.byref(available_out),
-                ctypes.byref(next_out),
-                None,
+                state, *map(ctypes.byref, (available_in, next_in, available_out, next_out)), None
             )
             out += memoryview(room)[: want - available_out.value]
             if len(out) > limit:

@@ -105,9 +105,7 @@ def _response_text(response: Any) -> str:
 
 
 def _is_error(response: Any) -> bool | None:
-    if isinstance(response, dict) and "error" in response:
-        return True
-    return None
+    return True if isinstance(response, dict) and "error" in response else None
 
 
 def usage(u: Any) -> Usage | None:
@@ -331,16 +329,7 @@ def _chunk(reply: Reply, parts: list[dict[str, Any]], last: bool) -> dict[str, A
             candidate["finishReason"] = reply.stop_reason
         if reply.usage is not None:
             out["usageMetadata"] = wire_usage(reply.usage)
-    out["modelVersion"] = reply.model
-    out["responseId"] = reply.id
-    return out
-
-
-def _call(t: Any) -> dict[str, Any]:
-    call: dict[str, Any] = {"name": t.name, "args": args_object(t.arguments)[0]}
-    if t.id:
-        call["id"] = t.id
-    return {"functionCall": call}
+    return {**out, "modelVersion": reply.model, "responseId": reply.id}
 
 
 def build_response(reply: Reply) -> dict[str, Any]:
@@ -403,7 +392,8 @@ def _wire_part(p: Part) -> dict[str, Any]:
     if p.kind == Kind.IMAGE:
         return {"fileData": {"mimeType": "image/*", "fileUri": p.url}}
     if p.kind == Kind.TOOL_CALL:
-        return _call(p)
+        call = {"name": p.name, "args": args_object(p.arguments)[0]}
+        return {"functionCall": {**call, "id": p.id} if p.id else call}
     if p.kind == Kind.TOOL_RESULT:
         response: dict[str, Any] = {"name": p.name, "response": {"error" if p.is_error else "output": p.text}}
         return {"functionResponse": {**response, "id": p.id} if p.id else response}

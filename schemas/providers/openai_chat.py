@@ -212,8 +212,8 @@ def build_request(conv: Conversation, stream: bool = False) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": conv.model,
         "messages": [m for msg in conv.messages for m in _wire_messages(msg)],
+        "tools": [tool_entry(t) for t in conv.tools],
     }
-    body["tools"] = [tool_entry(t) for t in conv.tools]
     if stream:
         body["stream"] = True
     return body

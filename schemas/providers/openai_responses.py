@@ -26,8 +26,6 @@ def api_for(path: str) -> str | None:
 
 TOOL_CALL_TYPES = ("function_call", "custom_tool_call")
 TOOL_OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output")
-
-
 INPUT_ROLES = ("user", "system", "developer")
 
 

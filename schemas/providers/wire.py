@@ -22,6 +22,7 @@ from typing import Any
 import zstandard
 
 from schemas.providers import brotli_bounded
+from schemas.untrusted_json import JSON_STRING
 
 SSE_MEDIA = "text/event-stream"
 
@@ -33,13 +34,11 @@ class ContentTooLarge(ValueError):
 def decode_content(
     raw: bytes, encoding: str | None, brotli: Any = None, limit: int | None = None
 ) -> tuple[bytes, str | None]:
-    """The body without its Content-Encoding (gzip, deflate, br, zstd, or a chain of them).
-
-    Returns ``(decoded, error)``; on a truncated or corrupt body ``decoded`` holds everything that
-    could be decoded and ``error`` says why it stopped. ``brotli`` is the brotli module (``br``).
-    With ``limit``, no step decodes to more than ``limit`` bytes: ``ContentTooLarge`` is raised
-    once one would (a few kilobytes of gzip expand to gigabytes), before that much is held.
-    """
+    """``(decoded, error)``: the body without its Content-Encoding (gzip, deflate, br, zstd, or a
+    chain of them) and None, or, for a truncated or corrupt body, all that could be decoded and why
+    it stopped. ``brotli`` is the brotli module (``br``). With ``limit``, no step decodes to more
+    than ``limit`` bytes: ``ContentTooLarge`` is raised once one would (a few kilobytes of gzip
+    expand to gigabytes), before that much is held."""
     if not encoding:
         return raw, None
     data = raw
@@ -241,7 +240,7 @@ def sse_body(events: list[dict[str, Any]], named: bool = False, end: bytes = b"\
     )
 
 
-_ARRAY_TOKEN = re.compile(rb'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)|[{}]', re.DOTALL)
+_ARRAY_TOKEN = re.compile(JSON_STRING.pattern + rb"|[{}]", re.DOTALL)
 """A JSON string (skipped whole, so braces inside it do not count) or a brace."""
 
 
