@@ -18,15 +18,7 @@ from amb.output import emit
 from replay.live import RunFollower, SpoolTail
 from replay.read import check_run_id
 from replay.store import DB_NAME, Store, resolve
-from replay.workspace import (
-    FILE_KINDS,
-    MOMENT_KINDS,
-    Workspace,
-    at_moment,
-    checkout,
-    diff,
-    run_events,
-)
+from replay.workspace import FILE_KINDS, MOMENT_KINDS, Workspace, at_moment, checkout, diff, run_events
 from schemas.blobstore import BlobStore
 from schemas.codec import ID_RE, Event
 from schemas.display import one_line

@@ -19,14 +19,7 @@ from amb.common import escape_output, fail, store_option
 from recorder.budget import DEFAULT_PRICE_TABLE, Budget, checked
 from recorder.isolation import MODES as ISOLATION_MODES
 from recorder.proxy.upstreams import DEFAULT_KINDS
-from recorder.run import (
-    DEFAULT_GRACE_S,
-    RunSpec,
-    parse_allow_hosts,
-    parse_labels,
-    parse_upstreams,
-    record,
-)
+from recorder.run import DEFAULT_GRACE_S, RunSpec, parse_allow_hosts, parse_labels, parse_upstreams, record
 from replay.read import check_run_id
 from replay.replayer.recorded import MODES as MATCH_MODES
 from schemas.errors import AmbError, BadInput, UsageError, quoted
