@@ -152,16 +152,6 @@ def content_hash(role: str, base_id: str, files: dict[str, bytes] | None = None)
     return h.hexdigest()[:16]
 
 
-def _write_context(dest: Path, files: dict[str, bytes], ca: Path | None) -> None:
-    for rel, data in files.items():
-        path = dest / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    # An empty bundle makes pip fall back to failing loudly on TLS, which is the honest outcome
-    # when the machine has no CA bundle at all.
-    (dest / "build-ca.pem").write_bytes(ca.read_bytes() if ca else b"")
-
-
 def _rootfs_packages() -> list[str]:
     lines = _build_file("base", "packages.txt").decode("utf-8").splitlines()
     return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
@@ -293,7 +283,13 @@ def _build(client, role: str, tag: str, files: dict[str, bytes], base: str, base
     import docker.errors
 
     with tempdir(f"amb-{role}-ctx-") as tmp:
-        _write_context(tmp, files, build_ca_bundle())
+        for rel, data in files.items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_bytes(data)
+        # An empty bundle makes pip fall back to failing loudly on TLS, which is the honest outcome
+        # when the machine has no CA bundle at all.
+        ca = build_ca_bundle()
+        (tmp / "build-ca.pem").write_bytes(ca.read_bytes() if ca else b"")
         _say(log, f"building {tag} on {base}")
         last: list[str] = []
         try:
