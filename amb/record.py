@@ -74,17 +74,6 @@ TEXT_OPTIONS = "task run_id labels agent_name model upstreams allow_hosts gpus r
 are recorded whatever their bytes."""
 
 
-def _check_text(args: RecordArgs) -> None:
-    """Refuse an option that is not text before anything is created: a byte that is not UTF-8 would
-    fail only when run.started is written, after the run's spool has claimed its id."""
-    flags = {p.name: p.opts[-1] for p in record_cmd.params if isinstance(p, click.Option)}
-    for name in TEXT_OPTIONS:
-        value = getattr(args, name)
-        for v in value if isinstance(value, tuple) else (value,):
-            if isinstance(v, str) and not is_utf8(v):
-                raise BadInput(f"{flags[name]} {quoted(v)}: not UTF-8 text")
-
-
 def _backend(name: str, gpus: str | None, shim: bool, isolation: str | None):
     if name == "local":
         from recorder.local_backend import LocalBackend
@@ -263,7 +252,13 @@ def record_cmd(**params: Any) -> None:
 
 def _check(args: RecordArgs) -> None:
     """Every option, checked before anything is made or looked up (a spool, a replayed run)."""
-    _check_text(args)
+    # Not UTF-8 would fail only when run.started is written, after the run's spool has claimed its id.
+    flags = {p.name: p.opts[-1] for p in record_cmd.params if isinstance(p, click.Option)}
+    for name in TEXT_OPTIONS:
+        value = getattr(args, name)
+        for v in value if isinstance(value, tuple) else (value,):
+            if isinstance(v, str) and not is_utf8(v):
+                raise BadInput(f"{flags[name]} {quoted(v)}: not UTF-8 text")
     if args.run_id is not None:
         check_run_id(args.run_id)
     if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):
