@@ -33,20 +33,11 @@ DEFAULT_BASE = "python:3.11-slim-bookworm"
 ROOTFS_SUITE = "bookworm"
 ROLES = ("agent", "grader")
 
-SHIM_FILES = (
-    "__init__.py",
-    "__main__.py",
-    "wire.py",
-    "notify.py",
-    "launch.py",
-    "kernel.py",
-    "connects.py",
-    "seccomp.py",
-    "strace.py",
-    "watch.py",
-    "procpoll.py",
-    "oomwatch.py",
-    "shim.py",
+SHIM_FILES = tuple(
+    f"{module}.py"
+    for module in (
+        "__init__ __main__ wire notify launch kernel connects seccomp strace watch procpoll oomwatch shim"
+    ).split()
 )
 """The container side of recorder/shim (stdlib + msgspec only; the receiver stays on the host)."""
 
