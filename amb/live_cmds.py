@@ -356,12 +356,8 @@ def files_cmd(run: str, at: str, between: tuple[str, str] | None, as_json: bool,
     rows = [f.row() for _, f in sorted(ws.files.items())]
     if as_json:
         outside = [f.row() for f in ws.outside.values()]
-        click.echo(
-            json.dumps(
-                {"moment": ws.moment.label, "files": rows, "outside": outside, "refused": ws.refused},
-                indent=2,
-            )
-        )
+        shown = {"moment": ws.moment.label, "files": rows, "outside": outside, "refused": ws.refused}
+        click.echo(json.dumps(shown, indent=2))
         return
     cols = ["path", "size", "sha256", "kept", "event", "note"]
     emit(cols, [[r[c] for c in cols] for r in rows])
