@@ -76,21 +76,20 @@ def build_agent_image() -> str:
     a Debian root filesystem: directly when that base is here and the public one is not."""
     from amb.images import DEFAULT_BASE, ImageError, docker_client, ensure_images, rootfs_tag
 
-    log = _say
     forced = os.environ.get("AMB_BASE_FROM_ROOTFS", "") not in ("", "0") or os.environ.get("AMB_BASE_IMAGE")
     if not forced:
         client = docker_client()
         names = {t for image in client.images.list() for t in image.tags}
         if DEFAULT_BASE not in names and rootfs_tag() in names:
-            return ensure_images(("agent",), from_rootfs=True, log=log)["agent"].tag
+            return ensure_images(("agent",), from_rootfs=True, log=_say)["agent"].tag
     try:
-        return ensure_images(("agent",), log=log)["agent"].tag
+        return ensure_images(("agent",), log=_say)["agent"].tag
     except ImageError as e:
         if forced or os.geteuid() != 0 or shutil.which("debootstrap") is None:
             raise
         _say(f"{e}")
         _say("no registry reachable: building the base from a Debian root filesystem instead")
-        return ensure_images(("agent",), from_rootfs=True, log=log)["agent"].tag
+        return ensure_images(("agent",), from_rootfs=True, log=_say)["agent"].tag
 
 
 def choose_backend(asked: str) -> tuple[str, str]:

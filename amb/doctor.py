@@ -371,17 +371,10 @@ def check_installation() -> Check:
     """The data files the commands read are in this installation (a partial install names them)."""
     from importlib.util import find_spec
 
-    wanted = [
-        ("images", f"{role}/{name}")
-        for role, names in (
-            ("agent", ("Dockerfile", "requirements.txt")),
-            ("grader", ("Dockerfile", "requirements.txt")),
-            ("base", ("packages.txt",)),
-        )
-        for name in names
-    ]
-    wanted += [("amb", "demo-sweep.toml"), ("scorer", "profiles/paper-2026-06.toml")]
-    wanted += [("schemas", "prices/openrouter-2026-05-28.toml"), ("tasks", "kidney-seg/spec.toml")]
+    wanted = [("images", f"{r}/{n}") for r in ("agent", "grader") for n in ("Dockerfile", "requirements.txt")]
+    wanted += [("images", "base/packages.txt"), ("amb", "demo-sweep.toml")]
+    wanted += [("scorer", "profiles/paper-2026-06.toml"), ("schemas", "prices/openrouter-2026-05-28.toml")]
+    wanted += [("tasks", "kidney-seg/spec.toml")]
     # The report grader's METEOR 1.5 jar comes with the pycocoevalcap dependency.
     wanted += [("pycocoevalcap", "meteor/meteor-1.5.jar")]
 
@@ -456,16 +449,9 @@ def doctor(store: str, judge: str, as_json: bool) -> None:
     checks = run_checks(Path(store), judge)
     failed = [c for c in checks if c.status == "fail"]
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "ok": not failed,
-                    "seconds": round(time.monotonic() - t0, 2),
-                    "checks": [asdict(c) for c in checks],
-                },
-                indent=2,
-            )
-        )
+        seconds = round(time.monotonic() - t0, 2)
+        shown = {"ok": not failed, "seconds": seconds, "checks": [asdict(c) for c in checks]}
+        click.echo(json.dumps(shown, indent=2))
     else:
         width = max(len(c.name) for c in checks)
         for c in checks:

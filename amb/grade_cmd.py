@@ -50,16 +50,8 @@ def grade_in_container(
         str(sub): {"bind": "/submission", "mode": "ro"},
         str(ref): {"bind": "/reference", "mode": "ro"},
     }
-    argv = [
-        "python",
-        "-m",
-        "scorer.grader",
-        task_id,
-        "--submission",
-        "/submission",
-        "--reference",
-        "/reference",
-    ]
+    argv = ["python", "-m", "scorer.grader", task_id]
+    argv += ["--submission", "/submission", "--reference", "/reference"]
     if profile:
         load_options(profile)  # a bad profile is one line here, before a container starts
     if profile and Path(profile).is_file():

@@ -33,20 +33,11 @@ DEFAULT_BASE = "python:3.11-slim-bookworm"
 ROOTFS_SUITE = "bookworm"
 ROLES = ("agent", "grader")
 
-SHIM_FILES = (
-    "__init__.py",
-    "__main__.py",
-    "wire.py",
-    "notify.py",
-    "launch.py",
-    "kernel.py",
-    "connects.py",
-    "seccomp.py",
-    "strace.py",
-    "watch.py",
-    "procpoll.py",
-    "oomwatch.py",
-    "shim.py",
+SHIM_FILES = tuple(
+    f"{module}.py"
+    for module in (
+        "__init__ __main__ wire notify launch kernel connects seccomp strace watch procpoll oomwatch shim"
+    ).split()
 )
 """The container side of recorder/shim (stdlib + msgspec only; the receiver stays on the host)."""
 
@@ -150,16 +141,6 @@ def content_hash(role: str, base_id: str, files: dict[str, bytes] | None = None)
     for rel in sorted(files):
         h.update(rel.encode() + b"\0" + hashlib.sha256(files[rel]).digest())
     return h.hexdigest()[:16]
-
-
-def _write_context(dest: Path, files: dict[str, bytes], ca: Path | None) -> None:
-    for rel, data in files.items():
-        path = dest / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    # An empty bundle makes pip fall back to failing loudly on TLS, which is the honest outcome
-    # when the machine has no CA bundle at all.
-    (dest / "build-ca.pem").write_bytes(ca.read_bytes() if ca else b"")
 
 
 def _rootfs_packages() -> list[str]:
@@ -293,7 +274,13 @@ def _build(client, role: str, tag: str, files: dict[str, bytes], base: str, base
     import docker.errors
 
     with tempdir(f"amb-{role}-ctx-") as tmp:
-        _write_context(tmp, files, build_ca_bundle())
+        for rel, data in files.items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_bytes(data)
+        # An empty bundle makes pip fall back to failing loudly on TLS, which is the honest outcome
+        # when the machine has no CA bundle at all.
+        ca = build_ca_bundle()
+        (tmp / "build-ca.pem").write_bytes(ca.read_bytes() if ca else b"")
         _say(log, f"building {tag} on {base}")
         last: list[str] = []
         try:

@@ -18,15 +18,7 @@ from amb.output import emit
 from replay.live import RunFollower, SpoolTail
 from replay.read import check_run_id
 from replay.store import DB_NAME, Store, resolve
-from replay.workspace import (
-    FILE_KINDS,
-    MOMENT_KINDS,
-    Workspace,
-    at_moment,
-    checkout,
-    diff,
-    run_events,
-)
+from replay.workspace import FILE_KINDS, MOMENT_KINDS, Workspace, at_moment, checkout, diff, run_events
 from schemas.blobstore import BlobStore
 from schemas.codec import ID_RE, Event
 from schemas.display import one_line
@@ -364,12 +356,8 @@ def files_cmd(run: str, at: str, between: tuple[str, str] | None, as_json: bool,
     rows = [f.row() for _, f in sorted(ws.files.items())]
     if as_json:
         outside = [f.row() for f in ws.outside.values()]
-        click.echo(
-            json.dumps(
-                {"moment": ws.moment.label, "files": rows, "outside": outside, "refused": ws.refused},
-                indent=2,
-            )
-        )
+        shown = {"moment": ws.moment.label, "files": rows, "outside": outside, "refused": ws.refused}
+        click.echo(json.dumps(shown, indent=2))
         return
     cols = ["path", "size", "sha256", "kept", "event", "note"]
     emit(cols, [[r[c] for c in cols] for r in rows])

@@ -19,14 +19,7 @@ from amb.common import escape_output, fail, store_option
 from recorder.budget import DEFAULT_PRICE_TABLE, Budget, checked
 from recorder.isolation import MODES as ISOLATION_MODES
 from recorder.proxy.upstreams import DEFAULT_KINDS
-from recorder.run import (
-    DEFAULT_GRACE_S,
-    RunSpec,
-    parse_allow_hosts,
-    parse_labels,
-    parse_upstreams,
-    record,
-)
+from recorder.run import DEFAULT_GRACE_S, RunSpec, parse_allow_hosts, parse_labels, parse_upstreams, record
 from replay.read import check_run_id
 from replay.replayer.recorded import MODES as MATCH_MODES
 from schemas.errors import AmbError, BadInput, UsageError, quoted
@@ -79,17 +72,6 @@ class RecordArgs:
 TEXT_OPTIONS = "task run_id labels agent_name model upstreams allow_hosts gpus replay_run".split()
 """The options recorded as text (``run.started``): each must be UTF-8. Paths and the command's argv
 are recorded whatever their bytes."""
-
-
-def _check_text(args: RecordArgs) -> None:
-    """Refuse an option that is not text before anything is created: a byte that is not UTF-8 would
-    fail only when run.started is written, after the run's spool has claimed its id."""
-    flags = {p.name: p.opts[-1] for p in record_cmd.params if isinstance(p, click.Option)}
-    for name in TEXT_OPTIONS:
-        value = getattr(args, name)
-        for v in value if isinstance(value, tuple) else (value,):
-            if isinstance(v, str) and not is_utf8(v):
-                raise BadInput(f"{flags[name]} {quoted(v)}: not UTF-8 text")
 
 
 def _backend(name: str, gpus: str | None, shim: bool, isolation: str | None):
@@ -270,7 +252,13 @@ def record_cmd(**params: Any) -> None:
 
 def _check(args: RecordArgs) -> None:
     """Every option, checked before anything is made or looked up (a spool, a replayed run)."""
-    _check_text(args)
+    # Not UTF-8 would fail only when run.started is written, after the run's spool has claimed its id.
+    flags = {p.name: p.opts[-1] for p in record_cmd.params if isinstance(p, click.Option)}
+    for name in TEXT_OPTIONS:
+        value = getattr(args, name)
+        for v in value if isinstance(value, tuple) else (value,):
+            if isinstance(v, str) and not is_utf8(v):
+                raise BadInput(f"{flags[name]} {quoted(v)}: not UTF-8 text")
     if args.run_id is not None:
         check_run_id(args.run_id)
     if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):

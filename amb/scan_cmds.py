@@ -42,18 +42,7 @@ def _f(v: Any) -> str:
 
 
 def validation_text(results: list[dict[str, Any]]) -> str:
-    cols = [
-        "target",
-        "runs",
-        "agreement",
-        "kappa",
-        "alpha",
-        "precision",
-        "recall",
-        "F1",
-        "kappa 95%",
-        "disagree",
-    ]
+    cols = [*"target runs agreement kappa alpha precision recall F1".split(), "kappa 95%", "disagree"]
     rows = []
     for r in results:
         ci = r["intervals"].get("kappa")

@@ -63,7 +63,12 @@ def ingest(store: str, spools: str, runs: tuple[str, ...], sources: tuple[str, .
         if runs:
             raise UsageError("give RUNS or --from DIR, not both")
         sys.exit(_ingest_from(store, [Path(s) for s in sources], as_json=as_json, spool_mode=spools))
-    _check_ingest_input(store, runs)
+    # Something to ingest, or a store already there: a mistyped --store is not made a new, empty
+    # store, and a RUN with neither spools nor events is not found.
+    root = resolve(store)
+    if not (root / DB_NAME).exists() and not (root / "spool").is_dir():
+        raise NotFound(f"no store and no spools at {root}: nothing to ingest (check --store or AMB_STORE)")
+    stored_only(store, runs)
     try:
         report = ingest_store(store, list(runs) or None, progress=progress("ingest"), spool_mode=spools)
     except AmbError as e:
@@ -144,15 +149,6 @@ def _ingest_from(store: str, sources: list[Path], *, as_json: bool, spool_mode: 
                 f"{len(s['duplicates'])} duplicate(s) kept aside, {len(s['refused'])} refused"
             )
     return 1 if failed else 2 if taken else 0
-
-
-def _check_ingest_input(store: str, runs: tuple[str, ...]) -> None:
-    """Something to ingest, or a store already there: a mistyped --store is not made a new, empty
-    store, and a RUN with neither spools nor events is not found."""
-    root = resolve(store)
-    if not (root / DB_NAME).exists() and not (root / "spool").is_dir():
-        raise NotFound(f"no store and no spools at {root}: nothing to ingest (check --store or AMB_STORE)")
-    stored_only(store, runs)
 
 
 def _say_ingested(report) -> None:

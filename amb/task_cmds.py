@@ -19,17 +19,8 @@ from tasks.registry import all_specs, brief, load_spec
 LIST_COLUMNS = ["id", "track", "name", "modality", "cases", "metric", "time_limit_s", "converter"]
 
 
-def _row(spec: TaskSpec) -> list:
-    return [
-        spec.id,
-        spec.track,
-        spec.name,
-        spec.modality,
-        spec.cases,
-        spec.metric.name,
-        spec.time_limit_s,
-        spec.converter or None,
-    ]
+def _row(s: TaskSpec) -> list:
+    return [s.id, s.track, s.name, s.modality, s.cases, s.metric.name, s.time_limit_s, s.converter or None]
 
 
 @click.group()

@@ -65,12 +65,8 @@ def select(layout: Layout) -> Selection:
             continue
         cell, attempt = parse_run_id(name)
         if info.run_id != name or info.cell != cell or info.attempt != attempt:
-            sel.refused.append(
-                (
-                    str(path),
-                    f"shard.json claims run {info.run_id!r} (cell {info.cell!r}), the shard is {name!r}",
-                )
-            )
+            why = f"shard.json claims run {info.run_id!r} (cell {info.cell!r}), the shard is {name!r}"
+            sel.refused.append((str(path), why))
             continue
         if info.status == "completed":
             completed.setdefault(info.cell, []).append((attempt, name))

@@ -73,10 +73,7 @@ class SweepOutcome:
         return out
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "cells": [cell_dict(c) for c in self.cells],
-            "interrupted": self.interrupted,
-        }
+        return {"cells": [cell_dict(c) for c in self.cells], "interrupted": self.interrupted}
 
 
 def plan_cells(spec: SweepSpec, layout: Layout) -> list[CellState]:

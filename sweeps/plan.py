@@ -148,12 +148,9 @@ def line_of(text: str, path: list[str | int]) -> int | None:
 
 def _path_of(message: str) -> list[str | int]:
     m = re.search(r"at `\$((?:\.[A-Za-z0-9_]+|\[\d+\])*)`", message)
-    parts: list[str | int] = []
-    if m:
-        for key, idx in re.findall(r"\.([A-Za-z0-9_]+)|\[(\d+)\]", m.group(1)):
-            parts.append(int(idx) if idx else key)
-    u = re.search(r"unknown field `([^`]+)`", message)
-    if u:
+    found = re.findall(r"\.([A-Za-z0-9_]+)|\[(\d+)\]", m.group(1)) if m else []
+    parts: list[str | int] = [int(idx) if idx else key for key, idx in found]
+    if u := re.search(r"unknown field `([^`]+)`", message):
         parts.append(u.group(1))
     return parts
 

@@ -25,7 +25,7 @@ import msgspec
 
 from schemas.durable import fsync_dir, read_small, write_durably
 from schemas.errors import UsageError
-from sweeps.spec import RunSpec
+from sweeps.spec import RunSpec, encode
 
 SHARD_FILE = "shard.json"
 EXEC_FILE = "exec.json"
@@ -86,8 +86,6 @@ def new_token() -> str:
 
 
 def write_spec(layout: Layout, spec: RunSpec) -> Path:
-    from sweeps.spec import encode
-
     path = layout.spec_file(spec.run_id)
     write_durably(path, encode(spec))
     return path

@@ -103,7 +103,7 @@ def sbatch_script(
     if cpus:
         directives.append(f"--cpus-per-task={math.ceil(cpus)}")
     if memory:
-        directives.append(f"--mem={_slurm_memory(memory)}")
+        directives.append(f"--mem={memory.upper().rstrip('B')}")  # docker's 8g / 512m as 8G / 512M
     if gpus:
         per_task = options.gpus_per_task or gpus
         directives.append(f"--gres={options.gres or f'gpu:{per_task}'}")
@@ -124,11 +124,6 @@ def sbatch_script(
         "",
     ]
     return "\n".join(lines)
-
-
-def _slurm_memory(memory: str) -> str:
-    """Docker's ``8g`` / ``512m`` as ``sbatch --mem`` takes it (``8G``, ``512M``)."""
-    return memory.upper().rstrip("B")
 
 
 class SlurmExecutor:

@@ -115,8 +115,7 @@ def parse_run_id(value: str) -> tuple[str, int]:
     """The cell key and the attempt number of a run id made by :func:`run_id`."""
     m = re.fullmatch(r"(.+?)(?:\.a(\d+))?", value)
     assert m is not None  # the pattern matches every string
-    attempt = int(m.group(2)) if m.group(2) else 1
-    return m.group(1), attempt
+    return m.group(1), int(m.group(2) or 1)
 
 
 def encode(spec: RunSpec) -> bytes:

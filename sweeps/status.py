@@ -68,11 +68,8 @@ def sweep_status(root: Path) -> dict[str, Any]:
             raise UsageError(f"{layout.root / PLAN_FILE}: cell {c.key} names an unknown agent {c.agent!r}")
         state = CellState(c.sweep, agent, TaskRef(c.task), c.tier, c.repeat)
         read_cell(layout, state, plan.max_attempts)
-        if (
-            state.state == "pending"
-            and state.attempts
-            and live.get(state.attempts[-1][0]) in ("queued", "running")
-        ):
+        last = state.attempts[-1][0] if state.attempts else None
+        if state.state == "pending" and live.get(last or "") in ("queued", "running"):
             state.state = "running"
         cells.append(state)
     lost = sum(

@@ -416,18 +416,8 @@ def submit(ctx: Context) -> Decision:
 
 
 STEPS: dict[str, Callable[[Context], Decision]] = {
-    "explore": explore,
-    "peek_reference": peek_reference,
-    "plan": plan,
-    "env": env,
-    "setup": setup,
-    "inspect": inspect,
-    "pilot": pilot,
-    "pilot_check": pilot_check,
-    "batch": batch,
-    "batch_retry": batch_retry,
-    "handwrite": handwrite,
-    "verify": verify,
-    "submit": submit,
+    step.__name__: step
+    for step in (explore, peek_reference, plan, env, setup, inspect, pilot, pilot_check, batch)
+    + (batch_retry, handwrite, verify, submit)
 }
 """Each step the policy can take, by name (``agents.baseline.policy`` picks one)."""
