@@ -31,6 +31,10 @@ def _x100(v: float | None) -> float | None:
     return None if v is None else round(100 * v, 1)
 
 
+def _pct(part: float, whole: float) -> float | None:
+    return round(100 * part / whole, 1) if whole else None
+
+
 def pearson(xs: list[float], ys: list[float]) -> float | None:
     n = len(xs)
     if n < 3:
@@ -216,22 +220,18 @@ def _leaderboard(g: _Tally) -> list[dict[str, Any]]:
 
 
 def _medals(g: _Tally) -> list[dict[str, Any]]:
-    out = []
-    for m in g.models + ["(all)"]:
-        s = g.of(m)
-        out.append(
-            {
-                "model": m,
-                "runs": s.runs,
-                **{k: s.medals.get(k, 0) for k in get_args(Medal)},
-                **{k: s.ratings.get(k, 0) for k in get_args(Rating)},
-                "unrated": s.ratings.get(None, 0),
-                "resolved_pct": (
-                    round(100 * (s.ratings["A"] + s.ratings["B"]) / s.runs, 1) if s.runs else None
-                ),
-            }
-        )
-    return out
+    return [
+        {
+            "model": m,
+            "runs": s.runs,
+            **{k: s.medals.get(k, 0) for k in get_args(Medal)},
+            **{k: s.ratings.get(k, 0) for k in get_args(Rating)},
+            "unrated": s.ratings.get(None, 0),
+            "resolved_pct": _pct(s.ratings["A"] + s.ratings["B"], s.runs),
+        }
+        for m in g.models + ["(all)"]
+        for s in [g.of(m)]
+    ]
 
 
 def _per_track(g: _Tally) -> list[dict[str, Any]]:
@@ -259,10 +259,7 @@ def _stage_means(g: _Tally) -> list[dict[str, Any]]:
 
 def _code_shares(g: _Tally) -> list[dict[str, Any]]:
     total = sum(g.codes.values())
-    return [
-        {"code": c, "count": g.codes[c], "share_pct": round(100 * g.codes[c] / total, 1) if total else None}
-        for c in CODES
-    ]
+    return [{"code": c, "count": g.codes[c], "share_pct": _pct(g.codes[c], total)} for c in CODES]
 
 
 def _overall_by_code_count(g: _Tally) -> list[dict[str, Any]]:
@@ -277,26 +274,24 @@ def _recovery(g: _Tally) -> list[dict[str, Any]]:
     out = []
     for m in g.models + ["(all)"]:
         s = g.of(m)
-        pct = round(100 * s.recovered / s.multi, 1) if s.multi else None
+        pct = _pct(s.recovered, s.multi)
         out.append({"model": m, "runs_2plus_codes": s.multi, "completed": s.recovered, "recovery_pct": pct})
     return out
 
 
 def _cost_correlation(g: _Tally) -> list[dict[str, Any]]:
-    out = []
-    for t in g.tracks:
-        pts, tok_pts, s = g.points[t], g.token_points[t], g.get("track", t)
-        out.append(
-            {
-                "track": t,
-                "points": len(pts),
-                "pearson_r": rounded(pearson([p[0] for p in pts], [p[1] for p in pts]), 3),
-                "cost_per_run": s.cost_per_run(),
-                "tokens_per_run": rounded(s.mean("tokens"), 0),
-                "pearson_r_tokens": rounded(pearson([p[0] for p in tok_pts], [p[1] for p in tok_pts]), 3),
-            }
-        )
-    return out
+    return [
+        {
+            "track": t,
+            "points": len(pts),
+            "pearson_r": rounded(pearson([x for x, _ in pts], [y for _, y in pts]), 3),
+            "cost_per_run": s.cost_per_run(),
+            "tokens_per_run": rounded(s.mean("tokens"), 0),
+            "pearson_r_tokens": rounded(pearson([x for x, _ in tok], [y for _, y in tok]), 3),
+        }
+        for t in g.tracks
+        for pts, tok, s in [(g.points[t], g.token_points[t], g.get("track", t))]
+    ]
 
 
 def _cost_unknown(g: _Tally) -> list[dict[str, Any]]:
