@@ -27,11 +27,11 @@ COLUMNS = (
 """The score columns the views, the page's table of runs and the scanners' shares read."""
 
 
-def _x100(v: float | None) -> float | None:
+def x100(v: float | None) -> float | None:
     return None if v is None else round(100 * v, 1)
 
 
-def _pct(part: float, whole: float) -> float | None:
+def percent(part: float, whole: float) -> float | None:
     return round(100 * part / whole, 1) if whole else None
 
 
@@ -206,9 +206,9 @@ def _leaderboard(g: _Tally) -> list[dict[str, Any]]:
             "model": m,
             "runs": s.runs,
             "scored": s.scored,
-            "overall": _x100(s.mean("overall")),
-            "agentic": _x100(s.mean("agentic")),
-            "task": _x100(s.mean("task_score")),
+            "overall": x100(s.mean("overall")),
+            "agentic": x100(s.mean("agentic")),
+            "task": x100(s.mean("task_score")),
             "cost_per_run": s.cost_per_run(),
             "tokens_per_run": rounded(s.mean("tokens"), 0),
             "turns": rounded(s.mean("turns"), 1),
@@ -227,7 +227,7 @@ def _medals(g: _Tally) -> list[dict[str, Any]]:
             **{k: s.medals.get(k, 0) for k in get_args(Medal)},
             **{k: s.ratings.get(k, 0) for k in get_args(Rating)},
             "unrated": s.ratings.get(None, 0),
-            "resolved_pct": _pct(s.ratings["A"] + s.ratings["B"], s.runs),
+            "resolved_pct": percent(s.ratings["A"] + s.ratings["B"], s.runs),
         }
         for m in g.models + ["(all)"]
         for s in [g.of(m)]
@@ -236,7 +236,7 @@ def _medals(g: _Tally) -> list[dict[str, Any]]:
 
 def _per_track(g: _Tally) -> list[dict[str, Any]]:
     return [
-        {"model": m, **{t: _x100(g.get("model_track", m, t).mean("overall")) for t in g.tracks}}
+        {"model": m, **{t: x100(g.get("model_track", m, t).mean("overall")) for t in g.tracks}}
         for m in g.models
     ]
 
@@ -247,24 +247,24 @@ def _tiers(g: _Tally) -> list[dict[str, Any]]:
         lite = g.get("model_tier", m, "lite").mean("agentic")
         std = g.get("model_tier", m, "standard").mean("agentic")
         delta = None if lite is None or not std else round(100 * (lite - std) / std, 1)
-        out.append({"model": m, "standard": _x100(std), "lite": _x100(lite), "delta_pct": delta})
+        out.append({"model": m, "standard": x100(std), "lite": x100(lite), "delta_pct": delta})
     return out
 
 
 def _stage_means(g: _Tally) -> list[dict[str, Any]]:
     return [
-        {"model": m, **{s.upper(): _x100(g.of(m).mean(s)) for s in STAGE_KEYS}} for m in g.models + ["(all)"]
+        {"model": m, **{s.upper(): x100(g.of(m).mean(s)) for s in STAGE_KEYS}} for m in g.models + ["(all)"]
     ]
 
 
 def _code_shares(g: _Tally) -> list[dict[str, Any]]:
     total = sum(g.codes.values())
-    return [{"code": c, "count": g.codes[c], "share_pct": _pct(g.codes[c], total)} for c in CODES]
+    return [{"code": c, "count": g.codes[c], "share_pct": percent(g.codes[c], total)} for c in CODES]
 
 
 def _overall_by_code_count(g: _Tally) -> list[dict[str, Any]]:
     return [
-        {"codes": k, "runs": s.runs, "overall": _x100(s.mean("overall"))}
+        {"codes": k, "runs": s.runs, "overall": x100(s.mean("overall"))}
         for k in ("0", "1", "2", "3+")
         if (s := g.get("codes", k)).runs
     ]
@@ -274,7 +274,7 @@ def _recovery(g: _Tally) -> list[dict[str, Any]]:
     out = []
     for m in g.models + ["(all)"]:
         s = g.of(m)
-        pct = _pct(s.recovered, s.multi)
+        pct = percent(s.recovered, s.multi)
         out.append({"model": m, "runs_2plus_codes": s.multi, "completed": s.recovered, "recovery_pct": pct})
     return out
 
