@@ -113,17 +113,12 @@ def extract_graph(text: str) -> Graph:
 
 def partial_items(graph: Graph) -> set[tuple[str, ...]]:
     """RadGraph's ``partial`` reward items of one graph."""
-    items: set[tuple[str, ...]] = set()
-    starts: dict[int, list[tuple[str, int]]] = {}
-    for src, rel, dst in graph.relations:
-        starts.setdefault(src, []).append((rel, dst))
-    for i, e in enumerate(graph.entities):
-        if i in starts:
-            for rel, dst in starts[i]:
-                items.add((e.text, e.label, rel, graph.entities[dst].text))
-        else:
-            items.add((e.text, e.label))
-    return items
+    ents = graph.entities
+    items: set[tuple[str, ...]] = {
+        (ents[s].text, ents[s].label, rel, ents[d].text) for s, rel, d in graph.relations
+    }
+    starts = {s for s, _, _ in graph.relations}
+    return items | {(e.text, e.label) for i, e in enumerate(ents) if i not in starts}
 
 
 def partial_reward(hyp: Graph, ref: Graph) -> float:
