@@ -141,7 +141,7 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
     """Write ``cases`` studies of ``spec``'s task into ``out/public`` and ``out/private``."""
     if spec.report is None:
         raise TaskError(f"task {spec.id}: not a report-generation task")
-    public, private = fresh_sides(out)
+    fresh_sides(out)
     findings_only = spec.report.section == "findings" and not spec.report.with_impression
     mode = "findings_only" if findings_only else "full_report"
     for i in range(cases):
