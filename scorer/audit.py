@@ -44,10 +44,8 @@ def _match(path: str, patterns: list[str]) -> str | None:
 def _first_match(path: str, patterns: tuple[str, ...]) -> str | None:
     """The first of ``patterns`` that ``path`` matches. Cached: a run names the same few paths many
     times over, and so do the runs of a sweep."""
-    for pat in patterns:
-        if fnmatch.fnmatchcase(path, pat) or fnmatch.fnmatchcase(path.rstrip("/") + "/", pat):
-            return pat
-    return None
+    as_dir = path.rstrip("/") + "/"
+    return next((p for p in patterns if fnmatch.fnmatchcase(path, p) or fnmatch.fnmatchcase(as_dir, p)), None)
 
 
 def _inside(path: str, workspace: str | None) -> bool:
@@ -138,11 +136,7 @@ class _Audit:
 
     def training_call(self, text: str) -> str | None:
         """The first training call ``text`` makes (the profile's patterns), else None."""
-        for pat in self.training:
-            m = pat.search(text)
-            if m:
-                return m.group(0)
-        return None
+        return next((m.group(0) for pat in self.training if (m := pat.search(text))), None)
 
 
 def _files(a: _Audit) -> None:

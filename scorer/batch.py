@@ -79,11 +79,7 @@ def make_judge(kind: str, profile: LoadedProfile, st: Store, cache: JudgeCache |
             st.blobs.put(e.text.encode(), "text/plain; charset=utf-8", sync=False)
 
         return LLMJudge(
-            profile.profile.judge,
-            cache,
-            put_evidence,
-            images=profile.profile.evidence.images,
-            repeat=repeat,
+            profile.profile.judge, cache, put_evidence, images=profile.profile.evidence.images, repeat=repeat
         )
     raise UsageError(f"--judge must be offline or llm, not {kind!r}")
 

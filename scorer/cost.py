@@ -34,19 +34,16 @@ def price_run(traj: Trajectory, table: PriceTable) -> dict[str, Any]:
             unpriced.add(call.model or traj.model or "(unknown model)")
             continue
         cost += priced[0]
-        if priced[1] == "reported":
-            by_report += 1
-        else:
-            by_table += 1
+        by_report += priced[1] == "reported"
+        by_table += priced[1] != "reported"
+    why = f"not in price table {table.table.name}: {', '.join(sorted(unpriced))}" if unpriced else None
+    source = "+".join(name for name, n in (("reported", by_report), ("table", by_table)) if n) or None
     return {
         "tokens": msgspec.to_builtins(tok),
         "cost": None if unpriced else round(cost, 6),
-        "cost_reason": f"not in price table {table.table.name}: {', '.join(sorted(unpriced))}"
-        if unpriced
-        else None,
+        "cost_reason": why,
         "price_table": table.table.name,
         "estimated": estimated,
-        "cost_source": "+".join(name for name, n in (("reported", by_report), ("table", by_table)) if n)
-        or None,
+        "cost_source": source,
         "calls_reported": by_report,
     }

@@ -127,11 +127,8 @@ def select_execs(execs: list[Exec], r: EvidenceRules) -> list[Exec]:
 
 
 def _exec_line(ex: Exec, r: EvidenceRules) -> str:
-    status = (
-        "NO RESULT"
-        if ex.ok is None
-        else ("OK" if ex.ok else f"FAIL({ex.exit_code if ex.exit_code is not None else 'error'})")
-    )
+    fail = f"FAIL({ex.exit_code if ex.exit_code is not None else 'error'})"
+    status = "NO RESULT" if ex.ok is None else "OK" if ex.ok else fail
     out = ex.stdout if ex.exit_code is not None else ex.output
     if ex.ok is False and ex.stderr:
         out = ex.stderr
@@ -188,9 +185,7 @@ def _code_executions(v: _View) -> None:
 
 def _files_written(v: _View) -> None:
     v.out.append("## Files written")
-    last: dict[str, tuple[str, Any]] = {}
-    for ev_id, _, w in v.traj.writes:
-        last[w.path] = (ev_id, w)
+    last = {w.path: (ev_id, w) for ev_id, _, w in v.traj.writes}
     paths = sorted(last)
     for path in paths[:MAX_FILES]:
         ev_id, w = last[path]

@@ -19,11 +19,10 @@ SPREAD_FIELDS = ("s1", "s2", "s3", "agentic")
 
 def judged_values(row: dict[str, Any]) -> dict[str, float]:
     """item id -> value for the items the judge decided in one row."""
-    out = {}
-    for it in (row.get("details") or {}).get("items", []):
-        if it.get("source") == "judge" and it.get("value") is not None:
-            out[it["id"]] = float(it["value"])
-    return out
+    items = (row.get("details") or {}).get("items", [])
+    return {
+        i["id"]: float(i["value"]) for i in items if i.get("source") == "judge" and i.get("value") is not None
+    }
 
 
 def krippendorff_alpha_nominal(units: Iterable[Sequence[float]]) -> float | None:
@@ -81,16 +80,8 @@ def agreement_table(rows_by_coder: Sequence[Sequence[dict[str, Any]]]) -> dict[s
         flips = sorted(run for run, v in pairable.items() if len(set(v)) > 1)
         alpha = krippendorff_alpha_nominal(pairable.values())
         all_units.extend(pairable.values())
-        items.append(
-            {
-                "item": item,
-                "units": len(pairable),
-                "agreement": _mean(a for a in agree if a is not None),
-                "alpha": alpha,
-                "flips": len(flips),
-                "flipping_runs": flips,
-            }
-        )
+        row = {"item": item, "units": len(pairable), "agreement": _mean(a for a in agree if a is not None)}
+        items.append(row | {"alpha": alpha, "flips": len(flips), "flipping_runs": flips})
     agree_all = [pair_agreement(v) for v in all_units]
     return {
         "coders": len(rows_by_coder),

@@ -279,11 +279,8 @@ def scanner_values(con: duckdb.DuckDBPyConnection, scanner: str, as_flag: bool) 
         "AND error IS NULL",
         [scanner],
     ).fetchall()
-    out = {}
-    for run, n, value in rows:
-        v = json.loads(value) if value is not None else None
-        out[run] = bool(n and v) if as_flag else v
-    return out
+    values = {run: (n, None if value is None else json.loads(value)) for run, n, value in rows}
+    return {run: bool(n and v) if as_flag else v for run, (n, v) in values.items()}
 
 
 def validate_scanner(

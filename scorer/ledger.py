@@ -229,19 +229,16 @@ def _query(
     columns: Iterable[str],
 ) -> duckdb.DuckDBPyConnection:
     """The current rows' query (latest per run, profile and judge), in run order, of ``columns``."""
-    sql = f"SELECT {_select(con, columns)}, batch_id, scored_at FROM scores_current WHERE true"
-    params: list[Any] = []
-    if profile_id:
-        sql += " AND profile_id = ?"
-        params.append(profile_id)
-    if judge:
-        sql += " AND judge = ?"
-        params.append(judge)
-    ids = list(run_ids) if run_ids is not None else None
-    if ids is not None:
-        sql += " AND list_contains(?, run_id)"
-        params.append(ids)
-    return con.execute(sql + " ORDER BY run_id", params)
+    ids = None if run_ids is None else list(run_ids)
+    filters = (
+        ("profile_id = ?", profile_id or None),
+        ("judge = ?", judge or None),
+        ("list_contains(?, run_id)", ids),
+    )
+    given = [(cond, value) for cond, value in filters if value is not None]
+    where = "".join(f" AND {cond}" for cond, _ in given)
+    sql = f"SELECT {_select(con, columns)}, batch_id, scored_at FROM scores_current WHERE true{where}"
+    return con.execute(sql + " ORDER BY run_id", [value for _, value in given])
 
 
 def _decoded(

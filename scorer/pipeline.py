@@ -94,8 +94,7 @@ class RunScorer:
         self.grade_cache = grade_cache if grade_cache is not None else {}
 
     def score(self, run_id: str, events: list[Event]) -> ScoreRow:
-        traj = fold(run_id, events, self.get_blob)
-        return self.score_trajectory(traj)
+        return self.score_trajectory(fold(run_id, events, self.get_blob))
 
     def score_trajectory(self, traj: Trajectory) -> ScoreRow:
         s = Scoring(traj)

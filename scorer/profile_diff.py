@@ -135,16 +135,8 @@ def diff_rows(
             why = [o for o in opts if f in _feeds(o)]
             for o in why:
                 touched.setdefault(o, set()).add(run)
-            changes.append(
-                {
-                    "run_id": run,
-                    "track": track,
-                    "field": f,
-                    "a": ra.get(f),
-                    "b": rb.get(f),
-                    "options": why or ["(unexplained)"],
-                }
-            )
+            change = {"run_id": run, "track": track, "field": f, "a": ra.get(f), "b": rb.get(f)}
+            changes.append(change | {"options": why or ["(unexplained)"]})
     options_by_track = {
         t or "(unknown)": {k: {"a": v[0], "b": v[1]} for k, v in o.items()} for t, o in per_track.items()
     }

@@ -27,8 +27,12 @@ COLUMNS = (
 """The score columns the views, the page's table of runs and the scanners' shares read."""
 
 
-def _x100(v: float | None) -> float | None:
+def x100(v: float | None) -> float | None:
     return None if v is None else round(100 * v, 1)
+
+
+def percent(part: float, whole: float) -> float | None:
+    return round(100 * part / whole, 1) if whole else None
 
 
 def pearson(xs: list[float], ys: list[float]) -> float | None:
@@ -202,9 +206,9 @@ def _leaderboard(g: _Tally) -> list[dict[str, Any]]:
             "model": m,
             "runs": s.runs,
             "scored": s.scored,
-            "overall": _x100(s.mean("overall")),
-            "agentic": _x100(s.mean("agentic")),
-            "task": _x100(s.mean("task_score")),
+            "overall": x100(s.mean("overall")),
+            "agentic": x100(s.mean("agentic")),
+            "task": x100(s.mean("task_score")),
             "cost_per_run": s.cost_per_run(),
             "tokens_per_run": rounded(s.mean("tokens"), 0),
             "turns": rounded(s.mean("turns"), 1),
@@ -216,27 +220,23 @@ def _leaderboard(g: _Tally) -> list[dict[str, Any]]:
 
 
 def _medals(g: _Tally) -> list[dict[str, Any]]:
-    out = []
-    for m in g.models + ["(all)"]:
-        s = g.of(m)
-        out.append(
-            {
-                "model": m,
-                "runs": s.runs,
-                **{k: s.medals.get(k, 0) for k in get_args(Medal)},
-                **{k: s.ratings.get(k, 0) for k in get_args(Rating)},
-                "unrated": s.ratings.get(None, 0),
-                "resolved_pct": (
-                    round(100 * (s.ratings["A"] + s.ratings["B"]) / s.runs, 1) if s.runs else None
-                ),
-            }
-        )
-    return out
+    return [
+        {
+            "model": m,
+            "runs": s.runs,
+            **{k: s.medals.get(k, 0) for k in get_args(Medal)},
+            **{k: s.ratings.get(k, 0) for k in get_args(Rating)},
+            "unrated": s.ratings.get(None, 0),
+            "resolved_pct": percent(s.ratings["A"] + s.ratings["B"], s.runs),
+        }
+        for m in g.models + ["(all)"]
+        for s in [g.of(m)]
+    ]
 
 
 def _per_track(g: _Tally) -> list[dict[str, Any]]:
     return [
-        {"model": m, **{t: _x100(g.get("model_track", m, t).mean("overall")) for t in g.tracks}}
+        {"model": m, **{t: x100(g.get("model_track", m, t).mean("overall")) for t in g.tracks}}
         for m in g.models
     ]
 
@@ -247,27 +247,24 @@ def _tiers(g: _Tally) -> list[dict[str, Any]]:
         lite = g.get("model_tier", m, "lite").mean("agentic")
         std = g.get("model_tier", m, "standard").mean("agentic")
         delta = None if lite is None or not std else round(100 * (lite - std) / std, 1)
-        out.append({"model": m, "standard": _x100(std), "lite": _x100(lite), "delta_pct": delta})
+        out.append({"model": m, "standard": x100(std), "lite": x100(lite), "delta_pct": delta})
     return out
 
 
 def _stage_means(g: _Tally) -> list[dict[str, Any]]:
     return [
-        {"model": m, **{s.upper(): _x100(g.of(m).mean(s)) for s in STAGE_KEYS}} for m in g.models + ["(all)"]
+        {"model": m, **{s.upper(): x100(g.of(m).mean(s)) for s in STAGE_KEYS}} for m in g.models + ["(all)"]
     ]
 
 
 def _code_shares(g: _Tally) -> list[dict[str, Any]]:
     total = sum(g.codes.values())
-    return [
-        {"code": c, "count": g.codes[c], "share_pct": round(100 * g.codes[c] / total, 1) if total else None}
-        for c in CODES
-    ]
+    return [{"code": c, "count": g.codes[c], "share_pct": percent(g.codes[c], total)} for c in CODES]
 
 
 def _overall_by_code_count(g: _Tally) -> list[dict[str, Any]]:
     return [
-        {"codes": k, "runs": s.runs, "overall": _x100(s.mean("overall"))}
+        {"codes": k, "runs": s.runs, "overall": x100(s.mean("overall"))}
         for k in ("0", "1", "2", "3+")
         if (s := g.get("codes", k)).runs
     ]
@@ -277,26 +274,24 @@ def _recovery(g: _Tally) -> list[dict[str, Any]]:
     out = []
     for m in g.models + ["(all)"]:
         s = g.of(m)
-        pct = round(100 * s.recovered / s.multi, 1) if s.multi else None
+        pct = percent(s.recovered, s.multi)
         out.append({"model": m, "runs_2plus_codes": s.multi, "completed": s.recovered, "recovery_pct": pct})
     return out
 
 
 def _cost_correlation(g: _Tally) -> list[dict[str, Any]]:
-    out = []
-    for t in g.tracks:
-        pts, tok_pts, s = g.points[t], g.token_points[t], g.get("track", t)
-        out.append(
-            {
-                "track": t,
-                "points": len(pts),
-                "pearson_r": rounded(pearson([p[0] for p in pts], [p[1] for p in pts]), 3),
-                "cost_per_run": s.cost_per_run(),
-                "tokens_per_run": rounded(s.mean("tokens"), 0),
-                "pearson_r_tokens": rounded(pearson([p[0] for p in tok_pts], [p[1] for p in tok_pts]), 3),
-            }
-        )
-    return out
+    return [
+        {
+            "track": t,
+            "points": len(pts),
+            "pearson_r": rounded(pearson([x for x, _ in pts], [y for _, y in pts]), 3),
+            "cost_per_run": s.cost_per_run(),
+            "tokens_per_run": rounded(s.mean("tokens"), 0),
+            "pearson_r_tokens": rounded(pearson([x for x, _ in tok], [y for _, y in tok]), 3),
+        }
+        for t in g.tracks
+        for pts, tok, s in [(g.points[t], g.token_points[t], g.get("track", t))]
+    ]
 
 
 def _cost_unknown(g: _Tally) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ import urllib.parse
 from typing import Any, get_args
 
 from schemas.score_row import Rating
-from scorer.report import SECTIONS, STAGE_KEYS, cell, rounded
+from scorer.report import SECTIONS, STAGE_KEYS, cell, percent, rounded, x100
 
 PALETTE = ("#3b6ea5", "#d9822b", "#4e9a5b", "#b5464b", "#7d5ba6", "#8c6d3f", "#c05fa0", "#6b6b6b")
 
@@ -153,14 +153,8 @@ def _runs_section(runs: list[dict[str, Any]], viewer_url: str | None) -> str:
     for r in sorted(runs, key=lambda r: (r.get("task") or "", r.get("model") or "", r["run_id"])):
         link = f"{base}/runs/{urllib.parse.quote(r['run_id'], safe='')}" if base else ""
         rid = _run_link(r["run_id"], link)
-        cells = [
-            r.get("task"),
-            r.get("tier"),
-            r.get("model"),
-            r.get("status"),
-            rounded(None if r.get("overall") is None else 100 * r["overall"], 1),
-            " ".join(r.get("codes") or []),
-        ]
+        overall, codes = x100(r.get("overall")), " ".join(r.get("codes") or [])
+        cells = [*(r.get(k) for k in ("task", "tier", "model", "status")), overall, codes]
         body.append(
             f"<tr><td>{rid}</td>" + "".join(f"<td>{html.escape(cell(c))}</td>" for c in cells) + "</tr>"
         )
@@ -226,7 +220,7 @@ def _plots(report: dict[str, Any]) -> dict[str, str]:
     }
     if report["medals"]:
         everyone, kinds = report["medals"][-1], (*get_args(Rating), "unrated")
-        pct = [round(100 * everyone[k] / everyone["runs"], 1) if everyone["runs"] else None for k in kinds]
+        pct = [percent(everyone[k], everyone["runs"]) for k in kinds]
         plots["medals"] = _svg_bars("Ratings, all runs (% of runs)", list(kinds), pct)
     if by_n:
         labels, values = [f"{c['codes']} codes" for c in by_n], [c["overall"] for c in by_n]

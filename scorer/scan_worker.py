@@ -1,15 +1,9 @@
-"""Python scanners run in a worker process, so that one which hangs can be stopped.
+"""Python scanners run in a worker process, so that one which hangs can be stopped (docs/scanning.md).
 
-A Python scanner is the user's own code, and Python cannot kill a thread: one that loops forever
-would keep a core busy, and the interpreter alive, for as long as the scan runs. So each of the
-scan's jobs has its own worker process (``python -m scorer.scan_worker``) that imports the scanner
-files itself and is sent typed ``Trajectory`` values as msgpack. Past a scanner's timeout the parent
-kills the worker and its process group and starts a new one (docs/scanning.md).
-
-The worker never opens the store: it sends back findings, whose cited events the parent checks.
-What the scanner prints goes to stderr, never into the answers, with its control characters escaped
-(a scanner may print the agent's text). A worker whose parent dies is killed with it
-(``PR_SET_PDEATHSIG``).
+Python cannot kill a thread, so each of the scan's jobs has its own worker process (``python -m
+scorer.scan_worker``) that imports the scanner files itself and is sent typed ``Trajectory`` values
+as msgpack; past a scanner's timeout the parent kills the worker's process group and starts a new
+one. The worker never opens the store, and dies with its parent (``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations

@@ -78,11 +78,7 @@ class Outputs(NamedTuple):
     def case_of(self, path: str) -> str | None:
         """The case id of a submission output path, None for other files."""
         rel = self._relative(path)
-        for pattern in self.patterns:
-            m = pattern.match(rel)
-            if m:
-                return m.group("case")
-        return None
+        return next((m.group("case") for pattern in self.patterns if (m := pattern.match(rel))), None)
 
     def is_output(self, path: str) -> bool:
         return self.case_of(path) is not None
@@ -153,10 +149,7 @@ def traceback_execs(traj: Trajectory) -> list[Exec]:
 
 def bulk_index(traj: Trajectory, roots: Outputs) -> int | None:
     """Index of the first execution that wrote outputs for two or more cases (bulk inference)."""
-    for i, ex in enumerate(traj.execs):
-        if len(exec_cases(ex, roots)) >= 2:
-            return i
-    return None
+    return next((i for i, ex in enumerate(traj.execs) if len(exec_cases(ex, roots)) >= 2), None)
 
 
 def pilot_evidence(traj: Trajectory, roots: Outputs) -> tuple[float, str, list[str]]:
@@ -175,11 +168,8 @@ def pilot_evidence(traj: Trajectory, roots: Outputs) -> tuple[float, str, list[s
         start = traj.execs.index(pilot)
         for ex in traj.execs[start:end]:
             if ex.ok and OUTPUT_CHECK_RE.search(ex.code) and (ex is pilot or roots.mentioned_in(ex.code)):
-                return (
-                    1.0,
-                    "one-case pilot, then its output inspected before bulk inference",
-                    [pilot.id, ex.id],
-                )
+                why = "one-case pilot, then its output inspected before bulk inference"
+                return 1.0, why, [pilot.id, ex.id]
         return 0.5, "one-case pilot before bulk inference, but its output was not inspected", [pilot.id]
     if bulk is not None:
         later = [

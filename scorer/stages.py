@@ -53,13 +53,10 @@ def item_scores(items: list[RubricItem], verdicts: dict[str, Verdict], tier: str
     for item in items:
         dep = out.get(item.requires) if item.requires else None
         if dep is not None and dep.value == 0 and out[item.id].source != "auto_credit":
-            cur = out[item.id]
+            why = f"forced to 0: {item.requires} is 0"
+            source = f"requires:{item.requires}"
             out[item.id] = msgspec.structs.replace(
-                cur,
-                value=0.0,
-                source=f"requires:{item.requires}",
-                unscored_reason=None,
-                reason=f"forced to 0: {item.requires} is 0",
+                out[item.id], value=0.0, source=source, unscored_reason=None, reason=why
             )
     return [out[i.id] for i in items]
 

@@ -30,10 +30,7 @@ def reference_dir(references: Path | None, task: str) -> Path | None:
     """``<references>/<task>/private``, or ``<references>/private`` for a single-task folder."""
     if references is None:
         return None
-    for candidate in (references / task / "private", references / "private"):
-        if candidate.is_dir():
-            return candidate
-    return None
+    return next((c for c in (references / task / "private", references / "private") if c.is_dir()), None)
 
 
 def reference_fingerprint(ref: Path) -> str:
@@ -53,15 +50,8 @@ def reference_fingerprint(ref: Path) -> str:
 def grade_key(
     task: str, spec_json: bytes, files: list[tuple[str, str]], ref_fp: str, options: dict[str, Any]
 ) -> str:
-    return canonical_digest(
-        {
-            "task": task,
-            "spec": hashlib.sha256(spec_json).hexdigest(),
-            "files": files,
-            "ref": ref_fp,
-            "options": options,
-        }
-    )
+    spec = hashlib.sha256(spec_json).hexdigest()
+    return canonical_digest({"task": task, "spec": spec, "files": files, "ref": ref_fp, "options": options})
 
 
 def _relative(path: str, root: str) -> str:
@@ -187,9 +177,7 @@ def grade_run(
     if cache is not None and key in cache:
         return cache[key], key
     with tempdir("amb-sub-") as tmp:
-        missing: list[str] = []
-        if traj.submission is not None:
-            missing = materialise(traj, get_blob, tmp)
+        missing = [] if traj.submission is None else materialise(traj, get_blob, tmp)
         if missing:
             summary = unscored(
                 "submission not gradable: " + "; ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")

@@ -200,6 +200,8 @@ def fold(run_id: str, events: list[Event], get_blob: BlobGetter) -> Trajectory:
     pending: dict[str, Exec] = {}
     messages: list[Message] = []
     first_request_done = False
+    facts: dict[type, list[tuple[str, Any]]] = {ProcessExited: t.processes, FileAccessed: t.accesses}
+    facts |= {FileRenamed: t.renames, FileDeleted: t.deletes, NetworkRequest: t.network, Note: t.notes}
     for e in evs:
         p = e.payload
         i = eid(e)
@@ -241,22 +243,12 @@ def fold(run_id: str, events: list[Event], get_blob: BlobGetter) -> Trajectory:
                     answered.ok = not p.is_error
                 else:
                     answered.ok = "Traceback (most recent call last)" not in text
-        elif isinstance(p, ProcessExited):
-            t.processes.append((i, p))
         elif isinstance(p, FileWritten):
             t.writes.append((i, e.ts_ns, p))
-        elif isinstance(p, FileAccessed):
-            t.accesses.append((i, p))
-        elif isinstance(p, FileRenamed):
-            t.renames.append((i, p))
-        elif isinstance(p, FileDeleted):
-            t.deletes.append((i, p))
-        elif isinstance(p, NetworkRequest):
-            t.network.append((i, p))
         elif isinstance(p, SubmissionSealed):
             t.submission_id, t.submission = i, p
-        elif isinstance(p, Note):
-            t.notes.append((i, p))
+        elif type(p) in facts:
+            facts[type(p)].append((i, p))
     t.messages = messages
     if t.model is None and t.model_calls:
         names = [c.model for _, c in t.model_calls if c.model]

@@ -61,12 +61,6 @@ def write_report_case(
     write_json(out / "public" / case / spec.report.manifest_file, public)
     (out / "private" / case).mkdir(parents=True, exist_ok=True)
     (out / "private" / case / spec.report.output_file).write_text(reference + "\n", encoding="utf-8")
-    private = {
-        "case_id": case,
-        "task_id": spec.id,
-        **(source or {}),
-        "image_count": len(names),
-        "reference_text_mode": mode,
-        "report_char_count": len(reference),
-    }
+    facts = {"image_count": len(names), "reference_text_mode": mode, "report_char_count": len(reference)}
+    private = {"case_id": case, "task_id": spec.id, **(source or {}), **facts}
     write_json(out / "private" / case / "manifest.json", private)

@@ -77,12 +77,7 @@ def validity_errors(text: str, rules: Validity) -> list[str]:
 
 def rules_of(report: ReportSpec) -> Validity:
     """The validity rules pinned in a task's ``[report]`` table."""
-    return Validity(
-        min_chars=report.min_chars,
-        max_chars=report.max_chars,
-        min_letters=report.min_letters,
-        printable_ascii=report.printable_ascii,
-    )
+    return Validity(**{rule: getattr(report, rule) for rule in Validity.__struct_fields__})
 
 
 def submittable(reference: str, report: ReportSpec) -> bool:

@@ -83,11 +83,8 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
     rs = t.report_score(hyps, refs, level=options.text_level) if scored_ids else None
     if rs is not None:
         for case, parts in zip(scored_ids, rs.cases, strict=False):
-            results[case] = CaseResult(
-                case=case,
-                score=parts["score"],
-                details={k: round(v, 6) for k, v in parts.items() if k != "score"},
-            )
+            details = {k: round(v, 6) for k, v in parts.items() if k != "score"}
+            results[case] = CaseResult(case=case, score=parts["score"], details=details)
     cases = [results[c] for c in case_ids]
 
     if options.text_level == "corpus" and rs is not None:

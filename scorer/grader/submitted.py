@@ -1,20 +1,9 @@
 """Opening a submitted file: only a regular file that really lives inside the submission folder.
 
-A submission is agent output (or a folder someone received), so every path in it is hostile until
-checked. The grader never opens a submitted file by its path: it walks from the submission folder
-one name at a time with ``openat`` and ``O_NOFOLLOW``, so a symbolic link anywhere below the folder
-(the file itself or a parent directory) is refused instead of followed, and checks the opened
-descriptor with ``fstat``:
-
-- a symbolic link (to the reference, ``/reference/...``, ``/dev/zero``, anything) is refused;
-- a hard link (``st_nlink > 1``) is refused: its other name may be the reference itself, and a
-  submission has no reason to hold two names for one file;
-- a directory, FIFO, socket or device is refused without being opened for reading (a FIFO opened
-  non-blocking and checked at once, a device never opened);
-- the descriptor's inode must be the one the name had when it was checked (no swap in between).
-
-The folder itself is the one the caller named (it may be reached through a link: the caller chose
-it). ``Rejected`` carries the reason a case gets; ``kind`` is ``missing`` or ``invalid``.
+A submission is hostile, so a file is reached one name at a time with ``openat`` and ``O_NOFOLLOW``
+and its descriptor checked with ``fstat`` (no symbolic or hard link, nothing but a regular file, the
+inode checked); docs/tasks-and-grader.md lists the refusals. The folder itself is the one the caller
+named. ``Rejected`` carries the reason a case gets; ``kind`` is ``missing`` or ``invalid``.
 """
 
 from __future__ import annotations

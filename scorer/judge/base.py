@@ -43,7 +43,4 @@ def snap(value: object, offered: list[float]) -> float | None:
     """``value`` if it is (numerically) one of ``offered``, else None. Booleans are not numbers here."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    for v in offered:
-        if abs(float(value) - v) <= 1e-9:
-            return float(v)
-    return None
+    return next((float(v) for v in offered if abs(float(value) - v) <= 1e-9), None)

@@ -39,11 +39,7 @@ def endpoint(settings: JudgeSettings) -> tuple[str, str, str] | None:
 def reply_settings(settings: JudgeSettings) -> dict[str, Any]:
     """The settings that change a reply, and so belong in the cache key."""
     return {
-        "temperature": settings.temperature,
-        "seed": settings.seed,
-        "max_tokens": settings.max_tokens,
-        "json_mode": settings.json_mode,
-        "prompt_version": settings.prompt_version,
+        k: getattr(settings, k) for k in ("temperature", "seed", "max_tokens", "json_mode", "prompt_version")
     }
 
 

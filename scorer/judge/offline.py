@@ -170,7 +170,7 @@ def plot_is_diagram(c: _Ctx) -> Result:
 
 
 def weights_obtained(c: _Ctx) -> Result:
-    for i, w in ((i, w) for i, _, w in c.t.writes):
+    for i, _, w in c.t.writes:
         if WEIGHT_FILE_RE.search(w.path):
             return 1.0, f"weights file written: {w.path}", [i]
     for ex in c.t.execs:

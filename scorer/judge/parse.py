@@ -50,12 +50,8 @@ def parse_verdict(
         return None, f"the reply judged item {asked!r}, not {item_id!r}", [], "wrong_item"
     value = snap(obj.get("value"), offered)
     if value is None:
-        return (
-            None,
-            f"value {obj.get('value')!r} is not one of the offered values {offered}",
-            [],
-            "value_out_of_range",
-        )
+        why = f"value {obj.get('value')!r} is not one of the offered values {offered}"
+        return None, why, [], "value_out_of_range"
     reason = obj.get("reason")
     return value, reason if isinstance(reason, str) else "", cited_ids(obj.get("evidence"), allowed_ids), None
 

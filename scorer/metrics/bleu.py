@@ -43,9 +43,7 @@ def segment_stats(hypothesis: str, references: Sequence[str], n: int = 4) -> Ble
     refs = [r.split() for r in references] or [[]]
     max_ref: Counter[tuple[str, ...]] = Counter()
     for r in refs:
-        for gram, count in _ngrams(r, n).items():
-            if count > max_ref[gram]:
-                max_ref[gram] = count
+        max_ref |= _ngrams(r, n)  # each n-gram's highest count in any one reference
     correct = [0] * n
     for gram, count in _ngrams(hyp, n).items():
         correct[len(gram) - 1] += min(count, max_ref.get(gram, 0))

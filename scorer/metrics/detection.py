@@ -150,9 +150,6 @@ def mean_average_precision(
         per_class[cls] = ClassAP(
             average_precision(tp_sorted, n_gt, params.interpolation), n_gt, len(all_tp), int(all_tp.sum())
         )
-    if params.class_set == "with_gt":
-        classes = [c for c, r in per_class.items() if r.n_gt > 0]
-    else:
-        classes = list(per_class)
+    classes = [c for c, r in per_class.items() if params.class_set != "with_gt" or r.n_gt > 0]
     m = float(np.mean([per_class[c].ap for c in classes])) if classes else 0.0
     return MapResult(m, per_class, classes)

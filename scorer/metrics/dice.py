@@ -24,12 +24,10 @@ def _slabs(a: np.ndarray) -> list[tuple]:
     axis = 0 if a.flags.c_contiguous and not a.flags.f_contiguous else a.ndim - 1
     per_index = max(1, a.size // max(1, a.shape[axis]))
     step = max(1, SLAB_VOXELS // per_index)
-    cut = [slice(None)] * a.ndim
-    out = []
-    for i in range(0, a.shape[axis], step):
-        cut[axis] = slice(i, i + step)
-        out.append(tuple(cut))
-    return out
+    return [
+        tuple(slice(i, i + step) if d == axis else slice(None) for d in range(a.ndim))
+        for i in range(0, a.shape[axis], step)
+    ]
 
 
 def confusion(pred: np.ndarray, ref: np.ndarray, n_pred: int, n_ref: int) -> np.ndarray:
@@ -117,9 +115,7 @@ def binary_counts(pairs: list[tuple[np.ndarray, np.ndarray]], threshold: float =
     shape = pairs[0][0].shape
     if any(p.shape != shape or r.shape != shape for p, r in pairs):
         raise ValueError("shape mismatch between the masks")
-    n_pred = [0] * len(pairs)
-    n_ref = [0] * len(pairs)
-    tp = [0] * len(pairs)
+    n_pred, n_ref, tp = ([0] * len(pairs) for _ in range(3))
     for s in _slabs(pairs[0][0]):
         for k, (pred, ref) in enumerate(pairs):
             p = _above(pred[s], threshold)
@@ -128,11 +124,10 @@ def binary_counts(pairs: list[tuple[np.ndarray, np.ndarray]], threshold: float =
             n_ref[k] += int(np.count_nonzero(r))
             tp[k] += int(np.count_nonzero(p & r))
     total = int(np.prod(shape, dtype=np.int64))
-    out = []
-    for k in range(len(pairs)):
-        fp, fn = n_pred[k] - tp[k], n_ref[k] - tp[k]
-        out.append(np.array([[total - tp[k] - fp - fn, fn], [fp, tp[k]]], dtype=np.int64))
-    return out
+    return [
+        np.array([[total - p - r + t, r - t], [p - t, t]], dtype=np.int64)
+        for p, r, t in zip(n_pred, n_ref, tp, strict=True)
+    ]
 
 
 def binary_dice(m: np.ndarray) -> float:

@@ -111,9 +111,7 @@ def _conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int, pad: int) ->
     cols = np.empty((c, k, k, oh, ow), dtype=x.dtype)
     for i in range(k):
         for j in range(k):
-            cols[:, i, j] = xp[
-                :, i : i + stride * (oh - 1) + 1 : stride, j : j + stride * (ow - 1) + 1 : stride
-            ]
+            cols[:, i, j] = _strided(xp, i, j, stride, oh, ow)
     y = w.reshape(w.shape[0], -1) @ cols.reshape(c * k * k, oh * ow)
     return y.reshape(-1, oh, ow) + b[:, None, None]
 
@@ -121,15 +119,16 @@ def _conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int, pad: int) ->
 def _max_pool(x: np.ndarray, k: int = 3, stride: int = 2) -> np.ndarray:
     oh = (x.shape[1] - k) // stride + 1
     ow = (x.shape[2] - k) // stride + 1
-    out = x[:, : stride * (oh - 1) + 1 : stride, : stride * (ow - 1) + 1 : stride].copy()
+    out = _strided(x, 0, 0, stride, oh, ow).copy()
     for i in range(k):
         for j in range(k):
-            np.maximum(
-                out,
-                x[:, i : i + stride * (oh - 1) + 1 : stride, j : j + stride * (ow - 1) + 1 : stride],
-                out=out,
-            )
+            np.maximum(out, _strided(x, i, j, stride, oh, ow), out=out)
     return out
+
+
+def _strided(x: np.ndarray, i: int, j: int, stride: int, oh: int, ow: int) -> np.ndarray:
+    """The ``oh`` × ``ow`` positions of a stride-``stride`` window offset by (i, j), of every channel."""
+    return x[:, i : i + stride * (oh - 1) + 1 : stride, j : j + stride * (ow - 1) + 1 : stride]
 
 
 _loaded: dict[str, Lpips] = {}

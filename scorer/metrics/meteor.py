@@ -65,11 +65,8 @@ def find_jar() -> Path | None:
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
-    for base in spec.submodule_search_locations:
-        jar = Path(base) / "meteor" / "meteor-1.5.jar"
-        if jar.is_file():
-            return jar
-    return None
+    jars = (Path(base) / "meteor" / "meteor-1.5.jar" for base in spec.submodule_search_locations)
+    return next((jar for jar in jars if jar.is_file()), None)
 
 
 def java_available() -> str | None:
@@ -209,10 +206,7 @@ def _align(hyp: list[str], ref: list[str]) -> _Align:
                 pairs.append((i, j))
                 break
     pairs.sort()
-    chunks = 0
-    for k, (i, j) in enumerate(pairs):
-        if k == 0 or pairs[k - 1] != (i - 1, j - 1):
-            chunks += 1
+    chunks = sum(1 for k, (i, j) in enumerate(pairs) if k == 0 or pairs[k - 1] != (i - 1, j - 1))
     return _Align(len(pairs), chunks, len(hyp), len(ref))
 
 
@@ -236,12 +230,7 @@ def python_meteor(
 ) -> tuple[float, list[float]]:
     """The fallback METEOR (see the module docstring): corpus value and per-segment values."""
     aligns = [_best_align(h, r) for h, r in zip(hypotheses, references, strict=True)]
-    total = _Align(
-        sum(a.matches for a in aligns),
-        sum(a.chunks for a in aligns),
-        sum(a.hyp_len for a in aligns),
-        sum(a.ref_len for a in aligns),
-    )
+    total = _Align(*(sum(getattr(a, f) for a in aligns) for f in _Align.__struct_fields__))
     return _score_align(total), [_score_align(a) for a in aligns]
 
 

@@ -39,13 +39,8 @@ _POST_UNC = re.compile(
 
 def clauses(text: str) -> list[str]:
     """Lower-cased clauses of a report (sentence pieces split again at contrast words)."""
-    out: list[str] = []
-    for sentence in _SENTENCE.split(text.lower()):
-        for piece in _CONTRAST.split(sentence):
-            piece = " ".join(piece.split())
-            if piece:
-                out.append(piece)
-    return out
+    pieces = (" ".join(p.split()) for s in _SENTENCE.split(text.lower()) for p in _CONTRAST.split(s))
+    return [p for p in pieces if p]
 
 
 def certainty(clause: str, start: int, end: int) -> Certainty:

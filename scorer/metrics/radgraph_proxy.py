@@ -1,21 +1,12 @@
-"""A lexicon-based RadGraph substitute and the F1RadGraph "partial" reward over its graphs.
+"""A lexicon-based RadGraph substitute and the F1RadGraph "partial" reward over its graphs, used when
+the RadGraph model's weights are absent (the grader reports the substitution in ``degraded``).
 
-F1RadGraph compares the entity/relation graphs that the RadGraph model extracts from the generated
-and the reference report. The model's weights are not on this machine, so when they are absent the
-grader extracts a small graph with these rules instead and reports the substitution (``degraded``).
-
-The graph uses RadGraph's schema:
-
-- entities: anatomy (``ANAT-DP``) and observations, labelled ``OBS-DP`` (definitely present),
-  ``OBS-DA`` (definitely absent: a negation cue in the clause) or ``OBS-U`` (uncertain: a hedge cue);
-  modifiers (laterality, size, severity, location words) are entities of their head's category;
-- relations: ``modify`` from a modifier to the entity right after it (within two tokens), and
-  ``located_at`` from each observation to the nearest anatomy entity in the same clause.
-
-The reward is RadGraph's ``partial`` level: every entity becomes one item per relation it starts,
-``(text, label, relation, target text)``, or the item ``(text, label)`` when it starts none; the
-reward is the F1 of the two item sets. Both graphs empty → 1 (the texts agree that there is nothing
-to say); exactly one empty → 0.
+Entities and relations follow RadGraph's schema (docs/vqa-and-report.md): anatomy ``ANAT-DP``;
+observations ``OBS-DP``, ``OBS-DA`` (a negation cue in the clause) or ``OBS-U`` (a hedge cue);
+modifiers take their head's category; ``modify`` links a modifier to the entity right after it
+(within two tokens), ``located_at`` an observation to the nearest anatomy in its clause. The reward
+is the F1 of the two graphs' items, ``(text, label, relation, target text)`` per relation an entity
+starts, else ``(text, label)``. Both graphs empty → 1; exactly one empty → 0.
 """
 
 from __future__ import annotations
@@ -122,17 +113,12 @@ def extract_graph(text: str) -> Graph:
 
 def partial_items(graph: Graph) -> set[tuple[str, ...]]:
     """RadGraph's ``partial`` reward items of one graph."""
-    items: set[tuple[str, ...]] = set()
-    starts: dict[int, list[tuple[str, int]]] = {}
-    for src, rel, dst in graph.relations:
-        starts.setdefault(src, []).append((rel, dst))
-    for i, e in enumerate(graph.entities):
-        if i in starts:
-            for rel, dst in starts[i]:
-                items.add((e.text, e.label, rel, graph.entities[dst].text))
-        else:
-            items.add((e.text, e.label))
-    return items
+    ents = graph.entities
+    items: set[tuple[str, ...]] = {
+        (ents[s].text, ents[s].label, rel, ents[d].text) for s, rel, d in graph.relations
+    }
+    starts = {s for s, _, _ in graph.relations}
+    return items | {(e.text, e.label) for i, e in enumerate(ents) if i not in starts}
 
 
 def partial_reward(hyp: Graph, ref: Graph) -> float:

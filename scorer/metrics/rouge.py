@@ -36,16 +36,9 @@ def lcs_f(hyp_tokens: Sequence[str], refs_tokens: Sequence[Sequence[str]], beta:
     """ROUGE-L F-measure of one hypothesis against one or more references (COCO's max-P, max-R)."""
     if not hyp_tokens or not refs_tokens:
         return 0.0
-    precisions, recalls = [], []
-    for ref in refs_tokens:
-        if not ref:
-            precisions.append(0.0)
-            recalls.append(0.0)
-            continue
-        lcs = lcs_length(ref, hyp_tokens)
-        precisions.append(lcs / len(hyp_tokens))
-        recalls.append(lcs / len(ref))
-    p, r = max(precisions), max(recalls)
+    lcs = [lcs_length(ref, hyp_tokens) for ref in refs_tokens]
+    p = max(n / len(hyp_tokens) for n in lcs)
+    r = max(n / len(ref) if ref else 0.0 for n, ref in zip(lcs, refs_tokens, strict=True))
     if p == 0 or r == 0:
         return 0.0
     b2 = beta * beta

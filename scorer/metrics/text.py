@@ -148,11 +148,7 @@ class ReportScore(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def report_score(
-    hypotheses: Sequence[str],
-    references: Sequence[str],
-    *,
-    level: str = "case",
-    use_java: bool = True,
+    hypotheses: Sequence[str], references: Sequence[str], *, level: str = "case", use_java: bool = True
 ) -> ReportScore:
     """The 7-part report score of aligned generated and reference texts (already section-extracted)."""
     if level not in ("case", "corpus"):

@@ -149,7 +149,4 @@ def detect_placeholder(raw_model_output: object, predicted_answer: object) -> st
     low = raw.lower()
     if low in PLACEHOLDER_WHOLE:
         return "raw_generic"
-    for prefix in PLACEHOLDER_PREFIXES:
-        if low.startswith(prefix):
-            return f"raw_prefix_{prefix.rstrip(':')}"
-    return None
+    return next((f"raw_prefix_{p.rstrip(':')}" for p in PLACEHOLDER_PREFIXES if low.startswith(p)), None)

@@ -1,9 +1,9 @@
 """Converters from the real public datasets' own layouts into a task's public/private layout.
 
 A task names its converter in ``spec.toml`` (``converter = "kits19"``); the module
-``tasks.convert.<name>`` exposes ``prepare(spec, source, out) -> None``. Naming the module in the
-spec (rather than in a table here) lets each track add converters without touching this file.
-A converter may also accept ``progress=`` (a callable taking each finished case id).
+``tasks.convert.<name>`` exposes ``prepare(spec, source, out, progress=None) -> None`` (``progress``
+takes each finished case id). Naming the module in the spec (rather than in a table here) lets each
+track add converters without touching this file.
 A converter reads only ``source`` and writes only ``out``; a source that does not have the expected
 layout is one ``TaskError`` naming the missing or unreadable path.
 """
@@ -18,8 +18,7 @@ from schemas.task_spec import TaskError, TaskSpec
 
 
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
-    """Convert ``source`` into ``out/public`` and ``out/private``. ``progress`` is passed on only
-    when given, so converters without progress reporting keep the plain signature."""
+    """Convert ``source`` into ``out/public`` and ``out/private``."""
     if not spec.converter:
         raise TaskError(f"task {spec.id}: no converter from its public dataset yet")
     source = Path(source)
@@ -32,7 +31,4 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
         if e.name != name:
             raise
         raise TaskError(f"task {spec.id}: converter module {name} does not exist") from e
-    if progress is None:
-        module.prepare(spec, source, Path(out))
-    else:
-        module.prepare(spec, source, Path(out), progress=progress)
+    module.prepare(spec, source, Path(out), progress=progress)

@@ -4,10 +4,7 @@ Source layout (the Hugging Face dataset ``TsinghuaC3I/MedXpertQA`` as downloaded
 benchmark's own staging reads): ``MM/test.jsonl`` (and ``MM/dev.jsonl``), one JSON object a line with
 ``id`` (``MM-0``), ``question``, ``options`` (``{"A": ..., "E": ...}``), ``label`` (the correct letter),
 ``images`` (file names), ``medical_task``, ``body_system``, ``question_type``; and ``images.zip`` (or
-an ``images/`` folder) holding the image files.
-
-Only ``test.jsonl`` is converted. Question ids are kept (``MM-0``); images keep their bytes and
-suffix. The gold ``answer_text`` is the text of the correct option.
+an ``images/`` folder) holding the image files. Only ``test.jsonl`` is converted.
 """
 
 from __future__ import annotations

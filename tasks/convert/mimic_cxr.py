@@ -12,8 +12,7 @@ A study becomes one case when it has a report with a non-empty FINDINGS section 
 the task's validity rules, and at least one JPEG. The private reference is the FINDINGS section only
 (the benchmark's ``findings_only`` mode); its IMPRESSION is dropped. Cases get neutral ids in study
 order (``CXR0000`` ...) so the agent never sees MIMIC identifiers; the private manifest keeps the
-mapping. Views are copied unchanged as
-``images/01.jpg``, ``02.jpg`` ... in ``dicom_id`` order.
+mapping. Views are copied unchanged, in ``dicom_id`` order.
 """
 
 from __future__ import annotations

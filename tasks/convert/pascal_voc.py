@@ -100,14 +100,8 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
         xml = root / "Annotations" / f"{stem}.xml"
         if not xml.is_file():
             raise TaskError(f"{xml}: listed in {split.name} but missing")
-        image = next(
-            (
-                root / "JPEGImages" / f"{stem}{s}"
-                for s in IMAGE_SUFFIXES
-                if (root / "JPEGImages" / f"{stem}{s}").is_file()
-            ),
-            None,
-        )
+        candidates = (root / "JPEGImages" / f"{stem}{s}" for s in IMAGE_SUFFIXES)
+        image = next((p for p in candidates if p.is_file()), None)
         if image is None:
             raise TaskError(f"{root / 'JPEGImages'}: no image for {stem}")
         w, h, boxes = read_annotation(xml, classes)

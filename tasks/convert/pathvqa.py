@@ -6,8 +6,7 @@ Hugging Face image feature), ``question`` and ``answer``.
 
 The original release stores its questions as Python pickles, which cannot be loaded safely from a
 downloaded file; the parquet copy carries the same test questions as plain columns, so it is the
-one converted. Only the ``test`` files are read; question ids are ``pathvqa_<row>`` in file order;
-image bytes are copied unchanged (suffix from the image's own header).
+one converted (its ``test`` files only).
 """
 
 from __future__ import annotations

@@ -5,9 +5,7 @@ Source layout (the SLAKE 1.0 release, ``Slake1.0/``): ``test.json`` (also ``trai
 ``question``, ``answer``, ``q_lang`` (``en``/``zh``), ``answer_type`` (``OPEN``/``CLOSED``),
 ``location``, ``modality``, ``content_type``; and ``imgs/xmlab<N>/source.jpg``.
 
-Only ``test.json`` is read and only ``q_lang == "en"`` questions are kept. Question ids become
-``slake_<qid>``; image bytes are copied unchanged; ``location`` becomes ``body_system`` and
-``content_type`` the ``medical_task``.
+Only ``test.json`` is read and only ``q_lang == "en"`` questions are kept.
 """
 
 from __future__ import annotations

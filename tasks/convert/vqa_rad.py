@@ -7,10 +7,9 @@ Source layout (the OSF release, https://osf.io/89kps/): one JSON file, ``VQA_RAD
 images named by ``image_name`` (``synpic54610.jpg``).
 
 Only the test questions (``phrase_type`` starting with ``test``) are converted, as the benchmark
-scores held-out questions; a release without that field converts every question. Question ids
-become ``vqarad_<qid>``. A gold answer that normalises to yes/no is scored strictly (``yes/no``);
-every other answer, including closed "left or right" questions, is ``open``. Image bytes are copied
-unchanged.
+scores held-out questions; a release without that field converts every question. A gold answer
+that normalises to yes/no is scored strictly (``yes/no``); every other answer, including closed
+"left or right" questions, is ``open``.
 """
 
 from __future__ import annotations

@@ -73,11 +73,9 @@ def copy_references(spec: TaskSpec, data: Path, workspace: Path, pattern: str, n
         shutil.copyfile(src, dest)
 
 
-def fresh_sides(out: Path) -> tuple[Path, Path]:
-    """``out/public`` and ``out/private``, emptied: a twin is written afresh, never over an old one."""
-    sides = out / "public", out / "private"
-    for side in sides:
+def fresh_sides(out: Path) -> None:
+    """Empty ``out/public`` and ``out/private``: a twin is written afresh, never over an old one."""
+    for side in (out / "public", out / "private"):
         if side.exists():
             shutil.rmtree(side)
         side.mkdir(parents=True)
-    return sides

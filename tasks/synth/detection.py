@@ -78,14 +78,8 @@ def _smear(rng, h, w, n) -> tuple[np.ndarray, list[Box]]:
         cx, cy, rr = rng.uniform(r, w - r), rng.uniform(r, h - r), r * 1.35
         m = cv.ellipse(cx, cy, rr, rr, (0.82, 0.75, 0.88))
         for _ in range(3):  # lobed nucleus
-            cv.ellipse(
-                cx + rng.uniform(-0.4, 0.4) * rr,
-                cy + rng.uniform(-0.4, 0.4) * rr,
-                rr * 0.4,
-                rr * 0.3,
-                (0.42, 0.22, 0.55),
-                rng.uniform(0, 3),
-            )
+            ox, oy = rng.uniform(-0.4, 0.4) * rr, rng.uniform(-0.4, 0.4) * rr
+            cv.ellipse(cx + ox, cy + oy, rr * 0.4, rr * 0.3, (0.42, 0.22, 0.55), rng.uniform(0, 3))
         cv.keep_box(boxes, "WBC", m)
     for _ in range(n_plt):
         cx, cy = rng.uniform(5, w - 5), rng.uniform(5, h - 5)

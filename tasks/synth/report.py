@@ -39,6 +39,18 @@ def _cxr_findings(rng: np.random.Generator) -> dict[str, str]:
     return facts
 
 
+_NORMAL_HEART = (
+    "The heart size is normal.",
+    "Heart size is within normal limits.",
+    "The cardiomediastinal silhouette is normal.",
+)
+_NORMAL_BONES = (
+    "The osseous structures are unremarkable.",
+    "No acute osseous abnormality.",
+    "Visualized bones are intact.",
+)
+
+
 def _cxr_text(rng: np.random.Generator, f: dict[str, str]) -> tuple[str, str]:
     """(FINDINGS paragraph, IMPRESSION) for the drawn findings."""
     s: list[str] = []
@@ -50,17 +62,7 @@ def _cxr_text(rng: np.random.Generator, f: dict[str, str]) -> tuple[str, str]:
         s.append(f"The cardiac silhouette is {f['cardiomegaly']} enlarged.")
         imp.append("Cardiomegaly.")
     else:
-        s.append(
-            str(
-                rng.choice(
-                    [
-                        "The heart size is normal.",
-                        "Heart size is within normal limits.",
-                        "The cardiomediastinal silhouette is normal.",
-                    ]
-                )
-            )
-        )
+        s.append(str(rng.choice(_NORMAL_HEART)))
     if "edema" in f:
         s.append("There is mild pulmonary vascular congestion with perihilar edema.")
         imp.append("Mild pulmonary edema.")
@@ -72,16 +74,9 @@ def _cxr_text(rng: np.random.Generator, f: dict[str, str]) -> tuple[str, str]:
         s.append("A 9 mm nodule is noted in the upper lung zone.")
         imp.append("Pulmonary nodule; follow-up CT is recommended.")
     if "effusion" in f:
-        side = (
-            "bilateral pleural effusions"
-            if f["effusion"] == "bilateral"
-            else f"{f['effusion']} pleural effusion"
-        )
-        s.append(
-            f"There is a {f['effusion_size']} {side}."
-            if f["effusion"] != "bilateral"
-            else f"There are {f['effusion_size']} {side}."
-        )
+        bilateral = f["effusion"] == "bilateral"
+        side = "bilateral pleural effusions" if bilateral else f"{f['effusion']} pleural effusion"
+        s.append(f"{'There are' if bilateral else 'There is a'} {f['effusion_size']} {side}.")
         imp.append(f"{f['effusion_size'].capitalize()} {side}.")
     if "pneumothorax" in f:
         s.append(f"A small {f['pneumothorax']} apical pneumothorax is present.")
@@ -95,17 +90,7 @@ def _cxr_text(rng: np.random.Generator, f: dict[str, str]) -> tuple[str, str]:
     if negatives:
         listed = negatives[0] if len(negatives) == 1 else ", ".join(negatives[:-1]) + " or " + negatives[-1]
         s.append(f"There is no {listed}.")
-    s.append(
-        str(
-            rng.choice(
-                [
-                    "The osseous structures are unremarkable.",
-                    "No acute osseous abnormality.",
-                    "Visualized bones are intact.",
-                ]
-            )
-        )
-    )
+    s.append(str(rng.choice(_NORMAL_BONES)))
     if not imp:
         imp.append("No acute cardiopulmonary process.")
     return " ".join(s), " ".join(imp)
@@ -156,7 +141,7 @@ def synth(spec: TaskSpec, out: Path, cases: int, seed: int) -> None:
     """Write ``cases`` studies of ``spec``'s task into ``out/public`` and ``out/private``."""
     if spec.report is None:
         raise TaskError(f"task {spec.id}: not a report-generation task")
-    public, private = fresh_sides(out)
+    fresh_sides(out)
     findings_only = spec.report.section == "findings" and not spec.report.with_impression
     mode = "findings_only" if findings_only else "full_report"
     for i in range(cases):

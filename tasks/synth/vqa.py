@@ -21,6 +21,7 @@ from tasks.synth import fresh_sides, medimg
 
 LABELS = ("A", "B", "C", "D", "E")
 NUMBER_WORDS = {1: "one", 2: "two", 3: "three"}
+_BODY = {"abdomen": "abdomen", "chest": "chest", "head": "brain"}
 
 
 def _radiology(rng: np.random.Generator, shape, i: int) -> tuple[list[np.ndarray], dict[str, Any]]:
@@ -60,7 +61,7 @@ def _radiology(rng: np.random.Generator, shape, i: int) -> tuple[list[np.ndarray
                 "What imaging modality was used to take this image?", "x-ray", "open", "chest", "modality"
             )
         return [img], _q("Which part of the body is shown in this image?", "chest", "open", "chest", "organ")
-    body = {"abdomen": "abdomen", "chest": "chest", "head": "brain"}[region]
+    body = _BODY[region]
     kind = i % 3
     if kind == 0:
         target = organ or {"abdomen": "liver", "chest": "lung", "head": "brain"}[region]
@@ -151,7 +152,7 @@ def _multiple_choice(rng: np.random.Generator, shape, i: int) -> tuple[list[np.n
             f"A {age}-year-old {sex} undergoes cross-sectional imaging for weight loss. "
             "What does the image show?"
         )
-        body, task = {"abdomen": "abdomen", "chest": "chest", "head": "brain"}[region], "diagnosis"
+        body, task = _BODY[region], "diagnosis"
     else:
         choices = [
             "Normal colonic mucosa",
