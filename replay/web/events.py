@@ -300,30 +300,24 @@ def events_page(
             raise NotFound(f"no run {run_id!r} in the store")
         start_ns = int(row[0])
     keys = _finder(con, run_id, q, spacing_ns)
+    target = None
     if q.after or q.before:
-        forward = bool(q.after)
-        mark = decode_cursor(q.after or q.before or "")
-        if not (isinstance(mark, list) and len(mark) == 3):
+        cursor = decode_cursor(q.after or q.before or "")
+        if not (isinstance(cursor, list) and len(cursor) == 3):
             raise BadRequest("bad events cursor")
-        got = keys((int(mark[0]), str(mark[1]), int(mark[2])), forward, False, q.limit + 1)
+        forward = bool(q.after)
+        got = keys((int(cursor[0]), str(cursor[1]), int(cursor[2])), forward, False, q.limit + 1)
         more = len(got) > q.limit
-        got = got[: q.limit]
-        if not forward:
-            got.reverse()
-        rows = _summaries(con, run_id, got, start_ns)
-        return EventsPage(
-            rows,
-            _cursor(rows[-1]) if forward and more and rows else None,
-            _cursor(rows[0]) if not forward and more and rows else None,
-            str(start_ns),
-        )
-    target, mark = _opening(con, run_id, q, start_ns)
-    # Opened at the run's start nothing comes before: the whole page follows, and no query for it.
-    half = max(q.limit // 2, 1) if mark[0] >= start_ns else 0
-    after = keys(mark, True, True, q.limit - half + 1)
-    before = keys(mark, False, False, half + 1) if half else []
-    more_after, more_before = len(after) > q.limit - half, len(before) > half
-    after, before = after[: q.limit - half], before[:half]
+        after, before = (got[: q.limit], []) if forward else ([], got[: q.limit])
+        more_after, more_before = more and forward, more and not forward
+    else:
+        target, mark = _opening(con, run_id, q, start_ns)
+        # Opened at the run's start nothing comes before: the whole page follows, and no query for it.
+        half = max(q.limit // 2, 1) if mark[0] >= start_ns else 0
+        after = keys(mark, True, True, q.limit - half + 1)
+        before = keys(mark, False, False, half + 1) if half else []
+        more_after, more_before = len(after) > q.limit - half, len(before) > half
+        after, before = after[: q.limit - half], before[:half]
     before.reverse()
     rows = _summaries(con, run_id, before + after, start_ns)
     return EventsPage(
