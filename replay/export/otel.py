@@ -170,8 +170,8 @@ class _Spans:
     Each span and root event is kept encoded, its root's span id left out (the root is known once
     every event was seen): a run of a million events holds its output, not a million objects."""
 
-    def __init__(self, run_id: str, read_blob: BlobReader | None):
-        self.run_id, self.read_blob = run_id, read_blob
+    def __init__(self, read_blob: BlobReader | None):
+        self.run_id, self.read_blob = "", read_blob
         self.spans: list[str] = []
         """Each child span's JSON without its closing brace (``parentSpanId`` comes last)."""
         self.root_events: list[str] = []
@@ -190,7 +190,7 @@ class _Spans:
     def see(self, e: Event) -> None:
         """One event, in ``replay.read.iter_events``' order (time, then source and seq)."""
         if self.first_ev is None:
-            self.first_ev = e
+            self.first_ev, self.run_id = e, e.run_id
         self.last_ev = e
         if self.start_ev is None and isinstance(e.payload, RunStarted):
             self.start_ev = e
@@ -242,17 +242,16 @@ class _Spans:
             return
         req_ev, req = pair
         end = self.calls_started.get(p.model_call_id, e.ts_ns)
+        error = "tool_error" if p.is_error else None
         a = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": req.name,
             "gen_ai.tool.call.id": req.tool_call_id,
             "gen_ai.tool.type": "function",
-            "error.type": "tool_error" if p.is_error else None,
+            "error.type": error,
         }
-        error = "tool_error" if p.is_error else None
-        self.child(
-            req_ev, f"execute_tool {req.name}", INTERNAL, req_ev.ts_ns, max(end, req_ev.ts_ns), a, error
-        )
+        start = req_ev.ts_ns
+        self.child(req_ev, f"execute_tool {req.name}", INTERNAL, start, max(end, start), a, error)
 
     def process(self, e: Event, p: ProcessExited) -> None:
         a = {
@@ -274,19 +273,16 @@ def write_line(
     """One run's ``TracesData`` (OTLP JSON) as one line, from its events in ``replay.read.iter_events``'
     order (``read_blob``: with each model call's messages). Written piece by piece: the line is the
     same as ``json.dumps`` of the whole with compact separators."""
-    children = _Spans("", read_blob)
+    children = _Spans(read_blob)
     for e in events:
-        if children.first_ev is None:
-            children.run_id = e.run_id
         children.see(e)
     if children.first_ev is None or children.last_ev is None:
         raise ValueError("no events")
     run_id = children.run_id
     start_ev = children.start_ev or children.first_ev
-    first: Payload = start_ev.payload
-    started = first if isinstance(first, RunStarted) else RunStarted()
     finish_ev = children.finish_ev
-    last: Payload | None = finish_ev.payload if finish_ev is not None else None
+    first, last = start_ev.payload, finish_ev.payload if finish_ev is not None else None
+    started = first if isinstance(first, RunStarted) else RunStarted()
     finished = last if isinstance(last, RunFinished) else None
     status = finished.status if finished else "unfinished"
     agent = started.agent or "amb-agent"
