@@ -256,10 +256,7 @@ def align(a: list[Step], b: list[Step]) -> list[DiffRow]:
         names = difflib.SequenceMatcher(None, [s.names for s in sa], [s.names for s in sb], autojunk=False)
         for tag2, p1, p2, q1, q2 in names.get_opcodes():
             xa, xb = sa[p1:p2], sb[q1:q2]
-            if tag2 == "equal":
-                rows += [_pair("changed", x, y) for x, y in zip(xa, xb, strict=True)]
-                continue
-            paired = min(len(xa), len(xb)) if tag2 == "replace" else 0
+            paired = min(len(xa), len(xb)) if tag2 in ("equal", "replace") else 0
             rows += [_pair("changed", xa[k], xb[k]) for k in range(paired)]
             rows += [_pair("deleted", x, None) for x in xa[paired:]]
             rows += [_pair("inserted", None, y) for y in xb[paired:]]
