@@ -72,8 +72,7 @@ def sources(con: duckdb.DuckDBPyConnection) -> list[tuple[str, bool]]:
             "SELECT table_name FROM information_schema.columns WHERE column_name = 'run_id'"
         ).fetchall()
     }
-    ordered = sorted(names, key=lambda n: (n != "events", n))
-    return [(n, n in with_run) for n in ordered]
+    return [(n, n in with_run) for n in sorted(names, key=lambda n: (n != "events", n))]
 
 
 def _quote(path: Path | str) -> str:
