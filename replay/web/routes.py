@@ -103,14 +103,11 @@ def run_events(ask: Ask, q: events.EventsQuery) -> events.EventsPage:
 
 
 def call_image(ask: Ask, q: Query) -> Body:
-    a = ask.args
-    data, media = calls.call_image(ask.con, ask.viewer.blobs, ask.run, a["source"], a["seq"], a["n"])
-    return Body(data, media)
+    return Body(*calls.call_image(ask.con, ask.viewer.blobs, ask.run, **_key(ask), n=ask.args["n"]))
 
 
 def preview(ask: Ask, q: PreviewQuery) -> Body:
-    png = files.file_preview(ask.con, ask.viewer.blobs, ask.run, q.path, q.seq)
-    return Body(png, "image/png")
+    return Body(files.file_preview(ask.con, ask.viewer.blobs, ask.run, q.path, q.seq), "image/png")
 
 
 def workspace_tar(ask: Ask, q: MomentQuery) -> Body:
