@@ -191,13 +191,12 @@ class _Export:
         text = p.output if p.output_blob is None else self.read_blob(p.output_blob).decode("utf-8", "replace")
         owner.observation = owner.observation or atif.Observation()
         owner.observation.results.append(atif.ObservationResult(source_call_id=p.tool_call_id, content=text))
-        inline = len(p.output) if p.output_blob is not None else None
         result = atif.ResultFacts(
             ts_ns=e.ts_ns,
             model_call_id=p.model_call_id,
             name=p.name,
             is_error=p.is_error,
-            inline_chars=inline,
+            inline_chars=len(p.output) if p.output_blob is not None else None,
         )
         facts = _facts(owner)
         facts.results = facts.results or []

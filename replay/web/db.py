@@ -51,8 +51,7 @@ class SharedReader:
         db = self.root / DB_NAME
         wal = db.with_name(DB_NAME + ".wal")
         st = db.stat()
-        wal_size = wal.stat().st_size if wal.exists() else 0
-        return st.st_mtime_ns, st.st_size, wal_size
+        return st.st_mtime_ns, st.st_size, wal.stat().st_size if wal.exists() else 0
 
     def warm(self) -> None:
         """Open the connection in the background if it is closed: a page was just asked for, and its
