@@ -171,8 +171,7 @@ def _anchor(tag: str, date: str | None, started: str | None, where: str) -> tupl
     if parts is not None:
         with contextlib.suppress(ValueError, OverflowError):
             return timegm((*parts, 0, 0, 0)) * NS, False
-    m = re.match(r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2})", date or "")
-    if m:
+    if m := re.match(r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2})", date or ""):
         y, mo, d, h, mi = (int(x) for x in m.groups())
         return timegm((y, mo, d, h, mi, 0, 0, 0, 0)) * NS, False
     return 0, False

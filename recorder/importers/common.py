@@ -67,12 +67,10 @@ def inside(root: Path, path: Path) -> bool:
 
     A path spelled below ``root`` with no ``..`` and no symlink below ``root`` is inside without
     resolving it from ``/`` (that cost most of an import's parse time); anything else is resolved."""
-    root_s, path_s = str(root), str(path)
-    if path_s.startswith(root_s.rstrip("/") + "/") and "/../" not in path_s + "/":
-        rest = path_s[len(root_s.rstrip("/")) + 1 :].split("/")
-        cur = root_s.rstrip("/")
+    cur, path_s = str(root).rstrip("/"), str(path)
+    if path_s.startswith(cur + "/") and "/../" not in path_s + "/":
         try:
-            for part in rest:
+            for part in path_s[len(cur) + 1 :].split("/"):
                 if part in ("", "."):
                     continue
                 cur += "/" + part

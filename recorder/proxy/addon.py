@@ -364,7 +364,6 @@ class Recorder:
     def _ws_facts(self, flow: http.HTTPFlow, st: _Flow, error: str | None) -> CallFacts:
         req = flow.request
         scheme = "wss" if req.scheme == "https" else "ws"
-        now = time.time()
         return CallFacts(
             call_id=st.call_id or flow.id,
             # Why the ignore[arg-type] below: a model call, so api (and url) are set.
@@ -377,7 +376,7 @@ class Recorder:
             response_chunks=st.chunks,
             content_type="text/event-stream",
             ttfb_ms=(st.first_byte - st.t0) * 1000 if st.first_byte else None,
-            latency_ms=(now - st.t0) * 1000,
+            latency_ms=(time.time() - st.t0) * 1000,
             error=error,
             partial=error is not None and not error.startswith("budget_exceeded"),
             upstream=st.upstream,

@@ -125,10 +125,8 @@ class Destinations:
         """The verdict without resolving, if it is known (or needs no DNS); None: call ``verdict``."""
         key = (_norm(host), port)
         got = self._cache.get(key)
-        if got is None:
-            ip = _literal(key[0])
-            if ip is not None:
-                got = self._cache[key] = self._judge(key, [ip])
+        if got is None and (ip := _literal(key[0])) is not None:
+            got = self._cache[key] = self._judge(key, [ip])
         return got
 
     async def verdict(self, host: str, port: int) -> Verdict:

@@ -217,8 +217,7 @@ class Ledger:
             else:
                 rid = f"{wire}~" if wire else f"{provider}-"
                 rid += f"{thread}-{step}-{index}"
-            rid = self._free(rid)
-            t["id"] = rid
+            t["id"] = rid = self._free(rid)
             calls.append(_Call(rid, wire, t["name"]))
         n = len(info.chain) - 1
         head = _Head(

@@ -123,8 +123,7 @@ class ProxyServer:
     # -- the proxy thread ----------------------------------------------------------------------
 
     def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
+        loop = self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(self._main())

@@ -242,8 +242,7 @@ class Sink:
         ref = self.blobs.put(body, media, base=self._last_request) if body else None
         if ref is not None:
             self._last_request = ref
-        info = calls.parse_request(api, body)
-        return PreparedRequest(info, ref)
+        return PreparedRequest(calls.parse_request(api, body), ref)
 
     def _write_call(self, f: CallFacts) -> ModelCallCompleted:
         try:

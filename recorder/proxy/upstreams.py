@@ -94,8 +94,7 @@ class Upstream:
     def host_header(self) -> str:
         """``host[:port]``, the port left out when it is the scheme's default (as browsers send it)."""
         default = self.port == (443 if self.scheme == "https" else 80)
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return host if default else f"{host}:{self.port}"
+        return self.authority.removesuffix(f":{self.port}") if default else self.authority
 
     @property
     def url(self) -> str:
