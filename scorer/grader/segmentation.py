@@ -33,13 +33,25 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
     assert seg is not None  # decode_spec guarantees it for this track
     cases = reference_cases(reference)
     root_name = spec.submission.root
+    params: dict[str, Any] = {
+        **spec.metric.params,
+        "mode": seg.mode,
+        "threshold": seg.threshold,
+        "completeness": options.completeness,
+    }
     aggregate: Callable[[Sequence[CaseResult]], float]
     if seg.mode == "binary":
         results = [_binary_case(seg, c, submission, reference / c, options, root_name) for c in cases]
         aggregate = partial(_binary_aggregate, seg, options.seg_formula)
+        params.update(seg_formula=options.seg_formula, seg_invalid_case=options.seg_invalid_case)
+        if options.seg_formula in WEIGHTS:
+            params["weights"] = WEIGHTS[options.seg_formula]
     else:
         results = [_multiclass_case(seg, c, submission, reference / c, options, root_name) for c in cases]
         aggregate = _multiclass_aggregate
+        params.update(
+            labels=[lab.id for lab in seg.labels], seg_multiclass_empty=options.seg_multiclass_empty
+        )
     score, checks = gated_score(results, options, aggregate)
     if seg.mode == "binary":
         lesions = [t.name for t in seg.targets if t.kind == "lesion"]
@@ -54,20 +66,6 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
         checks["medal_metric"] = float(np.mean(values)) if values else 0.0
     else:
         checks["medal_metric"] = _multiclass_aggregate(results)
-    params: dict[str, Any] = {
-        **spec.metric.params,
-        "mode": seg.mode,
-        "threshold": seg.threshold,
-        "completeness": options.completeness,
-    }
-    if seg.mode == "binary":
-        params["seg_formula"] = options.seg_formula
-        params["seg_invalid_case"] = options.seg_invalid_case
-        if options.seg_formula in WEIGHTS:
-            params["weights"] = WEIGHTS[options.seg_formula]
-    else:
-        params["labels"] = [lab.id for lab in seg.labels]
-        params["seg_multiclass_empty"] = options.seg_multiclass_empty
     return GradeResult(
         task=spec.id, metric=spec.metric.name, score=score, cases=results, params=params, checks=checks
     )
