@@ -100,7 +100,7 @@ def _side(doc: dict[str, Any], key: str) -> float | None:
     bounded by 0 only); a number that is no finite float (``10**400``, ``1e400``), or zero or
     negative (no image has no pixels: every box would be refused), is refused."""
     v = doc.get(key)
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
+    if not _number(v):
         return None
     side = _as_float(v)
     if not math.isfinite(side):
