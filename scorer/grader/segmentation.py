@@ -20,7 +20,7 @@ from scorer.grader.options import GradeOptions
 from scorer.grader.result import BadReference, CaseResult, GradeResult, invalid_case, missing_case
 from scorer.grader.submitted import Rejected, open_submitted
 from scorer.grader.volume_io import VolumeError, read_volume
-from scorer.metrics.dice import binary_counts, confusion, dice_per_label, label_histogram
+from scorer.metrics.dice import binary_counts, binary_dice, confusion, dice_per_label, label_histogram
 
 WEIGHTS = {
     "organ_lesion_50_50": {"organ": 0.5, "lesion": 0.5},
@@ -174,7 +174,7 @@ def _binary_case(
                 counted = [n for n in counted if n != t.name]
             continue
         m = next(matrices)
-        dice[t.name] = dice_per_label(m, [1])[1]
+        dice[t.name] = binary_dice(m)
         counts[t.name] = {"tp": int(m[1, 1]), "fp": int(m[1, 0]), "fn": int(m[0, 1])}
     details: dict[str, Any] = {
         "dice": dice,
