@@ -91,7 +91,7 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
     classes = {c.lower(): c for c in spec.submission.classes}
     split = root / "ImageSets" / "Main" / "test.txt"
     if split.is_file():
-        stems = [s.strip() for s in split.read_text().split() if s.strip()]
+        stems = split.read_text().split()
     else:
         stems = sorted(p.stem for p in (root / "Annotations").glob("*.xml"))
     if not stems:
