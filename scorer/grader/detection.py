@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import reprlib
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import msgspec
 import numpy as np
@@ -34,7 +34,7 @@ class BadPrediction(ValueError):
     """A prediction file that cannot be scored; the message is the case's reason."""
 
 
-def _number(v: Any) -> bool:
+def _number(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
