@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import reprlib
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import msgspec
 import numpy as np
@@ -34,7 +34,7 @@ class BadPrediction(ValueError):
     """A prediction file that cannot be scored; the message is the case's reason."""
 
 
-def _number(v: Any) -> bool:
+def _number(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
@@ -100,7 +100,7 @@ def _side(doc: dict[str, Any], key: str) -> float | None:
     bounded by 0 only); a number that is no finite float (``10**400``, ``1e400``), or zero or
     negative (no image has no pixels: every box would be refused), is refused."""
     v = doc.get(key)
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
+    if not _number(v):
         return None
     side = _as_float(v)
     if not math.isfinite(side):

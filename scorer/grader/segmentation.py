@@ -20,7 +20,7 @@ from scorer.grader.options import GradeOptions
 from scorer.grader.result import BadReference, CaseResult, GradeResult, invalid_case, missing_case
 from scorer.grader.submitted import Rejected, open_submitted
 from scorer.grader.volume_io import VolumeError, read_volume
-from scorer.metrics.dice import binary_counts, confusion, dice_per_label, label_histogram
+from scorer.metrics.dice import binary_counts, binary_dice, confusion, dice_per_label, label_histogram
 
 WEIGHTS = {
     "organ_lesion_50_50": {"organ": 0.5, "lesion": 0.5},
@@ -33,13 +33,25 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
     assert seg is not None  # decode_spec guarantees it for this track
     cases = reference_cases(reference)
     root_name = spec.submission.root
+    params: dict[str, Any] = {
+        **spec.metric.params,
+        "mode": seg.mode,
+        "threshold": seg.threshold,
+        "completeness": options.completeness,
+    }
     aggregate: Callable[[Sequence[CaseResult]], float]
     if seg.mode == "binary":
         results = [_binary_case(seg, c, submission, reference / c, options, root_name) for c in cases]
         aggregate = partial(_binary_aggregate, seg, options.seg_formula)
+        params.update(seg_formula=options.seg_formula, seg_invalid_case=options.seg_invalid_case)
+        if options.seg_formula in WEIGHTS:
+            params["weights"] = WEIGHTS[options.seg_formula]
     else:
         results = [_multiclass_case(seg, c, submission, reference / c, options, root_name) for c in cases]
         aggregate = _multiclass_aggregate
+        params.update(
+            labels=[lab.id for lab in seg.labels], seg_multiclass_empty=options.seg_multiclass_empty
+        )
     score, checks = gated_score(results, options, aggregate)
     if seg.mode == "binary":
         lesions = [t.name for t in seg.targets if t.kind == "lesion"]
@@ -54,20 +66,6 @@ def grade_track(spec: TaskSpec, submission: Path, reference: Path, options: Grad
         checks["medal_metric"] = float(np.mean(values)) if values else 0.0
     else:
         checks["medal_metric"] = _multiclass_aggregate(results)
-    params: dict[str, Any] = {
-        **spec.metric.params,
-        "mode": seg.mode,
-        "threshold": seg.threshold,
-        "completeness": options.completeness,
-    }
-    if seg.mode == "binary":
-        params["seg_formula"] = options.seg_formula
-        params["seg_invalid_case"] = options.seg_invalid_case
-        if options.seg_formula in WEIGHTS:
-            params["weights"] = WEIGHTS[options.seg_formula]
-    else:
-        params["labels"] = [lab.id for lab in seg.labels]
-        params["seg_multiclass_empty"] = options.seg_multiclass_empty
     return GradeResult(
         task=spec.id, metric=spec.metric.name, score=score, cases=results, params=params, checks=checks
     )
@@ -176,7 +174,7 @@ def _binary_case(
                 counted = [n for n in counted if n != t.name]
             continue
         m = next(matrices)
-        dice[t.name] = dice_per_label(m, [1])[1]
+        dice[t.name] = binary_dice(m)
         counts[t.name] = {"tp": int(m[1, 1]), "fp": int(m[1, 0]), "fn": int(m[0, 1])}
     details: dict[str, Any] = {
         "dice": dice,

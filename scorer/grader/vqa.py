@@ -68,13 +68,10 @@ def grade_case(
     rel = f"{spec.submission.root}/{qid}/{spec.vqa.answer_file}".removeprefix("./")
     try:
         record = read_json_object(Path(rel), submission=submission)
-    except Rejected:
-        return missing_case(qid, f"{rel}: no answer file")
-    except BadFile as e:
-        return invalid_case(qid, f"{rel}: {e}")
-    try:
         answer = _text_field(record, "predicted_answer")
         raw = _text_field(record, "raw_model_output")
+    except Rejected:
+        return missing_case(qid, f"{rel}: no answer file")
     except BadFile as e:
         return invalid_case(qid, f"{rel}: {e}")
     warnings = []

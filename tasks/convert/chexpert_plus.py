@@ -27,13 +27,6 @@ from tasks.report_text import submittable
 csv.field_size_limit(1 << 24)
 
 
-def _table(source: Path) -> Path:
-    tables = sorted(source.rglob("df_chexpert_plus*.csv"))
-    if not tables:
-        raise TaskError(f"{source}: no df_chexpert_plus*.csv found (the CheXpert Plus report table)")
-    return tables[0]
-
-
 def _image(source: Path, rel: str) -> tuple[Path, bool] | None:
     """The image file for ``path_to_image`` and whether it must be re-encoded (PNG)."""
     rel_path = Path(rel)
@@ -50,7 +43,10 @@ def _image(source: Path, rel: str) -> tuple[Path, bool] | None:
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
     assert spec.report is not None
     source, out = Path(source), Path(out)
-    table = _table(source)
+    tables = sorted(source.rglob("df_chexpert_plus*.csv"))
+    if not tables:
+        raise TaskError(f"{source}: no df_chexpert_plus*.csv found (the CheXpert Plus report table)")
+    table = tables[0]
     with open(table, encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
     if not rows or "path_to_image" not in rows[0]:
@@ -68,9 +64,9 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], N
     for study, r in sorted(studies.items()):
         findings = " ".join((r.get("section_findings") or "").split())
         impression = " ".join((r.get("section_impression") or "").split())
-        parts = ([f"FINDINGS: {findings}"] if findings else []) + (
-            [f"IMPRESSION: {impression}"] if impression else []
-        )
+        parts = [
+            f"{name}: {text}" for name, text in (("FINDINGS", findings), ("IMPRESSION", impression)) if text
+        ]
         reference = "\n\n".join(parts)
         if not parts or not submittable(reference + "\n", spec.report):
             continue  # no report text, or one shorter than the 40 characters a submission needs

@@ -30,19 +30,15 @@ def _text(root: ET.Element, label: str) -> str:
     return ""
 
 
-def _reports(source: Path) -> list[Path]:
-    reports = sorted(source.rglob("ecgen-radiology/*.xml"), key=lambda p: (len(p.stem), p.stem))
-    if not reports:
-        raise TaskError(f"{source}: no ecgen-radiology/*.xml found (unpack Open-i's NLMCXR_reports.tgz here)")
-    return reports
-
-
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
     assert spec.report is not None
     source, out = Path(source), Path(out)
+    reports = sorted(source.rglob("ecgen-radiology/*.xml"), key=lambda p: (len(p.stem), p.stem))
+    if not reports:
+        raise TaskError(f"{source}: no ecgen-radiology/*.xml found (unpack Open-i's NLMCXR_reports.tgz here)")
     pngs = {p.stem: p for p in source.rglob("*.png")}
     index = 0
-    for xml_path in _reports(source):
+    for xml_path in reports:
         try:
             root = ET.parse(xml_path).getroot()
         except ET.ParseError as e:

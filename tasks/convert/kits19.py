@@ -17,14 +17,11 @@ from schemas.task_spec import TaskError, TaskSpec
 from tasks.convert._volumes import Progress, copy_scan, load, run, save_labels, voxels
 
 
-def source_cases(source: Path) -> list[str]:
+def prepare(spec: TaskSpec, source: Path, out: Path, progress: Progress = None) -> None:
     cases = sorted(p.name for p in source.glob("case_*") if (p / "segmentation.nii.gz").is_file())
     if not cases:
         raise TaskError(f"{source}: no case_XXXXX/segmentation.nii.gz found (is this KiTS19's data/ folder?)")
-    return cases
 
-
-def prepare(spec: TaskSpec, source: Path, out: Path, progress: Progress = None) -> None:
     def convert(case: str) -> None:
         src = source / case
         seg_path = src / "segmentation.nii.gz"
@@ -37,4 +34,4 @@ def prepare(spec: TaskSpec, source: Path, out: Path, progress: Progress = None) 
         save_labels((labels >= 1) & (labels <= 2), seg_img, out / "private" / case / "organ.nii.gz")
         save_labels(labels == 2, seg_img, out / "private" / case / "lesion.nii.gz")
 
-    run(source_cases(source), convert, progress)
+    run(cases, convert, progress)

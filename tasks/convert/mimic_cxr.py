@@ -49,31 +49,26 @@ def _test_studies(source: Path) -> set[str] | None:
     return None
 
 
-def _studies(source: Path) -> list[tuple[str, Path, list[Path]]]:
-    """(study id, report path, sorted JPEG paths) of every study with both a report and images."""
+def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
+    assert spec.report is not None
+    source, out = Path(source), Path(out)
+    wanted = _test_studies(source)
     files = source / "files"
     if not files.is_dir():
         raise TaskError(
             f"{source}: no files/ folder (expected MIMIC-CXR's files/pXX/pYYYYYYYY/sZZZZZZZZ.txt)"
         )
-    found = []
+    # (study id, report path, sorted JPEG paths) of every study with both a report and images
+    studies = []
     for report in sorted(files.glob("p*/p*/s*.txt")):
-        study = report.stem
-        if not _STUDY.match(study):
+        if not _STUDY.match(report.stem):
             continue
         images = sorted(report.with_suffix("").glob("*.jpg"))
         if images:
-            found.append((study, report, images))
-    if not found:
+            studies.append((report.stem, report, images))
+    if not studies:
         raise TaskError(f"{source}: no study with both files/pXX/pY/sZ.txt and files/pXX/pY/sZ/*.jpg")
-    return found
-
-
-def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
-    assert spec.report is not None
-    source, out = Path(source), Path(out)
-    wanted = _test_studies(source)
-    studies = [s for s in _studies(source) if wanted is None or s[0] in wanted]
+    studies = [s for s in studies if wanted is None or s[0] in wanted]
     index = 0
     rows = []
     for study, report, images in studies:

@@ -23,18 +23,13 @@ ORGAN_FILES = ("pancreas", "pancreas_head", "pancreas_body", "pancreas_tail")
 LESION_FILE = "pancreatic_lesion"
 
 
-def _cases(source: Path) -> list[tuple[str, Path, Path]]:
-    found = []
+def prepare(spec: TaskSpec, source: Path, out: Path, progress: Progress = None) -> None:
+    cases: dict[str, tuple[Path, Path]] = {}
     for images, labels in (("ImageTr", "LabelTr"), ("ImageTe", "LabelTe")):
         for scan in sorted((source / images).glob("PanTS_*/ct.nii.gz")):
             seg_dir = source / labels / scan.parent.name / "segmentations"
             if seg_dir.is_dir():
-                found.append((scan.parent.name, scan, seg_dir))
-    return found
-
-
-def prepare(spec: TaskSpec, source: Path, out: Path, progress: Progress = None) -> None:
-    cases = {name: (scan, seg) for name, scan, seg in _cases(source)}
+                cases[scan.parent.name] = (scan, seg_dir)
     if not cases:
         raise TaskError(
             f"{source}: no ImageTr/PanTS_*/ct.nii.gz with LabelTr/PanTS_*/segmentations/ found (is "

@@ -30,13 +30,6 @@ from tasks.synth import case_dirs
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".JPG", ".JPEG", ".PNG")
 
 
-def find_root(source: Path) -> Path:
-    for cand in (source, source / "BCCD"):
-        if (cand / "Annotations").is_dir():
-            return cand
-    raise TaskError(f"--source {source}: no Annotations/ folder (expected a Pascal VOC layout)")
-
-
 def _int(node: ET.Element | None, tag: str, where: str) -> float:
     el = node.find(tag) if node is not None else None
     text = el.text if el is not None else None
@@ -87,11 +80,14 @@ def read_annotation(path: Path, classes: dict[str, str]) -> tuple[int, int, list
 def prepare(spec: TaskSpec, source: Path, out: Path, progress: Callable[[str], None] | None = None) -> None:
     if spec.det is None:
         raise TaskError(f"task {spec.id}: the pascal_voc converter is for detection tasks")
-    root = find_root(Path(source))
+    source = Path(source)
+    root = next((c for c in (source, source / "BCCD") if (c / "Annotations").is_dir()), None)
+    if root is None:
+        raise TaskError(f"--source {source}: no Annotations/ folder (expected a Pascal VOC layout)")
     classes = {c.lower(): c for c in spec.submission.classes}
     split = root / "ImageSets" / "Main" / "test.txt"
     if split.is_file():
-        stems = [s.strip() for s in split.read_text().split() if s.strip()]
+        stems = split.read_text().split()
     else:
         stems = sorted(p.stem for p in (root / "Annotations").glob("*.xml"))
     if not stems:
