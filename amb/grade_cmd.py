@@ -89,8 +89,7 @@ def _grade(in_container: bool, **kwargs) -> None:
     if not in_container:
         assert local_grade.callback is not None
         return local_grade.callback(**kwargs)
-    code = grade_in_container(**kwargs)
-    if code:
+    if code := grade_in_container(**kwargs):
         sys.exit(code)
 
 

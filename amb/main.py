@@ -48,8 +48,7 @@ class AmbGroup(click.Group):
         module_name = COMMANDS.get(name)
         if module_name is None:
             return None
-        module = importlib.import_module(module_name)
-        for command in module.commands:
+        for command in importlib.import_module(module_name).commands:
             if command.name == name:
                 return command
         raise RuntimeError(f"{module_name} does not define the command {name!r}")
@@ -71,8 +70,7 @@ class AmbGroup(click.Group):
                 # Only a name the user gave can be too long for the file system: said once, here,
                 # rather than before every use of a path.
                 fail("amb", BadInput(f"{quoted(e.filename)}: {e.strerror}"))
-            no_room = full_disk(e)
-            if no_room is None:
+            if (no_room := full_disk(e)) is None:
                 raise
             fail("amb", no_room)
         except Exception as e:
@@ -80,8 +78,7 @@ class AmbGroup(click.Group):
             # up says what to do; any other exception is a bug, and surfaces as one.
             from replay.store import damage
 
-            found = damage(e) or full_disk(e)
-            if found is None:
+            if (found := damage(e) or full_disk(e)) is None:
                 raise
             fail("amb", found)
 

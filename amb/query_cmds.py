@@ -109,8 +109,7 @@ def render_summary(s: dict) -> str:
     lines += [f"          {f['path']} ({f['size']:,} B)" for f in s["files_written"][:20]]
     if len(s["files_written"]) > 20:
         lines.append(f"          … and {len(s['files_written']) - 20} more")
-    for lim in s.get("limitations", []):
-        lines.append(f"limited   {lim['limitation']}: {lim['text']}")
+    lines += [f"limited   {lim['limitation']}: {lim['text']}" for lim in s.get("limitations", [])]
     if s["labels"]:
         lines.append("labels    " + ", ".join(f"{k}={v}" for k, v in sorted(s["labels"].items())))
     # Names, paths and labels are the agent's text: each line printable, no escape for a terminal.
@@ -165,8 +164,7 @@ def sql(store: str, query: str, fmt: str) -> None:
             batches = iter(lambda: cur.fetchmany(SQL_BATCH), []) if columns else iter([])
             emit_batches(columns, batches, fmt)
         except duckdb.Error as e:
-            first = str(e).splitlines()[0]
-            raise AmbError(f"query refused or failed: {first}") from e
+            raise AmbError(f"query refused or failed: {str(e).splitlines()[0]}") from e
 
 
 @click.command()

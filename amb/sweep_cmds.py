@@ -149,10 +149,10 @@ def run_cmd(
 def _catch_up(store: str, root: Path) -> None:
     """Load every shard of the sweep the store does not hold yet (runs that landed while no sweep
     was watching: a killed sweep's stopped attempts, shards placed after it gave up waiting)."""
-    from sweeps.collect import select
+    from sweeps.collect import is_sweep_root, select
     from sweeps.shard import Layout
 
-    if not (root / "shards").is_dir():
+    if not is_sweep_root(root):
         return
     sel = select(Layout(root))
     _say_not_loaded(sel.refused)
@@ -288,8 +288,7 @@ def cancel_cmd(sweep_dir: str, wait_s: float) -> None:
     if not (layout.root / "executor").is_dir():
         # No executor state: a sweep's directory only if it holds a plan (else one clear line).
         read_plan(layout)
-    report = cancel(Path(sweep_dir), wait_s=wait_s)
-    for line in report:
+    for line in cancel(Path(sweep_dir), wait_s=wait_s):
         click.echo(f"amb sweep cancel: {line}", err=True)
 
 

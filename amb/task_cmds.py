@@ -45,9 +45,8 @@ def show(task_id: str, tier: str | None, as_json: bool) -> None:
     if tier:
         click.echo(brief(task_id, tier), nl=False)
         return
-    data = msgspec.to_builtins(spec)
     if as_json:
-        click.echo(json.dumps(data, indent=2))
+        click.echo(json.dumps(msgspec.to_builtins(spec), indent=2))
         return
     sub = spec.submission
     lines = [

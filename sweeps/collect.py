@@ -38,9 +38,7 @@ def takes(layout: Layout, shard_dir: Path) -> bool:
         info = read_info(shard_dir)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return True  # let the loader refuse it with its reason
-    if info.status != "completed":
-        return True
-    return claimed(layout, info.cell) == shard_dir.name
+    return info.status != "completed" or claimed(layout, info.cell) == shard_dir.name
 
 
 def select(layout: Layout) -> Selection:

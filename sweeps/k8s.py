@@ -55,8 +55,7 @@ def job_manifest(
         resources["requests"]["cpu"] = resources["limits"]["cpu"] = f"{limits.cpus:g}"
         env.append({"name": "AMB_CPUS", "value": f"{limits.cpus:g}"})
     if limits.memory:
-        q = _quantity_memory(limits.memory)
-        resources["requests"]["memory"] = resources["limits"]["memory"] = q
+        resources["requests"]["memory"] = resources["limits"]["memory"] = _quantity_memory(limits.memory)
         env.append({"name": "AMB_MEMORY", "value": limits.memory})
     if limits.gpus:
         resources["limits"]["nvidia.com/gpu"] = str(limits.gpus)

@@ -140,15 +140,12 @@ class LocalExecutor(QueuedExecutor):
             return None
         if self.server_start_s is None:
             self.server_start_s = server.wait_ready()
-            if self.server_start_s is None:
-                self._drop_server()
-                return None
-        self.dispatched[spec.stem] = time.time()
-        pid = server.start(spec, log_path)
-        if pid is None:
-            self._drop_server()
-            return None
-        return Forked(server, pid)
+        if self.server_start_s is not None:
+            self.dispatched[spec.stem] = time.time()
+            if (pid := server.start(spec, log_path)) is not None:
+                return Forked(server, pid)
+        self._drop_server()
+        return None
 
     def _drop_server(self) -> None:
         """The warm exec failed (its log says why): the remaining specs start cold."""

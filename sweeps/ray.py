@@ -177,10 +177,7 @@ class RayExecutor(QueuedExecutor):
             run_id = self.in_flight.pop(ref)
             self.states[run_id] = "ended"
             try:
-                result = self.ray.get(ref)
-                self._state.placements[run_id] = Placement(
-                    node_id=result["node_id"], gpu_ids=result["gpu_ids"], exit_code=result["exit_code"]
-                )
+                self._state.placements[run_id] = Placement(**self.ray.get(ref))
             except Exception as e:  # noqa: BLE001 - any task failure ends it; the shard root says how
                 self._state.placements[run_id] = Placement(error=f"{type(e).__name__}: {e}"[:500])
         if ready:

@@ -151,8 +151,7 @@ class SlurmExecutor:
     def submit(self, specs: Sequence[Path]) -> None:
         classes: dict[tuple[int, float, float | None, str | None], list[Path]] = {}
         for path in specs:
-            spec = load(path)
-            limits = spec.limits
+            limits = load(path).limits
             key = (limits.gpus, limits.time_limit_s, limits.cpus, limits.memory)
             classes.setdefault(key, []).append(path)
         for (gpus, time_limit_s, cpus, memory), paths in classes.items():
@@ -177,10 +176,8 @@ class SlurmExecutor:
             job_id = out.strip().split(";")[0]
             if not (job_id.isascii() and job_id.isdigit()):
                 raise SlurmError(f"sbatch --parsable answered {out.strip()[:200]!r}, not a job id")
-            now = time.time()
             run_ids = [p.stem for p in paths]
-            for r in run_ids:
-                self.submitted[r] = now
+            self.submitted.update(dict.fromkeys(run_ids, time.time()))
             self._state.batches.append(Batch(job_id, cls, run_ids, str(script_file)))
             self._save()
 

@@ -82,18 +82,15 @@ def shard_outcome(layout: Layout, rid: str) -> str | None:
 def read_cell(layout: Layout, cell: CellState, max_attempts: int) -> None:
     """Fill ``cell`` from the shard root: attempts, chosen run, duplicates, state."""
     cell.attempts = []
-    n = 1
     while True:
-        rid = cell.attempt_id(n)
+        rid = cell.attempt_id(len(cell.attempts) + 1)
         planned = layout.spec_file(rid).exists()
         outcome = shard_outcome(layout, rid)
         if outcome is None and not planned:
             break
         cell.attempts.append((rid, outcome or "lost"))
-        n += 1
     first = next((r for r, o in cell.attempts if o == "completed"), None)
-    chosen = claimed_or_first(layout, cell.cell.key, first)
-    cell.chosen = chosen
+    cell.chosen = chosen = claimed_or_first(layout, cell.cell.key, first)
     cell.duplicates = [f"shards/{r}" for r, o in cell.attempts if o == "completed" and r != chosen]
     for rid, _ in cell.attempts:
         try:
